@@ -97,6 +97,17 @@ func ParseArray(spec string, maxArraySize int) (*ArraySpec, error) {
 	return out, nil
 }
 
+// WithArrayLimit returns an --array spec with its "%L" task limit set to
+// limit, or taken off for 0 (scontrol update ArrayTaskThrottle=); the
+// indexes are left as written.
+func WithArrayLimit(spec string, limit int) string {
+	body, _, _ := strings.Cut(strings.TrimSpace(spec), "%")
+	if limit <= 0 {
+		return body
+	}
+	return body + "%" + strconv.Itoa(limit)
+}
+
 func parseArrayRange(el string, maxArraySize int) (ArrayRange, error) {
 	if el == "" {
 		return ArrayRange{}, errors.New("empty element (two commas in a row?)")

@@ -293,3 +293,25 @@ func TestCPUsPerNode(t *testing.T) {
 		}
 	}
 }
+
+func TestWithArrayLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec  string
+		limit int
+		want  string
+	}{
+		{"0-15", 4, "0-15%4"},
+		{"0-15:2%4", 2, "0-15:2%2"},
+		{"1,3,7%1", 0, "1,3,7"},
+		{" 0-3 ", 0, "0-3"},
+	} {
+		got := WithArrayLimit(tc.spec, tc.limit)
+		if got != tc.want {
+			t.Errorf("WithArrayLimit(%q, %d) = %q, want %q", tc.spec, tc.limit, got, tc.want)
+		}
+		if a, err := ParseArray(got, DefaultMaxArraySize); err != nil || a.Limit != tc.limit {
+			t.Errorf("ParseArray(%q) = %v, %v; want limit %d", got, a, err, tc.limit)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -227,4 +228,76 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 		u, ok := e.Payload.(*eventsv1.UpdateJob)
 		return ok && u.GetJob() == granted.GetName() && u.GetAccount() == "lab" && u.GetQos() == "normal"
 	})
+}
+
+// TestUpdateSizeHostsNameAndThrottle: scontrol update NumNodes=, NumTasks=,
+// MinMemoryNode=, ReqNodeList=/ExcNodeList=, JobName= and
+// ArrayTaskThrottle= reach the scheduler once the gateway has judged them
+// against the job's cluster as at submission; what no node set could meet,
+// a host the cluster lacks, a size change of a running job and a throttle
+// of a job that is no array are refused, naming the field.
+func TestUpdateSizeHostsNameAndThrottle(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+	pending := &loomv1.Job{Name: "projects/default/jobs/43", JobId: "43", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", StateReason: "Priority", NodeCount: 1, GpusPerNode: 8}
+	running := &loomv1.Job{Name: "projects/default/jobs/44", JobId: "44", Cluster: cluster1, State: loomv1.JobState_RUNNING,
+		User: "ana", Partition: "all", NodeCount: 1}
+	task := &loomv1.Job{Name: "projects/default/jobs/45", JobId: "45", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", ArrayJobId: "45", Array: "0-3%1"}
+	for _, j := range []*loomv1.Job{pending, running, task} {
+		h.w.setJob(j)
+	}
+	update := func(name string, set func(*loomv1.UpdateJobRequest)) error {
+		r := &loomv1.UpdateJobRequest{Name: name, Action: "update"}
+		set(r)
+		_, err := ana.UpdateJob(ctx, r)
+		return err
+	}
+	err := update(pending.GetName(), func(r *loomv1.UpdateJobRequest) { r.NodeCount = proto.Int32(3) })
+	wantCode(t, "NumNodes=3 of 2 GPU nodes", err, codes.InvalidArgument, "node_count: 3 exceeds the 2 nodes in partition all")
+	err = update(pending.GetName(), func(r *loomv1.UpdateJobRequest) { r.Nodelist = &loomv1.HostList{Hosts: []string{"gpu-0009"}} })
+	wantCode(t, "ReqNodeList=gpu-0009", err, codes.InvalidArgument, "nodelist[0]", "Invalid node name specified")
+	err = update(running.GetName(), func(r *loomv1.UpdateJobRequest) { r.NodeCount = proto.Int32(1) })
+	wantCode(t, "NumNodes of a running job", err, codes.FailedPrecondition, "no longer pending")
+	err = update(pending.GetName(), func(r *loomv1.UpdateJobRequest) { r.ArrayTaskThrottle = proto.Int32(2) })
+	wantCode(t, "ArrayTaskThrottle of a job", err, codes.InvalidArgument, "array_task_throttle", "not an array")
+
+	if err := update(pending.GetName(), func(r *loomv1.UpdateJobRequest) {
+		r.NodeCount, r.Ntasks, r.MemMb = proto.Int32(2), proto.Int32(16), proto.Int64(1024)
+		r.Exclude = &loomv1.HostList{}
+	}); err != nil {
+		t.Fatalf("NumNodes=2 NumTasks=16 MinMemoryNode=1G ExcNodeList=: %v", err)
+	}
+	if err := update(pending.GetName(), func(r *loomv1.UpdateJobRequest) { r.Exclude = &loomv1.HostList{Hosts: []string{"cpu-0001"}} }); err != nil {
+		t.Fatalf("ExcNodeList=cpu-0001: %v", err)
+	}
+	if err := update(running.GetName(), func(r *loomv1.UpdateJobRequest) { r.JobName = proto.String("renamed") }); err != nil {
+		t.Fatalf("JobName= of a running job: %v", err)
+	}
+	if err := update(task.GetName(), func(r *loomv1.UpdateJobRequest) { r.ArrayTaskThrottle = proto.Int32(0) }); err != nil {
+		t.Fatalf("ArrayTaskThrottle=0 of an array: %v", err)
+	}
+	for _, want := range []func(*eventsv1.UpdateJob) bool{
+		func(u *eventsv1.UpdateJob) bool {
+			return u.GetJob() == pending.GetName() && u.GetNodeCount() == 2 && u.GetNtasks() == 16 && u.GetMemMb() == 1024 &&
+				u.GetExclude() != nil && len(u.GetExclude().GetHosts()) == 0 && u.Nodelist == nil
+		},
+		func(u *eventsv1.UpdateJob) bool {
+			return u.GetJob() == pending.GetName() && slices.Equal(u.GetExclude().GetHosts(), []string{"cpu-0001"}) && u.NodeCount == nil
+		},
+		func(u *eventsv1.UpdateJob) bool {
+			return u.GetJob() == running.GetName() && u.GetJobName() == "renamed"
+		},
+		func(u *eventsv1.UpdateJob) bool {
+			return u.GetJob() == task.GetName() && u.ArrayTaskThrottle != nil && u.GetArrayTaskThrottle() == 0
+		},
+	} {
+		testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+			u, ok := e.Payload.(*eventsv1.UpdateJob)
+			return ok && want(u)
+		})
+	}
 }

@@ -4036,6 +4036,52 @@ func (x *OperationError) GetMessage() string {
 	return ""
 }
 
+// HostList is a list of hostnames that may be empty, in a request where
+// leaving it out and clearing it differ.
+type HostList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostList) Reset() {
+	*x = HostList{}
+	mi := &file_loom_v1_resources_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostList) ProtoMessage() {}
+
+func (x *HostList) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostList.ProtoReflect.Descriptor instead.
+func (*HostList) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *HostList) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 var File_loom_v1_resources_proto protoreflect.FileDescriptor
 
 const file_loom_v1_resources_proto_rawDesc = "" +
@@ -4474,7 +4520,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\bend_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\">\n" +
 	"\x0eOperationError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*\xd6\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
+	"\bHostList\x12\x14\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0f\n" +
@@ -4506,7 +4554,7 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
@@ -4548,26 +4596,27 @@ var file_loom_v1_resources_proto_goTypes = []any{
 	(*ExportModelResponse)(nil),   // 37: loom.v1.ExportModelResponse
 	(*OperationMetadata)(nil),     // 38: loom.v1.OperationMetadata
 	(*OperationError)(nil),        // 39: loom.v1.OperationError
-	nil,                           // 40: loom.v1.Cluster.LabelsEntry
-	nil,                           // 41: loom.v1.NodePool.LabelsEntry
-	nil,                           // 42: loom.v1.Job.EnvEntry
-	nil,                           // 43: loom.v1.Model.LabelsEntry
-	nil,                           // 44: loom.v1.ModelVersion.LabelsEntry
-	nil,                           // 45: loom.v1.ModelLineage.HyperparametersEntry
-	nil,                           // 46: loom.v1.ModelLineage.MetricsEntry
-	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
+	(*HostList)(nil),              // 40: loom.v1.HostList
+	nil,                           // 41: loom.v1.Cluster.LabelsEntry
+	nil,                           // 42: loom.v1.NodePool.LabelsEntry
+	nil,                           // 43: loom.v1.Job.EnvEntry
+	nil,                           // 44: loom.v1.Model.LabelsEntry
+	nil,                           // 45: loom.v1.ModelVersion.LabelsEntry
+	nil,                           // 46: loom.v1.ModelLineage.HyperparametersEntry
+	nil,                           // 47: loom.v1.ModelLineage.MetricsEntry
+	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	40, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	41, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
 	6,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
 	10, // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
 	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
 	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
 	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	47, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	47, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	48, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	48, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	41, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	42, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
 	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
 	9,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
 	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
@@ -4580,48 +4629,48 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
 	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
 	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	47, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	47, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	48, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	48, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	47, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	47, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	48, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	48, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	47, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
-	42, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	48, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	43, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
 	31, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	47, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	48, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
 	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
-	47, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	47, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	47, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	48, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	48, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	48, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
 	28, // 38: loom.v1.Job.runs:type_name -> loom.v1.JobRun
 	0,  // 39: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	47, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	47, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	48, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	48, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
 	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	47, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	47, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	47, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	43, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
-	47, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
-	47, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	48, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	48, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	48, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	44, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	48, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	48, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
 	34, // 49: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
-	47, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	44, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	48, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	45, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
 	34, // 52: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	47, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
-	45, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	46, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	48, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	46, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	47, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
 	38, // 56: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
 	39, // 57: loom.v1.Operation.error:type_name -> loom.v1.OperationError
 	5,  // 58: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
 	22, // 59: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
 	37, // 60: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
 	36, // 61: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
-	47, // 62: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	47, // 63: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	48, // 62: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	48, // 63: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
 	64, // [64:64] is the sub-list for method output_type
 	64, // [64:64] is the sub-list for method input_type
 	64, // [64:64] is the sub-list for extension type_name
@@ -4648,7 +4697,7 @@ func file_loom_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1764,9 +1764,27 @@ type UpdateJobRequest struct {
 	// (scontrol update Account=; "" the user's default); one the job's user
 	// has an association with, as at submission, whose QOS still allows the
 	// job's.
-	Account       *string `protobuf:"bytes,10,opt,name=account,proto3,oneof" json:"account,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Account *string `protobuf:"bytes,10,opt,name=account,proto3,oneof" json:"account,omitempty"`
+	// For "update": the job's new name when set (scontrol update JobName=);
+	// a pending or running job.
+	JobName *string `protobuf:"bytes,11,opt,name=job_name,json=jobName,proto3,oneof" json:"job_name,omitempty"`
+	// For "update" of a pending job: its new --nodes, --ntasks and --mem
+	// (MiB) when set (scontrol update NumNodes=, NumTasks=, MinMemoryNode=),
+	// checked against its partition as at submission.
+	NodeCount *int32 `protobuf:"varint,12,opt,name=node_count,json=nodeCount,proto3,oneof" json:"node_count,omitempty"`
+	Ntasks    *int32 `protobuf:"varint,13,opt,name=ntasks,proto3,oneof" json:"ntasks,omitempty"`
+	MemMb     *int64 `protobuf:"varint,14,opt,name=mem_mb,json=memMb,proto3,oneof" json:"mem_mb,omitempty"`
+	// For "update" of a pending job: its new --nodelist and --exclude when
+	// set (scontrol update ReqNodeList=, ExcNodeList=; no hosts clears),
+	// checked against its cluster's nodes as at submission.
+	Nodelist *HostList `protobuf:"bytes,15,opt,name=nodelist,proto3" json:"nodelist,omitempty"`
+	Exclude  *HostList `protobuf:"bytes,16,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	// For "update" of an array (its job, or any of its tasks): the most of
+	// its tasks that run at once when set (scontrol update
+	// ArrayTaskThrottle=; 0: no limit).
+	ArrayTaskThrottle *int32 `protobuf:"varint,17,opt,name=array_task_throttle,json=arrayTaskThrottle,proto3,oneof" json:"array_task_throttle,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *UpdateJobRequest) Reset() {
@@ -1867,6 +1885,55 @@ func (x *UpdateJobRequest) GetAccount() string {
 		return *x.Account
 	}
 	return ""
+}
+
+func (x *UpdateJobRequest) GetJobName() string {
+	if x != nil && x.JobName != nil {
+		return *x.JobName
+	}
+	return ""
+}
+
+func (x *UpdateJobRequest) GetNodeCount() int32 {
+	if x != nil && x.NodeCount != nil {
+		return *x.NodeCount
+	}
+	return 0
+}
+
+func (x *UpdateJobRequest) GetNtasks() int32 {
+	if x != nil && x.Ntasks != nil {
+		return *x.Ntasks
+	}
+	return 0
+}
+
+func (x *UpdateJobRequest) GetMemMb() int64 {
+	if x != nil && x.MemMb != nil {
+		return *x.MemMb
+	}
+	return 0
+}
+
+func (x *UpdateJobRequest) GetNodelist() *HostList {
+	if x != nil {
+		return x.Nodelist
+	}
+	return nil
+}
+
+func (x *UpdateJobRequest) GetExclude() *HostList {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *UpdateJobRequest) GetArrayTaskThrottle() int32 {
+	if x != nil && x.ArrayTaskThrottle != nil {
+		return *x.ArrayTaskThrottle
+	}
+	return 0
 }
 
 type WatchJobRequest struct {
@@ -3920,7 +3987,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
 	"\x05batch\x18\x04 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\x05 \x01(\bR\x04full\"\xf9\x02\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\"\xd1\x05\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
@@ -3935,12 +4002,25 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"dependency\x88\x01\x01\x12\x15\n" +
 	"\x03qos\x18\t \x01(\tH\x02R\x03qos\x88\x01\x01\x12\x1d\n" +
 	"\aaccount\x18\n" +
-	" \x01(\tH\x03R\aaccount\x88\x01\x01B\a\n" +
+	" \x01(\tH\x03R\aaccount\x88\x01\x01\x12\x1e\n" +
+	"\bjob_name\x18\v \x01(\tH\x04R\ajobName\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"node_count\x18\f \x01(\x05H\x05R\tnodeCount\x88\x01\x01\x12\x1b\n" +
+	"\x06ntasks\x18\r \x01(\x05H\x06R\x06ntasks\x88\x01\x01\x12\x1a\n" +
+	"\x06mem_mb\x18\x0e \x01(\x03H\aR\x05memMb\x88\x01\x01\x12-\n" +
+	"\bnodelist\x18\x0f \x01(\v2\x11.loom.v1.HostListR\bnodelist\x12+\n" +
+	"\aexclude\x18\x10 \x01(\v2\x11.loom.v1.HostListR\aexclude\x123\n" +
+	"\x13array_task_throttle\x18\x11 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
 	"\x04_qosB\n" +
 	"\n" +
-	"\b_account\"%\n" +
+	"\b_accountB\v\n" +
+	"\t_job_nameB\r\n" +
+	"\v_node_countB\t\n" +
+	"\a_ntasksB\t\n" +
+	"\a_mem_mbB\x16\n" +
+	"\x14_array_task_throttle\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +
@@ -4204,13 +4284,14 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(JobState)(0),                      // 63: loom.v1.JobState
 	(*timestamppb.Timestamp)(nil),      // 64: google.protobuf.Timestamp
 	(*Job)(nil),                        // 65: loom.v1.Job
-	(*Operation)(nil),                  // 66: loom.v1.Operation
-	(*Node)(nil),                       // 67: loom.v1.Node
-	(*Partition)(nil),                  // 68: loom.v1.Partition
-	(*SlurmNode)(nil),                  // 69: loom.v1.SlurmNode
-	(*Model)(nil),                      // 70: loom.v1.Model
-	(*ModelVersion)(nil),               // 71: loom.v1.ModelVersion
-	(*SlurmConfig)(nil),                // 72: loom.v1.SlurmConfig
+	(*HostList)(nil),                   // 66: loom.v1.HostList
+	(*Operation)(nil),                  // 67: loom.v1.Operation
+	(*Node)(nil),                       // 68: loom.v1.Node
+	(*Partition)(nil),                  // 69: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 70: loom.v1.SlurmNode
+	(*Model)(nil),                      // 71: loom.v1.Model
+	(*ModelVersion)(nil),               // 72: loom.v1.ModelVersion
+	(*SlurmConfig)(nil),                // 73: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
 	59, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
@@ -4229,104 +4310,106 @@ var file_loom_v1_service_proto_depIdxs = []int32{
 	63, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
 	65, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
 	64, // 15: loom.v1.UpdateJobRequest.begin_time:type_name -> google.protobuf.Timestamp
-	66, // 16: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
-	67, // 17: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	37, // 18: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
-	68, // 19: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	69, // 20: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	70, // 21: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	70, // 22: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	71, // 23: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	70, // 24: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	70, // 25: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	60, // 26: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
-	56, // 27: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
-	57, // 28: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
-	9,  // 29: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 30: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 31: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 32: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 33: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 34: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 35: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 36: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 37: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 38: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 39: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	20, // 40: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	21, // 41: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	22, // 42: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	24, // 43: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	26, // 44: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	25, // 45: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	27, // 46: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	15, // 47: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
-	16, // 48: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
-	17, // 49: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
-	19, // 50: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
-	29, // 51: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	30, // 52: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	31, // 53: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
-	33, // 54: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
-	34, // 55: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	39, // 56: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	41, // 57: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	43, // 58: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	36, // 59: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
-	44, // 60: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
-	45, // 61: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	47, // 62: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	48, // 63: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	50, // 64: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
-	51, // 65: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
-	52, // 66: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
-	53, // 67: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
-	55, // 68: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	66, // 69: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	59, // 70: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 71: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	66, // 72: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	66, // 73: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	72, // 74: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	66, // 75: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	61, // 76: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 77: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	66, // 78: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 79: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	65, // 80: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	65, // 81: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	23, // 82: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	65, // 83: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	65, // 84: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	65, // 85: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	28, // 86: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	14, // 87: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
-	14, // 88: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
-	18, // 89: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
-	14, // 90: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	66, // 91: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	66, // 92: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	32, // 93: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
-	66, // 94: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
-	35, // 95: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	40, // 96: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	42, // 97: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	69, // 98: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	38, // 99: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
-	66, // 100: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
-	46, // 101: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	70, // 102: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	49, // 103: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	70, // 104: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	70, // 105: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
-	54, // 106: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
-	54, // 107: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	66, // 108: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
-	69, // [69:109] is the sub-list for method output_type
-	29, // [29:69] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	66, // 16: loom.v1.UpdateJobRequest.nodelist:type_name -> loom.v1.HostList
+	66, // 17: loom.v1.UpdateJobRequest.exclude:type_name -> loom.v1.HostList
+	67, // 18: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
+	68, // 19: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	37, // 20: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
+	69, // 21: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	70, // 22: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	71, // 23: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	71, // 24: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	72, // 25: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	71, // 26: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	71, // 27: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	60, // 28: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	56, // 29: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	57, // 30: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	9,  // 31: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 32: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 33: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 34: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 35: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 36: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 37: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 38: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 39: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 40: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 41: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	20, // 42: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	21, // 43: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	22, // 44: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	24, // 45: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	26, // 46: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	25, // 47: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	27, // 48: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	15, // 49: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	16, // 50: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	17, // 51: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	19, // 52: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	29, // 53: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	30, // 54: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	31, // 55: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
+	33, // 56: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
+	34, // 57: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	39, // 58: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	41, // 59: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	43, // 60: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	36, // 61: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
+	44, // 62: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
+	45, // 63: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	47, // 64: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	48, // 65: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	50, // 66: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	51, // 67: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	52, // 68: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	53, // 69: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	55, // 70: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	67, // 71: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	59, // 72: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 73: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	67, // 74: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	67, // 75: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	73, // 76: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	67, // 77: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	61, // 78: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 79: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	67, // 80: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 81: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	65, // 82: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	65, // 83: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	23, // 84: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	65, // 85: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	65, // 86: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	65, // 87: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	28, // 88: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	14, // 89: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	14, // 90: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	18, // 91: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	14, // 92: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	67, // 93: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	67, // 94: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	32, // 95: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
+	67, // 96: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
+	35, // 97: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	40, // 98: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	42, // 99: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	70, // 100: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	38, // 101: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
+	67, // 102: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
+	46, // 103: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	71, // 104: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	49, // 105: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	71, // 106: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	71, // 107: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	54, // 108: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	54, // 109: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	67, // 110: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
+	71, // [71:111] is the sub-list for method output_type
+	31, // [31:71] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }

@@ -333,6 +333,10 @@ func TestScontrolActions(t *testing.T) {
 		{"update", "JobId=13", "Dependency=afterok:12"},
 		{"update", "JobId=13", "Dependency="},
 		{"update", "JobId=13", "QOS=high", "Account=lab"},
+		{"update", "JobId=12", "JobName=renamed"},
+		{"update", "JobId=13", "NumNodes=2-3", "NumTasks=4", "MinMemoryNode=2G"},
+		{"update", "JobId=13", "ReqNodeList=gpu-[0001-0002]", "ExcNodeList="},
+		{"update", "JobId=15", "ArrayTaskThrottle=0"},
 	} {
 		if code, _, errOut := run(t, f, "scontrol", Env{}, args...); code != 0 {
 			t.Errorf("scontrol %v: %d %q", args, code, errOut)
@@ -356,11 +360,28 @@ func TestScontrolActions(t *testing.T) {
 		if u.Account != nil {
 			g += ":account=" + u.GetAccount()
 		}
+		if u.JobName != nil {
+			g += ":name=" + u.GetJobName()
+		}
+		if u.NodeCount != nil || u.Ntasks != nil || u.MemMb != nil {
+			g += fmt.Sprintf(":N=%d:n=%d:mem=%d", u.GetNodeCount(), u.GetNtasks(), u.GetMemMb())
+		}
+		if u.Nodelist != nil {
+			g += ":w=" + strings.Join(u.GetNodelist().GetHosts(), ",")
+		}
+		if u.Exclude != nil {
+			g += ":x=" + strings.Join(u.GetExclude().GetHosts(), ",")
+		}
+		if u.ArrayTaskThrottle != nil {
+			g += fmt.Sprintf(":throttle=%d", u.GetArrayTaskThrottle())
+		}
 		got = append(got, g)
 	}
 	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00",
 		"update:13::00:00:00:nice=-20", "update:13::00:00:00:nice=0", "update:13::00:00:00:begin+1h0m0s",
-		"update:13::00:00:00:dependency=afterok:12", "update:13::00:00:00:dependency=", "update:13::00:00:00:qos=high:account=lab"}
+		"update:13::00:00:00:dependency=afterok:12", "update:13::00:00:00:dependency=", "update:13::00:00:00:qos=high:account=lab",
+		"update:12::00:00:00:name=renamed", "update:13::00:00:00:N=2:n=4:mem=2048", "update:13::00:00:00:w=gpu-0001,gpu-0002:x=",
+		"update:15::00:00:00:throttle=0"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
 	}
@@ -410,7 +431,13 @@ func TestScontrolActions(t *testing.T) {
 		{[]string{"reboot", "nextstate=DOWN", "gpu-0001"}, "Invalid nextstate \"DOWN\""},
 		{[]string{"reboot", "gpu-0009"}, "slurm_reboot_nodes error: Invalid node name specified (gpu-0009)\n"},
 		{[]string{"update", "NodeName=gpu-0009", "State=DRAIN", "Reason=x"}, "slurm_update error: Invalid node name specified (gpu-0009)\n"},
-		{[]string{"update", "JobId=12", "NumNodes=4"}, "Update of this parameter is not supported: numnodes=4\nRequest aborted\n"},
+		{[]string{"update", "JobId=12", "Features=fast"}, "Update of this parameter is not supported: features=fast\nRequest aborted\n"},
+		{[]string{"update", "JobId=12", "NumNodes=0"}, "Invalid NumNodes value: 0 (\"0\" is not a node count of at least 1)\n"},
+		{[]string{"update", "JobId=12", "NumTasks=x"}, "Invalid NumTasks value: x\n"},
+		{[]string{"update", "JobId=12", "MinMemoryNode=lots"}, "Invalid MinMemoryNode value: lots (expected a number with an optional K, M, G or T suffix)\n"},
+		{[]string{"update", "JobId=12", "ExcNodeList=gpu-[0001"}, "Invalid node name specified: gpu-[0001"},
+		{[]string{"update", "JobId=12", "ArrayTaskThrottle=-1"}, "Invalid ArrayTaskThrottle value: -1\n"},
+		{[]string{"update", "JobId=12", "JobName="}, "Invalid JobName value: it must not be empty\n"},
 		{[]string{"update", "JobId=12", "TimeLimit=soon"}, "Invalid TimeLimit value: soon\n"},
 		{[]string{"update", "JobId=12", "TimeLimit=UNLIMITED"}, "scontrol: error: TimeLimit=UNLIMITED is not supported by Loom; give a time\n"},
 		{[]string{"update", "JobId=12"}, "No changes specified\n"},

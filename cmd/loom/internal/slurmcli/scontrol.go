@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
@@ -677,7 +678,8 @@ func first(kv map[string]string, keys ...string) string {
 }
 
 // updateJobParams updates a job's TimeLimit, Partition, Nice, StartTime,
-// Dependency, QOS and/or Account.
+// Dependency, QOS, Account, JobName, NumNodes, NumTasks, MinMemoryNode,
+// ReqNodeList, ExcNodeList and/or (an array's) ArrayTaskThrottle.
 func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
 	ids := splitList(first(kv, "jobid", "job"))
 	req := &loomv1.UpdateJobRequest{Action: "update"}
@@ -726,6 +728,50 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 		case "account":
 			a := v
 			req.Account = &a
+		case "jobname", "name":
+			if v == "" {
+				return &Error{Code: 1, Text: "Invalid JobName value: it must not be empty"}
+			}
+			n := v
+			req.JobName = &n
+		case "numnodes", "reqnodes":
+			n, err := parseNodeCount(v)
+			if err != nil {
+				return &Error{Code: 1, Text: "Invalid NumNodes value: " + v + " (" + err.Error() + ")"}
+			}
+			req.NodeCount = &n
+		case "numtasks", "reqprocs":
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n < 1 || !isDigits(v) {
+				return &Error{Code: 1, Text: "Invalid NumTasks value: " + v}
+			}
+			req.Ntasks = proto.Int32(int32(n))
+		case "minmemorynode":
+			mb, err := parseMem(v)
+			if err != nil {
+				return &Error{Code: 1, Text: "Invalid MinMemoryNode value: " + v + " (" + err.Error() + ")"}
+			}
+			req.MemMb = &mb
+		case "reqnodelist", "nodelist", "excnodelist":
+			list := &loomv1.HostList{}
+			if v != "" { // empty clears
+				hosts, err := expandHosts(v)
+				if err != nil {
+					return &Error{Code: 1, Text: "Invalid node name specified: " + v + " (" + err.Error() + ")"}
+				}
+				list.Hosts = hosts
+			}
+			if k == "excnodelist" {
+				req.Exclude = list
+			} else {
+				req.Nodelist = list
+			}
+		case "arraytaskthrottle":
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n < 0 || !isDigits(v) {
+				return &Error{Code: 1, Text: "Invalid ArrayTaskThrottle value: " + v}
+			}
+			req.ArrayTaskThrottle = proto.Int32(int32(n))
 		default:
 			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + v + "\nRequest aborted"}
 		}
@@ -734,7 +780,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	if !strings.HasPrefix(relative, "+") && !strings.HasPrefix(relative, "-") {
 		relative = ""
 	}
-	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && req.BeginTime == nil && req.Dependency == nil && req.Qos == nil && req.Account == nil && relative == "" {
+	if proto.Equal(req, &loomv1.UpdateJobRequest{Action: "update"}) && relative == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
 	}
 	failed := false
@@ -744,8 +790,8 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			failed = true
 			continue
 		}
-		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition,
-			Nice: req.Nice, BeginTime: req.BeginTime, Dependency: req.Dependency, Qos: req.Qos, Account: req.Account}
+		r := proto.Clone(req).(*loomv1.UpdateJobRequest)
+		r.Name = c.jobName(id)
 		if relative != "" {
 			delta, _, err := ParseTimeLimit(relative[1:])
 			if err != nil {

@@ -1576,9 +1576,19 @@ type UpdateJob struct {
 	Qos *string `protobuf:"bytes,11,opt,name=qos,proto3,oneof" json:"qos,omitempty"`
 	// account, when set, is the pending job's new account (checked by the
 	// gateway).
-	Account       *string `protobuf:"bytes,12,opt,name=account,proto3,oneof" json:"account,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Account *string `protobuf:"bytes,12,opt,name=account,proto3,oneof" json:"account,omitempty"`
+	// job_name, node_count, ntasks, mem_mb, nodelist, exclude and
+	// array_task_throttle, when set, are as in loom.v1.UpdateJobRequest
+	// (checked by the gateway against the job's cluster).
+	JobName           *string      `protobuf:"bytes,13,opt,name=job_name,json=jobName,proto3,oneof" json:"job_name,omitempty"`
+	NodeCount         *int32       `protobuf:"varint,14,opt,name=node_count,json=nodeCount,proto3,oneof" json:"node_count,omitempty"`
+	Ntasks            *int32       `protobuf:"varint,15,opt,name=ntasks,proto3,oneof" json:"ntasks,omitempty"`
+	MemMb             *int64       `protobuf:"varint,16,opt,name=mem_mb,json=memMb,proto3,oneof" json:"mem_mb,omitempty"`
+	Nodelist          *v1.HostList `protobuf:"bytes,17,opt,name=nodelist,proto3" json:"nodelist,omitempty"`
+	Exclude           *v1.HostList `protobuf:"bytes,18,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	ArrayTaskThrottle *int32       `protobuf:"varint,19,opt,name=array_task_throttle,json=arrayTaskThrottle,proto3,oneof" json:"array_task_throttle,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *UpdateJob) Reset() {
@@ -1693,6 +1703,55 @@ func (x *UpdateJob) GetAccount() string {
 		return *x.Account
 	}
 	return ""
+}
+
+func (x *UpdateJob) GetJobName() string {
+	if x != nil && x.JobName != nil {
+		return *x.JobName
+	}
+	return ""
+}
+
+func (x *UpdateJob) GetNodeCount() int32 {
+	if x != nil && x.NodeCount != nil {
+		return *x.NodeCount
+	}
+	return 0
+}
+
+func (x *UpdateJob) GetNtasks() int32 {
+	if x != nil && x.Ntasks != nil {
+		return *x.Ntasks
+	}
+	return 0
+}
+
+func (x *UpdateJob) GetMemMb() int64 {
+	if x != nil && x.MemMb != nil {
+		return *x.MemMb
+	}
+	return 0
+}
+
+func (x *UpdateJob) GetNodelist() *v1.HostList {
+	if x != nil {
+		return x.Nodelist
+	}
+	return nil
+}
+
+func (x *UpdateJob) GetExclude() *v1.HostList {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *UpdateJob) GetArrayTaskThrottle() int32 {
+	if x != nil && x.ArrayTaskThrottle != nil {
+		return *x.ArrayTaskThrottle
+	}
+	return 0
 }
 
 // CreateJobStep asks the scheduler to start a job step (srun) on the nodes of
@@ -5284,7 +5343,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
 	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
 	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\a \x01(\bR\x04full\"\xa0\x03\n" +
+	"\x04full\x18\a \x01(\bR\x04full\"\xf8\x05\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5301,12 +5360,25 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	" \x01(\tH\x01R\n" +
 	"dependency\x88\x01\x01\x12\x15\n" +
 	"\x03qos\x18\v \x01(\tH\x02R\x03qos\x88\x01\x01\x12\x1d\n" +
-	"\aaccount\x18\f \x01(\tH\x03R\aaccount\x88\x01\x01B\a\n" +
+	"\aaccount\x18\f \x01(\tH\x03R\aaccount\x88\x01\x01\x12\x1e\n" +
+	"\bjob_name\x18\r \x01(\tH\x04R\ajobName\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"node_count\x18\x0e \x01(\x05H\x05R\tnodeCount\x88\x01\x01\x12\x1b\n" +
+	"\x06ntasks\x18\x0f \x01(\x05H\x06R\x06ntasks\x88\x01\x01\x12\x1a\n" +
+	"\x06mem_mb\x18\x10 \x01(\x03H\aR\x05memMb\x88\x01\x01\x12-\n" +
+	"\bnodelist\x18\x11 \x01(\v2\x11.loom.v1.HostListR\bnodelist\x12+\n" +
+	"\aexclude\x18\x12 \x01(\v2\x11.loom.v1.HostListR\aexclude\x123\n" +
+	"\x13array_task_throttle\x18\x13 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
 	"\x04_qosB\n" +
 	"\n" +
-	"\b_account\"\xad\x03\n" +
+	"\b_accountB\v\n" +
+	"\t_job_nameB\r\n" +
+	"\v_node_countB\t\n" +
+	"\a_ntasksB\t\n" +
+	"\a_mem_mbB\x16\n" +
+	"\x14_array_task_throttle\"\xad\x03\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5735,20 +5807,21 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*v1.DiskSample)(nil),                  // 79: loom.v1.DiskSample
 	(*v1.HealthCheckResult)(nil),           // 80: loom.v1.HealthCheckResult
 	(*v1.Job)(nil),                         // 81: loom.v1.Job
-	(*durationpb.Duration)(nil),            // 82: google.protobuf.Duration
-	(v1.RemediationState)(0),               // 83: loom.v1.RemediationState
-	(*v1.Fault)(nil),                       // 84: loom.v1.Fault
-	(*v1.ModelVersion)(nil),                // 85: loom.v1.ModelVersion
-	(*v1.ExportModelResponse)(nil),         // 86: loom.v1.ExportModelResponse
-	(*v11.Model)(nil),                      // 87: loom.training.v1.Model
-	(*v1.ModelLineage)(nil),                // 88: loom.v1.ModelLineage
-	(*v11.CustomJob)(nil),                  // 89: loom.training.v1.CustomJob
-	(*v11.HyperparameterTuningJob)(nil),    // 90: loom.training.v1.HyperparameterTuningJob
-	(*v11.TrainingPipeline)(nil),           // 91: loom.training.v1.TrainingPipeline
-	(*v11.Trial)(nil),                      // 92: loom.training.v1.Trial
-	(*v1.AuditRecord)(nil),                 // 93: loom.v1.AuditRecord
-	(*v1.Association)(nil),                 // 94: loom.v1.Association
-	(*v1.Account)(nil),                     // 95: loom.v1.Account
+	(*v1.HostList)(nil),                    // 82: loom.v1.HostList
+	(*durationpb.Duration)(nil),            // 83: google.protobuf.Duration
+	(v1.RemediationState)(0),               // 84: loom.v1.RemediationState
+	(*v1.Fault)(nil),                       // 85: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 86: loom.v1.ModelVersion
+	(*v1.ExportModelResponse)(nil),         // 87: loom.v1.ExportModelResponse
+	(*v11.Model)(nil),                      // 88: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 89: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 90: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 91: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 92: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 93: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 94: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 95: loom.v1.Association
+	(*v1.Account)(nil),                     // 96: loom.v1.Account
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
 	73, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
@@ -5766,53 +5839,55 @@ var file_loom_events_v1_events_proto_depIdxs = []int32{
 	80, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
 	81, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
 	77, // 14: loom.events.v1.UpdateJob.begin_time:type_name -> google.protobuf.Timestamp
-	66, // 15: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	77, // 16: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	81, // 17: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	67, // 18: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	0,  // 19: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	68, // 20: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
-	1,  // 21: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 22: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	77, // 23: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	77, // 24: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	77, // 25: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	82, // 26: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
-	69, // 27: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
-	2,  // 28: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	77, // 29: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	83, // 30: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	76, // 31: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	77, // 32: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	82, // 33: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	71, // 34: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	84, // 35: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	82, // 36: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	72, // 37: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
-	76, // 38: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	84, // 39: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	76, // 40: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	85, // 41: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	86, // 42: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
-	87, // 43: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	88, // 44: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	89, // 45: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	90, // 46: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	91, // 47: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	89, // 48: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	90, // 49: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	92, // 50: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	91, // 51: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	93, // 52: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	94, // 53: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	95, // 54: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
-	77, // 55: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	70, // 56: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	82, // 15: loom.events.v1.UpdateJob.nodelist:type_name -> loom.v1.HostList
+	82, // 16: loom.events.v1.UpdateJob.exclude:type_name -> loom.v1.HostList
+	66, // 17: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	77, // 18: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	81, // 19: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	67, // 20: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	0,  // 21: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
+	68, // 22: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	1,  // 23: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	1,  // 24: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	77, // 25: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	77, // 26: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	77, // 27: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	83, // 28: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	69, // 29: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	2,  // 30: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	77, // 31: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	84, // 32: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	76, // 33: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	77, // 34: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	83, // 35: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	71, // 36: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	85, // 37: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	83, // 38: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	72, // 39: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
+	76, // 40: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	85, // 41: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	76, // 42: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	86, // 43: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	87, // 44: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	88, // 45: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	89, // 46: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	90, // 47: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	91, // 48: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	92, // 49: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	90, // 50: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	91, // 51: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	93, // 52: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	92, // 53: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	94, // 54: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	95, // 55: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	96, // 56: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
+	77, // 57: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	70, // 58: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }

@@ -1001,12 +1001,22 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 			return nil, err
 		}
 	}
-	if p := req.GetPartition(); p != "" {
+	if req.ArrayTaskThrottle != nil && j.GetArrayJobId() == "" {
+		return nil, errs.Invalid("array_task_throttle", "job %s is not an array", j.GetJobId())
+	}
+	if domain.Resizes(req) {
 		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: j.GetCluster()})
 		if err != nil {
 			return nil, fmt.Errorf("ask the provisioner for %s: %w", j.GetCluster(), err)
 		}
-		if err := domain.CheckPartition(c, p); err != nil {
+		updated := domain.Updated(j, req)
+		var nodes map[string]*loomv1.Node
+		if len(updated.GetNodelist())+len(updated.GetExclude()) > 0 {
+			if nodes, err = g.clusterNodes(ctx, j.GetCluster()); err != nil {
+				return nil, err
+			}
+		}
+		if err := domain.CheckUpdatedJob(updated, c, nodes); err != nil {
 			return nil, err
 		}
 	}
@@ -1021,8 +1031,10 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	}
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos, Account: account,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
-		BeginTime: req.GetBeginTime(), Dependency: req.Dependency,
-		User: caller.User, Admin: caller.Admin}
+		BeginTime: req.GetBeginTime(), Dependency: req.Dependency, JobName: req.JobName,
+		NodeCount: req.NodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
+		ArrayTaskThrottle: req.ArrayTaskThrottle,
+		User:              caller.User, Admin: caller.Admin}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)
 	}

@@ -72,7 +72,7 @@ func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loo
 	}
 	for i, h := range j.GetNodelist() {
 		v.Check(pools[nodes[h].GetNodePool()], fmt.Sprintf("job.nodelist[%d]", i), "%s is not in partition %s (Slurm: %s)", h, partition, MsgNodeConfig)
-		v.Check(!slices.Contains(j.GetExclude(), h), fmt.Sprintf("job.nodelist[%d]", i), "%s is also excluded (job.exclude)", h)
+		v.Check(!slices.Contains(j.GetExclude(), h), fmt.Sprintf("job.nodelist[%d]", i), "%s is also excluded", h)
 	}
 	left := 0
 	for h, n := range nodes {

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -221,7 +222,8 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 
 // ValidateUpdateJob checks an UpdateJobRequest's action and values (every
 // problem at once) and returns the action in lower case. The job's name is
-// checked by the caller.
+// checked by the caller; what depends on the job's cluster (partition,
+// sizes, hosts) by CheckUpdatedJob.
 func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	var v errs.Validator
 	checkText(&v, "user", req.GetUser(), MaxNameBytes)
@@ -229,18 +231,13 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
 	switch action {
 	case "hold", "uhold", "release", "requeue":
-		v.Check(req.GetTimeLimitSeconds() == 0, "time_limit_seconds", "only with action update, not %s", action)
-		v.Check(req.GetPartition() == "", "partition", "only with action update, not %s", action)
-		v.Check(req.Nice == nil, "nice", "only with action update, not %s", action)
-		v.Check(req.BeginTime == nil, "begin_time", "only with action update, not %s", action)
-		v.Check(req.Dependency == nil, "dependency", "only with action update, not %s", action)
-		v.Check(req.Qos == nil, "qos", "only with action update, not %s", action)
-		v.Check(req.Account == nil, "account", "only with action update, not %s", action)
+		for _, f := range updateFields(req) {
+			v.Add(f, "only with action update, not %s", action)
+		}
 	case "update":
 		v.Check(req.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "%d must not be negative (0: unchanged)", req.GetTimeLimitSeconds())
 		v.Check(req.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "time_limit_seconds", "%d is more than a century", req.GetTimeLimitSeconds())
-		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil || req.BeginTime != nil || req.Dependency != nil ||
-			req.Qos != nil || req.Account != nil, "action", "update needs time_limit_seconds, partition, nice, begin_time, dependency, qos or account")
+		v.Check(len(updateFields(req)) > 0, "action", "update needs one of %s", strings.Join(updateFieldNames, ", "))
 		checkText(&v, "qos", req.GetQos(), MaxNameBytes)
 		v.Check(req.GetAccount() == "" || accountID.MatchString(strings.ToLower(req.GetAccount())), "account",
 			"%s is not an account id: letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64", clip(req.GetAccount()))
@@ -251,6 +248,35 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 				v.Add("dependency", "%s: %v", clip(req.GetDependency()), err)
 			}
 		}
+		if req.JobName != nil && checkText(&v, "job_name", req.GetJobName(), MaxNameBytes) {
+			v.Check(strings.TrimSpace(req.GetJobName()) != "", "job_name", "must not be empty")
+		}
+		if req.NodeCount != nil {
+			// The partition bounds it from above (CheckUpdatedJob).
+			v.Check(req.GetNodeCount() >= 1, "node_count", "%d must be at least 1 (Slurm: Node count specification invalid)", req.GetNodeCount())
+		}
+		if req.Ntasks != nil {
+			v.Check(req.GetNtasks() >= 1 && req.GetNtasks() <= slurmspec.MaxJobTasks, "ntasks", "%d is not 1 to %d", req.GetNtasks(), slurmspec.MaxJobTasks)
+		}
+		if req.MemMb != nil {
+			v.Check(req.GetMemMb() >= 0, "mem_mb", "%d must not be negative (0: no memory request)", req.GetMemMb())
+		}
+		for _, l := range []struct {
+			field string
+			list  *loomv1.HostList
+		}{{"nodelist", req.GetNodelist()}, {"exclude", req.GetExclude()}} {
+			hosts := l.list.GetHosts()
+			if len(hosts) > MaxHosts {
+				v.Add(l.field, "%d hosts, more than the limit of %d", len(hosts), MaxHosts)
+				continue
+			}
+			for i, h := range hosts {
+				v.Check(resname.ValidID(h), fmt.Sprintf("%s[%d]", l.field, i), "%s is not a hostname", clip(h))
+			}
+		}
+		if req.ArrayTaskThrottle != nil {
+			v.Check(req.GetArrayTaskThrottle() >= 0, "array_task_throttle", "%d must not be negative (0: no limit)", req.GetArrayTaskThrottle())
+		}
 	case "":
 		v.Add("action", "required: one of %s", updateActionsList)
 	default:
@@ -259,10 +285,85 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	return action, v.Err()
 }
 
-// CheckPartition checks that partition exists in cluster (for an update).
-func CheckPartition(cluster *loomv1.Cluster, partition string) error {
-	if _, err := findPartition(cluster, partition); err != nil {
+// updateFieldNames are the fields an "update" changes, in the order
+// updateFields reports them.
+var updateFieldNames = []string{"time_limit_seconds", "partition", "nice", "begin_time", "dependency", "qos", "account",
+	"job_name", "node_count", "ntasks", "mem_mb", "nodelist", "exclude", "array_task_throttle"}
+
+// updateFields returns the names of the fields req sets that only an
+// "update" takes.
+func updateFields(req *loomv1.UpdateJobRequest) []string {
+	set := []bool{req.GetTimeLimitSeconds() != 0, req.GetPartition() != "", req.Nice != nil, req.BeginTime != nil, req.Dependency != nil,
+		req.Qos != nil, req.Account != nil, req.JobName != nil, req.NodeCount != nil, req.Ntasks != nil, req.MemMb != nil,
+		req.Nodelist != nil, req.Exclude != nil, req.ArrayTaskThrottle != nil}
+	var out []string
+	for i, ok := range set {
+		if ok {
+			out = append(out, updateFieldNames[i])
+		}
+	}
+	return out
+}
+
+// Resizes reports whether req changes what a job asks of its partition's
+// nodes (its partition, node count, tasks, memory, node list or
+// exclusions): CheckUpdatedJob must judge it against the cluster.
+func Resizes(req *loomv1.UpdateJobRequest) bool {
+	return req.GetPartition() != "" || req.NodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil
+}
+
+// Updated returns a copy of job as req's update leaves what it asks of its
+// cluster: partition, node count, tasks, memory, node list, exclusions.
+func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
+	j := proto.Clone(job).(*loomv1.Job)
+	if p := req.GetPartition(); p != "" {
+		j.Partition = p
+	}
+	if req.NodeCount != nil {
+		j.NodeCount = req.GetNodeCount()
+	}
+	if req.Ntasks != nil {
+		j.Ntasks = req.GetNtasks()
+	}
+	if req.MemMb != nil {
+		j.MemMb = req.GetMemMb()
+	}
+	if req.Nodelist != nil {
+		j.Nodelist = req.GetNodelist().GetHosts()
+	}
+	if req.Exclude != nil {
+		j.Exclude = req.GetExclude().GetHosts()
+	}
+	return j
+}
+
+// CheckUpdatedJob checks a job as an update leaves it (Updated) against
+// its cluster, as at submission: its partition exists, it fits the
+// partition's nodes (checkFit), and its node list and exclusions name nodes
+// that can hold it (CheckJobNodes; nodes nil when the job names none).
+// Problems name the update's fields.
+func CheckUpdatedJob(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
+	partition := j.GetPartition()
+	if partition == "" {
+		partition = DefaultPartition(cluster)
+	}
+	p, err := findPartition(cluster, partition)
+	if err != nil {
 		return errs.Invalid("partition", "%v", err)
+	}
+	var v errs.Validator
+	checkFit(&v, "", j, cluster.GetName(), partition, partitionPools(cluster, p))
+	if err := v.Err(); err != nil || len(j.GetNodelist())+len(j.GetExclude()) == 0 {
+		return err
+	}
+	if err := CheckJobNodes(j, cluster, nodes); err != nil {
+		var invalid *errs.InvalidError
+		if errors.As(err, &invalid) {
+			for i := range invalid.Violations {
+				invalid.Violations[i].Field = strings.TrimPrefix(invalid.Violations[i].Field, "job.")
+			}
+		}
+		return err
 	}
 	return nil
 }
@@ -270,11 +371,12 @@ func CheckPartition(cluster *loomv1.Cluster, partition string) error {
 // CheckUpdate refuses an update action (req's) for the state job is in,
 // with Slurm's wording: hold, release and update of a finished job, a
 // requeue of a pending one, and a change of partition, begin time,
-// dependency, QOS or account of a job that started.
+// dependency, QOS, account, size or hosts of a job that started.
 func CheckUpdate(action string, req *loomv1.UpdateJobRequest, job *loomv1.Job) error {
 	s := job.GetState()
 	partition := req.GetPartition()
-	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil || req.Account != nil
+	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil || req.Account != nil ||
+		req.NodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil
 	switch {
 	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && s.Terminal():
 		return refuse(MsgFinished)

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -153,6 +154,19 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{&loomv1.UpdateJobRequest{Action: "update"}, "action", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", TimeLimitSeconds: -5}, "time_limit_seconds", ""},
 		{&loomv1.UpdateJobRequest{Action: "hold", Partition: "x"}, "partition", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", JobName: proto.String("renamed")}, "", "update"},
+		{&loomv1.UpdateJobRequest{Action: "update", NodeCount: proto.Int32(2), Ntasks: proto.Int32(4), MemMb: proto.Int64(0)}, "", "update"},
+		{&loomv1.UpdateJobRequest{Action: "update", Nodelist: &loomv1.HostList{}, Exclude: &loomv1.HostList{Hosts: []string{"gpu-0001"}}}, "", "update"},
+		{&loomv1.UpdateJobRequest{Action: "update", ArrayTaskThrottle: proto.Int32(0)}, "", "update"},
+		{&loomv1.UpdateJobRequest{Action: "hold", ArrayTaskThrottle: proto.Int32(2)}, "array_task_throttle", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", JobName: proto.String(" ")}, "job_name", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", JobName: proto.String("a\x1b[2Jb")}, "job_name", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", NodeCount: proto.Int32(0)}, "node_count", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", Ntasks: proto.Int32(-1)}, "ntasks", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", MemMb: proto.Int64(-1)}, "mem_mb", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", Nodelist: &loomv1.HostList{Hosts: []string{"../x"}}}, "nodelist[0]", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", Exclude: &loomv1.HostList{Hosts: make([]string, MaxHosts+1)}}, "exclude", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", ArrayTaskThrottle: proto.Int32(-2)}, "array_task_throttle", ""},
 	} {
 		act, err := ValidateUpdateJob(tc.req)
 		switch {
@@ -162,8 +176,38 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 			t.Errorf("ValidateUpdateJob(%v) = %v, want InvalidArgument naming %s", tc.req, err, tc.want)
 		}
 	}
-	if err := CheckPartition(partitioned(), "gpu"); err == nil || !strings.Contains(err.Error(), "partition: no partition \"gpu\"") {
-		t.Errorf("CheckPartition(gpu) = %v", err)
+	if err := CheckUpdatedJob(&loomv1.Job{Partition: "gpu"}, partitioned(), nil); err == nil || !strings.Contains(err.Error(), "partition: no partition \"gpu\"") {
+		t.Errorf("CheckUpdatedJob(partition gpu) = %v", err)
+	}
+
+	// An update's sizes and hosts are judged as at submission, naming the
+	// update's fields.
+	pending := &loomv1.Job{Partition: "train", NodeCount: 1, GpusPerNode: 8}
+	for _, tc := range []struct {
+		req  *loomv1.UpdateJobRequest
+		want []string // nil: accepted
+	}{
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2)}, nil},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(3)}, []string{"node_count: 3 exceeds the 2 nodes in partition train"}},
+		{&loomv1.UpdateJobRequest{Partition: "debug", NodeCount: proto.Int32(4)}, []string{"gpus_per_node: 8 exceeds the 0 GPUs"}},
+		{&loomv1.UpdateJobRequest{MemMb: proto.Int64(1 << 30)}, []string{"mem_mb:", "Memory specification can not be satisfied"}},
+		{&loomv1.UpdateJobRequest{Exclude: &loomv1.HostList{Hosts: []string{"gpu-0001"}}}, nil},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), Exclude: &loomv1.HostList{Hosts: []string{"gpu-0001"}}}, []string{"exclude: leaves 1"}},
+		{&loomv1.UpdateJobRequest{Nodelist: &loomv1.HostList{Hosts: []string{"cpu-0001"}}}, []string{"nodelist[0]: cpu-0001 is not in partition train"}},
+		{&loomv1.UpdateJobRequest{Nodelist: &loomv1.HostList{Hosts: []string{"gpu-0009"}}}, []string{"nodelist[0]:", "Invalid node name specified"}},
+	} {
+		err := CheckUpdatedJob(Updated(pending, tc.req), partitioned(), partitionedNodes())
+		if tc.want == nil && err != nil {
+			t.Errorf("CheckUpdatedJob(%v) = %v, want accepted", tc.req, err)
+		}
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("CheckUpdatedJob(%v) = %v, want it to say %q", tc.req, err, w)
+			}
+		}
+	}
+	if pending.GetNodeCount() != 1 || len(pending.GetExclude()) != 0 {
+		t.Errorf("Updated changed the job it copies: %v", pending)
 	}
 
 	job := func(s loomv1.JobState) *loomv1.Job { return &loomv1.Job{State: s, Partition: "train"} }
@@ -194,6 +238,17 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{"update", "", loomv1.JobState_RUNNING, MsgNoLongerPending, &dep},
 		{"update", "", loomv1.JobState_PENDING, "", &dep},
 	} {
+		if tc.dependency == nil && tc.action == "update" && tc.partition == "" {
+			// Sizes and hosts are pending-only too; a name is not.
+			for _, req := range []*loomv1.UpdateJobRequest{{NodeCount: proto.Int32(1)}, {MemMb: proto.Int64(1)}, {Exclude: &loomv1.HostList{}}} {
+				if got, want := refusal(CheckUpdate("update", req, job(loomv1.JobState_RUNNING))), MsgNoLongerPending; got != want {
+					t.Errorf("CheckUpdate(update %v, RUNNING) = %q, want %q", req, got, want)
+				}
+			}
+			if got := refusal(CheckUpdate("update", &loomv1.UpdateJobRequest{JobName: proto.String("x")}, job(loomv1.JobState_RUNNING))); got != "" {
+				t.Errorf("CheckUpdate(update JobName, RUNNING) = %q, want allowed", got)
+			}
+		}
 		req := &loomv1.UpdateJobRequest{Partition: tc.partition, Dependency: tc.dependency}
 		if got := refusal(CheckUpdate(tc.action, req, job(tc.state))); got != tc.want {
 			t.Errorf("CheckUpdate(%s %q, %s) = %q, want %q", tc.action, tc.partition, tc.state, got, tc.want)

@@ -150,46 +150,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	checkJobText(&v, j)
 
 	partition, pools := validateSlurm(&v, j, cluster, maxArraySize)
-	nodes := nodesFor(j, pools)
-	gpus := j.GetGpusPerNode()
-	v.Check(nodes >= 1, "job.node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
-	v.Check(gpus >= 0, "job.gpus_per_node", "%d must not be negative", gpus)
-	if partition != "" && nodes >= 1 && gpus >= 0 {
-		maxGPUs, fitting := fit(pools, gpus)
-		where := fmt.Sprintf("partition %s of %s", partition, clusterName)
-		switch {
-		case gpus > maxGPUs:
-			v.Add("job.gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s", gpus, maxGPUs, where)
-		case int(nodes) > fitting && j.GetNodeCount() == 0:
-			v.Add("job.ntasks", "%d tasks need %d nodes of %s, which has %d%s", j.GetNtasks(), nodes, where, fitting, withGPUs(gpus))
-		case int(nodes) > fitting:
-			v.Add("job.node_count", "%d exceeds the %d nodes in %s%s", nodes, fitting, where, withGPUs(gpus))
-		}
-		// --mem past every node's memory would wait forever (NodeTooSmall
-		// on every node): Slurm refuses it at submission, as here. Pools of
-		// a machine type the catalog does not know are not judged.
-		if maxMB, known := largestNode(pools, machineMemoryMB); known && j.GetMemMb() > maxMB {
-			v.Add("job.mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
-				j.GetMemMb(), maxMB, where)
-		}
-		// So would more CPUs on a node (tasks per node times CPUs per
-		// task) than the largest has.
-		need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
-		if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
-			field, hint := "job.cpus_per_task", ""
-			switch {
-			case j.GetCpusPerTask() > 1:
-			case j.GetNtasksPerNode() > 0:
-				field = "job.ntasks_per_node"
-			default:
-				// -n with -N: say how many nodes would hold the tasks.
-				field = "job.ntasks"
-				hint = fmt.Sprintf("; spread them over more nodes (-N %d)", (int64(j.GetNtasks())+maxCPUs-1)/maxCPUs)
-			}
-			v.Add(field, "%d CPUs a node (tasks per node × CPUs per task) exceed the %d of the largest node in %s (Slurm: CPU count per node can not be satisfied)%s",
-				need, maxCPUs, where, hint)
-		}
-	}
+	checkFit(&v, "job.", j, clusterName, partition, pools)
 	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
 		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), resname.IDPattern)
 	}
@@ -205,6 +166,55 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	// the latest time).
 	checkCommandSize(&v, "job", &eventsv1.SubmitJob{Job: AcceptJob(req, cluster, math.MaxInt64, MaxBeginTime)})
 	return v.Err()
+}
+
+// checkFit checks that a job fits the nodes of its partition (pools, as
+// validateSlurm found them; partition "" when it could not be told, and
+// then only the counts are checked): node count and GPUs, and a node's
+// memory and CPUs, as Slurm refuses at submission a request no node could
+// meet. Problems name the job's fields after prefix ("job." at submission,
+// "" for an update).
+func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, partition string, pools []*loomv1.NodePool) {
+	nodes := nodesFor(j, pools)
+	gpus := j.GetGpusPerNode()
+	v.Check(nodes >= 1, prefix+"node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
+	v.Check(gpus >= 0, prefix+"gpus_per_node", "%d must not be negative", gpus)
+	if partition != "" && nodes >= 1 && gpus >= 0 {
+		maxGPUs, fitting := fit(pools, gpus)
+		where := fmt.Sprintf("partition %s of %s", partition, clusterName)
+		switch {
+		case gpus > maxGPUs:
+			v.Add(prefix+"gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s", gpus, maxGPUs, where)
+		case int(nodes) > fitting && j.GetNodeCount() == 0:
+			v.Add(prefix+"ntasks", "%d tasks need %d nodes of %s, which has %d%s", j.GetNtasks(), nodes, where, fitting, withGPUs(gpus))
+		case int(nodes) > fitting:
+			v.Add(prefix+"node_count", "%d exceeds the %d nodes in %s%s", nodes, fitting, where, withGPUs(gpus))
+		}
+		// --mem past every node's memory would wait forever (NodeTooSmall
+		// on every node): Slurm refuses it at submission, as here. Pools of
+		// a machine type the catalog does not know are not judged.
+		if maxMB, known := largestNode(pools, machineMemoryMB); known && j.GetMemMb() > maxMB {
+			v.Add(prefix+"mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
+				j.GetMemMb(), maxMB, where)
+		}
+		// So would more CPUs on a node (tasks per node times CPUs per
+		// task) than the largest has.
+		need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
+		if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
+			field, hint := prefix+"cpus_per_task", ""
+			switch {
+			case j.GetCpusPerTask() > 1:
+			case j.GetNtasksPerNode() > 0:
+				field = prefix + "ntasks_per_node"
+			default:
+				// -n with -N: say how many nodes would hold the tasks.
+				field = prefix + "ntasks"
+				hint = fmt.Sprintf("; spread them over more nodes (-N %d)", (int64(j.GetNtasks())+maxCPUs-1)/maxCPUs)
+			}
+			v.Add(field, "%d CPUs a node (tasks per node × CPUs per task) exceed the %d of the largest node in %s (Slurm: CPU count per node can not be satisfied)%s",
+				need, maxCPUs, where, hint)
+		}
+	}
 }
 
 // MaxBeginTime is the latest begin_time a job may have: the scheduler

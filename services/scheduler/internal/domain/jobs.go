@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -171,7 +172,13 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	case ActionUpdate:
 		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
 		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil || ev.BeginTime != nil || ev.Dependency != nil || ev.Qos != nil ||
-			ev.Account != nil, "action", "update needs time_limit_seconds, partition, nice, begin_time, dependency, qos or account")
+			ev.Account != nil || ev.JobName != nil || resizes(ev) || ev.ArrayTaskThrottle != nil, "action",
+			"update needs time_limit_seconds, partition, nice, begin_time, dependency, qos, account, job_name, node_count, ntasks, mem_mb, nodelist, exclude or array_task_throttle")
+		v.Check(ev.JobName == nil || ev.GetJobName() != "", "job_name", "must not be empty")
+		v.Check(ev.NodeCount == nil || ev.GetNodeCount() >= 1, "node_count", "must be at least 1, got %d", ev.GetNodeCount())
+		v.Check(ev.Ntasks == nil || ev.GetNtasks() >= 1 && ev.GetNtasks() <= slurmspec.MaxJobTasks, "ntasks", "%d is not 1 to %d", ev.GetNtasks(), slurmspec.MaxJobTasks)
+		v.Check(ev.GetMemMb() >= 0, "mem_mb", "must not be negative, got %d", ev.GetMemMb())
+		v.Check(ev.GetArrayTaskThrottle() >= 0, "array_task_throttle", "must not be negative, got %d", ev.GetArrayTaskThrottle())
 		if b := ev.GetBeginTime(); b != nil {
 			v.Check(b.CheckValid() == nil, "begin_time", "%v", b.CheckValid())
 		}
@@ -187,7 +194,11 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("update job: %w", err)
 	}
-	for _, j := range t.resolveJobs(ev.GetJob()) {
+	jobs := t.resolveJobs(ev.GetJob())
+	if ev.ArrayTaskThrottle != nil && len(jobs) > 0 && mayAct(jobs[0], ev.GetUser(), ev.GetAdmin()) {
+		t.throttleArray(jobs[0], ev.GetArrayTaskThrottle())
+	}
+	for _, j := range jobs {
 		if !mayAct(j, ev.GetUser(), ev.GetAdmin()) {
 			continue
 		}
@@ -240,17 +251,26 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	return nil
 }
 
+// resizes reports whether ev changes what a pending job asks of its
+// partition's nodes beyond its partition: node count, tasks, memory, node
+// list or exclusions.
+func resizes(ev *eventsv1.UpdateJob) bool {
+	return ev.NodeCount != nil || ev.Ntasks != nil || ev.MemMb != nil || ev.Nodelist != nil || ev.Exclude != nil
+}
+
 // updateLimits changes a job's time limit, partition, nice, begin time,
-// dependency, QOS or account: all while it is pending; only a lower time
-// limit once it runs. A begin time not after now makes the job eligible at
-// once.
+// dependency, QOS, account, name, size (node count, tasks, memory) or
+// hosts (node list, exclusions): all while it is pending; only its name and
+// a lower time limit once it runs. A begin time not after now makes the
+// job eligible at once.
 func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	lim, part := ev.GetTimeLimitSeconds(), ev.GetPartition()
 	nice, begin, dep, qos, acct := ev.Nice, ev.GetBeginTime(), ev.Dependency, ev.Qos, ev.Account
+	resize := resizes(ev)
 	switch {
 	case j.Pending():
 	case j.Running():
-		part, nice, begin, dep, qos, acct = "", nil, nil, nil, nil, nil
+		part, nice, begin, dep, qos, acct, resize = "", nil, nil, nil, nil, nil, false
 		cur := j.Job.GetTimeLimitSeconds()
 		if cur == 0 {
 			if r := t.currentRun(j); r != nil {
@@ -280,9 +300,11 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	}
 	sameBegin := begin == nil || newBegin == nil && j.Job.GetBeginTime() == nil ||
 		newBegin != nil && j.Job.GetBeginTime() != nil && newBegin.AsTime().Equal(j.Job.GetBeginTime().AsTime())
+	name := ev.JobName
 	if (lim == 0 || lim == j.Job.GetTimeLimitSeconds()) && (part == "" || part == j.Job.GetPartition()) &&
 		(nice == nil || *nice == j.Job.GetNice()) && (dep == nil || *dep == j.Job.GetDependency()) && sameBegin &&
-		(qos == nil || *qos == j.Job.GetQos()) && (acct == nil || *acct == j.Job.GetAccount()) {
+		(qos == nil || *qos == j.Job.GetQos()) && (acct == nil || *acct == j.Job.GetAccount()) &&
+		(name == nil || *name == j.Job.GetDisplayName()) && (!resize || sameSize(j.Job, ev)) {
 		return
 	}
 	j = t.editJob(j.Name())
@@ -307,7 +329,69 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	if begin != nil {
 		j.Job.BeginTime = newBegin
 	}
+	if name != nil {
+		j.Job.DisplayName = *name
+	}
+	if resize {
+		if ev.NodeCount != nil {
+			j.Job.NodeCount = ev.GetNodeCount()
+		}
+		if ev.Ntasks != nil {
+			j.Job.Ntasks = ev.GetNtasks()
+		}
+		if ev.MemMb != nil {
+			j.Job.MemMb = ev.GetMemMb()
+		}
+		if ev.Nodelist != nil {
+			j.Job.Nodelist = slices.Clone(ev.GetNodelist().GetHosts())
+		}
+		if ev.Exclude != nil {
+			j.Job.Exclude = slices.Clone(ev.GetExclude().GetHosts())
+		}
+	}
 	t.emitJob(j)
+}
+
+// sameSize reports whether ev's size and hosts are those job has.
+func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
+	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount()) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
+		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
+		(ev.Nodelist == nil || slices.Equal(ev.GetNodelist().GetHosts(), job.GetNodelist())) &&
+		(ev.Exclude == nil || slices.Equal(ev.GetExclude().GetHosts(), job.GetExclude()))
+}
+
+// throttleArray sets the most tasks of j's array that run at once
+// (scontrol update ArrayTaskThrottle=; 0: no limit): the array's record,
+// and the --array spec of each of its tasks that has not ended, which
+// squeue and scontrol show. Tasks already running over a lower limit go on;
+// no more start until fewer run. A job that is not an array task is left
+// alone (the gateway refuses it).
+func (t *txn) throttleArray(j *Job, limit int32) {
+	id := j.Job.GetArrayJobId()
+	if id == "" {
+		return
+	}
+	a := t.array(jobsPrefix(j.Name()) + id)
+	if a == nil || a.Limit == limit {
+		return
+	}
+	na := *a
+	na.Limit = limit
+	t.c.Arrays[na.Name] = &na
+	for _, name := range na.Tasks {
+		task := t.job(name)
+		if task == nil || task.Terminal() {
+			continue
+		}
+		spec := slurmspec.WithArrayLimit(task.Job.GetArray(), int(limit))
+		if spec == task.Job.GetArray() {
+			continue
+		}
+		task = t.editJob(name)
+		task.Job.Array = spec
+		t.emitJob(task)
+	}
+	t.dirty[j.Job.GetCluster()] = true
 }
 
 // dueRun is a run the clock must act on.

@@ -108,3 +108,86 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 		t.Error("a dependency that does not parse was accepted")
 	}
 }
+
+// TestUpdateSizeHostsNameAndThrottle: scontrol update NumNodes=, NumTasks=,
+// MinMemoryNode=, ReqNodeList= and ExcNodeList= change a pending job (and
+// what it waits for), not a running one; JobName= renames either; and
+// ArrayTaskThrottle= changes how many of an array's tasks run at once.
+func TestUpdateSizeHostsNameAndThrottle(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	update := func(id int, set func(*eventsv1.UpdateJob)) {
+		ev := &eventsv1.UpdateJob{Job: jobName(id), Cluster: cl, Action: ActionUpdate}
+		set(ev)
+		h.do(ev)
+	}
+	h.submitJob(job(1, 1, 8))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 1, 8, func(j *loomv1.Job) { j.Hold = true }))
+	update(2, func(ev *eventsv1.UpdateJob) {
+		ev.NodeCount, ev.Ntasks, ev.MemMb = proto.Int32(2), proto.Int32(4), proto.Int64(512)
+		ev.Exclude = &loomv1.HostList{Hosts: []string{"gpu-0001"}}
+	})
+	j := h.s.Job(jobName(2))
+	if j.GetNodeCount() != 2 || j.GetNtasks() != 4 || j.GetMemMb() != 512 || len(j.GetExclude()) != 1 {
+		t.Fatalf("job 2 after NumNodes=2 NumTasks=4 MinMemoryNode=512 ExcNodeList=gpu-0001: %v", j)
+	}
+	// Released, it cannot have two nodes without gpu-0001.
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionRelease})
+	h.finish(1, 0)
+	if s := h.s.Job(jobName(2)).GetState(); s != loomv1.JobState_PENDING {
+		t.Fatalf("job 2 needing 2 nodes but gpu-0001: %s, want PENDING", s)
+	}
+	update(2, func(ev *eventsv1.UpdateJob) { ev.Exclude = &loomv1.HostList{} })
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if n := h.s.Job(jobName(2)).GetNodes(); len(n) != 2 {
+		t.Errorf("job 2 after ExcNodeList= (cleared): nodes %v, want both", n)
+	}
+
+	// Running: a name changes; sizes and hosts do not.
+	update(2, func(ev *eventsv1.UpdateJob) {
+		ev.JobName, ev.NodeCount = proto.String("renamed"), proto.Int32(1)
+		ev.Nodelist = &loomv1.HostList{Hosts: []string{"gpu-0002"}}
+	})
+	if j := h.s.Job(jobName(2)); j.GetDisplayName() != "renamed" || j.GetNodeCount() != 2 || len(j.GetNodelist()) != 0 {
+		t.Errorf("running job 2 after JobName=renamed NumNodes=1 ReqNodeList=gpu-0002: name %q, nodes %d, nodelist %v",
+			j.GetDisplayName(), j.GetNodeCount(), j.GetNodelist())
+	}
+	h.finish(2, 0)
+
+	// An array of four 8-GPU tasks, one at a time; then two at a time.
+	h.submitJob(job(10, 1, 8, user("ada", "a"), func(j *loomv1.Job) { j.Array = "0-3%1" }))
+	h.wantState(10, loomv1.JobState_RUNNING, "")
+	h.wantState(11, loomv1.JobState_PENDING, ReasonJobArrayTaskLimit)
+	update(11, func(ev *eventsv1.UpdateJob) { ev.ArrayTaskThrottle = proto.Int32(2) }) // a task names its array
+	h.wantState(11, loomv1.JobState_RUNNING, "")
+	h.wantState(12, loomv1.JobState_PENDING, ReasonJobArrayTaskLimit)
+	if a := h.s.ArrayRecord(jobName(10)); a.Limit != 2 {
+		t.Errorf("array 10's limit after ArrayTaskThrottle=2: %d", a.Limit)
+	}
+	for id := 10; id <= 13; id++ {
+		if s := h.s.Job(jobName(id)).GetArray(); s != "0-3%2" {
+			t.Errorf("task %d's array spec: %q, want 0-3%%2", id, s)
+		}
+	}
+	update(10, func(ev *eventsv1.UpdateJob) { ev.ArrayTaskThrottle = proto.Int32(0) })
+	if a := h.s.ArrayRecord(jobName(10)); a.Limit != 0 || h.s.Job(jobName(12)).GetArray() != "0-3" {
+		t.Errorf("after ArrayTaskThrottle=0: limit %d, spec %q; want none", a.Limit, h.s.Job(jobName(12)).GetArray())
+	}
+	// A task of no array, or another user's array, changes nothing.
+	update(2, func(ev *eventsv1.UpdateJob) { ev.ArrayTaskThrottle = proto.Int32(1) })
+	h.do(&eventsv1.UpdateJob{Job: jobName(10), Cluster: cl, Action: ActionUpdate, ArrayTaskThrottle: proto.Int32(1), User: "mallory"})
+	if a := h.s.ArrayRecord(jobName(10)); a.Limit != 0 {
+		t.Errorf("another user's ArrayTaskThrottle=1 set the limit to %d", a.Limit)
+	}
+	for _, ev := range []*eventsv1.UpdateJob{
+		{JobName: proto.String("")}, {NodeCount: proto.Int32(0)}, {Ntasks: proto.Int32(-1)}, {MemMb: proto.Int64(-1)}, {ArrayTaskThrottle: proto.Int32(-1)},
+	} {
+		ev.Job, ev.Cluster, ev.Action = jobName(12), cl, ActionUpdate
+		if _, err := h.s.Handle(h.now, ev); err == nil {
+			t.Errorf("update %v accepted", ev)
+		}
+	}
+}
