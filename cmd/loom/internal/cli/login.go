@@ -60,8 +60,8 @@ the environment is a login's, pointing the Slurm commands at this cluster:
   LOOM_CLUSTER                 the cluster's full name
   SLURM_CONF                   <home>/.loom/slurm/slurm.conf (when rendered)
   PATH                         led by sbatch, squeue, sinfo, scancel, sacct,
-                               scontrol, srun, sprio, sacctmgr and sshare
-                               (links to loom; salloc, sstat and the other
+                               scontrol, srun, salloc, sprio, sacctmgr and sshare
+                               (links to loom; sstat and the other
                                Slurm commands Loom does not provide say
                                what to use instead)
   LOOM_AUTHD_SOCKET            the login daemon ("loom up" runs one), which

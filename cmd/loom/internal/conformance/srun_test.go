@@ -211,3 +211,37 @@ func TestSrunAllocates(t *testing.T) {
 		t.Errorf("failed srun's job %s ended %s, want FAILED", id, row["State"])
 	}
 }
+
+// TestSallocAllocates: salloc holds an allocation while its command runs
+// here; srun inside the command runs steps on the allocated nodes; the job
+// ends COMPLETED or FAILED as the command ended, with its exit code.
+func TestSallocAllocates(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	r := s.run("salloc", "-N2", "-J", "explore", "sh", "-c", `echo "id $SLURM_JOB_ID $SLURM_NNODES"; srun -l sh -c 'echo "$SLURMD_NODENAME $SLURM_STEP_ID"'`)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	sort.Strings(lines)
+	if r.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[2], "id ") ||
+		!strings.Contains(r.stderr, "salloc: Granted job allocation ") || !strings.Contains(r.stderr, "salloc: Relinquishing job allocation ") {
+		t.Fatalf("salloc -N2: %v", r)
+	}
+	id := strings.Fields(lines[2])[1]
+	wantEqual(t, "salloc's srun output", strings.Join(lines, "\n"), "0: gpu-0001 0\n1: gpu-0002 0\nid "+id+" 2")
+	if row := s.waitDone(id, 60*time.Second); state(row) != "COMPLETED" || row["JobName"] != "explore" {
+		t.Errorf("salloc's job %s ended %s named %q, want COMPLETED, explore", id, row["State"], row["JobName"])
+	}
+	steps := s.ok("sacct", "-j", id, "-n", "-P", "-o", "JobID,JobName,State,NNodes")
+	if !strings.Contains(steps, id+".0|sh|COMPLETED|2\n") {
+		t.Errorf("sacct -j %s lacks srun's step 0 on 2 nodes:\n%s", id, steps)
+	}
+
+	// A failing command: salloc's exit code, and its job FAILED.
+	r = s.run("salloc", "-Q", "sh", "-c", `echo $SLURM_JOB_ID; exit 3`)
+	if r.code != 3 || r.stderr != "" {
+		t.Fatalf("salloc exit 3: %v", r)
+	}
+	id = strings.TrimSpace(r.stdout)
+	if row := s.waitDone(id, 60*time.Second); state(row) != "FAILED" {
+		t.Errorf("failed salloc's job %s ended %s, want FAILED", id, row["State"])
+	}
+}

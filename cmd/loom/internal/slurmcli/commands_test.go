@@ -506,7 +506,7 @@ func TestSrun(t *testing.T) {
 	dir := t.TempDir()
 	in := func() io.Reader { return strings.NewReader("") }
 	alloc := map[string]string{"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "gpu-0001", "SLURM_NNODES": "1",
-		"SLURM_NTASKS": "3", "PATH": os.Getenv("PATH"), "HOME": dir}
+		"SLURM_NTASKS": "3", "SLURMD_NODENAME": "gpu-0001", "PATH": os.Getenv("PATH"), "HOME": dir}
 	code, out, errOut := run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-l", "sh", "-c", `echo "$SLURM_PROCID/$SLURM_LOCALID/$SLURM_NTASKS/$SLURM_JOB_ID"`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	sort.Strings(lines)

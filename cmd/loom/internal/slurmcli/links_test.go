@@ -36,7 +36,7 @@ func TestLinkCommands(t *testing.T) {
 		if err := LinkCommands(dir, exe); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range append([]string{"loom", "sshare", "salloc"}, Commands...) {
+		for _, name := range append([]string{"loom", "sattach"}, Commands...) {
 			if got, err := os.Readlink(filepath.Join(dir, name)); err != nil || got != exe {
 				t.Fatalf("%s links to %q (%v), want %q", name, got, err, exe)
 			}

@@ -31,14 +31,13 @@ import (
 )
 
 // Commands are the Slurm commands Main runs.
-var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "sacctmgr", "sshare"}
+var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sacctmgr", "sshare"}
 
 // Unsupported are the other Slurm commands users reach for, each with what
 // to use instead. They are linked beside Commands (LinkCommands), so that
 // in a login shell or a job they say so rather than fall through to a
 // Slurm installed on the machine, which knows no Loom cluster.
 var Unsupported = map[string]string{
-	"salloc":   "run a command on an allocation with srun, or submit a batch job with sbatch",
 	"sattach":  "follow a job's output with `loom jobs logs JOBID -f`",
 	"sbcast":   "a cluster's nodes share its home directory: copy files there",
 	"scrontab": "submit recurring work from your own scheduler with sbatch --begin",
@@ -185,6 +184,8 @@ func Main(ctx context.Context, name string, args []string, env Env, stdout, stde
 		err = c.sprio(ctx, args)
 	case "srun":
 		err = c.srun(ctx, args)
+	case "salloc":
+		err = c.salloc(ctx, args) // salloc.go
 	case "sacctmgr":
 		err = c.sacctmgr(ctx, args) // sacctmgr.go
 	case "sshare":

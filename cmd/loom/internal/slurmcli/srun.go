@@ -162,8 +162,9 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// Every step is the scheduler's, as in Slurm (a job step in sacct,
 	// SLURM_STEP_ID counting up, scancel JOB.STEP), except a one-node step
 	// given input on stdin: Slurm forwards it to task 0, and Loom's steps
-	// take no input, so those tasks run here, on the batch node.
-	if stepNodes > 1 || !hasInput(c.env.Stdin) {
+	// take no input, so those tasks run here, on the batch node — not under
+	// salloc, whose command runs off the allocation (no SLURMD_NODENAME).
+	if stepNodes > 1 || !hasInput(c.env.Stdin) || env["SLURMD_NODENAME"] == "" {
 		req.jobID = env["SLURM_JOB_ID"]
 		return c.srunMulti(ctx, req, export, chdir)
 	}

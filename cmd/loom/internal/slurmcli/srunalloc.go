@@ -89,7 +89,7 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 		return err
 	}
 	id := job.GetJobId()
-	if err := c.awaitAllocation(ctx, job); err != nil {
+	if _, err := c.awaitAllocation(ctx, job, false); err != nil {
 		return err
 	}
 	step.jobID = id
@@ -107,9 +107,10 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 	return runErr
 }
 
-// awaitAllocation waits until job runs, saying so as srun does when it had
-// to wait; interrupted, it cancels the job.
-func (c *cmd) awaitAllocation(ctx context.Context, job *loomv1.Job) error {
+// awaitAllocation waits until job runs and returns it as it runs (its
+// nodes), saying so as srun and salloc do when it had to wait, unless
+// quiet; interrupted, it cancels the job.
+func (c *cmd) awaitAllocation(ctx context.Context, job *loomv1.Job, quiet bool) (*loomv1.Job, error) {
 	id := job.GetJobId()
 	waited, since := false, time.Now()
 	tick := time.NewTicker(allocPoll)
@@ -117,24 +118,26 @@ func (c *cmd) awaitAllocation(ctx context.Context, job *loomv1.Job) error {
 	for {
 		switch job.GetState() {
 		case loomv1.JobState_RUNNING:
-			if waited {
-				fmt.Fprintf(c.stderr, "srun: job %s has been allocated resources\n", id)
+			if waited && !quiet {
+				fmt.Fprintf(c.stderr, "%s: job %s has been allocated resources\n", c.name, id)
 			}
-			return nil
+			return job, nil
 		case loomv1.JobState_PENDING, loomv1.JobState_CONFIGURING, loomv1.JobState_JOB_STATE_UNSPECIFIED:
 			if !waited && job.GetState() == loomv1.JobState_PENDING && time.Since(since) >= allocQuiet {
-				fmt.Fprintf(c.stderr, "srun: job %s queued and waiting for resources\n", id)
+				if !quiet {
+					fmt.Fprintf(c.stderr, "%s: job %s queued and waiting for resources\n", c.name, id)
+				}
 				waited = true
 			}
 		default:
-			return c.errorf("Job allocation %s has been revoked (%s)", id, job.GetState())
+			return nil, c.errorf("Job allocation %s has been revoked (%s)", id, job.GetState())
 		}
 		select {
 		case <-ctx.Done():
 			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.env.CallTimeout)
 			defer cancel()
 			_, _ = c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), User: c.env.User})
-			return c.errorf("Job allocation %s has been revoked", id)
+			return nil, c.errorf("Job allocation %s has been revoked", id)
 		case <-tick.C:
 		}
 		cctx, cancel := c.call(ctx)
@@ -143,7 +146,7 @@ func (c *cmd) awaitAllocation(ctx context.Context, job *loomv1.Job) error {
 		if err == nil {
 			job = j
 		} else if ctx.Err() == nil {
-			return c.rpcError("waiting for job "+id, err)
+			return nil, c.rpcError("waiting for job "+id, err)
 		}
 	}
 }

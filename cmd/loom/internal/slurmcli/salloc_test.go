@@ -1,0 +1,99 @@
+package slurmcli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// salloc runs salloc against g with env's Environ (PATH and SHELL), stdin
+// the command's input.
+func salloc(ctx context.Context, t *testing.T, env Env, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env.Stdin = strings.NewReader(stdin)
+	code := Main(ctx, "salloc", args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestSalloc: salloc asks for an allocation (a job whose batch script holds
+// the nodes), runs its command here with the allocation's SLURM_*
+// variables, and ends the job as the command ended; an allocation that
+// ends first hangs the command up; sbatch's options that are not salloc's
+// are refused as Slurm's getopt refuses them.
+func TestSalloc(t *testing.T) {
+	t.Parallel()
+	envFor := func(t *testing.T) (Env, func() []*loomv1.CancelJobRequest, func() []*loomv1.SubmitJobRequest, *loomv1.JobServiceClient) {
+		g := srunGateway(t, 1, 0)
+		env := Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
+			Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "SLURMD_NODENAME": "login-1", "SBATCH_PARTITION": "debug"}}
+		client := loomv1.NewJobServiceClient(env.Conn)
+		return env, func() []*loomv1.CancelJobRequest { return jobCancels(g) }, func() []*loomv1.SubmitJobRequest { return jobsSubmitted(g) }, &client
+	}
+
+	env, cancels, submits, _ := envFor(t)
+	code, out, errOut := salloc(context.Background(), t, env, "", "-N2", "-p", "gpu", "-t", "5", "-n", "4", "sh", "-c",
+		`echo "$SLURM_JOB_ID $SLURM_NNODES $SLURM_JOB_NODELIST $SLURM_JOB_NAME $SLURM_NTASKS $SLURM_JOB_PARTITION [$SLURMD_NODENAME]"`)
+	if code != 0 || out != "40 2 gpu-[0001-0002] sh 4 gpu []\n" ||
+		errOut != "salloc: Granted job allocation 40\nsalloc: Relinquishing job allocation 40\n" {
+		t.Fatalf("salloc -N2 sh -c ...: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	j := submits()[0].GetJob()
+	if len(submits()) != 1 || j.GetScript() != srunHolder || j.GetNodeCount() != 2 || j.GetPartition() != "gpu" || j.GetTimeLimitSeconds() != 300 ||
+		j.GetDisplayName() != "sh" || j.GetUser() != "ada" {
+		t.Fatalf("allocation %v", submits())
+	}
+	if c := cancels(); len(c) != 1 || c[0].GetSignal() != "USR1" || !c[0].GetBatch() || c[0].GetName() != allocJob {
+		t.Fatalf("job ends with %v, want USR1 to its batch shell", c)
+	}
+
+	// A failing command: its exit code, and the job ends FAILED (USR2).
+	// No command: the user's shell, reading the caller's input, in a job
+	// named "interactive"; -Q keeps salloc quiet; SBATCH_* are not salloc's.
+	env, cancels, submits, _ = envFor(t)
+	code, out, errOut = salloc(context.Background(), t, env, "echo in $SLURM_JOB_ID\nexit 3\n", "-Q")
+	if code != 3 || out != "in 40\n" || errOut != "" || submits()[0].GetJob().GetDisplayName() != "interactive" ||
+		submits()[0].GetJob().GetPartition() != "" || len(cancels()) != 1 || cancels()[0].GetSignal() != "USR2" {
+		t.Fatalf("salloc -Q (shell): exit %d, stdout %q, stderr %q, job %v, cancels %v", code, out, errOut, submits()[0].GetJob(), cancels())
+	}
+
+	// The allocation ends under the command (scancel, its time limit):
+	// the command is hung up on, and the job is not ended again.
+	env, cancels, _, client := envFor(t)
+	started := filepath.Join(env.Cwd, "started")
+	go func() {
+		ctx := testkit.Context(t, 10*time.Second)
+		for ctx.Err() == nil {
+			if _, err := os.Stat(started); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // polling a file: no event to wait on
+		}
+		_, _ = (*client).CancelJob(ctx, &loomv1.CancelJobRequest{Name: allocJob, User: "ada"})
+	}()
+	code, _, errOut = salloc(context.Background(), t, env, "", "sh", "-c", "touch started; exec sleep 30")
+	if code != 129 || !strings.Contains(errOut, "salloc: Job allocation 40 has been revoked (CANCELLED).\n") ||
+		strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 {
+		t.Fatalf("revoked: exit %d, stderr %q, cancels %v", code, errOut, cancels())
+	}
+
+	for _, args := range [][]string{{"--array=0-3", "true"}, {"--wrap=true"}, {"-o", "out.txt", "true"}} {
+		env, _, submits, _ := envFor(t)
+		code, _, errOut := salloc(context.Background(), t, env, "", args...)
+		if code != 255 || !strings.HasPrefix(errOut, "salloc: unrecognized option '") || len(submits()) != 0 {
+			t.Errorf("salloc %v: exit %d, stderr %q, submitted %v", args, code, errOut, submits())
+		}
+	}
+	env, _, submits, _ = envFor(t)
+	if code, _, errOut := salloc(context.Background(), t, env, "", "no-such-command-xyz"); code != 1 || len(submits()) != 0 ||
+		errOut != "salloc: error: no-such-command-xyz: command not found\n" {
+		t.Errorf("a missing command: exit %d, stderr %q, submitted %v (want nothing queued)", code, errOut, submits())
+	}
+}
