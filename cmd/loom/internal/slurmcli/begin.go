@@ -9,13 +9,16 @@ import (
 )
 
 // ParseBegin parses a --begin time relative to now (whose location is the
-// user's time zone), in the forms Slurm accepts:
+// user's time zone), in the forms Slurm accepts, looking ahead:
 //
 //	now, now+N[seconds|minutes|hours|days|weeks] (also singular and
 //	s/sec/m/min/h/hr/d/w; no unit means seconds), now-N...
 //	HH:MM[:SS][AM|PM]          today, or tomorrow if that time has passed
-//	MMDD[YY], MM/DD[/YY], MM.DD[.YY]     that day at midnight
+//	MMDD[YY], MM/DD[/YY], MM.DD[.YY]     that day at midnight (with no
+//	                           year, next year's if that day has passed)
+//	MM/DD[/YY]-HH:MM[:SS]      that day at that time
 //	YYYY-MM-DD[THH:MM[:SS]]
+//	uts<seconds since 1970>
 //	today, tomorrow, midnight, noon, elevenses (11:00), fika (15:00),
 //	teatime (16:00)
 //
@@ -23,7 +26,20 @@ import (
 // longer fits the nanoseconds the scheduler compares, and it would start
 // the job at once.
 func ParseBegin(s string, now time.Time) (time.Time, error) {
-	t, err := parseBegin(s, now)
+	return parseTime(s, now, false)
+}
+
+// ParsePast parses a time as ParseBegin does, but looking back, as Slurm's
+// parse_time with its past flag (sacct -S/-E): a time of day with no date
+// is today's even when it is still to come (10:00 is this morning, midnight
+// the one that began today), and a date with no year the last one that has
+// begun (12/24 in January is last Christmas).
+func ParsePast(s string, now time.Time) (time.Time, error) {
+	return parseTime(s, now, true)
+}
+
+func parseTime(s string, now time.Time, past bool) (time.Time, error) {
+	t, err := parseBegin(s, now, past)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -37,14 +53,16 @@ func ParseBegin(s string, now time.Time) (time.Time, error) {
 // takes begin_time up to as far after the submission).
 const MaxBeginAhead = 100 * 365 * 24 * time.Hour
 
-func parseBegin(s string, now time.Time) (time.Time, error) {
+func parseBegin(s string, now time.Time, past bool) (time.Time, error) {
 	in := strings.TrimSpace(s)
 	lower := strings.ToLower(in)
 	loc := now.Location()
 	day := func(t time.Time) time.Time { return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, loc) }
+	// A time of day alone: today's; looking ahead, tomorrow's once it has
+	// passed.
 	at := func(h, m, sec int) time.Time {
 		t := time.Date(now.Year(), now.Month(), now.Day(), h, m, sec, 0, loc)
-		if t.Before(now) {
+		if !past && t.Before(now) {
 			t = t.AddDate(0, 0, 1)
 		}
 		return t
@@ -59,7 +77,7 @@ func parseBegin(s string, now time.Time) (time.Time, error) {
 	case "tomorrow":
 		return day(now).AddDate(0, 0, 1), nil
 	case "midnight":
-		return day(now).AddDate(0, 0, 1), nil
+		return at(0, 0, 0), nil
 	case "noon":
 		return at(12, 0, 0), nil
 	case "elevenses":
@@ -95,6 +113,21 @@ func parseBegin(s string, now time.Time) (time.Time, error) {
 		}
 		return t, nil
 	}
+	if strings.HasPrefix(lower, "uts") {
+		n, err := strconv.ParseInt(lower[3:], 10, 64)
+		if err != nil || n < 1000000 || !isDigits(lower[3:]) {
+			return time.Time{}, fmt.Errorf("%q is not uts and seconds since 1970", in)
+		}
+		return time.Unix(n, 0).In(loc), nil
+	}
+	// MM/DD[/YY]-HH:MM[:SS]
+	if date, clock, ok := strings.Cut(in, "-"); ok && strings.Contains(clock, ":") {
+		h, m, sec, err := parseClock(clock)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return parseMonthDay(date, now, past, h, m, sec)
+	}
 	// HH:MM[:SS][AM|PM]
 	if strings.Contains(in, ":") {
 		clock := lower
@@ -117,7 +150,7 @@ func parseBegin(s string, now time.Time) (time.Time, error) {
 		}
 		return at(h, m, sec), nil
 	}
-	return parseMonthDay(in, now)
+	return parseMonthDay(in, now, past, 0, 0, 0)
 }
 
 // parseDelta parses the "N[unit]" of now+N.
@@ -174,8 +207,10 @@ func parseClock(s string) (h, m, sec int, err error) {
 }
 
 // parseMonthDay parses MMDD[YY], MM/DD[/YY] and MM.DD[.YY]: that day at
-// midnight (this year when no year is given).
-func parseMonthDay(s string, now time.Time) (time.Time, error) {
+// h:m:sec. With no year it is the soonest such time to come (this year's,
+// or next year's once it has passed), or with past this year's (last
+// year's for a later month), as Slurm's parse_time.
+func parseMonthDay(s string, now time.Time, past bool, h, m, sec int) (time.Time, error) {
 	var parts []string
 	switch {
 	case strings.Contains(s, "/"):
@@ -200,11 +235,16 @@ func parseMonthDay(s string, now time.Time) (time.Time, error) {
 		nums[i], _ = strconv.Atoi(p)
 	}
 	year := now.Year()
-	if len(nums) == 3 {
-		year = 2000 + nums[2]
-	}
 	month, dayN := nums[0], nums[1]
-	t := time.Date(year, time.Month(month), dayN, 0, 0, 0, 0, now.Location())
+	switch {
+	case len(nums) == 3:
+		year = 2000 + nums[2]
+	case past && time.Month(month) > now.Month():
+		year--
+	case !past && !time.Date(year, time.Month(month), dayN, h, m, sec, 0, now.Location()).After(now):
+		year++
+	}
+	t := time.Date(year, time.Month(month), dayN, h, m, sec, 0, now.Location())
 	if month < 1 || month > 12 || dayN < 1 || t.Day() != dayN {
 		return time.Time{}, fmt.Errorf("%q is not a valid date", s)
 	}

@@ -111,13 +111,39 @@ func TestParseBegin(t *testing.T) {
 		{"midnight", time.Date(2026, 3, 11, 0, 0, 0, 0, loc)},
 		{"teatime", time.Date(2026, 3, 10, 16, 0, 0, 0, loc)},
 		{"noon", time.Date(2026, 3, 11, 12, 0, 0, 0, loc)},
+		{"0301", time.Date(2027, 3, 1, 0, 0, 0, 0, loc)}, // passed this year: next year's
+		{"03/10-15:00", time.Date(2026, 3, 10, 15, 0, 0, 0, loc)},
+		{"03/10-14:00", time.Date(2027, 3, 10, 14, 0, 0, 0, loc)},
+		{"04/01/27-08:30:15", time.Date(2027, 4, 1, 8, 30, 15, 0, loc)},
+		{"uts1790000000", time.Unix(1790000000, 0)},
 	} {
 		got, err := ParseBegin(tc.in, now)
 		if err != nil || !got.Equal(tc.want) {
 			t.Errorf("ParseBegin(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "later", "now+", "now+5fortnights", "now+3000000000weeks", "25:00", "2026-13-01", "02/30", "13/01", "12:61", "2026-04-01T99:00",
+	// sacct's -S and -E look back, as Slurm's parse_time with its past flag.
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+	}{
+		{"10:00", time.Date(2026, 3, 10, 10, 0, 0, 0, loc)},
+		{"16:00", time.Date(2026, 3, 10, 16, 0, 0, 0, loc)},
+		{"midnight", time.Date(2026, 3, 10, 0, 0, 0, 0, loc)},
+		{"noon", time.Date(2026, 3, 10, 12, 0, 0, 0, loc)},
+		{"today", time.Date(2026, 3, 10, 0, 0, 0, 0, loc)},
+		{"0301", time.Date(2026, 3, 1, 0, 0, 0, 0, loc)},
+		{"12/24", time.Date(2025, 12, 24, 0, 0, 0, 0, loc)}, // a later month: last year's
+		{"03/10-09:00", time.Date(2026, 3, 10, 9, 0, 0, 0, loc)},
+		{"now-2hours", now.Add(-2 * time.Hour)},
+		{"2026-01-02", time.Date(2026, 1, 2, 0, 0, 0, 0, loc)},
+	} {
+		got, err := ParsePast(tc.in, now)
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("ParsePast(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "later", "now+", "uts12", "utsnow", "03/10-25:00", "13/10-10:00", "now+5fortnights", "now+3000000000weeks", "25:00", "2026-13-01", "02/30", "13/01", "12:61", "2026-04-01T99:00",
 		"2263-01-01", "2263-01-01T00:00", "9999-12-31", "1700-01-01", "now+36600days"} { // past 2262 the scheduler's nanoseconds overflow
 		if got, err := ParseBegin(bad, now); err == nil {
 			t.Errorf("ParseBegin(%q) = %v, want an error", bad, got)

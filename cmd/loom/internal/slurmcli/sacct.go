@@ -632,7 +632,7 @@ func inWindow(j *loomv1.Job, start, end *time.Time) bool {
 // parseSacctTime parses -S/-E: Slurm's time forms (as --begin), plus
 // YYYY-MM-DD[THH:MM[:SS]] and MMDD[YY].
 func parseSacctTime(s string, now time.Time) (time.Time, error) {
-	return ParseBegin(s, now)
+	return ParsePast(s, now)
 }
 
 const sacctUsage = `Usage: sacct [options]
