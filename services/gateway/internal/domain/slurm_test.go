@@ -53,6 +53,7 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		}),
 		ok(func(j *loomv1.Job) { j.HangTimeoutSeconds, j.CheckpointDir = slurmspec.HangTimeoutOff, "/shared/ckpt" }),
 		ok(func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 4, 0 }),
+		ok(func(j *loomv1.Job) { j.NodeCount, j.GpusPerNode, j.Gpus = 1, 0, 16 }),
 	} {
 		if err := ValidateSubmitJob(req, partitioned(), slurmspec.DefaultMaxArraySize); err != nil {
 			t.Errorf("valid request %v rejected: %v", req.Job, err)
@@ -92,6 +93,9 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"unknown partition", func(j *loomv1.Job) { j.Partition = "gpu" }, `job.partition: no partition "gpu" in cluster c1 (partitions: train, debug)`},
 		{"gpus beyond the partition", func(j *loomv1.Job) { j.Partition = "debug" }, "job.gpus_per_node: 8 exceeds the 0 GPUs of the largest node in partition debug"},
 		{"nodes beyond the partition", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 5, 0 }, "job.node_count: 5 exceeds the 4 nodes in partition debug"},
+		{"--gpus in a partition of none", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode, j.Gpus = "debug", 1, 0, 1 },
+			"job.gpus: 1 exceeds the 0 GPUs in partition debug"},
+		{"--gpus past the partition's", func(j *loomv1.Job) { j.NodeCount, j.GpusPerNode, j.Gpus = 1, 0, 17 }, "job.gpus: 17 exceeds the 16 GPUs in partition train"},
 	} {
 		req := goodJob()
 		tc.mutate(req.Job)

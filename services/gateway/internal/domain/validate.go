@@ -190,6 +190,17 @@ func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, part
 		case int(nodes) > fitting:
 			v.Add(prefix+"node_count", "%d exceeds the %d nodes in %s%s", nodes, fitting, where, withGPUs(gpus))
 		}
+		// --gpus without --gpus-per-node: the scheduler spreads them over
+		// the partition's nodes, which must hold that many in all.
+		if want := int64(j.GetGpus()); want > 0 && gpus == 0 {
+			total := int64(0)
+			for _, p := range pools {
+				total += int64(p.GetNodeCount()) * int64(p.GetAcceleratorCount())
+			}
+			if want > total {
+				v.Add(prefix+"gpus", "%d exceeds the %d GPUs in %s (Slurm: Requested node configuration is not available)", want, total, where)
+			}
+		}
 		// --mem past every node's memory would wait forever (NodeTooSmall
 		// on every node): Slurm refuses it at submission, as here. Pools of
 		// a machine type the catalog does not know are not judged.
