@@ -54,6 +54,7 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		ok(func(j *loomv1.Job) { j.HangTimeoutSeconds, j.CheckpointDir = slurmspec.HangTimeoutOff, "/shared/ckpt" }),
 		ok(func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 4, 0 }),
 		ok(func(j *loomv1.Job) { j.NodeCount, j.GpusPerNode, j.Gpus = 1, 0, 16 }),
+		ok(func(j *loomv1.Job) { j.GpuType = "H100" }),
 	} {
 		if err := ValidateSubmitJob(req, partitioned(), slurmspec.DefaultMaxArraySize); err != nil {
 			t.Errorf("valid request %v rejected: %v", req.Job, err)
@@ -96,6 +97,10 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"--gpus in a partition of none", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode, j.Gpus = "debug", 1, 0, 1 },
 			"job.gpus: 1 exceeds the 0 GPUs in partition debug"},
 		{"--gpus past the partition's", func(j *loomv1.Job) { j.NodeCount, j.GpusPerNode, j.Gpus = 1, 0, 17 }, "job.gpus: 17 exceeds the 16 GPUs in partition train"},
+		{"a GPU type the partition lacks", func(j *loomv1.Job) { j.GpuType = "a100" },
+			"job.gpu_type: \"a100\" is not a GPU type of partition train of projects/default/clusters/c1 (it has h100; Slurm: Invalid generic resource (gres) specification)"},
+		{"a GPU type in a partition of none", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode, j.GpuType = "debug", 1, 1, "h100" },
+			"job.gpu_type: \"h100\" is not a GPU type of partition debug of projects/default/clusters/c1 (it has none"},
 	} {
 		req := goodJob()
 		tc.mutate(req.Job)

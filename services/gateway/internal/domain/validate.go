@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -180,8 +181,22 @@ func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, part
 	v.Check(nodes >= 1, prefix+"node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
 	v.Check(gpus >= 0, prefix+"gpus_per_node", "%d must not be negative", gpus)
 	if partition != "" && nodes >= 1 && gpus >= 0 {
-		maxGPUs, fitting := fit(pools, gpus)
 		where := fmt.Sprintf("partition %s of %s", partition, clusterName)
+		// A GPU type (--gres=gpu:TYPE:N) only the pools of that type meet:
+		// one no pool has would wait forever. Pools of a machine type the
+		// catalog does not know are not judged.
+		if t := j.GetGpuType(); t != "" {
+			typed, types, known := poolsOfGPUType(pools, t)
+			if !known {
+				typed = pools
+			} else if len(typed) == 0 {
+				v.Add(prefix+"gpu_type", "%s is not a GPU type of %s (it has %s; Slurm: Invalid generic resource (gres) specification)",
+					clip(t), where, orNone(types))
+				return
+			}
+			pools = typed
+		}
+		maxGPUs, fitting := fit(pools, gpus)
 		switch {
 		case gpus > maxGPUs:
 			v.Add(prefix+"gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s", gpus, maxGPUs, where)
@@ -344,6 +359,37 @@ func nodesFor(j *loomv1.Job, pools []*loomv1.NodePool) int32 {
 	}
 	perNode := maxCPUs / cpt
 	return int32(min((int64(j.GetNtasks())+perNode-1)/perNode, math.MaxInt32))
+}
+
+// poolsOfGPUType returns the pools whose GPUs are of type t (Slurm's GRES
+// type, as clusterspec's catalog names it, any case), and every GPU type
+// the pools have; known is false when a pool's machine type is not in the
+// catalog, and then nothing can be told.
+func poolsOfGPUType(pools []*loomv1.NodePool, t string) (typed []*loomv1.NodePool, types []string, known bool) {
+	for _, p := range pools {
+		m, ok := clusterspec.Machine(p.GetMachineType())
+		if !ok {
+			return nil, nil, false
+		}
+		if m.GresType == "" {
+			continue
+		}
+		if !slices.Contains(types, m.GresType) {
+			types = append(types, m.GresType)
+		}
+		if strings.EqualFold(m.GresType, t) {
+			typed = append(typed, p)
+		}
+	}
+	return typed, types, true
+}
+
+// orNone joins names, or says "none".
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // machineVCPUs and machineMemoryMB are what largestNode measures.
