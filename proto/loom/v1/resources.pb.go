@@ -2185,6 +2185,17 @@ type Job struct {
 	// score of the chosen nodes (lower first, each breaking the ties of the
 	// ones before).
 	Placement string `protobuf:"bytes,62,opt,name=placement,proto3" json:"placement,omitempty"`
+	// expected_start_time is when the scheduler expects a pending job to
+	// start: the start of the backfill reservation it holds (squeue --start,
+	// scontrol show job's StartTime). Unset when none was promised: only a
+	// cluster's highest-priority job that cannot start holds a reservation
+	// (EASY backfill), and it has no start while a job it waits for has no
+	// time limit. From the scheduler's leader; a follower's reads leave it
+	// unset.
+	ExpectedStartTime *timestamppb.Timestamp `protobuf:"bytes,76,opt,name=expected_start_time,json=expectedStartTime,proto3" json:"expected_start_time,omitempty"`
+	// sched_nodes are the nodes that reservation holds for the job (squeue
+	// --start's SCHEDNODES, scontrol show job's SchedNodeList).
+	SchedNodes []string `protobuf:"bytes,77,rep,name=sched_nodes,json=schedNodes,proto3" json:"sched_nodes,omitempty"`
 	// restart_count counts requeues; runs are the job's attempts, oldest first.
 	RestartCount int32     `protobuf:"varint,63,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
 	Runs         []*JobRun `protobuf:"bytes,64,rep,name=runs,proto3" json:"runs,omitempty"`
@@ -2630,6 +2641,20 @@ func (x *Job) GetPlacement() string {
 		return x.Placement
 	}
 	return ""
+}
+
+func (x *Job) GetExpectedStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpectedStartTime
+	}
+	return nil
+}
+
+func (x *Job) GetSchedNodes() []string {
+	if x != nil {
+		return x.SchedNodes
+	}
+	return nil
 }
 
 func (x *Job) GetRestartCount() int32 {
@@ -4279,7 +4304,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xe0\x10\n" +
+	"\tREPLACING\x10\t\"\xcd\x11\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4352,7 +4377,10 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"error_path\x18\x1c \x01(\tR\terrorPath\x12\x1a\n" +
 	"\bpriority\x18< \x01(\x03R\bpriority\x12C\n" +
 	"\x10priority_factors\x18= \x01(\v2\x18.loom.v1.PriorityFactorsR\x0fpriorityFactors\x12\x1c\n" +
-	"\tplacement\x18> \x01(\tR\tplacement\x12#\n" +
+	"\tplacement\x18> \x01(\tR\tplacement\x12J\n" +
+	"\x13expected_start_time\x18L \x01(\v2\x1a.google.protobuf.TimestampR\x11expectedStartTime\x12\x1f\n" +
+	"\vsched_nodes\x18M \x03(\tR\n" +
+	"schedNodes\x12#\n" +
 	"\rrestart_count\x18? \x01(\x05R\frestartCount\x12#\n" +
 	"\x04runs\x18@ \x03(\v2\x0f.loom.v1.JobRunR\x04runs\x12\x1d\n" +
 	"\n" +
@@ -4645,37 +4673,38 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	48, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
 	48, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
-	28, // 38: loom.v1.Job.runs:type_name -> loom.v1.JobRun
-	0,  // 39: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	48, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	48, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
-	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	48, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	48, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	48, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	44, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
-	48, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
-	48, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
-	34, // 49: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
-	48, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	45, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	34, // 52: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	48, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
-	46, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	47, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
-	38, // 56: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	39, // 57: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	5,  // 58: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	22, // 59: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	37, // 60: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
-	36, // 61: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
-	48, // 62: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	48, // 63: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	48, // 38: loom.v1.Job.expected_start_time:type_name -> google.protobuf.Timestamp
+	28, // 39: loom.v1.Job.runs:type_name -> loom.v1.JobRun
+	0,  // 40: loom.v1.JobRun.state:type_name -> loom.v1.JobState
+	48, // 41: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	48, // 42: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	4,  // 43: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
+	48, // 44: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	48, // 45: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	48, // 46: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	44, // 47: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	48, // 48: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	48, // 49: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	34, // 50: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
+	48, // 51: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	45, // 52: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	34, // 53: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
+	48, // 54: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	46, // 55: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	47, // 56: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	38, // 57: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	39, // 58: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 59: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 60: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	37, // 61: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
+	36, // 62: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
+	48, // 63: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	48, // 64: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -600,5 +601,31 @@ func TestSqueueArrayWithoutParent(t *testing.T) {
 		if code != 0 || out != tc.want {
 			t.Errorf("squeue %v: %d %q %q, want %q", tc.args, code, out, errOut, tc.want)
 		}
+	}
+}
+
+// TestExpectedStart: a pending job the scheduler holds a backfill
+// reservation for shows its expected start and the reserved nodes, as
+// Slurm's squeue --start and scontrol show job do; one without shows N/A.
+func TestExpectedStart(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	for _, j := range f.Jobs {
+		if j.GetJobId() == "13" {
+			j.ExpectedStartTime = timestamppb.New(testNow.Add(90 * time.Minute))
+			j.SchedNodes, j.TimeLimitSeconds = []string{"gpu-0001", "gpu-0002"}, 3600
+		}
+	}
+	code, out, errOut := run(t, f, "squeue", Env{}, "--start", "-j", "13,14")
+	want := "             JOBID PARTITION     NAME     USER ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)\n" +
+		"                13       gpu evaluati      bob PD 2026-01-02T16:34:05      1 gpu-[0001-0002]      (Priority)\n" +
+		"                14       gpu     held    alice PD                 N/A      1 (null)               (JobHeldUser)\n"
+	if code != 0 || out != want {
+		t.Errorf("squeue --start: %d %q\n got %s\nwant %s", code, errOut, out, want)
+	}
+	code, out, _ = run(t, f, "scontrol", Env{}, "show", "job", "13")
+	if code != 0 || !strings.Contains(out, "   StartTime=2026-01-02T16:34:05 EndTime=2026-01-02T17:34:05 ") ||
+		!strings.Contains(out, "   NodeList= SchedNodeList=gpu-[0001-0002]\n") {
+		t.Errorf("scontrol show job 13:\n%s", out)
 	}
 }

@@ -245,6 +245,9 @@ func jobRecord(r jobRow, v *squeueView) record {
 		end = formatTimestamp(j.GetEndTime().AsTime(), v.loc)
 	case isLive(j) && j.GetStartTime() != nil && limit >= 0:
 		end = formatTimestamp(j.GetStartTime().AsTime().Add(time.Duration(limit)*time.Second), v.loc)
+	case st == loomv1.JobState_PENDING && j.GetExpectedStartTime() != nil && limit >= 0:
+		// As Slurm: the expected start plus the time limit.
+		end = formatTimestamp(j.GetExpectedStartTime().AsTime().Add(time.Duration(limit)*time.Second), v.loc)
 	}
 	started := j.GetStartTime() != nil && st != loomv1.JobState_PENDING
 	eligible := j.GetBeginTime()
@@ -269,11 +272,11 @@ func jobRecord(r jobRow, v *squeueView) record {
 		{"RunTime=" + formatDuration(jobElapsed(j, v.now)), "TimeLimit=" + limitStr, "TimeMin=N/A"},
 		{"SubmitTime=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "EligibleTime=" + ts(eligible, eligible != nil, "Unknown")},
 		{"AccrueTime=" + ts(eligible, eligible != nil, "Unknown")},
-		{"StartTime=" + ts(j.GetStartTime(), started, "Unknown"), "EndTime=" + end, "Deadline=N/A"},
+		{"StartTime=" + ts(startOrExpected(j), started || j.GetExpectedStartTime() != nil, "Unknown"), "EndTime=" + end, "Deadline=N/A"},
 		{"SuspendTime=None", "SecsPreSuspend=0", "LastSchedEval=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "Scheduler=Main"},
 		{"Partition=" + j.GetPartition(), "AllocNode:Sid=" + orNull(j.GetSubmitHost()) + ":0"},
 		{"ReqNodeList=" + orNull(compressHosts(j.GetNodelist())), "ExcNodeList=" + orNull(compressHosts(j.GetExclude()))},
-		{"NodeList=" + nodes},
+		nodeListLine(nodes, j.GetSchedNodes()),
 	}
 	if h := j.GetBatchHost(); h != "" {
 		rec = append(rec, []string{"BatchHost=" + h})
@@ -616,6 +619,15 @@ func (c *cmd) updateJob(ctx context.Context, req *loomv1.UpdateJobRequest) error
 	defer cancel()
 	_, err := c.jobsClient().UpdateJob(cctx, req)
 	return err
+}
+
+// nodeListLine is scontrol show job's NodeList line: with the nodes a
+// pending job's reservation holds, SchedNodeList as Slurm's.
+func nodeListLine(nodes string, sched []string) []string {
+	if len(sched) == 0 {
+		return []string{"NodeList=" + nodes}
+	}
+	return []string{"NodeList=" + nodes, "SchedNodeList=" + compressHosts(sched)}
 }
 
 // updateErrorText is Slurm's wording for a refused update.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/loom-ml/loom/libs/hostlist"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -98,6 +100,16 @@ func orNull(s string) string {
 		return "(null)"
 	}
 	return s
+}
+
+// startOrExpected is a job's start time, or while it is pending the
+// start the scheduler expects (its backfill reservation's; nil when none),
+// as Slurm's StartTime is.
+func startOrExpected(j *loomv1.Job) *timestamppb.Timestamp {
+	if t := j.GetStartTime(); t != nil {
+		return t
+	}
+	return j.GetExpectedStartTime()
 }
 
 func (v *squeueView) timeOrNA(t interface{ AsTime() time.Time }, set bool) string {
@@ -200,18 +212,23 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 			}
 			return compressHosts(j.GetNodes())
 		}, nocut: false},
-		"S":       str("START_TIME", func(j *loomv1.Job) string { return v.timeOrNA(j.GetStartTime(), j.GetStartTime() != nil) }),
-		"t":       str("ST", func(j *loomv1.Job) string { return stateCode(effectiveState(j)) }),
-		"T":       str("STATE", func(j *loomv1.Job) string { return stateLong(effectiveState(j)) }),
-		"u":       str("USER", func(j *loomv1.Job) string { return j.GetUser() }),
-		"U":       str("USER", func(j *loomv1.Job) string { return j.GetUser() }),
-		"v":       str("RESERVATION", func(*loomv1.Job) string { return "(null)" }),
-		"V":       str("SUBMIT_TIME", func(j *loomv1.Job) string { return v.timeOrNA(j.GetSubmitTime(), j.GetSubmitTime() != nil) }),
-		"w":       str("WCKEY", func(*loomv1.Job) string { return "(null)" }),
-		"W":       str("LICENSES", func(*loomv1.Job) string { return "(null)" }),
-		"x":       {header: "EXC_NODES", value: func(r jobRow) string { return compressHosts(r.job.GetExclude()) }},
-		"y":       str("NICE", func(j *loomv1.Job) string { return strconv.Itoa(int(j.GetNice())) }),
-		"Y":       {header: "SCHEDNODES", nocut: true, value: func(jobRow) string { return "(null)" }},
+		"S": str("START_TIME", func(j *loomv1.Job) string { return v.timeOrNA(startOrExpected(j), startOrExpected(j) != nil) }),
+		"t": str("ST", func(j *loomv1.Job) string { return stateCode(effectiveState(j)) }),
+		"T": str("STATE", func(j *loomv1.Job) string { return stateLong(effectiveState(j)) }),
+		"u": str("USER", func(j *loomv1.Job) string { return j.GetUser() }),
+		"U": str("USER", func(j *loomv1.Job) string { return j.GetUser() }),
+		"v": str("RESERVATION", func(*loomv1.Job) string { return "(null)" }),
+		"V": str("SUBMIT_TIME", func(j *loomv1.Job) string { return v.timeOrNA(j.GetSubmitTime(), j.GetSubmitTime() != nil) }),
+		"w": str("WCKEY", func(*loomv1.Job) string { return "(null)" }),
+		"W": str("LICENSES", func(*loomv1.Job) string { return "(null)" }),
+		"x": {header: "EXC_NODES", value: func(r jobRow) string { return compressHosts(r.job.GetExclude()) }},
+		"y": str("NICE", func(j *loomv1.Job) string { return strconv.Itoa(int(j.GetNice())) }),
+		"Y": {header: "SCHEDNODES", nocut: true, value: func(r jobRow) string {
+			if n := r.job.GetSchedNodes(); len(n) > 0 {
+				return compressHosts(n)
+			}
+			return "(null)"
+		}},
 		"z":       str("S:C:T", func(*loomv1.Job) string { return "*:*:*" }),
 		"Z":       str("WORK_DIR", func(j *loomv1.Job) string { return j.GetWorkDir() }),
 		"cluster": str("CLUSTER", func(j *loomv1.Job) string { return shortName(j.GetCluster()) }),

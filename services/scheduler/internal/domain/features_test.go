@@ -210,6 +210,13 @@ func TestBackfill(t *testing.T) {
 		!c.Reservations[0].Start.Equal(h.job(1).GetStartTime().AsTime().Add(time.Hour)) {
 		t.Fatalf("reservation: %+v", c.Reservations)
 	}
+	// The reserved job's view says when it will start and where (squeue
+	// --start); the others promise nothing.
+	if v := views.Job(h.s, jobName(2), h.now); !v.GetExpectedStartTime().AsTime().Equal(c.Reservations[0].Start) ||
+		!reflect.DeepEqual(v.GetSchedNodes(), []string{"a3-0001", "a3-0002"}) || v.GetStartTime() != nil {
+		t.Fatalf("job 2's view: expected start %v on %v, start %v; want %v on both nodes, no start",
+			v.GetExpectedStartTime(), v.GetSchedNodes(), v.GetStartTime(), c.Reservations[0].Start)
+	}
 	// Ends before the reservation: backfilled on the reserved node.
 	h.submitJob(job(3, 1, 4, limit(30*time.Minute)))
 	h.wantState(3, loomv1.JobState_RUNNING, "")
@@ -225,6 +232,14 @@ func TestBackfill(t *testing.T) {
 	h.finish(3, 0)
 	h.wantState(2, loomv1.JobState_RUNNING, "")
 	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	for _, id := range []int{2, 5} {
+		if v := views.Job(h.s, jobName(id), h.now); v.GetExpectedStartTime() != nil || len(v.GetSchedNodes()) > 0 {
+			t.Errorf("job %d (no reservation) promises a start %v on %v", id, v.GetExpectedStartTime(), v.GetSchedNodes())
+		}
+	}
+	if v := views.Job(h.s, jobName(4), h.now); v.GetExpectedStartTime() == nil {
+		t.Errorf("job 4, the next head, has no expected start")
+	}
 
 	// FIFO: nothing passes a blocked head.
 	f := newSpecHarness(t, Config{Policy: FIFOPolicy()})
@@ -248,6 +263,9 @@ func TestBackfillUnlimitedBlocksReservedNodes(t *testing.T) {
 	c := h.submitJob(job(2, 2, 8, limit(time.Hour)))
 	if len(c.Reservations) != 1 || !c.Reservations[0].Unbounded {
 		t.Fatalf("reservation: %+v", c.Reservations)
+	}
+	if v := views.Job(h.s, jobName(2), h.now); v.GetExpectedStartTime() != nil || len(v.GetSchedNodes()) != 2 {
+		t.Errorf("job 2 waiting on a job with no limit: expected start %v on %v, want none on two nodes", v.GetExpectedStartTime(), v.GetSchedNodes())
 	}
 	h.submitJob(job(3, 1, 4, limit(time.Minute)))
 	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)

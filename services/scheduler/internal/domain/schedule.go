@@ -162,6 +162,7 @@ const (
 // schedule serves the cluster's queue in policy order (see Policy): each job
 // that may run and fits starts; the others wait with their Slurm reason.
 func (t *txn) schedule(cluster string) {
+	t.c.passed = append(t.c.passed, cluster)
 	pend := t.pendingEntries(cluster)
 	if len(pend) == 0 {
 		if _, ok := t.s.wake[cluster]; ok {

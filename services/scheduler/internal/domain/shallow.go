@@ -78,6 +78,8 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		Priority:           job.Priority,
 		PriorityFactors:    job.PriorityFactors,
 		Placement:          job.Placement,
+		ExpectedStartTime:  job.ExpectedStartTime,
+		SchedNodes:         job.SchedNodes,
 		RestartCount:       job.RestartCount,
 		Runs:               job.Runs,
 		BatchHost:          job.BatchHost,

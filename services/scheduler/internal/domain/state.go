@@ -53,6 +53,9 @@ type State struct {
 	// wake: per cluster, the earliest time at which the clock alone makes a
 	// pass worth running (a begin time or a dependency's delay).
 	wake map[string]time.Time
+	// reserved: per cluster, the backfill reservation its last pass made
+	// (memory only: a pending job's expected start in the views).
+	reserved map[string]Reservation
 	// limits are the associations' limits (assoclimits.go), nil when none.
 	limits map[limitKey]*AssocLimit
 	// accounts are the accounts' parents and shares (AssocLimit with no
@@ -169,6 +172,7 @@ func NewState(cfg Config) *State {
 		healthOut:  map[string]bool{},
 		prologHeld: map[string]bool{},
 		wake:       map[string]time.Time{},
+		reserved:   map[string]Reservation{},
 		assocs:     map[assocKey]*assoc{},
 	}
 }
@@ -207,6 +211,9 @@ type Change struct {
 
 	// wake: per cluster, when the clock alone next makes a pass worthwhile.
 	wake map[string]time.Time
+	// passed are the clusters a pass looked at: their reservations are
+	// Reservations' (none when it made none).
+	passed []string
 	// lastJobEmit: job name → index in Emits of its latest JobChanged, so
 	// that a pass that only refines a reason updates it instead of adding one.
 	lastJobEmit map[string]int
@@ -452,6 +459,12 @@ func (s *State) Commit(c *Change) {
 		}
 	}
 	s.keepDecisions(c)
+	for _, cluster := range c.passed {
+		delete(s.reserved, cluster)
+	}
+	for _, r := range c.Reservations {
+		s.reserved[r.Cluster] = r
+	}
 	for _, pl := range c.Placed {
 		if j := s.jobs[pl.Job]; j != nil && !j.Pending() {
 			j.placed = pl

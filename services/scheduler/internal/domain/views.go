@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/goodput"
@@ -96,6 +97,12 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 		out.Priority, out.PriorityFactors = prio, f.proto()
 		if d := rec.why; d != nil && placementReason(out.GetStateReason()) {
 			out.Placement = views.Explain(d.Nodes, d.Filtered, d.Note)
+		}
+		if r, ok := v.s.reserved[out.GetCluster()]; ok && r.Job == rec.Name() {
+			out.SchedNodes = slices.Clone(r.Nodes)
+			if !r.Unbounded {
+				out.ExpectedStartTime = timestamppb.New(r.Start)
+			}
 		}
 	} else if pl := rec.placed; pl != nil {
 		out.Placement = pl.explain()
