@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -144,6 +145,13 @@ func (c *cmd) runAllocated(ctx context.Context, job *loomv1.Job, path string, co
 	// anything else is written under a lock, as salloc's own messages are.
 	stdout, stderr := passThrough(c.stdout), passThrough(c.stderr)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.env.Stdin, stdout, stderr
+	// A hang-up (the terminal closed) is the command's, passed on: salloc
+	// outlives it to give the allocation back once the command has gone.
+	// Caught, not ignored: an ignored signal would stay ignored in the
+	// command.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(c.stderr, "salloc: error: %s: %v\n", command[0], err)
 		return 1, false
@@ -157,6 +165,8 @@ func (c *cmd) runAllocated(ctx context.Context, job *loomv1.Job, path string, co
 		select {
 		case err := <-done:
 			return exitCode(err), revoked
+		case <-hup:
+			_ = cmd.Process.Signal(syscall.SIGHUP)
 		case <-watch.C:
 			if revoked {
 				continue

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +83,26 @@ func TestSalloc(t *testing.T) {
 	if code != 129 || !strings.Contains(errOut, "salloc: Job allocation 40 has been revoked (CANCELLED).\n") ||
 		strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 {
 		t.Fatalf("revoked: exit %d, stderr %q, cancels %v", code, errOut, cancels())
+	}
+
+	// A hang-up of salloc (its terminal closed) goes to the command, and
+	// salloc gives the allocation back once it has gone.
+	env, cancels, _, _ = envFor(t)
+	started = filepath.Join(env.Cwd, "started")
+	go func() {
+		ctx := testkit.Context(t, 10*time.Second)
+		for ctx.Err() == nil {
+			if _, err := os.Stat(started); err == nil {
+				// salloc listens for SIGHUP before it starts the command.
+				_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // polling a file: no event to wait on
+		}
+	}()
+	code, out, errOut = salloc(context.Background(), t, env, "", "sh", "-c", `trap 'echo hung up; exit 5' HUP; touch started; while :; do sleep 0.1; done`)
+	if code != 5 || out != "hung up\n" || !strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 || cancels()[0].GetSignal() != "USR2" {
+		t.Fatalf("hung up: exit %d, stdout %q, stderr %q, cancels %v", code, out, errOut, cancels())
 	}
 
 	for _, args := range [][]string{{"--array=0-3", "true"}, {"--wrap=true"}, {"-o", "out.txt", "true"}} {
