@@ -58,11 +58,7 @@ func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loo
 	if err := v.Err(); err != nil {
 		return err
 	}
-	partition := j.GetPartition()
-	if partition == "" {
-		partition = DefaultPartition(cluster)
-	}
-	p, err := findPartition(cluster, partition)
+	partition, p, err := jobPartition(cluster, j)
 	if err != nil {
 		return errs.Invalid("job.partition", "%v", err)
 	}

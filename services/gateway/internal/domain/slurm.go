@@ -119,6 +119,17 @@ func findPartition(c *loomv1.Cluster, id string) (*loomv1.SlurmPartition, error)
 	return nil, fmt.Errorf("no partition %s in cluster %s (partitions: %s)", clip(id), cid, strings.Join(ids, ", "))
 }
 
+// jobPartition returns the partition job j goes to in cluster: its own,
+// else the cluster's default (findPartition's error when there is none).
+func jobPartition(cluster *loomv1.Cluster, j *loomv1.Job) (string, *loomv1.SlurmPartition, error) {
+	id := j.GetPartition()
+	if id == "" {
+		id = DefaultPartition(cluster)
+	}
+	p, err := findPartition(cluster, id)
+	return id, p, err
+}
+
 // partitionPools returns the node pools whose nodes are in partition p.
 func partitionPools(c *loomv1.Cluster, p *loomv1.SlurmPartition) []*loomv1.NodePool {
 	sets := c.GetOrchestrator().GetSlurm().GetNodeSets()
@@ -208,11 +219,7 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 	if cluster == nil {
 		return "", nil
 	}
-	partition = j.GetPartition()
-	if partition == "" {
-		partition = DefaultPartition(cluster)
-	}
-	p, err := findPartition(cluster, partition)
+	partition, p, err := jobPartition(cluster, j)
 	if err != nil {
 		v.Add("job.partition", "%v", err)
 		return "", nil
@@ -343,11 +350,7 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 // that can hold it (CheckJobNodes; nodes nil when the job names none).
 // Problems name the update's fields.
 func CheckUpdatedJob(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
-	partition := j.GetPartition()
-	if partition == "" {
-		partition = DefaultPartition(cluster)
-	}
-	p, err := findPartition(cluster, partition)
+	partition, p, err := jobPartition(cluster, j)
 	if err != nil {
 		return errs.Invalid("partition", "%v", err)
 	}

@@ -332,11 +332,7 @@ func NodesFor(j *loomv1.Job, cluster *loomv1.Cluster) int32 {
 	if j.GetNodeCount() != 0 || cluster == nil {
 		return nodesFor(j, nil)
 	}
-	partition := j.GetPartition()
-	if partition == "" {
-		partition = DefaultPartition(cluster)
-	}
-	p, err := findPartition(cluster, partition)
+	_, p, err := jobPartition(cluster, j)
 	if err != nil {
 		return nodesFor(j, nil)
 	}
