@@ -1,93 +1,33 @@
 package domain
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// Dependency kinds (--dependency).
+// Dependency kinds (--dependency), as libs/slurmspec parses them.
 const (
 	DepAfter      = "after"
 	DepAfterAny   = "afterany"
 	DepAfterOK    = "afterok"
 	DepAfterNotOK = "afternotok"
-	DepSingleton  = "singleton"
+	// DepAfterCorr: each task of an array after the task of the same index
+	// of another array completed successfully.
+	DepAfterCorr = "aftercorr"
+	// DepAfterBurstBuffer: after the jobs ended and their burst buffers
+	// were staged out; Loom has no burst buffers, so as afterany.
+	DepAfterBurstBuffer = "afterburstbuffer"
+	DepSingleton        = "singleton"
 )
 
-// depCond is one "type:id[:id...][+minutes]" of a --dependency.
-type depCond struct {
-	kind  string
-	ids   []string // "12" or "12_3"
-	delay time.Duration
-}
-
-// dependency is a parsed --dependency: all of conds (",") or any of them ("?").
-type dependency struct {
-	any       bool
-	conds     []depCond
-	singleton bool
-}
-
-// parseDependency parses Slurm's --dependency syntax.
-func parseDependency(s string) (dependency, error) {
-	var d dependency
-	sep := ","
-	if strings.Contains(s, "?") {
-		if strings.Contains(s, ",") {
-			return d, fmt.Errorf("dependency %q mixes ',' and '?'", s)
-		}
-		sep, d.any = "?", true
-	}
-	for _, part := range strings.Split(s, sep) {
-		part = strings.TrimSpace(part)
-		if part == DepSingleton {
-			d.singleton = true
-			continue
-		}
-		fields := strings.Split(part, ":")
-		kind := fields[0]
-		switch kind {
-		case DepAfter, DepAfterAny, DepAfterOK, DepAfterNotOK:
-		default:
-			return d, fmt.Errorf("dependency type %q is not supported (after, afterany, afterok, afternotok, singleton)", kind)
-		}
-		if len(fields) < 2 {
-			return d, fmt.Errorf("dependency %q names no job", part)
-		}
-		c := depCond{kind: kind}
-		for _, id := range fields[1:] {
-			if base, mins, ok := strings.Cut(id, "+"); ok {
-				m, err := strconv.Atoi(mins)
-				if err != nil || m < 0 {
-					return d, fmt.Errorf("dependency delay %q is not a number of minutes", mins)
-				}
-				c.delay, id = time.Duration(m)*time.Minute, base
-			}
-			job, task, isTask := strings.Cut(id, "_")
-			if !isDigits(job) || (isTask && !isDigits(task)) {
-				return d, fmt.Errorf("dependency job id %q is not a job id", id)
-			}
-			c.ids = append(c.ids, id)
-		}
-		d.conds = append(d.conds, c)
-	}
-	return d, nil
-}
-
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+// parseDependency parses a --dependency with libs/slurmspec's grammar, the
+// one the gateway and the Slurm commands check it with.
+func parseDependency(s string) (*slurmspec.Dependency, error) {
+	return slurmspec.ParseDependency(s)
 }
 
 // depState is the state of a dependency: satisfied (at a time), waiting, or
@@ -135,6 +75,33 @@ func (t *txn) depJobs(from, id string) []*Job {
 		return []*Job{j}
 	}
 	return nil
+}
+
+// depTargets resolves one job of a dependency of j's: the jobs it waits
+// on (none found: an unknown job, never satisfied). For aftercorr, an
+// array task of j's waits on the task of the same index of the other array
+// (none reports that the other array has no such task: nothing to wait
+// for); a job that is no array task, or a dependency on a job that is no
+// array, waits on the job as afterok does.
+func (t *txn) depTargets(j *Job, kind string, dj slurmspec.DepJob) (jobs []*Job, none bool) {
+	id := dj.JobID
+	if dj.Task >= 0 {
+		id += "_" + strconv.Itoa(dj.Task)
+	}
+	if kind == DepAfterCorr && dj.Task < 0 && j.Job.GetArrayJobId() != "" {
+		array := jobsPrefix(j.Name()) + dj.JobID
+		if a := t.array(array); a != nil {
+			name := t.arrayTaskName(array, strconv.Itoa(int(j.Job.GetArrayTaskId())))
+			if name == "" {
+				return nil, true
+			}
+			if other := t.jobOrEnded(name); other != nil {
+				return []*Job{other}, false
+			}
+			return nil, false
+		}
+	}
+	return t.depJobs(j.Name(), id), false
 }
 
 // jobOrEnded returns the job named name, or the compact record of it when
@@ -187,11 +154,11 @@ func condState(kind string, j *loomv1.Job) (depState, time.Time) {
 			}
 			return depSatisfied, at
 		}
-	case DepAfterAny:
+	case DepAfterAny, DepAfterBurstBuffer:
 		if st.Terminal() {
 			return depSatisfied, end
 		}
-	case DepAfterOK:
+	case DepAfterOK, DepAfterCorr:
 		if st == loomv1.JobState_COMPLETED {
 			return depSatisfied, end
 		}
@@ -218,18 +185,26 @@ func (t *txn) dependencyReason(j *Job, singletonBlocked func(*Job) bool) (string
 		return ReasonDependencyNeverSatisfied, time.Time{}
 	}
 	var wake time.Time
-	results := make([]depState, 0, len(d.conds))
-	for _, c := range d.conds {
+	singleton := false
+	results := make([]depState, 0, len(d.Items))
+	for _, it := range d.Items {
+		if it.Type == DepSingleton {
+			singleton = true
+			continue
+		}
 		state := depSatisfied
-		var at time.Time
-		for _, id := range c.ids {
-			jobs := t.depJobs(j.Name(), id)
+		for _, dj := range it.Jobs {
+			jobs, none := t.depTargets(j, it.Type, dj)
+			if none {
+				continue // aftercorr: the other array has no such task
+			}
 			if len(jobs) == 0 {
 				state = depNever
 				break
 			}
-			for _, dj := range jobs {
-				s, when := condState(c.kind, dj.Job)
+			var at time.Time
+			for _, other := range jobs {
+				s, when := condState(it.Type, other.Job)
 				if s == depNever {
 					state = depNever
 					break
@@ -244,12 +219,13 @@ func (t *txn) dependencyReason(j *Job, singletonBlocked func(*Job) bool) (string
 			if state == depNever {
 				break
 			}
-		}
-		if state == depSatisfied && c.delay > 0 {
-			if due := at.Add(c.delay); t.now.Before(due) {
-				state = depWaiting
-				if wake.IsZero() || due.Before(wake) {
-					wake = due
+			// after:ID+MIN: that long after the job started.
+			if delay := time.Duration(dj.DelayMinutes) * time.Minute; state == depSatisfied && delay > 0 {
+				if due := at.Add(delay); t.now.Before(due) {
+					state = depWaiting
+					if wake.IsZero() || due.Before(wake) {
+						wake = due
+					}
 				}
 			}
 		}
@@ -265,19 +241,19 @@ func (t *txn) dependencyReason(j *Job, singletonBlocked func(*Job) bool) (string
 		}
 	}
 	single := true
-	if d.singleton && singletonBlocked(j) {
+	if singleton && singletonBlocked(j) {
 		single = false
 	}
 	switch {
-	case !d.any && never > 0:
+	case !d.Any && never > 0:
 		return ReasonDependencyNeverSatisfied, time.Time{}
-	case d.any && len(results) > 0 && never == len(results) && !d.singleton:
+	case d.Any && len(results) > 0 && never == len(results) && !singleton:
 		return ReasonDependencyNeverSatisfied, time.Time{}
-	case !d.any && satisfied == len(results) && single:
+	case !d.Any && satisfied == len(results) && single:
 		return "", time.Time{}
-	case d.any && (satisfied > 0 || (len(results) == 0 && single)):
+	case d.Any && (satisfied > 0 || (len(results) == 0 && single)):
 		return "", time.Time{}
-	case d.any && d.singleton && single:
+	case d.Any && singleton && single:
 		return "", time.Time{}
 	}
 	return ReasonDependency, wake

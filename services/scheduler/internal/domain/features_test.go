@@ -1112,3 +1112,39 @@ func slurmNodeChanges(c *Change) []*eventsv1.SlurmNodeChanged {
 	}
 	return out
 }
+
+// TestAfterCorrAndBurstBuffer: aftercorr starts each task of an array once
+// the task of the same index of the other array completed (a failed one's
+// twin never starts; a task with no twin waits for nothing); afterburstbuffer
+// is afterany, Loom having no burst buffers to stage out.
+func TestAfterCorrAndBurstBuffer(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(10, 1, 1, func(j *loomv1.Job) { j.Array = "0-2" })) // tasks 0..2: jobs 10..12
+	h.submitJob(job(20, 1, 1, func(j *loomv1.Job) { j.Array = "0-3"; j.Dependency = "aftercorr:10" }))
+	for id := 20; id <= 22; id++ {
+		h.wantState(id, loomv1.JobState_PENDING, ReasonDependency)
+	}
+	h.wantState(23, loomv1.JobState_RUNNING, "") // index 3: array 10 has none
+	h.finish(10, 0)
+	h.wantState(20, loomv1.JobState_RUNNING, "")
+	h.wantState(21, loomv1.JobState_PENDING, ReasonDependency)
+	h.finish(11, 1)
+	h.wantState(21, loomv1.JobState_PENDING, ReasonDependencyNeverSatisfied)
+	h.submitJob(job(30, 1, 1, func(j *loomv1.Job) { j.Dependency = "afterburstbuffer:12" }))
+	h.wantState(30, loomv1.JobState_PENDING, ReasonDependency)
+	h.finish(12, 2)
+	h.wantState(30, loomv1.JobState_RUNNING, "")
+	h.wantState(22, loomv1.JobState_PENDING, ReasonDependencyNeverSatisfied)
+	// A job that is no array task: aftercorr is afterok on the whole array.
+	h.submitJob(job(40, 1, 1, func(j *loomv1.Job) { j.Dependency = "aftercorr:10" }))
+	h.wantState(40, loomv1.JobState_PENDING, ReasonDependencyNeverSatisfied)
+	// after:ID+MIN takes each job's own delay (job 23 is task 20_3).
+	h.submitJob(job(50, 1, 1, func(j *loomv1.Job) { j.Dependency = "after:20_3+5:30+20" }))
+	h.wantState(50, loomv1.JobState_PENDING, ReasonDependency)
+	h.tick(6 * time.Minute)
+	h.wantState(50, loomv1.JobState_PENDING, ReasonDependency)
+	h.tick(15 * time.Minute)
+	h.wantState(50, loomv1.JobState_RUNNING, "")
+}
