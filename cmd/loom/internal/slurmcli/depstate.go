@@ -29,7 +29,16 @@ func dependencyText(j *loomv1.Job, byID map[string]*loomv1.Job) string {
 			continue
 		}
 		for _, dj := range item.Jobs {
-			mark := depMark(item.Type, depTargets(dj, byID))
+			targets := depTargets(dj, byID)
+			if item.Type == "aftercorr" && dj.Task < 0 && j.GetArrayJobId() != "" {
+				// Each task waits for its twin in the other array alone.
+				twin := dj
+				twin.Task = int(j.GetArrayTaskId())
+				if targets = depTargets(twin, byID); len(targets) == 0 && isArray(dj.JobID, byID) {
+					continue // no twin: nothing to wait for
+				}
+			}
+			mark := depMark(item.Type, targets)
 			if mark == "" {
 				continue
 			}
@@ -67,6 +76,17 @@ func depTargets(dj slurmspec.DepJob, byID map[string]*loomv1.Job) []*loomv1.Job 
 	return out
 }
 
+// isArray reports whether job id is an array's (its tasks carry it as
+// their array job id).
+func isArray(id string, byID map[string]*loomv1.Job) bool {
+	for _, k := range byID {
+		if k.GetArrayJobId() == id {
+			return true
+		}
+	}
+	return false
+}
+
 // depMark says whether targets still hold a dependency of type typ back:
 // "" when satisfied, "unfulfilled" while it may still be, "failed" when it
 // never can be.
@@ -83,11 +103,11 @@ func depMark(typ string, targets []*loomv1.Job) string {
 			if st == loomv1.JobState_PENDING {
 				m = "unfulfilled"
 			}
-		case "afterany":
+		case "afterany", "afterburstbuffer":
 			if !st.Terminal() {
 				m = "unfulfilled"
 			}
-		case "afterok":
+		case "afterok", "aftercorr":
 			switch {
 			case !st.Terminal():
 				m = "unfulfilled"

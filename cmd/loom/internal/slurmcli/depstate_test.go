@@ -18,6 +18,11 @@ func TestDependencyText(t *testing.T) {
 	pending := func(dep string) *loomv1.Job {
 		return &loomv1.Job{State: loomv1.JobState_PENDING, Dependency: dep, StateReason: "Dependency"}
 	}
+	task := func(index int32, dep string) *loomv1.Job {
+		j := pending(dep)
+		j.ArrayJobId, j.ArrayTaskId = "30", index
+		return j
+	}
 	cases := []struct {
 		job  *loomv1.Job
 		want string
@@ -33,6 +38,13 @@ func TestDependencyText(t *testing.T) {
 		{pending("afterok:10?afterok:12"), "afterok:10(unfulfilled)?afterok:12(failed)"},
 		{pending("singleton"), "singleton(unfulfilled)"},
 		{&loomv1.Job{State: loomv1.JobState_RUNNING, Dependency: "afterok:11"}, "(null)"},
+		{pending("afterburstbuffer:12"), "(null)"},
+		{pending("afterburstbuffer:10"), "afterburstbuffer:10(unfulfilled)"},
+		// aftercorr: a task waits for its twin alone; one with none, for nothing.
+		{task(0, "aftercorr:20"), "(null)"},
+		{task(1, "aftercorr:20"), "aftercorr:20(unfulfilled)"},
+		{task(2, "aftercorr:20"), "(null)"},
+		{pending("aftercorr:20"), "aftercorr:20(unfulfilled)"},
 	}
 	for _, c := range cases {
 		if got := dependencyText(c.job, jobs); got != c.want {
