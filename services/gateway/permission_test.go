@@ -15,6 +15,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 // TestJobPermissions: users act on their own jobs only, administrators
@@ -165,11 +166,17 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 		User: "ana", Partition: "all"}
 	h.w.setJob(pending)
 	h.w.setJob(running)
+	// Jobs up to 44 were issued; 45 is none.
+	if err := h.redis.Set(ctx, "gateway:"+adapters.KeyJobSeq, 44, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	dep := func(s string) *string { return &s }
 	_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: pending.GetName(), Action: "update", Dependency: dep("afterok:x")})
 	wantCode(t, "a dependency that does not parse", err, codes.InvalidArgument, "dependency")
 	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: running.GetName(), Action: "update", Dependency: dep("afterok:43")})
 	wantCode(t, "a running job's dependency", err, codes.FailedPrecondition, "no longer pending")
+	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: pending.GetName(), Action: "update", Dependency: dep("afterok:45")})
+	wantCode(t, "a dependency on a job never issued", err, codes.InvalidArgument, "dependency: job 45 does not exist", "Job dependency problem")
 	begin := timestamppb.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: pending.GetName(), Action: "update", Dependency: dep("afterany:44"),
 		BeginTime: begin}); err != nil {

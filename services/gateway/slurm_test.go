@@ -355,8 +355,9 @@ func TestSlurmService(t *testing.T) {
 }
 
 // TestSubmitNodeLists: a --nodelist or --exclude naming a host the cluster
-// does not have, or leaving the partition too few nodes, is refused at
-// submission in Slurm's words, not left to pend forever.
+// does not have, or leaving the partition too few nodes, and a
+// --dependency on a job never issued, are refused at submission in Slurm's
+// words, not left to pend forever.
 func TestSubmitNodeLists(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -375,4 +376,17 @@ func TestSubmitNodeLists(t *testing.T) {
 	wantCode(t, "-x gpu-0001,nope", err, codes.InvalidArgument, "job.exclude[1]", `"nope" is not a node of`)
 	_, err = h.jobs().SubmitJob(ctx, job(nil, []string{"gpu-0001", "cpu-0001"}))
 	wantCode(t, "-x every node", err, codes.InvalidArgument, "job.exclude", "leaves 0 of partition all's nodes", "Requested node configuration is not available")
+
+	// A dependency on a job id never issued (a typo) is refused; one on a
+	// job that was is taken.
+	dep := func(d string) *loomv1.SubmitJobRequest {
+		r := job(nil, nil)
+		r.Job.Dependency = d
+		return r
+	}
+	_, err = h.jobs().SubmitJob(ctx, dep("afterok:1,afterany:999"))
+	wantCode(t, "-d afterany:999", err, codes.InvalidArgument, "job.dependency: job 999 does not exist: the newest job is 1", "Job dependency problem")
+	if _, err := h.jobs().SubmitJob(ctx, dep("afterok:1")); err != nil {
+		t.Errorf("-d afterok:1 (job 1 was submitted): %v", err)
+	}
 }

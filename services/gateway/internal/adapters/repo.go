@@ -106,6 +106,19 @@ func (r *Repo) NextJobIDs(ctx context.Context, n int) (int64, error) {
 	return last - int64(n) + 1, nil
 }
 
+// LastJobID returns the newest job id issued (0 before the first): every
+// job id up to it was given to some job, and none after it yet.
+func (r *Repo) LastJobID(ctx context.Context) (int64, error) {
+	last, err := r.st.Client().Get(ctx, r.st.Key(KeyJobSeq)).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("last job id: %w: %v", errs.Unavailable, err)
+	}
+	return last, nil
+}
+
 // replayOrIDs is ReplayOrJobIDs' one round trip: the name the request
 // recorded (under its string key, else in the hash earlier versions wrote),
 // or else INCRBY of the job id counter.

@@ -510,6 +510,9 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	if err == nil {
 		err = g.checkJobNodes(ctx, req.GetJob(), cluster)
 	}
+	if err == nil {
+		err = g.checkDependencyJobs(ctx, req.GetJob().GetDependency(), "job.dependency")
+	}
 	if err != nil {
 		// A retry of a request that was accepted answers what it got then,
 		// even when the same request would be refused now.
@@ -1024,6 +1027,9 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		if err := domain.CheckUpdate(action, req, j); err != nil {
 			return nil, err
 		}
+	}
+	if err := g.checkDependencyJobs(ctx, req.GetDependency(), "dependency"); err != nil {
+		return nil, err
 	}
 	account, qos, err := g.updateCharge(ctx, j, req.Account, req.Qos)
 	if err != nil {

@@ -476,17 +476,3 @@ func (g *Gateway) GetClusterGoodput(ctx context.Context, req *loomv1.GetClusterG
 	}
 	return gp, nil
 }
-
-// checkJobNodes checks a job's --nodelist and --exclude against its
-// cluster's nodes (domain.CheckJobNodes); a job that names none costs no
-// look-up.
-func (g *Gateway) checkJobNodes(ctx context.Context, j *loomv1.Job, cluster *loomv1.Cluster) error {
-	if len(j.GetNodelist()) == 0 && len(j.GetExclude()) == 0 {
-		return nil
-	}
-	nodes, err := g.clusterNodes(ctx, cluster.GetName())
-	if err != nil {
-		return err
-	}
-	return domain.CheckJobNodes(j, cluster, nodes)
-}

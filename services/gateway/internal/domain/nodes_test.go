@@ -82,3 +82,20 @@ func TestCheckJobNodes(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckDependencyJobs(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []string{"", "afterok:12", "after:3_1:12+5?singleton", "aftercorr:7"} {
+		if err := CheckDependencyJobs(spec, "job.dependency", 12); err != nil {
+			t.Errorf("%q with job 12 the newest: %v", spec, err)
+		}
+	}
+	err := CheckDependencyJobs("afterok:12,afterany:13", "dependency", 12)
+	var invalid *errs.InvalidError
+	if !errors.As(err, &invalid) || !strings.Contains(err.Error(), "dependency: job 13 does not exist: the newest job is 12 (Slurm: Job dependency problem)") {
+		t.Errorf("a dependency on job 13 with 12 the newest: %v", err)
+	}
+	if err := CheckDependencyJobs("afterok:1", "job.dependency", 0); err == nil {
+		t.Error("a dependency before any job was issued was accepted")
+	}
+}

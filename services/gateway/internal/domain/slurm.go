@@ -119,6 +119,33 @@ func findPartition(c *loomv1.Cluster, id string) (*loomv1.SlurmPartition, error)
 	return nil, fmt.Errorf("no partition %s in cluster %s (partitions: %s)", clip(id), cid, strings.Join(ids, ", "))
 }
 
+// MsgDependency is Slurm's word for a --dependency it cannot take.
+const MsgDependency = "Job dependency problem"
+
+// CheckDependencyJobs refuses a --dependency (already parsed by
+// ValidateSubmitJob or ValidateUpdateJob; "" is none) naming a job id
+// greater than last, the newest issued: a job that never existed, most
+// likely a typo, which would hold the job forever (DependencyNeverSatisfied;
+// Slurm takes it for a job long purged and runs at once). field names the
+// request's field.
+func CheckDependencyJobs(spec, field string, last int64) error {
+	if spec == "" {
+		return nil
+	}
+	d, err := slurmspec.ParseDependency(spec)
+	if err != nil {
+		return errs.Invalid(field, "%s: %v", clip(spec), err)
+	}
+	for _, it := range d.Items {
+		for _, dj := range it.Jobs {
+			if id, err := strconv.ParseInt(dj.JobID, 10, 64); err != nil || id > last {
+				return errs.Invalid(field, "job %s does not exist: the newest job is %d (Slurm: %s)", dj.JobID, last, MsgDependency)
+			}
+		}
+	}
+	return nil
+}
+
 // jobPartition returns the partition job j goes to in cluster: its own,
 // else the cluster's default (findPartition's error when there is none).
 func jobPartition(cluster *loomv1.Cluster, j *loomv1.Job) (string, *loomv1.SlurmPartition, error) {
