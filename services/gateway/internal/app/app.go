@@ -971,8 +971,10 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 }
 
 // UpdateJob asks the scheduler to hold, release or requeue a job, or to
-// change its time limit or partition (scontrol hold/uhold/release/requeue/
-// update), and returns the job as the scheduler has it. Only the job's
+// change its time limit, partition, nice, begin time, dependency, QOS,
+// account, name, size, hosts or (an array's) throttle (scontrol hold/uhold/
+// release/requeue/update), and returns the job as the scheduler has it.
+// Sizes and hosts are judged against the cluster as at submission. Only the job's
 // owner or an administrator may (PermissionDenied, "Access/permission
 // denied"), and only an administrator releases an admin hold. The name may name an array
 // task; "A" of an array acts on every task. InvalidArgument for a bad action
@@ -1007,6 +1009,11 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if req.ArrayTaskThrottle != nil && j.GetArrayJobId() == "" {
 		return nil, errs.Invalid("array_task_throttle", "job %s is not an array", j.GetJobId())
 	}
+	if !ref.array {
+		if err := domain.CheckUpdate(action, req, j); err != nil {
+			return nil, err
+		}
+	}
 	if domain.Resizes(req) {
 		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: j.GetCluster()})
 		if err != nil {
@@ -1023,11 +1030,6 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 			return nil, err
 		}
 	}
-	if !ref.array {
-		if err := domain.CheckUpdate(action, req, j); err != nil {
-			return nil, err
-		}
-	}
 	if err := g.checkDependencyJobs(ctx, req.GetDependency(), "dependency"); err != nil {
 		return nil, err
 	}
@@ -1039,8 +1041,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
 		BeginTime: req.GetBeginTime(), Dependency: req.Dependency, JobName: req.JobName,
 		NodeCount: req.NodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
-		ArrayTaskThrottle: req.ArrayTaskThrottle,
-		User:              caller.User, Admin: caller.Admin}
+		ArrayTaskThrottle: req.ArrayTaskThrottle, User: caller.User, Admin: caller.Admin}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)
 	}
