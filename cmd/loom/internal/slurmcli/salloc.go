@@ -94,7 +94,12 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 		}
 		return err
 	}
-	path, err := proc.LookPath(command[0], c.env.Environ["PATH"], c.env.Cwd)
+	// -D moves salloc itself, and so its command, as Slurm's does.
+	dir := c.env.Cwd
+	if wd := req.job.GetWorkDir(); wd != "" {
+		dir = wd
+	}
+	path, err := proc.LookPath(command[0], c.env.Environ["PATH"], dir)
 	if err != nil {
 		return c.errorf("%s: %v", command[0], err)
 	}
@@ -109,7 +114,7 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 	if !quiet {
 		fmt.Fprintf(c.stderr, "salloc: Granted job allocation %s\n", id)
 	}
-	code, revoked := c.runAllocated(ctx, job, path, command)
+	code, revoked := c.runAllocated(ctx, job, path, command, dir)
 	if revoked {
 		return &Error{Code: max(code, 1)}
 	}
@@ -132,15 +137,15 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 	return nil
 }
 
-// runAllocated runs the command here with the allocation's variables,
+// runAllocated runs the command here, in dir, with the allocation's variables,
 // standard streams passed through, and returns its exit code; revoked
 // reports that the allocation ended first and the command was hung up on.
 // The caller's interrupts do not stop it: they are the command's.
-func (c *cmd) runAllocated(ctx context.Context, job *loomv1.Job, path string, command []string) (code int, revoked bool) {
+func (c *cmd) runAllocated(ctx context.Context, job *loomv1.Job, path string, command []string, dir string) (code int, revoked bool) {
 	cmd := exec.Command(path, command[1:]...)
 	cmd.Args[0] = command[0]
 	cmd.Env = allocationEnv(c.env.Environ, job, c.env.Cwd)
-	cmd.Dir = c.env.Cwd
+	cmd.Dir = dir
 	// A terminal is handed to the command as it is (a shell must see one);
 	// anything else is written under a lock, as salloc's own messages are.
 	stdout, stderr := passThrough(c.stdout), passThrough(c.stderr)

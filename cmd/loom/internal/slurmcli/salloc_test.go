@@ -55,6 +55,15 @@ func TestSalloc(t *testing.T) {
 		t.Fatalf("job ends with %v, want USR1 to its batch shell", c)
 	}
 
+	// -D: salloc, and so its command, works there.
+	env, _, _, _ = envFor(t)
+	if err := os.Mkdir(filepath.Join(env.Cwd, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := salloc(context.Background(), t, env, "", "-Q", "-D", "sub", "sh", "-c", "pwd"); code != 0 || out != filepath.Join(env.Cwd, "sub")+"\n" {
+		t.Fatalf("salloc -D sub pwd: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
 	// A failing command: its exit code, and the job ends FAILED (USR2).
 	// No command: the user's shell, reading the caller's input, in a job
 	// named "interactive"; -Q keeps salloc quiet; SBATCH_* are not salloc's.
