@@ -1663,8 +1663,14 @@ type CancelJobRequest struct {
 	// shell only; full, the batch shell and its children and every job step.
 	// batch wins over full. A job without a batch script (a command on every
 	// node) is signalled whole either way.
-	Batch         bool `protobuf:"varint,4,opt,name=batch,proto3" json:"batch,omitempty"`
-	Full          bool `protobuf:"varint,5,opt,name=full,proto3" json:"full,omitempty"`
+	Batch bool `protobuf:"varint,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	Full  bool `protobuf:"varint,5,opt,name=full,proto3" json:"full,omitempty"`
+	// exit_code, when set (and no signal), ends a running job as the command
+	// run in its allocation ended, as Slurm's slurm_complete_job does for
+	// srun and salloc: COMPLETED for 0, else FAILED with that code (0 to
+	// 255; 128+N for a command killed by signal N), its processes stopped.
+	// A pending job is cancelled.
+	ExitCode      *int32 `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1732,6 +1738,13 @@ func (x *CancelJobRequest) GetFull() bool {
 		return x.Full
 	}
 	return false
+}
+
+func (x *CancelJobRequest) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
 }
 
 type UpdateJobRequest struct {
@@ -3981,13 +3994,16 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	" \x01(\tR\tpageToken\"\\\n" +
 	"\x10ListJobsResponse\x12 \n" +
 	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"|\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xac\x01\n" +
 	"\x10CancelJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
 	"\x05batch\x18\x04 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\x05 \x01(\bR\x04full\"\xd1\x05\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\x12 \n" +
+	"\texit_code\x18\x06 \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
+	"\n" +
+	"_exit_code\"\xd1\x05\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
@@ -4418,6 +4434,7 @@ func file_loom_v1_service_proto_init() {
 		return
 	}
 	file_loom_v1_resources_proto_init()
+	file_loom_v1_service_proto_msgTypes[24].OneofWrappers = []any{}
 	file_loom_v1_service_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -207,8 +207,8 @@ func TestSrunAllocates(t *testing.T) {
 		t.Fatalf("srun exit 3: %v", r)
 	}
 	id = strings.TrimSpace(r.stdout)
-	if row := s.waitDone(id, 60*time.Second); state(row) != "FAILED" {
-		t.Errorf("failed srun's job %s ended %s, want FAILED", id, row["State"])
+	if row := s.waitDone(id, 60*time.Second); state(row) != "FAILED" || row["ExitCode"] != "3:0" {
+		t.Errorf("failed srun's job %s ended %s %s, want FAILED 3:0", id, row["State"], row["ExitCode"])
 	}
 }
 
@@ -241,7 +241,7 @@ func TestSallocAllocates(t *testing.T) {
 		t.Fatalf("salloc exit 3: %v", r)
 	}
 	id = strings.TrimSpace(r.stdout)
-	if row := s.waitDone(id, 60*time.Second); state(row) != "FAILED" {
-		t.Errorf("failed salloc's job %s ended %s, want FAILED", id, row["State"])
+	if row := s.waitDone(id, 60*time.Second); state(row) != "FAILED" || row["ExitCode"] != "3:0" {
+		t.Errorf("failed salloc's job %s ended %s %s, want FAILED 3:0", id, row["State"], row["ExitCode"])
 	}
 }

@@ -643,7 +643,15 @@ func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loo
 		return nil, err
 	}
 	before := proto.Clone(j).(*loomv1.Job)
-	if r.GetSignal() == "" && !j.GetState().Terminal() {
+	switch {
+	case r.GetSignal() != "" || j.GetState().Terminal():
+	case r.ExitCode != nil && state(j) == loomv1.JobState_RUNNING:
+		// An allocation ended as its command did (srun, salloc).
+		j.State, j.ExitCode = loomv1.JobState_COMPLETED, r.GetExitCode()
+		if r.GetExitCode() != 0 {
+			j.State = loomv1.JobState_FAILED
+		}
+	default:
 		j.State = loomv1.JobState_CANCELLED
 	}
 	if state(before) == loomv1.JobState_PENDING {

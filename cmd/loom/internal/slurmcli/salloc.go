@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/status"
-
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/proc"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -121,16 +119,7 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 	if !quiet {
 		fmt.Fprintf(c.stderr, "salloc: Relinquishing job allocation %s\n", id)
 	}
-	// The holder ends the job as the command ended.
-	sig := "USR1"
-	if code != 0 {
-		sig = "USR2"
-	}
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.env.CallTimeout)
-	defer cancel()
-	if _, err := c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), Signal: sig, Batch: true, User: c.env.User}); err != nil {
-		fmt.Fprintf(c.stderr, "salloc: error: ending job %s: %s; cancel it with scancel %s\n", id, status.Convert(err).Message(), id)
-	}
+	c.endAllocation(ctx, job, code)
 	if code != 0 {
 		return &Error{Code: code}
 	}

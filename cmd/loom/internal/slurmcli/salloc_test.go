@@ -51,8 +51,8 @@ func TestSalloc(t *testing.T) {
 		j.GetDisplayName() != "sh" || j.GetUser() != "ada" {
 		t.Fatalf("allocation %v", submits())
 	}
-	if c := cancels(); len(c) != 1 || c[0].GetSignal() != "USR1" || !c[0].GetBatch() || c[0].GetName() != allocJob {
-		t.Fatalf("job ends with %v, want USR1 to its batch shell", c)
+	if c := cancels(); len(c) != 1 || c[0].ExitCode == nil || c[0].GetExitCode() != 0 || c[0].GetName() != allocJob {
+		t.Fatalf("job ends with %v, want exit code 0", c)
 	}
 
 	// -D: salloc, and so its command, works there.
@@ -64,13 +64,13 @@ func TestSalloc(t *testing.T) {
 		t.Fatalf("salloc -D sub pwd: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
-	// A failing command: its exit code, and the job ends FAILED (USR2).
+	// A failing command: its exit code, and the job ends with it (FAILED).
 	// No command: the user's shell, reading the caller's input, in a job
 	// named "interactive"; -Q keeps salloc quiet; SBATCH_* are not salloc's.
 	env, cancels, submits, _ = envFor(t)
 	code, out, errOut = salloc(context.Background(), t, env, "echo in $SLURM_JOB_ID\nexit 3\n", "-Q")
 	if code != 3 || out != "in 40\n" || errOut != "" || submits()[0].GetJob().GetDisplayName() != "interactive" ||
-		submits()[0].GetJob().GetPartition() != "" || len(cancels()) != 1 || cancels()[0].GetSignal() != "USR2" {
+		submits()[0].GetJob().GetPartition() != "" || len(cancels()) != 1 || cancels()[0].GetExitCode() != 3 {
 		t.Fatalf("salloc -Q (shell): exit %d, stdout %q, stderr %q, job %v, cancels %v", code, out, errOut, submits()[0].GetJob(), cancels())
 	}
 
@@ -110,7 +110,7 @@ func TestSalloc(t *testing.T) {
 		}
 	}()
 	code, out, errOut = salloc(context.Background(), t, env, "", "sh", "-c", `trap 'echo hung up; exit 5' HUP; touch started; while :; do sleep 0.1; done`)
-	if code != 5 || out != "hung up\n" || !strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 || cancels()[0].GetSignal() != "USR2" {
+	if code != 5 || out != "hung up\n" || !strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 || cancels()[0].GetExitCode() != 5 {
 		t.Fatalf("hung up: exit %d, stdout %q, stderr %q, cancels %v", code, out, errOut, cancels())
 	}
 

@@ -12,10 +12,10 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// srunHolder is the batch script of the allocation srun makes outside a
-// job: it holds the nodes, doing nothing, until srun's step has ended and
-// srun tells it how (USR1: the step succeeded, USR2: it did not), so the
-// job ends COMPLETED or FAILED as the step did.
+// srunHolder is the batch script of the allocation srun and salloc make:
+// it holds the nodes, doing nothing, until srun or salloc ends the job as
+// its step or command ended (endAllocation). USR1 and USR2 end it
+// COMPLETED or FAILED too, as gateways before CancelJob.exit_code had it.
 const srunHolder = `#!/bin/sh
 # Loom's srun: this allocation is held for the step srun starts in it.
 trap 'exit 0' USR1
@@ -94,16 +94,15 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 	}
 	step.jobID = id
 	runErr := c.srunMulti(ctx, step, export, chdir)
-	// The holder ends the job as the step ended.
-	sig := "USR1"
+	// The job ends as the step ended, with its exit code.
+	code := 0
 	if runErr != nil {
-		sig = "USR2"
+		code = 1
+		if e, ok := runErr.(*Error); ok && e.Code > 0 {
+			code = e.Code
+		}
 	}
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.env.CallTimeout)
-	defer cancel()
-	if _, err := c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), Signal: sig, Batch: true, User: c.env.User}); err != nil {
-		fmt.Fprintf(c.stderr, "srun: error: ending job %s: %s; cancel it with scancel %s\n", id, status.Convert(err).Message(), id)
-	}
+	c.endAllocation(ctx, job, code)
 	return runErr
 }
 
@@ -148,5 +147,18 @@ func (c *cmd) awaitAllocation(ctx context.Context, job *loomv1.Job, quiet bool) 
 		} else if ctx.Err() == nil {
 			return nil, c.rpcError("waiting for job "+id, err)
 		}
+	}
+}
+
+// endAllocation ends the allocation job holds as the step or command run in
+// it ended: COMPLETED for 0, else FAILED with the code (CancelJob with
+// exit_code, Slurm's slurm_complete_job); a failure says how to let the
+// nodes go by hand.
+func (c *cmd) endAllocation(ctx context.Context, job *loomv1.Job, code int) {
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.env.CallTimeout)
+	defer cancel()
+	exit := int32(min(max(code, 0), 255))
+	if _, err := c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), ExitCode: &exit, User: c.env.User}); err != nil {
+		fmt.Fprintf(c.stderr, "%s: error: ending job %s: %s; cancel it with scancel %s\n", c.name, job.GetJobId(), status.Convert(err).Message(), job.GetJobId())
 	}
 }

@@ -98,16 +98,16 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 		stepsCreated(g)[0].GetEnv()["KEEP"] != "me" {
 		t.Fatalf("steps %v, want hostname in job 40", stepsCreated(g))
 	}
-	// The holder ends the job COMPLETED: USR1 to the batch shell alone.
-	if len(jobCancels(g)) != 1 || jobCancels(g)[0].GetSignal() != "USR1" || !jobCancels(g)[0].GetBatch() || jobCancels(g)[0].GetName() != allocJob {
-		t.Fatalf("job ends with %v, want USR1 to its batch shell", jobCancels(g))
+	// The job ends COMPLETED: as its step ended, exit code 0.
+	if c := jobCancels(g); len(c) != 1 || c[0].ExitCode == nil || c[0].GetExitCode() != 0 || c[0].GetSignal() != "" || c[0].GetName() != allocJob {
+		t.Fatalf("job ends with %v, want exit code 0", c)
 	}
 
-	// A failing step: srun's exit code, and the job ends FAILED (USR2).
+	// A failing step: srun's exit code, and the job ends with it (FAILED).
 	g = srunGateway(t, 1, 0, 3)
 	code, _, errOut = srunOutside(context.Background(), t, g, "-N2", "false")
-	if code != 3 || len(jobCancels(g)) != 1 || jobCancels(g)[0].GetSignal() != "USR2" {
-		t.Fatalf("failing step: exit %d, stderr %q, job ends with %v", code, errOut, jobCancels(g))
+	if c := jobCancels(g); code != 3 || len(c) != 1 || c[0].GetExitCode() != 3 {
+		t.Fatalf("failing step: exit %d, stderr %q, job ends with %v", code, errOut, c)
 	}
 
 	// Interrupted while waiting for its allocation, srun cancels the job.

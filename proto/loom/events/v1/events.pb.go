@@ -1463,8 +1463,11 @@ type CancelJob struct {
 	User  string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
 	Admin bool   `protobuf:"varint,5,opt,name=admin,proto3" json:"admin,omitempty"`
 	// batch and full say whom signal reaches, as in loom.v1.CancelJobRequest.
-	Batch         bool `protobuf:"varint,6,opt,name=batch,proto3" json:"batch,omitempty"`
-	Full          bool `protobuf:"varint,7,opt,name=full,proto3" json:"full,omitempty"`
+	Batch bool `protobuf:"varint,6,opt,name=batch,proto3" json:"batch,omitempty"`
+	Full  bool `protobuf:"varint,7,opt,name=full,proto3" json:"full,omitempty"`
+	// exit_code, when set, ends a running job COMPLETED (0) or FAILED with
+	// it instead of CANCELLED, as in loom.v1.CancelJobRequest.
+	ExitCode      *int32 `protobuf:"varint,8,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1546,6 +1549,13 @@ func (x *CancelJob) GetFull() bool {
 		return x.Full
 	}
 	return false
+}
+
+func (x *CancelJob) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
 }
 
 // UpdateJob asks the scheduler to hold, release, requeue or update a job
@@ -5335,7 +5345,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14HealthCheckCompleted\x122\n" +
 	"\x06result\x18\x01 \x01(\v2\x1a.loom.v1.HealthCheckResultR\x06result\"+\n" +
 	"\tSubmitJob\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"\xa3\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"\xd3\x01\n" +
 	"\tCancelJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5343,7 +5353,10 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
 	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
 	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\a \x01(\bR\x04full\"\xf8\x05\n" +
+	"\x04full\x18\a \x01(\bR\x04full\x12 \n" +
+	"\texit_code\x18\b \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
+	"\n" +
+	"_exit_code\"\xf8\x05\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5895,6 +5908,7 @@ func file_loom_events_v1_events_proto_init() {
 	if File_loom_events_v1_events_proto != nil {
 		return
 	}
+	file_loom_events_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
 	file_loom_events_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

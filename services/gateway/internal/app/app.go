@@ -941,6 +941,9 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if err := domain.CheckCompletion(req, signal); err != nil {
+		return nil, err
+	}
 	// req.user is no longer trusted (it is checked as text only): the
 	// principal decides.
 	if err := domain.CheckUser(req.GetUser()); err != nil {
@@ -962,7 +965,7 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 		}
 	}
 	cmd := &eventsv1.CancelJob{Job: ref.command, Cluster: j.GetCluster(), Signal: signal,
-		User: caller.User, Admin: caller.Admin, Batch: req.GetBatch(), Full: req.GetFull()}
+		User: caller.User, Admin: caller.Admin, Batch: req.GetBatch(), Full: req.GetFull(), ExitCode: req.ExitCode}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", ref.name, err)
 	}

@@ -462,6 +462,18 @@ func CheckRequestID(id string) error {
 	return v.Err()
 }
 
+// CheckCompletion checks a CancelJobRequest's exit_code (an allocation
+// ended as its command did): 0 to 255, and not with a signal (parsed).
+func CheckCompletion(req *loomv1.CancelJobRequest, signal string) error {
+	if req.ExitCode == nil {
+		return nil
+	}
+	var v errs.Validator
+	v.Check(req.GetExitCode() >= 0 && req.GetExitCode() <= 255, "exit_code", "%d is not 0 to 255", req.GetExitCode())
+	v.Check(signal == "", "exit_code", "ends the job: not with a signal (%s)", signal)
+	return v.Err()
+}
+
 // CheckCancel refuses to cancel or signal job in the state it is in:
 // finishing or finished jobs (Slurm's "Job/step already completing or
 // completed"), and signals to jobs that have not started.

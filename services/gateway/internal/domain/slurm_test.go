@@ -287,6 +287,20 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 	if _, err := ParseCancelSignal("B:USR1"); err == nil || !strings.HasPrefix(err.Error(), "signal:") {
 		t.Errorf("ParseCancelSignal(B:USR1) = %v, want InvalidArgument naming signal", err)
 	}
+	// An allocation ended as its command did (srun, salloc): 0 to 255, no signal.
+	for _, tc := range []struct {
+		code   int32
+		signal string
+		ok     bool
+	}{{0, "", true}, {255, "", true}, {256, "", false}, {-1, "", false}, {1, "USR1", false}} {
+		err := CheckCompletion(&loomv1.CancelJobRequest{ExitCode: proto.Int32(tc.code)}, tc.signal)
+		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "exit_code:") {
+			t.Errorf("CheckCompletion(exit %d, signal %q) = %v", tc.code, tc.signal, err)
+		}
+	}
+	if err := CheckCompletion(&loomv1.CancelJobRequest{}, "USR1"); err != nil {
+		t.Errorf("CheckCompletion without exit_code = %v", err)
+	}
 }
 
 func TestValidateUpdateSlurmNode(t *testing.T) {

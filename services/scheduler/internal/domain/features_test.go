@@ -1148,3 +1148,35 @@ func TestAfterCorrAndBurstBuffer(t *testing.T) {
 	h.tick(15 * time.Minute)
 	h.wantState(50, loomv1.JobState_RUNNING, "")
 }
+
+// TestCancelWithExitCode: srun and salloc end their allocation as the
+// command in it ended (CancelJob.exit_code): COMPLETED for 0, else FAILED
+// with the code, its processes stopped; a signal with it is refused.
+func TestCancelWithExitCode(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 1))
+	h.submitJob(job(2, 1, 1))
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	c := h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, ExitCode: proto.Int32(3)})
+	h.wantState(1, loomv1.JobState_FAILED, "") // COMPLETING while its processes stop
+	if code := h.job(1).GetExitCode(); code != 3 {
+		t.Errorf("job 1 after its allocation ended with 3: exit %d", code)
+	}
+	stopped := false
+	for _, s := range stops(c) {
+		stopped = stopped || s.GetJob() == jobName(1)
+	}
+	if !stopped {
+		t.Error("job 1's processes were not stopped")
+	}
+	h.do(&eventsv1.CancelJob{Job: jobName(2), Cluster: cl, ExitCode: proto.Int32(0)})
+	h.wantState(2, loomv1.JobState_COMPLETED, "")
+	for _, ev := range []*eventsv1.CancelJob{{ExitCode: proto.Int32(256)}, {ExitCode: proto.Int32(1), Signal: "USR1"}} {
+		ev.Job, ev.Cluster = jobName(2), cl
+		if _, err := h.s.Handle(h.now, ev); err == nil {
+			t.Errorf("cancel %v accepted", ev)
+		}
+	}
+}

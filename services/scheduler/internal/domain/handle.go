@@ -237,6 +237,9 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 			return fmt.Errorf("cancel job: %w", errs.Invalid("signal", "%v", err))
 		}
 	}
+	if ev.ExitCode != nil && (sig != "" || ev.GetExitCode() < 0 || ev.GetExitCode() > 255) {
+		return fmt.Errorf("cancel job: %w", errs.Invalid("exit_code", "%d: 0 to 255, and not with a signal", ev.GetExitCode()))
+	}
 	for _, j := range t.resolveJobs(ev.GetJob()) {
 		switch {
 		case !mayAct(j, ev.GetUser(), ev.GetAdmin()):
@@ -254,9 +257,18 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 		case j.Running():
 			j = t.editJob(j.Name())
 			r := t.currentRun(j)
-			t.finish(j, loomv1.JobState_CANCELLED, 0, "")
+			// An allocation srun or salloc ends (exit_code) ends as its
+			// command did; any other cancel is CANCELLED.
+			state, code, why := loomv1.JobState_CANCELLED, int32(0), "job cancelled"
+			if ev.ExitCode != nil {
+				state, code, why = loomv1.JobState_COMPLETED, ev.GetExitCode(), "allocation ended"
+				if code != 0 {
+					state = loomv1.JobState_FAILED
+				}
+			}
+			t.finish(j, state, code, "")
 			if r != nil {
-				t.stopSteps(r, "", "job cancelled", eventsv1.StopCause_STOP_CAUSE_CANCELLED)
+				t.stopSteps(r, "", why, eventsv1.StopCause_STOP_CAUSE_CANCELLED)
 			}
 			t.dirty[j.Job.GetCluster()] = true
 		}
