@@ -170,6 +170,7 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{&loomv1.UpdateJobRequest{Action: "hold", ArrayTaskThrottle: proto.Int32(2)}, "array_task_throttle", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", JobName: proto.String(" ")}, "job_name", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", JobName: proto.String("a\x1b[2Jb")}, "job_name", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", JobName: proto.String(strings.Repeat("n", MaxNameBytes+1))}, "job_name", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", NodeCount: proto.Int32(0)}, "node_count", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", Ntasks: proto.Int32(-1)}, "ntasks", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", MemMb: proto.Int64(-1)}, "mem_mb", ""},
