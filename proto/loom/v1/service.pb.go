@@ -1796,8 +1796,13 @@ type UpdateJobRequest struct {
 	// its tasks that run at once when set (scontrol update
 	// ArrayTaskThrottle=; 0: no limit).
 	ArrayTaskThrottle *int32 `protobuf:"varint,17,opt,name=array_task_throttle,json=arrayTaskThrottle,proto3,oneof" json:"array_task_throttle,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For "update" of a pending job: its new GPUs per node and GPU type when
+	// set (scontrol update Gres=gpu[:TYPE]:N, TresPerNode=gres/gpu...; a type
+	// "" is any), checked against its partition as at submission.
+	GpusPerNode   *int32  `protobuf:"varint,18,opt,name=gpus_per_node,json=gpusPerNode,proto3,oneof" json:"gpus_per_node,omitempty"`
+	GpuType       *string `protobuf:"bytes,19,opt,name=gpu_type,json=gpuType,proto3,oneof" json:"gpu_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateJobRequest) Reset() {
@@ -1947,6 +1952,20 @@ func (x *UpdateJobRequest) GetArrayTaskThrottle() int32 {
 		return *x.ArrayTaskThrottle
 	}
 	return 0
+}
+
+func (x *UpdateJobRequest) GetGpusPerNode() int32 {
+	if x != nil && x.GpusPerNode != nil {
+		return *x.GpusPerNode
+	}
+	return 0
+}
+
+func (x *UpdateJobRequest) GetGpuType() string {
+	if x != nil && x.GpuType != nil {
+		return *x.GpuType
+	}
+	return ""
 }
 
 type WatchJobRequest struct {
@@ -4003,7 +4022,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04full\x18\x05 \x01(\bR\x04full\x12 \n" +
 	"\texit_code\x18\x06 \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xd1\x05\n" +
+	"_exit_code\"\xb9\x06\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
@@ -4026,7 +4045,10 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x06mem_mb\x18\x0e \x01(\x03H\aR\x05memMb\x88\x01\x01\x12-\n" +
 	"\bnodelist\x18\x0f \x01(\v2\x11.loom.v1.HostListR\bnodelist\x12+\n" +
 	"\aexclude\x18\x10 \x01(\v2\x11.loom.v1.HostListR\aexclude\x123\n" +
-	"\x13array_task_throttle\x18\x11 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01B\a\n" +
+	"\x13array_task_throttle\x18\x11 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01\x12'\n" +
+	"\rgpus_per_node\x18\x12 \x01(\x05H\tR\vgpusPerNode\x88\x01\x01\x12\x1e\n" +
+	"\bgpu_type\x18\x13 \x01(\tH\n" +
+	"R\agpuType\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
 	"\x04_qosB\n" +
@@ -4036,7 +4058,9 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\v_node_countB\t\n" +
 	"\a_ntasksB\t\n" +
 	"\a_mem_mbB\x16\n" +
-	"\x14_array_task_throttle\"%\n" +
+	"\x14_array_task_throttleB\x10\n" +
+	"\x0e_gpus_per_nodeB\v\n" +
+	"\t_gpu_type\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +

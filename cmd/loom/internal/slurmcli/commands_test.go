@@ -338,6 +338,8 @@ func TestScontrolActions(t *testing.T) {
 		{"update", "JobId=13", "NumNodes=2-3", "NumTasks=4", "MinMemoryNode=2G"},
 		{"update", "JobId=13", "ReqNodeList=gpu-[0001-0002]", "ExcNodeList="},
 		{"update", "JobId=15", "ArrayTaskThrottle=0"},
+		{"update", "JobId=13", "Gres=gpu:h100:2"},
+		{"update", "JobId=13", "TresPerNode=gres/gpu:4"},
 	} {
 		if code, _, errOut := run(t, f, "scontrol", Env{}, args...); code != 0 {
 			t.Errorf("scontrol %v: %d %q", args, code, errOut)
@@ -376,13 +378,16 @@ func TestScontrolActions(t *testing.T) {
 		if u.ArrayTaskThrottle != nil {
 			g += fmt.Sprintf(":throttle=%d", u.GetArrayTaskThrottle())
 		}
+		if u.GpusPerNode != nil {
+			g += fmt.Sprintf(":gpus=%s:%d", u.GetGpuType(), u.GetGpusPerNode())
+		}
 		got = append(got, g)
 	}
 	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00",
 		"update:13::00:00:00:nice=-20", "update:13::00:00:00:nice=0", "update:13::00:00:00:begin+1h0m0s",
 		"update:13::00:00:00:dependency=afterok:12", "update:13::00:00:00:dependency=", "update:13::00:00:00:qos=high:account=lab",
 		"update:12::00:00:00:name=renamed", "update:13::00:00:00:N=2:n=4:mem=2048", "update:13::00:00:00:w=gpu-0001,gpu-0002:x=",
-		"update:15::00:00:00:throttle=0"}
+		"update:15::00:00:00:throttle=0", "update:13::00:00:00:gpus=h100:2", "update:13::00:00:00:gpus=:4"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
 	}
@@ -438,6 +443,7 @@ func TestScontrolActions(t *testing.T) {
 		{[]string{"update", "JobId=12", "MinMemoryNode=lots"}, "Invalid MinMemoryNode value: lots (expected a number with an optional K, M, G or T suffix)\n"},
 		{[]string{"update", "JobId=12", "ExcNodeList=gpu-[0001"}, "Invalid node name specified: gpu-[0001"},
 		{[]string{"update", "JobId=12", "ArrayTaskThrottle=-1"}, "Invalid ArrayTaskThrottle value: -1\n"},
+		{[]string{"update", "JobId=12", "Gres=tpu:1"}, "Invalid generic resource (gres) specification: tpu:1 (unknown generic resource \"tpu\" (Loom knows gpu))\n"},
 		{[]string{"update", "JobId=12", "JobName="}, "Invalid JobName value: it must not be empty\n"},
 		{[]string{"update", "JobId=12", "TimeLimit=soon"}, "Invalid TimeLimit value: soon\n"},
 		{[]string{"update", "JobId=12", "TimeLimit=UNLIMITED"}, "scontrol: error: TimeLimit=UNLIMITED is not supported by Loom; give a time\n"},

@@ -691,7 +691,8 @@ func first(kv map[string]string, keys ...string) string {
 
 // updateJobParams updates a job's TimeLimit, Partition, Nice, StartTime,
 // Dependency, QOS, Account, JobName, NumNodes, NumTasks, MinMemoryNode,
-// ReqNodeList, ExcNodeList and/or (an array's) ArrayTaskThrottle.
+// Gres/TresPerNode (GPUs), ReqNodeList, ExcNodeList and/or (an array's)
+// ArrayTaskThrottle.
 func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
 	ids := splitList(first(kv, "jobid", "job"))
 	req := &loomv1.UpdateJobRequest{Action: "update"}
@@ -778,6 +779,12 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			} else {
 				req.Nodelist = list
 			}
+		case "gres", "trespernode":
+			typ, n, err := parseGres(v)
+			if err != nil {
+				return &Error{Code: 1, Text: "Invalid generic resource (gres) specification: " + v + " (" + err.Error() + ")"}
+			}
+			req.GpusPerNode, req.GpuType = &n, &typ
 		case "arraytaskthrottle":
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil || n < 0 || !isDigits(v) {

@@ -1587,8 +1587,9 @@ type UpdateJob struct {
 	// account, when set, is the pending job's new account (checked by the
 	// gateway).
 	Account *string `protobuf:"bytes,12,opt,name=account,proto3,oneof" json:"account,omitempty"`
-	// job_name, node_count, ntasks, mem_mb, nodelist, exclude and
-	// array_task_throttle, when set, are as in loom.v1.UpdateJobRequest
+	// job_name, node_count, ntasks, mem_mb, nodelist, exclude,
+	// array_task_throttle, gpus_per_node and gpu_type, when set, are as in
+	// loom.v1.UpdateJobRequest
 	// (checked by the gateway against the job's cluster).
 	JobName           *string      `protobuf:"bytes,13,opt,name=job_name,json=jobName,proto3,oneof" json:"job_name,omitempty"`
 	NodeCount         *int32       `protobuf:"varint,14,opt,name=node_count,json=nodeCount,proto3,oneof" json:"node_count,omitempty"`
@@ -1597,6 +1598,8 @@ type UpdateJob struct {
 	Nodelist          *v1.HostList `protobuf:"bytes,17,opt,name=nodelist,proto3" json:"nodelist,omitempty"`
 	Exclude           *v1.HostList `protobuf:"bytes,18,opt,name=exclude,proto3" json:"exclude,omitempty"`
 	ArrayTaskThrottle *int32       `protobuf:"varint,19,opt,name=array_task_throttle,json=arrayTaskThrottle,proto3,oneof" json:"array_task_throttle,omitempty"`
+	GpusPerNode       *int32       `protobuf:"varint,20,opt,name=gpus_per_node,json=gpusPerNode,proto3,oneof" json:"gpus_per_node,omitempty"`
+	GpuType           *string      `protobuf:"bytes,21,opt,name=gpu_type,json=gpuType,proto3,oneof" json:"gpu_type,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1762,6 +1765,20 @@ func (x *UpdateJob) GetArrayTaskThrottle() int32 {
 		return *x.ArrayTaskThrottle
 	}
 	return 0
+}
+
+func (x *UpdateJob) GetGpusPerNode() int32 {
+	if x != nil && x.GpusPerNode != nil {
+		return *x.GpusPerNode
+	}
+	return 0
+}
+
+func (x *UpdateJob) GetGpuType() string {
+	if x != nil && x.GpuType != nil {
+		return *x.GpuType
+	}
+	return ""
 }
 
 // CreateJobStep asks the scheduler to start a job step (srun) on the nodes of
@@ -5356,7 +5373,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04full\x18\a \x01(\bR\x04full\x12 \n" +
 	"\texit_code\x18\b \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xf8\x05\n" +
+	"_exit_code\"\xe0\x06\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5381,7 +5398,10 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x06mem_mb\x18\x10 \x01(\x03H\aR\x05memMb\x88\x01\x01\x12-\n" +
 	"\bnodelist\x18\x11 \x01(\v2\x11.loom.v1.HostListR\bnodelist\x12+\n" +
 	"\aexclude\x18\x12 \x01(\v2\x11.loom.v1.HostListR\aexclude\x123\n" +
-	"\x13array_task_throttle\x18\x13 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01B\a\n" +
+	"\x13array_task_throttle\x18\x13 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01\x12'\n" +
+	"\rgpus_per_node\x18\x14 \x01(\x05H\tR\vgpusPerNode\x88\x01\x01\x12\x1e\n" +
+	"\bgpu_type\x18\x15 \x01(\tH\n" +
+	"R\agpuType\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
 	"\x04_qosB\n" +
@@ -5391,7 +5411,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\v_node_countB\t\n" +
 	"\a_ntasksB\t\n" +
 	"\a_mem_mbB\x16\n" +
-	"\x14_array_task_throttle\"\xad\x03\n" +
+	"\x14_array_task_throttleB\x10\n" +
+	"\x0e_gpus_per_nodeB\v\n" +
+	"\t_gpu_type\"\xad\x03\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +

@@ -1044,7 +1044,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
 		BeginTime: req.GetBeginTime(), Dependency: req.Dependency, JobName: req.JobName,
 		NodeCount: req.NodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
-		ArrayTaskThrottle: req.ArrayTaskThrottle, User: caller.User, Admin: caller.Admin}
+		ArrayTaskThrottle: req.ArrayTaskThrottle, GpusPerNode: req.GpusPerNode, GpuType: req.GpuType, User: caller.User, Admin: caller.Admin}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)
 	}

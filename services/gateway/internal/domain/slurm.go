@@ -311,6 +311,11 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 		if req.ArrayTaskThrottle != nil {
 			v.Check(req.GetArrayTaskThrottle() >= 0, "array_task_throttle", "%d must not be negative (0: no limit)", req.GetArrayTaskThrottle())
 		}
+		if req.GpusPerNode != nil {
+			v.Check(req.GetGpusPerNode() >= 0 && req.GetGpusPerNode() <= slurmspec.MaxJobGPUs, "gpus_per_node", "%d is not 0 to %d",
+				req.GetGpusPerNode(), slurmspec.MaxJobGPUs)
+		}
+		checkText(&v, "gpu_type", req.GetGpuType(), MaxNameBytes)
 	case "":
 		v.Add("action", "required: one of %s", updateActionsList)
 	default:
@@ -322,14 +327,14 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 // updateFieldNames are the fields an "update" changes, in the order
 // updateFields reports them.
 var updateFieldNames = []string{"time_limit_seconds", "partition", "nice", "begin_time", "dependency", "qos", "account",
-	"job_name", "node_count", "ntasks", "mem_mb", "nodelist", "exclude", "array_task_throttle"}
+	"job_name", "node_count", "ntasks", "mem_mb", "nodelist", "exclude", "array_task_throttle", "gpus_per_node", "gpu_type"}
 
 // updateFields returns the names of the fields req sets that only an
 // "update" takes.
 func updateFields(req *loomv1.UpdateJobRequest) []string {
 	set := []bool{req.GetTimeLimitSeconds() != 0, req.GetPartition() != "", req.Nice != nil, req.BeginTime != nil, req.Dependency != nil,
 		req.Qos != nil, req.Account != nil, req.JobName != nil, req.NodeCount != nil, req.Ntasks != nil, req.MemMb != nil,
-		req.Nodelist != nil, req.Exclude != nil, req.ArrayTaskThrottle != nil}
+		req.Nodelist != nil, req.Exclude != nil, req.ArrayTaskThrottle != nil, req.GpusPerNode != nil, req.GpuType != nil}
 	var out []string
 	for i, ok := range set {
 		if ok {
@@ -340,14 +345,16 @@ func updateFields(req *loomv1.UpdateJobRequest) []string {
 }
 
 // Resizes reports whether req changes what a job asks of its partition's
-// nodes (its partition, node count, tasks, memory, node list or
+// nodes (its partition, node count, tasks, memory, GPUs, node list or
 // exclusions): CheckUpdatedJob must judge it against the cluster.
 func Resizes(req *loomv1.UpdateJobRequest) bool {
-	return req.GetPartition() != "" || req.NodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil
+	return req.GetPartition() != "" || req.NodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil ||
+		req.GpusPerNode != nil || req.GpuType != nil
 }
 
 // Updated returns a copy of job as req's update leaves what it asks of its
-// cluster: partition, node count, tasks, memory, node list, exclusions.
+// cluster: partition, node count, tasks, memory, GPUs, node list,
+// exclusions.
 func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 	j := proto.Clone(job).(*loomv1.Job)
 	if p := req.GetPartition(); p != "" {
@@ -367,6 +374,12 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 	}
 	if req.Exclude != nil {
 		j.Exclude = req.GetExclude().GetHosts()
+	}
+	if req.GpusPerNode != nil {
+		j.GpusPerNode = req.GetGpusPerNode()
+	}
+	if req.GpuType != nil {
+		j.GpuType = req.GetGpuType()
 	}
 	return j
 }
@@ -406,7 +419,7 @@ func CheckUpdate(action string, req *loomv1.UpdateJobRequest, job *loomv1.Job) e
 	s := job.GetState()
 	partition := req.GetPartition()
 	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil || req.Account != nil ||
-		req.NodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil
+		req.NodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil || req.GpusPerNode != nil || req.GpuType != nil
 	switch {
 	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && s.Terminal():
 		return refuse(MsgFinished)

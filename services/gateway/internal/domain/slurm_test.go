@@ -177,6 +177,8 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{&loomv1.UpdateJobRequest{Action: "update", Nodelist: &loomv1.HostList{Hosts: []string{"../x"}}}, "nodelist[0]", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", Exclude: &loomv1.HostList{Hosts: make([]string, MaxHosts+1)}}, "exclude", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", ArrayTaskThrottle: proto.Int32(-2)}, "array_task_throttle", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", GpusPerNode: proto.Int32(-1)}, "gpus_per_node", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", GpusPerNode: proto.Int32(2), GpuType: proto.String("h100")}, "", "update"},
 	} {
 		act, err := ValidateUpdateJob(tc.req)
 		switch {
@@ -205,6 +207,9 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), Exclude: &loomv1.HostList{Hosts: []string{"gpu-0001"}}}, []string{"exclude: leaves 1"}},
 		{&loomv1.UpdateJobRequest{Nodelist: &loomv1.HostList{Hosts: []string{"cpu-0001"}}}, []string{"nodelist[0]: cpu-0001 is not in partition train"}},
 		{&loomv1.UpdateJobRequest{Nodelist: &loomv1.HostList{Hosts: []string{"gpu-0009"}}}, []string{"nodelist[0]:", "Invalid node name specified"}},
+		{&loomv1.UpdateJobRequest{GpusPerNode: proto.Int32(4), GpuType: proto.String("h100")}, nil},
+		{&loomv1.UpdateJobRequest{GpusPerNode: proto.Int32(9)}, []string{"gpus_per_node: 9 exceeds the 8 GPUs of the largest node"}},
+		{&loomv1.UpdateJobRequest{GpusPerNode: proto.Int32(1), GpuType: proto.String("a100")}, []string{"gpu_type:", "it has h100"}},
 	} {
 		err := CheckUpdatedJob(Updated(pending, tc.req), partitioned(), partitionedNodes())
 		if tc.want == nil && err != nil {
@@ -250,7 +255,7 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 	} {
 		if tc.dependency == nil && tc.action == "update" && tc.partition == "" {
 			// Sizes and hosts are pending-only too; a name is not.
-			for _, req := range []*loomv1.UpdateJobRequest{{NodeCount: proto.Int32(1)}, {MemMb: proto.Int64(1)}, {Exclude: &loomv1.HostList{}}} {
+			for _, req := range []*loomv1.UpdateJobRequest{{NodeCount: proto.Int32(1)}, {MemMb: proto.Int64(1)}, {Exclude: &loomv1.HostList{}}, {GpusPerNode: proto.Int32(1)}} {
 				if got, want := refusal(CheckUpdate("update", req, job(loomv1.JobState_RUNNING))), MsgNoLongerPending; got != want {
 					t.Errorf("CheckUpdate(update %v, RUNNING) = %q, want %q", req, got, want)
 				}

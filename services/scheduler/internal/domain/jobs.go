@@ -173,12 +173,13 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
 		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil || ev.BeginTime != nil || ev.Dependency != nil || ev.Qos != nil ||
 			ev.Account != nil || ev.JobName != nil || resizes(ev) || ev.ArrayTaskThrottle != nil, "action",
-			"update needs time_limit_seconds, partition, nice, begin_time, dependency, qos, account, job_name, node_count, ntasks, mem_mb, nodelist, exclude or array_task_throttle")
+			"update needs time_limit_seconds, partition, nice, begin_time, dependency, qos, account, job_name, node_count, ntasks, mem_mb, nodelist, exclude, array_task_throttle, gpus_per_node or gpu_type")
 		v.Check(ev.JobName == nil || ev.GetJobName() != "", "job_name", "must not be empty")
 		v.Check(ev.NodeCount == nil || ev.GetNodeCount() >= 1, "node_count", "must be at least 1, got %d", ev.GetNodeCount())
 		v.Check(ev.Ntasks == nil || ev.GetNtasks() >= 1 && ev.GetNtasks() <= slurmspec.MaxJobTasks, "ntasks", "%d is not 1 to %d", ev.GetNtasks(), slurmspec.MaxJobTasks)
 		v.Check(ev.GetMemMb() >= 0, "mem_mb", "must not be negative, got %d", ev.GetMemMb())
 		v.Check(ev.GetArrayTaskThrottle() >= 0, "array_task_throttle", "must not be negative, got %d", ev.GetArrayTaskThrottle())
+		v.Check(ev.GetGpusPerNode() >= 0, "gpus_per_node", "must not be negative, got %d", ev.GetGpusPerNode())
 		if b := ev.GetBeginTime(); b != nil {
 			v.Check(b.CheckValid() == nil, "begin_time", "%v", b.CheckValid())
 		}
@@ -252,10 +253,11 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 }
 
 // resizes reports whether ev changes what a pending job asks of its
-// partition's nodes beyond its partition: node count, tasks, memory, node
-// list or exclusions.
+// partition's nodes beyond its partition: node count, tasks, memory, GPUs,
+// node list or exclusions.
 func resizes(ev *eventsv1.UpdateJob) bool {
-	return ev.NodeCount != nil || ev.Ntasks != nil || ev.MemMb != nil || ev.Nodelist != nil || ev.Exclude != nil
+	return ev.NodeCount != nil || ev.Ntasks != nil || ev.MemMb != nil || ev.Nodelist != nil || ev.Exclude != nil || ev.GpusPerNode != nil ||
+		ev.GpuType != nil
 }
 
 // updateLimits changes a job's time limit, partition, nice, begin time,
@@ -348,6 +350,12 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 		if ev.Exclude != nil {
 			j.Job.Exclude = slices.Clone(ev.GetExclude().GetHosts())
 		}
+		if ev.GpusPerNode != nil {
+			j.Job.GpusPerNode = ev.GetGpusPerNode()
+		}
+		if ev.GpuType != nil {
+			j.Job.GpuType = ev.GetGpuType()
+		}
 	}
 	t.emitJob(j)
 }
@@ -357,7 +365,8 @@ func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
 	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount()) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
 		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
 		(ev.Nodelist == nil || slices.Equal(ev.GetNodelist().GetHosts(), job.GetNodelist())) &&
-		(ev.Exclude == nil || slices.Equal(ev.GetExclude().GetHosts(), job.GetExclude()))
+		(ev.Exclude == nil || slices.Equal(ev.GetExclude().GetHosts(), job.GetExclude())) &&
+		(ev.GpusPerNode == nil || ev.GetGpusPerNode() == job.GetGpusPerNode()) && (ev.GpuType == nil || ev.GetGpuType() == job.GetGpuType())
 }
 
 // throttleArray sets the most tasks of j's array that run at once

@@ -129,10 +129,11 @@ func TestUpdateSizeHostsNameAndThrottle(t *testing.T) {
 	update(2, func(ev *eventsv1.UpdateJob) {
 		ev.NodeCount, ev.Ntasks, ev.MemMb = proto.Int32(2), proto.Int32(4), proto.Int64(512)
 		ev.Exclude = &loomv1.HostList{Hosts: []string{"gpu-0001"}}
+		ev.GpusPerNode = proto.Int32(4)
 	})
 	j := h.s.Job(jobName(2))
-	if j.GetNodeCount() != 2 || j.GetNtasks() != 4 || j.GetMemMb() != 512 || len(j.GetExclude()) != 1 {
-		t.Fatalf("job 2 after NumNodes=2 NumTasks=4 MinMemoryNode=512 ExcNodeList=gpu-0001: %v", j)
+	if j.GetNodeCount() != 2 || j.GetNtasks() != 4 || j.GetMemMb() != 512 || len(j.GetExclude()) != 1 || j.GetGpusPerNode() != 4 {
+		t.Fatalf("job 2 after NumNodes=2 NumTasks=4 MinMemoryNode=512 ExcNodeList=gpu-0001 Gres=gpu:4: %v", j)
 	}
 	// Released, it cannot have two nodes without gpu-0001.
 	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionRelease})
@@ -142,8 +143,8 @@ func TestUpdateSizeHostsNameAndThrottle(t *testing.T) {
 	}
 	update(2, func(ev *eventsv1.UpdateJob) { ev.Exclude = &loomv1.HostList{} })
 	h.wantState(2, loomv1.JobState_RUNNING, "")
-	if n := h.s.Job(jobName(2)).GetNodes(); len(n) != 2 {
-		t.Errorf("job 2 after ExcNodeList= (cleared): nodes %v, want both", n)
+	if j := h.s.Job(jobName(2)); len(j.GetNodes()) != 2 || j.GetAllocGpus() != 8 {
+		t.Errorf("job 2 after ExcNodeList= (cleared): nodes %v, %d GPUs; want both, 4 each", j.GetNodes(), j.GetAllocGpus())
 	}
 
 	// Running: a name changes; sizes and hosts do not.
