@@ -49,7 +49,7 @@ func claims(c *loomv1.Cluster) (map[CapacityKey]*claim, []CapacityKey) {
 			k.Type = loomv1.CapacitySource_ON_DEMAND
 		}
 		if k.Type == loomv1.CapacitySource_RESERVATION {
-			k.Reservation = lastSegment(p.GetCapacity().GetReservation())
+			k.Reservation = ShortID(p.GetCapacity().GetReservation())
 		}
 		cl, ok := out[k]
 		if !ok {
@@ -119,7 +119,7 @@ func freeFor(k CapacityKey, pools []*loomv1.CapacityPool) (int32, string) {
 		if p.GetType() != k.Type {
 			continue
 		}
-		if k.Type == loomv1.CapacitySource_RESERVATION && lastSegment(p.GetReservation()) != k.Reservation {
+		if k.Type == loomv1.CapacitySource_RESERVATION && ShortID(p.GetReservation()) != k.Reservation {
 			continue
 		}
 		if p.GetZone() != k.Zone || p.GetMachineType() != k.MachineType {
@@ -176,12 +176,12 @@ func elsewhere(k CapacityKey, pools []*loomv1.CapacityPool) string {
 			continue
 		}
 		if p.GetType() == k.Type && p.GetZone() == k.Zone &&
-			(k.Type != loomv1.CapacitySource_RESERVATION || lastSegment(p.GetReservation()) == k.Reservation) {
+			(k.Type != loomv1.CapacitySource_RESERVATION || ShortID(p.GetReservation()) == k.Reservation) {
 			continue
 		}
 		src := capacityWord(p.GetType())
 		if p.GetType() == loomv1.CapacitySource_RESERVATION {
-			src += " " + lastSegment(p.GetReservation())
+			src += " " + ShortID(p.GetReservation())
 		}
 		parts = append(parts, fmt.Sprintf("%s %s: %d free in %s", src, p.GetMachineType(), p.GetFree(), p.GetZone()))
 	}
@@ -194,10 +194,6 @@ func elsewhere(k CapacityKey, pools []*loomv1.CapacityPool) string {
 // capacityWord is how a message names a capacity type: "on-demand", "spot".
 func capacityWord(t loomv1.CapacitySource_Type) string {
 	return strings.ReplaceAll(strings.ToLower(t.String()), "_", "-")
-}
-
-func lastSegment(name string) string {
-	return name[strings.LastIndex(name, "/")+1:]
 }
 
 // capacityError is a capacity shortfall. Its message is only the shortfall
