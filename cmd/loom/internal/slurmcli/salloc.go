@@ -78,13 +78,7 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 	} else {
 		command = []string{"/bin/sh"}
 	}
-	environ := c.submitEnviron()
-	for k := range environ {
-		if strings.HasPrefix(k, "SBATCH_") { // sbatch's input variables are not salloc's
-			delete(environ, k)
-		}
-	}
-	req, err := parseSbatchAt(c.now, append([]string{"--quiet", "--job-name=" + name}, sbatchArgs...), []byte(srunHolder), environ)
+	req, err := parseSbatchAt(c.now, append([]string{"--quiet", "--job-name=" + name}, sbatchArgs...), []byte(srunHolder), c.allocEnviron())
 	if err != nil {
 		if e, ok := err.(*Error); ok {
 			e.Text = strings.ReplaceAll(e.Text, "sbatch: ", "salloc: ")

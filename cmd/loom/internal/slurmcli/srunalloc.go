@@ -70,13 +70,7 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 			args = append(args, "--"+o.key+"="+o.value)
 		}
 	}
-	environ := c.submitEnviron()
-	for k := range environ {
-		if strings.HasPrefix(k, "SBATCH_") { // sbatch's input variables are not srun's
-			delete(environ, k)
-		}
-	}
-	req, err := parseSbatchAt(c.now, append([]string{"--quiet"}, args...), []byte(srunHolder), environ)
+	req, err := parseSbatchAt(c.now, append([]string{"--quiet"}, args...), []byte(srunHolder), c.allocEnviron())
 	if err != nil {
 		if e, ok := err.(*Error); ok {
 			e.Text = strings.ReplaceAll(e.Text, "sbatch: ", "srun: ")
@@ -148,6 +142,19 @@ func (c *cmd) awaitAllocation(ctx context.Context, job *loomv1.Job, quiet bool) 
 			return nil, c.rpcError("waiting for job "+id, err)
 		}
 	}
+}
+
+// allocEnviron is the environment an allocation srun or salloc asks for is
+// submitted with: the caller's, without sbatch's input variables (SBATCH_*),
+// which are not theirs.
+func (c *cmd) allocEnviron() map[string]string {
+	environ := c.submitEnviron()
+	for k := range environ {
+		if strings.HasPrefix(k, "SBATCH_") {
+			delete(environ, k)
+		}
+	}
+	return environ
 }
 
 // endAllocation ends the allocation job holds as the step or command run in
