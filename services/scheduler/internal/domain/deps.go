@@ -24,12 +24,6 @@ const (
 	DepSingleton        = "singleton"
 )
 
-// parseDependency parses a --dependency with libs/slurmspec's grammar, the
-// one the gateway and the Slurm commands check it with.
-func parseDependency(s string) (*slurmspec.Dependency, error) {
-	return slurmspec.ParseDependency(s)
-}
-
 // depState is the state of a dependency: satisfied (at a time), waiting, or
 // never to be satisfied.
 type depState int
@@ -180,7 +174,7 @@ func condState(kind string, j *loomv1.Job) (depState, time.Time) {
 // and, when it waits only for a delay, when that ends. singletonBlocked says
 // whether an earlier job of its user and name is still live.
 func (t *txn) dependencyReason(j *Job, singletonBlocked func(*Job) bool) (string, time.Time) {
-	d, err := parseDependency(j.Job.GetDependency())
+	d, err := slurmspec.ParseDependency(j.Job.GetDependency())
 	if err != nil {
 		return ReasonDependencyNeverSatisfied, time.Time{}
 	}

@@ -184,7 +184,7 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 			v.Check(b.CheckValid() == nil, "begin_time", "%v", b.CheckValid())
 		}
 		if d := ev.GetDependency(); d != "" {
-			_, err := parseDependency(d)
+			_, err := slurmspec.ParseDependency(d)
 			v.Check(err == nil, "dependency", "%q: %v", d, err)
 		}
 		v.Check(ev.Nice == nil || ev.GetNice() >= -slurmspec.MaxNice && ev.GetNice() <= slurmspec.MaxNice, "nice", "%d is outside -%d..%d",
