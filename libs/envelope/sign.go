@@ -250,6 +250,7 @@ var NodeEventTypes = map[string]bool{
 	TypeOf(&eventsv1.HealthCheckCompleted{}): true,
 	TypeOf(&eventsv1.StepProgress{}):         true,
 	TypeOf(&eventsv1.MetricsReported{}):      true,
+	TypeOf(&eventsv1.UsageReported{}):        true,
 }
 
 // maxCachedCerts bounds the verified-certificate cache: more distinct live

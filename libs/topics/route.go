@@ -34,7 +34,7 @@ var routes = table(map[string][]proto.Message{
 	JobEvents: {&eventsv1.JobChanged{}, &eventsv1.NodeDrained{}, &eventsv1.NodesNeedCheck{}, &eventsv1.SlurmNodeChanged{}},
 	StepCommands: {&eventsv1.StartStep{}, &eventsv1.StopStep{}, &eventsv1.SignalStep{}, &eventsv1.LaunchTasks{},
 		&eventsv1.KillTasks{}},
-	StepEvents:   {&eventsv1.StepChanged{}, &eventsv1.TasksChanged{}, &eventsv1.StepProgress{}, &eventsv1.MetricsReported{}},
+	StepEvents:   {&eventsv1.StepChanged{}, &eventsv1.TasksChanged{}, &eventsv1.StepProgress{}, &eventsv1.MetricsReported{}, &eventsv1.UsageReported{}},
 	HealthEvents: {&eventsv1.NodeHealthChanged{}},
 	NodeCommands: {&eventsv1.RunHealthCheck{}, &eventsv1.InjectNodeFault{}},
 	HealthCommands: {&eventsv1.ScanNodes{}, &eventsv1.ReportFaultyNodes{}, &eventsv1.UpdateNodeRemediation{},

@@ -58,6 +58,7 @@ var wantRoutes = map[string]string{
 	"NodesNeedCheck":                 JobEvents,
 	"SlurmNodeChanged":               JobEvents,
 	"StepProgress":                   StepEvents,
+	"UsageReported":                  StepEvents,
 	"RunHealthCheck":                 NodeCommands,
 	"InjectNodeFault":                NodeCommands,
 	"ScanNodes":                      HealthCommands,

@@ -97,6 +97,11 @@ type Config struct {
 	// progress (its LOOM_PROGRESS_FILE and output size) and reports
 	// StepProgress when it moved (LOOM_PROGRESS_INTERVAL; default 5s).
 	ProgressInterval time.Duration
+	// AcctInterval is how often a running step's resource usage (sampled
+	// each progress interval) is reported for sstat (LOOM_ACCT_INTERVAL;
+	// default 30s, Slurm's JobAcctGatherFrequency; 0 or less: only with
+	// the step's end).
+	AcctInterval time.Duration
 	// IdentityFile is where the node identity is kept (LOOM_AGENT_IDENTITY_FILE;
 	// default <work dir>/identity.json, mode 0600). Without one the agent
 	// bootstraps: it registers with Gateway using the bootstrap token of
@@ -199,6 +204,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"the longest metric name, in bytes; a line with a longer one is dropped (LOOM_AGENT_METRICS_NAME_MAX)")
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", config.EnvDuration("LOOM_PROGRESS_INTERVAL", app.DefaultProgressInterval),
 		"how often the agent looks at its steps' progress files and output, and reports StepProgress when they moved (LOOM_PROGRESS_INTERVAL)")
+	fs.DurationVar(&c.AcctInterval, "acct-interval", config.EnvDuration("LOOM_ACCT_INTERVAL", domain.DefaultAcctInterval),
+		"how often a running step's resource usage is reported for sstat; 0 or less: only with its end (LOOM_ACCT_INTERVAL)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -441,7 +448,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Clock:         base.Clock,
 		WorkloadToken: id.tokens(),
 		CheckAddr:     checkAddr(checkLn),
-		HoldStarts:    bl != nil, ProgressInterval: cfg.ProgressInterval,
+		HoldStarts:    bl != nil, ProgressInterval: cfg.ProgressInterval, AcctInterval: acctInterval(cfg.AcctInterval),
 		JobChecks: cfg.jobChecks(), JobCheckRunner: node,
 		Container: container, Metrics: cfg.Metrics,
 	})
@@ -629,4 +636,13 @@ func newChecker(cfg Config, dev gpu.Device, busy func() bool, id *identity, log 
 		c.Disks = func(paths ...string) []*loomv1.DiskSample { return gpu.Disks(dev, paths...) }
 	}
 	return checks.New(c)
+}
+
+// acctInterval is the app's AcctInterval for the flag's value: the app
+// reads 0 as its default and a negative one as off.
+func acctInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

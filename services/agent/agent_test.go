@@ -49,6 +49,7 @@ type env struct {
 	gateway           string // Config.Gateway
 	noRoot            bool   // !Config.AllowRootJobs
 	progressInterval  time.Duration
+	acctInterval      time.Duration      // Config.AcctInterval
 	containerRuntime  string             // Config.ContainerRuntime
 	metrics           app.MetricsOptions // Config.Metrics
 }
@@ -82,7 +83,7 @@ func (e *env) config() Config {
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
-		SlurmBin: e.slurmBin, Gateway: e.gateway, CheckAddr: "127.0.0.1:0", ProgressInterval: e.progressInterval,
+		SlurmBin: e.slurmBin, Gateway: e.gateway, CheckAddr: "127.0.0.1:0", ProgressInterval: e.progressInterval, AcctInterval: e.acctInterval,
 		// These steps name no owner and the tests run as root: they run
 		// as the agent's own user, which the node must allow (as `loom up`
 		// does). owner_test.go runs jobs as real users, and refuses root.

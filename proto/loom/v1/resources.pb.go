@@ -9,6 +9,7 @@ package loomv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -365,7 +366,7 @@ func (x SlurmNode_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlurmNode_State.Descriptor instead.
 func (SlurmNode_State) EnumDescriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{25, 0}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{26, 0}
 }
 
 // Cluster is a training cluster: node pools of GPU machines that Loom provisions
@@ -2773,14 +2774,18 @@ func (x *PriorityFactors) GetNice() int64 {
 
 // JobRun is one attempt of a job.
 type JobRun struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attempt       int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	State         JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
-	Nodes         []string               `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Attempt   int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	State     JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
+	Nodes     []string               `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	ExitCode  int32                  `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// batch_usage is what the batch script's processes used (sacct's
+	// "JOBID.batch" row): final once the run ended, the latest report while
+	// it runs; unset until its node's agent reported any.
+	BatchUsage    *TaskUsage `protobuf:"bytes,8,opt,name=batch_usage,json=batchUsage,proto3" json:"batch_usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2864,6 +2869,143 @@ func (x *JobRun) GetReason() string {
 	return ""
 }
 
+func (x *JobRun) GetBatchUsage() *TaskUsage {
+	if x != nil {
+		return x.BatchUsage
+	}
+	return nil
+}
+
+// TaskUsage is what one task's processes used (a batch script is its
+// step's one task), as its node's agent measured them, Slurm's
+// jobacct_gather/linux way: CPU time as the kernel counts it (the task's
+// processes and the children they waited for), memory and disk I/O summed
+// over the task's process group at each sample (every accounting interval,
+// and at its end), peaks kept.
+type TaskUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rank is the task's SLURM_PROCID in its step (0 for a batch script).
+	Rank int32 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// node is the hostname of the node it ran on.
+	Node      string               `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	UserCpu   *durationpb.Duration `protobuf:"bytes,3,opt,name=user_cpu,json=userCpu,proto3" json:"user_cpu,omitempty"`
+	SystemCpu *durationpb.Duration `protobuf:"bytes,4,opt,name=system_cpu,json=systemCpu,proto3" json:"system_cpu,omitempty"`
+	// max_rss_bytes is the highest resident set size sampled (or the
+	// kernel's own peak of one process, when higher); rss_bytes the latest.
+	MaxRssBytes int64 `protobuf:"varint,5,opt,name=max_rss_bytes,json=maxRssBytes,proto3" json:"max_rss_bytes,omitempty"`
+	RssBytes    int64 `protobuf:"varint,6,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`
+	// max_vmsize_bytes is the highest virtual memory size sampled.
+	MaxVmsizeBytes int64 `protobuf:"varint,7,opt,name=max_vmsize_bytes,json=maxVmsizeBytes,proto3" json:"max_vmsize_bytes,omitempty"`
+	// read_bytes and write_bytes are what the processes read from and wrote
+	// to storage (/proc/PID/io), as last sampled.
+	ReadBytes  int64 `protobuf:"varint,8,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WriteBytes int64 `protobuf:"varint,9,opt,name=write_bytes,json=writeBytes,proto3" json:"write_bytes,omitempty"`
+	// time is when it was measured.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskUsage) Reset() {
+	*x = TaskUsage{}
+	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskUsage) ProtoMessage() {}
+
+func (x *TaskUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
+func (*TaskUsage) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TaskUsage) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *TaskUsage) GetUserCpu() *durationpb.Duration {
+	if x != nil {
+		return x.UserCpu
+	}
+	return nil
+}
+
+func (x *TaskUsage) GetSystemCpu() *durationpb.Duration {
+	if x != nil {
+		return x.SystemCpu
+	}
+	return nil
+}
+
+func (x *TaskUsage) GetMaxRssBytes() int64 {
+	if x != nil {
+		return x.MaxRssBytes
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetRssBytes() int64 {
+	if x != nil {
+		return x.RssBytes
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetMaxVmsizeBytes() int64 {
+	if x != nil {
+		return x.MaxVmsizeBytes
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetReadBytes() int64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetWriteBytes() int64 {
+	if x != nil {
+		return x.WriteBytes
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // Partition is the scheduler's view of a Slurm partition of a cluster (sinfo).
 type Partition struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2884,7 +3026,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	mi := &file_loom_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3038,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	mi := &file_loom_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3051,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Partition) GetName() string {
@@ -3007,7 +3149,7 @@ type SlurmNode struct {
 
 func (x *SlurmNode) Reset() {
 	*x = SlurmNode{}
-	mi := &file_loom_v1_resources_proto_msgTypes[25]
+	mi := &file_loom_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3161,7 @@ func (x *SlurmNode) String() string {
 func (*SlurmNode) ProtoMessage() {}
 
 func (x *SlurmNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[25]
+	mi := &file_loom_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3174,7 @@ func (x *SlurmNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlurmNode.ProtoReflect.Descriptor instead.
 func (*SlurmNode) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SlurmNode) GetHostname() string {
@@ -3166,7 +3308,7 @@ type ModelOutput struct {
 
 func (x *ModelOutput) Reset() {
 	*x = ModelOutput{}
-	mi := &file_loom_v1_resources_proto_msgTypes[26]
+	mi := &file_loom_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3320,7 @@ func (x *ModelOutput) String() string {
 func (*ModelOutput) ProtoMessage() {}
 
 func (x *ModelOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[26]
+	mi := &file_loom_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3333,7 @@ func (x *ModelOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
 func (*ModelOutput) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModelOutput) GetModelId() string {
@@ -3244,7 +3386,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_loom_v1_resources_proto_msgTypes[27]
+	mi := &file_loom_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3398,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[27]
+	mi := &file_loom_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3411,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Model) GetName() string {
@@ -3398,7 +3540,7 @@ type ModelVersion struct {
 
 func (x *ModelVersion) Reset() {
 	*x = ModelVersion{}
-	mi := &file_loom_v1_resources_proto_msgTypes[28]
+	mi := &file_loom_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3552,7 @@ func (x *ModelVersion) String() string {
 func (*ModelVersion) ProtoMessage() {}
 
 func (x *ModelVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[28]
+	mi := &file_loom_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3565,7 @@ func (x *ModelVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersion.ProtoReflect.Descriptor instead.
 func (*ModelVersion) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{28}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModelVersion) GetName() string {
@@ -3531,7 +3673,7 @@ type ModelLineage struct {
 
 func (x *ModelLineage) Reset() {
 	*x = ModelLineage{}
-	mi := &file_loom_v1_resources_proto_msgTypes[29]
+	mi := &file_loom_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3685,7 @@ func (x *ModelLineage) String() string {
 func (*ModelLineage) ProtoMessage() {}
 
 func (x *ModelLineage) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[29]
+	mi := &file_loom_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3698,7 @@ func (x *ModelLineage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLineage.ProtoReflect.Descriptor instead.
 func (*ModelLineage) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelLineage) GetJob() string {
@@ -3657,7 +3799,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_loom_v1_resources_proto_msgTypes[30]
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +3811,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[30]
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +3824,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{30}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Operation) GetName() string {
@@ -3807,7 +3949,7 @@ type UploadModelResponse struct {
 
 func (x *UploadModelResponse) Reset() {
 	*x = UploadModelResponse{}
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +3961,7 @@ func (x *UploadModelResponse) String() string {
 func (*UploadModelResponse) ProtoMessage() {}
 
 func (x *UploadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +3974,7 @@ func (x *UploadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModelResponse.ProtoReflect.Descriptor instead.
 func (*UploadModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UploadModelResponse) GetModel() string {
@@ -3868,7 +4010,7 @@ type ExportModelResponse struct {
 
 func (x *ExportModelResponse) Reset() {
 	*x = ExportModelResponse{}
-	mi := &file_loom_v1_resources_proto_msgTypes[32]
+	mi := &file_loom_v1_resources_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +4022,7 @@ func (x *ExportModelResponse) String() string {
 func (*ExportModelResponse) ProtoMessage() {}
 
 func (x *ExportModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[32]
+	mi := &file_loom_v1_resources_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +4035,7 @@ func (x *ExportModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelResponse.ProtoReflect.Descriptor instead.
 func (*ExportModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExportModelResponse) GetDestination() string {
@@ -3945,7 +4087,7 @@ type OperationMetadata struct {
 
 func (x *OperationMetadata) Reset() {
 	*x = OperationMetadata{}
-	mi := &file_loom_v1_resources_proto_msgTypes[33]
+	mi := &file_loom_v1_resources_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3957,7 +4099,7 @@ func (x *OperationMetadata) String() string {
 func (*OperationMetadata) ProtoMessage() {}
 
 func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[33]
+	mi := &file_loom_v1_resources_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3970,7 +4112,7 @@ func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMetadata.ProtoReflect.Descriptor instead.
 func (*OperationMetadata) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{33}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OperationMetadata) GetTarget() string {
@@ -4019,7 +4161,7 @@ type OperationError struct {
 
 func (x *OperationError) Reset() {
 	*x = OperationError{}
-	mi := &file_loom_v1_resources_proto_msgTypes[34]
+	mi := &file_loom_v1_resources_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4173,7 @@ func (x *OperationError) String() string {
 func (*OperationError) ProtoMessage() {}
 
 func (x *OperationError) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[34]
+	mi := &file_loom_v1_resources_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4186,7 @@ func (x *OperationError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationError.ProtoReflect.Descriptor instead.
 func (*OperationError) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{34}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OperationError) GetCode() int32 {
@@ -4072,7 +4214,7 @@ type HostList struct {
 
 func (x *HostList) Reset() {
 	*x = HostList{}
-	mi := &file_loom_v1_resources_proto_msgTypes[35]
+	mi := &file_loom_v1_resources_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4226,7 @@ func (x *HostList) String() string {
 func (*HostList) ProtoMessage() {}
 
 func (x *HostList) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[35]
+	mi := &file_loom_v1_resources_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4239,7 @@ func (x *HostList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostList.ProtoReflect.Descriptor instead.
 func (*HostList) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{35}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HostList) GetHosts() []string {
@@ -4111,7 +4253,7 @@ var File_loom_v1_resources_proto protoreflect.FileDescriptor
 
 const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
-	"\x17loom/v1/resources.proto\x12\aloom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x05\n" +
+	"\x17loom/v1/resources.proto\x12\aloom.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x05\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x124\n" +
@@ -4398,7 +4540,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\bjob_size\x18\x03 \x01(\x03R\ajobSize\x12\x1c\n" +
 	"\tpartition\x18\x04 \x01(\x03R\tpartition\x12\x10\n" +
 	"\x03qos\x18\x05 \x01(\x03R\x03qos\x12\x12\n" +
-	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\x88\x02\n" +
+	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\xbd\x02\n" +
 	"\x06JobRun\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x14\n" +
@@ -4407,7 +4549,24 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"start_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\xfd\x01\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x123\n" +
+	"\vbatch_usage\x18\b \x01(\v2\x12.loom.v1.TaskUsageR\n" +
+	"batchUsage\"\xfe\x02\n" +
+	"\tTaskUsage\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x124\n" +
+	"\buser_cpu\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\auserCpu\x128\n" +
+	"\n" +
+	"system_cpu\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tsystemCpu\x12\"\n" +
+	"\rmax_rss_bytes\x18\x05 \x01(\x03R\vmaxRssBytes\x12\x1b\n" +
+	"\trss_bytes\x18\x06 \x01(\x03R\brssBytes\x12(\n" +
+	"\x10max_vmsize_bytes\x18\a \x01(\x03R\x0emaxVmsizeBytes\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\b \x01(\x03R\treadBytes\x12\x1f\n" +
+	"\vwrite_bytes\x18\t \x01(\x03R\n" +
+	"writeBytes\x12.\n" +
+	"\x04time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfd\x01\n" +
 	"\tPartition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +
@@ -4582,7 +4741,7 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
@@ -4613,38 +4772,40 @@ var file_loom_v1_resources_proto_goTypes = []any{
 	(*Job)(nil),                   // 26: loom.v1.Job
 	(*PriorityFactors)(nil),       // 27: loom.v1.PriorityFactors
 	(*JobRun)(nil),                // 28: loom.v1.JobRun
-	(*Partition)(nil),             // 29: loom.v1.Partition
-	(*SlurmNode)(nil),             // 30: loom.v1.SlurmNode
-	(*ModelOutput)(nil),           // 31: loom.v1.ModelOutput
-	(*Model)(nil),                 // 32: loom.v1.Model
-	(*ModelVersion)(nil),          // 33: loom.v1.ModelVersion
-	(*ModelLineage)(nil),          // 34: loom.v1.ModelLineage
-	(*Operation)(nil),             // 35: loom.v1.Operation
-	(*UploadModelResponse)(nil),   // 36: loom.v1.UploadModelResponse
-	(*ExportModelResponse)(nil),   // 37: loom.v1.ExportModelResponse
-	(*OperationMetadata)(nil),     // 38: loom.v1.OperationMetadata
-	(*OperationError)(nil),        // 39: loom.v1.OperationError
-	(*HostList)(nil),              // 40: loom.v1.HostList
-	nil,                           // 41: loom.v1.Cluster.LabelsEntry
-	nil,                           // 42: loom.v1.NodePool.LabelsEntry
-	nil,                           // 43: loom.v1.Job.EnvEntry
-	nil,                           // 44: loom.v1.Model.LabelsEntry
-	nil,                           // 45: loom.v1.ModelVersion.LabelsEntry
-	nil,                           // 46: loom.v1.ModelLineage.HyperparametersEntry
-	nil,                           // 47: loom.v1.ModelLineage.MetricsEntry
-	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
+	(*TaskUsage)(nil),             // 29: loom.v1.TaskUsage
+	(*Partition)(nil),             // 30: loom.v1.Partition
+	(*SlurmNode)(nil),             // 31: loom.v1.SlurmNode
+	(*ModelOutput)(nil),           // 32: loom.v1.ModelOutput
+	(*Model)(nil),                 // 33: loom.v1.Model
+	(*ModelVersion)(nil),          // 34: loom.v1.ModelVersion
+	(*ModelLineage)(nil),          // 35: loom.v1.ModelLineage
+	(*Operation)(nil),             // 36: loom.v1.Operation
+	(*UploadModelResponse)(nil),   // 37: loom.v1.UploadModelResponse
+	(*ExportModelResponse)(nil),   // 38: loom.v1.ExportModelResponse
+	(*OperationMetadata)(nil),     // 39: loom.v1.OperationMetadata
+	(*OperationError)(nil),        // 40: loom.v1.OperationError
+	(*HostList)(nil),              // 41: loom.v1.HostList
+	nil,                           // 42: loom.v1.Cluster.LabelsEntry
+	nil,                           // 43: loom.v1.NodePool.LabelsEntry
+	nil,                           // 44: loom.v1.Job.EnvEntry
+	nil,                           // 45: loom.v1.Model.LabelsEntry
+	nil,                           // 46: loom.v1.ModelVersion.LabelsEntry
+	nil,                           // 47: loom.v1.ModelLineage.HyperparametersEntry
+	nil,                           // 48: loom.v1.ModelLineage.MetricsEntry
+	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 50: google.protobuf.Duration
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	41, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	42, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
 	6,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
 	10, // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
 	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
 	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
 	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	48, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	48, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	49, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	49, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	42, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	43, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
 	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
 	9,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
 	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
@@ -4657,54 +4818,58 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
 	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
 	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	48, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	48, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	49, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	49, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	48, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	48, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	49, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	49, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	48, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
-	43, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
-	31, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	48, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	49, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	44, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	32, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
+	49, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
 	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
-	48, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	48, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	48, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	49, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	49, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	49, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
-	48, // 38: loom.v1.Job.expected_start_time:type_name -> google.protobuf.Timestamp
+	49, // 38: loom.v1.Job.expected_start_time:type_name -> google.protobuf.Timestamp
 	28, // 39: loom.v1.Job.runs:type_name -> loom.v1.JobRun
 	0,  // 40: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	48, // 41: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	48, // 42: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
-	4,  // 43: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	48, // 44: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	48, // 45: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	48, // 46: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	44, // 47: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
-	48, // 48: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
-	48, // 49: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
-	34, // 50: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
-	48, // 51: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	45, // 52: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	34, // 53: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	48, // 54: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
-	46, // 55: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	47, // 56: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
-	38, // 57: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	39, // 58: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	5,  // 59: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	22, // 60: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	37, // 61: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
-	36, // 62: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
-	48, // 63: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	48, // 64: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	49, // 41: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	49, // 42: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	29, // 43: loom.v1.JobRun.batch_usage:type_name -> loom.v1.TaskUsage
+	50, // 44: loom.v1.TaskUsage.user_cpu:type_name -> google.protobuf.Duration
+	50, // 45: loom.v1.TaskUsage.system_cpu:type_name -> google.protobuf.Duration
+	49, // 46: loom.v1.TaskUsage.time:type_name -> google.protobuf.Timestamp
+	4,  // 47: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
+	49, // 48: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	49, // 49: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	49, // 50: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	45, // 51: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	49, // 52: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	49, // 53: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	35, // 54: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
+	49, // 55: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	46, // 56: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	35, // 57: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
+	49, // 58: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	47, // 59: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	48, // 60: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	39, // 61: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	40, // 62: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 63: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 64: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	38, // 65: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
+	37, // 66: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
+	49, // 67: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	49, // 68: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -4713,7 +4878,7 @@ func file_loom_v1_resources_proto_init() {
 		return
 	}
 	file_loom_v1_resources_proto_msgTypes[21].OneofWrappers = []any{}
-	file_loom_v1_resources_proto_msgTypes[30].OneofWrappers = []any{
+	file_loom_v1_resources_proto_msgTypes[31].OneofWrappers = []any{
 		(*Operation_Error)(nil),
 		(*Operation_Cluster)(nil),
 		(*Operation_Reservation)(nil),
@@ -4726,7 +4891,7 @@ func file_loom_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

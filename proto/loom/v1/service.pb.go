@@ -861,7 +861,10 @@ type JobStep struct {
 	// request_id is the creating request's idempotency key.
 	RequestId string `protobuf:"bytes,16,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// node_messages are the agents' last words for each of nodes.
-	NodeMessages  []string `protobuf:"bytes,17,rep,name=node_messages,json=nodeMessages,proto3" json:"node_messages,omitempty"`
+	NodeMessages []string `protobuf:"bytes,17,rep,name=node_messages,json=nodeMessages,proto3" json:"node_messages,omitempty"`
+	// task_usage is what each task used, by SLURM_PROCID, for the tasks
+	// whose agents reported any (sacct's and sstat's MaxRSS, TotalCPU...).
+	TaskUsage     []*TaskUsage `protobuf:"bytes,18,rep,name=task_usage,json=taskUsage,proto3" json:"task_usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1011,6 +1014,13 @@ func (x *JobStep) GetRequestId() string {
 func (x *JobStep) GetNodeMessages() []string {
 	if x != nil {
 		return x.NodeMessages
+	}
+	return nil
+}
+
+func (x *JobStep) GetTaskUsage() []*TaskUsage {
+	if x != nil {
+		return x.TaskUsage
 	}
 	return nil
 }
@@ -3934,7 +3944,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xb0\x04\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xe3\x04\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -3956,7 +3966,9 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x10 \x01(\tR\trequestId\x12#\n" +
-	"\rnode_messages\x18\x11 \x03(\tR\fnodeMessages\"\xa0\x03\n" +
+	"\rnode_messages\x18\x11 \x03(\tR\fnodeMessages\x121\n" +
+	"\n" +
+	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage\"\xa0\x03\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -4323,15 +4335,16 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*CapacityPool)(nil),               // 62: loom.v1.CapacityPool
 	(JobState)(0),                      // 63: loom.v1.JobState
 	(*timestamppb.Timestamp)(nil),      // 64: google.protobuf.Timestamp
-	(*Job)(nil),                        // 65: loom.v1.Job
-	(*HostList)(nil),                   // 66: loom.v1.HostList
-	(*Operation)(nil),                  // 67: loom.v1.Operation
-	(*Node)(nil),                       // 68: loom.v1.Node
-	(*Partition)(nil),                  // 69: loom.v1.Partition
-	(*SlurmNode)(nil),                  // 70: loom.v1.SlurmNode
-	(*Model)(nil),                      // 71: loom.v1.Model
-	(*ModelVersion)(nil),               // 72: loom.v1.ModelVersion
-	(*SlurmConfig)(nil),                // 73: loom.v1.SlurmConfig
+	(*TaskUsage)(nil),                  // 65: loom.v1.TaskUsage
+	(*Job)(nil),                        // 66: loom.v1.Job
+	(*HostList)(nil),                   // 67: loom.v1.HostList
+	(*Operation)(nil),                  // 68: loom.v1.Operation
+	(*Node)(nil),                       // 69: loom.v1.Node
+	(*Partition)(nil),                  // 70: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 71: loom.v1.SlurmNode
+	(*Model)(nil),                      // 72: loom.v1.Model
+	(*ModelVersion)(nil),               // 73: loom.v1.ModelVersion
+	(*SlurmConfig)(nil),                // 74: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
 	59, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
@@ -4344,112 +4357,113 @@ var file_loom_v1_service_proto_depIdxs = []int32{
 	63, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
 	64, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
 	64, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	58, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
-	14, // 11: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
-	65, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	63, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	65, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	64, // 15: loom.v1.UpdateJobRequest.begin_time:type_name -> google.protobuf.Timestamp
-	66, // 16: loom.v1.UpdateJobRequest.nodelist:type_name -> loom.v1.HostList
-	66, // 17: loom.v1.UpdateJobRequest.exclude:type_name -> loom.v1.HostList
-	67, // 18: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
-	68, // 19: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	37, // 20: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
-	69, // 21: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	70, // 22: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	71, // 23: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	71, // 24: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	72, // 25: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	71, // 26: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	71, // 27: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	60, // 28: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
-	56, // 29: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
-	57, // 30: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
-	9,  // 31: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 32: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 33: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 34: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 35: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 36: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 37: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 38: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 39: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 40: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 41: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	20, // 42: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	21, // 43: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	22, // 44: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	24, // 45: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	26, // 46: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	25, // 47: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	27, // 48: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	15, // 49: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
-	16, // 50: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
-	17, // 51: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
-	19, // 52: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
-	29, // 53: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	30, // 54: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	31, // 55: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
-	33, // 56: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
-	34, // 57: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	39, // 58: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	41, // 59: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	43, // 60: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	36, // 61: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
-	44, // 62: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
-	45, // 63: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	47, // 64: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	48, // 65: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	50, // 66: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
-	51, // 67: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
-	52, // 68: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
-	53, // 69: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
-	55, // 70: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	67, // 71: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	59, // 72: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 73: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	67, // 74: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	67, // 75: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	73, // 76: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	67, // 77: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	61, // 78: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 79: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	67, // 80: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 81: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	65, // 82: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	65, // 83: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	23, // 84: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	65, // 85: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	65, // 86: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	65, // 87: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	28, // 88: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	14, // 89: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
-	14, // 90: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
-	18, // 91: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
-	14, // 92: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	67, // 93: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	67, // 94: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	32, // 95: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
-	67, // 96: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
-	35, // 97: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	40, // 98: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	42, // 99: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	70, // 100: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	38, // 101: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
-	67, // 102: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
-	46, // 103: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	71, // 104: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	49, // 105: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	71, // 106: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	71, // 107: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
-	54, // 108: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
-	54, // 109: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	67, // 110: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
-	71, // [71:111] is the sub-list for method output_type
-	31, // [31:71] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	65, // 10: loom.v1.JobStep.task_usage:type_name -> loom.v1.TaskUsage
+	58, // 11: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	14, // 12: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
+	66, // 13: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	63, // 14: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	66, // 15: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	64, // 16: loom.v1.UpdateJobRequest.begin_time:type_name -> google.protobuf.Timestamp
+	67, // 17: loom.v1.UpdateJobRequest.nodelist:type_name -> loom.v1.HostList
+	67, // 18: loom.v1.UpdateJobRequest.exclude:type_name -> loom.v1.HostList
+	68, // 19: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
+	69, // 20: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	37, // 21: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
+	70, // 22: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	71, // 23: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	72, // 24: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	72, // 25: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	73, // 26: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	72, // 27: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	72, // 28: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	60, // 29: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	56, // 30: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	57, // 31: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	9,  // 32: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 33: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 34: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 35: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 36: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 37: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 38: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 39: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 40: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 41: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 42: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	20, // 43: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	21, // 44: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	22, // 45: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	24, // 46: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	26, // 47: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	25, // 48: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	27, // 49: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	15, // 50: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	16, // 51: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	17, // 52: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	19, // 53: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	29, // 54: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	30, // 55: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	31, // 56: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
+	33, // 57: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
+	34, // 58: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	39, // 59: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	41, // 60: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	43, // 61: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	36, // 62: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
+	44, // 63: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
+	45, // 64: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	47, // 65: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	48, // 66: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	50, // 67: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	51, // 68: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	52, // 69: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	53, // 70: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	55, // 71: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	68, // 72: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	59, // 73: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 74: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	68, // 75: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	68, // 76: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	74, // 77: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	68, // 78: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	61, // 79: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 80: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	68, // 81: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 82: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	66, // 83: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	66, // 84: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	23, // 85: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	66, // 86: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	66, // 87: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	66, // 88: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	28, // 89: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	14, // 90: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	14, // 91: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	18, // 92: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	14, // 93: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	68, // 94: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	68, // 95: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	32, // 96: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
+	68, // 97: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
+	35, // 98: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	40, // 99: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	42, // 100: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	71, // 101: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	38, // 102: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
+	68, // 103: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
+	46, // 104: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	72, // 105: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	49, // 106: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	72, // 107: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	72, // 108: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	54, // 109: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	54, // 110: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	68, // 111: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
+	72, // [72:112] is the sub-list for method output_type
+	32, // [32:72] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }

@@ -413,9 +413,9 @@ func TestArgsDispatchesSlurmNames(t *testing.T) {
 	}
 	// A Slurm command Loom does not provide says what to use instead,
 	// with its own options untouched, asking no gateway.
-	if _, errOut, code := run(t, "127.0.0.1:1", "slurm", "sstat", "-j", "12"); code != 1 ||
-		errOut != "sstat: error: Loom does not provide sstat; "+slurmcli.Unsupported["sstat"]+" (docs/slurm.md)\n" {
-		t.Errorf("loom slurm sstat: exit %d, %q", code, errOut)
+	if _, errOut, code := run(t, "127.0.0.1:1", "slurm", "sreport", "-j", "12"); code != 1 ||
+		errOut != "sreport: error: Loom does not provide sreport; "+slurmcli.Unsupported["sreport"]+" (docs/slurm.md)\n" {
+		t.Errorf("loom slurm sreport: exit %d, %q", code, errOut)
 	}
 }
 

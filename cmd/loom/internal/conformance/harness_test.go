@@ -30,7 +30,7 @@ import (
 )
 
 // Commands are the links to loom the suite runs, as a login shell has them.
-var commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc"}
+var commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sstat"}
 
 // clusterIDs are the clusters the suite creates (testdata/clusters/<id>.json):
 // "main" for most scripts, "pre" (one node, two partitions of different
@@ -155,7 +155,9 @@ func start() (*fixture, error) {
 		// without declaring busy nodes of a loaded machine dead.
 		// Jobs' srun is the built loom's, as on a node with Loom's Slurm
 		// commands installed (the agent's LOOM_SLURM_BIN).
-		AgentEnv:         []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_HEARTBEAT_INTERVAL=500ms", "LOOM_SLURM_BIN=" + f.bin},
+		// Usage reports every second, for sstat.
+		AgentEnv: []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_HEARTBEAT_INTERVAL=500ms", "LOOM_SLURM_BIN=" + f.bin,
+			"LOOM_ACCT_INTERVAL=1s"},
 		HeartbeatTimeout: 8 * time.Second,
 		LogLevel:         "error",
 	})

@@ -69,6 +69,43 @@ type sacctRow struct {
 	pendingTasks bool
 	// jstep is the job step (srun) a "12.0" row shows (sacctsteps.go).
 	jstep *loomv1.JobStep
+	// cpu is, on a job's row, the CPU time of the steps listed with it
+	// (its batch script's and its job steps').
+	cpu *usageStat
+}
+
+// usage is what the row's step's tasks used (nil: a job's row, or nothing
+// reported).
+func (r sacctRow) usage() *usageStat {
+	switch {
+	case r.jstep != nil:
+		return statOf(r.jstep.GetTaskUsage())
+	case r.step == "batch":
+		run := r.run
+		if run == nil {
+			// The job's current run is its last.
+			if runs := r.job.GetRuns(); len(runs) > 0 {
+				run = runs[len(runs)-1]
+			}
+		}
+		if u := run.GetBatchUsage(); u != nil {
+			return statOf([]*loomv1.TaskUsage{u})
+		}
+	}
+	return nil
+}
+
+// cpuTimes is the row's CPU time, user and system: its step's tasks', or a
+// job's steps' together.
+func (r sacctRow) cpuTimes() (user, system time.Duration) {
+	s := r.cpu
+	if r.step != "" {
+		s = r.usage()
+	}
+	if s == nil {
+		return 0, 0
+	}
+	return s.user, s.system
 }
 
 func (r sacctRow) state() loomv1.JobState {
@@ -235,7 +272,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		parts = append(parts, fmt.Sprintf("node=%d", n))
 		return strings.Join(parts, ",")
 	}
-	return []sacctField{
+	fields := []sacctField{
 		{"Account", 10, func(r sacctRow) string { return r.job.GetAccount() }},
 		{"AllocCPUS", 10, func(r sacctRow) string { return strconv.Itoa(cpus(r)) }},
 		{"AllocNodes", 10, func(r sacctRow) string {
@@ -359,7 +396,24 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		})},
 		{"User", 9, job(func(r sacctRow) string { return r.job.GetUser() })},
 		{"WorkDir", 20, job(func(r sacctRow) string { return r.job.GetWorkDir() })},
+		{"TotalCPU", 10, func(r sacctRow) string { u, sys := r.cpuTimes(); return cpuTotal(u + sys) }},
+		{"UserCPU", 10, func(r sacctRow) string { u, _ := r.cpuTimes(); return cpuTotal(u) }},
+		{"SystemCPU", 10, func(r sacctRow) string { _, sys := r.cpuTimes(); return cpuTotal(sys) }},
 	}
+	// The statistics of a step's tasks (usage.go); empty on a job's row
+	// and where nothing was reported.
+	for _, f := range usageFields() {
+		if f.name == "NTasks" {
+			continue // sacct's own, above
+		}
+		fields = append(fields, sacctField{f.name, f.width, func(r sacctRow) string {
+			if s := r.usage(); s != nil {
+				return f.value(s)
+			}
+			return ""
+		}})
+	}
+	return fields
 }
 
 // parseSacctFormat parses --format "Field[%width],...": names are matched
@@ -586,6 +640,21 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		if !allocOnly && row.started() {
 			out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch"})
 			out = append(out, c.stepRows(ctx, r.job, nil, r.id, &stepLookups)...)
+		}
+	}
+
+	// A job's row counts the CPU time of the steps listed after it.
+	job := -1
+	for i := range out {
+		if out[i].step == "" {
+			job = i
+			continue
+		}
+		if job >= 0 && out[job].job == out[i].job {
+			if out[job].cpu == nil {
+				out[job].cpu = &usageStat{}
+			}
+			out[job].cpu.addCPU(out[i].usage())
 		}
 	}
 

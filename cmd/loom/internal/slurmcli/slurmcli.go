@@ -31,7 +31,7 @@ import (
 )
 
 // Commands are the Slurm commands Main runs.
-var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sacctmgr", "sshare"}
+var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sacctmgr", "sshare", "sstat"}
 
 // Unsupported are the other Slurm commands users reach for, each with what
 // to use instead. They are linked beside Commands (LinkCommands), so that
@@ -43,7 +43,6 @@ var Unsupported = map[string]string{
 	"scrontab": "submit recurring work from your own scheduler with sbatch --begin",
 	"sdiag":    "the scheduler's metrics are on its /metrics endpoint and Loom's dashboards",
 	"sreport":  "sacct lists the jobs and their runs; `loom clusters goodput` sums a cluster's",
-	"sstat":    "squeue and scontrol show job give a running job's state; `loom metrics JOBID` its training metrics",
 	"strigger": "Loom's events are on Kafka and Pub/Sub (docs/integration.md)",
 	"sview":    "the web console shows the queue and the nodes (docs/console.md)",
 }
@@ -190,6 +189,8 @@ func Main(ctx context.Context, name string, args []string, env Env, stdout, stde
 		err = c.sacctmgr(ctx, args) // sacctmgr.go
 	case "sshare":
 		err = c.sshare(ctx, args) // sshare.go
+	case "sstat":
+		err = c.sstat(ctx, args) // sstat.go
 	default:
 		if instead, ok := Unsupported[name]; ok {
 			fmt.Fprintf(stderr, "%s: error: Loom does not provide %s; %s (docs/slurm.md)\n", name, name, instead)
@@ -243,6 +244,12 @@ func newCmd(name string, env Env, stdout, stderr io.Writer) *cmd {
 }
 
 func (c *cmd) errorf(format string, args ...any) *Error { return errorf(c.name, format, args...) }
+
+// complainf prints "prog: error: ..." and goes on: an error about one of
+// several things asked for, after which Slurm's commands still exit 0.
+func (c *cmd) complainf(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "%s: error: %s\n", c.name, fmt.Sprintf(format, args...))
+}
 
 // warnf prints "prog: warning: ..." and goes on.
 func (c *cmd) warnf(format string, args ...any) {

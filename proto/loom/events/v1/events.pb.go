@@ -2938,7 +2938,9 @@ type StepChanged struct {
 	// agent itself is stopping (its node removed or restarted, its service
 	// shut down, its Loom gone), not because the program failed or Loom
 	// asked: the run ends as the node's failure (requeued), not the job's.
-	NodeStopping  bool `protobuf:"varint,9,opt,name=node_stopping,json=nodeStopping,proto3" json:"node_stopping,omitempty"`
+	NodeStopping bool `protobuf:"varint,9,opt,name=node_stopping,json=nodeStopping,proto3" json:"node_stopping,omitempty"`
+	// usage is what the step's processes used, with its end.
+	Usage         *v1.TaskUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3036,6 +3038,13 @@ func (x *StepChanged) GetNodeStopping() bool {
 	return false
 }
 
+func (x *StepChanged) GetUsage() *v1.TaskUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 // TasksChanged reports the state of one node's tasks of a job step: RUNNING
 // once they all started, then EXITED (exit_codes by local task), KILLED,
 // FAILED_TO_START or LOST.
@@ -3049,8 +3058,10 @@ type TasksChanged struct {
 	State     StepState              `protobuf:"varint,6,opt,name=state,proto3,enum=loom.events.v1.StepState" json:"state,omitempty"`
 	FirstRank int32                  `protobuf:"varint,7,opt,name=first_rank,json=firstRank,proto3" json:"first_rank,omitempty"`
 	// exit_codes are the tasks' exit codes (128+n for signal n), by local id.
-	ExitCodes     []int32 `protobuf:"varint,8,rep,packed,name=exit_codes,json=exitCodes,proto3" json:"exit_codes,omitempty"`
-	Message       string  `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	ExitCodes []int32 `protobuf:"varint,8,rep,packed,name=exit_codes,json=exitCodes,proto3" json:"exit_codes,omitempty"`
+	Message   string  `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	// usage is what each task used, by local id, with their end.
+	Usage         []*v1.TaskUsage `protobuf:"bytes,10,rep,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3146,6 +3157,13 @@ func (x *TasksChanged) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *TasksChanged) GetUsage() []*v1.TaskUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
 }
 
 // StepProgress is a running step's sign of progress: the trainer's step and
@@ -3277,6 +3295,95 @@ func (x *StepProgress) GetCheckpointDuration() *durationpb.Duration {
 	return nil
 }
 
+// UsageReported is what a run's processes on one node have used so far:
+// its batch step's (usage, when it runs here) and each running job step's
+// tasks' (job_steps), sent every accounting interval (the agent's
+// -acct-interval) while they run, for sstat. Their ends carry the final
+// usage (StepChanged, TasksChanged). Not a sign of progress.
+type UsageReported struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Job           string                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt       int32                    `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node          string                   `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                   `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Usage         *v1.TaskUsage            `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	JobSteps      []*UsageReported_JobStep `protobuf:"bytes,6,rep,name=job_steps,json=jobSteps,proto3" json:"job_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageReported) Reset() {
+	*x = UsageReported{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageReported) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageReported) ProtoMessage() {}
+
+func (x *UsageReported) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageReported.ProtoReflect.Descriptor instead.
+func (*UsageReported) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *UsageReported) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *UsageReported) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *UsageReported) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *UsageReported) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *UsageReported) GetUsage() *v1.TaskUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *UsageReported) GetJobSteps() []*UsageReported_JobStep {
+	if x != nil {
+		return x.JobSteps
+	}
+	return nil
+}
+
 // MetricsReported carries the metrics a step's program reported the way
 // cloudml-hypertune does: JSON lines appended to the file named by
 // CLOUD_ML_HP_METRIC_FILE (the agent sets it for every step unless the job
@@ -3297,7 +3404,7 @@ type MetricsReported struct {
 
 func (x *MetricsReported) Reset() {
 	*x = MetricsReported{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3416,7 @@ func (x *MetricsReported) String() string {
 func (*MetricsReported) ProtoMessage() {}
 
 func (x *MetricsReported) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3429,7 @@ func (x *MetricsReported) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReported.ProtoReflect.Descriptor instead.
 func (*MetricsReported) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MetricsReported) GetJob() string {
@@ -3397,7 +3504,7 @@ type NodeHealthChanged struct {
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3516,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3529,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -3542,7 +3649,7 @@ type RunHealthCheck struct {
 
 func (x *RunHealthCheck) Reset() {
 	*x = RunHealthCheck{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3554,7 +3661,7 @@ func (x *RunHealthCheck) String() string {
 func (*RunHealthCheck) ProtoMessage() {}
 
 func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3567,7 +3674,7 @@ func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHealthCheck.ProtoReflect.Descriptor instead.
 func (*RunHealthCheck) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RunHealthCheck) GetNode() string {
@@ -3667,7 +3774,7 @@ type InjectNodeFault struct {
 
 func (x *InjectNodeFault) Reset() {
 	*x = InjectNodeFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3786,7 @@ func (x *InjectNodeFault) String() string {
 func (*InjectNodeFault) ProtoMessage() {}
 
 func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3799,7 @@ func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectNodeFault.ProtoReflect.Descriptor instead.
 func (*InjectNodeFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *InjectNodeFault) GetNode() string {
@@ -3745,7 +3852,7 @@ type ScanNodes struct {
 
 func (x *ScanNodes) Reset() {
 	*x = ScanNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3864,7 @@ func (x *ScanNodes) String() string {
 func (*ScanNodes) ProtoMessage() {}
 
 func (x *ScanNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3877,7 @@ func (x *ScanNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanNodes.ProtoReflect.Descriptor instead.
 func (*ScanNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ScanNodes) GetCluster() string {
@@ -3849,7 +3956,7 @@ type ReportFaultyNodes struct {
 
 func (x *ReportFaultyNodes) Reset() {
 	*x = ReportFaultyNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3861,7 +3968,7 @@ func (x *ReportFaultyNodes) String() string {
 func (*ReportFaultyNodes) ProtoMessage() {}
 
 func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3874,7 +3981,7 @@ func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodes.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportFaultyNodes) GetCluster() string {
@@ -3919,7 +4026,7 @@ type UpdateNodeRemediation struct {
 
 func (x *UpdateNodeRemediation) Reset() {
 	*x = UpdateNodeRemediation{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4038,7 @@ func (x *UpdateNodeRemediation) String() string {
 func (*UpdateNodeRemediation) ProtoMessage() {}
 
 func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4051,7 @@ func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediation.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediation) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateNodeRemediation) GetCluster() string {
@@ -3995,7 +4102,7 @@ type InjectFault struct {
 
 func (x *InjectFault) Reset() {
 	*x = InjectFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4114,7 @@ func (x *InjectFault) String() string {
 func (*InjectFault) ProtoMessage() {}
 
 func (x *InjectFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4127,7 @@ func (x *InjectFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFault.ProtoReflect.Descriptor instead.
 func (*InjectFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *InjectFault) GetCluster() string {
@@ -4067,7 +4174,7 @@ type RemediateNode struct {
 
 func (x *RemediateNode) Reset() {
 	*x = RemediateNode{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4186,7 @@ func (x *RemediateNode) String() string {
 func (*RemediateNode) ProtoMessage() {}
 
 func (x *RemediateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4199,7 @@ func (x *RemediateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemediateNode.ProtoReflect.Descriptor instead.
 func (*RemediateNode) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemediateNode) GetNode() string {
@@ -4144,7 +4251,7 @@ type ModelVersionRegistered struct {
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4156,7 +4263,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4169,7 +4276,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -4212,7 +4319,7 @@ type ModelUploadFailed struct {
 
 func (x *ModelUploadFailed) Reset() {
 	*x = ModelUploadFailed{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4224,7 +4331,7 @@ func (x *ModelUploadFailed) String() string {
 func (*ModelUploadFailed) ProtoMessage() {}
 
 func (x *ModelUploadFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4237,7 +4344,7 @@ func (x *ModelUploadFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelUploadFailed.ProtoReflect.Descriptor instead.
 func (*ModelUploadFailed) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ModelUploadFailed) GetRequestId() string {
@@ -4283,7 +4390,7 @@ type ModelExported struct {
 
 func (x *ModelExported) Reset() {
 	*x = ModelExported{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4295,7 +4402,7 @@ func (x *ModelExported) String() string {
 func (*ModelExported) ProtoMessage() {}
 
 func (x *ModelExported) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4308,7 +4415,7 @@ func (x *ModelExported) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelExported.ProtoReflect.Descriptor instead.
 func (*ModelExported) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ModelExported) GetOperation() string {
@@ -4346,7 +4453,7 @@ type ModelExportFailed struct {
 
 func (x *ModelExportFailed) Reset() {
 	*x = ModelExportFailed{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4358,7 +4465,7 @@ func (x *ModelExportFailed) String() string {
 func (*ModelExportFailed) ProtoMessage() {}
 
 func (x *ModelExportFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4371,7 +4478,7 @@ func (x *ModelExportFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelExportFailed.ProtoReflect.Descriptor instead.
 func (*ModelExportFailed) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ModelExportFailed) GetOperation() string {
@@ -4413,7 +4520,7 @@ type ExportModel struct {
 
 func (x *ExportModel) Reset() {
 	*x = ExportModel{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4425,7 +4532,7 @@ func (x *ExportModel) String() string {
 func (*ExportModel) ProtoMessage() {}
 
 func (x *ExportModel) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4438,7 +4545,7 @@ func (x *ExportModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModel.ProtoReflect.Descriptor instead.
 func (*ExportModel) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ExportModel) GetOperation() string {
@@ -4492,7 +4599,7 @@ type UploadModel struct {
 
 func (x *UploadModel) Reset() {
 	*x = UploadModel{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4504,7 +4611,7 @@ func (x *UploadModel) String() string {
 func (*UploadModel) ProtoMessage() {}
 
 func (x *UploadModel) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4517,7 +4624,7 @@ func (x *UploadModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModel.ProtoReflect.Descriptor instead.
 func (*UploadModel) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *UploadModel) GetRequestId() string {
@@ -4581,7 +4688,7 @@ type CreateCustomJob struct {
 
 func (x *CreateCustomJob) Reset() {
 	*x = CreateCustomJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4700,7 @@ func (x *CreateCustomJob) String() string {
 func (*CreateCustomJob) ProtoMessage() {}
 
 func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4713,7 @@ func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCustomJob.ProtoReflect.Descriptor instead.
 func (*CreateCustomJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateCustomJob) GetCustomJob() *v11.CustomJob {
@@ -4628,7 +4735,7 @@ type CreateHyperparameterTuningJob struct {
 
 func (x *CreateHyperparameterTuningJob) Reset() {
 	*x = CreateHyperparameterTuningJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4747,7 @@ func (x *CreateHyperparameterTuningJob) String() string {
 func (*CreateHyperparameterTuningJob) ProtoMessage() {}
 
 func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4760,7 @@ func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHyperparameterTuningJob.ProtoReflect.Descriptor instead.
 func (*CreateHyperparameterTuningJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateHyperparameterTuningJob) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -4676,7 +4783,7 @@ type CreateTrainingPipeline struct {
 
 func (x *CreateTrainingPipeline) Reset() {
 	*x = CreateTrainingPipeline{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4688,7 +4795,7 @@ func (x *CreateTrainingPipeline) String() string {
 func (*CreateTrainingPipeline) ProtoMessage() {}
 
 func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4701,7 +4808,7 @@ func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTrainingPipeline.ProtoReflect.Descriptor instead.
 func (*CreateTrainingPipeline) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateTrainingPipeline) GetPipeline() *v11.TrainingPipeline {
@@ -4732,7 +4839,7 @@ type CancelTraining struct {
 
 func (x *CancelTraining) Reset() {
 	*x = CancelTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +4851,7 @@ func (x *CancelTraining) String() string {
 func (*CancelTraining) ProtoMessage() {}
 
 func (x *CancelTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +4864,7 @@ func (x *CancelTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTraining.ProtoReflect.Descriptor instead.
 func (*CancelTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CancelTraining) GetName() string {
@@ -4794,7 +4901,7 @@ type DeleteTraining struct {
 
 func (x *DeleteTraining) Reset() {
 	*x = DeleteTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4806,7 +4913,7 @@ func (x *DeleteTraining) String() string {
 func (*DeleteTraining) ProtoMessage() {}
 
 func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4819,7 +4926,7 @@ func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTraining.ProtoReflect.Descriptor instead.
 func (*DeleteTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteTraining) GetName() string {
@@ -4853,7 +4960,7 @@ type CustomJobChanged struct {
 
 func (x *CustomJobChanged) Reset() {
 	*x = CustomJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +4972,7 @@ func (x *CustomJobChanged) String() string {
 func (*CustomJobChanged) ProtoMessage() {}
 
 func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +4985,7 @@ func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomJobChanged.ProtoReflect.Descriptor instead.
 func (*CustomJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CustomJobChanged) GetCustomJob() *v11.CustomJob {
@@ -4899,7 +5006,7 @@ type HyperparameterTuningJobChanged struct {
 
 func (x *HyperparameterTuningJobChanged) Reset() {
 	*x = HyperparameterTuningJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5018,7 @@ func (x *HyperparameterTuningJobChanged) String() string {
 func (*HyperparameterTuningJobChanged) ProtoMessage() {}
 
 func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5031,7 @@ func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HyperparameterTuningJobChanged.ProtoReflect.Descriptor instead.
 func (*HyperparameterTuningJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *HyperparameterTuningJobChanged) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -4945,7 +5052,7 @@ type TrialChanged struct {
 
 func (x *TrialChanged) Reset() {
 	*x = TrialChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[58]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5064,7 @@ func (x *TrialChanged) String() string {
 func (*TrialChanged) ProtoMessage() {}
 
 func (x *TrialChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[58]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5077,7 @@ func (x *TrialChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrialChanged.ProtoReflect.Descriptor instead.
 func (*TrialChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{58}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TrialChanged) GetTuningJob() string {
@@ -4997,7 +5104,7 @@ type TrainingPipelineChanged struct {
 
 func (x *TrainingPipelineChanged) Reset() {
 	*x = TrainingPipelineChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[59]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5116,7 @@ func (x *TrainingPipelineChanged) String() string {
 func (*TrainingPipelineChanged) ProtoMessage() {}
 
 func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[59]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5129,7 @@ func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingPipelineChanged.ProtoReflect.Descriptor instead.
 func (*TrainingPipelineChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{59}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TrainingPipelineChanged) GetPipeline() *v11.TrainingPipeline {
@@ -5043,7 +5150,7 @@ type AuditRecorded struct {
 
 func (x *AuditRecorded) Reset() {
 	*x = AuditRecorded{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[60]
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5055,7 +5162,7 @@ func (x *AuditRecorded) String() string {
 func (*AuditRecorded) ProtoMessage() {}
 
 func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[60]
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5068,7 +5175,7 @@ func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
 func (*AuditRecorded) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{60}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
@@ -5093,7 +5200,7 @@ type AssociationChanged struct {
 
 func (x *AssociationChanged) Reset() {
 	*x = AssociationChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	mi := &file_loom_events_v1_events_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5105,7 +5212,7 @@ func (x *AssociationChanged) String() string {
 func (*AssociationChanged) ProtoMessage() {}
 
 func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	mi := &file_loom_events_v1_events_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5118,7 +5225,7 @@ func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssociationChanged.ProtoReflect.Descriptor instead.
 func (*AssociationChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{61}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AssociationChanged) GetProject() string {
@@ -5157,7 +5264,7 @@ type AccountChanged struct {
 
 func (x *AccountChanged) Reset() {
 	*x = AccountChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[62]
+	mi := &file_loom_events_v1_events_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5169,7 +5276,7 @@ func (x *AccountChanged) String() string {
 func (*AccountChanged) ProtoMessage() {}
 
 func (x *AccountChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[62]
+	mi := &file_loom_events_v1_events_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5182,7 +5289,7 @@ func (x *AccountChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccountChanged.ProtoReflect.Descriptor instead.
 func (*AccountChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{62}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AccountChanged) GetProject() string {
@@ -5206,6 +5313,60 @@ func (x *AccountChanged) GetDeleted() bool {
 	return false
 }
 
+// JobStep is what one job step's tasks here have used so far, by local
+// id.
+type UsageReported_JobStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StepId        int32                  `protobuf:"varint,1,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	Tasks         []*v1.TaskUsage        `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageReported_JobStep) Reset() {
+	*x = UsageReported_JobStep{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageReported_JobStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageReported_JobStep) ProtoMessage() {}
+
+func (x *UsageReported_JobStep) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageReported_JobStep.ProtoReflect.Descriptor instead.
+func (*UsageReported_JobStep) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36, 0}
+}
+
+func (x *UsageReported_JobStep) GetStepId() int32 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *UsageReported_JobStep) GetTasks() []*v1.TaskUsage {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
 // Point is one line of a hypertune metrics file: step is its
 // "global_step" (0 when absent), time its "timestamp", values every other
 // numeric field ("trial" is dropped: the job names the trial).
@@ -5220,7 +5381,7 @@ type MetricsReported_Point struct {
 
 func (x *MetricsReported_Point) Reset() {
 	*x = MetricsReported_Point{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[66]
+	mi := &file_loom_events_v1_events_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5232,7 +5393,7 @@ func (x *MetricsReported_Point) String() string {
 func (*MetricsReported_Point) ProtoMessage() {}
 
 func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[66]
+	mi := &file_loom_events_v1_events_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5245,7 +5406,7 @@ func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReported_Point.ProtoReflect.Descriptor instead.
 func (*MetricsReported_Point) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36, 0}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37, 0}
 }
 
 func (x *MetricsReported_Point) GetStep() int64 {
@@ -5531,7 +5692,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06signal\x18\x06 \x01(\tR\x06signal\"\x86\x02\n" +
+	"\x06signal\x18\x06 \x01(\tR\x06signal\"\xb0\x02\n" +
 	"\vStepChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -5541,7 +5702,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x10\n" +
 	"\x03pid\x18\a \x01(\x05R\x03pid\x12\x18\n" +
 	"\acluster\x18\b \x01(\tR\acluster\x12#\n" +
-	"\rnode_stopping\x18\t \x01(\bR\fnodeStopping\"\x8a\x02\n" +
+	"\rnode_stopping\x18\t \x01(\bR\fnodeStopping\x12(\n" +
+	"\x05usage\x18\n" +
+	" \x01(\v2\x12.loom.v1.TaskUsageR\x05usage\"\xb4\x02\n" +
 	"\fTasksChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -5553,7 +5716,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"first_rank\x18\a \x01(\x05R\tfirstRank\x12\x1d\n" +
 	"\n" +
 	"exit_codes\x18\b \x03(\x05R\texitCodes\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\"\xb0\x03\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x12(\n" +
+	"\x05usage\x18\n" +
+	" \x03(\v2\x12.loom.v1.TaskUsageR\x05usage\"\xb0\x03\n" +
 	"\fStepProgress\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -5565,7 +5730,17 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\rlast_progress\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flastProgress\x12.\n" +
 	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12J\n" +
 	"\x13checkpoint_duration\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x12checkpointDuration\"\xfe\x02\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x12checkpointDuration\"\xa5\x02\n" +
+	"\rUsageReported\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x04 \x01(\tR\acluster\x12(\n" +
+	"\x05usage\x18\x05 \x01(\v2\x12.loom.v1.TaskUsageR\x05usage\x12B\n" +
+	"\tjob_steps\x18\x06 \x03(\v2%.loom.events.v1.UsageReported.JobStepR\bjobSteps\x1aL\n" +
+	"\aJobStep\x12\x17\n" +
+	"\astep_id\x18\x01 \x01(\x05R\x06stepId\x12(\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x12.loom.v1.TaskUsageR\x05tasks\"\xfe\x02\n" +
 	"\x0fMetricsReported\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -5758,7 +5933,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                         // 0: loom.events.v1.StopCause
 	(StepState)(0),                         // 1: loom.events.v1.StepState
@@ -5799,130 +5974,138 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*StepChanged)(nil),                    // 36: loom.events.v1.StepChanged
 	(*TasksChanged)(nil),                   // 37: loom.events.v1.TasksChanged
 	(*StepProgress)(nil),                   // 38: loom.events.v1.StepProgress
-	(*MetricsReported)(nil),                // 39: loom.events.v1.MetricsReported
-	(*NodeHealthChanged)(nil),              // 40: loom.events.v1.NodeHealthChanged
-	(*RunHealthCheck)(nil),                 // 41: loom.events.v1.RunHealthCheck
-	(*InjectNodeFault)(nil),                // 42: loom.events.v1.InjectNodeFault
-	(*ScanNodes)(nil),                      // 43: loom.events.v1.ScanNodes
-	(*ReportFaultyNodes)(nil),              // 44: loom.events.v1.ReportFaultyNodes
-	(*UpdateNodeRemediation)(nil),          // 45: loom.events.v1.UpdateNodeRemediation
-	(*InjectFault)(nil),                    // 46: loom.events.v1.InjectFault
-	(*RemediateNode)(nil),                  // 47: loom.events.v1.RemediateNode
-	(*ModelVersionRegistered)(nil),         // 48: loom.events.v1.ModelVersionRegistered
-	(*ModelUploadFailed)(nil),              // 49: loom.events.v1.ModelUploadFailed
-	(*ModelExported)(nil),                  // 50: loom.events.v1.ModelExported
-	(*ModelExportFailed)(nil),              // 51: loom.events.v1.ModelExportFailed
-	(*ExportModel)(nil),                    // 52: loom.events.v1.ExportModel
-	(*UploadModel)(nil),                    // 53: loom.events.v1.UploadModel
-	(*CreateCustomJob)(nil),                // 54: loom.events.v1.CreateCustomJob
-	(*CreateHyperparameterTuningJob)(nil),  // 55: loom.events.v1.CreateHyperparameterTuningJob
-	(*CreateTrainingPipeline)(nil),         // 56: loom.events.v1.CreateTrainingPipeline
-	(*CancelTraining)(nil),                 // 57: loom.events.v1.CancelTraining
-	(*DeleteTraining)(nil),                 // 58: loom.events.v1.DeleteTraining
-	(*CustomJobChanged)(nil),               // 59: loom.events.v1.CustomJobChanged
-	(*HyperparameterTuningJobChanged)(nil), // 60: loom.events.v1.HyperparameterTuningJobChanged
-	(*TrialChanged)(nil),                   // 61: loom.events.v1.TrialChanged
-	(*TrainingPipelineChanged)(nil),        // 62: loom.events.v1.TrainingPipelineChanged
-	(*AuditRecorded)(nil),                  // 63: loom.events.v1.AuditRecorded
-	(*AssociationChanged)(nil),             // 64: loom.events.v1.AssociationChanged
-	(*AccountChanged)(nil),                 // 65: loom.events.v1.AccountChanged
-	nil,                                    // 66: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                                    // 67: loom.events.v1.StartStep.EnvEntry
-	nil,                                    // 68: loom.events.v1.LaunchTasks.EnvEntry
-	(*MetricsReported_Point)(nil),          // 69: loom.events.v1.MetricsReported.Point
-	nil,                                    // 70: loom.events.v1.MetricsReported.Point.ValuesEntry
-	nil,                                    // 71: loom.events.v1.RunHealthCheck.ParamsEntry
-	nil,                                    // 72: loom.events.v1.ScanNodes.ParamsEntry
-	(*v1.Cluster)(nil),                     // 73: loom.v1.Cluster
-	(*v1.Reservation)(nil),                 // 74: loom.v1.Reservation
-	(*v1.Node)(nil),                        // 75: loom.v1.Node
-	(v1.RemediationAction)(0),              // 76: loom.v1.RemediationAction
-	(*timestamppb.Timestamp)(nil),          // 77: google.protobuf.Timestamp
-	(*v1.GpuSample)(nil),                   // 78: loom.v1.GpuSample
-	(*v1.DiskSample)(nil),                  // 79: loom.v1.DiskSample
-	(*v1.HealthCheckResult)(nil),           // 80: loom.v1.HealthCheckResult
-	(*v1.Job)(nil),                         // 81: loom.v1.Job
-	(*v1.HostList)(nil),                    // 82: loom.v1.HostList
-	(*durationpb.Duration)(nil),            // 83: google.protobuf.Duration
-	(v1.RemediationState)(0),               // 84: loom.v1.RemediationState
-	(*v1.Fault)(nil),                       // 85: loom.v1.Fault
-	(*v1.ModelVersion)(nil),                // 86: loom.v1.ModelVersion
-	(*v1.ExportModelResponse)(nil),         // 87: loom.v1.ExportModelResponse
-	(*v11.Model)(nil),                      // 88: loom.training.v1.Model
-	(*v1.ModelLineage)(nil),                // 89: loom.v1.ModelLineage
-	(*v11.CustomJob)(nil),                  // 90: loom.training.v1.CustomJob
-	(*v11.HyperparameterTuningJob)(nil),    // 91: loom.training.v1.HyperparameterTuningJob
-	(*v11.TrainingPipeline)(nil),           // 92: loom.training.v1.TrainingPipeline
-	(*v11.Trial)(nil),                      // 93: loom.training.v1.Trial
-	(*v1.AuditRecord)(nil),                 // 94: loom.v1.AuditRecord
-	(*v1.Association)(nil),                 // 95: loom.v1.Association
-	(*v1.Account)(nil),                     // 96: loom.v1.Account
+	(*UsageReported)(nil),                  // 39: loom.events.v1.UsageReported
+	(*MetricsReported)(nil),                // 40: loom.events.v1.MetricsReported
+	(*NodeHealthChanged)(nil),              // 41: loom.events.v1.NodeHealthChanged
+	(*RunHealthCheck)(nil),                 // 42: loom.events.v1.RunHealthCheck
+	(*InjectNodeFault)(nil),                // 43: loom.events.v1.InjectNodeFault
+	(*ScanNodes)(nil),                      // 44: loom.events.v1.ScanNodes
+	(*ReportFaultyNodes)(nil),              // 45: loom.events.v1.ReportFaultyNodes
+	(*UpdateNodeRemediation)(nil),          // 46: loom.events.v1.UpdateNodeRemediation
+	(*InjectFault)(nil),                    // 47: loom.events.v1.InjectFault
+	(*RemediateNode)(nil),                  // 48: loom.events.v1.RemediateNode
+	(*ModelVersionRegistered)(nil),         // 49: loom.events.v1.ModelVersionRegistered
+	(*ModelUploadFailed)(nil),              // 50: loom.events.v1.ModelUploadFailed
+	(*ModelExported)(nil),                  // 51: loom.events.v1.ModelExported
+	(*ModelExportFailed)(nil),              // 52: loom.events.v1.ModelExportFailed
+	(*ExportModel)(nil),                    // 53: loom.events.v1.ExportModel
+	(*UploadModel)(nil),                    // 54: loom.events.v1.UploadModel
+	(*CreateCustomJob)(nil),                // 55: loom.events.v1.CreateCustomJob
+	(*CreateHyperparameterTuningJob)(nil),  // 56: loom.events.v1.CreateHyperparameterTuningJob
+	(*CreateTrainingPipeline)(nil),         // 57: loom.events.v1.CreateTrainingPipeline
+	(*CancelTraining)(nil),                 // 58: loom.events.v1.CancelTraining
+	(*DeleteTraining)(nil),                 // 59: loom.events.v1.DeleteTraining
+	(*CustomJobChanged)(nil),               // 60: loom.events.v1.CustomJobChanged
+	(*HyperparameterTuningJobChanged)(nil), // 61: loom.events.v1.HyperparameterTuningJobChanged
+	(*TrialChanged)(nil),                   // 62: loom.events.v1.TrialChanged
+	(*TrainingPipelineChanged)(nil),        // 63: loom.events.v1.TrainingPipelineChanged
+	(*AuditRecorded)(nil),                  // 64: loom.events.v1.AuditRecorded
+	(*AssociationChanged)(nil),             // 65: loom.events.v1.AssociationChanged
+	(*AccountChanged)(nil),                 // 66: loom.events.v1.AccountChanged
+	nil,                                    // 67: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                                    // 68: loom.events.v1.StartStep.EnvEntry
+	nil,                                    // 69: loom.events.v1.LaunchTasks.EnvEntry
+	(*UsageReported_JobStep)(nil),          // 70: loom.events.v1.UsageReported.JobStep
+	(*MetricsReported_Point)(nil),          // 71: loom.events.v1.MetricsReported.Point
+	nil,                                    // 72: loom.events.v1.MetricsReported.Point.ValuesEntry
+	nil,                                    // 73: loom.events.v1.RunHealthCheck.ParamsEntry
+	nil,                                    // 74: loom.events.v1.ScanNodes.ParamsEntry
+	(*v1.Cluster)(nil),                     // 75: loom.v1.Cluster
+	(*v1.Reservation)(nil),                 // 76: loom.v1.Reservation
+	(*v1.Node)(nil),                        // 77: loom.v1.Node
+	(v1.RemediationAction)(0),              // 78: loom.v1.RemediationAction
+	(*timestamppb.Timestamp)(nil),          // 79: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),                   // 80: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),                  // 81: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),           // 82: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                         // 83: loom.v1.Job
+	(*v1.HostList)(nil),                    // 84: loom.v1.HostList
+	(*v1.TaskUsage)(nil),                   // 85: loom.v1.TaskUsage
+	(*durationpb.Duration)(nil),            // 86: google.protobuf.Duration
+	(v1.RemediationState)(0),               // 87: loom.v1.RemediationState
+	(*v1.Fault)(nil),                       // 88: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 89: loom.v1.ModelVersion
+	(*v1.ExportModelResponse)(nil),         // 90: loom.v1.ExportModelResponse
+	(*v11.Model)(nil),                      // 91: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 92: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 93: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 94: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 95: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 96: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 97: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 98: loom.v1.Association
+	(*v1.Account)(nil),                     // 99: loom.v1.Account
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	73, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	73, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	74, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	73, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	74, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	75, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	76, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
-	77, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	77, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
-	78, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
-	79, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
-	77, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
-	80, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
-	81, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	77, // 14: loom.events.v1.UpdateJob.begin_time:type_name -> google.protobuf.Timestamp
-	82, // 15: loom.events.v1.UpdateJob.nodelist:type_name -> loom.v1.HostList
-	82, // 16: loom.events.v1.UpdateJob.exclude:type_name -> loom.v1.HostList
-	66, // 17: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	77, // 18: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	81, // 19: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	67, // 20: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	75, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	75, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	76, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	75, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	76, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	77, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	78, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	79, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	79, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	80, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	81, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	79, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	82, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	83, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	79, // 14: loom.events.v1.UpdateJob.begin_time:type_name -> google.protobuf.Timestamp
+	84, // 15: loom.events.v1.UpdateJob.nodelist:type_name -> loom.v1.HostList
+	84, // 16: loom.events.v1.UpdateJob.exclude:type_name -> loom.v1.HostList
+	67, // 17: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	79, // 18: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	83, // 19: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	68, // 20: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 21: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	68, // 22: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	69, // 22: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
 	1,  // 23: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 24: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	77, // 25: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	77, // 26: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	77, // 27: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	83, // 28: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
-	69, // 29: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
-	2,  // 30: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	77, // 31: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	84, // 32: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	76, // 33: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	77, // 34: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	83, // 35: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	71, // 36: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	85, // 37: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	83, // 38: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	72, // 39: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
-	76, // 40: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	85, // 41: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	76, // 42: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	86, // 43: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	87, // 44: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
-	88, // 45: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	89, // 46: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	90, // 47: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	91, // 48: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	92, // 49: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	90, // 50: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	91, // 51: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	93, // 52: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	92, // 53: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	94, // 54: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	95, // 55: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	96, // 56: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
-	77, // 57: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	70, // 58: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	85, // 24: loom.events.v1.StepChanged.usage:type_name -> loom.v1.TaskUsage
+	1,  // 25: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	85, // 26: loom.events.v1.TasksChanged.usage:type_name -> loom.v1.TaskUsage
+	79, // 27: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	79, // 28: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	79, // 29: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	86, // 30: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	85, // 31: loom.events.v1.UsageReported.usage:type_name -> loom.v1.TaskUsage
+	70, // 32: loom.events.v1.UsageReported.job_steps:type_name -> loom.events.v1.UsageReported.JobStep
+	71, // 33: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	2,  // 34: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	79, // 35: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	87, // 36: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	78, // 37: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	79, // 38: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	86, // 39: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	73, // 40: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	88, // 41: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	86, // 42: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	74, // 43: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
+	78, // 44: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	88, // 45: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	78, // 46: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	89, // 47: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	90, // 48: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	91, // 49: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	92, // 50: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	93, // 51: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	94, // 52: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	95, // 53: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	93, // 54: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	94, // 55: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	96, // 56: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	95, // 57: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	97, // 58: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	98, // 59: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	99, // 60: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
+	85, // 61: loom.events.v1.UsageReported.JobStep.tasks:type_name -> loom.v1.TaskUsage
+	79, // 62: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	72, // 63: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -5938,7 +6121,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

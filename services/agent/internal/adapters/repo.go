@@ -130,6 +130,8 @@ func Event(p proto.Message) (envelope.Event, error) {
 		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.StepProgress:
 		return envelope.Route(m.GetJob(), Source, p)
+	case *eventsv1.UsageReported:
+		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.MetricsReported:
 		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.AgentRegistered:

@@ -118,6 +118,10 @@ type Options struct {
 	// DefaultProgressInterval): at most one StepProgress per run per
 	// interval.
 	ProgressInterval time.Duration
+	// AcctInterval is how often a running step's usage, sampled every
+	// progress interval, is reported (UsageReported, for sstat; 0:
+	// domain.DefaultAcctInterval; negative: only with the step's end).
+	AcctInterval time.Duration
 	// HoldStarts makes the agent record the starts it is sent (StartStep,
 	// LaunchTasks) but start no process until CaughtUp is called: a
 	// restarted agent first works through the backlog of its step
@@ -175,6 +179,11 @@ type App struct {
 	// progress is, by run key (job#attempt), what was last reported of
 	// its progress (progress.go).
 	progress map[string]domain.Progress
+	// usage is, by step or tasks key, what each running unit's processes
+	// have used so far, by local task id; usageSent, by run key, when its
+	// usage was last reported (acct.go).
+	usage     map[string][]domain.Usage
+	usageSent map[string]time.Time
 	// signalled wakes ProgressLoop after a step was signalled, so that a
 	// checkpoint the signal asked for is reported at once (progress.go).
 	signalled chan struct{}
@@ -252,6 +261,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.ProgressInterval <= 0 {
 		opts.ProgressInterval = DefaultProgressInterval
 	}
+	if opts.AcctInterval == 0 {
+		opts.AcctInterval = domain.DefaultAcctInterval
+	}
 	if opts.JobChecks.Timeout <= 0 {
 		opts.JobChecks.Timeout = DefaultPrologTimeout
 	}
@@ -282,6 +294,8 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		persisting: map[string]int{},
 		attempts:   map[string]int32{},
 		progress:   map[string]domain.Progress{},
+		usage:      map[string][]domain.Usage{},
+		usageSent:  map[string]time.Time{},
 		signalled:  make(chan struct{}, 1),
 		tails:      map[string]*tail{},
 		dropped:    newDroppedLines(),
@@ -1221,10 +1235,12 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	// Whatever ended it (its exit, a stop), the node's epilog checks run,
 	// once its end is recorded.
 	defer a.epilog(key)
+	de := domainExit(exit)
+	de.Usage = a.finalUsage(key, 0, exit, true)
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}
-	end := domain.Ended(rec, domainExit(exit), a.opts.Now())
+	end := domain.Ended(rec, de, a.opts.Now())
 	a.log.Info("step ended", "step", key, "phase", end.Phase, "exit_code", exit.Code, "signal", exit.Signal, "oom", exit.OOM)
 	// What its program wrote last (a checkpoint saved on a signal just
 	// before it exited) goes out with its end, ahead of it.

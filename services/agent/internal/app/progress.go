@@ -259,6 +259,7 @@ func (a *App) observeProgress(ctx context.Context) {
 	}
 	sort.Strings(keys)
 	now := a.opts.Now()
+	a.sampleUsage(now)
 	var tx store.Tx
 	next := map[string]domain.Progress{}
 	for _, k := range keys {
@@ -275,7 +276,11 @@ func (a *App) observeProgress(ctx context.Context) {
 		tx.Emit(e)
 		next[k] = p
 	}
-	if len(next) == 0 {
+	usage := a.usageReports(now)
+	for _, e := range usage {
+		tx.Emit(e)
+	}
+	if len(next) == 0 && len(usage) == 0 {
 		return
 	}
 	// Through the outbox, keyed by job as the steps' own events: in order

@@ -280,10 +280,12 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks, acct ports.Account)
 func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	defer a.watchers.Done()
 	exits := make([]domain.Exit, len(ps))
+	ended := make([]ports.Exit, len(ps))
 	var wg sync.WaitGroup
 	for i, p := range ps {
 		wg.Go(func() {
-			exits[i] = domainExit(p.Wait())
+			ended[i] = p.Wait()
+			exits[i] = domainExit(ended[i])
 			// What a task left in its group ends with it, as under Slurm.
 			_ = a.rt.Kill(p.Group())
 		})
@@ -297,6 +299,9 @@ func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	delete(a.groups, key)
 	rec := a.tasks[key]
 	a.mu.Unlock()
+	for i := range exits {
+		exits[i].Usage = a.finalUsage(key, i, ended[i], i == len(exits)-1)
+	}
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}

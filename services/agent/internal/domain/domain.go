@@ -71,7 +71,9 @@ type Step struct {
 	// again as that user, for the stop line. nil in a record from an agent
 	// before owners were kept: such a step gets no stop line when adopted
 	// (opening its path as anyone else could write where the job may not).
-	Owner   *string   `json:"owner,omitempty"`
+	Owner *string `json:"owner,omitempty"`
+	// Usage is what the step's processes used, once ended (nil: not known).
+	Usage   *Usage    `json:"usage,omitempty"`
 	Created time.Time `json:"created"`
 	Ended   time.Time `json:"ended,omitzero"`
 }
@@ -95,6 +97,9 @@ func (s *Step) Event(self Self) *eventsv1.StepChanged {
 	}
 	ev.State = s.Phase.StepState()
 	ev.NodeStopping = s.NodeStopping && s.Phase == Killed
+	if s.Usage != nil && s.Phase.Terminal() {
+		ev.Usage = s.Usage.Proto()
+	}
 	return ev
 }
 
@@ -191,13 +196,16 @@ type Exit struct {
 	// after an agent restart whose shim was killed with it): the step is
 	// LOST unless it was being stopped.
 	Unknown bool
+	// Usage is what its processes used, as the agent measured them (nil:
+	// not known).
+	Usage *Usage
 }
 
 // Ended records the end of a step's process: KILLED when it was asked to
 // stop, EXITED with its code otherwise.
 func Ended(rec *Step, exit Exit, now time.Time) *Step {
 	r := rec.clone()
-	r.ExitCode, r.Ended = exit.Code, now
+	r.ExitCode, r.Ended, r.Usage = exit.Code, now, exit.Usage
 	switch {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason

@@ -26,7 +26,10 @@ type Tasks struct {
 	PIDs      []int    `json:"pids,omitempty"`
 	PIDStarts []uint64 `json:"pid_starts,omitempty"`
 	// ExitCodes are the tasks' exit codes by local id, once ended.
-	ExitCodes  []int32   `json:"exit_codes,omitempty"`
+	ExitCodes []int32 `json:"exit_codes,omitempty"`
+	// Usage is what each task's processes used, by local id, once ended
+	// (empty: not known).
+	Usage      []Usage   `json:"usage,omitempty"`
 	Message    string    `json:"message,omitempty"`
 	StopReason string    `json:"stop_reason,omitempty"`
 	Created    time.Time `json:"created"`
@@ -50,6 +53,7 @@ func (t *Tasks) clone() *Tasks {
 	c.PIDs = append([]int(nil), t.PIDs...)
 	c.PIDStarts = append([]uint64(nil), t.PIDStarts...)
 	c.ExitCodes = append([]int32(nil), t.ExitCodes...)
+	c.Usage = append([]Usage(nil), t.Usage...)
 	return &c
 }
 
@@ -61,6 +65,7 @@ func (t *Tasks) Event(self Self) *eventsv1.TasksChanged {
 	}
 	if t.Phase.Terminal() {
 		ev.ExitCodes = append([]int32(nil), t.ExitCodes...)
+		ev.Usage = usageProtos(t.Usage)
 	}
 	ev.State = t.Phase.StepState()
 	return ev
@@ -134,8 +139,18 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 	r.Ended = now
 	r.ExitCodes = make([]int32, len(exits))
 	worst, failed, oom, unknown := int32(0), 0, 0, 0
+	known := false
+	for _, e := range exits {
+		known = known || e.Usage != nil
+	}
+	if known {
+		r.Usage = make([]Usage, len(exits))
+	}
 	for i, e := range exits {
 		r.ExitCodes[i] = e.Code
+		if known && e.Usage != nil {
+			r.Usage[i] = *e.Usage
+		}
 		if e.Unknown {
 			unknown++
 		}

@@ -58,6 +58,11 @@ type Runtime interface {
 	// keep does not name: what an agent that died between recording an
 	// end and Forget left behind.
 	Sweep(keep func(name string) bool)
+	// Usage samples what the live processes of each of gs use now, summed
+	// by group (a group with none is absent): for job accounting (sacct,
+	// sstat). One call looks at every group, so that the cost of a look
+	// does not grow with the steps it serves.
+	Usage(gs []Group) map[Group]Sample
 
 	// Account returns who the processes of user (a job's owner, as
 	// Spec.User names it) run as here, or an error that says, for the
@@ -129,6 +134,26 @@ type Exit struct {
 	// adopted after a restart (Recover) whose end was not recorded (its
 	// shim was killed with it).
 	Unknown bool
+	// Usage is what the leader and the children it waited for used, as
+	// the kernel counted it (zero when not known).
+	Usage Rusage
+}
+
+// Sample is what one group's live processes use at one instant: their CPU
+// time (with that of the children they waited for), resident and virtual
+// memory (bytes), and bytes read from and written to storage.
+type Sample struct {
+	UserCPU, SystemCPU time.Duration
+	RSS, VMSize        int64
+	Read, Write        int64
+}
+
+// Rusage is a finished process's resource usage as wait4 reports it: CPU
+// time, and the largest resident set (bytes) it or a waited-for child
+// reached.
+type Rusage struct {
+	UserCPU, SystemCPU time.Duration
+	MaxRSS             int64
 }
 
 // Spec describes a process to start.

@@ -17,7 +17,8 @@
 // other imports runs its init before the heavy ones of the agent's binary
 // (protobuf, gRPC, Kafka's protocol tables), and a shim starts in about
 // the time a small Go program does. Hence the few lines of libs/proc it
-// repeats (the pidfile's format, a process's start time, an exit code).
+// repeats (the pidfile's format, a process's start time, an exit code and its
+// rusage).
 package stepd
 
 import (
@@ -31,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Env, in a process's environment, makes the agent's binary run as a step's
@@ -99,6 +101,11 @@ type Status struct {
 	Code int32 `json:"code"`
 	// Signal names that signal ("" when it exited).
 	Signal string `json:"signal,omitempty"`
+	// UserCPU, SystemCPU and MaxRSS are what the job and the children it
+	// waited for used, as the kernel counted it (proc.Rusage).
+	UserCPU   time.Duration `json:"user_cpu,omitempty"`
+	SystemCPU time.Duration `json:"system_cpu,omitempty"`
+	MaxRSS    int64         `json:"max_rss,omitempty"`
 }
 
 // caught are the signals the shim takes without dying when they are sent
@@ -241,8 +248,15 @@ func exitOf(ps *os.ProcessState) Status {
 	if ps == nil {
 		return Status{Code: -1}
 	}
+	st := Status{Code: int32(ps.ExitCode())}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return Status{Code: int32(128 + int(ws.Signal())), Signal: ws.Signal().String()}
+		st = Status{Code: int32(128 + int(ws.Signal())), Signal: ws.Signal().String()}
 	}
-	return Status{Code: int32(ps.ExitCode())}
+	// As proc.Rusage, repeated (see the package comment): Linux counts
+	// ru_maxrss in kilobytes.
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		st.UserCPU, st.SystemCPU = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+		st.MaxRSS = max(int64(ru.Maxrss), 0) * 1024
+	}
+	return st
 }

@@ -29,6 +29,8 @@ func (a *App) checkSigner(ev envelope.Event) error {
 		job, attempt = p.GetJob(), p.GetAttempt()
 	case *eventsv1.StepProgress:
 		job, attempt = p.GetJob(), p.GetAttempt()
+	case *eventsv1.UsageReported:
+		job, attempt = p.GetJob(), p.GetAttempt()
 	default:
 		return nil
 	}

@@ -60,6 +60,8 @@ func (t *txn) dispatch(payload proto.Message) error {
 		err = t.stepChanged(ev)
 	case *eventsv1.StepProgress:
 		err = t.stepProgress(ev) // health.go
+	case *eventsv1.UsageReported:
+		err = t.usageReported(ev) // taskusage.go
 	case *eventsv1.AssociationChanged:
 		err = t.associationChanged(ev) // assoclimits.go
 	case *eventsv1.AccountChanged:
@@ -780,7 +782,11 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 	}
 	r = t.editRun(key)
 	msg := nodeMessage(ev.GetMessage())
-	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), Message: msg}
+	usage := st.Usage
+	if ev.GetUsage() != nil {
+		usage = t.batchUsage(ev.GetUsage())
+	}
+	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), Message: msg, Usage: usage}
 	if !r.FenceUntil.IsZero() {
 		r.FenceUntil = fenceOf(r) // a fenced step that reports its end lifts its fence
 	}

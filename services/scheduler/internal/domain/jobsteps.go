@@ -360,7 +360,11 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 	r = t.editRun(r.Key())
 	s := r.JobSteps[i].Clone()
 	msg := nodeMessage(ev.GetMessage())
-	s.Parts[k] = StepPart{State: st, Message: msg}
+	usage := s.Parts[k].Usage
+	if len(ev.GetUsage()) > 0 {
+		usage = t.taskUsages(ev.GetUsage(), s.Tasks[k])
+	}
+	s.Parts[k] = StepPart{State: st, Message: msg, Usage: usage}
 	if s.Parts[k].Terminal() {
 		first, n := s.FirstRank(k), s.Tasks[k]
 		for l := int32(0); l < n; l++ {
@@ -538,8 +542,11 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 	if !s.Start.IsZero() {
 		out.StartTime = timestamppb.New(s.Start)
 	}
-	for _, p := range s.Parts {
+	for k, p := range s.Parts {
 		out.NodeMessages = append(out.NodeMessages, p.Message)
+		for l, u := range p.Usage {
+			out.TaskUsage = append(out.TaskUsage, taskUsageProto(u, s.FirstRank(k)+int32(l), s.Hostnames[k]))
+		}
 	}
 	return out
 }

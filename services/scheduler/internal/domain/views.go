@@ -120,8 +120,15 @@ func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
 		if r == nil {
 			return views.Run{}, false
 		}
-		return views.Run{Hostnames: r.Hostnames, ExitCode: r.ExitCode, Reason: r.Reason, Start: r.Start,
-			End: r.End, Ended: r.Ended(), Outcome: r.Outcome}, true
+		out := views.Run{Hostnames: r.Hostnames, ExitCode: r.ExitCode, Reason: r.Reason, Start: r.Start,
+			End: r.End, Ended: r.Ended(), Outcome: r.Outcome}
+		// The batch script runs on the run's first node.
+		if len(r.Nodes) > 0 && len(r.Hostnames) > 0 {
+			if u := r.Steps[r.Nodes[0]].Usage; u != nil {
+				out.BatchUsage = taskUsageProto(*u, 0, r.Hostnames[0])
+			}
+		}
+		return out, true
 	})
 }
 

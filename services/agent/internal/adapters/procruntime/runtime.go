@@ -274,11 +274,38 @@ func (p *process) Wait() ports.Exit {
 	_ = proc.Wait(p.c)
 	if p.status != "" {
 		if st, err := stepd.ReadStatus(p.status); err == nil {
-			return ports.Exit{Code: st.Code, Signal: st.Signal}
+			return statusExit(st)
 		}
 	}
 	code, sig := proc.ExitCode(p.c.ProcessState)
-	return ports.Exit{Code: code, Signal: sig}
+	user, system, rss := proc.Rusage(p.c.ProcessState)
+	return ports.Exit{Code: code, Signal: sig, Usage: ports.Rusage{UserCPU: user, SystemCPU: system, MaxRSS: rss}}
+}
+
+// Usage samples the groups' processes from /proc (proc.GroupUsage). Under a
+// shim (a state directory) the group's leader is the shim, not the job's,
+// and is not counted: it is this binary again, whose tens of megabytes are
+// Loom's, as slurmstepd's are not the job's.
+func (r Runtime) Usage(gs []ports.Group) map[ports.Group]ports.Sample {
+	pg := make(map[int]bool, len(gs))
+	for _, g := range gs {
+		pg[g.PID] = true
+	}
+	got := proc.GroupUsage(pg, r.opts.StateDir == "")
+	out := make(map[ports.Group]ports.Sample, len(got))
+	for _, g := range gs {
+		if u, ok := got[g.PID]; ok {
+			out[g] = ports.Sample{UserCPU: u.UserCPU, SystemCPU: u.SystemCPU, RSS: u.RSS, VMSize: u.VMSize,
+				Read: u.ReadBytes, Write: u.WriteBytes}
+		}
+	}
+	return out
+}
+
+// statusExit is the exit a shim recorded.
+func statusExit(st stepd.Status) ports.Exit {
+	return ports.Exit{Code: st.Code, Signal: st.Signal,
+		Usage: ports.Rusage{UserCPU: st.UserCPU, SystemCPU: st.SystemCPU, MaxRSS: st.MaxRSS}}
 }
 
 // Signal sends sig to g's process group.

@@ -57,6 +57,12 @@ func start(t *testing.T, rt Runtime, spec ports.Spec) ports.Process {
 }
 
 // waitExit waits for p to exit, within wait.
+// noUsage is e without its usage, which no test can predict.
+func noUsage(e ports.Exit) ports.Exit {
+	e.Usage = ports.Rusage{}
+	return e
+}
+
 func waitExit(t *testing.T, p ports.Process) ports.Exit {
 	t.Helper()
 	ch := make(chan ports.Exit, 1)
@@ -110,8 +116,13 @@ func TestStartRunsTheSpec(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "gate"), []byte("go\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if e := waitExit(t, p); e != (ports.Exit{Code: 3}) {
+	e := waitExit(t, p)
+	if noUsage(e) != (ports.Exit{Code: 3}) {
 		t.Fatalf("exit = %+v, want code 3", e)
+	}
+	// The kernel's count of what it used comes with its exit.
+	if e.Usage.MaxRSS <= 0 {
+		t.Errorf("exit's usage = %+v, want the leader's peak resident size", e.Usage)
 	}
 	want := dir + "\nFOO=bar\nargs a b\n" + strconv.Itoa(g.PID) + "\n"
 	if got := read(t, filepath.Join(dir, "out")); got != want {
@@ -217,7 +228,7 @@ func testSignalLeaderGroupAndKill(t *testing.T, rt Runtime) {
 		if err := rt.Signal(p.Group(), syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		if e := waitExit(t, p); e != (ports.Exit{Code: 128 + 15, Signal: syscall.SIGTERM.String()}) {
+		if e := waitExit(t, p); noUsage(e) != (ports.Exit{Code: 128 + 15, Signal: syscall.SIGTERM.String()}) {
 			t.Fatalf("exit = %+v, want 143 by SIGTERM", e)
 		}
 		testkit.WaitFor(t, wait, "the leader's child ended by the group's signal", func() (bool, error) {
@@ -261,7 +272,7 @@ func testSignalLeaderGroupAndKill(t *testing.T, rt Runtime) {
 		if err := rt.Kill(p.Group()); err != nil {
 			t.Fatal(err)
 		}
-		if e := waitExit(t, p); e != (ports.Exit{Code: 128 + 9, Signal: syscall.SIGKILL.String()}) {
+		if e := waitExit(t, p); noUsage(e) != (ports.Exit{Code: 128 + 9, Signal: syscall.SIGKILL.String()}) {
 			t.Fatalf("exit = %+v, want 137 by SIGKILL", e)
 		}
 		if !rt.WaitGone(p.Group(), wait) {
@@ -376,10 +387,10 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if e := waitExit(t, adopted); e != (ports.Exit{Code: 3}) {
+	if e := waitExit(t, adopted); noUsage(e) != (ports.Exit{Code: 3}) {
 		t.Fatalf("adopted unit's exit = %+v, want 3", e)
 	}
-	if e := waitExit(t, p); e != (ports.Exit{Code: 3}) {
+	if e := waitExit(t, p); noUsage(e) != (ports.Exit{Code: 3}) {
 		t.Fatalf("exit = %+v, want 3", e)
 	}
 	if got := read(t, filepath.Join(dir, "out")); got != "\n" {
@@ -391,7 +402,7 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if _, err := os.Stat(gpusFile(PIDFile(state, name))); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the GPU list of an ended unit: %v, want it gone", err)
 	}
-	if p, exit := again.Recover(name, p.Group()); p != nil || exit == nil || *exit != (ports.Exit{Code: 3}) {
+	if p, exit := again.Recover(name, p.Group()); p != nil || exit == nil || noUsage(*exit) != (ports.Exit{Code: 3}) {
 		t.Fatalf("Recover of an ended unit = %v, %v; want its exit 3", p, exit)
 	}
 	// Sweep keeps what it is told to, and forgets the rest.

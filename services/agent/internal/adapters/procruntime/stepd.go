@@ -148,7 +148,8 @@ func (r Runtime) Recover(name string, g ports.Group) (ports.Process, *ports.Exit
 		return &adopted{g: g, status: r.statusFile(name)}, nil
 	}
 	if st, err := stepd.ReadStatus(r.statusFile(name)); err == nil {
-		return nil, &ports.Exit{Code: st.Code, Signal: st.Signal}
+		e := statusExit(st)
+		return nil, &e
 	}
 	return nil, nil
 }
@@ -215,7 +216,7 @@ func (p *adopted) Group() ports.Group { return p.g }
 func (p *adopted) Wait() ports.Exit {
 	awaitGone(p.g)
 	if st, err := stepd.ReadStatus(p.status); err == nil {
-		return ports.Exit{Code: st.Code, Signal: st.Signal}
+		return statusExit(st)
 	}
 	return ports.Exit{Code: -1, Unknown: true}
 }

@@ -150,6 +150,24 @@ type Step struct {
 	// it reports its end, the node is repaired or removed, or FenceUntil
 	// passes; then it is abandoned.
 	FenceUntil time.Time `json:"fence_until,omitzero"`
+	// Usage is what the step's processes used (its batch script's, on the
+	// batch host), as its agent last reported it: final with its end
+	// (nil: nothing reported).
+	Usage *TaskUsage `json:"usage,omitempty"`
+}
+
+// TaskUsage is what one task's processes used, as its agent reported it
+// (loom.v1.TaskUsage): CPU time, peaks of memory, bytes read and written.
+// A record's TaskUsage is never edited in place: a report replaces it.
+type TaskUsage struct {
+	UserCPU   time.Duration `json:"user_cpu,omitempty"`
+	SystemCPU time.Duration `json:"system_cpu,omitempty"`
+	MaxRSS    int64         `json:"max_rss,omitempty"`
+	RSS       int64         `json:"rss,omitempty"`
+	MaxVMSize int64         `json:"max_vmsize,omitempty"`
+	Read      int64         `json:"read,omitempty"`
+	Write     int64         `json:"write,omitempty"`
+	Time      time.Time     `json:"time,omitzero"`
 }
 
 // Fenced reports whether the step holds a failed node while its processes
@@ -205,6 +223,9 @@ type JobStep struct {
 type StepPart struct {
 	State   eventsv1.StepState `json:"state,omitempty"`
 	Message string             `json:"message,omitempty"`
+	// Usage is what the node's tasks used, by local id, as last reported
+	// (final with their end; empty: nothing reported).
+	Usage []TaskUsage `json:"usage,omitempty"`
 }
 
 // Terminal reports whether the node's tasks have ended.

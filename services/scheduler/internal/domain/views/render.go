@@ -22,6 +22,8 @@ type Run struct {
 	Start, End time.Time
 	Ended      bool
 	Outcome    loomv1.JobState
+	// BatchUsage is what its batch script used (nil: not reported).
+	BatchUsage *loomv1.TaskUsage
 }
 
 // JobRuns is Job.runs: attempts 1..attempts as run finds them (ok false: no
@@ -34,7 +36,8 @@ func JobRuns(attempts int32, state loomv1.JobState, run func(attempt int32) (Run
 		if !ok {
 			continue
 		}
-		jr := &loomv1.JobRun{Attempt: a, Nodes: append([]string(nil), r.Hostnames...), ExitCode: r.ExitCode, Reason: r.Reason}
+		jr := &loomv1.JobRun{Attempt: a, Nodes: append([]string(nil), r.Hostnames...), ExitCode: r.ExitCode, Reason: r.Reason,
+			BatchUsage: r.BatchUsage}
 		if !r.Start.IsZero() {
 			jr.StartTime = timestamppb.New(r.Start)
 		}

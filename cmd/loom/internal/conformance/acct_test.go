@@ -1,0 +1,73 @@
+package conformance
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// kib reads a memory figure as Slurm prints it ("30012K") in KiB; -1 when
+// it is not one.
+func kib(s string) int {
+	n, err := strconv.Atoi(strings.TrimSuffix(s, "K"))
+	if err != nil || !strings.HasSuffix(s, "K") {
+		return -1
+	}
+	return n
+}
+
+// TestJobAccounting: sstat shows what a running srun step's tasks use (the
+// agents report every second here), and sacct what the step and the batch
+// script used once they ended, in Slurm's units; the job's row sums its
+// steps' CPU time.
+func TestJobAccounting(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("acct.sh"))
+	s.waitFor(60*time.Second, "both tasks to hold their memory", func() bool {
+		return fileExists(s.path("held-0")) && fileExists(s.path("held-1"))
+	})
+	var row []string
+	s.waitFor(30*time.Second, "sstat to show the step's tasks holding 30 MB", func() bool {
+		out := s.ok("sstat", "-n", "-P", "-j", id, "-o", "JobID,NTasks,MaxRSS,MaxRSSNode,AveRSS,Nodelist")
+		row = strings.Split(strings.TrimSpace(out), "|")
+		return len(row) == 6 && kib(row[4]) >= 29000
+	})
+	wantEqual(t, "sstat JobID", row[0], id+".0")
+	wantEqual(t, "sstat NTasks", row[1], "2")
+	wantEqual(t, "sstat Nodelist", row[5], "gpu-[0001-0002]")
+	if kib(row[2]) < 29000 || !strings.HasPrefix(row[3], "gpu-000") {
+		t.Errorf("sstat row %q: want MaxRSS of at least 29000K on one of the nodes", row)
+	}
+	if err := os.WriteFile(s.path("release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.waitDone(id, 60*time.Second); state(r) != "COMPLETED" {
+		t.Fatalf("job %s ended %s; output:\n%s", id, r["State"], s.read("acct-"+id+".out"))
+	}
+	rows := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(s.ok("sacct", "-n", "-P", "-j", id, "-o", "JobID,MaxRSS,AveRSS,TotalCPU,NTasks")), "\n") {
+		f := strings.Split(l, "|")
+		rows[f[0]] = f
+	}
+	step, batch, job := rows[id+".0"], rows[id+".batch"], rows[id]
+	if len(step) != 5 || len(batch) != 5 || len(job) != 5 {
+		t.Fatalf("sacct rows %v: want the job, its batch step and step 0", rows)
+	}
+	if kib(step[1]) < 29000 || kib(step[2]) < 29000 || step[4] != "2" {
+		t.Errorf("sacct %s.0: %q, want MaxRSS and AveRSS of at least 29000K over 2 tasks", id, step)
+	}
+	if kib(batch[1]) <= 0 || batch[4] != "1" {
+		t.Errorf("sacct %s.batch: %q, want the batch script's own MaxRSS, 1 task", id, batch)
+	}
+	if job[1] != "" || job[3] == "00:00:00" || job[3] == "" {
+		t.Errorf("sacct %s: %q, want no MaxRSS on the job's row and its steps' CPU time", id, job)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

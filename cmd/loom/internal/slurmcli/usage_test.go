@@ -1,0 +1,86 @@
+package slurmcli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func taskUsage(rank int32, node string, rssK int64, cpu time.Duration, read int64) *loomv1.TaskUsage {
+	return &loomv1.TaskUsage{Rank: rank, Node: node, MaxRssBytes: rssK << 10, RssBytes: rssK << 10, MaxVmsizeBytes: 2 * rssK << 10,
+		UserCpu: durationpb.New(cpu * 3 / 4), SystemCpu: durationpb.New(cpu / 4), ReadBytes: read, WriteBytes: read / 2}
+}
+
+// TestSacctAndSstatShowUsage: what the agents reported of a job's batch
+// script and srun tasks reads in sacct's MaxRSS, TotalCPU... (the job's
+// row sums its steps' CPU and leaves the memory columns empty, as Slurm's
+// does) and in sstat for the running job's steps, with Slurm's units and
+// its messages for what is not running.
+func TestSacctAndSstatShowUsage(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	var train *loomv1.Job
+	for _, j := range f.Jobs {
+		if j.GetJobId() == "12" {
+			train = j
+		}
+	}
+	train.Runs = []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_RUNNING, Nodes: train.GetNodes(), StartTime: train.GetStartTime(),
+		BatchUsage: taskUsage(0, "gpu-0001", 2048, 1500*time.Millisecond, 4096)}}
+	f.Steps = []*loomv1.JobStep{
+		{Name: train.GetName() + "/steps/0", Job: train.GetName(), StepId: 0, Attempt: 1, State: loomv1.JobState_COMPLETED,
+			Command: []string{"/usr/bin/hostname"}, Nodes: train.GetNodes(), TasksPerNode: []int32{1, 1}, NumTasks: 2,
+			StartTime: train.GetStartTime(), EndTime: train.GetStartTime(),
+			TaskUsage: []*loomv1.TaskUsage{taskUsage(0, "gpu-0001", 100, time.Second, 10), taskUsage(1, "gpu-0002", 300, 3*time.Second, 30)}},
+		// Running, and only one of its tasks reported yet.
+		{Name: train.GetName() + "/steps/1", Job: train.GetName(), StepId: 1, Attempt: 1, State: loomv1.JobState_RUNNING,
+			Command: []string{"/usr/bin/python"}, Nodes: train.GetNodes(), TasksPerNode: []int32{1, 1}, NumTasks: 2,
+			StartTime: train.GetStartTime(),
+			TaskUsage: []*loomv1.TaskUsage{taskUsage(1, "gpu-0002", 5000, 2*time.Hour+time.Second, 0)}},
+	}
+	code, out, errOut := run(t, f, "sacct", Env{}, "-P", "-j", "12", "-o", "JobID,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,MaxVMSize,TotalCPU,UserCPU,SystemCPU,MinCPU,AveCPU,MaxDiskRead,MaxDiskReadTask,AveDiskWrite")
+	want := "JobID|MaxRSS|MaxRSSNode|MaxRSSTask|AveRSS|MaxVMSize|TotalCPU|UserCPU|SystemCPU|MinCPU|AveCPU|MaxDiskRead|MaxDiskReadTask|AveDiskWrite\n" +
+		"12||||||02:00:06|01:30:04|30:01.625|||||\n" +
+		"12.batch|2048K|gpu-0001|0|2048K|4096K|00:01.500|00:01.125|00:00.375|00:00:01|00:00:01|4096|0|2048\n" +
+		"12.0|300K|gpu-0002|1|200K|600K|00:00:04|00:00:03|00:00:01|00:00:01|00:00:02|30|1|10\n" +
+		"12.1|5000K|gpu-0002|1|5000K|10000K|02:00:01|01:30:00|30:00.250|02:00:01|02:00:01|0|1|0\n"
+	if code != 0 || out != want {
+		t.Errorf("sacct: %d %q\n got %q\nwant %q", code, errOut, out, want)
+	}
+
+	// sstat: the lowest-numbered running step, with a zero for the task
+	// not reported yet; -a adds the batch script; .batch alone.
+	for _, tc := range []struct {
+		args     []string
+		want     string
+		wantErr  string
+		wantCode int
+	}{
+		{[]string{"-P", "-j", "12", "-o", "JobID,NTasks,MaxRSS,MaxRSSNode,AveRSS,MinCPU,MinCPUNode,Nodelist"},
+			"JobID|NTasks|MaxRSS|MaxRSSNode|AveRSS|MinCPU|MinCPUNode|Nodelist\n12.1|2|5000K|gpu-0002|2500K|00:00:00|gpu-0001|gpu-[0001-0002]\n", "", 0},
+		{[]string{"-n", "-P", "-a", "-j", "12", "-o", "JobID,MaxRSS,Nodelist"},
+			"12.batch|2048K|gpu-0001\n12.1|5000K|gpu-[0001-0002]\n", "", 0},
+		{[]string{"-n", "-p", "-j", "12.batch", "-o", "jobid,maxvmsize"}, "12.batch|4096K|\n", "", 0},
+		{[]string{"-n", "-P", "-j", "12.0", "-o", "jobid"}, "", "sstat: error: StepId=12.0 not found running.\n", 0},
+		{[]string{"-n", "-P", "-j", "10", "-o", "jobid"}, "", "sstat: error: No steps running for job 10\n", 0},
+		{[]string{"-n", "-P", "-j", "999", "-o", "jobid"}, "", "sstat: error: couldn't get steps for job 999\n", 0},
+		{[]string{"-j", "12.x"}, "", "sstat: fatal: Bad job/step specified: 12.x\n", 1},
+		{[]string{"-j", "12", "-o", "Bogus"}, "", "sstat: error: Invalid field requested: \"Bogus\"\n", 1},
+		{nil, "", "sstat: error: You didn't give me any jobs to stat.\n", 1},
+	} {
+		code, out, errOut := run(t, f, "sstat", Env{}, tc.args...)
+		if code != tc.wantCode || out != tc.want || errOut != tc.wantErr {
+			t.Errorf("sstat %v: %d\n got %q %q\nwant %q %q", tc.args, code, out, errOut, tc.want, tc.wantErr)
+		}
+	}
+	// The default layout: Slurm's header, byte for byte.
+	_, out, _ = run(t, f, "sstat", Env{}, "-j", "12")
+	header := strings.SplitN(out, "\n", 2)[0]
+	if want := "JobID         MaxVMSize  MaxVMSizeNode  MaxVMSizeTask  AveVMSize     MaxRSS MaxRSSNode MaxRSSTask     AveRSS MaxPages MaxPagesNode   MaxPagesTask   AvePages     MinCPU MinCPUNode MinCPUTask     AveCPU   NTasks AveCPUFreq ReqCPUFreqMin ReqCPUFreqMax ReqCPUFreqGov ConsumedEnergy  MaxDiskRead MaxDiskReadNode MaxDiskReadTask  AveDiskRead MaxDiskWrite MaxDiskWriteNode MaxDiskWriteTask AveDiskWrite TRESUsageInAve TRESUsageInMax TRESUsageInMaxNode TRESUsageInMaxTask TRESUsageInMin TRESUsageInMinNode TRESUsageInMinTask TRESUsageInTot TRESUsageOutAve TRESUsageOutMax TRESUsageOutMaxNode TRESUsageOutMaxTask TRESUsageOutMin TRESUsageOutMinNode TRESUsageOutMinTask TRESUsageOutTot "; header != want {
+		t.Errorf("sstat's header\n got %q\nwant %q", header, want)
+	}
+}

@@ -1,0 +1,145 @@
+package proc
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Usage is what the live processes of one process group use at one instant,
+// summed over them, as Slurm's jobacct_gather/linux reads it from /proc.
+type Usage struct {
+	// Processes is how many processes were counted.
+	Processes int
+	// UserCPU and SystemCPU are the processes' CPU time, with that of the
+	// children they waited for (cutime, cstime): a child reaped by a
+	// process of the group is counted once, by its parent.
+	UserCPU, SystemCPU time.Duration
+	// RSS and VMSize are resident and virtual memory, in bytes.
+	RSS, VMSize int64
+	// ReadBytes and WriteBytes are what the processes caused to be read
+	// from and written to storage (/proc/PID/io; 0 where it cannot be read).
+	ReadBytes, WriteBytes int64
+}
+
+// clockTick is the unit of /proc's CPU times: USER_HZ, 100 on every Linux
+// ABI Go supports (sysconf(_SC_CLK_TCK) returns the same constant).
+const clockTick = 10 * time.Millisecond
+
+// pageSize is the unit of /proc's RSS.
+var pageSize = int64(os.Getpagesize())
+
+// GroupUsage samples, in one walk of /proc, every live process whose
+// process group is in groups, and returns their usage summed by group
+// (groups with no live process are absent). Without leaders a group's
+// leader (the process whose pid is the group's id: a shim that runs the
+// job under it) is not counted. A process that exits during the walk is
+// skipped. Where /proc is absent it returns nothing.
+func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
+	if !hasProc || len(groups) == 0 {
+		return nil
+	}
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	out := map[int]Usage{}
+	for {
+		names, err := d.Readdirnames(512)
+		for _, name := range names {
+			pid, err := strconv.Atoi(name)
+			if err != nil || pid <= 0 {
+				continue
+			}
+			s, ok := sampleStat(pid)
+			if !ok || !groups[s.pgrp] || (!leaders && pid == s.pgrp) {
+				continue
+			}
+			u := out[s.pgrp]
+			u.Processes++
+			u.UserCPU += s.user
+			u.SystemCPU += s.system
+			u.RSS += s.rss
+			u.VMSize += s.vsize
+			r, w := readIO(pid)
+			u.ReadBytes += r
+			u.WriteBytes += w
+			out[s.pgrp] = u
+		}
+		if err != nil || len(names) == 0 {
+			break
+		}
+	}
+	return out
+}
+
+// statSample is what GroupUsage reads of one /proc/PID/stat.
+type statSample struct {
+	pgrp         int
+	user, system time.Duration
+	vsize, rss   int64
+}
+
+// sampleStat reads pid's stat line: its group, CPU times (its own and its
+// waited-for children's), virtual and resident size. A zombie is skipped:
+// its parent's wait will count it.
+func sampleStat(pid int) (statSample, bool) {
+	f, ok := statFields(pid)
+	// f[0] is field 3 (state): field n is f[n-3]. pgrp 5, utime 14, stime
+	// 15, cutime 16, cstime 17, vsize 23, rss 24 (pages).
+	if !ok || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
+		return statSample{}, false
+	}
+	num := func(i int) int64 {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return max(n, 0)
+	}
+	return statSample{
+		pgrp:   int(num(2)),
+		user:   time.Duration(num(11)+num(13)) * clockTick,
+		system: time.Duration(num(12)+num(14)) * clockTick,
+		vsize:  num(20),
+		rss:    num(21) * pageSize,
+	}, true
+}
+
+// readIO returns pid's read_bytes and write_bytes (0, 0 where /proc/PID/io
+// cannot be read: another user's process to an agent that is not root).
+func readIO(pid int) (read, write int64) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, 0
+	}
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		k, v, ok := bytes.Cut(line, []byte(": "))
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+		switch string(k) {
+		case "read_bytes":
+			read = max(n, 0)
+		case "write_bytes":
+			write = max(n, 0)
+		}
+	}
+	return read, write
+}
+
+// Rusage returns what a finished process and the children it waited for
+// used, as wait4 reported it: CPU time, and the largest resident set one of
+// them reached, in bytes. Zero where it is not known.
+func Rusage(ps *os.ProcessState) (user, system time.Duration, maxRSS int64) {
+	if ps == nil {
+		return 0, 0, 0
+	}
+	ru, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok || ru == nil {
+		return 0, 0, 0
+	}
+	// Linux counts ru_maxrss in kilobytes.
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano()), max(int64(ru.Maxrss), 0) * 1024
+}

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+// holdMemory is shell that holds about 40 MB in the shell itself (a
+// variable) and then waits for stop to exist.
+func holdMemory(stop string) string {
+	return `x=$(head -c 40000000 /dev/zero | tr '\0' a); echo ${#x} > held; while [ ! -e ` + stop + ` ]; do sleep 0.05; done`
+}
+
+// TestUsageAccounting: what a step's and a job step's tasks' processes use
+// is reported while they run (UsageReported, every accounting interval)
+// and with their ends (StepChanged, TasksChanged): the kernel's CPU time
+// and peak of a child the script waited for (dd's 64 MiB buffer, gone
+// before any sample), and the resident memory a sample saw.
+func TestUsageAccounting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval, e.acctInterval = 50*time.Millisecond, 100*time.Millisecond
+	e.start(t)
+	out := filepath.Join(e.shared, "slurm-71.out")
+	stop := filepath.Join(e.shared, "stop-71")
+	publish(t, e.broker, command(startStep("71", "dd if=/dev/zero of=/dev/null bs=64M count=1 2>/dev/null; "+holdMemory(stop), nil, out)))
+	waitStep(t, e.broker, "71", eventsv1.StepState_STEP_RUNNING)
+
+	// While it runs: a report that saw the 40 MB held.
+	ev := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		u, ok := ev.Payload.(*eventsv1.UsageReported)
+		return ok && u.Job == "projects/p/jobs/71" && u.GetUsage().GetRssBytes() >= 40e6
+	})
+	running := ev.Payload.(*eventsv1.UsageReported)
+	if running.Node != node || running.Attempt != 1 || running.GetUsage().GetTime() == nil {
+		t.Errorf("usage report %v: want node %s, attempt 1 and a time", running, node)
+	}
+	if running.GetUsage().GetMaxRssBytes() < running.GetUsage().GetRssBytes() || running.GetUsage().GetMaxVmsizeBytes() < 40e6 {
+		t.Errorf("usage %v: want max RSS >= RSS and a virtual size of at least 40 MB", running.GetUsage())
+	}
+
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	end := waitStep(t, e.broker, "71", eventsv1.StepState_STEP_EXITED).GetUsage()
+	if end.GetMaxRssBytes() < 64<<20 {
+		t.Errorf("final max RSS = %d, want at least dd's 64 MiB (the kernel's count of a waited-for child)", end.GetMaxRssBytes())
+	}
+	if end.GetUserCpu().AsDuration()+end.GetSystemCpu().AsDuration() <= 0 {
+		t.Errorf("final CPU time = %v + %v, want some", end.GetUserCpu().AsDuration(), end.GetSystemCpu().AsDuration())
+	}
+	if end.GetRssBytes() != 0 {
+		t.Errorf("final RSS = %d, want 0: nothing is resident after the end", end.GetRssBytes())
+	}
+
+	// Two tasks of a job step: each its own usage, by local id.
+	dir := filepath.Join(e.shared, ".loom", "steps")
+	publish(t, e.broker, command(launch("72", 0, 0, 2, filepath.Join(dir, "72.0"), "sh", "-c",
+		`dd if=/dev/zero of=/dev/null bs=${SLURM_PROCID}9M count=1 2>/dev/null`)))
+	tasks := waitTasks(t, e.broker, "72", 0, eventsv1.StepState_STEP_EXITED)
+	if len(tasks.GetUsage()) != 2 {
+		t.Fatalf("tasks' usage = %v, want one per task", tasks.GetUsage())
+	}
+	for i, want := range []int64{9 << 20, 19 << 20} {
+		if got := tasks.GetUsage()[i].GetMaxRssBytes(); got < want {
+			t.Errorf("task %d's max RSS = %d, want at least %d", i, got, want)
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package app
+
+// Job accounting: what each running step's and task's processes use,
+// sampled from the runtime every progress interval (with the progress
+// look), reported every accounting interval while they run
+// (UsageReported, for sstat) and with their ends (StepChanged,
+// TasksChanged, for sacct), the last sample folded with the kernel's own
+// count of the finished leader (rusage). Samples live in memory only: an
+// agent that restarts under a running step starts its peaks again.
+
+import (
+	"time"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
+)
+
+// sampleUsage samples every running step and task here in one look at the
+// runtime and folds the samples into a.usage.
+func (a *App) sampleUsage(now time.Time) {
+	type unit struct {
+		key    string
+		groups []ports.Group
+	}
+	var units []unit
+	var all []ports.Group
+	a.mu.Lock()
+	for k, p := range a.procs {
+		if s := a.steps[k]; s != nil && s.Phase == domain.Running {
+			units = append(units, unit{k, []ports.Group{p.g}})
+			all = append(all, p.g)
+		}
+	}
+	for k, g := range a.groups {
+		if t := a.tasks[k]; t != nil && t.Phase == domain.Running {
+			units = append(units, unit{k, g.groups})
+			all = append(all, g.groups...)
+		}
+	}
+	a.mu.Unlock()
+	if len(all) == 0 {
+		return
+	}
+	got := a.rt.Usage(all)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, u := range units {
+		// A unit that ended meanwhile took its usage with it (finalUsage).
+		if !a.runningUnit(u.key) {
+			continue
+		}
+		kept := a.usage[u.key]
+		if len(kept) != len(u.groups) {
+			kept = make([]domain.Usage, len(u.groups))
+			a.usage[u.key] = kept
+		}
+		for i, g := range u.groups {
+			if s, ok := got[g]; ok {
+				kept[i] = kept[i].Sample(domain.Sample(s), now)
+			}
+		}
+	}
+}
+
+// runningUnit reports whether key names a running step or tasks record
+// with processes here. a.mu is held.
+func (a *App) runningUnit(key string) bool {
+	if _, ok := a.procs[key]; ok {
+		return a.steps[key] != nil && a.steps[key].Phase == domain.Running
+	}
+	if _, ok := a.groups[key]; ok {
+		return a.tasks[key] != nil && a.tasks[key].Phase == domain.Running
+	}
+	return false
+}
+
+// finalUsage takes what was sampled of the unit key's task i and folds in
+// the kernel's count of its finished leader; the unit's samples go when
+// last is set.
+func (a *App) finalUsage(key string, i int, exit ports.Exit, last bool) *domain.Usage {
+	a.mu.Lock()
+	var u domain.Usage
+	if kept := a.usage[key]; i < len(kept) {
+		u = kept[i]
+	}
+	if last {
+		delete(a.usage, key)
+	}
+	a.mu.Unlock()
+	u = u.Final(exit.Usage.UserCPU, exit.Usage.SystemCPU, exit.Usage.MaxRSS, a.opts.Now())
+	return &u
+}
+
+// usageReports are the UsageReported of every run here whose last report
+// is at least an accounting interval old, from the samples kept; the runs
+// reported are stamped now. Nothing when the interval is not positive.
+func (a *App) usageReports(now time.Time) []envelope.Event {
+	if a.opts.AcctInterval <= 0 {
+		return nil
+	}
+	type run struct {
+		job     string
+		attempt int32
+		usage   domain.RunUsage
+	}
+	runs := map[string]*run{}
+	a.mu.Lock()
+	for k, kept := range a.usage {
+		var rk, job string
+		var attempt int32
+		if s := a.steps[k]; s != nil && s.Phase == domain.Running && len(kept) == 1 {
+			rk, job, attempt = k, s.Job, s.Attempt
+		} else if t := a.tasks[k]; t != nil && t.Phase == domain.Running {
+			rk, job, attempt = t.RunKey(), t.Job, t.Attempt
+		} else {
+			continue
+		}
+		if last, ok := a.usageSent[rk]; ok && now.Sub(last) < a.opts.AcctInterval {
+			continue
+		}
+		r := runs[rk]
+		if r == nil {
+			r = &run{job: job, attempt: attempt}
+			runs[rk] = r
+		}
+		if rk == k {
+			u := kept[0]
+			r.usage.Step = &u
+		} else {
+			if r.usage.Tasks == nil {
+				r.usage.Tasks = map[int32][]domain.Usage{}
+			}
+			r.usage.Tasks[a.tasks[k].StepID] = append([]domain.Usage(nil), kept...)
+		}
+	}
+	for rk := range runs {
+		a.usageSent[rk] = now
+	}
+	// A run with nothing running here any more is forgotten.
+	for rk := range a.usageSent {
+		if runs[rk] == nil && !a.runsHere(rk) {
+			delete(a.usageSent, rk)
+		}
+	}
+	a.mu.Unlock()
+	var out []envelope.Event
+	for rk, r := range runs {
+		ev := domain.UsageReport(a.opts.Self, r.job, r.attempt, r.usage)
+		if ev == nil {
+			continue
+		}
+		e, err := adapters.Event(ev)
+		if err != nil {
+			a.log.Error("encode usage", "run", rk, "err", err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// runsHere reports whether anything of the run rk still runs here. a.mu is
+// held.
+func (a *App) runsHere(rk string) bool {
+	if _, ok := a.procs[rk]; ok {
+		return true
+	}
+	for k := range a.groups {
+		if t := a.tasks[k]; t != nil && t.RunKey() == rk {
+			return true
+		}
+	}
+	return false
+}

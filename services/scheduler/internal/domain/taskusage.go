@@ -1,0 +1,131 @@
+package domain
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
+)
+
+// Job accounting: the agents report what each task's processes use
+// (UsageReported while they run, every accounting interval; StepChanged and
+// TasksChanged with their ends), and the run keeps the latest on the
+// node's step (a batch script) or on the job step's part for that node (srun
+// tasks, by local id), for sacct and sstat. A node is not a caller the
+// scheduler can refuse: what it reports is bounded instead (no negative
+// number, no time after now, no more tasks than it runs).
+
+// taskUsage is a task's usage as an agent reported it, made safe to keep.
+func (t *txn) taskUsage(p *loomv1.TaskUsage) jobstore.TaskUsage {
+	d := func(x *durationpb.Duration) time.Duration {
+		if x == nil || x.CheckValid() != nil {
+			return 0
+		}
+		return max(x.AsDuration(), 0)
+	}
+	return jobstore.TaskUsage{
+		UserCPU: d(p.GetUserCpu()), SystemCPU: d(p.GetSystemCpu()),
+		MaxRSS: max(p.GetMaxRssBytes(), 0), RSS: max(p.GetRssBytes(), 0), MaxVMSize: max(p.GetMaxVmsizeBytes(), 0),
+		Read: max(p.GetReadBytes(), 0), Write: max(p.GetWriteBytes(), 0),
+		Time: t.reported(p.GetTime()),
+	}
+}
+
+// batchUsage is a step's reported usage as kept (nil when none).
+func (t *txn) batchUsage(p *loomv1.TaskUsage) *jobstore.TaskUsage {
+	if p == nil {
+		return nil
+	}
+	u := t.taskUsage(p)
+	return &u
+}
+
+// taskUsages is a node's tasks' reported usage, by local id, as kept: at
+// most the n tasks it runs (nil when none).
+func (t *txn) taskUsages(ps []*loomv1.TaskUsage, n int32) []jobstore.TaskUsage {
+	if len(ps) == 0 || n <= 0 {
+		return nil
+	}
+	ps = ps[:min(len(ps), int(n))]
+	out := make([]jobstore.TaskUsage, len(ps))
+	for i, p := range ps {
+		out[i] = t.taskUsage(p)
+	}
+	return out
+}
+
+// usageReported records what a running run's processes on a node have used
+// so far: its batch step's and its running job steps' tasks'. Reports for
+// what has ended (whose end carried the final usage), or for a node the run
+// does not hold, change nothing.
+func (t *txn) usageReported(ev *eventsv1.UsageReported) error {
+	var v errs.Validator
+	v.Check(ev.GetJob() != "", "job", "required")
+	v.Check(ev.GetNode() != "", "node", "required")
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("usage reported: %w", err)
+	}
+	key := RunKey(ev.GetJob(), ev.GetAttempt())
+	r := t.run(key)
+	if r == nil || r.Released {
+		return nil
+	}
+	node := ev.GetNode()
+	st, ok := r.Steps[node]
+	if !ok {
+		return nil
+	}
+	batch := ev.GetUsage() != nil && st.State == eventsv1.StepState_STEP_RUNNING && !st.Terminal()
+	type part struct{ i, k int }
+	var parts []part
+	for _, js := range ev.GetJobSteps() {
+		i := stepIndex(r, js.GetStepId())
+		if i < 0 || len(js.GetTasks()) == 0 {
+			continue
+		}
+		for k, n := range r.JobSteps[i].Nodes {
+			if n == node && !r.JobSteps[i].Parts[k].Terminal() {
+				parts = append(parts, part{i, k})
+			}
+		}
+	}
+	if !batch && len(parts) == 0 {
+		return nil
+	}
+	r = t.editRun(key)
+	if batch {
+		st.Usage = t.batchUsage(ev.GetUsage())
+		r.Steps[node] = st
+	}
+	byID := map[int32][]*loomv1.TaskUsage{}
+	for _, js := range ev.GetJobSteps() {
+		byID[js.GetStepId()] = js.GetTasks()
+	}
+	for _, p := range parts {
+		s := r.JobSteps[p.i].Clone()
+		s.Parts[p.k].Usage = t.taskUsages(byID[s.ID], s.Tasks[p.k])
+		putJobStep(r, p.i, s)
+	}
+	return nil
+}
+
+// taskUsageProto is a kept usage as the API shows it, of the task ranked
+// rank on host.
+func taskUsageProto(u jobstore.TaskUsage, rank int32, host string) *loomv1.TaskUsage {
+	p := &loomv1.TaskUsage{
+		Rank: rank, Node: host,
+		UserCpu: durationpb.New(u.UserCPU), SystemCpu: durationpb.New(u.SystemCPU),
+		MaxRssBytes: u.MaxRSS, RssBytes: u.RSS, MaxVmsizeBytes: u.MaxVMSize,
+		ReadBytes: u.Read, WriteBytes: u.Write,
+	}
+	if !u.Time.IsZero() {
+		p.Time = timestamppb.New(u.Time)
+	}
+	return p
+}
