@@ -17,8 +17,12 @@ type Usage struct {
 	// children they waited for (cutime, cstime): a child reaped by a
 	// process of the group is counted once, by its parent.
 	UserCPU, SystemCPU time.Duration
-	// RSS and VMSize are resident and virtual memory, in bytes.
-	RSS, VMSize int64
+	// RSS and VMSize are resident and virtual memory, in bytes. PSS is the
+	// proportional set size: each page shared with other processes counted
+	// as its share (/proc/PID/smaps_rollup; RSS where that cannot be read),
+	// so that forked workers sharing their parent's pages are not counted
+	// again for each.
+	RSS, VMSize, PSS int64
 	// ReadBytes and WriteBytes are what the processes caused to be read
 	// from and written to storage (/proc/PID/io; 0 where it cannot be read).
 	ReadBytes, WriteBytes int64
@@ -64,6 +68,7 @@ func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 			u.SystemCPU += s.system
 			u.RSS += s.rss
 			u.VMSize += s.vsize
+			u.PSS += readPSS(pid, s.rss)
 			r, w := readIO(pid)
 			u.ReadBytes += r
 			u.WriteBytes += w
@@ -104,6 +109,26 @@ func sampleStat(pid int) (statSample, bool) {
 		vsize:  num(20),
 		rss:    num(21) * pageSize,
 	}, true
+}
+
+// readPSS returns pid's proportional set size in bytes; rss where
+// /proc/PID/smaps_rollup cannot be read (an old kernel, another user's
+// process to an agent that is not root).
+func readPSS(pid int, rss int64) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return rss
+	}
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		if v, ok := bytes.CutPrefix(line, []byte("Pss:")); ok {
+			kb, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte("kB")))), 10, 64)
+			if err != nil || kb < 0 {
+				return rss
+			}
+			return kb << 10
+		}
+	}
+	return rss
 }
 
 // readIO returns pid's read_bytes and write_bytes (0, 0 where /proc/PID/io

@@ -60,6 +60,10 @@ func TestGroupUsage(t *testing.T) {
 	if u.VMSize < u.RSS {
 		t.Errorf("VMSize %d < RSS %d", u.VMSize, u.RSS)
 	}
+	// The 64 MiB are the child's own: its proportional share holds them.
+	if u.PSS < 64<<20 || u.PSS > u.RSS {
+		t.Errorf("PSS %d: want at least 64 MiB and at most RSS %d", u.PSS, u.RSS)
+	}
 	// Another group is not counted, and a group with no process is absent.
 	// Without its leader, the group (the leader alone) has no process.
 	if got := GroupUsage(map[int]bool{pg: true}, false); len(got) != 0 {

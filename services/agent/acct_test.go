@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +14,9 @@ import (
 )
 
 // holdMemory is shell that holds about 40 MB in the shell itself (a
-// variable) and then waits for stop to exist.
-func holdMemory(stop string) string {
-	return `x=$(head -c 40000000 /dev/zero | tr '\0' a); echo ${#x} > held; while [ ! -e ` + stop + ` ]; do sleep 0.05; done`
+// variable), says so in held and then waits for stop to exist.
+func holdMemory(held, stop string) string {
+	return `x=$(head -c 40000000 /dev/zero | tr '\0' a); echo ${#x} > ` + held + `; while [ ! -e ` + stop + ` ]; do sleep 0.05; done`
 }
 
 // TestUsageAccounting: what a step's and a job step's tasks' processes use
@@ -30,7 +31,7 @@ func TestUsageAccounting(t *testing.T) {
 	e.start(t)
 	out := filepath.Join(e.shared, "slurm-71.out")
 	stop := filepath.Join(e.shared, "stop-71")
-	publish(t, e.broker, command(startStep("71", "dd if=/dev/zero of=/dev/null bs=64M count=1 2>/dev/null; "+holdMemory(stop), nil, out)))
+	publish(t, e.broker, command(startStep("71", "dd if=/dev/zero of=/dev/null bs=64M count=1 2>/dev/null; "+holdMemory("/dev/null", stop), nil, out)))
 	waitStep(t, e.broker, "71", eventsv1.StepState_STEP_RUNNING)
 
 	// While it runs: a report that saw the 40 MB held.
@@ -72,5 +73,52 @@ func TestUsageAccounting(t *testing.T) {
 		if got := tasks.GetUsage()[i].GetMaxRssBytes(); got < want {
 			t.Errorf("task %d's max RSS = %d, want at least %d", i, got, want)
 		}
+	}
+}
+
+// TestOverMemoryKill: a step whose processes hold more resident memory than
+// its job asked for (StartStep.mem_limit_bytes) is killed at a sample, with
+// Slurm's line in its error output, and ends out of memory; srun tasks past
+// theirs end failed, out of memory. A step within its limit runs on.
+func TestOverMemoryKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = 50 * time.Millisecond
+	e.start(t)
+	out := filepath.Join(e.shared, "slurm-81.out")
+	greedy := startStep("81", holdMemory("/dev/null", filepath.Join(e.shared, "never")), nil, out)
+	greedy.MemLimitBytes = 20 << 20
+	within := startStep("82", holdMemory(filepath.Join(e.shared, "held-82"), filepath.Join(e.shared, "stop-82")), nil, filepath.Join(e.shared, "slurm-82.out"))
+	within.MemLimitBytes = 200 << 20
+	publish(t, e.broker, command(greedy), command(within))
+	end := waitStep(t, e.broker, "81", eventsv1.StepState_STEP_EXITED)
+	if end.ExitCode != 137 || !strings.Contains(end.Message, "out of memory") {
+		t.Errorf("greedy step ended %d %q, want 137, out of memory", end.ExitCode, end.Message)
+	}
+	if got := readFile(t, out); !strings.Contains(got, "slurmstepd: error: Job 81 exceeded memory limit (") ||
+		!strings.Contains(got, " > 20480), being killed") {
+		t.Errorf("greedy step's output %q lacks Slurm's memory line", got)
+	}
+	if end.GetUsage().GetMaxRssBytes() <= 20<<20 {
+		t.Errorf("greedy step's max RSS %d, want past its 20 MiB limit", end.GetUsage().GetMaxRssBytes())
+	}
+	// The step within its limit is still running once it holds its memory.
+	testkit.WaitFor(t, wait, "step 82 to hold its memory", func() (bool, error) {
+		return readFile(t, filepath.Join(e.shared, "held-82")) != "", nil
+	})
+
+	dir := filepath.Join(e.shared, ".loom", "steps")
+	tasks := launch("83", 0, 0, 2, filepath.Join(dir, "83.0"), "bash", "-c", holdMemory("/dev/null", filepath.Join(e.shared, "never")))
+	tasks.MemLimitBytes = 50 << 20 // two tasks of 40 MB each pass it together
+	publish(t, e.broker, command(tasks))
+	ended := waitTasks(t, e.broker, "83", 0, eventsv1.StepState_STEP_EXITED)
+	if !strings.Contains(ended.Message, "out of memory") {
+		t.Errorf("tasks ended %q, want out of memory", ended.Message)
+	}
+	if err := os.WriteFile(filepath.Join(e.shared, "stop-82"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ev := waitStep(t, e.broker, "82", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 0 {
+		t.Errorf("step within its limit ended %d %q, want 0", ev.ExitCode, ev.Message)
 	}
 }

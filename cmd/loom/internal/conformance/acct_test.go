@@ -71,3 +71,20 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// TestOverMemoryKill: a job whose processes hold more than its --mem is
+// killed at the next sample with Slurm's line in its output, and ends
+// OUT_OF_MEMORY (Slurm's OverMemoryKill).
+func TestOverMemoryKill(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch("--mem=20M", "-o", "oom-%j.out", "--wrap", `x=$(head -c 40000000 /dev/zero | tr "\0" a); sleep 300`)
+	r := s.waitDone(id, 90*time.Second)
+	if state(r) != "OUT_OF_MEMORY" {
+		t.Errorf("job %s ended %s %s, want OUT_OF_MEMORY", id, r["State"], r["ExitCode"])
+	}
+	if out := s.read("oom-" + id + ".out"); !strings.Contains(out, "slurmstepd: error: Job "+id+" exceeded memory limit (") ||
+		!strings.Contains(out, " > 20480), being killed") {
+		t.Errorf("job %s's output lacks Slurm's memory line:\n%s", id, out)
+	}
+}

@@ -141,14 +141,19 @@ func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 		if k < len(step.GetNodes()) {
 			host = step.GetNodes()[k]
 		}
+		// The node's agent killed its tasks past the job's memory.
+		oom := k < len(step.GetNodeMessages()) && strings.Contains(step.GetNodeMessages()[k], "out of memory")
 		for i := int32(0); i < n; i, rank = i+1, rank+1 {
 			if rank >= len(codes) || codes[rank] == 0 {
 				continue
 			}
 			code := codes[rank]
-			if code > 128 && code < 128+65 {
+			switch {
+			case oom && code == 128+9:
+				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Out Of Memory\n", host, rank)
+			case code > 128 && code < 128+65:
 				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %s\n", host, rank, signalWord(int(code-128)))
-			} else {
+			default:
 				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Exited with exit code %d\n", host, rank, code)
 			}
 		}

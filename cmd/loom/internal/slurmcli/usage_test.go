@@ -84,3 +84,21 @@ func TestSacctAndSstatShowUsage(t *testing.T) {
 		t.Errorf("sstat's header\n got %q\nwant %q", header, want)
 	}
 }
+
+// TestSrunSaysOutOfMemory: tasks their node's agent killed past the job's
+// memory are reported as Slurm's srun reports an OOM kill; a task killed
+// otherwise on another node stays "Killed".
+func TestSrunSaysOutOfMemory(t *testing.T) {
+	t.Parallel()
+	var errb strings.Builder
+	c := &cmd{name: "srun", stdout: &strings.Builder{}, stderr: &errb}
+	step := &loomv1.JobStep{StepId: 0, State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001", "gpu-0002"},
+		TasksPerNode: []int32{1, 1}, TaskExitCodes: []int32{137, 137}, ExitCode: 137,
+		NodeMessages: []string{"2 of 2 task(s) failed, 2 out of memory; highest exit code 137", "killed: job failed"}}
+	_ = c.stepOutcome(step, "12.0")
+	for _, want := range []string{"srun: error: gpu-0001: task 0: Out Of Memory\n", "srun: error: gpu-0002: task 1: Killed\n"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("srun's stderr %q lacks %q", errb.String(), want)
+		}
+	}
+}

@@ -2356,7 +2356,12 @@ type StartStep struct {
 	// node and the services hold; the scheduler then leaves those fields
 	// empty. The associated data binds the node, job and attempt, so a blob
 	// cannot be moved into another node's or attempt's command.
-	Sealed        []byte `protobuf:"bytes,17,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Sealed []byte `protobuf:"bytes,17,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// mem_limit_bytes is the memory the job holds on this node (--mem, or
+	// --mem-per-cpu times its CPUs here): the agent kills a step whose
+	// processes' resident memory, sampled, goes past it, and reports it out
+	// of memory (Slurm's OverMemoryKill). 0: no limit.
+	MemLimitBytes int64 `protobuf:"varint,18,opt,name=mem_limit_bytes,json=memLimitBytes,proto3" json:"mem_limit_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2508,6 +2513,13 @@ func (x *StartStep) GetSealed() []byte {
 		return x.Sealed
 	}
 	return nil
+}
+
+func (x *StartStep) GetMemLimitBytes() int64 {
+	if x != nil {
+		return x.MemLimitBytes
+	}
+	return 0
 }
 
 // StopStep tells an agent to kill a step's process group.
@@ -2697,7 +2709,10 @@ type LaunchTasks struct {
 	// sealed holds the confidential fields (command, env) encrypted for the
 	// node's command key, as StartStep.sealed (bound to node, job, attempt
 	// and step).
-	Sealed        []byte `protobuf:"bytes,15,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Sealed []byte `protobuf:"bytes,15,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// mem_limit_bytes is the memory the job holds on this node, which these
+	// tasks together may not pass (as StartStep.mem_limit_bytes). 0: no limit.
+	MemLimitBytes int64 `protobuf:"varint,16,opt,name=mem_limit_bytes,json=memLimitBytes,proto3" json:"mem_limit_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2835,6 +2850,13 @@ func (x *LaunchTasks) GetSealed() []byte {
 		return x.Sealed
 	}
 	return nil
+}
+
+func (x *LaunchTasks) GetMemLimitBytes() int64 {
+	if x != nil {
+		return x.MemLimitBytes
+	}
+	return 0
 }
 
 // KillTasks tells an agent to kill its tasks of a job step (SIGTERM, SIGKILL
@@ -5622,7 +5644,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x10SlurmNodeChanged\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\"\xa3\x04\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"\xcb\x04\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5644,7 +5666,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"error_path\x18\x0e \x01(\tR\terrorPath\x12#\n" +
 	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x12\x12\n" +
 	"\x04user\x18\x10 \x01(\tR\x04user\x12\x16\n" +
-	"\x06sealed\x18\x11 \x01(\fR\x06sealed\x1a6\n" +
+	"\x06sealed\x18\x11 \x01(\fR\x06sealed\x12&\n" +
+	"\x0fmem_limit_bytes\x18\x12 \x01(\x03R\rmemLimitBytes\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x01\n" +
@@ -5661,7 +5684,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xe4\x03\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\x8c\x04\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5682,7 +5705,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"output_dir\x18\r \x01(\tR\toutputDir\x12\x12\n" +
 	"\x04user\x18\x0e \x01(\tR\x04user\x12\x16\n" +
-	"\x06sealed\x18\x0f \x01(\fR\x06sealed\x1a6\n" +
+	"\x06sealed\x18\x0f \x01(\fR\x06sealed\x12&\n" +
+	"\x0fmem_limit_bytes\x18\x10 \x01(\x03R\rmemLimitBytes\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +

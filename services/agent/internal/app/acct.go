@@ -9,6 +9,7 @@ package app
 // agent that restarts under a running step starts its peaks again.
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -44,8 +45,13 @@ func (a *App) sampleUsage(now time.Time) {
 		return
 	}
 	got := a.rt.Usage(all)
+	type over struct {
+		key        string
+		groups     []ports.Group
+		rss, limit int64
+	}
+	var overs []over
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	for _, u := range units {
 		// A unit that ended meanwhile took its usage with it (finalUsage).
 		if !a.runningUnit(u.key) {
@@ -56,12 +62,83 @@ func (a *App) sampleUsage(now time.Time) {
 			kept = make([]domain.Usage, len(u.groups))
 			a.usage[u.key] = kept
 		}
+		// A limit is judged by the proportional set size: forked workers
+		// (a data loader's) share their parent's pages, which RSS would
+		// count once per worker, as a memory cgroup does not.
+		pss := int64(0)
 		for i, g := range u.groups {
 			if s, ok := got[g]; ok {
-				kept[i] = kept[i].Sample(domain.Sample(s), now)
+				kept[i] = kept[i].Sample(domain.Sample{UserCPU: s.UserCPU, SystemCPU: s.SystemCPU, RSS: s.RSS,
+					VMSize: s.VMSize, Read: s.Read, Write: s.Write}, now)
+				pss += s.PSS
 			}
 		}
+		if limit := a.memLimit(u.key); domain.OverMemory(pss, limit) {
+			overs = append(overs, over{u.key, u.groups, pss, limit})
+		}
 	}
+	a.mu.Unlock()
+	for _, o := range overs {
+		a.killOverMemory(o.key, o.groups, o.rss, o.limit)
+	}
+}
+
+// memLimit is the memory limit of the running unit key (0: none). a.mu is
+// held.
+func (a *App) memLimit(key string) int64 {
+	if s := a.steps[key]; s != nil {
+		return s.MemLimit
+	}
+	if t := a.tasks[key]; t != nil {
+		return t.MemLimit
+	}
+	return 0
+}
+
+// killOverMemory ends a unit whose processes passed its memory limit, as
+// Slurm's OverMemoryKill does: Slurm's line in a batch step's error output,
+// every process of its groups killed at once, and its end reported out of
+// memory (the job OUT_OF_MEMORY; an srun step's tasks failed "out of
+// memory"). A unit already being stopped is left to its stop.
+func (a *App) killOverMemory(key string, groups []ports.Group, rss, limit int64) {
+	unlock := a.lockStep(key)
+	defer unlock()
+	a.mu.Lock()
+	s, t, p := a.steps[key], a.tasks[key], a.procs[key]
+	stopping := (s != nil && (s.Phase != domain.Running || s.StopReason != "")) ||
+		(t != nil && (t.Phase != domain.Running || t.StopReason != ""))
+	if !stopping {
+		a.oom[key] = true
+	}
+	a.mu.Unlock()
+	if stopping {
+		return
+	}
+	what := ""
+	if s != nil {
+		what = "Job " + s.JobID
+	} else if t != nil {
+		what = fmt.Sprintf("Step %s.%d", t.JobID, t.StepID)
+	}
+	a.log.Warn("killing a step past its memory limit", "unit", key, "rss", rss, "limit", limit)
+	if p != nil && p.errf != nil {
+		if _, err := p.errf.WriteString(domain.MemoryLine(what, rss, limit)); err != nil {
+			a.log.Warn("could not write the memory line to the step's error output", "step", key, "err", err)
+		}
+	}
+	for _, g := range groups {
+		_ = a.rt.Kill(g)
+	}
+}
+
+// takeOOM reports whether the unit key was killed past its memory limit,
+// and forgets it.
+func (a *App) takeOOM(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	oom := a.oom[key]
+	delete(a.oom, key)
+	return oom
 }
 
 // runningUnit reports whether key names a running step or tasks record

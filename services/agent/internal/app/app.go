@@ -184,6 +184,9 @@ type App struct {
 	// usage was last reported (acct.go).
 	usage     map[string][]domain.Usage
 	usageSent map[string]time.Time
+	// oom marks, by step or tasks key, the units killed past their memory
+	// limit, until their end is recorded (acct.go).
+	oom map[string]bool
 	// signalled wakes ProgressLoop after a step was signalled, so that a
 	// checkpoint the signal asked for is reported at once (progress.go).
 	signalled chan struct{}
@@ -296,6 +299,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		progress:   map[string]domain.Progress{},
 		usage:      map[string][]domain.Usage{},
 		usageSent:  map[string]time.Time{},
+		oom:        map[string]bool{},
 		signalled:  make(chan struct{}, 1),
 		tails:      map[string]*tail{},
 		dropped:    newDroppedLines(),
@@ -1237,6 +1241,7 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	defer a.epilog(key)
 	de := domainExit(exit)
 	de.Usage = a.finalUsage(key, 0, exit, true)
+	de.OOM = de.OOM || a.takeOOM(key)
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}

@@ -299,8 +299,10 @@ func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	delete(a.groups, key)
 	rec := a.tasks[key]
 	a.mu.Unlock()
+	oom := a.takeOOM(key)
 	for i := range exits {
 		exits[i].Usage = a.finalUsage(key, i, ended[i], i == len(exits)-1)
+		exits[i].OOM = exits[i].OOM || (oom && exits[i].Code != 0)
 	}
 	if rec == nil || rec.Phase != domain.Running {
 		return

@@ -72,6 +72,9 @@ type Step struct {
 	// before owners were kept: such a step gets no stop line when adopted
 	// (opening its path as anyone else could write where the job may not).
 	Owner *string `json:"owner,omitempty"`
+	// MemLimit is the memory (bytes) the step's processes may hold
+	// (StartStep.mem_limit_bytes; 0: no limit).
+	MemLimit int64 `json:"mem_limit,omitempty"`
 	// Usage is what the step's processes used, once ended (nil: not known).
 	Usage   *Usage    `json:"usage,omitempty"`
 	Created time.Time `json:"created"`
@@ -135,7 +138,8 @@ func Start(self Self, existing *Step, highest int32, cmd *eventsv1.StartStep, no
 	case existing != nil:
 		return nil, fmt.Sprintf("step %s already %s", existing.Key(), existing.Phase)
 	}
-	rec = &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now}
+	rec = &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now,
+		MemLimit: max(cmd.GetMemLimitBytes(), 0)}
 	if cmd.GetAttempt() < highest {
 		rec.Phase, rec.Message, rec.Ended = FailedToStart, StaleAttempt(cmd.GetAttempt(), highest), now
 	}

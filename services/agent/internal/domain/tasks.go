@@ -27,6 +27,9 @@ type Tasks struct {
 	PIDStarts []uint64 `json:"pid_starts,omitempty"`
 	// ExitCodes are the tasks' exit codes by local id, once ended.
 	ExitCodes []int32 `json:"exit_codes,omitempty"`
+	// MemLimit is the memory (bytes) the tasks together may hold
+	// (LaunchTasks.mem_limit_bytes; 0: no limit).
+	MemLimit int64 `json:"mem_limit,omitempty"`
 	// Usage is what each task's processes used, by local id, once ended
 	// (empty: not known).
 	Usage      []Usage   `json:"usage,omitempty"`
@@ -86,7 +89,8 @@ func Launch(self Self, existing *Tasks, run *Step, highest int32, cmd *eventsv1.
 		return nil, false, fmt.Sprintf("tasks %s already %s", existing.Key(), existing.Phase)
 	}
 	rec = &Tasks{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), StepID: cmd.GetStepId(),
-		FirstRank: cmd.GetFirstRank(), NTasks: cmd.GetNtasks(), Phase: Starting, Created: now}
+		FirstRank: cmd.GetFirstRank(), NTasks: cmd.GetNtasks(), Phase: Starting, Created: now,
+		MemLimit: max(cmd.GetMemLimitBytes(), 0)}
 	switch {
 	case cmd.GetJob() == "" || cmd.GetStepId() < 0 || cmd.GetNtasks() < 1 || cmd.GetFirstRank() < 0:
 		rec.Phase, rec.Message, rec.Ended = FailedToStart,

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -119,4 +120,15 @@ func UsageReport(self Self, job string, attempt int32, u RunUsage) *eventsv1.Usa
 		ev.JobSteps = append(ev.JobSteps, &eventsv1.UsageReported_JobStep{StepId: id, Tasks: usageProtos(u.Tasks[id])})
 	}
 	return ev
+}
+
+// OverMemory reports whether a unit's processes, holding held bytes at a
+// sample, are past its limit (0: none).
+func OverMemory(held, limit int64) bool { return limit > 0 && held > limit }
+
+// MemoryLine is Slurm's line in a step's error output when it is killed for
+// passing its memory limit (jobacct_gather's OverMemoryKill), sizes in KiB:
+// "Job 12" for a batch script, "Step 12.0" for srun tasks.
+func MemoryLine(what string, held, limit int64) string {
+	return fmt.Sprintf("slurmstepd: error: %s exceeded memory limit (%d > %d), being killed\n", what, held>>10, limit>>10)
 }

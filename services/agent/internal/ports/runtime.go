@@ -141,11 +141,14 @@ type Exit struct {
 
 // Sample is what one group's live processes use at one instant: their CPU
 // time (with that of the children they waited for), resident and virtual
-// memory (bytes), and bytes read from and written to storage.
+// memory (bytes), and bytes read from and written to storage. PSS is their
+// proportional set size (pages shared among them counted once), which
+// memory limits are judged by.
 type Sample struct {
 	UserCPU, SystemCPU time.Duration
 	RSS, VMSize        int64
 	Read, Write        int64
+	PSS                int64
 }
 
 // Rusage is a finished process's resource usage as wait4 reports it: CPU

@@ -270,7 +270,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 			Job: j.Name(), JobId: j.Job.GetJobId(), Attempt: r.Attempt, StepId: id, Node: node,
 			NodeIndex: int32(k), FirstRank: first, Ntasks: tasks[k], TotalTasks: total,
 			Command: step.Command, Env: env, WorkDir: wd, OutputDir: step.OutputDir,
-			User: j.Job.GetUser(),
+			User: j.Job.GetUser(), MemLimitBytes: memLimit(r),
 		})
 	}
 	return nil

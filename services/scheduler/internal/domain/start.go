@@ -133,6 +133,8 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 			AppendOutput: !batch || spec.GetOpenMode() == slurmspec.OpenModeAppend,
 			// The agent runs the step as its owner, never as itself.
 			User: spec.GetUser(),
+			// And holds it to the memory it asked for (0: none asked).
+			MemLimitBytes: memLimit(r),
 		})
 	}
 }
@@ -397,4 +399,13 @@ func (pl *Placed) explain() string {
 		}
 	}
 	return b.String()
+}
+
+// memLimit is the memory a run's processes may use on each node, in bytes
+// (--mem; 0: none asked, no limit).
+func memLimit(r *Run) int64 {
+	if r.MemMB <= 0 {
+		return 0
+	}
+	return r.MemMB << 20
 }
