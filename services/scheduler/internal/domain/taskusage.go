@@ -21,18 +21,26 @@ import (
 // scheduler can refuse: what it reports is bounded instead (no negative
 // number, no time after now, no more tasks than it runs).
 
+// Bounds on what a node may report of one task: no task holds, moves or
+// runs more.
+const (
+	maxTaskBytes = 1 << 50                    // 1 PiB
+	maxTaskCPU   = 100 * 365 * 24 * time.Hour // a century
+)
+
 // taskUsage is a task's usage as an agent reported it, made safe to keep.
 func (t *txn) taskUsage(p *loomv1.TaskUsage) jobstore.TaskUsage {
 	d := func(x *durationpb.Duration) time.Duration {
 		if x == nil || x.CheckValid() != nil {
 			return 0
 		}
-		return max(x.AsDuration(), 0)
+		return min(max(x.AsDuration(), 0), maxTaskCPU)
 	}
+	b := func(n int64) int64 { return min(max(n, 0), maxTaskBytes) }
 	return jobstore.TaskUsage{
 		UserCPU: d(p.GetUserCpu()), SystemCPU: d(p.GetSystemCpu()),
-		MaxRSS: max(p.GetMaxRssBytes(), 0), RSS: max(p.GetRssBytes(), 0), MaxVMSize: max(p.GetMaxVmsizeBytes(), 0),
-		Read: max(p.GetReadBytes(), 0), Write: max(p.GetWriteBytes(), 0),
+		MaxRSS: b(p.GetMaxRssBytes()), RSS: b(p.GetRssBytes()), MaxVMSize: b(p.GetMaxVmsizeBytes()),
+		Read: b(p.GetReadBytes()), Write: b(p.GetWriteBytes()),
 		Time: t.reported(p.GetTime()),
 	}
 }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -44,7 +45,8 @@ func TestUsageIsKeptForSacctAndSstat(t *testing.T) {
 	h.do(createStep("r1"))
 	h.tasks(0, "a", eventsv1.StepState_STEP_RUNNING)
 	h.tasks(0, "b", eventsv1.StepState_STEP_RUNNING)
-	hostile := &loomv1.TaskUsage{MaxRssBytes: -5, UserCpu: durationpb.New(-time.Hour), Time: timestamppb.New(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))}
+	hostile := &loomv1.TaskUsage{MaxRssBytes: -5, UserCpu: durationpb.New(-time.Hour), Time: timestamppb.New(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)),
+		ReadBytes: math.MaxInt64, SystemCpu: durationpb.New(math.MaxInt64)}
 	h.do(&eventsv1.UsageReported{Job: jobName(1), Attempt: 1, Node: nodeName("b"), Cluster: cl,
 		JobSteps: []*eventsv1.UsageReported_JobStep{{StepId: 0, Tasks: []*loomv1.TaskUsage{usageOf(30, 0), hostile, usageOf(1, 0)}}}})
 	s := h.jobStep(0)
@@ -55,8 +57,9 @@ func TestUsageIsKeptForSacctAndSstat(t *testing.T) {
 	if first.GetRank() != 2 || first.GetNode() != "b" || first.GetMaxRssBytes() != 30 || second.GetRank() != 3 {
 		t.Errorf("task usage %v: want ranks 2 and 3 on b", s.GetTaskUsage())
 	}
-	if second.GetMaxRssBytes() != 0 || second.GetUserCpu().AsDuration() != 0 || second.GetTime().AsTime().After(h.now) {
-		t.Errorf("hostile usage kept as %v: want zeros and a time no later than now", second)
+	if second.GetMaxRssBytes() != 0 || second.GetUserCpu().AsDuration() != 0 || second.GetTime().AsTime().After(h.now) ||
+		second.GetReadBytes() != maxTaskBytes || second.GetSystemCpu().AsDuration() != maxTaskCPU {
+		t.Errorf("hostile usage kept as %v: want zeros, bounded sizes and times, a time no later than now", second)
 	}
 
 	// The tasks' ends carry their final usage.
