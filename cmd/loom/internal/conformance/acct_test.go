@@ -21,7 +21,7 @@ func kib(s string) int {
 // TestJobAccounting: sstat shows what a running srun step's tasks use (the
 // agents report every second here), and sacct what the step and the batch
 // script used once they ended, in Slurm's units; the job's row sums its
-// steps' CPU time.
+// steps' CPU time; seff reads the same.
 func TestJobAccounting(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
@@ -64,6 +64,12 @@ func TestJobAccounting(t *testing.T) {
 	}
 	if job[1] != "" || job[3] == "00:00:00" || job[3] == "" {
 		t.Errorf("sacct %s: %q, want no MaxRSS on the job's row and its steps' CPU time", id, job)
+	}
+	// seff reads the same figures: the step's two tasks' 30 MB peaks.
+	eff := s.ok("seff", id)
+	if !strings.Contains(eff, "State: COMPLETED (exit code 0)\nNodes: 2\n") || !strings.Contains(eff, "Memory Utilized: ") ||
+		strings.Contains(eff, "Memory Utilized: 0.00 MB") || strings.Contains(eff, " KB\n") {
+		t.Errorf("seff %s:\n%s\nwant the job COMPLETED on 2 nodes and its tasks' memory (tens of MB)", id, eff)
 	}
 }
 

@@ -30,7 +30,7 @@ import (
 )
 
 // Commands are the links to loom the suite runs, as a login shell has them.
-var commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sstat"}
+var commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sstat", "seff"}
 
 // clusterIDs are the clusters the suite creates (testdata/clusters/<id>.json):
 // "main" for most scripts, "pre" (one node, two partitions of different

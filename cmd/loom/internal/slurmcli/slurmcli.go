@@ -31,7 +31,7 @@ import (
 )
 
 // Commands are the Slurm commands Main runs.
-var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sacctmgr", "sshare", "sstat"}
+var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "salloc", "sacctmgr", "sshare", "sstat", "seff"}
 
 // Unsupported are the other Slurm commands users reach for, each with what
 // to use instead. They are linked beside Commands (LinkCommands), so that
@@ -191,6 +191,8 @@ func Main(ctx context.Context, name string, args []string, env Env, stdout, stde
 		err = c.sshare(ctx, args) // sshare.go
 	case "sstat":
 		err = c.sstat(ctx, args) // sstat.go
+	case "seff":
+		err = c.seff(ctx, args) // seff.go
 	default:
 		if instead, ok := Unsupported[name]; ok {
 			fmt.Fprintf(stderr, "%s: error: Loom does not provide %s; %s (docs/slurm.md)\n", name, name, instead)

@@ -102,3 +102,51 @@ func TestSrunSaysOutOfMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestSeff: Slurm's contributed seff from a job's accounting, as the
+// script prints it: CPU time over the steps against cores × wall time, the
+// step whose tasks' peaks add up to the most against --mem on every node.
+func TestSeff(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	var train *loomv1.Job
+	for _, j := range f.Jobs {
+		if j.GetJobId() == "12" {
+			train = j
+		}
+	}
+	// Two nodes, 8 CPUs (2 tasks × 4), 64 GiB a node, an hour and 2 minutes.
+	train.State, train.EndTime, train.ExitCode = loomv1.JobState_COMPLETED, ago(3*time.Second), 0
+	train.Runs = []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED, Nodes: train.GetNodes(), StartTime: train.GetStartTime(),
+		EndTime: train.GetEndTime(), BatchUsage: taskUsage(0, "gpu-0001", 2048, time.Minute, 0)}}
+	f.Steps = []*loomv1.JobStep{{Name: train.GetName() + "/steps/0", Job: train.GetName(), StepId: 0, Attempt: 1,
+		State: loomv1.JobState_COMPLETED, Command: []string{"/usr/bin/python"}, Nodes: train.GetNodes(), TasksPerNode: []int32{1, 1},
+		NumTasks: 2, StartTime: train.GetStartTime(), EndTime: train.GetEndTime(),
+		TaskUsage: []*loomv1.TaskUsage{taskUsage(0, "gpu-0001", 8<<20, 3*time.Hour, 0), taskUsage(1, "gpu-0002", 4<<20, time.Hour, 0)}}}
+	code, out, errOut := run(t, f, "seff", Env{}, "12")
+	want := `Job ID: 12
+Cluster: demo
+User/Group: alice/alice
+State: COMPLETED (exit code 0)
+Nodes: 2
+Cores per node: 4
+CPU Utilized: 04:01:00
+CPU Efficiency: 48.59% of 08:16:00 core-walltime
+Job Wall-clock time: 01:02:00
+Memory Utilized: 12.00 GB
+Memory Efficiency: 9.38% of 128.00 GB (64.00 GB/node)
+The task which had the largest memory consumption differs by 133.33% from the average task max memory consumption
+`
+	if code != 0 || out != want || errOut != "" {
+		t.Errorf("seff 12: %d %q\n got %s\nwant %s", code, errOut, out, want)
+	}
+	if code, out, errOut := run(t, f, "seff", Env{}, "13"); code != 0 || !strings.HasSuffix(out, "Efficiency not available for jobs in the PENDING state.\n") || errOut != "" {
+		t.Errorf("seff of a pending job: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := run(t, f, "seff", Env{}, "999"); code != 2 || errOut != "Job not found.\n" {
+		t.Errorf("seff 999: %d %q, want 2, Job not found.", code, errOut)
+	}
+	if code, out, _ := run(t, f, "seff", Env{}); code != 1 || !strings.HasPrefix(out, "Usage: seff [Options] <Jobid>\n") {
+		t.Errorf("seff without a job: %d %q, want its usage, exit 1", code, out)
+	}
+}
