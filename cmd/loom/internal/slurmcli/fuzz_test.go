@@ -45,6 +45,6 @@ func FuzzSpecs(f *testing.F) {
 		f.render(&b, func(string) (cell, bool) { return cell{text: s, cut: true}, true })
 		_, _ = parseLongFormat(s, squeueLongNames)
 		_, _ = parseJobSelector("x", s)
-		_, _ = parseSacctFormat(s, sacctFields(testNow, testNow.Location(), func(*loomv1.Job) int64 { return -1 }))
+		_, _ = parseSacctFormat(s, sacctFields(testNow, testNow.Location(), func(*loomv1.Job) int64 { return -1 }, defaultUnits))
 	})
 }

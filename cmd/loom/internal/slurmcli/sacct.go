@@ -211,7 +211,7 @@ type sacctField struct {
 }
 
 // sacctFields are the fields sacct knows, with Slurm's default widths.
-func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int64) []sacctField {
+func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int64, u units) []sacctField {
 	ts := func(t *timestamppb.Timestamp, unknown string) string {
 		if t == nil {
 			return unknown
@@ -402,7 +402,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 	}
 	// The statistics of a step's tasks (usage.go); empty on a job's row
 	// and where nothing was reported.
-	for _, f := range usageFields() {
+	for _, f := range usageFields(u) {
 		if f.name == "NTasks" {
 			continue // sacct's own, above
 		}
@@ -495,6 +495,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	var nodes map[string]bool
 	var startT, endT *time.Time
 	allUsers, allocOnly, noHeader, dups, helpFormat := false, false, false, false, false
+	unitsOpt := defaultUnits
 	parsable := 0 // 1: -p (trailing delimiter), 2: -P
 	delim := "|"
 	for _, o := range opts {
@@ -575,10 +576,18 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 			users = splitList(o.value)
 		case "allocations":
 			allocOnly = true
+		case "noconvert":
+			unitsOpt.raw = true
+		case "units":
+			spec, ok := parseUnits(o.value)
+			if !ok {
+				return c.errorf("Invalid unit type '%s'. Possible options are KMGTP", o.value)
+			}
+			unitsOpt.spec = spec
 		}
 	}
 	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc}
-	known := sacctFields(view.now, c.loc, view.timeLimit)
+	known := sacctFields(view.now, c.loc, view.timeLimit, unitsOpt)
 	if helpFormat {
 		var b strings.Builder
 		for i, f := range known {

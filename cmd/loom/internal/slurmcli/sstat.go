@@ -45,7 +45,7 @@ type sstatRow struct {
 
 // sstatFields are the fields sstat knows: JobID, Nodelist and the
 // statistics of usage.go.
-func sstatFields() []sacctField {
+func sstatFields(u units) []sacctField {
 	fields := []sacctField{
 		{"JobID", -12, func(r sacctRow) string { return r.id }},
 		{"Nodelist", 20, func(r sacctRow) string {
@@ -55,7 +55,7 @@ func sstatFields() []sacctField {
 			return compressHosts(r.nodes())
 		}},
 	}
-	for _, f := range usageFields() {
+	for _, f := range usageFields(u) {
 		fields = append(fields, sacctField{f.name, f.width, func(r sacctRow) string {
 			s := r.usage()
 			if s == nil {
@@ -78,6 +78,7 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 	}
 	spec, refs := sstatDefaultFields, rest
 	all, noHeader, helpFormat, parsable := false, false, false, 0
+	unitsOpt := defaultUnits
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -95,6 +96,8 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 			refs = append(refs, splitList(o.value)...)
 		case "noheader":
 			noHeader = true
+		case "noconvert":
+			unitsOpt.raw = true
 		case "format":
 			spec = o.value
 		case "parsable":
@@ -103,7 +106,7 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 			parsable = 2
 		}
 	}
-	known := sstatFields()
+	known := sstatFields(unitsOpt)
 	if helpFormat {
 		var b strings.Builder
 		for i, f := range known {

@@ -3,7 +3,9 @@ package slurmcli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -78,13 +80,60 @@ func (s *usageStat) addCPU(o *usageStat) {
 	s.system += o.system
 }
 
-// memK is a size as Slurm prints memory: kilobytes with a K ("221176K"), 0
-// as "0".
-func memK(b int64) string {
-	if b <= 0 {
+// units is how sacct and sstat print sizes (Slurm's convert_num_unit2 from
+// bytes): spec, when not noUnit, the unit every size is shown in
+// (sacct --units: 1 K, 2 M, ...); else, unless raw (--noconvert), each
+// size in the largest unit that keeps it exact or a half ("221176K",
+// "2M", "1.50G"), Slurm's CONVERT_NUM_UNIT_EXACT.
+type units struct {
+	spec int
+	raw  bool
+}
+
+// noUnit is units.spec when no --units was given.
+const noUnit = -1
+
+// defaultUnits are sacct's and sstat's without options.
+var defaultUnits = units{spec: noUnit}
+
+// parseUnits reads --units: one of K, M, G, T, P (any case).
+func parseUnits(s string) (int, bool) {
+	if len(s) != 1 {
+		return noUnit, false
+	}
+	i := strings.IndexByte("KMGTP", byte(unicode.ToUpper(rune(s[0]))))
+	if i < 0 {
+		return noUnit, false
+	}
+	return i + 1, true
+}
+
+// bytes is b as the units print it.
+func (u units) bytes(b int64) string {
+	num, unit := float64(b), 0
+	if int64(num) == 0 {
 		return "0"
 	}
-	return strconv.FormatInt((b+1023)/1024, 10) + "K"
+	switch {
+	case u.spec != noUnit:
+		for ; unit < u.spec; unit++ {
+			num /= 1024
+		}
+	case u.raw:
+	default:
+		for num >= 1024 && uint64(num)%512 == 0 {
+			num /= 1024
+			unit++
+		}
+	}
+	suffix := string("\x00KMGTP"[unit])
+	if unit == 0 {
+		suffix = ""
+	}
+	if i := uint64(num); float64(i) == num {
+		return strconv.FormatUint(i, 10) + suffix
+	}
+	return fmt.Sprintf("%.2f%s", num, suffix)
 }
 
 // cpuTotal is a CPU time as sacct prints TotalCPU, UserCPU and SystemCPU
@@ -120,8 +169,8 @@ type usageField struct {
 
 // usageFields are the jobacct_gather statistics, with Slurm's default
 // widths, in sstat's default order; the rest follow it.
-func usageFields() []usageField {
-	num := func(n int64) string { return strconv.FormatInt(n, 10) }
+func usageFields(u units) []usageField {
+	num := u.bytes
 	task := func(n int32) string { return strconv.Itoa(int(n)) }
 	tres := func(s *usageStat, pick func(e *extreme) string) string {
 		return "cpu=" + pick(&s.cpu) + ",energy=0,fs/disk=" + pick(&s.read) + ",mem=" + pick(&s.rss) + ",pages=0,vmem=" + pick(&s.vm)
@@ -131,14 +180,14 @@ func usageFields() []usageField {
 			",pages=" + pick(&s.rss) + ",vmem=" + pick(&s.vm)
 	}
 	return []usageField{
-		{"MaxVMSize", 10, func(s *usageStat) string { return memK(s.vm.max) }},
+		{"MaxVMSize", 10, func(s *usageStat) string { return u.bytes(s.vm.max) }},
 		{"MaxVMSizeNode", 14, func(s *usageStat) string { return s.vm.maxNode }},
 		{"MaxVMSizeTask", 14, func(s *usageStat) string { return task(s.vm.maxTask) }},
-		{"AveVMSize", 10, func(s *usageStat) string { return memK(s.vm.ave(s.tasks)) }},
-		{"MaxRSS", 10, func(s *usageStat) string { return memK(s.rss.max) }},
+		{"AveVMSize", 10, func(s *usageStat) string { return u.bytes(s.vm.ave(s.tasks)) }},
+		{"MaxRSS", 10, func(s *usageStat) string { return u.bytes(s.rss.max) }},
 		{"MaxRSSNode", 10, func(s *usageStat) string { return s.rss.maxNode }},
 		{"MaxRSSTask", 10, func(s *usageStat) string { return task(s.rss.maxTask) }},
-		{"AveRSS", 10, func(s *usageStat) string { return memK(s.rss.ave(s.tasks)) }},
+		{"AveRSS", 10, func(s *usageStat) string { return u.bytes(s.rss.ave(s.tasks)) }},
 		// Loom does not count page faults: 0, as a Slurm without them.
 		{"MaxPages", 8, func(*usageStat) string { return "0" }},
 		{"MaxPagesNode", 12, func(s *usageStat) string { return s.rss.maxNode }},
@@ -164,10 +213,10 @@ func usageFields() []usageField {
 		{"MaxDiskWriteTask", 16, func(s *usageStat) string { return task(s.write.maxTask) }},
 		{"AveDiskWrite", 12, func(s *usageStat) string { return num(s.write.ave(s.tasks)) }},
 		{"TRESUsageInAve", 14, func(s *usageStat) string {
-			return tres(s, func(e *extreme) string { return usageValue(s, e, e.ave(s.tasks)) })
+			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.ave(s.tasks)) })
 		}},
 		{"TRESUsageInMax", 14, func(s *usageStat) string {
-			return tres(s, func(e *extreme) string { return usageValue(s, e, e.max) })
+			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.max) })
 		}},
 		{"TRESUsageInMaxNode", 18, func(s *usageStat) string { return where(s, func(e *extreme) string { return e.maxNode }) }},
 		{"TRESUsageInMaxTask", 18, func(s *usageStat) string {
@@ -175,7 +224,7 @@ func usageFields() []usageField {
 				",pages=" + task(s.rss.maxTask) + ",vmem=" + task(s.vm.maxTask)
 		}},
 		{"TRESUsageInMin", 14, func(s *usageStat) string {
-			return tres(s, func(e *extreme) string { return usageValue(s, e, e.min) })
+			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.min) })
 		}},
 		{"TRESUsageInMinNode", 18, func(s *usageStat) string { return where(s, func(e *extreme) string { return e.minNode }) }},
 		{"TRESUsageInMinTask", 18, func(s *usageStat) string {
@@ -183,7 +232,7 @@ func usageFields() []usageField {
 				",pages=" + task(s.rss.minTask) + ",vmem=" + task(s.vm.minTask)
 		}},
 		{"TRESUsageInTot", 14, func(s *usageStat) string {
-			return tres(s, func(e *extreme) string { return usageValue(s, e, e.total) })
+			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.total) })
 		}},
 		{"TRESUsageOutAve", 15, func(s *usageStat) string { return "energy=0,fs/disk=" + num(s.write.ave(s.tasks)) }},
 		{"TRESUsageOutMax", 15, func(s *usageStat) string { return "energy=0,fs/disk=" + num(s.write.max) }},
@@ -200,14 +249,11 @@ func usageFields() []usageField {
 	}
 }
 
-// usageValue is one TRES value of a statistic: CPU as HH:MM:SS, disk in
-// bytes, memory in kilobytes.
-func usageValue(s *usageStat, e *extreme, v int64) string {
-	switch e {
-	case &s.cpu:
+// usageValue is one TRES value of a statistic: CPU as HH:MM:SS, sizes in
+// u.
+func usageValue(u units, s *usageStat, e *extreme, v int64) string {
+	if e == &s.cpu {
 		return cpuHMS(v)
-	case &s.read, &s.write:
-		return strconv.FormatInt(v, 10)
 	}
-	return memK(v)
+	return u.bytes(v)
 }

@@ -45,11 +45,25 @@ func TestSacctAndSstatShowUsage(t *testing.T) {
 	code, out, errOut := run(t, f, "sacct", Env{}, "-P", "-j", "12", "-o", "JobID,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,MaxVMSize,TotalCPU,UserCPU,SystemCPU,MinCPU,AveCPU,MaxDiskRead,MaxDiskReadTask,AveDiskWrite")
 	want := "JobID|MaxRSS|MaxRSSNode|MaxRSSTask|AveRSS|MaxVMSize|TotalCPU|UserCPU|SystemCPU|MinCPU|AveCPU|MaxDiskRead|MaxDiskReadTask|AveDiskWrite\n" +
 		"12||||||02:00:06|01:30:04|30:01.625|||||\n" +
-		"12.batch|2048K|gpu-0001|0|2048K|4096K|00:01.500|00:01.125|00:00.375|00:00:01|00:00:01|4096|0|2048\n" +
+		"12.batch|2M|gpu-0001|0|2M|4M|00:01.500|00:01.125|00:00.375|00:00:01|00:00:01|4K|0|2K\n" +
 		"12.0|300K|gpu-0002|1|200K|600K|00:00:04|00:00:03|00:00:01|00:00:01|00:00:02|30|1|10\n" +
 		"12.1|5000K|gpu-0002|1|5000K|10000K|02:00:01|01:30:00|30:00.250|02:00:01|02:00:01|0|1|0\n"
 	if code != 0 || out != want {
 		t.Errorf("sacct: %d %q\n got %q\nwant %q", code, errOut, out, want)
+	}
+
+	// --units shows every size in one unit; --noconvert in bytes.
+	for args, want := range map[string]string{
+		"--units=M":   "12.batch|2M|4M|0.00M\n12.0|0.29M|0.59M|0.00M\n12.1|4.88M|9.77M|0\n",
+		"--noconvert": "12.batch|2097152|4194304|4096\n12.0|307200|614400|30\n12.1|5120000|10240000|0\n",
+	} {
+		code, out, errOut := run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "-o", "JobID,MaxRSS,MaxVMSize,MaxDiskRead", args)
+		if code != 0 || out != "12|||\n"+want {
+			t.Errorf("sacct %s: %d %q\n got %q\nwant %q", args, code, errOut, out, "12|||\n"+want)
+		}
+	}
+	if code, _, errOut := run(t, f, "sacct", Env{}, "-j", "12", "--units=X"); code != 1 || !strings.Contains(errOut, "Invalid unit type 'X'") {
+		t.Errorf("sacct --units=X: %d %q", code, errOut)
 	}
 
 	// sstat: the lowest-numbered running step, with a zero for the task
@@ -63,8 +77,8 @@ func TestSacctAndSstatShowUsage(t *testing.T) {
 		{[]string{"-P", "-j", "12", "-o", "JobID,NTasks,MaxRSS,MaxRSSNode,AveRSS,MinCPU,MinCPUNode,Nodelist"},
 			"JobID|NTasks|MaxRSS|MaxRSSNode|AveRSS|MinCPU|MinCPUNode|Nodelist\n12.1|2|5000K|gpu-0002|2500K|00:00:00|gpu-0001|gpu-[0001-0002]\n", "", 0},
 		{[]string{"-n", "-P", "-a", "-j", "12", "-o", "JobID,MaxRSS,Nodelist"},
-			"12.batch|2048K|gpu-0001\n12.1|5000K|gpu-[0001-0002]\n", "", 0},
-		{[]string{"-n", "-p", "-j", "12.batch", "-o", "jobid,maxvmsize"}, "12.batch|4096K|\n", "", 0},
+			"12.batch|2M|gpu-0001\n12.1|5000K|gpu-[0001-0002]\n", "", 0},
+		{[]string{"-n", "-p", "-j", "12.batch", "-o", "jobid,maxvmsize"}, "12.batch|4M|\n", "", 0},
 		{[]string{"-n", "-P", "-j", "12.0", "-o", "jobid"}, "", "sstat: error: StepId=12.0 not found running.\n", 0},
 		{[]string{"-n", "-P", "-j", "10", "-o", "jobid"}, "", "sstat: error: No steps running for job 10\n", 0},
 		{[]string{"-n", "-P", "-j", "999", "-o", "jobid"}, "", "sstat: error: couldn't get steps for job 999\n", 0},
@@ -148,5 +162,37 @@ The task which had the largest memory consumption differs by 133.33% from the av
 	}
 	if code, out, _ := run(t, f, "seff", Env{}); code != 1 || !strings.HasPrefix(out, "Usage: seff [Options] <Jobid>\n") {
 		t.Errorf("seff without a job: %d %q, want its usage, exit 1", code, out)
+	}
+}
+
+// TestUnitsAsSlurmConverts: sizes from bytes in the largest unit that keeps
+// them exact or a half, as Slurm's convert_num_unit2 with
+// CONVERT_NUM_UNIT_EXACT; --units in one unit; --noconvert raw.
+func TestUnitsAsSlurmConverts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		u    units
+		b    int64
+		want string
+	}{
+		{defaultUnits, 0, "0"},
+		{defaultUnits, 1694061, "1694061"},
+		{defaultUnits, 221176 << 10, "221176K"},
+		{defaultUnits, 2 << 20, "2M"},
+		{defaultUnits, 1536 << 20, "1.50G"},
+		{defaultUnits, 512, "512"},
+		{defaultUnits, 1 << 50, "1P"},
+		{units{spec: 2}, 221176 << 10, "215.99M"},
+		{units{spec: 1}, 4096, "4K"},
+		{units{spec: noUnit, raw: true}, 2 << 20, "2097152"},
+	} {
+		if got := tc.u.bytes(tc.b); got != tc.want {
+			t.Errorf("%+v.bytes(%d) = %q, want %q", tc.u, tc.b, got, tc.want)
+		}
+	}
+	for s, want := range map[string]int{"K": 1, "m": 2, "G": 3, "t": 4, "P": 5, "X": noUnit, "": noUnit, "MB": noUnit} {
+		if got, ok := parseUnits(s); got != want || ok != (want != noUnit) {
+			t.Errorf("parseUnits(%q) = %d, %v; want %d", s, got, ok, want)
+		}
 	}
 }
