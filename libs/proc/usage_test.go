@@ -125,3 +125,21 @@ func TestRusage(t *testing.T) {
 		t.Errorf("Rusage(nil) = %v, %v, %d", u, s, m)
 	}
 }
+
+// BenchmarkGroupUsage is one sample as the agent takes it each progress
+// interval: a walk of /proc (every process of the machine) and the reads of
+// the sampled group's members (stat, io, smaps_rollup). Here the group is
+// this test binary's own, among whatever else the machine runs.
+func BenchmarkGroupUsage(b *testing.B) {
+	pg := syscall.Getpgrp()
+	groups := map[int]bool{pg: true}
+	procs := 0
+	for b.Loop() {
+		procs = GroupUsage(groups, true)[pg].Processes
+	}
+	if procs == 0 {
+		b.Fatal("the benchmark's own group was not found")
+	}
+	entries, _ := os.ReadDir("/proc")
+	b.ReportMetric(float64(len(entries)), "proc-entries")
+}
