@@ -154,6 +154,25 @@ func readIO(pid int) (read, write int64) {
 	return read, write
 }
 
+// HighWater returns this process's peak resident size in bytes (VmHWM of
+// /proc/self/status); 0 where it is not known. A child started from Go
+// shares this process's memory until it execs, and the kernel counts that
+// memory's peak in the child's ru_maxrss: a child's maxRSS (Rusage) no
+// higher than its parent's high water says nothing of the child.
+func HighWater() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		if v, ok := bytes.CutPrefix(line, []byte("VmHWM:")); ok {
+			kb, _ := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte("kB")))), 10, 64)
+			return max(kb, 0) << 10
+		}
+	}
+	return 0
+}
+
 // Rusage returns what a finished process and the children it waited for
 // used, as wait4 reported it: CPU time, and the largest resident set one of
 // them reached, in bytes. Zero where it is not known.

@@ -143,3 +143,12 @@ func BenchmarkGroupUsage(b *testing.B) {
 	entries, _ := os.ReadDir("/proc")
 	b.ReportMetric(float64(len(entries)), "proc-entries")
 }
+
+func TestHighWater(t *testing.T) {
+	t.Parallel()
+	hwm := HighWater()
+	s, ok := sampleStat(os.Getpid())
+	if !ok || hwm < s.rss || hwm <= 0 {
+		t.Errorf("HighWater() = %d, want at least the current RSS %d", hwm, s.rss)
+	}
+}

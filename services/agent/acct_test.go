@@ -22,7 +22,7 @@ func holdMemory(held, stop string) string {
 // TestUsageAccounting: what a step's and a job step's tasks' processes use
 // is reported while they run (UsageReported, every accounting interval)
 // and with their ends (StepChanged, TasksChanged): the kernel's CPU time
-// and peak of a child the script waited for (dd's 64 MiB buffer, gone
+// and peak of a child the script waited for (dd's 128 MiB buffer, gone
 // before any sample), and the resident memory a sample saw.
 func TestUsageAccounting(t *testing.T) {
 	t.Parallel()
@@ -31,7 +31,7 @@ func TestUsageAccounting(t *testing.T) {
 	e.start(t)
 	out := filepath.Join(e.shared, "slurm-71.out")
 	stop := filepath.Join(e.shared, "stop-71")
-	publish(t, e.broker, command(startStep("71", "dd if=/dev/zero of=/dev/null bs=64M count=1 2>/dev/null; "+holdMemory("/dev/null", stop), nil, out)))
+	publish(t, e.broker, command(startStep("71", "dd if=/dev/zero of=/dev/null bs=128M count=1 2>/dev/null; "+holdMemory("/dev/null", stop), nil, out)))
 	waitStep(t, e.broker, "71", eventsv1.StepState_STEP_RUNNING)
 
 	// While it runs: a report that saw the 40 MB held.
@@ -51,8 +51,8 @@ func TestUsageAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := waitStep(t, e.broker, "71", eventsv1.StepState_STEP_EXITED).GetUsage()
-	if end.GetMaxRssBytes() < 64<<20 {
-		t.Errorf("final max RSS = %d, want at least dd's 64 MiB (the kernel's count of a waited-for child)", end.GetMaxRssBytes())
+	if end.GetMaxRssBytes() < 128<<20 {
+		t.Errorf("final max RSS = %d, want at least dd's 128 MiB (the kernel's count of a waited-for child)", end.GetMaxRssBytes())
 	}
 	if end.GetUserCpu().AsDuration()+end.GetSystemCpu().AsDuration() <= 0 {
 		t.Errorf("final CPU time = %v + %v, want some", end.GetUserCpu().AsDuration(), end.GetSystemCpu().AsDuration())
@@ -64,12 +64,12 @@ func TestUsageAccounting(t *testing.T) {
 	// Two tasks of a job step: each its own usage, by local id.
 	dir := filepath.Join(e.shared, ".loom", "steps")
 	publish(t, e.broker, command(launch("72", 0, 0, 2, filepath.Join(dir, "72.0"), "sh", "-c",
-		`dd if=/dev/zero of=/dev/null bs=${SLURM_PROCID}9M count=1 2>/dev/null`)))
+		`dd if=/dev/zero of=/dev/null bs=$((64 + 64 * SLURM_PROCID))M count=1 2>/dev/null`)))
 	tasks := waitTasks(t, e.broker, "72", 0, eventsv1.StepState_STEP_EXITED)
 	if len(tasks.GetUsage()) != 2 {
 		t.Fatalf("tasks' usage = %v, want one per task", tasks.GetUsage())
 	}
-	for i, want := range []int64{9 << 20, 19 << 20} {
+	for i, want := range []int64{64 << 20, 128 << 20} {
 		if got := tasks.GetUsage()[i].GetMaxRssBytes(); got < want {
 			t.Errorf("task %d's max RSS = %d, want at least %d", i, got, want)
 		}

@@ -163,6 +163,11 @@ func run() int {
 	// In the shim's group: a signal to the group reaches the job, and
 	// whoever kills the group (a stop, a reboot of the node) kills both.
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: spec.Cred}
+	// The job starts as a copy of this process (Go clones with the
+	// parent's memory until exec), and the kernel counts the peak of that
+	// memory in the job's ru_maxrss: a peak no higher than the shim's own
+	// is the shim's, not the job's (see exitOf).
+	hwm := selfHWM()
 	if err := c.Start(); err != nil {
 		_ = os.Remove(spec.PIDFile)
 		r := Report{Err: err.Error()}
@@ -176,6 +181,9 @@ func run() int {
 	say(Report{PID: c.Process.Pid, Start: startTime(c.Process.Pid)})
 	_ = c.Wait()
 	st := exitOf(c.ProcessState)
+	if st.MaxRSS <= hwm {
+		st.MaxRSS = 0 // not known: the samples tell
+	}
 	// Recorded before the pidfile goes: whoever finds no live shim finds
 	// the status.
 	if err := WriteStatus(spec.StatusFile, st); err != nil {
@@ -241,6 +249,23 @@ func startTime(pid int) uint64 {
 	}
 	st, _ := strconv.ParseUint(f[19], 10, 64)
 	return st
+}
+
+// selfHWM is this process's peak resident size in bytes (VmHWM), as
+// proc.HighWater reads it (repeated: see the package comment); 0 when not
+// known.
+func selfHWM() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return max(kb, 0) << 10
+		}
+	}
+	return 0
 }
 
 // exitOf is how a process ended, as proc.ExitCode says it.

@@ -279,6 +279,11 @@ func (p *process) Wait() ports.Exit {
 	}
 	code, sig := proc.ExitCode(p.c.ProcessState)
 	user, system, rss := proc.Rusage(p.c.ProcessState)
+	// Started from this process, the leader's peak counts this process's
+	// memory as it was at the start (proc.HighWater): not the job's.
+	if rss <= proc.HighWater() {
+		rss = 0
+	}
 	return ports.Exit{Code: code, Signal: sig, Usage: ports.Rusage{UserCPU: user, SystemCPU: system, MaxRSS: rss}}
 }
 
