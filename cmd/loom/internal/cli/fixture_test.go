@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"testing"
 	"time"
 
@@ -51,7 +52,9 @@ func newFakeGatewayData() *fakegw.Gateway {
 				{Attempt: 1, State: loomv1.JobState_REQUEUED, Nodes: []string{"gpu-0001", "gpu-0002"}, StartTime: ts(50*time.Hour + 5*time.Minute),
 					EndTime: ts(50*time.Hour + 90*time.Second), Reason: "node gpu-0002 failed: Xid 79: GPU has fallen off the bus"},
 				{Attempt: 2, State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001"}, StartTime: ts(50 * time.Hour),
-					EndTime: ts(50*time.Hour - 1500*time.Millisecond), ExitCode: 3},
+					EndTime: ts(50*time.Hour - 1500*time.Millisecond), ExitCode: 3,
+					BatchUsage: &loomv1.TaskUsage{UserCpu: durationpb.New(1200 * time.Millisecond), SystemCpu: durationpb.New(300 * time.Millisecond),
+						MaxRssBytes: 98_123_456}},
 			},
 		}, {
 			Name: "projects/default/jobs/9", JobId: "9", Cluster: "projects/default/clusters/demo",

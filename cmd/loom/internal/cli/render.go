@@ -111,6 +111,9 @@ func age(t *timestamppb.Timestamp, now time.Time) string {
 	return humanDuration(now.Sub(t.AsTime()))
 }
 
+// sizeMiB is a size in MiB, one decimal: "93.6 MiB".
+func sizeMiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
 // humanDuration rounds d to its largest unit: "0s", "45s", "12m", "5h", "3d".
 func humanDuration(d time.Duration) string {
 	switch {
@@ -386,6 +389,14 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	}
 	if j.GetEndTime() != nil {
 		fmt.Fprintf(tw, "Ended:\t%s\n", ago(j.GetEndTime(), now))
+	}
+	if runs := j.GetRuns(); len(runs) > 0 && runs[len(runs)-1].GetBatchUsage() != nil {
+		// What its script (or its command on the first node) used; its
+		// srun steps' figures are sacct's.
+		u := runs[len(runs)-1].GetBatchUsage()
+		cpu := u.GetUserCpu().AsDuration() + u.GetSystemCpu().AsDuration()
+		fmt.Fprintf(tw, "Used:\t%s CPU, %s peak memory (its script; loom slurm sacct -j %s has its steps)\n",
+			cpu.Round(time.Millisecond), sizeMiB(u.GetMaxRssBytes()), j.GetJobId())
 	}
 	if sec := j.GetTimeLimitSeconds(); sec > 0 {
 		fmt.Fprintf(tw, "Time limit:\t%s\n", time.Duration(sec)*time.Second)
