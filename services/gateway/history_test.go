@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"testing"
 	"time"
 
@@ -114,4 +116,47 @@ func fromHistory(t *testing.T, ctx context.Context, h *harness, name string) *lo
 		t.Fatalf("GetJob of a pruned job: %v", err)
 	}
 	return got
+}
+
+// TestJobHistoryKeepsSteps: the job steps a final JobChanged carries
+// (Job.steps) are kept apart from the job, so that sacct still lists a
+// pruned job's steps and their usage: ListJobSteps answers from the
+// history, by attempt (0: the last run's), and GetJob leaves them out.
+func TestJobHistoryKeepsSteps(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	sub, err := h.jobs().SubmitJob(ctx, validJob())
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	step := func(attempt, id int32, rss int64) *loomv1.JobStep {
+		return &loomv1.JobStep{Name: sub.GetName() + "/steps/" + string(rune('0'+id)), Job: sub.GetName(), Attempt: attempt,
+			StepId: id, State: loomv1.JobState_COMPLETED, TaskUsage: []*loomv1.TaskUsage{{MaxRssBytes: rss}}}
+	}
+	sent := &loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_COMPLETED,
+		EndTime: timestamppb.Now(), Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_REQUEUED}, {Attempt: 2, State: loomv1.JobState_COMPLETED}},
+		Steps: []*loomv1.JobStep{step(1, 0, 10), step(2, 0, 20), step(2, 1, 30)}}
+	h.w.setJob(sent)
+	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: sent, Attempt: 2}))
+	got := fromHistory(t, ctx, h, sent.GetName())
+	if len(got.GetSteps()) != 0 || len(got.GetRuns()) != 2 {
+		t.Errorf("GetJob from the history: %d steps, %d runs; want none and 2", len(got.GetSteps()), len(got.GetRuns()))
+	}
+	for attempt, want := range map[int32][]int64{0: {20, 30}, 2: {20, 30}, 1: {10}} {
+		resp, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: sent.GetName(), Attempt: attempt})
+		if err != nil {
+			t.Fatalf("ListJobSteps attempt %d: %v", attempt, err)
+		}
+		var rss []int64
+		for _, s := range resp.GetSteps() {
+			rss = append(rss, s.GetTaskUsage()[0].GetMaxRssBytes())
+		}
+		if len(rss) != len(want) || rss[0] != want[0] || rss[len(rss)-1] != want[len(want)-1] {
+			t.Errorf("ListJobSteps attempt %d: steps with %v, want %v", attempt, rss, want)
+		}
+	}
+	if _, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: sent.GetName(), Attempt: 3}); status.Code(err) != codes.NotFound {
+		t.Errorf("ListJobSteps of attempt 3: %v, want NotFound", err)
+	}
 }

@@ -2203,7 +2203,14 @@ type Job struct {
 	// batch_host is the node that runs the batch script.
 	BatchHost string `protobuf:"bytes,65,opt,name=batch_host,json=batchHost,proto3" json:"batch_host,omitempty"`
 	// alloc_gpus is how many GPUs the job holds in all.
-	AllocGpus     int32 `protobuf:"varint,66,opt,name=alloc_gpus,json=allocGpus,proto3" json:"alloc_gpus,omitempty"`
+	AllocGpus int32 `protobuf:"varint,66,opt,name=alloc_gpus,json=allocGpus,proto3" json:"alloc_gpus,omitempty"`
+	// steps are the job steps (srun) of its runs, each with its attempt, as
+	// the accounting history keeps them: set only in the JobChanged of a
+	// final state (GetJob and ListJobs leave it empty: ListJobSteps serves
+	// them), at most 1,000 of them and 256 KiB; steps_omitted counts the
+	// newest left out.
+	Steps         []*JobStep `protobuf:"bytes,78,rep,name=steps,proto3" json:"steps,omitempty"`
+	StepsOmitted  int32      `protobuf:"varint,79,opt,name=steps_omitted,json=stepsOmitted,proto3" json:"steps_omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2682,6 +2689,20 @@ func (x *Job) GetBatchHost() string {
 func (x *Job) GetAllocGpus() int32 {
 	if x != nil {
 		return x.AllocGpus
+	}
+	return 0
+}
+
+func (x *Job) GetSteps() []*JobStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *Job) GetStepsOmitted() int32 {
+	if x != nil {
+		return x.StepsOmitted
 	}
 	return 0
 }
@@ -4249,6 +4270,205 @@ func (x *HostList) GetHosts() []string {
 	return nil
 }
 
+// JobStep is one job step: a set of tasks launched inside a job's allocation
+// (srun), across one or more of its nodes.
+type JobStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "projects/{project}/jobs/{job_id}/steps/{step_id}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// job is the job's name.
+	Job string `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	// step_id counts the steps of the job's run from 0 (SLURM_STEP_ID).
+	StepId int32 `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// attempt is the job's run the step belongs to.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// state is RUNNING until every task ended, then COMPLETED (all exited 0),
+	// FAILED or CANCELLED.
+	State   JobState `protobuf:"varint,5,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
+	Command []string `protobuf:"bytes,6,rep,name=command,proto3" json:"command,omitempty"`
+	// nodes are the step's hostnames, in SLURM_NODEID order.
+	Nodes []string `protobuf:"bytes,7,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// tasks_per_node is the number of tasks on each of nodes.
+	TasksPerNode []int32 `protobuf:"varint,8,rep,packed,name=tasks_per_node,json=tasksPerNode,proto3" json:"tasks_per_node,omitempty"`
+	NumTasks     int32   `protobuf:"varint,9,opt,name=num_tasks,json=numTasks,proto3" json:"num_tasks,omitempty"`
+	// exit_code is the highest exit code of the step's tasks (128+n for a
+	// task killed by signal n), once ended.
+	ExitCode int32 `protobuf:"varint,10,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// task_exit_codes are the tasks' exit codes by SLURM_PROCID (0 until known).
+	TaskExitCodes []int32 `protobuf:"varint,11,rep,packed,name=task_exit_codes,json=taskExitCodes,proto3" json:"task_exit_codes,omitempty"`
+	// output_dir holds task-<rank>.out and task-<rank>.err of every task.
+	OutputDir string `protobuf:"bytes,12,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	// reason says why the step failed or was cancelled.
+	Reason    string                 `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// request_id is the creating request's idempotency key.
+	RequestId string `protobuf:"bytes,16,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// node_messages are the agents' last words for each of nodes.
+	NodeMessages []string `protobuf:"bytes,17,rep,name=node_messages,json=nodeMessages,proto3" json:"node_messages,omitempty"`
+	// task_usage is what each task used, by SLURM_PROCID, for the tasks
+	// whose agents reported any (sacct's and sstat's MaxRSS, TotalCPU...).
+	TaskUsage     []*TaskUsage `protobuf:"bytes,18,rep,name=task_usage,json=taskUsage,proto3" json:"task_usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobStep) Reset() {
+	*x = JobStep{}
+	mi := &file_loom_v1_resources_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobStep) ProtoMessage() {}
+
+func (x *JobStep) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobStep.ProtoReflect.Descriptor instead.
+func (*JobStep) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *JobStep) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobStep) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *JobStep) GetStepId() int32 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *JobStep) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobStep) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobStep) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *JobStep) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *JobStep) GetTasksPerNode() []int32 {
+	if x != nil {
+		return x.TasksPerNode
+	}
+	return nil
+}
+
+func (x *JobStep) GetNumTasks() int32 {
+	if x != nil {
+		return x.NumTasks
+	}
+	return 0
+}
+
+func (x *JobStep) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *JobStep) GetTaskExitCodes() []int32 {
+	if x != nil {
+		return x.TaskExitCodes
+	}
+	return nil
+}
+
+func (x *JobStep) GetOutputDir() string {
+	if x != nil {
+		return x.OutputDir
+	}
+	return ""
+}
+
+func (x *JobStep) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *JobStep) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *JobStep) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *JobStep) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *JobStep) GetNodeMessages() []string {
+	if x != nil {
+		return x.NodeMessages
+	}
+	return nil
+}
+
+func (x *JobStep) GetTaskUsage() []*TaskUsage {
+	if x != nil {
+		return x.TaskUsage
+	}
+	return nil
+}
+
 var File_loom_v1_resources_proto protoreflect.FileDescriptor
 
 const file_loom_v1_resources_proto_rawDesc = "" +
@@ -4446,7 +4666,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xcd\x11\n" +
+	"\tREPLACING\x10\t\"\x9a\x12\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4528,7 +4748,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"batch_host\x18A \x01(\tR\tbatchHost\x12\x1d\n" +
 	"\n" +
-	"alloc_gpus\x18B \x01(\x05R\tallocGpus\x1a6\n" +
+	"alloc_gpus\x18B \x01(\x05R\tallocGpus\x12&\n" +
+	"\x05steps\x18N \x03(\v2\x10.loom.v1.JobStepR\x05steps\x12#\n" +
+	"\rsteps_omitted\x18O \x01(\x05R\fstepsOmitted\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
@@ -4709,7 +4931,31 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts*\xd6\x01\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xe3\x04\n" +
+	"\aJobStep\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12'\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x18\n" +
+	"\acommand\x18\x06 \x03(\tR\acommand\x12\x14\n" +
+	"\x05nodes\x18\a \x03(\tR\x05nodes\x12$\n" +
+	"\x0etasks_per_node\x18\b \x03(\x05R\ftasksPerNode\x12\x1b\n" +
+	"\tnum_tasks\x18\t \x01(\x05R\bnumTasks\x12\x1b\n" +
+	"\texit_code\x18\n" +
+	" \x01(\x05R\bexitCode\x12&\n" +
+	"\x0ftask_exit_codes\x18\v \x03(\x05R\rtaskExitCodes\x12\x1d\n" +
+	"\n" +
+	"output_dir\x18\f \x01(\tR\toutputDir\x12\x16\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x10 \x01(\tR\trequestId\x12#\n" +
+	"\rnode_messages\x18\x11 \x03(\tR\fnodeMessages\x121\n" +
+	"\n" +
+	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0f\n" +
@@ -4741,7 +4987,7 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
@@ -4785,27 +5031,28 @@ var file_loom_v1_resources_proto_goTypes = []any{
 	(*OperationMetadata)(nil),     // 39: loom.v1.OperationMetadata
 	(*OperationError)(nil),        // 40: loom.v1.OperationError
 	(*HostList)(nil),              // 41: loom.v1.HostList
-	nil,                           // 42: loom.v1.Cluster.LabelsEntry
-	nil,                           // 43: loom.v1.NodePool.LabelsEntry
-	nil,                           // 44: loom.v1.Job.EnvEntry
-	nil,                           // 45: loom.v1.Model.LabelsEntry
-	nil,                           // 46: loom.v1.ModelVersion.LabelsEntry
-	nil,                           // 47: loom.v1.ModelLineage.HyperparametersEntry
-	nil,                           // 48: loom.v1.ModelLineage.MetricsEntry
-	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 50: google.protobuf.Duration
+	(*JobStep)(nil),               // 42: loom.v1.JobStep
+	nil,                           // 43: loom.v1.Cluster.LabelsEntry
+	nil,                           // 44: loom.v1.NodePool.LabelsEntry
+	nil,                           // 45: loom.v1.Job.EnvEntry
+	nil,                           // 46: loom.v1.Model.LabelsEntry
+	nil,                           // 47: loom.v1.ModelVersion.LabelsEntry
+	nil,                           // 48: loom.v1.ModelLineage.HyperparametersEntry
+	nil,                           // 49: loom.v1.ModelLineage.MetricsEntry
+	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	42, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	43, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
 	6,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
 	10, // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
 	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
 	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
 	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	49, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	49, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	50, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	50, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	43, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	44, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
 	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
 	9,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
 	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
@@ -4818,58 +5065,63 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
 	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
 	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	49, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	49, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	50, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	50, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	49, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	49, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	50, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	50, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	49, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
-	44, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	50, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	45, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
 	32, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	49, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	50, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
 	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
-	49, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	49, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	49, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	50, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	50, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	50, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
-	49, // 38: loom.v1.Job.expected_start_time:type_name -> google.protobuf.Timestamp
+	50, // 38: loom.v1.Job.expected_start_time:type_name -> google.protobuf.Timestamp
 	28, // 39: loom.v1.Job.runs:type_name -> loom.v1.JobRun
-	0,  // 40: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	49, // 41: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	49, // 42: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
-	29, // 43: loom.v1.JobRun.batch_usage:type_name -> loom.v1.TaskUsage
-	50, // 44: loom.v1.TaskUsage.user_cpu:type_name -> google.protobuf.Duration
-	50, // 45: loom.v1.TaskUsage.system_cpu:type_name -> google.protobuf.Duration
-	49, // 46: loom.v1.TaskUsage.time:type_name -> google.protobuf.Timestamp
-	4,  // 47: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	49, // 48: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	49, // 49: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	49, // 50: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	45, // 51: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
-	49, // 52: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
-	49, // 53: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
-	35, // 54: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
-	49, // 55: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	46, // 56: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	35, // 57: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	49, // 58: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
-	47, // 59: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	48, // 60: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
-	39, // 61: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	40, // 62: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	5,  // 63: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	22, // 64: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	38, // 65: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
-	37, // 66: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
-	49, // 67: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	49, // 68: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	69, // [69:69] is the sub-list for method output_type
-	69, // [69:69] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	42, // 40: loom.v1.Job.steps:type_name -> loom.v1.JobStep
+	0,  // 41: loom.v1.JobRun.state:type_name -> loom.v1.JobState
+	50, // 42: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	50, // 43: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	29, // 44: loom.v1.JobRun.batch_usage:type_name -> loom.v1.TaskUsage
+	51, // 45: loom.v1.TaskUsage.user_cpu:type_name -> google.protobuf.Duration
+	51, // 46: loom.v1.TaskUsage.system_cpu:type_name -> google.protobuf.Duration
+	50, // 47: loom.v1.TaskUsage.time:type_name -> google.protobuf.Timestamp
+	4,  // 48: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
+	50, // 49: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	50, // 50: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	50, // 51: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	46, // 52: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	50, // 53: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	50, // 54: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	35, // 55: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
+	50, // 56: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	47, // 57: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	35, // 58: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
+	50, // 59: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	48, // 60: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	49, // 61: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	39, // 62: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	40, // 63: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 64: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 65: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	38, // 66: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
+	37, // 67: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
+	50, // 68: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	50, // 69: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	0,  // 70: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	50, // 71: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	50, // 72: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	29, // 73: loom.v1.JobStep.task_usage:type_name -> loom.v1.TaskUsage
+	74, // [74:74] is the sub-list for method output_type
+	74, // [74:74] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -4891,7 +5143,7 @@ func file_loom_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

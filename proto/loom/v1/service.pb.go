@@ -826,205 +826,6 @@ func (x *DeleteClusterRequest) GetRequestId() string {
 	return ""
 }
 
-// JobStep is one job step: a set of tasks launched inside a job's allocation
-// (srun), across one or more of its nodes.
-type JobStep struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// name is "projects/{project}/jobs/{job_id}/steps/{step_id}".
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// job is the job's name.
-	Job string `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	// step_id counts the steps of the job's run from 0 (SLURM_STEP_ID).
-	StepId int32 `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	// attempt is the job's run the step belongs to.
-	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// state is RUNNING until every task ended, then COMPLETED (all exited 0),
-	// FAILED or CANCELLED.
-	State   JobState `protobuf:"varint,5,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
-	Command []string `protobuf:"bytes,6,rep,name=command,proto3" json:"command,omitempty"`
-	// nodes are the step's hostnames, in SLURM_NODEID order.
-	Nodes []string `protobuf:"bytes,7,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	// tasks_per_node is the number of tasks on each of nodes.
-	TasksPerNode []int32 `protobuf:"varint,8,rep,packed,name=tasks_per_node,json=tasksPerNode,proto3" json:"tasks_per_node,omitempty"`
-	NumTasks     int32   `protobuf:"varint,9,opt,name=num_tasks,json=numTasks,proto3" json:"num_tasks,omitempty"`
-	// exit_code is the highest exit code of the step's tasks (128+n for a
-	// task killed by signal n), once ended.
-	ExitCode int32 `protobuf:"varint,10,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	// task_exit_codes are the tasks' exit codes by SLURM_PROCID (0 until known).
-	TaskExitCodes []int32 `protobuf:"varint,11,rep,packed,name=task_exit_codes,json=taskExitCodes,proto3" json:"task_exit_codes,omitempty"`
-	// output_dir holds task-<rank>.out and task-<rank>.err of every task.
-	OutputDir string `protobuf:"bytes,12,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
-	// reason says why the step failed or was cancelled.
-	Reason    string                 `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
-	StartTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	// request_id is the creating request's idempotency key.
-	RequestId string `protobuf:"bytes,16,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// node_messages are the agents' last words for each of nodes.
-	NodeMessages []string `protobuf:"bytes,17,rep,name=node_messages,json=nodeMessages,proto3" json:"node_messages,omitempty"`
-	// task_usage is what each task used, by SLURM_PROCID, for the tasks
-	// whose agents reported any (sacct's and sstat's MaxRSS, TotalCPU...).
-	TaskUsage     []*TaskUsage `protobuf:"bytes,18,rep,name=task_usage,json=taskUsage,proto3" json:"task_usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *JobStep) Reset() {
-	*x = JobStep{}
-	mi := &file_loom_v1_service_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *JobStep) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*JobStep) ProtoMessage() {}
-
-func (x *JobStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use JobStep.ProtoReflect.Descriptor instead.
-func (*JobStep) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{14}
-}
-
-func (x *JobStep) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *JobStep) GetJob() string {
-	if x != nil {
-		return x.Job
-	}
-	return ""
-}
-
-func (x *JobStep) GetStepId() int32 {
-	if x != nil {
-		return x.StepId
-	}
-	return 0
-}
-
-func (x *JobStep) GetAttempt() int32 {
-	if x != nil {
-		return x.Attempt
-	}
-	return 0
-}
-
-func (x *JobStep) GetState() JobState {
-	if x != nil {
-		return x.State
-	}
-	return JobState_JOB_STATE_UNSPECIFIED
-}
-
-func (x *JobStep) GetCommand() []string {
-	if x != nil {
-		return x.Command
-	}
-	return nil
-}
-
-func (x *JobStep) GetNodes() []string {
-	if x != nil {
-		return x.Nodes
-	}
-	return nil
-}
-
-func (x *JobStep) GetTasksPerNode() []int32 {
-	if x != nil {
-		return x.TasksPerNode
-	}
-	return nil
-}
-
-func (x *JobStep) GetNumTasks() int32 {
-	if x != nil {
-		return x.NumTasks
-	}
-	return 0
-}
-
-func (x *JobStep) GetExitCode() int32 {
-	if x != nil {
-		return x.ExitCode
-	}
-	return 0
-}
-
-func (x *JobStep) GetTaskExitCodes() []int32 {
-	if x != nil {
-		return x.TaskExitCodes
-	}
-	return nil
-}
-
-func (x *JobStep) GetOutputDir() string {
-	if x != nil {
-		return x.OutputDir
-	}
-	return ""
-}
-
-func (x *JobStep) GetReason() string {
-	if x != nil {
-		return x.Reason
-	}
-	return ""
-}
-
-func (x *JobStep) GetStartTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.StartTime
-	}
-	return nil
-}
-
-func (x *JobStep) GetEndTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.EndTime
-	}
-	return nil
-}
-
-func (x *JobStep) GetRequestId() string {
-	if x != nil {
-		return x.RequestId
-	}
-	return ""
-}
-
-func (x *JobStep) GetNodeMessages() []string {
-	if x != nil {
-		return x.NodeMessages
-	}
-	return nil
-}
-
-func (x *JobStep) GetTaskUsage() []*TaskUsage {
-	if x != nil {
-		return x.TaskUsage
-	}
-	return nil
-}
-
 type CreateJobStepRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// parent is the job, "projects/{p}/jobs/{job_id}".
@@ -1053,7 +854,7 @@ type CreateJobStepRequest struct {
 
 func (x *CreateJobStepRequest) Reset() {
 	*x = CreateJobStepRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[15]
+	mi := &file_loom_v1_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +866,7 @@ func (x *CreateJobStepRequest) String() string {
 func (*CreateJobStepRequest) ProtoMessage() {}
 
 func (x *CreateJobStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[15]
+	mi := &file_loom_v1_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +879,7 @@ func (x *CreateJobStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobStepRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobStepRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateJobStepRequest) GetParent() string {
@@ -1160,7 +961,7 @@ type GetJobStepRequest struct {
 
 func (x *GetJobStepRequest) Reset() {
 	*x = GetJobStepRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[16]
+	mi := &file_loom_v1_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +973,7 @@ func (x *GetJobStepRequest) String() string {
 func (*GetJobStepRequest) ProtoMessage() {}
 
 func (x *GetJobStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[16]
+	mi := &file_loom_v1_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +986,7 @@ func (x *GetJobStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStepRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStepRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobStepRequest) GetName() string {
@@ -1216,7 +1017,7 @@ type ListJobStepsRequest struct {
 
 func (x *ListJobStepsRequest) Reset() {
 	*x = ListJobStepsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[17]
+	mi := &file_loom_v1_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1029,7 @@ func (x *ListJobStepsRequest) String() string {
 func (*ListJobStepsRequest) ProtoMessage() {}
 
 func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[17]
+	mi := &file_loom_v1_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1042,7 @@ func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobStepsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobStepsRequest) GetParent() string {
@@ -1283,7 +1084,7 @@ type ListJobStepsResponse struct {
 
 func (x *ListJobStepsResponse) Reset() {
 	*x = ListJobStepsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[18]
+	mi := &file_loom_v1_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1096,7 @@ func (x *ListJobStepsResponse) String() string {
 func (*ListJobStepsResponse) ProtoMessage() {}
 
 func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[18]
+	mi := &file_loom_v1_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1109,7 @@ func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobStepsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobStepsResponse) GetSteps() []*JobStep {
@@ -1336,7 +1137,7 @@ type CancelJobStepRequest struct {
 
 func (x *CancelJobStepRequest) Reset() {
 	*x = CancelJobStepRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1149,7 @@ func (x *CancelJobStepRequest) String() string {
 func (*CancelJobStepRequest) ProtoMessage() {}
 
 func (x *CancelJobStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1162,7 @@ func (x *CancelJobStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobStepRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobStepRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelJobStepRequest) GetName() string {
@@ -1389,7 +1190,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1202,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1215,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitJobRequest) GetParent() string {
@@ -1447,7 +1248,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1260,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1273,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJobRequest) GetName() string {
@@ -1508,7 +1309,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[22]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1321,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[22]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1334,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsRequest) GetParent() string {
@@ -1617,7 +1418,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[23]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1430,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[23]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1443,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1687,7 +1488,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[24]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1500,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[24]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1513,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelJobRequest) GetName() string {
@@ -1817,7 +1618,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[25]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1630,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[25]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1643,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateJobRequest) GetName() string {
@@ -1987,7 +1788,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[26]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +1800,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[26]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +1813,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchJobRequest) GetName() string {
@@ -2038,7 +1839,7 @@ type ReadJobLogsRequest struct {
 
 func (x *ReadJobLogsRequest) Reset() {
 	*x = ReadJobLogsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[27]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +1851,7 @@ func (x *ReadJobLogsRequest) String() string {
 func (*ReadJobLogsRequest) ProtoMessage() {}
 
 func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[27]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +1864,7 @@ func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadJobLogsRequest) GetName() string {
@@ -2096,7 +1897,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_loom_v1_service_proto_msgTypes[28]
+	mi := &file_loom_v1_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +1909,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[28]
+	mi := &file_loom_v1_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +1922,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{28}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -2140,7 +1941,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[29]
+	mi := &file_loom_v1_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +1953,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[29]
+	mi := &file_loom_v1_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +1966,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -2187,7 +1988,7 @@ type WaitOperationRequest struct {
 
 func (x *WaitOperationRequest) Reset() {
 	*x = WaitOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[30]
+	mi := &file_loom_v1_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2000,7 @@ func (x *WaitOperationRequest) String() string {
 func (*WaitOperationRequest) ProtoMessage() {}
 
 func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[30]
+	mi := &file_loom_v1_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2013,7 @@ func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitOperationRequest.ProtoReflect.Descriptor instead.
 func (*WaitOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{30}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WaitOperationRequest) GetName() string {
@@ -2250,7 +2051,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[31]
+	mi := &file_loom_v1_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2063,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[31]
+	mi := &file_loom_v1_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2076,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListOperationsRequest) GetParent() string {
@@ -2317,7 +2118,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[32]
+	mi := &file_loom_v1_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2130,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[32]
+	mi := &file_loom_v1_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2143,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -2368,7 +2169,7 @@ type CancelOperationRequest struct {
 
 func (x *CancelOperationRequest) Reset() {
 	*x = CancelOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[33]
+	mi := &file_loom_v1_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2181,7 @@ func (x *CancelOperationRequest) String() string {
 func (*CancelOperationRequest) ProtoMessage() {}
 
 func (x *CancelOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[33]
+	mi := &file_loom_v1_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2194,7 @@ func (x *CancelOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelOperationRequest.ProtoReflect.Descriptor instead.
 func (*CancelOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{33}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelOperationRequest) GetName() string {
@@ -2420,7 +2221,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[34]
+	mi := &file_loom_v1_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2233,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[34]
+	mi := &file_loom_v1_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2246,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{34}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListNodesRequest) GetParent() string {
@@ -2480,7 +2281,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[35]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2293,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[35]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2306,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{35}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2534,7 +2335,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2347,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2360,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSharesRequest) GetCluster() string {
@@ -2619,7 +2420,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_loom_v1_service_proto_msgTypes[37]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2432,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[37]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2445,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{37}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Share) GetAccount() string {
@@ -2716,7 +2517,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2529,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2542,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -2774,7 +2575,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2587,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2600,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListPartitionsRequest) GetCluster() string {
@@ -2834,7 +2635,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +2647,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +2660,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -2892,7 +2693,7 @@ type ListSlurmNodesRequest struct {
 
 func (x *ListSlurmNodesRequest) Reset() {
 	*x = ListSlurmNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +2705,7 @@ func (x *ListSlurmNodesRequest) String() string {
 func (*ListSlurmNodesRequest) ProtoMessage() {}
 
 func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +2718,7 @@ func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListSlurmNodesRequest) GetCluster() string {
@@ -2952,7 +2753,7 @@ type ListSlurmNodesResponse struct {
 
 func (x *ListSlurmNodesResponse) Reset() {
 	*x = ListSlurmNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +2765,7 @@ func (x *ListSlurmNodesResponse) String() string {
 func (*ListSlurmNodesResponse) ProtoMessage() {}
 
 func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +2778,7 @@ func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSlurmNodesResponse) GetNodes() []*SlurmNode {
@@ -3012,7 +2813,7 @@ type UpdateSlurmNodeRequest struct {
 
 func (x *UpdateSlurmNodeRequest) Reset() {
 	*x = UpdateSlurmNodeRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +2825,7 @@ func (x *UpdateSlurmNodeRequest) String() string {
 func (*UpdateSlurmNodeRequest) ProtoMessage() {}
 
 func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +2838,7 @@ func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlurmNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlurmNodeRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateSlurmNodeRequest) GetCluster() string {
@@ -3100,7 +2901,7 @@ type UploadModelRequest struct {
 
 func (x *UploadModelRequest) Reset() {
 	*x = UploadModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +2913,7 @@ func (x *UploadModelRequest) String() string {
 func (*UploadModelRequest) ProtoMessage() {}
 
 func (x *UploadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +2926,7 @@ func (x *UploadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModelRequest.ProtoReflect.Descriptor instead.
 func (*UploadModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UploadModelRequest) GetParent() string {
@@ -3186,7 +2987,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +2999,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3012,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -3260,7 +3061,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3073,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3086,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -3311,7 +3112,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3124,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3137,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -3366,7 +3167,7 @@ type ListModelVersionsRequest struct {
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3179,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3192,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -3444,7 +3245,7 @@ type ListModelVersionsResponse struct {
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3456,7 +3257,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3469,7 +3270,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -3506,7 +3307,7 @@ type UpdateModelRequest struct {
 
 func (x *UpdateModelRequest) Reset() {
 	*x = UpdateModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3319,7 @@ func (x *UpdateModelRequest) String() string {
 func (*UpdateModelRequest) ProtoMessage() {}
 
 func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3332,7 @@ func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateModelRequest.ProtoReflect.Descriptor instead.
 func (*UpdateModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UpdateModelRequest) GetModel() *Model {
@@ -3559,7 +3360,7 @@ type MergeVersionAliasesRequest struct {
 
 func (x *MergeVersionAliasesRequest) Reset() {
 	*x = MergeVersionAliasesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +3372,7 @@ func (x *MergeVersionAliasesRequest) String() string {
 func (*MergeVersionAliasesRequest) ProtoMessage() {}
 
 func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +3385,7 @@ func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeVersionAliasesRequest.ProtoReflect.Descriptor instead.
 func (*MergeVersionAliasesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MergeVersionAliasesRequest) GetName() string {
@@ -3610,7 +3411,7 @@ type DeleteModelRequest struct {
 
 func (x *DeleteModelRequest) Reset() {
 	*x = DeleteModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[52]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3423,7 @@ func (x *DeleteModelRequest) String() string {
 func (*DeleteModelRequest) ProtoMessage() {}
 
 func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[52]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3436,7 @@ func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{52}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeleteModelRequest) GetName() string {
@@ -3654,7 +3455,7 @@ type DeleteModelVersionRequest struct {
 
 func (x *DeleteModelVersionRequest) Reset() {
 	*x = DeleteModelVersionRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[53]
+	mi := &file_loom_v1_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +3467,7 @@ func (x *DeleteModelVersionRequest) String() string {
 func (*DeleteModelVersionRequest) ProtoMessage() {}
 
 func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[53]
+	mi := &file_loom_v1_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +3480,7 @@ func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelVersionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelVersionRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{53}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteModelVersionRequest) GetName() string {
@@ -3697,7 +3498,7 @@ type DeleteModelResponse struct {
 
 func (x *DeleteModelResponse) Reset() {
 	*x = DeleteModelResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[54]
+	mi := &file_loom_v1_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3510,7 @@ func (x *DeleteModelResponse) String() string {
 func (*DeleteModelResponse) ProtoMessage() {}
 
 func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[54]
+	mi := &file_loom_v1_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +3523,7 @@ func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelResponse.ProtoReflect.Descriptor instead.
 func (*DeleteModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{54}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{53}
 }
 
 type ExportModelRequest struct {
@@ -3741,7 +3542,7 @@ type ExportModelRequest struct {
 
 func (x *ExportModelRequest) Reset() {
 	*x = ExportModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[55]
+	mi := &file_loom_v1_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3554,7 @@ func (x *ExportModelRequest) String() string {
 func (*ExportModelRequest) ProtoMessage() {}
 
 func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[55]
+	mi := &file_loom_v1_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3567,7 @@ func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelRequest.ProtoReflect.Descriptor instead.
 func (*ExportModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{55}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ExportModelRequest) GetName() string {
@@ -3801,7 +3602,7 @@ type ExportModelOutputConfig struct {
 
 func (x *ExportModelOutputConfig) Reset() {
 	*x = ExportModelOutputConfig{}
-	mi := &file_loom_v1_service_proto_msgTypes[56]
+	mi := &file_loom_v1_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +3614,7 @@ func (x *ExportModelOutputConfig) String() string {
 func (*ExportModelOutputConfig) ProtoMessage() {}
 
 func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[56]
+	mi := &file_loom_v1_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +3627,7 @@ func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelOutputConfig.ProtoReflect.Descriptor instead.
 func (*ExportModelOutputConfig) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{56}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ExportModelOutputConfig) GetArtifactDestination() *GcsDestination {
@@ -3847,7 +3648,7 @@ type GcsDestination struct {
 
 func (x *GcsDestination) Reset() {
 	*x = GcsDestination{}
-	mi := &file_loom_v1_service_proto_msgTypes[57]
+	mi := &file_loom_v1_service_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +3660,7 @@ func (x *GcsDestination) String() string {
 func (*GcsDestination) ProtoMessage() {}
 
 func (x *GcsDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[57]
+	mi := &file_loom_v1_service_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +3673,7 @@ func (x *GcsDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsDestination.ProtoReflect.Descriptor instead.
 func (*GcsDestination) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{57}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GcsDestination) GetOutputUriPrefix() string {
@@ -3944,31 +3745,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xe3\x04\n" +
-	"\aJobStep\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
-	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
-	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12'\n" +
-	"\x05state\x18\x05 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x18\n" +
-	"\acommand\x18\x06 \x03(\tR\acommand\x12\x14\n" +
-	"\x05nodes\x18\a \x03(\tR\x05nodes\x12$\n" +
-	"\x0etasks_per_node\x18\b \x03(\x05R\ftasksPerNode\x12\x1b\n" +
-	"\tnum_tasks\x18\t \x01(\x05R\bnumTasks\x12\x1b\n" +
-	"\texit_code\x18\n" +
-	" \x01(\x05R\bexitCode\x12&\n" +
-	"\x0ftask_exit_codes\x18\v \x03(\x05R\rtaskExitCodes\x12\x1d\n" +
-	"\n" +
-	"output_dir\x18\f \x01(\tR\toutputDir\x12\x16\n" +
-	"\x06reason\x18\r \x01(\tR\x06reason\x129\n" +
-	"\n" +
-	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1d\n" +
-	"\n" +
-	"request_id\x18\x10 \x01(\tR\trequestId\x12#\n" +
-	"\rnode_messages\x18\x11 \x03(\tR\fnodeMessages\x121\n" +
-	"\n" +
-	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage\"\xa0\x03\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xa0\x03\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -4268,7 +4045,7 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_loom_v1_service_proto_goTypes = []any{
 	(*UpdateClusterRequest)(nil),       // 0: loom.v1.UpdateClusterRequest
 	(*GetSlurmConfigRequest)(nil),      // 1: loom.v1.GetSlurmConfigRequest
@@ -4284,186 +4061,181 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*ListClustersRequest)(nil),        // 11: loom.v1.ListClustersRequest
 	(*ListClustersResponse)(nil),       // 12: loom.v1.ListClustersResponse
 	(*DeleteClusterRequest)(nil),       // 13: loom.v1.DeleteClusterRequest
-	(*JobStep)(nil),                    // 14: loom.v1.JobStep
-	(*CreateJobStepRequest)(nil),       // 15: loom.v1.CreateJobStepRequest
-	(*GetJobStepRequest)(nil),          // 16: loom.v1.GetJobStepRequest
-	(*ListJobStepsRequest)(nil),        // 17: loom.v1.ListJobStepsRequest
-	(*ListJobStepsResponse)(nil),       // 18: loom.v1.ListJobStepsResponse
-	(*CancelJobStepRequest)(nil),       // 19: loom.v1.CancelJobStepRequest
-	(*SubmitJobRequest)(nil),           // 20: loom.v1.SubmitJobRequest
-	(*GetJobRequest)(nil),              // 21: loom.v1.GetJobRequest
-	(*ListJobsRequest)(nil),            // 22: loom.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),           // 23: loom.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),           // 24: loom.v1.CancelJobRequest
-	(*UpdateJobRequest)(nil),           // 25: loom.v1.UpdateJobRequest
-	(*WatchJobRequest)(nil),            // 26: loom.v1.WatchJobRequest
-	(*ReadJobLogsRequest)(nil),         // 27: loom.v1.ReadJobLogsRequest
-	(*LogChunk)(nil),                   // 28: loom.v1.LogChunk
-	(*GetOperationRequest)(nil),        // 29: loom.v1.GetOperationRequest
-	(*WaitOperationRequest)(nil),       // 30: loom.v1.WaitOperationRequest
-	(*ListOperationsRequest)(nil),      // 31: loom.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),     // 32: loom.v1.ListOperationsResponse
-	(*CancelOperationRequest)(nil),     // 33: loom.v1.CancelOperationRequest
-	(*ListNodesRequest)(nil),           // 34: loom.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),          // 35: loom.v1.ListNodesResponse
-	(*ListSharesRequest)(nil),          // 36: loom.v1.ListSharesRequest
-	(*Share)(nil),                      // 37: loom.v1.Share
-	(*ListSharesResponse)(nil),         // 38: loom.v1.ListSharesResponse
-	(*ListPartitionsRequest)(nil),      // 39: loom.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),     // 40: loom.v1.ListPartitionsResponse
-	(*ListSlurmNodesRequest)(nil),      // 41: loom.v1.ListSlurmNodesRequest
-	(*ListSlurmNodesResponse)(nil),     // 42: loom.v1.ListSlurmNodesResponse
-	(*UpdateSlurmNodeRequest)(nil),     // 43: loom.v1.UpdateSlurmNodeRequest
-	(*UploadModelRequest)(nil),         // 44: loom.v1.UploadModelRequest
-	(*ListModelsRequest)(nil),          // 45: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),         // 46: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),            // 47: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),   // 48: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil),  // 49: loom.v1.ListModelVersionsResponse
-	(*UpdateModelRequest)(nil),         // 50: loom.v1.UpdateModelRequest
-	(*MergeVersionAliasesRequest)(nil), // 51: loom.v1.MergeVersionAliasesRequest
-	(*DeleteModelRequest)(nil),         // 52: loom.v1.DeleteModelRequest
-	(*DeleteModelVersionRequest)(nil),  // 53: loom.v1.DeleteModelVersionRequest
-	(*DeleteModelResponse)(nil),        // 54: loom.v1.DeleteModelResponse
-	(*ExportModelRequest)(nil),         // 55: loom.v1.ExportModelRequest
-	(*ExportModelOutputConfig)(nil),    // 56: loom.v1.ExportModelOutputConfig
-	(*GcsDestination)(nil),             // 57: loom.v1.GcsDestination
-	nil,                                // 58: loom.v1.CreateJobStepRequest.EnvEntry
-	(*Cluster)(nil),                    // 59: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),      // 60: google.protobuf.FieldMask
-	(*Reservation)(nil),                // 61: loom.v1.Reservation
-	(*CapacityPool)(nil),               // 62: loom.v1.CapacityPool
-	(JobState)(0),                      // 63: loom.v1.JobState
-	(*timestamppb.Timestamp)(nil),      // 64: google.protobuf.Timestamp
-	(*TaskUsage)(nil),                  // 65: loom.v1.TaskUsage
-	(*Job)(nil),                        // 66: loom.v1.Job
-	(*HostList)(nil),                   // 67: loom.v1.HostList
-	(*Operation)(nil),                  // 68: loom.v1.Operation
-	(*Node)(nil),                       // 69: loom.v1.Node
-	(*Partition)(nil),                  // 70: loom.v1.Partition
-	(*SlurmNode)(nil),                  // 71: loom.v1.SlurmNode
-	(*Model)(nil),                      // 72: loom.v1.Model
-	(*ModelVersion)(nil),               // 73: loom.v1.ModelVersion
-	(*SlurmConfig)(nil),                // 74: loom.v1.SlurmConfig
+	(*CreateJobStepRequest)(nil),       // 14: loom.v1.CreateJobStepRequest
+	(*GetJobStepRequest)(nil),          // 15: loom.v1.GetJobStepRequest
+	(*ListJobStepsRequest)(nil),        // 16: loom.v1.ListJobStepsRequest
+	(*ListJobStepsResponse)(nil),       // 17: loom.v1.ListJobStepsResponse
+	(*CancelJobStepRequest)(nil),       // 18: loom.v1.CancelJobStepRequest
+	(*SubmitJobRequest)(nil),           // 19: loom.v1.SubmitJobRequest
+	(*GetJobRequest)(nil),              // 20: loom.v1.GetJobRequest
+	(*ListJobsRequest)(nil),            // 21: loom.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 22: loom.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),           // 23: loom.v1.CancelJobRequest
+	(*UpdateJobRequest)(nil),           // 24: loom.v1.UpdateJobRequest
+	(*WatchJobRequest)(nil),            // 25: loom.v1.WatchJobRequest
+	(*ReadJobLogsRequest)(nil),         // 26: loom.v1.ReadJobLogsRequest
+	(*LogChunk)(nil),                   // 27: loom.v1.LogChunk
+	(*GetOperationRequest)(nil),        // 28: loom.v1.GetOperationRequest
+	(*WaitOperationRequest)(nil),       // 29: loom.v1.WaitOperationRequest
+	(*ListOperationsRequest)(nil),      // 30: loom.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),     // 31: loom.v1.ListOperationsResponse
+	(*CancelOperationRequest)(nil),     // 32: loom.v1.CancelOperationRequest
+	(*ListNodesRequest)(nil),           // 33: loom.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 34: loom.v1.ListNodesResponse
+	(*ListSharesRequest)(nil),          // 35: loom.v1.ListSharesRequest
+	(*Share)(nil),                      // 36: loom.v1.Share
+	(*ListSharesResponse)(nil),         // 37: loom.v1.ListSharesResponse
+	(*ListPartitionsRequest)(nil),      // 38: loom.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),     // 39: loom.v1.ListPartitionsResponse
+	(*ListSlurmNodesRequest)(nil),      // 40: loom.v1.ListSlurmNodesRequest
+	(*ListSlurmNodesResponse)(nil),     // 41: loom.v1.ListSlurmNodesResponse
+	(*UpdateSlurmNodeRequest)(nil),     // 42: loom.v1.UpdateSlurmNodeRequest
+	(*UploadModelRequest)(nil),         // 43: loom.v1.UploadModelRequest
+	(*ListModelsRequest)(nil),          // 44: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),         // 45: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),            // 46: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),   // 47: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil),  // 48: loom.v1.ListModelVersionsResponse
+	(*UpdateModelRequest)(nil),         // 49: loom.v1.UpdateModelRequest
+	(*MergeVersionAliasesRequest)(nil), // 50: loom.v1.MergeVersionAliasesRequest
+	(*DeleteModelRequest)(nil),         // 51: loom.v1.DeleteModelRequest
+	(*DeleteModelVersionRequest)(nil),  // 52: loom.v1.DeleteModelVersionRequest
+	(*DeleteModelResponse)(nil),        // 53: loom.v1.DeleteModelResponse
+	(*ExportModelRequest)(nil),         // 54: loom.v1.ExportModelRequest
+	(*ExportModelOutputConfig)(nil),    // 55: loom.v1.ExportModelOutputConfig
+	(*GcsDestination)(nil),             // 56: loom.v1.GcsDestination
+	nil,                                // 57: loom.v1.CreateJobStepRequest.EnvEntry
+	(*Cluster)(nil),                    // 58: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),      // 59: google.protobuf.FieldMask
+	(*Reservation)(nil),                // 60: loom.v1.Reservation
+	(*CapacityPool)(nil),               // 61: loom.v1.CapacityPool
+	(*JobStep)(nil),                    // 62: loom.v1.JobStep
+	(*Job)(nil),                        // 63: loom.v1.Job
+	(JobState)(0),                      // 64: loom.v1.JobState
+	(*timestamppb.Timestamp)(nil),      // 65: google.protobuf.Timestamp
+	(*HostList)(nil),                   // 66: loom.v1.HostList
+	(*Operation)(nil),                  // 67: loom.v1.Operation
+	(*Node)(nil),                       // 68: loom.v1.Node
+	(*Partition)(nil),                  // 69: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 70: loom.v1.SlurmNode
+	(*Model)(nil),                      // 71: loom.v1.Model
+	(*ModelVersion)(nil),               // 72: loom.v1.ModelVersion
+	(*SlurmConfig)(nil),                // 73: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	59, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	60, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	61, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	61, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	62, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	59, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	59, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	63, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
-	64, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
-	64, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	65, // 10: loom.v1.JobStep.task_usage:type_name -> loom.v1.TaskUsage
-	58, // 11: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
-	14, // 12: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
-	66, // 13: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	63, // 14: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	66, // 15: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	64, // 16: loom.v1.UpdateJobRequest.begin_time:type_name -> google.protobuf.Timestamp
-	67, // 17: loom.v1.UpdateJobRequest.nodelist:type_name -> loom.v1.HostList
-	67, // 18: loom.v1.UpdateJobRequest.exclude:type_name -> loom.v1.HostList
-	68, // 19: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
-	69, // 20: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	37, // 21: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
-	70, // 22: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	71, // 23: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	72, // 24: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	72, // 25: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	73, // 26: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	72, // 27: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	72, // 28: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	60, // 29: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
-	56, // 30: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
-	57, // 31: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
-	9,  // 32: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 33: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 34: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 35: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 36: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 37: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 38: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 39: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 40: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 41: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 42: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	20, // 43: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	21, // 44: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	22, // 45: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	24, // 46: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	26, // 47: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	25, // 48: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	27, // 49: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	15, // 50: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
-	16, // 51: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
-	17, // 52: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
-	19, // 53: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
-	29, // 54: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	30, // 55: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	31, // 56: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
-	33, // 57: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
-	34, // 58: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	39, // 59: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	41, // 60: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	43, // 61: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	36, // 62: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
-	44, // 63: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
-	45, // 64: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	47, // 65: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	48, // 66: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	50, // 67: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
-	51, // 68: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
-	52, // 69: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
-	53, // 70: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
-	55, // 71: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	68, // 72: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	59, // 73: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 74: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	68, // 75: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	68, // 76: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	74, // 77: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	68, // 78: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	61, // 79: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 80: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	68, // 81: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 82: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	66, // 83: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	66, // 84: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	23, // 85: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	66, // 86: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	66, // 87: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	66, // 88: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	28, // 89: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	14, // 90: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
-	14, // 91: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
-	18, // 92: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
-	14, // 93: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	68, // 94: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	68, // 95: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	32, // 96: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
-	68, // 97: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
-	35, // 98: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	40, // 99: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	42, // 100: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	71, // 101: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	38, // 102: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
-	68, // 103: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
-	46, // 104: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	72, // 105: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	49, // 106: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	72, // 107: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	72, // 108: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
-	54, // 109: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
-	54, // 110: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	68, // 111: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
-	72, // [72:112] is the sub-list for method output_type
-	32, // [32:72] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	58, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	59, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	60, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	60, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	61, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	58, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	58, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	57, // 7: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	62, // 8: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
+	63, // 9: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	64, // 10: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	63, // 11: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	65, // 12: loom.v1.UpdateJobRequest.begin_time:type_name -> google.protobuf.Timestamp
+	66, // 13: loom.v1.UpdateJobRequest.nodelist:type_name -> loom.v1.HostList
+	66, // 14: loom.v1.UpdateJobRequest.exclude:type_name -> loom.v1.HostList
+	67, // 15: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
+	68, // 16: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	36, // 17: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
+	69, // 18: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	70, // 19: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	71, // 20: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	71, // 21: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	72, // 22: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	71, // 23: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	71, // 24: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	59, // 25: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	55, // 26: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	56, // 27: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	9,  // 28: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 29: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 30: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 31: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 32: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 33: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 34: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 35: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 36: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 37: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 38: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	19, // 39: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	20, // 40: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	21, // 41: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	23, // 42: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	25, // 43: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	24, // 44: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	26, // 45: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	14, // 46: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	15, // 47: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	16, // 48: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	18, // 49: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	28, // 50: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	29, // 51: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	30, // 52: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
+	32, // 53: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
+	33, // 54: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	38, // 55: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	40, // 56: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	42, // 57: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	35, // 58: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
+	43, // 59: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
+	44, // 60: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	46, // 61: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	47, // 62: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	49, // 63: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	50, // 64: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	51, // 65: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	52, // 66: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	54, // 67: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	67, // 68: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	58, // 69: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 70: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	67, // 71: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	67, // 72: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	73, // 73: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	67, // 74: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	60, // 75: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 76: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	67, // 77: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 78: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	63, // 79: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	63, // 80: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	22, // 81: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	63, // 82: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	63, // 83: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	63, // 84: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	27, // 85: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	62, // 86: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	62, // 87: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	17, // 88: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	62, // 89: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	67, // 90: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	67, // 91: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	31, // 92: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
+	67, // 93: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
+	34, // 94: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	39, // 95: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	41, // 96: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	70, // 97: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	37, // 98: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
+	67, // 99: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
+	45, // 100: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	71, // 101: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	48, // 102: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	71, // 103: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	71, // 104: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	53, // 105: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	53, // 106: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	67, // 107: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
+	68, // [68:108] is the sub-list for method output_type
+	28, // [28:68] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }
@@ -4472,15 +4244,15 @@ func file_loom_v1_service_proto_init() {
 		return
 	}
 	file_loom_v1_resources_proto_init()
+	file_loom_v1_service_proto_msgTypes[23].OneofWrappers = []any{}
 	file_loom_v1_service_proto_msgTypes[24].OneofWrappers = []any{}
-	file_loom_v1_service_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

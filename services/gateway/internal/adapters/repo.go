@@ -36,6 +36,10 @@ const (
 	// its runs), the accounting history sacct reads once the scheduler
 	// pruned the job; kept for the job history window.
 	KeyHistory = "history"
+	// KeyHistorySteps is a hash: job name → its runs' job steps as it
+	// ended (a loom.v1.ListJobStepsResponse; the job's Job.steps), apart
+	// from the job so that listing jobs does not read them.
+	KeyHistorySteps = "history-steps"
 	// KeyJobSeq is the job id counter (INCR, INCRBY for an array's block;
 	// the first job is 1).
 	KeyJobSeq = "jobseq"
@@ -415,14 +419,40 @@ func (r *Repo) ExpireRequests(ctx context.Context) (int, error) {
 	}
 }
 
-// PutHistory adds the job as it ended to tx.
+// PutHistory adds the job as it ended to tx, its job steps (Job.steps)
+// apart.
 func PutHistory(tx *store.Tx, j *loomv1.Job) error {
+	steps := j.GetSteps()
+	if len(steps) > 0 {
+		j = proto.CloneOf(j)
+		j.Steps = nil
+	}
 	b, err := proto.Marshal(j)
 	if err != nil {
 		return fmt.Errorf("encode job %s: %w", j.GetName(), err)
 	}
 	tx.HSet(KeyHistory, j.GetName(), b)
+	if len(steps) > 0 {
+		sb, err := proto.Marshal(&loomv1.ListJobStepsResponse{Steps: steps})
+		if err != nil {
+			return fmt.Errorf("encode the steps of job %s: %w", j.GetName(), err)
+		}
+		tx.HSet(KeyHistorySteps, j.GetName(), sb)
+	}
 	return nil
+}
+
+// HistorySteps returns the job steps the history keeps of an ended job (none
+// when it keeps none).
+func (r *Repo) HistorySteps(ctx context.Context, name string) ([]*loomv1.JobStep, error) {
+	var resp loomv1.ListJobStepsResponse
+	if err := r.hget(ctx, KeyHistorySteps, name, &resp); err != nil {
+		if errors.Is(err, errs.NotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("history steps of %s: %w", name, err)
+	}
+	return resp.GetSteps(), nil
 }
 
 // HistoryJob returns the ended job from the history; errs.NotFound when it

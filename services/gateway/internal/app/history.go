@@ -87,14 +87,17 @@ func (g *Gateway) SweepHistory(ctx context.Context) (int, error) {
 	}
 	dropped := 0
 	for _, kind := range []struct {
-		key   string
-		names []string
-	}{{adapters.KeyHistory, oldHist}, {adapters.KeyJobs, oldAccepted}} {
+		key, steps string // steps: the hash of the records' job steps, if any
+		names      []string
+	}{{adapters.KeyHistory, adapters.KeyHistorySteps, oldHist}, {adapters.KeyJobs, "", oldAccepted}} {
 		for len(kind.names) > 0 {
 			n := min(len(kind.names), sweepBatch)
 			tx := &store.Tx{}
 			for _, name := range kind.names[:n] {
 				tx.HDel(kind.key, name)
+				if kind.steps != "" {
+					tx.HDel(kind.steps, name)
+				}
 			}
 			if _, err := g.repo.Apply(ctx, "", tx); err != nil {
 				return dropped, fmt.Errorf("sweep %s: %w", kind.key, err)

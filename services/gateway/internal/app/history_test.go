@@ -34,7 +34,8 @@ func TestHistorySweepAndRequestTTL(t *testing.T) {
 
 	job := func(id string, end time.Time) *loomv1.Job {
 		return &loomv1.Job{Name: "projects/p/jobs/" + id, JobId: id, State: loomv1.JobState_COMPLETED,
-			SubmitTime: timestamppb.New(end.Add(-time.Minute)), EndTime: timestamppb.New(end)}
+			SubmitTime: timestamppb.New(end.Add(-time.Minute)), EndTime: timestamppb.New(end),
+			Steps: []*loomv1.JobStep{{StepId: 0, Attempt: 1}}}
 	}
 	tx := &store.Tx{}
 	for _, j := range []*loomv1.Job{job("1", now.Add(-2*time.Hour)), job("2", now.Add(-10*time.Minute))} {
@@ -71,6 +72,13 @@ func TestHistorySweepAndRequestTTL(t *testing.T) {
 	}
 	if _, err := repo.HistoryJob(ctx, "projects/p/jobs/2"); err != nil {
 		t.Errorf("job 2 (ended 10m ago) swept: %v", err)
+	}
+	// A job's steps go with it.
+	if steps, err := repo.HistorySteps(ctx, "projects/p/jobs/1"); err != nil || len(steps) != 0 {
+		t.Errorf("job 1's steps kept: %v %v", steps, err)
+	}
+	if steps, err := repo.HistorySteps(ctx, "projects/p/jobs/2"); err != nil || len(steps) != 1 {
+		t.Errorf("job 2's steps: %v %v, want its one step", steps, err)
 	}
 	if ttl := rdb.TTL(ctx, key).Val(); ttl <= 0 {
 		t.Errorf("the sweep left the request record without a TTL: %v", ttl)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -177,6 +178,12 @@ func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequ
 	if !isNotFound(err) {
 		return nil, fmt.Errorf("ask the scheduler for the steps of %s: %w", ref.name, err)
 	}
+	// Pruned by the scheduler: the steps the history kept of the job.
+	if h, herr := g.repo.HistoryJob(ctx, ref.name); herr == nil {
+		return g.historySteps(ctx, h, req)
+	} else if !errors.Is(herr, errs.NotFound) {
+		return nil, herr
+	}
 	if req.GetAttempt() > 0 {
 		return nil, asOwnNotFound(err)
 	}
@@ -184,6 +191,38 @@ func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequ
 		return nil, err
 	}
 	return &loomv1.ListJobStepsResponse{}, nil
+}
+
+// historySteps serves ListJobSteps of a job the scheduler pruned from the
+// steps the history kept: those of the attempt asked for (0: the job's last
+// run), paged as the scheduler pages; NotFound for an attempt it never had.
+func (g *Gateway) historySteps(ctx context.Context, j *loomv1.Job, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
+	last := int32(0)
+	for _, r := range j.GetRuns() {
+		last = max(last, r.GetAttempt())
+	}
+	want := req.GetAttempt()
+	if want == 0 {
+		want = last
+	}
+	if want > last {
+		return nil, fmt.Errorf("job %s has had no attempt %d: %w", j.GetName(), want, errs.NotFound)
+	}
+	all, err := g.repo.HistorySteps(ctx, j.GetName())
+	if err != nil {
+		return nil, err
+	}
+	var steps []*loomv1.JobStep
+	for _, s := range all {
+		if s.GetAttempt() == want {
+			steps = append(steps, s)
+		}
+	}
+	page, next, err := paging.Ordered(req, steps)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListJobStepsResponse{Steps: page, NextPageToken: next}, nil
 }
 
 // CancelJobStep asks the scheduler to kill a step's tasks on every node

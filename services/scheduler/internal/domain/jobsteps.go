@@ -523,6 +523,38 @@ func (s *State) JobStep(name string, id int32) *loomv1.JobStep {
 	return nil
 }
 
+// Bounds on the steps a job's final JobChanged carries for the accounting
+// history (Job.steps): the event must stay far below what the broker takes.
+const (
+	MaxHistorySteps     = 1000
+	MaxHistoryStepBytes = 256 << 10
+)
+
+// historySteps are the job steps of j's runs, oldest run first, each by
+// id, as the final JobChanged carries them: within MaxHistorySteps and
+// MaxHistoryStepBytes, and how many were left out (the newest).
+func historySteps(j *Job, run func(key string) *Run) ([]*loomv1.JobStep, int32) {
+	var out []*loomv1.JobStep
+	omitted, size := int32(0), 0
+	for a := int32(1); a <= j.Attempt; a++ {
+		r := run(RunKey(j.Name(), a))
+		if r == nil {
+			continue
+		}
+		for i := range r.JobSteps {
+			p := jobStepProto(j, r, &r.JobSteps[i])
+			n := proto.Size(p)
+			if omitted > 0 || len(out) >= MaxHistorySteps || size+n > MaxHistoryStepBytes {
+				omitted++
+				continue
+			}
+			out = append(out, p)
+			size += n
+		}
+	}
+	return out, omitted
+}
+
 func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 	out := &loomv1.JobStep{
 		Name: resname.StepIn(j.Name(), s.ID), Job: j.Name(), StepId: s.ID, Attempt: r.Attempt,

@@ -84,6 +84,8 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		Runs:               job.Runs,
 		BatchHost:          job.BatchHost,
 		AllocGpus:          job.AllocGpus,
+		Steps:              job.Steps,
+		StepsOmitted:       job.StepsOmitted,
 	}
 	// Fields this build does not know (written by a newer one) go along.
 	if u := job.ProtoReflect().GetUnknown(); len(u) > 0 {

@@ -1,7 +1,10 @@
 package domain
 
 import (
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
+	"google.golang.org/protobuf/proto"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +91,81 @@ func TestUsageIsKeptForSacctAndSstat(t *testing.T) {
 	h.do(&eventsv1.UsageReported{Job: jobName(1), Attempt: 1, Node: nodeName("a"), Cluster: cl, Usage: usageOf(1, 0)})
 	if u := batch(); u.GetMaxRssBytes() != 250 || u.GetUserCpu().AsDuration() != 3*time.Second {
 		t.Errorf("batch usage after the end = %v, want the final 250 bytes, 3s", u)
+	}
+}
+
+// finalJob is the job of c's JobChanged in a final state (nil when none).
+func finalJob(c *Change) *loomv1.Job {
+	var out *loomv1.Job
+	for _, e := range c.Emits {
+		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetState().Terminal() {
+			out = jc.GetJob()
+		}
+	}
+	return out
+}
+
+// TestFinalJobCarriesItsSteps: a job's final JobChanged carries its runs'
+// job steps with their usage, for the accounting history the gateway keeps
+// once the scheduler has pruned the job. GetJob leaves them out.
+func TestFinalJobCarriesItsSteps(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r0"))
+	h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: 0, Node: nodeName("a"), Cluster: cl,
+		State: eventsv1.StepState_STEP_EXITED, ExitCodes: []int32{0, 0}, Usage: []*loomv1.TaskUsage{usageOf(7, 0), usageOf(8, 0)}})
+	h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: 0, Node: nodeName("b"), Cluster: cl,
+		State: eventsv1.StepState_STEP_EXITED, ExitCodes: []int32{0, 0}})
+	j := finalJob(h.step(1, 1, "a", eventsv1.StepState_STEP_EXITED, 0))
+	if j == nil {
+		t.Fatal("no final JobChanged when the batch step exited")
+	}
+	if len(j.GetSteps()) != 1 || j.GetStepsOmitted() != 0 {
+		t.Fatalf("final job carries %d steps, %d omitted; want 1 and 0", len(j.GetSteps()), j.GetStepsOmitted())
+	}
+	if s := j.GetSteps()[0]; s.GetStepId() != 0 || s.GetAttempt() != 1 || s.GetState() != loomv1.JobState_COMPLETED ||
+		len(s.GetTaskUsage()) != 2 || s.GetTaskUsage()[1].GetMaxRssBytes() != 8 {
+		t.Errorf("step %v: want step 0 of attempt 1, COMPLETED, with its tasks' usage", s)
+	}
+	if got := h.s.JobViewer(h.now)(jobName(1)); len(got.GetSteps()) != 0 {
+		t.Errorf("GetJob carries %d steps, want none", len(got.GetSteps()))
+	}
+}
+
+// TestHistoryStepsAreBounded: past MaxHistorySteps steps, or
+// MaxHistoryStepBytes of them, the newest are left out and counted, over
+// every run of the job, oldest run first.
+func TestHistoryStepsAreBounded(t *testing.T) {
+	t.Parallel()
+	job := &Job{JobRecord: jobstore.JobRecord{Job: &loomv1.Job{Name: jobName(1), JobId: "1"}, Attempt: 2}}
+	run := func(attempt int32, n int, cmd string) *Run {
+		r := &Run{RunRecord: jobstore.RunRecord{Job: jobName(1), Attempt: attempt}}
+		for i := range n {
+			r.JobSteps = append(r.JobSteps, JobStep{ID: int32(i), Command: []string{cmd}, State: loomv1.JobState_COMPLETED})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name         string
+		first, later int
+		cmd          string
+		want, out    int
+	}{
+		{"few", 2, 3, "true", 5, 0},
+		{"many", 600, 600, "true", MaxHistorySteps, 200},
+		{"large", 2, 200, strings.Repeat("x", 4096), MaxHistoryStepBytes / 4200, 202 - MaxHistoryStepBytes/4200},
+	} {
+		runs := map[string]*Run{RunKey(jobName(1), 1): run(1, tc.first, tc.cmd), RunKey(jobName(1), 2): run(2, tc.later, tc.cmd)}
+		steps, omitted := historySteps(job, func(key string) *Run { return runs[key] })
+		size := 0
+		for _, s := range steps {
+			size += proto.Size(s)
+		}
+		if len(steps) < tc.want-2 || len(steps) > tc.want || int(omitted) != tc.first+tc.later-len(steps) || size > MaxHistoryStepBytes {
+			t.Errorf("%s: %d steps (%d bytes), %d omitted; want about %d and %d", tc.name, len(steps), size, omitted, tc.want, tc.out)
+		}
+		if len(steps) > 0 && (steps[0].GetAttempt() != 1 || steps[len(steps)-1].GetAttempt() != 2 && tc.later > 0 && omitted == 0) {
+			t.Errorf("%s: steps from attempt %d to %d, want the oldest run's first", tc.name, steps[0].GetAttempt(), steps[len(steps)-1].GetAttempt())
+		}
 	}
 }

@@ -498,7 +498,8 @@ func (c *Change) reserveJobs(n int, records bool) {
 // the final state.
 //
 // A job in a final state is emitted with its runs (Job.runs, as GetJob
-// shows them), so that the accounting history needs nothing else.
+// shows them) and its runs' job steps (Job.steps), so that the accounting
+// history needs nothing else.
 func (t *txn) emitJob(j *Job) {
 	pj := j.Job
 	if !j.shared || j.Terminal() {
@@ -508,6 +509,7 @@ func (t *txn) emitJob(j *Job) {
 	ev := &eventsv1.JobChanged{Job: pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
 	if j.Terminal() {
 		ev.Job.Runs = jobRuns(j, t.run)
+		ev.Job.Steps, ev.Job.StepsOmitted = historySteps(j, t.run) // jobsteps.go
 	}
 	if i, ok := t.lastJobEmit(j); ok && replaces(t.c.Emits[i].Payload.(*eventsv1.JobChanged), ev) {
 		t.c.Emits[i].Payload = ev
