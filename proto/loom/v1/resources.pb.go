@@ -2207,7 +2207,7 @@ type Job struct {
 	// steps are the job steps (srun) of its runs, each with its attempt, as
 	// the accounting history keeps them: set only in the JobChanged of a
 	// final state (GetJob and ListJobs leave it empty: ListJobSteps serves
-	// them), at most 1,000 of them and 256 KiB; steps_omitted counts the
+	// them), at most 1,000 of them and 128 KiB; steps_omitted counts the
 	// newest left out.
 	Steps         []*JobStep `protobuf:"bytes,78,rep,name=steps,proto3" json:"steps,omitempty"`
 	StepsOmitted  int32      `protobuf:"varint,79,opt,name=steps_omitted,json=stepsOmitted,proto3" json:"steps_omitted,omitempty"`

@@ -494,7 +494,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	var states stateSet
 	var nodes map[string]bool
 	var startT, endT *time.Time
-	allUsers, allocOnly, noHeader, dups, helpFormat := false, false, false, false, false
+	allUsers, allocOnly, noHeader, dups, helpFormatOnly := false, false, false, false, false
 	unitsOpt := defaultUnits
 	parsable := 0 // 1: -p (trailing delimiter), 2: -P
 	delim := "|"
@@ -518,7 +518,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		case "duplicates":
 			dups = true
 		case "helpformat":
-			helpFormat = true
+			helpFormatOnly = true
 		case "endtime":
 			t, err := parseSacctTime(o.value, c.now)
 			if err != nil {
@@ -588,15 +588,8 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	}
 	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc}
 	known := sacctFields(view.now, c.loc, view.timeLimit, unitsOpt)
-	if helpFormat {
-		var b strings.Builder
-		for i, f := range known {
-			fmt.Fprintf(&b, "%-20s", f.name)
-			if i%4 == 3 || i == len(known)-1 {
-				b.WriteString("\n")
-			}
-		}
-		fmt.Fprint(c.stdout, b.String())
+	if helpFormatOnly {
+		fmt.Fprint(c.stdout, helpFormat(known))
 		return nil
 	}
 	fields, err := parseSacctFormat(fieldSpec, known)
@@ -667,21 +660,38 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		}
 	}
 
+	fmt.Fprint(c.stdout, fieldsOut{parsable: parsable, delim: delim, noHeader: noHeader}.sacctTable(fields, out))
+	return nil
+}
+
+// sacctTable lays rows out in fields' columns (sacct's and sstat's).
+func (o fieldsOut) sacctTable(fields []sacctField, rows []sacctRow) string {
 	names, widths := make([]string, len(fields)), make([]int, len(fields))
 	for i, f := range fields {
 		names[i], widths[i] = f.name, f.width
 	}
-	cells := make([][]string, len(out))
-	for k, r := range out {
+	cells := make([][]string, len(rows))
+	for k, r := range rows {
 		cells[k] = make([]string, len(fields))
 		for i, f := range fields {
 			cells[k][i] = f.value(r)
 		}
 	}
 	var b strings.Builder
-	fieldsOut{parsable: parsable, delim: delim, noHeader: noHeader}.writeFields(&b, names, widths, cells)
-	fmt.Fprint(c.stdout, b.String())
-	return nil
+	o.writeFields(&b, names, widths, cells)
+	return b.String()
+}
+
+// helpFormat is --helpformat's list of field names, four to a line.
+func helpFormat(fields []sacctField) string {
+	var b strings.Builder
+	for i, f := range fields {
+		fmt.Fprintf(&b, "%-20s", f.name)
+		if i%4 == 3 || i == len(fields)-1 {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 func formatSacctUses(fields []sacctField, names ...string) bool {

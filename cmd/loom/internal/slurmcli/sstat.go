@@ -77,7 +77,7 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 		return usage("sstat", err)
 	}
 	spec, refs := sstatDefaultFields, rest
-	all, noHeader, helpFormat, parsable := false, false, false, 0
+	all, noHeader, helpFormatOnly, parsable := false, false, false, 0
 	unitsOpt := defaultUnits
 	for _, o := range opts {
 		switch o.key {
@@ -89,7 +89,7 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 		case "allsteps":
 			all = true
 		case "helpformat":
-			helpFormat = true
+			helpFormatOnly = true
 		case "pidformat":
 			return c.errorf("--pidformat is not supported: Loom does not report a step's process ids; use --format")
 		case "jobs":
@@ -107,15 +107,8 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 		}
 	}
 	known := sstatFields(unitsOpt)
-	if helpFormat {
-		var b strings.Builder
-		for i, f := range known {
-			fmt.Fprintf(&b, "%-20s", f.name)
-			if i%4 == 3 || i == len(known)-1 {
-				b.WriteString("\n")
-			}
-		}
-		fmt.Fprint(c.stdout, b.String())
+	if helpFormatOnly {
+		fmt.Fprint(c.stdout, helpFormat(known))
 		return nil
 	}
 	type ref struct{ job, step string }
@@ -160,20 +153,7 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 		}
 		rows = append(rows, got...)
 	}
-	names, widths := make([]string, len(fields)), make([]int, len(fields))
-	for i, f := range fields {
-		names[i], widths[i] = f.name, f.width
-	}
-	cells := make([][]string, len(rows))
-	for k, r := range rows {
-		cells[k] = make([]string, len(fields))
-		for i, f := range fields {
-			cells[k][i] = f.value(r)
-		}
-	}
-	var b strings.Builder
-	fieldsOut{parsable: parsable, delim: "|", noHeader: noHeader}.writeFields(&b, names, widths, cells)
-	fmt.Fprint(c.stdout, b.String())
+	fmt.Fprint(c.stdout, fieldsOut{parsable: parsable, delim: "|", noHeader: noHeader}.sacctTable(fields, rows))
 	return nil
 }
 

@@ -10,6 +10,7 @@ package app
 
 import (
 	"fmt"
+	"github.com/loom-ml/loom/libs/acct"
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -59,7 +60,7 @@ func (a *App) sampleUsage(now time.Time) {
 		}
 		kept := a.usage[u.key]
 		if len(kept) != len(u.groups) {
-			kept = make([]domain.Usage, len(u.groups))
+			kept = make([]acct.Usage, len(u.groups))
 			a.usage[u.key] = kept
 		}
 		// A limit is judged by the proportional set size: forked workers
@@ -68,7 +69,7 @@ func (a *App) sampleUsage(now time.Time) {
 		pss := int64(0)
 		for i, g := range u.groups {
 			if s, ok := got[g]; ok {
-				kept[i] = kept[i].Sample(domain.Sample{UserCPU: s.UserCPU, SystemCPU: s.SystemCPU, RSS: s.RSS,
+				kept[i] = kept[i].Sample(acct.Sample{UserCPU: s.UserCPU, SystemCPU: s.SystemCPU, RSS: s.RSS,
 					VMSize: s.VMSize, Read: s.Read, Write: s.Write}, now)
 				pss += s.PSS
 			}
@@ -156,9 +157,9 @@ func (a *App) runningUnit(key string) bool {
 // finalUsage takes what was sampled of the unit key's task i and folds in
 // the kernel's count of its finished leader; the unit's samples go when
 // last is set.
-func (a *App) finalUsage(key string, i int, exit ports.Exit, last bool) *domain.Usage {
+func (a *App) finalUsage(key string, i int, exit ports.Exit, last bool) *acct.Usage {
 	a.mu.Lock()
-	var u domain.Usage
+	var u acct.Usage
 	if kept := a.usage[key]; i < len(kept) {
 		u = kept[i]
 	}
@@ -207,9 +208,9 @@ func (a *App) usageReports(now time.Time) []envelope.Event {
 			r.usage.Step = &u
 		} else {
 			if r.usage.Tasks == nil {
-				r.usage.Tasks = map[int32][]domain.Usage{}
+				r.usage.Tasks = map[int32][]acct.Usage{}
 			}
-			r.usage.Tasks[a.tasks[k].StepID] = append([]domain.Usage(nil), kept...)
+			r.usage.Tasks[a.tasks[k].StepID] = append([]acct.Usage(nil), kept...)
 		}
 	}
 	for rk := range runs {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/loom-ml/loom/libs/acct"
 	"hash/fnv"
 	"log/slog"
 	"maps"
@@ -182,7 +183,7 @@ type App struct {
 	// usage is, by step or tasks key, what each running unit's processes
 	// have used so far, by local task id; usageSent, by run key, when its
 	// usage was last reported (acct.go).
-	usage     map[string][]domain.Usage
+	usage     map[string][]acct.Usage
 	usageSent map[string]time.Time
 	// oom marks, by step or tasks key, the units killed past their memory
 	// limit, until their end is recorded (acct.go).
@@ -297,7 +298,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		persisting: map[string]int{},
 		attempts:   map[string]int32{},
 		progress:   map[string]domain.Progress{},
-		usage:      map[string][]domain.Usage{},
+		usage:      map[string][]acct.Usage{},
 		usageSent:  map[string]time.Time{},
 		oom:        map[string]bool{},
 		signalled:  make(chan struct{}, 1),
@@ -1241,7 +1242,9 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	defer a.epilog(key)
 	de := domainExit(exit)
 	de.Usage = a.finalUsage(key, 0, exit, true)
-	de.OOM = de.OOM || a.takeOOM(key)
+	// Killed past its memory: out of memory, unless it exited cleanly
+	// first (the kill raced with its end).
+	de.OOM = a.takeOOM(key) && exit.Code != 0 || de.OOM
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}

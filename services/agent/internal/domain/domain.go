@@ -7,6 +7,7 @@ package domain
 
 import (
 	"fmt"
+	"github.com/loom-ml/loom/libs/acct"
 	"strconv"
 	"time"
 
@@ -76,9 +77,9 @@ type Step struct {
 	// (StartStep.mem_limit_bytes; 0: no limit).
 	MemLimit int64 `json:"mem_limit,omitempty"`
 	// Usage is what the step's processes used, once ended (nil: not known).
-	Usage   *Usage    `json:"usage,omitempty"`
-	Created time.Time `json:"created"`
-	Ended   time.Time `json:"ended,omitzero"`
+	Usage   *acct.Usage `json:"usage,omitempty"`
+	Created time.Time   `json:"created"`
+	Ended   time.Time   `json:"ended,omitzero"`
 }
 
 // Key is a step's record key: job name and attempt.
@@ -101,7 +102,7 @@ func (s *Step) Event(self Self) *eventsv1.StepChanged {
 	ev.State = s.Phase.StepState()
 	ev.NodeStopping = s.NodeStopping && s.Phase == Killed
 	if s.Usage != nil && s.Phase.Terminal() {
-		ev.Usage = s.Usage.Proto()
+		ev.Usage = s.Usage.Proto(0, "")
 	}
 	return ev
 }
@@ -202,7 +203,7 @@ type Exit struct {
 	Unknown bool
 	// Usage is what its processes used, as the agent measured them (nil:
 	// not known).
-	Usage *Usage
+	Usage *acct.Usage
 }
 
 // Ended records the end of a step's process: KILLED when it was asked to

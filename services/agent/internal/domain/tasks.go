@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"github.com/loom-ml/loom/libs/acct"
 	"strconv"
 	"time"
 
@@ -32,11 +33,11 @@ type Tasks struct {
 	MemLimit int64 `json:"mem_limit,omitempty"`
 	// Usage is what each task's processes used, by local id, once ended
 	// (empty: not known).
-	Usage      []Usage   `json:"usage,omitempty"`
-	Message    string    `json:"message,omitempty"`
-	StopReason string    `json:"stop_reason,omitempty"`
-	Created    time.Time `json:"created"`
-	Ended      time.Time `json:"ended,omitzero"`
+	Usage      []acct.Usage `json:"usage,omitempty"`
+	Message    string       `json:"message,omitempty"`
+	StopReason string       `json:"stop_reason,omitempty"`
+	Created    time.Time    `json:"created"`
+	Ended      time.Time    `json:"ended,omitzero"`
 }
 
 // TasksKey is a task record's key: "<job>#<attempt>.<step>". It begins with
@@ -56,7 +57,7 @@ func (t *Tasks) clone() *Tasks {
 	c.PIDs = append([]int(nil), t.PIDs...)
 	c.PIDStarts = append([]uint64(nil), t.PIDStarts...)
 	c.ExitCodes = append([]int32(nil), t.ExitCodes...)
-	c.Usage = append([]Usage(nil), t.Usage...)
+	c.Usage = append([]acct.Usage(nil), t.Usage...)
 	return &c
 }
 
@@ -148,7 +149,7 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 		known = known || e.Usage != nil
 	}
 	if known {
-		r.Usage = make([]Usage, len(exits))
+		r.Usage = make([]acct.Usage, len(exits))
 	}
 	for i, e := range exits {
 		r.ExitCodes[i] = e.Code

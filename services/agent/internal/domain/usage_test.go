@@ -2,35 +2,9 @@ package domain
 
 import (
 	"testing"
-	"time"
-)
 
-func TestUsageKeepsPeaksAndCounters(t *testing.T) {
-	t.Parallel()
-	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-	var u Usage
-	u = u.Sample(Sample{UserCPU: 2 * time.Second, SystemCPU: time.Second, RSS: 100, VMSize: 300, Read: 10, Write: 20}, t0)
-	// A child exited: the group's sums fall; peaks and counters stay.
-	u = u.Sample(Sample{UserCPU: time.Second, SystemCPU: time.Second / 2, RSS: 40, VMSize: 200, Read: 5, Write: 30}, t0.Add(time.Second))
-	want := Usage{UserCPU: 2 * time.Second, SystemCPU: time.Second, MaxRSS: 100, RSS: 40, MaxVMSize: 300, Read: 10, Write: 30, Time: t0.Add(time.Second)}
-	if u != want {
-		t.Fatalf("after two samples %+v, want %+v", u, want)
-	}
-	// The kernel's count at the end: higher CPU and a child's higher peak
-	// win; nothing stays resident.
-	f := u.Final(5*time.Second, time.Second/2, 70, t0.Add(2*time.Second))
-	want = Usage{UserCPU: 5 * time.Second, SystemCPU: time.Second, MaxRSS: 100, MaxVMSize: 300, Read: 10, Write: 30, Time: t0.Add(2 * time.Second)}
-	if f != want {
-		t.Fatalf("final %+v, want %+v", f, want)
-	}
-	if f = u.Final(0, 0, 500, t0); f.MaxRSS != 500 {
-		t.Errorf("a waited-for child's peak of 500 gives max RSS %d", f.MaxRSS)
-	}
-	// A hostile or broken sample never makes a negative resident size.
-	if u = (Usage{}).Sample(Sample{RSS: -5}, t0); u.RSS != 0 || u.MaxRSS != 0 {
-		t.Errorf("negative RSS sample gave %+v", u)
-	}
-}
+	"github.com/loom-ml/loom/libs/acct"
+)
 
 func TestUsageReport(t *testing.T) {
 	t.Parallel()
@@ -38,8 +12,8 @@ func TestUsageReport(t *testing.T) {
 	if ev := UsageReport(self, "j", 1, RunUsage{}); ev != nil {
 		t.Errorf("nothing to report gave %v", ev)
 	}
-	step := Usage{MaxRSS: 7}
-	ev := UsageReport(self, "j", 2, RunUsage{Step: &step, Tasks: map[int32][]Usage{3: {{MaxRSS: 1}, {MaxRSS: 2}}, 1: {{MaxRSS: 9}}}})
+	step := acct.Usage{MaxRSS: 7}
+	ev := UsageReport(self, "j", 2, RunUsage{Step: &step, Tasks: map[int32][]acct.Usage{3: {{MaxRSS: 1}, {MaxRSS: 2}}, 1: {{MaxRSS: 9}}}})
 	if ev.GetJob() != "j" || ev.GetAttempt() != 2 || ev.GetNode() != "n1" || ev.GetCluster() != "c" || ev.GetUsage().GetMaxRssBytes() != 7 {
 		t.Fatalf("report %v", ev)
 	}

@@ -524,10 +524,12 @@ func (s *State) JobStep(name string, id int32) *loomv1.JobStep {
 }
 
 // Bounds on the steps a job's final JobChanged carries for the accounting
-// history (Job.steps): the event must stay far below what the broker takes.
+// history (Job.steps): the event must stay below what the broker takes
+// (1 MiB) with the job itself (at most half of it: the gateway's
+// MaxCommandBytes) and its runs.
 const (
 	MaxHistorySteps     = 1000
-	MaxHistoryStepBytes = 256 << 10
+	MaxHistoryStepBytes = 128 << 10
 )
 
 // historySteps are the job steps of j's runs, oldest run first, each by
@@ -577,7 +579,7 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 	for k, p := range s.Parts {
 		out.NodeMessages = append(out.NodeMessages, p.Message)
 		for l, u := range p.Usage {
-			out.TaskUsage = append(out.TaskUsage, taskUsageProto(u, s.FirstRank(k)+int32(l), s.Hostnames[k]))
+			out.TaskUsage = append(out.TaskUsage, u.Proto(s.FirstRank(k)+int32(l), s.Hostnames[k]))
 		}
 	}
 	return out

@@ -5,12 +5,11 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/acct"
 	"github.com/loom-ml/loom/libs/errs"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // Job accounting: the agents report what each task's processes use
@@ -29,7 +28,7 @@ const (
 )
 
 // taskUsage is a task's usage as an agent reported it, made safe to keep.
-func (t *txn) taskUsage(p *loomv1.TaskUsage) jobstore.TaskUsage {
+func (t *txn) taskUsage(p *loomv1.TaskUsage) acct.Usage {
 	d := func(x *durationpb.Duration) time.Duration {
 		if x == nil || x.CheckValid() != nil {
 			return 0
@@ -37,7 +36,7 @@ func (t *txn) taskUsage(p *loomv1.TaskUsage) jobstore.TaskUsage {
 		return min(max(x.AsDuration(), 0), maxTaskCPU)
 	}
 	b := func(n int64) int64 { return min(max(n, 0), maxTaskBytes) }
-	return jobstore.TaskUsage{
+	return acct.Usage{
 		UserCPU: d(p.GetUserCpu()), SystemCPU: d(p.GetSystemCpu()),
 		MaxRSS: b(p.GetMaxRssBytes()), RSS: b(p.GetRssBytes()), MaxVMSize: b(p.GetMaxVmsizeBytes()),
 		Read: b(p.GetReadBytes()), Write: b(p.GetWriteBytes()),
@@ -46,7 +45,7 @@ func (t *txn) taskUsage(p *loomv1.TaskUsage) jobstore.TaskUsage {
 }
 
 // batchUsage is a step's reported usage as kept (nil when none).
-func (t *txn) batchUsage(p *loomv1.TaskUsage) *jobstore.TaskUsage {
+func (t *txn) batchUsage(p *loomv1.TaskUsage) *acct.Usage {
 	if p == nil {
 		return nil
 	}
@@ -56,12 +55,12 @@ func (t *txn) batchUsage(p *loomv1.TaskUsage) *jobstore.TaskUsage {
 
 // taskUsages is a node's tasks' reported usage, by local id, as kept: at
 // most the n tasks it runs (nil when none).
-func (t *txn) taskUsages(ps []*loomv1.TaskUsage, n int32) []jobstore.TaskUsage {
+func (t *txn) taskUsages(ps []*loomv1.TaskUsage, n int32) []acct.Usage {
 	if len(ps) == 0 || n <= 0 {
 		return nil
 	}
 	ps = ps[:min(len(ps), int(n))]
-	out := make([]jobstore.TaskUsage, len(ps))
+	out := make([]acct.Usage, len(ps))
 	for i, p := range ps {
 		out[i] = t.taskUsage(p)
 	}
@@ -121,19 +120,4 @@ func (t *txn) usageReported(ev *eventsv1.UsageReported) error {
 		putJobStep(r, p.i, s)
 	}
 	return nil
-}
-
-// taskUsageProto is a kept usage as the API shows it, of the task ranked
-// rank on host.
-func taskUsageProto(u jobstore.TaskUsage, rank int32, host string) *loomv1.TaskUsage {
-	p := &loomv1.TaskUsage{
-		Rank: rank, Node: host,
-		UserCpu: durationpb.New(u.UserCPU), SystemCpu: durationpb.New(u.SystemCPU),
-		MaxRssBytes: u.MaxRSS, RssBytes: u.RSS, MaxVmsizeBytes: u.MaxVMSize,
-		ReadBytes: u.Read, WriteBytes: u.Write,
-	}
-	if !u.Time.IsZero() {
-		p.Time = timestamppb.New(u.Time)
-	}
-	return p
 }

@@ -125,7 +125,7 @@ func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
 		// The batch script runs on the run's first node.
 		if len(r.Nodes) > 0 && len(r.Hostnames) > 0 {
 			if u := r.Steps[r.Nodes[0]].Usage; u != nil {
-				out.BatchUsage = taskUsageProto(*u, 0, r.Hostnames[0])
+				out.BatchUsage = u.Proto(0, r.Hostnames[0])
 			}
 		}
 		return out, true

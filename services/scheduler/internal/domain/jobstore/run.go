@@ -1,6 +1,7 @@
 package jobstore
 
 import (
+	"github.com/loom-ml/loom/libs/acct"
 	"strconv"
 	"time"
 
@@ -153,21 +154,7 @@ type Step struct {
 	// Usage is what the step's processes used (its batch script's, on the
 	// batch host), as its agent last reported it: final with its end
 	// (nil: nothing reported).
-	Usage *TaskUsage `json:"usage,omitempty"`
-}
-
-// TaskUsage is what one task's processes used, as its agent reported it
-// (loom.v1.TaskUsage): CPU time, peaks of memory, bytes read and written.
-// A record's TaskUsage is never edited in place: a report replaces it.
-type TaskUsage struct {
-	UserCPU   time.Duration `json:"user_cpu,omitempty"`
-	SystemCPU time.Duration `json:"system_cpu,omitempty"`
-	MaxRSS    int64         `json:"max_rss,omitempty"`
-	RSS       int64         `json:"rss,omitempty"`
-	MaxVMSize int64         `json:"max_vmsize,omitempty"`
-	Read      int64         `json:"read,omitempty"`
-	Write     int64         `json:"write,omitempty"`
-	Time      time.Time     `json:"time,omitzero"`
+	Usage *acct.Usage `json:"usage,omitempty"`
 }
 
 // Fenced reports whether the step holds a failed node while its processes
@@ -225,7 +212,7 @@ type StepPart struct {
 	Message string             `json:"message,omitempty"`
 	// Usage is what the node's tasks used, by local id, as last reported
 	// (final with their end; empty: nothing reported).
-	Usage []TaskUsage `json:"usage,omitempty"`
+	Usage []acct.Usage `json:"usage,omitempty"`
 }
 
 // Terminal reports whether the node's tasks have ended.
