@@ -2,9 +2,10 @@ package cli
 
 import (
 	"fmt"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"

@@ -10,9 +10,9 @@ package app
 
 import (
 	"fmt"
-	"github.com/loom-ml/loom/libs/acct"
 	"time"
 
+	"github.com/loom-ml/loom/libs/acct"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
@@ -47,9 +47,9 @@ func (a *App) sampleUsage(now time.Time) {
 	}
 	got := a.rt.Usage(all)
 	type over struct {
-		key        string
-		groups     []ports.Group
-		rss, limit int64
+		key         string
+		groups      []ports.Group
+		held, limit int64
 	}
 	var overs []over
 	a.mu.Lock()
@@ -80,7 +80,7 @@ func (a *App) sampleUsage(now time.Time) {
 	}
 	a.mu.Unlock()
 	for _, o := range overs {
-		a.killOverMemory(o.key, o.groups, o.rss, o.limit)
+		a.killOverMemory(o.key, o.groups, o.held, o.limit)
 	}
 }
 
@@ -101,7 +101,7 @@ func (a *App) memLimit(key string) int64 {
 // every process of its groups killed at once, and its end reported out of
 // memory (the job OUT_OF_MEMORY; an srun step's tasks failed "out of
 // memory"). A unit already being stopped is left to its stop.
-func (a *App) killOverMemory(key string, groups []ports.Group, rss, limit int64) {
+func (a *App) killOverMemory(key string, groups []ports.Group, held, limit int64) {
 	unlock := a.lockStep(key)
 	defer unlock()
 	a.mu.Lock()
@@ -121,9 +121,9 @@ func (a *App) killOverMemory(key string, groups []ports.Group, rss, limit int64)
 	} else if t != nil {
 		what = fmt.Sprintf("Step %s.%d", t.JobID, t.StepID)
 	}
-	a.log.Warn("killing a step past its memory limit", "unit", key, "rss", rss, "limit", limit)
+	a.log.Warn("killing a step past its memory limit", "unit", key, "pss", held, "limit", limit)
 	if p != nil && p.errf != nil {
-		if _, err := p.errf.WriteString(domain.MemoryLine(what, rss, limit)); err != nil {
+		if _, err := p.errf.WriteString(domain.MemoryLine(what, held, limit)); err != nil {
 			a.log.Warn("could not write the memory line to the step's error output", "step", key, "err", err)
 		}
 	}

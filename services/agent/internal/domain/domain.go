@@ -7,12 +7,12 @@ package domain
 
 import (
 	"fmt"
-	"github.com/loom-ml/loom/libs/acct"
 	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/acct"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 

@@ -2,10 +2,10 @@ package domain
 
 import (
 	"fmt"
-	"github.com/loom-ml/loom/libs/acct"
 	"strconv"
 	"time"
 
+	"github.com/loom-ml/loom/libs/acct"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 

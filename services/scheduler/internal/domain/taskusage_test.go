@@ -1,18 +1,18 @@
 package domain
 
 import (
-	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
-	"google.golang.org/protobuf/proto"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 func usageOf(rss int64, cpu time.Duration) *loomv1.TaskUsage {

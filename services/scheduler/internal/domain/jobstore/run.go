@@ -1,10 +1,10 @@
 package jobstore
 
 import (
-	"github.com/loom-ml/loom/libs/acct"
 	"strconv"
 	"time"
 
+	"github.com/loom-ml/loom/libs/acct"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
