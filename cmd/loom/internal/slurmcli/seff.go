@@ -69,15 +69,13 @@ func (c *cmd) seff(ctx context.Context, args []string) error {
 	}
 	id := rest[0]
 	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{})
+	if err == nil {
+		jobs, err = c.withArrayTasks(ctx, jobs, false)
+	}
 	if err != nil {
 		return err
 	}
-	var j *loomv1.Job
-	for _, r := range newArrayView(jobs).rows(jobs, false) {
-		if r.id == id && !strings.Contains(r.id, "[") {
-			j = r.job
-		}
-	}
+	j := jobsByID(jobs)[id]
 	if j == nil {
 		fmt.Fprint(c.stderr, "Job not found.\n")
 		return &Error{Code: 2}

@@ -133,13 +133,13 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 		return c.errorf("%v", err)
 	}
 	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{})
+	if err == nil {
+		jobs, err = c.withArrayTasks(ctx, jobs, false)
+	}
 	if err != nil {
 		return err
 	}
-	byID := map[string]*loomv1.Job{}
-	for _, r := range newArrayView(jobs).rows(jobs, false) {
-		byID[r.id] = r.job
-	}
+	byID := jobsByID(jobs)
 	var rows []sacctRow
 	for _, w := range want {
 		j := byID[w.job]
@@ -155,6 +155,26 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 	}
 	fmt.Fprint(c.stdout, fieldsOut{parsable: parsable, delim: "|", noHeader: noHeader}.sacctTable(fields, rows))
 	return nil
+}
+
+// jobsByID finds jobs as a user names one: by the id squeue shows ("12",
+// an array task's "15_3") or by its own job id (an array task's "17"; the
+// array's first task has the array's id, as under Slurm). Pending array
+// tasks not split off ("15_[4-7]") are not there: nothing of them runs.
+func jobsByID(jobs []*loomv1.Job) map[string]*loomv1.Job {
+	byID := map[string]*loomv1.Job{}
+	for _, r := range newArrayView(jobs).rows(jobs, false) {
+		if !strings.Contains(r.id, "[") {
+			byID[r.id] = r.job
+		}
+	}
+	for _, j := range jobs {
+		meta := j.GetArray() != "" && j.GetArrayJobId() == "" // an array's pending tasks
+		if _, ok := byID[j.GetJobId()]; !ok && j.GetJobId() != "" && !meta {
+			byID[j.GetJobId()] = j
+		}
+	}
+	return byID
 }
 
 // sstatRows are the rows of job j (shown as id) for step ("" : its

@@ -157,6 +157,12 @@ The task which had the largest memory consumption differs by 133.33% from the av
 	if code, out, errOut := run(t, f, "seff", Env{}, "13"); code != 0 || !strings.HasSuffix(out, "Efficiency not available for jobs in the PENDING state.\n") || errOut != "" {
 		t.Errorf("seff of a pending job: %d %q %q", code, out, errOut)
 	}
+	// An array task by its task id or by its own job id.
+	for _, id := range []string{"15_0", "16"} {
+		if code, out, errOut := run(t, f, "seff", Env{}, id); code != 0 || !strings.HasPrefix(out, "Job ID: 16\nArray Job ID: 15_0\n") {
+			t.Errorf("seff %s: %d %q %q", id, code, out, errOut)
+		}
+	}
 	if code, _, errOut := run(t, f, "seff", Env{}, "999"); code != 2 || errOut != "Job not found.\n" {
 		t.Errorf("seff 999: %d %q, want 2, Job not found.", code, errOut)
 	}
