@@ -31,6 +31,26 @@ type Usage struct {
 	Write int64 `json:"write,omitempty"`
 	// Time is when it was last measured (zero: never).
 	Time time.Time `json:"time,omitzero"`
+	// GPUs is how many GPUs the task saw; GPUUtil the mean utilization
+	// (percent) over its GPUSamples samples of them; MaxGPUMem the most
+	// memory used on one of them (bytes).
+	GPUs       int     `json:"gpus,omitempty"`
+	GPUUtil    float64 `json:"gpu_util,omitempty"`
+	GPUSamples int     `json:"gpu_samples,omitempty"`
+	MaxGPUMem  int64   `json:"max_gpu_mem,omitempty"`
+}
+
+// SampleGPU folds one reading of the task's gpus GPUs into u: util their
+// mean utilization (percent), mem the most memory used on one of them.
+func (u Usage) SampleGPU(gpus int, util float64, mem int64) Usage {
+	if gpus <= 0 || !(util >= 0) {
+		return u
+	}
+	u.GPUs = gpus
+	u.GPUUtil = (u.GPUUtil*float64(u.GPUSamples) + min(util, 100)) / float64(u.GPUSamples+1)
+	u.GPUSamples++
+	u.MaxGPUMem = max(u.MaxGPUMem, mem)
+	return u
 }
 
 // Sample is one look at a task's live processes, summed.
@@ -74,6 +94,7 @@ func (u Usage) Proto(rank int32, host string) *loomv1.TaskUsage {
 		UserCpu: durationpb.New(u.UserCPU), SystemCpu: durationpb.New(u.SystemCPU),
 		MaxRssBytes: u.MaxRSS, RssBytes: u.RSS, MaxVmsizeBytes: u.MaxVMSize,
 		ReadBytes: u.Read, WriteBytes: u.Write,
+		Gpus: int32(u.GPUs), GpuUtilPercent: u.GPUUtil, MaxGpuMemoryBytes: u.MaxGPUMem,
 	}
 	if !u.Time.IsZero() {
 		p.Time = timestamppb.New(u.Time)

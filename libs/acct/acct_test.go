@@ -1,6 +1,7 @@
 package acct
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -29,5 +30,26 @@ func TestUsageKeepsPeaksAndCounters(t *testing.T) {
 	// A hostile or broken sample never makes a negative resident size.
 	if u = (Usage{}).Sample(Sample{RSS: -5}, t0); u.RSS != 0 || u.MaxRSS != 0 {
 		t.Errorf("negative RSS sample gave %+v", u)
+	}
+}
+
+func TestSampleGPU(t *testing.T) {
+	t.Parallel()
+	var u Usage
+	u = u.SampleGPU(2, 90, 10<<30)
+	u = u.SampleGPU(2, 60, 30<<30)
+	u = u.SampleGPU(2, 150, 20<<30) // clipped to 100
+	if u.GPUs != 2 || u.GPUSamples != 3 || u.GPUUtil != 250.0/3 || u.MaxGPUMem != 30<<30 {
+		t.Errorf("after three readings %+v: want 2 GPUs, mean %.2f%%, peak 30 GiB", u, 250.0/3)
+	}
+	// No GPUs, or a reading that is not a number, changes nothing.
+	if v := u.SampleGPU(0, 50, 1); v != u {
+		t.Errorf("a reading of no GPUs changed %+v to %+v", u, v)
+	}
+	if v := u.SampleGPU(2, math.NaN(), 1); v != u {
+		t.Errorf("a NaN reading changed %+v to %+v", u, v)
+	}
+	if p := u.Proto(3, "gpu-0001"); p.GetGpus() != 2 || p.GetMaxGpuMemoryBytes() != 30<<30 || p.GetRank() != 3 || p.GetNode() != "gpu-0001" {
+		t.Errorf("proto %v", p)
 	}
 }

@@ -122,3 +122,30 @@ func TestOverMemoryKill(t *testing.T) {
 		t.Errorf("step within its limit ended %d %q, want 0", ev.ExitCode, ev.Message)
 	}
 }
+
+// TestGPUAccounting: a step that holds a GPU (CUDA_VISIBLE_DEVICES) has
+// that GPU's utilization and memory, from the node's telemetry, in its
+// usage: the simulated device shows a held GPU busy; an idle one is not
+// counted for it.
+func TestGPUAccounting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval, e.acctInterval = 50*time.Millisecond, 100*time.Millisecond
+	e.startSimulated(t)
+	stop := filepath.Join(e.shared, "stop-91")
+	publish(t, e.broker, command(startStep("91", `while [ ! -e `+stop+` ]; do sleep 0.05; done`,
+		map[string]string{"CUDA_VISIBLE_DEVICES": "1"}, filepath.Join(e.shared, "slurm-91.out"))))
+	ev := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		u, ok := ev.Payload.(*eventsv1.UsageReported)
+		return ok && u.Job == "projects/p/jobs/91" && u.GetUsage().GetGpus() == 1 && u.GetUsage().GetGpuUtilPercent() > 50
+	})
+	if u := ev.Payload.(*eventsv1.UsageReported).GetUsage(); u.GetMaxGpuMemoryBytes() <= 0 {
+		t.Errorf("usage %v: want the held GPU's memory in use", u)
+	}
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if end := waitStep(t, e.broker, "91", eventsv1.StepState_STEP_EXITED).GetUsage(); end.GetGpus() != 1 || end.GetGpuUtilPercent() <= 50 {
+		t.Errorf("final usage %v: want its one GPU, busy", end)
+	}
+}

@@ -440,7 +440,7 @@ func Run(ctx context.Context, cfg Config) error {
 	checker := newChecker(cfg, cfg.Device, func() bool { return a.Running() > 0 }, id, base.Log)
 	a, err = app.New(ctx, app.Options{
 		Store: base.Store, Publisher: node.HeartbeatGate(base.Producer), Runtime: rt,
-		NodeEnv: nodeEnv(&cfg), SimulatedGPUs: cfg.Device.Simulated(),
+		NodeEnv: nodeEnv(&cfg), SimulatedGPUs: cfg.Device.Simulated(), GPUReading: node.LastGPUs,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
 		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway,

@@ -2922,9 +2922,17 @@ type TaskUsage struct {
 	ReadBytes  int64 `protobuf:"varint,8,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
 	WriteBytes int64 `protobuf:"varint,9,opt,name=write_bytes,json=writeBytes,proto3" json:"write_bytes,omitempty"`
 	// time is when it was measured.
-	Time          *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Time *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	// gpus is how many GPUs the task saw (CUDA_VISIBLE_DEVICES); over them,
+	// gpu_util_percent is the mean utilization of its samples (NVML's, every
+	// telemetry interval) and max_gpu_memory_bytes the most memory used on
+	// one of them. A job's GPUs are its own, but its tasks on a node share
+	// them: each task shows the node's figures.
+	Gpus              int32   `protobuf:"varint,11,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	GpuUtilPercent    float64 `protobuf:"fixed64,12,opt,name=gpu_util_percent,json=gpuUtilPercent,proto3" json:"gpu_util_percent,omitempty"`
+	MaxGpuMemoryBytes int64   `protobuf:"varint,13,opt,name=max_gpu_memory_bytes,json=maxGpuMemoryBytes,proto3" json:"max_gpu_memory_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskUsage) Reset() {
@@ -3025,6 +3033,27 @@ func (x *TaskUsage) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *TaskUsage) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetGpuUtilPercent() float64 {
+	if x != nil {
+		return x.GpuUtilPercent
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetMaxGpuMemoryBytes() int64 {
+	if x != nil {
+		return x.MaxGpuMemoryBytes
+	}
+	return 0
 }
 
 // Partition is the scheduler's view of a Slurm partition of a cluster (sinfo).
@@ -4773,7 +4802,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x123\n" +
 	"\vbatch_usage\x18\b \x01(\v2\x12.loom.v1.TaskUsageR\n" +
-	"batchUsage\"\xfe\x02\n" +
+	"batchUsage\"\xed\x03\n" +
 	"\tTaskUsage\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x124\n" +
@@ -4788,7 +4817,10 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vwrite_bytes\x18\t \x01(\x03R\n" +
 	"writeBytes\x12.\n" +
 	"\x04time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfd\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04gpus\x18\v \x01(\x05R\x04gpus\x12(\n" +
+	"\x10gpu_util_percent\x18\f \x01(\x01R\x0egpuUtilPercent\x12/\n" +
+	"\x14max_gpu_memory_bytes\x18\r \x01(\x03R\x11maxGpuMemoryBytes\"\xfd\x01\n" +
 	"\tPartition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +

@@ -105,7 +105,7 @@ Submitted:      2d ago
 Started:        2d ago
 Runtime:        1.5s
 Ended:          2d ago
-Used:           1.5s CPU, 93.6 MiB peak memory (its script; loom slurm sacct -j 8 has its steps)
+Used:           1.5s CPU, 93.6 MiB peak memory, 2 GPUs at 87% (peak 71.0 GiB) (its script; loom slurm sacct -j 8 has its steps)
 Restarts:       1
 Kept off:       gpu-0002 (a run failed there; until repaired)
 Hang timeout:   10m0s

@@ -55,7 +55,7 @@ func newFakeGatewayData() *fakegw.Gateway {
 				{Attempt: 2, State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001"}, StartTime: ts(50 * time.Hour),
 					EndTime: ts(50*time.Hour - 1500*time.Millisecond), ExitCode: 3,
 					BatchUsage: &loomv1.TaskUsage{UserCpu: durationpb.New(1200 * time.Millisecond), SystemCpu: durationpb.New(300 * time.Millisecond),
-						MaxRssBytes: 98_123_456}},
+						MaxRssBytes: 98_123_456, Gpus: 2, GpuUtilPercent: 87.4, MaxGpuMemoryBytes: 71 << 30}},
 			},
 		}, {
 			Name: "projects/default/jobs/9", JobId: "9", Cluster: "projects/default/clusters/demo",

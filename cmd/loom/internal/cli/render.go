@@ -111,8 +111,10 @@ func age(t *timestamppb.Timestamp, now time.Time) string {
 	return humanDuration(now.Sub(t.AsTime()))
 }
 
-// sizeMiB is a size in MiB, one decimal: "93.6 MiB".
+// sizeMiB is a size in MiB, one decimal: "93.6 MiB"; sizeGiB in GiB.
 func sizeMiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func sizeGiB(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
 
 // humanDuration rounds d to its largest unit: "0s", "45s", "12m", "5h", "3d".
 func humanDuration(d time.Duration) string {
@@ -395,8 +397,13 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 		// srun steps' figures are sacct's.
 		u := runs[len(runs)-1].GetBatchUsage()
 		cpu := u.GetUserCpu().AsDuration() + u.GetSystemCpu().AsDuration()
-		fmt.Fprintf(tw, "Used:\t%s CPU, %s peak memory (its script; loom slurm sacct -j %s has its steps)\n",
-			cpu.Round(time.Millisecond), sizeMiB(u.GetMaxRssBytes()), j.GetJobId())
+		gpus := ""
+		if n := u.GetGpus(); n > 0 {
+			gpus = fmt.Sprintf(", %d %s at %.0f%% (peak %s)", n, plural(int(n), "GPU", "GPUs"), u.GetGpuUtilPercent(),
+				sizeGiB(u.GetMaxGpuMemoryBytes()))
+		}
+		fmt.Fprintf(tw, "Used:\t%s CPU, %s peak memory%s (its script; loom slurm sacct -j %s has its steps)\n",
+			cpu.Round(time.Millisecond), sizeMiB(u.GetMaxRssBytes()), gpus, j.GetJobId())
 	}
 	if sec := j.GetTimeLimitSeconds(); sec > 0 {
 		fmt.Fprintf(tw, "Time limit:\t%s\n", time.Duration(sec)*time.Second)

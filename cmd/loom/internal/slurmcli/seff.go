@@ -103,7 +103,7 @@ func (c *cmd) seff(ctx context.Context, args []string) error {
 		}
 		cpu += s.user + s.system
 		if tot := s.rss.total >> 10; tot > mem {
-			mem, maxmem, avemem = tot, s.rss.max>>10, s.rss.ave(s.tasks)>>10
+			mem, maxmem, avemem = tot, s.rss.max>>10, s.rss.ave()>>10
 		}
 	}
 	cput := int64((cpu + time.Second/2) / time.Second)

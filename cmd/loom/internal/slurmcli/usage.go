@@ -2,6 +2,7 @@ package slurmcli
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -20,15 +21,21 @@ type usageStat struct {
 	// Per measure: the maximum (min for CPU) with where, the average, the total.
 	rss, vm, read, write, cpu extreme
 	user, system              time.Duration
+	// gpuUtil (percent) and gpuMem are over the tasks that saw GPUs (gpu
+	// set): Slurm's gres/gpuutil and gres/gpumem.
+	gpuUtil, gpuMem extreme
+	gpu             bool
 }
 
 // extreme is one measure over a step's tasks: its maximum with the node and
-// rank that reached it, its minimum with the same, and its total.
+// rank that reached it, its minimum with the same, its total and over how
+// many tasks.
 type extreme struct {
 	max, min         int64
 	maxNode, minNode string
 	maxTask, minTask int32
 	total            int64
+	n                int
 	seen             bool
 }
 
@@ -40,14 +47,16 @@ func (e *extreme) add(v int64, node string, rank int32) {
 		e.min, e.minNode, e.minTask = v, node, rank
 	}
 	e.total += v
+	e.n++
 	e.seen = true
 }
 
-func (e *extreme) ave(n int) int64 {
-	if n == 0 {
+// ave is the measure's mean over the tasks that have it.
+func (e *extreme) ave() int64 {
+	if e.n == 0 {
 		return 0
 	}
-	return e.total / int64(n)
+	return e.total / int64(e.n)
 }
 
 // statOf is the statistics of tasks' usage; nil when there is none.
@@ -66,6 +75,11 @@ func statOf(us []*loomv1.TaskUsage) *usageStat {
 		s.vm.add(u.GetMaxVmsizeBytes(), node, rank)
 		s.read.add(u.GetReadBytes(), node, rank)
 		s.write.add(u.GetWriteBytes(), node, rank)
+		if u.GetGpus() > 0 {
+			s.gpu = true
+			s.gpuUtil.add(int64(math.Round(u.GetGpuUtilPercent())), node, rank)
+			s.gpuMem.add(u.GetMaxGpuMemoryBytes(), node, rank)
+		}
 	}
 	return s
 }
@@ -172,22 +186,31 @@ type usageField struct {
 func usageFields(u units) []usageField {
 	num := u.bytes
 	task := func(n int32) string { return strconv.Itoa(int(n)) }
+	// gres is the GPU part of a TRES string, where the tasks saw GPUs
+	// (Slurm's names sort it after fs/disk).
+	gres := func(s *usageStat, pick func(e *extreme) string) string {
+		if !s.gpu {
+			return ""
+		}
+		return ",gres/gpumem=" + pick(&s.gpuMem) + ",gres/gpuutil=" + pick(&s.gpuUtil)
+	}
 	tres := func(s *usageStat, pick func(e *extreme) string) string {
-		return "cpu=" + pick(&s.cpu) + ",energy=0,fs/disk=" + pick(&s.read) + ",mem=" + pick(&s.rss) + ",pages=0,vmem=" + pick(&s.vm)
+		return "cpu=" + pick(&s.cpu) + ",energy=0,fs/disk=" + pick(&s.read) + gres(s, pick) + ",mem=" + pick(&s.rss) +
+			",pages=0,vmem=" + pick(&s.vm)
 	}
 	where := func(s *usageStat, pick func(e *extreme) string) string {
-		return "cpu=" + pick(&s.cpu) + ",energy=" + pick(&s.cpu) + ",fs/disk=" + pick(&s.read) + ",mem=" + pick(&s.rss) +
+		return "cpu=" + pick(&s.cpu) + ",energy=" + pick(&s.cpu) + ",fs/disk=" + pick(&s.read) + gres(s, pick) + ",mem=" + pick(&s.rss) +
 			",pages=" + pick(&s.rss) + ",vmem=" + pick(&s.vm)
 	}
 	return []usageField{
 		{"MaxVMSize", 10, func(s *usageStat) string { return u.bytes(s.vm.max) }},
 		{"MaxVMSizeNode", 14, func(s *usageStat) string { return s.vm.maxNode }},
 		{"MaxVMSizeTask", 14, func(s *usageStat) string { return task(s.vm.maxTask) }},
-		{"AveVMSize", 10, func(s *usageStat) string { return u.bytes(s.vm.ave(s.tasks)) }},
+		{"AveVMSize", 10, func(s *usageStat) string { return u.bytes(s.vm.ave()) }},
 		{"MaxRSS", 10, func(s *usageStat) string { return u.bytes(s.rss.max) }},
 		{"MaxRSSNode", 10, func(s *usageStat) string { return s.rss.maxNode }},
 		{"MaxRSSTask", 10, func(s *usageStat) string { return task(s.rss.maxTask) }},
-		{"AveRSS", 10, func(s *usageStat) string { return u.bytes(s.rss.ave(s.tasks)) }},
+		{"AveRSS", 10, func(s *usageStat) string { return u.bytes(s.rss.ave()) }},
 		// Loom does not count page faults: 0, as a Slurm without them.
 		{"MaxPages", 8, func(*usageStat) string { return "0" }},
 		{"MaxPagesNode", 12, func(s *usageStat) string { return s.rss.maxNode }},
@@ -196,7 +219,7 @@ func usageFields(u units) []usageField {
 		{"MinCPU", 10, func(s *usageStat) string { return cpuHMS(s.cpu.min) }},
 		{"MinCPUNode", 10, func(s *usageStat) string { return s.cpu.minNode }},
 		{"MinCPUTask", 10, func(s *usageStat) string { return task(s.cpu.minTask) }},
-		{"AveCPU", 10, func(s *usageStat) string { return cpuHMS(s.cpu.ave(s.tasks)) }},
+		{"AveCPU", 10, func(s *usageStat) string { return cpuHMS(s.cpu.ave()) }},
 		{"NTasks", 8, func(s *usageStat) string { return strconv.Itoa(s.tasks) }},
 		// Nor CPU frequencies or energy.
 		{"AveCPUFreq", 10, func(*usageStat) string { return "0" }},
@@ -207,34 +230,34 @@ func usageFields(u units) []usageField {
 		{"MaxDiskRead", 12, func(s *usageStat) string { return num(s.read.max) }},
 		{"MaxDiskReadNode", 15, func(s *usageStat) string { return s.read.maxNode }},
 		{"MaxDiskReadTask", 15, func(s *usageStat) string { return task(s.read.maxTask) }},
-		{"AveDiskRead", 12, func(s *usageStat) string { return num(s.read.ave(s.tasks)) }},
+		{"AveDiskRead", 12, func(s *usageStat) string { return num(s.read.ave()) }},
 		{"MaxDiskWrite", 12, func(s *usageStat) string { return num(s.write.max) }},
 		{"MaxDiskWriteNode", 16, func(s *usageStat) string { return s.write.maxNode }},
 		{"MaxDiskWriteTask", 16, func(s *usageStat) string { return task(s.write.maxTask) }},
-		{"AveDiskWrite", 12, func(s *usageStat) string { return num(s.write.ave(s.tasks)) }},
+		{"AveDiskWrite", 12, func(s *usageStat) string { return num(s.write.ave()) }},
 		{"TRESUsageInAve", 14, func(s *usageStat) string {
-			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.ave(s.tasks)) })
+			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.ave()) })
 		}},
 		{"TRESUsageInMax", 14, func(s *usageStat) string {
 			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.max) })
 		}},
 		{"TRESUsageInMaxNode", 18, func(s *usageStat) string { return where(s, func(e *extreme) string { return e.maxNode }) }},
 		{"TRESUsageInMaxTask", 18, func(s *usageStat) string {
-			return "cpu=" + task(s.cpu.maxTask) + ",fs/disk=" + task(s.read.maxTask) + ",mem=" + task(s.rss.maxTask) +
-				",pages=" + task(s.rss.maxTask) + ",vmem=" + task(s.vm.maxTask)
+			return "cpu=" + task(s.cpu.maxTask) + ",fs/disk=" + task(s.read.maxTask) + gres(s, func(e *extreme) string { return task(e.maxTask) }) +
+				",mem=" + task(s.rss.maxTask) + ",pages=" + task(s.rss.maxTask) + ",vmem=" + task(s.vm.maxTask)
 		}},
 		{"TRESUsageInMin", 14, func(s *usageStat) string {
 			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.min) })
 		}},
 		{"TRESUsageInMinNode", 18, func(s *usageStat) string { return where(s, func(e *extreme) string { return e.minNode }) }},
 		{"TRESUsageInMinTask", 18, func(s *usageStat) string {
-			return "cpu=" + task(s.cpu.minTask) + ",fs/disk=" + task(s.read.minTask) + ",mem=" + task(s.rss.minTask) +
-				",pages=" + task(s.rss.minTask) + ",vmem=" + task(s.vm.minTask)
+			return "cpu=" + task(s.cpu.minTask) + ",fs/disk=" + task(s.read.minTask) + gres(s, func(e *extreme) string { return task(e.minTask) }) +
+				",mem=" + task(s.rss.minTask) + ",pages=" + task(s.rss.minTask) + ",vmem=" + task(s.vm.minTask)
 		}},
 		{"TRESUsageInTot", 14, func(s *usageStat) string {
 			return tres(s, func(e *extreme) string { return usageValue(u, s, e, e.total) })
 		}},
-		{"TRESUsageOutAve", 15, func(s *usageStat) string { return "energy=0,fs/disk=" + num(s.write.ave(s.tasks)) }},
+		{"TRESUsageOutAve", 15, func(s *usageStat) string { return "energy=0,fs/disk=" + num(s.write.ave()) }},
 		{"TRESUsageOutMax", 15, func(s *usageStat) string { return "energy=0,fs/disk=" + num(s.write.max) }},
 		{"TRESUsageOutMaxNode", 19, func(s *usageStat) string {
 			return "energy=" + s.write.maxNode + ",fs/disk=" + s.write.maxNode
@@ -249,11 +272,14 @@ func usageFields(u units) []usageField {
 	}
 }
 
-// usageValue is one TRES value of a statistic: CPU as HH:MM:SS, sizes in
-// u.
+// usageValue is one TRES value of a statistic: CPU as HH:MM:SS, GPU
+// utilization in percent, sizes in u.
 func usageValue(u units, s *usageStat, e *extreme, v int64) string {
-	if e == &s.cpu {
+	switch e {
+	case &s.cpu:
 		return cpuHMS(v)
+	case &s.gpuUtil:
+		return strconv.FormatInt(v, 10)
 	}
 	return u.bytes(v)
 }

@@ -202,3 +202,37 @@ func TestUnitsAsSlurmConverts(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUUsageInTRES: tasks that saw GPUs add Slurm's gres/gpumem and
+// gres/gpuutil to the TRES strings, after fs/disk; the average is over the
+// tasks with GPUs.
+func TestGPUUsageInTRES(t *testing.T) {
+	t.Parallel()
+	gpuTask := func(rank int32, util float64, mem int64) *loomv1.TaskUsage {
+		u := taskUsage(rank, "gpu-000"+string(rune('1'+rank)), 1024, time.Second, 0)
+		u.Gpus, u.GpuUtilPercent, u.MaxGpuMemoryBytes = 4, util, mem
+		return u
+	}
+	s := statOf([]*loomv1.TaskUsage{gpuTask(0, 90, 40<<30), gpuTask(1, 70.4, 20<<30)})
+	got := map[string]string{}
+	for _, f := range usageFields(defaultUnits) {
+		got[f.name] = f.value(s)
+	}
+	for name, want := range map[string]string{
+		"TRESUsageInMax":     "cpu=00:00:01,energy=0,fs/disk=0,gres/gpumem=40G,gres/gpuutil=90,mem=1M,pages=0,vmem=2M",
+		"TRESUsageInAve":     "cpu=00:00:01,energy=0,fs/disk=0,gres/gpumem=30G,gres/gpuutil=80,mem=1M,pages=0,vmem=2M",
+		"TRESUsageInMaxNode": "cpu=gpu-0001,energy=gpu-0001,fs/disk=gpu-0001,gres/gpumem=gpu-0001,gres/gpuutil=gpu-0001,mem=gpu-0001,pages=gpu-0001,vmem=gpu-0001",
+		"TRESUsageInMinTask": "cpu=0,fs/disk=0,gres/gpumem=1,gres/gpuutil=1,mem=0,pages=0,vmem=0",
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %q, want %q", name, got[name], want)
+		}
+	}
+	// Without GPUs, no gres.
+	plain := statOf([]*loomv1.TaskUsage{taskUsage(0, "n", 1, 0, 0)})
+	for _, f := range usageFields(defaultUnits) {
+		if v := f.value(plain); strings.Contains(v, "gres") {
+			t.Errorf("%s of a task without GPUs is %q", f.name, v)
+		}
+	}
+}

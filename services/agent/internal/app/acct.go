@@ -10,10 +10,13 @@ package app
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/loom-ml/loom/libs/acct"
 	"github.com/loom-ml/loom/libs/envelope"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
@@ -25,20 +28,24 @@ func (a *App) sampleUsage(now time.Time) {
 	type unit struct {
 		key    string
 		groups []ports.Group
+		gpus   []int
 	}
 	var units []unit
 	var all []ports.Group
+	withGPUs := false
 	a.mu.Lock()
 	for k, p := range a.procs {
 		if s := a.steps[k]; s != nil && s.Phase == domain.Running {
-			units = append(units, unit{k, []ports.Group{p.g}})
+			units = append(units, unit{k, []ports.Group{p.g}, p.gpus})
 			all = append(all, p.g)
+			withGPUs = withGPUs || len(p.gpus) > 0
 		}
 	}
 	for k, g := range a.groups {
 		if t := a.tasks[k]; t != nil && t.Phase == domain.Running {
-			units = append(units, unit{k, g.groups})
+			units = append(units, unit{k, g.groups, g.gpus})
 			all = append(all, g.groups...)
+			withGPUs = withGPUs || len(g.gpus) > 0
 		}
 	}
 	a.mu.Unlock()
@@ -46,6 +53,10 @@ func (a *App) sampleUsage(now time.Time) {
 		return
 	}
 	got := a.rt.Usage(all)
+	var reading []*loomv1.GpuSample
+	if withGPUs && a.opts.GPUReading != nil {
+		reading = a.opts.GPUReading()
+	}
 	type over struct {
 		key         string
 		groups      []ports.Group
@@ -72,6 +83,11 @@ func (a *App) sampleUsage(now time.Time) {
 				kept[i] = kept[i].Sample(acct.Sample{UserCPU: s.UserCPU, SystemCPU: s.SystemCPU, RSS: s.RSS,
 					VMSize: s.VMSize, Read: s.Read, Write: s.Write}, now)
 				pss += s.PSS
+			}
+		}
+		if util, mem, ok := domain.GPUShare(reading, u.gpus); ok {
+			for i := range kept {
+				kept[i] = kept[i].SampleGPU(len(u.gpus), util, mem)
 			}
 		}
 		if limit := a.memLimit(u.key); domain.OverMemory(pss, limit) {
@@ -251,4 +267,16 @@ func (a *App) runsHere(rk string) bool {
 		}
 	}
 	return false
+}
+
+// visibleDevices are the GPU indices of a CUDA_VISIBLE_DEVICES list in env
+// (none when it names none, or names devices by UUID).
+func visibleDevices(env map[string]string) []int {
+	var out []int
+	for _, f := range strings.Split(env["CUDA_VISIBLE_DEVICES"], ",") {
+		if i, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && i >= 0 {
+			out = append(out, i)
+		}
+	}
+	return out
 }

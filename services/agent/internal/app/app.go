@@ -34,6 +34,7 @@ import (
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/workerenv"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
@@ -119,6 +120,10 @@ type Options struct {
 	// DefaultProgressInterval): at most one StepProgress per run per
 	// interval.
 	ProgressInterval time.Duration
+	// GPUReading is the node's latest GPU telemetry (Node.LastGPUs; nil: no
+	// GPUs are accounted): each step's share is read from it with every
+	// usage sample.
+	GPUReading func() []*loomv1.GpuSample
 	// AcctInterval is how often a running step's usage, sampled every
 	// progress interval, is reported (UsageReported, for sstat; 0:
 	// domain.DefaultAcctInterval; negative: only with the step's end).
@@ -227,7 +232,10 @@ type App struct {
 
 // process is a step's process group that this agent started.
 type process struct {
-	g    ports.Group
+	g ports.Group
+	// gpus are the device indices the step sees (CUDA_VISIBLE_DEVICES),
+	// for job accounting; none when not known.
+	gpus []int
 	done chan struct{} // closed once the process was reaped
 	// errf is the step's error file, opened as its owner when it started
 	// and kept for the stop line (tellStop): the agent never opens the
@@ -895,7 +903,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		return
 	}
 	errPath := errf.Name()
-	p := &process{g: pr.Group(), done: make(chan struct{}), errf: errf}
+	p := &process{g: pr.Group(), done: make(chan struct{}), errf: errf, gpus: visibleDevices(cmd.GetEnv())}
 	a.mu.Lock()
 	a.procs[key] = p
 	closing := a.closing

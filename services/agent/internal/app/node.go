@@ -426,6 +426,14 @@ func (n *Node) Telemetry(ctx context.Context) error {
 	}
 }
 
+// LastGPUs is the latest reading of the node's GPUs (nil before the first):
+// what job accounting attributes to the steps holding them.
+func (n *Node) LastGPUs() []*loomv1.GpuSample {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.last
+}
+
 // Sample reads the GPUs and disks now and keeps them for /metrics.
 func (n *Node) Sample(ctx context.Context) ([]*loomv1.GpuSample, []*loomv1.DiskSample, error) {
 	gpus, err := n.opts.Device.Sample(ctx)

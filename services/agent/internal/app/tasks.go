@@ -35,6 +35,7 @@ import (
 type taskGroup struct {
 	groups []ports.Group // one per task, by local id
 	done   chan struct{} // closed once every task was reaped
+	gpus   []int         // the devices the tasks see (job accounting)
 }
 
 // tasksRec returns the task record of key (nil when none) and whether the
@@ -152,7 +153,7 @@ func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTas
 		a.watchers.Done()
 		return
 	}
-	g := &taskGroup{done: make(chan struct{})}
+	g := &taskGroup{done: make(chan struct{}), gpus: visibleDevices(cmd.GetEnv())}
 	pids, starts := make([]int, len(ps)), make([]uint64, len(ps))
 	for i, p := range ps {
 		g.groups = append(g.groups, p.Group())

@@ -65,3 +65,25 @@ func OverMemory(held, limit int64) bool { return limit > 0 && held > limit }
 func MemoryLine(what string, held, limit int64) string {
 	return fmt.Sprintf("slurmstepd: error: %s exceeded memory limit (%d > %d), being killed\n", what, held>>10, limit>>10)
 }
+
+// GPUShare is what a reading of the node's GPUs says of the devices a task
+// sees: their mean utilization (percent) and the most memory used on one of
+// them; ok is false when the reading has none of them (or none is on the
+// bus).
+func GPUShare(reading []*loomv1.GpuSample, devices []int) (util float64, mem int64, ok bool) {
+	n := 0
+	for _, d := range devices {
+		for _, g := range reading {
+			if int(g.GetIndex()) != d || g.GetLost() {
+				continue
+			}
+			util += g.GetGpuUtilPercent()
+			mem = max(mem, int64(min(g.GetMemoryUsedBytes(), 1<<62)))
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0, false
+	}
+	return util / float64(n), mem, true
+}

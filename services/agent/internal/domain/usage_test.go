@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/loom-ml/loom/libs/acct"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 func TestUsageReport(t *testing.T) {
@@ -19,5 +20,21 @@ func TestUsageReport(t *testing.T) {
 	}
 	if len(ev.JobSteps) != 2 || ev.JobSteps[0].StepId != 1 || ev.JobSteps[1].StepId != 3 || ev.JobSteps[1].Tasks[1].GetMaxRssBytes() != 2 {
 		t.Errorf("job steps %v: want steps 1 then 3, tasks by local id", ev.JobSteps)
+	}
+}
+
+func TestGPUShare(t *testing.T) {
+	t.Parallel()
+	reading := []*loomv1.GpuSample{{Index: 0, GpuUtilPercent: 90, MemoryUsedBytes: 10}, {Index: 1, GpuUtilPercent: 50, MemoryUsedBytes: 30},
+		{Index: 2, Lost: true}}
+	if util, mem, ok := GPUShare(reading, []int{0, 1}); !ok || util != 70 || mem != 30 {
+		t.Errorf("GPUs 0,1: %v %v %v, want 70%% and 30 bytes", util, mem, ok)
+	}
+	// A lost GPU, or one the reading does not have, says nothing.
+	if _, _, ok := GPUShare(reading, []int{2, 7}); ok {
+		t.Error("a lost and an unknown GPU gave a share")
+	}
+	if _, _, ok := GPUShare(nil, []int{0}); ok {
+		t.Error("no reading gave a share")
 	}
 }

@@ -25,6 +25,7 @@ import (
 const (
 	maxTaskBytes = 1 << 50                    // 1 PiB
 	maxTaskCPU   = 100 * 365 * 24 * time.Hour // a century
+	maxTaskGPUs  = 1024
 )
 
 // taskUsage is a task's usage as an agent reported it, made safe to keep.
@@ -36,12 +37,18 @@ func (t *txn) taskUsage(p *loomv1.TaskUsage) acct.Usage {
 		return min(max(x.AsDuration(), 0), maxTaskCPU)
 	}
 	b := func(n int64) int64 { return min(max(n, 0), maxTaskBytes) }
-	return acct.Usage{
+	u := acct.Usage{
 		UserCPU: d(p.GetUserCpu()), SystemCPU: d(p.GetSystemCpu()),
 		MaxRSS: b(p.GetMaxRssBytes()), RSS: b(p.GetRssBytes()), MaxVMSize: b(p.GetMaxVmsizeBytes()),
 		Read: b(p.GetReadBytes()), Write: b(p.GetWriteBytes()),
 		Time: t.reported(p.GetTime()),
+		GPUs: int(min(max(p.GetGpus(), 0), maxTaskGPUs)), MaxGPUMem: b(p.GetMaxGpuMemoryBytes()),
 	}
+	// !(x >= 0) also drops NaN.
+	if util := p.GetGpuUtilPercent(); util >= 0 && u.GPUs > 0 {
+		u.GPUUtil = min(util, 100)
+	}
+	return u
 }
 
 // batchUsage is a step's reported usage as kept (nil when none).

@@ -49,7 +49,7 @@ func TestUsageIsKeptForSacctAndSstat(t *testing.T) {
 	h.tasks(0, "a", eventsv1.StepState_STEP_RUNNING)
 	h.tasks(0, "b", eventsv1.StepState_STEP_RUNNING)
 	hostile := &loomv1.TaskUsage{MaxRssBytes: -5, UserCpu: durationpb.New(-time.Hour), Time: timestamppb.New(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)),
-		ReadBytes: math.MaxInt64, SystemCpu: durationpb.New(math.MaxInt64)}
+		ReadBytes: math.MaxInt64, SystemCpu: durationpb.New(math.MaxInt64), Gpus: 1 << 30, GpuUtilPercent: math.Inf(1)}
 	h.do(&eventsv1.UsageReported{Job: jobName(1), Attempt: 1, Node: nodeName("b"), Cluster: cl,
 		JobSteps: []*eventsv1.UsageReported_JobStep{{StepId: 0, Tasks: []*loomv1.TaskUsage{usageOf(30, 0), hostile, usageOf(1, 0)}}}})
 	s := h.jobStep(0)
@@ -61,7 +61,8 @@ func TestUsageIsKeptForSacctAndSstat(t *testing.T) {
 		t.Errorf("task usage %v: want ranks 2 and 3 on b", s.GetTaskUsage())
 	}
 	if second.GetMaxRssBytes() != 0 || second.GetUserCpu().AsDuration() != 0 || second.GetTime().AsTime().After(h.now) ||
-		second.GetReadBytes() != maxTaskBytes || second.GetSystemCpu().AsDuration() != maxTaskCPU {
+		second.GetReadBytes() != maxTaskBytes || second.GetSystemCpu().AsDuration() != maxTaskCPU ||
+		second.GetGpus() != maxTaskGPUs || second.GetGpuUtilPercent() != 100 {
 		t.Errorf("hostile usage kept as %v: want zeros, bounded sizes and times, a time no later than now", second)
 	}
 
