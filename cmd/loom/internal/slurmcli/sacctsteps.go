@@ -23,14 +23,7 @@ func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, i
 		return nil
 	}
 	*lookups++
-	var steps []*loomv1.JobStep
-	err := paging.Each(func(token string) (string, error) {
-		cctx, cancel := c.call(ctx)
-		defer cancel()
-		resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: j.GetName(), PageToken: token, Attempt: run.GetAttempt()})
-		steps = append(steps, resp.GetSteps()...)
-		return resp.GetNextPageToken(), err
-	})
+	steps, err := c.jobSteps(ctx, j.GetName(), run.GetAttempt())
 	if err != nil {
 		return nil
 	}
@@ -40,6 +33,20 @@ func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, i
 		out = append(out, sacctRow{job: j, id: id + "." + step, step: step, jstep: s, run: run})
 	}
 	return out
+}
+
+// jobSteps lists every job step of job's run attempt (0: its current run),
+// page by page.
+func (c *cmd) jobSteps(ctx context.Context, job string, attempt int32) ([]*loomv1.JobStep, error) {
+	var steps []*loomv1.JobStep
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: job, PageToken: token, Attempt: attempt})
+		steps = append(steps, resp.GetSteps()...)
+		return resp.GetNextPageToken(), err
+	})
+	return steps, err
 }
 
 // stepName is a job step's JobName in sacct: its program's base name.

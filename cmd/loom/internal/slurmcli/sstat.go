@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -196,14 +195,7 @@ func (c *cmd) sstatRows(ctx context.Context, j *loomv1.Job, id, step string, all
 	if step == "batch" {
 		return rows, nil
 	}
-	var steps []*loomv1.JobStep
-	err := paging.Each(func(token string) (string, error) {
-		cctx, cancel := c.call(ctx)
-		defer cancel()
-		resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: j.GetName(), PageToken: token})
-		steps = append(steps, resp.GetSteps()...)
-		return resp.GetNextPageToken(), err
-	})
+	steps, err := c.jobSteps(ctx, j.GetName(), 0)
 	if err != nil {
 		return nil, c.rpcError("list job steps", err)
 	}
