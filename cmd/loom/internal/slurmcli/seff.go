@@ -150,9 +150,10 @@ func (c *cmd) seff(ctx context.Context, args []string) error {
 	if core != 0 {
 		eff = float64(cput) / float64(core) * 100
 	}
-	fmt.Fprintf(&b, "CPU Utilized: %s\n", seffTime(cput))
-	fmt.Fprintf(&b, "CPU Efficiency: %.2f%% of %s core-walltime\n", eff, seffTime(core))
-	fmt.Fprintf(&b, "Job Wall-clock time: %s\n", seffTime(walltime))
+	// The script's time2str is sacct's [D-]HH:MM:SS: formatDuration.
+	fmt.Fprintf(&b, "CPU Utilized: %s\n", formatDuration(cput))
+	fmt.Fprintf(&b, "CPU Efficiency: %.2f%% of %s core-walltime\n", eff, formatDuration(core))
+	fmt.Fprintf(&b, "Job Wall-clock time: %s\n", formatDuration(walltime))
 	fmt.Fprintf(&b, "Memory Utilized: %s\n", seffKB(float64(mem)))
 	memEff := 0.0
 	if reqmem != 0 {
@@ -169,17 +170,6 @@ func (c *cmd) seff(ctx context.Context, args []string) error {
 	}
 	fmt.Fprint(c.stdout, b.String())
 	return nil
-}
-
-// seffTime is the script's time2str: [D-]HH:MM:SS.
-func seffTime(secs int64) string {
-	days := secs / 86400
-	secs -= days * 86400
-	s := fmt.Sprintf("%02d:%02d:%02d", secs/3600, secs%3600/60, secs%60)
-	if days >= 1 {
-		return fmt.Sprintf("%d-%s", days, s)
-	}
-	return s
 }
 
 // seffKB is the script's kbytes2str: "1.50 GB" from KiB.

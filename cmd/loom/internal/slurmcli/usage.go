@@ -154,17 +154,12 @@ func (u units) bytes(b int64) string {
 // (Slurm's _elapsed_time): "MM:SS.mmm" under an hour ("00:MM:SS" without
 // milliseconds), "HH:MM:SS" under a day, "D-HH:MM:SS" beyond.
 func cpuTotal(d time.Duration) string {
-	if d < 0 {
-		d = 0
-	}
+	d = max(d, 0)
 	secs := int64(d / time.Second)
-	days, h, m, s := secs/86400, secs/3600%24, secs/60%60, secs%60
-	switch {
-	case days > 0:
-		return fmt.Sprintf("%d-%02d:%02d:%02d", days, h, m, s)
-	case h > 0:
-		return fmt.Sprintf("%02d:%02d:%02d", h, m, s)
+	if secs >= 3600 {
+		return formatDuration(secs)
 	}
+	m, s := secs/60, secs%60
 	if ms := int64(d % time.Second / time.Millisecond); ms > 0 {
 		return fmt.Sprintf("%02d:%02d.%03d", m, s, ms)
 	}
