@@ -2359,8 +2359,9 @@ type StartStep struct {
 	Sealed []byte `protobuf:"bytes,17,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	// mem_limit_bytes is the memory the job holds on this node (--mem, or
 	// --mem-per-cpu times its CPUs here): the agent kills a step whose
-	// processes' resident memory, sampled, goes past it, and reports it out
-	// of memory (Slurm's OverMemoryKill). 0: no limit.
+	// processes' memory, sampled (their proportional set size: resident
+	// pages, each shared one counted as its share), goes past it, and
+	// reports it out of memory (Slurm's OverMemoryKill). 0: no limit.
 	MemLimitBytes int64 `protobuf:"varint,18,opt,name=mem_limit_bytes,json=memLimitBytes,proto3" json:"mem_limit_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
