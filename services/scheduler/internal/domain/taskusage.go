@@ -28,6 +28,13 @@ const (
 	maxTaskGPUs  = 1024
 )
 
+// MinUsageReportInterval is the least time between two usage reports of a
+// node for a run that the scheduler keeps: each kept one is a store write,
+// and a node (broken, or hostile) that sent them as fast as it could would
+// otherwise write as fast. Agents report every -acct-interval (30 s by
+// default); closer ones are dropped, the ends' final figures never.
+const MinUsageReportInterval = 5 * time.Second
+
 // taskUsage is a task's usage as an agent reported it, made safe to keep.
 func (t *txn) taskUsage(p *loomv1.TaskUsage) acct.Usage {
 	d := func(x *durationpb.Duration) time.Duration {
@@ -76,8 +83,9 @@ func (t *txn) taskUsages(ps []*loomv1.TaskUsage, n int32) []acct.Usage {
 
 // usageReported records what a running run's processes on a node have used
 // so far: its batch step's and its running job steps' tasks'. Reports for
-// what has ended (whose end carried the final usage), or for a node the run
-// does not hold, change nothing.
+// what has ended (whose end carried the final usage), for a node the run
+// does not hold, or within MinUsageReportInterval of the node's last kept
+// one, change nothing.
 func (t *txn) usageReported(ev *eventsv1.UsageReported) error {
 	var v errs.Validator
 	v.Check(ev.GetJob() != "", "job", "required")
@@ -92,7 +100,7 @@ func (t *txn) usageReported(ev *eventsv1.UsageReported) error {
 	}
 	node := ev.GetNode()
 	st, ok := r.Steps[node]
-	if !ok {
+	if !ok || (!st.UsageAt.IsZero() && t.now.Before(st.UsageAt.Add(MinUsageReportInterval))) {
 		return nil
 	}
 	batch := ev.GetUsage() != nil && st.State == eventsv1.StepState_STEP_RUNNING && !st.Terminal()
@@ -115,8 +123,9 @@ func (t *txn) usageReported(ev *eventsv1.UsageReported) error {
 	r = t.editRun(key)
 	if batch {
 		st.Usage = t.batchUsage(ev.GetUsage())
-		r.Steps[node] = st
 	}
+	st.UsageAt = t.now
+	r.Steps[node] = st
 	byID := map[int32][]*loomv1.TaskUsage{}
 	for _, js := range ev.GetJobSteps() {
 		byID[js.GetStepId()] = js.GetTasks()

@@ -170,3 +170,31 @@ func TestHistoryStepsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageReportsAreRateBounded: a node's usage reports for a run closer
+// together than MinUsageReportInterval are dropped (each kept one is a
+// store write); the next one after it is kept, and a step's end always is.
+func TestUsageReportsAreRateBounded(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	report := func(rss int64) *Change {
+		return h.do(&eventsv1.UsageReported{Job: jobName(1), Attempt: 1, Node: nodeName("a"), Cluster: cl, Usage: usageOf(rss, 0)})
+	}
+	batch := func() int64 {
+		runs := h.s.JobViewer(h.now)(jobName(1)).GetRuns()
+		return runs[len(runs)-1].GetBatchUsage().GetMaxRssBytes()
+	}
+	report(100)
+	if c := report(200); batch() != 100 || len(c.Runs) != 0 {
+		t.Fatalf("a report a second after the last: batch usage %d, %d run(s) written; want it dropped", batch(), len(c.Runs))
+	}
+	h.now = h.now.Add(MinUsageReportInterval)
+	if report(300); batch() != 300 {
+		t.Fatalf("a report past the interval: batch usage %d, want 300", batch())
+	}
+	h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("a"), Cluster: cl,
+		State: eventsv1.StepState_STEP_EXITED, Usage: usageOf(400, 0)})
+	if batch() != 400 {
+		t.Errorf("the step's end right after a report: batch usage %d, want its final 400", batch())
+	}
+}

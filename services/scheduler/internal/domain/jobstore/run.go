@@ -155,6 +155,9 @@ type Step struct {
 	// batch host), as its agent last reported it: final with its end
 	// (nil: nothing reported).
 	Usage *acct.Usage `json:"usage,omitempty"`
+	// UsageAt is when the scheduler last kept a usage report of this node
+	// for the run (UsageReported): reports closer together are dropped.
+	UsageAt time.Time `json:"usage_at,omitzero"`
 }
 
 // Fenced reports whether the step holds a failed node while its processes
