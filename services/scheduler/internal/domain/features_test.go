@@ -438,7 +438,9 @@ func TestTasksEnv(t *testing.T) {
 		t.Fatalf("batch job: %d StartSteps", len(ss))
 	}
 	env := ss[0].GetEnv()
-	if env["SLURM_NTASKS"] != "5" || env["SLURM_TASKS_PER_NODE"] != "3,2" || env["SLURM_JOB_PARTITION"] != "gpu" ||
+	// SLURM_JOB_CPUS_PER_NODE is every node's, as SLURM_TASKS_PER_NODE
+	// (a script that sizes its workers by it reads the compressed form).
+	if env["SLURM_NTASKS"] != "5" || env["SLURM_TASKS_PER_NODE"] != "3,2" || env["SLURM_JOB_CPUS_PER_NODE"] != "3,2" || env["SLURM_JOB_PARTITION"] != "gpu" ||
 		env["SLURM_JOB_NUM_NODES"] != "2" || env["SLURM_GPUS_ON_NODE"] != "2" {
 		t.Fatalf("env: %v", env)
 	}

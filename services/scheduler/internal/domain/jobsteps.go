@@ -229,14 +229,16 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	bare.Job = proto.Clone(j.Job).(*loomv1.Job)
 	bare.Job.Env = nil
 	extra := t.arrayEnv(j)
+	rv := newRunVars(bare.Job, r)
 	nodelist := hostlist.Compress(step.Hostnames)
+	stepTasks := TasksPerNode(tasks)
 	for k, node := range step.Nodes {
 		first := step.FirstRank(k)
 		env := make(map[string]string, len(ev.GetEnv())+48)
 		for key, val := range ev.GetEnv() {
 			env[key] = val
 		}
-		for key, val := range stepEnv(&bare, r, k, shared, t.s.cfg.MasterAddr, extra) {
+		for key, val := range stepEnv(&bare, r, rv, k, shared, t.s.cfg.MasterAddr, extra) {
 			if _, set := env[key]; set && (key == "MASTER_ADDR" || key == "MASTER_PORT") {
 				continue
 			}
@@ -256,8 +258,9 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 			"SLURM_STEP_NUM_TASKS":      strconv.Itoa(int(total)),
 			"SLURM_NTASKS":              strconv.Itoa(int(total)),
 			"SLURM_NPROCS":              strconv.Itoa(int(total)),
-			"SLURM_STEP_TASKS_PER_NODE": TasksPerNode(tasks),
-			"SLURM_TASKS_PER_NODE":      TasksPerNode(tasks),
+			"SLURM_STEP_TASKS_PER_NODE": stepTasks,
+			"SLURM_TASKS_PER_NODE":      stepTasks,
+			"SLURM_DISTRIBUTION":        "block", // the only one: -m is accepted and ignored
 			"SLURM_NODEID":              strconv.Itoa(k),
 			"SLURM_GTIDS":               strings.Join(gtids, ","),
 		} {

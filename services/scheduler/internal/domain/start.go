@@ -115,6 +115,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	t.emitJob(j)
 
 	env := t.arrayEnv(j)
+	rv := newRunVars(spec, r)
 	for rank, node := range r.Nodes {
 		if batch && rank > 0 {
 			continue
@@ -123,7 +124,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 			Job: j.Name(), JobId: spec.GetJobId(), Attempt: r.Attempt,
 			Node: node, NodeIndex: int32(rank), NodeHostnames: r.Hostnames,
 			Command: spec.GetCommand(), Script: spec.GetScript(),
-			Env:        stepEnv(j, r, rank, c.SharedDir, t.s.cfg.MasterAddr, env),
+			Env:        stepEnv(j, r, rv, rank, c.SharedDir, t.s.cfg.MasterAddr, env),
 			OutputPath: spec.GetOutputPath(), ErrorPath: spec.GetErrorPath(), WorkDir: wd,
 			Gpus: int32(len(r.GPUs[node])), JobName: SlurmJobName(spec),
 			// A batch script's output has one writer, the batch host, which
@@ -189,7 +190,7 @@ func MasterPort(jobID string) int {
 // except MASTER_ADDR and MASTER_PORT, which a job may choose itself. A batch
 // script is the job's one task on its node (SLURM_PROCID 0); a command runs
 // one task per node (SLURM_PROCID = the node's rank).
-func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[string]string) map[string]string {
+func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string, extra map[string]string) map[string]string {
 	spec := j.Job
 	env := make(map[string]string, len(spec.GetEnv())+48)
 	for k, v := range spec.GetEnv() {
@@ -211,20 +212,8 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 	for i, g := range gpus {
 		devs[i] = strconv.Itoa(int(g))
 	}
-	ntasks := int32(0)
-	for _, c := range r.Tasks {
-		ntasks += c
-	}
-	tasks := r.Tasks
 	procID := id
-	if spec.GetScript() == "" {
-		// A command: one task per node.
-		ntasks = int32(len(r.Nodes))
-		tasks = make([]int32, len(r.Nodes))
-		for i := range tasks {
-			tasks[i] = 1
-		}
-	} else {
+	if spec.GetScript() != "" {
 		procID = "0"
 	}
 	submit := spec.GetSubmitDir()
@@ -239,20 +228,19 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 	ckpt := CheckpointDir(spec, sharedDir)
 	// Set in place: a map literal of these, copied in, was a second map of
 	// ~40 entries per node of each start (1,300 starts in a first pass).
-	nodelist := hostlist.Compress(r.Hostnames)
 	env["SLURM_JOB_ID"] = spec.GetJobId()
 	env["SLURM_JOBID"] = spec.GetJobId()
 	env["SLURM_JOB_NAME"] = SlurmJobName(spec)
-	env["SLURM_JOB_NODELIST"] = nodelist
-	env["SLURM_NODELIST"] = nodelist
+	env["SLURM_JOB_NODELIST"] = rv.nodelist
+	env["SLURM_NODELIST"] = rv.nodelist
 	env["SLURM_NNODES"] = n
 	env["SLURM_JOB_NUM_NODES"] = n
 	env["SLURM_NODEID"] = id
 	env["SLURM_PROCID"] = procID
 	env["SLURM_LOCALID"] = "0"
-	env["SLURM_NTASKS"] = strconv.Itoa(int(ntasks))
-	env["SLURM_NPROCS"] = strconv.Itoa(int(ntasks))
-	env["SLURM_TASKS_PER_NODE"] = TasksPerNode(tasks)
+	env["SLURM_NTASKS"] = rv.ntasks
+	env["SLURM_NPROCS"] = rv.ntasks
+	env["SLURM_TASKS_PER_NODE"] = rv.tasksPerNode
 	env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(max(spec.GetCpusPerTask(), 1)))
 	env["SLURM_GPUS_ON_NODE"] = strconv.Itoa(len(gpus))
 	env["CUDA_VISIBLE_DEVICES"] = strings.Join(devs, ",")
@@ -266,7 +254,7 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 	env["SLURM_TOPOLOGY_ADDR"] = r.Hostnames[rank]
 	env["SLURM_TOPOLOGY_ADDR_PATTERN"] = "node"
 	env["SLURM_CLUSTER_NAME"] = clusterID(r.Cluster)
-	env["SLURM_JOB_CPUS_PER_NODE"] = cpus
+	env["SLURM_JOB_CPUS_PER_NODE"] = rv.cpusPerNode
 	env["SLURM_CPUS_ON_NODE"] = cpus
 	// The global task ids on this node: the batch script's is 0; a
 	// command's task is its node's rank.
@@ -303,6 +291,43 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 		env["LOOM_MODEL_DIR"] = j.ModelDir
 	}
 	return env
+}
+
+// runVars are the variables of a run's environment that are the same on
+// each of its nodes, computed once per start: each is a walk of all the
+// run's nodes, which per node would be quadratic in the run's size.
+type runVars struct {
+	nodelist     string // SLURM_JOB_NODELIST: the hostnames, compressed
+	ntasks       string // SLURM_NTASKS
+	tasksPerNode string // SLURM_TASKS_PER_NODE, as "2(x3),1"
+	cpusPerNode  string // SLURM_JOB_CPUS_PER_NODE, the same form
+}
+
+// newRunVars returns run r's runVars for job spec. A batch script is its
+// node's one task of the tasks it asked for; a command runs one task per
+// node.
+func newRunVars(spec *loomv1.Job, r *Run) *runVars {
+	tasks := r.Tasks
+	if spec.GetScript() == "" {
+		tasks = make([]int32, len(r.Nodes))
+		for i := range tasks {
+			tasks[i] = 1
+		}
+	}
+	ntasks := int32(0)
+	for _, c := range tasks {
+		ntasks += c
+	}
+	cpus := make([]int32, len(r.Nodes))
+	for i := range cpus {
+		cpus[i] = cpusOf(r, i, spec.GetCpusPerTask())
+	}
+	return &runVars{
+		nodelist:     hostlist.Compress(r.Hostnames),
+		ntasks:       strconv.Itoa(int(ntasks)),
+		tasksPerNode: TasksPerNode(tasks),
+		cpusPerNode:  TasksPerNode(cpus),
+	}
 }
 
 // CheckpointDir is where job spec keeps its checkpoints
