@@ -441,8 +441,26 @@ func TestTasksEnv(t *testing.T) {
 	// SLURM_JOB_CPUS_PER_NODE is every node's, as SLURM_TASKS_PER_NODE
 	// (a script that sizes its workers by it reads the compressed form).
 	if env["SLURM_NTASKS"] != "5" || env["SLURM_TASKS_PER_NODE"] != "3,2" || env["SLURM_JOB_CPUS_PER_NODE"] != "3,2" || env["SLURM_JOB_PARTITION"] != "gpu" ||
-		env["SLURM_JOB_NUM_NODES"] != "2" || env["SLURM_GPUS_ON_NODE"] != "2" {
+		env["SLURM_JOB_NUM_NODES"] != "2" || env["SLURM_GPUS_ON_NODE"] != "2" || env["SLURM_GPUS_PER_NODE"] != "2" ||
+		env["SLURM_JOB_GPUS"] != "0,1" || env["GPU_DEVICE_ORDINAL"] != "0,1" || env["SLURM_GPUS"] != "" {
 		t.Fatalf("env: %v", env)
+	}
+	// --gpus: the job's total, not a per-node count.
+	c = h.submitJob(job(2, 1, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "x"; j.Gpus = 3 }))
+	if ss = starts(c); len(ss) != 1 {
+		t.Fatalf("--gpus job: %d StartSteps", len(ss))
+	}
+	env = ss[0].GetEnv()
+	if env["SLURM_GPUS"] != "3" || env["SLURM_GPUS_PER_NODE"] != "" || env["SLURM_GPUS_ON_NODE"] != "3" || env["SLURM_JOB_GPUS"] != "2,3,4" {
+		t.Fatalf("--gpus=3 env: %v", env)
+	}
+	// No GPUs, no GPU ids.
+	c = h.submitJob(job(3, 1, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "x" }))
+	if ss = starts(c); len(ss) != 1 {
+		t.Fatalf("CPU job: %d StartSteps", len(ss))
+	}
+	if env = ss[0].GetEnv(); env["SLURM_JOB_GPUS"] != "" || env["GPU_DEVICE_ORDINAL"] != "" || env["SLURM_GPUS_PER_NODE"] != "" {
+		t.Fatalf("CPU job env: %v", env)
 	}
 }
 

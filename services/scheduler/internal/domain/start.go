@@ -244,6 +244,19 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(max(spec.GetCpusPerTask(), 1)))
 	env["SLURM_GPUS_ON_NODE"] = strconv.Itoa(len(gpus))
 	env["CUDA_VISIBLE_DEVICES"] = strings.Join(devs, ",")
+	if len(devs) > 0 {
+		// As Slurm's gres/gpu plugin: the node's GPUs of the job by
+		// index, under the names other tools read them by.
+		env["SLURM_JOB_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
+		env["GPU_DEVICE_ORDINAL"] = env["CUDA_VISIBLE_DEVICES"]
+	}
+	// What the job asked for, as Slurm exports --gpus and --gpus-per-node
+	// (Loom keeps --gres=gpu:N as --gpus-per-node=N: both get it).
+	if g := spec.GetGpus(); g > 0 {
+		env["SLURM_GPUS"] = strconv.Itoa(int(g))
+	} else if g := spec.GetGpusPerNode(); g > 0 {
+		env["SLURM_GPUS_PER_NODE"] = strconv.Itoa(int(g))
+	}
 	env["SLURM_SUBMIT_DIR"] = submit
 	env["SLURM_JOB_PARTITION"] = part
 	env["SLURM_JOB_USER"] = spec.GetUser()
