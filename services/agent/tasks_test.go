@@ -14,6 +14,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
@@ -222,5 +223,53 @@ func TestShutdownKillsTasks(t *testing.T) {
 	}
 	if k := waitTasks(t, e.broker, "9", 0, eventsv1.StepState_STEP_KILLED); !strings.Contains(k.Message, "agent shutting down") {
 		t.Fatalf("killed = %v", k)
+	}
+}
+
+// TestLaunchTasksReadInput: the task srun's input is for reads the step's
+// input file as srun appends to it, to its end; the other reads nothing.
+// A FIFO in the input file's place fails the launch, not the agent.
+func TestLaunchTasksReadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	outDir := filepath.Join(e.shared, ".loom", "steps", "9.0")
+	l := launch("9", 0, 0, 2, outDir, "cat")
+	l.Input = "1"
+	publish(t, e.broker, command(l))
+	waitTasks(t, e.broker, "9", 0, eventsv1.StepState_STEP_RUNNING)
+	in := filepath.Join(outDir, slurmspec.InputFile)
+	f, err := os.OpenFile(in, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatalf("the step's input file: %v", err)
+	}
+	if _, err := f.WriteString("hello\nworld\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.WriteFile(filepath.Join(outDir, slurmspec.InputEOF), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ex := waitTasks(t, e.broker, "9", 0, eventsv1.StepState_STEP_EXITED); !reflect.DeepEqual(ex.ExitCodes, []int32{0, 0}) {
+		t.Fatalf("exited = %v", ex)
+	}
+	for rank, want := range []string{"", "hello\nworld\n"} {
+		if b, err := os.ReadFile(filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank))); err != nil || string(b) != want {
+			t.Errorf("task-%d.out = %q, %v; want %q", rank, b, err, want)
+		}
+	}
+
+	fifoDir := filepath.Join(e.shared, ".loom", "steps", "9.1")
+	if err := os.MkdirAll(fifoDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(fifoDir, slurmspec.InputFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l = launch("9", 1, 0, 1, fifoDir, "cat")
+	l.Input = slurmspec.InputAll
+	publish(t, e.broker, command(l))
+	if f := waitTasks(t, e.broker, "9", 1, eventsv1.StepState_STEP_FAILED_TO_START); !strings.Contains(f.Message, "not a regular file") {
+		t.Fatalf("input a FIFO: %v", f)
 	}
 }

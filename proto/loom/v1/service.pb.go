@@ -848,6 +848,12 @@ type CreateJobStepRequest struct {
 	CpusPerTask   int32 `protobuf:"varint,9,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
 	// kill_on_bad_exit kills the step's other tasks when one exits non-zero.
 	KillOnBadExit bool `protobuf:"varint,10,opt,name=kill_on_bad_exit,json=killOnBadExit,proto3" json:"kill_on_bad_exit,omitempty"`
+	// input is which tasks read the step's input (srun --input): "" none
+	// (their stdin is /dev/null), "all", or one task's rank ("0"). The caller
+	// appends the input to the file "stdin" of the step's output directory
+	// and makes "stdin.eof" beside it at its end; each task reads it as it
+	// grows (docs/slurm.md "srun").
+	Input         string `protobuf:"bytes,11,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -950,6 +956,13 @@ func (x *CreateJobStepRequest) GetKillOnBadExit() bool {
 		return x.KillOnBadExit
 	}
 	return false
+}
+
+func (x *CreateJobStepRequest) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
 }
 
 type GetJobStepRequest struct {
@@ -3745,7 +3758,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xa0\x03\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xb6\x03\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3759,7 +3772,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x0fntasks_per_node\x18\b \x01(\x05R\rntasksPerNode\x12\"\n" +
 	"\rcpus_per_task\x18\t \x01(\x05R\vcpusPerTask\x12'\n" +
 	"\x10kill_on_bad_exit\x18\n" +
-	" \x01(\bR\rkillOnBadExit\x1a6\n" +
+	" \x01(\bR\rkillOnBadExit\x12\x14\n" +
+	"\x05input\x18\v \x01(\tR\x05input\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

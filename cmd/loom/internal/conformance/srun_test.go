@@ -245,3 +245,19 @@ func TestSallocAllocates(t *testing.T) {
 		t.Errorf("failed salloc's job %s ended %s %s, want FAILED 3:0", id, row["State"], row["ExitCode"])
 	}
 }
+
+// TestSrunForwardsInput: srun's stdin reaches the step's tasks on both
+// nodes (all by default, one with --input=RANK, none with --input=none), as
+// Slurm's srun forwards it.
+func TestSrunForwardsInput(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_input.sh"))
+	row := s.waitDone(id, 120*time.Second)
+	out := s.read("srunin-" + id + ".out")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	want := "0: alpha\n0: beta\n1: alpha\n1: beta\n1: gamma\n0: empty 0\n1: empty 1\ndone\n"
+	wantEqual(t, "output", out, want)
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 var srunOptions = []optDef{
@@ -81,6 +82,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	chdir := ""
 	export := ""
 	jobID := ""
+	inputOpt := ""
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -115,12 +117,14 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			chdir = o.value
 		case "export":
 			export = o.value
-		case "output", "error", "input":
+		case "output", "error":
 			return c.errorf("--%s is not supported by Loom's srun yet; redirect in the shell instead", o.key)
+		case "input":
+			inputOpt = o.value
 		case "jobid":
 			jobID = o.value
 		case "pty":
-			return c.errorf("--pty is not supported by Loom's srun: its steps take no input. Use loom clusters login for a shell, and srun or sbatch for work on the nodes")
+			return c.errorf("--pty is not supported by Loom's srun: its steps have no terminal. Use loom clusters login for a shell, and srun or sbatch for work on the nodes")
 		}
 	}
 	if len(command) == 0 {
@@ -128,6 +132,12 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	req := stepRequest{command: command, nodes: int32(nodes), ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt),
 		killOnBadExit: killBad, label: label}
+	if err := c.stepInput(&req, inputOpt); err != nil {
+		return err
+	}
+	if f, ok := req.stdin.(*os.File); ok && req.stdin != c.env.Stdin {
+		defer f.Close() // -i FILE
+	}
 	if jobID != "" && jobID != env["SLURM_JOB_ID"] {
 		// A step in a job of the caller's own, from outside it (srun
 		// --jobid): the job must run, and the step is the scheduler's.
@@ -161,10 +171,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	// Every step is the scheduler's, as in Slurm (a job step in sacct,
 	// SLURM_STEP_ID counting up, scancel JOB.STEP), except a one-node step
-	// given input on stdin: Slurm forwards it to task 0, and Loom's steps
-	// take no input, so those tasks run here, on the batch node — not under
-	// salloc, whose command runs off the allocation (no SLURMD_NODENAME).
-	if stepNodes > 1 || !hasInput(c.env.Stdin) || env["SLURMD_NODENAME"] == "" {
+	// given input on stdin without -i, on the batch node (not under salloc,
+	// whose command runs off the allocation: no SLURMD_NODENAME): its tasks
+	// run here, task 0 reading the input, as before steps took input
+	// (feedStep).
+	if stepNodes > 1 || !hasInput(c.env.Stdin) || env["SLURMD_NODENAME"] == "" || inputOpt != "" {
 		req.jobID = env["SLURM_JOB_ID"]
 		return c.srunMulti(ctx, req, export, chdir)
 	}
@@ -280,6 +291,38 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	return nil
 }
 
+// stepInput sets which of a step's tasks read input, and from where, as
+// srun's -i/--input says: "none"; "all" or a task's rank, srun's stdin;
+// a file's name, that file, for every task. Without it, every task reads
+// srun's stdin when that may carry input (hasInput), none otherwise.
+func (c *cmd) stepInput(req *stepRequest, opt string) error {
+	switch {
+	case opt == "":
+		if hasInput(c.env.Stdin) {
+			req.input, req.stdin = slurmspec.InputAll, c.env.Stdin
+		}
+	case strings.EqualFold(opt, "none"):
+	case opt == slurmspec.InputAll || (opt[0] >= '0' && opt[0] <= '9' && slurmspec.ParseInput(opt, 0) == nil):
+		req.input, req.stdin = opt, c.env.Stdin
+		if req.stdin == nil {
+			req.stdin = strings.NewReader("")
+		}
+	case strings.Contains(opt, "%"):
+		return c.errorf("--input=%s: file name patterns are not supported by Loom's srun; name one file, a task's rank, all or none", opt)
+	default:
+		name := opt
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(c.env.Cwd, name)
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			return c.errorf("--input: %v", err)
+		}
+		req.input, req.stdin = slurmspec.InputAll, f
+	}
+	return nil
+}
+
 // hasInput reports whether r, srun's stdin, may carry input for task 0: a
 // pipe or a file, not a terminal or /dev/null (a batch script's), and not
 // nothing.
@@ -366,12 +409,13 @@ func (c *cmd) srunMulti(ctx context.Context, req stepRequest, export, chdir stri
 }
 
 const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus] [-l]
-            [-K] [-D path] [--export=...] executable [args...]
+            [-K] [-D path] [-i all|none|RANK|FILE] [--export=...] executable [args...]
 Inside a job's allocation (SLURM_JOB_ID set) srun starts a job step: its
 tasks, once per task, with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and
 SLURM_STEP_* set. The scheduler starts them on the step's nodes and their
-output is copied here; a one-node step given input on stdin runs on the
-batch node instead. Outside a job srun first asks for an allocation
+output is copied here; srun's stdin is forwarded to every task (-i RANK: one
+task's, -i none: none, -i FILE: FILE instead). A one-node step given input on
+stdin without -i runs on the batch node instead. Outside a job srun first asks for an allocation
 (-N, -n, -p, -t, --gres, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.
 `

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -27,6 +28,10 @@ type stepRequest struct {
 	nodes, ntasks, perNode int32
 	cpt                    int32
 	killOnBadExit, label   bool
+	// input is which tasks read stdin (CreateJobStepRequest.input), ""
+	// none; stdin is what they read.
+	input string
+	stdin io.Reader
 }
 
 // Polling intervals of a remote step: its output files, and its state.
@@ -54,7 +59,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	}
 	create := &loomv1.CreateJobStepRequest{Parent: parent, RequestId: requestID(), Command: req.command,
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
-		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit}
+		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -83,6 +88,11 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	stepID := fmt.Sprintf("%s.%d", req.jobID, step.GetStepId())
 	tail := newStepTail(step, req.label, c.stdout, c.stderr)
 	defer tail.close()
+	if req.input != "" {
+		feedCtx, stopFeed := context.WithCancel(ctx)
+		defer stopFeed()
+		go c.feedStep(feedCtx, step.GetOutputDir(), req.stdin)
+	}
 
 	var cancelled time.Time
 	lastState := time.Time{}
@@ -129,6 +139,55 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// feedStep forwards in, srun's input, to the step whose output directory
+// is dir: appended to its input file as it comes (the tasks' agents follow
+// it), then the end-of-input file, at in's end or past
+// slurmspec.MaxInputBytes. The directory is the agents' to make: it waits
+// for it while ctx lasts. An input that never ends (a terminal) is
+// forwarded until srun exits.
+func (c *cmd) feedStep(ctx context.Context, dir string, in io.Reader) {
+	var f *os.File
+	for {
+		var err error
+		f, err = os.OpenFile(filepath.Join(dir, slurmspec.InputFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(c.stderr, "srun: error: forwarding input: %v\n", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(stepTailEvery):
+		}
+	}
+	defer f.Close()
+	n, err := io.Copy(f, io.LimitReader(in, slurmspec.MaxInputBytes))
+	var more [1]byte
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err != nil:
+		fmt.Fprintf(c.stderr, "srun: error: forwarding input: %v\n", err)
+	case n == slurmspec.MaxInputBytes && readsMore(in, more[:]):
+		fmt.Fprintf(c.stderr, "srun: error: input past %d bytes, the most a step takes, was not forwarded\n", int64(slurmspec.MaxInputBytes))
+	}
+	eof, err := os.OpenFile(filepath.Join(dir, slurmspec.InputEOF), os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "srun: error: ending input: %v\n", err)
+		return
+	}
+	eof.Close()
+}
+
+// readsMore reports whether r has more to read (into buf).
+func readsMore(r io.Reader, buf []byte) bool {
+	n, _ := io.ReadFull(r, buf)
+	return n > 0
 }
 
 // stepOutcome reports how a step's tasks ended, as srun does, and returns

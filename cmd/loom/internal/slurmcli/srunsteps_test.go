@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -235,8 +239,8 @@ func TestSrunMultiNodeRefusals(t *testing.T) {
 		t.Errorf("bad request: exit %d, stderr %q", code, errOut)
 	}
 	// A one-node step is the scheduler's too (a job step in sacct, its own
-	// step id), unless srun has input for task 0: that runs on the batch
-	// node, as Loom's steps take no input.
+	// step id), unless srun has input and no -i: that runs on the batch
+	// node, task 0 reading it.
 	g = srunGateway(t, 1, 0)
 	if code, _, errOut := runSrun(context.Background(), t, g, "-N1", "echo", "step"); code != 0 || len(stepsCreated(g)) != 1 ||
 		stepsCreated(g)[0].GetNodeCount() != 1 || !slices.Equal(stepsCreated(g)[0].GetCommand(), []string{"echo", "step"}) {
@@ -293,5 +297,76 @@ func TestSrunMultiNodeCancelsStepWhenInterrupted(t *testing.T) {
 	}
 	if code != 143 || !strings.Contains(errOut, "task 0: Terminated") {
 		t.Errorf("exit %d, stderr %q; want 143 and the tasks' end", code, errOut)
+	}
+}
+
+// TestSrunForwardsInputToItsStep: srun's stdin goes to the step's input file
+// (which the tasks' agents follow), ended by the end-of-input file; the
+// step is asked for with the tasks that read it: all by default, one with
+// --input=RANK, none with --input=none; -i FILE forwards the file.
+func TestSrunForwardsInputToItsStep(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, stdin io.Reader, args ...string) (*fakegw.Gateway, *loomv1.CreateJobStepRequest) {
+		t.Helper()
+		g := srunGateway(t, 1<<30, 0, 0) // ends when srun is interrupted
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		env := srunEnv(t, g)
+		env.Stdin = stdin
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			mainSrun(ctx, env, args...)
+		}()
+		testkit.WaitFor(t, 10*time.Second, "srun to watch its step", func() (bool, error) {
+			return len(fakegw.Requests[*loomv1.GetJobStepRequest](g)) > 0, nil
+		})
+		if len(stepsCreated(g)) != 1 {
+			t.Fatalf("CreateJobStep calls %d", len(stepsCreated(g)))
+		}
+		req := stepsCreated(g)[0]
+		if req.GetInput() != "" {
+			testkit.WaitFor(t, 10*time.Second, "the end of input", func() (bool, error) {
+				_, err := os.Stat(filepath.Join(g.StepOutputDir, slurmspec.InputEOF))
+				return err == nil, nil
+			})
+		}
+		cancel()
+		<-done
+		return g, req
+	}
+	input := func(g *fakegw.Gateway) string {
+		b, _ := os.ReadFile(filepath.Join(g.StepOutputDir, slurmspec.InputFile))
+		return string(b)
+	}
+	g, req := run(t, strings.NewReader("line one\nline two\n"), "-N2", "cat")
+	if req.GetInput() != slurmspec.InputAll || input(g) != "line one\nline two\n" {
+		t.Errorf("default: input %q, forwarded %q", req.GetInput(), input(g))
+	}
+	g, req = run(t, strings.NewReader("x\n"), "-N2", "--input=1", "cat")
+	if req.GetInput() != "1" || input(g) != "x\n" {
+		t.Errorf("--input=1: input %q, forwarded %q", req.GetInput(), input(g))
+	}
+	g, req = run(t, strings.NewReader("x\n"), "-N2", "-i", "none", "cat")
+	if req.GetInput() != "" || input(g) != "" {
+		t.Errorf("-i none: input %q, forwarded %q", req.GetInput(), input(g))
+	}
+	file := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(file, []byte("from a file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, req = run(t, nil, "-N2", "-i", file, "cat")
+	if req.GetInput() != slurmspec.InputAll || input(g) != "from a file\n" {
+		t.Errorf("-i FILE: input %q, forwarded %q", req.GetInput(), input(g))
+	}
+	// No input (a batch script's stdin, /dev/null): none asked for.
+	g, req = run(t, nil, "-N2", "cat")
+	if req.GetInput() != "" {
+		t.Errorf("no stdin: input %q", req.GetInput())
+	}
+	g = srunGateway(t, 0)
+	if code, _, errOut := runSrun(context.Background(), t, g, "-i", "out-%t.txt", "cat"); code != 1 ||
+		!strings.Contains(errOut, "file name patterns are not supported") {
+		t.Errorf("-i pattern: exit %d, stderr %q", code, errOut)
 	}
 }

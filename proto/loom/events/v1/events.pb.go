@@ -1796,6 +1796,7 @@ type CreateJobStep struct {
 	NtasksPerNode int32                  `protobuf:"varint,9,opt,name=ntasks_per_node,json=ntasksPerNode,proto3" json:"ntasks_per_node,omitempty"`
 	CpusPerTask   int32                  `protobuf:"varint,10,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
 	KillOnBadExit bool                   `protobuf:"varint,11,opt,name=kill_on_bad_exit,json=killOnBadExit,proto3" json:"kill_on_bad_exit,omitempty"`
+	Input         string                 `protobuf:"bytes,12,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1905,6 +1906,13 @@ func (x *CreateJobStep) GetKillOnBadExit() bool {
 		return x.KillOnBadExit
 	}
 	return false
+}
+
+func (x *CreateJobStep) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
 }
 
 // CancelJobStep asks the scheduler to kill a job step's tasks, or only to
@@ -2714,6 +2722,10 @@ type LaunchTasks struct {
 	// mem_limit_bytes is the memory the job holds on this node, which these
 	// tasks together may not pass (as StartStep.mem_limit_bytes). 0: no limit.
 	MemLimitBytes int64 `protobuf:"varint,16,opt,name=mem_limit_bytes,json=memLimitBytes,proto3" json:"mem_limit_bytes,omitempty"`
+	// input is which tasks read the step's input file (<output_dir>/stdin,
+	// followed until <output_dir>/stdin.eof exists): "" none, "all", or one
+	// task's rank (loom.v1.CreateJobStepRequest.input).
+	Input         string `protobuf:"bytes,17,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2858,6 +2870,13 @@ func (x *LaunchTasks) GetMemLimitBytes() int64 {
 		return x.MemLimitBytes
 	}
 	return 0
+}
+
+func (x *LaunchTasks) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
 }
 
 // KillTasks tells an agent to kill its tasks of a job step (SIGTERM, SIGKILL
@@ -5597,7 +5616,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\a_mem_mbB\x16\n" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
-	"\t_gpu_type\"\xad\x03\n" +
+	"\t_gpu_type\"\xc3\x03\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5612,7 +5631,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x0fntasks_per_node\x18\t \x01(\x05R\rntasksPerNode\x12\"\n" +
 	"\rcpus_per_task\x18\n" +
 	" \x01(\x05R\vcpusPerTask\x12'\n" +
-	"\x10kill_on_bad_exit\x18\v \x01(\bR\rkillOnBadExit\x1a6\n" +
+	"\x10kill_on_bad_exit\x18\v \x01(\bR\rkillOnBadExit\x12\x14\n" +
+	"\x05input\x18\f \x01(\tR\x05input\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -5685,7 +5705,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\x8c\x04\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xa2\x04\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5707,7 +5727,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"output_dir\x18\r \x01(\tR\toutputDir\x12\x12\n" +
 	"\x04user\x18\x0e \x01(\tR\x04user\x12\x16\n" +
 	"\x06sealed\x18\x0f \x01(\fR\x06sealed\x12&\n" +
-	"\x0fmem_limit_bytes\x18\x10 \x01(\x03R\rmemLimitBytes\x1a6\n" +
+	"\x0fmem_limit_bytes\x18\x10 \x01(\x03R\rmemLimitBytes\x12\x14\n" +
+	"\x05input\x18\x11 \x01(\tR\x05input\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +

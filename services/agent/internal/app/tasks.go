@@ -24,6 +24,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
@@ -229,14 +230,28 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 			out.Close()
 			return fail(fmt.Errorf("open task error file: %w", err))
 		}
+		var in *os.File
+		if slurmspec.TakesInput(cmd.GetInput(), rank) {
+			// srun's input, in the step's directory: one open each, so
+			// that every task reads all of it.
+			if in, err = a.rt.OpenInput(user, filepath.Join(outDir, slurmspec.InputFile)); err != nil {
+				out.Close()
+				errf.Close()
+				return fail(fmt.Errorf("open the step's input: %w", err))
+			}
+		}
 		p, err := a.rt.Start(ports.Spec{
 			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice, User: user, Name: taskName(key, l),
 			Env: append(append([]string(nil), base...),
 				"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
 				"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks()))),
+			Input: in, InputEOF: filepath.Join(outDir, slurmspec.InputEOF),
 		})
 		out.Close()
 		errf.Close()
+		if in != nil {
+			in.Close()
+		}
 		if err != nil {
 			return fail(err)
 		}

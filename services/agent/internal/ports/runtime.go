@@ -78,6 +78,11 @@ type Runtime interface {
 	// are made (mode 0700) and a new file is created (mode 0600), both
 	// user's. The file is emptied first unless keep.
 	OpenOutput(user, path string, keep bool) (*os.File, error)
+	// OpenInput opens path, a step's input file that user's srun appends
+	// to, for reading, as user (so that no job reads through it what its
+	// owner could not), creating it empty (mode 0600, user's) when it is
+	// not there yet.
+	OpenInput(user, path string) (*os.File, error)
 	// MakeDir makes dir and its missing parents as user (mode 0700): a
 	// step's working directory, made where its owner may make it.
 	MakeDir(user, dir string) error
@@ -181,6 +186,13 @@ type Spec struct {
 	// joined), opened with OpenOutput for User. The process gets copies:
 	// the caller closes its own.
 	Stdout, Stderr *os.File
+	// Input, when set, is what the process reads on its stdin: a file
+	// (opened with OpenInput) followed as it grows, until a file named
+	// InputEOF exists and all of Input was read; then the process reads
+	// end of file. Without Input, stdin is /dev/null. The process's feeder
+	// has its own copy: the caller closes its own.
+	Input    *os.File
+	InputEOF string
 	// Nice is how far below the agent's own CPU priority the process runs
 	// from its first instruction: a nice increment, 0..19 (more is 19).
 	Nice int

@@ -46,11 +46,13 @@ const Arg0 = "loom-stepd"
 // The shim's file descriptors beyond stdin, stdout and stderr, as the
 // runtime hands them over (exec.Cmd.ExtraFiles): the job's script (the
 // memfd the job runs as /proc/self/fd/3, or closed), the shim's Spec (JSON
-// in a memfd), and the pipe the shim writes its Report to.
+// in a memfd), the pipe the shim writes its Report to, and the step's
+// input file (Spec.InputEOF set) or closed.
 const (
 	ScriptFD = 3
 	SpecFD   = 4
 	ReportFD = 5
+	InputFD  = 6
 )
 
 func init() {
@@ -82,6 +84,10 @@ type Spec struct {
 	// busy test, gpu.StepsBusy).
 	GPUsFile string `json:"gpus_file,omitempty"`
 	GPUs     string `json:"gpus,omitempty"`
+	// InputEOF, when set, says fd InputFD is the job's input, which the
+	// shim feeds to the job's stdin as it grows until a file of this name
+	// exists (Follow); else the job's stdin is the shim's.
+	InputEOF string `json:"input_eof,omitempty"`
 }
 
 // Report is what a shim says of its start: the job's pid and start time,
@@ -160,6 +166,26 @@ func run() int {
 	if spec.Script {
 		c.ExtraFiles = []*os.File{os.NewFile(ScriptFD, "slurm_script")}
 	}
+	var feed func()
+	if spec.InputEOF != "" {
+		in := os.NewFile(InputFD, "stdin")
+		r, w, err := os.Pipe()
+		if err != nil {
+			_ = os.Remove(spec.PIDFile)
+			say(Report{Err: fmt.Sprintf("loom-stepd: input pipe: %v", err)})
+			return 1
+		}
+		c.Stdin = r
+		// Started once the job is: the job's end closes the pipe's only
+		// reader, and the feeder with it (a write fails, or the shim
+		// exits while it waits for more).
+		feed = func() {
+			r.Close()
+			go Follow(in, spec.InputEOF, w, nil)
+		}
+	} else {
+		syscall.CloseOnExec(InputFD)
+	}
 	// In the shim's group: a signal to the group reaches the job, and
 	// whoever kills the group (a stop, a reboot of the node) kills both.
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: spec.Cred}
@@ -177,6 +203,9 @@ func run() int {
 	}
 	if spec.Script {
 		c.ExtraFiles[0].Close()
+	}
+	if feed != nil {
+		feed()
 	}
 	say(Report{PID: c.Process.Pid, Start: startTime(c.Process.Pid)})
 	_ = c.Wait()

@@ -175,6 +175,23 @@ func TestOtherRequestLimits(t *testing.T) {
 		req = step()
 		req.Command = []string{"x", strings.Repeat("a", MaxArgvBytes)}
 		wantRefused(t, ValidateCreateJobStep(req), fmt.Sprintf("command: %d bytes of arguments", MaxArgvBytes+1))
+		// The tasks that read srun's input: all, one rank of the step's.
+		for in, want := range map[string]string{"x": `input: "x": want all`, "01": `input: "01"`, "-1": `input: "-1"`,
+			"4": "input: task 4 is not a task of the step (0..3)", "4096": "(0..4095)"} {
+			req = step()
+			req.Input = in
+			if in != "4096" {
+				req.Ntasks = 4
+			}
+			wantRefused(t, ValidateCreateJobStep(req), want)
+		}
+		for _, in := range []string{"", "all", "3"} {
+			req = step()
+			req.Input, req.Ntasks = in, 4
+			if err := ValidateCreateJobStep(req); err != nil {
+				t.Errorf("input %q: %v", in, err)
+			}
+		}
 		// Counts whose products the scheduler takes in int32.
 		req = step()
 		req.NtasksPerNode = 1 << 30

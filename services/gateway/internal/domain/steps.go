@@ -39,12 +39,15 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	// directory, not the caller's.
 	v.Check(req.GetWorkDir() == "" || filepath.IsAbs(req.GetWorkDir()), "work_dir", "%s must be an absolute path", clip(req.GetWorkDir()))
 	checkRequestID(&v, req.GetRequestId())
+	if err := slurmspec.ParseInput(req.GetInput(), int(req.GetNtasks())); err != nil {
+		v.Add("input", "%v", err)
+	}
 	if err := v.Err(); err != nil {
 		return err
 	}
 	checkCommandSize(&v, "request", &eventsv1.CreateJobStep{Job: req.GetParent(), RequestId: req.GetRequestId(),
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
-		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask()})
+		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput()})
 	return v.Err()
 }
 

@@ -165,6 +165,9 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		"must be 0..%d, got %d", slurmspec.MaxTasksPerNode, ev.GetNtasksPerNode())
 	v.Check(ev.GetCpusPerTask() >= 0 && ev.GetCpusPerTask() <= slurmspec.MaxCPUsPerTask, "cpus_per_task",
 		"must be 0..%d, got %d", slurmspec.MaxCPUsPerTask, ev.GetCpusPerTask())
+	if err := slurmspec.ParseInput(ev.GetInput(), int(ev.GetNtasks())); err != nil {
+		v.Add("input", "%v", err)
+	}
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("create job step: %w", err)
 	}
@@ -200,6 +203,15 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	if err == nil && len(r.Tasks) != len(r.Nodes) {
 		err = fmt.Errorf("the run's task layout is unknown")
 	}
+	total := int32(0)
+	for _, c := range tasks {
+		total += c
+	}
+	if err == nil {
+		if e := slurmspec.ParseInput(ev.GetInput(), int(total)); e != nil {
+			err = fmt.Errorf("--input: %w", e)
+		}
+	}
 	if err != nil {
 		// Recorded, so that the waiting srun hears why at once.
 		step.State, step.Reason, step.End = loomv1.JobState_FAILED, err.Error(), t.now
@@ -211,10 +223,6 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	step.Hostnames = append([]string(nil), r.Hostnames[:n]...)
 	step.Tasks = tasks
 	step.Parts = make([]StepPart, n)
-	total := int32(0)
-	for _, c := range tasks {
-		total += c
-	}
 	step.ExitCodes = make([]int32, total)
 	step.OutputDir = StepOutputDir(shared, j.Job.GetJobId(), r.Attempt, id)
 	putJobStep(r, -1, step)
@@ -273,7 +281,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 			Job: j.Name(), JobId: j.Job.GetJobId(), Attempt: r.Attempt, StepId: id, Node: node,
 			NodeIndex: int32(k), FirstRank: first, Ntasks: tasks[k], TotalTasks: total,
 			Command: step.Command, Env: env, WorkDir: wd, OutputDir: step.OutputDir,
-			User: j.Job.GetUser(), MemLimitBytes: memLimit(r),
+			User: j.Job.GetUser(), MemLimitBytes: memLimit(r), Input: ev.GetInput(),
 		})
 	}
 	return nil

@@ -78,7 +78,7 @@ func (h *harness) jobStep(id int32) *loomv1.JobStep {
 func TestJobStepLaunchesRankedTasksOnEveryNode(t *testing.T) {
 	t.Parallel()
 	h := batchOnTwo(t)
-	c := h.do(createStep("r1"))
+	c := h.do(createStep("r1", func(e *eventsv1.CreateJobStep) { e.Input = "3" }))
 	ls := launches(c)
 	if len(ls) != 2 {
 		t.Fatalf("LaunchTasks %v, want one per node", ls)
@@ -88,7 +88,7 @@ func TestJobStepLaunchesRankedTasksOnEveryNode(t *testing.T) {
 		if l.GetNode() != nodeName(host) || l.GetNodeIndex() != int32(k) || l.GetFirstRank() != int32(2*k) ||
 			l.GetNtasks() != 2 || l.GetTotalTasks() != 4 || l.GetStepId() != 0 || l.GetAttempt() != 1 ||
 			!reflect.DeepEqual(l.GetCommand(), []string{"python", "train.py"}) || l.GetWorkDir() != "/shared/c1" ||
-			l.GetOutputDir() != "/shared/c1/.loom/steps/1.0" || l.GetUser() != "ada" {
+			l.GetOutputDir() != "/shared/c1/.loom/steps/1.0" || l.GetUser() != "ada" || l.GetInput() != "3" {
 			t.Errorf("LaunchTasks to %s: %v", host, l)
 		}
 		env := l.GetEnv()
@@ -332,6 +332,8 @@ func TestJobStepRefusals(t *testing.T) {
 		// refused, not a panic in the layout.
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, NtasksPerNode: 1 << 30},
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, CpusPerTask: 1 << 30},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Input: "some"},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Input: "2", Ntasks: 2},
 	} {
 		_, err := h.s.Handle(h.now, bad)
 		var inv *errs.InvalidError
@@ -352,6 +354,13 @@ func TestJobStepRefusals(t *testing.T) {
 	if s := h.jobStep(0); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
 		s.GetReason() != "Requested node configuration is not available: the job has 2 node(s), the step asks for 3" {
 		t.Fatalf("too many nodes: %v", s)
+	}
+	// An input for a task the step does not have (its count known only
+	// from the layout): FAILED, saying which tasks it has.
+	c = h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.Input = "4" }))
+	if s := h.jobStep(1); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
+		s.GetReason() != "--input: task 4 is not a task of the step (0..3)" {
+		t.Fatalf("input for task 4 of 4: %v", s)
 	}
 }
 

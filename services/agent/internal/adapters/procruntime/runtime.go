@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -119,6 +120,30 @@ func (r Runtime) OpenOutput(user, path string, keep bool) (*os.File, error) {
 		return err
 	})
 	return f, err
+}
+
+// OpenInput opens path for reading as user (osuser.As), creating it
+// empty (0600) when missing.
+func (r Runtime) OpenInput(user, path string) (*os.File, error) {
+	a, err := r.account(user)
+	if err != nil {
+		return nil, err
+	}
+	var f *os.File
+	err = osuser.As(a, func() error {
+		// Non-blocking: a FIFO put in its place would hold the open until
+		// someone writes to it; it is refused below instead.
+		f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE|syscall.O_NONBLOCK, outputMode)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
 }
 
 // openOutput opens path for appending, creating it and its directory, and
@@ -229,16 +254,45 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 		}
 		return p, nil
 	}
+	// Without a shim, the agent feeds the input itself, until the
+	// process is waited for.
+	var stopInput chan struct{}
+	var inputW *os.File
+	if spec.Input != nil {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("input pipe: %w", err)
+		}
+		defer pr.Close() // the child has its own copy
+		c.Stdin, inputW, stopInput = pr, pw, make(chan struct{})
+	}
 	if err := startNiced(c, spec.Nice); err != nil {
+		if inputW != nil {
+			inputW.Close()
+		}
 		if spec.Script != "" {
 			first, _, _ := strings.Cut(spec.Script, "\n")
 			return nil, fmt.Errorf("run the batch script with its interpreter line %q: %w", first, err)
 		}
 		return nil, fmt.Errorf("start %q: %w", spec.Argv[0], err)
 	}
+	if inputW != nil {
+		// A copy of the input: the caller closes its own.
+		in, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", spec.Input.Fd()))
+		if err != nil {
+			inputW.Close()
+			_ = proc.KillGroup(c.Process.Pid, syscall.SIGKILL)
+			_ = c.Wait()
+			return nil, fmt.Errorf("input: %w", err)
+		}
+		go func() {
+			stepd.Follow(in, spec.InputEOF, inputW, stopInput)
+			in.Close()
+		}()
+	}
 	pid := c.Process.Pid
 	start, _ := proc.StartTime(pid)
-	return &process{c: c, g: ports.Group{PID: pid, Start: start}}, nil
+	return &process{c: c, g: ports.Group{PID: pid, Start: start}, stopInput: stopInput}, nil
 }
 
 // envValue is the value of key in env ("" when it has none).
@@ -258,6 +312,10 @@ type process struct {
 	c      *exec.Cmd
 	g      ports.Group
 	status string
+	// stopInput, when set, ends the feeding of the process's input (no
+	// shim feeds it): closed once the process is waited for.
+	stopInput chan struct{}
+	stopOnce  sync.Once
 }
 
 // Group names the process's group.
@@ -272,6 +330,9 @@ func (p *process) Group() ports.Group { return p.g }
 // group was, SIGKILL).
 func (p *process) Wait() ports.Exit {
 	_ = proc.Wait(p.c)
+	if p.stopInput != nil {
+		p.stopOnce.Do(func() { close(p.stopInput) })
+	}
 	if p.status != "" {
 		if st, err := stepd.ReadStatus(p.status); err == nil {
 			return statusExit(st)

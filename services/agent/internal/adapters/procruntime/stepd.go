@@ -63,6 +63,9 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	}
 	ss := stepd.Spec{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Cred: cred, Script: script != nil,
 		PIDFile: PIDFile(r.opts.StateDir, spec.Name), StatusFile: r.statusFile(spec.Name)}
+	if spec.Input != nil {
+		ss.InputEOF = spec.InputEOF
+	}
 	if devs := envValue(c.Env, "CUDA_VISIBLE_DEVICES"); devs != "" {
 		// The GPUs the step holds, beside its pidfile: the simulated
 		// device shows those busy, not every GPU of the node.
@@ -91,6 +94,9 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	shim.Dir = "/"
 	shim.Stdout, shim.Stderr = spec.Stdout, spec.Stderr
 	shim.ExtraFiles = []*os.File{script, specf, repw}
+	if spec.Input != nil {
+		shim.ExtraFiles = append(shim.ExtraFiles, spec.Input) // stepd.InputFD
+	}
 	shim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = startNiced(shim, spec.Nice)
 	repw.Close()
