@@ -2,11 +2,10 @@ package slurmcli
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -17,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
-	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -508,39 +507,35 @@ func TestSprioFilters(t *testing.T) {
 
 // TestSrun covers the steps srun runs itself, on the batch node: one-node
 // steps given input on stdin (srunsteps_test.go has the others).
+// TestSrun: inside an allocation every srun is a step the gateway starts,
+// on one node or many (srunsteps_test.go has its output and ends): -n,
+// -N, -c and the job's environment go into the request; a step cannot ask
+// for more nodes than the allocation has.
 func TestSrun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	in := func() io.Reader { return strings.NewReader("") }
 	alloc := map[string]string{"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "gpu-0001", "SLURM_NNODES": "1",
 		"SLURM_NTASKS": "3", "SLURMD_NODENAME": "gpu-0001", "PATH": os.Getenv("PATH"), "HOME": dir}
-	code, out, errOut := run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-l", "sh", "-c", `echo "$SLURM_PROCID/$SLURM_LOCALID/$SLURM_NTASKS/$SLURM_JOB_ID"`)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	sort.Strings(lines)
-	if code != 0 || errOut != "" || !reflect.DeepEqual(lines, []string{"0: 0/0/3/12", "1: 1/1/3/12", "2: 2/2/3/12"}) {
-		t.Errorf("srun -l: %d %q %q", code, out, errOut)
+	g := srunGateway(t, 0)
+	code, _, errOut := run(t, g, "srun", Env{Cwd: dir, Environ: alloc, Stdin: strings.NewReader("")}, "-n", "2", "-c", "4", "./fail.sh")
+	if code != 0 || len(stepsCreated(g)) != 1 {
+		t.Fatalf("one-node srun with input: %d %q, %d steps created", code, errOut, len(stepsCreated(g)))
 	}
-	// -n overrides the job's task count; the worst exit code is srun's.
-	script := filepath.Join(dir, "fail.sh")
-	testkit.WriteExecutable(t, script, []byte("#!/bin/sh\n[ \"$SLURM_PROCID\" = 1 ] && exit 7\nexit 0\n"), 0o755)
-	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-n", "2", "./fail.sh")
-	if code != 7 || errOut != "srun: error: gpu-0001: task 1: Exited with exit code 7\n" {
-		t.Errorf("srun exit: %d %q", code, errOut)
+	req := stepsCreated(g)[0]
+	if req.GetParent() != "projects/default/jobs/12" || req.GetNtasks() != 2 || req.GetCpusPerTask() != 4 ||
+		req.GetInput() != slurmspec.InputAll || req.GetWorkDir() != dir || !slices.Equal(req.GetCommand(), []string{"./fail.sh"}) ||
+		req.GetEnv()["HOME"] != dir {
+		t.Errorf("one-node step request %v", req)
 	}
 	multi := mergeMaps(alloc, map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2"})
-	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "hostname")
-	// A multi-node step is the gateway's to start, input or not
-	// (srunsteps_test.go): this one has no job 12.
+	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi}, "hostname")
+	// This gateway has no job 12.
 	if code != 1 || errOut != "srun: error: Unable to create step for job 12: job projects/default/jobs/12 not found\n" {
 		t.Errorf("multi-node: %d %q", code, errOut)
 	}
-	code, out, _ = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")
-	if code != 0 || out != "1\n" {
-		t.Errorf("srun -N1 in a multi-node allocation: %d %q", code, out)
-	}
-	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "no-such-command-xyz")
-	if code != 1 || errOut != "srun: error: no-such-command-xyz: command not found\n" {
-		t.Errorf("missing command: %d %q", code, errOut)
+	if code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc}, "-N2", "hostname"); code != 1 ||
+		errOut != "srun: error: Only allocated 1 nodes asked for 2\n" {
+		t.Errorf("-N2 of 1: %d %q", code, errOut)
 	}
 }
 

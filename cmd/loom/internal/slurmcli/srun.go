@@ -3,19 +3,14 @@ package slurmcli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
-	"github.com/loom-ml/loom/libs/hostlist"
-	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
@@ -66,10 +61,9 @@ var srunOptions = []optDef{
 
 // srun runs a command as a job step inside the allocation it is called
 // from (SLURM_JOB_ID set), once per task, with SLURM_PROCID and
-// SLURM_LOCALID. A step on one node (a one-node allocation, -N1, -n1) runs
-// here, as srun's children; a step spanning
-// several nodes is started by the scheduler on every node through the
-// gateway (srunSteps).
+// SLURM_LOCALID: the scheduler starts it on the step's nodes, one or
+// many, through the gateway (srunSteps). Outside an allocation it first
+// asks for one (srunAlloc).
 func (c *cmd) srun(ctx context.Context, args []string) error {
 	p := &optParser{prog: "srun", defs: srunOptions, stopAtFirst: true}
 	opts, command, err := p.parse(args)
@@ -160,135 +154,10 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	if nodes > allocNodes {
 		return c.errorf("Only allocated %d nodes asked for %d", allocNodes, nodes)
 	}
-	// Slurm's defaults: without -N a step uses every node of the
-	// allocation (fewer when fewer tasks are asked for).
-	stepNodes := nodes
-	if stepNodes == 0 {
-		stepNodes = allocNodes
-		if ntasks > 0 && ntasks < stepNodes {
-			stepNodes = ntasks
-		}
-	}
-	// Every step is the scheduler's, as in Slurm (a job step in sacct,
-	// SLURM_STEP_ID counting up, scancel JOB.STEP), except a one-node step
-	// given input on stdin without -i, on the batch node (not under salloc,
-	// whose command runs off the allocation: no SLURMD_NODENAME): its tasks
-	// run here, task 0 reading the input, as before steps took input
-	// (feedStep).
-	if stepNodes > 1 || !hasInput(c.env.Stdin) || env["SLURMD_NODENAME"] == "" || inputOpt != "" {
-		req.jobID = env["SLURM_JOB_ID"]
-		return c.srunMulti(ctx, req, export, chdir)
-	}
-	hosts, _ := hostlist.Expand(env["SLURM_JOB_NODELIST"])
-	host := env["SLURMD_NODENAME"]
-	if host == "" && len(hosts) > 0 {
-		host = hosts[0]
-	}
-	switch {
-	case ntasks > 0:
-	case perNode > 0:
-		ntasks = perNode
-	case allocNodes == 1 && env["SLURM_NTASKS"] != "":
-		ntasks, _ = strconv.Atoi(env["SLURM_NTASKS"])
-	case env["SLURM_NTASKS_PER_NODE"] != "":
-		ntasks, _ = strconv.Atoi(env["SLURM_NTASKS_PER_NODE"])
-	}
-	ntasks = max(ntasks, 1)
-
-	base, err := exportedTaskEnv(export, env)
-	if err != nil {
-		return err
-	}
-	step := env["SLURM_STEP_ID"]
-	if step == "" {
-		step = "0"
-	}
-	base["SLURM_NTASKS"] = strconv.Itoa(ntasks)
-	base["SLURM_NPROCS"] = strconv.Itoa(ntasks)
-	base["SLURM_STEP_NUM_TASKS"] = strconv.Itoa(ntasks)
-	base["SLURM_STEP_NUM_NODES"] = "1"
-	base["SLURM_STEP_NODELIST"] = host
-	base["SLURM_STEP_TASKS_PER_NODE"] = strconv.Itoa(ntasks)
-	base["SLURM_NODEID"] = "0"
-	base["SLURMD_NODENAME"] = host
-	if cpt > 0 {
-		base["SLURM_CPUS_PER_TASK"] = strconv.Itoa(cpt)
-	}
-	dir := c.env.Cwd
-	if chdir != "" {
-		if filepath.IsAbs(chdir) {
-			dir = chdir
-		} else {
-			dir = filepath.Join(dir, chdir)
-		}
-	}
-	path, err := proc.LookPath(command[0], base["PATH"], dir)
-	if err != nil {
-		return c.errorf("%s: %v", command[0], err)
-	}
-
-	out := &lockedWriter{w: c.stdout}
-	errw := &lockedWriter{w: c.stderr}
-	if c.stdout == c.stderr {
-		errw = out
-	}
-	codes := make([]int, ntasks)
-	errs := make([]error, ntasks)
-	var wg sync.WaitGroup
-	for i := 0; i < ntasks; i++ {
-		env := make([]string, 0, len(base)+4)
-		for _, k := range sortedKeys(base) {
-			env = append(env, k+"="+base[k])
-		}
-		env = append(env, "SLURM_PROCID="+strconv.Itoa(i), "SLURM_LOCALID="+strconv.Itoa(i), "PMI_RANK="+strconv.Itoa(i))
-		cmd := exec.CommandContext(ctx, path, command[1:]...)
-		cmd.Args[0] = command[0]
-		cmd.Env = env
-		cmd.Dir = dir
-		var so, se io.Writer = out, errw
-		if label {
-			so = &labelWriter{prefix: fmt.Sprintf("%d: ", i), w: out}
-			se = &labelWriter{prefix: fmt.Sprintf("%d: ", i), w: errw}
-		}
-		cmd.Stdout, cmd.Stderr = so, se
-		if i == 0 && c.env.Stdin != nil {
-			cmd.Stdin = c.env.Stdin
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			errs[i] = cmd.Run()
-			if lw, ok := so.(*labelWriter); ok {
-				lw.flush()
-			}
-			if lw, ok := se.(*labelWriter); ok {
-				lw.flush()
-			}
-		}(i)
-	}
-	wg.Wait()
-	worst := 0
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %v\n", host, i, err)
-			codes[i] = 1
-		} else if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %s\n", host, i, strings.ToUpper(ws.Signal().String()[:1])+ws.Signal().String()[1:])
-			codes[i] = 128 + int(ws.Signal())
-		} else {
-			codes[i] = ee.ExitCode()
-			fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Exited with exit code %d\n", host, i, codes[i])
-		}
-		worst = max(worst, codes[i])
-	}
-	if worst != 0 {
-		return &Error{Code: worst}
-	}
-	return nil
+	// Every step is the scheduler's, as in Slurm: a job step in sacct,
+	// SLURM_STEP_ID counting up, scancel JOB.STEP, its input forwarded.
+	req.jobID = env["SLURM_JOB_ID"]
+	return c.srunMulti(ctx, req, export, chdir)
 }
 
 // stepInput sets which of a step's tasks read input, and from where, as
@@ -323,7 +192,7 @@ func (c *cmd) stepInput(req *stepRequest, opt string) error {
 	return nil
 }
 
-// hasInput reports whether r, srun's stdin, may carry input for task 0: a
+// hasInput reports whether r, srun's stdin, may carry input for the tasks: a
 // pipe or a file, not a terminal or /dev/null (a batch script's), and not
 // nothing.
 func hasInput(r io.Reader) bool {
@@ -414,8 +283,8 @@ Inside a job's allocation (SLURM_JOB_ID set) srun starts a job step: its
 tasks, once per task, with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and
 SLURM_STEP_* set. The scheduler starts them on the step's nodes and their
 output is copied here; srun's stdin is forwarded to every task (-i RANK: one
-task's, -i none: none, -i FILE: FILE instead). A one-node step given input on
-stdin without -i runs on the batch node instead. Outside a job srun first asks for an allocation
+task's, -i none: none, -i FILE: FILE instead). Outside a job srun first asks
+for an allocation
 (-N, -n, -p, -t, --gres, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.
 `

@@ -239,8 +239,7 @@ func TestSrunMultiNodeRefusals(t *testing.T) {
 		t.Errorf("bad request: exit %d, stderr %q", code, errOut)
 	}
 	// A one-node step is the scheduler's too (a job step in sacct, its own
-	// step id), unless srun has input and no -i: that runs on the batch
-	// node, task 0 reading it.
+	// step id).
 	g = srunGateway(t, 1, 0)
 	if code, _, errOut := runSrun(context.Background(), t, g, "-N1", "echo", "step"); code != 0 || len(stepsCreated(g)) != 1 ||
 		stepsCreated(g)[0].GetNodeCount() != 1 || !slices.Equal(stepsCreated(g)[0].GetCommand(), []string{"echo", "step"}) {
@@ -258,11 +257,6 @@ func TestSrunMultiNodeRefusals(t *testing.T) {
 		t.Errorf("job of project research: exit %d, stderr %q, creates %v", code, errOut, stepsCreated(g))
 	}
 	g = srunGateway(t, 0)
-	env = srunEnv(t, g)
-	env.Stdin = strings.NewReader("input\n")
-	if code, out, errOut := mainSrun(context.Background(), env, "-N1", "cat"); code != 0 || out != "input\n" || len(stepsCreated(g)) != 0 {
-		t.Errorf("-N1 with input: exit %d, out %q, stderr %q, creates %d", code, out, errOut, len(stepsCreated(g)))
-	}
 	if code, _, errOut := runSrun(context.Background(), t, g, "-N3", "hostname"); code != 1 ||
 		errOut != "srun: error: Only allocated 2 nodes asked for 3\n" { // Slurm's words
 		t.Errorf("-N3 of 2: exit %d, stderr %q", code, errOut)
