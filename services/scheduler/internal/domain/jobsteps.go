@@ -427,11 +427,22 @@ func (t *txn) maybeEndStep(s *JobStep) {
 	for _, c := range s.ExitCodes {
 		ok = ok && c == 0
 	}
+	oom := false
+	for _, p := range s.Parts {
+		// The agent's word for tasks it killed past the job's memory, as
+		// for a batch step (handle.go).
+		oom = oom || strings.Contains(strings.ToLower(p.Message), "out of memory")
+	}
 	switch {
 	case s.Cancelled:
 		s.State = loomv1.JobState_CANCELLED
 	case ok:
 		s.State = loomv1.JobState_COMPLETED
+	case oom:
+		s.State = loomv1.JobState_OUT_OF_MEMORY
+		if s.Reason == "" {
+			s.Reason = "OutOfMemory"
+		}
 	default:
 		s.State = loomv1.JobState_FAILED
 		if s.Reason == "" {

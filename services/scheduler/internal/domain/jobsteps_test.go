@@ -166,6 +166,15 @@ func TestJobStepExitCodesAndKillOnBadExit(t *testing.T) {
 	if s := h.jobStep(2); s.GetState() != loomv1.JobState_FAILED || s.GetExitCode() != 1 {
 		t.Fatalf("step %v", s)
 	}
+	// Tasks the agent killed past the job's memory: OUT_OF_MEMORY, as
+	// Slurm's sacct shows such a step.
+	h.do(createStep("r4"))
+	h.tasks(3, "a", eventsv1.StepState_STEP_EXITED, 0, 0)
+	h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: 3, Node: nodeName("b"), Cluster: cl,
+		State: eventsv1.StepState_STEP_EXITED, ExitCodes: []int32{137, 137}, Message: "tasks killed: out of memory (1.2 GiB over a limit of 1.0 GiB)"})
+	if s := h.jobStep(3); s.GetState() != loomv1.JobState_OUT_OF_MEMORY || s.GetExitCode() != 137 || s.GetReason() != "OutOfMemory" {
+		t.Fatalf("step killed for memory: %v", s)
+	}
 }
 
 func TestJobStepCancelAndSignal(t *testing.T) {
