@@ -331,6 +331,12 @@ func (s *State) hangDue(now time.Time, j *Job, r *Run) (time.Duration, bool) {
 // stepProgress records a step's progress on its run: the highest step,
 // checkpoint and checkpointing time over the run's nodes, and when it last
 // moved. A run being drained is requeued at its first newer checkpoint.
+// MinProgressInterval is the least time between two StepProgress reports
+// the scheduler keeps for a run (and between two new checkpoints): each
+// kept report is a write of the run's record, and a run of 2,048 nodes
+// reporting every 5 s would otherwise write it ~400 times a second.
+const MinProgressInterval = time.Second
+
 func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	var v errs.Validator
 	v.Check(ev.GetJob() != "", "job", "required")
@@ -344,6 +350,16 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 		return nil
 	}
 	if _, ok := r.Steps[ev.GetNode()]; !ok {
+		return nil
+	}
+	// Bounded: a report is kept at most once per MinProgressInterval for
+	// the run, whatever its nodes send (each every progress interval, or
+	// a broken or hostile one at any rate), except a new checkpoint, which
+	// drains and checkpoints on failure wait for: at most one of those per
+	// interval too. A report passed over loses nothing: each carries the
+	// node's latest figures, and the next one kept brings them.
+	ckpt := ev.GetCheckpointStep() > r.Progress.CheckpointStep
+	if within := func(at time.Time) bool { return !at.IsZero() && t.now.Before(at.Add(MinProgressInterval)) }; (!ckpt && within(r.Progress.KeptAt)) || (ckpt && within(r.Progress.CheckpointKeptAt)) {
 		return nil
 	}
 	p := r.Progress
@@ -368,6 +384,10 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	}
 	if p == r.Progress {
 		return nil
+	}
+	p.KeptAt = t.now
+	if ckpt {
+		p.CheckpointKeptAt = t.now
 	}
 	r = t.editRun(key)
 	r.Progress = p

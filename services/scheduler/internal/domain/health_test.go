@@ -17,6 +17,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
@@ -1380,5 +1381,48 @@ func TestCheckpointOnFailureWithoutProgress(t *testing.T) {
 	}
 	if s := survivorStopped(ckpt(h, surv, 106, h.now), surv); s == nil || !strings.Contains(s.GetReason(), "checkpointed at step 106") {
 		t.Fatalf("the survivor's checkpoint on the signal did not end the wait")
+	}
+}
+
+// TestProgressReportsBounded: a run's progress reports are kept at most once
+// per MinProgressInterval, whatever its nodes send; a new checkpoint passes
+// one kept a moment before (drains wait for it), but not a second new
+// checkpoint within the interval. What is passed over arrives with the next
+// report kept.
+func TestProgressReportsBounded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	n1 := h.job(1).GetNodes()[0]
+	h.step(1, 1, n1, eventsv1.StepState_STEP_RUNNING, 0)
+	at := func(d time.Duration, step, ckpt int64) *Change {
+		t.Helper()
+		c, err := h.s.Handle(h.now.Add(d), &eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(n1), Step: step,
+			CheckpointStep: ckpt, LastProgress: timestamppb.New(h.now.Add(d))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.commit(c)
+		return c
+	}
+	progress := func() jobstore.Progress { return h.s.Run(jobName(1), 1).Progress }
+	at(0, 10, 0)
+	for i := range 50 { // a flood within the interval: none written
+		if c := at(time.Duration(i+1)*time.Millisecond, int64(11+i), 0); len(c.Runs) != 0 {
+			t.Fatalf("report %d within the interval wrote the run", i)
+		}
+	}
+	if p := progress(); p.Step != 10 {
+		t.Fatalf("step %d after the flood, want the first report's 10", p.Step)
+	}
+	if at(100*time.Millisecond, 70, 60); progress().CheckpointStep != 60 || progress().Step != 70 {
+		t.Fatalf("a new checkpoint within the interval was not kept: %+v", progress())
+	}
+	if at(200*time.Millisecond, 80, 75); progress().CheckpointStep != 60 {
+		t.Fatalf("a second new checkpoint within the interval was kept: %+v", progress())
+	}
+	if at(1200*time.Millisecond, 90, 75); progress().CheckpointStep != 75 || progress().Step != 90 {
+		t.Fatalf("the next report past the interval: %+v, want its figures", progress())
 	}
 }

@@ -110,6 +110,11 @@ type Progress struct {
 	Checkpointing time.Duration `json:"checkpointing,omitempty"`
 	// Last is when the run last moved (zero: never reported).
 	Last time.Time `json:"last,omitzero"`
+	// KeptAt and CheckpointKeptAt are when the scheduler last kept a
+	// report, and one with a new checkpoint: the bound on how often a
+	// run's nodes make it write (domain.MinProgressInterval).
+	KeptAt           time.Time `json:"kept_at,omitzero"`
+	CheckpointKeptAt time.Time `json:"checkpoint_kept_at,omitzero"`
 }
 
 // Key returns the run's record key.
