@@ -109,16 +109,54 @@ func Alive(pid int, start uint64) bool {
 	return ok && (start == 0 || st == 0 || st == start)
 }
 
-// KillGroup sends sig to the process group pgid; a group that is gone is not
+// KillGroup sends sig to the process group pgid, and, when its leader leads
+// a session, to the session's other processes; a group that is gone is not
 // an error.
 func KillGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 1 {
 		return fmt.Errorf("kill group %d: refusing to signal a pgid <= 1", pgid)
 	}
+	leads := leadsSession(pgid)
 	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("kill group %d with %v: %w", pgid, sig, err)
 	}
+	if leads {
+		// Its session's other groups too (a terminal's shell puts each
+		// job in a group of its own): they are the unit's.
+		for _, pid := range sessionMembers(pgid) {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
 	return nil
+}
+
+// leadsSession reports whether pid leads a session (its session id is its
+// own pid).
+func leadsSession(pid int) bool {
+	f, ok := statFields(pid)
+	return ok && len(f) > 3 && f[3] == strconv.Itoa(pid)
+}
+
+// sessionMembers lists the processes of session sid outside its leader's
+// group, by a walk of /proc.
+func sessionMembers(sid int) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	var out []int
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 1 {
+			continue
+		}
+		if f, ok := statFields(pid); ok && len(f) > 3 && f[3] == strconv.Itoa(sid) && f[2] != strconv.Itoa(sid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // GroupAlive reports whether any process of group pgid exists.

@@ -36,7 +36,8 @@ const clockTick = 10 * time.Millisecond
 var pageSize = int64(os.Getpagesize())
 
 // GroupUsage samples, in one walk of /proc, every live process whose
-// process group is in groups, and returns their usage summed by group
+// process group is in groups (or whose session is: a group's leader that
+// leads a session keeps what moved to other groups of it), and returns their usage summed by group
 // (groups with no live process are absent). Without leaders a group's
 // leader (the process whose pid is the group's id: a shim that runs the
 // job under it) is not counted. A process that exits during the walk is
@@ -59,10 +60,20 @@ func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 				continue
 			}
 			s, ok := sampleStat(pid)
-			if !ok || !groups[s.pgrp] || (!leaders && pid == s.pgrp) {
+			if !ok {
 				continue
 			}
-			u := out[s.pgrp]
+			// A group's leader may lead a session too (a step with a
+			// terminal): what left the group for a group of its own in
+			// that session (a shell's jobs) is still the group's.
+			g := s.pgrp
+			if !groups[g] && groups[s.session] {
+				g = s.session
+			}
+			if !groups[g] || (!leaders && pid == g) {
+				continue
+			}
+			u := out[g]
 			u.Processes++
 			u.UserCPU += s.user
 			u.SystemCPU += s.system
@@ -72,7 +83,7 @@ func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 			r, w := readIO(pid)
 			u.ReadBytes += r
 			u.WriteBytes += w
-			out[s.pgrp] = u
+			out[g] = u
 		}
 		if err != nil || len(names) == 0 {
 			break
@@ -83,9 +94,9 @@ func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 
 // statSample is what GroupUsage reads of one /proc/PID/stat.
 type statSample struct {
-	pgrp         int
-	user, system time.Duration
-	vsize, rss   int64
+	pgrp, session int
+	user, system  time.Duration
+	vsize, rss    int64
 }
 
 // sampleStat reads pid's stat line: its group, CPU times (its own and its
@@ -93,7 +104,7 @@ type statSample struct {
 // its parent's wait will count it.
 func sampleStat(pid int) (statSample, bool) {
 	f, ok := statFields(pid)
-	// f[0] is field 3 (state): field n is f[n-3]. pgrp 5, utime 14, stime
+	// f[0] is field 3 (state): field n is f[n-3]. pgrp 5, session 6, utime 14, stime
 	// 15, cutime 16, cstime 17, vsize 23, rss 24 (pages).
 	if !ok || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
 		return statSample{}, false
@@ -103,11 +114,12 @@ func sampleStat(pid int) (statSample, bool) {
 		return max(n, 0)
 	}
 	return statSample{
-		pgrp:   int(num(2)),
-		user:   time.Duration(num(11)+num(13)) * clockTick,
-		system: time.Duration(num(12)+num(14)) * clockTick,
-		vsize:  num(20),
-		rss:    num(21) * pageSize,
+		pgrp:    int(num(2)),
+		session: int(num(3)),
+		user:    time.Duration(num(11)+num(13)) * clockTick,
+		system:  time.Duration(num(12)+num(14)) * clockTick,
+		vsize:   num(20),
+		rss:     num(21) * pageSize,
 	}, true
 }
 

@@ -23,6 +23,9 @@ const (
 	InputEOF  = "stdin.eof"
 )
 
+// MaxTermSize bounds a step's terminal's rows and columns (srun --pty).
+const MaxTermSize = 10000
+
 // MaxInputBytes bounds what srun forwards to one step: the input is kept in
 // a file on the shared filesystem, which no task consuming it shrinks.
 const MaxInputBytes = 1 << 30

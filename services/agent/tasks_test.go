@@ -273,3 +273,28 @@ func TestLaunchTasksReadInput(t *testing.T) {
 		t.Fatalf("input a FIFO: %v", f)
 	}
 }
+
+// TestLaunchTasksWithATerminal: srun --pty's task 0 runs in a terminal of
+// the asked size, its input typed into it, its output (the terminal's) in
+// its output file; the other tasks have none.
+func TestLaunchTasksWithATerminal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	outDir := filepath.Join(e.shared, ".loom", "steps", "8.0")
+	l := launch("8", 0, 0, 2, outDir, "sh", "-c", `if [ -t 0 ]; then stty size; read x; echo "got $x"; else echo "no tty"; fi`)
+	l.Input, l.Pty, l.PtyRows, l.PtyCols = "0", true, 40, 120
+	publish(t, e.broker, command(l))
+	waitTasks(t, e.broker, "8", 0, eventsv1.StepState_STEP_RUNNING)
+	if err := os.WriteFile(filepath.Join(outDir, slurmspec.InputFile), []byte("typed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ex := waitTasks(t, e.broker, "8", 0, eventsv1.StepState_STEP_EXITED); !reflect.DeepEqual(ex.ExitCodes, []int32{0, 0}) {
+		t.Fatalf("exited = %v", ex)
+	}
+	for rank, want := range []string{"40 120\r\ntyped\r\ngot typed\r\n", "no tty\n"} {
+		if b, err := os.ReadFile(filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank))); err != nil || string(b) != want {
+			t.Errorf("task-%d.out = %q, %v; want %q", rank, b, err, want)
+		}
+	}
+}

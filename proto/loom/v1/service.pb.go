@@ -853,7 +853,13 @@ type CreateJobStepRequest struct {
 	// appends the input to the file "stdin" of the step's output directory
 	// and makes "stdin.eof" beside it at its end; each task reads it as it
 	// grows (docs/slurm.md "srun").
-	Input         string `protobuf:"bytes,11,opt,name=input,proto3" json:"input,omitempty"`
+	Input string `protobuf:"bytes,11,opt,name=input,proto3" json:"input,omitempty"`
+	// pty runs task 0 in a pseudo-terminal of pty_rows × pty_cols (0: 24 ×
+	// 80), srun --pty: its input, output and error all go through it, its
+	// output to task 0's output file; input must then be "" or "0".
+	Pty           bool  `protobuf:"varint,12,opt,name=pty,proto3" json:"pty,omitempty"`
+	PtyRows       int32 `protobuf:"varint,13,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
+	PtyCols       int32 `protobuf:"varint,14,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -963,6 +969,27 @@ func (x *CreateJobStepRequest) GetInput() string {
 		return x.Input
 	}
 	return ""
+}
+
+func (x *CreateJobStepRequest) GetPty() bool {
+	if x != nil {
+		return x.Pty
+	}
+	return false
+}
+
+func (x *CreateJobStepRequest) GetPtyRows() int32 {
+	if x != nil {
+		return x.PtyRows
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetPtyCols() int32 {
+	if x != nil {
+		return x.PtyCols
+	}
+	return 0
 }
 
 type GetJobStepRequest struct {
@@ -3758,7 +3785,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xb6\x03\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xfe\x03\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3773,7 +3800,10 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\rcpus_per_task\x18\t \x01(\x05R\vcpusPerTask\x12'\n" +
 	"\x10kill_on_bad_exit\x18\n" +
 	" \x01(\bR\rkillOnBadExit\x12\x14\n" +
-	"\x05input\x18\v \x01(\tR\x05input\x1a6\n" +
+	"\x05input\x18\v \x01(\tR\x05input\x12\x10\n" +
+	"\x03pty\x18\f \x01(\bR\x03pty\x12\x19\n" +
+	"\bpty_rows\x18\r \x01(\x05R\aptyRows\x12\x19\n" +
+	"\bpty_cols\x18\x0e \x01(\x05R\aptyCols\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

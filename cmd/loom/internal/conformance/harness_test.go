@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -629,4 +630,92 @@ func wantEqual(t *testing.T, what, got, want string) {
 	if got != want {
 		t.Errorf("%s = %q, want %q", what, got, want)
 	}
+}
+
+// runTerminal runs a Slurm command with a terminal for its stdin, stdout
+// and stderr, as from a user's shell: it types each line once the command
+// has shown something since the last (as a person waits for the prompt),
+// and returns what the terminal showed and the command's exit code.
+func (s *session) runTerminal(lines []string, name string, args ...string) (string, int) {
+	s.t.Helper()
+	master, slave, err := openTerminal()
+	if err != nil {
+		s.t.Fatalf("a terminal for %s: %v", name, err)
+	}
+	defer master.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.f.bin, name), args...)
+	cmd.Dir, cmd.Env = s.dir, s.env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	slave.Close()
+	var mu sync.Mutex
+	var shown bytes.Buffer
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			mu.Lock()
+			shown.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	seen := func() int { mu.Lock(); defer mu.Unlock(); return shown.Len() }
+	before := 0
+	for _, l := range lines {
+		// Typed once the other side has shown something since the last
+		// line was typed (its prompt, or that line's echo).
+		s.waitFor(60*time.Second, "the terminal to show something before typing "+l, func() bool { return seen() > before })
+		before = seen()
+		if _, err := master.Write([]byte(l + "\r")); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	err = cmd.Wait()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		s.t.Fatalf("%s %q: %v", name, args, err)
+	}
+	select {
+	case <-read:
+	case <-time.After(10 * time.Second):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return shown.String(), code
+}
+
+// openTerminal opens a pseudo-terminal pair.
+func openTerminal() (master, slave *os.File, err error) {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd := int(m.Fd())
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err == nil {
+		err = unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0)
+	}
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	sl, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	return m, sl, nil
 }

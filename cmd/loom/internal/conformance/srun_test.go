@@ -261,3 +261,28 @@ func TestSrunForwardsInput(t *testing.T) {
 	want := "0: alpha\n0: beta\n1: alpha\n1: beta\n1: gamma\n0: empty 0\n1: empty 1\ndone\n"
 	wantEqual(t, "output", out, want)
 }
+
+// TestSrunPty: srun --pty from a terminal (as a user types srun --pty sh
+// on the login node) runs the shell in a terminal of its own on the node:
+// what is typed reaches it, its prompt and answers come back as they are
+// written, and srun exits with its code, as Slurm 22.05's does with the
+// same keys (the session was compared by hand). From no terminal srun
+// says so and runs the step without one, as Slurm's.
+func TestSrunPty(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	out, code := s.runTerminal([]string{"echo $((6*7))", "tty", "exit 3"}, "srun", "--pty", "sh")
+	for _, want := range []string{"echo $((6*7))\r\n42\r\n", "/dev/pts/", "srun: error: gpu-0001: task 0: Exited with exit code 3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("srun --pty sh: the terminal shows %q, lacking %q", out, want)
+		}
+	}
+	if code != 3 {
+		t.Errorf("srun --pty sh exited %d, want the shell's 3; the terminal showed %q", code, out)
+	}
+	r := s.runStdin("tty\n", "srun", "--pty", "sh")
+	if !strings.Contains(r.stderr, "srun: error: Not using a pseudo-terminal, disregarding --pty option") ||
+		strings.TrimSpace(r.stdout) != "not a tty" {
+		t.Errorf("srun --pty from no terminal: %v", r)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/term"
+
 	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
@@ -77,6 +79,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	export := ""
 	jobID := ""
 	inputOpt := ""
+	pty := false
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -118,7 +121,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		case "jobid":
 			jobID = o.value
 		case "pty":
-			return c.errorf("--pty is not supported by Loom's srun: its steps have no terminal. Use loom clusters login for a shell, and srun or sbatch for work on the nodes")
+			pty = true
 		}
 	}
 	if len(command) == 0 {
@@ -128,6 +131,9 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		killOnBadExit: killBad, label: label}
 	if err := c.stepInput(&req, inputOpt); err != nil {
 		return err
+	}
+	if pty {
+		c.stepTerminal(&req, inputOpt)
 	}
 	if f, ok := req.stdin.(*os.File); ok && req.stdin != c.env.Stdin {
 		defer f.Close() // -i FILE
@@ -190,6 +196,24 @@ func (c *cmd) stepInput(req *stepRequest, opt string) error {
 		req.input, req.stdin = slurmspec.InputAll, f
 	}
 	return nil
+}
+
+// stepTerminal makes task 0 of the step run in a terminal (--pty) that
+// srun's own stands for: its size, and its input typed into it. As Slurm's,
+// srun whose stdin is no terminal says so and runs the step without one.
+func (c *cmd) stepTerminal(req *stepRequest, inputOpt string) {
+	f, ok := c.env.Stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		fmt.Fprintln(c.stderr, "srun: error: Not using a pseudo-terminal, disregarding --pty option")
+		return
+	}
+	if inputOpt != "" && inputOpt != "0" {
+		fmt.Fprintf(c.stderr, "srun: error: --input=%s: with --pty only task 0 reads input\n", inputOpt)
+	}
+	req.pty, req.input, req.stdin = true, "0", f
+	if cols, rows, err := term.GetSize(int(f.Fd())); err == nil {
+		req.ptyRows, req.ptyCols = int32(min(rows, slurmspec.MaxTermSize)), int32(min(cols, slurmspec.MaxTermSize))
+	}
 }
 
 // hasInput reports whether r, srun's stdin, may carry input for the tasks: a
@@ -278,12 +302,15 @@ func (c *cmd) srunMulti(ctx context.Context, req stepRequest, export, chdir stri
 }
 
 const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus] [-l]
-            [-K] [-D path] [-i all|none|RANK|FILE] [--export=...] executable [args...]
+            [-K] [-D path] [-i all|none|RANK|FILE] [--pty] [--export=...]
+            executable [args...]
 Inside a job's allocation (SLURM_JOB_ID set) srun starts a job step: its
 tasks, once per task, with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and
 SLURM_STEP_* set. The scheduler starts them on the step's nodes and their
 output is copied here; srun's stdin is forwarded to every task (-i RANK: one
-task's, -i none: none, -i FILE: FILE instead). Outside a job srun first asks
+task's, -i none: none, -i FILE: FILE instead); with --pty, from a terminal,
+task 0 runs in a terminal of its own that yours stands for (srun --pty bash
+for a shell on a node). Outside a job srun first asks
 for an allocation
 (-N, -n, -p, -t, --gres, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/term"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -32,12 +34,20 @@ type stepRequest struct {
 	// none; stdin is what they read.
 	input string
 	stdin io.Reader
+	// pty runs task 0 in a terminal of ptyRows × ptyCols that srun's own
+	// (stdin, put in raw mode meanwhile) stands for.
+	pty              bool
+	ptyRows, ptyCols int32
 }
 
 // Polling intervals of a remote step: its output files, and its state.
 var (
-	stepTailEvery  = 50 * time.Millisecond
-	stepStateEvery = 250 * time.Millisecond
+	stepTailEvery = 50 * time.Millisecond
+	// terminalTailEvery is how often srun --pty looks for the terminal's
+	// output: with the node's input poll (20 ms), what bounds a typed
+	// key's echo.
+	terminalTailEvery = 10 * time.Millisecond
+	stepStateEvery    = 250 * time.Millisecond
 	// stepCancelWait bounds how long srun waits for a step it cancelled
 	// (on SIGINT/SIGTERM) to end: the agents' kill grace and then some.
 	stepCancelWait = 30 * time.Second
@@ -59,7 +69,8 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	}
 	create := &loomv1.CreateJobStepRequest{Parent: parent, RequestId: requestID(), Command: req.command,
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
-		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input}
+		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
+		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -87,6 +98,23 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	}
 	stepID := fmt.Sprintf("%s.%d", req.jobID, step.GetStepId())
 	tail := newStepTail(step, req.label, c.stdout, c.stderr)
+	restore := func() {}
+	every := stepTailEvery
+	if req.pty {
+		// Keys go to the terminal as typed (the remote one echoes them,
+		// and ^C is a character for it), and its output comes back as it
+		// is written, not a line at a time.
+		tail = newTerminalTail(step, c.stdout)
+		every = terminalTailEvery
+		if f, ok := req.stdin.(*os.File); ok {
+			if old, err := term.MakeRaw(int(f.Fd())); err == nil {
+				// Restored before srun says how the step ended, and
+				// whatever way it returns.
+				restore = sync.OnceFunc(func() { _ = term.Restore(int(f.Fd()), old) })
+				defer restore()
+			}
+		}
+	}
 	defer tail.close()
 	if req.input != "" {
 		feedCtx, stopFeed := context.WithCancel(ctx)
@@ -96,7 +124,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 
 	var cancelled time.Time
 	lastState := time.Time{}
-	tick := time.NewTicker(stepTailEvery)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	done := ctx.Done()
 	for {
@@ -112,15 +140,18 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 			case status.Code(err) == codes.NotFound:
 				// The job was requeued or is gone: its steps ended with it.
 				tail.finish()
+				restore()
 				return c.errorf("%s: step %s is gone: its job's run ended", c.name, stepID)
 			}
 			if err == nil && step.GetState().Terminal() {
 				tail.finish()
+				restore()
 				return c.stepOutcome(step, stepID)
 			}
 		}
 		if !cancelled.IsZero() && time.Since(cancelled) > stepCancelWait {
 			tail.finish()
+			restore()
 			return c.errorf("step %s did not end %v after it was cancelled", stepID, stepCancelWait)
 		}
 		select {
@@ -268,6 +299,15 @@ type tailFile struct {
 	path string
 	f    *os.File
 	w    *labelWriter
+	raw  io.Writer // instead of w: what comes, as it comes
+}
+
+func (f *tailFile) write(b []byte) {
+	if f.raw != nil {
+		_, _ = f.raw.Write(b)
+		return
+	}
+	_, _ = f.w.Write(b)
 }
 
 func newStepTail(step *loomv1.JobStep, label bool, stdout, stderr io.Writer) *stepTail {
@@ -295,6 +335,16 @@ func newStepTail(step *loomv1.JobStep, label bool, stdout, stderr io.Writer) *st
 	return t
 }
 
+// newTerminalTail follows task 0's output of a step run in a terminal
+// (--pty), to stdout as it comes: a terminal's output is not lines (a
+// prompt has no newline), and carries its error output too.
+func newTerminalTail(step *loomv1.JobStep, stdout io.Writer) *stepTail {
+	return &stepTail{files: []*tailFile{{
+		path: filepath.Join(step.GetOutputDir(), "task-0.out"),
+		raw:  stdout,
+	}}}
+}
+
 // poll copies what the files gained since the last poll.
 func (t *stepTail) poll() {
 	buf := make([]byte, 64<<10)
@@ -309,7 +359,7 @@ func (t *stepTail) poll() {
 		for {
 			n, err := f.f.Read(buf)
 			if n > 0 {
-				_, _ = f.w.Write(buf[:n])
+				f.write(buf[:n])
 			}
 			if err != nil || n == 0 {
 				if err != nil && !errors.Is(err, io.EOF) {
@@ -326,7 +376,9 @@ func (t *stepTail) poll() {
 func (t *stepTail) finish() {
 	t.poll()
 	for _, f := range t.files {
-		f.w.flush()
+		if f.w != nil {
+			f.w.flush()
+		}
 	}
 }
 

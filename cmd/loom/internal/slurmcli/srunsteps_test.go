@@ -147,11 +147,13 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 		jobsSubmitted(g)[0].GetJob().GetNice() != 7 {
 		t.Fatalf("input variables: exit %d, stderr %q, submitted %v", code, errOut, jobsSubmitted(g))
 	}
-	// --pty asks for what Loom's steps cannot give: refused, nothing submitted.
+	// --pty from no terminal: Slurm's warning, and a step without one
+	// (conformance's TestSrunPty has the terminal).
 	g = srunGateway(t, 0)
 	code, _, errOut = srunOutside(context.Background(), t, g, "--pty", "bash")
-	if code == 0 || !strings.HasPrefix(errOut, "srun: error: --pty is not supported") || len(jobsSubmitted(g)) != 0 {
-		t.Fatalf("--pty: exit %d, stderr %q, submitted %v", code, errOut, jobsSubmitted(g))
+	if code != 0 || !strings.HasPrefix(errOut, "srun: error: Not using a pseudo-terminal, disregarding --pty option\n") ||
+		len(stepsCreated(g)) != 1 || stepsCreated(g)[0].GetPty() {
+		t.Fatalf("--pty from no terminal: exit %d, stderr %q, steps %v", code, errOut, stepsCreated(g))
 	}
 	// Bad allocation options are refused as srun's (exit 255, as Slurm's),
 	// nothing submitted.

@@ -1797,6 +1797,9 @@ type CreateJobStep struct {
 	CpusPerTask   int32                  `protobuf:"varint,10,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
 	KillOnBadExit bool                   `protobuf:"varint,11,opt,name=kill_on_bad_exit,json=killOnBadExit,proto3" json:"kill_on_bad_exit,omitempty"`
 	Input         string                 `protobuf:"bytes,12,opt,name=input,proto3" json:"input,omitempty"`
+	Pty           bool                   `protobuf:"varint,13,opt,name=pty,proto3" json:"pty,omitempty"`
+	PtyRows       int32                  `protobuf:"varint,14,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
+	PtyCols       int32                  `protobuf:"varint,15,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1913,6 +1916,27 @@ func (x *CreateJobStep) GetInput() string {
 		return x.Input
 	}
 	return ""
+}
+
+func (x *CreateJobStep) GetPty() bool {
+	if x != nil {
+		return x.Pty
+	}
+	return false
+}
+
+func (x *CreateJobStep) GetPtyRows() int32 {
+	if x != nil {
+		return x.PtyRows
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetPtyCols() int32 {
+	if x != nil {
+		return x.PtyCols
+	}
+	return 0
 }
 
 // CancelJobStep asks the scheduler to kill a job step's tasks, or only to
@@ -2725,7 +2749,12 @@ type LaunchTasks struct {
 	// input is which tasks read the step's input file (<output_dir>/stdin,
 	// followed until <output_dir>/stdin.eof exists): "" none, "all", or one
 	// task's rank (loom.v1.CreateJobStepRequest.input).
-	Input         string `protobuf:"bytes,17,opt,name=input,proto3" json:"input,omitempty"`
+	Input string `protobuf:"bytes,17,opt,name=input,proto3" json:"input,omitempty"`
+	// pty runs the task of rank 0 in a pseudo-terminal of pty_rows ×
+	// pty_cols (loom.v1.CreateJobStepRequest.pty).
+	Pty           bool  `protobuf:"varint,18,opt,name=pty,proto3" json:"pty,omitempty"`
+	PtyRows       int32 `protobuf:"varint,19,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
+	PtyCols       int32 `protobuf:"varint,20,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2877,6 +2906,27 @@ func (x *LaunchTasks) GetInput() string {
 		return x.Input
 	}
 	return ""
+}
+
+func (x *LaunchTasks) GetPty() bool {
+	if x != nil {
+		return x.Pty
+	}
+	return false
+}
+
+func (x *LaunchTasks) GetPtyRows() int32 {
+	if x != nil {
+		return x.PtyRows
+	}
+	return 0
+}
+
+func (x *LaunchTasks) GetPtyCols() int32 {
+	if x != nil {
+		return x.PtyCols
+	}
+	return 0
 }
 
 // KillTasks tells an agent to kill its tasks of a job step (SIGTERM, SIGKILL
@@ -5616,7 +5666,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\a_mem_mbB\x16\n" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
-	"\t_gpu_type\"\xc3\x03\n" +
+	"\t_gpu_type\"\x8b\x04\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5632,7 +5682,10 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\rcpus_per_task\x18\n" +
 	" \x01(\x05R\vcpusPerTask\x12'\n" +
 	"\x10kill_on_bad_exit\x18\v \x01(\bR\rkillOnBadExit\x12\x14\n" +
-	"\x05input\x18\f \x01(\tR\x05input\x1a6\n" +
+	"\x05input\x18\f \x01(\tR\x05input\x12\x10\n" +
+	"\x03pty\x18\r \x01(\bR\x03pty\x12\x19\n" +
+	"\bpty_rows\x18\x0e \x01(\x05R\aptyRows\x12\x19\n" +
+	"\bpty_cols\x18\x0f \x01(\x05R\aptyCols\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -5705,7 +5758,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xa2\x04\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xea\x04\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5728,7 +5781,10 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04user\x18\x0e \x01(\tR\x04user\x12\x16\n" +
 	"\x06sealed\x18\x0f \x01(\fR\x06sealed\x12&\n" +
 	"\x0fmem_limit_bytes\x18\x10 \x01(\x03R\rmemLimitBytes\x12\x14\n" +
-	"\x05input\x18\x11 \x01(\tR\x05input\x1a6\n" +
+	"\x05input\x18\x11 \x01(\tR\x05input\x12\x10\n" +
+	"\x03pty\x18\x12 \x01(\bR\x03pty\x12\x19\n" +
+	"\bpty_rows\x18\x13 \x01(\x05R\aptyRows\x12\x19\n" +
+	"\bpty_cols\x18\x14 \x01(\x05R\aptyCols\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +

@@ -164,6 +164,11 @@ type Rusage struct {
 	MaxRSS             int64
 }
 
+// PTY is a process's terminal: its rows and columns (0: 24 × 80).
+type PTY struct {
+	Rows, Cols uint16
+}
+
 // Spec describes a process to start.
 type Spec struct {
 	// Argv is the program and its arguments. Argv[0] is found as a shell
@@ -193,6 +198,11 @@ type Spec struct {
 	// has its own copy: the caller closes its own.
 	Input    *os.File
 	InputEOF string
+	// PTY, when set, runs the process in a pseudo-terminal of its size:
+	// its stdin, stdout and stderr, and its session's controlling
+	// terminal; what it writes there goes to Stdout, and Input is typed
+	// into it. It needs a runtime with a shim (a state directory).
+	PTY *PTY
 	// Nice is how far below the agent's own CPU priority the process runs
 	// from its first instruction: a nice increment, 0..19 (more is 19).
 	Nice int

@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -88,6 +89,14 @@ type Spec struct {
 	// shim feeds to the job's stdin as it grows until a file of this name
 	// exists (Follow); else the job's stdin is the shim's.
 	InputEOF string `json:"input_eof,omitempty"`
+	// PTY runs the job in a pseudo-terminal of Rows × Cols (0: 24 × 80):
+	// its stdin, stdout and stderr, and its session's controlling
+	// terminal (the shim leads a session of its own then). What the job
+	// writes to it goes to the shim's stdout; the input, if any, is typed
+	// into it.
+	PTY  bool   `json:"pty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // Report is what a shim says of its start: the job's pid and start time,
@@ -130,6 +139,9 @@ func run() int {
 	err := json.NewDecoder(specf).Decode(&spec)
 	specf.Close()
 	syscall.CloseOnExec(ReportFD)
+	// The input is the shim's to feed, never the job's to inherit (an
+	// error when there is none).
+	syscall.CloseOnExec(InputFD)
 	report := os.NewFile(ReportFD, "stepd-report")
 	say := func(r Report) {
 		_ = json.NewEncoder(report).Encode(r)
@@ -167,7 +179,27 @@ func run() int {
 		c.ExtraFiles = []*os.File{os.NewFile(ScriptFD, "slurm_script")}
 	}
 	var feed func()
-	if spec.InputEOF != "" {
+	var relayed chan struct{}
+	if spec.PTY {
+		master, slave, err := openPTY(spec.Rows, spec.Cols, spec.Cred)
+		if err != nil {
+			_ = os.Remove(spec.PIDFile)
+			say(Report{Err: fmt.Sprintf("loom-stepd: terminal: %v", err)})
+			return 1
+		}
+		c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+		relayed = make(chan struct{})
+		feed = func() {
+			slave.Close() // the job's now: the master reads EIO once it is gone
+			go func() {
+				defer close(relayed)
+				_, _ = io.Copy(os.Stdout, master)
+			}()
+			if spec.InputEOF != "" {
+				go Follow(os.NewFile(InputFD, "stdin"), spec.InputEOF, ptyInput{master}, nil)
+			}
+		}
+	} else if spec.InputEOF != "" {
 		in := os.NewFile(InputFD, "stdin")
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -183,8 +215,6 @@ func run() int {
 			r.Close()
 			go Follow(in, spec.InputEOF, w, nil)
 		}
-	} else {
-		syscall.CloseOnExec(InputFD)
 	}
 	// In the shim's group: a signal to the group reaches the job, and
 	// whoever kills the group (a stop, a reboot of the node) kills both.
@@ -209,6 +239,14 @@ func run() int {
 	}
 	say(Report{PID: c.Process.Pid, Start: startTime(c.Process.Pid)})
 	_ = c.Wait()
+	if relayed != nil {
+		// What the job wrote last, unless what it left behind holds the
+		// terminal open: then no longer than a moment.
+		select {
+		case <-relayed:
+		case <-time.After(time.Second):
+		}
+	}
 	st := exitOf(c.ProcessState)
 	if st.MaxRSS <= hwm {
 		st.MaxRSS = 0 // not known: the samples tell

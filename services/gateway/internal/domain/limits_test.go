@@ -185,6 +185,18 @@ func TestOtherRequestLimits(t *testing.T) {
 			}
 			wantRefused(t, ValidateCreateJobStep(req), want)
 		}
+		for _, bad := range []struct {
+			mod  func(*loomv1.CreateJobStepRequest)
+			want string
+		}{
+			{func(r *loomv1.CreateJobStepRequest) { r.Pty, r.Input = true, "all" }, `input: with pty only task 0 reads input, got "all"`},
+			{func(r *loomv1.CreateJobStepRequest) { r.Pty, r.PtyRows = true, -1 }, "pty_rows: must be 0..10000, got -1"},
+			{func(r *loomv1.CreateJobStepRequest) { r.Pty, r.PtyCols = true, 1<<20 }, "pty_cols: must be 0..10000, got 1048576"},
+		} {
+			req = step()
+			bad.mod(req)
+			wantRefused(t, ValidateCreateJobStep(req), bad.want)
+		}
 		for _, in := range []string{"", "all", "3"} {
 			req = step()
 			req.Input, req.Ntasks = in, 4

@@ -168,6 +168,9 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	if err := slurmspec.ParseInput(ev.GetInput(), int(ev.GetNtasks())); err != nil {
 		v.Add("input", "%v", err)
 	}
+	v.Check(!ev.GetPty() || ev.GetInput() == "" || ev.GetInput() == "0", "input", "with pty only task 0 reads input, got %q", ev.GetInput())
+	v.Check(ev.GetPtyRows() >= 0 && ev.GetPtyRows() <= slurmspec.MaxTermSize && ev.GetPtyCols() >= 0 && ev.GetPtyCols() <= slurmspec.MaxTermSize,
+		"pty_rows", "rows and columns must be 0..%d, got %d × %d", slurmspec.MaxTermSize, ev.GetPtyRows(), ev.GetPtyCols())
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("create job step: %w", err)
 	}
@@ -282,6 +285,8 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 			NodeIndex: int32(k), FirstRank: first, Ntasks: tasks[k], TotalTasks: total,
 			Command: step.Command, Env: env, WorkDir: wd, OutputDir: step.OutputDir,
 			User: j.Job.GetUser(), MemLimitBytes: memLimit(r), Input: ev.GetInput(),
+			// The terminal is task 0's, on the step's first node.
+			Pty: ev.GetPty() && k == 0, PtyRows: ev.GetPtyRows(), PtyCols: ev.GetPtyCols(),
 		})
 	}
 	return nil

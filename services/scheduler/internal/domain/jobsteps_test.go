@@ -80,6 +80,11 @@ func TestJobStepLaunchesRankedTasksOnEveryNode(t *testing.T) {
 	h := batchOnTwo(t)
 	c := h.do(createStep("r1", func(e *eventsv1.CreateJobStep) { e.Input = "3" }))
 	ls := launches(c)
+	for k, l := range ls {
+		if l.GetPty() {
+			t.Errorf("LaunchTasks %d has a terminal no one asked for", k)
+		}
+	}
 	if len(ls) != 2 {
 		t.Fatalf("LaunchTasks %v, want one per node", ls)
 	}
@@ -343,6 +348,8 @@ func TestJobStepRefusals(t *testing.T) {
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, CpusPerTask: 1 << 30},
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Input: "some"},
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Input: "2", Ntasks: 2},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Pty: true, Input: "all"},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Pty: true, PtyRows: -1},
 	} {
 		_, err := h.s.Handle(h.now, bad)
 		var inv *errs.InvalidError
@@ -364,10 +371,15 @@ func TestJobStepRefusals(t *testing.T) {
 		s.GetReason() != "Requested node configuration is not available: the job has 2 node(s), the step asks for 3" {
 		t.Fatalf("too many nodes: %v", s)
 	}
+	// A terminal is task 0's: on the first node only, with its size.
+	c = h.do(createStep("rp", func(e *eventsv1.CreateJobStep) { e.Pty, e.Input, e.PtyRows, e.PtyCols = true, "0", 30, 100 }))
+	if ls := launches(c); len(ls) != 2 || !ls[0].GetPty() || ls[1].GetPty() || ls[0].GetPtyRows() != 30 || ls[0].GetPtyCols() != 100 || ls[0].GetInput() != "0" {
+		t.Fatalf("pty step launches %v", ls)
+	}
 	// An input for a task the step does not have (its count known only
 	// from the layout): FAILED, saying which tasks it has.
 	c = h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.Input = "4" }))
-	if s := h.jobStep(1); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
+	if s := h.jobStep(2); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
 		s.GetReason() != "--input: task 4 is not a task of the step (0..3)" {
 		t.Fatalf("input for task 4 of 4: %v", s)
 	}

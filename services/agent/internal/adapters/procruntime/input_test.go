@@ -3,6 +3,7 @@ package procruntime
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,5 +109,68 @@ func appendTo(t *testing.T, path, s string) {
 	defer f.Close()
 	if _, err := f.WriteString(s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A process with a terminal (srun --pty): its stdin and stdout are a tty of
+// the asked size, its input is typed into it, what it writes (and the
+// terminal's echo) reaches Stdout, and a job it puts in a group of its own
+// (as a shell with job control does) dies with the unit. Only under a shim.
+func TestPTY(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/dev/ptmx"); err != nil {
+		t.Skip("no /dev/ptmx here")
+	}
+	rt := New(Options{AllowRoot: true, StateDir: t.TempDir()})
+	dir := t.TempDir()
+	stdout, stderr := outputs(t, dir)
+	inPath, eof := filepath.Join(dir, "stdin"), filepath.Join(dir, "stdin.eof")
+	in, err := rt.OpenInput("", inPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := `set -m; [ -t 0 ] && [ -t 1 ] && echo "both ttys"; stty size; read line; echo "got:$line"; ` +
+		`sleep 1000 & echo "bg:$!"; read again; echo "again:$again"`
+	p := start(t, rt, ports.Spec{Argv: []string{"sh", "-c", prog}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir,
+		Stdout: stdout, Stderr: stderr, Input: in, InputEOF: eof, Name: "pty", PTY: &ports.PTY{Rows: 30, Cols: 100}})
+	in.Close()
+	appendTo(t, inPath, "hello\n")
+	var bg int
+	testkit.WaitFor(t, wait, "the job's answer through its terminal", func() (bool, error) {
+		out := read(t, filepath.Join(dir, "out"))
+		if i := strings.Index(out, "bg:"); i >= 0 {
+			if j := strings.Index(out[i:], "\r\n"); j > 0 {
+				bg, _ = strconv.Atoi(out[i+3 : i+j])
+			}
+		}
+		return bg > 0, nil
+	})
+	out := read(t, filepath.Join(dir, "out"))
+	for _, want := range []string{"both ttys\r\n", "30 100\r\n", "hello\r\n", "got:hello\r\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the terminal's output %q lacks %q", out, want)
+		}
+	}
+	// Stopped as a step is: the whole group, and its session.
+	if err := rt.Kill(p.Group()); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, p)
+	// With job control the background job has a group of its own, in the
+	// unit's session: what a group kill alone would miss.
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(bg) + "/stat"); err != nil {
+		t.Fatal(err)
+	} else if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); f[2] == strconv.Itoa(p.Group().PID) ||
+		f[3] != strconv.Itoa(p.Group().PID) {
+		t.Fatalf("background job %d: group %s, session %s; want a group of its own in session %d", bg, f[2], f[3], p.Group().PID)
+	}
+	testkit.WaitFor(t, wait, "the background job to die with its unit", func() (bool, error) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(bg) + "/stat")
+		return err != nil || strings.Contains(string(b), ") Z "), nil
+	})
+	// Without a shim: refused, saying why.
+	if _, err := New(asAgent).Start(ports.Spec{Argv: []string{"true"}, Dir: dir, Stdout: stdout, Stderr: stderr,
+		PTY: &ports.PTY{}}); err == nil || !strings.Contains(err.Error(), "a terminal needs the step daemon") {
+		t.Fatalf("a terminal without a shim: %v", err)
 	}
 }

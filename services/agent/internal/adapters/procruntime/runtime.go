@@ -199,6 +199,9 @@ func (r Runtime) GiveDir(user, dir string) error {
 // (fd 3) and executed by its path, so the kernel runs the interpreter its
 // "#!" line names.
 func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
+	if spec.PTY != nil && r.opts.StateDir == "" {
+		return nil, errors.New("a terminal needs the step daemon: this runtime has no state directory")
+	}
 	a, err := r.account(spec.User)
 	if err != nil {
 		return nil, err

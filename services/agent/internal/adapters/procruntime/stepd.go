@@ -66,6 +66,9 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	if spec.Input != nil {
 		ss.InputEOF = spec.InputEOF
 	}
+	if spec.PTY != nil {
+		ss.PTY, ss.Rows, ss.Cols = true, spec.PTY.Rows, spec.PTY.Cols
+	}
 	if devs := envValue(c.Env, "CUDA_VISIBLE_DEVICES"); devs != "" {
 		// The GPUs the step holds, beside its pidfile: the simulated
 		// device shows those busy, not every GPU of the node.
@@ -98,6 +101,11 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 		shim.ExtraFiles = append(shim.ExtraFiles, spec.Input) // stepd.InputFD
 	}
 	shim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.PTY != nil {
+		// A session of its own, whose terminal the shim takes (its group
+		// is the same: the session's first, with the shim's pid as id).
+		shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	err = startNiced(shim, spec.Nice)
 	repw.Close()
 	if err != nil {

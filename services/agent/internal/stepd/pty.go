@@ -1,0 +1,85 @@
+package stepd
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"unsafe"
+)
+
+// Default terminal size, as a terminal emulator's first window.
+const (
+	DefaultRows = 24
+	DefaultCols = 80
+)
+
+// openPTY opens a new pseudo-terminal pair: the master, and the slave,
+// given to owner (uid, gid; nil: left as it is, the shim's own) so that
+// the job can reopen it as /dev/tty, sized rows × cols, and the controlling
+// terminal of the caller's session (the caller leads a session that has
+// none): the job inherits the session, and with it the terminal.
+func openPTY(rows, cols uint16, owner *syscall.Credential) (master, slave *os.File, err error) {
+	mfd, err := syscall.Open("/dev/ptmx", syscall.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open /dev/ptmx: %w", err)
+	}
+	master = os.NewFile(uintptr(mfd), "/dev/ptmx")
+	fail := func(what string, err error) (*os.File, *os.File, error) {
+		master.Close()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var n uint32
+	if err := ioctl(mfd, syscall.TIOCGPTN, unsafe.Pointer(&n)); err != nil {
+		return fail("pty number", err)
+	}
+	var unlock int32
+	if err := ioctl(mfd, syscall.TIOCSPTLCK, unsafe.Pointer(&unlock)); err != nil {
+		return fail("unlock pty", err)
+	}
+	name := "/dev/pts/" + strconv.FormatUint(uint64(n), 10)
+	if owner != nil {
+		if err := os.Chown(name, int(owner.Uid), int(owner.Gid)); err != nil {
+			return fail("give the terminal to the job's owner", err)
+		}
+		if err := os.Chmod(name, 0o620); err != nil {
+			return fail("terminal mode", err)
+		}
+	}
+	sfd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fail("open "+name, err)
+	}
+	slave = os.NewFile(uintptr(sfd), name)
+	if err := ioctl(sfd, syscall.TIOCSCTTY, nil); err != nil {
+		slave.Close()
+		return fail("make "+name+" the session's terminal", err)
+	}
+	if rows == 0 || cols == 0 {
+		rows, cols = DefaultRows, DefaultCols
+	}
+	ws := struct{ Row, Col, X, Y uint16 }{Row: rows, Col: cols}
+	if err := ioctl(sfd, syscall.TIOCSWINSZ, unsafe.Pointer(&ws)); err != nil {
+		slave.Close()
+		return fail("terminal size", err)
+	}
+	return master, slave, nil
+}
+
+func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), req, uintptr(arg)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// ptyInput writes a step's input to its terminal; its Close, at the
+// input's end, types the end-of-file character (^D) rather than closing
+// the master, which would hang the terminal up while the job still writes.
+type ptyInput struct{ master *os.File }
+
+func (p ptyInput) Write(b []byte) (int, error) { return p.master.Write(b) }
+func (p ptyInput) Close() error {
+	_, err := p.master.Write([]byte{4})
+	return err
+}
