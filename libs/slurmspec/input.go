@@ -21,6 +21,9 @@ const (
 const (
 	InputFile = "stdin"
 	InputEOF  = "stdin.eof"
+	// WinsizeFile holds the new size of srun --pty's terminal, "ROWS
+	// COLS", replaced (written beside it, then renamed) at each resize.
+	WinsizeFile = "winsize"
 )
 
 // MaxTermSize bounds a step's terminal's rows and columns (srun --pty).

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/term"
@@ -113,6 +115,8 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 				restore = sync.OnceFunc(func() { _ = term.Restore(int(f.Fd()), old) })
 				defer restore()
 			}
+			stop := c.forwardResizes(int(f.Fd()), step.GetOutputDir())
+			defer stop()
 		}
 	}
 	defer tail.close()
@@ -213,6 +217,37 @@ func (c *cmd) feedStep(ctx context.Context, dir string, in io.Reader) {
 		return
 	}
 	eof.Close()
+}
+
+// forwardResizes writes the terminal fd's new size into the step's
+// directory each time the window is resized (SIGWINCH), where the task's
+// loom-stepd reads it: "ROWS COLS", written beside and renamed, so that it
+// is never read half written. It returns the function that stops it.
+func (c *cmd) forwardResizes(fd int, dir string) (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGWINCH)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-sigs:
+			}
+			cols, rows, err := term.GetSize(fd)
+			if err != nil {
+				continue
+			}
+			path := filepath.Join(dir, slurmspec.WinsizeFile)
+			if err := os.WriteFile(path+".new", fmt.Appendf(nil, "%d %d\n", rows, cols), 0o600); err == nil {
+				_ = os.Rename(path+".new", path)
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
 }
 
 // readsMore reports whether r has more to read (into buf).

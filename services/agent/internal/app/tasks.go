@@ -245,7 +245,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 			Env: append(append([]string(nil), base...),
 				"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
 				"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks()))),
-			Input: in, InputEOF: filepath.Join(outDir, slurmspec.InputEOF), PTY: taskPTY(cmd, rank),
+			Input: in, InputEOF: filepath.Join(outDir, slurmspec.InputEOF), PTY: taskPTY(cmd, rank, outDir),
 		})
 		out.Close()
 		errf.Close()
@@ -261,9 +261,9 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 }
 
 // taskPTY is the terminal of the task of rank rank (srun --pty: task 0's
-// alone), nil for none. The sizes were bounded by the gateway and the
+// alone), resized as srun writes in outDir, nil for none. The sizes were bounded by the gateway and the
 // scheduler; a bad one here gets the default.
-func taskPTY(cmd *eventsv1.LaunchTasks, rank int32) *ports.PTY {
+func taskPTY(cmd *eventsv1.LaunchTasks, rank int32, outDir string) *ports.PTY {
 	if !cmd.GetPty() || rank != 0 {
 		return nil
 	}
@@ -273,7 +273,7 @@ func taskPTY(cmd *eventsv1.LaunchTasks, rank int32) *ports.PTY {
 		}
 		return uint16(n)
 	}
-	return &ports.PTY{Rows: size(cmd.GetPtyRows()), Cols: size(cmd.GetPtyCols())}
+	return &ports.PTY{Rows: size(cmd.GetPtyRows()), Cols: size(cmd.GetPtyCols()), WinsizeFile: filepath.Join(outDir, slurmspec.WinsizeFile)}
 }
 
 // taskName is the runtime's name of the local task l of the tasks key.

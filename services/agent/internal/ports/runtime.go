@@ -164,9 +164,12 @@ type Rusage struct {
 	MaxRSS             int64
 }
 
-// PTY is a process's terminal: its rows and columns (0: 24 × 80).
+// PTY is a process's terminal: its rows and columns (0: 24 × 80), and the
+// file that gives its new size when the user's window is resized ("ROWS
+// COLS"; "" none).
 type PTY struct {
-	Rows, Cols uint16
+	Rows, Cols  uint16
+	WinsizeFile string
 }
 
 // Spec describes a process to start.

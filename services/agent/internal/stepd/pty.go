@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -83,3 +84,52 @@ func (p ptyInput) Close() error {
 	_, err := p.master.Write([]byte{4})
 	return err
 }
+
+// WinsizePoll is how often a terminal's shim looks for a new window size.
+const WinsizePoll = 250 * time.Millisecond
+
+// followWinsize sizes the terminal master as the file path (srun's, in the
+// step's directory: "ROWS COLS") says, each time it changes, until done
+// is closed. The file is the job's owner's (owner; nil: anyone's): one
+// that is not a regular file of theirs, alone, is ignored, so that a link
+// cannot make the shim read another file.
+func followWinsize(master *os.File, path string, owner *syscall.Credential, done <-chan struct{}) {
+	var last time.Time
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(WinsizePoll):
+		}
+		st, err := os.Lstat(path)
+		if err != nil || !st.Mode().IsRegular() || st.ModTime().Equal(last) || st.Size() > 64 {
+			continue
+		}
+		last = st.ModTime()
+		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		f := os.NewFile(uintptr(fd), path)
+		var fst syscall.Stat_t
+		buf := make([]byte, 64)
+		n := 0
+		if syscall.Fstat(fd, &fst) == nil && fst.Mode&syscall.S_IFMT == syscall.S_IFREG && fst.Nlink == 1 &&
+			(owner == nil || fst.Uid == owner.Uid) {
+			n, _ = f.Read(buf)
+		}
+		f.Close()
+		var rows, cols int
+		if _, err := fmt.Sscanf(string(buf[:n]), "%d %d", &rows, &cols); err != nil ||
+			rows < 1 || cols < 1 || rows > MaxTermSize || cols > MaxTermSize {
+			continue
+		}
+		ws := struct{ Row, Col, X, Y uint16 }{Row: uint16(rows), Col: uint16(cols)}
+		_ = ioctl(int(master.Fd()), syscall.TIOCSWINSZ, unsafe.Pointer(&ws))
+	}
+}
+
+// MaxTermSize bounds a window size read from the step's directory, as
+// the gateway bounds the first (slurmspec.MaxTermSize, repeated: this
+// package imports the standard library only).
+const MaxTermSize = 10000

@@ -97,6 +97,9 @@ type Spec struct {
 	PTY  bool   `json:"pty,omitempty"`
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
+	// WinsizeFile, with PTY, is where srun writes the window's new size
+	// ("ROWS COLS") when its own terminal is resized (followWinsize).
+	WinsizeFile string `json:"winsize_file,omitempty"`
 }
 
 // Report is what a shim says of its start: the job's pid and start time,
@@ -197,6 +200,9 @@ func run() int {
 			}()
 			if spec.InputEOF != "" {
 				go Follow(os.NewFile(InputFD, "stdin"), spec.InputEOF, ptyInput{master}, nil)
+			}
+			if spec.WinsizeFile != "" {
+				go followWinsize(master, spec.WinsizeFile, spec.Cred, relayed)
 			}
 		}
 	} else if spec.InputEOF != "" {

@@ -113,8 +113,9 @@ func appendTo(t *testing.T, path, s string) {
 }
 
 // A process with a terminal (srun --pty): its stdin and stdout are a tty of
-// the asked size, its input is typed into it, what it writes (and the
-// terminal's echo) reaches Stdout, and a job it puts in a group of its own
+// the asked size, resized as the size file says, its input is typed into
+// it, what it writes (and the terminal's echo) reaches Stdout, and a job it
+// puts in a group of its own
 // (as a shell with job control does) dies with the unit. Only under a shim.
 func TestPTY(t *testing.T) {
 	t.Parallel()
@@ -130,9 +131,10 @@ func TestPTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	prog := `set -m; [ -t 0 ] && [ -t 1 ] && echo "both ttys"; stty size; read line; echo "got:$line"; ` +
-		`sleep 1000 & echo "bg:$!"; read again; echo "again:$again"`
+		`sleep 1000 & echo "bg:$!"; while read l; do stty size; done`
 	p := start(t, rt, ports.Spec{Argv: []string{"sh", "-c", prog}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir,
-		Stdout: stdout, Stderr: stderr, Input: in, InputEOF: eof, Name: "pty", PTY: &ports.PTY{Rows: 30, Cols: 100}})
+		Stdout: stdout, Stderr: stderr, Input: in, InputEOF: eof, Name: "pty",
+		PTY: &ports.PTY{Rows: 30, Cols: 100, WinsizeFile: filepath.Join(dir, "winsize")}})
 	in.Close()
 	appendTo(t, inPath, "hello\n")
 	var bg int
@@ -151,6 +153,17 @@ func TestPTY(t *testing.T) {
 			t.Errorf("the terminal's output %q lacks %q", out, want)
 		}
 	}
+	// The window resized: srun writes the new size beside, then renames.
+	if err := os.WriteFile(filepath.Join(dir, "winsize.new"), []byte("50 132\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "winsize.new"), filepath.Join(dir, "winsize")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, wait, "the terminal resized", func() (bool, error) {
+		appendTo(t, inPath, "size?\n")
+		return strings.Contains(read(t, filepath.Join(dir, "out")), "50 132\r\n"), nil
+	})
 	// Stopped as a step is: the whole group, and its session.
 	if err := rt.Kill(p.Group()); err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 		ss.InputEOF = spec.InputEOF
 	}
 	if spec.PTY != nil {
-		ss.PTY, ss.Rows, ss.Cols = true, spec.PTY.Rows, spec.PTY.Cols
+		ss.PTY, ss.Rows, ss.Cols, ss.WinsizeFile = true, spec.PTY.Rows, spec.PTY.Cols, spec.PTY.WinsizeFile
 	}
 	if devs := envValue(c.Env, "CUDA_VISIBLE_DEVICES"); devs != "" {
 		// The GPUs the step holds, beside its pidfile: the simulated
