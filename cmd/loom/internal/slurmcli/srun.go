@@ -78,7 +78,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	chdir := ""
 	export := ""
 	jobID := ""
-	inputOpt := ""
+	inputOpt, outputOpt, errorOpt := "", "", ""
 	pty := false
 	for _, o := range opts {
 		switch o.key {
@@ -114,8 +114,10 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			chdir = o.value
 		case "export":
 			export = o.value
-		case "output", "error":
-			return c.errorf("--%s is not supported by Loom's srun yet; redirect in the shell instead", o.key)
+		case "output":
+			outputOpt = o.value
+		case "error":
+			errorOpt = o.value
 		case "input":
 			inputOpt = o.value
 		case "jobid":
@@ -135,6 +137,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	if pty {
 		c.stepTerminal(&req, inputOpt)
 	}
+	req.output, req.errorTo = outputOpt, errorOpt
 	if f, ok := req.stdin.(*os.File); ok && req.stdin != c.env.Stdin {
 		defer f.Close() // -i FILE
 	}

@@ -40,6 +40,10 @@ type stepRequest struct {
 	// (stdin, put in raw mode meanwhile) stands for.
 	pty              bool
 	ptyRows, ptyCols int32
+	// output and errorTo are srun's -o and -e: "" (srun's own stdout
+	// and stderr; -e "" follows -o), "all", "none", a task's rank (that
+	// task's alone), or a filename pattern (stepOutputs).
+	output, errorTo string
 }
 
 // Polling intervals of a remote step: its output files, and its state.
@@ -99,7 +103,15 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		return c.errorf("Unable to create step for job %s: %s", req.jobID, step.GetReason())
 	}
 	stepID := fmt.Sprintf("%s.%d", req.jobID, step.GetStepId())
-	tail := newStepTail(step, req.label, c.stdout, c.stderr)
+	dest, closeFiles, err := c.stepOutputs(req, step)
+	if err != nil {
+		// The step runs already: it is cancelled, not left without a
+		// reader.
+		c.cancelStepQuietly(step)
+		return err
+	}
+	defer closeFiles()
+	tail := newStepTail(step, req.label, dest)
 	restore := func() {}
 	every := stepTailEvery
 	if req.pty {
@@ -345,29 +357,140 @@ func (f *tailFile) write(b []byte) {
 	_, _ = f.w.Write(b)
 }
 
-func newStepTail(step *loomv1.JobStep, label bool, stdout, stderr io.Writer) *stepTail {
-	out := &lockedWriter{w: stdout}
-	errw := &lockedWriter{w: stderr}
-	if stdout == stderr {
-		errw = out
-	}
+// newStepTail follows every task's output and error files, each to
+// dest(rank, "out" or "err").
+func newStepTail(step *loomv1.JobStep, label bool, dest func(rank int32, ext string) io.Writer) *stepTail {
 	t := &stepTail{}
 	for rank := int32(0); rank < step.GetNumTasks(); rank++ {
 		prefix := ""
 		if label {
 			prefix = fmt.Sprintf("%d: ", rank)
 		}
-		for _, s := range []struct {
-			ext string
-			w   io.Writer
-		}{{"out", out}, {"err", errw}} {
+		for _, ext := range []string{"out", "err"} {
 			t.files = append(t.files, &tailFile{
-				path: filepath.Join(step.GetOutputDir(), fmt.Sprintf("task-%d.%s", rank, s.ext)),
-				w:    &labelWriter{prefix: prefix, w: s.w},
+				path: filepath.Join(step.GetOutputDir(), fmt.Sprintf("task-%d.%s", rank, ext)),
+				w:    &labelWriter{prefix: prefix, w: dest(rank, ext)},
 			})
 		}
 	}
 	return t
+}
+
+// maxOutputFiles bounds the files srun -o/-e open for one step (one per
+// task and stream at most).
+const maxOutputFiles = 1024
+
+// stepOutputs says where each task's output and error go, as srun's -o
+// and -e do: srun's stdout and stderr by default; "none" nowhere; a task's
+// rank, that task's alone; otherwise a filename pattern (%j, %s, %J, %t,
+// %n, %N, %u, %x, %A, %a: slurmspec.ExpandPattern) relative to the step's
+// working directory, each file emptied once at the start. Without -e the
+// error goes where -o says. It returns the function that closes the files.
+func (c *cmd) stepOutputs(req stepRequest, step *loomv1.JobStep) (func(rank int32, ext string) io.Writer, func(), error) {
+	out := &lockedWriter{w: c.stdout}
+	errw := &lockedWriter{w: c.stderr}
+	if c.stdout == c.stderr {
+		errw = out
+	}
+	env := c.env.Environ
+	f := slurmspec.PatternFields{JobID: req.jobID, ArrayJobID: req.jobID, ArrayTaskID: "4294967294",
+		Name: env["SLURM_JOB_NAME"], User: c.env.User, StepID: strconv.Itoa(int(step.GetStepId()))}
+	if f.Name == "" && len(req.command) > 0 {
+		f.Name = filepath.Base(req.command[0]) // srun's own allocation is named so
+	}
+	if a := env["SLURM_ARRAY_JOB_ID"]; a != "" {
+		f.ArrayJobID, f.ArrayTaskID = a, env["SLURM_ARRAY_TASK_ID"]
+	}
+	files := map[string]*lockedWriter{}
+	var opened []*os.File
+	closeAll := func() {
+		for _, fh := range opened {
+			fh.Close()
+		}
+	}
+	// where is the destinations of one option: w for each task (nil: as
+	// the default says).
+	where := func(opt string, def io.Writer) (func(rank int32) io.Writer, error) {
+		switch {
+		case opt == "" || opt == "all":
+			return func(int32) io.Writer { return def }, nil
+		case opt == "none":
+			return func(int32) io.Writer { return io.Discard }, nil
+		case isDigits(opt):
+			only, err := strconv.Atoi(opt)
+			if err != nil || only >= int(step.GetNumTasks()) {
+				return nil, c.errorf("--output/--error=%s: task %s is not a task of the step (0..%d)", opt, opt, step.GetNumTasks()-1)
+			}
+			return func(rank int32) io.Writer {
+				if int(rank) == only {
+					return def
+				}
+				return io.Discard
+			}, nil
+		}
+		ws := make([]io.Writer, step.GetNumTasks())
+		rank := int32(0)
+		for k, n := range step.GetTasksPerNode() {
+			for range n {
+				g := f
+				g.TaskID, g.NodeID = strconv.Itoa(int(rank)), strconv.Itoa(k)
+				if k < len(step.GetNodes()) {
+					g.Node = step.GetNodes()[k]
+				}
+				path := slurmspec.ExpandPattern(opt, g)
+				if !filepath.IsAbs(path) {
+					path = filepath.Join(req.dir, path)
+				}
+				if files[path] == nil {
+					if len(files) >= maxOutputFiles {
+						return nil, c.errorf("--output/--error=%s: more than %d files for one step", opt, maxOutputFiles)
+					}
+					fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+					if err != nil {
+						return nil, c.errorf("%v", err)
+					}
+					opened = append(opened, fh)
+					files[path] = &lockedWriter{w: fh}
+				}
+				if int(rank) < len(ws) {
+					ws[rank] = files[path]
+				}
+				rank++
+			}
+		}
+		return func(r int32) io.Writer {
+			if int(r) < len(ws) && ws[r] != nil {
+				return ws[r]
+			}
+			return io.Discard
+		}, nil
+	}
+	outTo, err := where(req.output, out)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	errTo := outTo
+	if req.errorTo != "" || req.output == "" || req.output == "all" || isDigits(req.output) {
+		// -e given; or -o left stderr where it was.
+		if errTo, err = where(req.errorTo, errw); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	return func(rank int32, ext string) io.Writer {
+		if ext == "err" {
+			return errTo(rank)
+		}
+		return outTo(rank)
+	}, closeAll, nil
+}
+
+// cancelStepQuietly cancels a step srun will not follow.
+func (c *cmd) cancelStepQuietly(step *loomv1.JobStep) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.env.CallTimeout)
+	defer cancel()
+	_, _ = c.jobsClient().CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: step.GetName()})
 }
 
 // newTerminalTail follows task 0's output of a step run in a terminal

@@ -366,3 +366,64 @@ func TestSrunForwardsInputToItsStep(t *testing.T) {
 		t.Errorf("-i pattern: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestSrunOutputFiles: -o and -e send the tasks' output to files named by
+// a pattern (per task with %t, per node with %n/%N, one for all
+// without), emptied at the start, stderr following -o without -e;
+// "none" drops it, a rank keeps that task's alone; a rank the step does
+// not have is refused and the step cancelled. As Slurm 22.05's srun on
+// the same options (compared by hand).
+func TestSrunOutputFiles(t *testing.T) {
+	t.Parallel()
+	read := func(t *testing.T, path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	g := srunGateway(t, 1, 0, 0, 0, 0)
+	dir := g.StepOutputDir
+	if err := os.WriteFile(filepath.Join(dir, "o-12-3-1-gpu-0001.txt"), []byte("stale\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runSrun(context.Background(), t, g, "-N2", "--ntasks-per-node=2", "-o", "o-%j-%s-%t-%N.txt", "python", "train.py")
+	if code != 0 || out != "" || errOut != "" {
+		t.Fatalf("-o pattern: exit %d, stdout %q, stderr %q; want all in the files", code, out, errOut)
+	}
+	for r, node := range []string{"gpu-0001", "gpu-0001", "gpu-0002", "gpu-0002"} {
+		got := read(t, filepath.Join(dir, fmt.Sprintf("o-12-3-%d-%s.txt", r, node)))
+		for _, want := range []string{fmt.Sprintf("hello from %d\n", r), fmt.Sprintf("warn %d\n", r)} {
+			if !strings.Contains(got, want) || strings.Contains(got, "stale") {
+				t.Errorf("task %d's file %q lacks %q (or kept what was there)", r, got, want)
+			}
+		}
+	}
+	// One file for all, labelled; the errors per node.
+	g = srunGateway(t, 1, 0, 0)
+	dir = g.StepOutputDir
+	code, out, _ = runSrun(context.Background(), t, g, "-N2", "-l", "-o", "all.txt", "-e", "e-%n.txt", "python", "train.py")
+	if all := read(t, filepath.Join(dir, "all.txt")); code != 0 || out != "" || !strings.Contains(all, "0: hello from 0\n") ||
+		!strings.Contains(all, "1: hello from 1\n") || strings.Contains(all, "warn") {
+		t.Errorf("-o all.txt: exit %d, stdout %q, file %q", code, out, all)
+	}
+	if e1 := read(t, filepath.Join(dir, "e-1.txt")); e1 != "1: warn 1\n" {
+		t.Errorf("-e e-%%n.txt: node 1's file %q", e1)
+	}
+	// none; one task's.
+	g = srunGateway(t, 1, 0, 0)
+	if code, out, errOut := runSrun(context.Background(), t, g, "-N2", "-o", "none", "python", "train.py"); code != 0 || out != "" || errOut != "" {
+		t.Errorf("-o none: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	g = srunGateway(t, 1, 0, 0)
+	if code, out, _ := runSrun(context.Background(), t, g, "-N2", "-o", "1", "python", "train.py"); code != 0 ||
+		!strings.Contains(out, "hello from 1") || strings.Contains(out, "hello from 0") {
+		t.Errorf("-o 1: exit %d, stdout %q", code, out)
+	}
+	g = srunGateway(t, 1<<30, 0, 0)
+	if code, _, errOut := runSrun(context.Background(), t, g, "-N2", "-o", "7", "python", "train.py"); code != 1 ||
+		!strings.Contains(errOut, "task 7 is not a task of the step (0..1)") || len(stepCancels(g)) != 1 {
+		t.Errorf("-o 7 of 2 tasks: exit %d, stderr %q, cancels %v", code, errOut, stepCancels(g))
+	}
+}

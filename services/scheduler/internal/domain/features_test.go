@@ -925,15 +925,6 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 
 func TestOutputPatternsAndWorkDir(t *testing.T) {
 	t.Parallel()
-	f := patternFields{jobID: "42", arrayJobID: "40", taskID: "2", name: "train", user: "ada", node: "gpu-0001"}
-	for in, want := range map[string]string{
-		"slurm-%j.out": "slurm-42.out", "%A_%a.log": "40_2.log", "%x-%u-%N.txt": "train-ada-gpu-0001.txt",
-		"100%%-%5j": "100%-00042", "%q": "%q", "plain": "plain", "end%": "end%",
-	} {
-		if got := ExpandPattern(in, f); got != want {
-			t.Errorf("ExpandPattern(%q) = %q, want %q", in, got, want)
-		}
-	}
 	j := &loomv1.Job{JobId: "7", SubmitDir: "/home/u", WorkDir: "/abs/dir"}
 	if wd := workDir(j, "/shared"); wd != "/abs/dir" {
 		t.Fatalf("absolute --chdir: %q", wd)

@@ -68,69 +68,6 @@ func ParseArraySpec(spec string, maxArraySize int) (ArraySpec, error) {
 	return out, nil
 }
 
-// patternFields are the values of an output pattern's % fields.
-type patternFields struct {
-	jobID, arrayJobID, taskID, name, user, node string
-}
-
-// ExpandPattern resolves Slurm's filename pattern fields in p: %j (job id),
-// %A (array job id, else the job id), %a (array task id, else 4294967294 as
-// Slurm prints no task), %x (job name), %u (user), %N (the batch host's
-// hostname), %% (a percent sign); a number between % and the letter
-// zero-pads. Unknown fields stay as they are.
-func ExpandPattern(p string, f patternFields) string {
-	if !strings.Contains(p, "%") {
-		return p
-	}
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if c != '%' || i+1 >= len(p) {
-			b.WriteByte(c)
-			continue
-		}
-		j := i + 1
-		for j < len(p) && p[j] >= '0' && p[j] <= '9' {
-			j++
-		}
-		if j >= len(p) {
-			b.WriteString(p[i:])
-			break
-		}
-		width, _ := strconv.Atoi(p[i+1 : j])
-		var v string
-		numeric := true
-		switch p[j] {
-		case '%':
-			b.WriteByte('%')
-			i = j
-			continue
-		case 'j':
-			v = f.jobID
-		case 'A':
-			v = f.arrayJobID
-		case 'a':
-			v = f.taskID
-		case 'x':
-			v, numeric = f.name, false
-		case 'u':
-			v, numeric = f.user, false
-		case 'N':
-			v, numeric = f.node, false
-		default:
-			b.WriteString(p[i : j+1])
-			i = j
-			continue
-		}
-		if numeric && width > len(v) {
-			v = strings.Repeat("0", width-len(v)) + v
-		}
-		b.WriteString(v)
-		i = j
-	}
-	return b.String()
-}
-
 // workDir is the job's working directory: --chdir (relative to the submit
 // directory), else the submit directory, else the cluster's shared dir.
 func workDir(spec *loomv1.Job, sharedDir string) string {
@@ -153,13 +90,13 @@ func workDir(spec *loomv1.Job, sharedDir string) string {
 // slurm-%j.out (slurm-%A_%a.out for array tasks); the error path is empty
 // (joined with the output) when --error is not given.
 func outputPaths(spec *loomv1.Job, wd, host string) (out, errPath string) {
-	f := patternFields{jobID: spec.GetJobId(), arrayJobID: spec.GetJobId(), taskID: "4294967294",
-		name: SlurmJobName(spec), user: spec.GetUser(), node: host}
+	f := slurmspec.PatternFields{JobID: spec.GetJobId(), ArrayJobID: spec.GetJobId(), ArrayTaskID: "4294967294",
+		Name: SlurmJobName(spec), User: spec.GetUser(), Node: host}
 	if spec.GetArrayJobId() != "" {
-		f.arrayJobID, f.taskID = spec.GetArrayJobId(), strconv.Itoa(int(spec.GetArrayTaskId()))
+		f.ArrayJobID, f.ArrayTaskID = spec.GetArrayJobId(), strconv.Itoa(int(spec.GetArrayTaskId()))
 	}
 	resolve := func(p string) string {
-		p = ExpandPattern(p, f)
+		p = slurmspec.ExpandPattern(p, f)
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(wd, p)
 		}
