@@ -96,7 +96,9 @@ func (c *cmd) scontrol(ctx context.Context, args []string) error {
 	case "help":
 		fmt.Fprint(c.stdout, scontrolUsage)
 		return nil
-	case "suspend", "resume", "top", "notify", "reconfigure", "shutdown", "create", "delete", "listpids", "ping", "takeover":
+	case "ping":
+		return c.scontrolPing(ctx)
+	case "suspend", "resume", "top", "notify", "reconfigure", "shutdown", "create", "delete", "listpids", "takeover":
 		return c.errorf("%q is not supported by Loom", verb)
 	}
 	return &Error{Code: 1, Text: fmt.Sprintf("invalid keyword: %s", rest[0])}
@@ -141,6 +143,10 @@ func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner bool) 
 		}
 	case strings.HasPrefix("nodes", entity) && len(entity) >= 2 || entity == "nodename":
 		if err := c.showNodes(ctx, &b, name, oneliner); err != nil {
+			return err
+		}
+	case strings.HasPrefix("steps", entity) && len(entity) >= 2:
+		if err := c.showSteps(ctx, &b, name, oneliner); err != nil {
 			return err
 		}
 	case strings.HasPrefix("partitions", entity) && len(entity) >= 2 || entity == "partitionname":

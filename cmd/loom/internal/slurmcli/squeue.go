@@ -264,7 +264,8 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	var names, accounts, qos []string
 	var nodes map[string]bool
 	var sel *jobSelector
-	jobsFlag, long, start, noHeader := false, false, false, false
+	jobsFlag, long, start, noHeader, steps := false, false, false, false, false
+	stepList := ""
 	iterate := 0
 	formatSet := false
 	for _, o := range opts {
@@ -323,12 +324,15 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		case "start":
 			start = true
 		case "steps":
-			return c.errorf("job steps (--steps) are not tracked by Loom")
+			steps, stepList = true, o.value
 		case "states":
 			states = o.value
 		case "users":
 			users = splitList(o.value)
 		}
+	}
+	if len(rest) > 0 && steps && stepList == "" {
+		stepList, rest = rest[0], rest[1:] // squeue -s 12.0, as getopt's optional argument is not
 	}
 	if len(rest) > 0 {
 		if jobsFlag && sel == nil {
@@ -393,7 +397,16 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 			}
 		}
 		view.now = c.env.nowIn(c.loc)
-		out, err := c.squeueOnce(ctx, q, f, table, view, perTask, sortSpec, noHeader)
+		var out string
+		if steps {
+			stepFormat := ""
+			if formatSet {
+				stepFormat = formatStr
+			}
+			out, err = c.squeueSteps(ctx, q, stepList, stepFormat, noHeader)
+		} else {
+			out, err = c.squeueOnce(ctx, q, f, table, view, perTask, sortSpec, noHeader)
+		}
 		if err != nil {
 			return err
 		}

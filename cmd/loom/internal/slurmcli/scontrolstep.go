@@ -1,0 +1,128 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// showSteps prints "scontrol show step [JOB[.STEP]]": the running steps of
+// one job (or one step), or of every running job, as Slurm 22.05 does.
+func (c *cmd) showSteps(ctx context.Context, b *strings.Builder, id string, oneliner bool) error {
+	jobID, stepID, oneStep := strings.Cut(id, ".")
+	if id != "" && (!isDigits(jobID) || oneStep && !isDigits(stepID) && stepID != "batch") {
+		return c.errorf("Invalid job id specified")
+	}
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{States: []loomv1.JobState{loomv1.JobState_RUNNING}})
+	if err != nil {
+		return err
+	}
+	if jobID != "" {
+		j := jobsByID(jobs)[jobID]
+		if j == nil {
+			return &Error{Code: 1, Text: "slurm_get_job_steps error: Invalid job id specified"}
+		}
+		jobs = []*loomv1.Job{j}
+	}
+	found := false
+	for _, j := range jobs {
+		if j.GetState() != loomv1.JobState_RUNNING {
+			continue
+		}
+		steps, err := c.jobSteps(ctx, j.GetName(), 0)
+		if err != nil {
+			return err
+		}
+		// The batch step first, as Slurm lists them.
+		if batch := j.GetScript() != "" || len(j.GetCommand()) == 0; batch && (!oneStep || stepID == "batch") {
+			found = true
+			batchStepRecord(j, c).write(b, oneliner)
+		}
+		for _, s := range steps {
+			if s.GetState() != loomv1.JobState_RUNNING || oneStep && stepID != strconv.Itoa(int(s.GetStepId())) {
+				continue
+			}
+			found = true
+			stepRecord(j, s, c).write(b, oneliner)
+		}
+	}
+	if !found {
+		if id == "" {
+			b.WriteString("No job steps in the system\n")
+			return nil
+		}
+		return &Error{Code: 1, Text: "slurm_get_job_steps error: Invalid job id specified"}
+	}
+	return nil
+}
+
+// batchStepRecord is a running job's batch step as scontrol show step
+// prints it (Slurm gives it no CPUs or TRES of its own).
+func batchStepRecord(j *loomv1.Job, c *cmd) record {
+	uid, _ := accountIDs(j.GetUser())
+	limit := "UNLIMITED"
+	if l := j.GetTimeLimitSeconds(); l > 0 {
+		limit = formatDuration(l)
+	}
+	return record{
+		{"StepId=" + j.GetJobId() + ".batch", "UserId=" + uid, "StartTime=" + formatTimestamp(j.GetStartTime().AsTime(), c.loc), "TimeLimit=" + limit},
+		{"State=RUNNING", "Partition=" + j.GetPartition(), "NodeList=" + j.GetBatchHost()},
+		{"Nodes=1", "CPUs=0", "Tasks=1", "Name=batch", "Network=(null)"},
+		{"TRES=(null)"},
+		{"ResvPorts=(null)"},
+		{"CPUFreqReq=Default"},
+		{"SrunHost:Pid=(null):0"},
+	}
+}
+
+// stepRecord is one step as scontrol show step prints it.
+func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
+	uid, _ := accountIDs(j.GetUser())
+	cpus := s.GetNumTasks() * max(j.GetCpusPerTask(), 1)
+	limit := "UNLIMITED"
+	if l := j.GetTimeLimitSeconds(); l > 0 {
+		limit = formatDuration(l)
+	}
+	return record{
+		{"StepId=" + j.GetJobId() + "." + strconv.Itoa(int(s.GetStepId())), "UserId=" + uid,
+			"StartTime=" + formatTimestamp(s.GetStartTime().AsTime(), c.loc), "TimeLimit=" + limit},
+		{"State=" + stateLong(s.GetState()), "Partition=" + j.GetPartition(), "NodeList=" + compressHosts(s.GetNodes())},
+		{"Nodes=" + strconv.Itoa(len(s.GetNodes())), "CPUs=" + strconv.Itoa(int(cpus)), "Tasks=" + strconv.Itoa(int(s.GetNumTasks())),
+			"Name=" + stepName(s), "Network=(null)"},
+		{"TRES=cpu=" + strconv.Itoa(int(cpus)) + ",mem=0,node=" + strconv.Itoa(len(s.GetNodes()))},
+		{"ResvPorts=(null)"},
+		{"CPUFreqReq=Default", "Dist=Block"},
+		// Loom's srun is not the step's controller: its host and pid
+		// are not kept.
+		{"SrunHost:Pid=(null):0"},
+	}
+}
+
+// scontrolPing is "scontrol ping": whether the controller — here the Loom
+// gateway, which answers for the scheduler — answers, in Slurm's words
+// (exit 1 when it does not).
+func (c *cmd) scontrolPing(ctx context.Context) error {
+	host := "the Loom gateway"
+	if t, ok := c.env.Conn.(interface{ Target() string }); ok {
+		target := strings.TrimPrefix(strings.TrimPrefix(t.Target(), "dns:///"), "passthrough:///")
+		if h, _, err := net.SplitHostPort(target); err == nil && h != "" {
+			host = h
+		} else if target != "" {
+			host = target
+		}
+	}
+	cluster, err := c.clusterName(ctx)
+	if err == nil {
+		_, err = c.partitions(ctx, cluster)
+	}
+	if err != nil {
+		fmt.Fprintf(c.stdout, "Slurmctld(primary) at %s is DOWN\n", host)
+		return &Error{Code: 1}
+	}
+	fmt.Fprintf(c.stdout, "Slurmctld(primary) at %s is UP\n", host)
+	return nil
+}

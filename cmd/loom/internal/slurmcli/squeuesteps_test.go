@@ -1,0 +1,84 @@
+package slurmcli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// stepsGateway has a running batch job 44 on two nodes with a running
+// step 44.0 (and an ended 44.1), a running job 45 with no steps, and a
+// pending job 46, as Slurm 22.05 shows such a queue.
+func stepsGateway() *fakegw.Gateway {
+	start := timestamppb.New(testNow.Add(-3 * time.Second))
+	job := func(id string, st loomv1.JobState) *loomv1.Job {
+		return &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster, User: "alice", Partition: "debug",
+			State: st, Script: "#!/bin/sh\nsrun sleep 30\n", Nodes: []string{"node1", "node2"}, BatchHost: "node1", StartTime: start,
+			CpusPerTask: 2}
+	}
+	return &fakegw.Gateway{
+		Jobs: []*loomv1.Job{job("44", loomv1.JobState_RUNNING), job("45", loomv1.JobState_RUNNING), job("46", loomv1.JobState_PENDING)},
+		Steps: []*loomv1.JobStep{
+			{Name: "projects/default/jobs/44/steps/0", Job: "projects/default/jobs/44", StepId: 0, State: loomv1.JobState_RUNNING,
+				Command: []string{"/bin/sleep", "30"}, Nodes: []string{"node1", "node2"}, TasksPerNode: []int32{1, 1}, NumTasks: 2, StartTime: start},
+			{Name: "projects/default/jobs/44/steps/1", Job: "projects/default/jobs/44", StepId: 1, State: loomv1.JobState_COMPLETED,
+				Command: []string{"true"}, Nodes: []string{"node1"}, NumTasks: 1, StartTime: start},
+		},
+		Partitions: []*loomv1.Partition{{Name: "debug", Default: true, State: "up", MaxTime: "UNLIMITED", Nodes: []string{"node1", "node2"}}},
+	}
+}
+
+func TestSqueueSteps(t *testing.T) {
+	t.Parallel()
+	g := stepsGateway()
+	code, out, errOut := run(t, g, "squeue", Env{}, "-s")
+	want := "         STEPID     NAME PARTITION     USER      TIME NODELIST\n" +
+		"           44.0    sleep     debug    alice      0:03 node[1-2]\n" +
+		"       44.batch    batch     debug    alice      0:03 node1\n" +
+		"       45.batch    batch     debug    alice      0:03 node1\n"
+	if code != 0 || out != want || errOut != "" {
+		t.Errorf("squeue -s: exit %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
+	}
+	// One step, as Slurm's -s 44.0 (getopt leaves the list a word of its own).
+	if code, out, _ := run(t, g, "squeue", Env{}, "-s", "44.0", "-h"); code != 0 || out != "           44.0    sleep     debug    alice      0:03 node[1-2]\n" {
+		t.Errorf("squeue -s 44.0 -h: exit %d, %q", code, out)
+	}
+	if code, out, _ := run(t, g, "squeue", Env{}, "--steps=44.batch", "-h", "-o", "%i %A %N"); code != 0 || out != "44.batch 1 node1\n" {
+		t.Errorf("squeue --steps=44.batch -o: exit %d, %q", code, out)
+	}
+}
+
+func TestScontrolShowStepAndPing(t *testing.T) {
+	t.Parallel()
+	g := stepsGateway()
+	code, out, errOut := run(t, g, "scontrol", Env{}, "show", "step", "44.0")
+	want := "StepId=44.0 UserId=alice StartTime=" + testNow.Add(-3*time.Second).UTC().Format("2006-01-02T15:04:05") + " TimeLimit=UNLIMITED\n" +
+		"   State=RUNNING Partition=debug NodeList=node[1-2]\n" +
+		"   Nodes=2 CPUs=4 Tasks=2 Name=sleep Network=(null)\n" +
+		"   TRES=cpu=4,mem=0,node=2\n" +
+		"   ResvPorts=(null)\n" +
+		"   CPUFreqReq=Default Dist=Block\n" +
+		"   SrunHost:Pid=(null):0\n\n"
+	if code != 0 || out != want || errOut != "" {
+		t.Errorf("scontrol show step 44.0: exit %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
+	}
+	// Every running step, batch steps first per job.
+	if code, out, _ := run(t, g, "scontrol", Env{}, "show", "step"); code != 0 ||
+		strings.Count(out, "StepId=") != 3 || strings.Index(out, "StepId=44.batch") > strings.Index(out, "StepId=44.0") {
+		t.Errorf("scontrol show step: exit %d:\n%s", code, out)
+	}
+	for _, id := range []string{"99.0", "44.7", "46.0"} {
+		if code, _, errOut := run(t, g, "scontrol", Env{}, "show", "step", id); code != 1 ||
+			errOut != "slurm_get_job_steps error: Invalid job id specified\n" {
+			t.Errorf("scontrol show step %s: exit %d, stderr %q", id, code, errOut)
+		}
+	}
+	if code, out, _ := run(t, g, "scontrol", Env{}, "ping"); code != 0 || !strings.HasPrefix(out, "Slurmctld(primary) at ") || !strings.HasSuffix(out, " is UP\n") {
+		t.Errorf("scontrol ping: exit %d, %q", code, out)
+	}
+}
