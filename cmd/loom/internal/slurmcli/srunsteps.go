@@ -191,14 +191,16 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 // feedStep forwards in, srun's input, to the step whose output directory
 // is dir: appended to its input file as it comes (the tasks' agents follow
 // it), then the end-of-input file, at in's end or past
-// slurmspec.MaxInputBytes. The directory is the agents' to make: it waits
-// for it while ctx lasts. An input that never ends (a terminal) is
-// forwarded until srun exits.
+// slurmspec.MaxInputBytes. The input file is the agents' to make, as the
+// job's owner, whose tasks read it (an srun run by someone else, an
+// administrator, would make one they cannot read): it waits for it while
+// ctx lasts. An input that never ends (a terminal) is forwarded until srun
+// exits.
 func (c *cmd) feedStep(ctx context.Context, dir string, in io.Reader) {
 	var f *os.File
 	for {
 		var err error
-		f, err = os.OpenFile(filepath.Join(dir, slurmspec.InputFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err = os.OpenFile(filepath.Join(dir, slurmspec.InputFile), os.O_WRONLY|os.O_APPEND, 0)
 		if err == nil {
 			break
 		}

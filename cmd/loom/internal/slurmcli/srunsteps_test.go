@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -305,6 +306,10 @@ func TestSrunForwardsInputToItsStep(t *testing.T) {
 	run := func(t *testing.T, stdin io.Reader, args ...string) (*fakegw.Gateway, *loomv1.CreateJobStepRequest) {
 		t.Helper()
 		g := srunGateway(t, 1<<30, 0, 0) // ends when srun is interrupted
+		// The input file is the agents' to make, as the job's owner.
+		if err := os.WriteFile(filepath.Join(g.StepOutputDir, slurmspec.InputFile), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		env := srunEnv(t, g)
@@ -354,6 +359,17 @@ func TestSrunForwardsInputToItsStep(t *testing.T) {
 	g, req = run(t, nil, "-N2", "-i", file, "cat")
 	if req.GetInput() != slurmspec.InputAll || input(g) != "from a file\n" {
 		t.Errorf("-i FILE: input %q, forwarded %q", req.GetInput(), input(g))
+	}
+	// srun never makes the input file itself: one it made as whoever runs
+	// it (root) could be unreadable to the job's owner.
+	g = srunGateway(t, 1, 0, 0)
+	env := srunEnv(t, g)
+	env.Stdin = strings.NewReader("x\n")
+	if code, _, errOut := mainSrun(context.Background(), env, "-N2", "cat"); code != 0 {
+		t.Fatalf("input with no input file made: exit %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(g.StepOutputDir, slurmspec.InputFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("srun made the step's input file itself: %v", err)
 	}
 	// No input (a batch script's stdin, /dev/null): none asked for.
 	g, req = run(t, nil, "-N2", "cat")
