@@ -17,6 +17,8 @@ const (
 	MaxJobGPUs = 1 << 20
 	// MaxStepTasks bounds the tasks of one job step (srun -n).
 	MaxStepTasks = 4096
+	// MaxGPUsPerTask bounds a step's --gpus-per-task.
+	MaxGPUsPerTask = 1024
 	// MaxTimeLimitSeconds bounds a time limit (--time, a partition's
 	// MaxTime): a century; anything above is a typo, and seconds past 292
 	// years overflow a time.Duration.

@@ -298,3 +298,31 @@ func TestLaunchTasksWithATerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchTasksOwnGPUs: with srun --gpus-per-task each task sees its own
+// GPUs (CUDA_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, SLURM_STEP_GPUS), not the
+// node's; a launch whose lists do not match its tasks starts nothing.
+func TestLaunchTasksOwnGPUs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	outDir := filepath.Join(e.shared, ".loom", "steps", "7.0")
+	l := launch("7", 0, 0, 2, outDir, "sh", "-c", `echo "$CUDA_VISIBLE_DEVICES $GPU_DEVICE_ORDINAL $SLURM_STEP_GPUS"`)
+	l.Env["CUDA_VISIBLE_DEVICES"], l.Env["SLURM_STEP_GPUS"] = "0,1,2,3", "0,1,2,3"
+	l.TaskGpus = []string{"0,1", "2,3"}
+	publish(t, e.broker, command(l))
+	if ex := waitTasks(t, e.broker, "7", 0, eventsv1.StepState_STEP_EXITED); !reflect.DeepEqual(ex.ExitCodes, []int32{0, 0}) {
+		t.Fatalf("exited = %v", ex)
+	}
+	for rank, want := range []string{"0,1 0,1 0,1\n", "2,3 2,3 2,3\n"} {
+		if b, err := os.ReadFile(filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank))); err != nil || string(b) != want {
+			t.Errorf("task-%d.out = %q, %v; want %q", rank, b, err, want)
+		}
+	}
+	bad := launch("7", 1, 0, 2, outDir, "true")
+	bad.TaskGpus = []string{"0"}
+	publish(t, e.broker, command(bad))
+	if f := waitTasks(t, e.broker, "7", 1, eventsv1.StepState_STEP_FAILED_TO_START); !strings.Contains(f.Message, "1 tasks' GPUs for 2 tasks") {
+		t.Fatalf("mismatched lists: %v", f)
+	}
+}

@@ -857,9 +857,13 @@ type CreateJobStepRequest struct {
 	// pty runs task 0 in a pseudo-terminal of pty_rows × pty_cols (0: 24 ×
 	// 80), srun --pty: its input, output and error all go through it, its
 	// output to task 0's output file; input must then be "" or "0".
-	Pty           bool  `protobuf:"varint,12,opt,name=pty,proto3" json:"pty,omitempty"`
-	PtyRows       int32 `protobuf:"varint,13,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
-	PtyCols       int32 `protobuf:"varint,14,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
+	Pty     bool  `protobuf:"varint,12,opt,name=pty,proto3" json:"pty,omitempty"`
+	PtyRows int32 `protobuf:"varint,13,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
+	PtyCols int32 `protobuf:"varint,14,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
+	// gpus_per_task gives each task that many of the job's GPUs on its node,
+	// its own (srun --gpus-per-task: its CUDA_VISIBLE_DEVICES), in order;
+	// 0: every task sees the node's.
+	GpusPerTask   int32 `protobuf:"varint,15,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -988,6 +992,13 @@ func (x *CreateJobStepRequest) GetPtyRows() int32 {
 func (x *CreateJobStepRequest) GetPtyCols() int32 {
 	if x != nil {
 		return x.PtyCols
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetGpusPerTask() int32 {
+	if x != nil {
+		return x.GpusPerTask
 	}
 	return 0
 }
@@ -3785,7 +3796,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xfe\x03\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xa2\x04\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3803,7 +3814,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x05input\x18\v \x01(\tR\x05input\x12\x10\n" +
 	"\x03pty\x18\f \x01(\bR\x03pty\x12\x19\n" +
 	"\bpty_rows\x18\r \x01(\x05R\aptyRows\x12\x19\n" +
-	"\bpty_cols\x18\x0e \x01(\x05R\aptyCols\x1a6\n" +
+	"\bpty_cols\x18\x0e \x01(\x05R\aptyCols\x12\"\n" +
+	"\rgpus_per_task\x18\x0f \x01(\x05R\vgpusPerTask\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

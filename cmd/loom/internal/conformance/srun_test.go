@@ -286,3 +286,18 @@ func TestSrunPty(t *testing.T) {
 		t.Errorf("srun --pty from no terminal: %v", r)
 	}
 }
+
+// TestSrunGPUsPerTask: srun --gpus-per-task=1 in a two-GPU job gives task 0
+// GPU 0 and task 1 GPU 1; without it both see both. The same output as
+// Slurm 22.05's (compared by hand with the same script).
+func TestSrunGPUsPerTask(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_gpus.sh"))
+	row := s.waitDone(id, 90*time.Second)
+	out := s.read("srungpus-" + id + ".out")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	wantEqual(t, "output", out, "0: own 0 0\n1: own 1 1\n0: all 0,1 0,1\n1: all 0,1 0,1\n")
+}

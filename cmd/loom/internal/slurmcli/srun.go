@@ -79,6 +79,13 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	export := ""
 	jobID := ""
 	inputOpt, outputOpt, errorOpt := "", "", ""
+	// Slurm's srun takes its default from the job's environment.
+	gpusPerTask := int32(0)
+	if v := env["SLURM_GPUS_PER_TASK"]; v != "" {
+		if _, n, err := parseTypedCount(v); err == nil && n <= slurmspec.MaxGPUsPerTask {
+			gpusPerTask = n
+		}
+	}
 	pty := false
 	for _, o := range opts {
 		switch o.key {
@@ -114,6 +121,12 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			chdir = o.value
 		case "export":
 			export = o.value
+		case "gpus-per-task":
+			_, n, err := parseTypedCount(o.value)
+			if err != nil || n > slurmspec.MaxGPUsPerTask {
+				return exit255(usage("srun", fmt.Errorf("--gpus-per-task=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxGPUsPerTask)))
+			}
+			gpusPerTask = n
 		case "output":
 			outputOpt = o.value
 		case "error":
@@ -137,7 +150,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	if pty {
 		c.stepTerminal(&req, inputOpt)
 	}
-	req.output, req.errorTo = outputOpt, errorOpt
+	req.output, req.errorTo, req.gpusPerTask = outputOpt, errorOpt, gpusPerTask
 	if f, ok := req.stdin.(*os.File); ok && req.stdin != c.env.Stdin {
 		defer f.Close() // -i FILE
 	}

@@ -44,6 +44,8 @@ type stepRequest struct {
 	// and stderr; -e "" follows -o), "all", "none", a task's rank (that
 	// task's alone), or a filename pattern (stepOutputs).
 	output, errorTo string
+	// gpusPerTask gives each task its own GPUs (--gpus-per-task).
+	gpusPerTask int32
 }
 
 // Polling intervals of a remote step: its output files, and its state.
@@ -76,7 +78,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	create := &loomv1.CreateJobStepRequest{Parent: parent, RequestId: requestID(), Command: req.command,
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
-		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols}
+		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {

@@ -1800,6 +1800,7 @@ type CreateJobStep struct {
 	Pty           bool                   `protobuf:"varint,13,opt,name=pty,proto3" json:"pty,omitempty"`
 	PtyRows       int32                  `protobuf:"varint,14,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
 	PtyCols       int32                  `protobuf:"varint,15,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
+	GpusPerTask   int32                  `protobuf:"varint,16,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1935,6 +1936,13 @@ func (x *CreateJobStep) GetPtyRows() int32 {
 func (x *CreateJobStep) GetPtyCols() int32 {
 	if x != nil {
 		return x.PtyCols
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetGpusPerTask() int32 {
+	if x != nil {
+		return x.GpusPerTask
 	}
 	return 0
 }
@@ -2752,9 +2760,13 @@ type LaunchTasks struct {
 	Input string `protobuf:"bytes,17,opt,name=input,proto3" json:"input,omitempty"`
 	// pty runs the task of rank 0 in a pseudo-terminal of pty_rows ×
 	// pty_cols (loom.v1.CreateJobStepRequest.pty).
-	Pty           bool  `protobuf:"varint,18,opt,name=pty,proto3" json:"pty,omitempty"`
-	PtyRows       int32 `protobuf:"varint,19,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
-	PtyCols       int32 `protobuf:"varint,20,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
+	Pty     bool  `protobuf:"varint,18,opt,name=pty,proto3" json:"pty,omitempty"`
+	PtyRows int32 `protobuf:"varint,19,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
+	PtyCols int32 `protobuf:"varint,20,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
+	// task_gpus, when set, is each local task's own GPUs ("0,1"), in local
+	// order: its CUDA_VISIBLE_DEVICES (srun --gpus-per-task); unset, every
+	// task sees the env's.
+	TaskGpus      []string `protobuf:"bytes,21,rep,name=task_gpus,json=taskGpus,proto3" json:"task_gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2927,6 +2939,13 @@ func (x *LaunchTasks) GetPtyCols() int32 {
 		return x.PtyCols
 	}
 	return 0
+}
+
+func (x *LaunchTasks) GetTaskGpus() []string {
+	if x != nil {
+		return x.TaskGpus
+	}
+	return nil
 }
 
 // KillTasks tells an agent to kill its tasks of a job step (SIGTERM, SIGKILL
@@ -5666,7 +5685,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\a_mem_mbB\x16\n" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
-	"\t_gpu_type\"\x8b\x04\n" +
+	"\t_gpu_type\"\xaf\x04\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5685,7 +5704,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x05input\x18\f \x01(\tR\x05input\x12\x10\n" +
 	"\x03pty\x18\r \x01(\bR\x03pty\x12\x19\n" +
 	"\bpty_rows\x18\x0e \x01(\x05R\aptyRows\x12\x19\n" +
-	"\bpty_cols\x18\x0f \x01(\x05R\aptyCols\x1a6\n" +
+	"\bpty_cols\x18\x0f \x01(\x05R\aptyCols\x12\"\n" +
+	"\rgpus_per_task\x18\x10 \x01(\x05R\vgpusPerTask\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -5758,7 +5778,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xea\x04\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\x87\x05\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5784,7 +5804,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x05input\x18\x11 \x01(\tR\x05input\x12\x10\n" +
 	"\x03pty\x18\x12 \x01(\bR\x03pty\x12\x19\n" +
 	"\bpty_rows\x18\x13 \x01(\x05R\aptyRows\x12\x19\n" +
-	"\bpty_cols\x18\x14 \x01(\x05R\aptyCols\x1a6\n" +
+	"\bpty_cols\x18\x14 \x01(\x05R\aptyCols\x12\x1b\n" +
+	"\ttask_gpus\x18\x15 \x03(\tR\btaskGpus\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +

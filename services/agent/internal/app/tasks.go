@@ -209,6 +209,10 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	if err := mkdir(user, outDir); err != nil {
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
+	if n := len(cmd.GetTaskGpus()); n > 0 && n != int(cmd.GetNtasks()) {
+		// Tasks past the lists would see every GPU of the node.
+		return nil, fmt.Errorf("bad launch: %d tasks' GPUs for %d tasks", n, cmd.GetNtasks())
+	}
 	a.prepareProgress(user, domain.Key(cmd.GetJob(), cmd.GetAttempt()))
 	base := a.taskEnv(key, cmd, acct)
 	var ps []ports.Process
@@ -242,9 +246,10 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 		}
 		p, err := a.rt.Start(ports.Spec{
 			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice, User: user, Name: taskName(key, l),
-			Env: append(append([]string(nil), base...),
+			Env: append(append(append([]string(nil), base...),
 				"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
 				"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks()))),
+				taskGPUVars(cmd, l)...),
 			Input: in, InputEOF: filepath.Join(outDir, slurmspec.InputEOF), PTY: taskPTY(cmd, rank, outDir),
 		})
 		out.Close()
@@ -258,6 +263,24 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 		ps = append(ps, p)
 	}
 	return ps, nil
+}
+
+// gpuVars name a task's GPUs, as Slurm's gres/gpu plugin sets them.
+var gpuVars = []string{"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"}
+
+// taskGPUVars are the GPU variables of local task l when the step gives
+// each task its own (srun --gpus-per-task: LaunchTasks.task_gpus), none
+// otherwise (the node's, in the step's env, stand).
+func taskGPUVars(cmd *eventsv1.LaunchTasks, l int32) []string {
+	ids := cmd.GetTaskGpus()
+	if int(l) >= len(ids) {
+		return nil
+	}
+	out := make([]string, len(gpuVars))
+	for i, k := range gpuVars {
+		out[i] = k + "=" + ids[l]
+	}
+	return out
 }
 
 // taskPTY is the terminal of the task of rank rank (srun --pty: task 0's
@@ -292,6 +315,12 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks, acct ports.Account)
 	maps.Copy(vars, a.nodeVars(cmd.GetEnv(), cmd.GetUser(), acct))
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
+	}
+	if len(cmd.GetTaskGpus()) > 0 {
+		// Each task's own (taskGPUVars), not the node's.
+		for _, k := range gpuVars {
+			delete(vars, k)
+		}
 	}
 	// The run's progress file, as its batch step's (one per run here).
 	vars[domain.ProgressEnv] = a.progressFile(domain.Key(cmd.GetJob(), cmd.GetAttempt()))

@@ -60,7 +60,8 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 	cmd := &eventsv1.CreateJobStep{Job: ref.name, Cluster: j.GetCluster(), RequestId: rid,
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(),
-		KillOnBadExit: req.GetKillOnBadExit(), Input: req.GetInput(), Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols()}
+		KillOnBadExit: req.GetKillOnBadExit(), Input: req.GetInput(), Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(),
+		GpusPerTask: req.GetGpusPerTask()}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("create a step of %s: %w", ref.name, err)
 	}

@@ -192,6 +192,7 @@ func TestOtherRequestLimits(t *testing.T) {
 			{func(r *loomv1.CreateJobStepRequest) { r.Pty, r.Input = true, "all" }, `input: with pty only task 0 reads input, got "all"`},
 			{func(r *loomv1.CreateJobStepRequest) { r.Pty, r.PtyRows = true, -1 }, "pty_rows: must be 0..10000, got -1"},
 			{func(r *loomv1.CreateJobStepRequest) { r.Pty, r.PtyCols = true, 1<<20 }, "pty_cols: must be 0..10000, got 1048576"},
+			{func(r *loomv1.CreateJobStepRequest) { r.GpusPerTask = -1 }, "gpus_per_task: must be 0..1024, got -1"},
 		} {
 			req = step()
 			bad.mod(req)

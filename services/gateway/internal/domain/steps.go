@@ -46,13 +46,14 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	v.Check(!req.GetPty() || req.GetInput() == "" || req.GetInput() == "0", "input", "with pty only task 0 reads input, got %s", clip(req.GetInput()))
 	v.Check(req.GetPtyRows() >= 0 && req.GetPtyRows() <= slurmspec.MaxTermSize, "pty_rows", "must be 0..%d, got %d", slurmspec.MaxTermSize, req.GetPtyRows())
 	v.Check(req.GetPtyCols() >= 0 && req.GetPtyCols() <= slurmspec.MaxTermSize, "pty_cols", "must be 0..%d, got %d", slurmspec.MaxTermSize, req.GetPtyCols())
+	v.Check(req.GetGpusPerTask() >= 0 && req.GetGpusPerTask() <= slurmspec.MaxGPUsPerTask, "gpus_per_task", "must be 0..%d, got %d", slurmspec.MaxGPUsPerTask, req.GetGpusPerTask())
 	if err := v.Err(); err != nil {
 		return err
 	}
 	checkCommandSize(&v, "request", &eventsv1.CreateJobStep{Job: req.GetParent(), RequestId: req.GetRequestId(),
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput(),
-		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols()})
+		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask()})
 	return v.Err()
 }
 

@@ -171,6 +171,8 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	v.Check(!ev.GetPty() || ev.GetInput() == "" || ev.GetInput() == "0", "input", "with pty only task 0 reads input, got %q", ev.GetInput())
 	v.Check(ev.GetPtyRows() >= 0 && ev.GetPtyRows() <= slurmspec.MaxTermSize && ev.GetPtyCols() >= 0 && ev.GetPtyCols() <= slurmspec.MaxTermSize,
 		"pty_rows", "rows and columns must be 0..%d, got %d × %d", slurmspec.MaxTermSize, ev.GetPtyRows(), ev.GetPtyCols())
+	v.Check(ev.GetGpusPerTask() >= 0 && ev.GetGpusPerTask() <= slurmspec.MaxGPUsPerTask, "gpus_per_task",
+		"must be 0..%d, got %d", slurmspec.MaxGPUsPerTask, ev.GetGpusPerTask())
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("create job step: %w", err)
 	}
@@ -213,6 +215,16 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	if err == nil {
 		if e := slurmspec.ParseInput(ev.GetInput(), int(total)); e != nil {
 			err = fmt.Errorf("--input: %w", e)
+		}
+	}
+	if g := ev.GetGpusPerTask(); err == nil && g > 0 {
+		// Each task its own GPUs of the job's on its node, in order.
+		for k, n := range tasks {
+			if held := len(r.GPUs[r.Nodes[k]]); int(n)*int(g) > held {
+				err = fmt.Errorf("Requested node configuration is not available: %d task(s) with --gpus-per-task=%d need %d GPUs on %s, the job holds %d there",
+					n, g, int(n)*int(g), r.Hostnames[k], held)
+				break
+			}
 		}
 	}
 	if err != nil {
@@ -280,6 +292,24 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		if ev.GetCpusPerTask() > 0 {
 			env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(ev.GetCpusPerTask()))
 		}
+		// The step's GPUs on the node (Slurm's SLURM_STEP_GPUS): the
+		// job's there, or with --gpus-per-task each task's own.
+		var taskGPUs []string
+		if devs := env["CUDA_VISIBLE_DEVICES"]; devs != "" {
+			env["SLURM_STEP_GPUS"] = devs
+		}
+		if g := int(ev.GetGpusPerTask()); g > 0 {
+			env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(g)
+			held := r.GPUs[node]
+			taskGPUs = make([]string, tasks[k])
+			for l := range taskGPUs {
+				ids := make([]string, g)
+				for i := range ids {
+					ids[i] = strconv.Itoa(int(held[l*g+i]))
+				}
+				taskGPUs[l] = strings.Join(ids, ",")
+			}
+		}
 		t.emit(node, j.Name(), &eventsv1.LaunchTasks{
 			Job: j.Name(), JobId: j.Job.GetJobId(), Attempt: r.Attempt, StepId: id, Node: node,
 			NodeIndex: int32(k), FirstRank: first, Ntasks: tasks[k], TotalTasks: total,
@@ -287,6 +317,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 			User: j.Job.GetUser(), MemLimitBytes: memLimit(r), Input: ev.GetInput(),
 			// The terminal is task 0's, on the step's first node.
 			Pty: ev.GetPty() && k == 0, PtyRows: ev.GetPtyRows(), PtyCols: ev.GetPtyCols(),
+			TaskGpus: taskGPUs,
 		})
 	}
 	return nil

@@ -463,3 +463,31 @@ func TestStepLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestJobStepGPUsPerTask: srun --gpus-per-task gives each task its own of
+// the job's GPUs on its node, in order (its CUDA_VISIBLE_DEVICES), with
+// Slurm's SLURM_STEP_GPUS and SLURM_GPUS_PER_TASK; a step whose tasks need
+// more GPUs than the job holds on a node fails, saying so. Without it
+// every task sees the node's, as SLURM_STEP_GPUS says.
+func TestJobStepGPUsPerTask(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
+	c := h.do(createStep("r1", func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks = 2, 2 }))
+	ls := launches(c)
+	if len(ls) != 1 || !reflect.DeepEqual(ls[0].GetTaskGpus(), []string{"0,1", "2,3"}) ||
+		ls[0].GetEnv()["SLURM_STEP_GPUS"] != "0,1,2,3" || ls[0].GetEnv()["SLURM_GPUS_PER_TASK"] != "2" {
+		t.Fatalf("--gpus-per-task=2 -n2 on 4 GPUs: launches %v", ls)
+	}
+	c = h.do(createStep("r2"))
+	if ls = launches(c); len(ls) != 1 || ls[0].GetTaskGpus() != nil || ls[0].GetEnv()["SLURM_STEP_GPUS"] != "0,1,2,3" ||
+		ls[0].GetEnv()["SLURM_GPUS_PER_TASK"] != "" {
+		t.Fatalf("no --gpus-per-task: launches %v", ls)
+	}
+	c = h.do(createStep("r3", func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks = 2, 3 }))
+	if s := h.jobStep(2); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
+		s.GetReason() != "Requested node configuration is not available: 3 task(s) with --gpus-per-task=2 need 6 GPUs on a3-0001, the job holds 4 there" {
+		t.Fatalf("3 tasks × 2 GPUs of 4: %v", s)
+	}
+}
