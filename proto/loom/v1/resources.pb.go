@@ -2101,6 +2101,10 @@ type Job struct {
 	GpuType string `protobuf:"bytes,35,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
 	// gpus is the job's total GPU count (--gpus), spread over its nodes.
 	Gpus int32 `protobuf:"varint,36,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	// gpus_per_task is --gpus-per-task as given (the counts above hold what
+	// it asks for): the job's steps give each task that many GPUs of its own
+	// by default (SLURM_GPUS_PER_TASK), as Slurm's srun does.
+	GpusPerTask int32 `protobuf:"varint,80,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
 	// time_limit_seconds is --time; 0 means the partition's MaxTime.
 	TimeLimitSeconds int64 `protobuf:"varint,37,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
 	// array is the --array spec as given ("0-15:2%4"); set on the array's parent.
@@ -2367,6 +2371,13 @@ func (x *Job) GetGpuType() string {
 func (x *Job) GetGpus() int32 {
 	if x != nil {
 		return x.Gpus
+	}
+	return 0
+}
+
+func (x *Job) GetGpusPerTask() int32 {
+	if x != nil {
+		return x.GpusPerTask
 	}
 	return 0
 }
@@ -4695,7 +4706,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\x9a\x12\n" +
+	"\tREPLACING\x10\t\"\xbe\x12\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4716,7 +4727,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\rcpus_per_task\x18! \x01(\x05R\vcpusPerTask\x12\x15\n" +
 	"\x06mem_mb\x18\" \x01(\x03R\x05memMb\x12\x19\n" +
 	"\bgpu_type\x18# \x01(\tR\agpuType\x12\x12\n" +
-	"\x04gpus\x18$ \x01(\x05R\x04gpus\x12,\n" +
+	"\x04gpus\x18$ \x01(\x05R\x04gpus\x12\"\n" +
+	"\rgpus_per_task\x18P \x01(\x05R\vgpusPerTask\x12,\n" +
 	"\x12time_limit_seconds\x18% \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
 	"\x05array\x18& \x01(\tR\x05array\x12 \n" +
 	"\farray_job_id\x18' \x01(\tR\n" +

@@ -527,6 +527,20 @@ func TestSrun(t *testing.T) {
 		req.GetEnv()["HOME"] != dir {
 		t.Errorf("one-node step request %v", req)
 	}
+	// The job's --gpus-per-task is the step's default, as Slurm's srun
+	// reads SLURM_GPUS_PER_TASK; the command line wins.
+	for args, want := range map[string]int32{"": 1, "--gpus-per-task=2": 2} {
+		g := srunGateway(t, 0)
+		env := mergeMaps(alloc, map[string]string{"SLURM_GPUS_PER_TASK": "1"})
+		argv := []string{"hostname"}
+		if args != "" {
+			argv = append([]string{args}, argv...)
+		}
+		if code, _, errOut := run(t, g, "srun", Env{Cwd: dir, Environ: env}, argv...); code != 0 || len(stepsCreated(g)) != 1 ||
+			stepsCreated(g)[0].GetGpusPerTask() != want {
+			t.Errorf("srun %s with SLURM_GPUS_PER_TASK=1: exit %d, stderr %q, steps %v; want %d GPUs per task", args, code, errOut, stepsCreated(g), want)
+		}
+	}
 	multi := mergeMaps(alloc, map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2"})
 	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi}, "hostname")
 	// This gateway has no job 12.

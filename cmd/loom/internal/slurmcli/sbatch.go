@@ -831,6 +831,7 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		j.CheckpointDir = filepath.Join(j.WorkDir, d)
 	}
 	if st.gpusPerT > 0 {
+		j.GpusPerTask = st.gpusPerT
 		switch {
 		case j.NtasksPerNode > 0:
 			j.GpusPerNode = st.gpusPerT * j.NtasksPerNode

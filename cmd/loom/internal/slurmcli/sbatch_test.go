@@ -64,7 +64,7 @@ func TestParseSbatchOptions(t *testing.T) {
 		{[]string{"-G", "16"}, &loomv1.Job{Gpus: 16}},
 		{[]string{"--gpus=h100:16"}, &loomv1.Job{Gpus: 16, GpuType: "h100"}},
 		{[]string{"--gpus-per-node=h100:8"}, &loomv1.Job{GpusPerNode: 8, GpuType: "h100"}},
-		{[]string{"--ntasks-per-node=2", "--gpus-per-task=4"}, &loomv1.Job{NtasksPerNode: 2, GpusPerNode: 8}},
+		{[]string{"--ntasks-per-node=2", "--gpus-per-task=4"}, &loomv1.Job{NtasksPerNode: 2, GpusPerNode: 8, GpusPerTask: 4}},
 		{[]string{"-t", "90"}, &loomv1.Job{TimeLimitSeconds: 90 * 60}},
 		{[]string{"--time=1-12:00:00"}, &loomv1.Job{TimeLimitSeconds: 36 * 3600}},
 		{[]string{"--time=UNLIMITED"}, &loomv1.Job{}},

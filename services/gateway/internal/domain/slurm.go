@@ -197,6 +197,7 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 		{"job.cpus_per_task", int64(j.GetCpusPerTask()), slurmspec.MaxCPUsPerTask},
 		{"job.mem_mb", j.GetMemMb(), math.MaxInt64},
 		{"job.gpus", int64(j.GetGpus()), slurmspec.MaxJobGPUs},
+		{"job.gpus_per_task", int64(j.GetGpusPerTask()), slurmspec.MaxGPUsPerTask},
 	} {
 		v.Check(f.val >= 0, f.name, "%d must not be negative", f.val)
 		v.Check(f.val <= f.max, f.name, "%d is more than %d, the most Loom takes", f.val, f.max)

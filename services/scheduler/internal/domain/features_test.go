@@ -454,6 +454,15 @@ func TestTasksEnv(t *testing.T) {
 	if env["SLURM_GPUS"] != "3" || env["SLURM_GPUS_PER_NODE"] != "" || env["SLURM_GPUS_ON_NODE"] != "3" || env["SLURM_JOB_GPUS"] != "2,3,4" {
 		t.Fatalf("--gpus=3 env: %v", env)
 	}
+	// --gpus-per-task: the steps' default, in the job's environment (its
+	// per-node count is derived from it, not asked for).
+	c = h.submitJob(job(4, 1, 2, func(j *loomv1.Job) { j.Command = nil; j.Script = "x"; j.GpusPerTask = 1; j.Ntasks = 2 }))
+	if ss = starts(c); len(ss) != 1 {
+		t.Fatalf("--gpus-per-task job: %d StartSteps", len(ss))
+	}
+	if env = ss[0].GetEnv(); env["SLURM_GPUS_PER_TASK"] != "1" || env["SLURM_GPUS_PER_NODE"] != "" {
+		t.Fatalf("--gpus-per-task=1 env: %v", env)
+	}
 	// No GPUs, no GPU ids.
 	c = h.submitJob(job(3, 1, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "x" }))
 	if ss = starts(c); len(ss) != 1 {

@@ -38,6 +38,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		MemMb:              job.MemMb,
 		GpuType:            job.GpuType,
 		Gpus:               job.Gpus,
+		GpusPerTask:        job.GpusPerTask,
 		TimeLimitSeconds:   job.TimeLimitSeconds,
 		Array:              job.Array,
 		ArrayJobId:         job.ArrayJobId,

@@ -254,8 +254,12 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	// (Loom keeps --gres=gpu:N as --gpus-per-node=N: both get it).
 	if g := spec.GetGpus(); g > 0 {
 		env["SLURM_GPUS"] = strconv.Itoa(int(g))
-	} else if g := spec.GetGpusPerNode(); g > 0 {
+	} else if g := spec.GetGpusPerNode(); g > 0 && spec.GetGpusPerTask() == 0 {
 		env["SLURM_GPUS_PER_NODE"] = strconv.Itoa(int(g))
+	}
+	if g := spec.GetGpusPerTask(); g > 0 {
+		// The job's steps' default (srun reads it), as Slurm's.
+		env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(int(g))
 	}
 	env["SLURM_SUBMIT_DIR"] = submit
 	env["SLURM_JOB_PARTITION"] = part
