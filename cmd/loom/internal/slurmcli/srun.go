@@ -41,6 +41,7 @@ var srunOptions = []optDef{
 	{long: []string{"gpus"}, short: 'G', arg: requiredArg},
 	{long: []string{"gpus-per-node"}, arg: requiredArg},
 	{long: []string{"gpus-per-task"}, arg: requiredArg},
+	{long: []string{"begin"}, short: 'b', arg: requiredArg},
 	{long: []string{"gpu-bind"}, arg: requiredArg},
 	{long: []string{"cpu-bind"}, arg: requiredArg},
 	{long: []string{"mpi"}, arg: requiredArg},

@@ -29,7 +29,7 @@ var srunAllocOptions = map[string]bool{
 	"nodes": true, "ntasks": true, "ntasks-per-node": true, "cpus-per-task": true, "job-name": true,
 	"partition": true, "time": true, "mem": true, "mem-per-cpu": true, "gres": true, "gpus": true,
 	"gpus-per-node": true, "gpus-per-task": true, "exclusive": true, "account": true, "qos": true,
-	"nodelist": true, "exclude": true, "chdir": true, "nice": true,
+	"nodelist": true, "exclude": true, "chdir": true, "nice": true, "begin": true,
 }
 
 // srunInputVars are the variables Slurm's srun reads as the defaults of

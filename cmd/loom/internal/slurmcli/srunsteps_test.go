@@ -142,10 +142,10 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 	env := Env{Conn: g.Dial(t), Project: "default", Cluster: "projects/default/clusters/c", User: "ada", Cwd: g.StepOutputDir,
 		CallTimeout: 10 * time.Second, Environ: map[string]string{"PATH": "/bin", "SLURM_PARTITION": "debug", "SLURM_TIMELIMIT": "7",
 			"SBATCH_QOS": "high", "SLURM_ACCOUNT": "lab"}}
-	if code, _, errOut := mainSrun(context.Background(), env, "-A", "research", "--nice=7", "hostname"); code != 0 || len(jobsSubmitted(g)) != 1 ||
+	if code, _, errOut := mainSrun(context.Background(), env, "-A", "research", "--nice=7", "-b", "now+1hour", "hostname"); code != 0 || len(jobsSubmitted(g)) != 1 ||
 		jobsSubmitted(g)[0].GetJob().GetPartition() != "debug" || jobsSubmitted(g)[0].GetJob().GetTimeLimitSeconds() != 420 ||
 		jobsSubmitted(g)[0].GetJob().GetAccount() != "research" || jobsSubmitted(g)[0].GetJob().GetQos() == "high" ||
-		jobsSubmitted(g)[0].GetJob().GetNice() != 7 {
+		jobsSubmitted(g)[0].GetJob().GetNice() != 7 || jobsSubmitted(g)[0].GetJob().GetBeginTime() == nil {
 		t.Fatalf("input variables: exit %d, stderr %q, submitted %v", code, errOut, jobsSubmitted(g))
 	}
 	// --pty from no terminal: Slurm's warning, and a step without one
