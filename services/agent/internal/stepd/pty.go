@@ -94,7 +94,10 @@ const WinsizePoll = 250 * time.Millisecond
 // that is not a regular file of theirs, alone, is ignored, so that a link
 // cannot make the shim read another file.
 func followWinsize(master *os.File, path string, owner *syscall.Credential, done <-chan struct{}) {
+	// srun replaces the file at each resize (a new inode), and a
+	// filesystem's times may be coarse: either tells a new size.
 	var last time.Time
+	var lastIno uint64
 	for {
 		select {
 		case <-done:
@@ -102,10 +105,17 @@ func followWinsize(master *os.File, path string, owner *syscall.Credential, done
 		case <-time.After(WinsizePoll):
 		}
 		st, err := os.Lstat(path)
-		if err != nil || !st.Mode().IsRegular() || st.ModTime().Equal(last) || st.Size() > 64 {
+		if err != nil || !st.Mode().IsRegular() || st.Size() > 64 {
 			continue
 		}
-		last = st.ModTime()
+		ino := uint64(0)
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			ino = sys.Ino
+		}
+		if st.ModTime().Equal(last) && ino == lastIno {
+			continue
+		}
+		last, lastIno = st.ModTime(), ino
 		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			continue
