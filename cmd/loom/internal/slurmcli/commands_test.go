@@ -529,7 +529,7 @@ func TestSrun(t *testing.T) {
 	}
 	// The job's --gpus-per-task is the step's default, as Slurm's srun
 	// reads SLURM_GPUS_PER_TASK; the command line wins.
-	for args, want := range map[string]int32{"": 1, "--gpus-per-task=2": 2} {
+	for args, want := range map[string]int32{"": 1, "--gpus-per-task=2": 2, "--gpu-bind=none": 0} {
 		g := srunGateway(t, 0)
 		env := mergeMaps(alloc, map[string]string{"SLURM_GPUS_PER_TASK": "1"})
 		argv := []string{"hostname"}

@@ -81,7 +81,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	jobID := ""
 	inputOpt, outputOpt, errorOpt := "", "", ""
 	// Slurm's srun takes its default from the job's environment.
-	gpusPerTask := int32(0)
+	gpusPerTask, noGPUBind := int32(0), false
 	if v := env["SLURM_GPUS_PER_TASK"]; v != "" {
 		if _, n, err := parseTypedCount(v); err == nil && n <= slurmspec.MaxGPUsPerTask {
 			gpusPerTask = n
@@ -128,6 +128,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 				return exit255(usage("srun", fmt.Errorf("--gpus-per-task=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxGPUsPerTask)))
 			}
 			gpusPerTask = n
+		case "gpu-bind":
+			// none: every task sees the step's GPUs, --gpus-per-task or
+			// not; Loom's binding otherwise is Slurm's default (each
+			// task its own, in order), whatever the option names.
+			noGPUBind = strings.EqualFold(o.value, "none")
 		case "output":
 			outputOpt = o.value
 		case "error":
@@ -152,6 +157,9 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		c.stepTerminal(&req, inputOpt)
 	}
 	req.output, req.errorTo, req.gpusPerTask = outputOpt, errorOpt, gpusPerTask
+	if noGPUBind {
+		req.gpusPerTask = 0
+	}
 	if f, ok := req.stdin.(*os.File); ok && req.stdin != c.env.Stdin {
 		defer f.Close() // -i FILE
 	}
