@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -441,5 +442,16 @@ func TestSrunOutputFiles(t *testing.T) {
 	if code, _, errOut := runSrun(context.Background(), t, g, "-N2", "-o", "7", "python", "train.py"); code != 1 ||
 		!strings.Contains(errOut, "task 7 is not a task of the step (0..1)") || len(stepCancels(g)) != 1 {
 		t.Errorf("-o 7 of 2 tasks: exit %d, stderr %q, cancels %v", code, errOut, stepCancels(g))
+	}
+}
+
+// TestSrunOutputFilesBounded: a pattern that names more files than srun
+// opens for one step is refused, the step cancelled.
+func TestSrunOutputFilesBounded(t *testing.T) {
+	t.Parallel()
+	g := srunGateway(t, 1<<30, 0, 0)
+	code, _, errOut := runSrun(context.Background(), t, g, "-N2", "-n", strconv.Itoa(maxOutputFiles+1), "-o", "many-%t.out", "true")
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("more than %d files for one step", maxOutputFiles)) || len(stepCancels(g)) != 1 {
+		t.Fatalf("-o many-%%t.out over %d tasks: exit %d, stderr %q, cancels %v", maxOutputFiles+1, code, errOut, stepCancels(g))
 	}
 }

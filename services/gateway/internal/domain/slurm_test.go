@@ -83,6 +83,7 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"huge tasks per node", func(j *loomv1.Job) { j.NtasksPerNode = 1<<31 - 1 }, "job.ntasks_per_node: 2147483647 is more than 4096"},
 		{"huge cpus per task", func(j *loomv1.Job) { j.CpusPerTask = 1 << 30 }, "job.cpus_per_task: 1073741824 is more than 4096"},
 		{"huge gpus", func(j *loomv1.Job) { j.Gpus = 1<<31 - 1 }, "job.gpus: 2147483647 is more than 1048576"},
+		{"huge gpus per task", func(j *loomv1.Job) { j.GpusPerTask = 2000 }, "job.gpus_per_task: 2000 is more than 1024"},
 		{"negative retries", func(j *loomv1.Job) { j.MaxRetries = -1 }, "job.max_retries: -1 is not 0 to 100"},
 		{"too many retries", func(j *loomv1.Job) { j.MaxRetries = 101 }, "job.max_retries: 101 is not 0 to 100"},
 		// 1<<62 seconds would wrap, as a duration, to a hang timeout of seconds.
