@@ -633,9 +633,9 @@ func wantEqual(t *testing.T, what, got, want string) {
 }
 
 // runTerminal runs a Slurm command with a terminal for its stdin, stdout
-// and stderr, as from a user's shell: it types each line once the command
-// has shown something since the last (as a person waits for the prompt),
-// and returns what the terminal showed and the command's exit code.
+// and stderr, as from a user's shell: it types each line at the remote
+// shell's prompt ("$ " or "# "), as a person waits for it, and returns what
+// the terminal showed and the command's exit code.
 func (s *session) runTerminal(lines []string, name string, args ...string) (string, int) {
 	s.t.Helper()
 	master, slave, err := openTerminal()
@@ -669,13 +669,19 @@ func (s *session) runTerminal(lines []string, name string, args ...string) (stri
 			}
 		}
 	}()
-	seen := func() int { mu.Lock(); defer mu.Unlock(); return shown.Len() }
+	// What the terminal shows since the last line was typed, from before.
+	since := func(before int) string { mu.Lock(); defer mu.Unlock(); return shown.String()[before:] }
 	before := 0
 	for _, l := range lines {
-		// Typed once the other side has shown something since the last
-		// line was typed (its prompt, or that line's echo).
-		s.waitFor(60*time.Second, "the terminal to show something before typing "+l, func() bool { return seen() > before })
-		before = seen()
+		// Typed at the shell's prompt, as a person does: once what the
+		// last line made it print has ended in one.
+		s.waitFor(60*time.Second, "a prompt before typing "+l, func() bool {
+			out := strings.TrimRight(since(before), " ")
+			return strings.HasSuffix(out, "$") || strings.HasSuffix(out, "#")
+		})
+		mu.Lock()
+		before = shown.Len()
+		mu.Unlock()
 		if _, err := master.Write([]byte(l + "\r")); err != nil {
 			s.t.Fatal(err)
 		}
