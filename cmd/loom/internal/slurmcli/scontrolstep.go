@@ -60,16 +60,17 @@ func (c *cmd) showSteps(ctx context.Context, b *strings.Builder, id string, onel
 	return nil
 }
 
+// stepTimeLimit is a step's own time limit as Slurm 22.05 shows it: a step
+// has none unless srun -t gave it one (Loom's srun takes no -t for a step),
+// whatever its job's limit.
+const stepTimeLimit = "TimeLimit=UNLIMITED"
+
 // batchStepRecord is a running job's batch step as scontrol show step
 // prints it (Slurm gives it no CPUs or TRES of its own).
 func batchStepRecord(j *loomv1.Job, c *cmd) record {
 	uid, _ := accountIDs(j.GetUser())
-	limit := "UNLIMITED"
-	if l := j.GetTimeLimitSeconds(); l > 0 {
-		limit = formatDuration(l)
-	}
 	return record{
-		{"StepId=" + j.GetJobId() + ".batch", "UserId=" + uid, "StartTime=" + formatTimestamp(j.GetStartTime().AsTime(), c.loc), "TimeLimit=" + limit},
+		{"StepId=" + j.GetJobId() + ".batch", "UserId=" + uid, "StartTime=" + formatTimestamp(j.GetStartTime().AsTime(), c.loc), stepTimeLimit},
 		{"State=RUNNING", "Partition=" + j.GetPartition(), "NodeList=" + j.GetBatchHost()},
 		{"Nodes=1", "CPUs=0", "Tasks=1", "Name=batch", "Network=(null)"},
 		{"TRES=(null)"},
@@ -83,13 +84,9 @@ func batchStepRecord(j *loomv1.Job, c *cmd) record {
 func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 	uid, _ := accountIDs(j.GetUser())
 	cpus := s.GetNumTasks() * max(j.GetCpusPerTask(), 1)
-	limit := "UNLIMITED"
-	if l := j.GetTimeLimitSeconds(); l > 0 {
-		limit = formatDuration(l)
-	}
 	return record{
 		{"StepId=" + j.GetJobId() + "." + strconv.Itoa(int(s.GetStepId())), "UserId=" + uid,
-			"StartTime=" + formatTimestamp(s.GetStartTime().AsTime(), c.loc), "TimeLimit=" + limit},
+			"StartTime=" + formatTimestamp(s.GetStartTime().AsTime(), c.loc), stepTimeLimit},
 		{"State=" + stateLong(s.GetState()), "Partition=" + j.GetPartition(), "NodeList=" + compressHosts(s.GetNodes())},
 		{"Nodes=" + strconv.Itoa(len(s.GetNodes())), "CPUs=" + strconv.Itoa(int(cpus)), "Tasks=" + strconv.Itoa(int(s.GetNumTasks())),
 			"Name=" + stepName(s), "Network=(null)"},

@@ -19,7 +19,7 @@ func stepsGateway() *fakegw.Gateway {
 	job := func(id string, st loomv1.JobState) *loomv1.Job {
 		return &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster, User: "alice", Partition: "debug",
 			State: st, Script: "#!/bin/sh\nsrun sleep 30\n", Nodes: []string{"node1", "node2"}, BatchHost: "node1", StartTime: start,
-			CpusPerTask: 2}
+			CpusPerTask: 2, TimeLimitSeconds: 300}
 	}
 	return &fakegw.Gateway{
 		Jobs: []*loomv1.Job{job("44", loomv1.JobState_RUNNING), job("45", loomv1.JobState_RUNNING), job("46", loomv1.JobState_PENDING)},
@@ -56,6 +56,8 @@ func TestSqueueSteps(t *testing.T) {
 func TestScontrolShowStepAndPing(t *testing.T) {
 	t.Parallel()
 	g := stepsGateway()
+	// A step's own time limit is UNLIMITED whatever its job's (5 minutes
+	// here), as Slurm 22.05 shows it.
 	code, out, errOut := run(t, g, "scontrol", Env{}, "show", "step", "44.0")
 	want := "StepId=44.0 UserId=alice StartTime=" + testNow.Add(-3*time.Second).UTC().Format("2006-01-02T15:04:05") + " TimeLimit=UNLIMITED\n" +
 		"   State=RUNNING Partition=debug NodeList=node[1-2]\n" +
