@@ -59,12 +59,18 @@ func openPTY(rows, cols uint16, owner *syscall.Credential) (master, slave *os.Fi
 	if rows == 0 || cols == 0 {
 		rows, cols = DefaultRows, DefaultCols
 	}
-	ws := struct{ Row, Col, X, Y uint16 }{Row: rows, Col: cols}
-	if err := ioctl(sfd, syscall.TIOCSWINSZ, unsafe.Pointer(&ws)); err != nil {
+	if err := setWinsize(sfd, rows, cols); err != nil {
 		slave.Close()
 		return fail("terminal size", err)
 	}
 	return master, slave, nil
+}
+
+// setWinsize sizes the terminal of fd (either end) rows × cols; its
+// foreground jobs get SIGWINCH.
+func setWinsize(fd int, rows, cols uint16) error {
+	ws := struct{ Row, Col, X, Y uint16 }{Row: rows, Col: cols}
+	return ioctl(fd, syscall.TIOCSWINSZ, unsafe.Pointer(&ws))
 }
 
 func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
@@ -134,8 +140,7 @@ func followWinsize(master *os.File, path string, owner *syscall.Credential, done
 			rows < 1 || cols < 1 || rows > MaxTermSize || cols > MaxTermSize {
 			continue
 		}
-		ws := struct{ Row, Col, X, Y uint16 }{Row: uint16(rows), Col: uint16(cols)}
-		_ = ioctl(int(master.Fd()), syscall.TIOCSWINSZ, unsafe.Pointer(&ws))
+		_ = setWinsize(int(master.Fd()), uint16(rows), uint16(cols))
 	}
 }
 
