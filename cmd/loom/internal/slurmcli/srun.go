@@ -170,7 +170,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			return c.errorf("Invalid job id: %s", jobID)
 		}
 		req.jobID = jobID
-		return c.srunMulti(ctx, req, export, chdir)
+		return c.srunInJob(ctx, req, export, chdir)
 	}
 	if env["SLURM_JOB_ID"] == "" {
 		return c.srunAlloc(ctx, opts, req, export, chdir)
@@ -188,7 +188,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// Every step is the scheduler's, as in Slurm: a job step in sacct,
 	// SLURM_STEP_ID counting up, scancel JOB.STEP, its input forwarded.
 	req.jobID = env["SLURM_JOB_ID"]
-	return c.srunMulti(ctx, req, export, chdir)
+	return c.srunInJob(ctx, req, export, chdir)
 }
 
 // stepInput sets which of a step's tasks read input, and from where, as
@@ -297,9 +297,9 @@ func (l *labelWriter) flush() {
 	}
 }
 
-// srunMulti completes a multi-node step request from srun's environment
+// srunInJob completes a step request from srun's environment
 // (--export, the working directory, SLURM_NTASKS_PER_NODE) and runs it.
-func (c *cmd) srunMulti(ctx context.Context, req stepRequest, export, chdir string) error {
+func (c *cmd) srunInJob(ctx context.Context, req stepRequest, export, chdir string) error {
 	env := c.env.Environ
 	if req.perNode == 0 && req.ntasks == 0 && env["SLURM_NTASKS_PER_NODE"] != "" {
 		if n, err := strconv.Atoi(env["SLURM_NTASKS_PER_NODE"]); err == nil && n > 0 {

@@ -87,7 +87,7 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 		return err
 	}
 	step.jobID = id
-	runErr := c.srunMulti(ctx, step, export, chdir)
+	runErr := c.srunInJob(ctx, step, export, chdir)
 	// The job ends as the step ended, with its exit code.
 	code := 0
 	if runErr != nil {
