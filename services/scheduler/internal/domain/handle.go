@@ -823,8 +823,8 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 		switch ev.GetState() {
 		case eventsv1.StepState_STEP_EXITED:
 			switch {
-			case ev.GetExitCode() != 0 && strings.Contains(strings.ToLower(msg), "out of memory"):
-				userFail(loomv1.JobState_OUT_OF_MEMORY, ev.GetExitCode(), "OutOfMemory")
+			case ev.GetExitCode() != 0 && killedForMemory(msg):
+				userFail(loomv1.JobState_OUT_OF_MEMORY, ev.GetExitCode(), ReasonOutOfMemory)
 			case ev.GetExitCode() != 0:
 				userFail(loomv1.JobState_FAILED, ev.GetExitCode(), ReasonNonZeroExitCode)
 			case allExitedZero(r):

@@ -465,9 +465,7 @@ func (t *txn) maybeEndStep(s *JobStep) {
 	}
 	oom := false
 	for _, p := range s.Parts {
-		// The agent's word for tasks it killed past the job's memory, as
-		// for a batch step (handle.go).
-		oom = oom || strings.Contains(strings.ToLower(p.Message), "out of memory")
+		oom = oom || killedForMemory(p.Message)
 	}
 	switch {
 	case s.Cancelled:
@@ -477,7 +475,7 @@ func (t *txn) maybeEndStep(s *JobStep) {
 	case oom:
 		s.State = loomv1.JobState_OUT_OF_MEMORY
 		if s.Reason == "" {
-			s.Reason = "OutOfMemory"
+			s.Reason = ReasonOutOfMemory
 		}
 	default:
 		s.State = loomv1.JobState_FAILED

@@ -18,6 +18,8 @@
 package domain
 
 import (
+	"strings"
+
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
@@ -70,7 +72,17 @@ const (
 	ReasonTimeLimit = "TimeLimit"
 	// ReasonNonZeroExitCode ends a job whose step exited non-zero (FAILED).
 	ReasonNonZeroExitCode = "NonZeroExitCode"
+	// ReasonOutOfMemory ends a job, or a job step, whose processes the
+	// agent killed past the job's memory (OUT_OF_MEMORY).
+	ReasonOutOfMemory = "OutOfMemory"
 )
+
+// killedForMemory reports whether an agent's message on a step's end says
+// it killed the step's processes past the job's memory (the agent writes
+// "out of memory" there).
+func killedForMemory(msg string) bool {
+	return strings.Contains(strings.ToLower(msg), "out of memory")
+}
 
 // Cluster, Partition, NodeSet and Node are the records of clusters and
 // their nodes (package jobstore: they have no memory-only fields).
