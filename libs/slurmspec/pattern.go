@@ -1,9 +1,6 @@
 package slurmspec
 
-import (
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // PatternFields are the values of a filename pattern's % fields (sbatch
 // and srun --output/--error). The step's fields (%s, %t, %n, %J) stay as
@@ -20,10 +17,16 @@ type PatternFields struct {
 	StepID, TaskID, NodeID string
 }
 
+// MaxPatternWidth is the widest a pattern's zero-padding makes a field: a
+// wider width is read as this one, as Slurm's MAX_WIDTH (%20j is %10j).
+// Without it one job's --output could make whoever expands it allocate
+// gigabytes.
+const MaxPatternWidth = 10
+
 // ExpandPattern resolves Slurm's filename pattern fields in p (see
 // PatternFields), %% as a percent sign; a number between % and a numeric
-// field's letter zero-pads it (%5j). Unknown fields, and step fields f
-// leaves empty, stay as they are.
+// field's letter zero-pads it (%5j) to at most MaxPatternWidth. Unknown
+// fields, and step fields f leaves empty, stay as they are.
 func ExpandPattern(p string, f PatternFields) string {
 	if !strings.Contains(p, "%") {
 		return p
@@ -43,7 +46,10 @@ func ExpandPattern(p string, f PatternFields) string {
 			b.WriteString(p[i:])
 			break
 		}
-		width, _ := strconv.Atoi(p[i+1 : j])
+		width := 0
+		for _, d := range p[i+1 : j] {
+			width = min(width*10+int(d-'0'), MaxPatternWidth)
+		}
 		var v string
 		numeric, step := true, false
 		switch p[j] {

@@ -17,6 +17,11 @@ func TestExpandPattern(t *testing.T) {
 		// A batch script's pattern has no step or task: left as written.
 		{batch, "o-%t-%s-%J-%n", "o-%t-%s-%J-%n"},
 		{task, "o-%t-%s-%J-%n-%3t", "o-5-3-42.3-1-005"},
+		// Widths past Slurm's MAX_WIDTH are read as it (checked against
+		// Slurm 22.05: -o w-%20j.out made w-0000000053.out), however long:
+		// a width past an int once panicked the scheduler expanding it.
+		{batch, "w-%20j", "w-0000000042"}, {batch, "%012t%10a", "%012t0000000002"},
+		{batch, "%99999999999999999999999999j", "0000000042"}, {batch, "%12x", "train"},
 	} {
 		if got := ExpandPattern(c.in, c.f); got != c.out {
 			t.Errorf("ExpandPattern(%q) = %q, want %q", c.in, got, c.out)

@@ -238,6 +238,16 @@ func FuzzSpecs(f *testing.F) {
 		if r, err := ParseJobRef(s); err == nil && r.String() != s {
 			t.Fatalf("ParseJobRef(%q) round-trips to %q", s, r.String())
 		}
+		// A pattern's expansion is bounded by its length: each field of at
+		// least two bytes becomes at most MaxPatternWidth bytes or its value.
+		f := PatternFields{JobID: "42", ArrayJobID: "40", ArrayTaskID: "4294967294", Name: "name", User: "user",
+			Node: "node-0001", StepID: "3", TaskID: "1023", NodeID: "7"}
+		if out := ExpandPattern(s, f); len(out) > len(s)*(MaxPatternWidth+len(f.ArrayTaskID)) {
+			t.Fatalf("ExpandPattern(%q) is %d bytes", s, len(out))
+		}
+		if ParseInput(s, 4) == nil && s != InputNone && s != InputAll && (len(s) != 1 || s[0] < '0' || s[0] > '3') {
+			t.Fatalf("ParseInput(%q, 4) accepted it", s)
+		}
 	})
 }
 
