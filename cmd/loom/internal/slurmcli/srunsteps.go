@@ -202,7 +202,7 @@ func (c *cmd) feedStep(ctx context.Context, dir string, in io.Reader) {
 	var f *os.File
 	for {
 		var err error
-		f, err = os.OpenFile(filepath.Join(dir, slurmspec.InputFile), os.O_WRONLY|os.O_APPEND, 0)
+		f, err = openStepInput(filepath.Join(dir, slurmspec.InputFile))
 		if err == nil {
 			break
 		}
@@ -227,12 +227,41 @@ func (c *cmd) feedStep(ctx context.Context, dir string, in io.Reader) {
 	case n == slurmspec.MaxInputBytes && readsMore(in, more[:]):
 		fmt.Fprintf(c.stderr, "srun: error: input past %d bytes, the most a step takes, was not forwarded\n", int64(slurmspec.MaxInputBytes))
 	}
-	eof, err := os.OpenFile(filepath.Join(dir, slurmspec.InputEOF), os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
+	// Made only if absent (O_EXCL follows no link): anything already there
+	// ends the input as well.
+	eof, err := os.OpenFile(filepath.Join(dir, slurmspec.InputEOF), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil && !errors.Is(err, os.ErrExist) {
 		fmt.Fprintf(c.stderr, "srun: error: ending input: %v\n", err)
 		return
 	}
-	eof.Close()
+	if err == nil {
+		eof.Close()
+	}
+}
+
+// openStepInput opens a step's input file to append to it. The step's
+// directory is its job owner's, and srun may be someone else's (an
+// administrator's srun --jobid): a link there would have that srun write
+// where the owner points it, a FIFO would hang it. It opens only a regular
+// file with one link, following no symbolic link.
+func openStepInput(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%s is a symbolic link, not the step's input file", path)
+		}
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Nlink != 1 {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file with one link, not the step's input file", path)
+	}
+	return f, nil
 }
 
 // forwardResizes writes the terminal fd's new size into the step's
@@ -254,9 +283,19 @@ func (c *cmd) forwardResizes(fd int, dir string) (stop func()) {
 			if err != nil {
 				continue
 			}
-			path := filepath.Join(dir, slurmspec.WinsizeFile)
-			if err := os.WriteFile(path+".new", fmt.Appendf(nil, "%d %d\n", rows, cols), 0o600); err == nil {
-				_ = os.Rename(path+".new", path)
+			// A new file of srun's own (CreateTemp makes it, following no
+			// link), renamed over the last: the directory is the job
+			// owner's, and a fixed name could be a link they left there.
+			f, err := os.CreateTemp(dir, slurmspec.WinsizeFile+".*")
+			if err != nil {
+				continue
+			}
+			_, err = fmt.Fprintf(f, "%d %d\n", rows, cols)
+			if cerr := f.Close(); err == nil && cerr == nil {
+				err = os.Rename(f.Name(), filepath.Join(dir, slurmspec.WinsizeFile))
+			}
+			if err != nil {
+				_ = os.Remove(f.Name())
 			}
 		}
 	}()

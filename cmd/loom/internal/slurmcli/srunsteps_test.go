@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -382,6 +383,61 @@ func TestSrunForwardsInputToItsStep(t *testing.T) {
 		!strings.Contains(errOut, "file name patterns are not supported") {
 		t.Errorf("-i pattern: exit %d, stderr %q", code, errOut)
 	}
+}
+
+// TestSrunWritesNoLinkInTheStepDir: the step's directory is its job
+// owner's and srun may be an administrator's (srun --jobid): srun appends
+// its input only to a regular file with one link, makes the end-of-input
+// file only where nothing is, and writes a terminal's size to a new file
+// of its own, so that no link the owner leaves there makes srun write
+// elsewhere, and no FIFO hangs it.
+func TestSrunWritesNoLinkInTheStepDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("kept\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, slurmspec.InputFile)
+	kept := func() {
+		t.Helper()
+		if b, err := os.ReadFile(victim); err != nil || string(b) != "kept\n" {
+			t.Fatalf("the link's target was written: %q, %v", b, err)
+		}
+	}
+	for name, make := range map[string]func() error{
+		"symlink":  func() error { return os.Symlink(victim, in) },
+		"hardlink": func() error { return os.Link(victim, in) },
+		"fifo":     func() error { return syscall.Mkfifo(in, 0o600) },
+		"dir":      func() error { return os.Mkdir(in, 0o700) },
+	} {
+		if err := make(); err != nil {
+			t.Fatal(err)
+		}
+		if f, err := openStepInput(in); err == nil {
+			f.Close()
+			t.Errorf("%s: opened as the step's input", name)
+		}
+		if err := os.RemoveAll(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept()
+	// The end of input where the owner left a link: the link is not
+	// followed, and srun goes on.
+	if err := os.WriteFile(in, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, slurmspec.InputEOF)); err != nil {
+		t.Fatal(err)
+	}
+	var errOut bytes.Buffer
+	c := &cmd{stderr: &errOut}
+	c.feedStep(context.Background(), dir, strings.NewReader("x\n"))
+	if b, err := os.ReadFile(in); err != nil || string(b) != "x\n" || errOut.Len() != 0 {
+		t.Errorf("input %q (%v), stderr %q", b, err, errOut.String())
+	}
+	kept()
 }
 
 // TestSrunOutputFiles: -o and -e send the tasks' output to files named by
