@@ -110,13 +110,19 @@ func Alive(pid int, start uint64) bool {
 }
 
 // KillGroup sends sig to the process group pgid, and, when its leader leads
-// a session, to the session's other processes; a group that is gone is not
-// an error.
+// a session or is gone, to the session's other processes; a group that is
+// gone is not an error.
 func KillGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 1 {
 		return fmt.Errorf("kill group %d: refusing to signal a pgid <= 1", pgid)
 	}
-	leads := leadsSession(pgid)
+	// A session outlives its leader: the agent kills a step's group once it
+	// has reaped the leader (a terminal's shell that exited), and what the
+	// shell left in groups of their own (sleep &) still has the leader's
+	// pid as its session id. A leader that lives and leads no session has
+	// no such session.
+	_, alive := statFields(pgid)
+	leads := !alive || leadsSession(pgid)
 	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("kill group %d with %v: %w", pgid, sig, err)
 	}
