@@ -3,6 +3,7 @@ package stepd
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"strconv"
 	"syscall"
 	"time"
@@ -40,10 +41,11 @@ func openPTY(rows, cols uint16, owner *syscall.Credential) (master, slave *os.Fi
 	}
 	name := "/dev/pts/" + strconv.FormatUint(uint64(n), 10)
 	if owner != nil {
-		if err := os.Chown(name, int(owner.Uid), int(owner.Gid)); err != nil {
+		gid, mode := ttyGroup(int(owner.Gid))
+		if err := os.Chown(name, int(owner.Uid), gid); err != nil {
 			return fail("give the terminal to the job's owner", err)
 		}
-		if err := os.Chmod(name, 0o620); err != nil {
+		if err := os.Chmod(name, mode); err != nil {
 			return fail("terminal mode", err)
 		}
 	}
@@ -64,6 +66,20 @@ func openPTY(rows, cols uint16, owner *syscall.Credential) (master, slave *os.Fi
 		return fail("terminal size", err)
 	}
 	return master, slave, nil
+}
+
+// ttyGroup is the group and mode of a job's terminal, as grantpt(3) makes
+// them: group tty, writable by it (write(1) and wall(1) are setgid tty),
+// 0620; without a tty group, the owner's own group, 0600. Never the owner's
+// primary group writable: at a site where every user's is "users", any of
+// them could write into the terminal, and through srun into its user's.
+func ttyGroup(ownerGID int) (int, os.FileMode) {
+	if g, err := user.LookupGroup("tty"); err == nil {
+		if gid, err := strconv.Atoi(g.Gid); err == nil {
+			return gid, 0o620
+		}
+	}
+	return ownerGID, 0o600
 }
 
 // setWinsize sizes the terminal of fd (either end) rows × cols; its
