@@ -35,12 +35,24 @@ type Dependency struct {
 	Any bool
 }
 
+// MaxDependencyJobs bounds the job references of one dependency (after
+// duplicates within an element are dropped): the scheduler judges every
+// pending job's dependency at each pass, each reference to an array
+// through its tasks. Slurm names no limit; its dependencies are as long
+// as a job's fields may be.
+const MaxDependencyJobs = 1000
+
+// MaxDelayMinutes bounds after:ID+MIN, as MaxTimeLimitSeconds bounds a
+// time limit: a larger one overflowed a time.Duration and read as none.
+const MaxDelayMinutes = MaxTimeLimitSeconds / 60
+
 // ParseDependency parses and validates a --dependency spec as Slurm
 // accepts it: "type:job_id[:job_id...]" items joined by ',' (all) or '?'
 // (any, not mixed with ','), where type is after, afterany, afternotok,
 // afterok, aftercorr or afterburstbuffer, and "singleton" takes no ids.
 // Job ids are numbers, optionally "_N" (an array task) or "_*"; "after"
-// ids may carry "+minutes".
+// ids may carry "+minutes" (at most MaxDelayMinutes). A job named twice in
+// one element is kept once; at most MaxDependencyJobs references remain.
 func ParseDependency(spec string) (*Dependency, error) {
 	s := strings.TrimSpace(spec)
 	if s == "" {
@@ -54,10 +66,14 @@ func ParseDependency(spec string) (*Dependency, error) {
 		}
 		sep, d.Any = "?", true
 	}
+	refs := 0
 	for _, el := range strings.Split(s, sep) {
 		it, err := parseDepItem(el)
 		if err != nil {
 			return nil, err
+		}
+		if refs += len(it.Jobs); refs > MaxDependencyJobs {
+			return nil, fmt.Errorf("more than %d job references", MaxDependencyJobs)
 		}
 		d.Items = append(d.Items, it)
 	}
@@ -89,12 +105,19 @@ func parseDepItem(el string) (DepItem, error) {
 	if len(fields) < 2 {
 		return DepItem{}, fmt.Errorf("%s needs at least one job id (%s:JOBID)", typ, typ)
 	}
+	seen := make(map[DepJob]bool, len(fields)-1)
 	for _, f := range fields[1:] {
 		j, err := parseDepJob(f, typ == "after")
 		if err != nil {
 			return DepItem{}, err
 		}
-		it.Jobs = append(it.Jobs, j)
+		if !seen[j] {
+			seen[j] = true
+			it.Jobs = append(it.Jobs, j)
+		}
+		if len(it.Jobs) > MaxDependencyJobs {
+			return DepItem{}, fmt.Errorf("more than %d job references", MaxDependencyJobs)
+		}
 	}
 	return it, nil
 }
@@ -108,6 +131,9 @@ func parseDepJob(f string, allowDelay bool) (DepJob, error) {
 		n, err := strconv.Atoi(delay)
 		if err != nil || n < 0 || !isDigits(delay) {
 			return DepJob{}, fmt.Errorf("%q: time after + is not a number of minutes", f)
+		}
+		if n > MaxDelayMinutes {
+			return DepJob{}, fmt.Errorf("%q: more than %d minutes after (a century)", f, MaxDelayMinutes)
 		}
 		j.DelayMinutes, f = n, id
 	}

@@ -1,6 +1,7 @@
 package slurmspec
 
 import (
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -163,6 +164,35 @@ func TestParseDependency(t *testing.T) {
 	}
 	if _, err := ParseDependency("afterok:12_*"); err != nil {
 		t.Errorf("whole-array dependency: %v", err)
+	}
+	// A job named twice in an element is kept once, so that repeating one
+	// costs nothing at each pass; the references are bounded.
+	if d, err := ParseDependency("afterok" + strings.Repeat(":5", 32000) + ":6_1:6_1"); err != nil ||
+		!reflect.DeepEqual(d.Items[0].Jobs, []DepJob{{JobID: "5", Task: -1}, {JobID: "6", Task: 1}}) {
+		t.Errorf("repeated references: %+v, %v", d, err)
+	}
+	refs := func(n int) string {
+		var b strings.Builder
+		b.WriteString("afterany")
+		for i := 1; i <= n; i++ {
+			fmt.Fprintf(&b, ":%d", i)
+		}
+		return b.String()
+	}
+	if _, err := ParseDependency(refs(MaxDependencyJobs)); err != nil {
+		t.Errorf("%d references: %v", MaxDependencyJobs, err)
+	}
+	for _, in := range []string{refs(MaxDependencyJobs + 1), refs(600) + "," + strings.Replace(refs(401), "afterany", "afterok", 1)} {
+		if _, err := ParseDependency(in); err == nil || !strings.Contains(err.Error(), "more than 1000 job references") {
+			t.Errorf("past %d references: %v", MaxDependencyJobs, err)
+		}
+	}
+	// A delay past a century overflowed a time.Duration (read as none).
+	if _, err := ParseDependency("after:5+153722868"); err == nil || !strings.Contains(err.Error(), "minutes after") {
+		t.Errorf("after:5+153722868: %v", err)
+	}
+	if d, err := ParseDependency(fmt.Sprintf("after:5+%d", MaxDelayMinutes)); err != nil || d.Items[0].Jobs[0].DelayMinutes != MaxDelayMinutes {
+		t.Errorf("a century's delay: %+v, %v", d, err)
 	}
 }
 

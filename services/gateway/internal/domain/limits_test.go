@@ -77,6 +77,14 @@ func TestSubmitJobFieldLimits(t *testing.T) {
 		{"control in the output pattern", func(j *loomv1.Job) { j.OutputPattern = "out\x1b.txt" }, "job.output_pattern: \"out\\x1b.txt\" holds the control character U+001B"},
 		{"long dependency", func(j *loomv1.Job) { j.Dependency = "afterok:" + strings.Repeat("1:", MaxSpecBytes/2) + "1" },
 			fmt.Sprintf("job.dependency: %d bytes, longer than the limit of %d", 8+MaxSpecBytes+1, MaxSpecBytes)},
+		{"dependency on too many jobs", func(j *loomv1.Job) {
+			var b strings.Builder
+			b.WriteString("afterok")
+			for i := 1; i <= slurmspec.MaxDependencyJobs+1; i++ {
+				fmt.Fprintf(&b, ":%d", i)
+			}
+			j.Dependency = b.String()
+		}, fmt.Sprintf(`job.dependency: "afterok:1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:17:18:19:20:21:22"… (3905 bytes): more than %d job references`, slurmspec.MaxDependencyJobs)},
 		{"too many hosts", func(j *loomv1.Job) { j.Nodelist = hosts(MaxHosts + 1) }, fmt.Sprintf("job.nodelist: %d hosts, more than the limit of %d", MaxHosts+1, MaxHosts)},
 		{"begin past 2262", func(j *loomv1.Job) { j.BeginTime = timestamppb.New(time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC)) },
 			"job.begin_time: 2263-01-01T00:00:00Z is after 2200-01-01T00:00:00Z, the latest begin time"},

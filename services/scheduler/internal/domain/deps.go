@@ -170,12 +170,100 @@ func condState(kind string, j *loomv1.Job) (depState, time.Time) {
 	return depWaiting, time.Time{}
 }
 
+// depMemo keeps, within a txn, what its passes worked out of
+// dependencies: each dependency string parsed once (an array's tasks share
+// theirs), and each reference's state once (a thousand tasks waiting on
+// one array would each walk its thousand tasks, every pass). A reference's
+// state changes only when a job or array does: gen is the txn's jobGen
+// when conds was filled, and conds is emptied when it moves on.
+type depMemo struct {
+	parsed map[string]*slurmspec.Dependency // nil: does not parse
+	conds  map[depKey]depCond
+	gen    uint64
+}
+
+// depKey is one reference of a dependency: its type and the job it names.
+type depKey struct{ kind, name string }
+
+// depCond is the state of one reference before its +delay: satisfied (at
+// when), waiting, or never; skip for an aftercorr twin that does not
+// exist (nothing to wait for).
+type depCond struct {
+	state depState
+	at    time.Time
+	skip  bool
+}
+
+// parsedDependency returns spec parsed (nil: it does not parse), from the
+// txn's memo.
+func (t *txn) parsedDependency(spec string) *slurmspec.Dependency {
+	if d, ok := t.deps.parsed[spec]; ok {
+		return d
+	}
+	if t.deps.parsed == nil {
+		t.deps.parsed = map[string]*slurmspec.Dependency{}
+	}
+	d, err := slurmspec.ParseDependency(spec)
+	if err != nil {
+		d = nil
+	}
+	t.deps.parsed[spec] = d
+	return d
+}
+
+// depCondOf works out the state of reference dj, of type kind, of j's
+// dependency. An aftercorr reference from an array task depends on the
+// task; any other depends on kind and the job named alone, and is memoized.
+func (t *txn) depCondOf(j *Job, kind string, dj slurmspec.DepJob) depCond {
+	corr := kind == DepAfterCorr && dj.Task < 0 && j.Job.GetArrayJobId() != ""
+	var key depKey
+	if !corr {
+		id := dj.JobID
+		if dj.Task >= 0 {
+			id += "_" + strconv.Itoa(dj.Task)
+		}
+		key = depKey{kind, jobsPrefix(j.Name()) + id}
+		if t.deps.gen != t.jobGen {
+			clear(t.deps.conds)
+			t.deps.gen = t.jobGen
+		}
+		if c, ok := t.deps.conds[key]; ok {
+			return c
+		}
+	}
+	jobs, none := t.depTargets(j, kind, dj)
+	c := depCond{state: depSatisfied, skip: none}
+	if !none && len(jobs) == 0 {
+		c.state = depNever
+	}
+	for _, other := range jobs {
+		s, when := condState(kind, other.Job)
+		if s == depNever {
+			c.state, c.at = depNever, time.Time{}
+			break
+		}
+		if s == depWaiting && c.state == depSatisfied {
+			c.state = depWaiting
+		}
+		if when.After(c.at) {
+			c.at = when
+		}
+	}
+	if !corr {
+		if t.deps.conds == nil {
+			t.deps.conds = map[depKey]depCond{}
+		}
+		t.deps.conds[key] = c
+	}
+	return c
+}
+
 // dependencyReason returns the job's dependency reason ("" when satisfied)
 // and, when it waits only for a delay, when that ends. singletonBlocked says
 // whether an earlier job of its user and name is still live.
 func (t *txn) dependencyReason(j *Job, singletonBlocked func(*Job) bool) (string, time.Time) {
-	d, err := slurmspec.ParseDependency(j.Job.GetDependency())
-	if err != nil {
+	d := t.parsedDependency(j.Job.GetDependency())
+	if d == nil {
 		return ReasonDependencyNeverSatisfied, time.Time{}
 	}
 	var wake time.Time
@@ -188,34 +276,20 @@ func (t *txn) dependencyReason(j *Job, singletonBlocked func(*Job) bool) (string
 		}
 		state := depSatisfied
 		for _, dj := range it.Jobs {
-			jobs, none := t.depTargets(j, it.Type, dj)
-			if none {
+			c := t.depCondOf(j, it.Type, dj)
+			if c.skip {
 				continue // aftercorr: the other array has no such task
 			}
-			if len(jobs) == 0 {
+			if c.state == depNever {
 				state = depNever
 				break
 			}
-			var at time.Time
-			for _, other := range jobs {
-				s, when := condState(it.Type, other.Job)
-				if s == depNever {
-					state = depNever
-					break
-				}
-				if s == depWaiting && state == depSatisfied {
-					state = depWaiting
-				}
-				if when.After(at) {
-					at = when
-				}
-			}
-			if state == depNever {
-				break
+			if c.state == depWaiting && state == depSatisfied {
+				state = depWaiting
 			}
 			// after:ID+MIN: that long after the job started.
 			if delay := time.Duration(dj.DelayMinutes) * time.Minute; state == depSatisfied && delay > 0 {
-				if due := at.Add(delay); t.now.Before(due) {
+				if due := c.at.Add(delay); t.now.Before(due) {
 					state = depWaiting
 					if wake.IsZero() || due.Before(wake) {
 						wake = due

@@ -1200,3 +1200,46 @@ func TestCancelWithExitCode(t *testing.T) {
 		}
 	}
 }
+
+// TestDependencyStateWithinAPass: a pass judges a reference to a job once
+// while nothing changes, and afresh once a job starts in it. Y (first in
+// the queue) and Z (last) both wait on X's start: Y is judged before X
+// starts and waits; Z after, and starts in the same pass as X.
+func TestDependencyStateWithinAPass(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	after := func(j *loomv1.Job) { j.Dependency = "after:1" }
+	h.submitJob(job(1, 1, 1))
+	h.submitJob(job(2, 1, 1, after, func(j *loomv1.Job) { j.Nice = -1000 }))
+	h.submitJob(job(3, 1, 1, after, func(j *loomv1.Job) { j.Nice = 1000 }))
+	h.gpuNode("a3-0001", "b1")
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+}
+
+// BenchmarkDependencyOnAnArray: a pass over a 1001-task array each of whose
+// tasks waits on every task of another (held) 1001-task array: a million
+// task look-ups a pass, were each task's dependency judged on its own.
+func BenchmarkDependencyOnAnArray(b *testing.B) {
+	s := NewState(Config{})
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, ev := range []proto.Message{
+		&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}},
+		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n1"), Cluster: cl, Hostname: "n1", Gpus: 8, State: loomv1.Node_READY}},
+		&eventsv1.SubmitJob{Job: job(1, 1, 1, func(j *loomv1.Job) { j.Array = "0-1000"; j.Hold = true })},
+		&eventsv1.SubmitJob{Job: job(2000, 1, 1, func(j *loomv1.Job) { j.Array = "0-1000"; j.Dependency = "afterok:1" })},
+	} {
+		now = now.Add(time.Second)
+		c, err := s.Handle(now, ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Commit(c)
+	}
+	if r := s.Job(jobName(2000)).GetStateReason(); r != ReasonDependency {
+		b.Fatalf("the dependent array's first task: reason %q", r)
+	}
+	for b.Loop() {
+		s.Schedule(now.Add(time.Minute))
+	}
+}

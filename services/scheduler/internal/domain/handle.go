@@ -186,7 +186,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 			a.Tasks[k] = task.Name
 			jobs = append(jobs, &Job{JobRecord: jobstore.JobRecord{Job: task}, tmpl: base})
 		}
-		t.c.Arrays[a.Name] = a
+		t.putArray(a)
 	}
 	for _, j := range jobs {
 		if t.job(j.Name()) != nil {

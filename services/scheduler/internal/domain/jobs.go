@@ -386,7 +386,7 @@ func (t *txn) throttleArray(j *Job, limit int32) {
 	}
 	na := *a
 	na.Limit = limit
-	t.c.Arrays[na.Name] = &na
+	t.putArray(&na)
 	for _, name := range na.Tasks {
 		task := t.job(name)
 		if task == nil || task.Terminal() {

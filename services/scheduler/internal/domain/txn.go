@@ -38,6 +38,10 @@ type txn struct {
 	// wantShares: newPrioCtx keeps the fair-share standing it computes
 	// (prioCtx.shares), for Shares; passes do not ask for it.
 	wantShares bool
+	// jobGen counts the edits of jobs and arrays (editJob, putNewJob,
+	// putArray): what deps memoized holds while it stays the same.
+	jobGen uint64
+	deps   depMemo
 }
 
 // scratch holds buffers reused from one pass to the next, so that a pass
@@ -271,6 +275,7 @@ func (t *txn) editJob(name string) *Job {
 			}
 		}
 	}
+	t.jobGen++
 	if j, ok := t.c.Jobs[name]; ok && j != nil {
 		if j.shared {
 			// Its protobuf is the one emitted and shares the stored
@@ -285,7 +290,16 @@ func (t *txn) editJob(name string) *Job {
 	return j
 }
 
-func (t *txn) putNewJob(j *Job) { t.c.Jobs[j.Name()] = j }
+func (t *txn) putNewJob(j *Job) {
+	t.jobGen++
+	t.c.Jobs[j.Name()] = j
+}
+
+// putArray makes a the change's version of its array.
+func (t *txn) putArray(a *Array) {
+	t.jobGen++
+	t.c.Arrays[a.Name] = a
+}
 
 // cloneTask deep-copies job, except that a task of an array with template
 // tmpl (non-nil) goes on sharing tmpl's environment map, so that an array's
