@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -1241,5 +1242,67 @@ func BenchmarkDependencyOnAnArray(b *testing.B) {
 	}
 	for b.Loop() {
 		s.Schedule(now.Add(time.Minute))
+	}
+}
+
+// BenchmarkHostListsOfAnArray: a pass over a 1001-task array whose tasks
+// each list 4,096 hosts to avoid (the most the gateway takes), waiting for
+// a busy node.
+func BenchmarkHostListsOfAnArray(b *testing.B) {
+	s := NewState(Config{})
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	lists := func(j *loomv1.Job) {
+		j.Array, j.Nodelist = "0-1000", []string{"n1"}
+		for i := range 4096 {
+			j.Exclude = append(j.Exclude, fmt.Sprintf("x%04d", i))
+		}
+	}
+	for _, ev := range []proto.Message{
+		&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}},
+		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n1"), Cluster: cl, Hostname: "n1", Gpus: 8, State: loomv1.Node_READY}},
+		&eventsv1.SubmitJob{Job: job(1, 1, 8)},
+		&eventsv1.SubmitJob{Job: job(2000, 1, 1, lists)},
+	} {
+		now = now.Add(time.Second)
+		c, err := s.Handle(now, ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Commit(c)
+	}
+	if r := s.Job(jobName(2000)).GetStateReason(); r != ReasonResources {
+		b.Fatalf("the array's first task: reason %q", r)
+	}
+	for b.Loop() {
+		s.Schedule(now.Add(time.Minute))
+	}
+}
+
+// TestRepeatedHostsCountOnce: -w n1,n1 is -w n1, as in Slurm (ReqNodeList=node1
+// on Slurm 22.05), at submission and in scontrol update.
+func TestRepeatedHostsCountOnce(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 1, func(j *loomv1.Job) {
+		j.Nodelist = []string{"a3-0002", "a3-0002", "a3-0002"}
+		j.Exclude = []string{"a3-0001", "a3-0001"}
+		j.Hold = true
+	}))
+	if got := h.job(1); !slices.Equal(got.GetNodelist(), []string{"a3-0002"}) || !slices.Equal(got.GetExclude(), []string{"a3-0001"}) {
+		t.Fatalf("nodelist %v, exclude %v", got.GetNodelist(), got.GetExclude())
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionUpdate, Exclude: &loomv1.HostList{Hosts: []string{"a3-0003", "a3-0001", "a3-0003"}}})
+	if got := h.job(1).GetExclude(); !slices.Equal(got, []string{"a3-0003", "a3-0001"}) {
+		t.Fatalf("updated exclude %v", got)
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRelease})
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if n := h.job(1).GetNodes(); !slices.Equal(n, []string{"a3-0002"}) {
+		t.Fatalf("ran on %v", n)
+	}
+	if got := uniqueHosts([]string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("uniqueHosts of distinct hosts: %v", got)
 	}
 }

@@ -156,6 +156,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 		base.BeginTime = nil
 	}
 	base.NodeCount = max(base.NodeCount, 1)
+	base.Nodelist, base.Exclude = uniqueHosts(base.Nodelist), uniqueHosts(base.Exclude)
 	if base.SubmitTime == nil {
 		base.SubmitTime = timestamppb.New(t.now)
 	}
@@ -904,4 +905,32 @@ func splitNodeName(name string) (cluster, host string) {
 		return "", name
 	}
 	return n.Cluster.String(), n.Host
+}
+
+// uniqueHosts returns hosts with each named once, in the order first
+// named: hosts itself when none repeats. Slurm takes -w n1,n1 as n1 (its
+// node lists are bitmaps); a pass reads every pending job's lists, and
+// 4,096 repeats of one host cost it as much as 4,096 hosts.
+func uniqueHosts(hosts []string) []string {
+	if len(hosts) < 2 {
+		return hosts
+	}
+	seen := make(map[string]bool, len(hosts))
+	var out []string
+	for i, h := range hosts {
+		if seen[h] {
+			if out == nil {
+				out = append(make([]string, 0, len(hosts)), hosts[:i]...)
+			}
+			continue
+		}
+		seen[h] = true
+		if out != nil {
+			out = append(out, h)
+		}
+	}
+	if out == nil {
+		return hosts
+	}
+	return out
 }

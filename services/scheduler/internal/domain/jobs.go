@@ -345,10 +345,10 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 			j.Job.MemMb = ev.GetMemMb()
 		}
 		if ev.Nodelist != nil {
-			j.Job.Nodelist = slices.Clone(ev.GetNodelist().GetHosts())
+			j.Job.Nodelist = slices.Clone(uniqueHosts(ev.GetNodelist().GetHosts()))
 		}
 		if ev.Exclude != nil {
-			j.Job.Exclude = slices.Clone(ev.GetExclude().GetHosts())
+			j.Job.Exclude = slices.Clone(uniqueHosts(ev.GetExclude().GetHosts()))
 		}
 		if ev.GpusPerNode != nil {
 			j.Job.GpusPerNode = ev.GetGpusPerNode()
@@ -364,8 +364,8 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
 	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount()) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
 		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
-		(ev.Nodelist == nil || slices.Equal(ev.GetNodelist().GetHosts(), job.GetNodelist())) &&
-		(ev.Exclude == nil || slices.Equal(ev.GetExclude().GetHosts(), job.GetExclude())) &&
+		(ev.Nodelist == nil || slices.Equal(uniqueHosts(ev.GetNodelist().GetHosts()), job.GetNodelist())) &&
+		(ev.Exclude == nil || slices.Equal(uniqueHosts(ev.GetExclude().GetHosts()), job.GetExclude())) &&
 		(ev.GpusPerNode == nil || ev.GetGpusPerNode() == job.GetGpusPerNode()) && (ev.GpuType == nil || ev.GetGpuType() == job.GetGpuType())
 }
 

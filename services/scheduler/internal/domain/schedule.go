@@ -46,6 +46,9 @@ type pass struct {
 	// shapes caches, per job shape, the nodes that may take it: jobs of one
 	// shape share one scan of the nodes per pass.
 	shapes map[place.ShapeKey]*place.Shape
+	// lists holds the host lists of the jobs with lists, by the lists as
+	// written (see hostLists).
+	lists map[string]*hostLists
 	// slots holds the same shapes by interned request, partition and
 	// AvoidReserved (see shapeSlot), grown as needed.
 	slots []*place.Shape
@@ -1434,6 +1437,55 @@ func (p *pass) partitionStats() {
 	}
 }
 
+// hostLists is a job's --nodelist and --exclude (with the nodes whose
+// failure ended a run of it) as placement reads them: sets, and their
+// shape key (place.ListsKey).
+type hostLists struct {
+	nodelist, exclude map[string]bool
+	key               string
+}
+
+// hostLists returns j's lists, made once per pass for the jobs that list
+// the same hosts in the same order (an array's tasks): up to 4,096 of each,
+// for each pending job of the array, at each pass.
+func (p *pass) hostLists(j *Job) *hostLists {
+	spec := j.Job
+	var b strings.Builder
+	for _, l := range [][]string{spec.GetNodelist(), spec.GetExclude(), j.Excluded} {
+		for _, h := range l {
+			b.WriteString(h)
+			b.WriteByte(0)
+		}
+		b.WriteByte(1)
+	}
+	raw := b.String()
+	if l, ok := p.lists[raw]; ok {
+		return l
+	}
+	l := new(hostLists)
+	if nl := spec.GetNodelist(); len(nl) > 0 {
+		l.nodelist = make(map[string]bool, len(nl))
+		for _, h := range nl {
+			l.nodelist[h] = true
+		}
+	}
+	if ex := spec.GetExclude(); len(ex) > 0 || len(j.Excluded) > 0 {
+		l.exclude = make(map[string]bool, len(ex)+len(j.Excluded))
+		for _, h := range ex {
+			l.exclude[h] = true
+		}
+		for _, h := range j.Excluded {
+			l.exclude[h] = true
+		}
+	}
+	l.key = place.ListsKey(l.nodelist, l.exclude)
+	if p.lists == nil {
+		p.lists = map[string]*hostLists{}
+	}
+	p.lists[raw] = l
+	return l
+}
+
 // request resolves what j asks of each node in partition pi.
 func (p *pass) request(j *Job, a *jobAttrs, pi int) place.Request {
 	r := a.req
@@ -1442,20 +1494,11 @@ func (p *pass) request(j *Job, a *jobAttrs, pi int) place.Request {
 		return r
 	}
 	spec := j.Job
-	if nl := spec.GetNodelist(); len(nl) > 0 {
-		r.Nodelist = make(map[string]bool, len(nl))
-		for _, h := range nl {
-			r.Nodelist[h] = true
-		}
-		r.Nodes = max(r.Nodes, len(r.Nodelist))
-	}
-	if ex := spec.GetExclude(); len(ex) > 0 || len(j.Excluded) > 0 {
-		r.Exclude = make(map[string]bool, len(ex)+len(j.Excluded))
-		for _, h := range ex {
-			r.Exclude[h] = true
-		}
-		for _, h := range j.Excluded {
-			r.Exclude[h] = true
+	if len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0 {
+		l := p.hostLists(j)
+		r.Nodelist, r.Exclude, r.Lists = l.nodelist, l.exclude, l.key
+		if len(l.nodelist) > 0 {
+			r.Nodes = max(r.Nodes, len(l.nodelist))
 		}
 	}
 	if a.spread {

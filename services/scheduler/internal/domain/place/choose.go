@@ -35,20 +35,29 @@ type ShapeKey struct {
 func KeyOf(r *Request) ShapeKey {
 	k := ShapeKey{part: r.Partition, gpn: r.GPUsPerNode, gpuType: r.GPUType, cpus: r.CPUsPerNode,
 		mem: r.MemMB, excl: r.Exclusive, avoid: r.AvoidReserved}
-	if len(r.Nodelist) > 0 || len(r.Exclude) > 0 {
-		var b strings.Builder
-		for _, h := range slices.Sorted(maps.Keys(r.Nodelist)) {
-			b.WriteString(h)
-			b.WriteByte(',')
-		}
-		b.WriteByte('|')
-		for _, h := range slices.Sorted(maps.Keys(r.Exclude)) {
-			b.WriteString(h)
-			b.WriteByte(',')
-		}
-		k.lists = b.String()
+	switch {
+	case r.Lists != "":
+		k.lists = r.Lists
+	case len(r.Nodelist) > 0 || len(r.Exclude) > 0:
+		k.lists = ListsKey(r.Nodelist, r.Exclude)
 	}
 	return k
+}
+
+// ListsKey writes out a request's --nodelist and --exclude hosts for its
+// shape key (Request.Lists): sorted, each once.
+func ListsKey(nodelist, exclude map[string]bool) string {
+	var b strings.Builder
+	for _, h := range slices.Sorted(maps.Keys(nodelist)) {
+		b.WriteString(h)
+		b.WriteByte(',')
+	}
+	b.WriteByte('|')
+	for _, h := range slices.Sorted(maps.Keys(exclude)) {
+		b.WriteString(h)
+		b.WriteByte(',')
+	}
+	return b.String()
 }
 
 // Shape is what a pass knows of the nodes for one shape.

@@ -66,6 +66,10 @@ type Request struct {
 	// hostnames it must not.
 	Nodelist map[string]bool
 	Exclude  map[string]bool
+	// Lists is ListsKey(Nodelist, Exclude) when the caller has it worked
+	// out ("": KeyOf works it out): the jobs of an array share their lists,
+	// and a pass looks at each of them.
+	Lists string
 	// AvoidReserved keeps the job off the nodes reserved for a higher job
 	// (backfill of a job that would not end before the reservation).
 	AvoidReserved bool
