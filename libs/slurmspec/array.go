@@ -87,10 +87,20 @@ func ParseArray(spec string, maxArraySize int) (*ArraySpec, error) {
 	if n := strings.Count(s, ",") + 1; n > maxArraySize {
 		return nil, fmt.Errorf("%d elements, more than MaxArraySize %d allows", n, maxArraySize)
 	}
+	// Counting the tasks walks every element's ids: with MaxArraySize
+	// raised, 6,553 elements "0-4000000" would be 26 billion steps at each
+	// count (the gateway counts an array's tasks at submission and for
+	// every live job in a limits check). Repeats past what the largest
+	// MaxArraySize allows are refused; a MaxArraySize of 1001 never gets
+	// there (1001 elements of 1001 ids).
+	total := 0
 	for _, el := range strings.Split(s, ",") {
 		r, err := parseArrayRange(el, maxArraySize)
 		if err != nil {
 			return nil, err
+		}
+		if total += (r.Last-r.First)/r.Step + 1; total > MaxArraySizeCeiling {
+			return nil, fmt.Errorf("its elements name more than %d task ids, repeats included", MaxArraySizeCeiling)
 		}
 		out.Ranges = append(out.Ranges, r)
 	}

@@ -105,6 +105,15 @@ func TestParseArray(t *testing.T) {
 	if a, err := ParseArray("0-4000000", MaxArraySizeCeiling); err != nil || a.Count() != MaxArraySizeCeiling {
 		t.Errorf("ParseArray(0-4000000, ceiling) = %v, %v", a, err)
 	}
+	// Repeated elements that would have the count walk billions of ids are
+	// refused at once: the whole of the largest array once is the bound.
+	if _, err := ParseArray(strings.Repeat("0-4000000,", 6553)+"0", MaxArraySizeCeiling); err == nil ||
+		!strings.Contains(err.Error(), "more than 4000001 task ids, repeats included") {
+		t.Errorf("6,553 repeats of the largest range: %v", err)
+	}
+	if a, err := ParseArray("0-1999999,2000000-4000000", MaxArraySizeCeiling); err != nil || a.Count() != MaxArraySizeCeiling {
+		t.Errorf("two halves of the largest array: %v, %v", a, err)
+	}
 	if _, err := ParseArray("5-9", 5); err == nil || !strings.Contains(err.Error(), "task id 5 is not below MaxArraySize 5") {
 		t.Errorf("ParseArray(5-9, 5) error = %v", err)
 	}
