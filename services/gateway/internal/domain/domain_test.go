@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
@@ -179,6 +180,10 @@ func TestAcceptJob(t *testing.T) {
 	req.Job.State = loomv1.JobState_COMPLETED
 	req.Job.Nodes = []string{"x"}
 	req.Job.UserFailures = 7 // output only: the scheduler counts them
+	// Output only too: a caller's would show as the scheduler's promise
+	// in squeue --start and scontrol show job.
+	req.Job.ExpectedStartTime, req.Job.SchedNodes = timestamppb.New(now), []string{"gpu-0001"}
+	req.Job.Steps, req.Job.StepsOmitted = []*loomv1.JobStep{{Name: "fake"}}, 3
 	if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("bare cluster id rejected: %v", err)
 	}
@@ -190,7 +195,7 @@ func TestAcceptJob(t *testing.T) {
 		t.Fatalf("accepted job partition %q, want the cluster's default partition \"all\"", j.GetPartition())
 	}
 	if j.GetNodeCount() != 1 || j.GetState() != loomv1.JobState_PENDING || len(j.GetNodes()) != 0 || !j.GetSubmitTime().AsTime().Equal(now) ||
-		j.GetUserFailures() != 0 {
+		j.GetUserFailures() != 0 || j.GetExpectedStartTime() != nil || j.GetSchedNodes() != nil || j.GetSteps() != nil || j.GetStepsOmitted() != 0 {
 		t.Fatalf("accepted job fields: %v", j)
 	}
 	if req.Job.GetName() != "" {

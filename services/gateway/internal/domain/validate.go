@@ -423,10 +423,8 @@ func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, 
 	if j.Partition == "" && cluster != nil {
 		j.Partition = DefaultPartition(cluster)
 	}
-	j.State = loomv1.JobState_PENDING
-	j.StateReason, j.ExitCode, j.Nodes, j.OutputPath, j.ErrorPath = "", 0, nil, "", ""
-	j.SubmitTime, j.StartTime, j.EndTime = timestamppb.New(now), nil, nil
-	j.Priority, j.PriorityFactors, j.Placement, j.RestartCount, j.Runs = 0, nil, "", 0, nil
-	j.BatchHost, j.AllocGpus, j.ArrayJobId, j.ArrayTaskId, j.UserFailures, j.ExcludedNodes = "", 0, "", 0, 0, nil
+	j.ClearOutputs()
+	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(now)
+	j.ArrayJobId, j.ArrayTaskId = "", 0
 	return j
 }

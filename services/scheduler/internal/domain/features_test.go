@@ -1306,3 +1306,19 @@ func TestRepeatedHostsCountOnce(t *testing.T) {
 		t.Fatalf("uniqueHosts of distinct hosts: %v", got)
 	}
 }
+
+// TestSubmitClearsOutputs: what a submission carries in the scheduler's own
+// fields (a reservation's start and nodes, steps, runs) is not taken.
+func TestSubmitClearsOutputs(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.submitJob(job(1, 1, 1, func(j *loomv1.Job) {
+		j.Hold = true
+		j.ExpectedStartTime, j.SchedNodes = timestamppb.New(h.now), []string{"a3-0009"}
+		j.Steps, j.StepsOmitted, j.RestartCount = []*loomv1.JobStep{{Name: "fake"}}, 3, 9
+	}))
+	if j := h.job(1); j.GetExpectedStartTime() != nil || j.GetSchedNodes() != nil || j.GetSteps() != nil ||
+		j.GetStepsOmitted() != 0 || j.GetRestartCount() != 0 {
+		t.Fatalf("submitted outputs kept: %v", j)
+	}
+}

@@ -129,17 +129,12 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 		return nil // a copy of a submit already applied (the job may have ended and been pruned since)
 	}
 	base := proto.Clone(in).(*loomv1.Job)
+	base.ClearOutputs()
 	base.State = loomv1.JobState_PENDING
-	base.StateReason, base.ExitCode = "", 0
-	base.Nodes, base.OutputPath, base.ErrorPath = nil, "", ""
-	base.StartTime, base.EndTime = nil, nil
-	base.Priority, base.PriorityFactors, base.Placement = 0, nil, ""
-	base.RestartCount, base.Runs, base.BatchHost, base.AllocGpus = 0, nil, "", 0
 	// max_retries and hang_timeout_seconds are bounded here too (the
 	// gateway refuses what is out of slurmspec's bounds; a hang timeout
-	// past them would overflow as a duration); user_failures is the
-	// scheduler's to count.
-	base.MaxRetries, base.UserFailures = min(max(base.GetMaxRetries(), 0), slurmspec.MaxRetries), 0
+	// past them would overflow as a duration).
+	base.MaxRetries = min(max(base.GetMaxRetries(), 0), slurmspec.MaxRetries)
 	base.HangTimeoutSeconds = min(max(base.GetHangTimeoutSeconds(), slurmspec.HangTimeoutOff), slurmspec.MaxHangTimeoutSeconds)
 	// So are the counts, whose products the placement takes in int32
 	// (tasks per node times CPUs per task, GPUs over nodes): past these a

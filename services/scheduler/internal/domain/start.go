@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -447,6 +448,11 @@ func (pl *Placed) explain() string {
 // (--mem; 0: none asked, no limit).
 func memLimit(r *Run) int64 {
 	if r.MemMB <= 0 {
+		return 0
+	}
+	// Past 2^43 MB the shift wraps (to a negative limit, or none): no
+	// node has 8 EiB, so that much is no limit.
+	if r.MemMB > math.MaxInt64>>20 {
 		return 0
 	}
 	return r.MemMB << 20

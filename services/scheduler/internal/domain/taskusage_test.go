@@ -198,3 +198,14 @@ func TestUsageReportsAreRateBounded(t *testing.T) {
 		t.Errorf("the step's end right after a report: batch usage %d, want its final 400", batch())
 	}
 }
+
+// TestMemLimit: --mem in MB as bytes; none asked, or more than fits in
+// bytes (a shift past 2^43 MB wrapped), is no limit.
+func TestMemLimit(t *testing.T) {
+	t.Parallel()
+	for mb, want := range map[int64]int64{0: 0, -1: 0, 1: 1 << 20, 512000: 512000 << 20, 1 << 43: 0, math.MaxInt64: 0, 1<<43 - 1: (1<<43 - 1) << 20} {
+		if got := memLimit(&Run{RunRecord: jobstore.RunRecord{MemMB: mb}}); got != want {
+			t.Errorf("memLimit(%d MB) = %d, want %d", mb, got, want)
+		}
+	}
+}
