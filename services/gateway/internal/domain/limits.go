@@ -25,6 +25,12 @@ const (
 	// scheduler adds to the job events and step commands that carry a job on
 	// (its nodes, its runs).
 	MaxCommandBytes = MaxRecordBytes / 2
+	// MaxArrayBytes bounds an array's tasks' job records together (its
+	// task count times its job's encoded size): each task is a job in the
+	// scheduler's events and state. 64 KiB a task for the largest default
+	// array (1,001 tasks): a script and a login shell's whole environment
+	// take a few KiB.
+	MaxArrayBytes = 64 << 20
 
 	// MaxScriptBytes bounds a job's batch script.
 	MaxScriptBytes = 256 << 10

@@ -85,6 +85,8 @@ func TestSubmitJobFieldLimits(t *testing.T) {
 			}
 			j.Dependency = b.String()
 		}, fmt.Sprintf(`job.dependency: "afterok:1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:17:18:19:20:21:22"… (3905 bytes): more than %d job references`, slurmspec.MaxDependencyJobs)},
+		{"array too large in all", func(j *loomv1.Job) { j.Command, j.Script, j.Array = nil, strings.Repeat("x", 100<<10), "0-1000" },
+			"job.array: 1001 tasks of "},
 		{"too many hosts", func(j *loomv1.Job) { j.Nodelist = hosts(MaxHosts + 1) }, fmt.Sprintf("job.nodelist: %d hosts, more than the limit of %d", MaxHosts+1, MaxHosts)},
 		{"begin past 2262", func(j *loomv1.Job) { j.BeginTime = timestamppb.New(time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC)) },
 			"job.begin_time: 2263-01-01T00:00:00Z is after 2200-01-01T00:00:00Z, the latest begin time"},
@@ -108,6 +110,14 @@ func TestSubmitJobFieldLimits(t *testing.T) {
 			wantRefused(t, err, tc.want)
 		})
 	}
+	t.Run("array within its bound", func(t *testing.T) {
+		t.Parallel()
+		req := goodJob()
+		req.Job.Command, req.Job.Script, req.Job.Array = nil, strings.Repeat("x", 32<<10), "0-1000"
+		if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
+			t.Fatalf("1001 tasks of a 32 KiB script: %v", err)
+		}
+	})
 	t.Run("request id", func(t *testing.T) {
 		t.Parallel()
 		req := goodJob()

@@ -165,7 +165,20 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	// Every field within its bound can still add up to more than a record
 	// holds: the command is judged as it will be published (the largest id,
 	// the latest time).
-	checkCommandSize(&v, "job", &eventsv1.SubmitJob{Job: AcceptJob(req, cluster, math.MaxInt64, MaxBeginTime)})
+	accepted := AcceptJob(req, cluster, math.MaxInt64, MaxBeginTime)
+	checkCommandSize(&v, "job", &eventsv1.SubmitJob{Job: accepted})
+	// Each task of an array is a job of its own in the scheduler's events
+	// (JobChanged as it is created, starts, ends), each carrying the script
+	// and environment: 1,001 tasks of a 512 KiB job were half a gigabyte
+	// written in one transaction at submission.
+	if n := ArrayTaskCount(j.GetArray()); n > 1 {
+		size := int64(proto.Size(accepted))
+		if total := int64(n) * size; total > MaxArrayBytes {
+			v.Add("job.array", "%d tasks of %d bytes each are %d MiB of job records, more than the limit of %d MiB: "+
+				"make the script smaller (have it run a file), export less of the environment (--export=NONE), or split the array",
+				n, size, total>>20, MaxArrayBytes>>20)
+		}
+	}
 	return v.Err()
 }
 
