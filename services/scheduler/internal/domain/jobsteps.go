@@ -79,15 +79,63 @@ func stepIndex(r *Run, id int32) int {
 	return -1
 }
 
-// putJobStep replaces step i of r (an edited run) with s.
+// Bounds on a run's steps. The run's record holds its steps and is written
+// whole at each change of one: a job that runs ten thousand sruns one after
+// another would write a record that grows with each, and one whose hostile
+// batch script starts them by the thousand would grow without end.
+const (
+	// MaxKeptEndedSteps is the most ended steps a run keeps: past it the
+	// oldest are dropped (Run.StepsDropped counts them). sacct and the
+	// accounting history show the ones kept.
+	MaxKeptEndedSteps = 256
+	// MaxLiveSteps is the most steps of a run that run at once; another is
+	// refused as Slurm refuses one past its MaxStepCount.
+	MaxLiveSteps = 4096
+)
+
+// ReasonStepLimit is Slurm's error for a step past the limit.
+const ReasonStepLimit = "Step limit reached for this job"
+
+// putJobStep replaces step i of r (an edited run) with s (i < 0: adds it),
+// dropping the oldest ended steps past MaxKeptEndedSteps.
 func putJobStep(r *Run, i int, s JobStep) {
-	steps := append([]JobStep(nil), r.JobSteps...)
+	steps := make([]JobStep, 0, len(r.JobSteps)+1)
+	steps = append(steps, r.JobSteps...)
 	if i < 0 {
 		steps = append(steps, s)
 	} else {
 		steps[i] = s
 	}
+	ended := 0
+	for k := range steps {
+		if steps[k].Ended() {
+			ended++
+		}
+	}
+	if drop := ended - MaxKeptEndedSteps; drop > 0 {
+		kept := steps[:0]
+		for _, st := range steps {
+			if drop > 0 && st.Ended() {
+				drop--
+				r.StepsDropped++
+				continue
+			}
+			kept = append(kept, st)
+		}
+		steps = kept
+	}
 	r.JobSteps = steps
+}
+
+// liveSteps counts r's steps that have not ended.
+func liveSteps(r *Run) int {
+	n := 0
+	for i := range r.JobSteps {
+		if !r.JobSteps[i].Ended() {
+			n++
+		}
+	}
+	return n
 }
 
 // StepLayout spreads a step's tasks over the first nodes of an allocation
@@ -202,6 +250,9 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		shared = c.SharedDir
 	}
 	tasks, err := StepLayout(r.Tasks, ev.GetNodeCount(), ev.GetNtasks(), ev.GetNtasksPerNode())
+	if err == nil && liveSteps(r) >= MaxLiveSteps {
+		err = fmt.Errorf("%s: %d steps of the job run (at most %d at once)", ReasonStepLimit, liveSteps(r), MaxLiveSteps)
+	}
 	if err == nil && shared == "" {
 		err = fmt.Errorf("the cluster has no shared directory for the step's output")
 	}
@@ -589,20 +640,23 @@ const (
 )
 
 // historySteps are the job steps of j's runs, oldest run first, each by
-// id, as the final JobChanged carries them: within MaxHistorySteps and
-// MaxHistoryStepBytes, and how many were left out (the newest).
+// id, as the final JobChanged carries them: the steps the runs kept
+// (MaxKeptEndedSteps) within MaxHistorySteps and MaxHistoryStepBytes, and
+// how many were left out (those the runs dropped, and the newest past the
+// bounds).
 func historySteps(j *Job, run func(key string) *Run) ([]*loomv1.JobStep, int32) {
 	var out []*loomv1.JobStep
-	omitted, size := int32(0), 0
+	omitted, size, full := int32(0), 0, false
 	for a := int32(1); a <= j.Attempt; a++ {
 		r := run(RunKey(j.Name(), a))
 		if r == nil {
 			continue
 		}
+		omitted += r.StepsDropped
 		for i := range r.JobSteps {
 			p := jobStepProto(j, r, &r.JobSteps[i])
 			n := proto.Size(p)
-			if omitted > 0 || len(out) >= MaxHistorySteps || size+n > MaxHistoryStepBytes {
+			if full = full || len(out) >= MaxHistorySteps || size+n > MaxHistoryStepBytes; full {
 				omitted++
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -489,5 +490,55 @@ func TestJobStepGPUsPerTask(t *testing.T) {
 	if s := h.jobStep(2); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
 		s.GetReason() != "Requested node configuration is not available: 3 task(s) with --gpus-per-task=2 need 6 GPUs on a3-0001, the job holds 4 there" {
 		t.Fatalf("3 tasks × 2 GPUs of 4: %v", s)
+	}
+}
+
+// TestRunStepsAreBounded: a run keeps its newest MaxKeptEndedSteps ended
+// steps and counts the ones it drops (the final job's steps_omitted says
+// so); past MaxLiveSteps running at once, a step is refused as Slurm
+// refuses one past MaxStepCount.
+func TestRunStepsAreBounded(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	const n = MaxKeptEndedSteps + 44
+	for i := range n {
+		h.do(createStep("r" + strconv.Itoa(i)))
+		h.tasks(int32(i), "a", eventsv1.StepState_STEP_EXITED, 0, 0)
+		h.tasks(int32(i), "b", eventsv1.StepState_STEP_EXITED, 0, 0)
+	}
+	r := h.s.Run(jobName(1), 1)
+	if len(r.JobSteps) != MaxKeptEndedSteps || r.StepsDropped != 44 || r.JobSteps[0].ID != 44 || r.NextStepID != n {
+		t.Fatalf("%d steps kept from %d, %d dropped, next id %d", len(r.JobSteps), r.JobSteps[0].ID, r.StepsDropped, r.NextStepID)
+	}
+	if s := h.jobStep(n - 1); s.GetState() != loomv1.JobState_COMPLETED {
+		t.Fatalf("newest step %v", s)
+	}
+	if h.s.JobStep(jobName(1), 0) != nil {
+		t.Fatal("the oldest step is still kept")
+	}
+	// A live step is never dropped: one started first outlives the others.
+	h.do(createStep("live"))
+	for i := range MaxKeptEndedSteps + 1 {
+		h.do(createStep("more" + strconv.Itoa(i)))
+		h.tasks(int32(n+1+i), "a", eventsv1.StepState_STEP_EXITED, 0, 0)
+		h.tasks(int32(n+1+i), "b", eventsv1.StepState_STEP_EXITED, 0, 0)
+	}
+	if s := h.s.JobStep(jobName(1), n); s == nil || s.GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("the live step: %v", s)
+	}
+	// Past MaxLiveSteps running at once (set up here without creating them
+	// one by one): refused, recorded with Slurm's reason for the srun
+	// waiting on it.
+	stored := h.s.runs[r.Key()]
+	live := stored.JobSteps[0]
+	for len(stored.JobSteps) < MaxLiveSteps+MaxKeptEndedSteps {
+		live.ID, live.RequestID = stored.NextStepID, "filler"+strconv.Itoa(int(stored.NextStepID))
+		stored.NextStepID++
+		stored.JobSteps = append(stored.JobSteps, live)
+	}
+	c := h.do(createStep("one too many"))
+	s := h.jobStep(stored.NextStepID)
+	if len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED || !strings.HasPrefix(s.GetReason(), ReasonStepLimit) {
+		t.Fatalf("step past the limit: %d launches, %v", len(launches(c)), s)
 	}
 }

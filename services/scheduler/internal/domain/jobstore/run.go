@@ -59,6 +59,9 @@ type RunRecord struct {
 	// on write), so domain.Run.clone's shallow copy of it is safe.
 	JobSteps   []JobStep `json:"job_steps,omitempty"`
 	NextStepID int32     `json:"next_step_id,omitempty"`
+	// StepsDropped counts the ended steps dropped from JobSteps to keep
+	// the record bounded (the oldest first; see the domain's putJobStep).
+	StepsDropped int32 `json:"steps_dropped,omitempty"`
 	// FenceUntil is the earliest FenceUntil of its fenced steps (zero: none),
 	// so that the clock finds the fences due without reading every step.
 	FenceUntil time.Time `json:"fence_until,omitzero"`
