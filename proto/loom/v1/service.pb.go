@@ -863,7 +863,14 @@ type CreateJobStepRequest struct {
 	// gpus_per_task gives each task that many of the job's GPUs on its node,
 	// its own (srun --gpus-per-task: its CUDA_VISIBLE_DEVICES), in order;
 	// 0: every task sees the node's.
-	GpusPerTask   int32 `protobuf:"varint,15,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
+	GpusPerTask int32 `protobuf:"varint,15,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
+	// nodelist are hostnames of the job's nodes the step must run on (srun
+	// -w); exclude those it must not (srun -x); relative skips the job's
+	// first nodes (srun -r: the step starts at that node index). The step's
+	// other nodes are the job's first that remain, in the job's order.
+	Nodelist      []string `protobuf:"bytes,16,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
+	Exclude       []string `protobuf:"bytes,17,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	Relative      int32    `protobuf:"varint,18,opt,name=relative,proto3" json:"relative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -999,6 +1006,27 @@ func (x *CreateJobStepRequest) GetPtyCols() int32 {
 func (x *CreateJobStepRequest) GetGpusPerTask() int32 {
 	if x != nil {
 		return x.GpusPerTask
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetNodelist() []string {
+	if x != nil {
+		return x.Nodelist
+	}
+	return nil
+}
+
+func (x *CreateJobStepRequest) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *CreateJobStepRequest) GetRelative() int32 {
+	if x != nil {
+		return x.Relative
 	}
 	return 0
 }
@@ -3796,7 +3824,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xa2\x04\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xf4\x04\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3815,7 +3843,10 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x03pty\x18\f \x01(\bR\x03pty\x12\x19\n" +
 	"\bpty_rows\x18\r \x01(\x05R\aptyRows\x12\x19\n" +
 	"\bpty_cols\x18\x0e \x01(\x05R\aptyCols\x12\"\n" +
-	"\rgpus_per_task\x18\x0f \x01(\x05R\vgpusPerTask\x1a6\n" +
+	"\rgpus_per_task\x18\x0f \x01(\x05R\vgpusPerTask\x12\x1a\n" +
+	"\bnodelist\x18\x10 \x03(\tR\bnodelist\x12\x18\n" +
+	"\aexclude\x18\x11 \x03(\tR\aexclude\x12\x1a\n" +
+	"\brelative\x18\x12 \x01(\x05R\brelative\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

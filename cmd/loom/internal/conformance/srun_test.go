@@ -305,3 +305,27 @@ func TestSrunGPUsPerTask(t *testing.T) {
 	}
 	wantEqual(t, "output", out, "0: own 0 0\n1: own 1 1\n0: all 0,1 0,1\n1: all 0,1 0,1\n")
 }
+
+// TestSrunNodeSelection: srun -w, -x and -r run a step on the nodes of the
+// allocation they pick, SLURM_NODEID counting within the step; a node
+// outside the job is refused; more nodes named than -N keeps the first.
+// The expected output is Slurm 22.05's for the same script.
+func TestSrunNodeSelection(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_nodes.sh"))
+	row := s.waitDone(id, 90*time.Second)
+	out := s.read("srunnodes-" + id + ".out")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	wantEqual(t, "output", out, `w-second: second, node id 0 of 1
+w-first: first, node id 0 of 1
+x-first: second, node id 0 of 1
+r-1: second, node id 0 of 1
+w-second-two-tasks: first, node id 0 of 2
+w-second-two-tasks: second, node id 1 of 2
+a node outside the job: refused
+w-both-for-one: first, node id 0 of 1
+`)
+}

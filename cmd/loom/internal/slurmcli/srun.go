@@ -31,6 +31,11 @@ var srunOptions = []optDef{
 	{long: []string{"verbose"}, short: 'v', arg: noArg},
 	{long: []string{"unbuffered"}, short: 'u', arg: noArg},
 	{long: []string{"kill-on-bad-exit"}, short: 'K', arg: optionalArg},
+	// Inside an allocation, which of its nodes the step uses; outside, as
+	// sbatch's.
+	{long: []string{"nodelist"}, short: 'w', arg: requiredArg},
+	{long: []string{"exclude"}, short: 'x', arg: requiredArg},
+	{long: []string{"relative"}, short: 'r', arg: requiredArg},
 	// Accepted and ignored: the step runs inside the job's allocation.
 	{long: []string{"job-name"}, short: 'J', arg: requiredArg},
 	{long: []string{"partition"}, short: 'p', arg: requiredArg},
@@ -52,8 +57,6 @@ var srunOptions = []optDef{
 	{long: []string{"account"}, short: 'A', arg: requiredArg},
 	{long: []string{"qos"}, short: 'q', arg: requiredArg},
 	{long: []string{"nice"}, arg: optionalArg},
-	{long: []string{"nodelist"}, short: 'w', arg: requiredArg},
-	{long: []string{"exclude"}, short: 'x', arg: requiredArg},
 	{long: []string{"hint"}, arg: requiredArg},
 	{long: []string{"jobid"}, arg: requiredArg},
 	{long: []string{"output"}, short: 'o', arg: requiredArg},
@@ -88,6 +91,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		}
 	}
 	pty := false
+	var nodelist, exclude []string
+	relative := int32(0)
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -143,6 +148,22 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			jobID = o.value
 		case "pty":
 			pty = true
+		case "nodelist", "exclude":
+			names, err := expandHosts(o.value)
+			if err != nil {
+				return exit255(c.errorf("Invalid --%s %q: %v", o.key, o.value, err))
+			}
+			if o.key == "nodelist" {
+				nodelist = names
+			} else {
+				exclude = names
+			}
+		case "relative":
+			n, err := strconv.ParseInt(o.value, 10, 32)
+			if err != nil || n < 0 {
+				return exit255(c.errorf("Invalid --relative %q: want a node index of the allocation, from 0", o.value))
+			}
+			relative = int32(n)
 		}
 	}
 	if len(command) == 0 {
@@ -157,6 +178,12 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		c.stepTerminal(&req, inputOpt)
 	}
 	req.output, req.errorTo, req.gpusPerTask = outputOpt, errorOpt, gpusPerTask
+	if nodes > 0 && len(nodelist) > nodes {
+		// As Slurm's srun: the first of them, said on stderr.
+		fmt.Fprintf(c.stderr, "srun: error: Required nodelist includes more nodes than permitted by max-node count (%d > %d). Eliminating nodes from the nodelist.\n", len(nodelist), nodes)
+		nodelist = nodelist[:nodes]
+	}
+	req.nodelist, req.exclude, req.relative = nodelist, exclude, relative
 	if noGPUBind {
 		req.gpusPerTask = 0
 	}

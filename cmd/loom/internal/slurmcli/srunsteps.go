@@ -46,6 +46,10 @@ type stepRequest struct {
 	output, errorTo string
 	// gpusPerTask gives each task its own GPUs (--gpus-per-task).
 	gpusPerTask int32
+	// nodelist, exclude and relative pick the allocation's nodes the step
+	// uses (-w, -x, -r).
+	nodelist, exclude []string
+	relative          int32
 }
 
 // Polling intervals of a remote step: its output files, and its state.
@@ -78,7 +82,8 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	create := &loomv1.CreateJobStepRequest{Parent: parent, RequestId: requestID(), Command: req.command,
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
-		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask}
+		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
+		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {

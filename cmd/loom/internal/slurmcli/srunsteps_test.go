@@ -261,7 +261,21 @@ func TestSrunMultiNodeRefusals(t *testing.T) {
 		stepsCreated(g)[0].GetParent() != "projects/research/jobs/12" {
 		t.Errorf("job of project research: exit %d, stderr %q, creates %v", code, errOut, stepsCreated(g))
 	}
+	// -w, -x and -r go to the scheduler, which picks the step's nodes; -w
+	// naming more nodes than -N keeps the first, as Slurm's srun says.
+	g = srunGateway(t, 1, 0)
+	if code, _, errOut := runSrun(context.Background(), t, g, "-N1", "-w", "gpu-[0001-0002]", "-x", "gpu-0003", "-r", "1", "hostname"); code != 0 ||
+		len(stepsCreated(g)) != 1 || !slices.Equal(stepsCreated(g)[0].GetNodelist(), []string{"gpu-0001"}) ||
+		!slices.Equal(stepsCreated(g)[0].GetExclude(), []string{"gpu-0003"}) || stepsCreated(g)[0].GetRelative() != 1 ||
+		!strings.HasPrefix(errOut, "srun: error: Required nodelist includes more nodes than permitted by max-node count (2 > 1). Eliminating nodes from the nodelist.\n") {
+		t.Errorf("-w -x -r: exit %d, stderr %q, creates %v", code, errOut, stepsCreated(g))
+	}
 	g = srunGateway(t, 0)
+	for _, bad := range [][]string{{"-w", "gpu-[0002-0001]"}, {"-x", "/etc/hosts"}, {"-r", "-1"}, {"-r", "x"}} {
+		if code, _, errOut := runSrun(context.Background(), t, g, append(bad, "hostname")...); code != 255 || !strings.Contains(errOut, "Invalid --") {
+			t.Errorf("%v: exit %d, stderr %q", bad, code, errOut)
+		}
+	}
 	if code, _, errOut := runSrun(context.Background(), t, g, "-N3", "hostname"); code != 1 ||
 		errOut != "srun: error: Only allocated 2 nodes asked for 3\n" { // Slurm's words
 		t.Errorf("-N3 of 2: exit %d, stderr %q", code, errOut)

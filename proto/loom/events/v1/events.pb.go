@@ -1801,6 +1801,10 @@ type CreateJobStep struct {
 	PtyRows       int32                  `protobuf:"varint,14,opt,name=pty_rows,json=ptyRows,proto3" json:"pty_rows,omitempty"`
 	PtyCols       int32                  `protobuf:"varint,15,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
 	GpusPerTask   int32                  `protobuf:"varint,16,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
+	// srun -w, -x and -r (loom.v1.CreateJobStepRequest).
+	Nodelist      []string `protobuf:"bytes,17,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
+	Exclude       []string `protobuf:"bytes,18,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	Relative      int32    `protobuf:"varint,19,opt,name=relative,proto3" json:"relative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1943,6 +1947,27 @@ func (x *CreateJobStep) GetPtyCols() int32 {
 func (x *CreateJobStep) GetGpusPerTask() int32 {
 	if x != nil {
 		return x.GpusPerTask
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetNodelist() []string {
+	if x != nil {
+		return x.Nodelist
+	}
+	return nil
+}
+
+func (x *CreateJobStep) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *CreateJobStep) GetRelative() int32 {
+	if x != nil {
+		return x.Relative
 	}
 	return 0
 }
@@ -5685,7 +5710,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\a_mem_mbB\x16\n" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
-	"\t_gpu_type\"\xaf\x04\n" +
+	"\t_gpu_type\"\x81\x05\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5705,7 +5730,10 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x03pty\x18\r \x01(\bR\x03pty\x12\x19\n" +
 	"\bpty_rows\x18\x0e \x01(\x05R\aptyRows\x12\x19\n" +
 	"\bpty_cols\x18\x0f \x01(\x05R\aptyCols\x12\"\n" +
-	"\rgpus_per_task\x18\x10 \x01(\x05R\vgpusPerTask\x1a6\n" +
+	"\rgpus_per_task\x18\x10 \x01(\x05R\vgpusPerTask\x12\x1a\n" +
+	"\bnodelist\x18\x11 \x03(\tR\bnodelist\x12\x18\n" +
+	"\aexclude\x18\x12 \x03(\tR\aexclude\x12\x1a\n" +
+	"\brelative\x18\x13 \x01(\x05R\brelative\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +

@@ -193,6 +193,20 @@ func TestOtherRequestLimits(t *testing.T) {
 		req = step()
 		req.Command = []string{"x", strings.Repeat("a", MaxArgvBytes)}
 		wantRefused(t, ValidateCreateJobStep(req), fmt.Sprintf("command: %d bytes of arguments", MaxArgvBytes+1))
+		// srun -w, -x, -r: hostnames, bounded.
+		req = step()
+		req.Nodelist, req.Exclude, req.Relative = []string{"gpu-0001"}, []string{"gpu-0002"}, 1
+		if err := ValidateCreateJobStep(req); err != nil {
+			t.Errorf("-w -x -r: %v", err)
+		}
+		req.Nodelist = []string{"gpu-0001", "bad host\x1b[2K"}
+		wantRefused(t, ValidateCreateJobStep(req), "nodelist[1]: ")
+		req = step()
+		req.Exclude = make([]string, MaxHosts+1)
+		wantRefused(t, ValidateCreateJobStep(req), fmt.Sprintf("exclude: %d hosts, more than the limit of %d", MaxHosts+1, MaxHosts))
+		req = step()
+		req.Relative = -1
+		wantRefused(t, ValidateCreateJobStep(req), "relative: must be 0..4095, got -1")
 		// The tasks that read srun's input: all, one rank of the step's.
 		for in, want := range map[string]string{"x": `input: "x": want all`, "01": `input: "01"`, "-1": `input: "-1"`,
 			"4": "input: task 4 is not a task of the step (0..3)", "4096": "(0..4095)"} {

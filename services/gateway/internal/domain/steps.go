@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"path/filepath"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -47,13 +48,24 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	v.Check(req.GetPtyRows() >= 0 && req.GetPtyRows() <= slurmspec.MaxTermSize, "pty_rows", "must be 0..%d, got %d", slurmspec.MaxTermSize, req.GetPtyRows())
 	v.Check(req.GetPtyCols() >= 0 && req.GetPtyCols() <= slurmspec.MaxTermSize, "pty_cols", "must be 0..%d, got %d", slurmspec.MaxTermSize, req.GetPtyCols())
 	v.Check(req.GetGpusPerTask() >= 0 && req.GetGpusPerTask() <= slurmspec.MaxGPUsPerTask, "gpus_per_task", "must be 0..%d, got %d", slurmspec.MaxGPUsPerTask, req.GetGpusPerTask())
+	for _, l := range []struct {
+		field string
+		hosts []string
+	}{{"nodelist", req.GetNodelist()}, {"exclude", req.GetExclude()}} {
+		v.Check(len(l.hosts) <= MaxHosts, l.field, "%d hosts, more than the limit of %d", len(l.hosts), MaxHosts)
+		for i, h := range l.hosts {
+			v.Check(resname.ValidID(h), fmt.Sprintf("%s[%d]", l.field, i), "%s is not a hostname", clip(h))
+		}
+	}
+	v.Check(req.GetRelative() >= 0 && req.GetRelative() < MaxHosts, "relative", "must be 0..%d, got %d", MaxHosts-1, req.GetRelative())
 	if err := v.Err(); err != nil {
 		return err
 	}
 	checkCommandSize(&v, "request", &eventsv1.CreateJobStep{Job: req.GetParent(), RequestId: req.GetRequestId(),
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput(),
-		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask()})
+		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask(),
+		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative()})
 	return v.Err()
 }
 

@@ -138,6 +138,64 @@ func liveSteps(r *Run) int {
 	return n
 }
 
+// MaxStepHosts bounds a step's nodelist and exclude (the gateway's bound
+// on a job's).
+const MaxStepHosts = 4096
+
+// stepNodes returns the indexes of the job's nodes (hosts, in the job's
+// order) a step may use, those it must use first (srun -w: nodelist), then
+// the others in the job's order, less exclude (srun -x) and the first
+// relative nodes (srun -r); and how many it must use. A host of nodelist
+// the job does not have, or one it also excludes, is Slurm's "Requested
+// node configuration is not available".
+func stepNodes(hosts, nodelist, exclude []string, relative int32) ([]int32, int, error) {
+	const unavailable = "Requested node configuration is not available"
+	if relative < 0 || (relative > 0 && int(relative) >= len(hosts)) {
+		return nil, 0, fmt.Errorf("%s: --relative=%d, the job has %d node(s) (0..%d)", unavailable, relative, len(hosts), len(hosts)-1)
+	}
+	if len(nodelist) == 0 && len(exclude) == 0 && relative == 0 {
+		out := make([]int32, len(hosts))
+		for i := range out {
+			out[i] = int32(i)
+		}
+		return out, 0, nil
+	}
+	at := make(map[string]int32, len(hosts))
+	for i, h := range hosts {
+		at[h] = int32(i)
+	}
+	skip := make(map[int32]bool, len(exclude))
+	for _, h := range exclude {
+		if i, ok := at[h]; ok {
+			skip[i] = true
+		}
+	}
+	var out []int32
+	want := make(map[int32]bool, len(nodelist))
+	for _, h := range nodelist {
+		i, ok := at[h]
+		switch {
+		case !ok:
+			return nil, 0, fmt.Errorf("%s: %s is not one of the job's nodes", unavailable, h)
+		case skip[i]:
+			return nil, 0, fmt.Errorf("%s: %s is both in --nodelist and --exclude", unavailable, h)
+		case i < relative:
+			return nil, 0, fmt.Errorf("%s: %s is before node %d (--relative)", unavailable, h, relative)
+		case !want[i]:
+			want[i] = true
+			out = append(out, i)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	required := len(out)
+	for i := relative; int(i) < len(hosts); i++ {
+		if !want[i] && !skip[i] {
+			out = append(out, i)
+		}
+	}
+	return out, required, nil
+}
+
 // StepLayout spreads a step's tasks over the first nodes of an allocation
 // whose nodes hold alloc tasks each: nodeCount nodes (0: all, or fewer when
 // fewer tasks are asked for), ntasks tasks (0: the job's tasks on those
@@ -221,6 +279,9 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		"pty_rows", "rows and columns must be 0..%d, got %d × %d", slurmspec.MaxTermSize, ev.GetPtyRows(), ev.GetPtyCols())
 	v.Check(ev.GetGpusPerTask() >= 0 && ev.GetGpusPerTask() <= slurmspec.MaxGPUsPerTask, "gpus_per_task",
 		"must be 0..%d, got %d", slurmspec.MaxGPUsPerTask, ev.GetGpusPerTask())
+	v.Check(len(ev.GetNodelist()) <= MaxStepHosts && len(ev.GetExclude()) <= MaxStepHosts, "nodelist",
+		"at most %d hosts in nodelist and in exclude, got %d and %d", MaxStepHosts, len(ev.GetNodelist()), len(ev.GetExclude()))
+	v.Check(ev.GetRelative() >= 0, "relative", "must not be negative, got %d", ev.GetRelative())
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("create job step: %w", err)
 	}
@@ -249,15 +310,41 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	if c != nil {
 		shared = c.SharedDir
 	}
-	tasks, err := StepLayout(r.Tasks, ev.GetNodeCount(), ev.GetNtasks(), ev.GetNtasksPerNode())
+	var tasks, idx []int32
+	sel, required, err := stepNodes(r.Hostnames, ev.GetNodelist(), ev.GetExclude(), ev.GetRelative())
+	if err == nil && len(r.Tasks) != len(r.Nodes) {
+		err = fmt.Errorf("the run's task layout is unknown")
+	}
+	if err == nil {
+		alloc := make([]int32, len(sel))
+		for i, k := range sel {
+			alloc[i] = r.Tasks[k]
+		}
+		tasks, err = StepLayout(alloc, ev.GetNodeCount(), ev.GetNtasks(), ev.GetNtasksPerNode())
+	}
+	if err == nil && len(tasks) < required {
+		err = fmt.Errorf("Requested node configuration is not available: --nodelist names %d node(s), the step has %d", required, len(tasks))
+	}
+	if err == nil {
+		// The step's nodes in the job's order (SLURM_NODEID), each with
+		// its tasks.
+		idx = sel[:len(tasks)]
+		order := make([]int, len(idx))
+		for i := range order {
+			order[i] = i
+		}
+		sort.Slice(order, func(a, b int) bool { return idx[order[a]] < idx[order[b]] })
+		sortedIdx, sortedTasks := make([]int32, len(idx)), make([]int32, len(idx))
+		for i, o := range order {
+			sortedIdx[i], sortedTasks[i] = idx[o], tasks[o]
+		}
+		idx, tasks = sortedIdx, sortedTasks
+	}
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
 		err = fmt.Errorf("%s: %d steps of the job run (at most %d at once)", ReasonStepLimit, liveSteps(r), MaxLiveSteps)
 	}
 	if err == nil && shared == "" {
 		err = fmt.Errorf("the cluster has no shared directory for the step's output")
-	}
-	if err == nil && len(r.Tasks) != len(r.Nodes) {
-		err = fmt.Errorf("the run's task layout is unknown")
 	}
 	total := int32(0)
 	for _, c := range tasks {
@@ -271,9 +358,9 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	if g := ev.GetGpusPerTask(); err == nil && g > 0 {
 		// Each task its own GPUs of the job's on its node, in order.
 		for k, n := range tasks {
-			if held := len(r.GPUs[r.Nodes[k]]); int(n)*int(g) > held {
+			if held := len(r.GPUs[r.Nodes[idx[k]]]); int(n)*int(g) > held {
 				err = fmt.Errorf("Requested node configuration is not available: %d task(s) with --gpus-per-task=%d need %d GPUs on %s, the job holds %d there",
-					n, g, int(n)*int(g), r.Hostnames[k], held)
+					n, g, int(n)*int(g), r.Hostnames[idx[k]], held)
 				break
 			}
 		}
@@ -285,8 +372,10 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		return nil
 	}
 	n := len(tasks)
-	step.Nodes = append([]string(nil), r.Nodes[:n]...)
-	step.Hostnames = append([]string(nil), r.Hostnames[:n]...)
+	step.Nodes, step.Hostnames = make([]string, n), make([]string, n)
+	for i, k := range idx {
+		step.Nodes[i], step.Hostnames[i] = r.Nodes[k], r.Hostnames[k]
+	}
 	step.Tasks = tasks
 	step.Parts = make([]StepPart, n)
 	step.ExitCodes = make([]int32, total)
@@ -312,7 +401,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		for key, val := range ev.GetEnv() {
 			env[key] = val
 		}
-		for key, val := range stepEnv(&bare, r, rv, k, shared, t.s.cfg.MasterAddr, extra) {
+		for key, val := range stepEnv(&bare, r, rv, int(idx[k]), shared, t.s.cfg.MasterAddr, extra) {
 			if _, set := env[key]; set && (key == "MASTER_ADDR" || key == "MASTER_PORT") {
 				continue
 			}

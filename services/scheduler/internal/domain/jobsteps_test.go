@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -540,5 +541,67 @@ func TestRunStepsAreBounded(t *testing.T) {
 	s := h.jobStep(stored.NextStepID)
 	if len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED || !strings.HasPrefix(s.GetReason(), ReasonStepLimit) {
 		t.Fatalf("step past the limit: %d launches, %v", len(launches(c)), s)
+	}
+}
+
+// TestJobStepNodeSelection: srun -w, -x and -r pick the nodes of the job a
+// step runs on, in the job's order, with SLURM_NODEID counting within the
+// step; a node outside the job, one both named and excluded, more nodes
+// named than the step has, or a relative index past the job's nodes are
+// refused in Slurm's words.
+func TestJobStepNodeSelection(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	one := func(rid string, mods ...func(*eventsv1.CreateJobStep)) *loomv1.JobStep {
+		t.Helper()
+		c := h.do(createStep(rid, append([]func(*eventsv1.CreateJobStep){func(ev *eventsv1.CreateJobStep) { ev.Ntasks = 1 }}, mods...)...))
+		var s *loomv1.JobStep
+		steps, _ := h.s.JobSteps(jobName(1), 1)
+		for _, st := range steps {
+			if st.GetRequestId() == rid {
+				s = st
+			}
+		}
+		if s == nil {
+			t.Fatalf("%s: no step", rid)
+		}
+		if s.GetState() == loomv1.JobState_RUNNING {
+			ls := launches(c)
+			if len(ls) != 1 || ls[0].GetNode() != nodeName(s.GetNodes()[0]) || ls[0].GetNodeIndex() != 0 ||
+				ls[0].GetEnv()["SLURMD_NODENAME"] != s.GetNodes()[0] || ls[0].GetEnv()["SLURM_NODEID"] != "0" {
+				t.Fatalf("%s: launches %v", rid, ls)
+			}
+		}
+		return s
+	}
+	for rid, mod := range map[string]func(*eventsv1.CreateJobStep){
+		"w": func(ev *eventsv1.CreateJobStep) { ev.Nodelist = []string{"b"} },
+		"x": func(ev *eventsv1.CreateJobStep) { ev.Exclude = []string{"a"} },
+		"r": func(ev *eventsv1.CreateJobStep) { ev.Relative = 1 },
+	} {
+		if s := one(rid, mod); s.GetState() != loomv1.JobState_RUNNING || !slices.Equal(s.GetNodes(), []string{"b"}) {
+			t.Errorf("-%s b: %v", rid, s)
+		}
+	}
+	if s := one("default"); !slices.Equal(s.GetNodes(), []string{"a"}) {
+		t.Errorf("no -w: %v", s)
+	}
+	// Two tasks with -w b: both nodes, in the job's order (b is node 1).
+	c := h.do(createStep("two", func(ev *eventsv1.CreateJobStep) { ev.Ntasks, ev.Nodelist = 2, []string{"b"} }))
+	if ls := launches(c); len(ls) != 2 || ls[0].GetNode() != nodeName("a") || ls[1].GetNode() != nodeName("b") || ls[1].GetEnv()["SLURM_NODEID"] != "1" {
+		t.Errorf("-n2 -w b: %v", ls)
+	}
+	for rid, mod := range map[string]func(*eventsv1.CreateJobStep){
+		"not one of the job's nodes":   func(ev *eventsv1.CreateJobStep) { ev.Nodelist = []string{"z"} },
+		"both in --nodelist and":       func(ev *eventsv1.CreateJobStep) { ev.Nodelist, ev.Exclude = []string{"b"}, []string{"b"} },
+		"--nodelist names 2 node(s)":   func(ev *eventsv1.CreateJobStep) { ev.Nodelist, ev.NodeCount = []string{"a", "b"}, 1 },
+		"--relative=2, the job has 2":  func(ev *eventsv1.CreateJobStep) { ev.Relative = 2 },
+		"is before node 1 (--relative": func(ev *eventsv1.CreateJobStep) { ev.Nodelist, ev.Relative = []string{"a"}, 1 },
+	} {
+		s := one(rid, mod)
+		if s.GetState() != loomv1.JobState_FAILED || !strings.HasPrefix(s.GetReason(), "Requested node configuration is not available") ||
+			!strings.Contains(s.GetReason(), rid) {
+			t.Errorf("%s: %v %q", rid, s.GetState(), s.GetReason())
+		}
 	}
 }
