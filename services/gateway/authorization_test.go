@@ -88,6 +88,9 @@ var (
 	jobActRow = [9]codes.Code{un, pd, ok, pd, ok, nf, ok, pd, pd}
 	// Steps of job 40: as jobActRow, and its own workload.
 	stepActRow = [9]codes.Code{un, pd, ok, pd, ok, nf, ok, pd, ok}
+	// A new step in job 40 runs as ana: ana, its workload, and the cluster
+	// admin (Slurm's root); not the project admin.
+	stepRunRow = [9]codes.Code{un, pd, ok, pd, pd, nf, ok, pd, ok}
 	// Any authenticated principal, about itself.
 	anyoneRow = [9]codes.Code{un, ok, ok, ok, ok, ok, ok, ok, ok}
 	// Users only: nodes and workloads have no keys.
@@ -229,14 +232,14 @@ func matrixRows(opName string) []matrixRow {
 				return nil
 			}
 			return err
-		}), get("/v1/" + matrixJob + ":logs"), viewerRow},
+		}), get("/v1/" + matrixJob + ":logs"), jobActRow},
 		{"CreateJobStep", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			// The request id of step 0: an allowed caller gets it back at once.
 			_, err := js(c).CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: matrixJob, RequestId: "matrix", Command: []string{"hostname"}})
 			return err
 		}), func(int) (string, string, string) {
 			return "POST", "/v1/" + matrixJob + "/steps", `{"request_id":"matrix","command":["hostname"]}`
-		}, stepActRow},
+		}, stepRunRow},
 		{"GetJobStep", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := js(c).GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: matrixStep})
 			return err
@@ -525,7 +528,8 @@ func matrixWorld(t *testing.T, h *harness) string {
 	ctx := testkit.Context(t, wait)
 	h.w.setCluster(matrixCluster())
 	h.w.setJob(&loomv1.Job{Name: matrixJob, JobId: "40", Cluster: cluster1, State: loomv1.JobState_RUNNING, User: "ana",
-		Partition: "all", Nodes: []string{"gpu-0001"}, Env: map[string]string{"HF_TOKEN": "hf_s3cret"}, Export: "ALL,HF_TOKEN=hf_s3cret"})
+		Partition: "all", Nodes: []string{"gpu-0001"}, Env: map[string]string{"HF_TOKEN": "hf_s3cret"}, Export: "ALL,HF_TOKEN=hf_s3cret",
+		Script: "#!/bin/sh\nexport WANDB_API_KEY=wb_s3cret\ntrain\n"})
 	stepsOf(h.w).add(&loomv1.JobStep{Name: matrixStep, Job: matrixJob, State: loomv1.JobState_RUNNING, RequestId: "matrix"})
 	h.w.setReservation(&loomv1.Reservation{Name: matrixRes, Zone: "us-central1-a", MachineType: "a2-highgpu-1g", Count: 1})
 	h.w.mu.Lock()
@@ -664,7 +668,7 @@ func restCall(ctx context.Context, t *testing.T, c *http.Client, base, verb, pat
 }
 
 // TestEnvironmentOnlyToOwnerAndAdmins: GetJob, ListJobs and WatchJob show
-// the job's exported environment (env, export) to its owner, its
+// the job's exported environment (env, export) and batch script to its owner, its
 // workload and administrators only, over gRPC and REST (which proves the
 // REST call carries its caller).
 func TestEnvironmentOnlyToOwnerAndAdmins(t *testing.T) {
@@ -680,9 +684,9 @@ func TestEnvironmentOnlyToOwnerAndAdmins(t *testing.T) {
 		}
 		check := func(how string, j *loomv1.Job) {
 			t.Helper()
-			shown := j.GetEnv()["HF_TOKEN"] == "hf_s3cret" && j.GetExport() != ""
-			if shown != sees || (!sees && (len(j.GetEnv()) > 0 || strings.Contains(j.GetExport(), "hf_s3cret"))) {
-				t.Errorf("%s as %s: env %v export %q, want shown=%v", how, who, j.GetEnv(), j.GetExport(), sees)
+			shown := j.GetEnv()["HF_TOKEN"] == "hf_s3cret" && j.GetExport() != "" && strings.Contains(j.GetScript(), "wb_s3cret")
+			if shown != sees || (!sees && (len(j.GetEnv()) > 0 || strings.Contains(j.GetExport(), "hf_s3cret") || j.GetScript() != "")) {
+				t.Errorf("%s as %s: env %v export %q script %q, want shown=%v", how, who, j.GetEnv(), j.GetExport(), j.GetScript(), sees)
 			}
 		}
 		check("GetJob", j)

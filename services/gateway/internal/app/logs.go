@@ -27,8 +27,11 @@ const logChunk = 64 << 10
 //
 // The file is read as the job's owner (job.user; see openLog): a path the
 // owner may not read, or one that is not a regular file, is refused
-// (FailedPrecondition) and nothing of it is sent. Who may call this for a
-// job (a caller who may see it) is the authorization's to decide.
+// (FailedPrecondition) and nothing of it is sent. Only the job's owner (or
+// its own workload) and administrators may read it: the file is read with
+// the owner's rights, so a viewer of the project who could would read what
+// the owner's file permissions keep from them; with PrivateData another's
+// job is NotFound, as GetJob answers.
 func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsRequest, send func([]byte) error) error {
 	if n := req.GetTailLines(); n < 0 {
 		return errs.Invalid("tail_lines", "must not be negative, got %d (0: the whole output)", n)
@@ -37,8 +40,11 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 	if err != nil {
 		return err
 	}
-	job, err := g.job(ctx, ref.name)
+	job, caller, err := g.visibleJob(ctx, ref.name)
 	if err != nil {
+		return err
+	}
+	if err := caller.CheckAccess(job); err != nil {
 		return err
 	}
 	t := &tail{send: send, owner: job.GetUser(), lines: int(req.GetTailLines())}

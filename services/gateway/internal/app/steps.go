@@ -36,16 +36,16 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 	if err != nil {
 		return nil, err
 	}
-	// srun --jobid into a job: its owner's (or a workload's own), or an
-	// administrator's; anyone else is refused as Slurm does
-	// (PermissionDenied, "Access/permission denied"), or NotFound when
-	// PrivateData hides the job. Checked before a replay, so a request id
-	// does not reveal another's step.
+	// srun --jobid into a job: its owner's (or a workload's own), or a
+	// cluster administrator's (a step runs as the job's owner); anyone
+	// else is refused as Slurm does (PermissionDenied, "Access/permission
+	// denied"), or NotFound when PrivateData hides the job. Checked before
+	// a replay, so a request id does not reveal another's step.
 	j, caller, err := g.visibleJob(ctx, ref.name)
 	if err != nil {
 		return nil, err
 	}
-	if err := caller.CheckAccess(j); err != nil {
+	if err := caller.CheckRunAs(j); err != nil {
 		return nil, err
 	}
 	rid := req.GetRequestId()

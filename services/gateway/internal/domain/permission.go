@@ -113,20 +113,40 @@ func (c Caller) Sees(job *loomv1.Job, private bool) bool {
 }
 
 // SeesEnv reports whether the caller may see job's exported environment
-// (Job.env, and Job.export, whose "ALL,VAR=x" holds values too): its owner
-// and administrators only.
+// (Job.env, and Job.export, whose "ALL,VAR=x" holds values too) and its
+// batch script (Job.script, as Slurm's scontrol write batch_script): its
+// owner and administrators only. Scripts hold secrets as often as
+// environments do (export TOKEN=...).
 func (c Caller) SeesEnv(job *loomv1.Job) bool { return c.Admin || c.Owns(job) }
 
 // Present returns job as the caller may see it: without its environment
-// (env and export) unless SeesEnv. job itself is not changed (a copy is
-// made when something goes).
+// (env and export) and batch script unless SeesEnv. job itself is not
+// changed (a copy is made when something goes).
 func (c Caller) Present(job *loomv1.Job) *loomv1.Job {
-	if job == nil || (len(job.GetEnv()) == 0 && job.GetExport() == "") || c.SeesEnv(job) {
+	if job == nil || (len(job.GetEnv()) == 0 && job.GetExport() == "" && job.GetScript() == "") || c.SeesEnv(job) {
 		return job
 	}
 	out := proto.Clone(job).(*loomv1.Job)
-	out.Env, out.Export = nil, ""
+	out.Env, out.Export, out.Script = nil, "", ""
 	return out
+}
+
+// CheckRunAs refuses the caller a job step in job (srun --jobid) unless
+// the caller owns the job or is a cluster administrator: a step runs as the
+// job's owner, so a project administrator who could start one in any job
+// of the project would run commands as any of its users (and, through their
+// accounts, reach their files and other projects). Slurm likewise lets only
+// the job's user and root create steps in a job.
+func (c Caller) CheckRunAs(job *loomv1.Job) error {
+	if c.Owns(job) || (c.ClusterAdmin && c.Workload == "") {
+		return nil
+	}
+	owner := "has no owner"
+	if u := job.GetUser(); u != "" {
+		owner = "is " + u + "'s"
+	}
+	return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " " + owner +
+		"; a step runs as the job's owner: only its owner or a cluster administrator may start one"}
 }
 
 // secretWords mark a variable whose value is a secret: a name that
