@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -246,5 +247,44 @@ func TestRootJobsOnlyWhereAllowed(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(on.shared, "slurm-1.out")); err != nil || string(b) != "0\n" {
 		t.Fatalf("allowed root step wrote %q (%v), want uid 0", b, err)
+	}
+}
+
+// TestModelDirOnlyTheSchedulers: the agent makes a job's model directory
+// (models/<model>/job-<id>, its owner's, 0700) only where the scheduler
+// said (StartStep.model_dir): a LOOM_MODEL_DIR the job set itself, here
+// through a link the owner made in their own model directory to a
+// directory of root's, makes nothing (it once had root make a directory of
+// the owner's wherever the link led: a systemd drop-in, root on the node).
+func TestModelDirOnlyTheSchedulers(t *testing.T) {
+	t.Parallel()
+	a := testkit.OSUsers(t, 1)[0]
+	e, own := ownerEnv(t, a)
+	e.start(t)
+	mine := filepath.Join(e.shared, "models", "m", "job-1")
+	st := startStep("1", "true", map[string]string{"LOOM_MODEL_DIR": mine}, filepath.Join(own, "1.out"))
+	st.User, st.ModelDir = a.Name, mine
+	publish(t, e.broker, command(st))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+	if fu, _, mode := fileOf(t, mine); fu != a.UID || mode.Perm() != 0o700 || !mode.IsDir() {
+		t.Fatalf("model dir: uid %d mode %v, want %s's, 0700", fu, mode, a.Name)
+	}
+	target := t.TempDir() // root's, as /etc/systemd/system is
+	if err := os.Symlink(target, filepath.Join(mine, "l")); err != nil {
+		t.Fatal(err)
+	}
+	evil := filepath.Join(mine, "l", "sshd.service.d")
+	st = startStep("2", "true", map[string]string{"LOOM_MODEL_DIR": evil}, filepath.Join(own, "2.out"))
+	st.User = a.Name
+	publish(t, e.broker, command(st))
+	waitStep(t, e.broker, "2", eventsv1.StepState_STEP_EXITED)
+	// Even named as the scheduler's, a path deeper than models/<model>/
+	// job-<id> is not made.
+	st = startStep("3", "true", nil, filepath.Join(own, "3.out"))
+	st.User, st.ModelDir = a.Name, evil
+	publish(t, e.broker, command(st))
+	waitStep(t, e.broker, "3", eventsv1.StepState_STEP_EXITED)
+	if _, err := os.Lstat(filepath.Join(target, "sshd.service.d")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a directory was made through the owner's link: %v", err)
 	}
 }

@@ -2428,6 +2428,12 @@ type StartStep struct {
 	// pages, each shared one counted as its share), goes past it, and
 	// reports it out of memory (Slurm's OverMemoryKill). 0: no limit.
 	MemLimitBytes int64 `protobuf:"varint,18,opt,name=mem_limit_bytes,json=memLimitBytes,proto3" json:"mem_limit_bytes,omitempty"`
+	// model_dir is the directory the scheduler gave the run's model output
+	// (<shared dir>/models/<model>/job-<id>, also $LOOM_MODEL_DIR), which
+	// the agent makes for the owner; "" for a job without model_output. The
+	// agent makes none other: a LOOM_MODEL_DIR the job set itself is the
+	// job's to make.
+	ModelDir      string `protobuf:"bytes,19,opt,name=model_dir,json=modelDir,proto3" json:"model_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2586,6 +2592,13 @@ func (x *StartStep) GetMemLimitBytes() int64 {
 		return x.MemLimitBytes
 	}
 	return 0
+}
+
+func (x *StartStep) GetModelDir() string {
+	if x != nil {
+		return x.ModelDir
+	}
+	return ""
 }
 
 // StopStep tells an agent to kill a step's process group.
@@ -5766,7 +5779,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x10SlurmNodeChanged\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\"\xcb\x04\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"\xe8\x04\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5789,7 +5802,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x12\x12\n" +
 	"\x04user\x18\x10 \x01(\tR\x04user\x12\x16\n" +
 	"\x06sealed\x18\x11 \x01(\fR\x06sealed\x12&\n" +
-	"\x0fmem_limit_bytes\x18\x12 \x01(\x03R\rmemLimitBytes\x1a6\n" +
+	"\x0fmem_limit_bytes\x18\x12 \x01(\x03R\rmemLimitBytes\x12\x1b\n" +
+	"\tmodel_dir\x18\x13 \x01(\tR\bmodelDir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x01\n" +

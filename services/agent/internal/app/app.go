@@ -1011,7 +1011,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	if stdout != stderr {
 		defer stdout.Close()
 	}
-	a.prepareModelDir(user, cmd.GetEnv())
+	a.prepareModelDir(user, cmd.GetModelDir())
 	a.prepareProgress(user, key)
 	tbDir := ""
 	if cmd.GetEnv()[domain.MetricFileEnv] == "" {
@@ -1090,14 +1090,23 @@ func (a *App) contain(spec *ports.Spec, cmd *eventsv1.StartStep, dir string) err
 	return nil
 }
 
-// prepareModelDir gives a job that declared a model output (its env has
-// LOOM_MODEL_DIR, <shared dir>/models/<model>/job-<id>) that directory,
-// its owner's, mode 0700: the owner may not make it under the shared dir,
-// and no other user may read the model. A directory elsewhere is the job's
-// own to make. A failure is logged: the job's own writes then say why.
-func (a *App) prepareModelDir(user string, env map[string]string) {
-	dir := env["LOOM_MODEL_DIR"]
-	if dir == "" || !within(filepath.Join(a.opts.SharedDir, "models"), dir) {
+// prepareModelDir gives a job that declared a model output the directory
+// the scheduler gave it (StartStep.model_dir, <shared dir>/models/<model>/
+// job-<id>), its owner's, mode 0700: the owner may not make it under the
+// shared dir, and no other user may read the model. Only that one: a
+// LOOM_MODEL_DIR the job set itself once had root make any directory under
+// models/, through a link the owner left in a directory of theirs (root on
+// the node: a systemd drop-in), or claim another job's ahead of it. A
+// failure is logged: the job's own writes then say why.
+func (a *App) prepareModelDir(user, dir string) {
+	models := filepath.Join(a.opts.SharedDir, "models")
+	if dir == "" || !within(models, dir) {
+		return
+	}
+	// models/<model>/job-<id>: parents only root makes (a model id has no
+	// '/'), so no directory of the owner's lies on the way.
+	if rel, _ := filepath.Rel(models, filepath.Clean(dir)); strings.Count(rel, string(filepath.Separator)) != 1 {
+		a.log.Warn("not making a model directory that is not models/<model>/job-<id>", "user", user, "dir", dir)
 		return
 	}
 	if err := a.rt.GiveDir(user, dir); err != nil {

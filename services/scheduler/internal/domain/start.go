@@ -137,6 +137,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 			User: spec.GetUser(),
 			// And holds it to the memory it asked for (0: none asked).
 			MemLimitBytes: memLimit(r),
+			ModelDir:      j.ModelDir,
 		})
 	}
 }
