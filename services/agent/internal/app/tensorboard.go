@@ -141,13 +141,20 @@ func (tb *tbTail) files() []string {
 }
 
 // listDir returns the event files and the subdirectories of dir that uid
-// owns (links are neither).
+// owns (links are neither), dir itself a directory of uid's. The path is the
+// job's (LOOM_TENSORBOARD_LOG_DIR) and the agent reads it as root: it opens
+// no link, never waits on the open (a FIFO there stalled the metrics of
+// every step of the node), opens nothing but a directory (a device's open
+// can act: a watchdog's arms it), and reads no one else's.
 func listDir(dir string, uid uint32) (files, dirs []string) {
-	f, err := os.Open(dir)
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.IsDir() || !owned(fi, uid) {
+		return nil, nil
+	}
 	ents, _ := f.ReadDir(tbDirEntries)
 	for _, e := range ents {
 		fi, err := e.Info()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,5 +158,53 @@ func TestTailTensorBoardRotates(t *testing.T) {
 	}
 	if n := len(tl.pos.TB); n > tbMaxFiles {
 		t.Errorf("%d files in the position, bound %d", n, tbMaxFiles)
+	}
+}
+
+// TestTensorBoardDirOnlyTheOwnersDirectory: the agent reads the job's
+// TensorBoard directory as root, so only a directory of the owner's, never
+// through a link, and never waiting on what it opens: a FIFO named as the
+// directory is passed over at once (its open once stalled the metrics of
+// every step of the node), a link to a directory of event files is not
+// followed, a directory of another user's is not read.
+func TestTensorBoardDirOnlyTheOwnersDirectory(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	dir := t.TempDir()
+	w, err := tbevents.Create(dir, "host", time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.AddScalar("loss", 1, time.Unix(1700000001, 0), 1)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	uid := uint32(os.Getuid())
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	for what, p := range map[string]tailPos{
+		"a FIFO":         {TBDir: fifo, TBUID: uid},
+		"a link":         {TBDir: link, TBUID: uid},
+		"another user's": {TBDir: dir, TBUID: uid + 4242},
+	} {
+		done := make(chan map[string][]float64, 1)
+		go func() { done <- takeTB(a, newTail("j", 1, filepath.Join(dir, "none.jsonl"), p), tbPollBytes) }()
+		select {
+		case got := <-done:
+			if len(got) != 0 {
+				t.Errorf("%s: read %v", what, got)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: reading blocked", what)
+		}
+	}
+	if got := takeTB(a, newTail("j", 1, filepath.Join(dir, "none.jsonl"), tailPos{TBDir: dir, TBUID: uid}), tbPollBytes); len(got["loss"]) != 1 {
+		t.Fatalf("the owner's own directory: %v", got)
 	}
 }

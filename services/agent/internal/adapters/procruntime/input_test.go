@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
@@ -186,4 +187,63 @@ func TestPTY(t *testing.T) {
 		PTY: &ports.PTY{}}); err == nil || !strings.Contains(err.Error(), "a terminal needs the step daemon") {
 		t.Fatalf("a terminal without a shim: %v", err)
 	}
+}
+
+// TestOpenOutputRefusesAFIFO: an output file a job made a FIFO is refused
+// at once, with or without a reader, instead of the open (or, with a
+// reader that never reads, the agent's writes) stalling the agent for every
+// job of the node; a device is taken (-o /dev/null), blocking as before.
+func TestOpenOutputRefusesAFIFO(t *testing.T) {
+	t.Parallel()
+	rt := New(asAgent)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	try := func(what string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			f, err := rt.OpenOutput("", fifo, true)
+			if f != nil {
+				f.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: a FIFO opened as an output", what)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: opening a FIFO as an output blocked", what)
+		}
+	}
+	try("no reader")
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	try("a reader")
+	f, err := rt.OpenOutput("", os.DevNull, true)
+	if err != nil {
+		t.Fatalf("/dev/null: %v", err)
+	}
+	defer f.Close()
+	var flags int
+	rc, _ := f.SyscallConn()
+	_ = rc.Control(func(fd uintptr) { flags, _ = unixFcntl(int(fd), syscall.F_GETFL) })
+	if flags&syscall.O_NONBLOCK != 0 {
+		t.Errorf("/dev/null left non-blocking for the job")
+	}
+}
+
+func unixFcntl(fd, cmd int) (int, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }

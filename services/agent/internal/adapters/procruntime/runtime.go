@@ -147,9 +147,14 @@ func (r Runtime) OpenInput(user, path string) (*os.File, error) {
 }
 
 // openOutput opens path for appending, creating it and its directory, and
-// empties it first unless keep. The caller acts as the file's user.
+// empties it first unless keep. The caller acts as the file's user. A FIFO
+// or a socket is refused: the open would wait for a reader (and the agent's
+// writes into it for the reader to read), stalling the agent for every job
+// of the node (a job can put one where its output goes, and an agent
+// restarting reopens the files of the steps it adopts); a device the owner
+// may open (/dev/null) is taken.
 func openOutput(path string, keep bool) (*os.File, error) {
-	flags := os.O_CREATE | os.O_APPEND | os.O_WRONLY
+	flags := os.O_CREATE | os.O_APPEND | os.O_WRONLY | syscall.O_NONBLOCK
 	if !keep {
 		flags |= os.O_TRUNC
 	}
@@ -162,7 +167,32 @@ func openOutput(path string, keep bool) (*os.File, error) {
 		}
 		f, err = os.OpenFile(path, flags, outputMode)
 	}
-	return f, err
+	if errors.Is(err, syscall.ENXIO) {
+		return nil, fmt.Errorf("%s: a FIFO, not a file", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && (st.Mode()&(os.ModeNamedPipe|os.ModeSocket) != 0 || st.IsDir()) {
+		err = fmt.Errorf("%s: not a regular file or a device", path)
+	}
+	if err == nil {
+		// Blocking again for the job's writes (a terminal's would fail
+		// with EAGAIN): the flag was for the open alone.
+		var rc syscall.RawConn
+		if rc, err = f.SyscallConn(); err == nil {
+			cerr := rc.Control(func(fd uintptr) { err = syscall.SetNonblock(int(fd), false) })
+			if err == nil {
+				err = cerr
+			}
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // outputMode and dirMode are the modes of the files and directories made
