@@ -363,18 +363,98 @@ func (a *Authenticator) Unary(ctx context.Context, req any, _ *grpc.UnaryServerI
 }
 
 // Stream is the stream interceptor (StreamServerInterceptor's value).
+// A stream lives as long as its caller keeps it open, and was authorized
+// once, with the principal it opened with: before each message it sends
+// once the role cache's lifetime has passed, it checks its caller again
+// and ends (Unauthenticated) when an API key no longer holds (revoked,
+// expired) or (PermissionDenied) when a user is no longer who they were (a
+// role in a project taken away or changed), so that a watch opened before
+// a user left a project shows them nothing after.
 func (a *Authenticator) Stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	ctx, err := a.Context(ss.Context())
 	if err != nil {
 		return err
 	}
-	return h(srv, &stream{ServerStream: ss, ctx: ctx})
+	s := &stream{ServerStream: ss, ctx: ctx, a: a, checked: a.o.Clock.Now()}
+	s.p, _ = auth.FromContext(ctx)
+	return h(srv, s)
 }
 
-// stream is a ServerStream whose Context carries the principal.
+// stream is a ServerStream whose Context carries the principal, checked
+// again as it sends (see Stream).
 type stream struct {
 	grpc.ServerStream
 	ctx context.Context
+	a   *Authenticator
+	p   *auth.Principal // nil: anonymous, nothing to check again
+
+	mu      sync.Mutex
+	checked time.Time
+}
+
+// SendMsg sends m once the caller is checked again, when due.
+func (s *stream) SendMsg(m any) error {
+	if err := s.recheck(); err != nil {
+		return err
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+func (s *stream) recheck() error {
+	if s.p == nil || s.a.o.Disabled {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.a.o.Clock.Now()
+	if now.Sub(s.checked) < s.a.o.RoleCacheTTL {
+		return nil
+	}
+	var p *auth.Principal
+	switch {
+	case s.p.How == "api-key":
+		// A key may be revoked or expire at its owner's word: checked
+		// whole again.
+		ctx, err := s.a.Context(s.ServerStream.Context())
+		if err != nil {
+			return err
+		}
+		p, _ = auth.FromContext(ctx)
+	case s.p.Kind == auth.KindUser:
+		// An access token cannot be revoked, and its expiry only bounds
+		// how long it opens new calls (a watch of a long job outlives
+		// it): the user's roles are what may change.
+		var err error
+		if p, err = s.a.user(s.ServerStream.Context(), s.p.User, s.p.How); err != nil {
+			return err
+		}
+	default:
+		return nil // a node's, a workload's, a service's rights are their token's
+	}
+	if !samePrincipal(s.p, p) {
+		return fmt.Errorf("%s is no longer what it was when this stream opened (a role changed or was taken away); open it again: %w",
+			s.p.Name, errs.PermissionDenied)
+	}
+	s.checked = now
+	return nil
+}
+
+// samePrincipal reports whether a and b are the same caller with the same
+// rights.
+func samePrincipal(a, b *auth.Principal) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if len(a.Roles) != len(b.Roles) {
+		return false
+	}
+	for k, v := range a.Roles {
+		if w, ok := b.Roles[k]; !ok || w != v {
+			return false
+		}
+	}
+	return a.Name == b.Name && a.Kind == b.Kind && a.User == b.User && a.ClusterAdmin == b.ClusterAdmin &&
+		a.Project == b.Project && a.Job == b.Job && a.Node == b.Node && a.Cluster == b.Cluster && a.Pool == b.Pool
 }
 
 func (s *stream) Context() context.Context { return s.ctx }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -288,5 +289,75 @@ func BenchmarkAuthenticate(b *testing.B) {
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 		})
+	}
+}
+
+// sendStream is a grpc.ServerStream whose sends are counted.
+type sendStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent int
+}
+
+func (s *sendStream) Context() context.Context { return s.ctx }
+func (s *sendStream) SendMsg(any) error        { s.sent++; return nil }
+
+// TestStreamChecksItsCallerAgain: a stream authenticates its caller again
+// before a send once the role cache's lifetime has passed, and ends when the
+// caller's role changed (PermissionDenied) or its key was revoked
+// (Unauthenticated); within the lifetime it sends without a look-up.
+func TestStreamChecksItsCallerAgain(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id, key := f.store.addKey(t, "users/alice", f.clock.Now(), 0)
+	f.store.mu.Lock()
+	f.store.roles["alice"] = map[string]auth.Role{"default": auth.RoleAdmin}
+	f.store.mu.Unlock()
+	open := func(steps func(ss grpc.ServerStream) error) error {
+		ss := &sendStream{ctx: metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+key))}
+		return f.a.Stream(nil, ss, &grpc.StreamServerInfo{}, func(_ any, ss grpc.ServerStream) error { return steps(ss) })
+	}
+	err := open(func(ss grpc.ServerStream) error {
+		if err := ss.SendMsg(nil); err != nil {
+			return fmt.Errorf("first send: %w", err)
+		}
+		f.store.mu.Lock()
+		f.store.roles["alice"] = map[string]auth.Role{"default": auth.RoleViewer}
+		f.store.mu.Unlock()
+		if err := ss.SendMsg(nil); err != nil {
+			return fmt.Errorf("a send within the cache's lifetime: %w", err)
+		}
+		f.clock.Advance(DefaultRoleCacheTTL)
+		return ss.SendMsg(nil)
+	})
+	if !errors.Is(err, errs.PermissionDenied) || !strings.Contains(err.Error(), "users/alice is no longer what it was") {
+		t.Fatalf("a stream after its caller's role changed: %v", err)
+	}
+	err = open(func(ss grpc.ServerStream) error {
+		f.store.revoke(id, f.clock.Now())
+		f.clock.Advance(DefaultKeyCacheTTL)
+		return ss.SendMsg(nil)
+	})
+	wantUnauthenticated(t, "a stream after its key was revoked", err)
+	// With an access token: it outlives the token's expiry (a watch of a
+	// long job), not a change of the user's roles.
+	tok, _, err := f.iss.Issue(auth.Claims{Use: auth.UseAccess, Kind: "user", User: "alice", RegisteredClaims: auth.ForSubject("users/alice")}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := &sendStream{ctx: metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+tok))}
+	err = f.a.Stream(nil, ss, &grpc.StreamServerInfo{}, func(_ any, ss grpc.ServerStream) error {
+		f.clock.Advance(2 * time.Minute)
+		if err := ss.SendMsg(nil); err != nil {
+			return fmt.Errorf("past the token's expiry: %w", err)
+		}
+		f.store.mu.Lock()
+		f.store.roles["alice"] = map[string]auth.Role{}
+		f.store.mu.Unlock()
+		f.clock.Advance(DefaultRoleCacheTTL)
+		return ss.SendMsg(nil)
+	})
+	if !errors.Is(err, errs.PermissionDenied) || ss.sent != 1 {
+		t.Fatalf("a token's stream: %v after %d sends, want PermissionDenied after 1", err, ss.sent)
 	}
 }
