@@ -314,7 +314,7 @@ func (a *App) readTail(key string, tl *tail, limit int64, final bool) {
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
+	if err != nil || !fi.Mode().IsRegular() || !oneLink(fi) {
 		return
 	}
 	ino := uint64(0)

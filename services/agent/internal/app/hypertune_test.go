@@ -297,3 +297,46 @@ func BenchmarkTailHypertuneRewrite(b *testing.B) {
 		}
 	}
 }
+
+// TestRootReadsNoSecondName: the agent reads a job's metrics and progress
+// files as root, so not a file with a second name (a hard link the owner
+// made to a file of someone else's), and a link's size is its own.
+func TestRootReadsNoSecondName(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	dir := t.TempDir()
+	theirs := filepath.Join(dir, "theirs")
+	if err := os.WriteFile(theirs, []byte(hypertuneLine(1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metrics := filepath.Join(dir, "metrics.jsonl")
+	if err := os.Link(theirs, metrics); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeSteps(a, newTail("j", 1, metrics, tailPos{}), true); len(got) != 0 {
+		t.Errorf("a hard link's lines read: %v", got)
+	}
+	prog, other := filepath.Join(dir, "progress.json"), filepath.Join(dir, "other")
+	if err := os.WriteFile(other, []byte(`{"step": 7}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(other, prog); err != nil {
+		t.Fatal(err)
+	}
+	if got := readProgress(prog, domain.ProgressReport{}); got != (domain.ProgressReport{}) {
+		t.Errorf("a hard link's progress read: %+v", got)
+	}
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	if got := readProgress(prog, domain.ProgressReport{}); got.Step != 7 {
+		t.Errorf("the owner's own progress file: %+v", got)
+	}
+	link := filepath.Join(dir, "out")
+	if err := os.Symlink(prog, link); err != nil {
+		t.Fatal(err)
+	}
+	if got := outputSize(link); got != int64(len(prog)) {
+		t.Errorf("outputSize of a link: %d, want the link's own %d", got, len(prog))
+	}
+}

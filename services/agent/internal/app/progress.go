@@ -87,7 +87,7 @@ func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport
 		return prev
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxProgressBytes {
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxProgressBytes || !oneLink(fi) {
 		return prev
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxProgressBytes+1))
@@ -101,12 +101,21 @@ func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport
 	return r
 }
 
-// outputSize is the size of a step's output file (0: none, or unknown).
+// oneLink reports whether fi is a file with one name: a hard link the
+// owner made to a file of someone else's (where the kernel lets them) has
+// two, and the agent, reading as root, would read it.
+func oneLink(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 1
+}
+
+// outputSize is the size of a step's output file (0: none, or unknown),
+// not of what a link there leads to: the agent looks as root.
 func outputSize(path string) int64 {
 	if path == "" {
 		return 0
 	}
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return 0
 	}
