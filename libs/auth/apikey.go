@@ -2,6 +2,7 @@ package auth
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,16 +24,24 @@ const (
 	apiKeySecretBytes = 32
 )
 
-// argon2id parameters for stored secrets. The secrets are 256 random bits,
-// so the hash is there so that a copy of the store gives no usable key, not
-// to slow guessing; the gateway caches a verified key for at most 30 s
-// (which is also how soon a revocation takes effect).
+// argon2id parameters of the secrets stored before keys were hashed with
+// SHA-256 (still checked: see CheckSecret).
 const (
 	argonTime    = 1
 	argonMemory  = 8 * 1024 // KiB
 	argonThreads = 1
 	argonKeyLen  = 32
 	argonSaltLen = 16
+)
+
+// A stored secret is "sha256$<salt>$<SHA-256(salt || secret)>". The
+// secrets are 256 random bits, so the hash is there so that a copy of the
+// store gives no usable key, not to slow guessing (no guess of 256 bits
+// succeeds): a slow hash (argon2id, as the first keys were stored) only
+// made each check cost ~6 ms of the gateway's CPU, a check anyone who knows
+// a key id could ask for at will, before any rate limit.
+const (
+	sha256SaltLen = 16
 )
 
 // NewAPIKey returns a fresh key: its public id and the whole key
@@ -66,28 +75,45 @@ func ParseAPIKey(key string) (id, secret string, err error) {
 	return id, secret, nil
 }
 
-// HashSecret returns what is stored for secret: "argon2id$<salt>$<hash>".
+// HashSecret returns what is stored for secret: "sha256$<salt>$<hash>".
 func HashSecret(secret string) (string, error) {
-	salt := make([]byte, argonSaltLen)
+	salt := make([]byte, sha256SaltLen)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
 	}
-	sum := argon2.IDKey([]byte(secret), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
-	return "argon2id$" + base64.RawStdEncoding.EncodeToString(salt) + "$" + base64.RawStdEncoding.EncodeToString(sum), nil
+	sum := sha256.Sum256(append(salt, secret...))
+	return "sha256$" + base64.RawStdEncoding.EncodeToString(salt) + "$" + base64.RawStdEncoding.EncodeToString(sum[:]), nil
 }
 
+// SlowSecret reports whether stored is hashed the slow way (argon2id, keys
+// made before SHA-256): its check costs milliseconds.
+func SlowSecret(stored string) bool { return strings.HasPrefix(stored, "argon2id$") }
+
 // CheckSecret reports whether secret hashes to stored (HashSecret's
-// output), in constant time for a given stored value.
+// output, or an argon2id hash of the first keys), in constant time for a
+// given stored value.
 func CheckSecret(stored, secret string) bool {
 	parts := strings.Split(stored, "$")
-	if len(parts) != 3 || parts[0] != "argon2id" {
+	if len(parts) != 3 {
 		return false
 	}
 	salt, err1 := base64.RawStdEncoding.DecodeString(parts[1])
 	want, err2 := base64.RawStdEncoding.DecodeString(parts[2])
-	if err1 != nil || err2 != nil || len(want) != argonKeyLen {
+	if err1 != nil || err2 != nil {
 		return false
 	}
-	got := argon2.IDKey([]byte(secret), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
-	return subtle.ConstantTimeCompare(got, want) == 1
+	var got []byte
+	switch parts[0] {
+	case "sha256":
+		sum := sha256.Sum256(append(salt, secret...))
+		got = sum[:]
+	case "argon2id":
+		if len(want) != argonKeyLen {
+			return false
+		}
+		got = argon2.IDKey([]byte(secret), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
+	default:
+		return false
+	}
+	return len(got) == len(want) && subtle.ConstantTimeCompare(got, want) == 1
 }

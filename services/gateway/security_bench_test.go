@@ -34,7 +34,7 @@ func (discardAudit) RecordAudit(context.Context, *loomv1.AuditRecord) error { re
 // the real Redis member and key store behind authentication. It reports
 // the p99 per call (target ≤ 100 µs, issue 13), for an access token and
 // an API key once their verification is cached (a token's first call
-// checks its signature; a key's first call its argon2id hash, ~10 ms, then
+// checks its signature; a key's first call its salted SHA-256 hash, then
 // cached for 30 s).
 func BenchmarkSecurityChain(b *testing.B) {
 	_, rdb := testkit.Redis(b)

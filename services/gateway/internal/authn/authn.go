@@ -85,7 +85,18 @@ type Authenticator struct {
 	mu    sync.Mutex
 	keys  map[[sha256.Size]byte]keyEntry
 	roles map[string]roleEntry
+	// failed holds, by API key id, when its secret last failed to check:
+	// another check of it waits until failedWait has passed (see apiKey).
+	failed map[string]time.Time
 }
+
+// failedWait is how long after a wrong secret a key stored the slow way
+// (argon2id, the first keys: auth.SlowSecret) is not checked again: each
+// check is ~6 ms of CPU, made before any rate limit (the caller is not
+// known until it passes), which anyone who knows a key id could otherwise
+// ask for at will. Keys made since are SHA-256 hashed: a check costs a
+// microsecond and needs no such wait.
+const failedWait = time.Second
 
 // keyEntry is a verified credential (an API key or an access token): who
 // it proves, until when. A user's entry names the user, whose roles come
@@ -120,7 +131,7 @@ func New(o Options) *Authenticator {
 	if o.RoleCacheTTL <= 0 {
 		o.RoleCacheTTL = DefaultRoleCacheTTL
 	}
-	a := &Authenticator{o: o, keys: map[[sha256.Size]byte]keyEntry{}, roles: map[string]roleEntry{}}
+	a := &Authenticator{o: o, keys: map[[sha256.Size]byte]keyEntry{}, roles: map[string]roleEntry{}, failed: map[string]time.Time{}}
 	if o.Disabled {
 		a.dev = &auth.Principal{Name: auth.UserName(DevUser), Kind: auth.KindUser, User: DevUser, ClusterAdmin: true, How: "dev"}
 		o.Log.Warn("AUTHENTICATION IS OFF (-auth=off): every caller is the cluster administrator users/dev. " +
@@ -166,7 +177,32 @@ func (a *Authenticator) apiKey(ctx context.Context, key string) (*auth.Principal
 	if err != nil {
 		return nil, err
 	}
+	slow := auth.SlowSecret(k.Hash)
+	if slow {
+		a.mu.Lock()
+		last, failed := a.failed[id]
+		a.mu.Unlock()
+		if failed && now.Sub(last) < failedWait {
+			return nil, unauthenticated("API key %s: a wrong secret was tried less than %s ago; try again after it", id, failedWait)
+		}
+	}
 	if !auth.CheckSecret(k.Hash, secret) {
+		if !slow {
+			return nil, unauthenticated("wrong secret for API key %s; use the whole key as `loom auth keys create` printed it", id)
+		}
+		a.mu.Lock()
+		if len(a.failed) >= maxCacheEntries {
+			for k, t := range a.failed {
+				if now.Sub(t) >= failedWait {
+					delete(a.failed, k)
+				}
+			}
+			if len(a.failed) >= maxCacheEntries {
+				clear(a.failed)
+			}
+		}
+		a.failed[id] = now
+		a.mu.Unlock()
 		return nil, unauthenticated("wrong secret for API key %s; use the whole key as `loom auth keys create` printed it", id)
 	}
 	switch {

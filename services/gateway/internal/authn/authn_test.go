@@ -2,6 +2,7 @@ package authn
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/crypto/argon2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
@@ -359,5 +361,42 @@ func TestStreamChecksItsCallerAgain(t *testing.T) {
 	})
 	if !errors.Is(err, errs.PermissionDenied) || ss.sent != 1 {
 		t.Fatalf("a token's stream: %v after %d sends, want PermissionDenied after 1", err, ss.sent)
+	}
+}
+
+// TestSlowKeyFailuresWait: a key stored the slow way (argon2id, ~6 ms a
+// check) is not checked again within failedWait of a wrong secret, so a
+// caller who knows its id cannot spend the gateway's CPU at will; a key
+// stored as SHA-256 needs no wait.
+func TestSlowKeyFailuresWait(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	id, key := f.store.addKey(t, "users/alice", f.clock.Now(), 0)
+	_, secret, _ := auth.ParseAPIKey(key)
+	salt := make([]byte, 16)
+	slow := "argon2id$" + base64.RawStdEncoding.EncodeToString(salt) + "$" +
+		base64.RawStdEncoding.EncodeToString(argon2.IDKey([]byte(secret), salt, 1, 8*1024, 1, 32))
+	f.store.mu.Lock()
+	f.store.keys[id].Hash = slow
+	f.store.mu.Unlock()
+	_, err := f.a.Authenticate(ctx, key[:len(key)-1]+"x")
+	wantUnauthenticated(t, "wrong secret", err)
+	if _, err := f.a.Authenticate(ctx, key); !errors.Is(err, errs.Unauthenticated) || !strings.Contains(err.Error(), "try again after it") {
+		t.Fatalf("right secret within a second of a wrong one: %v", err)
+	}
+	f.clock.Advance(failedWait)
+	if p, err := f.a.Authenticate(ctx, key); err != nil || p.Name != "users/alice" {
+		t.Fatalf("right secret after the wait: %+v %v", p, err)
+	}
+	// SHA-256: a wrong secret, then the right one at once.
+	id2, key2 := f.store.addKey(t, "users/alice", f.clock.Now(), 0)
+	if h := f.store.keys[id2].Hash; !strings.HasPrefix(h, "sha256$") {
+		t.Fatalf("a new key stored as %q", h)
+	}
+	_, err = f.a.Authenticate(ctx, key2[:len(key2)-1]+"x")
+	wantUnauthenticated(t, "wrong secret", err)
+	if _, err := f.a.Authenticate(ctx, key2); err != nil {
+		t.Fatalf("a SHA-256 key right after a wrong secret: %v", err)
 	}
 }
