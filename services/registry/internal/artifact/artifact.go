@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Manifest is the name of the manifest file in an artifact directory.
@@ -85,7 +86,10 @@ type entry struct {
 
 // readManifest reads and parses dir's MANIFEST.
 func readManifest(root *os.Root, dir string) ([]entry, error) {
-	f, err := root.Open(Manifest)
+	// Never waiting on the open: a FIFO named MANIFEST held the registry's
+	// one consumer, and every project's uploads with it (and the command,
+	// never committed, again after a restart).
+	f, err := root.OpenFile(Manifest, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("artifact directory %s has no %s (the model is incomplete)", dir, Manifest)
 	}
@@ -183,11 +187,16 @@ func checkFile(ctx context.Context, root *os.Root, e entry) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s line %d: %s is not a regular file", Manifest, e.line, e.path)
 	}
-	f, err := root.Open(e.path)
+	// Without waiting, and a regular file still once open: it may have been
+	// replaced (by a FIFO) since the look above.
+	f, err := root.OpenFile(e.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fileError(e, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s line %d: %s is not a regular file", Manifest, e.line, e.path)
+	}
 	h := sha256.New()
 	for {
 		if err := ctx.Err(); err != nil {

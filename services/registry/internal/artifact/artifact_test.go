@@ -122,6 +122,14 @@ func TestRefusals(t *testing.T) {
 			_ = os.MkdirAll(filepath.Join(d, Manifest), 0o755)
 			return d
 		}, "not a regular file"},
+		// A FIFO is refused at once, not waited on (it held the registry's
+		// one consumer).
+		"MANIFEST a FIFO": {func(t *testing.T) string {
+			d := filepath.Join(t.TempDir(), "m")
+			_ = os.MkdirAll(d, 0o755)
+			_ = syscall.Mkfifo(filepath.Join(d, Manifest), 0o644)
+			return d
+		}, "not a regular file"},
 		"empty MANIFEST": {func(t *testing.T) string {
 			d := t.TempDir()
 			writeManifest(t, d, "\n\n")
