@@ -3,7 +3,6 @@ package domain
 import (
 	"fmt"
 	"maps"
-	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -173,13 +172,6 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 		return u, err
 	}
 	if isBucketURI(m.GetArtifactUri()) {
-		// The registry reads it with its own credentials and from where it
-		// stands: a query (endpoint=, profile=, private_key_path=, ...)
-		// would let the caller aim those at any host or pick them. Only
-		// region=, which signs the requests and names no host, is taken.
-		if err := checkBucketQuery(m.GetArtifactUri()); err != nil {
-			return u, fmt.Errorf("model.artifact_uri: %s: %v (the registry reads a bucket with its own credentials and endpoint)", clipURI(m.GetArtifactUri()), err)
-		}
 		u.URI = m.GetArtifactUri()
 		return u, nil
 	}
@@ -462,37 +454,4 @@ func (u Upload) artifactURI() string {
 		return u.URI
 	}
 	return "file://" + u.Dir
-}
-
-// clipURI shortens a caller's URI for a message.
-func clipURI(u string) string {
-	if len(u) > 128 {
-		return strconv.Quote(u[:128]) + "..."
-	}
-	return strconv.Quote(u)
-}
-
-// regionRE is an S3 region's name.
-var regionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
-
-// checkBucketQuery refuses a bucket URL's query but for region=NAME, and a
-// fragment.
-func checkBucketQuery(uri string) error {
-	pu, err := url.Parse(uri)
-	if err != nil {
-		return err
-	}
-	if pu.Fragment != "" || strings.Contains(uri, "#") {
-		return fmt.Errorf("a fragment is not taken")
-	}
-	q, err := url.ParseQuery(pu.RawQuery)
-	if err != nil {
-		return err
-	}
-	for k, vs := range q {
-		if k != "region" || len(vs) != 1 || !regionRE.MatchString(vs[0]) {
-			return fmt.Errorf("query parameter %q is not taken (only region=NAME)", k)
-		}
-	}
-	return nil
 }

@@ -160,16 +160,6 @@ func TestUploadRefusals(t *testing.T) {
 			t.Errorf("%s: version artifact_uri %q", uri, got)
 		}
 	}
-	// Any other query would aim the registry's own credentials at a host
-	// of the caller's, or pick them (SSRF): refused.
-	for _, uri := range []string{"s3://x/p?endpoint=http://127.0.0.1:9&use_path_style=true", "s3://x/p?profile=other",
-		"gs://x/p?private_key_path=/etc/key", "azblob://x/p?domain=evil.example", "s3://x/p?region=eu-west-1&region=x", "s3://x/p#f"} {
-		cmd := upload("bucket " + uri)
-		cmd.Model.ArtifactUri = uri
-		if _, err := ValidateUpload(s, cmd); err == nil || !strings.Contains(err.Error(), "the registry reads a bucket with its own credentials") {
-			t.Errorf("%s: %v, want refused", uri, err)
-		}
-	}
 }
 
 func many2(n int) map[string]string {
