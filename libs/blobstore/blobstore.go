@@ -22,9 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -273,6 +275,11 @@ func (b *Bucket) list(ctx context.Context, limit int, what string) ([]Object, er
 		if o.IsDir || b.hideTemp && fileblobTemp.MatchString(o.Key) {
 			continue
 		}
+		if b.fileRoot != "" && cleanName(o.Key) && !b.regularFile(o.Key) {
+			// A link (to a file of the host's: the service's own
+			// credentials), a FIFO, a device: no object.
+			continue
+		}
 		if len(objs) == limit {
 			return nil, fmt.Errorf("%w: %s: %s holds more than %d objects (the %s limit)", errs.ResourceExhausted, what, b.url, limit, what)
 		}
@@ -282,11 +289,59 @@ func (b *Bucket) list(ctx context.Context, limit int, what string) ([]Object, er
 	return objs, nil
 }
 
+// cleanName reports whether CleanKey takes key as it is: then a file://
+// bucket keeps it as the file of that name (fileblob escapes other names).
+func cleanName(key string) bool {
+	c, err := CleanKey("key", key)
+	return err == nil && c == key
+}
+
+// regularFile reports whether key (a cleanName) of a file:// bucket is a
+// regular file (not followed if a link).
+func (b *Bucket) regularFile(key string) bool {
+	fi, err := os.Lstat(filepath.Join(b.fileRoot, filepath.FromSlash(b.prefix+key)))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// openRead opens key to read it. A file:// bucket's is opened inside its
+// directory (os.Root: no link out of it), without waiting (a FIFO), and
+// must be a regular file once open: it may have been replaced since it was
+// listed, and the reader is a service with files of its own on the host.
+func (b *Bucket) openRead(ctx context.Context, key string) (io.ReadCloser, error) {
+	if b.fileRoot == "" {
+		r, err := b.bkt.NewReader(ctx, key, nil)
+		if err != nil {
+			return nil, b.wrap("read", key, err)
+		}
+		return r, nil
+	}
+	root, err := os.OpenRoot(b.fileRoot)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("blobstore: read %s key %s: %w", b.url, quote(key), errs.NotFound)
+	}
+	if err != nil {
+		return nil, b.wrap("read", key, err)
+	}
+	defer root.Close()
+	f, err := root.OpenFile(filepath.FromSlash(b.prefix+key), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("blobstore: read %s key %s: %w", b.url, quote(key), errs.NotFound)
+	}
+	if err != nil {
+		return nil, b.wrap("read", key, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("blobstore: read %s: %s: not a regular file", quote(key), b.url)
+	}
+	return f, nil
+}
+
 // sum reads key and returns its SHA-256 (hex) and length.
 func (b *Bucket) sum(ctx context.Context, key string) (string, int64, error) {
-	r, err := b.bkt.NewReader(ctx, key, nil)
+	r, err := b.openRead(ctx, key)
 	if err != nil {
-		return "", 0, b.wrap("read", key, err)
+		return "", 0, err
 	}
 	defer r.Close()
 	h := sha256.New()

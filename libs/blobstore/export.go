@@ -165,9 +165,9 @@ func exportOne(ctx context.Context, src, dst *Bucket, o Object) (sum string, cop
 // leaves dst without the object (or with its previous version), never
 // with part of it.
 func copyObject(ctx context.Context, src, dst *Bucket, key string) (string, int64, error) {
-	r, err := src.bkt.NewReader(ctx, key, nil)
+	r, err := src.openRead(ctx, key)
 	if err != nil {
-		return "", 0, src.wrap("read", key, err)
+		return "", 0, err
 	}
 	defer r.Close()
 	wctx, cancel := context.WithCancel(ctx)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -519,4 +520,57 @@ func TestNoTmpDirLeftoversAreNotObjects(t *testing.T) {
 		t.Fatalf("Export = %+v, %v", res, err)
 	}
 	checkHolds(t, dstDir, map[string][]byte{"model.bin": []byte("whole")})
+}
+
+// TestExportTakesOnlyRegularFiles: from a file:// source, a link (to a
+// file of the host's, the service's own credentials) and a FIFO are not
+// objects: not exported, and no export waits on the FIFO.
+func TestExportTakesOnlyRegularFiles(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	src, out, secret := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "credentials")
+	for name, body := range map[string]string{"model.json": "{}", "weights/w.bin": "abc"} {
+		p := filepath.Join(src, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(secret, []byte("aws_secret_access_key=s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(src, "creds")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(src, "pipe"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, "file://"+src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d, err := Open(ctx, "file://"+out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	res, err := Export(ctx, s, d, ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, o := range res.Objects {
+		keys = append(keys, o.Key)
+	}
+	if !slices.Equal(keys, []string{"model.json", "weights/w.bin"}) {
+		t.Fatalf("exported %v", keys)
+	}
+	for _, name := range []string{"creds", "pipe"} {
+		if _, err := os.Lstat(filepath.Join(out, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s exported: %v", name, err)
+		}
+	}
 }
