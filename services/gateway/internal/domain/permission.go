@@ -84,12 +84,17 @@ func (c Caller) CheckAccess(job *loomv1.Job) error {
 	if c.Admin || c.Owns(job) {
 		return nil
 	}
+	return denyJob(job, "only its owner or an administrator of its project may act on it")
+}
+
+// denyJob refuses an action on job in Slurm's words, saying whose job it
+// is (no secret from a caller who may see it) and who may.
+func denyJob(job *loomv1.Job, who string) error {
 	owner := "has no owner"
 	if u := job.GetUser(); u != "" {
 		owner = "is " + u + "'s"
 	}
-	return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " " + owner +
-		"; only its owner or an administrator of its project may act on it"}
+	return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " " + owner + "; " + who}
 }
 
 // CheckRelease refuses a user (not an administrator) the release of an
@@ -141,12 +146,7 @@ func (c Caller) CheckRunAs(job *loomv1.Job) error {
 	if c.Owns(job) || (c.ClusterAdmin && c.Workload == "") {
 		return nil
 	}
-	owner := "has no owner"
-	if u := job.GetUser(); u != "" {
-		owner = "is " + u + "'s"
-	}
-	return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " " + owner +
-		"; a step runs as the job's owner: only its owner or a cluster administrator may start one"}
+	return denyJob(job, "a step runs as the job's owner: only its owner or a cluster administrator may start one")
 }
 
 // secretWords mark a variable whose value is a secret: a name that

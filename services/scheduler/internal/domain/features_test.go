@@ -1222,21 +1222,9 @@ func TestDependencyStateWithinAPass(t *testing.T) {
 // tasks waits on every task of another (held) 1001-task array: a million
 // task look-ups a pass, were each task's dependency judged on its own.
 func BenchmarkDependencyOnAnArray(b *testing.B) {
-	s := NewState(Config{})
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, ev := range []proto.Message{
-		&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}},
-		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n1"), Cluster: cl, Hostname: "n1", Gpus: 8, State: loomv1.Node_READY}},
+	s, now := benchState(b,
 		&eventsv1.SubmitJob{Job: job(1, 1, 1, func(j *loomv1.Job) { j.Array = "0-1000"; j.Hold = true })},
-		&eventsv1.SubmitJob{Job: job(2000, 1, 1, func(j *loomv1.Job) { j.Array = "0-1000"; j.Dependency = "afterok:1" })},
-	} {
-		now = now.Add(time.Second)
-		c, err := s.Handle(now, ev)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Commit(c)
-	}
+		&eventsv1.SubmitJob{Job: job(2000, 1, 1, func(j *loomv1.Job) { j.Array = "0-1000"; j.Dependency = "afterok:1" })})
 	if r := s.Job(jobName(2000)).GetStateReason(); r != ReasonDependency {
 		b.Fatalf("the dependent array's first task: reason %q", r)
 	}
@@ -1249,27 +1237,13 @@ func BenchmarkDependencyOnAnArray(b *testing.B) {
 // each list 4,096 hosts to avoid (the most the gateway takes), waiting for
 // a busy node.
 func BenchmarkHostListsOfAnArray(b *testing.B) {
-	s := NewState(Config{})
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	lists := func(j *loomv1.Job) {
 		j.Array, j.Nodelist = "0-1000", []string{"n1"}
 		for i := range 4096 {
 			j.Exclude = append(j.Exclude, fmt.Sprintf("x%04d", i))
 		}
 	}
-	for _, ev := range []proto.Message{
-		&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}},
-		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n1"), Cluster: cl, Hostname: "n1", Gpus: 8, State: loomv1.Node_READY}},
-		&eventsv1.SubmitJob{Job: job(1, 1, 8)},
-		&eventsv1.SubmitJob{Job: job(2000, 1, 1, lists)},
-	} {
-		now = now.Add(time.Second)
-		c, err := s.Handle(now, ev)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Commit(c)
-	}
+	s, now := benchState(b, &eventsv1.SubmitJob{Job: job(1, 1, 8)}, &eventsv1.SubmitJob{Job: job(2000, 1, 1, lists)})
 	if r := s.Job(jobName(2000)).GetStateReason(); r != ReasonResources {
 		b.Fatalf("the array's first task: reason %q", r)
 	}
@@ -1321,4 +1295,24 @@ func TestSubmitClearsOutputs(t *testing.T) {
 		j.GetStepsOmitted() != 0 || j.GetRestartCount() != 0 {
 		t.Fatalf("submitted outputs kept: %v", j)
 	}
+}
+
+// benchState is a state of one running cluster with one 8-GPU node, n1,
+// that took evs in turn, and the time of the last.
+func benchState(b *testing.B, evs ...proto.Message) (*State, time.Time) {
+	b.Helper()
+	s := NewState(Config{})
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, ev := range append([]proto.Message{
+		&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}},
+		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n1"), Cluster: cl, Hostname: "n1", Gpus: 8, State: loomv1.Node_READY}},
+	}, evs...) {
+		now = now.Add(time.Second)
+		c, err := s.Handle(now, ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Commit(c)
+	}
+	return s, now
 }

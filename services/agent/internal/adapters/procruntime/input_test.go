@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
@@ -234,16 +236,8 @@ func TestOpenOutputRefusesAFIFO(t *testing.T) {
 	defer f.Close()
 	var flags int
 	rc, _ := f.SyscallConn()
-	_ = rc.Control(func(fd uintptr) { flags, _ = unixFcntl(int(fd), syscall.F_GETFL) })
-	if flags&syscall.O_NONBLOCK != 0 {
+	_ = rc.Control(func(fd uintptr) { flags, _ = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if flags&unix.O_NONBLOCK != 0 {
 		t.Errorf("/dev/null left non-blocking for the job")
 	}
-}
-
-func unixFcntl(fd, cmd int) (int, error) {
-	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
 }
