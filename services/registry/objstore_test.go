@@ -125,11 +125,27 @@ func TestObjectStoreArtifacts(t *testing.T) {
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
 	root := t.TempDir()
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
-
+	// Artifacts in an S3-compatible store are read only from an endpoint the
+	// operator allowed.
 	s3 := blobtest.S3(t)
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
+		cfg.ExportRoot, cfg.ExportEndpoints = root, []string{endpointOf(t, s3)}
+	})
+
 	files := map[string][]byte{"model.json": []byte(`{"weights":[0.25,0.5]}`), "ckpt/step-10.bin": bytes.Repeat([]byte("w"), 300_000)}
 	src := putArtifacts(t, s3.URL, "projects/default/models/s3m/v1", files, nil)
+	// The registry reads a bucket with its own credentials: a query may
+	// only name an allowed endpoint, never another host (SSRF) or pick
+	// credentials.
+	for uri, says := range map[string]string{
+		"s3://b/p?endpoint=" + url.QueryEscape("http://127.0.0.1:9") + "&use_path_style=true": "is not one this registry may export to",
+		"s3://b/p?profile=admin":         `parameter "profile" is refused`,
+		"gs://b/p?private_key_path=/etc": "only an s3:// destination may carry a query",
+	} {
+		_, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "ssrf", Model: &loomv1.Model{ArtifactUri: uri}})
+		wantCode(t, uri, err, codes.InvalidArgument, "model.artifact_uri: ")
+		wantCode(t, uri, err, codes.InvalidArgument, says)
+	}
 	op, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "s3m", Model: &loomv1.Model{ArtifactUri: src}})
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +237,7 @@ func TestExportToAllowedEndpoint(t *testing.T) {
 	redisAddr, _ := testkit.Redis(t)
 	srcStore, dstStore := blobtest.S3(t), blobtest.S3(t)
 	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
-		cfg.ExportEndpoints = []string{"https://minio.example:9000", endpointOf(t, dstStore)}
+		cfg.ExportEndpoints = []string{"https://minio.example:9000", endpointOf(t, dstStore), endpointOf(t, srcStore)}
 	})
 
 	files := map[string][]byte{"model.json": []byte(`{"weights":[1,2,3]}`), "ckpt/step-20.bin": bytes.Repeat([]byte{0, 1, 2, 254}, 100_000)}
@@ -239,7 +255,7 @@ func TestExportToAllowedEndpoint(t *testing.T) {
 	dst := dstStore.Prefixed("exports/ep-1")
 	srcWrites, dstWrites := srcStore.Stats().Writes.Load(), dstStore.Stats().Writes.Load()
 	for _, tc := range []struct{ what, dst, says string }{
-		{"an endpoint not allowed", srcStore.Prefixed("exports/ep-1"), "is not one this registry may export to; ask the registry's operator to allow the endpoint (-export-endpoints"},
+		{"an endpoint not allowed", blobtest.S3(t).Prefixed("exports/ep-1"), "is not one this registry may export to; ask the registry's operator to allow the endpoint (-export-endpoints"},
 		{"an unknown parameter", dst + "&sse=1", `parameter "sse" is not allowed; an export destination takes only endpoint, region, use_path_style, anonymous`},
 		{"a credential profile", dst + "&profile=admin", `parameter "profile" is refused: it selects one of the registry's credential profiles`},
 		{"a credential file", dst + "&web_identity_token_file=/var/run/secrets/token", `parameter "web_identity_token_file" is refused`},
@@ -374,7 +390,7 @@ func TestExportEndpointCredentials(t *testing.T) {
 	srcStore, bare, signed := blobtest.S3(t), blobtest.S3(t), blobtest.S3(t)
 	bareRec, signedRec := newAuthRecorder(t, bare), newAuthRecorder(t, signed)
 	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
-		cfg.ExportEndpoints = []string{bareRec.URL, signedRec.URL + ";profile=loom-export"}
+		cfg.ExportEndpoints = []string{bareRec.URL, signedRec.URL + ";profile=loom-export", endpointOf(t, srcStore)}
 	})
 	files := map[string][]byte{"model.json": []byte(`{"w":[1]}`)}
 	src := putArtifacts(t, srcStore.URL, "projects/default/models/cred/v1", files, nil)

@@ -213,9 +213,15 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 func (r *Registry) verify(ctx context.Context, u domain.Upload) (refusal, err error) {
 	// Outside every lock: reads and other changes go on while the files are
 	// hashed.
-	check := func() error { return artifact.VerifyURL(ctx, u.URI) }
+	var check func() error
 	if u.Dir != "" {
 		check = func() error { return artifact.Verify(ctx, u.Dir) }
+	} else {
+		open, err := r.artifactURL("model.artifact_uri", u.URI)
+		if err != nil {
+			return err, nil
+		}
+		check = func() error { return artifact.VerifyURL(ctx, open) }
 	}
 	if err := check(); err != nil {
 		if ctx.Err() != nil {

@@ -247,3 +247,22 @@ func (r *Registry) checkDestinationQuery(field, dst string) (string, error) {
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
+
+// artifactURL returns the URL to read a version's bucket artifacts at
+// (uri, its artifact_uri): uri itself without a query; with one, only as
+// an export destination may carry it (checkDestinationQuery: an endpoint
+// the operator allowed, read with its own credentials or none). The
+// registry reads artifacts with its own credentials and from where it
+// stands: a query of the caller's (endpoint=http://127.0.0.1:PORT,
+// profile=, private_key_path=, domain=) would aim those at any host, or
+// pick them.
+func (r *Registry) artifactURL(field, uri string) (string, error) {
+	if !strings.Contains(uri, "?") {
+		return uri, nil
+	}
+	if len(r.exportEndpoints) == 0 {
+		return "", errs.Invalid(field, "a bucket URL with a query is turned off on this registry: it reads artifacts with its own credentials; "+
+			"to read them from an S3-compatible store, ask the registry's operator to allow its endpoint (-export-endpoints / LOOM_REGISTRY_EXPORT_ENDPOINTS)")
+	}
+	return r.checkDestinationQuery(field, uri)
+}

@@ -389,7 +389,11 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 	if err != nil {
 		return nil, "", err
 	}
-	src, err := blobstore.Open(ctx, v.GetArtifactUri())
+	srcURL, err := r.artifactURL("artifact_uri of "+v.GetName(), v.GetArtifactUri())
+	if err != nil {
+		return nil, "", err
+	}
+	src, err := blobstore.Open(ctx, srcURL)
 	if err != nil {
 		return nil, "", fmt.Errorf("open artifacts %s: %w", v.GetArtifactUri(), err)
 	}
