@@ -209,6 +209,17 @@ func (t fieldTable[T]) header(b *strings.Builder, f format) {
 	})
 }
 
+// write writes rows in format f, after the header unless noHeader: what
+// squeue, squeue -s, sinfo and sprio print.
+func (t fieldTable[T]) write(b *strings.Builder, f format, rows []T, noHeader bool) {
+	if !noHeader {
+		t.header(b, f)
+	}
+	for _, r := range rows {
+		t.row(b, f, r)
+	}
+}
+
 func (t fieldTable[T]) row(b *strings.Builder, f format, row T) {
 	f.render(b, func(spec string) (cell, bool) {
 		d, ok := t.fields[spec]

@@ -496,12 +496,7 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		if long || iterate > 0 {
 			b.WriteString(c.env.nowIn(c.loc).Format(ctimeLayout) + "\n")
 		}
-		if !noHeader {
-			table.header(&b, f)
-		}
-		for _, r := range rows {
-			table.row(&b, f, r)
-		}
+		table.write(&b, f, rows, noHeader)
 		fmt.Fprint(c.stdout, b.String())
 		if iterate == 0 {
 			return nil

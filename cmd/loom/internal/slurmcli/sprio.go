@@ -142,12 +142,7 @@ func (c *cmd) sprio(ctx context.Context, args []string) error {
 		return nil
 	}
 	var b strings.Builder
-	if !noHeader {
-		table.header(&b, f)
-	}
-	for _, r := range rows {
-		table.row(&b, f, r)
-	}
+	table.write(&b, f, rows, noHeader)
 	fmt.Fprint(c.stdout, b.String())
 	return nil
 }

@@ -514,12 +514,7 @@ func (c *cmd) squeueOnce(ctx context.Context, q *squeueQuery, f format, table fi
 		return "", c.errorf("%v", err)
 	}
 	var b strings.Builder
-	if !noHeader {
-		table.header(&b, f)
-	}
-	for _, r := range rows {
-		table.row(&b, f, r)
-	}
+	table.write(&b, f, rows, noHeader)
 	return b.String(), nil
 }
 

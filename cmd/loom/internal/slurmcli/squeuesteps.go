@@ -114,11 +114,6 @@ func (c *cmd) squeueSteps(ctx context.Context, q *squeueQuery, list, formatStr s
 	table := squeueStepFields(c.env.nowIn(c.loc), c.loc)
 	c.checkFormat(f, table.known, "step")
 	var b strings.Builder
-	if !noHeader {
-		table.header(&b, f)
-	}
-	for _, r := range rows {
-		table.row(&b, f, r)
-	}
+	table.write(&b, f, rows, noHeader)
 	return b.String(), nil
 }
