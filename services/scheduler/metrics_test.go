@@ -49,7 +49,10 @@ func TestSchedulerMetricsOnScrape(t *testing.T) {
 		return s.Sum("loom_scheduler_jobs", "state", "configuring") == 1 && s.Sum("loom_scheduler_jobs", "state", "pending") == 1 &&
 			s.Sum("loom_scheduler_queue_depth") == 1 &&
 			s.Sum("loom_scheduler_gpus", "state", "allocated") > 0 &&
-			s.Sum("loom_scheduler_gpus", "state", "allocated")+s.Sum("loom_scheduler_gpus", "state", "idle") == 4, nil
+			s.Sum("loom_scheduler_gpus", "state", "allocated")+s.Sum("loom_scheduler_gpus", "state", "idle") == 4 &&
+			// A record is counted once handled, which can be a moment after
+			// the state it made is seen: wait for the four, not one scrape.
+			s.Sum("loom_consumer_records_total", "service", "scheduler", "group", "loom-scheduler") >= 4, nil
 	})
 	pending := s.Find("loom_scheduler_jobs", "state", "pending")
 	var reason string
