@@ -37,6 +37,7 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/osuser"
 )
 
 // ErrUnimplemented was returned by the seam's placeholder bodies; nothing
@@ -64,6 +65,9 @@ type Bucket struct {
 	// (no_tmp_dir), so List and Export must not take a leftover one, from
 	// a writer killed midway, for an object.
 	hideTemp bool
+	// readAs, when set, is the account a file:// bucket opens files as
+	// (ReadAs).
+	readAs *osuser.Account
 }
 
 // fileblobTemp matches the temporary file fileblob makes for NAME:
@@ -232,6 +236,21 @@ func (b *Bucket) Sub(prefix string) (*Bucket, error) {
 // URL is the bucket's URL including its prefix, as Open would accept it.
 func (b *Bucket) URL() string { return b.url }
 
+// ReadAs makes every later read of b (and of a Sub of it made afterwards)
+// open its file as the account a (libs/osuser.As): the kernel then checks
+// a's permissions, on the file as opened, and a file a may not read is a
+// PermissionDenied error naming the key. It is for a service that reads,
+// with its own rights, a directory a caller named: it reads no more than
+// the caller could. Only a file:// bucket has files to open so: for
+// another it is an InvalidArgument error.
+func (b *Bucket) ReadAs(a osuser.Account) error {
+	if b.fileRoot == "" {
+		return errs.Invalid("url", "%s is not a file:// bucket: it has no files to open as an OS account", quote(b.url))
+	}
+	b.readAs = &a
+	return nil
+}
+
 // Close releases the bucket.
 func (b *Bucket) Close() error { return b.bkt.Close() }
 
@@ -315,19 +334,31 @@ func (b *Bucket) openRead(ctx context.Context, key string) (io.ReadCloser, error
 		}
 		return r, nil
 	}
-	root, err := os.OpenRoot(b.fileRoot)
-	if errors.Is(err, fs.ErrNotExist) {
+	var f *os.File
+	open := func() error {
+		root, err := os.OpenRoot(b.fileRoot)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		f, err = root.OpenFile(filepath.FromSlash(b.prefix+key), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		return err
+	}
+	var err error
+	if b.readAs != nil {
+		err = osuser.As(*b.readAs, open)
+	} else {
+		err = open()
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("blobstore: read %s key %s: %w", b.url, quote(key), errs.NotFound)
-	}
-	if err != nil {
-		return nil, b.wrap("read", key, err)
-	}
-	defer root.Close()
-	f, err := root.OpenFile(filepath.FromSlash(b.prefix+key), os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("blobstore: read %s key %s: %w", b.url, quote(key), errs.NotFound)
-	}
-	if err != nil {
+	case errors.Is(err, fs.ErrPermission) && b.readAs != nil:
+		return nil, fmt.Errorf("%w: blobstore: read %s: %s: %s may not read it", errs.PermissionDenied, quote(key), b.url, b.readAs)
+	case errors.Is(err, osuser.ErrNotPermitted):
+		// Not root: this process cannot take on another account.
+		return nil, fmt.Errorf("%w: blobstore: read %s: %s: %v", errs.FailedPrecondition, quote(key), b.url, err)
+	case err != nil:
 		return nil, b.wrap("read", key, err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
@@ -352,10 +383,16 @@ func (b *Bucket) sum(ctx context.Context, key string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// NewReader opens key for reading. A missing key is a NotFound error.
+// NewReader opens key for reading. A missing key is a NotFound error. A
+// file:// bucket's file is opened inside its directory (after ReadAs, as
+// that account) and must be a regular file.
 func (b *Bucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
 	if _, err := CleanKey("key", key); err != nil {
 		return nil, err
+	}
+	if b.fileRoot != "" && cleanName(key) {
+		// Inside the directory, a regular file, and its owner checked.
+		return b.openRead(ctx, key)
 	}
 	r, err := b.bkt.NewReader(ctx, key, nil)
 	if err != nil {

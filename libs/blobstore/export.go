@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
 )
@@ -27,6 +29,11 @@ type ExportOptions struct {
 	MaxObjects int
 	// MaxBytes bounds src's total size (0: DefaultMaxExportBytes).
 	MaxBytes int64
+	// Keys, when not nil, are the only objects of src copied (a model's
+	// MANIFEST and the files it lists): anything else under src's prefix
+	// is left behind. Each must be in src, else the export fails, before
+	// writing anything, naming the first missing one (FailedPrecondition).
+	Keys []string
 }
 
 // ExportResult says what an export did.
@@ -76,6 +83,11 @@ func Export(ctx context.Context, src, dst *Bucket, opts ExportOptions) (ExportRe
 	objs, err := src.list(ctx, maxObjects, "ExportOptions.MaxObjects")
 	if err != nil {
 		return ExportResult{}, err
+	}
+	if opts.Keys != nil {
+		if objs, err = only(objs, opts.Keys, src.url); err != nil {
+			return ExportResult{}, err
+		}
 	}
 	if len(objs) == 0 {
 		// Most likely a wrong or deleted artifact location: an empty
@@ -127,6 +139,23 @@ func Export(ctx context.Context, src, dst *Bucket, opts ExportOptions) (ExportRe
 		}
 	}
 	return res, nil
+}
+
+// only is the objects of objs (sorted by key) that keys names, in key
+// order; a key of keys that objs lacks is a FailedPrecondition error.
+func only(objs []Object, keys []string, src string) ([]Object, error) {
+	keep := make([]Object, 0, len(keys))
+	for _, k := range slices.Sorted(slices.Values(keys)) {
+		if len(keep) > 0 && keep[len(keep)-1].Key == k {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(objs, k, func(o Object, k string) int { return strings.Compare(o.Key, k) })
+		if !ok {
+			return nil, fmt.Errorf("%w: export: %s has no object %s (or it is not a regular file); check the artifact location", errs.FailedPrecondition, src, quote(k))
+		}
+		keep = append(keep, objs[i])
+	}
+	return keep, nil
 }
 
 // exportOne makes dst hold o as src has it: skipped when dst already has

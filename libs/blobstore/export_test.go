@@ -574,3 +574,70 @@ func TestExportTakesOnlyRegularFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestExportOnlyKeys: with ExportOptions.Keys only the named objects are
+// copied (a model's MANIFEST and its files, not whatever else lies in the
+// directory), and a named object that src lacks fails the export before
+// anything is written, naming it.
+func TestExportOnlyKeys(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	src := open(t, "file://"+t.TempDir())
+	all := artifacts(t, src, map[string]int{"MANIFEST": 10, "model/w.bin": 300, "model/other-projects-secret": 40})
+	outDir := t.TempDir()
+	out := open(t, "file://"+outDir+"?metadata=skip")
+	res, err := Export(ctx, src, out, ExportOptions{Keys: []string{"model/w.bin", "MANIFEST", "model/w.bin"}})
+	if err != nil || res.Copied != 2 {
+		t.Fatalf("Export(Keys) = %+v, %v; want 2 objects copied", res, err)
+	}
+	checkHolds(t, outDir, map[string][]byte{"MANIFEST": all["MANIFEST"], "model/w.bin": all["model/w.bin"]})
+
+	emptyDir := t.TempDir()
+	_, err = Export(ctx, src, open(t, "file://"+emptyDir), ExportOptions{Keys: []string{"MANIFEST", "model/gone.bin"}})
+	if errs.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `has no object "model/gone.bin"`) {
+		t.Fatalf("Export(Keys with a missing one) = %v; want FailedPrecondition naming model/gone.bin", err)
+	}
+	checkHolds(t, emptyDir, nil)
+}
+
+// TestReadAs: a file:// bucket told to read as an account opens each file
+// as that account: one it may read is exported, one it may not (root's,
+// mode 0600) is PermissionDenied naming the key and the account, through
+// Export and NewReader alike; an object store has no files to open so.
+func TestReadAs(t *testing.T) {
+	t.Parallel()
+	ana := testkit.OSUsers(t, 1)[0]
+	ctx := testkit.Context(t, time.Minute)
+	dir := t.TempDir()
+	// The test's temporary directories are 0700, root's: open them to ana.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, mode := range map[string]os.FileMode{"readable.bin": 0o644, "roots.bin": 0o600} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := open(t, "file://"+dir)
+	if err := src.ReadAs(ana.Account); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Export(ctx, src, open(t, "file://"+t.TempDir()), ExportOptions{Keys: []string{"readable.bin"}}); err != nil || res.Copied != 1 {
+		t.Fatalf("Export(a file %s may read) = %+v, %v; want it copied", ana.Name, res, err)
+	}
+	_, err := Export(ctx, src, open(t, "file://"+t.TempDir()), ExportOptions{})
+	if errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"roots.bin"`) || !strings.Contains(err.Error(), ana.Name) {
+		t.Fatalf("Export(a directory with root's 0600 file) = %v; want PermissionDenied naming roots.bin and %s", err, ana.Name)
+	}
+	if r, err := src.NewReader(ctx, "roots.bin"); errs.Code(err) != codes.PermissionDenied {
+		if err == nil {
+			r.Close()
+		}
+		t.Errorf("NewReader(roots.bin) = %v; want PermissionDenied", err)
+	}
+	if err := open(t, "mem://").ReadAs(ana.Account); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("ReadAs on mem:// = %v; want InvalidArgument", err)
+	}
+}

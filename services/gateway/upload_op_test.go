@@ -73,8 +73,9 @@ func TestUploadModelOperation(t *testing.T) {
 		t.Fatalf("UploadModel = %v, want a running upload in %s", op, parent)
 	}
 	if cmd := command(op.GetName()); cmd.GetModelId() != "tiny" || cmd.GetProject() != "default" ||
-		cmd.GetModel().GetArtifactUri() != "file:///shared/tiny" || cmd.GetUser() != "users/ana" {
-		t.Errorf("command %v, want tiny from file:///shared/tiny for users/ana", cmd)
+		cmd.GetModel().GetArtifactUri() != "file:///shared/tiny" || cmd.GetUser() != "users/ana" ||
+		cmd.GetOsUser() != "ana" || cmd.GetAnyOwner() {
+		t.Errorf("command %v, want tiny from file:///shared/tiny for users/ana, a directory of OS account ana's only", cmd)
 	}
 	// The same request_id again, also from another caller of the project:
 	// the same operation, no second command.
@@ -94,6 +95,14 @@ func TestUploadModelOperation(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d commands for %s, want 1", n, op.GetName())
+	}
+	// A cluster administrator's upload may name anyone's directory.
+	byOps, err := upload(loomv1.NewModelServiceClient(h.as(t, "ops")), parent, "file:///shared/tiny", "up-ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd := command(byOps.GetName()); cmd.GetOsUser() != "ops" || !cmd.GetAnyOwner() {
+		t.Errorf("a cluster administrator's command %v; want any_owner", cmd)
 	}
 
 	// A pipeline's upload answered is not an operation's: nothing changes.

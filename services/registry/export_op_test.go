@@ -73,7 +73,7 @@ func TestExportModelCommand(t *testing.T) {
 
 	// Sent while the registry is down: the command waits on the topic.
 	stop()
-	dst := filepath.Join(root, "tiny-1")
+	dst := filepath.Join(root, "default", "tiny-1")
 	send("projects/default/operations/op1", vertexModel+"@1", "file://"+dst)
 	c, _ = startRegistryWith(t, broker, redisAddr, withRoot)
 	exported("projects/default/operations/op1", 2, 0)
@@ -99,7 +99,7 @@ func TestExportModelCommand(t *testing.T) {
 		reason        string
 	}{
 		{"projects/default/operations/op3", vertexModel + "@9", "file://" + dst, codes.NotFound, "no version 9"},
-		{"projects/default/operations/op4", vertexModel, "file://" + root + "/../escape", codes.InvalidArgument, "outside the export root"},
+		{"projects/default/operations/op4", vertexModel, "file://" + root + "/../escape", codes.InvalidArgument, "outside project default's directory of the export root"},
 		{"projects/default/operations/op5", vertexModel, "", codes.InvalidArgument, "required"},
 	} {
 		send(tc.op, tc.name, tc.dst)
@@ -129,7 +129,7 @@ func TestExportModelAttemptsEnd(t *testing.T) {
 	}
 	const op = "projects/default/operations/slow"
 	testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway",
-		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "slow")}))
+		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "default", "slow")}))
 	got, ok := exportAnswer(t, broker, op).(*eventsv1.ModelExportFailed)
 	if !ok || codes.Code(got.GetCode()) != codes.DeadlineExceeded || !strings.Contains(got.GetMessage(), "export again") {
 		t.Fatalf("answered %v; want ModelExportFailed DeadlineExceeded saying to export again", got)

@@ -244,10 +244,11 @@ func versionNum(m *loomv1.Model) int {
 	return n
 }
 
-// TestExportModel exports a version's artifacts under the export root and
-// again (nothing copied the second time); a destination outside the root is
-// refused. It needs libs/blobstore's bodies: until they land the export is
-// Unimplemented and the copy part is skipped.
+// TestExportModel exports a version's artifacts under the export root's
+// directory of its project, and again (nothing copied the second time).
+// Only MANIFEST and the files it lists are carried (a stray file of the
+// directory stays behind); a destination outside the root, or in another
+// project's directory of it, is refused.
 func TestExportModel(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, time.Minute)
@@ -256,41 +257,45 @@ func TestExportModel(t *testing.T) {
 	root := t.TempDir()
 	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
 	dir := modelDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "stray.txt"), []byte("not in the MANIFEST"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel, OutputConfig: &loomv1.ExportModelOutputConfig{
-		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + root + "/../escape"}}})
-	wantCode(t, "export outside the root", err, codes.InvalidArgument, "outside the export root")
-	// Created first: whether Open creates a missing directory is the
-	// blobstore's business, not this test's.
-	if err := os.MkdirAll(filepath.Join(root, "tiny-1"), 0o755); err != nil {
-		t.Fatal(err)
+	for dst, says := range map[string]string{
+		"file://" + root + "/../escape":   "outside project default's directory of the export root: export under " + root + "/default/",
+		"file://" + root + "/other/tiny":  "outside project default's directory",
+		"file://" + root + "/defaultx/t":  "outside project default's directory",
+		"file://" + root + "/tiny-direct": "outside project default's directory",
+	} {
+		_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel, OutputConfig: &loomv1.ExportModelOutputConfig{
+			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}})
+		wantCode(t, "export to "+dst, err, codes.InvalidArgument, says)
 	}
-	dst := "file://" + filepath.Join(root, "tiny-1")
+	out := filepath.Join(root, "default", "tiny-1")
+	dst := "file://" + out
 	req := &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
 		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}}
 	res, err := c.ExportModel(ctx, req)
-	if status.Code(err) == codes.Unimplemented {
-		t.Skipf("libs/blobstore has no bodies yet: %v", err)
-	}
 	if err != nil || res.GetExportModel().GetCopied() != 2 || res.GetExportModel().GetDestination() != dst {
 		t.Fatalf("ExportModel = %v, %v; want 2 objects copied to %s", res, err, dst)
 	}
 	for _, f := range []string{"model.json", "MANIFEST"} {
 		want, _ := os.ReadFile(filepath.Join(dir, f))
-		got, err := os.ReadFile(filepath.Join(root, "tiny-1", f))
+		got, err := os.ReadFile(filepath.Join(out, f))
 		if err != nil || string(got) != string(want) {
 			t.Fatalf("exported %s = %q, %v; want %q", f, got, err, want)
 		}
 	}
-	// The artifacts and nothing else: no go-cloud attributes files beside
-	// them.
-	if ents, err := os.ReadDir(filepath.Join(root, "tiny-1")); err != nil || len(ents) != 2 {
+	// The artifacts and nothing else: neither the stray file nor go-cloud
+	// attributes files beside them.
+	if ents, err := os.ReadDir(out); err != nil || len(ents) != 2 {
 		t.Fatalf("the export directory holds %v (%v); want model.json and MANIFEST only", ents, err)
 	}
 	again, err := c.ExportModel(ctx, req)
 	if err != nil || again.GetExportModel().GetCopied() != 0 || again.GetExportModel().GetSkipped() != 2 || !again.GetDone() {
 		t.Fatalf("second ExportModel = %v, %v; want nothing copied", again, err)
 	}
+
 }

@@ -128,8 +128,12 @@ func TestObjectStoreArtifacts(t *testing.T) {
 	// Artifacts in an S3-compatible store are read only from an endpoint the
 	// operator allowed.
 	s3 := blobtest.S3(t)
+	// GCS is reached with the registry's own credentials: only each
+	// project's part of the bucket.
+	gs := blobtest.GCS(t)
 	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
 		cfg.ExportRoot, cfg.ExportEndpoints = root, []string{endpointOf(t, s3)}
+		cfg.ProjectBuckets = []string{gs.URL + "/{project}/"}
 	})
 
 	files := map[string][]byte{"model.json": []byte(`{"weights":[0.25,0.5]}`), "ckpt/step-10.bin": bytes.Repeat([]byte("w"), 300_000)}
@@ -166,12 +170,22 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		t.Errorf("UploadModel(incomplete S3 set) = %v; want a refusal naming ckpt/step-10.bin", err)
 	}
 
-	gs := blobtest.GCS(t)
+	// Another project's part of the store is refused, to read an artifact
+	// set from and to export into; so is a bucket no prefix names.
+	theirs := putArtifacts(t, gs.URL, "other/models/secret", files, nil)
+	_, err = c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "stolen", Model: &loomv1.Model{ArtifactUri: theirs}})
+	wantCode(t, "an upload from another project's prefix", err, codes.InvalidArgument, "model.artifact_uri: "+theirs+" is outside project default's part of the registry's stores: it must lie under "+gs.URL+"/default/")
+	for _, dst := range []string{gs.URL + "/other/s3m-1", gs.URL + "/s3m-1", "s3://elsewhere/default/s3m-1"} {
+		_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: name + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
+			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}})
+		wantCode(t, "an export to "+dst, err, codes.InvalidArgument, "outside project default's part of the registry's stores")
+	}
+
 	want := map[string][]byte{artifact.Manifest: nil}
 	for k, v := range files {
 		want[k] = v
 	}
-	for _, dst := range []string{gs.URL + "/exports/s3m-1", "file://" + filepath.Join(root, "s3m-1")} {
+	for _, dst := range []string{gs.URL + "/default/exports/s3m-1", "file://" + filepath.Join(root, "default", "s3m-1")} {
 		req := &loomv1.ExportModelRequest{Name: name + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
 			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}}
 		res, err := c.ExportModel(ctx, req)
@@ -391,6 +405,8 @@ func TestExportEndpointCredentials(t *testing.T) {
 	bareRec, signedRec := newAuthRecorder(t, bare), newAuthRecorder(t, signed)
 	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
 		cfg.ExportEndpoints = []string{bareRec.URL, signedRec.URL + ";profile=loom-export", endpointOf(t, srcStore)}
+		// Signed requests reach only the project's part of the bucket.
+		cfg.ProjectBuckets = []string{"s3://" + signed.Bucket + "/{project}/"}
 	})
 	files := map[string][]byte{"model.json": []byte(`{"w":[1]}`)}
 	src := putArtifacts(t, srcStore.URL, "projects/default/models/cred/v1", files, nil)
@@ -403,7 +419,7 @@ func TestExportEndpointCredentials(t *testing.T) {
 		return op.GetExportModel(), err
 	}
 	dest := func(st *blobtest.Store, endpoint, extra string) string {
-		return "s3://" + st.Bucket + "/exports/cred?endpoint=" + url.QueryEscape(endpoint) + "&use_path_style=true&region=" + blobtest.S3Region + extra
+		return "s3://" + st.Bucket + "/default/cred?endpoint=" + url.QueryEscape(endpoint) + "&use_path_style=true&region=" + blobtest.S3Region + extra
 	}
 
 	// No credentials listed: unsigned, and the answer is the caller's URL.
@@ -429,7 +445,12 @@ func TestExportEndpointCredentials(t *testing.T) {
 	}
 
 	// ;profile=loom-export: signed with that profile's key, never the
-	// registry's own.
+	// registry's own; and only within the project's prefix.
+	_, err = export(strings.Replace(dest(signed, signedRec.URL, ""), "/default/", "/other/", 1))
+	wantCode(t, "a signed export into another project's prefix", err, codes.InvalidArgument, "outside project default's part of the registry's stores")
+	if n := len(signedRec.seen()); n != 0 {
+		t.Errorf("the refused export sent %d requests", n)
+	}
 	if res, err := export(dest(signed, signedRec.URL, "")); err != nil || res.GetCopied() != 2 {
 		t.Fatalf("export to the endpoint with a profile = %v, %v; want 2 objects copied", res, err)
 	}

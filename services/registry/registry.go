@@ -38,6 +38,14 @@ type Config struct {
 	// caller's endpoint would aim the registry's requests at any host. At
 	// most app.MaxExportEndpoints.
 	ExportEndpoints []string
+	// ProjectBuckets are the bucket URL prefixes, each holding {project}
+	// (app.ParseProjectBuckets), that a project's bucket artifact_uri and
+	// export destinations must lie under whenever the registry opens them
+	// with credentials (its own, or an export endpoint's profile): one
+	// registry, one set of credentials, many projects. Empty, the default,
+	// refuses every such bucket; "*" alone allows any (a registry serving
+	// one team).
+	ProjectBuckets []string
 	// ExportTimeout bounds one attempt at an export (default
 	// DefaultExportTimeout); an attempt cut short is tried again, resuming,
 	// up to ExportAttempts times, then its operation fails.
@@ -55,6 +63,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			c.ExportEndpoints = config.SplitList(s)
 			return nil
 		})
+	c.ProjectBuckets = config.SplitList(config.Env("LOOM_REGISTRY_PROJECT_BUCKETS", ""))
+	fs.Func("project-buckets", "bucket URL prefixes, comma-separated, each holding {project} (e.g. s3://models/{project}/,gs://loom-{project}/), that a project's bucket artifact_uri and export destinations must lie under when the registry opens them with credentials; * alone allows any bucket; empty refuses them (LOOM_REGISTRY_PROJECT_BUCKETS)",
+		func(s string) error {
+			c.ProjectBuckets = config.SplitList(s)
+			return nil
+		})
 	fs.DurationVar(&c.ExportTimeout, "export-timeout", config.EnvDuration("LOOM_REGISTRY_EXPORT_TIMEOUT", DefaultExportTimeout),
 		"bound on one attempt at an export; a cut attempt resumes, up to 5 attempts (LOOM_REGISTRY_EXPORT_TIMEOUT)")
 }
@@ -64,6 +78,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) validate() error {
 	if _, err := app.ParseExportEndpoints(c.ExportEndpoints); err != nil {
 		return errs.Invalid("-export-endpoints (LOOM_REGISTRY_EXPORT_ENDPOINTS)", "%v", err)
+	}
+	if _, err := app.ParseProjectBuckets(c.ProjectBuckets); err != nil {
+		return errs.Invalid("-project-buckets (LOOM_REGISTRY_PROJECT_BUCKETS)", "%v", err)
 	}
 	return nil
 }
@@ -108,6 +125,10 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	}
 	reg.SetExportRoot(cfg.ExportRoot)
 	if err := reg.SetExportEndpoints(cfg.ExportEndpoints); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("registry: %w", err) // validate refused it already
+	}
+	if err := reg.SetProjectBuckets(cfg.ProjectBuckets); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("registry: %w", err) // validate refused it already
 	}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -22,6 +24,15 @@ const (
 	testCluster = "projects/default/clusters/c1"
 	testModel   = "projects/default/models/tiny"
 )
+
+// testOwner is the OS account these tests run as, which owns the artifact
+// directories they make: an upload's os_user.
+var testOwner = func() string {
+	if a := osuser.Self(); a.Name != "" {
+		return a.Name
+	}
+	return strconv.Itoa(os.Geteuid())
+}()
 
 // startRegistry runs the service until the test ends and returns a client to
 // its gRPC API and a function that stops it.

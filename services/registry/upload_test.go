@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,7 +46,7 @@ func uploadEvent(cmd *eventsv1.UploadModel) envelope.Event {
 
 func uploadOf(rid, dir string) *eventsv1.UploadModel {
 	return &eventsv1.UploadModel{
-		RequestId: rid, Project: "default", ModelId: "tiny", User: "alice",
+		RequestId: rid, Project: "default", ModelId: "tiny", User: "alice", OsUser: testOwner,
 		Model: &trainingv1.Model{DisplayName: "Tiny " + rid, Description: "trained by a pipeline",
 			ArtifactUri: "file://" + dir, Labels: map[string]string{"pipeline": "p1"}},
 		Lineage: &loomv1.ModelLineage{
@@ -114,7 +115,7 @@ func TestUploadModel(t *testing.T) {
 	if len(vs) != 1 || !proto.Equal(vs[0], v1) || !proto.Equal(vs[0].GetLineage(), want.GetLineage()) ||
 		vs[0].GetDisplayName() != "Tiny r1" || vs[0].GetDescription() != "trained by a pipeline" ||
 		vs[0].GetLabels()["pipeline"] != "p1" || vs[0].GetArtifactUri() != "file://"+dir ||
-		vs[0].GetSourceJob() != "projects/default/jobs/13" {
+		vs[0].GetSourceJob() != "projects/default/jobs/13" || vs[0].GetArtifactOwner() != testOwner {
 		t.Fatalf("listed %v\nwant the upload's fields and lineage %v", vs, want.GetLineage())
 	}
 
@@ -140,11 +141,12 @@ func TestUploadModel(t *testing.T) {
 	// is a fresh bucket each time it is opened) is refused as missing.
 	emptyBucket := uploadOf("r-bucket", modelDir(t))
 	emptyBucket.Model.ArtifactUri = "mem://models/tiny"
-	refusals := map[string]struct {
+	type refusal struct {
 		cmd    *eventsv1.UploadModel
 		reason string
 		code   codes.Code
-	}{
+	}
+	refusals := map[string]refusal{
 		"r-missing":  {uploadOf("r-missing", filepath.Join(t.TempDir(), "gone")), "does not exist", codes.InvalidArgument},
 		"r-manifest": {uploadOf("r-manifest", missingManifest), "has no MANIFEST", codes.InvalidArgument},
 		"r-sum":      {uploadOf("r-sum", badSum), "model.json: sha256", codes.InvalidArgument},
@@ -152,6 +154,14 @@ func TestUploadModel(t *testing.T) {
 		"r-parent":   {unknownParent, "parent_model: projects/default/models/nope does not exist", codes.NotFound},
 		"r-bucket":   {emptyBucket, "model.artifact_uri: artifact location mem://models/tiny holds no objects", codes.InvalidArgument},
 	}
+	// The registry reads a directory as the uploader's OS account: one
+	// the host knows (TestUploadReadsAsTheUploader reads as one).
+	noAccount := uploadOf("r-no-account", modelDir(t))
+	noAccount.OsUser = ""
+	refusals["r-no-account"] = refusal{noAccount, "model.artifact_uri: the upload names no OS account to read the directory as", codes.InvalidArgument}
+	unknown := uploadOf("r-unknown", modelDir(t))
+	unknown.OsUser = "no-such-loom-account"
+	refusals["r-unknown"] = refusal{unknown, "the uploader's OS account is not known on the registry's host: user no-such-loom-account: no account", codes.InvalidArgument}
 	for _, r := range refusals {
 		publish(uploadEvent(r.cmd))
 	}
@@ -254,5 +264,78 @@ func TestConcurrentUploads(t *testing.T) {
 		if reg := registered(t, broker, rid, byRequest[rid]); reg == nil {
 			t.Fatalf("no answer for %s", rid)
 		}
+	}
+}
+
+// openTo makes dir and the test's temporary directories above it (the
+// test's own is 0700, root's) mode 0755, so that another account may reach
+// and read it.
+func openTo(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestUploadReadsAsTheUploader: the registry reads a local artifact
+// directory as the uploader's OS account (the command's os_user), not with
+// its own rights. A directory the uploader may read is registered, its
+// artifact_owner the account; one of root's the uploader may not enter is
+// refused, naming the account; and an export reads as the account again, so
+// a file made unreadable to it after registration (the directory is its
+// owner's to change) is PermissionDenied, never copied.
+func TestUploadReadsAsTheUploader(t *testing.T) {
+	t.Parallel()
+	ana := testkit.OSUsers(t, 1)[0]
+	ctx := testkit.Context(t, time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	prod := bus.NewProducer([]string{broker})
+	prod.SetSigner(testkit.Signer())
+	t.Cleanup(func() { _ = prod.Close() })
+	publish := func(cmd *eventsv1.UploadModel) {
+		t.Helper()
+		cmd.OsUser = ana.Name
+		if err := prod.Publish(ctx, uploadEvent(cmd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	readable := modelDir(t)
+	openTo(t, readable)
+	publish(uploadOf("as-ana", readable))
+	if v := registered(t, broker, "as-ana", 1); v.GetArtifactOwner() != ana.Name {
+		t.Fatalf("registered %v; want artifact_owner %s", v, ana.Name)
+	}
+	private := modelDir(t)
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	publish(uploadOf("roots", private))
+	got := answer(t, broker, "roots")
+	failed, ok := got.(*eventsv1.ModelUploadFailed)
+	if !ok || !strings.Contains(failed.GetReason(), "permission denied") || !strings.Contains(failed.GetReason(), "read as "+ana.Name) {
+		t.Fatalf("an upload of root's private directory as %s answered %v; want ModelUploadFailed saying it was read as them", ana.Name, got)
+	}
+
+	export := func(name string) (*loomv1.Operation, error) {
+		return c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
+			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + filepath.Join(root, "default", name)}}})
+	}
+	if op, err := export("first"); err != nil || op.GetExportModel().GetCopied() != 2 {
+		t.Fatalf("ExportModel = %v, %v; want 2 objects copied", op, err)
+	}
+	if err := os.Chmod(filepath.Join(readable, "model.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := export("second")
+	wantCode(t, "an export of a file its owner may no longer read", err, codes.PermissionDenied, `"model.json"`)
+	wantCode(t, "an export of a file its owner may no longer read", err, codes.PermissionDenied, ana.Name+" (uid")
+	if _, err := os.Stat(filepath.Join(root, "default", "second", "model.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused file was exported: %v", err)
 	}
 }

@@ -3593,8 +3593,14 @@ type ModelVersion struct {
 	// description is the version's description (Vertex's version_description).
 	Description string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
 	// aliases are the version's aliases ("default", "prod", ...).
-	Aliases       []string               `protobuf:"bytes,10,rep,name=aliases,proto3" json:"aliases,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	Aliases    []string               `protobuf:"bytes,10,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// artifact_owner is the OS account a local artifact directory (file://)
+	// is read as: the job's owner, or the uploader's account; "" for a bucket
+	// and for a cluster administrator's upload (read with the registry's own
+	// rights). An export of the version reads the files as it again, so it
+	// copies no more than that account may read (output only).
+	ArtifactOwner string `protobuf:"bytes,12,opt,name=artifact_owner,json=artifactOwner,proto3" json:"artifact_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3704,6 +3710,13 @@ func (x *ModelVersion) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *ModelVersion) GetArtifactOwner() string {
+	if x != nil {
+		return x.ArtifactOwner
+	}
+	return ""
 }
 
 // ModelLineage says what produced a model version: the job (and run), or
@@ -4903,7 +4916,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\alineage\x18\x0e \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x04\n" +
 	"\fModelVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
@@ -4919,7 +4932,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\aaliases\x18\n" +
 	" \x03(\tR\aaliases\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x1a9\n" +
+	"updateTime\x12%\n" +
+	"\x0eartifact_owner\x18\f \x01(\tR\rartifactOwner\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +

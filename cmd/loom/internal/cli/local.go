@@ -39,7 +39,7 @@ func defaultDataDir() string {
 }
 
 func (a *app) upCommand() *cobra.Command {
-	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD, exportEndpoints, exportRoot string
+	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD, exportEndpoints, exportRoot, projectBuckets string
 	var stopAgents bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -100,6 +100,9 @@ them when Loom stops instead.`,
 			if exportEndpoints != "" {
 				registryArgs = append(registryArgs, "-export-endpoints="+exportEndpoints)
 			}
+			if projectBuckets != "" {
+				registryArgs = append(registryArgs, "-project-buckets="+projectBuckets)
+			}
 			st, err := stack.Start(ctx, stack.Options{
 				RegistryArgs: registryArgs,
 				AgentEnv:     agentEnv,
@@ -131,7 +134,7 @@ them when Loom stops instead.`,
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
 			printIngress(cmd.OutOrStdout(), st)
 			if expDir != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s (file://%s/NAME)\n", expDir, expDir)
+				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s, in a directory per project (file://%s/PROJECT/NAME)\n", expDir, expDir)
 			}
 			if sdDir != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "Prometheus finds the node agents' /metrics through file_sd_configs files: [%s]\n", filepath.Join(sdDir, "agent-*.json"))
@@ -178,6 +181,8 @@ them when Loom stops instead.`,
 	cmd.Flags().StringVar(&authdSocket, "authd-socket", config.Env("LOOM_AUTHD_SOCKET", ""), "the login daemon's Unix socket (LOOM_AUTHD_SOCKET; default <data dir>/authd.sock; \"off\": none)")
 	cmd.Flags().StringVar(&metricsSD, "metrics-sd", config.Env("LOOM_METRICS_SD_DIR", ""),
 		"directory where node agents register their /metrics addresses for Prometheus' file_sd_configs (LOOM_METRICS_SD_DIR; default <data dir>/metrics-sd; \"off\": none)")
+	cmd.Flags().StringVar(&projectBuckets, "project-buckets", config.Env("LOOM_REGISTRY_PROJECT_BUCKETS", ""),
+		"bucket URL prefixes, comma-separated, each holding {project} (s3://models/{project}/), that a project's bucket artifact_uri and export destinations must lie under when the registry opens them with its own credentials; * alone allows any (the registry's -project-buckets; LOOM_REGISTRY_PROJECT_BUCKETS; default none: such buckets refused)")
 	cmd.Flags().StringVar(&exportEndpoints, "export-endpoints", config.Env("LOOM_REGISTRY_EXPORT_ENDPOINTS", ""),
 		"S3-compatible endpoints, comma-separated scheme://host:port[;profile=NAME], that \"loom models export\" may name in an s3:// destination's ?endpoint= (signed with that AWS profile, else unsigned; the registry's -export-endpoints; LOOM_REGISTRY_EXPORT_ENDPOINTS; default none)")
 	cmd.Flags().StringVar(&exportRoot, "export-root", config.Env("LOOM_REGISTRY_EXPORT_ROOT", ""),

@@ -44,7 +44,8 @@ func TestUpPassesExportEndpointsToTheRegistry(t *testing.T) {
 }
 
 // TestUpExportsUnderItsDataDir: `loom up` lets `loom models export` write
-// local copies under <data dir>/exports (and says so), nowhere else; with
+// local copies under <data dir>/exports/<project> (and says so), nowhere
+// else, not in another project's directory; with
 // --export-root off it refuses local destinations, saying how to allow
 // them.
 func TestUpExportsUnderItsDataDir(t *testing.T) {
@@ -66,16 +67,17 @@ func TestUpExportsUnderItsDataDir(t *testing.T) {
 	root := filepath.Join(dir, "exports")
 	out := upWhile(t, dir, func(c liveCLI) {
 		upload(c)
-		c.ok("models", "export", "m", "file://"+filepath.Join(root, "m"))
-		if got, err := os.ReadFile(filepath.Join(root, "m", "w.bin")); err != nil || !bytes.Equal(got, weights) {
+		c.ok("models", "export", "m", "file://"+filepath.Join(root, "default", "m"))
+		if got, err := os.ReadFile(filepath.Join(root, "default", "m", "w.bin")); err != nil || !bytes.Equal(got, weights) {
 			t.Errorf("exported w.bin: %q, %v; want %q", got, err, weights)
 		}
-		outside := "file://" + filepath.Join(dir, "elsewhere")
-		if _, errOut, code := c.run("models", "export", "m", outside); code == 0 || !strings.Contains(errOut, "outside the export root "+root) {
-			t.Errorf("export to %s: exit %d, %q; want a refusal naming the export root", outside, code, errOut)
+		for _, outside := range []string{"file://" + filepath.Join(dir, "elsewhere"), "file://" + filepath.Join(root, "other", "m")} {
+			if _, errOut, code := c.run("models", "export", "m", outside); code == 0 || !strings.Contains(errOut, "outside project default's directory of the export root: export under "+root+"/default/") {
+				t.Errorf("export to %s: exit %d, %q; want a refusal naming the project's directory of the export root", outside, code, errOut)
+			}
 		}
 	})
-	if want := "`loom models export` writes local copies under " + root; !strings.Contains(out, want) {
+	if want := "`loom models export` writes local copies under " + root + ", in a directory per project (file://" + root + "/PROJECT/NAME)"; !strings.Contains(out, want) {
 		t.Errorf("loom up did not say %q:\n%s", want, out)
 	}
 	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 {
@@ -85,7 +87,7 @@ func TestUpExportsUnderItsDataDir(t *testing.T) {
 	dir = t.TempDir()
 	out = upWhile(t, dir, func(c liveCLI) {
 		upload(c)
-		dst := "file://" + filepath.Join(dir, "exports", "m")
+		dst := "file://" + filepath.Join(dir, "exports", "default", "m")
 		if _, errOut, code := c.run("models", "export", "m", dst); code == 0 || !strings.Contains(errOut, "local destinations are turned off") {
 			t.Errorf("export with --export-root off: exit %d, %q; want the refusal", code, errOut)
 		}

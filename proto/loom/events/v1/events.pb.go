@@ -4741,7 +4741,16 @@ type UploadModel struct {
 	Model       *v11.Model             `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
 	Lineage     *v1.ModelLineage       `protobuf:"bytes,6,opt,name=lineage,proto3" json:"lineage,omitempty"`
 	// user is who the version is registered for (the pipeline's owner).
-	User          string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	// os_user is the OS account the registry reads a local artifact
+	// directory (file://) as: the authenticated caller's (gateway) or the
+	// pipeline's run-as account (training). The registry has its own rights;
+	// reading as the uploader, no caller registers, and then exports, files
+	// they could not read themselves.
+	OsUser string `protobuf:"bytes,8,opt,name=os_user,json=osUser,proto3" json:"os_user,omitempty"`
+	// any_owner has the directory read with the registry's own rights: a
+	// cluster administrator's upload, or the registry's internal RPC.
+	AnyOwner      bool `protobuf:"varint,9,opt,name=any_owner,json=anyOwner,proto3" json:"any_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4823,6 +4832,20 @@ func (x *UploadModel) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *UploadModel) GetOsUser() string {
+	if x != nil {
+		return x.OsUser
+	}
+	return ""
+}
+
+func (x *UploadModel) GetAnyOwner() bool {
+	if x != nil {
+		return x.AnyOwner
+	}
+	return false
 }
 
 // CreateCustomJob hands an accepted CustomJob to the training service: name
@@ -6016,7 +6039,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdestination\x18\x03 \x01(\tR\vdestination\x12\x12\n" +
-	"\x04user\x18\x04 \x01(\tR\x04user\"\xf8\x01\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"\xae\x02\n" +
 	"\vUploadModel\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
@@ -6025,7 +6048,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\fparent_model\x18\x04 \x01(\tR\vparentModel\x12-\n" +
 	"\x05model\x18\x05 \x01(\v2\x17.loom.training.v1.ModelR\x05model\x12/\n" +
 	"\alineage\x18\x06 \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x12\x12\n" +
-	"\x04user\x18\a \x01(\tR\x04user\"M\n" +
+	"\x04user\x18\a \x01(\tR\x04user\x12\x17\n" +
+	"\aos_user\x18\b \x01(\tR\x06osUser\x12\x1b\n" +
+	"\tany_owner\x18\t \x01(\bR\banyOwner\"M\n" +
 	"\x0fCreateCustomJob\x12:\n" +
 	"\n" +
 	"custom_job\x18\x01 \x01(\v2\x1b.loom.training.v1.CustomJobR\tcustomJob\"i\n" +

@@ -107,6 +107,11 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 		},
 		Lineage: m.GetLineage(),
 		User:    p.Name,
+		// Whose files a local artifact directory must be: the caller's
+		// own, unless a cluster administrator's (the registry reads with
+		// its own rights).
+		OsUser:   p.User,
+		AnyOwner: p.ClusterAdmin,
 	}
 	// A command the broker cannot take would never reach the registry: the
 	// operation would wait for good. Refused here, as every other

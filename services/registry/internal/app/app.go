@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -40,6 +41,10 @@ type Registry struct {
 	state *domain.State
 
 	exportRoot string
+	// projectBuckets are the bucket URL prefixes, with ProjectPlaceholder,
+	// that a project's bucket artifacts and exports must lie under
+	// (SetProjectBuckets); none by default.
+	projectBuckets []string
 	// exportEndpoints are the endpoints an s3:// destination may name,
 	// with their credentials (SetExportEndpoints), canonical; none by
 	// default.
@@ -171,14 +176,15 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 		r.log.Info("model upload sent again; answered its version", "request_id", cmd.GetRequestId(), "version", prev.GetName())
 		return nil
 	}
+	var owner string
 	if refusal == nil {
 		var err error
-		if refusal, err = r.verify(ctx, u); err != nil {
+		if owner, refusal, err = r.verify(ctx, u); err != nil {
 			return fmt.Errorf("upload %s: %w", cmd.GetRequestId(), err)
 		}
 	}
 	if refusal == nil {
-		reg, again, err := r.register(ctx, ev.ID, cmd)
+		reg, again, err := r.register(ctx, ev.ID, cmd, owner)
 		if err != nil {
 			return fmt.Errorf("upload %s: %w", cmd.GetRequestId(), err)
 		}
@@ -208,28 +214,55 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 }
 
 // verify checks u's artifact set (a local directory, or a bucket URL through
-// libs/blobstore): a refusal (the set missing or
-// incomplete) or an error (the check cut short by ctx).
-func (r *Registry) verify(ctx context.Context, u domain.Upload) (refusal, err error) {
+// libs/blobstore): a refusal (the set missing or incomplete, a directory
+// the uploader may not read, a bucket outside the project's part of the
+// stores) or an error (the check cut short by ctx). A local directory is
+// read as the uploader's OS account (UploadModel.os_user, libs/osuser.As):
+// the registry reads with its own rights, and must read no more than the
+// uploader could. owner is that account, the version's artifact_owner; ""
+// for a bucket and for an upload that may read anything
+// (UploadModel.any_owner: a cluster administrator's, a service's).
+func (r *Registry) verify(ctx context.Context, u domain.Upload) (owner string, refusal, err error) {
 	// Outside every lock: reads and other changes go on while the files are
 	// hashed.
+	const field = "model.artifact_uri"
 	var check func() error
-	if u.Dir != "" {
+	switch cmd := u.Cmd; {
+	case u.Dir != "" && cmd.GetAnyOwner():
 		check = func() error { return artifact.Verify(ctx, u.Dir) }
-	} else {
-		open, err := r.artifactURL("model.artifact_uri", u.URI)
+	case u.Dir != "":
+		if cmd.GetOsUser() == "" {
+			return "", fmt.Errorf("%s: the upload names no OS account to read the directory as (a command from an older gateway?); upload it again", field), nil
+		}
+		a, err := osuser.Lookup(cmd.GetOsUser())
 		if err != nil {
-			return err, nil
+			return "", fmt.Errorf("%s: the uploader's OS account is not known on the registry's host: %v", field, err), nil
+		}
+		owner = a.Name
+		check = func() error {
+			err := osuser.As(a, func() error { return artifact.Verify(ctx, u.Dir) })
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("%w (read as %s, the uploader)", err, a)
+			}
+			return err
+		}
+	default:
+		open, err := r.artifactURL(field, u.URI)
+		if err != nil {
+			return "", err, nil
+		}
+		if err := r.checkBucket(field, cmd.GetProject(), u.URI, open); err != nil {
+			return "", err, nil
 		}
 		check = func() error { return artifact.VerifyURL(ctx, open) }
 	}
 	if err := check(); err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("artifact check cut short: %w", err)
+			return "", nil, fmt.Errorf("artifact check cut short: %w", err)
 		}
-		return fmt.Errorf("model.artifact_uri: %w", err), nil
+		return "", fmt.Errorf("%s: %w", field, err), nil
 	}
-	return nil, nil
+	return owner, nil, nil
 }
 
 // register registers the upload cmd, whose artifact directory was verified,
@@ -240,7 +273,7 @@ func (r *Registry) verify(ctx context.Context, u domain.Upload) (refusal, err er
 // before. An RPC's upload (inboxID "") whose request id registered a
 // version meanwhile (a concurrent retry) registers nothing: reg then holds
 // only that Version, with no Event.
-func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.UploadModel) (reg *domain.Registration, refusal, err error) {
+func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.UploadModel, owner string) (reg *domain.Registration, refusal, err error) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	if err := r.drv.Ready(ctx); err != nil {
@@ -253,6 +286,7 @@ func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.U
 	}
 	u, refusal := domain.ValidateUpload(r.state, cmd)
 	if refusal == nil {
+		u.Owner = owner
 		reg = domain.RegisterUpload(r.state, u, r.now().UTC())
 	}
 	r.mu.RUnlock()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/store/storetest"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -97,7 +98,7 @@ func artifactDir(t *testing.T) string {
 
 func uploadCmd(rid, dir string) envelope.Event {
 	return envelope.New(topics.ModelCommands, model, "loom/training", &eventsv1.UploadModel{
-		RequestId: rid, Project: "default", ModelId: "tiny",
+		RequestId: rid, Project: "default", ModelId: "tiny", OsUser: osuser.Self().Name,
 		Model:   &trainingv1.Model{DisplayName: "Tiny", ArtifactUri: "file://" + dir},
 		Lineage: &loomv1.ModelLineage{TrainingPipeline: "projects/default/locations/l/trainingPipelines/1"},
 	})

@@ -62,12 +62,15 @@ func TestCheckDestinationQuery(t *testing.T) {
 	if err := r.SetExportEndpoints([]string{"http://127.0.0.1:9000", "https://minio.example:9443"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.SetProjectBuckets([]string{AnyBucket}); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.SetExportEndpoints([]string{"minio.example:9443"}); err == nil {
 		t.Error("SetExportEndpoints(no scheme) = nil; want a refusal")
 	}
 	refused := func(reg *Registry, dst, says string) {
 		t.Helper()
-		_, err := reg.checkDestination(field, dst)
+		_, err := reg.checkDestination(field, "p", dst)
 		var inv *errs.InvalidError
 		if !errors.As(err, &inv) || inv.Violations[0].Field != field || !strings.Contains(err.Error(), says) {
 			t.Errorf("checkDestination(%q) = %v; want InvalidArgument on %s saying %q", dst, err, field, says)
@@ -81,7 +84,7 @@ func TestCheckDestinationQuery(t *testing.T) {
 		"s3://models/exp?endpoint=HTTPS://MINIO.EXAMPLE:9443&use_path_style=true&region=eu-west-1",
 		"s3://models/exp/deep/prefix?use_path_style=true&endpoint=https://minio.example:9443",
 	} {
-		if _, err := r.checkDestination(field, dst); err != nil {
+		if _, err := r.checkDestination(field, "p", dst); err != nil {
 			t.Errorf("checkDestination(%q) = %v; want it allowed", dst, err)
 		}
 	}
@@ -169,6 +172,9 @@ func TestDestinationCredentials(t *testing.T) {
 	if err := r.SetExportEndpoints([]string{"http://127.0.0.1:9000", "https://minio.example:9443;profile=minio-export"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.SetProjectBuckets([]string{AnyBucket}); err != nil {
+		t.Fatal(err)
+	}
 	for dst, want := range map[string]string{
 		"s3://m/exp?endpoint=http://127.0.0.1:9000&use_path_style=true":                       "s3://m/exp?anonymous=true&endpoint=http%3A%2F%2F127.0.0.1%3A9000&use_path_style=true",
 		"s3://m/exp?endpoint=http://127.0.0.1:9000&use_path_style=true&anonymous=true":        "s3://m/exp?anonymous=true&endpoint=http%3A%2F%2F127.0.0.1%3A9000&use_path_style=true",
@@ -177,9 +183,48 @@ func TestDestinationCredentials(t *testing.T) {
 		"s3://m/exp?endpoint=https://minio.example:9443&use_path_style=true&anonymous=true":   "s3://m/exp?anonymous=true&endpoint=https%3A%2F%2Fminio.example%3A9443&use_path_style=true",
 		"s3://m/exp": "s3://m/exp",
 	} {
-		got, err := r.checkDestination(field, dst)
+		got, err := r.checkDestination(field, "p", dst)
 		if err != nil || got != want {
 			t.Errorf("checkDestination(%q) = %q, %v; want %q", dst, got, err, want)
+		}
+	}
+}
+
+// TestProjectBuckets: a bucket the registry opens with credentials must lie
+// under the caller's project's prefix, compared segment by segment on the
+// parsed URL; unsigned requests (anonymous=true) and mem:// need none;
+// with no prefix set every such bucket is refused, naming the setting; the
+// operator's list is checked at start.
+func TestProjectBuckets(t *testing.T) {
+	t.Parallel()
+	const field = "model.artifact_uri"
+	off := &Registry{}
+	if err := off.checkBucket(field, "a", "s3://models/a/m1", "s3://models/a/m1"); err == nil || !strings.Contains(err.Error(), "-project-buckets / LOOM_REGISTRY_PROJECT_BUCKETS") {
+		t.Errorf("checkBucket with no prefixes = %v; want a refusal naming the setting", err)
+	}
+	r := &Registry{}
+	if err := r.SetProjectBuckets([]string{"s3://models/{project}", "gs://loom-{project}/artifacts/"}); err != nil {
+		t.Fatal(err)
+	}
+	anon := "s3://models/b/m?anonymous=true&endpoint=http%3A%2F%2F127.0.0.1%3A9000&use_path_style=true"
+	for _, uri := range []string{"s3://models/a", "s3://models/a/", "s3://models/a/m1/v2", "gs://loom-a/artifacts/m1", "mem://models/b", anon} {
+		if err := r.checkBucket(field, "a", uri, uri); err != nil {
+			t.Errorf("checkBucket(project a, %s) = %v; want it allowed", uri, err)
+		}
+	}
+	for _, uri := range []string{"s3://models/b/m1", "s3://models/ab/m1", "s3://models/a/../b/m1", "s3://models/%61/m1x/../../b",
+		"s3://models//a/m1", "s3://other/a/m1", "gs://loom-b/artifacts/m1", "gs://loom-a/m1", "azblob://models/a/m1",
+		"s3://models/b/m?endpoint=http%3A%2F%2F127.0.0.1%3A9000&profile=ops&use_path_style=true"} {
+		err := r.checkBucket(field, "a", uri, uri)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || inv.Violations[0].Field != field || !strings.Contains(err.Error(), "outside project a's part") {
+			t.Errorf("checkBucket(project a, %s) = %v; want InvalidArgument on %s", uri, err, field)
+		}
+	}
+	for _, bad := range [][]string{{"s3://models/"}, {"s3://models/{project}/{project}"}, {"http://x/{project}"},
+		{"s3://models/{project}?region=x"}, {"*", "s3://m/{project}"}, {"s3:///{project}"}} {
+		if _, err := ParseProjectBuckets(bad); err == nil || !strings.Contains(err.Error(), "item") {
+			t.Errorf("ParseProjectBuckets(%q) = %v; want a refusal naming the item", bad, err)
 		}
 	}
 }

@@ -16,11 +16,13 @@ import (
 
 	"github.com/loom-ml/loom/libs/blobstore"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/registry/internal/artifact"
 	"github.com/loom-ml/loom/services/registry/internal/domain"
 )
 
@@ -59,6 +61,9 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 			Labels:             m.GetLabels(),
 		},
 		Lineage: m.GetLineage(),
+		// Only Loom's services call this API (a service token), for
+		// themselves: no user's rights to confine it to.
+		AnyOwner: true,
 	}
 	if err := r.drv.Ready(ctx); err != nil {
 		return nil, err
@@ -76,14 +81,15 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 		r.log.Info("model upload sent again; answered its version", "request_id", req.GetRequestId(), "version", prev.GetName())
 		return uploadAnswer(prev, location)
 	}
+	var owner string
 	if refusal == nil {
-		if refusal, err = r.verify(ctx, u); err != nil {
+		if owner, refusal, err = r.verify(ctx, u); err != nil {
 			return nil, err
 		}
 	}
 	var reg *domain.Registration
 	if refusal == nil {
-		if reg, refusal, err = r.register(ctx, "", cmd); err != nil {
+		if reg, refusal, err = r.register(ctx, "", cmd, owner); err != nil {
 			return nil, err
 		}
 	}
@@ -372,6 +378,10 @@ func (r *Registry) ExportModel(ctx context.Context, req *loomv1.ExportModelReque
 }
 
 // export is ExportModel, also answering the name of the version exported.
+// It copies only the version's MANIFEST and the files it lists, and reads a
+// local directory as the version's artifact_owner (libs/osuser.As): the
+// registry reads with its own rights, and the directory is its owner's to
+// change after registration.
 func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, string, error) {
 	const field = "output_config.artifact_destination.output_uri_prefix"
 	ref, err := domain.ParseRef("name", req.GetName())
@@ -379,7 +389,7 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 		return nil, "", err
 	}
 	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
-	openURL, err := r.checkDestination(field, dst)
+	openURL, err := r.checkDestination(field, ref.Project, dst)
 	if err != nil {
 		return nil, "", err
 	}
@@ -389,21 +399,41 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 	if err != nil {
 		return nil, "", err
 	}
-	srcURL, err := r.artifactURL("artifact_uri of "+v.GetName(), v.GetArtifactUri())
+	srcField := "artifact_uri of " + v.GetName()
+	srcURL, err := r.artifactURL(srcField, v.GetArtifactUri())
 	if err != nil {
 		return nil, "", err
+	}
+	local := strings.HasPrefix(srcURL, "/") || strings.HasPrefix(srcURL, "file:")
+	if !local {
+		if err := r.checkBucket(srcField, ref.Project, v.GetArtifactUri(), srcURL); err != nil {
+			return nil, "", err
+		}
 	}
 	src, err := blobstore.Open(ctx, srcURL)
 	if err != nil {
 		return nil, "", fmt.Errorf("open artifacts %s: %w", v.GetArtifactUri(), err)
 	}
 	defer src.Close()
+	if owner := v.GetArtifactOwner(); local && owner != "" {
+		a, err := osuser.Lookup(owner)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %s: its owner's OS account is not known on the registry's host: %v", errs.FailedPrecondition, srcField, err)
+		}
+		if err := src.ReadAs(a); err != nil {
+			return nil, "", err
+		}
+	}
+	keys, err := artifact.Keys(ctx, src)
+	if err != nil {
+		return nil, "", err
+	}
 	out, err := blobstore.Open(ctx, openURL)
 	if err != nil {
 		return nil, "", fmt.Errorf("open destination %s: %w", dst, err)
 	}
 	defer out.Close()
-	res, err := blobstore.Export(ctx, src, out, blobstore.ExportOptions{})
+	res, err := blobstore.Export(ctx, src, out, blobstore.ExportOptions{Keys: keys})
 	if err != nil {
 		return nil, "", fmt.Errorf("export %s to %s: %w", v.GetName(), dst, err)
 	}
@@ -423,14 +453,17 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 	}, v.GetName(), nil
 }
 
-// checkDestination checks an export destination: bounded, a local one
-// (file:// or an absolute path) under the export root, and one with a query
-// only as checkDestinationQuery allows. It returns the URL to open, which
+// checkDestination checks an export destination of a version of project:
+// bounded, a local one (file:// or an absolute path) under the export
+// root's directory of the project, one with a query only as
+// checkDestinationQuery allows, and a bucket the registry writes with
+// credentials under the project's part of the stores (checkBucket). It
+// returns the URL to open, which
 // for a destination with a query carries the endpoint's credentials
 // (checkDestinationQuery), for a local one says to write no attributes
 // file beside each file (go-cloud's NAME.attrs: clutter in a directory a
 // person reads, and nothing reads them back); otherwise dst itself.
-func (r *Registry) checkDestination(field, dst string) (string, error) {
+func (r *Registry) checkDestination(field, project, dst string) (string, error) {
 	switch {
 	case dst == "":
 		return "", errs.Invalid(field, "required: where to copy the artifacts (file:///dir, s3://bucket/prefix, gs://…, azblob://…)")
@@ -439,11 +472,15 @@ func (r *Registry) checkDestination(field, dst string) (string, error) {
 	case strings.ContainsAny(dst, "\x00#"):
 		return "", errs.Invalid(field, "must not hold NUL or '#'")
 	case strings.Contains(dst, "?"):
-		return r.checkDestinationQuery(field, dst)
+		open, err := r.checkDestinationQuery(field, dst)
+		if err != nil {
+			return "", err
+		}
+		return open, r.checkBucket(field, project, dst, open)
 	}
 	p, isFile := strings.CutPrefix(dst, "file://")
 	if !isFile && strings.Contains(dst, "://") {
-		return dst, nil // an object store: the bucket's own permissions apply
+		return dst, r.checkBucket(field, project, dst, dst)
 	}
 	if !filepath.IsAbs(p) {
 		return "", errs.Invalid(field, "%q is neither a URL nor an absolute path", dst)
@@ -451,9 +488,12 @@ func (r *Registry) checkDestination(field, dst string) (string, error) {
 	if r.exportRoot == "" {
 		return "", errs.Invalid(field, "local destinations are turned off on this registry (-export-root / LOOM_REGISTRY_EXPORT_ROOT); export to an object store")
 	}
-	rel, err := filepath.Rel(r.exportRoot, filepath.Clean(p))
+	// Each project has its own directory: an export of one project's
+	// version cannot overwrite or mix into another's.
+	projectRoot := filepath.Join(r.exportRoot, project)
+	rel, err := filepath.Rel(projectRoot, filepath.Clean(p))
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
-		return "", errs.Invalid(field, "%q is outside the export root %s", dst, r.exportRoot)
+		return "", errs.Invalid(field, "%q is outside project %s's directory of the export root: export under %s/", dst, project, projectRoot)
 	}
 	return "file://" + p + "?" + noAttrs, nil
 }

@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/blobstore"
+	"github.com/loom-ml/loom/libs/errs"
 )
 
 // VerifyURL checks the artifact set at uri, any location the registry
@@ -112,7 +114,7 @@ func readObject(ctx context.Context, b *blobstore.Bucket, key string, limit int6
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%s: %v", key, err)
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	defer r.Close()
 	raw, err := io.ReadAll(io.LimitReader(r, limit+1))
@@ -125,4 +127,36 @@ func readObject(ctx context.Context, b *blobstore.Bucket, key string, limit int6
 		return nil, fmt.Errorf("%s: larger than %d bytes", key, limit)
 	}
 	return raw, nil
+}
+
+// Keys returns what exporting the artifact set at b copies: MANIFEST and
+// the files it lists (each a plain relative key), read from b now. Nothing
+// else under b's prefix is a model file: an export carries only these.
+// A MANIFEST that is missing, too large or does not parse is an error
+// saying so (FailedPrecondition: the set is no longer what was
+// registered).
+func Keys(ctx context.Context, b *blobstore.Bucket) ([]string, error) {
+	raw, err := readObject(ctx, b, Manifest, MaxManifestBytes)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, errs.PermissionDenied) {
+			return nil, fmt.Errorf("artifact location %s: %w", b.URL(), err)
+		}
+		return nil, fmt.Errorf("%w: artifact location %s: %v", errs.FailedPrecondition, b.URL(), err)
+	}
+	entries, err := parseManifest(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: artifact location %s: %v", errs.FailedPrecondition, b.URL(), err)
+	}
+	keys := make([]string, 0, len(entries)+1)
+	keys = append(keys, Manifest)
+	for _, e := range entries {
+		if _, err := blobstore.CleanKey("path", e.path); err != nil {
+			return nil, fmt.Errorf("%w: artifact location %s: %s line %d: %v", errs.FailedPrecondition, b.URL(), Manifest, e.line, err)
+		}
+		keys = append(keys, e.path)
+	}
+	return keys, nil
 }

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/loom-ml/loom/libs/blobstore"
+	"github.com/loom-ml/loom/libs/errs"
 )
 
 // openBucket opens uri with blobstore, closed at the end of the test.
@@ -131,5 +135,30 @@ func TestVerifyBucketBounds(t *testing.T) {
 	cancel()
 	if err := VerifyBucket(cancelled, ok); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v, want context.Canceled", err)
+	}
+}
+
+// TestKeys: what an export carries is MANIFEST and the files it lists,
+// nothing else of the location; a location without a MANIFEST, or with one
+// naming a path out of it, is FailedPrecondition.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := model(t, map[string]string{"w.bin": "w", "sub/c.json": "{}"})
+	if err := os.WriteFile(filepath.Join(dir, "stray.txt"), []byte("not the model's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := openBucket(t, "file://"+dir)
+	keys, err := Keys(ctx, b)
+	slices.Sort(keys)
+	if err != nil || !slices.Equal(keys, []string{Manifest, "sub/c.json", "w.bin"}) {
+		t.Fatalf("Keys = %v, %v; want MANIFEST and its two files", keys, err)
+	}
+	writeManifest(t, dir, sum("x")+"  ../other/w.bin\n")
+	if _, err := Keys(ctx, b); errs.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("Keys(a MANIFEST naming ../other) = %v; want FailedPrecondition naming line 1", err)
+	}
+	if _, err := Keys(ctx, openBucket(t, "file://"+t.TempDir())); errs.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), Manifest) {
+		t.Errorf("Keys(no MANIFEST) = %v; want FailedPrecondition naming it", err)
 	}
 }

@@ -103,7 +103,8 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 		Lineage:    &loomv1.ModelLineage{Job: job.GetName(), Attempt: ev.GetAttempt()},
 	}
 	if dir := ev.GetModelDir(); dir != "" {
-		v.ArtifactUri = "file://" + dir
+		// The job wrote it as its owner: an export reads only their files.
+		v.ArtifactUri, v.ArtifactOwner = "file://"+dir, job.GetUser()
 	}
 	// The first version of a model holds "default".
 	v.Aliases = nil

@@ -15,6 +15,7 @@ func completed(jobID, model string) *eventsv1.JobChanged {
 		JobId:   jobID,
 		Cluster: "projects/default/clusters/c1",
 		State:   loomv1.JobState_COMPLETED,
+		User:    "ana",
 	}
 	if model != "" {
 		j.ModelOutput = &loomv1.ModelOutput{ModelId: model}
@@ -46,8 +47,8 @@ func TestVersionsCountUpPerModel(t *testing.T) {
 		if r.Version.GetSourceJob() != "projects/default/jobs/"+tc.job || r.Version.GetLabels()["job_id"] != tc.job {
 			t.Fatalf("step %d: lineage %q %v", i, r.Version.GetSourceJob(), r.Version.GetLabels())
 		}
-		if want := "file:///data/shared/models/" + tc.model + "/job-" + tc.job; r.Version.GetArtifactUri() != want {
-			t.Fatalf("step %d: artifact %q, want %q", i, r.Version.GetArtifactUri(), want)
+		if want := "file:///data/shared/models/" + tc.model + "/job-" + tc.job; r.Version.GetArtifactUri() != want || r.Version.GetArtifactOwner() != "ana" {
+			t.Fatalf("step %d: artifact %q of %q, want %q of the job's owner ana", i, r.Version.GetArtifactUri(), r.Version.GetArtifactOwner(), want)
 		}
 		// A model's first version holds "default"; later ones nothing.
 		if first := tc.want == 1; first != (len(r.Version.GetAliases()) == 1 && r.Version.GetAliases()[0] == DefaultAlias) || (!first && len(r.Version.GetAliases()) != 0) {

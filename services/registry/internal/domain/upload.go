@@ -62,6 +62,10 @@ type Upload struct {
 	New   bool
 	Dir   string
 	URI   string
+	// Owner is the OS account Dir was found to belong to when its files
+	// were checked (the registry's I/O edge sets it): the version's
+	// artifact_owner.
+	Owner string
 }
 
 // Answered returns the version an earlier UploadModel with requestID
@@ -315,12 +319,14 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 		Name:        resname.VersionIn(u.Model, model.LatestVersion),
 		Version:     model.LatestVersion,
 		ArtifactUri: u.artifactURI(),
-		SourceJob:   lineage.GetJob(),
-		CreateTime:  ts,
-		Labels:      map[string]string{},
-		Lineage:     lineage,
-		DisplayName: m.GetDisplayName(),
-		Description: description,
+		// Set only with a directory: a bucket's objects have no owner.
+		ArtifactOwner: u.Owner,
+		SourceJob:     lineage.GetJob(),
+		CreateTime:    ts,
+		Labels:        map[string]string{},
+		Lineage:       lineage,
+		DisplayName:   m.GetDisplayName(),
+		Description:   description,
 	}
 	for k, val := range m.GetLabels() {
 		v.Labels[k] = val

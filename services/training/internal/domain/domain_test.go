@@ -751,7 +751,7 @@ func TestPipelineCustomTaskUploadsItsModel(t *testing.T) {
 	up := ups[0]
 	lin := up.GetLineage()
 	if up.GetModel().GetArtifactUri() != "file:///shared/out/model" || up.GetParentModel() != "projects/p/models/tiny" ||
-		up.GetRequestId() != UploadRequestID(plName) || up.GetUser() != "alice" || lin.GetTrainingPipeline() != plName ||
+		up.GetRequestId() != UploadRequestID(plName) || up.GetUser() != "alice" || up.GetOsUser() != "alice" || up.GetAnyOwner() || lin.GetTrainingPipeline() != plName ||
 		lin.GetCustomJob() != loc+"customJobs/301" || lin.GetJob() != "projects/p/jobs/301" || lin.GetCheckpointUri() != "file:///shared/out/checkpoints" {
 		t.Fatalf("upload %v", up)
 	}

@@ -196,6 +196,8 @@ func upload(r *Root) (*eventsv1.UploadModel, error) {
 	return &eventsv1.UploadModel{
 		RequestId: UploadRequestID(p.P.GetName()), Project: n.Project, ModelId: p.P.GetModelId(),
 		ParentModel: p.P.GetParentModel(), Model: model, Lineage: lin, User: p.P.GetUser(),
+		// The job ran as the pipeline's owner, who owns its model directory.
+		OsUser: p.P.GetUser(),
 	}, nil
 }
 
