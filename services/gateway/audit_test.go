@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -234,4 +235,36 @@ func restAs(t *testing.T, ctx context.Context, h *harness, who, path string) (in
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// TestRESTCallsCountAsTheirClient: a REST call reaches the gateway's gRPC
+// port over loopback, yet its refusal is recorded (and rate-limited) as
+// coming from its HTTP client's address, not 127.0.0.1; a header of the
+// caller's naming another address is not believed.
+func TestRESTCallsCountAsTheirClient(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	from := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
+	client := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: from}).DialContext}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, h.restBase+"/v1/"+project+"/clusters/c8", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Grpc-Metadata-X-Loom-Rest-Client", "10.9.9.9")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("DELETE from %s: %v", from.IP, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("anonymous DELETE: HTTP %d, want 401", resp.StatusCode)
+	}
+	recs := waitAudit(t, ctx, h, "pat", project, record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated"))
+	for _, r := range recs {
+		if r.GetMethod() == "/loom.v1.ClusterService/DeleteCluster" && !strings.HasPrefix(r.GetReason(), "from 127.0.0.2: ") {
+			t.Errorf("the anonymous REST refusal's reason %q; want it from the HTTP client 127.0.0.2", r.GetReason())
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
@@ -288,5 +289,36 @@ func TestAuditPendingWrittenByTheHandler(t *testing.T) {
 	call("/loom.v1.JobService/GetJob", nil)
 	if len(inline) != 2 {
 		t.Errorf("a read got a Pending record")
+	}
+}
+
+// TestPeerIPOfARESTCall: a call the REST port passed on counts as its HTTP
+// client's (the metadata RESTClient makes); the same keys without this
+// process's secret, with a wrong one, or with a second address are the
+// caller's own words and ignored: the gRPC peer's address stands.
+func TestPeerIPOfARESTCall(t *testing.T) {
+	t.Parallel()
+	loopback := from("127.0.0.1")
+	with := func(md metadata.MD) context.Context { return metadata.NewIncomingContext(loopback, md) }
+	if got := PeerIP(with(RESTClient("10.1.2.3:51234"))); got != "10.1.2.3" {
+		t.Errorf("PeerIP(a REST call from 10.1.2.3) = %q", got)
+	}
+	if got := PeerIP(with(RESTClient("[2001:db8::7]:443"))); got != "2001:db8::7" {
+		t.Errorf("PeerIP(a REST call from 2001:db8::7) = %q", got)
+	}
+	twice := RESTClient("10.1.2.3:1")
+	twice.Append(RESTClientKey, "10.9.9.9")
+	for name, md := range map[string]metadata.MD{
+		"no secret":      metadata.Pairs(RESTClientKey, "10.9.9.9"),
+		"a wrong secret": metadata.Pairs(RESTClientKey, "10.9.9.9", restSecretKey, strings.Repeat("0", 64)),
+		"two addresses":  twice,
+		"not an address": metadata.Pairs(RESTClientKey, "evil", restSecretKey, restSecret),
+	} {
+		if got := PeerIP(with(md)); got != "127.0.0.1" {
+			t.Errorf("PeerIP(%s) = %q; want the peer's 127.0.0.1", name, got)
+		}
+	}
+	if got := Key(with(RESTClient("10.1.2.3:1"))); got != "anonymous@10.1.2.3" {
+		t.Errorf("Key(an anonymous REST call) = %q; want it counted against its client", got)
 	}
 }

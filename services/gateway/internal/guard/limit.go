@@ -8,13 +8,11 @@ package guard
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/peer"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
@@ -109,25 +107,13 @@ func NewLimiter(opt LimitOptions) *Limiter {
 }
 
 // Key is who a call counts against: the principal's name, else
-// "anonymous@" and the peer's IP address (every port of one host shares it).
+// "anonymous@" and the client's IP address (PeerIP: a REST call's client,
+// not the REST port; every port of one host shares it).
 func Key(ctx context.Context) string {
 	if p, ok := auth.FromContext(ctx); ok {
 		return p.Name
 	}
 	return "anonymous@" + PeerIP(ctx)
-}
-
-// PeerIP is the IP address of the call's peer, "" when unknown.
-func PeerIP(ctx context.Context) string {
-	pr, ok := peer.FromContext(ctx)
-	if !ok || pr.Addr == nil {
-		return ""
-	}
-	host, _, err := net.SplitHostPort(pr.Addr.String())
-	if err != nil {
-		return pr.Addr.String()
-	}
-	return host
 }
 
 // ErrRateLimited marks a refusal of the rate limit (it wraps

@@ -17,10 +17,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/gateway/internal/guard"
 )
 
 // RESTMux returns the REST/JSON API: grpc-gateway handlers that call the
@@ -39,10 +42,13 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("rest: dial own gRPC at %s: %w", grpcAddr, err)
 	}
+	// Every call carries its HTTP client's address (guard.RESTClient):
+	// the gRPC port sees only this connection's loopback peer.
+	client := runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD { return guard.RESTClient(r.RemoteAddr) })
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}))
+	}), client)
 	// ModelService is on both: its Loom paths (projects/*/models/...) answer
 	// with proto names, its Vertex paths (TrainingPath) in camelCase.
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
@@ -70,7 +76,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	vertex := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}))
+	}), client)
 	if err := trainingv1.RegisterTrainingServiceHandler(ctx, vertex, conn); err != nil {
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("rest: register training handlers: %w", err)
@@ -88,6 +94,13 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for h := range r.Header {
+			// A caller's own metadata under the REST client's key would
+			// sit beside the address the port vouches for.
+			if strings.HasPrefix(http.CanonicalHeaderKey(h), guard.RESTHeaderPrefix) {
+				r.Header.Del(h)
+			}
+		}
 		if TrainingPath(r.URL.Path) {
 			vertex.ServeHTTP(w, r)
 			return
