@@ -446,8 +446,8 @@ func TestAuthOIDC(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, clock := fakeClockHarness(t, func(c *Config) { c.Auth.OIDCIssuer, c.Auth.OIDCClientID = issuer, "loom" })
-	idToken := func(aud, user string) string {
-		claims, _ := json.Marshal(map[string]any{"iss": issuer, "aud": aud, "sub": "id-123", "preferred_username": user,
+	idTokenOf := func(aud, sub, user string) string {
+		claims, _ := json.Marshal(map[string]any{"iss": issuer, "aud": aud, "sub": sub, "preferred_username": user,
 			"iat": clock.Now().Unix(), "exp": clock.Now().Add(5 * time.Minute).Unix()})
 		obj, err := signer.Sign(claims)
 		if err != nil {
@@ -459,6 +459,7 @@ func TestAuthOIDC(t *testing.T) {
 		}
 		return s
 	}
+	idToken := func(aud, user string) string { return idTokenOf(aud, "id-123", user) }
 	ctx := testkit.Context(t, wait)
 	anon := authClient(h, t, "")
 	tok, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idToken("loom", "dana")})
@@ -472,6 +473,50 @@ func TestAuthOIDC(t *testing.T) {
 	wantAuthCode(t, "wrong audience", err, codes.Unauthenticated, "OIDC")
 	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idToken("loom", "dana@example.com")})
 	wantAuthCode(t, "not an OS user name", err, codes.PermissionDenied, "not a valid OS account name")
+
+	// The first sign-in bound dana to subject id-123: another identity
+	// whose preferred_username says dana is refused.
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")})
+	wantAuthCode(t, "another identity claiming dana", err, codes.PermissionDenied, `dana is bound to another identity of the OIDC provider (subject "id-123"`)
+	danaTok := tok.GetAccessToken()
+	if b, err := authClient(h, t, danaTok).GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/-/oidcBinding"}); err != nil ||
+		b.GetName() != "users/dana/oidcBinding" || b.GetIssuer() != issuer || b.GetSubject() != "id-123" {
+		t.Fatalf("dana's own binding: %v, %v", b, err)
+	}
+	_, err = authClient(h, t, danaTok).DeleteOidcBinding(ctx, &loomv1.DeleteOidcBindingRequest{Name: "users/dana/oidcBinding"})
+	wantAuthCode(t, "dana releases her own binding", err, codes.PermissionDenied, "only a cluster administrator")
+
+	// root and cluster administrators are not claimed by a sign-in:
+	// linked only by a caller already authenticated as them.
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-evil", "root")})
+	wantAuthCode(t, "an OIDC sign-in as root", err, codes.PermissionDenied, "root may not be claimed by an OIDC sign-in until it is linked")
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-evil", adminUser)})
+	wantAuthCode(t, "an OIDC sign-in as a cluster administrator", err, codes.PermissionDenied, adminUser+" may not be claimed")
+	admin := authClient(h, t, h.adminKey)
+	_, err = admin.GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/" + adminUser + "/oidcBinding"})
+	wantAuthCode(t, "the refused sign-ins bound nothing", err, codes.NotFound, "no OIDC binding")
+	linked, err := admin.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-admin", adminUser)})
+	if err != nil || linked.GetPrincipal().GetName() != "users/"+adminUser || !linked.GetPrincipal().GetClusterAdmin() {
+		t.Fatalf("the administrator links its identity: %v, %v", linked, err)
+	}
+	if _, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-admin", adminUser)}); err != nil {
+		t.Fatalf("the linked administrator signs in by OIDC: %v", err)
+	}
+
+	// Only the user and cluster administrators see a binding; an
+	// administrator releases one, and the next sign-in binds again.
+	_, err = authClient(h, t, h.cred("bob")).GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/dana/oidcBinding"})
+	wantAuthCode(t, "bob reads dana's binding", err, codes.NotFound, "")
+	if b, err := admin.DeleteOidcBinding(ctx, &loomv1.DeleteOidcBindingRequest{Name: "users/dana/oidcBinding"}); err != nil || b.GetSubject() != "id-123" {
+		t.Fatalf("the administrator releases dana's binding: %v, %v", b, err)
+	}
+	if _, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")}); err != nil {
+		t.Fatalf("a sign-in as dana after the release: %v", err)
+	}
+	if b, err := admin.GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/dana/oidcBinding"}); err != nil || b.GetSubject() != "id-999" {
+		t.Fatalf("dana's binding after the release and a new sign-in: %v, %v", b, err)
+	}
+
 	stale := idToken("loom", "dana")
 	clock.Advance(6 * time.Minute)
 	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: stale})

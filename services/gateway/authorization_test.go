@@ -375,6 +375,20 @@ func matrixRows(opName string) []matrixRow {
 			return err
 		}), func(int) (string, string, string) { return "POST", "/v1/users/ana/keys/0000000000000000:revoke", `{}` },
 			[9]codes.Code{un, nf, nf, nf, nf, nf, nf, pd, pd}},
+		// ana has no OIDC binding: NotFound to everyone who may ask, and
+		// to everyone who may not; nodes and workloads have no business.
+		{"GetOidcBinding", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := as(c).GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/ana/oidcBinding"})
+			return err
+		}), get("/v1/users/ana/oidcBinding"), [9]codes.Code{un, nf, nf, nf, nf, nf, nf, pd, pd}},
+		// Only a cluster administrator releases one (root reaches the
+		// store: none to release); ana is told she may not, the rest that
+		// there is nothing of hers to know of.
+		{"DeleteOidcBinding", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := as(c).DeleteOidcBinding(ctx, &loomv1.DeleteOidcBindingRequest{Name: "users/ana/oidcBinding"})
+			return err
+		}), func(int) (string, string, string) { return "DELETE", "/v1/users/ana/oidcBinding", "" },
+			[9]codes.Code{un, nf, pd, nf, nf, nf, nf, pd, pd}},
 		{"SetMember", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := as(c).SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "zed", Role: "viewer"})
 			return err

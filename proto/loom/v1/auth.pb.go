@@ -83,6 +83,170 @@ func (PrincipalKind) EnumDescriptor() ([]byte, []int) {
 	return file_loom_v1_auth_proto_rawDescGZIP(), []int{0}
 }
 
+// OidcBinding ties a user (an OS account) to the one identity of the OIDC
+// issuer that may sign in as them: the first that did (or, for root and
+// cluster administrators, the one the user linked while signed in
+// otherwise). The ID token's user claim (preferred_username by default)
+// may be chosen by whoever holds the identity; the issuer and subject
+// cannot.
+type OidcBinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "users/{user}/oidcBinding".
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Issuer        string                 `protobuf:"bytes,2,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	Subject       string                 `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OidcBinding) Reset() {
+	*x = OidcBinding{}
+	mi := &file_loom_v1_auth_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OidcBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OidcBinding) ProtoMessage() {}
+
+func (x *OidcBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OidcBinding.ProtoReflect.Descriptor instead.
+func (*OidcBinding) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *OidcBinding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OidcBinding) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *OidcBinding) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *OidcBinding) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type GetOidcBindingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "users/{user}/oidcBinding" ("users/-" is the caller).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOidcBindingRequest) Reset() {
+	*x = GetOidcBindingRequest{}
+	mi := &file_loom_v1_auth_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOidcBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOidcBindingRequest) ProtoMessage() {}
+
+func (x *GetOidcBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOidcBindingRequest.ProtoReflect.Descriptor instead.
+func (*GetOidcBindingRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetOidcBindingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteOidcBindingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOidcBindingRequest) Reset() {
+	*x = DeleteOidcBindingRequest{}
+	mi := &file_loom_v1_auth_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOidcBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOidcBindingRequest) ProtoMessage() {}
+
+func (x *DeleteOidcBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOidcBindingRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOidcBindingRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DeleteOidcBindingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // Principal is an authenticated caller.
 type Principal struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -106,7 +270,7 @@ type Principal struct {
 
 func (x *Principal) Reset() {
 	*x = Principal{}
-	mi := &file_loom_v1_auth_proto_msgTypes[0]
+	mi := &file_loom_v1_auth_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +282,7 @@ func (x *Principal) String() string {
 func (*Principal) ProtoMessage() {}
 
 func (x *Principal) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[0]
+	mi := &file_loom_v1_auth_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +295,7 @@ func (x *Principal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Principal.ProtoReflect.Descriptor instead.
 func (*Principal) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{0}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Principal) GetName() string {
@@ -184,7 +348,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[1]
+	mi := &file_loom_v1_auth_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +360,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[1]
+	mi := &file_loom_v1_auth_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +373,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{1}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{4}
 }
 
 type CreateTokenRequest struct {
@@ -227,7 +391,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[2]
+	mi := &file_loom_v1_auth_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +403,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[2]
+	mi := &file_loom_v1_auth_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +416,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{2}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateTokenRequest) GetRefreshToken() string {
@@ -303,7 +467,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_loom_v1_auth_proto_msgTypes[3]
+	mi := &file_loom_v1_auth_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +479,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[3]
+	mi := &file_loom_v1_auth_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +492,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{3}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Token) GetAccessToken() string {
@@ -381,7 +545,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_loom_v1_auth_proto_msgTypes[4]
+	mi := &file_loom_v1_auth_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +557,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[4]
+	mi := &file_loom_v1_auth_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +570,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{4}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ApiKey) GetName() string {
@@ -478,7 +642,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[5]
+	mi := &file_loom_v1_auth_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +654,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[5]
+	mi := &file_loom_v1_auth_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +667,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{5}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateApiKeyRequest) GetParent() string {
@@ -538,7 +702,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[6]
+	mi := &file_loom_v1_auth_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +714,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[6]
+	mi := &file_loom_v1_auth_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +727,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{6}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListApiKeysRequest) GetParent() string {
@@ -597,7 +761,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[7]
+	mi := &file_loom_v1_auth_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +773,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[7]
+	mi := &file_loom_v1_auth_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +786,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListApiKeysResponse) GetKeys() []*ApiKey {
@@ -648,7 +812,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[8]
+	mi := &file_loom_v1_auth_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +824,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[8]
+	mi := &file_loom_v1_auth_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +837,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RevokeApiKeyRequest) GetName() string {
@@ -696,7 +860,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_loom_v1_auth_proto_msgTypes[9]
+	mi := &file_loom_v1_auth_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +872,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[9]
+	mi := &file_loom_v1_auth_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +885,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Member) GetParent() string {
@@ -756,7 +920,7 @@ type SetMemberRequest struct {
 
 func (x *SetMemberRequest) Reset() {
 	*x = SetMemberRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[10]
+	mi := &file_loom_v1_auth_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +932,7 @@ func (x *SetMemberRequest) String() string {
 func (*SetMemberRequest) ProtoMessage() {}
 
 func (x *SetMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[10]
+	mi := &file_loom_v1_auth_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +945,7 @@ func (x *SetMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberRequest.ProtoReflect.Descriptor instead.
 func (*SetMemberRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetMemberRequest) GetParent() string {
@@ -816,7 +980,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[11]
+	mi := &file_loom_v1_auth_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +992,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[11]
+	mi := &file_loom_v1_auth_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1005,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListMembersRequest) GetParent() string {
@@ -875,7 +1039,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[12]
+	mi := &file_loom_v1_auth_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1051,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[12]
+	mi := &file_loom_v1_auth_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1064,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -931,7 +1095,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[13]
+	mi := &file_loom_v1_auth_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1107,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[13]
+	mi := &file_loom_v1_auth_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1120,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{13}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterNodeRequest) GetBootstrapToken() string {
@@ -989,7 +1153,7 @@ type RenewNodeIdentityRequest struct {
 
 func (x *RenewNodeIdentityRequest) Reset() {
 	*x = RenewNodeIdentityRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[14]
+	mi := &file_loom_v1_auth_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1165,7 @@ func (x *RenewNodeIdentityRequest) String() string {
 func (*RenewNodeIdentityRequest) ProtoMessage() {}
 
 func (x *RenewNodeIdentityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[14]
+	mi := &file_loom_v1_auth_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1178,7 @@ func (x *RenewNodeIdentityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNodeIdentityRequest.ProtoReflect.Descriptor instead.
 func (*RenewNodeIdentityRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RenewNodeIdentityRequest) GetPublicKey() []byte {
@@ -1049,7 +1213,7 @@ type NodeIdentity struct {
 
 func (x *NodeIdentity) Reset() {
 	*x = NodeIdentity{}
-	mi := &file_loom_v1_auth_proto_msgTypes[15]
+	mi := &file_loom_v1_auth_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1225,7 @@ func (x *NodeIdentity) String() string {
 func (*NodeIdentity) ProtoMessage() {}
 
 func (x *NodeIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[15]
+	mi := &file_loom_v1_auth_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1238,7 @@ func (x *NodeIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdentity.ProtoReflect.Descriptor instead.
 func (*NodeIdentity) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeIdentity) GetNode() string {
@@ -1153,7 +1317,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_loom_v1_auth_proto_msgTypes[16]
+	mi := &file_loom_v1_auth_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1329,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[16]
+	mi := &file_loom_v1_auth_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1342,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -1258,7 +1422,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[17]
+	mi := &file_loom_v1_auth_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1434,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[17]
+	mi := &file_loom_v1_auth_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1447,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListAuditRecordsRequest) GetParent() string {
@@ -1324,7 +1488,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[18]
+	mi := &file_loom_v1_auth_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1500,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[18]
+	mi := &file_loom_v1_auth_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1513,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -1381,7 +1545,7 @@ type Account struct {
 
 func (x *Account) Reset() {
 	*x = Account{}
-	mi := &file_loom_v1_auth_proto_msgTypes[19]
+	mi := &file_loom_v1_auth_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1557,7 @@ func (x *Account) String() string {
 func (*Account) ProtoMessage() {}
 
 func (x *Account) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[19]
+	mi := &file_loom_v1_auth_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1570,7 @@ func (x *Account) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Account.ProtoReflect.Descriptor instead.
 func (*Account) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Account) GetName() string {
@@ -1467,7 +1631,7 @@ type Association struct {
 
 func (x *Association) Reset() {
 	*x = Association{}
-	mi := &file_loom_v1_auth_proto_msgTypes[20]
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1643,7 @@ func (x *Association) String() string {
 func (*Association) ProtoMessage() {}
 
 func (x *Association) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[20]
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1656,7 @@ func (x *Association) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Association.ProtoReflect.Descriptor instead.
 func (*Association) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Association) GetAccount() string {
@@ -1561,7 +1725,7 @@ type CreateAccountRequest struct {
 
 func (x *CreateAccountRequest) Reset() {
 	*x = CreateAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[21]
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1737,7 @@ func (x *CreateAccountRequest) String() string {
 func (*CreateAccountRequest) ProtoMessage() {}
 
 func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[21]
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1750,7 @@ func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateAccountRequest) GetParent() string {
@@ -1617,7 +1781,7 @@ type UpdateAccountRequest struct {
 
 func (x *UpdateAccountRequest) Reset() {
 	*x = UpdateAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1793,7 @@ func (x *UpdateAccountRequest) String() string {
 func (*UpdateAccountRequest) ProtoMessage() {}
 
 func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1806,7 @@ func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateAccountRequest) GetAccount() *Account {
@@ -1669,7 +1833,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1845,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1858,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteAccountRequest) GetName() string {
@@ -1717,7 +1881,7 @@ type DeleteAssociationRequest struct {
 
 func (x *DeleteAssociationRequest) Reset() {
 	*x = DeleteAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1893,7 @@ func (x *DeleteAssociationRequest) String() string {
 func (*DeleteAssociationRequest) ProtoMessage() {}
 
 func (x *DeleteAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1906,7 @@ func (x *DeleteAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAssociationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteAssociationRequest) GetParent() string {
@@ -1777,7 +1941,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1953,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1966,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListAccountsRequest) GetParent() string {
@@ -1836,7 +2000,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2012,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2025,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -1888,7 +2052,7 @@ type SetAssociationRequest struct {
 
 func (x *SetAssociationRequest) Reset() {
 	*x = SetAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2064,7 @@ func (x *SetAssociationRequest) String() string {
 func (*SetAssociationRequest) ProtoMessage() {}
 
 func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2077,7 @@ func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAssociationRequest.ProtoReflect.Descriptor instead.
 func (*SetAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetAssociationRequest) GetParent() string {
@@ -1943,7 +2107,7 @@ type ListAssociationsRequest struct {
 
 func (x *ListAssociationsRequest) Reset() {
 	*x = ListAssociationsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[28]
+	mi := &file_loom_v1_auth_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2119,7 @@ func (x *ListAssociationsRequest) String() string {
 func (*ListAssociationsRequest) ProtoMessage() {}
 
 func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[28]
+	mi := &file_loom_v1_auth_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2132,7 @@ func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAssociationsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{28}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListAssociationsRequest) GetParent() string {
@@ -2019,7 +2183,7 @@ type ListAssociationsResponse struct {
 
 func (x *ListAssociationsResponse) Reset() {
 	*x = ListAssociationsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[29]
+	mi := &file_loom_v1_auth_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2195,7 @@ func (x *ListAssociationsResponse) String() string {
 func (*ListAssociationsResponse) ProtoMessage() {}
 
 func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[29]
+	mi := &file_loom_v1_auth_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2208,7 @@ func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAssociationsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAssociationsResponse) GetAssociations() []*Association {
@@ -2072,7 +2236,17 @@ var File_loom_v1_auth_proto protoreflect.FileDescriptor
 
 const file_loom_v1_auth_proto_rawDesc = "" +
 	"\n" +
-	"\x12loom/v1/auth.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
+	"\x12loom/v1/auth.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n" +
+	"\vOidcBinding\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06issuer\x18\x02 \x01(\tR\x06issuer\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"+\n" +
+	"\x15GetOidcBindingRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\".\n" +
+	"\x18DeleteOidcBindingRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x85\x02\n" +
 	"\tPrincipal\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.loom.v1.PrincipalKindR\x04kind\x12\x12\n" +
@@ -2234,7 +2408,7 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\x13PRINCIPAL_KIND_USER\x10\x01\x12\x17\n" +
 	"\x13PRINCIPAL_KIND_NODE\x10\x02\x12\x1b\n" +
 	"\x17PRINCIPAL_KIND_WORKLOAD\x10\x03\x12\x1a\n" +
-	"\x16PRINCIPAL_KIND_SERVICE\x10\x042\xa0\a\n" +
+	"\x16PRINCIPAL_KIND_SERVICE\x10\x042\x86\t\n" +
 	"\vAuthService\x12U\n" +
 	"\vCreateToken\x12\x1b.loom.v1.CreateTokenRequest\x1a\x0e.loom.v1.Token\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/auth:token\x12M\n" +
 	"\x06WhoAmI\x12\x16.loom.v1.WhoAmIRequest\x1a\x12.loom.v1.Principal\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/auth:whoami\x12e\n" +
@@ -2244,7 +2418,9 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\tSetMember\x12\x19.loom.v1.SetMemberRequest\x1a\x0f.loom.v1.Member\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/{parent=projects/*}/members\x12q\n" +
 	"\vListMembers\x12\x1b.loom.v1.ListMembersRequest\x1a\x1c.loom.v1.ListMembersResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/{parent=projects/*}/members\x12e\n" +
 	"\fRegisterNode\x12\x1c.loom.v1.RegisterNodeRequest\x1a\x15.loom.v1.NodeIdentity\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/auth:registerNode\x12l\n" +
-	"\x11RenewNodeIdentity\x12!.loom.v1.RenewNodeIdentityRequest\x1a\x15.loom.v1.NodeIdentity\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/auth:renewNode2\x96\x01\n" +
+	"\x11RenewNodeIdentity\x12!.loom.v1.RenewNodeIdentityRequest\x1a\x15.loom.v1.NodeIdentity\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/auth:renewNode\x12n\n" +
+	"\x0eGetOidcBinding\x12\x1e.loom.v1.GetOidcBindingRequest\x1a\x14.loom.v1.OidcBinding\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{name=users/*/oidcBinding}\x12t\n" +
+	"\x11DeleteOidcBinding\x12!.loom.v1.DeleteOidcBindingRequest\x1a\x14.loom.v1.OidcBinding\"&\x82\xd3\xe4\x93\x02 *\x1e/v1/{name=users/*/oidcBinding}2\x96\x01\n" +
 	"\fAuditService\x12\x85\x01\n" +
 	"\x10ListAuditRecords\x12 .loom.v1.ListAuditRecordsRequest\x1a!.loom.v1.ListAuditRecordsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/auditRecords2\xed\x06\n" +
 	"\x0eAccountService\x12s\n" +
@@ -2269,102 +2445,110 @@ func file_loom_v1_auth_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_loom_v1_auth_proto_goTypes = []any{
 	(PrincipalKind)(0),               // 0: loom.v1.PrincipalKind
-	(*Principal)(nil),                // 1: loom.v1.Principal
-	(*WhoAmIRequest)(nil),            // 2: loom.v1.WhoAmIRequest
-	(*CreateTokenRequest)(nil),       // 3: loom.v1.CreateTokenRequest
-	(*Token)(nil),                    // 4: loom.v1.Token
-	(*ApiKey)(nil),                   // 5: loom.v1.ApiKey
-	(*CreateApiKeyRequest)(nil),      // 6: loom.v1.CreateApiKeyRequest
-	(*ListApiKeysRequest)(nil),       // 7: loom.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),      // 8: loom.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),      // 9: loom.v1.RevokeApiKeyRequest
-	(*Member)(nil),                   // 10: loom.v1.Member
-	(*SetMemberRequest)(nil),         // 11: loom.v1.SetMemberRequest
-	(*ListMembersRequest)(nil),       // 12: loom.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),      // 13: loom.v1.ListMembersResponse
-	(*RegisterNodeRequest)(nil),      // 14: loom.v1.RegisterNodeRequest
-	(*RenewNodeIdentityRequest)(nil), // 15: loom.v1.RenewNodeIdentityRequest
-	(*NodeIdentity)(nil),             // 16: loom.v1.NodeIdentity
-	(*AuditRecord)(nil),              // 17: loom.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 18: loom.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 19: loom.v1.ListAuditRecordsResponse
-	(*Account)(nil),                  // 20: loom.v1.Account
-	(*Association)(nil),              // 21: loom.v1.Association
-	(*CreateAccountRequest)(nil),     // 22: loom.v1.CreateAccountRequest
-	(*UpdateAccountRequest)(nil),     // 23: loom.v1.UpdateAccountRequest
-	(*DeleteAccountRequest)(nil),     // 24: loom.v1.DeleteAccountRequest
-	(*DeleteAssociationRequest)(nil), // 25: loom.v1.DeleteAssociationRequest
-	(*ListAccountsRequest)(nil),      // 26: loom.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),     // 27: loom.v1.ListAccountsResponse
-	(*SetAssociationRequest)(nil),    // 28: loom.v1.SetAssociationRequest
-	(*ListAssociationsRequest)(nil),  // 29: loom.v1.ListAssociationsRequest
-	(*ListAssociationsResponse)(nil), // 30: loom.v1.ListAssociationsResponse
-	nil,                              // 31: loom.v1.Principal.RolesEntry
-	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 33: google.protobuf.FieldMask
+	(*OidcBinding)(nil),              // 1: loom.v1.OidcBinding
+	(*GetOidcBindingRequest)(nil),    // 2: loom.v1.GetOidcBindingRequest
+	(*DeleteOidcBindingRequest)(nil), // 3: loom.v1.DeleteOidcBindingRequest
+	(*Principal)(nil),                // 4: loom.v1.Principal
+	(*WhoAmIRequest)(nil),            // 5: loom.v1.WhoAmIRequest
+	(*CreateTokenRequest)(nil),       // 6: loom.v1.CreateTokenRequest
+	(*Token)(nil),                    // 7: loom.v1.Token
+	(*ApiKey)(nil),                   // 8: loom.v1.ApiKey
+	(*CreateApiKeyRequest)(nil),      // 9: loom.v1.CreateApiKeyRequest
+	(*ListApiKeysRequest)(nil),       // 10: loom.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),      // 11: loom.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),      // 12: loom.v1.RevokeApiKeyRequest
+	(*Member)(nil),                   // 13: loom.v1.Member
+	(*SetMemberRequest)(nil),         // 14: loom.v1.SetMemberRequest
+	(*ListMembersRequest)(nil),       // 15: loom.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),      // 16: loom.v1.ListMembersResponse
+	(*RegisterNodeRequest)(nil),      // 17: loom.v1.RegisterNodeRequest
+	(*RenewNodeIdentityRequest)(nil), // 18: loom.v1.RenewNodeIdentityRequest
+	(*NodeIdentity)(nil),             // 19: loom.v1.NodeIdentity
+	(*AuditRecord)(nil),              // 20: loom.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 21: loom.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 22: loom.v1.ListAuditRecordsResponse
+	(*Account)(nil),                  // 23: loom.v1.Account
+	(*Association)(nil),              // 24: loom.v1.Association
+	(*CreateAccountRequest)(nil),     // 25: loom.v1.CreateAccountRequest
+	(*UpdateAccountRequest)(nil),     // 26: loom.v1.UpdateAccountRequest
+	(*DeleteAccountRequest)(nil),     // 27: loom.v1.DeleteAccountRequest
+	(*DeleteAssociationRequest)(nil), // 28: loom.v1.DeleteAssociationRequest
+	(*ListAccountsRequest)(nil),      // 29: loom.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),     // 30: loom.v1.ListAccountsResponse
+	(*SetAssociationRequest)(nil),    // 31: loom.v1.SetAssociationRequest
+	(*ListAssociationsRequest)(nil),  // 32: loom.v1.ListAssociationsRequest
+	(*ListAssociationsResponse)(nil), // 33: loom.v1.ListAssociationsResponse
+	nil,                              // 34: loom.v1.Principal.RolesEntry
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 36: google.protobuf.FieldMask
 }
 var file_loom_v1_auth_proto_depIdxs = []int32{
-	0,  // 0: loom.v1.Principal.kind:type_name -> loom.v1.PrincipalKind
-	31, // 1: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
-	32, // 2: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 3: loom.v1.Token.principal:type_name -> loom.v1.Principal
-	32, // 4: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
-	32, // 5: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
-	32, // 6: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
-	5,  // 7: loom.v1.CreateApiKeyRequest.key:type_name -> loom.v1.ApiKey
-	5,  // 8: loom.v1.ListApiKeysResponse.keys:type_name -> loom.v1.ApiKey
-	10, // 9: loom.v1.ListMembersResponse.members:type_name -> loom.v1.Member
-	32, // 10: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
-	32, // 11: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	17, // 12: loom.v1.ListAuditRecordsResponse.records:type_name -> loom.v1.AuditRecord
-	20, // 13: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
-	20, // 14: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
-	33, // 15: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	20, // 16: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
-	21, // 17: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
-	21, // 18: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
-	3,  // 19: loom.v1.AuthService.CreateToken:input_type -> loom.v1.CreateTokenRequest
-	2,  // 20: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
-	6,  // 21: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
-	7,  // 22: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
-	9,  // 23: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
-	11, // 24: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
-	12, // 25: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
-	14, // 26: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
-	15, // 27: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
-	18, // 28: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
-	22, // 29: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
-	26, // 30: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
-	23, // 31: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
-	24, // 32: loom.v1.AccountService.DeleteAccount:input_type -> loom.v1.DeleteAccountRequest
-	28, // 33: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
-	29, // 34: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
-	25, // 35: loom.v1.AccountService.DeleteAssociation:input_type -> loom.v1.DeleteAssociationRequest
-	4,  // 36: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
-	1,  // 37: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
-	5,  // 38: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
-	8,  // 39: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
-	5,  // 40: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
-	10, // 41: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
-	13, // 42: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
-	16, // 43: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
-	16, // 44: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
-	19, // 45: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
-	20, // 46: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
-	27, // 47: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
-	20, // 48: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
-	20, // 49: loom.v1.AccountService.DeleteAccount:output_type -> loom.v1.Account
-	21, // 50: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
-	30, // 51: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
-	21, // 52: loom.v1.AccountService.DeleteAssociation:output_type -> loom.v1.Association
-	36, // [36:53] is the sub-list for method output_type
-	19, // [19:36] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	35, // 0: loom.v1.OidcBinding.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 1: loom.v1.Principal.kind:type_name -> loom.v1.PrincipalKind
+	34, // 2: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
+	35, // 3: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
+	4,  // 4: loom.v1.Token.principal:type_name -> loom.v1.Principal
+	35, // 5: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
+	35, // 6: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
+	35, // 7: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
+	8,  // 8: loom.v1.CreateApiKeyRequest.key:type_name -> loom.v1.ApiKey
+	8,  // 9: loom.v1.ListApiKeysResponse.keys:type_name -> loom.v1.ApiKey
+	13, // 10: loom.v1.ListMembersResponse.members:type_name -> loom.v1.Member
+	35, // 11: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
+	35, // 12: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	20, // 13: loom.v1.ListAuditRecordsResponse.records:type_name -> loom.v1.AuditRecord
+	23, // 14: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
+	23, // 15: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
+	36, // 16: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	23, // 17: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
+	24, // 18: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
+	24, // 19: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
+	6,  // 20: loom.v1.AuthService.CreateToken:input_type -> loom.v1.CreateTokenRequest
+	5,  // 21: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
+	9,  // 22: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
+	10, // 23: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
+	12, // 24: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
+	14, // 25: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
+	15, // 26: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
+	17, // 27: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
+	18, // 28: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
+	2,  // 29: loom.v1.AuthService.GetOidcBinding:input_type -> loom.v1.GetOidcBindingRequest
+	3,  // 30: loom.v1.AuthService.DeleteOidcBinding:input_type -> loom.v1.DeleteOidcBindingRequest
+	21, // 31: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
+	25, // 32: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
+	29, // 33: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
+	26, // 34: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
+	27, // 35: loom.v1.AccountService.DeleteAccount:input_type -> loom.v1.DeleteAccountRequest
+	31, // 36: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
+	32, // 37: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
+	28, // 38: loom.v1.AccountService.DeleteAssociation:input_type -> loom.v1.DeleteAssociationRequest
+	7,  // 39: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
+	4,  // 40: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
+	8,  // 41: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
+	11, // 42: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
+	8,  // 43: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
+	13, // 44: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
+	16, // 45: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
+	19, // 46: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
+	19, // 47: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
+	1,  // 48: loom.v1.AuthService.GetOidcBinding:output_type -> loom.v1.OidcBinding
+	1,  // 49: loom.v1.AuthService.DeleteOidcBinding:output_type -> loom.v1.OidcBinding
+	22, // 50: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
+	23, // 51: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
+	30, // 52: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
+	23, // 53: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
+	23, // 54: loom.v1.AccountService.DeleteAccount:output_type -> loom.v1.Account
+	24, // 55: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
+	33, // 56: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
+	24, // 57: loom.v1.AccountService.DeleteAssociation:output_type -> loom.v1.Association
+	39, // [39:58] is the sub-list for method output_type
+	20, // [20:39] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_auth_proto_init() }
@@ -2378,7 +2562,7 @@ func file_loom_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_auth_proto_rawDesc), len(file_loom_v1_auth_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

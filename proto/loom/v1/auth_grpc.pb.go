@@ -28,6 +28,8 @@ const (
 	AuthService_ListMembers_FullMethodName       = "/loom.v1.AuthService/ListMembers"
 	AuthService_RegisterNode_FullMethodName      = "/loom.v1.AuthService/RegisterNode"
 	AuthService_RenewNodeIdentity_FullMethodName = "/loom.v1.AuthService/RenewNodeIdentity"
+	AuthService_GetOidcBinding_FullMethodName    = "/loom.v1.AuthService/GetOidcBinding"
+	AuthService_DeleteOidcBinding_FullMethodName = "/loom.v1.AuthService/DeleteOidcBinding"
 )
 
 // AuthServiceClient is the client API for AuthService service.
@@ -69,6 +71,14 @@ type AuthServiceClient interface {
 	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*NodeIdentity, error)
 	// RenewNodeIdentity renews the calling node's identity before it expires.
 	RenewNodeIdentity(ctx context.Context, in *RenewNodeIdentityRequest, opts ...grpc.CallOption) (*NodeIdentity, error)
+	// GetOidcBinding says which identity of the OIDC issuer (issuer and
+	// subject) may sign in as a user: the user themselves or a cluster
+	// administrator. NotFound when none is bound yet.
+	GetOidcBinding(ctx context.Context, in *GetOidcBindingRequest, opts ...grpc.CallOption) (*OidcBinding, error)
+	// DeleteOidcBinding releases a user's OIDC binding (cluster
+	// administrators only), so that the next OIDC sign-in as the user binds
+	// again: for a provider that was replaced, or a subject that changed.
+	DeleteOidcBinding(ctx context.Context, in *DeleteOidcBindingRequest, opts ...grpc.CallOption) (*OidcBinding, error)
 }
 
 type authServiceClient struct {
@@ -169,6 +179,26 @@ func (c *authServiceClient) RenewNodeIdentity(ctx context.Context, in *RenewNode
 	return out, nil
 }
 
+func (c *authServiceClient) GetOidcBinding(ctx context.Context, in *GetOidcBindingRequest, opts ...grpc.CallOption) (*OidcBinding, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OidcBinding)
+	err := c.cc.Invoke(ctx, AuthService_GetOidcBinding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *authServiceClient) DeleteOidcBinding(ctx context.Context, in *DeleteOidcBindingRequest, opts ...grpc.CallOption) (*OidcBinding, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OidcBinding)
+	err := c.cc.Invoke(ctx, AuthService_DeleteOidcBinding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AuthServiceServer is the server API for AuthService service.
 // All implementations must embed UnimplementedAuthServiceServer
 // for forward compatibility.
@@ -208,6 +238,14 @@ type AuthServiceServer interface {
 	RegisterNode(context.Context, *RegisterNodeRequest) (*NodeIdentity, error)
 	// RenewNodeIdentity renews the calling node's identity before it expires.
 	RenewNodeIdentity(context.Context, *RenewNodeIdentityRequest) (*NodeIdentity, error)
+	// GetOidcBinding says which identity of the OIDC issuer (issuer and
+	// subject) may sign in as a user: the user themselves or a cluster
+	// administrator. NotFound when none is bound yet.
+	GetOidcBinding(context.Context, *GetOidcBindingRequest) (*OidcBinding, error)
+	// DeleteOidcBinding releases a user's OIDC binding (cluster
+	// administrators only), so that the next OIDC sign-in as the user binds
+	// again: for a provider that was replaced, or a subject that changed.
+	DeleteOidcBinding(context.Context, *DeleteOidcBindingRequest) (*OidcBinding, error)
 	mustEmbedUnimplementedAuthServiceServer()
 }
 
@@ -244,6 +282,12 @@ func (UnimplementedAuthServiceServer) RegisterNode(context.Context, *RegisterNod
 }
 func (UnimplementedAuthServiceServer) RenewNodeIdentity(context.Context, *RenewNodeIdentityRequest) (*NodeIdentity, error) {
 	return nil, status.Error(codes.Unimplemented, "method RenewNodeIdentity not implemented")
+}
+func (UnimplementedAuthServiceServer) GetOidcBinding(context.Context, *GetOidcBindingRequest) (*OidcBinding, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOidcBinding not implemented")
+}
+func (UnimplementedAuthServiceServer) DeleteOidcBinding(context.Context, *DeleteOidcBindingRequest) (*OidcBinding, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOidcBinding not implemented")
 }
 func (UnimplementedAuthServiceServer) mustEmbedUnimplementedAuthServiceServer() {}
 func (UnimplementedAuthServiceServer) testEmbeddedByValue()                     {}
@@ -428,6 +472,42 @@ func _AuthService_RenewNodeIdentity_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuthService_GetOidcBinding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOidcBindingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuthServiceServer).GetOidcBinding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuthService_GetOidcBinding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuthServiceServer).GetOidcBinding(ctx, req.(*GetOidcBindingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AuthService_DeleteOidcBinding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOidcBindingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuthServiceServer).DeleteOidcBinding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuthService_DeleteOidcBinding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuthServiceServer).DeleteOidcBinding(ctx, req.(*DeleteOidcBindingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AuthService_ServiceDesc is the grpc.ServiceDesc for AuthService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -470,6 +550,14 @@ var AuthService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RenewNodeIdentity",
 			Handler:    _AuthService_RenewNodeIdentity_Handler,
+		},
+		{
+			MethodName: "GetOidcBinding",
+			Handler:    _AuthService_GetOidcBinding_Handler,
+		},
+		{
+			MethodName: "DeleteOidcBinding",
+			Handler:    _AuthService_DeleteOidcBinding_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -34,6 +34,9 @@ const (
 	// KeyRefreshPrefix + token id is a string with a TTL: a refresh token
 	// issued and not used yet (its subject).
 	KeyRefreshPrefix = "auth:refresh:"
+	// KeyOIDCBindings is a hash: user → the OIDCBinding (JSON) of the one
+	// identity of the OIDC issuer that may sign in as them.
+	KeyOIDCBindings = "auth:oidc"
 )
 
 // GlobalParent is the parent of cluster-admin memberships.
@@ -253,4 +256,64 @@ func (s *AuthStore) TakeRefresh(ctx context.Context, jti string) (string, error)
 		return "", unavailable("use refresh token", err)
 	}
 	return subject, nil
+}
+
+// OIDCBinding is the identity of the OIDC issuer (issuer and subject)
+// bound to a user: the only one that may sign in as them.
+type OIDCBinding struct {
+	Issuer     string    `json:"iss"`
+	Subject    string    `json:"sub"`
+	CreateTime time.Time `json:"create_time"`
+}
+
+// OIDCBindingOf returns user's binding, or nil when none is stored.
+func (s *AuthStore) OIDCBindingOf(ctx context.Context, user string) (*OIDCBinding, error) {
+	raw, err := s.st.Client().HGet(ctx, s.st.Key(KeyOIDCBindings), user).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable("read OIDC binding", err)
+	}
+	var b OIDCBinding
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return nil, fmt.Errorf("OIDC binding of %s: %w", user, err)
+	}
+	return &b, nil
+}
+
+// BindOIDC binds user to b unless a binding is stored already (HSETNX:
+// one winner across gateway instances), and returns the binding that
+// holds: b, or the one stored before.
+func (s *AuthStore) BindOIDC(ctx context.Context, user string, b OIDCBinding) (*OIDCBinding, error) {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	set, err := s.st.Client().HSetNX(ctx, s.st.Key(KeyOIDCBindings), user, raw).Result()
+	if err != nil {
+		return nil, unavailable("store OIDC binding", err)
+	}
+	if set {
+		return &b, nil
+	}
+	held, err := s.OIDCBindingOf(ctx, user)
+	if err == nil && held == nil {
+		// Released in between: try once more rather than answer nothing.
+		return s.BindOIDC(ctx, user, b)
+	}
+	return held, err
+}
+
+// ReleaseOIDC deletes user's binding and returns what it was (nil when
+// there was none).
+func (s *AuthStore) ReleaseOIDC(ctx context.Context, user string) (*OIDCBinding, error) {
+	b, err := s.OIDCBindingOf(ctx, user)
+	if err != nil || b == nil {
+		return b, err
+	}
+	if err := s.st.Client().HDel(ctx, s.st.Key(KeyOIDCBindings), user).Err(); err != nil {
+		return nil, unavailable("delete OIDC binding", err)
+	}
+	return b, nil
 }

@@ -166,8 +166,11 @@ func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) 
 		if a.oidc == nil {
 			return nil, fmt.Errorf("%w: this gateway accepts no OIDC ID tokens (it has no -oidc-issuer)", errs.FailedPrecondition)
 		}
-		user, err := a.oidc.verify(ctx, req.GetOidcIdToken())
+		user, id, err := a.oidc.verify(ctx, req.GetOidcIdToken())
 		if err != nil {
+			return nil, err
+		}
+		if err := a.bindOIDC(ctx, user, id); err != nil {
 			return nil, err
 		}
 		return a.userToken(ctx, user, "oidc", ttl)
@@ -196,6 +199,119 @@ func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) 
 		return &loomv1.Token{AccessToken: tok, ExpireTime: timestamppb.New(exp), Principal: PrincipalProto(p)}, nil
 	}
 	return nil, fmt.Errorf("%w: a %s principal gets its tokens otherwise (nodes: RenewNodeIdentity; workloads: from their node)", errs.PermissionDenied, p.Kind)
+}
+
+// bindOIDC lets identity id (an ID token's issuer and subject) sign in as
+// user only if user is bound to it, binding them at the first sign-in. The
+// user claim alone is not enough: preferred_username, the default, is
+// one a provider may let its holder choose, and two identities may claim
+// the same name. root and cluster administrators are never bound by a
+// sign-in alone: a caller already authenticated as the user (an API key,
+// a token) links them by presenting the ID token, so that a name chosen
+// at the provider cannot take over the cluster. A binding is released by
+// a cluster administrator (DeleteOidcBinding).
+func (a *Auth) bindOIDC(ctx context.Context, user string, id adapters.OIDCBinding) error {
+	held, err := a.o.Store.OIDCBindingOf(ctx, user)
+	if err != nil {
+		return err
+	}
+	if held == nil {
+		linking := false
+		if p, err := caller(ctx); err == nil && p.Kind == auth.KindUser && p.User == user && p.How != "oidc" {
+			linking = true
+		}
+		if !linking {
+			_, admin, err := a.o.Store.Roles(ctx, user)
+			if err != nil {
+				return err
+			}
+			if admin || user == "root" {
+				return fmt.Errorf("%w: %s may not be claimed by an OIDC sign-in until it is linked to its identity: sign in as %s otherwise (an API key) and present the ID token once (loom auth login --oidc while logged in)",
+					errs.PermissionDenied, user, user)
+			}
+		}
+		id.CreateTime = a.now()
+		if held, err = a.o.Store.BindOIDC(ctx, user, id); err != nil {
+			return err
+		}
+		if held.Issuer == id.Issuer && held.Subject == id.Subject {
+			return nil
+		}
+	}
+	if held.Issuer != id.Issuer || held.Subject != id.Subject {
+		return fmt.Errorf("%w: %s is bound to another identity of the OIDC provider (subject %q, since %s): this one (subject %q) may not sign in as %s; a cluster administrator releases the binding with `loom auth oidc-binding release %s`",
+			errs.PermissionDenied, user, clipText(held.Subject), held.CreateTime.UTC().Format(time.RFC3339), clipText(id.Subject), user, user)
+	}
+	return nil
+}
+
+// GetOidcBinding returns the identity bound to a user (the user or a
+// cluster administrator; authz's SelfOrAdmin lets project admins through,
+// who are refused here as NotFound).
+func (a *Auth) GetOidcBinding(ctx context.Context, req *loomv1.GetOidcBindingRequest) (*loomv1.OidcBinding, error) {
+	user, err := a.oidcBindingUser(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	b, err := a.o.Store.OIDCBindingOf(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, fmt.Errorf("%s has no OIDC binding: the first OIDC sign-in as them makes it: %w", auth.UserName(user), errs.NotFound)
+	}
+	return oidcBindingProto(user, b), nil
+}
+
+// DeleteOidcBinding releases a user's binding (cluster administrators).
+func (a *Auth) DeleteOidcBinding(ctx context.Context, req *loomv1.DeleteOidcBindingRequest) (*loomv1.OidcBinding, error) {
+	user, err := a.oidcBindingUser(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if p, _ := caller(ctx); p == nil || !p.ClusterAdmin {
+		return nil, fmt.Errorf("%w: only a cluster administrator releases an OIDC binding", errs.PermissionDenied)
+	}
+	b, err := a.o.Store.ReleaseOIDC(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, fmt.Errorf("%s has no OIDC binding: %w", auth.UserName(user), errs.NotFound)
+	}
+	return oidcBindingProto(user, b), nil
+}
+
+// oidcBindingUser parses "users/{user}/oidcBinding" ("users/-": the
+// caller) and refuses a caller who is neither that user nor a cluster
+// administrator (NotFound, so that bindings cannot be probed).
+func (a *Auth) oidcBindingUser(ctx context.Context, name string) (string, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return "", err
+	}
+	parent, ok := strings.CutSuffix(name, "/oidcBinding")
+	if !ok {
+		return "", errs.Invalid("name", "want users/{user}/oidcBinding, got %q", clipText(name))
+	}
+	owner, err := parseOwner(p, "name", parent)
+	if err != nil {
+		return "", err
+	}
+	user, ok := strings.CutPrefix(owner, "users/")
+	if !ok {
+		return "", errs.Invalid("name", "want users/{user}/oidcBinding, got %q", clipText(name))
+	}
+	if !p.ClusterAdmin && (p.Kind != auth.KindUser || p.User != user) {
+		return "", fmt.Errorf("%s: %w", name, errs.NotFound)
+	}
+	return user, nil
+}
+
+// oidcBindingProto is b as the API answers it.
+func oidcBindingProto(user string, b *adapters.OIDCBinding) *loomv1.OidcBinding {
+	return &loomv1.OidcBinding{Name: auth.UserName(user) + "/oidcBinding", Issuer: b.Issuer, Subject: b.Subject,
+		CreateTime: timestamppb.New(b.CreateTime)}
 }
 
 // userToken issues an access token and a refresh token for user.

@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
+
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 // maxOIDCTokenBytes bounds an ID token (RS256 tokens with many claims run
@@ -72,24 +75,34 @@ func (o *oidcVerifier) verifier(ctx context.Context) (*oidc.IDTokenVerifier, err
 	return o.v, nil
 }
 
-// verify checks an ID token and returns the OS user it names.
-func (o *oidcVerifier) verify(ctx context.Context, raw string) (string, error) {
+// maxOIDCSubject bounds an ID token's subject, which a binding stores
+// (OpenID Connect: at most 255 ASCII characters).
+const maxOIDCSubject = 255
+
+// verify checks an ID token and returns the OS user its user claim names
+// and the identity that holds it: the issuer and subject, which, unlike
+// the user claim (preferred_username may be the holder's to choose), the
+// provider guarantees unique and stable.
+func (o *oidcVerifier) verify(ctx context.Context, raw string) (user string, id adapters.OIDCBinding, err error) {
 	v, err := o.verifier(ctx)
 	if err != nil {
-		return "", err
+		return "", id, err
 	}
 	tok, err := v.Verify(oidc.ClientContext(ctx, o.cfg.HTTPClient), raw)
 	if err != nil {
-		return "", fmt.Errorf("%w: OIDC ID token: %v", errs.Unauthenticated, err)
+		return "", id, fmt.Errorf("%w: OIDC ID token: %v", errs.Unauthenticated, err)
 	}
 	var claims map[string]any
 	if err := tok.Claims(&claims); err != nil {
-		return "", fmt.Errorf("%w: OIDC ID token claims: %v", errs.Unauthenticated, err)
+		return "", id, fmt.Errorf("%w: OIDC ID token claims: %v", errs.Unauthenticated, err)
 	}
-	user, _ := claims[o.cfg.UserClaim].(string)
+	user, _ = claims[o.cfg.UserClaim].(string)
 	if err := auth.CheckUserName(user); err != nil {
-		return "", fmt.Errorf("%w: OIDC claim %s: %v; the gateway's -oidc-user-claim must name a claim holding the user's OS account name",
+		return "", id, fmt.Errorf("%w: OIDC claim %s: %v; the gateway's -oidc-user-claim must name a claim holding the user's OS account name",
 			errs.PermissionDenied, o.cfg.UserClaim, err)
 	}
-	return user, nil
+	if tok.Subject == "" || len(tok.Subject) > maxOIDCSubject || !utf8.ValidString(tok.Subject) {
+		return "", id, fmt.Errorf("%w: OIDC ID token: its subject (sub) must be 1 to %d characters", errs.Unauthenticated, maxOIDCSubject)
+	}
+	return user, adapters.OIDCBinding{Issuer: tok.Issuer, Subject: tok.Subject}, nil
 }

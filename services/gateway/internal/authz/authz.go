@@ -287,6 +287,9 @@ var Table = map[string]Rule{
 	authSvc + "ListMembers":       {Access: Admin, Field: "parent"},
 	authSvc + "RegisterNode":      {Access: Public},
 	authSvc + "RenewNodeIdentity": {Access: NodeOnly, Node: true},
+	// The handler narrows both to the user and cluster administrators.
+	authSvc + "GetOidcBinding":    {Access: SelfOrAdmin, Field: "name"},
+	authSvc + "DeleteOidcBinding": {Access: SelfOrAdmin, Field: "name"},
 
 	auditSvc + "ListAuditRecords": {Access: Admin, Field: "parent"},
 

@@ -52,6 +52,14 @@ func (s authService) RegisterNode(ctx context.Context, r *loomv1.RegisterNodeReq
 	return unary(s.a.RegisterNode(ctx, r))
 }
 
+func (s authService) GetOidcBinding(ctx context.Context, r *loomv1.GetOidcBindingRequest) (*loomv1.OidcBinding, error) {
+	return unary(s.a.GetOidcBinding(ctx, r))
+}
+
+func (s authService) DeleteOidcBinding(ctx context.Context, r *loomv1.DeleteOidcBindingRequest) (*loomv1.OidcBinding, error) {
+	return unary(s.a.DeleteOidcBinding(ctx, r))
+}
+
 func (s authService) RenewNodeIdentity(ctx context.Context, r *loomv1.RenewNodeIdentityRequest) (*loomv1.NodeIdentity, error) {
 	return unary(s.a.RenewNodeIdentity(ctx, r))
 }
