@@ -23,7 +23,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
@@ -534,6 +537,60 @@ func TestAuthOff(t *testing.T) {
 	// And the rest of the API works as before.
 	if _, err := h.jobs().SubmitJob(ctx, validJob()); err != nil {
 		t.Fatal(err)
+	}
+
+	// Every caller is an administrator, so the REST port answers only its
+	// own site: a web page's cross-site request, a name rebound to this
+	// address, and a body that is not JSON (what a page may send without
+	// asking) are refused before anything is decoded; the port's own
+	// clients are not.
+	body := `{"cluster":"` + cluster1 + `","script":"echo pwned","node_count":2,"gpus_per_node":8}`
+	rest := func(mutate func(*http.Request)) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.restBase+"/v1/"+project+"/jobs", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		mutate(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*http.Request)
+		says   string
+	}{
+		"a text/plain body":   {func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }, `must be sent as application/json, not \"text/plain\"`},
+		"another site's page": {func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }, `Origin \"https://evil.example\" is another site`},
+		"a rebound name":      {func(r *http.Request) { r.Host = "rebind.evil.example" }, `Host \"rebind.evil.example\" is not an IP address or localhost`},
+	} {
+		if code, got := rest(tc.mutate); code != http.StatusForbidden || !strings.Contains(got, tc.says) {
+			t.Errorf("%s: HTTP %d %s; want 403 saying %s", name, code, got, tc.says)
+		}
+	}
+	if code, got := rest(func(r *http.Request) { r.Header.Set("Origin", "http://"+r.Host) }); code != http.StatusOK {
+		t.Errorf("a same-site JSON submit: HTTP %d %s; want 200", code, got)
+	}
+	pwned := func(e envelope.Event) bool {
+		c, ok := e.Payload.(*eventsv1.SubmitJob)
+		return ok && c.GetJob().GetScript() == "echo pwned"
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, pwned)
+	// The refused requests came first, on the same key: had one passed,
+	// its command would be on the topic before this one.
+	n := 0
+	for _, e := range testkit.Events(t, h.broker, topics.JobCommands) {
+		if pwned(e) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d commands of the script, want 1 (the allowed request's)", n)
 	}
 }
 

@@ -416,7 +416,9 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
 	consumers = append(consumers, service.Consume{Topics: []string{topics.Audit}, Handler: ports.AuditEvents(gw), Group: app.AuditGroup})
 	dash := ports.Dashboards(scraper, func(ctx context.Context) (context.Context, error) { return an.Context(ctx) })
-	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, dash, started) }
+	rest := func(ctx context.Context) error {
+		return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, dash, cfg.Auth.Mode == "off", started)
+	}
 	// The history sweep runs beside the requests, in small batches.
 	sweep := func(ctx context.Context) error { return gw.RunHistorySweep(ctx, sweepInterval(cfg.JobHistory)) }
 	scrape := func(ctx context.Context) error { return scraper.Run(ctx) }
@@ -424,8 +426,10 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 }
 
 // serveREST serves the REST/JSON API on addr, under limits, until ctx ends.
-// dash serves the dashboards (ports.DashboardsPath) beside it.
-func serveREST(ctx context.Context, base *service.Base, addr string, limits ports.RESTLimits, dash http.Handler, started func(grpcAddr, restAddr string)) error {
+// dash serves the dashboards (ports.DashboardsPath) beside it. With
+// authentication off (authOff) it answers only its own site
+// (ports.OnlyFromThisSite).
+func serveREST(ctx context.Context, base *service.Base, addr string, limits ports.RESTLimits, dash http.Handler, authOff bool, started func(grpcAddr, restAddr string)) error {
 	grpcAddr, err := base.GRPCAddr(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -442,7 +446,11 @@ func serveREST(ctx context.Context, base *service.Base, addr string, limits port
 	if err != nil {
 		return fmt.Errorf("rest: listen on %s: %w", addr, err)
 	}
-	srv := ports.RESTServer(console.Mount(ports.MountDashboards(mux, dash)), limits) // the web console at /, dashboards and the API under /v1
+	var h http.Handler = console.Mount(ports.MountDashboards(mux, dash)) // the web console at /, dashboards and the API under /v1
+	if authOff {
+		h = ports.OnlyFromThisSite(h)
+	}
+	srv := ports.RESTServer(h, limits)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	base.Log.Info("serving REST", "addr", ln.Addr().String())

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -227,4 +228,50 @@ func writeError(w http.ResponseWriter, httpStatus int, code codes.Code, msg stri
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// OnlyFromThisSite guards the REST port of a gateway with authentication
+// off, where every caller is a cluster administrator: there the caller's
+// own browser is the risk. A web page the developer visits may send a
+// "simple" cross-site request (a POST of text/plain, which grpc-gateway
+// would decode as JSON: a job that runs a command on the machine), or
+// rebind a name of its own to 127.0.0.1 and read the answers. So it
+// refuses, 403 with the reason:
+//   - a Host that is neither an IP address nor "localhost" (a rebound name);
+//   - an Origin that is not this host (another site's page);
+//   - a request with a body whose Content-Type is not application/json
+//     (a browser sends that cross-site only after a CORS preflight, which
+//     this port never grants).
+func OnlyFromThisSite(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		host = strings.Trim(host, "[]")
+		const off = "authentication is off on this gateway, so it takes requests only from its own pages and clients: "
+		if net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
+			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Host %q is not an IP address or localhost", clipHeader(r.Host)))
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
+			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Origin %q is another site", clipHeader(o)))
+			return
+		}
+		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+				writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("a request body must be sent as application/json, not %q", clipHeader(r.Header.Get("Content-Type"))))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// clipHeader bounds a header value quoted in a message.
+func clipHeader(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
