@@ -214,6 +214,21 @@ func TestAuthTokensAndRefresh(t *testing.T) {
 	// An access token is no refresh token.
 	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: next.GetAccessToken()})
 	wantAuthCode(t, "access as refresh", err, codes.Unauthenticated, "cannot be used as a refresh token")
+
+	// A sign-out ends the refresh token: it gets nothing after, and
+	// ending it again is no error; a token that is none is refused.
+	if _, err := anon.RevokeToken(ctx, &loomv1.RevokeTokenRequest{RefreshToken: next.GetRefreshToken()}); err != nil {
+		t.Fatalf("revoke the refresh token: %v", err)
+	}
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: next.GetRefreshToken()})
+	wantAuthCode(t, "refresh after the revocation", err, codes.Unauthenticated, "already used")
+	if _, err := anon.RevokeToken(ctx, &loomv1.RevokeTokenRequest{RefreshToken: next.GetRefreshToken()}); err != nil {
+		t.Fatalf("revoke it again: %v", err)
+	}
+	_, err = anon.RevokeToken(ctx, &loomv1.RevokeTokenRequest{RefreshToken: next.GetAccessToken()})
+	wantAuthCode(t, "revoke an access token", err, codes.Unauthenticated, "cannot be used as a refresh token")
+	_, err = anon.RevokeToken(ctx, &loomv1.RevokeTokenRequest{})
+	wantAuthCode(t, "revoke nothing", err, codes.InvalidArgument, "refresh_token")
 }
 
 func TestAuthLoginServiceAndMembers(t *testing.T) {

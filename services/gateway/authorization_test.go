@@ -352,6 +352,13 @@ func matrixRows(opName string) []matrixRow {
 			_, err := as(c).CreateToken(ctx, &loomv1.CreateTokenRequest{})
 			return err
 		}), func(int) (string, string, string) { return "POST", "/v1/auth:token", `{}` }, usersRow},
+		// Public: the refresh token is the proof, and a bogus one proves
+		// nothing, whoever sends it.
+		{"RevokeToken", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := as(c).RevokeToken(ctx, &loomv1.RevokeTokenRequest{RefreshToken: "x.y.z"})
+			return err
+		}), func(int) (string, string, string) { return "POST", "/v1/auth:revoke", `{"refresh_token":"x.y.z"}` },
+			[9]codes.Code{un, un, un, un, un, un, un, un, un}},
 		{"WhoAmI", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := as(c).WhoAmI(ctx, &loomv1.WhoAmIRequest{})
 			return err

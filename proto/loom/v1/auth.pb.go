@@ -454,6 +454,86 @@ func (x *CreateTokenRequest) GetLifetimeSeconds() int64 {
 	return 0
 }
 
+type RevokeTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RefreshToken  string                 `protobuf:"bytes,1,opt,name=refresh_token,json=refreshToken,proto3" json:"refresh_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenRequest) Reset() {
+	*x = RevokeTokenRequest{}
+	mi := &file_loom_v1_auth_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenRequest) ProtoMessage() {}
+
+func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RevokeTokenRequest) GetRefreshToken() string {
+	if x != nil {
+		return x.RefreshToken
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenResponse) Reset() {
+	*x = RevokeTokenResponse{}
+	mi := &file_loom_v1_auth_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenResponse) ProtoMessage() {}
+
+func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{7}
+}
+
 type Token struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	AccessToken string                 `protobuf:"bytes,1,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
@@ -467,7 +547,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_loom_v1_auth_proto_msgTypes[6]
+	mi := &file_loom_v1_auth_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +559,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[6]
+	mi := &file_loom_v1_auth_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +572,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{6}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Token) GetAccessToken() string {
@@ -545,7 +625,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_loom_v1_auth_proto_msgTypes[7]
+	mi := &file_loom_v1_auth_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +637,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[7]
+	mi := &file_loom_v1_auth_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +650,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApiKey) GetName() string {
@@ -642,7 +722,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[8]
+	mi := &file_loom_v1_auth_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +734,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[8]
+	mi := &file_loom_v1_auth_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +747,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateApiKeyRequest) GetParent() string {
@@ -702,7 +782,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[9]
+	mi := &file_loom_v1_auth_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +794,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[9]
+	mi := &file_loom_v1_auth_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +807,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListApiKeysRequest) GetParent() string {
@@ -761,7 +841,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[10]
+	mi := &file_loom_v1_auth_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +853,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[10]
+	mi := &file_loom_v1_auth_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +866,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListApiKeysResponse) GetKeys() []*ApiKey {
@@ -812,7 +892,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[11]
+	mi := &file_loom_v1_auth_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +904,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[11]
+	mi := &file_loom_v1_auth_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +917,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RevokeApiKeyRequest) GetName() string {
@@ -860,7 +940,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_loom_v1_auth_proto_msgTypes[12]
+	mi := &file_loom_v1_auth_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +952,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[12]
+	mi := &file_loom_v1_auth_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +965,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Member) GetParent() string {
@@ -920,7 +1000,7 @@ type SetMemberRequest struct {
 
 func (x *SetMemberRequest) Reset() {
 	*x = SetMemberRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[13]
+	mi := &file_loom_v1_auth_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1012,7 @@ func (x *SetMemberRequest) String() string {
 func (*SetMemberRequest) ProtoMessage() {}
 
 func (x *SetMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[13]
+	mi := &file_loom_v1_auth_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1025,7 @@ func (x *SetMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberRequest.ProtoReflect.Descriptor instead.
 func (*SetMemberRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{13}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetMemberRequest) GetParent() string {
@@ -980,7 +1060,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[14]
+	mi := &file_loom_v1_auth_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1072,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[14]
+	mi := &file_loom_v1_auth_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1085,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListMembersRequest) GetParent() string {
@@ -1039,7 +1119,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[15]
+	mi := &file_loom_v1_auth_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1131,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[15]
+	mi := &file_loom_v1_auth_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1144,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -1095,7 +1175,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[16]
+	mi := &file_loom_v1_auth_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1187,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[16]
+	mi := &file_loom_v1_auth_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1200,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterNodeRequest) GetBootstrapToken() string {
@@ -1153,7 +1233,7 @@ type RenewNodeIdentityRequest struct {
 
 func (x *RenewNodeIdentityRequest) Reset() {
 	*x = RenewNodeIdentityRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[17]
+	mi := &file_loom_v1_auth_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1245,7 @@ func (x *RenewNodeIdentityRequest) String() string {
 func (*RenewNodeIdentityRequest) ProtoMessage() {}
 
 func (x *RenewNodeIdentityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[17]
+	mi := &file_loom_v1_auth_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1258,7 @@ func (x *RenewNodeIdentityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNodeIdentityRequest.ProtoReflect.Descriptor instead.
 func (*RenewNodeIdentityRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenewNodeIdentityRequest) GetPublicKey() []byte {
@@ -1213,7 +1293,7 @@ type NodeIdentity struct {
 
 func (x *NodeIdentity) Reset() {
 	*x = NodeIdentity{}
-	mi := &file_loom_v1_auth_proto_msgTypes[18]
+	mi := &file_loom_v1_auth_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1305,7 @@ func (x *NodeIdentity) String() string {
 func (*NodeIdentity) ProtoMessage() {}
 
 func (x *NodeIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[18]
+	mi := &file_loom_v1_auth_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1318,7 @@ func (x *NodeIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdentity.ProtoReflect.Descriptor instead.
 func (*NodeIdentity) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeIdentity) GetNode() string {
@@ -1317,7 +1397,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_loom_v1_auth_proto_msgTypes[19]
+	mi := &file_loom_v1_auth_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1409,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[19]
+	mi := &file_loom_v1_auth_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1422,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -1422,7 +1502,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[20]
+	mi := &file_loom_v1_auth_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1514,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[20]
+	mi := &file_loom_v1_auth_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1527,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListAuditRecordsRequest) GetParent() string {
@@ -1488,7 +1568,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[21]
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1580,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[21]
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1593,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -1545,7 +1625,7 @@ type Account struct {
 
 func (x *Account) Reset() {
 	*x = Account{}
-	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1637,7 @@ func (x *Account) String() string {
 func (*Account) ProtoMessage() {}
 
 func (x *Account) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1650,7 @@ func (x *Account) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Account.ProtoReflect.Descriptor instead.
 func (*Account) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Account) GetName() string {
@@ -1631,7 +1711,7 @@ type Association struct {
 
 func (x *Association) Reset() {
 	*x = Association{}
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1723,7 @@ func (x *Association) String() string {
 func (*Association) ProtoMessage() {}
 
 func (x *Association) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1736,7 @@ func (x *Association) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Association.ProtoReflect.Descriptor instead.
 func (*Association) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Association) GetAccount() string {
@@ -1725,7 +1805,7 @@ type CreateAccountRequest struct {
 
 func (x *CreateAccountRequest) Reset() {
 	*x = CreateAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1817,7 @@ func (x *CreateAccountRequest) String() string {
 func (*CreateAccountRequest) ProtoMessage() {}
 
 func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1830,7 @@ func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateAccountRequest) GetParent() string {
@@ -1781,7 +1861,7 @@ type UpdateAccountRequest struct {
 
 func (x *UpdateAccountRequest) Reset() {
 	*x = UpdateAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1873,7 @@ func (x *UpdateAccountRequest) String() string {
 func (*UpdateAccountRequest) ProtoMessage() {}
 
 func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1886,7 @@ func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateAccountRequest) GetAccount() *Account {
@@ -1833,7 +1913,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1925,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1938,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteAccountRequest) GetName() string {
@@ -1881,7 +1961,7 @@ type DeleteAssociationRequest struct {
 
 func (x *DeleteAssociationRequest) Reset() {
 	*x = DeleteAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +1973,7 @@ func (x *DeleteAssociationRequest) String() string {
 func (*DeleteAssociationRequest) ProtoMessage() {}
 
 func (x *DeleteAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +1986,7 @@ func (x *DeleteAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAssociationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteAssociationRequest) GetParent() string {
@@ -1941,7 +2021,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[28]
+	mi := &file_loom_v1_auth_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2033,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[28]
+	mi := &file_loom_v1_auth_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2046,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{28}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListAccountsRequest) GetParent() string {
@@ -2000,7 +2080,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[29]
+	mi := &file_loom_v1_auth_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2092,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[29]
+	mi := &file_loom_v1_auth_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2105,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -2052,7 +2132,7 @@ type SetAssociationRequest struct {
 
 func (x *SetAssociationRequest) Reset() {
 	*x = SetAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[30]
+	mi := &file_loom_v1_auth_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2144,7 @@ func (x *SetAssociationRequest) String() string {
 func (*SetAssociationRequest) ProtoMessage() {}
 
 func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[30]
+	mi := &file_loom_v1_auth_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2157,7 @@ func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAssociationRequest.ProtoReflect.Descriptor instead.
 func (*SetAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{30}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetAssociationRequest) GetParent() string {
@@ -2107,7 +2187,7 @@ type ListAssociationsRequest struct {
 
 func (x *ListAssociationsRequest) Reset() {
 	*x = ListAssociationsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[31]
+	mi := &file_loom_v1_auth_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2199,7 @@ func (x *ListAssociationsRequest) String() string {
 func (*ListAssociationsRequest) ProtoMessage() {}
 
 func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[31]
+	mi := &file_loom_v1_auth_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2212,7 @@ func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAssociationsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAssociationsRequest) GetParent() string {
@@ -2183,7 +2263,7 @@ type ListAssociationsResponse struct {
 
 func (x *ListAssociationsResponse) Reset() {
 	*x = ListAssociationsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[32]
+	mi := &file_loom_v1_auth_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2275,7 @@ func (x *ListAssociationsResponse) String() string {
 func (*ListAssociationsResponse) ProtoMessage() {}
 
 func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[32]
+	mi := &file_loom_v1_auth_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2288,7 @@ func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAssociationsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAssociationsResponse) GetAssociations() []*Association {
@@ -2264,7 +2344,10 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\roidc_id_token\x18\x02 \x01(\tR\voidcIdToken\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x10\n" +
 	"\x03job\x18\x04 \x01(\tR\x03job\x12)\n" +
-	"\x10lifetime_seconds\x18\x05 \x01(\x03R\x0flifetimeSeconds\"\xbe\x01\n" +
+	"\x10lifetime_seconds\x18\x05 \x01(\x03R\x0flifetimeSeconds\"9\n" +
+	"\x12RevokeTokenRequest\x12#\n" +
+	"\rrefresh_token\x18\x01 \x01(\tR\frefreshToken\"\x15\n" +
+	"\x13RevokeTokenResponse\"\xbe\x01\n" +
 	"\x05Token\x12!\n" +
 	"\faccess_token\x18\x01 \x01(\tR\vaccessToken\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -2408,9 +2491,10 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\x13PRINCIPAL_KIND_USER\x10\x01\x12\x17\n" +
 	"\x13PRINCIPAL_KIND_NODE\x10\x02\x12\x1b\n" +
 	"\x17PRINCIPAL_KIND_WORKLOAD\x10\x03\x12\x1a\n" +
-	"\x16PRINCIPAL_KIND_SERVICE\x10\x042\x86\t\n" +
+	"\x16PRINCIPAL_KIND_SERVICE\x10\x042\xec\t\n" +
 	"\vAuthService\x12U\n" +
-	"\vCreateToken\x12\x1b.loom.v1.CreateTokenRequest\x1a\x0e.loom.v1.Token\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/auth:token\x12M\n" +
+	"\vCreateToken\x12\x1b.loom.v1.CreateTokenRequest\x1a\x0e.loom.v1.Token\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/auth:token\x12d\n" +
+	"\vRevokeToken\x12\x1b.loom.v1.RevokeTokenRequest\x1a\x1c.loom.v1.RevokeTokenResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/auth:revoke\x12M\n" +
 	"\x06WhoAmI\x12\x16.loom.v1.WhoAmIRequest\x1a\x12.loom.v1.Principal\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/auth:whoami\x12e\n" +
 	"\fCreateApiKey\x12\x1c.loom.v1.CreateApiKeyRequest\x1a\x0f.loom.v1.ApiKey\"&\x82\xd3\xe4\x93\x02 :\x03key\"\x19/v1/{parent=users/*}/keys\x12k\n" +
 	"\vListApiKeys\x12\x1b.loom.v1.ListApiKeysRequest\x1a\x1c.loom.v1.ListApiKeysResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/{parent=users/*}/keys\x12j\n" +
@@ -2445,7 +2529,7 @@ func file_loom_v1_auth_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_loom_v1_auth_proto_goTypes = []any{
 	(PrincipalKind)(0),               // 0: loom.v1.PrincipalKind
 	(*OidcBinding)(nil),              // 1: loom.v1.OidcBinding
@@ -2454,98 +2538,102 @@ var file_loom_v1_auth_proto_goTypes = []any{
 	(*Principal)(nil),                // 4: loom.v1.Principal
 	(*WhoAmIRequest)(nil),            // 5: loom.v1.WhoAmIRequest
 	(*CreateTokenRequest)(nil),       // 6: loom.v1.CreateTokenRequest
-	(*Token)(nil),                    // 7: loom.v1.Token
-	(*ApiKey)(nil),                   // 8: loom.v1.ApiKey
-	(*CreateApiKeyRequest)(nil),      // 9: loom.v1.CreateApiKeyRequest
-	(*ListApiKeysRequest)(nil),       // 10: loom.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),      // 11: loom.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),      // 12: loom.v1.RevokeApiKeyRequest
-	(*Member)(nil),                   // 13: loom.v1.Member
-	(*SetMemberRequest)(nil),         // 14: loom.v1.SetMemberRequest
-	(*ListMembersRequest)(nil),       // 15: loom.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),      // 16: loom.v1.ListMembersResponse
-	(*RegisterNodeRequest)(nil),      // 17: loom.v1.RegisterNodeRequest
-	(*RenewNodeIdentityRequest)(nil), // 18: loom.v1.RenewNodeIdentityRequest
-	(*NodeIdentity)(nil),             // 19: loom.v1.NodeIdentity
-	(*AuditRecord)(nil),              // 20: loom.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 21: loom.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 22: loom.v1.ListAuditRecordsResponse
-	(*Account)(nil),                  // 23: loom.v1.Account
-	(*Association)(nil),              // 24: loom.v1.Association
-	(*CreateAccountRequest)(nil),     // 25: loom.v1.CreateAccountRequest
-	(*UpdateAccountRequest)(nil),     // 26: loom.v1.UpdateAccountRequest
-	(*DeleteAccountRequest)(nil),     // 27: loom.v1.DeleteAccountRequest
-	(*DeleteAssociationRequest)(nil), // 28: loom.v1.DeleteAssociationRequest
-	(*ListAccountsRequest)(nil),      // 29: loom.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),     // 30: loom.v1.ListAccountsResponse
-	(*SetAssociationRequest)(nil),    // 31: loom.v1.SetAssociationRequest
-	(*ListAssociationsRequest)(nil),  // 32: loom.v1.ListAssociationsRequest
-	(*ListAssociationsResponse)(nil), // 33: loom.v1.ListAssociationsResponse
-	nil,                              // 34: loom.v1.Principal.RolesEntry
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 36: google.protobuf.FieldMask
+	(*RevokeTokenRequest)(nil),       // 7: loom.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),      // 8: loom.v1.RevokeTokenResponse
+	(*Token)(nil),                    // 9: loom.v1.Token
+	(*ApiKey)(nil),                   // 10: loom.v1.ApiKey
+	(*CreateApiKeyRequest)(nil),      // 11: loom.v1.CreateApiKeyRequest
+	(*ListApiKeysRequest)(nil),       // 12: loom.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),      // 13: loom.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),      // 14: loom.v1.RevokeApiKeyRequest
+	(*Member)(nil),                   // 15: loom.v1.Member
+	(*SetMemberRequest)(nil),         // 16: loom.v1.SetMemberRequest
+	(*ListMembersRequest)(nil),       // 17: loom.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),      // 18: loom.v1.ListMembersResponse
+	(*RegisterNodeRequest)(nil),      // 19: loom.v1.RegisterNodeRequest
+	(*RenewNodeIdentityRequest)(nil), // 20: loom.v1.RenewNodeIdentityRequest
+	(*NodeIdentity)(nil),             // 21: loom.v1.NodeIdentity
+	(*AuditRecord)(nil),              // 22: loom.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 23: loom.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 24: loom.v1.ListAuditRecordsResponse
+	(*Account)(nil),                  // 25: loom.v1.Account
+	(*Association)(nil),              // 26: loom.v1.Association
+	(*CreateAccountRequest)(nil),     // 27: loom.v1.CreateAccountRequest
+	(*UpdateAccountRequest)(nil),     // 28: loom.v1.UpdateAccountRequest
+	(*DeleteAccountRequest)(nil),     // 29: loom.v1.DeleteAccountRequest
+	(*DeleteAssociationRequest)(nil), // 30: loom.v1.DeleteAssociationRequest
+	(*ListAccountsRequest)(nil),      // 31: loom.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),     // 32: loom.v1.ListAccountsResponse
+	(*SetAssociationRequest)(nil),    // 33: loom.v1.SetAssociationRequest
+	(*ListAssociationsRequest)(nil),  // 34: loom.v1.ListAssociationsRequest
+	(*ListAssociationsResponse)(nil), // 35: loom.v1.ListAssociationsResponse
+	nil,                              // 36: loom.v1.Principal.RolesEntry
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 38: google.protobuf.FieldMask
 }
 var file_loom_v1_auth_proto_depIdxs = []int32{
-	35, // 0: loom.v1.OidcBinding.create_time:type_name -> google.protobuf.Timestamp
+	37, // 0: loom.v1.OidcBinding.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: loom.v1.Principal.kind:type_name -> loom.v1.PrincipalKind
-	34, // 2: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
-	35, // 3: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
+	36, // 2: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
+	37, // 3: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: loom.v1.Token.principal:type_name -> loom.v1.Principal
-	35, // 5: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
-	35, // 6: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
-	35, // 7: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
-	8,  // 8: loom.v1.CreateApiKeyRequest.key:type_name -> loom.v1.ApiKey
-	8,  // 9: loom.v1.ListApiKeysResponse.keys:type_name -> loom.v1.ApiKey
-	13, // 10: loom.v1.ListMembersResponse.members:type_name -> loom.v1.Member
-	35, // 11: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
-	35, // 12: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	20, // 13: loom.v1.ListAuditRecordsResponse.records:type_name -> loom.v1.AuditRecord
-	23, // 14: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
-	23, // 15: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
-	36, // 16: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	23, // 17: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
-	24, // 18: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
-	24, // 19: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
+	37, // 5: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
+	37, // 6: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
+	37, // 7: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
+	10, // 8: loom.v1.CreateApiKeyRequest.key:type_name -> loom.v1.ApiKey
+	10, // 9: loom.v1.ListApiKeysResponse.keys:type_name -> loom.v1.ApiKey
+	15, // 10: loom.v1.ListMembersResponse.members:type_name -> loom.v1.Member
+	37, // 11: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
+	37, // 12: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	22, // 13: loom.v1.ListAuditRecordsResponse.records:type_name -> loom.v1.AuditRecord
+	25, // 14: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
+	25, // 15: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
+	38, // 16: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	25, // 17: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
+	26, // 18: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
+	26, // 19: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
 	6,  // 20: loom.v1.AuthService.CreateToken:input_type -> loom.v1.CreateTokenRequest
-	5,  // 21: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
-	9,  // 22: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
-	10, // 23: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
-	12, // 24: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
-	14, // 25: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
-	15, // 26: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
-	17, // 27: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
-	18, // 28: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
-	2,  // 29: loom.v1.AuthService.GetOidcBinding:input_type -> loom.v1.GetOidcBindingRequest
-	3,  // 30: loom.v1.AuthService.DeleteOidcBinding:input_type -> loom.v1.DeleteOidcBindingRequest
-	21, // 31: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
-	25, // 32: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
-	29, // 33: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
-	26, // 34: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
-	27, // 35: loom.v1.AccountService.DeleteAccount:input_type -> loom.v1.DeleteAccountRequest
-	31, // 36: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
-	32, // 37: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
-	28, // 38: loom.v1.AccountService.DeleteAssociation:input_type -> loom.v1.DeleteAssociationRequest
-	7,  // 39: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
-	4,  // 40: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
-	8,  // 41: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
-	11, // 42: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
-	8,  // 43: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
-	13, // 44: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
-	16, // 45: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
-	19, // 46: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
-	19, // 47: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
-	1,  // 48: loom.v1.AuthService.GetOidcBinding:output_type -> loom.v1.OidcBinding
-	1,  // 49: loom.v1.AuthService.DeleteOidcBinding:output_type -> loom.v1.OidcBinding
-	22, // 50: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
-	23, // 51: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
-	30, // 52: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
-	23, // 53: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
-	23, // 54: loom.v1.AccountService.DeleteAccount:output_type -> loom.v1.Account
-	24, // 55: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
-	33, // 56: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
-	24, // 57: loom.v1.AccountService.DeleteAssociation:output_type -> loom.v1.Association
-	39, // [39:58] is the sub-list for method output_type
-	20, // [20:39] is the sub-list for method input_type
+	7,  // 21: loom.v1.AuthService.RevokeToken:input_type -> loom.v1.RevokeTokenRequest
+	5,  // 22: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
+	11, // 23: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
+	12, // 24: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
+	14, // 25: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
+	16, // 26: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
+	17, // 27: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
+	19, // 28: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
+	20, // 29: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
+	2,  // 30: loom.v1.AuthService.GetOidcBinding:input_type -> loom.v1.GetOidcBindingRequest
+	3,  // 31: loom.v1.AuthService.DeleteOidcBinding:input_type -> loom.v1.DeleteOidcBindingRequest
+	23, // 32: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
+	27, // 33: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
+	31, // 34: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
+	28, // 35: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
+	29, // 36: loom.v1.AccountService.DeleteAccount:input_type -> loom.v1.DeleteAccountRequest
+	33, // 37: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
+	34, // 38: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
+	30, // 39: loom.v1.AccountService.DeleteAssociation:input_type -> loom.v1.DeleteAssociationRequest
+	9,  // 40: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
+	8,  // 41: loom.v1.AuthService.RevokeToken:output_type -> loom.v1.RevokeTokenResponse
+	4,  // 42: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
+	10, // 43: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
+	13, // 44: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
+	10, // 45: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
+	15, // 46: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
+	18, // 47: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
+	21, // 48: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
+	21, // 49: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
+	1,  // 50: loom.v1.AuthService.GetOidcBinding:output_type -> loom.v1.OidcBinding
+	1,  // 51: loom.v1.AuthService.DeleteOidcBinding:output_type -> loom.v1.OidcBinding
+	24, // 52: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
+	25, // 53: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
+	32, // 54: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
+	25, // 55: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
+	25, // 56: loom.v1.AccountService.DeleteAccount:output_type -> loom.v1.Account
+	26, // 57: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
+	35, // 58: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
+	26, // 59: loom.v1.AccountService.DeleteAssociation:output_type -> loom.v1.Association
+	40, // [40:60] is the sub-list for method output_type
+	20, // [20:40] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -2562,7 +2650,7 @@ func file_loom_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_auth_proto_rawDesc), len(file_loom_v1_auth_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

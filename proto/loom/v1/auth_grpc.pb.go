@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	AuthService_CreateToken_FullMethodName       = "/loom.v1.AuthService/CreateToken"
+	AuthService_RevokeToken_FullMethodName       = "/loom.v1.AuthService/RevokeToken"
 	AuthService_WhoAmI_FullMethodName            = "/loom.v1.AuthService/WhoAmI"
 	AuthService_CreateApiKey_FullMethodName      = "/loom.v1.AuthService/CreateApiKey"
 	AuthService_ListApiKeys_FullMethodName       = "/loom.v1.AuthService/ListApiKeys"
@@ -52,6 +53,11 @@ type AuthServiceClient interface {
 	//   - job: the workload of a job's current attempt (the node that runs
 	//     it only); the token may report on that job and run steps in it.
 	CreateToken(ctx context.Context, in *CreateTokenRequest, opts ...grpc.CallOption) (*Token, error)
+	// RevokeToken ends a refresh token before its time (a sign-out): it can
+	// no longer get a new token. Holding the token is the proof; one used
+	// or revoked already is answered the same. Access tokens are not
+	// revocable: they end within their lifetime (30 minutes at most).
+	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
 	// WhoAmI describes the calling principal: its name, kind and roles.
 	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*Principal, error)
 	// CreateApiKey makes a key for a user: the caller itself, or (project
@@ -93,6 +99,16 @@ func (c *authServiceClient) CreateToken(ctx context.Context, in *CreateTokenRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Token)
 	err := c.cc.Invoke(ctx, AuthService_CreateToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *authServiceClient) RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeTokenResponse)
+	err := c.cc.Invoke(ctx, AuthService_RevokeToken_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +235,11 @@ type AuthServiceServer interface {
 	//   - job: the workload of a job's current attempt (the node that runs
 	//     it only); the token may report on that job and run steps in it.
 	CreateToken(context.Context, *CreateTokenRequest) (*Token, error)
+	// RevokeToken ends a refresh token before its time (a sign-out): it can
+	// no longer get a new token. Holding the token is the proof; one used
+	// or revoked already is answered the same. Access tokens are not
+	// revocable: they end within their lifetime (30 minutes at most).
+	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
 	// WhoAmI describes the calling principal: its name, kind and roles.
 	WhoAmI(context.Context, *WhoAmIRequest) (*Principal, error)
 	// CreateApiKey makes a key for a user: the caller itself, or (project
@@ -258,6 +279,9 @@ type UnimplementedAuthServiceServer struct{}
 
 func (UnimplementedAuthServiceServer) CreateToken(context.Context, *CreateTokenRequest) (*Token, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateToken not implemented")
+}
+func (UnimplementedAuthServiceServer) RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeToken not implemented")
 }
 func (UnimplementedAuthServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*Principal, error) {
 	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
@@ -324,6 +348,24 @@ func _AuthService_CreateToken_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AuthServiceServer).CreateToken(ctx, req.(*CreateTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AuthService_RevokeToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuthServiceServer).RevokeToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuthService_RevokeToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuthServiceServer).RevokeToken(ctx, req.(*RevokeTokenRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -518,6 +560,10 @@ var AuthService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateToken",
 			Handler:    _AuthService_CreateToken_Handler,
+		},
+		{
+			MethodName: "RevokeToken",
+			Handler:    _AuthService_RevokeToken_Handler,
 		},
 		{
 			MethodName: "WhoAmI",

@@ -135,12 +135,87 @@ when one expires.`,
 	}
 	keys := &cobra.Command{Use: "keys", Short: "Create, list and revoke API keys"}
 	keys.AddCommand(a.authKeysCreateCommand(), a.authKeysListCommand(), a.authKeysRevokeCommand())
-	cmd.AddCommand(a.authLoginCommand(), a.authLogoutCommand(), a.authWhoAmICommand(), keys, a.authMembersCommand())
+	cmd.AddCommand(a.authLoginCommand(), a.authLogoutCommand(), a.authWhoAmICommand(), keys, a.authMembersCommand(), a.authOIDCBindingCommand())
+	return cmd
+}
+
+// authOIDCBindingCommand is `loom auth oidc-binding [USER]` and its
+// `release USER`.
+func (a *app) authOIDCBindingCommand() *cobra.Command {
+	show := func(cmd *cobra.Command, b *loomv1.OidcBinding) error {
+		out := cmd.OutOrStdout()
+		if a.output == "json" {
+			return writeJSON(out, b)
+		}
+		tw := newTable(out)
+		row(tw, "USER", "ISSUER", "SUBJECT", "BOUND")
+		row(tw, strings.TrimSuffix(strings.TrimPrefix(b.GetName(), "users/"), "/oidcBinding"), b.GetIssuer(), b.GetSubject(), age(b.GetCreateTime(), a.now())+" ago")
+		return tw.Flush()
+	}
+	cmd := &cobra.Command{
+		Use:   "oidc-binding [USER]",
+		Short: "Show which identity of the OIDC provider may sign in as you (or USER: cluster administrators)",
+		Long: `The first OIDC sign-in as an OS account binds the account to the identity
+that made it (the ID token's issuer and subject): from then on only that
+identity may sign in as the account, whatever user claim another presents.
+root and cluster administrators are bound only by linking: log in otherwise
+(an API key), then ` + "`loom auth login --oidc-token-file FILE --link`" + `.
+A cluster administrator releases a binding (a replaced provider, a changed
+subject) with ` + "`loom auth oidc-binding release USER`" + `.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			user := "-"
+			if len(args) == 1 {
+				user = strings.TrimPrefix(args[0], "users/")
+			}
+			cl, err := a.authService()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			b, err := cl.GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/" + user + "/oidcBinding"})
+			if err != nil {
+				return a.explain("get the OIDC binding of users/"+user, err)
+			}
+			return show(cmd, b)
+		},
+	}
+	release := &cobra.Command{
+		Use:   "release USER",
+		Short: "Release USER's OIDC binding: the next OIDC sign-in as them binds again (cluster administrators)",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("give the user whose binding to release, e.g. `loom auth oidc-binding release alice`")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.authService()
+			if err != nil {
+				return err
+			}
+			name := "users/" + strings.TrimPrefix(args[0], "users/") + "/oidcBinding"
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			b, err := cl.DeleteOidcBinding(ctx, &loomv1.DeleteOidcBindingRequest{Name: name})
+			if err != nil {
+				return a.explain("release "+name, err)
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), b)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Released %s (subject %s of %s); the next OIDC sign-in as %s binds again.\n", name, b.GetSubject(), b.GetIssuer(), args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(release)
 	return cmd
 }
 
 func (a *app) authLoginCommand() *cobra.Command {
 	var keyFile, oidcFile string
+	var link bool
 	cmd := &cobra.Command{
 		Use:   "login",
 		Short: "Log in to the gateway with an API key or an OIDC ID token",
@@ -150,11 +225,16 @@ the credentials file, for this gateway.
 With an API key ("lk_..."): typed at the prompt (not echoed), or read from
 --key-file (- for stdin) or from stdin when it is not a terminal. With your
 identity provider: --oidc-token-file holds an OIDC ID token, exchanged for
-an access and a refresh token.`,
+an access and a refresh token. The first OIDC sign-in as an account binds
+it to that identity (loom auth oidc-binding); root and cluster
+administrators link theirs with --link while logged in otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if keyFile != "" && oidcFile != "" {
 				return usagef("give --key-file or --oidc-token-file, not both")
+			}
+			if link && oidcFile == "" {
+				return usagef("--link links an OIDC identity: give --oidc-token-file too")
 			}
 			st, err := a.credStore()
 			if err != nil {
@@ -186,7 +266,13 @@ an access and a refresh token.`,
 				return err
 			}
 			cl := loomv1.NewAuthServiceClient(conn)
-			ctx, cancel := a.call(creds.WithCredential(cmd.Context(), key))
+			ctx := cmd.Context()
+			if !link {
+				// Otherwise the current login goes along: it vouches that
+				// the ID token's account is the caller's own.
+				ctx = creds.WithCredential(ctx, key)
+			}
+			ctx, cancel := a.call(ctx)
 			defer cancel()
 			e := &creds.Entry{APIKey: key}
 			tok, err := cl.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idToken})
@@ -219,6 +305,7 @@ an access and a refresh token.`,
 	}
 	cmd.Flags().StringVar(&keyFile, "key-file", "", "read the API key from this file (- for stdin)")
 	cmd.Flags().StringVar(&oidcFile, "oidc-token-file", "", "log in with the OIDC ID token in this file (- for stdin)")
+	cmd.Flags().BoolVar(&link, "link", false, "with --oidc-token-file: present the current login too, binding your account to the ID token's identity (root and cluster administrators need this once)")
 	return cmd
 }
 

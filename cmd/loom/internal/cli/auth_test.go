@@ -535,3 +535,25 @@ carol  user
 		t.Errorf("set without a role: exit %d, %q", code, errOut)
 	}
 }
+
+// TestAuthOIDCBindingCommands: against a live stack (no OIDC sign-in has
+// bound anyone), `loom auth oidc-binding` says there is none and how one
+// is made, for the caller and for another user, and `release` says there
+// is nothing to release; `login --link` needs an ID token.
+func TestAuthOIDCBindingCommands(t *testing.T) {
+	t.Parallel()
+	upWhile(t, t.TempDir(), func(c liveCLI) {
+		for _, args := range [][]string{{"auth", "oidc-binding"}, {"auth", "oidc-binding", "alice"}, {"auth", "oidc-binding", "release", "alice"}} {
+			_, errOut, code := c.run(args...)
+			if code == 0 || !strings.Contains(errOut, "has no OIDC binding") {
+				t.Errorf("loom %s: exit %d, %q; want the refusal saying there is no binding", strings.Join(args, " "), code, errOut)
+			}
+		}
+		if _, errOut, code := c.run("auth", "oidc-binding", "release"); code != 2 || !strings.Contains(errOut, "loom auth oidc-binding release alice") {
+			t.Errorf("release without a user: exit %d, %q; want a usage error with an example", code, errOut)
+		}
+		if _, errOut, code := c.run("auth", "login", "--link"); code != 2 || !strings.Contains(errOut, "give --oidc-token-file too") {
+			t.Errorf("login --link without a token: exit %d, %q; want a usage error", code, errOut)
+		}
+	})
+}

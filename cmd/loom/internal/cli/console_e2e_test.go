@@ -281,6 +281,19 @@ func TestConsole(t *testing.T) {
 		shot(t, bctx, "model")
 	}
 
+	// Signing out ends the refresh token at the gateway: a copy of it
+	// taken from the tab gets no new token.
+	rctx, rcancel := context.WithTimeout(bctx, 30*time.Second)
+	refresh, err := chromedp.Run(rctx, chromedp.Evaluate[string](`sessionStorage.getItem('loom.refresh') || ''`))
+	rcancel()
+	if err != nil || refresh == "" {
+		t.Fatalf("refresh token before signing out: %q, %v", refresh, err)
+	}
+	run("sign out", chromedp.Click(chromedp.CSS(`#signout`)), chromedp.WaitVisible(chromedp.CSS(`#signin`)))
+	if code, b := s.rest("POST", "/v1/auth:token", `{"refresh_token":"`+refresh+`"}`); code != http.StatusUnauthorized || !strings.Contains(string(b), "already used") {
+		t.Errorf("the refresh token after signing out: HTTP %d %s; want 401, used up", code, b)
+	}
+
 	select {
 	case msg := <-dialogs:
 		t.Errorf("a JavaScript dialog opened (%q): API data ran as script", msg)

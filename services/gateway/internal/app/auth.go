@@ -341,6 +341,27 @@ func (a *Auth) userToken(ctx context.Context, user, how string, ttl time.Duratio
 	return &loomv1.Token{AccessToken: tok, ExpireTime: timestamppb.New(exp), RefreshToken: rtok, Principal: PrincipalProto(p)}, nil
 }
 
+// RevokeToken uses up a refresh token without issuing anything (a
+// sign-out). A token that does not verify (past its time too) is
+// Unauthenticated; one already used or revoked is answered as done.
+func (a *Auth) RevokeToken(ctx context.Context, req *loomv1.RevokeTokenRequest) (*loomv1.RevokeTokenResponse, error) {
+	rtok := req.GetRefreshToken()
+	if rtok == "" {
+		return nil, errs.Invalid("refresh_token", "required: the refresh token to end")
+	}
+	if len(rtok) > auth.MaxTokenBytes {
+		return nil, errs.Invalid("refresh_token", "%d bytes, longer than the limit of %d", len(rtok), auth.MaxTokenBytes)
+	}
+	c, err := a.o.Issuer.Verify(rtok, auth.UseRefresh)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.o.Store.TakeRefresh(ctx, c.ID); err != nil {
+		return nil, err
+	}
+	return &loomv1.RevokeTokenResponse{}, nil
+}
+
 // refresh uses up a refresh token and issues a new pair for its user.
 func (a *Auth) refresh(ctx context.Context, rtok string, ttl time.Duration) (*loomv1.Token, error) {
 	c, err := a.o.Issuer.Verify(rtok, auth.UseRefresh)

@@ -278,8 +278,10 @@ var Table = map[string]Rule{
 	// (refresh token, OIDC ID token, the caller's own key; the login
 	// daemon's user tokens; a node's job tokens), so CreateToken and
 	// RegisterNode (a bootstrap token) are public.
-	authSvc + "CreateToken":       {Access: Public},
-	authSvc + "WhoAmI":            {Access: Authenticated},
+	authSvc + "CreateToken": {Access: Public},
+	authSvc + "WhoAmI":      {Access: Authenticated},
+	// Holding the refresh token is the proof (a sign-out).
+	authSvc + "RevokeToken":       {Access: Public},
 	authSvc + "CreateApiKey":      {Access: SelfOrAdmin, Field: "parent"},
 	authSvc + "ListApiKeys":       {Access: SelfOrAdmin, Field: "parent"},
 	authSvc + "RevokeApiKey":      {Access: SelfOrAdmin, Field: "name"},

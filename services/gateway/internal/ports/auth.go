@@ -60,6 +60,10 @@ func (s authService) DeleteOidcBinding(ctx context.Context, r *loomv1.DeleteOidc
 	return unary(s.a.DeleteOidcBinding(ctx, r))
 }
 
+func (s authService) RevokeToken(ctx context.Context, r *loomv1.RevokeTokenRequest) (*loomv1.RevokeTokenResponse, error) {
+	return unary(s.a.RevokeToken(ctx, r))
+}
+
 func (s authService) RenewNodeIdentity(ctx context.Context, r *loomv1.RenewNodeIdentityRequest) (*loomv1.NodeIdentity, error) {
 	return unary(s.a.RenewNodeIdentity(ctx, r))
 }

@@ -29,9 +29,17 @@ export function setProject(p) { sessionStorage.setItem(PROJECT, p); }
 export const trainingLocation = 'us-central1';
 export const modelLocation = 'global';
 
-export function signOut() {
+// signOut forgets the credential. With revoke (a sign-out the user asked
+// for) it also ends the refresh token at the gateway (POST
+// /v1/auth:revoke), so that a copy of it taken from this tab gets no new
+// token; it resolves once the gateway answered, whatever it said.
+export function signOut(revoke = false) {
+  const rt = sessionStorage.getItem(REFRESH);
   sessionStorage.removeItem(TOKEN);
   sessionStorage.removeItem(REFRESH);
+  if (!revoke || !rt) return Promise.resolve();
+  return fetch('/v1/auth:revoke', {method: 'POST', keepalive: true, headers: {'Content-Type': 'application/json'},
+    body: JSON.stringify({refresh_token: rt})}).catch(() => {});
 }
 
 // signIn takes an API key ("lk_…") or an access token. An API key is

@@ -108,8 +108,8 @@ api.setOnUnauthenticated(msg => {
   signInBox('Your credential was refused (' + msg + '): sign in again.');
 });
 
-document.getElementById('signout').addEventListener('click', () => {
-  api.signOut();
+document.getElementById('signout').addEventListener('click', async () => {
+  await api.signOut(true);
   signInBox();
 });
 
