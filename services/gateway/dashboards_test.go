@@ -56,6 +56,19 @@ func TestDashboardsREST(t *testing.T) {
 		}
 	}
 
+	// The fleet's load is for members of a project and cluster
+	// administrators: not for a node, a workload, or a user of no project.
+	for _, who := range []string{"node", "work40", "nora"} {
+		if code, body := get(h.restAs(who), "/v1/dashboards/scheduler"); code != http.StatusForbidden || !strings.Contains(string(body), "for members of a project and cluster administrators") {
+			t.Errorf("GET /v1/dashboards/scheduler as %s: %d %s, want 403", who, code, body)
+		}
+	}
+	for _, who := range []string{"vic", "root"} {
+		if code, body := get(h.restAs(who), "/v1/dashboards"); code != http.StatusOK {
+			t.Errorf("GET /v1/dashboards as %s: %d %s, want 200", who, code, body)
+		}
+	}
+
 	code, body := get(h.http, "/v1/dashboards")
 	var list struct {
 		Dashboards []dashboards.Summary `json:"dashboards"`

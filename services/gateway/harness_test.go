@@ -491,7 +491,8 @@ type testPrincipal struct {
 
 // testPrincipals are the tests' callers by name: cluster administrators
 // root, slurm and ops; in project default the users ana, bob and alice,
-// the viewer vic and the admin pat; oz, admin of project other; a node of
+// the viewer vic and the admin pat; oz, admin of project other; nora, a
+// member of no project; a node of
 // c1; a workload of job 40 (ana's, in the tests that make it).
 var testPrincipals = map[string]testPrincipal{
 	"root":  {kind: auth.KindUser, clusterAdmin: true},
@@ -503,6 +504,7 @@ var testPrincipals = map[string]testPrincipal{
 	"vic":   {kind: auth.KindUser, roles: map[string]string{"default": "viewer"}},
 	"pat":   {kind: auth.KindUser, roles: map[string]string{"default": "admin"}},
 	"oz":    {kind: auth.KindUser, roles: map[string]string{"other": "admin"}},
+	"nora":  {kind: auth.KindUser}, // a member of no project
 	"node": {kind: auth.KindNode, claims: auth.Claims{RegisteredClaims: auth.ForSubject(auth.NodeName("gpu-0001")),
 		Node: "gpu-0001", Cluster: cluster1, Pool: "gpu"}},
 	"work40": {kind: auth.KindWorkload, claims: auth.Claims{RegisteredClaims: auth.ForSubject(auth.WorkloadName("default", "40")),

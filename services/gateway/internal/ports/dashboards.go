@@ -31,8 +31,11 @@ type Authenticate func(ctx context.Context) (context.Context, error)
 //
 // Callers authenticate as on the rest of the REST API (Authorization:
 // Bearer <token or API key>); without a valid credential the answer is 401.
-// Any authenticated principal may read them: they hold no job, trial or user
-// names. s evaluates the panels; nil (no targets) gives panels no series.
+// They hold no job, trial or user names, but they show the whole fleet's
+// load: users with a role in some project and cluster administrators read
+// them (as any Slurm user runs sinfo); a node, a workload, a service and a
+// user of no project get 403. s evaluates the panels; nil (no targets)
+// gives panels no series.
 func Dashboards(s *dashboards.Scraper, authenticate Authenticate) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -40,9 +43,19 @@ func Dashboards(s *dashboards.Scraper, authenticate Authenticate) http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, codes.Unimplemented, r.Method+" "+r.URL.Path+": only GET is served")
 			return
 		}
-		if err := authenticated(r, authenticate); err != nil {
+		p, err := authenticated(r, authenticate)
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="loom"`)
 			writeError(w, http.StatusUnauthorized, codes.Unauthenticated, err.Error())
+			return
+		}
+		if !p.ClusterAdmin && (p.Kind != auth.KindUser || len(p.Roles) == 0) {
+			who := "a " + p.Kind.String() + " principal"
+			if p.Kind == auth.KindUser {
+				who = p.Name + ", a member of no project,"
+			}
+			writeError(w, http.StatusForbidden, codes.PermissionDenied,
+				"the dashboards show the whole fleet: they are for members of a project and cluster administrators, and "+who+" is neither")
 			return
 		}
 		rest := strings.TrimPrefix(r.URL.Path, DashboardsPath)
@@ -70,21 +83,23 @@ func Dashboards(s *dashboards.Scraper, authenticate Authenticate) http.Handler {
 }
 
 // authenticated checks r's credential as the gRPC API would (the REST API
-// passes the Authorization header on as gRPC metadata): a missing, malformed
-// or bad credential is an Unauthenticated error.
-func authenticated(r *http.Request, authenticate Authenticate) error {
+// passes the Authorization header on as gRPC metadata) and returns its
+// principal: a missing, malformed or bad credential is an Unauthenticated
+// error.
+func authenticated(r *http.Request, authenticate Authenticate) (*auth.Principal, error) {
 	md := metadata.MD{}
 	for _, v := range r.Header.Values("Authorization") {
 		md.Append(auth.MetadataKey, v)
 	}
 	ctx, err := authenticate(metadata.NewIncomingContext(r.Context(), md))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, ok := auth.FromContext(ctx); !ok {
-		return fmt.Errorf("%w: send Authorization: Bearer <token or API key> (`loom auth keys create` makes an API key)", errs.Unauthenticated)
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w: send Authorization: Bearer <token or API key> (`loom auth keys create` makes an API key)", errs.Unauthenticated)
 	}
-	return nil
+	return p, nil
 }
 
 // MountDashboards routes DashboardsPath and below to d, everything else
