@@ -98,8 +98,11 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 		if strings.Contains(field, " ") {
 			field, reason = "model", refusal.Error()
 		}
-		if domain.RefusalCode(refusal) == codes.NotFound {
+		switch domain.RefusalCode(refusal) {
+		case codes.NotFound:
 			return nil, fmt.Errorf("%s: %w", refusal.Error(), errs.NotFound)
+		case codes.ResourceExhausted:
+			return nil, fmt.Errorf("%s: %w", refusal.Error(), errs.ResourceExhausted)
 		}
 		return nil, errs.Invalid(field, "%s", reason)
 	}
@@ -190,9 +193,10 @@ func (r *Registry) ListModels(req *loomv1.ListModelsRequest) (*loomv1.ListModels
 	}
 	var all []*loomv1.Model
 	r.mu.RLock()
-	for name, m := range r.state.Models {
+	for _, name := range r.state.ModelsOf(project) {
+		m := r.state.Models[name]
 		mn, err := resname.SplitModel(name)
-		if err != nil || mn.Project != project {
+		if err != nil {
 			continue
 		}
 		_, v, err := r.state.Resolve(domain.Ref{Project: mn.Project, ID: mn.ID})

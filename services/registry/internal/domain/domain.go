@@ -32,7 +32,49 @@ type State struct {
 	// requestOrder holds Requests' ids by Seq, oldest first: the next to
 	// evict.
 	requestOrder []string
+	// byProject indexes Models' names by project, so that a project's list
+	// and count read its own models only (putModel, dropModel keep it).
+	byProject map[string]map[string]bool
 }
+
+// putModel stores m in Models and the project index.
+func (s *State) putModel(m *loomv1.Model) {
+	name := m.GetName()
+	s.Models[name] = m
+	if mn, err := resname.SplitModel(name); err == nil {
+		if s.byProject == nil {
+			s.byProject = map[string]map[string]bool{}
+		}
+		if s.byProject[mn.Project] == nil {
+			s.byProject[mn.Project] = map[string]bool{}
+		}
+		s.byProject[mn.Project][name] = true
+	}
+}
+
+// dropModel deletes model name and its versions.
+func (s *State) dropModel(name string) {
+	delete(s.Models, name)
+	delete(s.Versions, name)
+	if mn, err := resname.SplitModel(name); err == nil {
+		delete(s.byProject[mn.Project], name)
+		if len(s.byProject[mn.Project]) == 0 {
+			delete(s.byProject, mn.Project)
+		}
+	}
+}
+
+// ModelsOf returns the names of project's models (in no order).
+func (s *State) ModelsOf(project string) []string {
+	names := make([]string, 0, len(s.byProject[project]))
+	for n := range s.byProject[project] {
+		names = append(names, n)
+	}
+	return names
+}
+
+// ModelCount is how many models project has.
+func (s *State) ModelCount(project string) int { return len(s.byProject[project]) }
 
 // Request is the record of one accepted UploadModel: Seq orders the records
 // (the oldest is evicted first), Version is the version's name.
@@ -126,7 +168,7 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 
 // Apply records r in s. Call it only after r was stored durably.
 func (s *State) Apply(r *Registration) {
-	s.Models[r.Model.GetName()] = r.Model
+	s.putModel(r.Model)
 	if len(r.Moved) > 0 {
 		s.ApplyChange(&Change{Model: r.Model, Versions: r.Moved})
 	}
@@ -179,7 +221,7 @@ func Load(models []*loomv1.Model, versions []*loomv1.ModelVersion, jobVersions m
 		return s.Requests[s.requestOrder[i]].Seq < s.Requests[s.requestOrder[j]].Seq
 	})
 	for _, m := range models {
-		s.Models[m.GetName()] = m
+		s.putModel(m)
 	}
 	for _, v := range versions {
 		model := v.GetName()

@@ -131,12 +131,11 @@ type Change struct {
 // ApplyChange records c in s. Call it only after c was stored durably.
 func (s *State) ApplyChange(c *Change) {
 	if c.DeletedModel != "" {
-		delete(s.Models, c.DeletedModel)
-		delete(s.Versions, c.DeletedModel)
+		s.dropModel(c.DeletedModel)
 		return
 	}
 	name := c.Model.GetName()
-	s.Models[name] = c.Model
+	s.putModel(c.Model)
 	gone := map[string]bool{}
 	for _, d := range c.Deleted {
 		gone[d] = true

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -42,6 +43,13 @@ const (
 	// answers its version; older ones are forgotten (the inbox still drops
 	// an exact redelivery for a week).
 	MaxRequests = 10000
+	// MaxModelsPerProject bounds the models an upload may create in one
+	// project, and MaxVersionsPerModel the versions an upload may add to
+	// one model: every list of them is built in memory, and the registry
+	// holds them all. A job's model output is registered whatever the
+	// counts: jobs are bounded where they are submitted.
+	MaxModelsPerProject = 10000
+	MaxVersionsPerModel = 10000
 )
 
 // labelKeyRE and labelValueRE are Vertex's label grammar: lowercase letters
@@ -142,6 +150,13 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 		u.New = true
 	default:
 		return u, fmt.Errorf("model: one of parent_model, model_id and model.display_name is required")
+	}
+	if u.New && s.ModelCount(cmd.GetProject()) >= MaxModelsPerProject {
+		return u, quotaError(fmt.Sprintf("model: project %s has %d models, the limit; delete models it no longer needs (loom models delete) or upload as a version of one (parent_model)",
+			cmd.GetProject(), s.ModelCount(cmd.GetProject())))
+	}
+	if n := len(s.Versions[u.Model]); !u.New && n >= MaxVersionsPerModel {
+		return u, quotaError(fmt.Sprintf("model: %s has %d versions, the limit; delete versions it no longer needs (loom models delete MODEL@N)", u.Model, n))
 	}
 	if n := utf8.RuneCountInString(m.GetDisplayName()); n > MaxDisplayName {
 		return u, fmt.Errorf("model.display_name: %d characters, more than %d", n, MaxDisplayName)
@@ -388,11 +403,20 @@ func Refusal(cmd *eventsv1.UploadModel, model string, reason error) (ev *eventsv
 		Code: int32(RefusalCode(reason))}, key
 }
 
+// quotaError is a refusal of MaxModelsPerProject or MaxVersionsPerModel.
+type quotaError string
+
+func (e quotaError) Error() string { return string(e) }
+
 // RefusalCode is the gRPC status code of a refused upload (its reason as
 // ValidateUpload, verify or register says it): NotFound for a parent_model
-// that does not exist, InvalidArgument for every other refusal. The RPC
+// that does not exist, ResourceExhausted for a model or version count at
+// its limit, InvalidArgument for every other refusal. The RPC
 // answers it and ModelUploadFailed carries it, so that both say the same.
 func RefusalCode(reason error) codes.Code {
+	if q := quotaError(""); errors.As(reason, &q) {
+		return codes.ResourceExhausted
+	}
 	field, why, _ := strings.Cut(reason.Error(), ": ")
 	if field == "parent_model" && strings.HasSuffix(why, "does not exist") {
 		return codes.NotFound

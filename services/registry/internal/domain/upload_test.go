@@ -2,10 +2,13 @@ package domain
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/resname"
@@ -212,10 +215,16 @@ func TestRequestRecordsAreBounded(t *testing.T) {
 	t.Parallel()
 	s := NewState()
 	var versions []*loomv1.ModelVersion
-	var model *loomv1.Model
+	models := map[string]*loomv1.Model{}
 	for i := range MaxRequests + 2 {
-		r := register(t, s, upload(fmt.Sprint("r", i)))
-		versions, model = append(versions, r.Version), r.Model
+		// Two models take turns: one would pass MaxVersionsPerModel.
+		cmd := upload(fmt.Sprint("r", i))
+		if i%2 == 1 {
+			cmd.ModelId = "tiny-b"
+		}
+		r := register(t, s, cmd)
+		versions = append(versions, r.Version)
+		models[r.Model.GetName()] = r.Model
 		switch i {
 		case MaxRequests - 1:
 			if len(r.Evict) != 0 {
@@ -237,12 +246,13 @@ func TestRequestRecordsAreBounded(t *testing.T) {
 	for id, r := range s.Requests {
 		requests[id] = r
 	}
-	re := Load([]*loomv1.Model{model}, versions, nil, requests)
-	if v, ok := re.Answered("r2"); !ok || v.GetVersion() != 3 {
-		t.Fatalf("after reload Answered(r2) = %v %v, want version 3", v, ok)
+	re := Load(slices.Collect(maps.Values(models)), versions, nil, requests)
+	if v, ok := re.Answered("r2"); !ok || v.GetName() != "projects/default/models/tiny/versions/2" {
+		t.Fatalf("after reload Answered(r2) = %v %v, want tiny's version 2", v, ok)
 	}
-	r := RegisterUpload(re, Upload{Cmd: upload("last"), Model: model.GetName(), Dir: "/m"}, time.Now())
-	if len(r.Evict) != 1 || r.Evict[0] != "r2" || r.Request.Seq != int64(MaxRequests+3) || r.Version.GetVersion() != MaxRequests+3 {
+	tiny := models["projects/default/models/tiny"]
+	r := RegisterUpload(re, Upload{Cmd: upload("last"), Model: tiny.GetName(), Dir: "/m"}, time.Now())
+	if len(r.Evict) != 1 || r.Evict[0] != "r2" || r.Request.Seq != int64(MaxRequests+3) || r.Version.GetVersion() != (MaxRequests+2)/2+1 {
 		t.Fatalf("after reload: evict %v seq %d version %d", r.Evict, r.Request.Seq, r.Version.GetVersion())
 	}
 }
@@ -257,5 +267,50 @@ func TestJobVersionLineage(t *testing.T) {
 	}
 	if r.Event.GetRequestId() != "" {
 		t.Fatalf("a job's registration answers request %q", r.Event.GetRequestId())
+	}
+}
+
+// TestUploadQuotas: an upload may not make a project's models, or a
+// model's versions, more than their limits (ResourceExhausted, saying what
+// to delete); another project, and a new version of a model under the
+// limit, are not held back; a deleted model frees its place; and the
+// project index a list reads holds exactly the project's models.
+func TestUploadQuotas(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	for i := range MaxModelsPerProject {
+		s.putModel(&loomv1.Model{Name: fmt.Sprintf("projects/default/models/m%d", i), LatestVersion: 1})
+	}
+	s.putModel(&loomv1.Model{Name: "projects/other/models/x", LatestVersion: 1})
+	if n, other := s.ModelCount("default"), s.ModelsOf("other"); n != MaxModelsPerProject || len(other) != 1 || other[0] != "projects/other/models/x" {
+		t.Fatalf("index: %d models in default, %v in other", n, other)
+	}
+	fresh := upload("new")
+	fresh.ModelId = "fresh"
+	_, err := ValidateUpload(s, fresh)
+	if err == nil || RefusalCode(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "project default has 10000 models, the limit; delete models") {
+		t.Fatalf("a new model past the limit: %v (%v)", err, RefusalCode(err))
+	}
+	if _, err := ValidateUpload(s, func() *eventsv1.UploadModel { c := upload("v2"); c.ModelId = "m7"; return c }()); err != nil {
+		t.Errorf("a new version of a model under its limit: %v", err)
+	}
+	elsewhere := upload("o")
+	elsewhere.Project, elsewhere.ModelId = "other", "y"
+	if _, err := ValidateUpload(s, elsewhere); err != nil {
+		t.Errorf("a new model in another project: %v", err)
+	}
+	s.ApplyChange(&Change{DeletedModel: "projects/default/models/m0"})
+	if _, err := ValidateUpload(s, fresh); err != nil || s.ModelCount("default") != MaxModelsPerProject-1 {
+		t.Errorf("a new model once one was deleted: %v (%d models)", err, s.ModelCount("default"))
+	}
+
+	full := "projects/default/models/m1"
+	for i := range MaxVersionsPerModel {
+		s.Versions[full] = append(s.Versions[full], &loomv1.ModelVersion{Name: fmt.Sprintf("%s/versions/%d", full, i+1), Version: int64(i + 1)})
+	}
+	more := upload("more")
+	more.ModelId = "m1"
+	if _, err := ValidateUpload(s, more); err == nil || RefusalCode(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), full+" has 10000 versions, the limit") {
+		t.Errorf("a version past the limit: %v", err)
 	}
 }
