@@ -72,7 +72,10 @@ func (r *Repo) Load(ctx context.Context) (*domain.State, error) {
 // Tx returns the transaction that stores c's root (or deletes it, with its
 // trials) and emits what c emits, each routed by libs/topics
 // (envelope.Route) with its principal. Of a tuning root's trials only those
-// that differ from c.Before's are written.
+// whose record differs from c.Before's are written; only those c.Trials
+// names are looked at when it names them (the domain's changes do), so
+// that a change of one trial of a big study encodes that trial, not the
+// study.
 func (r *Repo) Tx(c *domain.Change) (*store.Tx, error) {
 	tx := &store.Tx{}
 	if c.After == nil {
@@ -84,20 +87,8 @@ func (r *Repo) Tx(c *domain.Change) (*store.Tx, error) {
 			return nil, fmt.Errorf("encode %s: %w", c.Root, err)
 		}
 		tx.HSet(KeyRoots, c.Root, b)
-		trials, err := EncodeTrials(c.After)
-		if err != nil {
+		if err := writeTrials(tx, c); err != nil {
 			return nil, fmt.Errorf("encode the trials of %s: %w", c.Root, err)
-		}
-		var before map[string][]byte
-		if c.Before != nil {
-			if before, err = EncodeTrials(c.Before); err != nil {
-				return nil, fmt.Errorf("encode the trials of %s: %w", c.Root, err)
-			}
-		}
-		for _, id := range sortedIDs(trials) {
-			if !bytes.Equal(before[id], trials[id]) {
-				tx.HSet(KeyTrialsPrefix+c.Root, id, trials[id])
-			}
 		}
 	}
 	for _, e := range c.Emits {
@@ -109,6 +100,46 @@ func (r *Repo) Tx(c *domain.Change) (*store.Tx, error) {
 		tx.Emit(ev)
 	}
 	return tx, nil
+}
+
+// writeTrials adds to tx the records of c.After's trials that differ from
+// c.Before's: of the trials c.Trials names, or of all when it is nil.
+func writeTrials(tx *store.Tx, c *domain.Change) error {
+	if c.Trials == nil {
+		trials, err := EncodeTrials(c.After)
+		if err != nil {
+			return err
+		}
+		var before map[string][]byte
+		if c.Before != nil {
+			if before, err = EncodeTrials(c.Before); err != nil {
+				return err
+			}
+		}
+		for _, id := range sortedIDs(trials) {
+			if !bytes.Equal(before[id], trials[id]) {
+				tx.HSet(KeyTrialsPrefix+c.Root, id, trials[id])
+			}
+		}
+		return nil
+	}
+	for _, id := range c.Trials {
+		after, err := encodeTrial(c.After, id)
+		if err != nil {
+			return err
+		}
+		if after == nil {
+			continue // not a trial of After's: nothing to write
+		}
+		before, err := encodeTrial(c.Before, id)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(before, after) {
+			tx.HSet(KeyTrialsPrefix+c.Root, id, after)
+		}
+	}
+	return nil
 }
 
 // sortedIDs is m's trial ids in numeric order (writes in a fixed order).
@@ -197,9 +228,7 @@ func Encode(r *domain.Root) ([]byte, error) {
 		rec.CJs = append(rec.CJs, c)
 	}
 	if t := r.Tuning; t != nil {
-		job := proto.Clone(t.Job).(*trainingv1.HyperparameterTuningJob)
-		job.Trials = nil
-		b, err := marshal(job)
+		b, err := marshal(domain.WithoutTrials(t.Job))
 		if err != nil {
 			return nil, err
 		}
@@ -234,23 +263,51 @@ func EncodeTrials(r *domain.Root) (map[string][]byte, error) {
 	}
 	out := make(map[string][]byte, len(r.Tuning.Job.GetTrials()))
 	for _, tr := range r.Tuning.Job.GetTrials() {
-		b, err := marshal(tr)
+		b, err := encodeTrialRecord(tr, cjs[tr.GetId()])
 		if err != nil {
 			return nil, err
 		}
-		rec := trialRecord{Trial: b}
-		if j := cjs[tr.GetId()]; j != nil {
-			c, err := encodeCJ(j)
-			if err != nil {
-				return nil, err
-			}
-			rec.CJ = &c
-		}
-		if out[tr.GetId()], err = json.Marshal(rec); err != nil {
-			return nil, err
-		}
+		out[tr.GetId()] = b
 	}
 	return out, nil
+}
+
+// encodeTrial is trial id's record of tuning root r, as EncodeTrials
+// gives it; nil when r (possibly nil) has no such trial.
+func encodeTrial(r *domain.Root, id string) ([]byte, error) {
+	if r == nil || r.Tuning == nil {
+		return nil, nil
+	}
+	for _, tr := range r.Tuning.Job.GetTrials() {
+		if tr.GetId() != id {
+			continue
+		}
+		for _, j := range r.CJs {
+			if j.TrialID == id {
+				return encodeTrialRecord(tr, j)
+			}
+		}
+		return encodeTrialRecord(tr, nil)
+	}
+	return nil, nil
+}
+
+// encodeTrialRecord is the record of trial tr and its CustomJob j (nil:
+// none).
+func encodeTrialRecord(tr *trainingv1.Trial, j *domain.CJ) ([]byte, error) {
+	b, err := marshal(tr)
+	if err != nil {
+		return nil, err
+	}
+	rec := trialRecord{Trial: b}
+	if j != nil {
+		c, err := encodeCJ(j)
+		if err != nil {
+			return nil, err
+		}
+		rec.CJ = &c
+	}
+	return json.Marshal(rec)
 }
 
 // MergeTrials puts a tuning root's stored trials (EncodeTrials' records)

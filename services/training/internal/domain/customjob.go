@@ -296,7 +296,7 @@ func endCJ(now time.Time, cj *CJ, state trainingv1.JobState, code int32, msg str
 // CANCELLED at once; a submitted one goes CANCELLING and its job is
 // cancelled as its owner.
 func stopCJ(now time.Time, cj *CJ, reason string, em *emitter) {
-	if JobEnded(cj.Job.GetState()) || cj.Stop != "" {
+	if !stoppable(cj) {
 		return
 	}
 	cj.Stop = reason
@@ -310,6 +310,12 @@ func stopCJ(now time.Time, cj *CJ, reason string, em *emitter) {
 		em.add(cj.Job.GetCluster(), &eventsv1.CancelJob{Job: cj.Job.GetJob(), Cluster: cj.Job.GetCluster(),
 			User: cj.Job.GetUser()}, "users/"+cj.Job.GetUser())
 	}
+}
+
+// stoppable reports whether stopCJ would stop cj: it has not ended, and
+// is not being stopped.
+func stoppable(cj *CJ) bool {
+	return !JobEnded(cj.Job.GetState()) && cj.Stop == ""
 }
 
 // expire ends a FLEX_START CustomJob that has not started within its
@@ -357,8 +363,13 @@ func (s *State) Tick(now time.Time) []*Change {
 		}
 		c, _ := s.change(now, name, func(r *Root, em *emitter) error {
 			for _, cj := range r.CJs {
-				expire(now, cj, em)
-				retryCluster(now, cj, em)
+				// expire and retryCluster change only a CustomJob due
+				// for one of them: only such a one is copied to change.
+				if expiryDue(now, cj) || retryDue(now, cj) {
+					cj = r.editCJ(cj)
+					expire(now, cj, em)
+					retryCluster(now, cj, em)
+				}
 			}
 			return nil
 		})

@@ -30,14 +30,19 @@ const (
 )
 
 // step feeds in at now, applies the change and returns it (nil: none).
+// It fails t when deciding changed s or the change is not what comparing
+// whole roots gives (checkDecision), or Apply left a wrong index.
 func step(t *testing.T, s *State, now time.Time, in Input) *Change {
 	t.Helper()
+	snap := snapshot(s)
 	c, err := s.Handle(now, in)
 	if err != nil {
 		t.Fatalf("Handle(%T): %v", in.Payload, err)
 	}
+	checkDecision(t, s, snap, c)
 	if c != nil {
 		s.Apply(c)
+		checkIndex(t, s)
 	}
 	return c
 }

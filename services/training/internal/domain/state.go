@@ -10,11 +10,13 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -77,21 +79,29 @@ type Pipeline struct {
 // it owns: a CustomJob; a tuning job with its trials' CustomJobs; a
 // pipeline with its CustomJob or its tuning job and trials. It is the unit
 // of storage: every event changes at most one root.
+//
+// A root in State never changes: a change works on a copy (derive) and
+// replaces the root once stored. That copy shares the study's trials and
+// their CustomJobs with the root it came from until it changes one (edit),
+// so that an event costs what it touched, not the study's size.
 type Root struct {
 	Name     string
 	CJs      []*CJ
 	Tuning   *Tuning
 	Pipeline *Pipeline
+	// copied is nil on a root that owns all it holds (made by a command,
+	// loaded, or Clone). On a root derive made, it holds the ids of the
+	// trials the root owns: copied by edit, or added. Its other trials and
+	// their CustomJobs are the objects of the root it was derived from,
+	// which must stay as they are: they are only read.
+	copied map[string]bool
 }
 
-// Clone returns a deep copy of r.
+// Clone returns a deep copy of r, which owns all it holds.
 func (r *Root) Clone() *Root {
 	c := &Root{Name: r.Name}
 	for _, j := range r.CJs {
-		cj := *j
-		cj.Job = proto.Clone(j.Job).(*trainingv1.CustomJob)
-		cj.Nodes = append([]string(nil), j.Nodes...)
-		c.CJs = append(c.CJs, &cj)
+		c.CJs = append(c.CJs, cloneCJ(j))
 	}
 	if r.Tuning != nil {
 		t := *r.Tuning
@@ -107,6 +117,105 @@ func (r *Root) Clone() *Root {
 		c.Pipeline = &p
 	}
 	return c
+}
+
+// cloneCJ returns a deep copy of j.
+func cloneCJ(j *CJ) *CJ {
+	c := *j
+	c.Job = proto.Clone(j.Job).(*trainingv1.CustomJob)
+	c.Nodes = append([]string(nil), j.Nodes...)
+	return &c
+}
+
+// derive returns a copy of r for a change to work on: like Clone, except
+// that the trials and the trials' CustomJobs (a study's bulk: up to
+// MaxTrialCount trials of MaxMeasurements each) are r's own objects until
+// edit copies them. r must not change while the copy lives.
+func (r *Root) derive() *Root {
+	c := &Root{Name: r.Name, copied: map[string]bool{}}
+	for _, j := range r.CJs {
+		if j.TrialID == "" {
+			j = cloneCJ(j)
+		}
+		c.CJs = append(c.CJs, j)
+	}
+	if r.Tuning != nil {
+		t := *r.Tuning
+		t.Job = WithoutTrials(r.Tuning.Job)
+		t.Job.Trials = slices.Clone(r.Tuning.Job.GetTrials())
+		if t.EndError != nil {
+			t.EndError = proto.Clone(t.EndError).(*trainingv1.Status)
+		}
+		c.Tuning = &t
+	}
+	if r.Pipeline != nil {
+		p := *r.Pipeline
+		p.P = proto.Clone(r.Pipeline.P).(*trainingv1.TrainingPipeline)
+		c.Pipeline = &p
+	}
+	return c
+}
+
+// shared reports whether r holds trial id's Trial and CustomJob as the
+// root it was derived from does (the same objects: not to be changed, and
+// unchanged). An own CustomJob (trialID "") is never shared.
+func (r *Root) shared(trialID string) bool {
+	return r.copied != nil && trialID != "" && !r.copied[trialID]
+}
+
+// edit returns trial id's Trial and CustomJob (nil when r has none) for a
+// change to modify, copying them into r first when r shares them with the
+// root it was derived from. Every change to a trial or to a trial's
+// CustomJob goes through edit (or editCJ), so that none reaches that root.
+func (r *Root) edit(id string) (*trainingv1.Trial, *CJ) {
+	var tr *trainingv1.Trial
+	ti := -1
+	if r.Tuning != nil {
+		for i, x := range r.Tuning.Job.GetTrials() {
+			if x.GetId() == id {
+				tr, ti = x, i
+				break
+			}
+		}
+	}
+	var cj *CJ
+	ci := -1
+	for i, j := range r.CJs {
+		if j.TrialID == id {
+			cj, ci = j, i
+			break
+		}
+	}
+	if !r.shared(id) {
+		return tr, cj
+	}
+	r.copied[id] = true
+	if tr != nil {
+		tr = proto.Clone(tr).(*trainingv1.Trial)
+		r.Tuning.Job.Trials[ti] = tr
+	}
+	if cj != nil {
+		cj = cloneCJ(cj)
+		r.CJs[ci] = cj
+	}
+	return tr, cj
+}
+
+// editCJ is edit for a CustomJob of r: cj itself when r owns it, else
+// r's copy of it (with its trial's).
+func (r *Root) editCJ(cj *CJ) *CJ {
+	if !r.shared(cj.TrialID) {
+		return cj
+	}
+	_, c := r.edit(cj.TrialID)
+	return c
+}
+
+// added records that r owns trial id, new in it.
+func (r *Root) added(id string) {
+	if r.copied != nil {
+		r.copied[id] = true
+	}
 }
 
 // cj returns r's CustomJob named name.
@@ -197,10 +306,14 @@ func NewState(roots ...*Root) *State {
 	return s
 }
 
-// keys are the index entries of r.
-func keys(r *Root) []string {
+// keys are the index entries of r; with trials not nil, of the trials'
+// CustomJobs only those of the trial ids in trials.
+func keys(r *Root, trials map[string]bool) []string {
 	k := []string{r.Name}
 	for _, j := range r.CJs {
+		if trials != nil && j.TrialID != "" && !trials[j.TrialID] {
+			continue
+		}
 		k = append(k, j.Job.GetName())
 		if n, err := ParseName(j.Job.GetName(), CustomJobs); err == nil {
 			k = append(k, "job:"+n.Job(), "cluster:"+j.Job.GetCluster())
@@ -217,19 +330,47 @@ func keys(r *Root) []string {
 
 func (s *State) put(r *Root) {
 	if old, ok := s.Roots[r.Name]; ok {
-		for _, k := range keys(old) {
+		for _, k := range keys(old, nil) {
 			delete(s.index, k)
 		}
 	}
 	s.Roots[r.Name] = r
-	for _, k := range keys(r) {
+	for _, k := range keys(r, nil) {
 		s.index[k] = r.Name
 	}
 }
 
+// replace is put for c.After, derived from c.Before, the root in s: of
+// the trials' CustomJobs it indexes only those of c.Trials, since After
+// holds the others as Before does, with the entries they have. It reports
+// false, changing nothing, when Before's entries are not all After's,
+// for put to remove what is gone (never so far: a CustomJob's names stay
+// as they were made).
+func (s *State) replace(c *Change) bool {
+	trials := make(map[string]bool, len(c.Trials))
+	for _, id := range c.Trials {
+		trials[id] = true
+	}
+	now := keys(c.After, trials)
+	held := make(map[string]bool, len(now))
+	for _, k := range now {
+		held[k] = true
+	}
+	for _, k := range keys(c.Before, trials) {
+		if !held[k] {
+			return false
+		}
+	}
+	s.Roots[c.Root] = c.After
+	for _, k := range now {
+		s.index[k] = c.Root
+	}
+	return true
+}
+
 func (s *State) del(name string) {
 	if old, ok := s.Roots[name]; ok {
-		for _, k := range keys(old) {
+		for _, k := range keys(old, nil) {
 			delete(s.index, k)
 		}
 		delete(s.Roots, name)
@@ -260,16 +401,26 @@ type Change struct {
 	// what changed (a tuning root's trials); After is it now (nil: deleted).
 	Before *Root
 	After  *Root
+	// Trials, when not nil, are the ids, in id order, of the only trials
+	// (each with its CustomJob) that After may hold differently from
+	// Before: those the change copied to modify, or added. After holds its
+	// other trials as Before does (the same objects), so storage need not
+	// look at them. nil: not known (a new root, a Change made otherwise):
+	// any trial may differ.
+	Trials []string
 	Emits  []Emit
 }
 
-// Apply records c in s.
+// Apply records c in s. Its cost follows what c changed: of a study's
+// trials, only those c.Trials names are indexed again.
 func (s *State) Apply(c *Change) {
-	if c.After == nil {
+	switch {
+	case c.After == nil:
 		s.del(c.Root)
-		return
+	case c.Trials != nil && c.Before != nil && s.Roots[c.Root] == c.Before && s.replace(c):
+	default:
+		s.put(c.After)
 	}
-	s.put(c.After)
 }
 
 // Input is one consumed event as the domain sees it.
@@ -377,13 +528,15 @@ func (e *emitter) add(key string, p proto.Message, principal string) {
 
 // change runs f on a copy of the root name, advances it, and returns the
 // change with the commands f and the advance emitted and the Changed events
-// of everything that changed; nil when nothing did.
+// of everything that changed; nil when nothing did. The copy shares the
+// root's trials until f or the advance edits them, and the root itself is
+// left as it is, whatever f does.
 func (s *State) change(now time.Time, name string, f func(r *Root, em *emitter) error) (*Change, error) {
 	old := s.Roots[name]
 	if old == nil {
 		return nil, nil
 	}
-	r := old.Clone()
+	r := old.derive()
 	em := &emitter{}
 	if err := f(r, em); err != nil {
 		return nil, err
@@ -393,7 +546,9 @@ func (s *State) change(now time.Time, name string, f func(r *Root, em *emitter) 
 }
 
 // finish stamps update_time on what changed and adds their Changed events
-// after the commands; nil when nothing changed.
+// after the commands; nil when nothing changed. Of r's trials and trial
+// CustomJobs, only those r does not share with old can have changed, and
+// only those are compared.
 func finish(now time.Time, old, r *Root, em *emitter) *Change {
 	ts := timestamppb.New(now)
 	var events []Emit
@@ -404,6 +559,9 @@ func finish(now time.Time, old, r *Root, em *emitter) *Change {
 		return name
 	}
 	for _, j := range r.CJs {
+		if r.shared(j.TrialID) {
+			continue
+		}
 		var prev *trainingv1.CustomJob
 		if old != nil {
 			if o := old.cj(j.Job.GetName()); o != nil {
@@ -423,21 +581,19 @@ func finish(now time.Time, old, r *Root, em *emitter) *Change {
 		}
 		prevTrials := map[string]*trainingv1.Trial{}
 		for _, tr := range prev.GetTrials() {
-			prevTrials[tr.GetId()] = tr
+			if !r.shared(tr.GetId()) {
+				prevTrials[tr.GetId()] = tr
+			}
 		}
 		for _, tr := range t.Job.GetTrials() {
-			if !proto.Equal(prevTrials[tr.GetId()], tr) {
+			if !r.shared(tr.GetId()) && !proto.Equal(prevTrials[tr.GetId()], tr) {
 				events = append(events, Emit{Key: project(t.Job.GetName()),
 					Payload: &eventsv1.TrialChanged{TuningJob: t.Job.GetName(), Trial: proto.Clone(tr).(*trainingv1.Trial)}})
 			}
 		}
 		// Its event carries no measurements: a new measurement is a
 		// TrialChanged only.
-		var prevSum *trainingv1.HyperparameterTuningJob
-		if prev != nil {
-			prevSum = Summary(prev)
-		}
-		if changed(prevSum, Summary(t.Job), func(m *trainingv1.HyperparameterTuningJob) **timestamppb.Timestamp { return &m.UpdateTime }) {
+		if summaryChanged(prev, r) {
 			t.Job.UpdateTime = ts
 			events = append(events, Emit{Key: project(t.Job.GetName()),
 				Payload: &eventsv1.HyperparameterTuningJobChanged{TuningJob: Summary(t.Job)}})
@@ -457,7 +613,24 @@ func finish(now time.Time, old, r *Root, em *emitter) *Change {
 	if old != nil && len(em.out) == 0 && len(events) == 0 && rootEqual(old, r) {
 		return nil
 	}
-	return &Change{Root: r.Name, Before: old, After: r, Emits: append(em.out, events...)}
+	c := &Change{Root: r.Name, Before: old, After: r, Emits: append(em.out, events...)}
+	if r.copied != nil {
+		c.Trials = make([]string, 0, len(r.copied))
+		for id := range r.copied {
+			c.Trials = append(c.Trials, id)
+		}
+		slices.SortFunc(c.Trials, compareTrialIDs)
+	}
+	return c
+}
+
+// compareTrialIDs orders trial ids numerically ("2" before "10"): they
+// are decimal numbers without leading zeros.
+func compareTrialIDs(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	return strings.Compare(a, b)
 }
 
 // changed reports whether cur differs from prev beyond its update time.
@@ -471,24 +644,43 @@ func changed[M proto.Message](prev, cur M, upd func(M) **timestamppb.Timestamp) 
 	return !proto.Equal(prev, c)
 }
 
-// rootEqual reports whether a and b hold the same state.
+// summaryChanged reports whether r's tuning job as Summary gives it
+// (HyperparameterTuningJobChanged's) differs from prev's beyond its update
+// time. r derives from prev's root, so its trials are prev's, at the same
+// index, and added ones after them: a trial r shares is prev's.
+func summaryChanged(prev *trainingv1.HyperparameterTuningJob, r *Root) bool {
+	cur := r.Tuning.Job
+	if prev == nil || len(prev.GetTrials()) != len(cur.GetTrials()) {
+		return true
+	}
+	a, b := without(prev, trialsField), without(cur, trialsField)
+	b.UpdateTime = a.UpdateTime
+	if !proto.Equal(a, b) {
+		return true
+	}
+	for i, tr := range cur.GetTrials() {
+		if !r.shared(tr.GetId()) && !proto.Equal(without(prev.GetTrials()[i], measurementsField), without(tr, measurementsField)) {
+			return true
+		}
+	}
+	return false
+}
+
+// rootEqual reports whether a and b hold the same state. What they share
+// (one object) is equal without a look.
 func rootEqual(a, b *Root) bool {
 	if len(a.CJs) != len(b.CJs) {
 		return false
 	}
 	for i := range a.CJs {
-		x, y := a.CJs[i], b.CJs[i]
-		if !proto.Equal(x.Job, y.Job) || strings.Join(x.Nodes, ",") != strings.Join(y.Nodes, ",") ||
-			x.TrialID != y.TrialID || x.Ephemeral != y.Ephemeral || x.Submitted != y.Submitted ||
-			x.ClusterDeleted != y.ClusterDeleted || x.CancelSent != y.CancelSent || x.Stop != y.Stop || x.Attempt != y.Attempt ||
-			!x.RetryAt.Equal(y.RetryAt) || x.Refused != y.Refused {
+		if !cjEqual(a.CJs[i], b.CJs[i]) {
 			return false
 		}
 	}
 	if (a.Tuning == nil) != (b.Tuning == nil) || (a.Pipeline == nil) != (b.Pipeline == nil) {
 		return false
 	}
-	if a.Tuning != nil && (!proto.Equal(a.Tuning.Job, b.Tuning.Job) || a.Tuning.Ending != b.Tuning.Ending ||
+	if a.Tuning != nil && (!tuningJobEqual(a.Tuning.Job, b.Tuning.Job) || a.Tuning.Ending != b.Tuning.Ending ||
 		!proto.Equal(a.Tuning.EndError, b.Tuning.EndError)) {
 		return false
 	}
@@ -505,12 +697,76 @@ func rootEqual(a, b *Root) bool {
 	return true
 }
 
+// cjEqual reports whether x and y hold the same state; one object is
+// equal to itself without a look.
+func cjEqual(x, y *CJ) bool {
+	if x == y || x == nil || y == nil {
+		return x == y
+	}
+	return proto.Equal(x.Job, y.Job) && strings.Join(x.Nodes, ",") == strings.Join(y.Nodes, ",") &&
+		x.TrialID == y.TrialID && x.Ephemeral == y.Ephemeral && x.Submitted == y.Submitted &&
+		x.ClusterDeleted == y.ClusterDeleted && x.CancelSent == y.CancelSent && x.Stop == y.Stop && x.Attempt == y.Attempt &&
+		x.RetryAt.Equal(y.RetryAt) && x.Refused == y.Refused
+}
+
+// tuningJobEqual is proto.Equal for tuning jobs, trial by trial, taking a
+// trial both hold (one object) as equal without a look.
+func tuningJobEqual(a, b *trainingv1.HyperparameterTuningJob) bool {
+	if len(a.GetTrials()) != len(b.GetTrials()) || !proto.Equal(without(a, trialsField), without(b, trialsField)) {
+		return false
+	}
+	for i, x := range a.GetTrials() {
+		if y := b.GetTrials()[i]; x != y && !proto.Equal(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+// Fields left out of a tuning job's own record and of its summary.
+var (
+	trialsField       = field(&trainingv1.HyperparameterTuningJob{}, "trials")
+	measurementsField = field(&trainingv1.Trial{}, "measurements")
+)
+
+func field(m proto.Message, name protoreflect.Name) protoreflect.FieldNumber {
+	fd := m.ProtoReflect().Descriptor().Fields().ByName(name)
+	if fd == nil {
+		panic(fmt.Sprintf("%T has no field %s", m, name))
+	}
+	return fd.Number()
+}
+
+// without returns a new message holding m's fields but the field numbered
+// f, sharing their values with m: a view to read, not to change (clone it
+// for a copy of its own).
+func without[M proto.Message](m M, f protoreflect.FieldNumber) M {
+	src := m.ProtoReflect()
+	dst := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Number() != f {
+			dst.Set(fd, v)
+		}
+		return true
+	})
+	if u := src.GetUnknown(); len(u) > 0 {
+		dst.SetUnknown(u)
+	}
+	return dst.Interface().(M)
+}
+
+// WithoutTrials returns a deep copy of a tuning job without its trials:
+// the job's own fields, as its root's record stores them.
+func WithoutTrials(t *trainingv1.HyperparameterTuningJob) *trainingv1.HyperparameterTuningJob {
+	return proto.Clone(without(t, trialsField)).(*trainingv1.HyperparameterTuningJob)
+}
+
 // Summary is a tuning job as HyperparameterTuningJobChanged carries it:
-// its trials without their intermediate measurements.
+// its trials without their intermediate measurements (a deep copy).
 func Summary(t *trainingv1.HyperparameterTuningJob) *trainingv1.HyperparameterTuningJob {
-	c := proto.Clone(t).(*trainingv1.HyperparameterTuningJob)
-	for _, tr := range c.GetTrials() {
-		tr.Measurements = nil
+	c := WithoutTrials(t)
+	for _, tr := range t.GetTrials() {
+		c.Trials = append(c.Trials, proto.Clone(without(tr, measurementsField)).(*trainingv1.Trial))
 	}
 	return c
 }
@@ -539,7 +795,9 @@ func (s *State) cancel(now time.Time, name, user string, admin bool) (*Change, e
 				cancelTuning(now, r.Tuning, r, reason, em)
 			}
 			for _, cj := range r.CJs {
-				stopCJ(now, cj, reason, em)
+				if stoppable(cj) {
+					stopCJ(now, r.editCJ(cj), reason, em)
+				}
 			}
 		case r.Tuning != nil && r.Tuning.Job.GetName() == name:
 			cancelTuning(now, r.Tuning, r, reason, em)
@@ -548,7 +806,7 @@ func (s *State) cancel(now time.Time, name, user string, admin bool) (*Change, e
 			if cj == nil {
 				return ignored("cancel %s: %v", name, errs.NotFound)
 			}
-			stopCJ(now, cj, reason, em)
+			stopCJ(now, r.editCJ(cj), reason, em)
 		}
 		return nil
 	})
@@ -586,7 +844,7 @@ func (s *State) onCluster(now time.Time, cluster string, f func(r *Root, cj *CJ,
 	return s.change(now, r.Name, func(r *Root, em *emitter) error {
 		for _, cj := range r.CJs {
 			if cj.Ephemeral && cj.Job.GetCluster() == cluster {
-				f(r, cj, em)
+				f(r, r.editCJ(cj), em)
 			}
 		}
 		return nil
@@ -600,12 +858,24 @@ func (s *State) jobChanged(now time.Time, ev *eventsv1.JobChanged) (*Change, err
 	}
 	return s.change(now, r.Name, func(r *Root, em *emitter) error {
 		for _, cj := range r.CJs {
-			if n, err := ParseName(cj.Job.GetName(), CustomJobs); err == nil && n.Job() == ev.GetJob().GetName() {
-				jobChanged(now, cj, ev, em)
+			if runsJob(cj, ev.GetJob().GetName()) {
+				jobChanged(now, r.editCJ(cj), ev, em)
 			}
 		}
 		return nil
 	})
+}
+
+// runsJob reports whether cj's scheduler job is job
+// ("projects/{p}/jobs/{id}"): cj is CustomJob id of project p.
+func runsJob(cj *CJ, job string) bool {
+	// The id's test first: it is cheap, and a study holds many CustomJobs.
+	i := strings.LastIndexByte(job, '/')
+	if i < 0 || !strings.HasSuffix(cj.Job.GetName(), job[i:]) {
+		return false
+	}
+	n, err := ParseName(cj.Job.GetName(), CustomJobs)
+	return err == nil && n.Job() == job
 }
 
 // sortedKeys returns m's keys in order.

@@ -189,6 +189,7 @@ func advanceTuning(now time.Time, grace time.Duration, r *Root, em *emitter) boo
 			continue
 		}
 		if cj := r.cj(tr.GetCustomJob()); cj != nil && JobEnded(cj.Job.GetState()) && !awaitingMetric(now, grace, job, tr, cj) {
+			tr, cj := r.edit(tr.GetId())
 			finishTrial(now, srch, job, tr, cj)
 			moved = true
 		}
@@ -217,8 +218,9 @@ func advanceTuning(now time.Time, grace time.Duration, r *Root, em *emitter) boo
 	if t.Ending != 0 {
 		for _, tr := range job.GetTrials() {
 			if trialActive(tr) {
+				tr, cj := r.edit(tr.GetId())
 				tr.State = trainingv1.Trial_STOPPING
-				if cj := r.cj(tr.GetCustomJob()); cj != nil {
+				if cj != nil {
 					stopCJ(now, cj, "its tuning job "+job.GetName()+" is ending: "+t.EndError.GetMessage(), em)
 					if JobEnded(cj.Job.GetState()) && !awaitingMetric(now, grace, job, tr, cj) {
 						finishTrial(now, srch, job, tr, cj)
@@ -299,6 +301,7 @@ func startTrial(now time.Time, r *Root, ps []*trainingv1.Trial_Parameter, em *em
 		Labels: job.GetLabels(), User: job.GetUser(),
 	}, id)
 	r.CJs = append(r.CJs, cj)
+	r.added(id)
 	startCJ(now, cj, em)
 }
 
@@ -452,7 +455,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 	return s.change(now, r.Name, func(r *Root, em *emitter) error {
 		var cj *CJ
 		for _, j := range r.CJs {
-			if n, err := ParseName(j.Job.GetName(), CustomJobs); err == nil && n.Job() == ev.GetJob() {
+			if runsJob(j, ev.GetJob()) {
 				cj = j
 			}
 		}
@@ -474,7 +477,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		if idx < 0 || !trialActive(job.GetTrials()[idx]) {
 			return nil
 		}
-		tr := job.GetTrials()[idx]
+		tr, cj := r.edit(cj.TrialID)
 		for _, p := range ev.GetPoints() {
 			m := &trainingv1.Measurement{StepCount: p.GetStep()}
 			for _, k := range sortedKeys(p.GetValues()) {
