@@ -338,4 +338,44 @@ func TestUploadReadsAsTheUploader(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "default", "second", "model.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused file was exported: %v", err)
 	}
+
+	// A cluster administrator's upload (here the internal RPC's) is read
+	// with the registry's rights but recorded as the directory's owner's,
+	// and exported as theirs: what they may not read is not copied.
+	adminDir := modelDir(t)
+	openTo(t, adminDir)
+	if err := os.Chown(adminDir, int(ana.UID), int(ana.GID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "by-admin", Model: &loomv1.Model{ArtifactUri: adminDir}}); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := c.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: "projects/default/models/by-admin"})
+	if err != nil || len(vs.GetVersions()) != 1 || vs.GetVersions()[0].GetArtifactOwner() != ana.Name {
+		t.Fatalf("the administrator's upload of %s's directory: %v, %v; want artifact_owner %s", ana.Name, vs, err, ana.Name)
+	}
+	if err := os.Chmod(filepath.Join(adminDir, "model.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexParent + "/models/by-admin@1", OutputConfig: &loomv1.ExportModelOutputConfig{
+		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + filepath.Join(root, "default", "by-admin")}}})
+	wantCode(t, "an export of the administrator's upload, a file its owner may not read", err, codes.PermissionDenied, ana.Name+" (uid")
+}
+
+// TestExportNeedsAnOwner: a local version with no recorded owner (a job of
+// no owner's, or one registered before owners were recorded) is not
+// exported with the registry's own rights: FailedPrecondition, saying to
+// register the directory again.
+func TestExportNeedsAnOwner(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	testkit.Publish(t, broker, completedJob("5"))
+	waitVersions(t, c, 1)
+	_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
+		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + filepath.Join(root, "default", "x")}}})
+	wantCode(t, "an export of a version of no owner", err, codes.FailedPrecondition, "a local directory of no recorded owner")
 }

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
+	"os/user"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -219,9 +222,9 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 // stores) or an error (the check cut short by ctx). A local directory is
 // read as the uploader's OS account (UploadModel.os_user, libs/osuser.As):
 // the registry reads with its own rights, and must read no more than the
-// uploader could. owner is that account, the version's artifact_owner; ""
-// for a bucket and for an upload that may read anything
-// (UploadModel.any_owner: a cluster administrator's, a service's).
+// uploader could. owner is that account, the version's artifact_owner
+// (for an upload that may read anything, UploadModel.any_owner: a cluster
+// administrator's, a service's, the directory's owner); "" for a bucket.
 func (r *Registry) verify(ctx context.Context, u domain.Upload) (owner string, refusal, err error) {
 	// Outside every lock: reads and other changes go on while the files are
 	// hashed.
@@ -229,7 +232,25 @@ func (r *Registry) verify(ctx context.Context, u domain.Upload) (owner string, r
 	var check func() error
 	switch cmd := u.Cmd; {
 	case u.Dir != "" && cmd.GetAnyOwner():
-		check = func() error { return artifact.Verify(ctx, u.Dir) }
+		// Read with the registry's rights, and recorded as its owner's:
+		// an export reads it as them, so that a link put in place of a
+		// directory above it later (by whoever owns that one) reaches
+		// nothing they could not read.
+		check = func() error {
+			if err := artifact.Verify(ctx, u.Dir); err != nil {
+				return err
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(u.Dir, &st); err != nil {
+				return fmt.Errorf("artifact directory %s: %v", u.Dir, err)
+			}
+			acct, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10))
+			if err != nil {
+				return fmt.Errorf("artifact directory %s belongs to uid %d, which has no account on the registry's host: an exported version is read as its owner", u.Dir, st.Uid)
+			}
+			owner = acct.Username
+			return nil
+		}
 	case u.Dir != "":
 		if cmd.GetOsUser() == "" {
 			return "", fmt.Errorf("%s: the upload names no OS account to read the directory as (a command from an older gateway?); upload it again", field), nil

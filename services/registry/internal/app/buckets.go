@@ -85,7 +85,16 @@ func (r *Registry) SetProjectBuckets(list []string) error {
 // segment, so that an escaped character or a "..", which blobstore.Open
 // would refuse in any case, cannot pass for another project's prefix.
 func (r *Registry) checkBucket(field, project, uri, open string) error {
-	if strings.HasPrefix(uri, "mem://") || (len(r.projectBuckets) == 1 && r.projectBuckets[0] == AnyBucket) {
+	scheme, _, _ := strings.Cut(uri, "://")
+	switch strings.ToLower(scheme) {
+	case "mem":
+		return nil
+	case "s3", "gs", "azblob":
+	default:
+		// Whatever else Open takes (file:// in another case) is no bucket.
+		return errs.Invalid(field, "%s: only s3://, gs:// and azblob:// are buckets (a local directory is file:///dir)", clip(uri))
+	}
+	if len(r.projectBuckets) == 1 && r.projectBuckets[0] == AnyBucket {
 		return nil
 	}
 	if o, err := url.Parse(open); err == nil && o.Query().Get("anonymous") == "true" {
@@ -105,7 +114,7 @@ func (r *Registry) checkBucket(field, project, uri, open string) error {
 		prefix := strings.ReplaceAll(p, ProjectPlaceholder, project)
 		allowed = append(allowed, prefix)
 		pu, err := url.Parse(prefix)
-		if err != nil || pu.Scheme != u.Scheme || pu.Host != u.Host {
+		if err != nil || !strings.EqualFold(pu.Scheme, u.Scheme) || pu.Host != u.Host {
 			continue
 		}
 		if path := strings.TrimSuffix(u.Path, "/") + "/"; strings.HasPrefix(path, pu.Path) && !strings.Contains(path, "/../") && !strings.Contains(path, "//") {

@@ -228,3 +228,31 @@ func TestProjectBuckets(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalDestinationInAnyCase: a file:// destination in another case is
+// still a local directory, confined to the project's directory of the
+// export root, even when any bucket is allowed (blobstore.Open reads the
+// scheme in any case); a '%' in a local path is refused, since Open would
+// decode it; and no other scheme passes as a bucket.
+func TestLocalDestinationInAnyCase(t *testing.T) {
+	t.Parallel()
+	const field = "output_config.artifact_destination.output_uri_prefix"
+	r := &Registry{exportRoot: "/exports"}
+	if err := r.SetProjectBuckets([]string{AnyBucket}); err != nil {
+		t.Fatal(err)
+	}
+	for dst, says := range map[string]string{
+		"FILE:///etc/cron.d":              "outside project p's directory of the export root",
+		"File:///exports/other/x":         "outside project p's directory of the export root",
+		"file:///exports/p/%2e%2e/other":  "must not hold '%'",
+		"/exports/p/a%2Fb":                "must not hold '%'",
+		"http://169.254.169.254/latest/x": "only s3://, gs:// and azblob:// are buckets",
+	} {
+		if _, err := r.checkDestination(field, "p", dst); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("checkDestination(%q) = %v; want a refusal saying %q", dst, err, says)
+		}
+	}
+	if got, err := r.checkDestination(field, "p", "FILE:///exports/p/m1"); err != nil || got != "file:///exports/p/m1?"+noAttrs {
+		t.Errorf("checkDestination(FILE:// under the project's directory) = %q, %v", got, err)
+	}
+}

@@ -419,7 +419,11 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 		return nil, "", fmt.Errorf("open artifacts %s: %w", v.GetArtifactUri(), err)
 	}
 	defer src.Close()
-	if owner := v.GetArtifactOwner(); local && owner != "" {
+	if owner := v.GetArtifactOwner(); local {
+		if owner == "" {
+			return nil, "", fmt.Errorf("%w: %s is a local directory of no recorded owner (registered before the registry recorded one, or by a job of no owner): the registry reads exports as their owner; register the directory again (loom models upload)",
+				errs.FailedPrecondition, v.GetName())
+		}
 		a, err := osuser.Lookup(owner)
 		if err != nil {
 			return nil, "", fmt.Errorf("%w: %s: its owner's OS account is not known on the registry's host: %v", errs.FailedPrecondition, srcField, err)
@@ -482,9 +486,20 @@ func (r *Registry) checkDestination(field, project, dst string) (string, error) 
 		}
 		return open, r.checkBucket(field, project, dst, open)
 	}
-	p, isFile := strings.CutPrefix(dst, "file://")
-	if !isFile && strings.Contains(dst, "://") {
+	// The scheme as blobstore.Open reads it: any case ("FILE://" is a
+	// local directory too, not a bucket).
+	scheme, rest, hasScheme := strings.Cut(dst, "://")
+	isFile := hasScheme && strings.EqualFold(scheme, "file")
+	if hasScheme && !isFile {
 		return dst, r.checkBucket(field, project, dst, dst)
+	}
+	p := dst
+	if isFile {
+		p = rest
+	}
+	if strings.Contains(p, "%") {
+		// Open would decode it: the path checked must be the one written.
+		return "", errs.Invalid(field, "a local destination must not hold '%%': write the path as it is")
 	}
 	if !filepath.IsAbs(p) {
 		return "", errs.Invalid(field, "%q is neither a URL nor an absolute path", dst)

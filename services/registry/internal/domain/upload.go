@@ -241,6 +241,11 @@ func ArtifactDir(uri string) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("%s: %q is not an absolute path", field, clip(uri))
 	}
+	if strings.ContainsAny(p, "%?#") {
+		// A URL reader (the export's) would decode or cut them: the
+		// directory checked must be the one read.
+		return "", fmt.Errorf("%s: %q: a local path must not hold '%%', '?' or '#'", field, clip(uri))
+	}
 	return filepath.Clean(p), nil
 }
 

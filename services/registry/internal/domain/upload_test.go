@@ -117,6 +117,8 @@ func TestUploadRefusals(t *testing.T) {
 		"ftp artifact":      {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "ftp://b/m" }, "only file:// URIs, absolute paths and s3://, gs://, azblob:// bucket URLs"},
 		"file host":         {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "file://host/m" }, "not a host"},
 		"relative artifact": {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "data/m" }, "not an absolute path"},
+		"escaped artifact":  {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "file:///data/alice/%62ob" }, "must not hold '%', '?' or '#'"},
+		"query artifact":    {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "/data/m?x" }, "must not hold '%', '?' or '#'"},
 		"reserved alias":    {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"v2"} }, "model.version_aliases[0]: alias \"v2\" is reserved"},
 		"alias twice":       {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"prod", "prod"} }, "named twice"},
 		"control in name":   {func(c *eventsv1.UploadModel) { c.Model.DisplayName = "a\x1bb" }, "control characters"},
