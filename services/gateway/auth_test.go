@@ -495,7 +495,10 @@ func TestAuthOIDC(t *testing.T) {
 	// The first sign-in bound dana to subject id-123: another identity
 	// whose preferred_username says dana is refused.
 	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")})
-	wantAuthCode(t, "another identity claiming dana", err, codes.PermissionDenied, `dana is bound to another identity of the OIDC provider (subject "id-123"`)
+	wantAuthCode(t, "another identity claiming dana", err, codes.PermissionDenied, "dana is bound to another identity of the OIDC provider, and this one may not sign in as dana")
+	if strings.Contains(status.Convert(err).Message(), "id-123") {
+		t.Errorf("the refusal names the bound subject: %v", err)
+	}
 	danaTok := tok.GetAccessToken()
 	if b, err := authClient(h, t, danaTok).GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/-/oidcBinding"}); err != nil ||
 		b.GetName() != "users/dana/oidcBinding" || b.GetIssuer() != issuer || b.GetSubject() != "id-123" {
@@ -525,14 +528,40 @@ func TestAuthOIDC(t *testing.T) {
 	// administrator releases one, and the next sign-in binds again.
 	_, err = authClient(h, t, h.cred("bob")).GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/dana/oidcBinding"})
 	wantAuthCode(t, "bob reads dana's binding", err, codes.NotFound, "")
+	clock.Advance(time.Second)
 	if b, err := admin.DeleteOidcBinding(ctx, &loomv1.DeleteOidcBindingRequest{Name: "users/dana/oidcBinding"}); err != nil || b.GetSubject() != "id-123" {
 		t.Fatalf("the administrator releases dana's binding: %v, %v", b, err)
 	}
-	if _, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")}); err != nil {
+	// The release ends the sessions of the identity it held.
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: tok.GetRefreshToken()})
+	wantAuthCode(t, "a refresh of the released identity's session", err, codes.Unauthenticated, "this session was ended")
+	_, err = admin.DeleteOidcBinding(ctx, &loomv1.DeleteOidcBindingRequest{Name: "users/dana/oidcBinding"})
+	wantAuthCode(t, "a second release", err, codes.NotFound, "no OIDC binding")
+	clock.Advance(time.Second)
+	danaAgain, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")})
+	if err != nil {
 		t.Fatalf("a sign-in as dana after the release: %v", err)
 	}
 	if b, err := admin.GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/dana/oidcBinding"}); err != nil || b.GetSubject() != "id-999" {
 		t.Fatalf("dana's binding after the release and a new sign-in: %v, %v", b, err)
+	}
+
+	// Made a cluster administrator later, dana's sign-in binding no longer
+	// signs her in: her identity must be linked, and only an API key links
+	// (a token, even the OIDC sign-in's own, proves no more than it).
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "global", User: "dana", Role: "cluster-admin"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")})
+	wantAuthCode(t, "a promoted user's sign-in binding", err, codes.PermissionDenied, "bound by an OIDC sign-in, not linked")
+	_, err = authClient(h, t, danaAgain.GetAccessToken()).CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")})
+	wantAuthCode(t, "a link with an OIDC-made token", err, codes.PermissionDenied, "not linked")
+	danaKey := newKey(t, ctx, h, "dana", 0)
+	if _, err := authClient(h, t, danaKey.GetSecret()).CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")}); err != nil {
+		t.Fatalf("dana links with her API key: %v", err)
+	}
+	if tok, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idTokenOf("loom", "id-999", "dana")}); err != nil || !tok.GetPrincipal().GetClusterAdmin() {
+		t.Fatalf("the linked administrator dana signs in: %v, %v", tok, err)
 	}
 
 	stale := idToken("loom", "dana")

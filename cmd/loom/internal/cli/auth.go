@@ -266,16 +266,27 @@ administrators link theirs with --link while logged in otherwise.`,
 				return err
 			}
 			cl := loomv1.NewAuthServiceClient(conn)
-			ctx := cmd.Context()
-			if !link {
-				// Otherwise the current login goes along: it vouches that
-				// the ID token's account is the caller's own.
-				ctx = creds.WithCredential(ctx, key)
+			if link {
+				// Only an API key links: the saved one vouches that the ID
+				// token's account is the caller's own, and stays saved.
+				saved, err := st.Get(a.gateway)
+				if err != nil {
+					return err
+				}
+				if saved == nil || saved.APIKey == "" {
+					return usagef("--link needs a login with an API key first (loom auth login --key-file FILE): a token proves no more than the sign-in that gave it")
+				}
+				key = saved.APIKey
 			}
-			ctx, cancel := a.call(ctx)
+			ctx, cancel := a.call(creds.WithCredential(cmd.Context(), key))
 			defer cancel()
 			e := &creds.Entry{APIKey: key}
 			tok, err := cl.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idToken})
+			if link && err == nil {
+				// The answer is the ID token's session; the key stays the
+				// saved credential.
+				fmt.Fprintf(cmd.OutOrStdout(), "Linked %s to the ID token's identity: it may now sign in with it.\n", tok.GetPrincipal().GetName())
+			}
 			switch {
 			case err == nil:
 				creds.Apply(e, tok)
@@ -383,9 +394,10 @@ func (a *app) authLogoutCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logout",
 		Short: "Forget the saved credential of the gateway (--revoke: end its API key too)",
-		Long: `Remove the gateway's entry from the credentials file. The API key it held
-keeps working elsewhere unless --revoke is given, which revokes it on the
-gateway first (calls with it are refused within 30 s).`,
+		Long: `Remove the gateway's entry from the credentials file. Its refresh token
+(an OIDC login's) is ended on the gateway. The API key it held keeps working
+elsewhere unless --revoke is given, which revokes it on the gateway first
+(calls with it are refused within 30 s).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := a.credStore()
@@ -409,6 +421,15 @@ gateway first (calls with it are refused within 30 s).`,
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "Revoked API key %s.\n", id)
+			}
+			if e.RefreshToken != "" {
+				// Best effort: a gateway that is gone or refuses it leaves
+				// a token that ends by itself.
+				if cl, err := a.authService(); err == nil {
+					ctx, cancel := a.call(creds.WithCredential(cmd.Context(), ""))
+					_, _ = cl.RevokeToken(ctx, &loomv1.RevokeTokenRequest{RefreshToken: e.RefreshToken})
+					cancel()
+				}
 			}
 			if _, err := st.Delete(a.gateway); err != nil {
 				return err

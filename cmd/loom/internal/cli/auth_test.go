@@ -555,5 +555,12 @@ func TestAuthOIDCBindingCommands(t *testing.T) {
 		if _, errOut, code := c.run("auth", "login", "--link"); code != 2 || !strings.Contains(errOut, "give --oidc-token-file too") {
 			t.Errorf("login --link without a token: exit %d, %q; want a usage error", code, errOut)
 		}
+		idFile := filepath.Join(t.TempDir(), "id-token")
+		if err := os.WriteFile(idFile, []byte("a.b.c"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := c.run("auth", "login", "--oidc-token-file", idFile, "--link"); code != 2 || !strings.Contains(errOut, "--link needs a login with an API key first") {
+			t.Errorf("login --link with no saved API key: exit %d, %q; want a usage error", code, errOut)
+		}
 	})
 }

@@ -37,6 +37,10 @@ const (
 	// KeyOIDCBindings is a hash: user → the OIDCBinding (JSON) of the one
 	// identity of the OIDC issuer that may sign in as them.
 	KeyOIDCBindings = "auth:oidc"
+	// KeyRefreshNotBefore is a hash: user → Unix seconds before which
+	// the user's refresh tokens were issued in a session since ended (an
+	// OIDC binding released): they get nothing more.
+	KeyRefreshNotBefore = "auth:refresh-notbefore"
 )
 
 // GlobalParent is the parent of cluster-admin memberships.
@@ -264,6 +268,10 @@ type OIDCBinding struct {
 	Issuer     string    `json:"iss"`
 	Subject    string    `json:"sub"`
 	CreateTime time.Time `json:"create_time"`
+	// Linked: made (or confirmed) by a caller authenticated as the user
+	// with an API key, not by a sign-in alone; what root and cluster
+	// administrators need.
+	Linked bool `json:"linked,omitempty"`
 }
 
 // OIDCBindingOf returns user's binding, or nil when none is stored.
@@ -275,6 +283,10 @@ func (s *AuthStore) OIDCBindingOf(ctx context.Context, user string) (*OIDCBindin
 	if err != nil {
 		return nil, unavailable("read OIDC binding", err)
 	}
+	return decodeBinding(user, raw)
+}
+
+func decodeBinding(user string, raw []byte) (*OIDCBinding, error) {
 	var b OIDCBinding
 	if err := json.Unmarshal(raw, &b); err != nil {
 		return nil, fmt.Errorf("OIDC binding of %s: %w", user, err)
@@ -290,30 +302,72 @@ func (s *AuthStore) BindOIDC(ctx context.Context, user string, b OIDCBinding) (*
 	if err != nil {
 		return nil, err
 	}
-	set, err := s.st.Client().HSetNX(ctx, s.st.Key(KeyOIDCBindings), user, raw).Result()
-	if err != nil {
-		return nil, unavailable("store OIDC binding", err)
+	for range 3 {
+		set, err := s.st.Client().HSetNX(ctx, s.st.Key(KeyOIDCBindings), user, raw).Result()
+		if err != nil {
+			return nil, unavailable("store OIDC binding", err)
+		}
+		if set {
+			return &b, nil
+		}
+		held, err := s.OIDCBindingOf(ctx, user)
+		if err != nil || held != nil {
+			return held, err
+		}
+		// Released in between: try again.
 	}
-	if set {
-		return &b, nil
-	}
-	held, err := s.OIDCBindingOf(ctx, user)
-	if err == nil && held == nil {
-		// Released in between: try once more rather than answer nothing.
-		return s.BindOIDC(ctx, user, b)
-	}
-	return held, err
+	return nil, fmt.Errorf("store OIDC binding of %s: %w: it was made and released again meanwhile; sign in again", user, errs.Unavailable)
 }
 
-// ReleaseOIDC deletes user's binding and returns what it was (nil when
-// there was none).
-func (s *AuthStore) ReleaseOIDC(ctx context.Context, user string) (*OIDCBinding, error) {
-	b, err := s.OIDCBindingOf(ctx, user)
-	if err != nil || b == nil {
-		return b, err
+// PutOIDC stores user's binding b, replacing the one there (marking it
+// linked).
+func (s *AuthStore) PutOIDC(ctx context.Context, user string, b OIDCBinding) error {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return err
 	}
-	if err := s.st.Client().HDel(ctx, s.st.Key(KeyOIDCBindings), user).Err(); err != nil {
+	if err := s.st.Client().HSet(ctx, s.st.Key(KeyOIDCBindings), user, raw).Err(); err != nil {
+		return unavailable("store OIDC binding", err)
+	}
+	return nil
+}
+
+// releaseScript deletes a binding (KEYS[1] field ARGV[1]) and, when there
+// was one, sets the user's refresh cut-off (KEYS[2]) to ARGV[2]; it
+// returns the binding deleted, or nil. One script: nothing made between a
+// read and a delete is lost, and a release of nothing changes nothing.
+var releaseScript = redis.NewScript(`
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+end
+return v`)
+
+// ReleaseOIDC deletes user's binding and returns what it was (nil when
+// there was none, and then changes nothing), ending the user's sessions so
+// far: refresh tokens issued before now get nothing more
+// (RefreshNotBefore).
+func (s *AuthStore) ReleaseOIDC(ctx context.Context, user string, now time.Time) (*OIDCBinding, error) {
+	raw, err := releaseScript.Run(ctx, s.st.Client(), []string{s.st.Key(KeyOIDCBindings), s.st.Key(KeyRefreshNotBefore)}, user, now.Unix()).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, unavailable("delete OIDC binding", err)
 	}
-	return b, nil
+	return decodeBinding(user, []byte(raw))
+}
+
+// RefreshNotBefore is the time before which user's refresh tokens were
+// issued in an ended session (zero: none ended).
+func (s *AuthStore) RefreshNotBefore(ctx context.Context, user string) (time.Time, error) {
+	sec, err := s.st.Client().HGet(ctx, s.st.Key(KeyRefreshNotBefore), user).Int64()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, unavailable("read refresh cut-off", err)
+	}
+	return time.Unix(sec, 0), nil
 }

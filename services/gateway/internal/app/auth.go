@@ -17,6 +17,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -205,42 +206,51 @@ func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) 
 // user only if user is bound to it, binding them at the first sign-in. The
 // user claim alone is not enough: preferred_username, the default, is
 // one a provider may let its holder choose, and two identities may claim
-// the same name. root and cluster administrators are never bound by a
-// sign-in alone: a caller already authenticated as the user (an API key,
-// a token) links them by presenting the ID token, so that a name chosen
-// at the provider cannot take over the cluster. A binding is released by
-// a cluster administrator (DeleteOidcBinding).
+// the same name. root (by name or uid 0) and cluster administrators sign
+// in only through a linked binding: one made by a caller authenticated
+// as the user with an API key presenting the ID token, so that a name
+// chosen at the provider cannot take over the cluster, whether the claim
+// came before the user was made an administrator or after. A binding is
+// released by a cluster administrator (DeleteOidcBinding).
 func (a *Auth) bindOIDC(ctx context.Context, user string, id adapters.OIDCBinding) error {
 	held, err := a.o.Store.OIDCBindingOf(ctx, user)
 	if err != nil {
 		return err
 	}
-	if held == nil {
-		linking := false
-		if p, err := caller(ctx); err == nil && p.Kind == auth.KindUser && p.User == user && p.How != "oidc" {
-			linking = true
-		}
-		if !linking {
-			_, admin, err := a.o.Store.Roles(ctx, user)
-			if err != nil {
-				return err
-			}
-			if admin || user == "root" {
-				return fmt.Errorf("%w: %s may not be claimed by an OIDC sign-in until it is linked to its identity: sign in as %s otherwise (an API key) and present the ID token once (loom auth login --oidc while logged in)",
-					errs.PermissionDenied, user, user)
-			}
-		}
-		id.CreateTime = a.now()
+	// Linking: the caller proves the account by an API key (a token, even
+	// one an OIDC sign-in gave, proves no more than that sign-in).
+	p, _ := caller(ctx)
+	linking := p != nil && p.Kind == auth.KindUser && p.User == user && p.How == "api-key"
+	_, admin, err := a.o.Store.Roles(ctx, user)
+	if err != nil {
+		return err
+	}
+	privileged := admin || user == "root"
+	if acct, err := osuser.Lookup(user); err == nil && acct.Root() {
+		privileged = true
+	}
+	link := fmt.Sprintf("sign in as %s with an API key and present the ID token once (loom auth login --oidc-token-file FILE --link)", user)
+	switch {
+	case held == nil && privileged && !linking:
+		return fmt.Errorf("%w: %s may not be claimed by an OIDC sign-in until it is linked to its identity: %s", errs.PermissionDenied, user, link)
+	case held == nil:
+		id.CreateTime, id.Linked = a.now(), linking
 		if held, err = a.o.Store.BindOIDC(ctx, user, id); err != nil {
 			return err
 		}
-		if held.Issuer == id.Issuer && held.Subject == id.Subject {
-			return nil
-		}
 	}
 	if held.Issuer != id.Issuer || held.Subject != id.Subject {
-		return fmt.Errorf("%w: %s is bound to another identity of the OIDC provider (subject %q, since %s): this one (subject %q) may not sign in as %s; a cluster administrator releases the binding with `loom auth oidc-binding release %s`",
-			errs.PermissionDenied, user, clipText(held.Subject), held.CreateTime.UTC().Format(time.RFC3339), clipText(id.Subject), user, user)
+		// Whose identity it is bound to is not told: anyone holding an ID
+		// token for the name would learn it.
+		return fmt.Errorf("%w: %s is bound to another identity of the OIDC provider, and this one may not sign in as %s; a cluster administrator releases the binding with `loom auth oidc-binding release %s`",
+			errs.PermissionDenied, user, user, user)
+	}
+	if privileged && !held.Linked {
+		if !linking {
+			return fmt.Errorf("%w: %s was bound by an OIDC sign-in, not linked, and administrators sign in only through a linked identity: %s", errs.PermissionDenied, user, link)
+		}
+		held.Linked = true
+		return a.o.Store.PutOIDC(ctx, user, *held)
 	}
 	return nil
 }
@@ -272,7 +282,7 @@ func (a *Auth) DeleteOidcBinding(ctx context.Context, req *loomv1.DeleteOidcBind
 	if p, _ := caller(ctx); p == nil || !p.ClusterAdmin {
 		return nil, fmt.Errorf("%w: only a cluster administrator releases an OIDC binding", errs.PermissionDenied)
 	}
-	b, err := a.o.Store.ReleaseOIDC(ctx, user)
+	b, err := a.o.Store.ReleaseOIDC(ctx, user, a.now())
 	if err != nil {
 		return nil, err
 	}
@@ -377,6 +387,14 @@ func (a *Auth) refresh(ctx context.Context, rtok string, ttl time.Duration) (*lo
 	}
 	if subject != c.Subject {
 		return nil, fmt.Errorf("%w: refresh token was already used (each is good once); log in again with `loom auth login`", errs.Unauthenticated)
+	}
+	// A session ended since (its OIDC binding released) refreshes no more.
+	nb, err := a.o.Store.RefreshNotBefore(ctx, c.User)
+	if err != nil {
+		return nil, err
+	}
+	if c.IssuedAt != nil && c.IssuedAt.Time.Before(nb) {
+		return nil, fmt.Errorf("%w: this session was ended by an administrator; log in again with `loom auth login`", errs.Unauthenticated)
 	}
 	return a.userToken(ctx, c.User, "token", ttl)
 }
