@@ -2,6 +2,8 @@ package app
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -254,5 +256,22 @@ func TestLocalDestinationInAnyCase(t *testing.T) {
 	}
 	if got, err := r.checkDestination(field, "p", "FILE:///exports/p/m1"); err != nil || got != "file:///exports/p/m1?"+noAttrs {
 		t.Errorf("checkDestination(FILE:// under the project's directory) = %q, %v", got, err)
+	}
+
+	// A link on the way (planted by whoever may write there) is not
+	// followed: the registry writes with its own rights.
+	root := t.TempDir()
+	r.exportRoot = root
+	if err := os.MkdirAll(filepath.Join(root, "p", "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(root, "p", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.checkDestination(field, "p", "file://"+filepath.Join(root, "p", "link", "m1")); err == nil || !strings.Contains(err.Error(), "is not a directory of the export root (a link or a file)") {
+		t.Errorf("checkDestination(through a link) = %v; want a refusal", err)
+	}
+	if _, err := r.checkDestination(field, "p", "file://"+filepath.Join(root, "p", "real", "new", "m1")); err != nil {
+		t.Errorf("checkDestination(a new directory under a real one) = %v", err)
 	}
 }

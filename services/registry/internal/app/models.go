@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -513,6 +516,21 @@ func (r *Registry) checkDestination(field, project, dst string) (string, error) 
 	rel, err := filepath.Rel(projectRoot, filepath.Clean(p))
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
 		return "", errs.Invalid(field, "%q is outside project %s's directory of the export root: export under %s/", dst, project, projectRoot)
+	}
+	// The registry writes with its own rights: a link planted on the way
+	// (by whoever may write there) would carry the files anywhere. The
+	// export root is the operator's to keep unwritable by others (docs);
+	// this refuses the link that is there already.
+	at := r.exportRoot
+	for _, seg := range strings.Split(filepath.ToSlash(filepath.Join(project, rel)), "/") {
+		at = filepath.Join(at, seg)
+		fi, err := os.Lstat(at)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil || !fi.IsDir() {
+			return "", errs.Invalid(field, "%s is not a directory of the export root (a link or a file): an export writes only into real directories", at)
+		}
 	}
 	return "file://" + p + "?" + noAttrs, nil
 }
