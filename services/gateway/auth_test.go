@@ -612,6 +612,7 @@ func TestAuthOff(t *testing.T) {
 		"a text/plain body":   {func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }, `must be sent as application/json, not \"text/plain\"`},
 		"another site's page": {func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }, `Origin \"https://evil.example\" is another site`},
 		"a rebound name":      {func(r *http.Request) { r.Host = "rebind.evil.example" }, `Host \"rebind.evil.example\" is not an IP address or localhost`},
+		"a cross-site fetch":  {func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "cross-site") }, `Sec-Fetch-Site \"cross-site\"`},
 	} {
 		if code, got := rest(tc.mutate); code != http.StatusForbidden || !strings.Contains(got, tc.says) {
 			t.Errorf("%s: HTTP %d %s; want 403 saying %s", name, code, got, tc.says)

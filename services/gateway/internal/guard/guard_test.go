@@ -321,4 +321,8 @@ func TestPeerIPOfARESTCall(t *testing.T) {
 	if got := Key(with(RESTClient("10.1.2.3:1"))); got != "anonymous@10.1.2.3" {
 		t.Errorf("Key(an anonymous REST call) = %q; want it counted against its client", got)
 	}
+	// An IPv6 client counts by its /64: one host holds many addresses.
+	if a, b := Key(from("2001:db8:1:2::7")), Key(from("2001:db8:1:2:ffff::1")); a != b || a != "anonymous@2001:db8:1:2::/64" {
+		t.Errorf("Key of two addresses of one /64 = %q and %q; want both anonymous@2001:db8:1:2::/64", a, b)
+	}
 }

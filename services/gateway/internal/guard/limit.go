@@ -8,6 +8,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -108,12 +109,20 @@ func NewLimiter(opt LimitOptions) *Limiter {
 
 // Key is who a call counts against: the principal's name, else
 // "anonymous@" and the client's IP address (PeerIP: a REST call's client,
-// not the REST port; every port of one host shares it).
+// not the REST port; every port of one host shares it), an IPv6 one by its
+// /64, which one host or site holds whole: per address, it could make a
+// bucket per call.
 func Key(ctx context.Context) string {
 	if p, ok := auth.FromContext(ctx); ok {
 		return p.Name
 	}
-	return "anonymous@" + PeerIP(ctx)
+	ip := PeerIP(ctx)
+	if a, err := netip.ParseAddr(ip); err == nil && a.Is6() && !a.Is4In6() {
+		if pfx, err := a.Prefix(64); err == nil {
+			ip = pfx.String()
+		}
+	}
+	return "anonymous@" + ip
 }
 
 // ErrRateLimited marks a refusal of the rate limit (it wraps

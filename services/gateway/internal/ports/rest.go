@@ -238,7 +238,8 @@ func isTimeout(err error) bool {
 // rebind a name of its own to 127.0.0.1 and read the answers. So it
 // refuses, 403 with the reason:
 //   - a Host that is neither an IP address nor "localhost" (a rebound name);
-//   - an Origin that is not this host (another site's page);
+//   - an Origin that is not this host, or a Sec-Fetch-Site other than
+//     same-origin or none (another site's page);
 //   - a request with a body whose Content-Type is not application/json
 //     (a browser sends that cross-site only after a CORS preflight, which
 //     this port never grants).
@@ -256,6 +257,12 @@ func OnlyFromThisSite(h http.Handler) http.Handler {
 		}
 		if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
 			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Origin %q is another site", clipHeader(o)))
+			return
+		}
+		// A browser says where a request comes from even where it sends
+		// no Origin (a GET, a form's POST of nothing).
+		if f := r.Header.Get("Sec-Fetch-Site"); f != "" && f != "same-origin" && f != "none" {
+			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Sec-Fetch-Site %q: the request comes from another site", clipHeader(f)))
 			return
 		}
 		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead {
