@@ -306,6 +306,21 @@ func TestSrunGPUsPerTask(t *testing.T) {
 	wantEqual(t, "output", out, "0: own 0 0\n1: own 1 1\n0: all 0,1 0,1\n1: all 0,1 0,1\n")
 }
 
+// TestSrunGPUTaskFarm: one-GPU steps started side by side (srun --exact
+// -n1 --gpus-per-task=1 ... &) each get a GPU of their own. Slurm 22.05's
+// output for the same script is "0 1 2 " (checked by hand).
+func TestSrunGPUTaskFarm(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_farm.sh"))
+	row := s.waitDone(id, 90*time.Second)
+	out := s.read("srunfarm-" + id + ".out")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	wantEqual(t, "output", out, "0 1 2 \n")
+}
+
 // TestSrunNodeSelection: srun -w, -x and -r run a step on the nodes of the
 // allocation they pick, SLURM_NODEID counting within the step; a node
 // outside the job is refused; more nodes named than -N keeps the first.

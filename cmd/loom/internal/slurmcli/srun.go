@@ -51,6 +51,9 @@ var srunOptions = []optDef{
 	{long: []string{"cpu-bind"}, arg: requiredArg},
 	{long: []string{"mpi"}, arg: requiredArg},
 	{long: []string{"exclusive"}, arg: optionalArg},
+	// Slurm's step resources: Loom's steps share the job's (docs/slurm.md),
+	// a --gpus-per-task step taking GPUs no running step was given first.
+	{long: []string{"exact"}, arg: noArg},
 	{long: []string{"overlap"}, arg: noArg},
 	{long: []string{"wait"}, short: 'W', arg: requiredArg},
 	{long: []string{"distribution"}, short: 'm', arg: requiredArg},

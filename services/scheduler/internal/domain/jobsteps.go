@@ -138,6 +138,39 @@ func liveSteps(r *Run) int {
 	return n
 }
 
+// stepGPUs picks want of the job's GPUs on node for a new --gpus-per-task
+// step: those no running step of the run was given first, in the job's
+// order, so that steps started side by side (a task farm: srun --exact -n1
+// --gpus-per-task=1 ... &) each get GPUs of their own; then, when the job
+// has too few free ones, those of the running steps, in order (Slurm's
+// step would wait for them instead: Loom runs it now, sharing).
+// createJobStep has checked that the job holds at least want there.
+func stepGPUs(r *Run, node string, want int) []int32 {
+	busy := map[int32]bool{}
+	for i := range r.JobSteps {
+		s := &r.JobSteps[i]
+		if s.Ended() {
+			continue
+		}
+		for j, nd := range s.Nodes {
+			if nd == node && j < len(s.GPUs) {
+				for _, gpu := range s.GPUs[j] {
+					busy[gpu] = true
+				}
+			}
+		}
+	}
+	out := make([]int32, 0, want)
+	for _, pass := range []bool{false, true} {
+		for _, gpu := range r.GPUs[node] {
+			if len(out) < want && busy[gpu] == pass {
+				out = append(out, gpu)
+			}
+		}
+	}
+	return out
+}
+
 // MaxStepHosts bounds a step's nodelist and exclude (the gateway's bound
 // on a job's).
 const MaxStepHosts = 4096
@@ -377,6 +410,12 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		step.Nodes[i], step.Hostnames[i] = r.Nodes[k], r.Hostnames[k]
 	}
 	step.Tasks = tasks
+	if g := int(ev.GetGpusPerTask()); g > 0 {
+		step.GPUs = make([][]int32, n)
+		for i, k := range idx {
+			step.GPUs[i] = stepGPUs(r, r.Nodes[k], int(tasks[i])*g)
+		}
+	}
 	step.Parts = make([]StepPart, n)
 	step.ExitCodes = make([]int32, total)
 	step.OutputDir = StepOutputDir(shared, j.Job.GetJobId(), r.Attempt, id)
@@ -440,7 +479,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		}
 		if g := int(ev.GetGpusPerTask()); g > 0 {
 			env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(g)
-			held := r.GPUs[node]
+			held := step.GPUs[k]
 			taskGPUs = make([]string, tasks[k])
 			for l := range taskGPUs {
 				ids := make([]string, g)

@@ -3,6 +3,7 @@ package domain
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -491,6 +492,43 @@ func TestJobStepGPUsPerTask(t *testing.T) {
 	if s := h.jobStep(2); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
 		s.GetReason() != "Requested node configuration is not available: 3 task(s) with --gpus-per-task=2 need 6 GPUs on a3-0001, the job holds 4 there" {
 		t.Fatalf("3 tasks × 2 GPUs of 4: %v", s)
+	}
+}
+
+// TestGPUTaskFarm: --gpus-per-task steps started side by side (a task
+// farm: srun --exact -n1 --gpus-per-task=1 prog $i &) each get GPUs no
+// running step of the job holds, as Slurm's do; an ended step's GPUs are
+// taken again; with none free, a step shares (Slurm's would wait: Loom
+// does not hold steps back yet) the running steps' GPUs in order.
+func TestGPUTaskFarm(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 3, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 3 }))
+	one := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks = 1, 1 }
+	gpusOf := func(c *Change) []string {
+		t.Helper()
+		ls := launches(c)
+		if len(ls) != 1 {
+			t.Fatalf("%d launches, want 1", len(ls))
+		}
+		return ls[0].GetTaskGpus()
+	}
+	for i, want := range []string{"0", "1", "2"} {
+		if got := gpusOf(h.do(createStep(fmt.Sprint("farm-", i), one))); !reflect.DeepEqual(got, []string{want}) {
+			t.Fatalf("farm step %d: GPUs %v, want [%s]", i, got, want)
+		}
+	}
+	h.tasks(1, "a3-0001", eventsv1.StepState_STEP_EXITED, 0)
+	if got := gpusOf(h.do(createStep("after-1", one))); !reflect.DeepEqual(got, []string{"1"}) {
+		t.Fatalf("a step once step 1 ended: GPUs %v, want [1] (the one it gave back)", got)
+	}
+	if got := gpusOf(h.do(createStep("over", one))); !reflect.DeepEqual(got, []string{"0"}) {
+		t.Fatalf("a step with every GPU busy: GPUs %v, want [0] (shared, in order)", got)
+	}
+	// A two-task step takes what is free first: none here, so in order.
+	if got := gpusOf(h.do(createStep("pair", func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks = 1, 2 }))); !reflect.DeepEqual(got, []string{"0", "1"}) {
+		t.Fatalf("a two-task step with every GPU busy: GPUs %v", got)
 	}
 }
 

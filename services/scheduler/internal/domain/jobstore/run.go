@@ -215,6 +215,10 @@ type JobStep struct {
 	Cancelled bool      `json:"cancelled,omitempty"`
 	Start     time.Time `json:"start,omitzero"`
 	End       time.Time `json:"end,omitzero"`
+	// GPUs are, node for node (as Nodes), the job's GPU indices the step's
+	// tasks were given (srun --gpus-per-task; nil without): while the step
+	// runs, another such step of the job takes others first.
+	GPUs [][]int32 `json:"gpus,omitempty"`
 }
 
 // StepPart is one node's tasks of a job step, as its agent last reported.
