@@ -7,9 +7,14 @@ import (
 
 // gridLevels chooses how many values each param takes in a grid of at most
 // budget points: each param's count grows in turn (the smallest first, in
-// spec order), up to its number of legal values, while the grid (counted
-// as enumerated, conditional params only under their parents' values)
-// stays within budget. Every param gets at least one value.
+// spec order), up to its number of legal values and never past budget,
+// while the grid (counted as enumerated, conditional params only under
+// their parents' values) stays within budget. Every param gets at least
+// one value. A conditional param grows only while some value of its
+// parent's in the grid selects it: growing one the grid never reaches
+// would leave the count as it is, and a hostile spec (an integer child of
+// range 2^40 under a parent value the grid skips) would grow it for hours.
+// So the loop ends after at most budget count-raising steps per param.
 func (sp *space) gridLevels(budget int) []int {
 	n := len(sp.params)
 	levels := make([]int, n)
@@ -30,12 +35,15 @@ func (sp *space) gridLevels(budget int) []int {
 				limit[i] = 1
 			}
 		}
+		// A param never needs more values than the grid has points.
+		limit[i] = min(limit[i], float64(max(budget, 1)))
 	}
 	full := make([]bool, n) // growing it would exceed the budget
 	for {
+		reached := sp.reached(levels)
 		best := -1
 		for i := range levels {
-			if full[i] || float64(levels[i]) >= limit[i] {
+			if full[i] || !reached[i] || float64(levels[i]) >= limit[i] {
 				continue
 			}
 			if best < 0 || levels[i] < levels[best] {
@@ -51,6 +59,31 @@ func (sp *space) gridLevels(budget int) []int {
 			full[best] = true
 		}
 	}
+}
+
+// reached reports, per param, whether the grid with these levels holds it:
+// a top-level param always; a conditional one when its parent is reached
+// and one of the parent's grid values selects it.
+func (sp *space) reached(levels []int) []bool {
+	out := make([]bool, len(sp.params))
+	for i := range sp.params {
+		p := &sp.params[i]
+		if p.parent < 0 {
+			out[i] = true
+			continue
+		}
+		// A parent precedes its children (space.add).
+		if !out[p.parent] {
+			continue
+		}
+		for _, v := range sp.gridValues(p.parent, levels[p.parent]) {
+			if slices.Contains(p.cond, v) {
+				out[i] = true
+				break
+			}
+		}
+	}
+	return out
 }
 
 // gridCount is the number of points the grid with these levels enumerates.

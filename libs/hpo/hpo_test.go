@@ -486,6 +486,21 @@ func TestGrid(t *testing.T) {
 	if len(pts) != 3 {
 		t.Errorf("conditional grid %v, want sgd×2 + adam", pts)
 	}
+	// A child the grid never reaches (a budget of one point takes the
+	// parent's middle value, which does not select it) is not grown: an
+	// integer child of range 2^40 once kept the training service busy for
+	// hours on this spec of a few dozen bytes.
+	unreached := minimize(under(catp("opt", "a", "b", "c"), intp("lr", 0, 1<<40), "a"))
+	unreached.Algorithm = trainingv1.StudySpec_GRID_SEARCH
+	if g := mustNew(t, unreached, hpo.Options{Seed: 1, MaxTrials: 1}); g.GridSize() != 1 {
+		t.Errorf("a one-point grid over an unreached child has %d points", g.GridSize())
+	}
+	// Reached, a child grows no further than the budget.
+	wide := minimize(intp("n", 0, 1<<40))
+	wide.Algorithm = trainingv1.StudySpec_GRID_SEARCH
+	if g := mustNew(t, wide, hpo.Options{MaxTrials: 1000}); g.GridSize() != 1000 {
+		t.Errorf("a grid over an integer of range 2^40 with a budget of 1000 has %d points", g.GridSize())
+	}
 }
 
 func approxIn(m map[float64]bool, v float64) bool {
