@@ -56,7 +56,14 @@ signal.signal(signal.SIGTERM, bye)
 open(sys.argv[1], "w").write(sys.prefix)
 time.sleep(300)
 `)
-	venv := func(tmp string, id string) string { return filepath.Join(tmp, "loom-cj-"+id+"-venv-0") }
+	// The venv is mktemp's: loom-cj-<id>-venv-<rank>.<random>.
+	venvs := func(tmp string, id string) []string {
+		m, err := filepath.Glob(filepath.Join(tmp, "loom-cj-"+id+"-venv-0.*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
 
 	t.Run("success", func(t *testing.T) {
 		t.Parallel()
@@ -65,18 +72,21 @@ time.sleep(300)
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		if !strings.Contains(out.String(), "prefix "+venv(tmp, "7")+" args ['--x=1', 'a b']") {
+		if !strings.Contains(out.String(), "prefix "+filepath.Join(tmp, "loom-cj-7-venv-0.")) || !strings.Contains(out.String(), " args ['--x=1', 'a b']") {
 			t.Fatalf("the program did not run in the venv:\n%s", out)
 		}
-		if _, err := os.Stat(venv(tmp, "7")); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("venv left after the job: %v", err)
+		if left := venvs(tmp, "7"); len(left) != 0 {
+			t.Fatalf("venv left after the job: %v", left)
 		}
 	})
 	t.Run("failure keeps the exit status", func(t *testing.T) {
 		t.Parallel()
 		tmp := t.TempDir()
-		// A venv left by an earlier run killed with SIGKILL is replaced.
-		if err := os.MkdirAll(filepath.Join(venv(tmp, "8"), "stale"), 0o755); err != nil {
+		// A directory at the name a venv once had (another user's, left
+		// there to stop the job, or to be swapped in) changes nothing: the
+		// venv's name is mktemp's.
+		planted := filepath.Join(tmp, "loom-cj-8-venv-0")
+		if err := os.MkdirAll(filepath.Join(planted, "bin"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		cmd, out := runPythonPackage(t, 8, tmp, lib, "failmod")
@@ -84,8 +94,11 @@ time.sleep(300)
 		if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
 			t.Fatalf("exit %v, want status 3\n%s", err, out)
 		}
-		if _, err := os.Stat(venv(tmp, "8")); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("venv left after a failed job: %v", err)
+		if left := venvs(tmp, "8"); len(left) != 0 {
+			t.Fatalf("venv left after a failed job: %v", left)
+		}
+		if _, err := os.Stat(filepath.Join(planted, "bin")); err != nil {
+			t.Errorf("the planted directory was touched: %v", err)
 		}
 	})
 	t.Run("SIGTERM", func(t *testing.T) {
@@ -104,8 +117,8 @@ time.sleep(300)
 		if !strings.Contains(out.String(), "got SIGTERM") {
 			t.Fatalf("the program was not told (%v):\n%s", err, out)
 		}
-		if _, err := os.Stat(venv(tmp, "9")); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("venv left after a cancel: %v", err)
+		if left := venvs(tmp, "9"); len(left) != 0 {
+			t.Fatalf("venv left after a cancel: %v", left)
 		}
 	})
 }

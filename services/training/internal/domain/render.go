@@ -204,12 +204,15 @@ func command(n Name, p *trainingv1.WorkerPoolSpec) (argv []string, image string,
 // `python -m <module> <args>` run in it. The args travel as the script's
 // positional parameters, never through the shell's parsing.
 //
-// The venv is removed when the script exits, however it ends (an EXIT
-// trap): the program runs as the script's child rather than exec'd so that
-// the trap outlives it, and a SIGTERM or SIGINT (a cancel, the agent's
-// stop) is passed on to it and waited for before the venv goes. A venv left
-// by a SIGKILL (past the agent's kill grace) or a dead node is removed by
-// the next run of the same job and rank, which starts from an empty one.
+// The venv is a directory mktemp makes, the job's owner's alone (0700) and
+// of a name no one can guess: a fixed name under the shared /tmp let another
+// user put a directory there first (the job then failed) or swap one in
+// with their own bin/python (run as the job's owner). It is removed when
+// the script exits, however it ends (an EXIT trap): the program runs as the
+// script's child rather than exec'd so that the trap outlives it, and a
+// SIGTERM or SIGINT (a cancel, the agent's stop) is passed on to it and
+// waited for before the venv goes. One left by a SIGKILL (past the agent's
+// kill grace) or a dead node stays for the node's /tmp cleaning.
 func PythonPackageCommand(id int64, pp *trainingv1.PythonPackageSpec) []string {
 	var pkgs []string
 	for _, u := range pp.GetPackageUris() {
@@ -217,11 +220,10 @@ func PythonPackageCommand(id int64, pp *trainingv1.PythonPackageSpec) []string {
 	}
 	script := strings.Join([]string{
 		"set -e",
-		fmt.Sprintf(`v="${TMPDIR:-/tmp}/loom-cj-%d-venv-${RANK:-0}"`, id),
+		fmt.Sprintf(`v=$(mktemp -d "${TMPDIR:-/tmp}/loom-cj-%d-venv-${RANK:-0}.XXXXXXXXXX")`, id),
 		`pid=`,
 		`trap 'rm -rf "$v"' EXIT`,
 		`trap 'if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null; wait "$pid"; fi; exit 143' TERM INT HUP`,
-		`rm -rf "$v"`,
 		`python3 -m venv --system-site-packages "$v"`,
 	}, "\n") + "\n"
 	if len(pkgs) > 0 {
