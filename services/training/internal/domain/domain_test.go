@@ -93,7 +93,7 @@ func clusterIs(name string, st loomv1.Cluster_State) *eventsv1.ClusterChanged {
 
 func jobIs(name string, st loomv1.JobState) *eventsv1.JobChanged {
 	return &eventsv1.JobChanged{Job: &loomv1.Job{Name: name, JobId: name[strings.LastIndexByte(name, '/')+1:], State: st,
-		Nodes: []string{"projects/p/clusters/c/nodes/n-0001"}, ExitCode: 3}, Attempt: 1}
+		Nodes: []string{"n-0001"}, ExitCode: 3}, Attempt: 1}
 }
 
 func cjOf(t *testing.T, s *State, name string) *trainingv1.CustomJob {

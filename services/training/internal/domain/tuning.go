@@ -462,8 +462,15 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		if cj == nil || cj.TrialID == "" {
 			return nil
 		}
-		if node, ok := strings.CutPrefix(signer, "nodes/"); ok && len(cj.Nodes) > 0 && !runsOn(cj.Nodes, node) {
-			return ignored("metrics for %s from %s, which does not run it", ev.GetJob(), signer)
+		if node, ok := strings.CutPrefix(signer, "nodes/"); ok {
+			// A node reports only for a run it holds: before the placement
+			// is known (or after a requeue cleared it) it may hold none.
+			if len(cj.Nodes) == 0 {
+				return ignored("metrics for %s from %s before its placement is known", ev.GetJob(), signer)
+			}
+			if !runsOn(cj.Job.GetCluster(), cj.Nodes, node) {
+				return ignored("metrics for %s from %s, which does not run it", ev.GetJob(), signer)
+			}
 		}
 		job := r.Tuning.Job
 		idx := -1
@@ -544,12 +551,14 @@ func mergeMeasurement(old, m *trainingv1.Measurement) *trainingv1.Measurement {
 	return out
 }
 
-// runsOn reports whether node (the signer's node name, or a hostname) is
-// one of a run's nodes (full node names or hostnames: hosts are compared).
-func runsOn(nodes []string, node string) bool {
-	host := func(n string) string { return n[strings.LastIndexByte(n, '/')+1:] }
+// runsOn reports whether node (the signer's full node name,
+// "projects/p/clusters/c/nodes/h") is one of a run's nodes on cluster:
+// nodes are full names or hostnames of cluster's. A hostname alone is not
+// enough: "a3-0001" is a host of many clusters, in many projects.
+func runsOn(cluster string, nodes []string, node string) bool {
+	host, inCluster := strings.CutPrefix(node, cluster+"/nodes/")
 	for _, x := range nodes {
-		if host(x) == host(node) {
+		if x == node || (cluster != "" && inCluster && !strings.Contains(x, "/") && x == host) {
 			return true
 		}
 	}
