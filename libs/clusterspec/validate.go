@@ -120,6 +120,7 @@ func validate(v *errs.Validator, c *loomv1.Cluster) {
 	validateLabels(v, "labels", n.GetLabels())
 	validateNetwork(v, n.GetNetwork())
 	validatePools(v, n.GetCompute().GetNodePools())
+	checkReservationProjects(v, n)
 	validateSlurm(v, n, userNodeSets, userPartitions)
 	validateStorage(v, n.GetStorage())
 }
@@ -176,6 +177,35 @@ func validateName(v *errs.Validator, name string) {
 		id = cn.ID
 	}
 	v.Check(clusterIDRE.MatchString(id), "name", "cluster id %q must be 1 to 63 lower-case letters, digits and '-', starting with a letter and not ending with '-'", id)
+}
+
+// CheckReservations refuses, InvalidArgument naming the pool, a node pool
+// of c (whose name is projects/{project}/clusters/{id}) that draws from
+// another project's reservation: a reservation is its project's capacity,
+// and a project's administrator could otherwise take another's. A cluster
+// named by id only is not checked (Validate does this too when the name is
+// whole).
+func CheckReservations(c *loomv1.Cluster) error {
+	var v errs.Validator
+	checkReservationProjects(&v, c)
+	return v.Err()
+}
+
+func checkReservationProjects(v *errs.Validator, c *loomv1.Cluster) {
+	cn, err := resname.SplitCluster(c.GetName())
+	if err != nil {
+		return
+	}
+	for i, p := range c.GetCompute().GetNodePools() {
+		res := p.GetCapacity().GetReservation()
+		if !strings.Contains(res, "/") {
+			continue
+		}
+		if r, err := resname.SplitReservation(res); err == nil && r.Project != cn.Project {
+			v.Add(fmt.Sprintf("compute.node_pools[%d].capacity.reservation", i), "%s is project %s's reservation; a cluster of project %s draws only from its own project's (name it by id: %s)",
+				res, r.Project, cn.Project, r.ID)
+		}
+	}
 }
 
 // validReservationRef reports whether res is a reservation id or

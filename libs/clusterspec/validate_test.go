@@ -183,6 +183,10 @@ func TestValidateRules(t *testing.T) {
 		{"reservation name syntax", func(c C) {
 			pool(c, 0).Capacity = &loomv1.CapacitySource{Type: loomv1.CapacitySource_RESERVATION, Reservation: "R 1"}
 		}, `compute.node_pools[0].capacity.reservation: "R 1" is neither a reservation id nor projects/{project}/reservations/{reservation}`},
+		{"another project's reservation", func(c C) {
+			c.Name = "projects/p/clusters/demo"
+			pool(c, 0).Capacity = &loomv1.CapacitySource{Type: loomv1.CapacitySource_RESERVATION, Reservation: "projects/victim/reservations/r1"}
+		}, `compute.node_pools[0].capacity.reservation: projects/victim/reservations/r1 is project victim's reservation; a cluster of project p draws only from its own project's (name it by id: r1)`},
 		{"unknown capacity type", func(c C) { pool(c, 1).Capacity.Type = 42 },
 			`compute.node_pools[1].capacity.type: unknown capacity type 42 (RESERVATION, ON_DEMAND, SPOT or FLEX_START)`},
 		{"unknown boot disk type", func(c C) { pool(c, 2).BootDisk = &loomv1.BootDisk{Type: "floppy"} },

@@ -53,6 +53,9 @@ func AcceptCluster(req *loomv1.CreateClusterRequest) (*loomv1.Cluster, error) {
 	}
 	c := NormalizeSpec(spec)
 	c.Name = name
+	if err := PrefixFields(clusterspec.CheckReservations(c), "cluster."); err != nil {
+		return nil, err
+	}
 	if err := checkClusterCommand(c); err != nil {
 		return nil, err
 	}
