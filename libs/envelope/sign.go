@@ -393,6 +393,12 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 			return e, fmt.Errorf("decode %s (%s): %w", e.ID, e.Type,
 				reject(ReasonWrongNode, "%s reports node %q but is signed by %s", e.Type, truncate(node), id.Name))
 		}
+		// A node speaks for its own cluster only: a payload naming another
+		// (AgentRegistered's) would make it a node of that cluster.
+		if cl := payloadString(e.Payload, "cluster"); cl != "" && id.Cluster != "" && cl != id.Cluster {
+			return e, fmt.Errorf("decode %s (%s): %w", e.ID, e.Type,
+				reject(ReasonWrongNode, "%s reports cluster %q but is signed by %s of %s", e.Type, truncate(cl), id.Name, id.Cluster))
+		}
 	}
 	return e, nil
 }
@@ -417,14 +423,20 @@ func recordType(m kafka.Message) string {
 // payloadNode is the payload's top-level string field "node" ("" when it
 // has none).
 func payloadNode(p proto.Message) string {
-	if p == nil {
-		return ""
-	}
 	if r, ok := p.(*eventsv1.HealthCheckCompleted); ok {
 		return r.GetResult().GetNode()
 	}
+	return payloadString(p, "node")
+}
+
+// payloadString is the payload's top-level string field name ("" when it
+// has none).
+func payloadString(p proto.Message, name protoreflect.Name) string {
+	if p == nil {
+		return ""
+	}
 	m := p.ProtoReflect()
-	fd := m.Descriptor().Fields().ByName("node")
+	fd := m.Descriptor().Fields().ByName(name)
 	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
 		return ""
 	}

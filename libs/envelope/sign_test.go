@@ -132,6 +132,11 @@ func TestRefusals(t *testing.T) {
 			k.node.Sign(&m)
 			return m
 		}, policy: AcceptNodeEvents, want: ReasonWrongNode},
+		"node registers into another cluster": {m: func() kafka.Message {
+			m := mustEncode(t, New("loom.node.events.v1", "n", "loom/agent", &eventsv1.AgentRegistered{Node: testNode, Cluster: "projects/q/clusters/z"}))
+			k.node.Sign(&m)
+			return m
+		}, policy: AcceptNodeEvents, want: ReasonWrongNode},
 		"signer name not the certificate's": {m: func() kafka.Message {
 			m := mustEncode(t, New("loom.step.events.v1", "j", "loom/agent", &eventsv1.StepChanged{Node: testNode}))
 			s := *k.node

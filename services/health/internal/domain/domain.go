@@ -26,6 +26,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/classify"
 	"github.com/loom-ml/loom/services/health/internal/remedy"
+	"github.com/loom-ml/loom/services/health/internal/scan"
 )
 
 // ReasonResumed is the reason of a HEALTHY verdict after heartbeats resume.
@@ -369,7 +370,9 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		if r.GetNode() == "" {
 			return nil, fmt.Errorf("health check completed: %w", errs.Invalid("result.node", "required"))
 		}
-		evs = append(evs, remedy.Check{Node: r.GetNode(), Result: r})
+		// As a node reported it: cut and cleaned before its summary
+		// becomes the node's reason, shown in sinfo -R and terminals.
+		evs = append(evs, remedy.Check{Node: r.GetNode(), Result: scan.NodeResult(r, now)})
 	case *eventsv1.RemediationFinished:
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("remediation finished: %w", errs.Invalid("node", "required"))

@@ -575,7 +575,15 @@ func (s *State) Handle(now time.Time, id string, payload proto.Message) (*Change
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("agent registered: %w", errs.Invalid("node", "required"))
 		}
-		n := Node{Name: ev.GetNode(), Cluster: ev.GetCluster(), Hostname: ev.GetHostname()}
+		// The node's name is its signer's (envelope.DecodeVerified); its
+		// cluster and hostname are taken from that name, never from the
+		// payload: a node named one of another's hostnames would shadow
+		// that node in targeted scans. The provisioner's NodeChanged
+		// fills in the rest.
+		n := Node{Name: ev.GetNode()}
+		if p, err := resname.SplitNode(ev.GetNode()); err == nil {
+			n.Cluster, n.Hostname = p.Cluster.String(), p.Host
+		}
 		if old := s.nodes[ev.GetNode()]; old != nil {
 			n = *old
 		}
@@ -938,13 +946,14 @@ const (
 	MaxMetrics = 64
 )
 
-// nodeResult is a copy of r, as a node reported it, made fit to store and
-// show: its summary and detail cleaned and cut (termtext), its metrics
+// NodeResult is a copy of r, as a node reported it, made fit to store and
+// show (the scan store keeps it; remediation puts its summary in a node's
+// reason): its summary and detail cleaned and cut (termtext), its metrics
 // finite and at most MaxMetrics of them (by name), its times valid and no
 // later than now. A time in the future kept a forged result valid, and
 // out of retention, for as long as it said; a metric of Inf or NaN made
 // every honest node a straggler against the fleet's median.
-func nodeResult(r *loomv1.HealthCheckResult, now time.Time) *loomv1.HealthCheckResult {
+func NodeResult(r *loomv1.HealthCheckResult, now time.Time) *loomv1.HealthCheckResult {
 	r = proto.Clone(r).(*loomv1.HealthCheckResult)
 	r.Summary = termtext.Clean(r.GetSummary(), MaxSummaryBytes)
 	r.Detail = termtext.CleanAllowing(r.GetDetail(), MaxDetailBytes, "\n\t")
@@ -998,7 +1007,7 @@ func (s *State) completed(c *Change, now time.Time, r *loomv1.HealthCheckResult)
 		return fmt.Errorf("health check completed: %w", errs.Invalid("result.name", "%s is a result of node %s, not of %s",
 			termtext.Clean(r.GetName(), 256), old.GetNode(), r.GetNode()))
 	}
-	s.store(c, now, nodeResult(r, now))
+	s.store(c, now, NodeResult(r, now))
 	sc := s.scan(c, scanKey(cluster, r.GetScanId()))
 	if sc == nil {
 		return nil

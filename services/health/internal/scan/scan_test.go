@@ -936,3 +936,25 @@ func TestFillPolicy(t *testing.T) {
 		t.Fatalf("policy: %v", p)
 	}
 }
+
+// TestAgentNamesOnlyItself: an agent's registration names its node (its
+// signer's), and the node's cluster and hostname come from that name, not
+// from the payload: a node no longer a member that registers claiming a
+// member's hostname does not shadow it in a scan of that hostname.
+func TestAgentNamesOnlyItself(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1")
+	f.handle(&eventsv1.AgentRegistered{Node: nodeName("zz-7"), Cluster: cluster, Hostname: "n1", CheckAddr: "10.0.0.99:7000"})
+	if n := f.s.Node(nodeName("zz-7")); n == nil || n.Hostname != "zz-7" {
+		t.Fatalf("the registered stranger: %+v; want hostname zz-7 (from its name)", n)
+	}
+	for range 5 {
+		f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: fmt.Sprintf("s%d", f.n), Hostnames: []string{"n1"}, Checks: []string{Disk}})
+		for _, c := range f.take() {
+			if c.GetNode() != nodeName("n1") {
+				t.Fatalf("a scan of n1 sent its check to %s", c.GetNode())
+			}
+			f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, nil))
+		}
+	}
+}
