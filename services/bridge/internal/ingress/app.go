@@ -94,7 +94,7 @@ type App struct {
 }
 
 type cachedPrincipal struct {
-	name    string
+	p       *loomv1.Principal
 	expires time.Time
 }
 
@@ -289,7 +289,7 @@ func (a *App) decide(ctx context.Context, d cloudevent.Delivery, key string) (de
 	if ref != nil {
 		return decision{outcome: ref.Outcome, code: ref.Code, reason: ref.Reason}, nil
 	}
-	dec := decision{project: call.Project}
+	var dec decision
 	creds := grpc.PerRPCCredentials(auth.Bearer(call.Credential))
 	principal, err := a.principal(ctx, call.Credential, creds)
 	if err != nil {
@@ -299,7 +299,10 @@ func (a *App) decide(ctx context.Context, d cloudevent.Delivery, key string) (de
 		}
 		// The call below decides (and retries) whatever WhoAmI could not.
 	}
-	dec.principal = principal
+	dec.principal = principal.GetName()
+	if inProject(principal, call.Project) {
+		dec.project = call.Project
+	}
 	resp := call.Method.NewResponse()
 	err = a.callWithRetry(ctx, d, func(ctx context.Context) error {
 		return a.cfg.Gateway.Invoke(ctx, call.Method.FullMethod, call.Request, resp, creds)
@@ -376,26 +379,40 @@ func (a *App) callWithRetry(ctx context.Context, d cloudevent.Delivery, f func(c
 
 // principal is who cred proves (WhoAmI through the gateway), cached for a
 // short while by the credential's hash; the error is WhoAmI's.
-func (a *App) principal(ctx context.Context, cred string, creds grpc.CallOption) (string, error) {
+func (a *App) principal(ctx context.Context, cred string, creds grpc.CallOption) (*loomv1.Principal, error) {
 	h := sha256.Sum256([]byte(cred))
 	now := a.cfg.Now()
 	a.mu.Lock()
 	if p, ok := a.principals[h]; ok && now.Before(p.expires) {
 		a.mu.Unlock()
-		return p.name, nil
+		return p.p, nil
 	}
 	a.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
 	defer cancel()
 	p := &loomv1.Principal{}
 	if err := a.cfg.Gateway.Invoke(cctx, loomv1.AuthService_WhoAmI_FullMethodName, &loomv1.WhoAmIRequest{}, p, creds); err != nil {
-		return "", err
+		return nil, err
 	}
 	a.mu.Lock()
 	if len(a.principals) >= maxPrincipals {
 		clear(a.principals)
 	}
-	a.principals[h] = cachedPrincipal{name: p.GetName(), expires: now.Add(principalTTL)}
+	a.principals[h] = cachedPrincipal{p: p, expires: now.Add(principalTTL)}
 	a.mu.Unlock()
-	return p.GetName(), nil
+	return p, nil
+}
+
+// inProject reports whether p is known to the project (a member, a cluster
+// administrator, or a workload of it): only then is a message filed under
+// the project it names, where its members read it. Anyone may publish, with
+// any credential or none, naming any project.
+func inProject(p *loomv1.Principal, project string) bool {
+	switch {
+	case p == nil || project == "":
+		return false
+	case p.GetClusterAdmin() || p.GetRoles()[project] != "":
+		return true
+	}
+	return strings.HasPrefix(p.GetName(), "jobs/"+project+"/")
 }

@@ -54,9 +54,12 @@ func credOf(ctx context.Context) string {
 func (g *gateway) WhoAmI(ctx context.Context, _ *loomv1.WhoAmIRequest) (*loomv1.Principal, error) {
 	switch credOf(ctx) {
 	case "loomk_good":
-		return &loomv1.Principal{Name: "users/alice"}, nil
+		return &loomv1.Principal{Name: "users/alice", Roles: map[string]string{"default": "user"}}, nil
 	case "loomk_other":
-		return &loomv1.Principal{Name: "users/mallory"}, nil
+		// A member who may not submit: refused by the call, in the project.
+		return &loomv1.Principal{Name: "users/mallory", Roles: map[string]string{"default": "viewer"}}, nil
+	case "loomk_stranger":
+		return &loomv1.Principal{Name: "users/eve", Roles: map[string]string{"elsewhere": "admin"}}, nil
 	}
 	return nil, status.Error(codes.Unauthenticated, "the API key is not valid")
 }
@@ -68,6 +71,9 @@ func (g *gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	g.ids = append(g.ids, req.GetRequestId())
 	if credOf(ctx) == "loomk_other" {
 		return nil, status.Error(codes.PermissionDenied, "users/mallory may not submit jobs in "+req.GetParent())
+	}
+	if credOf(ctx) == "loomk_stranger" {
+		return nil, status.Error(codes.NotFound, req.GetParent()+" not found")
 	}
 	if g.always != nil {
 		return nil, g.always
@@ -242,6 +248,7 @@ func TestHandleRefusesAndDeadLetters(t *testing.T) {
 		{submit("m-cred", "loomk_wrong"), OutcomeRefused, "UNAUTHENTICATED"},
 		{submit("m-perm", "loomk_other"), OutcomeRefused, "PERMISSION_DENIED"},
 		{bad, OutcomeInvalid, "INVALID_ARGUMENT"},
+		{submit("m-stranger", "loomk_stranger"), OutcomeInvalid, "NOT_FOUND"},
 	}
 	for i, c := range cases {
 		if err := f.h(ctx, c.d); err != nil {
@@ -261,16 +268,27 @@ func TestHandleRefusesAndDeadLetters(t *testing.T) {
 			t.Errorf("%s: dead letter %v: want the message as it came without its credential", c.d.Event.ID, dl.raw.Attributes)
 		}
 	}
-	if calls, _, _ := f.gw.state(); calls != 1 {
-		t.Errorf("%d SubmitJob calls; want 1 (the bad key stops at WhoAmI, bad JSON before any call)", calls)
+	if calls, _, _ := f.gw.state(); calls != 2 {
+		t.Errorf("%d SubmitJob calls; want 2 (the bad key stops at WhoAmI, bad JSON before any call)", calls)
+	}
+	// A member of another project naming this one: neither its record nor
+	// its result is this project's.
+	if r := f.sink.results[3]; r.GetProject() != "" {
+		t.Errorf("the stranger's result is filed under %q; want none", r.GetProject())
 	}
 	msgs, err := f.app.Server().ListIngressMessages(ctx, &loomv1.ListIngressMessagesRequest{Parent: "projects/default", Filter: `outcome = "REFUSED"`})
-	if err != nil || len(msgs.GetMessages()) != 2 || msgs.Messages[0].GetId() != "m-perm" || msgs.Messages[1].GetId() != "m-cred" {
-		t.Fatalf("refused messages, newest first: %v %v", msgs, err)
+	// A message whose credential is no one's is not the project's to see
+	// (anyone may publish naming any project): it is filed under none.
+	if err != nil || len(msgs.GetMessages()) != 1 || msgs.Messages[0].GetId() != "m-perm" {
+		t.Fatalf("refused messages of the project, newest first: %v %v", msgs, err)
+	}
+	refused, err := f.app.Server().ListIngressMessages(ctx, &loomv1.ListIngressMessagesRequest{Parent: "projects/-", Filter: `outcome = "REFUSED"`})
+	if err != nil || len(refused.GetMessages()) != 2 || refused.Messages[1].GetId() != "m-cred" || refused.Messages[1].GetProject() != "" {
+		t.Fatalf("refused messages of every project: %v %v", refused, err)
 	}
 	// The bad JSON named no project: it is listed with every project's.
 	all, err := f.app.Server().ListIngressMessages(ctx, &loomv1.ListIngressMessagesRequest{Parent: "projects/-", Filter: `outcome = "INVALID"`})
-	if err != nil || len(all.GetMessages()) != 1 || all.Messages[0].GetId() != "m-json" {
+	if err != nil || len(all.GetMessages()) != 2 || all.Messages[0].GetId() != "m-stranger" || all.Messages[1].GetId() != "m-json" {
 		t.Fatalf("invalid messages of every project: %v %v", all, err)
 	}
 }
