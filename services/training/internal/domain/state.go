@@ -103,9 +103,20 @@ func (r *Root) Clone() *Root {
 	for _, j := range r.CJs {
 		c.CJs = append(c.CJs, cloneCJ(j))
 	}
+	var job *trainingv1.HyperparameterTuningJob
+	if r.Tuning != nil {
+		job = proto.Clone(r.Tuning.Job).(*trainingv1.HyperparameterTuningJob)
+	}
+	r.copyRest(c, job)
+	return c
+}
+
+// copyRest gives c a copy of r's tuning, with job as its job, and of r's
+// pipeline.
+func (r *Root) copyRest(c *Root, job *trainingv1.HyperparameterTuningJob) {
 	if r.Tuning != nil {
 		t := *r.Tuning
-		t.Job = proto.Clone(r.Tuning.Job).(*trainingv1.HyperparameterTuningJob)
+		t.Job = job
 		if t.EndError != nil {
 			t.EndError = proto.Clone(t.EndError).(*trainingv1.Status)
 		}
@@ -116,7 +127,6 @@ func (r *Root) Clone() *Root {
 		p.P = proto.Clone(r.Pipeline.P).(*trainingv1.TrainingPipeline)
 		c.Pipeline = &p
 	}
-	return c
 }
 
 // cloneCJ returns a deep copy of j.
@@ -139,20 +149,12 @@ func (r *Root) derive() *Root {
 		}
 		c.CJs = append(c.CJs, j)
 	}
+	var job *trainingv1.HyperparameterTuningJob
 	if r.Tuning != nil {
-		t := *r.Tuning
-		t.Job = WithoutTrials(r.Tuning.Job)
-		t.Job.Trials = slices.Clone(r.Tuning.Job.GetTrials())
-		if t.EndError != nil {
-			t.EndError = proto.Clone(t.EndError).(*trainingv1.Status)
-		}
-		c.Tuning = &t
+		job = WithoutTrials(r.Tuning.Job)
+		job.Trials = slices.Clone(r.Tuning.Job.GetTrials())
 	}
-	if r.Pipeline != nil {
-		p := *r.Pipeline
-		p.P = proto.Clone(r.Pipeline.P).(*trainingv1.TrainingPipeline)
-		c.Pipeline = &p
-	}
+	r.copyRest(c, job)
 	return c
 }
 
