@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
+
+	"github.com/loom-ml/loom/services/registry/internal/domain"
 )
 
 // The registry reads artifact sets and writes exports with its own rights:
@@ -92,7 +94,7 @@ func (r *Registry) checkBucket(field, project, uri, open string) error {
 	case "s3", "gs", "azblob":
 	default:
 		// Whatever else Open takes (file:// in another case) is no bucket.
-		return errs.Invalid(field, "%s: only s3://, gs:// and azblob:// are buckets (a local directory is file:///dir)", clip(uri))
+		return errs.Invalid(field, "%s: only s3://, gs:// and azblob:// are buckets (a local directory is file:///dir)", domain.Clip(uri))
 	}
 	if len(r.projectBuckets) == 1 && r.projectBuckets[0] == AnyBucket {
 		return nil
@@ -103,7 +105,7 @@ func (r *Registry) checkBucket(field, project, uri, open string) error {
 	const setting = "-project-buckets / LOOM_REGISTRY_PROJECT_BUCKETS"
 	if len(r.projectBuckets) == 0 {
 		return errs.Invalid(field, "%s would be opened with the registry's own credentials, which serve every project; this registry names no project's part of a store (%s, e.g. s3://models/%s/), so it opens no bucket that way",
-			clip(uri), setting, ProjectPlaceholder)
+			domain.Clip(uri), setting, ProjectPlaceholder)
 	}
 	u, err := url.Parse(uri)
 	if err != nil {
@@ -122,13 +124,5 @@ func (r *Registry) checkBucket(field, project, uri, open string) error {
 		}
 	}
 	return errs.Invalid(field, "%s is outside project %s's part of the registry's stores: it must lie under %s (%s)",
-		clip(uri), project, strings.Join(allowed, " or "), setting)
-}
-
-// clip shortens s for a message.
-func clip(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
+		domain.Clip(uri), project, strings.Join(allowed, " or "), setting)
 }

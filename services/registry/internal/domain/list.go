@@ -106,11 +106,11 @@ func ParseOrderBy(s string) (Order, error) {
 	for _, p := range parts {
 		words := strings.Fields(p)
 		if len(words) == 0 || len(words) > 2 {
-			return nil, errs.Invalid("order_by", "%q: want FIELD [asc|desc]", clip(strings.TrimSpace(p)))
+			return nil, errs.Invalid("order_by", "%q: want FIELD [asc|desc]", Clip(strings.TrimSpace(p)))
 		}
 		name, ok := orderFields[words[0]]
 		if !ok {
-			return nil, errs.Invalid("order_by", "cannot order by %q: one of display_name, create_time, update_time, version_id, version_create_time", clip(words[0]))
+			return nil, errs.Invalid("order_by", "cannot order by %q: one of display_name, create_time, update_time, version_id, version_create_time", Clip(words[0]))
 		}
 		f := orderField{name: name}
 		if len(words) == 2 {
@@ -119,7 +119,7 @@ func ParseOrderBy(s string) (Order, error) {
 				f.desc = true
 			case "asc":
 			default:
-				return nil, errs.Invalid("order_by", "%q: after the field comes asc or desc", clip(strings.TrimSpace(p)))
+				return nil, errs.Invalid("order_by", "%q: after the field comes asc or desc", Clip(strings.TrimSpace(p)))
 			}
 		}
 		o = append(o, f)

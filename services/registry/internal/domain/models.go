@@ -311,7 +311,7 @@ func Update(s *State, r Ref, patch *loomv1.Model, mask []string, now time.Time) 
 	for i, p := range mask {
 		canon, ok := updatePaths[p]
 		if !ok {
-			return nil, errs.Invalid(fmt.Sprintf("update_mask.paths[%d]", i), "%q cannot be updated: one of display_name, description, version_description, labels, version_aliases", clip(p))
+			return nil, errs.Invalid(fmt.Sprintf("update_mask.paths[%d]", i), "%q cannot be updated: one of display_name, description, version_description, labels, version_aliases", Clip(p))
 		}
 		paths[canon] = true
 	}

@@ -61,20 +61,20 @@ func ParseRef(field, name string) (Ref, error) {
 		r = Ref{Project: parts[1], Location: parts[3], Vertex: true}
 		last = parts[5]
 		if !resname.ValidID(r.Location) {
-			return Ref{}, errs.Invalid(field, "%q: location %q is not an id (%s)", clip(name), clip(r.Location), resname.IDPattern)
+			return Ref{}, errs.Invalid(field, "%q: location %q is not an id (%s)", Clip(name), Clip(r.Location), resname.IDPattern)
 		}
 	case len(parts) == 4 && parts[0] == "projects" && parts[2] == "models":
 		r = Ref{Project: parts[1]}
 		last = parts[3]
 	default:
-		return Ref{}, errs.Invalid(field, "%q is not a model name: want %s", clip(name), want)
+		return Ref{}, errs.Invalid(field, "%q is not a model name: want %s", Clip(name), want)
 	}
 	if !resname.ValidID(r.Project) {
-		return Ref{}, errs.Invalid(field, "%q: project %q is not an id (%s)", clip(name), clip(r.Project), resname.IDPattern)
+		return Ref{}, errs.Invalid(field, "%q: project %q is not an id (%s)", Clip(name), Clip(r.Project), resname.IDPattern)
 	}
 	id, sel, hasSel := strings.Cut(last, "@")
 	if !resname.ValidID(id) {
-		return Ref{}, errs.Invalid(field, "%q: model id %q is not an id (%s)", clip(name), clip(id), resname.IDPattern)
+		return Ref{}, errs.Invalid(field, "%q: model id %q is not an id (%s)", Clip(name), Clip(id), resname.IDPattern)
 	}
 	r.ID = id
 	if !hasSel {
@@ -89,7 +89,7 @@ func ParseRef(field, name string) (Ref, error) {
 		return r, nil
 	}
 	if err := CheckAlias(sel); err != nil {
-		return Ref{}, errs.Invalid(field, "%q: after '@' comes a version id (1, 2, ...) or an alias: %v", clip(name), err)
+		return Ref{}, errs.Invalid(field, "%q: after '@' comes a version id (1, 2, ...) or an alias: %v", Clip(name), err)
 	}
 	r.Alias = sel
 	return r, nil
@@ -108,7 +108,7 @@ func ParseParent(field, parent string) (project, location string, err error) {
 	case len(parts) == 2 && parts[0] == "projects" && resname.ValidID(parts[1]):
 		return parts[1], DefaultLocation, nil
 	}
-	return "", "", errs.Invalid(field, "%q is not projects/{project}/locations/{location} or projects/{project}", clip(parent))
+	return "", "", errs.Invalid(field, "%q is not projects/{project}/locations/{location} or projects/{project}", Clip(parent))
 }
 
 // Alias bounds and grammar (Vertex's): a lowercase letter, then letters,
@@ -134,7 +134,7 @@ func CheckAlias(a string) error {
 	case len(a) > MaxAliasLen:
 		return fmt.Errorf("alias of %d bytes, more than %d", len(a), MaxAliasLen)
 	case !aliasRE.MatchString(a):
-		return fmt.Errorf("alias %q must match [a-z][a-zA-Z0-9-]{0,126}[a-z0-9]", clip(a))
+		return fmt.Errorf("alias %q must match [a-z][a-zA-Z0-9-]{0,126}[a-z0-9]", Clip(a))
 	case a == "latest" || reservedRE.MatchString(a):
 		return fmt.Errorf("alias %q is reserved (latest and v<N> name versions)", a)
 	}

@@ -116,7 +116,7 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 		return u, fmt.Errorf("request_id: longer than %d bytes", MaxRequestID)
 	}
 	if !resname.ValidID(cmd.GetProject()) {
-		return u, fmt.Errorf("project: %q is not a project id (%s)", clip(cmd.GetProject()), resname.IDPattern)
+		return u, fmt.Errorf("project: %q is not a project id (%s)", Clip(cmd.GetProject()), resname.IDPattern)
 	}
 	switch {
 	case cmd.GetParentModel() != "":
@@ -125,14 +125,14 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 			return u, err
 		}
 		if ref.Selected() {
-			return u, fmt.Errorf("parent_model: %s names a version; name the model, without \"@…\"", clip(cmd.GetParentModel()))
+			return u, fmt.Errorf("parent_model: %s names a version; name the model, without \"@…\"", Clip(cmd.GetParentModel()))
 		}
 		pm := resname.Model{Project: ref.Project, ID: ref.ID}
 		if pm.Project != cmd.GetProject() {
 			return u, fmt.Errorf("parent_model: %s is not in project %s", pm, cmd.GetProject())
 		}
 		if id := cmd.GetModelId(); id != "" && id != pm.ID {
-			return u, fmt.Errorf("model_id: %q names another model than parent_model %s", clip(id), pm)
+			return u, fmt.Errorf("model_id: %q names another model than parent_model %s", Clip(id), pm)
 		}
 		if _, ok := s.Models[pm.String()]; !ok {
 			return u, fmt.Errorf("parent_model: %s does not exist", pm)
@@ -140,7 +140,7 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 		u.Model = pm.String()
 	case cmd.GetModelId() != "":
 		if !resname.ValidID(cmd.GetModelId()) {
-			return u, fmt.Errorf("model_id: %q is not a model id (%s)", clip(cmd.GetModelId()), resname.IDPattern)
+			return u, fmt.Errorf("model_id: %q is not a model id (%s)", Clip(cmd.GetModelId()), resname.IDPattern)
 		}
 		u.Model = resname.Model{Project: cmd.GetProject(), ID: cmd.GetModelId()}.String()
 		_, exists := s.Models[u.Model]
@@ -233,18 +233,18 @@ func ArtifactDir(uri string) (string, error) {
 	if rest, ok := strings.CutPrefix(uri, "file://"); ok {
 		p = rest
 		if !strings.HasPrefix(p, "/") {
-			return "", fmt.Errorf("%s: %q: a file:// URI names a local absolute path (file:///dir), not a host", field, clip(uri))
+			return "", fmt.Errorf("%s: %q: a file:// URI names a local absolute path (file:///dir), not a host", field, Clip(uri))
 		}
 	} else if i := strings.Index(uri, "://"); i > 0 {
-		return "", fmt.Errorf("%s: %q: only file:// URIs, absolute paths and %s:// bucket URLs are supported", field, clip(uri), strings.Join(BucketSchemes[:len(BucketSchemes)-1], "://, "))
+		return "", fmt.Errorf("%s: %q: only file:// URIs, absolute paths and %s:// bucket URLs are supported", field, Clip(uri), strings.Join(BucketSchemes[:len(BucketSchemes)-1], "://, "))
 	}
 	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%s: %q is not an absolute path", field, clip(uri))
+		return "", fmt.Errorf("%s: %q is not an absolute path", field, Clip(uri))
 	}
 	if strings.ContainsAny(p, "%?#") {
 		// A URL reader (the export's) would decode or cut them: the
 		// directory checked must be the one read.
-		return "", fmt.Errorf("%s: %q: a local path must not hold '%%', '?' or '#'", field, clip(uri))
+		return "", fmt.Errorf("%s: %q: a local path must not hold '%%', '?' or '#'", field, Clip(uri))
 	}
 	return filepath.Clean(p), nil
 }
@@ -281,12 +281,12 @@ func checkLineage(l *loomv1.ModelLineage) error {
 	}
 	for k, v := range l.GetHyperparameters() {
 		if len(k) > MaxLineageKey || len(v) > MaxLineageValue {
-			return fmt.Errorf("lineage.hyperparameters: %q: names are at most %d bytes, values %d", clip(k), MaxLineageKey, MaxLineageValue)
+			return fmt.Errorf("lineage.hyperparameters: %q: names are at most %d bytes, values %d", Clip(k), MaxLineageKey, MaxLineageValue)
 		}
 	}
 	for k := range l.GetMetrics() {
 		if len(k) > MaxLineageKey {
-			return fmt.Errorf("lineage.metrics: %q: names are at most %d bytes", clip(k), MaxLineageKey)
+			return fmt.Errorf("lineage.metrics: %q: names are at most %d bytes", Clip(k), MaxLineageKey)
 		}
 	}
 	return nil
@@ -302,9 +302,9 @@ func checkLabels(labels map[string]string) error {
 		v := labels[k]
 		switch {
 		case utf8.RuneCountInString(k) > MaxLabelLen || !labelKeyRE.MatchString(k):
-			return fmt.Errorf("model.labels: key %q must be 1 to %d lowercase letters, digits, '_' or '-', starting with a letter", clip(k), MaxLabelLen)
+			return fmt.Errorf("model.labels: key %q must be 1 to %d lowercase letters, digits, '_' or '-', starting with a letter", Clip(k), MaxLabelLen)
 		case utf8.RuneCountInString(v) > MaxLabelLen || !labelValueRE.MatchString(v):
-			return fmt.Errorf("model.labels[%s]: value %q must be at most %d lowercase letters, digits, '_' or '-'", k, clip(v), MaxLabelLen)
+			return fmt.Errorf("model.labels[%s]: value %q must be at most %d lowercase letters, digits, '_' or '-'", k, Clip(v), MaxLabelLen)
 		}
 	}
 	return nil
@@ -470,8 +470,8 @@ func slug(name string) string {
 	return id
 }
 
-// clip shortens s for an error message.
-func clip(s string) string {
+// Clip shortens s for an error message (64 bytes, at a rune boundary).
+func Clip(s string) string {
 	if len(s) <= 64 {
 		return s
 	}
