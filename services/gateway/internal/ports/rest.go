@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
@@ -252,33 +253,25 @@ func OnlyFromThisSite(h http.Handler) http.Handler {
 		host = strings.Trim(host, "[]")
 		const off = "authentication is off on this gateway, so it takes requests only from its own pages and clients: "
 		if net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
-			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Host %q is not an IP address or localhost", clipHeader(r.Host)))
+			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Host %q is not an IP address or localhost", termtext.Clean(r.Host, 100)))
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
-			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Origin %q is another site", clipHeader(o)))
+			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Origin %q is another site", termtext.Clean(o, 100)))
 			return
 		}
 		// A browser says where a request comes from even where it sends
 		// no Origin (a GET, a form's POST of nothing).
 		if f := r.Header.Get("Sec-Fetch-Site"); f != "" && f != "same-origin" && f != "none" {
-			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Sec-Fetch-Site %q: the request comes from another site", clipHeader(f)))
+			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Sec-Fetch-Site %q: the request comes from another site", termtext.Clean(f, 100)))
 			return
 		}
 		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead {
 			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-				writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("a request body must be sent as application/json, not %q", clipHeader(r.Header.Get("Content-Type"))))
+				writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("a request body must be sent as application/json, not %q", termtext.Clean(r.Header.Get("Content-Type"), 100)))
 				return
 			}
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// clipHeader bounds a header value quoted in a message.
-func clipHeader(s string) string {
-	if len(s) > 100 {
-		return s[:100] + "…"
-	}
-	return s
 }
