@@ -311,6 +311,8 @@ func (a *App) decide(ctx context.Context, d cloudevent.Delivery, key string) (de
 	var gaveUp gaveUpError
 	switch {
 	case class == Applied:
+		// The call was the project's to make (whatever WhoAmI could say).
+		dec.project = call.Project
 		dec.outcome, dec.code, dec.resource = OutcomeAccepted, codes.OK, ResourceOf(call.Request, resp)
 		return dec, nil
 	case class == Decided || errors.As(err, &gaveUp):
