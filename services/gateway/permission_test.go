@@ -91,6 +91,11 @@ func TestJobPermissions(t *testing.T) {
 	h.w.setJob(held)
 	_, err = as("ana").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: held.GetName(), Action: "release"})
 	wantCode(t, "ana releases an admin hold", err, codes.PermissionDenied, "Access/permission denied")
+	// Nor may she put a hold of her own in its place (she could release that).
+	for _, a := range []string{"hold", "uhold"} {
+		_, err = as("ana").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: held.GetName(), Action: a})
+		wantCode(t, "ana "+a+"s an admin-held job", err, codes.PermissionDenied, "only an administrator may release it or change its hold")
+	}
 	if _, err := as("root").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: held.GetName(), Action: "release"}); err != nil {
 		t.Fatalf("root releases an admin hold: %v", err)
 	}

@@ -1004,7 +1004,9 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err := domain.CheckNiceAllowed(caller, "nice", req.GetNice()); err != nil {
 		return nil, err
 	}
-	if action == "release" {
+	if action == "release" || action == "hold" || action == "uhold" {
+		// A user's hold would replace the administrator's with one the
+		// user may release.
 		if err := caller.CheckRelease(j); err != nil {
 			return nil, err
 		}

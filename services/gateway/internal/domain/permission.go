@@ -98,10 +98,10 @@ func denyJob(job *loomv1.Job, who string) error {
 }
 
 // CheckRelease refuses a user (not an administrator) the release of an
-// admin hold, as Slurm does.
+// admin hold, as Slurm does, and a hold of their own in its place.
 func (c Caller) CheckRelease(job *loomv1.Job) error {
 	if !c.Admin && job.GetHold() && job.GetStateReason() == "JobHeldAdmin" {
-		return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " was held by an administrator; only an administrator may release it"}
+		return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " was held by an administrator; only an administrator may release it or change its hold"}
 	}
 	return nil
 }

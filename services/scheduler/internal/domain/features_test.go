@@ -628,6 +628,11 @@ func TestHoldReleaseRequeue(t *testing.T) {
 	// A user may not release an admin hold; an administrator may.
 	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionRelease, User: "ana"})
 	h.wantState(2, loomv1.JobState_PENDING, ReasonHeldAdmin)
+	// Nor turn it into a hold of their own, which they could release.
+	for _, a := range []string{ActionHold, ActionUHold} {
+		h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: a, User: "ana"})
+		h.wantState(2, loomv1.JobState_PENDING, ReasonHeldAdmin)
+	}
 	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionRelease, User: "root", Admin: true})
 	if j := h.job(2); j.GetHold() || j.GetStateReason() == ReasonHeldAdmin {
 		t.Fatalf("admin release: %v %q", j.GetHold(), j.GetStateReason())

@@ -217,6 +217,11 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 			if j.Job.GetHold() && j.Job.GetStateReason() == reason {
 				continue
 			}
+			// A user's hold never replaces an administrator's: it would
+			// turn it into a hold the user may release.
+			if j.Job.GetHold() && j.Job.GetStateReason() == ReasonHeldAdmin && !ev.GetAdmin() {
+				continue
+			}
 			j = t.editJob(j.Name())
 			j.Job.Hold, j.Job.StateReason = true, reason
 			t.emitJob(j)
