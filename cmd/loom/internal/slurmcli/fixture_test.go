@@ -71,6 +71,9 @@ func fixture() *fakegw.Gateway {
 
 	held := job("14", "held", "alice", "gpu", loomv1.JobState_PENDING)
 	held.Hold = true
+	// A command line whose escapes would write another user's clipboard
+	// (OSC 52) and clear their screen, were they printed as they are.
+	held.Command = []string{"/bin/true", "\x1b]52;c;aGk=\x07\x1b[2J"}
 
 	array := job("15", "sweep", "alice", "debug", loomv1.JobState_PENDING)
 	array.Array, array.StateReason, array.Priority = "0-3%2", "JobArrayTaskLimit", 800

@@ -93,7 +93,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"11.batch          batch                                1     FAILED      2:0 \n"},
 		{[]string{"squeue", "-j", "12,14", "-o", "%i %o"},
 			"JOBID COMMAND\n" +
-				"14 held\n" +
+				"14 /bin/true \ufffd]52;c;aGk=\ufffd\ufffd[2J\n" +
 				"12 /home/alice/train.sh\n"},
 		{[]string{"scontrol", "show", "job", "12"},
 			"JobId=12 JobName=train\n" +

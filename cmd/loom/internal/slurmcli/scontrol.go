@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -305,7 +306,9 @@ func jobRecord(r jobRow, v *squeueView) record {
 	command := "(null)"
 	switch {
 	case len(j.GetCommand()) > 0:
-		command = strings.Join(j.GetCommand(), " ")
+		// Argv is the submitter's, checked for size only: what another
+		// user's terminal would take for escapes is printed as U+FFFD.
+		command = termtext.Clean(strings.Join(j.GetCommand(), " "), 1<<20)
 	case j.GetScriptPath() != "":
 		command = j.GetScriptPath()
 	}

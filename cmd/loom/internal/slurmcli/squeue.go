@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -190,7 +191,8 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 		"o": str("COMMAND", func(j *loomv1.Job) string {
 			switch {
 			case len(j.GetCommand()) > 0:
-				return strings.Join(j.GetCommand(), " ")
+				// As scontrol prints it: no escapes of the submitter's.
+				return termtext.Clean(strings.Join(j.GetCommand(), " "), 1<<20)
 			case j.GetScriptPath() != "":
 				return j.GetScriptPath()
 			}
