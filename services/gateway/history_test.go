@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,12 +93,19 @@ func TestJobHistoryTakesRunsFromTheEvent(t *testing.T) {
 	h.w.setJob(&loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_COMPLETED,
 		User: "from-get-job", Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED}}})
 	sent := &loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_COMPLETED,
-		User: "from-event", EndTime: timestamppb.Now(),
+		User: "from-event", EndTime: timestamppb.Now(), Script: "#!/bin/sh\n" + strings.Repeat("# padding\n", 6000),
+		Env:  map[string]string{"BIG": strings.Repeat("x", 60000)},
 		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED, Nodes: []string{"gpu-0002"}}}}
 	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: sent, Attempt: 1}))
 	got := fromHistory(t, ctx, h, sent.GetName())
 	if got.GetUser() != "from-event" || len(got.GetRuns()) != 1 || got.GetRuns()[0].GetNodes()[0] != "gpu-0002" {
 		t.Fatalf("history job %v; want the event's job with its run", got)
+	}
+	// Its script and environment are not kept (most of an ended job's
+	// bytes, for 30 days): the record is small.
+	raw, err := h.redis.HGet(ctx, "gateway:history", sent.GetName()).Bytes()
+	if err != nil || len(raw) > 4096 || got.GetScript() != "" || len(got.GetEnv()) != 0 {
+		t.Errorf("the history record is %d bytes (%v), script %d bytes, env %d; want the job without them", len(raw), err, len(got.GetScript()), len(got.GetEnv()))
 	}
 }
 

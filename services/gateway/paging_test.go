@@ -92,7 +92,7 @@ func TestListJobsPagesPastFourMegabytes(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := testkit.Context(t, 4*wait)
-	want := bigJobs(t, ctx, h, 48)
+	want := bigJobs(t, ctx, h, 66)
 
 	for _, size := range []int32{0, 1, 5, paging.MaxSize} {
 		got, total := listAll(t, ctx, h, &loomv1.ListJobsRequest{Parent: project, PageSize: size})

@@ -423,9 +423,14 @@ func (r *Repo) ExpireRequests(ctx context.Context) (int, error) {
 // apart.
 func PutHistory(tx *store.Tx, j *loomv1.Job) error {
 	steps := j.GetSteps()
-	if len(steps) > 0 {
+	if len(steps) > 0 || j.GetScript() != "" || len(j.GetEnv()) > 0 {
 		j = proto.CloneOf(j)
 		j.Steps = nil
+		// An ended job's script and environment are for no one to run
+		// again, and are most of its bytes: an array's 1,001 tasks carried
+		// a 60 KB script each into 30 days of history (Slurm keeps a batch
+		// script only while the job is in the controller).
+		j.Script, j.Env = "", nil
 	}
 	b, err := proto.Marshal(j)
 	if err != nil {
