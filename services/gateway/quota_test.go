@@ -148,6 +148,11 @@ func TestJobQuotas(t *testing.T) {
 	}
 	_, err = submit("bob", "")
 	wantCode(t, "past the quota", err, codes.ResourceExhausted, "7 pending jobs would exceed the quota of 6")
+	// An ended job requeued is pending again: it counts as a submission
+	// would, or "submit, cancel, requeue" would pass the quota.
+	h.w.setJob(&loomv1.Job{Name: project + "/jobs/950", JobId: "950", Cluster: cluster1, User: "pat", State: loomv1.JobState_CANCELLED})
+	_, err = h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: project + "/jobs/950", Action: "requeue"}, h.call("pat"))
+	wantCode(t, "pat requeues an ended job past the quota", err, codes.ResourceExhausted, "would exceed")
 }
 
 // TestJobQuotaRetry: a retried request is answered with its job, even once

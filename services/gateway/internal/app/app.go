@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -1041,6 +1042,26 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	account, qos, err := g.updateCharge(ctx, j, req.Account, req.Qos)
 	if err != nil {
 		return nil, err
+	}
+	if action == "requeue" && j.GetState().Terminal() {
+		// Ended jobs count against no quota: back to pending they count
+		// as a submission would, or "submit, cancel, requeue" would pass
+		// the project's pending jobs and the user's MaxSubmitJobs.
+		n := int64(1)
+		if ref.array {
+			if a, err := slurmspec.ParseArray(j.GetArray(), math.MaxInt32); err == nil {
+				n = int64(a.Count())
+			}
+		}
+		jn, err := resname.ParseJob(ref.name)
+		if err != nil {
+			return nil, err
+		}
+		r, err := g.reserveJobs(ctx, jn.Project, j.GetUser(), n)
+		if err != nil {
+			return nil, err
+		}
+		defer r.release() // counted again from the scheduler's lists once requeued
 	}
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos, Account: account,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
