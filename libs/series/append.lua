@@ -1,16 +1,17 @@
 -- Appends a batch of points to one job's series (series.Store.Append).
 -- KEYS[1] index hash, KEYS[2] seen hash, KEYS[3] the job's swept marker,
--- KEYS[4..] one string per series.
--- ARGV: source, seq, max points per series, max series per job, then per
--- series: name, records (24 bytes each), count, firstStep, first, lastStep,
--- last, min, max (the batch's own summary).
+-- KEYS[4] the job's count of points kept, KEYS[5..] one string per series.
+-- ARGV: source, seq, max points per series, max series per job, max points
+-- per job, then per series: name, records (24 bytes each), count,
+-- firstStep, first, lastStep, last, min, max (the batch's own summary).
 -- Returns {duplicate 0/1 (2: the job's series were swept), appended, dropped}.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   -- Swept by retention: a late batch must not start a partial series.
   return {2, 0, 0}
 end
 local src, seq = ARGV[1], tonumber(ARGV[2])
-local maxPoints, maxSeries = tonumber(ARGV[3]), tonumber(ARGV[4])
+local maxPoints, maxSeries, maxJob = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local total = tonumber(redis.call('GET', KEYS[4]) or '0')
 if src ~= '' then
   local last = redis.call('HGET', KEYS[2], src)
   if last and tonumber(last) >= seq then
@@ -20,8 +21,8 @@ end
 local nseries = redis.call('HLEN', KEYS[1])
 local appended, dropped = 0, 0
 local fmt = function(x) return string.format('%.17g', x) end
-for i = 4, #KEYS do
-  local a = 5 + (i - 4) * 9
+for i = 5, #KEYS do
+  local a = 6 + (i - 5) * 9
   local name, blob, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local fs, fv, ls, lv = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local mn, mx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
@@ -39,7 +40,7 @@ for i = 4, #KEYS do
   if s == nil then
     dropped = dropped + n
   else
-    local room = maxPoints - s[1]
+    local room = math.min(maxPoints - s[1], maxJob - total)
     local take = n
     if take > room then take = math.max(room, 0) end
     if take < n then
@@ -68,11 +69,15 @@ for i = 4, #KEYS do
         if mx > s[7] then s[7] = mx end
       end
       s[1] = s[1] + take
+      total = total + take
       appended = appended + take
     end
     redis.call('HSET', KEYS[1], name, fmt(s[1]) .. ' ' .. fmt(s[2]) .. ' ' .. fmt(s[3]) .. ' ' .. fmt(s[4]) .. ' ' ..
       fmt(s[5]) .. ' ' .. fmt(s[6]) .. ' ' .. fmt(s[7]) .. ' ' .. fmt(s[8]))
   end
+end
+if appended > 0 then
+  redis.call('SET', KEYS[4], total)
 end
 if src ~= '' then
   redis.call('HSET', KEYS[2], src, ARGV[2])

@@ -95,10 +95,10 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 		return Result{}, nil
 	}
 	sort.Strings(names)
-	keys := make([]string, 0, 3+len(names))
-	keys = append(keys, s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"))
-	args := make([]any, 0, 4+8*len(names))
-	args = append(args, src.Name, src.Seq, s.lim.Points, s.lim.Series)
+	keys := make([]string, 0, 4+len(names))
+	keys = append(keys, s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"), s.key(job, "points"))
+	args := make([]any, 0, 5+9*len(names))
+	args = append(args, src.Name, src.Seq, s.lim.Points, s.lim.Series, s.lim.JobPoints)
 	var blob []byte
 	for _, name := range names {
 		pts := b[name]
@@ -227,7 +227,7 @@ func (s *Store) Delete(ctx context.Context, job string) error {
 	if err != nil {
 		return fmt.Errorf("metrics of %s: %w", job, err)
 	}
-	keys := []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "runs"), s.key(job, "held"), s.key(job, "heldsize")}
+	keys := []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "points"), s.key(job, "runs"), s.key(job, "held"), s.key(job, "heldsize")}
 	for _, n := range names {
 		keys = append(keys, s.key(job, "s:"+n))
 	}

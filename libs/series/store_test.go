@@ -109,3 +109,33 @@ func TestStoreLimits(t *testing.T) {
 		t.Errorf("series after a refused batch: %+v", list)
 	}
 }
+
+// TestJobPointsBudget: a job keeps at most JobPoints points across all its
+// series: past it, points are dropped and counted, whatever series they
+// are for (each series under its own bound); the budget is the job's
+// (another job's is whole), and it is freed with the job's series.
+func TestJobPointsBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{Points: 100, Series: 10, JobPoints: 8})
+	zero := func(int) float64 { return 0 }
+	if r, err := s.Append(ctx, "7", Source{}, Batch{"a": line(5, zero), "b": line(2, zero)}); err != nil || r.Appended != 7 || r.Dropped != 0 {
+		t.Fatalf("7 of a budget of 8: %+v %v", r, err)
+	}
+	r, err := s.Append(ctx, "7", Source{}, Batch{"c": line(4, zero)})
+	if err != nil || r.Appended != 1 || r.Dropped != 3 {
+		t.Fatalf("4 more past a budget of 8: %+v %v; want 1 kept, 3 dropped", r, err)
+	}
+	if r, _ := s.Append(ctx, "7", Source{}, Batch{"a": line(1, zero)}); r.Appended != 0 || r.Dropped != 1 {
+		t.Errorf("a series under its own bound, the job at its budget: %+v", r)
+	}
+	if r, _ := s.Append(ctx, "8", Source{}, Batch{"a": line(8, zero)}); r.Appended != 8 {
+		t.Errorf("another job's budget: %+v", r)
+	}
+	if err := s.Delete(ctx, "7"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.Append(ctx, "7", Source{}, Batch{"a": line(8, zero)}); r.Appended != 8 {
+		t.Errorf("after the job's series were deleted: %+v; want a whole budget", r)
+	}
+}
