@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -85,9 +86,22 @@ func TestJobHistoryTakesRunsFromTheEvent(t *testing.T) {
 	h := newHarness(t)
 	ctx := testkit.Context(t, 2*wait)
 
-	sub, err := h.jobs().SubmitJob(ctx, validJob())
+	req := validJob()
+	req.Job.Env = map[string]string{"TOKEN_FILE": "/secret/path"}
+	sub, err := h.jobs().SubmitJob(ctx, req)
 	if err != nil {
 		t.Fatalf("submit: %v", err)
+	}
+	// The accepted record (kept for the history window, read whole by
+	// every ListJobs) names the job without its script and environment:
+	// the scheduler's command carries them.
+	var accepted loomv1.Job
+	if raw, err := h.redis.HGet(ctx, "gateway:jobs", sub.GetName()).Bytes(); err != nil || proto.Unmarshal(raw, &accepted) != nil ||
+		accepted.GetName() != sub.GetName() || accepted.GetScript() != "" || len(accepted.GetEnv()) != 0 {
+		t.Fatalf("the accepted record %v (%v); want the job without its script and environment", &accepted, err)
+	}
+	if sub.GetScript() == "" {
+		t.Fatalf("the submission's answer lost its script: %v", sub)
 	}
 	// The scheduler (fake) would answer a different view: it must not be read.
 	h.w.setJob(&loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_COMPLETED,

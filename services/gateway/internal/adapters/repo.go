@@ -325,8 +325,15 @@ func PutOperation(tx *store.Tx, op *loomv1.Operation) error {
 	return nil
 }
 
-// PutJob adds the accepted job to tx.
+// PutJob adds the accepted job to tx, without its script and environment:
+// the scheduler has them (the SubmitJob command carries the job whole), and
+// the record, kept for the history window and read whole by every ListJobs,
+// is for naming the job (and an array's tasks) until the scheduler lists it.
 func PutJob(tx *store.Tx, j *loomv1.Job) error {
+	if j.GetScript() != "" || len(j.GetEnv()) > 0 {
+		j = proto.CloneOf(j)
+		j.Script, j.Env = "", nil
+	}
 	b, err := proto.Marshal(j)
 	if err != nil {
 		return fmt.Errorf("encode job %s: %w", j.GetName(), err)
