@@ -868,9 +868,19 @@ type CreateJobStepRequest struct {
 	// -w); exclude those it must not (srun -x); relative skips the job's
 	// first nodes (srun -r: the step starts at that node index). The step's
 	// other nodes are the job's first that remain, in the job's order.
-	Nodelist      []string `protobuf:"bytes,16,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
-	Exclude       []string `protobuf:"bytes,17,rep,name=exclude,proto3" json:"exclude,omitempty"`
-	Relative      int32    `protobuf:"varint,18,opt,name=relative,proto3" json:"relative,omitempty"`
+	Nodelist []string `protobuf:"bytes,16,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
+	Exclude  []string `protobuf:"bytes,17,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	Relative int32    `protobuf:"varint,18,opt,name=relative,proto3" json:"relative,omitempty"`
+	// exact holds only the CPUs the step asks for on each node (srun --exact:
+	// its tasks × cpus_per_task, 1 CPU a task without it); without it a step
+	// holds every CPU of the job on its nodes, so steps without it run one
+	// after another (Slurm 22.05). A step whose CPUs or GPUs are held by
+	// running steps waits (state PENDING) and starts, in the order the steps
+	// were asked for, when they are free.
+	Exact bool `protobuf:"varint,19,opt,name=exact,proto3" json:"exact,omitempty"`
+	// overlap holds nothing and waits for nothing (srun --overlap): the step
+	// shares the CPUs and GPUs of the steps that run.
+	Overlap       bool `protobuf:"varint,20,opt,name=overlap,proto3" json:"overlap,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1029,6 +1039,20 @@ func (x *CreateJobStepRequest) GetRelative() int32 {
 		return x.Relative
 	}
 	return 0
+}
+
+func (x *CreateJobStepRequest) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
+}
+
+func (x *CreateJobStepRequest) GetOverlap() bool {
+	if x != nil {
+		return x.Overlap
+	}
+	return false
 }
 
 type GetJobStepRequest struct {
@@ -3824,7 +3848,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xf4\x04\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xa4\x05\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3846,7 +3870,9 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\rgpus_per_task\x18\x0f \x01(\x05R\vgpusPerTask\x12\x1a\n" +
 	"\bnodelist\x18\x10 \x03(\tR\bnodelist\x12\x18\n" +
 	"\aexclude\x18\x11 \x03(\tR\aexclude\x12\x1a\n" +
-	"\brelative\x18\x12 \x01(\x05R\brelative\x1a6\n" +
+	"\brelative\x18\x12 \x01(\x05R\brelative\x12\x14\n" +
+	"\x05exact\x18\x13 \x01(\bR\x05exact\x12\x18\n" +
+	"\aoverlap\x18\x14 \x01(\bR\aoverlap\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

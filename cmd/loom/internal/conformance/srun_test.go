@@ -321,6 +321,41 @@ func TestSrunGPUTaskFarm(t *testing.T) {
 	wantEqual(t, "output", out, "0 1 2 \n")
 }
 
+// TestSrunStepsWait: a step holds CPUs of the job while it runs: without
+// --exact all of them, so that the next step waits ("step creation
+// temporarily disabled", then "Step created"); with --exact or -c only its
+// own, so that two one-CPU steps of a two-CPU job run side by side; with
+// --overlap none; a step asking more CPUs than the job has is refused.
+// The expected output is Slurm 22.05's for the same script (run by hand
+// with scripts/slurm-local.sh, NODES=1 CPUS=4).
+func TestSrunStepsWait(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_wait.sh"))
+	row := s.waitDone(id, 120*time.Second)
+	out, errOut := s.read("srunwait-"+id+".out"), s.read("srunwait-"+id+".err")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s\nerrors:\n%s", id, row["State"], row["ExitCode"], out, errOut)
+	}
+	wantEqual(t, "output", out, `plain: the second step ran after the first
+exact1 together
+exact2 together
+c1 together
+c2 together
+overlap: ran beside
+too many CPUs: refused
+`)
+	for _, want := range []string{
+		"srun: Job " + id + " step creation temporarily disabled, retrying (Requested nodes are busy)\n",
+		"srun: Step created for job " + id + "\n",
+		"srun: error: Unable to create step for job " + id + ": More processors requested than permitted",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("errors lack %q:\n%s", want, errOut)
+		}
+	}
+}
+
 // TestSrunNodeSelection: srun -w, -x and -r run a step on the nodes of the
 // allocation they pick, SLURM_NODEID counting within the step; a node
 // outside the job is refused; more nodes named than -N keeps the first.

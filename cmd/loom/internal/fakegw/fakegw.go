@@ -164,6 +164,11 @@ type Gateway struct {
 	// code as its own.
 	StepExitCodes []int32
 	StepEndAfter  int
+	// StepPendingPolls makes every step CreateJobStep creates wait, as
+	// one whose resources running steps hold does: PENDING ("Requested
+	// nodes are busy") for its first StepPendingPolls GetJobStep calls,
+	// RUNNING from the next on (and then as StepEndAfter says).
+	StepPendingPolls int
 	// StepOutputDir, when set, is the steps' output_dir: CreateJobStep
 	// writes each task's whole output there at once, as the tasks would
 	// on the shared file system: task-R.out "hello from R\nsecond line R"
@@ -176,6 +181,7 @@ type Gateway struct {
 	opPolls   int            // GetOperation calls, which advance the operation
 	jobPolls  map[string]int // GetJob calls that found a pending job, by name (StartJobs)
 	stepPolls map[string]int // GetJobStep calls, by step name
+	waitPolls map[string]int // GetJobStep calls that found the step PENDING, by step name
 	bearers   []string       // each call's credential (Bearers)
 	// NoScanProgress makes GetHealthScan Unimplemented, as a gateway from
 	// before it answers.
@@ -800,6 +806,9 @@ func (g *Gateway) CreateJobStep(_ context.Context, r *loomv1.CreateJobStepReques
 			}
 		}
 	}
+	if g.StepPendingPolls > 0 {
+		s.State, s.Reason, s.StartTime = loomv1.JobState_PENDING, "Requested nodes are busy", nil
+	}
 	g.Steps = append(g.Steps, s)
 	return proto.Clone(s).(*loomv1.JobStep), nil
 }
@@ -813,7 +822,13 @@ func (g *Gateway) GetJobStep(_ context.Context, r *loomv1.GetJobStepRequest) (*l
 		return nil, stepNotFound(r.GetName())
 	}
 	if g.stepPolls == nil {
-		g.stepPolls = map[string]int{}
+		g.stepPolls, g.waitPolls = map[string]int{}, map[string]int{}
+	}
+	if s.GetState() == loomv1.JobState_PENDING {
+		if g.waitPolls[s.GetName()]++; g.waitPolls[s.GetName()] <= g.StepPendingPolls {
+			return proto.Clone(s).(*loomv1.JobStep), nil
+		}
+		s.State, s.Reason, s.StartTime = loomv1.JobState_RUNNING, "", timestamppb.New(g.now())
 	}
 	if g.stepPolls[s.GetName()]++; g.stepPolls[s.GetName()] > g.StepEndAfter && s.GetState() == loomv1.JobState_RUNNING {
 		s.State, s.EndTime = loomv1.JobState_COMPLETED, timestamppb.New(g.now())

@@ -50,9 +50,10 @@ var srunOptions = []optDef{
 	{long: []string{"gpu-bind"}, arg: requiredArg},
 	{long: []string{"cpu-bind"}, arg: requiredArg},
 	{long: []string{"mpi"}, arg: requiredArg},
+	// Slurm's step resources (docs/slurm.md "Step resources"): --exact
+	// holds only the step's CPUs, --overlap none; --exclusive, for a step,
+	// is --exact.
 	{long: []string{"exclusive"}, arg: optionalArg},
-	// Slurm's step resources: Loom's steps share the job's (docs/slurm.md),
-	// a --gpus-per-task step taking GPUs no running step was given first.
 	{long: []string{"exact"}, arg: noArg},
 	{long: []string{"overlap"}, arg: noArg},
 	{long: []string{"wait"}, short: 'W', arg: requiredArg},
@@ -94,6 +95,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		}
 	}
 	pty := false
+	// As Slurm's srun, SLURM_EXACT and SLURM_OVERLAP set them too.
+	exact, overlap := env["SLURM_EXACT"] != "", env["SLURM_OVERLAP"] != ""
 	var nodelist, exclude []string
 	relative := int32(0)
 	for _, o := range opts {
@@ -151,6 +154,10 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			jobID = o.value
 		case "pty":
 			pty = true
+		case "exact", "exclusive":
+			exact = true
+		case "overlap":
+			overlap = true
 		case "nodelist", "exclude":
 			names, err := expandHosts(o.value)
 			if err != nil {
@@ -173,7 +180,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		return c.errorf("No command given to execute.")
 	}
 	req := stepRequest{command: command, nodes: int32(nodes), ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt),
-		killOnBadExit: killBad, label: label}
+		killOnBadExit: killBad, label: label, exact: exact, overlap: overlap}
 	if err := c.stepInput(&req, inputOpt); err != nil {
 		return err
 	}
@@ -358,14 +365,16 @@ func (c *cmd) srunInJob(ctx context.Context, req stepRequest, export, chdir stri
 
 const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus] [-l]
             [-K] [-D path] [-i all|none|RANK|FILE] [--pty] [--export=...]
-            executable [args...]
+            [--exact] [--overlap] executable [args...]
 Inside a job's allocation (SLURM_JOB_ID set) srun starts a job step: its
 tasks, once per task, with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and
 SLURM_STEP_* set. The scheduler starts them on the step's nodes and their
 output is copied here; srun's stdin is forwarded to every task (-i RANK: one
 task's, -i none: none, -i FILE: FILE instead); with --pty, from a terminal,
 task 0 runs in a terminal of its own that yours stands for (srun --pty bash
-for a shell on a node). Outside a job srun first asks
+for a shell on a node). A step holds every CPU of the job on its nodes, only
+its own with --exact (or -c), none with --overlap; one that finds them held
+waits for them. Outside a job srun first asks
 for an allocation
 (-N, -n, -p, -t, --gres, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.

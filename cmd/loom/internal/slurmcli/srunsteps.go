@@ -50,6 +50,9 @@ type stepRequest struct {
 	// uses (-w, -x, -r).
 	nodelist, exclude []string
 	relative          int32
+	// exact and overlap are srun's --exact and --overlap: the step holds
+	// only its own CPUs, or nothing.
+	exact, overlap bool
 }
 
 // Polling intervals of a remote step: its output files, and its state.
@@ -83,7 +86,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
 		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
-		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative}
+		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -106,8 +109,17 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		}
 		return c.rpcError("Unable to create step for job "+req.jobID, err)
 	}
+	if step.GetState() == loomv1.JobState_PENDING {
+		if step, err = c.awaitPendingStep(ctx, req.jobID, step); err != nil {
+			return err
+		}
+	}
 	if step.GetState() != loomv1.JobState_RUNNING && step.GetNumTasks() == 0 {
-		return c.errorf("Unable to create step for job %s: %s", req.jobID, step.GetReason())
+		reason := step.GetReason()
+		if step.GetState() == loomv1.JobState_CANCELLED {
+			reason = "Job/step already completing or completed"
+		}
+		return c.errorf("Unable to create step for job %s: %s", req.jobID, reason)
 	}
 	stepID := fmt.Sprintf("%s.%d", req.jobID, step.GetStepId())
 	dest, closeFiles, err := c.stepOutputs(req, step)
@@ -193,6 +205,45 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// awaitPendingStep waits while step waits for resources the job's running
+// steps hold, saying so as Slurm's srun does, and returns it once it has
+// started or ended. Interrupted, it cancels the step.
+func (c *cmd) awaitPendingStep(ctx context.Context, jobID string, step *loomv1.JobStep) (*loomv1.JobStep, error) {
+	jobs := c.jobsClient()
+	fmt.Fprintf(c.stderr, "srun: Job %s step creation temporarily disabled, retrying (%s)\n", jobID, step.GetReason())
+	tick := time.NewTicker(stepStateEvery)
+	defer tick.Stop()
+	for step.GetState() == loomv1.JobState_PENDING {
+		select {
+		case <-ctx.Done():
+			cctx, cancel := context.WithTimeout(context.Background(), c.env.CallTimeout)
+			_, err := jobs.CancelJobStep(cctx, &loomv1.CancelJobStepRequest{Name: step.GetName()})
+			cancel()
+			if err != nil && status.Code(err) != codes.FailedPrecondition && status.Code(err) != codes.NotFound {
+				fmt.Fprintf(c.stderr, "srun: error: cancelling step %s.%d: %s\n", jobID, step.GetStepId(), status.Convert(err).Message())
+			}
+			fmt.Fprintln(c.stderr, "srun: Cancelled pending job step")
+			return nil, c.errorf("Unable to create step for job %s: Job/step already completing or completed", jobID)
+		case <-tick.C:
+		}
+		gctx, cancel := context.WithTimeout(ctx, c.env.CallTimeout)
+		s, err := jobs.GetJobStep(gctx, &loomv1.GetJobStepRequest{Name: step.GetName()})
+		cancel()
+		switch {
+		case err == nil:
+			step = s
+		case status.Code(err) == codes.NotFound:
+			// The job was requeued or is gone: its waiting steps with it.
+			return nil, c.errorf("Unable to create step for job %s: Job/step already completing or completed", jobID)
+		}
+	}
+	if step.GetStartTime() != nil {
+		// Started (it may have ended since, between two looks).
+		fmt.Fprintf(c.stderr, "srun: Step created for job %s\n", jobID)
+	}
+	return step, nil
 }
 
 // feedStep forwards in, srun's input, to the step whose output directory

@@ -525,3 +525,82 @@ func TestSrunOutputFilesBounded(t *testing.T) {
 		t.Fatalf("-o many-%%t.out over %d tasks: exit %d, stderr %q, cancels %v", maxOutputFiles+1, code, errOut, stepCancels(g))
 	}
 }
+
+// TestSrunWaitsForAStepsResources: a step the scheduler holds back while
+// the job's running steps hold its CPUs is answered PENDING; srun says so
+// in Slurm's words, waits, and runs it once it has started. --exact,
+// --exclusive (a step's --exact) and --overlap are asked for as given,
+// and SLURM_EXACT / SLURM_OVERLAP set them too.
+func TestSrunWaitsForAStepsResources(t *testing.T) {
+	t.Parallel()
+	g := srunGateway(t, 1, 0, 0)
+	g.StepPendingPolls = 2
+	code, out, errOut := runSrun(context.Background(), t, g, "--exact", "-n2", "hostname")
+	if code != 0 || !strings.Contains(out, "hello from 1\n") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	want := "srun: Job 12 step creation temporarily disabled, retrying (Requested nodes are busy)\nsrun: Step created for job 12\n"
+	if !strings.HasPrefix(errOut, want) {
+		t.Errorf("stderr %q, want it to start %q", errOut, want)
+	}
+	if req := stepsCreated(g)[0]; !req.GetExact() || req.GetOverlap() {
+		t.Errorf("--exact asked for exact %v, overlap %v", req.GetExact(), req.GetOverlap())
+	}
+	for _, c := range []struct {
+		args           []string
+		env            string
+		exact, overlap bool
+	}{
+		{args: []string{"--overlap"}, overlap: true},
+		{args: []string{"--exclusive"}, exact: true},
+		{env: "SLURM_EXACT", exact: true},
+		{env: "SLURM_OVERLAP", overlap: true},
+		{},
+	} {
+		g := srunGateway(t, 0)
+		env := srunEnv(t, g)
+		if c.env != "" {
+			env.Environ[c.env] = "1"
+		}
+		if code, _, errOut := mainSrun(context.Background(), env, append(c.args, "true")...); code != 0 {
+			t.Fatalf("srun %v (%s): exit %d, %s", c.args, c.env, code, errOut)
+		}
+		if req := stepsCreated(g)[0]; req.GetExact() != c.exact || req.GetOverlap() != c.overlap {
+			t.Errorf("srun %v (%s): exact %v, overlap %v; want %v, %v", c.args, c.env, req.GetExact(), req.GetOverlap(), c.exact, c.overlap)
+		}
+	}
+}
+
+// TestSrunCancelsItsWaitingStep: interrupted while its step waits, srun
+// cancels it (so that it never starts) and fails as Slurm's does.
+func TestSrunCancelsItsWaitingStep(t *testing.T) {
+	t.Parallel()
+	g := srunGateway(t, 1)
+	g.StepPendingPolls = 1 << 30
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	var code int
+	var errOut string
+	env := srunEnv(t, g)
+	go func() {
+		defer close(done)
+		code, _, errOut = mainSrun(ctx, env, "hostname")
+	}()
+	testkit.WaitFor(t, 10*time.Second, "srun to watch its waiting step", func() (bool, error) {
+		return len(fakegw.Requests[*loomv1.GetJobStepRequest](g)) > 0, nil
+	})
+	cancel() // as SIGINT does
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("srun did not end after it was interrupted")
+	}
+	if len(stepCancels(g)) != 1 || stepCancels(g)[0] != "projects/default/jobs/12/steps/3" {
+		t.Errorf("CancelJobStep calls %v, want one for step 3", stepCancels(g))
+	}
+	if code == 0 || !strings.Contains(errOut, "srun: Cancelled pending job step\n") ||
+		!strings.Contains(errOut, "Unable to create step for job 12: Job/step already completing or completed") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}

@@ -1802,9 +1802,12 @@ type CreateJobStep struct {
 	PtyCols       int32                  `protobuf:"varint,15,opt,name=pty_cols,json=ptyCols,proto3" json:"pty_cols,omitempty"`
 	GpusPerTask   int32                  `protobuf:"varint,16,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
 	// srun -w, -x and -r (loom.v1.CreateJobStepRequest).
-	Nodelist      []string `protobuf:"bytes,17,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
-	Exclude       []string `protobuf:"bytes,18,rep,name=exclude,proto3" json:"exclude,omitempty"`
-	Relative      int32    `protobuf:"varint,19,opt,name=relative,proto3" json:"relative,omitempty"`
+	Nodelist []string `protobuf:"bytes,17,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
+	Exclude  []string `protobuf:"bytes,18,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	Relative int32    `protobuf:"varint,19,opt,name=relative,proto3" json:"relative,omitempty"`
+	// srun --exact and --overlap (loom.v1.CreateJobStepRequest).
+	Exact         bool `protobuf:"varint,20,opt,name=exact,proto3" json:"exact,omitempty"`
+	Overlap       bool `protobuf:"varint,21,opt,name=overlap,proto3" json:"overlap,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1970,6 +1973,20 @@ func (x *CreateJobStep) GetRelative() int32 {
 		return x.Relative
 	}
 	return 0
+}
+
+func (x *CreateJobStep) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
+}
+
+func (x *CreateJobStep) GetOverlap() bool {
+	if x != nil {
+		return x.Overlap
+	}
+	return false
 }
 
 // CancelJobStep asks the scheduler to kill a job step's tasks, or only to
@@ -5746,7 +5763,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\a_mem_mbB\x16\n" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
-	"\t_gpu_type\"\x81\x05\n" +
+	"\t_gpu_type\"\xb1\x05\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5769,7 +5786,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\rgpus_per_task\x18\x10 \x01(\x05R\vgpusPerTask\x12\x1a\n" +
 	"\bnodelist\x18\x11 \x03(\tR\bnodelist\x12\x18\n" +
 	"\aexclude\x18\x12 \x03(\tR\aexclude\x12\x1a\n" +
-	"\brelative\x18\x13 \x01(\x05R\brelative\x1a6\n" +
+	"\brelative\x18\x13 \x01(\x05R\brelative\x12\x14\n" +
+	"\x05exact\x18\x14 \x01(\bR\x05exact\x12\x18\n" +
+	"\aoverlap\x18\x15 \x01(\bR\aoverlap\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +

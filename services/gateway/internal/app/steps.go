@@ -27,7 +27,10 @@ const stepCreateTimeout = 30 * time.Second
 // answer carries its step id, nodes and output directory. InvalidArgument
 // for a bad request (naming the field), NotFound for an unknown job,
 // FailedPrecondition in Slurm's words for a job that does not run. A retry
-// with the same request_id returns the first call's step.
+// with the same request_id returns the first call's step. A step whose CPUs
+// or GPUs running steps hold is answered PENDING (reason "Requested nodes
+// are busy"): the scheduler starts it when they are free, and GetJobStep
+// shows it RUNNING then.
 func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRequest) (*loomv1.JobStep, error) {
 	if err := domain.ValidateCreateJobStep(req); err != nil {
 		return nil, err
@@ -61,7 +64,8 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(),
 		KillOnBadExit: req.GetKillOnBadExit(), Input: req.GetInput(), Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(),
-		GpusPerTask: req.GetGpusPerTask(), Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative()}
+		GpusPerTask: req.GetGpusPerTask(), Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(),
+		Exact: req.GetExact(), Overlap: req.GetOverlap()}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("create a step of %s: %w", ref.name, err)
 	}

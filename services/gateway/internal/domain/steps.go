@@ -65,7 +65,7 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput(),
 		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask(),
-		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative()})
+		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(), Exact: req.GetExact(), Overlap: req.GetOverlap()})
 	return v.Err()
 }
 

@@ -14,6 +14,7 @@ package domain
 // header only.
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -99,6 +100,9 @@ const ReasonStepLimit = "Step limit reached for this job"
 // putJobStep replaces step i of r (an edited run) with s (i < 0: adds it),
 // dropping the oldest ended steps past MaxKeptEndedSteps.
 func putJobStep(r *Run, i int, s JobStep) {
+	if s.Ended() {
+		s.Request = nil // a step that never started keeps no request
+	}
 	steps := make([]JobStep, 0, len(r.JobSteps)+1)
 	steps = append(steps, r.JobSteps...)
 	if i < 0 {
@@ -139,27 +143,15 @@ func liveSteps(r *Run) int {
 }
 
 // stepGPUs picks want of the job's GPUs on node for a new --gpus-per-task
-// step: those no running step of the run was given first, in the job's
-// order, so that steps started side by side (a task farm: srun --exact -n1
-// --gpus-per-task=1 ... &) each get GPUs of their own; then, when the job
-// has too few free ones, those of the running steps, in order (Slurm's
-// step would wait for them instead: Loom runs it now, sharing).
-// createJobStep has checked that the job holds at least want there.
+// step: those no running step holds first (stepHolds), in the job's order,
+// so that steps started side by side (a task farm: srun --exact -n1
+// --gpus-per-task=1 ... &) each get GPUs of their own; then, for an
+// --overlap step when too few are free, those of the running steps, in
+// order. planStep has checked that the job holds at least want there, and
+// for a step that is not --overlap that want are free.
 func stepGPUs(r *Run, node string, want int) []int32 {
-	busy := map[int32]bool{}
-	for i := range r.JobSteps {
-		s := &r.JobSteps[i]
-		if s.Ended() {
-			continue
-		}
-		for j, nd := range s.Nodes {
-			if nd == node && j < len(s.GPUs) {
-				for _, gpu := range s.GPUs[j] {
-					busy[gpu] = true
-				}
-			}
-		}
-	}
+	_, held := stepHolds(r)
+	busy := held[node]
 	out := make([]int32, 0, want)
 	for _, pass := range []bool{false, true} {
 		for _, gpu := range r.GPUs[node] {
@@ -337,79 +329,294 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	id := r.NextStepID
 	r.NextStepID++
 	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
-		KillOnBadExit: ev.GetKillOnBadExit(), State: loomv1.JobState_RUNNING, Start: t.now}
-	c := t.cluster(r.Cluster)
-	shared := ""
-	if c != nil {
-		shared = c.SharedDir
-	}
-	var tasks, idx []int32
-	sel, required, err := stepNodes(r.Hostnames, ev.GetNodelist(), ev.GetExclude(), ev.GetRelative())
-	if err == nil && len(r.Tasks) != len(r.Nodes) {
-		err = fmt.Errorf("the run's task layout is unknown")
-	}
-	if err == nil {
-		alloc := make([]int32, len(sel))
-		for i, k := range sel {
-			alloc[i] = r.Tasks[k]
-		}
-		tasks, err = StepLayout(alloc, ev.GetNodeCount(), ev.GetNtasks(), ev.GetNtasksPerNode())
-	}
-	if err == nil && len(tasks) < required {
-		err = fmt.Errorf("Requested node configuration is not available: --nodelist names %d node(s), the step has %d", required, len(tasks))
-	}
-	if err == nil {
-		// The step's nodes in the job's order (SLURM_NODEID), each with
-		// its tasks.
-		idx = sel[:len(tasks)]
-		order := make([]int, len(idx))
-		for i := range order {
-			order[i] = i
-		}
-		sort.Slice(order, func(a, b int) bool { return idx[order[a]] < idx[order[b]] })
-		sortedIdx, sortedTasks := make([]int32, len(idx)), make([]int32, len(idx))
-		for i, o := range order {
-			sortedIdx[i], sortedTasks[i] = idx[o], tasks[o]
-		}
-		idx, tasks = sortedIdx, sortedTasks
-	}
+		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap()}
+	plan, busy, err := t.planStep(r, ev)
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
 		err = fmt.Errorf("%s: %d steps of the job run (at most %d at once)", ReasonStepLimit, liveSteps(r), MaxLiveSteps)
 	}
-	if err == nil && shared == "" {
-		err = fmt.Errorf("the cluster has no shared directory for the step's output")
+	// A step waits behind the steps asked for before it (first come,
+	// first served, so that a large one is not passed over for ever by
+	// small ones), except with --overlap, which waits for nothing.
+	wait := err == nil && !ev.GetOverlap() && (busy || pendingSteps(r) > 0)
+	if wait {
+		err = pendingBound(r, ev)
 	}
-	total := int32(0)
-	for _, c := range tasks {
-		total += c
-	}
-	if err == nil {
-		if e := slurmspec.ParseInput(ev.GetInput(), int(total)); e != nil {
-			err = fmt.Errorf("--input: %w", e)
-		}
-	}
-	if g := ev.GetGpusPerTask(); err == nil && g > 0 {
-		// Each task its own GPUs of the job's on its node, in order.
-		for k, n := range tasks {
-			if held := len(r.GPUs[r.Nodes[idx[k]]]); int(n)*int(g) > held {
-				err = fmt.Errorf("Requested node configuration is not available: %d task(s) with --gpus-per-task=%d need %d GPUs on %s, the job holds %d there",
-					n, g, int(n)*int(g), r.Hostnames[idx[k]], held)
-				break
-			}
-		}
-	}
-	if err != nil {
+	switch {
+	case err != nil:
 		// Recorded, so that the waiting srun hears why at once.
 		step.State, step.Reason, step.End = loomv1.JobState_FAILED, err.Error(), t.now
 		putJobStep(r, -1, step)
-		return nil
+	case wait:
+		b, merr := proto.Marshal(ev)
+		if merr != nil {
+			return fmt.Errorf("create job step: keep the request of step %d: %w", id, merr)
+		}
+		step.State, step.Reason, step.Request = loomv1.JobState_PENDING, ReasonStepBusy, b
+		putJobStep(r, -1, step)
+	default:
+		t.launchStep(j, r, -1, step, ev, plan)
 	}
+	return nil
+}
+
+// Step resources. Inside its job's allocation a step holds, on each of its
+// nodes, CPUs and (with --gpus-per-task) GPUs while its tasks there run, as
+// Slurm 22.05 does: with --exact its tasks × --cpus-per-task (1 a task
+// without -c), without it every CPU the job has on the node, so that steps
+// without --exact run one after another; with --overlap nothing. A step
+// whose resources are held waits (PENDING, Slurm's "Requested nodes are
+// busy") and the waiting steps start in the order they were asked for as
+// running ones end (startPendingSteps). A waiting step keeps its request
+// (JobStep.Request) in the run's record, which is written whole at each of
+// its changes: how many wait, and their bytes, are bounded.
+const (
+	// MaxPendingSteps is the most steps of a run that wait at once.
+	MaxPendingSteps = 256
+	// MaxPendingStepBytes bounds the requests (command, environment) the
+	// waiting steps of a run keep, in all.
+	MaxPendingStepBytes = 1 << 20
+	// ReasonStepBusy is a waiting step's reason, srun's words.
+	ReasonStepBusy = "Requested nodes are busy"
+)
+
+// pendingSteps counts r's steps that wait for resources.
+func pendingSteps(r *Run) int {
+	n := 0
+	for i := range r.JobSteps {
+		if r.JobSteps[i].State == loomv1.JobState_PENDING {
+			n++
+		}
+	}
+	return n
+}
+
+// pendingBound refuses a step that would wait past MaxPendingSteps or
+// MaxPendingStepBytes, in Slurm's words for a step past a limit.
+func pendingBound(r *Run, ev *eventsv1.CreateJobStep) error {
+	n, size := 0, proto.Size(ev)
+	for i := range r.JobSteps {
+		if r.JobSteps[i].State == loomv1.JobState_PENDING {
+			n++
+			size += len(r.JobSteps[i].Request)
+		}
+	}
+	if n >= MaxPendingSteps {
+		return fmt.Errorf("%s: %d steps of the job wait for resources (at most %d)", ReasonStepLimit, n, MaxPendingSteps)
+	}
+	if size > MaxPendingStepBytes {
+		return fmt.Errorf("%s: the requests of the job's waiting steps would take %d bytes (at most %d)", ReasonStepLimit, size, MaxPendingStepBytes)
+	}
+	return nil
+}
+
+// stepPlan is where a step's tasks run: the job's node indexes in the
+// job's order (SLURM_NODEID), the tasks and the CPUs the step holds on
+// each (cpus nil: none).
+type stepPlan struct {
+	idx, tasks, cpus []int32
+	total            int32
+}
+
+// stepHolds returns what r's running steps hold, by node name: CPUs, and
+// the job's GPU indices given to their tasks. A step holds nothing with
+// --overlap, and nothing on a node once its tasks there have ended.
+func stepHolds(r *Run) (cpus map[string]int32, gpus map[string]map[int32]bool) {
+	cpus, gpus = map[string]int32{}, map[string]map[int32]bool{}
+	for i := range r.JobSteps {
+		s := &r.JobSteps[i]
+		if s.Ended() || s.Overlap || s.State == loomv1.JobState_PENDING {
+			continue
+		}
+		for k, node := range s.Nodes {
+			if k < len(s.Parts) && s.Parts[k].Terminal() {
+				continue
+			}
+			if k < len(s.CPUs) {
+				cpus[node] += s.CPUs[k]
+			}
+			if k < len(s.GPUs) {
+				if gpus[node] == nil {
+					gpus[node] = map[int32]bool{}
+				}
+				for _, gpu := range s.GPUs[k] {
+					gpus[node][gpu] = true
+				}
+			}
+		}
+	}
+	return cpus, gpus
+}
+
+// planStep lays out the step ev asks for on r's nodes: err when it can
+// never run in this allocation (Slurm's "Requested node configuration is
+// not available"), busy when it fits the allocation but not what the
+// running steps leave free now. Nodes the step must use (srun -w) come
+// first; for the others it takes the first of the job's, in order, that
+// have room, so that a task farm of one-node steps spreads over the job.
+func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep) (plan stepPlan, busy bool, err error) {
+	if c := t.cluster(r.Cluster); c == nil || c.SharedDir == "" {
+		return plan, false, fmt.Errorf("the cluster has no shared directory for the step's output")
+	}
+	sel, required, err := stepNodes(r.Hostnames, ev.GetNodelist(), ev.GetExclude(), ev.GetRelative())
+	if err != nil {
+		return plan, false, err
+	}
+	if len(r.Tasks) != len(r.Nodes) {
+		return plan, false, fmt.Errorf("the run's task layout is unknown")
+	}
+	alloc := make([]int32, len(sel))
+	for i, k := range sel {
+		alloc[i] = r.Tasks[k]
+	}
+	tasks, err := StepLayout(alloc, ev.GetNodeCount(), ev.GetNtasks(), ev.GetNtasksPerNode())
+	if err != nil {
+		return plan, false, err
+	}
+	if len(tasks) < required {
+		return plan, false, fmt.Errorf("Requested node configuration is not available: --nodelist names %d node(s), the step has %d", required, len(tasks))
+	}
+	for _, c := range tasks {
+		plan.total += c
+	}
+	if e := slurmspec.ParseInput(ev.GetInput(), int(plan.total)); e != nil {
+		return plan, false, fmt.Errorf("--input: %w", e)
+	}
+	heldCPUs, heldGPUs := stepHolds(r)
+	cpt, g := max(ev.GetCpusPerTask(), 1), int(ev.GetGpusPerTask())
+	// -c implies --exact, as Slurm 22.05's srun has it.
+	exact := ev.GetExact() || ev.GetCpusPerTask() > 0
+	jobCPT := int32(1)
+	if j := t.job(r.Job); j != nil {
+		jobCPT = j.Job.GetCpusPerTask()
+	}
+	// need is what n tasks of the step take on the job's node k, and
+	// whether they fit it at all (err) and now (fits).
+	need := func(k, n int32) (cpus int32, fits bool, err error) {
+		node, host, has := r.Nodes[k], r.Hostnames[k], cpusOf(r, int(k), jobCPT)
+		if exact && int64(n)*int64(cpt) > int64(has) {
+			return 0, false, fmt.Errorf("More processors requested than permitted: %d task(s) with %d CPU(s) each need %d CPUs on %s, the job has %d there",
+				n, cpt, int64(n)*int64(cpt), host, has)
+		}
+		if held := len(r.GPUs[node]); int(n)*g > held {
+			return 0, false, fmt.Errorf("Requested node configuration is not available: %d task(s) with --gpus-per-task=%d need %d GPUs on %s, the job holds %d there",
+				n, g, int(n)*g, host, held)
+		}
+		if ev.GetOverlap() {
+			return 0, true, nil
+		}
+		cpus = has
+		if exact {
+			cpus = n * cpt
+		}
+		return cpus, cpus <= has-heldCPUs[node] && int(n)*g <= len(r.GPUs[node])-len(heldGPUs[node]), nil
+	}
+	idx, cpus := make([]int32, len(tasks)), make([]int32, len(tasks))
+	used := make([]bool, len(sel))
+	for pos, n := range tasks {
+		if pos < required {
+			c, fits, err := need(sel[pos], n)
+			if err != nil {
+				return plan, false, err
+			}
+			busy = busy || !fits
+			idx[pos], cpus[pos], used[pos] = sel[pos], c, true
+			continue
+		}
+		at, firstErr := -1, error(nil)
+		for i := required; i < len(sel); i++ {
+			if used[i] {
+				continue
+			}
+			c, fits, err := need(sel[i], n)
+			if err != nil {
+				firstErr = cmp.Or(firstErr, err)
+				continue
+			}
+			if at < 0 || fits {
+				at, cpus[pos] = i, c
+			}
+			if fits {
+				break
+			}
+		}
+		if at < 0 {
+			return plan, false, firstErr
+		}
+		if _, fits, _ := need(sel[at], n); !fits {
+			busy = true
+		}
+		idx[pos], used[at] = sel[at], true
+	}
+	// The step's nodes in the job's order (SLURM_NODEID), each with its
+	// tasks.
+	order := make([]int, len(idx))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return idx[order[a]] < idx[order[b]] })
+	plan.idx, plan.tasks = make([]int32, len(idx)), make([]int32, len(idx))
+	if !ev.GetOverlap() {
+		plan.cpus = make([]int32, len(idx))
+	}
+	for i, o := range order {
+		plan.idx[i], plan.tasks[i] = idx[o], tasks[o]
+		if plan.cpus != nil {
+			plan.cpus[i] = cpus[o]
+		}
+	}
+	return plan, busy, nil
+}
+
+// startPendingSteps starts r's waiting steps, in the order they were asked
+// for, while the first of them fits; one that can no longer run in the
+// allocation fails. It does nothing once the run is over (settleJobSteps
+// ends its waiting steps).
+func (t *txn) startPendingSteps(r *Run) {
+	j := t.job(r.Job)
+	if j == nil || !j.Running() || j.Attempt != r.Attempt || r.Ended() || r.Released {
+		return
+	}
+	// By id: putJobStep may drop ended steps, moving the others.
+	var waiting []int32
+	for i := range r.JobSteps {
+		if r.JobSteps[i].State == loomv1.JobState_PENDING {
+			waiting = append(waiting, r.JobSteps[i].ID)
+		}
+	}
+	for _, id := range waiting {
+		i := stepIndex(r, id)
+		s := r.JobSteps[i].Clone()
+		ev := &eventsv1.CreateJobStep{}
+		err := proto.Unmarshal(s.Request, ev)
+		var plan stepPlan
+		busy := false
+		if err == nil {
+			plan, busy, err = t.planStep(r, ev)
+		}
+		switch {
+		case err != nil:
+			s.State, s.Reason, s.End = loomv1.JobState_FAILED, err.Error(), t.now
+			putJobStep(r, i, s)
+		case busy:
+			return
+		default:
+			t.launchStep(j, r, i, s, ev, plan)
+		}
+	}
+}
+
+// launchStep starts step (put at index i of r's steps; i < 0: added) as
+// plan lays it out: one LaunchTasks per node.
+func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.CreateJobStep, plan stepPlan) {
+	shared := t.cluster(r.Cluster).SharedDir
+	id, idx, tasks, total := step.ID, plan.idx, plan.tasks, plan.total
+	step.State, step.Reason, step.Request, step.Start = loomv1.JobState_RUNNING, "", nil, t.now
 	n := len(tasks)
 	step.Nodes, step.Hostnames = make([]string, n), make([]string, n)
 	for i, k := range idx {
 		step.Nodes[i], step.Hostnames[i] = r.Nodes[k], r.Hostnames[k]
 	}
-	step.Tasks = tasks
+	step.Tasks, step.CPUs = tasks, plan.cpus
 	if g := int(ev.GetGpusPerTask()); g > 0 {
 		step.GPUs = make([][]int32, n)
 		for i, k := range idx {
@@ -419,7 +626,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	step.Parts = make([]StepPart, n)
 	step.ExitCodes = make([]int32, total)
 	step.OutputDir = StepOutputDir(shared, j.Job.GetJobId(), r.Attempt, id)
-	putJobStep(r, -1, step)
+	putJobStep(r, i, step)
 
 	wd := ev.GetWorkDir()
 	if wd == "" {
@@ -499,7 +706,6 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 			TaskGpus: taskGPUs,
 		})
 	}
-	return nil
 }
 
 func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
@@ -526,6 +732,19 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 	}
 	i := stepIndex(r, ev.GetStepId())
 	if i < 0 || r.JobSteps[i].Ended() {
+		return nil
+	}
+	if r.JobSteps[i].State == loomv1.JobState_PENDING {
+		// Not started: there is nothing to signal, and cancelled it
+		// ends at once; the steps behind it may start now.
+		if sig == "" {
+			r = t.editRun(r.Key())
+			s := r.JobSteps[i].Clone()
+			s.Cancelled, s.Reason = true, "cancelled"
+			t.maybeEndStep(&s)
+			putJobStep(r, i, s)
+			t.startPendingSteps(r)
+		}
 		return nil
 	}
 	if sig != "" {
@@ -618,6 +837,10 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 		t.maybeEndStep(&s)
 	}
 	putJobStep(r, i, s)
+	if s.Parts[k].Terminal() {
+		// What the node's tasks held is free.
+		t.startPendingSteps(r)
+	}
 	if !r.Released && r.allTerminal() {
 		// The step's tasks were the last of the run: its nodes are free.
 		r.Released = true
@@ -692,10 +915,15 @@ func (t *txn) settleJobSteps() {
 		if r.Outcome != loomv1.JobState_JOB_STATE_UNSPECIFIED {
 			why = "job " + r.Outcome.String()
 		}
+		// By id: putJobStep may drop ended steps, moving the others.
+		var open []int32
 		for i := range r.JobSteps {
-			if r.JobSteps[i].Ended() {
-				continue
+			if !r.JobSteps[i].Ended() {
+				open = append(open, r.JobSteps[i].ID)
 			}
+		}
+		for _, id := range open {
+			i := stepIndex(r, id)
 			s := r.JobSteps[i].Clone()
 			if !s.Stopping {
 				s.Stopping, s.Cancelled = true, true

@@ -400,6 +400,7 @@ func TestJobStepsSurviveARestart(t *testing.T) {
 	t.Parallel()
 	h := batchOnTwo(t)
 	h.do(createStep("r1"))
+	h.do(createStep("waits")) // for step 0's CPUs
 	// The records as stored (runs are JSON), loaded by a new scheduler.
 	var runs []*Run
 	for _, r := range h.s.runs {
@@ -429,12 +430,134 @@ func TestJobStepsSurviveARestart(t *testing.T) {
 	s2.Load(clusters, nodes, jobs, runs, nil, nil)
 	h.s = s2
 	h.tasks(0, "a", eventsv1.StepState_STEP_EXITED, 0, 0)
-	h.tasks(0, "b", eventsv1.StepState_STEP_EXITED, 0, 0)
+	c := h.tasks(0, "b", eventsv1.StepState_STEP_EXITED, 0, 0)
 	if s := h.jobStep(0); s.GetState() != loomv1.JobState_COMPLETED {
 		t.Fatalf("step after restart %v", s)
 	}
-	if ls := launches(h.do(createStep("r2"))); len(ls) != 2 || ls[0].GetStepId() != 1 {
-		t.Fatalf("the next step after a restart: %v, want step id 1", ls)
+	// The waiting step kept its request through the restart.
+	if ls := launches(c); len(ls) != 2 || ls[0].GetStepId() != 1 || ls[0].GetEnv()["FROM_SCRIPT"] != "y" ||
+		!reflect.DeepEqual(ls[0].GetCommand(), []string{"python", "train.py"}) {
+		t.Fatalf("the waiting step after a restart: %v, want step 1 started", ls)
+	}
+	if ls := launches(h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.Overlap = true }))); len(ls) != 2 || ls[0].GetStepId() != 2 {
+		t.Fatalf("the next step after a restart: %v, want step id 2", ls)
+	}
+}
+
+// TestStepResources: a step holds CPUs of the job's nodes while its tasks
+// there run, as Slurm 22.05's do: without --exact every CPU the job has on
+// its nodes (so that such steps run one after another), with --exact its
+// tasks × --cpus-per-task, with --overlap none. A step that does not fit
+// what the running steps leave waits, PENDING with srun's reason, behind
+// the steps asked for before it, and starts as they end; cancelled or
+// ended with its job, it ends without having run; one that cannot fit the
+// job's allocation at all fails at once; and how many may wait is bounded.
+func TestStepResources(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	r := h.s.Run(jobName(1), 1)
+	if c0, c1 := cpusOf(r, 0, 0), cpusOf(r, 1, 0); c0 != 2 || c1 != 2 {
+		t.Fatalf("the job's CPUs %d and %d, want 2 on each node (its tasks, the nodes' size unknown)", c0, c1)
+	}
+	state := func(id int32) loomv1.JobState { t.Helper(); return h.jobStep(id).GetState() }
+	exact := func(n int32) func(*eventsv1.CreateJobStep) {
+		return func(e *eventsv1.CreateJobStep) { e.Exact, e.Ntasks = true, n }
+	}
+	if ls := launches(h.do(createStep("whole"))); len(ls) != 2 {
+		t.Fatalf("the first step: %v", ls)
+	}
+	for id, mods := range [][]func(*eventsv1.CreateJobStep){nil, {exact(1)}} {
+		if c := h.do(createStep(fmt.Sprint("wait", id), mods...)); len(launches(c)) != 0 || state(int32(id+1)) != loomv1.JobState_PENDING ||
+			h.jobStep(int32(id+1)).GetReason() != ReasonStepBusy || h.jobStep(int32(id+1)).GetNodes() != nil {
+			t.Fatalf("step %d while step 0 holds every CPU: %v", id+1, h.jobStep(int32(id+1)))
+		}
+	}
+	if ls := launches(h.do(createStep("overlap", func(e *eventsv1.CreateJobStep) { e.Overlap = true }))); len(ls) != 2 || ls[0].GetStepId() != 3 {
+		t.Fatalf("an --overlap step waits for nothing: %v", ls)
+	}
+	// Step 1 needs both nodes: a's CPUs alone are not enough.
+	if c := h.tasks(0, "a", eventsv1.StepState_STEP_EXITED, 0, 0); len(launches(c)) != 0 {
+		t.Fatalf("started with node b still held: %v", launches(c))
+	}
+	c := h.tasks(0, "b", eventsv1.StepState_STEP_EXITED, 0, 0)
+	if ls := launches(c); len(ls) != 2 || ls[0].GetStepId() != 1 || state(1) != loomv1.JobState_RUNNING || state(2) != loomv1.JobState_PENDING {
+		t.Fatalf("once step 0 ended: %v; step 1 %v, step 2 %v", ls, state(1), state(2))
+	}
+	// Cancelled while it waits: it ends at once, with nothing to kill.
+	if c := h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 2}); len(kills(c)) != 0 ||
+		state(2) != loomv1.JobState_CANCELLED || h.jobStep(2).GetStartTime() != nil {
+		t.Fatalf("a waiting step cancelled: %v", h.jobStep(2))
+	}
+	for _, host := range []string{"a", "b"} {
+		h.tasks(1, host, eventsv1.StepState_STEP_EXITED, 0, 0)
+		h.tasks(3, host, eventsv1.StepState_STEP_EXITED, 0, 0)
+	}
+	// A farm of --exact one-task steps: two a node, the first node first,
+	// then the next; the fifth waits and takes the first CPU freed.
+	hosts := func(c *Change) []string {
+		var out []string
+		for _, l := range launches(c) {
+			out = append(out, l.GetEnv()["SLURMD_NODENAME"])
+		}
+		return out
+	}
+	for i, want := range []string{"a", "a", "b", "b"} {
+		if got := hosts(h.do(createStep(fmt.Sprint("farm", i), exact(1)))); !reflect.DeepEqual(got, []string{want}) {
+			t.Fatalf("farm step %d on %v, want %s", i, got, want)
+		}
+	}
+	if c := h.do(createStep("farm4", exact(1))); len(launches(c)) != 0 || state(8) != loomv1.JobState_PENDING {
+		t.Fatalf("a fifth one-CPU step on 4 CPUs: %v", h.jobStep(8))
+	}
+	if got := hosts(h.tasks(6, "b", eventsv1.StepState_STEP_EXITED, 0)); !reflect.DeepEqual(got, []string{"b"}) {
+		t.Fatalf("the waiting step once a CPU of b is free: on %v", got)
+	}
+	// More CPUs on a node than the job has there: never, so at once.
+	c = h.do(createStep("too big", exact(1), func(e *eventsv1.CreateJobStep) { e.CpusPerTask = 3 }))
+	if s := h.jobStep(9); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
+		s.GetReason() != "More processors requested than permitted: 1 task(s) with 3 CPU(s) each need 3 CPUs on a, the job has 2 there" {
+		t.Fatalf("a step past the job's CPUs: %v", s)
+	}
+	// How many wait, and their bytes, are bounded.
+	for i := range MaxPendingSteps + 1 {
+		h.do(createStep(fmt.Sprint("queue", i), exact(1)))
+	}
+	if s := h.jobStep(10 + MaxPendingSteps); s.GetState() != loomv1.JobState_FAILED || !strings.HasPrefix(s.GetReason(), ReasonStepLimit) {
+		t.Fatalf("a step past %d waiting: %v", MaxPendingSteps, s)
+	}
+	// The job's end ends the steps that wait, without having run.
+	h.step(1, 1, "a", eventsv1.StepState_STEP_EXITED, 0)
+	if s := h.jobStep(10 + MaxPendingSteps - 1); s.GetState() != loomv1.JobState_CANCELLED || s.GetStartTime() != nil {
+		t.Fatalf("a waiting step after its job ended: %v", s)
+	}
+	for i := range h.s.runs[r.Key()].JobSteps {
+		if st := &h.s.runs[r.Key()].JobSteps[i]; st.Request != nil {
+			t.Fatalf("ended step %d keeps its request", st.ID)
+		}
+	}
+}
+
+// TestPendingStepBytesAreBounded: the requests of a run's waiting steps
+// are bounded in bytes as well as in number.
+func TestPendingStepBytesAreBounded(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("whole"))
+	big := strings.Repeat("x", 220<<10)
+	for i := range 5 {
+		h.do(createStep(fmt.Sprint("big", i), func(e *eventsv1.CreateJobStep) { e.Env["BIG"] = big }))
+	}
+	for id := int32(1); id <= 5; id++ {
+		want := loomv1.JobState_PENDING
+		if id == 5 {
+			want = loomv1.JobState_FAILED
+		}
+		if s := h.jobStep(id); s.GetState() != want {
+			t.Fatalf("step %d with a 220 KiB request: %v, want %v", id, s, want)
+		}
+	}
+	if r := h.jobStep(5).GetReason(); !strings.Contains(r, "bytes (at most 1048576)") {
+		t.Fatalf("reason %q", r)
 	}
 }
 
@@ -483,7 +606,7 @@ func TestJobStepGPUsPerTask(t *testing.T) {
 		ls[0].GetEnv()["SLURM_STEP_GPUS"] != "0,1,2,3" || ls[0].GetEnv()["SLURM_GPUS_PER_TASK"] != "2" {
 		t.Fatalf("--gpus-per-task=2 -n2 on 4 GPUs: launches %v", ls)
 	}
-	c = h.do(createStep("r2"))
+	c = h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.Overlap = true }))
 	if ls = launches(c); len(ls) != 1 || ls[0].GetTaskGpus() != nil || ls[0].GetEnv()["SLURM_STEP_GPUS"] != "0,1,2,3" ||
 		ls[0].GetEnv()["SLURM_GPUS_PER_TASK"] != "" {
 		t.Fatalf("no --gpus-per-task: launches %v", ls)
@@ -497,15 +620,16 @@ func TestJobStepGPUsPerTask(t *testing.T) {
 
 // TestGPUTaskFarm: --gpus-per-task steps started side by side (a task
 // farm: srun --exact -n1 --gpus-per-task=1 prog $i &) each get GPUs no
-// running step of the job holds, as Slurm's do; an ended step's GPUs are
-// taken again; with none free, a step shares (Slurm's would wait: Loom
-// does not hold steps back yet) the running steps' GPUs in order.
+// running step of the job holds, as Slurm's do; with none free the next
+// waits (PENDING) and starts with the GPUs of the first step to end; an
+// --overlap step waits for nothing and shares the running steps' GPUs, in
+// order.
 func TestGPUTaskFarm(t *testing.T) {
 	t.Parallel()
 	h := newSpecHarness(t, Config{})
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 3, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 3 }))
-	one := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks = 1, 1 }
+	one := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks, e.Exact = 1, 1, true }
 	gpusOf := func(c *Change) []string {
 		t.Helper()
 		ls := launches(c)
@@ -523,12 +647,19 @@ func TestGPUTaskFarm(t *testing.T) {
 	if got := gpusOf(h.do(createStep("after-1", one))); !reflect.DeepEqual(got, []string{"1"}) {
 		t.Fatalf("a step once step 1 ended: GPUs %v, want [1] (the one it gave back)", got)
 	}
-	if got := gpusOf(h.do(createStep("over", one))); !reflect.DeepEqual(got, []string{"0"}) {
-		t.Fatalf("a step with every GPU busy: GPUs %v, want [0] (shared, in order)", got)
+	if c := h.do(createStep("over", one)); len(launches(c)) != 0 || h.jobStep(4).GetState() != loomv1.JobState_PENDING ||
+		h.jobStep(4).GetReason() != ReasonStepBusy {
+		t.Fatalf("a step with every GPU busy: %d launches, %v; want it PENDING", len(launches(c)), h.jobStep(4))
 	}
-	// A two-task step takes what is free first: none here, so in order.
-	if got := gpusOf(h.do(createStep("pair", func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks = 1, 2 }))); !reflect.DeepEqual(got, []string{"0", "1"}) {
-		t.Fatalf("a two-task step with every GPU busy: GPUs %v", got)
+	// An --overlap step shares: what is free first (none here), then in order.
+	if got := gpusOf(h.do(createStep("pair", one, func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Overlap = 2, true }))); !reflect.DeepEqual(got, []string{"0", "1"}) {
+		t.Fatalf("an --overlap two-task step with every GPU busy: GPUs %v", got)
+	}
+	if got := gpusOf(h.tasks(2, "a3-0001", eventsv1.StepState_STEP_EXITED, 0)); !reflect.DeepEqual(got, []string{"2"}) {
+		t.Fatalf("the waiting step once step 2 ended: GPUs %v, want [2]", got)
+	}
+	if s := h.jobStep(4); s.GetState() != loomv1.JobState_RUNNING || s.GetStartTime() == nil {
+		t.Fatalf("the waiting step after it started: %v", s)
 	}
 }
 
@@ -555,8 +686,9 @@ func TestRunStepsAreBounded(t *testing.T) {
 	if h.s.JobStep(jobName(1), 0) != nil {
 		t.Fatal("the oldest step is still kept")
 	}
-	// A live step is never dropped: one started first outlives the others.
-	h.do(createStep("live"))
+	// A live step is never dropped: one started first outlives the others
+	// (--overlap: it holds none of the CPUs the others need).
+	h.do(createStep("live", func(e *eventsv1.CreateJobStep) { e.Overlap = true }))
 	for i := range MaxKeptEndedSteps + 1 {
 		h.do(createStep("more" + strconv.Itoa(i)))
 		h.tasks(int32(n+1+i), "a", eventsv1.StepState_STEP_EXITED, 0, 0)
@@ -592,7 +724,8 @@ func TestJobStepNodeSelection(t *testing.T) {
 	h := batchOnTwo(t)
 	one := func(rid string, mods ...func(*eventsv1.CreateJobStep)) *loomv1.JobStep {
 		t.Helper()
-		c := h.do(createStep(rid, append([]func(*eventsv1.CreateJobStep){func(ev *eventsv1.CreateJobStep) { ev.Ntasks = 1 }}, mods...)...))
+		// --overlap: the steps run side by side, whatever they hold.
+		c := h.do(createStep(rid, append([]func(*eventsv1.CreateJobStep){func(ev *eventsv1.CreateJobStep) { ev.Ntasks, ev.Overlap = 1, true }}, mods...)...))
 		var s *loomv1.JobStep
 		steps, _ := h.s.JobSteps(jobName(1), 1)
 		for _, st := range steps {

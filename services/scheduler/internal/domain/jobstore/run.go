@@ -219,6 +219,15 @@ type JobStep struct {
 	// tasks were given (srun --gpus-per-task; nil without): while the step
 	// runs, another such step of the job takes others first.
 	GPUs [][]int32 `json:"gpus,omitempty"`
+	// CPUs are, node for node (as Nodes), the job's CPUs the step holds
+	// while its tasks there run (nil: none, an --overlap step's).
+	CPUs []int32 `json:"cpus,omitempty"`
+	// Overlap: the step holds nothing (srun --overlap).
+	Overlap bool `json:"overlap,omitempty"`
+	// Request is, while the step waits for resources (State PENDING, no
+	// nodes yet), the CreateJobStep event it starts with, encoded; nil
+	// once it started or ended.
+	Request []byte `json:"request,omitempty"`
 }
 
 // StepPart is one node's tasks of a job step, as its agent last reported.
