@@ -192,7 +192,11 @@ func TestSacctDuplicatesShowEachRunsSteps(t *testing.T) {
 			State: state, ExitCode: exit, Command: []string{"/usr/bin/" + cmd}, NumTasks: 2, Nodes: oops.GetRuns()[attempt-1].GetNodes(),
 			StartTime: oops.GetRuns()[attempt-1].GetStartTime(), EndTime: oops.GetRuns()[attempt-1].GetEndTime()}
 	}
-	f.Steps = []*loomv1.JobStep{step(1, loomv1.JobState_CANCELLED, 0, "python"), step(2, loomv1.JobState_FAILED, 2, "torchrun")}
+	f.Steps = []*loomv1.JobStep{step(1, loomv1.JobState_CANCELLED, 0, "python"), step(2, loomv1.JobState_FAILED, 2, "torchrun"),
+		// One that waited for resources and was cancelled before it
+		// started: no row, as in Slurm's accounting.
+		{Name: oops.GetName() + "/steps/1", Job: oops.GetName(), Attempt: 2, StepId: 1, State: loomv1.JobState_CANCELLED,
+			Command: []string{"/usr/bin/waiter"}, Reason: "cancelled"}}
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -16,7 +16,8 @@ const maxStepLookups = 200
 
 // stepRows are sacct's rows of a job's numbered steps ("12.0", "12.1":
 // srun inside the allocation) in its run run (nil: its current run), by
-// step id. A gateway that does not serve steps, or a job or run it no
+// step id, less those that never started (waiting for resources, or
+// cancelled while they did). A gateway that does not serve steps, or a job or run it no
 // longer has, gives none.
 func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, id string, lookups *int) []sacctRow {
 	if *lookups >= maxStepLookups {
@@ -29,6 +30,11 @@ func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, i
 	}
 	var out []sacctRow
 	for _, s := range steps {
+		if s.GetStartTime() == nil && (s.GetState() == loomv1.JobState_PENDING || s.GetState() == loomv1.JobState_CANCELLED) {
+			// A step that waited for resources and never started, as
+			// Slurm's accounting never sees it.
+			continue
+		}
 		step := strconv.Itoa(int(s.GetStepId()))
 		out = append(out, sacctRow{job: j, id: id + "." + step, step: step, jstep: s, run: run})
 	}

@@ -152,6 +152,9 @@ func DecodeUpdate(es []store.LogEntry, template func(array string) *loomv1.Job) 
 	if err := decodeFields(last[KeyEnded], KeyEnded, &u.Ended); err != nil {
 		return nil, err
 	}
+	if fs := last[KeyStepRequests]; len(fs) > 0 {
+		u.StepRequests = fs // raw: nil for a deleted one
+	}
 	if fs := last[KeyArrays]; len(fs) > 0 {
 		u.Arrays = make(map[string]*domain.Array, len(fs))
 		for name, b := range fs {

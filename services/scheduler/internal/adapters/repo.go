@@ -10,6 +10,7 @@
 //	scheduler:usage     cluster|account[|user] → JSON Usage (decayed fair-share usage)
 //	scheduler:ended     job name     → JSON Ended (final state and goodput of a job retention pruned)
 //	scheduler:assocs    project|account|user → JSON AssocLimit (an association's MaxJobs and shares, from AssociationChanged; with no user, an account's parent and shares, from AccountChanged)
+//	scheduler:step-requests job#attempt.step → protobuf CreateJobStep (the request of a job step that waits for resources)
 //
 // The leader lease (lease.go) lives beside them: scheduler:leader and its
 // fencing keys.
@@ -19,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
 	"sync"
 
@@ -39,6 +41,8 @@ const (
 	KeyEnded    = "ended"
 	// KeyAssocs: domain.AssocLimitKey → JSON AssocLimit (an association's MaxJobs and shares, or an account's parent and shares).
 	KeyAssocs = "assocs"
+	// KeyStepRequests: domain.StepRequestKey → protobuf CreateJobStep (a waiting job step's request).
+	KeyStepRequests = "step-requests"
 )
 
 // Repo reads and writes the scheduler's records.
@@ -59,6 +63,8 @@ type Records struct {
 	Usage    []*domain.Usage
 	Ended    []*domain.Ended
 	Assocs   []*domain.AssocLimit
+	// StepRequests are the waiting job steps' requests, by key.
+	StepRequests map[string][]byte
 }
 
 // loadChunk is how many fields one read of a hash takes (store.HScanAll):
@@ -80,7 +86,7 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 }
 
 // recordKeys are the hashes that hold the scheduler's records.
-var recordKeys = []string{KeyClusters, KeyNodes, KeyRuns, KeyArrays, KeyUsage, KeyEnded, KeyAssocs, KeyJobs}
+var recordKeys = []string{KeyClusters, KeyNodes, KeyRuns, KeyArrays, KeyUsage, KeyEnded, KeyAssocs, KeyStepRequests, KeyJobs}
 
 // Raw is every stored record as stored: by hash key (KeyJobs, ...), then
 // field, the encoded record.
@@ -165,6 +171,7 @@ func (raw Raw) Decode() (*Records, error) {
 	if err := decodeJSON(raw, KeyAssocs, &recs.Assocs); err != nil {
 		return nil, err
 	}
+	recs.StepRequests = maps.Clone(raw[KeyStepRequests])
 	template := func(array string) *loomv1.Job { return templates[array] } // read only while decoding
 	var err error
 	recs.Jobs, err = decodeAll(raw[KeyJobs], func(name string, b []byte) (*domain.Job, error) {
@@ -278,6 +285,13 @@ func Write(tx *store.Tx, c *domain.Change) error {
 	for key, v := range c.Assocs {
 		if err := putJSON(tx, KeyAssocs, key, v); err != nil {
 			return err
+		}
+	}
+	for key, b := range c.StepRequests {
+		if b == nil {
+			tx.HDel(KeyStepRequests, key)
+		} else {
+			tx.HSet(KeyStepRequests, key, b)
 		}
 	}
 	for name, j := range c.AllJobs() {

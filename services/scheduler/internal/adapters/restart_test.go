@@ -59,6 +59,14 @@ func storeSnapshot(tb testing.TB, ctx context.Context, st *store.Store, snap dom
 	for _, r := range snap.Assocs {
 		add(func(c *domain.Change) { c.Assocs[domain.AssocLimitKey(r.Project, r.Account, r.User)] = r })
 	}
+	for key, b := range snap.StepRequests {
+		add(func(c *domain.Change) {
+			if c.StepRequests == nil {
+				c.StepRequests = map[string][]byte{}
+			}
+			c.StepRequests[key] = b
+		})
+	}
 	for _, r := range snap.Arrays {
 		add(func(c *domain.Change) { c.Arrays[r.Name] = r })
 	}

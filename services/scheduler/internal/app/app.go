@@ -294,6 +294,7 @@ func (a *App) reload(ctx context.Context) error {
 	s.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
 	s.LoadEnded(recs.Ended)
 	s.LoadAssocLimits(recs.Assocs)
+	s.LoadStepRequests(recs.StepRequests)
 	a.mu.Lock()
 	a.state = s
 	a.mu.Unlock()

@@ -16,12 +16,14 @@ type Update struct {
 	Usage    map[string]*Usage
 	Assocs   map[string]*AssocLimit
 	Ended    map[string]*Ended
+	// StepRequests: waiting job steps' requests (nil: deleted).
+	StepRequests map[string][]byte
 }
 
 // Empty reports whether u touches nothing.
 func (u *Update) Empty() bool {
 	return len(u.Clusters) == 0 && len(u.Nodes) == 0 && len(u.Jobs) == 0 && len(u.Runs) == 0 &&
-		len(u.Arrays) == 0 && len(u.Usage) == 0 && len(u.Assocs) == 0 && len(u.Ended) == 0
+		len(u.Arrays) == 0 && len(u.Usage) == 0 && len(u.Assocs) == 0 && len(u.Ended) == 0 && len(u.StepRequests) == 0
 }
 
 // ArrayTemplate returns the template of the array stored under name (the
@@ -52,7 +54,8 @@ func (s *State) Follow(u *Update) {
 			s.withTemplate(j)
 		}
 	}
-	s.Commit(&Change{Clusters: u.Clusters, Nodes: u.Nodes, Jobs: u.Jobs, Runs: u.Runs, Usage: u.Usage, Assocs: u.Assocs})
+	s.Commit(&Change{Clusters: u.Clusters, Nodes: u.Nodes, Jobs: u.Jobs, Runs: u.Runs, Usage: u.Usage, Assocs: u.Assocs,
+		StepRequests: u.StepRequests})
 	for name, a := range u.Arrays {
 		if a == nil {
 			delete(s.arrays, name)

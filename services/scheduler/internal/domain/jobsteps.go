@@ -15,6 +15,7 @@ package domain
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -100,9 +101,6 @@ const ReasonStepLimit = "Step limit reached for this job"
 // putJobStep replaces step i of r (an edited run) with s (i < 0: adds it),
 // dropping the oldest ended steps past MaxKeptEndedSteps.
 func putJobStep(r *Run, i int, s JobStep) {
-	if s.Ended() {
-		s.Request = nil // a step that never started keeps no request
-	}
 	steps := make([]JobStep, 0, len(r.JobSteps)+1)
 	steps = append(steps, r.JobSteps...)
 	if i < 0 {
@@ -143,19 +141,37 @@ func liveSteps(r *Run) int {
 }
 
 // stepGPUs picks want of the job's GPUs on node for a new --gpus-per-task
-// step: those no running step holds first (stepHolds), in the job's order,
-// so that steps started side by side (a task farm: srun --exact -n1
-// --gpus-per-task=1 ... &) each get GPUs of their own; then, for an
-// --overlap step when too few are free, those of the running steps, in
-// order. planStep has checked that the job holds at least want there, and
-// for a step that is not --overlap that want are free.
+// step, in the job's order: first those no running step uses, so that
+// steps started side by side (a task farm: srun --exact -n1
+// --gpus-per-task=1 ... &) each get GPUs of their own; then those only
+// --overlap steps use (they hold none); then, for an --overlap step when
+// too few are left, those the running steps hold. planStep has checked
+// that the job holds at least want there, and for a step that is not
+// --overlap that want are not held.
 func stepGPUs(r *Run, node string, want int) []int32 {
-	_, held := stepHolds(r)
-	busy := held[node]
+	// tier: 0 unused, 1 used by --overlap steps only, 2 held.
+	tier := map[int32]int{}
+	for i := range r.JobSteps {
+		s := &r.JobSteps[i]
+		if s.Ended() || s.State == loomv1.JobState_PENDING {
+			continue
+		}
+		t := 2
+		if s.Overlap {
+			t = 1
+		}
+		for k, nd := range s.Nodes {
+			if nd == node && k < len(s.GPUs) {
+				for _, gpu := range s.GPUs[k] {
+					tier[gpu] = max(tier[gpu], t)
+				}
+			}
+		}
+	}
 	out := make([]int32, 0, want)
-	for _, pass := range []bool{false, true} {
+	for pass := 0; pass <= 2; pass++ {
 		for _, gpu := range r.GPUs[node] {
-			if len(out) < want && busy[gpu] == pass {
+			if len(out) < want && tier[gpu] == pass {
 				out = append(out, gpu)
 			}
 		}
@@ -330,28 +346,25 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	r.NextStepID++
 	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
 		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap()}
-	plan, busy, err := t.planStep(r, ev)
+	heldCPUs, heldGPUs := stepHolds(r)
+	plan, busy, err := t.planStep(r, ev, heldCPUs, heldGPUs)
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
 		err = fmt.Errorf("%s: %d steps of the job run (at most %d at once)", ReasonStepLimit, liveSteps(r), MaxLiveSteps)
 	}
-	// A step waits behind the steps asked for before it (first come,
-	// first served, so that a large one is not passed over for ever by
-	// small ones), except with --overlap, which waits for nothing.
-	wait := err == nil && !ev.GetOverlap() && (busy || pendingSteps(r) > 0)
-	if wait {
-		err = pendingBound(r, ev)
+	var req []byte
+	if err == nil && busy {
+		if req, err = proto.Marshal(ev); err == nil {
+			err = t.pendingBound(r, len(req))
+		}
 	}
 	switch {
 	case err != nil:
 		// Recorded, so that the waiting srun hears why at once.
 		step.State, step.Reason, step.End = loomv1.JobState_FAILED, err.Error(), t.now
 		putJobStep(r, -1, step)
-	case wait:
-		b, merr := proto.Marshal(ev)
-		if merr != nil {
-			return fmt.Errorf("create job step: keep the request of step %d: %w", id, merr)
-		}
-		step.State, step.Reason, step.Request = loomv1.JobState_PENDING, ReasonStepBusy, b
+	case busy:
+		step.State, step.Reason = loomv1.JobState_PENDING, ReasonStepBusy
+		t.setStepRequest(StepRequestKey(r.Key(), id), req)
 		putJobStep(r, -1, step)
 	default:
 		t.launchStep(j, r, -1, step, ev, plan)
@@ -360,44 +373,88 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 }
 
 // Step resources. Inside its job's allocation a step holds, on each of its
-// nodes, CPUs and (with --gpus-per-task) GPUs while its tasks there run, as
-// Slurm 22.05 does: with --exact its tasks × --cpus-per-task (1 a task
+// nodes, CPUs and (with --gpus-per-task) GPUs until it ends, as Slurm
+// 22.05's does: with --exact (or -c) its tasks × --cpus-per-task (1 a task
 // without -c), without it every CPU the job has on the node, so that steps
 // without --exact run one after another; with --overlap nothing. A step
 // whose resources are held waits (PENDING, Slurm's "Requested nodes are
-// busy") and the waiting steps start in the order they were asked for as
-// running ones end (startPendingSteps). A waiting step keeps its request
-// (JobStep.Request) in the run's record, which is written whole at each of
-// its changes: how many wait, and their bytes, are bounded.
+// busy"); as steps end, the waiting ones that fit start, the first asked
+// first (startPendingSteps). A step that fits does not wait behind one
+// that does not (Slurm's sruns retry each on its own): waiting steps could
+// otherwise hold up for ever the one that would free what they wait for.
+// A waiting step's request (command, environment) is kept beside the run,
+// not in its record (StepRequestKey): how many wait, and their bytes, are
+// bounded.
 const (
 	// MaxPendingSteps is the most steps of a run that wait at once.
-	MaxPendingSteps = 256
-	// MaxPendingStepBytes bounds the requests (command, environment) the
-	// waiting steps of a run keep, in all.
-	MaxPendingStepBytes = 1 << 20
+	MaxPendingSteps = 1024
+	// MaxPendingStepBytes bounds the requests the waiting steps of a run
+	// keep, in all.
+	MaxPendingStepBytes = 4 << 20
 	// ReasonStepBusy is a waiting step's reason, srun's words.
 	ReasonStepBusy = "Requested nodes are busy"
 )
 
-// pendingSteps counts r's steps that wait for resources.
-func pendingSteps(r *Run) int {
+// StepRequestKey is the key of the request of step id of the run keyed
+// run: "<job>#<attempt>.<id>".
+func StepRequestKey(run string, id int32) string {
+	return run + "." + strconv.Itoa(int(id))
+}
+
+// LoadStepRequests adds stored requests of waiting steps, as at start-up.
+func (s *State) LoadStepRequests(reqs map[string][]byte) {
+	for key, b := range reqs {
+		if s.stepReqs == nil {
+			s.stepReqs = map[string][]byte{}
+		}
+		s.stepReqs[key] = b
+	}
+}
+
+// putStepRequests makes the requests of a change the state's (nil:
+// deleted).
+func (s *State) putStepRequests(reqs map[string][]byte) {
+	for key, b := range reqs {
+		if b == nil {
+			delete(s.stepReqs, key)
+			continue
+		}
+		if s.stepReqs == nil {
+			s.stepReqs = map[string][]byte{}
+		}
+		s.stepReqs[key] = b
+	}
+}
+
+// stepRequest returns the request kept for a waiting step, as this change
+// leaves it.
+func (t *txn) stepRequest(key string) []byte {
+	if b, ok := t.c.StepRequests[key]; ok {
+		return b
+	}
+	return t.s.stepReqs[key]
+}
+
+// setStepRequest keeps (b nil: drops) the request of a waiting step.
+func (t *txn) setStepRequest(key string, b []byte) {
+	if b == nil && t.stepRequest(key) == nil {
+		return
+	}
+	if t.c.StepRequests == nil {
+		t.c.StepRequests = map[string][]byte{}
+	}
+	t.c.StepRequests[key] = b
+}
+
+// pendingBound refuses a step that would wait past MaxPendingSteps or
+// MaxPendingStepBytes (its request size bytes), in Slurm's words for a
+// step past a limit.
+func (t *txn) pendingBound(r *Run, size int) error {
 	n := 0
 	for i := range r.JobSteps {
 		if r.JobSteps[i].State == loomv1.JobState_PENDING {
 			n++
-		}
-	}
-	return n
-}
-
-// pendingBound refuses a step that would wait past MaxPendingSteps or
-// MaxPendingStepBytes, in Slurm's words for a step past a limit.
-func pendingBound(r *Run, ev *eventsv1.CreateJobStep) error {
-	n, size := 0, proto.Size(ev)
-	for i := range r.JobSteps {
-		if r.JobSteps[i].State == loomv1.JobState_PENDING {
-			n++
-			size += len(r.JobSteps[i].Request)
+			size += len(t.stepRequest(StepRequestKey(r.Key(), r.JobSteps[i].ID)))
 		}
 	}
 	if n >= MaxPendingSteps {
@@ -419,7 +476,8 @@ type stepPlan struct {
 
 // stepHolds returns what r's running steps hold, by node name: CPUs, and
 // the job's GPU indices given to their tasks. A step holds nothing with
-// --overlap, and nothing on a node once its tasks there have ended.
+// --overlap, and holds the rest until it ends, on every node: as Slurm's,
+// a node's share is free when the whole step is.
 func stepHolds(r *Run) (cpus map[string]int32, gpus map[string]map[int32]bool) {
 	cpus, gpus = map[string]int32{}, map[string]map[int32]bool{}
 	for i := range r.JobSteps {
@@ -428,9 +486,6 @@ func stepHolds(r *Run) (cpus map[string]int32, gpus map[string]map[int32]bool) {
 			continue
 		}
 		for k, node := range s.Nodes {
-			if k < len(s.Parts) && s.Parts[k].Terminal() {
-				continue
-			}
 			if k < len(s.CPUs) {
 				cpus[node] += s.CPUs[k]
 			}
@@ -453,7 +508,7 @@ func stepHolds(r *Run) (cpus map[string]int32, gpus map[string]map[int32]bool) {
 // running steps leave free now. Nodes the step must use (srun -w) come
 // first; for the others it takes the first of the job's, in order, that
 // have room, so that a task farm of one-node steps spreads over the job.
-func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep) (plan stepPlan, busy bool, err error) {
+func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]int32, heldGPUs map[string]map[int32]bool) (plan stepPlan, busy bool, err error) {
 	if c := t.cluster(r.Cluster); c == nil || c.SharedDir == "" {
 		return plan, false, fmt.Errorf("the cluster has no shared directory for the step's output")
 	}
@@ -481,7 +536,6 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep) (plan stepPlan, busy 
 	if e := slurmspec.ParseInput(ev.GetInput(), int(plan.total)); e != nil {
 		return plan, false, fmt.Errorf("--input: %w", e)
 	}
-	heldCPUs, heldGPUs := stepHolds(r)
 	cpt, g := max(ev.GetCpusPerTask(), 1), int(ev.GetGpusPerTask())
 	// -c implies --exact, as Slurm 22.05's srun has it.
 	exact := ev.GetExact() || ev.GetCpusPerTask() > 0
@@ -511,41 +565,56 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep) (plan stepPlan, busy 
 		return cpus, cpus <= has-heldCPUs[node] && int(n)*g <= len(r.GPUs[node])-len(heldGPUs[node]), nil
 	}
 	idx, cpus := make([]int32, len(tasks)), make([]int32, len(tasks))
-	used := make([]bool, len(sel))
+	// can[i]: sel[i] can take the most tasks a node of the step gets
+	// (tasks[0]: the layout's first nodes take the remainder), checked
+	// once a node.
+	most := tasks[0]
+	can := make([]error, len(sel))
+	for i := range sel {
+		_, _, can[i] = need(sel[i], most)
+	}
+	// The other nodes are looked at once each, in the job's order, so
+	// that a large step's plan is linear in its nodes: one without room
+	// for a position's tasks is passed over for the later positions too
+	// (they take no more tasks).
+	next := required
+	var firstErr error
+	sawBusy := false
 	for pos, n := range tasks {
 		if pos < required {
 			c, fits, err := need(sel[pos], n)
 			if err != nil {
 				return plan, false, err
 			}
-			busy = busy || !fits
-			idx[pos], cpus[pos], used[pos] = sel[pos], c, true
+			if !fits {
+				return plan, true, nil
+			}
+			idx[pos], cpus[pos] = sel[pos], c
 			continue
 		}
-		at, firstErr := -1, error(nil)
-		for i := required; i < len(sel); i++ {
-			if used[i] {
+		at := -1
+		for ; next < len(sel) && at < 0; next++ {
+			if can[next] != nil && n == most {
+				firstErr = cmp.Or(firstErr, can[next])
 				continue
 			}
-			c, fits, err := need(sel[i], n)
-			if err != nil {
+			c, fits, err := need(sel[next], n)
+			switch {
+			case err != nil:
 				firstErr = cmp.Or(firstErr, err)
-				continue
-			}
-			if at < 0 || fits {
-				at, cpus[pos] = i, c
-			}
-			if fits {
-				break
+			case !fits:
+				sawBusy = true
+			default:
+				at, cpus[pos] = next, c
 			}
 		}
 		if at < 0 {
-			return plan, false, firstErr
+			if sawBusy {
+				return plan, true, nil
+			}
+			return plan, false, cmp.Or(firstErr, errors.New("Requested node configuration is not available"))
 		}
-		if _, fits, _ := need(sel[at], n); !fits {
-			busy = true
-		}
-		idx[pos], used[at] = sel[at], true
+		idx[pos] = sel[at]
 	}
 	// The step's nodes in the job's order (SLURM_NODEID), each with its
 	// tasks.
@@ -564,13 +633,14 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep) (plan stepPlan, busy 
 			plan.cpus[i] = cpus[o]
 		}
 	}
-	return plan, busy, nil
+	return plan, false, nil
 }
 
-// startPendingSteps starts r's waiting steps, in the order they were asked
-// for, while the first of them fits; one that can no longer run in the
-// allocation fails. It does nothing once the run is over (settleJobSteps
-// ends its waiting steps).
+// startPendingSteps starts those of r's waiting steps that fit what the
+// running ones leave, the first asked first; one that can no longer run in
+// the allocation fails. It does nothing once the run is over
+// (settleJobSteps ends its waiting steps). It runs when a step ends, the
+// only time a step's resources are freed.
 func (t *txn) startPendingSteps(r *Run) {
 	j := t.job(r.Job)
 	if j == nil || !j.Running() || j.Attempt != r.Attempt || r.Ended() || r.Released {
@@ -583,24 +653,50 @@ func (t *txn) startPendingSteps(r *Run) {
 			waiting = append(waiting, r.JobSteps[i].ID)
 		}
 	}
+	if len(waiting) == 0 {
+		return
+	}
+	heldCPUs, heldGPUs := stepHolds(r)
 	for _, id := range waiting {
 		i := stepIndex(r, id)
 		s := r.JobSteps[i].Clone()
+		key := StepRequestKey(r.Key(), id)
 		ev := &eventsv1.CreateJobStep{}
-		err := proto.Unmarshal(s.Request, ev)
+		b := t.stepRequest(key)
+		err := proto.Unmarshal(b, ev)
+		if err == nil && (b == nil || ev.GetRequestId() != s.RequestID) {
+			err = fmt.Errorf("the step's request is not kept")
+		}
 		var plan stepPlan
 		busy := false
 		if err == nil {
-			plan, busy, err = t.planStep(r, ev)
+			plan, busy, err = t.planStep(r, ev, heldCPUs, heldGPUs)
 		}
 		switch {
 		case err != nil:
 			s.State, s.Reason, s.End = loomv1.JobState_FAILED, err.Error(), t.now
+			t.setStepRequest(key, nil)
 			putJobStep(r, i, s)
 		case busy:
-			return
 		default:
+			t.setStepRequest(key, nil)
 			t.launchStep(j, r, i, s, ev, plan)
+			// What it now holds, for the steps after it.
+			if launched := r.JobSteps[stepIndex(r, id)]; !launched.Overlap {
+				for k, node := range launched.Nodes {
+					if k < len(launched.CPUs) {
+						heldCPUs[node] += launched.CPUs[k]
+					}
+					if k < len(launched.GPUs) {
+						if heldGPUs[node] == nil {
+							heldGPUs[node] = map[int32]bool{}
+						}
+						for _, gpu := range launched.GPUs[k] {
+							heldGPUs[node][gpu] = true
+						}
+					}
+				}
+			}
 		}
 	}
 }
@@ -610,7 +706,7 @@ func (t *txn) startPendingSteps(r *Run) {
 func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.CreateJobStep, plan stepPlan) {
 	shared := t.cluster(r.Cluster).SharedDir
 	id, idx, tasks, total := step.ID, plan.idx, plan.tasks, plan.total
-	step.State, step.Reason, step.Request, step.Start = loomv1.JobState_RUNNING, "", nil, t.now
+	step.State, step.Reason, step.Start = loomv1.JobState_RUNNING, "", t.now
 	n := len(tasks)
 	step.Nodes, step.Hostnames = make([]string, n), make([]string, n)
 	for i, k := range idx {
@@ -736,14 +832,14 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 	}
 	if r.JobSteps[i].State == loomv1.JobState_PENDING {
 		// Not started: there is nothing to signal, and cancelled it
-		// ends at once; the steps behind it may start now.
+		// ends at once (it held nothing).
 		if sig == "" {
 			r = t.editRun(r.Key())
 			s := r.JobSteps[i].Clone()
 			s.Cancelled, s.Reason = true, "cancelled"
 			t.maybeEndStep(&s)
+			t.setStepRequest(StepRequestKey(r.Key(), s.ID), nil)
 			putJobStep(r, i, s)
-			t.startPendingSteps(r)
 		}
 		return nil
 	}
@@ -837,8 +933,8 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 		t.maybeEndStep(&s)
 	}
 	putJobStep(r, i, s)
-	if s.Parts[k].Terminal() {
-		// What the node's tasks held is free.
+	if s.Ended() {
+		// What it held is free.
 		t.startPendingSteps(r)
 	}
 	if !r.Released && r.allTerminal() {
@@ -925,6 +1021,12 @@ func (t *txn) settleJobSteps() {
 		for _, id := range open {
 			i := stepIndex(r, id)
 			s := r.JobSteps[i].Clone()
+			if s.State == loomv1.JobState_PENDING {
+				// Never started: it ends with the job, its request
+				// dropped, its reason no longer "busy".
+				s.Reason = why
+				t.setStepRequest(StepRequestKey(r.Key(), s.ID), nil)
+			}
 			if !s.Stopping {
 				s.Stopping, s.Cancelled = true, true
 				if s.Reason == "" {

@@ -428,6 +428,7 @@ func TestJobStepsSurviveARestart(t *testing.T) {
 	}
 	s2 := NewState(Config{Policy: DefaultPolicy()})
 	s2.Load(clusters, nodes, jobs, runs, nil, nil)
+	s2.LoadStepRequests(h.s.stepReqs)
 	h.s = s2
 	h.tasks(0, "a", eventsv1.StepState_STEP_EXITED, 0, 0)
 	c := h.tasks(0, "b", eventsv1.StepState_STEP_EXITED, 0, 0)
@@ -530,10 +531,72 @@ func TestStepResources(t *testing.T) {
 	if s := h.jobStep(10 + MaxPendingSteps - 1); s.GetState() != loomv1.JobState_CANCELLED || s.GetStartTime() != nil {
 		t.Fatalf("a waiting step after its job ended: %v", s)
 	}
-	for i := range h.s.runs[r.Key()].JobSteps {
-		if st := &h.s.runs[r.Key()].JobSteps[i]; st.Request != nil {
-			t.Fatalf("ended step %d keeps its request", st.ID)
+	if n := len(h.s.stepReqs); n != 0 {
+		t.Fatalf("%d requests kept after every waiting step ended", n)
+	}
+}
+
+// TestWaitingStepsDoNotHoldUpOthers: a step that fits starts though
+// steps asked for before it wait (as each of Slurm's sruns retries on its
+// own): waiting steps could otherwise hold up the one that frees what they
+// wait for (a client on an idle node that a server waits for).
+func TestWaitingStepsDoNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	on := func(host string) func(*eventsv1.CreateJobStep) {
+		return func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Nodelist = 1, []string{host} }
+	}
+	h.do(createStep("server", on("a")))
+	if c := h.do(createStep("other", on("a"))); len(launches(c)) != 0 || h.jobStep(1).GetState() != loomv1.JobState_PENDING {
+		t.Fatalf("a second step on a busy node: %v", h.jobStep(1))
+	}
+	if ls := launches(h.do(createStep("client", on("b")))); len(ls) != 1 || ls[0].GetStepId() != 2 {
+		t.Fatalf("a step on an idle node behind a waiting one: %v (%v)", ls, h.jobStep(2))
+	}
+	// The request is kept beside the run, not in its record (written
+	// whole at each of its changes).
+	if b, err := json.Marshal(h.s.runs[RunKey(jobName(1), 1)]); err != nil || strings.Contains(string(b), "FROM_SCRIPT") {
+		t.Fatalf("the run's record holds the waiting step's environment: %s", b)
+	}
+	if len(h.s.stepReqs) != 1 {
+		t.Fatalf("requests kept: %d, want the waiting step's", len(h.s.stepReqs))
+	}
+	if ls := launches(h.tasks(0, "a", eventsv1.StepState_STEP_EXITED, 0)); len(ls) != 1 || ls[0].GetStepId() != 1 {
+		t.Fatalf("the waiting step once the server ended: %v", ls)
+	}
+	if len(h.s.stepReqs) != 0 {
+		t.Fatal("a started step's request is still kept")
+	}
+}
+
+// TestGPUStepAvoidsOverlapSteps: an --overlap step holds no GPU, but a new
+// step still takes a GPU no step uses before one an --overlap step does.
+func TestGPUStepAvoidsOverlapSteps(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 3, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 3 }))
+	one := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks, e.Exact = 1, 1, true }
+	gpus := func(c *Change) []string {
+		t.Helper()
+		if ls := launches(c); len(ls) == 1 {
+			return ls[0].GetTaskGpus()
 		}
+		t.Fatalf("launches %v", launches(c))
+		return nil
+	}
+	if got := gpus(h.do(createStep("monitor", one, func(e *eventsv1.CreateJobStep) { e.Overlap = true }))); !reflect.DeepEqual(got, []string{"0"}) {
+		t.Fatalf("the --overlap step: GPUs %v", got)
+	}
+	if got := gpus(h.do(createStep("work", one))); !reflect.DeepEqual(got, []string{"1"}) {
+		t.Fatalf("a step beside an --overlap one: GPUs %v, want [1] (unused)", got)
+	}
+	if got := gpus(h.do(createStep("work2", one))); !reflect.DeepEqual(got, []string{"2"}) {
+		t.Fatalf("a second step: GPUs %v, want [2]", got)
+	}
+	// Only the --overlap step's GPU is left: it is not held, so taken.
+	if got := gpus(h.do(createStep("work3", one))); !reflect.DeepEqual(got, []string{"0"}) {
+		t.Fatalf("a third step: GPUs %v, want [0]", got)
 	}
 }
 
@@ -543,7 +606,7 @@ func TestPendingStepBytesAreBounded(t *testing.T) {
 	t.Parallel()
 	h := batchOnTwo(t)
 	h.do(createStep("whole"))
-	big := strings.Repeat("x", 220<<10)
+	big := strings.Repeat("x", 900<<10)
 	for i := range 5 {
 		h.do(createStep(fmt.Sprint("big", i), func(e *eventsv1.CreateJobStep) { e.Env["BIG"] = big }))
 	}
@@ -553,10 +616,10 @@ func TestPendingStepBytesAreBounded(t *testing.T) {
 			want = loomv1.JobState_FAILED
 		}
 		if s := h.jobStep(id); s.GetState() != want {
-			t.Fatalf("step %d with a 220 KiB request: %v, want %v", id, s, want)
+			t.Fatalf("step %d with a 900 KiB request: %v, want %v", id, s, want)
 		}
 	}
-	if r := h.jobStep(5).GetReason(); !strings.Contains(r, "bytes (at most 1048576)") {
+	if r := h.jobStep(5).GetReason(); !strings.Contains(r, "bytes (at most 4194304)") {
 		t.Fatalf("reason %q", r)
 	}
 }

@@ -15,6 +15,9 @@ type Snapshot struct {
 	Arrays   []*Array
 	Usage    []*Usage
 	Assocs   []*AssocLimit
+	// StepRequests are the waiting job steps' requests (shared: never
+	// changed in place).
+	StepRequests map[string][]byte
 }
 
 // Snapshot returns copies of the state's records, in no particular order,
@@ -23,13 +26,14 @@ type Snapshot struct {
 // mutates them.
 func (s *State) Snapshot() Snapshot {
 	return Snapshot{
-		Clusters: slices.Collect(maps.Values(s.clusters)),
-		Nodes:    slices.Collect(maps.Values(s.nodes)),
-		Jobs:     slices.Collect(maps.Values(s.jobs)),
-		Runs:     slices.Collect(maps.Values(s.runs)),
-		Arrays:   slices.Collect(maps.Values(s.arrays)),
-		Usage:    slices.Collect(maps.Values(s.usage)),
-		Assocs:   s.AssocLimits(),
+		Clusters:     slices.Collect(maps.Values(s.clusters)),
+		Nodes:        slices.Collect(maps.Values(s.nodes)),
+		Jobs:         slices.Collect(maps.Values(s.jobs)),
+		Runs:         slices.Collect(maps.Values(s.runs)),
+		Arrays:       slices.Collect(maps.Values(s.arrays)),
+		Usage:        slices.Collect(maps.Values(s.usage)),
+		Assocs:       s.AssocLimits(),
+		StepRequests: maps.Clone(s.stepReqs),
 	}.Copy()
 }
 
@@ -49,7 +53,8 @@ func (snap Snapshot) Copy() Snapshot {
 		runs[i] = r.clone()
 	}
 	return Snapshot{Clusters: copies(snap.Clusters), Nodes: copies(snap.Nodes), Jobs: jobs, Runs: runs,
-		Arrays: copies(snap.Arrays), Usage: copies(snap.Usage), Assocs: copies(snap.Assocs)}
+		Arrays: copies(snap.Arrays), Usage: copies(snap.Usage), Assocs: copies(snap.Assocs),
+		StepRequests: maps.Clone(snap.StepRequests)}
 }
 
 // copies returns a shallow copy of each record of rs.
@@ -66,4 +71,5 @@ func copies[T any](rs []*T) []*T {
 func (s *State) Restore(snap Snapshot) {
 	s.Load(snap.Clusters, snap.Nodes, snap.Jobs, snap.Runs, snap.Arrays, snap.Usage)
 	s.LoadAssocLimits(snap.Assocs)
+	s.LoadStepRequests(snap.StepRequests)
 }

@@ -56,6 +56,9 @@ type State struct {
 	// reserved: per cluster, the backfill reservation its last pass made
 	// (memory only: a pending job's expected start in the views).
 	reserved map[string]Reservation
+	// stepReqs are the requests of the job steps that wait for resources,
+	// by StepRequestKey (jobsteps.go), nil when none.
+	stepReqs map[string][]byte
 	// limits are the associations' limits (assoclimits.go), nil when none.
 	limits map[limitKey]*AssocLimit
 	// accounts are the accounts' parents and shares (AssocLimit with no
@@ -195,7 +198,11 @@ type Change struct {
 	Usage  map[string]*Usage
 	// Assocs are associations' new limits, by AssocLimitKey (nil: none).
 	Assocs map[string]*AssocLimit
-	Emits  []Emit
+	// StepRequests are the requests of job steps that wait for resources
+	// (an encoded CreateJobStep), by StepRequestKey; nil: deleted (the step
+	// started or ended).
+	StepRequests map[string][]byte
+	Emits        []Emit
 	// Decisions say, for every pending job a pass looked at, why it did not
 	// start (memory only: they become Job.placement when read). A writer's
 	// pass reuses their array: they are valid until the state's next Handle,
@@ -248,7 +255,7 @@ func (c *Change) records(cluster string) *clusterRecords {
 // Empty reports whether the change touches nothing and emits nothing.
 func (c *Change) Empty() bool {
 	return len(c.Clusters) == 0 && len(c.Nodes) == 0 && len(c.Jobs) == 0 && len(c.Runs) == 0 &&
-		len(c.Arrays) == 0 && len(c.Usage) == 0 && len(c.Emits) == 0 && len(c.Assocs) == 0
+		len(c.Arrays) == 0 && len(c.Usage) == 0 && len(c.Emits) == 0 && len(c.Assocs) == 0 && len(c.StepRequests) == 0
 }
 
 // Emit is an event to publish: the payload, its record key and the entity it
@@ -451,6 +458,7 @@ func (s *State) Commit(c *Change) {
 		}
 	}
 	s.commitAssocLimits(c)
+	s.putStepRequests(c.StepRequests)
 	for cluster, at := range c.wake {
 		if at.IsZero() {
 			delete(s.wake, cluster)

@@ -220,14 +220,12 @@ type JobStep struct {
 	// runs, another such step of the job takes others first.
 	GPUs [][]int32 `json:"gpus,omitempty"`
 	// CPUs are, node for node (as Nodes), the job's CPUs the step holds
-	// while its tasks there run (nil: none, an --overlap step's).
+	// until it ends (nil: none, an --overlap step's). A step that waits for
+	// resources (State PENDING) has no nodes yet; its request is kept
+	// beside the run (the domain's StepRequestKey).
 	CPUs []int32 `json:"cpus,omitempty"`
 	// Overlap: the step holds nothing (srun --overlap).
 	Overlap bool `json:"overlap,omitempty"`
-	// Request is, while the step waits for resources (State PENDING, no
-	// nodes yet), the CreateJobStep event it starts with, encoded; nil
-	// once it started or ended.
-	Request []byte `json:"request,omitempty"`
 }
 
 // StepPart is one node's tasks of a job step, as its agent last reported.
