@@ -56,6 +56,42 @@ func Parent(pid int) int {
 	return n
 }
 
+// Descendants returns the processes under pid: its children, theirs, and
+// so on, from one look at /proc (nil without /proc). A process that exits
+// or is reparented meanwhile may be missed or listed.
+func Descendants(pid int) []int {
+	if pid <= 0 || !hasProc {
+		return nil
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, d := range dirs {
+		p, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if pp := Parent(p); pp > 0 {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	seen := map[int]bool{pid: true}
+	for queue := children[pid]; len(queue) > 0; {
+		p := queue[0]
+		queue = queue[1:]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		out = append(out, p)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
 // statFields returns the fields of /proc/<pid>/stat from field 3 (state)
 // on. The command name (field 2) may hold spaces and parentheses: the
 // fields follow the last ')'.

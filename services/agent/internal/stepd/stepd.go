@@ -157,9 +157,15 @@ func run() int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, caught...)
 	go func() {
-		for range sigs {
+		for s := range sigs {
+			if sig, ok := s.(syscall.Signal); ok && forwarded[sig] {
+				forward(sig) // to what the job detached (reap.go)
+			}
 		}
 	}()
+	// Without it (a kernel before 3.4) what the job detaches escapes it,
+	// as it did before: the step still runs.
+	_ = becomeSubreaper()
 	self := os.Getpid()
 	if spec.GPUsFile != "" {
 		if err := writeFile(spec.GPUsFile, []byte(spec.GPUs+"\n")); err != nil {
@@ -244,7 +250,13 @@ func run() int {
 		feed()
 	}
 	say(Report{PID: c.Process.Pid, Start: startTime(c.Process.Pid)})
-	_ = c.Wait()
+	// Reaped here, not by c.Wait: the orphans the shim reaps meanwhile
+	// would otherwise be zombies until the job's end.
+	var extra usage
+	ws, ru, werr := waitJob(c.Process.Pid, &extra)
+	if killed, left := sweep(&extra); left {
+		fmt.Fprintf(os.Stderr, "loom-stepd: %d process(es) the job left behind did not die within %v of SIGKILL\n", killed, sweepWait)
+	}
 	if relayed != nil {
 		// What the job wrote last, unless what it left behind holds the
 		// terminal open: then no longer than a moment.
@@ -253,7 +265,9 @@ func run() int {
 		case <-time.After(time.Second):
 		}
 	}
-	st := exitOf(c.ProcessState)
+	st := exitOf(ws, ru, werr)
+	st.UserCPU += extra.utime
+	st.SystemCPU += extra.stime
 	if st.MaxRSS <= hwm {
 		st.MaxRSS = 0 // not known: the samples tell
 	}
@@ -341,18 +355,19 @@ func selfHWM() int64 {
 	return 0
 }
 
-// exitOf is how a process ended, as proc.ExitCode says it.
-func exitOf(ps *os.ProcessState) Status {
-	if ps == nil {
+// exitOf is how a process ended, as proc.ExitCode says it, from its wait
+// status and usage (err: it could not be waited for).
+func exitOf(ws syscall.WaitStatus, ru *syscall.Rusage, err error) Status {
+	if err != nil {
 		return Status{Code: -1}
 	}
-	st := Status{Code: int32(ps.ExitCode())}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	st := Status{Code: int32(ws.ExitStatus())}
+	if ws.Signaled() {
 		st = Status{Code: int32(128 + int(ws.Signal())), Signal: ws.Signal().String()}
 	}
 	// As proc.Rusage, repeated (see the package comment): Linux counts
 	// ru_maxrss in kilobytes.
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
+	if ru != nil {
 		st.UserCPU, st.SystemCPU = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 		st.MaxRSS = max(int64(ru.Maxrss), 0) * 1024
 	}

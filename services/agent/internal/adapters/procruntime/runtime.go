@@ -430,8 +430,18 @@ func (Runtime) SignalLeader(g ports.Group, sig syscall.Signal) error {
 	return nil
 }
 
-// Kill sends SIGKILL to g's process group.
-func (Runtime) Kill(g ports.Group) error { return proc.KillGroup(g.PID, syscall.SIGKILL) }
+// Kill sends SIGKILL to g's process group and, when g is a shim's, first
+// to every process under the shim: what the job detached from the group
+// (setsid, a double fork) is the shim's as its child subreaper, and would
+// outlive a shim killed before it could end it (stepd's reap.go).
+func (Runtime) Kill(g ports.Group) error {
+	if g.PID > 1 && isShim(g.PID) {
+		for _, pid := range proc.Descendants(g.PID) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return proc.KillGroup(g.PID, syscall.SIGKILL)
+}
 
 // Alive reports whether g's leader runs (not a zombie) and, when g.Start is
 // set, started then.

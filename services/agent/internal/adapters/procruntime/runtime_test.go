@@ -247,6 +247,15 @@ func testSignalLeaderGroupAndKill(t *testing.T, rt Runtime) {
 		if e := waitExit(t, p); e.Code != 143 {
 			t.Fatalf("exit = %+v, want 143", e)
 		}
+		if rt.opts.StateDir != "" {
+			// Under a shim the leader's end ends what it left, with
+			// SIGKILL (TestShimEndsWhatItsJobLeaves); without one it
+			// lives on until the agent's Kill, below.
+			testkit.WaitFor(t, wait, "the leader's child ended with the leader", func() (bool, error) {
+				return !rt.Alive(ports.Group{PID: child}), nil
+			})
+			return
+		}
 		if !rt.Alive(ports.Group{PID: child}) {
 			t.Fatal("SignalLeader reached the leader's child")
 		}
@@ -438,4 +447,63 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if ents, _ := os.ReadDir(state); len(ents) != 0 {
 		t.Fatalf("state directory holds %v after a failed start, want nothing", ents)
 	}
+}
+
+// TestShimEndsWhatItsJobLeaves: under a shim nothing the job starts
+// outlives it, as under Slurm's proctrack/cgroup: a process detached with
+// setsid and a daemon that forked away (both out of the job's group, so
+// that no group signal reaches them) get the signals the step's group gets
+// (a stop's SIGTERM), and are killed once the job's process has ended,
+// before its end is reported.
+func TestShimEndsWhatItsJobLeaves(t *testing.T) {
+	t.Parallel()
+	rt := New(Options{AllowRoot: true, StateDir: t.TempDir()})
+	gone := func(pid int) bool { return syscall.Kill(pid, 0) == syscall.ESRCH }
+	run := func(t *testing.T, name, script string) (ports.Process, string) {
+		dir := t.TempDir()
+		stdout, stderr := outputs(t, dir)
+		return start(t, rt, ports.Spec{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
+			Dir: dir, Stdout: stdout, Stderr: stderr, Name: name}), dir
+	}
+	t.Run("the job exits", func(t *testing.T) {
+		t.Parallel()
+		p, dir := run(t, "leaves", `setsid sh -c 'echo $$ > detached; exec sleep 300' &
+sh -c 'sleep 300 & echo $! > daemon'
+while [ ! -s detached ]; do sleep 0.01; done
+exit 0`)
+		if e := waitExit(t, p); e.Code != 0 {
+			t.Fatalf("exit = %+v, want 0", e)
+		}
+		for _, f := range []string{"detached", "daemon"} {
+			pid, err := strconv.Atoi(strings.TrimSpace(read(t, filepath.Join(dir, f))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Gone when the job's end is known: the shim reaped it.
+			if !gone(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Errorf("the %s process %d outlived its job", f, pid)
+			}
+		}
+	})
+	t.Run("the job is stopped", func(t *testing.T) {
+		t.Parallel()
+		// The job's shell, stopped, waits until the detached process
+		// says it got the signal too: it would wait for ever otherwise.
+		p, dir := run(t, "stopped", `setsid sh -c 'trap "echo TERM > got; exit 0" TERM; echo $$ > detached; while :; do sleep 0.05; done' &
+trap 'while [ ! -s got ]; do sleep 0.01; done; exit 143' TERM
+while [ ! -s detached ]; do sleep 0.01; done
+echo ready > ready
+wait`)
+		waitFile(t, filepath.Join(dir, "ready"))
+		if err := rt.Signal(p.Group(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if e := waitExit(t, p); e.Code != 143 {
+			t.Fatalf("exit = %+v, want 143 by SIGTERM", e)
+		}
+		if got := waitFile(t, filepath.Join(dir, "got")); got != "TERM" {
+			t.Fatalf("the detached process got %q, want the stop's SIGTERM", got)
+		}
+	})
 }

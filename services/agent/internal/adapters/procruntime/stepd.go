@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -256,27 +255,19 @@ func awaitGone(g ports.Group) {
 	}
 }
 
-// mainOf returns the job's process under the shim pid (its one child), 0
-// when there is none.
+// mainOf returns the job's process under the shim pid, 0 when there is
+// none: of the shim's children, the one that started first, since the
+// others are what the job detached, reparented to the shim (its child
+// subreaper) after the job had started them.
 func mainOf(shim int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", shim, shim))
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			pid, _ := strconv.Atoi(f[0])
-			return pid
-		}
-		return 0
-	}
-	// Without CONFIG_PROC_CHILDREN: the process whose parent is the shim.
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
+	main, first := 0, uint64(0)
+	for _, pid := range proc.Descendants(shim) {
+		if proc.Parent(pid) != shim {
 			continue
 		}
-		if proc.Parent(pid) == shim {
-			return pid
+		if st, ok := proc.StartTime(pid); ok && (main == 0 || st < first || (st == first && pid < main)) {
+			main, first = pid, st
 		}
 	}
-	return 0
+	return main
 }

@@ -1,0 +1,188 @@
+package stepd
+
+// What a job leaves behind. The shim is its job's child subreaper
+// (PR_SET_CHILD_SUBREAPER): a process the job starts and abandons — one in
+// the background when the script exits, one detached with setsid, a daemon
+// that forked twice — becomes the shim's child instead of init's, so that
+// nothing of the job's escapes its step. The shim reaps those orphans as
+// they exit (their CPU time counts as the job's), passes the signals the
+// step's group gets on to them (they are in other groups), and when the
+// job's process has ended kills every process still under it, as Slurm's
+// slurmstepd ends a step's leftovers (SIGKILL) with proctrack/cgroup: a
+// job's stray process would otherwise hold the node's GPUs and memory
+// from the next job, and run on as its owner after its job has ended.
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER (linux/prctl.h).
+const prSetChildSubreaper = 36
+
+// becomeSubreaper makes the calling process the reaper of its
+// descendants' orphans.
+func becomeSubreaper() error {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// forwarded are the caught signals the shim passes on to the job's
+// processes outside its group (the group got them already): a stop's
+// SIGTERM, scancel --signal's. Not the terminal's (SIGWINCH, job control)
+// and not SIGURG, which the Go runtime sends itself.
+var forwarded = map[syscall.Signal]bool{
+	syscall.SIGTERM: true, syscall.SIGINT: true, syscall.SIGHUP: true, syscall.SIGQUIT: true,
+	syscall.SIGUSR1: true, syscall.SIGUSR2: true, syscall.SIGALRM: true, syscall.SIGXCPU: true,
+}
+
+// procInfo is what /proc/<pid>/stat says of a process: its parent, its
+// group, and whether it is a zombie (ended, not yet reaped).
+type procInfo struct {
+	ppid, pgrp int
+	zombie     bool
+}
+
+// readProc reads pid's procInfo; ok false when it is gone.
+func readProc(pid int) (procInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	// The command name may hold spaces and parentheses: the fields
+	// follow its last ')'. After it: state, ppid, pgrp.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 {
+		return procInfo{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgrp, err2 := strconv.Atoi(f[2])
+	return procInfo{ppid, pgrp, f[0] == "Z"}, err1 == nil && err2 == nil
+}
+
+// descendants returns the processes under pid (its children, theirs, ...),
+// from one look at /proc.
+func descendants(pid int) map[int]procInfo {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	infos := map[int]procInfo{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if info, ok := readProc(p); ok {
+			children[info.ppid] = append(children[info.ppid], p)
+			infos[p] = info
+		}
+	}
+	out := map[int]procInfo{}
+	queue := append([]int(nil), children[pid]...)
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if _, seen := out[p]; seen {
+			continue
+		}
+		out[p] = infos[p]
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
+// forward sends sig to the processes under the shim that are not in its
+// group.
+func forward(sig syscall.Signal) {
+	self, group := os.Getpid(), syscall.Getpgrp()
+	for p, info := range descendants(self) {
+		if info.pgrp != group && !info.zombie {
+			_ = syscall.Kill(p, sig)
+		}
+	}
+}
+
+// usage sums the CPU time of the orphans the shim reaped.
+type usage struct{ utime, stime time.Duration }
+
+func (u *usage) add(ru *syscall.Rusage) {
+	u.utime += time.Duration(ru.Utime.Nano())
+	u.stime += time.Duration(ru.Stime.Nano())
+}
+
+// waitJob reaps the shim's children until job has ended, and returns how
+// it ended; the orphans reaped meanwhile add to extra.
+func waitJob(job int, extra *usage) (syscall.WaitStatus, *syscall.Rusage, error) {
+	for {
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ws, 0, &ru)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			return 0, nil, err
+		case pid == job:
+			return ws, &ru, nil
+		}
+		extra.add(&ru)
+	}
+}
+
+// sweepWait bounds how long the shim waits for its leftovers to die: a
+// process in an uninterruptible wait (a hung file system) dies only when
+// it leaves it, and the step's end must not wait for that.
+const sweepWait = 5 * time.Second
+
+// sweep kills every process still under the shim and reaps them (their
+// CPU time adds to extra); it returns how many it killed (zombies, already
+// ended, are only reaped), and whether any outlived sweepWait.
+func sweep(extra *usage) (killed int, left bool) {
+	self := os.Getpid()
+	deadline := time.Now().Add(sweepWait)
+	seen := map[int]bool{}
+	for {
+		procs := descendants(self)
+		for p, info := range procs {
+			if info.zombie {
+				continue
+			}
+			if !seen[p] {
+				seen[p] = true
+				killed++
+			}
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		for {
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, &ru)
+			if err != nil && errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			extra.add(&ru)
+		}
+		if len(procs) == 0 {
+			return killed, false
+		}
+		if time.Now().After(deadline) {
+			return killed, true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
