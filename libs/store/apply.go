@@ -31,9 +31,9 @@ import (
 // already there: the script writes nothing), the conditions (Tx.IfHField: a
 // hash field that no longer holds what the transaction was decided on is a
 // CONFLICT error reply, nothing written), the types of the keys the ops
-// need to be hashes or sets (Go derived them; WRONGTYPE is the only way these
+// need to be hashes, sets or sorted sets (Go derived them; WRONGTYPE is the only way these
 // commands fail on valid arguments) and the outbox's type. SET, DEL, HSET,
-// HDEL, SADD, SREM and XADD with a generated id cannot fail past these checks
+// HDEL, SADD, SREM, ZADD, ZREM and XADD with a generated id cannot fail past these checks
 // (nor can the change log's XADD, 'X': its key's type is checked as a
 // stream's, and its MAXLEN is a positive number Go wrote).
 var applyScript = redis.NewScript(`
@@ -92,6 +92,8 @@ for i = 1, nops do
   elseif o == 'h' then redis.call('HDEL', k, f)
   elseif o == 'A' then redis.call('SADD', k, f)
   elseif o == 'R' then redis.call('SREM', k, f)
+  elseif o == 'Z' then redis.call('ZADD', k, 0, f)
+  elseif o == 'z' then redis.call('ZREM', k, f)
   elseif o == 'X' then redis.call('XADD', k, 'MAXLEN', '~', f, '*', 'e', v)
   end
 end

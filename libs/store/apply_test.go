@@ -133,6 +133,29 @@ func TestApplyDeletesAndReads(t *testing.T) {
 		if h, err := s.HGetAll(ctx, "missing"); err != nil || len(h) != 0 {
 			t.Fatalf("HGetAll of a missing key = %v, %v", h, err)
 		}
+		if vs, err := s.HMGet(ctx, "h", []string{"f2", "f1", "f2"}); err != nil || len(vs) != 3 ||
+			string(vs[0]) != "y" || vs[1] != nil || string(vs[2]) != "y" {
+			t.Fatalf("HMGet = %q, %v", vs, err)
+		}
+		// A sorted set as an index: members in order, by range and count.
+		var z Tx
+		for _, m := range []string{"b", "d", "a", "c", "e"} {
+			z.ZAdd("idx", m)
+		}
+		z.ZRem("idx", "e")
+		if _, err := s.Apply(ctx, "", &z); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			after, upto string
+			limit       int64
+			want        string
+		}{{"", "", 10, "abcd"}, {"a", "", 2, "bc"}, {"b", "c", 10, "c"}, {"d", "", 10, ""}} {
+			got, err := s.ZRangeByLex(ctx, "idx", c.after, c.upto, c.limit)
+			if err != nil || strings.Join(got, "") != c.want {
+				t.Fatalf("ZRangeByLex(%q, %q, %d) = %v, %v; want %s", c.after, c.upto, c.limit, got, err, c.want)
+			}
+		}
 		if m, err := s.SMembers(ctx, "s"); err != nil || !slices.Equal(m, []string{"m2"}) {
 			t.Fatalf("SMembers = %v, %v", m, err)
 		}
@@ -257,8 +280,10 @@ func TestApplyWrongTypeWritesNothing(t *testing.T) {
 			func(tx *Tx) { tx.HDel("str", "f") },
 			func(tx *Tx) { tx.SAdd("hash", "m") },
 			func(tx *Tx) { tx.SRem("str", "m") },
+			func(tx *Tx) { tx.ZAdd("hash", "m") },
+			func(tx *Tx) { tx.ZRem("str", "m") },
 		} {
-			wantKey := []string{"str", "str", "hash", "str"}[i]
+			wantKey := []string{"str", "str", "hash", "str", "hash", "str"}[i]
 			var tx Tx
 			tx.Set("other", []byte("x")) // a write the script would do first
 			tx.SAdd("members", "m")

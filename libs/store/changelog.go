@@ -117,7 +117,7 @@ func encodeLogOps(ops []op, maxBytes int, tag string) []byte {
 // store's prefix. Value is the value of a SET or HSET, nil for the others;
 // Field is the hash field or set member of HSET, HDEL, SADD and SREM.
 type LogOp struct {
-	Op    string // "SET", "DEL", "HSET", "HDEL", "SADD" or "SREM"
+	Op    string // "SET", "DEL", "HSET", "HDEL", "SADD", "SREM", "ZADD" or "ZREM"
 	Key   string
 	Field string
 	Value []byte

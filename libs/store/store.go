@@ -226,6 +226,43 @@ func (s *Store) HGet(ctx context.Context, key, field string) ([]byte, error) {
 	return v, nil
 }
 
+// ZRangeByLex returns, in order, at most limit members of the sorted set at
+// key (an index whose members all have score 0, Tx.ZAdd) greater than
+// after ("": from the first) and at most upto ("": to the last).
+func (s *Store) ZRangeByLex(ctx context.Context, key, after, upto string, limit int64) ([]string, error) {
+	lo, hi := "-", "+"
+	if after != "" {
+		lo = "(" + after
+	}
+	if upto != "" {
+		hi = "[" + upto
+	}
+	m, err := s.rdb.ZRangeByLex(ctx, s.Key(key), &redis.ZRangeBy{Min: lo, Max: hi, Count: limit}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store %s: zrangebylex %s: %w", s.prefix, key, err)
+	}
+	return m, nil
+}
+
+// HMGet returns the given fields of the hash at key, in order (nil for a
+// field it does not hold).
+func (s *Store) HMGet(ctx context.Context, key string, fields []string) ([][]byte, error) {
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	vals, err := s.rdb.HMGet(ctx, s.Key(key), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store %s: hmget %s: %w", s.prefix, key, err)
+	}
+	out := make([][]byte, len(vals))
+	for i, v := range vals {
+		if str, ok := v.(string); ok {
+			out[i] = []byte(str)
+		}
+	}
+	return out, nil
+}
+
 // SMembers returns the members of the set at key.
 func (s *Store) SMembers(ctx context.Context, key string) ([]string, error) {
 	m, err := s.rdb.SMembers(ctx, s.Key(key)).Result()

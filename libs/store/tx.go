@@ -19,6 +19,10 @@ const (
 	opHDel opKind = "h"
 	opSAdd opKind = "A"
 	opSRem opKind = "R"
+	// opZAdd and opZRem add a member (score 0: an index read by its
+	// members' order, Store.ZRangeByLex) to a sorted set, or remove it.
+	opZAdd opKind = "Z"
+	opZRem opKind = "z"
 	// opXAdd appends an entry to a capped stream (Tx.XAdd, and the
 	// change-log entry of Tx.Log): field holds the stream's MAXLEN, val the
 	// entry.
@@ -39,6 +43,10 @@ func (k opKind) String() string {
 		return "SADD"
 	case opSRem:
 		return "SREM"
+	case opZAdd:
+		return "ZADD"
+	case opZRem:
+		return "ZREM"
 	case opXAdd:
 		return "XADD"
 	}
@@ -116,6 +124,17 @@ func (t *Tx) SRem(key, member string) {
 	t.ops = append(t.ops, op{kind: opSRem, key: key, field: member})
 }
 
+// ZAdd adds member to the sorted set at key with score 0: the set is an
+// index whose members Store.ZRangeByLex reads in order.
+func (t *Tx) ZAdd(key, member string) {
+	t.ops = append(t.ops, op{kind: opZAdd, key: key, field: member})
+}
+
+// ZRem removes member from the sorted set at key.
+func (t *Tx) ZRem(key, member string) {
+	t.ops = append(t.ops, op{kind: opZRem, key: key, field: member})
+}
+
 // Emit adds an event to the outbox. Its Topic, Key, ID and Payload must be set.
 func (t *Tx) Emit(ev envelope.Event) { t.events = append(t.events, ev) }
 
@@ -141,10 +160,11 @@ const (
 	typeHash
 	typeSet
 	typeStream
+	typeZSet
 )
 
 func (k keyType) String() string {
-	return [...]string{"unknown", "none", "string", "hash", "set", "stream"}[k]
+	return [...]string{"unknown", "none", "string", "hash", "set", "stream", "zset"}[k]
 }
 
 // typeCheck asks the script to verify, before its first write, that a key
@@ -180,11 +200,13 @@ func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
 			types[o.key] = typeString // SET replaces a value of any type
 		case opDel:
 			types[o.key] = typeNone
-		case opHSet, opHDel, opSAdd, opSRem, opXAdd:
+		case opHSet, opHDel, opSAdd, opSRem, opZAdd, opZRem, opXAdd:
 			want, redisName := typeHash, "hash"
 			switch o.kind {
 			case opSAdd, opSRem:
 				want, redisName = typeSet, "set"
+			case opZAdd, opZRem:
+				want, redisName = typeZSet, "zset"
 			case opXAdd:
 				want, redisName = typeStream, "stream"
 			}
@@ -202,7 +224,7 @@ func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
 					continue
 				}
 			}
-			if o.kind == opHSet || o.kind == opSAdd || o.kind == opXAdd {
+			if o.kind == opHSet || o.kind == opSAdd || o.kind == opZAdd || o.kind == opXAdd {
 				types[o.key] = want
 			} else if cur == typeUnknown {
 				// HDEL/SREM may empty the key; either way it is hash/set-or-none,

@@ -419,6 +419,12 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	rest := func(ctx context.Context) error {
 		return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, dash, cfg.Auth.Mode == "off", started)
 	}
+	// The job indexes lists read, built once from a store written before
+	// they were kept.
+	if err := gw.EnsureJobIndexes(ctx); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
 	// The history sweep runs beside the requests, in small batches.
 	sweep := func(ctx context.Context) error { return gw.RunHistorySweep(ctx, sweepInterval(cfg.JobHistory)) }
 	scrape := func(ctx context.Context) error { return scraper.Run(ctx) }

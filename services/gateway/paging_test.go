@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,10 +19,12 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 // bigJobs submits n jobs, each with 100 KiB of environment (under the
@@ -144,6 +148,71 @@ func TestListJobsPagesPastFourMegabytes(t *testing.T) {
 	}
 	if strings.Join(rest, " ") != strings.Join(want, " ") {
 		t.Fatalf("REST listed %v, want %v", rest, want)
+	}
+}
+
+// TestListJobsReadsOnlyItsPage: a list reads the history through its
+// project's index from the page token on, a bounded number of entries a
+// call: ten thousand ended jobs a filter leaves out (and as many of
+// another project) cost short pages with a token to go on from, not a
+// read of every record, and the jobs it keeps are all listed, once, in
+// order.
+func TestListJobsReadsOnlyItsPage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 4*wait)
+	repo := adapters.NewRepo(store.New(h.redis, "gateway:"))
+	ended := func(p string, id int, user string) *loomv1.Job {
+		return &loomv1.Job{Name: fmt.Sprintf("projects/%s/jobs/%d", p, id), JobId: strconv.Itoa(id), User: user,
+			Cluster: cluster1, State: loomv1.JobState_COMPLETED, EndTime: timestamppb.Now()}
+	}
+	var want []string
+	for batch := 0; batch < 11; batch++ {
+		tx := &store.Tx{}
+		for i := range 1000 {
+			id := 100000 + batch*1000 + i
+			for _, j := range []*loomv1.Job{ended("default", id, "bob"), ended("other", id, "ada")} {
+				if err := adapters.PutHistory(tx, j); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if batch == 10 {
+			for _, id := range []int{200001, 200002} {
+				j := ended("default", id, "ada")
+				want = append(want, j.GetName())
+				if err := adapters.PutHistory(tx, j); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := repo.Apply(ctx, "", tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	pages := 0
+	err := paging.Each(func(token string) (string, error) {
+		pages++
+		resp, err := h.jobs().ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Users: []string{"ada"}, PageToken: token})
+		for _, j := range resp.GetJobs() {
+			got = append(got, j.GetName())
+		}
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("ada's jobs listed %v, want %v", got, want)
+	}
+	if pages < 2 {
+		t.Fatalf("%d page(s): the list read more than %d index entries in one call", pages, 10000)
+	}
+	// Unfiltered, a page holds the first jobs at once.
+	resp, err := h.jobs().ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, PageSize: 3})
+	if err != nil || len(resp.GetJobs()) != 3 || resp.GetJobs()[0].GetName() != "projects/default/jobs/100000" || resp.GetNextPageToken() == "" {
+		t.Fatalf("first page %v, %v", resp.GetJobs(), err)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -40,6 +42,18 @@ const (
 	// ended (a loom.v1.ListJobStepsResponse; the job's Job.steps), apart
 	// from the job so that listing jobs does not read them.
 	KeyHistorySteps = "history-steps"
+	// KeyJobIndexPrefix + project is a sorted set (an index: score 0,
+	// read in order) of the project's accepted jobs that have not ended
+	// (not in the history), each by its list key (paging.JobKey: the job
+	// id zero-padded, then the name), so that a list reads the jobs of
+	// its page, not every job accepted.
+	KeyJobIndexPrefix = "jobs-index:"
+	// KeyHistoryIndexPrefix + project indexes the project's history the
+	// same way.
+	KeyHistoryIndexPrefix = "history-index:"
+	// KeyIndexesBuilt is set once the indexes hold every record written
+	// before they were kept (EnsureJobIndexes).
+	KeyIndexesBuilt = "job-indexes-built"
 	// KeyJobSeq is the job id counter (INCR, INCRBY for an array's block;
 	// the first job is 1).
 	KeyJobSeq = "jobseq"
@@ -267,21 +281,10 @@ func (r *Repo) AcceptedJob(ctx context.Context, name string) (*loomv1.Job, error
 	return j, nil
 }
 
-// AcceptedJobs returns every job the gateway accepted.
+// AcceptedJobs returns every job the gateway accepted (for the history
+// sweep: a list reads its page through IndexedJobs).
 func (r *Repo) AcceptedJobs(ctx context.Context) ([]*loomv1.Job, error) {
-	raw, err := r.st.HGetAll(ctx, KeyJobs)
-	if err != nil {
-		return nil, fmt.Errorf("accepted jobs: %w: %v", errs.Unavailable, err)
-	}
-	out := make([]*loomv1.Job, 0, len(raw))
-	for name, b := range raw {
-		j := &loomv1.Job{}
-		if err := proto.Unmarshal(b, j); err != nil {
-			return nil, fmt.Errorf("decode accepted job %s: %w", name, err)
-		}
-		out = append(out, j)
-	}
-	return out, nil
+	return r.hgetAllJobs(ctx, KeyJobs)
 }
 
 // RequestTTL is how long a request id is remembered: a retry within it
@@ -327,8 +330,9 @@ func PutOperation(tx *store.Tx, op *loomv1.Operation) error {
 
 // PutJob adds the accepted job to tx, without its script and environment:
 // the scheduler has them (the SubmitJob command carries the job whole), and
-// the record, kept for the history window and read whole by every ListJobs,
-// is for naming the job (and an array's tasks) until the scheduler lists it.
+// the record, kept for the history window, is for naming the job (and an
+// array's tasks) until the scheduler lists it. It is indexed under its
+// project (KeyJobIndexPrefix) until it ends (PutHistory).
 func PutJob(tx *store.Tx, j *loomv1.Job) error {
 	if j.GetScript() != "" || len(j.GetEnv()) > 0 {
 		j = proto.CloneOf(j)
@@ -339,6 +343,125 @@ func PutJob(tx *store.Tx, j *loomv1.Job) error {
 		return fmt.Errorf("encode job %s: %w", j.GetName(), err)
 	}
 	tx.HSet(KeyJobs, j.GetName(), b)
+	if p := jobProject(j.GetName()); p != "" {
+		tx.ZAdd(KeyJobIndexPrefix+p, paging.JobKey(j))
+	}
+	return nil
+}
+
+// jobProject is the project of the job named name ("" when it is no job's
+// name).
+func jobProject(name string) string {
+	j, err := resname.SplitJob(name)
+	if err != nil {
+		return ""
+	}
+	return j.Project
+}
+
+// IndexedName is the job name of an index member (paging.JobKey's form).
+func IndexedName(member string) string {
+	_, name, _ := strings.Cut(member, " ")
+	return name
+}
+
+// IndexedJobs reads, in list order, the jobs of project's accepted index
+// (history false: those not ended) or history index whose keys lie in
+// (after, upto] ("" upto: no bound), at most limit index entries: the jobs
+// (a record gone meanwhile is left out), the last key read, and whether
+// the index may hold more in the range (it gave limit entries).
+func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]*loomv1.Job, string, bool, error) {
+	index, hash := KeyJobIndexPrefix+project, KeyJobs
+	if history {
+		index, hash = KeyHistoryIndexPrefix+project, KeyHistory
+	}
+	keys, err := r.st.ZRangeByLex(ctx, index, after, upto, limit)
+	if err != nil {
+		return nil, "", false, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
+	}
+	if len(keys) == 0 {
+		return nil, "", false, nil
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = IndexedName(k)
+	}
+	vals, err := r.st.HMGet(ctx, hash, names)
+	if err != nil {
+		return nil, "", false, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
+	}
+	out := make([]*loomv1.Job, 0, len(vals))
+	for i, b := range vals {
+		if b == nil {
+			continue
+		}
+		j := &loomv1.Job{}
+		if err := proto.Unmarshal(b, j); err != nil {
+			return nil, "", false, fmt.Errorf("decode %s %s: %w", hash, names[i], err)
+		}
+		out = append(out, j)
+	}
+	return out, keys[len(keys)-1], int64(len(keys)) == limit, nil
+}
+
+// EnsureJobIndexes builds the job indexes (KeyJobIndexPrefix,
+// KeyHistoryIndexPrefix) from the records of a store written before they
+// were kept, once: read a chunk at a time (HSCAN), written in small
+// batches. Idempotent: gateways that start together may both build them.
+func (r *Repo) EnsureJobIndexes(ctx context.Context) error {
+	if _, err := r.st.Get(ctx, KeyIndexesBuilt); err == nil {
+		return nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("job indexes: %w", err)
+	}
+	hist, err := r.st.HScanAll(ctx, KeyHistory, 1000)
+	if err != nil {
+		return fmt.Errorf("job indexes: %w", err)
+	}
+	accepted, err := r.st.HScanAll(ctx, KeyJobs, 1000)
+	if err != nil {
+		return fmt.Errorf("job indexes: %w", err)
+	}
+	tx := &store.Tx{}
+	n := 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		_, err := r.st.Apply(ctx, "", tx)
+		tx, n = &store.Tx{}, 0
+		return err
+	}
+	for _, m := range []struct {
+		raw     map[string][]byte
+		history bool
+	}{{hist, true}, {accepted, false}} {
+		for name, b := range m.raw {
+			p := jobProject(name)
+			if p == "" || (!m.history && hist[name] != nil) {
+				continue
+			}
+			j := &loomv1.Job{}
+			if err := proto.Unmarshal(b, j); err != nil {
+				continue // not indexed: a damaged record is read by name only
+			}
+			if m.history {
+				tx.ZAdd(KeyHistoryIndexPrefix+p, paging.JobKey(j))
+			} else {
+				tx.ZAdd(KeyJobIndexPrefix+p, paging.JobKey(j))
+			}
+			if n++; n == 1000 {
+				if err := flush(); err != nil {
+					return fmt.Errorf("job indexes: %w", err)
+				}
+			}
+		}
+	}
+	tx.Set(KeyIndexesBuilt, []byte("1"))
+	n++
+	if err := flush(); err != nil {
+		return fmt.Errorf("job indexes: %w", err)
+	}
 	return nil
 }
 
@@ -444,6 +567,12 @@ func PutHistory(tx *store.Tx, j *loomv1.Job) error {
 		return fmt.Errorf("encode job %s: %w", j.GetName(), err)
 	}
 	tx.HSet(KeyHistory, j.GetName(), b)
+	if p := jobProject(j.GetName()); p != "" {
+		// Ended: listed from the history now, no longer as accepted.
+		key := paging.JobKey(j)
+		tx.ZAdd(KeyHistoryIndexPrefix+p, key)
+		tx.ZRem(KeyJobIndexPrefix+p, key)
+	}
 	if len(steps) > 0 {
 		sb, err := proto.Marshal(&loomv1.ListJobStepsResponse{Steps: steps})
 		if err != nil {
@@ -495,13 +624,15 @@ func (r *Repo) InHistory(ctx context.Context, names []string) (map[string]bool, 
 	return out, nil
 }
 
-// HistoryJobs returns every job in the history.
+// HistoryJobs returns every job in the history (for the history sweep).
 func (r *Repo) HistoryJobs(ctx context.Context) ([]*loomv1.Job, error) {
 	return r.hgetAllJobs(ctx, KeyHistory)
 }
 
+// hgetAllJobs reads every job of the hash key a chunk at a time (HSCAN:
+// one HGETALL of 100,000 records would hold Redis for every other client).
 func (r *Repo) hgetAllJobs(ctx context.Context, key string) ([]*loomv1.Job, error) {
-	raw, err := r.st.HGetAll(ctx, key)
+	raw, err := r.st.HScanAll(ctx, key, 1000)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", key, errs.Unavailable, err)
 	}

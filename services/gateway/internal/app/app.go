@@ -730,6 +730,39 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 }
 
 // inProject reports whether job names a job of project.
+// maxIndexScan bounds the index entries one ListJobs reads of each of the
+// history and the accepted jobs: a page whose filters pass few of them
+// ends there, short, with a token to go on from.
+const maxIndexScan = 10000
+
+// scanJobIndex reads project's history (history) or accepted jobs not
+// ended, in list order from after, no further than upto ("": no bound),
+// keeping those keep keeps, until want are kept, the index is exhausted
+// or maxIndexScan entries were read: the jobs kept, and the last key read
+// when it stopped short of upto with more in the index ("": exhausted).
+func (g *Gateway) scanJobIndex(ctx context.Context, project string, history bool, after, upto string, want int, keep func(*loomv1.Job) bool) ([]*loomv1.Job, string, error) {
+	chunk := int64(max(want, 100))
+	var out []*loomv1.Job
+	for read := int64(0); ; read += chunk {
+		jobs, last, more, err := g.repo.IndexedJobs(ctx, project, history, after, upto, chunk)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, j := range jobs {
+			if keep(j) {
+				out = append(out, j)
+			}
+		}
+		if !more {
+			return out, "", nil
+		}
+		after = last
+		if len(out) >= want || read+chunk >= maxIndexScan {
+			return out, last, nil
+		}
+	}
+}
+
 func inProject(job, project string) bool {
 	j, err := resname.SplitJob(job)
 	return err == nil && j.Project == project
@@ -803,38 +836,44 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		return k > after && (bound == "" || k <= bound) &&
 			inProject(j.GetName(), project.ID) && (cluster == "" || j.GetCluster() == cluster)
 	}
-	accepted, err := g.repo.AcceptedJobs(ctx)
-	if err != nil {
-		return nil, err
-	}
 	listed := make(map[string]bool, len(resp.GetJobs()))
 	for _, j := range resp.GetJobs() {
 		listed[j.GetName()] = true
 	}
-	// Ended jobs the scheduler pruned come from the history (an ended job
-	// is never active). They win over their accepted records.
+	// Ended jobs the scheduler pruned come from the history, jobs it does
+	// not know yet from the accepted records; each is read from its
+	// project's index from the page token on, within the scheduler's page
+	// (bound), and no further than it must: a source cut short bounds the
+	// page (its frontier), and the next page goes on from there.
+	keep := func(j *loomv1.Job) bool {
+		if listed[j.GetName()] || !inPage(j) || !domain.MatchesList(req, j) {
+			return false
+		}
+		listed[j.GetName()] = true
+		return true
+	}
+	// A history record wins over its accepted one, matching or not.
+	keepEnded := func(j *loomv1.Job) bool {
+		if listed[j.GetName()] || !inPage(j) {
+			return false
+		}
+		listed[j.GetName()] = true
+		return domain.MatchesList(req, j)
+	}
 	var history []*loomv1.Job
+	var frontiers []string
 	if !req.GetActiveOnly() {
-		hist, err := g.repo.HistoryJobs(ctx)
+		hist, frontier, err := g.scanJobIndex(ctx, project.ID, true, after, bound, size, keepEnded)
 		if err != nil {
 			return nil, err
 		}
-		for _, j := range hist {
-			if listed[j.GetName()] || !inPage(j) {
-				continue
-			}
-			listed[j.GetName()] = true
-			if domain.MatchesList(req, j) {
-				history = append(history, j)
-			}
-		}
+		history, frontiers = hist, append(frontiers, frontier)
 	}
-	var candidates []*loomv1.Job
-	for _, j := range accepted {
-		if !listed[j.GetName()] && inPage(j) && domain.MatchesList(req, j) {
-			candidates = append(candidates, j)
-		}
+	candidates, frontier, err := g.scanJobIndex(ctx, project.ID, false, after, bound, size, keep)
+	if err != nil {
+		return nil, err
 	}
+	frontiers = append(frontiers, frontier)
 	if req.GetActiveOnly() && len(candidates) > 0 {
 		// The history was not read: an accepted job that already ended and
 		// was pruned is not pending.
@@ -863,10 +902,25 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		}
 	}
 	jobs := append(append(resp.GetJobs(), history...), candidates...)
+	limit := bound
+	for _, f := range frontiers {
+		if f != "" && (limit == "" || f < limit) {
+			limit = f
+		}
+	}
+	if limit != bound {
+		kept := jobs[:0]
+		for _, j := range jobs {
+			if paging.JobKey(j) <= limit {
+				kept = append(kept, j)
+			}
+		}
+		jobs = kept
+	}
 	paging.Sort(jobs, paging.JobKey)
 	page, next := paging.Page(jobs, paging.JobKey, "", size)
 	if next == "" {
-		next = bound
+		next = limit
 	}
 	if cluster != "" {
 		// A mistyped cluster says so (as squeue -M does) rather than

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -68,42 +70,48 @@ func (g *Gateway) SweepHistory(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var oldHist []string
+	var oldHist []*loomv1.Job
 	for _, j := range hist {
 		end := j.GetEndTime()
 		if end == nil || end.AsTime().Before(cutoff) {
-			oldHist = append(oldHist, j.GetName())
+			oldHist = append(oldHist, j)
 		}
 	}
 	accepted, err := g.repo.AcceptedJobs(ctx)
 	if err != nil {
 		return 0, err
 	}
-	var oldAccepted []string
+	var oldAccepted []*loomv1.Job
 	for _, j := range accepted {
 		if st := j.GetSubmitTime(); st != nil && st.AsTime().Before(cutoff) {
-			oldAccepted = append(oldAccepted, j.GetName())
+			oldAccepted = append(oldAccepted, j)
 		}
 	}
 	dropped := 0
 	for _, kind := range []struct {
 		key, steps string // steps: the hash of the records' job steps, if any
-		names      []string
-	}{{adapters.KeyHistory, adapters.KeyHistorySteps, oldHist}, {adapters.KeyJobs, "", oldAccepted}} {
-		for len(kind.names) > 0 {
-			n := min(len(kind.names), sweepBatch)
+		index      string // the prefix of the projects' indexes of them
+		jobs       []*loomv1.Job
+	}{{adapters.KeyHistory, adapters.KeyHistorySteps, adapters.KeyHistoryIndexPrefix, oldHist},
+		{adapters.KeyJobs, "", adapters.KeyJobIndexPrefix, oldAccepted}} {
+		for len(kind.jobs) > 0 {
+			n := min(len(kind.jobs), sweepBatch)
 			tx := &store.Tx{}
-			for _, name := range kind.names[:n] {
+			for _, j := range kind.jobs[:n] {
+				name := j.GetName()
 				tx.HDel(kind.key, name)
 				if kind.steps != "" {
 					tx.HDel(kind.steps, name)
+				}
+				if p, err := resname.SplitJob(name); err == nil {
+					tx.ZRem(kind.index+p.Project, paging.JobKey(j))
 				}
 			}
 			if _, err := g.repo.Apply(ctx, "", tx); err != nil {
 				return dropped, fmt.Errorf("sweep %s: %w", kind.key, err)
 			}
 			dropped += n
-			kind.names = kind.names[n:]
+			kind.jobs = kind.jobs[n:]
 		}
 	}
 	if _, err := g.repo.ExpireRequests(ctx); err != nil {
@@ -111,6 +119,10 @@ func (g *Gateway) SweepHistory(ctx context.Context) (int, error) {
 	}
 	return dropped, nil
 }
+
+// EnsureJobIndexes builds the indexes ListJobs reads from the records of a
+// store written before they were kept, once (adapters.EnsureJobIndexes).
+func (g *Gateway) EnsureJobIndexes(ctx context.Context) error { return g.repo.EnsureJobIndexes(ctx) }
 
 // RunHistorySweep sweeps every interval of the gateway's clock until ctx ends; a failed sweep is
 // logged and tried again at the next.

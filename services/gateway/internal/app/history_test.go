@@ -73,6 +73,21 @@ func TestHistorySweepAndRequestTTL(t *testing.T) {
 	if _, err := repo.HistoryJob(ctx, "projects/p/jobs/2"); err != nil {
 		t.Errorf("job 2 (ended 10m ago) swept: %v", err)
 	}
+	// Its index entries go with it.
+	for _, history := range []bool{true, false} {
+		jobs, _, _, err := repo.IndexedJobs(ctx, "p", history, "", "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if j.GetJobId() == "1" {
+				t.Errorf("job 1 still indexed (history %v)", history)
+			}
+		}
+		if n, err := rdb.ZCard(ctx, "gateway:"+map[bool]string{true: adapters.KeyHistoryIndexPrefix, false: adapters.KeyJobIndexPrefix}[history]+"p").Result(); err != nil || n > 1 {
+			t.Errorf("index (history %v) holds %d entries (%v), want at most job 2's", history, n, err)
+		}
+	}
 	// A job's steps go with it.
 	if steps, err := repo.HistorySteps(ctx, "projects/p/jobs/1"); err != nil || len(steps) != 0 {
 		t.Errorf("job 1's steps kept: %v %v", steps, err)

@@ -1,0 +1,76 @@
+package adapters
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestEnsureJobIndexes: a store written before the job indexes were kept
+// (records only) gets them built once: the history by project, and the
+// accepted jobs that have not ended; later writes keep them (an ended
+// job leaves the accepted index for the history's).
+func TestEnsureJobIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "gateway:")
+	repo := NewRepo(st)
+	job := func(p, id string) *loomv1.Job {
+		return &loomv1.Job{Name: "projects/" + p + "/jobs/" + id, JobId: id}
+	}
+	// As an earlier release wrote them: the hashes alone.
+	tx := &store.Tx{}
+	for _, w := range []struct {
+		key string
+		j   *loomv1.Job
+	}{{KeyJobs, job("a", "1")}, {KeyJobs, job("a", "2")}, {KeyHistory, job("a", "2")}, {KeyJobs, job("b", "3")}} {
+		b, err := proto.Marshal(w.j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx.HSet(w.key, w.j.GetName(), b)
+	}
+	if _, err := st.Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	names := func(p string, history bool) []string {
+		t.Helper()
+		jobs, _, _, err := repo.IndexedJobs(ctx, p, history, "", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.GetJobId())
+		}
+		return out
+	}
+	if got := names("a", false); len(got) != 0 {
+		t.Fatalf("indexed before the build: %v", got)
+	}
+	for range 2 { // the second is a no-op
+		if err := repo.EnsureJobIndexes(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, h, b := names("a", false), names("a", true), names("b", false); len(a) != 1 || a[0] != "1" || len(h) != 1 || h[0] != "2" || len(b) != 1 || b[0] != "3" {
+		t.Fatalf("project a: accepted %v, history %v; project b: accepted %v", a, h, b)
+	}
+	// Job 1 ends: from the accepted index to the history's.
+	tx = &store.Tx{}
+	if err := PutHistory(tx, job("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	if a, h := names("a", false), names("a", true); len(a) != 0 || len(h) != 2 || h[0] != "1" {
+		t.Fatalf("after job 1 ended: accepted %v, history %v", a, h)
+	}
+}
