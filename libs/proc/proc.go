@@ -172,6 +172,31 @@ func KillGroup(pgid int, sig syscall.Signal) error {
 	return nil
 }
 
+// KillDescendants sends sig to the processes under pid that KillGroup(pid)
+// does not reach: those outside pid's group and, when pid leads a session,
+// outside its session too (what a job detached with setsid or a double
+// fork, and that a subreaper such as loom-stepd keeps under it). Zombies
+// get it too (harmlessly: one whose main thread exited may still run
+// other threads). It returns how many of them were not zombies.
+func KillDescendants(pid int, sig syscall.Signal) int {
+	if pid <= 1 {
+		return 0
+	}
+	self, session := strconv.Itoa(pid), leadsSession(pid)
+	n := 0
+	for _, d := range Descendants(pid) {
+		f, ok := statFields(d)
+		if !ok || len(f) < 4 || f[2] == self || (session && f[3] == self) {
+			continue
+		}
+		if f[0] != "Z" {
+			n++
+		}
+		_ = syscall.Kill(d, sig)
+	}
+	return n
+}
+
 // leadsSession reports whether pid leads a session (its session id is its
 // own pid).
 func leadsSession(pid int) bool {

@@ -5,9 +5,10 @@ package stepd
 // the background when the script exits, one detached with setsid, a daemon
 // that forked twice — becomes the shim's child instead of init's, so that
 // nothing of the job's escapes its step. The shim reaps those orphans as
-// they exit (their CPU time counts as the job's), passes the signals the
-// step's group gets on to them (they are in other groups), and when the
-// job's process has ended kills every process still under it, as Slurm's
+// they exit (their CPU time counts as the job's); the agent's signals reach
+// them (procruntime's Signal: the shim cannot tell the agent's signal from
+// a terminal's, which must not reach them); and when the job's process has
+// ended the shim kills every process still under it, as Slurm's
 // slurmstepd ends a step's leftovers (SIGKILL) with proctrack/cgroup: a
 // job's stray process would otherwise hold the node's GPUs and memory
 // from the next job, and run on as its owner after its job has ended.
@@ -32,15 +33,6 @@ func becomeSubreaper() error {
 		return e
 	}
 	return nil
-}
-
-// forwarded are the caught signals the shim passes on to the job's
-// processes outside its group (the group got them already): a stop's
-// SIGTERM, scancel --signal's. Not the terminal's (SIGWINCH, job control)
-// and not SIGURG, which the Go runtime sends itself.
-var forwarded = map[syscall.Signal]bool{
-	syscall.SIGTERM: true, syscall.SIGINT: true, syscall.SIGHUP: true, syscall.SIGQUIT: true,
-	syscall.SIGUSR1: true, syscall.SIGUSR2: true, syscall.SIGALRM: true, syscall.SIGXCPU: true,
 }
 
 // procInfo is what /proc/<pid>/stat says of a process: its parent, its
@@ -104,17 +96,6 @@ func descendants(pid int) map[int]procInfo {
 	return out
 }
 
-// forward sends sig to the processes under the shim that are not in its
-// group.
-func forward(sig syscall.Signal) {
-	self, group := os.Getpid(), syscall.Getpgrp()
-	for p, info := range descendants(self) {
-		if info.pgrp != group && !info.zombie {
-			_ = syscall.Kill(p, sig)
-		}
-	}
-}
-
 // usage sums the CPU time of the orphans the shim reaped.
 type usage struct{ utime, stime time.Duration }
 
@@ -148,21 +129,18 @@ func waitJob(job int, extra *usage) (syscall.WaitStatus, *syscall.Rusage, error)
 const sweepWait = 5 * time.Second
 
 // sweep kills every process still under the shim and reaps them (their
-// CPU time adds to extra); it returns how many it killed (zombies, already
-// ended, are only reaped), and whether any outlived sweepWait.
-func sweep(extra *usage) (killed int, left bool) {
+// CPU time adds to extra); it returns how many were still alive after
+// sweepWait (0: none). Zombies get the SIGKILL too: one whose main thread
+// exited may still run other threads, and /proc shows it a zombie.
+func sweep(extra *usage) (left int) {
 	self := os.Getpid()
 	deadline := time.Now().Add(sweepWait)
-	seen := map[int]bool{}
 	for {
 		procs := descendants(self)
+		left = 0
 		for p, info := range procs {
-			if info.zombie {
-				continue
-			}
-			if !seen[p] {
-				seen[p] = true
-				killed++
+			if !info.zombie {
+				left++
 			}
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
@@ -178,10 +156,10 @@ func sweep(extra *usage) (killed int, left bool) {
 			extra.add(&ru)
 		}
 		if len(procs) == 0 {
-			return killed, false
+			return 0
 		}
 		if time.Now().After(deadline) {
-			return killed, true
+			return left
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

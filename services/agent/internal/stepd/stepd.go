@@ -157,10 +157,7 @@ func run() int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, caught...)
 	go func() {
-		for s := range sigs {
-			if sig, ok := s.(syscall.Signal); ok && forwarded[sig] {
-				forward(sig) // to what the job detached (reap.go)
-			}
+		for range sigs {
 		}
 	}()
 	// Without it (a kernel before 3.4) what the job detaches escapes it,
@@ -254,8 +251,8 @@ func run() int {
 	// would otherwise be zombies until the job's end.
 	var extra usage
 	ws, ru, werr := waitJob(c.Process.Pid, &extra)
-	if killed, left := sweep(&extra); left {
-		fmt.Fprintf(os.Stderr, "loom-stepd: %d process(es) the job left behind did not die within %v of SIGKILL\n", killed, sweepWait)
+	if left := sweep(&extra); left > 0 {
+		fmt.Fprintf(os.Stderr, "loom-stepd: %d process(es) the job left behind did not die within %v of SIGKILL\n", left, sweepWait)
 	}
 	if relayed != nil {
 		// What the job wrote last, unless what it left behind holds the

@@ -318,6 +318,9 @@ func WritePruned(tx *store.Tx, p *domain.Pruned) error {
 	for _, key := range p.Runs {
 		tx.HDel(KeyRuns, key)
 	}
+	for _, key := range p.StepRequests {
+		tx.HDel(KeyStepRequests, key)
+	}
 	for _, name := range p.Arrays {
 		tx.HDel(KeyArrays, name)
 	}

@@ -78,6 +78,10 @@ type Pruned struct {
 	// of compact records dropped in turn (EndedAge passed).
 	Ended   []*Ended
 	Expired []string
+	// StepRequests are the keys of requests of the dropped runs' waiting
+	// steps (none, when every path that ends a run ended them: dropped with
+	// the run all the same, so that none outlives it).
+	StepRequests []string
 	// More says that more was due than max allowed: prune again.
 	More bool
 }
@@ -116,8 +120,13 @@ func (s *State) Prune(now time.Time, ret Retention, max int) *Pruned {
 		j := s.jobs[name]
 		p.Jobs = append(p.Jobs, name)
 		for a := int32(1); a <= j.Attempt; a++ {
-			if s.runs[RunKey(name, a)] != nil {
+			if r := s.runs[RunKey(name, a)]; r != nil {
 				p.Runs = append(p.Runs, RunKey(name, a))
+				for i := range r.JobSteps {
+					if key := StepRequestKey(r.Key(), r.JobSteps[i].ID); s.stepReqs[key] != nil {
+						p.StepRequests = append(p.StepRequests, key)
+					}
+				}
 			}
 		}
 		// The job has ended: its goodput is final, and kept for `loom jobs
@@ -160,6 +169,9 @@ func (s *State) Prune(now time.Time, ret Retention, max int) *Pruned {
 func (s *State) CommitPrune(p *Pruned) {
 	for _, key := range p.Runs {
 		s.putRun(key, nil)
+	}
+	for _, key := range p.StepRequests {
+		delete(s.stepReqs, key)
 	}
 	for _, name := range p.Jobs {
 		s.putJob(name, nil)

@@ -407,9 +407,16 @@ func statusExit(st stepd.Status) ports.Exit {
 		Usage: ports.Rusage{UserCPU: st.UserCPU, SystemCPU: st.SystemCPU, MaxRSS: st.MaxRSS}}
 }
 
-// Signal sends sig to g's process group.
+// Signal sends sig to g's process group and, when g is a shim's, to what
+// the job detached from it (proc.KillDescendants): a stop's SIGTERM and
+// scancel --signal reach every process of the step, as Slurm's do through
+// its cgroup.
 func (Runtime) Signal(g ports.Group, sig syscall.Signal) error {
-	return proc.KillGroup(g.PID, sig)
+	err := proc.KillGroup(g.PID, sig)
+	if g.PID > 1 && isShim(g.PID) {
+		proc.KillDescendants(g.PID, sig)
+	}
+	return err
 }
 
 // SignalLeader sends sig to g's leader alone: under a shim, to the job's
@@ -436,12 +443,20 @@ func (Runtime) SignalLeader(g ports.Group, sig syscall.Signal) error {
 // outlive a shim killed before it could end it (stepd's reap.go).
 func (Runtime) Kill(g ports.Group) error {
 	if g.PID > 1 && isShim(g.PID) {
-		for _, pid := range proc.Descendants(g.PID) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		// Again until a look finds none alive: one that forks meanwhile
+		// leaves children the look before did not see.
+		for range killRounds {
+			if proc.KillDescendants(g.PID, syscall.SIGKILL) == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
 	return proc.KillGroup(g.PID, syscall.SIGKILL)
 }
+
+// killRounds bounds Kill's looks for what a shim's job detached.
+const killRounds = 100
 
 // Alive reports whether g's leader runs (not a zombie) and, when g.Start is
 // set, started then.

@@ -506,4 +506,39 @@ wait`)
 			t.Fatalf("the detached process got %q, want the stop's SIGTERM", got)
 		}
 	})
+	t.Run("the step is killed", func(t *testing.T) {
+		t.Parallel()
+		// A detached process that ignores SIGTERM and forks all the
+		// while: Kill ends it and every child it forked meanwhile.
+		p, dir := run(t, "killed", `setsid sh -c 'trap "" TERM; while :; do sleep 30 & sleep 0.01; done' &
+sleep 0.2
+echo ready > ready
+wait`)
+		waitFile(t, filepath.Join(dir, "ready"))
+		if err := rt.Kill(p.Group()); err != nil {
+			t.Fatal(err)
+		}
+		waitExit(t, p)
+		// Every process of the step worked in dir.
+		inDir := func() []int {
+			var out []int
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
+					if pid, err := strconv.Atoi(e.Name()); err == nil && rt.Alive(ports.Group{PID: pid}) {
+						out = append(out, pid)
+					}
+				}
+			}
+			return out
+		}
+		t.Cleanup(func() { // not left running, whatever the outcome
+			for _, pid := range inDir() {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
+		testkit.WaitFor(t, 5*time.Second, "no process of the killed step left", func() (bool, error) {
+			return len(inDir()) == 0, nil
+		})
+	})
 }
