@@ -68,6 +68,9 @@ type Bucket struct {
 	// readAs, when set, is the account a file:// bucket opens files as
 	// (ReadAs).
 	readAs *osuser.Account
+	// writeAs, when set, is the account a file:// bucket's exports are
+	// written as (WriteAs).
+	writeAs *osuser.Account
 }
 
 // fileblobTemp matches the temporary file fileblob makes for NAME:
@@ -248,6 +251,48 @@ func (b *Bucket) ReadAs(a osuser.Account) error {
 		return errs.Invalid("url", "%s is not a file:// bucket: it has no files to open as an OS account", quote(b.url))
 	}
 	b.readAs = &a
+	return nil
+}
+
+// OpenAs opens the file:// bucket rawURL for an export written as the
+// account a: its directory, when missing, is created as a (Open creates
+// it), and the bucket then writes and reads as a (WriteAs). Another kind
+// of store is an InvalidArgument error; a directory a may not create is
+// PermissionDenied.
+func OpenAs(ctx context.Context, rawURL string, a osuser.Account) (*Bucket, error) {
+	var b *Bucket
+	err := osuser.As(a, func() error {
+		var err error
+		b, err = Open(ctx, rawURL)
+		return err
+	})
+	switch {
+	case errors.Is(err, osuser.ErrNotPermitted):
+		return nil, fmt.Errorf("%w: blobstore: open %s as %s: %v", errs.FailedPrecondition, quote(rawURL), a, err)
+	case errors.Is(err, fs.ErrPermission):
+		return nil, fmt.Errorf("%w: blobstore: open %s: %s may not create it", errs.PermissionDenied, quote(rawURL), a)
+	case err != nil:
+		return nil, err
+	}
+	if err := b.WriteAs(a); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// WriteAs makes every later Export into b (and into a Sub of it made
+// afterwards) create its directories and files as the account a, and read
+// what is already there as a (ReadAs): the kernel checks a's permissions,
+// so an export creates and replaces no more than a could, and what it
+// creates is a's. A place a may not write is a PermissionDenied error
+// naming the key. Only a file:// bucket has files to write so: for another
+// it is an InvalidArgument error.
+func (b *Bucket) WriteAs(a osuser.Account) error {
+	if b.fileRoot == "" {
+		return errs.Invalid("url", "%s is not a file:// bucket: it has no files to write as an OS account", quote(b.url))
+	}
+	b.writeAs, b.readAs = &a, &a
 	return nil
 }
 

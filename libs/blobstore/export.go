@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"slices"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/osuser"
 )
 
 // Default export bounds. An artifact set past them is refused before
@@ -201,23 +204,50 @@ func copyObject(ctx context.Context, src, dst *Bucket, key string) (string, int6
 	defer r.Close()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := dst.bkt.NewWriter(wctx, key, writeOpts())
-	if err != nil {
-		return "", 0, dst.wrap("write", key, err)
-	}
 	h := sha256.New()
-	// Copy in fixed chunks (go-cloud's ReadFrom would read 1 MiB at a time)
-	// so memory per export is one chunk and the hook sees each chunk.
-	n, err := io.CopyBuffer(struct{ io.Writer }{w}, &hashingReader{r: r, h: h, key: key}, make([]byte, copyChunk))
-	if err != nil {
-		cancel() // abandons the write: Close then discards the object
-		_ = w.Close()
-		return "", 0, fmt.Errorf("blobstore: export %s from %s to %s: %w", quote(key), src.url, dst.url, err)
+	var n int64
+	// The writer's directories, its temporary file, the copy and the
+	// rename into place: all as dst's account when it has one (fileblob
+	// does them on the calling goroutine, which osuser.As runs as it).
+	write := func() error {
+		w, err := dst.bkt.NewWriter(wctx, key, writeOpts())
+		if err != nil {
+			return dst.writeErr(key, err)
+		}
+		// Copy in fixed chunks (go-cloud's ReadFrom would read 1 MiB at a
+		// time) so memory per export is one chunk and the hook sees each.
+		n, err = io.CopyBuffer(struct{ io.Writer }{w}, &hashingReader{r: r, h: h, key: key}, make([]byte, copyChunk))
+		if err != nil {
+			cancel() // abandons the write: Close then discards the object
+			_ = w.Close()
+			return fmt.Errorf("blobstore: export %s from %s to %s: %w", quote(key), src.url, dst.url, err)
+		}
+		if err := w.Close(); err != nil {
+			return dst.writeErr(key, err)
+		}
+		return nil
 	}
-	if err := w.Close(); err != nil {
-		return "", 0, dst.wrap("write", key, err)
+	if dst.writeAs != nil {
+		err = osuser.As(*dst.writeAs, write)
+		if errors.Is(err, osuser.ErrNotPermitted) {
+			err = fmt.Errorf("%w: blobstore: write %s: %s: %v", errs.FailedPrecondition, quote(key), dst.url, err)
+		}
+	} else {
+		err = write()
+	}
+	if err != nil {
+		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// writeErr is a write of key that failed: PermissionDenied naming the
+// account when the kernel refused WriteAs's account.
+func (b *Bucket) writeErr(key string, err error) error {
+	if errors.Is(err, fs.ErrPermission) && b.writeAs != nil {
+		return fmt.Errorf("%w: blobstore: write %s: %s: %s may not write it", errs.PermissionDenied, quote(key), b.url, b.writeAs)
+	}
+	return b.wrap("write", key, err)
 }
 
 // hashingReader hashes what it reads and calls exportHook.

@@ -641,3 +641,77 @@ func TestReadAs(t *testing.T) {
 		t.Errorf("ReadAs on mem:// = %v; want InvalidArgument", err)
 	}
 }
+
+// TestWriteAs: an export into a file:// bucket told to write as an account
+// creates its directories and files as that account (the files are its),
+// and where it may not write — another account's directory, root's — it
+// is PermissionDenied naming the key and the account, nothing written; an
+// object store has no files to write so.
+func TestWriteAs(t *testing.T) {
+	t.Parallel()
+	users := testkit.OSUsers(t, 2)
+	ana, bob := users[0], users[1]
+	ctx := testkit.Context(t, time.Minute)
+	src := open(t, "file://"+t.TempDir())
+	if err := src.WriteFile(ctx, "model/weights.bin", []byte("weights")); err != nil {
+		t.Fatal(err)
+	}
+	shared := t.TempDir()
+	// A directory every account may create in, as /tmp: the test's own
+	// temporary directories are root's, 0700.
+	if err := os.Chmod(filepath.Dir(shared), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	as := func(u testkit.OSUser, dir string) *Bucket {
+		t.Helper()
+		b, err := OpenAs(ctx, "file://"+dir, u.Account)
+		if err != nil {
+			t.Fatalf("OpenAs(%s, %s): %v", dir, u.Name, err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	if res, err := Export(ctx, src, as(ana, filepath.Join(shared, "ana")), ExportOptions{}); err != nil || res.Copied != 1 {
+		t.Fatalf("Export as %s into a directory she may create = %+v, %v", ana.Name, res, err)
+	}
+	for _, p := range []string{filepath.Join(shared, "ana"), filepath.Join(shared, "ana", "model", "weights.bin")} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != ana.Account.UID {
+			t.Errorf("%s is uid %d's, want %s's (%d)", p, uid, ana.Name, ana.Account.UID)
+		}
+	}
+	// Bob may not create a directory in ana's, nor write into one of
+	// hers, nor anyone into root's.
+	if _, err := OpenAs(ctx, "file://"+filepath.Join(shared, "ana", "bob"), bob.Account); errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), bob.Name) {
+		t.Fatalf("OpenAs(a directory in ana's, bob) = %v; want PermissionDenied naming bob", err)
+	}
+	roots := t.TempDir()
+	_ = os.Chmod(filepath.Dir(roots), 0o755)
+	_ = os.Chmod(roots, 0o755)
+	// (Other weights: the same ones are skipped, nothing written.)
+	other := open(t, "file://"+t.TempDir())
+	if err := other.WriteFile(ctx, "model/weights.bin", []byte("other weights")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		u   testkit.OSUser
+		dir string
+	}{{bob, filepath.Join(shared, "ana")}, {ana, roots}} {
+		_, err := Export(ctx, other, as(c.u, c.dir), ExportOptions{})
+		if errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), c.u.Name) || !strings.Contains(err.Error(), `"model/weights.bin"`) {
+			t.Fatalf("Export as %s into %s = %v; want PermissionDenied naming the key and %s", c.u.Name, c.dir, err, c.u.Name)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(roots, "model")); err == nil {
+		t.Errorf("a refused export left %v in root's directory", fi.Name())
+	}
+	if err := open(t, "mem://").WriteAs(ana.Account); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("WriteAs on mem:// = %v; want InvalidArgument", err)
+	}
+}

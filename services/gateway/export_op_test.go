@@ -72,8 +72,11 @@ func TestExportModelOperation(t *testing.T) {
 		op.GetMetadata().GetVerb() != "export" || op.GetMetadata().GetTarget() != version {
 		t.Fatalf("ExportModel = %v, want a running export of %s", op, version)
 	}
-	if cmd := command(op.GetName()); cmd.GetName() != version || cmd.GetDestination() != "s3://b/x" || cmd.GetUser() != "users/ana" {
-		t.Errorf("command %v, want %s to s3://b/x for users/ana", cmd, version)
+	// A local destination would be written as ana's OS account: not a
+	// cluster administrator's, with the registry's own rights.
+	if cmd := command(op.GetName()); cmd.GetName() != version || cmd.GetDestination() != "s3://b/x" || cmd.GetUser() != "users/ana" ||
+		cmd.GetOsUser() != "ana" || cmd.GetAnyOwner() {
+		t.Errorf("command %v, want %s to s3://b/x for users/ana, written as OS user ana", cmd, version)
 	}
 	// The same request_id again: the same operation, no second command.
 	again, err := export(ana, "s3://b/other", "exp-1")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,8 +57,10 @@ func TestExportModelCommand(t *testing.T) {
 	t.Cleanup(func() { _ = prod.Close() })
 	send := func(op, name, dst string) {
 		t.Helper()
+		// A cluster administrator's: written with the registry's own
+		// rights (TestExportWritesAsItsCaller has the callers' own).
 		ev := envelope.New(topics.ModelCommands, testModel, "loom/gateway",
-			&eventsv1.ExportModel{Operation: op, Name: name, Destination: dst, User: "alice"})
+			&eventsv1.ExportModel{Operation: op, Name: name, Destination: dst, User: "alice", AnyOwner: true})
 		if err := prod.Publish(ctx, ev); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
@@ -129,9 +132,72 @@ func TestExportModelAttemptsEnd(t *testing.T) {
 	}
 	const op = "projects/default/operations/slow"
 	testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway",
-		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "default", "slow")}))
+		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "default", "slow"), AnyOwner: true}))
 	got, ok := exportAnswer(t, broker, op).(*eventsv1.ModelExportFailed)
 	if !ok || codes.Code(got.GetCode()) != codes.DeadlineExceeded || !strings.Contains(got.GetMessage(), "export again") {
 		t.Fatalf("answered %v; want ModelExportFailed DeadlineExceeded saying to export again", got)
+	}
+}
+
+// TestExportWritesAsItsCaller: a local export is written as its caller's OS
+// account (the gateway's os_user): its files are the caller's, in the
+// project's directory of the export root, which the registry makes for
+// every caller to create their own in (mode 1777); a caller may not
+// replace another's export (PermissionDenied), and one with no OS account
+// cannot export locally (FailedPrecondition).
+func TestExportWritesAsItsCaller(t *testing.T) {
+	t.Parallel()
+	users := testkit.OSUsers(t, 2)
+	ana, bob := users[0], users[1]
+	ctx := testkit.Context(t, 2*time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := filepath.Join(t.TempDir(), "exports")
+	// The test's temporary directories are root's, 0700: open the way.
+	for _, d := range []string{filepath.Dir(filepath.Dir(root)), filepath.Dir(root)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: modelDir(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(root, "default", "anas")
+	export := func(op string, cmd *eventsv1.ExportModel) proto.Message {
+		t.Helper()
+		cmd.Operation, cmd.Name, cmd.Destination = op, vertexModel, "file://"+dst
+		testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway", cmd))
+		return exportAnswer(t, broker, op)
+	}
+	if ans := export("projects/default/operations/ana", &eventsv1.ExportModel{User: "ana", OsUser: ana.Name}); ans == nil {
+		t.Fatal("ana's export unanswered")
+	} else if got, ok := ans.(*eventsv1.ModelExported); !ok || got.GetResponse().GetCopied() != 2 {
+		t.Fatalf("ana's export answered %v; want ModelExported, 2 copied", ans)
+	}
+	fi, err := os.Stat(filepath.Join(root, "default"))
+	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		t.Fatalf("the project's directory: %v, %v; want mode 1777", fi.Mode(), err)
+	}
+	for _, f := range []string{"", "MANIFEST", "model.json"} {
+		fi, err := os.Stat(filepath.Join(dst, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != ana.UID {
+			t.Errorf("%s is uid %d's, want ana's (%d)", filepath.Join(dst, f), uid, ana.UID)
+		}
+	}
+	// Bob may not replace it (the export would rewrite model.json).
+	if err := os.WriteFile(filepath.Join(dst, "model.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := export("projects/default/operations/bob", &eventsv1.ExportModel{User: "bob", OsUser: bob.Name}).(*eventsv1.ModelExportFailed); !ok ||
+		codes.Code(got.GetCode()) != codes.PermissionDenied || !strings.Contains(got.GetMessage(), bob.Name) {
+		t.Fatalf("bob's export over ana's answered %v; want ModelExportFailed PermissionDenied naming him", got)
+	}
+	if got, ok := export("projects/default/operations/none", &eventsv1.ExportModel{User: "svc"}).(*eventsv1.ModelExportFailed); !ok ||
+		codes.Code(got.GetCode()) != codes.FailedPrecondition || !strings.Contains(got.GetMessage(), "object store") {
+		t.Fatalf("an export by a caller of no OS account answered %v; want FailedPrecondition saying what to do", got)
 	}
 }

@@ -4679,7 +4679,14 @@ type ExportModel struct {
 	Name        string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Destination string `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
 	// user is who asked (for the registry's log).
-	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	// os_user is the OS account a local destination (file://) is written
+	// as: the authenticated caller's, so that an export creates and
+	// overwrites only files its caller could (and the files are theirs).
+	// Empty, a local destination is refused, unless any_owner: a cluster
+	// administrator's export, written with the registry's own rights.
+	OsUser        string `protobuf:"bytes,5,opt,name=os_user,json=osUser,proto3" json:"os_user,omitempty"`
+	AnyOwner      bool   `protobuf:"varint,6,opt,name=any_owner,json=anyOwner,proto3" json:"any_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4740,6 +4747,20 @@ func (x *ExportModel) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *ExportModel) GetOsUser() string {
+	if x != nil {
+		return x.OsUser
+	}
+	return ""
+}
+
+func (x *ExportModel) GetAnyOwner() bool {
+	if x != nil {
+		return x.AnyOwner
+	}
+	return false
 }
 
 // UploadModel asks the registry to register a model version: a new model
@@ -6053,12 +6074,14 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x11ModelExportFailed\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"u\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xab\x01\n" +
 	"\vExportModel\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdestination\x18\x03 \x01(\tR\vdestination\x12\x12\n" +
-	"\x04user\x18\x04 \x01(\tR\x04user\"\xae\x02\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\x12\x17\n" +
+	"\aos_user\x18\x05 \x01(\tR\x06osUser\x12\x1b\n" +
+	"\tany_owner\x18\x06 \x01(\bR\banyOwner\"\xae\x02\n" +
 	"\vUploadModel\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +

@@ -231,7 +231,10 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	}
 	key, _, _ := strings.Cut(target, "@")
 	op := domain.NewOperation(resname.Operation{Project: project, ID: envelope.NewID()}.String(), domain.VerbExport, target, g.now())
-	cmd, err := route(ctx, key, &eventsv1.ExportModel{Operation: op.GetName(), Name: target, Destination: dst, User: p.Name})
+	cmd, err := route(ctx, key, &eventsv1.ExportModel{Operation: op.GetName(), Name: target, Destination: dst, User: p.Name,
+		// A local destination is written as the caller's OS account (a
+		// cluster administrator's with the registry's own rights).
+		OsUser: p.User, AnyOwner: p.ClusterAdmin})
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func (r *Registry) handleExport(ctx context.Context, ev envelope.Event, cmd *eve
 	}
 	req := &loomv1.ExportModelRequest{Name: cmd.GetName(), OutputConfig: &loomv1.ExportModelOutputConfig{
 		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: cmd.GetDestination()}}}
-	resp, version, err := r.export(ctx, req)
+	resp, version, err := r.export(ctx, req, writer{osUser: cmd.GetOsUser(), anyOwner: cmd.GetAnyOwner()})
 	var answer proto.Message
 	switch {
 	case err == nil:

@@ -380,8 +380,16 @@ const MaxExportURI = 4096
 // destination must lie under the export root (SetExportRoot); a destination
 // with a query must name an allowed endpoint (SetExportEndpoints).
 func (r *Registry) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
-	resp, _, err := r.export(ctx, req)
+	resp, _, err := r.export(ctx, req, writer{anyOwner: true})
 	return resp, err
+}
+
+// writer is whose rights an export into a local directory writes with:
+// the OS account osUser's, or with anyOwner the registry's own (a cluster
+// administrator's export, the registry's own RPC).
+type writer struct {
+	osUser   string
+	anyOwner bool
 }
 
 // export is ExportModel, also answering the name of the version exported.
@@ -389,7 +397,7 @@ func (r *Registry) ExportModel(ctx context.Context, req *loomv1.ExportModelReque
 // local directory as the version's artifact_owner (libs/osuser.As): the
 // registry reads with its own rights, and the directory is its owner's to
 // change after registration.
-func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, string, error) {
+func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, as writer) (*loomv1.ExportModelResponse, string, error) {
 	const field = "output_config.artifact_destination.output_uri_prefix"
 	ref, err := domain.ParseRef("name", req.GetName())
 	if err != nil {
@@ -439,7 +447,7 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 	if err != nil {
 		return nil, "", err
 	}
-	out, err := blobstore.Open(ctx, openURL)
+	out, err := r.openDestination(ctx, ref.Project, openURL, as)
 	if err != nil {
 		return nil, "", fmt.Errorf("open destination %s: %w", dst, err)
 	}
@@ -517,10 +525,10 @@ func (r *Registry) checkDestination(field, project, dst string) (string, error) 
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
 		return "", errs.Invalid(field, "%q is outside project %s's directory of the export root: export under %s/", dst, project, projectRoot)
 	}
-	// The registry writes with its own rights: a link planted on the way
-	// (by whoever may write there) would carry the files anywhere. The
-	// export root is the operator's to keep unwritable by others (docs);
-	// this refuses the link that is there already.
+	// A link planted on the way would carry the files anywhere: one a
+	// cluster administrator's export (written with the registry's own
+	// rights) follows, or one into a place its caller may write. This
+	// refuses the link that is there already.
 	at := r.exportRoot
 	for _, seg := range strings.Split(filepath.ToSlash(filepath.Join(project, rel)), "/") {
 		at = filepath.Join(at, seg)
@@ -533,6 +541,45 @@ func (r *Registry) checkDestination(field, project, dst string) (string, error) 
 		}
 	}
 	return "file://" + p + "?" + noAttrs, nil
+}
+
+// openDestination opens an export's destination: a local directory
+// (checkDestination's file:// URL) as the caller's OS account, unless
+// as.anyOwner, so that an export creates and replaces only what its caller
+// could and what it creates is theirs; the project's directory of the
+// export root is made for that, when missing, as /tmp is (mode 1777: each
+// caller creates their own directories in it, and no one removes
+// another's). A caller with no OS account on the registry's host cannot
+// export locally (FailedPrecondition). A store is opened as it is.
+func (r *Registry) openDestination(ctx context.Context, project, openURL string, as writer) (*blobstore.Bucket, error) {
+	if !strings.HasPrefix(openURL, "file://") || as.anyOwner {
+		return blobstore.Open(ctx, openURL)
+	}
+	if as.osUser == "" {
+		return nil, fmt.Errorf("%w: a local export is written as its caller's OS account, and this caller has none: export to an object store, or ask a cluster administrator",
+			errs.FailedPrecondition)
+	}
+	a, err := osuser.Lookup(as.osUser)
+	if err != nil {
+		return nil, fmt.Errorf("%w: a local export is written as its caller's OS account, and %s is not known on the registry's host: %v",
+			errs.FailedPrecondition, as.osUser, err)
+	}
+	projectRoot := filepath.Join(r.exportRoot, project)
+	if fi, err := os.Lstat(projectRoot); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(r.exportRoot, 0o755); err != nil {
+			return nil, fmt.Errorf("export root: %w", err)
+		}
+		if err := os.Mkdir(projectRoot, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("project %s's directory of the export root: %w", project, err)
+		}
+		// Mkdir's mode is masked by the umask; the sticky bit is set here.
+		if err := os.Chmod(projectRoot, 0o777|fs.ModeSticky); err != nil {
+			return nil, fmt.Errorf("project %s's directory of the export root: %w", project, err)
+		}
+	} else if err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", errs.FailedPrecondition, projectRoot)
+	}
+	return blobstore.OpenAs(ctx, openURL, a)
 }
 
 // noAttrs tells go-cloud's fileblob to write no NAME.attrs beside a file.
