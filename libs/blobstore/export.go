@@ -9,6 +9,8 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -164,7 +166,7 @@ func only(objs []Object, keys []string, src string) ([]Object, error) {
 // exportOne makes dst hold o as src has it: skipped when dst already has
 // the same bytes, else copied and checked.
 func exportOne(ctx context.Context, src, dst *Bucket, o Object) (sum string, copied bool, n int64, err error) {
-	if a, err := dst.bkt.Attributes(ctx, o.Key); err == nil && a.Size == o.Size {
+	if size, ok := dst.existingSize(ctx, o.Key); ok && size == o.Size {
 		srcSum, _, err := src.sum(ctx, o.Key)
 		if err != nil {
 			return "", false, 0, err
@@ -239,6 +241,39 @@ func copyObject(ctx context.Context, src, dst *Bucket, key string) (string, int6
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// existingSize is the size of key in b when it holds it as an object (a
+// regular file in a file:// bucket, looked at without following a link or
+// opening anything, as b's reader's account); ok false otherwise.
+func (b *Bucket) existingSize(ctx context.Context, key string) (int64, bool) {
+	if b.fileRoot == "" {
+		a, err := b.bkt.Attributes(ctx, key)
+		if err != nil {
+			return 0, false
+		}
+		return a.Size, true
+	}
+	var fi fs.FileInfo
+	stat := func() error {
+		root, err := os.OpenRoot(b.fileRoot)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		fi, err = root.Lstat(filepath.FromSlash(b.prefix + key))
+		return err
+	}
+	var err error
+	if b.readAs != nil {
+		err = osuser.As(*b.readAs, stat)
+	} else {
+		err = stat()
+	}
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0, false
+	}
+	return fi.Size(), true
 }
 
 // writeErr is a write of key that failed: PermissionDenied naming the

@@ -715,3 +715,30 @@ func TestWriteAs(t *testing.T) {
 		t.Errorf("WriteAs on mem:// = %v; want InvalidArgument", err)
 	}
 }
+
+// TestExportLooksAtWhatIsThereWithoutOpeningIt: an export into a directory
+// that holds an object of the same size compares it without opening
+// anything else: a FIFO beside it named as go-cloud's attributes file would
+// block a reader for ever; the export goes on.
+func TestExportLooksAtWhatIsThereWithoutOpeningIt(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 20*time.Second)
+	src := open(t, "file://"+t.TempDir())
+	if err := src.WriteFile(ctx, "w.bin", []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "w.bin"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "w.bin.attrs"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Export(ctx, src, open(t, "file://"+dir), ExportOptions{})
+	if err != nil || res.Copied != 1 {
+		t.Fatalf("Export over a same-size object beside a FIFO = %+v, %v; want it copied", res, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "w.bin")); string(got) != "new" {
+		t.Fatalf("w.bin = %q, want the new object", got)
+	}
+}

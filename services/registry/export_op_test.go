@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,11 +141,13 @@ func TestExportModelAttemptsEnd(t *testing.T) {
 }
 
 // TestExportWritesAsItsCaller: a local export is written as its caller's OS
-// account (the gateway's os_user): its files are the caller's, in the
-// project's directory of the export root, which the registry makes for
-// every caller to create their own in (mode 1777); a caller may not
-// replace another's export (PermissionDenied), and one with no OS account
-// cannot export locally (FailedPrecondition).
+// account (the gateway's os_user), in the caller's own directory of the
+// project's, which the registry makes for them: the files are theirs; a
+// caller may not write elsewhere in the project's directory (the
+// registry's) nor replace another's export (PermissionDenied); a cluster
+// administrator's export into a caller's directory is written as its
+// owner, never as root through a directory someone else owns; a caller
+// with no OS account cannot export locally (FailedPrecondition).
 func TestExportWritesAsItsCaller(t *testing.T) {
 	t.Parallel()
 	users := testkit.OSUsers(t, 2)
@@ -163,41 +166,65 @@ func TestExportWritesAsItsCaller(t *testing.T) {
 	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: modelDir(t)}}); err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(root, "default", "anas")
-	export := func(op string, cmd *eventsv1.ExportModel) proto.Message {
+	n := 0
+	export := func(dst string, cmd *eventsv1.ExportModel) proto.Message {
 		t.Helper()
+		n++
+		op := fmt.Sprintf("projects/default/operations/op%d", n)
 		cmd.Operation, cmd.Name, cmd.Destination = op, vertexModel, "file://"+dst
 		testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway", cmd))
 		return exportAnswer(t, broker, op)
 	}
-	if ans := export("projects/default/operations/ana", &eventsv1.ExportModel{User: "ana", OsUser: ana.Name}); ans == nil {
+	failed := func(what string, ans proto.Message, code codes.Code, says ...string) {
+		t.Helper()
+		got, ok := ans.(*eventsv1.ModelExportFailed)
+		if !ok || codes.Code(got.GetCode()) != code {
+			t.Fatalf("%s answered %v; want ModelExportFailed %v", what, ans, code)
+		}
+		for _, s := range says {
+			if !strings.Contains(got.GetMessage(), s) {
+				t.Fatalf("%s: %q does not say %q", what, got.GetMessage(), s)
+			}
+		}
+	}
+	owner := func(p string) uint32 {
+		t.Helper()
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Uid
+	}
+	anas := filepath.Join(root, "default", ana.Name)
+	dst := filepath.Join(anas, "tiny")
+	if ans := export(dst, &eventsv1.ExportModel{User: "ana", OsUser: ana.Name}); ans == nil {
 		t.Fatal("ana's export unanswered")
 	} else if got, ok := ans.(*eventsv1.ModelExported); !ok || got.GetResponse().GetCopied() != 2 {
 		t.Fatalf("ana's export answered %v; want ModelExported, 2 copied", ans)
 	}
-	fi, err := os.Stat(filepath.Join(root, "default"))
-	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
-		t.Fatalf("the project's directory: %v, %v; want mode 1777", fi.Mode(), err)
-	}
-	for _, f := range []string{"", "MANIFEST", "model.json"} {
-		fi, err := os.Stat(filepath.Join(dst, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != ana.UID {
-			t.Errorf("%s is uid %d's, want ana's (%d)", filepath.Join(dst, f), uid, ana.UID)
+	for _, p := range []string{anas, dst, filepath.Join(dst, "MANIFEST"), filepath.Join(dst, "model.json")} {
+		if uid := owner(p); uid != ana.UID {
+			t.Errorf("%s is uid %d's, want ana's (%d)", p, uid, ana.UID)
 		}
 	}
-	// Bob may not replace it (the export would rewrite model.json).
+	if fi, err := os.Stat(filepath.Join(root, "default")); err != nil || fi.Mode().Perm() != 0o755 || owner(filepath.Join(root, "default")) != 0 {
+		t.Fatalf("the project's directory: %v, %v; want the registry's, 0755", fi.Mode(), err)
+	}
+	failed("ana's export outside her directory", export(filepath.Join(root, "default", "loose"), &eventsv1.ExportModel{User: "ana", OsUser: ana.Name}),
+		codes.PermissionDenied, ana.Name, anas+"/")
+	// Bob may not replace hers (the export would rewrite model.json).
 	if err := os.WriteFile(filepath.Join(dst, "model.json"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := export("projects/default/operations/bob", &eventsv1.ExportModel{User: "bob", OsUser: bob.Name}).(*eventsv1.ModelExportFailed); !ok ||
-		codes.Code(got.GetCode()) != codes.PermissionDenied || !strings.Contains(got.GetMessage(), bob.Name) {
-		t.Fatalf("bob's export over ana's answered %v; want ModelExportFailed PermissionDenied naming him", got)
+	failed("bob's export over ana's", export(dst, &eventsv1.ExportModel{User: "bob", OsUser: bob.Name}), codes.PermissionDenied, bob.Name)
+	// An administrator's export into ana's directory is written as ana.
+	admins := filepath.Join(anas, "by-admin")
+	if got, ok := export(admins, &eventsv1.ExportModel{User: "root", AnyOwner: true}).(*eventsv1.ModelExported); !ok || got.GetResponse().GetCopied() != 2 {
+		t.Fatalf("an administrator's export answered %v", got)
 	}
-	if got, ok := export("projects/default/operations/none", &eventsv1.ExportModel{User: "svc"}).(*eventsv1.ModelExportFailed); !ok ||
-		codes.Code(got.GetCode()) != codes.FailedPrecondition || !strings.Contains(got.GetMessage(), "object store") {
-		t.Fatalf("an export by a caller of no OS account answered %v; want FailedPrecondition saying what to do", got)
+	if uid := owner(filepath.Join(admins, "MANIFEST")); uid != ana.UID {
+		t.Errorf("an administrator's export into ana's directory is uid %d's, want ana's", uid)
 	}
+	failed("an export by a caller of no OS account", export(filepath.Join(root, "default", "svc"), &eventsv1.ExportModel{User: "svc"}),
+		codes.FailedPrecondition, "object store")
 }

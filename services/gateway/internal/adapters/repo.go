@@ -408,6 +408,8 @@ func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, af
 // KeyHistoryIndexPrefix) from the records of a store written before they
 // were kept, once: read a chunk at a time (HSCAN), written in small
 // batches. Idempotent: gateways that start together may both build them.
+// Gateways of the release before must all be stopped first: they write
+// records without index entries (docs: upgrading).
 func (r *Repo) EnsureJobIndexes(ctx context.Context) error {
 	if _, err := r.st.Get(ctx, KeyIndexesBuilt); err == nil {
 		return nil
@@ -455,6 +457,48 @@ func (r *Repo) EnsureJobIndexes(ctx context.Context) error {
 					return fmt.Errorf("job indexes: %w", err)
 				}
 			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("job indexes: %w", err)
+	}
+	// A job that ended while the records were read was added back to the
+	// accepted index after its history write took it out: one more look,
+	// now that the additions are in (a job ending from here on is taken
+	// out after them).
+	projects := map[string]bool{}
+	for name := range accepted {
+		if p := jobProject(name); p != "" {
+			projects[p] = true
+		}
+	}
+	for p := range projects {
+		for after := ""; ; {
+			keys, err := r.st.ZRangeByLex(ctx, KeyJobIndexPrefix+p, after, "", 1000)
+			if err != nil || len(keys) == 0 {
+				if err != nil {
+					return fmt.Errorf("job indexes: %w", err)
+				}
+				break
+			}
+			names := make([]string, len(keys))
+			for i, k := range keys {
+				names[i] = IndexedName(k)
+			}
+			vals, err := r.st.HMGet(ctx, KeyHistory, names)
+			if err != nil {
+				return fmt.Errorf("job indexes: %w", err)
+			}
+			for i, v := range vals {
+				if v != nil {
+					tx.ZRem(KeyJobIndexPrefix+p, keys[i])
+					n++
+				}
+			}
+			if err := flush(); err != nil {
+				return fmt.Errorf("job indexes: %w", err)
+			}
+			after = keys[len(keys)-1]
 		}
 	}
 	tx.Set(KeyIndexesBuilt, []byte("1"))

@@ -852,28 +852,43 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		listed[j.GetName()] = true
 		return true
 	}
-	// A history record wins over its accepted one, matching or not.
+	// The accepted jobs first, then the history: a job that ends between
+	// the two reads is in the second (PutHistory takes it out of the
+	// first), never in neither. A history record wins over its accepted
+	// one, matching or not.
+	candidates, frontier, err := g.scanJobIndex(ctx, project.ID, false, after, bound, size, keep)
+	if err != nil {
+		return nil, err
+	}
+	frontiers := []string{frontier}
+	accepted := make(map[string]bool, len(candidates))
+	for _, j := range candidates {
+		accepted[j.GetName()] = true
+	}
+	ended := map[string]bool{}
 	keepEnded := func(j *loomv1.Job) bool {
-		if listed[j.GetName()] || !inPage(j) {
+		ended[j.GetName()] = true
+		if !inPage(j) || (listed[j.GetName()] && !accepted[j.GetName()]) {
 			return false
 		}
 		listed[j.GetName()] = true
 		return domain.MatchesList(req, j)
 	}
 	var history []*loomv1.Job
-	var frontiers []string
 	if !req.GetActiveOnly() {
 		hist, frontier, err := g.scanJobIndex(ctx, project.ID, true, after, bound, size, keepEnded)
 		if err != nil {
 			return nil, err
 		}
 		history, frontiers = hist, append(frontiers, frontier)
+		kept := candidates[:0]
+		for _, j := range candidates {
+			if !ended[j.GetName()] {
+				kept = append(kept, j)
+			}
+		}
+		candidates = kept
 	}
-	candidates, frontier, err := g.scanJobIndex(ctx, project.ID, false, after, bound, size, keep)
-	if err != nil {
-		return nil, err
-	}
-	frontiers = append(frontiers, frontier)
 	if req.GetActiveOnly() && len(candidates) > 0 {
 		// The history was not read: an accepted job that already ended and
 		// was pruned is not pending.

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 
@@ -447,7 +449,7 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, a
 	if err != nil {
 		return nil, "", err
 	}
-	out, err := r.openDestination(ctx, ref.Project, openURL, as)
+	out, err := r.openDestination(ctx, ref.Project, openURL, localPath(openURL), as)
 	if err != nil {
 		return nil, "", fmt.Errorf("open destination %s: %w", dst, err)
 	}
@@ -543,17 +545,36 @@ func (r *Registry) checkDestination(field, project, dst string) (string, error) 
 	return "file://" + p + "?" + noAttrs, nil
 }
 
-// openDestination opens an export's destination: a local directory
-// (checkDestination's file:// URL) as the caller's OS account, unless
-// as.anyOwner, so that an export creates and replaces only what its caller
-// could and what it creates is theirs; the project's directory of the
-// export root is made for that, when missing, as /tmp is (mode 1777: each
-// caller creates their own directories in it, and no one removes
-// another's). A caller with no OS account on the registry's host cannot
-// export locally (FailedPrecondition). A store is opened as it is.
-func (r *Registry) openDestination(ctx context.Context, project, openURL string, as writer) (*blobstore.Bucket, error) {
-	if !strings.HasPrefix(openURL, "file://") || as.anyOwner {
+// openDestination opens an export's destination. A local directory
+// (checkDestination's file:// URL, path p) is written with no more than
+// someone's own rights, never root's through a directory another account
+// owns (which could swap a link in under it): a caller's export as the
+// caller's OS account, so that it creates and replaces only what they
+// could and what it creates is theirs — the registry makes them their own
+// directory of the project's, <export root>/<project>/<account>/, when
+// missing; a cluster administrator's export (and the registry's own RPC)
+// as the owner of the first directory on the way that the registry's
+// account does not own, else with the registry's rights. A caller with no
+// OS account on the registry's host cannot export locally
+// (FailedPrecondition), nor can one the registry cannot act as (it does
+// not run as root). A store is opened as it is.
+func (r *Registry) openDestination(ctx context.Context, project, openURL, p string, as writer) (*blobstore.Bucket, error) {
+	if !strings.HasPrefix(openURL, "file://") {
 		return blobstore.Open(ctx, openURL)
+	}
+	projectRoot := filepath.Join(r.exportRoot, project)
+	if err := realDir(projectRoot, 0o755); err != nil {
+		return nil, err
+	}
+	if as.anyOwner {
+		owner, err := firstOtherOwner(projectRoot, p)
+		if err != nil {
+			return nil, err
+		}
+		if owner == nil {
+			return blobstore.Open(ctx, openURL)
+		}
+		return openAs(ctx, openURL, *owner)
 	}
 	if as.osUser == "" {
 		return nil, fmt.Errorf("%w: a local export is written as its caller's OS account, and this caller has none: export to an object store, or ask a cluster administrator",
@@ -564,22 +585,94 @@ func (r *Registry) openDestination(ctx context.Context, project, openURL string,
 		return nil, fmt.Errorf("%w: a local export is written as its caller's OS account, and %s is not known on the registry's host: %v",
 			errs.FailedPrecondition, as.osUser, err)
 	}
-	projectRoot := filepath.Join(r.exportRoot, project)
-	if fi, err := os.Lstat(projectRoot); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(r.exportRoot, 0o755); err != nil {
-			return nil, fmt.Errorf("export root: %w", err)
+	own := filepath.Join(projectRoot, a.Name)
+	if _, err := os.Lstat(own); errors.Is(err, fs.ErrNotExist) && (osuser.IsSelf(a) || os.Geteuid() == 0) {
+		// Made by the registry in its own directory (no one else may
+		// write there, so nothing can be swapped in), then given away.
+		if err := os.Mkdir(own, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("%s's directory of the export root: %w", a.Name, err)
 		}
-		if err := os.Mkdir(projectRoot, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("project %s's directory of the export root: %w", project, err)
+		if err := os.Lchown(own, int(a.UID), int(a.GID)); err != nil && !osuser.IsSelf(a) {
+			return nil, fmt.Errorf("%s's directory of the export root: %w", a.Name, err)
 		}
-		// Mkdir's mode is masked by the umask; the sticky bit is set here.
-		if err := os.Chmod(projectRoot, 0o777|fs.ModeSticky); err != nil {
-			return nil, fmt.Errorf("project %s's directory of the export root: %w", project, err)
-		}
-	} else if err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory", errs.FailedPrecondition, projectRoot)
+	}
+	b, err := openAs(ctx, openURL, a)
+	if errs.Code(err) == codes.PermissionDenied {
+		return nil, fmt.Errorf("%w (a caller's exports go under their own directory, %s/)", err, own)
+	}
+	return b, err
+}
+
+// openAs is blobstore.OpenAs, refused up front when the registry cannot
+// act as a (it does not run as root, and a is not its own account).
+func openAs(ctx context.Context, openURL string, a osuser.Account) (*blobstore.Bucket, error) {
+	if !osuser.IsSelf(a) && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: the registry does not run as root, so it writes local exports only as its own account (uid %d), not as %s: export to an object store, or run the registry as root",
+			errs.FailedPrecondition, os.Geteuid(), a)
 	}
 	return blobstore.OpenAs(ctx, openURL, a)
+}
+
+// realDir makes dir (mode perm) when missing; a link or a file there is
+// FailedPrecondition.
+func realDir(dir string, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("export root: %w", err)
+	}
+	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("export root: %w", err)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", errs.FailedPrecondition, dir)
+	}
+	return nil
+}
+
+// firstOtherOwner walks p's directories that exist from below root down,
+// and returns the account of the first one the registry's account does not
+// own (nil: it owns every one).
+func firstOtherOwner(root, p string) (*osuser.Account, error) {
+	rel, err := filepath.Rel(root, filepath.Clean(p))
+	if err != nil {
+		return nil, err
+	}
+	at := root
+	for _, seg := range strings.Split(filepath.ToSlash(rel), "/") {
+		if seg == "." || seg == "" {
+			continue
+		}
+		at = filepath.Join(at, seg)
+		fi, err := os.Lstat(at)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Uid == uint32(os.Geteuid()) {
+			continue
+		}
+		a := osuser.Account{UID: st.Uid, GID: st.Gid, Groups: []uint32{st.Gid}}
+		if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil {
+			if full, err := osuser.Lookup(u.Username); err == nil {
+				a = full
+			}
+		}
+		return &a, nil
+	}
+	return nil, nil
+}
+
+// localPath is the directory of checkDestination's file:// URL ("" for
+// another).
+func localPath(openURL string) string {
+	rest, ok := strings.CutPrefix(openURL, "file://")
+	if !ok {
+		return ""
+	}
+	p, _, _ := strings.Cut(rest, "?")
+	return p
 }
 
 // noAttrs tells go-cloud's fileblob to write no NAME.attrs beside a file.
