@@ -482,24 +482,33 @@ func stepHolds(r *Run) (cpus map[string]int32, gpus map[string]map[int32]bool) {
 	cpus, gpus = map[string]int32{}, map[string]map[int32]bool{}
 	for i := range r.JobSteps {
 		s := &r.JobSteps[i]
-		if s.Ended() || s.Overlap || s.State == loomv1.JobState_PENDING {
+		if s.Ended() || s.State == loomv1.JobState_PENDING {
 			continue
 		}
-		for k, node := range s.Nodes {
-			if k < len(s.CPUs) {
-				cpus[node] += s.CPUs[k]
+		addHolds(cpus, gpus, s)
+	}
+	return cpus, gpus
+}
+
+// addHolds adds what the running step s holds (nothing with --overlap) to
+// the CPUs and GPUs held, by node name.
+func addHolds(cpus map[string]int32, gpus map[string]map[int32]bool, s *JobStep) {
+	if s.Overlap {
+		return
+	}
+	for k, node := range s.Nodes {
+		if k < len(s.CPUs) {
+			cpus[node] += s.CPUs[k]
+		}
+		if k < len(s.GPUs) {
+			if gpus[node] == nil {
+				gpus[node] = map[int32]bool{}
 			}
-			if k < len(s.GPUs) {
-				if gpus[node] == nil {
-					gpus[node] = map[int32]bool{}
-				}
-				for _, gpu := range s.GPUs[k] {
-					gpus[node][gpu] = true
-				}
+			for _, gpu := range s.GPUs[k] {
+				gpus[node][gpu] = true
 			}
 		}
 	}
-	return cpus, gpus
 }
 
 // planStep lays out the step ev asks for on r's nodes: err when it can
@@ -682,21 +691,7 @@ func (t *txn) startPendingSteps(r *Run) {
 			t.setStepRequest(key, nil)
 			t.launchStep(j, r, i, s, ev, plan)
 			// What it now holds, for the steps after it.
-			if launched := r.JobSteps[stepIndex(r, id)]; !launched.Overlap {
-				for k, node := range launched.Nodes {
-					if k < len(launched.CPUs) {
-						heldCPUs[node] += launched.CPUs[k]
-					}
-					if k < len(launched.GPUs) {
-						if heldGPUs[node] == nil {
-							heldGPUs[node] = map[int32]bool{}
-						}
-						for _, gpu := range launched.GPUs[k] {
-							heldGPUs[node][gpu] = true
-						}
-					}
-				}
-			}
+			addHolds(heldCPUs, heldGPUs, &r.JobSteps[stepIndex(r, id)])
 		}
 	}
 }
