@@ -120,6 +120,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"a run with no progress for that long is ended as hung and requeued (a job's hang_timeout_seconds overrides it, -1 turning it off; LOOM_SCHEDULER_HANG_TIMEOUT; 0 = off)")
 	fs.IntVar(&c.maxInfra, "max-infra-restarts", int(envInt("MAX_INFRA_RESTARTS", domain.DefaultMaxInfraRestarts)),
 		"most requeues of a job for node failures, hangs and health actions, which do not use its max_retries; past it the job ends NODE_FAIL (LOOM_SCHEDULER_MAX_INFRA_RESTARTS)")
+	fs.Int64Var(&c.Domain.MaxStepRequestBytes, "max-step-request-bytes", envInt("MAX_STEP_REQUEST_BYTES", domain.DefaultMaxStepRequestBytes),
+		"most bytes of waiting job steps' requests (srun's command and environment) kept, every job's together; past it a step that would wait is refused (LOOM_SCHEDULER_MAX_STEP_REQUEST_BYTES)")
 	fs.StringVar(&c.InstanceID, "instance-id", env("INSTANCE_ID", ""), "this instance's name in the leader lease (LOOM_SCHEDULER_INSTANCE_ID; default host-pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", config.EnvDuration("LOOM_SCHEDULER_LEASE_TTL", DefaultLeaseTTL),
 		"leader lease TTL (LOOM_SCHEDULER_LEASE_TTL)")
@@ -165,6 +167,8 @@ func (c *Config) resolve() error {
 	v.Check(c.Domain.HangTimeout >= 0 && c.Domain.HangTimeout <= slurmspec.MaxHangTimeoutSeconds*time.Second, "hang-timeout",
 		"must be 0 (off) to a week (%v), as a job's own, got %v", slurmspec.MaxHangTimeoutSeconds*time.Second, c.Domain.HangTimeout)
 	v.Check(c.Domain.FailureCheckpointWait >= 0, "failure-checkpoint-wait", "must not be negative, got %v", c.Domain.FailureCheckpointWait)
+	v.Check(c.Domain.MaxStepRequestBytes == 0 || (c.Domain.MaxStepRequestBytes >= 1<<20 && c.Domain.MaxStepRequestBytes <= 16<<30),
+		"max-step-request-bytes", "must be 1 MiB to 16 GiB (0: the default), got %d", c.Domain.MaxStepRequestBytes)
 	c.Domain.MaxInfraRestarts = int32(min(c.maxInfra, 1<<30))
 	if c.Domain.MaxArraySize == 0 {
 		c.Domain.MaxArraySize = slurmspec.DefaultMaxArraySize

@@ -437,7 +437,7 @@ func TestResilienceFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"fence-timeout": "5m0s", "checkpoint-grace": "2m0s", "hang-timeout": "0s",
-		"max-infra-restarts": "20", "failure-checkpoint-wait": "30s"} {
+		"max-infra-restarts": "20", "failure-checkpoint-wait": "30s", "max-step-request-bytes": "268435456"} {
 		if got := fs.Lookup(name); got == nil || (got.Value.String() != want && os.Getenv("LOOM_SCHEDULER_"+
 			strings.ToUpper(strings.ReplaceAll(name, "-", "_"))) == "") {
 			t.Fatalf("-%s default %v, want %s", name, got, want)
@@ -449,6 +449,15 @@ func TestResilienceFlags(t *testing.T) {
 	err := scheduler.Run(testkit.Context(t, 10*time.Second), cfg)
 	if err == nil || !strings.Contains(err.Error(), "max-infra-restarts") {
 		t.Fatalf("Run with -max-infra-restarts -1: %v", err)
+	}
+	var tiny scheduler.Config
+	fs = flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	tiny.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-max-step-request-bytes", "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := scheduler.Run(testkit.Context(t, 10*time.Second), tiny); err == nil || !strings.Contains(err.Error(), "max-step-request-bytes") {
+		t.Fatalf("Run with -max-step-request-bytes 1000: %v", err)
 	}
 	var neg scheduler.Config
 	fs = flag.NewFlagSet("scheduler", flag.ContinueOnError)

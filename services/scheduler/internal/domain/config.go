@@ -80,6 +80,11 @@ type Config struct {
 	// HangTimeout ends a run that reports no progress for that long as hung
 	// (a job's hang_timeout_seconds overrides it); 0 (the default) is off.
 	HangTimeout time.Duration
+	// MaxStepRequestBytes bounds the requests of the job steps that wait
+	// for resources, all runs together (they are kept in the store until
+	// the steps start; default DefaultMaxStepRequestBytes): each run has its
+	// own bound too (MaxPendingStepBytes).
+	MaxStepRequestBytes int64
 }
 
 // Weights are the multifactor priority's weights: each factor (between 0
@@ -109,6 +114,8 @@ const (
 	DefaultFenceTimeout      = 5 * time.Minute
 	DefaultMaxInfraRestarts  = 20
 	DefaultCheckpointGrace   = 2 * time.Minute
+	// DefaultMaxStepRequestBytes is the default MaxStepRequestBytes.
+	DefaultMaxStepRequestBytes = 256 << 20
 	// DefaultFailureCheckpointWait is the scheduler's default
 	// FailureCheckpointWait.
 	DefaultFailureCheckpointWait = 30 * time.Second
@@ -191,6 +198,9 @@ func (cfg Config) Defaults() Config {
 	}
 	if cfg.HangTimeout < 0 {
 		cfg.HangTimeout = 0
+	}
+	if cfg.MaxStepRequestBytes <= 0 {
+		cfg.MaxStepRequestBytes = DefaultMaxStepRequestBytes
 	}
 	if cfg.FailureCheckpointWait < 0 {
 		cfg.FailureCheckpointWait = 0

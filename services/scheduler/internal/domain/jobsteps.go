@@ -402,19 +402,13 @@ func StepRequestKey(run string, id int32) string {
 }
 
 // LoadStepRequests adds stored requests of waiting steps, as at start-up.
-func (s *State) LoadStepRequests(reqs map[string][]byte) {
-	for key, b := range reqs {
-		if s.stepReqs == nil {
-			s.stepReqs = map[string][]byte{}
-		}
-		s.stepReqs[key] = b
-	}
-}
+func (s *State) LoadStepRequests(reqs map[string][]byte) { s.putStepRequests(reqs) }
 
 // putStepRequests makes the requests of a change the state's (nil:
 // deleted).
 func (s *State) putStepRequests(reqs map[string][]byte) {
 	for key, b := range reqs {
+		s.stepReqBytes -= int64(len(s.stepReqs[key]))
 		if b == nil {
 			delete(s.stepReqs, key)
 			continue
@@ -423,6 +417,7 @@ func (s *State) putStepRequests(reqs map[string][]byte) {
 			s.stepReqs = map[string][]byte{}
 		}
 		s.stepReqs[key] = b
+		s.stepReqBytes += int64(len(b))
 	}
 }
 
@@ -447,10 +442,11 @@ func (t *txn) setStepRequest(key string, b []byte) {
 }
 
 // pendingBound refuses a step that would wait past MaxPendingSteps or
-// MaxPendingStepBytes (its request size bytes), in Slurm's words for a
-// step past a limit.
-func (t *txn) pendingBound(r *Run, size int) error {
-	n := 0
+// MaxPendingStepBytes, or past Config.MaxStepRequestBytes for every run
+// together (its request being own bytes), in Slurm's words for a step past
+// a limit.
+func (t *txn) pendingBound(r *Run, own int) error {
+	n, size := 0, own
 	for i := range r.JobSteps {
 		if r.JobSteps[i].State == loomv1.JobState_PENDING {
 			n++
@@ -462,6 +458,15 @@ func (t *txn) pendingBound(r *Run, size int) error {
 	}
 	if size > MaxPendingStepBytes {
 		return fmt.Errorf("%s: the requests of the job's waiting steps would take %d bytes (at most %d)", ReasonStepLimit, size, MaxPendingStepBytes)
+	}
+	// All runs together, as this change leaves them.
+	all := t.s.stepReqBytes
+	for key, b := range t.c.StepRequests {
+		all += int64(len(b)) - int64(len(t.s.stepReqs[key]))
+	}
+	if limit := t.s.cfg.MaxStepRequestBytes; all+int64(own) > limit {
+		return fmt.Errorf("%s: the scheduler keeps %d bytes of waiting steps' requests, every job's together (at most %d): try again when steps have started",
+			ReasonStepLimit, all, limit)
 	}
 	return nil
 }

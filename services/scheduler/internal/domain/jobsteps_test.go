@@ -839,3 +839,33 @@ func TestJobStepNodeSelection(t *testing.T) {
 		}
 	}
 }
+
+// TestStepRequestsAreBoundedOverall: the requests of waiting steps are
+// bounded for every run together (Config.MaxStepRequestBytes), not only
+// per run, so that many jobs cannot fill the store; a request taken out
+// gives its bytes back.
+func TestStepRequestsAreBoundedOverall(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.s.cfg.MaxStepRequestBytes = 3000
+	h.do(createStep("whole"))
+	big := strings.Repeat("x", 1000)
+	for i := range 3 {
+		h.do(createStep(fmt.Sprint("wait", i), func(e *eventsv1.CreateJobStep) { e.Env["BIG"] = big }))
+	}
+	if s := h.jobStep(1); s.GetState() != loomv1.JobState_PENDING {
+		t.Fatalf("first waiting step: %v", s)
+	}
+	if s := h.jobStep(3); s.GetState() != loomv1.JobState_FAILED || !strings.Contains(s.GetReason(), "every job's together (at most 3000)") {
+		t.Fatalf("a step past the overall bound: %v", s)
+	}
+	if h.s.stepReqBytes <= 0 || h.s.stepReqBytes > 3000 {
+		t.Fatalf("kept %d bytes of requests", h.s.stepReqBytes)
+	}
+	// Cancelled, a waiting step gives its bytes back.
+	h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 1})
+	h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 2})
+	if h.s.stepReqBytes != 0 || len(h.s.stepReqs) != 0 {
+		t.Fatalf("after every waiting step ended: %d bytes, %d requests kept", h.s.stepReqBytes, len(h.s.stepReqs))
+	}
+}

@@ -59,6 +59,8 @@ type State struct {
 	// stepReqs are the requests of the job steps that wait for resources,
 	// by StepRequestKey (jobsteps.go), nil when none.
 	stepReqs map[string][]byte
+	// stepReqBytes is the bytes of stepReqs, for Config.MaxStepRequestBytes.
+	stepReqBytes int64
 	// limits are the associations' limits (assoclimits.go), nil when none.
 	limits map[limitKey]*AssocLimit
 	// accounts are the accounts' parents and shares (AssocLimit with no

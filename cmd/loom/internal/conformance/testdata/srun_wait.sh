@@ -30,9 +30,11 @@ wait
 pair c1 c2 -n1 -c1 & pair c2 c1 -n1 -c1
 wait
 cat "$d/out-exact1" "$d/out-exact2" "$d/out-c1" "$d/out-c2"
-# --overlap waits for nothing.
-holder whole -n1
-srun --overlap -n1 sh -c "[ -e $d/whole.end ] && echo overlap: waited || echo overlap: ran beside"
+# --overlap waits for nothing: the step holding every CPU waits (10 s at
+# most) for the --overlap one to have run.
+srun -n1 sh -c "touch $d/whole; i=0; while [ ! -e $d/over ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done; touch $d/whole.end" &
+while [ ! -e "$d/whole" ]; do sleep 0.1; done
+srun --overlap -n1 sh -c "touch $d/over; [ -e $d/whole.end ] && echo overlap: waited || echo overlap: ran beside"
 wait
 # More CPUs than the job has: refused at once.
 srun --exact -n1 -c4 true || echo "too many CPUs: refused"
