@@ -35,11 +35,11 @@ func becomeSubreaper() error {
 	return nil
 }
 
-// procInfo is what /proc/<pid>/stat says of a process: its parent, its
-// group, and whether it is a zombie (ended, not yet reaped).
+// procInfo is what /proc/<pid>/stat says of a process: its parent, and
+// whether it is a zombie (ended, not yet reaped).
 type procInfo struct {
-	ppid, pgrp int
-	zombie     bool
+	ppid   int
+	zombie bool
 }
 
 // readProc reads pid's procInfo; ok false when it is gone.
@@ -49,18 +49,17 @@ func readProc(pid int) (procInfo, bool) {
 		return procInfo{}, false
 	}
 	// The command name may hold spaces and parentheses: the fields
-	// follow its last ')'. After it: state, ppid, pgrp.
+	// follow its last ')'. After it: state, ppid.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procInfo{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 {
+	if len(f) < 2 {
 		return procInfo{}, false
 	}
-	ppid, err1 := strconv.Atoi(f[1])
-	pgrp, err2 := strconv.Atoi(f[2])
-	return procInfo{ppid, pgrp, f[0] == "Z"}, err1 == nil && err2 == nil
+	ppid, err := strconv.Atoi(f[1])
+	return procInfo{ppid, f[0] == "Z"}, err == nil
 }
 
 // descendants returns the processes under pid (its children, theirs, ...),
