@@ -52,6 +52,10 @@ tests:
         values: '0x8 3x12'
       - series: 'loom_training_metrics_refused_total{job="training",instance="t:9175",reason="rate"}'
         values: '0x20'
+      - series: 'loom_training_metrics_points_dropped_total{job="training",instance="t:9175",limit="project"}'
+        values: '0x8 500x12'
+      - series: 'loom_training_metrics_points_dropped_total{job="training",instance="t:9175",limit="job"}'
+        values: '0x20'
     alert_rule_test:
       - eval_time: 3m
         alertname: LoomHighErrorRatio
@@ -99,6 +103,16 @@ tests:
               summary: "training: training metric records refused (held-full)"
               description: "3 records of training metrics (MetricsReported) were refused as held-full in the last 15 minutes: their points are missing from the jobs' curves."
               action: "Read the training service's WARN lines \"metrics refused\" (job, attempt, signer); docs/metrics.md says what each reason means: rate and held-full are bounds a job ran into, not-placed a writer that is not one of the run's nodes."
+      - eval_time: 8m
+        alertname: LoomTrainingMetricsDropped
+      - eval_time: 12m
+        alertname: LoomTrainingMetricsDropped
+        exp_alerts:
+          - exp_labels: {severity: ticket, job: training, limit: project}
+            exp_annotations:
+              summary: "training: training metric points dropped past the project limit"
+              description: "500 training metric points were dropped in the last 15 minutes because a project keeps all it may: those points are missing from the jobs' curves."
+              action: "Read the training service's WARN lines \"metric points dropped\" (job, points); docs/metrics.md gives each limit: for project, ended jobs' series free the budget after -metrics-retention, or raise -metrics-project-points; for job, the program logs more than a job may keep."
       - eval_time: 12m
         alertname: LoomTargetDown
         exp_alerts:

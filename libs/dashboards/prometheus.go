@@ -45,6 +45,7 @@ func Alerts() []Alert {
 	// Every reason is exported from 0, so the series exist before the
 	// first refusal.
 	refused := `sum by (job, reason) (increase(loom_training_metrics_refused_total[15m]))`
+	dropped := `sum by (job, limit) (increase(loom_training_metrics_points_dropped_total[15m]))`
 	return []Alert{
 		{
 			Name:  "LoomHighErrorRatio",
@@ -95,6 +96,15 @@ func Alerts() []Alert {
 			Summary:     "{{ $labels.job }}: training metric records refused ({{ $labels.reason }})",
 			Description: "{{ $value }} records of training metrics (MetricsReported) were refused as {{ $labels.reason }} in the last 15 minutes: their points are missing from the jobs' curves.",
 			Action:      "Read the training service's WARN lines \"metrics refused\" (job, attempt, signer); docs/metrics.md says what each reason means: rate and held-full are bounds a job ran into, not-placed a writer that is not one of the run's nodes.",
+		},
+		{
+			Name:        "LoomTrainingMetricsDropped",
+			Expr:        dropped + " > 0",
+			Check:       dropped + " > bool 0",
+			Severity:    "ticket",
+			Summary:     "{{ $labels.job }}: training metric points dropped past the {{ $labels.limit }} limit",
+			Description: "{{ $value }} training metric points were dropped in the last 15 minutes because a {{ $labels.limit }} keeps all it may: those points are missing from the jobs' curves.",
+			Action:      "Read the training service's WARN lines \"metric points dropped\" (job, points); docs/metrics.md gives each limit: for project, ended jobs' series free the budget after -metrics-retention, or raise -metrics-project-points; for job, the program logs more than a job may keep.",
 		},
 		{
 			Name:        "LoomTargetDown",

@@ -2,27 +2,32 @@
 -- KEYS[1] index hash, KEYS[2] seen hash, KEYS[3] the job's swept marker,
 -- KEYS[4] the job's count of points kept, KEYS[5..] one string per series.
 -- ARGV: source, seq, max points per series, max series per job, max points
--- per job, then per series: name, records (24 bytes each), count,
+-- per job, the points the job's project may still add (its budget less
+-- what it keeps, read before the script: the project's count is another
+-- hash slot), then per series: name, records (24 bytes each), count,
 -- firstStep, first, lastStep, last, min, max (the batch's own summary).
--- Returns {duplicate 0/1 (2: the job's series were swept), appended, dropped}.
+-- Returns {duplicate 0/1 (2: the job's series were swept), appended,
+-- dropped, the job's points kept after it, points dropped for the project's
+-- budget (counted in dropped too)}.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   -- Swept by retention: a late batch must not start a partial series.
-  return {2, 0, 0}
+  return {2, 0, 0, 0, 0}
 end
 local src, seq = ARGV[1], tonumber(ARGV[2])
 local maxPoints, maxSeries, maxJob = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local projectRoom = tonumber(ARGV[6])
 local total = tonumber(redis.call('GET', KEYS[4]) or '0')
 if src ~= '' then
   local last = redis.call('HGET', KEYS[2], src)
   if last and tonumber(last) >= seq then
-    return {1, 0, 0}
+    return {1, 0, 0, total, 0}
   end
 end
 local nseries = redis.call('HLEN', KEYS[1])
-local appended, dropped = 0, 0
+local appended, dropped, overBudget = 0, 0, 0
 local fmt = function(x) return string.format('%.17g', x) end
 for i = 5, #KEYS do
-  local a = 6 + (i - 5) * 9
+  local a = 7 + (i - 5) * 9
   local name, blob, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local fs, fv, ls, lv = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local mn, mx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
@@ -43,6 +48,11 @@ for i = 5, #KEYS do
     local room = math.min(maxPoints - s[1], maxJob - total)
     local take = n
     if take > room then take = math.max(room, 0) end
+    local budget = math.max(projectRoom - appended, 0)
+    if take > budget then
+      overBudget = overBudget + (take - budget)
+      take = budget
+    end
     if take < n then
       -- Cut at the limit: the kept part's summary is recomputed here.
       blob = string.sub(blob, 1, take * 24)
@@ -82,4 +92,4 @@ end
 if src ~= '' then
   redis.call('HSET', KEYS[2], src, ARGV[2])
 end
-return {0, appended, dropped}
+return {0, appended, dropped, total, overBudget}

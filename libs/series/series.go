@@ -14,9 +14,10 @@
 //   - one append carries at most 1000 metrics and 10,000 points in all.
 //   - a job keeps at most 1000 series: a new metric beyond is dropped whole
 //     and counted.
-//   - a series keeps at most 1,000,000 points: its first million, and a job
-//     at most 10,000,000 across its series. Points past a limit are dropped
-//     and counted in the series' Dropped, never an error (a long run's late
+//   - a series keeps at most 1,000,000 points: its first million, a job
+//     at most 10,000,000 across its series, and a project at most
+//     100,000,000 across its jobs. Points past a limit are dropped and
+//     counted in the series' Dropped, never an error (a long run's late
 //     points must not fail its agent's stream), and List shows how many
 //     were dropped.
 package series
@@ -46,6 +47,12 @@ type Limits struct {
 	// per-series bound times Series (a billion points, 24 GB) is no
 	// bound for a store every service shares.
 	JobPoints int64
+	// ProjectPoints is the most points one project's jobs keep together
+	// (a job's own bound times the jobs a project may run is no bound).
+	// Writers of one project's jobs that append at the same instant may
+	// each add up to one batch (BatchPoints) past it: the project's count
+	// is read before the append (projectKey).
+	ProjectPoints int64
 	// Series is the most series one job keeps.
 	Series int
 	// BatchMetrics and BatchPoints bound one Append.
@@ -70,7 +77,7 @@ type Limits struct {
 }
 
 // DefaultLimits are the limits a Limits' zero fields take.
-var DefaultLimits = Limits{Points: 1_000_000, JobPoints: 10_000_000, Series: 1000, BatchMetrics: 1000, BatchPoints: 10_000, Name: 250,
+var DefaultLimits = Limits{Points: 1_000_000, JobPoints: 10_000_000, ProjectPoints: 100_000_000, Series: 1000, BatchMetrics: 1000, BatchPoints: 10_000, Name: 250,
 	Held: 256, HeldBytes: 1 << 20, HoldFor: time.Hour, NodeRate: 65536, Late: 8 * 24 * time.Hour}
 
 // Read bounds: how many points one read returns by default and at most.
@@ -89,6 +96,9 @@ func (l Limits) fill() Limits {
 	}
 	if l.JobPoints <= 0 {
 		l.JobPoints = d.JobPoints
+	}
+	if l.ProjectPoints <= 0 {
+		l.ProjectPoints = d.ProjectPoints
 	}
 	if l.BatchMetrics <= 0 {
 		l.BatchMetrics = d.BatchMetrics

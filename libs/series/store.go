@@ -25,6 +25,7 @@ import (
 //	{prefix}metrics:{job}:held    list: batches held until their run's placement is known
 //	{prefix}metrics:{job}:heldsize string: the held batches' bytes
 //	{prefix}metrics:{job}:swept   string, expiring: the series were swept (no late write recreates them)
+//	{prefix}metrics-project:{project}  hash: job -> its points kept, and "total" their sum
 //
 // An Append is one Lua script: all of it or none of it is applied, and a
 // (source, sequence) already applied (a redelivered record: source its
@@ -67,8 +68,11 @@ type Result struct {
 	// partial series).
 	Swept bool
 	// Appended points; Dropped points (series full, or a new series past
-	// the job's limit).
+	// the job's limit, or the project's budget spent).
 	Appended, Dropped int64
+	// OverBudget is how many of Dropped were dropped because the job's
+	// project keeps Limits.ProjectPoints already.
+	OverBudget int64
 }
 
 //go:embed append.lua
@@ -95,10 +99,14 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 		return Result{}, nil
 	}
 	sort.Strings(names)
+	used, err := s.ProjectPoints(ctx, projectOf(job))
+	if err != nil {
+		return Result{}, err
+	}
 	keys := make([]string, 0, 4+len(names))
 	keys = append(keys, s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"), s.key(job, "points"))
-	args := make([]any, 0, 5+9*len(names))
-	args = append(args, src.Name, src.Seq, s.lim.Points, s.lim.Series, s.lim.JobPoints)
+	args := make([]any, 0, 6+9*len(names))
+	args = append(args, src.Name, src.Seq, s.lim.Points, s.lim.Series, s.lim.JobPoints, max(s.lim.ProjectPoints-used, 0))
 	var blob []byte
 	for _, name := range names {
 		pts := b[name]
@@ -115,10 +123,70 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 	if err != nil {
 		return Result{}, fmt.Errorf("metrics of %s: %w", job, err)
 	}
-	if len(res) != 3 {
+	if len(res) != 5 {
 		return Result{}, fmt.Errorf("metrics of %s: the script answered %v", job, res)
 	}
-	return Result{Duplicate: res[0] == 1, Swept: res[0] == 2, Appended: res[1], Dropped: res[2]}, nil
+	r := Result{Duplicate: res[0] == 1, Swept: res[0] == 2, Appended: res[1], Dropped: res[2], OverBudget: res[4]}
+	// A duplicate syncs too: it is the redelivery of a record whose append
+	// ran before a crash that came before its sync, and so heals the count.
+	if !r.Swept && (r.Appended > 0 || r.Duplicate) {
+		if err := s.syncProject(ctx, job, res[3]); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// projectOf is the project of a job id "projects/{p}/jobs/{id}"; ids of
+// another shape count as one project, "".
+func projectOf(job string) string {
+	if rest, ok := strings.CutPrefix(job, "projects/"); ok {
+		if p, _, ok := strings.Cut(rest, "/"); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// projectKey is the hash of a project's points: job -> the points it keeps,
+// and "total" (which no job id is) their sum. It is its own hash slot,
+// outside any job's: written only by syncScript, read one command at a time,
+// so the project's count is read before a job's append and written after
+// it. What a crash between the two leaves (a count short of one batch) is
+// healed by the job's next append or the redelivery of the same record
+// (Append syncs on a duplicate too), and by the job's Delete.
+func (s *Store) projectKey(project string) string {
+	return s.prefix + "metrics-project:{" + project + "}"
+}
+
+// syncScript sets a job's points in its project's hash (0 removes it) and
+// moves the project's total by the difference, in one step: the total is
+// always the sum of the jobs' entries, however often a sync is repeated.
+var syncScript = redis.NewScript(`
+local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local new = tonumber(ARGV[2])
+if new == 0 then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], new) end
+if new ~= old then redis.call('HINCRBY', KEYS[1], 'total', new - old) end
+return 0`)
+
+func (s *Store) syncProject(ctx context.Context, job string, points int64) error {
+	if err := syncScript.Run(ctx, s.rdb, []string{s.projectKey(projectOf(job))}, job, points).Err(); err != nil {
+		return fmt.Errorf("metrics of %s: the project's count: %w", job, err)
+	}
+	return nil
+}
+
+// ProjectPoints is how many points project's jobs keep together (as last
+// synced: see projectKey), the count Limits.ProjectPoints bounds.
+func (s *Store) ProjectPoints(ctx context.Context, project string) (int64, error) {
+	n, err := s.rdb.HGet(ctx, s.projectKey(project), "total").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("metrics of project %q: %w", project, err)
+	}
+	return n, nil
 }
 
 // validJob checks a job id: not empty, no braces (they would break the
@@ -231,5 +299,10 @@ func (s *Store) Delete(ctx context.Context, job string) error {
 	for _, n := range names {
 		keys = append(keys, s.key(job, "s:"+n))
 	}
-	return s.rdb.Del(ctx, keys...).Err()
+	if err := s.rdb.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("metrics of %s: %w", job, err)
+	}
+	// After the delete: a crash between the two leaves the project counting
+	// points no longer kept until the delete is redone (Sweep redoes it).
+	return s.syncProject(ctx, job, 0)
 }

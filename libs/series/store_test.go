@@ -139,3 +139,79 @@ func TestJobPointsBudget(t *testing.T) {
 		t.Errorf("after the job's series were deleted: %+v; want a whole budget", r)
 	}
 }
+
+// TestProjectPointsBudget: a project's jobs keep at most ProjectPoints
+// points together: past it, points are dropped and counted as over the
+// budget; another project's budget is whole; a job's Delete frees what it
+// kept; and the count follows what is kept, whatever is redelivered.
+func TestProjectPointsBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{ProjectPoints: 10})
+	zero := func(int) float64 { return 0 }
+	a, b, other := "projects/p/jobs/1", "projects/p/jobs/2", "projects/q/jobs/1"
+	if r, err := s.Append(ctx, a, Source{Name: "t/0", Seq: 1}, Batch{"loss": line(7, zero)}); err != nil || r.Appended != 7 || r.OverBudget != 0 {
+		t.Fatalf("7 of a project budget of 10: %+v %v", r, err)
+	}
+	r, err := s.Append(ctx, b, Source{}, Batch{"loss": line(2, zero), "lr": line(3, zero)})
+	if err != nil || r.Appended != 3 || r.Dropped != 2 || r.OverBudget != 2 {
+		t.Fatalf("5 more in the project: %+v %v; want 3 kept, 2 dropped over the budget", r, err)
+	}
+	if list, _ := s.List(ctx, b); len(list) != 2 || list[0].Metric != "loss" || list[0].Count != 2 || list[1].Count != 1 || list[1].Dropped != 2 {
+		t.Errorf("the second job's series: %+v; want loss 2 points, lr 1 kept and 2 dropped", list)
+	}
+	if r, _ := s.Append(ctx, other, Source{}, Batch{"loss": line(10, zero)}); r.Appended != 10 {
+		t.Errorf("another project: %+v, want its whole budget", r)
+	}
+	// A redelivered record changes neither the series nor the count.
+	if r, _ := s.Append(ctx, a, Source{Name: "t/0", Seq: 1}, Batch{"loss": line(7, zero)}); !r.Duplicate {
+		t.Errorf("redelivery: %+v", r)
+	}
+	for p, want := range map[string]int64{"p": 10, "q": 10} {
+		if n, err := s.ProjectPoints(ctx, p); err != nil || n != want {
+			t.Errorf("project %s keeps %d (%v), want %d", p, n, err, want)
+		}
+	}
+	if err := s.Delete(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.ProjectPoints(ctx, "p"); n != 3 {
+		t.Errorf("after deleting a job of 7 points the project keeps %d, want 3", n)
+	}
+	if r, _ := s.Append(ctx, b, Source{}, Batch{"loss": line(9, zero)}); r.Appended != 7 || r.OverBudget != 2 {
+		t.Errorf("after the delete: %+v, want the 7 points freed taken", r)
+	}
+}
+
+// TestProjectCountHealsAfterACrash: an append whose sync of the project's
+// count was lost (the writer stopped between the two) is counted when the
+// same record is redelivered, and the project's total is always the sum of
+// its jobs' entries.
+func TestProjectCountHealsAfterACrash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{})
+	zero := func(int) float64 { return 0 }
+	job := "projects/p/jobs/3"
+	if _, err := s.Append(ctx, job, Source{Name: "t/0", Seq: 1}, Batch{"loss": line(4, zero)}); err != nil {
+		t.Fatal(err)
+	}
+	// The crash: the next record's points are kept, its sync never ran.
+	if err := appendScript.Run(ctx, s.rdb, []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"), s.key(job, "points"), s.key(job, "s:loss")},
+		"t/0", 2, s.lim.Points, s.lim.Series, s.lim.JobPoints, s.lim.ProjectPoints, "loss", string(make([]byte, 24*5)), 5, 0, 0, 0, 0, 0, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.ProjectPoints(ctx, "p"); n != 4 {
+		t.Fatalf("before the redelivery the project counts %d, want the 4 synced", n)
+	}
+	if r, err := s.Append(ctx, job, Source{Name: "t/0", Seq: 2}, Batch{"loss": line(5, zero)}); err != nil || !r.Duplicate {
+		t.Fatalf("redelivery: %+v %v", r, err)
+	}
+	if n, _ := s.ProjectPoints(ctx, "p"); n != 9 {
+		t.Errorf("after the redelivery the project counts %d, want 9", n)
+	}
+	m, err := s.rdb.HGetAll(ctx, s.projectKey("p")).Result()
+	if err != nil || len(m) != 2 || m[job] != "9" || m["total"] != "9" {
+		t.Errorf("the project's hash %v (%v), want the job's 9 and a total of 9", m, err)
+	}
+}

@@ -44,16 +44,27 @@ const SweepBatch = 100
 var jobChangedType = envelope.TypeOf(&eventsv1.JobChanged{})
 
 // ingest is the metrics consumer's state: the store, the log, the
-// refusal counter and the clock.
+// refusal and dropped-points counters and the clock.
 type ingest struct {
 	st      *series.Store
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+	dropped *prometheus.CounterVec
 	now     func() time.Time
 }
 
+// Limits of loom_training_metrics_points_dropped_total: the job's own
+// (points per series, series per job, points per job) and its project's
+// budget (series.Limits.ProjectPoints).
+const (
+	droppedJob     = "job"
+	droppedProject = "project"
+)
+
 // newIngest returns the metrics consumer's state; its refusal counter
-// (loom_training_metrics_refused_total{reason}) has every reason at 0.
+// (loom_training_metrics_refused_total{reason}) has every reason at 0, and
+// its dropped-points counter
+// (loom_training_metrics_points_dropped_total{limit}) both limits.
 func newIngest(st *series.Store, log *slog.Logger, now func() time.Time) *ingest {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_training_metrics_refused_total",
 		Help: "Metric batches (MetricsReported) refused, by reason: not-placed, too-late, swept, held-full, held-expired, rate (docs/metrics.md)."},
@@ -61,7 +72,12 @@ func newIngest(st *series.Store, log *slog.Logger, now func() time.Time) *ingest
 	for _, r := range series.Reasons {
 		c.WithLabelValues(r)
 	}
-	return &ingest{st: st, log: log, refused: c, now: now}
+	d := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_training_metrics_points_dropped_total",
+		Help: "Metric points stored records carried but the store did not keep, by the limit they were past: job (points per series, series per job, points per job) or project (-metrics-project-points) (docs/metrics.md)."},
+		[]string{"limit"})
+	d.WithLabelValues(droppedJob)
+	d.WithLabelValues(droppedProject)
+	return &ingest{st: st, log: log, refused: c, dropped: d, now: now}
 }
 
 // consume is the consumer that appends MetricsReported points to the
@@ -326,8 +342,14 @@ func (in *ingest) store(ctx context.Context, ev envelope.Event) error {
 			chunk++
 			return nil
 		}
-		if r.Dropped > 0 {
-			log.Warn("metric points past the store's limits dropped", "job", m.GetJob(), "points", r.Dropped)
+		if r.OverBudget > 0 {
+			in.dropped.WithLabelValues(droppedProject).Add(float64(r.OverBudget))
+			log.Warn("metric points dropped: the project keeps its whole metrics budget; ended jobs' series free it after -metrics-retention, or raise -metrics-project-points",
+				"job", m.GetJob(), "points", r.OverBudget, "budget", lim.ProjectPoints)
+		}
+		if n := r.Dropped - r.OverBudget; n > 0 {
+			in.dropped.WithLabelValues(droppedJob).Add(float64(n))
+			log.Warn("metric points dropped past the job's limits", "job", m.GetJob(), "points", n)
 		}
 		b, n = series.Batch{}, 0
 		chunk++

@@ -310,10 +310,11 @@ func TestLateMetricsAfterRetentionSweep(t *testing.T) {
 // service at start-up with InvalidArgument naming the setting.
 func TestMetricsNodeRateSetting(t *testing.T) {
 	t.Parallel()
-	for _, arg := range []string{"-metrics-node-rate=-1", "-metrics-node-rate=10000001"} {
+	for _, arg := range []string{"-metrics-node-rate=-1", "-metrics-node-rate=10000001", "-metrics-project-points=999", "-metrics-project-points=100000000001"} {
 		err := RunArgs(context.Background(), []string{arg})
-		if errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metrics-node-rate") {
-			t.Errorf("%s: %v, want InvalidArgument naming metrics-node-rate", arg, err)
+		flag, _, _ := strings.Cut(strings.TrimPrefix(arg, "-"), "=")
+		if errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", arg, err, flag)
 		}
 	}
 }

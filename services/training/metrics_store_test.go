@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/series"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -56,5 +58,39 @@ func TestStoreMetricsRedelivered(t *testing.T) {
 	}
 	if list, _ := st.List(ctx, "projects/p/jobs/9"); list[0].Count != 4 {
 		t.Errorf("after the next record: %d points, want 4", list[0].Count)
+	}
+}
+
+// TestStoreMetricsProjectBudget: records of a project's jobs past the
+// project's budget keep what fits, and the points dropped are counted by
+// the limit they were past (project, or the job's own).
+func TestStoreMetricsProjectBudget(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := series.NewStore(rdb, "training:", series.Limits{ProjectPoints: 5, Points: 3})
+	in := newIngest(st, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+	ctx := context.Background()
+	record := func(job string, off int64, steps int) {
+		t.Helper()
+		m := &eventsv1.MetricsReported{Job: job}
+		for s := range steps {
+			m.Points = append(m.Points, &eventsv1.MetricsReported_Point{Step: int64(s), Values: map[string]float64{"loss": 1}})
+		}
+		if err := in.handle(ctx, envelope.Event{Topic: topics.StepEvents, Partition: 0, Offset: off, Payload: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("projects/p/jobs/1", 1, 4) // 3 kept (the series' bound), 1 past the job's limits
+	record("projects/p/jobs/2", 2, 3) // 2 kept, 1 past the project's budget
+	record("projects/q/jobs/1", 3, 3) // another project: all kept
+	for job, want := range map[string]int64{"projects/p/jobs/1": 3, "projects/p/jobs/2": 2, "projects/q/jobs/1": 3} {
+		if list, err := st.List(ctx, job); err != nil || len(list) != 1 || list[0].Count != want {
+			t.Errorf("%s: %+v %v, want %d points", job, list, err, want)
+		}
+	}
+	for limit, want := range map[string]float64{droppedJob: 1, droppedProject: 1} {
+		if got := testutil.ToFloat64(in.dropped.WithLabelValues(limit)); got != want {
+			t.Errorf("points_dropped_total{limit=%q} = %v, want %v", limit, got, want)
+		}
 	}
 }

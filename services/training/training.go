@@ -9,6 +9,7 @@ package training
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -70,6 +71,11 @@ type Config struct {
 	// write an hour (LOOM_TRAINING_METRICS_NODE_RATE; default
 	// series.DefaultLimits.NodeRate; docs/metrics.md).
 	MetricsNodeRate int64
+	// MetricsProjectPoints is the most metric points one project's jobs
+	// keep together (LOOM_TRAINING_METRICS_PROJECT_POINTS; default
+	// series.DefaultLimits.ProjectPoints, 100,000,000: 2.4 GB;
+	// docs/metrics.md).
+	MetricsProjectPoints int64
 }
 
 // RegisterFlags adds the training service's flags to fs, defaults from
@@ -84,6 +90,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long after a job ended its metric series are deleted; 0 keeps them forever (LOOM_TRAINING_METRICS_RETENTION; default 720h, otherwise 1h..87600h)")
 	fs.Int64Var(&c.MetricsNodeRate, "metrics-node-rate", config.EnvInt("LOOM_TRAINING_METRICS_NODE_RATE", series.DefaultLimits.NodeRate),
 		"the most metric records (MetricsReported) one node may write an hour; more are refused and counted (LOOM_TRAINING_METRICS_NODE_RATE; 1..10000000)")
+	fs.Int64Var(&c.MetricsProjectPoints, "metrics-project-points", config.EnvInt("LOOM_TRAINING_METRICS_PROJECT_POINTS", series.DefaultLimits.ProjectPoints),
+		"the most metric points one project's jobs keep together (24 bytes each); later points are dropped and counted (LOOM_TRAINING_METRICS_PROJECT_POINTS; default 100000000, 1000..100000000000)")
 }
 
 // RunArgs runs the training service from a command line (args, without
@@ -127,6 +135,12 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	if cfg.MetricsNodeRate < 1 || cfg.MetricsNodeRate > maxNodeRate {
 		return errs.Invalid("metrics-node-rate", "LOOM_TRAINING_METRICS_NODE_RATE: must be 1..%d records an hour, got %d", maxNodeRate, cfg.MetricsNodeRate)
 	}
+	if cfg.MetricsProjectPoints == 0 {
+		cfg.MetricsProjectPoints = series.DefaultLimits.ProjectPoints
+	}
+	if cfg.MetricsProjectPoints < minProjectPoints || cfg.MetricsProjectPoints > maxProjectPoints {
+		return errs.Invalid("metrics-project-points", "LOOM_TRAINING_METRICS_PROJECT_POINTS: must be %d..%d points, got %d", minProjectPoints, maxProjectPoints, cfg.MetricsProjectPoints)
+	}
 	// Only Loom services (the gateway) call this API: each call carries a
 	// service token.
 	internal, err := service.InternalAuth(cfg.Common)
@@ -147,7 +161,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		return fmt.Errorf("training: metrics: %w", err)
 	}
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
-	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{NodeRate: cfg.MetricsNodeRate})
+	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{NodeRate: cfg.MetricsNodeRate, ProjectPoints: cfg.MetricsProjectPoints})
 	trainingv1.RegisterMetricsServiceServer(base.GRPC, ports.NewMetrics(a, metrics))
 	ticker := base.Clock.NewTicker(cfg.Tick)
 	loops := []func(context.Context) error{func(ctx context.Context) error {
@@ -157,7 +171,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	// The sweep also expires held metric writes, so it runs whatever the
 	// retention (0: series kept forever).
 	in := newIngest(metrics, base.Log, base.Clock.Now)
-	if err := base.Telemetry.Registry.Register(in.refused); err != nil {
+	if err := errors.Join(base.Telemetry.Registry.Register(in.refused), base.Telemetry.Registry.Register(in.dropped)); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("training: metrics: %w", err)
 	}
@@ -183,6 +197,14 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 // maxNodeRate bounds -metrics-node-rate: beyond it the bound bounds
 // nothing (ten million records an hour is far past any agent's rate).
 const maxNodeRate = 10_000_000
+
+// minProjectPoints and maxProjectPoints bound -metrics-project-points:
+// under a thousand points a project could not keep one curve; a hundred
+// billion (2.4 TB) is past any Redis.
+const (
+	minProjectPoints = 1000
+	maxProjectPoints = 100_000_000_000
+)
 
 // checkRetention checks a metrics retention: 0 (keep forever) or within
 // series.MinRetention..series.MaxRetention.
