@@ -38,6 +38,11 @@ for i = 5, #KEYS do
     for w in string.gmatch(cur, '%S+') do s[#s + 1] = tonumber(w) end
   elseif nseries >= maxSeries then
     s = nil
+  elseif math.min(maxJob - total, projectRoom - appended) <= 0 then
+    -- None of a new series' points would be kept: no series is made (an
+    -- empty one would list a summary of points it does not hold).
+    s = nil
+    if maxJob - total > 0 then overBudget = overBudget + n end
   else
     nseries = nseries + 1
     s = {0, fs, fv, ls, lv, mn, mx, 0}

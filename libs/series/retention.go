@@ -87,7 +87,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, retention time.Duratio
 		if err := s.rdb.Set(ctx, s.key(job, "swept"), now.UnixMilli(), s.lim.Late).Err(); err != nil {
 			return i, fmt.Errorf("metrics of %s: swept marker: %w", job, err)
 		}
-		if err := s.Delete(ctx, job); err != nil {
+		if err := s.delete(ctx, job, true); err != nil {
 			return i, err
 		}
 		if err := forgetScript.Run(ctx, s.rdb, []string{s.endedKey()}, job, cutoff).Err(); err != nil {

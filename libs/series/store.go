@@ -127,66 +127,15 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 		return Result{}, fmt.Errorf("metrics of %s: the script answered %v", job, res)
 	}
 	r := Result{Duplicate: res[0] == 1, Swept: res[0] == 2, Appended: res[1], Dropped: res[2], OverBudget: res[4]}
-	// A duplicate syncs too: it is the redelivery of a record whose append
-	// ran before a crash that came before its sync, and so heals the count.
-	if !r.Swept && (r.Appended > 0 || r.Duplicate) {
+	// Every append syncs, a duplicate's and one that kept nothing too: the
+	// redelivery of a record whose sync a crash cut off heals the count,
+	// and so does the job's next append.
+	if !r.Swept {
 		if err := s.syncProject(ctx, job, res[3]); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
-}
-
-// projectOf is the project of a job id "projects/{p}/jobs/{id}"; ids of
-// another shape count as one project, "".
-func projectOf(job string) string {
-	if rest, ok := strings.CutPrefix(job, "projects/"); ok {
-		if p, _, ok := strings.Cut(rest, "/"); ok {
-			return p
-		}
-	}
-	return ""
-}
-
-// projectKey is the hash of a project's points: job -> the points it keeps,
-// and "total" (which no job id is) their sum. It is its own hash slot,
-// outside any job's: written only by syncScript, read one command at a time,
-// so the project's count is read before a job's append and written after
-// it. What a crash between the two leaves (a count short of one batch) is
-// healed by the job's next append or the redelivery of the same record
-// (Append syncs on a duplicate too), and by the job's Delete.
-func (s *Store) projectKey(project string) string {
-	return s.prefix + "metrics-project:{" + project + "}"
-}
-
-// syncScript sets a job's points in its project's hash (0 removes it) and
-// moves the project's total by the difference, in one step: the total is
-// always the sum of the jobs' entries, however often a sync is repeated.
-var syncScript = redis.NewScript(`
-local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-local new = tonumber(ARGV[2])
-if new == 0 then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], new) end
-if new ~= old then redis.call('HINCRBY', KEYS[1], 'total', new - old) end
-return 0`)
-
-func (s *Store) syncProject(ctx context.Context, job string, points int64) error {
-	if err := syncScript.Run(ctx, s.rdb, []string{s.projectKey(projectOf(job))}, job, points).Err(); err != nil {
-		return fmt.Errorf("metrics of %s: the project's count: %w", job, err)
-	}
-	return nil
-}
-
-// ProjectPoints is how many points project's jobs keep together (as last
-// synced: see projectKey), the count Limits.ProjectPoints bounds.
-func (s *Store) ProjectPoints(ctx context.Context, project string) (int64, error) {
-	n, err := s.rdb.HGet(ctx, s.projectKey(project), "total").Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("metrics of project %q: %w", project, err)
-	}
-	return n, nil
 }
 
 // validJob checks a job id: not empty, no braces (they would break the
@@ -289,8 +238,15 @@ func (s *Store) Read(ctx context.Context, job, metric string, q Query) (pts []Po
 }
 
 // Delete removes every series of job, with its placement and held
-// batches (guard.go); not its swept marker.
-func (s *Store) Delete(ctx context.Context, job string) error {
+// batches (guard.go); not its swept marker. The job's points leave its
+// project's count.
+func (s *Store) Delete(ctx context.Context, job string) error { return s.delete(ctx, job, false) }
+
+// delete is Delete; swept (Sweep's delete, under the job's swept marker)
+// also leaves the project a tombstone for Limits.Late, so that the sync of
+// an append that ran before the marker, arriving after the delete, does
+// not count points that are gone (projectSyncScript).
+func (s *Store) delete(ctx context.Context, job string, swept bool) error {
 	names, err := s.rdb.HKeys(ctx, s.key(job, "index")).Result()
 	if err != nil {
 		return fmt.Errorf("metrics of %s: %w", job, err)
@@ -304,5 +260,5 @@ func (s *Store) Delete(ctx context.Context, job string) error {
 	}
 	// After the delete: a crash between the two leaves the project counting
 	// points no longer kept until the delete is redone (Sweep redoes it).
-	return s.syncProject(ctx, job, 0)
+	return s.dropFromProject(ctx, job, swept)
 }

@@ -181,12 +181,58 @@ func TestProjectPointsBudget(t *testing.T) {
 	if r, _ := s.Append(ctx, b, Source{}, Batch{"loss": line(9, zero)}); r.Appended != 7 || r.OverBudget != 2 {
 		t.Errorf("after the delete: %+v, want the 7 points freed taken", r)
 	}
+	// The project is full: a new series of a new job is not made (an empty
+	// series would list a summary of points it does not hold).
+	c := "projects/p/jobs/3"
+	if r, _ := s.Append(ctx, c, Source{}, Batch{"acc": line(4, zero)}); r.Appended != 0 || r.OverBudget != 4 {
+		t.Errorf("a new job in a full project: %+v, want 4 points over the budget", r)
+	}
+	if list, err := s.List(ctx, c); err != nil || len(list) != 0 {
+		t.Errorf("its series: %+v %v, want none", list, err)
+	}
 }
 
-// TestProjectCountHealsAfterACrash: an append whose sync of the project's
-// count was lost (the writer stopped between the two) is counted when the
-// same record is redelivered, and the project's total is always the sum of
-// its jobs' entries.
+// TestProjectBudgetCutSummary: a batch cut at the project's budget keeps
+// the summary of the points kept, not of the batch.
+func TestProjectBudgetCutSummary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{ProjectPoints: 3})
+	vals := []float64{5, -1, 7, -100, 100}
+	pts := make([]Point, len(vals))
+	for i, v := range vals {
+		pts[i] = Point{Step: int64(i + 10), Value: v}
+	}
+	if r, err := s.Append(ctx, "projects/p/jobs/1", Source{}, Batch{"loss": pts}); err != nil || r.Appended != 3 || r.OverBudget != 2 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	list, _ := s.List(ctx, "projects/p/jobs/1")
+	if l := list[0]; l.Count != 3 || l.Dropped != 2 || l.Min != -1 || l.Max != 7 || l.FirstStep != 10 || l.First != 5 || l.LastStep != 12 || l.Last != 7 {
+		t.Errorf("summary %+v, want the first three points'", l)
+	}
+}
+
+// appendUnsynced runs an append's script alone: an append whose sync a
+// crash (or a slow writer) has not run yet.
+func appendUnsynced(t *testing.T, s *Store, job string, seq int64, points int) {
+	t.Helper()
+	if err := appendScript.Run(context.Background(), s.rdb, []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"), s.key(job, "points"), s.key(job, "s:loss")},
+		"t/0", seq, s.lim.Points, s.lim.Series, s.lim.JobPoints, s.lim.ProjectPoints, "loss", string(make([]byte, 24*points)), points, 0, 0, 0, 0, 0, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantProjectPoints(t *testing.T, s *Store, project string, want int64, when string) {
+	t.Helper()
+	if n, err := s.ProjectPoints(context.Background(), project); err != nil || n != want {
+		t.Errorf("%s: project %q counts %d (%v), want %d", when, project, n, err, want)
+	}
+}
+
+// TestProjectCountHealsAfterACrash: an append whose sync was lost (the
+// writer stopped between the two) is counted when the same record is
+// redelivered, or at the job's next append; CountStored counts series
+// stored before any sync.
 func TestProjectCountHealsAfterACrash(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -196,22 +242,70 @@ func TestProjectCountHealsAfterACrash(t *testing.T) {
 	if _, err := s.Append(ctx, job, Source{Name: "t/0", Seq: 1}, Batch{"loss": line(4, zero)}); err != nil {
 		t.Fatal(err)
 	}
-	// The crash: the next record's points are kept, its sync never ran.
-	if err := appendScript.Run(ctx, s.rdb, []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"), s.key(job, "points"), s.key(job, "s:loss")},
-		"t/0", 2, s.lim.Points, s.lim.Series, s.lim.JobPoints, s.lim.ProjectPoints, "loss", string(make([]byte, 24*5)), 5, 0, 0, 0, 0, 0, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := s.ProjectPoints(ctx, "p"); n != 4 {
-		t.Fatalf("before the redelivery the project counts %d, want the 4 synced", n)
-	}
+	appendUnsynced(t, s, job, 2, 5)
+	wantProjectPoints(t, s, "p", 4, "before the redelivery")
 	if r, err := s.Append(ctx, job, Source{Name: "t/0", Seq: 2}, Batch{"loss": line(5, zero)}); err != nil || !r.Duplicate {
 		t.Fatalf("redelivery: %+v %v", r, err)
 	}
-	if n, _ := s.ProjectPoints(ctx, "p"); n != 9 {
-		t.Errorf("after the redelivery the project counts %d, want 9", n)
+	wantProjectPoints(t, s, "p", 9, "after the redelivery")
+	// Stored before projects were counted: counted by CountStored.
+	old := "projects/p/jobs/4"
+	appendUnsynced(t, s, old, 1, 6)
+	if n, err := s.CountStored(ctx, 0); err != nil || n != 2 {
+		t.Fatalf("CountStored read %d jobs (%v), want 2", n, err)
 	}
-	m, err := s.rdb.HGetAll(ctx, s.projectKey("p")).Result()
-	if err != nil || len(m) != 2 || m[job] != "9" || m["total"] != "9" {
-		t.Errorf("the project's hash %v (%v), want the job's 9 and a total of 9", m, err)
+	wantProjectPoints(t, s, "p", 15, "after CountStored")
+	if n, _ := s.CountStored(ctx, 0); n != 2 {
+		t.Errorf("a second CountStored read %d jobs", n)
+	}
+	wantProjectPoints(t, s, "p", 15, "after a second CountStored")
+}
+
+// TestProjectCountSurvivesLateSyncs: syncs that arrive late never undo a
+// later count (two appliers of one job), and the sync of an append that
+// ran before its job was swept does not count the swept points again.
+func TestProjectCountSurvivesLateSyncs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{})
+	job := "projects/p/jobs/5"
+	appendUnsynced(t, s, job, 1, 100)
+	appendUnsynced(t, s, job, 2, 300)
+	for _, n := range []int64{400, 100} { // the second append's sync first
+		if err := s.syncProject(ctx, job, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantProjectPoints(t, s, "p", 400, "syncs out of order")
+	// An append runs, then the job is swept, then the append's sync comes.
+	appendUnsynced(t, s, job, 3, 50)
+	if err := s.Ended(ctx, job, time.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Sweep(ctx, time.Now(), time.Hour, 10); err != nil || n != 1 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	wantProjectPoints(t, s, "p", 0, "after the sweep")
+	if err := s.syncProject(ctx, job, 450); err != nil {
+		t.Fatal(err)
+	}
+	wantProjectPoints(t, s, "p", 0, "after the swept job's late sync")
+}
+
+// TestProjectCountOddJobIDs: ids of another shape than projects/{p}/jobs/{id}
+// share one project, "", whose total no job id can overwrite.
+func TestProjectCountOddJobIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{ProjectPoints: 1000})
+	zero := func(int) float64 { return 0 }
+	for _, job := range []string{"total", "42", ":total"} {
+		if r, err := s.Append(ctx, job, Source{}, Batch{"loss": line(300, zero)}); err != nil || r.Appended != 300 {
+			t.Fatalf("%s: %+v %v", job, r, err)
+		}
+	}
+	wantProjectPoints(t, s, "", 900, "three jobs of 300")
+	if r, _ := s.Append(ctx, "43", Source{}, Batch{"loss": line(300, zero)}); r.Appended != 100 || r.OverBudget != 200 {
+		t.Errorf("past the budget of 1000: %+v, want 100 kept", r)
 	}
 }

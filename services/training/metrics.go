@@ -304,6 +304,19 @@ func (in *ingest) sweepMetrics(ctx context.Context, tick <-chan time.Time, reten
 	}
 }
 
+// countDropped counts and logs the points an append dropped, by limit.
+func (in *ingest) countDropped(job string, r series.Result, lim series.Limits) {
+	if r.OverBudget > 0 {
+		in.dropped.WithLabelValues(droppedProject).Add(float64(r.OverBudget))
+		in.log.Warn("metric points dropped: the project keeps its whole metrics budget; ended jobs' series free it after -metrics-retention, or raise -metrics-project-points",
+			"job", job, "points", r.OverBudget, "budget", lim.ProjectPoints)
+	}
+	if n := r.Dropped - r.OverBudget; n > 0 {
+		in.dropped.WithLabelValues(droppedJob).Add(float64(n))
+		in.log.Warn("metric points dropped past the job's limits", "job", job, "points", n)
+	}
+}
+
 // store appends one admitted MetricsReported's points. A record is applied
 // once: its topic partition and offset are the store's source and
 // sequence, so a redelivered record adds nothing. Values the store cannot
@@ -329,6 +342,10 @@ func (in *ingest) store(ctx context.Context, ev envelope.Event) error {
 			name += "#" + strconv.Itoa(chunk)
 		}
 		r, err := st.Append(ctx, m.GetJob(), series.Source{Name: name, Seq: ev.Offset}, b)
+		// What was dropped is counted even when the project's count failed
+		// after the append (err with r): the retry is a duplicate, which
+		// drops nothing.
+		in.countDropped(m.GetJob(), r, lim)
 		if err != nil {
 			return err
 		}
@@ -341,15 +358,6 @@ func (in *ingest) store(ctx context.Context, ev envelope.Event) error {
 			b, n = series.Batch{}, 0
 			chunk++
 			return nil
-		}
-		if r.OverBudget > 0 {
-			in.dropped.WithLabelValues(droppedProject).Add(float64(r.OverBudget))
-			log.Warn("metric points dropped: the project keeps its whole metrics budget; ended jobs' series free it after -metrics-retention, or raise -metrics-project-points",
-				"job", m.GetJob(), "points", r.OverBudget, "budget", lim.ProjectPoints)
-		}
-		if n := r.Dropped - r.OverBudget; n > 0 {
-			in.dropped.WithLabelValues(droppedJob).Add(float64(n))
-			log.Warn("metric points dropped past the job's limits", "job", m.GetJob(), "points", n)
 		}
 		b, n = series.Batch{}, 0
 		chunk++

@@ -80,7 +80,7 @@ func TestStoreMetricsProjectBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	record("projects/p/jobs/1", 1, 4) // 3 kept (the series' bound), 1 past the job's limits
+	record("projects/p/jobs/1", 1, 5) // 3 kept (the series' bound), 2 past the job's limits
 	record("projects/p/jobs/2", 2, 3) // 2 kept, 1 past the project's budget
 	record("projects/q/jobs/1", 3, 3) // another project: all kept
 	for job, want := range map[string]int64{"projects/p/jobs/1": 3, "projects/p/jobs/2": 2, "projects/q/jobs/1": 3} {
@@ -88,7 +88,7 @@ func TestStoreMetricsProjectBudget(t *testing.T) {
 			t.Errorf("%s: %+v %v, want %d points", job, list, err, want)
 		}
 	}
-	for limit, want := range map[string]float64{droppedJob: 1, droppedProject: 1} {
+	for limit, want := range map[string]float64{droppedJob: 2, droppedProject: 1} {
 		if got := testutil.ToFloat64(in.dropped.WithLabelValues(limit)); got != want {
 			t.Errorf("points_dropped_total{limit=%q} = %v, want %v", limit, got, want)
 		}

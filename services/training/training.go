@@ -179,6 +179,18 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	loops = append(loops, func(ctx context.Context) error {
 		defer sweep.Stop()
 		return in.sweepMetrics(ctx, sweep.Chan(), cfg.MetricsRetention)
+	}, func(ctx context.Context) error {
+		// Series stored before projects were counted (an upgrade) count
+		// from now on; beside the appends, which it cannot undo. A failure
+		// is logged: the count is then short until those jobs append.
+		n, err := metrics.CountStored(ctx, 0)
+		if err != nil && ctx.Err() == nil {
+			base.Log.Warn("counting stored metric series into their projects", "err", err, "jobs", n)
+		} else if err == nil {
+			base.Log.Info("stored metric series counted into their projects", "jobs", n)
+		}
+		<-ctx.Done()
+		return nil
 	})
 	if started != nil {
 		loops = append(loops, func(ctx context.Context) error {
