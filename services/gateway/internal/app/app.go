@@ -826,10 +826,18 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for jobs: %w", err)
 	}
-	// bound is the last key the scheduler's page covers ("": all of them).
+	// bound is the last key the scheduler's page covers ("": all of them):
+	// the key its token goes on from, which is its last job's, or past it
+	// when the scheduler stopped testing jobs short of a full page
+	// (views.MaxScan; the page may then be empty).
 	bound := ""
-	if live := resp.GetJobs(); resp.GetNextPageToken() != "" && len(live) > 0 {
-		bound = paging.JobKey(live[len(live)-1])
+	if next := resp.GetNextPageToken(); next != "" {
+		more := proto.Clone(fwd).(*loomv1.ListJobsRequest)
+		more.PageToken = next
+		if _, bound, err = paging.Parse(more); err != nil || bound == "" {
+			// Not the caller's token: an Internal error, not theirs to fix.
+			return nil, fmt.Errorf("the scheduler's next page token %q does not parse: %v", next, err)
+		}
 	}
 	inPage := func(j *loomv1.Job) bool {
 		k := paging.JobKey(j)

@@ -553,6 +553,15 @@ func (a *App) GetJob(name string) (*loomv1.Job, error) {
 // views.ListPage), and the key to continue after ("" at the end).
 func (a *App) ListJobs(f views.JobFilter, after string, size int) ([]*loomv1.Job, string) {
 	a.mu.RLock()
+	if !a.state.Listed() {
+		// The first list since the state was loaded makes the project
+		// lists (domain.State.BuildLists), once, as a writer.
+		a.mu.RUnlock()
+		a.mu.Lock()
+		a.state.BuildLists()
+		a.mu.Unlock()
+		a.mu.RLock()
+	}
 	defer a.mu.RUnlock()
 	return views.ListPage(a.state, f, after, size, a.now())
 }

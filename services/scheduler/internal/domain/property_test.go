@@ -170,6 +170,7 @@ func TestRandomFeaturesKeepInvariants(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		randomFeatures(t, seed, 250, func(s *State, c *Change) {
 			checkGangs(t, s, c)
+			checkLists(t, s)
 			for _, jc := range jobChanges(c) {
 				seen[jc.GetJob().GetState()] = true
 			}

@@ -36,6 +36,9 @@ type State struct {
 	usage    map[string]*Usage
 	// ended: compact records of jobs pruned from the state (retention.go).
 	ended map[string]*Ended
+	// lists: each project's jobs in list order, nil until BuildLists
+	// (listindex.go).
+	lists map[string]*projectList
 
 	byCluster map[string]*clusterIndex
 	// active: runs that still hold an allocation, by key.
@@ -554,6 +557,8 @@ func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
 		nj.Job = pj
 	}
 	nj.why = old.why
+	// A reason changes neither the job's list key nor its state: its
+	// project's lists stay as they are (relist).
 	s.jobs[e.Subject] = nj
 	// The entry holds the job's attributes (the stored version's): only
 	// the reason changes.
@@ -872,6 +877,7 @@ func (s *State) putJob(name string, j *Job) {
 			ci.pendVer = s.versions
 		}
 	}
+	s.relist(old, j)
 	if j == nil {
 		delete(s.jobs, name)
 		return

@@ -8,6 +8,8 @@
 package views
 
 import (
+	"container/heap"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -27,6 +29,12 @@ type JobSource interface {
 	// EachJob calls fn with every job record's stored resource, which fn
 	// must neither change nor keep.
 	EachJob(fn func(j *loomv1.Job))
+	// ProjectJobs calls fn with the stored resource of each job of project
+	// ("projects/{p}") in list order (ListKey), from the first job after
+	// after (from the first job when first), only the active ones (not
+	// terminal) when active, until fn returns false. fn must neither
+	// change nor keep the job.
+	ProjectJobs(project string, active bool, after ListKey, first bool, fn func(j *loomv1.Job) bool)
 	// JobViewer returns a function giving the job record named name as
 	// GetJob serves it as of now (a copy with its read-time fields: priority
 	// and factors of a pending job, runs, placement), nil when unknown. One
@@ -54,7 +62,17 @@ type JobFilter struct {
 
 // Keep reports whether f selects j (Names match SlurmJobName).
 func (f *JobFilter) Keep(j *loomv1.Job) bool {
-	if f.Project != "" && !strings.HasPrefix(j.GetName(), f.Project+"/jobs/") {
+	prefix := ""
+	if f.Project != "" {
+		prefix = f.Project + "/jobs/"
+	}
+	return f.keep(j, prefix)
+}
+
+// keep is Keep with the project's name prefix made once ("" for any
+// project): a list tests every job the scheduler keeps.
+func (f *JobFilter) keep(j *loomv1.Job, prefix string) bool {
+	if prefix != "" && !strings.HasPrefix(j.GetName(), prefix) {
 		return false
 	}
 	if f.Cluster != "" && j.GetCluster() != f.Cluster {
@@ -121,27 +139,146 @@ func List(src JobSource, f JobFilter, now time.Time) []*loomv1.Job {
 	return out
 }
 
+// MaxScan bounds the jobs one ListPage of a project tests against its
+// filter: a filter that leaves most of a project's jobs out (squeue -u of a
+// user with few jobs among a hundred thousand) gets a short page, possibly
+// empty, and a key to go on from, rather than holding the state for a walk
+// of every job. The gateway reads its own indexes to the same bound.
+const MaxScan = 10_000
+
 // ListPage returns one page of the jobs f selects, in submission order
-// (paging.JobKey), as Job serves them: those after the key after ("" for
-// the first page), at most size and within paging.MaxBytes. next is the key
-// to continue after, "" when no job follows. Only the page's jobs are
-// viewed, so a page costs the same however many jobs there are.
+// (ListKey, paging.JobKey), as Job serves them: those after the key after
+// ("" for the first page), at most size and within paging.MaxBytes. next
+// is the key to continue after, "" when no job follows; a page may be
+// short, even empty, with a next key, when a project's jobs were tested
+// past MaxScan. Only the page's jobs are viewed and keyed. A project's page
+// reads its jobs in order from after on (JobSource.ProjectJobs); a list of
+// every project walks every job and keeps the first size+1 in a max-heap.
 func ListPage(src JobSource, f JobFilter, after string, size int, now time.Time) (jobs []*loomv1.Job, next string) {
-	names, keys := listed(src, f)
-	i := sort.SearchStrings(keys, after)
-	if i < len(keys) && keys[i] == after {
-		i++
+	size = max(size, 1)
+	from, parsed := ParseListKey(after)
+	prefix := ""
+	if f.Project != "" {
+		prefix = f.Project + "/jobs/"
+	}
+	var keys []ListKey
+	cut := ""
+	if f.Project != "" && (parsed || after == "") {
+		scanned := 0
+		src.ProjectJobs(f.Project, f.ActiveOnly, from, after == "", func(j *loomv1.Job) bool {
+			scanned++
+			if f.keep(j, prefix) {
+				if keys = append(keys, KeyOf(j)); len(keys) > size {
+					return false
+				}
+			}
+			if scanned >= MaxScan {
+				cut = KeyOf(j).String()
+				return false
+			}
+			return true
+		})
+	} else {
+		keys = heapPage(src, f, prefix, after, from, parsed, size)
 	}
 	view := src.JobViewer(now)
 	b := paging.NewBuilder(size)
-	for ; i < len(names); i++ {
-		j := view(names[i])
+	for i, k := range keys {
+		j := view(k.Name)
 		if !b.Add(j) {
-			return jobs, keys[i-1]
+			return jobs, keys[i-1].String()
 		}
 		jobs = append(jobs, j)
 	}
-	return jobs, ""
+	return jobs, cut
+}
+
+// heapPage is the first size+1 keys, in order, of the jobs f selects after
+// after, in one walk of every job with a bounded max-heap.
+func heapPage(src JobSource, f JobFilter, prefix, after string, from ListKey, parsed bool, size int) []ListKey {
+	// A key the scheduler did not write is compared as a string, as
+	// JobKey sorts: slower, never wrong.
+	isAfter := func(k ListKey) bool { return k.String() > after }
+	if parsed {
+		isAfter = from.Less
+	} else if after == "" {
+		isAfter = nil
+	}
+	h := &pageHeap{}
+	src.EachJob(func(j *loomv1.Job) {
+		if !f.keep(j, prefix) {
+			return
+		}
+		k := KeyOf(j)
+		if isAfter != nil && !isAfter(k) {
+			return
+		}
+		if len(h.keys) <= size {
+			heap.Push(h, k)
+		} else if k.Less(h.keys[0]) {
+			h.keys[0] = k
+			heap.Fix(h, 0)
+		}
+	})
+	slices.SortFunc(h.keys, ListKey.Compare)
+	return h.keys
+}
+
+// ListKey is a job's list key (paging.JobKey) as its parts: the numeric job
+// id (0 when it is not a number), then the name. Jobs list in its order.
+type ListKey struct {
+	Num  uint64
+	Name string
+}
+
+// KeyOf is j's list key.
+func KeyOf(j *loomv1.Job) ListKey {
+	n, err := strconv.ParseUint(j.GetJobId(), 10, 64)
+	if err != nil {
+		n = 0
+	}
+	return ListKey{Num: n, Name: j.GetName()}
+}
+
+// Compare orders keys as their String forms sort.
+func (k ListKey) Compare(o ListKey) int {
+	switch {
+	case k.Num < o.Num:
+		return -1
+	case k.Num > o.Num:
+		return 1
+	}
+	return strings.Compare(k.Name, o.Name)
+}
+
+// Less reports whether k orders before o.
+func (k ListKey) Less(o ListKey) bool { return k.Compare(o) < 0 }
+
+// String is the key as paging.JobKey writes it.
+func (k ListKey) String() string { return fmt.Sprintf("%020d %s", k.Num, k.Name) }
+
+// ParseListKey reads a key paging.JobKey wrote; false for "" or a key of
+// another shape, which the scheduler never hands out.
+func ParseListKey(key string) (ListKey, bool) {
+	if len(key) > 21 && key[20] == ' ' && strings.Trim(key[:20], "0123456789") == "" {
+		if n, err := strconv.ParseUint(key[:20], 10, 64); err == nil {
+			return ListKey{Num: n, Name: key[21:]}, true
+		}
+	}
+	return ListKey{}, false
+}
+
+// pageHeap is a max-heap of list keys: the greatest of the kept at the root.
+type pageHeap struct{ keys []ListKey }
+
+func (h *pageHeap) Len() int           { return len(h.keys) }
+func (h *pageHeap) Less(i, j int) bool { return h.keys[j].Less(h.keys[i]) }
+func (h *pageHeap) Swap(i, j int)      { h.keys[i], h.keys[j] = h.keys[j], h.keys[i] }
+func (h *pageHeap) Push(x any)         { h.keys = append(h.keys, x.(ListKey)) }
+func (h *pageHeap) Pop() any {
+	k := h.keys[len(h.keys)-1]
+	h.keys = h.keys[:len(h.keys)-1]
+	return k
 }
 
 // listed returns the names of the records f selects sorted by their list

@@ -1,11 +1,16 @@
 package views
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
@@ -18,6 +23,20 @@ func (f fakeJobs) ResolveJobName(name string) string { return name }
 func (f fakeJobs) EachJob(fn func(*loomv1.Job)) {
 	for _, j := range f {
 		fn(j)
+	}
+}
+func (f fakeJobs) ProjectJobs(project string, active bool, after ListKey, first bool, fn func(*loomv1.Job) bool) {
+	var js []*loomv1.Job
+	for _, j := range f {
+		if strings.HasPrefix(j.GetName(), project+"/jobs/") && (!active || !j.GetState().Terminal()) && (first || after.Less(KeyOf(j))) {
+			js = append(js, j)
+		}
+	}
+	slices.SortFunc(js, func(a, b *loomv1.Job) int { return KeyOf(a).Compare(KeyOf(b)) })
+	for _, j := range js {
+		if !fn(j) {
+			return
+		}
 	}
 }
 func (f fakeJobs) JobViewer(time.Time) func(string) *loomv1.Job {
@@ -156,5 +175,105 @@ func TestSlurmNodesHealthStates(t *testing.T) {
 			t.Fatalf("node %s: %v %q by %q at %v, want %v with health's reason", n.GetHostname(), n.GetState(), n.GetReason(),
 				n.GetReasonUser(), n.GetReasonTime(), want[i])
 		}
+	}
+}
+
+// TestListPageMatchesASortOfEveryJob: ListPage's pages (one pass with a
+// bounded heap) are exactly those of sorting every selected job by
+// paging.JobKey and cutting after the key: for random jobs (ids numeric,
+// not numeric, equal between projects), filters, page sizes and keys,
+// including keys the scheduler never writes.
+func TestListPageMatchesASortOfEveryJob(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 9))
+	for round := range 200 {
+		src := fakeJobs{}
+		for i := range 1 + rng.IntN(60) {
+			id := strconv.Itoa(rng.IntN(40))
+			switch rng.IntN(8) {
+			case 0:
+				id = "x" + id
+			case 1:
+				id = ""
+			}
+			name := fmt.Sprintf("projects/p%d/jobs/%s-%d", rng.IntN(2), id, i)
+			src[name] = &loomv1.Job{Name: name, JobId: id, User: []string{"a", "b"}[rng.IntN(2)],
+				State: []loomv1.JobState{loomv1.JobState_PENDING, loomv1.JobState_RUNNING, loomv1.JobState_COMPLETED}[rng.IntN(3)]}
+		}
+		f := JobFilter{}
+		if rng.IntN(2) == 0 {
+			f.Project = "projects/p1"
+		}
+		if rng.IntN(3) == 0 {
+			f.Users = []string{"a"}
+		}
+		f.ActiveOnly = rng.IntN(2) == 0
+		var want []string
+		src.EachJob(func(j *loomv1.Job) {
+			if f.Keep(j) {
+				want = append(want, paging.JobKey(j))
+			}
+		})
+		slices.Sort(want)
+		afters := []string{"", "garbage", "0000", "00000000000000000012", "00000000000000000012 ", "00000000000000000012 projects/p1/jobs/12-9",
+			"0000000000000000001x", "99999999999999999999 z", strings.Repeat("9", 25)}
+		for _, k := range want {
+			afters = append(afters, k, k[:rng.IntN(len(k))])
+		}
+		for _, after := range afters {
+			size := 1 + rng.IntN(12)
+			page, next := ListPage(src, f, after, size, time.Time{})
+			i, _ := slices.BinarySearch(want, after)
+			if i < len(want) && want[i] == after {
+				i++
+			}
+			exp := want[i:min(len(want), i+size)]
+			var got []string
+			for _, j := range page {
+				got = append(got, paging.JobKey(j))
+			}
+			if !slices.Equal(got, exp) {
+				t.Fatalf("round %d, after %q, size %d: got %q, want %q", round, after, size, got, exp)
+			}
+			wantNext := ""
+			if i+size < len(want) {
+				wantNext = exp[len(exp)-1]
+			}
+			if next != wantNext {
+				t.Fatalf("round %d, after %q, size %d: next %q, want %q", round, after, size, next, wantNext)
+			}
+		}
+	}
+}
+
+// TestListPageScansABoundedNumber: a filter that leaves out most of a
+// project's jobs gets short pages, each after at most MaxScan jobs tested,
+// with a key to go on from; paging on lists every selected job once.
+func TestListPageScansABoundedNumber(t *testing.T) {
+	t.Parallel()
+	src := fakeJobs{}
+	mine := map[int]bool{5: true, MaxScan + 7: true, 2*MaxScan + 100: true}
+	for i := 1; i <= 2*MaxScan+200; i++ {
+		name := fmt.Sprintf("projects/p/jobs/%d", i)
+		u := "others"
+		if mine[i] {
+			u = "me"
+		}
+		src[name] = &loomv1.Job{Name: name, JobId: strconv.Itoa(i), User: u, State: loomv1.JobState_PENDING}
+	}
+	var got []string
+	after, pages := "", 0
+	for {
+		page, next := ListPage(src, JobFilter{Project: "projects/p", Users: []string{"me"}}, after, 100, time.Time{})
+		for _, j := range page {
+			got = append(got, j.GetJobId())
+		}
+		if pages++; next == "" || pages > 10 {
+			break
+		}
+		after = next
+	}
+	if want := []string{"5", strconv.Itoa(MaxScan + 7), strconv.Itoa(2*MaxScan + 100)}; !slices.Equal(got, want) || pages != 3 {
+		t.Errorf("%d pages listing %v, want 3 pages (each at most %d jobs tested) listing %v", pages, got, MaxScan, want)
 	}
 }
