@@ -240,6 +240,23 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 		u, ok := e.Payload.(*eventsv1.UpdateJob)
 		return ok && u.GetJob() == granted.GetName() && u.GetAccount() == "lab" && u.GetQos() == "normal"
 	})
+	// A job moved into an account counts against that association's
+	// MaxSubmitJobs, as slurmctld's update checks it: with lab full, the
+	// move is refused; a change within the job's own account is not a move.
+	if _, err := h.accounts().SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: "projects/default", Association: &loomv1.Association{
+		Account: "lab", User: "ana", MaxSubmitJobs: 1}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	inLab := proto.Clone(pending).(*loomv1.Job)
+	inLab.Name, inLab.JobId, inLab.Account, inLab.Qos = "projects/default/jobs/46", "46", "lab", "normal"
+	h.w.setJob(inLab)
+	granted.Qos = "normal"
+	h.w.setJob(granted)
+	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: granted.GetName(), Action: "update", Account: qos("lab")})
+	wantCode(t, "a move into a full account", err, codes.ResourceExhausted, "MaxSubmitJobs=1", "account=lab")
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: inLab.GetName(), Action: "update", Account: qos("lab")}); err != nil {
+		t.Errorf("Account=lab for a job already in lab: %v", err)
+	}
 }
 
 // TestUpdateSizeHostsNameAndThrottle: scontrol update NumNodes=, NumTasks=,

@@ -323,13 +323,24 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 		return charge{}, domain.QOSError(user, account, qos, open, a.GetQos())
 	}
 	ch := charge{account: account, qos: qos}
+	if err := g.checkMaxSubmitJobs(ctx, req.GetParent(), user, account, a, max(1, domain.ArrayTaskCount(job.GetArray()))); err != nil {
+		return charge{}, err
+	}
+	return ch, nil
+}
+
+// checkMaxSubmitJobs checks that adding jobs (an array's tasks count each)
+// to user's pending and running jobs charged to account, as the gateway's
+// ListJobs sees them with active_only (an array not yet split into tasks
+// counts its task count), stays within the association a's MaxSubmitJobs
+// (none: no limit): ResourceExhausted with Slurm's reason and the limit.
+func (g *Gateway) checkMaxSubmitJobs(ctx context.Context, parent, user, account string, a *loomv1.Association, adding int) error {
 	limit := int(a.GetMaxSubmitJobs())
 	if limit == 0 {
-		return ch, nil
+		return nil
 	}
-	adding := max(1, domain.ArrayTaskCount(job.GetArray()))
 	active := 0
-	err = g.eachActiveJob(ctx, req.GetParent(), []string{user}, func(j *loomv1.Job) bool {
+	err := g.eachActiveJob(ctx, parent, []string{user}, func(j *loomv1.Job) bool {
 		if j.GetAccount() != account {
 			return true
 		}
@@ -341,12 +352,12 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 		return active+adding <= limit // past it: no need to count further
 	})
 	if err != nil {
-		return charge{}, fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
+		return fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
 	}
 	if active+adding > limit {
-		return charge{}, domain.SubmitLimitError(user, account, limit, active, adding)
+		return domain.SubmitLimitError(user, account, limit, active, adding)
 	}
-	return ch, nil
+	return nil
 }
 
 // eachActiveJob calls fn with each pending or running job of the project
@@ -502,8 +513,10 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 // update Account= QOS=; nil: unchanged) as a submission's are checked
 // (submitAssociation): the account one the job's user has an association
 // with ("": their default), the QOS open to every member or granted by the
-// association the job is then charged to ("": its default_qos). It returns
-// what to set (nil: unchanged); InvalidArgument naming account or qos.
+// association the job is then charged to ("": its default_qos), and a job
+// moved to another account within that association's MaxSubmitJobs
+// (ResourceExhausted, as a submission past it). It returns what to set
+// (nil: unchanged); InvalidArgument naming account or qos.
 func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, account, qos *string) (*string, *string, error) {
 	if account == nil && qos == nil {
 		return nil, nil, nil
@@ -541,6 +554,19 @@ func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, account, qos 
 			granted = a.GetQos()
 			if qos != nil && q == "" {
 				q = a.GetDefaultQos()
+			}
+			// A job moved to another account counts against that
+			// association's MaxSubmitJobs, as slurmctld's update checks
+			// the new association's submit limit
+			// (acct_policy_validate): refused when it is full.
+			if account != nil && acct != j.GetAccount() {
+				adding := 1
+				if j.GetArray() != "" && j.GetArrayJobId() == "" {
+					adding = max(1, domain.ArrayTaskCount(j.GetArray()))
+				}
+				if err := g.checkMaxSubmitJobs(ctx, "projects/"+project, user, acct, a, adding); err != nil {
+					return nil, nil, err
+				}
 			}
 		case !errors.Is(err, errs.NotFound):
 			return nil, nil, err
