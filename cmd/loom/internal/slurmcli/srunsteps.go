@@ -166,19 +166,15 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		tail.poll()
 		if time.Since(lastState) >= stepStateEvery {
 			lastState = time.Now()
-			gctx, cancel := context.WithTimeout(context.Background(), c.env.CallTimeout)
-			s, err := jobs.GetJobStep(gctx, &loomv1.GetJobStepRequest{Name: step.GetName()})
-			cancel()
-			switch {
-			case err == nil:
-				step = s
-			case status.Code(err) == codes.NotFound:
+			var gone bool
+			// Not ctx: a cancelled srun still follows its step to its end.
+			if step, gone = c.lookStep(context.Background(), jobs, step); gone {
 				// The job was requeued or is gone: its steps ended with it.
 				tail.finish()
 				restore()
 				return c.errorf("%s: step %s is gone: its job's run ended", c.name, stepID)
 			}
-			if err == nil && step.GetState().Terminal() {
+			if step.GetState().Terminal() {
 				tail.finish()
 				restore()
 				return c.stepOutcome(step, stepID)
@@ -207,6 +203,23 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	}
 }
 
+// lookStep reads step's state again: the new version, or step itself when
+// the read failed for a while (a gateway restarting: srun looks again at
+// its next tick); gone when the step is no more (NotFound: its job was
+// requeued or has ended, and its steps with it).
+func (c *cmd) lookStep(ctx context.Context, jobs loomv1.JobServiceClient, step *loomv1.JobStep) (_ *loomv1.JobStep, gone bool) {
+	gctx, cancel := context.WithTimeout(ctx, c.env.CallTimeout)
+	defer cancel()
+	s, err := jobs.GetJobStep(gctx, &loomv1.GetJobStepRequest{Name: step.GetName()})
+	switch {
+	case err == nil:
+		return s, false
+	case status.Code(err) == codes.NotFound:
+		return step, true
+	}
+	return step, false
+}
+
 // awaitPendingStep waits while step waits for resources the job's running
 // steps hold, saying so as Slurm's srun does, and returns it once it has
 // started or ended. Interrupted, it cancels the step.
@@ -228,13 +241,8 @@ func (c *cmd) awaitPendingStep(ctx context.Context, jobID string, step *loomv1.J
 			return nil, c.errorf("Unable to create step for job %s: Job/step already completing or completed", jobID)
 		case <-tick.C:
 		}
-		gctx, cancel := context.WithTimeout(ctx, c.env.CallTimeout)
-		s, err := jobs.GetJobStep(gctx, &loomv1.GetJobStepRequest{Name: step.GetName()})
-		cancel()
-		switch {
-		case err == nil:
-			step = s
-		case status.Code(err) == codes.NotFound:
+		var gone bool
+		if step, gone = c.lookStep(ctx, jobs, step); gone {
 			// The job was requeued or is gone: its waiting steps with it.
 			return nil, c.errorf("Unable to create step for job %s: Job/step already completing or completed", jobID)
 		}
