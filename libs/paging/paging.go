@@ -103,6 +103,21 @@ func decode(tok string, want []byte) (string, error) {
 	return string(raw[1+hashLen:]), nil
 }
 
+// TokenKey is the key a token made by Token goes on from, without the
+// check of the request it was made for: for a service reading the token a
+// service it called returned (the gateway, the scheduler's), whose
+// request it made, not a caller's token (Parse checks those).
+func TokenKey(tok string) (string, error) {
+	if len(tok) > MaxTokenLen {
+		return "", fmt.Errorf("a page token of %d bytes, at most %d", len(tok), MaxTokenLen)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(raw) < 1+hashLen || raw[0] != tokenVersion {
+		return "", fmt.Errorf("not a page token of this version")
+	}
+	return string(raw[1+hashLen:]), nil
+}
+
 // Token returns the page token that continues req's list after key.
 func Token(req Request, key string) string {
 	raw := append([]byte{tokenVersion}, hash(req)...)

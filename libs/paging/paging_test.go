@@ -91,6 +91,21 @@ func TestTokenIsBoundToTheRequest(t *testing.T) {
 	}
 }
 
+// TestTokenKey: a token's key reads back whatever request it was made for;
+// what Token did not make is an error.
+func TestTokenKey(t *testing.T) {
+	t.Parallel()
+	key := JobKey(&loomv1.Job{Name: "projects/p/jobs/12", JobId: "12"})
+	if got, err := TokenKey(Token(&loomv1.ListJobsRequest{Parent: "projects/p", Users: []string{"ana"}}, key)); err != nil || got != key {
+		t.Errorf("TokenKey: %q, %v; want %q", got, err, key)
+	}
+	for _, tok := range []string{"", "!!!", "AQ", strings.Repeat("A", MaxTokenLen+1)} {
+		if _, err := TokenKey(tok); err == nil {
+			t.Errorf("TokenKey(%.20q) read a key", tok)
+		}
+	}
+}
+
 // TestTokenIsStableAcrossChanges: items added before the token's key do not
 // shift the next page; those after it are listed.
 func TestTokenIsStableAcrossChanges(t *testing.T) {

@@ -1,7 +1,10 @@
 package domain
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
@@ -145,5 +149,88 @@ func TestListsFollowTheJobs(t *testing.T) {
 	checkLists(t, h.s)
 	if page, _ := views.ListPage(h.s, views.JobFilter{Project: "projects/default"}, "", 10, h.now); len(page) != 4 || page[0].GetJobId() != "3" {
 		t.Errorf("after the prune: %d jobs from %v, want 3..6", len(page), page)
+	}
+}
+
+// TestRealStatePagesMatchASort: paging through a State's project (its
+// lists, or before they are made its walk) lists exactly the jobs a sort of
+// every selected job by paging.JobKey gives, each once, after loads, lists
+// made before a load, and changes of state, id and presence between; job
+// ids that are not numbers, with leading zeros or a sign, or past uint64;
+// and a project named jobs.
+func TestRealStatePagesMatchASort(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	states := []loomv1.JobState{loomv1.JobState_RUNNING, loomv1.JobState_COMPLETED, loomv1.JobState_CONFIGURING}
+	projects := []string{"p0", "jobs"}
+	for round := range 150 {
+		s := NewState(Config{})
+		if round%3 == 0 {
+			s.BuildLists() // made while empty: the load must not leave them empty
+		}
+		mk := func(name string) *Job {
+			id := strconv.Itoa(rng.IntN(40))
+			switch rng.IntN(8) {
+			case 0:
+				id = "x" + id
+			case 1:
+				id = "0" + id
+			case 2:
+				id = "+" + id
+			case 3:
+				id = "99999999999999999999"
+			}
+			return &Job{JobRecord: jobstore.JobRecord{Job: &loomv1.Job{Name: name, JobId: id, Cluster: "c", User: []string{"a", "b"}[rng.IntN(2)],
+				State: states[rng.IntN(3)]}}}
+		}
+		var jobs []*Job
+		for i := range 1 + rng.IntN(60) {
+			jobs = append(jobs, mk(fmt.Sprintf("projects/%s/jobs/%d", projects[rng.IntN(2)], i)))
+		}
+		s.Load(nil, nil, jobs, nil, nil, nil)
+		if round%2 == 0 {
+			s.BuildLists()
+		}
+		for range rng.IntN(20) {
+			j := jobs[rng.IntN(len(jobs))]
+			if rng.IntN(4) == 0 {
+				s.putJob(j.Name(), nil)
+				continue
+			}
+			s.putJob(j.Name(), mk(j.Name()))
+		}
+		f := views.JobFilter{Project: "projects/" + projects[rng.IntN(2)]}
+		if rng.IntN(3) == 0 {
+			f.Users = []string{"a"}
+		}
+		f.ActiveOnly = rng.IntN(2) == 0
+		if rng.IntN(3) == 0 {
+			f.JobIDs = []string{strconv.Itoa(rng.IntN(40)), strconv.Itoa(rng.IntN(40)) + "_1"}
+			if rng.IntN(4) == 0 {
+				f.JobIDs = append(f.JobIDs, "x3")
+			}
+		}
+		var want []string
+		s.EachJob(func(j *loomv1.Job) {
+			if f.Keep(j) {
+				want = append(want, paging.JobKey(j))
+			}
+		})
+		slices.Sort(want)
+		var got []string
+		after := ""
+		for range 100 {
+			page, next := views.ListPage(s, f, after, 1+rng.IntN(5), time.Time{})
+			for _, j := range page {
+				got = append(got, paging.JobKey(j))
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d (%+v, lists made %v): listed %q, want %q", round, f, s.Listed(), got, want)
+		}
 	}
 }

@@ -703,6 +703,9 @@ func (s *State) loadJobs(jobs []*Job) bool {
 		s.jobs = map[string]*Job{}
 		return false
 	}
+	// The jobs went in without relist: project lists made before (of a
+	// state with no jobs) are dropped, and the next list makes them anew.
+	s.lists = nil
 	if len(pend) == 0 {
 		return true
 	}

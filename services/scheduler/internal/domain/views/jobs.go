@@ -164,8 +164,14 @@ func ListPage(src JobSource, f JobFilter, after string, size int, now time.Time)
 	var keys []ListKey
 	cut := ""
 	if f.Project != "" && (parsed || after == "") {
+		first := after == ""
+		// Jobs of the ids asked for (squeue -j) have those numbers, or,
+		// tasks of an array, greater ones: the read starts at the least.
+		if least, ok := leastJobID(f.JobIDs); ok && (first || from.Less(least)) {
+			from, first = least, false
+		}
 		scanned := 0
-		src.ProjectJobs(f.Project, f.ActiveOnly, from, after == "", func(j *loomv1.Job) bool {
+		src.ProjectJobs(f.Project, f.ActiveOnly, from, first, func(j *loomv1.Job) bool {
 			scanned++
 			if f.keep(j, prefix) {
 				if keys = append(keys, KeyOf(j)); len(keys) > size {
@@ -191,6 +197,25 @@ func ListPage(src JobSource, f JobFilter, after string, size int, now time.Time)
 		jobs = append(jobs, j)
 	}
 	return jobs, cut
+}
+
+// leastJobID is a key before every job ids selects ("12": job 12, or the
+// tasks of array 12, whose ids follow it; "12_3": a task of array 12): the
+// least id's number with no name. false when ids is empty or an id is not
+// a number.
+func leastJobID(ids []string) (ListKey, bool) {
+	var least uint64
+	for i, id := range ids {
+		num, _, _ := strings.Cut(id, "_")
+		n, err := strconv.ParseUint(num, 10, 64)
+		if err != nil || strconv.FormatUint(n, 10) != num {
+			return ListKey{}, false
+		}
+		if i == 0 || n < least {
+			least = n
+		}
+	}
+	return ListKey{Num: least}, len(ids) > 0
 }
 
 // heapPage is the first size+1 keys, in order, of the jobs f selects after

@@ -208,6 +208,12 @@ func TestListPageMatchesASortOfEveryJob(t *testing.T) {
 			f.Users = []string{"a"}
 		}
 		f.ActiveOnly = rng.IntN(2) == 0
+		if rng.IntN(3) == 0 {
+			f.JobIDs = []string{strconv.Itoa(rng.IntN(40)), strconv.Itoa(rng.IntN(40)) + "_1"}
+			if rng.IntN(4) == 0 {
+				f.JobIDs = append(f.JobIDs, "x3")
+			}
+		}
 		var want []string
 		src.EachJob(func(j *loomv1.Job) {
 			if f.Keep(j) {
