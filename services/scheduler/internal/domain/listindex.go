@@ -17,7 +17,7 @@ import (
 // stops at its size, rather than testing and sorting every job kept (a
 // page was ~250 ms of the state's read lock at 125,000 jobs).
 //
-// The lists are made on the first list that needs them (BuildLists, ~160 ms
+// The lists are made on the first list that needs them (BuildLists, ~200 ms
 // at 125,000 jobs), not by Load: a restarted scheduler's first decision
 // does not wait for them (issue 12's restart), and a follower that serves
 // no list never pays for them. Once made, every job put keeps them.
