@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -50,21 +49,10 @@ func TestNoEnvironmentInLogs(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
 	_, rdb := testkit.Redis(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	loomv1.RegisterClusterServiceServer(srv, oneCluster{})
-	loomv1.RegisterJobServiceServer(srv, noJobs{})
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	addr := ln.Addr().String()
-	owners, err := adapters.DialOwners(addr, addr, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = owners.Close() })
+	owners := serveOwners(t, func(srv *grpc.Server) {
+		loomv1.RegisterClusterServiceServer(srv, oneCluster{})
+		loomv1.RegisterJobServiceServer(srv, noJobs{})
+	})
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	g := New(adapters.NewRepo(store.New(rdb, "gateway:")), owners, Options{Log: log})

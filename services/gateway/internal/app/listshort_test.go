@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,19 +43,7 @@ func TestListJobsFollowsAShortSchedulerPage(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
 	_, rdb := testkit.Redis(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	loomv1.RegisterJobServiceServer(srv, shortScheduler{})
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	owners, err := adapters.DialOwners(ln.Addr().String(), ln.Addr().String(), ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = owners.Close() })
+	owners := serveOwners(t, func(srv *grpc.Server) { loomv1.RegisterJobServiceServer(srv, shortScheduler{}) })
 	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
 	tx := &store.Tx{}
 	for _, id := range []int{10, 70} {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -60,22 +59,9 @@ func TestWatchChangesResyncsWhenBehind(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
 	_, rdb := testkit.Redis(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	sched := &someJobs{}
 	sched.set(1, loomv1.JobState_PENDING)
-	srv := grpc.NewServer()
-	loomv1.RegisterJobServiceServer(srv, sched)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	addr := ln.Addr().String()
-	owners, err := adapters.DialOwners(addr, addr, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = owners.Close() })
+	owners := serveOwners(t, func(srv *grpc.Server) { loomv1.RegisterJobServiceServer(srv, sched) })
 	// No refresh within the test: only the hub brings changes.
 	g := New(adapters.NewRepo(store.New(rdb, "gateway:")), owners, Options{ChangeRefresh: time.Hour, Poll: 10 * time.Millisecond})
 	ctx = auth.NewContext(ctx, &auth.Principal{Name: "users/vic", Kind: auth.KindUser, User: "vic",

@@ -78,16 +78,21 @@ func (s *State) relist(old, j *Job) {
 		}
 	}
 	if j != nil {
-		p := projectOfJob(nk.Name)
-		l := s.lists[p]
-		if l == nil {
-			l = newProjectList()
-			s.lists[p] = l
-		}
-		l.all.ReplaceOrInsert(nk)
-		if newActive {
-			l.active.ReplaceOrInsert(nk)
-		}
+		s.list(nk, newActive)
+	}
+}
+
+// list adds k to its project's lists (to the active one too when active).
+func (s *State) list(k views.ListKey, active bool) {
+	p := projectOfJob(k.Name)
+	l := s.lists[p]
+	if l == nil {
+		l = newProjectList()
+		s.lists[p] = l
+	}
+	l.all.ReplaceOrInsert(k)
+	if active {
+		l.active.ReplaceOrInsert(k)
 	}
 }
 
@@ -113,16 +118,7 @@ func (s *State) BuildLists() {
 	}
 	s.lists = map[string]*projectList{}
 	for i, k := range keys {
-		p := projectOfJob(k.Name)
-		l := s.lists[p]
-		if l == nil {
-			l = newProjectList()
-			s.lists[p] = l
-		}
-		l.all.ReplaceOrInsert(k)
-		if active[i] {
-			l.active.ReplaceOrInsert(k)
-		}
+		s.list(k, active[i])
 	}
 }
 
