@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -77,5 +78,39 @@ func TestEnsureJobIndexes(t *testing.T) {
 	}
 	if a, h := names("a", false), names("a", true); len(a) != 0 || len(h) != 2 || h[0] != "1" {
 		t.Fatalf("after job 1 ended: accepted %v, history %v", a, h)
+	}
+}
+
+// TestEnsureJobProjects: a store whose indexes were written before the
+// projects' set was kept gets the set filled from the index keys, once;
+// later writes add their projects.
+func TestEnsureJobProjects(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "gateway:")
+	repo := NewRepo(st)
+	tx := &store.Tx{}
+	tx.ZAdd(KeyJobIndexPrefix+"a", "00000000000000000001 projects/a/jobs/1")
+	tx.ZAdd(KeyHistoryIndexPrefix+"b", "00000000000000000002 projects/b/jobs/2")
+	if _, err := st.Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := repo.EnsureJobProjects(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx = &store.Tx{}
+	if err := PutJob(tx, &loomv1.Job{Name: "projects/c/jobs/3", JobId: "3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := repo.JobProjects(ctx)
+	slices.Sort(ps)
+	if err != nil || !slices.Equal(ps, []string{"a", "b", "c"}) {
+		t.Errorf("projects %v (%v), want a, b and c", ps, err)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -57,6 +59,17 @@ const (
 	// KeyJobSeq is the job id counter (INCR, INCRBY for an array's block;
 	// the first job is 1).
 	KeyJobSeq = "jobseq"
+	// KeyJobProjects is a set of the projects that have job indexes, for
+	// the history sweep; KeyJobProjectsBuilt is set once it holds those of
+	// a store written before it was kept (EnsureJobProjects).
+	KeyJobProjects      = "job-projects"
+	KeyJobProjectsBuilt = "job-projects-built"
+	// KeyJobSeqTimes is a sorted set of samples of the job id counter:
+	// score the time (unix ms), member the counter then. Every job
+	// accepted before a sample's time has an id at most its value, so the
+	// history sweep reads the indexes no further than the ids of jobs old
+	// enough to drop (SampleJobID, JobIDAt).
+	KeyJobSeqTimes = "jobseq-times"
 )
 
 // Request kinds for idempotency keys.
@@ -281,12 +294,6 @@ func (r *Repo) AcceptedJob(ctx context.Context, name string) (*loomv1.Job, error
 	return j, nil
 }
 
-// AcceptedJobs returns every job the gateway accepted (for the history
-// sweep: a list reads its page through IndexedJobs).
-func (r *Repo) AcceptedJobs(ctx context.Context) ([]*loomv1.Job, error) {
-	return r.hgetAllJobs(ctx, KeyJobs)
-}
-
 // RequestTTL is how long a request id is remembered: a retry within it
 // returns the first call's result. It is the store's inbox TTL, which makes
 // two racing calls apply once: past it, a retry is a new request.
@@ -345,6 +352,7 @@ func PutJob(tx *store.Tx, j *loomv1.Job) error {
 	tx.HSet(KeyJobs, j.GetName(), b)
 	if p := jobProject(j.GetName()); p != "" {
 		tx.ZAdd(KeyJobIndexPrefix+p, paging.JobKey(j))
+		tx.SAdd(KeyJobProjects, p)
 	}
 	return nil
 }
@@ -371,16 +379,32 @@ func IndexedName(member string) string {
 // (a record gone meanwhile is left out), the last key read, and whether
 // the index may hold more in the range (it gave limit entries).
 func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]*loomv1.Job, string, bool, error) {
+	keys, jobs, err := r.IndexedRange(ctx, project, history, after, upto, limit)
+	if err != nil || len(keys) == 0 {
+		return nil, "", false, err
+	}
+	out := make([]*loomv1.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if j != nil {
+			out = append(out, j)
+		}
+	}
+	return out, keys[len(keys)-1], int64(len(keys)) == limit, nil
+}
+
+// IndexedRange is IndexedJobs' read: the index entries in (after, upto],
+// at most limit, and each one's job (nil where the record is gone).
+func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]string, []*loomv1.Job, error) {
 	index, hash := KeyJobIndexPrefix+project, KeyJobs
 	if history {
 		index, hash = KeyHistoryIndexPrefix+project, KeyHistory
 	}
 	keys, err := r.st.ZRangeByLex(ctx, index, after, upto, limit)
 	if err != nil {
-		return nil, "", false, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
+		return nil, nil, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
 	}
 	if len(keys) == 0 {
-		return nil, "", false, nil
+		return nil, nil, nil
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
@@ -388,20 +412,95 @@ func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, af
 	}
 	vals, err := r.st.HMGet(ctx, hash, names)
 	if err != nil {
-		return nil, "", false, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
+		return nil, nil, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
 	}
-	out := make([]*loomv1.Job, 0, len(vals))
+	out := make([]*loomv1.Job, len(vals))
 	for i, b := range vals {
 		if b == nil {
 			continue
 		}
 		j := &loomv1.Job{}
 		if err := proto.Unmarshal(b, j); err != nil {
-			return nil, "", false, fmt.Errorf("decode %s %s: %w", hash, names[i], err)
+			return nil, nil, fmt.Errorf("decode %s %s: %w", hash, names[i], err)
 		}
-		out = append(out, j)
+		out[i] = j
 	}
-	return out, keys[len(keys)-1], int64(len(keys)) == limit, nil
+	return keys, out, nil
+}
+
+// JobProjects returns the projects that have job indexes (KeyJobProjects).
+func (r *Repo) JobProjects(ctx context.Context) ([]string, error) {
+	ps, err := r.st.SMembers(ctx, KeyJobProjects)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", KeyJobProjects, errs.Unavailable, err)
+	}
+	return ps, nil
+}
+
+// EnsureJobProjects fills KeyJobProjects, once, with the projects whose
+// indexes a store written before it was kept holds (a SCAN of their keys).
+// Idempotent.
+func (r *Repo) EnsureJobProjects(ctx context.Context) error {
+	if _, err := r.st.Get(ctx, KeyJobProjectsBuilt); err == nil {
+		return nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("job projects: %w", err)
+	}
+	tx := &store.Tx{}
+	for _, prefix := range []string{KeyJobIndexPrefix, KeyHistoryIndexPrefix} {
+		iter := r.st.Client().Scan(ctx, 0, r.st.Key(prefix)+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if p := strings.TrimPrefix(iter.Val(), r.st.Key(prefix)); p != "" {
+				tx.SAdd(KeyJobProjects, p)
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("job projects: %w: %v", errs.Unavailable, err)
+		}
+	}
+	tx.Set(KeyJobProjectsBuilt, []byte("1"))
+	if _, err := r.st.Apply(ctx, "", tx); err != nil {
+		return fmt.Errorf("job projects: %w", err)
+	}
+	return nil
+}
+
+// SampleJobID records the job id counter as of now (KeyJobSeqTimes), and
+// forgets samples older than keep.
+func (r *Repo) SampleJobID(ctx context.Context, now time.Time, keep time.Duration) error {
+	last, err := r.LastJobID(ctx)
+	if err != nil {
+		return err
+	}
+	key := r.st.Key(KeyJobSeqTimes)
+	_, err = r.st.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMilli()), Member: strconv.FormatInt(last, 10)})
+		p.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(now.Add(-keep).UnixMilli(), 10))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", KeyJobSeqTimes, errs.Unavailable, err)
+	}
+	return nil
+}
+
+// JobIDAt returns the job id counter as a sample at or after t found it,
+// the earliest such: every job accepted before t has an id at most it.
+// false when no sample was taken since t.
+func (r *Repo) JobIDAt(ctx context.Context, t time.Time) (int64, bool, error) {
+	m, err := r.st.Client().ZRangeArgs(ctx, redis.ZRangeArgs{Key: r.st.Key(KeyJobSeqTimes), ByScore: true,
+		Start: strconv.FormatInt(t.UnixMilli(), 10), Stop: "+inf", Count: 1}).Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w: %v", KeyJobSeqTimes, errs.Unavailable, err)
+	}
+	if len(m) == 0 {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseInt(m[0], 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: member %q: %w", KeyJobSeqTimes, m[0], err)
+	}
+	return v, true, nil
 }
 
 // EnsureJobIndexes builds the job indexes (KeyJobIndexPrefix,
@@ -616,6 +715,7 @@ func PutHistory(tx *store.Tx, j *loomv1.Job) error {
 		key := paging.JobKey(j)
 		tx.ZAdd(KeyHistoryIndexPrefix+p, key)
 		tx.ZRem(KeyJobIndexPrefix+p, key)
+		tx.SAdd(KeyJobProjects, p)
 	}
 	if len(steps) > 0 {
 		sb, err := proto.Marshal(&loomv1.ListJobStepsResponse{Steps: steps})
@@ -664,29 +764,6 @@ func (r *Repo) InHistory(ctx context.Context, names []string) (map[string]bool, 
 		if v != nil {
 			out[names[i]] = true
 		}
-	}
-	return out, nil
-}
-
-// HistoryJobs returns every job in the history (for the history sweep).
-func (r *Repo) HistoryJobs(ctx context.Context) ([]*loomv1.Job, error) {
-	return r.hgetAllJobs(ctx, KeyHistory)
-}
-
-// hgetAllJobs reads every job of the hash key a chunk at a time (HSCAN:
-// one HGETALL of 100,000 records would hold Redis for every other client).
-func (r *Repo) hgetAllJobs(ctx context.Context, key string) ([]*loomv1.Job, error) {
-	raw, err := r.st.HScanAll(ctx, key, 1000)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", key, errs.Unavailable, err)
-	}
-	out := make([]*loomv1.Job, 0, len(raw))
-	for name, b := range raw {
-		j := &loomv1.Job{}
-		if err := proto.Unmarshal(b, j); err != nil {
-			return nil, fmt.Errorf("decode %s %s: %w", key, name, err)
-		}
-		out = append(out, j)
 	}
 	return out, nil
 }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/paging"
-	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -64,60 +62,103 @@ func (g *Gateway) HandleHistoryEvent(ctx context.Context, ev envelope.Event) err
 // gives request records left without a TTL theirs. It returns how many
 // records it dropped. A crash mid-sweep leaves whole batches done and the
 // rest for the next sweep.
+//
+// It reads each project's indexes in job id order up to the newest id a
+// job old enough to drop can have: the job id counter as an earlier sweep
+// sampled it at or after the window's start (every job accepted before
+// that sample has an id at most its value, and a job ends after it is
+// accepted). So a sweep reads the records near the window's start and the
+// few older ones still kept (jobs that ran long), not the whole window;
+// with no such sample yet (the first window of a store) it reads all.
 func (g *Gateway) SweepHistory(ctx context.Context) (int, error) {
-	cutoff := g.now().Add(-g.opt.JobHistory)
-	hist, err := g.repo.HistoryJobs(ctx)
-	if err != nil {
+	now := g.now()
+	cutoff := now.Add(-g.opt.JobHistory)
+	upto := ""
+	if v, ok, err := g.repo.JobIDAt(ctx, cutoff); err != nil {
+		return 0, err
+	} else if ok {
+		upto = fmt.Sprintf("%020d\xff", v) // after every key of id v (paging.JobKey)
+	}
+	if err := g.repo.EnsureJobProjects(ctx); err != nil {
 		return 0, err
 	}
-	var oldHist []*loomv1.Job
-	for _, j := range hist {
-		end := j.GetEndTime()
-		if end == nil || end.AsTime().Before(cutoff) {
-			oldHist = append(oldHist, j)
-		}
-	}
-	accepted, err := g.repo.AcceptedJobs(ctx)
+	projects, err := g.repo.JobProjects(ctx)
 	if err != nil {
 		return 0, err
-	}
-	var oldAccepted []*loomv1.Job
-	for _, j := range accepted {
-		if st := j.GetSubmitTime(); st != nil && st.AsTime().Before(cutoff) {
-			oldAccepted = append(oldAccepted, j)
-		}
 	}
 	dropped := 0
-	for _, kind := range []struct {
-		key, steps string // steps: the hash of the records' job steps, if any
-		index      string // the prefix of the projects' indexes of them
-		jobs       []*loomv1.Job
-	}{{adapters.KeyHistory, adapters.KeyHistorySteps, adapters.KeyHistoryIndexPrefix, oldHist},
-		{adapters.KeyJobs, "", adapters.KeyJobIndexPrefix, oldAccepted}} {
-		for len(kind.jobs) > 0 {
-			n := min(len(kind.jobs), sweepBatch)
-			tx := &store.Tx{}
-			for _, j := range kind.jobs[:n] {
-				name := j.GetName()
-				tx.HDel(kind.key, name)
-				if kind.steps != "" {
-					tx.HDel(kind.steps, name)
-				}
-				if p, err := resname.SplitJob(name); err == nil {
-					tx.ZRem(kind.index+p.Project, paging.JobKey(j))
-				}
-			}
-			if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-				return dropped, fmt.Errorf("sweep %s: %w", kind.key, err)
-			}
+	for _, p := range projects {
+		for _, history := range []bool{true, false} {
+			n, err := g.sweepIndex(ctx, p, history, cutoff, upto)
 			dropped += n
-			kind.jobs = kind.jobs[n:]
+			if err != nil {
+				return dropped, err
+			}
 		}
+	}
+	// After the walk: this sample, taken at now, bounds the sweeps of one
+	// window from now (a sample of this sweep's own would bound this one
+	// by the newest id).
+	if err := g.repo.SampleJobID(ctx, now, g.opt.JobHistory+24*time.Hour); err != nil {
+		return dropped, err
 	}
 	if _, err := g.repo.ExpireRequests(ctx); err != nil {
 		return dropped, err
 	}
 	return dropped, nil
+}
+
+// sweepIndex drops the records of project's history index (history) or
+// accepted index older than cutoff, reading the index in order up to upto
+// ("": its end), sweepBatch entries a time, and the entries whose record is
+// gone. It returns how many records it dropped.
+func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, cutoff time.Time, upto string) (int, error) {
+	hash, steps, index := adapters.KeyJobs, "", adapters.KeyJobIndexPrefix+project
+	if history {
+		hash, steps, index = adapters.KeyHistory, adapters.KeyHistorySteps, adapters.KeyHistoryIndexPrefix+project
+	}
+	dropped := 0
+	for after := ""; ; {
+		keys, jobs, err := g.repo.IndexedRange(ctx, project, history, after, upto, sweepBatch)
+		if err != nil || len(keys) == 0 {
+			return dropped, err
+		}
+		tx := &store.Tx{}
+		n := 0
+		for i, j := range jobs {
+			old := j == nil // an entry whose record is gone
+			switch {
+			case j == nil:
+			case history:
+				end := j.GetEndTime()
+				old = end == nil || end.AsTime().Before(cutoff)
+			default:
+				st := j.GetSubmitTime()
+				old = st != nil && st.AsTime().Before(cutoff)
+			}
+			if !old {
+				continue
+			}
+			if j != nil {
+				tx.HDel(hash, j.GetName())
+				if steps != "" {
+					tx.HDel(steps, j.GetName())
+				}
+				n++
+			}
+			tx.ZRem(index, keys[i])
+		}
+		if !tx.Empty() {
+			if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+				return dropped, fmt.Errorf("sweep %s: %w", hash, err)
+			}
+			dropped += n
+		}
+		if len(keys) < sweepBatch {
+			return dropped, nil
+		}
+		after = keys[len(keys)-1]
+	}
 }
 
 // EnsureJobIndexes builds the indexes ListJobs reads from the records of a

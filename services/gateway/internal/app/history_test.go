@@ -2,6 +2,7 @@ package app
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -101,5 +102,69 @@ func TestHistorySweepAndRequestTTL(t *testing.T) {
 	// Nothing more to do: a second sweep drops nothing.
 	if n, err := g.SweepHistory(ctx); err != nil || n != 0 {
 		t.Errorf("second sweep: %d %v", n, err)
+	}
+}
+
+// TestHistorySweepReadsNearTheWindowStart: once a sweep has sampled the job
+// id counter, a sweep one window later reads each index only up to the ids
+// that sample bounds (the jobs accepted before it), dropping every old one
+// there, and not the jobs accepted since: here some of those are made to
+// look old (an end before the window, which no real job accepted since can
+// have) and are left alone, which shows the walk stopped at the bound. An
+// index entry whose record is gone is dropped too.
+func TestHistorySweepReadsNearTheWindowStart(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
+	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = owners.Close() })
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	g := New(repo, owners, Options{Now: func() time.Time { return now }, JobHistory: 30 * 24 * time.Hour})
+	ended := func(n int, accepted, end time.Time) {
+		t.Helper()
+		first, err := repo.NextJobIDs(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := &store.Tx{}
+		for id := first; id < first+int64(n); id++ {
+			s := strconv.FormatInt(id, 10)
+			j := &loomv1.Job{Name: "projects/p/jobs/" + s, JobId: s, State: loomv1.JobState_COMPLETED,
+				SubmitTime: timestamppb.New(accepted), EndTime: timestamppb.New(end)}
+			if err := adapters.PutHistory(tx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := repo.Apply(ctx, "", tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended(600, t0, t0.Add(time.Minute)) // ids 1..600
+	now = t0.Add(time.Hour)
+	if n, err := g.SweepHistory(ctx); err != nil || n != 0 {
+		t.Fatalf("first sweep: %d %v, want nothing old yet", n, err)
+	}
+	// Accepted after the sample; the last 5 made to look old.
+	ended(700, t0.Add(2*time.Hour), t0.Add(3*time.Hour))               // ids 601..1300
+	ended(5, t0.Add(2*time.Hour), t0.Add(-time.Hour))                  // ids 1301..1305
+	rdb.HDel(ctx, "gateway:"+adapters.KeyHistory, "projects/p/jobs/7") // an entry whose record is gone
+	now = t0.Add(30*24*time.Hour + 30*time.Minute)                     // the window starts before the sample
+	n, err := g.SweepHistory(ctx)
+	if err != nil || n != 599 {
+		t.Fatalf("sweep a window later: dropped %d (%v), want the 599 records of ids 1..600 left", n, err)
+	}
+	for id, kept := range map[string]bool{"1": false, "600": false, "601": true, "1300": true, "1301": true, "1305": true} {
+		_, err := repo.HistoryJob(ctx, "projects/p/jobs/"+id)
+		if got := err == nil; got != kept {
+			t.Errorf("job %s kept %v (%v), want %v", id, got, err, kept)
+		}
+	}
+	if c := rdb.ZCard(ctx, "gateway:"+adapters.KeyHistoryIndexPrefix+"p").Val(); c != 705 {
+		t.Errorf("history index holds %d entries, want 705 (ids 601..1305; job 7's gone with the rest)", c)
 	}
 }
