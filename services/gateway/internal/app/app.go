@@ -113,6 +113,8 @@ type Gateway struct {
 	trainingQuota sync.Mutex
 
 	jobs *hub
+	// recent samples the job id counter for filtered lists (recentids.go).
+	recent recentIDs
 	// changes counts the open WatchChanges streams (watch.go).
 	changes changeWatches
 	// feed brings job changes to jobs' watchers while there are any; nil
@@ -864,7 +866,19 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	// the two reads is in the second (PutHistory takes it out of the
 	// first), never in neither. A history record wins over its accepted
 	// one, matching or not.
-	candidates, frontier, err := g.scanJobIndex(ctx, project.ID, false, after, bound, size, keep)
+	accAfter := after
+	if domain.Filtered(req) {
+		// Only accepted jobs of the last acceptedWindow can be added to a
+		// filtered list (unknownToScheduler): those have ids past floor.
+		floor, err := g.recentIDFloor(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if k := fmt.Sprintf("%020d\xff", floor); floor > 0 && k > accAfter {
+			accAfter = k
+		}
+	}
+	candidates, frontier, err := g.scanJobIndex(ctx, project.ID, false, accAfter, bound, size, keep)
 	if err != nil {
 		return nil, err
 	}

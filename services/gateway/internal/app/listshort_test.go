@@ -79,3 +79,77 @@ func TestListJobsFollowsAShortSchedulerPage(t *testing.T) {
 		t.Errorf("pages %q, want %q: the history up to the scheduler's key first, then the rest", got, "10 | 60,70")
 	}
 }
+
+// emptyScheduler lists no jobs.
+type emptyScheduler struct {
+	loomv1.UnimplementedJobServiceServer
+}
+
+func (emptyScheduler) ListJobs(context.Context, *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	return &loomv1.ListJobsResponse{}, nil
+}
+
+// TestFilteredListsReadOnlyRecentAcceptedJobs: a filtered list (squeue -u)
+// adds only accepted jobs of the last acceptedWindow that the scheduler
+// does not list; once the gateway knows the job id counter from before the
+// window, it reads no older accepted record: past maxIndexScan of them
+// (running jobs, say) the first page is whole, with no token, where it was
+// cut at the scan's bound; a job accepted since is listed.
+func TestFilteredListsReadOnlyRecentAcceptedJobs(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 60*time.Second)
+	_, rdb := testkit.Redis(t)
+	owners := serveOwners(t, func(srv *grpc.Server) { loomv1.RegisterJobServiceServer(srv, emptyScheduler{}) })
+	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := t0
+	accept := func(n int, user string, at time.Time) {
+		t.Helper()
+		first, err := repo.NextJobIDs(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, inTx := &store.Tx{}, 0
+		for id := first; id < first+int64(n); id++ {
+			s := strconv.FormatInt(id, 10)
+			if err := adapters.PutJob(tx, &loomv1.Job{Name: "projects/p/jobs/" + s, JobId: s, User: user,
+				State: loomv1.JobState_PENDING, SubmitTime: timestamppb.New(at)}); err != nil {
+				t.Fatal(err)
+			}
+			if inTx++; inTx == 2000 {
+				if _, err := repo.Apply(ctx, "", tx); err != nil {
+					t.Fatal(err)
+				}
+				tx, inTx = &store.Tx{}, 0
+			}
+		}
+		if _, err := repo.Apply(ctx, "", tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accept(maxIndexScan+50, "bob", t0.Add(-time.Hour))
+	g := New(repo, owners, Options{Now: func() time.Time { return now }, ChangeRefresh: time.Hour})
+	ctx = auth.NewContext(ctx, &auth.Principal{Name: "users/vic", Kind: auth.KindUser, User: "vic",
+		Roles: map[string]auth.Role{"p": auth.RoleViewer}})
+	list := func() ([]string, string) {
+		t.Helper()
+		resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/p", Users: []string{"ana"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, j := range resp.GetJobs() {
+			ids = append(ids, j.GetJobId())
+		}
+		return ids, resp.GetNextPageToken()
+	}
+	// No sample older than the window yet: the scan is cut at its bound.
+	if ids, next := list(); len(ids) != 0 || next == "" {
+		t.Fatalf("first list: %v, next %q; want none and a token (the scan's bound)", ids, next)
+	}
+	now = now.Add(acceptedWindow + 2*time.Minute)
+	accept(1, "ana", now)
+	if ids, next := list(); len(ids) != 1 || ids[0] != strconv.Itoa(maxIndexScan+51) || next != "" {
+		t.Errorf("a window later: %v, next %q; want ana's new job and no token", ids, next)
+	}
+}
