@@ -393,7 +393,8 @@ func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, af
 }
 
 // IndexedRange is IndexedJobs' read: the index entries in (after, upto],
-// at most limit, and each one's job (nil where the record is gone).
+// at most limit, and each one's job (nil where the record is gone or does
+// not decode).
 func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]string, []*loomv1.Job, error) {
 	index, hash := KeyJobIndexPrefix+project, KeyJobs
 	if history {
@@ -421,7 +422,9 @@ func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, a
 		}
 		j := &loomv1.Job{}
 		if err := proto.Unmarshal(b, j); err != nil {
-			return nil, nil, fmt.Errorf("decode %s %s: %w", hash, names[i], err)
+			// A damaged record is left out as a gone one is: one bad
+			// record must not fail every list and sweep of its range.
+			continue
 		}
 		out[i] = j
 	}
@@ -551,6 +554,7 @@ func (r *Repo) EnsureJobIndexes(ctx context.Context) error {
 			} else {
 				tx.ZAdd(KeyJobIndexPrefix+p, paging.JobKey(j))
 			}
+			tx.SAdd(KeyJobProjects, p)
 			if n++; n == 1000 {
 				if err := flush(); err != nil {
 					return fmt.Errorf("job indexes: %w", err)

@@ -329,6 +329,30 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 	return ch, nil
 }
 
+// moving counts the jobs an account change of j moves into account: j,
+// or, for a whole array (array), its tasks that are pending or running
+// and charged elsewhere, as the gateway's ListJobs sees them (an array not
+// yet split into tasks counts its task count).
+func (g *Gateway) moving(ctx context.Context, parent string, j *loomv1.Job, array bool, account string) (int, error) {
+	switch {
+	case j.GetArray() != "" && j.GetArrayJobId() == "":
+		return max(1, domain.ArrayTaskCount(j.GetArray())), nil
+	case !array || j.GetArrayJobId() == "":
+		return 1, nil
+	}
+	n := 0
+	err := g.eachActiveJob(ctx, parent, []string{j.GetUser()}, func(t *loomv1.Job) bool {
+		if t.GetArrayJobId() == j.GetArrayJobId() && t.GetAccount() != account {
+			n++
+		}
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count the tasks of array %s: %w", j.GetArrayJobId(), err)
+	}
+	return n, nil
+}
+
 // checkMaxSubmitJobs checks that adding jobs (an array's tasks count each)
 // to user's pending and running jobs charged to account, as the gateway's
 // ListJobs sees them with active_only (an array not yet split into tasks
@@ -336,7 +360,7 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 // (none: no limit): ResourceExhausted with Slurm's reason and the limit.
 func (g *Gateway) checkMaxSubmitJobs(ctx context.Context, parent, user, account string, a *loomv1.Association, adding int) error {
 	limit := int(a.GetMaxSubmitJobs())
-	if limit == 0 {
+	if limit == 0 || adding <= 0 {
 		return nil
 	}
 	active := 0
@@ -515,9 +539,11 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 // with ("": their default), the QOS open to every member or granted by the
 // association the job is then charged to ("": its default_qos), and a job
 // moved to another account within that association's MaxSubmitJobs
-// (ResourceExhausted, as a submission past it). It returns what to set
-// (nil: unchanged); InvalidArgument naming account or qos.
-func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, account, qos *string) (*string, *string, error) {
+// (ResourceExhausted, as a submission past it; array: the update names a
+// whole array, j its first task, and every task it moves counts). It
+// returns what to set (nil: unchanged); InvalidArgument naming account or
+// qos.
+func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, array bool, account, qos *string) (*string, *string, error) {
 	if account == nil && qos == nil {
 		return nil, nil, nil
 	}
@@ -560,9 +586,9 @@ func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, account, qos 
 			// the new association's submit limit
 			// (acct_policy_validate): refused when it is full.
 			if account != nil && acct != j.GetAccount() {
-				adding := 1
-				if j.GetArray() != "" && j.GetArrayJobId() == "" {
-					adding = max(1, domain.ArrayTaskCount(j.GetArray()))
+				adding, err := g.moving(ctx, "projects/"+project, j, array, acct)
+				if err != nil {
+					return nil, nil, err
 				}
 				if err := g.checkMaxSubmitJobs(ctx, "projects/"+project, user, acct, a, adding); err != nil {
 					return nil, nil, err

@@ -1130,7 +1130,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err := g.checkDependencyJobs(ctx, req.GetDependency(), "dependency"); err != nil {
 		return nil, err
 	}
-	account, qos, err := g.updateCharge(ctx, j, req.Account, req.Qos)
+	account, qos, err := g.updateCharge(ctx, j, ref.array, req.Account, req.Qos)
 	if err != nil {
 		return nil, err
 	}

@@ -111,7 +111,8 @@ func (g *Gateway) SweepHistory(ctx context.Context) (int, error) {
 // sweepIndex drops the records of project's history index (history) or
 // accepted index older than cutoff, reading the index in order up to upto
 // ("": its end), sweepBatch entries a time, and the entries whose record is
-// gone. It returns how many records it dropped.
+// gone or does not decode, with the record. It returns how many records it
+// dropped (of those that decoded).
 func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, cutoff time.Time, upto string) (int, error) {
 	hash, steps, index := adapters.KeyJobs, "", adapters.KeyJobIndexPrefix+project
 	if history {
@@ -139,11 +140,17 @@ func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, 
 			if !old {
 				continue
 			}
+			// By the entry's name: a record that does not decode goes too.
+			name := adapters.IndexedName(keys[i])
+			tx.HDel(hash, name)
+			if history {
+				// The job's steps, and its accepted record: an ended job
+				// left the accepted index (PutHistory), and its record goes
+				// with its history.
+				tx.HDel(steps, name)
+				tx.HDel(adapters.KeyJobs, name)
+			}
 			if j != nil {
-				tx.HDel(hash, j.GetName())
-				if steps != "" {
-					tx.HDel(steps, j.GetName())
-				}
 				n++
 			}
 			tx.ZRem(index, keys[i])

@@ -1,0 +1,65 @@
+package gateway
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+)
+
+// TestMoveArrayIntoFullAccount: scontrol update JobId=A Account=lab of an
+// array the scheduler has split moves every pending task, and each counts
+// against lab's MaxSubmitJobs: 10 tasks do not fit a limit of 3; with 7 of
+// them ended, the 3 left do.
+func TestMoveArrayIntoFullAccount(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+	if _, err := h.accounts().SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: "projects/default", Association: &loomv1.Association{
+		Account: "root", User: "ana"}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.accounts().CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: "projects/default", Account: &loomv1.Account{Name: "lab"}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.accounts().SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: "projects/default", Association: &loomv1.Association{
+		Account: "lab", User: "ana", MaxSubmitJobs: 3}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	submitted := timestamppb.New(time.Now())
+	acc := &loomv1.Job{Name: "projects/default/jobs/50", JobId: "50", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Account: "root", Qos: "normal", Partition: "all", Array: "0-9", SubmitTime: submitted}
+	tx := &store.Tx{}
+	if err := adapters.PutJob(tx, acc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	task := func(k int, st loomv1.JobState) {
+		id := strconv.Itoa(50 + k)
+		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: st,
+			User: "ana", Account: "root", Qos: "normal", Partition: "all", Array: "0-9", ArrayJobId: "50", ArrayTaskId: int32(k),
+			SubmitTime: submitted})
+	}
+	for k := range 10 {
+		task(k, loomv1.JobState_PENDING)
+	}
+	lab := "lab"
+	_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/50", Action: "update", Account: &lab})
+	wantCode(t, "a 10-task array into lab", err, codes.ResourceExhausted, "MaxSubmitJobs=3", "10 more")
+	for k := 3; k < 10; k++ {
+		task(k, loomv1.JobState_COMPLETED)
+	}
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/50", Action: "update", Account: &lab}); err != nil {
+		t.Errorf("the 3 pending tasks into lab: %v", err)
+	}
+}
