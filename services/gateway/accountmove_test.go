@@ -16,8 +16,9 @@ import (
 
 // TestMoveArrayIntoFullAccount: scontrol update JobId=A Account=lab of an
 // array the scheduler has split moves every pending task, and each counts
-// against lab's MaxSubmitJobs: 10 tasks do not fit a limit of 3; with 7 of
-// them ended, the 3 left do.
+// against lab's MaxSubmitJobs: 10 tasks do not fit a limit of 3, also when
+// the first is in lab already; with 7 of them running (a running job's
+// account does not change), the 3 pending do.
 func TestMoveArrayIntoFullAccount(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -44,22 +45,27 @@ func TestMoveArrayIntoFullAccount(t *testing.T) {
 	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
 		t.Fatal(err)
 	}
-	task := func(k int, st loomv1.JobState) {
+	task := func(k int, st loomv1.JobState, account string) {
 		id := strconv.Itoa(50 + k)
 		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: st,
-			User: "ana", Account: "root", Qos: "normal", Partition: "all", Array: "0-9", ArrayJobId: "50", ArrayTaskId: int32(k),
+			User: "ana", Account: account, Qos: "normal", Partition: "all", Array: "0-9", ArrayJobId: "50", ArrayTaskId: int32(k),
 			SubmitTime: submitted})
 	}
 	for k := range 10 {
-		task(k, loomv1.JobState_PENDING)
+		task(k, loomv1.JobState_PENDING, "root")
 	}
 	lab := "lab"
-	_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/50", Action: "update", Account: &lab})
-	wantCode(t, "a 10-task array into lab", err, codes.ResourceExhausted, "MaxSubmitJobs=3", "10 more")
-	for k := 3; k < 10; k++ {
-		task(k, loomv1.JobState_COMPLETED)
+	move := func() error {
+		_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/50", Action: "update", Account: &lab})
+		return err
 	}
-	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/50", Action: "update", Account: &lab}); err != nil {
-		t.Errorf("the 3 pending tasks into lab: %v", err)
+	wantCode(t, "a 10-task array into lab", move(), codes.ResourceExhausted, "MaxSubmitJobs=3", "10 more")
+	task(0, loomv1.JobState_PENDING, "lab") // moved alone before
+	wantCode(t, "9 more tasks into lab, 1 there", move(), codes.ResourceExhausted, "MaxSubmitJobs=3", "9 more")
+	for k := range 7 {
+		task(k, loomv1.JobState_RUNNING, "root")
+	}
+	if err := move(); err != nil {
+		t.Errorf("the 3 pending tasks into lab (7 running stay): %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -285,7 +286,12 @@ func (f fakeScheduler) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*
 		if r.GetCluster() != "" && j.GetCluster() != r.GetCluster() {
 			continue
 		}
-		if len(r.GetJobIds()) > 0 && !slices.Contains(r.GetJobIds(), j.GetJobId()) {
+		// As the scheduler's views match ids: the job, or the tasks of
+		// array A for "A", or task i for "A_i".
+		if len(r.GetJobIds()) > 0 && !slices.ContainsFunc(r.GetJobIds(), func(id string) bool {
+			a := j.GetArrayJobId()
+			return id == j.GetJobId() || (a != "" && (id == a || id == a+"_"+strconv.Itoa(int(j.GetArrayTaskId()))))
+		}) {
 			continue
 		}
 		if len(r.GetUsers()) > 0 && !slices.Contains(r.GetUsers(), j.GetUser()) {

@@ -379,7 +379,7 @@ func IndexedName(member string) string {
 // (a record gone meanwhile is left out), the last key read, and whether
 // the index may hold more in the range (it gave limit entries).
 func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]*loomv1.Job, string, bool, error) {
-	keys, jobs, err := r.IndexedRange(ctx, project, history, after, upto, limit)
+	keys, jobs, _, err := r.IndexedRange(ctx, project, history, after, upto, limit)
 	if err != nil || len(keys) == 0 {
 		return nil, "", false, err
 	}
@@ -393,19 +393,20 @@ func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, af
 }
 
 // IndexedRange is IndexedJobs' read: the index entries in (after, upto],
-// at most limit, and each one's job (nil where the record is gone or does
-// not decode).
-func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]string, []*loomv1.Job, error) {
+// at most limit, each one's job (nil where the record is gone or does not
+// decode), and whether each record that is there does not decode
+// (damaged[i]; nil when none is).
+func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, after, upto string, limit int64) (keys []string, jobs []*loomv1.Job, damaged []bool, err error) {
 	index, hash := KeyJobIndexPrefix+project, KeyJobs
 	if history {
 		index, hash = KeyHistoryIndexPrefix+project, KeyHistory
 	}
-	keys, err := r.st.ZRangeByLex(ctx, index, after, upto, limit)
+	keys, err = r.st.ZRangeByLex(ctx, index, after, upto, limit)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
 	}
 	if len(keys) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
@@ -413,7 +414,7 @@ func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, a
 	}
 	vals, err := r.st.HMGet(ctx, hash, names)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
 	}
 	out := make([]*loomv1.Job, len(vals))
 	for i, b := range vals {
@@ -424,11 +425,15 @@ func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, a
 		if err := proto.Unmarshal(b, j); err != nil {
 			// A damaged record is left out as a gone one is: one bad
 			// record must not fail every list and sweep of its range.
+			if damaged == nil {
+				damaged = make([]bool, len(vals))
+			}
+			damaged[i] = true
 			continue
 		}
 		out[i] = j
 	}
-	return keys, out, nil
+	return keys, out, damaged, nil
 }
 
 // JobProjects returns the projects that have job indexes (KeyJobProjects).

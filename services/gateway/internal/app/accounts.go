@@ -329,10 +329,11 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 	return ch, nil
 }
 
-// moving counts the jobs an account change of j moves into account: j,
-// or, for a whole array (array), its tasks that are pending or running
-// and charged elsewhere, as the gateway's ListJobs sees them (an array not
-// yet split into tasks counts its task count).
+// moving counts the jobs an account change of j moves into account: j
+// (pending: a running job's account does not change), or, for a whole
+// array (array), its pending tasks charged elsewhere, as the gateway's
+// ListJobs sees them (an array not yet split into tasks counts its task
+// count).
 func (g *Gateway) moving(ctx context.Context, parent string, j *loomv1.Job, array bool, account string) (int, error) {
 	switch {
 	case j.GetArray() != "" && j.GetArrayJobId() == "":
@@ -341,11 +342,15 @@ func (g *Gateway) moving(ctx context.Context, parent string, j *loomv1.Job, arra
 		return 1, nil
 	}
 	n := 0
-	err := g.eachActiveJob(ctx, parent, []string{j.GetUser()}, func(t *loomv1.Job) bool {
-		if t.GetArrayJobId() == j.GetArrayJobId() && t.GetAccount() != account {
-			n++
+	err := paging.Each(func(token string) (string, error) {
+		resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, JobIds: []string{j.GetArrayJobId()},
+			States: []loomv1.JobState{loomv1.JobState_PENDING}, PageSize: paging.MaxSize, PageToken: token})
+		for _, t := range resp.GetJobs() {
+			if t.GetArrayJobId() == j.GetArrayJobId() && t.GetAccount() != account {
+				n++
+			}
 		}
-		return true
+		return resp.GetNextPageToken(), err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("count the tasks of array %s: %w", j.GetArrayJobId(), err)
@@ -585,7 +590,9 @@ func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, array bool, a
 			// association's MaxSubmitJobs, as slurmctld's update checks
 			// the new association's submit limit
 			// (acct_policy_validate): refused when it is full.
-			if account != nil && acct != j.GetAccount() {
+			// A whole array is looked at whatever its first task's account
+			// (that one may have been moved alone before).
+			if account != nil && (array || acct != j.GetAccount()) {
 				adding, err := g.moving(ctx, "projects/"+project, j, array, acct)
 				if err != nil {
 					return nil, nil, err

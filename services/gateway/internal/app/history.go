@@ -111,8 +111,8 @@ func (g *Gateway) SweepHistory(ctx context.Context) (int, error) {
 // sweepIndex drops the records of project's history index (history) or
 // accepted index older than cutoff, reading the index in order up to upto
 // ("": its end), sweepBatch entries a time, and the entries whose record is
-// gone or does not decode, with the record. It returns how many records it
-// dropped (of those that decoded).
+// gone or does not decode (with such a record). It returns how many
+// records it dropped of those that decoded.
 func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, cutoff time.Time, upto string) (int, error) {
 	hash, steps, index := adapters.KeyJobs, "", adapters.KeyJobIndexPrefix+project
 	if history {
@@ -120,28 +120,36 @@ func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, 
 	}
 	dropped := 0
 	for after := ""; ; {
-		keys, jobs, err := g.repo.IndexedRange(ctx, project, history, after, upto, sweepBatch)
+		keys, jobs, damaged, err := g.repo.IndexedRange(ctx, project, history, after, upto, sweepBatch)
 		if err != nil || len(keys) == 0 {
 			return dropped, err
 		}
 		tx := &store.Tx{}
 		n := 0
 		for i, j := range jobs {
-			old := j == nil // an entry whose record is gone
-			switch {
-			case j == nil:
-			case history:
+			name := adapters.IndexedName(keys[i])
+			if j == nil {
+				// An entry whose record is gone, or does not decode: the
+				// entry goes, and a damaged record (no list can show it)
+				// with it, said in the log; nothing else of the job's.
+				if damaged != nil && damaged[i] {
+					g.opt.Log.Warn("job history sweep: a record that does not decode dropped", "key", hash, "job", name)
+					tx.HDel(hash, name)
+				}
+				tx.ZRem(index, keys[i])
+				continue
+			}
+			var old bool
+			if history {
 				end := j.GetEndTime()
 				old = end == nil || end.AsTime().Before(cutoff)
-			default:
+			} else {
 				st := j.GetSubmitTime()
 				old = st != nil && st.AsTime().Before(cutoff)
 			}
 			if !old {
 				continue
 			}
-			// By the entry's name: a record that does not decode goes too.
-			name := adapters.IndexedName(keys[i])
 			tx.HDel(hash, name)
 			if history {
 				// The job's steps, and its accepted record: an ended job
@@ -150,10 +158,8 @@ func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, 
 				tx.HDel(steps, name)
 				tx.HDel(adapters.KeyJobs, name)
 			}
-			if j != nil {
-				n++
-			}
 			tx.ZRem(index, keys[i])
+			n++
 		}
 		if !tx.Empty() {
 			if _, err := g.repo.Apply(ctx, "", tx); err != nil {

@@ -177,3 +177,41 @@ func TestHistorySweepReadsNearTheWindowStart(t *testing.T) {
 		t.Errorf("history index holds %d entries, want 705 (ids 601..1305; job 7's gone with the rest)", c)
 	}
 }
+
+// TestHistorySweepDamagedRecord: a history record that does not decode is
+// dropped with its index entry (no list can show it), and nothing else of
+// its job's goes with it: its accepted record stays while it is young.
+func TestHistorySweepDamagedRecord(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
+	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = owners.Close() })
+	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
+	g := New(repo, owners, Options{Now: func() time.Time { return now }, JobHistory: time.Hour})
+	j := &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_COMPLETED,
+		SubmitTime: timestamppb.New(now.Add(-2 * time.Minute)), EndTime: timestamppb.New(now.Add(-time.Minute))}
+	for _, put := range []func(*store.Tx, *loomv1.Job) error{adapters.PutJob, adapters.PutHistory} {
+		tx := &store.Tx{}
+		if err := put(tx, j); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Apply(ctx, "", tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.HSet(ctx, "gateway:"+adapters.KeyHistory, j.GetName(), "\xff\xff not a job")
+	if n, err := g.SweepHistory(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep: %d %v, want no record of a job dropped", n, err)
+	}
+	if rdb.HExists(ctx, "gateway:"+adapters.KeyHistory, j.GetName()).Val() || rdb.ZCard(ctx, "gateway:"+adapters.KeyHistoryIndexPrefix+"p").Val() != 0 {
+		t.Error("the damaged history record or its index entry is still there")
+	}
+	if _, err := repo.AcceptedJob(ctx, j.GetName()); err != nil {
+		t.Errorf("the job's accepted record went with its damaged history: %v", err)
+	}
+}

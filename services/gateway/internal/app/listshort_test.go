@@ -147,7 +147,7 @@ func TestFilteredListsReadOnlyRecentAcceptedJobs(t *testing.T) {
 	if ids, next := list(); len(ids) != 0 || next == "" {
 		t.Fatalf("first list: %v, next %q; want none and a token (the scan's bound)", ids, next)
 	}
-	now = now.Add(acceptedWindow + 2*time.Minute)
+	now = now.Add(acceptedWindow + recentIDsMargin + time.Minute)
 	accept(1, "ana", now)
 	if ids, next := list(); len(ids) != 1 || ids[0] != strconv.Itoa(maxIndexScan+51) || next != "" {
 		t.Errorf("a window later: %v, next %q; want ana's new job and no token", ids, next)

@@ -30,8 +30,10 @@ const (
 	// recentIDsEvery is how often the counter is read again, at most.
 	recentIDsEvery = time.Minute
 	// recentIDsMargin is added to acceptedWindow: an id is taken a moment
-	// before its job's submit time is set.
-	recentIDsMargin = time.Minute
+	// before its job's submit time is set, and the gateway that set it may
+	// have a clock ahead of this one's (gateways' clocks must agree within
+	// it: docs in the README).
+	recentIDsMargin = 5 * time.Minute
 )
 
 // floor returns the greatest job id known to have been given before
@@ -50,9 +52,13 @@ func (g *Gateway) recentIDFloor(ctx context.Context) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("recent job ids: %w", err)
 		}
+		// Stamped after the read: every id up to the value was given by
+		// then (a stamp from before the read would claim ids given while
+		// it was under way were older).
+		at := g.now()
 		r.mu.Lock()
-		if n := len(r.samples); n == 0 || r.samples[n-1].at.Before(now) {
-			r.samples = append(r.samples, idSample{at: now, id: id})
+		if n := len(r.samples); n == 0 || r.samples[n-1].at.Before(at) {
+			r.samples = append(r.samples, idSample{at: at, id: id})
 		}
 		r.mu.Unlock()
 	}
