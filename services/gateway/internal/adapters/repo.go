@@ -379,34 +379,42 @@ func IndexedName(member string) string {
 // (a record gone meanwhile is left out), the last key read, and whether
 // the index may hold more in the range (it gave limit entries).
 func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]*loomv1.Job, string, bool, error) {
-	keys, jobs, _, err := r.IndexedRange(ctx, project, history, after, upto, limit)
-	if err != nil || len(keys) == 0 {
+	entries, err := r.IndexedRange(ctx, project, history, after, upto, limit)
+	if err != nil || len(entries) == 0 {
 		return nil, "", false, err
 	}
-	out := make([]*loomv1.Job, 0, len(jobs))
-	for _, j := range jobs {
-		if j != nil {
-			out = append(out, j)
+	out := make([]*loomv1.Job, 0, len(entries))
+	for _, e := range entries {
+		if e.Job != nil {
+			out = append(out, e.Job)
 		}
 	}
-	return out, keys[len(keys)-1], int64(len(keys)) == limit, nil
+	return out, entries[len(entries)-1].Key, int64(len(entries)) == limit, nil
+}
+
+// Indexed is an index entry as IndexedRange reads it: its key, the record
+// (Raw; nil when gone) and its job (nil when gone or Damaged: the record
+// does not decode).
+type Indexed struct {
+	Key     string
+	Raw     []byte
+	Job     *loomv1.Job
+	Damaged bool
 }
 
 // IndexedRange is IndexedJobs' read: the index entries in (after, upto],
-// at most limit, each one's job (nil where the record is gone or does not
-// decode), and whether each record that is there does not decode
-// (damaged[i]; nil when none is).
-func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, after, upto string, limit int64) (keys []string, jobs []*loomv1.Job, damaged []bool, err error) {
+// at most limit, each with its record.
+func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]Indexed, error) {
 	index, hash := KeyJobIndexPrefix+project, KeyJobs
 	if history {
 		index, hash = KeyHistoryIndexPrefix+project, KeyHistory
 	}
-	keys, err = r.st.ZRangeByLex(ctx, index, after, upto, limit)
+	keys, err := r.st.ZRangeByLex(ctx, index, after, upto, limit)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
+		return nil, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
 	}
 	if len(keys) == 0 {
-		return nil, nil, nil, nil
+		return nil, nil
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
@@ -414,26 +422,24 @@ func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, a
 	}
 	vals, err := r.st.HMGet(ctx, hash, names)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
+		return nil, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
 	}
-	out := make([]*loomv1.Job, len(vals))
+	out := make([]Indexed, len(keys))
 	for i, b := range vals {
+		out[i] = Indexed{Key: keys[i], Raw: b}
 		if b == nil {
 			continue
 		}
 		j := &loomv1.Job{}
 		if err := proto.Unmarshal(b, j); err != nil {
-			// A damaged record is left out as a gone one is: one bad
-			// record must not fail every list and sweep of its range.
-			if damaged == nil {
-				damaged = make([]bool, len(vals))
-			}
-			damaged[i] = true
+			// A damaged record is left out of lists as a gone one is: one
+			// bad record must not fail every list and sweep of its range.
+			out[i].Damaged = true
 			continue
 		}
-		out[i] = j
+		out[i].Job = j
 	}
-	return keys, out, damaged, nil
+	return out, nil
 }
 
 // JobProjects returns the projects that have job indexes (KeyJobProjects).

@@ -130,6 +130,9 @@ type Gateway struct {
 	// between reading an operation and writing its next state, so that a
 	// test can put another writer in between deterministically.
 	beforeOperationWrite func(name string)
+	// beforeSweepWrite, when set (tests), runs in the history sweep
+	// between reading a batch and writing its deletions.
+	beforeSweepWrite func()
 
 	stopOnce sync.Once
 	stop     chan struct{}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -120,23 +121,25 @@ func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, 
 	}
 	dropped := 0
 	for after := ""; ; {
-		keys, jobs, damaged, err := g.repo.IndexedRange(ctx, project, history, after, upto, sweepBatch)
-		if err != nil || len(keys) == 0 {
+		entries, err := g.repo.IndexedRange(ctx, project, history, after, upto, sweepBatch)
+		if err != nil || len(entries) == 0 {
 			return dropped, err
 		}
 		tx := &store.Tx{}
 		n := 0
-		for i, j := range jobs {
-			name := adapters.IndexedName(keys[i])
+		for _, e := range entries {
+			name := adapters.IndexedName(e.Key)
+			j := e.Job
 			if j == nil {
 				// An entry whose record is gone, or does not decode: the
 				// entry goes, and a damaged record (no list can show it)
 				// with it, said in the log; nothing else of the job's.
-				if damaged != nil && damaged[i] {
+				if e.Damaged {
 					g.opt.Log.Warn("job history sweep: a record that does not decode dropped", "key", hash, "job", name)
+					tx.IfHField(hash, name, e.Raw)
 					tx.HDel(hash, name)
 				}
-				tx.ZRem(index, keys[i])
+				tx.ZRem(index, e.Key)
 				continue
 			}
 			var old bool
@@ -150,6 +153,9 @@ func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, 
 			if !old {
 				continue
 			}
+			// Only as read: a record written again since (a job that ran
+			// and ended again) is judged at the next sweep.
+			tx.IfHField(hash, name, e.Raw)
 			tx.HDel(hash, name)
 			if history {
 				// The job's steps, and its accepted record: an ended job
@@ -158,19 +164,28 @@ func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, 
 				tx.HDel(steps, name)
 				tx.HDel(adapters.KeyJobs, name)
 			}
-			tx.ZRem(index, keys[i])
+			tx.ZRem(index, e.Key)
 			n++
 		}
 		if !tx.Empty() {
-			if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-				return dropped, fmt.Errorf("sweep %s: %w", hash, err)
+			if g.beforeSweepWrite != nil {
+				g.beforeSweepWrite()
 			}
-			dropped += n
+			_, err := g.repo.Apply(ctx, "", tx)
+			switch {
+			case errors.Is(err, store.ErrConflict):
+				// A record of the batch changed since it was read: the
+				// batch is left to the next sweep, which reads it anew.
+			case err != nil:
+				return dropped, fmt.Errorf("sweep %s: %w", hash, err)
+			default:
+				dropped += n
+			}
 		}
-		if len(keys) < sweepBatch {
+		if len(entries) < sweepBatch {
 			return dropped, nil
 		}
-		after = keys[len(keys)-1]
+		after = entries[len(entries)-1].Key
 	}
 }
 

@@ -215,3 +215,43 @@ func TestHistorySweepDamagedRecord(t *testing.T) {
 		t.Errorf("the job's accepted record went with its damaged history: %v", err)
 	}
 }
+
+// TestHistorySweepSkipsARecordWrittenSince: a history record written again
+// between the sweep's read and its deletion (the job ran and ended again)
+// is not deleted on what the sweep read; the next sweep judges it anew.
+func TestHistorySweepSkipsARecordWrittenSince(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
+	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = owners.Close() })
+	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
+	g := New(repo, owners, Options{Now: func() time.Time { return now }, JobHistory: time.Hour})
+	put := func(end time.Time) {
+		t.Helper()
+		tx := &store.Tx{}
+		if err := adapters.PutHistory(tx, &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_COMPLETED,
+			SubmitTime: timestamppb.New(now.Add(-3 * time.Hour)), EndTime: timestamppb.New(end)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Apply(ctx, "", tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(now.Add(-2 * time.Hour))
+	g.beforeSweepWrite = func() { put(now.Add(-time.Minute)) } // ended again, just now
+	if n, err := g.SweepHistory(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep: dropped %d (%v), want none: the record changed after it was read", n, err)
+	}
+	g.beforeSweepWrite = nil
+	if n, err := g.SweepHistory(ctx); err != nil || n != 0 {
+		t.Fatalf("next sweep: dropped %d (%v), want none: the record is young now", n, err)
+	}
+	if j, err := repo.HistoryJob(ctx, "projects/p/jobs/1"); err != nil || !j.GetEndTime().AsTime().Equal(now.Add(-time.Minute)) {
+		t.Errorf("the job's history: %v %v, want its second end kept", j, err)
+	}
+}
