@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -22,16 +23,8 @@ import (
 func TestHistorySweepAndRequestTTL(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "gateway:")
-	repo := adapters.NewRepo(st)
-	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = owners.Close() })
 	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
-	g := New(repo, owners, Options{Now: func() time.Time { return now }, JobHistory: time.Hour})
+	g, repo, rdb := sweepGateway(t, &now, time.Hour)
 
 	job := func(id string, end time.Time) *loomv1.Job {
 		return &loomv1.Job{Name: "projects/p/jobs/" + id, JobId: id, State: loomv1.JobState_COMPLETED,
@@ -124,16 +117,9 @@ func TestHistorySweepAndRequestTTL(t *testing.T) {
 func TestHistorySweepReadsNearTheWindowStart(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
-	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
-	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = owners.Close() })
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	g := New(repo, owners, Options{Now: func() time.Time { return now }, JobHistory: 30 * 24 * time.Hour})
+	g, repo, rdb := sweepGateway(t, &now, 30*24*time.Hour)
 	ended := func(n int, accepted, end time.Time) {
 		t.Helper()
 		first, err := repo.NextJobIDs(ctx, n)
@@ -184,15 +170,8 @@ func TestHistorySweepReadsNearTheWindowStart(t *testing.T) {
 func TestHistorySweepDamagedRecord(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
-	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
-	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = owners.Close() })
 	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
-	g := New(repo, owners, Options{Now: func() time.Time { return now }, JobHistory: time.Hour})
+	g, repo, rdb := sweepGateway(t, &now, time.Hour)
 	j := &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_COMPLETED,
 		SubmitTime: timestamppb.New(now.Add(-2 * time.Minute)), EndTime: timestamppb.New(now.Add(-time.Minute))}
 	for _, put := range []func(*store.Tx, *loomv1.Job) error{adapters.PutJob, adapters.PutHistory} {
@@ -222,15 +201,8 @@ func TestHistorySweepDamagedRecord(t *testing.T) {
 func TestHistorySweepSkipsARecordWrittenSince(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
-	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
-	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = owners.Close() })
 	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
-	g := New(repo, owners, Options{Now: func() time.Time { return now }, JobHistory: time.Hour})
+	g, repo, _ := sweepGateway(t, &now, time.Hour)
 	put := func(end time.Time) {
 		t.Helper()
 		tx := &store.Tx{}
@@ -254,4 +226,19 @@ func TestHistorySweepSkipsARecordWrittenSince(t *testing.T) {
 	if j, err := repo.HistoryJob(ctx, "projects/p/jobs/1"); err != nil || !j.GetEndTime().AsTime().Equal(now.Add(-time.Minute)) {
 		t.Errorf("the job's history: %v %v, want its second end kept", j, err)
 	}
+}
+
+// sweepGateway is a gateway for the history sweep's tests: its own Redis,
+// owner services that are never called, the clock *now and a job history
+// of window.
+func sweepGateway(t *testing.T, now *time.Time, window time.Duration) (*Gateway, *adapters.Repo, *redis.Client) {
+	t.Helper()
+	_, rdb := testkit.Redis(t)
+	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
+	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = owners.Close() })
+	return New(repo, owners, Options{Now: func() time.Time { return *now }, JobHistory: window}), repo, rdb
 }
