@@ -286,25 +286,7 @@ func TestSrunMultiNodeCancelsStepWhenInterrupted(t *testing.T) {
 	t.Parallel()
 	// The step never ends by itself: only the cancel ends it.
 	g := srunGateway(t, 1<<30, 0, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	var code int
-	var errOut string
-	env := srunEnv(t, g)
-	go func() {
-		defer close(done)
-		code, _, errOut = mainSrun(ctx, env, "sleep", "1000")
-	}()
-	testkit.WaitFor(t, 10*time.Second, "srun to watch its step", func() (bool, error) {
-		return len(fakegw.Requests[*loomv1.GetJobStepRequest](g)) > 0, nil
-	})
-	cancel() // as SIGINT does
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("srun did not end after it was interrupted")
-	}
+	code, errOut := interruptedSrun(t, g, "sleep", "1000")
 	if len(stepCancels(g)) != 1 || stepCancels(g)[0] != "projects/default/jobs/12/steps/3" {
 		t.Errorf("CancelJobStep calls %v, want one for step 3", stepCancels(g))
 	}
@@ -577,17 +559,29 @@ func TestSrunCancelsItsWaitingStep(t *testing.T) {
 	t.Parallel()
 	g := srunGateway(t, 1)
 	g.StepPendingPolls = 1 << 30
+	code, errOut := interruptedSrun(t, g, "hostname")
+	if len(stepCancels(g)) != 1 || stepCancels(g)[0] != "projects/default/jobs/12/steps/3" {
+		t.Errorf("CancelJobStep calls %v, want one for step 3", stepCancels(g))
+	}
+	if code == 0 || !strings.Contains(errOut, "srun: Cancelled pending job step\n") ||
+		!strings.Contains(errOut, "Unable to create step for job 12: Job/step already completing or completed") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// interruptedSrun runs srun with args against g, interrupts it (as SIGINT
+// does) once it watches its step, and returns how it ended.
+func interruptedSrun(t *testing.T, g *fakegw.Gateway, args ...string) (code int, errOut string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	var code int
-	var errOut string
 	env := srunEnv(t, g)
 	go func() {
 		defer close(done)
-		code, _, errOut = mainSrun(ctx, env, "hostname")
+		code, _, errOut = mainSrun(ctx, env, args...)
 	}()
-	testkit.WaitFor(t, 10*time.Second, "srun to watch its waiting step", func() (bool, error) {
+	testkit.WaitFor(t, 10*time.Second, "srun to watch its step", func() (bool, error) {
 		return len(fakegw.Requests[*loomv1.GetJobStepRequest](g)) > 0, nil
 	})
 	cancel() // as SIGINT does
@@ -596,11 +590,5 @@ func TestSrunCancelsItsWaitingStep(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("srun did not end after it was interrupted")
 	}
-	if len(stepCancels(g)) != 1 || stepCancels(g)[0] != "projects/default/jobs/12/steps/3" {
-		t.Errorf("CancelJobStep calls %v, want one for step 3", stepCancels(g))
-	}
-	if code == 0 || !strings.Contains(errOut, "srun: Cancelled pending job step\n") ||
-		!strings.Contains(errOut, "Unable to create step for job 12: Job/step already completing or completed") {
-		t.Errorf("exit %d, stderr %q", code, errOut)
-	}
+	return code, errOut
 }
