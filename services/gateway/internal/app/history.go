@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
 // DefaultJobHistory is how long the gateway keeps ended jobs for sacct
@@ -153,6 +156,17 @@ func (g *Gateway) sweepIndex(ctx context.Context, project string, history bool, 
 			if !old {
 				continue
 			}
+			if live, err := g.arrayLive(ctx, project, j); err != nil || live {
+				// An array's record (its first task's) stands for the
+				// array while any task of it is pending or running (Slurm
+				// keeps an array's record while any task is left): scancel
+				// and scontrol of "A" read it. Kept to the next sweep; the
+				// scheduler unreachable, the same.
+				if err != nil {
+					g.opt.Log.Warn("job history sweep: array kept, its tasks unknown", "job", name, "err", err)
+				}
+				continue
+			}
 			// Only as read: a record written again since (a job that ran
 			// and ended again) is judged at the next sweep.
 			tx.IfHField(hash, name, e.Raw)
@@ -212,4 +226,30 @@ func (g *Gateway) RunHistorySweep(ctx context.Context, every time.Duration) erro
 			}
 		}
 	}
+}
+
+// arrayLive reports whether j is an array's record (as accepted, or its
+// first task's) whose array the scheduler still lists a pending or running
+// task of (the first task included). A record that is not an array's of
+// more than one task is never live.
+func (g *Gateway) arrayLive(ctx context.Context, project string, j *loomv1.Job) (bool, error) {
+	id := j.GetJobId()
+	if j.GetArray() == "" || (j.GetArrayJobId() != "" && j.GetArrayJobId() != id) || domain.ArrayTaskCount(j.GetArray()) < 2 {
+		return false, nil
+	}
+	live := false
+	err := paging.Each(func(token string) (string, error) {
+		// A page may come back empty with a token (the scheduler's scan
+		// bound): go on until a task or the end.
+		resp, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: resname.Project{ID: project}.String(),
+			JobIds: []string{id}, ActiveOnly: true, PageSize: 1, PageToken: token})
+		if err != nil {
+			return "", fmt.Errorf("ask the scheduler for the tasks of array %s: %w", id, err)
+		}
+		if live = len(resp.GetJobs()) > 0; live {
+			return "", nil
+		}
+		return resp.GetNextPageToken(), nil
+	})
+	return live, err
 }

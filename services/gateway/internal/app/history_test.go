@@ -1,12 +1,17 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -24,7 +29,7 @@ func TestHistorySweepAndRequestTTL(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
 	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
-	g, repo, rdb := sweepGateway(t, &now, time.Hour)
+	g, repo, rdb := sweepGateway(t, &now, time.Hour, nil)
 
 	job := func(id string, end time.Time) *loomv1.Job {
 		return &loomv1.Job{Name: "projects/p/jobs/" + id, JobId: id, State: loomv1.JobState_COMPLETED,
@@ -119,7 +124,7 @@ func TestHistorySweepReadsNearTheWindowStart(t *testing.T) {
 	ctx := testkit.Context(t, 30*time.Second)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	g, repo, rdb := sweepGateway(t, &now, 30*24*time.Hour)
+	g, repo, rdb := sweepGateway(t, &now, 30*24*time.Hour, nil)
 	ended := func(n int, accepted, end time.Time) {
 		t.Helper()
 		first, err := repo.NextJobIDs(ctx, n)
@@ -171,7 +176,7 @@ func TestHistorySweepDamagedRecord(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
 	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
-	g, repo, rdb := sweepGateway(t, &now, time.Hour)
+	g, repo, rdb := sweepGateway(t, &now, time.Hour, nil)
 	j := &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_COMPLETED,
 		SubmitTime: timestamppb.New(now.Add(-2 * time.Minute)), EndTime: timestamppb.New(now.Add(-time.Minute))}
 	for _, put := range []func(*store.Tx, *loomv1.Job) error{adapters.PutJob, adapters.PutHistory} {
@@ -202,7 +207,7 @@ func TestHistorySweepSkipsARecordWrittenSince(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
 	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
-	g, repo, _ := sweepGateway(t, &now, time.Hour)
+	g, repo, _ := sweepGateway(t, &now, time.Hour, nil)
 	put := func(end time.Time) {
 		t.Helper()
 		tx := &store.Tx{}
@@ -229,16 +234,135 @@ func TestHistorySweepSkipsARecordWrittenSince(t *testing.T) {
 }
 
 // sweepGateway is a gateway for the history sweep's tests: its own Redis,
-// owner services that are never called, the clock *now and a job history
-// of window.
-func sweepGateway(t *testing.T, now *time.Time, window time.Duration) (*Gateway, *adapters.Repo, *redis.Client) {
+// the clock *now, a job history of window, and sched as the scheduler (nil:
+// owner services that are never called).
+func sweepGateway(t *testing.T, now *time.Time, window time.Duration, sched loomv1.JobServiceServer) (*Gateway, *adapters.Repo, *redis.Client) {
 	t.Helper()
 	_, rdb := testkit.Redis(t)
 	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
-	owners, err := adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1") // never called here
-	if err != nil {
-		t.Fatal(err)
+	var owners *adapters.Owners
+	if sched != nil {
+		owners = serveOwners(t, func(srv *grpc.Server) { loomv1.RegisterJobServiceServer(srv, sched) })
+	} else {
+		var err error
+		if owners, err = adapters.DialOwners("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"); err != nil { // never called here
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = owners.Close() })
 	}
-	t.Cleanup(func() { _ = owners.Close() })
 	return New(repo, owners, Options{Now: func() time.Time { return *now }, JobHistory: window}), repo, rdb
+}
+
+// arrayScheduler lists, for job ids [A], array A's active tasks: task A+1
+// while live, after a first page that comes back empty with a token (the
+// scheduler's scan bound); it fails while down. It counts the lists.
+type arrayScheduler struct {
+	loomv1.UnimplementedJobServiceServer
+	mu         sync.Mutex
+	live, down bool
+	calls      int
+}
+
+func (s *arrayScheduler) set(live, down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live, s.down = live, down
+}
+
+func (s *arrayScheduler) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	switch {
+	case s.down:
+		return nil, status.Error(codes.Unavailable, "scheduler down")
+	case len(req.GetJobIds()) != 1 || !req.GetActiveOnly() || req.GetParent() != "projects/p":
+		return nil, status.Errorf(codes.InvalidArgument, "unexpected list %v", req)
+	case req.GetPageToken() == "":
+		return &loomv1.ListJobsResponse{NextPageToken: "on"}, nil
+	case !s.live:
+		return &loomv1.ListJobsResponse{}, nil
+	}
+	a, _ := strconv.Atoi(req.GetJobIds()[0])
+	id := strconv.Itoa(a + 1)
+	return &loomv1.ListJobsResponse{Jobs: []*loomv1.Job{{Name: "projects/p/jobs/" + id, JobId: id,
+		ArrayJobId: req.GetJobIds()[0], ArrayTaskId: 1, State: loomv1.JobState_PENDING}}}, nil
+}
+
+// TestHistorySweepKeepsALiveArray: an array's record (as accepted, and its
+// first task's history) stays past the window while the scheduler lists a
+// task of it not ended — "scancel A" still acts on the whole array — or
+// cannot be asked; it goes at the first sweep after its last task ended. A
+// job that is not an array costs the sweep no question.
+func TestHistorySweepKeepsALiveArray(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
+	sched := &arrayScheduler{live: true}
+	g, repo, _ := sweepGateway(t, &now, time.Hour, sched)
+	put := func(put func(*store.Tx, *loomv1.Job) error, j *loomv1.Job) {
+		t.Helper()
+		tx := &store.Tx{}
+		if err := put(tx, j); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Apply(ctx, "", tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := timestamppb.New(now.Add(-3 * time.Hour))
+	// Array 5 (tasks 5..7): accepted, its first task ended 2 hours ago.
+	put(adapters.PutJob, &loomv1.Job{Name: "projects/p/jobs/5", JobId: "5", Array: "0-2", State: loomv1.JobState_PENDING, SubmitTime: old})
+	put(adapters.PutHistory, &loomv1.Job{Name: "projects/p/jobs/5", JobId: "5", Array: "0-2", ArrayJobId: "5",
+		State: loomv1.JobState_COMPLETED, SubmitTime: old, EndTime: timestamppb.New(now.Add(-2 * time.Hour))})
+	// Array 9 (tasks 9..10), pending since before the window: accepted only.
+	put(adapters.PutJob, &loomv1.Job{Name: "projects/p/jobs/9", JobId: "9", Array: "1,3", State: loomv1.JobState_PENDING, SubmitTime: old})
+	// A job that is no array, ended before the window.
+	put(adapters.PutJob, &loomv1.Job{Name: "projects/p/jobs/2", JobId: "2", State: loomv1.JobState_PENDING, SubmitTime: old})
+	put(adapters.PutHistory, &loomv1.Job{Name: "projects/p/jobs/2", JobId: "2", State: loomv1.JobState_COMPLETED,
+		SubmitTime: old, EndTime: timestamppb.New(now.Add(-2 * time.Hour))})
+
+	kept := func(want bool) {
+		t.Helper()
+		for _, name := range []string{"projects/p/jobs/5", "projects/p/jobs/9"} {
+			if _, err := repo.AcceptedJob(ctx, name); (err == nil) != want {
+				t.Errorf("%s accepted record: %v, want kept %v", name, err, want)
+			}
+		}
+		if _, err := repo.HistoryJob(ctx, "projects/p/jobs/5"); (err == nil) != want {
+			t.Errorf("array 5's first task's history: %v, want kept %v", err, want)
+		}
+	}
+	if n, err := g.SweepHistory(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep: dropped %d (%v), want 1 (job 2)", n, err)
+	}
+	kept(true)
+	if _, err := repo.HistoryJob(ctx, "projects/p/jobs/2"); !errors.Is(err, errs.NotFound) {
+		t.Errorf("job 2 kept: %v", err)
+	}
+	sched.mu.Lock()
+	if sched.calls != 4 { // two arrays, two pages each; none for job 2
+		t.Errorf("the scheduler was asked %d times, want 4", sched.calls)
+	}
+	sched.mu.Unlock()
+	ref, err := g.resolveJob(ctx, "projects/p/jobs/5", true)
+	if err != nil || !ref.array {
+		t.Errorf("job 5 after the sweep: %+v %v, want it an array", ref, err)
+	}
+
+	// Each later sweep comes two hours on: past the id counter's last
+	// sample (the test's ids are not the counter's), so it reads every id.
+	now = now.Add(2 * time.Hour)
+	sched.set(false, true)
+	if n, err := g.SweepHistory(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep, scheduler down: dropped %d (%v), want none", n, err)
+	}
+	kept(true)
+
+	now = now.Add(2 * time.Hour)
+	sched.set(false, false) // every task ended
+	if n, err := g.SweepHistory(ctx); err != nil || n != 2 {
+		t.Fatalf("sweep after the tasks ended: dropped %d (%v), want 2 (array 5's history and array 9's record)", n, err)
+	}
+	kept(false)
 }
