@@ -61,14 +61,16 @@ func (s *State) Follow(u *Update) {
 			delete(s.arrays, name)
 		}
 	}
-	if len(u.Ended) > 0 && s.ended == nil {
-		s.ended = map[string]*Ended{}
-	}
+	var gone []string
 	for name, e := range u.Ended {
 		if e == nil {
-			delete(s.ended, name)
-		} else {
-			s.ended[name] = e
+			gone = append(gone, name)
+		}
+	}
+	s.dropEnded(gone)
+	for _, e := range u.Ended {
+		if e != nil {
+			s.putEnded(e)
 		}
 	}
 }

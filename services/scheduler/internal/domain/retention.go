@@ -138,12 +138,10 @@ func (s *State) Prune(now time.Time, ret Retention, max int) *Pruned {
 		}
 		p.Ended = append(p.Ended, e)
 	}
-	expired := map[string]bool{}
-	for name, e := range s.ended {
-		if now.Sub(e.End) >= ret.EndedAge && (max <= 0 || len(p.Expired) < max) {
-			p.Expired = append(p.Expired, name)
-			expired[name] = true
-		}
+	p.Expired = s.expiredEnded(now.Add(-ret.EndedAge), max)
+	expired := make(map[string]bool, len(p.Expired))
+	for _, name := range p.Expired {
+		expired[name] = true
 	}
 	sort.Strings(p.Expired)
 	// An array goes when none of its tasks is left, live or as a record (a
@@ -179,14 +177,9 @@ func (s *State) CommitPrune(p *Pruned) {
 	for _, name := range p.Arrays {
 		delete(s.arrays, name)
 	}
-	if s.ended == nil {
-		s.ended = map[string]*Ended{}
-	}
-	for _, name := range p.Expired {
-		delete(s.ended, name)
-	}
+	s.dropEnded(p.Expired)
 	for _, e := range p.Ended {
-		s.ended[e.Name] = e
+		s.putEnded(e)
 	}
 }
 
@@ -196,7 +189,7 @@ func (s *State) LoadEnded(ended []*Ended) {
 		s.ended = make(map[string]*Ended, len(ended))
 	}
 	for _, e := range ended {
-		s.ended[e.Name] = e
+		s.putEnded(e)
 	}
 }
 

@@ -36,6 +36,8 @@ type State struct {
 	usage    map[string]*Usage
 	// ended: compact records of jobs pruned from the state (retention.go).
 	ended map[string]*Ended
+	// endedIdx: the same records by cluster and end (endedindex.go).
+	endedIdx map[string]endedIndex
 	// lists: each project's jobs in list order, nil until BuildLists
 	// (listindex.go).
 	lists map[string]*projectList

@@ -198,12 +198,15 @@ func (s *State) JobGoodput(name string, now time.Time) *loomv1.Goodput {
 // the retention's EndedAge) that ended at or after since. Each job counts
 // whole (its whole wall time, not the part inside the window), so a job
 // counts the same before and after it is pruned. nil when the cluster is
-// unknown. It reads every job and record kept: O(jobs), no index.
+// unknown. It reads every live job, and the pruned jobs' records by the
+// hour of their end (endedindex.go): those of one hour, and each later
+// hour's sum.
 func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goodput {
 	if s.clusters[cluster] == nil {
 		return nil
 	}
 	var total goodput.Total
+	var runs []*jobstore.RunRecord
 	for _, j := range s.jobs {
 		if j.Job.GetCluster() != cluster {
 			continue
@@ -211,21 +214,21 @@ func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goo
 		if j.Terminal() && j.Job.GetEndTime() != nil && j.Job.GetEndTime().AsTime().Before(since) {
 			continue
 		}
-		f := goodput.Figures(j.Job, s.runsOf(j), now)
+		runs = s.appendRuns(runs[:0], j)
+		f := goodput.Figures(j.Job, runs, now)
 		total.Add(&f)
 	}
-	for _, e := range s.ended {
-		if e.Cluster != cluster || e.Goodput == nil || e.End.Before(since) {
-			continue
-		}
-		total.Add(e.Goodput)
-	}
+	s.endedGoodput(cluster, since, &total)
 	return total.Goodput(cluster)
 }
 
 // runsOf returns j's runs in attempt order (nil for attempts not kept).
 func (s *State) runsOf(j *Job) []*jobstore.RunRecord {
-	out := make([]*jobstore.RunRecord, 0, j.Attempt)
+	return s.appendRuns(make([]*jobstore.RunRecord, 0, j.Attempt), j)
+}
+
+// appendRuns appends j's runs to out in attempt order.
+func (s *State) appendRuns(out []*jobstore.RunRecord, j *Job) []*jobstore.RunRecord {
 	for a := int32(1); a <= j.Attempt; a++ {
 		if r := s.runs[RunKey(j.Name(), a)]; r != nil {
 			out = append(out, &r.RunRecord)

@@ -144,6 +144,12 @@ func (t *Total) Add(f *jobstore.EndedGoodput) {
 	t.jobs++
 }
 
+// AddTotal counts every job of o.
+func (t *Total) AddTotal(o *Total) {
+	t.Add(&o.f)
+	t.jobs += o.jobs - 1
+}
+
 // Goodput returns the total named name: every duration and count summed,
 // goodput the sum's productive over its wall (jobs weigh by their wall
 // time).
