@@ -59,9 +59,9 @@ func TestMoveArrayIntoFullAccount(t *testing.T) {
 		_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/50", Action: "update", Account: &lab})
 		return err
 	}
-	wantCode(t, "a 10-task array into lab", move(), codes.ResourceExhausted, "MaxSubmitJobs=3", "10 more")
+	wantCode(t, "a 10-task array into lab", move(), codes.ResourceExhausted, "MaxSubmitJobs=3", "10 more moved to it")
 	task(0, loomv1.JobState_PENDING, "lab") // moved alone before
-	wantCode(t, "9 more tasks into lab, 1 there", move(), codes.ResourceExhausted, "MaxSubmitJobs=3", "9 more")
+	wantCode(t, "9 more tasks into lab, 1 there", move(), codes.ResourceExhausted, "MaxSubmitJobs=3", "9 more moved to it")
 	for k := range 7 {
 		task(k, loomv1.JobState_RUNNING, "root")
 	}

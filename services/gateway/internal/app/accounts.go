@@ -323,7 +323,7 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 		return charge{}, domain.QOSError(user, account, qos, open, a.GetQos())
 	}
 	ch := charge{account: account, qos: qos}
-	if err := g.checkMaxSubmitJobs(ctx, req.GetParent(), user, account, a, max(1, domain.ArrayTaskCount(job.GetArray()))); err != nil {
+	if err := g.checkMaxSubmitJobs(ctx, req.GetParent(), user, account, a, max(1, domain.ArrayTaskCount(job.GetArray())), false); err != nil {
 		return charge{}, err
 	}
 	return ch, nil
@@ -363,7 +363,7 @@ func (g *Gateway) moving(ctx context.Context, parent string, j *loomv1.Job, arra
 // ListJobs sees them with active_only (an array not yet split into tasks
 // counts its task count), stays within the association a's MaxSubmitJobs
 // (none: no limit): ResourceExhausted with Slurm's reason and the limit.
-func (g *Gateway) checkMaxSubmitJobs(ctx context.Context, parent, user, account string, a *loomv1.Association, adding int) error {
+func (g *Gateway) checkMaxSubmitJobs(ctx context.Context, parent, user, account string, a *loomv1.Association, adding int, moved bool) error {
 	limit := int(a.GetMaxSubmitJobs())
 	if limit == 0 || adding <= 0 {
 		return nil
@@ -384,7 +384,7 @@ func (g *Gateway) checkMaxSubmitJobs(ctx context.Context, parent, user, account 
 		return fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
 	}
 	if active+adding > limit {
-		return domain.SubmitLimitError(user, account, limit, active, adding)
+		return domain.SubmitLimitError(user, account, limit, active, adding, moved)
 	}
 	return nil
 }
@@ -597,7 +597,7 @@ func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, array bool, a
 				if err != nil {
 					return nil, nil, err
 				}
-				if err := g.checkMaxSubmitJobs(ctx, "projects/"+project, user, acct, a, adding); err != nil {
+				if err := g.checkMaxSubmitJobs(ctx, "projects/"+project, user, acct, a, adding, true); err != nil {
 					return nil, nil, err
 				}
 			}

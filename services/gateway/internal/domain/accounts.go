@@ -427,10 +427,15 @@ func CheckListAssociations(v *errs.Validator, project string, req *loomv1.ListAs
 	return acct
 }
 
-// SubmitLimitError is the refusal of a submission past the association's
-// MaxSubmitJobs: ResourceExhausted, with Slurm's reason first and the
-// limit, its value and what was counted after it.
-func SubmitLimitError(user, account string, limit, active, adding int) error {
-	return fmt.Errorf("%s: MaxSubmitJobs=%d of association user=%s account=%s: %d pending or running, %d more submitted: %w",
-		MsgSubmitLimit, limit, user, account, active, adding, errs.ResourceExhausted)
+// SubmitLimitError is the refusal of a submission (or, moved, of a move of
+// jobs to the account) past the association's MaxSubmitJobs:
+// ResourceExhausted, with Slurm's reason first and the limit, its value and
+// what was counted after it.
+func SubmitLimitError(user, account string, limit, active, adding int, moved bool) error {
+	how := "submitted"
+	if moved {
+		how = "moved to it"
+	}
+	return fmt.Errorf("%s: MaxSubmitJobs=%d of association user=%s account=%s: %d pending or running, %d more %s: %w",
+		MsgSubmitLimit, limit, user, account, active, adding, how, errs.ResourceExhausted)
 }
