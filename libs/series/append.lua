@@ -5,7 +5,12 @@
 -- per job, the points the job's project may still add (its budget less
 -- what it keeps, read before the script: the project's count is another
 -- hash slot), then per series: name, records (24 bytes each), count,
--- firstStep, first, lastStep, last, min, max (the batch's own summary).
+-- firstStep, first, lastStep, last, min, max (the batch's own summary), and
+-- 1 when the batch's steps never decrease (else 0).
+-- A series' summary is "count firstStep first lastStep last min max dropped
+-- ordered": ordered is 1 while its records' steps never decrease in the
+-- order stored (read.lua then reads a step range alone); a summary written
+-- before the field was kept has 8 fields and counts as not ordered.
 -- Returns {duplicate 0/1 (2: the job's series were swept), appended,
 -- dropped, the job's points kept after it, points dropped for the project's
 -- budget (counted in dropped too)}.
@@ -27,10 +32,11 @@ local nseries = redis.call('HLEN', KEYS[1])
 local appended, dropped, overBudget = 0, 0, 0
 local fmt = function(x) return string.format('%.17g', x) end
 for i = 5, #KEYS do
-  local a = 7 + (i - 5) * 9
+  local a = 7 + (i - 5) * 10
   local name, blob, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local fs, fv, ls, lv = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local mn, mx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local batchOrdered = tonumber(ARGV[a + 9])
   local cur = redis.call('HGET', KEYS[1], name)
   local s
   if cur then
@@ -45,7 +51,7 @@ for i = 5, #KEYS do
     if maxJob - total > 0 then overBudget = overBudget + n end
   else
     nseries = nseries + 1
-    s = {0, fs, fv, ls, lv, mn, mx, 0}
+    s = {0, fs, fv, ls, lv, mn, mx, 0, 0}
   end
   if s == nil then
     dropped = dropped + n
@@ -75,6 +81,14 @@ for i = 5, #KEYS do
     end
     if take > 0 then
       redis.call('APPEND', KEYS[i], blob)
+      -- Still ordered: it was (or held nothing), the batch is, and the
+      -- batch starts at or after the greatest step kept (s[4], before it
+      -- moves; an ordered batch's least step is its first).
+      if s[1] == 0 then
+        s[9] = batchOrdered
+      elseif (s[9] or 0) == 1 and (batchOrdered == 0 or fs < s[4]) then
+        s[9] = 0
+      end
       if s[1] == 0 then
         s[2], s[3], s[4], s[5], s[6], s[7] = fs, fv, ls, lv, mn, mx
       else
@@ -88,7 +102,7 @@ for i = 5, #KEYS do
       appended = appended + take
     end
     redis.call('HSET', KEYS[1], name, fmt(s[1]) .. ' ' .. fmt(s[2]) .. ' ' .. fmt(s[3]) .. ' ' .. fmt(s[4]) .. ' ' ..
-      fmt(s[5]) .. ' ' .. fmt(s[6]) .. ' ' .. fmt(s[7]) .. ' ' .. fmt(s[8]))
+      fmt(s[5]) .. ' ' .. fmt(s[6]) .. ' ' .. fmt(s[7]) .. ' ' .. fmt(s[8]) .. ' ' .. fmt(s[9] or 0))
   end
 end
 if appended > 0 then

@@ -1,10 +1,12 @@
 package series
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +20,7 @@ import (
 // (the key's {job} part is a Redis Cluster hash tag, so one job's keys
 // share a slot and one script updates them together):
 //
-//	{prefix}metrics:{job}:index   hash: metric -> its summary
+//	{prefix}metrics:{job}:index   hash: metric -> its summary (append.lua: with whether its steps never went back)
 //	{prefix}metrics:{job}:s:NAME  string: the metric's points, 24 bytes each, in arrival order
 //	{prefix}metrics:{job}:seen    hash: source -> the last sequence number appended
 //	{prefix}metrics:{job}:runs    hash: attempt -> "endMs node..." (who may write; guard.go)
@@ -80,6 +82,16 @@ var appendLua string
 
 var appendScript = redis.NewScript(appendLua)
 
+//go:embed read.lua
+var readLua string
+
+var readScript = redis.NewScript(readLua)
+
+// exact reports whether a step bound (nil: none) compares exactly with any
+// step as a Lua number (a double) in read.lua: within ±2^53 rounding keeps
+// every order relation with it.
+func exact(b *int64) bool { return b == nil || (*b >= -1<<53 && *b <= 1<<53) }
+
 // Append adds b's points to job's series. b is checked first (Limits.Check):
 // bad input is InvalidArgument and nothing is applied.
 func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Result, error) {
@@ -105,7 +117,7 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 	}
 	keys := make([]string, 0, 4+len(names))
 	keys = append(keys, s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"), s.key(job, "points"))
-	args := make([]any, 0, 6+9*len(names))
+	args := make([]any, 0, 6+10*len(names))
 	args = append(args, src.Name, src.Seq, s.lim.Points, s.lim.Series, s.lim.JobPoints, max(s.lim.ProjectPoints-used, 0))
 	var blob []byte
 	for _, name := range names {
@@ -116,8 +128,12 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 			blob = appendPoint(blob, p)
 		}
 		sm := summarise(pts)
+		ordered := 0
+		if slices.IsSortedFunc(pts, func(a, b Point) int { return cmp.Compare(a.Step, b.Step) }) {
+			ordered = 1
+		}
 		args = append(args, name, blob[start:], len(pts),
-			num(float64(sm.FirstStep)), num(sm.First), num(float64(sm.LastStep)), num(sm.Last), num(sm.Min), num(sm.Max))
+			num(float64(sm.FirstStep)), num(sm.First), num(float64(sm.LastStep)), num(sm.Last), num(sm.Min), num(sm.Max), ordered)
 	}
 	res, err := appendScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
@@ -173,14 +189,14 @@ func (s *Store) List(ctx context.Context, job string) ([]Summary, error) {
 }
 
 // parseSummary parses the index's "count firstStep first lastStep last min
-// max dropped".
+// max dropped [ordered]" (append.lua; ordered is read.lua's).
 func parseSummary(v string) (Summary, error) {
 	f := strings.Fields(v)
-	if len(f) != 8 {
-		return Summary{}, fmt.Errorf("summary %q: want 8 fields", v)
+	if len(f) != 8 && len(f) != 9 {
+		return Summary{}, fmt.Errorf("summary %q: want 8 or 9 fields", v)
 	}
 	var x [8]float64
-	for i, s := range f {
+	for i, s := range f[:8] {
 		n, err := strconv.ParseFloat(s, 64)
 		if err != nil {
 			return Summary{}, fmt.Errorf("summary %q: %w", v, err)
@@ -219,7 +235,7 @@ func (s *Store) Read(ctx context.Context, job, metric string, q Query) (pts []Po
 	if q.Range.From != nil && q.Range.To != nil && *q.Range.From > *q.Range.To {
 		return nil, 0, errs.Invalid("from", "%d is after to (%d)", *q.Range.From, *q.Range.To)
 	}
-	b, err := s.rdb.Get(ctx, s.key(job, "s:"+metric)).Bytes()
+	b, ranged, err := s.readRecords(ctx, job, metric, q.Range)
 	if errors.Is(err, redis.Nil) {
 		return nil, 0, fmt.Errorf("metric %q of job %s: %w: list the job's metrics to see which it has", metric, job, errs.NotFound)
 	}
@@ -227,14 +243,56 @@ func (s *Store) Read(ctx context.Context, job, metric string, q Query) (pts []Po
 		return nil, 0, fmt.Errorf("metrics of %s: %w", job, err)
 	}
 	recs := decodeRecs(b)
-	sortByStep(recs, rec.stepOf)
-	recs = filter(q.Range, recs, rec.stepOf)
+	if !ranged {
+		sortByStep(recs, rec.stepOf)
+		recs = filter(q.Range, recs, rec.stepOf)
+	}
 	kept := downsample(recs, q.Points, rec.valueOf)
 	pts = make([]Point, len(kept))
 	for i, r := range kept {
 		pts[i] = r.point()
 	}
 	return pts, len(recs), nil
+}
+
+// readRecords reads metric's records: those within r alone, in step order
+// (ranged), when r bounds the steps and the series' steps never went back
+// (read.lua finds them); else every record, in the order stored.
+// redis.Nil: no such series.
+func (s *Store) readRecords(ctx context.Context, job, metric string, r Range) (b []byte, ranged bool, err error) {
+	key := s.key(job, "s:"+metric)
+	if (r.From == nil && r.To == nil) || !exact(r.From) || !exact(r.To) {
+		b, err = s.rdb.Get(ctx, key).Bytes()
+		return b, false, err
+	}
+	var from, to string
+	if r.From != nil {
+		from = strconv.FormatInt(*r.From, 10)
+	}
+	if r.To != nil {
+		to = strconv.FormatInt(*r.To, 10)
+	}
+	at, err := readScript.Run(ctx, s.rdb, []string{s.key(job, "index"), key}, metric, from, to).Int64Slice()
+	if err != nil {
+		return nil, false, err
+	}
+	if len(at) != 3 {
+		return nil, false, fmt.Errorf("the read script answered %v", at)
+	}
+	if at[0] != 1 {
+		b, err = s.rdb.Get(ctx, key).Bytes()
+		return b, false, err
+	}
+	if at[2] <= at[1] {
+		return nil, true, nil
+	}
+	// Appends since only add bytes after these: the records read are the
+	// range's as of the script.
+	b, err = s.rdb.GetRange(ctx, key, at[1], at[2]-1).Bytes()
+	if len(b)%recordLen != 0 {
+		return nil, false, fmt.Errorf("read %d bytes of records", len(b))
+	}
+	return b, true, err
 }
 
 // Delete removes every series of job, with its placement and held

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -308,4 +312,141 @@ func TestProjectCountOddJobIDs(t *testing.T) {
 	if r, _ := s.Append(ctx, "43", Source{}, Batch{"loss": line(300, zero)}); r.Appended != 100 || r.OverBudget != 200 {
 		t.Errorf("past the budget of 1000: %+v, want 100 kept", r)
 	}
+}
+
+// TestRangeReadsOfOrderedSeries: a step range of a series whose steps never
+// decrease is read alone (read.lua's binary searches: the script says so),
+// and every read — ranged or whole, of ordered series, of one made
+// unordered by a late batch, of one whose summary predates the ordered
+// field — returns what sorting and filtering every point gives: the same
+// points, repeated steps in arrival order, and the same total.
+func TestRangeReadsOfOrderedSeries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := testkit.Redis(t)
+	s := NewStore(rdb, "training:", Limits{})
+	rng := rand.New(rand.NewPCG(3, 5))
+	var all []Point // every point appended to "loss", in arrival order
+	step := int64(-5)
+	appendBatch := func(seq int, back bool) {
+		t.Helper()
+		pts := make([]Point, 2+rng.IntN(400))
+		for i := range pts {
+			if rng.IntN(5) != 0 {
+				step += int64(rng.IntN(3)) // repeated steps too
+			}
+			pts[i] = Point{Step: step, Value: float64(seq*1000 + i)}
+		}
+		if back { // a batch that goes back before the greatest step kept
+			pts[0].Step = step - 50
+		}
+		if seq == 12 { // a batch whose own steps go back, after the greatest kept
+			pts[len(pts)-2].Step += 10
+			pts[len(pts)-1].Step = pts[len(pts)-2].Step - 5
+			step = pts[len(pts)-2].Step
+		}
+		if _, err := s.Append(ctx, "9", Source{Name: "p", Seq: int64(seq)}, Batch{"loss": pts}); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, pts...)
+	}
+	ranged := func(from, to *int64) bool {
+		t.Helper()
+		var f, g string
+		if from != nil {
+			f = strconv.FormatInt(*from, 10)
+		}
+		if to != nil {
+			g = strconv.FormatInt(*to, 10)
+		}
+		res, err := readScript.Run(ctx, rdb, []string{s.key("9", "index"), s.key("9", "s:loss")}, "loss", f, g).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].(int64) == 1
+	}
+	check := func(what string, wantRanged bool) {
+		t.Helper()
+		for range 60 {
+			var r Range
+			if rng.IntN(4) != 0 {
+				r.From = new(step - int64(rng.IntN(int(step+60))) + 5)
+			}
+			if rng.IntN(4) != 0 {
+				r.To = new(step - int64(rng.IntN(int(step+60))) + 5)
+			}
+			if r.From != nil && r.To != nil && *r.From > *r.To {
+				r.From, r.To = r.To, r.From
+			}
+			want := slices.Clone(all)
+			SortByStep(want)
+			want = r.Filter(want)
+			got, total, err := s.Read(ctx, "9", "loss", Query{Range: r, Points: MaxReadPoints})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total != len(want) || !slices.EqualFunc(got, want, func(a, b Point) bool { return a.Step == b.Step && a.Value == b.Value }) {
+				t.Fatalf("%s: range %v..%v: %d points (total %d), sorting every point gives %d", what, ptr(r.From), ptr(r.To), len(got), total, len(want))
+			}
+			if r.From != nil || r.To != nil {
+				if got := ranged(r.From, r.To); got != wantRanged {
+					t.Fatalf("%s: range %v..%v read alone: %v, want %v", what, ptr(r.From), ptr(r.To), got, wantRanged)
+				}
+			}
+		}
+	}
+	for seq := range 10 {
+		appendBatch(seq, false)
+	}
+	check("ordered", true)
+	if !exact(new(int64(1<<53))) || !exact(new(int64(-1<<53))) || exact(new(int64(1<<53+1))) || exact(new(int64(math.MinInt64))) {
+		t.Error("a bound past ±2^53 (not exact as a Lua number) must read the whole series, and one within it not")
+	}
+	if _, total, err := s.Read(ctx, "9", "loss", Query{Range: Range{From: new(int64(math.MinInt64)), To: new(int64(math.MaxInt64))}}); err != nil || total != len(all) {
+		t.Errorf("the widest range: %d points (%v), want %d", total, err, len(all))
+	}
+	appendBatch(10, true)
+	check("a batch went back", false)
+	appendBatch(11, false)
+	check("ordered batches after it", false)
+
+	// A series whose batch goes back within itself.
+	if err := s.Delete(ctx, "9"); err != nil {
+		t.Fatal(err)
+	}
+	all, step = nil, -5
+	appendBatch(11, false)
+	check("ordered, one batch", true)
+	appendBatch(12, false)
+	check("a batch went back within itself", false)
+
+	// A summary kept before the ordered field (8 fields) counts as not
+	// ordered, and stays so.
+	if err := s.Delete(ctx, "9"); err != nil {
+		t.Fatal(err)
+	}
+	all, step = nil, -5
+	for seq := range 3 {
+		appendBatch(100+seq, false)
+	}
+	check("ordered again", true)
+	key := s.key("9", "index")
+	v := strings.Fields(rdb.HGet(ctx, key, "loss").Val())
+	if len(v) != 9 || v[8] != "1" {
+		t.Fatalf("summary %q, want 9 fields, ordered", v)
+	}
+	rdb.HSet(ctx, key, "loss", strings.Join(v[:8], " "))
+	check("a summary of 8 fields", false)
+	appendBatch(103, false)
+	check("appended to after", false)
+	if list, err := s.List(ctx, "9"); err != nil || len(list) != 1 || list[0].Count != int64(len(all)) {
+		t.Fatalf("list: %+v %v, want one series of %d points", list, err, len(all))
+	}
+}
+
+func ptr(p *int64) any {
+	if p == nil {
+		return "-"
+	}
+	return *p
 }
