@@ -86,6 +86,12 @@ var (
 	jobReadRow = [9]codes.Code{un, ok, ok, ok, ok, nf, ok, pd, ok}
 	// Acting on ana's job 40: ana, admins; not bob.
 	jobActRow = [9]codes.Code{un, pd, ok, pd, ok, nf, ok, pd, pd}
+	// Acting on job 40 from inside it too (scancel $SLURM_JOB_ID): as
+	// jobActRow, and its own workload.
+	jobSelfRow = [9]codes.Code{un, pd, ok, pd, ok, nf, ok, pd, ok}
+	// Reads of the project its workload makes too (its job list, which
+	// holds only its own job; sinfo).
+	projectReadRow = [9]codes.Code{un, ok, ok, ok, ok, nf, ok, pd, ok}
 	// Steps of job 40: as jobActRow, and its own workload.
 	stepActRow = [9]codes.Code{un, pd, ok, pd, ok, nf, ok, pd, ok}
 	// A new step in job 40 runs as ana: ana, its workload, and the cluster
@@ -194,7 +200,7 @@ func matrixRows(opName string) []matrixRow {
 		{"ListJobs", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := js(c).ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project})
 			return err
-		}), get("/v1/projects/default/jobs"), viewerRow},
+		}), get("/v1/projects/default/jobs"), projectReadRow},
 		{"WatchJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -216,13 +222,13 @@ func matrixRows(opName string) []matrixRow {
 		{"CancelJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := js(c).CancelJob(ctx, &loomv1.CancelJobRequest{Name: matrixJob, Signal: "USR1"})
 			return err
-		}), func(int) (string, string, string) { return "POST", "/v1/" + matrixJob + ":cancel", `{"signal":"USR1"}` }, jobActRow},
+		}), func(int) (string, string, string) { return "POST", "/v1/" + matrixJob + ":cancel", `{"signal":"USR1"}` }, jobSelfRow},
 		{"UpdateJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := js(c).UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: matrixJob, Action: "requeue"})
 			return err
 		}), func(int) (string, string, string) {
 			return "POST", "/v1/" + matrixJob + ":update", `{"action":"requeue"}`
-		}, jobActRow},
+		}, jobSelfRow},
 		{"ReadJobLogs", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			st, err := js(c).ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: matrixJob})
 			for err == nil {
@@ -256,7 +262,7 @@ func matrixRows(opName string) []matrixRow {
 		{"ListPartitions", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := ss(c).ListPartitions(ctx, &loomv1.ListPartitionsRequest{Cluster: cluster1})
 			return err
-		}), get("/v1/" + cluster1 + "/partitions"), viewerRow},
+		}), get("/v1/" + cluster1 + "/partitions"), projectReadRow},
 		{"ListShares", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := ss(c).ListShares(ctx, &loomv1.ListSharesRequest{Cluster: cluster1})
 			return err
@@ -264,7 +270,7 @@ func matrixRows(opName string) []matrixRow {
 		{"ListSlurmNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := ss(c).ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster1})
 			return err
-		}), get("/v1/" + cluster1 + "/slurmNodes"), viewerRow},
+		}), get("/v1/" + cluster1 + "/slurmNodes"), projectReadRow},
 		{"UpdateSlurmNode", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := ss(c).UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "RESUME"})
 			return err
@@ -720,17 +726,64 @@ func TestEnvironmentOnlyToOwnerAndAdmins(t *testing.T) {
 			t.Fatalf("WatchJob as %s: %v", who, err)
 		}
 		check("WatchJob", first)
-		if who != "work40" {
-			list, err := js.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project})
-			if err != nil || len(list.GetJobs()) != 1 {
-				t.Fatalf("ListJobs as %s: %v %v", who, list, err)
-			}
-			check("ListJobs", list.GetJobs()[0])
+		list, err := js.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project})
+		if err != nil || len(list.GetJobs()) != 1 {
+			t.Fatalf("ListJobs as %s: %v %v", who, list, err)
 		}
+		check("ListJobs", list.GetJobs()[0])
 		code, body := restCall(ctx, t, h.restAs(who), h.restBase, "GET", "/v1/"+matrixJob, "")
 		if code != http.StatusOK || strings.Contains(body, "hf_s3cret") != sees {
 			t.Errorf("REST GetJob as %s: HTTP %d %s, want the secret shown=%v", who, code, body, sees)
 		}
+	}
+}
+
+// TestWorkloadSeesAndActsOnItsOwnJob: a job's own processes (its
+// workload) list only their job, whatever the filters — not the owner's
+// other jobs, not another task of its array — and may cancel and update
+// it (scancel $SLURM_JOB_ID, scontrol requeue $SLURM_JOB_ID), but no other
+// job of the owner's: NotFound, as for a job that does not exist.
+func TestWorkloadSeesAndActsOnItsOwnJob(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	matrixWorld(t, h)
+	ctx := testkit.Context(t, 2*wait)
+	// Ana's other jobs: 41, and 42 as task 2 of an array 40 (the job id
+	// filter "40" names every task of array 40: the check of the page's
+	// jobs keeps it out, as for a workload of an array's first task).
+	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/41", JobId: "41", Cluster: cluster1, State: loomv1.JobState_PENDING, User: "ana", Partition: "all"})
+	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/42", JobId: "42", ArrayJobId: "40", ArrayTaskId: 2, Cluster: cluster1,
+		State: loomv1.JobState_PENDING, User: "ana", Partition: "all"})
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+	if l, err := ana.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project}); err != nil || len(l.GetJobs()) != 3 {
+		t.Fatalf("ana lists %v %v, want her 3 jobs", l, err)
+	}
+	wl := loomv1.NewJobServiceClient(h.as(t, "work40"))
+	for _, req := range []*loomv1.ListJobsRequest{
+		{Parent: project},
+		{Parent: project, Users: []string{"ana"}},
+		{Parent: project, JobIds: []string{"40"}},
+		{Parent: project, ActiveOnly: true, PageSize: 1},
+	} {
+		l, err := wl.ListJobs(ctx, req)
+		if err != nil || len(l.GetJobs()) != 1 || l.GetJobs()[0].GetName() != matrixJob {
+			t.Errorf("workload lists %v: %v %v, want job 40 alone", req, l, err)
+		}
+	}
+	if l, err := wl.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, JobIds: []string{"41"}}); err != nil || len(l.GetJobs()) != 0 {
+		t.Errorf("workload lists job 41: %v %v, want nothing", l, err)
+	}
+	_, err := wl.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/other"})
+	wantCode(t, "workload lists another project", err, codes.NotFound)
+	_, err = wl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/41"})
+	wantCode(t, "workload cancels its owner's other job", err, codes.NotFound)
+	_, err = wl.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/41", Action: "hold"})
+	wantCode(t, "workload holds its owner's other job", err, codes.NotFound)
+	if _, err := wl.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: matrixJob, Action: "requeue"}); err != nil {
+		t.Errorf("workload requeues its own job: %v", err)
+	}
+	if _, err := wl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: matrixJob}); err != nil {
+		t.Errorf("workload cancels its own job: %v", err)
 	}
 }
 

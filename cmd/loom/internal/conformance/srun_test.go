@@ -356,6 +356,28 @@ too many CPUs: refused
 	}
 }
 
+// TestJobScriptAsksAboutItself: a job script's Slurm commands act for the
+// job (its workload token): scontrol show job and squeue -j of itself,
+// sinfo, scontrol update of its own name, and scancel of itself, which
+// ends it CANCELLED before its sleep is over. squeue lists its own job
+// alone (a job's token reaches no other job).
+func TestJobScriptAsksAboutItself(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	other := s.sbatch(s.script("hold.sh")) // another job of the same user
+	id := s.sbatch(s.script("self.sh"))
+	row := s.waitDone(id, 90*time.Second)
+	out, errOut := s.read("self-"+id+".out"), s.read("self-"+id+".err")
+	if state(row) != "CANCELLED" {
+		t.Errorf("job %s ended %s, want CANCELLED (by itself); output:\n%s\nerrors:\n%s", id, row["State"], out, errOut)
+	}
+	wantEqual(t, "output", out, "JobState=RUNNING\n"+id+" RUNNING\nsqueue lists 1 job(s)\nsinfo ok\nupdate ok\n")
+	if n := s.showJob(id)["JobName"]; n != "renamed" {
+		t.Errorf("job name %q after the script's update, want renamed", n)
+	}
+	s.ok("scancel", other)
+}
+
 // TestSrunNodeSelection: srun -w, -x and -r run a step on the nodes of the
 // allocation they pick, SLURM_NODEID counting within the step; a node
 // outside the job is refused; more nodes named than -N keeps the first.

@@ -813,7 +813,18 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	// sent; the filters applied are the caller's (PrivateData narrows the
 	// users to the caller).
 	sent := req
-	if g.opt.PrivateJobs && !caller.Admin {
+	if caller.Workload != "" {
+		// A workload lists its own job alone (any other job is NotFound
+		// to it): its id as the job id filter, and the page's jobs
+		// checked after (the id of an array's first task names every
+		// task).
+		own, _ := resname.ParseJob(caller.Workload)
+		if len(req.GetJobIds()) > 0 && !slices.Contains(req.GetJobIds(), own.ID) {
+			return &loomv1.ListJobsResponse{}, nil
+		}
+		req = proto.Clone(req).(*loomv1.ListJobsRequest)
+		req.JobIds = []string{own.ID}
+	} else if g.opt.PrivateJobs && !caller.Admin {
 		req = proto.Clone(req).(*loomv1.ListJobsRequest)
 		own := caller.User != "" && (len(req.GetUsers()) == 0 || slices.Contains(req.GetUsers(), caller.User))
 		if !own {
@@ -968,6 +979,9 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		if err := g.emptyOrNotFound(ctx, cluster, len(page) == 0, sent.GetPageToken()); err != nil {
 			return nil, err
 		}
+	}
+	if caller.Workload != "" {
+		page = slices.DeleteFunc(page, func(j *loomv1.Job) bool { return !caller.Sees(j, true) })
 	}
 	for i, j := range page {
 		page[i] = caller.Present(j)

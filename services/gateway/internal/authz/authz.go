@@ -177,28 +177,32 @@ var Table = map[string]Rule{
 
 	// Jobs: users submit and act on their own (the application checks the
 	// owner: project and cluster admins act on any); viewers read. A
-	// workload reads its own job, submits as its owner, and runs steps in
-	// its own allocation.
+	// workload reads, cancels and updates its own job (a script's
+	// `scontrol show job $SLURM_JOB_ID`, `scancel`, the `scontrol requeue`
+	// of a checkpointing job), submits as its owner, and runs steps in its
+	// own allocation. It lists only its own job (the application narrows
+	// ListJobs to it).
 	jobSvc + "SubmitJob": {Access: User, Field: "parent", Workload: OwnProject},
 	jobSvc + "GetJob":    {Access: Viewer, Field: "name", Workload: OwnJob},
-	jobSvc + "ListJobs":  {Access: Viewer, Field: "parent"},
+	jobSvc + "ListJobs":  {Access: Viewer, Field: "parent", Workload: OwnProject},
 	jobSvc + "WatchJob":  {Access: Viewer, Field: "name", Workload: OwnJob},
 	// WatchChanges shows what the lists show: the lists' role, in the
 	// project watched (the lists hide what PrivateData hides).
 	changeSvc + "WatchChanges": {Access: Viewer, Field: "project"},
-	jobSvc + "CancelJob":       {Access: User, Field: "name"},
-	jobSvc + "UpdateJob":       {Access: User, Field: "name"},
+	jobSvc + "CancelJob":       {Access: User, Field: "name", Workload: OwnJob},
+	jobSvc + "UpdateJob":       {Access: User, Field: "name", Workload: OwnJob},
 	jobSvc + "ReadJobLogs":     {Access: Viewer, Field: "name"},
 	jobSvc + "CreateJobStep":   {Access: User, Field: "parent", Workload: OwnJob},
 	jobSvc + "GetJobStep":      {Access: Viewer, Field: "name", Workload: OwnJob},
 	jobSvc + "ListJobSteps":    {Access: Viewer, Field: "parent", Workload: OwnJob},
 	jobSvc + "CancelJobStep":   {Access: User, Field: "name", Workload: OwnJob},
 
-	// Slurm: sinfo reads for viewers; draining and resuming nodes is the
-	// cluster administrator's (scontrol update NodeName=).
-	slurmSvc + "ListPartitions":  {Access: Viewer, Field: "cluster"},
+	// Slurm: sinfo reads for viewers, and for a workload of the project
+	// (a job script's sinfo, scontrol show node); draining and resuming
+	// nodes is the cluster administrator's (scontrol update NodeName=).
+	slurmSvc + "ListPartitions":  {Access: Viewer, Field: "cluster", Workload: OwnProject},
 	slurmSvc + "ListShares":      {Access: Viewer, Field: "cluster"},
-	slurmSvc + "ListSlurmNodes":  {Access: Viewer, Field: "cluster"},
+	slurmSvc + "ListSlurmNodes":  {Access: Viewer, Field: "cluster", Workload: OwnProject},
 	slurmSvc + "UpdateSlurmNode": {Access: ClusterAdmin, Field: "cluster"},
 
 	// Operations are scoped by the project in their name.
