@@ -83,10 +83,13 @@ for i = 5, #KEYS do
       redis.call('APPEND', KEYS[i], blob)
       -- Still ordered: it was (or held nothing), the batch is, and the
       -- batch starts at or after the greatest step kept (s[4], before it
-      -- moves; an ordered batch's least step is its first).
+      -- moves; an ordered batch's least step is its first). Steps are
+      -- numbers here (doubles): past 2^53 two steps may round to one, so
+      -- a tie there counts as going back.
       if s[1] == 0 then
         s[9] = batchOrdered
-      elseif (s[9] or 0) == 1 and (batchOrdered == 0 or fs < s[4]) then
+      elseif (s[9] or 0) == 1 and (batchOrdered == 0 or fs < s[4] or
+          (fs == s[4] and math.abs(fs) >= 9007199254740992)) then
         s[9] = 0
       end
       if s[1] == 0 then

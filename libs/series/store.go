@@ -88,9 +88,10 @@ var readLua string
 var readScript = redis.NewScript(readLua)
 
 // exact reports whether a step bound (nil: none) compares exactly with any
-// step as a Lua number (a double) in read.lua: within ±2^53 rounding keeps
-// every order relation with it.
-func exact(b *int64) bool { return b == nil || (*b >= -1<<53 && *b <= 1<<53) }
+// step as a Lua number (a double) in read.lua: strictly within ±2^53,
+// rounding keeps every order relation with it (a step of 2^53+1 rounds to
+// 2^53 itself).
+func exact(b *int64) bool { return b == nil || (*b > -1<<53 && *b < 1<<53) }
 
 // Append adds b's points to job's series. b is checked first (Limits.Check):
 // bad input is InvalidArgument and nothing is applied.

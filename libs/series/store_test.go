@@ -399,7 +399,7 @@ func TestRangeReadsOfOrderedSeries(t *testing.T) {
 		appendBatch(seq, false)
 	}
 	check("ordered", true)
-	if !exact(new(int64(1<<53))) || !exact(new(int64(-1<<53))) || exact(new(int64(1<<53+1))) || exact(new(int64(math.MinInt64))) {
+	if !exact(new(int64(1<<53-1))) || !exact(new(int64(-1<<53+1))) || exact(new(int64(1<<53))) || exact(new(int64(math.MinInt64))) {
 		t.Error("a bound past ±2^53 (not exact as a Lua number) must read the whole series, and one within it not")
 	}
 	if _, total, err := s.Read(ctx, "9", "loss", Query{Range: Range{From: new(int64(math.MinInt64)), To: new(int64(math.MaxInt64))}}); err != nil || total != len(all) {
@@ -449,4 +449,23 @@ func ptr(p *int64) any {
 		return "-"
 	}
 	return *p
+}
+
+// TestOrderedSeriesPast2To53: steps past 2^53 (unix nanoseconds, say) that
+// go back by less than a double's spacing there still make the series
+// unordered, so a ranged read returns them in step order.
+func TestOrderedSeriesPast2To53(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{})
+	const base = int64(1_700_000_000_000_000_000)
+	for i, step := range []int64{base + 100, base + 50} {
+		if _, err := s.Append(ctx, "5", Source{Name: "p", Seq: int64(i + 1)}, Batch{"t": {{Step: step, Value: float64(i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pts, _, err := s.Read(ctx, "5", "t", Query{Range: Range{From: new(int64(0))}})
+	if err != nil || len(pts) != 2 || pts[0].Step != base+50 || pts[1].Step != base+100 {
+		t.Fatalf("read from 0: %+v %v, want both points in step order", pts, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -231,17 +232,24 @@ func (g *Gateway) RunHistorySweep(ctx context.Context, every time.Duration) erro
 // arrayLive reports whether j is an array's record (as accepted, or its
 // first task's) whose array the scheduler still lists a pending or running
 // task of (the first task included). A record that is not an array's of
-// more than one task is never live.
+// more than one task is never live. Each call to the scheduler has
+// arrayLiveTimeout (the sweep's context has no deadline: a scheduler that
+// never answers must not stop the sweep), and the walk stops at the
+// array's last task id: its tasks' ids are A..A+count-1, so pages past it
+// (a project's active jobs after A) hold none.
 func (g *Gateway) arrayLive(ctx context.Context, project string, j *loomv1.Job) (bool, error) {
 	id := j.GetJobId()
-	if j.GetArray() == "" || (j.GetArrayJobId() != "" && j.GetArrayJobId() != id) || domain.ArrayTaskCount(j.GetArray()) < 2 {
+	n := domain.ArrayTaskCount(j.GetArray())
+	first, err := strconv.ParseInt(id, 10, 64)
+	if j.GetArray() == "" || (j.GetArrayJobId() != "" && j.GetArrayJobId() != id) || n < 2 || err != nil {
 		return false, nil
 	}
+	last := fmt.Sprintf("%020d\xff", first+int64(n)-1) // after every key of the last task (paging.JobKey)
 	live := false
-	err := paging.Each(func(token string) (string, error) {
-		// A page may come back empty with a token (the scheduler's scan
-		// bound): go on until a task or the end.
-		resp, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: resname.Project{ID: project}.String(),
+	err = paging.Each(func(token string) (string, error) {
+		cctx, cancel := context.WithTimeout(ctx, arrayLiveTimeout)
+		defer cancel()
+		resp, err := g.own.Jobs.ListJobs(cctx, &loomv1.ListJobsRequest{Parent: resname.Project{ID: project}.String(),
 			JobIds: []string{id}, ActiveOnly: true, PageSize: 1, PageToken: token})
 		if err != nil {
 			return "", fmt.Errorf("ask the scheduler for the tasks of array %s: %w", id, err)
@@ -249,7 +257,16 @@ func (g *Gateway) arrayLive(ctx context.Context, project string, j *loomv1.Job) 
 		if live = len(resp.GetJobs()) > 0; live {
 			return "", nil
 		}
-		return resp.GetNextPageToken(), nil
+		// A page may come back empty with a token (the scheduler's scan
+		// bound): go on, but not past the last task.
+		next := resp.GetNextPageToken()
+		if key, err := paging.TokenKey(next); next == "" || err != nil || key >= last {
+			return "", nil
+		}
+		return next, nil
 	})
 	return live, err
 }
+
+// arrayLiveTimeout bounds one question of the sweep to the scheduler.
+const arrayLiveTimeout = 10 * time.Second

@@ -12,9 +12,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -254,8 +256,10 @@ func sweepGateway(t *testing.T, now *time.Time, window time.Duration, sched loom
 }
 
 // arrayScheduler lists, for job ids [A], array A's active tasks: task A+1
-// while live, after a first page that comes back empty with a token (the
-// scheduler's scan bound); it fails while down. It counts the lists.
+// while live, after a first page that comes back empty with a token at A
+// (the scheduler's scan bound); not live, an empty page with a token past
+// the array's tasks (the project's other active jobs), which the sweep
+// must not follow. It fails while down. It counts the lists.
 type arrayScheduler struct {
 	loomv1.UnimplementedJobServiceServer
 	mu         sync.Mutex
@@ -278,12 +282,19 @@ func (s *arrayScheduler) ListJobs(_ context.Context, req *loomv1.ListJobsRequest
 		return nil, status.Error(codes.Unavailable, "scheduler down")
 	case len(req.GetJobIds()) != 1 || !req.GetActiveOnly() || req.GetParent() != "projects/p":
 		return nil, status.Errorf(codes.InvalidArgument, "unexpected list %v", req)
-	case req.GetPageToken() == "":
-		return &loomv1.ListJobsResponse{NextPageToken: "on"}, nil
-	case !s.live:
-		return &loomv1.ListJobsResponse{}, nil
 	}
 	a, _ := strconv.Atoi(req.GetJobIds()[0])
+	token := func(id int) string {
+		fwd := proto.Clone(req).(*loomv1.ListJobsRequest)
+		fwd.PageToken = ""
+		return paging.Token(fwd, paging.JobKey(&loomv1.Job{Name: "projects/p/jobs/" + strconv.Itoa(id), JobId: strconv.Itoa(id)}))
+	}
+	switch {
+	case req.GetPageToken() == "":
+		return &loomv1.ListJobsResponse{NextPageToken: token(a)}, nil
+	case !s.live:
+		return &loomv1.ListJobsResponse{NextPageToken: token(a + 50)}, nil
+	}
 	id := strconv.Itoa(a + 1)
 	return &loomv1.ListJobsResponse{Jobs: []*loomv1.Job{{Name: "projects/p/jobs/" + id, JobId: id,
 		ArrayJobId: req.GetJobIds()[0], ArrayTaskId: 1, State: loomv1.JobState_PENDING}}}, nil
@@ -361,8 +372,16 @@ func TestHistorySweepKeepsALiveArray(t *testing.T) {
 
 	now = now.Add(2 * time.Hour)
 	sched.set(false, false) // every task ended
+	sched.mu.Lock()
+	sched.calls = 0
+	sched.mu.Unlock()
 	if n, err := g.SweepHistory(ctx); err != nil || n != 2 {
 		t.Fatalf("sweep after the tasks ended: dropped %d (%v), want 2 (array 5's history and array 9's record)", n, err)
 	}
 	kept(false)
+	sched.mu.Lock()
+	if sched.calls != 4 { // two pages each; none past the arrays' last tasks
+		t.Errorf("the scheduler was asked %d times, want 4", sched.calls)
+	}
+	sched.mu.Unlock()
 }

@@ -26,11 +26,14 @@ type endedBucket struct {
 // endedIndex is one cluster's buckets, by endedKey.
 type endedIndex map[int64]*endedBucket
 
-// endedKey is the bucket of an end time.
+// endedKey is the bucket of a time: from its seconds (an hour's edges are
+// whole seconds), which, unlike its nanoseconds, do not overflow for any
+// time a caller can send as since (years 1..9999).
 func endedKey(t time.Time) int64 {
-	n := t.UnixNano()
-	k := n / endedSpan
-	if n%endedSpan < 0 {
+	const span = endedSpan / int64(time.Second)
+	n := t.Unix()
+	k := n / span
+	if n%span < 0 {
 		k-- // floor, for times before 1970
 	}
 	return k

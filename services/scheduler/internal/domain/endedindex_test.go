@@ -151,3 +151,26 @@ func TestEndedIndexFollowsTheRecords(t *testing.T) {
 		t.Fatal("every record gone: the test proves little")
 	}
 }
+
+// TestEndedGoodputFarSince: a window's start far in the past or future
+// (any timestamp a caller may send) counts the records it should: all of
+// them, or none.
+func TestEndedGoodputFarSince(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	s := NewState(Config{})
+	s.LoadEnded([]*Ended{{Name: jobName(1), State: loomv1.JobState_COMPLETED, End: now, Cluster: cl,
+		Goodput: &jobstore.EndedGoodput{Wall: time.Hour}}})
+	for since, want := range map[time.Time]int32{
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC):    1,
+		time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC): 1,
+		time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC): 0,
+		time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC): 0,
+	} {
+		var got goodput.Total
+		s.endedGoodput(cl, since, &got)
+		if g := got.Goodput(cl).GetJobs(); g != want {
+			t.Errorf("since %v: %d jobs counted, want %d", since, g, want)
+		}
+	}
+}
