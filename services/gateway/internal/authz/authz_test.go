@@ -148,8 +148,14 @@ func TestAuthorize(t *testing.T) {
 		{work, jobSvc + "CancelJobStep", &loomv1.CancelJobStepRequest{Name: "projects/p/jobs/7/steps/0"}, nil, ""},
 		{work, jobSvc + "CancelJobStep", &loomv1.CancelJobStepRequest{Name: "projects/p/jobs/8/steps/0"}, errs.NotFound, "projects/p/jobs/8"},
 		{work, jobSvc + "CreateJobStep", &loomv1.CreateJobStepRequest{Parent: "projects/p/jobs/7"}, nil, ""},
-		{work, jobSvc + "CancelJob", &loomv1.CancelJobRequest{Name: "projects/p/jobs/7"}, errs.PermissionDenied, "workload principal"},
-		{work, jobSvc + "ListJobs", &loomv1.ListJobsRequest{Parent: "projects/p"}, errs.PermissionDenied, "workload principal"},
+		{work, jobSvc + "CancelJob", &loomv1.CancelJobRequest{Name: "projects/p/jobs/7"}, nil, ""},
+		{work, jobSvc + "CancelJob", &loomv1.CancelJobRequest{Name: "projects/p/jobs/8"}, errs.NotFound, "projects/p/jobs/8"},
+		{work, jobSvc + "UpdateJob", &loomv1.UpdateJobRequest{Name: "projects/p/jobs/8"}, errs.NotFound, "projects/p/jobs/8"},
+		{work, jobSvc + "ListJobs", &loomv1.ListJobsRequest{Parent: "projects/p"}, nil, ""}, // narrowed to job 7 by the application
+		{work, jobSvc + "ListJobs", &loomv1.ListJobsRequest{Parent: "projects/q"}, errs.NotFound, "projects/q"},
+		{work, jobSvc + "ReadJobLogs", &loomv1.ReadJobLogsRequest{Name: "projects/p/jobs/7"}, errs.PermissionDenied, "workload principal"},
+		{work, slurmSvc + "ListShares", &loomv1.ListSharesRequest{Cluster: "projects/p/clusters/c"}, errs.PermissionDenied, "workload principal"},
+		{work, slurmSvc + "ListPartitions", &loomv1.ListPartitionsRequest{Cluster: "projects/p/clusters/c"}, nil, ""},
 		{work, jobSvc + "SubmitJob", &loomv1.SubmitJobRequest{Parent: "projects/p"}, nil, ""},
 		{work, jobSvc + "SubmitJob", &loomv1.SubmitJobRequest{Parent: "projects/q"}, errs.NotFound, "projects/q"},
 	} {
