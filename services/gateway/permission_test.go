@@ -330,3 +330,65 @@ func TestUpdateSizeHostsNameAndThrottle(t *testing.T) {
 		})
 	}
 }
+
+// TestDependencyCycleRefused: an update may not make a job wait for itself,
+// directly or through the jobs it would wait for (slurmctld's "Job
+// dependency problem"); a dependency on a job that waits for nothing, or
+// has ended, is taken.
+func TestDependencyCycleRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+	pend := func(id, dep string, state loomv1.JobState) {
+		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: state,
+			User: "ana", Partition: "all", Dependency: dep})
+	}
+	// 50 waits for 51, which waits for 52; 53 ended waiting for 54.
+	pend("50", "afterok:51", loomv1.JobState_PENDING)
+	pend("51", "afterany:52", loomv1.JobState_PENDING)
+	pend("52", "", loomv1.JobState_PENDING)
+	pend("53", "afterok:52", loomv1.JobState_COMPLETED)
+	if err := h.redis.Set(ctx, "gateway:"+adapters.KeyJobSeq, 60, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	update := func(id, dep string) error {
+		_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/" + id, Action: "update", Dependency: &dep})
+		return err
+	}
+	wantCode(t, "52 on itself", update("52", "afterany:52"), codes.InvalidArgument, "dependency", "cannot wait for itself", "Job dependency problem")
+	wantCode(t, "52 on 50 (50 → 51 → 52)", update("52", "afterok:50"), codes.InvalidArgument, "dependency", "job 50 already waits for it")
+	wantCode(t, "52 on 53 then 50", update("52", "afterok:53,afterany:50"), codes.InvalidArgument, "dependency", "would wait for itself")
+	for _, ok := range []string{"afterok:53", "afterany:40", ""} {
+		if err := update("52", ok); err != nil {
+			t.Errorf("52 on %q: %v", ok, err)
+		}
+	}
+}
+
+// TestTimeLimitRaiseOnlyByAdmin: a user lowers their job's time limit; a
+// raise is Slurm's "Access/permission denied" for them, and an
+// administrator's reaches the scheduler.
+func TestTimeLimitRaiseOnlyByAdmin(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	j := &loomv1.Job{Name: "projects/default/jobs/46", JobId: "46", Cluster: cluster1, State: loomv1.JobState_RUNNING,
+		User: "ana", Partition: "all", TimeLimitSeconds: 3600}
+	h.w.setJob(j)
+	upd := func(who string, sec int64) error {
+		_, err := loomv1.NewJobServiceClient(h.as(t, who)).UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: j.GetName(), Action: "update", TimeLimitSeconds: sec})
+		return err
+	}
+	wantCode(t, "ana raises", upd("ana", 7200), codes.PermissionDenied, "Access/permission denied", "only an administrator may raise a time limit")
+	if err := upd("ana", 600); err != nil {
+		t.Errorf("ana lowers: %v", err)
+	}
+	if err := upd("pat", 7200); err != nil {
+		t.Fatalf("the project's admin raises: %v", err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		u, ok := e.Payload.(*eventsv1.UpdateJob)
+		return ok && u.GetJob() == j.GetName() && u.GetTimeLimitSeconds() == 7200 && u.GetAdmin()
+	})
+}

@@ -1113,6 +1113,9 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err := domain.CheckNiceAllowed(caller, "nice", req.GetNice()); err != nil {
 		return nil, err
 	}
+	if err := caller.CheckTimeLimit(j, req.GetTimeLimitSeconds()); err != nil {
+		return nil, err
+	}
 	if action == "release" || action == "hold" || action == "uhold" {
 		// A user's hold would replace the administrator's with one the
 		// user may release.
@@ -1145,6 +1148,9 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		}
 	}
 	if err := g.checkDependencyJobs(ctx, req.GetDependency(), "dependency"); err != nil {
+		return nil, err
+	}
+	if err := g.checkDependencyCycle(ctx, j, req.GetDependency()); err != nil {
 		return nil, err
 	}
 	account, qos, err := g.updateCharge(ctx, j, ref.array, req.Account, req.Qos)

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -104,6 +105,20 @@ func (c Caller) CheckRelease(job *loomv1.Job) error {
 		return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " was held by an administrator; only an administrator may release it or change its hold"}
 	}
 	return nil
+}
+
+// CheckTimeLimit refuses a caller who is not an administrator a raise of
+// job's time limit to limit (seconds; 0: unchanged), pending or running,
+// as slurmctld does (only an operator raises a time limit; a user may
+// lower it). A job without a limit of its own (0: its partition's MaxTime)
+// may be given one.
+func (c Caller) CheckTimeLimit(job *loomv1.Job, limit int64) error {
+	cur := job.GetTimeLimitSeconds()
+	if limit <= 0 || c.Admin || cur == 0 || limit <= cur {
+		return nil
+	}
+	return &Denied{Msg: fmt.Sprintf("%s: job %s: only an administrator may raise a time limit (%d s now; a user may lower it)",
+		MsgAccessDenied, job.GetJobId(), cur)}
 }
 
 // Sees reports whether the caller may see job at all: a workload its own

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/loom-ml/loom/libs/auth"
@@ -125,6 +126,29 @@ func TestOlderOrdersAttemptsAndStates(t *testing.T) {
 	} {
 		if got := Older(tc.next, tc.last); got != tc.older {
 			t.Errorf("Older(%v/%d, %v/%d) = %v", tc.next.GetState(), tc.next.GetRestartCount(), tc.last.GetState(), tc.last.GetRestartCount(), got)
+		}
+	}
+}
+
+// TestCheckTimeLimit: only an administrator raises a job's time limit, as
+// slurmctld's operator; anyone who may update the job lowers it, gives a
+// job without a limit of its own one, or leaves it unchanged.
+func TestCheckTimeLimit(t *testing.T) {
+	t.Parallel()
+	j := &loomv1.Job{JobId: "40", User: "ana", TimeLimitSeconds: 3600}
+	ana, admin := Caller{User: "ana"}, Caller{User: "pat", Admin: true}
+	for _, c := range []struct {
+		who   Caller
+		job   *loomv1.Job
+		limit int64
+		ok    bool
+	}{
+		{ana, j, 0, true}, {ana, j, 60, true}, {ana, j, 3600, true}, {ana, j, 3601, false},
+		{admin, j, 7200, true}, {ana, &loomv1.Job{JobId: "41", User: "ana"}, 7200, true},
+	} {
+		err := c.who.CheckTimeLimit(c.job, c.limit)
+		if (err == nil) != c.ok || (err != nil && (!errors.Is(err, errs.PermissionDenied) || !strings.HasPrefix(err.Error(), MsgAccessDenied))) {
+			t.Errorf("%+v raises job %s's %d s to %d: %v, want allowed %v", c.who, c.job.GetJobId(), c.job.GetTimeLimitSeconds(), c.limit, err, c.ok)
 		}
 	}
 }

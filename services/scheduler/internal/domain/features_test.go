@@ -598,7 +598,8 @@ func TestTimeLimitSignalsThenTimesOut(t *testing.T) {
 	if len(stops(c)) != 1 {
 		t.Fatalf("TIMEOUT without StopStep: %v", c.Emits)
 	}
-	// A running job's limit may be lowered, not raised.
+	// A running job's limit may be lowered, not raised, but by an
+	// administrator (slurmctld's operator).
 	h.submitJob(job(2, 1, 1, limit(time.Hour)))
 	h.step(1, 1, "a3-0001", eventsv1.StepState_STEP_KILLED, 143)
 	h.wantState(2, loomv1.JobState_RUNNING, "")
@@ -606,6 +607,12 @@ func TestTimeLimitSignalsThenTimesOut(t *testing.T) {
 	if h.job(2).GetTimeLimitSeconds() != 3600 {
 		t.Fatal("a running job's limit was raised")
 	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 7200, Admin: true})
+	if h.job(2).GetTimeLimitSeconds() != 7200 {
+		t.Fatal("an administrator's raise of a running job's limit was dropped")
+	}
+	h.tick(90 * time.Minute)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
 	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 60})
 	h.tick(2 * time.Minute)
 	h.wantState(2, loomv1.JobState_TIMEOUT, ReasonTimeLimit)

@@ -287,8 +287,10 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 				}
 			}
 		}
-		if lim > 0 && cur > 0 && lim >= cur {
-			lim = 0 // only a decrease applies to a running job
+		if lim > 0 && cur > 0 && lim >= cur && !ev.GetAdmin() {
+			// Only an administrator raises a running job's limit (the
+			// gateway refuses a user's raise; this is what is left).
+			lim = 0
 		}
 	default:
 		return
