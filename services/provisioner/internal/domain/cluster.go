@@ -88,7 +88,10 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 		}
 		msg := fmt.Sprintf("cluster %s already exists", c.Name())
 		if c.Name() != name {
-			msg = fmt.Sprintf("cluster id %q is in use by %s", id, c.Name())
+			// Another project's: not named (nor its project), which the
+			// caller may not see; ids are one namespace because node
+			// names and agents' identities derive from them.
+			msg = fmt.Sprintf("cluster id %q is taken (cluster ids are unique across projects): choose another", id)
 		}
 		return only(failed(op, name, errs.AlreadyExists, msg))
 	}

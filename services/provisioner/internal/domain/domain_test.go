@@ -282,7 +282,7 @@ func TestCreateClusterFailures(t *testing.T) {
 		wantInMsg []string
 	}{
 		{"duplicate", createCmd("op2", clusterSpec(demo)), codes.AlreadyExists, []string{"already exists"}},
-		{"same id in another project", createCmd("op2", clusterSpec("projects/other/clusters/demo")), codes.AlreadyExists, []string{"in use by " + demo}},
+		{"same id in another project", createCmd("op2", clusterSpec("projects/other/clusters/demo")), codes.AlreadyExists, []string{`cluster id "demo" is taken`}},
 		{"bad name", createCmd("op2", clusterSpec("projects/default/clusters/Bad_Id")), codes.InvalidArgument, []string{"name"}},
 		{"no pools", createCmd("op2", &loomv1.Cluster{Name: "projects/default/clusters/x"}), codes.InvalidArgument, []string{"compute.node_pools"}},
 		{"bad pools", createCmd("op2", clusterSpec("projects/default/clusters/x",
