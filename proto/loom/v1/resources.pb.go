@@ -4361,7 +4361,12 @@ type JobStep struct {
 	NodeMessages []string `protobuf:"bytes,17,rep,name=node_messages,json=nodeMessages,proto3" json:"node_messages,omitempty"`
 	// task_usage is what each task used, by SLURM_PROCID, for the tasks
 	// whose agents reported any (sacct's and sstat's MaxRSS, TotalCPU...).
-	TaskUsage     []*TaskUsage `protobuf:"bytes,18,rep,name=task_usage,json=taskUsage,proto3" json:"task_usage,omitempty"`
+	TaskUsage []*TaskUsage `protobuf:"bytes,18,rep,name=task_usage,json=taskUsage,proto3" json:"task_usage,omitempty"`
+	// cpus_per_node are the job's CPUs the step holds on each of nodes while
+	// it runs (sacct's AllocCPUS: with --exact or -c its tasks × their CPUs,
+	// without it all of the job's there); empty for an --overlap step, which
+	// holds none, and for steps recorded before it was kept.
+	CpusPerNode   []int32 `protobuf:"varint,19,rep,packed,name=cpus_per_node,json=cpusPerNode,proto3" json:"cpus_per_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4518,6 +4523,13 @@ func (x *JobStep) GetNodeMessages() []string {
 func (x *JobStep) GetTaskUsage() []*TaskUsage {
 	if x != nil {
 		return x.TaskUsage
+	}
+	return nil
+}
+
+func (x *JobStep) GetCpusPerNode() []int32 {
+	if x != nil {
+		return x.CpusPerNode
 	}
 	return nil
 }
@@ -4989,7 +5001,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xe3\x04\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\x87\x05\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5013,7 +5025,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"request_id\x18\x10 \x01(\tR\trequestId\x12#\n" +
 	"\rnode_messages\x18\x11 \x03(\tR\fnodeMessages\x121\n" +
 	"\n" +
-	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage*\xd6\x01\n" +
+	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage\x12\"\n" +
+	"\rcpus_per_node\x18\x13 \x03(\x05R\vcpusPerNode*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0f\n" +

@@ -936,3 +936,69 @@ func elapsed(t *testing.T, s string) int {
 	}
 	return ((days*24+h)*60+m)*60 + sec
 }
+
+// TestArrayWaitCancelAndHeldTask: sbatch -W of an array waits for every
+// task and exits with the highest exit status of them; a task held on
+// its own shows on its own squeue row (and scontrol show job of it shows
+// its hold), not folded into the array's pending row; scancel of the
+// array cancels its pending tasks without starting any (no start, no
+// nodes, no output file), though its throttle frees a place as the
+// running task is cancelled.
+func TestArrayWaitCancelAndHeldTask(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	r := s.run("sbatch", "-W", "--array=0-2", "-o", "/dev/null", "--wrap", "sleep $((SLURM_ARRAY_TASK_ID)); exit $SLURM_ARRAY_TASK_ID")
+	if r.code != 2 {
+		t.Errorf("sbatch -W of tasks exiting 0, 1, 2: %s, want exit 2 (the highest)", r)
+	}
+	if id := submitted.FindStringSubmatch(r.stdout); id != nil {
+		for _, row := range s.acct("-X", "-j", id[1]) {
+			if !terminal(state(row)) {
+				t.Errorf("sbatch -W returned with task %s %s", row["JobID"], row["State"])
+			}
+		}
+	}
+
+	id := s.sbatch("--array=0-5%1", "-o", "thr-%A_%a.out", "--wrap", "sleep 60")
+	s.waitFor(60*time.Second, "task 0 of "+id+" to run", func() bool {
+		r := s.run("squeue", "-h", "-r", "-j", id+"_0", "-t", "R", "-o", "%i")
+		return strings.TrimSpace(r.stdout) == id+"_0"
+	})
+	s.ok("scontrol", "hold", id+"_4")
+	var rows []string
+	s.waitFor(30*time.Second, "task 4's own row", func() bool {
+		rows = strings.Fields(s.run("squeue", "-h", "-j", id, "-t", "PD", "-o", "%i").stdout)
+		return slices.Contains(rows, id+"_4")
+	})
+	if !slices.Contains(rows, id+"_[1-3,5%1]") {
+		t.Errorf("squeue -j %s pending rows %v, want %s_[1-3,5%%1] and %s_4", id, rows, id, id)
+	}
+	if rec := s.showJob(id + "_4"); rec["JobState"] != "PENDING" || rec["Reason"] != "JobHeldUser" || rec["ArrayTaskId"] != "4" {
+		t.Errorf("scontrol show job %s_4: state %s reason %s task %s, want PENDING JobHeldUser 4", id, rec["JobState"], rec["Reason"], rec["ArrayTaskId"])
+	}
+	if r := s.run("scancel", id); r.code != 0 || r.stderr != "" {
+		t.Errorf("scancel %s: %s", id, r)
+	}
+	s.waitFor(60*time.Second, "every task of "+id+" to end", func() bool {
+		rows := s.acct("-X", "-j", id)
+		for _, row := range rows {
+			if !terminal(state(row)) {
+				return false
+			}
+		}
+		return len(rows) > 0
+	})
+	for _, row := range s.acct("-X", "-j", id) {
+		if row["JobID"] == id+"_0" {
+			continue
+		}
+		if row["NodeList"] != "None assigned" {
+			t.Errorf("pending task %s was given nodes %s when its array was cancelled", row["JobID"], row["NodeList"])
+		}
+	}
+	for k := 1; k <= 5; k++ {
+		if _, err := os.Stat(s.path(fmt.Sprintf("thr-%s_%d.out", id, k))); err == nil {
+			t.Errorf("task %d of the cancelled array left an output file: it started", k)
+		}
+	}
+}

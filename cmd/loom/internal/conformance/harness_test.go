@@ -479,7 +479,7 @@ func table(t *testing.T, out string) []map[string]string {
 }
 
 // acctFormat is what the tests read from sacct.
-const acctFormat = "JobID,JobName,Partition,User,State,ExitCode,Start,End,Elapsed,NodeList"
+const acctFormat = "JobID,JobName,Partition,User,State,ExitCode,Start,End,Elapsed,NodeList,AllocCPUS"
 
 // acct runs sacct -P with acctFormat and args, and parses it.
 func (s *session) acct(args ...string) []map[string]string {

@@ -87,6 +87,15 @@ func TestSrunMultiNode(t *testing.T) {
 		wantEqual(t, "sacct "+id+"."+sid+" ExitCode", r["ExitCode"], want[1])
 		wantEqual(t, "sacct "+id+"."+sid+" NodeList", r["NodeList"], "gpu-[0001-0002]")
 		wantEqual(t, "sacct "+id+"."+sid+" JobName", r["JobName"], "sh")
+		wantEqual(t, "sacct "+id+"."+sid+" AllocCPUS", r["AllocCPUS"], "4")
+	}
+	// A step's AllocCPUS is what it holds, as Slurm 22.05 counts it.
+	for sid, want := range map[string]string{"3": "1", "4": "2"} {
+		if r := steps[id+"."+sid]; r == nil {
+			t.Errorf("sacct -j %s has no row %s.%s", id, id, sid)
+		} else {
+			wantEqual(t, "sacct "+id+"."+sid+" AllocCPUS", r["AllocCPUS"], want)
+		}
 	}
 }
 

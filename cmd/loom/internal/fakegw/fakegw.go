@@ -610,9 +610,9 @@ func (g *Gateway) now() time.Time {
 }
 
 // ListJobs answers the parent project's jobs (of the cluster, when named)
-// that pass the request's users, names, partitions, states and active_only
-// filters, in Jobs' order, paged as the gateway pages (libs/paging: by
-// count and by bytes).
+// that pass the request's users, names, partitions, states, job ids (a job
+// or its array's tasks) and active_only filters, in Jobs' order, paged as
+// the gateway pages (libs/paging: by count and by bytes).
 func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	defer g.lock(r)()
 	in := func(set []string, v string) bool { return len(set) == 0 || slices.Contains(set, v) }
@@ -620,6 +620,8 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 	for _, j := range under(g.Jobs, r.GetParent(), "jobs") {
 		switch {
 		case r.GetCluster() != "" && j.GetCluster() != r.GetCluster(),
+			// A job id names the job, or every task of the array.
+			len(r.GetJobIds()) > 0 && !slices.Contains(r.GetJobIds(), j.GetJobId()) && !slices.Contains(r.GetJobIds(), j.GetArrayJobId()),
 			!in(r.GetUsers(), j.GetUser()) || !in(r.GetNames(), j.GetDisplayName()) || !in(r.GetPartitions(), j.GetPartition()),
 			len(r.GetStates()) > 0 && !slices.Contains(r.GetStates(), state(j)),
 			r.GetActiveOnly() && state(j).Terminal():
@@ -636,7 +638,7 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 }
 
 // CancelJob checks the owner (DenyOthers) and answers NotFound for an
-// unknown job. A signal changes nothing. Cancelling a job that has not
+// unknown job; an array's own name cancels every task. A signal changes nothing. Cancelling a job that has not
 // ended ends it CANCELLED; the answer is the job as the scheduler has it
 // when the gateway asks: already CANCELLED if it was pending (the
 // scheduler drops it from the queue at once), as it was if it had
@@ -659,6 +661,15 @@ func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loo
 		}
 	default:
 		j.State = loomv1.JobState_CANCELLED
+		if j.GetArray() != "" && r.GetName() == j.GetName() {
+			// The array's own name: every task of it, as the scheduler
+			// cancels an array in one step.
+			for _, t := range g.Jobs {
+				if t.GetArrayJobId() == j.GetJobId() && !state(t).Terminal() {
+					t.State = loomv1.JobState_CANCELLED
+				}
+			}
+		}
 	}
 	if state(before) == loomv1.JobState_PENDING {
 		return proto.Clone(j).(*loomv1.Job), nil

@@ -255,12 +255,27 @@ func (v arrayView) pendingIndexes(parent *loomv1.Job) (idx []int, limit int) {
 // isParent says whether j is an array's parent record.
 func isParent(j *loomv1.Job) bool { return j.GetArray() != "" && j.GetArrayJobId() == "" }
 
+// rowKey is what pending tasks of one array must share to be shown as one
+// row: slurmctld keeps an array's pending tasks as one record until one is
+// changed on its own (held, renamed, given another nice, limit, QOS,
+// account or partition), which then shows on a row of its own.
+// A pending task's reason alone does not split it off (the scheduler gives
+// the first in line Resources, the others Priority); a hold's does.
+func rowKey(j *loomv1.Job) string {
+	held := ""
+	if j.GetHold() {
+		held = j.GetStateReason()
+	}
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s", j.GetDisplayName(), j.GetPartition(), held,
+		j.GetNice(), j.GetTimeLimitSeconds(), j.GetQos(), j.GetAccount())
+}
+
 // rows turns jobs into display rows. perTask (squeue -r, sacct) shows
 // one row per array task; otherwise an array's pending tasks share one
-// row, as Slurm shows them.
+// row, as Slurm shows them, those alike (rowKey) together.
 func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 	var out []jobRow
-	merged := map[string]bool{} // parent ids whose pending tasks were merged
+	mergedTask := map[string]bool{} // task records merged into their parent's row
 	for _, j := range jobs {
 		if !isParent(j) {
 			continue
@@ -271,14 +286,13 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 		if !perTask && pending {
 			// Pending task records of this array join its row.
 			for _, t := range v.tasks[id] {
-				if effectiveState(t) == loomv1.JobState_PENDING && t.GetDisplayName() == j.GetDisplayName() &&
-					t.GetPartition() == j.GetPartition() {
+				if effectiveState(t) == loomv1.JobState_PENDING && rowKey(t) == rowKey(j) {
 					idx = append(idx, int(t.GetArrayTaskId()))
+					mergedTask[t.GetName()] = true
 				}
 			}
 			sort.Ints(idx)
 			if len(idx) > 0 {
-				merged[id] = true
 				s := slurmspec.FormatIndexes(idx)
 				if limit > 0 {
 					s += fmt.Sprintf("%%%d", limit)
@@ -298,13 +312,14 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 			out = append(out, jobRow{job: j, id: id, arrayJobID: id, arrayTask: j.GetArray()})
 		}
 	}
-	// Without a parent record, an array's pending tasks still share a row
-	// (the first of them stands for the others).
+	// Without a parent record, an array's pending tasks still share a row,
+	// those alike (the first of them stands for the others).
 	pendingTasks := map[string][]*loomv1.Job{}
+	groupOf := func(j *loomv1.Job) string { return j.GetArrayJobId() + "\x00" + rowKey(j) }
 	if !perTask {
 		for _, j := range jobs {
-			if a := j.GetArrayJobId(); a != "" && !merged[a] && effectiveState(j) == loomv1.JobState_PENDING {
-				pendingTasks[a] = append(pendingTasks[a], j)
+			if a := j.GetArrayJobId(); a != "" && !mergedTask[j.GetName()] && effectiveState(j) == loomv1.JobState_PENDING {
+				pendingTasks[groupOf(j)] = append(pendingTasks[groupOf(j)], j)
 			}
 		}
 	}
@@ -313,10 +328,10 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 			continue
 		}
 		if a := j.GetArrayJobId(); a != "" {
-			if merged[a] && effectiveState(j) == loomv1.JobState_PENDING && !perTask {
+			if mergedTask[j.GetName()] && !perTask {
 				continue
 			}
-			if group := pendingTasks[a]; len(group) > 1 && effectiveState(j) == loomv1.JobState_PENDING {
+			if group := pendingTasks[groupOf(j)]; !perTask && len(group) > 1 && effectiveState(j) == loomv1.JobState_PENDING {
 				if group[0] != j {
 					continue
 				}
@@ -365,6 +380,32 @@ func parseJobSelector(prog, s string) (*jobSelector, error) {
 		}
 	}
 	return sel, nil
+}
+
+// maxListIDs is the most job ids one ListJobs filters on (the gateway's
+// MaxFilterValues): a longer selection lists every job and picks.
+const maxListIDs = 1000
+
+// listIDs are the job ids a list of the selection's jobs asks for
+// (ListJobsRequest.job_ids: a job, or every task of an array): the
+// selected jobs', and the arrays' of the selected tasks; nil (every job)
+// without a selection or past maxListIDs.
+func (s *jobSelector) listIDs() []string {
+	if s == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for id := range s.jobs {
+		set[id] = true
+	}
+	for t := range s.tasks {
+		id, _, _ := strings.Cut(t, "_")
+		set[id] = true
+	}
+	if len(set) == 0 || len(set) > maxListIDs {
+		return nil
+	}
+	return sortedKeys(set)
 }
 
 // matchRow says whether a display row is selected.
@@ -426,7 +467,11 @@ func (c *cmd) withArrayTasks(ctx context.Context, jobs []*loomv1.Job, filtered b
 	if len(parents) == 0 {
 		return jobs, nil
 	}
-	more, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users.keys(), Names: names.keys()})
+	var ids []string
+	if len(parents) <= maxListIDs {
+		ids = sortedKeys(parents) // the parents' tasks alone
+	}
+	more, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users.keys(), Names: names.keys(), JobIds: ids})
 	if err != nil {
 		return nil, err
 	}

@@ -233,6 +233,19 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		if r.step == "batch" {
 			return max(jobCPUs(r.job)/max(len(r.nodes()), 1), 1)
 		}
+		if r.jstep != nil {
+			// What the step holds, node for node; without that (an
+			// --overlap step, or one recorded before it was kept) the
+			// job's CPUs on the step's nodes.
+			if held := r.jstep.GetCpusPerNode(); len(held) > 0 {
+				n := 0
+				for _, c := range held {
+					n += int(c)
+				}
+				return n
+			}
+			return max(jobCPUs(r.job)*len(r.nodes())/max(jobNodeCount(r.job), 1), 1)
+		}
 		return jobCPUs(r.job)
 	}
 	// allocNodes is how many nodes a started row holds: the batch step
@@ -605,7 +618,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		t := time.Date(y, m, d, 0, 0, 0, 0, c.loc)
 		startT = &t
 	}
-	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: states.list()})
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: states.list(), JobIds: sel.listIDs()})
 	if err != nil {
 		return err
 	}

@@ -1042,6 +1042,9 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stdout, "Submitted batch job %s\n", id)
 	}
 	if req.wait {
+		if job.GetArray() != "" {
+			return c.waitArray(ctx, id)
+		}
 		return c.waitJob(ctx, id)
 	}
 	return nil
@@ -1093,6 +1096,12 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 	if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "job.qos: "+msgInvalidQOS) {
 		return nil, slurmRefusal(c, what, msgInvalidQOS, strings.TrimPrefix(st.Message(), "job.qos: "))
 	}
+	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "message larger than max") {
+		// gRPC's own refusal, before the gateway read the job: say what to
+		// shorten (the gateway's limits on each part are in docs/slurm.md).
+		return nil, c.errorf("%s: the job is larger than the gateway accepts in one request (%s): its batch script may be at most 256 KiB, and its exported environment bounded too; shorten them",
+			what, st.Message())
+	}
 	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && isJobQuota(st.Message()) {
 		// A job quota: Slurm's words for an association or QOS limit,
 		// then which limit and its value.
@@ -1140,6 +1149,51 @@ func (c *cmd) waitJob(ctx context.Context, id string) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// waitArray is sbatch --wait of an array: it waits until no task of it is
+// pending or running (watching the last that is, in turn) and exits as
+// Slurm's does, with the highest exit status of any task (each as
+// exitFromJob has it).
+func (c *cmd) waitArray(ctx context.Context, id string) error {
+	for {
+		active, err := c.listJobs(ctx, &loomv1.ListJobsRequest{JobIds: []string{id}, ActiveOnly: true})
+		if err != nil {
+			return err
+		}
+		// The last task still active: tasks run roughly in id order, so
+		// when it ends the others mostly have (a list per wait, not per
+		// task).
+		left := ""
+		for _, j := range active {
+			if !j.GetState().Terminal() {
+				left = shortName(j.GetName())
+			}
+		}
+		if left == "" {
+			break
+		}
+		// Its end, whatever its exit; the tasks are judged together below.
+		var e *Error
+		if err := c.waitJob(ctx, left); err != nil && !errors.As(err, &e) {
+			return err
+		}
+	}
+	all, err := c.listJobs(ctx, &loomv1.ListJobsRequest{JobIds: []string{id}})
+	if err != nil {
+		return err
+	}
+	code := 0
+	for _, j := range all {
+		var e *Error
+		if err := exitFromJob(j); errors.As(err, &e) {
+			code = max(code, e.Code)
+		}
+	}
+	if code != 0 {
+		return &Error{Code: code}
+	}
+	return nil
 }
 
 // exitFromJob is the exit status sbatch --wait returns for an ended job.

@@ -163,7 +163,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 				}
 				continue
 			}
-			ts, err := c.resolveCancel(id, jobs)
+			ts, err := c.resolveCancel(id, jobs, !filtered && !interactive)
 			if err != nil {
 				fmt.Fprintln(c.stderr, err.Error())
 				failed = true
@@ -231,8 +231,13 @@ func displayID(j *loomv1.Job) string {
 }
 
 // resolveCancel turns one scancel argument into jobs: "12" is job 12 and,
-// when it is an array, all its tasks; "12_3" one task; "12_[1-3]" several.
-func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, error) {
+// when it is an array, all its tasks (whole: as one target, the array's
+// name, which the scheduler cancels in one step, as slurmctld does: task
+// by task, each task cancelled would free a place for a pending one to
+// start before its own cancel came); "12_3" one task; "12_[1-3]" several.
+// Without whole (filters, --interactive: each task is judged) an array is
+// each of its tasks.
+func (c *cmd) resolveCancel(arg string, active []*loomv1.Job, whole bool) ([]cancelTarget, error) {
 	id, task, isTask := strings.Cut(arg, "_")
 	if strings.Contains(arg, ".") {
 		return nil, c.errorf("Kill job error on job id %s: job steps are not tracked by Loom", arg)
@@ -242,9 +247,16 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, e
 	}
 	id = strings.TrimLeft(id, "0")
 	if !isTask {
-		// An array is cancelled task by task, each by its own name: the
-		// array's name would cancel them all at once, and the tasks asked
-		// for after it would be refused as already ended.
+		if whole {
+			for _, j := range active {
+				if j.GetArrayJobId() == id || (j.GetJobId() == id && j.GetArray() != "") {
+					return []cancelTarget{{name: c.jobName(id), id: id, array: id, job: j}}, nil
+				}
+			}
+		}
+		// Each task by its own name: the array's name would cancel them
+		// all at once, and the tasks asked for after it would be refused
+		// as already ended.
 		var out []cancelTarget
 		for _, j := range active {
 			if j.GetJobId() == id || j.GetArrayJobId() == id {

@@ -154,6 +154,10 @@ func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner bool) 
 		if err := c.showPartitions(ctx, &b, name, oneliner); err != nil {
 			return err
 		}
+	case strings.HasPrefix("config", entity) && len(entity) >= 2:
+		if err := c.showConfig(ctx, &b); err != nil {
+			return err
+		}
 	default:
 		return c.errorf("invalid entity:%s for keyword:show", params[0])
 	}
@@ -170,7 +174,8 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 			return err
 		}
 	}
-	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{})
+	// The ids asked for only, not the project's every job.
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{JobIds: sel.listIDs()})
 	if err != nil {
 		return err
 	}
@@ -1031,3 +1036,42 @@ const scontrolUsage = `scontrol [<OPTION>] [<COMMAND>]
                               or node (NodeName=NAMES State=DRAIN|DOWN|FAIL|RESUME Reason=...)
      version                  display tool version number
 `
+
+// showConfig is scontrol show config: the cluster's slurm.conf as the
+// gateway generates it (GetSlurmConfig), its Key=Value settings one per
+// line in slurmctld's layout ("%-23s = %s"), sorted by key; the node and
+// partition lines are scontrol show node's and partition's.
+func (c *cmd) showConfig(ctx context.Context, b *strings.Builder) error {
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	conf, err := loomv1.NewClusterServiceClient(c.env.Conn).GetSlurmConfig(cctx, &loomv1.GetSlurmConfigRequest{Name: cluster})
+	if err != nil {
+		return c.rpcError("slurm_load_ctl_conf error", err)
+	}
+	settings := map[string]string{}
+	for _, line := range strings.Split(conf.GetSlurmConf(), "\n") {
+		line = strings.TrimSpace(line)
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok || strings.ContainsAny(key, " \t") {
+			continue
+		}
+		switch strings.ToLower(key) {
+		case "nodename", "partitionname", "nodeset", "downnodes", "frontendname":
+			continue
+		}
+		settings[key] = strings.TrimSpace(value)
+	}
+	fmt.Fprintf(b, "Configuration data as of %s\n", formatTimestamp(c.now, c.loc))
+	for _, k := range sortedKeys(settings) {
+		fmt.Fprintf(b, "%-23s = %s\n", k, settings[k])
+	}
+	fmt.Fprintf(b, "\nSlurmctld(primary) at %s is UP\n", c.gatewayHost())
+	return nil
+}

@@ -103,15 +103,7 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 // gateway, which answers for the scheduler — answers, in Slurm's words
 // (exit 1 when it does not).
 func (c *cmd) scontrolPing(ctx context.Context) error {
-	host := "the Loom gateway"
-	if t, ok := c.env.Conn.(interface{ Target() string }); ok {
-		target := strings.TrimPrefix(strings.TrimPrefix(t.Target(), "dns:///"), "passthrough:///")
-		if h, _, err := net.SplitHostPort(target); err == nil && h != "" {
-			host = h
-		} else if target != "" {
-			host = target
-		}
-	}
+	host := c.gatewayHost()
 	cluster, err := c.clusterName(ctx)
 	if err == nil {
 		_, err = c.partitions(ctx, cluster)
@@ -122,4 +114,19 @@ func (c *cmd) scontrolPing(ctx context.Context) error {
 	}
 	fmt.Fprintf(c.stdout, "Slurmctld(primary) at %s is UP\n", host)
 	return nil
+}
+
+// gatewayHost is the host of the gateway the command talks to, which
+// stands for slurmctld in what scontrol prints.
+func (c *cmd) gatewayHost() string {
+	host := "the Loom gateway"
+	if t, ok := c.env.Conn.(interface{ Target() string }); ok {
+		target := strings.TrimPrefix(strings.TrimPrefix(t.Target(), "dns:///"), "passthrough:///")
+		if h, _, err := net.SplitHostPort(target); err == nil && h != "" {
+			host = h
+		} else if target != "" {
+			host = target
+		}
+	}
+	return host
 }

@@ -478,7 +478,7 @@ func (q *squeueQuery) match(r jobRow) bool {
 // squeueOnce fetches, filters, sorts and renders the queue once.
 func (c *cmd) squeueOnce(ctx context.Context, q *squeueQuery, f format, table fieldTable[jobRow],
 	view *squeueView, perTask bool, sortSpec string, noHeader bool) (string, error) {
-	req := &loomv1.ListJobsRequest{Users: q.users.keys(), Partitions: q.parts.keys(), Names: q.names.keys()}
+	req := &loomv1.ListJobsRequest{Users: q.users.keys(), Partitions: q.parts.keys(), Names: q.names.keys(), JobIds: q.sel.listIDs()}
 	switch {
 	case q.states != nil:
 		req.States = q.states.list()

@@ -1130,7 +1130,7 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		Name: resname.StepIn(j.Name(), s.ID), Job: j.Name(), StepId: s.ID, Attempt: r.Attempt,
 		State: s.State, Command: append([]string(nil), s.Command...), Nodes: append([]string(nil), s.Hostnames...),
 		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
-		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...),
+		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...), CpusPerNode: append([]int32(nil), s.CPUs...),
 	}
 	for _, c := range s.Tasks {
 		out.NumTasks += c

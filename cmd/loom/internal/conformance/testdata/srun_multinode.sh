@@ -15,3 +15,7 @@ srun sh -c 'exit 3'
 echo "srun2 exit=$?"
 srun -N2 -n2 sh -c 'if [ "$SLURM_PROCID" = 1 ]; then exit 5; fi; exit 0'
 echo "srun3 exit=$?"
+# What steps hold, as sacct's AllocCPUS shows it: one CPU (--exact -c1),
+# and all of the job's on one node (2) without --exact.
+srun --exact -n1 -c1 true
+srun -N1 -n1 true
