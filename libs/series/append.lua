@@ -34,14 +34,14 @@ local fmt = function(x) return string.format('%.17g', x) end
 for i = 5, #KEYS do
   local a = 7 + (i - 5) * 10
   local name, blob, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  local fs, fv, ls, lv = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  local mn, mx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local fs, fv, ls, lv = num(ARGV[a + 3]), num(ARGV[a + 4]), num(ARGV[a + 5]), num(ARGV[a + 6])
+  local mn, mx = num(ARGV[a + 7]), num(ARGV[a + 8])
   local batchOrdered = tonumber(ARGV[a + 9])
   local cur = redis.call('HGET', KEYS[1], name)
   local s
   if cur then
     s = {}
-    for w in string.gmatch(cur, '%S+') do s[#s + 1] = tonumber(w) end
+    for w in string.gmatch(cur, '%S+') do s[#s + 1] = num(w) end
   elseif nseries >= maxSeries then
     s = nil
   elseif math.min(maxJob - total, projectRoom - appended) <= 0 then
@@ -69,8 +69,8 @@ for i = 5, #KEYS do
       blob = string.sub(blob, 1, take * 24)
       fs, ls = nil, nil
       for k = 0, take - 1 do
-        local st = struct.unpack('<l', blob, k * 24 + 1)
-        local v = struct.unpack('<d', blob, k * 24 + 17)
+        local st = stepAt(blob, k * 24 + 1)
+        local v = valueAt(blob, k * 24 + 17)
         if fs == nil or st < fs then fs, fv = st, v end
         if ls == nil or st >= ls then ls, lv = st, v end
         if k == 0 or v < mn then mn = v end

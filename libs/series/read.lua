@@ -27,22 +27,16 @@ if not ordered then
   return {0, 0, 0}
 end
 local count = n / 24
--- A record's step: 8 bytes little-endian, signed; decoded by hand (Lua's
--- struct library is Redis', not every server's: miniredis has none), as a
--- number rounded once, as struct.unpack('<l') gives.
-local function stepAt(i)
-  local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(redis.call('GETRANGE', KEYS[2], i * 24, i * 24 + 7), 1, 8)
-  local lo = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-  local hi = b5 + b6 * 256 + b7 * 65536 + b8 * 16777216
-  if hi >= 2147483648 then hi = hi - 4294967296 end
-  return hi * 4294967296 + lo
+-- The step of record i (stepAt: decode.lua).
+local function stepOf(i)
+  return stepAt(redis.call('GETRANGE', KEYS[2], i * 24, i * 24 + 7), 1)
 end
 -- first: the first record of step >= bound; past: the first of step > bound.
 local function search(bound, past)
   local lo, hi = 0, count
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    local st = stepAt(mid)
+    local st = stepOf(mid)
     if st < bound or (past and st == bound) then lo = mid + 1 else hi = mid end
   end
   return lo

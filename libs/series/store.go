@@ -77,15 +77,18 @@ type Result struct {
 	OverBudget int64
 }
 
-//go:embed append.lua
-var appendLua string
+// The scripts, each after decode.lua (their shared decoders).
+var (
+	//go:embed decode.lua
+	decodeLua string
+	//go:embed append.lua
+	appendLua string
+	//go:embed read.lua
+	readLua string
 
-var appendScript = redis.NewScript(appendLua)
-
-//go:embed read.lua
-var readLua string
-
-var readScript = redis.NewScript(readLua)
+	appendScript = redis.NewScript(decodeLua + "\n" + appendLua)
+	readScript   = redis.NewScript(decodeLua + "\n" + readLua)
+)
 
 // exact reports whether a step bound (nil: none) compares exactly with any
 // step as a Lua number (a double) in read.lua: strictly within ±2^53,

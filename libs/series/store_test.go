@@ -469,3 +469,30 @@ func TestOrderedSeriesPast2To53(t *testing.T) {
 		t.Fatalf("read from 0: %+v %v, want both points in step order", pts, err)
 	}
 }
+
+// TestCutSummaryDecodesValuesExactly: a batch cut at the series' limit has
+// its kept part's summary recomputed in the script from the records
+// themselves (decode.lua, no struct library): the extremes come back bit
+// for bit, subnormal, huge, negative and infinite values included.
+func TestCutSummaryDecodesValuesExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	vals := []float64{5e-324, -2.2250738585072014e-308, math.MaxFloat64, -math.MaxFloat64 / 3, 0.1, math.Inf(-1), 1e-310, 42}
+	pts := make([]Point, 0, len(vals)+1)
+	for i, v := range vals {
+		pts = append(pts, Point{Step: int64(-3 + i), Value: v})
+	}
+	pts = append(pts, Point{Step: 99, Value: math.Inf(1)}) // past the limit: dropped
+	s := newStore(t, Limits{Points: int64(len(vals))})
+	if r, err := s.Append(ctx, "3", Source{}, Batch{"x": pts}); err != nil || r.Appended != int64(len(vals)) || r.Dropped != 1 {
+		t.Fatalf("append: %+v %v", r, err)
+	}
+	list, err := s.List(ctx, "3")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	sm := list[0]
+	if sm.Min != math.Inf(-1) || sm.Max != math.MaxFloat64 || sm.FirstStep != -3 || sm.First != 5e-324 || sm.LastStep != 4 || sm.Last != 42 {
+		t.Errorf("summary %+v, want min -Inf, max MaxFloat64, first 5e-324 at step -3, last 42 at step 4", sm)
+	}
+}
