@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,10 +20,12 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/authz"
 )
 
@@ -962,6 +965,70 @@ func TestRESTForwardsAuthorization(t *testing.T) {
 		_ = resp.Body.Close()
 		if resp.StatusCode != tc.want {
 			t.Errorf("Authorization %q: HTTP %d %s, want %d", tc.header, resp.StatusCode, body, tc.want)
+		}
+	}
+}
+
+// TestWorkloadWithinItsOwnersLimits: what a job's own token does counts
+// against its owner as the owner's would: its submissions against the
+// owner's MaxSubmitJobs (counted over the owner's jobs, not the one job the
+// token may list); as an array's first task it cancels itself, not the
+// array whose name it shares, and it may not change the array's throttle;
+// as a later task it lists itself by its array id ("A_k").
+func TestWorkloadWithinItsOwnersLimits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	matrixWorld(t, h)
+	ctx := testkit.Context(t, 2*wait)
+	if _, err := h.accounts().CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "lab"}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.accounts().SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "lab", User: "ana", MaxSubmitJobs: 2}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	// Job 40 is task 0 of array 40 (tasks 40, 41), both in lab.
+	acc := &loomv1.Job{Name: matrixJob, JobId: "40", Cluster: cluster1, State: loomv1.JobState_PENDING, User: "ana", Account: "lab", Partition: "all", Array: "0-1"}
+	tx := &store.Tx{}
+	if err := adapters.PutJob(tx, acc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	for k, st := range []loomv1.JobState{loomv1.JobState_RUNNING, loomv1.JobState_PENDING} {
+		id := strconv.Itoa(40 + k)
+		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: st, User: "ana", Account: "lab",
+			Partition: "all", Array: "0-1", ArrayJobId: "40", ArrayTaskId: int32(k)})
+	}
+	wl := loomv1.NewJobServiceClient(h.as(t, "work40"))
+	sub := validJob()
+	sub.Job.Account = "lab"
+	_, err := wl.SubmitJob(ctx, sub)
+	wantCode(t, "the workload submits a third job into lab", err, codes.ResourceExhausted, "MaxSubmitJobs=2")
+
+	_, err = wl.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: matrixJob, Action: "update", ArrayTaskThrottle: new(int32(0))})
+	wantCode(t, "the workload lifts its array's throttle", err, codes.PermissionDenied, "throttle")
+	if _, err := wl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: matrixJob}); err != nil {
+		t.Fatalf("the workload cancels itself: %v", err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		c, ok := e.Payload.(*eventsv1.CancelJob)
+		if ok && c.GetJob() == matrixJob {
+			t.Errorf("the workload of task 0 cancelled the whole array (%s)", c.GetJob())
+		}
+		return ok && c.GetJob() == matrixJob+"_0"
+	})
+
+	// As task 1 of array 39 it finds itself by "39_1" and by "39".
+	h.w.setJob(&loomv1.Job{Name: matrixJob, JobId: "40", Cluster: cluster1, State: loomv1.JobState_RUNNING, User: "ana",
+		Partition: "all", Array: "0-1", ArrayJobId: "39", ArrayTaskId: 1})
+	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/39", JobId: "39", Cluster: cluster1, State: loomv1.JobState_RUNNING, User: "ana",
+		Partition: "all", Array: "0-1", ArrayJobId: "39", ArrayTaskId: 0})
+	for _, ids := range [][]string{{"39_1"}, {"39"}} {
+		l, err := wl.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, JobIds: ids})
+		if err != nil || len(l.GetJobs()) != 1 || l.GetJobs()[0].GetName() != matrixJob {
+			t.Errorf("task 39_1's workload lists %v: %v %v, want itself alone", ids, l, err)
 		}
 	}
 }

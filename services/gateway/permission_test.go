@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -364,6 +367,42 @@ func TestDependencyCycleRefused(t *testing.T) {
 			t.Errorf("52 on %q: %v", ok, err)
 		}
 	}
+	// A direct reference to itself is found however many jobs the spec
+	// names before it (the walk's bound is for what they wait for).
+	var many []string
+	for id := 1; id <= 40; id++ {
+		many = append(many, strconv.Itoa(id))
+	}
+	wantCode(t, "52 on 40 jobs, then itself", update("52", "afterany:"+strings.Join(many, ":")+":52"), codes.InvalidArgument, "cannot wait for itself")
+
+	// Array 56 (tasks 56, 57, 58), as accepted and split.
+	acc := &loomv1.Job{Name: "projects/default/jobs/56", JobId: "56", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", Array: "0-2"}
+	tx := &store.Tx{}
+	if err := adapters.PutJob(tx, acc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 3 {
+		id := strconv.Itoa(56 + k)
+		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: loomv1.JobState_PENDING,
+			User: "ana", Partition: "all", Array: "0-2", ArrayJobId: "56", ArrayTaskId: int32(k)})
+	}
+	task := func(k int, dep string) error {
+		_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/56_" + strconv.Itoa(k), Action: "update", Dependency: &dep})
+		return err
+	}
+	if err := task(2, "afterok:56_1"); err != nil {
+		t.Errorf("task 2 on task 1 of its array: %v", err)
+	}
+	wantCode(t, "task 2 on itself by its index", task(2, "afterok:56_2"), codes.InvalidArgument, "cannot wait for itself")
+	wantCode(t, "task 2 on its whole array", task(2, "afterany:56"), codes.InvalidArgument, "cannot wait for itself")
+	wantCode(t, "the whole array on its task 1 by its own id", update("56", "afterok:57"), codes.InvalidArgument, "cannot wait for itself")
+	if err := update("56", "afterok:52"); err != nil {
+		t.Errorf("the whole array on job 52: %v", err)
+	}
 }
 
 // TestTimeLimitRaiseOnlyByAdmin: a user lowers their job's time limit; a
@@ -391,4 +430,22 @@ func TestTimeLimitRaiseOnlyByAdmin(t *testing.T) {
 		u, ok := e.Payload.(*eventsv1.UpdateJob)
 		return ok && u.GetJob() == j.GetName() && u.GetTimeLimitSeconds() == 7200 && u.GetAdmin()
 	})
+
+	// A whole array: judged against each task not ended, not its first's.
+	acc := &loomv1.Job{Name: "projects/default/jobs/60", JobId: "60", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", Array: "0-2", TimeLimitSeconds: 3600}
+	tx := &store.Tx{}
+	if err := adapters.PutJob(tx, acc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	for k, lim := range []int64{3600, 600, 600} {
+		id := strconv.Itoa(60 + k)
+		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: loomv1.JobState_PENDING,
+			User: "ana", Partition: "all", Array: "0-2", ArrayJobId: "60", ArrayTaskId: int32(k), TimeLimitSeconds: lim})
+	}
+	_, err := loomv1.NewJobServiceClient(h.as(t, "ana")).UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/60", Action: "update", TimeLimitSeconds: 3000})
+	wantCode(t, "ana raises array 60's later tasks (600 s) to 3000 s", err, codes.PermissionDenied, "job 61", "600 s now")
 }

@@ -670,3 +670,17 @@ func TestScontrolShowConfig(t *testing.T) {
 		t.Errorf("scontrol show config:\n%s\nwant it to start\n%s", rest, want)
 	}
 }
+
+// TestJobIDSelectionBounds: job ids start at 1 and fit int64 (task
+// indexes int32); anything else is Slurm's "Invalid job id", not a list.
+func TestJobIDSelectionBounds(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"0", "000", "99999999999999999999", "12_99999999999"} {
+		for _, prog := range []string{"squeue", "sacct"} {
+			code, _, errOut := run(t, fixture(), prog, Env{}, "-j", id)
+			if code == 0 || !strings.Contains(errOut, "Invalid job id") {
+				t.Errorf("%s -j %s: %d %q, want Invalid job id", prog, id, code, errOut)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -258,7 +259,8 @@ func isParent(j *loomv1.Job) bool { return j.GetArray() != "" && j.GetArrayJobId
 // rowKey is what pending tasks of one array must share to be shown as one
 // row: slurmctld keeps an array's pending tasks as one record until one is
 // changed on its own (held, renamed, given another nice, limit, QOS,
-// account or partition), which then shows on a row of its own.
+// account, partition, dependency, begin time or size), which then shows on
+// a row of its own.
 // A pending task's reason alone does not split it off (the scheduler gives
 // the first in line Resources, the others Priority); a hold's does.
 func rowKey(j *loomv1.Job) string {
@@ -266,8 +268,9 @@ func rowKey(j *loomv1.Job) string {
 	if j.GetHold() {
 		held = j.GetStateReason()
 	}
-	return fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s", j.GetDisplayName(), j.GetPartition(), held,
-		j.GetNice(), j.GetTimeLimitSeconds(), j.GetQos(), j.GetAccount())
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%d\x00%s", j.GetDisplayName(), j.GetPartition(), held,
+		j.GetNice(), j.GetTimeLimitSeconds(), j.GetQos(), j.GetAccount(), j.GetDependency(), j.GetBeginTime().GetSeconds(),
+		j.GetNodeCount(), j.GetNtasks(), j.GetMemMb(), j.GetGpusPerNode(), j.GetGpuType())
 }
 
 // rows turns jobs into display rows. perTask (squeue -r, sacct) shows
@@ -372,8 +375,15 @@ func parseJobSelector(prog, s string) (*jobSelector, error) {
 			return nil, errorf(prog, "Invalid job id: %s", item)
 		}
 		id = strings.TrimLeft(id, "0")
+		if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 {
+			// Job ids start at 1; past int64 is no id either.
+			return nil, errorf(prog, "Invalid job id: %s", item)
+		}
 		if isTask {
-			n, _ := strconv.Atoi(task)
+			n, err := strconv.Atoi(task)
+			if err != nil || n > math.MaxInt32 {
+				return nil, errorf(prog, "Invalid job id: %s", item)
+			}
 			sel.tasks[fmt.Sprintf("%s_%d", id, n)] = true
 		} else {
 			sel.jobs[id] = true

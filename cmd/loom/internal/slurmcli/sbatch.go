@@ -1123,29 +1123,39 @@ func isJobQuota(msg string) bool {
 // sbatch -W does: with the job's exit code, or 1 when it ended by a signal
 // or without running to its end.
 func (c *cmd) waitJob(ctx context.Context, id string) error {
+	j, err := c.watchEnd(ctx, id)
+	if err != nil {
+		return err
+	}
+	return exitFromJob(j)
+}
+
+// watchEnd follows job id until it ends and returns it as it ended; an
+// error when it cannot be followed.
+func (c *cmd) watchEnd(ctx context.Context, id string) (*loomv1.Job, error) {
 	for {
 		stream, err := c.jobsClient().WatchJob(ctx, &loomv1.WatchJobRequest{Name: c.jobName(id)})
 		if err != nil {
-			return c.rpcError("waiting for job "+id, err)
+			return nil, c.rpcError("waiting for job "+id, err)
 		}
 		for {
 			j, err := stream.Recv()
 			if err != nil {
 				if ctx.Err() != nil {
-					return c.errorf("waiting for job %s: %v", id, ctx.Err())
+					return nil, c.errorf("waiting for job %s: %v", id, ctx.Err())
 				}
 				if errors.Is(err, io.EOF) || statusCodeRetryable(err) {
 					break
 				}
-				return c.rpcError("waiting for job "+id, err)
+				return nil, c.rpcError("waiting for job "+id, err)
 			}
 			if j.GetState().Terminal() {
-				return exitFromJob(j)
+				return j, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return c.errorf("waiting for job %s: %v", id, ctx.Err())
+			return nil, c.errorf("waiting for job %s: %v", id, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
@@ -1154,7 +1164,8 @@ func (c *cmd) waitJob(ctx context.Context, id string) error {
 // waitArray is sbatch --wait of an array: it waits until no task of it is
 // pending or running (watching the last that is, in turn) and exits as
 // Slurm's does, with the highest exit status of any task (each as
-// exitFromJob has it).
+// exitFromJob has it). An array whose tasks it cannot list (a job's own
+// token lists only its job) is an error, not a success.
 func (c *cmd) waitArray(ctx context.Context, id string) error {
 	for {
 		active, err := c.listJobs(ctx, &loomv1.ListJobsRequest{JobIds: []string{id}, ActiveOnly: true})
@@ -1173,15 +1184,16 @@ func (c *cmd) waitArray(ctx context.Context, id string) error {
 		if left == "" {
 			break
 		}
-		// Its end, whatever its exit; the tasks are judged together below.
-		var e *Error
-		if err := c.waitJob(ctx, left); err != nil && !errors.As(err, &e) {
+		if _, err := c.watchEnd(ctx, left); err != nil {
 			return err
 		}
 	}
 	all, err := c.listJobs(ctx, &loomv1.ListJobsRequest{JobIds: []string{id}})
 	if err != nil {
 		return err
+	}
+	if len(all) == 0 {
+		return c.errorf("waiting for array %s: its tasks cannot be listed here (a job's own token sees only its job)", id)
 	}
 	code := 0
 	for _, j := range all {

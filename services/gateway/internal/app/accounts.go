@@ -343,8 +343,8 @@ func (g *Gateway) moving(ctx context.Context, parent string, j *loomv1.Job, arra
 	}
 	n := 0
 	err := paging.Each(func(token string) (string, error) {
-		resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, JobIds: []string{j.GetArrayJobId()},
-			States: []loomv1.JobState{loomv1.JobState_PENDING}, PageSize: paging.MaxSize, PageToken: token})
+		resp, err := g.listJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, JobIds: []string{j.GetArrayJobId()},
+			States: []loomv1.JobState{loomv1.JobState_PENDING}, PageSize: paging.MaxSize, PageToken: token}, true)
 		for _, t := range resp.GetJobs() {
 			if t.GetArrayJobId() == j.GetArrayJobId() && t.GetAccount() != account {
 				n++
@@ -394,8 +394,8 @@ func (g *Gateway) checkMaxSubmitJobs(ctx context.Context, parent, user, account 
 // is not empty, until fn returns false.
 func (g *Gateway) eachActiveJob(ctx context.Context, parent string, users []string, fn func(*loomv1.Job) bool) error {
 	return paging.Each(func(token string) (string, error) {
-		resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Users: users,
-			ActiveOnly: true, PageSize: paging.MaxSize, PageToken: token})
+		resp, err := g.listJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Users: users,
+			ActiveOnly: true, PageSize: paging.MaxSize, PageToken: token}, true)
 		for _, j := range resp.GetJobs() {
 			if !fn(j) {
 				return "", nil

@@ -657,6 +657,17 @@ func (g *Gateway) job(ctx context.Context, name string) (*loomv1.Job, error) {
 	return g.repo.AcceptedJob(ctx, name)
 }
 
+// workloadRef is ref as a workload caller may act on it: its own job
+// alone. An array's first task's name is also the array's, which would
+// act on every task; for the task's own processes it names the task
+// ("A_0").
+func workloadRef(c domain.Caller, ref jobRef) jobRef {
+	if c.Workload != "" && ref.array {
+		ref.array, ref.command = false, ref.name+"_0"
+	}
+	return ref
+}
+
 // jobRef is a job name resolved: the canonical name (an array task's own
 // job id), and whether it names a whole array.
 type jobRef struct {
@@ -787,6 +798,14 @@ func inProject(job, project string) bool {
 // known yet; the next page starts after the last job returned, so no job
 // comes twice and none is skipped.
 func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	return g.listJobs(ctx, req, false)
+}
+
+// listJobs is ListJobs; asOwner lists for a workload caller what its owner
+// would see (the gateway's own counts of the owner's jobs against a limit:
+// narrowed to the job, a job's submissions would never reach its owner's
+// MaxSubmitJobs).
+func (g *Gateway) listJobs(ctx context.Context, req *loomv1.ListJobsRequest, asOwner bool) (*loomv1.ListJobsResponse, error) {
 	project, err := resname.ParseProject(req.GetParent())
 	var v errs.Validator
 	if err != nil {
@@ -809,22 +828,22 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		return nil, err
 	}
 	caller := callerIn(ctx, project.ID)
+	if asOwner {
+		caller.Workload = ""
+	}
 	// The page token is checked against, and made from, the request as
 	// sent; the filters applied are the caller's (PrivateData narrows the
 	// users to the caller).
 	sent := req
-	if caller.Workload != "" {
+	if caller.Workload != "" && len(req.GetJobIds()) == 0 {
 		// A workload lists its own job alone (any other job is NotFound
-		// to it): its id as the job id filter, and the page's jobs
-		// checked after (the id of an array's first task names every
-		// task).
+		// to it): its id as the job id filter when it gives none ("A_k",
+		// its task's, is as good), and the page's jobs checked after
+		// (the id of an array's first task names every task).
 		own, _ := resname.ParseJob(caller.Workload)
-		if len(req.GetJobIds()) > 0 && !slices.Contains(req.GetJobIds(), own.ID) {
-			return &loomv1.ListJobsResponse{}, nil
-		}
 		req = proto.Clone(req).(*loomv1.ListJobsRequest)
 		req.JobIds = []string{own.ID}
-	} else if g.opt.PrivateJobs && !caller.Admin {
+	} else if caller.Workload == "" && g.opt.PrivateJobs && !caller.Admin {
 		req = proto.Clone(req).(*loomv1.ListJobsRequest)
 		own := caller.User != "" && (len(req.GetUsers()) == 0 || slices.Contains(req.GetUsers(), caller.User))
 		if !own {
@@ -947,8 +966,18 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	if domain.Filtered(req) && len(candidates) > 0 {
 		// A filtered answer leaves out jobs the scheduler knows but that
 		// no longer pass (a finished job for active_only): ask about the
-		// candidates by id, unfiltered, and add only those it does not know.
-		if candidates, err = g.unknownToScheduler(ctx, req.GetParent(), cluster, candidates); err != nil {
+		// candidates by id, unfiltered, and add only those it does not
+		// know, and, of those it came to know since its page (an array
+		// just split into tasks), the ones that pass as it has them now.
+		keepKnown := func(j *loomv1.Job) bool {
+			// An accepted candidate is listed as the scheduler has it.
+			if (listed[j.GetName()] && !accepted[j.GetName()]) || !inPage(j) || !domain.MatchesList(req, j) {
+				return false
+			}
+			listed[j.GetName()] = true
+			return true
+		}
+		if candidates, err = g.unknownToScheduler(ctx, req.GetParent(), cluster, candidates, keepKnown); err != nil {
 			return nil, err
 		}
 	}
@@ -994,10 +1023,13 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 }
 
 // unknownToScheduler returns the jobs of candidates the scheduler does not
-// know. Only recent candidates are asked about: one accepted longer ago than
-// acceptedWindow that the scheduler still does not know is left out of
-// filtered lists (GetJob still answers for it).
-func (g *Gateway) unknownToScheduler(ctx context.Context, parent, cluster string, candidates []*loomv1.Job) ([]*loomv1.Job, error) {
+// know, and, as the scheduler has them, the jobs of those ids it knows that
+// keepKnown takes (those that came to be known after the scheduler's page
+// was read, which that page could not hold). Only recent candidates are
+// asked about: one accepted longer ago than acceptedWindow that the
+// scheduler still does not know is left out of filtered lists (GetJob
+// still answers for it).
+func (g *Gateway) unknownToScheduler(ctx context.Context, parent, cluster string, candidates []*loomv1.Job, keepKnown func(*loomv1.Job) bool) ([]*loomv1.Job, error) {
 	recent := candidates[:0]
 	ids := make([]string, 0, len(candidates))
 	for _, j := range candidates {
@@ -1010,18 +1042,22 @@ func (g *Gateway) unknownToScheduler(ctx context.Context, parent, cluster string
 		return nil, nil
 	}
 	seen := make(map[string]bool, len(ids))
+	var now []*loomv1.Job // known since the page: as the scheduler has them
 	err := paging.Each(func(token string) (string, error) {
 		known, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Cluster: cluster, JobIds: ids,
 			PageSize: paging.MaxSize, PageToken: token})
 		for _, j := range known.GetJobs() {
 			seen[j.GetName()] = true
+			if keepKnown(j) {
+				now = append(now, j)
+			}
 		}
 		return known.GetNextPageToken(), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for jobs: %w", err)
 	}
-	var out []*loomv1.Job
+	out := now
 	for _, j := range recent {
 		if !seen[j.GetName()] {
 			out = append(out, j)
@@ -1062,6 +1098,7 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 	if err != nil {
 		return nil, err
 	}
+	ref = workloadRef(caller, ref)
 	// The tasks of an array share its owner: the first's stands for all.
 	if err := caller.CheckAccess(j); err != nil {
 		return nil, err
@@ -1107,13 +1144,17 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err != nil {
 		return nil, err
 	}
+	ref = workloadRef(caller, ref)
 	if err := caller.CheckAccess(j); err != nil {
 		return nil, err
+	}
+	if req.ArrayTaskThrottle != nil && caller.Workload != "" {
+		return nil, &domain.Denied{Msg: domain.MsgAccessDenied + ": a job's own token may not change its array's throttle (the array's other tasks are not its)"}
 	}
 	if err := domain.CheckNiceAllowed(caller, "nice", req.GetNice()); err != nil {
 		return nil, err
 	}
-	if err := caller.CheckTimeLimit(j, req.GetTimeLimitSeconds()); err != nil {
+	if err := g.checkTimeLimit(ctx, caller, ref, j, req.GetTimeLimitSeconds()); err != nil {
 		return nil, err
 	}
 	if action == "release" || action == "hold" || action == "uhold" {
@@ -1150,7 +1191,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err := g.checkDependencyJobs(ctx, req.GetDependency(), "dependency"); err != nil {
 		return nil, err
 	}
-	if err := g.checkDependencyCycle(ctx, j, req.GetDependency()); err != nil {
+	if err := g.checkDependencyCycle(ctx, ref, j, req.GetDependency()); err != nil {
 		return nil, err
 	}
 	account, qos, err := g.updateCharge(ctx, j, ref.array, req.Account, req.Qos)

@@ -153,3 +153,58 @@ func TestFilteredListsReadOnlyRecentAcceptedJobs(t *testing.T) {
 		t.Errorf("a window later: %v, next %q; want ana's new job and no token", ids, next)
 	}
 }
+
+// splitScheduler is a scheduler that takes array 10 between two of the
+// gateway's reads: its filtered page (active_only) is read before it knows
+// the array, the gateway's question by id after it split it into tasks 10
+// and 11, running.
+type splitScheduler struct {
+	loomv1.UnimplementedJobServiceServer
+}
+
+func (splitScheduler) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	if req.GetActiveOnly() {
+		return &loomv1.ListJobsResponse{}, nil
+	}
+	var out []*loomv1.Job
+	for k, id := range []string{"10", "11"} {
+		out = append(out, &loomv1.Job{Name: "projects/p/jobs/" + id, JobId: id, User: "ana", Array: "0-1", ArrayJobId: "10",
+			ArrayTaskId: int32(k), State: loomv1.JobState_RUNNING})
+	}
+	return &loomv1.ListJobsResponse{Jobs: out}, nil
+}
+
+// TestFilteredListSeesAJobTheSchedulerTookMeanwhile: an accepted array the
+// scheduler's page did not hold, but that it knows when the gateway asks
+// about it by id (it took the job between the two reads), is listed as the
+// scheduler has it now (its tasks), not dropped from both (sbatch -W of an
+// array then saw no task at all and returned at once).
+func TestFilteredListSeesAJobTheSchedulerTookMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	owners := serveOwners(t, func(srv *grpc.Server) { loomv1.RegisterJobServiceServer(srv, splitScheduler{}) })
+	repo := adapters.NewRepo(store.New(rdb, "gateway:"))
+	tx := &store.Tx{}
+	if err := adapters.PutJob(tx, &loomv1.Job{Name: "projects/p/jobs/10", JobId: "10", User: "ana", Array: "0-1",
+		State: loomv1.JobState_PENDING, SubmitTime: timestamppb.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	g := New(repo, owners, Options{ChangeRefresh: time.Hour, Poll: 10 * time.Millisecond})
+	ctx = auth.NewContext(ctx, &auth.Principal{Name: "users/ana", Kind: auth.KindUser, User: "ana",
+		Roles: map[string]auth.Role{"p": auth.RoleUser}})
+	resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/p", JobIds: []string{"10"}, ActiveOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range resp.GetJobs() {
+		got = append(got, j.GetJobId()+":"+j.GetState().String())
+	}
+	if strings.Join(got, ",") != "10:RUNNING,11:RUNNING" {
+		t.Errorf("active jobs of array 10: %v, want its two tasks as the scheduler has them", got)
+	}
+}

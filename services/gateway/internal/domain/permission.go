@@ -110,10 +110,13 @@ func (c Caller) CheckRelease(job *loomv1.Job) error {
 // CheckTimeLimit refuses a caller who is not an administrator a raise of
 // job's time limit to limit (seconds; 0: unchanged), pending or running,
 // as slurmctld does (only an operator raises a time limit; a user may
-// lower it). A job without a limit of its own (0: its partition's MaxTime)
-// may be given one.
-func (c Caller) CheckTimeLimit(job *loomv1.Job, limit int64) error {
+// lower it). A job without a limit of its own (0) has its partition's
+// MaxTime, partitionMax (0: unlimited, which any limit lowers).
+func (c Caller) CheckTimeLimit(job *loomv1.Job, limit, partitionMax int64) error {
 	cur := job.GetTimeLimitSeconds()
+	if cur == 0 {
+		cur = partitionMax
+	}
 	if limit <= 0 || c.Admin || cur == 0 || limit <= cur {
 		return nil
 	}

@@ -137,18 +137,20 @@ func TestCheckTimeLimit(t *testing.T) {
 	t.Parallel()
 	j := &loomv1.Job{JobId: "40", User: "ana", TimeLimitSeconds: 3600}
 	ana, admin := Caller{User: "ana"}, Caller{User: "pat", Admin: true}
+	free := &loomv1.Job{JobId: "41", User: "ana"} // no limit of its own
 	for _, c := range []struct {
-		who   Caller
-		job   *loomv1.Job
-		limit int64
-		ok    bool
+		who        Caller
+		job        *loomv1.Job
+		limit, max int64
+		ok         bool
 	}{
-		{ana, j, 0, true}, {ana, j, 60, true}, {ana, j, 3600, true}, {ana, j, 3601, false},
-		{admin, j, 7200, true}, {ana, &loomv1.Job{JobId: "41", User: "ana"}, 7200, true},
+		{ana, j, 0, 0, true}, {ana, j, 60, 0, true}, {ana, j, 3600, 0, true}, {ana, j, 3601, 0, false}, {ana, j, 3601, 99999, false},
+		{admin, j, 7200, 0, true}, {ana, free, 7200, 0, true}, {ana, free, 7200, 7200, true}, {ana, free, 7201, 7200, false},
+		{admin, free, 7201, 7200, true},
 	} {
-		err := c.who.CheckTimeLimit(c.job, c.limit)
+		err := c.who.CheckTimeLimit(c.job, c.limit, c.max)
 		if (err == nil) != c.ok || (err != nil && (!errors.Is(err, errs.PermissionDenied) || !strings.HasPrefix(err.Error(), MsgAccessDenied))) {
-			t.Errorf("%+v raises job %s's %d s to %d: %v, want allowed %v", c.who, c.job.GetJobId(), c.job.GetTimeLimitSeconds(), c.limit, err, c.ok)
+			t.Errorf("%+v raises job %s's %d s (partition %d s) to %d: %v, want allowed %v", c.who, c.job.GetJobId(), c.job.GetTimeLimitSeconds(), c.max, c.limit, err, c.ok)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -155,6 +156,20 @@ func jobPartition(cluster *loomv1.Cluster, j *loomv1.Job) (string, *loomv1.Slurm
 	}
 	p, err := findPartition(cluster, id)
 	return id, p, err
+}
+
+// PartitionMaxSeconds is the MaxTime, in seconds, of the partition j goes
+// to in cluster (0: unlimited, or no such partition: nothing to compare).
+func PartitionMaxSeconds(cluster *loomv1.Cluster, j *loomv1.Job) int64 {
+	_, p, err := jobPartition(cluster, j)
+	if err != nil || p.GetMaxTime() == "" {
+		return 0
+	}
+	d, unlimited, err := clusterspec.ParseMaxTime(p.GetMaxTime())
+	if err != nil || unlimited {
+		return 0
+	}
+	return int64(d / time.Second)
 }
 
 // partitionPools returns the node pools whose nodes are in partition p.
@@ -593,10 +608,27 @@ func MatchesList(req *loomv1.ListJobsRequest, j *loomv1.Job) bool {
 	if ids := req.GetJobIds(); len(ids) > 0 {
 		ok := false
 		for _, id := range ids {
-			ref, err := slurmspec.ParseJobRef(id)
-			ok = ok || (err == nil && strconv.FormatInt(ref.JobID, 10) == j.GetJobId())
+			if ref, err := slurmspec.ParseJobRef(id); err == nil {
+				ok = ok || matchesJobID(ref, j)
+			}
 		}
 		return ok
 	}
 	return true
+}
+
+// matchesJobID says whether a job id filter names j, as the scheduler's
+// list reads it (views.JobFilter): "A" the job A and every task of array
+// A, "A_k" task k of array A. An array record not split into tasks yet
+// (array set, array_job_id not) stands for every task: "A_k" names it.
+func matchesJobID(ref slurmspec.JobRef, j *loomv1.Job) bool {
+	id, a := strconv.FormatInt(ref.JobID, 10), j.GetArrayJobId()
+	switch {
+	case ref.Task < 0:
+		return id == j.GetJobId() || id == a
+	case a != "":
+		return id == a && int(j.GetArrayTaskId()) == ref.Task
+	default:
+		return id == j.GetJobId() && j.GetArray() != ""
+	}
 }

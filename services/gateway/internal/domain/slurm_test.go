@@ -360,11 +360,30 @@ func TestListFilters(t *testing.T) {
 		{&loomv1.ListJobsRequest{Users: []string{"ana"}, Names: []string{"train"}, Partitions: []string{"gpu"}, ActiveOnly: true}, true},
 		{&loomv1.ListJobsRequest{Users: []string{"bob"}}, false},
 		{&loomv1.ListJobsRequest{States: []loomv1.JobState{loomv1.JobState_RUNNING}}, false},
-		{&loomv1.ListJobsRequest{JobIds: []string{"12_4"}}, true}, // an array's tasks are its own until the scheduler makes them
+		{&loomv1.ListJobsRequest{JobIds: []string{"12_4"}}, false}, // not an array
 		{&loomv1.ListJobsRequest{JobIds: []string{"13"}}, false},
 	} {
 		if got := MatchesList(tc.req, j); got != tc.want {
 			t.Errorf("MatchesList(%v) = %v, want %v", tc.req, got, tc.want)
+		}
+	}
+	// Job ids as the scheduler reads them (views.JobFilter): "A" names an
+	// array's every task, "A_k" task k; an array record not split yet
+	// stands for all its tasks.
+	unsplit := &loomv1.Job{JobId: "50", Array: "0-3", State: loomv1.JobState_PENDING}
+	task0 := &loomv1.Job{JobId: "50", Array: "0-3", ArrayJobId: "50", ArrayTaskId: 0, State: loomv1.JobState_COMPLETED}
+	task2 := &loomv1.Job{JobId: "52", Array: "0-3", ArrayJobId: "50", ArrayTaskId: 2, State: loomv1.JobState_COMPLETED}
+	for _, tc := range []struct {
+		id   string
+		j    *loomv1.Job
+		want bool
+	}{
+		{"50", unsplit, true}, {"50_2", unsplit, true}, {"51", unsplit, false},
+		{"50", task0, true}, {"50_0", task0, true}, {"50_2", task0, false},
+		{"50", task2, true}, {"50_2", task2, true}, {"52", task2, true}, {"50_1", task2, false}, {"52_2", task2, false},
+	} {
+		if got := MatchesList(&loomv1.ListJobsRequest{JobIds: []string{tc.id}}, tc.j); got != tc.want {
+			t.Errorf("job id %s of job %s (task %s_%d): %v, want %v", tc.id, tc.j.GetJobId(), tc.j.GetArrayJobId(), tc.j.GetArrayTaskId(), got, tc.want)
 		}
 	}
 	for name, want := range map[*loomv1.Job]string{{DisplayName: "x", Command: []string{"/bin/true"}}: "x", {Command: []string{"/usr/bin/python3"}}: "python3", {Script: "true"}: "sbatch"} {

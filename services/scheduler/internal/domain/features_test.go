@@ -613,6 +613,17 @@ func TestTimeLimitSignalsThenTimesOut(t *testing.T) {
 	}
 	h.tick(90 * time.Minute)
 	h.wantState(2, loomv1.JobState_RUNNING, "")
+	// A pending job's too: a user lowers it, an administrator raises it.
+	h.submitJob(job(3, 1, 8, limit(10*time.Minute), func(j *loomv1.Job) { j.Hold = true }))
+	h.do(&eventsv1.UpdateJob{Job: jobName(3), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 3600})
+	if h.job(3).GetTimeLimitSeconds() != 600 {
+		t.Fatal("a user's update raised a pending job's limit")
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(3), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 300})
+	h.do(&eventsv1.UpdateJob{Job: jobName(3), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 3600, Admin: true})
+	if h.job(3).GetTimeLimitSeconds() != 3600 {
+		t.Fatalf("a pending job's limit after a user's lowering and an admin's raise: %d s, want 3600", h.job(3).GetTimeLimitSeconds())
+	}
 	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 60})
 	h.tick(2 * time.Minute)
 	h.wantState(2, loomv1.JobState_TIMEOUT, ReasonTimeLimit)

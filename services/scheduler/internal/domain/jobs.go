@@ -268,8 +268,8 @@ func resizes(ev *eventsv1.UpdateJob) bool {
 // updateLimits changes a job's time limit, partition, nice, begin time,
 // dependency, QOS, account, name, size (node count, tasks, memory) or
 // hosts (node list, exclusions): all while it is pending; only its name and
-// a lower time limit once it runs. A begin time not after now makes the
-// job eligible at once.
+// a lower time limit once it runs. Only an administrator's update raises a
+// time limit. A begin time not after now makes the job eligible at once.
 func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	lim, part := ev.GetTimeLimitSeconds(), ev.GetPartition()
 	nice, begin, dep, qos, acct := ev.Nice, ev.GetBeginTime(), ev.Dependency, ev.Qos, ev.Account
@@ -278,22 +278,28 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	case j.Pending():
 	case j.Running():
 		part, nice, begin, dep, qos, acct, resize = "", nil, nil, nil, nil, nil, false
-		cur := j.Job.GetTimeLimitSeconds()
-		if cur == 0 {
-			if r := t.currentRun(j); r != nil {
-				if c := t.cluster(r.Cluster); c != nil {
-					p, _ := c.Partition(r.Partition)
-					cur = p.MaxSeconds
-				}
-			}
-		}
-		if lim > 0 && cur > 0 && lim >= cur && !ev.GetAdmin() {
-			// Only an administrator raises a running job's limit (the
-			// gateway refuses a user's raise; this is what is left).
-			lim = 0
-		}
 	default:
 		return
+	}
+	if lim > 0 && !ev.GetAdmin() {
+		// Only an administrator raises a job's limit, pending or running
+		// (slurmctld's operator; the gateway refuses a user's raise, and
+		// this is what slips past it: an array's other tasks), against
+		// its own limit or, without one, its partition's MaxTime.
+		cur := j.Job.GetTimeLimitSeconds()
+		if cur == 0 {
+			cluster, partition := j.Job.GetCluster(), j.Job.GetPartition()
+			if r := t.currentRun(j); r != nil && j.Running() {
+				cluster, partition = r.Cluster, r.Partition
+			}
+			if c := t.cluster(cluster); c != nil {
+				p, _ := c.Partition(partition)
+				cur = p.MaxSeconds
+			}
+		}
+		if cur > 0 && lim > cur {
+			lim = 0
+		}
 	}
 	if part != "" {
 		if c := t.cluster(j.Job.GetCluster()); c == nil {
