@@ -219,6 +219,17 @@ func TestSrunAllocates(t *testing.T) {
 	if row := s.waitDone(id, 60*time.Second); state(row) != "FAILED" || row["ExitCode"] != "3:0" {
 		t.Errorf("failed srun's job %s ended %s %s, want FAILED 3:0", id, row["State"], row["ExitCode"])
 	}
+
+	// Its time limit: the job ends TIMEOUT under srun, which then has
+	// nothing to give back (and says nothing of ending it).
+	r = s.run("srun", "-t", "0:02", "sh", "-c", "echo $SLURM_JOB_ID; exec sleep 30")
+	id = strings.TrimSpace(r.stdout)
+	if r.code == 0 || strings.Contains(r.stderr, "ending job") {
+		t.Errorf("srun past its time limit: %v, want a failure without an error ending the job", r)
+	}
+	if row := s.waitDone(id, 60*time.Second); state(row) != "TIMEOUT" {
+		t.Errorf("srun's job %s ended %s, want TIMEOUT", id, row["State"])
+	}
 }
 
 // TestSallocAllocates: salloc holds an allocation while its command runs

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -160,12 +161,16 @@ func (c *cmd) allocEnviron() map[string]string {
 // endAllocation ends the allocation job holds as the step or command run in
 // it ended: COMPLETED for 0, else FAILED with the code (CancelJob with
 // exit_code, Slurm's slurm_complete_job); a failure says how to let the
-// nodes go by hand.
+// nodes go by hand, unless the job had ended already.
 func (c *cmd) endAllocation(ctx context.Context, job *loomv1.Job, code int) {
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.env.CallTimeout)
 	defer cancel()
 	exit := int32(min(max(code, 0), 255))
-	if _, err := c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), ExitCode: &exit, User: c.env.User}); err != nil {
+	_, err := c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), ExitCode: &exit, User: c.env.User})
+	if status.Code(err) == codes.FailedPrecondition {
+		return // it ended already (its time limit, a scancel): its nodes are free
+	}
+	if err != nil {
 		fmt.Fprintf(c.stderr, "%s: error: ending job %s: %s; cancel it with scancel %s\n", c.name, job.GetJobId(), status.Convert(err).Message(), job.GetJobId())
 	}
 }
