@@ -395,6 +395,14 @@ func TestRangeReadsOfOrderedSeries(t *testing.T) {
 			}
 		}
 	}
+	// fresh deletes the series: the next append starts a new one.
+	fresh := func() {
+		t.Helper()
+		if err := s.Delete(ctx, "9"); err != nil {
+			t.Fatal(err)
+		}
+		all, step = nil, -5
+	}
 	for seq := range 10 {
 		appendBatch(seq, false)
 	}
@@ -411,10 +419,7 @@ func TestRangeReadsOfOrderedSeries(t *testing.T) {
 	check("ordered batches after it", false)
 
 	// A series whose batch goes back within itself.
-	if err := s.Delete(ctx, "9"); err != nil {
-		t.Fatal(err)
-	}
-	all, step = nil, -5
+	fresh()
 	appendBatch(11, false)
 	check("ordered, one batch", true)
 	appendBatch(12, false)
@@ -422,10 +427,7 @@ func TestRangeReadsOfOrderedSeries(t *testing.T) {
 
 	// A summary kept before the ordered field (8 fields) counts as not
 	// ordered, and stays so.
-	if err := s.Delete(ctx, "9"); err != nil {
-		t.Fatal(err)
-	}
-	all, step = nil, -5
+	fresh()
 	for seq := range 3 {
 		appendBatch(100+seq, false)
 	}
