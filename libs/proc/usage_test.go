@@ -34,8 +34,9 @@ func TestMain(m *testing.M) {
 
 func TestGroupUsage(t *testing.T) {
 	t.Parallel()
+	out := t.TempDir() + "/out"
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), usageChild+"="+t.TempDir()+"/out")
+	cmd.Env = append(os.Environ(), usageChild+"="+out)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -45,12 +46,16 @@ func TestGroupUsage(t *testing.T) {
 	var u Usage
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		// The child writes its file once every page of its 64 MiB is
+		// touched: before that, RSS (its runtime's pages too) can pass 64
+		// MiB while its own share does not yet.
+		_, written := os.Stat(out)
 		u = GroupUsage(map[int]bool{pg: true}, true)[pg]
-		if u.RSS >= 64<<20 && u.UserCPU+u.SystemCPU > 0 {
+		if written == nil && u.RSS >= 64<<20 && u.UserCPU+u.SystemCPU > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 30s the group's usage is %+v; want RSS >= 64 MiB and some CPU time", u)
+			t.Fatalf("after 30s the group's usage is %+v (file written: %v); want its 64 MiB touched, RSS >= 64 MiB and some CPU time", u, written == nil)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -99,8 +104,9 @@ func TestSampleStatParsesAnOddName(t *testing.T) {
 func TestRusage(t *testing.T) {
 	t.Parallel()
 	// A process that held 64 MiB and spun: its rusage, once reaped, says so.
+	out := t.TempDir() + "/out"
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), usageChild+"="+t.TempDir()+"/out")
+	cmd.Env = append(os.Environ(), usageChild+"="+out)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
