@@ -113,6 +113,7 @@ type Redis struct {
 	Password, PasswordFile string
 
 	mini    *miniredis.Miniredis
+	stop    chan struct{} // ends miniredis' clock (runClock)
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when cmd has been waited for
 	tempDir string        // removed on Close
@@ -185,7 +186,35 @@ func startMiniredis(port int, password string) (*Redis, error) {
 	if err := m.StartAddr(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		return nil, fmt.Errorf("start miniredis on 127.0.0.1:%d: %w", port, err)
 	}
-	return &Redis{Addr: m.Addr(), Kind: KindMiniredis, mini: m}, nil
+	r := &Redis{Addr: m.Addr(), Kind: KindMiniredis, mini: m, stop: make(chan struct{})}
+	go runClock(m, r.stop)
+	return r, nil
+}
+
+// miniredisTick is how often runClock moves miniredis' clock: the most a
+// key outlives its TTL there.
+const miniredisTick = 50 * time.Millisecond
+
+// runClock moves miniredis' clock with the wall clock until stop closes.
+// Why: miniredis expires keys only when told time has passed
+// (FastForward), so without it no TTL ever ran out: a crashed service's
+// lease (PX) was never released to its standby, and keys meant to expire
+// (request records, markers, rate counters) stayed for good.
+func runClock(m *miniredis.Miniredis, stop <-chan struct{}) {
+	last := time.Now()
+	m.SetTime(last)
+	tk := time.NewTicker(miniredisTick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tk.C:
+			m.SetTime(now)
+			m.FastForward(now.Sub(last))
+			last = now
+		}
+	}
 }
 
 func startRedisServer(ctx context.Context, bin string, port int, dataDir, password string) (*Redis, error) {
@@ -357,6 +386,7 @@ func (r *Redis) Close() error {
 	r.once.Do(func() {
 		defer r.removeTemp()
 		if r.mini != nil {
+			close(r.stop)
 			r.mini.Close()
 			return
 		}

@@ -250,6 +250,22 @@ func TestMiniredisFallback(t *testing.T) {
 	if got, _ := c.Get(testCtx(t), "a").Result(); got != "1" {
 		t.Fatalf("GET = %q, want 1", got)
 	}
+	// Its TTLs run out with the wall clock, as redis-server's do (a
+	// crashed service's lease is released to its standby).
+	ctx := testCtx(t)
+	if err := c.Set(ctx, "lease", "holder", 200*time.Millisecond).Err(); err != nil {
+		t.Fatalf("SET PX: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Exists(ctx, "lease").Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a key set with a 200 ms TTL still exists after 10 s: miniredis' clock does not run")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the key: its expiry is the condition
+	}
+	if c.Exists(ctx, "a").Val() != 1 {
+		t.Error("a key without a TTL expired")
+	}
 }
 
 func TestRedisPersistsAcrossRestart(t *testing.T) {
