@@ -8,10 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 // TestMoveArrayIntoFullAccount: scontrol update JobId=A Account=lab of an
@@ -38,13 +36,7 @@ func TestMoveArrayIntoFullAccount(t *testing.T) {
 	submitted := timestamppb.New(time.Now())
 	acc := &loomv1.Job{Name: "projects/default/jobs/50", JobId: "50", Cluster: cluster1, State: loomv1.JobState_PENDING,
 		User: "ana", Account: "root", Qos: "normal", Partition: "all", Array: "0-9", SubmitTime: submitted}
-	tx := &store.Tx{}
-	if err := adapters.PutJob(tx, acc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
-		t.Fatal(err)
-	}
+	h.accept(ctx, t, acc)
 	task := func(k int, st loomv1.JobState, account string) {
 		id := strconv.Itoa(50 + k)
 		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: st,

@@ -20,12 +20,10 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/authz"
 )
 
@@ -989,13 +987,7 @@ func TestWorkloadWithinItsOwnersLimits(t *testing.T) {
 	}
 	// Job 40 is task 0 of array 40 (tasks 40, 41), both in lab.
 	acc := &loomv1.Job{Name: matrixJob, JobId: "40", Cluster: cluster1, State: loomv1.JobState_PENDING, User: "ana", Account: "lab", Partition: "all", Array: "0-1"}
-	tx := &store.Tx{}
-	if err := adapters.PutJob(tx, acc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
-		t.Fatal(err)
-	}
+	h.accept(ctx, t, acc)
 	for k, st := range []loomv1.JobState{loomv1.JobState_RUNNING, loomv1.JobState_PENDING} {
 		id := strconv.Itoa(40 + k)
 		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: st, User: "ana", Account: "lab",

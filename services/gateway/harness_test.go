@@ -698,3 +698,19 @@ func validJob() *loomv1.SubmitJobRequest {
 		Cluster: cluster1, Script: "echo hello", NodeCount: 2, GpusPerNode: 8,
 	}}
 }
+
+// accept stores jobs as the gateway accepted them (their accepted records
+// and index entries), as a SubmitJob would before the scheduler takes
+// them: what an array's whole-array commands read.
+func (h *harness) accept(ctx context.Context, t testing.TB, jobs ...*loomv1.Job) {
+	t.Helper()
+	tx := &store.Tx{}
+	for _, j := range jobs {
+		if err := adapters.PutJob(tx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+}

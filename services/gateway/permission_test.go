@@ -13,7 +13,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -378,13 +377,7 @@ func TestDependencyCycleRefused(t *testing.T) {
 	// Array 56 (tasks 56, 57, 58), as accepted and split.
 	acc := &loomv1.Job{Name: "projects/default/jobs/56", JobId: "56", Cluster: cluster1, State: loomv1.JobState_PENDING,
 		User: "ana", Partition: "all", Array: "0-2"}
-	tx := &store.Tx{}
-	if err := adapters.PutJob(tx, acc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
-		t.Fatal(err)
-	}
+	h.accept(ctx, t, acc)
 	for k := range 3 {
 		id := strconv.Itoa(56 + k)
 		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: loomv1.JobState_PENDING,
@@ -434,13 +427,7 @@ func TestTimeLimitRaiseOnlyByAdmin(t *testing.T) {
 	// A whole array: judged against each task not ended, not its first's.
 	acc := &loomv1.Job{Name: "projects/default/jobs/60", JobId: "60", Cluster: cluster1, State: loomv1.JobState_PENDING,
 		User: "ana", Partition: "all", Array: "0-2", TimeLimitSeconds: 3600}
-	tx := &store.Tx{}
-	if err := adapters.PutJob(tx, acc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adapters.NewRepo(store.New(h.redis, "gateway:")).Apply(ctx, "", tx); err != nil {
-		t.Fatal(err)
-	}
+	h.accept(ctx, t, acc)
 	for k, lim := range []int64{3600, 600, 600} {
 		id := strconv.Itoa(60 + k)
 		h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: loomv1.JobState_PENDING,
