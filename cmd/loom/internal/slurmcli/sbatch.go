@@ -1209,6 +1209,10 @@ func (c *cmd) waitArray(ctx context.Context, id string) error {
 }
 
 // exitFromJob is the exit status sbatch --wait returns for an ended job.
+// As Slurm's (sbatch's _job_wait reads the job's wait status), a job
+// that ended by a signal, or ended otherwise than it would, is 1; but a
+// job that never ran (cancelled while pending, held, or waiting on a
+// dependency) has no status to report: 0, as Slurm gives.
 func exitFromJob(j *loomv1.Job) error {
 	code := int(j.GetExitCode())
 	switch j.GetState() {
@@ -1221,6 +1225,9 @@ func exitFromJob(j *loomv1.Job) error {
 			code = 1
 		}
 	default:
+		if code == 0 && j.GetStartTime() == nil && len(j.GetRuns()) == 0 {
+			return nil
+		}
 		if code == 0 || code > 128 {
 			code = 1
 		}

@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -479,4 +480,37 @@ func runWith(t *testing.T, env Env, name string, args ...string) (int, string, s
 	}
 	code := Main(t.Context(), name, args, env, &out, &errb)
 	return code, out.String(), errb.String()
+}
+
+// TestExitFromJob: sbatch --wait's status per ended job, as real Slurm
+// 22.05 gave them here (scripts/slurm-local.sh): a job cancelled while
+// running exits 1, one cancelled while pending or held exits 0.
+func TestExitFromJob(t *testing.T) {
+	t.Parallel()
+	started := timestamppb.New(time.Unix(1700000000, 0))
+	for _, c := range []struct {
+		name string
+		job  *loomv1.Job
+		want int
+	}{
+		{"completed", &loomv1.Job{State: loomv1.JobState_COMPLETED, StartTime: started}, 0},
+		{"failed with 3", &loomv1.Job{State: loomv1.JobState_FAILED, ExitCode: 3, StartTime: started}, 3},
+		{"failed without a code", &loomv1.Job{State: loomv1.JobState_FAILED}, 1},
+		{"cancelled while running", &loomv1.Job{State: loomv1.JobState_CANCELLED, StartTime: started}, 1},
+		{"cancelled while pending", &loomv1.Job{State: loomv1.JobState_CANCELLED}, 0},
+		{"cancelled pending after a requeue", &loomv1.Job{State: loomv1.JobState_CANCELLED, Runs: []*loomv1.JobRun{{State: loomv1.JobState_NODE_FAIL}}}, 1},
+		{"timed out", &loomv1.Job{State: loomv1.JobState_TIMEOUT, StartTime: started}, 1},
+		{"killed by a signal", &loomv1.Job{State: loomv1.JobState_FAILED, ExitCode: 137, StartTime: started}, 1},
+	} {
+		got := 0
+		var e *Error
+		if err := exitFromJob(c.job); errors.As(err, &e) {
+			got = e.Code
+		} else if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got != c.want {
+			t.Errorf("%s: sbatch --wait exits %d, want %d", c.name, got, c.want)
+		}
+	}
 }
