@@ -684,3 +684,18 @@ func TestJobIDSelectionBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestSacctJobCancelledWhilePending: a job cancelled before it started
+// shows its cancel time as Start and End, Elapsed zero and no nodes, as
+// real Slurm 22.05 recorded such a job here (scripts/slurm-local.sh).
+func TestSacctJobCancelledWhilePending(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 6, 14, 37, 33, 0, time.Local)
+	j := &loomv1.Job{Name: "projects/default/jobs/4", JobId: "4", Cluster: demoCluster, DisplayName: "wrap", User: "alice",
+		Partition: "gpu", State: loomv1.JobState_CANCELLED, NodeCount: 1, SubmitTime: timestamppb.New(end.Add(-time.Minute)),
+		EndTime: timestamppb.New(end)}
+	code, out, errOut := run(t, &fakegw.Gateway{Jobs: []*loomv1.Job{j}}, "sacct", Env{}, "-P", "-n", "-X", "-o", "JobID,State,Start,End,Elapsed,NodeList")
+	if want := "4|CANCELLED|2026-12-06T14:37:33|2026-12-06T14:37:33|00:00:00|None assigned\n"; code != 0 || out != want {
+		t.Errorf("sacct of a job cancelled while pending: %d %q %q, want %q", code, out, errOut, want)
+	}
+}

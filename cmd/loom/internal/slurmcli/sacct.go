@@ -381,6 +381,12 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		})},
 		{"Start", 19, func(r sacctRow) string {
 			if !r.started() {
+				// A job that ended without starting (cancelled while
+				// pending) started and ended at once, as slurmctld
+				// records it: Start is its End, Elapsed zero.
+				if r.run == nil && r.jstep == nil && r.state().Terminal() && !r.pendingTasks {
+					return ts(r.end(), "Unknown")
+				}
 				return "Unknown"
 			}
 			return ts(r.start(), "Unknown")
