@@ -139,6 +139,29 @@ func (p *Principal) Role(project string) Role {
 	return p.Roles[project]
 }
 
+// InProject reports whether p has standing in project: a cluster
+// administrator or a service anywhere, a user with a role there, a
+// workload of one of its jobs, a node of one of its clusters. The audit
+// trail files a refusal under the project it names only for such a caller:
+// a stranger's refusals must not push a project's own records out of its
+// trail, nor make a trail for any project name it likes.
+func (p *Principal) InProject(project string) bool {
+	if p == nil || project == "" {
+		return false
+	}
+	switch {
+	case p.ClusterAdmin || p.Kind == KindService:
+		return true
+	case p.Kind == KindUser:
+		return p.Roles[project] != RoleNone
+	case p.Kind == KindWorkload:
+		return p.Project == project
+	case p.Kind == KindNode:
+		return strings.HasPrefix(p.Cluster, "projects/"+project+"/")
+	}
+	return false
+}
+
 // UserName is "users/{user}", a user principal's Name.
 func UserName(user string) string { return "users/" + user }
 

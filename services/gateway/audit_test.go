@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 func (h *harness) audit() loomv1.AuditServiceClient { return loomv1.NewAuditServiceClient(h.conn) }
@@ -136,7 +138,10 @@ func TestAuditTrail(t *testing.T) {
 	if slices.ContainsFunc(recs, record("users/pat", "/loom.v1.JobService/WatchJob", "allowed", "OK")) {
 		t.Error("a watch that was let through was recorded")
 	}
-	recs = waitAudit(t, ctx, h, "pat", project, record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated"))
+	// An anonymous refusal is the cluster's to read, not the project's.
+	waitAudit(t, ctx, h, "root", "projects/-", func(r *loomv1.AuditRecord) bool {
+		return record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated")(r) && r.GetProject() == "-"
+	})
 	recs = waitAudit(t, ctx, h, "pat", project, record("users/bob", "/loom.v1.JobService/GetJob", "denied", "NotFound"))
 	for _, want := range []func(*loomv1.AuditRecord) bool{
 		record("users/pat", "/loom.v1.JobService/SubmitJob", "allowed", "OK"),
@@ -213,6 +218,67 @@ func TestAuditTrail(t *testing.T) {
 	waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
 		return r.GetPrincipal() == "users/pat" && r.GetMethod() == "/loom.v1.JobService/CancelJob"
 	})
+}
+
+// TestAuditRefusalsKeepOutOfAProjectsRecords: a flood of refused calls
+// naming a project cannot push that project's records out of its capped
+// trail. A stranger's (no role there) and an anonymous caller's refusals
+// go to the cluster's trail ("-", cluster administrators'), naming what
+// they probed; a member's go to the project's refusals, capped on their
+// own.
+func TestAuditRefusalsKeepOutOfAProjectsRecords(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.Limits.AuditMaxRecords = 20 })
+	ctx := testkit.Context(t, 3*wait)
+	req := validJob()
+	req.Job.User = "ana"
+	if _, err := h.jobs().SubmitJob(ctx, req, h.call("ana")); err != nil {
+		t.Fatal(err)
+	}
+	submitted := record("users/ana", "/loom.v1.JobService/SubmitJob", "allowed", "OK")
+	waitAudit(t, ctx, h, "pat", project, submitted)
+	anon := loomv1.NewClusterServiceClient(h.anon)
+	for i := range 30 {
+		_, err := h.clusters().GetCluster(ctx, &loomv1.GetClusterRequest{Name: fmt.Sprintf("%s/clusters/x%d", project, i)}, h.call("nora"))
+		wantCode(t, "nora reads default", err, codes.NotFound)
+		_, err = anon.GetCluster(ctx, &loomv1.GetClusterRequest{Name: fmt.Sprintf("%s/clusters/y%d", project, i)})
+		wantCode(t, "anonymous reads default", err, codes.Unauthenticated)
+		_, err = h.clusters().DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: fmt.Sprintf("%s/clusters/z%d", project, i)}, h.call("vic"))
+		wantCode(t, "the viewer deletes a cluster", err, codes.PermissionDenied)
+		_, err = h.clusters().GetCluster(ctx, &loomv1.GetClusterRequest{Name: fmt.Sprintf("projects/made-up-%d/clusters/c", i)}, h.call("nora"))
+		wantCode(t, "nora reads a made-up project", err, codes.NotFound)
+	}
+	last := func(res string) func(*loomv1.AuditRecord) bool {
+		return func(r *loomv1.AuditRecord) bool { return r.GetResource() == res }
+	}
+	cluster := waitAudit(t, ctx, h, "root", "projects/-", last(project+"/clusters/y29"))
+	waitAudit(t, ctx, h, "root", "projects/-", last(project+"/clusters/x29"))
+	waitAudit(t, ctx, h, "root", "projects/-", last("projects/made-up-29/clusters/c"))
+	recs := waitAudit(t, ctx, h, "pat", project, last(project+"/clusters/z29"))
+	if !slices.ContainsFunc(recs, submitted) {
+		t.Errorf("ana's SubmitJob was pushed out of default's trail (cap 20) by refusals: %d records left", len(recs))
+	}
+	vics := 0
+	for _, r := range recs {
+		switch r.GetPrincipal() {
+		case "users/nora", "anonymous":
+			t.Errorf("a stranger's refusal in default's trail: %v", r)
+		case "users/vic":
+			vics++
+		}
+	}
+	if vics != 20 {
+		t.Errorf("default's trail holds %d of the viewer's 30 refusals, want the newest 20 (refusals are capped on their own)", vics)
+	}
+	for _, r := range cluster {
+		if r.GetPrincipal() == "users/nora" && r.GetProject() != "-" {
+			t.Errorf("a stranger's refusal filed under project %q: %v", r.GetProject(), r)
+		}
+	}
+	if n, err := h.redis.SCard(ctx, "gateway:"+adapters.KeyAuditProjects).Result(); err != nil || n > 4 {
+		trails, _ := h.redis.SMembers(ctx, "gateway:"+adapters.KeyAuditProjects).Result()
+		t.Errorf("audit trails %v (%v): refusals naming made-up projects made trails", trails, err)
+	}
 }
 
 func isCode(err error, cs ...codes.Code) bool { return slices.Contains(cs, status.Code(err)) }

@@ -48,7 +48,7 @@ type Limits struct {
 	MaxChangeWatches int
 	// AuditRetention and AuditMaxRecords bound the audit trail kept in
 	// Redis (LOOM_GATEWAY_AUDIT_RETENTION, default 90 days;
-	// LOOM_GATEWAY_AUDIT_MAX_RECORDS per project, default 100000).
+	// LOOM_GATEWAY_AUDIT_MAX_RECORDS per trail: a project's records, and apart its refusals; default 100000).
 	AuditRetention  time.Duration
 	AuditMaxRecords int
 }
@@ -80,7 +80,7 @@ func (l *Limits) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.AuditRetention, "audit-retention", config.EnvDuration("LOOM_GATEWAY_AUDIT_RETENTION", app.DefaultAuditRetention),
 		"how long audit records are kept (LOOM_GATEWAY_AUDIT_RETENTION)")
 	fs.IntVar(&l.AuditMaxRecords, "audit-max-records", int(config.EnvInt("LOOM_GATEWAY_AUDIT_MAX_RECORDS", app.DefaultAuditMaxRecords)),
-		"audit records kept per project, newest first (LOOM_GATEWAY_AUDIT_MAX_RECORDS)")
+		"audit records kept per trail (a project's records, and apart its refusals), newest first (LOOM_GATEWAY_AUDIT_MAX_RECORDS)")
 }
 
 // options returns the app's quota and audit options.

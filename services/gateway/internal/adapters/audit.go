@@ -22,9 +22,28 @@ const (
 	KeyAuditPrefix = "audit:"
 	// KeyAuditRecordsPrefix + P is a hash: AuditKey → loom.v1.AuditRecord.
 	KeyAuditRecordsPrefix = "audit:records:"
-	// KeyAuditProjects is a set of the projects with records.
+	// KeyAuditProjects is a set of the trails with records: each project's
+	// (and "-"), and beside it P + RefusedTrail.
 	KeyAuditProjects = "audit:projects"
+	// RefusedTrail is the suffix of the trail that keeps a project's
+	// refusals ("denied" records) apart from its other records, each
+	// trail capped on its own: a flood of refused calls, even a member's,
+	// pushes out only older refusals, never a record of what was done.
+	RefusedTrail = "/refused"
 )
+
+// auditTrail is the trail rec is kept in: its project's ("-" for none),
+// or beside it the project's refusals.
+func auditTrail(rec *loomv1.AuditRecord) string {
+	project := rec.GetProject()
+	if project == "" {
+		project = "-"
+	}
+	if rec.GetDecision() == "denied" {
+		return project + RefusedTrail
+	}
+	return project
+}
 
 // AuditKey is a record's list key: the nanoseconds left until the end of
 // int64 time (zero-padded, so that lexical order is newest first) and its
@@ -56,14 +75,12 @@ end
 return 1
 `)
 
-// PutAudit stores rec in its project's trail (project "" is stored as
-// "-"), then drops what is older than retention before now and what is
-// past maxPerProject records (newest kept).
+// PutAudit stores rec in its trail (auditTrail: its project's, project ""
+// stored as "-", or that project's refusals), then drops what is older
+// than retention before now and what is past maxPerProject records of
+// that trail (newest kept).
 func (r *Repo) PutAudit(ctx context.Context, rec *loomv1.AuditRecord, now time.Time, retention time.Duration, maxPerProject int) error {
-	project := rec.GetProject()
-	if project == "" {
-		project = "-"
-	}
+	project := auditTrail(rec)
 	b, err := proto.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode audit record %s: %w", rec.GetId(), err)
@@ -79,12 +96,12 @@ func (r *Repo) PutAudit(ctx context.Context, rec *loomv1.AuditRecord, now time.T
 // auditChunk is how many keys ListAudit reads at once.
 const auditChunk = 256
 
-// ListAudit returns, newest first, up to limit records of project ("-"
-// included, "" for every project) whose key comes after after and that
+// ListAudit returns, newest first, up to limit records of project (its
+// refusals' trail with them; "-" included, "" for every trail) whose key comes after after and that
 // keep (nil: all): a caller that asks for one more than its page learns
 // whether more follow.
 func (r *Repo) ListAudit(ctx context.Context, project, after string, limit int, keep func(*loomv1.AuditRecord) bool) ([]*loomv1.AuditRecord, error) {
-	projects := []string{project}
+	projects := []string{project, project + RefusedTrail}
 	if project == "" {
 		var err error
 		if projects, err = r.st.SMembers(ctx, KeyAuditProjects); err != nil {

@@ -24,7 +24,7 @@ const (
 	// (LOOM_GATEWAY_AUDIT_RETENTION): 90 days. loom.audit.v1 itself keeps
 	// a week, as every topic.
 	DefaultAuditRetention = 90 * 24 * time.Hour
-	// DefaultAuditMaxRecords bounds the records kept per project
+	// DefaultAuditMaxRecords bounds the records kept per trail (a project's records, and apart its refusals)
 	// (LOOM_GATEWAY_AUDIT_MAX_RECORDS); the newest are kept.
 	DefaultAuditMaxRecords = 100000
 	// AuditGroup is the consumer group (shared by the gateway's instances,

@@ -337,6 +337,15 @@ func (a *Auditor) newRecord(ctx context.Context, slot *auth.Slot, method string,
 		principal = slot.Principal.Name
 	}
 	resource := Resource(req)
+	project := ProjectOf(resource)
+	if Decision(code) == Denied && !slot.Principal.InProject(project) {
+		// A stranger's refusal (or an anonymous one) goes to the cluster's
+		// trail, where its resource still shows what was probed: filed
+		// under the project it names, it would push that project's own
+		// records out of its capped trail, and any well-formed name would
+		// make a trail.
+		project = NoProject
+	}
 	return &loomv1.AuditRecord{
 		Id:        envelope.NewID(),
 		Time:      timestamppb.New(a.opt.Now()),
@@ -345,7 +354,7 @@ func (a *Auditor) newRecord(ctx context.Context, slot *auth.Slot, method string,
 		Resource:  resource,
 		Decision:  Decision(code),
 		Code:      code.String(),
-		Project:   ProjectOf(resource),
+		Project:   project,
 	}
 }
 

@@ -160,7 +160,7 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
 	a := NewAuditor(rec, AuditOptions{Now: func() time.Time { return time.Unix(1700000000, 0) }})
-	ana := &auth.Principal{Name: "users/ana", Kind: auth.KindUser}
+	ana := &auth.Principal{Name: "users/ana", Kind: auth.KindUser, Roles: map[string]auth.Role{"p1": auth.RoleUser}}
 	run := func(method string, req any, p *auth.Principal, err error) {
 		_, _ = a.UnaryServerInterceptor()(from("10.0.0.9"), req, &grpc.UnaryServerInfo{FullMethod: method},
 			func(ctx context.Context, _ any) (any, error) {
@@ -177,13 +177,17 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 	run("/loom.v1.ClusterService/UpdateCluster", &loomv1.UpdateClusterRequest{Cluster: &loomv1.Cluster{Name: "projects/p1/clusters/c1"}}, nil,
 		errs.Unauthenticated)
 	run("/loom.v1.ClusterService/DeleteCluster", &loomv1.DeleteClusterRequest{Name: "projects/p1/clusters/c1"}, ana, errs.ToStatus(errs.Unavailable))
+	run("/loom.v1.ClusterService/CreateCluster", &loomv1.CreateClusterRequest{Parent: "projects/p1"}, ana, errs.ToStatus(errs.PermissionDenied))
 	got := rec.all()
 	type row struct{ principal, method, resource, decision, code, project string }
 	want := []row{
 		{"users/ana", "/loom.v1.JobService/SubmitJob", "projects/p1", Allowed, "OK", "p1"},
-		{"users/ana", "/loom.v1.JobService/GetJob", "projects/p2/jobs/1", Denied, "NotFound", "p2"},
-		{Anonymous, "/loom.v1.ClusterService/UpdateCluster", "projects/p1/clusters/c1", Denied, "Unauthenticated", "p1"},
+		// A refusal in a project the caller has no role in, or without a
+		// credential, is the cluster's ("-"); a member's is the project's.
+		{"users/ana", "/loom.v1.JobService/GetJob", "projects/p2/jobs/1", Denied, "NotFound", NoProject},
+		{Anonymous, "/loom.v1.ClusterService/UpdateCluster", "projects/p1/clusters/c1", Denied, "Unauthenticated", NoProject},
 		{"users/ana", "/loom.v1.ClusterService/DeleteCluster", "projects/p1/clusters/c1", Failed, "Unavailable", "p1"},
+		{"users/ana", "/loom.v1.ClusterService/CreateCluster", "projects/p1", Denied, "PermissionDenied", "p1"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d records, want %d: %v", len(got), len(want), got)
