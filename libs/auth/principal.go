@@ -122,6 +122,10 @@ type Principal struct {
 	// How names the credential that proved it: "api-key", "token", "oidc",
 	// "node-identity", "dev" (authentication turned off).
 	How string
+	// KeyID is, for a user, the id of the API key that proved it, or that
+	// the session its token belongs to started from ("" for none): what
+	// revoking that key ends.
+	KeyID string
 }
 
 // Role is p's role in project: admin everywhere for a cluster

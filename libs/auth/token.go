@@ -51,6 +51,10 @@ type Claims struct {
 	Node    string `json:"nod,omitempty"`
 	Cluster string `json:"cls,omitempty"`
 	Pool    string `json:"pol,omitempty"`
+	// Key is the id of the API key a user's session started from (its
+	// tokens and their refreshes): the session lives only while that key
+	// is usable.
+	Key string `json:"key,omitempty"`
 }
 
 // Issuer mints and verifies Loom's tokens (JWT, HS256) with one secret.

@@ -231,6 +231,66 @@ func TestAuthTokensAndRefresh(t *testing.T) {
 	wantAuthCode(t, "revoke nothing", err, codes.InvalidArgument, "refresh_token")
 }
 
+// TestAuthSessionEndsWithItsKey: a session started from an API key (its
+// tokens, their refreshes, and tokens made with its tokens) lives only
+// while the key does: revoked, the session's access tokens and refresh
+// tokens are refused at once, saying why; expired, its refresh is.
+func TestAuthSessionEndsWithItsKey(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	anon := authClient(h, t, "")
+	k := newKey(t, ctx, h, "alice", 3600)
+	tok, err := authClient(h, t, k.GetSecret()).CreateToken(ctx, &loomv1.CreateTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: tok.GetRefreshToken()})
+	if err != nil {
+		t.Fatalf("refresh while the key lives: %v", err)
+	}
+	// A token made with the session's token is of the same session.
+	derived, err := authClient(h, t, next.GetAccessToken()).CreateToken(ctx, &loomv1.CreateTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := authClient(h, t, derived.GetAccessToken()).WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("the derived token before the revocation: %v", err)
+	}
+	if _, err := authClient(h, t, h.adminKey).RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: k.GetName()}); err != nil {
+		t.Fatal(err)
+	}
+	for what, access := range map[string]string{"refreshed": next.GetAccessToken(), "derived": derived.GetAccessToken()} {
+		_, err = authClient(h, t, access).WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+		wantAuthCode(t, "the "+what+" access token after the key's revocation", err, codes.Unauthenticated, "was revoked")
+	}
+	for what, refresh := range map[string]string{"refreshed": next.GetRefreshToken(), "derived": derived.GetRefreshToken()} {
+		_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: refresh})
+		wantAuthCode(t, "the "+what+" refresh after the key's revocation", err, codes.Unauthenticated, "which was revoked; log in again")
+	}
+
+	// Expired: the session's refresh is refused from then on.
+	k2 := newKey(t, ctx, h, "alice", 3600)
+	tok2, err := authClient(h, t, k2.GetSecret()).CreateToken(ctx, &loomv1.CreateTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: tok2.GetRefreshToken()})
+	wantAuthCode(t, "a refresh after the key expired", err, codes.Unauthenticated, "which expired at")
+
+	// A session whose key lives (no expiry) goes on refreshing.
+	k3 := newKey(t, ctx, h, "alice", 0)
+	tok3, err := authClient(h, t, k3.GetSecret()).CreateToken(ctx, &loomv1.CreateTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(23 * time.Hour)
+	if _, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: tok3.GetRefreshToken()}); err != nil {
+		t.Fatalf("a refresh of a session whose key lives: %v", err)
+	}
+}
+
 func TestAuthLoginServiceAndMembers(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

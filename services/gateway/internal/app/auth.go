@@ -174,7 +174,7 @@ func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) 
 		if err := a.bindOIDC(ctx, user, id); err != nil {
 			return nil, err
 		}
-		return a.userToken(ctx, user, "oidc", ttl)
+		return a.userToken(ctx, user, "oidc", "", ttl)
 	}
 	p, err := caller(ctx)
 	if err != nil {
@@ -185,13 +185,15 @@ func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) 
 		if p.Kind != auth.KindService || p.Name != auth.ServiceName(LoginService) {
 			return nil, fmt.Errorf("%w: only the login service (%s) may get a token for another user; use `loom auth login`", errs.PermissionDenied, auth.ServiceName(LoginService))
 		}
-		return a.userToken(ctx, req.GetUser(), "token", ttl)
+		return a.userToken(ctx, req.GetUser(), "token", "", ttl)
 	case req.GetJob() != "":
 		return a.workloadToken(ctx, p, job, ttl)
 	}
 	switch p.Kind {
 	case auth.KindUser:
-		return a.userToken(ctx, p.User, "token", ttl)
+		// A session started from an API key (or from a token of one)
+		// carries the key's id: revoking the key ends it.
+		return a.userToken(ctx, p.User, "token", p.KeyID, ttl)
 	case auth.KindService:
 		tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: p.Kind.String(), RegisteredClaims: auth.ForSubject(p.Name)}, ttl)
 		if err != nil {
@@ -325,8 +327,8 @@ func oidcBindingProto(user string, b *adapters.OIDCBinding) *loomv1.OidcBinding 
 }
 
 // userToken issues an access token and a refresh token for user.
-func (a *Auth) userToken(ctx context.Context, user, how string, ttl time.Duration) (*loomv1.Token, error) {
-	claims := auth.Claims{Use: auth.UseAccess, Kind: auth.KindUser.String(), User: user, RegisteredClaims: auth.ForSubject(auth.UserName(user))}
+func (a *Auth) userToken(ctx context.Context, user, how, keyID string, ttl time.Duration) (*loomv1.Token, error) {
+	claims := auth.Claims{Use: auth.UseAccess, Kind: auth.KindUser.String(), User: user, Key: keyID, RegisteredClaims: auth.ForSubject(auth.UserName(user))}
 	tok, exp, err := a.o.Issuer.Issue(claims, ttl)
 	if err != nil {
 		return nil, err
@@ -396,7 +398,13 @@ func (a *Auth) refresh(ctx context.Context, rtok string, ttl time.Duration) (*lo
 	if c.IssuedAt != nil && c.IssuedAt.Time.Before(nb) {
 		return nil, fmt.Errorf("%w: this session was ended by an administrator; log in again with `loom auth login`", errs.Unauthenticated)
 	}
-	return a.userToken(ctx, c.User, "token", ttl)
+	// A session started from an API key lives only while the key does.
+	if c.Key != "" {
+		if err := authn.CheckSessionKey(ctx, a.o.Store, c.Key, a.now()); err != nil {
+			return nil, err
+		}
+	}
+	return a.userToken(ctx, c.User, "token", c.Key, ttl)
 }
 
 // workloadToken issues the token of job's current attempt to the node

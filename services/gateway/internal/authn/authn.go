@@ -248,7 +248,11 @@ func (a *Authenticator) remember(sum [sha256.Size]byte, e keyEntry, now time.Tim
 // principal is the caller's own copy of the principal e proves.
 func (a *Authenticator) principal(ctx context.Context, e keyEntry) (*auth.Principal, error) {
 	if e.user != "" {
-		return a.user(ctx, e.user, e.how)
+		p, err := a.user(ctx, e.user, e.how)
+		if err == nil {
+			p.KeyID = e.id
+		}
+		return p, err
 	}
 	p := *e.p
 	return &p, nil
@@ -293,6 +297,15 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 			return nil, unauthenticated("token subject %q does not match its user", c.Subject)
 		}
 		e.user = c.User
+		if c.Key != "" {
+			// A session started from an API key ends with the key: its
+			// tokens are checked against it as the key itself is, and
+			// ForgetKey drops them from the cache with it.
+			if err := CheckSessionKey(ctx, a.o.Store, c.Key, now); err != nil {
+				return nil, err
+			}
+			e.id = c.Key
+		}
 	case auth.KindNode:
 		if c.Node == "" || c.Cluster == "" {
 			return nil, unauthenticated("node token without a node or cluster")
@@ -308,6 +321,26 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 	}
 	a.remember(sum, e, now)
 	return a.principal(ctx, e)
+}
+
+// CheckSessionKey checks that the API key id a user's session started
+// from (its tokens' Claims.Key) may still authenticate at now: an
+// Unauthenticated error, saying what to do, when it was revoked, has
+// expired or is gone. Authentication checks it for each such token, the
+// token service for each refresh.
+func CheckSessionKey(ctx context.Context, st Store, id string, now time.Time) error {
+	k, err := st.APIKey(ctx, id)
+	switch {
+	case errors.Is(err, errs.NotFound):
+		return unauthenticated("this session started from API key %s, which no longer exists; log in again with `loom auth login`", id)
+	case err != nil:
+		return err
+	case !k.RevokeTime.IsZero():
+		return unauthenticated("this session started from API key %s, which was revoked; log in again with `loom auth login`", id)
+	case !k.Usable(now):
+		return unauthenticated("this session started from API key %s, which expired at %s; log in again with `loom auth login`", id, k.ExpireTime.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // user returns the principal of user with its roles (cached RoleCacheTTL),
@@ -457,13 +490,20 @@ func (s *stream) recheck() error {
 		}
 		p, _ = auth.FromContext(ctx)
 	case s.p.Kind == auth.KindUser:
-		// An access token cannot be revoked, and its expiry only bounds
-		// how long it opens new calls (a watch of a long job outlives
-		// it): the user's roles are what may change.
+		// An access token's expiry only bounds how long it opens new
+		// calls (a watch of a long job outlives it): the user's roles
+		// may change, and the API key its session started from may be
+		// revoked or expire.
+		if s.p.KeyID != "" {
+			if err := CheckSessionKey(s.ServerStream.Context(), s.a.o.Store, s.p.KeyID, now); err != nil {
+				return err
+			}
+		}
 		var err error
 		if p, err = s.a.user(s.ServerStream.Context(), s.p.User, s.p.How); err != nil {
 			return err
 		}
+		p.KeyID = s.p.KeyID
 	default:
 		return nil // a node's, a workload's, a service's rights are their token's
 	}
