@@ -1007,13 +1007,29 @@ func (s *State) completed(c *Change, now time.Time, r *loomv1.HealthCheckResult)
 		return fmt.Errorf("health check completed: %w", errs.Invalid("result.name", "%s is a result of node %s, not of %s",
 			termtext.Clean(r.GetName(), 256), old.GetNode(), r.GetNode()))
 	}
-	s.store(c, now, NodeResult(r, now))
-	sc := s.scan(c, scanKey(cluster, r.GetScanId()))
-	if sc == nil {
-		return nil
+	// Its hostname and scan are the node's word as well: a result is
+	// listed as its own node's, whatever hostname it gives, and counts in
+	// a scan only as the answer to a run that scan sent to that node
+	// (else a node could file a FAIL under another host, into an
+	// operator's scan of that host).
+	stored := NodeResult(r, now)
+	if n := s.node(c, r.GetNode()); n != nil {
+		stored.Hostname = n.Hostname
+	} else if p, err := resname.SplitNode(r.GetNode()); err == nil {
+		stored.Hostname = p.Host
 	}
-	run := sc.Runs[runID]
-	if run == nil || run.Done || run.Node != r.GetNode() {
+	var sc *Scan
+	var run *Run
+	if r.GetScanId() != "" {
+		if sc = s.scan(c, scanKey(cluster, r.GetScanId())); sc != nil {
+			run = sc.Runs[runID]
+		}
+		if run == nil || run.Node != r.GetNode() {
+			sc, run, stored.ScanId = nil, nil, ""
+		}
+	}
+	s.store(c, now, stored)
+	if run == nil || run.Done {
 		return nil
 	}
 	run.Done, run.Outcome = true, r.GetOutcome()

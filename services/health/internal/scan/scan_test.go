@@ -958,3 +958,35 @@ func TestAgentNamesOnlyItself(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeResultIsItsOwn: a node (its name proved by the envelope's
+// signature) that reports a FAIL under another node's hostname, into an
+// operator's scan of that other node only, has its result listed as its
+// own, outside the scan; the scan's own run still waits for its node.
+func TestNodeResultIsItsOwn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2")
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "op-scan", Hostnames: []string{"n2"}, Checks: []string{Disk}})
+	f.take()
+	f.handle(&eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{
+		Name: cluster + "/healthResults/forged-1", Node: nodeName("n1"), Hostname: "n2", Check: Disk,
+		Outcome: loomv1.CheckOutcome_CHECK_FAIL, Summary: "disk failed (forged by n1)", ScanId: "op-scan", Trigger: "scan", Gpu: -1,
+		StartTime: timestamppb.New(f.now), EndTime: timestamppb.New(f.now)}})
+	n2s, err := f.s.List(&loomv1.ListHealthResultsRequest{Cluster: cluster, Hostname: "n2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n2s.GetResults()) != 0 {
+		t.Errorf("n2's results hold what n1 sent: %v", n2s.GetResults())
+	}
+	n1s, err := f.s.List(&loomv1.ListHealthResultsRequest{Cluster: cluster, Hostname: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n1s.GetResults()) != 1 || n1s.GetResults()[0].GetScanId() != "" {
+		t.Errorf("n1's results: %v, want its one result, in no scan", n1s.GetResults())
+	}
+	if p := f.s.Progress(cluster, "op-scan"); p.GetFailed() != 0 || p.GetAnswered() != 0 || p.GetDone() {
+		t.Errorf("the operator's scan of n2 counts n1's result: %v", p)
+	}
+}
