@@ -5,6 +5,7 @@
 package hostlist
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -18,16 +19,34 @@ const MaxNames = 1 << 20
 // maxDigits keeps a bracket number inside int64 (and Slurm's own limits are far lower).
 const maxDigits = 18
 
+// ErrTooMany is what the *SyntaxError of an expression that expands to
+// more names than allowed unwraps to (errors.Is).
+var ErrTooMany = errors.New("too many names")
+
 // SyntaxError is a malformed hostlist expression. Pos is the 0-based byte
 // offset in Expr where the problem was found.
 type SyntaxError struct {
 	Expr string
 	Pos  int
 	Msg  string
+	// tooMany marks the expression that expands past its limit.
+	tooMany bool
 }
 
 func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("hostlist %q: %s at position %d", e.Expr, e.Msg, e.Pos)
+}
+
+// Unwrap is ErrTooMany for an expression past its limit, else nil.
+func (e *SyntaxError) Unwrap() error {
+	if e.tooMany {
+		return ErrTooMany
+	}
+	return nil
+}
+
+func tooMany(expr string, pos, max int) *SyntaxError {
+	return &SyntaxError{Expr: expr, Pos: pos, Msg: fmt.Sprintf("expands to more than %d names", max), tooMany: true}
 }
 
 // Expand returns every name in the expression, in the order written; several
@@ -36,7 +55,15 @@ func (e *SyntaxError) Error() string {
 // hold letters, digits, '-', '_' and '.'; anything else, an empty name, an
 // unbalanced or nested bracket, a bad range or more than MaxNames names is a
 // *SyntaxError naming the position.
-func Expand(expr string) ([]string, error) {
+func Expand(expr string) ([]string, error) { return ExpandMax(expr, MaxNames) }
+
+// ExpandMax is Expand producing at most max names (at most MaxNames):
+// past that it stops, before building them, with a *SyntaxError that is
+// ErrTooMany. A caller with a budget (names in a request, duplicates
+// included) passes what is left of it, so that a short expression cannot
+// make it build millions of names it will refuse.
+func ExpandMax(expr string, max int) ([]string, error) {
+	max = min(max, MaxNames)
 	if expr == "" {
 		return nil, nil
 	}
@@ -60,7 +87,7 @@ func Expand(expr string) ([]string, error) {
 				continue
 			}
 		}
-		names, err := expandName(expr, start, i, len(out))
+		names, err := expandName(expr, start, i, len(out), max)
 		if err != nil {
 			return nil, err
 		}
@@ -77,10 +104,10 @@ type piece struct {
 }
 
 // expandName expands expr[from:to], one comma-free (outside brackets) name.
-// have is how many names were produced before, to enforce MaxNames.
-func expandName(expr string, from, to, have int) ([]string, error) {
+// have is how many names were produced before, to enforce max.
+func expandName(expr string, from, to, have, max int) ([]string, error) {
 	if from == to {
-		return nil, &SyntaxError{expr, from, "empty name"}
+		return nil, &SyntaxError{Expr: expr, Pos: from, Msg: "empty name"}
 	}
 	var pieces []piece
 	total := 1
@@ -91,24 +118,24 @@ func expandName(expr string, from, to, have int) ([]string, error) {
 		case c == '[':
 			end := strings.IndexByte(expr[i+1:to], ']')
 			if end < 0 {
-				return nil, &SyntaxError{expr, i, "unclosed '['"}
+				return nil, &SyntaxError{Expr: expr, Pos: i, Msg: "unclosed '['"}
 			}
 			end += i + 1
 			if j := strings.IndexByte(expr[i+1:end], '['); j >= 0 {
-				return nil, &SyntaxError{expr, i + 1 + j, "nested '['"}
+				return nil, &SyntaxError{Expr: expr, Pos: i + 1 + j, Msg: "nested '['"}
 			}
-			choices, err := expandGroup(expr, i+1, end, have+total)
+			choices, err := expandGroup(expr, i+1, end, have, max)
 			if err != nil {
 				return nil, err
 			}
-			if total*len(choices) > MaxNames-have {
-				return nil, &SyntaxError{expr, i, fmt.Sprintf("expands to more than %d names", MaxNames)}
+			if total*len(choices) > max-have {
+				return nil, tooMany(expr, i, max)
 			}
 			total *= len(choices)
 			pieces = append(pieces, piece{choices: choices})
 			i = end + 1
 		case c == ']':
-			return nil, &SyntaxError{expr, i, "unexpected ']'"}
+			return nil, &SyntaxError{Expr: expr, Pos: i, Msg: "unexpected ']'"}
 		case isNameByte(c):
 			j := i
 			for j < to && isNameByte(expr[j]) {
@@ -117,8 +144,11 @@ func expandName(expr string, from, to, have int) ([]string, error) {
 			pieces = append(pieces, piece{literal: expr[i:j]})
 			i = j
 		default:
-			return nil, &SyntaxError{expr, i, fmt.Sprintf("invalid character %q", c)}
+			return nil, &SyntaxError{Expr: expr, Pos: i, Msg: fmt.Sprintf("invalid character %q", c)}
 		}
+	}
+	if total > max-have {
+		return nil, tooMany(expr, from, max) // a name without brackets counts too
 	}
 	names := []string{""}
 	for _, p := range pieces {
@@ -141,9 +171,9 @@ func expandName(expr string, from, to, have int) ([]string, error) {
 
 // expandGroup expands the inside of a bracket group, expr[from:to]:
 // comma-separated numbers and lo-hi ranges.
-func expandGroup(expr string, from, to, have int) ([]string, error) {
+func expandGroup(expr string, from, to, have, max int) ([]string, error) {
 	if from == to {
-		return nil, &SyntaxError{expr, from, "empty brackets"}
+		return nil, &SyntaxError{Expr: expr, Pos: from, Msg: "empty brackets"}
 	}
 	var out []string
 	start := from
@@ -153,7 +183,7 @@ func expandGroup(expr string, from, to, have int) ([]string, error) {
 		}
 		item := expr[start:i]
 		if item == "" {
-			return nil, &SyntaxError{expr, start, "empty range"}
+			return nil, &SyntaxError{Expr: expr, Pos: start, Msg: "empty range"}
 		}
 		lo, hi, found := strings.Cut(item, "-")
 		loV, err := parseNumber(expr, start, lo)
@@ -166,11 +196,11 @@ func expandGroup(expr string, from, to, have int) ([]string, error) {
 				return nil, err
 			}
 			if hiV < loV {
-				return nil, &SyntaxError{expr, start, fmt.Sprintf("range %s is backwards", item)}
+				return nil, &SyntaxError{Expr: expr, Pos: start, Msg: fmt.Sprintf("range %s is backwards", item)}
 			}
 		}
-		if hiV-loV >= int64(MaxNames-have-len(out)) {
-			return nil, &SyntaxError{expr, start, fmt.Sprintf("expands to more than %d names", MaxNames)}
+		if hiV-loV >= int64(max-have-len(out)) {
+			return nil, tooMany(expr, start, max)
 		}
 		for v := loV; v <= hiV; v++ {
 			out = append(out, pad(v, len(lo)))
@@ -183,19 +213,19 @@ func expandGroup(expr string, from, to, have int) ([]string, error) {
 // parseNumber parses s, found at expr[pos:], as a non-negative decimal.
 func parseNumber(expr string, pos int, s string) (int64, error) {
 	if s == "" {
-		return 0, &SyntaxError{expr, pos, "missing number"}
+		return 0, &SyntaxError{Expr: expr, Pos: pos, Msg: "missing number"}
 	}
 	for k := 0; k < len(s); k++ {
 		if s[k] < '0' || s[k] > '9' {
-			return 0, &SyntaxError{expr, pos + k, fmt.Sprintf("invalid character %q in range", s[k])}
+			return 0, &SyntaxError{Expr: expr, Pos: pos + k, Msg: fmt.Sprintf("invalid character %q in range", s[k])}
 		}
 	}
 	if len(s) > maxDigits {
-		return 0, &SyntaxError{expr, pos, "number too long"}
+		return 0, &SyntaxError{Expr: expr, Pos: pos, Msg: "number too long"}
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, &SyntaxError{expr, pos, err.Error()}
+		return 0, &SyntaxError{Expr: expr, Pos: pos, Msg: err.Error()}
 	}
 	return v, nil
 }

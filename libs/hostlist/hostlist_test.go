@@ -179,3 +179,31 @@ func FuzzExpandCompress(f *testing.F) {
 		}
 	})
 }
+
+// TestExpandMax: exactly max names expand; one more is ErrTooMany, found
+// before the names are built, for one range and for groups multiplied.
+func TestExpandMax(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		expr    string
+		max     int
+		n       int
+		tooMany bool
+	}{
+		{"n[0000-4095]", 4096, 4096, false},
+		{"n[0000-4096]", 4096, 0, true},
+		{"r[1-2]n[1-3]", 6, 6, false},
+		{"r[1-2]n[1-3]", 5, 0, true},
+		{"a,b,c", 3, 3, false},
+		{"a,b,c,d", 3, 0, true},
+		{"n[0-999999999999]", 10, 0, true},
+	} {
+		names, err := ExpandMax(c.expr, c.max)
+		if got := errors.Is(err, ErrTooMany); got != c.tooMany || len(names) != c.n || (err != nil && !c.tooMany) {
+			t.Errorf("ExpandMax(%q, %d) = %d names, %v; want %d names, too many %v", c.expr, c.max, len(names), err, c.n, c.tooMany)
+		}
+	}
+	if _, err := Expand("n[1-2"); errors.Is(err, ErrTooMany) {
+		t.Errorf("a syntax error is ErrTooMany: %v", err)
+	}
+}

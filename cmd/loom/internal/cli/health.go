@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -43,17 +44,30 @@ func (a *app) goodputClient() (loomv1.GoodputServiceClient, error) {
 	return loomv1.NewGoodputServiceClient(c), nil
 }
 
+// maxHosts is the most hosts one command names, as the gateway's limit
+// (MaxHosts) on a request's: past it the command stops before building
+// the names ("gpu-[000000-999999]" would otherwise take minutes).
+const maxHosts = 4096
+
 // expandHosts expands the NODE arguments (hostnames or hostlists,
-// "gpu-[0001-0004]") into hostnames, in order, without duplicates.
+// "gpu-[0001-0004]") into hostnames, in order, without duplicates; at most
+// maxHosts names written, duplicates counted.
 func expandHosts(args []string) ([]string, error) {
 	var out []string
+	seen := map[string]bool{}
+	named := 0
 	for _, a := range args {
-		names, err := hostlist.Expand(a)
+		names, err := hostlist.ExpandMax(a, maxHosts-named)
+		if errors.Is(err, hostlist.ErrTooMany) {
+			return nil, usagef("more than %d nodes named: act on at most %d at a time", maxHosts, maxHosts)
+		}
 		if err != nil {
 			return nil, usagef("%v", err)
 		}
+		named += len(names)
 		for _, n := range names {
-			if !slices.Contains(out, n) {
+			if !seen[n] {
+				seen[n] = true
 				out = append(out, n)
 			}
 		}
@@ -68,9 +82,19 @@ func expandHosts(args []string) ([]string, error) {
 // else the one cluster of the project that has them all (asked of the
 // gateway), so that `loom nodes drain gpu-0001` needs no flag when the name
 // is unambiguous.
+//
+// With --cluster and several hosts it still checks that the cluster has
+// every one before anything is done: the command acts node by node, and a
+// typo in the third name must not leave the first two drained and the
+// rest not. (One host is left to the gateway, whose answer names the
+// cluster when it is the cluster that does not exist.)
 func (a *app) nodesCluster(cmd *cobra.Command, flag string, hosts []string) (string, error) {
+	parent := a.clusterName("-")
 	if flag != "" {
-		return a.clusterName(flag), nil
+		if len(hosts) <= 1 {
+			return a.clusterName(flag), nil
+		}
+		parent = a.clusterName(flag)
 	}
 	cl, err := a.nodes()
 	if err != nil {
@@ -80,7 +104,7 @@ func (a *app) nodesCluster(cmd *cobra.Command, flag string, hosts []string) (str
 	err = paging.Each(func(token string) (string, error) {
 		ctx, cancel := a.call(cmd.Context())
 		defer cancel()
-		page, err := cl.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: a.clusterName("-"), PageSize: paging.MaxSize, PageToken: token})
+		page, err := cl.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: parent, PageSize: paging.MaxSize, PageToken: token})
 		for _, n := range page.GetNodes() {
 			in[n.GetHostname()] = append(in[n.GetHostname()], n.GetCluster())
 		}
@@ -93,6 +117,8 @@ func (a *app) nodesCluster(cmd *cobra.Command, flag string, hosts []string) (str
 	for _, h := range hosts {
 		cs := in[h]
 		switch {
+		case len(cs) == 0 && flag != "":
+			return "", fmt.Errorf("node %s is not in cluster %s (see `loom nodes list --cluster %s`); nothing was done", h, flag, flag)
 		case len(cs) == 0:
 			return "", fmt.Errorf("node %s is in no cluster of project %s (see `loom nodes list`); name its cluster with --cluster", h, a.project)
 		case len(cs) > 1:

@@ -568,6 +568,25 @@ Follow it with `+"`loom health nodes demo`"+`.
 			t.Errorf("%v: exit %d %q, want %d and %q", c.args, code, errOut, c.code, c.want)
 		}
 	}
+	// A name that is not in --cluster stops the command before any node is
+	// acted on; a hostlist past 4,096 names stops it before it is built.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"nodes", "drain", "gpu-0001", "gpu-0009", "--reason", "x", "--cluster", "demo"}, 1, "node gpu-0009 is not in cluster demo"},
+		{[]string{"nodes", "drain", "gpu-[000000-999999]", "--reason", "x"}, 2, "more than 4096 nodes named"},
+	} {
+		before := len(fakegw.Requests[*loomv1.UpdateNodeRemediationRequest](f))
+		_, errOut, code := run(t, gw, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q, want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+		if after := len(fakegw.Requests[*loomv1.UpdateNodeRemediationRequest](f)); after != before {
+			t.Errorf("%v: %d nodes acted on before the command failed", c.args, after-before)
+		}
+	}
 }
 
 // TestNodeHealthStateMarksDryRun: under -remediation=dry-run a node's

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -66,7 +67,10 @@ func CheckHostname(v *errs.Validator, field, h string) {
 
 // ExpandHostnames expands the hostlist expressions of field (each entry one
 // expression, "gpu-[0001-0004]") into hostnames, in order, without
-// duplicates; at most MaxHosts. Each problem is added to v naming its entry.
+// duplicates. The entries together may name at most MaxHosts hosts,
+// duplicates counted: expansion stops at that budget, so that one request
+// repeating "n[0000-4095]" cannot make the gateway build millions of
+// names. Each problem is added to v naming its entry.
 func ExpandHostnames(v *errs.Validator, field string, exprs []string) []string {
 	if len(exprs) > MaxHosts {
 		v.Add(field, "%d entries, more than the limit of %d", len(exprs), MaxHosts)
@@ -74,13 +78,18 @@ func ExpandHostnames(v *errs.Validator, field string, exprs []string) []string {
 	}
 	var out []string
 	seen := map[string]bool{}
+	named := 0
 	for i, e := range exprs {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		if len(e) > MaxSpecBytes {
 			v.Add(f, "%d bytes, longer than the limit of %d", len(e), MaxSpecBytes)
 			continue
 		}
-		names, err := hostlist.Expand(e)
+		names, err := hostlist.ExpandMax(e, MaxHosts-named)
+		if errors.Is(err, hostlist.ErrTooMany) {
+			v.Add(f, "names more than the limit of %d nodes (with the entries before it, duplicates counted)", MaxHosts)
+			return nil
+		}
 		if err != nil {
 			v.Add(f, "%v", err)
 			continue
@@ -89,10 +98,7 @@ func ExpandHostnames(v *errs.Validator, field string, exprs []string) []string {
 			v.Add(f, "empty: name a node (gpu-0001) or a hostlist (gpu-[0001-0004])")
 			continue
 		}
-		if len(names) > MaxHosts {
-			v.Add(f, "%d nodes, more than the limit of %d", len(names), MaxHosts)
-			return nil
-		}
+		named += len(names)
 		for _, n := range names {
 			if !resname.ValidID(n) {
 				v.Add(f, "%s is not a node hostname", clip(n))
@@ -102,10 +108,6 @@ func ExpandHostnames(v *errs.Validator, field string, exprs []string) []string {
 				seen[n] = true
 				out = append(out, n)
 			}
-		}
-		if len(out) > MaxHosts {
-			v.Add(field, "%d nodes or more, more than the limit of %d", len(out), MaxHosts)
-			return nil
 		}
 	}
 	return out

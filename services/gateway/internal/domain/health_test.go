@@ -21,8 +21,24 @@ func TestExpandHostnames(t *testing.T) {
 	}
 	var big errs.Validator
 	if got := ExpandHostnames(&big, "hostnames", []string{"n[1-5000]"}); got != nil ||
-		big.Err() == nil || !strings.Contains(big.Err().Error(), "hostnames[0]: 5000 nodes, more than the limit of 4096") {
+		big.Err() == nil || !strings.Contains(big.Err().Error(), "hostnames[0]: names more than the limit of 4096 nodes") {
 		t.Errorf("5000 nodes: %v, %v", got, big.Err())
+	}
+	// The limit is of the names the entries give, duplicates counted: a
+	// request repeating a 4,096-node list 4,096 times (49 KB) is refused
+	// at its second entry, not after building 16.7 million names.
+	var ok errs.Validator
+	if got := ExpandHostnames(&ok, "hostnames", []string{"n[0000-2047]", "n[2048-4095]"}); ok.Err() != nil || len(got) != 4096 {
+		t.Errorf("4,096 nodes in two entries: %d, %v", len(got), ok.Err())
+	}
+	repeated := make([]string, 4096)
+	for i := range repeated {
+		repeated[i] = "n[0000-4095]"
+	}
+	var dup errs.Validator
+	if got := ExpandHostnames(&dup, "hostnames", repeated); got != nil || dup.Err() == nil ||
+		!strings.Contains(dup.Err().Error(), "hostnames[1]: names more than the limit of 4096 nodes (with the entries before it, duplicates counted)") {
+		t.Errorf("4,096 copies of a 4,096-node list: %d names, %v", len(got), dup.Err())
 	}
 }
 
