@@ -280,7 +280,7 @@ func (g *Gateway) ScanNodes(ctx context.Context, req *loomv1.ScanNodesRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if err := domain.CheckNodesExist(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
+	if err := domain.CheckHealthNodes(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
 		return nil, err
 	}
 	scanned := hosts
@@ -314,7 +314,7 @@ func (g *Gateway) ReportFaultyNodes(ctx context.Context, req *loomv1.ReportFault
 	if err != nil {
 		return nil, err
 	}
-	if err := domain.CheckNodesExist(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
+	if err := domain.CheckHealthNodes(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
 		return nil, err
 	}
 	user, by := actor(ctx, req.GetCluster())
@@ -338,6 +338,9 @@ func (g *Gateway) UpdateNodeRemediation(ctx context.Context, req *loomv1.UpdateN
 	node, err := g.oneNode(ctx, req.GetCluster(), req.GetHostname())
 	if err != nil {
 		return nil, err
+	}
+	if node.GetRole() == clusterspec.RoleLogin {
+		return nil, errs.Invalid("hostname", "%s is the login node of %s: health checks and repairs only compute nodes", req.GetHostname(), domain.ShortID(req.GetCluster()))
 	}
 	user, by := actor(ctx, req.GetCluster())
 	cmds := []proto.Message{&eventsv1.UpdateNodeRemediation{Cluster: req.GetCluster(), Hostname: req.GetHostname(), Action: req.GetAction(),

@@ -134,3 +134,25 @@ func TestValidateScanParams(t *testing.T) {
 		t.Errorf("17 params: %v", err)
 	}
 }
+
+// TestCheckHealthNodes: a health command may name only the cluster's
+// compute nodes: an unknown host and the login node are each refused by
+// their entry (health would drop the whole command for one of them).
+func TestCheckHealthNodes(t *testing.T) {
+	t.Parallel()
+	nodes := map[string]*loomv1.Node{
+		"gpu-0001":     {Hostname: "gpu-0001"},
+		"c1-login-001": {Hostname: "c1-login-001", Role: "login"},
+	}
+	const c = "projects/p/clusters/c1"
+	if err := CheckHealthNodes(nodes, c, "hostnames", []string{"gpu-0001"}); err != nil {
+		t.Errorf("a compute node: %v", err)
+	}
+	err := CheckHealthNodes(nodes, c, "hostnames", []string{"gpu-0001", "c1-login-001", "gpu-0009"})
+	for _, want := range []string{`hostnames[1]: "c1-login-001" is the login node of c1: health checks and repairs only compute nodes`,
+		`hostnames[2]: "gpu-0009" is not a node of ` + c} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to say %q", err, want)
+		}
+	}
+}

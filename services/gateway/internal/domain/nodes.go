@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -25,6 +26,21 @@ const maxNamedMissing = 10
 func CheckNodesExist(nodes map[string]*loomv1.Node, cluster, field string, hosts []string) error {
 	var v errs.Validator
 	checkNodesExist(&v, nodes, cluster, field, hosts, "")
+	return v.Err()
+}
+
+// CheckHealthNodes is CheckNodesExist for the health commands (scan,
+// report faulty, drain, repair): a login node is refused too, naming it,
+// since health checks and repairs only a cluster's compute nodes and would
+// drop a command naming one (the whole command, the other nodes with it).
+func CheckHealthNodes(nodes map[string]*loomv1.Node, cluster, field string, hosts []string) error {
+	var v errs.Validator
+	checkNodesExist(&v, nodes, cluster, field, hosts, "")
+	for i, h := range hosts {
+		if n, ok := nodes[h]; ok && n.GetRole() == clusterspec.RoleLogin {
+			v.Add(fmt.Sprintf("%s[%d]", field, i), "%s is the login node of %s: health checks and repairs only compute nodes", clip(h), ShortID(cluster))
+		}
+	}
 	return v.Err()
 }
 

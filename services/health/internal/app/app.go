@@ -133,6 +133,10 @@ func (a *App) handle(ctx context.Context, ev envelope.Event) error {
 	if err := a.apply(ctx, ev.ID, c); err != nil {
 		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
+	if len(c.Unknown) > 0 {
+		a.log.Warn("a command named nodes health does not know: acted on the others", "event", ev.ID, "type", ev.Type,
+			"unknown", len(c.Unknown), "first", c.Unknown[:min(len(c.Unknown), 10)])
+	}
 	a.countTaken(ev.Payload)
 	return nil
 }

@@ -10,6 +10,7 @@ package domain
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -198,6 +199,11 @@ type Change struct {
 	// Emptied are the clusters whose last node the change removes (their
 	// history goes with them: a deleted cluster leaves nothing behind).
 	Emptied []string
+	// Unknown are the hostnames an operator's command named that health
+	// has no node for (a login node, or one the provisioner listed before
+	// health heard of it): the command acted on the others, and the app
+	// logs these. Nothing is stored of them.
+	Unknown []string
 	seen    map[string]time.Time
 	// unreach sets (or with a zero time clears) unreachable-since times.
 	unreach   map[string]time.Time
@@ -385,15 +391,16 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		}
 		evs = append(evs, remedy.Drained{Node: ev.GetNode()})
 	case *eventsv1.ReportFaultyNodes:
-		names, err := s.resolve(ev.GetCluster(), ev.GetHostnames())
+		names, unknown, err := s.resolve(ev.GetCluster(), ev.GetHostnames())
 		if err != nil {
 			return nil, fmt.Errorf("report faulty nodes: %w", err)
 		}
+		c.Unknown = unknown
 		for _, n := range names {
 			evs = append(evs, remedy.Report{Node: n, User: ev.GetUser(), Reason: ev.GetReason()})
 		}
 	case *eventsv1.UpdateNodeRemediation:
-		names, err := s.resolve(ev.GetCluster(), []string{ev.GetHostname()})
+		names, _, err := s.resolve(ev.GetCluster(), []string{ev.GetHostname()})
 		if err != nil {
 			return nil, fmt.Errorf("update node remediation: %w", err)
 		}
@@ -401,7 +408,7 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 			evs = append(evs, remedy.Override{Node: n, Action: ev.GetAction(), User: ev.GetUser(), Reason: ev.GetReason()})
 		}
 	case *eventsv1.InjectFault:
-		names, err := s.resolve(ev.GetCluster(), []string{ev.GetHostname()})
+		names, _, err := s.resolve(ev.GetCluster(), []string{ev.GetHostname()})
 		if err != nil {
 			return nil, fmt.Errorf("inject fault: %w", err)
 		}
@@ -484,38 +491,44 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 	return c, nil
 }
 
-// resolve names the member nodes of cluster that hostnames (Slurm hostlist
-// expressions allowed; a node's full name too) mean. A name that matches no
-// member is an *errs.InvalidError: the command can never apply.
-func (s *State) resolve(cluster string, hostnames []string) ([]string, error) {
+// resolve expands a command's hostnames (hostlists) into the names of
+// cluster's nodes, without duplicates. Hostnames it has no node for are
+// returned apart, so that one of them does not drop the command for the
+// others; it is an error only when none is known (nothing to act on) or
+// a hostlist is malformed.
+func (s *State) resolve(cluster string, hostnames []string) (names, unknown []string, err error) {
 	if cluster == "" {
-		return nil, errs.Invalid("cluster", "required")
+		return nil, nil, errs.Invalid("cluster", "required")
 	}
-	var out []string
 	seen := map[string]bool{}
 	for _, expr := range hostnames {
 		hosts := []string{expr}
 		if strings.ContainsAny(expr, "[,") {
-			var err error
 			if hosts, err = hostlist.Expand(expr); err != nil {
-				return nil, errs.Invalid("hostnames", "%v", err)
+				return nil, nil, errs.Invalid("hostnames", "%v", err)
 			}
 		}
 		for _, h := range hosts {
 			name := s.byHostname(cluster, h)
 			if name == "" {
-				return nil, errs.Invalid("hostnames", "no node %q in cluster %s", h, cluster)
+				if !slices.Contains(unknown, h) {
+					unknown = append(unknown, h)
+				}
+				continue
 			}
 			if !seen[name] {
 				seen[name] = true
-				out = append(out, name)
+				names = append(names, name)
 			}
 		}
 	}
-	if len(out) == 0 {
-		return nil, errs.Invalid("hostnames", "at least one is required")
+	if len(names) == 0 && len(unknown) > 0 {
+		return nil, nil, errs.Invalid("hostnames", "no node %q in cluster %s", unknown[0], cluster)
 	}
-	return out, nil
+	if len(names) == 0 {
+		return nil, nil, errs.Invalid("hostnames", "at least one is required")
+	}
+	return names, unknown, nil
 }
 
 func (s *State) byHostname(cluster, h string) string {

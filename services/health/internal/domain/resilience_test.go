@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -587,5 +588,31 @@ func TestLastXidOutlivesHealthRestart(t *testing.T) {
 	r.s.LoadXids(map[string]map[int32]int32{nodeN(2): {0: 0}})
 	if r.s.xids[nodeN(2)] != nil {
 		t.Fatal("last_xid of a node that is not a member was loaded")
+	}
+}
+
+// TestReportNamingAnUnknownNodeActsOnTheOthers: a report naming a node
+// health has no record of (a login node, or one the provisioner listed
+// first) acts on the nodes it knows and returns the others apart, for the
+// app to log; before, the whole command was refused and dead-lettered,
+// gpu-0000's report with it. A command naming none it knows is refused.
+func TestReportNamingAnUnknownNodeActsOnTheOthers(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: cluster + "/nodes/c1-login-001", Cluster: cluster, Hostname: "c1-login-001",
+		State: loomv1.Node_READY, Role: "login"}})
+	c, err := f.s.Handle(f.now, &eventsv1.ReportFaultyNodes{Cluster: cluster, Hostnames: []string{"gpu-0000", "c1-login-001", "gpu-0099"}, Reason: "NCCL hangs", User: "root"})
+	if err != nil {
+		t.Fatalf("a report naming gpu-0000 and two nodes health does not know: %v", err)
+	}
+	if v := healthOf(c); len(v) != 1 || v[0].GetNode() != nodeN(0) || v[0].GetReason() != "NCCL hangs" {
+		t.Errorf("health changes %v, want gpu-0000 reported", v)
+	}
+	if !slices.Equal(c.Unknown, []string{"c1-login-001", "gpu-0099"}) {
+		t.Errorf("unknown %v, want the login node and gpu-0099", c.Unknown)
+	}
+	if _, err := f.s.Handle(f.now, &eventsv1.UpdateNodeRemediation{Cluster: cluster, Hostname: "c1-login-001",
+		Action: loomv1.RemediationAction_ACTION_DRAIN, Reason: "x", User: "root"}); err == nil {
+		t.Error("a drain of only a node health does not know was taken")
 	}
 }
