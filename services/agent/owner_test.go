@@ -121,6 +121,33 @@ func TestJobRunsAsItsOwner(t *testing.T) {
 	}
 }
 
+// TestJobWithoutADirectoryRunsInItsOwnersHome: a job submitted without a
+// directory (the API, a CustomJob) gets its owner's home under the shared
+// dir as working directory (the scheduler's choice); the agent makes that
+// home, the owner's, 0700, though the shared dir above it is root's, and
+// the job's output goes there. Before, such a job of any user but root
+// failed at once: its output was to be written in the shared dir itself.
+func TestJobWithoutADirectoryRunsInItsOwnersHome(t *testing.T) {
+	t.Parallel()
+	a := testkit.OSUsers(t, 1)[0]
+	e, _ := ownerEnv(t, a)
+	e.start(t)
+	home := filepath.Join(e.shared, a.Name)
+	out := filepath.Join(home, "slurm-3.out")
+	st := startStep("3", "pwd", map[string]string{"SLURM_JOB_ID": "3", "SLURM_JOB_USER": a.Name}, out)
+	st.User, st.WorkDir = a.Name, home
+	publish(t, e.broker, command(st))
+	if ev := waitStep(t, e.broker, "3", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 0 {
+		t.Fatalf("step exited %d: %v", ev.ExitCode, ev)
+	}
+	if b, err := os.ReadFile(out); err != nil || strings.TrimSpace(string(b)) != home {
+		t.Fatalf("output %q (%v), want the job's working directory %s", b, err, home)
+	}
+	if fu, _, mode := fileOf(t, home); fu != a.UID || mode.Perm() != 0o700 {
+		t.Fatalf("home made for %s: uid %d mode %v, want theirs, 0700", a.Name, fu, mode)
+	}
+}
+
 func sorted(s []string) []string {
 	c := append([]string(nil), s...)
 	for i := range c {

@@ -996,6 +996,12 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	if err := a.contain(&spec, cmd, dir); err != nil {
 		return nil, nil, "", err
 	}
+	if user != "" && loginName.MatchString(user) && filepath.Clean(dir) == filepath.Join(a.opts.SharedDir, user) {
+		// The owner's home, where a job submitted without a directory
+		// runs: made as the login makes it (the shared dir above it is
+		// root's, so the owner could not make it).
+		a.userHome(user, user)
+	}
 	if err := a.rt.MakeDir(user, dir); err != nil {
 		return nil, nil, "", fmt.Errorf("create working directory: %w", err)
 	}

@@ -965,6 +965,18 @@ func TestOutputPatternsAndWorkDir(t *testing.T) {
 	if wd := workDir(&loomv1.Job{}, "/shared"); wd != "/shared" {
 		t.Fatalf("default work dir: %q", wd)
 	}
+	// A user's job submitted without a directory (the API, a CustomJob)
+	// runs in its owner's home, as Slurm's: the shared dir is root's, and
+	// the job could not write its output there. Root's stays in the
+	// shared dir, as does a job whose owner's name is no account name.
+	for user, want := range map[string]string{"alice": "/shared/alice", "root": "/shared", "../etc": "/shared"} {
+		spec := &loomv1.Job{JobId: "7", User: user}
+		wd := workDir(spec, "/shared")
+		out, _ := outputPaths(spec, wd, "a3-0001")
+		if wd != want || out != want+"/slurm-7.out" || submitDir(spec, "/shared") != want {
+			t.Errorf("%s's job without a directory: works in %q, writes %q, want %q", user, wd, out, want)
+		}
+	}
 	if got := TasksPerNode([]int32{2, 2, 2, 1}); got != "2(x3),1" {
 		t.Fatalf("TasksPerNode: %q", got)
 	}

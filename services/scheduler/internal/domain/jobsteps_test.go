@@ -95,7 +95,7 @@ func TestJobStepLaunchesRankedTasksOnEveryNode(t *testing.T) {
 		host := []string{"a", "b"}[k]
 		if l.GetNode() != nodeName(host) || l.GetNodeIndex() != int32(k) || l.GetFirstRank() != int32(2*k) ||
 			l.GetNtasks() != 2 || l.GetTotalTasks() != 4 || l.GetStepId() != 0 || l.GetAttempt() != 1 ||
-			!reflect.DeepEqual(l.GetCommand(), []string{"python", "train.py"}) || l.GetWorkDir() != "/shared/c1" ||
+			!reflect.DeepEqual(l.GetCommand(), []string{"python", "train.py"}) || l.GetWorkDir() != "/shared/c1/ada" ||
 			l.GetOutputDir() != "/shared/c1/.loom/steps/1.0" || l.GetUser() != "ada" || l.GetInput() != "3" {
 			t.Errorf("LaunchTasks to %s: %v", host, l)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -69,12 +70,14 @@ func ParseArraySpec(spec string, maxArraySize int) (ArraySpec, error) {
 }
 
 // workDir is the job's working directory: --chdir (relative to the submit
-// directory), else the submit directory, else the cluster's shared dir.
+// directory), else the submit directory, else its owner's home on the
+// cluster, <shared dir>/<user> (the agent makes it, the owner's, as `loom
+// clusters login` does), as Slurm runs a job submitted without a directory
+// in its owner's home. The shared dir itself is root's, and the fallback
+// of a job whose owner's name is no account name: a user's job there could
+// not write its output (the shared dir is root's, 0755).
 func workDir(spec *loomv1.Job, sharedDir string) string {
-	submit := spec.GetSubmitDir()
-	if submit == "" {
-		submit = sharedDir
-	}
+	submit := submitDir(spec, sharedDir)
 	wd := spec.GetWorkDir()
 	switch {
 	case wd == "":
@@ -83,6 +86,19 @@ func workDir(spec *loomv1.Job, sharedDir string) string {
 		return filepath.Clean(wd)
 	}
 	return filepath.Join(submit, wd)
+}
+
+// submitDir is the job's submit directory (SLURM_SUBMIT_DIR), else, for a
+// job submitted without one (the API, a CustomJob), its owner's home as
+// workDir says.
+func submitDir(spec *loomv1.Job, sharedDir string) string {
+	if d := spec.GetSubmitDir(); d != "" {
+		return d
+	}
+	if u := spec.GetUser(); u != "" && u != "root" && sharedDir != "" && auth.CheckUserName(u) == nil {
+		return filepath.Join(sharedDir, u)
+	}
+	return sharedDir
 }
 
 // outputPaths resolves the job's --output and --error against its working

@@ -218,10 +218,7 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	if spec.GetScript() != "" {
 		procID = "0"
 	}
-	submit := spec.GetSubmitDir()
-	if submit == "" {
-		submit = sharedDir
-	}
+	submit := submitDir(spec, sharedDir)
 	part := spec.GetPartition()
 	if part == "" {
 		part = r.Partition
