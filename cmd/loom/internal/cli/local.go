@@ -92,7 +92,7 @@ them when Loom stops instead.`,
 				if expDir, err = filepath.Abs(expDir); err != nil {
 					return fmt.Errorf("--export-root: %w", err)
 				}
-				if err := os.MkdirAll(expDir, 0o700); err != nil {
+				if err := exportRootDir(expDir); err != nil {
 					return fmt.Errorf("--export-root: %w", err)
 				}
 			}
@@ -134,7 +134,10 @@ them when Loom stops instead.`,
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
 			printIngress(cmd.OutOrStdout(), st)
 			if expDir != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s, in a directory per project (file://%s/PROJECT/NAME)\n", expDir, expDir)
+				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s, in a directory per project and user (file://%s/PROJECT/USER/NAME)\n", expDir, expDir)
+				if closed := untraversable(expDir); closed != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "  (only root can: %s is closed to other users; give --export-root a directory they can reach)\n", closed)
+				}
 			}
 			if sdDir != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "Prometheus finds the node agents' /metrics through file_sd_configs files: [%s]\n", filepath.Join(sdDir, "agent-*.json"))
@@ -472,4 +475,43 @@ when set. In a multi-node job every rank trains; only rank 0
 	// detection (minutes), rare enough to cost nothing.
 	cfg.ProgressEvery = time.Second
 	return cmd
+}
+
+// exportRootDir makes the export root the registry confines local exports
+// to: 0755, since each caller's exports are written as that caller, under
+// <root>/<project>/<user>, which they must be able to reach (a root of
+// 0700, as loom up made before, refused every user but root). A root made
+// 0700 by an older loom up is opened up; one of another mode is left as
+// its operator set it.
+func exportRootDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() == 0o700 {
+		return os.Chmod(dir, 0o755)
+	}
+	return nil
+}
+
+// untraversable is the first directory from / down to dir (included) that
+// other users may not pass through (no o+x), "" when they may reach dir.
+func untraversable(dir string) string {
+	dir = filepath.Clean(dir)
+	var chain []string
+	for p := dir; ; p = filepath.Dir(p) {
+		chain = append(chain, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		if fi, err := os.Stat(chain[i]); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return chain[i]
+		}
+	}
+	return ""
 }
