@@ -193,18 +193,41 @@ func (s *AuthStore) Roles(ctx context.Context, user string) (map[string]auth.Rol
 // SetMember gives user role under parent ("projects/p" with viewer, user or
 // admin; GlobalParent with RoleClusterAdmin); role "" removes the membership.
 func (s *AuthStore) SetMember(ctx context.Context, parent, user, role string) error {
-	_, err := s.st.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if role == "" {
-			p.HDel(ctx, s.st.Key(KeyMembersPrefix+parent), user)
-			p.HDel(ctx, s.st.Key(KeyUserRolesPrefix+user), parent)
-			return nil
-		}
-		p.HSet(ctx, s.st.Key(KeyMembersPrefix+parent), user, role)
-		p.HSet(ctx, s.st.Key(KeyUserRolesPrefix+user), parent, role)
-		return nil
-	})
+	return s.SetMemberAtMost(ctx, parent, user, role, 0)
+}
+
+// setMember sets (or with role "" removes) a membership on both indexes;
+// a new member is refused, returning -(members + 1), when parent already
+// has ARGV[3] members (> 0). One script, so that concurrent calls cannot
+// pass the cap together, and a member already there may always change
+// role.
+var setMember = redis.NewScript(`
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[4])
+  return 1
+end
+local max = tonumber(ARGV[3])
+if max > 0 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  local n = redis.call('HLEN', KEYS[1])
+  if n >= max then return -(n + 1) end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[2])
+return 1
+`)
+
+// SetMemberAtMost is SetMember refusing a new member (ResourceExhausted,
+// naming the count and the limit) when parent already has max members
+// (max 0: no limit); a member already there may change role or leave.
+func (s *AuthStore) SetMemberAtMost(ctx context.Context, parent, user, role string, max int) error {
+	keys := []string{s.st.Key(KeyMembersPrefix + parent), s.st.Key(KeyUserRolesPrefix + user)}
+	n, err := setMember.Run(ctx, s.st.Client(), keys, user, role, max, parent).Int64()
 	if err != nil {
 		return unavailable("store member", err)
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: %s has %d members, the limit is %d; remove one first", errs.ResourceExhausted, parent, -n-1, max)
 	}
 	return nil
 }
@@ -216,15 +239,6 @@ func (s *AuthStore) Members(ctx context.Context, parent string) (map[string]stri
 		return nil, unavailable("list members", err)
 	}
 	return m, nil
-}
-
-// MemberCount returns how many members parent has.
-func (s *AuthStore) MemberCount(ctx context.Context, parent string) (int64, error) {
-	n, err := s.st.Client().HLen(ctx, s.st.Key(KeyMembersPrefix+parent)).Result()
-	if err != nil {
-		return 0, unavailable("count members", err)
-	}
-	return n, nil
 }
 
 // UseOnce records the one-time token id jti as used until expires and

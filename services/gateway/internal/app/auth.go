@@ -767,16 +767,7 @@ func (a *Auth) SetMember(ctx context.Context, req *loomv1.SetMemberRequest) (*lo
 	if err := mayAdminister(p, parent); err != nil {
 		return nil, err
 	}
-	if role != "" {
-		n, err := a.o.Store.MemberCount(ctx, parent)
-		if err != nil {
-			return nil, err
-		}
-		if n >= MaxMembers {
-			return nil, fmt.Errorf("%w: %s has %d members, the limit is %d", errs.ResourceExhausted, parent, n, MaxMembers)
-		}
-	}
-	if err := a.o.Store.SetMember(ctx, parent, req.GetUser(), role); err != nil {
+	if err := a.o.Store.SetMemberAtMost(ctx, parent, req.GetUser(), role, MaxMembers); err != nil {
 		return nil, err
 	}
 	if a.o.Authn != nil {

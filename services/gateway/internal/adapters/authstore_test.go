@@ -1,0 +1,56 @@
+package adapters
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+// TestSetMemberAtMost: a project's member cap refuses a new member past it,
+// naming the count and the limit, but never a member already there
+// changing role or leaving; and concurrent adds cannot pass it together.
+func TestSetMemberAtMost(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	s := NewAuthStore(store.New(rdb, "gateway:"))
+	ctx := testkit.Context(t, 30*time.Second)
+	const p = "projects/p"
+	for _, u := range []string{"ana", "bob"} {
+		if err := s.SetMemberAtMost(ctx, p, u, "user", 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.SetMemberAtMost(ctx, p, "cat", "user", 2)
+	if errs.Code(err).String() != "ResourceExhausted" || !strings.Contains(err.Error(), "projects/p has 2 members, the limit is 2") {
+		t.Fatalf("a third member past a cap of 2: %v", err)
+	}
+	if err := s.SetMemberAtMost(ctx, p, "bob", "admin", 2); err != nil {
+		t.Fatalf("a member changing role at the cap: %v", err)
+	}
+	if err := s.SetMemberAtMost(ctx, p, "ana", "", 2); err != nil {
+		t.Fatalf("a member leaving at the cap: %v", err)
+	}
+	if err := s.SetMemberAtMost(ctx, p, "cat", "viewer", 2); err != nil {
+		t.Fatalf("a member once there is room: %v", err)
+	}
+	roles, _, err := s.Roles(ctx, "bob")
+	if err != nil || roles["p"].String() != "admin" {
+		t.Fatalf("bob's roles %v, %v", roles, err)
+	}
+
+	const q = "projects/q"
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() { _ = s.SetMemberAtMost(ctx, q, fmt.Sprintf("u%d", i), "user", 5) })
+	}
+	wg.Wait()
+	if m, err := s.Members(ctx, q); err != nil || len(m) != 5 {
+		t.Fatalf("20 concurrent adds under a cap of 5: %d members (%v)", len(m), err)
+	}
+}
