@@ -98,7 +98,26 @@ type Server struct {
 
 	mu    sync.Mutex
 	cache map[string]*loomv1.Token // by user, until near expiry
+	open  map[uint32]int           // connections being answered, by peer uid
 }
+
+// Bounds on the connections the daemon answers at once: any local user
+// may connect, and each connection holds a goroutine and a descriptor for
+// up to its deadline, so without them one user could exhaust the daemon's
+// descriptors and lock every other user out (munge bounds this with a
+// fixed pool of threads).
+const (
+	// maxConns is the most connections answered at once; past it the
+	// daemon accepts no more until one ends (they wait in the socket's
+	// backlog).
+	maxConns = 128
+	// maxConnsPerUID is the most one account has answered at once; past
+	// it a connection is answered at once with an error.
+	maxConnsPerUID = 8
+	// connDeadline bounds one connection, its question to the gateway
+	// included.
+	connDeadline = 20 * time.Second
+)
 
 // Listen listens on the Unix socket path, mode 0666 so that every local
 // user may ask (the answer is theirs alone). A socket file left by a
@@ -132,9 +151,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	slots := make(chan struct{}, maxConns)
 	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
 		c, err := ln.Accept()
 		if err != nil {
+			<-slots
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -144,17 +170,52 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return fmt.Errorf("login daemon: %w", err)
 		}
-		wg.Go(func() { s.handle(ctx, c) })
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.handle(ctx, c)
+		})
 	}
 }
 
-// handle answers one connection.
+// handle answers one connection: at most maxConnsPerUID of one account's
+// at once.
 func (s *Server) handle(ctx context.Context, c net.Conn) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	a := s.answer(ctx, c)
+	_ = c.SetDeadline(time.Now().Add(connDeadline))
+	var a Answer
+	if uid, err := PeerUID(c); err == nil && !s.enter(uid) {
+		a = Answer{Error: fmt.Sprintf("the login daemon is answering %d requests of uid %d already; try again in a moment", maxConnsPerUID, uid)}
+	} else {
+		if err == nil {
+			defer s.leave(uid)
+		}
+		a = s.answer(ctx, c)
+	}
 	b, _ := json.Marshal(a)
 	_, _ = c.Write(append(b, '\n'))
+}
+
+// enter counts a connection of uid, unless it has maxConnsPerUID already.
+func (s *Server) enter(uid uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == nil {
+		s.open = map[uint32]int{}
+	}
+	if s.open[uid] >= maxConnsPerUID {
+		return false
+	}
+	s.open[uid]++
+	return true
+}
+
+// leave ends what enter counted.
+func (s *Server) leave(uid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[uid]--; s.open[uid] <= 0 {
+		delete(s.open, uid)
+	}
 }
 
 func (s *Server) answer(ctx context.Context, c net.Conn) Answer {

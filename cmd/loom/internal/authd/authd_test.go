@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -259,5 +260,59 @@ func TestListen(t *testing.T) {
 	}
 	if _, err := Listen(plain); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("Listen on a plain file: %v", err)
+	}
+}
+
+// TestBoundsOneAccountsConnections: an account holding maxConnsPerUID
+// connections that are still being answered gets its next one refused at
+// once, saying why, instead of holding another goroutine and descriptor;
+// once one ends it is answered again.
+func TestBoundsOneAccountsConnections(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "authd.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	held := make(chan struct{}, maxConnsPerUID)
+	s := &Server{Conn: fakeGateway().Dial(t), LoginKey: func() (string, error) { return loginKey, nil },
+		Lookup: func(uint32) (string, error) {
+			held <- struct{}{}
+			<-release
+			return "", errors.New("no such account")
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	answers := make(chan error, maxConnsPerUID)
+	for range maxConnsPerUID {
+		go func() { _, err := Ask(context.Background(), sock); answers <- err }()
+	}
+	for range maxConnsPerUID {
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the daemon did not take the first connections")
+		}
+	}
+	if _, err := Ask(context.Background(), sock); err == nil || !strings.Contains(err.Error(), "try again in a moment") {
+		t.Fatalf("a connection past %d of one account: %v, want it refused at once", maxConnsPerUID, err)
+	}
+	close(release)
+	for range maxConnsPerUID {
+		if err := <-answers; err == nil || !strings.Contains(err.Error(), "no such account") {
+			t.Errorf("a held connection's answer: %v", err)
+		}
+	}
+	if _, err := Ask(context.Background(), sock); err == nil || strings.Contains(err.Error(), "try again in a moment") {
+		t.Errorf("a connection once the others ended: %v, want it answered", err)
 	}
 }
