@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,52 +97,77 @@ func (r *Repo) PutAudit(ctx context.Context, rec *loomv1.AuditRecord, now time.T
 // auditChunk is how many keys ListAudit reads at once.
 const auditChunk = 256
 
+// MaxAuditScan bounds the records one ListAudit reads per trail: a filter
+// that matches few (a principal's, in 100,000 records a trail) must not
+// make one call read whole trails. Past it the call answers what it found
+// and where to go on from.
+const MaxAuditScan = 10000
+
 // ListAudit returns, newest first, up to limit records of project (its
-// refusals' trail with them; "-" included, "" for every trail) whose key comes after after and that
-// keep (nil: all): a caller that asks for one more than its page learns
-// whether more follow.
-func (r *Repo) ListAudit(ctx context.Context, project, after string, limit int, keep func(*loomv1.AuditRecord) bool) ([]*loomv1.AuditRecord, error) {
+// refusals' trail with them; "-" included, "" for every trail) whose key
+// comes after after and that keep (nil: all): a caller that asks for one
+// more than its page learns whether more follow. Reading at most
+// MaxAuditScan records a trail, it may stop before it has limit records:
+// then resume is the key to go on after (every record up to it was read;
+// those past it are left out, to be read then), else "".
+func (r *Repo) ListAudit(ctx context.Context, project, after string, limit int, keep func(*loomv1.AuditRecord) bool) (recs []*loomv1.AuditRecord, resume string, err error) {
 	projects := []string{project, project + RefusedTrail}
 	if project == "" {
-		var err error
 		if projects, err = r.st.SMembers(ctx, KeyAuditProjects); err != nil {
-			return nil, fmt.Errorf("audit projects: %w: %v", errs.Unavailable, err)
+			return nil, "", fmt.Errorf("audit projects: %w: %v", errs.Unavailable, err)
 		}
 	}
 	var out []*loomv1.AuditRecord
 	for _, p := range projects {
-		recs, err := r.listAuditProject(ctx, p, after, limit, keep)
+		got, stopped, err := r.listAuditProject(ctx, p, after, limit, keep)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		out = append(out, recs...)
+		out = append(out, got...)
+		if stopped != "" && (resume == "" || stopped < resume) {
+			resume = stopped
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return AuditKey(out[i]) < AuditKey(out[j]) })
-	if len(out) > limit {
-		out = out[:limit]
+	if resume != "" {
+		// Only what every trail was read up to: a record past it in one
+		// trail may be preceded by unread ones of another.
+		n := sort.Search(len(out), func(i int) bool { return AuditKey(out[i]) > resume })
+		out = out[:n]
 	}
-	return out, nil
+	if len(out) > limit {
+		out, resume = out[:limit], ""
+	}
+	return out, resume, nil
 }
 
-func (r *Repo) listAuditProject(ctx context.Context, project, after string, limit int, keep func(*loomv1.AuditRecord) bool) ([]*loomv1.AuditRecord, error) {
+// listAuditProject reads one trail from after on, until it has limit
+// records that keep accepts, or its end, or MaxAuditScan records read:
+// then stopped is the last key read.
+func (r *Repo) listAuditProject(ctx context.Context, project, after string, limit int, keep func(*loomv1.AuditRecord) bool) (out []*loomv1.AuditRecord, stopped string, err error) {
 	rdb := r.st.Client()
 	zkey, hkey := r.st.Key(KeyAuditPrefix+project), r.st.Key(KeyAuditRecordsPrefix+project)
-	min := "-"
+	from := "-"
 	if after != "" {
-		min = "(" + after
+		from = "(" + after
 	}
-	var out []*loomv1.AuditRecord
+	read := 0
 	for len(out) < limit {
-		keys, err := rdb.ZRangeByLex(ctx, zkey, &redis.ZRangeBy{Min: min, Max: "+", Count: auditChunk}).Result()
+		if read >= MaxAuditScan {
+			return out, strings.TrimPrefix(from, "("), nil
+		}
+		count := min(auditChunk, MaxAuditScan-read)
+		keys, err := rdb.ZRangeByLex(ctx, zkey, &redis.ZRangeBy{Min: from, Max: "+", Count: int64(count)}).Result()
 		if err != nil {
-			return nil, fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
+			return nil, "", fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
 		}
 		if len(keys) == 0 {
 			break
 		}
+		read += len(keys)
 		vals, err := rdb.HMGet(ctx, hkey, keys...).Result()
 		if err != nil {
-			return nil, fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
+			return nil, "", fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
 		}
 		for _, v := range vals {
 			s, ok := v.(string)
@@ -150,16 +176,16 @@ func (r *Repo) listAuditProject(ctx context.Context, project, after string, limi
 			}
 			rec := &loomv1.AuditRecord{}
 			if err := proto.Unmarshal([]byte(s), rec); err != nil {
-				return nil, fmt.Errorf("decode audit record: %w", err)
+				return nil, "", fmt.Errorf("decode audit record: %w", err)
 			}
 			if keep == nil || keep(rec) {
 				out = append(out, rec)
 			}
 		}
-		min = "(" + keys[len(keys)-1]
-		if len(keys) < auditChunk {
+		from = "(" + keys[len(keys)-1]
+		if len(keys) < count {
 			break
 		}
 	}
-	return out, nil
+	return out, "", nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/store"
@@ -41,7 +43,7 @@ func TestAuditTrailIsBounded(t *testing.T) {
 	if err := r.PutAudit(ctx, rec(100, "", "users/root"), base.Add(29*time.Hour), 10*time.Hour, 8); err != nil {
 		t.Fatal(err)
 	}
-	got, err := r.ListAudit(ctx, "p1", "", 100, nil)
+	got, _, err := r.ListAudit(ctx, "p1", "", 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,12 +58,12 @@ func TestAuditTrailIsBounded(t *testing.T) {
 	if err := r.PutAudit(ctx, rec(35, "p1", "users/ana"), base.Add(35*time.Hour), 10*time.Hour, 8); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = r.ListAudit(ctx, "p1", "", 100, nil)
+	got, _, _ = r.ListAudit(ctx, "p1", "", 100, nil)
 	if len(got) != 6 || got[0].GetId() != "id035" || got[5].GetId() != "id025" {
 		t.Errorf("after the window moved: %v", got)
 	}
 	// Every project, filtered, paged after a key.
-	all, err := r.ListAudit(ctx, "", "", 100, func(a *loomv1.AuditRecord) bool { return a.GetPrincipal() != "users/bob" })
+	all, _, err := r.ListAudit(ctx, "", "", 100, func(a *loomv1.AuditRecord) bool { return a.GetPrincipal() != "users/bob" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +74,46 @@ func TestAuditTrailIsBounded(t *testing.T) {
 	if ids != "id100 id035 id028 id026 " { // id100 is at hour 100
 		t.Errorf("every project but bob's: %s", ids)
 	}
-	page, _ := r.ListAudit(ctx, "", AuditKey(all[1]), 2, nil)
+	page, _, _ := r.ListAudit(ctx, "", AuditKey(all[1]), 2, nil)
 	if len(page) != 2 || page[0].GetId() != "id029" || page[1].GetId() != "id028" {
 		t.Errorf("after id035: %v", page)
+	}
+}
+
+// TestListAuditReadsABoundedSpan: a filter matching one record behind
+// 12,000 others of a trail reads at most MaxAuditScan records a call: the
+// first call answers nothing but where to go on, the second finds it.
+func TestListAuditReadsABoundedSpan(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	r := NewRepo(store.New(rdb, "gateway:"))
+	ctx := testkit.Context(t, 60*time.Second)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pipe := rdb.Pipeline()
+	put := func(i int, who string) {
+		rec := &loomv1.AuditRecord{Id: fmt.Sprintf("id%05d", i), Time: timestamppb.New(base.Add(time.Duration(i) * time.Second)),
+			Principal: who, Project: "p1", Decision: "allowed"}
+		b, err := proto.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipe.ZAdd(ctx, "gateway:"+KeyAuditPrefix+"p1", redis.Z{Member: AuditKey(rec)})
+		pipe.HSet(ctx, "gateway:"+KeyAuditRecordsPrefix+"p1", AuditKey(rec), b)
+	}
+	put(0, "users/ana") // the oldest: last in list order
+	for i := 1; i <= 12000; i++ {
+		put(i, "users/bob")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	anas := func(a *loomv1.AuditRecord) bool { return a.GetPrincipal() == "users/ana" }
+	got, resume, err := r.ListAudit(ctx, "p1", "", 10, anas)
+	if err != nil || len(got) != 0 || resume == "" {
+		t.Fatalf("first call: %d records, resume %q, %v; want none yet and where to go on", len(got), resume, err)
+	}
+	got, resume, err = r.ListAudit(ctx, "p1", resume, 10, anas)
+	if err != nil || len(got) != 1 || got[0].GetId() != "id00000" || resume != "" {
+		t.Fatalf("second call: %v, resume %q, %v; want ana's record and the end", got, resume, err)
 	}
 }

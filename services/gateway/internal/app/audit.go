@@ -116,11 +116,16 @@ func (g *Gateway) ListAuditRecords(ctx context.Context, req *loomv1.ListAuditRec
 	if who := req.GetPrincipal(); who != "" {
 		keep = func(r *loomv1.AuditRecord) bool { return r.GetPrincipal() == who }
 	}
-	recs, err := g.repo.ListAudit(ctx, project, after, size+1, keep)
+	recs, resume, err := g.repo.ListAudit(ctx, project, after, size+1, keep)
 	if err != nil {
 		return nil, err
 	}
 	page, next := paging.Page(recs, adapters.AuditKey, "", size)
+	if next == "" && resume != "" {
+		// A filter that matched few of the records read: a short page
+		// (even an empty one) that goes on where the reading stopped.
+		next = resume
+	}
 	out := &loomv1.ListAuditRecordsResponse{Records: page}
 	if next != "" {
 		out.NextPageToken = paging.Token(req, next)
