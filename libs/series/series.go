@@ -256,8 +256,11 @@ func sortByStep[T any](pts []T, step func(T) int64) {
 // Downsample returns at most n of pts' points (ordered by step), keeping
 // each bucket's extremes: the first and last points, then the points
 // between cut into (n-2)/2 buckets of equal count, each giving its least
-// and greatest value in step order (one point when they are the same). n
-// below 4 counts as 4.
+// and greatest value in step order (one point when they are the same).
+// Fewer than 4 have no room for a bucket: n 3 and 2 give the first and
+// last points, n 1 the last alone (the latest value, what a caller asking
+// for one point wants to see); n below 1 counts as 1. pts is returned
+// whole when it has at most n points.
 //
 // Why min/max rather than LTTB: a training curve is read for its spikes (a
 // loss that jumps, a blow-up); min/max keeps every bucket's extremes
@@ -268,11 +271,12 @@ func sortByStep[T any](pts []T, step func(T) int64) {
 func Downsample(pts []Point, n int) []Point { return downsample(pts, n, Point.valueOf) }
 
 func downsample[T any](pts []T, n int, value func(T) float64) []T {
-	if n < 4 {
-		n = 4
-	}
-	if len(pts) <= n {
+	n = max(n, 1)
+	switch {
+	case len(pts) <= n:
 		return pts
+	case n == 1:
+		return pts[len(pts)-1:]
 	}
 	out := make([]T, 0, n)
 	out = append(out, pts[0])

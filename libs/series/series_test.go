@@ -3,6 +3,7 @@ package series
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,8 +46,41 @@ func TestDownsampleKeepsExtremes(t *testing.T) {
 	if short := line(10, func(i int) float64 { return 1 }); len(Downsample(short, 1000)) != 10 {
 		t.Error("a series shorter than n must come back whole")
 	}
-	if n := len(Downsample(pts, 1)); n > 4 {
-		t.Errorf("n=1 gave %d points, want at most 4 (n below 4 counts as 4)", n)
+}
+
+// TestDownsampleFewPoints: a read of 1, 2 or 3 points gets at most that
+// many (a tester found --points 1 answered with 4): the last point alone,
+// then the first and the last; 4 is the first n with room for a bucket's
+// extremes between them.
+func TestDownsampleFewPoints(t *testing.T) {
+	t.Parallel()
+	pts := line(100, func(i int) float64 { return float64(i % 7) })
+	steps := func(got []Point) []int64 {
+		out := make([]int64, len(got))
+		for i, p := range got {
+			out[i] = p.Step
+		}
+		return out
+	}
+	for _, c := range []struct {
+		n    int
+		want []int64
+	}{
+		{-1, []int64{99}},
+		{0, []int64{99}},
+		{1, []int64{99}},
+		{2, []int64{0, 99}},
+		{3, []int64{0, 99}},
+	} {
+		if got := steps(Downsample(pts, c.n)); !slices.Equal(got, c.want) {
+			t.Errorf("n=%d: steps %v, want %v", c.n, got, c.want)
+		}
+	}
+	if got := Downsample(pts, 4); len(got) != 4 || got[0].Step != 0 || got[3].Step != 99 {
+		t.Errorf("n=4: %v, want the ends and one bucket's two extremes", steps(got))
+	}
+	if got := steps(Downsample(pts[:1], 1)); !slices.Equal(got, []int64{0}) {
+		t.Errorf("one point, n=1: %v", got)
 	}
 }
 

@@ -71,6 +71,10 @@ func TestStoreAppendRead(t *testing.T) {
 	if _, _, err := s.Read(ctx, "42", "loss", Query{Points: MaxReadPoints + 1}); err == nil {
 		t.Error("points over the limit accepted")
 	}
+	// points is "at most", below 4 too: one point is the latest.
+	if pts, total, err := s.Read(ctx, "42", "loss", Query{Points: 1}); err != nil || total != 4 || len(pts) != 1 || pts[0].Step != 4 {
+		t.Errorf("points=1: %+v of %d, %v; want step 4 alone", pts, total, err)
+	}
 	if list, err := s.List(ctx, "7"); err != nil || len(list) != 0 {
 		t.Errorf("a job without metrics: %+v %v", list, err)
 	}
