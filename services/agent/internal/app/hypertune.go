@@ -393,8 +393,11 @@ func (a *App) takeLine(key string, tl *tail, line []byte) {
 		delete(tl.seen, tl.order[0])
 		tl.order = tl.order[1:]
 	}
-	p, why := domain.ParseMetricLine(line, a.opts.Metrics.Limits, a.opts.Now())
-	if why != "" {
+	p, why, badNames := domain.ParseMetricLine(line, a.opts.Metrics.Limits, a.opts.Now())
+	for range badNames {
+		a.dropLine(key, tl, domain.DropBadName)
+	}
+	if p == nil {
 		a.dropLine(key, tl, why)
 		return
 	}

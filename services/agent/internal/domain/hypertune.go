@@ -20,12 +20,15 @@ import (
 // file rewritten with the latest lines, as hypertune itself does).
 const MetricFileEnv = "CLOUD_ML_HP_METRIC_FILE"
 
-// Reasons a metrics line is dropped (loom_agent_metric_lines_dropped_total's
-// reason label).
+// Reasons a metrics line, or one value of it, is dropped
+// (loom_agent_metric_lines_dropped_total's reason label).
 const (
-	DropTooLong       = "too_long"        // longer than MetricLimits.Line
-	DropBadJSON       = "bad_json"        // not a JSON object
-	DropBadName       = "bad_name"        // a metric name empty, too long, or not UTF-8
+	DropTooLong = "too_long" // longer than MetricLimits.Line
+	DropBadJSON = "bad_json" // not a JSON object
+	// DropBadName is a value whose metric name is empty, too long or not
+	// UTF-8: that value alone is dropped, the line's others kept (the
+	// whole line only when it has no other value).
+	DropBadName       = "bad_name"
 	DropTooManyValues = "too_many_values" // more than MetricLimits.Values values
 	DropBadStep       = "bad_step"        // global_step not a whole number >= 0
 	DropBadTimestamp  = "bad_timestamp"   // timestamp not a number of seconds
@@ -53,25 +56,32 @@ var notMetrics = map[string]bool{"timestamp": true, "trial": true, "global_step"
 // ParseMetricLine reads one line of a hypertune metrics file:
 // {"timestamp": <unix s>, "trial": "<id>", "<metric>": <value>,
 // "global_step": "<n>"}. A metric's value is a number or a string holding
-// one (hypertune writes str(value)); a field whose value is no number
-// (another string, a list, an object, null, true) is passed over, and so is
-// a value that is not finite (NaN, ±Inf: no measurement). It returns the
-// point, or why the line is dropped. now is the point's time when the line
-// has no timestamp.
-func ParseMetricLine(line []byte, lim MetricLimits, now time.Time) (*eventsv1.MetricsReported_Point, string) {
+// one (hypertune writes str(value), so "inf" and "-inf" too); a field whose
+// value is no number (another string, a list, an object, null, true) is
+// passed over, and so is NaN (no measurement; the series store cannot
+// order it). ±Inf is kept, as the TensorBoard path and the store keep it:
+// a loss that blows up is what a curve is read for, and the search judges
+// only finite values (libs/hpo). A numeric value whose metric name is bad
+// (empty, too long, not UTF-8) is dropped alone, its reason in badNames
+// once per such value, so that one bad key does not lose the line's other
+// values; a line whose every numeric value has a bad name is dropped as
+// DropBadName. It returns the point, or nil and why the whole line is
+// dropped (badNames 0). now is the point's time when the line has no
+// timestamp.
+func ParseMetricLine(line []byte, lim MetricLimits, now time.Time) (p *eventsv1.MetricsReported_Point, why string, badNames int) {
 	if len(line) > lim.Line {
-		return nil, DropTooLong
+		return nil, DropTooLong, 0
 	}
 	var fields map[string]json.RawMessage
 	d := json.NewDecoder(bytes.NewReader(line))
 	if err := d.Decode(&fields); err != nil || fields == nil || d.More() {
-		return nil, DropBadJSON
+		return nil, DropBadJSON, 0
 	}
-	p := &eventsv1.MetricsReported_Point{Time: timestamppb.New(now), Values: map[string]float64{}}
+	p = &eventsv1.MetricsReported_Point{Time: timestamppb.New(now), Values: map[string]float64{}}
 	if raw, ok := fields["global_step"]; ok {
 		v, ok := number(raw)
 		if !ok || v < 0 || v != math.Trunc(v) || v > 1<<53 {
-			return nil, DropBadStep
+			return nil, DropBadStep, 0
 		}
 		p.Step = int64(v)
 	}
@@ -79,7 +89,7 @@ func ParseMetricLine(line []byte, lim MetricLimits, now time.Time) (*eventsv1.Me
 		v, ok := number(raw)
 		// Seconds since 1970, before the year 5138.
 		if !ok || v < 0 || v > 1e11 {
-			return nil, DropBadTimestamp
+			return nil, DropBadTimestamp, 0
 		}
 		sec, frac := math.Modf(v)
 		p.Time = timestamppb.New(time.Unix(int64(sec), int64(frac*1e9)).UTC())
@@ -89,21 +99,25 @@ func ParseMetricLine(line []byte, lim MetricLimits, now time.Time) (*eventsv1.Me
 			continue
 		}
 		v, ok := number(raw)
-		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+		if !ok || math.IsNaN(v) {
 			continue
 		}
 		if k == "" || len(k) > lim.Name || !utf8.ValidString(k) {
-			return nil, DropBadName
+			badNames++
+			continue
 		}
 		if len(p.Values) == lim.Values {
-			return nil, DropTooManyValues
+			return nil, DropTooManyValues, 0
 		}
 		p.Values[k] = v
 	}
-	if len(p.Values) == 0 {
-		return nil, DropNoValues
+	switch {
+	case len(p.Values) > 0:
+		return p, "", badNames
+	case badNames > 0:
+		return nil, DropBadName, 0
 	}
-	return p, ""
+	return nil, DropNoValues, 0
 }
 
 // number reads a JSON number, or a string holding one.

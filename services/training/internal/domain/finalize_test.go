@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestTrialWithoutMetricsIsInfeasibleAfterTheGrace(t *testing.T) {
 	}
 	s.Apply(cs[0])
 	tr := tuningOf(t, s, tunName).GetTrials()[0]
-	if tr.GetState() != trainingv1.Trial_INFEASIBLE || !strings.Contains(tr.GetInfeasibleReason(), `no value of metric "val_loss"`) {
+	if tr.GetState() != trainingv1.Trial_INFEASIBLE || !strings.Contains(tr.GetInfeasibleReason(), `no finite value of metric "val_loss"`) {
 		t.Fatalf("trial after the grace: %v", tr)
 	}
 	if cs := s.Tick(t0.Add(200 * time.Second)); len(cs) != 0 {
@@ -127,6 +128,43 @@ func TestOneStepFromTwoSources(t *testing.T) {
 	}
 	if got["val_loss"] != 0.25 || got["validation/loss"] != 0.5 {
 		t.Fatalf("step 7 holds %v, want both sources' values", got)
+	}
+}
+
+// TestInfinityIsNoMeasurement: the agent sends ±Inf (a loss that blew up
+// is kept in the job's series), but a trial is judged by finite values
+// only, as the search judges them: an Inf point neither ends the wait for
+// the study's metric nor becomes the final measurement; a trial with no
+// finite value is INFEASIBLE, saying so.
+func TestInfinityIsNoMeasurement(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	job := endWithoutMetrics(t, s)
+	step(t, s, t0.Add(time.Second), Input{Payload: &eventsv1.MetricsReported{Job: job, Node: "n-0001",
+		Points: []*eventsv1.MetricsReported_Point{{Step: 9, Values: map[string]float64{"val_loss": math.Inf(1)}}}}})
+	if tr := tuningOf(t, s, tunName).GetTrials()[0]; tr.GetState() != trainingv1.Trial_ACTIVE {
+		t.Fatalf("judged on an infinite value: %v", tr)
+	}
+	step(t, s, t0.Add(2*time.Second), Input{Payload: &eventsv1.MetricsReported{Job: job, Node: "n-0001",
+		Points: []*eventsv1.MetricsReported_Point{{Step: 7, Values: map[string]float64{"val_loss": 0.3}}}}})
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	if tr.GetState() != trainingv1.Trial_SUCCEEDED || tr.GetFinalMeasurement().GetStepCount() != 7 ||
+		tr.GetFinalMeasurement().GetMetrics()[0].GetValue() != 0.3 {
+		t.Fatalf("final measurement %v, want step 7's 0.3 (step 9's is +Inf)", tr.GetFinalMeasurement())
+	}
+
+	s = NewState()
+	job = endWithoutMetrics(t, s)
+	step(t, s, t0.Add(time.Second), Input{Payload: &eventsv1.MetricsReported{Job: job, Node: "n-0001",
+		Points: []*eventsv1.MetricsReported_Point{{Step: 9, Values: map[string]float64{"val_loss": math.Inf(-1)}}}}})
+	cs := s.Tick(t0.Add(DefaultMetricGrace))
+	if len(cs) != 1 {
+		t.Fatalf("tick at the grace's end: %d changes, want 1", len(cs))
+	}
+	s.Apply(cs[0])
+	if tr := tuningOf(t, s, tunName).GetTrials()[0]; tr.GetState() != trainingv1.Trial_INFEASIBLE ||
+		!strings.Contains(tr.GetInfeasibleReason(), `no finite value of metric "val_loss"`) {
+		t.Fatalf("a trial of -Inf alone: %v", tr)
 	}
 }
 

@@ -401,7 +401,7 @@ func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.Hyperparamet
 	final := selectMeasurement(srch, tr.GetMeasurements(), metric, sel)
 	if final == nil {
 		tr.State = trainingv1.Trial_INFEASIBLE
-		tr.InfeasibleReason = fmt.Sprintf("it reported no value of metric %q (append hypertune JSON lines to $CLOUD_ML_HP_METRIC_FILE)", metric)
+		tr.InfeasibleReason = fmt.Sprintf("it reported no finite value of metric %q (append hypertune JSON lines to $CLOUD_ML_HP_METRIC_FILE)", metric)
 		return
 	}
 	tr.State = trainingv1.Trial_SUCCEEDED
@@ -425,10 +425,15 @@ func selectMeasurement(srch *hpo.Searcher, ms []*trainingv1.Measurement, metric 
 	return pick
 }
 
+// metricValue is m's value of metric when it has a finite one. ±Inf is
+// stored with the job's series (a loss that blew up is worth seeing) but
+// is no measurement to judge a trial by, as the search (libs/hpo) judges
+// only finite values: a trial's final measurement is its last (or best)
+// finite one, and one with none is INFEASIBLE.
 func metricValue(m *trainingv1.Measurement, metric string) (float64, bool) {
 	for _, x := range m.GetMetrics() {
-		if x.GetMetricId() == metric {
-			return x.GetValue(), true
+		if v := x.GetValue(); x.GetMetricId() == metric && !math.IsInf(v, 0) && !math.IsNaN(v) {
+			return v, true
 		}
 	}
 	return 0, false
