@@ -46,6 +46,9 @@ const (
 	// MaxCategoricalValues bounds a categorical or discrete parameter's
 	// values and a condition's parent values.
 	MaxCategoricalValues = 256
+	// MaxCategoricalValueBytes bounds one categorical value (a trial's
+	// --ID=VALUE flag and a cell of its table).
+	MaxCategoricalValueBytes = 1024
 	// MaxConditionalDepth bounds how deep conditional parameters nest (a
 	// top-level parameter's child is at depth 1).
 	MaxConditionalDepth = 4
@@ -676,10 +679,17 @@ func validateParam(v *errs.Validator, f string, p *trainingv1.StudySpec_Paramete
 		default:
 			seen := map[string]bool{}
 			for i, s := range vals {
-				if s == "" || len(s) > 1024 || strings.IndexByte(s, 0) >= 0 {
-					v.Add(fmt.Sprintf("%s[%d]", cf, i), "must be 1 to 1024 bytes without NUL")
-				} else if seen[s] {
-					v.Add(fmt.Sprintf("%s[%d]", cf, i), "%s is listed twice", clip(s))
+				vf := fmt.Sprintf("%s[%d]", cf, i)
+				switch {
+				case s == "" || len(s) > MaxCategoricalValueBytes:
+					v.Add(vf, "must be 1 to %d bytes, got %d", MaxCategoricalValueBytes, len(s))
+				case !utf8.ValidString(s) || strings.IndexFunc(s, termtext.Spoofing) >= 0:
+					// A trial's value is printed in `loom hptuning trials`
+					// and passed as --ID=VALUE: an escape (OSC 52 writes a
+					// viewer's clipboard) or a bidi override has no place.
+					v.Add(vf, "%s holds a control character or invalid UTF-8: use printable text", clip(s))
+				case seen[s]:
+					v.Add(vf, "%s is listed twice", clip(s))
 				}
 				seen[s] = true
 			}

@@ -226,6 +226,20 @@ func TestTuningRefusals(t *testing.T) {
 				c.Values = append(c.Values, strings.Repeat("v", i+1))
 			}
 		}, "hyperparameter_tuning_job.study_spec.parameters[1].categorical_value_spec.values", "at most 256"},
+		// A tester found an OSC 52 value (it writes the viewer's
+		// clipboard) accepted and printed raw by `loom hptuning trials`.
+		{"escape in a categorical value", func(j *trainingv1.HyperparameterTuningJob) {
+			params(j)[1].GetCategoricalValueSpec().Values[1] = "\u001b]52;c;ZWNobyBwd25lZA==\u0007"
+		}, "hyperparameter_tuning_job.study_spec.parameters[1].categorical_value_spec.values[1]", "control character"},
+		{"bidi override in a categorical value", func(j *trainingv1.HyperparameterTuningJob) {
+			params(j)[1].GetCategoricalValueSpec().Values[1] = "ad\u202eam"
+		}, "hyperparameter_tuning_job.study_spec.parameters[1].categorical_value_spec.values[1]", "control character"},
+		{"newline in a categorical value", func(j *trainingv1.HyperparameterTuningJob) {
+			params(j)[1].GetCategoricalValueSpec().Values[1] = "a\nb"
+		}, "hyperparameter_tuning_job.study_spec.parameters[1].categorical_value_spec.values[1]", "control character"},
+		{"long categorical value", func(j *trainingv1.HyperparameterTuningJob) {
+			params(j)[1].GetCategoricalValueSpec().Values[1] = strings.Repeat("v", 1025)
+		}, "hyperparameter_tuning_job.study_spec.parameters[1].categorical_value_spec.values[1]", "1 to 1024 bytes, got 1025"},
 		{"log of zero", func(j *trainingv1.HyperparameterTuningJob) { params(j)[0].GetDoubleValueSpec().MinValue = 0 }, "hyperparameter_tuning_job.study_spec.parameters[0].double_value_spec.min_value", "min_value > 0"},
 		{"min over max", func(j *trainingv1.HyperparameterTuningJob) { params(j)[2].GetIntegerValueSpec().MinValue = 512 }, "hyperparameter_tuning_job.study_spec.parameters[2].integer_value_spec.max_value", "less than min_value"},
 		{"condition not a value", func(j *trainingv1.HyperparameterTuningJob) {

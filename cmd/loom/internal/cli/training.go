@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
@@ -107,13 +108,32 @@ func trainingState(s fmt.Stringer) string {
 	return strings.TrimPrefix(strings.TrimPrefix(s.String(), "JOB_STATE_"), "PIPELINE_STATE_")
 }
 
-// withError is state followed by the error's message, when there is one.
+// withError is state followed by the error's message, when there is one,
+// cleaned (shown): the service's messages quote programs' output and names.
 func withError(state string, e *trainingv1.Status) string {
 	if e.GetMessage() != "" {
-		return state + ": " + e.GetMessage()
+		return state + ": " + shown(e.GetMessage())
 	}
 	return state
 }
+
+// maxShown bounds one text the training commands print whole (a get's
+// field, a progress line): far above any field's limit, so nothing the
+// service keeps is cut.
+const maxShown = 64 << 10
+
+// shown is a training resource's text as the training commands print it,
+// on one line and safe for a terminal: control characters become spaces
+// (oneLine: a newline or tab would break a row, an escape such as OSC 52
+// writes a viewer's clipboard), and invalid UTF-8 and what else
+// libs/termtext refuses (bidi overrides) U+FFFD. Validation refuses them
+// in what a user writes; this covers what it cannot: resources stored
+// before it did, the service's messages, and a program's args (any text
+// but NUL).
+func shown(s string) string { return termtext.Clean(oneLine(s), maxShown) }
+
+// cell is s as a table's cell: shown, cut to n characters (cellText).
+func cell(s string, n int) string { return cellText(shown(s), n) }
 
 // ---- loom jobs custom ----
 
@@ -411,7 +431,7 @@ func renderCustomJobs(w io.Writer, js []*trainingv1.CustomJob, now time.Time) er
 			}
 			replicas += p.GetReplicaCount()
 		}
-		row(tw, shortName(j.GetName()), j.GetDisplayName(), describeCustomJob(j), machine, strconv.FormatInt(replicas, 10), j.GetUser(), age(j.GetCreateTime(), now))
+		row(tw, shortName(j.GetName()), shown(j.GetDisplayName()), describeCustomJob(j), machine, strconv.FormatInt(replicas, 10), j.GetUser(), age(j.GetCreateTime(), now))
 	}
 	return tw.Flush()
 }
@@ -419,7 +439,7 @@ func renderCustomJobs(w io.Writer, js []*trainingv1.CustomJob, now time.Time) er
 func renderCustomJob(w io.Writer, j *trainingv1.CustomJob, now time.Time) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "Name:\t%s\n", j.GetName())
-	fmt.Fprintf(tw, "Display name:\t%s\n", j.GetDisplayName())
+	fmt.Fprintf(tw, "Display name:\t%s\n", shown(j.GetDisplayName()))
 	fmt.Fprintf(tw, "State:\t%s\n", describeCustomJob(j))
 	fmt.Fprintf(tw, "User:\t%s\n", j.GetUser())
 	if j.GetJob() != "" {
@@ -429,10 +449,10 @@ func renderCustomJob(w io.Writer, j *trainingv1.CustomJob, now time.Time) error 
 		fmt.Fprintf(tw, "Cluster:\t%s\n", j.GetCluster())
 	}
 	if u := j.GetJobSpec().GetBaseOutputDirectory().GetOutputUriPrefix(); u != "" {
-		fmt.Fprintf(tw, "Output:\t%s\n", u)
+		fmt.Fprintf(tw, "Output:\t%s\n", shown(u))
 	}
 	if len(j.GetLabels()) > 0 {
-		fmt.Fprintf(tw, "Labels:\t%s\n", labels(j.GetLabels()))
+		fmt.Fprintf(tw, "Labels:\t%s\n", shown(labels(j.GetLabels())))
 	}
 	fmt.Fprintf(tw, "Created:\t%s\n", ago(j.GetCreateTime(), now))
 	if j.GetStartTime() != nil {
@@ -457,22 +477,22 @@ func renderPools(w io.Writer, spec *trainingv1.CustomJobSpec) error {
 		if m := p.GetMachineSpec(); m.GetAcceleratorCount() > 0 {
 			acc = fmt.Sprintf("%d x %s", m.GetAcceleratorCount(), m.GetAcceleratorType())
 		}
-		row(tw, "  "+strconv.Itoa(i), p.GetMachineSpec().GetMachineType(), acc, strconv.FormatInt(p.GetReplicaCount(), 10), poolRuns(p))
+		row(tw, "  "+strconv.Itoa(i), shown(p.GetMachineSpec().GetMachineType()), shown(acc), strconv.FormatInt(p.GetReplicaCount(), 10), poolRuns(p))
 	}
 	return tw.Flush()
 }
 
 // poolRuns says what a pool runs: its command and args, its image, or
-// "python -m MODULE".
+// "python -m MODULE", as a cell (args may hold any text but NUL).
 func poolRuns(p *trainingv1.WorkerPoolSpec) string {
 	if c := p.GetContainerSpec(); c != nil {
 		if argv := append(append([]string{}, c.GetCommand()...), c.GetArgs()...); len(c.GetCommand()) > 0 {
-			return cellText(shellJoin(argv), 60)
+			return cell(shellJoin(argv), 60)
 		}
-		return cellText(c.GetImageUri(), 60)
+		return cell(c.GetImageUri(), 60)
 	}
 	if pp := p.GetPythonPackageSpec(); pp != nil {
-		return cellText(shellJoin(append([]string{"python3", "-m", pp.GetPythonModule()}, pp.GetArgs()...)), 60)
+		return cell(shellJoin(append([]string{"python3", "-m", pp.GetPythonModule()}, pp.GetArgs()...)), 60)
 	}
 	return ""
 }
@@ -546,13 +566,14 @@ func metricValue(t *trainingv1.Trial, metric string) (float64, bool) {
 	return 0, false
 }
 
-// trialParams renders a trial's parameters "learning_rate=0.01 batch_size=64".
+// trialParams renders a trial's parameters "learning_rate=0.01
+// batch_size=64", cleaned (shown): a categorical value is the study's text.
 func trialParams(t *trainingv1.Trial) string {
 	parts := make([]string, 0, len(t.GetParameters()))
 	for _, p := range t.GetParameters() {
 		parts = append(parts, p.GetParameterId()+"="+valueText(p.GetValue()))
 	}
-	return strings.Join(parts, " ")
+	return shown(strings.Join(parts, " "))
 }
 
 // valueText is a parameter value as a flag would carry it.
@@ -619,7 +640,7 @@ func trialStateText(t *trainingv1.Trial) string {
 		s += " (stopped early)"
 	}
 	if t.GetState() == trainingv1.Trial_INFEASIBLE && t.GetInfeasibleReason() != "" {
-		s += ": " + t.GetInfeasibleReason()
+		s += ": " + shown(t.GetInfeasibleReason())
 	}
 	return s
 }
@@ -774,7 +795,7 @@ func (a *app) tuningListCommand() *cobra.Command {
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "ID", "NAME", "STATE", "TRIALS", "BEST", "USER", "AGE")
 			for _, j := range resp.GetHyperparameterTuningJobs() {
-				row(tw, shortName(j.GetName()), j.GetDisplayName(), withError(trainingState(j.GetState()), j.GetError()), trialsDone(j), bestText(j), j.GetUser(), age(j.GetCreateTime(), a.now()))
+				row(tw, shortName(j.GetName()), shown(j.GetDisplayName()), withError(trainingState(j.GetState()), j.GetError()), trialsDone(j), bestText(j), j.GetUser(), age(j.GetCreateTime(), a.now()))
 			}
 			return tw.Flush()
 		},
@@ -821,7 +842,7 @@ func renderTuningJob(w io.Writer, j *trainingv1.HyperparameterTuningJob, now tim
 		}
 	}
 	fmt.Fprintf(tw, "Name:\t%s\n", j.GetName())
-	fmt.Fprintf(tw, "Display name:\t%s\n", j.GetDisplayName())
+	fmt.Fprintf(tw, "Display name:\t%s\n", shown(j.GetDisplayName()))
 	fmt.Fprintf(tw, "State:\t%s\n", withError(trainingState(j.GetState()), j.GetError()))
 	fmt.Fprintf(tw, "User:\t%s\n", j.GetUser())
 	fmt.Fprintf(tw, "Metric:\t%s (%s)\n", metric, goal)
@@ -882,7 +903,7 @@ func paramRange(p *trainingv1.StudySpec_ParameterSpec) (string, string) {
 		d := p.GetIntegerValueSpec()
 		return "INTEGER", fmt.Sprintf("[%d, %d]", d.GetMinValue(), d.GetMaxValue())
 	case p.GetCategoricalValueSpec() != nil:
-		return "CATEGORICAL", cellText(strings.Join(p.GetCategoricalValueSpec().GetValues(), ", "), 50)
+		return "CATEGORICAL", cell(strings.Join(p.GetCategoricalValueSpec().GetValues(), ", "), 50)
 	case p.GetDiscreteValueSpec() != nil:
 		vs := make([]string, 0, len(p.GetDiscreteValueSpec().GetValues()))
 		for _, v := range p.GetDiscreteValueSpec().GetValues() {
@@ -1069,7 +1090,7 @@ func taskKind(p *trainingv1.TrainingPipeline) string {
 func renderPipeline(w io.Writer, p *trainingv1.TrainingPipeline, now time.Time) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "Name:\t%s\n", p.GetName())
-	fmt.Fprintf(tw, "Display name:\t%s\n", p.GetDisplayName())
+	fmt.Fprintf(tw, "Display name:\t%s\n", shown(p.GetDisplayName()))
 	fmt.Fprintf(tw, "State:\t%s\n", withError(trainingState(p.GetState()), p.GetError()))
 	fmt.Fprintf(tw, "User:\t%s\n", p.GetUser())
 	fmt.Fprintf(tw, "Task:\t%s\n", taskKind(p))
@@ -1084,10 +1105,10 @@ func renderPipeline(w io.Writer, p *trainingv1.TrainingPipeline, now time.Time) 
 		fmt.Fprintf(tw, "Best trial:\t%s\n", v)
 	}
 	if m := p.GetModelToUpload(); m != nil {
-		fmt.Fprintf(tw, "Model:\t%s\n", m.GetDisplayName())
+		fmt.Fprintf(tw, "Model:\t%s\n", shown(m.GetDisplayName()))
 	}
 	if p.GetParentModel() != "" {
-		fmt.Fprintf(tw, "Parent model:\t%s\n", p.GetParentModel())
+		fmt.Fprintf(tw, "Parent model:\t%s\n", shown(p.GetParentModel()))
 	}
 	if p.GetModelVersion() != "" {
 		fmt.Fprintf(tw, "Model version:\t%s\n", p.GetModelVersion())
@@ -1134,7 +1155,7 @@ func (a *app) pipelineListCommand() *cobra.Command {
 			tw := newTable(cmd.OutOrStdout())
 			row(tw, "ID", "NAME", "STATE", "TASK", "MODEL", "USER", "AGE")
 			for _, p := range resp.GetTrainingPipelines() {
-				row(tw, shortName(p.GetName()), p.GetDisplayName(), describePipeline(p), taskKind(p), p.GetModelToUpload().GetDisplayName(), p.GetUser(), age(p.GetCreateTime(), a.now()))
+				row(tw, shortName(p.GetName()), shown(p.GetDisplayName()), describePipeline(p), taskKind(p), shown(p.GetModelToUpload().GetDisplayName()), p.GetUser(), age(p.GetCreateTime(), a.now()))
 			}
 			return tw.Flush()
 		},

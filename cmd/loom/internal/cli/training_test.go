@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
@@ -403,5 +404,67 @@ Reasons are cut short above; `+"`loom hptuning trials 29 -o json`"+` has them wh
 	b.Reset()
 	if err := renderTrials(&b, tuningJob(t, name, trainingv1.JobState_JOB_STATE_SUCCEEDED, trial("1", trainingv1.Trial_SUCCEEDED, 0.5, 0.01))); err != nil || strings.Contains(b.String(), "cut short") {
 		t.Fatalf("a table without long states: %q, %v", b.String(), err)
+	}
+}
+
+// TestTrainingTextIsCleaned (a tester found an OSC 52 categorical value
+// printed raw by `hptuning trials`): what a training resource holds that
+// reaches a terminal — parameter values, display names, error messages,
+// infeasible reasons, args — is printed without escapes, bidi overrides or
+// line breaks, in tables, views and --wait's lines alike; -o json keeps it.
+func TestTrainingTextIsCleaned(t *testing.T) {
+	t.Parallel()
+	const (
+		osc52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+		bidi  = "\u202e"
+	)
+	_, tr, gw := newTrainingGateway(t)
+	hostile := trial("1", trainingv1.Trial_SUCCEEDED, 0.5, 0.01)
+	hostile.Parameters = append(hostile.Parameters, &trainingv1.Trial_Parameter{ParameterId: "optimizer", Value: structpb.NewStringValue(osc52 + "adam")})
+	bad := trial("2", trainingv1.Trial_INFEASIBLE, 0, 0.3)
+	bad.InfeasibleReason = "exited\x1b[2J" + bidi + "\nline two"
+	tj := tuningJob(t, trainingParent+"/hyperparameterTuningJobs/1", trainingv1.JobState_JOB_STATE_FAILED, hostile, bad)
+	tj.DisplayName = "tune" + osc52
+	tj.Error = &trainingv1.Status{Code: 13, Message: "boom\x1b[31m" + bidi}
+	tj.StudySpec.Parameters = append(tj.StudySpec.Parameters, &trainingv1.StudySpec_ParameterSpec{ParameterId: "optimizer",
+		ParameterValueSpec: &trainingv1.StudySpec_ParameterSpec_CategoricalValueSpec_{CategoricalValueSpec: &trainingv1.StudySpec_ParameterSpec_CategoricalValueSpec{
+			Values: []string{"sgd", osc52 + "adam"}}}})
+	tr.Resources[tj.GetName()] = tj
+	cj := customJob(t, trainingParent+"/customJobs/5", trainingv1.JobState_JOB_STATE_FAILED, func(j *trainingv1.CustomJob) {
+		j.DisplayName = "mnist" + bidi
+		j.Error = &trainingv1.Status{Code: 13, Message: "replica exited\x07\x1b]0;pwned\x07"}
+		j.JobSpec.WorkerPoolSpecs[0].GetContainerSpec().Args = []string{"--note=" + osc52, "--x=a\tb"}
+	})
+	tr.Resources[cj.GetName()] = cj
+	p := &trainingv1.TrainingPipeline{Name: trainingParent + "/trainingPipelines/8", DisplayName: "p" + osc52,
+		State: trainingv1.PipelineState_PIPELINE_STATE_FAILED, User: "ana", CreateTime: ts(time.Hour),
+		Error:         &trainingv1.Status{Code: 9, Message: "the registry refused the model: \x1b[2K" + bidi},
+		ModelToUpload: &trainingv1.Model{DisplayName: "m" + osc52}}
+	tr.Resources[p.GetName()] = p
+	for _, args := range [][]string{
+		{"hptuning", "trials", "1"}, {"hptuning", "get", "1"}, {"hptuning", "list"},
+		{"jobs", "custom", "list"}, {"jobs", "custom", "get", "5"},
+		{"pipelines", "list"}, {"pipelines", "get", "8"},
+	} {
+		out, errOut, code := run(t, gw, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && termtext.Spoofing(r) }); i >= 0 {
+			t.Errorf("%v printed %q raw:\n%q", args, out[i:i+1], out)
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			if strings.HasPrefix(line, "line two") {
+				t.Errorf("%v printed a message's line break:\n%s", args, out)
+			}
+		}
+	}
+	out, _, _ := run(t, gw, "hptuning", "trials", "1")
+	if !strings.Contains(out, "optimizer= ]52;c;ZWNobyBwd25lZA== adam") {
+		t.Errorf("the value is not shown legibly:\n%s", out)
+	}
+	out, _, _ = run(t, gw, "hptuning", "trials", "1", "-o", "json")
+	if !strings.Contains(out, `\u001b]52;c;`) {
+		t.Errorf("-o json must keep the value as stored: %s", out)
 	}
 }
