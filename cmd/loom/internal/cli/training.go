@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -134,6 +135,31 @@ func shown(s string) string { return termtext.Clean(oneLine(s), maxShown) }
 
 // cell is s as a table's cell: shown, cut to n characters (cellText).
 func cell(s string, n int) string { return cellText(shown(s), n) }
+
+// Widths of the training tables' free-text columns: a failed resource's
+// error or an INFEASIBLE trial's reason runs to hundreds of characters, a
+// display name to 128, and one such row would push every other column off
+// the screen. NAME is cut as `loom jobs list` cuts it; the whole is in get
+// and -o json.
+const (
+	stateWidth = 60
+	nameWidth  = 40
+	modelWidth = 32
+)
+
+// stateCell is s as a STATE cell (cell, stateWidth), and whether it was
+// cut short, for the table to say so under it (cutNote).
+func stateCell(s string) (string, bool) {
+	full := shown(s)
+	return cellText(full, stateWidth), utf8.RuneCountInString(strings.TrimSpace(full)) > stateWidth
+}
+
+// cutNote says, under a table some of whose STATE cells were cut short,
+// what was cut and where it is whole.
+func cutNote(w io.Writer, what, where string) error {
+	_, err := fmt.Fprintf(w, "%s are cut short above; %s has them whole.\n", what, where)
+	return err
+}
 
 // ---- loom jobs custom ----
 
@@ -420,8 +446,11 @@ func (a *app) trainingCancelCommand(c trainingCollection) *cobra.Command {
 	}
 }
 
+// renderCustomJobs lists CustomJobs, their states (and errors) cut short
+// for the table, which says so under it.
 func renderCustomJobs(w io.Writer, js []*trainingv1.CustomJob, now time.Time) error {
 	tw := newTable(w)
+	cut := false
 	row(tw, "ID", "NAME", "STATE", "MACHINE", "REPLICAS", "USER", "AGE")
 	for _, j := range js {
 		machine, replicas := "", int64(0)
@@ -431,9 +460,14 @@ func renderCustomJobs(w io.Writer, js []*trainingv1.CustomJob, now time.Time) er
 			}
 			replicas += p.GetReplicaCount()
 		}
-		row(tw, shortName(j.GetName()), shown(j.GetDisplayName()), describeCustomJob(j), machine, strconv.FormatInt(replicas, 10), j.GetUser(), age(j.GetCreateTime(), now))
+		state, c := stateCell(describeCustomJob(j))
+		cut = cut || c
+		row(tw, shortName(j.GetName()), cell(j.GetDisplayName(), nameWidth), state, machine, strconv.FormatInt(replicas, 10), j.GetUser(), age(j.GetCreateTime(), now))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil || !cut {
+		return err
+	}
+	return cutNote(w, "Errors", "`loom jobs custom get ID` (or -o json)")
 }
 
 func renderCustomJob(w io.Writer, j *trainingv1.CustomJob, now time.Time) error {
@@ -792,16 +826,28 @@ func (a *app) tuningListCommand() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), "No tuning jobs. Create one with `loom hptuning create -f study.json`.")
 				return nil
 			}
-			tw := newTable(cmd.OutOrStdout())
-			row(tw, "ID", "NAME", "STATE", "TRIALS", "BEST", "USER", "AGE")
-			for _, j := range resp.GetHyperparameterTuningJobs() {
-				row(tw, shortName(j.GetName()), shown(j.GetDisplayName()), withError(trainingState(j.GetState()), j.GetError()), trialsDone(j), bestText(j), j.GetUser(), age(j.GetCreateTime(), a.now()))
-			}
-			return tw.Flush()
+			return renderTuningJobs(cmd.OutOrStdout(), resp.GetHyperparameterTuningJobs(), a.now())
 		},
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// renderTuningJobs lists tuning jobs, their states (and errors) cut short
+// for the table, which says so under it.
+func renderTuningJobs(w io.Writer, js []*trainingv1.HyperparameterTuningJob, now time.Time) error {
+	tw := newTable(w)
+	cut := false
+	row(tw, "ID", "NAME", "STATE", "TRIALS", "BEST", "USER", "AGE")
+	for _, j := range js {
+		state, c := stateCell(withError(trainingState(j.GetState()), j.GetError()))
+		cut = cut || c
+		row(tw, shortName(j.GetName()), cell(j.GetDisplayName(), nameWidth), state, trialsDone(j), bestText(j), j.GetUser(), age(j.GetCreateTime(), now))
+	}
+	if err := tw.Flush(); err != nil || !cut {
+		return err
+	}
+	return cutNote(w, "Errors", "`loom hptuning get ID` (or -o json)")
 }
 
 // trialsDone is "3/20": trials ended of max_trial_count.
@@ -914,11 +960,6 @@ func paramRange(p *trainingv1.StudySpec_ParameterSpec) (string, string) {
 	return "", ""
 }
 
-// trialStateWidth bounds the STATE column of the trials table: an
-// INFEASIBLE trial's reason can run to hundreds of characters, and one such
-// row would push every other column off the screen.
-const trialStateWidth = 60
-
 // renderTrials lists trials by id, the best marked "*"; a state cut short
 // for the table is said under it.
 func renderTrials(w io.Writer, j *trainingv1.HyperparameterTuningJob) error {
@@ -927,7 +968,7 @@ func renderTrials(w io.Writer, j *trainingv1.HyperparameterTuningJob) error {
 	trials := append([]*trainingv1.Trial(nil), j.GetTrials()...)
 	sort.SliceStable(trials, func(x, y int) bool { return trialOrder(trials[x]) < trialOrder(trials[y]) })
 	tw := newTable(w)
-	clipped := false
+	cut := false
 	row(tw, "TRIAL", "STATE", strings.ToUpper(metric), "STEPS", "PARAMETERS", "CUSTOM JOB")
 	for _, t := range trials {
 		id := t.GetId()
@@ -944,20 +985,14 @@ func renderTrials(w io.Writer, j *trainingv1.HyperparameterTuningJob) error {
 		} else if t.GetFinalMeasurement() != nil {
 			steps = strconv.FormatInt(t.GetFinalMeasurement().GetStepCount(), 10)
 		}
-		state := trialStateText(t)
-		if cell := cellText(state, trialStateWidth); cell != state {
-			state, clipped = cell, true
-		}
+		state, c := stateCell(trialStateText(t))
+		cut = cut || c
 		row(tw, id, state, val, steps, trialParams(t), shortName(t.GetCustomJob()))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := tw.Flush(); err != nil || !cut {
 		return err
 	}
-	if clipped {
-		_, err := fmt.Fprintf(w, "Reasons are cut short above; `loom hptuning trials %s -o json` has them whole.\n", shortName(j.GetName()))
-		return err
-	}
-	return nil
+	return cutNote(w, "Reasons", "`loom hptuning trials "+shortName(j.GetName())+" -o json`")
 }
 
 // ---- loom pipelines ----
@@ -1152,14 +1187,27 @@ func (a *app) pipelineListCommand() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), "No pipelines. Create one with `loom pipelines create -f pipeline.json`.")
 				return nil
 			}
-			tw := newTable(cmd.OutOrStdout())
-			row(tw, "ID", "NAME", "STATE", "TASK", "MODEL", "USER", "AGE")
-			for _, p := range resp.GetTrainingPipelines() {
-				row(tw, shortName(p.GetName()), shown(p.GetDisplayName()), describePipeline(p), taskKind(p), shown(p.GetModelToUpload().GetDisplayName()), p.GetUser(), age(p.GetCreateTime(), a.now()))
-			}
-			return tw.Flush()
+			return renderPipelines(cmd.OutOrStdout(), resp.GetTrainingPipelines(), a.now())
 		},
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// renderPipelines lists pipelines, their states (and errors) cut short for
+// the table, which says so under it.
+func renderPipelines(w io.Writer, ps []*trainingv1.TrainingPipeline, now time.Time) error {
+	tw := newTable(w)
+	cut := false
+	row(tw, "ID", "NAME", "STATE", "TASK", "MODEL", "USER", "AGE")
+	for _, p := range ps {
+		state, c := stateCell(describePipeline(p))
+		cut = cut || c
+		row(tw, shortName(p.GetName()), cell(p.GetDisplayName(), nameWidth), state, taskKind(p),
+			cell(p.GetModelToUpload().GetDisplayName(), modelWidth), p.GetUser(), age(p.GetCreateTime(), now))
+	}
+	if err := tw.Flush(); err != nil || !cut {
+		return err
+	}
+	return cutNote(w, "Errors", "`loom pipelines get ID` (or -o json)")
 }

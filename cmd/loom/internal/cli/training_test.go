@@ -468,3 +468,62 @@ func TestTrainingTextIsCleaned(t *testing.T) {
 		t.Errorf("-o json must keep the value as stored: %s", out)
 	}
 }
+
+// TestTrainingListsKeepTheirWidth (a tester found a 300-character error
+// filling STATE): the three lists cut a failed resource's error and a long
+// display name as `hptuning trials` cuts a reason, say so under the table,
+// and keep the whole in get.
+func TestTrainingListsKeepTheirWidth(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	long := "its cluster could not be made: " + strings.Repeat("zone us-central1-a has no a3-highgpu-8g capacity left; ", 6) + "end"
+	name := strings.Repeat("a-very-long-display-name-", 5)
+	cj := customJob(t, trainingParent+"/customJobs/3", trainingv1.JobState_JOB_STATE_FAILED, func(j *trainingv1.CustomJob) {
+		j.DisplayName, j.Error = name, &trainingv1.Status{Code: 9, Message: long}
+	})
+	tj := tuningJob(t, trainingParent+"/hyperparameterTuningJobs/4", trainingv1.JobState_JOB_STATE_FAILED)
+	tj.DisplayName, tj.Error = name, &trainingv1.Status{Code: 9, Message: long}
+	p := &trainingv1.TrainingPipeline{Name: trainingParent + "/trainingPipelines/6", DisplayName: name, User: "ana", CreateTime: ts(time.Hour),
+		State: trainingv1.PipelineState_PIPELINE_STATE_FAILED, Error: &trainingv1.Status{Code: 9, Message: long},
+		ModelToUpload: &trainingv1.Model{DisplayName: name}}
+	for _, m := range []interface {
+		proto.Message
+		GetName() string
+	}{cj, tj, p} {
+		tr.Resources[m.GetName()] = m
+	}
+	for _, c := range []struct {
+		list, get []string
+		note      string
+	}{
+		{[]string{"jobs", "custom", "list"}, []string{"jobs", "custom", "get", "3"}, "Errors are cut short above; `loom jobs custom get ID` (or -o json) has them whole.\n"},
+		{[]string{"hptuning", "list"}, []string{"hptuning", "get", "4"}, "Errors are cut short above; `loom hptuning get ID` (or -o json) has them whole.\n"},
+		{[]string{"pipelines", "list"}, []string{"pipelines", "get", "6"}, "Errors are cut short above; `loom pipelines get ID` (or -o json) has them whole.\n"},
+	} {
+		out, errOut, code := run(t, gw, c.list...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.list, code, errOut)
+		}
+		if !strings.HasSuffix(out, c.note) {
+			t.Errorf("%v does not say the errors are cut:\n%s", c.list, out)
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			if n := len([]rune(line)); n > 220 {
+				t.Errorf("%v: a line of %d characters:\n%s", c.list, n, out)
+			}
+		}
+		if strings.Contains(out, long) || strings.Contains(out, name) || !strings.Contains(out, "FAILED: its cluster could not be made") {
+			t.Errorf("%v: the error or the name is not cut:\n%s", c.list, out)
+		}
+		out, errOut, code = run(t, gw, c.get...)
+		if code != 0 || !strings.Contains(out, long) || !strings.Contains(out, name) {
+			t.Errorf("%v must show the whole error and name: exit %d: %s%s", c.get, code, out, errOut)
+		}
+	}
+	// A list without long states says nothing more.
+	delete(tr.Resources, cj.GetName())
+	tr.Resources[trainingParent+"/customJobs/9"] = customJob(t, trainingParent+"/customJobs/9", trainingv1.JobState_JOB_STATE_RUNNING)
+	if out, _, _ := run(t, gw, "jobs", "custom", "list"); strings.Contains(out, "cut short") {
+		t.Errorf("a list without long states: %s", out)
+	}
+}
