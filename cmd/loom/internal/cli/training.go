@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -635,18 +636,26 @@ func primaryMetric(j *trainingv1.HyperparameterTuningJob) (string, bool) {
 // bestTrial is the tuning job's best trial: best_trial when the service
 // names it, else the best final value of the first metric.
 func bestTrial(j *trainingv1.HyperparameterTuningJob) *trainingv1.Trial {
+	return bestOf(j, func(*trainingv1.Trial) bool { return true })
+}
+
+// bestOf is the best of j's trials that in holds: best_trial, the
+// service's judgement of them all, when in holds it (the best of all is
+// the best of any part holding it), else the best finite final value of
+// the first metric among them (nil when none succeeded).
+func bestOf(j *trainingv1.HyperparameterTuningJob, in func(*trainingv1.Trial) bool) *trainingv1.Trial {
 	metric, maximize := primaryMetric(j)
 	var best *trainingv1.Trial
 	var bestV float64
 	for _, t := range j.GetTrials() {
-		if j.GetBestTrial() != "" {
-			if t.GetId() == j.GetBestTrial() {
-				return t
-			}
+		if !in(t) {
 			continue
 		}
+		if j.GetBestTrial() != "" && t.GetId() == j.GetBestTrial() {
+			return t
+		}
 		v, ok := metricValue(t, metric)
-		if !ok || t.GetState() != trainingv1.Trial_SUCCEEDED {
+		if !ok || t.GetState() != trainingv1.Trial_SUCCEEDED || math.IsNaN(v) || math.IsInf(v, 0) {
 			continue
 		}
 		if best == nil || (maximize && v > bestV) || (!maximize && v < bestV) {
@@ -680,7 +689,10 @@ func trialStateText(t *trainingv1.Trial) string {
 }
 
 // followTuningJob polls a tuning job until it ends, printing its state
-// changes and each trial as it finishes with the best so far.
+// changes and each trial as it finishes with the best so far: the best of
+// the trials printed up to that line, never one printed after it (trials
+// that end together come in one answer, whose best_trial may be a later
+// one).
 func (a *app) followTuningJob(ctx context.Context, name string, progress io.Writer) (*trainingv1.HyperparameterTuningJob, error) {
 	tc, err := a.training()
 	if err != nil {
@@ -708,7 +720,7 @@ func (a *app) followTuningJob(ctx context.Context, name string, progress io.Writ
 			}
 			reported[t.GetId()] = true
 			line := trialLine(t, metric)
-			if b := bestTrial(j); b != nil {
+			if b := bestOf(j, func(t *trainingv1.Trial) bool { return reported[t.GetId()] }); b != nil {
 				if v, ok := metricValue(b, metric); ok {
 					line += fmt.Sprintf("  | best: trial %s %s=%s", b.GetId(), metric, strconv.FormatFloat(v, 'g', 6, 64))
 				}

@@ -527,3 +527,34 @@ func TestTrainingListsKeepTheirWidth(t *testing.T) {
 		t.Errorf("a list without long states: %s", out)
 	}
 }
+
+// TestTuningWaitBestSoFar (a tester saw "trial 1 SUCCEEDED ... | best:
+// trial 3" before trial 3 was printed): trials that end together come in
+// one answer, printed by id; each line's best is the best of the trials
+// printed so far, even when the answer's best_trial is a later one.
+func TestTuningWaitBestSoFar(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	name := trainingParent + "/hyperparameterTuningJobs/1"
+	t1 := trial("1", trainingv1.Trial_SUCCEEDED, 0.5, 0.01)
+	t2 := trial("2", trainingv1.Trial_SUCCEEDED, 0.7, 0.02)
+	t3 := trial("3", trainingv1.Trial_SUCCEEDED, 0.25, 0.003)
+	both := tuningJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING, t1, trial("2", trainingv1.Trial_ACTIVE, 0, 0.02), t3)
+	both.BestTrial = "3"
+	all := tuningJob(t, name, trainingv1.JobState_JOB_STATE_SUCCEEDED, t1, t2, t3)
+	all.BestTrial = "3"
+	tr.Progress[name] = []proto.Message{tuningJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING), both, all}
+	out, errOut, code := run(t, gw, "hptuning", "create", "-f", writeFile(t, "study.json", tuningFile), "--wait")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+Created tuning job 1
+  15:04:05  RUNNING
+  15:04:05  trial 1 SUCCEEDED  val_loss=0.5  learning_rate=0.01 batch_size=64  | best: trial 1 val_loss=0.5 (1 of 3)
+  15:04:05  trial 3 SUCCEEDED  val_loss=0.25  learning_rate=0.003 batch_size=64  | best: trial 3 val_loss=0.25 (2 of 3)
+  15:04:05  trial 2 SUCCEEDED  val_loss=0.7  learning_rate=0.02 batch_size=64  | best: trial 3 val_loss=0.25 (3 of 3)
+  15:04:05  SUCCEEDED
+Best: trial 3 SUCCEEDED  val_loss=0.25  learning_rate=0.003 batch_size=64
+`)
+}
