@@ -2,11 +2,14 @@ package trainingspec
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/loom-ml/loom/libs/errs"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
 // Filter bounds: a filter is parsed per List call, so its cost is bounded
@@ -28,8 +31,13 @@ const (
 // "display_name", "labels.team", "create_time"); a camelCase first part is
 // taken in snake_case ("displayName" is "display_name"; a label's key is
 // kept as written). Values are bare words or double-quoted strings (\" and
-// \\ escapes). A value ending in '*' with '=' matches by prefix. The zero
-// Filter matches everything.
+// \\ escapes). A value ending in '*' with '=', '!=' or ':' matches by
+// prefix (Vertex's `display_name:"my_job_*"`); ':' with '*' alone is
+// presence. The zero Filter matches everything.
+//
+// ParseFilter takes any key; ParseFilterFor also checks the keys, their
+// operators and values against a List's FilterKeys, so that a typo is
+// refused rather than matching nothing.
 type Filter struct {
 	root *node
 	text string
@@ -56,6 +64,9 @@ type node struct {
 	key, op  string
 	value    string
 	wildcard bool
+	// pos is where the comparison's key is in the filter (0-based), for
+	// ParseFilterFor's refusals.
+	pos int
 }
 
 // ParseFilter parses s (AIP-160, the subset Filter describes). An empty or
@@ -117,11 +128,11 @@ func (n *node) match(fields func(string) (string, bool)) bool {
 	if !ok {
 		return false
 	}
+	if n.wildcard && (n.op == "=" || n.op == "!=" || n.op == ":") {
+		return strings.HasPrefix(got, n.value) == (n.op != "!=")
+	}
 	if n.op == ":" {
 		return n.value == "*" || got == n.value
-	}
-	if n.wildcard && (n.op == "=" || n.op == "!=") {
-		return strings.HasPrefix(got, n.value) == (n.op == "=")
 	}
 	c := compare(got, n.value)
 	switch n.op {
@@ -400,8 +411,9 @@ func (p *filterParser) comparison() (*node, error) {
 		return nil, p.errAt(val, "a value expected after %s %s", k.text, op.text)
 	}
 	p.pos++
-	n := &node{kind: nodeCmp, key: snakeKey(k.text), op: op.text, value: val.text}
-	if strings.HasSuffix(n.value, "*") && n.op != ":" {
+	n := &node{kind: nodeCmp, key: snakeKey(k.text), op: op.text, value: val.text, pos: k.pos}
+	// "KEY:*" alone is presence, not a prefix of nothing.
+	if strings.HasSuffix(n.value, "*") && !(n.op == ":" && n.value == "*") {
 		n.wildcard = true
 		n.value = strings.TrimSuffix(n.value, "*")
 	}
@@ -449,4 +461,168 @@ func validKey(s string) bool {
 		}
 	}
 	return true
+}
+
+// FilterKind is what a filter key's values are, and so which operators and
+// values ParseFilterFor takes for it.
+type FilterKind uint8
+
+const (
+	// FilterText is free text: =, != and ':' (a trailing '*' matches by
+	// prefix).
+	FilterText FilterKind = iota
+	// FilterEnum is one of the key's Values: = and != (a trailing '*'
+	// matches by prefix, and must be a prefix of one of them).
+	FilterEnum
+	// FilterTime is an RFC 3339 time: =, !=, <, <=, > and >=.
+	FilterTime
+	// FilterMap is a map, named "KEY.SUBKEY" (labels.team: any subkey), its
+	// values text: =, != and ':' ("labels.team:*" is the subkey's presence).
+	FilterMap
+)
+
+// FilterKey is one key a List's filter may name.
+type FilterKey struct {
+	// Name is the key in snake_case ("display_name"; a FilterMap's name
+	// without its subkey: "labels").
+	Name string
+	Kind FilterKind
+	// Values are a FilterEnum's values ("JOB_STATE_RUNNING", ...).
+	Values []string
+}
+
+// FilterKeys are the keys one List's filter may name, in the order a
+// refusal lists them.
+type FilterKeys []FilterKey
+
+// String lists the keys as a refusal names them: "state, display_name,
+// labels.KEY, create_time".
+func (ks FilterKeys) String() string {
+	names := make([]string, len(ks))
+	for i, k := range ks {
+		names[i] = k.Name
+		if k.Kind == FilterMap {
+			names[i] += ".KEY"
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func (ks FilterKeys) find(name string) (FilterKey, bool) {
+	for _, k := range ks {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return FilterKey{}, false
+}
+
+// ParseFilterFor parses s as ParseFilter does, then checks every
+// comparison against keys: the key is one of them, its operator one its
+// kind takes, and its value one it can hold (an enum's value, an RFC 3339
+// time). A filter that names an unknown field ("lables.team"), an unknown
+// state ("JOB_STATE_SUCEEDED") or an unparsable time would match nothing
+// and read as "no such resources"; Vertex refuses it, and so does this:
+// an *errs.InvalidError on "filter" naming the comparison's position, what
+// is wrong and what is allowed.
+func ParseFilterFor(s string, keys FilterKeys) (Filter, error) {
+	f, err := ParseFilter(s)
+	if err != nil {
+		return Filter{}, err
+	}
+	if err := keys.check(f.root); err != nil {
+		return Filter{}, err
+	}
+	return f, nil
+}
+
+// check judges n's comparisons against ks, the first refused first.
+func (ks FilterKeys) check(n *node) error {
+	if n == nil {
+		return nil
+	}
+	if n.kind != nodeCmp {
+		for _, k := range n.kids {
+			if err := ks.check(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	refuse := func(format string, args ...any) error {
+		return errs.Invalid("filter", "at %d: %s", n.pos+1, fmt.Sprintf(format, args...))
+	}
+	name, sub, dotted := strings.Cut(n.key, ".")
+	k, ok := ks.find(name)
+	switch {
+	case !ok || (dotted && k.Kind != FilterMap):
+		return refuse("unknown field %s: filter on %s", clip(n.key), ks)
+	case k.Kind == FilterMap && (!dotted || sub == ""):
+		return refuse("%s needs a key: %s.KEY=VALUE, or %s.KEY:* for the key's presence", name, name, name)
+	}
+	if ops := kindOps[k.Kind]; !slices.Contains(ops, n.op) {
+		return refuse("%s takes %s, not %s", name, strings.Join(ops, ", "), n.op)
+	}
+	switch k.Kind {
+	case FilterEnum:
+		known := slices.ContainsFunc(k.Values, func(v string) bool {
+			return v == n.value || (n.wildcard && strings.HasPrefix(v, n.value))
+		})
+		if !known {
+			return refuse("%s is not a %s: one of %s", clip(n.written()), name, strings.Join(k.Values, ", "))
+		}
+	case FilterTime:
+		if _, err := time.Parse(time.RFC3339Nano, n.value); err != nil || n.wildcard {
+			return refuse("%s %s is not an RFC 3339 time (e.g. %s>\"2026-01-02T15:04:05Z\")", name, clip(n.written()), name)
+		}
+	}
+	return nil
+}
+
+// kindOps are the operators each kind takes (Vertex's).
+var kindOps = map[FilterKind][]string{
+	FilterText: {"=", "!=", ":"},
+	FilterEnum: {"=", "!="},
+	FilterTime: {"=", "!=", "<", "<=", ">", ">="},
+	FilterMap:  {"=", "!=", ":"},
+}
+
+// written is a comparison's value as the filter wrote it (its '*' too).
+func (n *node) written() string {
+	if n.wildcard {
+		return n.value + "*"
+	}
+	return n.value
+}
+
+// enumNames are an enum's value names but its zero (…_UNSPECIFIED, which
+// no resource has), in number order.
+func enumNames(names map[int32]string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		if n != 0 {
+			out = append(out, names[n])
+		}
+	}
+	return out
+}
+
+// Filter keys of the training service's List calls, Vertex's: state (the
+// resource's enum), display_name, labels.KEY and create_time.
+var (
+	// JobFilterKeys are what ListCustomJobs and
+	// ListHyperparameterTuningJobs filter on; state is a JobState.
+	JobFilterKeys = trainingFilterKeys(trainingv1.JobState_name)
+	// PipelineFilterKeys are what ListTrainingPipelines filters on; state
+	// is a PipelineState.
+	PipelineFilterKeys = trainingFilterKeys(trainingv1.PipelineState_name)
+)
+
+func trainingFilterKeys(states map[int32]string) FilterKeys {
+	return FilterKeys{
+		{Name: "state", Kind: FilterEnum, Values: enumNames(states)},
+		{Name: "display_name", Kind: FilterText},
+		{Name: "labels", Kind: FilterMap},
+		{Name: "create_time", Kind: FilterTime},
+	}
 }

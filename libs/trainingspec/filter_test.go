@@ -40,6 +40,9 @@ func TestFilterMatch(t *testing.T) {
 		{`displayName="mnist train"`, true},
 		{`createTime>"2026-01-01T00:00:00Z"`, true},
 		{"labels.team:*", true},
+		{`display_name:"mnist*"`, true}, // Vertex's ':' wildcard
+		{`display_name:"cifar*"`, false},
+		{`display_name!="mnist*"`, false},
 		{"labels.owner:*", false},
 		{"NOT labels.owner:*", true},
 		{"-labels.owner:*", true},
@@ -67,6 +70,10 @@ func TestFilterMatch(t *testing.T) {
 		}
 		if got := f.Match(fields); got != c.want {
 			t.Errorf("%q matches = %v, want %v", c.filter, got, c.want)
+		}
+		// Every key, operator and value above is one a CustomJob list takes.
+		if f, err := ParseFilterFor(c.filter, JobFilterKeys); err != nil || f.Match(fields) != c.want {
+			t.Errorf("ParseFilterFor(%q): matches %v, %v; want %v", c.filter, f.Match(fields), err, c.want)
 		}
 	}
 	if !(Filter{}).Match(fields) || !(Filter{}).Empty() {
@@ -103,6 +110,65 @@ func TestFilterErrors(t *testing.T) {
 	}
 }
 
+// TestFilterForRefusesWhatMatchesNothing (a tester found these answered an
+// empty list): an unknown field, an unknown state, an unparsable time or an
+// operator the field does not take is InvalidArgument on "filter", saying
+// what is wrong and what is allowed, as Vertex refuses them.
+func TestFilterForRefusesWhatMatchesNothing(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		filter string
+		keys   FilterKeys
+		want   string
+	}{
+		{"foo=bar", JobFilterKeys, `at 1: unknown field "foo": filter on state, display_name, labels.KEY, create_time`},
+		{"stat=JOB_STATE_RUNNING", JobFilterKeys, `unknown field "stat"`},
+		{"lables.team=vision", JobFilterKeys, `unknown field "lables.team"`},
+		{"display_name.x=y", JobFilterKeys, `unknown field "display_name.x"`},
+		{"labels=vision", JobFilterKeys, "labels needs a key: labels.KEY=VALUE, or labels.KEY:* for the key's presence"},
+		{"state=JOB_STATE_SUCEEDED", JobFilterKeys, `"JOB_STATE_SUCEEDED" is not a state: one of JOB_STATE_QUEUED, JOB_STATE_PENDING, JOB_STATE_RUNNING, JOB_STATE_SUCCEEDED`},
+		{"state=PIPELINE_STATE_SUCCEEDED", JobFilterKeys, `"PIPELINE_STATE_SUCCEEDED" is not a state`},
+		{"state=JOB_STATE_SUCCEEDED", PipelineFilterKeys, `"JOB_STATE_SUCCEEDED" is not a state: one of PIPELINE_STATE_QUEUED`},
+		{"state=JOB_STATE_UNSPECIFIED", JobFilterKeys, "is not a state"},
+		{"state=SUCC*", JobFilterKeys, `"SUCC*" is not a state`},
+		{"state<JOB_STATE_RUNNING", JobFilterKeys, "state takes =, !=, not <"},
+		{"display_name>=a", JobFilterKeys, "display_name takes =, !=, :, not >="},
+		{"labels.team<x", JobFilterKeys, "labels takes =, !=, :, not <"},
+		{"state:JOB_STATE_RUNNING", JobFilterKeys, "state takes =, !=, not :"},
+		{`create_time>"garbage"`, JobFilterKeys, `create_time "garbage" is not an RFC 3339 time (e.g. create_time>"2026-01-02T15:04:05Z")`},
+		{`createTime>2026-01-02`, JobFilterKeys, `create_time "2026-01-02" is not an RFC 3339 time`},
+		{`create_time="2026*"`, JobFilterKeys, `create_time "2026*" is not an RFC 3339 time`},
+		{`create_time:"2026-01-02T15:04:05Z"`, JobFilterKeys, "create_time takes =, !=, <, <=, >, >=, not :"},
+		{`labels.team=vision AND (state=JOB_STATE_FAILED OR nope=1)`, JobFilterKeys, `at 51: unknown field "nope"`},
+		{`NOT bogus:*`, JobFilterKeys, `at 5: unknown field "bogus"`},
+	} {
+		_, err := ParseFilterFor(c.filter, c.keys)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || inv.Violations[0].Field != "filter" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseFilterFor(%q) = %v, want an InvalidError on filter with %q", c.filter, err, c.want)
+		}
+	}
+	// What is right passes, the states of its own resource included.
+	for _, ok := range []struct {
+		filter string
+		keys   FilterKeys
+	}{
+		{"", JobFilterKeys},
+		{"state=JOB_STATE_*", JobFilterKeys},
+		{"state!=JOB_STATE_FAILED", JobFilterKeys},
+		{"state=PIPELINE_STATE_SUCCEEDED", PipelineFilterKeys},
+		{`labels.my-key:* AND createTime<="2026-01-02T15:04:05.5+01:00"`, PipelineFilterKeys},
+	} {
+		if _, err := ParseFilterFor(ok.filter, ok.keys); err != nil {
+			t.Errorf("ParseFilterFor(%q): %v", ok.filter, err)
+		}
+	}
+	// Syntax is judged as ParseFilter judges it.
+	if _, err := ParseFilterFor("state=((", JobFilterKeys); err == nil || !strings.Contains(err.Error(), "a value expected") {
+		t.Errorf("a syntax error: %v", err)
+	}
+}
+
 // FuzzParseFilter: no input panics, parsing stays within its bounds, and a
 // parsed filter matches without panicking.
 func FuzzParseFilter(f *testing.F) {
@@ -127,6 +193,12 @@ func FuzzParseFilter(f *testing.F) {
 		}
 		flt.Match(fields)
 		flt.Match(func(string) (string, bool) { return s, true })
+		if _, err := ParseFilterFor(s, JobFilterKeys); err != nil {
+			var inv *errs.InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("ParseFilterFor(%q) error %v is not an InvalidError", s, err)
+			}
+		}
 	})
 }
 

@@ -558,3 +558,30 @@ Created tuning job 1
 Best: trial 3 SUCCEEDED  val_loss=0.25  learning_rate=0.003 batch_size=64
 `)
 }
+
+// TestTrainingListFilterTypos (a tester found `--filter 'stat=...'` print
+// "No custom jobs" and exit 0): a filter naming an unknown field, state or
+// time is refused, naming the filter and what it may name.
+func TestTrainingListFilterTypos(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	tr.Resources[trainingParent+"/customJobs/7"] = customJob(t, trainingParent+"/customJobs/7", trainingv1.JobState_JOB_STATE_RUNNING)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"jobs", "custom", "list", "--filter", "stat=JOB_STATE_RUNNING"}, `filter: at 1: unknown field "stat": filter on state, display_name, labels.KEY, create_time`},
+		{[]string{"jobs", "custom", "list", "--filter", "state=JOB_STATE_SUCEEDED"}, `"JOB_STATE_SUCEEDED" is not a state: one of JOB_STATE_QUEUED`},
+		{[]string{"hptuning", "list", "--filter", "lables.team=vision"}, `unknown field "lables.team"`},
+		{[]string{"pipelines", "list", "--filter", "state=JOB_STATE_RUNNING"}, "one of PIPELINE_STATE_QUEUED"},
+		{[]string{"pipelines", "list", "--filter", `create_time>"garbage"`}, "not an RFC 3339 time"},
+	} {
+		out, errOut, code := run(t, gw, c.args...)
+		if code != 1 || !strings.Contains(errOut, c.want) || strings.Contains(out, "No ") {
+			t.Errorf("%v: exit %d: %s%s; want exit 1 saying %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	if out, errOut, code := run(t, gw, "jobs", "custom", "list", "--filter", "state=JOB_STATE_RUNNING"); code != 0 || !strings.Contains(out, "mnist") {
+		t.Errorf("a right filter: exit %d: %s%s", code, out, errOut)
+	}
+}

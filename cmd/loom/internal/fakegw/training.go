@@ -22,7 +22,7 @@ import (
 // 1+max_trial_count, a pipeline 2), answered QUEUED and owned by User;
 // gets answer the resource, or, while Progress holds states for its name,
 // the next of them (each Get takes one; the last stays), so that a test
-// plays a job's life; lists filter with trainingspec.ParseFilter on state,
+// plays a job's life; lists filter with trainingspec.ParseFilterFor on state,
 // display_name and labels.*; cancel and delete answer NotFound for what
 // it does not have. Requests are recorded with the Gateway's (Requests).
 type Training struct {
@@ -169,9 +169,9 @@ type filterable interface {
 }
 
 // list answers the resources of type T under parent's collection that pass
-// filter, sorted by name.
-func list[T filterable](t *Training, parent, collection, filter string, state func(T) string) ([]T, error) {
-	f, err := trainingspec.ParseFilter(filter)
+// filter (checked against keys, as the gateway checks it), sorted by name.
+func list[T filterable](t *Training, parent, collection, filter string, keys trainingspec.FilterKeys, state func(T) string) ([]T, error) {
+	f, err := trainingspec.ParseFilterFor(filter, keys)
 	if err != nil {
 		return nil, invalid(err)
 	}
@@ -212,21 +212,21 @@ func idOf(name string) int64 {
 // ListCustomJobs answers the parent's CustomJobs that pass the filter.
 func (t *Training) ListCustomJobs(_ context.Context, r *trainingv1.ListCustomJobsRequest) (*trainingv1.ListCustomJobsResponse, error) {
 	defer t.lock(r)()
-	js, err := list(t, r.GetParent(), "customJobs", r.GetFilter(), func(j *trainingv1.CustomJob) string { return j.GetState().String() })
+	js, err := list(t, r.GetParent(), "customJobs", r.GetFilter(), trainingspec.JobFilterKeys, func(j *trainingv1.CustomJob) string { return j.GetState().String() })
 	return &trainingv1.ListCustomJobsResponse{CustomJobs: js}, err
 }
 
 // ListHyperparameterTuningJobs answers the parent's tuning jobs that pass the filter.
 func (t *Training) ListHyperparameterTuningJobs(_ context.Context, r *trainingv1.ListHyperparameterTuningJobsRequest) (*trainingv1.ListHyperparameterTuningJobsResponse, error) {
 	defer t.lock(r)()
-	js, err := list(t, r.GetParent(), "hyperparameterTuningJobs", r.GetFilter(), func(j *trainingv1.HyperparameterTuningJob) string { return j.GetState().String() })
+	js, err := list(t, r.GetParent(), "hyperparameterTuningJobs", r.GetFilter(), trainingspec.JobFilterKeys, func(j *trainingv1.HyperparameterTuningJob) string { return j.GetState().String() })
 	return &trainingv1.ListHyperparameterTuningJobsResponse{HyperparameterTuningJobs: js}, err
 }
 
 // ListTrainingPipelines answers the parent's pipelines that pass the filter.
 func (t *Training) ListTrainingPipelines(_ context.Context, r *trainingv1.ListTrainingPipelinesRequest) (*trainingv1.ListTrainingPipelinesResponse, error) {
 	defer t.lock(r)()
-	ps, err := list(t, r.GetParent(), "trainingPipelines", r.GetFilter(), func(p *trainingv1.TrainingPipeline) string { return p.GetState().String() })
+	ps, err := list(t, r.GetParent(), "trainingPipelines", r.GetFilter(), trainingspec.PipelineFilterKeys, func(p *trainingv1.TrainingPipeline) string { return p.GetState().String() })
 	return &trainingv1.ListTrainingPipelinesResponse{TrainingPipelines: ps}, err
 }
 

@@ -302,13 +302,14 @@ func (g *Gateway) CreateTrainingPipeline(ctx context.Context, req *trainingv1.Cr
 
 // ---- reads ----
 
-// checkList validates a List request's parent, filter and page size.
-func checkList(parent, filter string, pageSize int32) error {
+// checkList validates a List request's parent, filter (which may name
+// only keys: trainingspec.ParseFilterFor) and page size.
+func checkList(parent, filter string, keys trainingspec.FilterKeys, pageSize int32) error {
 	var v errs.Validator
 	if _, err := domain.ParseTrainingParent("parent", parent); err != nil {
 		return err
 	}
-	if _, err := trainingspec.ParseFilter(filter); err != nil {
+	if _, err := trainingspec.ParseFilterFor(filter, keys); err != nil {
 		var inv *errs.InvalidError
 		if errors.As(err, &inv) {
 			for _, x := range inv.Violations {
@@ -347,7 +348,7 @@ func (g *Gateway) GetCustomJob(ctx context.Context, req *trainingv1.GetCustomJob
 // ListCustomJobs lists CustomJobs (filter and pages as the training
 // service applies them; the filter is checked here first).
 func (g *Gateway) ListCustomJobs(ctx context.Context, req *trainingv1.ListCustomJobsRequest) (*trainingv1.ListCustomJobsResponse, error) {
-	if err := checkList(req.GetParent(), req.GetFilter(), req.GetPageSize()); err != nil {
+	if err := checkList(req.GetParent(), req.GetFilter(), trainingspec.JobFilterKeys, req.GetPageSize()); err != nil {
 		return nil, err
 	}
 	t, err := g.training()
@@ -395,7 +396,7 @@ func (g *Gateway) GetHyperparameterTuningJob(ctx context.Context, req *trainingv
 
 // ListHyperparameterTuningJobs lists tuning jobs from the training service.
 func (g *Gateway) ListHyperparameterTuningJobs(ctx context.Context, req *trainingv1.ListHyperparameterTuningJobsRequest) (*trainingv1.ListHyperparameterTuningJobsResponse, error) {
-	if err := checkList(req.GetParent(), req.GetFilter(), req.GetPageSize()); err != nil {
+	if err := checkList(req.GetParent(), req.GetFilter(), trainingspec.JobFilterKeys, req.GetPageSize()); err != nil {
 		return nil, err
 	}
 	t, err := g.training()
@@ -442,7 +443,7 @@ func (g *Gateway) GetTrainingPipeline(ctx context.Context, req *trainingv1.GetTr
 
 // ListTrainingPipelines lists pipelines from the training service.
 func (g *Gateway) ListTrainingPipelines(ctx context.Context, req *trainingv1.ListTrainingPipelinesRequest) (*trainingv1.ListTrainingPipelinesResponse, error) {
-	if err := checkList(req.GetParent(), req.GetFilter(), req.GetPageSize()); err != nil {
+	if err := checkList(req.GetParent(), req.GetFilter(), trainingspec.PipelineFilterKeys, req.GetPageSize()); err != nil {
 		return nil, err
 	}
 	t, err := g.training()

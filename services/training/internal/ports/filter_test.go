@@ -1,11 +1,13 @@
 package ports
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/trainingspec"
 )
 
@@ -40,6 +42,36 @@ func TestFilter(t *testing.T) {
 		if _, err := trainingspec.ParseFilter(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestKeepRefusesUnknownKeys (a tester found `filter=foo=bar` and
+// `state=JOB_STATE_SUCEEDED` answered an empty list): the lists refuse what
+// would match nothing, InvalidArgument naming the filter and the fields.
+func TestKeepRefusesUnknownKeys(t *testing.T) {
+	t.Parallel()
+	items := []fields{{state: "JOB_STATE_SUCCEEDED", labels: map[string]string{"team": "vision"}}}
+	of := func(f fields) fields { return f }
+	for _, c := range []struct {
+		filter string
+		keys   trainingspec.FilterKeys
+		want   string
+	}{
+		{"foo=bar", trainingspec.JobFilterKeys, `unknown field "foo": filter on state, display_name, labels.KEY, create_time`},
+		{"lables.team=vision", trainingspec.JobFilterKeys, `unknown field "lables.team"`},
+		{"state=JOB_STATE_SUCEEDED", trainingspec.JobFilterKeys, "is not a state"},
+		{"state=JOB_STATE_SUCCEEDED", trainingspec.PipelineFilterKeys, "one of PIPELINE_STATE_"},
+		{`create_time>"garbage"`, trainingspec.JobFilterKeys, "not an RFC 3339 time"},
+	} {
+		_, err := keep(c.filter, c.keys, items, of)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || len(inv.Violations) != 1 || inv.Violations[0].Field != "filter" ||
+			!strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "filter: filter") {
+			t.Errorf("keep(%q) = %v, want InvalidArgument on filter saying %q", c.filter, err, c.want)
+		}
+	}
+	if got, err := keep("labels.team=vision AND state=JOB_STATE_SUCCEEDED", trainingspec.JobFilterKeys, items, of); err != nil || len(got) != 1 {
+		t.Errorf("a good filter: %v, %v", got, err)
 	}
 }
 

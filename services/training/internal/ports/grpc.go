@@ -102,7 +102,7 @@ func (s *Server) ListCustomJobs(_ context.Context, req *trainingv1.ListCustomJob
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	items, err := keep(req.GetFilter(), all, func(j *trainingv1.CustomJob) fields {
+	items, err := keep(req.GetFilter(), trainingspec.JobFilterKeys, all, func(j *trainingv1.CustomJob) fields {
 		return fields{state: j.GetState().String(), displayName: j.GetDisplayName(), labels: j.GetLabels(), created: j.GetCreateTime().AsTime()}
 	})
 	if err != nil {
@@ -122,7 +122,7 @@ func (s *Server) ListHyperparameterTuningJobs(_ context.Context, req *trainingv1
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	items, err := keep(req.GetFilter(), all, func(j *trainingv1.HyperparameterTuningJob) fields {
+	items, err := keep(req.GetFilter(), trainingspec.JobFilterKeys, all, func(j *trainingv1.HyperparameterTuningJob) fields {
 		return fields{state: j.GetState().String(), displayName: j.GetDisplayName(), labels: j.GetLabels(), created: j.GetCreateTime().AsTime()}
 	})
 	if err != nil {
@@ -142,7 +142,7 @@ func (s *Server) ListTrainingPipelines(_ context.Context, req *trainingv1.ListTr
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	items, err := keep(req.GetFilter(), all, func(p *trainingv1.TrainingPipeline) fields {
+	items, err := keep(req.GetFilter(), trainingspec.PipelineFilterKeys, all, func(p *trainingv1.TrainingPipeline) fields {
 		return fields{state: p.GetState().String(), displayName: p.GetDisplayName(), labels: p.GetLabels(), created: p.GetCreateTime().AsTime()}
 	})
 	if err != nil {
@@ -180,14 +180,15 @@ func (f fields) lookup(key string) (string, bool) {
 	return "", false
 }
 
-// keep returns the items that match filter.
-func keep[T any](filter string, items []T, of func(T) fields) ([]T, error) {
+// keep returns the items that match filter, which may name only keys (a
+// filter that names anything else is InvalidArgument, not an empty list).
+func keep[T any](filter string, keys trainingspec.FilterKeys, items []T, of func(T) fields) ([]T, error) {
 	if strings.TrimSpace(filter) == "" {
 		return items, nil
 	}
-	f, err := trainingspec.ParseFilter(filter)
+	f, err := trainingspec.ParseFilterFor(filter, keys)
 	if err != nil {
-		return nil, errs.Invalid("filter", "%v", err)
+		return nil, err
 	}
 	var out []T
 	for _, it := range items {
