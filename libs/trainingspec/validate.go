@@ -69,6 +69,21 @@ const (
 	MaxArgBytes = 64 << 10
 )
 
+// Bounds of a pipeline's model_to_upload: the registry's, which judges the
+// upload when the training has ended (services/registry/internal/domain:
+// MaxDescription in upload.go, MaxAliases and MaxAliasLen in names.go; no
+// package both import holds them). A pipeline past them is refused at its
+// create, not after hours of training.
+const (
+	// MaxModelDescriptionLen bounds model_to_upload.description and
+	// version_description, in characters (the registry's MaxDescription).
+	MaxModelDescriptionLen = 2048
+	// MaxModelAliases bounds model_to_upload.version_aliases.
+	MaxModelAliases = 16
+	// MaxModelAliasLen bounds one alias, in bytes.
+	MaxModelAliasLen = 128
+)
+
 var (
 	// envNameRE is a POSIX environment variable name.
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -82,6 +97,11 @@ var (
 	// labelKeyRE and labelValueRE are GCP's label grammar (Vertex's).
 	labelKeyRE   = regexp.MustCompile(`^[\p{Ll}\p{Lo}][\p{Ll}\p{Lo}\p{N}_-]{0,62}$`)
 	labelValueRE = regexp.MustCompile(`^[\p{Ll}\p{Lo}\p{N}_-]{0,63}$`)
+	// aliasRE and reservedAliasRE are a model version alias's grammar and
+	// the aliases the registry keeps for itself ("v<N>"; "latest" too):
+	// Vertex's, as the registry has them (names.go).
+	aliasRE         = regexp.MustCompile(`^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$`)
+	reservedAliasRE = regexp.MustCompile(`^v[0-9]+$`)
 )
 
 // ValidateCustomJob checks a CustomJob as CreateCustomJob receives it and
@@ -181,33 +201,86 @@ func ValidateTrainingPipeline(p *trainingv1.TrainingPipeline) error {
 		} else if m.GetDisplayName() != "" {
 			checkDisplayName(&v, mf+".display_name", m.GetDisplayName())
 		}
-		checkText(&v, mf+".description", m.GetDescription(), 4096)
-		checkText(&v, mf+".version_description", m.GetVersionDescription(), 4096)
+		checkText(&v, mf+".description", m.GetDescription(), MaxModelDescriptionLen)
+		checkText(&v, mf+".version_description", m.GetVersionDescription(), MaxModelDescriptionLen)
 		checkLabels(&v, mf+".labels", m.GetLabels())
+		checkAliases(&v, mf+".version_aliases", m.GetVersionAliases())
 		if u := m.GetArtifactUri(); u != "" {
 			checkLocalURI(&v, mf+".artifact_uri", u)
 		}
 	}
-	if pm := p.GetParentModel(); pm != "" {
-		v.Check(validModelName(pm), f+".parent_model", "%s is not a model name (projects/{project}/models/{model} or projects/{project}/locations/{location}/models/{model})", clip(pm))
+	pm, pmOK := parseModelName(p.GetParentModel())
+	switch name := p.GetParentModel(); {
+	case name == "":
+	case strings.Contains(name, "@"):
+		v.Add(f+".parent_model", "%s names a version: name the model, without \"@…\" (the pipeline adds a version to it)", clip(name))
+	case !pmOK:
+		v.Add(f+".parent_model", "%s is not a model name (projects/{project}/models/{model} or projects/{project}/locations/{location}/models/{model})", clip(name))
 	}
 	if id := p.GetModelId(); id != "" {
-		v.Check(resname.ValidID(id), f+".model_id", "%s must be a lowercase letter, then up to 62 lowercase letters, digits or hyphens", clip(id))
+		switch {
+		case !resname.ValidID(id):
+			v.Add(f+".model_id", "%s must be a lowercase letter, then up to 62 lowercase letters, digits or hyphens", clip(id))
+		case pmOK && id != pm.ID:
+			v.Add(f+".model_id", "%s names another model than parent_model %s: leave one out", clip(id), pm)
+		}
 	}
 	return v.Err()
 }
 
-// validModelName reports whether s names a model, as Loom
-// (projects/p/models/m) or Vertex (projects/p/locations/l/models/m) does.
-func validModelName(s string) bool {
+// CheckPipelineModel checks what of p's model to upload depends on the
+// project the pipeline is created in: its parent_model must be a model of
+// that project (the registry registers a pipeline's model in the
+// pipeline's project and refuses another's, but only once the training
+// has ended). It returns an *errs.InvalidError on
+// "training_pipeline.parent_model" saying what to do, or nil; a malformed
+// parent_model is ValidateTrainingPipeline's to refuse (nil here). Whether
+// the model exists only the registry knows: the gateway asks it.
+func CheckPipelineModel(project string, p *trainingv1.TrainingPipeline) error {
+	pm, ok := parseModelName(p.GetParentModel())
+	if !ok || pm.Project == project {
+		return nil
+	}
+	return errs.Invalid("training_pipeline.parent_model", "%s is a model of project %s, not of %s, where the pipeline runs and registers its model: name a model of %s (projects/%s/models/MODEL), or create the pipeline in %s",
+		clip(p.GetParentModel()), pm.Project, project, project, project, pm.Project)
+}
+
+// parseModelName parses a model's name as Loom (projects/p/models/m) or
+// Vertex (projects/p/locations/l/models/m) writes it.
+func parseModelName(s string) (resname.Model, bool) {
 	parts := strings.Split(s, "/")
 	switch {
 	case len(parts) == 4 && parts[0] == "projects" && parts[2] == "models":
-		return resname.ValidID(parts[1]) && resname.ValidID(parts[3])
-	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "locations" && parts[4] == "models":
-		return resname.ValidID(parts[1]) && resname.ValidID(parts[3]) && resname.ValidID(parts[5])
+	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "locations" && parts[4] == "models" && resname.ValidID(parts[3]):
+	default:
+		return resname.Model{}, false
 	}
-	return false
+	m := resname.Model{Project: parts[1], ID: parts[len(parts)-1]}
+	return m, resname.ValidID(m.Project) && resname.ValidID(m.ID)
+}
+
+// checkAliases checks a model's version aliases as the registry will
+// (CheckAlias in services/registry/internal/domain/names.go).
+func checkAliases(v *errs.Validator, field string, aliases []string) {
+	if len(aliases) > MaxModelAliases {
+		v.Add(field, "at most %d aliases, got %d", MaxModelAliases, len(aliases))
+		return
+	}
+	seen := map[string]bool{}
+	for i, a := range aliases {
+		af := fmt.Sprintf("%s[%d]", field, i)
+		switch {
+		case len(a) > MaxModelAliasLen:
+			v.Add(af, "%d bytes, more than the limit of %d", len(a), MaxModelAliasLen)
+		case !aliasRE.MatchString(a):
+			v.Add(af, "%s must be a lowercase letter, then letters, digits or '-', ending in a lowercase letter or digit (2 to %d characters)", clip(a), MaxModelAliasLen)
+		case a == "latest" || reservedAliasRE.MatchString(a):
+			v.Add(af, "%s is reserved (latest and v<N> name versions): choose another", clip(a))
+		case seen[a]:
+			v.Add(af, "%s is listed twice", clip(a))
+		}
+		seen[a] = true
+	}
 }
 
 // checkSize refuses a resource over MaxSpecBytes, and then nothing else is

@@ -326,6 +326,26 @@ func TestPipeline(t *testing.T) {
 		{"artifact on gs", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.ArtifactUri = "gs://b/m" }, "training_pipeline.model_to_upload.artifact_uri", "file:///PATH"},
 		{"no model name", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.DisplayName = "" }, "training_pipeline.model_to_upload.display_name", "required"},
 		{"bad parent model", func(p *trainingv1.TrainingPipeline) { p.ParentModel = "models/m" }, "training_pipeline.parent_model", "not a model name"},
+		// What the registry refuses is refused at create, not once the
+		// training has ended (a tester found these failing the pipeline
+		// at its end).
+		{"parent model without id", func(p *trainingv1.TrainingPipeline) { p.ParentModel = "projects/default/models/" }, "training_pipeline.parent_model", "not a model name"},
+		{"parent model bad location", func(p *trainingv1.TrainingPipeline) { p.ParentModel = "projects/default/locations/US/models/m" }, "training_pipeline.parent_model", "not a model name"},
+		{"parent model version", func(p *trainingv1.TrainingPipeline) { p.ParentModel = "projects/default/models/m@2" }, "training_pipeline.parent_model", "names a version"},
+		{"model id not the parent's", func(p *trainingv1.TrainingPipeline) {
+			p.ParentModel, p.ModelId = "projects/default/locations/us-central1/models/m", "n"
+		}, "training_pipeline.model_id", `"n" names another model than parent_model projects/default/models/m`},
+		{"long description", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.Description = strings.Repeat("d", 2049) }, "training_pipeline.model_to_upload.description", "2049 characters, more than the limit of 2048"},
+		{"long version description", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.VersionDescription = strings.Repeat("é", 2049) }, "training_pipeline.model_to_upload.version_description", "limit of 2048"},
+		{"17 aliases", func(p *trainingv1.TrainingPipeline) {
+			for i := range 17 {
+				p.ModelToUpload.VersionAliases = append(p.ModelToUpload.VersionAliases, "a"+strings.Repeat("b", i+1))
+			}
+		}, "training_pipeline.model_to_upload.version_aliases", "at most 16 aliases, got 17"},
+		{"bad alias", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.VersionAliases = []string{"prod", "Prod"} }, "training_pipeline.model_to_upload.version_aliases[1]", "must be a lowercase letter"},
+		{"reserved alias", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.VersionAliases = []string{"v3"} }, "training_pipeline.model_to_upload.version_aliases[0]", "reserved"},
+		{"latest alias", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.VersionAliases = []string{"latest"} }, "training_pipeline.model_to_upload.version_aliases[0]", "reserved"},
+		{"alias twice", func(p *trainingv1.TrainingPipeline) { p.ModelToUpload.VersionAliases = []string{"prod", "prod"} }, "training_pipeline.model_to_upload.version_aliases[1]", "listed twice"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -337,6 +357,55 @@ func TestPipeline(t *testing.T) {
 				t.Errorf("violations %v: want %s: ...%s...", got, c.field, c.want)
 			}
 		})
+	}
+}
+
+// TestPipelineModelLimitsAreTheRegistrys: what ValidateTrainingPipeline
+// accepts of a model to upload, the registry accepts too: a description of
+// 2,048 characters, 16 aliases, a parent model and its own id.
+func TestPipelineModelLimitsAreTheRegistrys(t *testing.T) {
+	t.Parallel()
+	p := &trainingv1.TrainingPipeline{DisplayName: "p", TrainingTaskDefinition: CustomTask,
+		TrainingTaskInputs: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{}}),
+		ParentModel:        "projects/default/locations/us-central1/models/m", ModelId: "m",
+		ModelToUpload: &trainingv1.Model{Description: strings.Repeat("d", MaxModelDescriptionLen), VersionDescription: "v2"}}
+	for i := range MaxModelAliases {
+		p.ModelToUpload.VersionAliases = append(p.ModelToUpload.VersionAliases, "a"+strings.Repeat("b", i+1))
+	}
+	got := violations(t, ValidateTrainingPipeline(p))
+	for f, why := range got {
+		if strings.Contains(f, "model") {
+			t.Errorf("%s refused: %s", f, why)
+		}
+	}
+}
+
+// TestCheckPipelineModel: a parent_model of another project is refused
+// (a tester found projects/other/models/bobm from project default failing
+// the pipeline only at its end), naming the field and what to do.
+func TestCheckPipelineModel(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		parent string
+		want   string // "" accepted
+	}{
+		{"", ""},
+		{"projects/default/models/m", ""},
+		{"projects/default/locations/europe-west4/models/m", ""},
+		{"models/m", ""}, // malformed: ValidateTrainingPipeline's to refuse
+		{"projects/other/models/bobm", `"projects/other/models/bobm" is a model of project other, not of default, where the pipeline runs and registers its model: name a model of default (projects/default/models/MODEL), or create the pipeline in other`},
+		{"projects/other/locations/us-central1/models/bobm", "is a model of project other, not of default"},
+	} {
+		err := CheckPipelineModel("default", &trainingv1.TrainingPipeline{ParentModel: c.parent})
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", c.parent, err)
+			}
+			continue
+		}
+		if got := violations(t, err); !strings.Contains(got["training_pipeline.parent_model"], c.want) {
+			t.Errorf("%q: %v, want training_pipeline.parent_model: ...%s", c.parent, got, c.want)
+		}
 	}
 }
 

@@ -356,7 +356,11 @@ type fakeRegistry struct {
 	loomv1.UnimplementedModelServiceServer
 }
 
+// GetModel answers any model but one named "missing" (NotFound).
 func (fakeRegistry) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loomv1.Model, error) {
+	if strings.HasSuffix(r.GetName(), "/models/missing") {
+		return nil, status.Errorf(codes.NotFound, "model %s not found", r.GetName())
+	}
 	return &loomv1.Model{Name: r.GetName(), LatestVersion: 3}, nil
 }
 

@@ -385,6 +385,26 @@ func TestTrainingIDsAndReplay(t *testing.T) {
 		!strings.Contains(err.Error(), "custom_job.job_spec.persistent_resource_id: no cluster nope") {
 		t.Errorf("create on a missing cluster = %v", err)
 	}
+	// A pipeline's parent_model is a model of its project that the
+	// registry has: refused at create otherwise, not when the training
+	// has ended (a tester found both failing the pipeline at its end).
+	for parent, want := range map[string]string{
+		"projects/other/models/bobm":      `training_pipeline.parent_model: "projects/other/models/bobm" is a model of project other, not of default`,
+		"projects/default/models/missing": "training_pipeline.parent_model: no model projects/default/models/missing in project default",
+		"projects/default/models/m1@2":    "training_pipeline.parent_model: \"projects/default/models/m1@2\" names a version",
+	} {
+		bad := proto.Clone(p).(*trainingv1.TrainingPipeline)
+		bad.ParentModel = parent
+		if _, err := tc.CreateTrainingPipeline(ctx, &trainingv1.CreateTrainingPipelineRequest{Parent: location, TrainingPipeline: bad}); status.Code(err) != codes.InvalidArgument ||
+			!strings.Contains(err.Error(), want) {
+			t.Errorf("pipeline with parent_model %s = %v, want InvalidArgument: ...%s", parent, err, want)
+		}
+	}
+	good := proto.Clone(p).(*trainingv1.TrainingPipeline)
+	good.ParentModel = "projects/default/locations/us-central1/models/m1"
+	if _, err := tc.CreateTrainingPipeline(ctx, &trainingv1.CreateTrainingPipelineRequest{Parent: location, TrainingPipeline: good}); err != nil {
+		t.Errorf("pipeline with a parent_model of the project: %v", err)
+	}
 	// Naming another owner is refused to users.
 	other := proto.Clone(spec).(*trainingv1.CustomJob)
 	other.User = "bob"

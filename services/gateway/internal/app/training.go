@@ -124,6 +124,9 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	if err := g.checkPersistentResource(ctx, parent.Project, c.field, c.resource); err != nil {
 		return zero, err
 	}
+	if err := g.checkParentModel(ctx, parent.Project, c.field, c.resource); err != nil {
+		return zero, err
+	}
 	owner, err := trainingOwner(callerIn(ctx, parent.Project), c.field+".user", c.resource.GetUser())
 	if err != nil {
 		return zero, err
@@ -218,6 +221,36 @@ func (g *Gateway) checkPersistentResource(ctx context.Context, project, field st
 		return errs.Invalid(path+".persistent_resource_id", "no cluster %s in project %s (see loom clusters list); leave it out to run on a cluster made for the job", id, project)
 	}
 	return fmt.Errorf("ask the provisioner for %s: %w", name, err)
+}
+
+// checkParentModel refuses a pipeline's parent_model that the registry
+// would refuse only when the training has ended: a model of another
+// project (trainingspec.CheckPipelineModel) or one the registry does not
+// have, InvalidArgument naming the field, so that the mistake is found
+// before hours of training. When the registry cannot answer, the create
+// goes on (logged): the registry judges the upload again at the end, and
+// a registry down must not stop training.
+func (g *Gateway) checkParentModel(ctx context.Context, project, field string, m proto.Message) error {
+	p, ok := m.(*trainingv1.TrainingPipeline)
+	if !ok || p.GetParentModel() == "" {
+		return nil
+	}
+	if err := trainingspec.CheckPipelineModel(project, p); err != nil {
+		return err
+	}
+	if g.own.Models == nil {
+		return nil
+	}
+	_, err := g.own.Models.GetModel(ctx, &loomv1.GetModelRequest{Name: p.GetParentModel()})
+	switch {
+	case err == nil:
+		return nil
+	case isNotFound(err):
+		return errs.Invalid(field+".parent_model", "no model %s in project %s (see loom models list): name one that exists, or leave parent_model out to register a new model", p.GetParentModel(), project)
+	}
+	g.opt.Log.WarnContext(ctx, "could not ask the registry for a pipeline's parent model; the registry judges it at the upload",
+		"parent_model", p.GetParentModel(), "err", err)
+	return nil
 }
 
 // trainingReplayLookup bounds a replay's read of the current state.

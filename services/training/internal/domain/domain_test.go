@@ -781,6 +781,28 @@ func TestPipelineCustomTaskUploadsItsModel(t *testing.T) {
 	}
 }
 
+// TestPipelineOfAnotherProjectsModelFailsAtOnce: a pipeline whose
+// parent_model is another project's (which the registry refuses) fails as
+// it is created, running no job, not after its training (a tester found
+// it failing at the end).
+func TestPipelineOfAnotherProjectsModelFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	sp := spec()
+	sp.WorkerPoolSpecs = sp.WorkerPoolSpecs[:1]
+	cmd := pipeline("custom_task_1.0.0.yaml", sp, 2)
+	cmd.Pipeline.ParentModel = "projects/other/models/bobm"
+	c := feed(t, s, cmd)
+	p := s.Lookup(plName).Pipeline
+	if p.P.GetState() != trainingv1.PipelineState_PIPELINE_STATE_FAILED || p.Child != "" ||
+		!strings.Contains(p.P.GetError().GetMessage(), "training_pipeline.parent_model") || !strings.Contains(p.P.GetError().GetMessage(), "project other, not of p") {
+		t.Fatalf("pipeline %v (child %q)", p.P, p.Child)
+	}
+	if clusters, _ := emitted[*eventsv1.CreateCluster](c); len(clusters) != 0 {
+		t.Fatalf("a failed pipeline asked for a cluster: %v", c.Emits)
+	}
+}
+
 func TestPipelineTuningTaskUploadsTheBestTrial(t *testing.T) {
 	t.Parallel()
 	s := NewState()

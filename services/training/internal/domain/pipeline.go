@@ -41,6 +41,13 @@ func (s *State) createPipeline(now time.Time, c *eventsv1.CreateTrainingPipeline
 		p.Error = &trainingv1.Status{Code: codeInvalidArgument, Message: msg}
 	}
 	spec, task, err := trainingspec.PipelineTask(p)
+	if err == nil {
+		// A model of another project the registry would refuse only once
+		// the training has ended: the pipeline fails now, running nothing
+		// (the gateway refuses it at create; this is for a command that
+		// came another way).
+		err = trainingspec.CheckPipelineModel(n.Project, p)
+	}
 	childID := n.ID + 1
 	switch {
 	case err != nil:
