@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -203,6 +204,44 @@ func (a *App) GetPipeline(name string) (*trainingv1.TrainingPipeline, error) {
 		return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
 	}
 	return proto.Clone(r.Pipeline.P).(*trainingv1.TrainingPipeline), nil
+}
+
+// JobResource is the training resource whose id the scheduler job named
+// job ("projects/{p}/jobs/{id}") has, by name: the CustomJob it runs (a
+// trial's or a pipeline's too), or a tuning job or pipeline, which takes
+// that id and runs no job of its own. ok is false when no training
+// resource of the project has it (a plain job's, or no job's). A
+// CustomJob is found in the index; the others, asked only of a job that
+// is no CustomJob's, cost a pass over the resources held.
+func (a *App) JobResource(job string) (name string, ok bool) {
+	project, id, found := strings.Cut(strings.TrimPrefix(job, "projects/"), "/jobs/")
+	if !found {
+		return "", false
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if r := a.state.Lookup("job:" + job); r != nil {
+		for _, cj := range r.CJs {
+			if n, err := domain.ParseName(cj.Job.GetName(), domain.CustomJobs); err == nil && n.Job() == job {
+				return cj.Job.GetName(), true
+			}
+		}
+	}
+	for _, r := range a.state.Roots {
+		var names []string
+		if r.Tuning != nil {
+			names = append(names, r.Tuning.Job.GetName())
+		}
+		if r.Pipeline != nil {
+			names = append(names, r.Pipeline.P.GetName())
+		}
+		for _, name := range names {
+			if n, err := domain.ParseName(name, ""); err == nil && n.Project == project && strconv.FormatInt(n.ID, 10) == id {
+				return name, true
+			}
+		}
+	}
+	return "", false
 }
 
 // inParent reports whether resource name is under parent
