@@ -162,6 +162,15 @@ func TestUploadModel(t *testing.T) {
 	unknown := uploadOf("r-unknown", modelDir(t))
 	unknown.OsUser = "no-such-loom-account"
 	refusals["r-unknown"] = refusal{unknown, "the uploader's OS account is not known on the registry's host: user no-such-loom-account: no account", codes.InvalidArgument}
+	// A tester's report: escape sequences in the lineage and the
+	// description were stored, and printed raw by loom models versions and
+	// get.
+	escapes := uploadOf("r-escapes", modelDir(t))
+	escapes.Lineage.Trial, escapes.Lineage.Job = "\x1b[2J", "x\x1b]0;pwned\x07"
+	refusals["r-escapes"] = refusal{escapes, "lineage.job: must not hold control characters (it holds U+001B)", codes.InvalidArgument}
+	described := uploadOf("r-described", modelDir(t))
+	described.Model.VersionDescription = "v\x1b[31m"
+	refusals["r-described"] = refusal{described, "model.version_description: must not hold control characters other than newlines and tabs", codes.InvalidArgument}
 	for _, r := range refusals {
 		publish(uploadEvent(r.cmd))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -212,7 +213,7 @@ func (a *app) modelsUpload() *cobra.Command {
 				final: func(op *loomv1.Operation, took time.Duration) string {
 					r := op.GetUploadModel()
 					return fmt.Sprintf("Registered %s version %s (%s). See it with: loom models get %s@%s",
-						r.GetModel(), r.GetModelVersionId(), elapsed(took), shortName(r.GetModel()), r.GetModelVersionId())
+						shown(r.GetModel()), shown(r.GetModelVersionId()), elapsed(took), shown(shortName(r.GetModel())), shown(r.GetModelVersionId()))
 				},
 			})
 		},
@@ -252,7 +253,7 @@ func (a *app) modelsAlias() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), m)
 			}
 			model, _, _ := strings.Cut(modelID(m.GetName()), "@")
-			fmt.Fprintf(cmd.OutOrStdout(), "Version %s of %s now has aliases: %s\n", m.GetVersionId(), model, joinOr(m.GetVersionAliases(), "(none)"))
+			fmt.Fprintf(cmd.OutOrStdout(), "Version %s of %s now has aliases: %s\n", shown(m.GetVersionId()), shown(model), shown(joinOr(m.GetVersionAliases(), "(none)")))
 			return nil
 		},
 	}
@@ -297,7 +298,7 @@ func (a *app) modelsExport() *cobra.Command {
 				final: func(op *loomv1.Operation, took time.Duration) string {
 					r := op.GetExportModel()
 					return fmt.Sprintf("Exported %s to %s: %d copied, %d already there, %d bytes (%s).",
-						args[0], r.GetDestination(), r.GetCopied(), r.GetSkipped(), r.GetBytes(), elapsed(took))
+						args[0], shown(r.GetDestination()), r.GetCopied(), r.GetSkipped(), r.GetBytes(), elapsed(took))
 				},
 			})
 		},
@@ -348,7 +349,8 @@ func renderModelList(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 		if m.GetLatestVersion() > 0 {
 			latest = fmt.Sprint(m.GetLatestVersion())
 		}
-		row(tw, id, cellText(m.GetDisplayName(), 32), orDash(m.GetVersionId()), latest, joinOr(m.GetVersionAliases(), "-"), ago(m.GetUpdateTime(), now))
+		row(tw, shown(id), shownCell(m.GetDisplayName(), 32), shown(orDash(m.GetVersionId())), latest,
+			shown(joinOr(m.GetVersionAliases(), "-")), ago(m.GetUpdateTime(), now))
 	}
 	return tw.Flush()
 }
@@ -358,8 +360,8 @@ func renderModelVersions(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "VERSION", "ALIASES", "DESCRIPTION", "PRODUCED BY", "ARTIFACT", "CREATED")
 	for _, m := range ms {
-		row(tw, m.GetVersionId(), joinOr(m.GetVersionAliases(), "-"), cellText(m.GetVersionDescription(), 40),
-			producedBy(m.GetLineage()), m.GetArtifactUri(), ago(m.GetVersionCreateTime(), now))
+		row(tw, shown(m.GetVersionId()), shown(joinOr(m.GetVersionAliases(), "-")), shownCell(m.GetVersionDescription(), 40),
+			producedBy(m.GetLineage()), shown(m.GetArtifactUri()), ago(m.GetVersionCreateTime(), now))
 	}
 	return tw.Flush()
 }
@@ -367,14 +369,14 @@ func renderModelVersions(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 // renderModel shows one served version, lineage included.
 func renderModel(w io.Writer, m *loomv1.Model, now time.Time) error {
 	tw := newTable(w)
-	fmt.Fprintf(tw, "Name:\t%s\n", m.GetName())
-	fmt.Fprintf(tw, "Display name:\t%s\n", orDash(m.GetDisplayName()))
-	fmt.Fprintf(tw, "Description:\t%s\n", orDash(m.GetDescription()))
-	fmt.Fprintf(tw, "Version:\t%s of %d\n", m.GetVersionId(), m.GetLatestVersion())
-	fmt.Fprintf(tw, "Aliases:\t%s\n", joinOr(m.GetVersionAliases(), "-"))
-	fmt.Fprintf(tw, "Version description:\t%s\n", orDash(m.GetVersionDescription()))
-	fmt.Fprintf(tw, "Labels:\t%s\n", orDash(kvs(m.GetLabels())))
-	fmt.Fprintf(tw, "Artifact:\t%s\n", m.GetArtifactUri())
+	fmt.Fprintf(tw, "Name:\t%s\n", shown(m.GetName()))
+	fmt.Fprintf(tw, "Display name:\t%s\n", shown(orDash(m.GetDisplayName())))
+	fmt.Fprintf(tw, "Description:\t%s\n", shownBlock(orDash(m.GetDescription())))
+	fmt.Fprintf(tw, "Version:\t%s of %d\n", shown(m.GetVersionId()), m.GetLatestVersion())
+	fmt.Fprintf(tw, "Aliases:\t%s\n", shown(joinOr(m.GetVersionAliases(), "-")))
+	fmt.Fprintf(tw, "Version description:\t%s\n", shownBlock(orDash(m.GetVersionDescription())))
+	fmt.Fprintf(tw, "Labels:\t%s\n", shown(orDash(kvs(m.GetLabels()))))
+	fmt.Fprintf(tw, "Artifact:\t%s\n", shown(m.GetArtifactUri()))
 	fmt.Fprintf(tw, "Created:\t%s\n", ago(m.GetVersionCreateTime(), now))
 	fmt.Fprintf(tw, "Updated:\t%s\n", ago(m.GetVersionUpdateTime(), now))
 	l := m.GetLineage()
@@ -384,13 +386,13 @@ func renderModel(w io.Writer, m *loomv1.Model, now time.Time) error {
 		{"Final metrics", metricsText(l.GetMetrics())}, {"Checkpoint", l.GetCheckpointUri()}, {"Data", l.GetDataUri()},
 	} {
 		if f.v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", f.k, f.v)
+			fmt.Fprintf(tw, "%s:\t%s\n", f.k, shown(f.v))
 		}
 	}
 	return tw.Flush()
 }
 
-// producedBy is the most specific producer a lineage names.
+// producedBy is the most specific producer a lineage names, cleaned.
 func producedBy(l *loomv1.ModelLineage) string {
 	for _, s := range []string{l.GetTrial(), l.GetTuningJob(), l.GetTrainingPipeline(), l.GetCustomJob(), l.GetJob()} {
 		if s != "" {
@@ -400,10 +402,37 @@ func producedBy(l *loomv1.ModelLineage) string {
 			} else if j := strings.Index(s, "/jobs/"); j >= 0 {
 				s = s[j+1:]
 			}
-			return s
+			return shown(s)
 		}
 	}
 	return "-"
+}
+
+// maxShownBytes bounds one string of the registry's as the models commands
+// print it (a description is at most 2048 characters).
+const maxShownBytes = 16 << 10
+
+// shown is a string of the registry's answer as the models commands print
+// it. The registry refuses control characters in what it stores, but a
+// record stored before it did (or an answer from a registry that does not)
+// may hold an escape sequence that would clear or retitle the reader's
+// terminal, or a bidirectional override that reorders a row: each such
+// character (libs/termtext) is shown as U+FFFD, a newline too.
+func shown(s string) string { return termtext.Clean(s, maxShownBytes) }
+
+// shownCell is free text as a table cell (cellText: its first line, at most
+// n characters), cleaned as shown cleans.
+func shownCell(s string, n int) string { return shown(cellText(s, n)) }
+
+// shownBlock is multi-line text (a description) as a field of `loom models
+// get`: each line cleaned as shown cleans (a tab as spaces), the lines after
+// the first in the field's column.
+func shownBlock(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = shown(strings.ReplaceAll(l, "\t", "    "))
+	}
+	return strings.Join(lines, "\n\t")
 }
 
 // modelID is "id@version" of a served name.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -271,5 +272,94 @@ func TestModelsCommands(t *testing.T) {
 	}
 	if r := f.last().(*loomv1.ListModelsRequest); r.GetFilter() != "labels.team=vision" {
 		t.Errorf("list sent %v", r)
+	}
+}
+
+// hostileFake answers as a registry holding records stored before it
+// refused control characters: escape sequences and a bidirectional
+// override in every string it serves.
+type hostileFake struct{ *registryFake }
+
+func hostileVersion() *loomv1.Model {
+	m := tinyVersion("2", "prod\x1b[2J")
+	m.Name = "projects/default/locations/global/models/tiny\x1b[2J@2"
+	m.DisplayName = "Tiny\x1b]0;pwned\x07"
+	m.Description = "line one\n\tline \x1b[2Jtwo\n"
+	m.VersionDescription = "v\x1b[31mred"
+	m.VersionId = "2\x1b[1A"
+	m.Labels = map[string]string{"team": "x\x1b[2J"}
+	m.ArtifactUri = "file:///data/\u202eled.exe"
+	m.Lineage = &loomv1.ModelLineage{Trial: "\x1b[2J", Job: "x\x1b]0;pwned\x07", CheckpointUri: "file:///c\u009b2J",
+		Hyperparameters: map[string]string{"lr": "0.1\x1b[2J"}, Metrics: map[string]float64{"lo\x1bss": 1}}
+	return m
+}
+
+func (f hostileFake) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	return &loomv1.ListModelsResponse{Models: []*loomv1.Model{hostileVersion()}}, nil
+}
+
+func (f hostileFake) ListModelVersions(_ context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	// Loom's name form carries the stored versions too (loom models list
+	// --versions prints them).
+	stored := &loomv1.ModelVersion{Name: "projects/default/models/tiny/versions/2", Version: 2,
+		ArtifactUri: "file:///data/\x1b[2J", SourceJob: "projects/default/jobs/\x1b]0;pwned\x07"}
+	return &loomv1.ListModelVersionsResponse{Models: []*loomv1.Model{hostileVersion()}, Versions: []*loomv1.ModelVersion{stored}}, nil
+}
+
+func (f hostileFake) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loomv1.Model, error) {
+	return hostileVersion(), nil
+}
+
+func (f hostileFake) MergeVersionAliases(_ context.Context, r *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
+	return hostileVersion(), nil
+}
+
+// TestModelsCommandsCleanServerText: what the registry answers is printed
+// with no character a terminal would act on (a tester found `loom models
+// versions` and `get` printing a version's lineage and description raw: an
+// upload could clear or retitle the terminal of whoever listed it). A
+// description's lines stay lines, in the field's column.
+func TestModelsCommandsCleanServerText(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	loomv1.RegisterModelServiceServer(s, hostileFake{&registryFake{}})
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	gw := ln.Addr().String()
+
+	acts := func(r rune) bool { return r != '\n' && termtext.Spoofing(r) }
+	for _, args := range [][]string{
+		{"models", "get", "tiny"}, {"models", "versions", "tiny"}, {"models", "list"}, {"models", "list", "--versions", "tiny"},
+		{"models", "alias", "tiny@2", "prod"},
+	} {
+		out, errOut, code := run(t, gw, args...)
+		if code != 0 {
+			t.Errorf("%v: code %d, stderr %s", args, code, errOut)
+			continue
+		}
+		if i := strings.IndexFunc(out, acts); i >= 0 {
+			t.Errorf("%v printed a character a terminal acts on at byte %d: %q", args, i, out)
+		}
+		if !strings.Contains(out, "\uFFFD") {
+			t.Errorf("%v: no U+FFFD in place of the escapes: %q", args, out)
+		}
+	}
+	out, _, _ := run(t, gw, "models", "get", "tiny")
+	for _, line := range []string{
+		"Description:          line one\n                          line \uFFFD[2Jtwo\n",
+		"Trial:                \uFFFD[2J\n", "Job:                  x\uFFFD]0;pwned\uFFFD\n",
+		"Artifact:             file:///data/\uFFFDled.exe\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("get: missing %q in:\n%s", line, out)
+		}
+	}
+	out, _, _ = run(t, gw, "models", "versions", "tiny")
+	if !strings.Contains(out, "  \uFFFD[2J  ") {
+		t.Errorf("versions: PRODUCED BY not cleaned:\n%s", out)
 	}
 }

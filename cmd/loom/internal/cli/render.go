@@ -475,7 +475,7 @@ func renderVersions(w io.Writer, vs []*loomv1.ModelVersion, now time.Time) error
 	tw := newTable(w)
 	row(tw, "VERSION", "ARTIFACT", "SOURCE JOB", "CREATED")
 	for _, v := range vs {
-		row(tw, strconv.FormatInt(v.GetVersion(), 10), v.GetArtifactUri(), shortName(v.GetSourceJob()), ago(v.GetCreateTime(), now))
+		row(tw, strconv.FormatInt(v.GetVersion(), 10), shown(v.GetArtifactUri()), shown(shortName(v.GetSourceJob())), ago(v.GetCreateTime(), now))
 	}
 	return tw.Flush()
 }

@@ -323,12 +323,17 @@ func Update(s *State, r Ref, patch *loomv1.Model, mask []string, now time.Time) 
 	if paths["display_name"] {
 		n := utf8.RuneCountInString(patch.GetDisplayName())
 		vd.Check(n <= MaxDisplayName, "model.display_name", "%d characters, more than the limit of %d", n, MaxDisplayName)
-		vd.Check(printable(patch.GetDisplayName()), "model.display_name", "must not hold control characters")
+		if why := textRefusal(patch.GetDisplayName(), ""); why != "" {
+			vd.Add("model.display_name", "%s", why)
+		}
 	}
 	for _, d := range []struct{ path, text string }{{"description", patch.GetDescription()}, {"version_description", patch.GetVersionDescription()}} {
 		if paths[d.path] {
 			n := utf8.RuneCountInString(d.text)
 			vd.Check(n <= MaxDescription, "model."+d.path, "%d characters, more than the limit of %d", n, MaxDescription)
+			if why := textRefusal(d.text, DescriptionControls); why != "" {
+				vd.Add("model."+d.path, "%s", why)
+			}
 		}
 	}
 	if paths["labels"] {
@@ -434,14 +439,4 @@ func DeleteModel(s *State, r Ref) (*Change, error) {
 		c.Deleted = append(c.Deleted, v.GetName())
 	}
 	return c, nil
-}
-
-// printable reports whether s holds no control characters.
-func printable(s string) bool {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }

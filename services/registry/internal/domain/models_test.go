@@ -233,12 +233,25 @@ func TestUpdate(t *testing.T) {
 		{[]string{"description"}, &loomv1.Model{Description: strings.Repeat("x", MaxDescription+1)}, "model.description"},
 		{[]string{"display_name"}, &loomv1.Model{DisplayName: "a\x00b"}, "model.display_name"},
 		{[]string{"labels"}, &loomv1.Model{Labels: map[string]string{"Bad": "x"}}, "model.labels"},
+		// Printed by loom models get and versions: an escape would act on
+		// the reader's terminal (a tester's report).
+		{[]string{"versionDescription"}, &loomv1.Model{VersionDescription: "ok\x1b[2J"}, "model.version_description"},
+		{[]string{"description"}, &loomv1.Model{Description: "x\x1b]0;pwned\x07"}, "model.description"},
+		{[]string{"description"}, &loomv1.Model{Description: "line\r\nover"}, "model.description"},
+		{[]string{"display_name"}, &loomv1.Model{DisplayName: "rtl\u202eexe"}, "model.display_name"},
+		{[]string{"display_name"}, &loomv1.Model{DisplayName: "c1\u009b2J"}, "model.display_name"},
 	} {
 		_, err := Update(s, ref(t, "projects/p/models/m"), tc.patch, tc.mask, now)
 		var inv *errs.InvalidError
 		if !errors.As(err, &inv) || inv.Violations[0].Field != tc.field {
 			t.Errorf("Update(mask %v) = %v, want InvalidArgument on %s", tc.mask, err, tc.field)
 		}
+	}
+	// A description is multi-line text: newlines and tabs are kept.
+	c, err = Update(s, ref(t, "projects/p/models/m@2"), &loomv1.Model{VersionDescription: "line one\n\tline two", Description: "a\nb"},
+		[]string{"version_description", "description"}, now)
+	if err != nil || c.Served.GetDescription() != "line one\n\tline two" || c.Model.GetDescription() != "a\nb" {
+		t.Fatalf("multi-line descriptions: %v, %v", c, err)
 	}
 }
 

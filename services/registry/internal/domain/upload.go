@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/termtext"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -104,8 +105,10 @@ func (s *State) Answered(requestID string) (*loomv1.ModelVersion, bool) {
 // the artifact directory: the request id, the project, parent_model (it must
 // exist, in the project) or model_id (the resname grammar), the display name,
 // descriptions and labels within bounds, and artifact_uri naming a local
-// directory (file:// or an absolute path) or a bucket (BucketSchemes). It returns the upload resolved,
-// or an error whose text is the reason to refuse it (the field first).
+// directory (file:// or an absolute path) or a bucket (BucketSchemes); the
+// names, descriptions, artifact_uri and lineage printable on a terminal
+// (textRefusal). It returns the upload resolved, or an error whose text is
+// the reason to refuse it (the field first).
 func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 	u := Upload{Cmd: cmd}
 	m := cmd.GetModel()
@@ -167,9 +170,12 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 		if n := utf8.RuneCountInString(d.text); n > MaxDescription {
 			return u, fmt.Errorf("%s: %d characters, more than %d", d.field, n, MaxDescription)
 		}
+		if why := textRefusal(d.text, DescriptionControls); why != "" {
+			return u, fmt.Errorf("%s: %s", d.field, why)
+		}
 	}
-	if !printable(m.GetDisplayName()) {
-		return u, fmt.Errorf("model.display_name: must not hold control characters")
+	if why := textRefusal(m.GetDisplayName(), ""); why != "" {
+		return u, fmt.Errorf("model.display_name: %s", why)
 	}
 	if err := checkLabels(m.GetLabels()); err != nil {
 		return u, err
@@ -189,6 +195,11 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 	}
 	if err := checkLineage(cmd.GetLineage()); err != nil {
 		return u, err
+	}
+	if why := textRefusal(m.GetArtifactUri(), ""); why != "" {
+		// A directory may be named with an escape sequence; the version's
+		// artifact_uri is printed by loom models get and versions.
+		return u, fmt.Errorf("model.artifact_uri: %s", why)
 	}
 	if isBucketURI(m.GetArtifactUri()) {
 		u.URI = m.GetArtifactUri()
@@ -262,7 +273,9 @@ const (
 	MaxLineageValue = 1024
 )
 
-// checkLineage checks a lineage's sizes.
+// checkLineage checks a lineage's sizes, and that none of its text holds
+// a character a terminal would act on (loom models get and versions print
+// every part of it).
 func checkLineage(l *loomv1.ModelLineage) error {
 	for _, f := range []struct{ field, v string }{
 		{"job", l.GetJob()}, {"custom_job", l.GetCustomJob()}, {"training_pipeline", l.GetTrainingPipeline()},
@@ -272,6 +285,9 @@ func checkLineage(l *loomv1.ModelLineage) error {
 		if len(f.v) > MaxLineageName {
 			return fmt.Errorf("lineage.%s: %d bytes, more than %d", f.field, len(f.v), MaxLineageName)
 		}
+		if why := textRefusal(f.v, ""); why != "" {
+			return fmt.Errorf("lineage.%s: %s", f.field, why)
+		}
 	}
 	if n := len(l.GetHyperparameters()); n > MaxLineageEntries {
 		return fmt.Errorf("lineage.hyperparameters: %d entries, more than %d", n, MaxLineageEntries)
@@ -279,17 +295,54 @@ func checkLineage(l *loomv1.ModelLineage) error {
 	if n := len(l.GetMetrics()); n > MaxLineageEntries {
 		return fmt.Errorf("lineage.metrics: %d entries, more than %d", n, MaxLineageEntries)
 	}
-	for k, v := range l.GetHyperparameters() {
+	// In key order: the first bad entry reported is the same every time.
+	for _, k := range slices.Sorted(maps.Keys(l.GetHyperparameters())) {
+		v := l.GetHyperparameters()[k]
 		if len(k) > MaxLineageKey || len(v) > MaxLineageValue {
 			return fmt.Errorf("lineage.hyperparameters: %q: names are at most %d bytes, values %d", Clip(k), MaxLineageKey, MaxLineageValue)
 		}
+		if why := textRefusal(k, ""); why != "" {
+			return fmt.Errorf("lineage.hyperparameters: a name %s", why)
+		}
+		if why := textRefusal(v, ""); why != "" {
+			return fmt.Errorf("lineage.hyperparameters[%s]: %s", k, why)
+		}
 	}
-	for k := range l.GetMetrics() {
+	for _, k := range slices.Sorted(maps.Keys(l.GetMetrics())) {
 		if len(k) > MaxLineageKey {
 			return fmt.Errorf("lineage.metrics: %q: names are at most %d bytes", Clip(k), MaxLineageKey)
 		}
+		if why := textRefusal(k, ""); why != "" {
+			return fmt.Errorf("lineage.metrics: a name %s", why)
+		}
 	}
 	return nil
+}
+
+// DescriptionControls are the control characters a description may hold:
+// it is multi-line text (as a cluster's description is), so newlines and
+// tabs; every other one is refused (textRefusal).
+const DescriptionControls = "\n\t"
+
+// textRefusal says why s may not be stored as text that Loom's commands
+// print on a terminal (a model's names and descriptions, a lineage), or ""
+// when it may: invalid UTF-8, or a character libs/termtext refuses (a
+// control character: an escape sequence would clear or retitle the
+// reader's terminal; a bidirectional override would reorder what it
+// shows) other than those in allow. The reason names the character, never
+// echoes it.
+func textRefusal(s, allow string) string {
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	r, bad := termtext.FirstSpoofing(s, allow)
+	switch {
+	case !bad:
+		return ""
+	case allow == DescriptionControls:
+		return fmt.Sprintf("must not hold control characters other than newlines and tabs (it holds %U): a terminal would act on it", r)
+	}
+	return fmt.Sprintf("must not hold control characters (it holds %U): a terminal would act on it", r)
 }
 
 // checkLabels checks the labels' count and grammar.

@@ -122,6 +122,28 @@ func TestUploadRefusals(t *testing.T) {
 		"reserved alias":    {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"v2"} }, "model.version_aliases[0]: alias \"v2\" is reserved"},
 		"alias twice":       {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"prod", "prod"} }, "named twice"},
 		"control in name":   {func(c *eventsv1.UploadModel) { c.Model.DisplayName = "a\x1bb" }, "control characters"},
+		// A tester's report: these were stored and printed raw by loom
+		// models get and versions.
+		"escape in description":  {func(c *eventsv1.UploadModel) { c.Model.Description = "x\x1b[2J" }, "model.description: must not hold control characters other than newlines and tabs (it holds U+001B)"},
+		"escape in version desc": {func(c *eventsv1.UploadModel) { c.Model.VersionDescription = "\x1b]0;pwned\x07" }, "model.version_description: must not hold control characters"},
+		"CR in description":      {func(c *eventsv1.UploadModel) { c.Model.Description = "a\rb" }, "model.description: must not hold control characters"},
+		"bidi in display name":   {func(c *eventsv1.UploadModel) { c.Model.DisplayName = "a\u202eb" }, "model.display_name: must not hold control characters (it holds U+202E)"},
+		"escape in lineage.trial": {func(c *eventsv1.UploadModel) {
+			c.Lineage = &loomv1.ModelLineage{Trial: "\x1b[2J"}
+		}, "lineage.trial: must not hold control characters (it holds U+001B)"},
+		"escape in lineage.job": {func(c *eventsv1.UploadModel) { c.Lineage.Job = "x\x1b]0;pwned\x07" }, "lineage.job: must not hold control characters"},
+		"escape in artifact":    {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "/data/\x1b[2J" }, "model.artifact_uri: must not hold control characters"},
+		"escape in bucket URI":  {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "s3://b/\x1b[2J" }, "model.artifact_uri: must not hold control characters"},
+		"escape in checkpoint":  {func(c *eventsv1.UploadModel) { c.Lineage.CheckpointUri = "file:///c\x1b[2J" }, "lineage.checkpoint_uri: must not hold"},
+		"escape in a hyperparameter": {func(c *eventsv1.UploadModel) {
+			c.Lineage.Hyperparameters = map[string]string{"lr": "0.1\x1b[2J"}
+		}, "lineage.hyperparameters[lr]: must not hold"},
+		"escape in a hyperparameter name": {func(c *eventsv1.UploadModel) {
+			c.Lineage.Hyperparameters = map[string]string{"l\x1br": "0.1"}
+		}, "lineage.hyperparameters: a name must not hold"},
+		"escape in a metric name": {func(c *eventsv1.UploadModel) {
+			c.Lineage.Metrics = map[string]float64{"\u009bloss": 1}
+		}, "lineage.metrics: a name must not hold"},
 		"huge lineage": {func(c *eventsv1.UploadModel) {
 			c.Lineage = &loomv1.ModelLineage{Hyperparameters: many2(MaxLineageEntries + 1)}
 		}, "lineage.hyperparameters: 257 entries"},
@@ -141,6 +163,11 @@ func TestUploadRefusals(t *testing.T) {
 	}
 	if u, err := ValidateUpload(s, upload("plain path")); err != nil || u.Model != "projects/default/models/tiny" || u.New {
 		t.Fatalf("model_id of an existing model: %+v %v", u, err)
+	}
+	multi := upload("multi-line")
+	multi.Model.Description, multi.Model.VersionDescription = "a model\n\twith notes", "line one\nline two"
+	if _, err := ValidateUpload(s, multi); err != nil {
+		t.Fatalf("descriptions with newlines and tabs: %v", err)
 	}
 	vertex := upload("vertex parent")
 	vertex.ParentModel, vertex.ModelId = "projects/default/locations/global/models/tiny", ""
