@@ -150,3 +150,44 @@ func TestUploadModelOperation(t *testing.T) {
 		t.Errorf("done operation after a late refusal: %v, %v; want it unchanged %v", now, err, done)
 	}
 }
+
+// TestUploadModelLineageIsTheCallers: a lineage a caller uploads reaches
+// the registry stamped with the caller (recorded_by), whatever the request
+// claimed, so that it is shown as their word and never as Loom's record of
+// what ran (a tester uploaded another project's jobs as a version's
+// producer; the registry now checks the names, and says whose they are).
+// An upload without a lineage carries none.
+func TestUploadModelLineageIsTheCallers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	ana := loomv1.NewModelServiceClient(h.as(t, "ana"))
+	command := func(op string) *eventsv1.UploadModel {
+		t.Helper()
+		ev := testkit.WaitEvent(t, h.broker, topics.ModelCommands, wait, func(e envelope.Event) bool {
+			c, ok := e.Payload.(*eventsv1.UploadModel)
+			return ok && c.GetRequestId() == op
+		})
+		return ev.Payload.(*eventsv1.UploadModel)
+	}
+	claimed := &loomv1.ModelLineage{Job: project + "/jobs/7", Trial: project + "/locations/l/hyperparameterTuningJobs/3/trials/1",
+		Metrics: map[string]float64{"accuracy": 0.99}, RecordedBy: "loom"}
+	op, err := ana.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project, ModelId: "tiny",
+		Model: &loomv1.Model{ArtifactUri: "file:///shared/tiny", Lineage: claimed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Clone(claimed).(*loomv1.ModelLineage)
+	want.RecordedBy = "users/ana"
+	if got := command(op.GetName()).GetLineage(); !proto.Equal(got, want) {
+		t.Errorf("command's lineage %v, want %v (the caller's word)", got, want)
+	}
+	plain, err := ana.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project, ModelId: "tiny",
+		Model: &loomv1.Model{ArtifactUri: "file:///shared/tiny"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := command(plain.GetName()).GetLineage(); got != nil {
+		t.Errorf("an upload without a lineage sent %v", got)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/artifact"
+	"github.com/loom-ml/loom/services/registry/internal/domain"
 )
 
 // modelDir writes a complete artifact directory: model.json and a MANIFEST.
@@ -112,6 +113,7 @@ func TestUploadModel(t *testing.T) {
 	v1 := registered(t, broker, "r1", 1)
 	vs := waitVersions(t, client, 1)
 	want := uploadOf("r1", dir)
+	want.Lineage.RecordedBy = domain.RecordedByLoom // a service's: what ran
 	if len(vs) != 1 || !proto.Equal(vs[0], v1) || !proto.Equal(vs[0].GetLineage(), want.GetLineage()) ||
 		vs[0].GetDisplayName() != "Tiny r1" || vs[0].GetDescription() != "trained by a pipeline" ||
 		vs[0].GetLabels()["pipeline"] != "p1" || vs[0].GetArtifactUri() != "file://"+dir ||
@@ -171,6 +173,11 @@ func TestUploadModel(t *testing.T) {
 	described := uploadOf("r-described", modelDir(t))
 	described.Model.VersionDescription = "v\x1b[31m"
 	refusals["r-described"] = refusal{described, "model.version_description: must not hold control characters other than newlines and tabs", codes.InvalidArgument}
+	// A tester's report: a lineage naming another project's CustomJob
+	// (and job) was registered as the version's producer.
+	forged := uploadOf("r-forged", modelDir(t))
+	forged.Lineage.CustomJob = "projects/other/locations/us-central1/customJobs/1"
+	refusals["r-forged"] = refusal{forged, `lineage.custom_job: "projects/other/locations/us-central1/customJobs/1" is not a CustomJob of project default`, codes.InvalidArgument}
 	for _, r := range refusals {
 		publish(uploadEvent(r.cmd))
 	}

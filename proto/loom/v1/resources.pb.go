@@ -3740,7 +3740,15 @@ type ModelLineage struct {
 	// job_id is job's id (the scheduler's job id), filled when served.
 	JobId string `protobuf:"bytes,10,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// data_uri is where the training data came from, when known.
-	DataUri       string `protobuf:"bytes,11,opt,name=data_uri,json=dataUri,proto3" json:"data_uri,omitempty"`
+	DataUri string `protobuf:"bytes,11,opt,name=data_uri,json=dataUri,proto3" json:"data_uri,omitempty"`
+	// recorded_by says whose word the lineage is (output only: whatever an
+	// upload sends, the gateway and the registry set it). "loom": Loom
+	// recorded it from what ran (a training pipeline's upload, a job's model
+	// output). Otherwise the principal that supplied it with UploadModel
+	// ("users/alice", "jobs/p/12"): the caller's word, whose names the
+	// registry checked for form and project only, not against what ran.
+	// Empty with no lineage, and for versions registered before it was kept.
+	RecordedBy    string `protobuf:"bytes,12,opt,name=recorded_by,json=recordedBy,proto3" json:"recorded_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3848,6 +3856,13 @@ func (x *ModelLineage) GetJobId() string {
 func (x *ModelLineage) GetDataUri() string {
 	if x != nil {
 		return x.DataUri
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetRecordedBy() string {
+	if x != nil {
+		return x.RecordedBy
 	}
 	return ""
 }
@@ -4948,7 +4963,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x0eartifact_owner\x18\f \x01(\tR\rartifactOwner\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd2\x04\n" +
 	"\fModelLineage\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
@@ -4964,7 +4979,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x0echeckpoint_uri\x18\t \x01(\tR\rcheckpointUri\x12\x15\n" +
 	"\x06job_id\x18\n" +
 	" \x01(\tR\x05jobId\x12\x19\n" +
-	"\bdata_uri\x18\v \x01(\tR\adataUri\x1aB\n" +
+	"\bdata_uri\x18\v \x01(\tR\adataUri\x12\x1f\n" +
+	"\vrecorded_by\x18\f \x01(\tR\n" +
+	"recordedBy\x1aB\n" +
 	"\x14HyperparametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +

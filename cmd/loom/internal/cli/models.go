@@ -389,10 +389,23 @@ func renderModel(w io.Writer, m *loomv1.Model, now time.Time) error {
 			fmt.Fprintf(tw, "%s:\t%s\n", f.k, shown(f.v))
 		}
 	}
+	switch by := l.GetRecordedBy(); by {
+	case "":
+	case recordedByLoom:
+		fmt.Fprintf(tw, "Lineage from:\tLoom (recorded from what ran)\n")
+	default:
+		fmt.Fprintf(tw, "Lineage from:\t%s, at upload (their word: not checked against what ran)\n", shown(by))
+	}
 	return tw.Flush()
 }
 
-// producedBy is the most specific producer a lineage names, cleaned.
+// recordedByLoom is ModelLineage.recorded_by of a lineage Loom recorded
+// from what ran (a pipeline's upload, a job's model output); any other
+// value is the uploader who supplied it.
+const recordedByLoom = "loom"
+
+// producedBy is the most specific producer a lineage names, cleaned, with
+// "(per USER)" when an uploader supplied it rather than Loom recording it.
 func producedBy(l *loomv1.ModelLineage) string {
 	for _, s := range []string{l.GetTrial(), l.GetTuningJob(), l.GetTrainingPipeline(), l.GetCustomJob(), l.GetJob()} {
 		if s != "" {
@@ -401,6 +414,9 @@ func producedBy(l *loomv1.ModelLineage) string {
 				s = s[strings.IndexByte(s, '/')+1:]
 			} else if j := strings.Index(s, "/jobs/"); j >= 0 {
 				s = s[j+1:]
+			}
+			if by := l.GetRecordedBy(); by != "" && by != recordedByLoom {
+				s += " (per " + by + ")"
 			}
 			return shown(s)
 		}

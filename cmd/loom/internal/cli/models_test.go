@@ -41,14 +41,20 @@ func (f *registryFake) last() proto.Message {
 	return f.reqs[len(f.reqs)-1]
 }
 
+// tinyVersion is version v of tiny; version 1's lineage is Loom's record,
+// the others' an uploader's word.
 func tinyVersion(v string, aliases ...string) *loomv1.Model {
 	ts := timestamppb.New(testNow.Add(-2 * time.Hour))
+	by := "users/bob"
+	if v == "1" {
+		by = "loom"
+	}
 	return &loomv1.Model{
 		Name: "projects/default/locations/global/models/tiny@" + v, DisplayName: "Tiny", LatestVersion: 2,
 		VersionId: v, VersionAliases: aliases, VersionDescription: "version " + v, Labels: map[string]string{"team": "vision"},
 		ArtifactUri: "file:///data/tiny/" + v, VersionCreateTime: ts, VersionUpdateTime: ts, CreateTime: ts, UpdateTime: ts,
 		Lineage: &loomv1.ModelLineage{Job: "projects/default/jobs/7", Trial: "projects/default/locations/global/hyperparameterTuningJobs/3/trials/" + v,
-			Hyperparameters: map[string]string{"lr": "0.1"}, Metrics: map[string]float64{"loss": 0.25}},
+			Hyperparameters: map[string]string{"lr": "0.1"}, Metrics: map[string]float64{"loss": 0.25}, RecordedBy: by},
 	}
 }
 
@@ -162,9 +168,9 @@ func TestModelsCommands(t *testing.T) {
 
 	out, errOut, code := run(t, gw, "models", "versions", "tiny", "--filter", "labels.team=vision", "--order-by", "version_id desc")
 	want := "" +
-		"VERSION  ALIASES      DESCRIPTION  PRODUCED BY                          ARTIFACT             CREATED\n" +
-		"1        default      version 1    hyperparameterTuningJobs/3/trials/1  file:///data/tiny/1  2h ago\n" +
-		"2        prod,canary  version 2    hyperparameterTuningJobs/3/trials/2  file:///data/tiny/2  2h ago\n"
+		"VERSION  ALIASES      DESCRIPTION  PRODUCED BY                                          ARTIFACT             CREATED\n" +
+		"1        default      version 1    hyperparameterTuningJobs/3/trials/1                  file:///data/tiny/1  2h ago\n" +
+		"2        prod,canary  version 2    hyperparameterTuningJobs/3/trials/2 (per users/bob)  file:///data/tiny/2  2h ago\n"
 	if code != 0 || out != want {
 		t.Errorf("versions: code %d, stderr %s, out:\n%s\nwant:\n%s", code, errOut, out, want)
 	}
@@ -174,7 +180,9 @@ func TestModelsCommands(t *testing.T) {
 
 	out, _, code = run(t, gw, "models", "get", "tiny@prod")
 	for _, line := range []string{"Name:                 projects/default/locations/global/models/tiny@2", "Aliases:              prod",
-		"Hyperparameters:      lr=0.1", "Final metrics:        loss=0.25", "Trial:                projects/default/locations/global/hyperparameterTuningJobs/3/trials/2"} {
+		"Hyperparameters:      lr=0.1", "Final metrics:        loss=0.25", "Trial:                projects/default/locations/global/hyperparameterTuningJobs/3/trials/2",
+		// An uploader's lineage is shown as theirs (a tester forged one).
+		"Lineage from:         users/bob, at upload (their word: not checked against what ran)"} {
 		if code != 0 || !strings.Contains(out, line+"\n") {
 			t.Errorf("get: missing %q in:\n%s", line, out)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -105,7 +107,7 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 			ArtifactUri:        m.GetArtifactUri(),
 			Labels:             m.GetLabels(),
 		},
-		Lineage: m.GetLineage(),
+		Lineage: callerLineage(m.GetLineage(), p.Name),
 		User:    p.Name,
 		// Whose files a local artifact directory must be: the caller's
 		// own, unless a cluster administrator's (the registry reads with
@@ -124,6 +126,26 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 		return nil, err
 	}
 	return g.startOperation(ctx, kind, rid, op, cmd)
+}
+
+// callerLineage is the lineage a caller's UploadModel carries to the
+// registry: theirs, stamped with who supplied it (recorded_by: the
+// principal, whatever the request said). The registry checks its names'
+// form and project, not that they produced the model, and records a
+// lineage with no recorded_by as Loom's own (a training pipeline's, a
+// job's): so a caller's must never reach it unstamped. nil or empty stays
+// as it is.
+func callerLineage(l *loomv1.ModelLineage, principal string) *loomv1.ModelLineage {
+	if l == nil || proto.Size(l) == 0 {
+		return l
+	}
+	out := proto.Clone(l).(*loomv1.ModelLineage)
+	out.RecordedBy = principal
+	if principal == "" {
+		// Never left empty (authorization lets no anonymous caller upload).
+		out.RecordedBy = "anonymous"
+	}
+	return out
 }
 
 // uploadParent is the project and location of UploadModel's parent

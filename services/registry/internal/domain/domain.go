@@ -142,7 +142,7 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 		SourceJob:  job.GetName(),
 		CreateTime: ts,
 		Labels:     map[string]string{"job_id": job.GetJobId()},
-		Lineage:    &loomv1.ModelLineage{Job: job.GetName(), Attempt: ev.GetAttempt()},
+		Lineage:    &loomv1.ModelLineage{Job: job.GetName(), Attempt: ev.GetAttempt(), RecordedBy: RecordedByLoom},
 	}
 	if dir := ev.GetModelDir(); dir != "" {
 		// The job wrote it as its owner: an export reads only their files.

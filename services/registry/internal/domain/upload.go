@@ -107,8 +107,9 @@ func (s *State) Answered(requestID string) (*loomv1.ModelVersion, bool) {
 // descriptions and labels within bounds, and artifact_uri naming a local
 // directory (file:// or an absolute path) or a bucket (BucketSchemes); the
 // names, descriptions, artifact_uri and lineage printable on a terminal
-// (textRefusal). It returns the upload resolved, or an error whose text is
-// the reason to refuse it (the field first).
+// (textRefusal); and the lineage's names of the project's own resources
+// (checkLineageNames). It returns the upload resolved, or an error whose
+// text is the reason to refuse it (the field first).
 func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 	u := Upload{Cmd: cmd}
 	m := cmd.GetModel()
@@ -196,6 +197,9 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 	if err := checkLineage(cmd.GetLineage()); err != nil {
 		return u, err
 	}
+	if err := checkLineageNames(cmd.GetLineage(), cmd.GetProject()); err != nil {
+		return u, err
+	}
 	if why := textRefusal(m.GetArtifactUri(), ""); why != "" {
 		// A directory may be named with an escape sequence; the version's
 		// artifact_uri is printed by loom models get and versions.
@@ -280,7 +284,7 @@ func checkLineage(l *loomv1.ModelLineage) error {
 	for _, f := range []struct{ field, v string }{
 		{"job", l.GetJob()}, {"custom_job", l.GetCustomJob()}, {"training_pipeline", l.GetTrainingPipeline()},
 		{"tuning_job", l.GetTuningJob()}, {"trial", l.GetTrial()}, {"checkpoint_uri", l.GetCheckpointUri()},
-		{"job_id", l.GetJobId()}, {"data_uri", l.GetDataUri()},
+		{"job_id", l.GetJobId()}, {"data_uri", l.GetDataUri()}, {"recorded_by", l.GetRecordedBy()},
 	} {
 		if len(f.v) > MaxLineageName {
 			return fmt.Errorf("lineage.%s: %d bytes, more than %d", f.field, len(f.v), MaxLineageName)
@@ -365,10 +369,10 @@ func checkLabels(labels map[string]string) error {
 
 // RegisterUpload returns the registration of a validated upload whose
 // artifact directory was checked: the next version of u.Model (created when
-// new) with the command's lineage, display name, description, labels and
-// artifact URI, answered by ModelVersionRegistered with the request id, and
-// the request record, evicting the oldest beyond MaxRequests. It does not
-// change s.
+// new) with the command's lineage (recorded_by as recordedLineage sets it),
+// display name, description, labels and artifact URI, answered by
+// ModelVersionRegistered with the request id, and the request record,
+// evicting the oldest beyond MaxRequests. It does not change s.
 func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 	cmd, m := u.Cmd, u.Cmd.GetModel()
 	ts := timestamppb.New(now)
@@ -380,10 +384,7 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 	}
 	model.LatestVersion++
 	model.UpdateTime = ts
-	lineage := &loomv1.ModelLineage{}
-	if cmd.GetLineage() != nil {
-		lineage = proto.Clone(cmd.GetLineage()).(*loomv1.ModelLineage)
-	}
+	lineage := recordedLineage(cmd.GetLineage())
 	description := m.GetVersionDescription()
 	if description == "" {
 		description = m.GetDescription()

@@ -57,8 +57,11 @@ func TestUploadRegistersNextVersion(t *testing.T) {
 	if v.GetName() != "projects/default/models/tiny/versions/1" || r.Model.GetLatestVersion() != 1 {
 		t.Fatalf("first upload registered %s (latest %d)", v.GetName(), r.Model.GetLatestVersion())
 	}
-	if !proto.Equal(v.GetLineage(), cmd.GetLineage()) || v.GetLineage() == cmd.GetLineage() {
-		t.Fatalf("lineage %v, want a copy of %v", v.GetLineage(), cmd.GetLineage())
+	// A service's upload (no recorded_by): Loom's record of what ran.
+	want := proto.Clone(cmd.GetLineage()).(*loomv1.ModelLineage)
+	want.RecordedBy = RecordedByLoom
+	if !proto.Equal(v.GetLineage(), want) || cmd.GetLineage().GetRecordedBy() != "" {
+		t.Fatalf("lineage %v, want a copy of %v", v.GetLineage(), want)
 	}
 	if v.GetDisplayName() != "Tiny" || v.GetDescription() != "a tiny model" || v.GetLabels()["team"] != "ml" ||
 		v.GetArtifactUri() != "file:///data/m/1" || v.GetSourceJob() != "projects/default/jobs/12" {
@@ -291,8 +294,8 @@ func TestJobVersionLineage(t *testing.T) {
 	ev := completed("5", "m")
 	ev.Attempt = 3
 	r := Decide(NewState(), ev, time.Now())
-	if l := r.Version.GetLineage(); l.GetJob() != "projects/default/jobs/5" || l.GetAttempt() != 3 {
-		t.Fatalf("lineage %v, want job 5 attempt 3", l)
+	if l := r.Version.GetLineage(); l.GetJob() != "projects/default/jobs/5" || l.GetAttempt() != 3 || l.GetRecordedBy() != RecordedByLoom {
+		t.Fatalf("lineage %v, want job 5 attempt 3, recorded by Loom", l)
 	}
 	if r.Event.GetRequestId() != "" {
 		t.Fatalf("a job's registration answers request %q", r.Event.GetRequestId())
@@ -324,7 +327,7 @@ func TestUploadQuotas(t *testing.T) {
 		t.Errorf("a new version of a model under its limit: %v", err)
 	}
 	elsewhere := upload("o")
-	elsewhere.Project, elsewhere.ModelId = "other", "y"
+	elsewhere.Project, elsewhere.ModelId, elsewhere.Lineage = "other", "y", nil
 	if _, err := ValidateUpload(s, elsewhere); err != nil {
 		t.Errorf("a new model in another project: %v", err)
 	}
@@ -341,5 +344,79 @@ func TestUploadQuotas(t *testing.T) {
 	more.ModelId = "m1"
 	if _, err := ValidateUpload(s, more); err == nil || RefusalCode(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), full+" has 10000 versions, the limit") {
 		t.Errorf("a version past the limit: %v", err)
+	}
+}
+
+// TestUploadLineageNames: a tester uploaded, from project bob, a version
+// whose lineage named projects/default's CustomJob, job and pipeline.
+// Every resource a lineage names must be a well-formed name of its kind in
+// the model's own project (InvalidArgument naming the field otherwise),
+// and its parts must agree; the training service's own lineage passes. A
+// lineage the gateway stamped with its uploader stays that caller's word;
+// any other is Loom's record.
+func TestUploadLineageNames(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	bob := func(l *loomv1.ModelLineage) *eventsv1.UploadModel {
+		c := upload(fmt.Sprintf("bob-%d", len(s.Requests)))
+		c.Project, c.ModelId, c.Lineage = "bob", "bobm", l
+		return c
+	}
+	for name, tc := range map[string]struct {
+		lineage *loomv1.ModelLineage
+		want    string
+	}{
+		"another project's custom job": {&loomv1.ModelLineage{CustomJob: "projects/default/locations/us-central1/customJobs/1"},
+			`lineage.custom_job: "projects/default/locations/us-central1/customJobs/1" is not a CustomJob of project bob (projects/bob/locations/{location}/customJobs/{id})`},
+		"another project's job":      {&loomv1.ModelLineage{Job: "projects/default/jobs/1"}, `lineage.job: "projects/default/jobs/1" is not a job of project bob`},
+		"another project's pipeline": {&loomv1.ModelLineage{TrainingPipeline: "projects/default/locations/l/trainingPipelines/3"}, "lineage.training_pipeline:"},
+		"another project's tuning":   {&loomv1.ModelLineage{TuningJob: "projects/default/locations/l/hyperparameterTuningJobs/3"}, "lineage.tuning_job:"},
+		"another project's trial":    {&loomv1.ModelLineage{Trial: "projects/default/locations/l/hyperparameterTuningJobs/3/trials/1"}, "lineage.trial:"},
+		"a job that is no name":      {&loomv1.ModelLineage{Job: "jobs/1"}, "lineage.job:"},
+		"a job of no id":             {&loomv1.ModelLineage{Job: "projects/bob/jobs/"}, "lineage.job:"},
+		"a custom job in jobs":       {&loomv1.ModelLineage{CustomJob: "projects/bob/jobs/1"}, "lineage.custom_job:"},
+		"a pipeline of the wrong kind": {&loomv1.ModelLineage{TrainingPipeline: "projects/bob/locations/l/customJobs/3"},
+			"lineage.training_pipeline:"},
+		"a named id":          {&loomv1.ModelLineage{CustomJob: "projects/bob/locations/l/customJobs/x"}, "lineage.custom_job:"},
+		"a zero-padded id":    {&loomv1.ModelLineage{CustomJob: "projects/bob/locations/l/customJobs/01"}, "lineage.custom_job:"},
+		"a bad location":      {&loomv1.ModelLineage{CustomJob: "projects/bob/locations/US/customJobs/1"}, "lineage.custom_job:"},
+		"a longer name":       {&loomv1.ModelLineage{CustomJob: "projects/bob/locations/l/customJobs/1/x"}, "lineage.custom_job:"},
+		"a trial of no id":    {&loomv1.ModelLineage{Trial: "projects/bob/locations/l/hyperparameterTuningJobs/3/trials/"}, "lineage.trial:"},
+		"a trial of no study": {&loomv1.ModelLineage{Trial: "projects/bob/locations/l/trials/1"}, "lineage.trial:"},
+		"a trial of another tuning job": {&loomv1.ModelLineage{TuningJob: "projects/bob/locations/l/hyperparameterTuningJobs/3",
+			Trial: "projects/bob/locations/l/hyperparameterTuningJobs/4/trials/1"}, "is not a trial of lineage.tuning_job"},
+		"a job_id of another job": {&loomv1.ModelLineage{Job: "projects/bob/jobs/5", JobId: "6"}, "lineage.job_id:"},
+		"a job_id alone":          {&loomv1.ModelLineage{JobId: "6"}, "lineage.job_id:"},
+	} {
+		_, err := ValidateUpload(s, bob(tc.lineage))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || RefusalCode(err) != codes.InvalidArgument {
+			t.Errorf("%s: ValidateUpload = %v, want InvalidArgument containing %q", name, err, tc.want)
+		}
+	}
+
+	// The training service's lineage of a tuning pipeline, in the model's
+	// project: accepted, and recorded as Loom's.
+	loom := &loomv1.ModelLineage{
+		Job: "projects/bob/jobs/13", JobId: "13", Attempt: 2, CustomJob: "projects/bob/locations/us-central1/customJobs/13",
+		TrainingPipeline: "projects/bob/locations/us-central1/trainingPipelines/10",
+		TuningJob:        "projects/bob/locations/us-central1/hyperparameterTuningJobs/11",
+		Trial:            "projects/bob/locations/us-central1/hyperparameterTuningJobs/11/trials/2",
+		Hyperparameters:  map[string]string{"lr": "0.1"}, Metrics: map[string]float64{"loss": 0.5},
+		CheckpointUri: "file:///shared/bob/ckpt", DataUri: "gs://data/bob",
+	}
+	r := register(t, s, bob(loom))
+	if got := r.Version.GetLineage(); got.GetRecordedBy() != RecordedByLoom || got.GetTrial() != loom.GetTrial() {
+		t.Errorf("a service's lineage recorded as %v, want Loom's", got)
+	}
+	// The gateway stamps a caller's lineage with the caller: it stays
+	// theirs.
+	said := proto.Clone(loom).(*loomv1.ModelLineage)
+	said.RecordedBy = "users/bob"
+	if got := register(t, s, bob(said)).Version.GetLineage(); got.GetRecordedBy() != "users/bob" {
+		t.Errorf("a caller's lineage recorded as %q, want users/bob's", got.GetRecordedBy())
+	}
+	// No lineage: nothing to say whose it is.
+	if got := register(t, s, bob(nil)).Version.GetLineage(); proto.Size(got) != 0 {
+		t.Errorf("no lineage recorded as %v, want none", got)
 	}
 }
