@@ -39,7 +39,20 @@ type ExportOptions struct {
 	// is left behind. Each must be in src, else the export fails, before
 	// writing anything, naming the first missing one (FailedPrecondition).
 	Keys []string
+	// Want, when not nil, is the SHA-256 (hex) that objects must have, by
+	// key (a model's MANIFEST lines: the files as they were registered).
+	// Each is checked on the bytes as they are copied: an object of src
+	// whose bytes hash to anything else is never published to dst (what
+	// dst held under its name stays), and the export stops there with an
+	// ErrNotWanted error naming the key and both sums. Keys it does not
+	// name are copied unchecked.
+	Want map[string]string
 }
+
+// ErrNotWanted marks an export stopped by ExportOptions.Want: an object of
+// the source is not the one wanted (changed since it was listed). Its
+// errors are FailedPrecondition too.
+var ErrNotWanted = errors.New("not the object wanted")
 
 // ExportResult says what an export did.
 type ExportResult struct {
@@ -127,7 +140,7 @@ func Export(ctx context.Context, src, dst *Bucket, opts ExportOptions) (ExportRe
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		sum, copied, n, err := exportOne(ctx, src, dst, o)
+		sum, copied, n, err := exportOne(ctx, src, dst, o, opts.Want[o.Key])
 		if err != nil {
 			return res, err
 		}
@@ -164,12 +177,16 @@ func only(objs []Object, keys []string, src string) ([]Object, error) {
 }
 
 // exportOne makes dst hold o as src has it: skipped when dst already has
-// the same bytes, else copied and checked.
-func exportOne(ctx context.Context, src, dst *Bucket, o Object) (sum string, copied bool, n int64, err error) {
+// the same bytes, else copied and checked. With want (hex SHA-256, "" for
+// any) src's bytes must hash to it, or nothing is written (notWanted).
+func exportOne(ctx context.Context, src, dst *Bucket, o Object, want string) (sum string, copied bool, n int64, err error) {
 	if size, ok := dst.existingSize(ctx, o.Key); ok && size == o.Size {
 		srcSum, _, err := src.sum(ctx, o.Key)
 		if err != nil {
 			return "", false, 0, err
+		}
+		if want != "" && srcSum != want {
+			return "", false, 0, notWanted(src, o.Key, srcSum, want)
 		}
 		dstSum, _, err := dst.sum(ctx, o.Key)
 		if err != nil {
@@ -179,7 +196,7 @@ func exportOne(ctx context.Context, src, dst *Bucket, o Object) (sum string, cop
 			return srcSum, false, 0, nil
 		}
 	}
-	sum, n, err = copyObject(ctx, src, dst, o.Key)
+	sum, n, err = copyObject(ctx, src, dst, o.Key, want)
 	if err != nil {
 		return "", false, 0, err
 	}
@@ -197,8 +214,9 @@ func exportOne(ctx context.Context, src, dst *Bucket, o Object) (sum string, cop
 // copyObject streams key from src to dst through go-cloud's writer, which
 // publishes the object only on a successful Close: an interrupted copy
 // leaves dst without the object (or with its previous version), never
-// with part of it.
-func copyObject(ctx context.Context, src, dst *Bucket, key string) (string, int64, error) {
+// with part of it. With want (hex SHA-256, "" for any) bytes that hash to
+// anything else are abandoned the same way, before they are published.
+func copyObject(ctx context.Context, src, dst *Bucket, key, want string) (string, int64, error) {
 	r, err := src.openRead(ctx, key)
 	if err != nil {
 		return "", 0, err
@@ -224,6 +242,11 @@ func copyObject(ctx context.Context, src, dst *Bucket, key string) (string, int6
 			_ = w.Close()
 			return fmt.Errorf("blobstore: export %s from %s to %s: %w", quote(key), src.url, dst.url, err)
 		}
+		if got := hex.EncodeToString(h.Sum(nil)); want != "" && got != want {
+			cancel() // the object read is not the one wanted: never published
+			_ = w.Close()
+			return notWanted(src, key, got, want)
+		}
 		if err := w.Close(); err != nil {
 			return dst.writeErr(key, err)
 		}
@@ -241,6 +264,13 @@ func copyObject(ctx context.Context, src, dst *Bucket, key string) (string, int6
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// notWanted is the error of an export that read key from src with SHA-256
+// got where ExportOptions.Want says want.
+func notWanted(src *Bucket, key, got, want string) error {
+	return fmt.Errorf("%w: blobstore: export %s: %s holds it with SHA-256 %s, not the wanted %s (%w); nothing of it was written",
+		errs.FailedPrecondition, quote(key), src.url, got, want, ErrNotWanted)
 }
 
 // existingSize is the size of key in b when it holds it as an object (a

@@ -600,6 +600,52 @@ func TestExportOnlyKeys(t *testing.T) {
 	checkHolds(t, emptyDir, nil)
 }
 
+// TestExportWant: with ExportOptions.Want an object whose bytes are not the
+// wanted ones (a model file changed after its MANIFEST was registered) is
+// never published: not when copied, not over a good copy already there,
+// and the export stops FailedPrecondition (ErrNotWanted) naming it; what
+// is wanted is copied, and skipped when there.
+func TestExportWant(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	src := open(t, "file://"+t.TempDir())
+	all := artifacts(t, src, map[string]int{"a.bin": 300, "b.bin": 40})
+	want := map[string]string{"a.bin": sha(all["a.bin"]), "b.bin": sha(all["b.bin"])}
+	outDir := t.TempDir()
+	out := open(t, "file://"+outDir+"?metadata=skip")
+	if res, err := Export(ctx, src, out, ExportOptions{Want: want}); err != nil || res.Copied != 2 {
+		t.Fatalf("Export(Want, as listed) = %+v, %v; want 2 copied", res, err)
+	}
+	// Changed after it was listed: refused, whether dst holds the good copy
+	// (skip check) or nothing (copy).
+	tampered := append(bytes.Clone(all["b.bin"]), "TAMPERED\n"...)
+	if err := src.WriteFile(ctx, "b.bin", tampered); err != nil {
+		t.Fatal(err)
+	}
+	for name, dir := range map[string]string{"over a good copy": outDir, "into an empty prefix": t.TempDir()} {
+		before := map[string][]byte{}
+		if dir == outDir {
+			before = map[string][]byte{"a.bin": all["a.bin"], "b.bin": all["b.bin"]}
+		}
+		_, err := Export(ctx, src, open(t, "file://"+dir+"?metadata=skip"), ExportOptions{Keys: []string{"b.bin"}, Want: want})
+		if errs.Code(err) != codes.FailedPrecondition || !errors.Is(err, ErrNotWanted) ||
+			!strings.Contains(err.Error(), `"b.bin"`) || !strings.Contains(err.Error(), want["b.bin"]) || !strings.Contains(err.Error(), sha(tampered)) {
+			t.Errorf("%s: Export of a changed object = %v; want FailedPrecondition ErrNotWanted naming b.bin and both sums", name, err)
+		}
+		checkHolds(t, dir, before)
+	}
+	// The same size as the good copy, so the skip check reads both.
+	same := bytes.Clone(all["b.bin"])
+	same[0] ^= 0xff
+	if err := src.WriteFile(ctx, "b.bin", same); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Export(ctx, src, out, ExportOptions{Want: want}); !errors.Is(err, ErrNotWanted) {
+		t.Errorf("Export of a changed object of the same size = %v; want ErrNotWanted", err)
+	}
+	checkHolds(t, outDir, map[string][]byte{"a.bin": all["a.bin"], "b.bin": all["b.bin"]})
+}
+
 // TestReadAs: a file:// bucket told to read as an account opens each file
 // as that account: one it may read is exported, one it may not (root's,
 // mode 0600) is PermissionDenied naming the key and the account, through

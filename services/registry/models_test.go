@@ -17,6 +17,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/registry/internal/artifact"
 )
 
 const (
@@ -298,4 +299,89 @@ func TestExportModel(t *testing.T) {
 		t.Fatalf("second ExportModel = %v, %v; want nothing copied", again, err)
 	}
 
+}
+
+// TestExportChecksTheManifest: an export copies the artifact set only as
+// it was registered. A tester registered a directory, appended to its
+// model.json, and exported it: "2 copied", and `sha256sum -c MANIFEST`
+// failed at the destination. Now the version records its MANIFEST's
+// digest; each file is copied only with the SHA-256 the MANIFEST lists,
+// the MANIFEST last, so a changed file fails the export naming it and the
+// destination holds no MANIFEST of it; a MANIFEST rewritten to match fails
+// the export before anything is copied; an earlier good export is left as
+// it was.
+func TestExportChecksTheManifest(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	dir := modelDir(t)
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir}}); err != nil {
+		t.Fatal(err)
+	}
+	registered, err := artifact.Verify(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := c.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: testModel})
+	if err != nil || len(vs.GetVersions()) != 1 || vs.GetVersions()[0].GetManifestSha256() != registered {
+		t.Fatalf("stored versions %v, %v; want one recording the MANIFEST's SHA-256 %s", vs.GetVersions(), err, registered)
+	}
+	export := func(to string) (*loomv1.Operation, error) {
+		return c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
+			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + to}}})
+	}
+	good := filepath.Join(root, "default", "good")
+	if res, err := export(good); err != nil || res.GetExportModel().GetCopied() != 2 {
+		t.Fatalf("ExportModel of the set as registered = %v, %v; want 2 copied", res, err)
+	}
+	if got, err := artifact.Verify(ctx, good); err != nil || got != registered {
+		t.Fatalf("the export does not check against its MANIFEST (sha256sum -c): %s, %v", got, err)
+	}
+
+	// echo TAMPERED >> model.json
+	f, err := os.OpenFile(filepath.Join(dir, "model.json"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("TAMPERED\n")
+	_ = f.Close()
+	tampered := filepath.Join(root, "default", "tampered")
+	_, err = export(tampered)
+	wantCode(t, "export of a changed file", err, codes.FailedPrecondition, `"model.json"`)
+	if !strings.Contains(status.Convert(err).Message(), "differs from the MANIFEST it was registered with") {
+		t.Errorf("export of a changed file: %v; want it to say the file differs from the registered MANIFEST", err)
+	}
+	// Over the good export: refused the same, and the good copy stays.
+	_, err = export(good)
+	wantCode(t, "export of a changed file over a good export", err, codes.FailedPrecondition, `"model.json"`)
+	for _, d := range []string{tampered, good} {
+		ents, _ := os.ReadDir(d)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		switch {
+		case d == tampered && len(names) != 0:
+			t.Errorf("a refused export left %v in %s; want nothing (no MANIFEST, no changed file)", names, d)
+		case d == good:
+			if got, err := artifact.Verify(ctx, d); err != nil || got != registered {
+				t.Errorf("the earlier export was changed: %v, %v", names, err)
+			}
+		}
+	}
+
+	// The MANIFEST rewritten to match the change: not the one registered,
+	// refused before anything is copied.
+	if err := artifact.WriteManifest(dir); err != nil {
+		t.Fatal(err)
+	}
+	rewritten := filepath.Join(root, "default", "rewritten")
+	_, err = export(rewritten)
+	wantCode(t, "export of a rewritten MANIFEST", err, codes.FailedPrecondition, "MANIFEST at file://"+dir+" is not the one registered")
+	if ents, _ := os.ReadDir(rewritten); len(ents) != 0 {
+		t.Errorf("a refused export left %d files in %s", len(ents), rewritten)
+	}
 }

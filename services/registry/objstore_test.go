@@ -83,7 +83,7 @@ func TestVerifyURLSchemes(t *testing.T) {
 			t.Parallel()
 			store := st.url(t)
 			complete := putArtifacts(t, store, "projects/p1/models/m1/versions/1", files, nil)
-			if err := artifact.VerifyURL(ctx, complete); err != nil {
+			if _, err := artifact.VerifyURL(ctx, complete); err != nil {
 				t.Errorf("VerifyURL(complete set %s) = %v", complete, err)
 			}
 			for _, tc := range []struct {
@@ -96,7 +96,7 @@ func TestVerifyURLSchemes(t *testing.T) {
 				{"escapes", []string{sum(files["model.json"]) + "  ../m2/model.json"}, "leaves the artifact directory"},
 			} {
 				u := putArtifacts(t, store, "projects/p1/models/"+tc.name, files, tc.manifest)
-				if err := artifact.VerifyURL(ctx, u); err == nil || !strings.Contains(err.Error(), tc.says) {
+				if _, err := artifact.VerifyURL(ctx, u); err == nil || !strings.Contains(err.Error(), tc.says) {
 					t.Errorf("VerifyURL(%s set) = %v; want an error saying %q", tc.name, err, tc.says)
 				}
 			}
@@ -106,7 +106,7 @@ func TestVerifyURLSchemes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := artifact.VerifyURL(ctx, empty); err == nil {
+			if _, err := artifact.VerifyURL(ctx, empty); err == nil {
 				t.Errorf("VerifyURL(empty location %s) = nil; want a refusal", empty)
 			}
 		})

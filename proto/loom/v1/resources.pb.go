@@ -3601,8 +3601,14 @@ type ModelVersion struct {
 	// rights). An export of the version reads the files as it again, so it
 	// copies no more than that account may read (output only).
 	ArtifactOwner string `protobuf:"bytes,12,opt,name=artifact_owner,json=artifactOwner,proto3" json:"artifact_owner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// manifest_sha256 is the SHA-256 (hex) of the artifact set's MANIFEST as
+	// the registry checked it at registration (output only; empty for a
+	// job's model output and versions registered before it was kept). An
+	// export copies the set only while its MANIFEST is still that one, and
+	// each file only with the SHA-256 the MANIFEST lists.
+	ManifestSha256 string `protobuf:"bytes,13,opt,name=manifest_sha256,json=manifestSha256,proto3" json:"manifest_sha256,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ModelVersion) Reset() {
@@ -3715,6 +3721,13 @@ func (x *ModelVersion) GetUpdateTime() *timestamppb.Timestamp {
 func (x *ModelVersion) GetArtifactOwner() string {
 	if x != nil {
 		return x.ArtifactOwner
+	}
+	return ""
+}
+
+func (x *ModelVersion) GetManifestSha256() string {
+	if x != nil {
+		return x.ManifestSha256
 	}
 	return ""
 }
@@ -4943,7 +4956,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\alineage\x18\x0e \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x04\n" +
 	"\fModelVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
@@ -4960,7 +4973,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	" \x03(\tR\aaliases\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12%\n" +
-	"\x0eartifact_owner\x18\f \x01(\tR\rartifactOwner\x1a9\n" +
+	"\x0eartifact_owner\x18\f \x01(\tR\rartifactOwner\x12'\n" +
+	"\x0fmanifest_sha256\x18\r \x01(\tR\x0emanifestSha256\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd2\x04\n" +

@@ -179,15 +179,15 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 		r.log.Info("model upload sent again; answered its version", "request_id", cmd.GetRequestId(), "version", prev.GetName())
 		return nil
 	}
-	var owner string
+	var checked artifactCheck
 	if refusal == nil {
 		var err error
-		if owner, refusal, err = r.verify(ctx, u); err != nil {
+		if checked, refusal, err = r.verify(ctx, u); err != nil {
 			return fmt.Errorf("upload %s: %w", cmd.GetRequestId(), err)
 		}
 	}
 	if refusal == nil {
-		reg, again, err := r.register(ctx, ev.ID, cmd, owner)
+		reg, again, err := r.register(ctx, ev.ID, cmd, checked)
 		if err != nil {
 			return fmt.Errorf("upload %s: %w", cmd.GetRequestId(), err)
 		}
@@ -216,19 +216,28 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 	}
 }
 
+// artifactCheck is what verify found of an upload's artifact set: the
+// version's artifact_owner and the SHA-256 of the MANIFEST it checked.
+type artifactCheck struct {
+	owner, manifest string
+}
+
 // verify checks u's artifact set (a local directory, or a bucket URL through
 // libs/blobstore): a refusal (the set missing or incomplete, a directory
 // the uploader may not read, a bucket outside the project's part of the
 // stores) or an error (the check cut short by ctx). A local directory is
 // read as the uploader's OS account (UploadModel.os_user, libs/osuser.As):
 // the registry reads with its own rights, and must read no more than the
-// uploader could. owner is that account, the version's artifact_owner
-// (for an upload that may read anything, UploadModel.any_owner: a cluster
-// administrator's, a service's, the directory's owner); "" for a bucket.
-func (r *Registry) verify(ctx context.Context, u domain.Upload) (owner string, refusal, err error) {
+// uploader could. checked.owner is that account, the version's
+// artifact_owner (for an upload that may read anything,
+// UploadModel.any_owner: a cluster administrator's, a service's, the
+// directory's owner); "" for a bucket. checked.manifest is the SHA-256 of
+// the MANIFEST checked, which the version records for its exports.
+func (r *Registry) verify(ctx context.Context, u domain.Upload) (checked artifactCheck, refusal, err error) {
 	// Outside every lock: reads and other changes go on while the files are
 	// hashed.
 	const field = "model.artifact_uri"
+	var owner, manifest string
 	var check func() error
 	switch cmd := u.Cmd; {
 	case u.Dir != "" && cmd.GetAnyOwner():
@@ -237,7 +246,8 @@ func (r *Registry) verify(ctx context.Context, u domain.Upload) (owner string, r
 		// directory above it later (by whoever owns that one) reaches
 		// nothing they could not read.
 		check = func() error {
-			if err := artifact.Verify(ctx, u.Dir); err != nil {
+			var err error
+			if manifest, err = artifact.Verify(ctx, u.Dir); err != nil {
 				return err
 			}
 			var st syscall.Stat_t
@@ -253,15 +263,15 @@ func (r *Registry) verify(ctx context.Context, u domain.Upload) (owner string, r
 		}
 	case u.Dir != "":
 		if cmd.GetOsUser() == "" {
-			return "", fmt.Errorf("%s: the upload names no OS account to read the directory as (a command from an older gateway?); upload it again", field), nil
+			return checked, fmt.Errorf("%s: the upload names no OS account to read the directory as (a command from an older gateway?); upload it again", field), nil
 		}
 		a, err := osuser.Lookup(cmd.GetOsUser())
 		if err != nil {
-			return "", fmt.Errorf("%s: the uploader's OS account is not known on the registry's host: %v", field, err), nil
+			return checked, fmt.Errorf("%s: the uploader's OS account is not known on the registry's host: %v", field, err), nil
 		}
 		owner = a.Name
 		check = func() error {
-			err := osuser.As(a, func() error { return artifact.Verify(ctx, u.Dir) })
+			err := osuser.As(a, func() (err error) { manifest, err = artifact.Verify(ctx, u.Dir); return err })
 			if err != nil && ctx.Err() == nil {
 				return fmt.Errorf("%w (read as %s, the uploader)", err, a)
 			}
@@ -270,31 +280,32 @@ func (r *Registry) verify(ctx context.Context, u domain.Upload) (owner string, r
 	default:
 		open, err := r.artifactURL(field, u.URI)
 		if err != nil {
-			return "", err, nil
+			return checked, err, nil
 		}
 		if err := r.checkBucket(field, cmd.GetProject(), u.URI, open); err != nil {
-			return "", err, nil
+			return checked, err, nil
 		}
-		check = func() error { return artifact.VerifyURL(ctx, open) }
+		check = func() (err error) { manifest, err = artifact.VerifyURL(ctx, open); return err }
 	}
 	if err := check(); err != nil {
 		if ctx.Err() != nil {
-			return "", nil, fmt.Errorf("artifact check cut short: %w", err)
+			return checked, nil, fmt.Errorf("artifact check cut short: %w", err)
 		}
-		return "", fmt.Errorf("%s: %w", field, err), nil
+		return checked, fmt.Errorf("%s: %w", field, err), nil
 	}
-	return owner, nil, nil
+	return artifactCheck{owner: owner, manifest: manifest}, nil, nil
 }
 
-// register registers the upload cmd, whose artifact directory was verified,
-// as its model's next version, with the inbox mark inboxID ("" for none):
+// register registers the upload cmd, whose artifact directory was verified
+// (checked: its owner and MANIFEST digest), as its model's next version,
+// with the inbox mark inboxID ("" for none):
 // under wmu it validates cmd again (the state may have changed while the
 // files were hashed: the parent model deleted, a name taken), decides and
 // writes. A refusal changes nothing; reg is nil when inboxID was applied
 // before. An RPC's upload (inboxID "") whose request id registered a
 // version meanwhile (a concurrent retry) registers nothing: reg then holds
 // only that Version, with no Event.
-func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.UploadModel, owner string) (reg *domain.Registration, refusal, err error) {
+func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.UploadModel, checked artifactCheck) (reg *domain.Registration, refusal, err error) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	if err := r.drv.Ready(ctx); err != nil {
@@ -307,7 +318,7 @@ func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.U
 	}
 	u, refusal := domain.ValidateUpload(r.state, cmd)
 	if refusal == nil {
-		u.Owner = owner
+		u.Owner, u.Manifest = checked.owner, checked.manifest
 		reg = domain.RegisterUpload(r.state, u, r.now().UTC())
 	}
 	r.mu.RUnlock()

@@ -86,15 +86,15 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 		r.log.Info("model upload sent again; answered its version", "request_id", req.GetRequestId(), "version", prev.GetName())
 		return uploadAnswer(prev, location)
 	}
-	var owner string
+	var checked artifactCheck
 	if refusal == nil {
-		if owner, refusal, err = r.verify(ctx, u); err != nil {
+		if checked, refusal, err = r.verify(ctx, u); err != nil {
 			return nil, err
 		}
 	}
 	var reg *domain.Registration
 	if refusal == nil {
-		if reg, refusal, err = r.register(ctx, "", cmd, owner); err != nil {
+		if reg, refusal, err = r.register(ctx, "", cmd, checked); err != nil {
 			return nil, err
 		}
 	}
@@ -398,7 +398,11 @@ type writer struct {
 // It copies only the version's MANIFEST and the files it lists, and reads a
 // local directory as the version's artifact_owner (libs/osuser.As): the
 // registry reads with its own rights, and the directory is its owner's to
-// change after registration.
+// change after registration. So what it copies is checked against what was
+// registered: the MANIFEST must still be the one registered (the version's
+// manifest_sha256, when it has one), and each file is copied only with the
+// SHA-256 the MANIFEST lists (exportListed); otherwise FailedPrecondition,
+// naming the file.
 func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, as writer) (*loomv1.ExportModelResponse, string, error) {
 	const field = "output_config.artifact_destination.output_uri_prefix"
 	ref, err := domain.ParseRef("name", req.GetName())
@@ -445,16 +449,24 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, a
 			return nil, "", err
 		}
 	}
-	keys, err := artifact.Keys(ctx, src)
+	listing, err := artifact.ReadListing(ctx, src)
 	if err != nil {
 		return nil, "", err
+	}
+	if rec := v.GetManifestSha256(); rec != "" && listing.Manifest != rec {
+		return nil, "", fmt.Errorf("%w: %s: the MANIFEST at %s is not the one registered (SHA-256 %s, registered %s): the artifact set changed after registration, and nothing was copied; register it again (loom models upload) and export the new version",
+			errs.FailedPrecondition, v.GetName(), v.GetArtifactUri(), listing.Manifest, rec)
 	}
 	out, err := r.openDestination(ctx, ref.Project, openURL, localPath(openURL), as)
 	if err != nil {
 		return nil, "", fmt.Errorf("open destination %s: %w", dst, err)
 	}
 	defer out.Close()
-	res, err := blobstore.Export(ctx, src, out, blobstore.ExportOptions{Keys: keys})
+	res, err := exportListed(ctx, src, out, listing)
+	if errors.Is(err, blobstore.ErrNotWanted) {
+		return nil, "", fmt.Errorf("export %s to %s: %w: a file differs from the MANIFEST it was registered with (changed after registration); the destination has no MANIFEST of this export: register the set again (loom models upload) and export the new version",
+			v.GetName(), dst, err)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("export %s to %s: %w", v.GetName(), dst, err)
 	}
@@ -472,6 +484,26 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, a
 		Destination: answered, Copied: int32(res.Copied), Skipped: int32(res.Skipped),
 		Bytes: res.Bytes, Objects: int32(len(res.Objects)),
 	}, v.GetName(), nil
+}
+
+// exportListed copies an artifact set's files, then its MANIFEST, from src
+// to out, each only with the SHA-256 the listing wants (the MANIFEST's
+// line; the MANIFEST's own digest): a file changed since it was listed is
+// never published (blobstore.ExportOptions.Want, ErrNotWanted). The
+// MANIFEST goes last, as a producer writes it: a destination holding it
+// holds every file it lists, so an export stopped midway (a changed file,
+// a kill) never looks complete.
+func exportListed(ctx context.Context, src, out *blobstore.Bucket, l artifact.Listing) (blobstore.ExportResult, error) {
+	files, err := blobstore.Export(ctx, src, out, blobstore.ExportOptions{Keys: l.Files, Want: l.Want})
+	if err != nil {
+		return files, err
+	}
+	manifest, err := blobstore.Export(ctx, src, out, blobstore.ExportOptions{Keys: []string{artifact.Manifest}, Want: l.Want})
+	res := blobstore.ExportResult{
+		Copied: files.Copied + manifest.Copied, Skipped: files.Skipped + manifest.Skipped, Bytes: files.Bytes + manifest.Bytes,
+		Objects: append(files.Objects, manifest.Objects...),
+	}
+	return res, err
 }
 
 // checkDestination checks an export destination of a version of project:

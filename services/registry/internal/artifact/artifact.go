@@ -42,39 +42,53 @@ const chunk = 1 << 20
 
 // Verify checks the artifact directory dir (absolute): it exists, holds
 // MANIFEST, and every listed file is a regular file inside dir whose SHA-256
-// is the listed one. A nil error means complete. Otherwise, when ctx ended
-// the error is ctx's (the check did not finish: try again); any other error
-// is the reason the directory is refused, naming the file at fault.
-func Verify(ctx context.Context, dir string) error {
+// is the listed one. A nil error means complete, and manifest is the
+// SHA-256 (hex) of the MANIFEST checked: the registry records it with the
+// version, so that an export can tell the MANIFEST it copies from another.
+// Otherwise, when ctx ended the error is ctx's (the check did not finish:
+// try again); any other error is the reason the directory is refused,
+// naming the file at fault.
+func Verify(ctx context.Context, dir string) (manifest string, err error) {
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("artifact directory %s does not exist", dir)
+		return "", fmt.Errorf("artifact directory %s does not exist", dir)
 	case err != nil:
-		return fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+		return "", fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
 	case !fi.IsDir():
-		return fmt.Errorf("artifact %s is not a directory", dir)
+		return "", fmt.Errorf("artifact %s is not a directory", dir)
 	}
 	// Every file is opened through the root: a path or symbolic link that
 	// would leave dir fails to open, whatever the MANIFEST says.
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+		return "", fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
 	}
 	defer root.Close()
-	entries, err := readManifest(root, dir)
+	raw, err := readManifest(root, dir)
 	if err != nil {
-		return err
+		return "", err
+	}
+	entries, err := parseManifest(raw)
+	if err != nil {
+		return "", err
 	}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
-			return err
+			return "", err
 		}
 		if err := checkFile(ctx, root, e); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return sumOf(raw), nil
+}
+
+// sumOf is the SHA-256 of b in hex, as MANIFEST lines and
+// blobstore.Object write it.
+func sumOf(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }
 
 // entry is one MANIFEST line.
@@ -84,8 +98,8 @@ type entry struct {
 	line int
 }
 
-// readManifest reads and parses dir's MANIFEST.
-func readManifest(root *os.Root, dir string) ([]entry, error) {
+// readManifest reads dir's MANIFEST (at most MaxManifestBytes).
+func readManifest(root *os.Root, dir string) ([]byte, error) {
 	// Never waiting on the open: a FIFO named MANIFEST held the registry's
 	// one consumer, and every project's uploads with it (and the command,
 	// never committed, again after a restart).
@@ -107,7 +121,7 @@ func readManifest(root *os.Root, dir string) ([]entry, error) {
 	if len(raw) > MaxManifestBytes {
 		return nil, fmt.Errorf("%s: larger than %d bytes", Manifest, MaxManifestBytes)
 	}
-	return parseManifest(raw)
+	return raw, nil
 }
 
 // parseManifest parses a MANIFEST's bytes (at most MaxManifestBytes): the

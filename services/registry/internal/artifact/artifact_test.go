@@ -67,11 +67,11 @@ func TestWriteManifest(t *testing.T) {
 	if want := sum("abc") + "  ckpt/step-1\n" + sum("{}") + "  model.json\n"; string(raw) != want {
 		t.Fatalf("MANIFEST:\n%s\nwant:\n%s", raw, want)
 	}
-	if err := Verify(context.Background(), dir); err != nil {
-		t.Fatalf("Verify of a written MANIFEST: %v", err)
+	if got, err := Verify(context.Background(), dir); err != nil || got != sum(string(raw)) {
+		t.Fatalf("Verify of a written MANIFEST = %s, %v; want its SHA-256 %s", got, err, sum(string(raw)))
 	}
 	_ = os.WriteFile(filepath.Join(dir, "model.json"), []byte("{ }"), 0o644)
-	if err := Verify(context.Background(), dir); err == nil || !strings.Contains(err.Error(), "model.json: sha256") {
+	if _, err := Verify(context.Background(), dir); err == nil || !strings.Contains(err.Error(), "model.json: sha256") {
 		t.Fatalf("Verify after a change = %v, want a checksum refusal", err)
 	}
 }
@@ -79,7 +79,7 @@ func TestWriteManifest(t *testing.T) {
 func TestCompleteDirectory(t *testing.T) {
 	t.Parallel()
 	dir := model(t, map[string]string{"model.json": `{"w":[1,2]}`, "sub/weights.bin": strings.Repeat("x", 3*chunk+5), "empty": ""})
-	if err := Verify(context.Background(), dir); err != nil {
+	if _, err := Verify(context.Background(), dir); err != nil {
 		t.Fatalf("complete directory refused: %v", err)
 	}
 	// sha256sum -b's marker, CRLF line ends and blank lines are accepted;
@@ -88,7 +88,7 @@ func TestCompleteDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeManifest(t, dir, sum(`{"w":[1,2]}`)+" *model.json\r\n\n"+sum(`{"w":[1,2]}`)+"  alias.json\n")
-	if err := Verify(context.Background(), dir); err != nil {
+	if _, err := Verify(context.Background(), dir); err != nil {
 		t.Fatalf("binary marker, CRLF, inner symlink refused: %v", err)
 	}
 }
@@ -198,7 +198,7 @@ func TestRefusals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			err := Verify(context.Background(), tc.setup(t))
+			_, err := Verify(context.Background(), tc.setup(t))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Verify = %v, want a refusal containing %q", err, tc.want)
 			}
@@ -213,7 +213,7 @@ func TestCancelled(t *testing.T) {
 	dir := model(t, map[string]string{"w": strings.Repeat("x", 2*chunk)})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Verify(ctx, dir); !errors.Is(err, context.Canceled) {
+	if _, err := Verify(ctx, dir); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Verify with an ended context = %v, want context.Canceled", err)
 	}
 }
@@ -234,7 +234,7 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		if err := Verify(context.Background(), dir); err != nil {
+		if _, err := Verify(context.Background(), dir); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,14 +20,15 @@ import (
 // symbolic links out of the directory and never creates a missing one
 // (blobstore.Open would). Every other URL (s3://, gs://, azblob://, and
 // mem:// in tests) is opened with blobstore.Open and checked by
-// VerifyBucket. The error contract is Verify's.
-func VerifyURL(ctx context.Context, uri string) error {
+// VerifyBucket. The contract (the MANIFEST's SHA-256, or why not) is
+// Verify's.
+func VerifyURL(ctx context.Context, uri string) (manifest string, err error) {
 	if dir, ok := localDir(uri); ok {
 		return Verify(ctx, dir)
 	}
 	b, err := blobstore.Open(ctx, uri)
 	if err != nil {
-		return fmt.Errorf("artifact location %s: %v", uri, err)
+		return "", fmt.Errorf("artifact location %s: %v", uri, err)
 	}
 	defer b.Close()
 	return VerifyBucket(ctx, b)
@@ -53,21 +55,22 @@ func localDir(uri string) (string, bool) {
 // (blobstore.CleanKey: "../x" is refused, with the rule it breaks), and
 // every listed object is there with the listed SHA-256. An empty prefix is
 // refused as missing: a bucket has no directories, so nothing uploaded and
-// a wrong location look the same. A nil error means complete; when ctx
-// ended the error is ctx's; any other error is the reason to refuse,
-// naming the object at fault. It costs one read of every object under the
-// prefix (blobstore's List; at most blobstore.MaxListObjects of them).
-func VerifyBucket(ctx context.Context, b *blobstore.Bucket) error {
+// a wrong location look the same. A nil error means complete, and manifest
+// is the SHA-256 of the MANIFEST checked (as Verify's); when ctx ended the
+// error is ctx's; any other error is the reason to refuse, naming the
+// object at fault. It costs one read of every object under the prefix
+// (blobstore's List; at most blobstore.MaxListObjects of them).
+func VerifyBucket(ctx context.Context, b *blobstore.Bucket) (manifest string, err error) {
 	loc := b.URL()
 	objs, err := b.List(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return "", ctx.Err()
 		}
-		return fmt.Errorf("artifact location %s: %v", loc, err)
+		return "", fmt.Errorf("artifact location %s: %v", loc, err)
 	}
 	if len(objs) == 0 {
-		return fmt.Errorf("artifact location %s holds no objects (missing, or nothing uploaded yet)", loc)
+		return "", fmt.Errorf("artifact location %s holds no objects (missing, or nothing uploaded yet)", loc)
 	}
 	byKey := make(map[string]blobstore.Object, len(objs))
 	for _, o := range objs {
@@ -76,34 +79,34 @@ func VerifyBucket(ctx context.Context, b *blobstore.Bucket) error {
 	m, ok := byKey[Manifest]
 	switch {
 	case !ok:
-		return fmt.Errorf("artifact location %s has no %s (the model is incomplete)", loc, Manifest)
+		return "", fmt.Errorf("artifact location %s has no %s (the model is incomplete)", loc, Manifest)
 	case m.Size > MaxManifestBytes:
-		return fmt.Errorf("%s: larger than %d bytes", Manifest, MaxManifestBytes)
+		return "", fmt.Errorf("%s: larger than %d bytes", Manifest, MaxManifestBytes)
 	}
 	raw, err := readObject(ctx, b, Manifest, MaxManifestBytes)
 	if err != nil {
-		return err
+		return "", err
 	}
 	entries, err := parseManifest(raw)
 	if err != nil {
-		return err
+		return "", err
 	}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
-			return err
+			return "", err
 		}
 		if _, err := blobstore.CleanKey("path", e.path); err != nil {
-			return fmt.Errorf("%s line %d: %v", Manifest, e.line, err)
+			return "", fmt.Errorf("%s line %d: %v", Manifest, e.line, err)
 		}
 		o, ok := byKey[e.path]
 		if !ok {
-			return fmt.Errorf("%s line %d: %s is missing", Manifest, e.line, e.path)
+			return "", fmt.Errorf("%s line %d: %s is missing", Manifest, e.line, e.path)
 		}
 		if want := fmt.Sprintf("%x", e.sum); o.SHA256 != want {
-			return fmt.Errorf("%s: sha256 %s, but %s line %d lists %s", e.path, o.SHA256, Manifest, e.line, want)
+			return "", fmt.Errorf("%s: sha256 %s, but %s line %d lists %s", e.path, o.SHA256, Manifest, e.line, want)
 		}
 	}
-	return nil
+	return sumOf(raw), nil
 }
 
 // readObject reads key whole, refusing more than limit bytes (the object
@@ -129,34 +132,56 @@ func readObject(ctx context.Context, b *blobstore.Bucket, key string, limit int6
 	return raw, nil
 }
 
-// Keys returns what exporting the artifact set at b copies: MANIFEST and
-// the files it lists (each a plain relative key), read from b now. Nothing
-// else under b's prefix is a model file: an export carries only these.
-// A MANIFEST that is missing, too large or does not parse is an error
-// saying so (FailedPrecondition: the set is no longer what was
-// registered).
-func Keys(ctx context.Context, b *blobstore.Bucket) ([]string, error) {
+// Listing is what exporting an artifact set copies, as its MANIFEST says
+// now: the files it lists and the MANIFEST itself, each with the SHA-256
+// (hex) its bytes must have. Nothing else under the set's prefix is a model
+// file: an export carries only these.
+type Listing struct {
+	// Manifest is the SHA-256 of the MANIFEST read: Verify's at
+	// registration when the set is unchanged.
+	Manifest string
+	// Files are the keys the MANIFEST lists (plain relative keys), in its
+	// order, MANIFEST itself never among them.
+	Files []string
+	// Want is every key's SHA-256, MANIFEST's included
+	// (blobstore.ExportOptions.Want).
+	Want map[string]string
+}
+
+// ReadListing reads b's MANIFEST now and returns what an export of the set
+// copies. A MANIFEST that is missing, too large or does not parse, or that
+// lists a name that is not a plain relative key, is an error saying so
+// (FailedPrecondition: the set is no longer what was registered); one b
+// may not read is PermissionDenied.
+func ReadListing(ctx context.Context, b *blobstore.Bucket) (Listing, error) {
 	raw, err := readObject(ctx, b, Manifest, MaxManifestBytes)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return Listing{}, ctx.Err()
 		}
 		if errors.Is(err, errs.PermissionDenied) {
-			return nil, fmt.Errorf("artifact location %s: %w", b.URL(), err)
+			return Listing{}, fmt.Errorf("artifact location %s: %w", b.URL(), err)
 		}
-		return nil, fmt.Errorf("%w: artifact location %s: %v", errs.FailedPrecondition, b.URL(), err)
+		return Listing{}, fmt.Errorf("%w: artifact location %s: %v", errs.FailedPrecondition, b.URL(), err)
 	}
 	entries, err := parseManifest(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: artifact location %s: %v", errs.FailedPrecondition, b.URL(), err)
+		return Listing{}, fmt.Errorf("%w: artifact location %s: %v", errs.FailedPrecondition, b.URL(), err)
 	}
-	keys := make([]string, 0, len(entries)+1)
-	keys = append(keys, Manifest)
+	l := Listing{Manifest: sumOf(raw), Files: make([]string, 0, len(entries)), Want: make(map[string]string, len(entries)+1)}
 	for _, e := range entries {
 		if _, err := blobstore.CleanKey("path", e.path); err != nil {
-			return nil, fmt.Errorf("%w: artifact location %s: %s line %d: %v", errs.FailedPrecondition, b.URL(), Manifest, e.line, err)
+			return Listing{}, fmt.Errorf("%w: artifact location %s: %s line %d: %v", errs.FailedPrecondition, b.URL(), Manifest, e.line, err)
 		}
-		keys = append(keys, e.path)
+		if e.path == Manifest {
+			// A line naming the MANIFEST (no set that passed Verify has
+			// one: it cannot list its own digest) does not make it a file
+			// of the set: it is still copied last, as its own bytes.
+			continue
+		}
+		l.Files = append(l.Files, e.path)
+		l.Want[e.path] = hex.EncodeToString(e.sum[:])
 	}
-	return keys, nil
+	l.Want[Manifest] = l.Manifest
+	return l, nil
 }

@@ -75,6 +75,9 @@ type Upload struct {
 	// were checked (the registry's I/O edge sets it): the version's
 	// artifact_owner.
 	Owner string
+	// Manifest is the SHA-256 of the MANIFEST that check found complete
+	// (the registry's I/O edge sets it): the version's manifest_sha256.
+	Manifest string
 }
 
 // Answered returns the version an earlier UploadModel with requestID
@@ -394,13 +397,14 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 		Version:     model.LatestVersion,
 		ArtifactUri: u.artifactURI(),
 		// Set only with a directory: a bucket's objects have no owner.
-		ArtifactOwner: u.Owner,
-		SourceJob:     lineage.GetJob(),
-		CreateTime:    ts,
-		Labels:        map[string]string{},
-		Lineage:       lineage,
-		DisplayName:   m.GetDisplayName(),
-		Description:   description,
+		ArtifactOwner:  u.Owner,
+		ManifestSha256: u.Manifest,
+		SourceJob:      lineage.GetJob(),
+		CreateTime:     ts,
+		Labels:         map[string]string{},
+		Lineage:        lineage,
+		DisplayName:    m.GetDisplayName(),
+		Description:    description,
 	}
 	for k, val := range m.GetLabels() {
 		v.Labels[k] = val
