@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -12,6 +13,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 // TestExportModelOperation: ExportModel answers a running operation at once
@@ -79,9 +81,15 @@ func TestExportModelOperation(t *testing.T) {
 		t.Errorf("command %v, want %s to s3://b/x for users/ana, written as OS user ana", cmd, version)
 	}
 	// The same request_id again: the same operation, no second command.
-	again, err := export(ana, "s3://b/other", "exp-1")
+	again, err := export(ana, "s3://b/x", "exp-1")
 	if err != nil || again.GetName() != op.GetName() {
 		t.Fatalf("retried ExportModel = %v, %v; want operation %s", again, err, op.GetName())
+	}
+	// The same id to another destination is another export
+	// (TestExportModelRequestIDScope).
+	elsewhere, err := export(ana, "s3://b/other", "exp-1")
+	if err != nil || elsewhere.GetName() == op.GetName() {
+		t.Fatalf("ExportModel of the same id elsewhere = %v, %v; want another operation", elsewhere, err)
 	}
 	// The same id from another caller is another export.
 	other, err := export(loomv1.NewModelServiceClient(h.as(t, "pat")), "s3://b/x", "exp-1")
@@ -117,5 +125,89 @@ func TestExportModelOperation(t *testing.T) {
 	waitDone(other.GetName())
 	if now, err := ops.GetOperation(ctx, &loomv1.GetOperationRequest{Name: failed.GetName()}); err != nil || !proto.Equal(now, got) {
 		t.Errorf("after a second answer: %v, %v; want it unchanged %v", now, err, got)
+	}
+}
+
+// TestExportModelRequestIDScope: a request_id is remembered for the
+// caller, the model name and the destination. A tester's cluster
+// administrator exported default's model with request_id "same-1", then
+// another project's model with the same id, and was answered default's
+// finished operation: the second model was never exported, and a caller
+// since removed from default still saw default's operation. Now each is
+// its own export, with its own command; and a replay answers only an
+// operation the caller may read now.
+func TestExportModelRequestIDScope(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	export := func(c loomv1.ModelServiceClient, name, rid string) (*loomv1.Operation, error) {
+		return c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: name, RequestId: rid,
+			OutputConfig: &loomv1.ExportModelOutputConfig{ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "s3://b/out"}}})
+	}
+	sent := func(op *loomv1.Operation, name string) {
+		t.Helper()
+		ev := testkit.WaitEvent(t, h.broker, topics.ModelCommands, wait, func(e envelope.Event) bool {
+			c, ok := e.Payload.(*eventsv1.ExportModel)
+			return ok && c.GetOperation() == op.GetName()
+		})
+		if got := ev.Payload.(*eventsv1.ExportModel).GetName(); got != name {
+			t.Errorf("operation %s exports %s, want %s", op.GetName(), got, name)
+		}
+	}
+	const toy = project + "/locations/global/models/toy-model"
+	const bobm = "projects/other/locations/global/models/bobm"
+
+	ops := loomv1.NewModelServiceClient(h.as(t, "ops"))
+	first, err := export(ops, toy, "same-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent(first, toy)
+	second, err := export(ops, bobm, "same-1")
+	if err != nil || second.GetName() == first.GetName() || !strings.HasPrefix(second.GetName(), "projects/other/operations/") ||
+		second.GetMetadata().GetTarget() != bobm {
+		t.Fatalf("ExportModel of %s with the id of %s's export = %v, %v; want its own operation in projects/other", bobm, toy, second, err)
+	}
+	sent(second, bobm)
+	if again, err := export(ops, bobm, "same-1"); err != nil || again.GetName() != second.GetName() {
+		t.Errorf("retried export of %s = %v, %v; want %s", bobm, again, err, second.GetName())
+	}
+
+	// oz, admin of other, made admin of default, exports there; removed
+	// from default, the same id for other's model is other's export, and
+	// default's operation is not shown.
+	admin := authClient(h, t, h.adminKey)
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "oz", Role: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	oz := loomv1.NewModelServiceClient(h.as(t, "oz"))
+	inDefault, err := export(oz, toy, "oz-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "oz"}); err != nil {
+		t.Fatal(err)
+	}
+	inOther, err := export(oz, bobm, "oz-1")
+	if err != nil || inOther.GetName() == inDefault.GetName() || inOther.GetMetadata().GetTarget() != bobm {
+		t.Fatalf("oz's export of %s after leaving default = %v, %v; want its own operation, not %s", bobm, inOther, err, inDefault.GetName())
+	}
+	sent(inOther, bobm)
+
+	// A request record that answers an operation the caller may not read
+	// (as one kept from before the request_id was scoped so could): the
+	// replay refuses it, naming no operation.
+	theirs, err := loomv1.NewModelServiceClient(h.as(t, "oz")).UploadModel(ctx, &loomv1.UploadModelRequest{Parent: "projects/other",
+		ModelId: "bobm", Model: &loomv1.Model{ArtifactUri: "file:///shared/bobm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.redis.Set(ctx, "gateway:"+adapters.RequestInboxID(adapters.RequestUploadModel, "default\x00planted"), theirs.GetName(), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loomv1.NewModelServiceClient(h.as(t, "ana")).UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project, ModelId: "tiny",
+		RequestId: "planted", Model: &loomv1.Model{ArtifactUri: "file:///shared/tiny"}})
+	if status.Code(err) != codes.AlreadyExists || strings.Contains(status.Convert(err).Message(), theirs.GetName()) {
+		t.Errorf("replay of another project's operation to ana = %v, %v; want AlreadyExists naming no operation", got, err)
 	}
 }

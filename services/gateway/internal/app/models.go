@@ -2,7 +2,10 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -16,6 +19,7 @@ import (
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/authz"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
@@ -70,7 +74,7 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 		// Scoped to the project, as the registry scopes an upload's id.
 		rid = project + "\x00" + rid
 	}
-	if op, ok, err := g.replayModelOperation(ctx, kind, rid); err != nil || ok {
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId()); err != nil || ok {
 		return op, err
 	}
 	// The names key the command's record: checked here, before they do
@@ -216,8 +220,10 @@ const MaxExportURI = 4096
 // (an unknown one is NotFound at once, and an alias moved later does not
 // change what is copied), the operation (verb "export", target the version)
 // is stored together with the registry's ExportModel command in one Apply,
-// and the registry's answer finishes it (HandleModelEvent). A retry with the
-// same request_id by the same caller answers the first call's operation.
+// and the registry's answer finishes it (HandleModelEvent). A retry (the
+// same request_id from the same caller, for the same name and destination)
+// answers the first call's operation; the same request_id for another name
+// or destination is another export (exportRequestKey).
 func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
 	const field = "output_config.artifact_destination.output_uri_prefix"
 	p, _ := auth.FromContext(ctx)
@@ -225,14 +231,13 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	if err := domain.CheckRequestID(rid); err != nil {
 		return nil, err
 	}
+	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
 	if rid != "" {
-		// Scoped to the caller: another caller's id is another export.
-		rid = p.Name + "\x00" + rid
+		rid = exportRequestKey(p.Name, req.GetName(), dst, rid)
 	}
-	if op, ok, err := g.replayModelOperation(ctx, kind, rid); err != nil || ok {
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId()); err != nil || ok {
 		return op, err
 	}
-	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
 	switch {
 	case dst == "":
 		return nil, errs.Invalid(field, "required: where to copy the artifacts (file:///dir, s3://bucket/prefix, gs://…, azblob://…)")
@@ -263,24 +268,61 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 
+// exportRequestKey is the key ExportModel's request_id rid is remembered
+// by: the caller's, for the name and destination exported. A tester's
+// cluster administrator exported default's model with request_id "same-1",
+// then another project's model with the same id, and got default's
+// finished operation back: the second model was never exported. The name
+// and destination are hashed (with their lengths, so no two pairs read
+// alike): a destination may be 4 KiB, and the key names a Redis key.
+func exportRequestKey(principal, name, dst, rid string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s", len(name), name, len(dst), dst)
+	return principal + "\x00" + rid + "\x00" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // replayModelOperation returns the operation of an earlier ExportModel
-// (request id scoped to the caller) or UploadModel (scoped to the project)
-// with request id rid; ok=false when there was none. Unlike
-// replayOperation it asks for no admin role: the user role starts these.
-func (g *Gateway) replayModelOperation(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
-	if rid == "" {
+// (request id scoped to the caller, the name and the destination:
+// exportRequestKey) or UploadModel (scoped to the project) remembered by
+// key; ok=false when there was none. Unlike replayOperation it asks for no
+// admin role (the user role starts these), but it answers only an
+// operation the caller may read now (mayReadOperation): a replay never
+// shows what GetOperation would refuse (a caller since removed from the
+// operation's project), and is then AlreadyExists, naming rid (the
+// caller's request_id).
+func (g *Gateway) replayModelOperation(ctx context.Context, kind, key, rid string) (*loomv1.Operation, bool, error) {
+	if key == "" {
 		return nil, false, nil
 	}
-	name, err := g.repo.Request(ctx, kind, rid)
+	name, err := g.repo.Request(ctx, kind, key)
 	if errors.Is(err, errs.NotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
+	if !mayReadOperation(ctx, name) {
+		return nil, false, fmt.Errorf("request_id %q answered an operation this caller may not read; send a new request_id: %w", rid, errs.AlreadyExists)
+	}
 	op, err := g.repo.Operation(ctx, name)
 	return op, err == nil, err
 }
+
+// mayReadOperation reports whether the caller may read the operation named
+// name now: as GetOperation's rule says (the viewer role in its project),
+// or, for a workload (which reads no operation, yet is answered its own
+// upload's), when the operation is of the workload's project.
+func mayReadOperation(ctx context.Context, name string) bool {
+	if p, ok := auth.FromContext(ctx); ok && p.Kind == auth.KindWorkload {
+		project, _ := authz.ProjectOf(name)
+		return project != "" && project == p.Project
+	}
+	return authz.Authorize(ctx, getOperationMethod, &loomv1.GetOperationRequest{Name: name}) == nil
+}
+
+// getOperationMethod is the RPC whose authorization rule says who may read
+// an operation.
+const getOperationMethod = "/loom.v1.OperationService/GetOperation"
 
 // modelProject is the project id of a model name ("projects/{p}/…").
 func modelProject(name string) (string, error) {
