@@ -134,7 +134,7 @@ them when Loom stops instead.`,
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
 			printIngress(cmd.OutOrStdout(), st)
 			if expDir != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s, in a directory per project and user (file://%s/PROJECT/USER/NAME)\n", expDir, expDir)
+				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s, in a directory per project (file://%s/PROJECT/NAME; a user other than root under PROJECT/USER/)\n", expDir, expDir)
 				if closed := untraversable(expDir); closed != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "  (only root can: %s is closed to other users; give --export-root a directory they can reach)\n", closed)
 				}

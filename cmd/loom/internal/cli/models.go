@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loom-ml/loom/libs/paging"
-	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -349,7 +348,7 @@ func renderModelList(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 		if m.GetLatestVersion() > 0 {
 			latest = fmt.Sprint(m.GetLatestVersion())
 		}
-		row(tw, shown(id), shownCell(m.GetDisplayName(), 32), shown(orDash(m.GetVersionId())), latest,
+		row(tw, shown(id), cell(m.GetDisplayName(), 32), shown(orDash(m.GetVersionId())), latest,
 			shown(joinOr(m.GetVersionAliases(), "-")), ago(m.GetUpdateTime(), now))
 	}
 	return tw.Flush()
@@ -360,7 +359,7 @@ func renderModelVersions(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "VERSION", "ALIASES", "DESCRIPTION", "PRODUCED BY", "ARTIFACT", "CREATED")
 	for _, m := range ms {
-		row(tw, shown(m.GetVersionId()), shown(joinOr(m.GetVersionAliases(), "-")), shownCell(m.GetVersionDescription(), 40),
+		row(tw, shown(m.GetVersionId()), shown(joinOr(m.GetVersionAliases(), "-")), cell(m.GetVersionDescription(), 40),
 			producedBy(m.GetLineage()), shown(m.GetArtifactUri()), ago(m.GetVersionCreateTime(), now))
 	}
 	return tw.Flush()
@@ -423,22 +422,6 @@ func producedBy(l *loomv1.ModelLineage) string {
 	}
 	return "-"
 }
-
-// maxShownBytes bounds one string of the registry's as the models commands
-// print it (a description is at most 2048 characters).
-const maxShownBytes = 16 << 10
-
-// shown is a string of the registry's answer as the models commands print
-// it. The registry refuses control characters in what it stores, but a
-// record stored before it did (or an answer from a registry that does not)
-// may hold an escape sequence that would clear or retitle the reader's
-// terminal, or a bidirectional override that reorders a row: each such
-// character (libs/termtext) is shown as U+FFFD, a newline too.
-func shown(s string) string { return termtext.Clean(s, maxShownBytes) }
-
-// shownCell is free text as a table cell (cellText: its first line, at most
-// n characters), cleaned as shown cleans.
-func shownCell(s string, n int) string { return shown(cellText(s, n)) }
 
 // shownBlock is multi-line text (a description) as a field of `loom models
 // get`: each line cleaned as shown cleans (a tab as spaces), the lines after

@@ -22,6 +22,7 @@ import (
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -525,3 +526,25 @@ func collect[T any](a *app, cmd *cobra.Command, limit int, fetch func(ctx contex
 	})
 	return out, err
 }
+
+// maxShown bounds one text a command prints whole (a get's field, a
+// progress line): far above any field's limit, so nothing a service keeps
+// is cut.
+const maxShown = 64 << 10
+
+// shown is a service's text (a training resource's, a model's) as the
+// commands print it, on one line and safe for a terminal: a line break or
+// tab is a space (it would break a row), and every other control
+// character, invalid UTF-8 and what else libs/termtext refuses (an escape
+// such as OSC 52, which writes a viewer's clipboard; a bidi override) is
+// U+FFFD, so that the reader sees something was there. Validation refuses
+// them in what a user writes; this covers what it cannot: records stored
+// before it did, the services' messages, and a program's args (any text
+// but NUL).
+func shown(s string) string { return termtext.Clean(lineBreaks.Replace(s), maxShown) }
+
+// lineBreaks turns a text's line breaks and tabs into spaces (shown).
+var lineBreaks = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "\t", " ")
+
+// cell is s as a table's cell: shown, cut to n characters (cellText).
+func cell(s string, n int) string { return cellText(shown(s), n) }

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/libs/config"
-	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
@@ -118,24 +117,6 @@ func withError(state string, e *trainingv1.Status) string {
 	}
 	return state
 }
-
-// maxShown bounds one text the training commands print whole (a get's
-// field, a progress line): far above any field's limit, so nothing the
-// service keeps is cut.
-const maxShown = 64 << 10
-
-// shown is a training resource's text as the training commands print it,
-// on one line and safe for a terminal: control characters become spaces
-// (oneLine: a newline or tab would break a row, an escape such as OSC 52
-// writes a viewer's clipboard), and invalid UTF-8 and what else
-// libs/termtext refuses (bidi overrides) U+FFFD. Validation refuses them
-// in what a user writes; this covers what it cannot: resources stored
-// before it did, the service's messages, and a program's args (any text
-// but NUL).
-func shown(s string) string { return termtext.Clean(oneLine(s), maxShown) }
-
-// cell is s as a table's cell: shown, cut to n characters (cellText).
-func cell(s string, n int) string { return cellText(shown(s), n) }
 
 // Widths of the training tables' free-text columns: a failed resource's
 // error or an INFEASIBLE trial's reason runs to hundreds of characters, a

@@ -460,7 +460,7 @@ func TestTrainingTextIsCleaned(t *testing.T) {
 		}
 	}
 	out, _, _ := run(t, gw, "hptuning", "trials", "1")
-	if !strings.Contains(out, "optimizer= ]52;c;ZWNobyBwd25lZA== adam") {
+	if !strings.Contains(out, "optimizer=\uFFFD]52;c;ZWNobyBwd25lZA==\uFFFDadam") {
 		t.Errorf("the value is not shown legibly:\n%s", out)
 	}
 	out, _, _ = run(t, gw, "hptuning", "trials", "1", "-o", "json")

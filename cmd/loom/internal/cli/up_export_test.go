@@ -77,11 +77,13 @@ func TestUpExportsUnderItsDataDir(t *testing.T) {
 			}
 		}
 	})
-	if want := "`loom models export` writes local copies under " + root + ", in a directory per project (file://" + root + "/PROJECT/NAME)"; !strings.Contains(out, want) {
+	if want := "`loom models export` writes local copies under " + root + ", in a directory per project (file://" + root + "/PROJECT/NAME; a user other than root under PROJECT/USER/)"; !strings.Contains(out, want) {
 		t.Errorf("loom up did not say %q:\n%s", want, out)
 	}
-	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 {
-		t.Errorf("export root %s: %v, %v; want a directory of mode 0700", root, fi, err)
+	// 0755: each caller's export is written as that caller, under
+	// PROJECT/USER/, which they must reach.
+	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("export root %s: %v, %v; want a directory of mode 0755", root, fi, err)
 	}
 
 	dir = t.TempDir()
