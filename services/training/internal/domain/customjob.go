@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -261,6 +262,13 @@ func failure(j *loomv1.Job) string {
 		what = "its nodes kept failing (infrastructure); it was requeued as often as allowed"
 	case loomv1.JobState_PREEMPTED:
 		what = "it was preempted"
+	case loomv1.JobState_FAILED:
+		if strings.HasPrefix(j.GetStateReason(), "JobLaunchFailure") {
+			// Nothing ran: there is no output to see, and no exit code.
+			what = "a replica could not start (its reason follows)"
+			break
+		}
+		fallthrough
 	default:
 		what = fmt.Sprintf("a replica exited with code %d; see the job's output (loom jobs logs %s)", j.GetExitCode(), j.GetJobId())
 		if j.GetUserFailures() > 0 {
