@@ -26,21 +26,24 @@ const (
 	// KeyAuditProjects is a set of the trails with records: each project's
 	// (and "-"), and beside it P + RefusedTrail.
 	KeyAuditProjects = "audit:projects"
-	// RefusedTrail is the suffix of the trail that keeps a project's
-	// refusals ("denied" records) apart from its other records, each
-	// trail capped on its own: a flood of refused calls, even a member's,
-	// pushes out only older refusals, never a record of what was done.
+	// RefusedTrail is the suffix of the trail that keeps the records of a
+	// project's calls that were not done (refused, "denied", or let
+	// through and failed, "failed") apart from those of what was done,
+	// each trail capped on its own: a flood of calls that do nothing
+	// (refused, or failed on purpose with a deadline of a nanosecond),
+	// even a member's, pushes out only older such records, never a record
+	// of what was done.
 	RefusedTrail = "/refused"
 )
 
-// auditTrail is the trail rec is kept in: its project's ("-" for none),
-// or beside it the project's refusals.
+// auditTrail is the trail rec is kept in: its project's ("-" for none)
+// for a call that was done, else beside it the project's calls not done.
 func auditTrail(rec *loomv1.AuditRecord) string {
 	project := rec.GetProject()
 	if project == "" {
 		project = "-"
 	}
-	if rec.GetDecision() == "denied" {
+	if d := rec.GetDecision(); d == "denied" || d == "failed" {
 		return project + RefusedTrail
 	}
 	return project

@@ -117,3 +117,32 @@ func TestListAuditReadsABoundedSpan(t *testing.T) {
 		t.Fatalf("second call: %v, resume %q, %v; want ana's record and the end", got, resume, err)
 	}
 }
+
+// TestAuditTrailOfCallsNotDone: a refused or failed call's record is kept
+// beside its project's trail, capped on its own, so that a flood of calls
+// that did nothing (a member's too) pushes out no record of what was done.
+func TestAuditTrailOfCallsNotDone(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	r := NewRepo(store.New(rdb, "gateway:"))
+	ctx := testkit.Context(t, 30*time.Second)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	put := func(id, decision string, at time.Duration) {
+		rec := &loomv1.AuditRecord{Id: id, Time: timestamppb.New(now.Add(at)), Principal: "users/vic", Project: "p1", Decision: decision}
+		if err := r.PutAudit(ctx, rec, now.Add(at), time.Hour, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("done", "allowed", 0)
+	for i := range 5 {
+		put(fmt.Sprintf("refused%d", i), "denied", time.Duration(i+1)*time.Second)
+		put(fmt.Sprintf("failed%d", i), "failed", time.Duration(i+1)*time.Second+time.Millisecond)
+	}
+	if n, _ := rdb.HLen(ctx, "gateway:"+KeyAuditRecordsPrefix+"p1").Result(); n != 1 {
+		t.Errorf("p1's trail of what was done holds %d records, want the one", n)
+	}
+	got, _, err := r.ListAudit(ctx, "p1", "", 100, nil)
+	if err != nil || len(got) != 4 || got[3].GetId() != "done" {
+		t.Errorf("p1 lists %v (%v): want the newest 3 of the calls not done, then the one done", got, err)
+	}
+}

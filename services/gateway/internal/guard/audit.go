@@ -338,12 +338,14 @@ func (a *Auditor) newRecord(ctx context.Context, slot *auth.Slot, method string,
 	}
 	resource := Resource(req)
 	project := ProjectOf(resource)
-	if Decision(code) == Denied && !slot.Principal.InProject(project) {
-		// A stranger's refusal (or an anonymous one) goes to the cluster's
-		// trail, where its resource still shows what was probed: filed
-		// under the project it names, it would push that project's own
-		// records out of its capped trail, and any well-formed name would
-		// make a trail.
+	if code != codes.OK && !slot.Principal.InProject(project) {
+		// A stranger's call that was not done (refused, or failed: a
+		// credential that could not be checked in time fails Unavailable
+		// before anyone is known), or an anonymous one, goes to the
+		// cluster's trail, where its resource still shows what was
+		// probed: filed under the project it names, it would push that
+		// project's own records out of its capped trail, and any
+		// well-formed name would make a trail.
 		project = NoProject
 	}
 	return &loomv1.AuditRecord{

@@ -178,6 +178,10 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 		errs.Unauthenticated)
 	run("/loom.v1.ClusterService/DeleteCluster", &loomv1.DeleteClusterRequest{Name: "projects/p1/clusters/c1"}, ana, errs.ToStatus(errs.Unavailable))
 	run("/loom.v1.ClusterService/CreateCluster", &loomv1.CreateClusterRequest{Parent: "projects/p1"}, ana, errs.ToStatus(errs.PermissionDenied))
+	// A stranger's call that failed (a credential that could not be
+	// checked before a deadline of a nanosecond: Unavailable) is the
+	// cluster's too.
+	run("/loom.v1.ClusterService/DeleteCluster", &loomv1.DeleteClusterRequest{Name: "projects/p2/clusters/c1"}, nil, errs.ToStatus(errs.Unavailable))
 	got := rec.all()
 	type row struct{ principal, method, resource, decision, code, project string }
 	want := []row{
@@ -188,6 +192,7 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 		{Anonymous, "/loom.v1.ClusterService/UpdateCluster", "projects/p1/clusters/c1", Denied, "Unauthenticated", NoProject},
 		{"users/ana", "/loom.v1.ClusterService/DeleteCluster", "projects/p1/clusters/c1", Failed, "Unavailable", "p1"},
 		{"users/ana", "/loom.v1.ClusterService/CreateCluster", "projects/p1", Denied, "PermissionDenied", "p1"},
+		{Anonymous, "/loom.v1.ClusterService/DeleteCluster", "projects/p2/clusters/c1", Failed, "Unavailable", NoProject},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d records, want %d: %v", len(got), len(want), got)
