@@ -291,6 +291,42 @@ func TestAuthSessionEndsWithItsKey(t *testing.T) {
 	}
 }
 
+// TestAuthLoginKeysSessionsEndWithIt: the sessions the login service
+// started with its key, and the service's own tokens made with it, end
+// when that key is revoked: a leaked login key (which can make a session
+// for any user) is revoked with everything it made.
+func TestAuthLoginKeysSessionsEndWithIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	loginKey := readKeyFile(t, h.cfg.Auth.LoginKeyFile)
+	login := authClient(h, t, loginKey)
+	carol, err := login.CreateToken(ctx, &loomv1.CreateTokenRequest{User: "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := login.CreateToken(ctx, &loomv1.CreateTokenRequest{})
+	if err != nil || svc.GetAccessToken() == "" {
+		t.Fatalf("the login service's own token: %v %v", svc, err)
+	}
+	if _, err := authClient(h, t, svc.GetAccessToken()).WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("the service token before the revocation: %v", err)
+	}
+	id, _, err := auth.ParseAPIKey(loginKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := authClient(h, t, h.adminKey).RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: "services/login/keys/" + id}); err != nil {
+		t.Fatal(err)
+	}
+	for what, tok := range map[string]string{"carol's session": carol.GetAccessToken(), "the service's token": svc.GetAccessToken()} {
+		_, err := authClient(h, t, tok).WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+		wantAuthCode(t, what+" after the login key's revocation", err, codes.Unauthenticated, "was revoked")
+	}
+	_, err = authClient(h, t, "").CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: carol.GetRefreshToken()})
+	wantAuthCode(t, "carol's refresh after the login key's revocation", err, codes.Unauthenticated, "was revoked")
+}
+
 func TestAuthLoginServiceAndMembers(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

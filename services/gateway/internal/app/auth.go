@@ -185,7 +185,9 @@ func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) 
 		if p.Kind != auth.KindService || p.Name != auth.ServiceName(LoginService) {
 			return nil, fmt.Errorf("%w: only the login service (%s) may get a token for another user; use `loom auth login`", errs.PermissionDenied, auth.ServiceName(LoginService))
 		}
-		return a.userToken(ctx, req.GetUser(), "token", "", ttl)
+		// The session the login service starts for a user carries the
+		// login key's id: revoking that key ends every session it made.
+		return a.userToken(ctx, req.GetUser(), "token", p.KeyID, ttl)
 	case req.GetJob() != "":
 		return a.workloadToken(ctx, p, job, ttl)
 	}
@@ -195,7 +197,7 @@ func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) 
 		// carries the key's id: revoking the key ends it.
 		return a.userToken(ctx, p.User, "token", p.KeyID, ttl)
 	case auth.KindService:
-		tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: p.Kind.String(), RegisteredClaims: auth.ForSubject(p.Name)}, ttl)
+		tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: p.Kind.String(), Key: p.KeyID, RegisteredClaims: auth.ForSubject(p.Name)}, ttl)
 		if err != nil {
 			return nil, err
 		}

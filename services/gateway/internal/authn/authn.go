@@ -255,6 +255,7 @@ func (a *Authenticator) principal(ctx context.Context, e keyEntry) (*auth.Princi
 		return p, err
 	}
 	p := *e.p
+	p.KeyID = e.id // a service's key, or the one its token was made with
 	return &p, nil
 }
 
@@ -291,21 +292,22 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 	if exp := c.ExpiresAt.Time; exp.Before(e.until) {
 		e.until = exp
 	}
+	if c.Key != "" {
+		// A token made with an API key (a user's session, a service's
+		// token, the sessions the login service's key made) lives only
+		// while that key does: checked as the key itself is, and dropped
+		// from the cache with it (ForgetKey).
+		if err := CheckSessionKey(ctx, a.o.Store, c.Key, now); err != nil {
+			return nil, err
+		}
+		e.id = c.Key
+	}
 	switch kind {
 	case auth.KindUser:
 		if c.Subject != auth.UserName(c.User) {
 			return nil, unauthenticated("token subject %q does not match its user", c.Subject)
 		}
 		e.user = c.User
-		if c.Key != "" {
-			// A session started from an API key ends with the key: its
-			// tokens are checked against it as the key itself is, and
-			// ForgetKey drops them from the cache with it.
-			if err := CheckSessionKey(ctx, a.o.Store, c.Key, now); err != nil {
-				return nil, err
-			}
-			e.id = c.Key
-		}
 	case auth.KindNode:
 		if c.Node == "" || c.Cluster == "" {
 			return nil, unauthenticated("node token without a node or cluster")
@@ -504,8 +506,16 @@ func (s *stream) recheck() error {
 			return err
 		}
 		p.KeyID = s.p.KeyID
+	case s.p.KeyID != "":
+		// A service's: its rights are its token's, while the key it was
+		// made with lives.
+		if err := CheckSessionKey(s.ServerStream.Context(), s.a.o.Store, s.p.KeyID, now); err != nil {
+			return err
+		}
+		s.checked = now
+		return nil
 	default:
-		return nil // a node's, a workload's, a service's rights are their token's
+		return nil // a node's, a workload's rights are their token's
 	}
 	if !samePrincipal(s.p, p) {
 		return fmt.Errorf("%s is no longer what it was when this stream opened (a role changed or was taken away); open it again: %w",
