@@ -16,6 +16,18 @@ const (
 	RoleLogin   = "login"
 )
 
+// sharedDirEntries are the entries Loom itself keeps in a cluster's shared
+// dir: the agents' .loom (step outputs, progress), the models jobs write and
+// the jobs' checkpoints.
+var sharedDirEntries = map[string]bool{".loom": true, "models": true, "checkpoints": true}
+
+// HomeName reports whether <shared dir>/<user> may be user's home (what a
+// job of theirs submitted without a directory works in, its HOME): not one
+// of the shared dir's own entries, which a user named "models" or
+// "checkpoints" would otherwise be given, to plant links in under what
+// every job uses.
+func HomeName(user string) bool { return user != "" && !sharedDirEntries[user] }
+
 // ClusterID returns the cluster id of c: the last segment of its name
 // ("projects/p/clusters/c" → "c"; a bare "c" stays "c").
 func ClusterID(c *loomv1.Cluster) string {

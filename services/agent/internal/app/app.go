@@ -29,6 +29,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/acct"
 	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
@@ -996,7 +997,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	if err := a.contain(&spec, cmd, dir); err != nil {
 		return nil, nil, "", err
 	}
-	if user != "" && loginName.MatchString(user) && filepath.Clean(dir) == filepath.Join(a.opts.SharedDir, user) {
+	if loginName.MatchString(user) && clusterspec.HomeName(user) && filepath.Clean(dir) == filepath.Join(a.opts.SharedDir, user) {
 		// The owner's home, where a job submitted without a directory
 		// runs: made as the login makes it (the shared dir above it is
 		// root's, so the owner could not make it).
@@ -1189,7 +1190,7 @@ func (a *App) nodeVars(vars map[string]string, owner string, acct ports.Account)
 				out[k] = u
 			}
 		}
-		if vars["HOME"] == "" && loginName.MatchString(u) {
+		if vars["HOME"] == "" && loginName.MatchString(u) && clusterspec.HomeName(u) {
 			out["HOME"] = a.userHome(u, owner)
 		}
 	}
@@ -1198,7 +1199,8 @@ func (a *App) nodeVars(vars map[string]string, owner string, acct ports.Account)
 
 // loginName is a user name that may name a home directory: the rule
 // `loom clusters login` applies (useradd's), which keeps it one path
-// element. A job whose owner's name breaks it gets the shared dir as HOME.
+// element. A job whose owner's name breaks it, or is one of the shared
+// dir's own entries (clusterspec.HomeName), gets the shared dir as HOME.
 var loginName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}$`)
 
 // userHome is the home of user on this cluster, <shared dir>/<user>: what

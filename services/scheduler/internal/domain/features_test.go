@@ -969,7 +969,10 @@ func TestOutputPatternsAndWorkDir(t *testing.T) {
 	// runs in its owner's home, as Slurm's: the shared dir is root's, and
 	// the job could not write its output there. Root's stays in the
 	// shared dir, as does a job whose owner's name is no account name.
-	for user, want := range map[string]string{"alice": "/shared/alice", "root": "/shared", "../etc": "/shared"} {
+	// Nor does one named as the shared dir's own entries (a user
+	// "models" would own what every job writes its model to).
+	for user, want := range map[string]string{"alice": "/shared/alice", "root": "/shared", "../etc": "/shared",
+		"models": "/shared", "checkpoints": "/shared"} {
 		spec := &loomv1.Job{JobId: "7", User: user}
 		wd := workDir(spec, "/shared")
 		out, _ := outputPaths(spec, wd, "a3-0001")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -95,7 +96,7 @@ func submitDir(spec *loomv1.Job, sharedDir string) string {
 	if d := spec.GetSubmitDir(); d != "" {
 		return d
 	}
-	if u := spec.GetUser(); u != "" && u != "root" && sharedDir != "" && auth.CheckUserName(u) == nil {
+	if u := spec.GetUser(); u != "root" && sharedDir != "" && auth.CheckUserName(u) == nil && clusterspec.HomeName(u) {
 		return filepath.Join(sharedDir, u)
 	}
 	return sharedDir
