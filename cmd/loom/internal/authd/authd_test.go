@@ -44,6 +44,13 @@ const loginKey = "lk_0123456789abcdef.login-secret"
 // directory every user may reach, until the test ends.
 func daemon(t *testing.T, f *fakegw.Gateway) (sock string) {
 	t.Helper()
+	return serve(t, &Server{Conn: f.Dial(t), LoginKey: func() (string, error) { return loginKey, nil }})
+}
+
+// serve serves s on a socket in a directory every user may reach, until
+// the test ends.
+func serve(t *testing.T, s *Server) (sock string) {
+	t.Helper()
 	dir := t.TempDir()
 	// t.TempDir's directories are 0700: open the way for other users.
 	for _, d := range []string{filepath.Dir(dir), dir} {
@@ -56,7 +63,6 @@ func daemon(t *testing.T, f *fakegw.Gateway) (sock string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Conn: f.Dial(t), LoginKey: func() (string, error) { return loginKey, nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
@@ -269,29 +275,14 @@ func TestListen(t *testing.T) {
 // once one ends it is answered again.
 func TestBoundsOneAccountsConnections(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "authd.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	release := make(chan struct{})
 	held := make(chan struct{}, maxConnsPerUID)
-	s := &Server{Conn: fakeGateway().Dial(t), LoginKey: func() (string, error) { return loginKey, nil },
+	sock := serve(t, &Server{Conn: fakeGateway().Dial(t), LoginKey: func() (string, error) { return loginKey, nil },
 		Lookup: func(uint32) (string, error) {
 			held <- struct{}{}
 			<-release
 			return "", errors.New("no such account")
-		}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+		}})
 	answers := make(chan error, maxConnsPerUID)
 	for range maxConnsPerUID {
 		go func() { _, err := Ask(context.Background(), sock); answers <- err }()
