@@ -95,6 +95,14 @@ func TestListAndCancelOperations(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "filter") {
 		t.Errorf("bad filter: %v, want InvalidArgument naming filter", err)
 	}
+	// A filter that could only match nothing is refused, naming what it
+	// may filter on: an unknown key, done other than true or false.
+	for f, want := range map[string]string{"state=DONE": `unknown field "state": filter on done, verb, target`, "done=yes": "yes"} {
+		_, err = h.ops().ListOperations(ctx, &loomv1.ListOperationsRequest{Parent: project, Filter: f})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("filter %s: %v, want InvalidArgument saying %q", f, err, want)
+		}
+	}
 	first, err := h.ops().ListOperations(ctx, &loomv1.ListOperationsRequest{Parent: project, PageSize: 1})
 	if err != nil || first.GetNextPageToken() == "" {
 		t.Fatalf("first page: %v %v, want a next page", first, err)

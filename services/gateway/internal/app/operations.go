@@ -24,8 +24,8 @@ import (
 
 // ListOperations lists a project's operations in name order, which is the
 // order they were started (operation ids are ULIDs), one page at a time
-// (libs/paging). The filter (AIP-160, trainingspec.ParseFilter) takes the
-// keys done, verb and target. The store is read in bounded HSCAN steps and
+// (libs/paging). The filter (AIP-160, trainingspec.ParseFilterFor) takes the
+// keys done, verb and target, and only those. The store is read in bounded HSCAN steps and
 // at most one page is held (adapters.Repo.ScanOperations).
 func (g *Gateway) ListOperations(ctx context.Context, req *loomv1.ListOperationsRequest) (*loomv1.ListOperationsResponse, error) {
 	var v errs.Validator
@@ -33,8 +33,14 @@ func (g *Gateway) ListOperations(ctx context.Context, req *loomv1.ListOperations
 	if err != nil {
 		v.Add("parent", "%v", err)
 	}
-	filter, ferr := trainingspec.ParseFilter(req.GetFilter())
-	if ferr != nil {
+	filter, ferr := trainingspec.ParseFilterFor(req.GetFilter(), operationFilterKeys)
+	var inv *errs.InvalidError
+	switch {
+	case errors.As(ferr, &inv):
+		for _, x := range inv.Violations {
+			v.Add(x.Field, "%s; e.g. \"done=false AND verb=create\"", x.Reason)
+		}
+	case ferr != nil:
 		v.Add("filter", "%v; keys are done, verb and target, e.g. \"done=false AND verb=create\"", ferr)
 	}
 	size, after := paging.Check(&v, req)
@@ -55,6 +61,15 @@ func (g *Gateway) ListOperations(ctx context.Context, req *loomv1.ListOperations
 		resp.NextPageToken = paging.Token(req, next)
 	}
 	return resp, nil
+}
+
+// operationFilterKeys are what ListOperations filters on: a filter naming
+// another key ("state=DONE"), or done other than true or false, is refused
+// (it would match nothing and read as "no operations").
+var operationFilterKeys = trainingspec.FilterKeys{
+	{Name: "done", Kind: trainingspec.FilterEnum, Values: []string{"false", "true"}},
+	{Name: "verb", Kind: trainingspec.FilterText},
+	{Name: "target", Kind: trainingspec.FilterText},
 }
 
 // operationField is an operation's value for a filter key.
