@@ -539,7 +539,15 @@ func (h *harness) enrol(t testing.TB) {
 	if err != nil {
 		t.Fatalf("token key: %v", err)
 	}
-	iss, err := auth.NewIssuer(key, "loom", nil)
+	// The test principals' tokens are issued on the gateway's clock: a
+	// gateway on a fake clock (set to a whole second) verifies their iat
+	// against it, and a token issued on the real clock a second later was
+	// "used before issued" (TestAuthOIDC, now and then).
+	var now func() time.Time
+	if c := h.cfg.Common.Clock; c != nil {
+		now = c.Now
+	}
+	iss, err := auth.NewIssuer(key, "loom", now)
 	if err != nil {
 		t.Fatal(err)
 	}
