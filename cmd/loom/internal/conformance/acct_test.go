@@ -8,14 +8,23 @@ import (
 	"time"
 )
 
-// kib reads a memory figure as Slurm prints it ("30012K") in KiB; -1 when
-// it is not one.
+// kib reads a memory figure as Slurm prints it ("30012K", "100M") in KiB;
+// -1 when it is not one.
 func kib(s string) int {
-	n, err := strconv.Atoi(strings.TrimSuffix(s, "K"))
-	if err != nil || !strings.HasSuffix(s, "K") {
+	// sacct prints a size in the largest unit that keeps it exact or a
+	// half: "221176K", but "100M" for 100 MiB exactly, "1.50G".
+	i := strings.IndexAny(s, "KMGT")
+	if i <= 0 || i != len(s)-1 {
 		return -1
 	}
-	return n
+	n, err := strconv.ParseFloat(s[:i], 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	for range strings.IndexByte("KMGT", s[i]) {
+		n *= 1024
+	}
+	return int(n)
 }
 
 // TestJobAccounting: sstat shows what a running srun step's tasks use (the
@@ -92,5 +101,15 @@ func TestOverMemoryKill(t *testing.T) {
 	if out := s.read("oom-" + id + ".out"); !strings.Contains(out, "slurmstepd: error: Job "+id+" exceeded memory limit (") ||
 		!strings.Contains(out, " > 20480), being killed") {
 		t.Errorf("job %s's output lacks Slurm's memory line:\n%s", id, out)
+	}
+}
+
+// TestKib: the figures sacct prints, in every unit it picks.
+func TestKib(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]int{"30012K": 30012, "100M": 102400, "1.50G": 1572864, "0": -1, "12": -1, "K": -1, "2MK": -1} {
+		if got := kib(s); got != want {
+			t.Errorf("kib(%q) = %d, want %d", s, got, want)
+		}
 	}
 }
