@@ -997,7 +997,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	if err := a.contain(&spec, cmd, dir); err != nil {
 		return nil, nil, "", err
 	}
-	if loginName.MatchString(user) && clusterspec.HomeName(user) && filepath.Clean(dir) == filepath.Join(a.opts.SharedDir, user) {
+	if hasHome(user) && filepath.Clean(dir) == filepath.Join(a.opts.SharedDir, user) {
 		// The owner's home, where a job submitted without a directory
 		// runs: made as the login makes it (the shared dir above it is
 		// root's, so the owner could not make it).
@@ -1190,7 +1190,7 @@ func (a *App) nodeVars(vars map[string]string, owner string, acct ports.Account)
 				out[k] = u
 			}
 		}
-		if vars["HOME"] == "" && loginName.MatchString(u) && clusterspec.HomeName(u) {
+		if vars["HOME"] == "" && hasHome(u) {
 			out["HOME"] = a.userHome(u, owner)
 		}
 	}
@@ -1202,6 +1202,12 @@ func (a *App) nodeVars(vars map[string]string, owner string, acct ports.Account)
 // element. A job whose owner's name breaks it, or is one of the shared
 // dir's own entries (clusterspec.HomeName), gets the shared dir as HOME.
 var loginName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}$`)
+
+// hasHome reports whether user has a home under the shared dir, <shared
+// dir>/<user>: the one rule for both the HOME a job gets and the working
+// directory the agent makes as that home (a login name, not one of the
+// shared dir's own entries).
+func hasHome(user string) bool { return loginName.MatchString(user) && clusterspec.HomeName(user) }
 
 // userHome is the home of user on this cluster, <shared dir>/<user>: what
 // `loom clusters login` gives a session, so that a job gets the same HOME

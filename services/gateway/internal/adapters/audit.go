@@ -13,6 +13,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/guard"
 )
 
 // The audit trail in Redis (relative to the store's prefix). Per project P
@@ -27,8 +28,8 @@ const (
 	// (and "-"), and beside it P + RefusedTrail.
 	KeyAuditProjects = "audit:projects"
 	// RefusedTrail is the suffix of the trail that keeps the records of a
-	// project's calls that were not done (refused, "denied", or let
-	// through and failed, "failed") apart from those of what was done,
+	// project's calls that were not done (refused, guard.Denied, or let
+	// through and failed, guard.Failed) apart from those of what was done,
 	// each trail capped on its own: a flood of calls that do nothing
 	// (refused, or failed on purpose with a deadline of a nanosecond),
 	// even a member's, pushes out only older such records, never a record
@@ -43,7 +44,7 @@ func auditTrail(rec *loomv1.AuditRecord) string {
 	if project == "" {
 		project = "-"
 	}
-	if d := rec.GetDecision(); d == "denied" || d == "failed" {
+	if d := rec.GetDecision(); d == guard.Denied || d == guard.Failed {
 		return project + RefusedTrail
 	}
 	return project
