@@ -489,6 +489,9 @@ type FilterKey struct {
 	Kind FilterKind
 	// Values are a FilterEnum's values ("JOB_STATE_RUNNING", ...).
 	Values []string
+	// Aliases are other spellings a filter may use for Name (a REST
+	// caller's camelCase "versionId"); a refusal lists Name only.
+	Aliases []string
 }
 
 // FilterKeys are the keys one List's filter may name, in the order a
@@ -510,7 +513,7 @@ func (ks FilterKeys) String() string {
 
 func (ks FilterKeys) find(name string) (FilterKey, bool) {
 	for _, k := range ks {
-		if k.Name == name {
+		if k.Name == name || slices.Contains(k.Aliases, name) {
 			return k, true
 		}
 	}

@@ -47,12 +47,30 @@ func Lookup(m *loomv1.Model) func(key string) (string, bool) {
 
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// Filter returns the models of ms that pass filter (AIP-160; "" keeps all).
+// FilterKeys are the keys Lookup answers, as a filter may name them: a
+// filter on any other key would match nothing and read as "no such
+// models", so it is refused instead (as the training lists refuse theirs).
+var FilterKeys = trainingspec.FilterKeys{
+	{Name: "display_name", Kind: trainingspec.FilterText},
+	{Name: "description", Kind: trainingspec.FilterText},
+	{Name: "version_id", Kind: trainingspec.FilterText, Aliases: []string{"versionId"}},
+	{Name: "version_description", Kind: trainingspec.FilterText, Aliases: []string{"versionDescription"}},
+	{Name: "artifact_uri", Kind: trainingspec.FilterText, Aliases: []string{"artifactUri"}},
+	{Name: "labels", Kind: trainingspec.FilterMap},
+	{Name: "create_time", Kind: trainingspec.FilterTime},
+	{Name: "update_time", Kind: trainingspec.FilterTime},
+	{Name: "version_create_time", Kind: trainingspec.FilterTime, Aliases: []string{"versionCreateTime"}},
+	{Name: "version_update_time", Kind: trainingspec.FilterTime, Aliases: []string{"versionUpdateTime"}},
+}
+
+// Filter returns the models of ms that pass filter (AIP-160; "" keeps
+// all). A filter naming a key outside FilterKeys, or a time that is not
+// RFC 3339, is an *errs.InvalidError on "filter".
 func Filter(filter string, ms []*loomv1.Model) ([]*loomv1.Model, error) {
 	if strings.TrimSpace(filter) == "" {
 		return ms, nil
 	}
-	f, err := trainingspec.ParseFilter(filter)
+	f, err := trainingspec.ParseFilterFor(filter, FilterKeys)
 	if err != nil {
 		return nil, err
 	}

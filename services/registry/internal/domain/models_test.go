@@ -355,4 +355,17 @@ func TestFilter(t *testing.T) {
 	if _, err := Filter("labels.team=(", ms); err == nil {
 		t.Error("a malformed filter was accepted")
 	}
+	// A misspelt key or a time that is not one would match nothing and
+	// read as "no such models": each is refused, naming the filter.
+	for _, bad := range []string{"lables.team=x", "name=a", "create_time>yesterday", "labels=x", "versionid=1"} {
+		_, err := Filter(bad, ms)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || inv.Violations[0].Field != "filter" {
+			t.Errorf("Filter(%q) = %v, want an InvalidError on filter", bad, err)
+		}
+	}
+	// The REST spellings of the version keys are the same keys.
+	if got, err := Filter(`versionId="1" OR version_id="1"`, ms); err != nil || len(got) != 0 {
+		t.Errorf("camelCase key: %v, %v", got, err)
+	}
 }
