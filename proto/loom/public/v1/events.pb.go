@@ -1284,7 +1284,13 @@ type ModelVersionRegistered_Lineage struct {
 	// metrics are the final measurement's metrics.
 	Metrics map[string]float64 `protobuf:"bytes,7,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	// data_uri is where the training data came from, when known.
-	DataUri       string `protobuf:"bytes,8,opt,name=data_uri,json=dataUri,proto3" json:"data_uri,omitempty"`
+	DataUri string `protobuf:"bytes,8,opt,name=data_uri,json=dataUri,proto3" json:"data_uri,omitempty"`
+	// recorded_by says whose word this lineage is: "loom" when Loom
+	// recorded it from what ran (a training pipeline's upload, a job's
+	// model output), else the principal that supplied it with UploadModel
+	// ("users/alice"), whose names were checked for form and project only.
+	// Empty for versions registered before it was kept.
+	RecordedBy    string `protobuf:"bytes,9,opt,name=recorded_by,json=recordedBy,proto3" json:"recorded_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1371,6 +1377,13 @@ func (x *ModelVersionRegistered_Lineage) GetMetrics() map[string]float64 {
 func (x *ModelVersionRegistered_Lineage) GetDataUri() string {
 	if x != nil {
 		return x.DataUri
+	}
+	return ""
+}
+
+func (x *ModelVersionRegistered_Lineage) GetRecordedBy() string {
+	if x != nil {
+		return x.RecordedBy
 	}
 	return ""
 }
@@ -1479,7 +1492,7 @@ const file_loom_public_v1_events_proto_rawDesc = "" +
 	"\ametrics\x18\x03 \x03(\v20.loom.public.v1.TrialFinished.Measurement.MetricR\ametrics\x1a;\n" +
 	"\x06Metric\x12\x1b\n" +
 	"\tmetric_id\x18\x01 \x01(\tR\bmetricId\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\"\xe2\a\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\x83\b\n" +
 	"\x16ModelVersionRegistered\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
@@ -1497,7 +1510,7 @@ const file_loom_public_v1_events_proto_rawDesc = "" +
 	"createTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a\xe9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a\x8a\x04\n" +
 	"\aLineage\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1d\n" +
 	"\n" +
@@ -1510,7 +1523,9 @@ const file_loom_public_v1_events_proto_rawDesc = "" +
 	"parameters\x18\x06 \x03(\v2>.loom.public.v1.ModelVersionRegistered.Lineage.ParametersEntryR\n" +
 	"parameters\x12U\n" +
 	"\ametrics\x18\a \x03(\v2;.loom.public.v1.ModelVersionRegistered.Lineage.MetricsEntryR\ametrics\x12\x19\n" +
-	"\bdata_uri\x18\b \x01(\tR\adataUri\x1a=\n" +
+	"\bdata_uri\x18\b \x01(\tR\adataUri\x12\x1f\n" +
+	"\vrecorded_by\x18\t \x01(\tR\n" +
+	"recordedBy\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +

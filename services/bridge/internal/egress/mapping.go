@@ -171,7 +171,7 @@ var mappings = map[string]mapping{
 			out.ProducedBy = &publicv1.ModelVersionRegistered_Lineage{
 				Job: job, CustomJob: l.GetCustomJob(), TrainingPipeline: l.GetTrainingPipeline(),
 				TuningJob: l.GetTuningJob(), Trial: l.GetTrial(), Parameters: l.GetHyperparameters(),
-				Metrics: l.GetMetrics(), DataUri: l.GetDataUri(),
+				Metrics: l.GetMetrics(), DataUri: l.GetDataUri(), RecordedBy: l.GetRecordedBy(),
 			}
 		}
 		// A version is registered once: its id is its state.
