@@ -18,8 +18,8 @@ import (
 // and sends the registry its UploadModel command, the operation's name as
 // the command's request_id; the registry's ModelVersionRegistered finishes
 // it with the UploadModelResponse and ModelUploadFailed with the code and
-// reason; a retried request_id in the same project answers the same
-// operation (another caller's in the project too); events that name no
+// reason; a retried request_id from the same caller in the same project
+// answers the same operation (another caller's is another upload); events that name no
 // operation (a pipeline's upload) change nothing; a bad parent is refused
 // before anything is sent.
 func TestUploadModelOperation(t *testing.T) {
@@ -77,15 +77,19 @@ func TestUploadModelOperation(t *testing.T) {
 		cmd.GetOsUser() != "ana" || cmd.GetAnyOwner() {
 		t.Errorf("command %v, want tiny from file:///shared/tiny for users/ana, a directory of OS account ana's only", cmd)
 	}
-	// The same request_id again, also from another caller of the project:
-	// the same operation, no second command.
+	// The same request_id again from the same caller: the same operation,
+	// no second command. From another caller of the project it is another
+	// upload (their scripts may both say "up-1"), with its own command.
 	again, err := upload(ana, parent, "file:///elsewhere", "up-1")
 	if err != nil || again.GetName() != op.GetName() {
 		t.Fatalf("retried UploadModel = %v, %v; want operation %s", again, err, op.GetName())
 	}
-	pat, err := upload(loomv1.NewModelServiceClient(h.as(t, "pat")), project, "file:///shared/tiny", "up-1")
-	if err != nil || pat.GetName() != op.GetName() {
-		t.Fatalf("pat's UploadModel with the project's request_id = %v, %v; want operation %s", pat, err, op.GetName())
+	pat, err := upload(loomv1.NewModelServiceClient(h.as(t, "pat")), project, "file:///shared/pats", "up-1")
+	if err != nil || pat.GetName() == op.GetName() {
+		t.Fatalf("pat's UploadModel with ana's request_id = %v, %v; want an operation of its own", pat, err)
+	}
+	if cmd := command(pat.GetName()); cmd.GetUser() != "users/pat" || cmd.GetModel().GetArtifactUri() != "file:///shared/pats" {
+		t.Errorf("pat's command %v, want pat's upload of file:///shared/pats", cmd)
 	}
 	n := 0
 	for _, e := range testkit.Events(t, h.broker, topics.ModelCommands) {

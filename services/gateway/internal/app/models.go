@@ -56,7 +56,8 @@ const maxParentModelBytes = 512
 // command's request_id being the operation's name (so the registry's
 // request-id dedupe makes a redelivered command register once), and the
 // registry's answer finishes it (HandleModelEvent). A retry with the same
-// request_id in the same project answers the first call's operation.
+// request_id from the same caller in the same project answers the first
+// call's operation; another caller's is another upload.
 // What the registry checks (the artifact directory, names, parent_model)
 // comes back as the operation's error, with its code and reason; a command
 // too large for a record, and names that would key it badly, are refused
@@ -69,10 +70,13 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 	if err != nil {
 		return nil, err
 	}
+	p, _ := auth.FromContext(ctx)
 	kind, rid := adapters.RequestUploadModel, req.GetRequestId()
 	if rid != "" {
-		// Scoped to the project, as the registry scopes an upload's id.
-		rid = project + "\x00" + rid
+		// The caller's, in the project: two members whose scripts both
+		// say "upload-1" each get their own upload (before, the second
+		// was answered the first's operation and never uploaded).
+		rid = p.Name + "\x00" + project + "\x00" + rid
 	}
 	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId()); err != nil || ok {
 		return op, err
@@ -87,7 +91,6 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 	if id := req.GetModelId(); id != "" && !resname.ValidID(id) {
 		return nil, errs.Invalid("model_id", "%q must match %s", termtext.Clean(id, 256), resname.IDPattern)
 	}
-	p, _ := auth.FromContext(ctx)
 	target := "projects/" + project + "/locations/" + location
 	op := domain.NewOperation(resname.Operation{Project: project, ID: envelope.NewID()}.String(), domain.VerbUpload, target, g.now())
 	m := req.GetModel()
@@ -283,7 +286,7 @@ func exportRequestKey(principal, name, dst, rid string) string {
 
 // replayModelOperation returns the operation of an earlier ExportModel
 // (request id scoped to the caller, the name and the destination:
-// exportRequestKey) or UploadModel (scoped to the project) remembered by
+// exportRequestKey) or UploadModel (scoped to the caller and the project) remembered by
 // key; ok=false when there was none. Unlike replayOperation it asks for no
 // admin role (the user role starts these), but it answers only an
 // operation the caller may read now (mayReadOperation): a replay never
