@@ -202,7 +202,7 @@ func TestExportModelRequestIDScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.redis.Set(ctx, "gateway:"+adapters.RequestInboxID(adapters.RequestUploadModel, "default\x00planted"), theirs.GetName(), 0).Err(); err != nil {
+	if err := h.redis.Set(ctx, "gateway:"+adapters.RequestInboxID(adapters.RequestUploadModel, "users/ana\x00default\x00planted"), theirs.GetName(), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := loomv1.NewModelServiceClient(h.as(t, "ana")).UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project, ModelId: "tiny",

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -193,5 +195,38 @@ func TestUploadModelLineageIsTheCallers(t *testing.T) {
 	}
 	if got := command(plain.GetName()).GetLineage(); got != nil {
 		t.Errorf("an upload without a lineage sent %v", got)
+	}
+}
+
+// TestUploadModelConcurrentRetries: retries of one upload sent at once (a
+// client that timed out and retried while the first was still in flight)
+// all answer the one operation. The racer that lost the Apply used to
+// replay through the cluster operations' replay, which took the
+// caller-scoped key for a bad request id and answered "applied but not
+// recorded".
+func TestUploadModelConcurrentRetries(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	ana := loomv1.NewModelServiceClient(h.as(t, "ana"))
+	const racers = 6
+	for round := range 8 {
+		rid := fmt.Sprintf("race-%d", round)
+		names := make([]string, racers)
+		errs := make([]error, racers)
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				op, err := ana.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project, ModelId: "tiny", RequestId: rid,
+					Model: &loomv1.Model{ArtifactUri: "file:///shared/tiny"}})
+				names[i], errs[i] = op.GetName(), err
+			})
+		}
+		wg.Wait()
+		for i := range racers {
+			if errs[i] != nil || names[i] != names[0] {
+				t.Fatalf("round %d: racer %d answered %q, %v; want racer 0's %q", round, i, names[i], errs[i], names[0])
+			}
+		}
 	}
 }

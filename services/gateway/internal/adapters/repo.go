@@ -80,9 +80,11 @@ const (
 	RequestCreateReservation = "create-reservation"
 	RequestDeleteReservation = "delete-reservation"
 	RequestSubmitJob         = "submit-job"
-	// RequestExportModel's ids are scoped to the caller ("{principal}\x00{id}").
+	// RequestExportModel's ids are scoped to the caller, the name and the
+	// destination (app's exportRequestKey).
 	RequestExportModel = "export-model"
-	// RequestUploadModel's ids are scoped to the project ("{project}\x00{id}").
+	// RequestUploadModel's ids are scoped to the caller and the project
+	// ("{principal}\x00{project}\x00{id}").
 	RequestUploadModel = "upload-model"
 	// The training creates' request records hold the resource as accepted
 	// (proto bytes), not its name: a retry answers it even before the

@@ -267,6 +267,21 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 
 // startOperation stores op and its commands (and the request id) in one Apply.
 func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loomv1.Operation, cmds ...envelope.Event) (*loomv1.Operation, error) {
+	return g.applyOperation(ctx, kind, rid, op, func() (*loomv1.Operation, bool, error) { return g.replayOperation(ctx, kind, rid) }, cmds...)
+}
+
+// startModelOperation is startOperation for an upload or an export, whose
+// request ids are remembered by a scoped key (key; rid is the caller's
+// own): a racer that loses the Apply on one key is answered as a retry of
+// the winner would be (replayModelOperation), not by the cluster
+// operations' admin-only replay, which cannot read such a key.
+func (g *Gateway) startModelOperation(ctx context.Context, kind, key, rid string, op *loomv1.Operation, cmd envelope.Event) (*loomv1.Operation, error) {
+	return g.applyOperation(ctx, kind, key, op, func() (*loomv1.Operation, bool, error) { return g.replayModelOperation(ctx, kind, key, rid) }, cmd)
+}
+
+// applyOperation is startOperation's body; replay answers the call that
+// lost the Apply to a concurrent one with the same request id.
+func (g *Gateway) applyOperation(ctx context.Context, kind, rid string, op *loomv1.Operation, replay func() (*loomv1.Operation, bool, error), cmds ...envelope.Event) (*loomv1.Operation, error) {
 	tx := &store.Tx{}
 	if err := adapters.PutOperation(tx, op); err != nil {
 		return nil, err
@@ -285,9 +300,9 @@ func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loom
 	}
 	if !applied {
 		// A concurrent call with the same request id won.
-		first, ok, err := g.replayOperation(ctx, kind, rid)
+		first, ok, err := replay()
 		if err == nil && !ok {
-			err = fmt.Errorf("request %s: applied but not recorded", rid)
+			err = fmt.Errorf("%s %s: a concurrent call with this request id has not recorded its operation yet; retry: %w", op.GetMetadata().GetVerb(), op.GetMetadata().GetTarget(), errs.Aborted)
 		}
 		return first, err
 	}

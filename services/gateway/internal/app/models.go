@@ -132,7 +132,7 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 	if err != nil {
 		return nil, err
 	}
-	return g.startOperation(ctx, kind, rid, op, cmd)
+	return g.startModelOperation(ctx, kind, rid, req.GetRequestId(), op, cmd)
 }
 
 // callerLineage is the lineage a caller's UploadModel carries to the
@@ -268,7 +268,7 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	if err != nil {
 		return nil, err
 	}
-	return g.startOperation(ctx, kind, rid, op, cmd)
+	return g.startModelOperation(ctx, kind, rid, req.GetRequestId(), op, cmd)
 }
 
 // exportRequestKey is the key ExportModel's request_id rid is remembered
