@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/app"
 )
 
 // fakeClockHarness starts a gateway on a fake clock, returned with it.
@@ -60,6 +62,53 @@ func newKey(t *testing.T, ctx context.Context, h *harness, user string, ttl int6
 		t.Fatalf("create key for %s: %v", user, err)
 	}
 	return k
+}
+
+// TestAuthAPIKeyLimitUnderConcurrency: a user's API keys are bounded
+// (MaxKeysPerOwner) however many creates arrive at once: the count was a
+// read before the write, and concurrent creates all passed it.
+func TestAuthAPIKeyLimitUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	admin := authClient(h, t, h.adminKey)
+	const racers = 12
+	for range app.MaxKeysPerOwner - racers/2 {
+		newKey(t, ctx, h, "carol", 0)
+	}
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			_, errs[i] = admin.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/carol"})
+		})
+	}
+	wg.Wait()
+	made := 0
+	for _, err := range errs {
+		switch status.Code(err) {
+		case codes.OK:
+			made++
+		case codes.ResourceExhausted:
+			wantAuthCode(t, "a create past the limit", err, codes.ResourceExhausted, fmt.Sprintf("the limit is %d", app.MaxKeysPerOwner))
+		default:
+			t.Errorf("concurrent create: %v", err)
+		}
+	}
+	var held int
+	for token := ""; ; {
+		page, err := admin.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/carol", PageSize: 1000, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held += len(page.GetKeys())
+		if token = page.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if made != racers/2 || held != app.MaxKeysPerOwner {
+		t.Errorf("%d of %d concurrent creates made a key and carol holds %d; want %d and the limit, %d", made, racers, held, racers/2, app.MaxKeysPerOwner)
+	}
 }
 
 func TestAuthAPIKeys(t *testing.T) {

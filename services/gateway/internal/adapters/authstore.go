@@ -118,6 +118,37 @@ func (s *AuthStore) PutAPIKey(ctx context.Context, k *KeyRecord) error {
 	return nil
 }
 
+// putNewKey stores a new key record (ARGV[1], id ARGV[2]) and indexes it
+// under its owner (KEYS[2]) unless the owner already holds ARGV[3] keys:
+// then it returns -(held + 1) and stores nothing. One script, so that
+// concurrent creates cannot pass the limit together.
+var putNewKey = redis.NewScript(`
+local n = redis.call('SCARD', KEYS[2])
+if n >= tonumber(ARGV[3]) then return -(n + 1) end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[2])
+return 1
+`)
+
+// PutNewAPIKey stores the new key k as PutAPIKey does, refusing it
+// (ResourceExhausted, naming the count and the limit) when its owner
+// already holds max key records, ended ones still kept included.
+func (s *AuthStore) PutNewAPIKey(ctx context.Context, k *KeyRecord, max int) error {
+	raw, err := json.Marshal(k)
+	if err != nil {
+		return err
+	}
+	keys := []string{s.st.Key(KeyAPIKeyPrefix + k.ID), s.st.Key(KeyOwnerKeysPrefix + k.Owner)}
+	n, err := putNewKey.Run(ctx, s.st.Client(), keys, raw, k.ID, max).Int64()
+	if err != nil {
+		return unavailable("store API key", err)
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: %s holds %d API keys, the limit is %d; revoke some with `loom auth keys revoke`", errs.ResourceExhausted, k.Owner, -n-1, max)
+	}
+	return nil
+}
+
 // DeleteAPIKey removes the key record id of owner.
 func (s *AuthStore) DeleteAPIKey(ctx context.Context, owner, id string) error {
 	_, err := s.st.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {

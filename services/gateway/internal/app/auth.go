@@ -622,7 +622,9 @@ func (a *Auth) createKey(ctx context.Context, owner, creator, display string, tt
 	if ttl > 0 {
 		rec.ExpireTime = now.Add(ttl)
 	}
-	if err := a.o.Store.PutAPIKey(ctx, rec); err != nil {
+	// Counted again as it is stored: the count above is a read, and
+	// concurrent creates would all pass it.
+	if err := a.o.Store.PutNewAPIKey(ctx, rec, MaxKeysPerOwner); err != nil {
 		return nil, err
 	}
 	out := KeyProto(rec)
