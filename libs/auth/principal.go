@@ -126,6 +126,9 @@ type Principal struct {
 	// the session its token belongs to started from ("" for none): what
 	// revoking that key ends.
 	KeyID string
+	// Registration is, for a node, the registration its identity belongs
+	// to (Claims.Reg; "" for an identity made without one).
+	Registration string
 }
 
 // Role is p's role in project: admin everywhere for a cluster

@@ -55,6 +55,11 @@ type Claims struct {
 	// tokens and their refreshes): the session lives only while that key
 	// is usable.
 	Key string `json:"key,omitempty"`
+	// Reg is, in a node's access token, the registration it belongs to
+	// (the id of the bootstrap token RegisterNode took, kept through
+	// renewals): a node registered again (reimaged, replaced) ends the
+	// identities of its earlier registrations.
+	Reg string `json:"reg,omitempty"`
 }
 
 // Issuer mints and verifies Loom's tokens (JWT, HS256) with one secret.

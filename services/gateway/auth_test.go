@@ -31,6 +31,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
+	"github.com/loom-ml/loom/services/gateway/internal/authn"
 )
 
 // fakeClockHarness starts a gateway on a fake clock, returned with it.
@@ -584,6 +585,51 @@ func TestAuthNodesAndWorkloads(t *testing.T) {
 	// A user cannot renew a node identity.
 	_, err = authClient(h, t, h.adminKey).RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
 	wantAuthCode(t, "user renews", err, codes.PermissionDenied, "")
+}
+
+// TestAuthNodeRegisteredAgainEndsTheOldIdentity: a node whose agent
+// registers again (its machine reimaged or replaced: a new bootstrap
+// token) ends the identities of the registration before, so that what
+// the old image held can neither be used nor renewed for good; the new
+// identity renews as before.
+func TestAuthNodeRegisteredAgainEndsTheOldIdentity(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	anon := authClient(h, t, "")
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	register := func() *loomv1.NodeIdentity {
+		t.Helper()
+		id, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	before := register()
+	old := authClient(h, t, before.GetAccessToken())
+	if _, err := old.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("first identity: %v", err)
+	}
+	// The machine is reimaged; its new agent registers.
+	after := register()
+	// Renewing the old identity is refused at once, cache or not.
+	_, err := old.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	wantAuthCode(t, "the old identity renews", err, codes.Unauthenticated, "registered again")
+	// Using it is refused once this instance's cache of it has expired.
+	clock.Advance(authn.DefaultKeyCacheTTL + time.Second)
+	_, err = old.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "the old identity", err, codes.Unauthenticated, "registered again")
+	// The new one works and renews, and its renewal is still the node's.
+	node := authClient(h, t, after.GetAccessToken())
+	renewed, err := node.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	if err != nil {
+		t.Fatalf("the new identity renews: %v", err)
+	}
+	clock.Advance(authn.DefaultKeyCacheTTL + time.Second)
+	if me, err := authClient(h, t, renewed.GetAccessToken()).WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil || me.GetName() != "nodes/gpu-0001" {
+		t.Fatalf("renewed identity: %v, %v", me, err)
+	}
 }
 
 func TestAuthOIDC(t *testing.T) {

@@ -41,6 +41,10 @@ const (
 	// the user's refresh tokens were issued in a session since ended (an
 	// OIDC binding released): they get nothing more.
 	KeyRefreshNotBefore = "auth:refresh-notbefore"
+	// KeyNodeRegPrefix + cluster + "|" + node is a string with a TTL: the
+	// node's current registration (the id of the bootstrap token its
+	// agent registered with), which its identities carry (Claims.Reg).
+	KeyNodeRegPrefix = "auth:nodereg:"
 )
 
 // GlobalParent is the parent of cluster-admin memberships.
@@ -147,6 +151,29 @@ func (s *AuthStore) PutNewAPIKey(ctx context.Context, k *KeyRecord, max int) err
 		return fmt.Errorf("%w: %s holds %d API keys, the limit is %d; revoke some with `loom auth keys revoke`", errs.ResourceExhausted, k.Owner, -n-1, max)
 	}
 	return nil
+}
+
+// SetNodeRegistration records reg as node's (of cluster) current
+// registration for ttl; a record kept past its identities' lifetime
+// (renewals extend it) is all that is needed.
+func (s *AuthStore) SetNodeRegistration(ctx context.Context, cluster, node, reg string, ttl time.Duration) error {
+	if err := s.st.Client().Set(ctx, s.st.Key(KeyNodeRegPrefix+cluster+"|"+node), reg, ttl).Err(); err != nil {
+		return unavailable("store node registration", err)
+	}
+	return nil
+}
+
+// NodeRegistration returns node's (of cluster) current registration, ""
+// when none is recorded.
+func (s *AuthStore) NodeRegistration(ctx context.Context, cluster, node string) (string, error) {
+	reg, err := s.st.Client().Get(ctx, s.st.Key(KeyNodeRegPrefix+cluster+"|"+node)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", unavailable("read node registration", err)
+	}
+	return reg, nil
 }
 
 // DeleteAPIKey removes the key record id of owner.

@@ -846,8 +846,13 @@ func (a *Auth) RegisterNode(ctx context.Context, req *loomv1.RegisterNodeRequest
 	if !first {
 		return nil, fmt.Errorf("%w: bootstrap token already used (each is good once); a node that must register again gets a new one from its provisioner", errs.Unauthenticated)
 	}
+	// This registration is now the node's: the identities of any earlier
+	// one (the machine before a reimage) stop working.
+	if err := a.o.Store.SetNodeRegistration(ctx, c.Cluster, c.Node, c.ID, nodeRegistrationTTL); err != nil {
+		return nil, err
+	}
 	a.o.Log.Info("node registered", "node", c.Node, "cluster", c.Cluster, "pool", c.Pool)
-	return a.nodeIdentity(c.Node, c.Cluster, c.Pool, req.GetPublicKey())
+	return a.nodeIdentity(c.Node, c.Cluster, c.Pool, c.ID, req.GetPublicKey())
 }
 
 // RenewNodeIdentity renews the calling node's identity, for public_key
@@ -869,7 +874,17 @@ func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdent
 	if err := a.checkNode(ctx, p.Node, p.Cluster, p.Pool); err != nil {
 		return nil, err
 	}
-	return a.nodeIdentity(p.Node, p.Cluster, p.Pool, req.GetPublicKey())
+	// Read again, not from the cached principal: a renewal must not
+	// outlive a newer registration by the cache's lifetime.
+	if err := authn.CheckNodeRegistration(ctx, a.o.Store, p.Cluster, p.Node, p.Registration); err != nil {
+		return nil, err
+	}
+	if p.Registration != "" {
+		if err := a.o.Store.SetNodeRegistration(ctx, p.Cluster, p.Node, p.Registration, nodeRegistrationTTL); err != nil {
+			return nil, err
+		}
+	}
+	return a.nodeIdentity(p.Node, p.Cluster, p.Pool, p.Registration, req.GetPublicKey())
 }
 
 // checkNode asks the provisioner whether node is in cluster's pool: a
@@ -905,8 +920,8 @@ func (a *Auth) checkNode(ctx context.Context, node, cluster, pool string) error 
 // command key (what opens the step commands sealed for it). Only RegisterNode
 // (the node's one-time bootstrap token) and RenewNodeIdentity (the node's own
 // principal) call it, for that node: no other caller gets a node's key.
-func (a *Auth) nodeIdentity(node, cluster, pool string, pub []byte) (*loomv1.NodeIdentity, error) {
-	tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: auth.KindNode.String(), Node: node, Cluster: cluster, Pool: pool,
+func (a *Auth) nodeIdentity(node, cluster, pool, reg string, pub []byte) (*loomv1.NodeIdentity, error) {
+	tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: auth.KindNode.String(), Node: node, Cluster: cluster, Pool: pool, Reg: reg,
 		RegisteredClaims: auth.ForSubject(auth.NodeName(node))}, auth.DefaultNodeIdentityLifetime)
 	if err != nil {
 		return nil, err
@@ -919,6 +934,11 @@ func (a *Auth) nodeIdentity(node, cluster, pool string, pub []byte) (*loomv1.Nod
 		ExpireTime: timestamppb.New(exp), ServicePublicKey: a.o.ServiceKey.Public().(ed25519.PublicKey),
 		CommandKey: auth.CommandKey(a.o.ServiceKey.Seed(), node)}, nil
 }
+
+// nodeRegistrationTTL is how long a node's registration is kept past its
+// last identity: twice an identity's lifetime, so that it outlives every
+// identity issued under it.
+const nodeRegistrationTTL = 2 * auth.DefaultNodeIdentityLifetime
 
 // ---- bootstrap ----
 

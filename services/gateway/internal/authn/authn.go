@@ -35,6 +35,7 @@ type Verifier interface {
 type Store interface {
 	APIKey(ctx context.Context, id string) (*adapters.KeyRecord, error)
 	Roles(ctx context.Context, user string) (map[string]auth.Role, bool, error)
+	NodeRegistration(ctx context.Context, cluster, node string) (string, error)
 }
 
 // Cache lifetimes (Options' defaults).
@@ -312,7 +313,10 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 		if c.Node == "" || c.Cluster == "" {
 			return nil, unauthenticated("node token without a node or cluster")
 		}
-		e.p = &auth.Principal{Name: c.Subject, Kind: auth.KindNode, Node: c.Node, Cluster: c.Cluster, Pool: c.Pool, How: "node-identity"}
+		if err := CheckNodeRegistration(ctx, a.o.Store, c.Cluster, c.Node, c.Reg); err != nil {
+			return nil, err
+		}
+		e.p = &auth.Principal{Name: c.Subject, Kind: auth.KindNode, Node: c.Node, Cluster: c.Cluster, Pool: c.Pool, How: "node-identity", Registration: c.Reg}
 	case auth.KindWorkload:
 		if c.Project == "" || c.Job == "" {
 			return nil, unauthenticated("workload token without a project or job")
@@ -323,6 +327,24 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 	}
 	a.remember(sum, e, now)
 	return a.principal(ctx, e)
+}
+
+// CheckNodeRegistration checks that a node identity of registration reg
+// is still node's: Unauthenticated once the node registered again (its
+// machine reimaged or replaced, a new agent bootstrapped), so that what
+// the old image held stops working (within KeyCacheTTL on an instance
+// that had it cached) and cannot be renewed. An identity made without a
+// registration ("", before registrations were kept) is judged by its
+// expiry alone, as is one whose node has no record.
+func CheckNodeRegistration(ctx context.Context, st Store, cluster, node, reg string) error {
+	current, err := st.NodeRegistration(ctx, cluster, node)
+	if err != nil {
+		return err
+	}
+	if current != "" && current != reg {
+		return unauthenticated("node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", node)
+	}
+	return nil
 }
 
 // CheckSessionKey checks that the API key id a user's session started

@@ -32,6 +32,8 @@ type memStore struct {
 	roleReads atomic.Int64
 }
 
+func (s *memStore) NodeRegistration(context.Context, string, string) (string, error) { return "", nil }
+
 func newMemStore() *memStore {
 	return &memStore{keys: map[string]*adapters.KeyRecord{}, roles: map[string]map[string]auth.Role{}, admins: map[string]bool{}}
 }
