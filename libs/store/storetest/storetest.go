@@ -1,7 +1,8 @@
-// Package storetest injects the one store fault a service cannot provoke on
-// its own: an Apply whose script Redis ran but whose answer never reached the
-// caller (a timeout after the write), the outcome-unknown case store.Driver
-// handles. It is for tests only.
+// Package storetest injects the store faults a service cannot provoke on its
+// own: an Apply whose answer never reached the caller (a timeout), whether
+// Redis ran its script (LoseApplyReplies) or never got it
+// (DropApplyRequests): the outcome-unknown case store.Driver handles. It is
+// for tests only.
 package storetest
 
 import (
@@ -19,14 +20,25 @@ import (
 // caller gets a read timeout instead of its answer.
 type LostReplies struct {
 	outbox string
-	left   atomic.Int32
-	lost   atomic.Int32
+	// drop: the armed script is not run at all (the request was lost).
+	drop bool
+	left atomic.Int32
+	lost atomic.Int32
 }
 
 // LoseApplyReplies installs the hook on rdb for the store with prefix (for
 // example "scheduler:") and returns it, disarmed.
 func LoseApplyReplies(rdb *redis.Client, prefix string) *LostReplies {
 	l := &LostReplies{outbox: prefix + "outbox"}
+	rdb.AddHook(l)
+	return l
+}
+
+// DropApplyRequests is LoseApplyReplies for a request lost on its way: while
+// armed, the apply script is not run, and the caller gets the same read
+// timeout, so that it cannot tell this from a lost answer.
+func DropApplyRequests(rdb *redis.Client, prefix string) *LostReplies {
+	l := &LostReplies{outbox: prefix + "outbox", drop: true}
 	rdb.AddHook(l)
 	return l
 }
@@ -43,26 +55,41 @@ var timeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 // DialHook implements redis.Hook.
 func (l *LostReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-// ProcessHook implements redis.Hook: it runs the command, then, for an armed
-// apply script that ran, replaces its answer by a timeout.
+// ProcessHook implements redis.Hook: for an armed apply script it runs the
+// command (not when dropping requests) and replaces its answer by a timeout.
 func (l *LostReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if l.drop {
+			if !l.isApply(cmd) || !l.take() {
+				return next(ctx, cmd)
+			}
+			l.lost.Add(1)
+			cmd.SetErr(timeout)
+			return timeout
+		}
 		err := next(ctx, cmd)
 		if err != nil || !l.isApply(cmd) {
 			return err
 		}
-		for {
-			n := l.left.Load()
-			if n <= 0 {
-				return nil
-			}
-			if l.left.CompareAndSwap(n, n-1) {
-				break
-			}
+		if !l.take() {
+			return nil
 		}
 		l.lost.Add(1)
 		cmd.SetErr(timeout)
 		return timeout
+	}
+}
+
+// take uses up one armed loss, if any is left.
+func (l *LostReplies) take() bool {
+	for {
+		n := l.left.Load()
+		if n <= 0 {
+			return false
+		}
+		if l.left.CompareAndSwap(n, n-1) {
+			return true
+		}
 	}
 }
 

@@ -379,6 +379,9 @@ func (n *Node) emitResult(res *loomv1.HealthCheckResult) {
 }
 
 // emit writes ev to the outbox, retrying with backoff for persistTimeout.
+// A write whose outcome is unknown is written again: it may never have
+// reached Redis, and nothing else would send ev; a second copy has the same
+// event id, which its readers' inboxes drop.
 func (n *Node) emit(ev envelope.Event, what string) {
 	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
 	defer cancel()
@@ -387,7 +390,7 @@ func (n *Node) emit(ev envelope.Event, what string) {
 		var tx store.Tx
 		tx.Emit(ev)
 		_, err := n.opts.Store.Apply(ctx, "", &tx)
-		if err == nil || store.OutcomeUnknown(err) {
+		if err == nil {
 			return
 		}
 		select {

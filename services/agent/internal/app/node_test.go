@@ -15,6 +15,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/gpu"
 	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/store/storetest"
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -265,4 +266,40 @@ func TestRunHealthCheckOnceThroughTheOutbox(t *testing.T) {
 		r.GetHostname() != "h1" || r.GetCheck() != "disk" || r.GetStartTime() == nil {
 		t.Errorf("results %v", got)
 	}
+}
+
+// A check's result whose write got no answer is written again: the write
+// may not have reached Redis (nothing redelivers a check that has run, so
+// giving up on an unknown outcome loses the result).
+func TestHealthCheckResultSurvivesALostWrite(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	dropped := storetest.DropApplyRequests(rdb, "agent-test:")
+	n, _ := newTestNode(t)
+	n.opts.Store = store.New(rdb, "agent-test:")
+	checks := &heldChecks{ran: make(chan struct{}), release: make(chan struct{})}
+	n.SetChecks(checks)
+	cmd := &eventsv1.RunHealthCheck{Node: "projects/p/clusters/c/nodes/h1", Cluster: "projects/p/clusters/c", RunId: "r1", Check: "disk"}
+	if err := n.RunHealthCheck(context.Background(), "ev-1", cmd, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	<-checks.ran
+	dropped.Arm(1) // the result's write is lost on its way
+	close(checks.release)
+	n.WaitChecks(testkit.Context(t, 30*time.Second))
+	if dropped.Lost() != 1 {
+		t.Fatalf("%d writes lost, want the result's", dropped.Lost())
+	}
+	if got := outboxResults(t, rdb); len(got) != 1 {
+		t.Fatalf("%d results in the outbox after a lost write, want 1", len(got))
+	}
+}
+
+// heldChecks says when a check runs and answers it once released.
+type heldChecks struct{ ran, release chan struct{} }
+
+func (h *heldChecks) Run(ctx context.Context, cmd *eventsv1.RunHealthCheck) *loomv1.HealthCheckResult {
+	h.ran <- struct{}{}
+	<-h.release
+	return &loomv1.HealthCheckResult{Outcome: loomv1.CheckOutcome_CHECK_PASS, Summary: "ok", Gpu: -1}
 }
