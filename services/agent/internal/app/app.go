@@ -31,6 +31,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/workerenv"
@@ -54,7 +55,9 @@ var ErrShuttingDown = errors.New("agent is shutting down")
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // persistTimeout bounds the retries of a write that has no event to redeliver
-// it (a step's start or end): long enough to ride out a Redis restart.
+// it (a step's start or end) once the agent stops (Options.PersistTimeout),
+// and the retries of the node's own events (Node.emit): long enough to ride
+// out a Redis restart.
 const persistTimeout = 30 * time.Second
 
 // Publisher publishes events directly; *bus.Producer is one.
@@ -149,6 +152,11 @@ type Options struct {
 	// Metrics bound the metrics read from steps' CLOUD_ML_HP_METRIC_FILE
 	// and sent as MetricsReported (hypertune.go; zero fields: defaults).
 	Metrics MetricsOptions
+	// PersistTimeout is how long a record the agent writes on its own (a
+	// step's or its tasks' start or end) is still retried once the agent
+	// stops (default persistTimeout); while it runs, such a write is
+	// retried until Redis takes it.
+	PersistTimeout time.Duration
 }
 
 // stepLocks is how many locks order the work on steps (see App.lockStep).
@@ -733,10 +741,10 @@ func (a *App) terminate(g ports.Group) {
 }
 
 // record sets a step's record in memory and writes it (with its event when
-// emit), retrying for a while (persist); first (a run's last progress:
+// emit), retrying until it is written (persist); first (a run's last progress:
 // lastProgress) goes out in the same write, ahead of the step's event. The
 // caller holds the step's lock (lockStep), not a.mu.
-func (a *App) record(s *domain.Step, emit bool, first ...envelope.Event) {
+func (a *App) record(s *domain.Step, emit bool, first ...envelope.Event) bool {
 	a.mu.Lock()
 	a.setStep(s.Key(), s)
 	a.persisting[s.Key()]++
@@ -748,9 +756,9 @@ func (a *App) record(s *domain.Step, emit bool, first ...envelope.Event) {
 	}
 	if err := adapters.PutStep(&tx, s, a.opts.Self, emit); err != nil {
 		a.log.Error("encode step", "step", s.Key(), "err", err)
-		return
+		return false
 	}
-	a.persist(&tx, "step", s.Key(), string(s.Phase))
+	return a.persist(&tx, "step", s.Key(), string(s.Phase))
 }
 
 // persisted ends what record (or recordTasks) began for key.
@@ -762,32 +770,54 @@ func (a *App) persisted(key string) {
 	}
 }
 
-// persist writes tx, retrying with backoff for persistTimeout: a record the
-// agent writes on its own (a process started or ended) has no redelivery to
-// fall back on. what and key name the record in the logs; a record that
-// could not be written is reported LOST by the next start.
-func (a *App) persist(tx *store.Tx, what, key, phase string) {
-	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
-	defer cancel()
+// persist writes tx, retrying with backoff until Redis takes it: a record
+// the agent writes on its own (a process started or ended) has no
+// redelivery to fall back on, and nothing else would tell the scheduler
+// (a step whose end is not written holds its nodes, and a stop for it
+// finds it ended in memory and does nothing). Only once the agent stops
+// does it give up, after Options.PersistTimeout: what and key name the
+// record in the logs; a record that could not be written is settled by the
+// next start. A write Redis refuses for what it is (invalid, the wrong
+// type of key) is not retried. It reports whether the record was written.
+func (a *App) persist(tx *store.Tx, what, key, phase string) bool {
 	delay := 50 * time.Millisecond
+	var deadline <-chan time.Time
+	stopping := a.stopping
 	for {
 		// Written again after a write whose outcome is unknown: the same
 		// record, and the same event id, so a second copy is harmless.
+		ctx, cancel := context.WithTimeout(context.Background(), a.persistFor())
 		_, err := a.apply(ctx, "", tx)
+		cancel()
 		if err == nil {
-			return
+			return true
 		}
-		if ctx.Err() != nil {
-			a.log.Error("could not record "+what+"; a restart will report it LOST", what, key, "phase", phase, "err", err)
-			return
+		var inv *errs.InvalidError
+		if errors.As(err, &inv) || errors.Is(err, errs.FailedPrecondition) {
+			a.log.Error("could not record "+what+"; a restart will settle it", what, key, "phase", phase, "err", err)
+			return false
 		}
 		a.log.Warn("recording "+what+" failed; retrying", what, key, "phase", phase, "err", err)
 		select {
-		case <-ctx.Done():
+		case <-stopping:
+			// The agent stops: what is left is bounded from now on.
+			stopping, deadline = nil, time.After(a.persistFor())
+			continue
+		case <-deadline:
+			a.log.Error("could not record "+what+" before the agent stopped; a restart will settle it", what, key, "phase", phase, "err", err)
+			return false
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// persistFor is Options.PersistTimeout, or its default.
+func (a *App) persistFor() time.Duration {
+	if a.opts.PersistTimeout > 0 {
+		return a.opts.PersistTimeout
+	}
+	return persistTimeout
 }
 
 // StartStep applies a StartStep delivered as event id: for this node's steps
@@ -1287,10 +1317,11 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	prev := a.progress[key]
 	a.mu.Unlock()
 	_, last := a.lastProgress(key, rec.Job, rec.Attempt, rec.OutPath, prev)
-	a.record(end, true, last...)
-	// Recorded (or, failing that, reported LOST by the next start, which
-	// then no longer finds its exit).
-	a.rt.Forget(key)
+	if a.record(end, true, last...) {
+		// Recorded; an end that could not be (the agent stopped first)
+		// keeps its exit for the next start, which records it.
+		a.rt.Forget(key)
+	}
 	a.dropProgress(key)
 }
 

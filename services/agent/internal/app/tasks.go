@@ -60,9 +60,9 @@ func (a *App) Tasks(job string, attempt, step int32) *domain.Tasks {
 }
 
 // recordTasks sets a task record in memory and writes it (with its event
-// when emit, after the events first), retrying for a while like record.
+// when emit, after the events first), retrying like record.
 // The caller holds the record's step lock.
-func (a *App) recordTasks(t *domain.Tasks, emit bool, first ...envelope.Event) {
+func (a *App) recordTasks(t *domain.Tasks, emit bool, first ...envelope.Event) bool {
 	a.mu.Lock()
 	a.setTasks(t.Key(), t)
 	a.persisting[t.Key()]++
@@ -74,9 +74,9 @@ func (a *App) recordTasks(t *domain.Tasks, emit bool, first ...envelope.Event) {
 	}
 	if err := adapters.PutTasks(&tx, t, a.opts.Self, emit); err != nil {
 		a.log.Error("encode tasks", "tasks", t.Key(), "err", err)
-		return
+		return false
 	}
-	a.persist(&tx, "tasks", t.Key(), string(t.Phase))
+	return a.persist(&tx, "tasks", t.Key(), string(t.Phase))
 }
 
 // LaunchTasks applies a LaunchTasks delivered as event id: for this node's
@@ -372,9 +372,12 @@ func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	a.log.Info("tasks ended", "tasks", key, "phase", end.Phase, "exit_codes", end.ExitCodes)
 	// What the run's program wrote last here goes out with the tasks'
 	// end, ahead of it, when no step of the run here will read it later.
-	a.recordTasks(end, true, a.lastTasksProgress(rec)...)
-	for l := range ps {
-		a.rt.Forget(taskName(key, int32(l)))
+	if a.recordTasks(end, true, a.lastTasksProgress(rec)...) {
+		// Recorded; exits that could not be (the agent stopped first)
+		// stay for the next start, which records them.
+		for l := range ps {
+			a.rt.Forget(taskName(key, int32(l)))
+		}
 	}
 	a.dropProgress(domain.Key(rec.Job, rec.Attempt))
 }
