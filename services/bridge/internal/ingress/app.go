@@ -76,6 +76,9 @@ type Config struct {
 	// Backoff is the first retry's delay, doubling to MaxBackoff
 	// (100 ms and 2 s when 0).
 	Backoff, MaxBackoff time.Duration
+	// ClaimTTL is how long the claim of a message being decided outlives
+	// a bridge that died deciding it (the ClaimTTL constant when 0).
+	ClaimTTL time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Log logs decisions that are not acceptances (slog.Default when nil);
@@ -122,13 +125,16 @@ func New(cfg Config) (*App, error) {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 2 * time.Second
 	}
+	if cfg.ClaimTTL <= 0 {
+		cfg.ClaimTTL = ClaimTTL
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &App{cfg: cfg, rec: &records{st: cfg.Store, ttl: cfg.DedupeTTL, kept: cfg.Kept},
+	return &App{cfg: cfg, rec: &records{st: cfg.Store, ttl: cfg.DedupeTTL, kept: cfg.Kept, claimTTL: cfg.ClaimTTL},
 		principals: map[[32]byte]cachedPrincipal{}}, nil
 }
 
@@ -187,18 +193,14 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		a.metrics.count(d.Transport, "DUPLICATE", a.cfg.Now().Sub(start))
 		return nil
 	}
-	release, err := a.rec.claim(ctx, key)
+	claim, err := a.rec.claim(ctx, key)
 	if err != nil {
 		// Held: a copy being decided now; this one comes again and is
 		// then a duplicate.
 		return fmt.Errorf("%w: %v", ErrTransient, err)
 	}
 	decided := false
-	defer func() {
-		if !decided {
-			release()
-		}
-	}()
+	defer func() { claim.end(decided) }()
 	dec, err := a.decide(ctx, d, key)
 	if err != nil {
 		return err

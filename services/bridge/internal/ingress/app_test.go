@@ -41,6 +41,10 @@ type gateway struct {
 	byRID  map[string]*loomv1.Job
 	ids    []string // request ids seen
 	nextID int
+	// entered, when set, is told of each SubmitJob; hold, when set, is
+	// waited for before it answers.
+	entered chan struct{}
+	hold    chan struct{}
 }
 
 func credOf(ctx context.Context) string {
@@ -65,6 +69,16 @@ func (g *gateway) WhoAmI(ctx context.Context, _ *loomv1.WhoAmIRequest) (*loomv1.
 }
 
 func (g *gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
+	if g.entered != nil {
+		g.entered <- struct{}{}
+	}
+	if g.hold != nil {
+		select {
+		case <-g.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.calls++
@@ -147,7 +161,7 @@ type fixture struct {
 	h    cloudevent.Handler
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB, tune ...func(*Config)) *fixture {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -166,8 +180,12 @@ func newFixture(t testing.TB) *fixture {
 	t.Cleanup(func() { _ = conn.Close() })
 	_, rdb := testkit.Redis(t)
 	s := &sink{}
-	app, err := New(Config{Gateway: conn, Store: store.New(rdb, "bridge:"), Results: s.publish, DedupeTTL: time.Hour,
-		Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, Kept: 5})
+	cfg := Config{Gateway: conn, Store: store.New(rdb, "bridge:"), Results: s.publish, DedupeTTL: time.Hour,
+		Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, Kept: 5}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	app, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,5 +715,49 @@ func TestHandleConcurrentCopiesDecideOnce(t *testing.T) {
 	f.sink.mu.Unlock()
 	if calls != 1 || jobs != 1 || results != 1 {
 		t.Fatalf("%d copies at once: %d gateway calls, %d jobs, %d results; want 1 each", copies, calls, jobs, results)
+	}
+}
+
+// A message whose decision takes longer than a claim lives (a slow
+// gateway: four calls of up to 30 s each, against a 2 min claim) keeps its
+// claim while it is decided: a copy delivered meanwhile is told to come
+// again, and calls nothing. An expired claim let that copy make a second
+// call and publish a second result under the same id (a cancel's second
+// answer differs from the first's).
+func TestHandleKeepsItsClaimWhileDeciding(t *testing.T) {
+	t.Parallel()
+	const ttl = 150 * time.Millisecond
+	f := newFixture(t, func(c *Config) { c.ClaimTTL = ttl })
+	f.gw.entered, f.gw.hold = make(chan struct{}, 2), make(chan struct{})
+	ctx := testkit.Context(t, 30*time.Second)
+	d := submit("m-slow", "loomk_good")
+	first := make(chan error, 1)
+	go func() { first <- f.h(ctx, d) }()
+	<-f.gw.entered
+	time.Sleep(4 * ttl) // the claim's own life, and then some, passes while the gateway answers
+	second := make(chan error, 1)
+	go func() { second <- f.h(ctx, d) }()
+	var err2 error
+	select {
+	case err2 = <-second:
+	case <-f.gw.entered:
+		err2 = errors.New("the copy called the gateway")
+	}
+	close(f.gw.hold)
+	if err := <-first; err != nil {
+		t.Fatalf("first delivery: %v", err)
+	}
+	if !errors.Is(err2, ErrTransient) {
+		t.Fatalf("a copy delivered while the message was decided: %v, want to be told to come again", err2)
+	}
+	if err := f.h(ctx, d); err != nil { // the copy again: a duplicate now
+		t.Fatal(err)
+	}
+	calls, _, _ := f.gw.state()
+	f.sink.mu.Lock()
+	results := len(f.sink.results)
+	f.sink.mu.Unlock()
+	if calls != 1 || results != 1 {
+		t.Fatalf("%d gateway calls, %d results; want 1 each", calls, results)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -61,6 +62,8 @@ type records struct {
 	st   *store.Store
 	ttl  time.Duration
 	kept int
+	// claimTTL is a claim's life without renewal (ClaimTTL by default).
+	claimTTL time.Duration
 }
 
 // producerID names a (project, source, principal) producer.
@@ -288,29 +291,89 @@ const keyClaim = "ingress:claim:"
 
 // ClaimTTL bounds how long a claim outlives a bridge that died holding it:
 // a redelivery after it decides the message (the gateway's request id keeps
-// that from applying it twice). It is longer than deciding one message
-// takes, retries included.
+// that from applying it twice). A live bridge keeps its claim for as long
+// as it decides (its calls alone may take longer: WhoAmI and four calls of
+// up to 30 s each), renewing it every third of ClaimTTL (Config.ClaimTTL).
 const ClaimTTL = 2 * time.Minute
 
 // errClaimed says another delivery of the same message is being decided.
 var errClaimed = errors.New("another delivery of this message is being decided")
+
+// renewClaim and releaseClaim act on a claim only while it is still the
+// caller's (its token): one that expired and was taken by another delivery
+// is that one's.
+var (
+	renewClaim = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+`)
+	releaseClaim = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+)
+
+// heldClaim is a claim this delivery holds (see claim).
+type heldClaim struct {
+	r     *records
+	key   string
+	token string
+	stop  chan struct{}
+	done  chan struct{}
+}
 
 // claim makes this delivery the one that decides the message keyed key:
 // Pub/Sub may hand out several copies of one message at once (and a
 // producer may publish it several times), and without a claim each copy
 // would call the gateway and answer with its own result. A copy that finds
 // the claim held returns errClaimed, is redelivered later, and is then a
-// duplicate. release gives the claim up when deciding failed, so that the
-// redelivery need not wait for ClaimTTL; a decided message keeps its claim
-// until it expires (its record answers every later copy).
-func (r *records) claim(ctx context.Context, key string) (release func(), err error) {
+// duplicate. The claim is renewed until end is called; end(false) gives it
+// up when deciding failed, so that the redelivery need not wait for the
+// claim's TTL; a decided message keeps its claim until it expires (its
+// record answers every later copy).
+func (r *records) claim(ctx context.Context, key string) (*heldClaim, error) {
 	k := r.st.Key(keyClaim + key)
-	ok, err := r.st.Client().SetNX(ctx, k, "1", ClaimTTL).Result()
+	token := envelope.NewID()
+	ok, err := r.st.Client().SetNX(ctx, k, token, r.claimTTL).Result()
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, errClaimed
 	}
-	return func() { _ = r.st.Client().Del(context.WithoutCancel(ctx), k).Err() }, nil
+	c := &heldClaim{r: r, key: k, token: token, stop: make(chan struct{}), done: make(chan struct{})}
+	go c.renew(context.WithoutCancel(ctx))
+	return c, nil
+}
+
+// renew extends the claim every third of its TTL until end.
+func (c *heldClaim) renew(ctx context.Context) {
+	defer close(c.done)
+	t := time.NewTicker(c.r.claimTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, c.r.claimTTL/3)
+			n, err := renewClaim.Run(rctx, c.r.st.Client(), []string{c.key}, c.token, c.r.claimTTL.Milliseconds()).Int()
+			cancel()
+			if err == nil && n == 0 {
+				return // expired (Redis unreachable for a TTL) and maybe another's now
+			}
+		}
+	}
+}
+
+// end stops renewing the claim and, unless the message was decided, gives
+// it up.
+func (c *heldClaim) end(decided bool) {
+	close(c.stop)
+	<-c.done
+	if !decided {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = releaseClaim.Run(ctx, c.r.st.Client(), []string{c.key}, c.token).Err()
+	}
 }
