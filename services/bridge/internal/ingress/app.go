@@ -201,6 +201,17 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 	}
 	decided := false
 	defer func() { claim.end(decided) }()
+	if d.Attempt <= 0 {
+		// The transport does not count deliveries (Pub/Sub without a
+		// dead-letter policy): counted here, so that a message that keeps
+		// failing is decided after MaxDeliveries instead of being
+		// retried until the transport drops it, unanswered.
+		n, err := a.rec.delivered(ctx, key)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrTransient, err)
+		}
+		d.Attempt = n
+	}
 	dec, err := a.decide(ctx, d, key)
 	if err != nil {
 		return err

@@ -761,3 +761,32 @@ func TestHandleKeepsItsClaimWhileDeciding(t *testing.T) {
 		t.Fatalf("%d gateway calls, %d results; want 1 each", calls, results)
 	}
 }
+
+// A transport that does not count deliveries (Pub/Sub without a
+// dead-letter policy: Attempt 0) still gets a message that keeps timing out
+// decided after MaxDeliveries, dead-lettered and answered FAILED; it was
+// given back on every delivery until Pub/Sub's retention dropped it,
+// unanswered.
+func TestHandleDecidesAfterMaxDeliveriesUncounted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	f.gw.mu.Lock()
+	f.gw.always = status.Error(codes.DeadlineExceeded, "the gateway's deadline passed")
+	f.gw.mu.Unlock()
+	d := submit("m-uncounted", "loomk_good") // Attempt 0, as Pub/Sub reports it
+	for i := 1; i < DefaultMaxDeliveries; i++ {
+		if err := f.h(ctx, d); !errors.Is(err, ErrTransient) {
+			t.Fatalf("delivery %d: %v, want it given back", i, err)
+		}
+	}
+	if err := f.h(ctx, d); err != nil {
+		t.Fatalf("delivery %d: %v, want it decided", DefaultMaxDeliveries, err)
+	}
+	f.sink.mu.Lock()
+	defer f.sink.mu.Unlock()
+	if len(f.sink.dead) != 1 || f.sink.dead[0].code != "DEADLINE_EXCEEDED" || len(f.sink.results) != 1 ||
+		f.sink.results[0].GetOutcome() != publicv1.IngressResult_FAILED {
+		t.Fatalf("dead letters %+v, results %v; want one each, FAILED", f.sink.dead, f.sink.results)
+	}
+}

@@ -285,6 +285,30 @@ func (r *records) producers(ctx context.Context, project string) ([]*loomv1.Ingr
 	return out, nil
 }
 
+// keyTries prefixes the count of a message's deliveries, kept for the
+// transports that do not count them (Pub/Sub without a dead-letter policy
+// reports no delivery attempt).
+const keyTries = "ingress:tries:"
+
+// TriesTTL is how long a message's delivery count is kept after its last
+// delivery: far longer than the MaxDeliveries deliveries of a message that
+// keeps failing take (minutes), short enough that the counts of decided
+// messages cost Redis little.
+const TriesTTL = time.Hour
+
+// delivered counts one more delivery of the message keyed key and returns
+// how many there were.
+func (r *records) delivered(ctx context.Context, key string) (int, error) {
+	k := r.st.Key(keyTries + key)
+	pipe := r.st.Client().TxPipeline()
+	n := pipe.Incr(ctx, k)
+	pipe.PExpire(ctx, k, TriesTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("ingress: count delivery of %s: %w", key, err)
+	}
+	return int(n.Val()), nil
+}
+
 // keyClaim prefixes the claim a delivery holds while it decides its
 // message (see claim).
 const keyClaim = "ingress:claim:"
