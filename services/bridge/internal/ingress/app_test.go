@@ -734,7 +734,16 @@ func TestHandleKeepsItsClaimWhileDeciding(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- f.h(ctx, d) }()
 	<-f.gw.entered
-	time.Sleep(4 * ttl) // the claim's own life, and then some, passes while the gateway answers
+	// The claim outlives its own life twice over while the gateway
+	// answers: a claim that lapses fails the wait at once.
+	st, claimKey, since := f.app.rec.st, f.app.rec.st.Key(keyClaim+Key(d)), time.Now()
+	testkit.WaitFor(t, 10*time.Second, "the claim to outlive its TTL twice over", func() (bool, error) {
+		n, err := st.Client().Exists(ctx, claimKey).Result()
+		if err == nil && n == 0 {
+			err = errors.New("the claim lapsed while the message was being decided")
+		}
+		return time.Since(since) > 2*ttl, err
+	})
 	second := make(chan error, 1)
 	go func() { second <- f.h(ctx, d) }()
 	var err2 error
