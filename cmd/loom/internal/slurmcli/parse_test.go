@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/slurmspec"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 func TestParseTimeLimit(t *testing.T) {
@@ -250,6 +251,29 @@ func TestFormatParsingAndCells(t *testing.T) {
 		long.fields[0] != (fmtField{spec: "A", width: 10, right: true, token: "JobID:.10"}) ||
 		long.fields[1].suffix != "|" || long.fields[2].width != 20 {
 		t.Errorf("parseLongFormat = %+v %v", long, unknown)
+	}
+}
+
+// sacct's and sstat's --format widths are bounded as squeue's are:
+// "sacct -o JobID%2000000000" padded every cell to 2 GB (and a wider one
+// killed sacct with "fatal error: out of memory" before printing a row).
+func TestSacctFormatWidthBounded(t *testing.T) {
+	t.Parallel()
+	known := sacctFields(testNow, testNow.Location(), func(*loomv1.Job) int64 { return -1 }, defaultUnits)
+	fields, err := parseSacctFormat("JobID%2000000000,JobName%-2000000000,State%99999999999999999999999,User%-99999999999999999999999,Partition%12", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{maxFieldWidth, -maxFieldWidth, maxFieldWidth, -maxFieldWidth, 12}
+	for i, f := range fields {
+		if f.width != want[i] {
+			t.Errorf("%s width = %d, want %d", f.name, f.width, want[i])
+		}
+	}
+	var b strings.Builder
+	sacctCell(&b, "7", fields[0].width)
+	if b.Len() != maxFieldWidth+1 {
+		t.Errorf("a cell is %d bytes, want %d", b.Len(), maxFieldWidth+1)
 	}
 }
 

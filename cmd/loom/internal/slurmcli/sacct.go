@@ -436,7 +436,8 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 }
 
 // parseSacctFormat parses --format "Field[%width],...": names are matched
-// case-insensitively, or by a unique prefix.
+// case-insensitively, or by a unique prefix; a width is at most
+// maxFieldWidth either way (wider asks get that width).
 func parseSacctFormat(spec string, known []sacctField) ([]sacctField, error) {
 	var out []sacctField
 	for _, item := range splitList(spec) {
@@ -462,9 +463,17 @@ func parseSacctFormat(spec string, known []sacctField) ([]sacctField, error) {
 		field := *f
 		if hasWidth {
 			n, err := strconv.Atoi(width)
+			if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+				n, err = maxFieldWidth, nil // past int: as wide as allowed, its sign kept below
+				if strings.HasPrefix(width, "-") {
+					n = -maxFieldWidth
+				}
+			}
 			if err != nil {
 				return nil, fmt.Errorf("Invalid field width: %q", item)
 			}
+			// Every cell is padded to its width, as squeue's -o: bound it.
+			n = max(-maxFieldWidth, min(n, maxFieldWidth))
 			if n != 0 {
 				field.width = n
 			}
