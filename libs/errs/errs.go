@@ -104,13 +104,26 @@ func (v *Validator) Err() error {
 }
 
 // ToStatus maps err to a gRPC status error. Errors that already carry a gRPC
-// status keep it; unknown errors become Internal.
+// status keep it (its code and details); one wrapped with context
+// (fmt.Errorf("ask the scheduler for ...: %w", err)) reads as that context
+// and the status's own message, without grpc-go's "rpc error: code = ...
+// desc = " between them. Unknown errors become Internal.
 func ToStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
+	if st, ok := status.FromError(err); ok {
+		type carrier interface {
+			error
+			GRPCStatus() *status.Status
+		}
+		var inner carrier
+		if _, direct := err.(carrier); direct || !errors.As(err, &inner) {
+			return err
+		}
+		p := st.Proto()
+		p.Message = strings.Replace(err.Error(), inner.Error(), inner.GRPCStatus().Message(), 1)
+		return status.ErrorProto(p)
 	}
 	return status.Error(Code(err), err.Error())
 }

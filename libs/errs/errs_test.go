@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -33,6 +34,35 @@ func TestToStatus(t *testing.T) {
 	}
 	if ToStatus(nil) != nil || (&Validator{}).Err() != nil {
 		t.Fatal("nil error mapped to non-nil")
+	}
+}
+
+// A downstream service's status error wrapped with context ("ask the
+// scheduler for ...: %w") keeps its code and details, and its message reads
+// as the context and the downstream's message, without grpc-go's "rpc
+// error: code = NotFound desc = " in the middle: sinfo -M typo once said
+// "slurm_load_partitions: ask the scheduler for the partitions of
+// projects/p/clusters/typo: rpc error: code = NotFound desc = cluster
+// projects/p/clusters/typo: not found".
+func TestToStatusOfAWrappedStatus(t *testing.T) {
+	t.Parallel()
+	inner := status.New(codes.NotFound, "cluster projects/p/clusters/typo: not found")
+	inner, err := inner.WithDetails(&errdetails.ResourceInfo{ResourceName: "projects/p/clusters/typo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapped := fmt.Errorf("ask the scheduler for the partitions of projects/p/clusters/typo: %w", inner.Err())
+	st := status.Convert(ToStatus(fmt.Errorf("outer: %w", wrapped)))
+	want := "outer: ask the scheduler for the partitions of projects/p/clusters/typo: cluster projects/p/clusters/typo: not found"
+	if st.Code() != codes.NotFound || st.Message() != want {
+		t.Errorf("ToStatus = %v %q, want NotFound %q", st.Code(), st.Message(), want)
+	}
+	if d := st.Details(); len(d) != 1 || d[0].(*errdetails.ResourceInfo).GetResourceName() != "projects/p/clusters/typo" {
+		t.Errorf("details = %v, want the downstream's", d)
+	}
+	// Unwrapped, a status error is passed on as it is.
+	if got := ToStatus(inner.Err()); got != inner.Err() && status.Convert(got).Message() != inner.Message() {
+		t.Errorf("ToStatus(status) = %v", got)
 	}
 }
 
