@@ -89,6 +89,14 @@ var (
 	reservedHostPrefixes = []string{"all", "default"}
 )
 
+// CheckZone adds a violation of field when zone is not a zone name (lower-case
+// letters, digits and '-', as a pool's and the network's zone must be): the
+// one rule for every zone a request names, so that a reservation's zone is
+// one a pool can claim from.
+func CheckZone(v *errs.Validator, field, zone string) {
+	v.Check(zoneRE.MatchString(zone), field, "%q is not a zone name (e.g. us-central1-a)", zone)
+}
+
 // Validate checks a cluster spec and returns an *errs.InvalidError listing
 // every problem at once, each with its field path in snake_case proto names
 // with indexes (e.g. `orchestrator.slurm.partitions[1].node_set_ids[0]: no
@@ -232,7 +240,7 @@ func validateLabels(v *errs.Validator, field string, labels map[string]string) {
 func validateNetwork(v *errs.Validator, n *loomv1.NetworkConfig) {
 	v.Check(n.GetMtu() >= MinMTU && n.GetMtu() <= MaxMTU, "network.mtu", "must be %d to %d (jumbo frames above 1500), not %d", MinMTU, MaxMTU, n.GetMtu())
 	v.Check(clusterIDRE.MatchString(n.GetName()), "network.name", "%q must be 1 to 63 lower-case letters, digits and '-', starting with a letter", n.GetName())
-	v.Check(zoneRE.MatchString(n.GetZone()), "network.zone", "%q is not a zone name (e.g. us-central1-a)", n.GetZone())
+	CheckZone(v, "network.zone", n.GetZone())
 }
 
 // checkHostPrefix reports what is wrong with an id that prefixes hostnames
@@ -297,7 +305,7 @@ func validatePools(v *errs.Validator, pools []*loomv1.NodePool) {
 		}
 		checkCapacity(v, f+".capacity", p.GetCapacity())
 		checkBootDisk(v, f+".boot_disk", m, known, p.GetBootDisk())
-		v.Check(zoneRE.MatchString(p.GetZone()), f+".zone", "%q is not a zone name (e.g. us-central1-a)", p.GetZone())
+		CheckZone(v, f+".zone", p.GetZone())
 		validateLabels(v, f+".labels", p.GetLabels())
 	}
 }

@@ -311,6 +311,9 @@ func TestAcceptReservation(t *testing.T) {
 		{"no reservation", func(r *loomv1.CreateReservationRequest) { r.Reservation = nil }, []string{"reservation"}},
 		{"name mismatch", func(r *loomv1.CreateReservationRequest) { r.Reservation.Name = "projects/default/reservations/x" }, []string{"reservation.name"}},
 		{"no zone", func(r *loomv1.CreateReservationRequest) { r.Reservation.Zone = "" }, []string{"reservation.zone"}},
+		// A pool's zone must be a zone name, so a reservation elsewhere
+		// could never be claimed.
+		{"zone no pool can name", func(r *loomv1.CreateReservationRequest) { r.Reservation.Zone = "US central" }, []string{"reservation.zone"}},
 		{"no machine type", func(r *loomv1.CreateReservationRequest) { r.Reservation.MachineType = "" }, []string{"reservation.machine_type"}},
 		{"unknown machine type", func(r *loomv1.CreateReservationRequest) { r.Reservation.MachineType = "a3-ultragpu-9g" }, []string{"reservation.machine_type"}},
 		{"no nodes", func(r *loomv1.CreateReservationRequest) { r.Reservation.Count = 0 }, []string{"reservation.count"}},

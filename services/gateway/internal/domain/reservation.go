@@ -12,7 +12,8 @@ import (
 // AcceptReservation checks a create request and returns the reservation to
 // create: req.reservation named from parent and reservation_id, its
 // output-only fields cleared. The id must be a valid name for Slurm and in
-// URLs (lower case, digits, hyphens), zone is required, machine_type must be
+// URLs (lower case, digits, hyphens), zone is required and a zone name (a
+// pool's, clusterspec.CheckZone), machine_type must be
 // in the machine catalog, count at least 1 and at most
 // clusterspec.MaxReservationNodes. Every problem is reported at once.
 func AcceptReservation(req *loomv1.CreateReservationRequest) (*loomv1.Reservation, error) {
@@ -38,8 +39,11 @@ func AcceptReservation(req *loomv1.CreateReservationRequest) (*loomv1.Reservatio
 		v.Add("reservation.name", "%q does not match parent and reservation_id; leave it empty", n)
 	}
 	checkRequestID(&v, req.GetRequestId())
-	v.Check(r.GetZone() != "", "reservation.zone", "required")
-	checkText(&v, "reservation.zone", r.GetZone(), MaxNameBytes)
+	if r.GetZone() == "" {
+		v.Add("reservation.zone", "required")
+	} else if checkText(&v, "reservation.zone", r.GetZone(), MaxNameBytes) {
+		clusterspec.CheckZone(&v, "reservation.zone", r.GetZone())
+	}
 	switch mt := r.GetMachineType(); {
 	case mt == "":
 		v.Add("reservation.machine_type", "required")

@@ -1066,6 +1066,14 @@ func TestReservations(t *testing.T) {
 			t.Errorf("invalid reservation = %v, want %q", f, w)
 		}
 	}
+	// A zone no pool may name (clusterspec's zone rule) would be
+	// capacity nobody can claim.
+	odd := reservation("r-odd-zone", 1)
+	odd.Reservation.Zone = "US central"
+	if f := onlyFailure(t, s.CreateReservation(odd, t0)); codes.Code(f.Code) != codes.InvalidArgument ||
+		!strings.Contains(f.Message, `reservation.zone: "US central" is not a zone name`) {
+		t.Errorf("reservation in zone %q = %v, want InvalidArgument on reservation.zone", odd.Reservation.Zone, f)
+	}
 
 	// A cluster claims from it; the claim shows as in_use and consumer.
 	pool := &loomv1.NodePool{Id: "res", MachineType: h100, NodeCount: 3,

@@ -26,7 +26,13 @@ func (s *State) CreateReservation(cmd *eventsv1.CreateReservation, now time.Time
 	_, ok := reservationOf(name)
 	v.Check(ok, "reservation.name", "must be projects/{project}/reservations/{reservation_id} with reservation_id matching %s, got %q",
 		resname.IDPattern, name)
-	v.Check(in.GetZone() != "", "reservation.zone", "is required")
+	if in.GetZone() == "" {
+		v.Add("reservation.zone", "is required")
+	} else if len(in.GetZone()) <= 256 {
+		clusterspec.CheckZone(&v, "reservation.zone", in.GetZone()) // a zone a pool can name
+	} else {
+		v.Add("reservation.zone", "%d bytes, not a zone name", len(in.GetZone()))
+	}
 	if in.GetMachineType() == "" {
 		v.Add("reservation.machine_type", "is required")
 	} else if _, known := clusterspec.Machine(in.GetMachineType()); !known {
