@@ -452,7 +452,9 @@ func serveREST(ctx context.Context, base *service.Base, addr string, limits port
 	if err != nil {
 		return fmt.Errorf("rest: listen on %s: %w", addr, err)
 	}
-	var h http.Handler = console.Mount(ports.MountDashboards(mux, dash)) // the web console at /, dashboards and the API under /v1
+	// The web console at /, dashboards and the API under /v1; the API's
+	// answers are never cached nor rendered (ports.APIHeaders).
+	var h http.Handler = console.Mount(ports.APIHeaders(ports.MountDashboards(mux, dash)))
 	if authOff {
 		h = ports.OnlyFromThisSite(h)
 	}

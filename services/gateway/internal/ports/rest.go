@@ -231,6 +231,31 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// APIHeaders sets on every answer of the API (not the console's files,
+// which set their own) the headers that keep it out of caches and out of
+// HTML: Cache-Control: no-store (with Pragma: no-cache for HTTP/1.0
+// caches), as RFC 6749 requires of a token response and as any answer
+// read with a credential (an API key's secret, a job's environment, logs)
+// needs, so that no shared cache, proxy or browser disk keeps it; and
+// X-Content-Type-Options: nosniff with a Content-Security-Policy that
+// allows nothing, so that a browser never renders an answer (which holds
+// job names, labels and error messages its callers chose) as a page or
+// in a frame.
+func APIHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Cache-Control", "no-store")
+		hd.Set("Pragma", "no-cache")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Content-Security-Policy", APICSP)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// APICSP is the Content-Security-Policy of the API's answers: they are
+// data, never a page, so nothing may load or frame them.
+const APICSP = "default-src 'none'; frame-ancestors 'none'"
+
 // OnlyFromThisSite guards the REST port of a gateway with authentication
 // off, where every caller is a cluster administrator: there the caller's
 // own browser is the risk. A web page the developer visits may send a

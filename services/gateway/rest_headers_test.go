@@ -1,0 +1,72 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/services/gateway/internal/console"
+	"github.com/loom-ml/loom/services/gateway/internal/ports"
+)
+
+// TestRESTAnswersAreNotCachedNorRendered: every answer of the REST API —
+// a token (RFC 6749 §5.1: no-store), data read with a credential, a
+// refusal, the dashboards, a path it does not know — says no-store,
+// nosniff and a CSP that allows nothing, so that no cache keeps a secret
+// and no browser renders an answer as a page; the console's own files
+// keep theirs.
+func TestRESTAnswersAreNotCachedNorRendered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	for _, tc := range []struct {
+		name, verb, path, cred, body string
+		want                         int
+	}{
+		{"a token", http.MethodPost, "/v1/auth:token", h.adminKey, "{}", http.StatusOK},
+		{"data", http.MethodGet, "/v1/" + project + "/clusters", h.cred("vic"), "", http.StatusOK},
+		{"a refusal", http.MethodGet, "/v1/" + project + "/clusters", "", "", http.StatusUnauthorized},
+		{"another project", http.MethodGet, "/v1/projects/other/clusters", h.cred("vic"), "", http.StatusNotFound},
+		{"the dashboards", http.MethodGet, "/v1/dashboards", h.cred("vic"), "", http.StatusOK},
+		{"no such path", http.MethodGet, "/v1/nothing", h.cred("vic"), "", http.StatusNotFound},
+	} {
+		req, err := http.NewRequestWithContext(ctx, tc.verb, h.restBase+tc.path, strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.cred != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.cred)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: %s %s: HTTP %d %s, want %d", tc.name, tc.verb, tc.path, resp.StatusCode, b, tc.want)
+		}
+		for k, want := range map[string]string{"Cache-Control": "no-store", "Pragma": "no-cache",
+			"X-Content-Type-Options": "nosniff", "Content-Security-Policy": ports.APICSP} {
+			if got := resp.Header.Get(k); got != want {
+				t.Errorf("%s: %s %s: %s %q, want %q", tc.name, tc.verb, tc.path, k, got, want)
+			}
+		}
+	}
+	// The console's page is revalidated, not refused to caches, under its
+	// own policy.
+	resp, err := http.Get(h.restBase + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("Cache-Control"); got != "no-cache" {
+		t.Errorf("console page: Cache-Control %q, want no-cache", got)
+	}
+	if got := resp.Header.Get("Content-Security-Policy"); got != console.CSP {
+		t.Errorf("console page: CSP %q, want the console's", got)
+	}
+}
