@@ -70,3 +70,32 @@ func TestRESTAnswersAreNotCachedNorRendered(t *testing.T) {
 		t.Errorf("console page: CSP %q, want the console's", got)
 	}
 }
+
+// TestRESTRefusesUnknownQueryParameters: a query parameter that names no
+// field of the request is 400 naming it, as an unknown field of a body
+// is, rather than ignored (a misspelt filter listed everything); the
+// fields' proto and JSON names, and a path into a nested message, are
+// taken.
+func TestRESTRefusesUnknownQueryParameters(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	for _, tc := range []struct {
+		path string
+		want int
+		says string
+	}{
+		{"/v1/" + project + "/clusters?bogus=1", http.StatusBadRequest, `bogus: query parameter: ListClustersRequest has no field \"bogus\"`},
+		{"/v1/" + project + "/jobs?state=RUNNING", http.StatusBadRequest, `has no field \"state\"`},
+		{"/v1/" + project + "/jobs?page_size=1&filter.x=1", http.StatusBadRequest, `filter.x`},
+		{"/v1/" + project + "/jobs?states=RUNNING&page_size=5", http.StatusOK, ""},
+		{"/v1/" + project + "/jobs?activeOnly=true&pageSize=5", http.StatusOK, ""},
+		{"/v1/" + project + "/locations/us-central1/customJobs?pageSize=5", http.StatusOK, ""},
+		{"/v1/" + project + "/locations/us-central1/customJobs?pageSize=5&page_sise=3", http.StatusBadRequest, `page_sise`},
+	} {
+		code, body := restCall(ctx, t, h.restAs("vic"), h.restBase, http.MethodGet, tc.path, "")
+		if code != tc.want || !strings.Contains(body, tc.says) {
+			t.Errorf("GET %s: HTTP %d %s, want %d saying %s", tc.path, code, body, tc.want, tc.says)
+		}
+	}
+}

@@ -10,17 +10,24 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -34,8 +41,9 @@ import (
 // the training paths (TrainingPath), which answer in camelCase as Vertex's
 // REST documentation writes them; input takes either spelling everywhere.
 // Server streams come out as newline-delimited JSON objects {"result": ...}.
-// A field the request message does not have is refused (InvalidArgument,
-// HTTP 400, naming it), as Google's APIs do, rather than silently dropped.
+// A field the request message does not have, in the body or as a query
+// parameter (strictQuery), is refused (InvalidArgument, HTTP 400, naming
+// it), as Google's APIs do, rather than silently dropped.
 // The returned function closes the connection to grpcAddr.
 func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, error) {
 	conn, err := grpc.NewClient(dialable(grpcAddr),
@@ -47,7 +55,10 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	// Every call carries its HTTP client's address (guard.RESTClient):
 	// the gRPC port sees only this connection's loopback peer.
 	client := runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD { return guard.RESTClient(r.RemoteAddr) })
-	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	// Query parameters are held to what a body is: one that names no
+	// field of the request is refused (strictQuery), not ignored.
+	query := runtime.SetQueryParameterParser(strictQuery{})
+	mux := runtime.NewServeMux(query, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
@@ -75,7 +86,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		}
 	}
 	// Vertex's resources answer in Vertex's JSON: camelCase field names.
-	vertex := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	vertex := runtime.NewServeMux(query, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
@@ -109,6 +120,65 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		}
 		mux.ServeHTTP(w, r)
 	}), conn.Close, nil
+}
+
+// strictQuery is grpc-gateway's query parser, except that a parameter that
+// names no field of the request message (by its proto or JSON name, dotted
+// into nested messages, "map[key]" for a map's entry) is InvalidArgument
+// naming it and the fields there are, as an unknown field of a JSON body
+// is: grpc-gateway's own parser drops it, so that a misspelt filter
+// ("?state=RUNNING" for "states") silently listed everything.
+type strictQuery struct{ runtime.DefaultQueryParser }
+
+// mapKeyParam is a map entry's parameter, "field[key]".
+var mapKeyParam = regexp.MustCompile(`^(.*)\[(.*)\]$`)
+
+// Parse checks every parameter's name, then parses them as grpc-gateway does.
+func (q strictQuery) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the first unknown one named is always the same
+	for _, key := range keys {
+		if err := queryField(msg.ProtoReflect().Descriptor(), key); err != nil {
+			return err
+		}
+	}
+	return q.DefaultQueryParser.Parse(msg, values, filter)
+}
+
+// queryField checks that the query parameter key names a field of md.
+func queryField(md protoreflect.MessageDescriptor, key string) error {
+	path := key
+	if m := mapKeyParam.FindStringSubmatch(key); m != nil {
+		path = m[1]
+	}
+	names := strings.Split(path, ".")
+	for i, n := range names {
+		fields := md.Fields()
+		fd := fields.ByTextName(n)
+		if fd == nil {
+			fd = fields.ByJSONName(n)
+		}
+		if fd == nil {
+			known := make([]string, 0, fields.Len())
+			for j := range fields.Len() {
+				known = append(known, string(fields.Get(j).Name()))
+			}
+			return errs.Invalid(termtext.Clean(key, 100), "query parameter: %s has no field %q (its fields: %s)",
+				md.Name(), termtext.Clean(n, 100), strings.Join(known, ", "))
+		}
+		if i == len(names)-1 {
+			return nil
+		}
+		if fd.Message() == nil || fd.IsList() || fd.IsMap() {
+			return errs.Invalid(termtext.Clean(key, 100), "query parameter: %s.%s is not a message, so it has no field %q",
+				md.Name(), fd.Name(), termtext.Clean(names[i+1], 100))
+		}
+		md = fd.Message()
+	}
+	return nil
 }
 
 // trainingCollections are the collections TrainingService serves under a
