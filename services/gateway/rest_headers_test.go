@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/console"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
@@ -97,5 +98,36 @@ func TestRESTRefusesUnknownQueryParameters(t *testing.T) {
 		if code != tc.want || !strings.Contains(body, tc.says) {
 			t.Errorf("GET %s: HTTP %d %s, want %d saying %s", tc.path, code, body, tc.want, tc.says)
 		}
+	}
+}
+
+// TestRESTMethodIsTheRequests: a form-encoded POST is not taken as the
+// GET of its path, nor as the method an X-HTTP-Method-Override header
+// names: a DELETE sent as a POST deletes nothing.
+func TestRESTMethodIsTheRequests(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	for _, override := range []string{"", "DELETE"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.restBase+"/v1/"+cluster1, strings.NewReader(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if override != "" {
+			req.Header.Set("X-HTTP-Method-Override", override)
+		}
+		resp, err := h.restAs("pat").Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotImplemented {
+			t.Errorf("POST %s as a form, X-HTTP-Method-Override %q: HTTP %d %s, want 501 (no POST there)", cluster1, override, resp.StatusCode, b)
+		}
+	}
+	if n := len(testkit.Events(t, h.broker, topics.ClusterCommands)); n != 0 {
+		t.Errorf("%d cluster commands written, want none", n)
 	}
 }

@@ -58,7 +58,12 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	// Query parameters are held to what a body is: one that names no
 	// field of the request is refused (strictQuery), not ignored.
 	query := runtime.SetQueryParameterParser(strictQuery{})
-	mux := runtime.NewServeMux(query, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	// A request is the method it says: grpc-gateway would otherwise take a
+	// form-encoded POST as the GET of the same path, or as any method its
+	// X-HTTP-Method-Override header names (a DELETE sent as a POST, past
+	// whatever in front of this port tells methods apart).
+	verbs := runtime.WithDisablePathLengthFallback()
+	mux := runtime.NewServeMux(query, verbs, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
@@ -86,7 +91,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		}
 	}
 	// Vertex's resources answer in Vertex's JSON: camelCase field names.
-	vertex := runtime.NewServeMux(query, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	vertex := runtime.NewServeMux(query, verbs, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
