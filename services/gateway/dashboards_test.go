@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/loom-ml/loom/libs/dashboards"
+	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/testkit"
 )
 
@@ -131,6 +132,40 @@ func TestSettingsAreChecked(t *testing.T) {
 		err := RunArgs(testkit.Context(t, 10*time.Second), args)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("RunArgs(%v) = %v, want an error naming %s", args, err, tc.field)
+		}
+	}
+}
+
+// TestDashboardsWithoutTheStoreAreUnavailable: a credential that cannot be
+// checked (the gateway's Redis is gone) is 503 on the dashboards, as on
+// the rest of the API (the one error mapping), not a 401: the console
+// takes a 401 as a refused credential and signs its user out.
+func TestDashboardsWithoutTheStoreAreUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	r, err := embedded.StartRedis(ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	h := newHarness(t, func(c *Config) { c.RedisAddr = r.Addr })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/dashboards", "/v1/dashboards/scheduler", "/v1/" + project + "/clusters"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.restBase+path, nil)
+		req.Header.Set("Authorization", "Bearer "+h.adminKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e struct{ Code int }
+		_ = json.Unmarshal(b, &e)
+		if resp.StatusCode != http.StatusServiceUnavailable || e.Code != 14 || resp.Header.Get("WWW-Authenticate") != "" {
+			t.Errorf("GET %s with the store gone: HTTP %d (WWW-Authenticate %q) %s, want 503, code 14 (Unavailable)",
+				path, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b)
 		}
 	}
 }

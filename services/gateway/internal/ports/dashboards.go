@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
@@ -30,7 +31,8 @@ type Authenticate func(ctx context.Context) (context.Context, error)
 //	GET /v1/dashboards/{service} {service, title, panels:[{id, title, unit, kind, series:[{legend, points:[[t, v]]}]}]}
 //
 // Callers authenticate as on the rest of the REST API (Authorization:
-// Bearer <token or API key>); without a valid credential the answer is 401.
+// Bearer <token or API key>); without a valid credential the answer is 401,
+// and 503 when the credential cannot be checked (the store is unavailable).
 // They hold no job, trial or user names, but they show the whole fleet's
 // load: users with a role in some project and cluster administrators read
 // them (as any Slurm user runs sinfo); a node, a workload, a service and a
@@ -45,8 +47,15 @@ func Dashboards(s *dashboards.Scraper, authenticate Authenticate) http.Handler {
 		}
 		p, err := authenticated(r, authenticate)
 		if err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="loom"`)
-			writeError(w, http.StatusUnauthorized, codes.Unauthenticated, err.Error())
+			// The one mapping (errs.Code, then grpc-gateway's), as the rest
+			// of the API answers: a credential refused is 401, a member
+			// store that cannot be read 503, not a 401 that sends the
+			// console back to sign-in.
+			code := errs.Code(err)
+			if code == codes.Unauthenticated {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="loom"`)
+			}
+			writeError(w, runtime.HTTPStatusFromCode(code), code, err.Error())
 			return
 		}
 		if !p.ClusterAdmin && (p.Kind != auth.KindUser || len(p.Roles) == 0) {
