@@ -200,6 +200,12 @@ func TestUpdateCluster(t *testing.T) {
 	if again, err := h.clusters().UpdateCluster(ctx, ridReq); err != nil || again.GetName() != op2.GetName() {
 		t.Fatalf("retry: %v %v, want %s", again, err, op2.GetName())
 	}
+	// The same request_id with another request is refused, not answered
+	// the first one's operation (the caller would think it was done).
+	other := proto.Clone(ridReq).(*loomv1.UpdateClusterRequest)
+	growCPU(5)(other.Cluster)
+	_, err = h.clusters().UpdateCluster(ctx, other)
+	wantCode(t, "the request_id of another update", err, codes.InvalidArgument, "request_id", "different request")
 	if op.GetDone() || op.GetMetadata().GetVerb() != "update" || op.GetMetadata().GetTarget() != trainName {
 		t.Fatalf("update operation: %v", op)
 	}

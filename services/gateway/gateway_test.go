@@ -260,6 +260,12 @@ func TestOperationLifecycle(t *testing.T) {
 	if err != nil || again.GetName() != op.GetName() {
 		t.Fatalf("retry with the request id: %v %v, want %s", again, err, op.GetName())
 	}
+	// The same request_id for another cluster_id is refused: answered c2's
+	// operation, the caller would wait for a cluster never created.
+	c3 := validCluster("c3")
+	c3.RequestId = req.RequestId
+	_, err = h.clusters().CreateCluster(ctx, c3)
+	wantCode(t, "req-create-c2 for c3", err, codes.InvalidArgument, "request_id", "different request")
 	cmd := testkit.WaitEvent(t, h.broker, topics.ClusterCommands, wait, func(e envelope.Event) bool {
 		c, ok := e.Payload.(*eventsv1.CreateCluster)
 		return ok && c.GetOperation() == op.GetName()
@@ -367,6 +373,9 @@ func TestOperationLifecycle(t *testing.T) {
 	if again, err := h.clusters().DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: cluster1, RequestId: "del-1"}); err != nil || again.GetName() != del.GetName() {
 		t.Fatalf("delete retry: %v %v", again, err)
 	}
+	// The same request_id for another cluster is refused, naming it.
+	_, err = h.clusters().DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: project + "/clusters/another", RequestId: "del-1"})
+	wantCode(t, "del-1 for another cluster", err, codes.InvalidArgument, "request_id", "different request")
 }
 
 // TestJobs checks SubmitJob idempotency, the accepted-record fallback,
@@ -386,6 +395,12 @@ func TestJobs(t *testing.T) {
 	if err != nil || again.GetName() != first.GetName() {
 		t.Fatalf("retry: %v %v, want %s", again, err, first.GetName())
 	}
+	// Another job under the same request_id is refused, not answered
+	// job 1 (its script would never run).
+	changed := proto.Clone(req).(*loomv1.SubmitJobRequest)
+	changed.Job.Script = "#!/bin/sh\necho another\n"
+	_, err = h.jobs().SubmitJob(ctx, changed)
+	wantCode(t, "submit-1 with another script", err, codes.InvalidArgument, "request_id", "different request")
 	second, err := h.jobs().SubmitJob(ctx, validJob())
 	if err != nil || second.GetJobId() != "2" {
 		t.Fatalf("second job: %v %v, want job 2", second, err)

@@ -82,10 +82,14 @@ func TestUploadModelOperation(t *testing.T) {
 	// The same request_id again from the same caller: the same operation,
 	// no second command. From another caller of the project it is another
 	// upload (their scripts may both say "up-1"), with its own command.
-	again, err := upload(ana, parent, "file:///elsewhere", "up-1")
+	again, err := upload(ana, parent, "file:///shared/tiny", "up-1")
 	if err != nil || again.GetName() != op.GetName() {
 		t.Fatalf("retried UploadModel = %v, %v; want operation %s", again, err, op.GetName())
 	}
+	// The same request_id with another request (another directory) is
+	// refused: it would have answered an upload of something else.
+	_, err = upload(ana, parent, "file:///elsewhere", "up-1")
+	wantCode(t, "up-1 for another directory", err, codes.InvalidArgument, "request_id", "different request")
 	pat, err := upload(loomv1.NewModelServiceClient(h.as(t, "pat")), project, "file:///shared/pats", "up-1")
 	if err != nil || pat.GetName() == op.GetName() {
 		t.Fatalf("pat's UploadModel with ana's request_id = %v, %v; want an operation of its own", pat, err)

@@ -625,13 +625,26 @@ func (r *Repo) EnsureJobIndexes(ctx context.Context) error {
 	return nil
 }
 
-// PutRequest records in tx that (kind, requestID) made the resource name;
-// nothing when requestID is empty. Apply with RequestInboxID(kind,
+// PutRequest records in tx that (kind, requestID) made the resource name,
+// with the request's fingerprint (domain.RequestFingerprint; "" for
+// none); nothing when requestID is empty. Apply with RequestInboxID(kind,
 // requestID) makes the record expire after RequestTTL.
-func PutRequest(tx *store.Tx, kind, requestID, name string) {
+func PutRequest(tx *store.Tx, kind, requestID, name, fingerprint string) {
 	if requestID != "" {
-		tx.Set(RequestInboxID(kind, requestID), []byte(name))
+		v := name
+		if fingerprint != "" {
+			v += "\n" + fingerprint
+		}
+		tx.Set(RequestInboxID(kind, requestID), []byte(v))
 	}
+}
+
+// SplitRequest splits a request record PutRequest wrote (as Request and
+// ReplayOrJobIDs return it) into the resource's name and the request's
+// fingerprint ("" in a record written before fingerprints were kept).
+func SplitRequest(rec string) (name, fingerprint string) {
+	name, fingerprint, _ = strings.Cut(rec, "\n")
+	return name, fingerprint
 }
 
 // PutTrainingRequest records in tx that (kind, requestID) made the training

@@ -204,8 +204,8 @@ func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 // CreateCluster command (carrying the normalized spec). A retry
 // with the same request_id returns the first call's operation.
 func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRequest) (*loomv1.Operation, error) {
-	kind, rid := adapters.RequestCreateCluster, req.GetRequestId()
-	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+	kind, rid, fp := adapters.RequestCreateCluster, req.GetRequestId(), domain.RequestFingerprint(req)
+	if op, ok, err := g.replayOperation(ctx, kind, rid, fp); err != nil || ok {
 		return op, err
 	}
 	cluster, err := domain.AcceptCluster(req)
@@ -232,18 +232,18 @@ func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRe
 	if err != nil {
 		return nil, err
 	}
-	return g.startOperation(ctx, kind, rid, op, cmd)
+	return g.startOperation(ctx, kind, rid, fp, op, cmd)
 }
 
 // DeleteCluster checks that the cluster exists and stores a new operation
 // together with the DeleteCluster command. A retry with the same request_id
 // returns the first call's operation.
 func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
-	kind, rid := adapters.RequestDeleteCluster, req.GetRequestId()
+	kind, rid, fp := adapters.RequestDeleteCluster, req.GetRequestId(), domain.RequestFingerprint(req)
 	if err := domain.CheckRequestID(rid); err != nil {
 		return nil, err
 	}
-	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+	if op, ok, err := g.replayOperation(ctx, kind, rid, fp); err != nil || ok {
 		return op, err
 	}
 	cluster, err := resname.ParseCluster(req.GetName())
@@ -262,12 +262,12 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 	if err != nil {
 		return nil, err
 	}
-	return g.startOperation(ctx, kind, rid, op, cmd)
+	return g.startOperation(ctx, kind, rid, fp, op, cmd)
 }
 
 // startOperation stores op and its commands (and the request id) in one Apply.
-func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loomv1.Operation, cmds ...envelope.Event) (*loomv1.Operation, error) {
-	return g.applyOperation(ctx, kind, rid, op, func() (*loomv1.Operation, bool, error) { return g.replayOperation(ctx, kind, rid) }, cmds...)
+func (g *Gateway) startOperation(ctx context.Context, kind, rid, fp string, op *loomv1.Operation, cmds ...envelope.Event) (*loomv1.Operation, error) {
+	return g.applyOperation(ctx, kind, rid, fp, op, func() (*loomv1.Operation, bool, error) { return g.replayOperation(ctx, kind, rid, fp) }, cmds...)
 }
 
 // startModelOperation is startOperation for an upload or an export, whose
@@ -275,18 +275,18 @@ func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loom
 // own): a racer that loses the Apply on one key is answered as a retry of
 // the winner would be (replayModelOperation), not by the cluster
 // operations' admin-only replay, which cannot read such a key.
-func (g *Gateway) startModelOperation(ctx context.Context, kind, key, rid string, op *loomv1.Operation, cmd envelope.Event) (*loomv1.Operation, error) {
-	return g.applyOperation(ctx, kind, key, op, func() (*loomv1.Operation, bool, error) { return g.replayModelOperation(ctx, kind, key, rid) }, cmd)
+func (g *Gateway) startModelOperation(ctx context.Context, kind, key, rid, fp string, op *loomv1.Operation, cmd envelope.Event) (*loomv1.Operation, error) {
+	return g.applyOperation(ctx, kind, key, fp, op, func() (*loomv1.Operation, bool, error) { return g.replayModelOperation(ctx, kind, key, rid, fp) }, cmd)
 }
 
 // applyOperation is startOperation's body; replay answers the call that
 // lost the Apply to a concurrent one with the same request id.
-func (g *Gateway) applyOperation(ctx context.Context, kind, rid string, op *loomv1.Operation, replay func() (*loomv1.Operation, bool, error), cmds ...envelope.Event) (*loomv1.Operation, error) {
+func (g *Gateway) applyOperation(ctx context.Context, kind, rid, fp string, op *loomv1.Operation, replay func() (*loomv1.Operation, bool, error), cmds ...envelope.Event) (*loomv1.Operation, error) {
 	tx := &store.Tx{}
 	if err := adapters.PutOperation(tx, op); err != nil {
 		return nil, err
 	}
-	adapters.PutRequest(tx, kind, rid, op.GetName())
+	adapters.PutRequest(tx, kind, rid, op.GetName(), fp)
 	for _, cmd := range cmds {
 		tx.Emit(cmd)
 	}
@@ -312,7 +312,7 @@ func (g *Gateway) applyOperation(ctx context.Context, kind, rid string, op *loom
 
 // replayOperation returns the operation of an earlier call with request id
 // rid, ok=false when there was none (or rid is empty).
-func (g *Gateway) replayOperation(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
+func (g *Gateway) replayOperation(ctx context.Context, kind, rid, fp string) (*loomv1.Operation, bool, error) {
 	if rid == "" {
 		return nil, false, nil
 	}
@@ -323,13 +323,14 @@ func (g *Gateway) replayOperation(ctx context.Context, kind, rid string) (*loomv
 	if domain.CheckRequestID(rid) != nil {
 		return nil, false, nil
 	}
-	name, err := g.repo.Request(ctx, kind, rid)
+	rec, err := g.repo.Request(ctx, kind, rid)
 	if errors.Is(err, errs.NotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
+	name, stored := adapters.SplitRequest(rec)
 	op, err := g.repo.Operation(ctx, name)
 	if err != nil {
 		return nil, false, err
@@ -338,6 +339,9 @@ func (g *Gateway) replayOperation(ctx context.Context, kind, rid string) (*loomv
 	// call that starts one needs admin there).
 	if !callerOf(ctx, op.GetName()).Admin {
 		return nil, false, errRequestIDTaken(rid)
+	}
+	if err := domain.RequestIDReused(rid, stored, fp); err != nil {
+		return nil, false, err
 	}
 	return op, true, nil
 }
@@ -499,7 +503,7 @@ func (g *Gateway) applyOperationEvent(ctx context.Context, opName, what string, 
 // accepted job together with the SubmitJob command (one for an array). A
 // retry with the same request_id returns the first call's job (as it is now).
 func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
-	kind, rid := adapters.RequestSubmitJob, req.GetRequestId()
+	kind, rid, fp := adapters.RequestSubmitJob, req.GetRequestId(), domain.RequestFingerprint(req)
 	// The job is the caller's: Job.user comes from the principal, never
 	// from the request.
 	if req.GetJob() != nil {
@@ -537,7 +541,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	if err != nil {
 		// A retry of a request that was accepted answers what it got then,
 		// even when the same request would be refused now.
-		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {
+		if j, ok, rerr := g.replayJob(ctx, rid, fp); rerr != nil || ok {
 			return j, rerr
 		}
 		return nil, err
@@ -554,7 +558,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		counted, err = g.reserveJobs(ctx, project.ID, submitter(ctx, req.GetJob()), int64(tasks))
 	}
 	if err != nil {
-		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {
+		if j, ok, rerr := g.replayJob(ctx, rid, fp); rerr != nil || ok {
 			return j, rerr
 		}
 		return nil, err
@@ -573,11 +577,15 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return nil, err
 	}
 	if replay != "" {
-		j, err := g.job(ctx, replay)
+		name, stored := adapters.SplitRequest(replay)
+		j, err := g.job(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		return replayedJob(ctx, j, rid)
+		if j, err = replayedJob(ctx, j, rid); err != nil {
+			return nil, err
+		}
+		return j, domain.RequestIDReused(rid, stored, fp)
 	}
 	counted.commit(id)
 	job := domain.AcceptJob(req, cluster, id, g.now())
@@ -589,7 +597,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	if err := adapters.PutJob(tx, job); err != nil {
 		return nil, err
 	}
-	adapters.PutRequest(tx, kind, rid, job.GetName())
+	adapters.PutRequest(tx, kind, rid, job.GetName(), fp)
 	cmd, err := route(ctx, job.GetCluster(), &eventsv1.SubmitJob{Job: job})
 	if err != nil {
 		return nil, err
@@ -604,7 +612,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		audited()
 	}
 	if !applied {
-		first, ok, err := g.replayJob(ctx, rid)
+		first, ok, err := g.replayJob(ctx, rid, fp)
 		if err == nil && !ok {
 			err = fmt.Errorf("request %s: applied but not recorded", rid)
 		}
@@ -616,26 +624,32 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 }
 
 // replayJob returns the job of an earlier SubmitJob with request id rid.
-func (g *Gateway) replayJob(ctx context.Context, rid string) (*loomv1.Job, bool, error) {
+func (g *Gateway) replayJob(ctx context.Context, rid, fp string) (*loomv1.Job, bool, error) {
 	if rid == "" {
 		return nil, false, nil
 	}
 	if domain.CheckRequestID(rid) != nil { // as replayOperation
 		return nil, false, nil
 	}
-	name, err := g.repo.Request(ctx, adapters.RequestSubmitJob, rid)
+	rec, err := g.repo.Request(ctx, adapters.RequestSubmitJob, rid)
 	if errors.Is(err, errs.NotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
+	name, stored := adapters.SplitRequest(rec)
 	j, err := g.job(ctx, name)
 	if err != nil {
 		return nil, false, err
 	}
-	j, err = replayedJob(ctx, j, rid)
-	return j, err == nil, err
+	if j, err = replayedJob(ctx, j, rid); err == nil {
+		err = domain.RequestIDReused(rid, stored, fp)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return j, true, nil
 }
 
 // GetJob reads a job from the scheduler, or, when the scheduler no longer

@@ -26,8 +26,8 @@ import (
 // nothing. A retry with the same request_id returns the first call's
 // operation.
 func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
-	kind, rid := adapters.RequestUpdateCluster, req.GetRequestId()
-	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+	kind, rid, fp := adapters.RequestUpdateCluster, req.GetRequestId(), domain.RequestFingerprint(req)
+	if op, ok, err := g.replayOperation(ctx, kind, rid, fp); err != nil || ok {
 		return op, err
 	}
 	if err := domain.CheckUpdateRequest(req); err != nil {
@@ -48,7 +48,7 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 	cluster, _ := resname.ParseCluster(name)
 	op := domain.NewOperation(resname.Operation{Project: cluster.Project, ID: envelope.NewID()}.String(), domain.VerbUpdate, name, g.now())
 	if !up.Changed {
-		return g.startOperation(ctx, kind, rid, domain.Unchanged(op, current, g.now()))
+		return g.startOperation(ctx, kind, rid, fp, domain.Unchanged(op, current, g.now()))
 	}
 	if err := g.checkClusterQuota(ctx, up.Cluster); err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 	if err != nil {
 		return nil, err
 	}
-	return g.startOperation(ctx, kind, rid, op, cmd)
+	return g.startOperation(ctx, kind, rid, fp, op, cmd)
 }
 
 // checkCapacity is the fast capacity answer for a cluster that goes from

@@ -56,7 +56,7 @@ func TestHistorySweepAndRequestTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	adapters.PutRequest(tx, adapters.RequestSubmitJob, "r1", "projects/p/jobs/2")
+	adapters.PutRequest(tx, adapters.RequestSubmitJob, "r1", "projects/p/jobs/2", "")
 	if _, err := repo.Apply(ctx, adapters.RequestInboxID(adapters.RequestSubmitJob, "r1"), tx); err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,8 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 		// was answered the first's operation and never uploaded).
 		rid = p.Name + "\x00" + project + "\x00" + rid
 	}
-	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId()); err != nil || ok {
+	fp := domain.RequestFingerprint(req)
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId(), fp); err != nil || ok {
 		return op, err
 	}
 	// The names key the command's record: checked here, before they do
@@ -132,7 +133,7 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 	if err != nil {
 		return nil, err
 	}
-	return g.startModelOperation(ctx, kind, rid, req.GetRequestId(), op, cmd)
+	return g.startModelOperation(ctx, kind, rid, req.GetRequestId(), fp, op, cmd)
 }
 
 // callerLineage is the lineage a caller's UploadModel carries to the
@@ -238,7 +239,8 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	if rid != "" {
 		rid = exportRequestKey(p.Name, req.GetName(), dst, rid)
 	}
-	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId()); err != nil || ok {
+	fp := domain.RequestFingerprint(req)
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId(), fp); err != nil || ok {
 		return op, err
 	}
 	switch {
@@ -268,7 +270,7 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	if err != nil {
 		return nil, err
 	}
-	return g.startModelOperation(ctx, kind, rid, req.GetRequestId(), op, cmd)
+	return g.startModelOperation(ctx, kind, rid, req.GetRequestId(), fp, op, cmd)
 }
 
 // exportRequestKey is the key ExportModel's request_id rid is remembered
@@ -293,19 +295,23 @@ func exportRequestKey(principal, name, dst, rid string) string {
 // shows what GetOperation would refuse (a caller since removed from the
 // operation's project), and is then AlreadyExists, naming rid (the
 // caller's request_id).
-func (g *Gateway) replayModelOperation(ctx context.Context, kind, key, rid string) (*loomv1.Operation, bool, error) {
+func (g *Gateway) replayModelOperation(ctx context.Context, kind, key, rid, fp string) (*loomv1.Operation, bool, error) {
 	if key == "" {
 		return nil, false, nil
 	}
-	name, err := g.repo.Request(ctx, kind, key)
+	rec, err := g.repo.Request(ctx, kind, key)
 	if errors.Is(err, errs.NotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
+	name, stored := adapters.SplitRequest(rec)
 	if !mayReadOperation(ctx, name) {
 		return nil, false, fmt.Errorf("request_id %q answered an operation this caller may not read; send a new request_id: %w", rid, errs.AlreadyExists)
+	}
+	if err := domain.RequestIDReused(rid, stored, fp); err != nil {
+		return nil, false, err
 	}
 	op, err := g.repo.Operation(ctx, name)
 	return op, err == nil, err

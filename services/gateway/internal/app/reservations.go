@@ -19,8 +19,8 @@ import (
 // operation together with the CreateReservation command. A retry with the
 // same request_id returns the first call's operation.
 func (g *Gateway) CreateReservation(ctx context.Context, req *loomv1.CreateReservationRequest) (*loomv1.Operation, error) {
-	kind, rid := adapters.RequestCreateReservation, req.GetRequestId()
-	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+	kind, rid, fp := adapters.RequestCreateReservation, req.GetRequestId(), domain.RequestFingerprint(req)
+	if op, ok, err := g.replayOperation(ctx, kind, rid, fp); err != nil || ok {
 		return op, err
 	}
 	r, err := domain.AcceptReservation(req)
@@ -41,7 +41,7 @@ func (g *Gateway) CreateReservation(ctx context.Context, req *loomv1.CreateReser
 	if err != nil {
 		return nil, err
 	}
-	return g.startOperation(ctx, kind, rid, op, cmd)
+	return g.startOperation(ctx, kind, rid, fp, op, cmd)
 }
 
 // DeleteReservation checks that the reservation exists (NotFound) and that
@@ -49,11 +49,11 @@ func (g *Gateway) CreateReservation(ctx context.Context, req *loomv1.CreateReser
 // together with the DeleteReservation command. A retry with the same
 // request_id returns the first call's operation.
 func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReservationRequest) (*loomv1.Operation, error) {
-	kind, rid := adapters.RequestDeleteReservation, req.GetRequestId()
+	kind, rid, fp := adapters.RequestDeleteReservation, req.GetRequestId(), domain.RequestFingerprint(req)
 	if err := domain.CheckRequestID(rid); err != nil {
 		return nil, err
 	}
-	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+	if op, ok, err := g.replayOperation(ctx, kind, rid, fp); err != nil || ok {
 		return op, err
 	}
 	res, err := resname.ParseReservation(req.GetName())
@@ -77,7 +77,7 @@ func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReser
 	if err != nil {
 		return nil, err
 	}
-	return g.startOperation(ctx, kind, rid, op, cmd)
+	return g.startOperation(ctx, kind, rid, fp, op, cmd)
 }
 
 // GetReservation reads a reservation from the provisioner.
