@@ -361,6 +361,18 @@ func TestOperationLifecycle(t *testing.T) {
 		d, ok := e.Payload.(*eventsv1.DeleteCluster)
 		return ok && d.GetOperation() == del.GetName() && d.GetCluster() == cluster1
 	})
+	// While it is being deleted, another delete is refused at once (it
+	// was accepted, then failed in the provisioner).
+	h.w.mu.Lock()
+	deleting := proto.Clone(h.w.clusters[cluster1]).(*loomv1.Cluster)
+	if deleting.Status == nil {
+		deleting.Status = &loomv1.ClusterStatus{}
+	}
+	deleting.Status.State = loomv1.Cluster_DELETING
+	h.w.clusters[cluster1] = deleting
+	h.w.mu.Unlock()
+	_, err = h.clusters().DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: cluster1})
+	wantCode(t, "a second delete", err, codes.FailedPrecondition, "DELETING already")
 	publish(cluster1, &eventsv1.ClusterDeleted{Operation: del.GetName(), Cluster: cluster1})
 	gone, err := h.ops().WaitOperation(ctx, &loomv1.WaitOperationRequest{Name: del.GetName(), TimeoutSeconds: 30})
 	if err != nil || !gone.GetDone() || gone.GetError() != nil {

@@ -250,11 +250,18 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 	if err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
-	if _, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: req.GetName()}); err != nil {
+	current, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: req.GetName()})
+	if err != nil {
 		if isNotFound(err) {
 			return nil, fmt.Errorf("cluster %s: %w", req.GetName(), errs.NotFound)
 		}
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", req.GetName(), err)
+	}
+	// A second delete would be accepted only to fail in the provisioner:
+	// refused now, as an update of a cluster being deleted is (a delete in
+	// the middle of a create is what a delete is for, and goes on).
+	if s := current.GetStatus().GetState(); s == loomv1.Cluster_DELETING || s == loomv1.Cluster_DELETED {
+		return nil, fmt.Errorf("cluster %s is %s already; `loom operations list` shows the delete's operation: %w", req.GetName(), s, errs.FailedPrecondition)
 	}
 	op := domain.NewOperation(resname.Operation{Project: cluster.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, req.GetName(), g.now())
 	cmd, err := route(ctx, req.GetName(),
