@@ -439,3 +439,21 @@ func TestRESTClusters(t *testing.T) {
 		t.Errorf("DELETE a reservation in use: HTTP %d %s, want 400 (FAILED_PRECONDITION)", code, body)
 	}
 }
+
+// TestListClustersOfEveryProject: "projects/-" lists every project's
+// clusters for a cluster administrator (the refusal others get says so);
+// it was refused for them too, as "'-' is not an id".
+func TestListClustersOfEveryProject(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	all := &loomv1.ListClustersRequest{Parent: "projects/-"}
+	got, err := loomv1.NewClusterServiceClient(h.as(t, "ops")).ListClusters(ctx, all)
+	if err != nil || len(got.GetClusters()) == 0 {
+		t.Fatalf("a cluster administrator's ListClusters of projects/-: %v, %v; want the clusters", got, err)
+	}
+	_, err = loomv1.NewClusterServiceClient(h.as(t, "ana")).ListClusters(ctx, all)
+	wantCode(t, "a project member's ListClusters of projects/-", err, codes.PermissionDenied, "needs a cluster administrator")
+	_, err = loomv1.NewClusterServiceClient(h.as(t, "ops")).ListClusters(ctx, &loomv1.ListClustersRequest{Parent: "projects/-x"})
+	wantCode(t, "a malformed parent", err, codes.InvalidArgument, "parent")
+}

@@ -361,8 +361,13 @@ func (g *Gateway) GetCluster(ctx context.Context, req *loomv1.GetClusterRequest)
 	return g.own.Clusters.GetCluster(ctx, req)
 }
 
-// ListClusters lists a project's clusters from the provisioner.
+// ListClusters lists a project's clusters from the provisioner, or every
+// project's for "projects/-" (which authorization grants only a cluster
+// administrator).
 func (g *Gateway) ListClusters(ctx context.Context, req *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
+	if req.GetParent() == (resname.Project{ID: resname.Wildcard}).String() {
+		return g.own.Clusters.ListClusters(ctx, req)
+	}
 	if _, err := resname.ParseProject(req.GetParent()); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
