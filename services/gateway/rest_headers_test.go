@@ -32,6 +32,8 @@ func TestRESTAnswersAreNotCachedNorRendered(t *testing.T) {
 		{"another project", http.MethodGet, "/v1/projects/other/clusters", h.cred("vic"), "", http.StatusNotFound},
 		{"the dashboards", http.MethodGet, "/v1/dashboards", h.cred("vic"), "", http.StatusOK},
 		{"no such path", http.MethodGet, "/v1/nothing", h.cred("vic"), "", http.StatusNotFound},
+		// Refused before the API's handlers run (limitBody).
+		{"a body too large", http.MethodPost, "/v1/" + project + "/clusters", h.cred("vic"), strings.Repeat("x", ports.DefaultMaxBodyBytes+1), http.StatusRequestEntityTooLarge},
 	} {
 		req, err := http.NewRequestWithContext(ctx, tc.verb, h.restBase+tc.path, strings.NewReader(tc.body))
 		if err != nil {

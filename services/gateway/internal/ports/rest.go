@@ -290,6 +290,7 @@ func limitBody(h http.Handler, max int64) http.Handler {
 // status ({"code": N, "message": "...", "details": []}) with HTTP status
 // httpStatus, and closes the connection (what is left of the body is not read).
 func writeError(w http.ResponseWriter, httpStatus int, code codes.Code, msg string) {
+	setAPIHeaders(w.Header())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(httpStatus)
@@ -318,13 +319,18 @@ func isTimeout(err error) bool {
 // in a frame.
 func APIHeaders(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hd := w.Header()
-		hd.Set("Cache-Control", "no-store")
-		hd.Set("Pragma", "no-cache")
-		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Content-Security-Policy", APICSP)
+		setAPIHeaders(w.Header())
 		h.ServeHTTP(w, r)
 	})
+}
+
+// setAPIHeaders sets APIHeaders' headers on hd; writeError sets them too,
+// since limitBody answers before APIHeaders runs.
+func setAPIHeaders(hd http.Header) {
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Pragma", "no-cache")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Content-Security-Policy", APICSP)
 }
 
 // APICSP is the Content-Security-Policy of the API's answers: they are
