@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ import (
 // this branch. The end-to-end test (cmd/loom/internal/cli TestConsole)
 // checks the same pages against the real stack. Every call needs the
 // token the sign-in exchange gives.
-func contractAPI(t *testing.T) http.Handler {
+func contractAPI(t *testing.T, flaky *atomic.Int32) http.Handler {
 	now := time.Now().Unix()
 	series := func(legend string, base float64) map[string]any {
 		var pts [][]float64
@@ -72,10 +74,25 @@ func contractAPI(t *testing.T) http.Handler {
 			{"id": "pass", "title": "Pass duration p99", "unit": "s", "kind": "timeseries", "series": []any{series("p99", 1), series("p50", 0)}},
 			{"id": "gpus", "title": "GPUs", "unit": "", "kind": "timeseries", "series": []any{series("allocated", 10), series("idle", 4)}}}},
 	}
+	// The refresh token "rt-flaky" meets a gateway that cannot answer
+	// (503) on its first use and is traded for a token on its second
+	// (flaky counts its uses).
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Method + " " + r.URL.Path
 		body, ok := routes[key]
 		auth := r.Header.Get("Authorization")
+		if key == "POST /v1/auth:token" && auth == "" {
+			b, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(b), `"rt-flaky"`) && flaky.Add(1) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"code":14,"message":"redis: connection refused"}`))
+				return
+			}
+			if strings.Contains(string(b), `"rt-flaky"`) {
+				_ = json.NewEncoder(w).Encode(map[string]string{"access_token": "tok-1", "refresh_token": "rt-next"})
+				return
+			}
+		}
 		switch {
 		case key == "POST /v1/auth:token" && auth == "Bearer lk_good.secret":
 		case auth != "Bearer tok-1":
@@ -103,7 +120,8 @@ func contractAPI(t *testing.T) http.Handler {
 func TestPagesAgainstContracts(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install chromium", "chromium")
-	srv := httptest.NewServer(Mount(contractAPI(t)))
+	var flaky atomic.Int32
+	srv := httptest.NewServer(Mount(contractAPI(t, &flaky)))
 	t.Cleanup(srv.Close)
 	bctx := browser.Start(t, context.Background())
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
@@ -180,6 +198,22 @@ func TestPagesAgainstContracts(t *testing.T) {
 		t.Errorf("the metric chart does not say it is downsampled:\n%s", txt)
 	}
 	shotTo(t, bctx, "jobs-7-metrics")
+
+	// A renewal the gateway cannot answer (503) keeps the refresh token:
+	// the page says what failed, and the next load renews with it instead
+	// of asking the user to sign in again.
+	do("renew while the gateway is down", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Evaluate[int](`sessionStorage.setItem('loom.token', 'expired'), sessionStorage.setItem('loom.refresh', 'rt-flaky'), 0`)(ctx, tg)
+		return err
+	}), chromedp.Navigate(srv.URL+"/#/models"))
+	testkit.WaitFor(t, 20*time.Second, "the failed renewal", func() (bool, error) { return flaky.Load() >= 1, nil })
+	if n := eval(`sessionStorage.getItem('loom.refresh') === 'rt-flaky' ? 1 : 0`); n != 1 {
+		t.Error("a renewal the gateway could not answer spent the refresh token")
+	}
+	do("renew once the gateway is back", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`main[data-ready="models"]`)))
+	if n := eval(`sessionStorage.getItem('loom.token') === 'tok-1' && sessionStorage.getItem('loom.refresh') === 'rt-next' ? 1 : 0`); n != 1 {
+		t.Error("the second renewal did not keep the new token and refresh token")
+	}
 
 	// A credential the API refuses (expired, revoked) brings the sign-in
 	// box back, saying why, and forgets the token.

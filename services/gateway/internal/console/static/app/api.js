@@ -90,12 +90,23 @@ async function renew(used) {
   return renewing;
 }
 
-// refreshToken trades the refresh token for a new access token, once.
+// refreshToken trades the refresh token for a new access token, once:
+// true when renewed, false when the gateway refused it (spent, revoked,
+// expired: sign in again). A gateway that did not answer, or answered
+// that it could not (5xx), has not spent it: it is kept for the next
+// try, and the failure thrown, so the page says what failed instead of
+// asking the user to sign in again.
 async function refreshToken() {
   const rt = sessionStorage.getItem(REFRESH);
   if (!rt) return false;
-  sessionStorage.removeItem(REFRESH);
-  const r = await fetch('/v1/auth:token', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({refresh_token: rt})});
+  let r;
+  try {
+    r = await fetch('/v1/auth:token', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({refresh_token: rt})});
+  } catch (e) {
+    throw new ApiError(503, 'the gateway did not answer (' + e.message + '); try again', '/v1/auth:token');
+  }
+  if (r.status >= 500) throw await failure(r, '/v1/auth:token');
+  if (sessionStorage.getItem(REFRESH) === rt) sessionStorage.removeItem(REFRESH);
   if (!r.ok) return false;
   const t = await r.json();
   if (!t.access_token) return false;
