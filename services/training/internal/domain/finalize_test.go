@@ -171,7 +171,7 @@ func TestInfinityIsNoMeasurement(t *testing.T) {
 func TestMergeMeasurementReplacesOnlyNamedMetrics(t *testing.T) {
 	t.Parallel()
 	old := &trainingv1.Measurement{StepCount: 3, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "a", Value: 1}, {MetricId: "b", Value: 2}}}
-	m := mergeMeasurement(old, &trainingv1.Measurement{StepCount: 3, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "b", Value: 5}, {MetricId: "c", Value: 6}}})
+	m := mergeMeasurement(old, &trainingv1.Measurement{StepCount: 3, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "b", Value: 5}, {MetricId: "c", Value: 6}}}, nil)
 	var ids []string
 	var vals []float64
 	for _, x := range m.GetMetrics() {

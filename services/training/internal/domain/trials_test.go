@@ -1,6 +1,9 @@
 package domain
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -50,5 +53,54 @@ func TestMeasurementsBounded(t *testing.T) {
 		if ms[i].GetStepCount() <= ms[i-1].GetStepCount() {
 			t.Fatalf("measurements out of order at %d: %d after %d", i, ms[i].GetStepCount(), ms[i-1].GetStepCount())
 		}
+	}
+}
+
+// TestMeasurementMetricsBounded: a node that runs a trial (broken, or
+// hostile: the agent's own limits are its to skip) cannot grow the trial's
+// measurements without bound by naming ever new metrics at one step; a
+// measurement keeps the study's metric whatever else came, at most
+// MaxMeasurementMetrics metrics, and no metric id past MaxMetricIDBytes.
+func TestMeasurementMetricsBounded(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	signer := "nodes/" + n.EphemeralCluster() + "/nodes/n-0001"
+	metric := study().GetMetrics()[0].GetMetricId()
+	for rec := 0; rec < 20; rec++ {
+		vals := map[string]float64{strings.Repeat("x", 4096) + strconv.Itoa(rec): 1}
+		for i := 0; i < 500; i++ {
+			vals[fmt.Sprintf("m%02d-%04d", rec, i)] = float64(i)
+		}
+		if rec == 19 {
+			vals[metric] = 0.5 // the study's metric, after all the others
+		}
+		step(t, s, t0, Input{Signer: signer, Payload: &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001",
+			Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: vals}}}})
+	}
+	ms := tuningOf(t, s, tunName).GetTrials()[0].GetMeasurements()
+	if len(ms) != 1 {
+		t.Fatalf("%d measurements, want 1 (one step)", len(ms))
+	}
+	got := ms[0].GetMetrics()
+	if len(got) > MaxMeasurementMetrics {
+		t.Errorf("the measurement keeps %d metrics, over the limit of %d", len(got), MaxMeasurementMetrics)
+	}
+	kept := false
+	for _, m := range got {
+		if len(m.GetMetricId()) > MaxMetricIDBytes {
+			t.Errorf("a metric id of %d bytes kept, over the limit of %d", len(m.GetMetricId()), MaxMetricIDBytes)
+		}
+		kept = kept || (m.GetMetricId() == metric && m.GetValue() == 0.5)
+	}
+	if !kept {
+		t.Errorf("the study's metric %s was crowded out of the measurement", metric)
 	}
 }

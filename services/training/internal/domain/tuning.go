@@ -34,6 +34,16 @@ const (
 	// however long its program reports: past it, thinMeasurements halves
 	// the older ones.
 	MaxMeasurements = 1000
+	// MaxMeasurementMetrics bounds the metrics one measurement keeps, and
+	// MaxMetricIDBytes a metric id it keeps that the study does not name:
+	// one step's values come in several records (hypertune lines,
+	// TensorBoard scalars), merged, and the node that sends them is bound
+	// by no agent's limits, so without these a node that runs a trial could
+	// name ever new metrics at one step and grow the trial (the service's
+	// memory, its state's record, each TrialChanged) without bound. The
+	// study's metrics are kept first, then the others in id order.
+	MaxMeasurementMetrics = 64
+	MaxMetricIDBytes      = 128
 	// DefaultMetricGrace is how long a trial whose CustomJob succeeded
 	// waits for a measurement of its study's metric (State.MetricGrace;
 	// the service's LOOM_TRAINING_METRIC_GRACE).
@@ -490,9 +500,13 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 			return nil
 		}
 		tr, cj := r.edit(cj.TrialID)
+		var studyMetrics []string
+		for _, sm := range job.GetStudySpec().GetMetrics() {
+			studyMetrics = append(studyMetrics, sm.GetMetricId())
+		}
 		for _, p := range ev.GetPoints() {
 			m := &trainingv1.Measurement{StepCount: p.GetStep()}
-			for _, k := range sortedKeys(p.GetValues()) {
+			for _, k := range keptMetrics(p.GetValues(), studyMetrics) {
 				m.Metrics = append(m.Metrics, &trainingv1.Measurement_Metric{MetricId: k, Value: p.GetValues()[k]})
 			}
 			if p.GetTime() != nil && tr.GetStartTime() != nil {
@@ -502,7 +516,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 			}
 			i := sort.Search(len(tr.Measurements), func(i int) bool { return tr.Measurements[i].GetStepCount() >= m.GetStepCount() })
 			if i < len(tr.Measurements) && tr.Measurements[i].GetStepCount() == m.GetStepCount() {
-				tr.Measurements[i] = mergeMeasurement(tr.Measurements[i], m)
+				tr.Measurements[i] = mergeMeasurement(tr.Measurements[i], m, studyMetrics)
 			} else {
 				tr.Measurements = append(tr.Measurements, nil)
 				copy(tr.Measurements[i+1:], tr.Measurements[i:])
@@ -537,8 +551,9 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 // old's of the same metric (a run resumed from a checkpoint reports the step
 // again) and old's other metrics stay, since one step's values come in
 // several events (the hypertune lines and the TensorBoard scalars are
-// tailed apart). The result is in metric id order.
-func mergeMeasurement(old, m *trainingv1.Measurement) *trainingv1.Measurement {
+// tailed apart). The result is in metric id order, at most
+// MaxMeasurementMetrics of them (keptMetrics).
+func mergeMeasurement(old, m *trainingv1.Measurement, studyMetrics []string) *trainingv1.Measurement {
 	vals := make(map[string]float64, len(old.GetMetrics())+len(m.GetMetrics()))
 	for _, x := range old.GetMetrics() {
 		vals[x.GetMetricId()] = x.GetValue()
@@ -550,10 +565,31 @@ func mergeMeasurement(old, m *trainingv1.Measurement) *trainingv1.Measurement {
 	if out.ElapsedDuration == nil {
 		out.ElapsedDuration = old.GetElapsedDuration()
 	}
-	for _, k := range sortedKeys(vals) {
+	for _, k := range keptMetrics(vals, studyMetrics) {
 		out.Metrics = append(out.Metrics, &trainingv1.Measurement_Metric{MetricId: k, Value: vals[k]})
 	}
 	return out
+}
+
+// keptMetrics are the ids of vals a measurement keeps, in id order: the
+// study's metrics (studyMetrics), then the others of at most
+// MaxMetricIDBytes in id order, MaxMeasurementMetrics in all.
+func keptMetrics(vals map[string]float64, studyMetrics []string) []string {
+	keep := make(map[string]bool, min(len(vals), MaxMeasurementMetrics))
+	for _, k := range studyMetrics {
+		if _, ok := vals[k]; ok && len(keep) < MaxMeasurementMetrics {
+			keep[k] = true
+		}
+	}
+	for _, k := range sortedKeys(vals) {
+		if len(keep) >= MaxMeasurementMetrics {
+			break
+		}
+		if len(k) <= MaxMetricIDBytes {
+			keep[k] = true
+		}
+	}
+	return sortedKeys(keep)
 }
 
 // runsOn reports whether node (the signer's full node name,
