@@ -52,6 +52,9 @@ func TestRESTAnswersAreNotCachedNorRendered(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s: %s %s: HTTP %d %s, want %d", tc.name, tc.verb, tc.path, resp.StatusCode, b, tc.want)
 		}
+		if got := resp.Header.Get("WWW-Authenticate"); tc.want == http.StatusUnauthorized && got != `Bearer realm="loom"` {
+			t.Errorf("%s: %s %s: WWW-Authenticate %q, want the challenge Bearer realm=\"loom\"", tc.name, tc.verb, tc.path, got)
+		}
 		for k, want := range map[string]string{"Cache-Control": "no-store", "Pragma": "no-cache",
 			"X-Content-Type-Options": "nosniff", "Content-Security-Policy": ports.APICSP} {
 			if got := resp.Header.Get(k); got != want {

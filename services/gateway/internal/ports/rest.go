@@ -119,6 +119,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 				r.Header.Del(h)
 			}
 		}
+		w = challenge{w}
 		if TrainingPath(r.URL.Path) {
 			vertex.ServeHTTP(w, r)
 			return
@@ -126,6 +127,30 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		mux.ServeHTTP(w, r)
 	}), conn.Close, nil
 }
+
+// challenge makes a 401's WWW-Authenticate the challenge RFC 6750 asks
+// for, `Bearer realm="loom"`, as the dashboards send it: grpc-gateway puts
+// the status message there ("… needs a credential: …"), which is no
+// challenge a client can parse.
+type challenge struct{ http.ResponseWriter }
+
+func (c challenge) WriteHeader(code int) {
+	if code == http.StatusUnauthorized {
+		c.Header().Set("WWW-Authenticate", `Bearer realm="loom"`)
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+// Flush passes a stream's flushes on (grpc-gateway flushes each message
+// of a server stream through http.Flusher).
+func (c challenge) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (c challenge) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // strictQuery is grpc-gateway's query parser, except that a parameter that
 // names no field of the request message (by its proto or JSON name, dotted
