@@ -212,11 +212,16 @@ func Logger(service, level string) *slog.Logger {
 	return LoggerTo(os.Stderr, service, level)
 }
 
-// LoggerTo is Logger writing to w.
+// LoggerTo is Logger writing to w. Warnings and errors are rate limited
+// per message (LogBurst, LogPerSecond; see limited).
 func LoggerTo(w io.Writer, service, level string) *slog.Logger {
+	return loggerTo(w, service, level, nil)
+}
+
+func loggerTo(w io.Writer, service, level string, now func() time.Time) *slog.Logger {
 	lvl, _ := ParseLevel(level)
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})
-	return slog.New(traceHandler{h}).With("service", service)
+	return slog.New(limitHandler{traceHandler{h}, newLimited(now)}).With("service", service)
 }
 
 // traceHandler adds the trace and span ids of the context's span, so that
