@@ -91,6 +91,7 @@ func (s *State) Schedule(now time.Time) *Change {
 	for _, c := range s.Clusters() {
 		t.dirty[c] = true
 	}
+	t.failMissingPartitions() // partgone.go: jobs left in a partition a layout change removed
 	t.settle()
 	t.pass()
 	t.settle()
@@ -290,12 +291,18 @@ func (t *txn) clusterChanged(ev *eventsv1.ClusterChanged) error {
 	} else if old != nil && in.GetOrchestrator().GetSlurm() == nil {
 		parts, sets = old.Partitions, old.NodeSets // a status-only change keeps the layout
 	}
+	gone := removedPartitions(old, parts)
 	if old == nil || old.SharedDir != shared || old.State != in.GetStatus().GetState() ||
 		!samePartitions(old.Partitions, parts) || !sameNodeSets(old.NodeSets, sets) {
 		c := t.editCluster(in.GetName())
 		c.SharedDir = shared
 		c.State = in.GetStatus().GetState()
 		c.Partitions, c.NodeSets = parts, sets
+	}
+	if len(gone) > 0 {
+		// The jobs of the partitions the update removed can never run
+		// (partgone.go).
+		t.failPartitionless(map[string]func(*Job) bool{in.GetName(): func(j *Job) bool { return gone[j.Job.GetPartition()] }})
 	}
 	t.dirty[in.GetName()] = true
 	return nil

@@ -47,7 +47,8 @@ const (
 	ReasonHeldAdmin = "JobHeldAdmin"
 	// ReasonPartitionTimeLimit: its --time is above its partition's MaxTime.
 	ReasonPartitionTimeLimit = "PartitionTimeLimit"
-	// ReasonPartitionConfig: its partition does not exist (any more).
+	// ReasonPartitionConfig: its partition does not exist (yet: the jobs of
+	// a partition a cluster update removes end NODE_FAIL, partgone.go).
 	ReasonPartitionConfig = "PartitionConfig"
 	// ReasonPartitionNodeLimit: it asks for more nodes than its partition has.
 	ReasonPartitionNodeLimit = "PartitionNodeLimit"
