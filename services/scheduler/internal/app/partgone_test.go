@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -112,31 +111,4 @@ func TestRemovedPartitionFailsItsJobsStored(t *testing.T) {
 	}
 	handle(&eventsv1.StepChanged{Job: name(1), Attempt: 1, Node: cl + "/nodes/b1", State: eventsv1.StepState_STEP_KILLED, ExitCode: 143})
 	wantGone(a, 1, loomv1.JobState_NODE_FAIL)
-
-	// An earlier release's leftover: job 4 pending in pb, which the stored
-	// cluster lacks.
-	handle(partLayout("a", "b"))
-	submit(4, "pb", 1, true)
-	c := domain.Cluster{Name: cl, SharedDir: "/shared", State: loomv1.Cluster_RUNNING,
-		Partitions: []domain.Partition{{Name: "pa", NodeSets: []string{"a"}, MaxTime: "UNLIMITED", Default: true}},
-		NodeSets:   []domain.NodeSet{{ID: "a", Pool: "a"}}}
-	b, err := json.Marshal(&c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, "scheduler:clusters", cl, b).Err(); err != nil {
-		t.Fatal(err)
-	}
-	before, _ := st.OutboxLen(ctx)
-	restarted := start()
-	wantGone(restarted, 4, loomv1.JobState_NODE_FAIL)
-	after, _ := st.OutboxLen(ctx)
-	if after != before+1 {
-		t.Fatalf("the start-up emitted %d events, want 1 (job 4's JobChanged)", after-before)
-	}
-	again := start()
-	wantGone(again, 4, loomv1.JobState_NODE_FAIL)
-	if n, _ := st.OutboxLen(ctx); n != after {
-		t.Fatalf("a second start emitted %d events", n-after)
-	}
 }

@@ -43,18 +43,6 @@ func removedPartitions(old *Cluster, parts []Partition) map[string]bool {
 	return gone
 }
 
-// missingPartition reports whether job j names a partition that cluster c,
-// as described, does not have ("" is the default partition, which every
-// layout has; a cluster not described yet has no layout to judge by).
-func missingPartition(c *Cluster, j *Job) bool {
-	part := j.Job.GetPartition()
-	if c == nil || len(c.Partitions) == 0 || part == "" {
-		return false
-	}
-	_, i := c.Partition(part)
-	return i < 0
-}
-
 // failPartitionless does what slurmctld does to the jobs of a partition
 // its configuration lost (read_config.c, _sync_jobs_to_conf): a job whose
 // partition is gone (gone[its cluster] reports it) can never run, so a
@@ -102,18 +90,4 @@ func (t *txn) failPartitionless(gone map[string]func(j *Job) bool) {
 		t.finish(j, loomv1.JobState_NODE_FAIL, 1, reason)
 		t.dirty[r.Cluster] = true
 	}
-}
-
-// failMissingPartitions fails, as failPartitionless, the jobs of every
-// described cluster that name a partition their cluster does not have: what
-// a start-up finds left by a layout change applied before (slurmctld does
-// the same when it reads its configuration at start).
-func (t *txn) failMissingPartitions() {
-	gone := map[string]func(j *Job) bool{}
-	for _, name := range t.s.Clusters() {
-		if c := t.cluster(name); c != nil && len(c.Partitions) > 0 {
-			gone[name] = func(j *Job) bool { return missingPartition(c, j) }
-		}
-	}
-	t.failPartitionless(gone)
 }
