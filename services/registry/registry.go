@@ -124,6 +124,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		return err
 	}
 	reg.SetExportRoot(cfg.ExportRoot)
+	reg.SetUploadTimeout(HandlerTimeout)
 	if err := reg.SetExportEndpoints(cfg.ExportEndpoints); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("registry: %w", err) // validate refused it already
@@ -169,7 +170,8 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		// (the scheduler its job events, training its commands): a record
 		// signed by a node is dead-lettered. Hashing a large model's files
 		// takes longer than the default 30 s handler bound.
-		Config: &bus.ConsumerConfig{Policy: envelope.ServicesOnly, HandlerTimeout: HandlerTimeout},
+		// The last of an UploadModel's attempts answers it (app.UploadAttempts).
+		Config: &bus.ConsumerConfig{Policy: envelope.ServicesOnly, HandlerTimeout: HandlerTimeout, MaxAttempts: app.UploadAttempts},
 	}}, loops...)
 }
 
@@ -188,5 +190,6 @@ const DefaultExportTimeout = time.Hour
 
 // HandlerTimeout bounds the handling of one event, mostly the SHA-256 check
 // of an upload's artifact files; an upload whose check does not finish in
-// time is retried and, after the bus's attempts, dead-lettered unanswered.
+// time is retried and, on the last of app.UploadAttempts, answered
+// ModelUploadFailed (DeadlineExceeded), never left unanswered.
 const HandlerTimeout = 2 * time.Minute

@@ -13,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
@@ -53,9 +56,13 @@ type Registry struct {
 	// default.
 	exportEndpoints []ExportEndpoint
 	// attempts counts the tries at each ExportModel command in hand, by
-	// event id (HandleExport); under amu.
+	// event id (HandleExport), and at each UploadModel, by "upload:" and
+	// its event id (handleUploadAttempt); under amu.
 	amu      sync.Mutex
 	attempts map[string]int
+	// uploadTimeout bounds one attempt at an UploadModel (SetUploadTimeout;
+	// 0: not said).
+	uploadTimeout time.Duration
 	// versions counts registrations (RegisterMetrics; nil: none); under mu.
 	versions prometheus.Counter
 }
@@ -98,10 +105,83 @@ func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 	case *eventsv1.JobChanged:
 		return r.handleJob(ctx, ev, p)
 	case *eventsv1.UploadModel:
-		return r.handleUpload(ctx, ev, p)
+		return r.handleUploadAttempt(ctx, ev, p)
 	}
 	return nil
 }
+
+// UploadAttempts is how many times an UploadModel command is tried (the
+// registry consumer's bus MaxAttempts): the last attempt that cannot finish
+// answers the upload failed rather than leaving it to the dead letters,
+// unanswered, with its operation (or its pipeline) waiting for ever.
+const UploadAttempts = 5
+
+// handleUploadAttempt is handleUpload counting the attempts at each command
+// (by event id): an attempt that fails returns its error, so that the
+// command is delivered again, except the last, which answers
+// ModelUploadFailed with the reason (DeadlineExceeded when the artifact
+// check was cut short, Unavailable when the store was) and the inbox mark.
+func (r *Registry) handleUploadAttempt(ctx context.Context, ev envelope.Event, cmd *eventsv1.UploadModel) error {
+	key := "upload:" + ev.ID
+	r.amu.Lock()
+	if r.attempts == nil {
+		r.attempts = map[string]int{}
+	}
+	r.attempts[key]++
+	attempt := r.attempts[key]
+	r.amu.Unlock()
+	err := r.handleUpload(ctx, ev, cmd)
+	if err == nil || attempt >= UploadAttempts {
+		r.amu.Lock()
+		delete(r.attempts, key)
+		r.amu.Unlock()
+	}
+	if err == nil || attempt < UploadAttempts {
+		return err
+	}
+	return r.giveUpUpload(ctx, ev, cmd, err)
+}
+
+// giveUpUpload answers an UploadModel whose last attempt failed with cause:
+// ModelUploadFailed, written with the command's inbox mark (so that nothing
+// is written when an attempt whose write's outcome was unknown did register
+// it), with a context of its own: the handler's may be spent.
+func (r *Registry) giveUpUpload(ctx context.Context, ev envelope.Event, cmd *eventsv1.UploadModel, cause error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	code := codes.Unavailable
+	if retryable(ctx, cause) && errs.Code(cause) != codes.Unavailable {
+		code = codes.DeadlineExceeded
+	}
+	bound := "the registry's bound on one attempt"
+	if r.uploadTimeout > 0 {
+		bound = r.uploadTimeout.String()
+	}
+	failed, key := domain.Refusal(cmd, "", fmt.Errorf("the upload did not finish in %d attempts (%v); nothing was registered: upload again (a set whose SHA-256 check takes longer than %s cannot be registered)",
+		UploadAttempts, cause, bound))
+	failed.Code = int32(code)
+	tx, err := r.repo.RefuseTx(key, failed)
+	if err != nil {
+		return err
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if err := r.drv.Ready(wctx); err != nil {
+		return fmt.Errorf("answer upload %s: %w (after %v)", cmd.GetRequestId(), err, cause)
+	}
+	applied, err := r.drv.Apply(wctx, ev.ID, tx, nil)
+	if err != nil {
+		return fmt.Errorf("answer upload %s: %w (after %v)", cmd.GetRequestId(), err, cause)
+	}
+	if applied {
+		r.log.Warn("model upload given up", "request_id", cmd.GetRequestId(), "user", cmd.GetUser(), "attempts", UploadAttempts, "err", cause)
+	}
+	return nil
+}
+
+// SetUploadTimeout sets the bound on one attempt at an UploadModel (the
+// consumer's handler timeout), which the answer of one given up names.
+func (r *Registry) SetUploadTimeout(d time.Duration) { r.uploadTimeout = d }
 
 // handleJob registers the version a COMPLETED job's model output makes.
 func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv1.JobChanged) error {
