@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -348,6 +351,61 @@ func TestDeadLettersAfterMaxAttemptsAndMovesOn(t *testing.T) {
 		return committed(t, broker, "g", topic, 0) == 2, nil
 	})
 }
+
+// TestUnavailableIsRetriedUntilItPasses: a handler that cannot reach its
+// store (Redis restarting: connection refused, a write with no answer)
+// fails for the consumer's sake, not the record's: it is retried past
+// MaxAttempts until it passes, and nothing is dead-lettered. Before, a
+// Redis outage of ~5 s dead-lettered every record consumed during it.
+func TestUnavailableIsRetriedUntilItPasses(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	outage := []error{
+		&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED},
+		fmt.Errorf("store: apply: %w", saysUnavailable{}),
+		fmt.Errorf("read roles: %w", errs.Unavailable),
+		io.EOF,
+	}
+	var calls atomic.Int32
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		MaxAttempts: 2, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+	}, p, func(ctx context.Context, ev envelope.Event) error {
+		if n := int(calls.Add(1)); n <= 3*len(outage) {
+			return outage[n%len(outage)]
+		}
+		handled.add(ev)
+		return nil
+	})
+	ev := event(topic, "k", 1)
+	publish(t, p, ev)
+	// Dead-lettered after MaxAttempts, it would never have been handled.
+	testkit.WaitFor(t, wait, "the record handled once its store is back", func() (bool, error) {
+		return handled.count(ev.ID) == 1, nil
+	})
+	if n := calls.Load(); n != int32(3*len(outage)+1) {
+		t.Errorf("handler called %d times, want every failure retried (%d) and one success", n, 3*len(outage))
+	}
+	for _, err := range outage {
+		if !bus.Unavailable(err) {
+			t.Errorf("Unavailable(%v) = false", err)
+		}
+	}
+	for _, err := range []error{errors.New("disk on fire"), context.DeadlineExceeded, bus.Permanent(errs.Unavailable)} {
+		if bus.Unavailable(err) {
+			t.Errorf("Unavailable(%v) = true: the record's own failure would be retried for good", err)
+		}
+	}
+}
+
+// saysUnavailable is an error that says it is (as store.ErrOutcomeUnknown does).
+type saysUnavailable struct{}
+
+func (saysUnavailable) Error() string     { return "no answer" }
+func (saysUnavailable) Unavailable() bool { return true }
 
 func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()

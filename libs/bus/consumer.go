@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -60,6 +63,33 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// Unavailable reports whether err says that something the handler needs
+// could not be reached — no answer from Redis or a peer, a connection
+// refused or reset, a write whose outcome is unknown, errs.Unavailable —
+// rather than that the record cannot be handled. Such a failure is not
+// the record's: a consumer retries it until it passes (or the consumer
+// stops), never dead-letters it, so that an outage of Redis (a restart,
+// a failover) loses none of the records consumed meanwhile. An error may
+// also say so itself, with a method Unavailable() bool (libs/store's
+// ErrOutcomeUnknown does). A handler's own deadline (context deadline
+// exceeded) is not counted as unavailable: work that takes longer than
+// the handler may would otherwise hold its partition for good.
+func Unavailable(err error) bool {
+	if err == nil || IsPermanent(err) {
+		return false
+	}
+	var u interface{ Unavailable() bool }
+	if errors.As(err, &u) && u.Unavailable() {
+		return true
+	}
+	if errors.Is(err, errs.Unavailable) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op)
+}
+
 // ConsumerConfig configures a Consumer. Zero values take the documented defaults.
 type ConsumerConfig struct {
 	Brokers []string
@@ -69,7 +99,9 @@ type ConsumerConfig struct {
 	// handler one at a time, in order within a partition.
 	Topics []string
 	// MaxAttempts is how many times a record is tried before it is
-	// dead-lettered (default 5).
+	// dead-lettered (default 5). Failures for which Unavailable holds (the
+	// store or a peer unreachable) do not count: they are retried, with
+	// backoff up to MaxBackoff, until they pass or the consumer stops.
 	MaxAttempts int
 	// Backoff is the first retry delay, doubled each retry up to MaxBackoff
 	// (defaults 50 ms and 2 s).
@@ -704,6 +736,7 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 
 	var l *slog.Logger
 	delay := newBackoff(c.cfg.Backoff, c.cfg.MaxBackoff)
+	failed := 0 // attempts that failed for the record's sake (not Unavailable)
 	for attempt := 1; ; attempt++ {
 		err := c.call(ctx, ev)
 		if err == nil {
@@ -712,11 +745,14 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 		if l == nil {
 			l = log().With("id", ev.ID, "type", ev.Type)
 		}
-		if IsPermanent(err) || attempt >= c.cfg.MaxAttempts {
+		if Unavailable(err) {
+			l.Warn("handler could not reach what it needs; retrying until it can", "attempt", attempt, "err", err)
+		} else if failed++; IsPermanent(err) || failed >= c.cfg.MaxAttempts {
 			l.Error("dead-lettering event", "attempts", attempt, "permanent", IsPermanent(err), "err", err)
 			return c.deadLetter(ctx, dlq, m, err, attempt, l)
+		} else {
+			l.Warn("handler failed; retrying", "attempt", attempt, "err", err)
 		}
-		l.Warn("handler failed; retrying", "attempt", attempt, "err", err)
 		if ctx.Err() != nil || !sleepCtx(ctx, delay.next()) {
 			l.Info("stopping: event left uncommitted for redelivery", "attempts", attempt)
 			return false

@@ -14,7 +14,15 @@ import (
 // it, or not at all; only reading Redis tells which. An Apply refused before
 // its script ran, or by its script's checks (an InvalidError, a
 // FailedPrecondition), wrote nothing and does not carry it.
-var ErrOutcomeUnknown = errors.New("the write may or may not have been applied")
+var ErrOutcomeUnknown error = outcomeUnknown{}
+
+// outcomeUnknown is ErrOutcomeUnknown's type: it says it is Unavailable
+// (libs/bus), so that a consumer retries a record whose write got no
+// answer until Redis answers, rather than dead-lettering it.
+type outcomeUnknown struct{}
+
+func (outcomeUnknown) Error() string     { return "the write may or may not have been applied" }
+func (outcomeUnknown) Unavailable() bool { return true }
 
 // OutcomeUnknown reports whether err is an Apply failure whose outcome is
 // unknown (ErrOutcomeUnknown).

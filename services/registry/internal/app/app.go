@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/osuser"
@@ -120,22 +121,28 @@ const UploadAttempts = 5
 // (by event id): an attempt that fails returns its error, so that the
 // command is delivered again, except the last, which answers
 // ModelUploadFailed with the reason (DeadlineExceeded when the artifact
-// check was cut short, Unavailable when the store was) and the inbox mark.
+// check was cut short) and the inbox mark. An attempt that could not reach
+// the store (bus.Unavailable: Redis restarting) is not counted, as the bus
+// does not count it: the command waits for the store, and registers then.
 func (r *Registry) handleUploadAttempt(ctx context.Context, ev envelope.Event, cmd *eventsv1.UploadModel) error {
 	key := "upload:" + ev.ID
+	r.amu.Lock()
+	attempt := r.attempts[key] + 1
+	r.amu.Unlock()
+	err := r.handleUpload(ctx, ev, cmd)
+	if bus.Unavailable(err) {
+		return err
+	}
 	r.amu.Lock()
 	if r.attempts == nil {
 		r.attempts = map[string]int{}
 	}
-	r.attempts[key]++
-	attempt := r.attempts[key]
-	r.amu.Unlock()
-	err := r.handleUpload(ctx, ev, cmd)
 	if err == nil || attempt >= UploadAttempts {
-		r.amu.Lock()
 		delete(r.attempts, key)
-		r.amu.Unlock()
+	} else {
+		r.attempts[key] = attempt
 	}
+	r.amu.Unlock()
 	if err == nil || attempt < UploadAttempts {
 		return err
 	}
