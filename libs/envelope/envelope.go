@@ -83,6 +83,12 @@ type Event struct {
 	// Partition and Offset are set on consumed events.
 	Partition int
 	Offset    int64
+	// HighWaterMark is, on a consumed event, its partition's high-water
+	// mark when the record was fetched (the offset the next record would
+	// get): Offset+1 < HighWaterMark says more records were already waiting
+	// behind it, which no producer can forge (timestamps it can). 0 when
+	// unknown.
+	HighWaterMark int64
 }
 
 // NewID returns a new ULID string: unique, and sortable by creation time,
@@ -218,7 +224,7 @@ var Default = func() *Registry {
 // error wrapping ErrUnknownType; a record without ce_id or ce_type, or with a
 // payload that does not parse, gives one wrapping ErrMalformed.
 func (r *Registry) Decode(m kafka.Message) (Event, error) {
-	e := Event{Topic: m.Topic, Key: string(m.Key), Partition: m.Partition, Offset: m.Offset}
+	e := Event{Topic: m.Topic, Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark}
 	readHeaders(&e, m.Headers)
 	if e.ID == "" || e.Type == "" {
 		return e, fmt.Errorf("decode %s[%d]@%d: %w: missing ce_id or ce_type", m.Topic, m.Partition, m.Offset, ErrMalformed)

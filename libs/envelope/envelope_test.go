@@ -36,6 +36,25 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeKeepsThePosition: a consumed event carries where its record
+// stood in its partition, high-water mark included (health judges its own
+// lag by it).
+func TestDecodeKeepsThePosition(t *testing.T) {
+	t.Parallel()
+	m, err := Encode(New(topics.NodeTelemetry, "n", "loom/agent", &eventsv1.Heartbeat{Node: "n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Partition, m.Offset, m.HighWaterMark = 3, 41, 97
+	got, err := Default.Decode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Partition != 3 || got.Offset != 41 || got.HighWaterMark != 97 {
+		t.Fatalf("position %d@%d of %d, want 3@41 of 97", got.Partition, got.Offset, got.HighWaterMark)
+	}
+}
+
 func TestUnknownTypeIsReported(t *testing.T) {
 	t.Parallel()
 	m, err := Encode(New("t", "k", "s", wrapperspb.String("x")))

@@ -12,6 +12,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/classify"
+	"github.com/loom-ml/loom/services/health/internal/domain"
 	"github.com/loom-ml/loom/services/health/internal/remedy"
 	"github.com/loom-ml/loom/services/health/internal/scan"
 )
@@ -40,6 +41,9 @@ func TestHealthPolicyFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if d.NodeRate != domain.DefaultNodeRate || d.NodeBurst != domain.DefaultNodeBurst {
+		t.Fatalf("default node rate %v, burst %d", d.NodeRate, d.NodeBurst)
+	}
 	if d.Thresholds != classify.DefaultThresholds() || d.Remedy.DrainTimeout != remedy.DefaultDrainTimeout ||
 		d.Remedy.ConfirmTimeout != remedy.DefaultConfirmTimeout || d.Remedy.RepairTimeout != remedy.DefaultRepairTimeout {
 		t.Fatalf("default policy %+v", d)
@@ -49,7 +53,8 @@ func TestHealthPolicyFlags(t *testing.T) {
 	}
 
 	cfg := parse(t, "-gpu-temperature-max=70", "-sbe-per-minute=2", "-nvlink-per-minute=3", "-disk-full=0.8", "-disk-warn=0.5",
-		"-drain-timeout=2m", "-confirm-timeout=3m", "-repair-timeout=4m", "-check-timeouts=disk=5s,site-nccl=7m", "-check-grace=3s")
+		"-drain-timeout=2m", "-confirm-timeout=3m", "-repair-timeout=4m", "-check-timeouts=disk=5s,site-nccl=7m", "-check-grace=3s",
+		"-node-rate=5", "-node-burst=50")
 	d, err = cfg.domainConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +65,9 @@ func TestHealthPolicyFlags(t *testing.T) {
 	}
 	if d.Remedy.DrainTimeout != 2*time.Minute || d.Remedy.ConfirmTimeout != 3*time.Minute || d.Remedy.RepairTimeout != 4*time.Minute {
 		t.Errorf("remediation timeouts %+v", d.Remedy)
+	}
+	if d.NodeRate != 5 || d.NodeBurst != 50 {
+		t.Errorf("node rate %v, burst %d, want 5 and 50", d.NodeRate, d.NodeBurst)
 	}
 	if v := d.Thresholds.Telemetry(nil, hot(75), nil); len(v) != 1 || !strings.Contains(v[0].Reason, "thermal") {
 		t.Errorf("75 °C under -gpu-temperature-max=70: %+v, want a thermal verdict", v)
@@ -102,6 +110,9 @@ func TestBadHealthPolicyRefused(t *testing.T) {
 		{"-repair-timeout=-1m", "repair_timeout"},
 		{"-check-timeouts=disk=soon", "check_timeouts"},
 		{"-check-grace=-1s", "check_grace"},
+		{"-node-rate=-1", "node_rate"},
+		{"-node-rate=+Inf", "node_rate"},
+		{"-node-burst=-1", "node_burst"},
 	} {
 		err := RunArgs(context.Background(), []string{tc.arg})
 		if err == nil || !strings.Contains(err.Error(), tc.field) {

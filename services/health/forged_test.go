@@ -65,3 +65,36 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 	}
 	testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_HEALTHY))
 }
+
+// A node's records past its rate (-node-rate, -node-burst) are dropped
+// unhandled and counted by reason; health's lag is on /metrics.
+func TestNodeFloodDroppedThroughTheBus(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	httpAddr := freeAddr(t)
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
+		GRPCAddr: freeAddr(t), HTTPAddr: httpAddr, LogLevel: "error"}, HeartbeatTimeout: time.Hour, NodeRate: 0.01, NodeBurst: 5}
+	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
+	ctx := testkit.Context(t, wait)
+	testkit.Publish(t, broker,
+		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	own := testkit.NodeProducer(t, broker, node, cluster, "gpu")
+	flood := []envelope.Event{envelope.New(topics.NodeTelemetry, node, "loom/agent",
+		&eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"})}
+	for range 30 {
+		flood = append(flood, envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}))
+	}
+	if err := own.Publish(ctx, flood...); err != nil {
+		t.Fatal(err)
+	}
+	var s testkit.Samples
+	testkit.WaitFor(t, wait, "the flood dropped, counted", func() (bool, error) {
+		var err error
+		s, err = testkit.ScrapeErr(httpAddr)
+		return err == nil && s.Sum("loom_health_dropped_total", "reason", "rate") == 31-5, nil
+	})
+	if len(s.Find("loom_health_behind_seconds")) != 1 {
+		t.Errorf("no loom_health_behind_seconds: %v", s.Find("loom_health_behind_seconds"))
+	}
+}

@@ -66,6 +66,15 @@ type Config struct {
 	// -confirm-timeout, -repair-timeout; LOOM_HEALTH_DRAIN_TIMEOUT, …;
 	// defaults 10m, 10m, 30m; zero: the default).
 	DrainTimeout, ConfirmTimeout, RepairTimeout time.Duration
+	// NodeRate and NodeBurst bound the records each node signs on the
+	// telemetry topic that health handles: so many a second, so many at
+	// once (-node-rate, -node-burst; LOOM_HEALTH_NODE_RATE,
+	// LOOM_HEALTH_NODE_BURST; defaults 20 and 200, far above an agent's
+	// heartbeat every 2 s and telemetry every 10 s). Records past it are
+	// dropped unhandled and counted (loom_health_dropped_total{reason="rate"}).
+	// Zero: the default.
+	NodeRate  float64
+	NodeBurst int
 	// Results, when set, serves ListHealthResults (the scan orchestration's
 	// store); without it the RPC is Unimplemented.
 	Results ports.ResultLister
@@ -105,6 +114,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long remediation waits for the check confirming a repair before the repair counts as failed (LOOM_HEALTH_CONFIRM_TIMEOUT)")
 	fs.DurationVar(&c.RepairTimeout, "repair-timeout", config.EnvDuration("LOOM_HEALTH_REPAIR_TIMEOUT", remedy.DefaultRepairTimeout),
 		"how long remediation waits for the provisioner to finish a repair before it counts as failed (LOOM_HEALTH_REPAIR_TIMEOUT)")
+	fs.Float64Var(&c.NodeRate, "node-rate", config.EnvFloat("LOOM_HEALTH_NODE_RATE", domain.DefaultNodeRate),
+		"records a second each node may sign on the telemetry topic; past it (and -node-burst) they are dropped unhandled (LOOM_HEALTH_NODE_RATE)")
+	fs.IntVar(&c.NodeBurst, "node-burst", int(config.EnvInt("LOOM_HEALTH_NODE_BURST", domain.DefaultNodeBurst)),
+		"records each node may sign on the telemetry topic at once, above -node-rate (LOOM_HEALTH_NODE_BURST)")
 }
 
 // RunArgs runs the health from a command line (args, without the program
@@ -156,6 +169,8 @@ func (cfg *Config) domainConfig() (domain.Config, error) {
 	v.Check(cfg.DrainTimeout >= 0, "drain_timeout", "must not be negative, got %s", cfg.DrainTimeout)
 	v.Check(cfg.ConfirmTimeout >= 0, "confirm_timeout", "must not be negative, got %s", cfg.ConfirmTimeout)
 	v.Check(cfg.RepairTimeout >= 0, "repair_timeout", "must not be negative, got %s", cfg.RepairTimeout)
+	v.Check(cfg.NodeRate >= 0 && !math.IsNaN(cfg.NodeRate) && !math.IsInf(cfg.NodeRate, 0), "node_rate", "must be a finite number of records a second, not negative (0: the default), got %v", cfg.NodeRate)
+	v.Check(cfg.NodeBurst >= 0, "node_burst", "must not be negative (0: the default), got %d", cfg.NodeBurst)
 	if err := v.Err(); err != nil {
 		return domain.Config{}, err
 	}
@@ -163,6 +178,8 @@ func (cfg *Config) domainConfig() (domain.Config, error) {
 		Timeout:     cfg.HeartbeatTimeout,
 		MassSilence: cfg.MassSilence,
 		Thresholds:  th,
+		NodeRate:    cfg.NodeRate,
+		NodeBurst:   cfg.NodeBurst,
 		Remedy: remedy.Config{Mode: mode, MaxRemediating: cfg.MaxRemediating, LemonFailures: cfg.LemonFailures,
 			LemonWindow: cfg.LemonWindow, DrainTimeout: cfg.DrainTimeout, ConfirmTimeout: cfg.ConfirmTimeout,
 			RepairTimeout: cfg.RepairTimeout, Seed: uint64(time.Now().UnixNano())},

@@ -10,15 +10,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/adapters"
 	"github.com/loom-ml/loom/services/health/internal/domain"
@@ -47,6 +51,9 @@ type App struct {
 	hook func(ctx context.Context, ev envelope.Event) error
 	// metrics counts checks and remediations (RegisterMetrics); under mu.
 	metrics *metrics
+	// drops counts the records dropped unhandled, by reason, and says so
+	// in the log at most once every dropLogEvery per reason; under mu.
+	drops map[string]*dropLog
 }
 
 // New returns an app over st that declares a node UNHEALTHY after timeout of
@@ -59,7 +66,7 @@ func New(st *store.Store, timeout time.Duration, now func() time.Time, log *slog
 // NewWith is New with the whole policy: silence, mass silence, remediation
 // and telemetry thresholds.
 func NewWith(st *store.Store, cfg domain.Config, now func() time.Time, log *slog.Logger) *App {
-	a := &App{st: st, cfg: cfg, now: now, log: log, state: domain.NewStateWith(cfg)}
+	a := &App{st: st, cfg: cfg, now: now, log: log, state: domain.NewStateWith(cfg), drops: map[string]*dropLog{}}
 	a.drv = store.NewDriver(st, a.reload)
 	return a
 }
@@ -107,38 +114,76 @@ func (a *App) reload(ctx context.Context) error {
 // Handle applies one consumed event; it is the consumer's bus.Handler. An
 // event that can never apply is returned as bus.Permanent (dead-lettered).
 func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
-	if err := a.handle(ctx, ev); err != nil {
+	handled, err := a.handle(ctx, ev)
+	if err != nil {
 		return err
 	}
-	if a.hook != nil {
+	if handled && a.hook != nil {
 		return a.hook(ctx, ev)
 	}
 	return nil
 }
 
-func (a *App) handle(ctx context.Context, ev envelope.Event) error {
+// handle applies ev; handled is false for a record dropped unhandled (past
+// its node's rate).
+func (a *App) handle(ctx context.Context, ev envelope.Event) (handled bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := a.drv.Ready(ctx); err != nil {
-		return err
+		return false, err
 	}
-	c, err := a.state.Handle(a.now(), ev.Payload)
+	rec := recordOf(ev)
+	c, err := a.state.HandleRecord(a.now(), rec, ev.Payload)
 	if err != nil {
 		var inv *errs.InvalidError
 		if errors.As(err, &inv) {
-			return bus.Permanent(fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err))
+			return false, bus.Permanent(fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err))
 		}
-		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+		return false, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	if err := a.apply(ctx, ev.ID, c); err != nil {
-		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+		return false, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+	}
+	if c.Dropped != "" {
+		a.dropped(c.Dropped, "node", rec.Node, "type", ev.Type, "event", ev.ID)
+		return false, nil
 	}
 	if len(c.Unknown) > 0 {
 		a.log.Warn("a command named nodes health does not know: acted on the others", "event", ev.ID, "type", ev.Type,
 			"unknown", len(c.Unknown), "first", c.Unknown[:min(len(c.Unknown), 10)])
 	}
 	a.countTaken(ev.Payload)
-	return nil
+	return true, nil
+}
+
+// recordOf is how ev reached health (domain.Record): its position and time,
+// and the node it is of, for a record of the telemetry topic. A record a
+// node signed is that node's (it signs only its own) and counts against its
+// rate; a service's (the sim provider's) is of the node it names, and is
+// trusted; an unsigned one (an insecure bus) is of the node it names, and
+// counts against its rate.
+func recordOf(ev envelope.Event) domain.Record {
+	if ev.Topic != topics.NodeTelemetry {
+		return domain.Record{}
+	}
+	rec := domain.Record{Telemetry: true, Partition: ev.Partition, Offset: ev.Offset, HighWaterMark: ev.HighWaterMark, Time: ev.Time}
+	if node, ok := strings.CutPrefix(ev.Signer, "nodes/"); ok {
+		rec.Node, rec.Limited = node, true
+		return rec
+	}
+	rec.Node, rec.Limited = payloadNode(ev.Payload), ev.Signer == ""
+	return rec
+}
+
+// payloadNode is the node a telemetry payload is of ("" for another type).
+func payloadNode(p proto.Message) string {
+	switch ev := p.(type) {
+	case *eventsv1.HealthCheckCompleted:
+		return ev.GetResult().GetNode()
+	case interface{ GetNode() string }:
+		return ev.GetNode()
+	}
+	return ""
 }
 
 // Check declares the nodes silent for the timeout UNHEALTHY, once each.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"log/slog"
 	"strings"
 	"time"
 
@@ -41,6 +42,46 @@ func enumLabel(name, prefix string) string {
 type metrics struct {
 	checks       *prometheus.CounterVec
 	remediations *prometheus.CounterVec
+	dropped      *prometheus.CounterVec
+}
+
+// dropReasons are loom_health_dropped_total's reasons: a fixed set (never a
+// node's name: a label per node would grow with the fleet).
+var dropReasons = []string{domain.DropRate}
+
+// dropLogEvery is how often at most the log says, per reason, that records
+// were dropped (with how many since it last said so): a flood of them must
+// not become a flood of log lines.
+const dropLogEvery = 10 * time.Second
+
+// dropLog is one reason's drops since the log last said so.
+type dropLog struct {
+	said  time.Time
+	since int
+}
+
+// logDropped counts a record dropped for reason (m nil: not counted) and logs it, at most once
+// every dropLogEvery for the reason. Callers hold mu.
+func logDropped(drops map[string]*dropLog, m *metrics, log *slog.Logger, now time.Time, reason string, args ...any) {
+	if m != nil {
+		m.dropped.WithLabelValues(reason).Inc()
+	}
+	d := drops[reason]
+	if d == nil {
+		d = &dropLog{}
+		drops[reason] = d
+	}
+	d.since++
+	if !d.said.IsZero() && now.Sub(d.said) < dropLogEvery {
+		return
+	}
+	log.Warn("records dropped unhandled", append([]any{"reason", reason, "dropped", d.since, "latest"}, args...)...)
+	d.said, d.since = now, 0
+}
+
+// dropped is logDropped for the app's records. Callers hold mu.
+func (a *App) dropped(reason string, args ...any) {
+	logDropped(a.drops, a.metrics, a.log, a.now(), reason, args...)
 }
 
 // RegisterMetrics registers health's domain row on reg:
@@ -53,13 +94,23 @@ type metrics struct {
 //     error);
 //   - loom_health_remediations_total{step}: remediation commands health
 //     sent the provisioner, by action (reset_gpu, reboot, reimage, replace,
-//     drain, resume, quarantine, ...).
+//     drain, resume, quarantine, ...);
+//   - loom_health_dropped_total{reason}: nodes' records health dropped
+//     unhandled (rate: past the node's -node-rate);
+//   - loom_health_behind_seconds: how far behind the nodes' telemetry health
+//     is (domain.State.Behind); past half the heartbeat timeout, no silence
+//     is judged.
 func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 	m := &metrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_checks_total",
 			Help: "Health check results taken in, by check (built-in name, or site) and result."}, []string{"check", "result"}),
 		remediations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_remediations_total",
 			Help: "Remediation commands sent, by step (the action asked of the provisioner)."}, []string{"step"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_dropped_total",
+			Help: "Nodes' records dropped unhandled, by reason (rate: past the node's rate)."}, []string{"reason"}),
+	}
+	for _, r := range dropReasons {
+		m.dropped.WithLabelValues(r)
 	}
 	for v, name := range loomv1.CheckOutcome_name {
 		if v != 0 {
@@ -75,8 +126,9 @@ func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 	}
 	gauges := telemetry.NewGaugeSet(MetricsInterval, []telemetry.Gauge{
 		{Name: "loom_health_nodes", Help: "Member nodes by health state.", Labels: []string{"state"}},
+		{Name: "loom_health_behind_seconds", Help: "How far behind the nodes' telemetry health is; past half the heartbeat timeout no silence is judged."},
 	}, a.computeGauges)
-	for _, c := range []prometheus.Collector{m.checks, m.remediations, gauges} {
+	for _, c := range []prometheus.Collector{m.checks, m.remediations, m.dropped, gauges} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -98,7 +150,9 @@ func (a *App) computeGauges(emit telemetry.Emit) {
 	for _, n := range a.state.Nodes() {
 		counts[enumLabel(a.state.View(n.Name).GetState().String(), "NODE_")]++
 	}
+	behind := a.state.Behind(a.now())
 	a.mu.Unlock()
+	emit("loom_health_behind_seconds", behind.Seconds())
 	for s, n := range counts {
 		emit("loom_health_nodes", float64(n), s)
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -82,6 +83,12 @@ type Config struct {
 	Remedy remedy.Config
 	// Thresholds are the telemetry limits (classify.DefaultThresholds when zero).
 	Thresholds classify.Thresholds
+	// NodeRate and NodeBurst are each node's token bucket on the records it
+	// signs on the telemetry topic: records a second, and at once
+	// (DefaultNodeRate, DefaultNodeBurst when 0). Records past it are
+	// dropped unhandled (Change.Dropped).
+	NodeRate  float64
+	NodeBurst int
 }
 
 // State is the member nodes, their verdicts, when each was last heard
@@ -97,9 +104,19 @@ type State struct {
 	members  map[string]int
 	lastSeen map[string]time.Time
 	// unreachSince is when each unreachable node was found so; evidence
-	// when traffic first arrived after that (the bus delivers again).
+	// when the bus was first seen delivering again after that: recent
+	// records of MinWitnesses distinct other nodes (witnesses, at most
+	// that many per node, until then).
 	unreachSince map[string]time.Time
 	evidence     map[string]time.Time
+	witnesses    map[string][]string
+	// parts is where health stands in each partition of the telemetry
+	// topic (its lag); started is when the state was loaded.
+	parts   map[int]*partition
+	started time.Time
+	// buckets are the nodes' token buckets on their telemetry records
+	// (only of nodes heard lately: pruneBuckets).
+	buckets map[string]*rate.Limiter
 	// telemetry is each node's latest GpuTelemetry (rates, ListNodeHealth).
 	telemetry map[string]*eventsv1.GpuTelemetry
 	// xids is each node's last_xid per GPU as last judged
@@ -124,8 +141,14 @@ func NewStateWith(cfg Config) *State {
 	if cfg.Thresholds == (classify.Thresholds{}) {
 		cfg.Thresholds = classify.DefaultThresholds()
 	}
+	if cfg.NodeRate <= 0 {
+		cfg.NodeRate = DefaultNodeRate
+	}
+	if cfg.NodeBurst <= 0 {
+		cfg.NodeBurst = DefaultNodeBurst
+	}
 	return &State{cfg: cfg, timeout: cfg.Timeout, nodes: map[string]*Node{}, members: map[string]int{}, lastSeen: map[string]time.Time{},
-		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
+		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, witnesses: map[string][]string{}, parts: map[int]*partition{}, buckets: map[string]*rate.Limiter{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
 		machine: remedy.New(cfg.Remedy)}
 }
 
@@ -144,6 +167,7 @@ func (s *State) Load(now time.Time, nodes []*Node) {
 		}
 	}
 	s.lastCheck = now
+	s.started = now
 }
 
 // LoadXids restores each node's last judged last_xid per GPU, as stored
@@ -199,6 +223,10 @@ type Change struct {
 	// Emptied are the clusters whose last node the change removes (their
 	// history goes with them: a deleted cluster leaves nothing behind).
 	Emptied []string
+	// Dropped, when set, is why the record was not handled (DropRate: past
+	// its node's rate): the change only moves health's position in its
+	// partition.
+	Dropped string
 	// Unknown are the hostnames an operator's command named that health
 	// has no node for (a login node, or one the provisioner listed before
 	// health heard of it): the command acted on the others, and the app
@@ -208,8 +236,15 @@ type Change struct {
 	// unreach sets (or with a zero time clears) unreachable-since times.
 	unreach   map[string]time.Time
 	telemetry map[string]*eventsv1.GpuTelemetry
-	traffic   time.Time
-	checked   time.Time
+	// rec is the consumed record the change is of (its position moves
+	// health's lag), at when it was handled; witness is its node when the
+	// record proves the bus delivers (see witnessOf).
+	rec     *Record
+	at      time.Time
+	witness string
+	// token is the node whose bucket the record takes a token from.
+	token   string
+	checked time.Time
 }
 
 // Durable reports whether the change has anything to persist or emit; a
@@ -251,6 +286,7 @@ func (s *State) Commit(c *Change) {
 			delete(s.lastSeen, name)
 			delete(s.unreachSince, name)
 			delete(s.evidence, name)
+			delete(s.witnesses, name)
 			delete(s.telemetry, name)
 			delete(s.xids, name)
 		} else {
@@ -264,16 +300,27 @@ func (s *State) Commit(c *Change) {
 	}
 	for name, t := range c.unreach {
 		delete(s.evidence, name)
+		delete(s.witnesses, name)
 		if t.IsZero() {
 			delete(s.unreachSince, name)
 		} else {
 			s.unreachSince[name] = t
 		}
 	}
-	if !c.traffic.IsZero() {
+	if c.rec != nil {
+		s.moved(c.at, *c.rec)
+	}
+	if c.token != "" {
+		s.take(c.at, c.token)
+	}
+	if c.witness != "" {
 		for name, since := range s.unreachSince {
-			if _, ok := s.evidence[name]; !ok && c.traffic.After(since) {
-				s.evidence[name] = c.traffic
+			if _, ok := s.evidence[name]; ok || !c.at.After(since) || name == c.witness || slices.Contains(s.witnesses[name], c.witness) {
+				continue
+			}
+			if s.witnesses[name] = append(s.witnesses[name], c.witness); len(s.witnesses[name]) >= MinWitnesses {
+				s.evidence[name] = c.at
+				delete(s.witnesses, name)
 			}
 		}
 	}
@@ -289,6 +336,7 @@ func (s *State) Commit(c *Change) {
 	}
 	if !c.checked.IsZero() {
 		s.lastCheck = c.checked
+		s.pruneBuckets(c.checked)
 	}
 	if c.Remedy != nil {
 		s.machine.Commit(c.Remedy)
@@ -322,11 +370,31 @@ func (s *State) edit(c *Change, name string) *Node {
 	return &cp
 }
 
-// Handle computes what a consumed event does. Events of other types give an
-// empty change; a payload missing its node gives an *errs.InvalidError.
+// Handle computes what an event that did not come from the telemetry
+// topic's consumer does (HandleRecord without a record): it moves no lag and
+// proves no delivery.
 func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
+	return s.HandleRecord(now, Record{}, payload)
+}
+
+// HandleRecord computes what a consumed event does; rec is how it reached
+// health. Events of other types give an empty change; a payload missing its
+// node gives an *errs.InvalidError.
+func (s *State) HandleRecord(now time.Time, rec Record, payload proto.Message) (*Change, error) {
 	c := newChange()
-	c.traffic = now
+	c.at = now
+	if rec.Telemetry && rec.HighWaterMark > 0 {
+		c.rec = &rec
+	}
+	if !s.admit(now, rec) {
+		// Past its node's rate: not handled, and no proof of anything.
+		c.Dropped = DropRate
+		return c, nil
+	}
+	if rec.Telemetry && rec.Limited && rec.Node != "" {
+		c.token = rec.Node
+	}
+	c.witness = s.witnessOf(now, rec)
 	var evs []remedy.Event
 	switch ev := payload.(type) {
 	case *eventsv1.AgentRegistered:
@@ -608,6 +676,12 @@ func (s *State) Check(now time.Time) *Change {
 				c.unreach[n.Name] = now
 			}
 		}
+		return c
+	}
+	if s.Behind(now) > s.timeout/2 {
+		// Health is behind on the nodes' records: a silence now may be
+		// records waiting in the topic, its own delay, not the nodes'.
+		// No silence verdict until it has caught up.
 		return c
 	}
 	byCluster := map[string][]*Node{}

@@ -83,12 +83,25 @@ func TestMassSilenceIsUnreachable(t *testing.T) {
 			t.Fatalf("declared without the bus delivering: %v", v)
 		}
 	}
-	// Other traffic arrives (the bus delivers): one more timeout, then failed.
+	// A service's record (another cluster's node changing) proves nothing
+	// of the nodes' path to the bus; two other nodes heard recently do:
+	// one more timeout, then failed.
 	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: "projects/default/clusters/c2/nodes/x", Cluster: "projects/default/clusters/c2", State: loomv1.Node_PROVISIONING}})
+	f.advance(timeout / 4)
+	if v := healthOf(f.checkAll()); len(v) != 0 {
+		t.Fatalf("declared on a service's record: %v", v)
+	}
+	for i, name := range []string{"projects/default/clusters/c2/nodes/y", "projects/default/clusters/c2/nodes/z"} {
+		f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: name, Cluster: "projects/default/clusters/c2", State: loomv1.Node_READY}})
+		f.record(name, int64(i), int64(i+1), f.now, &eventsv1.Heartbeat{Node: name})
+	}
 	got := 0
 	for i := range 4 {
 		f.advance(timeout / 4)
 		for _, x := range healthOf(f.checkAll()) {
+			if x.GetCluster() != cluster {
+				continue // c2's nodes, silent since
+			}
 			if i < 3 {
 				t.Fatalf("failed before a full timeout of the bus delivering: %v", x)
 			}

@@ -1,0 +1,97 @@
+package app
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health/internal/domain"
+)
+
+// TestNodeFloodDeclaresNobody checks, on a real Redis with a fake clock,
+// the audit's attack: one node, with a valid identity, floods the
+// telemetry topic with heartbeats signed by itself, so that the other
+// nodes' heartbeats wait behind them in the partition. Its records past
+// its rate are dropped and counted; health, behind, declares nobody (no
+// verdict reaches the outbox) for four timeouts; caught up, it fails only
+// the node that is really silent.
+func TestNodeFloodDeclaresNobody(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "health:")
+	ctx := testkit.Context(t, 30*time.Second)
+	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const timeout = 15 * time.Second
+	a := NewWith(st, domain.Config{Timeout: timeout, NodeRate: 1, NodeBurst: 5}, clk.now, slog.Default())
+	reg := prometheus.NewRegistry()
+	if err := a.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string { return fmt.Sprintf("projects/default/clusters/c1/nodes/gpu-%04d", i) }
+	flooder := name(9)
+	for _, n := range []string{name(0), name(1), name(2), flooder} {
+		if err := a.Handle(ctx, event(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: n, State: loomv1.Node_READY}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// signed is a telemetry record n signed, at offset of a partition
+	// whose high-water mark is hwm.
+	signed := func(n string, offset, hwm int64) envelope.Event {
+		ev := envelope.New(topics.NodeTelemetry, n, "loom/agent", &eventsv1.Heartbeat{Node: n})
+		ev.Signer, ev.Offset, ev.HighWaterMark, ev.Time = "nodes/"+n, offset, hwm, clk.now()
+		return ev
+	}
+	const end = 100000
+	off := int64(0)
+	for range 16 {
+		for range 20 {
+			if err := a.Handle(ctx, signed(flooder, off, end)); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+		clk.advance(timeout / 4)
+		if err := a.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := st.OutboxLen(ctx); err != nil || n != 0 {
+			t.Fatalf("behind the flood, the outbox holds %d verdicts (%v), want none", n, err)
+		}
+	}
+	if d := testutil.ToFloat64(a.metrics.dropped.WithLabelValues(domain.DropRate)); d < 16*20-5-16*4 {
+		t.Fatalf("loom_health_dropped_total{reason=rate} = %v, want the flood past 1/s", d)
+	}
+	// Health reaches the waiting heartbeats (node 2 is dead) and the end.
+	for i, n := range []string{name(0), name(1), flooder} {
+		if err := a.Handle(ctx, signed(n, end-3+int64(i), end)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st.OutboxLen(ctx); n != 1 {
+		t.Fatalf("caught up, the outbox holds %d verdicts, want node 2's", n)
+	}
+	if n, _ := a.Node(name(2)); !n.Unhealthy {
+		t.Fatalf("node 2: %+v, want UNHEALTHY", n)
+	}
+	for _, i := range []int{0, 1} {
+		if n, _ := a.Node(name(i)); n.Unhealthy || n.Unreachable {
+			t.Fatalf("node %d: %+v", i, n)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package domain
+
+import (
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Record is how a consumed event reached health: what the domain needs to
+// judge its own lag and whether the bus delivers. The zero Record is an
+// event handled in-process (a scan's verdict): it moves nothing.
+type Record struct {
+	// Telemetry: the record was read from the nodes' telemetry topic.
+	Telemetry bool
+	// Node is the node the record is of: its signer when a node signed it
+	// (envelope.Event.Signer; a node signs only its own records), the
+	// payload's node for a service's (the sim provider's) records.
+	Node string
+	// Limited: a node signed it (or the bus is insecure: nobody did), so it
+	// counts against Node's rate; a service's records are trusted.
+	Limited bool
+	// Partition, Offset and HighWaterMark are its position
+	// (envelope.Event's; HighWaterMark 0: unknown, nothing is judged).
+	Partition     int
+	Offset        int64
+	HighWaterMark int64
+	// Time is when its producer stamped it (the event's time).
+	Time time.Time
+}
+
+// MinWitnesses is how many distinct nodes must be heard, with records
+// stamped recently, before the bus counts as delivering again for an
+// unreachable node (its silence is then confirmed a timeout later). One
+// node is not enough: a node flooding the topic with its own records must
+// not be what proves, alone, that the others' silence is theirs.
+const MinWitnesses = 2
+
+// partition is where health stands in one partition of the telemetry
+// topic, judged by offsets and health's own clock only: a record's
+// timestamp is its producer's, which a node chooses (a flood stamped "now"
+// would hide the lag it makes), while the high-water mark is the broker's.
+type partition struct {
+	// hwm is the highest high-water mark seen, first seen at hwmSeen (the
+	// fetch that brought it was no later than that).
+	hwm     int64
+	hwmSeen time.Time
+	// behind: records were waiting behind the last one handled.
+	behind bool
+	// asOf: every record appended before it has been handled (the hwmSeen
+	// of the last catch-up; the start for a partition behind since it).
+	asOf time.Time
+}
+
+// moved notes that the record at rec's position was handled (or dropped) at now.
+func (s *State) moved(now time.Time, rec Record) {
+	p := s.parts[rec.Partition]
+	if p == nil {
+		p = &partition{asOf: s.started}
+		if p.asOf.IsZero() {
+			p.asOf = now
+		}
+		s.parts[rec.Partition] = p
+	}
+	if rec.HighWaterMark > p.hwm {
+		p.hwm, p.hwmSeen = rec.HighWaterMark, now
+	}
+	if rec.Offset+1 >= p.hwm {
+		p.behind, p.asOf = false, p.hwmSeen
+		return
+	}
+	p.behind = true
+}
+
+// Behind is how far behind the nodes' records health is at now: for the
+// partition furthest behind, how long ago health had handled everything
+// that was in it; 0 when it has handled every record it was shown. Check
+// gives no silence verdict while it exceeds half the timeout.
+func (s *State) Behind(now time.Time) time.Duration {
+	var lag time.Duration
+	for _, p := range s.parts {
+		if p.behind {
+			lag = max(lag, now.Sub(p.asOf))
+		}
+	}
+	return lag
+}
+
+// witnessOf is rec's node when the record shows the bus delivering: a
+// member's own telemetry record, stamped within half a timeout of now,
+// handled while health is not behind.
+func (s *State) witnessOf(now time.Time, rec Record) string {
+	if !rec.Telemetry || rec.Node == "" || s.nodes[rec.Node] == nil {
+		return ""
+	}
+	if d := now.Sub(rec.Time); d > s.timeout/2 || d < -s.timeout/2 {
+		return ""
+	}
+	if s.Behind(now) > s.timeout/2 {
+		return ""
+	}
+	return rec.Node
+}
+
+// Defaults of a node's telemetry rate (Config.NodeRate, NodeBurst). An
+// honest agent sends a heartbeat every 2 s (-heartbeat-interval) and GPU
+// telemetry every 10 s (-telemetry-interval, at least 1 s), plus its
+// registration, an XidObserved per Xid and a HealthCheckCompleted per check:
+// well under one record a second, with bursts of a few dozen (an Xid storm
+// over 8 GPUs, a scan's results). 20 a second, 200 at once, is far above
+// that and far below what one health handles.
+const (
+	DefaultNodeRate  = 20.0
+	DefaultNodeBurst = 200
+)
+
+// DropRate is Change.Dropped for a record past its node's rate.
+const DropRate = "rate"
+
+// admit reports whether rec may be handled under its node's token bucket
+// (the token is taken at Commit). Only records a node signed count against
+// it (Record.Limited); a service's are trusted.
+func (s *State) admit(now time.Time, rec Record) bool {
+	if !rec.Telemetry || !rec.Limited || rec.Node == "" {
+		return true
+	}
+	b := s.buckets[rec.Node]
+	return b == nil || b.TokensAt(now) >= 1
+}
+
+// take takes a token from node's bucket at now.
+func (s *State) take(now time.Time, node string) {
+	b := s.buckets[node]
+	if b == nil {
+		b = rate.NewLimiter(rate.Limit(s.cfg.NodeRate), s.cfg.NodeBurst)
+		s.buckets[node] = b
+	}
+	b.AllowN(now, 1)
+}
+
+// pruneBuckets forgets the buckets that have filled up again: a full bucket
+// is a new one, so memory holds only the nodes that sent records lately.
+func (s *State) pruneBuckets(now time.Time) {
+	for node, b := range s.buckets {
+		if b.TokensAt(now) >= float64(s.cfg.NodeBurst) {
+			delete(s.buckets, node)
+		}
+	}
+}
+
+// Buckets is how many nodes' token buckets are kept (for tests).
+func (s *State) Buckets() int { return len(s.buckets) }
