@@ -67,7 +67,8 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 }
 
 // A node's records past its rate (-node-rate, -node-burst) are dropped
-// unhandled and counted by reason; health's lag is on /metrics.
+// unhandled and counted by reason, as is a registration whose check_addr is
+// not a host:port; health's lag is on /metrics.
 func TestNodeFloodDroppedThroughTheBus(t *testing.T) {
 	t.Parallel()
 	broker := testkit.Broker(t)
@@ -81,7 +82,7 @@ func TestNodeFloodDroppedThroughTheBus(t *testing.T) {
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	own := testkit.NodeProducer(t, broker, node, cluster, "gpu")
 	flood := []envelope.Event{envelope.New(topics.NodeTelemetry, node, "loom/agent",
-		&eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"})}
+		&eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1", CheckAddr: "169.254.169.254:80\r\nX: y"})}
 	for range 30 {
 		flood = append(flood, envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}))
 	}
@@ -89,10 +90,11 @@ func TestNodeFloodDroppedThroughTheBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	var s testkit.Samples
-	testkit.WaitFor(t, wait, "the flood dropped, counted", func() (bool, error) {
+	testkit.WaitFor(t, wait, "the flood dropped and the bad check_addr refused, counted", func() (bool, error) {
 		var err error
 		s, err = testkit.ScrapeErr(httpAddr)
-		return err == nil && s.Sum("loom_health_dropped_total", "reason", "rate") == 31-5, nil
+		return err == nil && s.Sum("loom_health_dropped_total", "reason", "rate") == 31-5 &&
+			s.Sum("loom_health_dropped_total", "reason", "check-addr") == 1, nil
 	})
 	if len(s.Find("loom_health_behind_seconds")) != 1 {
 		t.Errorf("no loom_health_behind_seconds: %v", s.Find("loom_health_behind_seconds"))

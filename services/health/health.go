@@ -225,6 +225,7 @@ func Run(ctx context.Context, cfg Config) error {
 				base.Log.Warn("scan verdict not applied", "result", r.GetName(), "err", err)
 			}
 		})
+	scanner.SetDropped(a.Dropped)
 	if err := scanner.Start(ctx); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("health: %w", err)

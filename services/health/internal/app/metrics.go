@@ -47,7 +47,7 @@ type metrics struct {
 
 // dropReasons are loom_health_dropped_total's reasons: a fixed set (never a
 // node's name: a label per node would grow with the fleet).
-var dropReasons = []string{domain.DropRate}
+var dropReasons = []string{domain.DropRate, DropCheckAddr}
 
 // dropLogEvery is how often at most the log says, per reason, that records
 // were dropped (with how many since it last said so): a flood of them must
@@ -61,7 +61,7 @@ type dropLog struct {
 }
 
 // logDropped counts a record dropped for reason (m nil: not counted) and logs it, at most once
-// every dropLogEvery for the reason. Callers hold mu.
+// every dropLogEvery for the reason. Callers hold mu (the Scanner its own).
 func logDropped(drops map[string]*dropLog, m *metrics, log *slog.Logger, now time.Time, reason string, args ...any) {
 	if m != nil {
 		m.dropped.WithLabelValues(reason).Inc()
@@ -84,6 +84,14 @@ func (a *App) dropped(reason string, args ...any) {
 	logDropped(a.drops, a.metrics, a.log, a.now(), reason, args...)
 }
 
+// Dropped counts and logs a record another part of health (the scans)
+// refused, for reason (one of dropReasons).
+func (a *App) Dropped(reason string, args ...any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.dropped(reason, args...)
+}
+
 // RegisterMetrics registers health's domain row on reg:
 //
 //   - loom_health_nodes{state}: member nodes by health state (healthy,
@@ -96,7 +104,8 @@ func (a *App) dropped(reason string, args ...any) {
 //     sent the provisioner, by action (reset_gpu, reboot, reimage, replace,
 //     drain, resume, quarantine, ...);
 //   - loom_health_dropped_total{reason}: nodes' records health dropped
-//     unhandled (rate: past the node's -node-rate);
+//     unhandled (rate: past the node's -node-rate; check-addr: an
+//     AgentRegistered whose check_addr is not a host:port);
 //   - loom_health_behind_seconds: how far behind the nodes' telemetry health
 //     is (domain.State.Behind); past half the heartbeat timeout, no silence
 //     is judged.
@@ -107,7 +116,7 @@ func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 		remediations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_remediations_total",
 			Help: "Remediation commands sent, by step (the action asked of the provisioner)."}, []string{"step"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_dropped_total",
-			Help: "Nodes' records dropped unhandled, by reason (rate: past the node's rate)."}, []string{"reason"}),
+			Help: "Nodes' records dropped unhandled, by reason (rate: past the node's rate; check-addr: a bad check endpoint)."}, []string{"reason"}),
 	}
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)

@@ -207,13 +207,25 @@ type Scanner struct {
 
 	mu    sync.Mutex
 	state *scan.State
+	// dropped counts and logs what the scans refuse (SetDropped; nil: only
+	// logged); drops rate-limits its log.
+	dropped func(reason string, args ...any)
+	drops   map[string]*dropLog
 }
+
+// DropCheckAddr is loom_health_dropped_total's reason for an
+// AgentRegistered whose check_addr is not a host:port (scan.CheckAddr).
+const DropCheckAddr = "check-addr"
+
+// SetDropped makes f count what the scans refuse (App.Dropped); call before
+// the consumer starts.
+func (s *Scanner) SetDropped(f func(reason string, args ...any)) { s.dropped = f }
 
 // NewScanner returns a scanner over st with policy cfg; onVerdict (nil:
 // none) is told each verdict health decides. Start loads it.
 func NewScanner(st *store.Store, cfg scan.Config, now func() time.Time, log *slog.Logger,
 	onVerdict func(ctx context.Context, r *loomv1.HealthCheckResult)) *Scanner {
-	s := &Scanner{st: st, cfg: cfg, now: now, log: log, onVerdict: onVerdict, state: scan.NewState(cfg)}
+	s := &Scanner{st: st, cfg: cfg, now: now, log: log, onVerdict: onVerdict, state: scan.NewState(cfg), drops: map[string]*dropLog{}}
 	s.drv = store.NewDriver(st, s.reload)
 	return s
 }
@@ -289,6 +301,14 @@ func (s *Scanner) Handle(ctx context.Context, ev envelope.Event) error {
 	// The inbox marks are health's too: the scans' are told apart.
 	if err := s.apply(ctx, "scan:"+ev.ID, c); err != nil {
 		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+	}
+	if c.BadCheckAddr != "" {
+		args := []any{"event", ev.ID, "signer", ev.Signer, "err", c.BadCheckAddr}
+		if s.dropped != nil {
+			s.dropped(DropCheckAddr, args...)
+		} else {
+			logDropped(s.drops, nil, s.log, s.now(), DropCheckAddr, args...)
+		}
 	}
 	return nil
 }

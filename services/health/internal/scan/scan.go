@@ -212,6 +212,9 @@ type Change struct {
 	Scans    map[string]*Scan
 	Emits    []Emit
 	Verdicts []*loomv1.HealthCheckResult
+	// BadCheckAddr, when set, is why an AgentRegistered's check_addr was
+	// refused (CheckAddr): the node was taken as advertising none.
+	BadCheckAddr string
 
 	running      map[string]int32
 	nextSchedule time.Time
@@ -587,8 +590,14 @@ func (s *State) Handle(now time.Time, id string, payload proto.Message) (*Change
 		if old := s.nodes[ev.GetNode()]; old != nil {
 			n = *old
 		}
-		if n.CheckAddr != ev.GetCheckAddr() {
-			n.CheckAddr = ev.GetCheckAddr()
+		addr := ev.GetCheckAddr()
+		if err := CheckAddr(addr); addr != "" && err != nil {
+			// Handed to the node's ring neighbours, which connect to it:
+			// only a host:port is. The node then advertises none.
+			c.BadCheckAddr, addr = err.Error(), ""
+		}
+		if n.CheckAddr != addr {
+			n.CheckAddr = addr
 			c.Nodes[n.Name] = &n
 		}
 	case *eventsv1.Heartbeat:
@@ -798,7 +807,7 @@ func (s *State) planRing(c *Change, now time.Time, sc *Scan, idle []*Node, level
 	}
 	var members []*Node
 	for _, n := range idle {
-		if n.CheckAddr == "" {
+		if n.CheckAddr == "" || CheckAddr(n.CheckAddr) != nil {
 			s.store(c, now, skippedResult(sc, n, check, level, "the node's agent advertises no check endpoint (-check-addr)"))
 			continue
 		}
