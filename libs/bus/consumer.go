@@ -167,7 +167,10 @@ type ConsumerConfig struct {
 	// agents write to.
 	Policy envelope.Policy
 	// Rejected, when set, counts refused records by topic and reason
-	// (loom_bus_rejected_total on a service's /metrics).
+	// (loom_bus_rejected_total on a service's /metrics): those the
+	// Verifier refuses, and those a handler refuses with a reason of its
+	// own (bus.Permanent(envelope.Reject(...)): the scheduler's
+	// not-assigned, an agent's bad-seal, no-command-key, unsealed).
 	Rejected metric.Int64Counter
 	// Security secures the consumer's connections (SASL, TLS); nil:
 	// plaintext. A dead-letter producer Run opens itself uses it too.
@@ -749,6 +752,9 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 			l.Warn("handler could not reach what it needs; retrying until it can", "attempt", attempt, "err", err)
 		} else if failed++; IsPermanent(err) || failed >= c.cfg.MaxAttempts {
 			l.Error("dead-lettering event", "attempts", attempt, "permanent", IsPermanent(err), "err", err)
+			if reason := envelope.ReasonOf(err); reason != "" && c.cfg.Rejected != nil {
+				c.cfg.Rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", m.Topic), attribute.String("reason", reason)))
+			}
 			return c.deadLetter(ctx, dlq, m, err, attempt, l)
 		} else {
 			l.Warn("handler failed; retrying", "attempt", attempt, "err", err)

@@ -3,6 +3,8 @@ package bus_test
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -117,5 +119,54 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 		if counted[r] != 1 {
 			t.Errorf("loom_bus_rejected_total{reason=%q} = %d, want 1 (record %s)", r, counted[r], id)
 		}
+	}
+}
+
+// A handler's own refusal (bus.Permanent(envelope.Reject(...))) is
+// dead-lettered with its reason and counted as the Verifier's are.
+func TestHandlerRefusalsAreCounted(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	plain := newProducer(t, broker)
+	reader := sdkmetric.NewManualReader()
+	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, failed := event(topic, "n1", 1), event(topic, "n1", 2)
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}, Rejected: rejected},
+		plain, func(ctx context.Context, ev envelope.Event) error {
+			if ev.ID == refused.ID {
+				return bus.Permanent(envelope.Reject(envelope.ReasonNotAssigned, "not this node's"))
+			}
+			return bus.Permanent(errors.New("broken")) // no reason: not a refusal
+		})
+	publish(t, plain, refused)
+	publish(t, plain, failed)
+	dls := readN(t, broker, topic+topics.DLQSuffix, 2, wait)
+	for _, dl := range dls {
+		id, _ := header(dl, envelope.HeaderID)
+		if r, _ := header(dl, bus.HeaderDLQReason); id == refused.ID && r != envelope.ReasonNotAssigned {
+			t.Errorf("dead letter of the refused record: reason %q", r)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "loom_bus_rejected_total" {
+				for _, dp := range sum.DataPoints {
+					r, _ := dp.Attributes.Value("reason")
+					counted[r.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	if want := map[string]int64{envelope.ReasonNotAssigned: 1}; !reflect.DeepEqual(counted, want) {
+		t.Fatalf("loom_bus_rejected_total by reason: %v, want %v", counted, want)
 	}
 }
