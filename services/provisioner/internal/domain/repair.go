@@ -212,9 +212,14 @@ func (s *State) RepairBooted(p Params, node string, pid int32, expect time.Durat
 }
 
 // repairRegistered ends repair r when the registration ev is its target's
-// agent of the new boot: a registration before the boot (the old agent's)
-// does not count, nor one naming another host boot id. An agent that
-// reports no host boot id is taken at its word once the boot happened.
+// agent of the new boot: one naming the repair's host boot id. Every
+// provider that repairs (provider.Repairer) boots the node as that id, and
+// every agent reports its host boot id, so a registration naming another,
+// or none, is not the new boot's: the old image's agent, whose certificate
+// stays valid for up to an hour after the boot, could otherwise mark a
+// reboot or reimage finished (the node READY) before the new boot came up.
+// Only a repair recorded without a boot id (before repairs had them) takes
+// an agent that reports none at its word once the boot happened.
 // The node is READY.
 //
 // An agent naming the repair's own host boot id ends it in any phase: the
@@ -225,8 +230,8 @@ func (s *State) RepairBooted(p Params, node string, pid int32, expect time.Durat
 // until its deadline.
 func (e *edit) repairRegistered(r *Repair, ev *eventsv1.AgentRegistered) {
 	switch hb := ev.GetHostBootId(); {
-	case hb != "" && hb != r.BootID:
-		return // another boot's agent
+	case hb != r.BootID && (hb != "" || r.BootID != ""):
+		return // another boot's agent, or one that cannot say it is the new boot's
 	case hb == "" && r.Phase != RepairBooting:
 		return // an agent that cannot say it is the new boot's, before the boot
 	case r.Phase == RepairRequested && r.Action == loomv1.RemediationAction_ACTION_REPLACE:

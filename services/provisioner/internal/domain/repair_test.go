@@ -131,6 +131,50 @@ func TestRegistrationBeforeTheBootIsRecorded(t *testing.T) {
 	})
 }
 
+// A registration that names no host boot id never ends a repair that has
+// one, not even once the boot is recorded: the old image's agent (its
+// certificate good for up to an hour) would otherwise mark a reimage
+// finished, the node READY, before the new boot registered.
+func TestRegistrationWithoutTheBootIDEndsNoRepair(t *testing.T) {
+	t.Parallel()
+	for _, action := range []loomv1.RemediationAction{loomv1.RemediationAction_ACTION_REBOOT, loomv1.RemediationAction_ACTION_REIMAGE} {
+		t.Run(action.String(), func(t *testing.T) {
+			t.Parallel()
+			s := running(t)
+			at := t0.Add(time.Hour)
+			remediate(s, "gpu-0001", action, "rem-1", "boot-1", at)
+			name := node(s, "gpu-0001").GetName()
+			state := node(s, "gpu-0001").GetState()
+			apply(s, s.RepairBooted(p, name, 42, 0, at.Add(time.Second)))
+			for _, hb := range []string{"", "boot-0"} {
+				if ch := registerBoot(s, "gpu-0001", hb, at.Add(2*time.Second)); !ch.Empty() || s.Repairs[name] == nil ||
+					node(s, "gpu-0001").GetState() != state {
+					t.Fatalf("registration %q after the boot: events %d, repair %v, node %s", hb, len(ch.Events), s.Repairs[name] != nil, node(s, "gpu-0001").GetState())
+				}
+			}
+			if f := finished(t, registerBoot(s, "gpu-0001", "boot-1", at.Add(3*time.Second))); !f.GetOk() || node(s, "gpu-0001").GetState() != loomv1.Node_READY {
+				t.Fatalf("finished %v, node %v", f, node(s, "gpu-0001"))
+			}
+		})
+	}
+	// A repair recorded before repairs had boot ids takes an agent that
+	// names none once the boot happened.
+	t.Run("no boot id", func(t *testing.T) {
+		t.Parallel()
+		s := running(t)
+		at := t0.Add(time.Hour)
+		remediate(s, "gpu-0001", loomv1.RemediationAction_ACTION_REBOOT, "rem-1", "", at)
+		name := node(s, "gpu-0001").GetName()
+		if ch := registerBoot(s, "gpu-0001", "", at); !ch.Empty() {
+			t.Fatalf("registration before the boot = %+v", ch)
+		}
+		apply(s, s.RepairBooted(p, name, 42, 0, at.Add(time.Second)))
+		if f := finished(t, registerBoot(s, "gpu-0001", "", at.Add(2*time.Second))); !f.GetOk() {
+			t.Fatalf("finished %v", f)
+		}
+	})
+}
+
 func TestRemediateNodeRefusals(t *testing.T) {
 	t.Parallel()
 	s := running(t)
