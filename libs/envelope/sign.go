@@ -53,6 +53,9 @@ const (
 	// ReasonNotAssigned: a node reported on a step the scheduler did not
 	// assign to it (a consumer's own check; see Reject).
 	ReasonNotAssigned = "not-assigned"
+	// ReasonWrongSender: a command a node runs, signed by a service other
+	// than the one that sends it (CommandSenders).
+	ReasonWrongSender = "wrong-sender"
 )
 
 // Rejection is why a record was refused: Reason is one of the Reason*
@@ -253,6 +256,23 @@ var NodeEventTypes = map[string]bool{
 	TypeOf(&eventsv1.UsageReported{}):        true,
 }
 
+// CommandSenders is, for each command a node runs, the one service that
+// sends it: the scheduler the step commands, health the node commands. A
+// verified record of one of these types signed by any other signer (another
+// service, which holds the same key but has no business running processes as
+// root on a node) is refused with ReasonWrongSender, whatever the policy.
+// Every type the step and node command topics carry has a row
+// (TestCommandSendersCoverTheCommandTopics).
+var CommandSenders = map[string]string{
+	TypeOf(&eventsv1.StartStep{}):       "services/scheduler",
+	TypeOf(&eventsv1.StopStep{}):        "services/scheduler",
+	TypeOf(&eventsv1.SignalStep{}):      "services/scheduler",
+	TypeOf(&eventsv1.LaunchTasks{}):     "services/scheduler",
+	TypeOf(&eventsv1.KillTasks{}):       "services/scheduler",
+	TypeOf(&eventsv1.RunHealthCheck{}):  "services/health",
+	TypeOf(&eventsv1.InjectNodeFault{}): "services/health",
+}
+
 // maxCachedCerts bounds the verified-certificate cache: more distinct live
 // certificates than this (nodes) only costs re-verification.
 const maxCachedCerts = 16384
@@ -361,6 +381,7 @@ func (v *Verifier) cert(raw []byte) (auth.NodeCert, error) {
 
 // DecodeVerified is Decode for a consumer that trusts only signed records:
 // m's signature is checked first (before any parsing of its payload), then
+// that a command a node runs comes from its sender (CommandSenders), then
 // policy, then, for a node's record, that its payload's node is the
 // signer's. The event's Signer is the verified signer. A refusal wraps
 // ErrRejected (a *Rejection).
@@ -370,8 +391,14 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 		e, _ := r.headersOf(m)
 		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset, err)
 	}
+	typ := recordType(m)
+	if want, ok := CommandSenders[typ]; ok && id.IsService() && id.Name != want {
+		e, _ := r.headersOf(m)
+		e.Signer = id.Name
+		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
+			reject(ReasonWrongSender, "%s is accepted only from %s, not from %s", typ, want, truncate(id.Name)))
+	}
 	if !id.IsService() {
-		typ := recordType(m)
 		if policy == ServicesOnly {
 			e, _ := r.headersOf(m)
 			return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,

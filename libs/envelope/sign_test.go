@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -168,6 +170,60 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("got %v (reason %q), want reason %q", err, ReasonOf(err), c.want)
 			}
 		})
+	}
+}
+
+// A command a node runs is accepted from the one service that sends it
+// (CommandSenders) and refused from any other service, though that one's
+// signature holds: least privilege among services that share a key.
+func TestCommandsOnlyFromTheirSender(t *testing.T) {
+	t.Parallel()
+	k := newKeys(t)
+	v := NewVerifier(k.svcPub, func() time.Time { return k.now })
+	cmds := map[string]proto.Message{
+		"scheduler": &eventsv1.StartStep{Node: testNode},
+		"health":    &eventsv1.RunHealthCheck{Node: testNode},
+	}
+	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "test"} {
+		for sender, cmd := range cmds {
+			for _, policy := range []Policy{ServicesOnly, AcceptNodeEvents} {
+				m := mustEncode(t, New("t", testNode, "loom/"+signer, cmd))
+				NewServiceSigner(signer, k.svc).Sign(&m)
+				_, err := Default.DecodeVerified(m, v, policy)
+				if signer == sender {
+					if err != nil {
+						t.Errorf("%s from services/%s: %v", TypeOf(cmd), signer, err)
+					}
+				} else if ReasonOf(err) != ReasonWrongSender {
+					t.Errorf("%s from services/%s (policy %d): %v, want reason %s", TypeOf(cmd), signer, policy, err, ReasonWrongSender)
+				}
+			}
+		}
+	}
+	// Commands for other consumers are not in the table: any service.
+	m := mustEncode(t, New("loom.job.commands.v1", "p", "loom/gateway", &eventsv1.CancelJob{}))
+	NewServiceSigner("gateway", k.svc).Sign(&m)
+	if _, err := Default.DecodeVerified(m, v, ServicesOnly); err != nil {
+		t.Fatalf("CancelJob from the gateway: %v", err)
+	}
+}
+
+// Every type the step and node command topics carry names its sender.
+func TestCommandSendersCoverTheCommandTopics(t *testing.T) {
+	t.Parallel()
+	for typ, mt := range Default.types {
+		topic, err := topics.For(mt.New().Interface())
+		if err != nil || (topic != topics.StepCommands && topic != topics.NodeCommands) {
+			continue
+		}
+		if CommandSenders[typ] == "" {
+			t.Errorf("%s (on %s) has no row in CommandSenders", typ, topic)
+		}
+	}
+	for typ := range CommandSenders {
+		if !Default.Known(typ) {
+			t.Errorf("CommandSenders names %s, not an event type", typ)
+		}
 	}
 }
 

@@ -63,6 +63,21 @@ func Sign(m *kafka.Message) { testSigner().Sign(m) }
 // it to a bus.Producer of its own (SetSigner) to write as a service would.
 func Signer() *envelope.Signer { return testSigner() }
 
+// signersAs caches SignerAs' signers by service.
+var signersAs sync.Map
+
+// SignerAs returns a signer of the test's services' key that signs as
+// "services/<service>": how a test writes what one service alone may send
+// (envelope.CommandSenders: the scheduler's step commands, health's node
+// commands).
+func SignerAs(service string) *envelope.Signer {
+	if s, ok := signersAs.Load(service); ok {
+		return s.(*envelope.Signer)
+	}
+	s, _ := signersAs.LoadOrStore(service, envelope.NewServiceSigner(service, ServiceKey()))
+	return s.(*envelope.Signer)
+}
+
 // ServiceCredentials is the dial option that makes a connection's calls
 // carry a service token ("services/test") of the test's services' secret:
 // what the internal APIs (provisioner, scheduler, registry) require.

@@ -150,7 +150,9 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() (bool,
 // Publish encodes events and writes them to the broker (each to its own
 // Topic), signed with the test's services' key as "services/test" (see
 // ServiceKeyFile), returning once the broker acknowledged them; a test's way
-// to feed a service events without another service. It fails the test on
+// to feed a service events without another service. (A command a node runs
+// is accepted only from the service that sends it: sign those with
+// SignerAs.) It fails the test on
 // error. PublishMessages writes records as they are (unsigned, forged).
 func Publish(t testing.TB, broker string, events ...envelope.Event) {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/auth"
@@ -114,9 +115,48 @@ func command(p interface {
 	return envelope.New(topics.StepCommands, p.GetNode(), "loom/test", p)
 }
 
+// publish writes evs as their senders do: each command signed by the one
+// service that sends it (envelope.CommandSenders: the scheduler, health),
+// anything else as the test's service, and a StartStep or LaunchTasks sealed
+// for its node as the scheduler seals it (one sealed already is left as it
+// is). publishAs writes them as they are, signed as service.
 func publish(t *testing.T, broker string, evs ...envelope.Event) {
 	t.Helper()
-	testkit.Publish(t, broker, evs...)
+	msgs := make([]kafka.Message, 0, len(evs))
+	for _, ev := range evs {
+		if envelope.IsSealable(ev.Payload) && !envelope.IsSealed(ev.Payload) {
+			sealed, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), commandNode(ev)), ev.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev.Payload = sealed
+		}
+		service := "test"
+		if s, ok := envelope.CommandSenders[envelope.TypeOf(ev.Payload)]; ok {
+			service = strings.TrimPrefix(s, "services/")
+		}
+		msgs = append(msgs, signedAs(t, service, ev))
+	}
+	testkit.PublishMessages(t, broker, msgs...)
+}
+
+func publishAs(t *testing.T, broker, service string, evs ...envelope.Event) {
+	t.Helper()
+	msgs := make([]kafka.Message, 0, len(evs))
+	for _, ev := range evs {
+		msgs = append(msgs, signedAs(t, service, ev))
+	}
+	testkit.PublishMessages(t, broker, msgs...)
+}
+
+func signedAs(t *testing.T, service string, ev envelope.Event) kafka.Message {
+	t.Helper()
+	m, err := envelope.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.SignerAs(service).Sign(&m)
+	return m
 }
 
 func waitStep(t *testing.T, broker, job string, state eventsv1.StepState) *eventsv1.StepChanged {

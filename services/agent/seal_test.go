@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
@@ -19,6 +21,7 @@ import (
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 const otherNode = cluster + "/nodes/gpu-0002"
@@ -162,6 +165,95 @@ func TestSealedStartStepIsForItsNodeOnly(t *testing.T) {
 	}
 }
 
+// dlqReasonsOf returns the reason of each dead letter of topic, by the id
+// of its record.
+func dlqReasonsOf(t *testing.T, broker, topic string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range rawRecords(t, broker, topic+topics.DLQSuffix) {
+		ev, err := envelope.Default.Decode(m)
+		if err != nil {
+			continue
+		}
+		for _, h := range m.Headers {
+			if h.Key == bus.HeaderDLQReason {
+				out[ev.ID] = string(h.Value)
+			}
+		}
+	}
+	return out
+}
+
+// An agent runs a step or node command only from the service that sends it
+// (envelope.CommandSenders): the scheduler's step commands, health's node
+// commands. Another service's command — its signature holds, as the key is
+// shared — is dead-lettered (wrong-sender), counted, and never run.
+func TestCommandsOnlyFromTheirSender(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	addr := e.startSimulated(t)
+	marker := func(job string) string { return filepath.Join(e.shared, "ran-"+job) }
+	step := func(job string) *eventsv1.StartStep {
+		return startStep(job, "touch "+marker(job), nil, filepath.Join(e.shared, job+".out"))
+	}
+	fromGateway := command(sealFor(t, node, step("70")))
+	fromProvisioner := command(sealFor(t, node, step("71")))
+	stop := command(&eventsv1.StopStep{Job: "projects/p/jobs/73", Attempt: 1, Node: node, Reason: "forged"})
+	check := nodeCommand(&eventsv1.RunHealthCheck{Node: node, Cluster: cluster, RunId: "run-70", ScanId: "scan-70", Check: "gpu_diag", Level: 1, Trigger: "scan"})
+	fault := nodeCommand(&eventsv1.InjectNodeFault{Node: node, Cluster: cluster, Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_FALLEN_OFF_BUS, Gpu: 1}, User: "users/admin"})
+	publishAs(t, e.broker, "gateway", fromGateway, stop, fault)
+	publishAs(t, e.broker, "provisioner", fromProvisioner)
+	publishAs(t, e.broker, "scheduler", check)
+	// The senders' own, after them: the agent has passed the others once
+	// these are handled.
+	publish(t, e.broker, command(step("74")), nodeCommand(&eventsv1.RunHealthCheck{Node: node, Cluster: cluster, RunId: "run-74",
+		ScanId: "scan-74", Check: "gpu_diag", Level: 1, Trigger: "scan"}))
+	waitStep(t, e.broker, "74", eventsv1.StepState_STEP_EXITED)
+	testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
+		h, ok := ev.Payload.(*eventsv1.HealthCheckCompleted)
+		return ok && h.GetResult().GetScanId() == "scan-74"
+	})
+
+	want := map[string]map[string]string{
+		topics.StepCommands: {fromGateway.ID: envelope.ReasonWrongSender, fromProvisioner.ID: envelope.ReasonWrongSender,
+			stop.ID: envelope.ReasonWrongSender},
+		topics.NodeCommands: {check.ID: envelope.ReasonWrongSender, fault.ID: envelope.ReasonWrongSender},
+	}
+	for topic, want := range want {
+		var got map[string]string
+		testkit.WaitFor(t, wait, topic+" dead letters", func() (bool, error) {
+			got = dlqReasonsOf(t, e.broker, topic)
+			return len(got) >= len(want), nil
+		})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: dead letters %v, want %v", topic, got, want)
+		}
+	}
+	for _, job := range []string{"70", "71"} {
+		if _, err := os.Stat(marker(job)); err == nil {
+			t.Errorf("StartStep %s ran", job)
+		}
+		if evs := stepEvents(t, e.broker, job); len(evs) != 0 {
+			t.Errorf("StartStep %s produced step events %v", job, evs)
+		}
+	}
+	for _, ev := range testkit.Events(t, e.broker, topics.NodeTelemetry) {
+		if h, ok := ev.Payload.(*eventsv1.HealthCheckCompleted); ok && h.GetResult().GetScanId() == "scan-70" {
+			t.Errorf("the scheduler's RunHealthCheck ran: %v", h.GetResult())
+		}
+		if x, ok := ev.Payload.(*eventsv1.XidObserved); ok {
+			t.Errorf("the gateway's InjectNodeFault was injected: %v", x)
+		}
+	}
+	// Counted as the other refusals are.
+	testkit.WaitFor(t, wait, "the refusals on /metrics", func() (bool, error) {
+		m := metrics(addr)
+		return strings.Contains(m, `loom_bus_rejected_total{`) &&
+			regexp.MustCompile(`(?m)^loom_bus_rejected_total\{[^}]*reason="wrong-sender"[^}]*topic="`+regexp.QuoteMeta(topics.StepCommands)+`"[^}]*\} 3$`).MatchString(m) &&
+			regexp.MustCompile(`(?m)^loom_bus_rejected_total\{[^}]*reason="wrong-sender"[^}]*topic="`+regexp.QuoteMeta(topics.NodeCommands)+`"[^}]*\} 2$`).MatchString(m), nil
+	})
+}
+
 // An agent without a command key (its identity has none) refuses a sealed
 // command, saying why, and still runs one in the clear.
 func TestSealedStartStepWithoutCommandKeyIsRefused(t *testing.T) {
@@ -179,7 +271,8 @@ func TestSealedStartStepWithoutCommandKeyIsRefused(t *testing.T) {
 	e.start(t)
 	sealed := sealFor(t, node, startStep("90", "touch "+filepath.Join(e.shared, "ran-90"), nil, filepath.Join(e.shared, "90.out")))
 	clear := startStep("91", "true", nil, filepath.Join(e.shared, "91.out"))
-	publish(t, e.broker, command(sealed), command(proto.Clone(clear).(*eventsv1.StartStep)))
+	publish(t, e.broker, command(sealed))
+	publishAs(t, e.broker, "scheduler", command(clear)) // in the clear, as publish would not send it
 	waitStep(t, e.broker, "91", eventsv1.StepState_STEP_EXITED)
 	var reasons map[string]string
 	testkit.WaitFor(t, wait, "the dead letter", func() (bool, error) {
