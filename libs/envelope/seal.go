@@ -28,6 +28,10 @@ const (
 	// ReasonNoCommandKey: the command is sealed and the agent has no command
 	// key (it runs without a node identity from the gateway).
 	ReasonNoCommandKey = "no-command-key"
+	// ReasonUnsealed: a StartStep or LaunchTasks for the node arrived with
+	// its confidential fields in the clear on a signed bus, where the
+	// scheduler seals every one.
+	ReasonUnsealed = "unsealed"
 )
 
 // sealVersion is the first byte of a sealed blob: the format (XChaCha20-

@@ -16,10 +16,14 @@ import (
 // handed on in the clear. One that does not open — sealed for another node
 // or another command, tampered with, or an agent with no command key — is
 // refused as a forged record is: dead-lettered with the reason
-// (loom_dlq_reason bad-seal or no-command-key), never run. Commands that are
-// not sealed (a scheduler on an insecure development bus) pass as they are:
-// their signature is what makes them commands; sealing only hides them from
-// the other nodes. Another node's command (the app ignores it) is not opened.
+// (loom_dlq_reason bad-seal or no-command-key), never run. So is one for this
+// node that is not sealed (unsealed), where the agent has a node identity
+// (a signed bus): the scheduler seals every StartStep and LaunchTasks there,
+// so one in the clear did not come from it as it should, and its script
+// and secrets have been readable by every node. Only on an insecure
+// development bus (no identity: id nil), where the scheduler has no key to
+// seal with, do commands in the clear run. Another node's command (the app
+// ignores it) is not opened.
 func openCommands(node string, id *identity, log *slog.Logger, h bus.Handler) bus.Handler {
 	key := func() []byte {
 		if id == nil {
@@ -32,8 +36,17 @@ func openCommands(node string, id *identity, log *slog.Logger, h bus.Handler) bu
 			"step commands sealed for this node will be refused and dead-lettered, not run", "node", node)
 	}
 	return func(ctx context.Context, ev envelope.Event) error {
-		if !envelope.IsSealed(ev.Payload) || commandNode(ev) != node {
+		if !envelope.IsSealable(ev.Payload) || commandNode(ev) != node {
 			return h(ctx, ev)
+		}
+		if !envelope.IsSealed(ev.Payload) {
+			if id == nil {
+				return h(ctx, ev)
+			}
+			err := envelope.Reject(envelope.ReasonUnsealed, "%s for %s is not sealed: on a signed bus the scheduler seals every one for its node", ev.Type, node)
+			log.Error("refusing a step command that is not sealed: dead-lettered, not run",
+				"node", node, "id", ev.ID, "type", ev.Type, "signer", ev.Signer, "reason", envelope.ReasonUnsealed)
+			return bus.Permanent(err)
 		}
 		opened, err := envelope.OpenCommand(key(), ev.Payload)
 		if err != nil {

@@ -187,7 +187,9 @@ func dlqReasonsOf(t *testing.T, broker, topic string) map[string]string {
 // An agent runs a step or node command only from the service that sends it
 // (envelope.CommandSenders): the scheduler's step commands, health's node
 // commands. Another service's command — its signature holds, as the key is
-// shared — is dead-lettered (wrong-sender), counted, and never run.
+// shared — is dead-lettered (wrong-sender), counted, and never run; so is a
+// StartStep or LaunchTasks the scheduler did not seal (unsealed), which
+// every node could read.
 func TestCommandsOnlyFromTheirSender(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -198,12 +200,14 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 	}
 	fromGateway := command(sealFor(t, node, step("70")))
 	fromProvisioner := command(sealFor(t, node, step("71")))
+	unsealed := command(step("72"))
+	unsealedTasks := command(launch("75", 0, 0, 1, filepath.Join(e.shared, ".loom", "steps", "75.0"), "touch", marker("75")))
 	stop := command(&eventsv1.StopStep{Job: "projects/p/jobs/73", Attempt: 1, Node: node, Reason: "forged"})
 	check := nodeCommand(&eventsv1.RunHealthCheck{Node: node, Cluster: cluster, RunId: "run-70", ScanId: "scan-70", Check: "gpu_diag", Level: 1, Trigger: "scan"})
 	fault := nodeCommand(&eventsv1.InjectNodeFault{Node: node, Cluster: cluster, Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_FALLEN_OFF_BUS, Gpu: 1}, User: "users/admin"})
 	publishAs(t, e.broker, "gateway", fromGateway, stop, fault)
 	publishAs(t, e.broker, "provisioner", fromProvisioner)
-	publishAs(t, e.broker, "scheduler", check)
+	publishAs(t, e.broker, "scheduler", unsealed, unsealedTasks, check)
 	// The senders' own, after them: the agent has passed the others once
 	// these are handled.
 	publish(t, e.broker, command(step("74")), nodeCommand(&eventsv1.RunHealthCheck{Node: node, Cluster: cluster, RunId: "run-74",
@@ -216,7 +220,7 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 
 	want := map[string]map[string]string{
 		topics.StepCommands: {fromGateway.ID: envelope.ReasonWrongSender, fromProvisioner.ID: envelope.ReasonWrongSender,
-			stop.ID: envelope.ReasonWrongSender},
+			stop.ID: envelope.ReasonWrongSender, unsealed.ID: envelope.ReasonUnsealed, unsealedTasks.ID: envelope.ReasonUnsealed},
 		topics.NodeCommands: {check.ID: envelope.ReasonWrongSender, fault.ID: envelope.ReasonWrongSender},
 	}
 	for topic, want := range want {
@@ -229,7 +233,7 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 			t.Errorf("%s: dead letters %v, want %v", topic, got, want)
 		}
 	}
-	for _, job := range []string{"70", "71"} {
+	for _, job := range []string{"70", "71", "72", "75"} {
 		if _, err := os.Stat(marker(job)); err == nil {
 			t.Errorf("StartStep %s ran", job)
 		}
@@ -250,12 +254,14 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 		m := metrics(addr)
 		return strings.Contains(m, `loom_bus_rejected_total{`) &&
 			regexp.MustCompile(`(?m)^loom_bus_rejected_total\{[^}]*reason="wrong-sender"[^}]*topic="`+regexp.QuoteMeta(topics.StepCommands)+`"[^}]*\} 3$`).MatchString(m) &&
-			regexp.MustCompile(`(?m)^loom_bus_rejected_total\{[^}]*reason="wrong-sender"[^}]*topic="`+regexp.QuoteMeta(topics.NodeCommands)+`"[^}]*\} 2$`).MatchString(m), nil
+			regexp.MustCompile(`(?m)^loom_bus_rejected_total\{[^}]*reason="wrong-sender"[^}]*topic="`+regexp.QuoteMeta(topics.NodeCommands)+`"[^}]*\} 2$`).MatchString(m) &&
+			regexp.MustCompile(`(?m)^loom_bus_rejected_total\{[^}]*reason="unsealed"[^}]*\} 2$`).MatchString(m), nil
 	})
 }
 
 // An agent without a command key (its identity has none) refuses a sealed
-// command, saying why, and still runs one in the clear.
+// command, saying why, and one in the clear too (the scheduler seals every
+// one: unsealed).
 func TestSealedStartStepWithoutCommandKeyIsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -270,20 +276,21 @@ func TestSealedStartStepWithoutCommandKeyIsRefused(t *testing.T) {
 	}
 	e.start(t)
 	sealed := sealFor(t, node, startStep("90", "touch "+filepath.Join(e.shared, "ran-90"), nil, filepath.Join(e.shared, "90.out")))
-	clear := startStep("91", "true", nil, filepath.Join(e.shared, "91.out"))
+	clear := startStep("91", "touch "+filepath.Join(e.shared, "ran-91"), nil, filepath.Join(e.shared, "91.out"))
 	publish(t, e.broker, command(sealed))
-	publishAs(t, e.broker, "scheduler", command(clear)) // in the clear, as publish would not send it
-	waitStep(t, e.broker, "91", eventsv1.StepState_STEP_EXITED)
+	publishAs(t, e.broker, "scheduler", command(clear))
 	var reasons map[string]string
-	testkit.WaitFor(t, wait, "the dead letter", func() (bool, error) {
+	testkit.WaitFor(t, wait, "the dead letters", func() (bool, error) {
 		reasons = dlqReasons(t, e.broker)
-		return len(reasons) >= 1, nil
+		return len(reasons) >= 2, nil
 	})
-	if reasons["90"] != envelope.ReasonNoCommandKey {
-		t.Fatalf("dead letters %v, want 90: %s", reasons, envelope.ReasonNoCommandKey)
+	if want := map[string]string{"90": envelope.ReasonNoCommandKey, "91": envelope.ReasonUnsealed}; !reflect.DeepEqual(reasons, want) {
+		t.Fatalf("dead letters %v, want %v", reasons, want)
 	}
-	if _, err := os.Stat(filepath.Join(e.shared, "ran-90")); err == nil {
-		t.Fatal("the sealed StartStep ran without a key")
+	for _, job := range []string{"90", "91"} {
+		if _, err := os.Stat(filepath.Join(e.shared, "ran-"+job)); err == nil {
+			t.Fatalf("StartStep %s ran without a key", job)
+		}
 	}
 }
 
