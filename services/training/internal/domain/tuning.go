@@ -504,25 +504,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		for _, sm := range job.GetStudySpec().GetMetrics() {
 			studyMetrics = append(studyMetrics, sm.GetMetricId())
 		}
-		for _, p := range ev.GetPoints() {
-			m := &trainingv1.Measurement{StepCount: p.GetStep()}
-			for _, k := range keptMetrics(p.GetValues(), studyMetrics) {
-				m.Metrics = append(m.Metrics, &trainingv1.Measurement_Metric{MetricId: k, Value: p.GetValues()[k]})
-			}
-			if p.GetTime() != nil && tr.GetStartTime() != nil {
-				if d := p.GetTime().AsTime().Sub(tr.GetStartTime().AsTime()); d > 0 {
-					m.ElapsedDuration = durationpb.New(d)
-				}
-			}
-			i := sort.Search(len(tr.Measurements), func(i int) bool { return tr.Measurements[i].GetStepCount() >= m.GetStepCount() })
-			if i < len(tr.Measurements) && tr.Measurements[i].GetStepCount() == m.GetStepCount() {
-				tr.Measurements[i] = mergeMeasurement(tr.Measurements[i], m, studyMetrics)
-			} else {
-				tr.Measurements = append(tr.Measurements, nil)
-				copy(tr.Measurements[i+1:], tr.Measurements[i:])
-				tr.Measurements[i] = m
-			}
-		}
+		tr.Measurements = addPoints(tr.Measurements, ev.GetPoints(), tr.GetStartTime(), studyMetrics)
 		if len(tr.Measurements) > MaxMeasurements {
 			var keep *trainingv1.Measurement
 			if srch, err := searcher(job); err == nil && job.GetStudySpec().GetMeasurementSelectionType() == trainingv1.StudySpec_BEST_MEASUREMENT {
@@ -545,6 +527,56 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		}
 		return nil
 	})
+}
+
+// addPoints returns ms (measurements in step order, one per step) with
+// points added: each point a measurement (its kept metrics, its time since
+// start), one of a step already there merged into it (mergeMeasurement),
+// points of one step in the order they came. It is what inserting the
+// points one by one gives, but sorts them first and merges the two sorted
+// lists in one pass: one insert at a time moved every later measurement,
+// so a record of many points in descending step order cost points ×
+// measurements. ms is not changed.
+func addPoints(ms []*trainingv1.Measurement, points []*eventsv1.MetricsReported_Point, start *timestamppb.Timestamp,
+	studyMetrics []string) []*trainingv1.Measurement {
+	if len(points) == 0 {
+		return ms
+	}
+	in := make([]*trainingv1.Measurement, 0, len(points))
+	for _, p := range points {
+		m := &trainingv1.Measurement{StepCount: p.GetStep()}
+		for _, k := range keptMetrics(p.GetValues(), studyMetrics) {
+			m.Metrics = append(m.Metrics, &trainingv1.Measurement_Metric{MetricId: k, Value: p.GetValues()[k]})
+		}
+		if p.GetTime() != nil && start != nil {
+			if d := p.GetTime().AsTime().Sub(start.AsTime()); d > 0 {
+				m.ElapsedDuration = durationpb.New(d)
+			}
+		}
+		in = append(in, m)
+	}
+	sort.SliceStable(in, func(i, j int) bool { return in[i].GetStepCount() < in[j].GetStepCount() })
+	out := make([]*trainingv1.Measurement, 0, len(ms)+len(in))
+	i := 0
+	for j := 0; j < len(in); {
+		step := in[j].GetStepCount()
+		for i < len(ms) && ms[i].GetStepCount() < step {
+			out = append(out, ms[i])
+			i++
+		}
+		var m *trainingv1.Measurement
+		if i < len(ms) && ms[i].GetStepCount() == step {
+			m = mergeMeasurement(ms[i], in[j], studyMetrics)
+			i++
+		} else {
+			m = in[j]
+		}
+		for j++; j < len(in) && in[j].GetStepCount() == step; j++ {
+			m = mergeMeasurement(m, in[j], studyMetrics)
+		}
+		out = append(out, m)
+	}
+	return append(out, ms[i:]...)
 }
 
 // mergeMeasurement merges m into old, both of one step: m's values replace
