@@ -68,7 +68,8 @@ type Config struct {
 	// 0 keeps them forever, otherwise 1h..87600h).
 	MetricsRetention time.Duration
 	// MetricsNodeRate is the most MetricsReported records one node may
-	// write an hour (LOOM_TRAINING_METRICS_NODE_RATE; default
+	// write an hour, and, counted apart, the most it may have merged into
+	// trials' measurements an hour (app.LimitTuningWrites) (LOOM_TRAINING_METRICS_NODE_RATE; default
 	// series.DefaultLimits.NodeRate; docs/metrics.md).
 	MetricsNodeRate int64
 	// MetricsProjectPoints is the most metric points one project's jobs
@@ -89,7 +90,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MetricsRetention, "metrics-retention", config.EnvDuration("LOOM_TRAINING_METRICS_RETENTION", DefaultMetricsRetention),
 		"how long after a job ended its metric series are deleted; 0 keeps them forever (LOOM_TRAINING_METRICS_RETENTION; default 720h, otherwise 1h..87600h)")
 	fs.Int64Var(&c.MetricsNodeRate, "metrics-node-rate", config.EnvInt("LOOM_TRAINING_METRICS_NODE_RATE", series.DefaultLimits.NodeRate),
-		"the most metric records (MetricsReported) one node may write an hour; more are refused and counted (LOOM_TRAINING_METRICS_NODE_RATE; 1..10000000)")
+		"the most metric records (MetricsReported) one node may write an hour, and apart the most it may send for trials' measurements; more are refused and counted (LOOM_TRAINING_METRICS_NODE_RATE; 1..10000000)")
 	fs.Int64Var(&c.MetricsProjectPoints, "metrics-project-points", config.EnvInt("LOOM_TRAINING_METRICS_PROJECT_POINTS", series.DefaultLimits.ProjectPoints),
 		"the most metric points one project's jobs keep together (24 bytes each); later points are dropped and counted (LOOM_TRAINING_METRICS_PROJECT_POINTS; default 100000000, 1000..100000000000)")
 }
@@ -162,6 +163,9 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	}
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
 	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{NodeRate: cfg.MetricsNodeRate, ProjectPoints: cfg.MetricsProjectPoints})
+	// The trials' path counts a node's records apart (training:tuning:
+	// metrics:rate:<node>:<hour>), to the same limit.
+	a.LimitTuningWrites(series.NewStore(base.Store.Client(), base.Store.Key("tuning:"), series.Limits{NodeRate: cfg.MetricsNodeRate}))
 	trainingv1.RegisterMetricsServiceServer(base.GRPC, ports.NewMetrics(a, metrics))
 	ticker := base.Clock.NewTicker(cfg.Tick)
 	loops := []func(context.Context) error{func(ctx context.Context) error {

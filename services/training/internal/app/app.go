@@ -14,11 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	"github.com/loom-ml/loom/services/training/internal/adapters"
 	"github.com/loom-ml/loom/services/training/internal/domain"
@@ -39,7 +41,29 @@ type App struct {
 	state *domain.State
 	// grace is the domain's MetricGrace, set on every state loaded.
 	grace time.Duration
+	// tuningWrites counts the trials' metric records each node sends an
+	// hour (LimitTuningWrites); nil: not counted. tuningRefused counts
+	// those refused.
+	tuningWrites  NodeWrites
+	tuningRefused prometheus.Counter
 }
+
+// NodeWrites counts one node's writes in an hour and says whether the
+// node is over its limit (series.Store.CountNodeWrite, in Redis: every
+// replica shares the count).
+type NodeWrites interface {
+	CountNodeWrite(ctx context.Context, node string, now time.Time) (bool, error)
+}
+
+// LimitTuningWrites bounds the metric records (MetricsReported) one node
+// may have merged into trials' measurements an hour: w counts each such
+// record of a node (of a job that is a trial's) in its own key, apart from
+// the series' count, and one over the limit is refused (logged, counted in
+// loom_training_trial_metrics_refused_total{reason="rate"}), never merged.
+// The series path (metrics.go) bounds the same records as series; this
+// bounds the trials' state, which one writer updates record by record.
+// Call it before Handle.
+func (a *App) LimitTuningWrites(w NodeWrites) { a.tuningWrites = w }
 
 // New loads the stored state through repo. now is the clock (time.Now when
 // nil); grace is how long a trial whose job succeeded waits for its
@@ -53,7 +77,10 @@ func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() 
 		return nil, fmt.Errorf("training: %w", err)
 	}
 	st.MetricGrace = grace
-	a := &App{repo: repo, log: log, now: now, state: st, grace: grace}
+	a := &App{repo: repo, log: log, now: now, state: st, grace: grace,
+		tuningRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "loom_training_trial_metrics_refused_total",
+			Help:        "Metric records (MetricsReported) of trials not merged into their measurements because their node sent more than -metrics-node-rate an hour to trials (docs/metrics.md).",
+			ConstLabels: prometheus.Labels{"reason": "rate"}})}
 	a.drv = store.NewDriver(repo.Store(), a.reload)
 	return a, nil
 }
@@ -82,6 +109,9 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}
+	if over, err := a.overTuningRate(ctx, ev); err != nil || over {
+		return err
+	}
 	a.mu.RLock()
 	c, err := a.state.Handle(a.now().UTC(), domain.Input{Payload: ev.Payload, Principal: ev.Principal, Signer: ev.Signer})
 	a.mu.RUnlock()
@@ -96,6 +126,34 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 		return nil
 	}
 	return a.apply(ctx, ev.ID, c)
+}
+
+// overTuningRate counts ev when it is a node's metric record for a trial's
+// job (LimitTuningWrites) and reports whether the node is over its hourly
+// limit; the refusal is then logged and counted.
+func (a *App) overTuningRate(ctx context.Context, ev envelope.Event) (bool, error) {
+	m, ok := ev.Payload.(*eventsv1.MetricsReported)
+	if !ok || a.tuningWrites == nil {
+		return false, nil
+	}
+	node, isNode := strings.CutPrefix(ev.Signer, "nodes/")
+	if !isNode {
+		return false, nil
+	}
+	a.mu.RLock()
+	r := a.state.Lookup("job:" + m.GetJob())
+	trial := r != nil && r.Tuning != nil
+	a.mu.RUnlock()
+	if !trial {
+		return false, nil
+	}
+	over, err := a.tuningWrites.CountNodeWrite(ctx, node, a.now())
+	if err != nil || !over {
+		return false, err
+	}
+	a.tuningRefused.Inc()
+	a.log.Warn("trial metrics refused", "reason", "rate", "job", m.GetJob(), "signer", ev.Signer, "id", ev.ID)
+	return true, nil
 }
 
 func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error {

@@ -29,7 +29,13 @@ const (
 //     "succeeded": JobState without its prefix, lower case);
 //   - loom_training_trials{state}: the tuning jobs' trials by state
 //     ("requested", "active", "stopping", "succeeded", "infeasible").
+//
+// and loom_training_trial_metrics_refused_total{reason="rate"}
+// (LimitTuningWrites).
 func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
+	if err := reg.Register(a.tuningRefused); err != nil {
+		return err
+	}
 	return reg.Register(telemetry.NewGaugeSet(MetricsInterval, []telemetry.Gauge{
 		{Name: "loom_training_jobs", Help: "Training resources held, by kind (custom_job, hyperparameter_tuning_job, training_pipeline) and state.", Labels: []string{"kind", "state"}},
 		{Name: "loom_training_trials", Help: "Trials of the tuning jobs held, by state.", Labels: []string{"state"}},

@@ -1,0 +1,97 @@
+package app
+
+import (
+	"log/slog"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/series"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/training/internal/adapters"
+	"github.com/loom-ml/loom/services/training/internal/domain"
+)
+
+const tun = "projects/p/locations/l/hyperparameterTuningJobs/9"
+
+// A node's metric records for a trial are counted an hour, apart from the
+// series' count: past the limit one is refused (counted, logged) and not
+// merged into the trial's measurements; another node, and the series' own
+// count, are not touched.
+func TestTrialMetricsHaveANodeRate(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "training:")
+	a, err := New(ctx, adapters.NewRepo(st), slog.Default(), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 3
+	a.LimitTuningWrites(series.NewStore(rdb, st.Key("tuning:"), series.Limits{NodeRate: limit}))
+	handle := func(ev envelope.Event) {
+		t.Helper()
+		if err := a.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := envelope.New(topics.TrainingCommands, "projects/p", "loom/gateway", &eventsv1.CreateHyperparameterTuningJob{TuningJob: &trainingv1.HyperparameterTuningJob{
+		Name: tun, DisplayName: "tune", User: "alice", MaxTrialCount: 1, ParallelTrialCount: 1,
+		StudySpec: &trainingv1.StudySpec{
+			Metrics: []*trainingv1.StudySpec_MetricSpec{{MetricId: "val_loss", Goal: trainingv1.StudySpec_MetricSpec_MINIMIZE}},
+			Parameters: []*trainingv1.StudySpec_ParameterSpec{{ParameterId: "lr",
+				ParameterValueSpec: &trainingv1.StudySpec_ParameterSpec_DiscreteValueSpec_{DiscreteValueSpec: &trainingv1.StudySpec_ParameterSpec_DiscreteValueSpec{Values: []float64{1, 2}}}}}},
+		TrialJobSpec: &trainingv1.CustomJobSpec{WorkerPoolSpecs: []*trainingv1.WorkerPoolSpec{{
+			MachineSpec: &trainingv1.MachineSpec{MachineType: "n2-standard-4"}, ReplicaCount: 1,
+			Task: &trainingv1.WorkerPoolSpec_ContainerSpec{ContainerSpec: &trainingv1.ContainerSpec{Command: []string{"true"}}}}}}}})
+	create.Principal = "users/alice"
+	handle(create)
+	tj, err := a.GetTuningJob(tun)
+	if err != nil || len(tj.GetTrials()) != 1 {
+		t.Fatalf("tuning job %v (%v)", tj, err)
+	}
+	n, err := domain.ParseName(tj.GetTrials()[0].GetCustomJob(), domain.CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle(envelope.New(topics.ClusterEvents, n.EphemeralCluster(), "loom/provisioner", &eventsv1.ClusterChanged{
+		Cluster: &loomv1.Cluster{Name: n.EphemeralCluster(), Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING}}}))
+	handle(envelope.New(topics.JobEvents, "projects/p", "loom/scheduler", &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(),
+		JobId: strconv.FormatInt(n.ID, 10), State: loomv1.JobState_RUNNING, Nodes: []string{"n-0001", "n-0002"}}, Attempt: 1}))
+
+	report := func(host string, step int64) {
+		t.Helper()
+		ev := envelope.New(topics.StepEvents, n.Job(), "loom/agent", &eventsv1.MetricsReported{Job: n.Job(), Attempt: 1, Node: host,
+			Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": float64(step)}}}})
+		ev.Signer = "nodes/" + n.EphemeralCluster() + "/nodes/" + host
+		handle(ev)
+	}
+	for step := int64(1); step <= limit+2; step++ {
+		report("n-0001", step)
+	}
+	report("n-0002", 100)
+	tj, _ = a.GetTuningJob(tun)
+	var steps []int64
+	for _, m := range tj.GetTrials()[0].GetMeasurements() {
+		steps = append(steps, m.GetStepCount())
+	}
+	if want := []int64{1, 2, 3, 100}; !slices.Equal(steps, want) {
+		t.Fatalf("measurements of steps %v, want %v (n-0001's records past %d an hour refused)", steps, want, limit)
+	}
+	if got := testutil.ToFloat64(a.tuningRefused); got != 2 {
+		t.Fatalf("loom_training_trial_metrics_refused_total = %v, want 2", got)
+	}
+	// Its own key: the series' count of the node is untouched.
+	if n, _ := rdb.Keys(ctx, "training:metrics:rate:*").Result(); len(n) != 0 {
+		t.Fatalf("the trial path counted in the series' keys %v", n)
+	}
+}
