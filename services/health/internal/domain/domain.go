@@ -318,7 +318,7 @@ func (s *State) Commit(c *Change) {
 			if _, ok := s.evidence[name]; ok || !c.at.After(since) || name == c.witness || slices.Contains(s.witnesses[name], c.witness) {
 				continue
 			}
-			if s.witnesses[name] = append(s.witnesses[name], c.witness); len(s.witnesses[name]) >= MinWitnesses {
+			if s.witnesses[name] = append(s.witnesses[name], c.witness); len(s.witnesses[name]) >= s.witnessesNeeded(name, c.at) {
 				s.evidence[name] = c.at
 				delete(s.witnesses, name)
 			}

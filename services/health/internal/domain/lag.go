@@ -35,6 +35,34 @@ type Record struct {
 // not be what proves, alone, that the others' silence is theirs.
 const MinWitnesses = 2
 
+// witnessesNeeded is how many distinct witnesses confirm that the bus
+// delivers for the unreachable node name at now: MinWitnesses, or fewer
+// when fewer other members could be one (heard within the timeout, neither
+// unreachable nor UNHEALTHY themselves), but at least one. Two nodes of a
+// three-node fleet gone together leave one node that can witness: asking
+// for two would keep them unreachable, their runs going on, for ever.
+// Flooding gains nothing from the smaller count: a record is a witness only
+// while health is not behind (witnessOf), so had the others sent
+// heartbeats, health would have handled them too.
+func (s *State) witnessesNeeded(name string, now time.Time) int {
+	able := 0
+	for other, n := range s.nodes {
+		if other == name || n.Unhealthy {
+			continue
+		}
+		if _, un := s.unreachSince[other]; un {
+			continue
+		}
+		if last, ok := s.lastSeen[other]; !ok || now.Sub(last) >= s.timeout {
+			continue
+		}
+		if able++; able >= MinWitnesses {
+			return MinWitnesses
+		}
+	}
+	return max(able, 1)
+}
+
 // partition is where health stands in one partition of the telemetry
 // topic, judged by offsets and health's own clock only: a record's
 // timestamp is its producer's, which a node chooses (a flood stamped "now"

@@ -228,3 +228,42 @@ func TestDroppedRecordIsNoWitness(t *testing.T) {
 		}
 	}
 }
+
+// TestFewNodesLeftConfirmUnreachable: two nodes of a three-node fleet fall
+// silent together (a mass silence: unreachable). The third keeps sending
+// its heartbeats, health is never behind: it is the only node that can
+// witness the bus delivering, and that must do; a timeout after it is
+// heard, the two are failed (their runs end), not kept unreachable for
+// ever.
+func TestFewNodesLeftConfirmUnreachable(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	off := int64(0)
+	beat := func() {
+		f.record(nodeN(0), off, off+1, f.now, &eventsv1.Heartbeat{Node: nodeN(0), Cluster: cluster})
+		off++
+	}
+	for range 4 {
+		f.advance(timeout / 4)
+		beat()
+		f.checkAll()
+	}
+	for _, i := range []int{1, 2} {
+		if n := f.s.Node(nodeN(i)); !n.Unreachable {
+			t.Fatalf("node %d: %+v, want unreachable (2 of 3 silent)", i, n)
+		}
+	}
+	failed := map[string]bool{}
+	for range 12 {
+		f.advance(timeout / 4)
+		beat()
+		for _, x := range healthOf(f.checkAll()) {
+			if x.GetHealth() == eventsv1.NodeHealth_UNHEALTHY {
+				failed[x.GetNode()] = true
+			}
+		}
+	}
+	if len(failed) != 2 || !failed[nodeN(1)] || !failed[nodeN(2)] {
+		t.Fatalf("failed %v, want nodes 1 and 2 UNHEALTHY three timeouts after they fell silent, node 0 heard throughout", failed)
+	}
+}
