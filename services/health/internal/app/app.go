@@ -133,16 +133,26 @@ func (a *App) handle(ctx context.Context, ev envelope.Event) (handled bool, err 
 		return false, err
 	}
 	rec := recordOf(ev)
-	c, err := a.state.HandleRecord(a.now(), rec, ev.Payload)
+	now := a.now()
+	c, err := a.state.HandleRecord(now, rec, ev.Payload)
 	if err != nil {
 		var inv *errs.InvalidError
 		if errors.As(err, &inv) {
+			// Dead-lettered, never handled again: health has passed it
+			// all the same (its lag must not wait for it for ever).
+			a.state.Passed(now, rec)
 			return false, bus.Permanent(fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err))
 		}
 		return false, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
-	if err := a.apply(ctx, ev.ID, c); err != nil {
+	committed, err := a.apply(ctx, ev.ID, c)
+	if err != nil {
 		return false, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+	}
+	if !committed {
+		// Applied before (a record written twice, a redelivery): its
+		// change is not committed again, but health has passed it.
+		a.state.Passed(now, rec)
 	}
 	if c.Dropped != "" {
 		a.dropped(c.Dropped, "node", rec.Node, "type", ev.Type, "event", ev.ID)
@@ -193,7 +203,7 @@ func (a *App) Check(ctx context.Context) error {
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}
-	if err := a.apply(ctx, "", a.state.Check(a.now())); err != nil {
+	if _, err := a.apply(ctx, "", a.state.Check(a.now())); err != nil {
 		return fmt.Errorf("health check: %w", err)
 	}
 	return nil
@@ -221,23 +231,23 @@ func (a *App) CheckLoop(interval time.Duration, clock clockwork.Clock) func(cont
 // apply writes the durable part of c with the inbox mark inboxID, then
 // commits c to memory. A change that only refreshes last-seen times (a
 // routine heartbeat) writes nothing: it is idempotent as it is.
-func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error {
+func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) (committed bool, err error) {
 	if c.Durable() {
 		var tx store.Tx
 		if err := adapters.Write(&tx, c); err != nil {
-			return err
+			return false, err
 		}
 		emits := c.AllEmits()
 		for _, e := range emits {
 			ev, err := envelope.Route(e.Key, Source, e.Payload)
 			if err != nil {
-				return err
+				return false, err
 			}
 			tx.Emit(ev)
 		}
 		applied, err := a.drv.Apply(ctx, inboxID, &tx, func() { a.state.Commit(c) })
 		if err != nil {
-			return fmt.Errorf("apply: %w", err)
+			return false, fmt.Errorf("apply: %w", err)
 		}
 		if applied {
 			a.countEmits(emits)
@@ -245,10 +255,10 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 				a.log.Info("health emitted", "node", e.Key, "type", fmt.Sprintf("%T", e.Payload), "event", e.Payload)
 			}
 		}
-		return nil
+		return applied, nil
 	}
 	a.state.Commit(c)
-	return nil
+	return true, nil
 }
 
 // Node returns the node's record, for reads; ok is false for non-members.

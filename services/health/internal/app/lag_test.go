@@ -95,3 +95,64 @@ func TestNodeFloodDeclaresNobody(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNeverCommittedLeavesNoLag: the last record of a quiet partition
+// is one health does not commit (refused: a node's record naming no node;
+// the same holds for one applied before, a record written twice), fetched
+// together with the record before it. Health has passed it all the same:
+// it is not behind, and the node that fell silent there is failed a
+// timeout later. Before, the partition stayed "behind" until another
+// record came there, and health judged no silence anywhere.
+func TestRecordNeverCommittedLeavesNoLag(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "health:")
+	ctx := testkit.Context(t, 30*time.Second)
+	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const timeout = 15 * time.Second
+	a := NewWith(st, domain.Config{Timeout: timeout}, clk.now, slog.Default())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string { return fmt.Sprintf("projects/default/clusters/c1/nodes/gpu-%04d", i) }
+	for i := range 3 {
+		if err := a.Handle(ctx, event(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: name(i), State: loomv1.Node_READY}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signed := func(n string, p *eventsv1.Heartbeat, partition int, offset, hwm int64) envelope.Event {
+		ev := envelope.New(topics.NodeTelemetry, n, "loom/agent", p)
+		ev.Signer, ev.Partition, ev.Offset, ev.HighWaterMark, ev.Time = "nodes/"+n, partition, offset, hwm, clk.now()
+		return ev
+	}
+	// Node 2, alone on partition 0: a heartbeat, then a record health
+	// refuses, fetched together; then node 2 is dead.
+	if err := a.Handle(ctx, signed(name(2), &eventsv1.Heartbeat{Node: name(2)}, 0, 0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Handle(ctx, signed(name(2), &eventsv1.Heartbeat{}, 0, 1, 2)); err == nil {
+		t.Fatal("a heartbeat naming no node was taken")
+	}
+	// Nodes 0 and 1 go on, on partition 1, health caught up there.
+	off := int64(0)
+	for range 12 {
+		clk.advance(timeout / 4)
+		for _, i := range []int{0, 1} {
+			if err := a.Handle(ctx, signed(name(i), &eventsv1.Heartbeat{Node: name(i)}, 1, off, off+1)); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+		if err := a.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := a.Node(name(2)); !n.Unhealthy {
+		t.Fatalf("node 2, silent for three timeouts: %+v, want UNHEALTHY (behind %s)", n, a.state.Behind(clk.now()))
+	}
+	for _, i := range []int{0, 1} {
+		if n, _ := a.Node(name(i)); n.Unhealthy || n.Unreachable {
+			t.Fatalf("node %d: %+v", i, n)
+		}
+	}
+}

@@ -99,6 +99,18 @@ func (s *State) moved(now time.Time, rec Record) {
 	p.behind = true
 }
 
+// Passed notes that health is past the record at rec's position at now
+// although its change was not committed: a record refused (dead-lettered)
+// or applied before (written twice, redelivered). Its position still
+// counts: were the last record of a quiet partition never to count, that
+// partition would stay behind, and Check judge no silence anywhere, until
+// another record came there.
+func (s *State) Passed(now time.Time, rec Record) {
+	if rec.Telemetry && rec.HighWaterMark > 0 {
+		s.moved(now, rec)
+	}
+}
+
 // Behind is how far behind the nodes' records health is at now: for the
 // partition furthest behind, how long ago health had handled everything
 // that was in it; 0 when it has handled every record it was shown. Check
