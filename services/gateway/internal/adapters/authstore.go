@@ -163,6 +163,31 @@ func (s *AuthStore) SetNodeRegistration(ctx context.Context, cluster, node, reg 
 	return nil
 }
 
+// renewNodeReg keeps KEYS[1] (a node's registration) as ARGV[1] for
+// ARGV[2] ms, only while it is ARGV[1] or none is kept: 1, else 0 and
+// nothing written.
+var renewNodeReg = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// RenewNodeRegistration keeps reg as node's (of cluster) registration for
+// ttl, in one step with the check that it still is (or that none is kept):
+// false, with nothing written, when the node registered again since. A
+// read followed by SetNodeRegistration would let a renewal of the old
+// image's identity, checked just before the new agent registered, write
+// the old registration back over the new one: the new agent locked out,
+// the old image the node's again.
+func (s *AuthStore) RenewNodeRegistration(ctx context.Context, cluster, node, reg string, ttl time.Duration) (bool, error) {
+	n, err := renewNodeReg.Run(ctx, s.st.Client(), []string{s.st.Key(KeyNodeRegPrefix + cluster + "|" + node)}, reg, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, unavailable("renew node registration", err)
+	}
+	return n == 1, nil
+}
+
 // NodeRegistration returns node's (of cluster) current registration, ""
 // when none is recorded.
 func (s *AuthStore) NodeRegistration(ctx context.Context, cluster, node string) (string, error) {

@@ -54,3 +54,35 @@ func TestSetMemberAtMost(t *testing.T) {
 		t.Fatalf("20 concurrent adds under a cap of 5: %d members (%v)", len(m), err)
 	}
 }
+
+// TestRenewNodeRegistrationKeepsANewerOne: the renewal of a node's
+// identity keeps its registration only while it is still the node's. One
+// checked just before the node registered again (the old image's renewal
+// racing the new agent's registration) must not write the old
+// registration back: the new agent would be locked out and the old image
+// would hold the node.
+func TestRenewNodeRegistrationKeepsANewerOne(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	s := NewAuthStore(store.New(rdb, "gateway:"))
+	ctx := testkit.Context(t, 30*time.Second)
+	const cl, node = "projects/p/clusters/c", "projects/p/clusters/c/nodes/n"
+	if ok, err := s.RenewNodeRegistration(ctx, cl, node, "old", time.Hour); err != nil || !ok {
+		t.Fatalf("renew with none kept: %v, %v", ok, err)
+	}
+	if err := s.SetNodeRegistration(ctx, cl, node, "new", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.RenewNodeRegistration(ctx, cl, node, "old", time.Hour); err != nil || ok {
+		t.Fatalf("renewing the old registration over the new: %v, %v; want refused", ok, err)
+	}
+	if reg, err := s.NodeRegistration(ctx, cl, node); err != nil || reg != "new" {
+		t.Fatalf("registration %q, %v; want the new one kept", reg, err)
+	}
+	if ok, err := s.RenewNodeRegistration(ctx, cl, node, "new", time.Hour); err != nil || !ok {
+		t.Fatalf("renewing the current registration: %v, %v", ok, err)
+	}
+	if ttl := rdb.PTTL(ctx, "gateway:"+KeyNodeRegPrefix+cl+"|"+node).Val(); ttl < 59*time.Minute {
+		t.Fatalf("TTL after renewal %s, want about an hour", ttl)
+	}
+}

@@ -880,8 +880,14 @@ func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdent
 		return nil, err
 	}
 	if p.Registration != "" {
-		if err := a.o.Store.SetNodeRegistration(ctx, p.Cluster, p.Node, p.Registration, nodeRegistrationTTL); err != nil {
+		// Kept only while it is still the node's, in one step: a
+		// registration that landed since the check above stays.
+		ok, err := a.o.Store.RenewNodeRegistration(ctx, p.Cluster, p.Node, p.Registration, nodeRegistrationTTL)
+		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", errs.Unauthenticated, p.Node)
 		}
 	}
 	return a.nodeIdentity(p.Node, p.Cluster, p.Pool, p.Registration, req.GetPublicKey())
