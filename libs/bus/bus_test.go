@@ -365,8 +365,7 @@ func TestUnavailableIsRetriedUntilItPasses(t *testing.T) {
 	outage := []error{
 		&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED},
 		fmt.Errorf("store: apply: %w", saysUnavailable{}),
-		fmt.Errorf("read roles: %w", errs.Unavailable),
-		io.EOF,
+		fmt.Errorf("read roles: %w: %w", errs.Unavailable, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}),
 	}
 	var calls atomic.Int32
 	var handled seen
@@ -394,7 +393,8 @@ func TestUnavailableIsRetriedUntilItPasses(t *testing.T) {
 			t.Errorf("Unavailable(%v) = false", err)
 		}
 	}
-	for _, err := range []error{errors.New("disk on fire"), context.DeadlineExceeded, bus.Permanent(errs.Unavailable)} {
+	for _, err := range []error{errors.New("disk on fire"), context.DeadlineExceeded, bus.Permanent(saysUnavailable{}),
+		fmt.Errorf("store: %w: %v", errs.Unavailable, errors.New("WRONGTYPE")), io.EOF} {
 		if bus.Unavailable(err) {
 			t.Errorf("Unavailable(%v) = true: the record's own failure would be retried for good", err)
 		}

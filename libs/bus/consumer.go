@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -64,16 +63,19 @@ func IsPermanent(err error) bool {
 }
 
 // Unavailable reports whether err says that something the handler needs
-// could not be reached — no answer from Redis or a peer, a connection
-// refused or reset, a write whose outcome is unknown, errs.Unavailable —
+// could not be reached — a network operation that failed (a connection
+// refused or reset, no answer), or a store write whose outcome is unknown —
 // rather than that the record cannot be handled. Such a failure is not
 // the record's: a consumer retries it until it passes (or the consumer
 // stops), never dead-letters it, so that an outage of Redis (a restart,
 // a failover) loses none of the records consumed meanwhile. An error may
 // also say so itself, with a method Unavailable() bool (libs/store's
-// ErrOutcomeUnknown does). A handler's own deadline (context deadline
-// exceeded) is not counted as unavailable: work that takes longer than
-// the handler may would otherwise hold its partition for good.
+// ErrOutcomeUnknown does). Only the cause counts, found in the error's
+// chain (wrapped with %w): errs.Unavailable alone does not, since services
+// also use it for a store's deterministic refusals, which no retry
+// passes; nor does a handler's own deadline (context deadline exceeded):
+// work that takes longer than the handler may would otherwise hold its
+// partition for good.
 func Unavailable(err error) bool {
 	if err == nil || IsPermanent(err) {
 		return false
@@ -82,8 +84,7 @@ func Unavailable(err error) bool {
 	if errors.As(err, &u) && u.Unavailable() {
 		return true
 	}
-	if errors.Is(err, errs.Unavailable) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
 	var op *net.OpError

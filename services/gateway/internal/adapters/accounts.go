@@ -50,7 +50,7 @@ func (r *Repo) Account(ctx context.Context, project, id string) (*loomv1.Account
 func (r *Repo) Accounts(ctx context.Context, project string) ([]*loomv1.Account, error) {
 	raw, err := r.st.HGetAll(ctx, KeyAccountsPrefix+project)
 	if err != nil {
-		return nil, fmt.Errorf("accounts of %s: %w: %v", project, errs.Unavailable, err)
+		return nil, fmt.Errorf("accounts of %s: %w: %w", project, errs.Unavailable, err)
 	}
 	out := make([]*loomv1.Account, 0, len(raw))
 	for id, b := range raw {
@@ -78,7 +78,7 @@ func (r *Repo) CountAssociations(ctx context.Context, project string) (int64, er
 func (r *Repo) hlen(ctx context.Context, key string) (int64, error) {
 	n, err := r.st.Client().HLen(ctx, r.st.Key(key)).Result()
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w: %v", key, errs.Unavailable, err)
+		return 0, fmt.Errorf("%s: %w: %w", key, errs.Unavailable, err)
 	}
 	return n, nil
 }
@@ -104,11 +104,11 @@ func (r *Repo) Association(ctx context.Context, project, user, account string) (
 func (r *Repo) Associations(ctx context.Context, project string) ([]*loomv1.Association, error) {
 	raw, err := r.st.HGetAll(ctx, KeyAssocsPrefix+project)
 	if err != nil {
-		return nil, fmt.Errorf("associations of %s: %w: %v", project, errs.Unavailable, err)
+		return nil, fmt.Errorf("associations of %s: %w: %w", project, errs.Unavailable, err)
 	}
 	defs, err := r.st.HGetAll(ctx, KeyAssocDefaultPrefix+project)
 	if err != nil {
-		return nil, fmt.Errorf("default accounts of %s: %w: %v", project, errs.Unavailable, err)
+		return nil, fmt.Errorf("default accounts of %s: %w: %w", project, errs.Unavailable, err)
 	}
 	out := make([]*loomv1.Association, 0, len(raw))
 	for field, b := range raw {
@@ -133,7 +133,7 @@ func (r *Repo) DefaultAccount(ctx context.Context, project, user string) (string
 		return "", fmt.Errorf("default account of %s in %s: %w", user, project, errs.NotFound)
 	}
 	if err != nil {
-		return "", fmt.Errorf("default account of %s in %s: %w: %v", user, project, errs.Unavailable, err)
+		return "", fmt.Errorf("default account of %s in %s: %w: %w", user, project, errs.Unavailable, err)
 	}
 	return string(b), nil
 }

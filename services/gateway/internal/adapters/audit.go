@@ -93,7 +93,7 @@ func (r *Repo) PutAudit(ctx context.Context, rec *loomv1.AuditRecord, now time.T
 	cutoff := fmt.Sprintf("%019d:~", math.MaxInt64-now.Add(-retention).UnixNano())
 	keys := []string{r.st.Key(KeyAuditPrefix + project), r.st.Key(KeyAuditRecordsPrefix + project), r.st.Key(KeyAuditProjects)}
 	if err := auditAdd.Run(ctx, r.st.Client(), keys, AuditKey(rec), b, cutoff, maxPerProject, project).Err(); err != nil {
-		return fmt.Errorf("audit record %s: %w: %v", rec.GetId(), errs.Unavailable, err)
+		return fmt.Errorf("audit record %s: %w: %w", rec.GetId(), errs.Unavailable, err)
 	}
 	return nil
 }
@@ -118,7 +118,7 @@ func (r *Repo) ListAudit(ctx context.Context, project, after string, limit int, 
 	projects := []string{project, project + RefusedTrail}
 	if project == "" {
 		if projects, err = r.st.SMembers(ctx, KeyAuditProjects); err != nil {
-			return nil, "", fmt.Errorf("audit projects: %w: %v", errs.Unavailable, err)
+			return nil, "", fmt.Errorf("audit projects: %w: %w", errs.Unavailable, err)
 		}
 	}
 	var out []*loomv1.AuditRecord
@@ -163,7 +163,7 @@ func (r *Repo) listAuditProject(ctx context.Context, project, after string, limi
 		count := min(auditChunk, MaxAuditScan-read)
 		keys, err := rdb.ZRangeByLex(ctx, zkey, &redis.ZRangeBy{Min: from, Max: "+", Count: int64(count)}).Result()
 		if err != nil {
-			return nil, "", fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
+			return nil, "", fmt.Errorf("audit trail of %s: %w: %w", project, errs.Unavailable, err)
 		}
 		if len(keys) == 0 {
 			break
@@ -171,7 +171,7 @@ func (r *Repo) listAuditProject(ctx context.Context, project, after string, limi
 		read += len(keys)
 		vals, err := rdb.HMGet(ctx, hkey, keys...).Result()
 		if err != nil {
-			return nil, "", fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
+			return nil, "", fmt.Errorf("audit trail of %s: %w: %w", project, errs.Unavailable, err)
 		}
 		for _, v := range vals {
 			s, ok := v.(string)

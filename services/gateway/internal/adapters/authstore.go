@@ -85,8 +85,12 @@ type AuthStore struct {
 // NewAuthStore returns an AuthStore over st.
 func NewAuthStore(st *store.Store) *AuthStore { return &AuthStore{st: st} }
 
+// unavailable is a read or write of what that Redis did not serve, as
+// errs.Unavailable with err kept in the chain (%w), so that a consumer
+// knows a network failure (bus.Unavailable) and waits for Redis rather
+// than dead-lettering the record it was handling.
 func unavailable(what string, err error) error {
-	return fmt.Errorf("%s: %w: %v", what, errs.Unavailable, err)
+	return fmt.Errorf("%s: %w: %w", what, errs.Unavailable, err)
 }
 
 // APIKey returns the key with id; errs.NotFound when there is none.

@@ -134,7 +134,7 @@ func (r *Repo) NextJobIDs(ctx context.Context, n int) (int64, error) {
 	}
 	last, err := r.st.Client().IncrBy(ctx, r.st.Key(KeyJobSeq), int64(n)).Result()
 	if err != nil {
-		return 0, fmt.Errorf("next job ids: %w: %v", errs.Unavailable, err)
+		return 0, fmt.Errorf("next job ids: %w: %w", errs.Unavailable, err)
 	}
 	return last - int64(n) + 1, nil
 }
@@ -147,7 +147,7 @@ func (r *Repo) LastJobID(ctx context.Context) (int64, error) {
 	case errors.Is(err, redis.Nil):
 		return 0, nil
 	case err != nil:
-		return 0, fmt.Errorf("last job id: %w: %v", errs.Unavailable, err)
+		return 0, fmt.Errorf("last job id: %w: %w", errs.Unavailable, err)
 	}
 	return last, nil
 }
@@ -174,7 +174,7 @@ func (r *Repo) ReplayOrJobIDs(ctx context.Context, kind, requestID string, n int
 	keys := []string{r.st.Key(RequestInboxID(kind, requestID)), r.st.Key(KeyRequests), r.st.Key(KeyJobSeq)}
 	res, err := replayOrIDs.Run(ctx, r.st.Client(), keys, kind+":"+requestID, n).Slice()
 	if err != nil {
-		return "", 0, fmt.Errorf("request %s %s: %w: %v", kind, requestID, errs.Unavailable, err)
+		return "", 0, fmt.Errorf("request %s %s: %w: %w", kind, requestID, errs.Unavailable, err)
 	}
 	name, _ := res[0].(string)
 	last, _ := res[1].(int64)
@@ -202,7 +202,7 @@ func (r *Repo) OperationAsStored(ctx context.Context, name string) (*loomv1.Oper
 		return nil, nil, fmt.Errorf("operation %s: %w", name, errs.NotFound)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("operation %s: %w: %v", name, errs.Unavailable, err)
+		return nil, nil, fmt.Errorf("operation %s: %w: %w", name, errs.Unavailable, err)
 	}
 	op := &loomv1.Operation{}
 	if err := proto.Unmarshal(b, op); err != nil {
@@ -241,7 +241,7 @@ func (r *Repo) ScanOperations(ctx context.Context, prefix, after string, limit i
 	for {
 		kv, next, err := r.st.Client().HScan(ctx, r.st.Key(KeyOperations), cursor, match, OperationScanChunk).Result()
 		if err != nil {
-			return nil, fmt.Errorf("list operations: %w: %v", errs.Unavailable, err)
+			return nil, fmt.Errorf("list operations: %w: %w", errs.Unavailable, err)
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			name := kv[i]
@@ -312,7 +312,7 @@ func (r *Repo) Request(ctx context.Context, kind, requestID string) (string, err
 		return "", fmt.Errorf("request %s %s: %w", kind, requestID, errs.NotFound)
 	}
 	if err != nil {
-		return "", fmt.Errorf("request %s %s: %w: %v", kind, requestID, errs.Unavailable, err)
+		return "", fmt.Errorf("request %s %s: %w: %w", kind, requestID, errs.Unavailable, err)
 	}
 	return string(b), nil
 }
@@ -413,7 +413,7 @@ func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, a
 	}
 	keys, err := r.st.ZRangeByLex(ctx, index, after, upto, limit)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", index, errs.Unavailable, err)
+		return nil, fmt.Errorf("%s: %w: %w", index, errs.Unavailable, err)
 	}
 	if len(keys) == 0 {
 		return nil, nil
@@ -424,7 +424,7 @@ func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, a
 	}
 	vals, err := r.st.HMGet(ctx, hash, names)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", hash, errs.Unavailable, err)
+		return nil, fmt.Errorf("%s: %w: %w", hash, errs.Unavailable, err)
 	}
 	out := make([]Indexed, len(keys))
 	for i, b := range vals {
@@ -448,7 +448,7 @@ func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, a
 func (r *Repo) JobProjects(ctx context.Context) ([]string, error) {
 	ps, err := r.st.SMembers(ctx, KeyJobProjects)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", KeyJobProjects, errs.Unavailable, err)
+		return nil, fmt.Errorf("%s: %w: %w", KeyJobProjects, errs.Unavailable, err)
 	}
 	return ps, nil
 }
@@ -471,7 +471,7 @@ func (r *Repo) EnsureJobProjects(ctx context.Context) error {
 			}
 		}
 		if err := iter.Err(); err != nil {
-			return fmt.Errorf("job projects: %w: %v", errs.Unavailable, err)
+			return fmt.Errorf("job projects: %w: %w", errs.Unavailable, err)
 		}
 	}
 	tx.Set(KeyJobProjectsBuilt, []byte("1"))
@@ -495,7 +495,7 @@ func (r *Repo) SampleJobID(ctx context.Context, now time.Time, keep time.Duratio
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%s: %w: %v", KeyJobSeqTimes, errs.Unavailable, err)
+		return fmt.Errorf("%s: %w: %w", KeyJobSeqTimes, errs.Unavailable, err)
 	}
 	return nil
 }
@@ -507,7 +507,7 @@ func (r *Repo) JobIDAt(ctx context.Context, t time.Time) (int64, bool, error) {
 	m, err := r.st.Client().ZRangeArgs(ctx, redis.ZRangeArgs{Key: r.st.Key(KeyJobSeqTimes), ByScore: true,
 		Start: strconv.FormatInt(t.UnixMilli(), 10), Stop: "+inf", Count: 1}).Result()
 	if err != nil {
-		return 0, false, fmt.Errorf("%s: %w: %v", KeyJobSeqTimes, errs.Unavailable, err)
+		return 0, false, fmt.Errorf("%s: %w: %w", KeyJobSeqTimes, errs.Unavailable, err)
 	}
 	if len(m) == 0 {
 		return 0, false, nil
@@ -683,6 +683,10 @@ func (r *Repo) Apply(ctx context.Context, inboxID string, tx *store.Tx) (bool, e
 		return false, fmt.Errorf("store: %w", err)
 	}
 	if err != nil {
+		// The store refused the write (a wrong type, a failed check): no
+		// retry passes, so the cause is kept out of the chain (%v), and a
+		// consumer counts it toward dead-lettering (bus.Unavailable). A
+		// write without an answer is ErrOutcomeUnknown, above.
 		return false, fmt.Errorf("store: %w: %v", errs.Unavailable, err)
 	}
 	if applied && strings.HasPrefix(inboxID, KeyRequestPrefix) {
@@ -788,7 +792,7 @@ func (r *Repo) InHistory(ctx context.Context, names []string) (map[string]bool, 
 	}
 	vals, err := r.st.Client().HMGet(ctx, r.st.Key(KeyHistory), names...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("history: %w: %v", errs.Unavailable, err)
+		return nil, fmt.Errorf("history: %w: %w", errs.Unavailable, err)
 	}
 	for i, v := range vals {
 		if v != nil {
@@ -804,7 +808,7 @@ func (r *Repo) hget(ctx context.Context, key, field string, m proto.Message) err
 		return errs.NotFound
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", errs.Unavailable, err)
+		return fmt.Errorf("%w: %w", errs.Unavailable, err)
 	}
 	if err := proto.Unmarshal(b, m); err != nil {
 		return fmt.Errorf("decode: %w", err)

@@ -37,7 +37,7 @@ func (r *Repo) TrainingAccepted(ctx context.Context, project, name string) ([]by
 		return nil, fmt.Errorf("accepted %s: %w", name, errs.NotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: %w: %v", errs.Unavailable, err)
+		return nil, fmt.Errorf("store: %w: %w", errs.Unavailable, err)
 	}
 	return b, nil
 }
@@ -46,7 +46,7 @@ func (r *Repo) TrainingAccepted(ctx context.Context, project, name string) ([]by
 func (r *Repo) TrainingAcceptedAll(ctx context.Context, project string) (map[string][]byte, error) {
 	m, err := r.st.HGetAll(ctx, KeyTrainingAcceptedPrefix+project)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w: %v", errs.Unavailable, err)
+		return nil, fmt.Errorf("store: %w: %w", errs.Unavailable, err)
 	}
 	return m, nil
 }
