@@ -632,6 +632,48 @@ func TestAuthNodeRegisteredAgainEndsTheOldIdentity(t *testing.T) {
 	}
 }
 
+// TestAuthNodeIdentityWithoutARegistration: an identity from before
+// registrations were kept (no reg claim; or one a gateway of an earlier
+// release renewed) keeps working and renews, bound now to a registration
+// of its own, so that the node's next registration (a reimage) ends it as
+// it ends any other, rather than it staying renewable for good.
+func TestAuthNodeIdentityWithoutARegistration(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	key, err := auth.LoadSecret(h.cfg.Auth.TokenKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := auth.NewIssuer(key, "loom", clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, _, err := iss.Issue(auth.Claims{Use: auth.UseAccess, Kind: auth.KindNode.String(), Node: "gpu-0001", Cluster: cluster1, Pool: "gpu",
+		RegisteredClaims: auth.ForSubject(auth.NodeName("gpu-0001"))}, auth.DefaultNodeIdentityLifetime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	renewed, err := authClient(h, t, legacy).RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	if err != nil {
+		t.Fatalf("an identity without a registration renews: %v", err)
+	}
+	c, err := iss.Verify(renewed.GetAccessToken(), auth.UseAccess)
+	if err != nil || c.Reg == "" {
+		t.Fatalf("renewed identity's claims %+v, %v; want a registration of its own", c, err)
+	}
+	// The node is reimaged: its new agent registers, and the renewed
+	// legacy identity ends.
+	if _, err := authClient(h, t, "").RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = authClient(h, t, renewed.GetAccessToken()).RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	wantAuthCode(t, "the renewed legacy identity after a registration", err, codes.Unauthenticated, "registered again")
+	_, err = authClient(h, t, legacy).RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	wantAuthCode(t, "the legacy identity after a registration", err, codes.Unauthenticated, "registered again")
+}
+
 func TestAuthOIDC(t *testing.T) {
 	t.Parallel()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)

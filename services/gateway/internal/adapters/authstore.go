@@ -129,9 +129,20 @@ func (s *AuthStore) PutAPIKey(ctx context.Context, k *KeyRecord) error {
 // putNewKey stores a new key record (ARGV[1], id ARGV[2]) and indexes it
 // under its owner (KEYS[2]) unless the owner already holds ARGV[3] keys:
 // then it returns -(held + 1) and stores nothing. One script, so that
-// concurrent creates cannot pass the limit together.
+// concurrent creates cannot pass the limit together. Only ids whose record
+// (ARGV[4] .. id) exists are counted, and the others leave the set: a
+// record gone without its index entry (a delete cut short) would count
+// for ever, listed nowhere, and keep its owner at the limit with nothing
+// to revoke.
 var putNewKey = redis.NewScript(`
-local n = redis.call('SCARD', KEYS[2])
+local n = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if redis.call('EXISTS', ARGV[4] .. id) == 1 then
+    n = n + 1
+  else
+    redis.call('SREM', KEYS[2], id)
+  end
+end
 if n >= tonumber(ARGV[3]) then return -(n + 1) end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[2])
@@ -147,7 +158,7 @@ func (s *AuthStore) PutNewAPIKey(ctx context.Context, k *KeyRecord, max int) err
 		return err
 	}
 	keys := []string{s.st.Key(KeyAPIKeyPrefix + k.ID), s.st.Key(KeyOwnerKeysPrefix + k.Owner)}
-	n, err := putNewKey.Run(ctx, s.st.Client(), keys, raw, k.ID, max).Int64()
+	n, err := putNewKey.Run(ctx, s.st.Client(), keys, raw, k.ID, max, s.st.Key(KeyAPIKeyPrefix)).Int64()
 	if err != nil {
 		return unavailable("store API key", err)
 	}

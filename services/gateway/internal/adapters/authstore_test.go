@@ -86,3 +86,32 @@ func TestRenewNodeRegistrationKeepsANewerOne(t *testing.T) {
 		t.Fatalf("TTL after renewal %s, want about an hour", ttl)
 	}
 }
+
+// TestPutNewAPIKeyCountsOnlyKeysThatExist: an owner's index entry whose
+// key record is gone (a delete cut short between its two writes) is not
+// counted toward the limit, and leaves the index; before, it counted for
+// ever and was listed nowhere, so the owner could be stuck at the limit
+// with nothing to revoke.
+func TestPutNewAPIKeyCountsOnlyKeysThatExist(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "gateway:")
+	s := NewAuthStore(st)
+	ctx := testkit.Context(t, 10*time.Second)
+	for i := range 2 {
+		if err := rdb.SAdd(ctx, st.Key(KeyOwnerKeysPrefix+"users/ada"), fmt.Sprintf("gone%d", i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := s.PutNewAPIKey(ctx, &KeyRecord{ID: fmt.Sprintf("k%d", i), Owner: "users/ada", CreateTime: time.Now()}, 2); err != nil {
+			t.Fatalf("key %d of a limit of 2, beside two dangling index entries: %v", i, err)
+		}
+	}
+	if err := s.PutNewAPIKey(ctx, &KeyRecord{ID: "k2", Owner: "users/ada", CreateTime: time.Now()}, 2); errs.Code(err).String() != "ResourceExhausted" {
+		t.Fatalf("a third key of a limit of 2: %v, want ResourceExhausted", err)
+	}
+	if n := rdb.SCard(ctx, st.Key(KeyOwnerKeysPrefix+"users/ada")).Val(); n != 2 {
+		t.Errorf("the owner's index holds %d ids, want the 2 keys that exist", n)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/paging"
@@ -879,18 +880,25 @@ func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdent
 	if err := authn.CheckNodeRegistration(ctx, a.o.Store, p.Cluster, p.Node, p.Registration); err != nil {
 		return nil, err
 	}
-	if p.Registration != "" {
-		// Kept only while it is still the node's, in one step: a
-		// registration that landed since the check above stays.
-		ok, err := a.o.Store.RenewNodeRegistration(ctx, p.Cluster, p.Node, p.Registration, nodeRegistrationTTL)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, fmt.Errorf("%w: node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", errs.Unauthenticated, p.Node)
-		}
+	reg := p.Registration
+	if reg == "" {
+		// An identity from before registrations were kept (or renewed by
+		// a gateway of an earlier release, in a rolling upgrade) gets one
+		// of its own, kept only if the node has none: a later
+		// registration then ends it as it ends any other, rather than it
+		// staying renewable for good.
+		reg = envelope.NewID()
 	}
-	return a.nodeIdentity(p.Node, p.Cluster, p.Pool, p.Registration, req.GetPublicKey())
+	// Kept only while it is still the node's, in one step: a
+	// registration that landed since the check above stays.
+	ok, err := a.o.Store.RenewNodeRegistration(ctx, p.Cluster, p.Node, reg, nodeRegistrationTTL)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", errs.Unauthenticated, p.Node)
+	}
+	return a.nodeIdentity(p.Node, p.Cluster, p.Pool, reg, req.GetPublicKey())
 }
 
 // checkNode asks the provisioner whether node is in cluster's pool: a
