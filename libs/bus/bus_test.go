@@ -401,6 +401,52 @@ func TestUnavailableIsRetriedUntilItPasses(t *testing.T) {
 	}
 }
 
+// TestPassedIsToldOfRecordsTheHandlerDidNotTake: a consumer tells
+// Passed of every record it commits without its handler having taken it
+// (dead-lettered after its attempts, refused permanently, malformed), and
+// of no other, so that a handler judging its progress by the records it
+// takes (health's lag) is not left waiting for one that never reaches it.
+func TestPassedIsToldOfRecordsTheHandlerDidNotTake(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	failing, permanent, good := event(topic, "k", 1), event(topic, "k", 2), event(topic, "k", 3)
+	var mu sync.Mutex
+	var passed []int64
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		MaxAttempts: 2, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		Passed: func(_ string, _ int, offset, _ int64) {
+			mu.Lock()
+			passed = append(passed, offset)
+			mu.Unlock()
+		},
+	}, p, func(ctx context.Context, ev envelope.Event) error {
+		switch ev.ID {
+		case failing.ID:
+			return errors.New("disk on fire")
+		case permanent.ID:
+			return bus.Permanent(errors.New("never"))
+		}
+		handled.add(ev)
+		return nil
+	})
+	publish(t, p, failing, permanent, good)
+	if err := p.PublishMessages(context.Background(), kafka.Message{Topic: topic, Key: []byte("k"), Value: []byte("not an event")}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, wait, "every record committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == 4, nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(passed, []int64{0, 1, 3}) || handled.count(good.ID) != 1 {
+		t.Errorf("Passed told of offsets %v, want [0 1 3] (the dead-lettered and the malformed, not the handled one)", passed)
+	}
+}
+
 // saysUnavailable is an error that says it is (as store.ErrOutcomeUnknown does).
 type saysUnavailable struct{}
 

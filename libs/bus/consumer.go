@@ -115,6 +115,15 @@ type ConsumerConfig struct {
 	// group has not seen (what only wants records from now on reads with
 	// Tail, without a group).
 	Logger *slog.Logger
+	// Passed, when set, is told of each record the consumer commits
+	// without its handler having taken it (returned nil for it): refused
+	// or malformed and dead-lettered, dead-lettered after its attempts, of
+	// an unknown type, or filtered out. It runs in the consumer's goroutine,
+	// before the record is marked for commit. A handler that judges its own
+	// progress by the records it takes (health's lag, by each partition's
+	// high-water mark) needs it: a last record of a partition that never
+	// reached the handler would otherwise look for ever unread.
+	Passed func(topic string, partition int, offset, highWaterMark int64)
 	// HandlerTimeout bounds one handler call (default 30 s). The handler's
 	// context is not cancelled when Run's context ends: the record in hand
 	// finishes, within this bound, and is committed.
@@ -530,6 +539,9 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 			if err == nil {
 				share := time.Since(start) / time.Duration(len(ms))
 				for _, m := range ms {
+					if c.cfg.Passed != nil && len(wanted) < len(ms) && !c.wants(m) {
+						c.cfg.Passed(m.Topic, m.Partition, m.Offset, m.HighWaterMark) // filtered out
+					}
 					commits.mark(m)
 					c.cfg.Metrics.handled(c.cfg.GroupID, m, share)
 				}
@@ -701,17 +713,21 @@ func fatalGroupError(err error) bool {
 // stop cut its handling short.
 func (c *Consumer) handle(ctx context.Context, dlq *Producer, m kafka.Message) bool {
 	start := time.Now()
-	done := c.handleRecord(ctx, dlq, m)
+	done, taken := c.handleRecord(ctx, dlq, m)
 	if done {
 		c.cfg.Metrics.handled(c.cfg.GroupID, m, time.Since(start))
+		if !taken && c.cfg.Passed != nil {
+			c.cfg.Passed(m.Topic, m.Partition, m.Offset, m.HighWaterMark)
+		}
 	}
 	return done
 }
 
-// handleRecord is handle without the metrics.
-func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Message) bool {
+// handleRecord is handle without the metrics: done as handle's, and taken
+// when the handler returned nil for the record.
+func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Message) (done, taken bool) {
 	if !c.wants(m) {
-		return true
+		return true, false
 	}
 	// The record's logger is built only when there is something to say:
 	// most records are handled at the first try and say nothing.
@@ -726,16 +742,16 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 		if c.cfg.Rejected != nil {
 			c.cfg.Rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", m.Topic), attribute.String("reason", reason)))
 		}
-		return c.deadLetter(ctx, dlq, m, err, 0, l)
+		return c.deadLetter(ctx, dlq, m, err, 0, l), false
 	case errors.Is(err, envelope.ErrUnknownType):
 		// A newer producer may emit types this build does not know; they are
 		// not errors of the record, so they are not dead-lettered.
 		log().Warn("skipping event of unknown type", "id", ev.ID, "type", ev.Type)
-		return true
+		return true, false
 	case err != nil:
 		l := log()
 		l.Error("dead-lettering malformed record", "err", err)
-		return c.deadLetter(ctx, dlq, m, err, 0, l)
+		return c.deadLetter(ctx, dlq, m, err, 0, l), false
 	}
 
 	var l *slog.Logger
@@ -744,7 +760,7 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 	for attempt := 1; ; attempt++ {
 		err := c.call(ctx, ev)
 		if err == nil {
-			return true
+			return true, true
 		}
 		if l == nil {
 			l = log().With("id", ev.ID, "type", ev.Type)
@@ -756,13 +772,13 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 			if reason := envelope.ReasonOf(err); reason != "" && c.cfg.Rejected != nil {
 				c.cfg.Rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", m.Topic), attribute.String("reason", reason)))
 			}
-			return c.deadLetter(ctx, dlq, m, err, attempt, l)
+			return c.deadLetter(ctx, dlq, m, err, attempt, l), false
 		} else {
 			l.Warn("handler failed; retrying", "attempt", attempt, "err", err)
 		}
 		if ctx.Err() != nil || !sleepCtx(ctx, delay.next()) {
 			l.Info("stopping: event left uncommitted for redelivery", "attempts", attempt)
-			return false
+			return false, false
 		}
 	}
 }

@@ -100,3 +100,33 @@ func TestNodeFloodDroppedThroughTheBus(t *testing.T) {
 		t.Errorf("no loom_health_behind_seconds: %v", s.Find("loom_health_behind_seconds"))
 	}
 }
+
+// A telemetry record the bus refuses before health's handler (another
+// node's forgery, here the last record of its partition) still moves
+// health's place in that partition: else the partition stayed "behind"
+// for ever, and health judged no silence anywhere (the node falling
+// silent here was never declared).
+func TestRefusedLastRecordLeavesHealthNotBehind(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	ctx := testkit.Context(t, wait)
+	testkit.Publish(t, broker,
+		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	beat := &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}
+	if err := testkit.NodeProducer(t, broker, node, cluster, "gpu").Publish(ctx,
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
+		t.Fatal(err)
+	}
+	intruder := testkit.NodeProducer(t, broker, cluster+"/nodes/gpu-0002", cluster, "gpu")
+	if err := intruder.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
+		t.Fatal(err)
+	}
+	// Health starts after all three: it fetches them together, so the
+	// beat it handles shows the forgery still waiting behind it.
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
+		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "error"}, HeartbeatTimeout: 300 * time.Millisecond}
+	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
+	testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_UNHEALTHY))
+}

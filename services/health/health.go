@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	loomv1.RegisterHealthServiceServer(base.GRPC, ports.NewHealthServer(a, results, policy))
 	interval := max(cfg.HeartbeatTimeout/4, time.Millisecond)
-	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle},
+	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle, Config: &bus.ConsumerConfig{Passed: a.Passed}},
 		{Topics: app.ScanTopics, Handler: scanner.Handle, Group: app.ScanGroup, Config: &bus.ConsumerConfig{Filter: app.ScanFilter}}},
 		a.CheckLoop(interval, base.Clock), scanner.Loop(time.Second, base.Clock))
 }

@@ -185,6 +185,21 @@ func recordOf(ev envelope.Event) domain.Record {
 	return rec
 }
 
+// Passed is the consumer's bus.ConsumerConfig.Passed: a telemetry record
+// the bus committed without handing it to Handle (refused before it, or
+// dead-lettered after its attempts) still moves health's place in its
+// partition. Else a last record of a quiet partition that never reached
+// Handle — a forged one, say — would leave that partition behind for ever,
+// and Check would judge no silence anywhere.
+func (a *App) Passed(topic string, partition int, offset, highWaterMark int64) {
+	if topic != topics.NodeTelemetry {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.state.Passed(a.now(), domain.Record{Telemetry: true, Partition: partition, Offset: offset, HighWaterMark: highWaterMark})
+}
+
 // payloadNode is the node a telemetry payload is of ("" for another type).
 func payloadNode(p proto.Message) string {
 	switch ev := p.(type) {
