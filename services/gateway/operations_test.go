@@ -173,7 +173,8 @@ func TestListAndCancelOperations(t *testing.T) {
 	if err != nil || after.GetError().GetCode() != int32(codes.Canceled) {
 		t.Fatalf("create after the provisioner's failure: %v %v, want still CANCELLED", after, err)
 	}
-	if _, err := h.ops().CancelOperation(ctx, &loomv1.CancelOperationRequest{Name: delOp}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "already done") {
+	if _, err := h.ops().CancelOperation(ctx, &loomv1.CancelOperationRequest{Name: delOp}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "already done") ||
+		strings.Count(status.Convert(err).Message(), delOp) != 1 {
 		t.Errorf("cancel a done delete: %v, want FailedPrecondition", err)
 	}
 

@@ -150,6 +150,9 @@ func (g *Gateway) CancelOperation(ctx context.Context, req *loomv1.CancelOperati
 		return tx, nil
 	})
 	if err != nil {
+		if errors.Is(err, errs.FailedPrecondition) {
+			return nil, err // it names the operation and says why already
+		}
 		return nil, fmt.Errorf("cancel %s: %w", req.GetName(), err)
 	}
 	if cancelled == nil {
