@@ -663,6 +663,23 @@ func TestAuthNodeIdentityWithoutARegistration(t *testing.T) {
 	if err != nil || c.Reg == "" {
 		t.Fatalf("renewed identity's claims %+v, %v; want a registration of its own", c, err)
 	}
+	// Another identity without one (renewed by a gateway of the earlier
+	// release in a rolling upgrade) still works and renews, into the
+	// registration the first adopted; a retry of the first renews too.
+	legacy2, _, err := iss.Issue(auth.Claims{Use: auth.UseAccess, Kind: auth.KindNode.String(), Node: "gpu-0001", Cluster: cluster1, Pool: "gpu",
+		RegisteredClaims: auth.ForSubject(auth.NodeName("gpu-0001"))}, auth.DefaultNodeIdentityLifetime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tok := range []string{legacy2, legacy} {
+		again, err := authClient(h, t, tok).RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+		if err != nil {
+			t.Fatalf("identity %d without a registration, after another adopted one: %v", i, err)
+		}
+		if c2, err := iss.Verify(again.GetAccessToken(), auth.UseAccess); err != nil || c2.Reg != c.Reg {
+			t.Fatalf("identity %d renewed into %+v, %v; want the adopted registration %q", i, c2, err, c.Reg)
+		}
+	}
 	// The node is reimaged: its new agent registers, and the renewed
 	// legacy identity ends.
 	if _, err := authClient(h, t, "").RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub}); err != nil {

@@ -884,10 +884,18 @@ func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdent
 	if reg == "" {
 		// An identity from before registrations were kept (or renewed by
 		// a gateway of an earlier release, in a rolling upgrade) gets one
-		// of its own, kept only if the node has none: a later
-		// registration then ends it as it ends any other, rather than it
+		// — the one such an identity adopted before, or a new one, kept
+		// only if the node has none — so that the node's next
+		// registration ends it as it ends any other, rather than it
 		// staying renewable for good.
-		reg = envelope.NewID()
+		current, err := a.o.Store.NodeRegistration(ctx, p.Cluster, p.Node)
+		if err != nil {
+			return nil, err
+		}
+		reg = current
+		if !strings.HasPrefix(reg, authn.AdoptedPrefix) {
+			reg = authn.AdoptedPrefix + envelope.NewID()
+		}
 	}
 	// Kept only while it is still the node's, in one step: a
 	// registration that landed since the check above stays.

@@ -329,22 +329,30 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 	return a.principal(ctx, e)
 }
 
+// AdoptedPrefix begins the registration a node identity without one gets
+// at its first renewal (app's RenewNodeIdentity), as opposed to one
+// RegisterNode records (a bootstrap token's id).
+const AdoptedPrefix = "adopted-"
+
 // CheckNodeRegistration checks that a node identity of registration reg
 // is still node's: Unauthenticated once the node registered again (its
 // machine reimaged or replaced, a new agent bootstrapped), so that what
 // the old image held stops working (within KeyCacheTTL on an instance
 // that had it cached) and cannot be renewed. An identity made without a
-// registration ("", before registrations were kept) is judged by its
-// expiry alone, as is one whose node has no record.
+// registration ("": issued before registrations were kept, or renewed by
+// a gateway of an earlier release during a rolling upgrade) is judged by
+// its expiry alone until the node registers again: while the node's
+// record is none, or one adopted by such an identity's renewal
+// (AdoptedPrefix), it passes.
 func CheckNodeRegistration(ctx context.Context, st Store, cluster, node, reg string) error {
 	current, err := st.NodeRegistration(ctx, cluster, node)
 	if err != nil {
 		return err
 	}
-	if current != "" && current != reg {
-		return unauthenticated("node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", node)
+	if current == "" || current == reg || (reg == "" && strings.HasPrefix(current, AdoptedPrefix)) {
+		return nil
 	}
-	return nil
+	return unauthenticated("node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", node)
 }
 
 // CheckSessionKey checks that the API key id a user's session started
