@@ -22,8 +22,10 @@ import (
 	"net"
 	"os"
 	osuser "os/user"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,7 +53,10 @@ const maxAnswerBytes = 64 << 10
 
 // Ask asks the daemon on socket for the calling process's token. An
 // error dialling wraps the system's (fs.ErrNotExist, ECONNREFUSED) so
-// that a caller can tell "no daemon here" from a refusal.
+// that a caller can tell "no daemon here" from a refusal. A process
+// listening there that could be any local user's (see CheckDaemon) is
+// refused before its answer is read: its token would make this user's
+// commands act as someone else.
 func Ask(ctx context.Context, socket string) (*Answer, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
@@ -59,6 +64,13 @@ func Ask(ctx context.Context, socket string) (*Answer, error) {
 		return nil, err
 	}
 	defer conn.Close()
+	srv, err := PeerUID(conn)
+	if err != nil {
+		return nil, fmt.Errorf("cannot tell who runs the login daemon at %s: %w", socket, err)
+	}
+	if err := CheckDaemon(socket, srv); err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(15 * time.Second)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -325,6 +337,63 @@ func PeerUID(c net.Conn) (uint32, error) {
 		return 0, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
 	return cred.Uid, nil
+}
+
+// CheckDaemon says whether the process of uid srv listening on socket
+// may be trusted as the login daemon. Whoever answers there hands this
+// user the token its commands act with, so a token for another account
+// (the listener's own) would make them act as that account: submit this
+// user's scripts as the listener's jobs, which the listener reads. The
+// daemon is trusted when it runs as root or as this process's own
+// user; otherwise only when no one but root and srv could have put a
+// socket at that path: the socket is srv's, its directory is owned by
+// root or srv and not writable by others, and every directory above it
+// is owned by root or srv and is either not writable by others or
+// sticky (as /tmp: others may not rename what is in it). The
+// directory's group is trusted as its owner is (a site's /run/loom may
+// be root:loom 0775). Symbolic links on the way are followed first.
+func CheckDaemon(socket string, srv uint32) error {
+	if srv == 0 || srv == uint32(os.Geteuid()) {
+		return nil
+	}
+	refuse := func(why string) error {
+		return fmt.Errorf("refusing the login daemon at %s, run by uid %d: %s, so any local user could have put a daemon there; the socket belongs in a directory only root or the daemon's account may write (such as /run/loom)", socket, srv, why)
+	}
+	real, err := filepath.EvalSymlinks(socket)
+	if err == nil {
+		real, err = filepath.Abs(real)
+	}
+	if err != nil {
+		return fmt.Errorf("refusing the login daemon at %s: %w", socket, err)
+	}
+	owner := func(fi os.FileInfo) uint32 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			return st.Uid
+		}
+		return ^uint32(0)
+	}
+	fi, err := os.Lstat(real)
+	if err != nil {
+		return fmt.Errorf("refusing the login daemon at %s: %w", socket, err)
+	}
+	if fi.Mode().Type() != os.ModeSocket || owner(fi) != srv {
+		return refuse(fmt.Sprintf("%s is not a socket of uid %d", real, srv))
+	}
+	for d, first := filepath.Dir(real), true; ; d, first = filepath.Dir(d), false {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("refusing the login daemon at %s: %w", socket, err)
+		}
+		switch u, m := owner(fi), fi.Mode(); {
+		case u != 0 && u != srv:
+			return refuse(fmt.Sprintf("directory %s belongs to uid %d", d, u))
+		case m.Perm()&0o002 != 0 && (first || m&os.ModeSticky == 0):
+			return refuse(fmt.Sprintf("directory %s (mode %v) is writable by every user", d, m))
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 // lookupUID is the account name of uid in the system's account database.

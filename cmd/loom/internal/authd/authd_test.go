@@ -1,12 +1,15 @@
 package authd
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	osuser "os/user"
@@ -26,7 +29,37 @@ import (
 // running as another uid asks, in TestTokenForTheCallersOwnUID).
 const askEnv = "LOOM_TEST_AUTHD_ASK"
 
+// fakeEnv, in a test binary's environment, makes it a hostile local
+// user's stand-in for the login daemon on that socket: it listens, says
+// "ready" on stdout, and answers every connection a token of its own
+// until its stdin closes (TestRefusesAnotherUsersDaemon).
+const fakeEnv = "LOOM_TEST_AUTHD_FAKE"
+
 func TestMain(m *testing.M) {
+	if sock := os.Getenv(fakeEnv); sock != "" {
+		ln, err := net.Listen("unix", sock)
+		if err == nil {
+			err = os.Chmod(sock, 0o666)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = json.NewEncoder(c).Encode(Answer{AccessToken: "mallorys-token", User: "root", Principal: "users/root"})
+				_ = c.Close()
+			}
+		}()
+		fmt.Println("ready")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		_ = ln.Close()
+		os.Exit(0)
+	}
 	if sock := os.Getenv(askEnv); sock != "" {
 		a, err := Ask(context.Background(), sock)
 		if err != nil {
@@ -305,5 +338,134 @@ func TestBoundsOneAccountsConnections(t *testing.T) {
 	}
 	if _, err := Ask(context.Background(), sock); err == nil || strings.Contains(err.Error(), "try again in a moment") {
 		t.Errorf("a connection once the others ended: %v, want it answered", err)
+	}
+}
+
+// TestRefusesAnotherUsersDaemon: a local user (a real OS account) who
+// listens on the login daemon's path in a directory every user may write
+// (the daemon down, or a socket put in /tmp) is not believed: the
+// token it hands out is its own account's (whatever its answer says), and
+// the asking user's commands would act as it. Another user's process and
+// root each get an error saying why, not the listener's token.
+func TestRefusesAnotherUsersDaemon(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o1777); err != nil { // as /tmp
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(dir), "authd.test")
+	copyFile(t, bin)
+	sock := filepath.Join(dir, "authd.sock")
+
+	mallory, victim := addUser(t), addUser(t)
+	uid, _ := strconv.ParseUint(mallory.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(mallory.Gid, 10, 32)
+	fake := exec.Command(bin)
+	fake.Env = []string{fakeEnv + "=" + sock, "HOME=/"}
+	fake.Dir = "/"
+	fake.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	stdin, err := fake.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := fake.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.Stderr = os.Stderr
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = fake.Wait()
+	})
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("the stand-in daemon of %s: %q, %v", mallory.Username, line, err)
+	}
+
+	if a := askAs(t, bin, sock, victim); a.AccessToken != "" || !strings.Contains(a.Error, "refusing the login daemon") {
+		t.Errorf("%s asking a daemon run by %s in a directory every user may write got %+v; want it refused", victim.Username, mallory.Username, a)
+	}
+	if a, err := Ask(context.Background(), sock); err == nil || !strings.Contains(err.Error(), "refusing the login daemon") {
+		t.Errorf("root asking a daemon run by %s: %+v, %v; want it refused", mallory.Username, a, err)
+	}
+}
+
+// TestCheckDaemon: a daemon that runs as neither root nor the asking user
+// is believed where only root and its account could have put its socket:
+// a socket of its own in its own directory (not writable by others),
+// under directories of root's, sticky ones such as /tmp included; not in
+// a directory others may write (sticky or not), nor another user's, nor
+// on a socket that is not its own. A link to a good socket is followed.
+func TestCheckDaemon(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	svc, other := addUser(t), addUser(t)
+	svcUID64, _ := strconv.ParseUint(svc.Uid, 10, 32)
+	otherUID, _ := strconv.Atoi(other.Uid)
+	svcUID := uint32(svcUID64)
+	root := t.TempDir() // under /tmp: sticky and writable by all, which is fine above
+	if err := os.Chmod(filepath.Dir(root), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// mk makes dir (mode, owner uid) with a socket of sockUID in it.
+	mk := func(name string, mode os.FileMode, dirUID, sockUID int) string {
+		d := filepath.Join(root, name)
+		if err := os.Mkdir(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(d, dirUID, -1); err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(d, "authd.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		if err := os.Lchown(sock, sockUID, -1); err != nil {
+			t.Fatal(err)
+		}
+		return sock
+	}
+	s := int(svcUID)
+	own := mk("own", 0o755, s, s)
+	rootGroup := mk("rootdir", 0o775, 0, s)
+	if err := CheckDaemon(own, svcUID); err != nil {
+		t.Errorf("a socket of the daemon's in its own directory: %v", err)
+	}
+	if err := CheckDaemon(rootGroup, svcUID); err != nil {
+		t.Errorf("a socket of the daemon's in a root directory its group may write: %v", err)
+	}
+	link := filepath.Join(root, "link.sock")
+	if err := os.Symlink(own, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckDaemon(link, svcUID); err != nil {
+		t.Errorf("a link to a good socket: %v", err)
+	}
+	for _, c := range []struct{ what, sock string }{
+		{"a directory every user may write", mk("open", 0o777, s, s)},
+		{"a sticky directory every user may write", mk("sticky", 0o1777, 0, s)},
+		{"another user's directory", mk("others", 0o755, otherUID, s)},
+		{"a socket that is another user's", mk("notours", 0o755, s, otherUID)},
+	} {
+		if err := CheckDaemon(c.sock, svcUID); err == nil || !strings.Contains(err.Error(), "refusing the login daemon") {
+			t.Errorf("%s: %v; want it refused", c.what, err)
+		}
+	}
+	if err := CheckDaemon(mk("open2", 0o777, s, s), 0); err != nil {
+		t.Errorf("root's daemon is root's wherever it is: %v", err)
 	}
 }
