@@ -884,6 +884,7 @@ func cpusPerNode(j *loomv1.Job) int32 {
 // variables; a list of NAME or NAME=value adds those to the SLURM_*
 // variables, or to everything when it starts with ALL. Explicit values
 // win over the environment's. It returns the normalised spec too.
+// LOOM_TOKEN is never exported (see keptBack).
 func exportEnv(spec string, env map[string]string) (map[string]string, string, error) {
 	if spec == "" {
 		spec = "ALL"
@@ -908,7 +909,7 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 		// with '-' or '.', say, which env(1) can make) stays behind
 		// rather than failing the whole submission; exported bash
 		// functions (BASH_FUNC_module%%) go, as Slurm's do.
-		if (all || strings.HasPrefix(k, "SLURM_")) && slurmspec.ValidEnvName(k) {
+		if (all || strings.HasPrefix(k, "SLURM_")) && slurmspec.ValidEnvName(k) && !keptBack[k] {
 			out[k] = v
 		}
 	}
@@ -920,6 +921,9 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 		if !slurmspec.ValidEnvName(k) {
 			return nil, "", fmt.Errorf("%q is not a variable name", k)
 		}
+		if keptBack[k] {
+			continue
+		}
 		if hasValue {
 			out[k] = v
 		} else if ev, ok := env[k]; ok {
@@ -928,6 +932,13 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 	}
 	return out, strings.Join(items, ","), nil
 }
+
+// keptBack are the variables a job never gets from its submitter: the
+// submitter's credential (LOOM_TOKEN: an API key, or their access token)
+// would be kept in the job's record, seen by every agent it reaches, and
+// run with should its node fail to get the job its own token. The job's
+// node gives it its own, scoped to the job.
+var keptBack = map[string]bool{"LOOM_TOKEN": true}
 
 // shellInterpreters are the interpreters whose scripts Loom can hand
 // arguments to (with a "set --" line).

@@ -514,3 +514,30 @@ func TestExitFromJob(t *testing.T) {
 		}
 	}
 }
+
+// TestSbatchKeepsTheSubmittersToken: the submitting shell's LOOM_TOKEN
+// (an API key or a user's access token) is not exported to the job, under
+// --export=ALL or named: the job's record (Redis, the bus, every agent it
+// reaches) would keep the submitter's credential, and a job whose node
+// could not get its own token would run with the whole user's. The
+// job gets its own, scoped to it, from its node.
+func TestSbatchKeepsTheSubmittersToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "t.sh"), []byte("#!/bin/sh\ntrue\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := Env{Cwd: dir, Environ: map[string]string{"PATH": "/usr/bin", "LOOM_TOKEN": "lk_0123.secret", "KEEP": "me"}}
+	f := &fakegw.Gateway{}
+	for _, args := range [][]string{{"t.sh"}, {"--export=ALL,LOOM_TOKEN", "t.sh"}, {"--export=LOOM_TOKEN=lk_x.y,KEEP", "t.sh"}} {
+		code, _, errOut := run(t, f, "sbatch", env, args...)
+		if code != 0 {
+			t.Fatalf("sbatch %q = %d %q", args, code, errOut)
+		}
+		reqs := submitted(f)
+		e := reqs[len(reqs)-1].GetJob().GetEnv()
+		if v, ok := e["LOOM_TOKEN"]; ok || e["KEEP"] != "me" {
+			t.Errorf("sbatch %q exported LOOM_TOKEN=%q (KEEP=%q); want no LOOM_TOKEN and KEEP", args, v, e["KEEP"])
+		}
+	}
+}
