@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/store/storetest"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -25,15 +27,8 @@ import (
 func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
-	lost := storetest.LoseApplyReplies(rdb, "agent-c1-gpu-0001:")
-	st := store.New(rdb, "agent-c1-gpu-0001:")
-	dir := t.TempDir()
-	self := domain.Self{Node: "projects/p/clusters/c1/nodes/gpu-0001", Cluster: "projects/p/clusters/c1"}
-	a, err := New(ctx, Options{Store: st, Runtime: procruntime.New(procruntime.Options{AllowRoot: true}), Self: self, Hostname: "gpu-0001", WorkDir: dir, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := faultyAgent(t, ctx, storetest.LoseApplyReplies, nil)
+	a, lost, st, dir, self := f.app, f.faults, f.st, f.dir, f.self
 	out := filepath.Join(dir, "ran")
 	cmd := &eventsv1.StartStep{Job: "projects/p/jobs/1", JobId: "1", Attempt: 1, Node: self.Node,
 		Script: "echo ran >> " + out, OutputPath: filepath.Join(dir, "out")}
@@ -106,4 +101,36 @@ func TestReloadLeavesRecordsBeingPersisted(t *testing.T) {
 	if got, _ := a.step(other.Key()); got != ahead {
 		t.Fatalf("reload replaced a record being persisted: %+v", got)
 	}
+}
+
+// faulty is an agent app for node gpu-0001 of cluster c1 on a Redis of its
+// own, whose store's writes the test can fault (storetest's injectors).
+type faulty struct {
+	app    *App
+	faults *storetest.LostReplies
+	st     *store.Store
+	dir    string
+	self   domain.Self
+}
+
+// faultyAgent makes a faulty agent: inject is storetest.LoseApplyReplies
+// (a write's answer lost) or DropApplyRequests (the write lost), tune (nil:
+// none) adjusts its Options.
+func faultyAgent(t *testing.T, ctx context.Context, inject func(*redis.Client, string) *storetest.LostReplies, tune func(*Options)) faulty {
+	t.Helper()
+	const prefix = "agent-c1-gpu-0001:"
+	_, rdb := testkit.Redis(t)
+	f := faulty{faults: inject(rdb, prefix), st: store.New(rdb, prefix), dir: t.TempDir(),
+		self: domain.Self{Node: "projects/p/clusters/c1/nodes/gpu-0001", Cluster: "projects/p/clusters/c1"}}
+	o := Options{Store: f.st, Runtime: procruntime.New(procruntime.Options{AllowRoot: true}), Self: f.self,
+		Hostname: "gpu-0001", WorkDir: f.dir, Log: slog.New(slog.DiscardHandler)}
+	if tune != nil {
+		tune(&o)
+	}
+	a, err := New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.app = a
+	return f
 }

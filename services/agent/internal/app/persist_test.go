@@ -1,18 +1,15 @@
 package app
 
 import (
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/store/storetest"
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
-	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 )
 
@@ -25,16 +22,8 @@ import (
 func TestStepEndOutlastsARedisOutage(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 60*time.Second)
-	_, rdb := testkit.Redis(t)
-	dropped := storetest.DropApplyRequests(rdb, "agent-c1-gpu-0001:")
-	st := store.New(rdb, "agent-c1-gpu-0001:")
-	dir := t.TempDir()
-	self := domain.Self{Node: "projects/p/clusters/c1/nodes/gpu-0001", Cluster: "projects/p/clusters/c1"}
-	a, err := New(ctx, Options{Store: st, Runtime: procruntime.New(procruntime.Options{AllowRoot: true}), Self: self,
-		Hostname: "gpu-0001", WorkDir: dir, Log: slog.New(slog.DiscardHandler), PersistTimeout: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := faultyAgent(t, ctx, storetest.DropApplyRequests, func(o *Options) { o.PersistTimeout = 10 * time.Millisecond })
+	a, dropped, st, dir, self := f.app, f.faults, f.st, f.dir, f.self
 	gate := filepath.Join(dir, "go")
 	cmd := &eventsv1.StartStep{Job: "projects/p/jobs/1", JobId: "1", Attempt: 1, Node: self.Node,
 		Script: "while [ ! -e " + gate + " ]; do sleep 0.01; done; exit 3", OutputPath: filepath.Join(dir, "out")}

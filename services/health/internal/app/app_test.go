@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"testing"
@@ -27,6 +28,14 @@ type clock struct {
 }
 
 func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// onRedis is what an app test on a real Redis starts from: health's store
+// on a Redis of its own, a fake clock at 2025-01-01, and a context of 30 s.
+func onRedis(t *testing.T) (*store.Store, *clock, context.Context) {
+	t.Helper()
+	_, rdb := testkit.Redis(t)
+	return store.New(rdb, "health:"), &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}, testkit.Context(t, 30*time.Second)
+}
 func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -42,10 +51,7 @@ func event(topic string, payload proto.Message) envelope.Event {
 // the node a full timeout of grace, and that a heartbeat then heals it.
 func TestVerdictSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "health:")
-	ctx := testkit.Context(t, 30*time.Second)
-	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st, clk, ctx := onRedis(t)
 	const timeout = 15 * time.Second
 
 	a := New(st, timeout, clk.now, slog.Default())

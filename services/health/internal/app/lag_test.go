@@ -10,8 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -27,10 +25,7 @@ import (
 // the node that is really silent.
 func TestNodeFloodDeclaresNobody(t *testing.T) {
 	t.Parallel()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "health:")
-	ctx := testkit.Context(t, 30*time.Second)
-	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st, clk, ctx := onRedis(t)
 	const timeout = 15 * time.Second
 	a := NewWith(st, domain.Config{Timeout: timeout, NodeRate: 1, NodeBurst: 5}, clk.now, slog.Default())
 	reg := prometheus.NewRegistry()
@@ -105,10 +100,7 @@ func TestNodeFloodDeclaresNobody(t *testing.T) {
 // record came there, and health judged no silence anywhere.
 func TestRecordNeverCommittedLeavesNoLag(t *testing.T) {
 	t.Parallel()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "health:")
-	ctx := testkit.Context(t, 30*time.Second)
-	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st, clk, ctx := onRedis(t)
 	const timeout = 15 * time.Second
 	a := NewWith(st, domain.Config{Timeout: timeout}, clk.now, slog.Default())
 	if err := a.Start(ctx); err != nil {

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -21,10 +19,7 @@ import (
 // check, and puts the node back when it passes; every event goes out once.
 func TestRemediationSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "health:")
-	ctx := testkit.Context(t, 30*time.Second)
-	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st, clk, ctx := onRedis(t)
 	cfg := domain.Config{Timeout: 15 * time.Second, Remedy: remedy.Config{Seed: 42}}
 
 	a := NewWith(st, cfg, clk.now, slog.Default())
