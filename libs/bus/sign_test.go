@@ -100,21 +100,7 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 		}
 	}
 	// Counted, by reason.
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	counted := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "loom_bus_rejected_total" {
-				for _, dp := range sum.DataPoints {
-					r, _ := dp.Attributes.Value("reason")
-					counted[r.AsString()] += dp.Value
-				}
-			}
-		}
-	}
+	counted := rejectedByReason(t, reader)
 	for id, r := range want {
 		if counted[r] != 1 {
 			t.Errorf("loom_bus_rejected_total{reason=%q} = %d, want 1 (record %s)", r, counted[r], id)
@@ -151,6 +137,16 @@ func TestHandlerRefusalsAreCounted(t *testing.T) {
 			t.Errorf("dead letter of the refused record: reason %q", r)
 		}
 	}
+	counted := rejectedByReason(t, reader)
+	if want := map[string]int64{envelope.ReasonNotAssigned: 1}; !reflect.DeepEqual(counted, want) {
+		t.Fatalf("loom_bus_rejected_total by reason: %v, want %v", counted, want)
+	}
+}
+
+// rejectedByReason is what reader collected of loom_bus_rejected_total, by
+// its reason.
+func rejectedByReason(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -166,7 +162,5 @@ func TestHandlerRefusalsAreCounted(t *testing.T) {
 			}
 		}
 	}
-	if want := map[string]int64{envelope.ReasonNotAssigned: 1}; !reflect.DeepEqual(counted, want) {
-		t.Fatalf("loom_bus_rejected_total by reason: %v, want %v", counted, want)
-	}
+	return counted
 }
