@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Warnings and errors are rate limited per message: a service logs one
@@ -32,9 +34,10 @@ type limited struct {
 	buckets map[string]*logBucket
 }
 
+// logBucket is one message's token bucket and the records it dropped
+// since the last it let through.
 type logBucket struct {
-	tokens     float64
-	last       time.Time
+	lim        *rate.Limiter
 	suppressed int
 }
 
@@ -50,23 +53,19 @@ func newLimited(now func() time.Time) *limited {
 func (l *limited) admit(msg string) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
 	b := l.buckets[msg]
 	if b == nil && len(l.buckets) >= logKinds {
 		msg = ""
 		b = l.buckets[msg]
 	}
 	if b == nil {
-		b = &logBucket{tokens: LogBurst, last: now}
+		b = &logBucket{lim: rate.NewLimiter(LogPerSecond, LogBurst)}
 		l.buckets[msg] = b
 	}
-	b.tokens = min(LogBurst, b.tokens+now.Sub(b.last).Seconds()*LogPerSecond)
-	b.last = now
-	if b.tokens < 1 {
+	if !b.lim.AllowN(l.now(), 1) {
 		b.suppressed++
 		return false, 0
 	}
-	b.tokens--
 	n := b.suppressed
 	b.suppressed = 0
 	return true, n
