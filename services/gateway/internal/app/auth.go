@@ -877,7 +877,8 @@ func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdent
 	}
 	// Read again, not from the cached principal: a renewal must not
 	// outlive a newer registration by the cache's lifetime.
-	if err := authn.CheckNodeRegistration(ctx, a.o.Store, p.Cluster, p.Node, p.Registration); err != nil {
+	current, err := authn.CheckNodeRegistration(ctx, a.o.Store, p.Cluster, p.Node, p.Registration)
+	if err != nil {
 		return nil, err
 	}
 	reg := p.Registration
@@ -888,10 +889,6 @@ func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdent
 		// only if the node has none — so that the node's next
 		// registration ends it as it ends any other, rather than it
 		// staying renewable for good.
-		current, err := a.o.Store.NodeRegistration(ctx, p.Cluster, p.Node)
-		if err != nil {
-			return nil, err
-		}
 		reg = current
 		if !strings.HasPrefix(reg, authn.AdoptedPrefix) {
 			reg = authn.AdoptedPrefix + envelope.NewID()
@@ -904,7 +901,7 @@ func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdent
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", errs.Unauthenticated, p.Node)
+		return nil, authn.RegisteredAgain(p.Node)
 	}
 	return a.nodeIdentity(p.Node, p.Cluster, p.Pool, reg, req.GetPublicKey())
 }

@@ -313,7 +313,7 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 		if c.Node == "" || c.Cluster == "" {
 			return nil, unauthenticated("node token without a node or cluster")
 		}
-		if err := CheckNodeRegistration(ctx, a.o.Store, c.Cluster, c.Node, c.Reg); err != nil {
+		if _, err := CheckNodeRegistration(ctx, a.o.Store, c.Cluster, c.Node, c.Reg); err != nil {
 			return nil, err
 		}
 		e.p = &auth.Principal{Name: c.Subject, Kind: auth.KindNode, Node: c.Node, Cluster: c.Cluster, Pool: c.Pool, How: "node-identity", Registration: c.Reg}
@@ -344,14 +344,21 @@ const AdoptedPrefix = "adopted-"
 // its expiry alone until the node registers again: while the node's
 // record is none, or one adopted by such an identity's renewal
 // (AdoptedPrefix), it passes.
-func CheckNodeRegistration(ctx context.Context, st Store, cluster, node, reg string) error {
-	current, err := st.NodeRegistration(ctx, cluster, node)
+// It returns the node's record as read, which a renewal goes on from.
+func CheckNodeRegistration(ctx context.Context, st Store, cluster, node, reg string) (current string, err error) {
+	current, err = st.NodeRegistration(ctx, cluster, node)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if current == "" || current == reg || (reg == "" && strings.HasPrefix(current, AdoptedPrefix)) {
-		return nil
+		return current, nil
 	}
+	return "", RegisteredAgain(node)
+}
+
+// RegisteredAgain is the refusal of an identity of node whose
+// registration is no longer the node's.
+func RegisteredAgain(node string) error {
 	return unauthenticated("node %s registered again since this identity was issued (reimaged or replaced); the agent bootstraps with a new token from its provisioner", node)
 }
 
