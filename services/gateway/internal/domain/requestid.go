@@ -3,7 +3,6 @@ package domain
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 
 	"google.golang.org/protobuf/proto"
 
@@ -34,17 +33,11 @@ func RequestFingerprint(req proto.Message) string {
 // RequestIDReused is the error for a request_id sent again with another
 // request than the first (stored and sent are their fingerprints; either
 // "" — a record from before fingerprints were kept — matches anything):
-// InvalidArgument naming request_id; nil when they match.
+// InvalidArgument naming request_id; nil when they match. rid has passed
+// CheckRequestID (every replay checks it before it looks the id up).
 func RequestIDReused(rid, stored, sent string) error {
 	if stored == "" || sent == "" || stored == sent {
 		return nil
 	}
-	return errs.Invalid("request_id", "%q was sent before with a different request; a retry must repeat the request exactly, and a new request needs a new request_id", clipID(rid))
-}
-
-func clipID(s string) string {
-	if len(s) > MaxRequestIDBytes {
-		return fmt.Sprintf("%s…", s[:MaxRequestIDBytes])
-	}
-	return s
+	return errs.Invalid("request_id", "%q was sent before with a different request; a retry must repeat the request exactly, and a new request needs a new request_id", rid)
 }
