@@ -128,11 +128,18 @@ func TestRESTMethodIsTheRequests(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotImplemented {
-			t.Errorf("POST %s as a form, X-HTTP-Method-Override %q: HTTP %d %s, want 501 (no POST there)", cluster1, override, resp.StatusCode, b)
+		// 405 with the methods the path takes (RFC 9110), not 501, which
+		// the console reads as "no such API on this gateway".
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, PATCH, DELETE" || !strings.Contains(string(b), "method not allowed") {
+			t.Errorf("POST %s as a form, X-HTTP-Method-Override %q: HTTP %d Allow %q %s, want 405 Allow \"GET, PATCH, DELETE\"", cluster1, override, resp.StatusCode, resp.Header.Get("Allow"), b)
 		}
 	}
 	if n := len(testkit.Events(t, h.broker, topics.ClusterCommands)); n != 0 {
 		t.Errorf("%d cluster commands written, want none", n)
+	}
+	// The same on the Vertex paths, served by the other mux.
+	jobs := "/v1/projects/default/locations/us-central1/customJobs"
+	if code, body := restCall(ctx, t, h.restAs("pat"), h.restBase, http.MethodDelete, jobs, ""); code != http.StatusMethodNotAllowed || !strings.Contains(body, "takes GET, POST") {
+		t.Errorf("DELETE %s: HTTP %d %s, want 405 naming GET, POST", jobs, code, body)
 	}
 }

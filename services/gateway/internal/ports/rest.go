@@ -63,7 +63,13 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	// X-HTTP-Method-Override header names (a DELETE sent as a POST, past
 	// whatever in front of this port tells methods apart).
 	verbs := runtime.WithDisablePathLengthFallback()
-	mux := runtime.NewServeMux(query, verbs, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	// A path served under other methods answers 405 with their Allow list
+	// (RFC 9110 §15.5.6), not grpc-gateway's 501, which reads as "this
+	// gateway has no such API" (the console takes it so).
+	allow := &allowed{}
+	wrong := runtime.WithRoutingErrorHandler(allow.routingError)
+	probe := runtime.WithMiddlewares(probed)
+	mux := runtime.NewServeMux(query, verbs, wrong, probe, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
@@ -91,7 +97,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		}
 	}
 	// Vertex's resources answer in Vertex's JSON: camelCase field names.
-	vertex := runtime.NewServeMux(query, verbs, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	vertex := runtime.NewServeMux(query, verbs, wrong, probe, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
@@ -110,6 +116,12 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 			_ = conn.Close()
 			return nil, nil, fmt.Errorf("rest: register metrics handlers: %w", err)
 		}
+	}
+	allow.muxes = func(path string) *runtime.ServeMux {
+		if TrainingPath(path) {
+			return vertex
+		}
+		return mux
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for h := range r.Header {
@@ -133,6 +145,66 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 // the status message there ("… needs a credential: …"), which is no
 // challenge a client can parse.
 type challenge struct{ http.ResponseWriter }
+
+// restMethods are the methods the REST API's routes use.
+var restMethods = []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodPut, http.MethodDelete}
+
+// probeKey marks a request sent through a mux only to learn whether a
+// route takes its method: probed answers it without calling the handler.
+type probeKey struct{}
+
+// probed is the muxes' middleware that answers a probe (probeKey) by
+// marking it matched, so that finding a path's methods runs no handler.
+func probed(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		if hit, ok := r.Context().Value(probeKey{}).(*bool); ok {
+			*hit = true
+			return
+		}
+		next(w, r, params)
+	}
+}
+
+// allowed answers grpc-gateway's routing errors: a wrong method gets 405
+// naming the methods the path takes (found by probing the mux that serves
+// it with each of restMethods); the rest are grpc-gateway's own.
+type allowed struct {
+	muxes func(path string) *runtime.ServeMux // set once both muxes exist
+}
+
+func (a *allowed) routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	if _, probing := ctx.Value(probeKey{}).(*bool); probing {
+		return // a probe's method is not served there: nothing to write
+	}
+	if httpStatus != http.StatusMethodNotAllowed || a.muxes == nil {
+		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
+		return
+	}
+	var methods []string
+	for _, method := range restMethods {
+		if method == r.Method {
+			continue
+		}
+		hit := false
+		p := r.Clone(context.WithValue(ctx, probeKey{}, &hit))
+		p.Method, p.Body = method, http.NoBody
+		a.muxes(r.URL.Path).ServeHTTP(discard{}, p)
+		if hit {
+			methods = append(methods, method)
+		}
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	writeError(w, http.StatusMethodNotAllowed, codes.Unimplemented,
+		fmt.Sprintf("%s %s: method not allowed; this path takes %s", r.Method, termtext.Clean(r.URL.Path, 200), strings.Join(methods, ", ")))
+}
+
+// discard is a ResponseWriter that keeps nothing: a probe writes nothing,
+// and whatever it might is not the caller's.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
 
 func (c challenge) WriteHeader(code int) {
 	if code == http.StatusUnauthorized {
