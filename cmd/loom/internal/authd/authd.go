@@ -24,6 +24,7 @@ import (
 	osuser "os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -134,7 +135,23 @@ const (
 // Listen listens on the Unix socket path, mode 0666 so that every local
 // user may ask (the answer is theirs alone). A socket file left by a
 // daemon that is gone is replaced; one a live daemon answers on is not.
+//
+// Listen refuses a place the commands of other users would refuse the
+// daemon at (CheckDaemon), unless it runs as root, whom they believe
+// anywhere: a directory others may write, or an abstract socket
+// ("@name", which has no owner or directory to check). Such a daemon would
+// start and answer only its own account, and every other user's command
+// would fail later with a refusal they cannot act on.
 func Listen(path string) (net.Listener, error) {
+	return listen(path, os.Geteuid() != 0)
+}
+
+// listen is Listen; placed says whether to check the socket's place as
+// the commands of another user would.
+func listen(path string, placed bool) (net.Listener, error) {
+	if strings.HasPrefix(path, "@") || strings.HasPrefix(path, "\x00") {
+		return nil, fmt.Errorf("login daemon socket %q: an abstract socket has no owner or directory the commands can check, and they refuse it; give a file path such as /run/loom/authd.sock", path)
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("login daemon socket %s: a file that is not a socket is in the way", path)
@@ -152,6 +169,12 @@ func Listen(path string) (net.Listener, error) {
 	if err := os.Chmod(path, 0o666); err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("login daemon: %w", err)
+	}
+	if placed {
+		if err := placement(path, uint32(os.Geteuid())); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("login daemon socket %s: the commands of other users would refuse this daemon (%v); put the socket in a directory only root or this account may write, such as /run/loom", path, err)
+		}
 	}
 	return ln, nil
 }
@@ -356,6 +379,12 @@ func CheckDaemon(socket string, srv uint32) error {
 	if srv == 0 || srv == uint32(os.Geteuid()) {
 		return nil
 	}
+	return placement(socket, srv)
+}
+
+// placement is CheckDaemon's test of where the socket of a daemon run by
+// srv is, for a caller who is neither root nor srv.
+func placement(socket string, srv uint32) error {
 	refuse := func(why string) error {
 		return fmt.Errorf("refusing the login daemon at %s, run by uid %d: %s, so any local user could have put a daemon there; the socket belongs in a directory only root or the daemon's account may write (such as /run/loom)", socket, srv, why)
 	}

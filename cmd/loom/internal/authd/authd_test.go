@@ -302,6 +302,37 @@ func TestListen(t *testing.T) {
 	}
 }
 
+// TestListenRefusesAPlaceOthersRefuse: a daemon not run as root does not
+// start where the commands of other users would refuse it (a directory
+// every user may write) or on an abstract socket, whose owner no one can
+// check: it would answer its own account only, and everyone else's
+// commands would fail later with a refusal they cannot act on.
+func TestListenRefusesAPlaceOthersRefuse(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listen(filepath.Join(open, "authd.sock"), true); err == nil || !strings.Contains(err.Error(), "the commands of other users would refuse this daemon") {
+		t.Errorf("a directory every user may write: %v; want it refused", err)
+	}
+	if _, err := os.Lstat(filepath.Join(open, "authd.sock")); !os.IsNotExist(err) {
+		t.Errorf("the refused socket is left behind: %v", err)
+	}
+	ln, err := listen(filepath.Join(dir, "authd.sock"), true)
+	if err != nil {
+		t.Fatalf("a directory only this account may write: %v", err)
+	}
+	_ = ln.Close()
+	if _, err := Listen("@loom-authd-test"); err == nil || !strings.Contains(err.Error(), "abstract socket") {
+		t.Errorf("an abstract socket: %v; want it refused, saying why", err)
+	}
+}
+
 // TestBoundsOneAccountsConnections: an account holding maxConnsPerUID
 // connections that are still being answered gets its next one refused at
 // once, saying why, instead of holding another goroutine and descriptor;
