@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -711,5 +712,95 @@ func trainingMatrixRows(t *testing.T) []matrixRow {
 			_, err := c.DeleteTrainingPipeline(ctx, &trainingv1.DeleteTrainingPipelineRequest{Name: tp + "41"})
 			return err
 		}), del("/v1/" + tp + "41"), jobActRow},
+	}
+}
+
+// TestTrainingRequestIDReused: a request_id sent again with another
+// request (another spec, another location) is InvalidArgument naming
+// request_id, for each of the three creates, and nothing is written for
+// it; the same request again still answers the first resource. Before,
+// the second request was answered the first's resource and the caller
+// believed it accepted.
+func TestTrainingRequestIDReused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	tc := h.trainingAs(t, "ana")
+	spec := customJobSpec(t)
+	changed := proto.Clone(spec).(*trainingv1.CustomJob)
+	changed.JobSpec.WorkerPoolSpecs[0].GetContainerSpec().Args = []string{"--epochs=30"}
+	tuning := &trainingv1.HyperparameterTuningJob{DisplayName: "tune", MaxTrialCount: 2, ParallelTrialCount: 1,
+		StudySpec: &trainingv1.StudySpec{
+			Metrics: []*trainingv1.StudySpec_MetricSpec{{MetricId: "val_loss", Goal: trainingv1.StudySpec_MetricSpec_MINIMIZE}},
+			Parameters: []*trainingv1.StudySpec_ParameterSpec{{ParameterId: "lr",
+				ParameterValueSpec: &trainingv1.StudySpec_ParameterSpec_DoubleValueSpec_{DoubleValueSpec: &trainingv1.StudySpec_ParameterSpec_DoubleValueSpec{MinValue: 1e-3, MaxValue: 0.1}}}}},
+		TrialJobSpec: spec.GetJobSpec()}
+	moreTrials := proto.Clone(tuning).(*trainingv1.HyperparameterTuningJob)
+	moreTrials.MaxTrialCount = 3
+	var pj trainingv1.TrainingPipeline
+	if err := protojson.Unmarshal([]byte(`{"displayName":"pipe","trainingTaskDefinition":"`+trainingspec.CustomTask+
+		`","trainingTaskInputs":{"workerPoolSpecs":[{"machineSpec":{"machineType":"n2-standard-8"},"replicaCount":"1","containerSpec":{"imageUri":"img","command":["true"]}}]}}`), &pj); err != nil {
+		t.Fatal(err)
+	}
+	renamed := proto.Clone(&pj).(*trainingv1.TrainingPipeline)
+	renamed.DisplayName = "pipe-2"
+	const elsewhere = "projects/default/locations/europe-west4"
+
+	type create func(parent string, second bool) (string, error)
+	var accepted []string
+	for _, c := range []struct {
+		what string
+		do   create
+	}{
+		{"custom job", func(parent string, second bool) (string, error) {
+			j := spec
+			if second {
+				j = changed
+			}
+			r, err := tc.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: parent, CustomJob: j, RequestId: "same-cj"})
+			return r.GetName(), err
+		}},
+		{"tuning job", func(parent string, second bool) (string, error) {
+			j := tuning
+			if second {
+				j = moreTrials
+			}
+			r, err := tc.CreateHyperparameterTuningJob(ctx, &trainingv1.CreateHyperparameterTuningJobRequest{Parent: parent, HyperparameterTuningJob: j, RequestId: "same-hp"})
+			return r.GetName(), err
+		}},
+		{"pipeline", func(parent string, second bool) (string, error) {
+			p := &pj
+			if second {
+				p = renamed
+			}
+			r, err := tc.CreateTrainingPipeline(ctx, &trainingv1.CreateTrainingPipelineRequest{Parent: parent, TrainingPipeline: p, RequestId: "same-tp"})
+			return r.GetName(), err
+		}},
+	} {
+		first, err := c.do(location, false)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		accepted = append(accepted, first)
+		for _, reuse := range []struct {
+			parent string
+			second bool
+		}{{location, true}, {elsewhere, false}} {
+			got, err := c.do(reuse.parent, reuse.second)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request_id") {
+				t.Errorf("%s: request_id reused (parent %s, changed %v) = %q, %v; want InvalidArgument naming request_id", c.what, reuse.parent, reuse.second, got, err)
+			}
+		}
+		if again, err := c.do(location, false); err != nil || again != first {
+			t.Errorf("%s: retry = %q, %v; want %s", c.what, again, err, first)
+		}
+	}
+	for _, name := range accepted {
+		testkit.WaitEvent(t, h.broker, topics.TrainingCommands, wait, func(e envelope.Event) bool {
+			return strings.Contains(prototext.Format(e.Payload), name)
+		})
+	}
+	if evs := testkit.Events(t, h.broker, topics.TrainingCommands); len(evs) != 3 {
+		t.Errorf("%d training commands written, want 3 (the reused request ids wrote none)", len(evs))
 	}
 }

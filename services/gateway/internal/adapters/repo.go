@@ -3,6 +3,7 @@
 package adapters
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -649,10 +650,11 @@ func SplitRequest(rec string) (name, fingerprint string) {
 
 // PutTrainingRequest records in tx that (kind, requestID) made the training
 // resource m (a CustomJob, HyperparameterTuningJob or TrainingPipeline, as
-// accepted); nothing when requestID is empty. ReplayOrJobIDs then returns
-// its encoding, which the caller decodes. Apply with RequestInboxID(kind,
-// requestID) makes the record expire after RequestTTL.
-func PutTrainingRequest(tx *store.Tx, kind, requestID string, m proto.Message) error {
+// accepted), with the request's fingerprint (domain.RequestFingerprint; ""
+// for none); nothing when requestID is empty. ReplayOrJobIDs then returns
+// the record, which SplitTrainingRequest splits. Apply with
+// RequestInboxID(kind, requestID) makes the record expire after RequestTTL.
+func PutTrainingRequest(tx *store.Tx, kind, requestID string, m proto.Message, fingerprint string) error {
 	if requestID == "" {
 		return nil
 	}
@@ -660,8 +662,32 @@ func PutTrainingRequest(tx *store.Tx, kind, requestID string, m proto.Message) e
 	if err != nil {
 		return fmt.Errorf("encode request %s %s: %w", kind, requestID, err)
 	}
+	if fingerprint != "" {
+		b = append([]byte(trainingRequestMark+fingerprint+"\n"), b...)
+	}
 	tx.Set(RequestInboxID(kind, requestID), b)
 	return nil
+}
+
+// trainingRequestMark starts a training request record that holds a
+// fingerprint. No protobuf encoding starts with a 0 byte (field number 0
+// is invalid), so a record written before fingerprints were kept (the
+// resource's bytes alone) is told from it.
+const trainingRequestMark = "\x00fp:"
+
+// SplitTrainingRequest splits a record PutTrainingRequest wrote into the
+// accepted resource's encoding and the request's fingerprint ("" in a
+// record written before fingerprints were kept).
+func SplitTrainingRequest(rec []byte) (resource []byte, fingerprint string) {
+	rest, ok := bytes.CutPrefix(rec, []byte(trainingRequestMark))
+	if !ok {
+		return rec, ""
+	}
+	fp, resource, ok := bytes.Cut(rest, []byte("\n"))
+	if !ok {
+		return rec, ""
+	}
+	return resource, string(fp)
 }
 
 // Apply writes tx atomically through the store's driver; with a non-empty

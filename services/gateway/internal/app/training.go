@@ -85,6 +85,9 @@ type trainingResource interface {
 // trainingCreate describes one of the three creates to createTraining.
 type trainingCreate[T trainingResource] struct {
 	kind, rid, parent string
+	// fp is the request's fingerprint (domain.RequestFingerprint): a
+	// request_id sent again with another request is refused.
+	fp string
 	// field is the request's resource field ("custom_job").
 	field    string
 	resource T
@@ -104,7 +107,9 @@ type trainingCreate[T trainingResource] struct {
 // call), and stores the request record with the command and the audit
 // record in one Apply. A retry with the same request id answers the first
 // call's resource (as the training service has it now, else as accepted)
-// to its owner or a project admin.
+// to its owner or a project admin; the same request id with another
+// request (another spec, another parent) is InvalidArgument naming
+// request_id (domain.RequestIDReused).
 func createTraining[T trainingResource](ctx context.Context, g *Gateway, c trainingCreate[T]) (T, error) {
 	var zero T
 	if err := domain.CheckRequestID(c.rid); err != nil {
@@ -154,7 +159,7 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	commit(id)
 	accepted := c.accept(c.resource, parent, id, owner, g.now())
 	tx := &store.Tx{}
-	if err := adapters.PutTrainingRequest(tx, c.kind, c.rid, accepted); err != nil {
+	if err := adapters.PutTrainingRequest(tx, c.kind, c.rid, accepted, c.fp); err != nil {
 		return zero, err
 	}
 	b, err := proto.Marshal(accepted)
@@ -256,9 +261,12 @@ func (g *Gateway) checkParentModel(ctx context.Context, project, field string, m
 // trainingReplayLookup bounds a replay's read of the current state.
 const trainingReplayLookup = 2 * time.Second
 
-// replayTraining answers a retried create from its stored request record.
-func replayTraining[T trainingResource](ctx context.Context, c trainingCreate[T], stored []byte) (T, error) {
+// replayTraining answers a retried create from its stored request record:
+// the caller must be the first call's owner or an administrator of its
+// project, and the request the first one (its fingerprint).
+func replayTraining[T trainingResource](ctx context.Context, c trainingCreate[T], rec []byte) (T, error) {
 	var zero T
+	stored, fp := adapters.SplitTrainingRequest(rec)
 	first := c.fresh()
 	if err := proto.Unmarshal(stored, first); err != nil || first.GetName() == "" {
 		return zero, fmt.Errorf("request %s %s: its record is not a %s: %w", c.kind, c.rid, c.field, errs.AlreadyExists)
@@ -266,6 +274,9 @@ func replayTraining[T trainingResource](ctx context.Context, c trainingCreate[T]
 	caller := callerOf(ctx, first.GetName())
 	if !caller.Admin && (caller.User == "" || caller.User != first.GetUser()) {
 		return zero, errRequestIDTaken(c.rid)
+	}
+	if err := domain.RequestIDReused(c.rid, fp, c.fp); err != nil {
+		return zero, err
 	}
 	lctx, cancel := context.WithTimeout(ctx, trainingReplayLookup)
 	defer cancel()
@@ -280,7 +291,7 @@ func replayTraining[T trainingResource](ctx context.Context, c trainingCreate[T]
 // training service.
 func (g *Gateway) CreateCustomJob(ctx context.Context, req *trainingv1.CreateCustomJobRequest) (*trainingv1.CustomJob, error) {
 	return createTraining(ctx, g, trainingCreate[*trainingv1.CustomJob]{
-		kind: adapters.RequestCreateCustomJob, rid: req.GetRequestId(), parent: req.GetParent(), field: "custom_job",
+		kind: adapters.RequestCreateCustomJob, rid: req.GetRequestId(), fp: domain.RequestFingerprint(req), parent: req.GetParent(), field: "custom_job",
 		resource: req.GetCustomJob(), validate: trainingspec.ValidateCustomJob,
 		ids:    func(*trainingv1.CustomJob) (int, error) { return 1, nil },
 		accept: domain.AcceptCustomJob,
@@ -298,7 +309,7 @@ func (g *Gateway) CreateCustomJob(ctx context.Context, req *trainingv1.CreateCus
 // 1+max_trial_count job ids (trial k's CustomJob is id+k).
 func (g *Gateway) CreateHyperparameterTuningJob(ctx context.Context, req *trainingv1.CreateHyperparameterTuningJobRequest) (*trainingv1.HyperparameterTuningJob, error) {
 	return createTraining(ctx, g, trainingCreate[*trainingv1.HyperparameterTuningJob]{
-		kind: adapters.RequestCreateTuningJob, rid: req.GetRequestId(), parent: req.GetParent(), field: "hyperparameter_tuning_job",
+		kind: adapters.RequestCreateTuningJob, rid: req.GetRequestId(), fp: domain.RequestFingerprint(req), parent: req.GetParent(), field: "hyperparameter_tuning_job",
 		resource: req.GetHyperparameterTuningJob(), validate: trainingspec.ValidateHyperparameterTuningJob,
 		ids: func(j *trainingv1.HyperparameterTuningJob) (int, error) {
 			return 1 + int(j.GetMaxTrialCount()), nil
@@ -319,7 +330,7 @@ func (g *Gateway) CreateHyperparameterTuningJob(ctx context.Context, req *traini
 // command as reserved_job_ids.
 func (g *Gateway) CreateTrainingPipeline(ctx context.Context, req *trainingv1.CreateTrainingPipelineRequest) (*trainingv1.TrainingPipeline, error) {
 	return createTraining(ctx, g, trainingCreate[*trainingv1.TrainingPipeline]{
-		kind: adapters.RequestCreatePipeline, rid: req.GetRequestId(), parent: req.GetParent(), field: "training_pipeline",
+		kind: adapters.RequestCreatePipeline, rid: req.GetRequestId(), fp: domain.RequestFingerprint(req), parent: req.GetParent(), field: "training_pipeline",
 		resource: req.GetTrainingPipeline(), validate: trainingspec.ValidateTrainingPipeline,
 		ids:    domain.PipelineJobIDs,
 		accept: domain.AcceptPipeline,
