@@ -643,6 +643,11 @@ func TestTuningFailsPastMaxFailedTrials(t *testing.T) {
 	if cj := cjOf(t, s, first[1].GetCustomJob()); cj.GetState() != trainingv1.JobState_JOB_STATE_CANCELLING {
 		t.Fatalf("the other trial's job: %v", cj)
 	}
+	// A cancel while it drains towards FAILED does not hide why it failed.
+	step(t, s, t0, Input{Payload: &eventsv1.CancelTraining{Name: tunName}, Principal: "users/alice"})
+	if j := tuningOf(t, s, tunName); j.GetState() == trainingv1.JobState_JOB_STATE_CANCELLING {
+		t.Fatalf("a cancel while failing: %v", j)
+	}
 	feed(t, s, jobIs("projects/p/jobs/202", loomv1.JobState_CANCELLED))
 	j = tuningOf(t, s, tunName)
 	if j.GetState() != trainingv1.JobState_JOB_STATE_FAILED || !strings.Contains(j.GetError().GetMessage(), "max_failed_trial_count 1") ||

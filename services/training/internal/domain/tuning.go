@@ -451,7 +451,10 @@ func metricValue(m *trainingv1.Measurement, metric string) (float64, bool) {
 
 // cancelTuning makes a tuning job end CANCELLED once its trials stopped.
 func cancelTuning(now time.Time, t *Tuning, r *Root, reason string, em *emitter) {
-	if JobEnded(t.Job.GetState()) || t.Ending == trainingv1.JobState_JOB_STATE_CANCELLED {
+	// An ending already decided stands: a cancel while the job drains
+	// towards FAILED (max_failed_trial_count, a failed search) would
+	// otherwise replace why it failed with "cancelled".
+	if JobEnded(t.Job.GetState()) || t.Ending != trainingv1.JobState_JOB_STATE_UNSPECIFIED {
 		return
 	}
 	t.Ending = trainingv1.JobState_JOB_STATE_CANCELLED
