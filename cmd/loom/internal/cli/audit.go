@@ -82,11 +82,15 @@ func renderAudit(w io.Writer, recs []*loomv1.AuditRecord, withProject bool) erro
 	}
 	row(tw, head...)
 	for _, r := range recs {
-		cols := []string{r.GetTime().AsTime().UTC().Format(time.RFC3339), r.GetPrincipal(),
-			strings.TrimPrefix(r.GetMethod(), "/loom.v1."), auditResource(r), r.GetDecision(), r.GetCode(),
-			cellText(r.GetReason(), auditReasonWidth)}
+		// Every column through shown: a record's resource is the name
+		// the caller sent, as sent (a stranger's refused call is
+		// recorded too), and its reason may echo it; an escape sequence
+		// there must not act on the terminal of the admin who reads it.
+		cols := []string{r.GetTime().AsTime().UTC().Format(time.RFC3339), shown(r.GetPrincipal()),
+			shown(strings.TrimPrefix(r.GetMethod(), "/loom.v1.")), shown(auditResource(r)), shown(r.GetDecision()),
+			shown(r.GetCode()), cell(r.GetReason(), auditReasonWidth)}
 		if withProject {
-			cols = append([]string{cols[0], r.GetProject()}, cols[1:]...)
+			cols = append([]string{cols[0], shown(r.GetProject())}, cols[1:]...)
 		}
 		row(tw, cols...)
 	}

@@ -51,7 +51,7 @@ TIME                  PRINCIPAL  METHOD                        RESOURCE         
 	}
 	golden(t, out, `
 TIME                  PROJECT  PRINCIPAL  METHOD                RESOURCE  DECISION  CODE             REASON
-2026-01-02T13:04:05Z  other    anonymous  JobService/CancelJob  jobs/4    denied    Unauthenticated  from 10.0.0.9: no credential; [2J the call needs one
+2026-01-02T13:04:05Z  other    anonymous  JobService/CancelJob  jobs/4    denied    Unauthenticated  from 10.0.0.9: no credential;�[2J the call needs one
 `)
 	if req, _ := fakegw.LastRequest[*loomv1.ListAuditRecordsRequest](f); req.GetParent() != "projects/-" || req.GetPrincipal() != "anonymous" {
 		t.Errorf("request %v", req)
@@ -67,5 +67,33 @@ TIME                  PROJECT  PRINCIPAL  METHOD                RESOURCE  DECISI
 	}
 	if out, _, _ := run(t, gw, "audit", "--project", "nobody"); !strings.Contains(out, "No audit records.") {
 		t.Errorf("an empty trail: %q", out)
+	}
+}
+
+// TestAuditCommandCleansRecords: a record's resource is the name a caller
+// sent, kept as sent (a stranger's refused call is recorded too), and its
+// reason may echo it; neither may act on the terminal of the admin who
+// reads the trail: an escape sequence (OSC, which retitles the window or
+// writes the clipboard; CSI, which clears the screen) or a bidi override
+// is printed as U+FFFD in every column.
+func TestAuditCommandCleansRecords(t *testing.T) {
+	t.Parallel()
+	f := &fakegw.Gateway{AuditRecords: []*loomv1.AuditRecord{{
+		Id: "1", Time: timestamppb.New(fakegw.TestNow), Principal: "anonymous\u202e", Method: "/loom.v1.ModelService/GetModel",
+		Resource: "projects/default/models/\x1b]52;c;aGk=\x07tiny\x1b[2J", Decision: "denied", Code: "Unauthenticated",
+		Project: "-", Reason: "from 10.0.0.9: model \u202eyniT\u202c: no credential",
+	}}}
+	gw := f.Serve(t)
+	out, errOut, code := run(t, gw, "audit", "--all-projects")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, bad := range []string{"\x1b", "\x07", "\u202e", "\u202c"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("printed %q raw:\n%q", bad, out)
+		}
+	}
+	if !strings.Contains(out, "projects/default/models/\ufffd]52;c;aGk=\ufffdtiny\ufffd[2J") {
+		t.Errorf("the resource is not shown with each control character as U+FFFD:\n%s", out)
 	}
 }
