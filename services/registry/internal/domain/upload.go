@@ -197,6 +197,11 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 		}
 		seen[a] = true
 	}
+	if n := len(m.GetVersionAliases()); n == MaxAliases && !seen[DefaultAlias] && holder(s.Versions[u.Model], DefaultAlias) == nil {
+		// giveAliases adds "default" to the model's first version (or
+		// to a version of a model none of whose versions holds it).
+		return u, fmt.Errorf("model.version_aliases: %d aliases and %q, which this version is given as the model's default, more than %d: name %q among them, or one fewer", n, DefaultAlias, MaxAliases, DefaultAlias)
+	}
 	if err := checkLineage(cmd.GetLineage()); err != nil {
 		return u, err
 	}

@@ -420,3 +420,50 @@ func TestUploadLineageNames(t *testing.T) {
 		t.Errorf("no lineage recorded as %v, want none", got)
 	}
 }
+
+// TestUploadAliasBoundCountsDefault: a version holds at most MaxAliases,
+// "default" among them. The first version of a model is given "default"
+// whether or not it was asked for, so an upload asking for MaxAliases
+// others would have made a version of MaxAliases+1 (one to which
+// MergeVersionAliases can then add nothing). It is refused,
+// naming the field and the limit; a later version, or one that names
+// "default" itself, may ask for MaxAliases.
+func TestUploadAliasBoundCountsDefault(t *testing.T) {
+	t.Parallel()
+	aliases := make([]string, MaxAliases)
+	for i := range aliases {
+		aliases[i] = fmt.Sprintf("a%d", i)
+	}
+	s := NewState()
+	cmd := upload("r1")
+	cmd.Model.VersionAliases = aliases
+	_, err := ValidateUpload(s, cmd)
+	if err == nil || !strings.HasPrefix(err.Error(), "model.version_aliases: ") || !strings.Contains(err.Error(), fmt.Sprint(MaxAliases)) ||
+		!strings.Contains(err.Error(), `"default"`) {
+		t.Fatalf("a first version asking for %d aliases besides default: %v", MaxAliases, err)
+	}
+	if c := RefusalCode(err); c != codes.InvalidArgument {
+		t.Errorf("code %v", c)
+	}
+
+	// Naming default among them: MaxAliases in all, registered.
+	cmd.Model.VersionAliases = append([]string{DefaultAlias}, aliases[1:]...)
+	if v := register(t, s, cmd).Version; len(v.GetAliases()) != MaxAliases {
+		t.Fatalf("aliases %v", v.GetAliases())
+	}
+	// A second version does not get default: MaxAliases others fit, and
+	// are taken from version 1.
+	cmd = upload("r2")
+	cmd.Model.VersionAliases = aliases
+	r := register(t, s, cmd)
+	if len(r.Version.GetAliases()) != MaxAliases {
+		t.Errorf("version 2 holds %v", r.Version.GetAliases())
+	}
+	for _, vs := range s.Versions {
+		for _, v := range vs {
+			if len(v.GetAliases()) > MaxAliases {
+				t.Errorf("%s holds %d aliases: %v", v.GetName(), len(v.GetAliases()), v.GetAliases())
+			}
+		}
+	}
+}
