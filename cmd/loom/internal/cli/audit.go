@@ -108,13 +108,3 @@ func auditResource(r *loomv1.AuditRecord) string {
 	}
 	return r.GetResource()
 }
-
-// oneLine keeps a reason on its row: control characters become spaces.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return ' '
-		}
-		return r
-	}, s)
-}

@@ -898,7 +898,7 @@ func validFor(r *loomv1.HealthCheckResult, now time.Time) string {
 // marking a cut. Every free-text column goes through it.
 func cellText(s string, n int) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	s = oneLine(s)
+	s = shown(s)
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

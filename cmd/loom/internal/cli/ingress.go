@@ -227,7 +227,7 @@ func renderIngressProducers(w io.Writer, ps []*loomv1.IngressProducer, now time.
 	row(tw, head...)
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	for _, p := range ps {
-		cols := []string{oneLine(p.GetSource()), p.GetPrincipal(), n(p.GetReceived()), n(p.GetAccepted()), n(p.GetRefused()),
+		cols := []string{shown(p.GetSource()), p.GetPrincipal(), n(p.GetReceived()), n(p.GetAccepted()), n(p.GetRefused()),
 			n(p.GetInvalid()), n(p.GetFailed()), n(p.GetDuplicates()), age(p.GetLastTime(), now),
 			cellText(p.GetLastReason(), ingressReasonWidth)}
 		if withProject {
@@ -253,7 +253,7 @@ func renderIngressMessages(w io.Writer, ms []*loomv1.IngressMessage, withProject
 			received = m.GetReceivedTime().AsTime().UTC().Format(time.RFC3339)
 		}
 		cols := []string{received, cellText(m.GetId(), 40), cellText(m.GetSource(), 40),
-			strings.TrimPrefix(oneLine(m.GetType()), ingressTypePrefix), m.GetOutcome(), m.GetCode(), m.GetResource(),
+			strings.TrimPrefix(shown(m.GetType()), ingressTypePrefix), m.GetOutcome(), m.GetCode(), m.GetResource(),
 			strconv.FormatInt(m.GetDeliveries(), 10), cellText(m.GetReason(), ingressReasonWidth)}
 		if withProject {
 			cols = append([]string{cols[0], m.GetProject()}, cols[1:]...)

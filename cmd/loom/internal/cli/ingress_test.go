@@ -54,7 +54,7 @@ func TestIngressCommand(t *testing.T) {
 	golden(t, out, `
 SOURCE              PRINCIPAL  RECEIVED  ACCEPTED  REFUSED  INVALID  FAILED  DUPLICATES  LAST  LAST REASON
 //pipelines/etl     users/ana  12        10        1        1        0       4           2m    Access/permission denied: needs role user in projects/default
-kafka-orchestrator  -          1         0         0        1        0       0           5h    no credential: [2J send the ce_credential header
+kafka-orchestrator  -          1         0         0        1        0       0           5h    no credential:�[2J send the ce_credential header
 `)
 	if req, _ := fakegw.LastRequest[*loomv1.ListIngressProducersRequest](f); req.GetParent() != "projects/default" {
 		t.Errorf("producers request %v", req)
@@ -165,5 +165,25 @@ func TestIngressErrors(t *testing.T) {
 	_, errOut, code := run(t, old, "ingress")
 	if code == 0 || !strings.Contains(errOut, "list the ingress producers of projects/default") || !strings.Contains(errOut, "does not support this") {
 		t.Errorf("a gateway without IngressService: exit %d %q", code, errOut)
+	}
+}
+
+// TestIngressTablesAreShownSafely: what a publisher sent (a message's
+// resource, type, code; a producer's principal and project) is printed
+// through row's cleaning: no escape sequence, bidi override or tab
+// reaches the terminal, and the row stays one line.
+func TestIngressTablesAreShownSafely(t *testing.T) {
+	t.Parallel()
+	evil := "x\x1b]52;c;cHduZWQ=\x07\u202e\tz"
+	var b strings.Builder
+	if err := renderIngressMessages(&b, []*loomv1.IngressMessage{{Id: "1", Source: "s", Type: evil, Outcome: evil, Code: evil, Resource: evil, Project: evil}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := renderIngressProducers(&b, []*loomv1.IngressProducer{{Source: evil, Principal: evil, Project: evil, LastReason: evil}}, time.Now(), true); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x07\u202e\t") || strings.Count(out, "\n") != 4 {
+		t.Errorf("tables print what was sent raw:\n%q", out)
 	}
 }

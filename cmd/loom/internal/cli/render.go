@@ -95,11 +95,19 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 }
 
+// row writes one row of a table, an empty cell as "-". Every cell is
+// shown first: what a table prints comes from services and,
+// through them, from other callers (an audit record's resource is the name
+// a stranger sent; an ingress message's the publisher's), and one escape
+// sequence there (OSC 52, a screen clear, a bidi override) would act on the
+// reader's terminal; a tab or line break would break the columns.
 func row(tw io.Writer, cols ...string) {
 	for i, c := range cols {
 		if c == "" {
 			cols[i] = "-"
+			continue
 		}
+		cols[i] = shown(c)
 	}
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 }
