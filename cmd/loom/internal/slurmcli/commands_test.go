@@ -261,8 +261,10 @@ func TestScancel(t *testing.T) {
 		want string
 	}{
 		{nil, "scancel: error: No job identification provided\n"},
-		{[]string{"99"}, "scancel: error: Kill job error on job id 99: Invalid job id specified\n"},
-		{[]string{"10"}, "scancel: error: Kill job error on job id 10: Job/step already completing or completed\n"},
+		// A signal to a job that is unknown or has ended is an error, as
+		// in Slurm (only the plain cancel below is not).
+		{[]string{"-s", "USR1", "99"}, "scancel: error: Signal job error on job id 99: Invalid job id specified\n"},
+		{[]string{"-b", "10"}, "scancel: error: Kill job error on job id 10: Job/step already completing or completed\n"},
 		{[]string{"--signal=NOPE", "12"}, "scancel: error: Invalid job signal: NOPE\n"},
 		{[]string{"12.x"}, "scancel: error: Invalid job id 12.x\n"},
 		{[]string{"x"}, "scancel: error: Invalid job id x\n"},
@@ -270,6 +272,33 @@ func TestScancel(t *testing.T) {
 		code, _, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
 		if code != 1 || errOut != tc.want {
 			t.Errorf("scancel %v: %d %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	// Cancelling a job that is unknown or already ended is no error, as in
+	// Slurm 22.05 (scancel ignores ESLURM_INVALID_JOB_ID and
+	// ESLURM_ALREADY_DONE for a kill): silent and exit 0, the error said
+	// with -v only; the other ids are still cancelled.
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"99"}, ""},
+		{[]string{"10"}, ""},
+		{[]string{"99_3"}, ""},
+		{[]string{"-v", "10"}, "scancel: Terminating job 10\nscancel: error: Kill job error on job id 10: Job/step already completing or completed\n"},
+		{[]string{"-v", "99"}, "scancel: Terminating job 99\nscancel: error: Kill job error on job id 99: Invalid job id specified\n"},
+		{[]string{"-v", "-Q", "99"}, "scancel: Terminating job 99\n"},
+	} {
+		f := fixture()
+		code, _, errOut := run(t, f, "scancel", Env{}, tc.args...)
+		if code != 0 || errOut != tc.wantErr {
+			t.Errorf("scancel %v: %d %q, want 0 %q", tc.args, code, errOut, tc.wantErr)
+		}
+	}
+	if f := fixture(); true {
+		code, _, errOut := run(t, f, "scancel", Env{}, "99", "12", "10")
+		if code != 0 || errOut != "" || !reflect.DeepEqual(cancelled(f), []string{"10", "12", "99"}) {
+			t.Errorf("scancel 99 12 10: %d %q cancelled %v, want 0, silent, all three asked", code, errOut, cancelled(f))
 		}
 	}
 	// Interactive: only confirmed jobs are cancelled.

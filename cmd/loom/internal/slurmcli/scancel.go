@@ -207,6 +207,17 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 			}
 		}
 		if err := c.cancelOne(ctx, t, signal, scope); err != nil {
+			if err.done && signal == "" && !scope.batch && !scope.full {
+				// As Slurm's scancel: cancelling a job that has already
+				// ended, is ending or is unknown (long purged) is no
+				// error, so that cleanup code may cancel what it started
+				// without asking first; only -v says so. A signal (-s,
+				// -b, -f) to such a job is still an error.
+				if verbose && !quiet {
+					fmt.Fprintln(c.stderr, err.err.Error())
+				}
+				continue
+			}
 			failed = true
 			if err.denied {
 				refused[t.array] = true
@@ -314,10 +325,17 @@ func (c *cmd) taskTarget(j *loomv1.Job) cancelTarget {
 // signalScope is whom scancel -b (batch) or -f (full) sends a signal to.
 type signalScope struct{ batch, full bool }
 
-// cancelError is cancelOne's refusal; denied marks a PermissionDenied.
+// msgAlreadyDone is Slurm's ESLURM_ALREADY_DONE, as the gateway answers it
+// for a job that is ending or ended.
+const msgAlreadyDone = "Job/step already completing or completed"
+
+// cancelError is cancelOne's refusal; denied marks a PermissionDenied, done
+// a job that is unknown or already ending or ended (Slurm's
+// ESLURM_INVALID_JOB_ID and ESLURM_ALREADY_DONE).
 type cancelError struct {
 	err    *Error
 	denied bool
+	done   bool
 }
 
 // cancelOne cancels (or signals, within scope) one job, with Slurm's error
@@ -335,7 +353,7 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 	if err != nil {
 		switch status.Code(err) {
 		case codes.NotFound:
-			return &cancelError{err: c.errorf("%s on job id %s: Invalid job id specified", verb, t.id)}
+			return &cancelError{err: c.errorf("%s on job id %s: Invalid job id specified", verb, t.id), done: true}
 		case codes.PermissionDenied:
 			id := t.id
 			if t.array != "" {
@@ -346,9 +364,9 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 			// The gateway answers in Slurm's words ("Job is pending execution", ...).
 			msg := status.Convert(err).Message()
 			if msg == "" {
-				msg = "Job/step already completing or completed"
+				msg = msgAlreadyDone
 			}
-			return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg)}
+			return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg), done: msg == msgAlreadyDone}
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
 			return &cancelError{err: c.rpcError(verb+" on job id "+t.id, err)}
 		default:
@@ -356,7 +374,7 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 		}
 	}
 	if t.job == nil && j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED {
-		return &cancelError{err: c.errorf("%s on job id %s: Job/step already completing or completed", verb, t.id)}
+		return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msgAlreadyDone), done: true}
 	}
 	return nil
 }

@@ -117,7 +117,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	if step.GetState() != loomv1.JobState_RUNNING && step.GetNumTasks() == 0 {
 		reason := step.GetReason()
 		if step.GetState() == loomv1.JobState_CANCELLED {
-			reason = "Job/step already completing or completed"
+			reason = msgAlreadyDone
 		}
 		return c.errorf("Unable to create step for job %s: %s", req.jobID, reason)
 	}
