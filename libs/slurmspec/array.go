@@ -118,6 +118,24 @@ func WithArrayLimit(spec string, limit int) string {
 	return body + "%" + strconv.Itoa(limit)
 }
 
+// ArrayTaskStep is SLURM_ARRAY_TASK_STEP of an array's tasks, as Slurm
+// 22.05 sets it: the step written in the spec — that of its first stepped
+// element, N-M:S ("0-15:4" is 4, "10,0-6:3" is 3) — else 1, whatever the
+// spacing of the indexes ("1,3,5" is 1, not 2). Checked against Slurm
+// 22.05. A spec with no step, or one ParseArray refuses, gives 1.
+func ArrayTaskStep(spec string) int {
+	body, _, _ := strings.Cut(strings.TrimSpace(spec), "%")
+	for _, el := range strings.Split(body, ",") {
+		if _, st, ok := strings.Cut(el, ":"); ok {
+			if n, err := strconv.Atoi(st); err == nil && n >= 1 && isDigits(st) {
+				return n
+			}
+			return 1
+		}
+	}
+	return 1
+}
+
 func parseArrayRange(el string, maxArraySize int) (ArrayRange, error) {
 	if el == "" {
 		return ArrayRange{}, errors.New("empty element (two commas in a row?)")

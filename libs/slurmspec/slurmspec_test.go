@@ -343,6 +343,30 @@ func TestCPUsPerNode(t *testing.T) {
 	}
 }
 
+// TestArrayTaskStep: SLURM_ARRAY_TASK_STEP as Slurm 22.05 sets it, each
+// case checked there (sbatch -a SPEC --wrap 'echo $SLURM_ARRAY_TASK_STEP').
+func TestArrayTaskStep(t *testing.T) {
+	t.Parallel()
+	for spec, want := range map[string]int{
+		"1,3":          1, // evenly spaced, but no step written
+		"1,3,5":        1,
+		"2,4,8":        1,
+		"5":            1,
+		"1-3,7":        1,
+		"0-15:4":       4,
+		"0-6:3%1":      3,
+		"0-6:3,10":     3,
+		"0-6:3,9-15:5": 3, // the first step written
+		"10,0-6:3":     3,
+		"0-0:5":        5, // one task, step as written
+		"":             1,
+	} {
+		if got := ArrayTaskStep(spec); got != want {
+			t.Errorf("ArrayTaskStep(%q) = %d, want %d", spec, got, want)
+		}
+	}
+}
+
 func TestWithArrayLimit(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

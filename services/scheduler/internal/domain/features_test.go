@@ -764,6 +764,32 @@ func TestDependencies(t *testing.T) {
 	s.wantState(2, loomv1.JobState_RUNNING, "")
 }
 
+// TestArrayTaskStep: SLURM_ARRAY_TASK_STEP is the step the spec writes, as
+// Slurm 22.05 sets it (checked there): "1,3,5" is 1 though its indexes are
+// two apart, so a script that handles indexes ID..ID+STEP-1 handles each
+// once; "0-6:3,10" is 3.
+func TestArrayTaskStep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec string
+		want string
+	}{{"1,3,5", "1"}, {"0-6:3,10", "3"}, {"4", "1"}} {
+		h := newSpecHarness(t, Config{})
+		h.gpuNode("a3-0001", "b1")
+		c := h.submitJob(job(10, 1, 1, func(j *loomv1.Job) { j.Array = tc.spec; j.Command = nil; j.Script = "run" }))
+		h.wantState(10, loomv1.JobState_RUNNING, "")
+		var env map[string]string
+		for _, ss := range starts(c) {
+			if ss.GetJob() == jobName(10) {
+				env = ss.GetEnv()
+			}
+		}
+		if env["SLURM_ARRAY_TASK_STEP"] != tc.want {
+			t.Errorf("--array=%s: SLURM_ARRAY_TASK_STEP=%q, want %q (env %v)", tc.spec, env["SLURM_ARRAY_TASK_STEP"], tc.want, env)
+		}
+	}
+}
+
 func TestArrays(t *testing.T) {
 	t.Parallel()
 	h := newSpecHarness(t, Config{})

@@ -157,18 +157,8 @@ func (t *txn) arrayEnv(j *Job) map[string]string {
 		env["SLURM_ARRAY_TASK_COUNT"] = strconv.Itoa(len(a.Indexes))
 		env["SLURM_ARRAY_TASK_MIN"] = strconv.Itoa(int(a.Indexes[0]))
 		env["SLURM_ARRAY_TASK_MAX"] = strconv.Itoa(int(a.Indexes[len(a.Indexes)-1]))
-		if len(a.Indexes) > 1 {
-			step := a.Indexes[1] - a.Indexes[0]
-			for k := 2; k < len(a.Indexes); k++ {
-				if a.Indexes[k]-a.Indexes[k-1] != step {
-					step = 1
-					break
-				}
-			}
-			env["SLURM_ARRAY_TASK_STEP"] = strconv.Itoa(int(step))
-		} else {
-			env["SLURM_ARRAY_TASK_STEP"] = "1"
-		}
+		// The step written in the spec, as Slurm's (1,3,5 is 1, not 2).
+		env["SLURM_ARRAY_TASK_STEP"] = strconv.Itoa(slurmspec.ArrayTaskStep(spec.GetArray()))
 	}
 	return env
 }
