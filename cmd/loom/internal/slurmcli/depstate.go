@@ -42,9 +42,16 @@ func dependencyText(j *loomv1.Job, byID map[string]*loomv1.Job) string {
 			if mark == "" {
 				continue
 			}
+			// As Slurm prints it: a whole array is "20_*", a delay "+MIN".
 			name := dj.JobID
-			if dj.Task >= 0 {
+			switch {
+			case dj.Task >= 0:
 				name += "_" + strconv.Itoa(dj.Task)
+			case isArray(dj.JobID, byID):
+				name += "_*"
+			}
+			if dj.DelayMinutes > 0 {
+				name += "+" + strconv.Itoa(dj.DelayMinutes)
 			}
 			parts = append(parts, item.Type+":"+name+"("+mark+")")
 		}

@@ -12,6 +12,7 @@ func TestDependencyText(t *testing.T) {
 		"10": {JobId: "10", State: loomv1.JobState_RUNNING},
 		"11": {JobId: "11", State: loomv1.JobState_COMPLETED},
 		"12": {JobId: "12", State: loomv1.JobState_FAILED},
+		"13": {JobId: "13", State: loomv1.JobState_PENDING},
 		"20": {JobId: "20", ArrayJobId: "20", ArrayTaskId: 0, State: loomv1.JobState_COMPLETED},
 		"21": {JobId: "21", ArrayJobId: "20", ArrayTaskId: 1, State: loomv1.JobState_PENDING},
 	}
@@ -33,7 +34,11 @@ func TestDependencyText(t *testing.T) {
 		{pending("afternotok:11"), "afternotok:11(failed)"},
 		{pending("afterany:10:11"), "afterany:10(unfulfilled)"},
 		{pending("after:10"), "(null)"},
-		{pending("afterok:20"), "afterok:20(unfulfilled)"},
+		// A whole array is "A_*", as Slurm 22.05 shows it (checked there).
+		{pending("afterok:20"), "afterok:20_*(unfulfilled)"},
+		{pending("afterok:10:20"), "afterok:10(unfulfilled),afterok:20_*(unfulfilled)"},
+		// A delay is kept: Slurm shows "after:13+5(unfulfilled)".
+		{pending("after:13+5"), "after:13+5(unfulfilled)"},
 		{pending("afterok:20_0"), "(null)"},
 		{pending("afterok:10?afterok:12"), "afterok:10(unfulfilled)?afterok:12(failed)"},
 		{pending("singleton"), "singleton(unfulfilled)"},
@@ -42,9 +47,9 @@ func TestDependencyText(t *testing.T) {
 		{pending("afterburstbuffer:10"), "afterburstbuffer:10(unfulfilled)"},
 		// aftercorr: a task waits for its twin alone; one with none, for nothing.
 		{task(0, "aftercorr:20"), "(null)"},
-		{task(1, "aftercorr:20"), "aftercorr:20(unfulfilled)"},
+		{task(1, "aftercorr:20"), "aftercorr:20_*(unfulfilled)"},
 		{task(2, "aftercorr:20"), "(null)"},
-		{pending("aftercorr:20"), "aftercorr:20(unfulfilled)"},
+		{pending("aftercorr:20"), "aftercorr:20_*(unfulfilled)"},
 	}
 	for _, c := range cases {
 		if got := dependencyText(c.job, jobs); got != c.want {
