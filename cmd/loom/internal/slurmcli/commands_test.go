@@ -127,7 +127,7 @@ func TestSinfoOptions(t *testing.T) {
 		}
 	}
 	code, out, _ := run(t, fixture(), "sinfo", Env{}, "-l")
-	if code != 0 || !strings.HasPrefix(out, "Fri Jan  2 15:04:05 2026\nPARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST\n") {
+	if code != 0 || !strings.HasPrefix(out, "Fri Jan 02 15:04:05 2026\nPARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST\n") {
 		t.Errorf("sinfo -l: %q", out)
 	}
 	code, _, errOut := run(t, fixture(), "sinfo", Env{}, "-t", "sleepy")

@@ -19,7 +19,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"                14       gpu     held    alice PD       0:00      1 (JobHeldUser)\n" +
 				"                12       gpu    train    alice  R    1:02:03      2 gpu-[0001-0002]\n"},
 		{[]string{"squeue", "-l"},
-			"Fri Jan  2 15:04:05 2026\n" +
+			"Fri Jan 02 15:04:05 2026\n" +
 				"             JOBID PARTITION     NAME     USER    STATE       TIME TIME_LIMI  NODES NODELIST(REASON)\n" +
 				"        15_[1-3%2]     debug    sweep    alice  PENDING       0:00   1:00:00      1 (JobArrayTaskLimit)\n" +
 				"              15_0     debug    sweep    alice  RUNNING       0:30   1:00:00      1 gpu-0003\n" +

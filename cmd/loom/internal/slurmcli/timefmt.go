@@ -51,8 +51,10 @@ func formatDuration(secs int64) string {
 // timestampLayout is Slurm's default time format ("%FT%T").
 const timestampLayout = "2006-01-02T15:04:05"
 
-// ctimeLayout is ctime(3)'s format, which squeue -l and sinfo -l print first.
-const ctimeLayout = "Mon Jan _2 15:04:05 2006"
+// ctimeLayout is the time squeue -l and sinfo -l print first: ctime(3)'s
+// format but with the day of the month zero-padded, as Slurm 22.05 prints
+// it ("Sun Dec 06 19:48:04 2026", checked there; ctime's is "Dec  6").
+const ctimeLayout = "Mon Jan 02 15:04:05 2006"
 
 // formatTimestamp formats t as Slurm prints times, in loc.
 func formatTimestamp(t time.Time, loc *time.Location) string {
