@@ -20,15 +20,15 @@ func TestNodeIdentityCarriesItsCommandKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	const node = "clusters/c1/nodes/n1"
-	id, err := auth.IssueNodeIdentity(sk, node, "clusters/c1", "gpu", time.Now(), time.Hour)
+	id, err := auth.IssueNodeIdentity(sk, node, "clusters/c1", "gpu", "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := auth.CommandKey(seed, node)
+	want := auth.CommandKey(seed, node, "")
 	if len(want) != 32 || !bytes.Equal(id.CommandKey, want) {
 		t.Fatalf("identity's command key %x, want %x", id.CommandKey, want)
 	}
-	if bytes.Equal(want, auth.CommandKey(seed, "clusters/c1/nodes/n2")) || bytes.Equal(want, auth.DeriveKey(seed, auth.PurposeBootstrap)) {
+	if bytes.Equal(want, auth.CommandKey(seed, "clusters/c1/nodes/n2", "")) || bytes.Equal(want, auth.DeriveKey(seed, auth.PurposeBootstrap)) {
 		t.Fatal("command keys are not per node and per purpose")
 	}
 	path := filepath.Join(t.TempDir(), "identity.json")

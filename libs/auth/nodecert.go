@@ -25,6 +25,11 @@ type NodeCert struct {
 	Pool      string    `json:"pool"`
 	PublicKey []byte    `json:"pub"`
 	NotAfter  time.Time `json:"exp"`
+	// Reg is the registration the identity belongs to (NewRegistration;
+	// kept through renewals): whose command key (CommandKey) the node
+	// holds. Empty in certificates issued before registrations were
+	// certified.
+	Reg string `json:"reg,omitempty"`
 }
 
 // certWire is a certificate on the wire: the JSON body and the signature

@@ -24,6 +24,9 @@ type NodeIdentity struct {
 	CommandKey          []byte
 	AccessToken         string
 	NotAfter            time.Time
+	// Registration is the registration the identity belongs to (its
+	// certificate's Reg), whose command key CommandKey is.
+	Registration string
 }
 
 // identityFile is a NodeIdentity on disk.
@@ -41,22 +44,24 @@ type identityFile struct {
 
 // IssueNodeIdentity makes a node identity without a gateway: a fresh key
 // and a certificate signed with the services' key, valid for ttl from now,
-// with the node's command key (derived from the key's seed, the services'
-// secret).
+// with the command key of registration reg (derived from the key's seed,
+// the services' secret): the provisioner makes a new one (NewRegistration)
+// for each launch of an agent; "" issues one of no registration.
 // The provisioner uses it for the agents it runs on its own machine (the
 // local provider), which share its trust boundary.
-func IssueNodeIdentity(serviceKey ed25519.PrivateKey, node, cluster, pool string, now time.Time, ttl time.Duration) (*NodeIdentity, error) {
+func IssueNodeIdentity(serviceKey ed25519.PrivateKey, node, cluster, pool, reg string, now time.Time, ttl time.Duration) (*NodeIdentity, error) {
 	pub, priv, err := ed25519.GenerateKey(nil)
 	if err != nil {
 		return nil, err
 	}
 	exp := now.Add(ttl)
-	cert, err := SignNodeCert(serviceKey, NodeCert{Node: node, Cluster: cluster, Pool: pool, PublicKey: pub, NotAfter: exp})
+	cert, err := SignNodeCert(serviceKey, NodeCert{Node: node, Cluster: cluster, Pool: pool, PublicKey: pub, NotAfter: exp, Reg: reg})
 	if err != nil {
 		return nil, err
 	}
 	return &NodeIdentity{Node: node, Cluster: cluster, Pool: pool, Key: priv, Cert: cert,
-		ServicePublicKey: serviceKey.Public().(ed25519.PublicKey), CommandKey: CommandKey(serviceKey.Seed(), node), NotAfter: exp}, nil
+		ServicePublicKey: serviceKey.Public().(ed25519.PublicKey), CommandKey: CommandKey(serviceKey.Seed(), node, reg), NotAfter: exp,
+		Registration: reg}, nil
 }
 
 // WriteNodeIdentity writes id to path, mode 0600 (its directory 0700 if
@@ -114,5 +119,21 @@ func LoadNodeIdentity(path string) (*NodeIdentity, error) {
 		return nil, fmt.Errorf("node identity %s: incomplete (node, seed, certificate and service public key are required)", path)
 	}
 	return &NodeIdentity{Node: f.Node, Cluster: f.Cluster, Pool: f.Pool, Key: ed25519.NewKeyFromSeed(f.Seed), Cert: f.Cert,
-		ServicePublicKey: f.ServicePublicKey, CommandKey: f.CommandKey, AccessToken: f.AccessToken, NotAfter: f.NotAfter}, nil
+		ServicePublicKey: f.ServicePublicKey, CommandKey: f.CommandKey, AccessToken: f.AccessToken, NotAfter: f.NotAfter,
+		Registration: CertRegistration(f.Cert)}, nil
+}
+
+// CertRegistration is the registration a node certificate names (its Reg),
+// read without checking its signature: for a node reading its own
+// certificate. "" when it names none or does not parse.
+func CertRegistration(raw []byte) string {
+	var w certWire
+	if len(raw) > MaxCertBytes || json.Unmarshal(raw, &w) != nil {
+		return ""
+	}
+	var c NodeCert
+	if json.Unmarshal(w.Body, &c) != nil {
+		return ""
+	}
+	return c.Reg
 }

@@ -73,6 +73,10 @@ type Event struct {
 	// "services/<name>" or "nodes/<node>"; "" when the record was decoded
 	// without verification. It is never read from a header unchecked.
 	Signer string
+	// SignerRegistration is a node signer's registration, from its verified
+	// certificate (auth.NodeCert.Reg); "" for a service, a certificate that
+	// names none, or a record decoded without verification.
+	SignerRegistration string
 	// Topic is the Kafka topic the event is (or was) written to.
 	Topic string
 	// Key is the Kafka record key: the entity whose order matters.

@@ -42,7 +42,7 @@ func seal(t *testing.T, key []byte, m proto.Message) proto.Message {
 
 func TestSealCommandRoundTrip(t *testing.T) {
 	t.Parallel()
-	key := auth.CommandKey(sealSecret, sealNode)
+	key := auth.CommandKey(sealSecret, sealNode, "")
 	for _, m := range []proto.Message{startStep(), launchTasks(), &eventsv1.StartStep{Job: "j", Node: sealNode}} {
 		orig := proto.Clone(m)
 		sealed := seal(t, key, m)
@@ -77,7 +77,7 @@ func TestSealCommandRoundTrip(t *testing.T) {
 
 func TestOpenCommandRefuses(t *testing.T) {
 	t.Parallel()
-	key := auth.CommandKey(sealSecret, sealNode)
+	key := auth.CommandKey(sealSecret, sealNode, "")
 	sealed := seal(t, key, startStep()).(*eventsv1.StartStep)
 	sealedTasks := seal(t, key, launchTasks()).(*eventsv1.LaunchTasks)
 	mod := func(f func(s *eventsv1.StartStep)) proto.Message {
@@ -91,8 +91,8 @@ func TestOpenCommandRefuses(t *testing.T) {
 		cmd    proto.Message
 		reason string
 	}{
-		{"another node's key", auth.CommandKey(sealSecret, otherNode), sealed, envelope.ReasonBadSeal},
-		{"another services' secret", auth.CommandKey(bytes.Repeat([]byte{8}, 32), sealNode), sealed, envelope.ReasonBadSeal},
+		{"another node's key", auth.CommandKey(sealSecret, otherNode, ""), sealed, envelope.ReasonBadSeal},
+		{"another services' secret", auth.CommandKey(bytes.Repeat([]byte{8}, 32), sealNode, ""), sealed, envelope.ReasonBadSeal},
 		{"moved to another node's command", key, mod(func(s *eventsv1.StartStep) { s.Node = otherNode }), envelope.ReasonBadSeal},
 		{"moved to another attempt", key, mod(func(s *eventsv1.StartStep) { s.Attempt++ }), envelope.ReasonBadSeal},
 		{"moved to another job", key, mod(func(s *eventsv1.StartStep) { s.Job = "projects/p/jobs/2" }), envelope.ReasonBadSeal},
@@ -122,7 +122,7 @@ func TestOpenCommandRefuses(t *testing.T) {
 
 func TestSealCommandPassesOthers(t *testing.T) {
 	t.Parallel()
-	key := auth.CommandKey(sealSecret, sealNode)
+	key := auth.CommandKey(sealSecret, sealNode, "")
 	stop := &eventsv1.StopStep{Job: "j", Node: sealNode}
 	if got, err := envelope.SealCommand(key, stop); err != nil || got != proto.Message(stop) {
 		t.Fatalf("SealCommand(StopStep) = %v, %v; want it as is", got, err)
@@ -141,7 +141,7 @@ func TestSealCommandPassesOthers(t *testing.T) {
 	if bytes.Equal(a.Sealed, b.Sealed) {
 		t.Fatal("two seals of one command are equal: the nonce is not fresh")
 	}
-	if bytes.Equal(auth.CommandKey(sealSecret, sealNode), auth.CommandKey(sealSecret, otherNode)) {
+	if bytes.Equal(auth.CommandKey(sealSecret, sealNode, ""), auth.CommandKey(sealSecret, otherNode, "")) {
 		t.Fatal("two nodes share a command key")
 	}
 }
@@ -150,7 +150,7 @@ func TestSealCommandPassesOthers(t *testing.T) {
 // to, OpenCommand neither panics nor opens anything but a blob sealed for
 // exactly that command, into exactly what was sealed.
 func FuzzOpenCommand(f *testing.F) {
-	key := auth.CommandKey(sealSecret, sealNode)
+	key := auth.CommandKey(sealSecret, sealNode, "")
 	good, err := envelope.SealCommand(key, startStep())
 	if err != nil {
 		f.Fatal(err)
@@ -185,7 +185,7 @@ func BenchmarkSealCommand(b *testing.B) {
 		cmd.Env[fmt.Sprintf("SLURM_VAR_%d", i)] = "some value of a usual length"
 	}
 	for b.Loop() {
-		if _, err := envelope.SealCommand(auth.CommandKey(sealSecret, sealNode), cmd); err != nil {
+		if _, err := envelope.SealCommand(auth.CommandKey(sealSecret, sealNode, ""), cmd); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -197,7 +197,7 @@ func BenchmarkOpenCommand(b *testing.B) {
 	for i := 0; i < 20; i++ {
 		cmd.Env[fmt.Sprintf("SLURM_VAR_%d", i)] = "some value of a usual length"
 	}
-	key := auth.CommandKey(sealSecret, sealNode)
+	key := auth.CommandKey(sealSecret, sealNode, "")
 	sealed, err := envelope.SealCommand(key, cmd)
 	if err != nil {
 		b.Fatal(err)

@@ -220,8 +220,9 @@ func (f signedFields) canonical(topic string, key, value []byte) []byte {
 type Identity struct {
 	// Name is "services/<name>" or "nodes/<node>".
 	Name string
-	// Node, Cluster and Pool are a node signer's, from its certificate.
-	Node, Cluster, Pool string
+	// Node, Cluster and Pool are a node signer's, from its certificate;
+	// Reg its registration (auth.NodeCert.Reg).
+	Node, Cluster, Pool, Reg string
 }
 
 // IsService reports whether the signer is a service.
@@ -335,7 +336,7 @@ func (v *Verifier) Verify(m kafka.Message) (Identity, error) {
 		if auth.NodeName(c.Node) != f.signer {
 			return Identity{}, reject(ReasonWrongNode, "signer %s carries the certificate of %s", f.signer, auth.NodeName(c.Node))
 		}
-		id.Node, id.Cluster, id.Pool = c.Node, c.Cluster, c.Pool
+		id.Node, id.Cluster, id.Pool, id.Reg = c.Node, c.Cluster, c.Pool, c.Reg
 		key = c.PublicKey
 	default:
 		return Identity{}, reject(ReasonUnknownSigner, "signer %q is neither services/<name> nor nodes/<node>", truncate(f.signer))
@@ -411,7 +412,7 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 		}
 	}
 	e, err := r.Decode(m)
-	e.Signer = id.Name
+	e.Signer, e.SignerRegistration = id.Name, id.Reg
 	if err != nil {
 		return e, err
 	}

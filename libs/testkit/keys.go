@@ -96,7 +96,7 @@ func ServiceCredentials() grpc.DialOption {
 // closed when the test ends.
 func NodeProducer(t testing.TB, broker, node, cluster, pool string) *bus.Producer {
 	t.Helper()
-	id, err := auth.IssueNodeIdentity(ServiceKey(), node, cluster, pool, time.Now(), time.Hour)
+	id, err := auth.IssueNodeIdentity(ServiceKey(), node, cluster, pool, "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func newEnv(t *testing.T) *env {
 // test's services' key signed (testkit.Publish).
 func giveIdentity(t testing.TB, work, node string) {
 	t.Helper()
-	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", time.Now(), time.Hour)
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func publish(t *testing.T, broker string, evs ...envelope.Event) {
 	msgs := make([]kafka.Message, 0, len(evs))
 	for _, ev := range evs {
 		if envelope.IsSealable(ev.Payload) && !envelope.IsSealed(ev.Payload) {
-			sealed, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), commandNode(ev)), ev.Payload)
+			sealed, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), commandNode(ev), commandRegistration(ev)), ev.Payload)
 			if err != nil {
 				t.Fatal(err)
 			}

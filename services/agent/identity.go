@@ -173,7 +173,7 @@ func (id *identity) adopt(resp *loomv1.NodeIdentity, priv ed25519.PrivateKey) er
 	}
 	cur := &auth.NodeIdentity{Node: id.node, Cluster: resp.GetCluster(), Pool: resp.GetPool(), Key: priv, Cert: resp.GetCertificate(),
 		ServicePublicKey: resp.GetServicePublicKey(), CommandKey: resp.GetCommandKey(), AccessToken: resp.GetAccessToken(),
-		NotAfter: resp.GetExpireTime().AsTime()}
+		NotAfter: resp.GetExpireTime().AsTime(), Registration: auth.CertRegistration(resp.GetCertificate())}
 	if len(cur.ServicePublicKey) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: the gateway's identity has no service public key", errPermanent)
 	}

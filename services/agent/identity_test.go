@@ -97,7 +97,7 @@ func (s *authServer) identity(node, pool string, pub []byte) (*loomv1.NodeIdenti
 	}
 	return &loomv1.NodeIdentity{Node: node, Cluster: cluster, Pool: pool, AccessToken: tok, Certificate: cert,
 		ExpireTime: timestamppb.New(exp), ServicePublicKey: s.key.Public().(ed25519.PublicKey),
-		CommandKey: auth.CommandKey(testkit.ServiceSecret(), node)}, nil
+		CommandKey: auth.CommandKey(testkit.ServiceSecret(), node, "")}, nil
 }
 
 func (s *authServer) RegisterNode(_ context.Context, req *loomv1.RegisterNodeRequest) (*loomv1.NodeIdentity, error) {
@@ -238,7 +238,7 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(e.work, IdentityFile)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("identity file: %v, %v; want mode 0600", st, err)
 	}
-	if id, err := auth.LoadNodeIdentity(filepath.Join(e.work, IdentityFile)); err != nil || !bytes.Equal(id.CommandKey, auth.CommandKey(testkit.ServiceSecret(), node)) {
+	if id, err := auth.LoadNodeIdentity(filepath.Join(e.work, IdentityFile)); err != nil || !bytes.Equal(id.CommandKey, auth.CommandKey(testkit.ServiceSecret(), node, "")) {
 		t.Errorf("identity file's command key: %v, %v; want the node's", id, err)
 	}
 }

@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	"github.com/loom-ml/loom/services/agent/internal/app"
 )
 
 // openCommands puts the opening of sealed step commands in front of h, the
@@ -31,6 +33,12 @@ func openCommands(node string, id *identity, log *slog.Logger, h bus.Handler) bu
 		}
 		return id.current().CommandKey
 	}
+	registration := func() string {
+		if id == nil {
+			return ""
+		}
+		return id.current().Registration
+	}
 	if len(key()) == 0 {
 		log.Warn("this agent has no command key (it runs without a node identity from the gateway, or with one issued before command keys): "+
 			"step commands sealed for this node will be refused and dead-lettered, not run", "node", node)
@@ -47,6 +55,17 @@ func openCommands(node string, id *identity, log *slog.Logger, h bus.Handler) bu
 			log.Error("refusing a step command that is not sealed: dead-lettered, not run",
 				"node", node, "id", ev.ID, "type", ev.Type, "signer", ev.Signer, "reason", envelope.ReasonUnsealed)
 			return bus.Permanent(err)
+		}
+		if want, own := commandRegistration(ev), registration(); id != nil && want != own {
+			// Sealed for another registration of this node: the scheduler
+			// sealed it before it learnt this one (or for the node's
+			// earlier image). This agent cannot open it, and does not try;
+			// the app records it LOST so that its job does not wait on it.
+			why := fmt.Sprintf("sealed for registration %q of %s, and this agent is of registration %q (the node registered again): not run",
+				want, node, own)
+			log.Warn("a step command sealed for another registration of this node: reported lost, not run",
+				"node", node, "id", ev.ID, "type", ev.Type, "sealed_for", want, "registration", own)
+			return h(app.WithUnopened(ctx, why), ev)
 		}
 		opened, err := envelope.OpenCommand(key(), ev.Payload)
 		if err != nil {
@@ -66,6 +85,18 @@ func commandNode(ev envelope.Event) string {
 		return p.GetNode()
 	case *eventsv1.LaunchTasks:
 		return p.GetNode()
+	}
+	return ""
+}
+
+// commandRegistration is the registration a sealable step command was
+// sealed for (StartStep.registration).
+func commandRegistration(ev envelope.Event) string {
+	switch p := ev.Payload.(type) {
+	case *eventsv1.StartStep:
+		return p.GetRegistration()
+	case *eventsv1.LaunchTasks:
+		return p.GetRegistration()
 	}
 	return ""
 }

@@ -29,7 +29,7 @@ const otherNode = cluster + "/nodes/gpu-0002"
 // sealFor seals cmd with node's command key, as the scheduler does.
 func sealFor(t *testing.T, node string, cmd *eventsv1.StartStep) *eventsv1.StartStep {
 	t.Helper()
-	s, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node), cmd)
+	s, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node, ""), cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestSealedStartStepIsForItsNodeOnly(t *testing.T) {
 	tasksOut := filepath.Join(e.shared, ".loom", "steps", "85.0")
 	tasks := launch("85", 0, 0, 1, tasksOut, "sh", "-c", `printf %s "$DB_PASSWORD" # the-script-85`)
 	tasks.Env["DB_PASSWORD"] = secret
-	sealedTasks, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node), tasks)
+	sealedTasks, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node, ""), tasks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestSealedStartStepIsForItsNodeOnly(t *testing.T) {
 		records = append(records, partitionRecords(t, e.broker, topics.StepCommands, p)...)
 	}
 	starts := 0
-	otherKey := auth.CommandKey(testkit.ServiceSecret(), otherNode)
+	otherKey := auth.CommandKey(testkit.ServiceSecret(), otherNode, "")
 	for _, m := range records {
 		for _, plain := range []string{secret, "DB_PASSWORD", "the-script-"} {
 			if bytes.Contains(m.Value, []byte(plain)) {
@@ -319,4 +319,51 @@ func randBytes(t *testing.T, n int) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The agent of a node that registered again (its machine reimaged, a new
+// identity) runs the step commands sealed for its own registration, and
+// none sealed for the node's earlier registration, which its command key
+// does not open: such a start (sealed before the scheduler learnt the new
+// registration, or for the image before) is reported LOST at once, so that
+// the scheduler requeues its job rather than waiting on a start that never
+// comes, and it is not run.
+func TestStartStepSealedForAnEarlierRegistrationIsLostNotRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	now := time.Now()
+	before, after := auth.NewRegistration(now.Add(-time.Hour), "boot-1"), auth.NewRegistration(now, "boot-2")
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", after, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.WriteNodeIdentity(filepath.Join(e.work, IdentityFile), id); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	marker := func(job string) string { return filepath.Join(e.shared, "ran-"+job) }
+	step := func(job, reg string) *eventsv1.StartStep {
+		s := startStep(job, "touch "+marker(job), map[string]string{"DB_PASSWORD": "pw"}, filepath.Join(e.shared, job+".out"))
+		s.Registration = reg
+		return s
+	}
+	old, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node, before), step("91", before))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.broker, command(old.(*eventsv1.StartStep)), command(step("90", after)))
+
+	if st := waitStep(t, e.broker, "90", eventsv1.StepState_STEP_EXITED); st.GetExitCode() != 0 {
+		t.Fatalf("the step sealed for this registration exited %d", st.GetExitCode())
+	}
+	if _, err := os.Stat(marker("90")); err != nil {
+		t.Fatalf("the step sealed for this registration did not run: %v", err)
+	}
+	lost := waitStep(t, e.broker, "91", eventsv1.StepState_STEP_LOST)
+	if !strings.Contains(lost.GetMessage(), "registered again") || !strings.Contains(lost.GetMessage(), before) {
+		t.Fatalf("lost step's message %q, want it to name the registration it was sealed for", lost.GetMessage())
+	}
+	if _, err := os.Stat(marker("91")); err == nil {
+		t.Fatal("the step sealed for the earlier registration ran")
+	}
 }

@@ -535,9 +535,13 @@ func TestAuthNodesAndWorkloads(t *testing.T) {
 	if err != nil || cert.Node != "gpu-0001" || !ed25519.PublicKey(cert.PublicKey).Equal(pub) {
 		t.Fatalf("certificate: %+v %v", cert, err)
 	}
-	// The node's command key opens what is sealed for that node alone.
-	if want := auth.CommandKey(testkit.ServiceSecret(), "gpu-0001"); !bytes.Equal(id.GetCommandKey(), want) {
-		t.Fatalf("register: command key %x, want the node's %x", id.GetCommandKey(), want)
+	// The node's command key opens what is sealed for that node's
+	// registration alone: the certificate names the registration, made now.
+	if !auth.RegisteredAt(cert.Reg).Equal(clock.Now()) {
+		t.Fatalf("certificate registration %q, want one made at %s", cert.Reg, clock.Now())
+	}
+	if want := auth.CommandKey(testkit.ServiceSecret(), "gpu-0001", cert.Reg); !bytes.Equal(id.GetCommandKey(), want) {
+		t.Fatalf("register: command key %x, want the registration's %x", id.GetCommandKey(), want)
 	}
 	_, err = anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: boot, PublicKey: pub})
 	wantAuthCode(t, "bootstrap token twice", err, codes.Unauthenticated, "already used")
@@ -554,8 +558,9 @@ func TestAuthNodesAndWorkloads(t *testing.T) {
 	if err != nil || !renewed.GetExpireTime().AsTime().After(id.GetExpireTime().AsTime()) {
 		t.Fatalf("renew: %v %v", renewed, err)
 	}
-	if !bytes.Equal(renewed.GetCommandKey(), id.GetCommandKey()) {
-		t.Fatalf("renew: command key %x, want the node's %x", renewed.GetCommandKey(), id.GetCommandKey())
+	if !bytes.Equal(renewed.GetCommandKey(), id.GetCommandKey()) || auth.CertRegistration(renewed.GetCertificate()) != cert.Reg {
+		t.Fatalf("renew: command key %x of registration %q, want the node's %x of %q", renewed.GetCommandKey(),
+			auth.CertRegistration(renewed.GetCertificate()), id.GetCommandKey(), cert.Reg)
 	}
 	clock.Advance(auth.DefaultNodeIdentityLifetime/3 + time.Second)
 	_, err = node.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
@@ -612,9 +617,30 @@ func TestAuthNodeRegisteredAgainEndsTheOldIdentity(t *testing.T) {
 		t.Fatalf("first identity: %v", err)
 	}
 	// The machine is reimaged; its new agent registers.
+	clock.Advance(time.Second)
 	after := register()
+	// Its registration is a new one, the later, with a command key of its
+	// own: what the old image kept opens nothing sealed for the new one.
+	oldReg, newReg := auth.CertRegistration(before.GetCertificate()), auth.CertRegistration(after.GetCertificate())
+	if oldReg == "" || !auth.SupersedesRegistration(newReg, oldReg) || auth.SupersedesRegistration(oldReg, newReg) {
+		t.Fatalf("registrations %q then %q: want the second to supersede the first, never the other way", oldReg, newReg)
+	}
+	if want := auth.CommandKey(testkit.ServiceSecret(), "gpu-0001", newReg); !bytes.Equal(after.GetCommandKey(), want) {
+		t.Fatalf("new registration's command key %x, want %x", after.GetCommandKey(), want)
+	}
+	sealed, err := envelope.SealCommand(after.GetCommandKey(), &eventsv1.StartStep{Job: "projects/p/jobs/1", Attempt: 1,
+		Node: "gpu-0001", Registration: newReg, Script: "echo secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envelope.OpenCommand(before.GetCommandKey(), sealed); envelope.ReasonOf(err) != envelope.ReasonBadSeal {
+		t.Fatalf("the old image's command key on a command sealed for the new registration: %v, want %s", err, envelope.ReasonBadSeal)
+	}
+	if opened, err := envelope.OpenCommand(after.GetCommandKey(), sealed); err != nil || opened.(*eventsv1.StartStep).GetScript() != "echo secret" {
+		t.Fatalf("the new registration's key: %v, %v", opened, err)
+	}
 	// Renewing the old identity is refused at once, cache or not.
-	_, err := old.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	_, err = old.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
 	wantAuthCode(t, "the old identity renews", err, codes.Unauthenticated, "registered again")
 	// Using it is refused once this instance's cache of it has expired.
 	clock.Advance(authn.DefaultKeyCacheTTL + time.Second)

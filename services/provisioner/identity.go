@@ -45,7 +45,11 @@ func agentCredentials(base *service.Base, mode string) func(provider.Node) ([]st
 		}
 		path := filepath.Join(n.WorkDir, agentIdentityFile)
 		if mode == AgentIdentityDirect {
-			id, err := auth.IssueNodeIdentity(base.ServiceKey, n.Name, n.Cluster, n.Pool, time.Now(), DirectIdentityLifetime)
+			// A registration of its own for each launch, as the gateway
+			// makes for each bootstrap: the scheduler seals to it once the
+			// agent's registration names it.
+			now := time.Now()
+			id, err := auth.IssueNodeIdentity(base.ServiceKey, n.Name, n.Cluster, n.Pool, auth.NewRegistration(now, ""), now, DirectIdentityLifetime)
 			if err != nil {
 				return nil, err
 			}

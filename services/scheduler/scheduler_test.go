@@ -153,7 +153,7 @@ func startSteps(t *testing.T, broker string, id int) []envelope.Event {
 			if len(s.GetSealed()) == 0 || s.GetEnv() != nil {
 				t.Fatalf("StartStep for %s is not sealed: %v", s.GetNode(), s)
 			}
-			opened, err := envelope.OpenCommand(auth.CommandKey(testkit.ServiceSecret(), s.GetNode()), s)
+			opened, err := envelope.OpenCommand(auth.CommandKey(testkit.ServiceSecret(), s.GetNode(), s.GetRegistration()), s)
 			if err != nil {
 				t.Fatalf("open the StartStep for %s: %v", s.GetNode(), err)
 			}

@@ -1901,7 +1901,13 @@ type Node struct {
 	DrainDeadline  *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=drain_deadline,json=drainDeadline,proto3" json:"drain_deadline,omitempty"`
 	LaunchAttempts int32                  `protobuf:"varint,18,opt,name=launch_attempts,json=launchAttempts,proto3" json:"launch_attempts,omitempty"`
 	// role is "compute" or "login".
-	Role          string `protobuf:"bytes,19,opt,name=role,proto3" json:"role,omitempty"`
+	Role string `protobuf:"bytes,19,opt,name=role,proto3" json:"role,omitempty"`
+	// registration names the node's current registration: that of the
+	// identity its agent signed its latest registration with, the latest
+	// made (registrations order by when the gateway made them). The
+	// scheduler seals the node's step commands with that registration's
+	// command key, which a reimaged node's earlier image does not hold.
+	Registration  string `protobuf:"bytes,20,opt,name=registration,proto3" json:"registration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2065,6 +2071,13 @@ func (x *Node) GetLaunchAttempts() int32 {
 func (x *Node) GetRole() string {
 	if x != nil {
 		return x.Role
+	}
+	return ""
+}
+
+func (x *Node) GetRegistration() string {
+	if x != nil {
+		return x.Registration
 	}
 	return ""
 }
@@ -4724,7 +4737,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"slurm_conf\x18\x01 \x01(\tR\tslurmConf\x12\x1b\n" +
 	"\tgres_conf\x18\x02 \x01(\tR\bgresConf\x12#\n" +
-	"\rtopology_conf\x18\x03 \x01(\tR\ftopologyConf\"\xd8\x06\n" +
+	"\rtopology_conf\x18\x03 \x01(\tR\ftopologyConf\"\xfc\x06\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1b\n" +
@@ -4747,7 +4760,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"nextAction\x12A\n" +
 	"\x0edrain_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\rdrainDeadline\x12'\n" +
 	"\x0flaunch_attempts\x18\x12 \x01(\x05R\x0elaunchAttempts\x12\x12\n" +
-	"\x04role\x18\x13 \x01(\tR\x04role\"\x9a\x01\n" +
+	"\x04role\x18\x13 \x01(\tR\x04role\x12\"\n" +
+	"\fregistration\x18\x14 \x01(\tR\fregistration\"\x9a\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +

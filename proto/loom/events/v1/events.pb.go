@@ -995,7 +995,11 @@ type AgentRegistered struct {
 	// reimage), not when only the agent does: steps outlive an agent restart.
 	HostBootId string `protobuf:"bytes,9,opt,name=host_boot_id,json=hostBootId,proto3" json:"host_boot_id,omitempty"`
 	// adopted counts the steps a restarted agent found still running and kept.
-	AdoptedSteps  int32 `protobuf:"varint,10,opt,name=adopted_steps,json=adoptedSteps,proto3" json:"adopted_steps,omitempty"`
+	AdoptedSteps int32 `protobuf:"varint,10,opt,name=adopted_steps,json=adoptedSteps,proto3" json:"adopted_steps,omitempty"`
+	// registration is the registration of the identity that signed this
+	// record (its certificate's, auth.NodeCert.Reg). The consumer sets it
+	// from the verified certificate; what the agent writes here is ignored.
+	Registration  string `protobuf:"bytes,11,opt,name=registration,proto3" json:"registration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1098,6 +1102,13 @@ func (x *AgentRegistered) GetAdoptedSteps() int32 {
 		return x.AdoptedSteps
 	}
 	return 0
+}
+
+func (x *AgentRegistered) GetRegistration() string {
+	if x != nil {
+		return x.Registration
+	}
+	return ""
 }
 
 // Heartbeat says the agent is alive.
@@ -2439,6 +2450,12 @@ type StartStep struct {
 	// empty. The associated data binds the node, job and attempt, so a blob
 	// cannot be moved into another node's or attempt's command.
 	Sealed []byte `protobuf:"bytes,17,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// registration is the node's registration (its agent's identity's, as
+	// the provisioner last learnt it: loom.v1.Node.registration) whose
+	// command key sealed this command (auth.CommandKey); "" for a node with
+	// none known. An agent of another registration cannot open it and
+	// reports the step lost, so the job is requeued, not left waiting.
+	Registration string `protobuf:"bytes,22,opt,name=registration,proto3" json:"registration,omitempty"`
 	// mem_limit_bytes is the memory the job holds on this node (--mem, or
 	// --mem-per-cpu times its CPUs here): the agent kills a step whose
 	// processes' memory, sampled (their proportional set size: resident
@@ -2602,6 +2619,13 @@ func (x *StartStep) GetSealed() []byte {
 		return x.Sealed
 	}
 	return nil
+}
+
+func (x *StartStep) GetRegistration() string {
+	if x != nil {
+		return x.Registration
+	}
+	return ""
 }
 
 func (x *StartStep) GetMemLimitBytes() int64 {
@@ -2806,6 +2830,8 @@ type LaunchTasks struct {
 	// node's command key, as StartStep.sealed (bound to node, job, attempt
 	// and step).
 	Sealed []byte `protobuf:"bytes,15,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// registration: as StartStep.registration.
+	Registration string `protobuf:"bytes,22,opt,name=registration,proto3" json:"registration,omitempty"`
 	// mem_limit_bytes is the memory the job holds on this node, which these
 	// tasks together may not pass (as StartStep.mem_limit_bytes). 0: no limit.
 	MemLimitBytes int64 `protobuf:"varint,16,opt,name=mem_limit_bytes,json=memLimitBytes,proto3" json:"mem_limit_bytes,omitempty"`
@@ -2959,6 +2985,13 @@ func (x *LaunchTasks) GetSealed() []byte {
 		return x.Sealed
 	}
 	return nil
+}
+
+func (x *LaunchTasks) GetRegistration() string {
+	if x != nil {
+		return x.Registration
+	}
+	return ""
 }
 
 func (x *LaunchTasks) GetMemLimitBytes() int64 {
@@ -5694,7 +5727,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12\x0e\n" +
 	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12 \n" +
-	"\vreplacement\x18\a \x01(\tR\vreplacement\"\xa7\x02\n" +
+	"\vreplacement\x18\a \x01(\tR\vreplacement\"\xcb\x02\n" +
 	"\x0fAgentRegistered\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1a\n" +
@@ -5708,7 +5741,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\fhost_boot_id\x18\t \x01(\tR\n" +
 	"hostBootId\x12#\n" +
 	"\radopted_steps\x18\n" +
-	" \x01(\x05R\fadoptedSteps\"\xa7\x01\n" +
+	" \x01(\x05R\fadoptedSteps\x12\"\n" +
+	"\fregistration\x18\v \x01(\tR\fregistration\"\xa7\x01\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x17\n" +
@@ -5842,7 +5876,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x10SlurmNodeChanged\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\"\xe8\x04\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"\x8c\x05\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5864,7 +5898,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"error_path\x18\x0e \x01(\tR\terrorPath\x12#\n" +
 	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x12\x12\n" +
 	"\x04user\x18\x10 \x01(\tR\x04user\x12\x16\n" +
-	"\x06sealed\x18\x11 \x01(\fR\x06sealed\x12&\n" +
+	"\x06sealed\x18\x11 \x01(\fR\x06sealed\x12\"\n" +
+	"\fregistration\x18\x16 \x01(\tR\fregistration\x12&\n" +
 	"\x0fmem_limit_bytes\x18\x12 \x01(\x03R\rmemLimitBytes\x12\x1b\n" +
 	"\tmodel_dir\x18\x13 \x01(\tR\bmodelDir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
@@ -5883,7 +5918,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\x87\x05\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xab\x05\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5904,7 +5939,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"output_dir\x18\r \x01(\tR\toutputDir\x12\x12\n" +
 	"\x04user\x18\x0e \x01(\tR\x04user\x12\x16\n" +
-	"\x06sealed\x18\x0f \x01(\fR\x06sealed\x12&\n" +
+	"\x06sealed\x18\x0f \x01(\fR\x06sealed\x12\"\n" +
+	"\fregistration\x18\x16 \x01(\tR\fregistration\x12&\n" +
 	"\x0fmem_limit_bytes\x18\x10 \x01(\x03R\rmemLimitBytes\x12\x14\n" +
 	"\x05input\x18\x11 \x01(\tR\x05input\x12\x10\n" +
 	"\x03pty\x18\x12 \x01(\bR\x03pty\x12\x19\n" +

@@ -841,6 +841,12 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	}
 	defer unlock()
 	rec, skip := domain.Start(a.opts.Self, existing, a.highestAttempt(cmd.GetJob()), cmd, a.opts.Now())
+	if why := unopened(ctx); why != "" && skip == "" && !rec.Phase.Terminal() {
+		// Sealed for another registration of this node: it cannot run
+		// here, and the scheduler hears so at once (LOST: the node's, not
+		// the job's), rather than waiting on a start that never comes.
+		rec.Phase, rec.Message, rec.Ended = domain.Lost, why, a.opts.Now()
+	}
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {
 			a.log.Info("not starting step", "step", key, "event", id, "why", skip)
@@ -1621,4 +1627,21 @@ func (a *App) Heartbeats(ctx context.Context) error {
 		case <-t.Chan():
 		}
 	}
+}
+
+type unopenedKey struct{}
+
+// WithUnopened marks ctx as carrying a StartStep or LaunchTasks for this
+// node that is sealed for another registration of it (one the node had
+// before it registered again, or one the scheduler has not learnt yet): its
+// confidential fields cannot be opened here, and why says so. The app records
+// the step (the tasks) LOST with why, and reports it, so that its job is
+// requeued (its srun step ended) instead of waiting on it.
+func WithUnopened(ctx context.Context, why string) context.Context {
+	return context.WithValue(ctx, unopenedKey{}, why)
+}
+
+func unopened(ctx context.Context) string {
+	why, _ := ctx.Value(unopenedKey{}).(string)
+	return why
 }

@@ -93,7 +93,7 @@ var testServiceKey = func() ed25519.PrivateKey {
 // nodeIdentity is node i's identity in cluster cl, issued with key.
 func nodeIdentity(t *testing.T, key ed25519.PrivateKey, cl string, i int) *auth.NodeIdentity {
 	t.Helper()
-	id, err := auth.IssueNodeIdentity(key, fmt.Sprintf("%s/nodes/n%d", cl, i), cl, "gpu", time.Now(), time.Hour)
+	id, err := auth.IssueNodeIdentity(key, fmt.Sprintf("%s/nodes/n%d", cl, i), cl, "gpu", "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

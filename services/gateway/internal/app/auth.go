@@ -848,12 +848,17 @@ func (a *Auth) RegisterNode(ctx context.Context, req *loomv1.RegisterNodeRequest
 		return nil, fmt.Errorf("%w: bootstrap token already used (each is good once); a node that must register again gets a new one from its provisioner", errs.Unauthenticated)
 	}
 	// This registration is now the node's: the identities of any earlier
-	// one (the machine before a reimage) stop working.
-	if err := a.o.Store.SetNodeRegistration(ctx, c.Cluster, c.Node, c.ID, nodeRegistrationTTL); err != nil {
+	// one (the machine before a reimage) stop working. It is named with
+	// the time it was made (auth.NewRegistration), so that whoever learns
+	// a node's registrations from its certificates (the provisioner, and
+	// from it the scheduler, which seals the node's commands with the
+	// latest one's command key) knows the latest.
+	reg := auth.NewRegistration(a.now(), c.ID)
+	if err := a.o.Store.SetNodeRegistration(ctx, c.Cluster, c.Node, reg, nodeRegistrationTTL); err != nil {
 		return nil, err
 	}
-	a.o.Log.Info("node registered", "node", c.Node, "cluster", c.Cluster, "pool", c.Pool)
-	return a.nodeIdentity(c.Node, c.Cluster, c.Pool, c.ID, req.GetPublicKey())
+	a.o.Log.Info("node registered", "node", c.Node, "cluster", c.Cluster, "pool", c.Pool, "registration", reg)
+	return a.nodeIdentity(c.Node, c.Cluster, c.Pool, reg, req.GetPublicKey())
 }
 
 // RenewNodeIdentity renews the calling node's identity, for public_key
@@ -935,8 +940,9 @@ func (a *Auth) checkNode(ctx context.Context, node, cluster, pool string) error 
 	return nil
 }
 
-// nodeIdentity issues node's access token and certificate, with its
-// command key (what opens the step commands sealed for it). Only RegisterNode
+// nodeIdentity issues node's access token and certificate of registration
+// reg, with that registration's command key (what opens the step commands
+// sealed for it: auth.CommandKey of the node and reg). Only RegisterNode
 // (the node's one-time bootstrap token) and RenewNodeIdentity (the node's own
 // principal) call it, for that node: no other caller gets a node's key.
 func (a *Auth) nodeIdentity(node, cluster, pool, reg string, pub []byte) (*loomv1.NodeIdentity, error) {
@@ -945,13 +951,13 @@ func (a *Auth) nodeIdentity(node, cluster, pool, reg string, pub []byte) (*loomv
 	if err != nil {
 		return nil, err
 	}
-	cert, err := auth.SignNodeCert(a.o.ServiceKey, auth.NodeCert{Node: node, Cluster: cluster, Pool: pool, PublicKey: pub, NotAfter: exp})
+	cert, err := auth.SignNodeCert(a.o.ServiceKey, auth.NodeCert{Node: node, Cluster: cluster, Pool: pool, PublicKey: pub, NotAfter: exp, Reg: reg})
 	if err != nil {
 		return nil, err
 	}
 	return &loomv1.NodeIdentity{Node: node, Cluster: cluster, Pool: pool, AccessToken: tok, Certificate: cert,
 		ExpireTime: timestamppb.New(exp), ServicePublicKey: a.o.ServiceKey.Public().(ed25519.PublicKey),
-		CommandKey: auth.CommandKey(a.o.ServiceKey.Seed(), node)}, nil
+		CommandKey: auth.CommandKey(a.o.ServiceKey.Seed(), node, reg)}, nil
 }
 
 // nodeRegistrationTTL is how long a node's registration is kept past its

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/clusterspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -29,7 +30,14 @@ const (
 // repairRegistered); a PROVISIONING node becomes READY, and the cluster's progress moves (RUNNING, finishing the
 // create, when every pool is at target). A DOWN node stays DOWN (health
 // decides when it is healthy again); a FAILED, DRAINING or DELETING node
-// stays as it is.
+// stays as it is. The registration of the identity that signed it
+// (ev.registration, which the consumer sets from the verified certificate)
+// becomes the node's when it is a later one than the node's
+// (auth.SupersedesRegistration), in the same change: the scheduler, which
+// seals the node's step commands for it, learns it no later than it learns
+// the node is READY, and an earlier registration's identity (the image
+// before a reimage, valid for up to an hour) cannot make itself the node's
+// again.
 func (s *State) AgentRegistered(p Params, ev *eventsv1.AgentRegistered, now time.Time) Change {
 	e := s.edit(p, now)
 	e.agentRegistered(ev)
@@ -37,6 +45,9 @@ func (s *State) AgentRegistered(p Params, ev *eventsv1.AgentRegistered, now time
 }
 
 func (e *edit) agentRegistered(ev *eventsv1.AgentRegistered) {
+	if n, _ := e.live(ev.GetNode()); n != nil && auth.SupersedesRegistration(ev.GetRegistration(), n.GetRegistration()) {
+		e.mutNode(n.GetName()).Registration = ev.GetRegistration()
+	}
 	if r := e.repairFor(ev.GetNode()); r != nil {
 		e.repairRegistered(r, ev)
 		return

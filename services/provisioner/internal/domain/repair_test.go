@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/auth"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -314,5 +315,44 @@ func TestRepairingNodesCountAsLive(t *testing.T) {
 	update(s, "op-grow", clusterSpec(demo, gpuPool("gpu", 3)), 60)
 	if got := hostnames(s.ClusterNodes(demo)); got != "gpu-0001,gpu-0002,gpu-0003" {
 		t.Fatalf("nodes = %s", got)
+	}
+}
+
+// A reimaged node's agent registers anew: the node's registration becomes
+// the new one in the change that makes the node READY (so the scheduler
+// seals for it no later than it may place work there), and a registration
+// signed by the earlier identity — the old image's, valid for up to an hour
+// — never makes the earlier registration the node's again.
+func TestNodeRegistrationFollowsTheLatestRegistration(t *testing.T) {
+	t.Parallel()
+	s := running(t)
+	at := t0.Add(time.Hour)
+	name := node(s, "gpu-0001").GetName()
+	before, after := auth.NewRegistration(at, "tok-1"), auth.NewRegistration(at.Add(10*time.Minute), "tok-2")
+	registerAs := func(reg, hostBoot string, when time.Time) Change {
+		return apply(s, s.AgentRegistered(p, &eventsv1.AgentRegistered{Node: name, Cluster: demo, Hostname: "gpu-0001",
+			HostBootId: hostBoot, Registration: reg}, when))
+	}
+	registerAs(before, "boot-0", at)
+	if got := node(s, "gpu-0001").GetRegistration(); got != before {
+		t.Fatalf("registration %q, want %q", got, before)
+	}
+	remediate(s, "gpu-0001", loomv1.RemediationAction_ACTION_REIMAGE, "rem-1", "boot-1", at.Add(time.Minute))
+	apply(s, s.RepairBooted(p, name, 42, 0, at.Add(2*time.Minute)))
+	ch := registerAs(after, "boot-1", at.Add(11*time.Minute))
+	var ready *loomv1.Node
+	for _, n := range ch.PutNodes {
+		if n.GetName() == name {
+			ready = n
+		}
+	}
+	if ready == nil || ready.GetState() != loomv1.Node_READY || ready.GetRegistration() != after {
+		t.Fatalf("node written by the new image's registration: %v; want READY of registration %q", ready, after)
+	}
+	// The old image's identity registers (or replays its registration).
+	registerAs(before, "boot-0", at.Add(12*time.Minute))
+	registerAs("", "boot-1", at.Add(13*time.Minute))
+	if got := node(s, "gpu-0001").GetRegistration(); got != after {
+		t.Fatalf("after the earlier registration's report: %q, want %q", got, after)
 	}
 }

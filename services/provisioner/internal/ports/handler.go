@@ -34,7 +34,7 @@ func Handler(a *app.App) bus.Handler {
 		case *eventsv1.NodeDrained:
 			return a.NodeDrained(ctx, ev.ID, p)
 		case *eventsv1.AgentRegistered:
-			return a.AgentRegistered(ctx, ev.ID, p)
+			return a.AgentRegistered(ctx, ev.ID, certified(ev).(*eventsv1.AgentRegistered))
 		case *eventsv1.NodeHealthChanged:
 			return a.NodeHealthChanged(ctx, ev.ID, p)
 		case *eventsv1.RemediateNode:
@@ -58,7 +58,7 @@ func BatchHandler(a *app.App) bus.BatchHandler {
 		for _, ev := range evs {
 			switch {
 			case domain.Batched(ev.Payload):
-				ids, payloads = append(ids, ev.ID), append(payloads, ev.Payload)
+				ids, payloads = append(ids, ev.ID), append(payloads, certified(ev))
 			case handled(ev.Payload):
 				return fmt.Errorf("event %s (%s) is applied on its own", ev.ID, ev.Type)
 			}
@@ -76,4 +76,18 @@ func handled(payload proto.Message) bool {
 		return true
 	}
 	return false
+}
+
+// certified is ev's payload as the domain is to see it: an AgentRegistered
+// names the registration of the identity that signed it, from its verified
+// certificate (envelope.Event.SignerRegistration), whatever the agent wrote
+// there; "" on a bus that is not signed.
+func certified(ev envelope.Event) proto.Message {
+	r, ok := ev.Payload.(*eventsv1.AgentRegistered)
+	if !ok || r.GetRegistration() == ev.SignerRegistration {
+		return ev.Payload
+	}
+	c := proto.Clone(r).(*eventsv1.AgentRegistered)
+	c.Registration = ev.SignerRegistration
+	return c
 }

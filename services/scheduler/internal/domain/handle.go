@@ -447,7 +447,7 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	if old != nil && old.Cluster == cluster && old.Hostname == host && old.GPUs == in.GetGpus() &&
 		old.State == in.GetState() && old.Reason == in.GetReason() && old.Role == in.GetRole() &&
 		old.DrainDeadline.Equal(deadline) && old.Pool == in.GetNodePool() && old.MachineType == in.GetMachineType() &&
-		old.AcceleratorType == in.GetAcceleratorType() && old.Block == in.GetBlock() {
+		old.AcceleratorType == in.GetAcceleratorType() && old.Block == in.GetBlock() && old.Registration == in.GetRegistration() {
 		return nil
 	}
 	if old != nil && old.Cluster != cluster {
@@ -456,6 +456,7 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	n := t.editNode(in.GetName())
 	n.Cluster, n.Hostname, n.GPUs, n.State, n.Reason = cluster, host, in.GetGpus(), in.GetState(), in.GetReason()
 	n.Role, n.DrainDeadline = in.GetRole(), deadline
+	n.Registration = in.GetRegistration()
 	n.Pool, n.MachineType, n.AcceleratorType, n.Block = in.GetNodePool(), in.GetMachineType(), in.GetAcceleratorType(), in.GetBlock()
 	n.GresType, n.CPUs, n.MemoryMB = gres, cpus, mem
 	if !n.Draining() {

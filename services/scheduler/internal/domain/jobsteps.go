@@ -793,7 +793,7 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 			}
 		}
 		t.emit(node, j.Name(), &eventsv1.LaunchTasks{
-			Job: j.Name(), JobId: j.Job.GetJobId(), Attempt: r.Attempt, StepId: id, Node: node,
+			Job: j.Name(), JobId: j.Job.GetJobId(), Attempt: r.Attempt, StepId: id, Node: node, Registration: t.registration(node),
 			NodeIndex: int32(k), FirstRank: first, Ntasks: tasks[k], TotalTasks: total,
 			Command: step.Command, Env: env, WorkDir: wd, OutputDir: step.OutputDir,
 			User: j.Job.GetUser(), MemLimitBytes: memLimit(r), Input: ev.GetInput(),

@@ -123,7 +123,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		}
 		t.emit(node, j.Name(), &eventsv1.StartStep{
 			Job: j.Name(), JobId: spec.GetJobId(), Attempt: r.Attempt,
-			Node: node, NodeIndex: int32(rank), NodeHostnames: r.Hostnames,
+			Node: node, NodeIndex: int32(rank), NodeHostnames: r.Hostnames, Registration: t.registration(node),
 			Command: spec.GetCommand(), Script: spec.GetScript(),
 			Env:        stepEnv(j, r, rv, rank, c.SharedDir, t.s.cfg.MasterAddr, env),
 			OutputPath: spec.GetOutputPath(), ErrorPath: spec.GetErrorPath(), WorkDir: wd,
@@ -444,4 +444,13 @@ func memLimit(r *Run) int64 {
 		return 0
 	}
 	return r.MemMB << 20
+}
+
+// registration is node's current registration, which the app seals the
+// node's step commands for ("" when none is known).
+func (t *txn) registration(node string) string {
+	if n := t.node(node); n != nil {
+		return n.Registration
+	}
+	return ""
 }

@@ -125,6 +125,10 @@ type Node struct {
 	PrologReason string `json:"prolog_reason,omitempty"`
 	// Role is the provisioner's "compute" or "login" ("" counts as compute).
 	Role string `json:"role,omitempty"`
+	// Registration is the node's current registration, the provisioner's
+	// (loomv1.Node.registration): the step commands for the node are
+	// sealed with its command key (StartStep.registration).
+	Registration string `json:"registration,omitempty"`
 	// DrainDeadline is when the jobs still running on a DRAINING node are
 	// requeued; zero means they are waited for however long they run.
 	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
