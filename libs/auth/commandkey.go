@@ -26,14 +26,35 @@ const PurposeRegistrationCommands = "loom step commands v2 "
 // gateway hands a registration's key only to that registration's identity.
 // Another node's key, or the same node's under another registration (the
 // image before a reimage, whatever it kept), opens nothing of it, and no key
-// reveals the secret. reg "" is the key of a node with no registration
-// known (identities issued before registrations were certified):
-// PurposeStepCommands + node, the same for every such identity of node.
+// reveals the secret. reg "" (or an adopted one: SealingRegistration) is
+// the key of a node with no registration known (identities issued before
+// registrations were certified): PurposeStepCommands + node, the same for
+// every such identity of node.
 func CommandKey(serviceSecret []byte, node, reg string) []byte {
-	if reg == "" {
+	if SealingRegistration(reg) == "" {
 		return DeriveKey(serviceSecret, PurposeStepCommands+node)
 	}
 	return DeriveKey(serviceSecret, PurposeRegistrationCommands+node+"|"+reg)
+}
+
+// AdoptedRegistrationPrefix begins the registration a node identity
+// issued without one (before registrations were kept) adopts at its first
+// renewal, so that the node's next registration ends it. It is no new
+// registration of the machine: the node's commands stay sealed as for an
+// identity of no registration (SealingRegistration), since nothing tells the
+// scheduler of the adoption and the agent must open what it seals meanwhile.
+const AdoptedRegistrationPrefix = "adopted-"
+
+// SealingRegistration is the registration whose key seals a node's step
+// commands when reg is the one known: reg, or "" for an adopted one
+// (AdoptedRegistrationPrefix), whose key is that of no registration. The
+// scheduler seals, and an agent compares what it was sealed for with its
+// own, through it.
+func SealingRegistration(reg string) string {
+	if strings.HasPrefix(reg, AdoptedRegistrationPrefix) {
+		return ""
+	}
+	return reg
 }
 
 // NewRegistration names a new registration of a node, made at t: the time

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -56,7 +57,11 @@ func openCommands(node string, id *identity, log *slog.Logger, h bus.Handler) bu
 				"node", node, "id", ev.ID, "type", ev.Type, "signer", ev.Signer, "reason", envelope.ReasonUnsealed)
 			return bus.Permanent(err)
 		}
-		if want, own := commandRegistration(ev), registration(); id != nil && want != own {
+		// Compared as sealed: an adopted registration (an identity from
+		// before registrations, renewed since) seals as none, and the
+		// scheduler, which no AgentRegistered told of the adoption, seals
+		// for none.
+		if want, own := commandRegistration(ev), registration(); id != nil && auth.SealingRegistration(want) != auth.SealingRegistration(own) {
 			// Sealed for another registration of this node: the scheduler
 			// sealed it before it learnt this one (or for the node's
 			// earlier image). This agent cannot open it, and does not try;

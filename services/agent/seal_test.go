@@ -367,3 +367,35 @@ func TestStartStepSealedForAnEarlierRegistrationIsLostNotRun(t *testing.T) {
 		t.Fatal("the step sealed for the earlier registration ran")
 	}
 }
+
+// An identity from before registrations, renewed since (it adopted a
+// registration, auth.AdoptedRegistrationPrefix, and no AgentRegistered told
+// the scheduler), still opens and runs what the scheduler seals for the
+// node's no registration: a rolling upgrade does not lose every step of a
+// node once its agent renews.
+func TestAdoptedRegistrationRunsWhatIsSealedForNone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	now := time.Now()
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", auth.AdoptedRegistrationPrefix+"01ABC", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.WriteNodeIdentity(filepath.Join(e.work, IdentityFile), id); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	marker := filepath.Join(e.shared, "ran-92")
+	sealed, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node, ""),
+		startStep("92", "touch "+marker, map[string]string{"DB_PASSWORD": "pw"}, filepath.Join(e.shared, "92.out")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.broker, command(sealed.(*eventsv1.StartStep)))
+	if st := waitStep(t, e.broker, "92", eventsv1.StepState_STEP_EXITED); st.GetExitCode() != 0 {
+		t.Fatalf("the step exited %d: %s", st.GetExitCode(), st.GetMessage())
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the step did not run: %v", err)
+	}
+}

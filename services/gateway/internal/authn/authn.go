@@ -332,7 +332,7 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 // AdoptedPrefix begins the registration a node identity without one gets
 // at its first renewal (app's RenewNodeIdentity), as opposed to one
 // RegisterNode records (a bootstrap token's id).
-const AdoptedPrefix = "adopted-"
+const AdoptedPrefix = auth.AdoptedRegistrationPrefix
 
 // CheckNodeRegistration checks that a node identity of registration reg
 // is still node's: Unauthenticated once the node registered again (its
