@@ -568,6 +568,14 @@ func (s *step) registered(e Registered) {
 	if n.BootID == e.HostBootID && (!n.Repairing || n.Registered) {
 		return
 	}
+	if n.Repairing && e.HostBootID != "" && e.HostBootID == n.BootAtRepair && n.BootID != n.BootAtRepair {
+		// The boot before the repair, reported after a newer one: late,
+		// or replayed by the node's earlier identity. A boot id never
+		// comes again, so it is stale, and taking it would make the node
+		// look never rebooted until the confirmation times out and the
+		// repair escalates.
+		return
+	}
 	n = s.get(e.Node)
 	if e.HostBootID != "" {
 		n.BootID = e.HostBootID

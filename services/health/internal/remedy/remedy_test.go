@@ -459,6 +459,10 @@ func TestConfirmWithoutCheckRunner(t *testing.T) {
 	// The other order: the node rebooted before the check answered.
 	r = h.do(Fault{Node: n, Verdict: classify.Xid(0, 119)})
 	h.do(Registered{Node: n, HostBootID: "boot-3"})
+	// A stale report of the boot before the repair (delivered late, or
+	// replayed by the node's earlier identity) does not take the new boot
+	// back: a boot id never comes again.
+	h.do(Registered{Node: n, HostBootID: "boot-2"})
 	r = h.do(Repaired{Node: n, ID: remediations(r)[0].GetRemediationId(), OK: true})
 	na.Result.Name = cluster + "/healthResults/" + checks(r)[0].GetRunId()
 	if hs := health(h.do(na)); len(hs) != 1 || !hs[0].GetRepaired() {
