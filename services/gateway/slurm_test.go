@@ -162,7 +162,7 @@ func TestArraysAndJobCommands(t *testing.T) {
 		{"unknown action", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "suspend"}, codes.InvalidArgument, "action"},
 		{"update without values", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "update"}, codes.InvalidArgument, "action"},
 		{"unknown partition", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "update", Partition: "gpu"}, codes.InvalidArgument,
-			`partition: no partition "gpu" in cluster c1 (partitions: all)`},
+			`partition: no partition "gpu" in cluster c1 (partitions: all; Slurm: Invalid partition name specified)`},
 		{"unknown job", &loomv1.UpdateJobRequest{Name: "projects/default/jobs/99", Action: "hold"}, codes.NotFound, "99"},
 		{"bad name", &loomv1.UpdateJobRequest{Name: "jobs/1", Action: "hold"}, codes.InvalidArgument, "name"},
 		{"requeue a pending job", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "requeue"}, codes.FailedPrecondition, "Job is pending execution"},
@@ -178,7 +178,7 @@ func TestArraysAndJobCommands(t *testing.T) {
 		mut  func(*loomv1.Job)
 		text string
 	}{
-		{"partition", func(j *loomv1.Job) { j.Partition = "gpu" }, `job.partition: no partition "gpu" in cluster c1 (partitions: all)`},
+		{"partition", func(j *loomv1.Job) { j.Partition = "gpu" }, `job.partition: no partition "gpu" in cluster c1 (partitions: all; Slurm: Invalid partition name specified)`},
 		{"array", func(j *loomv1.Job) { j.Array = "1-x" }, "job.array"},
 		{"dependency", func(j *loomv1.Job) { j.Dependency = "afterok" }, "job.dependency"},
 		{"time limit", func(j *loomv1.Job) { j.TimeLimitSeconds = -1 }, "job.time_limit_seconds"},

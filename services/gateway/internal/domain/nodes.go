@@ -15,6 +15,9 @@ import (
 const (
 	MsgInvalidNodeName = "Invalid node name specified"
 	MsgNodeConfig      = "Requested node configuration is not available"
+	// MsgInvalidPartition is Slurm's refusal of a partition the cluster
+	// does not have, which scripts grep for.
+	MsgInvalidPartition = "Invalid partition name specified"
 )
 
 // maxNamedMissing bounds how many unknown hosts one refusal names.

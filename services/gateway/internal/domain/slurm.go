@@ -117,7 +117,7 @@ func findPartition(c *loomv1.Cluster, id string) (*loomv1.SlurmPartition, error)
 	if cid == "" {
 		cid = c.GetName()
 	}
-	return nil, fmt.Errorf("no partition %s in cluster %s (partitions: %s)", clip(id), cid, strings.Join(ids, ", "))
+	return nil, fmt.Errorf("no partition %s in cluster %s (partitions: %s; Slurm: %s)", clip(id), cid, strings.Join(ids, ", "), MsgInvalidPartition)
 }
 
 // MsgDependency is Slurm's word for a --dependency it cannot take.

@@ -215,11 +215,11 @@ func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, part
 		maxGPUs, fitting := fit(pools, gpus)
 		switch {
 		case gpus > maxGPUs:
-			v.Add(prefix+"gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s", gpus, maxGPUs, where)
+			v.Add(prefix+"gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s (Slurm: %s)", gpus, maxGPUs, where, MsgNodeConfig)
 		case int(nodes) > fitting && j.GetNodeCount() == 0:
-			v.Add(prefix+"ntasks", "%d tasks need %d nodes of %s, which has %d%s", j.GetNtasks(), nodes, where, fitting, withGPUs(gpus))
+			v.Add(prefix+"ntasks", "%d tasks need %d nodes of %s, which has %d%s (Slurm: %s)", j.GetNtasks(), nodes, where, fitting, withGPUs(gpus), MsgNodeConfig)
 		case int(nodes) > fitting:
-			v.Add(prefix+"node_count", "%d exceeds the %d nodes in %s%s", nodes, fitting, where, withGPUs(gpus))
+			v.Add(prefix+"node_count", "%d exceeds the %d nodes in %s%s (Slurm: %s)", nodes, fitting, where, withGPUs(gpus), MsgNodeConfig)
 		}
 		// --gpus without --gpus-per-node: the scheduler spreads them over
 		// the partition's nodes, which must hold that many in all.
@@ -229,7 +229,7 @@ func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, part
 				total += int64(p.GetNodeCount()) * int64(p.GetAcceleratorCount())
 			}
 			if want > total {
-				v.Add(prefix+"gpus", "%d exceeds the %d GPUs in %s (Slurm: Requested node configuration is not available)", want, total, where)
+				v.Add(prefix+"gpus", "%d exceeds the %d GPUs in %s (Slurm: %s)", want, total, where, MsgNodeConfig)
 			}
 		}
 		// --mem past every node's memory would wait forever (NodeTooSmall
