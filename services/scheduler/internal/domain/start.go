@@ -231,7 +231,9 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	env["SLURM_NPROCS"] = rv.ntasks
 	env["SLURM_TASKS_PER_NODE"] = rv.tasksPerNode
 	env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(max(spec.GetCpusPerTask(), 1)))
-	env["SLURM_GPUS_ON_NODE"] = strconv.Itoa(len(gpus))
+	if len(gpus) > 0 {
+		env["SLURM_GPUS_ON_NODE"] = strconv.Itoa(len(gpus)) // unset without GPUs, as Slurm's
+	}
 	env["CUDA_VISIBLE_DEVICES"] = strings.Join(devs, ",")
 	if len(devs) > 0 {
 		// As Slurm's gres/gpu plugin: the node's GPUs of the job by
@@ -255,7 +257,10 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	env["SLURM_JOB_USER"] = spec.GetUser()
 	env["SLURM_JOB_ACCOUNT"] = spec.GetAccount()
 	env["SLURM_JOB_QOS"] = r.QOS
-	env["SLURM_RESTART_COUNT"] = strconv.Itoa(int(spec.GetRestartCount()))
+	if n := spec.GetRestartCount(); n > 0 {
+		// Set from the first requeue on, as Slurm's: a first run has none.
+		env["SLURM_RESTART_COUNT"] = strconv.Itoa(int(n))
+	}
 	env["SLURMD_NODENAME"] = r.Hostnames[rank]
 	env["SLURM_TOPOLOGY_ADDR"] = r.Hostnames[rank]
 	env["SLURM_TOPOLOGY_ADDR_PATTERN"] = "node"
