@@ -57,7 +57,8 @@ type ArraySpec struct {
 // "N-M:S", optionally followed by "%L", the most tasks running at once.
 // Every task id is below maxArraySize (Slurm's MaxArraySize: ids
 // 0..maxArraySize-1, so at most maxArraySize tasks and elements), a range's
-// end is not below its start, and steps and limits are at least 1. This is
+// end is not below its start, and steps are at least 1 (a limit of 0 is
+// none). This is
 // the one array grammar: the Slurm commands check a spec's syntax with it
 // (against MaxArraySizeCeiling), the gateway and the scheduler check
 // submissions against the MaxArraySize configured. A maxArraySize outside
@@ -73,8 +74,9 @@ func ParseArray(spec string, maxArraySize int) (*ArraySpec, error) {
 	out := &ArraySpec{}
 	if body, lim, ok := strings.Cut(s, "%"); ok {
 		n, err := strconv.Atoi(lim)
-		if err != nil || n < 1 || !isDigits(lim) {
-			return nil, fmt.Errorf("task limit %q after %% is not a positive number", lim)
+		// %0 is no limit, as Slurm 22.05 takes it (checked against it).
+		if err != nil || n < 0 || !isDigits(lim) {
+			return nil, fmt.Errorf("task limit %q after %% is not a number (0 or more; 0 is no limit)", lim)
 		}
 		out.Limit = n
 		s = body

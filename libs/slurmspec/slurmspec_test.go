@@ -71,10 +71,11 @@ func TestParseArray(t *testing.T) {
 		{in: "-5", bad: "not a number"},
 		{in: "a-b", bad: "not a number"},
 		{in: "1,,2", bad: "empty element"},
-		{in: "1-4%0", bad: "not a positive number"},
+		{in: "1-4%0", idx: []int{1, 2, 3, 4}}, // no limit, as Slurm's
 		{in: "%4", bad: "no indexes"},
 		{in: "3:2", bad: "needs a range"},
-		{in: "1-4%x", bad: "not a positive number"},
+		{in: "1-4%x", bad: "not a number"},
+		{in: "1-4%-1", bad: "not a number"},
 		// Slurm's MaxArraySize: task ids below it (default 1001: 0..1000).
 		{in: "0-1000", idx: seq(0, 1000)},
 		{in: "1000", idx: []int{1000}},

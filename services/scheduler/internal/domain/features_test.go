@@ -1024,7 +1024,7 @@ func TestOutputPatternsAndWorkDir(t *testing.T) {
 	if a, err := ParseArraySpec("0-1000", slurmspec.DefaultMaxArraySize); err != nil || len(a.Indexes) != 1001 {
 		t.Fatalf("ParseArraySpec(0-1000): %d tasks, %v", len(a.Indexes), err)
 	}
-	for _, bad := range []string{"", "5-1", "1:2", "a", "1%0", "0-1001", "1000-1999"} {
+	for _, bad := range []string{"", "5-1", "1:2", "a", "1%-1", "0-1001", "1000-1999"} {
 		if _, err := ParseArraySpec(bad, slurmspec.DefaultMaxArraySize); err == nil {
 			t.Errorf("ParseArraySpec(%q) accepted", bad)
 		}
