@@ -562,6 +562,14 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		st.memPerGPU, j.MemMb, st.memPerCPU = mb, 0, 0
 	case "nodes":
 		n, err := parseNodeCount(v)
+		if lo, _, _ := strings.Cut(v, "-"); err != nil && isDigits(lo) && strings.Trim(lo, "0") == "" {
+			// A count of 0 parses as a count; Slurm's controller refuses
+			// it (exit 1), not its option parser (255).
+			if st.prog == "sbatch" {
+				return errorf(st.prog, "Batch job submission failed: Node count specification invalid")
+			}
+			return errorf(st.prog, "Node count specification invalid")
+		}
 		if err != nil {
 			return exit255(errorf(st.prog, "Invalid node count specification %q: %v", o.value, err))
 		}

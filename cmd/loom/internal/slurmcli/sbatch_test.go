@@ -217,7 +217,7 @@ func TestParseSbatchErrors(t *testing.T) {
 		{[]string{"--gres=gpu:-h100", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --gres specification "gpu:-h100": type "-h100": a GPU type has letters, digits, '_', '.' and '-' (not first)`},
 		{[]string{"--begin=2263-01-01", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --begin specification "2263-01-01"`},
 		{[]string{"--gpus=0", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --gpus specification "0"`},
-		{[]string{"-N", "0", "job.sh"}, plainScript, nil, `sbatch: error: Invalid node count specification "0"`},
+		{[]string{"-N", "0", "job.sh"}, plainScript, nil, `sbatch: error: Batch job submission failed: Node count specification invalid`}, // the controller refuses it, exit 1
 		{[]string{"-N", "4-2", "job.sh"}, plainScript, nil, `sbatch: error: Invalid node count specification "4-2": maximum 2 is below minimum 4`},
 		{[]string{"-n", "two", "job.sh"}, plainScript, nil, `sbatch: error: Invalid numeric value "two" for --ntasks.`},
 		{[]string{"-c", "-1", "job.sh"}, plainScript, nil, `sbatch: error: Invalid numeric value "-1" for --cpus-per-task.`},
