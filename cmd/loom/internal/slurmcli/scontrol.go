@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -317,9 +318,30 @@ func jobRecord(r jobRow, v *squeueView) record {
 	case j.GetScriptPath() != "":
 		command = j.GetScriptPath()
 	}
+	// A pattern the job has not opened yet (a pending job's) is shown as
+	// Slurm shows it: absolute under WorkDir, its job fields expanded, the
+	// node's (%N) and, for several pending tasks, the task's (%a) as
+	// written.
+	pending := func(pattern string) string {
+		if pattern == "" {
+			return ""
+		}
+		if !strings.HasPrefix(pattern, "/") {
+			pattern = strings.TrimSuffix(j.GetWorkDir(), "/") + "/" + pattern
+		}
+		f := slurmspec.PatternFields{JobID: j.GetJobId(), ArrayJobID: j.GetJobId(), ArrayTaskID: "4294967294",
+			Name: j.GetDisplayName(), User: j.GetUser(), Node: "%N"}
+		if r.arrayJobID != "" && r.arrayTask != "N/A" {
+			f.ArrayJobID, f.ArrayTaskID = r.arrayJobID, r.arrayTask
+			if len(r.pending) > 1 {
+				f.ArrayTaskID = "%a"
+			}
+		}
+		return slurmspec.ExpandPattern(pattern, f)
+	}
 	stdout := j.GetOutputPath()
 	if stdout == "" {
-		stdout = j.GetOutputPattern()
+		stdout = pending(j.GetOutputPattern())
 	}
 	if stdout == "" {
 		// Slurm's default, slurm-%j.out (slurm-%A_%a.out for arrays).
@@ -334,7 +356,7 @@ func jobRecord(r jobRow, v *squeueView) record {
 	}
 	stderr := j.GetErrorPath()
 	if stderr == "" {
-		stderr = j.GetErrorPattern()
+		stderr = pending(j.GetErrorPattern())
 	}
 	if stderr == "" {
 		stderr = stdout

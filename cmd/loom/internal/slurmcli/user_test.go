@@ -80,3 +80,25 @@ func TestAccountIDs(t *testing.T) {
 		t.Errorf("accountIDs(root) = %q, %q; want root(%s) and group(%s)", uid, gid, root.Uid, root.Gid)
 	}
 }
+
+// TestScontrolShowsAPendingJobsOutputAsSlurmDoes: the output and error
+// files of a job not started yet are shown as Slurm shows them, absolute
+// under WorkDir with the job's fields expanded (the node's as written).
+func TestScontrolShowsAPendingJobsOutputAsSlurmDoes(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	for _, j := range f.Jobs {
+		if j.GetJobId() == "14" {
+			j.OutputPattern, j.ErrorPattern = "logs/%x-%j.out", "/scratch/%u/%A_%a-%N.err"
+		}
+	}
+	code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "14")
+	if code != 0 || errOut != "" {
+		t.Fatalf("scontrol show job 14: exit %d, %q", code, errOut)
+	}
+	for _, want := range []string{"   StdOut=/home/alice/logs/held-14.out\n", "   StdErr=/scratch/alice/14_4294967294-%N.err\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scontrol show job 14 lacks %q:\n%s", want, out)
+		}
+	}
+}
