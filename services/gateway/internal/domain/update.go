@@ -13,11 +13,17 @@ import (
 )
 
 // UpdatablePaths are the cluster fields an UpdateCluster may change; an
-// empty update mask means all of them.
+// empty update mask means all of them. They are those of
+// clusterspec.ApplyUpdate (docs/clusters.md, "What an update can change"),
+// which the provisioner carries out: login nodes and prolog/epilog scripts
+// included.
 var UpdatablePaths = []string{
 	"compute.node_pools",
+	"orchestrator.slurm.login_nodes",
 	"orchestrator.slurm.node_sets",
 	"orchestrator.slurm.partitions",
+	"orchestrator.slurm.prolog_scripts",
+	"orchestrator.slurm.epilog_scripts",
 	"labels",
 	"display_name",
 	"description",

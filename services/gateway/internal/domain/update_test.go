@@ -198,3 +198,47 @@ func TestCheckUpdateRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeUpdateLoginNodesAndScripts: the login node count and the prolog
+// and epilog scripts are updatable (docs/clusters.md, and the provisioner
+// carries them out), under their own mask paths, a parent's, or an empty
+// mask; they were refused as frozen, and an empty mask dropped them while
+// answering the update as done.
+func TestMergeUpdateLoginNodesAndScripts(t *testing.T) {
+	t.Parallel()
+	cur := running()
+	cur.Orchestrator.Slurm.LoginNodes = &loomv1.LoginNodes{MachineType: "n2-standard-4", Count: 1}
+	next := SpecOf(cur)
+	next.Orchestrator.Slurm.LoginNodes.Count = 2
+	next.Orchestrator.Slurm.PrologScripts = []string{"echo prolog"}
+	next.Orchestrator.Slurm.EpilogScripts = []string{"echo epilog"}
+	for _, mask := range [][]string{
+		{"orchestrator.slurm.login_nodes", "orchestrator.slurm.prolog_scripts", "orchestrator.slurm.epilog_scripts"},
+		{"orchestrator"},
+		{"orchestrator.slurm"},
+		nil,
+	} {
+		up, err := MergeUpdate(updateReq(next, mask...), cur)
+		if err != nil {
+			t.Errorf("mask %v: %v", mask, err)
+			continue
+		}
+		s := up.Cluster.GetOrchestrator().GetSlurm()
+		if !up.Changed || s.GetLoginNodes().GetCount() != 2 || !slices.Equal(s.GetPrologScripts(), []string{"echo prolog"}) ||
+			!slices.Equal(s.GetEpilogScripts(), []string{"echo epilog"}) {
+			t.Errorf("mask %v: changed %v, slurm %v", mask, up.Changed, s)
+		}
+		for _, p := range []string{"orchestrator.slurm.login_nodes", "orchestrator.slurm.prolog_scripts", "orchestrator.slurm.epilog_scripts"} {
+			if !slices.Contains(up.Mask, p) {
+				t.Errorf("mask %v: the command's mask %v lacks %s", mask, up.Mask, p)
+			}
+		}
+	}
+	// The login machine type stays fixed.
+	mt := SpecOf(cur)
+	mt.Orchestrator.Slurm.LoginNodes.MachineType = "n2-standard-8"
+	_, err := MergeUpdate(updateReq(mt, "orchestrator.slurm.login_nodes"), cur)
+	if got := fields(t, err); !slices.Contains(got, "cluster.orchestrator.slurm.login_nodes.machine_type") {
+		t.Errorf("login machine type change: %v", err)
+	}
+}
