@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -113,10 +114,17 @@ func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Upd
 	old := NormalizeSpec(SpecOf(current))
 	old.Name = name
 	paths := req.GetUpdateMask().GetPaths()
+	src := SpecOf(req.GetCluster())
 	if len(paths) == 0 {
 		paths = UpdatablePaths
+		if src.GetOrchestrator().GetSlurm() == nil {
+			// An absent orchestrator means "unchanged" (docs/clusters.md;
+			// clusterspec.ApplyUpdate's empty mask), not "no partitions, no
+			// login nodes": that would regenerate partition "all" in place
+			// of the cluster's own partitions and end their jobs.
+			paths = slices.DeleteFunc(slices.Clone(paths), func(p string) bool { return strings.HasPrefix(p, "orchestrator.") })
+		}
 	}
-	src := SpecOf(req.GetCluster())
 	// trial takes every named path from the request, so that a change to a
 	// field outside UpdatablePaths shows (and is refused by name).
 	trial := proto.Clone(old).(*loomv1.Cluster)

@@ -242,3 +242,39 @@ func TestMergeUpdateLoginNodesAndScripts(t *testing.T) {
 		t.Errorf("login machine type change: %v", err)
 	}
 }
+
+// TestMergeUpdateEmptyMaskKeepsOrchestrator: with an empty mask, a request
+// without an orchestrator leaves the cluster's partitions, node sets and
+// login nodes as they are (docs/clusters.md); it used to replace the
+// cluster's own partitions with the generated "all", which removes them
+// and ends their jobs, and to drop the login nodes.
+func TestMergeUpdateEmptyMaskKeepsOrchestrator(t *testing.T) {
+	t.Parallel()
+	cur := running()
+	s := cur.Orchestrator.Slurm
+	s.LoginNodes = &loomv1.LoginNodes{MachineType: "n2-standard-4", Count: 1}
+	s.Partitions = []*loomv1.SlurmPartition{
+		{Id: "train", NodeSetIds: []string{"gpu"}, MaxTime: "UNLIMITED", Default: true},
+		{Id: "debug", NodeSetIds: []string{"cpu"}, MaxTime: "1:00:00"},
+	}
+	req := SpecOf(cur)
+	req.Orchestrator = nil
+	req.Compute.NodePools[1].NodeCount = 3
+	up, err := MergeUpdate(updateReq(req), cur)
+	if err != nil {
+		t.Fatalf("MergeUpdate: %v", err)
+	}
+	if got := up.Cluster.GetOrchestrator().GetSlurm(); !proto.Equal(got, s) {
+		t.Errorf("orchestrator:\n got %v\nwant it unchanged %v", got, s)
+	}
+	if up.Cluster.GetCompute().GetNodePools()[1].GetNodeCount() != 3 || !up.Changed {
+		t.Errorf("the resize was lost: %v", up.Cluster.GetCompute())
+	}
+	// A request that has an orchestrator still sets it whole.
+	whole := SpecOf(cur)
+	whole.Orchestrator.Slurm.Partitions = whole.Orchestrator.Slurm.Partitions[:1]
+	up, err = MergeUpdate(updateReq(whole), cur)
+	if err != nil || len(up.Cluster.GetOrchestrator().GetSlurm().GetPartitions()) != 1 {
+		t.Errorf("an orchestrator given whole: %v %v", up.Cluster.GetOrchestrator(), err)
+	}
+}
