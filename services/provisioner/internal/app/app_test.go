@@ -292,6 +292,13 @@ func TestTeardownRetriesUntilAgentsStop(t *testing.T) {
 	if cl, ok := a.Cluster(demo); !ok || cl.GetStatus().GetState() != loomv1.Cluster_DELETING || len(p.clusters) != 0 {
 		t.Fatalf("cluster after a failed teardown = %v (exists %v), removed clusters %v", cl, ok, p.clusters)
 	}
+	// The delete says why it is not done yet (its operation's progress),
+	// rather than "deleting" for as long as the provider fails.
+	cl, _ := a.Cluster(demo)
+	if msg := cl.GetStatus().GetMessage(); !strings.Contains(msg, "teardown attempt failed") ||
+		!strings.Contains(msg, "could not stop gpu-0001: stuck") || !strings.Contains(msg, "and 1 more of its 2 nodes") {
+		t.Fatalf("message after a failed teardown = %q, want what failed", msg)
+	}
 	p.stopErr = nil
 	a.ReconcileOnce(context.Background())
 	if _, ok := a.Cluster(demo); ok || len(a.Nodes("-", "-")) != 0 || !p.clusters["demo"] || len(p.removed) != 2 || len(p.running) != 0 {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -330,22 +331,46 @@ func (a *App) teardown(ctx context.Context, cluster string, nodes []provider.Nod
 	errs := make([]error, len(nodes))
 	a.each(ctx, nodes, func(i int, n provider.Node) {
 		if err := a.opts.Provider.Stop(ctx, n); err != nil {
-			errs[i] = err
+			errs[i] = fmt.Errorf("could not stop %s: %w", n.Hostname, err)
 			return
 		}
-		errs[i] = a.opts.Provider.Remove(ctx, n)
+		if err := a.opts.Provider.Remove(ctx, n); err != nil {
+			errs[i] = fmt.Errorf("could not remove %s: %w", n.Hostname, err)
+		}
 	})
 	if err := errors.Join(errs...); err != nil {
+		var first error
+		failed := 0
+		for _, e := range errs {
+			if e != nil {
+				first = cmp.Or(first, e)
+				failed++
+			}
+		}
+		why := first.Error()
+		if failed > 1 {
+			why += fmt.Sprintf(" (and %d more of its %d nodes)", failed-1, len(nodes))
+		}
+		a.teardownFailed(ctx, cluster, why)
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := a.opts.Provider.RemoveCluster(ctx, domain.ClusterID(cluster)); err != nil {
+		a.teardownFailed(ctx, cluster, "could not remove the cluster's directories: "+err.Error())
 		return err
 	}
 	a.log.Info("cluster torn down", "cluster", cluster, "nodes", len(nodes))
 	return a.apply(ctx, "", func(s *domain.State) domain.Change { return s.FinishDelete(cluster) })
+}
+
+// teardownFailed records why a teardown failed on the cluster, so that its
+// delete operation says it (domain.TeardownFailed).
+func (a *App) teardownFailed(ctx context.Context, cluster, why string) {
+	if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.TeardownFailed(cluster, why) }); err != nil {
+		a.log.Warn("recording the teardown failure", "cluster", cluster, "err", err)
+	}
 }
 
 // eachRepair carries out the pass's repairs, LaunchConcurrency at a time,

@@ -407,6 +407,26 @@ func (s *State) DeleteCluster(cmd *eventsv1.DeleteCluster, now time.Time) Change
 	return e.change()
 }
 
+// TeardownFailed says on a DELETING cluster why the reconciler's last
+// attempt to tear it down failed (why: what failed, e.g. "could not stop
+// gpu-0001: ..."), in its status message, which is its delete operation's
+// progress: a delete the provider keeps failing says so instead of
+// "deleting" for ever. The reconciler retries every pass; nothing is
+// written when the message is already the same.
+func (s *State) TeardownFailed(cluster, why string) Change {
+	c := s.Clusters[cluster]
+	if c == nil || c.State() != loomv1.Cluster_DELETING {
+		return Change{}
+	}
+	msg := "deleting; the last teardown attempt failed, retrying: " + why
+	if c.Cluster.GetStatus().GetMessage() == msg {
+		return Change{}
+	}
+	e := s.edit(Params{}, time.Time{})
+	e.mutCluster(cluster).Cluster.Status.Message = msg
+	return e.change()
+}
+
 // FinishDelete removes a DELETING cluster's records once its nodes are
 // stopped and their directories removed: NodeRemoved per node, then
 // ClusterDeleted for the delete operation. The capacity it claimed is free
