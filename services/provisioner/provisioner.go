@@ -216,6 +216,9 @@ func (c *Config) validate() error {
 		c.Provider = ProviderLocal
 	}
 	v.Check(c.Provider == ProviderLocal || c.Provider == ProviderSim, "provider", "must be local or sim, got %q", c.Provider)
+	if c.Provider == ProviderSim {
+		c.Sim.Check(&v)
+	}
 	if c.AgentIdentity == "" {
 		c.AgentIdentity = AgentIdentityBootstrap
 	}

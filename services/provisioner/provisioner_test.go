@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"io/fs"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/agent"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider/local"
+	"github.com/loom-ml/loom/services/provisioner/internal/provider/sim"
 )
 
 // TestMain doubles as the agent binary: the local provider re-executes this
@@ -453,6 +455,22 @@ func TestConfigValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate() = %v, want it to name %s", err, want)
 		}
+	}
+	// The sim provider's settings are checked, not clamped: a stockout
+	// rate of 5 (meant as 5%) would otherwise fail every launch.
+	c = Config{Provider: ProviderSim, DataDir: "d", Sim: sim.Config{StockoutRate: 5, BootFailureRate: -0.1, TimeScale: -1,
+		SlowBootFactor: 0.5, PreemptionRate: math.Inf(1), Latency: map[string]sim.Latency{"ONDEMAND": {Median: time.Second}}}}
+	err = c.validate()
+	for _, want := range []string{"sim-stockout-rate: is a probability, 0 to 1 (0.05 for 5%), got 5", "sim-boot-failure-rate",
+		"sim-time-scale", "sim-slow-boot-factor", "sim-preemption-rate", `sim-latency: "ONDEMAND" is not a capacity type`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate() = %v, want it to name %s", err, want)
+		}
+	}
+	c = Config{Provider: ProviderSim, DataDir: "d", Sim: sim.Config{TimeScale: 0.01, StockoutRate: 1, SlowBootRate: 0.05,
+		Latency: map[string]sim.Latency{"SPOT": {Median: time.Second}}}}
+	if err := c.validate(); err != nil {
+		t.Errorf("validate() of good sim settings = %v", err)
 	}
 	c = Config{DataDir: "rel"}
 	if err := c.validate(); err != nil || !filepath.IsAbs(c.DataDir) || c.Provider != "local" || len(c.AgentCommand) != 1 ||

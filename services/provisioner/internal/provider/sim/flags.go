@@ -3,12 +3,16 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/errs"
 )
 
 // RegisterFlags adds the simulated cloud's settings to fs as -sim-* flags,
@@ -44,6 +48,34 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"sim provider: simulated time until a replacement node registers (LOOM_SIM_REPLACE_TIME)")
 	fs.DurationVar(&c.HeartbeatInterval, "sim-heartbeat-interval", config.EnvDuration("LOOM_SIM_HEARTBEAT_INTERVAL", 5*time.Second),
 		"sim provider: real time between heartbeats of every node (LOOM_SIM_HEARTBEAT_INTERVAL)")
+}
+
+// Check adds to v, under the flag's name, every setting out of its range:
+// a probability (-sim-stockout-rate, -sim-boot-failure-rate,
+// -sim-slow-boot-rate) outside 0..1, a negative or non-finite time scale,
+// preemption rate or slow-boot factor, a slow-boot factor below 1, and a
+// -sim-latency type that is not a capacity type (it would never be used).
+// New clamps such values silently; a command line gets an error instead
+// (a -sim-stockout-rate of 5, meant as 5%, would fail every launch).
+func (c *Config) Check(v *errs.Validator) {
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	for _, r := range []struct {
+		flag string
+		val  float64
+	}{{"sim-stockout-rate", c.StockoutRate}, {"sim-boot-failure-rate", c.BootFailureRate}, {"sim-slow-boot-rate", c.SlowBootRate}} {
+		v.Check(r.val >= 0 && r.val <= 1, r.flag, "is a probability, 0 to 1 (0.05 for 5%%), got %g", r.val)
+	}
+	v.Check(finite(c.TimeScale) && c.TimeScale >= 0, "sim-time-scale", "must be a positive number of real seconds per simulated second (0.01: 100 times faster), got %g", c.TimeScale)
+	v.Check(finite(c.PreemptionRate) && c.PreemptionRate >= 0, "sim-preemption-rate", "must be 0 or more preemptions per SPOT node per simulated hour, got %g", c.PreemptionRate)
+	v.Check(c.SlowBootFactor == 0 || (finite(c.SlowBootFactor) && c.SlowBootFactor >= 1), "sim-slow-boot-factor", "must be at least 1 (how many times longer a slow boot takes), got %g", c.SlowBootFactor)
+	types := make([]string, 0, len(DefaultLatency))
+	for t := range DefaultLatency {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	for _, t := range slices.Sorted(maps.Keys(c.Latency)) {
+		v.Check(DefaultLatency[t] != (Latency{}), "sim-latency", "%q is not a capacity type (%s)", t, strings.Join(types, ", "))
+	}
 }
 
 // ParseLatency parses "TYPE=MEDIAN/SIGMA,..." (SIGMA optional, default 0),

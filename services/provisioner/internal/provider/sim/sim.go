@@ -78,7 +78,8 @@ type Config struct {
 	Seed uint64
 	// TimeScale multiplies every simulated duration (latencies,
 	// BootFailureAfter, time to preemption) into real time: 1 is real speed,
-	// 0.001 turns 90 s into 90 ms. Zero or less means 1.
+	// 0.001 turns 90 s into 90 ms. Zero or less means 1 (the provisioner
+	// refuses a negative one: Check).
 	TimeScale float64
 	// Latency overrides DefaultLatency per capacity type name.
 	Latency map[string]Latency
