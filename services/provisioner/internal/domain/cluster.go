@@ -121,8 +121,9 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 // UpdateCluster decides an UpdateCluster command carrying the whole new
 // spec: validated against the current one, capacity for growth claimed in
 // the same write, then the cluster UPDATING: pools grow by new nodes (new
-// pools get theirs), pools shrink by their highest-numbered nodes, which go
-// DRAINING with a drain deadline (or straight to DELETING when they never
+// pools get theirs), pools shrink by the nodes that never came up, then
+// those out of service, then the highest-numbered in service (shrinkOrder),
+// which go DRAINING with a drain deadline (or straight to DELETING when they never
 // came up), and pools removed from the spec shrink to nothing. The update
 // is done when every pool is at its new target (see refresh); a change that
 // moves no node (partitions, node sets) is done at once.
@@ -249,9 +250,30 @@ func (e *edit) poolNodes(cluster, pool string) []*loomv1.Node {
 	return out
 }
 
-// resize brings a pool's live nodes to target: new nodes, or the
-// highest-numbered ones drained (READY, DOWN) or removed (PROVISIONING),
-// with why as their reason.
+// shrinkOrder sorts the nodes a pool may give up in the order it gives
+// them up: those that never came up (PROVISIONING) first, then those out
+// of service (DOWN, or being repaired), then those in service (READY),
+// each highest-numbered first. A shrink keeps the nodes that work, as a
+// managed instance group's resize removes unhealthy instances first:
+// draining a healthy node while keeping a broken one would requeue jobs
+// for nothing and leave less capacity than asked for.
+func shrinkOrder(ns []*loomv1.Node) {
+	class := func(n *loomv1.Node) int {
+		switch n.GetState() {
+		case loomv1.Node_PROVISIONING:
+			return 0
+		case loomv1.Node_READY:
+			return 2
+		}
+		return 1
+	}
+	byNumberDesc(ns)
+	sort.SliceStable(ns, func(i, j int) bool { return class(ns[i]) < class(ns[j]) })
+}
+
+// resize brings a pool's live nodes to target: new nodes, or the ones
+// shrinkOrder gives up first drained (READY, DOWN, being repaired) or
+// removed (PROVISIONING), with why as their reason.
 func (e *edit) resize(rec *Cluster, np *loomv1.NodePool, target int32, grace time.Duration, why string) {
 	var live []*loomv1.Node
 	for _, n := range e.poolNodes(rec.Name(), np.GetId()) {
@@ -263,7 +285,7 @@ func (e *edit) resize(rec *Cluster, np *loomv1.NodePool, target int32, grace tim
 		e.addComputeNodes(rec, np, int(target)-len(live))
 		return
 	}
-	byNumberDesc(live)
+	shrinkOrder(live)
 	deadline := e.now.Add(grace)
 	for _, victim := range live[:len(live)-int(target)] {
 		n := e.mutNode(victim.GetName())

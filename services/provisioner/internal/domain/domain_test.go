@@ -871,6 +871,24 @@ func TestReaddingARetiringPoolIsRefused(t *testing.T) {
 	}
 }
 
+// TestShrinkGivesUpBrokenNodesFirst: a pool shrinks by its nodes out of
+// service before its healthy ones, whatever their numbers: 4 → 3 with
+// gpu-0001 DOWN drains gpu-0001 and keeps gpu-0004.
+func TestShrinkGivesUpBrokenNodesFirst(t *testing.T) {
+	t.Parallel()
+	s := running(t, gpuPool("gpu", 4))
+	health(s, "gpu-0001", eventsv1.NodeHealth_UNHEALTHY, "Xid 79")
+	update(s, "up", clusterSpec(demo, gpuPool("gpu", 3)), 60)
+	if n := node(s, "gpu-0001"); n.GetState() != loomv1.Node_DRAINING {
+		t.Fatalf("the DOWN node = %v, want it DRAINING", n)
+	}
+	for _, h := range []string{"gpu-0002", "gpu-0003", "gpu-0004"} {
+		if n := node(s, h); n.GetState() != loomv1.Node_READY {
+			t.Fatalf("%s = %v, want it kept READY", h, n)
+		}
+	}
+}
+
 func TestShrinkRemovesNodesThatNeverCameUp(t *testing.T) {
 	t.Parallel()
 	s := created(t, gpuPool("gpu", 3))
