@@ -358,6 +358,18 @@ func TestShrinkStopsAndRemovesDrainedNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A provider that fails to stop a drained node: the update waits for
+	// it (no deadline applies) and says why, rather than "2 draining".
+	p.stopErr = errors.New("stuck")
+	a.ReconcileOnce(ctx)
+	if cl, _ := a.Cluster(demo); cl.GetStatus().GetState() != loomv1.Cluster_UPDATING ||
+		!strings.Contains(cl.GetStatus().GetMessage(), "removing gpu-0002 failed, retrying: could not stop gpu-0002: stuck (and 1 more)") {
+		t.Fatalf("update while removals fail = %v, want its message to say why", cl.GetStatus())
+	}
+	if n := node(a, "gpu-0003"); !strings.Contains(n.GetNextAction(), "the last attempt failed, retrying: could not stop gpu-0003: stuck") {
+		t.Fatalf("gpu-0003's next action = %q", n.GetNextAction())
+	}
+	p.stopErr = nil
 	a.ReconcileOnce(ctx)
 	if got := a.Nodes("default", "demo"); len(got) != 1 || got[0].GetHostname() != "gpu-0001" {
 		t.Fatalf("nodes after the shrink = %v", got)

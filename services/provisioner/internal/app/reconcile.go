@@ -307,10 +307,12 @@ func (a *App) retire(ctx context.Context, n provider.Node, state loomv1.Node_Sta
 	if !cleaned {
 		if err := a.opts.Provider.Stop(ctx, n); err != nil {
 			a.log.Warn("stopping node failed; will retry", "node", n.Name, "err", err)
+			a.retireFailed(ctx, n, fmt.Sprintf("could not stop %s: %v", n.Hostname, err))
 			return
 		}
 		if err := a.opts.Provider.Remove(ctx, n); err != nil {
 			a.log.Warn("removing node failed; will retry", "node", n.Name, "err", err)
+			a.retireFailed(ctx, n, fmt.Sprintf("could not remove %s: %v", n.Hostname, err))
 			return
 		}
 		if state == loomv1.Node_FAILED {
@@ -321,6 +323,14 @@ func (a *App) retire(ctx context.Context, n provider.Node, state loomv1.Node_Sta
 	}
 	if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.RemoveNode(a.opts.Params, n.Name, a.opts.Now()) }); err != nil {
 		a.log.Warn("removing node record failed; will retry", "node", n.Name, "err", err)
+	}
+}
+
+// retireFailed records on a DELETING node why stopping or removing it
+// failed (domain.RetireFailed), so that the update waiting for it says so.
+func (a *App) retireFailed(ctx context.Context, n provider.Node, why string) {
+	if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.RetireFailed(n.Name, why) }); err != nil {
+		a.log.Warn("recording the removal failure", "node", n.Name, "err", err)
 	}
 }
 

@@ -449,6 +449,27 @@ func (s *State) TeardownFailed(cluster, why string) Change {
 	return e.change()
 }
 
+// retryingRemoval begins a DELETING node's next action once stopping or
+// removing it failed (RetireFailed).
+const retryingRemoval = "stop and remove; the last attempt failed, retrying: "
+
+// RetireFailed records on a DELETING node (one a shrink or a removed pool
+// gives up) why stopping or removing it failed, as its next action, and
+// refreshes its cluster, whose message (an update's progress) then says
+// it: an update waits for its DELETING nodes with no deadline, and said
+// only "1 draining" for as long as the provider failed. Written only when
+// the reason changes.
+func (s *State) RetireFailed(node, why string) Change {
+	n := s.Nodes[node]
+	if n == nil || n.GetState() != loomv1.Node_DELETING || n.GetNextAction() == retryingRemoval+why {
+		return Change{}
+	}
+	e := s.edit(Params{}, time.Time{})
+	e.mutNode(node).NextAction = retryingRemoval + why
+	e.refresh(n.GetCluster())
+	return e.change()
+}
+
 // FinishDelete removes a DELETING cluster's records once its nodes are
 // stopped and their directories removed: NodeRemoved per node, then
 // ClusterDeleted for the delete operation. The capacity it claimed is free

@@ -46,6 +46,35 @@ func (e *edit) drainedBy(cluster string) time.Time {
 	return until
 }
 
+// removalFailure is why the first (by name) of cluster's DELETING nodes
+// whose stopping or removal failed is not gone yet (RetireFailed), with
+// how many more are in that case; "" when none is.
+func (e *edit) removalFailure(cluster string) string {
+	var first *loomv1.Node
+	more := 0
+	for _, n := range e.clusterNodes(cluster) {
+		if n.GetState() != loomv1.Node_DELETING || !strings.HasPrefix(n.GetNextAction(), retryingRemoval) {
+			continue
+		}
+		if first == nil || n.GetName() < first.GetName() {
+			if first != nil {
+				more++
+			}
+			first = n
+		} else {
+			more++
+		}
+	}
+	if first == nil {
+		return ""
+	}
+	why := "removing " + first.GetHostname() + " failed, retrying: " + strings.TrimPrefix(first.GetNextAction(), retryingRemoval)
+	if more > 0 {
+		why += fmt.Sprintf(" (and %d more)", more)
+	}
+	return why
+}
+
 // refresh recomputes a cluster's status from its nodes and moves its
 // lifecycle: CREATING → RUNNING when every pool is at target (or, past the
 // deadline, when every pool has a ready node; ERROR when one has none),
@@ -170,6 +199,9 @@ func (e *edit) refresh(name string) {
 				// What an update waits for, and until when at most: the
 				// jobs on those nodes are requeued then.
 				msg += " (until " + until.UTC().Format(time.RFC3339) + " at the latest)"
+			}
+			if why := e.removalFailure(name); why != "" {
+				msg += "; " + why
 			}
 		}
 		if repairing > 0 {
