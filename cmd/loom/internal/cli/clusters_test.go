@@ -115,7 +115,11 @@ func TestUpdateMask(t *testing.T) {
 			c.Labels = map[string]string{"team": "llm"}
 			c.Orchestrator.Slurm.Partitions[1].MaxTime = "8:00:00"
 		}, []string{"labels", "orchestrator.slurm.partitions"}, ""},
-		{"no orchestrator in the file clears it", func(c *loomv1.Cluster) { c.Orchestrator = nil },
+		// Left out, as network and storage: unchanged (the API's empty
+		// mask reads it so); taking it as none ended every job of the
+		// cluster's partitions.
+		{"no orchestrator in the file leaves it", func(c *loomv1.Cluster) { c.Orchestrator = nil }, nil, ""},
+		{"an empty orchestrator in the file asks for the generated one", func(c *loomv1.Cluster) { c.Orchestrator = &loomv1.Orchestrator{} },
 			[]string{"orchestrator.slurm.login_nodes", "orchestrator.slurm.partitions"}, ""}, // node sets: the generated ones are a3u's
 		{"network left out is not a change", func(c *loomv1.Cluster) { c.Network, c.Storage = nil, nil }, nil, ""},
 		{"network changed", func(c *loomv1.Cluster) { c.Network.Mtu = 1500; c.Storage.Home.CapacityGib = 2048 }, nil,

@@ -68,10 +68,12 @@ create; "name" may be left out). The updatable fields that differ between the
 file and the cluster are sent, and only they: display_name, description,
 labels, compute.node_pools (grow, shrink, add, remove), orchestrator.slurm
 (login nodes, node sets, partitions, prolog and epilog scripts). Network and
-storage are fixed at creation.
+storage are fixed at creation. A file without "orchestrator" (as without
+network or storage) leaves it unchanged; "orchestrator": {} asks for the
+generated partitions.
 
-Shrinking a pool drains its highest-numbered nodes first: they take no new
-jobs, and jobs still on them after --drain-grace are requeued. A pool left
+Shrinking a pool drains its nodes out of service first, then its
+highest-numbered: they take no new jobs, and jobs still on them after --drain-grace are requeued. A pool left
 out of the file is removed the same way, all its nodes drained; its node sets
 and partitions must be left out with it. The command
 shows progress and returns when the update ends, or at once with --async.
@@ -266,6 +268,13 @@ func updateMask(cur, want *loomv1.Cluster) (*loomv1.Cluster, []string, error) {
 	}
 	var mask []string
 	for _, p := range updatablePaths {
+		// A file without "orchestrator" leaves it as it is, as the API's
+		// empty mask does and as network and storage left out are:
+		// taking it as "none" would remove the cluster's partitions and
+		// end their jobs. `"orchestrator": {}` asks for the generated one.
+		if strings.HasPrefix(p, "orchestrator.") && want.GetOrchestrator() == nil {
+			continue
+		}
 		if differs(cur, norm, p) {
 			mask = append(mask, p)
 		}
