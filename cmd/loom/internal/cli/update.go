@@ -73,8 +73,8 @@ network or storage) leaves it unchanged; "orchestrator": {} asks for the
 generated partitions.
 
 Shrinking a pool drains its nodes out of service first, then its
-highest-numbered: they take no new jobs, and jobs still on them after --drain-grace are requeued. A pool left
-out of the file is removed the same way, all its nodes drained; its node sets
+highest-numbered: they take no new jobs, and jobs still on them after
+--drain-grace are requeued. A pool left out of the file is removed the same way, all its nodes drained; its node sets
 and partitions must be left out with it. The command
 shows progress and returns when the update ends, or at once with --async.
 "loom clusters get NAME -o json" gives a file to start from.`,
@@ -147,8 +147,8 @@ func (a *app) clustersResizeCommand() *cobra.Command {
 		Use:   "resize NAME POOL N",
 		Short: "Set the number of nodes of one node pool (shrinking drains nodes first)",
 		Long: `Set node pool POOL of cluster NAME to N nodes. Growing launches new nodes;
-shrinking drains the highest-numbered nodes first (no new jobs; jobs still
-running after --drain-grace are requeued), then removes them and releases
+shrinking drains the nodes out of service first, then the highest-numbered
+(no new jobs; jobs still running after --drain-grace are requeued), then removes them and releases
 their capacity. Returns when the pool is at its new size, or at once with
 --async.`,
 		Args: exactArgs(3, "the cluster, the node pool and the new node count, e.g. `loom clusters resize demo gpu 4`"),
