@@ -26,7 +26,7 @@ const PurposeRegistrationCommands = "loom step commands v2 "
 // gateway hands a registration's key only to that registration's identity.
 // Another node's key, or the same node's under another registration (the
 // image before a reimage, whatever it kept), opens nothing of it, and no key
-// reveals the secret. reg "" (or an adopted one: SealingRegistration) is
+// reveals the secret. reg "" (or an untimed one: SealingRegistration) is
 // the key of a node with no registration known (identities issued before
 // registrations were certified): PurposeStepCommands + node, the same for
 // every such identity of node.
@@ -46,12 +46,16 @@ func CommandKey(serviceSecret []byte, node, reg string) []byte {
 const AdoptedRegistrationPrefix = "adopted-"
 
 // SealingRegistration is the registration whose key seals a node's step
-// commands when reg is the one known: reg, or "" for an adopted one
-// (AdoptedRegistrationPrefix), whose key is that of no registration. The
-// scheduler seals, and an agent compares what it was sealed for with its
-// own, through it.
+// commands when reg is the one known: reg when it says when it was made
+// (NewRegistration), else "", whose key is that of no registration. Such
+// an untimed one is adopted (AdoptedRegistrationPrefix), or was kept by a
+// gateway of the release before registrations were timed (the bootstrap
+// token's id) and carried into a certificate by a renewal since: no
+// AgentRegistered named either to the scheduler, which seals the node's
+// commands for none meanwhile. The scheduler seals, and an agent compares
+// what it was sealed for with its own, through it.
 func SealingRegistration(reg string) string {
-	if strings.HasPrefix(reg, AdoptedRegistrationPrefix) {
+	if RegisteredAt(reg).IsZero() {
 		return ""
 	}
 	return reg

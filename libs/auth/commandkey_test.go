@@ -43,3 +43,28 @@ func TestNodeIdentityCarriesItsCommandKey(t *testing.T) {
 		t.Fatalf("loaded command key %x (%v), want %x", got.CommandKey, err, want)
 	}
 }
+
+// A registration that does not say when it was made — adopted at a
+// renewal, or kept by a gateway of the release before registrations were
+// timed (the bootstrap token's id) and carried into a certificate by a
+// renewal since — seals as none: no AgentRegistered ever named it to the
+// scheduler, which seals the node's commands for none. A timed one (a
+// registration since) has a key of its own.
+func TestUntimedRegistrationSealsAsNone(t *testing.T) {
+	t.Parallel()
+	seed := bytes.Repeat([]byte{5}, 32)
+	const node = "clusters/c1/nodes/n1"
+	none := auth.CommandKey(seed, node, "")
+	for _, reg := range []string{auth.AdoptedRegistrationPrefix + "01JABCDEF", "q2Vx8F_rZ-3kLmN0pQ1sTw"} {
+		if got := auth.SealingRegistration(reg); got != "" {
+			t.Errorf("SealingRegistration(%q) = %q, want none", reg, got)
+		}
+		if !bytes.Equal(auth.CommandKey(seed, node, reg), none) {
+			t.Errorf("registration %q has a command key of its own; want that of no registration", reg)
+		}
+	}
+	timed := auth.NewRegistration(time.Now(), "q2Vx8F_rZ-3kLmN0pQ1sTw")
+	if auth.SealingRegistration(timed) != timed || bytes.Equal(auth.CommandKey(seed, node, timed), none) {
+		t.Errorf("timed registration %q seals as none", timed)
+	}
+}

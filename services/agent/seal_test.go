@@ -399,3 +399,40 @@ func TestAdoptedRegistrationRunsWhatIsSealedForNone(t *testing.T) {
 		t.Fatalf("the step did not run: %v", err)
 	}
 }
+
+// An identity registered by a gateway of the release before registrations
+// were timed names the bootstrap token's id as its registration once a
+// gateway of this release renews it (its certificate then carries it), but
+// no AgentRegistered named it to the scheduler, which seals for none: the
+// agent runs what is sealed for none, as for an adopted registration, and
+// does not report every step of its node lost until it restarts.
+func TestEarlierReleasesRegistrationRunsWhatIsSealedForNone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	now := time.Now()
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", "q2Vx8F_rZ-3kLmN0pQ1sTw", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.WriteNodeIdentity(filepath.Join(e.work, IdentityFile), id); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	marker := filepath.Join(e.shared, "ran-93")
+	sealed, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node, ""),
+		startStep("93", "touch "+marker, nil, filepath.Join(e.shared, "93.out")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.broker, command(sealed.(*eventsv1.StartStep)))
+	ev := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		sc, ok := ev.Payload.(*eventsv1.StepChanged)
+		return ok && sc.Job == "projects/p/jobs/93" && (sc.State == eventsv1.StepState_STEP_EXITED || sc.State == eventsv1.StepState_STEP_LOST)
+	})
+	if st := ev.Payload.(*eventsv1.StepChanged); st.GetState() != eventsv1.StepState_STEP_EXITED || st.GetExitCode() != 0 {
+		t.Fatalf("the step ended %v, exit %d: %s; want it run", st.GetState(), st.GetExitCode(), st.GetMessage())
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the step did not run: %v", err)
+	}
+}
