@@ -663,6 +663,36 @@ func TestAuthNodeRegisteredAgainEndsTheOldIdentity(t *testing.T) {
 // release renewed) keeps working and renews, bound now to a registration
 // of its own, so that the node's next registration (a reimage) ends it as
 // it ends any other, rather than it staying renewable for good.
+// TestAuthNodeRegistrationsOrderPastAGatewayClockBehind: a node's
+// registration made by a gateway whose clock is behind the one that made
+// the registration before (gateway instances' clocks differ) is still the
+// later one: the provisioner keeps the latest by the time a registration
+// names, and one named earlier would leave the node's commands sealed for
+// the old image's registration, every step of the new one reported lost.
+func TestAuthNodeRegistrationsOrderPastAGatewayClockBehind(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	anon := authClient(h, t, "")
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	register := func() string {
+		t.Helper()
+		id, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return auth.CertRegistration(id.GetCertificate())
+	}
+	first := register()
+	// The reimaged node's agent registers through a gateway whose clock
+	// is five minutes behind the first's.
+	clock.Advance(-5 * time.Minute)
+	second := register()
+	if !auth.SupersedesRegistration(second, first) || auth.SupersedesRegistration(first, second) {
+		t.Fatalf("registrations %q then %q: want the second to supersede the first, never the other way", first, second)
+	}
+}
+
 func TestAuthNodeIdentityWithoutARegistration(t *testing.T) {
 	t.Parallel()
 	h, clock := fakeClockHarness(t)

@@ -853,7 +853,19 @@ func (a *Auth) RegisterNode(ctx context.Context, req *loomv1.RegisterNodeRequest
 	// a node's registrations from its certificates (the provisioner, and
 	// from it the scheduler, which seals the node's commands with the
 	// latest one's command key) knows the latest.
-	reg := auth.NewRegistration(a.now(), c.ID)
+	// Never named before the node's current one: the gateway that made
+	// that one may have a clock ahead of this one's, and a registration
+	// named earlier would never supersede it where registrations are
+	// ordered by the time they name.
+	made := a.now()
+	cur, err := a.o.Store.NodeRegistration(ctx, c.Cluster, c.Node)
+	if err != nil {
+		return nil, err
+	}
+	if prev := auth.RegisteredAt(cur); !prev.IsZero() && !made.After(prev) {
+		made = prev.Add(time.Nanosecond)
+	}
+	reg := auth.NewRegistration(made, c.ID)
 	if err := a.o.Store.SetNodeRegistration(ctx, c.Cluster, c.Node, reg, nodeRegistrationTTL); err != nil {
 		return nil, err
 	}
