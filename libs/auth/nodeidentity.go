@@ -25,7 +25,9 @@ type NodeIdentity struct {
 	AccessToken         string
 	NotAfter            time.Time
 	// Registration is the registration the identity belongs to (its
-	// certificate's Reg), whose command key CommandKey is.
+	// certificate's Reg, or the one it had before a renewal by a gateway
+	// of an earlier release, whose certificate names none), whose command
+	// key CommandKey is.
 	Registration string
 }
 
@@ -40,6 +42,10 @@ type identityFile struct {
 	CommandKey       []byte    `json:"command_key,omitempty"`
 	AccessToken      string    `json:"access_token,omitempty"`
 	NotAfter         time.Time `json:"not_after"`
+	// Registration is kept for an identity whose certificate names none
+	// while the identity has one (NodeIdentity.Registration: renewed by a
+	// gateway of an earlier release).
+	Registration string `json:"registration,omitempty"`
 }
 
 // IssueNodeIdentity makes a node identity without a gateway: a fresh key
@@ -71,7 +77,8 @@ func WriteNodeIdentity(path string, id *NodeIdentity) error {
 		return errors.New("node identity: a key is required")
 	}
 	b, err := json.Marshal(identityFile{Node: id.Node, Cluster: id.Cluster, Pool: id.Pool, Seed: id.Key.Seed(), Cert: id.Cert,
-		ServicePublicKey: id.ServicePublicKey, CommandKey: id.CommandKey, AccessToken: id.AccessToken, NotAfter: id.NotAfter})
+		ServicePublicKey: id.ServicePublicKey, CommandKey: id.CommandKey, AccessToken: id.AccessToken, NotAfter: id.NotAfter,
+		Registration: id.Registration})
 	if err != nil {
 		return err
 	}
@@ -118,9 +125,16 @@ func LoadNodeIdentity(path string) (*NodeIdentity, error) {
 	if len(f.Seed) != ed25519.SeedSize || len(f.ServicePublicKey) != ed25519.PublicKeySize || len(f.Cert) == 0 || f.Node == "" {
 		return nil, fmt.Errorf("node identity %s: incomplete (node, seed, certificate and service public key are required)", path)
 	}
+	// The certificate's registration, or the one kept with an identity
+	// whose certificate names none (renewed by a gateway of an earlier
+	// release, which keeps the registration but does not certify it).
+	reg := CertRegistration(f.Cert)
+	if reg == "" {
+		reg = f.Registration
+	}
 	return &NodeIdentity{Node: f.Node, Cluster: f.Cluster, Pool: f.Pool, Key: ed25519.NewKeyFromSeed(f.Seed), Cert: f.Cert,
 		ServicePublicKey: f.ServicePublicKey, CommandKey: f.CommandKey, AccessToken: f.AccessToken, NotAfter: f.NotAfter,
-		Registration: CertRegistration(f.Cert)}, nil
+		Registration: reg}, nil
 }
 
 // CertRegistration is the registration a node certificate names (its Reg),

@@ -163,17 +163,26 @@ func (id *identity) register(ctx context.Context, token string) error {
 		}
 		return err
 	}
-	return id.adopt(resp, priv)
+	return id.adopt(resp, priv, nil)
 }
 
-// adopt makes a gateway's answer the identity and keeps it on disk.
-func (id *identity) adopt(resp *loomv1.NodeIdentity, priv ed25519.PrivateKey) error {
+// adopt makes a gateway's answer the identity and keeps it on disk;
+// renewed is the identity a renewal renewed (nil for a registration).
+func (id *identity) adopt(resp *loomv1.NodeIdentity, priv ed25519.PrivateKey, renewed *auth.NodeIdentity) error {
 	if resp.GetNode() != "" && resp.GetNode() != id.node {
 		return fmt.Errorf("%w: the gateway issued an identity for %s, not %s", errPermanent, resp.GetNode(), id.node)
 	}
 	cur := &auth.NodeIdentity{Node: id.node, Cluster: resp.GetCluster(), Pool: resp.GetPool(), Key: priv, Cert: resp.GetCertificate(),
 		ServicePublicKey: resp.GetServicePublicKey(), CommandKey: resp.GetCommandKey(), AccessToken: resp.GetAccessToken(),
 		NotAfter: resp.GetExpireTime().AsTime(), Registration: auth.CertRegistration(resp.GetCertificate())}
+	if renewed != nil && cur.Registration == "" && auth.SealingRegistration(renewed.Registration) != "" {
+		// Renewed by a gateway of the release before registrations were
+		// certified (a rolling upgrade): a renewal keeps the registration
+		// (one whose node registered again is refused), but such a
+		// gateway names none and hands the key of none. The scheduler
+		// seals for the registration, whose key this agent keeps.
+		cur.Registration, cur.CommandKey = renewed.Registration, renewed.CommandKey
+	}
 	if len(cur.ServicePublicKey) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: the gateway's identity has no service public key", errPermanent)
 	}
@@ -261,7 +270,7 @@ func (id *identity) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return id.adopt(resp, priv)
+	return id.adopt(resp, priv, id.current())
 }
 
 // workloadToken asks the gateway for a token scoped to job (a job attempt

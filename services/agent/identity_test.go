@@ -360,3 +360,61 @@ func TestForgedStartStepIsDeadLettered(t *testing.T) {
 		}
 	}
 }
+
+// In a rolling upgrade, a gateway of the release before registrations were
+// certified renews an identity of a registration (the node registered
+// through a gateway of this release): its certificate names none and its
+// command key is the node's of no registration. The registration is the
+// same (a renewal never changes it, and one whose node registered again
+// is refused): the agent keeps it, and its key, so that it opens what the
+// scheduler seals for it instead of reporting every step of its node lost,
+// and keeps them on disk for its next start.
+func TestRenewalByAnEarlierReleaseKeepsTheRegistration(t *testing.T) {
+	t.Parallel()
+	srv, addr := newAuthServer(t, time.Hour, map[string]string{node: "gpu"})
+	e := &env{broker: testkit.Broker(t), work: t.TempDir(), shared: t.TempDir(), gateway: addr}
+	e.redisAddr, e.rdb = testkit.Redis(t)
+	now := time.Now()
+	reg := auth.NewRegistration(now, "tok")
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", reg, now, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.AccessToken, _, err = srv.tokens.Issue(auth.Claims{Use: auth.UseAccess, Kind: auth.KindNode.String(), Node: node, Cluster: cluster, Pool: "gpu",
+		Reg: reg, RegisteredClaims: auth.ForSubject(auth.NodeName(node))}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.work, IdentityFile)
+	if err := auth.WriteNodeIdentity(path, id); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	testkit.WaitFor(t, wait, "a renewal", func() (bool, error) {
+		n, _ := srv.counts()
+		return n >= 1, nil
+	})
+	testkit.WaitFor(t, wait, "the renewed identity on disk", func() (bool, error) {
+		cur, err := auth.LoadNodeIdentity(path)
+		return err == nil && auth.CertRegistration(cur.Cert) == "", nil
+	})
+	if cur, err := auth.LoadNodeIdentity(path); err != nil || cur.Registration != reg ||
+		!bytes.Equal(cur.CommandKey, auth.CommandKey(testkit.ServiceSecret(), node, reg)) {
+		t.Fatalf("identity on disk after the renewal: registration %q (%v); want %q and its command key", cur.Registration, err, reg)
+	}
+	marker := filepath.Join(e.shared, "ran-94")
+	cmd := startStep("94", "touch "+marker, nil, filepath.Join(e.shared, "94.out"))
+	cmd.Registration = reg
+	sealed, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node, reg), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.broker, command(sealed.(*eventsv1.StartStep)))
+	ev := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		sc, ok := ev.Payload.(*eventsv1.StepChanged)
+		return ok && sc.Job == "projects/p/jobs/94" && (sc.State == eventsv1.StepState_STEP_EXITED || sc.State == eventsv1.StepState_STEP_LOST)
+	})
+	if st := ev.Payload.(*eventsv1.StepChanged); st.GetState() != eventsv1.StepState_STEP_EXITED || st.GetExitCode() != 0 {
+		t.Fatalf("the step ended %v, exit %d: %s; want it run", st.GetState(), st.GetExitCode(), st.GetMessage())
+	}
+}
