@@ -1,14 +1,17 @@
 package trace
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 // Alibaba file names in the trace's directory.
@@ -43,8 +46,10 @@ func LoadAlibaba(path string, opts Options) (*Trace, error) {
 		nodesPath = filepath.Join(filepath.Dir(pods), AlibabaNodeList)
 	}
 	t := &Trace{Name: "alibaba-gpu-v2023", Format: "alibaba", Resource: GPU}
+	hosts := map[string]int{}
+	var largest int64
 	if err := readCSV(nodesPath, []string{"sn", "gpu", "model"}, func(r row) error {
-		gpus, err := r.int("gpu")
+		gpus, err := r.intIn("gpu", 0, MaxSlotsPerNode, "")
 		if err != nil {
 			return err
 		}
@@ -52,6 +57,14 @@ func LoadAlibaba(path string, opts Options) (*Trace, error) {
 		if host == "" {
 			return errors.New("sn is empty")
 		}
+		if l, dup := hosts[host]; dup {
+			return fmt.Errorf("sn %q is line %d's too", host, l)
+		}
+		if len(t.Nodes) == MaxNodes {
+			return fmt.Errorf("more than %d nodes: the simulated cluster has at most %d", MaxNodes, MaxNodes)
+		}
+		hosts[host] = r.line
+		largest = max(largest, gpus)
 		pool := "cpu"
 		if gpus > 0 {
 			pool = strings.ToLower(model)
@@ -72,32 +85,32 @@ func LoadAlibaba(path string, opts Options) (*Trace, error) {
 		"creation_time", "deletion_time", "scheduled_time"}, func(r row) error {
 		var j Job
 		j.Name = r.get("name")
-		gpus, err := r.int("num_gpu")
+		gpus, err := r.intIn("num_gpu", 0, MaxSlotsPerNode, "")
 		if err != nil {
 			return err
 		}
-		milli, err := r.int("gpu_milli")
+		if gpus > largest {
+			return fmt.Errorf("num_gpu %d is more than the largest node's %d GPUs (%s): the pod could never run", gpus, largest, nodesPath)
+		}
+		milli, err := r.intIn("gpu_milli", 0, 1000, "")
 		if err != nil {
 			return err
 		}
-		cpu, err := r.int("cpu_milli")
+		cpu, err := r.intIn("cpu_milli", 0, slurmspec.MaxCPUsPerTask*1000, "")
 		if err != nil {
 			return err
 		}
-		mem, err := r.int("memory_mib")
+		mem, err := r.intIn("memory_mib", 0, math.MaxInt32, "")
 		if err != nil {
 			return err
 		}
-		created, err := r.int("creation_time")
+		created, err := r.intIn("creation_time", 0, MaxSeconds, " seconds")
 		if err != nil {
 			return err
 		}
-		deleted, err := r.int("deletion_time")
+		deleted, err := r.intIn("deletion_time", 0, MaxSeconds, " seconds")
 		if err != nil {
 			return err
-		}
-		if gpus < 0 {
-			return fmt.Errorf("num_gpu %d is negative", gpus)
 		}
 		if gpus == 1 && milli > 0 && milli < 1000 {
 			shared++
@@ -118,7 +131,7 @@ func LoadAlibaba(path string, opts Options) (*Trace, error) {
 			j.Cancelled, j.CancelAt = true, max(deleted, created)
 			j.TimeLimit = timeLimit(j.CancelAt-created, opts.TimeLimitFactor)
 		} else {
-			sched, err := r.int("scheduled_time")
+			sched, err := r.intIn("scheduled_time", 0, MaxSeconds, " seconds")
 			if err != nil {
 				return err
 			}
@@ -145,7 +158,10 @@ func LoadAlibaba(path string, opts Options) (*Trace, error) {
 		"The trace names no users: a pod's account is its QoS class (LS, BE, Burstable, Guaranteed).",
 		fmt.Sprintf("Time limits: runtime × %g, rounded up to a minute (the trace has none).", opts.TimeLimitFactor),
 	)
-	return finish(t, opts), nil
+	if _, err := finish(t, opts); err != nil {
+		return nil, fmt.Errorf("alibaba pod list: %w", err)
+	}
+	return t, nil
 }
 
 // row is one CSV record with its header.
@@ -163,20 +179,17 @@ func (r row) get(name string) string {
 	return strings.TrimSpace(r.rec[i])
 }
 
-func (r row) int(name string) (int64, error) {
+// intIn returns the column's number, refusing one outside [lo, hi].
+func (r row) intIn(name string, lo, hi int64, unit string) (int64, error) {
 	s := r.get(name)
 	if s == "" {
 		return 0, fmt.Errorf("%s is empty", name)
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
+	n, err := number(s)
 	if err != nil {
-		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil {
-			return 0, fmt.Errorf("%s %q is not a number", name, s)
-		}
-		n = int64(f)
+		return 0, fmt.Errorf("%s %w", name, err)
 	}
-	return n, nil
+	return n, inRange(name, n, lo, hi, unit)
 }
 
 // readCSV calls each for every record of a CSV file with a header row that
@@ -187,9 +200,13 @@ func readCSV(path string, need []string, each func(row) error) error {
 		return err
 	}
 	defer f.Close()
-	r := csv.NewReader(f)
+	lines := &lineLimit{r: bufio.NewReader(f)}
+	r := csv.NewReader(lines)
 	r.FieldsPerRecord = -1
 	head, err := r.Read()
+	if errors.Is(err, errLineTooLong) {
+		return fmt.Errorf("%s line %d: %w", path, lines.line, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: header: %w", path, err)
 	}
@@ -207,6 +224,9 @@ func readCSV(path string, need []string, each func(row) error) error {
 		if err == io.EOF {
 			return nil
 		}
+		if errors.Is(err, errLineTooLong) {
+			return fmt.Errorf("%s line %d: %w", path, lines.line, err)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -214,4 +234,33 @@ func readCSV(path string, need []string, each func(row) error) error {
 			return fmt.Errorf("%s line %d: %w", path, line, err)
 		}
 	}
+}
+
+var errLineTooLong = fmt.Errorf("longer than %d bytes: not a trace record", MaxLine)
+
+// lineLimit reads a file and fails on a line longer than MaxLine, so that
+// a CSV reader never holds more than that of one record's line; line is
+// the number of the line being read.
+type lineLimit struct {
+	r    *bufio.Reader
+	line int
+	cur  int // bytes of the current line so far
+}
+
+func (l *lineLimit) Read(p []byte) (int, error) {
+	if l.line == 0 {
+		l.line = 1
+	}
+	n, err := l.r.Read(p)
+	for i, b := range p[:n] {
+		if b == '\n' {
+			l.line++
+			l.cur = 0
+			continue
+		}
+		if l.cur++; l.cur > MaxLine {
+			return i, errLineTooLong
+		}
+	}
+	return n, err
 }

@@ -13,6 +13,9 @@ import (
 // sample does not list machines (Philly's servers had 2, 4 or 8 GPUs).
 const PhillyGPUsPerNode = 8
 
+// maxPhillyGPUs is the most GPUs of a Philly cluster: MaxNodes nodes.
+const maxPhillyGPUs = MaxNodes * PhillyGPUsPerNode
+
 // phillyJob is one record of the Philly sample (philly_jobs_4gpu_sample.json).
 type phillyJob struct {
 	ID            string  `json:"id"`
@@ -62,8 +65,9 @@ func LoadPhilly(path string, opts Options) (*Trace, error) {
 		if err != nil {
 			return nil, fmt.Errorf("philly trace %s: job %s: submitted_time %q: want %q", path, r.ID, r.SubmittedTime, phillyTime)
 		}
-		if r.NumGPUs <= 0 || r.Runtime < 0 || math.IsNaN(r.Runtime) {
-			return nil, fmt.Errorf("philly trace %s: job %s: num_gpus %d, runtime %v: want num_gpus > 0 and runtime >= 0", path, r.ID, r.NumGPUs, r.Runtime)
+		if r.NumGPUs <= 0 || r.NumGPUs > maxPhillyGPUs || !(r.Runtime >= 0 && r.Runtime <= MaxSeconds/60) {
+			return nil, fmt.Errorf("philly trace %s: job %s: num_gpus %d, runtime %v: want num_gpus 1..%d (%d nodes of %d) and runtime 0..%d minutes",
+				path, r.ID, r.NumGPUs, r.Runtime, maxPhillyGPUs, MaxNodes, PhillyGPUsPerNode, MaxSeconds/60)
 		}
 		if len(r.Attempts) > 1 {
 			multi++
@@ -89,7 +93,9 @@ func LoadPhilly(path string, opts Options) (*Trace, error) {
 		}
 		t.Jobs = append(t.Jobs, j)
 	}
-	finish(t, opts)
+	if _, err := finish(t, opts); err != nil {
+		return nil, fmt.Errorf("philly trace %s: %w", path, err)
+	}
 	// The cluster: enough nodes for the most GPUs the kept jobs' attempts held at once.
 	type edge struct{ at, d int64 }
 	var edges []edge
@@ -112,6 +118,10 @@ func LoadPhilly(path string, opts Options) (*Trace, error) {
 		peak = max(peak, cur)
 	}
 	peak = max(peak, biggest)
+	if peak > maxPhillyGPUs {
+		return nil, fmt.Errorf("philly trace %s: its attempts held %d GPUs at once: the simulated cluster has at most %d (%d nodes of %d)",
+			path, peak, maxPhillyGPUs, MaxNodes, PhillyGPUsPerNode)
+	}
 	n := int((peak + PhillyGPUsPerNode - 1) / PhillyGPUsPerNode)
 	for i := range n {
 		t.Nodes = append(t.Nodes, Node{Hostname: fmt.Sprintf("philly-%04d", i+1), Pool: "gpu", Slots: PhillyGPUsPerNode})

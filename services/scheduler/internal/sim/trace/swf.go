@@ -3,8 +3,10 @@ package trace
 import (
 	"bufio"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,9 +47,12 @@ func LoadSWF(path string, opts Options) (*Trace, error) {
 	head := map[string]int64{}
 	var skipped, noLimit, failed int
 	var biggest int64
+	var want []int64 // each job's processors, split into a gang below
 	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for line := 1; sc.Scan(); line++ {
+	sc.Buffer(make([]byte, 64*1024), MaxLine)
+	line := 0
+	for sc.Scan() {
+		line++
 		text := strings.TrimSpace(sc.Text())
 		if text == "" {
 			continue
@@ -67,11 +72,31 @@ func LoadSWF(path string, opts Options) (*Trace, error) {
 		}
 		var v [18]int64
 		for i := range 18 {
-			n, err := strconv.ParseFloat(fs[i], 64)
+			n, err := number(fs[i])
 			if err != nil {
-				return nil, fmt.Errorf("swf trace %s line %d: field %d %q is not a number", path, line, i+1, fs[i])
+				return nil, fmt.Errorf("swf trace %s line %d: field %d %v", path, line, i+1, err)
 			}
-			v[i] = int64(n)
+			v[i] = n
+		}
+		// -1 is SWF's "unknown"; anything else below 0, or a time past a
+		// century, is not a log's.
+		for _, f := range []struct {
+			i    int
+			name string
+			hi   int64
+			unit string
+		}{
+			{1, "submit time", MaxSeconds, " seconds, or -1"},
+			{3, "run time", MaxSeconds, " seconds, or -1"},
+			{4, "allocated processors", math.MaxInt64, ", or -1"},
+			{7, "requested processors", math.MaxInt64, ", or -1"},
+			{8, "requested time", MaxSeconds, " seconds, or -1"},
+		} {
+			if n := v[f.i]; n != -1 {
+				if err := inRange(fmt.Sprintf("field %d (%s)", f.i+1, f.name), n, 0, f.hi, f.unit); err != nil {
+					return nil, fmt.Errorf("swf trace %s line %d: %w", path, line, err)
+				}
+			}
 		}
 		procs := v[4]
 		if procs <= 0 {
@@ -84,7 +109,7 @@ func LoadSWF(path string, opts Options) (*Trace, error) {
 		}
 		biggest = max(biggest, procs)
 		j := Job{Name: strconv.FormatInt(v[0], 10), Submit: v[1], Runtime: runtime, CPUsPerTask: 1}
-		j.PerNode = int32(procs) // split below, once the node size is known
+		want = append(want, procs) // split below, once the node size is known
 		if v[8] > 0 {
 			j.TimeLimit = v[8]
 		} else {
@@ -103,7 +128,10 @@ func LoadSWF(path string, opts Options) (*Trace, error) {
 		t.Jobs = append(t.Jobs, j)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("swf trace %s: %w", path, err)
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("swf trace %s line %d: longer than %d bytes: not an SWF record", path, line+1, MaxLine)
+		}
+		return nil, fmt.Errorf("swf trace %s line %d: %w", path, line+1, err)
 	}
 	procs, nodes := head["MaxProcs"], head["MaxNodes"]
 	if procs <= 0 {
@@ -115,10 +143,20 @@ func LoadSWF(path string, opts Options) (*Trace, error) {
 	}
 	per := int64(opts.ProcsPerNode)
 	if nodes > 0 {
+		if nodes > MaxNodes {
+			return nil, fmt.Errorf("swf trace %s: header MaxNodes %d: the simulated cluster has at most %d nodes", path, nodes, MaxNodes)
+		}
 		per = max(procs/nodes, 1)
+		if per > MaxSlotsPerNode {
+			return nil, fmt.Errorf("swf trace %s: header MaxProcs %d over MaxNodes %d is %d processors a node: a simulated node has at most %d", path, procs, nodes, per, MaxSlotsPerNode)
+		}
 		t.Notes = append(t.Notes, fmt.Sprintf("Cluster: MaxNodes %d nodes of MaxProcs/MaxNodes = %d processors each; processors are scheduled as each node's counted slots.", nodes, per))
 	} else {
 		nodes = (procs + per - 1) / per
+		if nodes > MaxNodes {
+			return nil, fmt.Errorf("swf trace %s: %d processors (MaxProcs, else the largest job's) make %d nodes of %d: the simulated cluster has at most %d nodes (--procs-per-node up to %d makes fewer)",
+				path, procs, nodes, per, MaxNodes, MaxSlotsPerNode)
+		}
 		t.Notes = append(t.Notes, fmt.Sprintf("The header gives no MaxNodes: %d nodes of %d processors (MaxProcs %d); processors are scheduled as each node's counted slots.", nodes, per, procs))
 	}
 	left := procs
@@ -133,13 +171,12 @@ func LoadSWF(path string, opts Options) (*Trace, error) {
 	total := t.Capacity()
 	kept := t.Jobs[:0]
 	tooBig := 0
-	for _, j := range t.Jobs {
-		want := int64(j.PerNode)
-		if want > total {
+	for i, j := range t.Jobs {
+		if want[i] > total {
 			tooBig++
 			continue
 		}
-		j.Nodes, j.PerNode = split(want, per)
+		j.Nodes, j.PerNode = split(want[i], per)
 		if int64(j.Nodes) > int64(len(t.Nodes)) {
 			tooBig++
 			continue
@@ -160,5 +197,8 @@ func LoadSWF(path string, opts Options) (*Trace, error) {
 		t.Notes = append(t.Notes, fmt.Sprintf("%d jobs with status 0 (failed) end with exit code 1.", failed))
 	}
 	t.Notes = append(t.Notes, "The user (field 12) is the account; partitions and queues (fields 15, 16) are not modelled: one partition holds every node.")
-	return finish(t, opts), nil
+	if _, err := finish(t, opts); err != nil {
+		return nil, fmt.Errorf("swf trace %s: %w", path, err)
+	}
+	return t, nil
 }

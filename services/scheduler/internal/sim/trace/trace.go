@@ -3,7 +3,12 @@
 // the Parallel Workloads Archive's Standard Workload Format (SWF). Each loader
 // turns its file into the same Trace: the cluster's nodes and the jobs
 // submitted to it, with the assumptions it had to make written down in Notes.
-// Loaders only read and convert; nothing here schedules.
+// Loaders only read and convert; nothing here schedules. A record that is
+// not a number, is out of its field's range (a time past a century, a
+// negative count, a node of more than MaxSlotsPerNode, a pod larger than
+// every node) or would make a cluster of more than MaxNodes is refused with
+// its line (Philly: its job) and the reason, as is an SWF or CSV line longer
+// than MaxLine.
 package trace
 
 import (
@@ -12,7 +17,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/slurmspec"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // Formats are the trace formats Load understands.
@@ -119,6 +129,48 @@ type Options struct {
 	ProcsPerNode int
 }
 
+// Bounds of what a trace may hold: a Loom cluster's, which is what the
+// simulator replays it on. A record beyond them is refused, naming its line
+// (or job) and field, rather than truncated to 32 bits, let overflow or
+// sized into an allocation without bound.
+const (
+	// MaxNodes bounds the simulated cluster's nodes (a real cluster's).
+	MaxNodes = clusterspec.MaxClusterNodes
+	// MaxSlotsPerNode bounds a node's counted resource (a node's GPUs).
+	MaxSlotsPerNode = place.MaxGPUsPerNode
+	// MaxSeconds bounds every time of a trace: submit times, runtimes and
+	// time limits (a century, the longest time limit Loom takes).
+	MaxSeconds = slurmspec.MaxTimeLimitSeconds
+	// MaxLine bounds one line of an SWF log.
+	MaxLine = 1 << 20
+)
+
+// number parses a numeric field written as an integer or a float (whose
+// integral part it takes); NaN, infinities and values past int64 are
+// refused.
+func number(s string) (int64, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number", s)
+	}
+	if f >= math.MaxInt64 || f < math.MinInt64 {
+		return 0, fmt.Errorf("%q is out of range", s)
+	}
+	return int64(f), nil
+}
+
+// inRange says what is wrong with field's value n when it is outside
+// [lo, hi], or returns nil.
+func inRange(field string, n, lo, hi int64, unit string) error {
+	if n < lo || n > hi {
+		return fmt.Errorf("%s %d is out of range: want %d..%d%s", field, n, lo, hi, unit)
+	}
+	return nil
+}
+
 // Defaults of Options.
 const (
 	DefaultTimeLimitFactor = 1.5
@@ -143,8 +195,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("limit must not be negative, got %d", o.Limit)
 	case (o.TimeLimitFactor != 0 && o.TimeLimitFactor < 1) || math.IsNaN(o.TimeLimitFactor) || math.IsInf(o.TimeLimitFactor, 0):
 		return fmt.Errorf("time limit factor must be at least 1 (a limit below the runtime kills every job), got %v", o.TimeLimitFactor)
-	case o.ProcsPerNode < 0:
-		return fmt.Errorf("processors per node must be at least 1 (0: the default), got %d", o.ProcsPerNode)
+	case o.ProcsPerNode < 0 || o.ProcsPerNode > MaxSlotsPerNode:
+		return fmt.Errorf("processors per node must be 1..%d (0: the default), got %d", MaxSlotsPerNode, o.ProcsPerNode)
 	}
 	return nil
 }
@@ -223,8 +275,10 @@ func Guess(path string) string {
 
 // timeLimit is runtime × factor, rounded up to a whole minute, at least
 // MinTimeLimit.
+// It is at most MaxSeconds: runtime is at most that, and a limit longer
+// than a century is no limit.
 func timeLimit(runtime int64, factor float64) int64 {
-	l := int64(math.Ceil(float64(runtime) * factor))
+	l := int64(math.Min(math.Ceil(float64(runtime)*factor), MaxSeconds))
 	l = (l + 59) / 60 * 60
 	return max(l, MinTimeLimit)
 }
@@ -246,8 +300,9 @@ func split(n, per int64) (nodes, perNode int32) {
 }
 
 // finish orders jobs by submission (stable: the trace's order breaks ties),
-// applies the limit and numbers them.
-func finish(t *Trace, opts Options) *Trace {
+// applies the limit and numbers them. Submissions spread over more than
+// MaxSeconds are refused.
+func finish(t *Trace, opts Options) (*Trace, error) {
 	sort.SliceStable(t.Jobs, func(a, b int) bool { return t.Jobs[a].Submit < t.Jobs[b].Submit })
 	if opts.Limit > 0 && opts.Limit < len(t.Jobs) {
 		t.Jobs = t.Jobs[:opts.Limit]
@@ -255,7 +310,11 @@ func finish(t *Trace, opts Options) *Trace {
 	}
 	if len(t.Jobs) > 0 {
 		// Times count from the first submission.
-		first := t.Jobs[0].Submit
+		first, last := t.Jobs[0].Submit, t.Jobs[len(t.Jobs)-1].Submit
+		if span := uint64(last) - uint64(first); span > MaxSeconds {
+			return nil, fmt.Errorf("the jobs are submitted over %d seconds (job %s at %d to job %s at %d): more than a century, the longest a trace may last",
+				span, t.Jobs[0].Name, first, t.Jobs[len(t.Jobs)-1].Name, last)
+		}
 		for i := range t.Jobs {
 			t.Jobs[i].Submit -= first
 			if t.Jobs[i].Cancelled {
@@ -266,7 +325,7 @@ func finish(t *Trace, opts Options) *Trace {
 	for i := range t.Jobs {
 		t.Jobs[i].ID = int64(i + 1)
 	}
-	return t
+	return t, nil
 }
 
 // DataDirEnv names the variable that points at the traces directory.

@@ -269,3 +269,90 @@ func TestSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileTraces: a malformed or absurd trace is refused with its line
+// (or job) and the reason, never truncated to garbage, left to overflow,
+// or sized into an allocation without bound (a Philly job of 10^9 GPUs
+// once made 1.25×10^8 nodes, and its split a loop of as many steps).
+func TestHostileTraces(t *testing.T) {
+	t.Parallel()
+	swfRow := func(over map[int]string) string {
+		f := strings.Fields("1 10 -1 100 4 -1 -1 4 300 -1 1 7 1 -1 -1 -1 -1 -1")
+		for i, v := range over {
+			f[i-1] = v
+		}
+		return strings.Join(f, " ") + "\n"
+	}
+	const head = "; MaxNodes: 4\n; MaxProcs: 8\n"
+	const pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+	const pod = "p1,1000,1000,1,1000,LS,Running,0,10,5\n"
+	const nodes = "sn,gpu,model\nn1,8,V100\nn2,8,V100\n"
+	phillyJob := func(gpus, runtime string) string {
+		return `[{"id":"a","num_gpus":4,"runtime":1,"submitted_time":"2017-10-01 00:00:00"},
+{"id":"b","num_gpus":` + gpus + `,"runtime":` + runtime + `,"submitted_time":"2017-10-01 00:00:00"}]`
+	}
+	long := strings.Repeat("1", MaxLine+1)
+	for _, c := range []struct {
+		name, file, nodeList, want string
+	}{
+		{"swf NaN submit", head + swfRow(nil) + swfRow(map[int]string{2: "NaN"}), "", `line 4: field 2 "NaN" is not a number`},
+		{"swf Inf processors", head + swfRow(map[int]string{5: "+Inf"}), "", `line 3: field 5 "+Inf" is not a number`},
+		{"swf past int64", head + swfRow(map[int]string{4: "1e300"}), "", `line 3: field 4 "1e300" is out of range`},
+		{"swf negative time", head + swfRow(map[int]string{4: "-5"}), "", "line 3: field 4 (run time) -5 is out of range: want 0..3153600000 seconds, or -1"},
+		{"swf runtime past a century", head + swfRow(map[int]string{4: "9000000000000000000"}), "", "line 3: field 4 (run time) 9000000000000000000 is out of range"},
+		{"swf processors past int32", head + swfRow(map[int]string{5: "-2", 8: "4294967300"}), "", "line 3: field 5 (allocated processors) -2"},
+		{"swf line of more than 1 MiB", head + swfRow(nil) + long + "\n", "", "line 4: longer than 1048576 bytes"},
+		{"swf MaxNodes past a cluster", "; MaxNodes: 1000000000000\n; MaxProcs: 1000000000000\n" + swfRow(nil), "", "header MaxNodes 1000000000000: the simulated cluster has at most 20000 nodes"},
+		{"swf nodes past a node's slots", "; MaxNodes: 2\n; MaxProcs: 4096\n" + swfRow(nil), "", "is 2048 processors a node: a simulated node has at most 64"},
+		{"swf MaxProcs past a cluster", "; MaxProcs: 9000000000000000000\n" + swfRow(nil), "", "the simulated cluster has at most 20000 nodes (--procs-per-node up to 64 makes fewer)"},
+		{"swf times at a century", head + swfRow(map[int]string{2: "0"}) + swfRow(map[int]string{2: "3153600000", 4: "3153600000", 9: "-1"}), "", ""},
+		{"swf submissions over centuries", head + swfRow(map[int]string{2: "0"}) + swfRow(map[int]string{2: "3153600001"}), "", "line 4: field 2 (submit time) 3153600001 is out of range"},
+		{"philly job of 10^9 GPUs", phillyJob("999999937", "1"), "", "job b: num_gpus 999999937, runtime 1: want num_gpus 1..160000 (20000 nodes of 8)"},
+		{"philly runtime past int64", phillyJob("4", "1e300"), "", "job b: num_gpus 4, runtime 1e+300: want num_gpus 1..160000 (20000 nodes of 8) and runtime 0..52560000 minutes"},
+		{"philly submissions over centuries", strings.Replace(phillyJob("4", "1"), `"2017-10-01 00:00:00"}]`, `"9999-10-01 00:00:00"}]`, 1), "", "submitted over"},
+		{"alibaba NaN time", pods + "p1,1000,1000,1,1000,LS,Running,NaN,10,5\n", nodes, `line 2: creation_time "NaN" is not a number`},
+		{"alibaba negative time", pods + pod + "p2,1000,1000,1,1000,LS,Running,-7,10,5\n", nodes, "line 3: creation_time -7 is out of range: want 0..3153600000 seconds"},
+		{"alibaba GPUs past int32", pods + "p1,1000,1000,5000000000,1000,LS,Running,0,10,5\n", nodes, "line 2: num_gpu 5000000000 is out of range: want 0..64"},
+		{"alibaba pod larger than every node", pods + "p1,1000,1000,16,1000,LS,Running,0,10,5\n", nodes, "line 2: num_gpu 16 is more than the largest node's 8 GPUs"},
+		{"alibaba CPUs past int32", pods + "p1,1e300,1000,1,1000,LS,Running,0,10,5\n", nodes, `line 2: cpu_milli "1e300" is out of range`},
+		{"alibaba missing column value", pods + "p1,1000\n", nodes, "line 2: num_gpu is empty"},
+		{"alibaba negative node", pods + pod, "sn,gpu,model\nn1,-8,V100\n", "line 2: gpu -8 is out of range: want 0..64"},
+		{"alibaba duplicate node", pods + pod, nodes + "n1,8,V100\n", `line 4: sn "n1" is line 2's too`},
+		{"alibaba line of more than 1 MiB", pods + pod + "p2," + long + "\n", nodes, "line 3: longer than 1048576 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			name, format := "log.swf", "swf"
+			if strings.HasPrefix(c.name, "philly") {
+				name, format = "jobs.json", "philly"
+			}
+			if c.nodeList != "" {
+				name, format = AlibabaPodList, "alibaba"
+				if err := os.WriteFile(filepath.Join(dir, AlibabaNodeList), []byte(c.nodeList), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, []byte(c.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			tr, err := Load(path, format, Options{})
+			if c.want == "" {
+				// At the bounds: accepted, every time within a century.
+				if err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				for _, j := range tr.Jobs {
+					if j.Submit > MaxSeconds || j.Runtime > MaxSeconds || j.TimeLimit > MaxSeconds || j.TimeLimit < j.Runtime {
+						t.Errorf("job %+v: times past %d", j, int64(MaxSeconds))
+					}
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Load: %v; want an error with %q", err, c.want)
+			}
+		})
+	}
+}
