@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -30,7 +31,12 @@ beside it), the Philly sample (JSON) and SWF logs (.swf or .swf.gz); a
 directory stands for the one trace it holds. Policies:
 fifo (strict first come, first served), easy (FCFS with EASY backfill), loom
 (the default multifactor policy with backfill), or all of them side by side.
-Nothing is started: the command needs no running Loom.`,
+Nothing is started: the command needs no running Loom.
+
+A trace is replayed on a cluster Loom could run: at most 20,000 nodes of at
+most 64 GPUs (or processors), times within a century. A record outside
+that, or not a number (NaN, a value past 64 bits), or a line over 1 MiB, is
+refused with its line and the reason.`,
 		Example: `  loom sim --trace ../shared/data/traces/alibaba-gpu-v2023 --policy all
   loom sim --trace philly_jobs_4gpu_sample.json --format philly --policy easy -o json
   loom sim --trace NASA-iPSC-1993-3.1-cln.swf.gz --limit 5000`,
@@ -58,14 +64,14 @@ Nothing is started: the command needs no running Loom.`,
 			if cfg.Limit < 0 {
 				return usagef("--limit must not be negative, got %d", cfg.Limit)
 			}
-			if cfg.ArrivalScale <= 0 {
+			if !(cfg.ArrivalScale > 0) || math.IsInf(cfg.ArrivalScale, 0) {
 				return usagef("--arrival-scale must be positive, got %v", cfg.ArrivalScale)
 			}
-			if cfg.TimeLimitFactor != 0 && cfg.TimeLimitFactor < 1 {
+			if cfg.TimeLimitFactor != 0 && !(cfg.TimeLimitFactor >= 1) || math.IsInf(cfg.TimeLimitFactor, 0) {
 				return usagef("--time-limit-factor must be at least 1, got %v", cfg.TimeLimitFactor)
 			}
-			if cfg.ProcsPerNode < 0 {
-				return usagef("--procs-per-node must be at least 1, got %d", cfg.ProcsPerNode)
+			if cfg.ProcsPerNode < 0 || cfg.ProcsPerNode > 64 {
+				return usagef("--procs-per-node must be 1..64 (a simulated node's most), got %d", cfg.ProcsPerNode)
 			}
 			progress := cmd.ErrOrStderr()
 			cfg.Progress = func(p string, done bool) {
@@ -94,6 +100,6 @@ Nothing is started: the command needs no running Loom.`,
 	f.Float64Var(&cfg.ArrivalScale, "arrival-scale", 1, "divide submit times by this factor to raise the load")
 	f.Float64Var(&cfg.TimeLimitFactor, "time-limit-factor", 0, "time limit as a multiple of the runtime where the trace gives none (default 1.5)")
 	f.StringVar(&cfg.NodeList, "node-list", "", "Alibaba node list (default: openb_node_list_all_node.csv beside the pod list)")
-	f.IntVar(&cfg.ProcsPerNode, "procs-per-node", 0, "processors per node of an SWF log without MaxNodes (default 8)")
+	f.IntVar(&cfg.ProcsPerNode, "procs-per-node", 0, "processors per node of an SWF log without MaxNodes, 1..64 (default 8)")
 	return cmd
 }

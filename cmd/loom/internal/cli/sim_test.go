@@ -111,7 +111,11 @@ func TestSimBadInput(t *testing.T) {
 		{[]string{"sim", "--trace", path, "--format", "csv"}, 2, `--format must be alibaba, philly, swf, got "csv"`},
 		{[]string{"sim", "--trace", path, "--limit", "-1"}, 2, "--limit must not be negative"},
 		{[]string{"sim", "--trace", path, "--arrival-scale", "0"}, 2, "--arrival-scale must be positive"},
+		{[]string{"sim", "--trace", path, "--arrival-scale", "NaN"}, 2, "--arrival-scale must be positive, got NaN"},
+		{[]string{"sim", "--trace", path, "--arrival-scale", "+Inf"}, 2, "--arrival-scale must be positive, got +Inf"},
 		{[]string{"sim", "--trace", path, "--time-limit-factor", "0.5"}, 2, "--time-limit-factor must be at least 1"},
+		{[]string{"sim", "--trace", path, "--time-limit-factor", "NaN"}, 2, "--time-limit-factor must be at least 1, got NaN"},
+		{[]string{"sim", "--trace", path, "--procs-per-node", "65"}, 2, "--procs-per-node must be 1..64"},
 		{[]string{"sim", "--trace", filepath.Join(t.TempDir(), "none.swf"), "--policy", "fifo"}, 1, "no such file"},
 		{[]string{"sim", "--trace", path, "extra"}, 2, "loom sim takes no arguments"},
 	} {
