@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -384,6 +385,49 @@ func TestWhatIfRowsAreMarked(t *testing.T) {
 			if strings.Contains(text, marked) || strings.Count(text, plain) != 2 {
 				t.Errorf("%q: want it unmarked in both tables", p.Name)
 			}
+		}
+	}
+}
+
+// TestFlagsRefused: a nonsense flag value is refused naming the flag and
+// its range, rather than giving a report of NaNs (-days NaN), a run that
+// never ends (-days Inf, a checkpoint every nanosecond) or one with a
+// negative count of GPUs or spares.
+func TestFlagsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-days", "NaN"}, "-days must be more than 0 and at most 3650, got NaN"},
+		{[]string{"-days", "+Inf"}, "-days must be more than 0 and at most 3650, got +Inf"},
+		{[]string{"-days", "0"}, "-days must be more than 0"},
+		{[]string{"-runs", "0"}, "-runs must be 1..10000, got 0"},
+		{[]string{"-nodes", "-1"}, "-nodes must be 1..1048576, got -1"},
+		{[]string{"-gpus-per-node", "-3"}, "-gpus-per-node must be 1..64, got -3"},
+		{[]string{"-unexpected", "NaN"}, "-unexpected must be 0..1e+06 (or -1: the table's, scaled), got NaN"},
+		{[]string{"-unexpected", "-2"}, "-unexpected must be 0..1e+06"},
+		{[]string{"-unexpected", "1e12"}, "-unexpected must be 0..1e+06"},
+		{[]string{"-planned", "-5"}, "-planned must be 0..1e+06, got -5"},
+		{[]string{"-repair-share", "7"}, "-repair-share must be 0..1 (or -1: per root cause), got 7"},
+		{[]string{"-repair-share", "NaN"}, "-repair-share must be 0..1"},
+		{[]string{"-spares", "-4"}, "-spares must be 0..1048576, got -4"},
+		{[]string{"-checkpoint-interval", "1ns"}, "-checkpoint-interval must be 0 (none) or at least 1s, got 0"},
+		{[]string{"-checkpoint-interval", "500ms"}, "-checkpoint-interval must be 0 (none) or at least 1s, got 500ms"},
+		{[]string{"-days", "3650", "-nodes", "1048576"}, "make 16127052 interruptions a run: at most 1e+06"},
+		{[]string{"-restart", "-1m"}, "want a duration such as 90s or 5m"},
+		{[]string{"extra"}, `no arguments expected, got ["extra"]`},
+	} {
+		_, err := parseFlags(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ettrsim %v: %v; want an error with %q", c.args, err, c.want)
+		}
+	}
+	// The defaults and the documented example pass.
+	for _, args := range [][]string{nil, {"-restart", "1m", "-checkpoint-interval", "1m", "-checkpoint-cost", "200ms", "-spares", "64"},
+		{"-unexpected", "0", "-repair-share", "-1", "-checkpoint-interval", "0s"}} {
+		if _, err := parseFlags(args, io.Discard); err != nil {
+			t.Errorf("ettrsim %v: %v", args, err)
 		}
 	}
 }

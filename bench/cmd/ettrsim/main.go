@@ -25,6 +25,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -35,43 +36,14 @@ import (
 )
 
 func main() {
-	loom := defaultLoom()
-	sc := Scenario{Nodes: 2048, GPUsPerNode: 8, Days: 54, Planned: 47, RepairShare: -1}
-	runs := flag.Int("runs", 20, "seeds to run each policy with (mean and spread over them)")
-	seed := flag.Uint64("seed", 1, "first seed (run i uses seed+i)")
-	report := flag.String("report", "", "Markdown file to write the results into (the section between the ettrsim markers is replaced)")
-	flag.IntVar(&sc.Nodes, "nodes", sc.Nodes, "nodes in the job")
-	flag.IntVar(&sc.GPUsPerNode, "gpus-per-node", sc.GPUsPerNode, "GPUs per node")
-	flag.Float64Var(&sc.Days, "days", sc.Days, "length of the run in days")
-	unexpected := flag.Float64("unexpected", -1, "unexpected interruptions in -days (default: the table's 419, scaled by -days/54 and -nodes/2048)")
-	flag.Float64Var(&sc.Planned, "planned", sc.Planned, "planned interruptions (maintenance) in 54 days on 2,048 nodes, scaled likewise")
-	flag.Float64Var(&sc.RepairShare, "repair-share", sc.RepairShare, "share of unexpected failures that need the node repaired rather than a restart (default: per root cause, see the report)")
-	dur := func(p *float64, name, usage string) {
-		flag.Func(name, fmt.Sprintf("%s (Loom's policy; default %v)", usage, secs(*p)), func(s string) error {
-			d, err := time.ParseDuration(s)
-			if err != nil || d < 0 {
-				return fmt.Errorf("want a duration such as 90s or 5m")
-			}
-			*p = d.Seconds()
-			return nil
-		})
-	}
-	dur(&loom.CkptInterval, "checkpoint-interval", "time between checkpoints")
-	dur(&loom.CkptStall, "checkpoint-cost", "training stall to take a checkpoint (the write cost training sees)")
-	dur(&loom.CkptDurable, "checkpoint-durable", "time after the stall until an asynchronous checkpoint is safe (0: synchronous)")
-	dur(&loom.Restart, "restart", "restart cost: the job's start-up until training")
-	dur(&loom.Detect, "detect", "detection time of a failure")
-	dur(&loom.HangDetect, "hang-detect", "detection time of a hang (no progress)")
-	dur(&loom.Requeue, "requeue", "time to requeue onto a spare node")
-	flag.IntVar(&loom.Spares, "spares", loom.Spares, "spare nodes (Loom's policy and no automation)")
-	dur(&loom.RepairTime[reboot], "reboot", "repair time of a reboot (every policy)")
-	dur(&loom.RepairTime[reimage], "reimage", "repair time of a reimage (every policy)")
-	dur(&loom.RepairTime[replace], "replace", "repair time of a replacement (every policy)")
-	flag.Parse()
-	if *runs < 1 || sc.Nodes < 1 || sc.Days <= 0 {
-		fmt.Fprintln(os.Stderr, "ettrsim: -runs, -nodes and -days must be positive")
+	f, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if err != flag.ErrHelp {
+			fmt.Fprintln(os.Stderr, "ettrsim:", err)
+		}
 		os.Exit(2)
 	}
+	sc, loom := f.sc, f.loom
 	mix, err := parseMix(interruptionsCSV)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ettrsim:", err)
@@ -80,22 +52,120 @@ func main() {
 	sc.Mix = mix
 	scale := sc.Days / 54 * float64(sc.Nodes) / 2048
 	sc.Unexpected = float64(total(mix)) * scale
-	if *unexpected >= 0 {
-		sc.Unexpected = *unexpected
+	if f.unexpected >= 0 {
+		sc.Unexpected = f.unexpected
 	}
 	sc.Planned *= scale
 
 	began := time.Now()
-	rows := runAll(sc, allPolicies(loom), *seed, *runs)
+	rows := runAll(sc, allPolicies(loom), f.seed, f.runs)
 	elapsed := time.Since(began)
-	text := render(sc, loom, rows, *seed, *runs, elapsed, os.Args[1:])
+	text := render(sc, loom, rows, f.seed, f.runs, elapsed, os.Args[1:])
 	fmt.Print(text)
-	if *report != "" {
-		if err := writeSection(*report, text); err != nil {
+	if f.report != "" {
+		if err := writeSection(f.report, text); err != nil {
 			fmt.Fprintln(os.Stderr, "ettrsim:", err)
 			os.Exit(1)
 		}
 	}
+}
+
+// flags are the command line's settings.
+type flags struct {
+	sc         Scenario
+	loom       Policy
+	runs       int
+	seed       uint64
+	report     string
+	unexpected float64 // -1: the table's, scaled
+}
+
+// Bounds of the flags: a run no real cluster exceeds, and no setting that
+// turns the simulation into garbage (NaN) or an event loop without end (a
+// run of infinite days, a checkpoint every nanosecond).
+const (
+	maxRuns          = 10000
+	maxNodes         = 1 << 20
+	maxGPUsPerNode   = 64
+	maxDays          = 3650
+	maxInterruptions = 1e6
+	// minCkptInterval is the shortest checkpoint interval: a checkpoint
+	// every second is already 4.7 million events in 54 days.
+	minCkptInterval = 1.0
+)
+
+// parseFlags reads the command line and refuses a value out of its range,
+// naming the flag and the range.
+func parseFlags(args []string, stderr io.Writer) (flags, error) {
+	f := flags{
+		sc:   Scenario{Nodes: 2048, GPUsPerNode: 8, Days: 54, Planned: 47, RepairShare: -1},
+		loom: defaultLoom(),
+	}
+	sc, loom := &f.sc, &f.loom
+	fs := flag.NewFlagSet("ettrsim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&f.runs, "runs", 20, "seeds to run each policy with (mean and spread over them)")
+	fs.Uint64Var(&f.seed, "seed", 1, "first seed (run i uses seed+i)")
+	fs.StringVar(&f.report, "report", "", "Markdown file to write the results into (the section between the ettrsim markers is replaced)")
+	fs.IntVar(&sc.Nodes, "nodes", sc.Nodes, "nodes in the job")
+	fs.IntVar(&sc.GPUsPerNode, "gpus-per-node", sc.GPUsPerNode, "GPUs per node")
+	fs.Float64Var(&sc.Days, "days", sc.Days, "length of the run in days")
+	fs.Float64Var(&f.unexpected, "unexpected", -1, "unexpected interruptions in -days (default: the table's 419, scaled by -days/54 and -nodes/2048)")
+	fs.Float64Var(&sc.Planned, "planned", sc.Planned, "planned interruptions (maintenance) in 54 days on 2,048 nodes, scaled likewise")
+	fs.Float64Var(&sc.RepairShare, "repair-share", sc.RepairShare, "share of unexpected failures that need the node repaired rather than a restart (default: per root cause, see the report)")
+	dur := func(p *float64, name, usage string) {
+		fs.Func(name, fmt.Sprintf("%s (Loom's policy; default %v)", usage, secs(*p)), func(s string) error {
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
+				return fmt.Errorf("want a duration such as 90s or 5m")
+			}
+			*p = d.Seconds()
+			return nil
+		})
+	}
+	dur(&loom.CkptInterval, "checkpoint-interval", "time between checkpoints (0: none; else at least 1s)")
+	dur(&loom.CkptStall, "checkpoint-cost", "training stall to take a checkpoint (the write cost training sees)")
+	dur(&loom.CkptDurable, "checkpoint-durable", "time after the stall until an asynchronous checkpoint is safe (0: synchronous)")
+	dur(&loom.Restart, "restart", "restart cost: the job's start-up until training")
+	dur(&loom.Detect, "detect", "detection time of a failure")
+	dur(&loom.HangDetect, "hang-detect", "detection time of a hang (no progress)")
+	dur(&loom.Requeue, "requeue", "time to requeue onto a spare node")
+	fs.IntVar(&loom.Spares, "spares", loom.Spares, "spare nodes (Loom's policy and no automation)")
+	dur(&loom.RepairTime[reboot], "reboot", "repair time of a reboot (every policy)")
+	dur(&loom.RepairTime[reimage], "reimage", "repair time of a reimage (every policy)")
+	dur(&loom.RepairTime[replace], "replace", "repair time of a replacement (every policy)")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("no arguments expected, got %q", fs.Args())
+	}
+	// !(x >= lo && x <= hi) is also true for NaN.
+	within := func(x, lo, hi float64) bool { return x >= lo && x <= hi }
+	switch {
+	case f.runs < 1 || f.runs > maxRuns:
+		return f, fmt.Errorf("-runs must be 1..%d, got %d", maxRuns, f.runs)
+	case sc.Nodes < 1 || sc.Nodes > maxNodes:
+		return f, fmt.Errorf("-nodes must be 1..%d, got %d", maxNodes, sc.Nodes)
+	case sc.GPUsPerNode < 1 || sc.GPUsPerNode > maxGPUsPerNode:
+		return f, fmt.Errorf("-gpus-per-node must be 1..%d, got %d", maxGPUsPerNode, sc.GPUsPerNode)
+	case !within(sc.Days, 0, maxDays) || sc.Days == 0:
+		return f, fmt.Errorf("-days must be more than 0 and at most %d, got %v", maxDays, sc.Days)
+	case f.unexpected != -1 && !within(f.unexpected, 0, maxInterruptions):
+		return f, fmt.Errorf("-unexpected must be 0..%g (or -1: the table's, scaled), got %v", float64(maxInterruptions), f.unexpected)
+	case !within(sc.Planned, 0, maxInterruptions):
+		return f, fmt.Errorf("-planned must be 0..%g, got %v", float64(maxInterruptions), sc.Planned)
+	case sc.RepairShare != -1 && !within(sc.RepairShare, 0, 1):
+		return f, fmt.Errorf("-repair-share must be 0..1 (or -1: per root cause), got %v", sc.RepairShare)
+	case loom.Spares < 0 || loom.Spares > maxNodes:
+		return f, fmt.Errorf("-spares must be 0..%d, got %d", maxNodes, loom.Spares)
+	case loom.CkptInterval != 0 && loom.CkptInterval < minCkptInterval:
+		return f, fmt.Errorf("-checkpoint-interval must be 0 (none) or at least 1s, got %s", secs(loom.CkptInterval))
+	}
+	if n := sc.Days / 54 * float64(sc.Nodes) / 2048 * (419 + sc.Planned); f.unexpected == -1 && n > maxInterruptions {
+		return f, fmt.Errorf("-days %v on -nodes %d make %.0f interruptions a run: at most %g", sc.Days, sc.Nodes, n, float64(maxInterruptions))
+	}
+	return f, nil
 }
 
 // llama3Slower names the Llama 3 conditions with slower assumed timings.
