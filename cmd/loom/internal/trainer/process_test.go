@@ -254,6 +254,18 @@ func TestKill9ResumeIsExact(t *testing.T) {
 // the trainer write one at the next epoch, and its progress file says so.
 func TestSIGUSR1WritesCheckpoint(t *testing.T) {
 	t.Parallel()
+	checkpointOnSignal(t, syscall.SIGUSR1)
+}
+
+// TestSIGUSR2WritesCheckpoint: so does SIGUSR2, the other signal jobs name
+// in --signal (docs/health.md's USR2@120): a trainer that took USR1 only
+// ignored it, and a checkpoint-aware drain waited its whole grace.
+func TestSIGUSR2WritesCheckpoint(t *testing.T) {
+	t.Parallel()
+	checkpointOnSignal(t, syscall.SIGUSR2)
+}
+
+func checkpointOnSignal(t *testing.T, signal syscall.Signal) {
 	dir := t.TempDir()
 	progress := filepath.Join(t.TempDir(), "progress.json")
 	c := startChild(t, []string{"AIP_CHECKPOINT_DIR=" + dir, "LOOM_PROGRESS_FILE=" + progress},
@@ -266,13 +278,13 @@ func TestSIGUSR1WritesCheckpoint(t *testing.T) {
 		t.Fatal("a checkpoint exists before the signal")
 	}
 	sent := time.Now().Add(-time.Second).Truncate(time.Second)
-	if err := c.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	if err := c.cmd.Process.Signal(signal); err != nil {
 		t.Fatal(err)
 	}
 	p := waitProgress(t, c, progress, "a checkpoint", func(p Progress) bool { return p.CheckpointStep > 0 })
 	ck, ok, err := LatestCheckpoint(dir)
 	if err != nil || !ok {
-		t.Fatalf("no checkpoint in AIP_CHECKPOINT_DIR after SIGUSR1: %v", err)
+		t.Fatalf("no checkpoint in AIP_CHECKPOINT_DIR after %v: %v", signal, err)
 	}
 	if ck.Epoch != p.CheckpointStep || ck.Epoch < before.Step {
 		t.Fatalf("checkpoint at epoch %d, progress says %d, signal sent after epoch %d", ck.Epoch, p.CheckpointStep, before.Step)

@@ -371,15 +371,18 @@ func (c Config) checkpointDir() string {
 }
 
 // RunProcess is the body of `loom train` as a process: it fills cfg from
-// the environment (FromEnv), turns SIGUSR1 (a job's default --signal, which
-// Loom's checkpoint-aware drain sends) into checkpoint requests, and trains.
+// the environment (FromEnv), turns SIGUSR1 (a job's default --signal,
+// which Loom's checkpoint-aware drain sends) and SIGUSR2 into checkpoint
+// requests, and trains.
 func RunProcess(ctx context.Context, cfg Config, getenv func(string) string) (Result, error) {
 	if err := cfg.FromEnv(getenv); err != nil {
 		return Result{}, err
 	}
-	// Without Notify a SIGUSR1 would end the process.
+	// A checkpoint on SIGUSR1 or SIGUSR2, the signals jobs name in
+	// --signal for "save your state" (the scheduler's default is USR1;
+	// docs/health.md's example USR2@120).
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGUSR1)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sig)
 	cfg.CheckpointRequests = sig
 	return Train(ctx, cfg)
