@@ -124,6 +124,15 @@ func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Upd
 			// of the cluster's own partitions and end their jobs.
 			paths = slices.DeleteFunc(slices.Clone(paths), func(p string) bool { return strings.HasPrefix(p, "orchestrator.") })
 		}
+		// No mask is every populated field (AIP-134): a fixed section the
+		// request sets is compared too, so that one that differs is
+		// refused by name (docs/clusters.md) rather than dropped while
+		// the caller believes it applied.
+		for _, f := range []string{"network", "storage"} {
+			if fd := src.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(f)); fd != nil && src.ProtoReflect().Has(fd) {
+				paths = append(slices.Clone(paths), f)
+			}
+		}
 	}
 	// trial takes every named path from the request, so that a change to a
 	// field outside UpdatablePaths shows (and is refused by name).

@@ -98,17 +98,22 @@ func TestMergeUpdateRESTBody(t *testing.T) {
 func TestMergeUpdateEmptyMask(t *testing.T) {
 	t.Parallel()
 	cur := running()
-	// An empty mask takes every updatable field from the request, and
-	// nothing else: the network here is not looked at.
+	// An empty mask takes every updatable field from the request; a
+	// fixed one it sets as it is (a spec read with Get) is no change.
 	req := updateReq(SpecOf(cur))
 	req.Cluster.DisplayName = "renamed"
-	req.Cluster.Network.Mtu = 1500
 	up, err := MergeUpdate(req, cur)
 	if err != nil {
 		t.Fatalf("MergeUpdate: %v", err)
 	}
 	if up.Cluster.GetDisplayName() != "renamed" || up.Cluster.GetNetwork().GetMtu() != 8896 || !slices.Equal(up.Mask, UpdatablePaths) {
 		t.Fatalf("merged: %v mask %v", up.Cluster, up.Mask)
+	}
+	// One it sets otherwise is refused by name (AIP-134: no mask is the
+	// populated fields), not dropped while the caller believes it applied.
+	req.Cluster.Network.Mtu = 1500
+	if _, err := MergeUpdate(req, cur); !slices.Contains(fields(t, err), "cluster.network.mtu") {
+		t.Fatalf("a changed network under an empty mask: %v, want a violation at cluster.network.mtu", err)
 	}
 
 	same, err := MergeUpdate(updateReq(SpecOf(cur)), cur)
