@@ -1,6 +1,8 @@
 package slurmcli
 
 import (
+	"context"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -139,4 +141,54 @@ func depMark(typ string, targets []*loomv1.Job) string {
 		}
 	}
 	return mark
+}
+
+// maxDependencyTargets bounds the job ids one listing reads to show its
+// pending jobs' dependencies (the gateway's limit on one ListJobs request's
+// job_ids); past it a dependency's target may be unread and its mark
+// "unfulfilled".
+const maxDependencyTargets = 1000
+
+// withDependencyTargets returns jobs by id (Job.job_id) with the jobs their
+// pending jobs' dependencies name added, read by id whatever their state
+// (an ended target is what fulfils "afterok"): without them every mark read
+// "unfulfilled", a dependency long since met included (scontrol show job
+// ID reads that job alone).
+func (c *cmd) withDependencyTargets(ctx context.Context, jobs []*loomv1.Job) (map[string]*loomv1.Job, error) {
+	byID := make(map[string]*loomv1.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.GetJobId()] = j
+	}
+	read := map[string]bool{}
+	var ids []string
+	for _, j := range jobs {
+		if j.GetDependency() == "" || effectiveState(j) != loomv1.JobState_PENDING {
+			continue
+		}
+		dep, err := slurmspec.ParseDependency(j.GetDependency())
+		if err != nil {
+			continue
+		}
+		for _, item := range dep.Items {
+			for _, dj := range item.Jobs {
+				if read[dj.JobID] || len(ids) >= maxDependencyTargets {
+					continue
+				}
+				read[dj.JobID] = true
+				ids = append(ids, dj.JobID)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return byID, nil
+	}
+	sort.Strings(ids)
+	more, err := c.listJobs(ctx, &loomv1.ListJobsRequest{JobIds: ids})
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range more {
+		byID[j.GetJobId()] = j
+	}
+	return byID, nil
 }

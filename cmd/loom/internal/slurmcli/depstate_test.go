@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"strings"
 	"testing"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -55,5 +56,31 @@ func TestDependencyText(t *testing.T) {
 		if got := dependencyText(c.job, jobs); got != c.want {
 			t.Errorf("%q: got %q, want %q", c.job.GetDependency(), got, c.want)
 		}
+	}
+}
+
+// TestDependencyMarksReadTheirTargets: scontrol show job ID and squeue -o %E
+// read the jobs a pending job's dependencies name, whatever their state, so
+// that a met dependency is not shown "(unfulfilled)": before, scontrol show
+// job 13 read job 13 alone and marked every dependency unfulfilled, and
+// squeue printed the raw spec.
+func TestDependencyMarksReadTheirTargets(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	for _, j := range f.Jobs {
+		if j.GetJobId() == "13" {
+			j.Dependency, j.StateReason = "afterok:10:12,afterany:11", "Dependency"
+		}
+	}
+	code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "13")
+	if code != 0 || errOut != "" {
+		t.Fatalf("scontrol show job 13: exit %d, %q", code, errOut)
+	}
+	if !strings.Contains(out, "Dependency=afterok:12(unfulfilled)\n") {
+		t.Errorf("scontrol show job 13: want only job 12 still in the way (10 completed, 11 ended):\n%s", out)
+	}
+	code, out, errOut = run(t, f, "squeue", Env{}, "-h", "-j", "13", "-o", "%i %E")
+	if code != 0 || errOut != "" || out != "13 afterok:12(unfulfilled)\n" {
+		t.Errorf("squeue -o '%%i %%E': exit %d, %q, %q; want \"13 afterok:12(unfulfilled)\"", code, out, errOut)
 	}
 }

@@ -180,9 +180,9 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 	if err != nil {
 		return err
 	}
-	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc, jobsByID: map[string]*loomv1.Job{}}
-	for _, j := range jobs {
-		view.jobsByID[j.GetJobId()] = j
+	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc}
+	if view.jobsByID, err = c.withDependencyTargets(ctx, jobs); err != nil {
+		return err
 	}
 	rows := newArrayView(jobs).rows(jobs, false)
 	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })

@@ -155,7 +155,9 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 			}
 			return "N/A"
 		}),
-		"E": str("DEPENDENCY", func(j *loomv1.Job) string { return j.GetDependency() }),
+		// As scontrol's Dependency=: what is still in the way, marked
+		// (squeueOnce reads the targets when the format has %E).
+		"E": str("DEPENDENCY", func(j *loomv1.Job) string { return dependencyText(j, v.jobsByID) }),
 		"f": str("FEATURES", func(*loomv1.Job) string { return "(null)" }),
 		"F": {header: "ARRAY_JOB_ID", value: func(r jobRow) string { return r.arrayJobID }},
 		"g": str("GROUP", func(j *loomv1.Job) string { return j.GetUser() }),
@@ -511,6 +513,11 @@ func (c *cmd) squeueOnce(ctx context.Context, q *squeueQuery, f format, table fi
 	}
 	if formatUses(f, "l", "L", "e") {
 		view.limits = c.partitionLimits(ctx, jobs)
+	}
+	if formatUses(f, "E") {
+		if view.jobsByID, err = c.withDependencyTargets(ctx, jobs); err != nil {
+			return "", err
+		}
 	}
 	if err := sortJobRows(rows, sortSpec, "P,t,-p", view); err != nil {
 		return "", c.errorf("%v", err)
