@@ -651,6 +651,10 @@ func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loo
 		return nil, err
 	}
 	before := proto.Clone(j).(*loomv1.Job)
+	if r.GetSignal() != "" && state(j) == loomv1.JobState_PENDING {
+		// As the gateway (domain.CheckCancel): no signal before it starts.
+		return nil, status.Error(codes.FailedPrecondition, "Job is pending execution")
+	}
 	switch {
 	case r.GetSignal() != "" || j.GetState().Terminal():
 	case r.ExitCode != nil && state(j) == loomv1.JobState_RUNNING:

@@ -263,8 +263,12 @@ func TestScancel(t *testing.T) {
 		{nil, "scancel: error: No job identification provided\n"},
 		// A signal to a job that is unknown or has ended is an error, as
 		// in Slurm (only the plain cancel below is not).
-		{[]string{"-s", "USR1", "99"}, "scancel: error: Signal job error on job id 99: Invalid job id specified\n"},
+		{[]string{"-s", "USR1", "99"}, "scancel: error: Kill job error on job id 99: Invalid job id specified\n"},
 		{[]string{"-b", "10"}, "scancel: error: Kill job error on job id 10: Job/step already completing or completed\n"},
+		// Slurm's words for a signal: "Kill job error" too, an ended job's
+		// id invalid, a pending job not alterable yet.
+		{[]string{"-s", "USR1", "10"}, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
+		{[]string{"-s", "USR1", "13"}, "scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
 		{[]string{"--signal=NOPE", "12"}, "scancel: error: Invalid job signal: NOPE\n"},
 		{[]string{"12.x"}, "scancel: error: Invalid job id 12.x\n"},
 		{[]string{"x"}, "scancel: error: Invalid job id x\n"},

@@ -329,6 +329,10 @@ type signalScope struct{ batch, full bool }
 // for a job that is ending or ended.
 const msgAlreadyDone = "Job/step already completing or completed"
 
+// msgJobPending is Slurm's ESLURM_JOB_PENDING, as the gateway answers a
+// signal for a job that has not started.
+const msgJobPending = "Job is pending execution"
+
 // cancelError is cancelOne's refusal; denied marks a PermissionDenied, done
 // a job that is unknown or already ending or ended (Slurm's
 // ESLURM_INVALID_JOB_ID and ESLURM_ALREADY_DONE).
@@ -346,10 +350,8 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 	defer cancel()
 	j, err := c.jobsClient().CancelJob(cctx, &loomv1.CancelJobRequest{Name: t.name, Signal: signal, User: c.env.User,
 		Batch: scope.batch, Full: scope.full})
+	// Slurm's scancel says "Kill job error" for a signal too.
 	verb := "Kill job error"
-	if signal != "" {
-		verb = "Signal job error"
-	}
 	if err != nil {
 		switch status.Code(err) {
 		case codes.NotFound:
@@ -366,7 +368,15 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 			if msg == "" {
 				msg = msgAlreadyDone
 			}
-			return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg), done: msg == msgAlreadyDone}
+			done := msg == msgAlreadyDone
+			switch {
+			case signal != "" && done:
+				// Slurm's answer to a signal for an ended job.
+				msg = "Invalid job id specified"
+			case signal != "" && msg == msgJobPending:
+				msg = "Job can not be altered now, try again later"
+			}
+			return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg), done: done}
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
 			return &cancelError{err: c.rpcError(verb+" on job id "+t.id, err)}
 		default:
@@ -374,7 +384,11 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 		}
 	}
 	if t.job == nil && j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED {
-		return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msgAlreadyDone), done: true}
+		msg := msgAlreadyDone
+		if signal != "" {
+			msg = "Invalid job id specified" // Slurm's answer to a signal for an ended job
+		}
+		return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg), done: true}
 	}
 	return nil
 }
