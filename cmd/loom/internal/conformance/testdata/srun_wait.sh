@@ -2,7 +2,7 @@
 #SBATCH --job-name=srun-wait
 #SBATCH --nodes=1
 #SBATCH --ntasks=2
-#SBATCH --time=0:30
+#SBATCH --time=1:00
 #SBATCH --output=srunwait-%j.out
 #SBATCH --error=srunwait-%j.err
 # Step resources in a two-CPU job, as Slurm 22.05 has them.
@@ -14,10 +14,11 @@ pair() {
   a=$1 b=$2; shift 2
   srun "$@" sh -c "touch $d/$a; i=0; while [ ! -e $d/$b ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done; [ -e $d/$b ] && echo $a together || echo $a alone" >"$d/out-$a"
 }
-# holder NAME OPTIONS: a two-second step, and a wait until it runs.
+# holder NAME OPTIONS: a six-second step, and a wait until it runs (long
+# enough that the next step asks while it runs, on a loaded machine too).
 holder() {
   n=$1; shift
-  srun "$@" sh -c "touch $d/$n; sleep 2; touch $d/$n.end" &
+  srun "$@" sh -c "touch $d/$n; sleep 6; touch $d/$n.end" &
   while [ ! -e "$d/$n" ]; do sleep 0.1; done
 }
 # Without --exact a step holds every CPU of the job: the next waits.
