@@ -30,7 +30,7 @@ var updatablePaths = []string{
 // Paths fixed at creation, and output-only ones.
 var (
 	immutablePaths  = []string{"name", "storage", "network"}
-	outputOnlyPaths = []string{"status", "create_time", "update_time"}
+	outputOnlyPaths = []string{"status", "create_time", "update_time", "etag"}
 )
 
 // ValidateUpdate checks an update of cluster old to new under an update mask
@@ -54,7 +54,7 @@ func ValidateUpdate(old, new *loomv1.Cluster, mask []string) error {
 
 // ApplyUpdate returns the normalized spec that results from updating old with
 // new under mask, or ValidateUpdate's error. Output-only fields (status,
-// create_time, update_time) and the name come from old. When old's node sets
+// create_time, update_time, etag) and the name come from old. When old's node sets
 // and partitions are the layout Normalize generates (a node set per pool and
 // partition "all") and the update does not set them, the layout is generated
 // again for the new pools, so that added pools join partition "all".
@@ -205,7 +205,7 @@ func merge(o, new *loomv1.Cluster, mask []string) *loomv1.Cluster {
 	}
 	m.Name = o.GetName()
 	m.Status = proto.Clone(o.GetStatus()).(*loomv1.ClusterStatus)
-	m.CreateTime, m.UpdateTime = o.GetCreateTime(), o.GetUpdateTime()
+	m.CreateTime, m.UpdateTime, m.Etag = o.GetCreateTime(), o.GetUpdateTime(), o.GetEtag()
 	if o.GetStatus() == nil {
 		m.Status = nil
 	}

@@ -384,9 +384,16 @@ type Cluster struct {
 	Network     *NetworkConfig    `protobuf:"bytes,7,opt,name=network,proto3" json:"network,omitempty"`
 	Description string            `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
 	// Output only.
-	Status        *ClusterStatus         `protobuf:"bytes,10,opt,name=status,proto3" json:"status,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	Status     *ClusterStatus         `protobuf:"bytes,10,opt,name=status,proto3" json:"status,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// etag identifies the cluster's spec (AIP-154): every field but status,
+	// create_time, update_time and etag itself, so node churn does not change
+	// it. Set on every cluster Loom returns. An UpdateCluster whose
+	// cluster.etag is set applies only while the spec still has it, otherwise
+	// it is refused with ABORTED (HTTP 409): read the cluster again and retry.
+	// Empty: no check.
+	Etag          string `protobuf:"bytes,13,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +503,13 @@ func (x *Cluster) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *Cluster) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
 }
 
 // ComputeResources lists the node pools of a cluster.
@@ -4579,7 +4593,7 @@ var File_loom_v1_resources_proto protoreflect.FileDescriptor
 
 const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
-	"\x17loom/v1/resources.proto\x12\aloom.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x05\n" +
+	"\x17loom/v1/resources.proto\x12\aloom.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x05\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x124\n" +
@@ -4594,7 +4608,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x1a9\n" +
+	"updateTime\x12\x12\n" +
+	"\x04etag\x18\r \x01(\tR\x04etag\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +

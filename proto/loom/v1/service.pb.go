@@ -27,6 +27,9 @@ const (
 type UpdateClusterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cluster.name names the cluster; the other fields hold the new values.
+	// cluster.etag, when set, is the etag of the cluster the new values were
+	// made from: the update applies only while the cluster's spec still has
+	// it (ABORTED, HTTP 409, otherwise: read the cluster again and retry).
 	Cluster *Cluster `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// update_mask lists the fields to change, e.g. "compute.node_pools",
 	// "orchestrator.slurm.partitions". Empty means every updatable field.
@@ -775,9 +778,13 @@ func (x *ListClustersResponse) GetNextPageToken() string {
 }
 
 type DeleteClusterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// etag, when set, is the cluster's etag as last read (AIP-154): the delete
+	// goes ahead only while the cluster's spec still has it, otherwise it is
+	// refused with ABORTED (HTTP 409). Empty: no check.
+	Etag          string `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -822,6 +829,13 @@ func (x *DeleteClusterRequest) GetName() string {
 func (x *DeleteClusterRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DeleteClusterRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
 	}
 	return ""
 }
@@ -3844,11 +3858,12 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x14ListClustersResponse\x12,\n" +
 	"\bclusters\x18\x01 \x03(\v2\x10.loom.v1.ClusterR\bclusters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"]\n" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xa4\x05\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xa4\x05\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +

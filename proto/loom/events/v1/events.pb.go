@@ -254,9 +254,12 @@ func (x *CreateCluster) GetCluster() *v1.Cluster {
 
 // DeleteCluster asks the provisioner to delete a cluster and its nodes.
 type DeleteCluster struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Operation     string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Operation string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Cluster   string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// etag is the request's (DeleteClusterRequest.etag): when set, the delete
+	// is refused (ABORTED) unless the cluster's spec still has it.
+	Etag          string `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +308,13 @@ func (x *DeleteCluster) GetCluster() string {
 	return ""
 }
 
+func (x *DeleteCluster) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
 // UpdateCluster asks the provisioner to change a cluster: cluster holds the
 // whole new spec (the gateway merged the update mask into the current one).
 type UpdateCluster struct {
@@ -313,8 +323,12 @@ type UpdateCluster struct {
 	Cluster           *v1.Cluster            `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	UpdateMask        []string               `protobuf:"bytes,3,rep,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	DrainGraceSeconds int32                  `protobuf:"varint,4,opt,name=drain_grace_seconds,json=drainGraceSeconds,proto3" json:"drain_grace_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// etag is the request's (UpdateClusterRequest.cluster.etag): when set,
+	// the update is refused (ABORTED) unless the cluster's spec still has it,
+	// decided with the cluster's current spec at hand.
+	Etag          string `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateCluster) Reset() {
@@ -373,6 +387,13 @@ func (x *UpdateCluster) GetDrainGraceSeconds() int32 {
 		return x.DrainGraceSeconds
 	}
 	return 0
+}
+
+func (x *UpdateCluster) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
 }
 
 // CreateReservation asks the provisioner to record reserved capacity
@@ -5680,16 +5701,18 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x1bloom/events/v1/events.proto\x12\x0eloom.events.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12loom/v1/auth.proto\x1a\x14loom/v1/health.proto\x1a\x17loom/v1/resources.proto\x1a\x1floom/training/v1/training.proto\"Y\n" +
 	"\rCreateCluster\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12*\n" +
-	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\"G\n" +
+	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\"[\n" +
 	"\rDeleteCluster\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"\xaa\x01\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x12\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xbe\x01\n" +
 	"\rUpdateCluster\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12*\n" +
 	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\x12\x1f\n" +
 	"\vupdate_mask\x18\x03 \x03(\tR\n" +
 	"updateMask\x12.\n" +
-	"\x13drain_grace_seconds\x18\x04 \x01(\x05R\x11drainGraceSeconds\"i\n" +
+	"\x13drain_grace_seconds\x18\x04 \x01(\x05R\x11drainGraceSeconds\x12\x12\n" +
+	"\x04etag\x18\x05 \x01(\tR\x04etag\"i\n" +
 	"\x11CreateReservation\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x126\n" +
 	"\vreservation\x18\x02 \x01(\v2\x14.loom.v1.ReservationR\vreservation\"S\n" +

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
@@ -235,9 +236,11 @@ func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRe
 	return g.startOperation(ctx, kind, rid, fp, op, cmd)
 }
 
-// DeleteCluster checks that the cluster exists and stores a new operation
-// together with the DeleteCluster command. A retry with the same request_id
-// returns the first call's operation.
+// DeleteCluster checks that the cluster exists (and, when the request sets
+// an etag, that it is the cluster's: ABORTED otherwise, here and again by
+// the provisioner when it decides) and stores a new operation together with
+// the DeleteCluster command. A retry with the same request_id returns the
+// first call's operation.
 func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
 	kind, rid, fp := adapters.RequestDeleteCluster, req.GetRequestId(), domain.RequestFingerprint(req)
 	if err := domain.CheckRequestID(rid); err != nil {
@@ -249,6 +252,9 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 	cluster, err := resname.ParseCluster(req.GetName())
 	if err != nil {
 		return nil, errs.Invalid("name", "%v", err)
+	}
+	if err := domain.CheckEtag("etag", req.GetEtag()); err != nil {
+		return nil, err
 	}
 	current, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: req.GetName()})
 	if err != nil {
@@ -263,9 +269,12 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 	if s := current.GetStatus().GetState(); s == loomv1.Cluster_DELETING || s == loomv1.Cluster_DELETED {
 		return nil, fmt.Errorf("cluster %s is %s already; `loom operations list` shows the delete's operation: %w", req.GetName(), s, errs.FailedPrecondition)
 	}
+	if err := clusterspec.CheckEtag("delete", req.GetName(), req.GetEtag(), current.GetEtag()); err != nil {
+		return nil, err
+	}
 	op := domain.NewOperation(resname.Operation{Project: cluster.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, req.GetName(), g.now())
 	cmd, err := route(ctx, req.GetName(),
-		&eventsv1.DeleteCluster{Operation: op.GetName(), Cluster: req.GetName()})
+		&eventsv1.DeleteCluster{Operation: op.GetName(), Cluster: req.GetName(), Etag: req.GetEtag()})
 	if err != nil {
 		return nil, err
 	}

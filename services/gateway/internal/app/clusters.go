@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
@@ -24,7 +25,8 @@ import (
 // the updatable paths it sets, the drain grace). An update that changes
 // nothing is answered with an operation that is already done, and emits
 // nothing. A retry with the same request_id returns the first call's
-// operation.
+// operation. A cluster.etag that is set and is not the cluster's is
+// refused with ABORTED, here and again by the provisioner when it decides.
 func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
 	kind, rid, fp := adapters.RequestUpdateCluster, req.GetRequestId(), domain.RequestFingerprint(req)
 	if op, ok, err := g.replayOperation(ctx, kind, rid, fp); err != nil || ok {
@@ -40,6 +42,12 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 			return nil, fmt.Errorf("cluster %s: %w", name, errs.NotFound)
 		}
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", name, err)
+	}
+	// The fast answer to a stale etag; the provisioner checks it again
+	// when it decides, against the spec it then has (another update may
+	// land between this read and that decision).
+	if err := clusterspec.CheckEtag("update", name, req.GetCluster().GetEtag(), current.GetEtag()); err != nil {
+		return nil, err
 	}
 	up, err := domain.MergeUpdate(req, current)
 	if err != nil {
@@ -58,6 +66,7 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 	}
 	cmd, err := route(ctx, name, &eventsv1.UpdateCluster{
 		Operation: op.GetName(), Cluster: up.Cluster, UpdateMask: up.Mask, DrainGraceSeconds: up.DrainGraceSeconds,
+		Etag: req.GetCluster().GetEtag(),
 	})
 	if err != nil {
 		return nil, err

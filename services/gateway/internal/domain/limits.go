@@ -60,6 +60,9 @@ const (
 	// MaxRequestIDBytes bounds a request_id (it names a Redis key and an
 	// inbox entry kept for a week).
 	MaxRequestIDBytes = 128
+	// MaxEtagBytes bounds an etag a request sends (a cluster's is 32
+	// bytes; the gateway quotes one it refuses back in its answer).
+	MaxEtagBytes = 128
 	// MaxFilterValues bounds each ListJobs filter list.
 	MaxFilterValues = 1000
 )
@@ -159,6 +162,15 @@ func clipKey(k string) string {
 // checkRequestID bounds a request_id (any text without control characters).
 func checkRequestID(v *errs.Validator, id string) {
 	checkText(v, "request_id", id, MaxRequestIDBytes)
+}
+
+// CheckEtag checks the etag a request sends in field: at most MaxEtagBytes,
+// no control characters (whether it is the resource's is for its owner to
+// say).
+func CheckEtag(field, etag string) error {
+	var v errs.Validator
+	checkText(&v, field, etag, MaxEtagBytes)
+	return v.Err()
 }
 
 // checkCommandSize adds to v a violation of field when cmd, the payload of

@@ -41,7 +41,8 @@ const MaxDrainGraceSeconds = 7 * 24 * 3600
 
 // outputOnly are the top-level cluster fields a mask may name (a REST PATCH
 // body read back from GET does) but an update never takes from the request.
-var outputOnly = map[string]bool{"name": true, "status": true, "create_time": true, "update_time": true}
+// etag is the request's freshness check (AIP-154), never a change.
+var outputOnly = map[string]bool{"name": true, "status": true, "create_time": true, "update_time": true, "etag": true}
 
 // Update is an accepted UpdateCluster.
 type Update struct {
@@ -76,6 +77,7 @@ func CheckUpdateRequest(req *loomv1.UpdateClusterRequest) error {
 	checkRequestID(&v, req.GetRequestId())
 	if req.GetCluster() != nil {
 		checkClusterText(&v, req.GetCluster())
+		checkText(&v, "cluster.etag", req.GetCluster().GetEtag(), MaxEtagBytes)
 	}
 	md := (&loomv1.Cluster{}).ProtoReflect().Descriptor()
 	paths := req.GetUpdateMask().GetPaths()

@@ -81,10 +81,10 @@ func checkClusterCommand(c *loomv1.Cluster) error {
 }
 
 // SpecOf returns a copy of c without its output-only fields (name, status,
-// create and update times): what a user wrote.
+// create and update times, etag): what a user wrote.
 func SpecOf(c *loomv1.Cluster) *loomv1.Cluster {
 	out := proto.Clone(c).(*loomv1.Cluster)
-	out.Name, out.Status, out.CreateTime, out.UpdateTime = "", nil, nil, nil
+	out.Name, out.Status, out.CreateTime, out.UpdateTime, out.Etag = "", nil, nil, nil, ""
 	return out
 }
 

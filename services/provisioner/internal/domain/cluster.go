@@ -126,7 +126,9 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 // which go DRAINING with a drain deadline (or straight to DELETING when they never
 // came up), and pools removed from the spec shrink to nothing. The update
 // is done when every pool is at its new target (see refresh); a change that
-// moves no node (partitions, node sets) is done at once.
+// moves no node (partitions, node sets) is done at once. A command whose
+// etag is set and is not the cluster's (its spec changed since the caller
+// read it) fails with ABORTED and changes nothing.
 func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Time) Change {
 	e := s.edit(p, now)
 	op, name := cmd.GetOperation(), cmd.GetCluster().GetName()
@@ -136,6 +138,11 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 	}
 	if op != "" && c.Operation == op {
 		return Change{} // the same update, delivered again
+	}
+	// The caller's etag is checked here, against the spec this decision
+	// changes (the gateway's own check races with other updates).
+	if msg := clusterspec.EtagMismatch("update", name, cmd.GetEtag(), c.Cluster.GetEtag()); msg != "" {
+		return only(failed(op, name, errs.Aborted, msg))
 	}
 	switch c.State() {
 	case loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING, loomv1.Cluster_DELETING:
@@ -400,7 +407,8 @@ func (e *edit) addLoginNodes(rec *Cluster, count int) {
 // DeleteCluster decides a DeleteCluster command: the cluster and its nodes
 // DELETING (the reconciler then stops and removes them and calls
 // FinishDelete). A create or update still in progress fails with ABORTED so
-// that its operation ends.
+// that its operation ends. A command whose etag is set and is not the
+// cluster's fails with ABORTED and changes nothing.
 func (s *State) DeleteCluster(cmd *eventsv1.DeleteCluster, now time.Time) Change {
 	e := s.edit(Params{}, now)
 	c := s.Clusters[cmd.GetCluster()]
@@ -413,6 +421,9 @@ func (s *State) DeleteCluster(cmd *eventsv1.DeleteCluster, now time.Time) Change
 		}
 		return only(failed(cmd.GetOperation(), c.Name(), errs.FailedPrecondition,
 			fmt.Sprintf("cluster %s is already being deleted by %s", c.Name(), c.Operation)))
+	}
+	if msg := clusterspec.EtagMismatch("delete", c.Name(), cmd.GetEtag(), c.Cluster.GetEtag()); msg != "" {
+		return only(failed(cmd.GetOperation(), c.Name(), errs.Aborted, msg))
 	}
 	if c.Operation != "" {
 		e.before = append(e.before, failed(c.Operation, c.Name(), errs.Aborted,

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
@@ -283,6 +284,10 @@ func (e *edit) change() Change {
 	ch.Events = append(ch.Events, e.before...)
 	for _, name := range e.clOrder {
 		c := e.cl[name]
+		// Of the spec alone (status and times left out): set here, where
+		// every written cluster passes, so that what is stored, emitted and
+		// read back always carries the etag its spec has.
+		c.Cluster.Etag = clusterspec.Etag(c.Cluster)
 		ch.PutClusters = append(ch.PutClusters, c)
 		ev := &eventsv1.ClusterChanged{Operation: c.Operation, Cluster: c.Cluster}
 		if op := e.done[name]; op != "" {

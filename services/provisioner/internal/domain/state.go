@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -94,6 +95,9 @@ func NewState(clusters []*Cluster, nodes []*loomv1.Node, reservations []*loomv1.
 		byCluster: map[string]map[string]struct{}{}, tallies: map[string]*tally{},
 	}
 	for _, c := range clusters {
+		// Recomputed on load: a record written before clusters had
+		// etags gets one, and one always matches its spec.
+		c.Cluster.Etag = clusterspec.Etag(c.Cluster)
 		s.Clusters[c.Name()] = c
 	}
 	for _, n := range nodes {
