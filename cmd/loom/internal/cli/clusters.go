@@ -202,13 +202,14 @@ func (a *app) clustersListCommand() *cobra.Command {
 
 func (a *app) clustersDeleteCommand() *cobra.Command {
 	var async bool
+	var etag string
 	cmd := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a cluster (its nodes stop, its jobs are cancelled, its capacity is released)",
 		Args:  exactArgs(1, "the cluster name, e.g. `loom clusters delete demo`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := a.clusterName(args[0])
-			op, err := a.deleteCluster(cmd.Context(), name)
+			op, err := a.deleteCluster(cmd.Context(), name, etag)
 			if err != nil {
 				return a.notFoundHint(err, err, "loom clusters list")
 			}
@@ -224,17 +225,20 @@ func (a *app) clustersDeleteCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&async, "async", false, "print the operation's name and return without waiting")
+	cmd.Flags().StringVar(&etag, "etag", "", "delete only while the cluster's etag (`loom clusters get NAME -o json`) is this one")
 	return cmd
 }
 
-func (a *app) deleteCluster(ctx context.Context, name string) (*loomv1.Operation, error) {
+// deleteCluster sends a DeleteCluster with a fresh request id; etag, when
+// set, makes the delete conditional on the cluster's spec (AIP-154).
+func (a *app) deleteCluster(ctx context.Context, name, etag string) (*loomv1.Operation, error) {
 	cl, err := a.clusters()
 	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := a.call(ctx)
 	defer cancel()
-	op, err := cl.DeleteCluster(cctx, &loomv1.DeleteClusterRequest{Name: name, RequestId: requestID()})
+	op, err := cl.DeleteCluster(cctx, &loomv1.DeleteClusterRequest{Name: name, RequestId: requestID(), Etag: etag})
 	if err != nil {
 		return nil, a.explain("delete cluster "+shortName(name), err)
 	}

@@ -163,7 +163,7 @@ func (a *app) runDemo(parent context.Context, opts demoOptions, out io.Writer) (
 		if deleted {
 			return nil
 		}
-		op, err := a.deleteCluster(ctx, clusterName)
+		op, err := a.deleteCluster(ctx, clusterName, "")
 		if err == nil {
 			_, err = a.waitOperation(ctx, op, io.Discard, "")
 		}
@@ -232,7 +232,7 @@ func (a *app) runDemo(parent context.Context, opts demoOptions, out io.Writer) (
 	step = "deleting cluster " + req.ClusterId
 	say("Deleting cluster %s", req.ClusterId)
 	t0 = time.Now()
-	dop, err := a.deleteCluster(ctx, clusterName)
+	dop, err := a.deleteCluster(ctx, clusterName, "")
 	if err != nil {
 		return err
 	}

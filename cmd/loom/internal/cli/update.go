@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -57,11 +58,11 @@ func (f *drainGraceFlag) seconds() (int32, error) {
 }
 
 func (a *app) clustersUpdateCommand() *cobra.Command {
-	var file string
+	var file, etag string
 	var async bool
 	var grace drainGraceFlag
 	cmd := &cobra.Command{
-		Use:   "update NAME -f FILE [--drain-grace 5m]",
+		Use:   "update NAME -f FILE [--drain-grace 5m] [--etag ETAG]",
 		Short: "Change a cluster to match a file: pool sizes, pools added or removed, node sets, partitions",
 		Long: `Change a running cluster to match the spec in FILE (the same JSON as for
 create; "name" may be left out). The updatable fields that differ between the
@@ -77,7 +78,14 @@ highest-numbered: they take no new jobs, and jobs still on them after
 --drain-grace are requeued. A pool left out of the file is removed the same way, all its nodes drained; its node sets
 and partitions must be left out with it. The command
 shows progress and returns when the update ends, or at once with --async.
-"loom clusters get NAME -o json" gives a file to start from.`,
+"loom clusters get NAME -o json" gives a file to start from.
+
+That file holds the cluster's "etag", which identifies its spec as read: the
+update is sent with it and applies only while the cluster still has that
+spec, so that it cannot undo a change someone made since (it is refused,
+saying so: get the cluster again, redo the change and rerun). --etag sets it
+for a file without one. With neither, the update applies to the cluster as
+it is then.`,
 		Args: exactArgs(1, "the cluster name and -f FILE, e.g. `loom clusters update demo -f demo.json`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
@@ -95,6 +103,13 @@ shows progress and returns when the update ends, or at once with --async.
 			if err != nil {
 				return err
 			}
+			switch {
+			case etag == "":
+			case want.GetEtag() != "" && want.GetEtag() != etag:
+				return usagef("%s has etag %q but --etag says %q; give one of them", file, want.GetEtag(), etag)
+			default:
+				want.Etag = etag
+			}
 			name := a.clusterName(args[0])
 			if n := want.GetName(); n != "" && n != shortName(name) && a.clusterName(n) != name {
 				return usagef("%s names cluster %q, but the command updates %q; make them agree", file, n, shortName(name))
@@ -102,6 +117,14 @@ shows progress and returns when the update ends, or at once with --async.
 			cur, err := a.getCluster(cmd.Context(), args[0])
 			if err != nil {
 				return err
+			}
+			// Said here when the cluster read just now shows it; the
+			// gateway and the provisioner refuse it too (ABORTED) when the
+			// change lands between this read and the update.
+			if e := want.GetEtag(); e != "" && cur.GetEtag() != "" && e != cur.GetEtag() {
+				return fmt.Errorf("update cluster %s: the cluster changed since %s was read (its etag %q is now %q), and this update could undo that change; "+
+					"get it again with `loom clusters get %s -o json`, make your change on that and run the update again",
+					shortName(name), file, e, cur.GetEtag(), shortName(name))
 			}
 			want, mask, err := updateMask(cur, want)
 			if err != nil {
@@ -135,6 +158,7 @@ shows progress and returns when the update ends, or at once with --async.
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "cluster file with the new spec (JSON loom.v1.Cluster)")
+	cmd.Flags().StringVar(&etag, "etag", "", "update only while the cluster's etag is this one (default: the file's \"etag\", if any)")
 	cmd.Flags().BoolVar(&async, "async", false, "print the operation's name and return without waiting")
 	grace.register(cmd)
 	return cmd
@@ -150,7 +174,8 @@ func (a *app) clustersResizeCommand() *cobra.Command {
 shrinking drains the nodes out of service first, then the highest-numbered
 (no new jobs; jobs still running after --drain-grace are requeued), then removes them and releases
 their capacity. Returns when the pool is at its new size, or at once with
---async.`,
+--async. The resize is refused, not applied, when the cluster's spec changes
+between its read and the update (its etag): run it again.`,
 		Args: exactArgs(3, "the cluster, the node pool and the new node count, e.g. `loom clusters resize demo gpu 4`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[2])
@@ -191,7 +216,13 @@ their capacity. Returns when the pool is at its new size, or at once with
 				return nil
 			}
 			pool.NodeCount = int32(n)
+			// want keeps cur's etag: the pools sent are those just read,
+			// which must not undo a change to them made since.
 			op, err := a.updateCluster(cmd.Context(), want, []string{"compute.node_pools"}, secs)
+			if codeOf(err) == codes.Aborted {
+				return fmt.Errorf("resize cluster %s: the cluster changed while the resize was sent (its etag is no longer %q), and the resize could undo that change; "+
+					"run the resize again: it reads the cluster afresh", id, cur.GetEtag())
+			}
 			if err != nil {
 				return err
 			}

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/slurmspec"
@@ -140,6 +141,9 @@ type Gateway struct {
 	FailOperation bool
 	// SubmitErr, when set, is SubmitJob's answer.
 	SubmitErr error
+	// UpdateErr, when set, is UpdateCluster's answer (a cluster that
+	// changes under the call: ABORTED).
+	UpdateErr error
 	// DenyOthers answers CancelJob and UpdateJob on another user's job
 	// with PermissionDenied, as the gateway does for a caller who is not
 	// an administrator.
@@ -335,23 +339,36 @@ func (g *Gateway) CreateCluster(_ context.Context, r *loomv1.CreateClusterReques
 		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "create", Progress: "0 of 2 nodes ready"}}, nil
 }
 
-// DeleteCluster answers NotFound for a cluster it does not have, else
-// operation op2. The cluster stays in Clusters.
+// DeleteCluster answers NotFound for a cluster it does not have, Aborted
+// when the request's etag is set and is not the cluster's, else operation
+// op2. The cluster stays in Clusters.
 func (g *Gateway) DeleteCluster(_ context.Context, r *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
 	defer g.lock(r)()
-	if g.cluster(r.GetName()) == nil {
+	c := g.cluster(r.GetName())
+	if c == nil {
 		return nil, clusterNotFound(r.GetName())
+	}
+	if err := clusterspec.CheckEtag("delete", c.GetName(), r.GetEtag(), c.GetEtag()); err != nil {
+		return nil, errs.ToStatus(err)
 	}
 	return &loomv1.Operation{Name: "projects/default/operations/op2",
 		Metadata: &loomv1.OperationMetadata{Target: r.GetName(), Verb: "delete", Progress: "stopping 2 nodes"}}, nil
 }
 
-// UpdateCluster answers NotFound for a cluster it does not have, else
-// operation op3. Clusters do not change.
+// UpdateCluster answers UpdateErr when set, NotFound for a cluster it does
+// not have, Aborted when the request's cluster.etag is set and is not the
+// cluster's, else operation op3. Clusters do not change.
 func (g *Gateway) UpdateCluster(_ context.Context, r *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
 	defer g.lock(r)()
-	if g.cluster(r.GetCluster().GetName()) == nil {
+	if g.UpdateErr != nil {
+		return nil, g.UpdateErr
+	}
+	c := g.cluster(r.GetCluster().GetName())
+	if c == nil {
 		return nil, clusterNotFound(r.GetCluster().GetName())
+	}
+	if err := clusterspec.CheckEtag("update", c.GetName(), r.GetCluster().GetEtag(), c.GetEtag()); err != nil {
+		return nil, errs.ToStatus(err)
 	}
 	return &loomv1.Operation{Name: "projects/default/operations/op3",
 		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "update", Progress: "0 of 2 nodes ready"}}, nil
