@@ -327,7 +327,9 @@ func randBytes(t *testing.T, n int) []byte {
 // does not open: such a start (sealed before the scheduler learnt the new
 // registration, or for the image before) is reported LOST at once, so that
 // the scheduler requeues its job rather than waiting on a start that never
-// comes, and it is not run.
+// comes, and it is not run. Tasks of a job step sealed so fail to launch,
+// naming the registration (not "the step has no command": their command is
+// in the blob the agent could not open).
 func TestStartStepSealedForAnEarlierRegistrationIsLostNotRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -351,7 +353,13 @@ func TestStartStepSealedForAnEarlierRegistrationIsLostNotRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish(t, e.broker, command(old.(*eventsv1.StartStep)), command(step("90", after)))
+	tasks := launch("94", 0, 0, 2, filepath.Join(e.shared, ".loom", "steps", "94.0"), "touch", marker("94"))
+	tasks.Registration = before
+	oldTasks, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node, before), tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.broker, command(old.(*eventsv1.StartStep)), command(step("90", after)), command(oldTasks.(*eventsv1.LaunchTasks)))
 
 	if st := waitStep(t, e.broker, "90", eventsv1.StepState_STEP_EXITED); st.GetExitCode() != 0 {
 		t.Fatalf("the step sealed for this registration exited %d", st.GetExitCode())
@@ -365,6 +373,16 @@ func TestStartStepSealedForAnEarlierRegistrationIsLostNotRun(t *testing.T) {
 	}
 	if _, err := os.Stat(marker("91")); err == nil {
 		t.Fatal("the step sealed for the earlier registration ran")
+	}
+	// A job step's tasks sealed so fail to launch, as srun's on a node
+	// that refuses the launch, saying why; they never run.
+	failed := waitTasks(t, e.broker, "94", 0, eventsv1.StepState_STEP_FAILED_TO_START)
+	if !strings.Contains(failed.GetMessage(), before) || !reflect.DeepEqual(failed.GetExitCodes(), []int32{1, 1}) {
+		t.Fatalf("tasks sealed for the earlier registration reported exit codes %v, message %q; want 1 each, naming %s",
+			failed.GetExitCodes(), failed.GetMessage(), before)
+	}
+	if _, err := os.Stat(marker("94")); err == nil {
+		t.Fatal("the tasks sealed for the earlier registration ran")
 	}
 }
 

@@ -1635,8 +1635,9 @@ type unopenedKey struct{}
 // node that is sealed for another registration of it (one the node had
 // before it registered again, or one the scheduler has not learnt yet): its
 // confidential fields cannot be opened here, and why says so. The app records
-// the step (the tasks) LOST with why, and reports it, so that its job is
-// requeued (its srun step ended) instead of waiting on it.
+// the step LOST (the tasks FAILED_TO_START) with why, and reports it, so that
+// its job is requeued (its srun step fails to launch) instead of waiting on
+// it.
 func WithUnopened(ctx context.Context, why string) context.Context {
 	return context.WithValue(ctx, unopenedKey{}, why)
 }

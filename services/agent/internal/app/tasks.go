@@ -100,12 +100,9 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 	run, _ := a.step(domain.Key(cmd.GetJob(), cmd.GetAttempt()))
 	rec, ended, skip := domain.Launch(a.opts.Self, existing, run, a.highestAttempt(cmd.GetJob()), cmd, a.opts.Now())
 	if why := unopened(ctx); why != "" && skip == "" && !ended {
-		// Sealed for another registration of this node (WithUnopened).
-		rec.Phase, rec.Message, rec.Ended, ended = domain.Lost, why, a.opts.Now(), true
-		rec.ExitCodes = make([]int32, max(cmd.GetNtasks(), 0))
-		for i := range rec.ExitCodes {
-			rec.ExitCodes[i] = 1
-		}
+		// Sealed for another registration of this node (WithUnopened):
+		// the tasks never start, a failed launch of the job step.
+		rec, ended = domain.TasksNotOpened(rec, why, a.opts.Now()), true
 	}
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {

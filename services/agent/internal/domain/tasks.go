@@ -98,7 +98,10 @@ func Launch(self Self, existing *Tasks, run *Step, highest int32, cmd *eventsv1.
 			fmt.Sprintf("bad launch: job %q, step %d, %d task(s) from rank %d", cmd.GetJob(), cmd.GetStepId(), cmd.GetNtasks(), cmd.GetFirstRank()), now
 		rec.ExitCodes = ones(max(cmd.GetNtasks(), 0))
 		return rec, true, ""
-	case len(cmd.GetCommand()) == 0 || cmd.GetCommand()[0] == "":
+	case len(cmd.GetSealed()) == 0 && (len(cmd.GetCommand()) == 0 || cmd.GetCommand()[0] == ""):
+		// A command still sealed here is one the agent could not open
+		// (sealed for another registration of the node: the app records
+		// it TasksNotOpened); its command is in the sealed blob.
 		rec.Phase, rec.Message, rec.Ended = FailedToStart, "the step has no command", now
 		rec.ExitCodes = ones(cmd.GetNtasks())
 		return rec, true, ""
@@ -214,6 +217,18 @@ type StopTasksDecision struct {
 	Rec *Tasks
 	// Kill is true when the tasks' process groups must be signalled.
 	Kill bool
+}
+
+// TasksNotOpened records rec, tasks Launch decided to start, FailedToStart
+// instead: their LaunchTasks was sealed for another registration of this
+// node than the agent's (why says which), so it cannot be opened here and
+// they never start: the job step failed to launch, as Slurm's srun when a
+// node refuses a step's launch; the job goes on.
+func TasksNotOpened(rec *Tasks, why string, now time.Time) *Tasks {
+	r := rec.clone()
+	r.Phase, r.Message, r.Ended = FailedToStart, why, now
+	r.ExitCodes = ones(r.NTasks)
+	return r
 }
 
 // MarkTasksLost records that tasks a previous agent process was running (or
