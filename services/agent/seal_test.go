@@ -327,9 +327,10 @@ func randBytes(t *testing.T, n int) []byte {
 // does not open: such a start (sealed before the scheduler learnt the new
 // registration, or for the image before) is reported LOST at once, so that
 // the scheduler requeues its job rather than waiting on a start that never
-// comes, and it is not run. Tasks of a job step sealed so fail to launch,
-// naming the registration (not "the step has no command": their command is
-// in the blob the agent could not open).
+// comes, and it is not run; it is marked registration_mismatch, so that the
+// scheduler requeues the job as never launched. Tasks of a job step sealed
+// so fail to launch, naming the registration (not "the step has no command":
+// their command is in the blob the agent could not open), marked likewise.
 func TestStartStepSealedForAnEarlierRegistrationIsLostNotRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -371,15 +372,19 @@ func TestStartStepSealedForAnEarlierRegistrationIsLostNotRun(t *testing.T) {
 	if !strings.Contains(lost.GetMessage(), "registered again") || !strings.Contains(lost.GetMessage(), before) {
 		t.Fatalf("lost step's message %q, want it to name the registration it was sealed for", lost.GetMessage())
 	}
+	if !lost.GetRegistrationMismatch() {
+		t.Fatal("the lost step is not marked registration_mismatch: the scheduler would count it as a node failure against the job")
+	}
 	if _, err := os.Stat(marker("91")); err == nil {
 		t.Fatal("the step sealed for the earlier registration ran")
 	}
 	// A job step's tasks sealed so fail to launch, as srun's on a node
-	// that refuses the launch, saying why; they never run.
+	// that refuses the launch: never run, marked so.
 	failed := waitTasks(t, e.broker, "94", 0, eventsv1.StepState_STEP_FAILED_TO_START)
-	if !strings.Contains(failed.GetMessage(), before) || !reflect.DeepEqual(failed.GetExitCodes(), []int32{1, 1}) {
-		t.Fatalf("tasks sealed for the earlier registration reported exit codes %v, message %q; want 1 each, naming %s",
-			failed.GetExitCodes(), failed.GetMessage(), before)
+	if !failed.GetRegistrationMismatch() || !strings.Contains(failed.GetMessage(), before) ||
+		!reflect.DeepEqual(failed.GetExitCodes(), []int32{1, 1}) {
+		t.Fatalf("tasks sealed for the earlier registration reported mismatch %v, exit codes %v, message %q; want marked, 1 each, naming %s",
+			failed.GetRegistrationMismatch(), failed.GetExitCodes(), failed.GetMessage(), before)
 	}
 	if _, err := os.Stat(marker("94")); err == nil {
 		t.Fatal("the tasks sealed for the earlier registration ran")

@@ -3160,9 +3160,18 @@ type StepChanged struct {
 	// asked: the run ends as the node's failure (requeued), not the job's.
 	NodeStopping bool `protobuf:"varint,9,opt,name=node_stopping,json=nodeStopping,proto3" json:"node_stopping,omitempty"`
 	// usage is what the step's processes used, with its end.
-	Usage         *v1.TaskUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Usage *v1.TaskUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
+	// registration_mismatch, with STEP_LOST: the step never ran. Its
+	// StartStep was sealed for another registration of this node than the
+	// agent's (the scheduler sealed it before it learnt that the node
+	// registered again, or for the node's image before a reimage), so the
+	// agent could not open it and started nothing. The control plane's race,
+	// not the node's failure nor the job's: the scheduler requeues the run as
+	// never launched (within a small budget per job; see
+	// services/scheduler/README.md).
+	RegistrationMismatch bool `protobuf:"varint,11,opt,name=registration_mismatch,json=registrationMismatch,proto3" json:"registration_mismatch,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StepChanged) Reset() {
@@ -3265,6 +3274,13 @@ func (x *StepChanged) GetUsage() *v1.TaskUsage {
 	return nil
 }
 
+func (x *StepChanged) GetRegistrationMismatch() bool {
+	if x != nil {
+		return x.RegistrationMismatch
+	}
+	return false
+}
+
 // TasksChanged reports the state of one node's tasks of a job step: RUNNING
 // once they all started, then EXITED (exit_codes by local task), KILLED,
 // FAILED_TO_START or LOST.
@@ -3281,9 +3297,15 @@ type TasksChanged struct {
 	ExitCodes []int32 `protobuf:"varint,8,rep,packed,name=exit_codes,json=exitCodes,proto3" json:"exit_codes,omitempty"`
 	Message   string  `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
 	// usage is what each task used, by local id, with their end.
-	Usage         []*v1.TaskUsage `protobuf:"bytes,10,rep,name=usage,proto3" json:"usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Usage []*v1.TaskUsage `protobuf:"bytes,10,rep,name=usage,proto3" json:"usage,omitempty"`
+	// registration_mismatch, with STEP_FAILED_TO_START: the tasks never
+	// started because their LaunchTasks was sealed for another registration
+	// of this node than the agent's (as StepChanged.registration_mismatch).
+	// The job step failed to launch, as Slurm's "Task launch failed": the
+	// step fails, the job goes on.
+	RegistrationMismatch bool `protobuf:"varint,11,opt,name=registration_mismatch,json=registrationMismatch,proto3" json:"registration_mismatch,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *TasksChanged) Reset() {
@@ -3384,6 +3406,13 @@ func (x *TasksChanged) GetUsage() []*v1.TaskUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *TasksChanged) GetRegistrationMismatch() bool {
+	if x != nil {
+		return x.RegistrationMismatch
+	}
+	return false
 }
 
 // StepProgress is a running step's sign of progress: the trainer's step and
@@ -5979,7 +6008,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06signal\x18\x06 \x01(\tR\x06signal\"\xb0\x02\n" +
+	"\x06signal\x18\x06 \x01(\tR\x06signal\"\xe5\x02\n" +
 	"\vStepChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -5991,7 +6020,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\acluster\x18\b \x01(\tR\acluster\x12#\n" +
 	"\rnode_stopping\x18\t \x01(\bR\fnodeStopping\x12(\n" +
 	"\x05usage\x18\n" +
-	" \x01(\v2\x12.loom.v1.TaskUsageR\x05usage\"\xb4\x02\n" +
+	" \x01(\v2\x12.loom.v1.TaskUsageR\x05usage\x123\n" +
+	"\x15registration_mismatch\x18\v \x01(\bR\x14registrationMismatch\"\xe9\x02\n" +
 	"\fTasksChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -6005,7 +6035,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"exit_codes\x18\b \x03(\x05R\texitCodes\x12\x18\n" +
 	"\amessage\x18\t \x01(\tR\amessage\x12(\n" +
 	"\x05usage\x18\n" +
-	" \x03(\v2\x12.loom.v1.TaskUsageR\x05usage\"\xb0\x03\n" +
+	" \x03(\v2\x12.loom.v1.TaskUsageR\x05usage\x123\n" +
+	"\x15registration_mismatch\x18\v \x01(\bR\x14registrationMismatch\"\xb0\x03\n" +
 	"\fStepProgress\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +

@@ -843,9 +843,10 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	rec, skip := domain.Start(a.opts.Self, existing, a.highestAttempt(cmd.GetJob()), cmd, a.opts.Now())
 	if why := unopened(ctx); why != "" && skip == "" && !rec.Phase.Terminal() {
 		// Sealed for another registration of this node: it cannot run
-		// here, and the scheduler hears so at once (LOST: the node's, not
-		// the job's), rather than waiting on a start that never comes.
-		rec.Phase, rec.Message, rec.Ended = domain.Lost, why, a.opts.Now()
+		// here, and the scheduler hears so at once (LOST, marked never
+		// run: the control plane's race, not the job's nor the node's),
+		// rather than waiting on a start that never comes.
+		rec = domain.NotOpened(rec, why, a.opts.Now())
 	}
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {
@@ -1635,9 +1636,9 @@ type unopenedKey struct{}
 // node that is sealed for another registration of it (one the node had
 // before it registered again, or one the scheduler has not learnt yet): its
 // confidential fields cannot be opened here, and why says so. The app records
-// the step LOST (the tasks FAILED_TO_START) with why, and reports it, so that
-// its job is requeued (its srun step fails to launch) instead of waiting on
-// it.
+// the step LOST (the tasks FAILED_TO_START) with why, marked
+// registration_mismatch, and reports it, so that its job is requeued as never
+// launched (its srun step fails to launch) instead of waiting on it.
 func WithUnopened(ctx context.Context, why string) context.Context {
 	return context.WithValue(ctx, unopenedKey{}, why)
 }

@@ -61,6 +61,10 @@ type Step struct {
 	// NodeStopping: the stop was the agent's own, as it stopped (see
 	// ShutdownStop), not Loom's nor the program's.
 	NodeStopping bool `json:"node_stopping,omitempty"`
+	// RegistrationMismatch: the step is Lost because its StartStep was
+	// sealed for another registration of this node than the agent's, and
+	// never ran (NotOpened; StepChanged.registration_mismatch).
+	RegistrationMismatch bool `json:"registration_mismatch,omitempty"`
 	// ErrPath is the file the step's stderr goes to, once Running: where
 	// a stop's Slurm-style line goes (StopLine).
 	ErrPath string `json:"err_path,omitempty"`
@@ -101,6 +105,7 @@ func (s *Step) Event(self Self) *eventsv1.StepChanged {
 	}
 	ev.State = s.Phase.StepState()
 	ev.NodeStopping = s.NodeStopping && s.Phase == Killed
+	ev.RegistrationMismatch = s.RegistrationMismatch && s.Phase == Lost
 	if s.Usage != nil && s.Phase.Terminal() {
 		ev.Usage = s.Usage.Proto(0, "")
 	}
@@ -288,6 +293,18 @@ func Signal(self Self, existing *Step, cmd *eventsv1.SignalStep) (send bool, ski
 		return false, fmt.Sprintf("step %s is %s, not running", existing.Key(), existing.Phase)
 	}
 	return true, ""
+}
+
+// NotOpened records rec, a step Start decided to start, Lost instead: its
+// StartStep was sealed for another registration of this node than the
+// agent's (why says which), so it cannot be opened here and never runs.
+// Lost, not FailedToStart, as the node's part and not the program's; marked
+// RegistrationMismatch, so that the scheduler requeues the run as never
+// launched rather than as a node failure.
+func NotOpened(rec *Step, why string, now time.Time) *Step {
+	r := rec.clone()
+	r.Phase, r.Message, r.Ended, r.RegistrationMismatch = Lost, why, now, true
+	return r
 }
 
 // MarkLost records that a step the agent cannot observe any more (it was

@@ -38,6 +38,10 @@ type Tasks struct {
 	StopReason string       `json:"stop_reason,omitempty"`
 	Created    time.Time    `json:"created"`
 	Ended      time.Time    `json:"ended,omitzero"`
+	// RegistrationMismatch: the tasks FailedToStart because their
+	// LaunchTasks was sealed for another registration of this node than
+	// the agent's (TasksNotOpened; TasksChanged.registration_mismatch).
+	RegistrationMismatch bool `json:"registration_mismatch,omitempty"`
 }
 
 // TasksKey is a task record's key: "<job>#<attempt>.<step>". It begins with
@@ -72,6 +76,7 @@ func (t *Tasks) Event(self Self) *eventsv1.TasksChanged {
 		ev.Usage = usageProtos(t.Usage)
 	}
 	ev.State = t.Phase.StepState()
+	ev.RegistrationMismatch = t.RegistrationMismatch && t.Phase == FailedToStart
 	return ev
 }
 
@@ -222,11 +227,12 @@ type StopTasksDecision struct {
 // TasksNotOpened records rec, tasks Launch decided to start, FailedToStart
 // instead: their LaunchTasks was sealed for another registration of this
 // node than the agent's (why says which), so it cannot be opened here and
-// they never start: the job step failed to launch, as Slurm's srun when a
-// node refuses a step's launch; the job goes on.
+// they never start. Marked RegistrationMismatch: the job step failed to
+// launch, as Slurm's srun when a node refuses a step's launch; the job
+// goes on.
 func TasksNotOpened(rec *Tasks, why string, now time.Time) *Tasks {
 	r := rec.clone()
-	r.Phase, r.Message, r.Ended = FailedToStart, why, now
+	r.Phase, r.Message, r.Ended, r.RegistrationMismatch = FailedToStart, why, now, true
 	r.ExitCodes = ones(r.NTasks)
 	return r
 }

@@ -842,6 +842,22 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 			}
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("JobLaunchFailure on "+host, msg))
 		case eventsv1.StepState_STEP_LOST:
+			if ev.GetRegistrationMismatch() {
+				// It never ran: sealed for a registration of the node
+				// the agent does not have (this scheduler's own race
+				// with the node's new registration).
+				j = t.editJob(j.Name())
+				if t.requeueUnlaunched(j, r, ev.GetNode(), detail("launch failed on "+host, msg)) {
+					break
+				}
+				reason := detail("step lost on "+host, msg)
+				if !t.clusterGoing(r.Cluster) {
+					reason += fmt.Sprintf(" (never launched; the job was requeued for that %d times already, the most, so this counts as a node failure)",
+						j.UnlaunchedRequeues)
+				}
+				t.infraEnded(j, r, ev.GetNode(), reason)
+				break
+			}
 			// Its end went unseen (its agent crashed or was stopped with
 			// nothing to write to, its shim killed): not known to be the
 			// program's, so the infrastructure's, as Slurm's NODE_FAIL.

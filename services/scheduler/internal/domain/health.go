@@ -61,6 +61,41 @@ func (t *txn) infraRequeue(j *Job, r *Run, outcome loomv1.JobState, reason strin
 	t.requeueJob(j, reason)
 }
 
+// MaxUnlaunchedRequeues bounds the requeues of a job whose run never
+// launched (requeueUnlaunched); past it such a run is requeued as a lost
+// step is, counted against MaxInfraRestarts. The race it absorbs (a node
+// that registers again while the scheduler seals for its old registration)
+// ends once the scheduler learns the node's registration, a moment later;
+// the bound keeps a scheduler that goes on sealing for a registration the
+// node never has from requeueing the job for ever.
+const MaxUnlaunchedRequeues = 3
+
+// requeueUnlaunched requeues run r of j (edited), whose step on node never
+// ran: its agent reported it lost because its StartStep was sealed for
+// another registration of the node than the agent's
+// (StepChanged.registration_mismatch) — the scheduler sealed it before it
+// learnt that the node registered again. That is the control plane's race,
+// not the job's failure nor the node's, so the job goes back to PENDING as
+// if the run had never started: the attempt ends REQUEUED with reason, the
+// job is requeued even with --no-requeue, nothing is counted against
+// MaxInfraRestarts or max_retries, no node is excluded, and the run's other
+// steps are stopped at once (cause REQUEUED: the run never ran whole, there
+// is nothing to checkpoint). It reports false, changing nothing, when the
+// cluster is going away or j has used its MaxUnlaunchedRequeues: the caller
+// then ends the run as a lost step.
+func (t *txn) requeueUnlaunched(j *Job, r *Run, node, reason string) bool {
+	if t.clusterGoing(r.Cluster) || j.UnlaunchedRequeues >= MaxUnlaunchedRequeues {
+		return false
+	}
+	j.UnlaunchedRequeues++
+	reason = fmt.Sprintf("%s (requeued as never launched, %d of %d)", reason, j.UnlaunchedRequeues, MaxUnlaunchedRequeues)
+	t.endAttempt(r, loomv1.JobState_REQUEUED, 0, reason)
+	t.requeueJob(j, reason)
+	t.stopSteps(r, node, reason, eventsv1.StopCause_STOP_CAUSE_REQUEUED)
+	t.dirty[r.Cluster] = true
+	return true
+}
+
 // runsOn returns the running attempts that hold node, in key order.
 func (t *txn) runsOn(node string) []*Run {
 	var out []*Run

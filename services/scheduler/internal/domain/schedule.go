@@ -13,7 +13,6 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -1581,7 +1580,8 @@ func (t *txn) fill(v *reasonVersion) {
 	if j == nil {
 		return
 	}
-	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, InfraRestarts: j.InfraRestarts, Job: &v.pj}, tmpl: j.tmpl, shared: true}
+	v.job = Job{JobRecord: j.JobRecord, tmpl: j.tmpl, shared: true}
+	v.job.Job = &v.pj
 	shallowJobInto(&v.pj, j.Job)
 	v.pj.StateReason = v.reason
 	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}

@@ -11,7 +11,6 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
-	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -285,7 +284,8 @@ func (t *txn) editJob(name string) *Job {
 		return j
 	}
 	old := t.s.jobs[name]
-	j := &Job{JobRecord: jobstore.JobRecord{Attempt: old.Attempt, ModelDir: old.ModelDir, Excluded: old.Excluded, InfraRestarts: old.InfraRestarts, Job: cloneTask(old.Job, old.tmpl)}, tmpl: old.tmpl}
+	j := &Job{JobRecord: old.JobRecord, tmpl: old.tmpl}
+	j.Job = cloneTask(old.Job, old.tmpl)
 	t.c.Jobs[name] = j
 	return j
 }

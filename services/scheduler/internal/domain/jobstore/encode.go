@@ -26,8 +26,10 @@ type jobRecord struct {
 	ModelDir string   `json:"model_dir,omitempty"`
 	Excluded []string `json:"excluded,omitempty"`
 	Infra    int32    `json:"infra_restarts,omitempty"`
-	Delta    bool     `json:"delta,omitempty"`
-	Cleared  []int32  `json:"cleared,omitempty"`
+	// Unlaunched is JobRecord.UnlaunchedRequeues.
+	Unlaunched int32   `json:"unlaunched_requeues,omitempty"`
+	Delta      bool    `json:"delta,omitempty"`
+	Cleared    []int32 `json:"cleared,omitempty"`
 }
 
 // EncodeJob serialises a job record; an array task with a template (tmpl:
@@ -36,7 +38,8 @@ type jobRecord struct {
 // script and spec an array's tasks share are stored once, in the array's
 // record (EncodeArray).
 func EncodeJob(j *JobRecord, tmpl *loomv1.Job) ([]byte, error) {
-	rec := jobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Infra: j.InfraRestarts}
+	rec := jobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Infra: j.InfraRestarts,
+		Unlaunched: j.UnlaunchedRequeues}
 	msg := j.Job
 	if t := tmpl; t != nil {
 		var delta *loomv1.Job
@@ -103,7 +106,8 @@ func DecodeTaskInto(out *JobRecord, name string, b []byte, template func(array s
 			job.JobId = task.ID
 		}
 	}
-	*out = JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded, InfraRestarts: rec.Infra}
+	*out = JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded, InfraRestarts: rec.Infra,
+		UnlaunchedRequeues: rec.Unlaunched}
 	return nil
 }
 

@@ -32,6 +32,14 @@ type JobRecord struct {
 	// are bounded by the cluster's -max-infra-restarts, not by the job's
 	// max_retries (which counts the program's own failures, Job.user_failures).
 	InfraRestarts int32 `json:"infra_restarts,omitempty"`
+	// UnlaunchedRequeues counts the runs requeued because a step of theirs
+	// never ran: its agent could not open its StartStep, sealed for another
+	// registration of the node (the scheduler sealed it before it learnt
+	// that the node registered again). Not the job's failure nor the
+	// node's, so not counted in InfraRestarts and not refused to a
+	// --no-requeue job; bounded by MaxUnlaunchedRequeues (domain), past
+	// which such a run counts as an infrastructure restart.
+	UnlaunchedRequeues int32 `json:"unlaunched_requeues,omitempty"`
 }
 
 // Name returns the job's full name.

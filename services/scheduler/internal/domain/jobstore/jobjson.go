@@ -74,6 +74,11 @@ func decodeJobRecordDirect(b []byte, rec *jobRecord) bool {
 			return false
 		}
 	}
+	if p.lit(`,"unlaunched_requeues":`) {
+		if rec.Unlaunched, ok = p.int32(); !ok {
+			return false
+		}
+	}
 	if p.lit(`,"delta":true`) {
 		rec.Delta = true
 	}

@@ -16,8 +16,9 @@ func jobRecordSamples(t testing.TB) [][]byte {
 	for _, rec := range []*JobRecord{
 		{Job: &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_PENDING}},
 		{Job: &loomv1.Job{Name: "projects/p/jobs/2", JobId: "2"}, Attempt: 3, ModelDir: "/models/2/run-3",
-			Excluded: []string{"gpu-1", "gpu-2"}, InfraRestarts: 2},
-		{Job: &loomv1.Job{}, Attempt: -1, ModelDir: "<&> \"quoted\" \\ é \u2028", Excluded: []string{"", "ä"}, InfraRestarts: 2147483647},
+			Excluded: []string{"gpu-1", "gpu-2"}, InfraRestarts: 2, UnlaunchedRequeues: 1},
+		{Job: &loomv1.Job{}, Attempt: -1, ModelDir: "<&> \"quoted\" \\ é \u2028", Excluded: []string{"", "ä"}, InfraRestarts: 2147483647,
+			UnlaunchedRequeues: -2147483648},
 		{Job: nil, Attempt: -2147483648},
 	} {
 		b, err := EncodeJob(rec, nil)

@@ -68,17 +68,18 @@ func TestJobStepClone(t *testing.T) {
 }
 
 // TestResilienceFieldsRoundTrip: what the job's side of hardware resilience
-// keeps (a job's infrastructure restarts, a run's progress, fences and
+// keeps (a job's infrastructure restarts and requeues of runs never launched, a run's progress, fences and
 // checkpoint drain) survives the store's encoding.
 func TestResilienceFieldsRoundTrip(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	b, err := EncodeJob(&JobRecord{Job: &loomv1.Job{Name: "projects/p/jobs/1", UserFailures: 2, MaxRetries: 3}, InfraRestarts: 4}, nil)
+	b, err := EncodeJob(&JobRecord{Job: &loomv1.Job{Name: "projects/p/jobs/1", UserFailures: 2, MaxRetries: 3}, InfraRestarts: 4,
+		UnlaunchedRequeues: 3}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	j, err := DecodeJob(b)
-	if err != nil || j.InfraRestarts != 4 || j.Job.GetUserFailures() != 2 || j.Job.GetMaxRetries() != 3 {
+	if err != nil || j.InfraRestarts != 4 || j.UnlaunchedRequeues != 3 || j.Job.GetUserFailures() != 2 || j.Job.GetMaxRetries() != 3 {
 		t.Fatalf("job: %+v %v", j, err)
 	}
 	r := RunRecord{Job: "projects/p/jobs/1", Attempt: 1, Steps: map[string]Step{"n": {FenceUntil: at}}, FenceUntil: at,
