@@ -141,8 +141,9 @@ func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 }
 
 // ChangeTx returns the transaction that stores c (an update, an alias
-// move, a deleted version or model) with no event: these are the registry's
-// own state, which nothing downstream follows.
+// move, a deleted version, or a deleted model with the request records
+// naming its versions) with no event: these are the registry's own state,
+// which nothing downstream follows.
 func (r *Repo) ChangeTx(c *domain.Change) (*store.Tx, error) {
 	tx := &store.Tx{}
 	if c.DeletedModel != "" {
@@ -161,6 +162,9 @@ func (r *Repo) ChangeTx(c *domain.Change) (*store.Tx, error) {
 	}
 	for _, n := range c.Deleted {
 		tx.HDel(KeyVersions, n)
+	}
+	for _, id := range c.Forgotten {
+		tx.HDel(KeyRequests, id)
 	}
 	return tx, nil
 }

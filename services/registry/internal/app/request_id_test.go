@@ -83,3 +83,55 @@ func TestUploadModelRequestID(t *testing.T) {
 		t.Errorf("%d versions of default's tiny, want 2 (one per request id)", n)
 	}
 }
+
+// TestUploadRetryAfterModelDeleted: an UploadModel retried after its model
+// was deleted and made again under the same id (whose versions count from 1
+// again) is not answered with the new model's version of the same number,
+// another upload's: DeleteModel forgets the deleted model's request
+// records, in memory and in Redis (a restarted registry does not answer
+// the retry either), and the retry registers a version of its own.
+func TestUploadRetryAfterModelDeleted(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := adapters.NewRepo(store.New(rdb, "registry:"))
+	r, err := New(ctx, repo, slog.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := artifactDir(t)
+	const parent = "projects/default/locations/global"
+	upload := func(r *Registry, model, rid string) *loomv1.UploadModelResponse {
+		t.Helper()
+		resp, err := r.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: parent, ModelId: model,
+			RequestId: rid, Model: &loomv1.Model{ArtifactUri: dir, DisplayName: model}})
+		if err != nil {
+			t.Fatalf("upload %s of %s: %v", rid, model, err)
+		}
+		return resp
+	}
+	for _, restart := range []bool{false, true} {
+		model := "tiny"
+		if restart {
+			model = "small"
+		}
+		if v := upload(r, model, model+"-r1"); v.GetModelVersionId() != "1" {
+			t.Fatalf("the first upload of %s registered version %s", model, v.GetModelVersionId())
+		}
+		if err := r.DeleteModel(ctx, parent+"/models/"+model); err != nil {
+			t.Fatal(err)
+		}
+		if restart {
+			if r, err = New(ctx, repo, slog.Default(), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v := upload(r, model, model+"-r2"); v.GetModelVersionId() != "1" {
+			t.Fatalf("the model %s made again registered version %s, want 1", model, v.GetModelVersionId())
+		}
+		if v := upload(r, model, model+"-r1"); v.GetModelVersionId() != "2" {
+			t.Fatalf("restart %v: the retry of %s-r1 answered version %s of %s, want a new version 2 (version 1 is %s-r2's)",
+				restart, model, v.GetModelVersionId(), model, model)
+		}
+	}
+}

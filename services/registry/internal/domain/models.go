@@ -119,19 +119,29 @@ func View(m *loomv1.Model, v *loomv1.ModelVersion, location string) *loomv1.Mode
 // Change is what one UpdateModel, MergeVersionAliases, DeleteModelVersion or
 // DeleteModel does: the model record after it (DeletedModel instead when the
 // model is deleted), the versions it rewrites and the versions it deletes. Served is the version
-// the call answers with (nil for deletes).
+// the call answers with (nil for deletes). Forgotten are the request ids
+// whose records name a version of the deleted model: a model made again
+// under the same id numbers its versions from 1 again, and a retry of an
+// old upload must not be answered with a new upload's version.
 type Change struct {
 	Model        *loomv1.Model
 	DeletedModel string
 	Versions     []*loomv1.ModelVersion
 	Deleted      []string
 	Served       *loomv1.ModelVersion
+	Forgotten    []string
 }
 
 // ApplyChange records c in s. Call it only after c was stored durably.
 func (s *State) ApplyChange(c *Change) {
 	if c.DeletedModel != "" {
 		s.dropModel(c.DeletedModel)
+		for _, id := range c.Forgotten {
+			delete(s.Requests, id)
+		}
+		if len(c.Forgotten) > 0 {
+			s.requestOrder = dropIDs(s.requestOrder, c.Forgotten)
+		}
 		return
 	}
 	name := c.Model.GetName()
@@ -438,5 +448,13 @@ func DeleteModel(s *State, r Ref) (*Change, error) {
 	for _, v := range s.Versions[r.Model()] {
 		c.Deleted = append(c.Deleted, v.GetName())
 	}
+	// Every record naming one of its versions, those already deleted
+	// one by one included (at most MaxRequests to look at).
+	for id, req := range s.Requests {
+		if mv, err := resname.SplitModelVersion(req.Version); err == nil && mv.Model.String() == r.Model() {
+			c.Forgotten = append(c.Forgotten, id)
+		}
+	}
+	slices.Sort(c.Forgotten)
 	return c, nil
 }

@@ -467,3 +467,44 @@ func TestUploadAliasBoundCountsDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteModelForgetsItsRequests: a model deleted and made again under
+// the same id numbers its versions from 1 again, so a retry of an upload of
+// the deleted model must not be answered with the new model's version of
+// the same number: DeleteModel forgets the request records naming its
+// versions (one deleted before it too), and keeps the other models'.
+func TestDeleteModelForgetsItsRequests(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	register(t, s, upload("r1"))
+	other := upload("o1")
+	other.ModelId = "other"
+	register(t, s, other)
+	second := upload("r2")
+	second.ModelId, second.ParentModel = "", "projects/default/models/tiny"
+	register(t, s, second)
+	c, err := DeleteModel(s, ref(t, "projects/default/models/tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Forgotten, []string{"r1", "r2"}) {
+		t.Fatalf("DeleteModel forgets %v, want [r1 r2]", c.Deleted)
+	}
+	s.ApplyChange(c)
+	again := register(t, s, upload("r3"))
+	if again.Version.GetName() != "projects/default/models/tiny/versions/1" {
+		t.Fatalf("the new model's first version is %s", again.Version.GetName())
+	}
+	if v, ok := s.Answered("r1"); ok {
+		t.Fatalf("a retry of the deleted model's upload r1 is answered with %s, another upload's version", v.GetName())
+	}
+	if v, ok := s.Answered("o1"); !ok || v.GetName() != "projects/default/models/other/versions/1" {
+		t.Fatalf("Answered(o1) = %v %v: another model's record was forgotten", v, ok)
+	}
+	if v, ok := s.Answered("r3"); !ok || v.GetName() != again.Version.GetName() {
+		t.Fatalf("Answered(r3) = %v %v", v, ok)
+	}
+	if !slices.Equal(s.requestOrder, []string{"o1", "r3"}) {
+		t.Fatalf("request order %v, want [o1 r3]", s.requestOrder)
+	}
+}
