@@ -50,12 +50,16 @@ func (f fakeTraining) GetCustomJob(_ context.Context, r *trainingv1.GetCustomJob
 	return m.(*trainingv1.CustomJob), nil
 }
 
+// GetHyperparameterTuningJob answers within trainingspec's bound, as the
+// training service does.
 func (f fakeTraining) GetHyperparameterTuningJob(_ context.Context, r *trainingv1.GetHyperparameterTuningJobRequest) (*trainingv1.HyperparameterTuningJob, error) {
 	m, err := f.get(r.GetName())
 	if err != nil {
 		return nil, err
 	}
-	return m.(*trainingv1.HyperparameterTuningJob), nil
+	j := m.(*trainingv1.HyperparameterTuningJob)
+	trainingspec.BoundTuningJobAnswer(j, trainingspec.MaxTuningJobAnswer)
+	return j, nil
 }
 
 func (f fakeTraining) GetTrainingPipeline(_ context.Context, r *trainingv1.GetTrainingPipelineRequest) (*trainingv1.TrainingPipeline, error) {

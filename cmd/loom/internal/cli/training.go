@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/trainingspec"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
@@ -776,7 +777,8 @@ func (a *app) tuningTrialsCommand() *cobra.Command {
 				return err
 			}
 			if a.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), &trainingv1.HyperparameterTuningJob{Name: j.GetName(), Trials: j.GetTrials(), BestTrial: j.GetBestTrial()})
+				return writeJSON(cmd.OutOrStdout(), &trainingv1.HyperparameterTuningJob{Name: j.GetName(), Trials: j.GetTrials(), BestTrial: j.GetBestTrial(),
+					OmittedTrials: j.GetOmittedTrials(), MeasurementsThinned: j.GetMeasurementsThinned()})
 			}
 			if len(j.GetTrials()) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "No trials yet (%s). Follow them with `loom hptuning trials %s` again.\n", trainingState(j.GetState()), args[0])
@@ -887,6 +889,9 @@ func renderTuningJob(w io.Writer, j *trainingv1.HyperparameterTuningJob, now tim
 	fmt.Fprintf(tw, "Metric:\t%s (%s)\n", metric, goal)
 	fmt.Fprintf(tw, "Algorithm:\t%s\n", algorithmText(j.GetStudySpec()))
 	fmt.Fprintf(tw, "Trials:\t%s ended, %d running, %d at once, %d failures allowed\n", trialsDone(j), running, j.GetParallelTrialCount(), j.GetMaxFailedTrialCount())
+	if n := omittedNote(j); n != "" {
+		fmt.Fprintf(tw, "Left out:\t%s\n", n)
+	}
 	if b := bestTrial(j); b != nil {
 		fmt.Fprintf(tw, "Best:\t%s\n", trialLine(b, metric))
 	}
@@ -982,10 +987,56 @@ func renderTrials(w io.Writer, j *trainingv1.HyperparameterTuningJob) error {
 		cut = cut || c
 		row(tw, id, state, val, steps, trialParams(t), shortName(t.GetCustomJob()))
 	}
-	if err := tw.Flush(); err != nil || !cut {
+	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if n := omittedNote(j); n != "" {
+		fmt.Fprintf(w, "Left out: %s\n", n)
+	}
+	if !cut {
+		return nil
+	}
 	return cutNote(w, "Reasons", "`loom hptuning trials "+shortName(j.GetName())+" -o json`")
+}
+
+// omittedNote says which trials a study's answer left out (omitted_trials:
+// a study's answer is bounded, trainingspec.MaxTuningJobAnswer) and where
+// each is still found, and whether its measurements were thinned; "" when
+// nothing was left out.
+func omittedNote(j *trainingv1.HyperparameterTuningJob) string {
+	var parts []string
+	if ids := j.GetOmittedTrials(); len(ids) > 0 {
+		id := shortName(j.GetName())
+		parts = append(parts, fmt.Sprintf("%d trials (%s), past the answer's %d MiB bound; trial k is CustomJob %s+k (`loom custom get ID`)",
+			len(ids), idRanges(ids), trainingspec.MaxTuningJobAnswer>>20, id))
+	}
+	if j.GetMeasurementsThinned() {
+		parts = append(parts, "intermediate measurements thinned (`loom metrics read` has every point)")
+	}
+	return shown(strings.Join(parts, "; "))
+}
+
+// idRanges writes numeric ids as ranges, "1-469, 471, 480-990", at most 10
+// of them ("…" after).
+func idRanges(ids []string) string {
+	var out []string
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && trialOrder(&trainingv1.Trial{Id: ids[j+1]}) == trialOrder(&trainingv1.Trial{Id: ids[j]})+1 {
+			j++
+		}
+		if len(out) == 10 {
+			out = append(out, "…")
+			break
+		}
+		if j == i {
+			out = append(out, ids[i])
+		} else {
+			out = append(out, ids[i]+"-"+ids[j])
+		}
+		i = j + 1
+	}
+	return strings.Join(out, ", ")
 }
 
 // ---- loom pipelines ----

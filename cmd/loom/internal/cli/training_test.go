@@ -407,6 +407,31 @@ Reasons are cut short above; `+"`loom hptuning trials 29 -o json`"+` has them wh
 	}
 }
 
+// TestTrialsSayWhatWasLeftOut: a study answered with trials left out and
+// measurements thinned (its answer's bound) says so in `hptuning trials`
+// and `hptuning get`, which trials and where each is still found; a study
+// answered whole says nothing.
+func TestTrialsSayWhatWasLeftOut(t *testing.T) {
+	t.Parallel()
+	name := trainingParent + "/hyperparameterTuningJobs/30"
+	j := tuningJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING, trial("7", trainingv1.Trial_SUCCEEDED, 0.5, 0.01))
+	j.OmittedTrials, j.MeasurementsThinned = []string{"1", "2", "3", "5", "6"}, true
+	const want = "Left out: 5 trials (1-3, 5-6), past the answer's 3 MiB bound; trial k is CustomJob 30+k (`loom custom get ID`); intermediate measurements thinned (`loom metrics read` has every point)\n"
+	var b strings.Builder
+	if err := renderTrials(&b, j); err != nil || !strings.HasSuffix(b.String(), want) {
+		t.Fatalf("trials: %q, %v; want it to end with %q", b.String(), err, want)
+	}
+	b.Reset()
+	if err := renderTuningJob(&b, j, time.Now()); err != nil || !strings.Contains(b.String(), "5 trials (1-3, 5-6)") {
+		t.Fatalf("get: %q, %v", b.String(), err)
+	}
+	j.OmittedTrials, j.MeasurementsThinned = nil, false
+	b.Reset()
+	if err := renderTrials(&b, j); err != nil || strings.Contains(b.String(), "Left out") {
+		t.Fatalf("a whole answer: %q, %v", b.String(), err)
+	}
+}
+
 // TestTrainingTextIsCleaned (a tester found an OSC 52 categorical value
 // printed raw by `hptuning trials`): what a training resource holds that
 // reaches a terminal — parameter values, display names, error messages,

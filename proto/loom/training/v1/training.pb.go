@@ -1908,10 +1908,20 @@ type HyperparameterTuningJob struct {
 	Labels              map[string]string      `protobuf:"bytes,16,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Loom's (output only): user is its owner; best_trial the id of the best
 	// trial so far (by the first metric's goal).
-	User          string `protobuf:"bytes,100,opt,name=user,proto3" json:"user,omitempty"`
-	BestTrial     string `protobuf:"bytes,101,opt,name=best_trial,json=bestTrial,proto3" json:"best_trial,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	User      string `protobuf:"bytes,100,opt,name=user,proto3" json:"user,omitempty"`
+	BestTrial string `protobuf:"bytes,101,opt,name=best_trial,json=bestTrial,proto3" json:"best_trial,omitempty"`
+	// Loom's (output only, set on a Get's answer, never stored): an answer
+	// is bounded (3 MiB, under gRPC's 4 MiB). measurements_thinned says that
+	// its trials' intermediate measurements were thinned to fit (each
+	// trial's first, last and evenly spaced ones; `loom metrics read` has
+	// every point); omitted_trials lists the ids of the trials left out when
+	// even that did not fit (the best trial, the unfinished ones and then the
+	// newest are kept first). Trial k is CustomJob {id+k}: its GetCustomJob
+	// shows its state and its parameters (--ID=VALUE in its args).
+	MeasurementsThinned bool     `protobuf:"varint,102,opt,name=measurements_thinned,json=measurementsThinned,proto3" json:"measurements_thinned,omitempty"`
+	OmittedTrials       []string `protobuf:"bytes,103,rep,name=omitted_trials,json=omittedTrials,proto3" json:"omitted_trials,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *HyperparameterTuningJob) Reset() {
@@ -2061,6 +2071,20 @@ func (x *HyperparameterTuningJob) GetBestTrial() string {
 		return x.BestTrial
 	}
 	return ""
+}
+
+func (x *HyperparameterTuningJob) GetMeasurementsThinned() bool {
+	if x != nil {
+		return x.MeasurementsThinned
+	}
+	return false
+}
+
+func (x *HyperparameterTuningJob) GetOmittedTrials() []string {
+	if x != nil {
+		return x.OmittedTrials
+	}
+	return nil
 }
 
 // TrainingPipeline is Vertex's. training_task_definition names the task:
@@ -4594,7 +4618,7 @@ const file_loom_training_v1_training_proto_rawDesc = "" +
 	"\bSTOPPING\x10\x03\x12\r\n" +
 	"\tSUCCEEDED\x10\x04\x12\x0e\n" +
 	"\n" +
-	"INFEASIBLE\x10\x05\"\x9e\a\n" +
+	"INFEASIBLE\x10\x05\"\xf8\a\n" +
 	"\x17HyperparameterTuningJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12:\n" +
@@ -4618,7 +4642,9 @@ const file_loom_training_v1_training_proto_rawDesc = "" +
 	"\x06labels\x18\x10 \x03(\v25.loom.training.v1.HyperparameterTuningJob.LabelsEntryR\x06labels\x12\x12\n" +
 	"\x04user\x18d \x01(\tR\x04user\x12\x1d\n" +
 	"\n" +
-	"best_trial\x18e \x01(\tR\tbestTrial\x1a9\n" +
+	"best_trial\x18e \x01(\tR\tbestTrial\x121\n" +
+	"\x14measurements_thinned\x18f \x01(\bR\x13measurementsThinned\x12%\n" +
+	"\x0eomitted_trials\x18g \x03(\tR\romittedTrials\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\a\n" +

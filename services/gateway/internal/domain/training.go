@@ -162,6 +162,7 @@ func AcceptTuningJob(j *trainingv1.HyperparameterTuningJob, parent TrainingParen
 	j.Name = parent.Name(CollectionTuningJobs, id)
 	j.User, j.State, j.CreateTime, j.UpdateTime = user, trainingv1.JobState_JOB_STATE_QUEUED, ts, ts
 	j.StartTime, j.EndTime, j.Error, j.Trials, j.BestTrial = nil, nil, nil, nil, ""
+	j.MeasurementsThinned, j.OmittedTrials = false, nil
 	return j
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
@@ -90,7 +89,7 @@ func (s *Server) GetHyperparameterTuningJob(_ context.Context, req *trainingv1.G
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	thinAnswer(j, MaxTuningJobAnswer)
+	trainingspec.BoundTuningJobAnswer(j, MaxTuningJobAnswer)
 	return j, nil
 }
 
@@ -219,52 +218,8 @@ func byID[T any](name func(T) string) func(T) string {
 }
 
 // MaxTuningJobAnswer bounds GetHyperparameterTuningJob's answer (encoded):
-// under gRPC's default 4 MiB receive limit, which the gateway's client of
-// this service and the CLI's of the gateway keep, with room for the rest
-// of the message. A study whose trials' intermediate measurements would
-// pass it is answered with them thinned (thinAnswer).
-const MaxTuningJobAnswer = 3 << 20
-
-// thinAnswer thins j's (a copy's) trials' intermediate measurements until
-// j encodes in limit bytes: at most k a trial, k halved from the longest
-// trial's count, each trial keeping its first, its last and measurements
-// evenly spaced between (its final_measurement stays as it is); at k = 0
-// they are left out. The curves in full are the job's metric series (loom
-// metrics read). Nothing is done when j fits.
-func thinAnswer(j *trainingv1.HyperparameterTuningJob, limit int) {
-	if proto.Size(j) <= limit {
-		return
-	}
-	all := make([][]*trainingv1.Measurement, len(j.GetTrials()))
-	most := 0
-	for i, tr := range j.GetTrials() {
-		all[i] = tr.GetMeasurements()
-		most = max(most, len(all[i]))
-	}
-	for k := most / 2; ; k /= 2 {
-		for i, tr := range j.GetTrials() {
-			tr.Measurements = spread(all[i], k)
-		}
-		if k == 0 || proto.Size(j) <= limit {
-			return
-		}
-	}
-}
-
-// spread returns at most k of ms: all when there are no more; else the
-// first, the last and evenly spaced ones between (k = 1: the last).
-func spread(ms []*trainingv1.Measurement, k int) []*trainingv1.Measurement {
-	switch {
-	case len(ms) <= k:
-		return ms
-	case k == 0:
-		return nil
-	case k == 1:
-		return ms[len(ms)-1:]
-	}
-	out := make([]*trainingv1.Measurement, 0, k)
-	for i := range k {
-		out = append(out, ms[i*(len(ms)-1)/(k-1)])
-	}
-	return out
-}
+// trainingspec's, which the gateway's client of this service and the CLI's
+// of the gateway take (under gRPC's default 4 MiB receive limit). A study
+// past it is answered with its trials' measurements thinned, then trials
+// left out, each said in the answer (trainingspec.BoundTuningJobAnswer).
+const MaxTuningJobAnswer = trainingspec.MaxTuningJobAnswer
