@@ -3,11 +3,13 @@ package ports
 import (
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -84,5 +86,58 @@ func TestBigStudyGetFitsAnAnswer(t *testing.T) {
 	// The stored study keeps every measurement.
 	if full, _ := a.GetTuningJob(name); len(full.GetTrials()[0].GetMeasurements()) != steps {
 		t.Fatalf("the study lost measurements: %d", len(full.GetTrials()[0].GetMeasurements()))
+	}
+}
+
+// TestBigStudyListFitsAnAnswer: a list of a project's studies answers
+// each one bounded as Get does (list items carry no measurements, but their
+// trials' parameters can be large), so that one huge study does not make
+// the whole list ResourceExhausted for everyone in the project.
+func TestBigStudyListFitsAnAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	const name = loc + "/hyperparameterTuningJobs/901"
+	job := &trainingv1.HyperparameterTuningJob{Name: name, DisplayName: "wide", User: "alice",
+		State: trainingv1.JobState_JOB_STATE_RUNNING, MaxTrialCount: 400, ParallelTrialCount: 4, TrialJobSpec: trialSpec(),
+		StudySpec: &trainingv1.StudySpec{Metrics: []*trainingv1.StudySpec_MetricSpec{{MetricId: "val_loss", Goal: trainingv1.StudySpec_MetricSpec_MINIMIZE}}}}
+	value := strings.Repeat("v", 1024)
+	for i := 1; i <= 400; i++ {
+		tr := &trainingv1.Trial{Id: strconv.Itoa(i), Name: name + "/trials/" + strconv.Itoa(i), State: trainingv1.Trial_SUCCEEDED}
+		for p := 0; p < 16; p++ {
+			tr.Parameters = append(tr.Parameters, &trainingv1.Trial_Parameter{ParameterId: "p" + strconv.Itoa(p), Value: structpb.NewStringValue(value)})
+		}
+		job.Trials = append(job.Trials, tr)
+	}
+	root := &domain.Root{Name: name, Tuning: &domain.Tuning{Job: job}}
+	b, err := adapters.Encode(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials, err := adapters.EncodeTrials(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "training:"+adapters.KeyRoots, name, b).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for id, b := range trials {
+		if err := rdb.HSet(ctx, "training:"+adapters.KeyTrialsPrefix+name, id, b).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := app.New(ctx, adapters.NewRepo(store.New(rdb, "training:")), slog.Default(), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := NewServer(a).ListHyperparameterTuningJobs(ctx, &trainingv1.ListHyperparameterTuningJobsRequest{Parent: loc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := proto.Size(got); n > MaxTuningJobAnswer || len(got.GetHyperparameterTuningJobs()) != 1 {
+		t.Fatalf("list answer of %d bytes with %d studies, want one study within %d", n, len(got.GetHyperparameterTuningJobs()), MaxTuningJobAnswer)
+	}
+	if j := got.GetHyperparameterTuningJobs()[0]; len(j.GetOmittedTrials()) == 0 || j.GetUser() != "alice" {
+		t.Fatalf("the listed study does not say what it left out, or lost its owner: omitted %d, user %q", len(j.GetOmittedTrials()), j.GetUser())
 	}
 }

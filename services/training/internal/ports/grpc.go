@@ -132,6 +132,12 @@ func (s *Server) ListHyperparameterTuningJobs(_ context.Context, req *trainingv1
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
+	// Each study bounded as Get bounds it (the items are the app's copies):
+	// a page is cut by its encoded size, but its first item always goes in,
+	// and one huge study made the whole list ResourceExhausted.
+	for _, j := range items {
+		trainingspec.BoundTuningJobAnswer(j, MaxTuningJobAnswer)
+	}
 	page, next, err := paging.List(req, items, byID((*trainingv1.HyperparameterTuningJob).GetName))
 	if err != nil {
 		return nil, errs.ToStatus(err)
