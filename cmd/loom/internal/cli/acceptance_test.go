@@ -476,7 +476,13 @@ func restLifecycle(t *testing.T, restAddr, token, file string) {
 
 	pool := got.GetCompute().GetNodePools()[0]
 	n := int(pool.GetNodeCount())
-	for _, size := range []int{n + 1, n} {
+	for i, size := range []int{n + 1, n} {
+		if i > 0 {
+			// Read again: the body carries the cluster's etag, and the
+			// first resize changed it (a stale one is 409 ABORTED).
+			got.Reset()
+			r.call(http.MethodGet, name, nil, &got)
+		}
 		upd := proto.Clone(&got).(*loomv1.Cluster)
 		upd.Status, upd.CreateTime, upd.UpdateTime = nil, nil, nil
 		upd.Compute.NodePools[0].NodeCount = int32(size)

@@ -225,7 +225,7 @@ func (a *app) clustersDeleteCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&async, "async", false, "print the operation's name and return without waiting")
-	cmd.Flags().StringVar(&etag, "etag", "", "delete only while the cluster's etag (`loom clusters get NAME -o json`) is this one")
+	cmd.Flags().StringVar(&etag, "etag", "", "delete only while the cluster's etag is this `ETAG` (as loom clusters get NAME -o json shows it)")
 	return cmd
 }
 
