@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"context"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -31,7 +32,6 @@ import (
 func TestBigStudyGetFitsAnAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
 	const name = loc + "/hyperparameterTuningJobs/900"
 	job := &trainingv1.HyperparameterTuningJob{Name: name, DisplayName: "big", User: "alice",
 		State: trainingv1.JobState_JOB_STATE_RUNNING, MaxTrialCount: 200, ParallelTrialCount: 4, TrialJobSpec: trialSpec(),
@@ -46,27 +46,7 @@ func TestBigStudyGetFitsAnAnswer(t *testing.T) {
 		tr.FinalMeasurement = tr.Measurements[steps-1]
 		job.Trials = append(job.Trials, tr)
 	}
-	root := &domain.Root{Name: name, Tuning: &domain.Tuning{Job: job}}
-	b, err := adapters.Encode(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trials, err := adapters.EncodeTrials(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, "training:"+adapters.KeyRoots, name, b).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for id, b := range trials {
-		if err := rdb.HSet(ctx, "training:"+adapters.KeyTrialsPrefix+name, id, b).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a, err := app.New(ctx, adapters.NewRepo(store.New(rdb, "training:")), slog.Default(), nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := appWithStudy(ctx, t, job)
 	got, err := NewServer(a).GetHyperparameterTuningJob(ctx, &trainingv1.GetHyperparameterTuningJobRequest{Name: name})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +76,6 @@ func TestBigStudyGetFitsAnAnswer(t *testing.T) {
 func TestBigStudyListFitsAnAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
 	const name = loc + "/hyperparameterTuningJobs/901"
 	job := &trainingv1.HyperparameterTuningJob{Name: name, DisplayName: "wide", User: "alice",
 		State: trainingv1.JobState_JOB_STATE_RUNNING, MaxTrialCount: 400, ParallelTrialCount: 4, TrialJobSpec: trialSpec(),
@@ -109,6 +88,26 @@ func TestBigStudyListFitsAnAnswer(t *testing.T) {
 		}
 		job.Trials = append(job.Trials, tr)
 	}
+	a := appWithStudy(ctx, t, job)
+	got, err := NewServer(a).ListHyperparameterTuningJobs(ctx, &trainingv1.ListHyperparameterTuningJobsRequest{Parent: loc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := proto.Size(got); n > MaxTuningJobAnswer || len(got.GetHyperparameterTuningJobs()) != 1 {
+		t.Fatalf("list answer of %d bytes with %d studies, want one study within %d", n, len(got.GetHyperparameterTuningJobs()), MaxTuningJobAnswer)
+	}
+	if j := got.GetHyperparameterTuningJobs()[0]; len(j.GetOmittedTrials()) == 0 || j.GetUser() != "alice" {
+		t.Fatalf("the listed study does not say what it left out, or lost its owner: omitted %d, user %q", len(j.GetOmittedTrials()), j.GetUser())
+	}
+}
+
+// appWithStudy is an app loaded from a real Redis holding job, stored as
+// the training service stores a study (its record and its trials'), as
+// after a restart.
+func appWithStudy(ctx context.Context, t *testing.T, job *trainingv1.HyperparameterTuningJob) *app.App {
+	t.Helper()
+	_, rdb := testkit.Redis(t)
+	name := job.GetName()
 	root := &domain.Root{Name: name, Tuning: &domain.Tuning{Job: job}}
 	b, err := adapters.Encode(root)
 	if err != nil {
@@ -130,14 +129,5 @@ func TestBigStudyListFitsAnAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := NewServer(a).ListHyperparameterTuningJobs(ctx, &trainingv1.ListHyperparameterTuningJobsRequest{Parent: loc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := proto.Size(got); n > MaxTuningJobAnswer || len(got.GetHyperparameterTuningJobs()) != 1 {
-		t.Fatalf("list answer of %d bytes with %d studies, want one study within %d", n, len(got.GetHyperparameterTuningJobs()), MaxTuningJobAnswer)
-	}
-	if j := got.GetHyperparameterTuningJobs()[0]; len(j.GetOmittedTrials()) == 0 || j.GetUser() != "alice" {
-		t.Fatalf("the listed study does not say what it left out, or lost its owner: omitted %d, user %q", len(j.GetOmittedTrials()), j.GetUser())
-	}
+	return a
 }
