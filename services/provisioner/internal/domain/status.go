@@ -51,26 +51,22 @@ func (e *edit) drainedBy(cluster string) time.Time {
 // how many more are in that case; "" when none is.
 func (e *edit) removalFailure(cluster string) string {
 	var first *loomv1.Node
-	more := 0
+	failing := 0
 	for _, n := range e.clusterNodes(cluster) {
 		if n.GetState() != loomv1.Node_DELETING || !strings.HasPrefix(n.GetNextAction(), retryingRemoval) {
 			continue
 		}
+		failing++
 		if first == nil || n.GetName() < first.GetName() {
-			if first != nil {
-				more++
-			}
 			first = n
-		} else {
-			more++
 		}
 	}
 	if first == nil {
 		return ""
 	}
 	why := "removing " + first.GetHostname() + " failed, retrying: " + strings.TrimPrefix(first.GetNextAction(), retryingRemoval)
-	if more > 0 {
-		why += fmt.Sprintf(" (and %d more)", more)
+	if failing > 1 {
+		why += fmt.Sprintf(" (and %d more)", failing-1)
 	}
 	return why
 }
