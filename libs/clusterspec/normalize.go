@@ -205,3 +205,20 @@ func defaultNodeSets(have []*loomv1.SlurmNodeSet, pools []*loomv1.NodePool) []*l
 	}
 	return out
 }
+
+// LoginZone is the zone a cluster's login nodes run in, and so the zone whose
+// on-demand capacity they draw from: the network's zone, else the first node
+// pool's that names one, else DefaultZone. The provisioner places login nodes
+// there and the gateway's capacity pre-check counts them there: one rule, so
+// the two cannot disagree.
+func LoginZone(c *loomv1.Cluster) string {
+	if z := c.GetNetwork().GetZone(); z != "" {
+		return z
+	}
+	for _, np := range c.GetCompute().GetNodePools() {
+		if np.GetZone() != "" {
+			return np.GetZone()
+		}
+	}
+	return DefaultZone
+}

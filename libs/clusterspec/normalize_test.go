@@ -130,3 +130,22 @@ func TestNormalizeIdempotent(t *testing.T) {
 	}
 	Normalize(nil) // must not panic
 }
+
+func TestLoginZone(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		c    *loomv1.Cluster
+		want string
+	}{
+		{"the network's", &loomv1.Cluster{Network: &loomv1.NetworkConfig{Zone: "europe-west4-a"},
+			Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Zone: "us-east5-b"}}}}, "europe-west4-a"},
+		{"else the first pool's that names one", &loomv1.Cluster{
+			Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{}, {Zone: "us-east5-b"}}}}, "us-east5-b"},
+		{"else the default", &loomv1.Cluster{}, DefaultZone},
+	} {
+		if got := LoginZone(tc.c); got != tc.want {
+			t.Errorf("%s: LoginZone = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

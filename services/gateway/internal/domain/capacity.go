@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -31,12 +32,37 @@ func (k CapacityKey) String() string {
 type claim struct {
 	nodes int32
 	pools []string
+	login bool // the cluster's login nodes draw from it too
+}
+
+// subject names who needs a claim in a refusal: "pool gpu needs",
+// "pools a, b need", "pool gpu and login nodes need", "login nodes need".
+func (cl *claim) subject() string {
+	var who string
+	switch len(cl.pools) {
+	case 0:
+	case 1:
+		who = "pool " + cl.pools[0]
+	default:
+		who = "pools " + strings.Join(cl.pools, ", ")
+	}
+	if cl.login {
+		if who != "" {
+			who += " and "
+		}
+		return who + "login nodes need"
+	}
+	if len(cl.pools) > 1 {
+		return who + " need"
+	}
+	return who + " needs"
 }
 
 // claims returns, per kind of capacity, the nodes c holds: each pool's
-// node_count plus max_dynamic_node_count (the provisioner claims both), and
-// the kinds in the order of c's pools. A pool without a machine type is not
-// counted: capacity is kept per machine type.
+// node_count plus max_dynamic_node_count (the provisioner claims both) and
+// the login nodes (on-demand, in clusterspec.LoginZone, as the provisioner
+// claims them), and the kinds in the order of c's pools, login last. A pool
+// without a machine type is not counted: capacity is kept per machine type.
 func claims(c *loomv1.Cluster) (map[CapacityKey]*claim, []CapacityKey) {
 	out := map[CapacityKey]*claim{}
 	var order []CapacityKey
@@ -59,6 +85,17 @@ func claims(c *loomv1.Cluster) (map[CapacityKey]*claim, []CapacityKey) {
 		}
 		cl.nodes += max(p.GetNodeCount(), 0) + max(p.GetMaxDynamicNodeCount(), 0)
 		cl.pools = append(cl.pools, p.GetId())
+	}
+	if login := c.GetOrchestrator().GetSlurm().GetLoginNodes(); login.GetMachineType() != "" && login.GetCount() > 0 {
+		k := CapacityKey{Zone: clusterspec.LoginZone(c), MachineType: login.GetMachineType(), Type: loomv1.CapacitySource_ON_DEMAND}
+		cl, ok := out[k]
+		if !ok {
+			cl = &claim{}
+			out[k] = cl
+			order = append(order, k)
+		}
+		cl.nodes += login.GetCount()
+		cl.login = true
 	}
 	return out, order
 }
@@ -89,11 +126,7 @@ func CheckCapacity(current, next *loomv1.Cluster, pools []*loomv1.CapacityPool) 
 		if current != nil {
 			more = " more"
 		}
-		subject := "pool " + want[k].pools[0] + " needs"
-		if len(want[k].pools) > 1 {
-			subject = "pools " + strings.Join(want[k].pools, ", ") + " need"
-		}
-		msg := fmt.Sprintf("%s %d%s × %s: %s", subject, need, more, k, why)
+		msg := fmt.Sprintf("%s %d%s × %s: %s", want[k].subject(), need, more, k, why)
 		short = append(short, msg+"; "+elsewhere(k, pools))
 	}
 	if len(short) == 0 {

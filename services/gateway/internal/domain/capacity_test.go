@@ -76,6 +76,29 @@ func TestCheckCapacity(t *testing.T) {
 		{"growth beyond free", poolsCluster(resPool("gpu", 2, "h200-res")), poolsCluster(resPool("gpu", 5, "h200-res")),
 			"pool gpu needs 3 more × a3-ultragpu-8g (RESERVATION h200-res) in us-central1-a: 2 free"},
 		{"shrink needs nothing", poolsCluster(resPool("gpu", 9, "h200-res")), poolsCluster(resPool("gpu", 8, "h200-res")), ""},
+		{"login nodes count", nil, func() *loomv1.Cluster {
+			c := poolsCluster(onDemandPool("gpu", "us-central1-b", 0))
+			c.Network = &loomv1.NetworkConfig{Zone: "us-central1-b"}
+			c.Orchestrator = &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{LoginNodes: &loomv1.LoginNodes{MachineType: "a3-ultragpu-8g", Count: 1}}}
+			return c
+		}(), "login nodes need 1 × a3-ultragpu-8g (ON_DEMAND) in us-central1-b: 0 free"},
+		{"login nodes with a pool of their kind add up", nil, func() *loomv1.Cluster {
+			c := poolsCluster(onDemandPool("gpu", "us-central1-a", 15))
+			c.Network = &loomv1.NetworkConfig{Zone: "us-central1-a"}
+			c.Orchestrator = &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{LoginNodes: &loomv1.LoginNodes{MachineType: "a3-ultragpu-8g", Count: 2}}}
+			return c
+		}(), "pool gpu and login nodes need 17 × a3-ultragpu-8g (ON_DEMAND) in us-central1-a: 16 free"},
+		{"login nodes held need nothing more", func() *loomv1.Cluster {
+			c := poolsCluster()
+			c.Orchestrator = &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{LoginNodes: &loomv1.LoginNodes{MachineType: "a3-ultragpu-8g", Count: 1}}}
+			c.Network = &loomv1.NetworkConfig{Zone: "us-central1-b"}
+			return c
+		}(), func() *loomv1.Cluster {
+			c := poolsCluster()
+			c.Orchestrator = &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{LoginNodes: &loomv1.LoginNodes{MachineType: "a3-ultragpu-8g", Count: 1}}}
+			c.Network = &loomv1.NetworkConfig{Zone: "us-central1-b"}
+			return c
+		}(), ""},
 		{"a new pool needs all of it", poolsCluster(resPool("gpu", 2, "h200-res")),
 			poolsCluster(resPool("gpu", 2, "h200-res"), onDemandPool("more", "us-central1-b", 2)),
 			"pool more needs 2 more × a3-ultragpu-8g (ON_DEMAND) in us-central1-b: 0 free"},

@@ -41,19 +41,7 @@ func loginKey(c *loomv1.Cluster) (capacity.Key, bool) {
 	if mt == "" {
 		return capacity.Key{}, false
 	}
-	return capacity.Key{Zone: loginZone(c), MachineType: mt, Type: loomv1.CapacitySource_ON_DEMAND}, true
-}
-
-func loginZone(c *loomv1.Cluster) string {
-	if z := c.GetNetwork().GetZone(); z != "" {
-		return z
-	}
-	for _, np := range c.GetCompute().GetNodePools() {
-		if np.GetZone() != "" {
-			return np.GetZone()
-		}
-	}
-	return clusterspec.DefaultZone
+	return capacity.Key{Zone: clusterspec.LoginZone(c), MachineType: mt, Type: loomv1.CapacitySource_ON_DEMAND}, true
 }
 
 // Claims is what a cluster holds, by capacity key: per pool the larger of

@@ -398,7 +398,7 @@ func (e *edit) addLoginNodes(rec *Cluster, count int) {
 		host := e.nextHostname(rec, id+"-login", func(i int) string { return clusterspec.LoginHostname(id, i) })
 		e.putNode(&loomv1.Node{
 			Name: resname.NodeIn(name, host), Cluster: name, Hostname: host, State: loomv1.Node_READY, CreateTime: ts,
-			MachineType: mt, Zone: loginZone(rec.Cluster), CapacityType: loomv1.CapacitySource_ON_DEMAND, Role: clusterspec.RoleLogin,
+			MachineType: mt, Zone: clusterspec.LoginZone(rec.Cluster), CapacityType: loomv1.CapacitySource_ON_DEMAND, Role: clusterspec.RoleLogin,
 		})
 	}
 	e.putCluster(rec)
