@@ -26,7 +26,7 @@ export async function trainingPage(ctx) {
         {title: 'ID', get: j => link(short(j.name), 'training', 'studies', short(j.name))},
         {title: 'Name', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
-        {title: 'Trials', class: 'n', get: j => (j.trials || []).length + ' / ' + (j.maxTrialCount || '?')},
+        {title: 'Trials', class: 'n', get: j => trialCount(j) + ' / ' + (j.maxTrialCount || '?')},
         {title: 'Objective', get: j => objectiveOf(j).id + ' (' + objectiveOf(j).goal.toLowerCase() + ')'},
         {title: 'Best', get: j => bestLine(j)},
         {title: 'Created', get: j => ago(j.createTime)},
@@ -76,6 +76,50 @@ function bestLine(j) {
   return 'trial ' + j.bestTrial + (t ? ': ' + o.id + ' ' + num(value(t, o.id)) : '');
 }
 
+// trialCount is how many trials a study has: those its answer holds and
+// those it left out (omittedTrials).
+function trialCount(j) {
+  return (j.trials || []).length + (j.omittedTrials || []).length;
+}
+
+// idRanges writes numeric ids as ranges, "1-469, 471, 480-990", at most 10
+// of them ("…" after), as `loom hptuning get` does.
+export function idRanges(ids) {
+  const out = [];
+  for (let i = 0; i < ids.length;) {
+    let j = i;
+    while (j + 1 < ids.length && Number(ids[j + 1]) === Number(ids[j]) + 1) j++;
+    if (out.length === 10) { out.push('…'); break; }
+    out.push(j === i ? String(ids[i]) : ids[i] + '-' + ids[j]);
+    i = j + 1;
+  }
+  return out.join(', ');
+}
+
+// boundNote says what a study's answer left out: its answer is bounded
+// (3 MiB, trainingspec.BoundTuningJobAnswer), so a big study's trials'
+// intermediate measurements are thinned (measurementsThinned) and, past
+// that, whole trials are left out (omittedTrials). Null when nothing was.
+// Trial k of study N runs as CustomJob N+k: each omitted trial is still
+// found there.
+function boundNote(j, id) {
+  const omitted = j.omittedTrials || [];
+  const out = [];
+  if (omitted.length) {
+    const n = Number(id), k = Number(omitted[0]);
+    const cj = Number.isSafeInteger(n) && Number.isSafeInteger(k) ? String(n + k) : null;
+    out.push(h('p', null, omitted.length + ' of the study\'s ' + trialCount(j) + ' trials are left out of this page: trials ' + idRanges(omitted) +
+      '. A study\'s answer is bounded at 3 MiB; it keeps the best trial, the unfinished ones, then the newest. The trials table and charts show only the ' +
+      (j.trials || []).length + ' kept. Trial k runs as custom job ' + id + '+k', cj ? [' (trial ' + omitted[0] + ': ', link('custom job ' + cj, 'training', 'customJobs', cj), ')'] : null,
+      '; `loom custom get ID` shows its state and parameters.'));
+  }
+  if (j.measurementsThinned) {
+    out.push(h('p', null, 'The trials\' intermediate measurements are thinned in this answer (each trial\'s first, last and evenly spaced ones; final measurements are whole). ' +
+      'The metrics charts read the metrics API, which has every point (`loom metrics read`).'));
+  }
+  return out.length ? notice('warn', h('strong', null, 'Part of this study is not shown.'), out) : null;
+}
+
 function paramValue(v) {
   if (v == null) return null;
   if (typeof v === 'object') return JSON.stringify(v);
@@ -102,7 +146,8 @@ export async function studyPage(ctx, id) {
   };
   const load = async () => {
     const j = await api.get('/v1/' + name, ctx.signal);
-    const next = j.state + '|' + j.updateTime + '|' + (j.trials || []).map(t => t.id + t.state).join(',');
+    const next = j.state + '|' + j.updateTime + '|' + (j.trials || []).map(t => t.id + t.state).join(',') +
+      '|' + (j.omittedTrials || []).join(',') + '|' + !!j.measurementsThinned;
     if (next === sig || ctx.signal.aborted) return j;
     sig = next;
     const o = objectiveOf(j);
@@ -110,12 +155,15 @@ export async function studyPage(ctx, id) {
     const params = [...new Set(trials.flatMap(t => (t.parameters || []).map(p => p.parameterId)))];
     const pick = h('select', {id: 'trial-pick', onchange: ev => showTrial(j, ev.target.value)},
       trials.map(t => h('option', {value: t.id, selected: t.id === (selected || j.bestTrial) ? true : null}, 'trial ' + t.id + (t.id === j.bestTrial ? ' (best)' : ''))));
+    const omitted = (j.omittedTrials || []).length;
     fill(body,
+      boundNote(j, id),
       h('section', {class: 'card'},
         h('h2', null, j.displayName || id, ' ', badge(j.state)),
         kv([
           ['Objective', o.id + ' (' + o.goal.toLowerCase() + ')'],
-          ['Trials', trials.length + ' of ' + (j.maxTrialCount || '?') + ', ' + (j.parallelTrialCount || 1) + ' in parallel'],
+          ['Trials', trialCount(j) + ' of ' + (j.maxTrialCount || '?') + ', ' + (j.parallelTrialCount || 1) + ' in parallel' +
+            (omitted ? '; ' + omitted + ' left out of this page (see above)' : '')],
           ['Best trial', bestLine(j)],
           ['Parameters', params.join(', ')],
           ['Error', j.error && j.error.message],

@@ -1,0 +1,158 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/loom-ml/loom/libs/testkit/browser"
+)
+
+// boundsAPI answers, like contractAPI, the sign-in exchange and the routes
+// of answers (method and path, then the handler's own reading of the
+// query), with every other call a 404 "Not Found" (an API this gateway
+// does not serve: the watch too, so the pages poll).
+func boundsAPI(t *testing.T, answers map[string]func(r *http.Request) any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Method + " " + r.URL.Path
+		auth := r.Header.Get("Authorization")
+		switch {
+		case key == "POST /v1/auth:token" && auth == "Bearer lk_good.secret":
+			_ = json.NewEncoder(w).Encode(map[string]string{"access_token": "tok-1"})
+			return
+		case auth != "Bearer tok-1":
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"code":16,"message":"credential refused"}`))
+			return
+		case key == "GET /v1/auth:whoami":
+			_ = json.NewEncoder(w).Encode(map[string]string{"name": "users/ada"})
+			return
+		}
+		answer, ok := answers[key]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"code":5,"message":"Not Found"}`))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(answer(r)); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// consolePage is a signed-in headless Chromium on srv: open(route, ready)
+// opens a page and returns its text once it is ready; eval runs an
+// expression.
+type consolePage struct {
+	t    *testing.T
+	srv  *httptest.Server
+	bctx context.Context
+}
+
+func openConsole(t *testing.T, api http.Handler) *consolePage {
+	t.Helper()
+	srv := httptest.NewServer(Mount(api))
+	t.Cleanup(srv.Close)
+	c := &consolePage{t: t, srv: srv, bctx: browser.Start(t, context.Background())}
+	c.do("sign in", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#signin")),
+		chromedp.SetValue(chromedp.CSS("#secret"), "lk_good.secret"), chromedp.Click(chromedp.CSS("#signin button")),
+		chromedp.WaitVisible(chromedp.CSS(`#signout`)))
+	return c
+}
+
+func (c *consolePage) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.bctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		c.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (c *consolePage) eval(expr string) int {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.bctx, 30*time.Second)
+	defer cancel()
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
+	if err != nil {
+		c.t.Fatalf("%s: %v", expr, err)
+	}
+	return n
+}
+
+func (c *consolePage) open(route, ready string) string {
+	c.t.Helper()
+	c.do("open "+route, chromedp.Navigate(c.srv.URL+"/#/"+route), chromedp.WaitVisible(chromedp.CSS(`main[data-ready="`+ready+`"]`)))
+	ctx, cancel := context.WithTimeout(c.bctx, 30*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#page")))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return s
+}
+
+// wants fails for each of want that txt lacks.
+func wants(t *testing.T, what, txt string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(txt, w) {
+			t.Errorf("%s lacks %q; it shows:\n%s", what, w, txt)
+		}
+	}
+}
+
+// TestStudyPageSaysWhatItsAnswerLeftOut: a study whose answer was bounded
+// (trainingspec.BoundTuningJobAnswer: omittedTrials, measurementsThinned)
+// says so on its page and in the training list, and counts every trial,
+// not only those the answer holds. Before, the page showed the kept
+// trials as if they were the whole study.
+func TestStudyPageSaysWhatItsAnswerLeftOut(t *testing.T) {
+	t.Parallel()
+	const loc = "/v1/projects/default/locations/us-central1"
+	trial := func(id string, acc float64) map[string]any {
+		return map[string]any{"id": id, "state": "SUCCEEDED",
+			"parameters":       []map[string]any{{"parameterId": "lr", "value": 0.1}},
+			"finalMeasurement": map[string]any{"stepCount": "10", "metrics": []map[string]any{{"metricId": "accuracy", "value": acc}}},
+			"measurements":     []map[string]any{{"stepCount": "1", "metrics": []map[string]any{{"metricId": "accuracy", "value": acc / 2}}}}}
+	}
+	var omitted []string
+	for k := 1; k <= 997; k++ {
+		if k != 500 {
+			omitted = append(omitted, strconv.Itoa(k))
+		}
+	}
+	study := map[string]any{
+		"name": "projects/default/locations/us-central1/hyperparameterTuningJobs/100", "displayName": "big",
+		"state": "JOB_STATE_SUCCEEDED", "maxTrialCount": 1000, "parallelTrialCount": 4, "bestTrial": "500",
+		"studySpec":     map[string]any{"metrics": []map[string]any{{"metricId": "accuracy", "goal": "MAXIMIZE"}}},
+		"trials":        []any{trial("500", 0.99), trial("998", 0.5), trial("999", 0.6), trial("1000", 0.7)},
+		"omittedTrials": omitted, "measurementsThinned": true,
+	}
+	c := openConsole(t, boundsAPI(t, map[string]func(*http.Request) any{
+		"GET " + loc + "/hyperparameterTuningJobs/100": func(*http.Request) any { return study },
+		"GET " + loc + "/hyperparameterTuningJobs": func(*http.Request) any {
+			return map[string]any{"hyperparameterTuningJobs": []any{study}}
+		},
+		"GET " + loc + "/customJobs":        func(*http.Request) any { return map[string]any{} },
+		"GET " + loc + "/trainingPipelines": func(*http.Request) any { return map[string]any{} },
+	}))
+
+	txt := c.open("training/studies/100", "study")
+	wants(t, "the study page", txt, "Part of this study is not shown",
+		"996 of the study's 1000 trials are left out of this page: trials 1-499, 501-997.",
+		"only the 4 kept", "custom job 101", "1000 of 1000, 4 in parallel; 996 left out",
+		"intermediate measurements are thinned")
+	if n := c.eval(`document.querySelector('#page .notice.warn a[href="#/training/customJobs/101"]') ? 1 : 0`); n != 1 {
+		t.Error("the note links no omitted trial's custom job (trial 1 of study 100 is custom job 101)")
+	}
+	wants(t, "the training page", c.open("training", "training"), "1000 / 1000")
+}
