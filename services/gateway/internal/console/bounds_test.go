@@ -156,3 +156,69 @@ func TestStudyPageSaysWhatItsAnswerLeftOut(t *testing.T) {
 	}
 	wants(t, "the training page", c.open("training", "training"), "1000 / 1000")
 }
+
+// pageOf answers one page of rows under field as the REST lists do
+// (page_size, page_token: here the offset), with next_page_token while
+// more remain.
+func pageOf(r *http.Request, field string, rows []any) map[string]any {
+	size, _ := strconv.Atoi(r.URL.Query().Get("page_size"))
+	if size <= 0 {
+		size, _ = strconv.Atoi(r.URL.Query().Get("pageSize"))
+	}
+	if size <= 0 || size > 1000 {
+		size = 100
+	}
+	from, _ := strconv.Atoi(r.URL.Query().Get("page_token"))
+	to := min(from+size, len(rows))
+	out := map[string]any{field: rows[from:to]}
+	if to < len(rows) {
+		out["next_page_token"] = strconv.Itoa(to)
+	}
+	return out
+}
+
+// TestJobsPageShowsTheQueueOfABigProject: in a project of 10,000 jobs,
+// the newest of them pending or running, the Jobs page shows the queue and
+// says that its lists are cut. Before, it read the first 1,000 jobs in
+// submission order (all finished), showed "No pending or running jobs"
+// and counted 1,000 jobs as if they were all.
+func TestJobsPageShowsTheQueueOfABigProject(t *testing.T) {
+	t.Parallel()
+	const total, live = 10000, 10
+	var all, active []any
+	for i := 1; i <= total; i++ {
+		state := "COMPLETED"
+		switch {
+		case i > total-live/2:
+			state = "PENDING"
+		case i > total-live:
+			state = "RUNNING"
+		}
+		j := map[string]any{"name": "projects/default/jobs/" + strconv.Itoa(i), "job_id": strconv.Itoa(i),
+			"display_name": "j" + strconv.Itoa(i), "state": state}
+		all = append(all, j)
+		if state != "COMPLETED" {
+			active = append(active, j)
+		}
+	}
+	c := openConsole(t, boundsAPI(t, map[string]func(*http.Request) any{
+		"GET /v1/projects/default/jobs": func(r *http.Request) any {
+			if r.URL.Query().Get("active_only") == "true" {
+				return pageOf(r, "jobs", active)
+			}
+			return pageOf(r, "jobs", all)
+		},
+	}))
+	txt := c.open("jobs", "jobs")
+	wants(t, "the jobs page", txt, "10 active jobs (5 pending), 1000 or more finished",
+		"Showing the first 1000 finished jobs", "there are more", "loom jobs list")
+	if n := c.eval(`document.querySelectorAll('#page section:first-of-type tbody tr').length`); n != live {
+		t.Errorf("the queue shows %d jobs, want the %d pending and running", n, live)
+	}
+	if n := c.eval(`document.querySelector('#page a[href="#/jobs/10000"]') ? 1 : 0`); n != 1 {
+		t.Error("the newest pending job (10000) is not in the queue")
+	}
+	if strings.Contains(txt, "Showing the first 10 active") {
+		t.Error("the queue, read whole, says it is cut")
+	}
+}

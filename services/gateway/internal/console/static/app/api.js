@@ -151,6 +151,8 @@ export async function tryGet(path, signal) {
 }
 
 // list GETs every page of a list (at most maxPages), concatenating field.
+// The array's `more` is true when the list goes on past maxPages: the
+// page must then say that it shows only part (see dom.js's cut).
 export async function list(path, field, signal, maxPages = 10) {
   const out = [];
   let tok = '';
@@ -161,6 +163,7 @@ export async function list(path, field, signal, maxPages = 10) {
     tok = b.next_page_token || b.nextPageToken || '';
     if (!tok) break;
   }
+  out.more = tok !== '';
   return out;
 }
 

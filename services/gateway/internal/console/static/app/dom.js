@@ -128,3 +128,11 @@ export function num(v, digits = 4) {
   if (Number.isInteger(n)) return String(n);
   return String(Number(n.toPrecision(digits)));
 }
+
+// cut is what a page says under a list that api.list read only part of
+// (rows.more): how many it shows, in what order, and where the rest are;
+// null when it has them all.
+export function cut(rows, what, order, rest) {
+  if (!rows || !rows.more) return null;
+  return notice('warn', 'Showing the first ' + rows.length + ' ' + what + ' (' + order + '); there are more. ', rest);
+}

@@ -1,12 +1,15 @@
 // Jobs: the queue (live from the watch stream of jobs), and one
 // job live from its :watch stream, with its runs, goodput, logs (:logs,
 // followed) and training metrics.
-import {h, fill, table, badge, section, notice, kv, ago, short, link, num, dur} from './dom.js';
+import {h, fill, table, badge, section, notice, kv, ago, short, link, num, dur, cut} from './dom.js';
 import * as api from './api.js';
 import {metricsSection} from './metrics.js';
 import {pct} from './clusters.js';
 
 const TERMINAL = /COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED/;
+// JOBS_PAGE and JOBS_PAGES bound each list the Jobs page reads (the
+// queue, all jobs): at most 1,000 jobs each, on every change.
+const JOBS_PAGE = 500, JOBS_PAGES = 2;
 // MAX_LOG bounds the log text kept on the page (the newest part is kept).
 const MAX_LOG = 256 << 10;
 
@@ -15,15 +18,26 @@ export async function jobsPage(ctx) {
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Jobs'), status, body);
   api.live('jobs', async () => {
-    const jobs = await api.list('/v1/' + api.p() + '/jobs?page_size=500', 'jobs', ctx.signal, 2);
+    // The queue is read on its own (active_only, as squeue): the list is
+    // in submission order, so in a project of many finished jobs the
+    // first pages of all jobs would hold none of the queue.
+    const base = '/v1/' + api.p() + '/jobs?page_size=' + JOBS_PAGE;
+    const [active, jobs] = await Promise.all([
+      api.list(base + '&active_only=true', 'jobs', ctx.signal, JOBS_PAGES),
+      api.list(base, 'jobs', ctx.signal, JOBS_PAGES),
+    ]);
     if (ctx.signal.aborted) return;
-    const pending = jobs.filter(j => j.state === 'PENDING');
-    const active = jobs.filter(j => !TERMINAL.test(j.state || ''));
+    const pending = active.filter(j => j.state === 'PENDING');
     const done = jobs.filter(j => TERMINAL.test(j.state || ''));
+    done.more = jobs.more;
+    const count = (rows, n = rows.length) => n + (rows.more ? ' or more' : '');
     fill(body,
-      h('p', {class: 'muted'}, jobs.length + ' jobs: ' + active.length + ' active (' + pending.length + ' pending), ' + done.length + ' finished. Live: updated as they change.'),
-      section('Queue', queueTable(active, 'No pending or running jobs.')),
-      section('Finished', queueTable(done, 'No finished jobs.')));
+      h('p', {class: 'muted'}, count(active) + ' active jobs (' + count(active, pending.length) + ' pending), ' + count(done) + ' finished. Live: updated as they change.'),
+      section('Queue', cut(active, 'active jobs', 'in submission order', ['`loom jobs list --state active` lists them all.']),
+        queueTable(active, 'No pending or running jobs.')),
+      section('Finished', cut(done, 'finished jobs', 'those among the first ' + jobs.length + ' submitted: the oldest',
+        ['`loom jobs list` lists them all; ', h('code', null, '#/jobs/ID'), ' opens any one.']),
+        queueTable(done, 'No finished jobs.')));
     ctx.main.dataset.ready = 'jobs';
   }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
