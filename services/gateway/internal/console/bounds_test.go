@@ -3,8 +3,10 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -221,4 +223,55 @@ func TestJobsPageShowsTheQueueOfABigProject(t *testing.T) {
 	if strings.Contains(txt, "Showing the first 10 active") {
 		t.Error("the queue, read whole, says it is cut")
 	}
+}
+
+// TestListPagesSayWhenCut: a model of 250 versions shows its newest ones,
+// and the models list, a model's versions and the training lists say when
+// they show only the first of more. Before, a model's page asked for the
+// first 100 versions by id (the oldest: version 250 was nowhere) and
+// every one of these lists dropped the rest without a word.
+func TestListPagesSayWhenCut(t *testing.T) {
+	t.Parallel()
+	const loc = "/v1/projects/default/locations/us-central1"
+	const mloc = "/v1/projects/default/locations/global"
+	var models, versions, studies []any
+	for i := 1; i <= 600; i++ {
+		models = append(models, map[string]any{"name": fmt.Sprintf("projects/default/locations/global/models/m%04d", i), "versionId": "1"})
+	}
+	for i := 1; i <= 250; i++ {
+		versions = append(versions, map[string]any{"name": "projects/default/locations/global/models/big@" + strconv.Itoa(i), "versionId": strconv.Itoa(i)})
+	}
+	for i := 1; i <= 150; i++ {
+		studies = append(studies, map[string]any{"name": fmt.Sprintf("projects/default/locations/us-central1/hyperparameterTuningJobs/%d", i*1000), "state": "JOB_STATE_RUNNING"})
+	}
+	c := openConsole(t, boundsAPI(t, map[string]func(*http.Request) any{
+		"GET " + mloc + "/models": func(r *http.Request) any { return pageOf(r, "models", models) },
+		"GET " + mloc + "/models/big:listVersions": func(r *http.Request) any {
+			if r.URL.Query().Get("orderBy") == "version_id desc" {
+				return pageOf(r, "models", backward(versions))
+			}
+			return pageOf(r, "models", versions)
+		},
+		"GET " + loc + "/hyperparameterTuningJobs": func(r *http.Request) any { return pageOf(r, "hyperparameterTuningJobs", studies) },
+		"GET " + loc + "/customJobs":               func(*http.Request) any { return map[string]any{} },
+		"GET " + loc + "/trainingPipelines":        func(*http.Request) any { return map[string]any{} },
+	}))
+
+	wants(t, "the models page", c.open("models", "models"), "Showing the first 500 models (by name); there are more.", "loom models list")
+	txt := c.open("models/big", "model")
+	wants(t, "the model page", txt, "Showing the first 100 versions (the newest); there are more.", "loom models versions big", "Lineage of version 250")
+	if strings.Contains(txt, "Lineage of version 100\n") || strings.Contains(txt, "Lineage of version 1\n") {
+		t.Errorf("the model page shows its oldest versions:\n%s", txt)
+	}
+	txt = c.open("training", "training")
+	wants(t, "the training page", txt, "Showing the first 100 tuning jobs (by name); there are more.", "loom hptuning list")
+	if strings.Contains(txt, "custom jobs (by name)") {
+		t.Error("the training page says its empty custom jobs list is cut")
+	}
+}
+
+func backward(rows []any) []any {
+	out := slices.Clone(rows)
+	slices.Reverse(out)
+	return out
 }

@@ -1,7 +1,7 @@
 // Models: the registry's models, each one's versions and aliases, and a
 // version's lineage drawn as a graph version → trial → job → data.
 // Live from the watch stream of models.
-import {h, fill, table, section, notice, kv, ago, short, link, num} from './dom.js';
+import {h, fill, table, section, notice, kv, ago, short, link, num, cut} from './dom.js';
 import {graph} from './charts.js';
 import * as api from './api.js';
 
@@ -19,24 +19,40 @@ export async function modelsPage(ctx) {
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Models'), status, body);
   api.live('models', async () => {
-    const path = '/v1/' + api.mloc() + '/models?pageSize=100';
-    const r = await api.tryGet(path, ctx.signal);
+    const path = '/v1/' + api.mloc() + '/models?pageSize=' + PAGE;
+    const models = await listOrNull(path, ctx.signal, MODEL_PAGES);
     if (ctx.signal.aborted) return;
-    if (r == null) {
+    if (models == null) {
       fill(body, unavailable('GET ' + path));
       ctx.main.dataset.ready = 'models';
       return api.STOP;
     }
-    fill(body, section('Registered models', table([
+    fill(body, section('Registered models', cut(models, 'models', 'by name', '`loom models list` lists them all.'), table([
       {title: 'Model', get: m => link(modelId(m), 'models', modelId(m))},
       {title: 'Name', get: m => m.displayName},
       {title: 'Version', class: 'n', get: m => m.versionId},
       {title: 'Aliases', get: m => aliases(m)},
       {title: 'Artifact', class: 'wrap', get: m => m.artifactUri},
       {title: 'Updated', get: m => ago(m.versionUpdateTime || m.updateTime)},
-    ], r.models || [], 'No models registered yet. A pipeline with modelToUpload, or `loom models upload`, registers one.')));
+    ], models, 'No models registered yet. A pipeline with modelToUpload, or `loom models upload`, registers one.')));
     ctx.main.dataset.ready = 'models';
   }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+}
+
+// PAGE is a models list's page size; the Models page reads at most
+// MODEL_PAGES of them, a model's page one page of versions (each with its
+// lineage graph), and both say when there are more (dom.js's cut).
+const PAGE = 100, MODEL_PAGES = 5;
+
+// listOrNull is api.list of models, or null where the registry is not
+// served (as api.tryGet).
+async function listOrNull(path, signal, pages) {
+  try {
+    return await api.list(path, 'models', signal, pages);
+  } catch (e) {
+    if (e instanceof api.ApiError && e.unavailable) return null;
+    throw e;
+  }
 }
 
 function aliases(m) {
@@ -54,20 +70,22 @@ export async function modelPage(ctx, id) {
   fill(ctx.main, h('p', null, link('← Models', 'models')), h('h1', null, 'Model ' + id), status, body);
   let sig = '';
   api.live('models', async () => {
-    const path = '/v1/' + base + ':listVersions?pageSize=100';
-    const r = await api.tryGet(path, ctx.signal);
+    // The newest versions first: a model of more versions than a page
+    // shows its latest, not its first.
+    const path = '/v1/' + base + ':listVersions?pageSize=' + PAGE + '&orderBy=' + encodeURIComponent('version_id desc');
+    const versions = await listOrNull(path, ctx.signal, 1);
     if (ctx.signal.aborted) return;
-    if (r == null) {
+    if (versions == null) {
       fill(body, unavailable('GET ' + path));
       ctx.main.dataset.ready = 'model';
       return api.STOP;
     }
-    const versions = (r.models || []).slice().sort((a, b) => Number(b.versionId) - Number(a.versionId));
-    const next = versions.map(v => v.versionId + (v.versionAliases || []).join() + v.versionUpdateTime).join('|');
+    versions.sort((a, b) => Number(b.versionId) - Number(a.versionId));
+    const next = versions.more + '|' + versions.map(v => v.versionId + (v.versionAliases || []).join() + v.versionUpdateTime).join('|');
     if (next === sig) return;
     sig = next;
     fill(body,
-      section('Versions', table([
+      section('Versions', cut(versions, 'versions', 'the newest', '`loom models versions ' + id + '` lists them all.'), table([
         {title: 'Version', class: 'n', get: v => v.versionId},
         {title: 'Aliases', get: v => aliases(v)},
         {title: 'Description', class: 'wrap', get: v => v.versionDescription},

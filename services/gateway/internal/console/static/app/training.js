@@ -2,7 +2,7 @@
 // live from the watch stream of the training collections; a study's trials, its
 // best-so-far curve, parallel coordinates of hyperparameters against the
 // objective, and each trial's metrics over steps.
-import {h, fill, table, badge, section, notice, kv, ago, short, link, num} from './dom.js';
+import {h, fill, table, badge, section, notice, kv, ago, short, link, num, cut} from './dom.js';
 import {lineChart, parallel, color} from './charts.js';
 import {metricsSection} from './metrics.js';
 import * as api from './api.js';
@@ -22,7 +22,7 @@ export async function trainingPage(ctx) {
     ]);
     if (ctx.signal.aborted) return;
     fill(body,
-      section('Tuning jobs (studies)', table([
+      section('Tuning jobs (studies)', cut(hp, 'tuning jobs', 'by name', '`loom hptuning list` lists them all.'), table([
         {title: 'ID', get: j => link(short(j.name), 'training', 'studies', short(j.name))},
         {title: 'Name', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
@@ -31,7 +31,7 @@ export async function trainingPage(ctx) {
         {title: 'Best', get: j => bestLine(j)},
         {title: 'Created', get: j => ago(j.createTime)},
       ], hp, 'No tuning jobs. `loom hptuning create -f study.json` starts one.')),
-      section('Custom jobs', table([
+      section('Custom jobs', cut(cj, 'custom jobs', 'by name', '`loom custom list` lists them all.'), table([
         {title: 'ID', get: j => link(short(j.name), 'training', 'customJobs', short(j.name))},
         {title: 'Name', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
@@ -40,7 +40,7 @@ export async function trainingPage(ctx) {
         {title: 'Error', class: 'wrap', get: j => j.error && j.error.message},
         {title: 'Created', get: j => ago(j.createTime)},
       ], cj, 'No custom jobs.')),
-      section('Pipelines', table([
+      section('Pipelines', cut(tp, 'pipelines', 'by name', '`loom pipelines list` lists them all.'), table([
         {title: 'ID', get: j => short(j.name)},
         {title: 'Name', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
