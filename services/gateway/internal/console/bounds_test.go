@@ -275,3 +275,32 @@ func backward(rows []any) []any {
 	slices.Reverse(out)
 	return out
 }
+
+// TestLongNamesWrapInsideTheirCard: the longest names and texts the API
+// accepts (a job's name, 256 bytes; a model version's description, 2,048;
+// an artifact URI) with no space to break at wrap inside their card, so
+// the columns after them stay on screen. Before, a cell kept an unbroken
+// string on one line: a description made its table tens of thousands of
+// pixels wide, every later column out of sight.
+func TestLongNamesWrapInsideTheirCard(t *testing.T) {
+	t.Parallel()
+	long := func(n int) string { return strings.Repeat("x", n) }
+	version := map[string]any{"name": "projects/default/locations/global/models/m@1", "versionId": "1", "displayName": long(128),
+		"versionDescription": long(2048), "artifactUri": "file:///" + long(1000)}
+	job := map[string]any{"name": "projects/default/jobs/1", "job_id": "1", "display_name": long(256), "state": "PENDING",
+		"state_reason": "Resources", "placement": long(1000)}
+	c := openConsole(t, boundsAPI(t, map[string]func(*http.Request) any{
+		"GET /v1/projects/default/locations/global/models":                func(*http.Request) any { return map[string]any{"models": []any{version}} },
+		"GET /v1/projects/default/locations/global/models/m:listVersions": func(*http.Request) any { return map[string]any{"models": []any{version}} },
+		"GET /v1/projects/default/jobs":                                   func(*http.Request) any { return map[string]any{"jobs": []any{job}} },
+		"GET /v1/projects/default/jobs/1":                                 func(*http.Request) any { return job },
+	}))
+	// Every card's content fits its width (a card scrolls what does not).
+	const overflowing = `[...document.querySelectorAll('#page .card')].filter(c => c.scrollWidth > c.clientWidth + 1).length`
+	for _, p := range []struct{ route, ready string }{{"models", "models"}, {"models/m", "model"}, {"jobs", "jobs"}, {"jobs/1", "job"}} {
+		c.open(p.route, p.ready)
+		if n := c.eval(overflowing); n != 0 {
+			t.Errorf("#/%s: %d cards wider than the page's column: a long name does not wrap", p.route, n)
+		}
+	}
+}

@@ -50,7 +50,7 @@ function arrayTask(j) {
 function queueTable(jobs, empty) {
   return table([
     {title: 'ID', get: j => link(arrayTask(j) || j.job_id, 'jobs', j.job_id)},
-    {title: 'Name', get: j => j.display_name},
+    {title: 'Name', class: 'wrap', get: j => j.display_name},
     {title: 'User', get: j => j.user},
     {title: 'Cluster', get: j => short(j.cluster)},
     {title: 'State', get: j => badge(j.state)},

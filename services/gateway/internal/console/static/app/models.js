@@ -29,7 +29,7 @@ export async function modelsPage(ctx) {
     }
     fill(body, section('Registered models', cut(models, 'models', 'by name', '`loom models list` lists them all.'), table([
       {title: 'Model', get: m => link(modelId(m), 'models', modelId(m))},
-      {title: 'Name', get: m => m.displayName},
+      {title: 'Name', class: 'wrap', get: m => m.displayName},
       {title: 'Version', class: 'n', get: m => m.versionId},
       {title: 'Aliases', get: m => aliases(m)},
       {title: 'Artifact', class: 'wrap', get: m => m.artifactUri},

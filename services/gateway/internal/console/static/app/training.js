@@ -24,7 +24,7 @@ export async function trainingPage(ctx) {
     fill(body,
       section('Tuning jobs (studies)', cut(hp, 'tuning jobs', 'by name', '`loom hptuning list` lists them all.'), table([
         {title: 'ID', get: j => link(short(j.name), 'training', 'studies', short(j.name))},
-        {title: 'Name', get: j => j.displayName},
+        {title: 'Name', class: 'wrap', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
         {title: 'Trials', class: 'n', get: j => trialCount(j) + ' / ' + (j.maxTrialCount || '?')},
         {title: 'Objective', get: j => objectiveOf(j).id + ' (' + objectiveOf(j).goal.toLowerCase() + ')'},
@@ -33,7 +33,7 @@ export async function trainingPage(ctx) {
       ], hp, 'No tuning jobs. `loom hptuning create -f study.json` starts one.')),
       section('Custom jobs', cut(cj, 'custom jobs', 'by name', '`loom custom list` lists them all.'), table([
         {title: 'ID', get: j => link(short(j.name), 'training', 'customJobs', short(j.name))},
-        {title: 'Name', get: j => j.displayName},
+        {title: 'Name', class: 'wrap', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
         {title: 'Cluster', get: j => short(j.cluster)},
         {title: 'Job', get: j => j.job ? link(short(j.job), 'jobs', short(j.job)) : null},
@@ -42,7 +42,7 @@ export async function trainingPage(ctx) {
       ], cj, 'No custom jobs.')),
       section('Pipelines', cut(tp, 'pipelines', 'by name', '`loom pipelines list` lists them all.'), table([
         {title: 'ID', get: j => short(j.name)},
-        {title: 'Name', get: j => j.displayName},
+        {title: 'Name', class: 'wrap', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
         {title: 'Model version', get: j => j.modelVersion ? link(short(j.modelVersion.replace(/\/versions\/.*/, '')) + ' v' + short(j.modelVersion), 'models', modelId(j.modelVersion)) : null},
         {title: 'Error', class: 'wrap', get: j => j.error && j.error.message},
