@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/testkit/browser"
 )
 
@@ -93,6 +94,12 @@ func (c *consolePage) eval(expr string) int {
 func (c *consolePage) open(route, ready string) string {
 	c.t.Helper()
 	c.do("open "+route, chromedp.Navigate(c.srv.URL+"/#/"+route), chromedp.WaitVisible(chromedp.CSS(`main[data-ready="`+ready+`"]`)))
+	return c.text()
+}
+
+// text is the page's text now.
+func (c *consolePage) text() string {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(c.bctx, 30*time.Second)
 	defer cancel()
 	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#page")))
@@ -303,4 +310,28 @@ func TestLongNamesWrapInsideTheirCard(t *testing.T) {
 			t.Errorf("#/%s: %d cards wider than the page's column: a long name does not wrap", p.route, n)
 		}
 	}
+}
+
+// TestMetricsSectionSaysWhichMetricsItLeavesOut: a job of 12 metrics
+// draws 8 charts and names the 4 it does not draw. Before, the other 4
+// were dropped without a word.
+func TestMetricsSectionSaysWhichMetricsItLeavesOut(t *testing.T) {
+	t.Parallel()
+	var series []map[string]any
+	for i := 1; i <= 12; i++ {
+		series = append(series, map[string]any{"metric": fmt.Sprintf("m%02d", i), "count": 2})
+	}
+	job := map[string]any{"name": "projects/default/jobs/1", "job_id": "1", "state": "COMPLETED"}
+	c := openConsole(t, boundsAPI(t, map[string]func(*http.Request) any{
+		"GET /v1/projects/default/jobs/1":         func(*http.Request) any { return job },
+		"GET /v1/projects/default/jobs/1/metrics": func(*http.Request) any { return map[string]any{"series": series} },
+		"GET /v1/projects/default/jobs/1/metrics:read": func(r *http.Request) any {
+			return map[string]any{"metric": r.URL.Query().Get("metric"), "total": 2,
+				"points": []map[string]any{{"step": 0, "value": 1}, {"step": 1, "value": 2}}}
+		},
+	}))
+	c.open("jobs/1", "job")
+	const charts = `document.querySelectorAll('#page .uplot').length`
+	testkit.WaitFor(t, 20*time.Second, "the job's metric charts", func() (bool, error) { return c.eval(charts) == 8, nil })
+	wants(t, "the job page", c.text(), "Showing 8 of 12 metrics; not drawn: m09, m10, m11, m12.", "loom metrics JOB --metric M")
 }

@@ -27,7 +27,13 @@ export async function metricsSection(ctx, parent, title, fallback) {
       }
       return sec;
     }
-    const series = (idx.series || []).slice(0, MAX_SERIES);
+    const all = idx.series || [];
+    const series = all.slice(0, MAX_SERIES);
+    if (all.length > series.length) {
+      const rest = all.slice(series.length).map(sr => sr.metric);
+      fill(note, notice('warn', 'Showing ' + series.length + ' of ' + all.length + ' metrics; not drawn: ' +
+        rest.slice(0, 10).join(', ') + (rest.length > 10 ? ', …' : '') + '. `loom metrics JOB --metric M` reads any one.'));
+    }
     if (series.length === 0) {
       fill(body, h('p', {class: 'muted empty'}, 'No metrics recorded.'));
       return sec;
