@@ -497,11 +497,14 @@ func (c *cmd) withArrayTasks(ctx context.Context, jobs []*loomv1.Job, filtered b
 	return jobs, nil
 }
 
-// stringSet is a set of option values (-u, -p, -n, ...); nil matches all.
+// stringSet is a set of option values (-u, -p, -n, ...); nil matches all,
+// an empty one nothing.
 type stringSet map[string]bool
 
+// newStringSet is the set of items: nil (all) for a nil list, an empty
+// set (none) for an empty one, as when every user -u named was invalid.
 func newStringSet(items []string) stringSet {
-	if len(items) == 0 {
+	if items == nil {
 		return nil
 	}
 	s := stringSet{}

@@ -601,7 +601,11 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 			}
 			startT = &t
 		case "user":
-			users = splitList(o.value)
+			valid, invalid := resolveUsers(splitList(o.value))
+			if len(invalid) > 0 {
+				return c.errorf("Invalid user id: %s", invalid[0])
+			}
+			users = valid
 		case "allocations":
 			allocOnly = true
 		case "noconvert":

@@ -116,7 +116,11 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 				states = set
 			}
 		case "user":
-			users = splitList(o.value)
+			valid, invalid := resolveUsers(splitList(o.value))
+			if len(invalid) > 0 {
+				return c.errorf("Invalid user name: %s", invalid[0])
+			}
+			users = valid
 		case "verbose":
 			verbose = true
 		}

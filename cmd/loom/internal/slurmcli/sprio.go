@@ -110,6 +110,7 @@ func (c *cmd) sprio(ctx context.Context, args []string) error {
 			return c.errorf("Unrecognized option: %s", rest[0])
 		}
 	}
+	users = c.filterUsers(users)
 	if formatStr == "" {
 		formatStr = sprioDefaultFormat
 		if long {

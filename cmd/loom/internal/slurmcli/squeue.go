@@ -335,6 +335,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 			users = splitList(o.value)
 		}
 	}
+	users = c.filterUsers(users)
 	if len(rest) > 0 && steps && stepList == "" {
 		stepList, rest = rest[0], rest[1:] // squeue -s 12.0, as getopt's optional argument is not
 	}

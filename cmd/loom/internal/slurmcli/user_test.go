@@ -102,3 +102,47 @@ func TestScontrolShowsAPendingJobsOutputAsSlurmDoes(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidUsersAsSlurm: -u takes what Slurm 22.05 takes. squeue and
+// sprio report a user that cannot be one ("Invalid user: X" and an empty
+// line on stderr) and go on without it, exit 0, listing nothing when no
+// user given is valid; scancel and sacct refuse it (exit 1). A numeric -u
+// is the OS account of that uid. A well-formed name that is no OS account
+// is a Loom user like any other: no complaint, just no jobs.
+func TestInvalidUsersAsSlurm(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		code int
+		out  string // the job ids printed, or "" for the header only
+		err  string
+	}{
+		{"squeue", []string{"-u", "No_Such!"}, 0, "", "squeue: error: Invalid user: No_Such!\n\n"},
+		{"squeue", []string{"-u", "bob,No_Such!"}, 0, "13", "squeue: error: Invalid user: No_Such!\n\n"},
+		{"squeue", []string{"-u", "4294967294"}, 0, "", "squeue: error: Invalid user: 4294967294\n\n"},
+		{"squeue", []string{"-u", "nosuchuser"}, 0, "", ""},
+		{"sprio", []string{"-u", "No_Such!"}, 0, "", "sprio: error: Invalid user: No_Such!\n\n"},
+		{"scancel", []string{"-u", "No_Such!"}, 1, "", "scancel: error: Invalid user name: No_Such!\n"},
+		{"sacct", []string{"-u", "No_Such!"}, 1, "", "sacct: error: Invalid user id: No_Such!\n"},
+	} {
+		args := tc.args
+		if tc.cmd == "squeue" || tc.cmd == "sprio" {
+			args = append([]string{"-h", "-o", "%i"}, args...)
+		}
+		code, out, errOut := run(t, fixture(), tc.cmd, Env{}, args...)
+		if code != tc.code || strings.Join(strings.Fields(out), " ") != tc.out || errOut != tc.err {
+			t.Errorf("%s %v: exit %d, %q, %q; want %d, %q, %q", tc.cmd, tc.args, code, out, errOut, tc.code, tc.out, tc.err)
+		}
+	}
+	// A uid is its account's name: squeue -u 0 is squeue -u root.
+	root, err := osuser.LookupId("0")
+	if err != nil {
+		t.Skipf("no uid 0 to look up: %v", err)
+	}
+	f := fixture()
+	f.Jobs[4].User = root.Username // job 13
+	if code, out, errOut := run(t, f, "squeue", Env{}, "-h", "-o", "%i", "-u", "0"); code != 0 || out != "13\n" || errOut != "" {
+		t.Errorf("squeue -u 0: exit %d, %q, %q; want job 13 of %s", code, out, errOut, root.Username)
+	}
+}
