@@ -114,12 +114,12 @@ func TestSinfoOptions(t *testing.T) {
 		want string
 	}{
 		{[]string{"-h", "-p", "debug"}, "debug        up    1:00:00      1    mix gpu-0003\n"},
-		{[]string{"-h", "-t", "alloc"}, "gpu*         up   infinite      2  alloc gpu-[0001-0002]\n"},
-		{[]string{"-h", "-t", "drain"}, "gpu*         up   infinite      1  drain gpu-0004\n"},
+		{[]string{"-h", "-t", "alloc"}, "gpu*         up   infinite      2  alloc gpu-[0001-0002]\ndebug        up    1:00:00      0    n/a \n"},
+		{[]string{"-h", "-t", "drain"}, "gpu*         up   infinite      1  drain gpu-0004\ndebug        up    1:00:00      0    n/a \n"},
 		{[]string{"-h", "-n", "gpu-000[1-3]", "-o", "%R %D %G"}, "gpu 3 gpu:h100:8\ndebug 1 gpu:h100:8\n"},
 		{[]string{"-h", "-o", "%P %F %C %A"}, "gpu* 3/0/1/4 17/31/16/64 3/0\ndebug 1/0/0/1 1/15/0/16 1/0\n"},
 		{[]string{"-h", "-N", "-n", "gpu-0004", "-o", "%N %T %E"}, "gpu-0004 drained bad gpu\n"},
-		{[]string{"-h", "-d"}, ""},
+		{[]string{"-h", "-d"}, "gpu*         up   infinite      0    n/a \ndebug        up    1:00:00      0    n/a \n"},
 	} {
 		code, out, errOut := run(t, fixture(), "sinfo", Env{}, tc.args...)
 		if code != 0 || out != tc.want {
@@ -141,6 +141,43 @@ func TestSinfoOptions(t *testing.T) {
 	_, out, _ = run(t, f, "sinfo", Env{}, "-N")
 	if !strings.HasPrefix(out, "NODELIST                  NODES PARTITION STATE \na-very-long-node-name-01      1      gpu* alloc \n") {
 		t.Errorf("sinfo -N wide: %q", out)
+	}
+}
+
+// TestSinfoPartitionsWithoutNodesAsSlurm: in sinfo's partition rows, a
+// partition none of whose nodes is left by -n, -t, -d or -r, or that has
+// none, is still listed, "0 n/a" and an empty NODELIST, as Slurm 22.05
+// prints it (checked with sinfo -n nosuchnode on a real one); per node
+// (-N) there is nothing to list.
+func TestSinfoPartitionsWithoutNodesAsSlurm(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "nosuchnode"}, "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n" +
+			"gpu*         up   infinite      0    n/a \n" +
+			"debug        up    1:00:00      0    n/a \n"},
+		{[]string{"-h", "-n", "gpu-0001"}, "gpu*         up   infinite      1  alloc gpu-0001\n" +
+			"debug        up    1:00:00      0    n/a \n"},
+		{[]string{"-h", "-p", "debug", "-n", "gpu-0001"}, "debug        up    1:00:00      0    n/a \n"},
+		{[]string{"-N", "-n", "nosuchnode"}, "NODELIST   NODES PARTITION STATE \n"},
+		{[]string{"-h", "-s", "-n", "nosuchnode", "-p", "debug"}, "debug        up    1:00:00          0/0/0/0 \n"},
+		{[]string{"-h", "-p", "debug", "-n", "x", "-o", "%c|%z|%m|%t|%T|%E|%G|%C|%w|%d|%v|%O"},
+			"0|0:0:0|0|n/a|n/a|none|(null)|0/0/0/0|0|0|N/A|0.00\n"},
+		{[]string{"-h", "-l", "-n", "x", "-p", "debug"}, "Fri Jan 02 15:04:05 2026\n" +
+			"debug        up    1:00:00 1-infinite   no       NO        all      0         n/a \n"},
+	} {
+		code, out, errOut := run(t, fixture(), "sinfo", Env{}, tc.args...)
+		if code != 0 || out != tc.want {
+			t.Errorf("sinfo %v: %d %q %q, want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	// A partition with no nodes at all is listed, -p or not.
+	f := fixture()
+	f.Partitions = append(f.Partitions, &loomv1.Partition{Name: "empty", Cluster: demoCluster, State: "up", MaxTime: "UNLIMITED"})
+	if _, out, _ := run(t, f, "sinfo", Env{}, "-h", "-p", "empty"); out != "empty        up   infinite      0    n/a \n" {
+		t.Errorf("sinfo -p empty = %q", out)
 	}
 }
 

@@ -237,12 +237,15 @@ func sinfoFields(cluster string, loc *time.Location) fieldTable[sinfoRow] {
 			return f(r.part)
 		}}
 	}
+	// node is a field of the row's first node; a row without nodes (a
+	// partition none of whose nodes is listed) shows none, as Slurm's
+	// sinfo does: "0", "n/a", "0:0:0", ... (emptyNodeValues).
 	node := func(header string, f func(n *loomv1.SlurmNode) string) fieldDef[sinfoRow] {
 		return fieldDef[sinfoRow]{header: header, value: func(r sinfoRow) string { return f(r.first()) }}
 	}
 	reasonUser := func(n *loomv1.SlurmNode) string { u, _ := reasonSetter(n, loc); return u }
 	reasonTime := func(n *loomv1.SlurmNode) string { _, at := reasonSetter(n, loc); return at }
-	return fieldTable[sinfoRow]{fields: map[string]fieldDef[sinfoRow]{
+	fields := map[string]fieldDef[sinfoRow]{
 		"a": part("AVAIL", func(p *loomv1.Partition) string {
 			if s := strings.ToLower(p.GetState()); s != "" {
 				return s
@@ -309,7 +312,27 @@ func sinfoFields(cluster string, loc *time.Location) fieldTable[sinfoRow] {
 		"Y": node("CORES", func(n *loomv1.SlurmNode) string { return strconv.Itoa(int(max(n.GetCpus(), 1))) }),
 		"Z": node("THREADS", func(*loomv1.SlurmNode) string { return "1" }),
 		"z": node("S:C:T", func(n *loomv1.SlurmNode) string { return fmt.Sprintf("1:%d:1", max(n.GetCpus(), 1)) }),
-	}}
+	}
+	for spec, v := range emptyNodeValues {
+		d := fields[spec]
+		value := d.value
+		d.value = func(r sinfoRow) string {
+			if len(r.nodes) == 0 {
+				return v
+			}
+			return value(r)
+		}
+		fields[spec] = d
+	}
+	return fieldTable[sinfoRow]{fields: fields}
+}
+
+// emptyNodeValues are the node fields of a row without nodes, as Slurm
+// 22.05's sinfo prints them (sinfo -p EMPTY -o '%c|%t|...', checked);
+// the others print as for a node with nothing set.
+var emptyNodeValues = map[string]string{
+	"c": "0", "d": "0", "e": "0", "m": "0", "O": "0.00", "t": "n/a", "T": "n/a",
+	"v": "N/A", "w": "0", "X": "0", "Y": "0", "Z": "0", "z": "0:0:0",
 }
 
 func nodeFeatures(n *loomv1.SlurmNode) string {
@@ -613,10 +636,10 @@ func sinfoRows(partitions []*loomv1.Partition, nodes []*loomv1.SlurmNode, parts 
 			}
 			continue
 		}
-		if len(kept) == 0 && (len(members) > 0 || parts != nil) {
-			continue
-		}
 		if len(kept) == 0 {
+			// As Slurm's sinfo: a partition none of whose nodes is left
+			// (none in it, or -n, -t, -d, -r filtered them all out) is
+			// still a row, "0 n/a" with an empty NODELIST.
 			rows = append(rows, sinfoRow{part: p, partIdx: pi})
 			continue
 		}
