@@ -50,6 +50,11 @@ func TestGoldenOutputs(t *testing.T) {
 				"gpu-0003       1      gpu* mix   \n" +
 				"gpu-0003       1     debug mix   \n" +
 				"gpu-0004       1      gpu* drain \n"},
+		// CPUS left-justified, as Slurm 22.05's sinfo -N -l prints it.
+		{[]string{"sinfo", "-N", "-l", "-p", "debug"},
+			"Fri Jan 02 15:04:05 2026\n" +
+				"NODELIST   NODES PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON              \n" +
+				"gpu-0003       1     debug       mixed 16     1:16:1 102400        0      1   (null) none                \n"},
 		{[]string{"sinfo", "-s"},
 			"PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST\n" +
 				"gpu*         up   infinite          3/0/1/4 gpu-[0001-0004]\n" +

@@ -15,10 +15,12 @@ import (
 
 // Slurm's sinfo formats.
 const (
-	sinfoDefaultFormat     = "%9P %.5a %.10l %.6D %.6t %N"
-	sinfoLongFormat        = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
-	sinfoNodeFormat        = "%N %.6D %.9P %6t"
-	sinfoNodeLongFormat    = "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+	sinfoDefaultFormat = "%9P %.5a %.10l %.6D %.6t %N"
+	sinfoLongFormat    = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+	sinfoNodeFormat    = "%N %.6D %.9P %6t"
+	// -N -l: Slurm's manual says "%.4c", but 22.05's sinfo -N -l prints
+	// CPUS left-justified (checked against a real one): "%4c".
+	sinfoNodeLongFormat    = "%N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
 	sinfoSummarizeFormat   = "%9P %.5a %.10l %.16F %N" // as 22.05 prints it (checked against a real sinfo -s)
 	sinfoReasonsFormat     = "%20E %9u %19H %N"
 	sinfoReasonsLongFormat = "%20E %12U %19H %6t %N"
