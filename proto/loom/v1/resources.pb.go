@@ -4421,7 +4421,15 @@ type JobStep struct {
 	// it runs (sacct's AllocCPUS: with --exact or -c its tasks × their CPUs,
 	// without it all of the job's there); empty for an --overlap step, which
 	// holds none, and for steps recorded before it was kept.
-	CpusPerNode   []int32 `protobuf:"varint,19,rep,packed,name=cpus_per_node,json=cpusPerNode,proto3" json:"cpus_per_node,omitempty"`
+	CpusPerNode []int32 `protobuf:"varint,19,rep,packed,name=cpus_per_node,json=cpusPerNode,proto3" json:"cpus_per_node,omitempty"`
+	// launch_failed, by node (as nodes): true where the node's tasks never
+	// started, its agent reporting them FAILED_TO_START (it refused the
+	// launch, as for one sealed for another registration of the node, or
+	// could not start them; node_messages says why). Their task_exit_codes
+	// are 1. srun reports such a node as Slurm's "Task launch for StepId=...
+	// failed on node ...", not by its tasks' exit codes. Empty for steps
+	// recorded before it was kept.
+	LaunchFailed  []bool `protobuf:"varint,20,rep,packed,name=launch_failed,json=launchFailed,proto3" json:"launch_failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4585,6 +4593,13 @@ func (x *JobStep) GetTaskUsage() []*TaskUsage {
 func (x *JobStep) GetCpusPerNode() []int32 {
 	if x != nil {
 		return x.CpusPerNode
+	}
+	return nil
+}
+
+func (x *JobStep) GetLaunchFailed() []bool {
+	if x != nil {
+		return x.LaunchFailed
 	}
 	return nil
 }
@@ -5061,7 +5076,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\x87\x05\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xac\x05\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5086,7 +5101,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\rnode_messages\x18\x11 \x03(\tR\fnodeMessages\x121\n" +
 	"\n" +
 	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage\x12\"\n" +
-	"\rcpus_per_node\x18\x13 \x03(\x05R\vcpusPerNode*\xd6\x01\n" +
+	"\rcpus_per_node\x18\x13 \x03(\x05R\vcpusPerNode\x12#\n" +
+	"\rlaunch_failed\x18\x14 \x03(\bR\flaunchFailed*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0f\n" +

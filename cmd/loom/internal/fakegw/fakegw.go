@@ -168,6 +168,12 @@ type Gateway struct {
 	// code as its own.
 	StepExitCodes []int32
 	StepEndAfter  int
+	// StepLaunchFailures are the steps' nodes, by index in the step's
+	// nodes, whose tasks never start, with the agent's message: when the
+	// step ends, such a node is launch_failed, its node_messages entry the
+	// message and its tasks' exit codes 1 (as the scheduler reports an
+	// agent's FAILED_TO_START), whatever StepExitCodes says.
+	StepLaunchFailures map[int]string
 	// StepPendingPolls makes every step CreateJobStep creates wait, as
 	// one whose resources running steps hold does: PENDING ("Requested
 	// nodes are busy") for its first StepPendingPolls GetJobStep calls,
@@ -868,7 +874,22 @@ func (g *Gateway) GetJobStep(_ context.Context, r *loomv1.GetJobStepRequest) (*l
 			if rank < len(g.StepExitCodes) {
 				s.TaskExitCodes[rank] = g.StepExitCodes[rank]
 			}
-			s.ExitCode = max(s.ExitCode, s.TaskExitCodes[rank])
+		}
+		if len(g.StepLaunchFailures) > 0 {
+			s.LaunchFailed, s.NodeMessages = make([]bool, len(s.Nodes)), make([]string, len(s.Nodes))
+			first := int32(0)
+			for k, n := range s.TasksPerNode {
+				if msg, ok := g.StepLaunchFailures[k]; ok {
+					s.LaunchFailed[k], s.NodeMessages[k] = true, msg
+					for l := first; l < first+n; l++ {
+						s.TaskExitCodes[l] = 1
+					}
+				}
+				first += n
+			}
+		}
+		for _, code := range s.TaskExitCodes {
+			s.ExitCode = max(s.ExitCode, code)
 		}
 		if s.ExitCode != 0 {
 			s.State = loomv1.JobState_FAILED

@@ -20,6 +20,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -376,14 +377,32 @@ func readsMore(r io.Reader, buf []byte) bool {
 }
 
 // stepOutcome reports how a step's tasks ended, as srun does, and returns
-// the exit status: the highest task exit code.
+// the exit status: the highest task exit code. A node whose tasks never
+// started (launch_failed) is reported as Slurm 22.05's srun reports a node
+// that refused the launch, "Task launch for StepId=12.0 failed on node
+// gpu-0002: why", then "Application launch failed: why" and "Job step
+// aborted", not by its tasks' exit codes (1 each, the exit status: Slurm's
+// is its error number, which Loom has none of).
 func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 	codes := step.GetTaskExitCodes()
 	rank := 0
+	launchFailure := ""
 	for k, n := range step.GetTasksPerNode() {
 		host := ""
 		if k < len(step.GetNodes()) {
 			host = step.GetNodes()[k]
+		}
+		if k < len(step.GetLaunchFailed()) && step.GetLaunchFailed()[k] {
+			why := "Unspecified error"
+			if k < len(step.GetNodeMessages()) && step.GetNodeMessages()[k] != "" {
+				why = termtext.Clean(step.GetNodeMessages()[k], 1<<12) // a node's report
+			}
+			fmt.Fprintf(c.stderr, "srun: error: Task launch for StepId=%s failed on node %s: %s\n", stepID, host, why)
+			if launchFailure == "" {
+				launchFailure = why
+			}
+			rank += int(n)
+			continue
 		}
 		// The node's agent killed its tasks past the job's memory.
 		oom := k < len(step.GetNodeMessages()) && strings.Contains(step.GetNodeMessages()[k], "out of memory")
@@ -401,6 +420,9 @@ func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Exited with exit code %d\n", host, rank, code)
 			}
 		}
+	}
+	if launchFailure != "" {
+		fmt.Fprintf(c.stderr, "srun: error: Application launch failed: %s\nsrun: Job step aborted\n", launchFailure)
 	}
 	if step.GetState() == loomv1.JobState_CANCELLED {
 		fmt.Fprintf(c.stderr, "srun: error: step %s %s\n", stepID, strings.ToLower(reasonOr(step.GetReason(), "cancelled")))

@@ -226,6 +226,26 @@ func TestSrunMultiNodeStreamsLabelledOutputAndExitCode(t *testing.T) {
 	}
 }
 
+// TestSrunReportsATaskLaunchFailureAsSlurm: a node whose tasks never
+// started (its agent's FAILED_TO_START: launch_failed) is reported as Slurm
+// 22.05's srun reports a node that refused the launch (checked on a real
+// one with a node's slurmd gone: "Task launch for StepId=15.0 failed on
+// node node2: Communication connection failure", "Application launch
+// failed: ...", "Job step aborted"), not as its tasks exiting 1; the other
+// node's tasks are reported as they ended.
+func TestSrunReportsATaskLaunchFailureAsSlurm(t *testing.T) {
+	t.Parallel()
+	g := srunGateway(t, 1, 0, 0, 0, 0)
+	g.StepLaunchFailures = map[int]string{1: "chdir to /scratch/gone: no such directory"}
+	code, _, errOut := runSrun(context.Background(), t, g, "-N2", "--ntasks-per-node=2", "python", "train.py")
+	want := "srun: error: Task launch for StepId=12.3 failed on node gpu-0002: chdir to /scratch/gone: no such directory\n" +
+		"srun: error: Application launch failed: chdir to /scratch/gone: no such directory\n" +
+		"srun: Job step aborted\n"
+	if code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut, "Exited with exit code") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and:\n%s", code, errOut, want)
+	}
+}
+
 func TestSrunMultiNodeRefusals(t *testing.T) {
 	t.Parallel()
 	// Job 12 has ended: the gateway refuses its steps in Slurm's words.

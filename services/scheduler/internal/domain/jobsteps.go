@@ -1146,6 +1146,7 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 	}
 	for k, p := range s.Parts {
 		out.NodeMessages = append(out.NodeMessages, p.Message)
+		out.LaunchFailed = append(out.LaunchFailed, p.State == eventsv1.StepState_STEP_FAILED_TO_START)
 		for l, u := range p.Usage {
 			out.TaskUsage = append(out.TaskUsage, u.Proto(s.FirstRank(k)+int32(l), s.Hostnames[k]))
 		}

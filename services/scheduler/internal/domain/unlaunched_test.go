@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,6 +116,11 @@ func TestJobStepNotLaunchedFailsTheStepOnly(t *testing.T) {
 	h.tasks(0, "a", eventsv1.StepState_STEP_KILLED, 143, 143)
 	if s := h.jobStep(0); s.GetState() != loomv1.JobState_FAILED || !strings.Contains(s.GetReason(), "tasks on b failed_to_start: sealed for registration") {
 		t.Fatalf("step 0: %v %q; want FAILED naming b's launch", s.GetState(), s.GetReason())
+	}
+	// srun learns which node refused the launch (Slurm's "Task launch for
+	// StepId=... failed on node b"), and why.
+	if s := h.jobStep(0); !slices.Equal(s.GetLaunchFailed(), []bool{false, true}) || !strings.Contains(s.GetNodeMessages()[1], "sealed for registration") {
+		t.Fatalf("step 0: launch_failed %v, node messages %q; want b's launch failed, saying why", s.GetLaunchFailed(), s.GetNodeMessages())
 	}
 	h.wantExact(1, loomv1.JobState_RUNNING, "")
 	if rec := h.s.JobRecord(jobName(1)); rec.Attempt != 1 || rec.InfraRestarts != 0 || rec.UnlaunchedRequeues != 0 {
