@@ -526,8 +526,6 @@ func TestScontrolActions(t *testing.T) {
 		{[]string{"hold", "99"}, "Invalid job id specified for job 99\nslurm_suspend error: Invalid job id specified\n"},
 		{[]string{"release", "99"}, "Invalid job id specified for job 99\nslurm_suspend error: Invalid job id specified\n"},
 		{[]string{"show", "job", "99"}, "slurm_load_jobs error: Invalid job id specified\n"},
-		{[]string{"show", "node", "nope"}, "Node nope not found\n"},
-		{[]string{"show", "partition", "nope"}, "Partition nope not found\n"},
 		{[]string{"show", "bogus"}, "scontrol: error: invalid entity:bogus for keyword:show\n"},
 		{[]string{"frobnicate"}, "invalid keyword: frobnicate\n"},
 		{nil, "scontrol: error: no command given"},
@@ -535,6 +533,13 @@ func TestScontrolActions(t *testing.T) {
 		code, _, errOut := run(t, fixture(), "scontrol", Env{}, tc.args...)
 		if code != 1 || !strings.HasPrefix(errOut, tc.want) {
 			t.Errorf("scontrol %v: %d %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	// An unknown node or partition is said on stdout, as Slurm 22.05's
+	// scontrol says it (checked), exit 1.
+	for _, tc := range [][]string{{"node", "nope", "Node nope not found\n"}, {"partition", "nope", "Partition nope not found\n"}} {
+		if code, out, errOut := run(t, fixture(), "scontrol", Env{}, "show", tc[0], tc[1]); code != 1 || out != tc[2] || errOut != "" {
+			t.Errorf("scontrol show %s %s: %d %q %q, want 1 and %q on stdout", tc[0], tc[1], code, out, errOut, tc[2])
 		}
 	}
 	// Slurm says slurm_suspend only after hold and release.

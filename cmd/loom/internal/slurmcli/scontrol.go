@@ -460,7 +460,9 @@ func (c *cmd) showNodes(ctx context.Context, b *strings.Builder, name string, on
 	}
 	if n == 0 {
 		if name != "" {
-			return &Error{Code: 1, Text: fmt.Sprintf("Node %s not found", name)}
+			// On stdout, as Slurm 22.05's scontrol prints it, exit 1.
+			fmt.Fprintf(c.stdout, "Node %s not found\n", name)
+			return &Error{Code: 1}
 		}
 		b.WriteString("No nodes in the system\n")
 	}
@@ -539,7 +541,9 @@ func (c *cmd) showPartitions(ctx context.Context, b *strings.Builder, name strin
 	}
 	if n == 0 {
 		if name != "" {
-			return &Error{Code: 1, Text: fmt.Sprintf("Partition %s not found", name)}
+			// On stdout, as Slurm 22.05's scontrol prints it, exit 1.
+			fmt.Fprintf(c.stdout, "Partition %s not found\n", name)
+			return &Error{Code: 1}
 		}
 		b.WriteString("No partitions in the system\n")
 	}
