@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -45,6 +46,8 @@ type jobAttrs struct {
 	// ran: an earlier attempt ran (Attempt > 0), so the pass looks at
 	// whether its run is still stopping, without a look at the job itself.
 	ran bool
+	// multi: part names several partitions (-p a,b; multipart.go).
+	multi bool
 	// shape is req's index in the state's interned requests (see
 	// internShape), -1 for a job with lists or spread GPUs (its request
 	// depends on more than its attributes) or one not interned.
@@ -165,7 +168,8 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 		part: spec.GetPartition(), reason: spec.GetStateReason(), hold: spec.GetHold(),
 		deps: spec.GetDependency() != "", array: spec.GetArrayJobId() != "",
 		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0,
-		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1, nice: spec.GetNice(), ran: j.Attempt > 0}
+		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1, nice: spec.GetNice(), ran: j.Attempt > 0,
+		multi: slurmspec.IsPartitionList(spec.GetPartition())}
 	a.id, _ = strconv.ParseInt(spec.GetJobId(), 10, 64)
 	if ts := spec.GetSubmitTime(); ts != nil {
 		a.eligible = ts.AsTime().UnixNano()

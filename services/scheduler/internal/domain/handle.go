@@ -301,7 +301,7 @@ func (t *txn) clusterChanged(ev *eventsv1.ClusterChanged) error {
 	if len(gone) > 0 {
 		// The jobs of the partitions the update removed can never run
 		// (partgone.go).
-		t.failPartitionless(map[string]func(*Job) bool{in.GetName(): func(j *Job) bool { return gone[j.Job.GetPartition()] }})
+		t.failPartitionless(map[string]func(*Job) bool{in.GetName(): func(j *Job) bool { return allGone(gone, j.Job.GetPartition()) }})
 	}
 	t.dirty[in.GetName()] = true
 	return nil

@@ -69,6 +69,10 @@ func (t *txn) requeueJob(j *Job, reason string) {
 	t.emitJob(j)
 	spec := j.Job
 	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_PENDING, ReasonRequeued, 0
+	if j.Partitions != "" {
+		// Pending again in every partition it named (multipart.go).
+		spec.Partition, j.Partitions = j.Partitions, ""
+	}
 	spec.Nodes, spec.StartTime, spec.EndTime = nil, nil, nil
 	spec.BatchHost, spec.AllocGpus = "", 0
 	spec.RestartCount++
@@ -304,7 +308,7 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	if part != "" {
 		if c := t.cluster(j.Job.GetCluster()); c == nil {
 			part = ""
-		} else if _, i := c.Partition(part); i < 0 {
+		} else if !hasPartitions(c, part) {
 			part = ""
 		}
 	}

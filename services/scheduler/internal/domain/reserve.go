@@ -477,7 +477,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 	if len(sc.Avail) < r.Nodes {
 		return 0, false
 	}
-	_, pi := p.cluster.Partition(j.Job.GetPartition())
+	pi := r.Partition // the one the job is judged in (a multi-partition job: multipart.go)
 	at := p.viewIndex()
 	if sc.InAvail == nil {
 		sc.InAvail = make([]bool, len(p.views))

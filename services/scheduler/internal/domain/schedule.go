@@ -159,6 +159,8 @@ const (
 	qDeps
 	qRan
 	qArray
+	// qMulti: the job names several partitions (multipart.go).
+	qMulti
 )
 
 // schedule serves the cluster's queue in policy order (see Policy): each job
@@ -930,6 +932,10 @@ func (p *pass) queued(e *pendEntry) queued {
 	if e.array {
 		q.flags |= qArray
 	}
+	if e.multi {
+		q.flags |= qMulti
+		q.part = int32(p.multiFirst(e))
+	}
 	if p.prio != nil {
 		tier := int32(0)
 		if q.part >= 0 {
@@ -1083,6 +1089,15 @@ func (p *pass) consider(q *queued) {
 	// the gates whose flags say so, and by the blocked-job stages that act.
 	// Not even its address is taken before: &q.e.jobAttrs reads q.e (a nil
 	// check), a cache miss per job in a queue read all over memory.
+	if q.flags&qMulti != 0 {
+		// On a copy: the queue's entry, which a later pass may reuse,
+		// keeps the partition its order is by.
+		c := *q
+		if p.startMulti(&c) {
+			return
+		}
+		q = &c
+	}
 	t, j := p.t, q.j
 	// Most jobs have no flag: they skip the gates that only look at
 	// flagged jobs without a test per gate.

@@ -103,6 +103,11 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		j.ModelDir = filepath.Join(c.SharedDir, "models", id, "job-"+spec.GetJobId())
 	}
 	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_CONFIGURING, "", 0
+	if slurmspec.IsPartitionList(spec.GetPartition()) {
+		// Started in one of the partitions it named: it shows that one
+		// alone, as slurmctld does; a requeue gives it back the list.
+		j.Partitions = spec.GetPartition()
+	}
 	spec.Partition = part.Name
 	if spec.GetQos() == "" {
 		spec.Qos = q.Name

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/goodput"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
@@ -93,6 +94,9 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 	if rec.Pending() {
 		p := v.pass(out.GetCluster())
 		_, pi := p.cluster.Partition(out.GetPartition())
+		if slurmspec.IsPartitionList(out.GetPartition()) {
+			pi = firstByTier(p.parts, out.GetPartition())
+		}
 		prio, f := p.prio.priority(v.s.attrsOf(rec), pi)
 		out.Priority, out.PriorityFactors = prio, f.proto()
 		if d := rec.why; d != nil && placementReason(out.GetStateReason()) {

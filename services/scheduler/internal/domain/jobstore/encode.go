@@ -27,7 +27,9 @@ type jobRecord struct {
 	Excluded []string `json:"excluded,omitempty"`
 	Infra    int32    `json:"infra_restarts,omitempty"`
 	// Unlaunched is JobRecord.UnlaunchedRequeues.
-	Unlaunched int32   `json:"unlaunched_requeues,omitempty"`
+	Unlaunched int32 `json:"unlaunched_requeues,omitempty"`
+	// Partitions is JobRecord.Partitions.
+	Partitions string  `json:"partitions,omitempty"`
 	Delta      bool    `json:"delta,omitempty"`
 	Cleared    []int32 `json:"cleared,omitempty"`
 }
@@ -39,7 +41,7 @@ type jobRecord struct {
 // record (EncodeArray).
 func EncodeJob(j *JobRecord, tmpl *loomv1.Job) ([]byte, error) {
 	rec := jobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Infra: j.InfraRestarts,
-		Unlaunched: j.UnlaunchedRequeues}
+		Unlaunched: j.UnlaunchedRequeues, Partitions: j.Partitions}
 	msg := j.Job
 	if t := tmpl; t != nil {
 		var delta *loomv1.Job
@@ -107,7 +109,7 @@ func DecodeTaskInto(out *JobRecord, name string, b []byte, template func(array s
 		}
 	}
 	*out = JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded, InfraRestarts: rec.Infra,
-		UnlaunchedRequeues: rec.Unlaunched}
+		UnlaunchedRequeues: rec.Unlaunched, Partitions: rec.Partitions}
 	return nil
 }
 

@@ -40,6 +40,11 @@ type JobRecord struct {
 	// --no-requeue job; bounded by MaxUnlaunchedRequeues (domain), past
 	// which such a run counts as an infrastructure restart.
 	UnlaunchedRequeues int32 `json:"unlaunched_requeues,omitempty"`
+	// Partitions is the partition list a running job named (-p a,b),
+	// while Job.partition holds the one it started in (as slurmctld shows
+	// a started job); a requeue puts it back in Job.partition. "" for a
+	// job that named one partition, or is pending.
+	Partitions string `json:"partitions,omitempty"`
 }
 
 // Name returns the job's full name.

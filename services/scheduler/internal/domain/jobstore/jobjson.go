@@ -79,6 +79,12 @@ func decodeJobRecordDirect(b []byte, rec *jobRecord) bool {
 			return false
 		}
 	}
+	if p.lit(`,"partitions":"`) {
+		if s, ok = p.str(); !ok {
+			return false
+		}
+		rec.Partitions = string(s)
+	}
 	if p.lit(`,"delta":true`) {
 		rec.Delta = true
 	}

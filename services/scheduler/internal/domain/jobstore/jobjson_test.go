@@ -17,6 +17,7 @@ func jobRecordSamples(t testing.TB) [][]byte {
 		{Job: &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_PENDING}},
 		{Job: &loomv1.Job{Name: "projects/p/jobs/2", JobId: "2"}, Attempt: 3, ModelDir: "/models/2/run-3",
 			Excluded: []string{"gpu-1", "gpu-2"}, InfraRestarts: 2, UnlaunchedRequeues: 1},
+		{Job: &loomv1.Job{Name: "projects/p/jobs/3", JobId: "3", Partition: "cpu"}, Attempt: 1, Partitions: "gpu,cpu"},
 		{Job: &loomv1.Job{}, Attempt: -1, ModelDir: "<&> \"quoted\" \\ é \u2028", Excluded: []string{"", "ä"}, InfraRestarts: 2147483647,
 			UnlaunchedRequeues: -2147483648},
 		{Job: nil, Attempt: -2147483648},
@@ -76,9 +77,10 @@ func TestDecodeJobRecordAsJSON(t *testing.T) {
 	t.Parallel()
 	samples := jobRecordSamples(t)
 	for i, b := range samples {
-		// Records 0, 1 and 4 are EncodeJob's of ordinary jobs and a task
-		// (2 has escapes, 3 a null protobuf).
-		if direct := checkJobRecord(t, b); !direct && (i == 0 || i == 1 || i == 4) {
+		// Records 0, 1, 2 and 5 are EncodeJob's of ordinary jobs (2 a
+		// started multi-partition one) and a task (3 has escapes, 4 a null
+		// protobuf).
+		if direct := checkJobRecord(t, b); !direct && (i == 0 || i == 1 || i == 2 || i == 5) {
 			t.Errorf("record %d as EncodeJob writes it (%q) left to encoding/json", i, b)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -87,7 +88,7 @@ func (f *JobFilter) keep(j *loomv1.Job, prefix string) bool {
 	if len(f.Names) > 0 && !slices.Contains(f.Names, SlurmJobName(j)) {
 		return false
 	}
-	if len(f.Partitions) > 0 && !slices.Contains(f.Partitions, j.GetPartition()) {
+	if len(f.Partitions) > 0 && !slurmspec.AnyPartitionOf(j.GetPartition(), f.Partitions) {
 		return false
 	}
 	if len(f.States) > 0 {

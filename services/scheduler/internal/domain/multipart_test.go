@@ -1,0 +1,130 @@
+package domain
+
+import (
+	"testing"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
+)
+
+func parts(p string) func(*loomv1.Job) { return func(j *loomv1.Job) { j.Partition = p } }
+
+func exclusive(j *loomv1.Job) { j.Exclusive = true }
+
+// TestMultiPartitionStartsWhereItFits: a job of -p gpu,cpu whose first
+// partition is full starts in the second, shows that one alone while it
+// runs, and goes back to the whole list when requeued.
+func TestMultiPartitionStartsWhereItFits(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.cpuNode("cpu-0001")
+	h.submitJob(job(1, 1, 0, parts("gpu"), exclusive))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 1, 0, parts("gpu,cpu"), exclusive))
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if j := h.job(2); j.GetPartition() != "cpu" || j.GetNodes()[0] != "cpu-0001" {
+		t.Fatalf("job 2 runs in %q on %v; want cpu on cpu-0001", j.GetPartition(), j.GetNodes())
+	}
+	if r := h.s.JobRecord(jobName(2)); r.Partitions != "gpu,cpu" {
+		t.Fatalf("job 2 keeps the list %q; want gpu,cpu", r.Partitions)
+	}
+	if r := h.s.Run(jobName(2), 1); r.Partition != "cpu" {
+		t.Fatalf("run in %q", r.Partition)
+	}
+	// Both full: it waits with the list, for its first partition's reason.
+	h.submitJob(job(3, 1, 0, parts("gpu,cpu"), exclusive))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	if p := h.job(3).GetPartition(); p != "gpu,cpu" {
+		t.Fatalf("pending job 3 in %q; want gpu,cpu", p)
+	}
+	// squeue -p cpu lists it.
+	if l := views.List(h.s, views.JobFilter{Partitions: []string{"cpu"}}, h.now); !hasJob(l, jobName(3)) {
+		t.Fatalf("squeue -p cpu leaves out job 3")
+	}
+	// Requeued: pending again in both.
+	c := h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionRequeue})
+	for _, jc := range jobChanges(c) {
+		if jc.GetJob().GetName() == jobName(2) && jc.GetJob().GetState() == loomv1.JobState_PENDING && jc.GetJob().GetPartition() != "gpu,cpu" {
+			t.Fatalf("requeued job 2 pending in %q; want gpu,cpu", jc.GetJob().GetPartition())
+		}
+	}
+	if r := h.s.JobRecord(jobName(2)); r.Job.GetPartition() != "gpu,cpu" || r.Partitions != "" {
+		t.Fatalf("requeued job 2: partition %q, list %q", r.Job.GetPartition(), r.Partitions)
+	}
+	// Its old run ends; the job 1 ends: job 2 and 3 both start, each
+	// where there is room.
+	h.step(2, 1, "cpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.finish(1, 0)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if a, b := h.job(2).GetPartition(), h.job(3).GetPartition(); a == b || (a != "gpu" && a != "cpu") || (b != "gpu" && b != "cpu") {
+		t.Fatalf("jobs 2 and 3 run in %q and %q", a, b)
+	}
+}
+
+// TestMultiPartitionTierFirst: among the partitions a job names, a higher
+// PriorityTier is tried first whatever the order, and gives the job its
+// partition factor.
+func TestMultiPartitionTierFirst(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{}, &loomv1.SlurmPartition{Id: "urgent", NodeSetIds: []string{"cpu"}, PriorityTier: 10, MaxTime: "UNLIMITED"})
+	h.submitJob(job(1, 1, 0, parts("cpu,urgent")))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	if v := views.Job(h.s, jobName(1), h.now); v.GetPriorityFactors().GetPartition() != DefaultWeightPartition {
+		t.Fatalf("partition factor %d; want the highest tier's %d", v.GetPriorityFactors().GetPartition(), DefaultWeightPartition)
+	}
+	h.cpuNode("cpu-0001")
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if p := h.job(1).GetPartition(); p != "urgent" {
+		t.Fatalf("job 1 runs in %q; want urgent (tier 10)", p)
+	}
+}
+
+// TestMultiPartitionLimits: a partition whose MaxTime the job's --time
+// passes is skipped; past all of them the job reads PartitionTimeLimit; a
+// partition the cluster lacks is skipped, and with none it has the job
+// reads PartitionConfig; scontrol update Partition=a,b gives a pending job
+// the list.
+func TestMultiPartitionLimits(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{}, &loomv1.SlurmPartition{Id: "short", NodeSetIds: []string{"cpu"}, MaxTime: "1:00:00"})
+	h.gpuNode("a3-0001", "b1")
+	h.cpuNode("cpu-0001")
+	h.submitJob(job(1, 1, 0, parts("gpu,cpu"), limit(48*time.Hour)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if p := h.job(1).GetPartition(); p != "cpu" {
+		t.Fatalf("job 1 (2 days) runs in %q; want cpu (gpu's MaxTime is 1 day)", p)
+	}
+	h.submitJob(job(2, 1, 0, parts("gpu,short"), limit(48*time.Hour)))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonPartitionTimeLimit)
+	h.submitJob(job(3, 1, 0, parts("nope,gone")))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPartitionConfig)
+	h.submitJob(job(4, 1, 0, parts("nope,gpu")))
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	if p := h.job(4).GetPartition(); p != "gpu" {
+		t.Fatalf("job 4 runs in %q; want gpu", p)
+	}
+	// An update to a list: every name must exist, else nothing changes.
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, Partition: "gpu,nope"})
+	if p := h.job(2).GetPartition(); p != "gpu,short" {
+		t.Fatalf("update to gpu,nope left %q", p)
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, Partition: "short,cpu"})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if p := h.job(2).GetPartition(); p != "cpu" {
+		t.Fatalf("job 2 runs in %q; want cpu", p)
+	}
+}
+
+func hasJob(l []*loomv1.Job, name string) bool {
+	for _, j := range l {
+		if j.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
