@@ -440,6 +440,35 @@ func TestPartitionTimeLimit(t *testing.T) {
 	wantEqual(t, "updated Partition", s.showJob(long2)["Partition"], "batch")
 }
 
+// TestMultiPartition: sbatch -p short,batch,short. Pending, squeue and
+// scontrol show the list (once per name), squeue -p batch lists it, and
+// scontrol update Partition= takes a list; a --time past short's MaxTime
+// (20 s) runs in batch, which squeue, scontrol and sacct then show alone,
+// as slurmctld shows a started job's partition (job_ptr->part_ptr).
+func TestMultiPartition(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	held := s.sbatch("--hold", "-p", "short,batch,short", "--wrap", "true")
+	q := s.queue("-j", held)
+	if len(q) != 1 || q[0]["PARTITION"] != "short,batch" || q[0]["ST"] != "PD" {
+		t.Fatalf("squeue -j %s = %v; want PD in short,batch", held, q)
+	}
+	wantEqual(t, "pending Partition", s.showJob(held)["Partition"], "short,batch")
+	if q := s.queue("-p", "batch", "-j", held); len(q) != 1 {
+		t.Errorf("squeue -p batch -j %s = %v; want the job", held, q)
+	}
+	s.ok("scontrol", "update", "JobId="+held, "Partition=batch,short")
+	wantEqual(t, "updated Partition", s.showJob(held)["Partition"], "batch,short")
+	s.ok("scancel", held)
+
+	id := s.sbatch("-p", "short,batch", "--time=1:00", "-o", "multi-%j.out", "--wrap", "echo multi ran")
+	r := s.waitDone(id, 60*time.Second)
+	wantEqual(t, "job "+id+" state", state(r), "COMPLETED")
+	wantEqual(t, "job "+id+" output", s.read("multi-"+id+".out"), "multi ran\n")
+	wantEqual(t, "sacct Partition", r["Partition"], "batch")
+	wantEqual(t, "scontrol Partition", s.showJob(id)["Partition"], "batch")
+}
+
 // TestHoldRelease: hold.sh (--hold) waits on JobHeldUser until scontrol
 // release; scontrol hold and release a job pending on --begin.
 func TestHoldRelease(t *testing.T) {

@@ -610,10 +610,13 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		}
 		j.NtasksPerNode = n
 	case "partition":
-		if strings.Contains(v, ",") {
-			return bad(errors.New("Loom takes one partition per job"))
+		// One partition or several (-p a,b: the job runs in the one that
+		// starts it first), a repeat kept once.
+		p, err := slurmspec.NormalizePartitions(v)
+		if err != nil {
+			return bad(err)
 		}
-		j.Partition = v
+		j.Partition = p
 	case "qos":
 		j.Qos = v
 	case "signal":

@@ -756,10 +756,11 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			}
 			req.TimeLimitSeconds = secs
 		case "partition":
-			if v == "" || strings.Contains(v, ",") {
+			p, err := slurmspec.NormalizePartitions(v)
+			if v == "" || err != nil {
 				return &Error{Code: 1, Text: "Invalid Partition value: " + v}
 			}
-			req.Partition = v
+			req.Partition = p
 		case "nice":
 			n, err := parseNice(v)
 			if err != nil {

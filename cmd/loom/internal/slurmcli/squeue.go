@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -462,7 +463,7 @@ func (q *squeueQuery) match(r jobRow) bool {
 			return false
 		}
 	}
-	if !q.users.match(j.GetUser()) || !q.parts.match(j.GetPartition()) || !q.names.match(j.GetDisplayName()) ||
+	if !q.users.match(j.GetUser()) || (q.parts != nil && !slurmspec.AnyPartitionOf(j.GetPartition(), q.parts.keys())) || !q.names.match(j.GetDisplayName()) ||
 		!q.accounts.match(j.GetAccount()) || !q.qos.match(j.GetQos()) {
 		return false
 	}

@@ -77,11 +77,21 @@ func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loo
 	if err := v.Err(); err != nil {
 		return err
 	}
-	partition, p, err := jobPartition(cluster, j)
+	partitions, ps, err := jobPartitions(cluster, j)
 	if err != nil {
 		return errs.Invalid("job.partition", "%v", err)
 	}
-	partPools := partitionPools(cluster, p)
+	// A job that names several partitions is judged in each, as if it
+	// named that one alone.
+	for i, p := range ps {
+		checkJobNodesIn(&v, j, nodes, partitions[i], partitionPools(cluster, p))
+	}
+	return v.Err()
+}
+
+// checkJobNodesIn is CheckJobNodes's judgement of j's node list and
+// exclusions in one partition of its (partPools, its node pools).
+func checkJobNodesIn(v *errs.Validator, j *loomv1.Job, nodes map[string]*loomv1.Node, partition string, partPools []*loomv1.NodePool) {
 	pools := map[string]bool{}
 	for _, pool := range partPools {
 		pools[pool.GetId()] = true
@@ -105,7 +115,6 @@ func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loo
 	if need := int(nodesFor(j, partPools)); len(excluded) > 0 && left < need {
 		v.Add("job.exclude", "leaves %d of partition %s's nodes, and the job needs %d (Slurm: %s)", left, partition, need, MsgNodeConfig)
 	}
-	return v.Err()
 }
 
 // ShortID is the last segment of a resource name (all of it when it has no /).

@@ -149,27 +149,65 @@ func CheckDependencyJobs(spec, field string, last int64) error {
 
 // jobPartition returns the partition job j goes to in cluster: its own,
 // else the cluster's default (findPartition's error when there is none).
+// A job that names several (-p a,b) goes to its first here: the
+// checks that judge a job against each of its partitions use
+// jobPartitions.
 func jobPartition(cluster *loomv1.Cluster, j *loomv1.Job) (string, *loomv1.SlurmPartition, error) {
+	ids, ps, err := jobPartitions(cluster, j)
+	if err != nil {
+		return "", nil, err
+	}
+	return ids[0], ps[0], nil
+}
+
+// jobPartitions returns every partition job j may go to in cluster, in
+// the order it names them (libs/slurmspec's list grammar, -p a,b), else the
+// cluster's default alone; the error names the first one the cluster does
+// not have. A job is judged against each of them as if it named that one
+// alone: each must exist and be able to take it.
+func jobPartitions(cluster *loomv1.Cluster, j *loomv1.Job) ([]string, []*loomv1.SlurmPartition, error) {
 	id := j.GetPartition()
 	if id == "" {
 		id = DefaultPartition(cluster)
 	}
-	p, err := findPartition(cluster, id)
-	return id, p, err
+	ids := []string{id}
+	if slurmspec.IsPartitionList(id) {
+		var err error
+		if ids, err = slurmspec.ParsePartitions(id); err != nil {
+			return nil, nil, err
+		}
+	}
+	ps := make([]*loomv1.SlurmPartition, len(ids))
+	for i, id := range ids {
+		p, err := findPartition(cluster, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		ps[i] = p
+	}
+	return ids, ps, nil
 }
 
 // PartitionMaxSeconds is the MaxTime, in seconds, of the partition j goes
-// to in cluster (0: unlimited, or no such partition: nothing to compare).
+// to in cluster (0: unlimited, or no such partition: nothing to compare);
+// of a job that names several, the largest (it may run in that one).
 func PartitionMaxSeconds(cluster *loomv1.Cluster, j *loomv1.Job) int64 {
-	_, p, err := jobPartition(cluster, j)
-	if err != nil || p.GetMaxTime() == "" {
+	_, ps, err := jobPartitions(cluster, j)
+	if err != nil {
 		return 0
 	}
-	d, unlimited, err := clusterspec.ParseMaxTime(p.GetMaxTime())
-	if err != nil || unlimited {
-		return 0
+	most := int64(0)
+	for _, p := range ps {
+		if p.GetMaxTime() == "" {
+			return 0
+		}
+		d, unlimited, err := clusterspec.ParseMaxTime(p.GetMaxTime())
+		if err != nil || unlimited {
+			return 0
+		}
+		most = max(most, int64(d/time.Second))
 	}
-	return int64(d / time.Second)
+	return most
 }
 
 // partitionPools returns the node pools whose nodes are in partition p.
@@ -199,7 +237,7 @@ func partitionPools(c *loomv1.Cluster, p *loomv1.SlurmPartition) []*loomv1.NodeP
 // it is not checked); maxArraySize bounds --array's task ids (Slurm's
 // MaxArraySize). It returns the partition the job goes to ("" when it
 // could not be told) and the node pools of that partition.
-func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, maxArraySize int) (partition string, pools []*loomv1.NodePool) {
+func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, maxArraySize int) (partitions []string, pools [][]*loomv1.NodePool) {
 	v.Check(j.GetTimeLimitSeconds() >= 0, "job.time_limit_seconds", "%d must not be negative (0: the partition's MaxTime)", j.GetTimeLimitSeconds())
 	v.Check(j.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "job.time_limit_seconds", "%d is more than a century", j.GetTimeLimitSeconds())
 	checkNice(v, "job.nice", j.GetNice())
@@ -259,15 +297,22 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 	for i, h := range j.GetExclude() {
 		v.Check(resname.ValidID(h), fmt.Sprintf("job.exclude[%d]", i), "%s is not a hostname", clip(h))
 	}
-	if cluster == nil {
-		return "", nil
+	if _, err := slurmspec.ParsePartitions(j.GetPartition()); err != nil {
+		v.Add("job.partition", "%v", err)
+		return nil, nil
 	}
-	partition, p, err := jobPartition(cluster, j)
+	if cluster == nil {
+		return nil, nil
+	}
+	partitions, ps, err := jobPartitions(cluster, j)
 	if err != nil {
 		v.Add("job.partition", "%v", err)
-		return "", nil
+		return nil, nil
 	}
-	return partition, partitionPools(cluster, p)
+	for _, p := range ps {
+		pools = append(pools, partitionPools(cluster, p))
+	}
+	return partitions, pools
 }
 
 // ValidateUpdateJob checks an UpdateJobRequest's action and values (every
@@ -277,7 +322,11 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	var v errs.Validator
 	checkText(&v, "user", req.GetUser(), MaxNameBytes)
-	checkText(&v, "partition", req.GetPartition(), MaxNameBytes)
+	if checkText(&v, "partition", req.GetPartition(), MaxNameBytes) {
+		if _, err := slurmspec.ParsePartitions(req.GetPartition()); err != nil {
+			v.Add("partition", "%v", err)
+		}
+	}
 	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
 	switch action {
 	case "hold", "uhold", "release", "requeue":
@@ -375,6 +424,9 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 	j := proto.Clone(job).(*loomv1.Job)
 	if p := req.GetPartition(); p != "" {
 		j.Partition = p
+		if n, err := slurmspec.NormalizePartitions(p); err == nil {
+			j.Partition = n
+		}
 	}
 	if req.NodeCount != nil {
 		j.NodeCount = req.GetNodeCount()
@@ -406,12 +458,14 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 // that can hold it (CheckJobNodes; nodes nil when the job names none).
 // Problems name the update's fields.
 func CheckUpdatedJob(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
-	partition, p, err := jobPartition(cluster, j)
+	partitions, ps, err := jobPartitions(cluster, j)
 	if err != nil {
 		return errs.Invalid("partition", "%v", err)
 	}
 	var v errs.Validator
-	checkFit(&v, "", j, cluster.GetName(), partition, partitionPools(cluster, p))
+	for i, p := range ps {
+		checkFit(&v, "", j, cluster.GetName(), partitions[i], partitionPools(cluster, p))
+	}
 	if err := v.Err(); err != nil || len(j.GetNodelist())+len(j.GetExclude()) == 0 {
 		return err
 	}
@@ -596,7 +650,7 @@ func SlurmJobName(j *loomv1.Job) string {
 // array A, which stands for its tasks until the scheduler creates them).
 func MatchesList(req *loomv1.ListJobsRequest, j *loomv1.Job) bool {
 	in := func(set []string, v string) bool { return len(set) == 0 || slices.Contains(set, v) }
-	if !in(req.GetUsers(), j.GetUser()) || !in(req.GetNames(), SlurmJobName(j)) || !in(req.GetPartitions(), j.GetPartition()) {
+	if !in(req.GetUsers(), j.GetUser()) || !in(req.GetNames(), SlurmJobName(j)) || (len(req.GetPartitions()) > 0 && !slurmspec.AnyPartitionOf(j.GetPartition(), req.GetPartitions())) {
 		return false
 	}
 	if len(req.GetStates()) > 0 && !slices.Contains(req.GetStates(), j.GetState()) {

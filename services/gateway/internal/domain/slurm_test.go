@@ -48,6 +48,8 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 			j.WorkDir, j.SubmitDir, j.Nodelist, j.Exclude = "/home/u/run", "/home/u", []string{"gpu-0001"}, []string{"gpu-0002"}
 		}),
 		ok(func(j *loomv1.Job) { j.Partition = "train" }),
+		// Several partitions (-p a,b), a repeat kept once.
+		ok(func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "train,debug,train", 1, 0 }),
 		ok(func(j *loomv1.Job) {
 			j.MaxRetries, j.HangTimeoutSeconds, j.CheckpointDir = slurmspec.MaxRetries, slurmspec.MaxHangTimeoutSeconds, "ckpt/run-1"
 		}),
@@ -93,6 +95,12 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"checkpoint dir with an escape", func(j *loomv1.Job) { j.CheckpointDir = "/ckpt/\x1b[2J" }, "job.checkpoint_dir"},
 		{"checkpoint dir too long", func(j *loomv1.Job) { j.CheckpointDir = "/" + strings.Repeat("d", MaxPathBytes) }, "job.checkpoint_dir"},
 		{"unknown partition", func(j *loomv1.Job) { j.Partition = "gpu" }, `job.partition: no partition "gpu" in cluster c1 (partitions: train, debug; Slurm: Invalid partition name specified)`},
+		{"a list with an unknown partition", func(j *loomv1.Job) { j.Partition = "train,gpu" }, `job.partition: no partition "gpu" in cluster c1`},
+		{"a list with an empty name", func(j *loomv1.Job) { j.Partition = "train,,debug" }, `job.partition: "train,,debug": partition 2 of the list is empty`},
+		{"a list too long", func(j *loomv1.Job) { j.Partition = "p1,p2,p3,p4,p5,p6,p7,p8,p9,p10,p11,p12,p13,p14,p15,p16,p17" },
+			`job.partition: "p1,p2,p3,p4,p5,p6,p7,p8,p9,p10,p11,p12,p13,p14,p15,p16,p17" names 17 partitions, more than the 16 a job may name`},
+		{"a list with a partition the job does not fit", func(j *loomv1.Job) { j.Partition = "train,debug" },
+			"job.gpus_per_node: 8 exceeds the 0 GPUs of the largest node in partition debug"},
 		{"gpus beyond the partition", func(j *loomv1.Job) { j.Partition = "debug" }, "job.gpus_per_node: 8 exceeds the 0 GPUs of the largest node in partition debug of projects/default/clusters/c1 (Slurm: Requested node configuration is not available)"},
 		{"nodes beyond the partition", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 5, 0 }, "job.node_count: 5 exceeds the 4 nodes in partition debug"},
 		{"--gpus in a partition of none", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode, j.Gpus = "debug", 1, 0, 1 },
@@ -396,5 +404,23 @@ func TestListFilters(t *testing.T) {
 	}
 	if Filtered(&loomv1.ListJobsRequest{Cluster: "c1"}) || !Filtered(&loomv1.ListJobsRequest{ActiveOnly: true}) {
 		t.Error("Filtered: the cluster is not a filter, active_only is")
+	}
+}
+
+// TestAcceptJobPartitionList: a job's partition list is stored once per
+// name, in the order given (-p a,b,a is a,b), and an update's too.
+func TestAcceptJobPartitionList(t *testing.T) {
+	t.Parallel()
+	req := goodJob()
+	req.Job.Partition = "debug,train,debug"
+	if j := AcceptJob(req, partitioned(), 7, time.Now()); j.GetPartition() != "debug,train" {
+		t.Errorf("accepted partition %q; want debug,train", j.GetPartition())
+	}
+	if j := Updated(&loomv1.Job{Partition: "train"}, &loomv1.UpdateJobRequest{Partition: "train,train,debug"}); j.GetPartition() != "train,debug" {
+		t.Errorf("updated partition %q; want train,debug", j.GetPartition())
+	}
+	if _, err := ValidateUpdateJob(&loomv1.UpdateJobRequest{Action: "update", Partition: "train,"}); err == nil ||
+		!strings.Contains(err.Error(), `partition: "train,": partition 2 of the list is empty`) {
+		t.Errorf("update to train,: %v", err)
 	}
 }

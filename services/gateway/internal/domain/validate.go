@@ -153,8 +153,13 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	checkRequestID(&v, req.GetRequestId())
 	checkJobText(&v, j)
 
-	partition, pools := validateSlurm(&v, j, cluster, maxArraySize)
-	checkFit(&v, "job.", j, clusterName, partition, pools)
+	partitions, pools := validateSlurm(&v, j, cluster, maxArraySize)
+	if len(partitions) == 0 {
+		checkFit(&v, "job.", j, clusterName, "", nil)
+	}
+	for i, partition := range partitions {
+		checkFit(&v, "job.", j, clusterName, partition, pools[i])
+	}
 	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
 		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), resname.IDPattern)
 	}
@@ -438,6 +443,9 @@ func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, 
 	}
 	if j.Partition == "" && cluster != nil {
 		j.Partition = DefaultPartition(cluster)
+	}
+	if n, err := slurmspec.NormalizePartitions(j.Partition); err == nil {
+		j.Partition = n // -p a,b,a is a,b
 	}
 	j.ClearOutputs()
 	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(now)
