@@ -42,6 +42,14 @@ type FileSDGroup struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
+// AgentName is the service name of the agent of node host in cluster
+// clusterID (the cluster's last name segment): "agent-<cluster>-<host>".
+// Its Redis prefix is that and ":", its consumer group "loom-" and that,
+// and the Redis ACL user the provisioner makes for it that name too.
+func AgentName(clusterID, host string) string {
+	return "agent-" + clusterID + "-" + host
+}
+
 // FileSDName is the file that service name registers in: name with every
 // byte outside [A-Za-z0-9._-] replaced by '_', then ".json". Agents are
 // named "agent-<cluster>-<host>", so a scrape job reads "agent-*.json".

@@ -311,9 +311,10 @@ func newRuntime(name string, opts procruntime.Options) (ports.Runtime, error) {
 const StepsDir = "steps"
 
 // ServiceName is the agent's service name for a node: its Redis prefix is
-// "<name>:" and its consumer group "loom-<name>", its own among the agents.
+// "<name>:" and its consumer group "loom-<name>", its own among the agents
+// (service.AgentName, which the provisioner names its Redis user by).
 func ServiceName(clusterID, hostname string) string {
-	return "agent-" + clusterID + "-" + hostname
+	return service.AgentName(clusterID, hostname)
 }
 
 // RunArgs runs the agent from a command line (args, without the program

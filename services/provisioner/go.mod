@@ -6,6 +6,7 @@ require (
 	github.com/loom-ml/loom/libs v0.0.0
 	github.com/loom-ml/loom/proto v0.0.0
 	github.com/loom-ml/loom/services/agent v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -29,7 +30,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/segmentio/kafka-go v0.4.51 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect

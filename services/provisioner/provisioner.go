@@ -22,6 +22,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/provisioner/internal/agentredis"
 	"github.com/loom-ml/loom/services/provisioner/internal/app"
 	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
 	"github.com/loom-ml/loom/services/provisioner/internal/domain"
@@ -107,6 +108,15 @@ type Config struct {
 	// (DirectIdentityLifetime, 0600 in the node's work dir), for a stack
 	// whose gateway does not register nodes.
 	AgentIdentity string
+	// AgentRedisUsers is whether the local provider gives each agent a
+	// Redis ACL user of its own, confined to its keys (package agentredis;
+	// LOOM_PROVISIONER_AGENT_REDIS_USERS): "auto" (default) where the
+	// provisioner's Redis user can make ACL users, else (miniredis, a user
+	// without +acl|setuser +acl|deluser) agents get the provisioner's own
+	// credential, which the log says once at start; "on" the same, but the
+	// provisioner does not start where it cannot; "off" agents get the
+	// provisioner's own credential.
+	AgentRedisUsers string
 	// StopAgentsOnExit makes the provisioner stop the agents of its nodes
 	// when it shuts down; the reconciler starts them again at its next start
 	// (LOOM_STOP_AGENTS_ON_EXIT; default false: agents outlive it).
@@ -130,6 +140,13 @@ type Config struct {
 	// on its own).
 	MaxBatch int
 }
+
+// Values of Config.AgentRedisUsers.
+const (
+	AgentRedisUsersAuto = "auto"
+	AgentRedisUsersOn   = "on"
+	AgentRedisUsersOff  = "off"
+)
 
 // DefaultMaxBatch is Config.MaxBatch when unset: a 10,000-node create
 // brings its registrations within seconds, and one write per waiting batch
@@ -194,6 +211,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"KEY=VALUE added to each agent's environment; space-separated, repeatable (LOOM_AGENT_ENV)")
 	fs.StringVar(&c.AgentIdentity, "agent-identity", config.Env("LOOM_PROVISIONER_AGENT_IDENTITY", AgentIdentityBootstrap),
 		"how local agents get their node identity: bootstrap (a one-time token per launch, exchanged at the gateway) or direct (LOOM_PROVISIONER_AGENT_IDENTITY)")
+	fs.StringVar(&c.AgentRedisUsers, "agent-redis-users", config.Env("LOOM_PROVISIONER_AGENT_REDIS_USERS", AgentRedisUsersAuto),
+		"give each local agent a Redis ACL user of its own: auto (where the provisioner's Redis user may make users, else agents share its credential), on (required) or off (LOOM_PROVISIONER_AGENT_REDIS_USERS)")
 	fs.BoolVar(&c.StopAgentsOnExit, "stop-agents-on-exit", config.EnvBool("LOOM_STOP_AGENTS_ON_EXIT", false),
 		"stop the nodes' agents when the provisioner stops (LOOM_STOP_AGENTS_ON_EXIT)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", config.EnvDuration("LOOM_RECONCILE_INTERVAL", 5*time.Second),
@@ -224,6 +243,11 @@ func (c *Config) validate() error {
 	}
 	v.Check(c.AgentIdentity == AgentIdentityBootstrap || c.AgentIdentity == AgentIdentityDirect, "agent_identity",
 		"must be %s or %s, got %q", AgentIdentityBootstrap, AgentIdentityDirect, c.AgentIdentity)
+	if c.AgentRedisUsers == "" {
+		c.AgentRedisUsers = AgentRedisUsersAuto
+	}
+	v.Check(c.AgentRedisUsers == AgentRedisUsersAuto || c.AgentRedisUsers == AgentRedisUsersOn || c.AgentRedisUsers == AgentRedisUsersOff,
+		"agent_redis_users", "must be %s, %s or %s, got %q", AgentRedisUsersAuto, AgentRedisUsersOn, AgentRedisUsersOff, c.AgentRedisUsers)
 	if c.Capacity == "" {
 		c.Capacity = capacity.Default
 	}
@@ -301,6 +325,28 @@ func (c *Config) params() domain.Params {
 	return p
 }
 
+// agentRedisUsers returns what makes the local agents' own Redis users
+// (Config.AgentRedisUsers), nil where agents get the provisioner's own
+// credential.
+func agentRedisUsers(ctx context.Context, base *service.Base, mode string) (local.RedisUsers, error) {
+	if mode == AgentRedisUsersOff {
+		return nil, nil
+	}
+	err := agentredis.Probe(ctx, base.Redis)
+	var unsupported *agentredis.UnsupportedError
+	switch {
+	case err == nil:
+		return agentredis.New(base.Redis), nil
+	case errors.As(err, &unsupported) && mode == AgentRedisUsersAuto:
+		base.Log.Warn("agents get the provisioner's own Redis credential, not a Redis user each: "+err.Error()+
+			" (or set -agent-redis-users=off to say so)", "agent_redis_users", mode)
+		return nil, nil
+	case errors.As(err, &unsupported):
+		return nil, fmt.Errorf("provisioner: -agent-redis-users=on: %w (or set it to auto or off)", err)
+	}
+	return nil, fmt.Errorf("provisioner: agent redis users: %w", err)
+}
+
 // nodeDrainedType is NodeDrained's CloudEvents type.
 var nodeDrainedType = envelope.TypeOf(&eventsv1.NodeDrained{})
 
@@ -355,10 +401,15 @@ func Run(ctx context.Context, cfg Config) error {
 		defer s.Close()
 		prov = s
 	} else {
+		users, err := agentRedisUsers(ctx, base, cfg.AgentRedisUsers)
+		if err != nil {
+			_ = base.Close()
+			return err
+		}
 		prov, err = local.New(local.Config{
 			DataDir: cfg.DataDir, AgentCommand: cfg.AgentCommand, AgentEnv: cfg.AgentEnv,
 			Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace,
-			RedisUsername: cfg.RedisUsername, RedisPasswordFile: cfg.RedisPasswordFile,
+			RedisUsername: cfg.RedisUsername, RedisPasswordFile: cfg.RedisPasswordFile, RedisUsers: users,
 			LaunchRate: cfg.LaunchRate, LaunchConcurrency: cfg.LaunchConcurrency, Log: base.Log,
 			Credentials: agentCredentials(base, cfg.AgentIdentity),
 		})

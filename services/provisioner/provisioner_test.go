@@ -449,9 +449,11 @@ func TestLaunchFailureIsReportedOnTheNode(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	c := Config{Provider: "gcp", DataDir: "", AgentEnv: []string{"NOEQUALS"}, Capacity: "x/y", LaunchRate: -1, LaunchConcurrency: 1000}
+	c := Config{Provider: "gcp", DataDir: "", AgentEnv: []string{"NOEQUALS"}, Capacity: "x/y", LaunchRate: -1, LaunchConcurrency: 1000,
+		AgentRedisUsers: "yes"}
 	err := c.validate()
-	for _, want := range []string{"provider", "data_dir", "agent_env[0]", "capacity", "launch_rate", "launch_concurrency: must be 1 to 256, got 1000"} {
+	for _, want := range []string{"provider", "data_dir", "agent_env[0]", "capacity", "launch_rate", "launch_concurrency: must be 1 to 256, got 1000",
+		`agent_redis_users: must be auto, on or off, got "yes"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate() = %v, want it to name %s", err, want)
 		}
@@ -487,14 +489,14 @@ func TestRegisterFlags(t *testing.T) {
 	if err := fs.Parse([]string{"-agent-command", "/bin/agent --x", "-agent-env", "A=1 B=2", "-agent-env", "C=3",
 		"-stop-agents-on-exit", "-reconcile-interval", "1s", "-provider", "sim", "-capacity", "*/*/SPOT=3",
 		"-boot-timeout", "2m", "-operation-timeout", "5m", "-max-launch-attempts", "7", "-sim-time-scale", "0.01",
-		"-launch-rate", "2.5", "-launch-concurrency", "3"}); err != nil {
+		"-launch-rate", "2.5", "-launch-concurrency", "3", "-agent-redis-users", "on"}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(c.AgentCommand, "|") != "/bin/agent|--x" || strings.Join(c.AgentEnv, "|") != "A=1|B=2|C=3" ||
 		!c.StopAgentsOnExit || c.ReconcileInterval != time.Second || c.AgentStopGrace != 15*time.Second || c.Provider != "sim" ||
 		c.Capacity != "*/*/SPOT=3" || c.BootTimeout != 2*time.Minute || c.OperationTimeout != 5*time.Minute ||
 		c.MaxLaunchAttempts != 7 || c.Sim.TimeScale != 0.01 || c.DrainTimeout != 5*time.Minute ||
-		c.LaunchRate != 2.5 || c.LaunchConcurrency != 3 {
+		c.LaunchRate != 2.5 || c.LaunchConcurrency != 3 || c.AgentRedisUsers != AgentRedisUsersOn {
 		t.Fatalf("config = %+v", c)
 	}
 	if err := c.validate(); err != nil {

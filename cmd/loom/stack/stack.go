@@ -503,6 +503,15 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	for _, e := range agentEnv {
 		provArgs = append(provArgs, "-agent-env="+e)
 	}
+	// Each agent gets a Redis user of its own, confined to its keys, where
+	// the embedded Redis is a redis-server with a password (this stack's
+	// provisioner is its default user, which may make users); miniredis
+	// has no ACLs, and its agents share the provisioner's credential.
+	agentUsers := provisioner.AgentRedisUsersOff
+	if s.redis.Kind == embedded.KindRedisServer && s.redis.PasswordFile != "" {
+		agentUsers = provisioner.AgentRedisUsersOn
+	}
+	provArgs = append(provArgs, "-agent-redis-users="+agentUsers)
 	if opts.Capacity != "" {
 		provArgs = append(provArgs, "-capacity="+opts.Capacity)
 	}

@@ -98,6 +98,13 @@ type Config struct {
 	// (LOOM_REDIS_USERNAME, LOOM_REDIS_PASSWORD_FILE): the password stays
 	// in its 0600 file, out of their environment.
 	RedisUsername, RedisPasswordFile string
+	// RedisUsers, when set, gives each agent a Redis user of its own
+	// instead (its name and password file replace RedisUsername and
+	// RedisPasswordFile, and the provisioner's LOOM_REDIS_PASSWORD is kept
+	// out of the agent's environment): made before each start of the agent
+	// (a failure fails the launch) and again whenever Launch finds it
+	// running (a Redis that restarted has lost it), deleted by Remove.
+	RedisUsers RedisUsers
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 15 s,
 	// longer than an agent needs to kill its own steps).
 	StopGrace time.Duration
@@ -110,6 +117,19 @@ type Config struct {
 	LaunchConcurrency int
 	Log               *slog.Logger
 }
+
+// RedisUsers makes and deletes the agents' own Redis users
+// (agentredis.Users).
+type RedisUsers interface {
+	// Ensure makes n's agent's user, idempotently, and returns its name
+	// and the path of its password file.
+	Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error)
+	// Delete deletes it; one that does not exist is not an error.
+	Delete(ctx context.Context, n provider.Node) error
+}
+
+// redisCred is the Redis user and password file handed to an agent.
+type redisCred struct{ user, passwordFile string }
 
 // Defaults of Config.LaunchRate and Config.LaunchConcurrency.
 const (
@@ -218,6 +238,13 @@ func (p *Provider) Launch(ctx context.Context, n provider.Node) (provider.Launch
 		return provider.Launched{}, err
 	}
 	if pid, ok := p.Running(n); ok {
+		if p.cfg.RedisUsers != nil {
+			// Its user again, as it is: a Redis that restarted without
+			// it would lock the running agent out.
+			if _, _, err := p.cfg.RedisUsers.Ensure(ctx, n); err != nil {
+				p.cfg.Log.Warn("making the running agent's redis user again failed; will retry", "node", n.Name, "err", err)
+			}
+		}
 		return provider.Launched{PID: pid}, nil
 	}
 	select {
@@ -229,11 +256,11 @@ func (p *Provider) Launch(ctx context.Context, n provider.Node) (provider.Launch
 	if err := p.pace(ctx); err != nil {
 		return provider.Launched{}, fmt.Errorf("launch %s: %w", n.Name, err)
 	}
-	return p.start(n)
+	return p.start(ctx, n)
 }
 
 // start starts the node's agent.
-func (p *Provider) start(n provider.Node) (provider.Launched, error) {
+func (p *Provider) start(ctx context.Context, n provider.Node) (provider.Launched, error) {
 	for _, d := range []string{n.WorkDir, n.SharedDir, n.ScratchDir} {
 		if d == "" {
 			continue
@@ -241,6 +268,14 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return provider.Launched{}, fmt.Errorf("create %s: %w", d, err)
 		}
+	}
+	cred := redisCred{p.cfg.RedisUsername, p.cfg.RedisPasswordFile}
+	if p.cfg.RedisUsers != nil {
+		user, file, err := p.cfg.RedisUsers.Ensure(ctx, n)
+		if err != nil {
+			return provider.Launched{}, fmt.Errorf("launch %s: %w", n.Name, err)
+		}
+		cred = redisCred{user, file}
 	}
 	// The node's first boot: later launches (its agent died) are not boots.
 	if _, err := os.Stat(filepath.Join(n.WorkDir, BootIDFile)); errors.Is(err, os.ErrNotExist) {
@@ -268,7 +303,7 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 	argv := p.cfg.AgentCommand
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = n.WorkDir
-	cmd.Env = append(p.env(n), creds...)
+	cmd.Env = append(p.env(n, cred), creds...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own group, so that Stop reaches whatever the agent runs in it and a
 	// signal to the provisioner's group does not reach the agent.
@@ -301,15 +336,19 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 
 // env is the agent's environment: ours, then defaults that keep several
 // agents on one machine from colliding, then AgentEnv, then the node's
-// settings (its simulated GPUs' model among them).
-func (p *Provider) env(n provider.Node) []string {
+// settings (its simulated GPUs' model among them) and its Redis
+// credential, cred.
+func (p *Provider) env(n provider.Node, cred redisCred) []string {
 	// The services' secret is the provisioner's, never an agent's: an
-	// agent holding it could sign as any service.
+	// agent holding it could sign as any service. Nor is the
+	// provisioner's Redis password an agent's that has a user of its own.
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LOOM_SERVICE_KEY_FILE=") {
-			env = append(env, kv)
+		if strings.HasPrefix(kv, "LOOM_SERVICE_KEY_FILE=") ||
+			(p.cfg.RedisUsers != nil && strings.HasPrefix(kv, "LOOM_REDIS_PASSWORD=")) {
+			continue
 		}
+		env = append(env, kv)
 	}
 	env = append(env, "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "LOOM_AGENT_HTTP_ADDR=127.0.0.1:0")
 	env = append(env, p.cfg.AgentEnv...)
@@ -328,8 +367,8 @@ func (p *Provider) env(n provider.Node) []string {
 		"LOOM_CLUSTER="+n.Cluster,
 		"LOOM_SHARED_DIR="+n.SharedDir,
 		"LOOM_SCRATCH_DIR="+n.ScratchDir,
-		"LOOM_REDIS_USERNAME="+p.cfg.RedisUsername,
-		"LOOM_REDIS_PASSWORD_FILE="+p.cfg.RedisPasswordFile,
+		"LOOM_REDIS_USERNAME="+cred.user,
+		"LOOM_REDIS_PASSWORD_FILE="+cred.passwordFile,
 	)
 }
 
@@ -413,14 +452,20 @@ func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 }
 
 // Remove deletes the node's directory, after killing the step process
-// groups its agent left behind (steps outlive an agent that dies): nothing
-// of a removed node keeps running.
-func (p *Provider) Remove(_ context.Context, n provider.Node) error {
+// groups its agent left behind (steps outlive an agent that dies) and
+// deleting its agent's Redis user (RedisUsers): nothing of a removed node
+// keeps running or can reach Redis.
+func (p *Provider) Remove(ctx context.Context, n provider.Node) error {
 	if err := p.check(n); err != nil {
 		return err
 	}
 	if err := p.killSteps(n); err != nil {
 		return fmt.Errorf("remove %s: %w", n.Name, err)
+	}
+	if p.cfg.RedisUsers != nil {
+		if err := p.cfg.RedisUsers.Delete(ctx, n); err != nil {
+			return fmt.Errorf("remove %s: %w", n.Name, err)
+		}
 	}
 	if err := os.RemoveAll(n.WorkDir); err != nil {
 		return fmt.Errorf("remove %s: %w", n.WorkDir, err)

@@ -1,0 +1,149 @@
+// Package agentredis makes a Redis ACL user for each node's agent, so that
+// an agent reaches its own keys and nothing else: the user
+// agent-<cluster>-<host> (service.AgentName), a random password kept in a
+// 0600 file in the node's work dir, the key pattern of the agent's prefix
+// and the commands of its store (store.ACLRules). The provisioner makes it
+// before each start of the agent and again at every reconciler pass
+// (ACL SETUSER with reset is idempotent: a restarted Redis or provisioner
+// gets it back), and deletes it when the node is removed. A reimage wipes
+// the work dir, password file included: the next start makes a new
+// password, and the old one stops working.
+package agentredis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/services/provisioner/internal/provider"
+)
+
+// PasswordFile is the file in a node's work dir that holds its agent's
+// Redis password (0600), handed to the agent as LOOM_REDIS_PASSWORD_FILE.
+const PasswordFile = "redis.password"
+
+// Grant is what the provisioner's own Redis user needs to make and delete
+// the agents' users.
+const Grant = "+acl|setuser +acl|deluser"
+
+// probeUser is the user Probe makes (disabled, with no permission) and
+// deletes.
+const probeUser = "loom-provisioner-acl-probe"
+
+// UnsupportedError says that the Redis, or the provisioner's user on it,
+// cannot make ACL users.
+type UnsupportedError struct{ Err error }
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("the provisioner's Redis user cannot make ACL users (%v): grant it %s, on a Redis 6 or later", e.Err, Grant)
+}
+
+func (e *UnsupportedError) Unwrap() error { return e.Err }
+
+// Probe checks that rdb may make and delete ACL users, with a user that is
+// disabled and has no permission. A Redis that refuses (miniredis, a user
+// without +acl|setuser or +acl|deluser) gives an *UnsupportedError; a
+// Redis that does not answer, its error.
+func Probe(ctx context.Context, rdb redis.UniversalClient) error {
+	for _, cmd := range [][]any{{"ACL", "SETUSER", probeUser, "reset"}, {"ACL", "DELUSER", probeUser}} {
+		if err := rdb.Do(ctx, cmd...).Err(); err != nil {
+			var re redis.Error
+			if errors.As(err, &re) {
+				return &UnsupportedError{Err: fmt.Errorf("%s %s: %w", cmd[0], cmd[1], err)}
+			}
+			return fmt.Errorf("redis: %s %s: %w", cmd[0], cmd[1], err)
+		}
+	}
+	return nil
+}
+
+// Users makes and deletes the agents' Redis users.
+type Users struct {
+	rdb redis.UniversalClient
+}
+
+// New returns Users that manage the agents' users through rdb, the
+// provisioner's client (see Probe).
+func New(rdb redis.UniversalClient) *Users { return &Users{rdb: rdb} }
+
+// UserName is the Redis user of node n's agent: its service name.
+func UserName(n provider.Node) string { return service.AgentName(n.ClusterID, n.Hostname) }
+
+// Ensure makes (or makes again, with the same password) the Redis user of
+// n's agent and returns its name and the path of its password file: a new
+// random password when the node's work dir has none (its first start, or a
+// reimage wiped it).
+func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error) {
+	user = UserName(n)
+	path := filepath.Join(n.WorkDir, PasswordFile)
+	pw, err := loadOrCreate(n.WorkDir, path)
+	if err != nil {
+		return "", "", fmt.Errorf("redis user %s: %w", user, err)
+	}
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + pw}
+	for _, r := range store.ACLRules(user + ":") {
+		args = append(args, r)
+	}
+	if err := u.rdb.Do(ctx, args...).Err(); err != nil {
+		return "", "", fmt.Errorf("redis user %s: ACL SETUSER: %w", user, err)
+	}
+	return user, path, nil
+}
+
+// Delete deletes the Redis user of n's agent (Redis closes its
+// connections); a user that does not exist is not an error.
+func (u *Users) Delete(ctx context.Context, n provider.Node) error {
+	if err := u.rdb.Do(ctx, "ACL", "DELUSER", UserName(n)).Err(); err != nil {
+		return fmt.Errorf("redis user %s: ACL DELUSER: %w", UserName(n), err)
+	}
+	return nil
+}
+
+// loadOrCreate returns the password in path, writing a new random one
+// (0600, atomically) when there is none.
+func loadOrCreate(dir, path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		if pw := strings.TrimSpace(string(b)); pw != "" {
+			return pw, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	pw := hex.EncodeToString(b[:])
+	tmp, err := os.CreateTemp(dir, PasswordFile+".*.tmp")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if _, err := tmp.WriteString(pw + "\n"); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", err
+	}
+	return pw, nil
+}
