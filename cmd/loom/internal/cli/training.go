@@ -1100,11 +1100,17 @@ func pipelineEnded(s trainingv1.PipelineState) bool {
 // describePipeline says where a pipeline is: its state, its backing job
 // while it runs, the model version once registered.
 func describePipeline(p *trainingv1.TrainingPipeline) string {
+	return pipelineState(p, p.GetModelVersion())
+}
+
+// pipelineState is describePipeline naming the registered version as
+// version gives it.
+func pipelineState(p *trainingv1.TrainingPipeline, version string) string {
 	s := trainingState(p.GetState())
 	meta := p.GetTrainingTaskMetadata().GetStructValue().GetFields()
 	switch {
-	case p.GetModelVersion() != "":
-		s += ", model version " + p.GetModelVersion()
+	case version != "":
+		s += ", model version " + version
 	case meta["backingHyperparameterTuningJob"].GetStringValue() != "":
 		s += ", tuning job " + shortName(meta["backingHyperparameterTuningJob"].GetStringValue())
 	case meta["backingCustomJob"].GetStringValue() != "":
@@ -1244,14 +1250,35 @@ func renderPipelines(w io.Writer, ps []*trainingv1.TrainingPipeline, now time.Ti
 	tw := newTable(w)
 	cut := false
 	row(tw, "ID", "NAME", "STATE", "TASK", "MODEL", "USER", "AGE")
+	cutErrors := false
 	for _, p := range ps {
-		state, c := stateCell(describePipeline(p))
+		// The version as `loom models get` takes it (toy-model@1): its
+		// full name would fill STATE and be cut before its number.
+		state, c := stateCell(pipelineState(p, versionRef(p.GetModelVersion())))
 		cut = cut || c
+		cutErrors = cutErrors || c && p.GetError().GetMessage() != ""
 		row(tw, shortName(p.GetName()), cell(p.GetDisplayName(), nameWidth), state, taskKind(p),
 			cell(p.GetModelToUpload().GetDisplayName(), modelWidth), p.GetUser(), age(p.GetCreateTime(), now))
 	}
 	if err := tw.Flush(); err != nil || !cut {
 		return err
 	}
-	return cutNote(w, "Errors", "`loom pipelines get ID` (or -o json)")
+	what := "States"
+	if cutErrors {
+		what = "Errors"
+	}
+	return cutNote(w, what, "`loom pipelines get ID` (or -o json)")
+}
+
+// versionRef is a model version's name as the models commands take it,
+// MODEL@VERSION ("projects/p/models/m/versions/3" and
+// "projects/p/locations/l/models/m@3" are "m@3"); another name as it is.
+func versionRef(name string) string {
+	if model, v, ok := strings.Cut(name, "/versions/"); ok && v != "" && !strings.Contains(v, "/") {
+		return shortName(model) + "@" + v
+	}
+	if strings.Contains(shortName(name), "@") {
+		return shortName(name)
+	}
+	return name
 }

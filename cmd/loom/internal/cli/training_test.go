@@ -553,6 +553,49 @@ func TestTrainingListsKeepTheirWidth(t *testing.T) {
 	}
 }
 
+// TestPipelinesListNamesTheVersionShort (a new user's `loom pipelines
+// list` cut a SUCCEEDED pipeline's STATE inside the registered version's
+// full name, losing its number, and said "Errors are cut short" under a
+// table without an error): the list names the version as the models
+// commands take it, MODEL@N; get keeps the full name; a cut state that is
+// not an error is not called one.
+func TestPipelinesListNamesTheVersionShort(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	p := &trainingv1.TrainingPipeline{Name: trainingParent + "/trainingPipelines/19", DisplayName: "toy-train-and-register", User: "ana",
+		CreateTime: ts(time.Minute), State: trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED,
+		ModelToUpload: &trainingv1.Model{DisplayName: "toy-model"}, ModelVersion: "projects/default/models/toy-model/versions/1"}
+	tr.Resources[p.GetName()] = p
+	out, errOut, code := run(t, gw, "pipelines", "list")
+	if code != 0 {
+		t.Fatalf("pipelines list: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "SUCCEEDED, model version toy-model@1 ") || strings.Contains(out, "cut short") {
+		t.Errorf("pipelines list must name the version toy-model@1, whole:\n%s", out)
+	}
+	out, _, _ = run(t, gw, "pipelines", "get", "19")
+	if !strings.Contains(out, "projects/default/models/toy-model/versions/1") {
+		t.Errorf("pipelines get must keep the version's full name:\n%s", out)
+	}
+	// A model id long enough to cut STATE: the note says states, not errors.
+	long := strings.Repeat("m", 60)
+	p.ModelVersion = "projects/default/models/" + long + "/versions/2"
+	out, _, _ = run(t, gw, "pipelines", "list")
+	if !strings.HasSuffix(out, "States are cut short above; `loom pipelines get ID` (or -o json) has them whole.\n") {
+		t.Errorf("a cut state without an error must be called a state:\n%s", out)
+	}
+	for in, want := range map[string]string{
+		"projects/default/models/toy-model/versions/1":    "toy-model@1",
+		"projects/default/locations/global/models/tiny@3": "tiny@3",
+		"projects/default/models/odd":                     "projects/default/models/odd",
+		"":                                                "",
+	} {
+		if got := versionRef(in); got != want {
+			t.Errorf("versionRef(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestTuningWaitBestSoFar (a tester saw "trial 1 SUCCEEDED ... | best:
 // trial 3" before trial 3 was printed): trials that end together come in
 // one answer, printed by id; each line's best is the best of the trials
