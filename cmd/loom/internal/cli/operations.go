@@ -157,7 +157,7 @@ or when --timeout passed first (the operation goes on).`,
 			}
 			id := shortName(op.GetName())
 			return a.followOperation(cmd, op, opView{
-				title: fmt.Sprintf("Waiting for operation %s: %s", id, describeOperation(op)),
+				title: "Waiting for " + describeOperation(op), // followOperation adds "(operation ID)"
 				what:  "wait for operation " + id,
 				final: func(op *loomv1.Operation, took time.Duration) string {
 					return fmt.Sprintf("Operation %s done (%s): %s", id, elapsed(took), describeOperation(op))

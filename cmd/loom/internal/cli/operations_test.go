@@ -95,7 +95,7 @@ func TestOperationsAgainstStack(t *testing.T) {
 		t.Errorf("wait for the cancelled create: exit %d\n%s%s", code, stdout, stderr)
 	}
 	stdout, stderr, code = l.run("operations", "wait", del)
-	if code != 0 || !strings.Contains(stdout, "Waiting for operation "+del+": delete cluster slow") || !strings.Contains(stdout, "Operation "+del+" done") {
+	if code != 0 || !strings.Contains(stdout, "Waiting for delete cluster slow (operation "+del+")\n") || !strings.Contains(stdout, "Operation "+del+" done") {
 		t.Fatalf("wait for the delete: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if _, stderr, code := l.run("clusters", "get", "slow"); code == 0 || !strings.Contains(stderr, "not found") {
