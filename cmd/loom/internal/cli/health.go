@@ -809,7 +809,8 @@ func count(n int32) string {
 }
 
 // countedProgress is a scan's progress without health's account of it:
-// its results counted against want, a check per node.
+// its results counted against want, a check per node, in answered's words
+// (the first lines of a scan, before health takes it up, come from here).
 func countedProgress(results []*loomv1.HealthCheckResult, want int) (msg string, finished bool) {
 	done := map[string]bool{}
 	failed := 0
@@ -819,7 +820,7 @@ func countedProgress(results []*loomv1.HealthCheckResult, want int) (msg string,
 			failed++
 		}
 	}
-	msg = fmt.Sprintf("%d of %d results", min(len(done), want), want)
+	msg = fmt.Sprintf("%d of %d %s answered", min(len(done), want), want, plural(want, "check", "checks"))
 	if failed > 0 {
 		msg += fmt.Sprintf(" (%d failed)", failed)
 	}
