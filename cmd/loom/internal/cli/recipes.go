@@ -43,7 +43,10 @@ func (a *app) recipesListCommand() *cobra.Command {
 			rs := recipes.List()
 			out := cmd.OutOrStdout()
 			if a.output == "json" {
-				return writePlainJSON(out, rs)
+				// The list under its plural, as every list RPC's answer is.
+				return writePlainJSON(out, struct {
+					Recipes []*recipes.Recipe `json:"recipes"`
+				}{rs})
 			}
 			return renderRecipes(out, rs)
 		},

@@ -44,8 +44,11 @@ func TestRecipesList(t *testing.T) {
 		t.Errorf("table:\n%s", out)
 	}
 	out, _, code = run(t, "127.0.0.1:1", "recipes", "list", "--output", "json")
-	var rs []recipes.Recipe
-	if code != 0 || json.Unmarshal([]byte(out), &rs) != nil || len(rs) != len(recipes.Names()) || rs[0].Name != "gemma2-9b-sft" {
+	// An object with the list under its plural, as every other list's
+	// answer ({"jobs": [...]}), so a script reads each the same way.
+	var list struct{ Recipes []recipes.Recipe }
+	rs := &list.Recipes
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(*rs) != len(recipes.Names()) || (*rs)[0].Name != "gemma2-9b-sft" {
 		t.Errorf("list --output json: exit %d\n%s", code, out)
 	}
 }
