@@ -335,3 +335,67 @@ func TestMetricsSectionSaysWhichMetricsItLeavesOut(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, "the job's metric charts", func() (bool, error) { return c.eval(charts) == 8, nil })
 	wants(t, "the job page", c.text(), "Showing 8 of 12 metrics; not drawn: m09, m10, m11, m12.", "loom metrics JOB --metric M")
 }
+
+// TestClusterPagesSayWhatTheyDidNotRead: of 25 clusters, the Clusters page
+// reads the health and goodput of the first 20 and says so; the others say
+// "not read" (not "not available", which means the gateway does not serve
+// them), and the Nodes page says it shows the nodes of the first 20.
+// Before, both pages stopped at 20 clusters without a word.
+func TestClusterPagesSayWhatTheyDidNotRead(t *testing.T) {
+	t.Parallel()
+	var clusters []any
+	answers := map[string]func(*http.Request) any{
+		"GET /v1/projects/default/clusters": func(r *http.Request) any { return pageOf(r, "clusters", clusters) },
+	}
+	for i := 1; i <= 25; i++ {
+		name := fmt.Sprintf("projects/default/clusters/c%02d", i)
+		clusters = append(clusters, map[string]any{"name": name, "status": map[string]any{"state": "RUNNING"}})
+		node := []any{map[string]any{"hostname": fmt.Sprintf("c%02d-n1", i), "state": "HEALTHY"}}
+		answers["GET /v1/"+name+"/nodeHealth"] = func(r *http.Request) any { return pageOf(r, "nodes", node) }
+		answers["GET /v1/"+name+":goodput"] = func(*http.Request) any { return map[string]any{"jobs": 1, "goodput": 0.5} }
+		answers["GET /v1/"+name+"/nodes"] = func(r *http.Request) any { return pageOf(r, "nodes", node) }
+	}
+	c := openConsole(t, boundsAPI(t, answers))
+	txt := c.open("clusters", "clusters")
+	wants(t, "the clusters page", txt, "Showing the first 20 clusters' health and goodput (by name); there are more.", "not read")
+	if strings.Contains(txt, "not available") {
+		t.Errorf("the clusters page says health it did not read is not available:\n%s", txt)
+	}
+	if n := c.eval(`[...document.querySelectorAll('#page .card.cluster')].filter(e => e.textContent.includes('not read')).length`); n != 5 {
+		t.Errorf("%d cluster cards say their health was not read, want the 5 past the first 20", n)
+	}
+	txt = c.open("nodes", "nodes")
+	wants(t, "the nodes page", txt, "Showing the first 20 clusters' nodes (by name); there are more.", "c20-n1")
+}
+
+// TestNodesPageReadsEveryPageOfABigCluster: a cluster of 1,500 nodes
+// shows the health and Slurm state of every node, and a cluster past what
+// the page reads says so. Before, node health and Slurm nodes were read
+// as one page of 1,000: the other 500 nodes lost both columns unsaid.
+func TestNodesPageReadsEveryPageOfABigCluster(t *testing.T) {
+	t.Parallel()
+	const cluster = "projects/default/clusters/big"
+	var nodes, health, slurm []any
+	for i := 1; i <= 1500; i++ {
+		host := fmt.Sprintf("n%04d", i)
+		nodes = append(nodes, map[string]any{"hostname": host, "state": "READY"})
+		health = append(health, map[string]any{"hostname": host, "state": "HEALTHY", "gpus": []any{map[string]any{"temperature_c": 40}}})
+		slurm = append(slurm, map[string]any{"hostname": host, "state": "IDLE"})
+	}
+	c := openConsole(t, boundsAPI(t, map[string]func(*http.Request) any{
+		"GET /v1/projects/default/clusters": func(*http.Request) any {
+			return map[string]any{"clusters": []any{map[string]any{"name": cluster}}}
+		},
+		"GET /v1/" + cluster + "/nodes":      func(r *http.Request) any { return pageOf(r, "nodes", nodes) },
+		"GET /v1/" + cluster + "/nodeHealth": func(r *http.Request) any { return pageOf(r, "nodes", health) },
+		"GET /v1/" + cluster + "/slurmNodes": func(r *http.Request) any { return pageOf(r, "nodes", slurm) },
+	}))
+	txt := c.open("nodes", "nodes")
+	if n := c.eval(`[...document.querySelectorAll('#page tbody tr')].filter(r => r.textContent.includes('IDLE') && r.textContent.includes('1 GPUs')).length`); n != 1500 {
+		t.Errorf("%d of 1500 nodes show their Slurm state and GPU health", n)
+	}
+	if strings.Contains(txt, "there are more") || strings.Contains(txt, "not read") {
+		t.Errorf("the nodes page, read whole, says it is cut:\n%s", txt)
+	}
+	wants(t, "the clusters page", c.open("clusters", "clusters"), "HEALTHY 1500")
+}

@@ -167,6 +167,16 @@ export async function list(path, field, signal, maxPages = 10) {
   return out;
 }
 
+// tryList is list, but answers null where the API is not available.
+export async function tryList(path, field, signal, maxPages = 10) {
+  try {
+    return await list(path, field, signal, maxPages);
+  } catch (e) {
+    if (e instanceof ApiError && e.unavailable) return null;
+    throw e;
+  }
+}
+
 // MAX_LINE bounds one streamed JSON line: a longer one ends the stream.
 const MAX_LINE = 8 << 20;
 

@@ -1,10 +1,13 @@
 // Clusters: state, node pools, capacity and health, live from the watch
 // stream of clusters and node health.
-import {h, fill, table, badge, section, notice, kv, ago, short, link, num} from './dom.js';
+import {h, fill, table, badge, section, notice, kv, ago, short, link, num, cut} from './dom.js';
 import * as api from './api.js';
 
-// MAX_CLUSTERS bounds the per-cluster reads (health, goodput) one refresh makes.
+// MAX_CLUSTERS bounds the per-cluster reads (health, goodput) one refresh
+// makes: the clusters past it say "not read", and the page says so.
 const MAX_CLUSTERS = 20;
+// NOT_READ is what a cluster past MAX_CLUSTERS shows for its health and goodput.
+const NOT_READ = {unread: true};
 
 export async function clustersPage(ctx) {
   const status = h('div', {class: 'status'});
@@ -12,9 +15,11 @@ export async function clustersPage(ctx) {
   fill(ctx.main, h('h1', null, 'Clusters'), status, body);
   api.live(['clusters', 'nodeHealth'], async () => {
     const clusters = await api.list('/v1/' + api.p() + '/clusters', 'clusters', ctx.signal);
-    const extra = await Promise.all(clusters.slice(0, MAX_CLUSTERS).map(async c => {
+    const read = clusters.slice(0, MAX_CLUSTERS);
+    read.more = clusters.length > read.length;
+    const extra = await Promise.all(read.map(async c => {
       const [health, goodput] = await Promise.all([
-        api.tryGet('/v1/' + c.name + '/nodeHealth?page_size=1000', ctx.signal).catch(() => null),
+        api.tryList('/v1/' + c.name + '/nodeHealth?page_size=1000', 'nodes', ctx.signal).catch(() => null),
         api.tryGet('/v1/' + c.name + ':goodput', ctx.signal).catch(() => null),
       ]);
       return {health, goodput};
@@ -23,7 +28,9 @@ export async function clustersPage(ctx) {
     if (ctx.signal.aborted) return;
     fill(body, clusters.length === 0
       ? notice('info', 'No clusters in project ' + api.project() + ' yet. Create one with `loom clusters create -f cluster.json`.')
-      : [section('Summary', summaryTable(clusters, extra)), clusters.map((c, i) => clusterCard(c, extra[i] || {}))],
+      : [section('Summary', cut(clusters, 'clusters', 'by name', ['`loom clusters list` lists them all.']),
+        cut(read, "clusters' health and goodput", 'by name', ['the others say “not read”: `loom health nodes CLUSTER` and `loom clusters goodput CLUSTER` read any one.']),
+        summaryTable(clusters, extra)), clusters.map((c, i) => clusterCard(c, extra[i] || NOT_READ))],
     capacity && capacity.pools && capacity.pools.length ? section('Capacity pools', capacityTable(capacity.pools)) : null);
     ctx.main.dataset.ready = 'clusters';
   }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
@@ -31,8 +38,19 @@ export async function clustersPage(ctx) {
 
 function healthCounts(health) {
   const by = {};
-  for (const n of (health && health.nodes) || []) by[n.state] = (by[n.state] || 0) + 1;
+  for (const n of health || []) by[n.state] = (by[n.state] || 0) + 1;
   return by;
+}
+
+// healthText is a cluster's nodes by health state: "not read" past
+// MAX_CLUSTERS, "not available" where the gateway does not serve node
+// health, and "or more" after the counts when the list was cut.
+function healthText(e, none) {
+  if (e.unread) return 'not read';
+  if (!e.health) return 'not available';
+  const by = Object.entries(healthCounts(e.health));
+  if (by.length === 0) return none;
+  return [by.map(([k, v]) => [badge(k), ' ' + v + ' ']), e.health.more ? '(of the first ' + e.health.length + ' nodes; more not read)' : null];
 }
 
 function summaryTable(clusters, extra) {
@@ -43,31 +61,32 @@ function summaryTable(clusters, extra) {
     {title: 'GPUs', class: 'n', get: c => String(((c.compute && c.compute.node_pools) || []).reduce((n, p) => n + (p.node_count || 0) * (p.accelerator_count || 0), 0))},
     {title: 'Pools', get: c => ((c.compute && c.compute.node_pools) || []).map(p => p.id + ' (' + (p.node_count || 0) + ' × ' + p.machine_type + ')').join(', ')},
     {title: 'Health', get: c => {
-      const e = extra[clusters.indexOf(c)] || {};
-      return e.health ? Object.entries(healthCounts(e.health)).map(([k, v]) => [badge(k), ' ' + v + ' ']) : 'not available';
+      return healthText(extra[clusters.indexOf(c)] || NOT_READ, null);
     }},
     {title: 'Goodput', class: 'n', get: c => {
-      const g = (extra[clusters.indexOf(c)] || {}).goodput;
+      const e = extra[clusters.indexOf(c)] || NOT_READ;
+      if (e.unread) return 'not read';
+      const g = e.goodput;
       return g && g.jobs ? pct(g.goodput) : null;
     }},
     {title: 'Message', class: 'wrap', get: c => (c.status || {}).message},
   ], clusters);
 }
 
-function clusterCard(c, {health, goodput}) {
+function clusterCard(c, e) {
+  const {goodput} = e;
   const st = c.status || {};
   const pools = (c.compute && c.compute.node_pools) || [];
   const poolStatus = Object.fromEntries((st.node_pools || []).map(p => [p.id, p]));
   const gpus = pools.reduce((n, p) => n + (p.node_count || 0) * (p.accelerator_count || 0), 0);
-  const byHealth = healthCounts(health);
   return h('section', {class: 'card cluster'},
     h('h2', null, short(c.name), ' ', badge(st.state)),
     st.message ? h('p', {class: 'muted'}, st.message) : null,
     kv([
       ['Nodes ready', (st.ready_nodes || 0) + ' of ' + (st.total_nodes || 0)],
       ['GPUs', gpus ? String(gpus) : '0'],
-      ['Health', health ? (Object.keys(byHealth).length ? Object.entries(byHealth).map(([k, v]) => [badge(k), ' ' + v + ' ']) : 'no nodes reported') : 'not available'],
-      ['Goodput', goodput && goodput.jobs ? pct(goodput.goodput) + ' over ' + goodput.jobs + ' jobs (' + (goodput.failures || 0) + ' failures, ' + (goodput.restarts || 0) + ' restarts)' : 'no finished work yet'],
+      ['Health', healthText(e, 'no nodes reported')],
+      ['Goodput', e.unread ? 'not read' : goodput && goodput.jobs ? pct(goodput.goodput) + ' over ' + goodput.jobs + ' jobs (' + (goodput.failures || 0) + ' failures, ' + (goodput.restarts || 0) + ' restarts)' : 'no finished work yet'],
       ['Login node', st.login_node],
       ['Shared home', st.home_dir || st.shared_dir],
       ['Created', ago(c.create_time)],
