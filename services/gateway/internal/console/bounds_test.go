@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -398,4 +399,40 @@ func TestNodesPageReadsEveryPageOfABigCluster(t *testing.T) {
 		t.Errorf("the nodes page, read whole, says it is cut:\n%s", txt)
 	}
 	wants(t, "the clusters page", c.open("clusters", "clusters"), "HEALTHY 1500")
+}
+
+// TestDashboardsRetryTheirFirstRead: a gateway that answers the list of
+// dashboards 503 when the page opens (starting, Redis down) is asked
+// again by the page's poll, and the dashboards show. Before, the first
+// read was outside the poll: its error stayed on the page until a reload.
+func TestDashboardsRetryTheirFirstRead(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	api := boundsAPI(t, map[string]func(*http.Request) any{
+		"GET /v1/dashboards": func(*http.Request) any {
+			return map[string]any{"dashboards": []any{map[string]any{"service": "scheduler", "title": "Scheduler"}}}
+		},
+		"GET /v1/dashboards/scheduler": func(*http.Request) any {
+			return map[string]any{"service": "scheduler", "title": "Scheduler", "panels": []any{
+				map[string]any{"id": "depth", "title": "Queue depth", "kind": "stat"}}}
+		},
+	})
+	c := openConsole(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/dashboards" && calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"code":14,"message":"redis: connection refused"}`))
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	c.do("open dashboards", chromedp.Navigate(c.srv.URL+"/#/dashboards"))
+	testkit.WaitFor(t, 20*time.Second, "the failed first read", func() (bool, error) { return calls.Load() >= 1, nil })
+	// The poll's next read, after a failure, waits twice its 15 s.
+	testkit.WaitFor(t, 60*time.Second, "the dashboards after the retry", func() (bool, error) {
+		return c.eval(`document.querySelector('main[data-ready="dashboards"]') ? 1 : 0`) == 1, nil
+	})
+	wants(t, "the dashboards page", c.text(), "Scheduler", "Queue depth")
+	if n := calls.Load(); n < 2 {
+		t.Errorf("the list of dashboards was read %d times, want a retry after the 503", n)
+	}
 }

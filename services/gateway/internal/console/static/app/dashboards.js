@@ -18,21 +18,28 @@ export async function dashboardsPage(ctx, service) {
   const tabs = h('nav', {class: 'tabs'});
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Dashboards'), tabs, status, body);
-  const all = await api.tryGet('/v1/dashboards', ctx.signal);
-  if (all == null) {
-    fill(body, unavailable('/v1/dashboards'));
-    ctx.main.dataset.ready = 'dashboards';
-    return;
-  }
-  const ds = all.dashboards || [];
-  if (ds.length === 0) {
-    fill(body, notice('info', 'No dashboards defined.'));
-    ctx.main.dataset.ready = 'dashboards';
-    return;
-  }
-  service = service || ds[0].service;
-  fill(tabs, ds.map(d => h('a', {href: '#/dashboards/' + encodeURIComponent(d.service), class: d.service === service ? 'active' : null}, d.title || d.service)));
+  // The list of dashboards is read inside the poll, so that a failure at
+  // open (a 503 while the gateway starts) is retried, not shown forever.
+  let listed = false;
   api.poll(async () => {
+    if (!listed) {
+      const all = await api.tryGet('/v1/dashboards', ctx.signal);
+      if (ctx.signal.aborted) return api.STOP;
+      if (all == null) {
+        fill(body, unavailable('/v1/dashboards'));
+        ctx.main.dataset.ready = 'dashboards';
+        return api.STOP;
+      }
+      const ds = all.dashboards || [];
+      if (ds.length === 0) {
+        fill(body, notice('info', 'No dashboards defined.'));
+        ctx.main.dataset.ready = 'dashboards';
+        return api.STOP;
+      }
+      service = service || ds[0].service;
+      fill(tabs, ds.map(d => h('a', {href: '#/dashboards/' + encodeURIComponent(d.service), class: d.service === service ? 'active' : null}, d.title || d.service)));
+      listed = true;
+    }
     const d = await api.get('/v1/dashboards/' + encodeURIComponent(service), ctx.signal);
     if (ctx.signal.aborted) return;
     const panels = (d.panels || []).slice(0, MAX_PANELS);
