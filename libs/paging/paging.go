@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -269,4 +270,42 @@ func Each(page func(token string) (next string, err error)) error {
 		seen[next] = true
 		token = next
 	}
+}
+
+// MaxJobOrderBy bounds ListJobs' order_by in bytes.
+const MaxJobOrderBy = 64
+
+// JobOrder checks ListJobsRequest.order_by (AIP-132, one field): "" or
+// "job_id" / "submit_time" (also jobId, submitTime), then "asc" (the
+// default) or "desc". Both fields name the list order (JobKey: job id,
+// which is submission order), so desc lists the newest first. Bad input is
+// added to v, naming order_by. The scheduler and the gateway both check
+// it; a page token carries the request's order_by in its hash, so a token
+// of one order is refused by the other.
+func JobOrder(v *errs.Validator, orderBy string) (desc bool) {
+	if len(orderBy) > MaxJobOrderBy {
+		v.Add("order_by", "%d bytes, more than the limit of %d", len(orderBy), MaxJobOrderBy)
+		return false
+	}
+	words := strings.Fields(orderBy)
+	switch {
+	case len(words) == 0:
+		return false
+	case words[0] != "job_id" && words[0] != "jobId" && words[0] != "submit_time" && words[0] != "submitTime":
+		v.Add("order_by", "cannot order jobs by %q: want job_id or submit_time, then asc or desc (\"submit_time desc\": the newest first)", words[0])
+		return false
+	case len(words) == 1:
+		return false
+	case len(words) == 2 && strings.EqualFold(words[1], "asc"):
+		return false
+	case len(words) == 2 && strings.EqualFold(words[1], "desc"):
+		return true
+	}
+	v.Add("order_by", "%q: want FIELD [asc|desc], one field of job_id or submit_time", strings.TrimSpace(orderBy))
+	return false
+}
+
+// SortDesc sorts items by key in descending order.
+func SortDesc[T any](items []T, key func(T) string) {
+	sort.SliceStable(items, func(a, b int) bool { return key(items[a]) > key(items[b]) })
 }

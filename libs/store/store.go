@@ -244,6 +244,24 @@ func (s *Store) ZRangeByLex(ctx context.Context, key, after, upto string, limit 
 	return m, nil
 }
 
+// ZRevRangeByLex is ZRangeByLex backwards: in descending order, at most
+// limit members less than before ("": from the last) and at least downto
+// ("": to the first).
+func (s *Store) ZRevRangeByLex(ctx context.Context, key, before, downto string, limit int64) ([]string, error) {
+	lo, hi := "-", "+"
+	if before != "" {
+		hi = "(" + before
+	}
+	if downto != "" {
+		lo = "[" + downto
+	}
+	m, err := s.rdb.ZRevRangeByLex(ctx, s.Key(key), &redis.ZRangeBy{Min: lo, Max: hi, Count: limit}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store %s: zrevrangebylex %s: %w", s.prefix, key, err)
+	}
+	return m, nil
+}
+
 // HMGet returns the given fields of the hash at key, in order (nil for a
 // field it does not hold).
 func (s *Store) HMGet(ctx context.Context, key string, fields []string) ([][]byte, error) {

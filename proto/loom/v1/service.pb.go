@@ -1419,7 +1419,11 @@ type ListJobsRequest struct {
 	PageSize int32 `protobuf:"varint,9,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token is a previous response's next_page_token, sent with the same
 	// other fields (a token from a different request is InvalidArgument).
-	PageToken     string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// order_by is AIP-132's "FIELD [asc|desc]" over job_id or submit_time
+	// (both the submission order): empty or "asc" lists the oldest first,
+	// "submit_time desc" the newest first. Another value is InvalidArgument.
+	OrderBy       string `protobuf:"bytes,11,opt,name=order_by,json=orderBy,proto3" json:"order_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1520,6 +1524,13 @@ func (x *ListJobsRequest) GetPageSize() int32 {
 func (x *ListJobsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetOrderBy() string {
+	if x != nil {
+		return x.OrderBy
 	}
 	return ""
 }
@@ -3911,7 +3922,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"#\n" +
 	"\rGetJobRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xb0\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xcb\x02\n" +
 	"\x0fListJobsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x14\n" +
@@ -3927,7 +3938,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\tpage_size\x18\t \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\n" +
-	" \x01(\tR\tpageToken\"\\\n" +
+	" \x01(\tR\tpageToken\x12\x19\n" +
+	"\border_by\x18\v \x01(\tR\aorderBy\"\\\n" +
 	"\x10ListJobsResponse\x12 \n" +
 	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xac\x01\n" +

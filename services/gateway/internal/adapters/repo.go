@@ -382,7 +382,14 @@ func IndexedName(member string) string {
 // (a record gone meanwhile is left out), the last key read, and whether
 // the index may hold more in the range (it gave limit entries).
 func (r *Repo) IndexedJobs(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]*loomv1.Job, string, bool, error) {
-	entries, err := r.IndexedRange(ctx, project, history, after, upto, limit)
+	return r.IndexedJobsIn(ctx, project, history, false, after, upto, limit)
+}
+
+// IndexedJobsIn is IndexedJobs in either order: desc reads the index
+// backwards, the entries before after ("": from the last) down to upto
+// ("": to the first), the newest first.
+func (r *Repo) IndexedJobsIn(ctx context.Context, project string, history, desc bool, after, upto string, limit int64) ([]*loomv1.Job, string, bool, error) {
+	entries, err := r.indexedRange(ctx, project, history, desc, after, upto, limit)
 	if err != nil || len(entries) == 0 {
 		return nil, "", false, err
 	}
@@ -408,11 +415,19 @@ type Indexed struct {
 // IndexedRange is IndexedJobs' read: the index entries in (after, upto],
 // at most limit, each with its record.
 func (r *Repo) IndexedRange(ctx context.Context, project string, history bool, after, upto string, limit int64) ([]Indexed, error) {
+	return r.indexedRange(ctx, project, history, false, after, upto, limit)
+}
+
+func (r *Repo) indexedRange(ctx context.Context, project string, history, desc bool, after, upto string, limit int64) ([]Indexed, error) {
 	index, hash := KeyJobIndexPrefix+project, KeyJobs
 	if history {
 		index, hash = KeyHistoryIndexPrefix+project, KeyHistory
 	}
-	keys, err := r.st.ZRangeByLex(ctx, index, after, upto, limit)
+	read := r.st.ZRangeByLex
+	if desc {
+		read = r.st.ZRevRangeByLex
+	}
+	keys, err := read(ctx, index, after, upto, limit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %w", index, errs.Unavailable, err)
 	}

@@ -806,11 +806,14 @@ const maxIndexScan = 10000
 // keeping those keep keeps, until want are kept, the index is exhausted
 // or maxIndexScan entries were read: the jobs kept, and the last key read
 // when it stopped short of upto with more in the index ("": exhausted).
-func (g *Gateway) scanJobIndex(ctx context.Context, project string, history bool, after, upto string, want int, keep func(*loomv1.Job) bool) ([]*loomv1.Job, string, error) {
+//
+// desc reads the index backwards (order_by "submit_time desc"): after is
+// then the key the page goes on below, and upto the least key it reads.
+func (g *Gateway) scanJobIndex(ctx context.Context, project string, history, desc bool, after, upto string, want int, keep func(*loomv1.Job) bool) ([]*loomv1.Job, string, error) {
 	chunk := int64(max(want, 100))
 	var out []*loomv1.Job
 	for read := int64(0); ; read += chunk {
-		jobs, last, more, err := g.repo.IndexedJobs(ctx, project, history, after, upto, chunk)
+		jobs, last, more, err := g.repo.IndexedJobsIn(ctx, project, history, desc, after, upto, chunk)
 		if err != nil {
 			return nil, "", err
 		}
@@ -847,6 +850,12 @@ func inProject(job, project string) bool {
 // merge stops at its page's last key, since live jobs past it are not
 // known yet; the next page starts after the last job returned, so no job
 // comes twice and none is skipped.
+//
+// order_by "submit_time desc" (paging.JobOrder) runs the same merge
+// backwards: every source is read from the token's key down, the
+// scheduler's page bounds it from below, and the page is the newest
+// first. Its tokens hash order_by with the other fields, so a token of one
+// order is InvalidArgument in the other.
 func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	return g.listJobs(ctx, req, false)
 }
@@ -873,6 +882,7 @@ func (g *Gateway) listJobs(ctx context.Context, req *loomv1.ListJobsRequest, asO
 		v.Check(err != nil || project.ID == "" || c.Project == project.ID, "cluster", "%s is not in %s", cluster, req.GetParent())
 	}
 	domain.ValidateListJobs(&v, req)
+	desc := paging.JobOrder(&v, req.GetOrderBy())
 	size, after := paging.Check(&v, req)
 	if err := v.Err(); err != nil {
 		return nil, err
@@ -924,9 +934,14 @@ func (g *Gateway) listJobs(ctx context.Context, req *loomv1.ListJobsRequest, asO
 			return nil, fmt.Errorf("the scheduler's next page token %q does not parse: %v", next, err)
 		}
 	}
+	// before reports whether key a comes before b in the list's order.
+	before := func(a, b string) bool { return a < b }
+	if desc {
+		before = func(a, b string) bool { return a > b }
+	}
 	inPage := func(j *loomv1.Job) bool {
 		k := paging.JobKey(j)
-		return k > after && (bound == "" || k <= bound) &&
+		return (after == "" || before(after, k)) && (bound == "" || !before(bound, k)) &&
 			inProject(j.GetName(), project.ID) && (cluster == "" || j.GetCluster() == cluster)
 	}
 	listed := make(map[string]bool, len(resp.GetJobs()))
@@ -949,7 +964,7 @@ func (g *Gateway) listJobs(ctx context.Context, req *loomv1.ListJobsRequest, asO
 	// the two reads is in the second (PutHistory takes it out of the
 	// first), never in neither. A history record wins over its accepted
 	// one, matching or not.
-	accAfter := after
+	accAfter, accUpto := after, bound
 	if domain.Filtered(req) {
 		// Only accepted jobs of the last acceptedWindow can be added to a
 		// filtered list (unknownToScheduler): those have ids past floor.
@@ -957,11 +972,14 @@ func (g *Gateway) listJobs(ctx context.Context, req *loomv1.ListJobsRequest, asO
 		if err != nil {
 			return nil, err
 		}
-		if k := fmt.Sprintf("%020d\xff", floor); floor > 0 && k > accAfter {
+		// Newest first, the floor bounds the read from below instead.
+		if k := fmt.Sprintf("%020d\xff", floor); floor > 0 && !desc && k > accAfter {
 			accAfter = k
+		} else if floor > 0 && desc && (accUpto == "" || k > accUpto) {
+			accUpto = k
 		}
 	}
-	candidates, frontier, err := g.scanJobIndex(ctx, project.ID, false, accAfter, bound, size, keep)
+	candidates, frontier, err := g.scanJobIndex(ctx, project.ID, false, desc, accAfter, accUpto, size, keep)
 	if err != nil {
 		return nil, err
 	}
@@ -981,7 +999,7 @@ func (g *Gateway) listJobs(ctx context.Context, req *loomv1.ListJobsRequest, asO
 	}
 	var history []*loomv1.Job
 	if !req.GetActiveOnly() {
-		hist, frontier, err := g.scanJobIndex(ctx, project.ID, true, after, bound, size, keepEnded)
+		hist, frontier, err := g.scanJobIndex(ctx, project.ID, true, desc, after, bound, size, keepEnded)
 		if err != nil {
 			return nil, err
 		}
@@ -1034,20 +1052,24 @@ func (g *Gateway) listJobs(ctx context.Context, req *loomv1.ListJobsRequest, asO
 	jobs := append(append(resp.GetJobs(), history...), candidates...)
 	limit := bound
 	for _, f := range frontiers {
-		if f != "" && (limit == "" || f < limit) {
+		if f != "" && (limit == "" || before(f, limit)) {
 			limit = f
 		}
 	}
 	if limit != bound {
 		kept := jobs[:0]
 		for _, j := range jobs {
-			if paging.JobKey(j) <= limit {
+			if !before(limit, paging.JobKey(j)) {
 				kept = append(kept, j)
 			}
 		}
 		jobs = kept
 	}
-	paging.Sort(jobs, paging.JobKey)
+	if desc {
+		paging.SortDesc(jobs, paging.JobKey)
+	} else {
+		paging.Sort(jobs, paging.JobKey)
+	}
 	page, next := paging.Page(jobs, paging.JobKey, "", size)
 	if next == "" {
 		next = limit

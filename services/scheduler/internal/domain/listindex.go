@@ -124,17 +124,23 @@ func (s *State) BuildLists() {
 
 // ProjectJobs calls fn with project's jobs in list order from the first
 // after after (or the first), the active ones only when active, until fn
-// returns false (views.JobSource). Before BuildLists it walks and sorts
-// every job of the project: the same jobs, slower.
-func (s *State) ProjectJobs(project string, active bool, after views.ListKey, first bool, fn func(j *loomv1.Job) bool) {
+// returns false (views.JobSource); desc walks the order backwards, from
+// the last job before after (or the last). Before BuildLists it walks and
+// sorts every job of the project: the same jobs, slower.
+func (s *State) ProjectJobs(project string, active bool, after views.ListKey, first, desc bool, fn func(j *loomv1.Job) bool) {
 	if s.lists == nil {
 		var js []*loomv1.Job
 		for _, j := range s.jobs {
-			if projectOfJob(j.Name()) == project && (!active || !j.Job.GetState().Terminal()) && (first || after.Less(views.KeyOf(j.Job))) {
+			k := views.KeyOf(j.Job)
+			if projectOfJob(j.Name()) == project && (!active || !j.Job.GetState().Terminal()) &&
+				(first || (!desc && after.Less(k)) || (desc && k.Less(after))) {
 				js = append(js, j.Job)
 			}
 		}
 		slices.SortFunc(js, func(a, b *loomv1.Job) int { return views.KeyOf(a).Compare(views.KeyOf(b)) })
+		if desc {
+			slices.Reverse(js)
+		}
 		for _, j := range js {
 			if !fn(j) {
 				return
@@ -157,9 +163,14 @@ func (s *State) ProjectJobs(project string, active bool, after views.ListKey, fi
 		j := s.jobs[k.Name]
 		return j == nil || fn(j.Job)
 	}
-	if first {
+	switch {
+	case desc && first:
+		t.Descend(each)
+	case desc:
+		t.DescendLessOrEqual(after, each)
+	case first:
 		t.Ascend(each)
-	} else {
+	default:
 		t.AscendGreaterOrEqual(after, each)
 	}
 }

@@ -204,6 +204,7 @@ func TestRealStatePagesMatchASort(t *testing.T) {
 			f.Users = []string{"a"}
 		}
 		f.ActiveOnly = rng.IntN(2) == 0
+		f.Desc = rng.IntN(2) == 0
 		if rng.IntN(3) == 0 {
 			f.JobIDs = []string{strconv.Itoa(rng.IntN(40)), strconv.Itoa(rng.IntN(40)) + "_1"}
 			if rng.IntN(4) == 0 {
@@ -217,6 +218,9 @@ func TestRealStatePagesMatchASort(t *testing.T) {
 			}
 		})
 		slices.Sort(want)
+		if f.Desc {
+			slices.Reverse(want)
+		}
 		var got []string
 		after := ""
 		for range 100 {
@@ -231,6 +235,54 @@ func TestRealStatePagesMatchASort(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("round %d (%+v, lists made %v): listed %q, want %q", round, f, s.Listed(), got, want)
+		}
+	}
+}
+
+// TestListJobsNewestFirst: order_by "submit_time desc" (JobFilter.Desc)
+// pages a project's jobs from the newest back, each page going on from
+// the previous one's last key, all of them once, from the project's
+// B-tree (BuildLists) as from a walk; with a job id filter the walk ends
+// at the least id asked for. Before, ListJobs listed only the oldest
+// first: the newest of a big project were past every page a reader takes.
+func TestListJobsNewestFirst(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	const n = 45
+	for id := 1; id <= n; id++ {
+		h.submitJob(job(id, 1, 1))
+	}
+	for _, built := range []bool{false, true} {
+		if built {
+			h.s.BuildLists()
+		}
+		for _, f := range []views.JobFilter{{Desc: true}, {Project: "projects/default", Desc: true}} {
+			var got []string
+			after := ""
+			for range n + 1 {
+				page, next := views.ListPage(h.s, f, after, 7, h.now)
+				for _, j := range page {
+					got = append(got, j.GetJobId())
+				}
+				if next == "" {
+					break
+				}
+				after = next
+			}
+			var want []string
+			for id := n; id >= 1; id-- {
+				want = append(want, strconv.Itoa(id))
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("lists made %v, %+v: listed %v, want %v", built, f, got, want)
+			}
+		}
+		page, next := views.ListPage(h.s, views.JobFilter{Project: "projects/default", JobIDs: []string{"3", "20"}, Desc: true}, "", 1, h.now)
+		if len(page) != 1 || page[0].GetJobId() != "20" || next == "" {
+			t.Fatalf("lists made %v: job ids 3, 20 newest first: first page %v, next %q", built, page, next)
+		}
+		if page, next = views.ListPage(h.s, views.JobFilter{Project: "projects/default", JobIDs: []string{"3", "20"}, Desc: true}, next, 1, h.now); len(page) != 1 || page[0].GetJobId() != "3" {
+			t.Fatalf("lists made %v: job ids 3, 20 newest first: second page %v, next %q", built, page, next)
 		}
 	}
 }

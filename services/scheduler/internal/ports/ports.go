@@ -62,7 +62,8 @@ func (s *JobServer) GetJob(_ context.Context, req *loomv1.GetJobRequest) (*loomv
 // libs/paging) of the jobs of a project (parent "projects/{p}", optional)
 // that the request's filters select, in submission order: cluster, users,
 // states, job ids ("12", every task of array 12, or "12_3"), names,
-// partitions, and active_only (pending and running: squeue) or not (sacct).
+// partitions, and active_only (pending and running: squeue) or not (sacct);
+// order_by "submit_time desc" lists the newest first (paging.JobOrder).
 func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	var v errs.Validator
 	parent := req.GetParent()
@@ -78,6 +79,7 @@ func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*l
 	for i, st := range req.GetStates() {
 		v.Check(st != loomv1.JobState_JOB_STATE_UNSPECIFIED, fmt.Sprintf("states[%d]", i), "must name a state")
 	}
+	desc := paging.JobOrder(&v, req.GetOrderBy())
 	size, after := paging.Check(&v, req)
 	if err := v.Err(); err != nil {
 		return nil, err
@@ -85,6 +87,7 @@ func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*l
 	jobs, next := s.jobs.ListJobs(views.JobFilter{
 		Project: parent, Cluster: req.GetCluster(), Users: req.GetUsers(), Names: req.GetNames(),
 		Partitions: req.GetPartitions(), States: req.GetStates(), JobIDs: req.GetJobIds(), ActiveOnly: req.GetActiveOnly(),
+		Desc: desc,
 	}, after, size)
 	resp := &loomv1.ListJobsResponse{Jobs: jobs}
 	if next != "" {

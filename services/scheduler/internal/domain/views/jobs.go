@@ -35,7 +35,7 @@ type JobSource interface {
 	// after (from the first job when first), only the active ones (not
 	// terminal) when active, until fn returns false. fn must neither
 	// change nor keep the job.
-	ProjectJobs(project string, active bool, after ListKey, first bool, fn func(j *loomv1.Job) bool)
+	ProjectJobs(project string, active bool, after ListKey, first, desc bool, fn func(j *loomv1.Job) bool)
 	// JobViewer returns a function giving the job record named name as
 	// GetJob serves it as of now (a copy with its read-time fields: priority
 	// and factors of a pending job, runs, placement), nil when unknown. One
@@ -59,6 +59,10 @@ type JobFilter struct {
 	JobIDs []string
 	// ActiveOnly keeps pending and running jobs (squeue).
 	ActiveOnly bool
+	// Desc lists in descending list order: the newest first (order_by
+	// "submit_time desc"). The key a page goes on from is then the last
+	// (least) key of the previous page.
+	Desc bool
 }
 
 // Keep reports whether f selects j (Names match SlurmJobName).
@@ -148,7 +152,8 @@ func List(src JobSource, f JobFilter, now time.Time) []*loomv1.Job {
 const MaxScan = 10_000
 
 // ListPage returns one page of the jobs f selects, in submission order
-// (ListKey, paging.JobKey), as Job serves them: those after the key after
+// (ListKey, paging.JobKey; the newest first when f.Desc, "after" then
+// meaning before in key order), as Job serves them: those after the key after
 // ("" for the first page), at most size and within paging.MaxBytes. next
 // is the key to continue after, "" when no job follows; a page may be
 // short, even empty, with a next key, when a project's jobs were tested
@@ -167,12 +172,17 @@ func ListPage(src JobSource, f JobFilter, after string, size int, now time.Time)
 	if f.Project != "" && (parsed || after == "") {
 		first := after == ""
 		// Jobs of the ids asked for (squeue -j) have those numbers, or,
-		// tasks of an array, greater ones: the read starts at the least.
-		if least, ok := leastJobID(f.JobIDs); ok && (first || from.Less(least)) {
+		// tasks of an array, greater ones: the read starts at the least,
+		// or, newest first, ends there.
+		least, bounded := leastJobID(f.JobIDs)
+		if bounded && !f.Desc && (first || from.Less(least)) {
 			from, first = least, false
 		}
 		scanned := 0
-		src.ProjectJobs(f.Project, f.ActiveOnly, from, first, func(j *loomv1.Job) bool {
+		src.ProjectJobs(f.Project, f.ActiveOnly, from, first, f.Desc, func(j *loomv1.Job) bool {
+			if bounded && f.Desc && KeyOf(j).Less(least) {
+				return false
+			}
 			scanned++
 			if f.keep(j, prefix) {
 				if keys = append(keys, KeyOf(j)); len(keys) > size {
@@ -223,14 +233,19 @@ func leastJobID(ids []string) (ListKey, bool) {
 // after, in one walk of every job with a bounded max-heap.
 func heapPage(src JobSource, f JobFilter, prefix, after string, from ListKey, parsed bool, size int) []ListKey {
 	// A key the scheduler did not write is compared as a string, as
-	// JobKey sorts: slower, never wrong.
+	// JobKey sorts: slower, never wrong. Newest first, "after" is below.
+	less := ListKey.Less
 	isAfter := func(k ListKey) bool { return k.String() > after }
+	if f.Desc {
+		less = func(a, b ListKey) bool { return b.Less(a) }
+		isAfter = func(k ListKey) bool { return k.String() < after }
+	}
 	if parsed {
-		isAfter = from.Less
+		isAfter = func(k ListKey) bool { return less(from, k) }
 	} else if after == "" {
 		isAfter = nil
 	}
-	h := &pageHeap{}
+	h := &pageHeap{less: less}
 	src.EachJob(func(j *loomv1.Job) {
 		if !f.keep(j, prefix) {
 			return
@@ -241,12 +256,15 @@ func heapPage(src JobSource, f JobFilter, prefix, after string, from ListKey, pa
 		}
 		if len(h.keys) <= size {
 			heap.Push(h, k)
-		} else if k.Less(h.keys[0]) {
+		} else if less(k, h.keys[0]) {
 			h.keys[0] = k
 			heap.Fix(h, 0)
 		}
 	})
 	slices.SortFunc(h.keys, ListKey.Compare)
+	if f.Desc {
+		slices.Reverse(h.keys)
+	}
 	return h.keys
 }
 
@@ -294,11 +312,15 @@ func ParseListKey(key string) (ListKey, bool) {
 	return ListKey{}, false
 }
 
-// pageHeap is a max-heap of list keys: the greatest of the kept at the root.
-type pageHeap struct{ keys []ListKey }
+// pageHeap is a max-heap of list keys in the list's order (less): the
+// last of the kept at the root.
+type pageHeap struct {
+	keys []ListKey
+	less func(a, b ListKey) bool
+}
 
 func (h *pageHeap) Len() int           { return len(h.keys) }
-func (h *pageHeap) Less(i, j int) bool { return h.keys[j].Less(h.keys[i]) }
+func (h *pageHeap) Less(i, j int) bool { return h.less(h.keys[j], h.keys[i]) }
 func (h *pageHeap) Swap(i, j int)      { h.keys[i], h.keys[j] = h.keys[j], h.keys[i] }
 func (h *pageHeap) Push(x any)         { h.keys = append(h.keys, x.(ListKey)) }
 func (h *pageHeap) Pop() any {

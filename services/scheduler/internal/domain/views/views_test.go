@@ -25,14 +25,18 @@ func (f fakeJobs) EachJob(fn func(*loomv1.Job)) {
 		fn(j)
 	}
 }
-func (f fakeJobs) ProjectJobs(project string, active bool, after ListKey, first bool, fn func(*loomv1.Job) bool) {
+func (f fakeJobs) ProjectJobs(project string, active bool, after ListKey, first, desc bool, fn func(*loomv1.Job) bool) {
 	var js []*loomv1.Job
 	for _, j := range f {
-		if strings.HasPrefix(j.GetName(), project+"/jobs/") && (!active || !j.GetState().Terminal()) && (first || after.Less(KeyOf(j))) {
+		if strings.HasPrefix(j.GetName(), project+"/jobs/") && (!active || !j.GetState().Terminal()) &&
+			(first || (!desc && after.Less(KeyOf(j))) || (desc && KeyOf(j).Less(after))) {
 			js = append(js, j)
 		}
 	}
 	slices.SortFunc(js, func(a, b *loomv1.Job) int { return KeyOf(a).Compare(KeyOf(b)) })
+	if desc {
+		slices.Reverse(js)
+	}
 	for _, j := range js {
 		if !fn(j) {
 			return
