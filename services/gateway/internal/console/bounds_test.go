@@ -189,7 +189,8 @@ func pageOf(r *http.Request, field string, rows []any) map[string]any {
 
 // TestJobsPageShowsTheQueueOfABigProject: in a project of 10,000 jobs,
 // the newest of them pending or running, the Jobs page shows the queue and
-// says that its lists are cut. Before, it read the first 1,000 jobs in
+// says that its lists are cut; its Finished table shows the newest
+// finished jobs (order_by "submit_time desc"), where it showed the oldest. Before, it read the first 1,000 jobs in
 // submission order (all finished), showed "No pending or running jobs"
 // and counted 1,000 jobs as if they were all.
 func TestJobsPageShowsTheQueueOfABigProject(t *testing.T) {
@@ -216,12 +217,20 @@ func TestJobsPageShowsTheQueueOfABigProject(t *testing.T) {
 			if r.URL.Query().Get("active_only") == "true" {
 				return pageOf(r, "jobs", active)
 			}
+			if r.URL.Query().Get("order_by") == "submit_time desc" {
+				return pageOf(r, "jobs", backward(all))
+			}
 			return pageOf(r, "jobs", all)
 		},
 	}))
 	txt := c.open("jobs", "jobs")
-	wants(t, "the jobs page", txt, "10 active jobs (5 pending), 1000 or more finished",
-		"Showing the first 1000 finished jobs", "there are more", "loom jobs list")
+	wants(t, "the jobs page", txt, "10 active jobs (5 pending), 990 or more finished",
+		"Showing the first 990 finished jobs", "the newest", "there are more", "loom jobs list")
+	// The Finished table shows the newest finished jobs (9990 down), not
+	// the oldest (1 up).
+	if n := c.eval(`document.querySelector('#page a[href="#/jobs/9990"]') && !document.querySelector('#page a[href="#/jobs/1"]') ? 1 : 0`); n != 1 {
+		t.Error("the Finished table does not show the newest finished job (9990), or shows the oldest (1)")
+	}
 	if n := c.eval(`document.querySelectorAll('#page section:first-of-type tbody tr').length`); n != live {
 		t.Errorf("the queue shows %d jobs, want the %d pending and running", n, live)
 	}

@@ -22,9 +22,11 @@ export async function jobsPage(ctx) {
     // in submission order, so in a project of many finished jobs the
     // first pages of all jobs would hold none of the queue.
     const base = '/v1/' + api.p() + '/jobs?page_size=' + JOBS_PAGE;
+    // Finished jobs are read newest first (order_by): past 1,000 the
+    // table shows the latest, not the oldest.
     const [active, jobs] = await Promise.all([
       api.list(base + '&active_only=true', 'jobs', ctx.signal, JOBS_PAGES),
-      api.list(base, 'jobs', ctx.signal, JOBS_PAGES),
+      api.list(base + '&order_by=' + encodeURIComponent('submit_time desc'), 'jobs', ctx.signal, JOBS_PAGES),
     ]);
     if (ctx.signal.aborted) return;
     const pending = active.filter(j => j.state === 'PENDING');
@@ -35,7 +37,7 @@ export async function jobsPage(ctx) {
       h('p', {class: 'muted'}, count(active) + ' active jobs (' + count(active, pending.length) + ' pending), ' + count(done) + ' finished. Live: updated as they change.'),
       section('Queue', cut(active, 'active jobs', 'in submission order', ['`loom jobs list --state active` lists them all.']),
         queueTable(active, 'No pending or running jobs.')),
-      section('Finished', cut(done, 'finished jobs', 'those among the first ' + jobs.length + ' submitted: the oldest',
+      section('Finished', cut(done, 'finished jobs', 'those among the ' + jobs.length + ' submitted last: the newest',
         ['`loom jobs list` lists them all; ', h('code', null, '#/jobs/ID'), ' opens any one.']),
         queueTable(done, 'No finished jobs.')));
     ctx.main.dataset.ready = 'jobs';
