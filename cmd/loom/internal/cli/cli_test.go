@@ -387,6 +387,16 @@ func TestJobsListFilters(t *testing.T) {
 	if out, errOut, code := run(t, gw, "jobs", "get", "41"); code != 0 || !strings.Contains(out, "Job ID:         41 (array task 40_1)\n") {
 		t.Errorf("jobs get of an array task: exit %d\n%s%s", code, out, errOut)
 	}
+	// --order-by asks the gateway for its order: the newest first, with
+	// --limit keeping the newest.
+	out, errOut, code := run(t, gw, "jobs", "list", "--order-by", "submit_time desc", "--limit", "1")
+	if req, _ := fakegw.LastRequest[*loomv1.ListJobsRequest](f); code != 0 || req.GetOrderBy() != "submit_time desc" ||
+		!regexp.MustCompile(`(?m)^40_1 +sweep`).MatchString(out) || strings.Count(out, "\n") != 2 {
+		t.Errorf("--order-by 'submit_time desc' --limit 1: exit %d, request %v\n%s%s", code, req, out, errOut)
+	}
+	if _, errOut, code := run(t, gw, "jobs", "list", "--order-by", "name"); code != 1 || !strings.Contains(errOut, "order_by") {
+		t.Errorf("--order-by name: exit %d, %q; want the field named", code, errOut)
+	}
 	// A cluster that does not exist is said to be missing, not shown as an
 	// empty list.
 	if out, errOut, code := run(t, gw, "jobs", "list", "--cluster", "nope"); code != 1 || out != "" ||

@@ -359,16 +359,16 @@ func (a *app) jobsGetCommand() *cobra.Command {
 }
 
 func (a *app) jobsListCommand() *cobra.Command {
-	var cluster string
+	var cluster, orderBy string
 	var limit int
 	var states, users, partitions []string
 	cmd := &cobra.Command{
-		Use:     "list [--cluster C] [--state S,...] [--user U,...] [--partition P,...] [--limit N]",
+		Use:     "list [--cluster C] [--state S,...] [--user U,...] [--partition P,...] [--order-by \"submit_time desc\"] [--limit N]",
 		Aliases: []string{"ls"},
 		Short:   "List the project's jobs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &loomv1.ListJobsRequest{Parent: a.parent(), Users: users, Partitions: partitions}
+			req := &loomv1.ListJobsRequest{Parent: a.parent(), Users: users, Partitions: partitions, OrderBy: orderBy}
 			if err := jobStateFilter(req, states); err != nil {
 				return err
 			}
@@ -406,7 +406,8 @@ func (a *app) jobsListCommand() *cobra.Command {
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated, any case: pending, running, completed, failed, cancelled, timeout, node_fail, ...; active: pending or running)")
 	cmd.Flags().StringSliceVar(&users, "user", nil, "only these users' jobs (comma-separated)")
 	cmd.Flags().StringSliceVar(&partitions, "partition", nil, "only jobs of these partitions (comma-separated)")
-	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many jobs, the oldest first (0: all)")
+	cmd.Flags().StringVar(&orderBy, "order-by", "", `the order: "submit_time" (the default: the oldest first) or "submit_time desc" (the newest first)`)
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many jobs, the first in --order-by's order (0: all)")
 	return cmd
 }
 

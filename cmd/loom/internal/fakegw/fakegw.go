@@ -656,6 +656,14 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 		// As the gateway: a cluster that does not exist, not an empty queue.
 		return nil, clusterNotFound(c)
 	}
+	var v errs.Validator
+	if paging.JobOrder(&v, r.GetOrderBy()) {
+		// As the gateway: "submit_time desc" lists the newest first.
+		slices.Reverse(out)
+	}
+	if err := v.Err(); err != nil {
+		return nil, errs.ToStatus(err)
+	}
 	page, next, err := paging.Ordered(r, out)
 	return &loomv1.ListJobsResponse{Jobs: page, NextPageToken: next}, errs.ToStatus(err)
 }
