@@ -96,6 +96,10 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 		return only(failed(op, name, errs.AlreadyExists, msg))
 	}
 
+	if msg := s.agentNameTaken(name, cl); msg != "" {
+		return only(failed(op, name, errs.AlreadyExists, msg))
+	}
+
 	ts := timestamppb.New(now)
 	cl.Status = &loomv1.ClusterStatus{State: loomv1.Cluster_CREATING}
 	cl.CreateTime = ts
@@ -171,6 +175,10 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 		}
 	}
 
+	if msg := s.agentNameTaken(name, next); msg != "" {
+		return only(failed(op, name, errs.AlreadyExists, msg))
+	}
+
 	rec := c.clone()
 	next.Name, next.Status, next.CreateTime = name, rec.Cluster.Status, c.Cluster.GetCreateTime()
 	rec.Cluster = next
@@ -212,6 +220,83 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 	}
 	e.resizeLogin(rec, int(next.GetOrchestrator().GetSlurm().GetLoginNodes().GetCount()))
 	return e.change()
+}
+
+// agentKeys returns what a cluster's agents' names are made of, per
+// hostname prefix its compute nodes have or may get: "<cluster id>-<prefix>"
+// (an agent is service.AgentName: "agent-<cluster id>-<prefix>-<NNNN>"; a
+// pool id or node set id cannot end in "-" and digits, so the key and the
+// number are the name's only split). The prefixes are its pools' in spec
+// c (clusterspec.HostPrefix) and every one it has numbered hosts under
+// (NextIndex: pools removed, whose nodes may still drain, included; the
+// login nodes' counter, <cluster id>-login, is not a prefix of agents).
+func agentKeys(id string, c *loomv1.Cluster, used map[string]int32) map[string]bool {
+	out := map[string]bool{}
+	for _, np := range c.GetCompute().GetNodePools() {
+		out[id+"-"+clusterspec.HostPrefix(c, np.GetId())] = true
+	}
+	for prefix := range used {
+		if prefix != id+"-login" {
+			out[id+"-"+prefix] = true
+		}
+	}
+	return out
+}
+
+// agentNameTaken checks that no pool of next (the spec a create or an
+// update of cluster name would give it) makes agent names another
+// cluster's nodes have or may get: cluster "a" with pool "b-c" and
+// cluster "a-b" with pool "c" both have agent-a-b-c-0001, which would
+// share one Redis prefix and ACL user, one consumer group and one file_sd
+// file, across projects too. It returns the refusal, naming the field
+// (the pool's id, or the node set's where the node set's id differs) and
+// not the other cluster unless it is in the same project (cluster ids are
+// unique across projects, so this one namespace is too), or "". Prefixes
+// the cluster already has are not checked again: a clash that an earlier
+// version let in does not block the cluster's other updates.
+func (s *State) agentNameTaken(name string, next *loomv1.Cluster) string {
+	id := ClusterID(name)
+	own := map[string]bool{}
+	if c := s.Clusters[name]; c != nil {
+		own = agentKeys(id, c.Cluster, c.NextIndex)
+	}
+	if !slices.ContainsFunc(next.GetCompute().GetNodePools(), func(np *loomv1.NodePool) bool {
+		return !own[id+"-"+clusterspec.HostPrefix(next, np.GetId())]
+	}) {
+		return "" // no new prefix (most updates)
+	}
+	taken := map[string]string{} // key → the cluster whose it is
+	for _, c := range s.Clusters {
+		if c.Name() == name {
+			continue
+		}
+		for k := range agentKeys(ClusterID(c.Name()), c.Cluster, c.NextIndex) {
+			taken[k] = c.Name()
+		}
+	}
+	for i, np := range next.GetCompute().GetNodePools() {
+		prefix := clusterspec.HostPrefix(next, np.GetId())
+		k := id + "-" + prefix
+		other, clash := taken[k]
+		if !clash || own[k] {
+			continue
+		}
+		field := fmt.Sprintf("compute.node_pools[%d].id", i)
+		for j, ns := range next.GetOrchestrator().GetSlurm().GetNodeSets() {
+			if ns.GetNodePoolId() == np.GetId() && ns.GetId() != np.GetId() {
+				field = fmt.Sprintf("orchestrator.slurm.node_sets[%d].id", j)
+			}
+		}
+		whose := "another cluster's"
+		if o, ok := clusterOf(other); ok {
+			if me, _ := clusterOf(name); me.Project == o.Project {
+				whose = "cluster " + o.ID + "'s"
+			}
+		}
+		return fmt.Sprintf("%s: hostname prefix %q would name the agents of cluster %s's nodes agent-%s-NNNN, as %s are named "+
+			"(an agent is agent-<cluster id>-<hostname>, one namespace across projects): choose another id for it, or for the cluster", field, prefix, id, k, whose)
+	}
+	return ""
 }
 
 // hostNumber is the number at the end of a hostname (0 when none).
