@@ -479,6 +479,65 @@ func TestAuthLoginServiceAndMembers(t *testing.T) {
 	}
 }
 
+// TestAuthProjectAdminCannotAdoptKeyHolders: a project admin manages the
+// keys of users whose every membership is in her projects, so giving a
+// user with no membership their first one would bring the keys they hold
+// (made by a cluster admin or by them, outside any project of hers) under
+// her: list them and revoke them. She may not give a first membership to a
+// user who holds a usable key (PermissionDenied, saying who may); she may
+// to one who holds none (a new user: the documented way to add a member),
+// and a cluster administrator may to anyone.
+func TestAuthProjectAdminCannotAdoptKeyHolders(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	admin := authClient(h, t, h.adminKey)
+	alice := authClient(h, t, newKey(t, ctx, h, "alice", 0).GetSecret())
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "alice", Role: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	// dana has a key and no membership.
+	danaKey := newKey(t, ctx, h, "dana", 0)
+	_, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "dana", Role: "viewer"})
+	if err == nil {
+		if l, lerr := alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/dana"}); lerr == nil {
+			t.Fatalf("a project admin made key-holder dana a member and now lists her keys: %v", l.GetKeys())
+		}
+	}
+	wantAuthCode(t, "first membership of a key holder by a project admin", err, codes.PermissionDenied,
+		"users/dana has no membership and holds API keys: only a cluster administrator gives such a user a first membership")
+	if n, err := h.redis.HLen(ctx, "gateway:"+adapters.KeyUserRolesPrefix+"dana").Result(); err != nil || n != 0 {
+		t.Fatalf("dana's roles after the refusal: %d %v", n, err)
+	}
+	_, err = alice.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: danaKey.GetName()})
+	wantAuthCode(t, "revoke a non-member's key", err, codes.NotFound, "users/dana")
+
+	// erin has no key: a new user, whom a project admin adds.
+	if _, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "erin", Role: "user"}); err != nil {
+		t.Fatalf("project admin adds a new user: %v", err)
+	}
+	// frank's only key is revoked: nothing to adopt.
+	frankKey := newKey(t, ctx, h, "frank", 0)
+	if _, err := admin.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: frankKey.GetName()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "frank", Role: "user"}); err != nil {
+		t.Fatalf("project admin adds a user whose keys are all revoked: %v", err)
+	}
+	// A cluster administrator gives dana her first membership; from then on
+	// she is a member of alice's project only, whose keys alice manages, and
+	// alice may change her role.
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "dana", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "dana", Role: "user"}); err != nil {
+		t.Fatalf("project admin changes a member's role: %v", err)
+	}
+	if l, err := alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/dana"}); err != nil || len(l.GetKeys()) != 1 {
+		t.Fatalf("project admin lists a member's keys: %v %v", l, err)
+	}
+}
+
 func readKeyFile(t *testing.T, path string) string {
 	t.Helper()
 	raw, err := readFile0600(path)

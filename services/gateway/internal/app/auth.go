@@ -746,6 +746,37 @@ func mayAdminister(p *auth.Principal, parent string) error {
 	return fmt.Errorf("%s: %w", parent, errs.NotFound)
 }
 
+// mayGiveFirstMembership refuses a project admin's SetMember that would
+// give user, who has no membership anywhere, a first one while they hold a
+// usable API key: a project admin manages the keys of users whose every
+// membership is in their projects (mayManageKeys), so that membership would
+// bring keys made outside any of their projects (by a cluster administrator,
+// or by the user) under them, to list and revoke. A user with no usable key
+// is a new user, whom a project admin adds as before (keys made for them
+// afterwards are made for a member of the project); a user who already has
+// a membership, a role change or a removal, is no first membership; a
+// cluster administrator may give any.
+func (a *Auth) mayGiveFirstMembership(ctx context.Context, p *auth.Principal, parent, user, role string) error {
+	if p.ClusterAdmin || role == "" {
+		return nil
+	}
+	roles, admin, err := a.o.Store.Roles(ctx, user)
+	if err != nil || len(roles) > 0 || admin {
+		return err
+	}
+	keys, err := a.o.Store.APIKeys(ctx, auth.UserName(user))
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	if !slices.ContainsFunc(keys, func(k *adapters.KeyRecord) bool { return k.Usable(now) }) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has no membership and holds API keys: only a cluster administrator gives such a user a first membership "+
+		"(a project admin manages the keys of users who are only in their projects, and these were made outside them); "+
+		"ask one to run `loom auth members set %s %s --project %s`", errs.PermissionDenied, auth.UserName(user), user, role, strings.TrimPrefix(parent, "projects/"))
+}
+
 // SetMember gives a user a role in a project, or cluster-admin under global.
 func (a *Auth) SetMember(ctx context.Context, req *loomv1.SetMemberRequest) (*loomv1.Member, error) {
 	p, err := caller(ctx)
@@ -770,6 +801,9 @@ func (a *Auth) SetMember(ctx context.Context, req *loomv1.SetMemberRequest) (*lo
 		return nil, err
 	}
 	if err := mayAdminister(p, parent); err != nil {
+		return nil, err
+	}
+	if err := a.mayGiveFirstMembership(ctx, p, parent, req.GetUser(), role); err != nil {
 		return nil, err
 	}
 	if err := a.o.Store.SetMemberAtMost(ctx, parent, req.GetUser(), role, MaxMembers); err != nil {
