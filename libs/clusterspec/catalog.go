@@ -36,6 +36,18 @@ type MachineType struct {
 	BootDiskTypes []string `json:"boot_disk_types"`
 }
 
+// MemoryReserve is the share of a machine's memory left to the OS and the
+// agent: slurmd drains a node that has less memory than its RealMemory says.
+const MemoryReserve = 0.05
+
+// SchedulableMemoryMiB is the memory jobs may ask for on one machine of the
+// type (--mem): its memory less MemoryReserve. It is slurm.conf's RealMemory
+// and what the scheduler counts, one figure, so that a job Loom places is one
+// that a Slurm reading Loom's slurm.conf would place too.
+func (m MachineType) SchedulableMemoryMiB() int64 {
+	return int64(float64(m.MemoryGiB) * 1024 * (1 - MemoryReserve))
+}
+
 // HasGPUs reports whether the machine type has accelerators.
 func (m MachineType) HasGPUs() bool { return m.AcceleratorCount > 0 }
 

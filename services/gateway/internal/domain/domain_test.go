@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"strings"
 	"testing"
 	"time"
@@ -112,9 +113,11 @@ func TestValidateSubmitJob(t *testing.T) {
 	if err := ValidateSubmitJob(goodJob(), existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("valid request rejected: %v", err)
 	}
-	// All of the largest node's memory (an a3-highgpu-8g's 1872 GiB) fits.
+	// All of the largest node's schedulable memory (an a3-highgpu-8g's
+	// 1872 GiB less the OS's share: slurm.conf's RealMemory) fits.
+	a3h, _ := clusterspec.Machine("a3-highgpu-8g")
 	whole := goodJob()
-	whole.Job.MemMb = 1872 * 1024
+	whole.Job.MemMb = a3h.SchedulableMemoryMiB()
 	if err := ValidateSubmitJob(whole, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("--mem of a whole node rejected: %v", err)
 	}
@@ -144,7 +147,8 @@ func TestValidateSubmitJob(t *testing.T) {
 		{"negative gpus", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = -2 }, existing(), []string{"job.gpus_per_node"}},
 		{"more gpus than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = 9 }, existing(), []string{"job.gpus_per_node"}},
 		{"bad model id", func(r *loomv1.SubmitJobRequest) { r.Job.ModelOutput.ModelId = "" }, existing(), []string{"job.model_output.model_id"}},
-		{"more memory than a node", func(r *loomv1.SubmitJobRequest) { r.Job.MemMb = 1872*1024 + 1 }, existing(), []string{"job.mem_mb"}},
+		{"more memory than a node", func(r *loomv1.SubmitJobRequest) { r.Job.MemMb = a3h.SchedulableMemoryMiB() + 1 }, existing(), []string{"job.mem_mb"}},
+		{"a whole machine's memory, the OS's share too", func(r *loomv1.SubmitJobRequest) { r.Job.MemMb = 1872 * 1024 }, existing(), []string{"job.mem_mb"}},
 		{"more CPUs than a node", func(r *loomv1.SubmitJobRequest) { r.Job.CpusPerTask = 209 }, existing(), []string{"job.cpus_per_task"}},
 		{"more tasks than a node's CPUs", func(r *loomv1.SubmitJobRequest) { r.Job.NtasksPerNode = 105; r.Job.CpusPerTask = 2 }, existing(), []string{"job.cpus_per_task"}},
 		{"more tasks on a node than CPUs", func(r *loomv1.SubmitJobRequest) { r.Job.Ntasks = 2 * 209 }, existing(), []string{"job.ntasks"}},

@@ -411,7 +411,7 @@ func orNone(names []string) string {
 
 // machineVCPUs and machineMemoryMB are what largestNode measures.
 func machineVCPUs(m clusterspec.MachineType) int64    { return int64(m.VCPUs) }
-func machineMemoryMB(m clusterspec.MachineType) int64 { return int64(m.MemoryGiB) * 1024 }
+func machineMemoryMB(m clusterspec.MachineType) int64 { return m.SchedulableMemoryMiB() }
 
 // largestNode is the most of what size measures (memory, CPUs) a node of
 // pools has, from the machine catalog; known is false when a pool's

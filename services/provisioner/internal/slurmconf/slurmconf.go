@@ -36,10 +36,6 @@ const (
 	TopSwitch = "spine"
 )
 
-// memoryReserve is the share of a machine's memory left to the OS and the
-// agent: slurmd drains a node that has less memory than RealMemory says.
-const memoryReserve = 0.05
-
 // RenderOptions adapts the files to where Slurm runs. The zero value gives a
 // conventional installation (daemons as user slurm, state under
 // /var/spool/slurm, GPUs at /dev/nvidia*).
@@ -319,7 +315,7 @@ func describe(n *loomv1.Node, pools map[string]*loomv1.NodePool, setsByPool map[
 		return node{}, fmt.Errorf("slurmconf: node %s: unknown machine type %q", nd.host, machine)
 	}
 	nd.hw.cpus = int(m.VCPUs)
-	nd.hw.memMiB = int(float64(m.MemoryGiB) * 1024 * (1 - memoryReserve))
+	nd.hw.memMiB = int(m.SchedulableMemoryMiB())
 	nd.hw.gpus = int(n.GetGpus())
 	if nd.hw.gpus == 0 {
 		nd.hw.gpus = int(m.AcceleratorCount)

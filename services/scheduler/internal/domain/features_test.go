@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"reflect"
 	"slices"
 	"strconv"
@@ -400,6 +401,24 @@ func TestResourceOptions(t *testing.T) {
 	// --mem above the node's memory.
 	h.submitJob(job(7, 1, 0, func(j *loomv1.Job) { j.MemMb = 4 << 20; j.Partition = "cpu" }))
 	h.wantState(7, loomv1.JobState_PENDING, ReasonBadConstraints)
+	// A node's memory is what slurm.conf's RealMemory says: the machine's
+	// less the share kept for the OS (clusterspec.MemoryReserve), so the
+	// whole machine's memory is more than any job may ask for, and the
+	// rest fits.
+	n2, _ := clusterspec.Machine("n2-standard-8")
+	h.submitJob(job(8, 1, 0, func(j *loomv1.Job) { j.MemMb = int64(n2.MemoryGiB) * 1024; j.Partition = "cpu" }))
+	h.wantState(8, loomv1.JobState_PENDING, ReasonBadConstraints)
+	h.submitJob(job(9, 1, 0, func(j *loomv1.Job) { j.MemMb = n2.SchedulableMemoryMiB(); j.Partition = "cpu" }))
+	h.wantState(9, loomv1.JobState_RUNNING, "")
+	var mem int64 = -1
+	for _, n := range views.SlurmNodes(h.s, cl) {
+		if n.GetHostname() == "cpu-0001" {
+			mem = n.GetMemoryMb()
+		}
+	}
+	if mem != n2.SchedulableMemoryMiB() {
+		t.Fatalf("sinfo's memory of cpu-0001 %d, want slurm.conf's RealMemory %d", mem, n2.SchedulableMemoryMiB())
+	}
 
 	// --exclusive waits for an idle node and then keeps everything else off it.
 	x := newSpecHarness(t, Config{})

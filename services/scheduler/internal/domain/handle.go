@@ -408,10 +408,11 @@ func (t *txn) clusterDeleted(ev *eventsv1.ClusterDeleted) error {
 }
 
 // machineShape returns what the catalog says of a node: its GPUs' GRES
-// type, CPUs and memory (zeros when the machine type is unknown).
+// type, CPUs and the memory jobs may ask for (SchedulableMemoryMiB; zeros
+// when the machine type is unknown).
 func machineShape(machineType, acceleratorType string) (gres string, cpus int32, memMB int64) {
 	if m, ok := clusterspec.Machine(machineType); ok {
-		return m.GresType, m.VCPUs, int64(m.MemoryGiB) * 1024
+		return m.GresType, m.VCPUs, m.SchedulableMemoryMiB()
 	}
 	if acceleratorType != "" {
 		for _, m := range clusterspec.Machines() {
