@@ -6,8 +6,9 @@
 // before each start of the agent and again at every reconciler pass
 // (ACL SETUSER with reset is idempotent: a restarted Redis or provisioner
 // gets it back), and deletes it when the node is removed. A reimage wipes
-// the work dir, password file included: the next start makes a new
-// password, and the old one stops working.
+// the work dir, password file included: the next start deletes the user,
+// closing its connections, and makes it again with a new password, so
+// neither the old password nor a connection made with it works any more.
 package agentredis
 
 import (
@@ -85,9 +86,23 @@ func UserName(n provider.Node) string { return service.AgentName(n.ClusterID, n.
 func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error) {
 	user = UserName(n)
 	path := filepath.Join(n.WorkDir, PasswordFile)
-	pw, err := loadOrCreate(n.WorkDir, path)
+	pw, err := load(path)
 	if err != nil {
 		return "", "", fmt.Errorf("redis user %s: %w", user, err)
+	}
+	if pw == "" {
+		// A new password (a first start, or a reimage wiped the file):
+		// delete the user first, which closes the connections it has. ACL
+		// SETUSER alone changes the password but leaves them logged in, so
+		// a process of the node from before the reimage would keep the
+		// prefix. Before the file is written, so that a failure here is
+		// tried again.
+		if err := u.rdb.Do(ctx, "ACL", "DELUSER", user).Err(); err != nil {
+			return "", "", fmt.Errorf("redis user %s: ACL DELUSER: %w", user, err)
+		}
+		if pw, err = create(n.WorkDir, path); err != nil {
+			return "", "", fmt.Errorf("redis user %s: %w", user, err)
+		}
 	}
 	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + pw}
 	for _, r := range store.ACLRules(user + ":") {
@@ -108,16 +123,18 @@ func (u *Users) Delete(ctx context.Context, n provider.Node) error {
 	return nil
 }
 
-// loadOrCreate returns the password in path, writing a new random one
-// (0600, atomically) when there is none.
-func loadOrCreate(dir, path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		if pw := strings.TrimSpace(string(b)); pw != "" {
-			return pw, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
+// load returns the password in path, "" when there is none.
+func load(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
 	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// create writes a new random password to path (0600, atomically) and
+// returns it.
+func create(dir, path string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
