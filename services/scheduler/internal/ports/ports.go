@@ -81,6 +81,14 @@ func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*l
 	}
 	desc := paging.JobOrder(&v, req.GetOrderBy())
 	size, after := paging.Check(&v, req)
+	if _, ok := views.ParseListKey(after); after != "" && !ok {
+		// Every token a list returns goes on from a job's list key
+		// (paging.JobKey). A key that is none (a token made by hand:
+		// the token's hash is no signature) would send a project's list
+		// down the walk of every job of every project (views.ListPage),
+		// under the state's read lock, at each page.
+		v.Add("page_token", "does not go on from a job (want the next_page_token of this list)")
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
