@@ -444,7 +444,9 @@ func TestPartitionTimeLimit(t *testing.T) {
 // scontrol show the list (once per name), squeue -p batch lists it, and
 // scontrol update Partition= takes a list; a --time past short's MaxTime
 // (20 s) runs in batch, which squeue, scontrol and sacct then show alone,
-// as slurmctld shows a started job's partition (job_ptr->part_ptr).
+// as slurmctld shows a started job's partition (job_ptr->part_ptr), and
+// SLURM_JOB_PARTITION; scontrol requeuehold puts it back in the list, the
+// partition it ran in first.
 func TestMultiPartition(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
@@ -467,6 +469,21 @@ func TestMultiPartition(t *testing.T) {
 	wantEqual(t, "job "+id+" output", s.read("multi-"+id+".out"), "multi ran\n")
 	wantEqual(t, "sacct Partition", r["Partition"], "batch")
 	wantEqual(t, "scontrol Partition", s.showJob(id)["Partition"], "batch")
+
+	// Running, SLURM_JOB_PARTITION is the partition used; requeued, the job
+	// is pending in the list again, that partition first (slurmctld's
+	// rebuild_job_part_list: short,batch run in batch is batch,short).
+	rq := s.sbatch("-p", "short,batch", "--time=1:00", "--requeue", "-o", "/dev/null",
+		"--wrap", "echo $SLURM_JOB_PARTITION > multi-part-$SLURM_JOB_ID; sleep 50")
+	s.waitFile("multi-part-"+rq, 60*time.Second)
+	wantEqual(t, "SLURM_JOB_PARTITION", s.read("multi-part-"+rq), "batch\n")
+	s.ok("scontrol", "requeuehold", rq)
+	s.waitState(rq, 60*time.Second, "PENDING")
+	wantEqual(t, "requeued Partition", s.showJob(rq)["Partition"], "batch,short")
+	if q := s.queue("-j", rq); len(q) != 1 || q[0]["PARTITION"] != "batch,short" {
+		t.Errorf("squeue -j %s = %v; want PD in batch,short", rq, q)
+	}
+	s.ok("scancel", rq)
 }
 
 // TestHoldRelease: hold.sh (--hold) waits on JobHeldUser until scontrol

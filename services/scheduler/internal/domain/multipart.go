@@ -152,3 +152,17 @@ func allGone(gone map[string]bool, list string) bool {
 	}
 	return true
 }
+
+// usedFirst returns list with used, the partition a job started in, moved
+// to the front ("a,b" started in b is "b,a"): slurmctld's
+// rebuild_job_part_list, so a requeued job shows (and, among partitions of
+// equal tier, tries first) the one it ran in.
+func usedFirst(list, used string) string {
+	out := used
+	for name := range strings.SplitSeq(list, ",") {
+		if name != used {
+			out += "," + name
+		}
+	}
+	return out
+}

@@ -105,8 +105,9 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_CONFIGURING, "", 0
 	if slurmspec.IsPartitionList(spec.GetPartition()) {
 		// Started in one of the partitions it named: it shows that one
-		// alone, as slurmctld does; a requeue gives it back the list.
-		j.Partitions = spec.GetPartition()
+		// alone, as slurmctld does; a requeue gives it back the list,
+		// the one it ran in first (rebuild_job_part_list).
+		j.Partitions = usedFirst(spec.GetPartition(), part.Name)
 	}
 	spec.Partition = part.Name
 	if spec.GetQos() == "" {
