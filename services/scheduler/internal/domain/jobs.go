@@ -297,8 +297,9 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 				cluster, partition = r.Cluster, r.Partition
 			}
 			if c := t.cluster(cluster); c != nil {
-				p, _ := c.Partition(partition)
-				cur = p.MaxSeconds
+				// A pending job of -p a,b may run in any of them: the
+				// largest MaxTime of its list (the gateway's cap too).
+				cur = mostSeconds(c, partition)
 			}
 		}
 		if cur > 0 && lim > cur {

@@ -166,3 +166,21 @@ func usedFirst(list, used string) string {
 	}
 	return out
 }
+
+// mostSeconds is the largest MaxTime, in seconds, of the partitions of list
+// (one name or several) that c has: the longest a job of the list may run
+// in one of them. 0: one of them is unlimited, or c has none of them.
+func mostSeconds(c *Cluster, list string) int64 {
+	most := int64(0)
+	for name := range strings.SplitSeq(list, ",") {
+		p, i := c.Partition(name)
+		if i < 0 {
+			continue
+		}
+		if p.MaxSeconds == 0 {
+			return 0
+		}
+		most = max(most, p.MaxSeconds)
+	}
+	return most
+}

@@ -130,3 +130,30 @@ func hasJob(l []*loomv1.Job, name string) bool {
 	}
 	return false
 }
+
+// TestMultiPartitionTimeLimitRaise: a user's raise of the limit of a
+// pending -p a,b job without --time is capped by the largest MaxTime of its
+// partitions (as the gateway caps it), not let through because the list is
+// no one partition's name; with an unlimited partition in the list, nothing
+// caps it.
+func TestMultiPartitionTimeLimitRaise(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{},
+		&loomv1.SlurmPartition{Id: "short", NodeSetIds: []string{"cpu"}, MaxTime: "1:00:00"},
+		&loomv1.SlurmPartition{Id: "mid", NodeSetIds: []string{"cpu"}, MaxTime: "2:00:00"})
+	held := func(j *loomv1.Job) { j.Hold = true }
+	h.submitJob(job(1, 1, 0, parts("short,mid"), held))
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 3 * 3600})
+	if got := h.job(1).GetTimeLimitSeconds(); got != 0 {
+		t.Fatalf("a user's update set %d s on a job of short,mid (MaxTime 2 h at most); want it dropped", got)
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 5400})
+	if got := h.job(1).GetTimeLimitSeconds(); got != 5400 {
+		t.Fatalf("a user's 1.5 h on a job of short,mid: %d s; want 5400", got)
+	}
+	h.submitJob(job(2, 1, 0, parts("short,cpu"), held))
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 3 * 3600})
+	if got := h.job(2).GetTimeLimitSeconds(); got != 3*3600 {
+		t.Fatalf("a user's 3 h on a job of short,cpu (cpu unlimited): %d s; want 10800", got)
+	}
+}
