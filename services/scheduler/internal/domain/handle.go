@@ -302,6 +302,9 @@ func (t *txn) clusterChanged(ev *eventsv1.ClusterChanged) error {
 		// The jobs of the partitions the update removed can never run
 		// (partgone.go).
 		t.failPartitionless(map[string]func(*Job) bool{in.GetName(): func(j *Job) bool { return allGone(gone, j.Job.GetPartition()) }})
+		// Those of -p a,b that keep a partition wait (or run) without the
+		// others.
+		t.dropGonePartitions(in.GetName(), gone)
 	}
 	t.dirty[in.GetName()] = true
 	return nil

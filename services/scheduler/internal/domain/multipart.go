@@ -167,6 +167,29 @@ func usedFirst(list, used string) string {
 	return out
 }
 
+// withoutGone returns list less the partitions in gone, in order ("" when
+// none remains): slurmctld drops a removed partition from the list of a
+// job that names several.
+func withoutGone(list string, gone map[string]bool) string {
+	var keep []string
+	for name := range strings.SplitSeq(list, ",") {
+		if !gone[name] {
+			keep = append(keep, name)
+		}
+	}
+	return strings.Join(keep, ",")
+}
+
+// anyGone reports whether a partition of list is in gone.
+func anyGone(gone map[string]bool, list string) bool {
+	for name := range strings.SplitSeq(list, ",") {
+		if gone[name] {
+			return true
+		}
+	}
+	return false
+}
+
 // mostSeconds is the largest MaxTime, in seconds, of the partitions of list
 // (one name or several) that c has: the longest a job of the list may run
 // in one of them. 0: one of them is unlimited, or c has none of them.

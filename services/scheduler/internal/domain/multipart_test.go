@@ -157,3 +157,54 @@ func TestMultiPartitionTimeLimitRaise(t *testing.T) {
 		t.Fatalf("a user's 3 h on a job of short,cpu (cpu unlimited): %d s; want 10800", got)
 	}
 }
+
+// TestMultiPartitionRemovedPartition: a cluster update that removes some of
+// the partitions a job names takes them out of its list, as slurmctld does
+// (b,c less c is b): a pending job shows the rest (and says so in a
+// JobChanged), a running job's list (its requeue) loses them; a job left
+// with none ends as a single-partition job does.
+func TestMultiPartitionRemovedPartition(t *testing.T) {
+	t.Parallel()
+	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	pa := &loomv1.SlurmPartition{Id: "pa", NodeSetIds: []string{"a"}, Default: true}
+	pab := &loomv1.SlurmPartition{Id: "pab", NodeSetIds: []string{"a", "b"}}
+	pb := &loomv1.SlurmPartition{Id: "pb", NodeSetIds: []string{"b"}}
+	pc := &loomv1.SlurmPartition{Id: "pc", NodeSetIds: []string{"b"}}
+	h.do(twoPoolCluster(pa, pab, pb, pc))
+	h.poolNode("a-0001", "a")
+	held := func(j *loomv1.Job) { j.Hold = true }
+	h.submitJob(job(1, 1, 0, inPart("pa,pc", 8)))
+	h.submitJob(job(2, 1, 0, inPart("pb,pa", 1), held))
+	h.submitJob(job(3, 1, 0, inPart("pb,pc", 1), held))
+	h.submitJob(job(4, 1, 0, inPart("pc,pab,pb", 1), held))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if r := h.s.JobRecord(jobName(1)); r.Partitions != "pa,pc" {
+		t.Fatalf("job 1 keeps %q; want pa,pc", r.Partitions)
+	}
+
+	c := h.do(twoPoolCluster(pa, pab))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if r := h.s.JobRecord(jobName(1)); r.Partitions != "" || r.Job.GetPartition() != "pa" {
+		t.Fatalf("running job 1: partition %q, list %q; want pa and no list", r.Job.GetPartition(), r.Partitions)
+	}
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonHeldUser)
+	if p := h.job(2).GetPartition(); p != "pa" {
+		t.Fatalf("pending job 2 of pb,pa in %q after pb went; want pa", p)
+	}
+	h.wantPartitionGone(3, "pb,pc")
+	if p := h.job(4).GetPartition(); p != "pab" {
+		t.Fatalf("pending job 4 of pc,pab,pb in %q; want pab", p)
+	}
+	shown := map[string]string{}
+	for _, jc := range jobChanges(c) {
+		shown[jc.GetJob().GetName()] = jc.GetJob().GetPartition()
+	}
+	if shown[jobName(2)] != "pa" || shown[jobName(4)] != "pab" {
+		t.Fatalf("JobChanged partitions %v; want job 2 in pa and job 4 in pab", shown)
+	}
+	// Requeued, job 1 is pending in pa alone.
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	if p := h.job(1).GetPartition(); p != "pa" {
+		t.Fatalf("requeued job 1 in %q; want pa", p)
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -89,5 +90,39 @@ func (t *txn) failPartitionless(gone map[string]func(j *Job) bool) {
 		t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
 		t.finish(j, loomv1.JobState_NODE_FAIL, 1, reason)
 		t.dirty[r.Cluster] = true
+	}
+}
+
+// dropGonePartitions takes the partitions in gone out of the lists of
+// cluster's jobs that name several (-p a,b) and keep one
+// (failPartitionless ends those that keep none), as slurmctld does when a
+// partition goes (a,b less b is a): a pending job's Job.partition, which
+// squeue shows, and a running job's list (JobRecord.Partitions), which a
+// requeue puts back. A list left with one name is that name.
+func (t *txn) dropGonePartitions(cluster string, gone map[string]bool) {
+	pending := t.pendingJobs(cluster)
+	sort.Slice(pending, func(a, b int) bool { return pending[a].Name() < pending[b].Name() })
+	for _, j := range pending {
+		list := j.Job.GetPartition()
+		if !slurmspec.IsPartitionList(list) || !anyGone(gone, list) || allGone(gone, list) {
+			continue
+		}
+		j = t.editJob(j.Name())
+		j.Job.Partition = withoutGone(list, gone)
+		t.emitJob(j)
+		t.dirty[cluster] = true
+	}
+	for _, r := range t.activeRuns() {
+		if r.Cluster != cluster {
+			continue
+		}
+		j := t.job(r.Job)
+		if j == nil || j.Attempt != r.Attempt || j.Partitions == "" || !anyGone(gone, j.Partitions) {
+			continue
+		}
+		j = t.editJob(j.Name())
+		if j.Partitions = withoutGone(j.Partitions, gone); !slurmspec.IsPartitionList(j.Partitions) {
+			j.Partitions = "" // its own partition alone
+		}
 	}
 }

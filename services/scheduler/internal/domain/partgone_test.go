@@ -57,9 +57,8 @@ func (h *harness) wantPartitionGone(id int, part string) *loomv1.Job {
 // partition pb ends pb's jobs as slurmctld does when slurm.conf loses a
 // partition: the pending one NODE_FAIL at once (start = end = now), the
 // running one NODE_FAIL, its step stopped and not requeued. The jobs of pa
-// and of pab, a partition over both pools that loses pool b but remains
-// (Loom takes one partition per job: this is the job whose partition list
-// keeps a partition), go on as they were.
+// and of pab, a partition over both pools that loses pool b but remains,
+// go on as they were (jobs of -p a,b: TestMultiPartitionRemovedPartition).
 func TestRemovedPartitionFailsItsJobs(t *testing.T) {
 	t.Parallel()
 	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
