@@ -81,6 +81,14 @@ func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loo
 	if err != nil {
 		return errs.Invalid("job.partition", "%v", err)
 	}
+	// A host both listed and excluded, whatever the partition: said once.
+	excluded := make(map[string]bool, len(j.GetExclude()))
+	for _, h := range j.GetExclude() {
+		excluded[h] = true
+	}
+	for i, h := range j.GetNodelist() {
+		v.Check(!excluded[h], fmt.Sprintf("job.nodelist[%d]", i), "%s is also excluded", h)
+	}
 	// A job that names several partitions is judged in each, as if it
 	// named that one alone.
 	for i, p := range ps {
@@ -104,7 +112,6 @@ func checkJobNodesIn(v *errs.Validator, j *loomv1.Job, nodes map[string]*loomv1.
 	}
 	for i, h := range j.GetNodelist() {
 		v.Check(pools[nodes[h].GetNodePool()], fmt.Sprintf("job.nodelist[%d]", i), "%s is not in partition %s (Slurm: %s)", h, partition, MsgNodeConfig)
-		v.Check(!excluded[h], fmt.Sprintf("job.nodelist[%d]", i), "%s is also excluded", h)
 	}
 	left := 0
 	for h, n := range nodes {

@@ -463,9 +463,11 @@ func CheckUpdatedJob(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*l
 		return errs.Invalid("partition", "%v", err)
 	}
 	var v errs.Validator
+	pools := make([][]*loomv1.NodePool, len(ps))
 	for i, p := range ps {
-		checkFit(&v, "", j, cluster.GetName(), partitions[i], partitionPools(cluster, p))
+		pools[i] = partitionPools(cluster, p)
 	}
+	checkFit(&v, "", j, cluster.GetName(), partitions, pools)
 	if err := v.Err(); err != nil || len(j.GetNodelist())+len(j.GetExclude()) == 0 {
 		return err
 	}

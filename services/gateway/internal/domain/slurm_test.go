@@ -424,3 +424,38 @@ func TestAcceptJobPartitionList(t *testing.T) {
 		t.Errorf("update to train,: %v", err)
 	}
 }
+
+// TestPartitionListErrorsOnce: a job of -p a,b is judged in each of its
+// partitions, but what does not depend on the partition (a node count
+// below 1, negative GPUs, a host both listed and excluded) is said once,
+// at submission and at an update.
+func TestPartitionListErrorsOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		mutate func(*loomv1.Job)
+		want   string
+	}{
+		{"node count below 1", func(j *loomv1.Job) { j.NodeCount = -1 }, "node_count: -1 must be at least 1"},
+		{"negative GPUs", func(j *loomv1.Job) { j.GpusPerNode = -1 }, "gpus_per_node: -1 must not be negative"},
+	} {
+		req := goodJob()
+		req.Job.Partition = "train,debug"
+		tc.mutate(req.Job)
+		err := ValidateSubmitJob(req, partitioned(), slurmspec.DefaultMaxArraySize)
+		if err == nil || strings.Count(err.Error(), tc.want) != 1 {
+			t.Errorf("%s at submission: %v; want %q once", tc.name, err, tc.want)
+		}
+		err = CheckUpdatedJob(req.Job, partitioned(), nil)
+		if err == nil || strings.Count(err.Error(), tc.want) != 1 {
+			t.Errorf("%s at an update: %v; want %q once", tc.name, err, tc.want)
+		}
+	}
+	j := goodJob().Job
+	j.Partition, j.NodeCount, j.GpusPerNode = "train,debug", 1, 0
+	j.Nodelist, j.Exclude = []string{"gpu-0001"}, []string{"gpu-0001"}
+	err := CheckJobNodes(j, partitioned(), partitionedNodes())
+	if want := "gpu-0001 is also excluded"; err == nil || strings.Count(err.Error(), want) != 1 {
+		t.Errorf("a host listed and excluded in train,debug: %v; want %q once", err, want)
+	}
+}

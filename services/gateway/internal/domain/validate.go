@@ -154,12 +154,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	checkJobText(&v, j)
 
 	partitions, pools := validateSlurm(&v, j, cluster, maxArraySize)
-	if len(partitions) == 0 {
-		checkFit(&v, "job.", j, clusterName, "", nil)
-	}
-	for i, partition := range partitions {
-		checkFit(&v, "job.", j, clusterName, partition, pools[i])
-	}
+	checkFit(&v, "job.", j, clusterName, partitions, pools)
 	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
 		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), resname.IDPattern)
 	}
@@ -190,77 +185,89 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	return v.Err()
 }
 
-// checkFit checks that a job fits the nodes of its partition (pools, as
-// validateSlurm found them; partition "" when it could not be told, and
-// then only the counts are checked): node count and GPUs, and a node's
-// memory and CPUs, as Slurm refuses at submission a request no node could
-// meet. Problems name the job's fields after prefix ("job." at submission,
-// "" for an update).
-func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, partition string, pools []*loomv1.NodePool) {
-	nodes := nodesFor(j, pools)
-	gpus := j.GetGpusPerNode()
+// checkFit checks that a job fits the nodes of each of its partitions
+// (partitions and their pools, as validateSlurm found them; none when they
+// could not be told, and then only the counts are checked): node count and
+// GPUs, and a node's memory and CPUs, as Slurm refuses at submission a
+// request no node could meet. The counts are checked once, whatever the
+// number of partitions (-p a,b). Problems name the job's fields after
+// prefix ("job." at submission, "" for an update).
+func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName string, partitions []string, pools [][]*loomv1.NodePool) {
+	// nodesFor is the node count when one is given, else at least 1,
+	// whatever the pools: the count's check needs none.
+	nodes, gpus := nodesFor(j, nil), j.GetGpusPerNode()
 	v.Check(nodes >= 1, prefix+"node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
 	v.Check(gpus >= 0, prefix+"gpus_per_node", "%d must not be negative", gpus)
-	if partition != "" && nodes >= 1 && gpus >= 0 {
-		where := fmt.Sprintf("partition %s of %s", partition, clusterName)
-		// A GPU type (--gres=gpu:TYPE:N) only the pools of that type meet:
-		// one no pool has would wait forever. Pools of a machine type the
-		// catalog does not know are not judged.
-		if t := j.GetGpuType(); t != "" {
-			typed, types, known := poolsOfGPUType(pools, t)
-			if !known {
-				typed = pools
-			} else if len(typed) == 0 {
-				v.Add(prefix+"gpu_type", "%s is not a GPU type of %s (it has %s; Slurm: Invalid generic resource (gres) specification)",
-					clip(t), where, orNone(types))
-				return
-			}
-			pools = typed
+	if nodes < 1 || gpus < 0 {
+		return
+	}
+	for i, partition := range partitions {
+		checkFitIn(v, prefix, j, clusterName, partition, pools[i])
+	}
+}
+
+// checkFitIn is checkFit's judgement of j in one partition of its (pools,
+// its node pools).
+func checkFitIn(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, partition string, pools []*loomv1.NodePool) {
+	nodes, gpus := nodesFor(j, pools), j.GetGpusPerNode()
+	where := fmt.Sprintf("partition %s of %s", partition, clusterName)
+	// A GPU type (--gres=gpu:TYPE:N) only the pools of that type meet:
+	// one no pool has would wait forever. Pools of a machine type the
+	// catalog does not know are not judged.
+	if t := j.GetGpuType(); t != "" {
+		typed, types, known := poolsOfGPUType(pools, t)
+		if !known {
+			typed = pools
+		} else if len(typed) == 0 {
+			v.Add(prefix+"gpu_type", "%s is not a GPU type of %s (it has %s; Slurm: Invalid generic resource (gres) specification)",
+				clip(t), where, orNone(types))
+			return
 		}
-		maxGPUs, fitting := fit(pools, gpus)
+		pools = typed
+	}
+	maxGPUs, fitting := fit(pools, gpus)
+	switch {
+	case gpus > maxGPUs:
+		v.Add(prefix+"gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s (Slurm: %s)", gpus, maxGPUs, where, MsgNodeConfig)
+	case int(nodes) > fitting && j.GetNodeCount() == 0:
+		v.Add(prefix+"ntasks", "%d tasks need %d nodes of %s, which has %d%s (Slurm: %s)", j.GetNtasks(), nodes, where, fitting, withGPUs(gpus), MsgNodeConfig)
+	case int(nodes) > fitting:
+		v.Add(prefix+"node_count", "%d exceeds the %d nodes in %s%s (Slurm: %s)", nodes, fitting, where, withGPUs(gpus), MsgNodeConfig)
+	}
+	// --gpus without --gpus-per-node: the scheduler spreads them over
+	// the partition's nodes, which must hold that many in all.
+	if want := int64(j.GetGpus()); want > 0 && gpus == 0 {
+		total := int64(0)
+		for _, p := range pools {
+			total += int64(p.GetNodeCount()) * int64(p.GetAcceleratorCount())
+		}
+		if want > total {
+			v.Add(prefix+"gpus", "%d exceeds the %d GPUs in %s (Slurm: %s)", want, total, where, MsgNodeConfig)
+		}
+	}
+	// --mem past every node's memory would wait forever (NodeTooSmall
+	// on every node): Slurm refuses it at submission, as here. Pools of
+	// a machine type the catalog does not know are not judged.
+	if maxMB, known := largestNode(pools, machineMemoryMB); known && j.GetMemMb() > maxMB {
+		v.Add(prefix+"mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
+			j.GetMemMb(), maxMB, where)
+	}
+	// So would more CPUs on a node (tasks per node times CPUs per
+	// task) than the largest has.
+	need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
+	if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
+		field, hint := prefix+"cpus_per_task", ""
 		switch {
-		case gpus > maxGPUs:
-			v.Add(prefix+"gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s (Slurm: %s)", gpus, maxGPUs, where, MsgNodeConfig)
-		case int(nodes) > fitting && j.GetNodeCount() == 0:
-			v.Add(prefix+"ntasks", "%d tasks need %d nodes of %s, which has %d%s (Slurm: %s)", j.GetNtasks(), nodes, where, fitting, withGPUs(gpus), MsgNodeConfig)
-		case int(nodes) > fitting:
-			v.Add(prefix+"node_count", "%d exceeds the %d nodes in %s%s (Slurm: %s)", nodes, fitting, where, withGPUs(gpus), MsgNodeConfig)
+		case j.GetCpusPerTask() > 1:
+		case j.GetNtasksPerNode() > 0:
+			field = prefix + "ntasks_per_node"
+		default:
+			// -n with -N: say how many nodes would hold the tasks.
+			field = prefix + "ntasks"
+			hint = fmt.Sprintf("; spread them over more nodes (-N %d)", (int64(j.GetNtasks())+maxCPUs-1)/maxCPUs)
 		}
-		// --gpus without --gpus-per-node: the scheduler spreads them over
-		// the partition's nodes, which must hold that many in all.
-		if want := int64(j.GetGpus()); want > 0 && gpus == 0 {
-			total := int64(0)
-			for _, p := range pools {
-				total += int64(p.GetNodeCount()) * int64(p.GetAcceleratorCount())
-			}
-			if want > total {
-				v.Add(prefix+"gpus", "%d exceeds the %d GPUs in %s (Slurm: %s)", want, total, where, MsgNodeConfig)
-			}
-		}
-		// --mem past every node's memory would wait forever (NodeTooSmall
-		// on every node): Slurm refuses it at submission, as here. Pools of
-		// a machine type the catalog does not know are not judged.
-		if maxMB, known := largestNode(pools, machineMemoryMB); known && j.GetMemMb() > maxMB {
-			v.Add(prefix+"mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
-				j.GetMemMb(), maxMB, where)
-		}
-		// So would more CPUs on a node (tasks per node times CPUs per
-		// task) than the largest has.
-		need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
-		if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
-			field, hint := prefix+"cpus_per_task", ""
-			switch {
-			case j.GetCpusPerTask() > 1:
-			case j.GetNtasksPerNode() > 0:
-				field = prefix + "ntasks_per_node"
-			default:
-				// -n with -N: say how many nodes would hold the tasks.
-				field = prefix + "ntasks"
-				hint = fmt.Sprintf("; spread them over more nodes (-N %d)", (int64(j.GetNtasks())+maxCPUs-1)/maxCPUs)
-			}
-			v.Add(field, "%d CPUs a node (tasks per node × CPUs per task) exceed the %d of the largest node in %s (Slurm: CPU count per node can not be satisfied)%s",
-				need, maxCPUs, where, hint)
-		}
+		v.Add(field, "%d CPUs a node (tasks per node × CPUs per task) exceed the %d of the largest node in %s (Slurm: CPU count per node can not be satisfied)%s",
+			need, maxCPUs, where, hint)
 	}
 }
 
