@@ -645,7 +645,7 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 		case r.GetCluster() != "" && j.GetCluster() != r.GetCluster(),
 			// A job id names the job, or every task of the array.
 			len(r.GetJobIds()) > 0 && !slices.Contains(r.GetJobIds(), j.GetJobId()) && !slices.Contains(r.GetJobIds(), j.GetArrayJobId()),
-			!in(r.GetUsers(), j.GetUser()) || !in(r.GetNames(), j.GetDisplayName()) || !in(r.GetPartitions(), j.GetPartition()),
+			!in(r.GetUsers(), j.GetUser()) || !in(r.GetNames(), j.GetDisplayName()) || len(r.GetPartitions()) > 0 && !slurmspec.AnyPartitionOf(j.GetPartition(), r.GetPartitions()),
 			len(r.GetStates()) > 0 && !slices.Contains(r.GetStates(), state(j)),
 			r.GetActiveOnly() && state(j).Terminal():
 			continue

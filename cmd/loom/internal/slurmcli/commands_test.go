@@ -774,3 +774,41 @@ func TestSacctJobCancelledWhilePending(t *testing.T) {
 		t.Errorf("sacct of a job cancelled while pending: %d %q %q, want %q", code, out, errOut, want)
 	}
 }
+
+// TestPartitionListFilters: a job pending in several partitions (-p
+// debug,gpu) is listed by squeue -p gpu under each of them, but scancel -p
+// gpu leaves it and sacct -r gpu does not list it: on Slurm 22.05 scancel
+// and slurmdbd compare the job's partition string as a whole (scancel -p c
+// left a job pending in b,c; sacct's query is partition='gpu').
+func TestPartitionListFilters(t *testing.T) {
+	t.Parallel()
+	multi := func(f *fakegw.Gateway) *fakegw.Gateway {
+		yes := true
+		f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/30", JobId: "30", Cluster: demoCluster, DisplayName: "multi",
+			User: "alice", Partition: "debug,gpu", State: loomv1.JobState_PENDING, StateReason: "Resources", NodeCount: 1,
+			SubmitTime: ago(time.Hour), WorkDir: "/home/alice", SubmitDir: "/home/alice", Requeue: &yes})
+		return f
+	}
+	if _, out, _ := run(t, multi(fixture()), "squeue", Env{}, "-h", "-p", "gpu", "-o", "%i %P"); !strings.Contains(out, "30 debug,gpu\n") {
+		t.Errorf("squeue -p gpu:\n%s\nwant job 30 in debug,gpu", out)
+	}
+	f := multi(fixture())
+	if code, _, errOut := run(t, f, "scancel", Env{}, "-p", "gpu", "-t", "PD"); code != 0 {
+		t.Fatalf("scancel -p gpu: %d %s", code, errOut)
+	}
+	var cancelled []string
+	for _, c := range fakegw.Requests[*loomv1.CancelJobRequest](f) {
+		cancelled = append(cancelled, strings.TrimPrefix(c.GetName(), "projects/default/jobs/"))
+	}
+	sort.Strings(cancelled)
+	if want := []string{"13", "14"}; !reflect.DeepEqual(cancelled, want) {
+		t.Errorf("scancel -p gpu -t PD cancelled %v; want %v (not job 30 of debug,gpu)", cancelled, want)
+	}
+	_, out, _ := run(t, multi(fixture()), "sacct", Env{}, "-n", "-X", "-P", "-a", "-r", "gpu", "-o", "jobid,partition")
+	if strings.Contains(out, "30|") || !strings.Contains(out, "13|gpu") {
+		t.Errorf("sacct -r gpu:\n%s\nwant job 13 and not job 30 of debug,gpu", out)
+	}
+	if _, out, _ := run(t, multi(fixture()), "sacct", Env{}, "-n", "-X", "-P", "-a", "-o", "jobid,partition"); !strings.Contains(out, "30|debug,gpu\n") {
+		t.Errorf("sacct:\n%s\nwant job 30 in debug,gpu", out)
+	}
+}

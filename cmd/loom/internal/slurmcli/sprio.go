@@ -130,7 +130,7 @@ func (c *cmd) sprio(ctx context.Context, args []string) error {
 		return err
 	}
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), sel: sel,
-		states: stateSet{loomv1.JobState_PENDING: true}}
+		states: stateSet{loomv1.JobState_PENDING: true}, anyPart: true}
 	var rows []jobRow
 	for _, r := range newArrayView(jobs).rows(jobs, true) {
 		if q.match(r) {

@@ -392,7 +392,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	c.checkFormat(f, table.known, "job")
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
 		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, sel: sel,
-		states: stateFilter, anyState: allStates}
+		states: stateFilter, anyState: allStates, anyPart: true}
 
 	for first := true; ; first = false {
 		if !first {
@@ -443,6 +443,21 @@ type squeueQuery struct {
 	states                             stateSet
 	// anyState lifts the default filter (pending, running, completing).
 	anyState bool
+	// anyPart: parts matches a job pending in several partitions (-p
+	// a,b) by any of them, as squeue -p (and sprio -p) list it under
+	// each; without it the job's partition string must be one of parts,
+	// as Slurm 22.05's scancel -p and sacct -r compare it (a job pending
+	// in a,b is not b's).
+	anyPart bool
+}
+
+// matchPart reports whether a job's partition (one, or a pending job's
+// list) passes the partition filter.
+func (q *squeueQuery) matchPart(part string) bool {
+	if q.parts != nil && q.anyPart {
+		return slurmspec.AnyPartitionOf(part, q.parts.keys())
+	}
+	return q.parts.match(part)
 }
 
 func (q *squeueQuery) match(r jobRow) bool {
@@ -463,7 +478,7 @@ func (q *squeueQuery) match(r jobRow) bool {
 			return false
 		}
 	}
-	if !q.users.match(j.GetUser()) || (q.parts != nil && !slurmspec.AnyPartitionOf(j.GetPartition(), q.parts.keys())) || !q.names.match(j.GetDisplayName()) ||
+	if !q.users.match(j.GetUser()) || !q.matchPart(j.GetPartition()) || !q.names.match(j.GetDisplayName()) ||
 		!q.accounts.match(j.GetAccount()) || !q.qos.match(j.GetQos()) {
 		return false
 	}
