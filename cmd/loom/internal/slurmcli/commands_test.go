@@ -94,6 +94,10 @@ func TestSqueueFiltersAndErrors(t *testing.T) {
 		{[]string{"-l", "-o", "%i"}, "squeue: error: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"},
 		{[]string{"-S", "Z"}, "squeue: error: Invalid sort specification: Z\n"},
 		{[]string{"stray"}, "squeue: error: Unrecognized option: stray\n"},
+		// A host the cluster lacks, as Slurm 22.05 answers it (the first).
+		{[]string{"-w", "nosuch"}, "squeue: error: Invalid node name nosuch\n"},
+		{[]string{"-w", "gpu-000[3-6]"}, "squeue: error: Invalid node name gpu-0005\n"},
+		{[]string{"-h", "-w", "gpu-0002", "--nodelist=gpu-0001,x"}, "squeue: error: Invalid node name x\n"},
 	} {
 		code, _, errOut := run(t, fixture(), "squeue", Env{}, tc.args...)
 		if code != 1 || !strings.HasPrefix(errOut, tc.want) {

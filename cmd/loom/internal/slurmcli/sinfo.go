@@ -536,8 +536,17 @@ func (c *cmd) slurmView(ctx context.Context, cluster string) ([]*loomv1.Partitio
 	if err != nil {
 		return nil, nil, c.rpcError("slurm_load_partitions", err)
 	}
+	nodes, err := c.slurmNodes(ctx, cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	return parts, nodes, nil
+}
+
+// slurmNodes fetches every page of a cluster's Slurm nodes.
+func (c *cmd) slurmNodes(ctx context.Context, cluster string) ([]*loomv1.SlurmNode, error) {
 	var nodes []*loomv1.SlurmNode
-	err = paging.Each(func(token string) (string, error) {
+	err := paging.Each(func(token string) (string, error) {
 		cctx, cancel := c.call(ctx)
 		defer cancel()
 		resp, err := c.slurmClient().ListSlurmNodes(cctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster, PageToken: token})
@@ -545,9 +554,9 @@ func (c *cmd) slurmView(ctx context.Context, cluster string) ([]*loomv1.Partitio
 		return resp.GetNextPageToken(), err
 	})
 	if err != nil {
-		return nil, nil, c.rpcError("slurm_load_node", err)
+		return nil, c.rpcError("slurm_load_node", err)
 	}
-	return parts, nodes, nil
+	return nodes, nil
 }
 
 // partitions fetches every page of a cluster's partitions.

@@ -298,18 +298,9 @@ func (c *cmd) clusterName(ctx context.Context) (string, error) {
 	if name := c.clusterFilter(); name != "" {
 		return name, nil
 	}
-	var names []string
-	err := paging.Each(func(token string) (string, error) {
-		cctx, cancel := c.call(ctx)
-		defer cancel()
-		resp, err := loomv1.NewClusterServiceClient(c.env.Conn).ListClusters(cctx, &loomv1.ListClustersRequest{Parent: c.projectName(), PageToken: token})
-		for _, cl := range resp.GetClusters() {
-			names = append(names, cl.GetName())
-		}
-		return resp.GetNextPageToken(), err
-	})
+	names, err := c.projectClusters(ctx)
 	if err != nil {
-		return "", c.rpcError("listing clusters", err)
+		return "", err
 	}
 	switch len(names) {
 	case 1:
@@ -324,6 +315,24 @@ func (c *cmd) clusterName(ctx context.Context) (string, error) {
 		sort.Strings(ids)
 		return "", c.errorf("project %q has several clusters (%s): set LOOM_CLUSTER or use -M", c.env.Project, strings.Join(ids, ", "))
 	}
+}
+
+// projectClusters is the full names of the project's clusters.
+func (c *cmd) projectClusters(ctx context.Context) ([]string, error) {
+	var names []string
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := loomv1.NewClusterServiceClient(c.env.Conn).ListClusters(cctx, &loomv1.ListClustersRequest{Parent: c.projectName(), PageToken: token})
+		for _, cl := range resp.GetClusters() {
+			names = append(names, cl.GetName())
+		}
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return nil, c.rpcError("listing clusters", err)
+	}
+	return names, nil
 }
 
 // clusterFilter is the full name of -M / LOOM_CLUSTER, or "" (all).

@@ -268,6 +268,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	users, states, parts := splitList(env["SQUEUE_USERS"]), env["SQUEUE_STATES"], splitList(env["SQUEUE_PARTITION"])
 	var names, accounts, qos []string
 	var nodes map[string]bool
+	var nodeHosts []string
 	var sel *jobSelector
 	jobsFlag, long, start, noHeader, steps := false, false, false, false, false
 	stepList := ""
@@ -314,7 +315,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 			if err != nil {
 				return c.errorf("'%s' invalid entry for --nodelist", o.value)
 			}
-			nodes = map[string]bool{}
+			nodes, nodeHosts = map[string]bool{}, hosts
 			for _, h := range hosts {
 				nodes[h] = true
 			}
@@ -337,6 +338,13 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		}
 	}
 	users = c.filterUsers(users)
+	if nodes != nil {
+		// As Slurm's squeue, a host the cluster does not have is an error
+		// (a typo would otherwise look like an idle node).
+		if err := c.checkHostsKnown(ctx, nodeHosts); err != nil {
+			return err
+		}
+	}
 	if len(rest) > 0 && steps && stepList == "" {
 		stepList, rest = rest[0], rest[1:] // squeue -s 12.0, as getopt's optional argument is not
 	}
@@ -425,6 +433,35 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintln(c.stdout)
 	}
+}
+
+// checkHostsKnown refuses the first of hosts that no node of the cluster
+// (or, with none chosen, of the project's clusters) is named, in squeue's
+// words: "squeue: error: Invalid node name nosuch", exit 1.
+func (c *cmd) checkHostsKnown(ctx context.Context, hosts []string) error {
+	clusters := []string{c.clusterFilter()}
+	if clusters[0] == "" {
+		var err error
+		if clusters, err = c.projectClusters(ctx); err != nil {
+			return err
+		}
+	}
+	known := map[string]bool{}
+	for _, cl := range clusters {
+		nodes, err := c.slurmNodes(ctx, cl)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			known[n.GetHostname()] = true
+		}
+	}
+	for _, h := range hosts {
+		if !known[h] {
+			return c.errorf("Invalid node name %s", h)
+		}
+	}
+	return nil
 }
 
 // nowIn is the current time in loc.
