@@ -91,7 +91,11 @@ func TestSqueueFiltersAndErrors(t *testing.T) {
 		{[]string{"--bogus"}, "squeue: unrecognized option '--bogus'\nTry \"squeue --help\" for more information\n"},
 		{[]string{"-t", "XX"}, "squeue: error: Invalid job state specified: XX\nsqueue: error: Valid job states include: PENDING,RUNNING,CONFIGURING,COMPLETING,COMPLETED,FAILED,CANCELLED,TIMEOUT,NODE_FAIL,PREEMPTED,REQUEUED,OUT_OF_MEMORY\n"},
 		{[]string{"-j", "abc"}, "squeue: error: Invalid job id: abc\n"},
-		{[]string{"-l", "-o", "%i"}, "squeue: error: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"},
+		// Format options that conflict, in Slurm 22.05's words.
+		{[]string{"-l", "-o", "%i"}, "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"},
+		{[]string{"-o", "%i", "-l"}, "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"},
+		{[]string{"-o", "%i", "-O", "jobid"}, "squeue: error: -O (--Format) is incompatible with -o (--format)\n"},
+		{[]string{"--Format=jobid", "--format=%i", "-O", "name"}, "squeue: error: -o (--format) is incompatible with -O (--Format)\n"},
 		{[]string{"-S", "Z"}, "squeue: error: Invalid sort specification: Z\n"},
 		{[]string{"stray"}, "squeue: error: Unrecognized option: stray\n"},
 		// A host the cluster lacks, as Slurm 22.05 answers it (the first).

@@ -273,7 +273,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	jobsFlag, long, start, noHeader, steps := false, false, false, false, false
 	stepList := ""
 	iterate := 0
-	formatSet := false
+	formatSet, cliFormat, cliLongFormat := false, false, false
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -286,9 +286,17 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		case "array":
 			perTask = true
 		case "Format":
-			longFormat, formatStr, formatSet = o.value, "", true
+			// As Slurm's squeue: -o and -O together are refused, as the
+			// second is read.
+			if cliFormat {
+				return c.errorf("-O (--Format) is incompatible with -o (--format)")
+			}
+			longFormat, formatStr, formatSet, cliLongFormat = o.value, "", true, true
 		case "format":
-			formatStr, longFormat, formatSet = o.value, "", true
+			if cliLongFormat {
+				return c.errorf("-o (--format) is incompatible with -O (--Format)")
+			}
+			formatStr, longFormat, formatSet, cliFormat = o.value, "", true, true
 		case "iterate":
 			n, err := strconv.Atoi(o.value)
 			if err != nil || n <= 0 {
@@ -359,8 +367,8 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 			return &Error{Code: 1, Text: "squeue: error: Unrecognized option: " + rest[0] + "\n" + strings.TrimRight(squeueUsage, "\n")}
 		}
 	}
-	if long && formatSet && formatStr != "" {
-		return c.errorf("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.")
+	if long && cliFormat {
+		return &Error{Code: 1, Text: "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry."}
 	}
 
 	var f format
