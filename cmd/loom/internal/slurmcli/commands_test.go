@@ -820,3 +820,43 @@ func TestPartitionListFilters(t *testing.T) {
 		t.Errorf("sacct:\n%s\nwant job 30 in debug,gpu", out)
 	}
 }
+
+// TestSqueueFormatPrecedenceAsSlurm: which format squeue prints when
+// options and SQUEUE_FORMAT/SQUEUE_FORMAT2 meet, each case's header as
+// Slurm 22.05's squeue printed it (scripts/slurm-local.sh): -l and --start
+// set the variables aside (a SQUEUE_FORMAT in a profile must not turn
+// `squeue --start` into something else), --start wins over -O but not -o.
+func TestSqueueFormatPrecedenceAsSlurm(t *testing.T) {
+	t.Parallel()
+	const (
+		long  = "             JOBID PARTITION     NAME     USER    STATE       TIME TIME_LIMI  NODES NODELIST(REASON)"
+		start = "             JOBID PARTITION     NAME     USER ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)"
+	)
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"SQUEUE_FORMAT": "%i"}, []string{"-l"}, long},
+		{map[string]string{"SQUEUE_FORMAT2": "jobid"}, []string{"-l"}, long},
+		{map[string]string{"SQUEUE_FORMAT": "%i"}, []string{"--start"}, start},
+		{map[string]string{"SQUEUE_FORMAT2": "jobid"}, []string{"--start"}, start},
+		{nil, []string{"--start", "-O", "jobid"}, start},
+		{nil, []string{"-O", "jobid", "--start"}, start},
+		{nil, []string{"--start", "-o", "%i"}, "JOBID"},
+		{map[string]string{"SQUEUE_FORMAT": "%i"}, []string{"-l", "-O", "name"}, "NAME                "},
+		{map[string]string{"SQUEUE_FORMAT": "%i"}, []string{"-O", "name"}, "NAME                "},
+		{map[string]string{"SQUEUE_FORMAT2": "name"}, []string{"-o", "%i"}, "JOBID"},
+		{map[string]string{"SQUEUE_FORMAT": "%i", "SQUEUE_FORMAT2": "name"}, nil, "JOBID"},
+		{map[string]string{"SQUEUE_FORMAT2": "name"}, nil, "NAME                "},
+	} {
+		code, out, errOut := run(t, fixture(), "squeue", Env{Environ: tc.env}, append(tc.args, "-j", "12")...)
+		lines := strings.Split(out, "\n")
+		if slices.Contains(tc.args, "-l") {
+			lines = lines[1:] // the date
+		}
+		if code != 0 || lines[0] != tc.want {
+			t.Errorf("%v squeue %v: %d %q %q, want header %q", tc.env, tc.args, code, out, errOut, tc.want)
+		}
+	}
+}

@@ -371,18 +371,21 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		return &Error{Code: 1, Text: "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry."}
 	}
 
+	// Which format, as Slurm 22.05's squeue picks it: -o; else --start's
+	// (over -O too); else -O; else -l's; else SQUEUE_FORMAT, then
+	// SQUEUE_FORMAT2 (-l, --start and -O set the variables aside).
 	var f format
 	switch {
-	case longFormat != "" && formatStr == "":
+	case cliFormat || formatStr != "" && !start && !long && !cliLongFormat:
+		f = parseFormat(formatStr)
+	case start:
+		f = parseFormat(squeueStartFormat)
+	case longFormat != "" && (cliLongFormat || !long):
 		var unknown []string
 		f, unknown = parseLongFormat(longFormat, squeueLongNames)
 		if len(unknown) > 0 {
 			return c.errorf("Invalid job format specification: %s", unknown[0])
 		}
-	case formatStr != "":
-		f = parseFormat(formatStr)
-	case start:
-		f = parseFormat(squeueStartFormat)
 	case long:
 		f = parseFormat(squeueLongFormat)
 	default:
