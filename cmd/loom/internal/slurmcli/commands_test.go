@@ -138,6 +138,17 @@ func TestSinfoOptions(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "Fri Jan 02 15:04:05 2026\nPARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST\n") {
 		t.Errorf("sinfo -l: %q", out)
 	}
+	// -l with -o or -O, as Slurm 22.05 refuses it (SINFO_FORMAT is no option).
+	for _, args := range [][]string{{"-l", "-o", "%P"}, {"--format=%P", "--long"}, {"-O", "partition", "-l"}, {"-N", "-l", "-o", "%N"}} {
+		code, out, errOut := run(t, fixture(), "sinfo", Env{}, args...)
+		if code != 1 || out != "" || errOut != "sinfo: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n" {
+			t.Errorf("sinfo %v: %d %q %q", args, code, out, errOut)
+		}
+	}
+	code, out, _ = run(t, fixture(), "sinfo", Env{Environ: map[string]string{"SINFO_FORMAT": "%P"}}, "-l")
+	if code != 0 || out != "Fri Jan 02 15:04:05 2026\nPARTITION\ngpu*\ndebug\n" {
+		t.Errorf("SINFO_FORMAT=%%P sinfo -l: %d %q", code, out)
+	}
 	code, _, errOut := run(t, fixture(), "sinfo", Env{}, "-t", "sleepy")
 	if code != 1 || !strings.HasPrefix(errOut, "sinfo: error: Bad state string: \"sleepy\"") {
 		t.Errorf("bad state: %d %q", code, errOut)

@@ -364,6 +364,7 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 	var stateFilter map[loomv1.SlurmNode_State]bool
 	var hostFilter map[string]bool
 	iterate := 0
+	formatOpt := false
 	if v := c.env.Environ["SINFO_FORMAT"]; v != "" {
 		formatStr = v
 	}
@@ -402,9 +403,9 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		case "Node":
 			nodeMode = true
 		case "format":
-			formatStr, longFormat = o.value, ""
+			formatStr, longFormat, formatOpt = o.value, "", true
 		case "Format":
-			longFormat, formatStr = o.value, ""
+			longFormat, formatStr, formatOpt = o.value, "", true
 		case "partition":
 			parts = newStringSet(splitList(o.value))
 		case "list-reasons":
@@ -420,6 +421,9 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		case "sort":
 			// accepted: Loom keeps Slurm's default order
 		}
+	}
+	if long && formatOpt {
+		return &Error{Code: 1, Text: "sinfo: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry."}
 	}
 	// Default formats size %P (and, node-oriented, %N) to their longest value.
 	autoPart, autoNode := false, false
