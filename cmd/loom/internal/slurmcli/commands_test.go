@@ -149,6 +149,19 @@ func TestSinfoOptions(t *testing.T) {
 	if code != 0 || out != "Fri Jan 02 15:04:05 2026\nPARTITION\ngpu*\ndebug\n" {
 		t.Errorf("SINFO_FORMAT=%%P sinfo -l: %d %q", code, out)
 	}
+	// -N, -s and -R print their own formats over SINFO_FORMAT, as Slurm 22.05.
+	for _, tc := range []struct{ args, want string }{
+		{"-N", "NODELIST   NODES PARTITION STATE \n"},
+		{"-N -l", "Fri Jan 02 15:04:05 2026\nNODELIST   NODES PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON              \n"},
+		{"-s", "PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST\n"},
+		{"-R", "REASON               USER      TIMESTAMP           NODELIST\n"},
+		{"-N -o %N", "NODELIST\n"},
+	} {
+		_, out, errOut := run(t, fixture(), "sinfo", Env{Environ: map[string]string{"SINFO_FORMAT": "%P"}}, strings.Fields(tc.args)...)
+		if !strings.HasPrefix(out, tc.want) {
+			t.Errorf("SINFO_FORMAT=%%P sinfo %s: %q %q, want it to start %q", tc.args, out, errOut, tc.want)
+		}
+	}
 	code, _, errOut := run(t, fixture(), "sinfo", Env{}, "-t", "sleepy")
 	if code != 1 || !strings.HasPrefix(errOut, "sinfo: error: Bad state string: \"sleepy\"") {
 		t.Errorf("bad state: %d %q", code, errOut)

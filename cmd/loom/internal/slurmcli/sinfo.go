@@ -425,6 +425,11 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 	if long && formatOpt {
 		return &Error{Code: 1, Text: "sinfo: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry."}
 	}
+	if !formatOpt && (nodeMode || summarize || reasons) {
+		// As Slurm's sinfo, -N, -s and -R print their own format over
+		// SINFO_FORMAT's (-l alone keeps it).
+		formatStr = ""
+	}
 	// Default formats size %P (and, node-oriented, %N) to their longest value.
 	autoPart, autoNode := false, false
 	var f format
