@@ -332,16 +332,26 @@ func TestSlurmJobNodeVars(t *testing.T) {
 	}
 }
 
+// TestFailedToStart: a step that cannot be started (it has nothing to
+// run) is FAILED_TO_START with why; a program that does not exist is no
+// such failure but the step's exit 2, as under Slurm.
 func TestFailedToStart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t)
-	st := startStep("1", "", nil, filepath.Join(e.shared, "slurm-1.out"))
+	publish(t, e.broker, command(startStep("1", "", nil, filepath.Join(e.shared, "slurm-1.out"))))
+	f := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_FAILED_TO_START)
+	if !strings.Contains(f.Message, "neither a script nor a command") {
+		t.Fatalf("failed = %v", f)
+	}
+	out := filepath.Join(e.shared, "slurm-2.out")
+	st := startStep("2", "", nil, out)
 	st.Command = []string{filepath.Join(e.shared, "no-such-binary")}
 	publish(t, e.broker, command(st))
-	f := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_FAILED_TO_START)
-	if !strings.Contains(f.Message, "no-such-binary") {
-		t.Fatalf("failed = %v", f)
+	ex := waitStep(t, e.broker, "2", eventsv1.StepState_STEP_EXITED)
+	want := "slurmstepd-gpu-0001: error: execve(): " + filepath.Join(e.shared, "no-such-binary") + ": No such file or directory\n"
+	if got := readFile(t, out); got != want || ex.ExitCode != 2 {
+		t.Fatalf("a missing program: output %q, exit %d; want %q, exit 2", got, ex.ExitCode, want)
 	}
 }
 

@@ -93,14 +93,25 @@ func TestLaunchTasksRunsRankedTasksOnce(t *testing.T) {
 	}
 }
 
+// A program that does not exist is each task's exit, as under Slurm's
+// slurmstepd: the tasks start, say why on their error output and exit 2
+// (ENOENT), so that srun says "Exited with exit code 2"; a launch that
+// cannot be made at all is a failed start.
 func TestLaunchTasksBadCommand(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t)
-	publish(t, e.broker, command(launch("2", 0, 0, 2, filepath.Join(e.shared, "s"), "no-such-program-xyz")))
-	f := waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_FAILED_TO_START)
-	if !strings.Contains(f.Message, "no-such-program-xyz: command not found") || !reflect.DeepEqual(f.ExitCodes, []int32{1, 1}) {
-		t.Fatalf("failed = %v", f)
+	dir := filepath.Join(e.shared, "s")
+	publish(t, e.broker, command(launch("2", 0, 0, 2, dir, "no-such-program-xyz")))
+	f := waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_EXITED)
+	if !reflect.DeepEqual(f.ExitCodes, []int32{2, 2}) {
+		t.Fatalf("exited = %v, want both tasks' exit 2", f)
+	}
+	for rank := range 2 {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("task-%d.err", rank)))
+		if want := "slurmstepd-gpu-0001: error: execve(): no-such-program-xyz: No such file or directory\n"; err != nil || string(b) != want {
+			t.Errorf("task-%d.err = %q, %v; want %q", rank, b, err, want)
+		}
 	}
 	publish(t, e.broker, command(launch("2", 1, 0, 0, filepath.Join(e.shared, "s"), "true")))
 	if f := waitTasks(t, e.broker, "2", 1, eventsv1.StepState_STEP_FAILED_TO_START); !strings.Contains(f.Message, "bad launch") {

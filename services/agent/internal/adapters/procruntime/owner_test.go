@@ -75,11 +75,22 @@ func testStartAsUser(t *testing.T, rt Runtime) {
 	if _, err := rt.Start(ports.Spec{Argv: []string{"/bin/true"}, User: u.Name, Dir: private, Name: "private"}); !errors.Is(err, os.ErrPermission) {
 		t.Fatalf("start in root's 0700 dir as %s: %v, want permission denied", u.Name, err)
 	}
-	// A program only root may run is not found for the user.
+	// A program only root may run is the user's execve error, as under
+	// Slurm: the task exits 13 (EACCES) saying so.
 	prog := filepath.Join(private, "prog")
 	testkit.WriteExecutable(t, prog, []byte("#!/bin/sh\n"), 0o700)
-	if _, err := rt.Start(ports.Spec{Argv: []string{prog}, User: u.Name, Dir: own, Name: "prog"}); err == nil {
-		t.Fatalf("started root's 0700 program as %s", u.Name)
+	errPath := filepath.Join(own, "prog.err")
+	f, err := rt.OpenOutput(u.Name, errPath, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, rt, ports.Spec{Argv: []string{prog}, User: u.Name, Dir: own, Name: "prog", Stdout: f, Stderr: f})
+	f.Close()
+	if e := waitExit(t, p); e.Code != 13 {
+		t.Fatalf("root's 0700 program as %s: exit %+v, want 13 (permission denied)", u.Name, e)
+	}
+	if got, want := read(t, errPath), "slurmstepd-n1: error: execve(): "+prog+": Permission denied\n"; got != want {
+		t.Fatalf("root's 0700 program as %s: error output %q, want %q", u.Name, got, want)
 	}
 }
 

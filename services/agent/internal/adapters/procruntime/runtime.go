@@ -260,7 +260,7 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", spec.Argv[0], err)
+			return r.startExecFailure(a, spec, notFound(a, spec.Argv[0], spec.Dir), fmt.Errorf("%s: %v", spec.Argv[0], err))
 		}
 		c = exec.Command(path, spec.Argv[1:]...)
 		c.Args[0] = spec.Argv[0]
@@ -279,6 +279,9 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 	}
 	if r.opts.StateDir != "" {
 		p, err := r.startShim(c, spec, script, c.SysProcAttr.Credential)
+		if f, ok := asExecFailure(a, c, spec, err); ok {
+			return r.startExecFailure(a, spec, f, err)
+		}
 		if err != nil && spec.Script != "" {
 			first, _, _ := strings.Cut(spec.Script, "\n")
 			return nil, fmt.Errorf("run the batch script with its interpreter line %q: %w", first, err)
@@ -302,6 +305,9 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 	if err := startNiced(c, spec.Nice); err != nil {
 		if inputW != nil {
 			inputW.Close()
+		}
+		if f, ok := asExecFailure(a, c, spec, err); ok {
+			return r.startExecFailure(a, spec, f, err)
 		}
 		if spec.Script != "" {
 			first, _, _ := strings.Cut(spec.Script, "\n")

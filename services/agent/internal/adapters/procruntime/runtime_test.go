@@ -147,29 +147,78 @@ func TestStartRunsTheSpec(t *testing.T) {
 	}
 }
 
-// A start that cannot run says why, as a shell or Slurm would.
+// A start that cannot run says why.
 func TestStartFailures(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	stdout, stderr := outputs(t, dir)
 	rt := New(asAgent)
-	for _, tc := range []struct {
-		name string
-		spec ports.Spec
-		want string
-	}{
-		{"not on PATH", ports.Spec{Argv: []string{"no-such-program-xyz"}, Env: []string{"PATH=/usr/bin:/bin"}}, "no-such-program-xyz: command not found"},
-		{"no such path", ports.Spec{Argv: []string{"./missing"}}, "./missing: No such file or directory"},
-		{"no argv", ports.Spec{}, "no program to run"},
-		{"no interpreter", ports.Spec{Script: "#!/no/such/interpreter -x\necho hi\n"}, `interpreter line "#!/no/such/interpreter -x"`},
-	} {
-		tc.spec.Dir, tc.spec.Stdout, tc.spec.Stderr = dir, stdout, stderr
-		if p, err := rt.Start(tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
-			if p != nil {
-				_ = rt.Kill(p.Group())
-			}
-			t.Errorf("%s: Start = %v, want an error containing %q", tc.name, err, tc.want)
+	if p, err := rt.Start(ports.Spec{Dir: dir, Stdout: stdout, Stderr: stderr}); err == nil || !strings.Contains(err.Error(), "no program to run") {
+		if p != nil {
+			_ = rt.Kill(p.Group())
 		}
+		t.Errorf("no argv: Start = %v, want an error containing %q", err, "no program to run")
+	}
+}
+
+// A program the kernel will not execute is the task's exit, as under
+// Slurm 22.05's slurmstepd (checked with scripts/slurm-local.sh: srun
+// /nonexistent/prog exits 2, srun ./not-executable 13): the task starts,
+// its error output says "slurmstepd-NODE: error: execve(): PATH: ERROR",
+// and it exits with the error's number, so that srun reports "Exited with
+// exit code 2" and the job's ExitCode is 2:0, not a launch that failed.
+// The same with and without the shim.
+func TestExecFailureIsTheTaskExit(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string]func(t *testing.T) Options{
+		"direct": func(*testing.T) Options { return Options{AllowRoot: true, Node: "n1"} },
+		"shim":   func(t *testing.T) Options { return Options{AllowRoot: true, Node: "n1", StateDir: t.TempDir()} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rt := New(opts(t))
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "noexec.sh"), []byte("echo hi\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "garbage"), []byte("\x00\x01not a program\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				name string
+				spec ports.Spec
+				code int32
+				line string
+			}{
+				{"not on PATH", ports.Spec{Argv: []string{"no-such-program-xyz"}, Env: []string{"PATH=/usr/bin:/bin"}}, 2,
+					"execve(): no-such-program-xyz: No such file or directory"},
+				{"no such path", ports.Spec{Argv: []string{"/nonexistent/prog", "a"}}, 2, "execve(): /nonexistent/prog: No such file or directory"},
+				{"relative", ports.Spec{Argv: []string{"./missing"}}, 2, "execve(): " + dir + "/./missing: No such file or directory"},
+				{"not executable", ports.Spec{Argv: []string{"./noexec.sh"}}, 13, "execve(): " + dir + "/./noexec.sh: Permission denied"},
+				{"a directory", ports.Spec{Argv: []string{"/tmp"}}, 13, "execve(): /tmp: Permission denied"},
+				{"not a program", ports.Spec{Argv: []string{"./garbage"}}, 8, "execve(): " + dir + "/./garbage: Exec format error"},
+				{"no interpreter", ports.Spec{Script: "#!/no/such/interpreter -x\necho hi\n"}, 2,
+					"execve(): bad interpreter(/no/such/interpreter -x): No such file or directory"},
+			} {
+				sub := filepath.Join(t.TempDir(), "o")
+				if err := os.Mkdir(sub, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				stdout, stderr := outputs(t, sub)
+				tc.spec.Dir, tc.spec.Stdout, tc.spec.Stderr, tc.spec.Name = dir, stdout, stderr, "exec-"+strings.ReplaceAll(tc.name, " ", "-")
+				p, err := rt.Start(tc.spec)
+				if err != nil {
+					t.Errorf("%s: Start = %v, want a task that exits %d", tc.name, err, tc.code)
+					continue
+				}
+				if e := waitExit(t, p); e.Code != tc.code {
+					t.Errorf("%s: exit %+v, want code %d", tc.name, e, tc.code)
+				}
+				if got, want := read(t, filepath.Join(sub, "err")), "slurmstepd-n1: error: "+tc.line+"\n"; got != want {
+					t.Errorf("%s: stderr %q, want %q", tc.name, got, want)
+				}
+			}
+		})
 	}
 }
 
@@ -439,10 +488,11 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if _, err := os.Stat(gpusFile(stale)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the GPU list of a shim that is gone survived Sweep: %v", err)
 	}
-	// A job that cannot start leaves nothing, and says why.
-	_, err = rt.Start(ports.Spec{Script: "#!/no/such/interpreter\n", Dir: dir, Stdout: stdout, Stderr: stderr, Name: "bad"})
-	if err == nil || !strings.Contains(err.Error(), "#!/no/such/interpreter") {
-		t.Fatalf("Start of a script whose interpreter is missing = %v", err)
+	// A job that cannot start (its directory is gone) leaves nothing, and
+	// says why. (A missing interpreter is the job's exit: TestExecFailureIsTheTaskExit.)
+	_, err = rt.Start(ports.Spec{Script: "#!/bin/sh\n", Dir: filepath.Join(dir, "gone"), Stdout: stdout, Stderr: stderr, Name: "bad"})
+	if err == nil || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Fatalf("Start of a script in a directory that is gone = %v", err)
 	}
 	if ents, _ := os.ReadDir(state); len(ents) != 0 {
 		t.Fatalf("state directory holds %v after a failed start, want nothing", ents)
