@@ -244,6 +244,27 @@ func TestSacctOptions(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "AllocCPUS") || !strings.Contains(out, "ExitCode") {
 		t.Errorf("sacct -e: %q", out)
 	}
+	// A window that ends before it starts is Slurm 22.05's error (checked
+	// with scripts/slurm-local.sh), not an empty list; with -j and no -S
+	// there is no start to compare.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-S", "2026-01-02", "-E", "2026-01-01"}, "Start time (2026-01-02T00:00:00) requested is after end time (2026-01-01T00:00:00)."},
+		{[]string{"-E", "2025-12-31T23:59:59"}, "Start time (2026-01-02T00:00:00) requested is after end time (2025-12-31T23:59:59)."},
+		{[]string{"-S", "now+1hour"}, "Start time (2026-01-02T16:04:05) requested is after end time (2026-01-02T15:04:05)."},
+	} {
+		code, out, errOut := run(t, fixture(), "sacct", Env{}, tc.args...)
+		if code != 1 || out != "" || errOut != "sacct: error: "+tc.want+"\n" {
+			t.Errorf("sacct %v: %d %q %q, want exit 1 and %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	for _, args := range [][]string{{"-j", "9", "-E", "2020-01-01"}, {"-S", "2026-01-02T10:00", "-E", "2026-01-02T10:00"}} {
+		if code, _, errOut := run(t, fixture(), "sacct", Env{}, args...); code != 0 {
+			t.Errorf("sacct %v: %d %q, want a listing", args, code, errOut)
+		}
+	}
 }
 
 // TestSacctDuplicatesShowEachRunsSteps: sacct -D lists a requeued job's

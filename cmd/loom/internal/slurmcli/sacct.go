@@ -637,6 +637,16 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		t := time.Date(y, m, d, 0, 0, 0, 0, c.loc)
 		startT = &t
 	}
+	// A window that ends before it starts (-E before -S, or before today's
+	// midnight; -S after now) is Slurm's error, not an empty list.
+	if end := view.now; startT != nil {
+		if endT != nil {
+			end = *endT
+		}
+		if startT.After(end) {
+			return c.errorf("Start time (%s) requested is after end time (%s).", formatTimestamp(*startT, c.loc), formatTimestamp(end, c.loc))
+		}
+	}
 	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: states.list(), JobIds: sel.listIDs()})
 	if err != nil {
 		return err
