@@ -1058,9 +1058,12 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 	if id == "" {
 		id = shortName(job.GetName())
 	}
-	if req.parsable {
+	// -Q keeps the id to itself too, --parsable's included, as Slurm's.
+	switch {
+	case req.quiet:
+	case req.parsable:
 		fmt.Fprintln(c.stdout, id)
-	} else {
+	default:
 		fmt.Fprintf(c.stdout, "Submitted batch job %s\n", id)
 	}
 	if req.wait {

@@ -400,6 +400,14 @@ func TestSbatchCommand(t *testing.T) {
 		t.Errorf("--parsable = %d %q", code, out)
 	}
 
+	// -Q says nothing, the id included, even with --parsable (Slurm 22.05).
+	for _, args := range [][]string{{"-Q", "train.sh"}, {"--parsable", "--quiet", "train.sh"}} {
+		code, out, errOut = run(t, f, "sbatch", env, args...)
+		if code != 0 || out != "" || errOut != "" {
+			t.Errorf("sbatch %v = %d %q %q, want nothing said", args, code, out, errOut)
+		}
+	}
+
 	// An --array past the server's MaxArraySize: Slurm's refusal, then
 	// which limit it passed; the client itself checks only the syntax.
 	// (The gateway was sent the refused request: its Jobs say what it took.)
