@@ -359,7 +359,12 @@ func TestScancel(t *testing.T) {
 		// id invalid, a pending job not alterable yet.
 		{[]string{"-s", "USR1", "10"}, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
 		{[]string{"-s", "USR1", "13"}, "scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
-		{[]string{"--signal=NOPE", "12"}, "scancel: error: Invalid job signal: NOPE\n"},
+		// A bad signal or state, in Slurm 22.05's scancel's words (checked
+		// with scripts/slurm-local.sh).
+		{[]string{"--signal=NOPE", "12"}, "Unknown job signal: NOPE\n"},
+		{[]string{"-s", "0", "12"}, "Unknown job signal: 0\n"},
+		{[]string{"-t", "PD,XX"}, "Invalid job state specified: PD,XX\nValid job states are PENDING, RUNNING, and SUSPENDED\n"},
+		{[]string{"--state=bogus", "-n", "x"}, "Invalid job state specified: bogus\nValid job states are PENDING, RUNNING, and SUSPENDED\n"},
 		{[]string{"12.x"}, "scancel: error: Invalid job id 12.x\n"},
 		{[]string{"x"}, "scancel: error: Invalid job id x\n"},
 	} {

@@ -104,13 +104,15 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 		case "signal":
 			name, err := slurmspec.ParseSignalName(o.value)
 			if err != nil {
-				return c.errorf("Invalid job signal: %s", o.value)
+				// Slurm's scancel words, without its name (as it prints them).
+				return &Error{Code: 1, Text: "Unknown job signal: " + o.value}
 			}
 			signal = name
 		case "state":
 			set, err := parseJobStates("scancel", o.value)
 			if err != nil {
-				return err
+				// Slurm's words (its scancel takes one state; Loom a list too).
+				return &Error{Code: 1, Text: "Invalid job state specified: " + o.value + "\nValid job states are PENDING, RUNNING, and SUSPENDED"}
 			}
 			if set != nil { // "all" leaves the filter as it was
 				states = set
