@@ -96,8 +96,11 @@ func TestGoldenOutputs(t *testing.T) {
 				"11.batch          batch                                1  CANCELLED      0:0 \n" +
 				"11                 oops        gpu                     1     FAILED      2:0 \n" +
 				"11.batch          batch                                1     FAILED      2:0 \n"},
-		{[]string{"squeue", "-j", "12,14", "-o", "%i %o"},
+		// A script from --wrap or standard input has no file: (null), as
+		// Slurm 22.05's squeue (and Command=) show it.
+		{[]string{"squeue", "-j", "12,13,14", "-o", "%i %o"},
 			"JOBID COMMAND\n" +
+				"13 (null)\n" +
 				"14 /bin/true \ufffd]52;c;aGk=\ufffd\ufffd[2J\n" +
 				"12 /home/alice/train.sh\n"},
 		{[]string{"scontrol", "show", "job", "12"},

@@ -199,7 +199,7 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 			case j.GetScriptPath() != "":
 				return j.GetScriptPath()
 			}
-			return j.GetDisplayName()
+			return "(null)" // --wrap or standard input, as scontrol's Command=
 		}),
 		"O": str("CONTIGUOUS", func(*loomv1.Job) string { return "0" }),
 		"p": str("PRIORITY", func(j *loomv1.Job) string {
