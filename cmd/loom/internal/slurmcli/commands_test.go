@@ -237,7 +237,7 @@ func TestSacctOptions(t *testing.T) {
 		}
 	}
 	code, _, errOut := run(t, fixture(), "sacct", Env{}, "--format=JobID,Bogus")
-	if code != 1 || errOut != "Invalid field requested: \"Bogus\"\n" {
+	if code != 1 || errOut != "sacct: error: Invalid field requested: \"Bogus\"\n" { // as Slurm 22.05's (scripts/slurm-local.sh)
 		t.Errorf("bad field: %d %q", code, errOut)
 	}
 	code, out, _ := run(t, fixture(), "sacct", Env{}, "-e")

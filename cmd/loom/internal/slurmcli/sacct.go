@@ -626,7 +626,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	}
 	fields, err := parseSacctFormat(fieldSpec, known)
 	if err != nil {
-		return &Error{Code: 1, Text: err.Error()}
+		return c.errorf("%v", err) // "sacct: error: Invalid field requested: ...", as Slurm 22.05's
 	}
 	if users == nil && !allUsers && c.env.User != "" && c.env.User != "root" {
 		users = []string{c.env.User}
