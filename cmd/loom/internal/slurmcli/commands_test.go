@@ -240,6 +240,12 @@ func TestSacctOptions(t *testing.T) {
 	if code != 1 || errOut != "sacct: error: Invalid field requested: \"Bogus\"\n" { // as Slurm 22.05's (scripts/slurm-local.sh)
 		t.Errorf("bad field: %d %q", code, errOut)
 	}
+	// A state sacct does not know, in Slurm 22.05's words (scripts/slurm-local.sh).
+	for _, st := range []string{"XX", "CD,XX,F"} {
+		if code, _, errOut := run(t, fixture(), "sacct", Env{}, "-s", st); code != 1 || errOut != "sacct: fatal: unrecognized job state value 'XX'\n" {
+			t.Errorf("sacct -s %s: %d %q", st, code, errOut)
+		}
+	}
 	code, out, _ := run(t, fixture(), "sacct", Env{}, "-e")
 	if code != 0 || !strings.Contains(out, "AllocCPUS") || !strings.Contains(out, "ExitCode") {
 		t.Errorf("sacct -e: %q", out)

@@ -589,7 +589,15 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		case "state":
 			set, err := parseJobStates("sacct", o.value)
 			if err != nil {
-				return err
+				// Slurm 22.05's sacct names the state it does not know, fatally.
+				bad := o.value
+				for _, item := range splitList(o.value) {
+					if _, err := parseJobStates("sacct", item); err != nil {
+						bad = item
+						break
+					}
+				}
+				return &Error{Code: 1, Text: fmt.Sprintf("sacct: fatal: unrecognized job state value '%s'", bad)}
 			}
 			if set != nil { // "all" leaves the filter as it was
 				states = set
