@@ -79,6 +79,7 @@ func newFakeGatewayData() *fakegw.Gateway {
 	}
 	f.Clusters = append(f.Clusters, a3uCluster())
 	f.Nodes = append(f.Nodes, a3uNodes()...)
+	f.NodeHealth = a3uHealth()
 	return f
 }
 
@@ -123,6 +124,21 @@ func a3uCluster() *loomv1.Cluster {
 		CreateTime: ts(2 * time.Hour),
 		UpdateTime: ts(time.Minute),
 	}
+}
+
+// a3uHealth is the health of a3u's compute nodes: a3u-0004 drained by an
+// operator ("maint"), the others healthy; demo's nodes have not reported.
+func a3uHealth() []*loomv1.NodeHealth {
+	var out []*loomv1.NodeHealth
+	for _, h := range []string{"a3u-0001", "a3u-0002", "a3u-0003", "a3u-0004", "spot-0001", "spot-0002"} {
+		nh := &loomv1.NodeHealth{Node: a3uName + "/nodes/" + h, Hostname: h, Cluster: a3uName, State: loomv1.RemediationState_NODE_HEALTHY,
+			SetBy: "loom-health", StateTime: ts(2 * time.Hour)}
+		if h == "a3u-0004" {
+			nh.State, nh.Reason, nh.SetBy, nh.NextAction = loomv1.RemediationState_NODE_DRAINING, "maint", "users/ops", loomv1.RemediationAction_ACTION_DRAIN
+		}
+		out = append(out, nh)
+	}
+	return out
 }
 
 func a3uNodes() []*loomv1.Node {

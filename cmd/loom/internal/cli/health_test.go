@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"fmt"
 	"maps"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -637,4 +642,82 @@ func TestScanLine(t *testing.T) {
 	if got, want := scanLine(sc, now), "Scan s8 (scan, 0s ago) is running: 0 of 1 check answered."; got != want {
 		t.Errorf("scanLine = %q, want %q", got, want)
 	}
+}
+
+// TestNodesListHealth: loom nodes list shows each node's health (a drain
+// the provisioner does not know of), reading every page of each listed
+// cluster's health, and where health cannot be read shows "?" and says why
+// and what to run instead of failing the list.
+func TestNodesListHealth(t *testing.T) {
+	t.Parallel()
+	t.Run("paged", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeGatewayData()
+		// Past a page (100) of a3u's health: the drained node's is on the second.
+		var filler []*loomv1.NodeHealth
+		for i := range 150 {
+			filler = append(filler, &loomv1.NodeHealth{Hostname: fmt.Sprintf("gone-%04d", i), Cluster: a3uName, State: loomv1.RemediationState_NODE_HEALTHY})
+		}
+		f.NodeHealth = append(filler, f.NodeHealth...)
+		gw := f.Serve(t)
+		out, errOut, code := run(t, gw, "nodes", "list")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if !regexp.MustCompile(`(?m)^a3u-0004 +a3u +a3u +READY +DRAINING maint +8 `).MatchString(out) {
+			t.Fatalf("a3u-0004 not shown DRAINING maint:\n%s", out)
+		}
+		var clusters []string
+		for _, r := range fakegw.Requests[*loomv1.ListNodeHealthRequest](f) {
+			if r.GetPageToken() == "" {
+				clusters = append(clusters, r.GetCluster())
+			}
+		}
+		if want := []string{demoName, a3uName}; !slices.Equal(clusters, want) {
+			t.Fatalf("health read for %v, want once each for %v", clusters, want)
+		}
+	})
+	for _, c := range []struct {
+		name string
+		err  error
+		next string
+	}{
+		{"unimplemented", status.Error(codes.Unimplemented, "unknown service loom.v1.HealthService"), "`loom slurm sinfo -R -M demo` shows drained nodes."},
+		{"unavailable", status.Error(codes.Unavailable, "health: connection refused"), "`loom health nodes demo` shows it once it can be read."},
+		{"denied", status.Error(codes.PermissionDenied, "Access/permission denied: alice is not a viewer of cluster demo"), "`loom auth whoami` says who you are"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeGatewayData()
+			f.NodeHealthErr = c.err
+			gw := f.Serve(t)
+			out, errOut, code := run(t, gw, "nodes", "list")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != 12 {
+				t.Fatalf("want the header, 10 nodes and one line under them:\n%s", out)
+			}
+			for _, l := range lines[1:11] {
+				if strings.Fields(l)[4] != "?" {
+					t.Fatalf("HEALTH of %q is not ?:\n%s", l, out)
+				}
+			}
+			note := lines[11]
+			if !strings.HasPrefix(note, "HEALTH ?: could not read the node health of demo, a3u: ") || !strings.Contains(note, c.next) {
+				t.Fatalf("the line under the table: %q", note)
+			}
+		})
+	}
+	t.Run("other errors fail", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeGatewayData()
+		f.NodeHealthErr = status.Error(codes.Internal, "boom")
+		gw := f.Serve(t)
+		out, errOut, code := run(t, gw, "nodes", "list")
+		if code == 0 || !strings.Contains(errOut, "read the health of the nodes of demo: Internal: boom") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+	})
 }

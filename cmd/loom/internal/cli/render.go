@@ -286,11 +286,13 @@ func keyValues(m map[string]string, sep string) string {
 	return strings.Join(parts, sep)
 }
 
-func renderNodes(w io.Writer, ns []*loomv1.Node) error {
+// renderNodes prints loom nodes list's table; health is a node's HEALTH
+// cell (listedHealth.cell).
+func renderNodes(w io.Writer, ns []*loomv1.Node, health func(*loomv1.Node) string) error {
 	tw := newTable(w)
-	row(tw, "NODE", "CLUSTER", "POOL", "STATE", "GPUS", "ZONE", "CAPACITY", "REASON/NEXT")
+	row(tw, "NODE", "CLUSTER", "POOL", "STATE", "HEALTH", "GPUS", "ZONE", "CAPACITY", "REASON/NEXT")
 	for _, n := range ns {
-		row(tw, n.GetHostname(), shortName(n.GetCluster()), nodePool(n), nodeState(n),
+		row(tw, n.GetHostname(), shortName(n.GetCluster()), nodePool(n), nodeState(n), health(n),
 			strconv.Itoa(int(n.GetGpus())), n.GetZone(), capacityType(n.GetCapacityType()), reasonNext(n))
 	}
 	return tw.Flush()

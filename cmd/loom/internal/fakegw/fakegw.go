@@ -118,6 +118,10 @@ type Gateway struct {
 	// names say their cluster's). ScanOutcomes is the outcome a scan's
 	// checks get on a node (PASS when absent).
 	NodeHealth []*loomv1.NodeHealth
+	// NodeHealthErr, when set, is ListNodeHealth's answer (a gateway
+	// without the health service: Unimplemented; a caller who may not
+	// read it: PermissionDenied).
+	NodeHealthErr error
 	// NodeHealthEvents are served newest first, in the order given.
 	NodeHealthEvents []*loomv1.NodeHealthEvent
 	HealthResults    []*loomv1.HealthCheckResult

@@ -245,6 +245,9 @@ func (g *Gateway) ListHealthResults(_ context.Context, r *loomv1.ListHealthResul
 // ListNodeHealth pages NodeHealth of the cluster, in the order given.
 func (g *Gateway) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
 	defer g.lock(r)()
+	if g.NodeHealthErr != nil {
+		return nil, g.NodeHealthErr
+	}
 	if g.cluster(r.GetCluster()) == nil {
 		return nil, clusterNotFound(r.GetCluster())
 	}
