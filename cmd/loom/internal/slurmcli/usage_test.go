@@ -91,6 +91,25 @@ func TestSacctAndSstatShowUsage(t *testing.T) {
 			t.Errorf("sstat %v: %d\n got %q %q\nwant %q %q", tc.args, code, out, errOut, tc.want, tc.wantErr)
 		}
 	}
+	// A job that runs only its batch script (no srun step): the header
+	// alone, nothing on stderr, exit 0, as a real Slurm 22.05 answers
+	// `sstat -j ID` for `sbatch --wrap 'sleep 60'`; .batch and -a show it.
+	bare := fixture()
+	for _, args := range [][]string{{"-P", "-j", "12", "-o", "JobID,Nodelist"}, {"-n", "-P", "-j", "12", "-o", "JobID,Nodelist"}} {
+		want := "JobID|Nodelist\n"
+		if args[0] == "-n" {
+			want = ""
+		}
+		if code, out, errOut := run(t, bare, "sstat", Env{}, args...); code != 0 || out != want || errOut != "" {
+			t.Errorf("sstat %v on a batch-only job: %d\n got %q %q\nwant %q", args, code, out, errOut, want)
+		}
+	}
+	for _, args := range [][]string{{"-n", "-P", "-j", "12.batch", "-o", "JobID"}, {"-n", "-P", "-a", "-j", "12", "-o", "JobID"}} {
+		if code, out, errOut := run(t, bare, "sstat", Env{}, args...); code != 0 || out != "12.batch\n" || errOut != "" {
+			t.Errorf("sstat %v on a batch-only job: %d\n got %q %q\nwant %q", args, code, out, errOut, "12.batch\n")
+		}
+	}
+
 	// The default layout: Slurm's header, byte for byte.
 	_, out, _ = run(t, f, "sstat", Env{}, "-j", "12")
 	header := strings.SplitN(out, "\n", 2)[0]
