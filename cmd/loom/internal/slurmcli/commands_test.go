@@ -108,6 +108,13 @@ func TestSqueueFiltersAndErrors(t *testing.T) {
 			t.Errorf("squeue %v: %d %q, want %q", tc.args, code, errOut, tc.want)
 		}
 	}
+	// -h drops -l's date line too, as a real 22.05's squeue -l -h.
+	if code, out, errOut := run(t, fixture(), "squeue", Env{}, "-h", "-l", "-j", "12"); code != 0 || len(strings.Split(out, "\n")) != 2 || !strings.HasPrefix(strings.TrimSpace(out), "12 ") {
+		t.Errorf("squeue -h -l -j 12: %d %q %q, want the job's row alone", code, out, errOut)
+	}
+	if _, out, _ := run(t, fixture(), "squeue", Env{}, "-l", "-j", "12"); !strings.HasPrefix(out, "Fri Jan 02 15:04:05 2026\n") {
+		t.Errorf("squeue -l -j 12: %q, want the date line first", out)
+	}
 	// An unknown format letter is reported and printed as written.
 	code, out, errOut := run(t, fixture(), "squeue", Env{}, "-h", "-j", "12", "-o", "%i|%Ü|")
 	if code != 0 || out != "12|%Ü|\n" || errOut != "squeue: error: Invalid job format specification: \xc3\n" && !strings.Contains(errOut, "Invalid job format specification") {
@@ -197,7 +204,10 @@ func TestSinfoPartitionsWithoutNodesAsSlurm(t *testing.T) {
 		{[]string{"-h", "-s", "-n", "nosuchnode", "-p", "debug"}, "debug        up    1:00:00          0/0/0/0 \n"},
 		{[]string{"-h", "-p", "debug", "-n", "x", "-o", "%c|%z|%m|%t|%T|%E|%G|%C|%w|%d|%v|%O"},
 			"0|0:0:0|0|n/a|n/a|none|(null)|0/0/0/0|0|0|N/A|0.00\n"},
-		{[]string{"-h", "-l", "-n", "x", "-p", "debug"}, "Fri Jan 02 15:04:05 2026\n" +
+		// -h drops the date line of -l too, as a real 22.05's sinfo -l -h.
+		{[]string{"-h", "-l", "-n", "x", "-p", "debug"}, "debug        up    1:00:00 1-infinite   no       NO        all      0         n/a \n"},
+		{[]string{"-l", "-n", "x", "-p", "debug"}, "Fri Jan 02 15:04:05 2026\n" +
+			"PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST\n" +
 			"debug        up    1:00:00 1-infinite   no       NO        all      0         n/a \n"},
 	} {
 		code, out, errOut := run(t, fixture(), "sinfo", Env{}, tc.args...)

@@ -527,7 +527,7 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 			}
 		}
 		var b strings.Builder
-		if long || iterate > 0 {
+		if (long || iterate > 0) && !noHeader { // as Slurm's print_date: not with -h
 			b.WriteString(c.env.nowIn(c.loc).Format(ctimeLayout) + "\n")
 		}
 		table.write(&b, f, rows, noHeader)

@@ -435,7 +435,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if long || iterate > 0 {
+		if (long || iterate > 0) && !noHeader { // as Slurm's print_date: not with -h
 			out = view.now.Format(ctimeLayout) + "\n" + out
 		}
 		fmt.Fprint(c.stdout, out)
