@@ -926,3 +926,34 @@ func TestSqueueFormatPrecedenceAsSlurm(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterLine: with -M, squeue and sinfo print Slurm 22.05's "CLUSTER:
+// NAME" line before the table (after -l's date; not with -h), and sshare
+// prints it -h or not, as Slurm's _multi_cluster does; without -M (LOOM_CLUSTER
+// or the only cluster, Slurm's local cluster) there is none.
+func TestClusterLine(t *testing.T) {
+	t.Parallel()
+	first := func(out string, n int) string { return strings.Join(strings.SplitN(out, "\n", n+1)[:n], "\n") }
+	for _, tc := range []struct {
+		name string
+		args []string
+		n    int
+		want string
+	}{
+		{"squeue", []string{"-M", "other"}, 3, "CLUSTER: other\n             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n                20"},
+		{"squeue", []string{"--clusters=projects/default/clusters/other", "-o", "%i"}, 2, "CLUSTER: other\nJOBID"},
+		{"squeue", []string{"-l", "-M", "other"}, 3, "Fri Jan 02 15:04:05 2026\nCLUSTER: other\n             JOBID PARTITION     NAME     USER    STATE       TIME TIME_LIMI  NODES NODELIST(REASON)"},
+		{"squeue", []string{"-h", "-M", "other", "-o", "%i"}, 1, "20"},
+		{"squeue", []string{"-o", "%i"}, 1, "JOBID"},
+		{"sinfo", []string{"-M", "demo", "-p", "debug"}, 2, "CLUSTER: demo\nPARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST"},
+		{"sinfo", []string{"-h", "-M", "demo", "-p", "debug"}, 1, "debug        up    1:00:00      1    mix gpu-0003"},
+		{"sinfo", []string{"-p", "debug"}, 1, "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST"},
+		{"sshare", []string{"-M", "demo", "-n", "-P"}, 2, "CLUSTER: demo\nroot|||"},
+		{"sshare", []string{"-n", "-P"}, 1, "root|||"},
+	} {
+		code, out, errOut := run(t, fixture(), tc.name, Env{}, tc.args...)
+		if got := first(out, tc.n); code != 0 || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s %v: %d %q\n got %q\nwant %q", tc.name, tc.args, code, errOut, got, tc.want)
+		}
+	}
+}

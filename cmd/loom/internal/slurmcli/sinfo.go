@@ -360,6 +360,7 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 	}
 	var formatStr, longFormat string
 	nodeMode, long, noHeader, summarize, reasons, dead, responding := false, false, false, false, false, false, false
+	clusterLine := false // -M: "CLUSTER: NAME" before the table
 	var parts stringSet
 	var stateFilter map[loomv1.SlurmNode_State]bool
 	var hostFilter map[string]bool
@@ -390,7 +391,7 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		case "long":
 			long = true
 		case "clusters":
-			c.env.Cluster = o.value
+			c.env.Cluster, clusterLine = o.value, true
 		case "nodes":
 			hosts, err := hostlist.Expand(o.value)
 			if err != nil {
@@ -529,6 +530,9 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		var b strings.Builder
 		if (long || iterate > 0) && !noHeader { // as Slurm's print_date: not with -h
 			b.WriteString(c.env.nowIn(c.loc).Format(ctimeLayout) + "\n")
+		}
+		if clusterLine && !noHeader {
+			b.WriteString(c.clusterLine())
 		}
 		table.write(&b, f, rows, noHeader)
 		fmt.Fprint(c.stdout, b.String())

@@ -344,6 +344,13 @@ func (c *cmd) clusterFilter() string {
 	return resname.Cluster{Project: c.env.Project, ID: cl}.String()
 }
 
+// clusterLine is the line Slurm's squeue, sinfo and sshare print before
+// the table of a cluster named with -M: "CLUSTER: a3u\n" (the name as
+// slurm.conf's ClusterName has it, the cluster's id).
+func (c *cmd) clusterLine() string {
+	return "CLUSTER: " + shortName(c.clusterFilter()) + "\n"
+}
+
 // shortName is the last part of a resource name.
 func shortName(name string) string {
 	if i := strings.LastIndex(name, "/"); i >= 0 {

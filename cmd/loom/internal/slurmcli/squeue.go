@@ -271,6 +271,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	var nodeHosts []string
 	var sel *jobSelector
 	jobsFlag, long, start, noHeader, steps := false, false, false, false, false
+	clusterLine := false // -M: "CLUSTER: NAME" before the table
 	stepList := ""
 	iterate := 0
 	formatSet, cliFormat, cliLongFormat := false, false, false
@@ -313,7 +314,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		case "long":
 			long = true
 		case "clusters":
-			c.env.Cluster = o.value
+			c.env.Cluster, clusterLine = o.value, true
 		case "me":
 			users = []string{c.env.User}
 		case "name":
@@ -434,6 +435,9 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		}
 		if err != nil {
 			return err
+		}
+		if clusterLine && !noHeader {
+			out = c.clusterLine() + out
 		}
 		if (long || iterate > 0) && !noHeader { // as Slurm's print_date: not with -h
 			out = view.now.Format(ctimeLayout) + "\n" + out

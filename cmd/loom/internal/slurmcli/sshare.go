@@ -49,6 +49,7 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 	}
 	var accounts, users []string
 	all, noHeader, parsable := false, false, 0
+	clusterLine := false // -M: "CLUSTER: NAME" before the table, -n or not (as Slurm's sshare)
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -61,7 +62,7 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		case "all":
 			all = true
 		case "clusters":
-			c.env.Cluster = o.value
+			c.env.Cluster, clusterLine = o.value, true
 		case "long":
 			return c.errorf("the long format (-l: LevelFS, GrpTRESMins, TRESRunMins) is not reported by Loom; use sshare without -l")
 		case "noheader":
@@ -148,6 +149,9 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		names[i], widths[i] = col.header, col.width
 	}
 	var b strings.Builder
+	if clusterLine {
+		b.WriteString(c.clusterLine())
+	}
 	fieldsOut{parsable: parsable, delim: "|", noHeader: noHeader, rightHeaders: true}.writeFields(&b, names, widths, rows)
 	fmt.Fprint(c.stdout, b.String())
 	return nil
