@@ -225,7 +225,11 @@ func TestClustersCreateAsyncAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	golden(t, out, "\nCreating cluster demo: operation projects/default/operations/op1\nFollow it with `loom clusters describe demo`.\n")
+	golden(t, out, "\nCreating cluster demo: operation projects/default/operations/op1\nFollow it with `loom operations wait op1`.\n")
+	// Every async operation says how to follow it: delete too.
+	if out, errOut, code := run(t, gw, "clusters", "delete", "demo", "--async"); code != 0 || !regexp.MustCompile("\nFollow it with `loom operations wait [^`/]+`\\.\n$").MatchString(out) {
+		t.Fatalf("delete --async: exit %d, %q %q", code, out, errOut)
+	}
 	req, _ := fakegw.LastRequest[*loomv1.CreateClusterRequest](f)
 	if req.GetParent() != "projects/other" || req.GetClusterId() != "demo" {
 		t.Fatalf("full name in the file: request = %v", req)

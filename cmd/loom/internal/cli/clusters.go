@@ -79,7 +79,6 @@ and returns when it ends, or at once with --async.`,
 				title: "Creating cluster " + id,
 				what:  "create cluster " + id,
 				async: async,
-				hint:  fmt.Sprintf("Follow it with `loom clusters describe %s`.", id),
 				final: func(op *loomv1.Operation, took time.Duration) string {
 					c := op.GetCluster()
 					return fmt.Sprintf("Cluster %s is %s: %d of %d nodes ready (%s)", id, clusterStateLong(c),
@@ -253,7 +252,8 @@ type opView struct {
 	what string
 	// async: print the operation and return without waiting.
 	async bool
-	// hint follows the operation's name when async, e.g. how to follow it.
+	// hint follows the operation's name when async; without one, how to
+	// follow it: "Follow it with `loom operations wait ID`.".
 	hint string
 	// final is the line printed when the operation succeeded.
 	final func(op *loomv1.Operation, took time.Duration) string
@@ -269,9 +269,13 @@ func (a *app) followOperation(cmd *cobra.Command, op *loomv1.Operation, v opView
 			return writeJSON(out, op)
 		}
 		fmt.Fprintf(out, "%s: operation %s\n", v.title, op.GetName())
-		if v.hint != "" {
-			fmt.Fprintln(out, v.hint)
+		hint := v.hint
+		if hint == "" {
+			// What the command does without --async: follow it to its
+			// end, with its progress, exit 1 when it fails.
+			hint = fmt.Sprintf("Follow it with `loom operations wait %s`.", shortName(op.GetName()))
 		}
+		fmt.Fprintln(out, hint)
 		return nil
 	}
 	progress := a.progressOut(cmd)
