@@ -36,7 +36,7 @@ import (
 // HDEL, SADD, SREM, ZADD, ZREM and XADD with a generated id cannot fail past these checks
 // (nor can the change log's XADD, 'X': its key's type is checked as a
 // stream's, and its MAXLEN is a positive number Go wrote).
-var applyScript = redis.NewScript(`
+var applyScript = newScript(`
 local ninbox = tonumber(ARGV[2])
 for i = 1, ninbox do
   if redis.call('EXISTS', KEYS[1 + i]) == 1 then
@@ -251,7 +251,7 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 			return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, crashError{err})
 		}
 	}
-	res, err := applyScript.Run(ctx, s.rdb, keys, args...).Int()
+	res, err := s.runScript(ctx, applyScript, keys, args...).Int()
 	if err != nil {
 		var reply redis.Error
 		switch {
@@ -259,6 +259,9 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 			err = s.wrongType(err)
 		case strings.Contains(err.Error(), "CONFLICT store "):
 			err = fmt.Errorf("%w: %v", ErrConflict, err)
+		case errors.Is(err, errScriptNotLoaded):
+			// The script never ran: Redis had it in no cache and
+			// this user may not EVAL it (runScript).
 		case errors.As(err, &reply):
 			// An error reply: the script's checks, which run before its
 			// first write, refused; nothing was written.

@@ -3,13 +3,11 @@ package store
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // renewScript extends a lease when the caller still holds it; 0 means it
 // does not (it expired, and maybe another holder took it).
-var renewScript = redis.NewScript(`
+var renewScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
@@ -18,7 +16,7 @@ return 0
 
 // releaseScript deletes a lease only when the caller holds it, so a holder
 // whose lease expired cannot release its successor's.
-var releaseScript = redis.NewScript(`
+var releaseScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
@@ -30,7 +28,7 @@ return 0
 // longer token's. The outbox relay's lease and a service's leader lease are
 // both such a key holding their holder's token.
 func (s *Store) RenewLease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	n, err := renewScript.Run(ctx, s.rdb, []string{s.Key(key)}, token, ttl.Milliseconds()).Int()
+	n, err := s.runScript(ctx, renewScript, []string{s.Key(key)}, token, ttl.Milliseconds()).Int()
 	if err != nil {
 		return false, err
 	}
@@ -45,7 +43,7 @@ func (s *Store) ReleaseLease(ctx context.Context, key, token string) error {
 
 // releaseLease is ReleaseLease for a full key.
 func (s *Store) releaseLease(ctx context.Context, fullKey, token string) error {
-	return releaseScript.Run(ctx, s.rdb, []string{fullKey}, token).Err()
+	return s.runScript(ctx, releaseScript, []string{fullKey}, token).Err()
 }
 
 // BreakRelayLease deletes the outbox relay's lease, whoever holds it, and

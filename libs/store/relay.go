@@ -196,13 +196,23 @@ func (r *relay) doneOne() {
 func (r *relay) renewAndRead(ctx context.Context) (held bool, entries []redis.XMessage, err error) {
 	s := r.s
 	pipe := s.rdb.Pipeline()
+	var del *redis.IntCmd
 	if len(r.published) > 0 {
-		pipe.XDel(ctx, s.outboxKey, r.published...)
+		del = pipe.XDel(ctx, s.outboxKey, r.published...)
 	}
-	renew := renewScript.Eval(ctx, pipe, []string{s.leaseKey}, r.token, s.leaseTTL.Milliseconds())
+	// EVALSHA: an agent's user may not EVAL (ACLCommands). A script cache
+	// that lost it is runScript's to deal with, after the round trip.
+	keys, args := []string{s.leaseKey}, []any{r.token, s.leaseTTL.Milliseconds()}
+	renew := renewScript.EvalSha(ctx, pipe, keys, args...)
 	rng := pipe.XRangeN(ctx, s.outboxKey, "-", "+", int64(s.batchSize))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, nil, fmt.Errorf("store %s: relay: %w", s.prefix, err)
+		if !isNoScript(renew.Err()) || rng.Err() != nil || (del != nil && del.Err() != nil) {
+			return false, nil, fmt.Errorf("store %s: relay: %w", s.prefix, err)
+		}
+		// Renewed after the read: a lease still this relay's now was
+		// this relay's all along (it did not lapse: another holder would
+		// have its own token in it), so what was read is its to publish.
+		renew = s.runScript(ctx, renewScript, keys, args...)
 	}
 	r.published = nil
 	n, err := renew.Int()

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,6 +71,13 @@ type Store struct {
 	onSetAside    SetAsideFunc
 	setAsideTotal metric.Int64Counter
 
+	// noEval records that Redis refused this store's user EVAL (an
+	// agent's: ACLCommands), so that a missing script is waited for
+	// without asking again; scriptWait that a wait is under way (logged
+	// once). See runScript.
+	noEval     atomic.Bool
+	scriptWait atomic.Bool
+
 	fp failpoints
 }
 
@@ -82,6 +90,9 @@ type failpoints struct {
 	// batch, before its entries are deleted. An error ends RunRelay at once
 	// without releasing the lease, like a crashed process.
 	afterPublish func(batch []kafka.Message) error
+	// scriptMissing runs in runScript each time it waits for a script to
+	// be loaded.
+	scriptMissing func()
 }
 
 // crashError marks an error injected by a failpoint, so the relay leaves its

@@ -112,7 +112,7 @@ type Config struct {
 	// Redis ACL user of its own, confined to its keys (package agentredis;
 	// LOOM_PROVISIONER_AGENT_REDIS_USERS): "auto" (default) where the
 	// provisioner's Redis user can make ACL users, else (miniredis, a user
-	// without +acl|setuser +acl|deluser) agents get the provisioner's own
+	// without agentredis.Grant) agents get the provisioner's own
 	// credential, which the log says once at start; "on" the same, but the
 	// provisioner does not start where it cannot; "off" agents get the
 	// provisioner's own credential.

@@ -9,6 +9,13 @@
 // the work dir, password file included: the next start deletes the user,
 // closing its connections, and makes it again with a new password, so
 // neither the old password nor a connection made with it works any more.
+//
+// An agent's user may not EVAL (store.ACLCommands: a script of its own
+// could keep Redis busy, and every service waiting, for ever); it runs the
+// store's scripts with EVALSHA, from Redis's script cache. Ensure therefore
+// loads them (store.Scripts) with every ACL SETUSER, in the same round
+// trip: a Redis that restarted, its cache empty, has them again within a
+// pass, and the agents' writes, which wait for them meanwhile, go on.
 package agentredis
 
 import (
@@ -33,29 +40,32 @@ import (
 const PasswordFile = "redis.password"
 
 // Grant is what the provisioner's own Redis user needs to make and delete
-// the agents' users.
-const Grant = "+acl|setuser +acl|deluser"
+// the agents' users and to load the scripts they run.
+const Grant = "+acl|setuser +acl|deluser +script|load"
 
 // probeUser is the user Probe makes (disabled, with no permission) and
 // deletes.
 const probeUser = "loom-provisioner-acl-probe"
 
 // UnsupportedError says that the Redis, or the provisioner's user on it,
-// cannot make ACL users.
+// cannot make ACL users or load the scripts they run.
 type UnsupportedError struct{ Err error }
 
 func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("the provisioner's Redis user cannot make ACL users (%v): grant it %s, on a Redis 6 or later", e.Err, Grant)
+	return fmt.Sprintf("the provisioner's Redis user cannot make the agents' ACL users (%v): grant it %s, on a Redis 6 or later", e.Err, Grant)
 }
 
 func (e *UnsupportedError) Unwrap() error { return e.Err }
 
 // Probe checks that rdb may make and delete ACL users, with a user that is
-// disabled and has no permission. A Redis that refuses (miniredis, a user
-// without +acl|setuser or +acl|deluser) gives an *UnsupportedError; a
-// Redis that does not answer, its error.
+// disabled and has no permission, and load the store's scripts. A Redis
+// that refuses (miniredis, a user without the commands of Grant) gives an
+// *UnsupportedError; a Redis that does not answer, its error.
 func Probe(ctx context.Context, rdb redis.UniversalClient) error {
-	for _, cmd := range [][]any{{"ACL", "SETUSER", probeUser, "reset"}, {"ACL", "DELUSER", probeUser}} {
+	for _, cmd := range [][]any{
+		{"ACL", "SETUSER", probeUser, "reset"}, {"ACL", "DELUSER", probeUser},
+		{"SCRIPT", "LOAD", store.Scripts()[0]},
+	} {
 		if err := rdb.Do(ctx, cmd...).Err(); err != nil {
 			var re redis.Error
 			if errors.As(err, &re) {
@@ -80,7 +90,8 @@ func New(rdb redis.UniversalClient) *Users { return &Users{rdb: rdb} }
 func UserName(n provider.Node) string { return service.AgentName(n.ClusterID, n.Hostname) }
 
 // Ensure makes (or makes again, with the same password) the Redis user of
-// n's agent and returns its name and the path of its password file: a new
+// n's agent, loads the store's scripts (the user may run them but not EVAL
+// its own) and returns its name and the path of its password file: a new
 // random password when the node's work dir has none (its first start, or a
 // reimage wiped it).
 func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error) {
@@ -108,8 +119,22 @@ func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile
 	for _, r := range store.ACLRules(user + ":") {
 		args = append(args, r)
 	}
-	if err := u.rdb.Do(ctx, args...).Err(); err != nil {
+	// One round trip: the user, then the scripts it runs (a Redis that
+	// restarted has neither).
+	pipe := u.rdb.Pipeline()
+	setUser := pipe.Do(ctx, args...)
+	loads := make([]*redis.StringCmd, 0, len(store.Scripts()))
+	for _, src := range store.Scripts() {
+		loads = append(loads, pipe.ScriptLoad(ctx, src))
+	}
+	_, _ = pipe.Exec(ctx)
+	if err := setUser.Err(); err != nil {
 		return "", "", fmt.Errorf("redis user %s: ACL SETUSER: %w", user, err)
+	}
+	for _, l := range loads {
+		if err := l.Err(); err != nil {
+			return "", "", fmt.Errorf("redis user %s: SCRIPT LOAD: %w", user, err)
+		}
 	}
 	return user, path, nil
 }

@@ -1,6 +1,8 @@
 package agentredis
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/testkit/need"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
@@ -78,5 +81,105 @@ func TestNewPasswordClosesOldConnections(t *testing.T) {
 	t.Cleanup(func() { _ = c2.Close() })
 	if err := c2.Set(ctx, key, "4", 0).Err(); err != nil {
 		t.Fatalf("the new password: %v", err)
+	}
+}
+
+// agentClient is a client of addr that is the agent user Ensure made,
+// with the password in file.
+func agentClient(t *testing.T, addr, user, file string) *redis.Client {
+	t.Helper()
+	pw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: strings.TrimSpace(string(pw)), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestAgentUserRunsOnlyCachedScripts: an agent's user may not EVAL (a
+// script of its own, an endless loop, would make Redis answer BUSY to
+// every service until someone ran SCRIPT KILL); it runs the store's
+// scripts, which Ensure loads. After Redis lost its script cache (a
+// restart, SCRIPT FLUSH), the provisioner's next pass (Ensure) loads them
+// again and the agent's writes go on.
+func TestAgentUserRunsOnlyCachedScripts(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, 30*time.Second)
+	addr, admin := testkit.Redis(t)
+	u := New(admin)
+	n := provider.Node{Name: "projects/p/clusters/c/nodes/gpu-0001", ClusterID: "c", Hostname: "gpu-0001", WorkDir: filepath.Join(t.TempDir(), "work")}
+	user, file, err := u.Ensure(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := agentClient(t, addr, user, file)
+	if err := c.Do(ctx, "EVAL", "local i = 0 while true do i = i + 1 end", "0").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("an endless EVAL as the agent's user: %v, want NOPERM", err)
+	}
+	if err := admin.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the provisioner's client after the agent's EVAL: %v", err)
+	}
+
+	s := store.New(c, user+":")
+	apply := func(what string) {
+		t.Helper()
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var tx store.Tx
+		tx.Set("k", []byte(what))
+		if _, err := s.Apply(actx, "", &tx); err != nil {
+			t.Fatalf("the agent's Apply %s: %v", what, err)
+		}
+		if ok, err := s.RenewLease(actx, "lease", "tok", time.Minute); err != nil || ok {
+			t.Fatalf("the agent's RenewLease %s = %v, %v; want false, nil", what, ok, err)
+		}
+		if err := s.ReleaseLease(actx, "lease", "tok"); err != nil {
+			t.Fatalf("the agent's ReleaseLease %s: %v", what, err)
+		}
+	}
+	apply("after the first Ensure")
+
+	// Redis restarts (its script cache empty); the next pass makes the
+	// user again and loads the scripts.
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := u.Ensure(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range store.Scripts() {
+		sha := redis.NewScript(src).Hash()
+		if ok, err := admin.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
+			t.Fatalf("script %s after Ensure: %v, %v", sha, ok, err)
+		}
+	}
+	apply("after SCRIPT FLUSH and the next pass")
+}
+
+// TestProbeNeedsScriptLoad: a provisioner's user that may make ACL users
+// but not load the scripts they run is refused, naming the grant: its
+// agents would wait for the scripts for ever after a Redis restart.
+func TestProbeNeedsScriptLoad(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, 30*time.Second)
+	addr, admin := testkit.Redis(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "prov", "on", ">pw", "~provisioner:*", "+acl|setuser", "+acl|deluser").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, Username: "prov", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	err := Probe(ctx, c)
+	var unsupported *UnsupportedError
+	if !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "SCRIPT LOAD") || !strings.Contains(err.Error(), Grant) {
+		t.Fatalf("Probe without +script|load = %v, want an UnsupportedError naming %s", err, Grant)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "prov", "+script|load").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Probe(ctx, c); err != nil {
+		t.Fatalf("Probe with %s: %v", Grant, err)
 	}
 }
