@@ -154,13 +154,24 @@ func TestAgentRedisUsers(t *testing.T) {
 		t.Fatalf("the reimaged node's new Redis password: %v", err)
 	}
 
-	// Shrink: the removed node's user is deleted.
+	// Shrink: the removed node's user is deleted, and its keys (the
+	// agent's own, this write and its inbox mark): nothing is left for an
+	// agent of the same name to inherit.
+	s2 := store.New(as(t, r.Addr, user2, pw2), user2+":")
+	var tx2 store.Tx
+	tx2.Set("left-behind", []byte("v"))
+	if _, err := s2.Apply(ctx, "left-behind", &tx2); err != nil {
+		t.Fatalf("Apply as the second agent's user: %v", err)
+	}
 	testkit.Publish(t, f.broker, updateCluster("acl-shrink", id, 1, 60))
 	nodeEvent(t, f.broker, n2, func(n *loomv1.Node) bool { return n.GetState() == loomv1.Node_DRAINING })
 	testkit.Publish(t, f.broker, envelope.New(topics.JobEvents, name, "loom/scheduler", &eventsv1.NodeDrained{Node: n2, Cluster: name}))
 	waitRunning(t, f.broker, "acl-shrink")
 	if !authFails(ctx, r.Addr, user2, pw2) {
 		t.Fatal("a removed node's Redis user still logs in")
+	}
+	if keys, err := admin.Keys(ctx, user2+":*").Result(); err != nil || len(keys) > 0 {
+		t.Fatalf("a removed node's keys are left: %v, %v", keys, err)
 	}
 
 	// Delete: every node's user goes.
@@ -178,6 +189,9 @@ func TestAgentRedisUsers(t *testing.T) {
 		if strings.HasPrefix(u, "agent-") {
 			t.Fatalf("Redis users after the delete: %v", users)
 		}
+	}
+	if keys, err := admin.Keys(ctx, "agent-*").Result(); err != nil || len(keys) > 0 {
+		t.Fatalf("agents' keys after the delete: %v, %v", keys, err)
 	}
 }
 

@@ -16,6 +16,12 @@
 // loads them (store.Scripts) with every ACL SETUSER, in the same round
 // trip: a Redis that restarted, its cache empty, has them again within a
 // pass, and the agents' writes, which wait for them meanwhile, go on.
+//
+// Delete, when the node is removed, also deletes every key under the
+// agent's prefix (its outbox, inbox marks, lease, state): an agent of the
+// same name later (a cluster id used again, maybe by another project)
+// starts with none of them, and its relay publishes nothing the old agent
+// left behind.
 package agentredis
 
 import (
@@ -40,8 +46,18 @@ import (
 const PasswordFile = "redis.password"
 
 // Grant is what the provisioner's own Redis user needs to make and delete
-// the agents' users and to load the scripts they run.
-const Grant = "+acl|setuser +acl|deluser +script|load"
+// the agents' users, to load the scripts they run and to delete a removed
+// agent's keys.
+const Grant = "+acl|setuser +acl|deluser +script|load +scan +unlink ~agent-*"
+
+// probeKey is the key Probe deletes to check that it may delete agents'
+// keys: under "agent-" but no agent's (an agent's prefix has a cluster id
+// between "agent-" and the host, and cluster ids are not empty).
+const probeKey = "agent-:" + probeUser
+
+// deleteBatch is how many keys a SCAN step of Delete asks for, and so
+// about how many one UNLINK deletes.
+const deleteBatch = 1000
 
 // probeUser is the user Probe makes (disabled, with no permission) and
 // deletes.
@@ -58,13 +74,15 @@ func (e *UnsupportedError) Error() string {
 func (e *UnsupportedError) Unwrap() error { return e.Err }
 
 // Probe checks that rdb may make and delete ACL users, with a user that is
-// disabled and has no permission, and load the store's scripts. A Redis
+// disabled and has no permission, load the store's scripts and find and
+// delete agents' keys (with a key that is no agent's). A Redis
 // that refuses (miniredis, a user without the commands of Grant) gives an
 // *UnsupportedError; a Redis that does not answer, its error.
 func Probe(ctx context.Context, rdb redis.UniversalClient) error {
 	for _, cmd := range [][]any{
 		{"ACL", "SETUSER", probeUser, "reset"}, {"ACL", "DELUSER", probeUser},
 		{"SCRIPT", "LOAD", store.Scripts()[0]},
+		{"SCAN", "0", "MATCH", probeKey, "COUNT", "1"}, {"UNLINK", probeKey},
 	} {
 		if err := rdb.Do(ctx, cmd...).Err(); err != nil {
 			var re redis.Error
@@ -140,12 +158,57 @@ func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile
 }
 
 // Delete deletes the Redis user of n's agent (Redis closes its
-// connections); a user that does not exist is not an error.
+// connections), then every key under its prefix ("agent-<cluster>-<host>:",
+// colon included: not another agent's whose host starts the same), in
+// batches: nothing of a removed node is left for an agent of the same name
+// to inherit. Call it once the agent is stopped. Idempotent: a user or keys
+// that are gone are not an error, and a failure is retried by calling it
+// again.
 func (u *Users) Delete(ctx context.Context, n provider.Node) error {
-	if err := u.rdb.Do(ctx, "ACL", "DELUSER", UserName(n)).Err(); err != nil {
-		return fmt.Errorf("redis user %s: ACL DELUSER: %w", UserName(n), err)
+	user := UserName(n)
+	if err := u.rdb.Do(ctx, "ACL", "DELUSER", user).Err(); err != nil {
+		return fmt.Errorf("redis user %s: ACL DELUSER: %w", user, err)
+	}
+	if err := u.deleteKeys(ctx, user+":"); err != nil {
+		return fmt.Errorf("redis user %s: delete its keys: %w", user, err)
 	}
 	return nil
+}
+
+// deleteKeys deletes every key that starts with prefix: SCAN MATCH, each
+// step's keys unlinked (freed in the background: an outbox may be large).
+func (u *Users) deleteKeys(ctx context.Context, prefix string) error {
+	match := globEscape(prefix) + "*"
+	var cursor uint64
+	for {
+		keys, next, err := u.rdb.Scan(ctx, cursor, match, deleteBatch).Result()
+		if err != nil {
+			return fmt.Errorf("SCAN: %w", err)
+		}
+		if len(keys) > 0 {
+			if err := u.rdb.Unlink(ctx, keys...).Err(); err != nil {
+				return fmt.Errorf("UNLINK: %w", err)
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// globEscape escapes s for a Redis glob pattern, so that it matches s
+// only.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // load returns the password in path, "" when there is none.

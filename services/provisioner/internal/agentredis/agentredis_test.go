@@ -3,6 +3,7 @@ package agentredis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/testkit/need"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
 )
 
@@ -160,7 +163,8 @@ func TestAgentUserRunsOnlyCachedScripts(t *testing.T) {
 
 // TestProbeNeedsScriptLoad: a provisioner's user that may make ACL users
 // but not load the scripts they run is refused, naming the grant: its
-// agents would wait for the scripts for ever after a Redis restart.
+// agents would wait for the scripts for ever after a Redis restart. So is
+// one that may not find and delete a removed agent's keys.
 func TestProbeNeedsScriptLoad(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install redis-server", "redis-server")
@@ -179,7 +183,116 @@ func TestProbeNeedsScriptLoad(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "prov", "+script|load").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Nor one that may not delete a removed agent's keys.
+	if err := Probe(ctx, c); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "SCAN") {
+		t.Fatalf("Probe without +scan = %v, want an UnsupportedError", err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "prov", "+scan").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Probe(ctx, c); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "UNLINK") {
+		t.Fatalf("Probe without ~agent-* = %v, want an UnsupportedError", err)
+	}
+	args := []any{"ACL", "SETUSER", "prov"}
+	for _, r := range strings.Fields(Grant) {
+		args = append(args, r)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := Probe(ctx, c); err != nil {
 		t.Fatalf("Probe with %s: %v", Grant, err)
+	}
+}
+
+// agentKeys returns the keys under prefix.
+func agentKeys(t *testing.T, ctx context.Context, admin *redis.Client, prefix string) []string {
+	t.Helper()
+	keys, err := admin.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestDeleteRemovesTheAgentsKeys: removing a node deletes its agent's
+// keys (outbox, inbox marks, lease, state; more than one SCAN batch) and no
+// one else's (an agent whose host starts the same, a service), again
+// without error when they are gone; an agent of the same name made later
+// starts with an empty outbox, so its relay publishes nothing the removed
+// one left.
+func TestDeleteRemovesTheAgentsKeys(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, 30*time.Second)
+	addr, admin := testkit.Redis(t)
+	u := New(admin)
+	dir := t.TempDir()
+	n := provider.Node{Name: "projects/p/clusters/c/nodes/gpu-0001", ClusterID: "c", Hostname: "gpu-0001", WorkDir: filepath.Join(dir, "gpu-0001")}
+	user, file, err := u.Ensure(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(agentClient(t, addr, user, file), user+":")
+	var tx store.Tx
+	tx.Set("state", []byte("v"))
+	tx.Emit(envelope.New("loom.step.events.v1", "k", "agent", &eventsv1.NodeDrained{Node: n.Name}))
+	if _, err := s.Apply(ctx, "inbox-1", &tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(ctx, user+":outbox:lease", "tok", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pipe := admin.Pipeline()
+	for i := range 2*deleteBatch + 7 {
+		pipe.Set(ctx, fmt.Sprintf("%s:many-%d", user, i), "v", 0)
+	}
+	for _, k := range []string{"agent-c-gpu-00010:outbox", "agent-c-gpu-0001", "scheduler:state"} {
+		pipe.Set(ctx, k, "keep", 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.OutboxLen(ctx); err != nil || n != 1 {
+		t.Fatalf("outbox = %d, %v; want 1", n, err)
+	}
+
+	if err := u.Delete(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if left := agentKeys(t, ctx, admin, user+":"); len(left) > 0 {
+		t.Fatalf("the removed agent's keys are left: %d, e.g. %s", len(left), left[0])
+	}
+	for _, k := range []string{"agent-c-gpu-00010:outbox", "agent-c-gpu-0001", "scheduler:state"} {
+		if v, err := admin.Get(ctx, k).Result(); err != nil || v != "keep" {
+			t.Fatalf("%s = %q, %v; want it kept", k, v, err)
+		}
+	}
+	if err := u.Delete(ctx, n); err != nil {
+		t.Fatalf("Delete again: %v", err)
+	}
+
+	// The cluster id is used again: the same agent name, a new node.
+	if err := os.RemoveAll(n.WorkDir); err != nil {
+		t.Fatal(err)
+	}
+	user2, file2, err := u.Ensure(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := store.New(agentClient(t, addr, user2, file2), user2+":")
+	if n, err := s2.OutboxLen(ctx); err != nil || n != 0 {
+		t.Fatalf("the new agent's outbox = %d, %v; want it empty", n, err)
+	}
+	if seen, err := s2.Seen(ctx, "inbox-1"); err != nil || seen {
+		t.Fatalf("the new agent has the old one's inbox mark: %v, %v", seen, err)
+	}
+}
+
+// TestGlobEscape: the prefix is matched as it is.
+func TestGlobEscape(t *testing.T) {
+	t.Parallel()
+	if got, want := globEscape(`a*b?c[d]e\f-g:`), `a\*b\?c\[d\]e\\f-g:`; got != want {
+		t.Fatalf("globEscape = %q, want %q", got, want)
 	}
 }

@@ -103,7 +103,8 @@ type Config struct {
 	// RedisPasswordFile, and the provisioner's LOOM_REDIS_PASSWORD is kept
 	// out of the agent's environment): made before each start of the agent
 	// (a failure fails the launch) and again whenever Launch finds it
-	// running (a Redis that restarted has lost it), deleted by Remove.
+	// running (a Redis that restarted has lost it), deleted by Remove with
+	// the agent's keys.
 	RedisUsers RedisUsers
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 15 s,
 	// longer than an agent needs to kill its own steps).
@@ -124,7 +125,9 @@ type RedisUsers interface {
 	// Ensure makes n's agent's user, idempotently, and returns its name
 	// and the path of its password file.
 	Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error)
-	// Delete deletes it; one that does not exist is not an error.
+	// Delete deletes it, then every key under its prefix (n's agent is
+	// stopped); idempotent: what does not exist is not an error, and a
+	// failure is retried by calling it again.
 	Delete(ctx context.Context, n provider.Node) error
 }
 
@@ -453,8 +456,11 @@ func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 
 // Remove deletes the node's directory, after killing the step process
 // groups its agent left behind (steps outlive an agent that dies) and
-// deleting its agent's Redis user (RedisUsers): nothing of a removed node
-// keeps running or can reach Redis.
+// deleting its agent's Redis user and then its keys (RedisUsers): nothing of
+// a removed node keeps running or can reach Redis, and nothing of it is left
+// there for an agent of the same name (a cluster id used again) to inherit.
+// Call it once the agent is stopped; a failure leaves the directory, and
+// calling it again finishes.
 func (p *Provider) Remove(ctx context.Context, n provider.Node) error {
 	if err := p.check(n); err != nil {
 		return err
