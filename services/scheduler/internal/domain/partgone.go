@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -16,8 +17,13 @@ import (
 const ReasonNodeDown = "NodeDown"
 
 // partitionGoneReason is the reason of a job failed because its partition
-// is gone: Slurm's reason name, then why.
+// (a pending job's list: all of them) is gone: Slurm's reason name, then
+// why, in English ("partitions pb, pc were removed", not "partition pb,pc
+// was").
 func partitionGoneReason(part string) string {
+	if slurmspec.IsPartitionList(part) {
+		return fmt.Sprintf("%s: partitions %s were removed from the cluster", ReasonNodeDown, strings.ReplaceAll(part, ",", ", "))
+	}
 	return fmt.Sprintf("%s: partition %s was removed from the cluster", ReasonNodeDown, part)
 }
 

@@ -41,14 +41,19 @@ func inPart(p string, cpus int32) func(*loomv1.Job) {
 }
 
 // wantPartitionGone checks that job id ended NODE_FAIL, exit code 1, with
-// Slurm's reason naming partition part, and was never requeued.
+// Slurm's reason naming partition part (a list: each of them), and was
+// never requeued.
 func (h *harness) wantPartitionGone(id int, part string) *loomv1.Job {
 	h.t.Helper()
 	j := h.job(id)
+	want := ReasonNodeDown + ": partition " + part + " was removed from the cluster"
+	if strings.Contains(part, ",") {
+		want = ReasonNodeDown + ": partitions " + strings.ReplaceAll(part, ",", ", ") + " were removed from the cluster"
+	}
 	if j.GetState() != loomv1.JobState_NODE_FAIL || j.GetExitCode() != 1 || j.GetRestartCount() != 0 ||
-		!strings.HasPrefix(j.GetStateReason(), ReasonNodeDown) || !strings.Contains(j.GetStateReason(), "partition "+part) {
-		h.t.Fatalf("job %d: %v exit %d restarts %d %q, want NODE_FAIL exit 1, not requeued, %s naming partition %s",
-			id, j.GetState(), j.GetExitCode(), j.GetRestartCount(), j.GetStateReason(), ReasonNodeDown, part)
+		j.GetStateReason() != want {
+		h.t.Fatalf("job %d: %v exit %d restarts %d %q, want NODE_FAIL exit 1, not requeued, reason %q",
+			id, j.GetState(), j.GetExitCode(), j.GetRestartCount(), j.GetStateReason(), want)
 	}
 	return j
 }
