@@ -1,42 +1,71 @@
 package domain
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/slurmspec"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // A job may name several partitions (sbatch -p a,b): Slurm's "the one
 // offering earliest initiation will be used ... (although higher priority
 // partitions will be considered first)". While it is pending its
-// Job.partition is the list; the pass considers it in each partition of
-// the list the cluster has, higher PriorityTier first (the list's order
-// among equal tiers), and starts it in the first where it passes the
-// gates and fits now (backfill reservation and all, as a job of that
-// partition). When none can start it, it is decided as a job of the first
-// of them (by tier) whose gates it passes — else of the first — : its
-// reason, preemption and backfill reservation are that partition's (not
-// the one where it would start soonest). Its queue position and priority
-// are those of its highest tier partition (the largest partition factor).
-// Started, Job.partition is the partition used and JobRecord.Partitions the
-// list, which a requeue puts back. A job that names one partition never
-// comes here: its queue entry has no qMulti flag.
+// Job.partition is the list. As slurmctld's queue (build_job_queue: one
+// job_queue_rec per job and partition, each at that partition's
+// PriorityTier and priority), the pass considers it once per partition of
+// the list the cluster has, each at that partition's rank: its tier, then
+// its priority with that partition's factors (partition, size). Its queue
+// entry is its first record (bestRecord: highest tier, then highest
+// priority, first named among equals); the others wait in the pass's
+// multiq, sorted by rank, and are taken up as the walk of the queue
+// reaches their rank. So in a partition of lower tier it waits behind that
+// partition's jobs that outrank it there, exactly as a job of that
+// partition alone with the same priority would, and cannot jump their
+// queue by naming a partition of higher tier first.
+//
+// At each record it starts in that partition when it passes the gates
+// (MaxTime per partition) and fits (AvoidReserved as any job of it); its
+// run records its priority there. Records of equal rank (partitions of
+// equal tier and priority) are tried together, in the list's order, before
+// any decision. The first record whose gates it passes and where it does
+// not start decides it, as a job of that partition alone would be decided
+// at that point of the walk (consider: reason, preemption, the backfill
+// reservation, Resources or Priority); a later record where it does not fit
+// marks its partition blocked (the jobs of that partition after it read
+// Priority) and takes no reservation of its own. A job that began
+// preempting for itself waits for that room: it is not tried further. Its
+// reason is emitted once, at its last record; when no record passes the
+// gates it is its first record's gate reason. Started, Job.partition is
+// the partition used and JobRecord.Partitions the list, which a requeue
+// puts back. A job that names one partition never comes here: its queue
+// entry has no qMulti flag, and the walk compares nothing while multiq is
+// empty.
 
-// multiFirst is the index in p.parts of e's partition of highest tier
-// (first named among equals), or -1 when the cluster has none of them.
+// multiFirst is the index in p.parts of e's first record (bestRecord), or
+// -1 when the cluster has none of its partitions.
 func (p *pass) multiFirst(e *pendEntry) int {
-	return firstByTier(p.parts, e.part)
+	return bestRecord(p.parts, p.prio, &e.jobAttrs, e.part)
 }
 
-// firstByTier is the index in parts of the partition of list of highest
-// PriorityTier (the first named among equals), or -1 when parts has none
-// of them.
-func firstByTier(parts []Partition, list string) int {
-	best := -1
+// bestRecord is the index in parts of the partition of list where a job of
+// attributes a ranks first in the queue: the highest PriorityTier, then
+// (with prio: the priority order) the highest priority, the first named
+// among equals; -1 when parts has none of them. Only the first 64
+// partitions (the pass's bit sets) count.
+func bestRecord(parts []Partition, prio *prioCtx, a *jobAttrs, list string) int {
+	best, bestPrio := -1, int64(0)
 	for name := range strings.SplitSeq(list, ",") {
 		for i := range parts {
-			if parts[i].Name == name && i < 64 && (best < 0 || parts[i].Tier > parts[best].Tier) {
-				best = i
+			if parts[i].Name != name || i >= 64 {
+				continue
+			}
+			pr := int64(0)
+			if prio != nil {
+				pr = prio.sum(a, i)
+			}
+			if best < 0 || parts[i].Tier > parts[best].Tier || (parts[i].Tier == parts[best].Tier && pr > bestPrio) {
+				best, bestPrio = i, pr
 			}
 		}
 	}
@@ -65,46 +94,176 @@ func partsByTier(parts []Partition, list string) []int {
 	return out
 }
 
-// startMulti considers q, a job that names several partitions, in each of
-// them in turn and starts it in the first where it passes the gates and
-// fits now; it reports whether it did. Otherwise it sets q.part to the
-// partition consider decides it in (see above).
-func (p *pass) startMulti(q *queued) bool {
-	parts := partsByTier(p.parts, q.e.part)
-	if len(parts) == 0 {
-		q.part = -1 // PartitionConfig
-		return false
+// multiRec is a pending job of several partitions between its queue
+// records in one pass.
+type multiRec struct {
+	// q is a copy of its queue entry; q.part is set to each record's
+	// partition in turn. pos is the pass's pos of the entry.
+	q   queued
+	pos int32
+	// parts, ranks and prios: its records, in rank order (the list's
+	// order by tier among equal ranks): the partition, the rank there
+	// (0 without the priority order) and the priority there.
+	parts []int32
+	ranks []int64
+	prios []int64
+	// next is the next record to consider.
+	next int
+	// decided: a record decided the job (consider, held by pass.hold):
+	// d is the decision, emitted at its last record (waitDecided when
+	// withD, else wait with d.Reason).
+	decided bool
+	withD   bool
+	d       Decision
+}
+
+// considerMulti considers q, a job of several partitions that the cluster
+// has some of, at its queue entry: its records of the entry's rank now,
+// the others as the walk reaches theirs (runMulti).
+func (p *pass) considerMulti(q *queued) {
+	list := partsByTier(p.parts, q.e.part)
+	m := &multiRec{q: *q, pos: p.pos, parts: make([]int32, len(list)), ranks: make([]int64, len(list)),
+		prios: make([]int64, len(list))}
+	for k, pi := range list {
+		m.parts[k] = int32(pi)
+		if p.prio != nil {
+			m.prios[k] = p.prio.sum(&q.e.jobAttrs, pi)
+			m.ranks[k] = -(int64(p.parts[pi].Tier)<<40 | m.prios[k])
+		}
 	}
-	fallback := -1
-	t, j := p.t, q.j
-	for _, pi := range parts {
+	// Rank order; stable, so the list's order by tier among equals.
+	for i := 1; i < len(list); i++ {
+		for k := i; k > 0 && m.ranks[k] < m.ranks[k-1]; k-- {
+			m.parts[k], m.parts[k-1] = m.parts[k-1], m.parts[k]
+			m.ranks[k], m.ranks[k-1] = m.ranks[k-1], m.ranks[k]
+			m.prios[k], m.prios[k-1] = m.prios[k-1], m.prios[k]
+		}
+	}
+	p.multiStep(m)
+}
+
+// multiStep considers m's next records, those of one rank: it starts the
+// job in the first where it passes the gates and fits; otherwise the first
+// of them whose gates it passed decides it, unless an earlier record did,
+// and m waits in multiq for its next rank, or, at its last record, its
+// decision is emitted.
+func (p *pass) multiStep(m *multiRec) {
+	t, q := p.t, &m.q
+	rank := m.ranks[m.next]
+	deciding := -1
+	var full uint64 // partitions of the records where it waits for resources
+	for m.next < len(m.parts) && m.ranks[m.next] == rank {
+		k := m.next
+		m.next++
+		pi := int(m.parts[k])
 		q.part = int32(pi)
 		if p.gateReason(q) != "" {
 			continue
 		}
-		if fallback < 0 {
-			fallback = pi
+		if deciding < 0 {
+			deciding = k
 		}
 		if q.shape >= 0 {
 			p.req = t.s.shapeReqs[q.shape]
 			p.req.Partition = pi
 		} else {
-			p.req = p.request(j, &q.e.jobAttrs, pi)
+			p.req = p.request(q.j, &q.e.jobAttrs, pi)
 		}
 		req := &p.req
 		if p.resv != nil {
 			req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
 		}
-		if res := p.place(req, q.shape); res.ok {
-			p.start(j, p.parts[pi], req, res.nodes, p.prioOf(q), len(res.shape.Cand))
-			return true
+		res := p.place(req, q.shape)
+		if res.ok {
+			p.start(q.j, p.parts[pi], req, res.nodes, m.prios[k], len(res.shape.Cand))
+			return
+		}
+		if res.kind != place.Static && res.kind != place.Availability {
+			full |= uint64(1) << uint(pi)
 		}
 	}
-	if fallback < 0 {
-		fallback = parts[0]
+	last := m.next == len(m.parts)
+	if !m.decided && (deciding >= 0 || last) {
+		k := max(deciding, 0) // none passed the gates: the first record's gate
+		full &^= uint64(1) << uint(m.parts[k])
+		if !p.decideMulti(m, k, !last) {
+			return // consider started it
+		}
+		if m.preempting() {
+			// It began preempting for room in that partition (or waits
+			// for its victims to stop): it waits for that room.
+			last = true
+		}
 	}
-	q.part = int32(fallback)
-	return false
+	p.blocked |= full
+	if last {
+		if m.decided {
+			p.emitMulti(m)
+		}
+		return
+	}
+	// Wait for the next rank, in multiq's (rank, id) order.
+	r, id := m.ranks[m.next], m.q.id
+	i := len(p.multiq)
+	for i > 0 {
+		o := p.multiq[i-1]
+		if or := o.ranks[o.next]; or < r || (or == r && o.q.id <= id) {
+			break
+		}
+		i--
+	}
+	p.multiq = slices.Insert(p.multiq, i, m)
+}
+
+// decideMulti decides m's job as a job of its record k's partition alone
+// (consider on a copy of its entry, at its priority there). With hold the
+// decision is kept in m (see pass.hold), to be emitted at its last record.
+// It reports false when consider started the job (only known with hold:
+// without, consider emitted its decision, if any).
+func (p *pass) decideMulti(m *multiRec, k int, hold bool) bool {
+	c := m.q
+	c.flags &^= qMulti
+	c.part, c.prio = m.parts[k], m.prios[k]
+	prios := p.prios
+	p.prios = nil // prioOf reads c.prio
+	if hold {
+		p.hold = m
+	}
+	p.consider(&c)
+	p.hold, p.prios = nil, prios
+	return !hold || m.decided
+}
+
+// preempting reports whether m's decision is a wait for room its job
+// preempts (stagePreempt's note).
+func (m *multiRec) preempting() bool {
+	return m.decided && m.withD && m.d.Note != "" && (m.d.Reason == ReasonResources || m.d.Reason == ReasonPriority)
+}
+
+// emitMulti emits m's decision: its job waits for it.
+func (p *pass) emitMulti(m *multiRec) {
+	if m.withD {
+		p.waitDecided(&m.q, m.d)
+	} else {
+		p.wait(&m.q, m.d.Reason)
+	}
+}
+
+// runMulti considers the records waiting in multiq that rank before the
+// queue entry of rank and id, in rank order (all of them with
+// math.MaxInt64).
+func (p *pass) runMulti(rank, id int64) {
+	pos := p.pos
+	for len(p.multiq) > 0 {
+		m := p.multiq[0]
+		if r := m.ranks[m.next]; r > rank || (r == rank && m.q.id >= id) {
+			break
+		}
+		p.multiq = p.multiq[1:]
+		p.pos = m.pos
+		p.multiStep(m)
+	}
+	p.pos = pos
 }
 
 // gateReason is the reason the first of the pass's gates that stops q

@@ -1,8 +1,12 @@
 package domain
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -206,5 +210,157 @@ func TestMultiPartitionRemovedPartition(t *testing.T) {
 	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
 	if p := h.job(1).GetPartition(); p != "pa" {
 		t.Fatalf("requeued job 1 in %q; want pa", p)
+	}
+}
+
+// tierHarness is a cluster of two pools, a in partition hi (PriorityTier
+// 10) and b in partition lo (tier 1), one n2-standard-8 node each, under
+// Loom's policy (multifactor order, backfill, preemption) and cfg.
+func tierHarness(t *testing.T, cfg Config) *harness {
+	cfg.Policy = DefaultPolicy()
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(twoPoolCluster(
+		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
+		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
+	h.poolNode("a-0001", "a")
+	h.poolNode("b-0001", "b")
+	return h
+}
+
+// TestMultiPartitionWaitsBehindLo: a job of -p hi,lo is considered in lo at
+// lo's rank, not its highest tier's. With hi full, when lo's node frees up,
+// lo's own pending job of higher priority takes it; the hi,lo job does not
+// jump it (as slurmctld's queue has one record per job and partition, each
+// at that partition's PriorityTier and priority).
+func TestMultiPartitionWaitsBehindLo(t *testing.T) {
+	t.Parallel()
+	h := tierHarness(t, Config{})
+	h.submitJob(job(1, 1, 0, inPart("hi", 8)))
+	h.submitJob(job(2, 1, 0, inPart("lo", 8)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(3, 1, 0, inPart("lo", 8)))
+	h.tick(time.Hour) // job 3 is an hour older: a higher priority in lo
+	h.submitJob(job(4, 1, 0, inPart("hi,lo", 8)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+
+	h.finish(2, 0)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if n := h.job(3).GetNodes(); len(n) != 1 || n[0] != "b-0001" {
+		t.Fatalf("job 3 runs on %v; want b-0001", n)
+	}
+	// Waiting for hi, its first record: hi's Resources.
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	if p := h.job(4).GetPartition(); p != "hi,lo" {
+		t.Fatalf("pending job 4 in %q; want hi,lo", p)
+	}
+}
+
+// TestMultiPartitionStartsInLo: a job of -p hi,lo that nothing in lo
+// outranks still starts in lo while hi is full, ahead of lo's job of lower
+// priority, and runs with its priority in lo (lo's partition factor).
+func TestMultiPartitionStartsInLo(t *testing.T) {
+	t.Parallel()
+	// Age and partition factors alone: a priority is 1000·age + 1000 in
+	// hi, 1000·age + 100 in lo.
+	h := tierHarness(t, Config{Weights: Weights{Age: DefaultWeightAge, Partition: DefaultWeightPartition}})
+	h.submitJob(job(1, 1, 0, inPart("hi", 8)))
+	h.submitJob(job(2, 1, 0, inPart("lo", 8)))
+	h.submitJob(job(3, 1, 0, inPart("hi,lo", 8)))
+	h.tick(time.Hour) // job 3 is an hour older than job 4
+	h.submitJob(job(4, 1, 0, inPart("lo", 8)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	// Job 3 outranks it in lo and waits there too.
+	h.wantState(4, loomv1.JobState_PENDING, ReasonPriority)
+
+	h.finish(2, 0)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if j := h.job(3); j.GetPartition() != "lo" || len(j.GetNodes()) != 1 || j.GetNodes()[0] != "b-0001" {
+		t.Fatalf("job 3 runs in %q on %v; want lo on b-0001", j.GetPartition(), j.GetNodes())
+	}
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	// An hour of age is round(1000·1h/7d) = 6.
+	if got := h.job(3).GetPriority(); got != 106 {
+		t.Fatalf("job 3 started with priority %d; want 106 (its priority in lo, not hi's 1006)", got)
+	}
+}
+
+// TestMultiPartitionReasonAtLastRecord: a -p hi,lo job's reason is given
+// once, at its record in lo, after lo's jobs it ranks behind, in a pass
+// that gives stored jobs their reasons as records (a tick): each job gets
+// its own.
+func TestMultiPartitionReasonAtLastRecord(t *testing.T) {
+	t.Parallel()
+	h := tierHarness(t, Config{})
+	h.submitJob(job(1, 1, 0, inPart("hi", 8)))
+	h.submitJob(job(2, 1, 0, inPart("lo", 8)))
+	h.submitJob(job(3, 1, 0, inPart("lo", 8)))
+	h.submitJob(job(4, 1, 0, inPart("hi,lo", 8), func(j *loomv1.Job) { j.BeginTime = timestamppb.New(h.now.Add(30 * time.Minute)) }))
+	h.submitJob(job(5, 1, 0, inPart("lo", 8)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonBeginTime)
+	h.wantState(5, loomv1.JobState_PENDING, ReasonPriority)
+	h.tick(time.Hour)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(5, loomv1.JobState_PENDING, ReasonPriority)
+}
+
+// TestMultiPartitionRandomKeepsInvariants plays random submissions of jobs
+// of hi, lo, hi,lo and lo,hi (their records interleaved with the queue's
+// entries, over passes that reuse and mend the last order), step ends,
+// holds, releases, cancels and ticks, and checks after every change that
+// nothing is held twice, every gang got all its nodes and every job is
+// decided once: a pending job has one reason, a started one one run.
+func TestMultiPartitionRandomKeepsInvariants(t *testing.T) {
+	t.Parallel()
+	lists := []string{"hi", "lo", "hi,lo", "lo,hi"}
+	for seed := uint64(1); seed <= 10; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		h := tierHarness(t, Config{})
+		h.poolNode("a-0002", "a")
+		h.poolNode("b-0002", "b")
+		next := 1
+		for range 200 {
+			var c *Change
+			switch op := rng.IntN(10); {
+			case op < 4:
+				j := job(next, 1, 0, inPart(lists[rng.IntN(len(lists))], int32(1+rng.IntN(8))),
+					limit(time.Duration(1+rng.IntN(30))*time.Minute))
+				j.Nice = int32(rng.IntN(3) * 500)
+				c = h.submitJob(j)
+				next++
+			case op < 7:
+				if ev := randomStepEnd(h.s, rng); ev != nil {
+					c = h.do(ev)
+				}
+			case op < 8 && next > 1:
+				c = h.do(&eventsv1.UpdateJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl,
+					Action: []string{ActionHold, ActionRelease, ActionRequeue}[rng.IntN(3)]})
+			default:
+				c = h.tick(time.Duration(rng.IntN(600)) * time.Second)
+			}
+			if c == nil {
+				continue
+			}
+			checkInvariants(t, h.s)
+			checkGangs(t, h.s, c)
+			started := map[string]bool{}
+			for _, jc := range jobChanges(c) {
+				if j := jc.GetJob(); j.GetState() == loomv1.JobState_CONFIGURING && !started[j.GetName()] {
+					started[j.GetName()] = true
+					if slices.Contains(lists[2:], j.GetPartition()) {
+						t.Fatalf("seed %d: job %s started in %q", seed, j.GetName(), j.GetPartition())
+					}
+				}
+			}
+			decided := map[string]int{}
+			for _, d := range c.Decisions {
+				if decided[d.Job]++; decided[d.Job] > 1 {
+					t.Fatalf("seed %d: job %s decided twice in one change", seed, d.Job)
+				}
+			}
+		}
 	}
 }

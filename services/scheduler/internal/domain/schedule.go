@@ -120,6 +120,12 @@ type pass struct {
 	// fresh counts the queued jobs without a reason yet: each will get
 	// one, and a record and an event in the change.
 	fresh int
+	// multiq are the jobs of several partitions whose next queue record
+	// the walk has not reached yet, by that record's (rank, id); hold,
+	// while one of them is decided, keeps its decision from being emitted
+	// before its last record (multipart.go).
+	multiq []*multiRec
+	hold   *multiRec
 	// req is the request of the job being considered, blk the job when it
 	// is blocked.
 	req  place.Request
@@ -193,11 +199,18 @@ func (t *txn) schedule(cluster string) {
 	}
 	p.pos = -1
 	for i := range queue {
+		q := p.entry(queue, i)
+		if len(p.multiq) > 0 {
+			// The records of jobs of several partitions that rank
+			// before this entry (multipart.go).
+			p.runMulti(p.rankAt(q, i), q.id)
+		}
 		if p.at != nil {
 			p.pos = p.at[i]
 		}
-		p.consider(p.entry(queue, i))
+		p.consider(q)
 	}
+	p.runMulti(math.MaxInt64, math.MaxInt64)
 	p.prios = nil // the requeued jobs' entries below carry their own
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
@@ -232,6 +245,7 @@ func (t *txn) schedule(cluster string) {
 			j := t.job(name)
 			q := p.queued(&pendEntry{j: j, jobAttrs: *t.s.newAttrs(j, false)})
 			p.consider(&q)
+			p.runMulti(math.MaxInt64, math.MaxInt64)
 		}
 	}
 	if p.started && p.depWaiting {
@@ -1050,6 +1064,16 @@ func radixOrder(out []queued, sc *scratch) ([]int32, bool) {
 	return perm, true
 }
 
+// rankAt is the rank in this pass of q, the entry at position i of the
+// order: from the order's keys when the pass has them (see prioOf), else
+// the entry's.
+func (p *pass) rankAt(q *queued, i int) int64 {
+	if p.prios != nil {
+		return p.t.scratch.ranks[p.at[i]].rank
+	}
+	return q.rank
+}
+
 // prioOf is the priority of q's job in this pass: from prios when the
 // pass has them (the entry's own may be an earlier pass's, see mend),
 // else the entry's.
@@ -1089,14 +1113,11 @@ func (p *pass) consider(q *queued) {
 	// the gates whose flags say so, and by the blocked-job stages that act.
 	// Not even its address is taken before: &q.e.jobAttrs reads q.e (a nil
 	// check), a cache miss per job in a queue read all over memory.
-	if q.flags&qMulti != 0 {
-		// On a copy: the queue's entry, which a later pass may reuse,
-		// keeps the partition its order is by.
-		c := *q
-		if p.startMulti(&c) {
-			return
-		}
-		q = &c
+	if q.flags&qMulti != 0 && q.part >= 0 {
+		// A record per partition, each at its rank (multipart.go); the
+		// queue's entry, which a later pass may reuse, is left as it is.
+		p.considerMulti(q)
+		return
 	}
 	t, j := p.t, q.j
 	// Most jobs have no flag: they skip the gates that only look at
@@ -1632,6 +1653,10 @@ const reasonBatch = 1024
 // wait keeps q's job pending for reason, emitting only when the reason
 // changes (q.reason is its reason as read: no look at its protobuf).
 func (p *pass) wait(q *queued, reason string) {
+	if m := p.hold; m != nil {
+		m.decided, m.withD, m.d = true, false, Decision{Reason: reason}
+		return
+	}
 	if q.reason == reason {
 		return
 	}
@@ -1644,6 +1669,10 @@ func (p *pass) wait(q *queued, reason string) {
 
 // waitDecided keeps q's job pending for d.Reason and records the decision.
 func (p *pass) waitDecided(q *queued, d Decision) {
+	if m := p.hold; m != nil {
+		m.decided, m.withD, m.d = true, true, d
+		return
+	}
 	p.t.c.Decisions = append(p.t.c.Decisions, d)
 	if d.Reason == ReasonBadConstraints {
 		p.t.badConstraints = true

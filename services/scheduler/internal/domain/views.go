@@ -94,10 +94,12 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 	if rec.Pending() {
 		p := v.pass(out.GetCluster())
 		_, pi := p.cluster.Partition(out.GetPartition())
+		a := v.s.attrsOf(rec)
 		if slurmspec.IsPartitionList(out.GetPartition()) {
-			pi = firstByTier(p.parts, out.GetPartition())
+			// Its first queue record's (multipart.go).
+			pi = bestRecord(p.parts, p.prio, a, out.GetPartition())
 		}
-		prio, f := p.prio.priority(v.s.attrsOf(rec), pi)
+		prio, f := p.prio.priority(a, pi)
 		out.Priority, out.PriorityFactors = prio, f.proto()
 		if d := rec.why; d != nil && placementReason(out.GetStateReason()) {
 			out.Placement = views.Explain(d.Nodes, d.Filtered, d.Note)
