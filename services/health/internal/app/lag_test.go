@@ -69,6 +69,10 @@ func TestNodeFloodDeclaresNobody(t *testing.T) {
 	if d := testutil.ToFloat64(a.metrics.dropped.WithLabelValues(domain.DropRate)); d < 16*20-5-16*4 {
 		t.Fatalf("loom_health_dropped_total{reason=rate} = %v, want the flood past 1/s", d)
 	}
+	// The flooded partition's lag is shown by itself as well.
+	if got := partitionBehind(t, reg, "0"); got < 3*timeout.Seconds() {
+		t.Fatalf("loom_health_partition_behind_seconds{partition=0} = %v, want the flood's four timeouts", got)
+	}
 	// Health reaches the waiting heartbeats (node 2 is dead) and the end.
 	for i, n := range []string{name(0), name(1), flooder} {
 		if err := a.Handle(ctx, signed(n, end-3+int64(i), end)); err != nil {
@@ -147,4 +151,27 @@ func TestRecordNeverCommittedLeavesNoLag(t *testing.T) {
 			t.Fatalf("node %d: %+v", i, n)
 		}
 	}
+}
+
+// partitionBehind is loom_health_partition_behind_seconds{partition} as
+// reg serves it (-1 when absent).
+func partitionBehind(t *testing.T, reg *prometheus.Registry, partition string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "loom_health_partition_behind_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "partition" && l.GetValue() == partition {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }

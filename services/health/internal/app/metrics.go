@@ -2,6 +2,7 @@ package app
 
 import (
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -107,8 +108,13 @@ func (a *App) Dropped(reason string, args ...any) {
 //     unhandled (rate: past the node's -node-rate; check-addr: an
 //     AgentRegistered whose check_addr is not a host:port);
 //   - loom_health_behind_seconds: how far behind the nodes' telemetry health
-//     is (domain.State.Behind); past half the heartbeat timeout, no silence
-//     is judged.
+//     is, in the partition furthest behind (domain.State.Behind); past half
+//     the heartbeat timeout, the silence of a node health has not placed in
+//     a partition is not judged;
+//   - loom_health_partition_behind_seconds{partition}: the same for each
+//     partition of the telemetry topic health has seen (a fixed set: the
+//     topic's); past half the heartbeat timeout, the silence of the nodes
+//     whose records go there is not judged.
 func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 	m := &metrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_checks_total",
@@ -135,7 +141,8 @@ func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 	}
 	gauges := telemetry.NewGaugeSet(MetricsInterval, []telemetry.Gauge{
 		{Name: "loom_health_nodes", Help: "Member nodes by health state.", Labels: []string{"state"}},
-		{Name: "loom_health_behind_seconds", Help: "How far behind the nodes' telemetry health is; past half the heartbeat timeout no silence is judged."},
+		{Name: "loom_health_behind_seconds", Help: "How far behind the nodes' telemetry health is, in the partition furthest behind; past half the heartbeat timeout the silence of nodes health has not placed in a partition is not judged."},
+		{Name: "loom_health_partition_behind_seconds", Help: "How far behind health is in each partition of the nodes' telemetry; past half the heartbeat timeout the silence of the nodes whose records go there is not judged.", Labels: []string{"partition"}},
 	}, a.computeGauges)
 	for _, c := range []prometheus.Collector{m.checks, m.remediations, m.dropped, gauges} {
 		if err := reg.Register(c); err != nil {
@@ -159,9 +166,13 @@ func (a *App) computeGauges(emit telemetry.Emit) {
 	for _, n := range a.state.Nodes() {
 		counts[enumLabel(a.state.View(n.Name).GetState().String(), "NODE_")]++
 	}
-	behind := a.state.Behind(a.now())
+	now := a.now()
+	behind, parts := a.state.Behind(now), a.state.PartitionsBehind(now)
 	a.mu.Unlock()
 	emit("loom_health_behind_seconds", behind.Seconds())
+	for p, lag := range parts {
+		emit("loom_health_partition_behind_seconds", lag.Seconds(), strconv.Itoa(p))
+	}
 	for s, n := range counts {
 		emit("loom_health_nodes", float64(n), s)
 	}

@@ -114,6 +114,9 @@ type State struct {
 	// topic (its lag); started is when the state was loaded.
 	parts   map[int]*partition
 	started time.Time
+	// partOf is the partition each member's records last arrived on (its
+	// silence is judged by that partition's lag: behindFor).
+	partOf map[string]int
 	// buckets are the nodes' token buckets on their telemetry records
 	// (only of nodes heard lately: pruneBuckets).
 	buckets map[string]*rate.Limiter
@@ -148,7 +151,7 @@ func NewStateWith(cfg Config) *State {
 		cfg.NodeBurst = DefaultNodeBurst
 	}
 	return &State{cfg: cfg, timeout: cfg.Timeout, nodes: map[string]*Node{}, members: map[string]int{}, lastSeen: map[string]time.Time{},
-		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, witnesses: map[string][]string{}, parts: map[int]*partition{}, buckets: map[string]*rate.Limiter{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
+		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, witnesses: map[string][]string{}, parts: map[int]*partition{}, partOf: map[string]int{}, buckets: map[string]*rate.Limiter{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
 		machine: remedy.New(cfg.Remedy)}
 }
 
@@ -289,6 +292,7 @@ func (s *State) Commit(c *Change) {
 			delete(s.witnesses, name)
 			delete(s.telemetry, name)
 			delete(s.xids, name)
+			delete(s.partOf, name)
 		} else {
 			s.nodes[name] = n
 		}
@@ -309,6 +313,9 @@ func (s *State) Commit(c *Change) {
 	}
 	if c.rec != nil {
 		s.moved(c.at, *c.rec)
+		if n := c.rec.Node; n != "" && s.nodes[n] != nil {
+			s.partOf[n] = c.rec.Partition
+		}
 	}
 	if c.token != "" {
 		s.take(c.at, c.token)
@@ -678,12 +685,13 @@ func (s *State) Check(now time.Time) *Change {
 		}
 		return c
 	}
-	if s.Behind(now) > s.timeout/2 {
-		// Health is behind on the nodes' records: a silence now may be
-		// records waiting in the topic, its own delay, not the nodes'.
-		// No silence verdict until it has caught up.
-		return c
-	}
+	// A node whose records health is behind on (its partition's, or for a
+	// node of unknown partition the worst, by more than half a timeout)
+	// is not judged: its silence now may be records waiting in the topic,
+	// health's own delay, not the node's. It still counts as quiet when
+	// it looks so (a mass silence is judged as conservatively as before).
+	worst := s.Behind(now)
+	blind := func(name string) bool { return s.behindFor(name, now, worst) > s.timeout/2 }
 	byCluster := map[string][]*Node{}
 	for _, n := range s.Nodes() {
 		if n.Watched() {
@@ -711,7 +719,7 @@ func (s *State) Check(now time.Time) *Change {
 		quiet := 0
 		for _, n := range watched {
 			if n.Unhealthy {
-				if last, ok := s.lastSeen[n.Name]; ok && now.Sub(last) >= 2*s.timeout && s.inService(c, n.Name) {
+				if last, ok := s.lastSeen[n.Name]; ok && now.Sub(last) >= 2*s.timeout && s.inService(c, n.Name) && !blind(n.Name) {
 					faults = append(faults, remedy.Fault{Node: n.Name, Verdict: classify.Verdict{
 						Severity: classify.SeverityCritical, Action: loomv1.RemediationAction_ACTION_REBOOT, Urgent: true,
 						Reason: "no heartbeat for " + now.Sub(last).Truncate(time.Second).String(), GPU: -1}})
@@ -726,7 +734,7 @@ func (s *State) Check(now time.Time) *Change {
 			if now.Sub(last) >= s.timeout/2 {
 				quiet++
 			}
-			if now.Sub(last) < s.timeout {
+			if now.Sub(last) < s.timeout || blind(n.Name) {
 				continue
 			}
 			silent = append(silent, n)

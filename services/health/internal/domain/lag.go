@@ -42,8 +42,9 @@ const MinWitnesses = 2
 // three-node fleet gone together leave one node that can witness: asking
 // for two would keep them unreachable, their runs going on, for ever.
 // Flooding gains nothing from the smaller count: a record is a witness only
-// while health is not behind (witnessOf), so had the others sent
-// heartbeats, health would have handled them too.
+// while health is not behind in its partition (witnessOf), and a node is
+// judged only while health is not behind in its own (Check), so had it
+// sent heartbeats, health would have handled them too.
 func (s *State) witnessesNeeded(name string, now time.Time) int {
 	able := 0
 	for other, n := range s.nodes {
@@ -114,20 +115,55 @@ func (s *State) Passed(now time.Time, rec Record) {
 // Behind is how far behind the nodes' records health is at now: for the
 // partition furthest behind, how long ago health had handled everything
 // that was in it; 0 when it has handled every record it was shown. Check
-// gives no silence verdict while it exceeds half the timeout.
+// judges no silence of a node whose partition health does not know (it has
+// handled no record of the node since it started) while it exceeds half
+// the timeout.
 func (s *State) Behind(now time.Time) time.Duration {
 	var lag time.Duration
-	for _, p := range s.parts {
-		if p.behind {
-			lag = max(lag, now.Sub(p.asOf))
-		}
+	for part := range s.parts {
+		lag = max(lag, s.lagOf(part, now))
 	}
 	return lag
 }
 
+// lagOf is how far behind health is in partition part at now: how long ago
+// it had handled everything in it, 0 when it is not behind there (or has
+// seen nothing of it).
+func (s *State) lagOf(part int, now time.Time) time.Duration {
+	if p := s.parts[part]; p != nil && p.behind {
+		return now.Sub(p.asOf)
+	}
+	return 0
+}
+
+// PartitionsBehind is lagOf at now of every partition health has seen.
+func (s *State) PartitionsBehind(now time.Time) map[int]time.Duration {
+	out := make(map[int]time.Duration, len(s.parts))
+	for part := range s.parts {
+		out[part] = s.lagOf(part, now)
+	}
+	return out
+}
+
+// behindFor is how far behind node name's records health is at now: the
+// lag of the partition its last record handled arrived on (a node's
+// records are keyed by its name: they all go to one partition), or, when
+// health has handled none since it started, worst (Behind: its records may
+// wait in any partition). So a node flooding its partition delays only
+// the verdicts on the nodes whose records share it.
+func (s *State) behindFor(name string, now time.Time, worst time.Duration) time.Duration {
+	if part, ok := s.partOf[name]; ok {
+		return s.lagOf(part, now)
+	}
+	return worst
+}
+
 // witnessOf is rec's node when the record shows the bus delivering: a
 // member's own telemetry record, stamped within half a timeout of now,
-// handled while health is not behind.
+// handled while health is not behind in the record's partition (by more
+// than half a timeout; Behind, the worst, when its position is unknown):
+// a partition kept behind by a flood proves nothing, and does not stop
+// the others' records from proving it.
 func (s *State) witnessOf(now time.Time, rec Record) string {
 	if !rec.Telemetry || rec.Node == "" || s.nodes[rec.Node] == nil {
 		return ""
@@ -135,7 +171,11 @@ func (s *State) witnessOf(now time.Time, rec Record) string {
 	if d := now.Sub(rec.Time); d > s.timeout/2 || d < -s.timeout/2 {
 		return ""
 	}
-	if s.Behind(now) > s.timeout/2 {
+	lag := s.Behind(now)
+	if rec.HighWaterMark > 0 {
+		lag = s.lagOf(rec.Partition, now)
+	}
+	if lag > s.timeout/2 {
 		return ""
 	}
 	return rec.Node

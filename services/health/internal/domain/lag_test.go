@@ -18,7 +18,13 @@ var flooder = nodeN(9)
 // partition whose high-water mark is hwm, stamped at.
 func (f *fake) record(node string, offset, hwm int64, at time.Time, ev proto.Message) *Change {
 	f.t.Helper()
-	c, err := f.s.HandleRecord(f.now, Record{Telemetry: true, Node: node, Limited: true, Partition: 0, Offset: offset, HighWaterMark: hwm, Time: at}, ev)
+	return f.recordOn(0, node, offset, hwm, at, ev)
+}
+
+// recordOn is record on partition part.
+func (f *fake) recordOn(part int, node string, offset, hwm int64, at time.Time, ev proto.Message) *Change {
+	f.t.Helper()
+	c, err := f.s.HandleRecord(f.now, Record{Telemetry: true, Node: node, Limited: true, Partition: part, Offset: offset, HighWaterMark: hwm, Time: at}, ev)
 	if err != nil {
 		f.t.Fatalf("handle %T: %v", ev, err)
 	}
@@ -265,5 +271,113 @@ func TestFewNodesLeftConfirmUnreachable(t *testing.T) {
 	}
 	if len(failed) != 2 || !failed[nodeN(1)] || !failed[nodeN(2)] {
 		t.Fatalf("failed %v, want nodes 1 and 2 UNHEALTHY three timeouts after they fell silent, node 0 heard throughout", failed)
+	}
+}
+
+// TestFloodBlindsOnlyItsPartition: the flooder keeps partition 0 behind.
+// Health judges each node by the partition its records arrive on: node 2,
+// whose records go to partition 1 (caught up), is failed a timeout after
+// it falls silent, flood or not; node 3, silent on the flooded partition,
+// is not judged until health has caught up there; and Behind still says
+// how far behind the flood keeps health.
+func TestFloodBlindsOnlyItsPartition(t *testing.T) {
+	t.Parallel()
+	f := cluster3AndFlooder(t)
+	f.join(nodeN(3), loomv1.Node_READY)
+	off1 := int64(0)
+	beat1 := func(i int) {
+		f.recordOn(1, nodeN(i), off1, off1+1, f.now, &eventsv1.Heartbeat{Node: nodeN(i), Cluster: cluster})
+		off1++
+	}
+	for i := range 3 {
+		beat1(i)
+	}
+	f.record(nodeN(3), 0, 1, f.now, &eventsv1.Heartbeat{Node: nodeN(3), Cluster: cluster})
+	off0 := int64(1)
+	flood := func() {
+		f.record(flooder, off0, 1000, f.now, &eventsv1.Heartbeat{Node: flooder, Cluster: cluster})
+		off0++
+	}
+	flood()
+	failed := map[string]bool{}
+	for i := range 16 { // four timeouts
+		f.advance(timeout / 4)
+		flood()
+		beat1(0)
+		beat1(1)
+		for _, v := range healthOf(f.checkAll()) {
+			if v.GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v.GetUnreachable() || i < 3 {
+				t.Fatalf("check %d: %v", i, v)
+			}
+			failed[v.GetNode()] = true
+		}
+	}
+	if len(failed) != 1 || !failed[nodeN(2)] {
+		t.Fatalf("behind on partition 0 only: failed %v, want node 2 (partition 1), node 3 (partition 0) not judged", failed)
+	}
+	if lag := f.s.Behind(f.now); lag < 3*timeout {
+		t.Fatalf("Behind = %s, want the flood's four timeouts", lag)
+	}
+	// Caught up on partition 0: node 3's silence is judged now.
+	f.record(flooder, 999, 1000, f.now, &eventsv1.Heartbeat{Node: flooder, Cluster: cluster})
+	v := healthOf(f.checkAll())
+	if len(v) != 1 || v[0].GetNode() != nodeN(3) || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v[0].GetUnreachable() {
+		t.Fatalf("caught up: %v, want node 3 alone UNHEALTHY", v)
+	}
+}
+
+// TestWitnessesOfAnotherPartitionConfirm: nodes 0 to 2, whose records go
+// to partition 1, fall silent together (unreachable) while the flooder
+// keeps partition 0 behind. Records of two nodes of another cluster on
+// partition 1, which is not behind, prove the bus delivers there: the
+// three are failed a timeout later. The flooder's records, on the
+// partition behind, prove nothing.
+func TestWitnessesOfAnotherPartitionConfirm(t *testing.T) {
+	t.Parallel()
+	f := cluster3AndFlooder(t)
+	const c2 = "projects/default/clusters/c2"
+	const a, b = c2 + "/nodes/a", c2 + "/nodes/b"
+	for _, n := range []string{a, b} {
+		f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: n, Cluster: c2, State: loomv1.Node_READY}})
+	}
+	off1 := int64(0)
+	beat1 := func(n string) {
+		f.recordOn(1, n, off1, off1+1, f.now, &eventsv1.Heartbeat{Node: n})
+		off1++
+	}
+	for _, n := range []string{nodeN(0), nodeN(1), nodeN(2), a, b} {
+		beat1(n)
+	}
+	f.record(flooder, 0, 1, f.now, &eventsv1.Heartbeat{Node: flooder, Cluster: cluster})
+	off0 := int64(1)
+	flood := func() {
+		f.record(flooder, off0, 1000, f.now, &eventsv1.Heartbeat{Node: flooder, Cluster: cluster})
+		off0++
+	}
+	unreachable, failed := map[string]bool{}, map[string]bool{}
+	for range 16 {
+		f.advance(timeout / 4)
+		flood()
+		beat1(a)
+		beat1(b)
+		for _, v := range healthOf(f.checkAll()) {
+			switch {
+			case v.GetUnreachable():
+				unreachable[v.GetNode()] = true
+			case v.GetHealth() == eventsv1.NodeHealth_UNHEALTHY:
+				if !unreachable[v.GetNode()] {
+					t.Fatalf("%s failed before it was unreachable: %v", v.GetNode(), v)
+				}
+				failed[v.GetNode()] = true
+			}
+		}
+	}
+	for i := range 3 {
+		if !failed[nodeN(i)] {
+			t.Fatalf("node %d: unreachable %v, failed %v; want each unreachable, then failed on the witnesses of partition 1", i, unreachable, failed)
+		}
+	}
+	if failed[flooder] || unreachable[flooder] {
+		t.Fatalf("the flooder, heard throughout, was judged: %v %v", unreachable, failed)
 	}
 }
