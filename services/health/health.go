@@ -71,7 +71,8 @@ type Config struct {
 	// once (-node-rate, -node-burst; LOOM_HEALTH_NODE_RATE,
 	// LOOM_HEALTH_NODE_BURST; defaults 20 and 200, far above an agent's
 	// heartbeat every 2 s and telemetry every 10 s). Records past it are
-	// dropped unhandled and counted (loom_health_dropped_total{reason="rate"}).
+	// dropped unhandled and counted (loom_health_dropped_total{reason="rate"};
+	// the scans' consumer group keeps its own buckets: reason="scan-rate").
 	// Zero: the default.
 	NodeRate  float64
 	NodeBurst int
@@ -226,6 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		})
 	scanner.SetDropped(a.Dropped)
+	scanner.SetNodeRate(dcfg.NodeRate, dcfg.NodeBurst)
 	if err := scanner.Start(ctx); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("health: %w", err)

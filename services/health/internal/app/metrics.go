@@ -48,7 +48,7 @@ type metrics struct {
 
 // dropReasons are loom_health_dropped_total's reasons: a fixed set (never a
 // node's name: a label per node would grow with the fleet).
-var dropReasons = []string{domain.DropRate, DropCheckAddr}
+var dropReasons = []string{domain.DropRate, DropScanRate, DropCheckAddr}
 
 // dropLogEvery is how often at most the log says, per reason, that records
 // were dropped (with how many since it last said so): a flood of them must
@@ -105,8 +105,9 @@ func (a *App) Dropped(reason string, args ...any) {
 //     sent the provisioner, by action (reset_gpu, reboot, reimage, replace,
 //     drain, resume, quarantine, ...);
 //   - loom_health_dropped_total{reason}: nodes' records health dropped
-//     unhandled (rate: past the node's -node-rate; check-addr: an
-//     AgentRegistered whose check_addr is not a host:port);
+//     unhandled (rate: past the node's -node-rate; scan-rate: the same in
+//     the scans' consumer group; check-addr: an AgentRegistered whose
+//     check_addr is not a host:port);
 //   - loom_health_behind_seconds: how far behind the nodes' telemetry health
 //     is, in the partition furthest behind (domain.State.Behind); past half
 //     the heartbeat timeout, the silence of a node health has not placed in
@@ -122,7 +123,7 @@ func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 		remediations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_remediations_total",
 			Help: "Remediation commands sent, by step (the action asked of the provisioner)."}, []string{"step"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_dropped_total",
-			Help: "Nodes' records dropped unhandled, by reason (rate: past the node's rate; check-addr: a bad check endpoint)."}, []string{"reason"}),
+			Help: "Nodes' records dropped unhandled, by reason (rate: past the node's rate; scan-rate: the same, in the scans' consumer group; check-addr: a bad check endpoint)."}, []string{"reason"}),
 	}
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)

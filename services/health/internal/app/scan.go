@@ -24,6 +24,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health/internal/domain"
 	"github.com/loom-ml/loom/services/health/internal/scan"
 )
 
@@ -211,11 +212,29 @@ type Scanner struct {
 	// logged); drops rate-limits its log.
 	dropped func(reason string, args ...any)
 	drops   map[string]*dropLog
+	// buckets hold each node to its rate on the records it signs on the
+	// telemetry topic, as the app's own (SetNodeRate).
+	buckets *domain.NodeBuckets
 }
 
 // DropCheckAddr is loom_health_dropped_total's reason for an
 // AgentRegistered whose check_addr is not a host:port (scan.CheckAddr).
 const DropCheckAddr = "check-addr"
+
+// DropScanRate is loom_health_dropped_total's reason for a node's record
+// the scans dropped unhandled, past the node's rate (their own count: the
+// app's consumer group reads the same records and drops them as "rate").
+const DropScanRate = "scan-rate"
+
+// SetNodeRate holds each node to perSecond records a second, burst at
+// once, on the records it signs on the telemetry topic (-node-rate,
+// -node-burst; the defaults, domain.DefaultNodeRate and DefaultNodeBurst,
+// until it is called). Call before the consumer starts.
+func (s *Scanner) SetNodeRate(perSecond float64, burst int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buckets = domain.NewNodeBuckets(perSecond, burst)
+}
 
 // SetDropped makes f count what the scans refuse (App.Dropped); call before
 // the consumer starts.
@@ -225,7 +244,8 @@ func (s *Scanner) SetDropped(f func(reason string, args ...any)) { s.dropped = f
 // none) is told each verdict health decides. Start loads it.
 func NewScanner(st *store.Store, cfg scan.Config, now func() time.Time, log *slog.Logger,
 	onVerdict func(ctx context.Context, r *loomv1.HealthCheckResult)) *Scanner {
-	s := &Scanner{st: st, cfg: cfg, now: now, log: log, onVerdict: onVerdict, state: scan.NewState(cfg), drops: map[string]*dropLog{}}
+	s := &Scanner{st: st, cfg: cfg, now: now, log: log, onVerdict: onVerdict, state: scan.NewState(cfg), drops: map[string]*dropLog{},
+		buckets: domain.NewNodeBuckets(0, 0)}
 	s.drv = store.NewDriver(st, s.reload)
 	return s
 }
@@ -284,16 +304,29 @@ func loadHash(ctx context.Context, st *store.Store, key string, each func([]byte
 
 // Handle applies one consumed event; it is the scans' bus.Handler. An
 // event that can never apply is returned as bus.Permanent (dead-lettered).
+// A node's record past its rate (SetNodeRate) is dropped unhandled: a
+// result is a Redis write of up to 64 KiB, a malformed one a write to the
+// dead-letter topic, and a flood of them must cost no more than reading.
 func (s *Scanner) Handle(ctx context.Context, ev envelope.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.drv.Ready(ctx); err != nil {
 		return err
 	}
-	c, err := s.state.Handle(s.now(), ev.ID, ev.Payload)
+	now := s.now()
+	rec := recordOf(ev)
+	limited := rec.Telemetry && rec.Limited && rec.Node != ""
+	if limited && !s.buckets.Allowed(now, rec.Node) {
+		s.drop(DropScanRate, "node", rec.Node, "type", ev.Type, "event", ev.ID)
+		return nil
+	}
+	c, err := s.state.Handle(now, ev.ID, ev.Payload)
 	if err != nil {
 		var inv *errs.InvalidError
 		if errors.As(err, &inv) {
+			if limited {
+				s.buckets.Take(now, rec.Node)
+			}
 			return bus.Permanent(fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err))
 		}
 		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
@@ -302,15 +335,23 @@ func (s *Scanner) Handle(ctx context.Context, ev envelope.Event) error {
 	if err := s.apply(ctx, "scan:"+ev.ID, c); err != nil {
 		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
+	if limited {
+		s.buckets.Take(now, rec.Node)
+	}
 	if c.BadCheckAddr != "" {
-		args := []any{"event", ev.ID, "signer", ev.Signer, "err", c.BadCheckAddr}
-		if s.dropped != nil {
-			s.dropped(DropCheckAddr, args...)
-		} else {
-			logDropped(s.drops, nil, s.log, s.now(), DropCheckAddr, args...)
-		}
+		s.drop(DropCheckAddr, "event", ev.ID, "signer", ev.Signer, "err", c.BadCheckAddr)
 	}
 	return nil
+}
+
+// drop counts and logs a record the scans refused, for reason. Callers
+// hold mu.
+func (s *Scanner) drop(reason string, args ...any) {
+	if s.dropped != nil {
+		s.dropped(reason, args...)
+	} else {
+		logDropped(s.drops, nil, s.log, s.now(), reason, args...)
+	}
 }
 
 // Tick times out unanswered runs, starts scheduled scans and prunes.
@@ -320,7 +361,9 @@ func (s *Scanner) Tick(ctx context.Context) error {
 	if err := s.drv.Ready(ctx); err != nil {
 		return err
 	}
-	return s.apply(ctx, "", s.state.Tick(s.now()))
+	now := s.now()
+	s.buckets.Prune(now)
+	return s.apply(ctx, "", s.state.Tick(now))
 }
 
 // Loop runs Tick every interval of clock until ctx ends; a failed tick is

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,70 @@ func TestScanEventsFilterAndInvalid(t *testing.T) {
 	err := s.Handle(ctx, envelope.New(topics.HealthCommands, "x", "loom/test", &eventsv1.ScanNodes{}))
 	if !bus.IsPermanent(err) {
 		t.Fatalf("a ScanNodes without cluster: %v, want permanent", err)
+	}
+}
+
+// TestScanNodeRateDropsFlood: the scans' consumer group holds each node to
+// the same token bucket as the telemetry path (-node-rate, -node-burst):
+// a node flooding HealthCheckCompleted records, each a Redis write of up
+// to 64 KiB, gets its burst stored and the rest dropped unhandled, counted
+// and logged with its name; past its burst even a malformed result is
+// dropped, not dead-lettered (a write to the dead-letter topic each). Its
+// bucket refills at the rate.
+func TestScanNodeRateDropsFlood(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "health:")
+	ctx := testkit.Context(t, 30*time.Second)
+	clk := &clock{t: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}
+	s := NewScanner(st, scan.DefaultConfig(), clk.now, slog.Default(), nil)
+	var mu sync.Mutex
+	drops := map[string]int{}
+	s.SetDropped(func(reason string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		drops[reason]++
+		if !slices.Contains(args, any("nodes/"+scanCluster+"/nodes/n1")) && !slices.Contains(args, any(scanCluster+"/nodes/n1")) {
+			t.Errorf("drop %s does not name the node: %v", reason, args)
+		}
+	})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const node = scanCluster + "/nodes/n1"
+	signed := func(i int, name string) envelope.Event {
+		ev := envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{
+			Name: name, Node: node, Check: scan.Disk, Outcome: loomv1.CheckOutcome_CHECK_PASS, Detail: strings.Repeat("x", 1000)}})
+		ev.Signer, ev.Offset, ev.HighWaterMark = "nodes/"+node, int64(i), 1<<20
+		return ev
+	}
+	const flood = 250
+	for i := range flood {
+		if err := s.Handle(ctx, signed(i, scanCluster+"/healthResults/flood-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored, err := st.HGetAll(ctx, KeyScanResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 200 {
+		t.Fatalf("%d of a flood of %d results stored, want the default burst of 200", len(stored), flood)
+	}
+	if err := s.Handle(ctx, signed(flood, "not-a-result-name")); err != nil {
+		t.Fatalf("a malformed result past the rate: %v, want dropped", err)
+	}
+	mu.Lock()
+	if drops["scan-rate"] != flood-200+1 {
+		t.Errorf("drops %v, want %d scan-rate", drops, flood-200+1)
+	}
+	mu.Unlock()
+	clk.advance(time.Second) // 20 tokens
+	if err := s.Handle(ctx, signed(flood+1, scanCluster+"/healthResults/later")); err != nil {
+		t.Fatal(err)
+	}
+	if s.state.Result(scanCluster+"/healthResults/later") == nil {
+		t.Fatal("a result a second later, the bucket refilled: not stored")
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -118,8 +117,8 @@ type State struct {
 	// silence is judged by that partition's lag: behindFor).
 	partOf map[string]int
 	// buckets are the nodes' token buckets on their telemetry records
-	// (only of nodes heard lately: pruneBuckets).
-	buckets map[string]*rate.Limiter
+	// (only of nodes heard lately: NodeBuckets.Prune).
+	buckets *NodeBuckets
 	// telemetry is each node's latest GpuTelemetry (rates, ListNodeHealth).
 	telemetry map[string]*eventsv1.GpuTelemetry
 	// xids is each node's last_xid per GPU as last judged
@@ -151,7 +150,7 @@ func NewStateWith(cfg Config) *State {
 		cfg.NodeBurst = DefaultNodeBurst
 	}
 	return &State{cfg: cfg, timeout: cfg.Timeout, nodes: map[string]*Node{}, members: map[string]int{}, lastSeen: map[string]time.Time{},
-		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, witnesses: map[string][]string{}, parts: map[int]*partition{}, partOf: map[string]int{}, buckets: map[string]*rate.Limiter{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
+		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, witnesses: map[string][]string{}, parts: map[int]*partition{}, partOf: map[string]int{}, buckets: NewNodeBuckets(cfg.NodeRate, cfg.NodeBurst), telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
 		machine: remedy.New(cfg.Remedy)}
 }
 
@@ -318,7 +317,7 @@ func (s *State) Commit(c *Change) {
 		}
 	}
 	if c.token != "" {
-		s.take(c.at, c.token)
+		s.buckets.Take(c.at, c.token)
 	}
 	if c.witness != "" {
 		for name, since := range s.unreachSince {
@@ -343,7 +342,7 @@ func (s *State) Commit(c *Change) {
 	}
 	if !c.checked.IsZero() {
 		s.lastCheck = c.checked
-		s.pruneBuckets(c.checked)
+		s.buckets.Prune(c.checked)
 	}
 	if c.Remedy != nil {
 		s.machine.Commit(c.Remedy)
