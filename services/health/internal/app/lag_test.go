@@ -1,8 +1,10 @@
 package app
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,4 +176,36 @@ func partitionBehind(t *testing.T, reg *prometheus.Registry, partition string) f
 		}
 	}
 	return -1
+}
+
+// TestDropLogNamesTheNode: the log line of records dropped past a node's
+// rate names that node (latest.node=…), so that an operator finds the
+// flooder; before, the node's name came out as a key and the event as a
+// !BADKEY.
+func TestDropLogNamesTheNode(t *testing.T) {
+	t.Parallel()
+	st, clk, ctx := onRedis(t)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	a := NewWith(st, domain.Config{Timeout: 15 * time.Second, NodeRate: 0.001, NodeBurst: 1}, clk.now, log)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = "projects/default/clusters/c1/nodes/gpu-0009"
+	for i := range 2 {
+		ev := envelope.New(topics.NodeTelemetry, n, "loom/agent", &eventsv1.Heartbeat{Node: n})
+		ev.Signer, ev.Offset, ev.HighWaterMark, ev.Time = "nodes/"+n, int64(i), 2, clk.now()
+		if err := a.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var line string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, "records dropped unhandled") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "reason=rate") || !strings.Contains(line, "latest.node="+n+" ") || strings.Contains(line, "BADKEY") {
+		t.Fatalf("drop log %q, want reason=rate and latest.node=%s", line, n)
+	}
 }

@@ -62,7 +62,8 @@ type dropLog struct {
 }
 
 // logDropped counts a record dropped for reason (m nil: not counted) and logs it, at most once
-// every dropLogEvery for the reason. Callers hold mu (the Scanner its own).
+// every dropLogEvery for the reason, with args (key-value pairs: the node,
+// the event) of the latest. Callers hold mu (the Scanner its own).
 func logDropped(drops map[string]*dropLog, m *metrics, log *slog.Logger, now time.Time, reason string, args ...any) {
 	if m != nil {
 		m.dropped.WithLabelValues(reason).Inc()
@@ -76,7 +77,9 @@ func logDropped(drops map[string]*dropLog, m *metrics, log *slog.Logger, now tim
 	if !d.said.IsZero() && now.Sub(d.said) < dropLogEvery {
 		return
 	}
-	log.Warn("records dropped unhandled", append([]any{"reason", reason, "dropped", d.since, "latest"}, args...)...)
+	// The latest record's attributes (its node: the flooder, for a rate)
+	// as a group: latest.node=…, latest.event=….
+	log.Warn("records dropped unhandled", "reason", reason, "dropped", d.since, slog.Group("latest", args...))
 	d.said, d.since = now, 0
 }
 
