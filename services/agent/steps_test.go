@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -295,4 +296,39 @@ while :; do sleep 0.05; done`
 	}
 	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+}
+
+// A batch script that exits 130 and one killed by SIGINT both end with code
+// 130, but only the second was killed: the agent says which by the signal,
+// as Slurm's ExitCode 130:0 and 0:2 (checked with scripts/slurm-local.sh);
+// and so for each task of a job step (srun's "Exited with exit code 130"
+// and "Killed").
+func TestExitSignalApartFromExitCode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	cases := []struct {
+		job, script string
+		code, sig   int32
+	}{
+		{"1", "exit 130", 130, 0},
+		{"2", "kill -INT $$; sleep 5", 130, 2},
+		{"3", "exit 3", 3, 0},
+	}
+	for _, tc := range cases {
+		publish(t, e.broker, command(startStep(tc.job, tc.script, nil, filepath.Join(e.shared, "slurm-"+tc.job+".out"))))
+	}
+	for _, tc := range cases {
+		ex := waitStep(t, e.broker, tc.job, eventsv1.StepState_STEP_EXITED)
+		if ex.GetExitCode() != tc.code || ex.ExitSignal == nil || ex.GetExitSignal() != tc.sig {
+			t.Errorf("script %q: exit %d, signal %v; want %d, signal %d", tc.script, ex.GetExitCode(), ex.ExitSignal, tc.code, tc.sig)
+		}
+	}
+	outDir := filepath.Join(e.shared, ".loom", "steps", "9.0")
+	publish(t, e.broker, command(launch("9", 0, 0, 3, outDir, "sh", "-c",
+		`case $SLURM_PROCID in 0) exit 137;; 1) kill -KILL $$;; *) exit 0;; esac`)))
+	tc := waitTasks(t, e.broker, "9", 0, eventsv1.StepState_STEP_EXITED)
+	if !reflect.DeepEqual(tc.GetExitCodes(), []int32{137, 137, 0}) || !reflect.DeepEqual(tc.GetExitSignals(), []int32{0, 9, 0}) {
+		t.Fatalf("tasks: exit codes %v, signals %v; want 137 137 0, signals 0 9 0", tc.GetExitCodes(), tc.GetExitSignals())
+	}
 }

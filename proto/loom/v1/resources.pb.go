@@ -2198,14 +2198,19 @@ type Job struct {
 	// what runs.
 	ScriptPath string `protobuf:"bytes,74,opt,name=script_path,json=scriptPath,proto3" json:"script_path,omitempty"`
 	// Output only.
-	State       JobState               `protobuf:"varint,20,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
-	StateReason string                 `protobuf:"bytes,21,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
-	ExitCode    int32                  `protobuf:"varint,22,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Nodes       []string               `protobuf:"bytes,23,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	OutputPath  string                 `protobuf:"bytes,24,opt,name=output_path,json=outputPath,proto3" json:"output_path,omitempty"`
-	SubmitTime  *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
-	StartTime   *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime     *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	State       JobState `protobuf:"varint,20,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
+	StateReason string   `protobuf:"bytes,21,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	ExitCode    int32    `protobuf:"varint,22,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// exit_signal, when set, says how the job's program ended, apart from
+	// exit_code: the signal that killed it (0: it exited, with exit_code).
+	// Unset for records from before it was kept and for ends that are not a
+	// program's (cancel, time limit...): exit_code alone, 128+n for signal n.
+	ExitSignal *int32                 `protobuf:"varint,81,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
+	Nodes      []string               `protobuf:"bytes,23,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	OutputPath string                 `protobuf:"bytes,24,opt,name=output_path,json=outputPath,proto3" json:"output_path,omitempty"`
+	SubmitTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
+	StartTime  *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime    *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// error_path is the resolved --error file (empty: joined with output_path).
 	ErrorPath string `protobuf:"bytes,28,opt,name=error_path,json=errorPath,proto3" json:"error_path,omitempty"`
 	// Output only: scheduling.
@@ -2626,6 +2631,13 @@ func (x *Job) GetExitCode() int32 {
 	return 0
 }
 
+func (x *Job) GetExitSignal() int32 {
+	if x != nil && x.ExitSignal != nil {
+		return *x.ExitSignal
+	}
+	return 0
+}
+
 func (x *Job) GetNodes() []string {
 	if x != nil {
 		return x.Nodes
@@ -2841,6 +2853,8 @@ type JobRun struct {
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	ExitCode  int32                  `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// exit_signal is as Job.exit_signal, for this run.
+	ExitSignal *int32 `protobuf:"varint,9,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
 	// batch_usage is what the batch script's processes used (sacct's
 	// "JOBID.batch" row): final once the run ended, the latest report while
 	// it runs; unset until its node's agent reported any.
@@ -2926,6 +2940,13 @@ func (x *JobRun) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *JobRun) GetExitSignal() int32 {
+	if x != nil && x.ExitSignal != nil {
+		return *x.ExitSignal
+	}
+	return 0
 }
 
 func (x *JobRun) GetBatchUsage() *TaskUsage {
@@ -4404,6 +4425,13 @@ type JobStep struct {
 	ExitCode int32 `protobuf:"varint,10,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	// task_exit_codes are the tasks' exit codes by SLURM_PROCID (0 until known).
 	TaskExitCodes []int32 `protobuf:"varint,11,rep,packed,name=task_exit_codes,json=taskExitCodes,proto3" json:"task_exit_codes,omitempty"`
+	// task_exit_signals are the signals that killed the tasks, by
+	// SLURM_PROCID (0: exited, with its task_exit_codes); empty where the
+	// agents did not say (steps recorded before they did): then a code
+	// 128+n may be signal n. exit_signal is the signal of the task whose
+	// code is exit_code, unset as task_exit_signals is empty.
+	TaskExitSignals []int32 `protobuf:"varint,21,rep,packed,name=task_exit_signals,json=taskExitSignals,proto3" json:"task_exit_signals,omitempty"`
+	ExitSignal      *int32  `protobuf:"varint,22,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
 	// output_dir holds task-<rank>.out and task-<rank>.err of every task.
 	OutputDir string `protobuf:"bytes,12,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
 	// reason says why the step failed or was cancelled.
@@ -4539,6 +4567,20 @@ func (x *JobStep) GetTaskExitCodes() []int32 {
 		return x.TaskExitCodes
 	}
 	return nil
+}
+
+func (x *JobStep) GetTaskExitSignals() []int32 {
+	if x != nil {
+		return x.TaskExitSignals
+	}
+	return nil
+}
+
+func (x *JobStep) GetExitSignal() int32 {
+	if x != nil && x.ExitSignal != nil {
+		return *x.ExitSignal
+	}
+	return 0
 }
 
 func (x *JobStep) GetOutputDir() string {
@@ -4803,7 +4845,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xbe\x12\n" +
+	"\tREPLACING\x10\t\"\xf4\x12\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4864,7 +4906,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"scriptPath\x12'\n" +
 	"\x05state\x18\x14 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12!\n" +
 	"\fstate_reason\x18\x15 \x01(\tR\vstateReason\x12\x1b\n" +
-	"\texit_code\x18\x16 \x01(\x05R\bexitCode\x12\x14\n" +
+	"\texit_code\x18\x16 \x01(\x05R\bexitCode\x12$\n" +
+	"\vexit_signal\x18Q \x01(\x05H\x01R\n" +
+	"exitSignal\x88\x01\x01\x12\x14\n" +
 	"\x05nodes\x18\x17 \x03(\tR\x05nodes\x12\x1f\n" +
 	"\voutput_path\x18\x18 \x01(\tR\n" +
 	"outputPath\x12;\n" +
@@ -4893,14 +4937,15 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
-	"\b_requeue\"\xa0\x01\n" +
+	"\b_requeueB\x0e\n" +
+	"\f_exit_signal\"\xa0\x01\n" +
 	"\x0fPriorityFactors\x12\x10\n" +
 	"\x03age\x18\x01 \x01(\x03R\x03age\x12\x1c\n" +
 	"\tfairshare\x18\x02 \x01(\x03R\tfairshare\x12\x19\n" +
 	"\bjob_size\x18\x03 \x01(\x03R\ajobSize\x12\x1c\n" +
 	"\tpartition\x18\x04 \x01(\x03R\tpartition\x12\x10\n" +
 	"\x03qos\x18\x05 \x01(\x03R\x03qos\x12\x12\n" +
-	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\xbd\x02\n" +
+	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\xf3\x02\n" +
 	"\x06JobRun\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x14\n" +
@@ -4909,9 +4954,12 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"start_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\x123\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12$\n" +
+	"\vexit_signal\x18\t \x01(\x05H\x00R\n" +
+	"exitSignal\x88\x01\x01\x123\n" +
 	"\vbatch_usage\x18\b \x01(\v2\x12.loom.v1.TaskUsageR\n" +
-	"batchUsage\"\xed\x03\n" +
+	"batchUsageB\x0e\n" +
+	"\f_exit_signal\"\xed\x03\n" +
 	"\tTaskUsage\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x124\n" +
@@ -5076,7 +5124,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xac\x05\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\x8e\x06\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5089,7 +5137,10 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\tnum_tasks\x18\t \x01(\x05R\bnumTasks\x12\x1b\n" +
 	"\texit_code\x18\n" +
 	" \x01(\x05R\bexitCode\x12&\n" +
-	"\x0ftask_exit_codes\x18\v \x03(\x05R\rtaskExitCodes\x12\x1d\n" +
+	"\x0ftask_exit_codes\x18\v \x03(\x05R\rtaskExitCodes\x12*\n" +
+	"\x11task_exit_signals\x18\x15 \x03(\x05R\x0ftaskExitSignals\x12$\n" +
+	"\vexit_signal\x18\x16 \x01(\x05H\x00R\n" +
+	"exitSignal\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"output_dir\x18\f \x01(\tR\toutputDir\x12\x16\n" +
 	"\x06reason\x18\r \x01(\tR\x06reason\x129\n" +
@@ -5102,7 +5153,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage\x12\"\n" +
 	"\rcpus_per_node\x18\x13 \x03(\x05R\vcpusPerNode\x12#\n" +
-	"\rlaunch_failed\x18\x14 \x03(\bR\flaunchFailed*\xd6\x01\n" +
+	"\rlaunch_failed\x18\x14 \x03(\bR\flaunchFailedB\x0e\n" +
+	"\f_exit_signal*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0f\n" +
@@ -5277,6 +5329,7 @@ func file_loom_v1_resources_proto_init() {
 		return
 	}
 	file_loom_v1_resources_proto_msgTypes[21].OneofWrappers = []any{}
+	file_loom_v1_resources_proto_msgTypes[23].OneofWrappers = []any{}
 	file_loom_v1_resources_proto_msgTypes[31].OneofWrappers = []any{
 		(*Operation_Error)(nil),
 		(*Operation_Cluster)(nil),
@@ -5284,6 +5337,7 @@ func file_loom_v1_resources_proto_init() {
 		(*Operation_ExportModel)(nil),
 		(*Operation_UploadModel)(nil),
 	}
+	file_loom_v1_resources_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -161,14 +161,15 @@ func (r sacctRow) nodes() []string {
 	return r.job.GetNodes()
 }
 
-func (r sacctRow) exitCode() int32 {
+// exitCode is the row's ExitCode "code:signal".
+func (r sacctRow) exitCode() string {
 	if r.jstep != nil {
-		return r.jstep.GetExitCode()
+		return exitCodeString(r.jstep.GetExitCode(), r.jstep.ExitSignal)
 	}
 	if r.run != nil {
-		return r.run.GetExitCode()
+		return exitCodeString(r.run.GetExitCode(), r.run.ExitSignal)
 	}
-	return r.job.GetExitCode()
+	return exitCodeString(r.job.GetExitCode(), r.job.ExitSignal)
 }
 
 // elapsed is how long the row's run has lasted.
@@ -193,13 +194,27 @@ func stepState(s loomv1.JobState) string {
 	return stateLong(s)
 }
 
-// exitCodeString is sacct's ExitCode "code:signal": Loom reports a death
-// by signal n as 128+n.
-func exitCodeString(code int32) string {
-	if code > 128 && code < 128+65 {
-		return fmt.Sprintf("0:%d", code-128)
+// exitCodeString is Slurm's ExitCode "code:signal" (sacct, scontrol).
+func exitCodeString(code int32, sig *int32) string {
+	status, signal := exitParts(code, sig)
+	return fmt.Sprintf("%d:%d", status, signal)
+}
+
+// exitParts splits Loom's exit code into Slurm's exit status and signal.
+// sig is the signal the agent said ended the program (0: it exited with
+// code, even 128+n by itself); nil where it did not say (records from
+// before it did, ends that are not a program's): then a code 128+n
+// (n <= 64) reads as signal n, as Loom reports a death by signal n.
+func exitParts(code int32, sig *int32) (status, signal int32) {
+	switch {
+	case sig != nil && *sig > 0:
+		return 0, *sig
+	case sig != nil:
+		return code, 0
+	case code > 128 && code < 128+65:
+		return 0, code - 128
 	}
-	return fmt.Sprintf("%d:0", code)
+	return code, 0
 }
 
 // sacctField is one sacct field: its width (negative: left-justified)
@@ -299,7 +314,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		{"Comment", 14, func(sacctRow) string { return "" }},
 		{"CPUTime", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now) * int64(cpus(r))) }},
 		{"CPUTimeRAW", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now)*int64(cpus(r)), 10) }},
-		{"DerivedExitCode", 15, job(func(r sacctRow) string { return exitCodeString(r.exitCode()) })},
+		{"DerivedExitCode", 15, job(func(r sacctRow) string { return r.exitCode() })},
 		{"Elapsed", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now)) }},
 		{"ElapsedRaw", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now), 10) }},
 		{"Eligible", 19, job(func(r sacctRow) string {
@@ -309,7 +324,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			return ts(r.job.GetSubmitTime(), "Unknown")
 		})},
 		{"End", 19, func(r sacctRow) string { return ts(r.end(), "Unknown") }},
-		{"ExitCode", 8, func(r sacctRow) string { return exitCodeString(r.exitCode()) }},
+		{"ExitCode", 8, func(r sacctRow) string { return r.exitCode() }},
 		{"Group", 9, job(func(r sacctRow) string { return r.job.GetUser() })},
 		{"JobID", -12, func(r sacctRow) string { return r.id }},
 		{"JobIDRaw", -12, func(r sacctRow) string {

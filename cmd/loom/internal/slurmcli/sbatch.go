@@ -1239,7 +1239,11 @@ func (c *cmd) waitArray(ctx context.Context, id string) error {
 // job that never ran (cancelled while pending, held, or waiting on a
 // dependency) has no status to report: 0, as Slurm gives.
 func exitFromJob(j *loomv1.Job) error {
-	code := int(j.GetExitCode())
+	status, sig := exitParts(j.GetExitCode(), j.ExitSignal)
+	code := int(status)
+	if sig > 0 {
+		code = 1
+	}
 	switch j.GetState() {
 	case loomv1.JobState_COMPLETED:
 		if code == 0 {
@@ -1253,12 +1257,9 @@ func exitFromJob(j *loomv1.Job) error {
 		if code == 0 && j.GetStartTime() == nil && len(j.GetRuns()) == 0 {
 			return nil
 		}
-		if code == 0 || code > 128 {
+		if code == 0 {
 			code = 1
 		}
-	}
-	if code > 128 {
-		code = 1
 	}
 	return &Error{Code: code}
 }

@@ -281,7 +281,7 @@ func jobRecord(r jobRow, v *squeueView) record {
 		{"UserId=" + uid, "GroupId=" + gid, "MCS_label=N/A"},
 		{"Priority=" + strconv.FormatInt(j.GetPriority(), 10), "Nice=" + strconv.Itoa(int(j.GetNice())), "Account=" + nullIfEmpty(j.GetAccount()), "QOS=" + nullIfEmpty(j.GetQos())},
 		{"JobState=" + stateLong(st), "Reason=" + jobReason(j), "Dependency=" + dependencyText(j, v.jobsByID)},
-		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exitCodeString(j.GetExitCode())},
+		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exitCodeString(j.GetExitCode(), j.ExitSignal)},
 		{"RunTime=" + formatDuration(jobElapsed(j, v.now)), "TimeLimit=" + limitStr, "TimeMin=N/A"},
 		{"SubmitTime=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "EligibleTime=" + ts(eligible, eligible != nil, "Unknown")},
 		{"AccrueTime=" + ts(eligible, eligible != nil, "Unknown")},

@@ -107,11 +107,8 @@ func (c *cmd) seff(ctx context.Context, args []string) error {
 		}
 	}
 	cput := int64((cpu + time.Second/2) / time.Second)
-	reqmem := j.GetMemMb() << 10 * int64(nnodes) // KiB, all nodes
-	exit := j.GetExitCode()
-	if exit > 128 {
-		exit = 0 // killed by a signal: no exit status
-	}
+	reqmem := j.GetMemMb() << 10 * int64(nnodes)        // KiB, all nodes
+	exit, _ := exitParts(j.GetExitCode(), j.ExitSignal) // killed by a signal: no exit status
 	arrayID := ""
 	if j.GetArrayJobId() != "" {
 		arrayID = fmt.Sprintf("%s_%d", j.GetArrayJobId(), j.GetArrayTaskId())

@@ -385,6 +385,10 @@ func readsMore(r io.Reader, buf []byte) bool {
 // is its error number, which Loom has none of).
 func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 	codes := step.GetTaskExitCodes()
+	sigs := step.GetTaskExitSignals()
+	if len(sigs) != len(codes) {
+		sigs = nil // not said (a step from before): 128+n reads as signal n
+	}
 	rank := 0
 	launchFailure := ""
 	for k, n := range step.GetTasksPerNode() {
@@ -411,13 +415,18 @@ func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 				continue
 			}
 			code := codes[rank]
+			var sig *int32
+			if sigs != nil {
+				sig = &sigs[rank]
+			}
+			status, signal := exitParts(code, sig)
 			switch {
-			case oom && code == 128+9:
+			case oom && signal == 9:
 				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Out Of Memory\n", host, rank)
-			case code > 128 && code < 128+65:
-				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %s\n", host, rank, signalWord(int(code-128)))
+			case signal > 0:
+				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %s\n", host, rank, signalWord(int(signal)))
 			default:
-				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Exited with exit code %d\n", host, rank, code)
+				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Exited with exit code %d\n", host, rank, status)
 			}
 		}
 	}

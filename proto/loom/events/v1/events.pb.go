@@ -3153,7 +3153,11 @@ type StepChanged struct {
 	ExitCode int32                  `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	Message  string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	Pid      int32                  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
-	Cluster  string                 `protobuf:"bytes,8,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// exit_signal, with STEP_EXITED, is the signal that killed the step's
+	// process (exit_code then 128+n), 0 when it exited by itself with
+	// exit_code; unset from agents from before it was sent.
+	ExitSignal *int32 `protobuf:"varint,12,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
+	Cluster    string `protobuf:"bytes,8,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// node_stopping, with STEP_KILLED: the agent stopped the step because the
 	// agent itself is stopping (its node removed or restarted, its service
 	// shut down, its Loom gone), not because the program failed or Loom
@@ -3253,6 +3257,13 @@ func (x *StepChanged) GetPid() int32 {
 	return 0
 }
 
+func (x *StepChanged) GetExitSignal() int32 {
+	if x != nil && x.ExitSignal != nil {
+		return *x.ExitSignal
+	}
+	return 0
+}
+
 func (x *StepChanged) GetCluster() string {
 	if x != nil {
 		return x.Cluster
@@ -3296,6 +3307,10 @@ type TasksChanged struct {
 	// exit_codes are the tasks' exit codes (128+n for signal n), by local id.
 	ExitCodes []int32 `protobuf:"varint,8,rep,packed,name=exit_codes,json=exitCodes,proto3" json:"exit_codes,omitempty"`
 	Message   string  `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	// exit_signals, with EXITED, are the signals that killed the tasks (0: the
+	// task exited by itself, with its exit_codes), by local id; empty from
+	// agents from before they were sent.
+	ExitSignals []int32 `protobuf:"varint,12,rep,packed,name=exit_signals,json=exitSignals,proto3" json:"exit_signals,omitempty"`
 	// usage is what each task used, by local id, with their end.
 	Usage []*v1.TaskUsage `protobuf:"bytes,10,rep,name=usage,proto3" json:"usage,omitempty"`
 	// registration_mismatch, with STEP_FAILED_TO_START: the tasks never
@@ -3399,6 +3414,13 @@ func (x *TasksChanged) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *TasksChanged) GetExitSignals() []int32 {
+	if x != nil {
+		return x.ExitSignals
+	}
+	return nil
 }
 
 func (x *TasksChanged) GetUsage() []*v1.TaskUsage {
@@ -6008,7 +6030,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06signal\x18\x06 \x01(\tR\x06signal\"\xe5\x02\n" +
+	"\x06signal\x18\x06 \x01(\tR\x06signal\"\x9b\x03\n" +
 	"\vStepChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -6016,12 +6038,15 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2\x19.loom.events.v1.StepStateR\x05state\x12\x1b\n" +
 	"\texit_code\x18\x05 \x01(\x05R\bexitCode\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x10\n" +
-	"\x03pid\x18\a \x01(\x05R\x03pid\x12\x18\n" +
+	"\x03pid\x18\a \x01(\x05R\x03pid\x12$\n" +
+	"\vexit_signal\x18\f \x01(\x05H\x00R\n" +
+	"exitSignal\x88\x01\x01\x12\x18\n" +
 	"\acluster\x18\b \x01(\tR\acluster\x12#\n" +
 	"\rnode_stopping\x18\t \x01(\bR\fnodeStopping\x12(\n" +
 	"\x05usage\x18\n" +
 	" \x01(\v2\x12.loom.v1.TaskUsageR\x05usage\x123\n" +
-	"\x15registration_mismatch\x18\v \x01(\bR\x14registrationMismatch\"\xe9\x02\n" +
+	"\x15registration_mismatch\x18\v \x01(\bR\x14registrationMismatchB\x0e\n" +
+	"\f_exit_signal\"\x8c\x03\n" +
 	"\fTasksChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -6033,7 +6058,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"first_rank\x18\a \x01(\x05R\tfirstRank\x12\x1d\n" +
 	"\n" +
 	"exit_codes\x18\b \x03(\x05R\texitCodes\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\x12(\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x12!\n" +
+	"\fexit_signals\x18\f \x03(\x05R\vexitSignals\x12(\n" +
 	"\x05usage\x18\n" +
 	" \x03(\v2\x12.loom.v1.TaskUsageR\x05usage\x123\n" +
 	"\x15registration_mismatch\x18\v \x01(\bR\x14registrationMismatch\"\xb0\x03\n" +
@@ -6437,6 +6463,7 @@ func file_loom_events_v1_events_proto_init() {
 	}
 	file_loom_events_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
 	file_loom_events_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
+	file_loom_events_v1_events_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/acct"
@@ -55,7 +56,11 @@ type Step struct {
 	// recycled pid is never mistaken for the step.
 	PIDStart uint64 `json:"pid_start,omitempty"`
 	ExitCode int32  `json:"exit_code,omitempty"`
-	Message  string `json:"message,omitempty"`
+	// ExitSignal, once ended, is the signal that killed the process (0: it
+	// exited by itself, with ExitCode); nil when how it ended is not known
+	// (and in records from before it was kept).
+	ExitSignal *int32 `json:"exit_signal,omitempty"`
+	Message    string `json:"message,omitempty"`
 	// StopReason is set once the step was asked to stop; its exit is then KILLED.
 	StopReason string `json:"stop_reason,omitempty"`
 	// NodeStopping: the stop was the agent's own, as it stopped (see
@@ -102,6 +107,9 @@ func (s *Step) Event(self Self) *eventsv1.StepChanged {
 	ev := &eventsv1.StepChanged{
 		Job: s.Job, Attempt: s.Attempt, Node: self.Node, Cluster: self.Cluster,
 		ExitCode: s.ExitCode, Message: s.Message, Pid: int32(s.PID),
+	}
+	if s.Phase.Terminal() && s.ExitSignal != nil {
+		ev.ExitSignal = proto.Int32(*s.ExitSignal)
 	}
 	ev.State = s.Phase.StepState()
 	ev.NodeStopping = s.NodeStopping && s.Phase == Killed
@@ -211,11 +219,23 @@ type Exit struct {
 	Usage *acct.Usage
 }
 
+// SignalNumber is the signal that ended the process (0: it exited): Code
+// is 128+n for signal n, and Signal names it.
+func (e Exit) SignalNumber() int32 {
+	if e.Signal == "" || e.Code <= 128 {
+		return 0
+	}
+	return e.Code - 128
+}
+
 // Ended records the end of a step's process: KILLED when it was asked to
 // stop, EXITED with its code otherwise.
 func Ended(rec *Step, exit Exit, now time.Time) *Step {
 	r := rec.clone()
 	r.ExitCode, r.Ended, r.Usage = exit.Code, now, exit.Usage
+	if !exit.Unknown {
+		r.ExitSignal = proto.Int32(exit.SignalNumber())
+	}
 	switch {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason

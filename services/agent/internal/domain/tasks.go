@@ -28,6 +28,11 @@ type Tasks struct {
 	PIDStarts []uint64 `json:"pid_starts,omitempty"`
 	// ExitCodes are the tasks' exit codes by local id, once ended.
 	ExitCodes []int32 `json:"exit_codes,omitempty"`
+	// ExitSignals, once ended, are the signals that killed the tasks, by
+	// local id (0: the task exited, with its ExitCodes); empty when not
+	// known (tasks that never started or were lost, records from before it
+	// was kept).
+	ExitSignals []int32 `json:"exit_signals,omitempty"`
 	// MemLimit is the memory (bytes) the tasks together may hold
 	// (LaunchTasks.mem_limit_bytes; 0: no limit).
 	MemLimit int64 `json:"mem_limit,omitempty"`
@@ -61,6 +66,7 @@ func (t *Tasks) clone() *Tasks {
 	c.PIDs = append([]int(nil), t.PIDs...)
 	c.PIDStarts = append([]uint64(nil), t.PIDStarts...)
 	c.ExitCodes = append([]int32(nil), t.ExitCodes...)
+	c.ExitSignals = append([]int32(nil), t.ExitSignals...)
 	c.Usage = append([]acct.Usage(nil), t.Usage...)
 	return &c
 }
@@ -73,6 +79,9 @@ func (t *Tasks) Event(self Self) *eventsv1.TasksChanged {
 	}
 	if t.Phase.Terminal() {
 		ev.ExitCodes = append([]int32(nil), t.ExitCodes...)
+		if len(t.ExitSignals) == len(t.ExitCodes) {
+			ev.ExitSignals = append([]int32(nil), t.ExitSignals...)
+		}
 		ev.Usage = usageProtos(t.Usage)
 	}
 	ev.State = t.Phase.StepState()
@@ -151,6 +160,7 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 	r := rec.clone()
 	r.Ended = now
 	r.ExitCodes = make([]int32, len(exits))
+	r.ExitSignals = make([]int32, len(exits))
 	worst, failed, oom, unknown := int32(0), 0, 0, 0
 	known := false
 	for _, e := range exits {
@@ -160,7 +170,7 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 		r.Usage = make([]acct.Usage, len(exits))
 	}
 	for i, e := range exits {
-		r.ExitCodes[i] = e.Code
+		r.ExitCodes[i], r.ExitSignals[i] = e.Code, e.SignalNumber()
 		if known && e.Usage != nil {
 			r.Usage[i] = *e.Usage
 		}
@@ -179,6 +189,7 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason
 	case unknown > 0:
+		r.ExitSignals = nil
 		r.Phase, r.Message = Lost, fmt.Sprintf("%d of %d task(s) ended while no agent watched them, and how is not known (their shims were killed)", unknown, len(exits))
 	case oom > 0:
 		r.Phase, r.Message = Exited, fmt.Sprintf("%d of %d task(s) failed, %d out of memory; highest exit code %d", failed, len(exits), oom, worst)
@@ -245,6 +256,7 @@ func MarkTasksLost(rec *Tasks, why string, now time.Time) *Tasks {
 	if len(r.ExitCodes) != int(r.NTasks) {
 		r.ExitCodes = ones(r.NTasks)
 	}
+	r.ExitSignals = nil
 	return r
 }
 

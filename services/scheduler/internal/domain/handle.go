@@ -793,7 +793,7 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 	if ev.GetUsage() != nil {
 		usage = t.batchUsage(ev.GetUsage())
 	}
-	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), Message: msg, Usage: usage}
+	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), ExitSignal: ev.ExitSignal, Message: msg, Usage: usage}
 	if !r.FenceUntil.IsZero() {
 		r.FenceUntil = fenceOf(r) // a fenced step that reports its end lifts its fence
 	}
@@ -829,6 +829,12 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 		}
 		switch ev.GetState() {
 		case eventsv1.StepState_STEP_EXITED:
+			if ev.GetExitCode() != 0 || allExitedZero(r) {
+				// The job ends as this step did: with its signal, when
+				// its agent said (ExitCode code:signal).
+				j = t.editJob(j.Name())
+				j.Job.ExitSignal, r.ExitSignal = ev.ExitSignal, ev.ExitSignal
+			}
 			switch {
 			case ev.GetExitCode() != 0 && killedForMemory(msg):
 				userFail(loomv1.JobState_OUT_OF_MEMORY, ev.GetExitCode(), ReasonOutOfMemory)

@@ -68,7 +68,7 @@ func (t *txn) requeueJob(j *Job, reason string) {
 	j.Job.State, j.Job.StateReason = loomv1.JobState_REQUEUED, reason
 	t.emitJob(j)
 	spec := j.Job
-	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_PENDING, ReasonRequeued, 0
+	spec.State, spec.StateReason, spec.ExitCode, spec.ExitSignal = loomv1.JobState_PENDING, ReasonRequeued, 0, nil
 	if j.Partitions != "" {
 		// Pending again in every partition it named (multipart.go).
 		spec.Partition, j.Partitions = j.Partitions, ""

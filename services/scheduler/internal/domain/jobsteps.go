@@ -721,6 +721,7 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 	}
 	step.Parts = make([]StepPart, n)
 	step.ExitCodes = make([]int32, total)
+	step.ExitSignals = make([]int32, total)
 	step.OutputDir = StepOutputDir(shared, j.Job.GetJobId(), r.Attempt, id)
 	putJobStep(r, i, step)
 
@@ -916,6 +917,14 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 				code = 1
 			}
 			s.ExitCodes[first+l] = code
+		}
+		switch {
+		case len(ev.GetExitSignals()) == int(n) && len(s.ExitSignals) == len(s.ExitCodes):
+			copy(s.ExitSignals[first:first+n], ev.GetExitSignals())
+		case st == eventsv1.StepState_STEP_EXITED || st == eventsv1.StepState_STEP_KILLED:
+			// An agent that did not say (from before it did): which
+			// codes are signals is not known for the step.
+			s.ExitSignals = nil
 		}
 		bad := st != eventsv1.StepState_STEP_EXITED
 		for l := int32(0); l < n; l++ {
@@ -1132,12 +1141,25 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
 		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...), CpusPerNode: append([]int32(nil), s.CPUs...),
 	}
+	if len(s.ExitSignals) == len(s.ExitCodes) {
+		out.TaskExitSignals = append([]int32(nil), s.ExitSignals...)
+	}
 	for _, c := range s.Tasks {
 		out.NumTasks += c
 	}
 	if s.Ended() {
 		for _, c := range s.ExitCodes {
 			out.ExitCode = max(out.ExitCode, c)
+		}
+		if len(s.ExitSignals) == len(s.ExitCodes) {
+			// The signal of the task whose code is the step's.
+			sig := int32(0)
+			for rank, c := range s.ExitCodes {
+				if c == out.ExitCode {
+					sig = max(sig, s.ExitSignals[rank])
+				}
+			}
+			out.ExitSignal = &sig
 		}
 		out.EndTime = timestamppb.New(s.End)
 	}

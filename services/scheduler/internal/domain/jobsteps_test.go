@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -867,5 +869,49 @@ func TestStepRequestsAreBoundedOverall(t *testing.T) {
 	h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 2})
 	if h.s.stepReqBytes != 0 || len(h.s.stepReqs) != 0 {
 		t.Fatalf("after every waiting step ended: %d bytes, %d requests kept", h.s.stepReqBytes, len(h.s.stepReqs))
+	}
+}
+
+// A program killed by signal n and one that exited 128+n end with the same
+// code: the agents' signals keep them apart, for the job, its run and its
+// job steps (Slurm's ExitCode 0:9 and 137:0), and a report without them
+// (an agent from before) leaves them unknown.
+func TestExitSignalReachesJobRunAndSteps(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: 0, Node: nodeName("a"), Cluster: cl,
+		State: eventsv1.StepState_STEP_EXITED, ExitCodes: []int32{137, 0}, ExitSignals: []int32{9, 0}})
+	h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: 0, Node: nodeName("b"), Cluster: cl,
+		State: eventsv1.StepState_STEP_EXITED, ExitCodes: []int32{130, 137}, ExitSignals: []int32{0, 0}})
+	if s := h.jobStep(0); s.GetExitCode() != 137 || s.ExitSignal == nil || s.GetExitSignal() != 9 ||
+		!reflect.DeepEqual(s.GetTaskExitSignals(), []int32{9, 0, 0, 0}) {
+		t.Fatalf("step %v: want exit 137 by signal 9, task signals 9 0 0 0", s)
+	}
+	h.do(createStep("r2"))
+	h.tasks(1, "a", eventsv1.StepState_STEP_EXITED, 0, 0)
+	h.tasks(1, "b", eventsv1.StepState_STEP_EXITED, 137, 0) // no signals said
+	if s := h.jobStep(1); s.ExitSignal != nil || len(s.GetTaskExitSignals()) != 0 {
+		t.Fatalf("step %v: want its signals unknown", s)
+	}
+	h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("a"), State: eventsv1.StepState_STEP_EXITED,
+		ExitCode: 130, ExitSignal: proto.Int32(0), Cluster: cl})
+	j := h.s.Job(jobName(1))
+	if j.GetState() != loomv1.JobState_FAILED || j.GetExitCode() != 130 || j.ExitSignal == nil || j.GetExitSignal() != 0 {
+		t.Fatalf("job %v: want FAILED exit 130 signal 0", j)
+	}
+	if runs := views.Job(h.s, jobName(1), h.now).GetRuns(); len(runs) != 1 || runs[0].ExitSignal == nil || runs[0].GetExitSignal() != 0 || runs[0].GetExitCode() != 130 {
+		t.Fatalf("runs %v: want exit 130 signal 0", runs)
+	}
+	// Killed by SIGINT, then requeued and ended by an agent that does not
+	// say: unknown again.
+	h2 := newHarness(t)
+	h2.node("a", 4)
+	h2.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 1, Script: "#!/bin/sh\n", MaxRetries: 1})
+	h2.do(&eventsv1.StepChanged{Job: jobName(2), Attempt: 1, Node: nodeName("a"), State: eventsv1.StepState_STEP_EXITED,
+		ExitCode: 130, ExitSignal: proto.Int32(2), Cluster: cl})
+	j = h2.s.Job(jobName(2))
+	if runs := views.Job(h2.s, jobName(2), h2.now).GetRuns(); len(runs) < 1 || runs[0].GetExitSignal() != 2 || j.ExitSignal != nil {
+		t.Fatalf("requeued job %v: want run 1 signal 2, the job's cleared", j)
 	}
 }

@@ -70,6 +70,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		State:              job.State,
 		StateReason:        job.StateReason,
 		ExitCode:           job.ExitCode,
+		ExitSignal:         job.ExitSignal,
 		Nodes:              job.Nodes,
 		OutputPath:         job.OutputPath,
 		SubmitTime:         job.SubmitTime,

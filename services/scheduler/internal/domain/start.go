@@ -102,7 +102,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	if id := spec.GetModelOutput().GetModelId(); id != "" {
 		j.ModelDir = filepath.Join(c.SharedDir, "models", id, "job-"+spec.GetJobId())
 	}
-	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_CONFIGURING, "", 0
+	spec.State, spec.StateReason, spec.ExitCode, spec.ExitSignal = loomv1.JobState_CONFIGURING, "", 0, nil
 	if slurmspec.IsPartitionList(spec.GetPartition()) {
 		// Started in one of the partitions it named: it shows that one
 		// alone, as slurmctld does; a requeue gives it back the list,

@@ -126,7 +126,7 @@ func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
 		if r == nil {
 			return views.Run{}, false
 		}
-		out := views.Run{Hostnames: r.Hostnames, ExitCode: r.ExitCode, Reason: r.Reason, Start: r.Start,
+		out := views.Run{Hostnames: r.Hostnames, ExitCode: r.ExitCode, ExitSignal: r.ExitSignal, Reason: r.Reason, Start: r.Start,
 			End: r.End, Ended: r.Ended(), Outcome: r.Outcome}
 		// The batch script runs on the run's first node.
 		if len(r.Nodes) > 0 && len(r.Hostnames) > 0 {

@@ -46,7 +46,10 @@ type RunRecord struct {
 	// code and reason, for sacct's view of the job's runs.
 	Outcome  loomv1.JobState `json:"outcome,omitempty"`
 	ExitCode int32           `json:"exit_code,omitempty"`
-	Reason   string          `json:"reason,omitempty"`
+	// ExitSignal, when known, is the signal that ended the attempt's
+	// program (0: it exited with ExitCode), from its batch step's end.
+	ExitSignal *int32 `json:"exit_signal,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 	// Signaled records that the job's --signal was sent ahead of its time limit.
 	Signaled bool `json:"signaled,omitempty"`
 	// PreemptBy names the job this run is being preempted for; PreemptAt is
@@ -146,7 +149,9 @@ type Step struct {
 	// State is the agent's last report; STEP_STATE_UNSPECIFIED until the first.
 	State    eventsv1.StepState `json:"state"`
 	ExitCode int32              `json:"exit_code,omitempty"`
-	Message  string             `json:"message,omitempty"`
+	// ExitSignal is the agent's StepChanged.exit_signal (nil: not said).
+	ExitSignal *int32 `json:"exit_signal,omitempty"`
+	Message    string `json:"message,omitempty"`
 	// Abandoned: the node failed or left, so the step counts as ended and
 	// the node's resources are free without waiting for its agent's word.
 	Abandoned bool `json:"abandoned,omitempty"`
@@ -204,6 +209,10 @@ type JobStep struct {
 	Parts []StepPart `json:"parts"`
 	// ExitCodes are the tasks' exit codes by rank.
 	ExitCodes []int32 `json:"exit_codes"`
+	// ExitSignals are the signals that killed the tasks, by rank (0: the
+	// task exited, with its ExitCodes), as the agents said
+	// (TasksChanged.exit_signals); nil when any part did not say.
+	ExitSignals []int32 `json:"exit_signals,omitempty"`
 	// State is RUNNING until every part ended, then COMPLETED, FAILED or
 	// CANCELLED; Reason says why it failed or was cancelled.
 	State  loomv1.JobState `json:"state"`
@@ -265,5 +274,6 @@ func (s *JobStep) Clone() JobStep {
 	c := *s
 	c.Parts = append([]StepPart(nil), s.Parts...)
 	c.ExitCodes = append([]int32(nil), s.ExitCodes...)
+	c.ExitSignals = append([]int32(nil), s.ExitSignals...)
 	return c
 }

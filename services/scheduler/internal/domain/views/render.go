@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -16,7 +17,9 @@ type Run struct {
 	// Hostnames are the nodes it ran on, in rank order.
 	Hostnames []string
 	ExitCode  int32
-	Reason    string
+	// ExitSignal is the signal that ended it (0: it exited; nil: not known).
+	ExitSignal *int32
+	Reason     string
 	// Start is when it started (zero: not yet); End and Outcome how it
 	// ended, meaningful when Ended.
 	Start, End time.Time
@@ -38,6 +41,9 @@ func JobRuns(attempts int32, state loomv1.JobState, run func(attempt int32) (Run
 		}
 		jr := &loomv1.JobRun{Attempt: a, Nodes: append([]string(nil), r.Hostnames...), ExitCode: r.ExitCode, Reason: r.Reason,
 			BatchUsage: r.BatchUsage}
+		if r.ExitSignal != nil && r.Ended {
+			jr.ExitSignal = proto.Int32(*r.ExitSignal)
+		}
 		if !r.Start.IsZero() {
 			jr.StartTime = timestamppb.New(r.Start)
 		}

@@ -1,0 +1,63 @@
+package slurmcli
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestExitCodeKeepsSignalApart: a job whose script exited 130 and one killed
+// by SIGINT (both code 130 in Loom) show as a real Slurm 22.05 showed them
+// (scripts/slurm-local.sh: `exit 130` vs `kill -INT $$`): ExitCode 130:0 and
+// 0:2 in sacct and scontrol, sbatch --wait 130 and 1; srun says "Exited with
+// exit code 137" for a task that exited 137 and "Killed" for one killed by
+// SIGKILL. Records without the signal (from before it was kept) read as
+// they did: 128+n is signal n.
+func TestExitCodeKeepsSignalApart(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	exited := proto.Clone(f.Jobs[2]).(*loomv1.Job) // 11, FAILED
+	exited.JobId, exited.Name, exited.ExitCode, exited.ExitSignal = "30", "projects/default/jobs/30", 130, proto.Int32(0)
+	exited.Runs = []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED, Nodes: exited.GetNodes(), StartTime: exited.GetStartTime(),
+		EndTime: exited.GetEndTime(), ExitCode: 130, ExitSignal: proto.Int32(0)}}
+	killed := proto.Clone(exited).(*loomv1.Job)
+	killed.JobId, killed.Name, killed.ExitSignal, killed.Runs[0].ExitSignal = "31", "projects/default/jobs/31", proto.Int32(2), proto.Int32(2)
+	old := proto.Clone(exited).(*loomv1.Job)
+	old.JobId, old.Name, old.ExitSignal, old.Runs[0].ExitSignal = "32", "projects/default/jobs/32", nil, nil
+	f.Jobs = append(f.Jobs, exited, killed, old)
+	code, out, errOut := run(t, f, "sacct", Env{}, "-P", "-n", "-o", "JobID,ExitCode", "-j", "30,31,32")
+	if want := "30|130:0\n30.batch|130:0\n31|0:2\n31.batch|0:2\n32|0:2\n32.batch|0:2\n"; code != 0 || out != want {
+		t.Errorf("sacct: %d %q %q, want %q", code, out, errOut, want)
+	}
+	for id, want := range map[string]string{"30": "ExitCode=130:0", "31": "ExitCode=0:2", "32": "ExitCode=0:2"} {
+		if code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", id); code != 0 || !strings.Contains(out, want+"\n") {
+			t.Errorf("scontrol show job %s: %d %q %q, want %s", id, code, out, errOut, want)
+		}
+	}
+	for _, c := range []struct {
+		job  *loomv1.Job
+		want int
+	}{{exited, 130}, {killed, 1}, {old, 1}} {
+		var e *Error
+		if err := exitFromJob(c.job); !errors.As(err, &e) || e.Code != c.want {
+			t.Errorf("sbatch --wait for job %s: %v, want exit %d", c.job.GetJobId(), err, c.want)
+		}
+	}
+
+	var errb strings.Builder
+	cm := &cmd{name: "srun", stdout: &strings.Builder{}, stderr: &errb}
+	step := &loomv1.JobStep{State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001"}, TasksPerNode: []int32{3},
+		TaskExitCodes: []int32{137, 137, 130}, TaskExitSignals: []int32{0, 9, 0}, ExitCode: 137, ExitSignal: proto.Int32(9)}
+	var e *Error
+	if err := cm.stepOutcome(step, "30.0"); !errors.As(err, &e) || e.Code != 137 {
+		t.Errorf("srun exits %v, want 137", err)
+	}
+	want := "srun: error: gpu-0001: task 0: Exited with exit code 137\nsrun: error: gpu-0001: task 1: Killed\nsrun: error: gpu-0001: task 2: Exited with exit code 130\n"
+	if errb.String() != want {
+		t.Errorf("srun's stderr %q, want %q", errb.String(), want)
+	}
+}
