@@ -577,7 +577,9 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		case "allclusters":
 			c.env.Cluster = ""
 		case "clusters":
-			c.env.Cluster = o.value
+			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+				return err
+			}
 		case "noheader":
 			noHeader = true
 		case "name":

@@ -73,7 +73,9 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 		case "account":
 			accounts = splitList(o.value)
 		case "clusters":
-			c.env.Cluster = o.value
+			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+				return err
+			}
 		case "interactive":
 			interactive = true
 		case "batch":

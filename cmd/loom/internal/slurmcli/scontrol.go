@@ -77,7 +77,9 @@ func (c *cmd) scontrol(ctx context.Context, args []string) error {
 		case "quiet":
 			quiet = true
 		case "clusters":
-			c.env.Cluster = o.value
+			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+				return err
+			}
 		}
 	}
 	if len(rest) == 0 {

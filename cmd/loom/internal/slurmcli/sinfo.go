@@ -391,7 +391,10 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		case "long":
 			long = true
 		case "clusters":
-			c.env.Cluster, clusterLine = o.value, true
+			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+				return err
+			}
+			clusterLine = true
 		case "nodes":
 			hosts, err := hostlist.Expand(o.value)
 			if err != nil {

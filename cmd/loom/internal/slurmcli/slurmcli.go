@@ -335,6 +335,17 @@ func (c *cmd) projectClusters(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
+// oneCluster checks -M's value: Loom's Slurm commands take one cluster.
+// Slurm's list ("a,b") and "all" (one CLUSTER: section each) are refused
+// by name, not looked up as one cluster named "a,b".
+func (c *cmd) oneCluster(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if strings.Contains(v, ",") || strings.EqualFold(v, "all") {
+		return "", c.errorf("-M %s: Loom's %s takes one cluster with -M (a list or 'all' is not supported): run it once per cluster", v, c.name)
+	}
+	return v, nil
+}
+
 // clusterFilter is the full name of -M / LOOM_CLUSTER, or "" (all).
 func (c *cmd) clusterFilter() string {
 	cl := strings.TrimSpace(c.env.Cluster)

@@ -75,7 +75,9 @@ func (c *cmd) sprio(ctx context.Context, args []string) error {
 		case "version":
 			return c.printVersion()
 		case "clusters":
-			c.env.Cluster = o.value
+			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+				return err
+			}
 		case "noheader":
 			noHeader = true
 		case "jobs":

@@ -314,7 +314,10 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		case "long":
 			long = true
 		case "clusters":
-			c.env.Cluster, clusterLine = o.value, true
+			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+				return err
+			}
+			clusterLine = true
 		case "me":
 			users = []string{c.env.User}
 		case "name":

@@ -62,7 +62,10 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		case "all":
 			all = true
 		case "clusters":
-			c.env.Cluster, clusterLine = o.value, true
+			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+				return err
+			}
+			clusterLine = true
 		case "long":
 			return c.errorf("the long format (-l: LevelFS, GrpTRESMins, TRESRunMins) is not reported by Loom; use sshare without -l")
 		case "noheader":
