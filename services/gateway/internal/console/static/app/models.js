@@ -20,7 +20,7 @@ export async function modelsPage(ctx) {
   fill(ctx.main, h('h1', null, 'Models'), status, body);
   api.live('models', async () => {
     const path = '/v1/' + api.mloc() + '/models?pageSize=' + PAGE;
-    const models = await listOrNull(path, ctx.signal, MODEL_PAGES);
+    const models = await api.tryList(path, 'models', ctx.signal, MODEL_PAGES);
     if (ctx.signal.aborted) return;
     if (models == null) {
       fill(body, unavailable('GET ' + path));
@@ -44,17 +44,6 @@ export async function modelsPage(ctx) {
 // lineage graph), and both say when there are more (dom.js's cut).
 const PAGE = 100, MODEL_PAGES = 5;
 
-// listOrNull is api.list of models, or null where the registry is not
-// served (as api.tryGet).
-async function listOrNull(path, signal, pages) {
-  try {
-    return await api.list(path, 'models', signal, pages);
-  } catch (e) {
-    if (e instanceof api.ApiError && e.unavailable) return null;
-    throw e;
-  }
-}
-
 function aliases(m) {
   return (m.versionAliases || []).map(a => h('span', {class: 'alias'}, a));
 }
@@ -73,7 +62,7 @@ export async function modelPage(ctx, id) {
     // The newest versions first: a model of more versions than a page
     // shows its latest, not its first.
     const path = '/v1/' + base + ':listVersions?pageSize=' + PAGE + '&orderBy=' + encodeURIComponent('version_id desc');
-    const versions = await listOrNull(path, ctx.signal, 1);
+    const versions = await api.tryList(path, 'models', ctx.signal, 1);
     if (ctx.signal.aborted) return;
     if (versions == null) {
       fill(body, unavailable('GET ' + path));
