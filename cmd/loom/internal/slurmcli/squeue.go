@@ -507,9 +507,10 @@ type squeueQuery struct {
 }
 
 // matchPart reports whether a job's partition (one, or a pending job's
-// list) passes the partition filter.
+// list) passes the partition filter. One partition is a look-up in the
+// set; only a list (rare) needs the set's names.
 func (q *squeueQuery) matchPart(part string) bool {
-	if q.parts != nil && q.anyPart {
+	if q.parts != nil && q.anyPart && slurmspec.IsPartitionList(part) {
 		return slurmspec.AnyPartitionOf(part, q.parts.keys())
 	}
 	return q.parts.match(part)
