@@ -171,9 +171,11 @@ func (s *State) witnessOf(now time.Time, rec Record) string {
 	if d := now.Sub(rec.Time); d > s.timeout/2 || d < -s.timeout/2 {
 		return ""
 	}
-	lag := s.Behind(now)
+	var lag time.Duration
 	if rec.HighWaterMark > 0 {
 		lag = s.lagOf(rec.Partition, now)
+	} else {
+		lag = s.Behind(now)
 	}
 	if lag > s.timeout/2 {
 		return ""
