@@ -148,7 +148,7 @@ func (p *pass) considerMulti(q *queued) {
 // and m waits in multiq for its next rank, or, at its last record, its
 // decision is emitted.
 func (p *pass) multiStep(m *multiRec) {
-	t, q := p.t, &m.q
+	q := &m.q
 	rank := m.ranks[m.next]
 	deciding := -1
 	var full uint64 // partitions of the records where it waits for resources
@@ -163,16 +163,7 @@ func (p *pass) multiStep(m *multiRec) {
 		if deciding < 0 {
 			deciding = k
 		}
-		if q.shape >= 0 {
-			p.req = t.s.shapeReqs[q.shape]
-			p.req.Partition = pi
-		} else {
-			p.req = p.request(q.j, &q.e.jobAttrs, pi)
-		}
-		req := &p.req
-		if p.resv != nil {
-			req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
-		}
+		req := p.requestIn(q, pi)
 		res := p.place(req, q.shape)
 		if res.ok {
 			p.start(q.j, p.parts[pi], req, res.nodes, m.prios[k], len(res.shape.Cand))

@@ -1119,7 +1119,7 @@ func (p *pass) consider(q *queued) {
 		p.considerMulti(q)
 		return
 	}
-	t, j := p.t, q.j
+	j := q.j
 	// Most jobs have no flag: they skip the gates that only look at
 	// flagged jobs without a test per gate.
 	gs := p.gates
@@ -1144,17 +1144,7 @@ func (p *pass) consider(q *queued) {
 		return
 	}
 	part := p.parts[pi]
-	// The request lives in the pass (one per pass, not one allocation per job).
-	if q.shape >= 0 {
-		p.req = t.s.shapeReqs[q.shape]
-		p.req.Partition = pi
-	} else {
-		p.req = p.request(j, &q.e.jobAttrs, pi)
-	}
-	req := &p.req
-	if p.resv != nil {
-		req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
-	}
+	req := p.requestIn(q, pi)
 	res := p.place(req, q.shape)
 	if res.ok {
 		p.start(j, part, req, res.nodes, p.prioOf(q), len(res.shape.Cand))
@@ -1186,6 +1176,23 @@ func (p *pass) consider(q *queued) {
 		blockedStages[si].run(p, &p.blk)
 	}
 	p.waitDecided(q, *d)
+}
+
+// requestIn is the request of q's job in partition pi: its interned
+// shape's, or one built for it, keeping off the backfill reservation as
+// its limits say (avoidsReserved). It lives in the pass (p.req: one per
+// pass, not one allocation per job), until the next job's.
+func (p *pass) requestIn(q *queued, pi int) *place.Request {
+	if q.shape >= 0 {
+		p.req = p.t.s.shapeReqs[q.shape]
+		p.req.Partition = pi
+	} else {
+		p.req = p.request(q.j, &q.e.jobAttrs, pi)
+	}
+	if p.resv != nil {
+		p.req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
+	}
+	return &p.req
 }
 
 // decideSettled decides q's job without placing it when its decision is
