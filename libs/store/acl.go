@@ -29,7 +29,7 @@ var ACLCommands = []string{
 	"exists", "type", "get", "set", "setnx", "del", "pexpire",
 	"hget", "hset", "hdel", "hgetall", "hlen", "hmget", "hscan",
 	"sadd", "srem", "smembers",
-	"zadd", "zrem", "zrangebylex",
+	"zadd", "zrem", "zrangebylex", "zrevrangebylex",
 	"xadd", "xdel", "xlen", "xrange", "xrevrange",
 }
 

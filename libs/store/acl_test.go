@@ -99,6 +99,8 @@ func TestACLRulesCoverTheStore(t *testing.T) {
 	check("HMGet", err)
 	_, err = s.ZRangeByLex(ctx, "z", "", "", 10)
 	check("ZRangeByLex", err)
+	_, err = s.ZRevRangeByLex(ctx, "z", "", "", 10)
+	check("ZRevRangeByLex", err)
 	_, err = s.SMembers(ctx, "set")
 	check("SMembers", err)
 	_, err = s.StreamEntries(ctx, "stream", "", 10)
