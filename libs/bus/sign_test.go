@@ -16,12 +16,14 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
 // A consumer with a Verifier handles what a service signed and a node's own
 // reports, and dead-letters, with the reason, what is unsigned, signed with
-// another key, or a node's report about another node; none of those reach
-// the handler.
+// another key, a node's report about another node, or a node's own report
+// keyed by another node (which the producer places on that node's
+// partition); none of those reach the handler.
 func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 	t.Parallel()
 	broker := startBroker(t)
@@ -64,11 +66,14 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 	otherNode := event(topic, "n2", 3) // a Heartbeat naming n2, signed by n1
 	fromService := event(topic, "n1", 4)
 	fromNode := event(topic, "n1", 5)
+	otherKey := event(topic, "n2", 6) // n1's own Heartbeat, keyed by n2
+	otherKey.Payload = &eventsv1.Heartbeat{Node: "n1", Cluster: "c1", RunningSteps: 6}
 	publish(t, plain, unsigned)
 	publish(t, forger, forged)
 	publish(t, node, otherNode)
 	publish(t, svc, fromService)
 	publish(t, node, fromNode)
+	publish(t, node, otherKey)
 
 	testkit.WaitFor(t, wait, "genuine records handled", func() (bool, error) {
 		return handled.count(fromService.ID) == 1 && handled.count(fromNode.ID) == 1, nil
@@ -81,13 +86,14 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 		}
 	}
 	handled.mu.Unlock()
-	for _, id := range []string{unsigned.ID, forged.ID, otherNode.ID} {
+	for _, id := range []string{unsigned.ID, forged.ID, otherNode.ID, otherKey.ID} {
 		if handled.count(id) != 0 {
 			t.Errorf("refused record %s reached the handler", id)
 		}
 	}
-	dls := readN(t, broker, topic+topics.DLQSuffix, 3, wait)
-	want := map[string]string{unsigned.ID: envelope.ReasonUnsigned, forged.ID: envelope.ReasonBadSignature, otherNode.ID: envelope.ReasonWrongNode}
+	dls := readN(t, broker, topic+topics.DLQSuffix, 4, wait)
+	want := map[string]string{unsigned.ID: envelope.ReasonUnsigned, forged.ID: envelope.ReasonBadSignature, otherNode.ID: envelope.ReasonWrongNode,
+		otherKey.ID: envelope.ReasonWrongKey}
 	for _, dl := range dls {
 		id, _ := header(dl, envelope.HeaderID)
 		if r, _ := header(dl, bus.HeaderDLQReason); r != want[id] {

@@ -56,6 +56,10 @@ const (
 	// ReasonWrongSender: a command a node runs, signed by a service other
 	// than the one that sends it (CommandSenders).
 	ReasonWrongSender = "wrong-sender"
+	// ReasonWrongKey: a node's record whose Kafka key is not the one its
+	// type is keyed by (NodeEventTypes): the producer places a record by
+	// its key, so a node choosing another key chooses another partition.
+	ReasonWrongKey = "wrong-key"
 )
 
 // Rejection is why a record was refused: Reason is one of the Reason*
@@ -242,19 +246,37 @@ const (
 
 // NodeEventTypes are the event types an agent writes: the only ones a node
 // signature is accepted for. Each has a "node" field that must name the
-// signing node.
-var NodeEventTypes = map[string]bool{
-	TypeOf(&eventsv1.StepChanged{}):     true,
-	TypeOf(&eventsv1.TasksChanged{}):    true,
-	TypeOf(&eventsv1.AgentRegistered{}): true,
-	TypeOf(&eventsv1.Heartbeat{}):       true,
-	TypeOf(&eventsv1.GpuTelemetry{}):    true,
-	TypeOf(&eventsv1.XidObserved{}):     true,
+// signing node. The value is the payload field whose value the record's
+// Kafka key must be (the agent's routing: services/agent adapters.Event,
+// Node.nodeEvent): "node" for the node's own reports, "job" for its step
+// events, which are ordered by job. A node's record keyed otherwise is
+// refused (ReasonWrongKey): the key decides the partition, and a node that
+// could choose it could write to every partition of the topic.
+var NodeEventTypes = map[string]protoreflect.Name{
+	TypeOf(&eventsv1.StepChanged{}):     "job",
+	TypeOf(&eventsv1.TasksChanged{}):    "job",
+	TypeOf(&eventsv1.AgentRegistered{}): "node",
+	TypeOf(&eventsv1.Heartbeat{}):       "node",
+	TypeOf(&eventsv1.GpuTelemetry{}):    "node",
+	TypeOf(&eventsv1.XidObserved{}):     "node",
 	// HealthCheckCompleted names its node in result.node.
-	TypeOf(&eventsv1.HealthCheckCompleted{}): true,
-	TypeOf(&eventsv1.StepProgress{}):         true,
-	TypeOf(&eventsv1.MetricsReported{}):      true,
-	TypeOf(&eventsv1.UsageReported{}):        true,
+	TypeOf(&eventsv1.HealthCheckCompleted{}): "node",
+	TypeOf(&eventsv1.StepProgress{}):         "job",
+	TypeOf(&eventsv1.MetricsReported{}):      "job",
+	TypeOf(&eventsv1.UsageReported{}):        "job",
+}
+
+// NodeRecordKey is the Kafka key a record of e's type signed by node must
+// have (NodeEventTypes): node itself, or e's job; ok is false for a type a
+// node does not write.
+func NodeRecordKey(e Event, node string) (key string, ok bool) {
+	switch NodeEventTypes[e.Type] {
+	case "node":
+		return node, true
+	case "job":
+		return payloadString(e.Payload, "job"), true
+	}
+	return "", false
 }
 
 // CommandSenders is, for each command a node runs, the one service that
@@ -405,7 +427,7 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 			return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
 				reject(ReasonNotService, "%s is accepted only from a service, not from %s", typ, id.Name))
 		}
-		if !NodeEventTypes[typ] {
+		if _, ok := NodeEventTypes[typ]; !ok {
 			e, _ := r.headersOf(m)
 			return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
 				reject(ReasonNotService, "a node may not write %s (signed by %s)", truncate(typ), id.Name))
@@ -426,6 +448,13 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 		if cl := payloadString(e.Payload, "cluster"); cl != "" && id.Cluster != "" && cl != id.Cluster {
 			return e, fmt.Errorf("decode %s (%s): %w", e.ID, e.Type,
 				reject(ReasonWrongNode, "%s reports cluster %q but is signed by %s of %s", e.Type, truncate(cl), id.Name, id.Cluster))
+		}
+		// Its key is the one the node routes it by, so that the producer
+		// places it on that key's partition (libs/bus checks the partition).
+		if want, _ := NodeRecordKey(e, id.Node); e.Key != want {
+			return e, fmt.Errorf("decode %s (%s): %w", e.ID, e.Type,
+				reject(ReasonWrongKey, "%s signed by %s is keyed %q; it must be keyed by its %s, %q",
+					e.Type, id.Name, truncate(e.Key), NodeEventTypes[e.Type], truncate(want)))
 		}
 	}
 	return e, nil

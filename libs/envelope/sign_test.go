@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/topics"
@@ -139,6 +140,27 @@ func TestRefusals(t *testing.T) {
 			k.node.Sign(&m)
 			return m
 		}, policy: AcceptNodeEvents, want: ReasonWrongNode},
+		"node keys its heartbeat by another node": {m: func() kafka.Message {
+			m := mustEncode(t, New("loom.node.telemetry.v1", "projects/p/clusters/c/nodes/n2", "loom/agent", &eventsv1.Heartbeat{Node: testNode}))
+			k.node.Sign(&m)
+			return m
+		}, policy: AcceptNodeEvents, want: ReasonWrongKey},
+		"node keys its check result by another key": {m: func() kafka.Message {
+			m := mustEncode(t, New("loom.node.telemetry.v1", "", "loom/agent", &eventsv1.HealthCheckCompleted{
+				Result: &loomv1.HealthCheckResult{Node: testNode, Outcome: loomv1.CheckOutcome_CHECK_PASS}}))
+			k.node.Sign(&m)
+			return m
+		}, policy: AcceptNodeEvents, want: ReasonWrongKey},
+		"node keys a step event by another job": {m: func() kafka.Message {
+			m := mustEncode(t, New("loom.step.events.v1", "projects/p/jobs/2", "loom/agent", &eventsv1.StepProgress{Node: testNode, Job: "projects/p/jobs/1"}))
+			k.node.Sign(&m)
+			return m
+		}, policy: AcceptNodeEvents, want: ReasonWrongKey},
+		"node keys a step event by itself": {m: func() kafka.Message {
+			m := mustEncode(t, New("loom.step.events.v1", testNode, "loom/agent", &eventsv1.StepChanged{Node: testNode, Job: "projects/p/jobs/1"}))
+			k.node.Sign(&m)
+			return m
+		}, policy: AcceptNodeEvents, want: ReasonWrongKey},
 		"signer name not the certificate's": {m: func() kafka.Message {
 			m := mustEncode(t, New("loom.step.events.v1", "j", "loom/agent", &eventsv1.StepChanged{Node: testNode}))
 			s := *k.node
@@ -170,6 +192,52 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("got %v (reason %q), want reason %q", err, ReasonOf(err), c.want)
 			}
 		})
+	}
+}
+
+// Every type a node writes is accepted from the node when it is keyed as
+// the agent keys it (by the node, or by the job of a step event, a string
+// field of its payload).
+func TestNodeRecordsKeyedAsTheAgentKeysThem(t *testing.T) {
+	t.Parallel()
+	k := newKeys(t)
+	v := NewVerifier(k.svcPub, func() time.Time { return k.now })
+	const job = "projects/p/jobs/7"
+	for typ, field := range NodeEventTypes {
+		mt, ok := Default.types[typ]
+		if !ok {
+			t.Fatalf("NodeEventTypes names %s, not an event type", typ)
+		}
+		p := mt.New()
+		fs := p.Descriptor().Fields()
+		key := testNode
+		if field != "node" && field != "job" {
+			t.Errorf("%s: keyed by %q, neither node nor job", typ, field)
+			continue
+		}
+		if f := fs.ByName("job"); field == "job" && (f == nil || f.Kind() != protoreflect.StringKind || f.IsList()) {
+			t.Errorf("%s: keyed by its job, which its payload has no string field for", typ)
+			continue
+		}
+		if field == "job" {
+			key = job
+			p.Set(fs.ByName("job"), protoreflect.ValueOfString(job))
+		}
+		if f := fs.ByName("node"); f != nil {
+			p.Set(f, protoreflect.ValueOfString(testNode))
+		}
+		if r, ok := p.Interface().(*eventsv1.HealthCheckCompleted); ok {
+			r.Result = &loomv1.HealthCheckResult{Node: testNode}
+		}
+		topic, err := topics.For(p.Interface())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := mustEncode(t, New(topic, key, "loom/agent", p.Interface()))
+		k.node.Sign(&m)
+		if _, err := Default.DecodeVerified(m, v, AcceptNodeEvents); err != nil {
+			t.Errorf("%s keyed %q: %v", typ, key, err)
+		}
 	}
 }
 
@@ -232,7 +300,7 @@ func TestExpiredCertificate(t *testing.T) {
 	k := newKeys(t)
 	now := k.now
 	v := NewVerifier(k.svcPub, func() time.Time { return now })
-	m := mustEncode(t, New("loom.step.events.v1", "j", "loom/agent", &eventsv1.Heartbeat{Node: testNode}))
+	m := mustEncode(t, New("loom.node.telemetry.v1", testNode, "loom/agent", &eventsv1.Heartbeat{Node: testNode}))
 	k.node.Sign(&m)
 	if _, err := Default.DecodeVerified(m, v, AcceptNodeEvents); err != nil {
 		t.Fatal(err)
@@ -251,7 +319,7 @@ func TestExpiredCertificate(t *testing.T) {
 func BenchmarkVerifyNodeRecord(b *testing.B) {
 	k := newKeys(b)
 	v := NewVerifier(k.svcPub, func() time.Time { return k.now })
-	m := mustEncode(b, New("loom.step.events.v1", "j", "loom/agent", &eventsv1.StepChanged{Node: testNode}))
+	m := mustEncode(b, New("loom.step.events.v1", "j", "loom/agent", &eventsv1.StepChanged{Node: testNode, Job: "j"}))
 	k.node.Sign(&m)
 	b.ReportAllocs()
 	for b.Loop() {

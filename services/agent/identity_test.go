@@ -213,9 +213,18 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 
 	// Every event the agent wrote verifies as the node's, with certificates
 	// from before and after the renewals (each checked at its record's
-	// time: the first certificates have expired since).
+	// time: the first certificates have expired since), its step events and
+	// its telemetry, each keyed as a node's record of its type must be.
 	certs := map[string]bool{}
-	for _, m := range rawRecords(t, e.broker, topics.StepEvents) {
+	records := rawRecords(t, e.broker, topics.StepEvents)
+	if len(records) == 0 {
+		t.Fatal("the agent wrote no step events")
+	}
+	telemetry := rawRecords(t, e.broker, topics.NodeTelemetry)
+	if len(telemetry) == 0 {
+		t.Fatal("the agent wrote no telemetry")
+	}
+	for _, m := range append(records, telemetry...) {
 		plain, err := envelope.Default.Decode(m)
 		if err != nil {
 			t.Fatal(err)
