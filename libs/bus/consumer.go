@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -167,9 +168,15 @@ type ConsumerConfig struct {
 	SoleMember bool
 	// Verifier, when set, makes the consumer accept only signed records
 	// (envelope.Registry.DecodeVerified): a record that is unsigned, badly
-	// signed, signed with an expired certificate, refused by Policy, or a
-	// node's naming another node is dead-lettered at once with the reason
-	// in loom_dlq_reason, counted on Rejected, and never handled. Handled
+	// signed, signed with an expired certificate, refused by Policy, a
+	// node's naming another node, or a node's keyed otherwise than its
+	// agent keys it (wrong-key) or on another partition than its key's
+	// (wrong-partition: Run reads the topics' partition counts from the
+	// broker at its start, and again, at most once a second, when a record
+	// does not match them; a topic whose count is unknown is not checked,
+	// which is logged once) is dead-lettered at once with the reason in
+	// loom_dlq_reason, counted on Rejected, and never handled. Services'
+	// records are on whatever partition their producer chose. Handled
 	// events carry the verified Signer.
 	Verifier *envelope.Verifier
 	// Policy says whose signatures Verifier accepts: envelope.ServicesOnly
@@ -227,6 +234,9 @@ type Consumer struct {
 	// crashed makes Run return without committing what it handled, as a
 	// process that died would (tests inject crashes with it).
 	crashed atomic.Bool
+	// parts holds the topics' partition counts while Run runs with a
+	// Verifier: a node's record must be on its key's partition.
+	parts *partitionCounts
 }
 
 // NewConsumer returns a consumer; dlq writes dead-lettered records (nil: Run
@@ -359,6 +369,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	if c.cfg.SoleMember {
 		c.removeStaleMembers(ctx)
+	}
+	if c.cfg.Verifier != nil {
+		c.parts = newPartitionCounts(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topics, c.log)
 	}
 	defer c.cfg.Metrics.WatchLag(c.cfg)()
 	r := kafka.NewReader(kafka.ReaderConfig{
@@ -783,12 +796,21 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 	}
 }
 
-// decode decodes m, verifying it first when the consumer has a Verifier.
+// decode decodes m, verifying it first when the consumer has a Verifier;
+// a node's record must then also be on the partition its key goes to (the
+// key is checked by DecodeVerified, the partition, which the producer
+// chooses and no signature covers, here).
 func (c *Consumer) decode(m kafka.Message) (envelope.Event, error) {
-	if c.cfg.Verifier != nil {
-		return c.cfg.Registry.DecodeVerified(m, c.cfg.Verifier, c.cfg.Policy)
+	if c.cfg.Verifier == nil {
+		return c.cfg.Registry.Decode(m)
 	}
-	return c.cfg.Registry.Decode(m)
+	ev, err := c.cfg.Registry.DecodeVerified(m, c.cfg.Verifier, c.cfg.Policy)
+	if err == nil && c.parts != nil && strings.HasPrefix(ev.Signer, "nodes/") {
+		if err := c.parts.check(context.Background(), m); err != nil {
+			return ev, fmt.Errorf("decode %s (%s) signed by %s: %w", ev.ID, ev.Type, ev.Signer, err)
+		}
+	}
+	return ev, err
 }
 
 // call runs the handler once with a context that carries the event's trace

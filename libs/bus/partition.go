@@ -1,10 +1,16 @@
 package bus
 
 import (
+	"context"
 	"encoding/binary"
+	"log/slog"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/loom-ml/loom/libs/envelope"
 )
 
 // PartitionOf is the partition of a topic with n partitions that the
@@ -82,4 +88,120 @@ func (b keyBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafk
 		}
 	}
 	return out
+}
+
+// partitionRecheck bounds how often a verifying consumer reads a topic's
+// partition count from the broker again because a node's record is not
+// where its key goes: a node flooding misplaced records costs one metadata
+// request a second, not one a record.
+const partitionRecheck = time.Second
+
+// partitionCounts holds the partition count of each topic a verifying
+// consumer reads, from the broker's metadata, so that a node's record can be
+// held to the partition its key goes to (PartitionOf): the producer picks a
+// record's partition, and the signature does not cover it.
+type partitionCounts struct {
+	brokers []string
+	sec     *Security
+	topics  []string
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// seen is each topic's counts since the consumer started, oldest
+	// first: partitions are only ever added, and a record written before
+	// they were is still on its key's partition of the count then.
+	seen map[string][]int
+	// read is when the counts were last read because a record was
+	// misplaced (zero: never).
+	read time.Time
+	// unknown notes the topics whose count could not be read, each logged
+	// once.
+	unknown map[string]bool
+}
+
+// newPartitionCounts reads the partition counts of topics from the broker.
+// A failure leaves them unknown (read again at the first misplaced record).
+func newPartitionCounts(ctx context.Context, brokers []string, sec *Security, topics []string, log *slog.Logger) *partitionCounts {
+	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, log: log, seen: map[string][]int{}, unknown: map[string]bool{}}
+	p.load(ctx)
+	return p
+}
+
+// load reads the topics' partition counts, directly from the broker (a
+// fresh connection, never a metadata cache), and notes those not seen yet.
+func (p *partitionCounts) load(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	transport := p.sec.transport(&kafka.Transport{MetadataTopics: p.topics})
+	defer transport.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(p.brokers...), Transport: transport}
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: p.topics})
+	if err != nil {
+		p.log.Warn("could not read the topics' partition counts", "topics", p.topics, "err", err)
+		return
+	}
+	for _, t := range md.Topics {
+		n := len(t.Partitions)
+		if t.Error != nil || n == 0 || slices.Contains(p.seen[t.Name], n) {
+			continue
+		}
+		if len(p.seen[t.Name]) > 0 {
+			p.log.Info("a topic's partition count changed", "topic", t.Name, "partitions", n, "before", p.seen[t.Name])
+		}
+		p.seen[t.Name] = append(p.seen[t.Name], n)
+	}
+}
+
+// check returns a *envelope.Rejection (wrong-partition) when m, a node's
+// record, is not on the partition its key goes to under any partition
+// count its topic has had since the consumer started. A record that does
+// not match is checked again against counts read anew (at most once per
+// partitionRecheck), so that a topic whose partitions were added is
+// followed. While a topic's count is unknown (never read, or smaller than
+// the record's partition says it is), the partition is not checked: that
+// is logged once per topic.
+func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := string(m.Key)
+	if p.placed(m.Topic, key, m.Partition) {
+		return nil
+	}
+	if now := time.Now(); now.Sub(p.read) >= partitionRecheck || p.read.IsZero() {
+		p.read = now
+		p.load(ctx)
+		if p.placed(m.Topic, key, m.Partition) {
+			return nil
+		}
+	}
+	counts := p.seen[m.Topic]
+	if len(counts) == 0 || m.Partition >= slices.Max(counts) {
+		if !p.unknown[m.Topic] {
+			p.unknown[m.Topic] = true
+			p.log.Warn("partition count of a topic unknown: its node records' partitions are not checked until it is read",
+				"topic", m.Topic, "partition", m.Partition, "known", counts)
+		}
+		return nil
+	}
+	n := counts[len(counts)-1]
+	return envelope.Reject(envelope.ReasonWrongPartition, "record keyed %q is on partition %d of %s; its key goes to partition %d of %d",
+		truncateKey(key), m.Partition, m.Topic, PartitionOf(key, n), n)
+}
+
+// placed reports whether partition is key's under one of topic's counts.
+func (p *partitionCounts) placed(topic, key string, partition int) bool {
+	for _, n := range p.seen[topic] {
+		if PartitionOf(key, n) == partition {
+			return true
+		}
+	}
+	return false
+}
+
+// truncateKey bounds what a refusal echoes of a record's key.
+func truncateKey(k string) string {
+	if len(k) > 200 {
+		return k[:200] + "…"
+	}
+	return k
 }

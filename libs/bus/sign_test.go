@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -169,4 +171,114 @@ func rejectedByReason(t *testing.T, reader *sdkmetric.ManualReader) map[string]i
 		}
 	}
 	return counted
+}
+
+// A node's record must be on the partition its key goes to (its producer
+// chooses the partition, and the signature does not cover it): one on
+// another partition is dead-lettered (wrong-partition) and counted, a
+// service's record is taken wherever it is, and when the topic's
+// partitions are added the consumer follows its node's records to their
+// new partition.
+func TestNodeRecordOnAnotherPartitionIsRefused(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 4)
+	// A node whose partition moves, when the topic grows to 6 partitions,
+	// to another of the first 4 (which the group goes on reading without a
+	// rebalance).
+	node := ""
+	for i := 0; node == "" && i < 1000; i++ {
+		k := fmt.Sprintf("n%d", i)
+		if before, after := bus.PartitionOf(k, 4), bus.PartitionOf(k, 6); after < 4 && before != after {
+			node = k
+		}
+	}
+	if node == "" {
+		t.Fatal("no node name moves to another of the first 4 partitions")
+	}
+	before, after := bus.PartitionOf(node, 4), bus.PartitionOf(node, 6)
+	elsewhere := 0
+	for elsewhere == before || elsewhere == after {
+		elsewhere++
+	}
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	npub, npriv, _ := ed25519.GenerateKey(nil)
+	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: node, PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeSigner, err := envelope.NewNodeSigner(npriv, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcSigner := envelope.NewServiceSigner("scheduler", priv)
+	// writeTo writes ev, signed by s, on partition part of the topic.
+	writeTo := func(s *envelope.Signer, ev envelope.Event, part int) {
+		t.Helper()
+		m, err := envelope.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Sign(&m)
+		w := &kafka.Writer{Addr: kafka.TCP(broker), RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond,
+			Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return part })}
+		defer w.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := w.WriteMessages(ctx, m); err != nil {
+			t.Fatalf("write to partition %d: %v", part, err)
+		}
+	}
+
+	reader := sdkmetric.NewManualReader()
+	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), Rejected: rejected,
+	}, newProducer(t, broker), func(ctx context.Context, ev envelope.Event) error {
+		handled.add(ev)
+		return nil
+	})
+
+	honest := event(topic, node, 1)
+	writeTo(nodeSigner, honest, before)
+	testkit.WaitFor(t, wait, "the node's record on its partition handled", func() (bool, error) {
+		return handled.count(honest.ID) == 1, nil
+	})
+
+	// The topic grows: the node's records now go to another partition.
+	client := &kafka.Client{Addr: kafka.TCP(broker)}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: topic, Count: 6}}})
+	if err != nil || resp.Errors[topic] != nil {
+		t.Fatalf("add partitions: %v %v", err, resp)
+	}
+	moved := event(topic, node, 2)
+	writeTo(nodeSigner, moved, after)
+	misplaced := event(topic, node, 3)
+	writeTo(nodeSigner, misplaced, elsewhere)
+	fromService := event(topic, node, 4)
+	writeTo(svcSigner, fromService, elsewhere)
+
+	testkit.WaitFor(t, wait, "the moved record and the service's handled", func() (bool, error) {
+		return handled.count(moved.ID) == 1 && handled.count(fromService.ID) == 1, nil
+	})
+	dls := readN(t, broker, topic+topics.DLQSuffix, 1, wait)
+	if id, _ := header(dls[0], envelope.HeaderID); id != misplaced.ID {
+		t.Fatalf("dead letter %s, want the misplaced record %s", id, misplaced.ID)
+	}
+	if r, _ := header(dls[0], bus.HeaderDLQReason); r != envelope.ReasonWrongPartition {
+		t.Errorf("dead letter of the misplaced record: reason %q, want %q", r, envelope.ReasonWrongPartition)
+	}
+	if handled.count(misplaced.ID) != 0 {
+		t.Error("the misplaced record reached the handler")
+	}
+	if counted := rejectedByReason(t, reader); counted[envelope.ReasonWrongPartition] != 1 {
+		t.Errorf("loom_bus_rejected_total by reason: %v, want %s: 1", counted, envelope.ReasonWrongPartition)
+	}
 }

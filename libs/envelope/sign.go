@@ -60,6 +60,10 @@ const (
 	// type is keyed by (NodeEventTypes): the producer places a record by
 	// its key, so a node choosing another key chooses another partition.
 	ReasonWrongKey = "wrong-key"
+	// ReasonWrongPartition: a node's record on a partition its key does not
+	// go to (a verifying consumer's own check, libs/bus: the producer
+	// chooses the partition, and the partition count is the broker's).
+	ReasonWrongPartition = "wrong-partition"
 )
 
 // Rejection is why a record was refused: Reason is one of the Reason*

@@ -214,7 +214,8 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 	// Every event the agent wrote verifies as the node's, with certificates
 	// from before and after the renewals (each checked at its record's
 	// time: the first certificates have expired since), its step events and
-	// its telemetry, each keyed as a node's record of its type must be.
+	// its telemetry, each keyed as a node's record of its type must be and
+	// on its key's partition.
 	certs := map[string]bool{}
 	records := rawRecords(t, e.broker, topics.StepEvents)
 	if len(records) == 0 {
@@ -233,6 +234,10 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 		ev, err := envelope.Default.DecodeVerified(m, v, envelope.AcceptNodeEvents)
 		if err != nil || ev.Signer != auth.NodeName(node) {
 			t.Fatalf("agent's record: signer %q, %v", ev.Signer, err)
+		}
+		// On its key's partition, as a verifying consumer requires.
+		if want := bus.PartitionOf(string(m.Key), topics.Partitions(m.Topic)); m.Partition != want {
+			t.Fatalf("agent's %s keyed %q is on partition %d of %s, want %d", ev.Type, m.Key, m.Partition, m.Topic, want)
 		}
 		for _, h := range m.Headers {
 			if h.Key == envelope.HeaderCert {
