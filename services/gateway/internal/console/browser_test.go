@@ -108,7 +108,7 @@ func contractAPI(t *testing.T, flaky *atomic.Int32) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if err := json.NewEncoder(w).Encode(body); err != nil {
+		if err := json.NewEncoder(w).Encode(body); err != nil && !clientGone(r, err) {
 			t.Error(err)
 		}
 	})
