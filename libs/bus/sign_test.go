@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -50,11 +51,7 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 	forger.SetSigner(envelope.NewServiceSigner("scheduler", otherPriv))
 	plain := newProducer(t, broker)
 
-	reader := sdkmetric.NewManualReader()
-	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rejected, reader := rejectedCounter(t)
 	var handled seen
 	startConsumer(t, bus.ConsumerConfig{
 		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
@@ -123,11 +120,7 @@ func TestHandlerRefusalsAreCounted(t *testing.T) {
 	broker := startBroker(t)
 	topic := newTopic(t, broker, 1)
 	plain := newProducer(t, broker)
-	reader := sdkmetric.NewManualReader()
-	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rejected, reader := rejectedCounter(t)
 	refused, failed := event(topic, "n1", 1), event(topic, "n1", 2)
 	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}, Rejected: rejected},
 		plain, func(ctx context.Context, ev envelope.Event) error {
@@ -149,6 +142,18 @@ func TestHandlerRefusalsAreCounted(t *testing.T) {
 	if want := map[string]int64{envelope.ReasonNotAssigned: 1}; !reflect.DeepEqual(counted, want) {
 		t.Fatalf("loom_bus_rejected_total by reason: %v, want %v", counted, want)
 	}
+}
+
+// rejectedCounter is a loom_bus_rejected_total counter for a consumer's
+// Rejected, and the reader that collects it (rejectedByReason).
+func rejectedCounter(t *testing.T) (metric.Int64Counter, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rejected, reader
 }
 
 // rejectedByReason is what reader collected of loom_bus_rejected_total, by
@@ -230,11 +235,7 @@ func TestNodeRecordOnAnotherPartitionIsRefused(t *testing.T) {
 		}
 	}
 
-	reader := sdkmetric.NewManualReader()
-	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rejected, reader := rejectedCounter(t)
 	var handled seen
 	startConsumer(t, bus.ConsumerConfig{
 		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
