@@ -23,7 +23,7 @@ func newScript(src string) *redis.Script {
 // trusted process to SCRIPT LOAD. A user that may not EVAL (an agent's:
 // ACLCommands has EVALSHA only) can run them only once they are in Redis's
 // script cache, which a restart or SCRIPT FLUSH empties; the provisioner
-// loads them after making each agent's user and at every pass.
+// loads them once at the start of every reconciler pass.
 func Scripts() []string { return append([]string(nil), scriptSources...) }
 
 // errScriptNotLoaded says that a script was not in Redis's script cache and

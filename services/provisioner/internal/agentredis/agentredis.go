@@ -12,10 +12,13 @@
 //
 // An agent's user may not EVAL (store.ACLCommands: a script of its own
 // could keep Redis busy, and every service waiting, for ever); it runs the
-// store's scripts with EVALSHA, from Redis's script cache. Ensure therefore
-// loads them (store.Scripts) with every ACL SETUSER, in the same round
-// trip: a Redis that restarted, its cache empty, has them again within a
-// pass, and the agents' writes, which wait for them meanwhile, go on.
+// store's scripts with EVALSHA, from Redis's script cache. LoadScripts
+// therefore loads them (store.Scripts), once per reconciler pass, before
+// the pass's Ensures (the local provider's StartPass): a Redis that
+// restarted, its cache empty, has them again within a pass, and the
+// agents' writes, which wait for them meanwhile, go on. A pass over n
+// running agents sends n ACL SETUSER and len(store.Scripts()) SCRIPT LOAD,
+// not n of each.
 //
 // Delete, when the node is removed, also deletes every key under the
 // agent's prefix (its outbox, inbox marks, lease, state): an agent of the
@@ -107,11 +110,31 @@ func New(rdb redis.UniversalClient) *Users { return &Users{rdb: rdb} }
 // UserName is the Redis user of node n's agent: its service name.
 func UserName(n provider.Node) string { return service.AgentName(n.ClusterID, n.Hostname) }
 
+// LoadScripts loads the store's scripts (store.Scripts) into Redis's
+// script cache, in one round trip: an agent's user may run them but not
+// EVAL its own, so after a Redis restart or SCRIPT FLUSH its writes wait
+// until this runs again. Call it once per reconciler pass, before the
+// pass's Ensures (the scripts are the same for every agent).
+func (u *Users) LoadScripts(ctx context.Context) error {
+	pipe := u.rdb.Pipeline()
+	loads := make([]*redis.StringCmd, 0, len(store.Scripts()))
+	for _, src := range store.Scripts() {
+		loads = append(loads, pipe.ScriptLoad(ctx, src))
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, l := range loads {
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("redis: the agents' scripts: SCRIPT LOAD: %w", err)
+		}
+	}
+	return nil
+}
+
 // Ensure makes (or makes again, with the same password) the Redis user of
-// n's agent, loads the store's scripts (the user may run them but not EVAL
-// its own) and returns its name and the path of its password file: a new
+// n's agent and returns its name and the path of its password file: a new
 // random password when the node's work dir has none (its first start, or a
-// reimage wiped it).
+// reimage wiped it). The scripts the user runs are LoadScripts', once per
+// pass.
 func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error) {
 	user = UserName(n)
 	path := filepath.Join(n.WorkDir, PasswordFile)
@@ -137,22 +160,8 @@ func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile
 	for _, r := range store.ACLRules(user + ":") {
 		args = append(args, r)
 	}
-	// One round trip: the user, then the scripts it runs (a Redis that
-	// restarted has neither).
-	pipe := u.rdb.Pipeline()
-	setUser := pipe.Do(ctx, args...)
-	loads := make([]*redis.StringCmd, 0, len(store.Scripts()))
-	for _, src := range store.Scripts() {
-		loads = append(loads, pipe.ScriptLoad(ctx, src))
-	}
-	_, _ = pipe.Exec(ctx)
-	if err := setUser.Err(); err != nil {
+	if err := u.rdb.Do(ctx, args...).Err(); err != nil {
 		return "", "", fmt.Errorf("redis user %s: ACL SETUSER: %w", user, err)
-	}
-	for _, l := range loads {
-		if err := l.Err(); err != nil {
-			return "", "", fmt.Errorf("redis user %s: SCRIPT LOAD: %w", user, err)
-		}
 	}
 	return user, path, nil
 }

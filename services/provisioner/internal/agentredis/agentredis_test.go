@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,12 +101,26 @@ func agentClient(t *testing.T, addr, user, file string) *redis.Client {
 	return c
 }
 
+// pass is what a reconciler pass does with u for nodes: the scripts once
+// (the local provider's StartPass), then each running agent's user.
+func pass(t *testing.T, ctx context.Context, u *Users, nodes ...provider.Node) {
+	t.Helper()
+	if err := u.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if _, _, err := u.Ensure(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestAgentUserRunsOnlyCachedScripts: an agent's user may not EVAL (a
 // script of its own, an endless loop, would make Redis answer BUSY to
 // every service until someone ran SCRIPT KILL); it runs the store's
-// scripts, which Ensure loads. After Redis lost its script cache (a
-// restart, SCRIPT FLUSH), the provisioner's next pass (Ensure) loads them
-// again and the agent's writes go on.
+// scripts, which each pass loads (LoadScripts). After Redis lost its
+// script cache (a restart, SCRIPT FLUSH), the provisioner's next pass
+// loads them again and the agent's writes go on.
 func TestAgentUserRunsOnlyCachedScripts(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install redis-server", "redis-server")
@@ -113,6 +128,7 @@ func TestAgentUserRunsOnlyCachedScripts(t *testing.T) {
 	addr, admin := testkit.Redis(t)
 	u := New(admin)
 	n := provider.Node{Name: "projects/p/clusters/c/nodes/gpu-0001", ClusterID: "c", Hostname: "gpu-0001", WorkDir: filepath.Join(t.TempDir(), "work")}
+	pass(t, ctx, u, n)
 	user, file, err := u.Ensure(ctx, n)
 	if err != nil {
 		t.Fatal(err)
@@ -149,16 +165,66 @@ func TestAgentUserRunsOnlyCachedScripts(t *testing.T) {
 	if err := admin.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := u.Ensure(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	pass(t, ctx, u, n)
 	for _, src := range store.Scripts() {
 		sha := redis.NewScript(src).Hash()
 		if ok, err := admin.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
-			t.Fatalf("script %s after Ensure: %v, %v", sha, ok, err)
+			t.Fatalf("script %s after the pass: %v, %v", sha, ok, err)
 		}
 	}
 	apply("after SCRIPT FLUSH and the next pass")
+}
+
+// cmdCounter is a go-redis hook that counts the commands a client sends,
+// pipelined ones included.
+type cmdCounter struct{ n atomic.Int64 }
+
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestPassCommandsPerNode: a pass over 1,000 running agents sends one
+// command per agent (its ACL SETUSER) and the store's scripts once, not
+// once per agent: 1,003 commands, where loading them with every Ensure
+// sent 4,000 (and the scripts' sources 1,000 times).
+func TestPassCommandsPerNode(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, 60*time.Second)
+	addr, _ := testkit.Redis(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	var count cmdCounter
+	admin.AddHook(&count)
+	u := New(admin)
+	dir := t.TempDir()
+	nodes := make([]provider.Node, 1000)
+	for i := range nodes {
+		h := fmt.Sprintf("gpu-%04d", i)
+		nodes[i] = provider.Node{Name: "projects/p/clusters/c/nodes/" + h, ClusterID: "c", Hostname: h, WorkDir: filepath.Join(dir, h)}
+	}
+	pass(t, ctx, u, nodes...) // the first starts: new passwords, DELUSER each
+
+	count.n.Store(0)
+	pass(t, ctx, u, nodes...)
+	want := int64(len(nodes) + len(store.Scripts()))
+	if got := count.n.Load(); got != want {
+		t.Fatalf("a pass over %d running agents sent %d commands, want %d (an ACL SETUSER each, the %d scripts once)",
+			len(nodes), got, want, len(store.Scripts()))
+	}
+	t.Logf("a pass over %d running agents: %d Redis commands", len(nodes), count.n.Load())
 }
 
 // TestProbeNeedsScriptLoad: a provisioner's user that may make ACL users
@@ -229,6 +295,7 @@ func TestDeleteRemovesTheAgentsKeys(t *testing.T) {
 	u := New(admin)
 	dir := t.TempDir()
 	n := provider.Node{Name: "projects/p/clusters/c/nodes/gpu-0001", ClusterID: "c", Hostname: "gpu-0001", WorkDir: filepath.Join(dir, "gpu-0001")}
+	pass(t, ctx, u) // the scripts the agent's store runs
 	user, file, err := u.Ensure(ctx, n)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,10 @@ type fakeProvider struct {
 	startedNew bool
 	setups     map[string]provider.ClusterSetup
 	events     chan provider.Event
+	// passes counts StartPass; launchesAtPass is how many launches there
+	// had been when each pass started.
+	passes         int
+	launchesAtPass []int
 }
 
 func newFake() *fakeProvider {
@@ -87,6 +91,18 @@ func (f *fakeProvider) PrepareCluster(_ context.Context, c provider.ClusterSetup
 }
 
 func (f *fakeProvider) Events() <-chan provider.Event { return f.events }
+
+func (f *fakeProvider) StartPass(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.passes++
+	n := 0
+	for _, c := range f.launches {
+		n += c
+	}
+	f.launchesAtPass = append(f.launchesAtPass, n)
+	return nil
+}
 
 func (f *fakeProvider) count(m map[string]int, k string) int {
 	f.mu.Lock()
@@ -237,6 +253,25 @@ func TestLaunchFailureBacksOffThenFailsAndReplaces(t *testing.T) {
 	}
 	if cl, _ := a.Cluster(demo); cl.GetStatus().GetState() != loomv1.Cluster_RUNNING {
 		t.Fatalf("cluster = %v", cl.GetStatus())
+	}
+}
+
+// TestStartPassOncePerPass: the provider's once-a-pass work (the local
+// provider loads the scripts its agents' Redis users run) is done once per
+// pass, before the pass's launches, however many nodes the pass launches.
+func TestStartPassOncePerPass(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	p, c := newFake(), &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	a := newApp(t, st, p, c)
+	create(t, a, 3)
+	a.ReconcileOnce(context.Background())
+	a.ReconcileOnce(context.Background())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.passes != 2 || len(p.launchesAtPass) != 2 || p.launchesAtPass[0] != 0 || p.launchesAtPass[1] != 3 {
+		t.Fatalf("StartPass ran %d times, with %v launches before each; want 2, before each pass's 3 launches ([0 3])", p.passes, p.launchesAtPass)
 	}
 }
 

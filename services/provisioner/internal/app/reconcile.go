@@ -80,6 +80,11 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 			delete(a.cleaned, name)
 		}
 	}
+	if p, ok := a.opts.Provider.(provider.PassStarter); ok {
+		if err := p.StartPass(ctx); err != nil {
+			a.log.Warn("starting the pass failed; will retry", "err", err)
+		}
+	}
 	if p, ok := a.opts.Provider.(provider.Preparer); ok {
 		for _, c := range pl.prepare {
 			if err := p.PrepareCluster(ctx, c); err != nil {

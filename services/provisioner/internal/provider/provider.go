@@ -75,6 +75,16 @@ type Preparer interface {
 	PrepareCluster(ctx context.Context, c ClusterSetup) error
 }
 
+// PassStarter is implemented by providers with work to do once per
+// reconciler pass rather than once per node (the local provider: load the
+// scripts its agents' Redis users run). The reconciler calls StartPass at
+// the start of every pass, before it prepares clusters and launches
+// nodes; a failure is logged and the pass goes on (what depends on it
+// fails on its own, and the next pass calls it again).
+type PassStarter interface {
+	StartPass(ctx context.Context) error
+}
+
 // Launched reports the outcome of a Launch.
 type Launched struct {
 	// PID is the agent's process id (0 where there is no process).

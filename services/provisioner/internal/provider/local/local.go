@@ -122,6 +122,9 @@ type Config struct {
 // RedisUsers makes and deletes the agents' own Redis users
 // (agentredis.Users).
 type RedisUsers interface {
+	// LoadScripts loads the scripts the agents' users run (they may not
+	// EVAL their own); StartPass calls it once per reconciler pass.
+	LoadScripts(ctx context.Context) error
 	// Ensure makes n's agent's user, idempotently, and returns its name
 	// and the path of its password file.
 	Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error)
@@ -222,6 +225,17 @@ func (p *Provider) check(n provider.Node) error {
 			n.Name, n.WorkDir, n.SharedDir, n.ScratchDir, p.cfg.DataDir)
 	}
 	return nil
+}
+
+// StartPass loads the scripts the agents' Redis users run
+// (RedisUsers.LoadScripts), once per reconciler pass rather than with
+// every agent's Ensure: a Redis that lost its script cache (a restart,
+// SCRIPT FLUSH) has them again within a pass.
+func (p *Provider) StartPass(ctx context.Context) error {
+	if p.cfg.RedisUsers == nil {
+		return nil
+	}
+	return p.cfg.RedisUsers.LoadScripts(ctx)
 }
 
 // Running returns the pid of the node's agent and whether it runs.
@@ -522,6 +536,7 @@ func writeBootID(workDir, id string) error {
 }
 
 var _ provider.Repairer = (*Provider)(nil)
+var _ provider.PassStarter = (*Provider)(nil)
 
 // Repair carries out a repair for real. Reboot: every process of the node
 // is killed (SIGKILL, as a power cycle does: its agent's process group,
