@@ -218,9 +218,12 @@ func TestAgentRedisUsersNeedTheirGrant(t *testing.T) {
 	cfg := f.config(t, true)
 	cfg.RedisUsername, cfg.RedisPasswordFile, cfg.AgentRedisUsers = "loom-provisioner", pwFile, AgentRedisUsersOn
 	err := Run(ctx, cfg)
+	// It names the command that adds what this user lacks (+@all
+	// -@dangerous has all of the grant but ACL).
+	const fix = "`ACL SETUSER loom-provisioner +acl|setuser +acl|deluser`"
 	if err == nil || !strings.Contains(err.Error(), "-agent-redis-users=on") || !strings.Contains(err.Error(), agentredis.Grant) ||
-		!strings.Contains(err.Error(), "NOPERM") {
-		t.Fatalf("Run with -agent-redis-users=on and a user without +acl = %v, want an error naming %s", err, agentredis.Grant)
+		!strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), fix) {
+		t.Fatalf("Run with -agent-redis-users=on and a user without +acl = %v, want an error naming %s and %s", err, agentredis.Grant, fix)
 	}
 
 	cfg.AgentRedisUsers = AgentRedisUsersAuto

@@ -328,18 +328,18 @@ func (c *Config) params() domain.Params {
 // agentRedisUsers returns what makes the local agents' own Redis users
 // (Config.AgentRedisUsers), nil where agents get the provisioner's own
 // credential.
-func agentRedisUsers(ctx context.Context, base *service.Base, mode string) (local.RedisUsers, error) {
+func agentRedisUsers(ctx context.Context, base *service.Base, mode, redisUser string) (local.RedisUsers, error) {
 	if mode == AgentRedisUsersOff {
 		return nil, nil
 	}
-	err := agentredis.Probe(ctx, base.Redis)
+	err := agentredis.Probe(ctx, base.Redis, redisUser)
 	var unsupported *agentredis.UnsupportedError
 	switch {
 	case err == nil:
 		return agentredis.New(base.Redis), nil
 	case errors.As(err, &unsupported) && mode == AgentRedisUsersAuto:
 		base.Log.Warn("agents get the provisioner's own Redis credential, not a Redis user each: "+err.Error()+
-			" (or set -agent-redis-users=off to say so)", "agent_redis_users", mode)
+			" (or set -agent-redis-users=off to say so)", "agent_redis_users", mode, "fix", unsupported.Fix())
 		return nil, nil
 	case errors.As(err, &unsupported):
 		return nil, fmt.Errorf("provisioner: -agent-redis-users=on: %w (or set it to auto or off)", err)
@@ -401,7 +401,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer s.Close()
 		prov = s
 	} else {
-		users, err := agentRedisUsers(ctx, base, cfg.AgentRedisUsers)
+		users, err := agentRedisUsers(ctx, base, cfg.AgentRedisUsers, cfg.RedisUsername)
 		if err != nil {
 			_ = base.Close()
 			return err

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -67,35 +68,122 @@ const deleteBatch = 1000
 const probeUser = "loom-provisioner-acl-probe"
 
 // UnsupportedError says that the Redis, or the provisioner's user on it,
-// cannot make ACL users or load the scripts they run.
-type UnsupportedError struct{ Err error }
+// cannot make ACL users, load the scripts they run or delete agents' keys,
+// and what to do about it.
+type UnsupportedError struct {
+	// User is the provisioner's Redis user ("default" when it logs in
+	// without a name).
+	User string
+	// Missing are the rules of Grant that User lacks, in Grant's order
+	// (empty when NoACL).
+	Missing []string
+	// NoACL says that this Redis has no ACL users at all (miniredis, a
+	// Redis before 6): no rule helps.
+	NoACL bool
+	// Err is what Redis answered to each refused probe.
+	Err error
+}
 
 func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("the provisioner's Redis user cannot make the agents' ACL users (%v): grant it %s, on a Redis 6 or later", e.Err, Grant)
+	if e.NoACL {
+		return fmt.Sprintf("this Redis has no ACL users (%v): an agent's own Redis user needs Redis 6 or later, not miniredis", e.Err)
+	}
+	return fmt.Sprintf("the provisioner's Redis user %q lacks %s of the grant the agents' users need (%v): "+
+		"add them on Redis with `%s` (then `ACL SAVE` if Redis keeps its users in an ACL file); the whole grant is %s",
+		e.User, strings.Join(e.Missing, " "), strings.ReplaceAll(e.Err.Error(), "\n", "; "), e.Fix(), Grant)
+}
+
+// Fix is the command an operator runs on Redis to give User the rules it
+// lacks ("" when NoACL).
+func (e *UnsupportedError) Fix() string {
+	if e.NoACL || len(e.Missing) == 0 {
+		return ""
+	}
+	return "ACL SETUSER " + e.User + " " + strings.Join(e.Missing, " ")
 }
 
 func (e *UnsupportedError) Unwrap() error { return e.Err }
 
-// Probe checks that rdb may make and delete ACL users, with a user that is
-// disabled and has no permission, load the store's scripts and find and
-// delete agents' keys (with a key that is no agent's). A Redis
-// that refuses (miniredis, a user without the commands of Grant) gives an
-// *UnsupportedError; a Redis that does not answer, its error.
-func Probe(ctx context.Context, rdb redis.UniversalClient) error {
-	for _, cmd := range [][]any{
-		{"ACL", "SETUSER", probeUser, "reset"}, {"ACL", "DELUSER", probeUser},
-		{"SCRIPT", "LOAD", store.Scripts()[0]},
-		{"SCAN", "0", "MATCH", probeKey, "COUNT", "1"}, {"UNLINK", probeKey},
-	} {
-		if err := rdb.Do(ctx, cmd...).Err(); err != nil {
-			var re redis.Error
-			if errors.As(err, &re) {
-				return &UnsupportedError{Err: fmt.Errorf("%s %s: %w", cmd[0], cmd[1], err)}
+// probeStep is one command Probe sends and the rules of Grant that let it
+// through: cmdRules when Redis refuses the command, keyRules when it
+// refuses its key.
+type probeStep struct {
+	cmd                []any
+	cmdRules, keyRules []string
+}
+
+// userProbes check that the provisioner may make and delete ACL users
+// (with a user that is disabled and has no permission) and load the
+// store's scripts.
+var userProbes = []probeStep{
+	{cmd: []any{"ACL", "SETUSER", probeUser, "reset"}, cmdRules: []string{"+acl|setuser"}},
+	{cmd: []any{"ACL", "DELUSER", probeUser}, cmdRules: []string{"+acl|deluser"}},
+	{cmd: []any{"SCRIPT", "LOAD", store.Scripts()[0]}, cmdRules: []string{"+script|load"}},
+}
+
+// keyProbes check that the provisioner may find and delete agents' keys,
+// with a key that is no agent's. Where UNLINK itself is refused, whether
+// the key pattern is there cannot be told, so ~agent-* is named too
+// (adding a pattern the user has changes nothing).
+var keyProbes = []probeStep{
+	{cmd: []any{"SCAN", "0", "MATCH", probeKey, "COUNT", "1"}, cmdRules: []string{"+scan"}},
+	{cmd: []any{"UNLINK", probeKey}, cmdRules: []string{"+unlink", "~agent-*"}, keyRules: []string{"~agent-*"}},
+}
+
+// Probe checks that rdb, logged in as user ("" for the default user), may
+// make and delete ACL users, load the store's scripts and find and delete
+// agents' keys: every command of Grant is tried. A Redis that refuses
+// (miniredis, a user without all of Grant, such as the grant of an older
+// Loom) gives an *UnsupportedError naming the rules it lacks and the
+// command that adds them; a Redis that does not answer, its error.
+func Probe(ctx context.Context, rdb redis.UniversalClient, user string) error {
+	return probe(ctx, rdb, user, append(append([]probeStep(nil), userProbes...), keyProbes...))
+}
+
+// probe sends each step's command and collects the rules of the refused
+// ones.
+func probe(ctx context.Context, rdb redis.UniversalClient, user string, steps []probeStep) error {
+	if user == "" {
+		user = "default"
+	}
+	var missing []string
+	var refused []error
+	add := func(rules []string) {
+		for _, r := range rules {
+			if !slices.Contains(missing, r) {
+				missing = append(missing, r)
 			}
-			return fmt.Errorf("redis: %s %s: %w", cmd[0], cmd[1], err)
 		}
 	}
-	return nil
+	for i, st := range steps {
+		err := rdb.Do(ctx, st.cmd...).Err()
+		if err == nil {
+			continue
+		}
+		what := fmt.Sprintf("%s %s", st.cmd[0], st.cmd[1])
+		var re redis.Error
+		if !errors.As(err, &re) {
+			return fmt.Errorf("redis: %s: %w", what, err)
+		}
+		refused = append(refused, fmt.Errorf("%s: %w", what, err))
+		msg := err.Error()
+		switch {
+		case !strings.HasPrefix(msg, "NOPERM") && i == 0 && st.cmd[0] == "ACL":
+			// Not a refusal of this user: this Redis knows no ACL.
+			return &UnsupportedError{User: user, NoACL: true, Err: refused[0]}
+		case strings.HasPrefix(msg, "NOPERM") && strings.Contains(msg, "key"):
+			add(st.keyRules)
+		default:
+			add(st.cmdRules)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	// In Grant's order, whatever the order of the probes.
+	grant := strings.Fields(Grant)
+	slices.SortFunc(missing, func(a, b string) int { return slices.Index(grant, a) - slices.Index(grant, b) })
+	return &UnsupportedError{User: user, Missing: missing, Err: errors.Join(refused...)}
 }
 
 // Users makes and deletes the agents' Redis users.

@@ -241,7 +241,7 @@ func TestProbeNeedsScriptLoad(t *testing.T) {
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr, Username: "prov", Password: "pw", MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	err := Probe(ctx, c)
+	err := Probe(ctx, c, "prov")
 	var unsupported *UnsupportedError
 	if !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "SCRIPT LOAD") || !strings.Contains(err.Error(), Grant) {
 		t.Fatalf("Probe without +script|load = %v, want an UnsupportedError naming %s", err, Grant)
@@ -250,13 +250,13 @@ func TestProbeNeedsScriptLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nor one that may not delete a removed agent's keys.
-	if err := Probe(ctx, c); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "SCAN") {
+	if err := Probe(ctx, c, "prov"); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "SCAN") {
 		t.Fatalf("Probe without +scan = %v, want an UnsupportedError", err)
 	}
 	if err := admin.Do(ctx, "ACL", "SETUSER", "prov", "+scan").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Probe(ctx, c); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "UNLINK") {
+	if err := Probe(ctx, c, "prov"); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "UNLINK") {
 		t.Fatalf("Probe without ~agent-* = %v, want an UnsupportedError", err)
 	}
 	args := []any{"ACL", "SETUSER", "prov"}
@@ -266,8 +266,52 @@ func TestProbeNeedsScriptLoad(t *testing.T) {
 	if err := admin.Do(ctx, args...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Probe(ctx, c); err != nil {
+	if err := Probe(ctx, c, "prov"); err != nil {
 		t.Fatalf("Probe with %s: %v", Grant, err)
+	}
+}
+
+// TestProbeSaysWhichRulesToAdd: a provisioner's user with part of the
+// grant (an older Loom's: users and scripts, not the keys; or every
+// command but not the agents' key pattern) is told the exact command that
+// adds what it lacks, and once an operator runs it, Probe passes.
+func TestProbeSaysWhichRulesToAdd(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, 30*time.Second)
+	addr, admin := testkit.Redis(t)
+	for _, tc := range []struct {
+		user  string
+		rules []any
+		fix   string
+	}{
+		{"older", []any{"+acl|setuser", "+acl|deluser", "+script|load"}, "ACL SETUSER older +scan +unlink ~agent-*"},
+		{"nokeys", []any{"+acl|setuser", "+acl|deluser", "+script|load", "+scan", "+unlink"}, "ACL SETUSER nokeys ~agent-*"},
+		{"noacl", []any{"+script|load", "+scan", "+unlink", "~agent-*"}, "ACL SETUSER noacl +acl|setuser +acl|deluser"},
+		{"bare", nil, "ACL SETUSER bare " + Grant},
+	} {
+		args := append([]any{"ACL", "SETUSER", tc.user, "on", ">pw", "~provisioner:*"}, tc.rules...)
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: addr, Username: tc.user, Password: "pw", MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		err := Probe(ctx, c, tc.user)
+		var unsupported *UnsupportedError
+		if !errors.As(err, &unsupported) || unsupported.Fix() != tc.fix || !strings.Contains(err.Error(), "`"+tc.fix+"`") {
+			t.Fatalf("Probe as %s = %v; want an UnsupportedError whose fix is `%s`", tc.user, err, tc.fix)
+		}
+		// The operator runs it.
+		fix := []any{}
+		for _, f := range strings.Fields(tc.fix) {
+			fix = append(fix, f)
+		}
+		if err := admin.Do(ctx, fix...).Err(); err != nil {
+			t.Fatalf("%s: %v", tc.fix, err)
+		}
+		if err := Probe(ctx, c, tc.user); err != nil {
+			t.Fatalf("Probe as %s after `%s`: %v", tc.user, tc.fix, err)
+		}
 	}
 }
 
