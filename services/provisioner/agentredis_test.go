@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/testkit/need"
@@ -239,5 +241,72 @@ func TestAgentRedisUsersNeedTheirGrant(t *testing.T) {
 	}
 	if users, err := rdb.Do(ctx, "ACL", "USERS").StringSlice(); err != nil || strings.Contains(strings.Join(users, " "), "agent-") {
 		t.Fatalf("Redis users = %v, %v; want no agent's", users, err)
+	}
+	removedAgentsKeysGo(t, ctx, f, rdb, "auto", "agent-auto-gpu-0001")
+}
+
+// removedAgentsKeysGo deletes cluster id, whose one agent (its Redis name
+// agent) runs, and checks that its keys, the agent's own and one more,
+// went with it.
+func removedAgentsKeysGo(t *testing.T, ctx context.Context, f *fixture, rdb *redis.Client, id, agent string) {
+	t.Helper()
+	if err := rdb.Set(ctx, agent+":left-behind", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := rdb.Keys(ctx, agent+":*").Result(); err != nil || len(keys) < 2 {
+		t.Fatalf("the running agent's keys = %v, %v; want its own and left-behind", keys, err)
+	}
+	name := project + "/clusters/" + id
+	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+		&eventsv1.DeleteCluster{Operation: project + "/operations/" + id + "-delete", Cluster: name}))
+	clusterEvent(t, f.broker, func(c *eventsv1.ClusterDeleted) bool { return c.Cluster == name })
+	if keys, err := rdb.Keys(ctx, agent+":*").Result(); err != nil || len(keys) > 0 {
+		t.Fatalf("a removed node's keys are left where agents share the provisioner's Redis user: %v, %v", keys, err)
+	}
+}
+
+// TestAgentKeysGoWithoutUsers: with -agent-redis-users=off the agents
+// share the provisioner's credential, and a removed node's keys are
+// deleted all the same: their names do not depend on the user.
+func TestAgentKeysGoWithoutUsers(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, wait)
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
+	var rdb *redis.Client
+	f.redis, rdb = testkit.Redis(t)
+	t.Cleanup(func() { killAgents(f.data) })
+	cfg := f.config(t, true)
+	cfg.AgentRedisUsers = AgentRedisUsersOff
+	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	testkit.Publish(t, f.broker, createCluster("off", "off", 1))
+	waitRunning(t, f.broker, "off")
+	removedAgentsKeysGo(t, ctx, f, rdb, "off", "agent-off-gpu-0001")
+}
+
+// TestSharedCredentialWithoutKeyRules: where agents share the
+// provisioner's credential and it may not find and delete their keys, the
+// provisioner starts (a Remove that could never succeed would leave the
+// node on record for ever), leaves their keys and says so once, naming the
+// command that adds what it lacks.
+func TestSharedCredentialWithoutKeyRules(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, wait)
+	addr, admin := testkit.Redis(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "prov", "on", ">pw", "~provisioner:*", "~agent-*", "+@all", "-@dangerous", "-scan").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	base := &service.Base{Redis: as(t, addr, "prov", "pw"), Log: slog.New(slog.NewTextHandler(&log, nil))}
+	for _, mode := range []string{AgentRedisUsersOff, AgentRedisUsersAuto} {
+		log.Reset()
+		users, keys, err := agentRedisUsers(ctx, base, mode, "prov")
+		if err != nil || users != nil || keys != nil {
+			t.Fatalf("%s: agentRedisUsers = %v, %v, %v; want neither users nor keys, no error", mode, users, keys, err)
+		}
+		if !strings.Contains(log.String(), "keys are left") || !strings.Contains(log.String(), `fix="ACL SETUSER prov +scan"`) {
+			t.Fatalf("%s: log %q, want a WARN that the keys are left naming `ACL SETUSER prov +scan`", mode, log.String())
+		}
 	}
 }

@@ -327,24 +327,36 @@ func (c *Config) params() domain.Params {
 
 // agentRedisUsers returns what makes the local agents' own Redis users
 // (Config.AgentRedisUsers), nil where agents get the provisioner's own
-// credential.
-func agentRedisUsers(ctx context.Context, base *service.Base, mode, redisUser string) (local.RedisUsers, error) {
-	if mode == AgentRedisUsersOff {
-		return nil, nil
-	}
-	err := agentredis.Probe(ctx, base.Redis, redisUser)
+// credential, and then what deletes a removed node's agent's keys with
+// that credential (nil where it may not: it says so once, WARN).
+func agentRedisUsers(ctx context.Context, base *service.Base, mode, redisUser string) (local.RedisUsers, local.RedisKeys, error) {
 	var unsupported *agentredis.UnsupportedError
+	if mode != AgentRedisUsersOff {
+		err := agentredis.Probe(ctx, base.Redis, redisUser)
+		switch {
+		case err == nil:
+			return agentredis.New(base.Redis), nil, nil
+		case errors.As(err, &unsupported) && mode == AgentRedisUsersAuto:
+			base.Log.Warn("agents get the provisioner's own Redis credential, not a Redis user each: "+err.Error()+
+				" (or set -agent-redis-users=off to say so)", "agent_redis_users", mode, "fix", unsupported.Fix())
+		case errors.As(err, &unsupported):
+			return nil, nil, fmt.Errorf("provisioner: -agent-redis-users=on: %w (or set it to auto or off)", err)
+		default:
+			return nil, nil, fmt.Errorf("provisioner: agent redis users: %w", err)
+		}
+	}
+	// The agents share the provisioner's credential; their keys are
+	// where they would be with users of their own.
+	err := agentredis.ProbeKeys(ctx, base.Redis, redisUser)
 	switch {
 	case err == nil:
-		return agentredis.New(base.Redis), nil
-	case errors.As(err, &unsupported) && mode == AgentRedisUsersAuto:
-		base.Log.Warn("agents get the provisioner's own Redis credential, not a Redis user each: "+err.Error()+
-			" (or set -agent-redis-users=off to say so)", "agent_redis_users", mode, "fix", unsupported.Fix())
-		return nil, nil
+		return nil, agentredis.NewKeys(base.Redis), nil
 	case errors.As(err, &unsupported):
-		return nil, fmt.Errorf("provisioner: -agent-redis-users=on: %w (or set it to auto or off)", err)
+		base.Log.Warn("a removed node's agent keys are left in Redis (delete agent-<cluster>-<host>:* by hand before a cluster id is used again): "+err.Error(),
+			"agent_redis_users", mode, "fix", unsupported.Fix())
+		return nil, nil, nil
 	}
-	return nil, fmt.Errorf("provisioner: agent redis users: %w", err)
+	return nil, nil, fmt.Errorf("provisioner: agent redis keys: %w", err)
 }
 
 // nodeDrainedType is NodeDrained's CloudEvents type.
@@ -401,7 +413,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer s.Close()
 		prov = s
 	} else {
-		users, err := agentRedisUsers(ctx, base, cfg.AgentRedisUsers, cfg.RedisUsername)
+		users, keys, err := agentRedisUsers(ctx, base, cfg.AgentRedisUsers, cfg.RedisUsername)
 		if err != nil {
 			_ = base.Close()
 			return err
@@ -409,7 +421,7 @@ func Run(ctx context.Context, cfg Config) error {
 		prov, err = local.New(local.Config{
 			DataDir: cfg.DataDir, AgentCommand: cfg.AgentCommand, AgentEnv: cfg.AgentEnv,
 			Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace,
-			RedisUsername: cfg.RedisUsername, RedisPasswordFile: cfg.RedisPasswordFile, RedisUsers: users,
+			RedisUsername: cfg.RedisUsername, RedisPasswordFile: cfg.RedisPasswordFile, RedisUsers: users, RedisKeys: keys,
 			LaunchRate: cfg.LaunchRate, LaunchConcurrency: cfg.LaunchConcurrency, Log: base.Log,
 			Credentials: agentCredentials(base, cfg.AgentIdentity),
 		})

@@ -24,7 +24,8 @@
 // agent's prefix (its outbox, inbox marks, lease, state): an agent of the
 // same name later (a cluster id used again, maybe by another project)
 // starts with none of them, and its relay publishes nothing the old agent
-// left behind.
+// left behind. Where agents have no user of their own (they share the
+// provisioner's credential), Keys deletes them all the same.
 package agentredis
 
 import (
@@ -186,6 +187,37 @@ func probe(ctx context.Context, rdb redis.UniversalClient, user string, steps []
 	return &UnsupportedError{User: user, Missing: missing, Err: errors.Join(refused...)}
 }
 
+// ProbeKeys checks that rdb, logged in as user ("" for the default user),
+// may find and delete agents' keys (Keys), as Probe does for the part of
+// Grant that needs: +scan +unlink ~agent-*.
+func ProbeKeys(ctx context.Context, rdb redis.UniversalClient, user string) error {
+	return probe(ctx, rdb, user, keyProbes)
+}
+
+// Keys deletes a removed node's agent's keys where the agents have no
+// Redis user of their own (they share the provisioner's credential:
+// -agent-redis-users=off, or auto on a Redis that cannot make users): the
+// keys' names do not depend on the user, and an agent of the same name
+// later must not inherit them either.
+type Keys struct {
+	rdb redis.UniversalClient
+}
+
+// NewKeys returns Keys that delete through rdb, the provisioner's client
+// (see ProbeKeys).
+func NewKeys(rdb redis.UniversalClient) *Keys { return &Keys{rdb: rdb} }
+
+// Delete deletes every key under the prefix of n's agent, as Users.Delete
+// does after deleting its user. Call it once the agent is stopped;
+// idempotent.
+func (k *Keys) Delete(ctx context.Context, n provider.Node) error {
+	name := UserName(n)
+	if err := deleteKeys(ctx, k.rdb, name+":"); err != nil {
+		return fmt.Errorf("agent %s: delete its keys: %w", name, err)
+	}
+	return nil
+}
+
 // Users makes and deletes the agents' Redis users.
 type Users struct {
 	rdb redis.UniversalClient
@@ -266,7 +298,7 @@ func (u *Users) Delete(ctx context.Context, n provider.Node) error {
 	if err := u.rdb.Do(ctx, "ACL", "DELUSER", user).Err(); err != nil {
 		return fmt.Errorf("redis user %s: ACL DELUSER: %w", user, err)
 	}
-	if err := u.deleteKeys(ctx, user+":"); err != nil {
+	if err := deleteKeys(ctx, u.rdb, user+":"); err != nil {
 		return fmt.Errorf("redis user %s: delete its keys: %w", user, err)
 	}
 	return nil
@@ -274,16 +306,16 @@ func (u *Users) Delete(ctx context.Context, n provider.Node) error {
 
 // deleteKeys deletes every key that starts with prefix: SCAN MATCH, each
 // step's keys unlinked (freed in the background: an outbox may be large).
-func (u *Users) deleteKeys(ctx context.Context, prefix string) error {
+func deleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
 	match := globEscape(prefix) + "*"
 	var cursor uint64
 	for {
-		keys, next, err := u.rdb.Scan(ctx, cursor, match, deleteBatch).Result()
+		keys, next, err := rdb.Scan(ctx, cursor, match, deleteBatch).Result()
 		if err != nil {
 			return fmt.Errorf("SCAN: %w", err)
 		}
 		if len(keys) > 0 {
-			if err := u.rdb.Unlink(ctx, keys...).Err(); err != nil {
+			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
 				return fmt.Errorf("UNLINK: %w", err)
 			}
 		}

@@ -106,6 +106,10 @@ type Config struct {
 	// running (a Redis that restarted has lost it), deleted by Remove with
 	// the agent's keys.
 	RedisUsers RedisUsers
+	// RedisKeys, when set and RedisUsers is not (the agents share
+	// RedisUsername's credential), deletes a removed node's agent's keys
+	// in Remove, as RedisUsers.Delete does with its user.
+	RedisKeys RedisKeys
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 15 s,
 	// longer than an agent needs to kill its own steps).
 	StopGrace time.Duration
@@ -131,6 +135,13 @@ type RedisUsers interface {
 	// Delete deletes it, then every key under its prefix (n's agent is
 	// stopped); idempotent: what does not exist is not an error, and a
 	// failure is retried by calling it again.
+	Delete(ctx context.Context, n provider.Node) error
+}
+
+// RedisKeys deletes a removed node's agent's keys (agentredis.Keys).
+type RedisKeys interface {
+	// Delete deletes every key under the prefix of n's agent (stopped);
+	// idempotent, and a failure is retried by calling it again.
 	Delete(ctx context.Context, n provider.Node) error
 }
 
@@ -470,7 +481,8 @@ func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 
 // Remove deletes the node's directory, after killing the step process
 // groups its agent left behind (steps outlive an agent that dies) and
-// deleting its agent's Redis user and then its keys (RedisUsers): nothing of
+// deleting its agent's Redis user and then its keys (RedisUsers; its keys
+// alone, RedisKeys, where agents share the provisioner's user): nothing of
 // a removed node keeps running or can reach Redis, and nothing of it is left
 // there for an agent of the same name (a cluster id used again) to inherit.
 // Call it once the agent is stopped; a failure leaves the directory, and
@@ -482,8 +494,13 @@ func (p *Provider) Remove(ctx context.Context, n provider.Node) error {
 	if err := p.killSteps(n); err != nil {
 		return fmt.Errorf("remove %s: %w", n.Name, err)
 	}
-	if p.cfg.RedisUsers != nil {
+	switch {
+	case p.cfg.RedisUsers != nil:
 		if err := p.cfg.RedisUsers.Delete(ctx, n); err != nil {
+			return fmt.Errorf("remove %s: %w", n.Name, err)
+		}
+	case p.cfg.RedisKeys != nil:
+		if err := p.cfg.RedisKeys.Delete(ctx, n); err != nil {
 			return fmt.Errorf("remove %s: %w", n.Name, err)
 		}
 	}
