@@ -306,6 +306,11 @@ func (u *Users) Delete(ctx context.Context, n provider.Node) error {
 
 // deleteKeys deletes every key that starts with prefix: SCAN MATCH, each
 // step's keys unlinked (freed in the background: an outbox may be large).
+// SCAN MATCH walks the whole keyspace, whatever the prefix: about
+// keys/deleteBatch round trips (BenchmarkDeleteInLargeKeyspace). The
+// agent's inbox marks are one key per event, named by the event's id, so
+// no fixed list of names finds them; an index of the agent's keys kept by
+// the store would.
 func deleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
 	match := globEscape(prefix) + "*"
 	var cursor uint64

@@ -407,3 +407,37 @@ func TestGlobEscape(t *testing.T) {
 		t.Fatalf("globEscape = %q, want %q", got, want)
 	}
 }
+
+// BenchmarkDeleteInLargeKeyspace: what deleting one removed agent's keys
+// costs in a Redis holding many other keys: SCAN MATCH walks the whole
+// keyspace, about keys/deleteBatch round trips, however few keys the agent
+// has.
+func BenchmarkDeleteInLargeKeyspace(b *testing.B) {
+	need.Tools(b, "apt-get install redis-server", "redis-server")
+	ctx := context.Background()
+	_, admin := testkit.Redis(b)
+	const others = 200_000
+	for i := 0; i < others; i += 10_000 {
+		pipe := admin.Pipeline()
+		for j := i; j < i+10_000; j++ {
+			pipe.Set(ctx, fmt.Sprintf("scheduler:k-%d", j), "v", 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var count cmdCounter
+	admin.AddHook(&count)
+	k := NewKeys(admin)
+	n := provider.Node{ClusterID: "c", Hostname: "gpu-0001"}
+	b.ResetTimer()
+	for range b.N {
+		if err := admin.Set(ctx, UserName(n)+":outbox", "v", 0).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := k.Delete(ctx, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(count.n.Load())/float64(b.N), "cmds/op")
+}
