@@ -296,10 +296,18 @@ func (s *AuthStore) SetMember(ctx context.Context, parent, user, role string) er
 
 // setMember sets (or with role "" removes) a membership on both indexes;
 // a new member is refused, returning -(members + 1), when parent already
-// has ARGV[3] members (> 0). One script, so that concurrent calls cannot
-// pass the cap together, and a member already there may always change
-// role.
+// has ARGV[3] members (> 0). With ARGV[5] (a user: the caller) set, it
+// first checks that ARGV[5] still may manage parent's members, by their
+// memberships (KEYS[3]) as they are now: a cluster administrator (field
+// ARGV[6] is ARGV[7]), or an admin (ARGV[8]) of parent when parent is not
+// ARGV[6]; else it returns 0 and writes nothing. One script, so that
+// concurrent calls cannot pass the cap together, nor two admins demote
+// (or remove) each other, each checked as the other's write lands, and a
+// member already there may always change role.
 var setMember = redis.NewScript(`
+if ARGV[5] ~= '' and redis.call('HGET', KEYS[3], ARGV[6]) ~= ARGV[7] then
+  if ARGV[4] == ARGV[6] or redis.call('HGET', KEYS[3], ARGV[4]) ~= ARGV[8] then return 0 end
+end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[4])
@@ -319,12 +327,28 @@ return 1
 // naming the count and the limit) when parent already has max members
 // (max 0: no limit); a member already there may change role or leave.
 func (s *AuthStore) SetMemberAtMost(ctx context.Context, parent, user, role string, max int) error {
-	keys := []string{s.st.Key(KeyMembersPrefix + parent), s.st.Key(KeyUserRolesPrefix + user)}
-	n, err := setMember.Run(ctx, s.st.Client(), keys, user, role, max, parent).Int64()
+	return s.SetMemberBy(ctx, "", parent, user, role, max)
+}
+
+// SetMemberBy is SetMemberAtMost on behalf of the user by, checked in the
+// same step as the write: PermissionDenied, with nothing written, unless
+// by's memberships, as stored when it is written, make them a cluster
+// administrator or (parent not GlobalParent) an admin of parent. What the
+// caller's principal said when the call began is a read: two admins
+// removing each other, each allowed by it, would leave neither. by ""
+// checks nothing (the gateway's bootstrap; authentication off).
+func (s *AuthStore) SetMemberBy(ctx context.Context, by, parent, user, role string, max int) error {
+	keys := []string{s.st.Key(KeyMembersPrefix + parent), s.st.Key(KeyUserRolesPrefix + user), s.st.Key(KeyUserRolesPrefix + by)}
+	n, err := setMember.Run(ctx, s.st.Client(), keys, user, role, max, parent, by, GlobalParent, RoleClusterAdmin, auth.RoleAdmin.String()).Int64()
 	if err != nil {
 		return unavailable("store member", err)
 	}
-	if n < 0 {
+	switch {
+	case n == 0 && parent == GlobalParent:
+		return fmt.Errorf("%w: %s is no longer a cluster administrator, whom alone the global (cluster-admin) members are managed by", errs.PermissionDenied, auth.UserName(by))
+	case n == 0:
+		return fmt.Errorf("%w: %s is no longer an admin of %s (nor a cluster administrator), whom alone its members are managed by", errs.PermissionDenied, auth.UserName(by), parent)
+	case n < 0:
 		return fmt.Errorf("%w: %s has %d members, the limit is %d; remove one first", errs.ResourceExhausted, parent, -n-1, max)
 	}
 	return nil
