@@ -43,6 +43,11 @@ type State struct {
 	lists map[string]*projectList
 
 	byCluster map[string]*clusterIndex
+	// clusterJobs: each cluster's jobs (every record in jobs, by name,
+	// under its job's cluster), so that what reads one cluster's jobs
+	// (ClusterGoodput) walks those, not every cluster's. Apart from
+	// byCluster, whose entries say which clusters a pass knows.
+	clusterJobs map[string]map[string]*Job
 	// active: runs that still hold an allocation, by key.
 	active map[string]*Run
 	// alloc: what the active runs hold on each node.
@@ -168,22 +173,23 @@ type nodeAlloc struct {
 // fields take their defaults).
 func NewState(cfg Config) *State {
 	return &State{
-		cfg:        cfg.Defaults(),
-		clusters:   map[string]*Cluster{},
-		nodes:      map[string]*Node{},
-		jobs:       map[string]*Job{},
-		runs:       map[string]*Run{},
-		arrays:     map[string]*Array{},
-		usage:      map[string]*Usage{},
-		byCluster:  map[string]*clusterIndex{},
-		active:     map[string]*Run{},
-		alloc:      map[string]*nodeAlloc{},
-		draining:   map[string]bool{},
-		healthOut:  map[string]bool{},
-		prologHeld: map[string]bool{},
-		wake:       map[string]time.Time{},
-		reserved:   map[string]Reservation{},
-		assocs:     map[assocKey]*assoc{},
+		cfg:         cfg.Defaults(),
+		clusters:    map[string]*Cluster{},
+		nodes:       map[string]*Node{},
+		jobs:        map[string]*Job{},
+		runs:        map[string]*Run{},
+		arrays:      map[string]*Array{},
+		usage:       map[string]*Usage{},
+		byCluster:   map[string]*clusterIndex{},
+		clusterJobs: map[string]map[string]*Job{},
+		active:      map[string]*Run{},
+		alloc:       map[string]*nodeAlloc{},
+		draining:    map[string]bool{},
+		healthOut:   map[string]bool{},
+		prologHeld:  map[string]bool{},
+		wake:        map[string]time.Time{},
+		reserved:    map[string]Reservation{},
+		assocs:      map[assocKey]*assoc{},
 	}
 }
 
@@ -562,6 +568,10 @@ func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
 	// A reason changes neither the job's list key nor its state: its
 	// project's lists stay as they are (relist).
 	s.jobs[e.Subject] = nj
+	if oc := old.Job.GetCluster(); oc != nj.Job.GetCluster() {
+		s.unindexJob(oc, e.Subject)
+	}
+	s.indexJob(nj.Job.GetCluster(), e.Subject, nj)
 	// The entry holds the job's attributes (the stored version's): only
 	// the reason changes.
 	ci.pending[p].j = nj
@@ -705,6 +715,9 @@ func (s *State) loadJobs(jobs []*Job) bool {
 		s.jobs = map[string]*Job{}
 		return false
 	}
+	for _, j := range jobs {
+		s.indexJob(j.Job.GetCluster(), j.Name(), j)
+	}
 	// The jobs went in without relist: project lists made before (of a
 	// state with no jobs) are dropped, and the next list makes them anew.
 	s.lists = nil
@@ -789,6 +802,26 @@ func (s *State) index(cluster string) *clusterIndex {
 		s.byCluster[cluster] = ci
 	}
 	return ci
+}
+
+// indexJob keeps j as cluster's job name (clusterJobs).
+func (s *State) indexJob(cluster, name string, j *Job) {
+	m := s.clusterJobs[cluster]
+	if m == nil {
+		m = map[string]*Job{}
+		s.clusterJobs[cluster] = m
+	}
+	m[name] = j
+}
+
+// unindexJob takes name out of cluster's jobs, and a cluster left with
+// none out of clusterJobs.
+func (s *State) unindexJob(cluster, name string) {
+	m := s.clusterJobs[cluster]
+	delete(m, name)
+	if len(m) == 0 {
+		delete(s.clusterJobs, cluster)
+	}
 }
 
 func nodeBefore(a, b *Node) bool {
@@ -883,10 +916,14 @@ func (s *State) putJob(name string, j *Job) {
 		}
 	}
 	s.relist(old, j)
+	if had && (j == nil || old.Job.GetCluster() != j.Job.GetCluster()) {
+		s.unindexJob(old.Job.GetCluster(), name)
+	}
 	if j == nil {
 		delete(s.jobs, name)
 		return
 	}
+	s.indexJob(j.Job.GetCluster(), name, j)
 	pending := j.Pending()
 	if had && j.why == nil && pending {
 		j.why = old.why

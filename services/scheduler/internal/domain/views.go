@@ -204,19 +204,16 @@ func (s *State) JobGoodput(name string, now time.Time) *loomv1.Goodput {
 // the retention's EndedAge) that ended at or after since. Each job counts
 // whole (its whole wall time, not the part inside the window), so a job
 // counts the same before and after it is pruned. nil when the cluster is
-// unknown. It reads every live job, and the pruned jobs' records by the
-// hour of their end (endedindex.go): those of one hour, and each later
-// hour's sum.
+// unknown. It reads the cluster's live jobs (clusterJobs), not every
+// cluster's, and the pruned jobs' records by the hour of their end
+// (endedindex.go): those of one hour, and each later hour's sum.
 func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goodput {
 	if s.clusters[cluster] == nil {
 		return nil
 	}
 	var total goodput.Total
 	var runs []*jobstore.RunRecord
-	for _, j := range s.jobs {
-		if j.Job.GetCluster() != cluster {
-			continue
-		}
+	for _, j := range s.clusterJobs[cluster] {
 		if j.Terminal() && j.Job.GetEndTime() != nil && j.Job.GetEndTime().AsTime().Before(since) {
 			continue
 		}
