@@ -43,11 +43,13 @@ type State struct {
 	lists map[string]*projectList
 
 	byCluster map[string]*clusterIndex
-	// clusterJobs: each cluster's jobs (every record in jobs, by name,
-	// under its job's cluster), so that what reads one cluster's jobs
-	// (ClusterGoodput) walks those, not every cluster's. Apart from
-	// byCluster, whose entries say which clusters a pass knows.
-	clusterJobs map[string]map[string]*Job
+	// clusterJobs: the names of each cluster's jobs (every record in
+	// jobs, under its job's cluster), so that what reads one cluster's
+	// jobs (ClusterGoodput) walks those, not every cluster's. Names, not
+	// versions: only a job's arrival, departure or move changes it, so
+	// the pass's hot paths (a new reason, a start) never touch it. Apart
+	// from byCluster, whose entries say which clusters a pass knows.
+	clusterJobs map[string]map[string]struct{}
 	// active: runs that still hold an allocation, by key.
 	active map[string]*Run
 	// alloc: what the active runs hold on each node.
@@ -181,7 +183,7 @@ func NewState(cfg Config) *State {
 		arrays:      map[string]*Array{},
 		usage:       map[string]*Usage{},
 		byCluster:   map[string]*clusterIndex{},
-		clusterJobs: map[string]map[string]*Job{},
+		clusterJobs: map[string]map[string]struct{}{},
 		active:      map[string]*Run{},
 		alloc:       map[string]*nodeAlloc{},
 		draining:    map[string]bool{},
@@ -568,10 +570,6 @@ func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
 	// A reason changes neither the job's list key nor its state: its
 	// project's lists stay as they are (relist).
 	s.jobs[e.Subject] = nj
-	if oc := old.Job.GetCluster(); oc != nj.Job.GetCluster() {
-		s.unindexJob(oc, e.Subject)
-	}
-	s.indexJob(nj.Job.GetCluster(), e.Subject, nj)
 	// The entry holds the job's attributes (the stored version's): only
 	// the reason changes.
 	ci.pending[p].j = nj
@@ -715,9 +713,7 @@ func (s *State) loadJobs(jobs []*Job) bool {
 		s.jobs = map[string]*Job{}
 		return false
 	}
-	for _, j := range jobs {
-		s.indexJob(j.Job.GetCluster(), j.Name(), j)
-	}
+	s.loadClusterJobs(jobs)
 	// The jobs went in without relist: project lists made before (of a
 	// state with no jobs) are dropped, and the next list makes them anew.
 	s.lists = nil
@@ -804,14 +800,31 @@ func (s *State) index(cluster string) *clusterIndex {
 	return ci
 }
 
-// indexJob keeps j as cluster's job name (clusterJobs).
-func (s *State) indexJob(cluster, name string, j *Job) {
+// indexJob keeps name as one of cluster's jobs (clusterJobs).
+func (s *State) indexJob(cluster, name string) {
 	m := s.clusterJobs[cluster]
 	if m == nil {
-		m = map[string]*Job{}
+		m = map[string]struct{}{}
 		s.clusterJobs[cluster] = m
 	}
-	m[name] = j
+	m[name] = struct{}{}
+}
+
+// loadClusterJobs indexes the bulk load's jobs by cluster, each cluster's
+// set sized once.
+func (s *State) loadClusterJobs(jobs []*Job) {
+	counts := map[string]int{}
+	for _, j := range jobs {
+		counts[j.Job.GetCluster()]++
+	}
+	for c, n := range counts {
+		if s.clusterJobs[c] == nil {
+			s.clusterJobs[c] = make(map[string]struct{}, n)
+		}
+	}
+	for _, j := range jobs {
+		s.clusterJobs[j.Job.GetCluster()][j.Name()] = struct{}{}
+	}
 }
 
 // unindexJob takes name out of cluster's jobs, and a cluster left with
@@ -916,14 +929,17 @@ func (s *State) putJob(name string, j *Job) {
 		}
 	}
 	s.relist(old, j)
-	if had && (j == nil || old.Job.GetCluster() != j.Job.GetCluster()) {
+	moved := had && (j == nil || old.Job.GetCluster() != j.Job.GetCluster())
+	if moved {
 		s.unindexJob(old.Job.GetCluster(), name)
 	}
 	if j == nil {
 		delete(s.jobs, name)
 		return
 	}
-	s.indexJob(j.Job.GetCluster(), name, j)
+	if !had || moved {
+		s.indexJob(j.Job.GetCluster(), name)
+	}
 	pending := j.Pending()
 	if had && j.why == nil && pending {
 		j.why = old.why

@@ -213,7 +213,8 @@ func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goo
 	}
 	var total goodput.Total
 	var runs []*jobstore.RunRecord
-	for _, j := range s.clusterJobs[cluster] {
+	for name := range s.clusterJobs[cluster] {
+		j := s.jobs[name]
 		if j.Terminal() && j.Job.GetEndTime() != nil && j.Job.GetEndTime().AsTime().Before(since) {
 			continue
 		}
