@@ -488,7 +488,7 @@ func TestSlurmCommandsReachTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code := run(t, gw, "slurm", "sbatch", "-M", "demo", "--parsable", filepath.Join(dir, "hello.sh"))
-	if code != 0 || out != "10\n" || errOut != "" {
+	if code != 0 || out != "10;demo\n" || errOut != "" {
 		t.Fatalf("sbatch: exit %d, %q, %q", code, out, errOut)
 	}
 	sub, _ := fakegw.LastRequest[*loomv1.SubmitJobRequest](f)

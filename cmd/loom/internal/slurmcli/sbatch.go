@@ -1058,11 +1058,22 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 	if id == "" {
 		id = shortName(job.GetName())
 	}
-	// -Q keeps the id to itself too, --parsable's included, as Slurm's.
+	// -Q keeps the id to itself too, --parsable's included, as Slurm's. A
+	// cluster named with -M (or SBATCH_CLUSTERS) follows the id, as Slurm
+	// 22.05's sbatch names its working cluster: "12;a3u" with --parsable,
+	// "Submitted batch job 12 on cluster a3u" without.
+	onCluster := ""
+	if req.clusters != "" {
+		onCluster = shortName(c.clusterFilter())
+	}
 	switch {
 	case req.quiet:
+	case req.parsable && onCluster != "":
+		fmt.Fprintf(c.stdout, "%s;%s\n", id, onCluster)
 	case req.parsable:
 		fmt.Fprintln(c.stdout, id)
+	case onCluster != "":
+		fmt.Fprintf(c.stdout, "Submitted batch job %s on cluster %s\n", id, onCluster)
 	default:
 		fmt.Fprintf(c.stdout, "Submitted batch job %s\n", id)
 	}

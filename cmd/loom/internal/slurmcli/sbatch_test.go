@@ -440,7 +440,7 @@ func TestSbatchCommand(t *testing.T) {
 	env2 := env
 	env2.Stdin = strings.NewReader("#!/bin/sh\n#SBATCH --mail-type=ALL\nhostname\n")
 	code, out, errOut = run(t, f2, "sbatch", env2, "-M", "other")
-	if code != 0 || out != "Submitted batch job 1\n" || errOut != "sbatch: warning: --mail-type is not supported by Loom and is ignored\n" ||
+	if code != 0 || out != "Submitted batch job 1 on cluster other\n" || errOut != "sbatch: warning: --mail-type is not supported by Loom and is ignored\n" ||
 		submitted(f2)[0].GetJob().GetCluster() != "projects/default/clusters/other" || submitted(f2)[0].GetJob().GetDisplayName() != "sbatch" {
 		t.Errorf("stdin: %d %q %q %v", code, out, errOut, submitted(f2))
 	}
