@@ -54,7 +54,7 @@ func TestGoldenOutputs(t *testing.T) {
 		{[]string{"sinfo", "-N", "-l", "-p", "debug"},
 			"Fri Jan 02 15:04:05 2026\n" +
 				"NODELIST   NODES PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON              \n" +
-				"gpu-0003       1     debug       mixed 16     1:16:1 102400        0      1   (null) none                \n"},
+				"gpu-0003       1     debug       mixed 16     16:1:1 102400        0      1   (null) none                \n"},
 		{[]string{"sinfo", "-s"},
 			"PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST\n" +
 				"gpu*         up   infinite          3/0/1/4 gpu-[0001-0004]\n" +
@@ -134,13 +134,13 @@ func TestGoldenOutputs(t *testing.T) {
 				"   \n" + // Slurm 22.05's empty last line
 				"\n"},
 		{[]string{"scontrol", "show", "node", "gpu-0004"},
-			"NodeName=gpu-0004 Arch=x86_64 CoresPerSocket=16 \n" +
+			"NodeName=gpu-0004 Arch=x86_64 CoresPerSocket=1 \n" +
 				"   CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=N/A\n" +
 				"   AvailableFeatures=(null)\n" +
 				"   ActiveFeatures=(null)\n" +
 				"   Gres=gpu:h100:8\n" +
 				"   NodeAddr=gpu-0004 NodeHostName=gpu-0004 Version=22.05.8\n" +
-				"   RealMemory=1024000 AllocMem=0 FreeMem=N/A Sockets=1 Boards=1\n" +
+				"   RealMemory=1024000 AllocMem=0 FreeMem=N/A Sockets=16 Boards=1\n" +
 				"   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n" +
 				"   Partitions=gpu \n" +
 				"   BootTime=None SlurmdStartTime=None\n" +

@@ -488,13 +488,13 @@ func nodeRecord(n *loomv1.SlurmNode, loc *time.Location) record {
 	}
 	parts := strings.Join(n.GetPartitions(), ",")
 	rec := record{
-		{"NodeName=" + n.GetHostname(), "Arch=x86_64", fmt.Sprintf("CoresPerSocket=%d ", cpus)},
+		{"NodeName=" + n.GetHostname(), "Arch=x86_64", "CoresPerSocket=1 "}, // CPUs= alone in slurm.conf: CPUS sockets of one core (sinfo %z)
 		{fmt.Sprintf("CPUAlloc=%d", n.GetAllocCpus()), fmt.Sprintf("CPUEfctv=%d", cpus), fmt.Sprintf("CPUTot=%d", cpus), "CPULoad=N/A"},
 		{"AvailableFeatures=" + nodeFeatures(n)},
 		{"ActiveFeatures=" + nodeFeatures(n)},
 		{"Gres=" + gres},
 		{"NodeAddr=" + n.GetHostname(), "NodeHostName=" + n.GetHostname(), "Version=22.05.8"},
-		{fmt.Sprintf("RealMemory=%d", n.GetMemoryMb()), "AllocMem=0", "FreeMem=N/A", "Sockets=1", "Boards=1"},
+		{fmt.Sprintf("RealMemory=%d", n.GetMemoryMb()), "AllocMem=0", "FreeMem=N/A", fmt.Sprintf("Sockets=%d", cpus), "Boards=1"},
 		{"State=" + nodeStateFull(n), "ThreadsPerCore=1", "TmpDisk=0", "Weight=1", "Owner=N/A", "MCS_label=N/A"},
 		{"Partitions=" + parts + " "},
 		{"BootTime=None", "SlurmdStartTime=None"},

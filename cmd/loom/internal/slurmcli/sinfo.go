@@ -310,10 +310,14 @@ func sinfoFields(cluster string, loc *time.Location) fieldTable[sinfoRow] {
 		"v": node("VERSION", func(*loomv1.SlurmNode) string { return "22.05.8" }),
 		"V": node("CLUSTER", func(*loomv1.SlurmNode) string { return shortName(cluster) }),
 		"w": node("WEIGHT", func(*loomv1.SlurmNode) string { return "1" }),
-		"X": node("SOCKETS", func(*loomv1.SlurmNode) string { return "1" }),
-		"Y": node("CORES", func(n *loomv1.SlurmNode) string { return strconv.Itoa(int(max(n.GetCpus(), 1))) }),
+		// The node line of the slurm.conf Loom renders gives CPUs= alone,
+		// and for that Slurm counts each CPU a socket of one core of one
+		// thread: S:C:T is CPUS:1:1 (scontrol show node's Sockets=CPUS
+		// CoresPerSocket=1 ThreadsPerCore=1).
+		"X": node("SOCKETS", func(n *loomv1.SlurmNode) string { return strconv.Itoa(int(max(n.GetCpus(), 1))) }),
+		"Y": node("CORES", func(*loomv1.SlurmNode) string { return "1" }),
 		"Z": node("THREADS", func(*loomv1.SlurmNode) string { return "1" }),
-		"z": node("S:C:T", func(n *loomv1.SlurmNode) string { return fmt.Sprintf("1:%d:1", max(n.GetCpus(), 1)) }),
+		"z": node("S:C:T", func(n *loomv1.SlurmNode) string { return fmt.Sprintf("%d:1:1", max(n.GetCpus(), 1)) }),
 	}
 	for spec, v := range emptyNodeValues {
 		d := fields[spec]
