@@ -84,6 +84,12 @@ type JobStateChanged struct {
 	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	// exit_code is the program's exit status once it ended (0 before).
 	ExitCode int32 `protobuf:"varint,10,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// exit_signal, when set, is the signal that killed the job's program (0:
+	// it exited by itself, with exit_code, even 128+n), as Slurm's ExitCode
+	// "code:signal" splits them. Unset where the scheduler did not learn it
+	// (ends that are not a program's: a cancel, a time limit; records from
+	// before it was kept): then exit_code alone says, 128+n for signal n.
+	ExitSignal *int32 `protobuf:"varint,18,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
 	// attempt counts the job's runs, from 1; a requeued job starts again with
 	// the next attempt.
 	Attempt int32 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`
@@ -200,6 +206,13 @@ func (x *JobStateChanged) GetReason() string {
 func (x *JobStateChanged) GetExitCode() int32 {
 	if x != nil {
 		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *JobStateChanged) GetExitSignal() int32 {
+	if x != nil && x.ExitSignal != nil {
+		return *x.ExitSignal
 	}
 	return 0
 }
@@ -1392,7 +1405,7 @@ var File_loom_public_v1_events_proto protoreflect.FileDescriptor
 
 const file_loom_public_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1bloom/public/v1/events.proto\x12\x0eloom.public.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x04\n" +
+	"\x1bloom/public/v1/events.proto\x12\x0eloom.public.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x04\n" +
 	"\x0fJobStateChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -1404,7 +1417,9 @@ const file_loom_public_v1_events_proto_rawDesc = "" +
 	"\x05final\x18\b \x01(\bR\x05final\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12\x1b\n" +
 	"\texit_code\x18\n" +
-	" \x01(\x05R\bexitCode\x12\x18\n" +
+	" \x01(\x05R\bexitCode\x12$\n" +
+	"\vexit_signal\x18\x12 \x01(\x05H\x00R\n" +
+	"exitSignal\x88\x01\x01\x12\x18\n" +
 	"\aattempt\x18\v \x01(\x05R\aattempt\x12#\n" +
 	"\rrestart_count\x18\f \x01(\x05R\frestartCount\x12 \n" +
 	"\farray_job_id\x18\r \x01(\tR\n" +
@@ -1414,7 +1429,8 @@ const file_loom_public_v1_events_proto_rawDesc = "" +
 	"submitTime\x129\n" +
 	"\n" +
 	"start_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xe5\x04\n" +
+	"\bend_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\aendTimeB\x0e\n" +
+	"\f_exit_signal\"\xe5\x04\n" +
 	"\x15CustomJobStateChanged\x12\x1d\n" +
 	"\n" +
 	"custom_job\x18\x01 \x01(\tR\tcustomJob\x12\x18\n" +
@@ -1625,6 +1641,7 @@ func file_loom_public_v1_events_proto_init() {
 	if File_loom_public_v1_events_proto != nil {
 		return
 	}
+	file_loom_public_v1_events_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -69,7 +69,7 @@ var mappings = map[string]mapping{
 		out := &publicv1.JobStateChanged{
 			Job: j.GetName(), JobId: j.GetJobId(), Project: project, Cluster: j.GetCluster(),
 			DisplayName: j.GetDisplayName(), User: j.GetUser(), State: j.GetState().String(),
-			Final: j.GetState().Terminal(), Reason: j.GetStateReason(), ExitCode: j.GetExitCode(),
+			Final: j.GetState().Terminal(), Reason: j.GetStateReason(), ExitCode: j.GetExitCode(), ExitSignal: j.ExitSignal,
 			Attempt: ev.GetAttempt(), RestartCount: j.GetRestartCount(),
 			ArrayJobId: j.GetArrayJobId(), ArrayTaskId: j.GetArrayTaskId(),
 			SubmitTime: j.GetSubmitTime(), StartTime: j.GetStartTime(), EndTime: j.GetEndTime(),

@@ -340,3 +340,35 @@ func TestMapIsDeterministicAndSkipsWhatIsNotPublic(t *testing.T) {
 		t.Fatalf("a node's project comes from its cluster: %+v %v %v", m, ok, err)
 	}
 }
+
+// TestJobStateChangedCarriesTheExitSignal: the public event says how the
+// job's program ended apart from its code, as the job does (exit_signal): a
+// program killed by SIGKILL is 137 with signal 9, one that exited 137 by
+// itself is signal 0 (present in the JSON), and a job whose end was no
+// program's (the scheduler did not learn a signal) leaves it out.
+func TestJobStateChangedCarriesTheExitSignal(t *testing.T) {
+	t.Parallel()
+	for i, tc := range []struct {
+		name     string
+		sig      *int32
+		wantJSON string
+	}{
+		{"killed by signal 9", proto.Int32(9), `"exitSignal":9`},
+		{"exited 137 by itself", proto.Int32(0), `"exitSignal":0`},
+		{"no program's end", nil, ""},
+	} {
+		job := &eventsv1.JobChanged{Attempt: 1, Job: &loomv1.Job{Name: "projects/p/jobs/1", State: loomv1.JobState_FAILED, ExitCode: 137, ExitSignal: tc.sig}}
+		m, ok, err := Map(internal(job, fmt.Sprintf("01X%d", i)))
+		if err != nil || !ok {
+			t.Fatalf("map: %v %v", ok, err)
+		}
+		pub := m.Payload.(*publicv1.JobStateChanged)
+		if (pub.ExitSignal == nil) != (tc.sig == nil) || (tc.sig != nil && pub.GetExitSignal() != *tc.sig) || pub.GetExitCode() != 137 {
+			t.Errorf("%s: public exit_code %d exit_signal %v", tc.name, pub.GetExitCode(), pub.ExitSignal)
+		}
+		data := strings.ReplaceAll(string(m.Event.Data), " ", "")
+		if tc.wantJSON != "" && !strings.Contains(data, tc.wantJSON) || tc.wantJSON == "" && strings.Contains(data, "exitSignal") {
+			t.Errorf("%s: data %s, want %q", tc.name, m.Event.Data, tc.wantJSON)
+		}
+	}
+}
