@@ -69,6 +69,9 @@ type sacctRow struct {
 	pendingTasks bool
 	// jstep is the job step (srun) a "12.0" row shows (sacctsteps.go).
 	jstep *loomv1.JobStep
+	// derived is a job's row's DerivedExitCode, from its run's job steps
+	// ("0:0" when none ended or they are not known).
+	derived string
 	// cpu is, on a job's row, the CPU time of the steps listed with it
 	// (its batch script's and its job steps').
 	cpu *usageStat
@@ -314,7 +317,12 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		{"Comment", 14, func(sacctRow) string { return "" }},
 		{"CPUTime", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now) * int64(cpus(r))) }},
 		{"CPUTimeRAW", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now)*int64(cpus(r)), 10) }},
-		{"DerivedExitCode", 15, job(func(r sacctRow) string { return r.exitCode() })},
+		{"DerivedExitCode", 15, job(func(r sacctRow) string {
+			if r.derived == "" {
+				return "0:0"
+			}
+			return r.derived
+		})},
 		{"Elapsed", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now)) }},
 		{"ElapsedRaw", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now), 10) }},
 		{"Eligible", 19, job(func(r sacctRow) string {
@@ -687,7 +695,18 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	rows := newArrayView(jobs).rows(jobs, false)
 	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })
 	var out []sacctRow
-	stepLookups := 0
+	var stepLookups stepLookups
+	derived := formatSacctUses(fields, "DerivedExitCode")
+	// withDerived is a job's row with its run's DerivedExitCode, when asked
+	// for: its steps are the ones its step rows list (asked for once).
+	withDerived := func(r sacctRow) sacctRow {
+		if derived && r.started() {
+			if steps, ok := c.runSteps(ctx, r.job, r.run, &stepLookups); ok {
+				r.derived = derivedExitCode(steps)
+			}
+		}
+		return r
+	}
 	for _, r := range rows {
 		if !q.match(r) || !inWindow(r.job, startT, endT) {
 			continue
@@ -697,14 +716,14 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 			runs := r.job.GetRuns()
 			for i := 0; i+1 < len(runs); i++ {
 				run := runs[i]
-				out = append(out, sacctRow{job: r.job, id: r.id, run: run})
+				out = append(out, withDerived(sacctRow{job: r.job, id: r.id, run: run}))
 				if !allocOnly && run.GetStartTime() != nil {
 					out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch", run: run})
 					out = append(out, c.stepRows(ctx, r.job, run, r.id, &stepLookups)...)
 				}
 			}
 		}
-		row := sacctRow{job: r.job, id: r.id, pendingTasks: pending}
+		row := withDerived(sacctRow{job: r.job, id: r.id, pendingTasks: pending})
 		out = append(out, row)
 		if !allocOnly && row.started() {
 			out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch"})

@@ -2,6 +2,7 @@ package slurmcli
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strconv"
 
@@ -19,18 +20,14 @@ const maxStepLookups = 200
 // step id, less those that never started (waiting for resources, or
 // cancelled while they did). A gateway that does not serve steps, or a job or run it no
 // longer has, gives none.
-func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, id string, lookups *int) []sacctRow {
-	if *lookups >= maxStepLookups {
-		return nil
-	}
-	*lookups++
-	steps, err := c.jobSteps(ctx, j.GetName(), run.GetAttempt())
-	if err != nil {
+func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, id string, lookups *stepLookups) []sacctRow {
+	steps, ok := c.runSteps(ctx, j, run, lookups)
+	if !ok {
 		return nil
 	}
 	var out []sacctRow
 	for _, s := range steps {
-		if s.GetStartTime() == nil && (s.GetState() == loomv1.JobState_PENDING || s.GetState() == loomv1.JobState_CANCELLED) {
+		if neverStarted(s) {
 			// A step that waited for resources and never started, as
 			// Slurm's accounting never sees it.
 			continue
@@ -39,6 +36,64 @@ func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, i
 		out = append(out, sacctRow{job: j, id: id + "." + step, step: step, jstep: s, run: run})
 	}
 	return out
+}
+
+// neverStarted is a step that waited for resources and never ran.
+func neverStarted(s *loomv1.JobStep) bool {
+	return s.GetStartTime() == nil && (s.GetState() == loomv1.JobState_PENDING || s.GetState() == loomv1.JobState_CANCELLED)
+}
+
+// stepLookups are the job steps one command asked the gateway for, by run,
+// and how many asks it made (at most maxStepLookups).
+type stepLookups struct {
+	n    int
+	runs map[string][]*loomv1.JobStep
+}
+
+// runSteps are the job steps of j's run run (nil: its current run), asked
+// once per command; ok is false past maxStepLookups or when the gateway
+// does not give them.
+func (c *cmd) runSteps(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, lookups *stepLookups) ([]*loomv1.JobStep, bool) {
+	key := j.GetName() + "\x00" + strconv.Itoa(int(run.GetAttempt()))
+	if steps, ok := lookups.runs[key]; ok {
+		return steps, steps != nil
+	}
+	if lookups.n >= maxStepLookups {
+		return nil, false
+	}
+	lookups.n++
+	if lookups.runs == nil {
+		lookups.runs = map[string][]*loomv1.JobStep{}
+	}
+	steps, err := c.jobSteps(ctx, j.GetName(), run.GetAttempt())
+	if err != nil {
+		lookups.runs[key] = nil
+		return nil, false
+	}
+	if steps == nil {
+		steps = []*loomv1.JobStep{}
+	}
+	lookups.runs[key] = steps
+	return steps, true
+}
+
+// derivedExitCode is Slurm's DerivedExitCode "code:signal" of a run whose
+// job steps are steps: the highest of the ended steps' exit statuses as
+// wait(2) reports them (code<<8 | signal), so the highest exit code, or
+// with none above 0 the highest signal; "0:0" with no step ended. The batch
+// script's own end is not one of them (ExitCode has it), as in Slurm 22.05.
+func derivedExitCode(steps []*loomv1.JobStep) string {
+	var code, sig int32
+	for _, s := range steps {
+		if s.GetEndTime() == nil || neverStarted(s) {
+			continue
+		}
+		c, g := exitParts(s.GetExitCode(), s.ExitSignal)
+		if c > code || c == code && g > sig {
+			code, sig = c, g
+		}
+	}
+	return fmt.Sprintf("%d:%d", code, sig)
 }
 
 // jobSteps lists every job step of job's run attempt (0: its current run),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	osuser "os/user"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,9 +65,11 @@ func (c *cmd) scontrol(ctx context.Context, args []string) error {
 	if err != nil {
 		return usage("scontrol", err)
 	}
-	oneliner, quiet := false, false
+	oneliner, quiet, details := false, false, false
 	for _, o := range opts {
 		switch o.key {
+		case "details":
+			details = true
 		case "help", "usage":
 			fmt.Fprint(c.stdout, scontrolUsage)
 			return nil
@@ -88,7 +91,7 @@ func (c *cmd) scontrol(ctx context.Context, args []string) error {
 	verb, params := strings.ToLower(rest[0]), rest[1:]
 	switch verb {
 	case "show":
-		return c.scontrolShow(ctx, params, oneliner)
+		return c.scontrolShow(ctx, params, oneliner, details)
 	case "hold", "uhold", "release", "requeue", "requeuehold":
 		return c.scontrolJobAction(ctx, verb, params, quiet)
 	case "update":
@@ -109,7 +112,8 @@ func (c *cmd) scontrol(ctx context.Context, args []string) error {
 }
 
 // scontrolShow is "scontrol show ENTITY [NAME]".
-func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner bool) error {
+// details is -d: a job's record has its DerivedExitCode line, as Slurm's.
+func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner, details bool) error {
 	if len(params) == 0 {
 		return c.errorf("too few arguments for keyword:show")
 	}
@@ -142,7 +146,7 @@ func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner bool) 
 		}
 		b.WriteString(hostlist.Compress(names) + "\n")
 	case strings.HasPrefix("jobs", entity) && len(entity) >= 1 || entity == "jobid":
-		if err := c.showJobs(ctx, &b, name, oneliner); err != nil {
+		if err := c.showJobs(ctx, &b, name, oneliner, details); err != nil {
 			return err
 		}
 	case strings.HasPrefix("nodes", entity) && len(entity) >= 2 || entity == "nodename":
@@ -168,8 +172,9 @@ func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner bool) 
 	return nil
 }
 
-// showJobs prints "scontrol show job [ID]".
-func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneliner bool) error {
+// showJobs prints "scontrol show job [ID]"; with details (-d) each
+// record has the job's DerivedExitCode, from its current run's job steps.
+func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneliner, details bool) error {
 	var sel *jobSelector
 	if id != "" {
 		var err error
@@ -190,6 +195,7 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })
 	n := 0
 	var limitsLoaded bool
+	var lookups stepLookups
 	for _, r := range rows {
 		if !sel.matchRow(r) {
 			continue
@@ -197,7 +203,16 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 		if !limitsLoaded && r.job.GetTimeLimitSeconds() == 0 {
 			view.limits, limitsLoaded = c.partitionLimits(ctx, jobs), true
 		}
-		jobRecord(r, view).write(b, oneliner)
+		derived := ""
+		if details {
+			derived = "0:0"
+			if r.job.GetStartTime() != nil {
+				if steps, ok := c.runSteps(ctx, r.job, nil, &lookups); ok {
+					derived = derivedExitCode(steps)
+				}
+			}
+		}
+		jobRecord(r, view, derived).write(b, oneliner)
 		n++
 	}
 	if n == 0 {
@@ -227,8 +242,9 @@ func accountIDs(user string) (uid, gid string) {
 	return uid, gid
 }
 
-// jobRecord is a job as "scontrol show job" prints it.
-func jobRecord(r jobRow, v *squeueView) record {
+// jobRecord is a job as "scontrol show job" prints it; derived, when not
+// empty, is its DerivedExitCode (scontrol -d), on the line after ExitCode.
+func jobRecord(r jobRow, v *squeueView, derived string) record {
 	j := r.job
 	st := effectiveState(j)
 	ts := func(t interface{ AsTime() time.Time }, ok bool, none string) string {
@@ -292,6 +308,10 @@ func jobRecord(r jobRow, v *squeueView) record {
 		{"Partition=" + j.GetPartition(), "AllocNode:Sid=" + orNull(j.GetSubmitHost()) + ":0"},
 		{"ReqNodeList=" + orNull(compressHosts(j.GetNodelist())), "ExcNodeList=" + orNull(compressHosts(j.GetExclude()))},
 		nodeListLine(nodes, j.GetSchedNodes()),
+	}
+	if derived != "" {
+		// Slurm's -d: a line of its own after ExitCode's (rec[4]).
+		rec = slices.Insert(rec, 5, []string{"DerivedExitCode=" + derived})
 	}
 	if h := j.GetBatchHost(); h != "" {
 		rec = append(rec, []string{"BatchHost=" + h})

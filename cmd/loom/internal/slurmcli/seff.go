@@ -91,7 +91,7 @@ func (c *cmd) seff(ctx context.Context, args []string) error {
 	// tasks' peaks add up to the most (Slurm's tres_usage_in_tot), with
 	// its highest and average task.
 	steps := []*usageStat{sacctRow{job: j, step: "batch"}.usage()}
-	lookups := 0
+	var lookups stepLookups
 	for _, r := range c.stepRows(ctx, j, nil, id, &lookups) {
 		steps = append(steps, r.usage())
 	}
