@@ -33,7 +33,10 @@ import (
 // at that point of the walk (consider: reason, preemption, the backfill
 // reservation, Resources or Priority); a later record where it does not fit
 // marks its partition blocked (the jobs of that partition after it read
-// Priority) and takes no reservation of its own. A job that began
+// Priority) and takes no reservation of its own. A job that starts at a
+// later record gives back the reservation made for it at an earlier one
+// (and does not keep off its nodes meanwhile): the pass's later jobs may
+// use them, and a later blocked job may reserve. A job that began
 // preempting for itself waits for that room: it is not tried further. Its
 // reason is emitted once, at its last record; when no record passes the
 // gates it is its first record's gate reason. Started, Job.partition is
@@ -115,6 +118,9 @@ type multiRec struct {
 	decided bool
 	withD   bool
 	d       Decision
+	// resv: the pass's reservation is its job's, made at the record that
+	// decided it.
+	resv bool
 }
 
 // considerMulti considers q, a job of several partitions that the cluster
@@ -164,9 +170,16 @@ func (p *pass) multiStep(m *multiRec) {
 			deciding = k
 		}
 		req := p.requestIn(q, pi)
+		if m.resv {
+			req.AvoidReserved = false // the reservation is its own
+		}
 		res := p.place(req, q.shape)
 		if res.ok {
 			p.start(q.j, p.parts[pi], req, res.nodes, m.prios[k], len(res.shape.Cand))
+			if m.resv {
+				// Reserved at an earlier record: it starts here instead.
+				p.unreserve()
+			}
 			return
 		}
 		if res.kind != place.Static && res.kind != place.Availability {
@@ -208,9 +221,10 @@ func (p *pass) multiStep(m *multiRec) {
 
 // decideMulti decides m's job as a job of its record k's partition alone
 // (consider on a copy of its entry, at its priority there). With hold the
-// decision is kept in m (see pass.hold), to be emitted at its last record.
-// It reports false when consider started the job (only known with hold:
-// without, consider emitted its decision, if any).
+// decision is kept in m (see pass.hold), to be emitted at its last record;
+// m notes whether it made the pass's reservation. It reports false when
+// consider started the job (only known with hold: without, consider
+// emitted its decision, if any).
 func (p *pass) decideMulti(m *multiRec, k int, hold bool) bool {
 	c := m.q
 	c.flags &^= qMulti
@@ -222,6 +236,7 @@ func (p *pass) decideMulti(m *multiRec, k int, hold bool) bool {
 	}
 	p.consider(&c)
 	p.hold, p.prios = nil, prios
+	m.resv = p.resv != nil && p.resv.Job == m.q.name
 	return !hold || m.decided
 }
 

@@ -355,12 +355,63 @@ func TestMultiPartitionRandomKeepsInvariants(t *testing.T) {
 					}
 				}
 			}
+			// One reservation at most, for a job still pending (a job
+			// that started at a later record gave its own back).
+			if len(c.Reservations) > 1 {
+				t.Fatalf("seed %d: reservations %+v", seed, c.Reservations)
+			}
+			for _, r := range c.Reservations {
+				if j := h.s.Job(r.Job); j == nil || j.GetState() != loomv1.JobState_PENDING {
+					t.Fatalf("seed %d: reservation %+v of a job not pending", seed, r)
+				}
+			}
 			decided := map[string]int{}
 			for _, d := range c.Decisions {
 				if decided[d.Job]++; decided[d.Job] > 1 {
 					t.Fatalf("seed %d: job %s decided twice in one change", seed, d.Job)
 				}
 			}
+		}
+	}
+}
+
+// TestMultiPartitionStartReleasesReservation: a job of -p hi,lo that
+// reserved hi's node at its record in hi, then starts in lo in the same
+// pass, gives the reservation back: a later job of a partition over both
+// pools backfills onto hi's node instead of waiting for a reservation of a
+// job that runs elsewhere.
+func TestMultiPartitionStartReleasesReservation(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Policy: DefaultPolicy(), Weights: Weights{Age: DefaultWeightAge, Partition: DefaultWeightPartition}}
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(twoPoolCluster(
+		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
+		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1},
+		&loomv1.SlurmPartition{Id: "all", NodeSetIds: []string{"a", "b"}, PriorityTier: 1}))
+	h.poolNode("a-0001", "a")
+	h.poolNode("b-0001", "b")
+	h.submitJob(job(1, 1, 0, inPart("hi", 4), limit(2*time.Hour)))
+	h.submitJob(job(4, 1, 0, inPart("lo", 8), limit(2*time.Hour)))
+	h.submitJob(job(2, 1, 0, inPart("hi,lo", 8), limit(time.Hour)))
+	h.tick(time.Hour) // job 2 outranks job 3 in tier 1
+	h.submitJob(job(3, 1, 0, inPart("all", 4), limit(3*time.Hour)))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+
+	// lo's node frees up: job 2 reserves a-0001 at its record in hi, then
+	// starts on b-0001 at its record in lo; job 3 takes a-0001's room.
+	c := h.do(&eventsv1.StepChanged{Job: jobName(4), Attempt: 1, Node: nodeName("b-0001"), State: eventsv1.StepState_STEP_EXITED, Cluster: cl})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if p := h.job(2).GetPartition(); p != "lo" {
+		t.Fatalf("job 2 runs in %q; want lo", p)
+	}
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if n := h.job(3).GetNodes(); len(n) != 1 || n[0] != "a-0001" {
+		t.Fatalf("job 3 runs on %v; want a-0001", n)
+	}
+	for _, r := range c.Reservations {
+		if r.Job == jobName(2) {
+			t.Fatalf("job 2 started and keeps reservation %+v", r)
 		}
 	}
 }

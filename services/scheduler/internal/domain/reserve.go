@@ -396,6 +396,34 @@ func (p *pass) reserve(j *Job, r *place.Request, sc *place.Shape) {
 	p.t.c.Reservations = append(p.t.c.Reservations, res)
 }
 
+// unreserve takes the pass's reservation back: its job, of several
+// partitions, started in another of them (multipart.go). Its nodes are
+// free for every later job again, and the change no longer holds it. The shapes found for jobs that
+// kept off the reserved nodes (AvoidReserved) dropped those nodes for good
+// (Refresh only drops): they are scanned again when next needed.
+func (p *pass) unreserve() {
+	for _, i := range p.reservedViews {
+		p.views[i].Reserved = false
+	}
+	p.reservedViews = p.reservedViews[:0]
+	rs := p.t.c.Reservations
+	for i := len(rs) - 1; i >= 0; i-- {
+		if rs[i].Cluster == p.name && rs[i].Job == p.resv.Job {
+			p.t.c.Reservations = slices.Delete(rs, i, i+1)
+			break
+		}
+	}
+	p.resv, p.resvGap, p.resvGapOK = nil, 0, false
+	for i := 1; i < len(p.slots); i += 2 { // shapeSlot: odd indexes avoid
+		p.slots[i] = nil
+	}
+	for k := range p.shapes {
+		if k.AvoidsReserved() {
+			delete(p.shapes, k)
+		}
+	}
+}
+
 // mayPreempt reports whether j could preempt anything: its QOS may preempt
 // some QOS, or its partition is above the cluster's lowest tier.
 func (p *pass) mayPreempt(qos int32, pi int) bool {

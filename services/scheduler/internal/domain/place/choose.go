@@ -44,6 +44,10 @@ func KeyOf(r *Request) ShapeKey {
 	return k
 }
 
+// AvoidsReserved reports whether the key is of a request that keeps off
+// the reserved nodes.
+func (k ShapeKey) AvoidsReserved() bool { return k.avoid }
+
 // ListsKey writes out a request's --nodelist and --exclude hosts for its
 // shape key (Request.Lists): sorted, each once.
 func ListsKey(nodelist, exclude map[string]bool) string {
