@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -31,9 +32,14 @@ import (
 // any decision. The first record whose gates it passes and where it does
 // not start decides it, as a job of that partition alone would be decided
 // at that point of the walk (consider: reason, preemption, the backfill
-// reservation, Resources or Priority); a later record where it does not fit
-// marks its partition blocked (the jobs of that partition after it read
-// Priority) and takes no reservation of its own. A job that starts at a
+// reservation, Resources or Priority). A later record where it waits for
+// resources takes the decision over (waitIn) when the job would start
+// there first: the deciding partition lacks the nodes it needs, or no
+// reservation is made yet, or the job holds the reservation and would
+// start sooner there (it is moved: Slurm keeps the partition of the
+// earliest start; a tie keeps the higher tier). Otherwise it marks its
+// partition blocked (the jobs of that partition after it read Priority)
+// and takes no reservation of its own. A job that starts at a
 // later record gives back the reservation made for it at an earlier one
 // (and does not keep off its nodes meanwhile): the pass's later jobs may
 // use them, and a later blocked job may reserve. A job that began
@@ -118,8 +124,8 @@ type multiRec struct {
 	decided bool
 	withD   bool
 	d       Decision
-	// resv: the pass's reservation is its job's, made at the record that
-	// decided it.
+	// resv: the pass's reservation is its job's, made at one of its
+	// records (see waitIn).
 	resv bool
 }
 
@@ -151,13 +157,14 @@ func (p *pass) considerMulti(q *queued) {
 // multiStep considers m's next records, those of one rank: it starts the
 // job in the first where it passes the gates and fits; otherwise the first
 // of them whose gates it passed decides it, unless an earlier record did,
-// and m waits in multiq for its next rank, or, at its last record, its
-// decision is emitted.
+// the others where it waits for resources may move its decision and
+// reservation there (waitIn), and m waits in multiq for its next rank, or,
+// at its last record, its decision is emitted.
 func (p *pass) multiStep(m *multiRec) {
 	q := &m.q
 	rank := m.ranks[m.next]
 	deciding := -1
-	var full uint64 // partitions of the records where it waits for resources
+	var waits uint64 // the records (bits by index in m.parts) where it waits for resources
 	for m.next < len(m.parts) && m.ranks[m.next] == rank {
 		k := m.next
 		m.next++
@@ -183,14 +190,14 @@ func (p *pass) multiStep(m *multiRec) {
 			return
 		}
 		if res.kind != place.Static && res.kind != place.Availability {
-			full |= uint64(1) << uint(pi)
+			waits |= uint64(1) << uint(k)
 		}
 	}
 	last := m.next == len(m.parts)
 	if !m.decided && (deciding >= 0 || last) {
 		k := max(deciding, 0) // none passed the gates: the first record's gate
-		full &^= uint64(1) << uint(m.parts[k])
-		if !p.decideMulti(m, k, !last) {
+		waits &^= uint64(1) << uint(k)
+		if !p.decideMulti(m, k) {
 			return // consider started it
 		}
 		if m.preempting() {
@@ -199,7 +206,9 @@ func (p *pass) multiStep(m *multiRec) {
 			last = true
 		}
 	}
-	p.blocked |= full
+	for ; waits != 0; waits &= waits - 1 {
+		p.waitIn(m, bits.TrailingZeros64(waits))
+	}
 	if last {
 		if m.decided {
 			p.emitMulti(m)
@@ -220,24 +229,62 @@ func (p *pass) multiStep(m *multiRec) {
 }
 
 // decideMulti decides m's job as a job of its record k's partition alone
-// (consider on a copy of its entry, at its priority there). With hold the
-// decision is kept in m (see pass.hold), to be emitted at its last record;
-// m notes whether it made the pass's reservation. It reports false when
-// consider started the job (only known with hold: without, consider
-// emitted its decision, if any).
-func (p *pass) decideMulti(m *multiRec, k int, hold bool) bool {
+// (consider on a copy of its entry, at its priority there). The decision
+// is kept in m (see pass.hold), to be emitted at its last record, and m
+// notes whether it made the pass's reservation. It reports false when
+// consider started the job.
+func (p *pass) decideMulti(m *multiRec, k int) bool {
 	c := m.q
 	c.flags &^= qMulti
 	c.part, c.prio = m.parts[k], m.prios[k]
 	prios := p.prios
 	p.prios = nil // prioOf reads c.prio
-	if hold {
-		p.hold = m
-	}
+	p.hold = m
 	p.consider(&c)
 	p.hold, p.prios = nil, prios
 	m.resv = p.resv != nil && p.resv.Job == m.q.name
-	return !hold || m.decided
+	return m.decided
+}
+
+// waitIn is m's record k, after its decision, where its job waits for
+// resources. With backfill, the record takes over its decision, as a job
+// of that partition alone blocked there (stageBackfill: its reason, the
+// pass's reservation when none is made), when the job would start there
+// first: its decision was not a wait for resources (a partition without
+// the nodes it needs: never), or the pass has no reservation yet, or the
+// job holds it and would start here before it starts (then it is moved
+// here). Slurm keeps the partition of the earliest start; a tie keeps the
+// earlier record (higher tier). Otherwise, or once it began preempting,
+// the record marks its partition blocked (its later jobs read Priority).
+func (p *pass) waitIn(m *multiRec, k int) {
+	pi := int(m.parts[k])
+	q := &m.q
+	q.part = int32(pi)
+	take := false
+	switch {
+	case !p.t.s.cfg.Policy.Backfill || m.preempting():
+	case m.d.Reason != ReasonResources && m.d.Reason != ReasonPriority, p.resv == nil:
+		take = true
+	case m.resv:
+		req := *p.requestIn(q, pi)
+		req.AvoidReserved = false
+		take = p.startsBefore(&req, p.place(&req, q.shape).shape)
+	}
+	if !take {
+		p.blocked |= uint64(1) << uint(pi)
+		return
+	}
+	if m.resv {
+		p.unreserve()
+		m.resv = false
+	}
+	req := p.requestIn(q, pi)
+	res := p.place(req, q.shape)
+	p.blk = blocked{j: q.j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
+		d: Decision{Job: q.name, Filtered: p.shareFiltered(res.shape), Nodes: len(p.views)}}
+	stageBackfill(p, &p.blk)
+	m.d, m.withD = p.blk.d, true
+	m.resv = p.resv != nil && p.resv.Job == q.name
 }
 
 // preempting reports whether m's decision is a wait for room its job

@@ -375,6 +375,70 @@ func TestMultiPartitionRandomKeepsInvariants(t *testing.T) {
 	}
 }
 
+// TestMultiPartitionReservesWhereSoonest: a job of -p hi,lo that fits in
+// neither reserves in the partition where it starts soonest, here lo (its
+// node frees up in 30 minutes, hi's in 2.5 hours), with lo's reason: lo's
+// job of lower priority that would run past that start does not backfill
+// onto the node it waits for, as it would with the reservation in hi.
+func TestMultiPartitionReservesWhereSoonest(t *testing.T) {
+	t.Parallel()
+	h := tierHarness(t, Config{Weights: Weights{Age: DefaultWeightAge, Partition: DefaultWeightPartition}})
+	h.submitJob(job(1, 1, 0, inPart("hi", 4), limit(3*time.Hour)))
+	h.submitJob(job(4, 1, 0, inPart("lo", 4), limit(time.Hour)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 1, 0, inPart("hi,lo", 8), limit(time.Hour)))
+	h.tick(30 * time.Minute) // job 2 outranks job 6 in lo
+	c := h.submitJob(job(6, 1, 0, inPart("lo", 4), limit(2*time.Hour)))
+	h.wantState(6, loomv1.JobState_PENDING, ReasonPriority)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	end4 := h.job(4).GetStartTime().AsTime().Add(time.Hour)
+	v := views.Job(h.s, jobName(2), h.now)
+	if !slices.Equal(v.GetSchedNodes(), []string{"b-0001"}) || !v.GetExpectedStartTime().AsTime().Equal(end4) {
+		t.Fatalf("job 2 reserved %v from %v; want b-0001 (lo) from %v", v.GetSchedNodes(), v.GetExpectedStartTime().AsTime(), end4)
+	}
+	if len(c.Reservations) != 1 || c.Reservations[0].Job != jobName(2) {
+		t.Fatalf("reservations %+v; want job 2's alone", c.Reservations)
+	}
+}
+
+// TestMultiPartitionReservesFirstOnTie: a job of -p hi,lo that starts as
+// soon in either keeps the reservation of the first by tier, hi.
+func TestMultiPartitionReservesFirstOnTie(t *testing.T) {
+	t.Parallel()
+	h := tierHarness(t, Config{})
+	begin := func(j *loomv1.Job) { j.BeginTime = timestamppb.New(h.now.Add(10 * time.Minute)) }
+	h.submitJob(job(1, 1, 0, inPart("hi", 4), limit(time.Hour), begin))
+	h.submitJob(job(4, 1, 0, inPart("lo", 4), limit(time.Hour), begin))
+	h.tick(10 * time.Minute) // both start in one pass: their ends tie
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 1, 0, inPart("hi,lo", 8), limit(time.Hour)))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	if v := views.Job(h.s, jobName(2), h.now); !slices.Equal(v.GetSchedNodes(), []string{"a-0001"}) {
+		t.Fatalf("job 2 reserved %v; want a-0001 (hi, the first by tier)", v.GetSchedNodes())
+	}
+}
+
+// TestMultiPartitionReasonWhereItCanStart: a job of -p hi,lo whose hi has
+// no node, lo full, waits for lo's resources (lo's reason, lo's
+// reservation), not for hi's nodes that do not exist.
+func TestMultiPartitionReasonWhereItCanStart(t *testing.T) {
+	t.Parallel()
+	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(twoPoolCluster(
+		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
+		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
+	h.poolNode("b-0001", "b")
+	h.submitJob(job(1, 1, 0, inPart("lo", 8), limit(time.Hour)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 1, 0, inPart("hi,lo", 8)))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	if v := views.Job(h.s, jobName(2), h.now); !slices.Equal(v.GetSchedNodes(), []string{"b-0001"}) {
+		t.Fatalf("job 2 reserved %v; want b-0001 (lo)", v.GetSchedNodes())
+	}
+}
+
 // TestMultiPartitionStartReleasesReservation: a job of -p hi,lo that
 // reserved hi's node at its record in hi, then starts in lo in the same
 // pass, gives the reservation back: a later job of a partition over both

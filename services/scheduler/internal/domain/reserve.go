@@ -349,20 +349,45 @@ func (p *pass) availableAt(r *place.Request, i int32) (time.Time, bool) {
 // running jobs' time limits), kept from every later job that would not end
 // before the reservation starts (EASY backfill).
 func (p *pass) reserve(j *Job, r *place.Request, sc *place.Shape) {
-	if len(sc.Avail) < r.Nodes {
+	slots := p.soonest(r, sc)
+	if slots == nil {
 		return
 	}
-	type slot struct {
-		i   int32
-		at  time.Time
-		inf bool
+	res := Reservation{Job: j.Name(), Cluster: p.name}
+	res.Start, res.Unbounded = p.slotsStart(slots)
+	for _, s := range slots {
+		p.views[s.i].Reserved = true
+		p.reservedViews = append(p.reservedViews, s.i)
+		res.Nodes = append(res.Nodes, p.views[s.i].Node.Hostname)
 	}
-	slots := make([]slot, 0, len(sc.Avail))
+	slices.Sort(res.Nodes)
+	p.resv = &res
+	if gap := res.Start.Sub(p.t.now); gap > -1<<61 && gap < 1<<61 {
+		p.resvGap, p.resvGapOK = gap, true
+	}
+	p.t.c.Reservations = append(p.t.c.Reservations, res)
+}
+
+// resvSlot is a node a reservation may take, and when r fits there.
+type resvSlot struct {
+	i   int32
+	at  time.Time
+	inf bool
+}
+
+// soonest returns the r.Nodes nodes of sc.Avail where r fits soonest as
+// the runs there end (unbounded last, then by view), or nil when sc.Avail
+// has too few.
+func (p *pass) soonest(r *place.Request, sc *place.Shape) []resvSlot {
+	if len(sc.Avail) < r.Nodes {
+		return nil
+	}
+	slots := make([]resvSlot, 0, len(sc.Avail))
 	for _, i := range sc.Avail {
 		at, inf := p.availableAt(r, i)
-		slots = append(slots, slot{i, at, inf})
+		slots = append(slots, resvSlot{i, at, inf})
 	}
-	slices.SortFunc(slots, func(a, b slot) int {
+	slices.SortFunc(slots, func(a, b resvSlot) int {
 		switch {
 		case a.inf != b.inf:
 			if a.inf {
@@ -374,31 +399,41 @@ func (p *pass) reserve(j *Job, r *place.Request, sc *place.Shape) {
 		}
 		return int(a.i - b.i)
 	})
-	res := Reservation{Job: j.Name(), Cluster: p.name}
-	for _, s := range slots[:r.Nodes] {
-		p.views[s.i].Reserved = true
-		p.reservedViews = append(p.reservedViews, s.i)
-		res.Nodes = append(res.Nodes, p.views[s.i].Node.Hostname)
+	return slots[:r.Nodes]
+}
+
+// slotsStart is when a reservation of slots starts: when the last of them
+// frees up (now when all are free), unbounded when one never does.
+func (p *pass) slotsStart(slots []resvSlot) (start time.Time, unbounded bool) {
+	for _, s := range slots {
 		if s.inf {
-			res.Unbounded = true
-		} else if s.at.After(res.Start) {
-			res.Start = s.at
+			unbounded = true
+		} else if s.at.After(start) {
+			start = s.at
 		}
 	}
-	if res.Start.IsZero() {
-		res.Start = p.t.now
+	if start.IsZero() {
+		start = p.t.now
 	}
-	slices.Sort(res.Nodes)
-	p.resv = &res
-	if gap := res.Start.Sub(p.t.now); gap > -1<<61 && gap < 1<<61 {
-		p.resvGap, p.resvGapOK = gap, true
+	return start, unbounded
+}
+
+// startsBefore reports whether r, in sc's nodes, would start before the
+// pass's reservation does (a job of several partitions that holds it
+// compares its other partitions: multipart.go).
+func (p *pass) startsBefore(r *place.Request, sc *place.Shape) bool {
+	slots := p.soonest(r, sc)
+	if slots == nil {
+		return false
 	}
-	p.t.c.Reservations = append(p.t.c.Reservations, res)
+	start, unbounded := p.slotsStart(slots)
+	return !unbounded && (p.resv.Unbounded || start.Before(p.resv.Start))
 }
 
 // unreserve takes the pass's reservation back: its job, of several
-// partitions, started in another of them (multipart.go). Its nodes are
-// free for every later job again, and the change no longer holds it. The shapes found for jobs that
+// partitions, started in another of them or reserves in one where it
+// starts sooner (multipart.go). Its nodes are free for every later job
+// again, and the change no longer holds it. The shapes found for jobs that
 // kept off the reserved nodes (AvoidReserved) dropped those nodes for good
 // (Refresh only drops): they are scanned again when next needed.
 func (p *pass) unreserve() {
