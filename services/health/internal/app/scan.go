@@ -20,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/healthcheck"
+	"github.com/loom-ml/loom/libs/noderate"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -214,7 +215,7 @@ type Scanner struct {
 	drops   map[string]*dropLog
 	// buckets hold each node to its rate on the records it signs on the
 	// telemetry topic, as the app's own (SetNodeRate).
-	buckets *domain.NodeBuckets
+	buckets *noderate.Buckets
 }
 
 // DropCheckAddr is loom_health_dropped_total's reason for an

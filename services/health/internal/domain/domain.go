@@ -22,6 +22,7 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/noderate"
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -117,8 +118,8 @@ type State struct {
 	// silence is judged by that partition's lag: behindFor).
 	partOf map[string]int
 	// buckets are the nodes' token buckets on their telemetry records
-	// (only of nodes heard lately: NodeBuckets.Prune).
-	buckets *NodeBuckets
+	// (only of nodes heard lately: noderate.Buckets.Prune).
+	buckets *noderate.Buckets
 	// telemetry is each node's latest GpuTelemetry (rates, ListNodeHealth).
 	telemetry map[string]*eventsv1.GpuTelemetry
 	// xids is each node's last_xid per GPU as last judged

@@ -3,7 +3,7 @@ package domain
 import (
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/loom-ml/loom/libs/noderate"
 )
 
 // Record is how a consumed event reached health: what the domain needs to
@@ -211,54 +211,17 @@ func (s *State) admit(now time.Time, rec Record) bool {
 // Buckets is how many nodes' token buckets are kept (for tests).
 func (s *State) Buckets() int { return s.buckets.Len() }
 
-// NodeBuckets are the nodes' token buckets on the records they sign on the
-// telemetry topic (Config.NodeRate, NodeBurst), kept only for the nodes
-// heard lately: a bucket that filled up again is a new one, and Prune
-// forgets it. Each consumer group that reads the topic keeps its own (the
-// app's, the scans'). It is not safe for concurrent use.
-type NodeBuckets struct {
-	rate  rate.Limit
-	burst int
-	m     map[string]*rate.Limiter
-}
-
-// NewNodeBuckets returns empty buckets of perSecond records a second and
-// burst at once (DefaultNodeRate, DefaultNodeBurst when 0).
-func NewNodeBuckets(perSecond float64, burst int) *NodeBuckets {
+// NewNodeBuckets returns the nodes' token buckets on the records they sign
+// on the telemetry topic (Config.NodeRate, NodeBurst): perSecond records a
+// second and burst at once (DefaultNodeRate, DefaultNodeBurst when 0). Each
+// consumer group that reads the topic keeps its own (the app's, the
+// scans').
+func NewNodeBuckets(perSecond float64, burst int) *noderate.Buckets {
 	if perSecond <= 0 {
 		perSecond = DefaultNodeRate
 	}
 	if burst <= 0 {
 		burst = DefaultNodeBurst
 	}
-	return &NodeBuckets{rate: rate.Limit(perSecond), burst: burst, m: map[string]*rate.Limiter{}}
+	return noderate.New(perSecond, burst)
 }
-
-// Allowed reports whether node has a token at now (Take takes it).
-func (b *NodeBuckets) Allowed(now time.Time, node string) bool {
-	l := b.m[node]
-	return l == nil || l.TokensAt(now) >= 1
-}
-
-// Take takes a token from node's bucket at now.
-func (b *NodeBuckets) Take(now time.Time, node string) {
-	l := b.m[node]
-	if l == nil {
-		l = rate.NewLimiter(b.rate, b.burst)
-		b.m[node] = l
-	}
-	l.AllowN(now, 1)
-}
-
-// Prune forgets the buckets that have filled up again: a full bucket is a
-// new one, so memory holds only the nodes that sent records lately.
-func (b *NodeBuckets) Prune(now time.Time) {
-	for node, l := range b.m {
-		if l.TokensAt(now) >= float64(b.burst) {
-			delete(b.m, node)
-		}
-	}
-}
-
-// Len is how many nodes' buckets are kept.
-func (b *NodeBuckets) Len() int { return len(b.m) }
