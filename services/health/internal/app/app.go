@@ -20,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/noderate"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -51,9 +52,9 @@ type App struct {
 	hook func(ctx context.Context, ev envelope.Event) error
 	// metrics counts checks and remediations (RegisterMetrics); under mu.
 	metrics *metrics
-	// drops counts the records dropped unhandled, by reason, and says so
-	// in the log at most once every dropLogEvery per reason; under mu.
-	drops map[string]*dropLog
+	// drops sums up the records dropped unhandled, by reason and node, in
+	// the log at most once every noderate.LogEvery per reason.
+	drops *noderate.DropLog
 }
 
 // New returns an app over st that declares a node UNHEALTHY after timeout of
@@ -66,7 +67,7 @@ func New(st *store.Store, timeout time.Duration, now func() time.Time, log *slog
 // NewWith is New with the whole policy: silence, mass silence, remediation
 // and telemetry thresholds.
 func NewWith(st *store.Store, cfg domain.Config, now func() time.Time, log *slog.Logger) *App {
-	a := &App{st: st, cfg: cfg, now: now, log: log, state: domain.NewStateWith(cfg), drops: map[string]*dropLog{}}
+	a := &App{st: st, cfg: cfg, now: now, log: log, state: domain.NewStateWith(cfg), drops: noderate.NewDropLog(log, dropLogMsg)}
 	a.drv = store.NewDriver(st, a.reload)
 	return a
 }

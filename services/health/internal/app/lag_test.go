@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/noderate"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -207,5 +208,54 @@ func TestDropLogNamesTheNode(t *testing.T) {
 	}
 	if !strings.Contains(line, "reason=rate") || !strings.Contains(line, "latest.node="+n+" ") || strings.Contains(line, "BADKEY") {
 		t.Fatalf("drop log %q, want reason=rate and latest.node=%s", line, n)
+	}
+}
+
+// TestDropLogSumsUpEveryFloodingNode: the drop log, one line per reason
+// every noderate.LogEvery, counts the drops since its last line by node
+// (by_node="n1=5 n2=2"), so that an operator sees every node flooding the
+// telemetry topic, not only the one whose record happened to come last.
+func TestDropLogSumsUpEveryFloodingNode(t *testing.T) {
+	t.Parallel()
+	st, clk, ctx := onRedis(t)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	a := NewWith(st, domain.Config{Timeout: 15 * time.Second, NodeRate: 0.001, NodeBurst: 1}, clk.now, log)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n1, n2 = "projects/default/clusters/c1/nodes/gpu-0001", "projects/default/clusters/c1/nodes/gpu-0002"
+	offset := int64(0)
+	send := func(n string, times int) {
+		t.Helper()
+		for range times {
+			ev := envelope.New(topics.NodeTelemetry, n, "loom/agent", &eventsv1.Heartbeat{Node: n})
+			ev.Signer, ev.Offset, ev.HighWaterMark, ev.Time = "nodes/"+n, offset, offset+1, clk.now()
+			offset++
+			if err := a.Handle(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Each node's first record passes; n1's second is dropped and logged
+	// at once; then n1 drops 4 more, n2 2, within the 10 s.
+	send(n1, 2)
+	send(n2, 1)
+	send(n1, 4)
+	send(n2, 2)
+	clk.advance(noderate.LogEvery)
+	send(n2, 1) // the line: 4 of n1's since the first line, 3 of n2's
+	var lines []string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, "records dropped unhandled") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("drop log lines %q, want 2", lines)
+	}
+	want := `reason=rate dropped=7 nodes=2 by_node="` + n1 + `=4 ` + n2 + `=3"`
+	if !strings.Contains(lines[1], want) || !strings.Contains(lines[1], "latest.node="+n2+" ") {
+		t.Fatalf("drop log %q, want %s and latest.node=%s", lines[1], want, n2)
 	}
 }

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/noderate"
 	"github.com/loom-ml/loom/libs/telemetry"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -50,42 +50,42 @@ type metrics struct {
 // node's name: a label per node would grow with the fleet).
 var dropReasons = []string{domain.DropRate, DropScanRate, DropCheckAddr}
 
-// dropLogEvery is how often at most the log says, per reason, that records
-// were dropped (with how many since it last said so): a flood of them must
-// not become a flood of log lines.
-const dropLogEvery = 10 * time.Second
+// dropLogMsg is the drop log's line (noderate.DropLog): at most one every
+// noderate.LogEvery per reason, summing up the drops since the last: how
+// many, by how many nodes, the nodes that dropped the most with their
+// counts (by_node=), and the latest record (latest.node=, latest.type=…).
+const dropLogMsg = "records dropped unhandled"
 
-// dropLog is one reason's drops since the log last said so.
-type dropLog struct {
-	said  time.Time
-	since int
-}
-
-// logDropped counts a record dropped for reason (m nil: not counted) and logs it, at most once
-// every dropLogEvery for the reason, with args (key-value pairs: the node,
-// the event) of the latest. Callers hold mu (the Scanner its own).
-func logDropped(drops map[string]*dropLog, m *metrics, log *slog.Logger, now time.Time, reason string, args ...any) {
+// logDropped counts a record dropped for reason (m nil: not counted) and
+// notes it in drops, with args (key-value pairs: the node, the event) of
+// the record; the node it is counted against is the value of "node", or
+// of "signer" when args have no "node".
+func logDropped(drops *noderate.DropLog, m *metrics, now time.Time, reason string, args ...any) {
 	if m != nil {
 		m.dropped.WithLabelValues(reason).Inc()
 	}
-	d := drops[reason]
-	if d == nil {
-		d = &dropLog{}
-		drops[reason] = d
+	drops.Note(now, reason, dropNode(args), args...)
+}
+
+// dropNode is the node args (key-value pairs) name: "node"'s value, else
+// "signer"'s.
+func dropNode(args []any) string {
+	var signer string
+	for i := 0; i+1 < len(args); i += 2 {
+		v, _ := args[i+1].(string)
+		switch args[i] {
+		case "node":
+			return v
+		case "signer":
+			signer = v
+		}
 	}
-	d.since++
-	if !d.said.IsZero() && now.Sub(d.said) < dropLogEvery {
-		return
-	}
-	// The latest record's attributes (its node: the flooder, for a rate)
-	// as a group: latest.node=…, latest.event=….
-	log.Warn("records dropped unhandled", "reason", reason, "dropped", d.since, slog.Group("latest", args...))
-	d.said, d.since = now, 0
+	return signer
 }
 
 // dropped is logDropped for the app's records. Callers hold mu.
 func (a *App) dropped(reason string, args ...any) {
-	logDropped(a.drops, a.metrics, a.log, a.now(), reason, args...)
+	logDropped(a.drops, a.metrics, a.now(), reason, args...)
 }
 
 // Dropped counts and logs a record another part of health (the scans)

@@ -212,7 +212,7 @@ type Scanner struct {
 	// dropped counts and logs what the scans refuse (SetDropped; nil: only
 	// logged); drops rate-limits its log.
 	dropped func(reason string, args ...any)
-	drops   map[string]*dropLog
+	drops   *noderate.DropLog
 	// buckets hold each node to its rate on the records it signs on the
 	// telemetry topic, as the app's own (SetNodeRate).
 	buckets *noderate.Buckets
@@ -245,7 +245,7 @@ func (s *Scanner) SetDropped(f func(reason string, args ...any)) { s.dropped = f
 // none) is told each verdict health decides. Start loads it.
 func NewScanner(st *store.Store, cfg scan.Config, now func() time.Time, log *slog.Logger,
 	onVerdict func(ctx context.Context, r *loomv1.HealthCheckResult)) *Scanner {
-	s := &Scanner{st: st, cfg: cfg, now: now, log: log, onVerdict: onVerdict, state: scan.NewState(cfg), drops: map[string]*dropLog{},
+	s := &Scanner{st: st, cfg: cfg, now: now, log: log, onVerdict: onVerdict, state: scan.NewState(cfg), drops: noderate.NewDropLog(log, dropLogMsg),
 		buckets: domain.NewNodeBuckets(0, 0)}
 	s.drv = store.NewDriver(st, s.reload)
 	return s
@@ -351,7 +351,7 @@ func (s *Scanner) drop(reason string, args ...any) {
 	if s.dropped != nil {
 		s.dropped(reason, args...)
 	} else {
-		logDropped(s.drops, nil, s.log, s.now(), reason, args...)
+		logDropped(s.drops, nil, s.now(), reason, args...)
 	}
 }
 

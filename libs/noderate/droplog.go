@@ -1,0 +1,126 @@
+package noderate
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// LogEvery is how often at most a DropLog says, per reason, what was
+// dropped: a flood of drops must not become a flood of log lines.
+const LogEvery = 10 * time.Second
+
+// Bounds of a DropLog's summary.
+const (
+	// MaxNamed is how many nodes a summary line names, those that
+	// dropped the most first; the others are only counted (others=).
+	MaxNamed = 10
+	// maxTracked bounds the nodes counted apart per reason between two
+	// lines; the drops of nodes past it are counted as untracked.
+	maxTracked = 4096
+)
+
+// DropLog logs records dropped unhandled, at most once every LogEvery per
+// reason, in one line that sums up the drops since the last: how many in
+// all, how many nodes dropped records, and the MaxNamed nodes that dropped
+// the most with their counts (by_node="n1=500 n2=12"), so that an
+// operator sees every node flooding, not only the latest; and the latest
+// record's attributes as a group (latest.node=, latest.type=, ...). It is
+// safe for concurrent use.
+type DropLog struct {
+	log *slog.Logger
+	msg string
+
+	mu      sync.Mutex
+	reasons map[string]*tally
+}
+
+// tally is one reason's drops since its last line.
+type tally struct {
+	said   time.Time
+	total  int
+	byNode map[string]int
+	// untracked counts the drops of nodes past maxTracked.
+	untracked int
+}
+
+// NewDropLog returns a DropLog writing msg lines to log.
+func NewDropLog(log *slog.Logger, msg string) *DropLog {
+	return &DropLog{log: log, msg: msg, reasons: map[string]*tally{}}
+}
+
+// Note counts a record of node ("" when the record names none) dropped for
+// reason at now, and writes the reason's line when it has not for
+// LogEvery; latest are the record's attributes (key-value pairs).
+func (d *DropLog) Note(now time.Time, reason, node string, latest ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := d.reasons[reason]
+	if t == nil {
+		t = &tally{byNode: map[string]int{}}
+		d.reasons[reason] = t
+	}
+	t.total++
+	if _, ok := t.byNode[node]; ok || len(t.byNode) < maxTracked {
+		t.byNode[node]++
+	} else {
+		t.untracked++
+	}
+	if !t.said.IsZero() && now.Sub(t.said) < LogEvery {
+		return
+	}
+	byNode, others := Summary(t.byNode, MaxNamed)
+	args := []any{"reason", reason, "dropped", t.total, "nodes", len(t.byNode), "by_node", byNode}
+	if others > 0 || t.untracked > 0 {
+		args = append(args, "others", others+t.untracked)
+	}
+	args = append(args, slog.Group("latest", latest...))
+	d.log.Warn(d.msg, args...)
+	t.said, t.total, t.untracked = now, 0, 0
+	clear(t.byNode)
+}
+
+// Summary is counts as "name=count" pairs, separated by spaces, of the max
+// greatest counts (greatest first, then by name), and the sum of the
+// counts left out. A name is quoted (%q) when it holds a space, an '=' or
+// a character that is not printable.
+func Summary(counts map[string]int, max int) (string, int) {
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(counts[b], counts[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	var sb strings.Builder
+	others := 0
+	for i, n := range names {
+		if i >= max {
+			others += counts[n]
+			continue
+		}
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%s=%d", quoted(n), counts[n])
+	}
+	return sb.String(), others
+}
+
+// quoted is name as a summary shows it.
+func quoted(name string) string {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return r == ' ' || r == '=' || r == '"' || !strconv.IsPrint(r)
+	}) {
+		return fmt.Sprintf("%q", name)
+	}
+	return name
+}
