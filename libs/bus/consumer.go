@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"runtime/debug"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/noderate"
 	"github.com/loom-ml/loom/libs/topics"
 )
 
@@ -183,6 +185,21 @@ type ConsumerConfig struct {
 	// for commands, envelope.AcceptNodeEvents (the zero value) for topics
 	// agents write to.
 	Policy envelope.Policy
+	// NodeRate, when positive, holds each node to NodeRate records a
+	// second, NodeBurst at once (at least 1; default 10 x NodeRate), on
+	// the records it signed that this consumer reads (only with a
+	// Verifier: the signer must be verified): past it, a node's record is
+	// dropped, whatever it holds and before its partition is checked — not
+	// handled, not dead-lettered, committed as a skipped record, told to
+	// Passed — and counted on Rejected with reason DropNodeRate, so that
+	// a compromised node costs its readers no more than reading NodeRate
+	// records a second, and other nodes' records on the same partition
+	// come on after its own without waiting. Drops are logged at most once
+	// every 10 s, by node (noderate.DropLog). Services' records are not
+	// limited. Each consumer keeps its own buckets, for the nodes heard
+	// lately.
+	NodeRate  float64
+	NodeBurst int
 	// Rejected, when set, counts refused records by topic and reason
 	// (loom_bus_rejected_total on a service's /metrics): those the
 	// Verifier refuses, and those a handler refuses with a reason of its
@@ -237,7 +254,41 @@ type Consumer struct {
 	// parts holds the topics' partition counts while Run runs with a
 	// Verifier: a node's record must be on its key's partition.
 	parts *partitionCounts
+	// nodes holds each node to NodeRate (nil without one); drops logs
+	// what it drops. Used by Run's handling goroutine only.
+	nodes  *noderate.Buckets
+	drops  *noderate.DropLog
+	pruned time.Time
 }
+
+// Defaults and bounds of a service's consumers' NodeRate and NodeBurst
+// (-bus-node-rate, -bus-node-burst). What an honest agent signs on the
+// topics services read: a heartbeat every 2 s and GPU telemetry every 10 s
+// (its registration, an Xid, a check result now and then); and per step it
+// runs, at most 2 MetricsReported a second (its -metrics-rate), a
+// StepProgress every 5 s (10 a second for 5 s after a signal), a
+// UsageReported every 30 s, and a few StepChanged and TasksChanged as it
+// starts and ends, with its metrics file flushed at the end (up to 1 MiB:
+// about 100 records). Eight steps at once come to under 20 records a
+// second, bursts of under 1000: the defaults are ten times that, and far
+// below what one consumer handles.
+const (
+	DefaultNodeRate  = 200.0
+	DefaultNodeBurst = 4000
+	MaxNodeRate      = 1000000
+	MaxNodeBurst     = 10000000
+)
+
+// DropNodeRate is loom_bus_rejected_total's reason for a node's record
+// dropped past ConsumerConfig.NodeRate (not dead-lettered).
+const DropNodeRate = "node-rate"
+
+// errNodeRate is decode's answer for a node's record past its rate.
+var errNodeRate = errors.New("past its node's rate")
+
+// nodesPruneEvery is how often the node buckets that filled up again are
+// forgotten.
+const nodesPruneEvery = time.Minute
 
 // NewConsumer returns a consumer; dlq writes dead-lettered records (nil: Run
 // opens a producer of its own on cfg.Brokers).
@@ -273,6 +324,13 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 		log: cfg.Logger.With("group", cfg.GroupID),
 	}
 	c.tracer.set(cfg.TracerProvider)
+	if cfg.NodeRate > 0 {
+		if c.cfg.NodeBurst <= 0 {
+			c.cfg.NodeBurst = int(math.Min(math.Ceil(10*cfg.NodeRate), math.MaxInt32))
+		}
+		c.nodes = noderate.New(cfg.NodeRate, c.cfg.NodeBurst)
+		c.drops = noderate.NewDropLog(c.log, "node records dropped past their rate")
+	}
 	return c
 }
 
@@ -527,53 +585,70 @@ func (c *Consumer) runBatches(ctx context.Context, r *kafka.Reader, dlq *Produce
 // handleBatch takes a batch to its end, marking what may be committed; it
 // reports false when the stop cut the handling short.
 func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *committer, ms []kafka.Message) bool {
-	wanted := ms
-	if c.cfg.Filter != nil {
-		wanted = make([]kafka.Message, 0, len(ms))
-		for _, m := range ms {
-			if c.wants(m) {
-				wanted = append(wanted, m)
-			}
+	// Each record is decoded once here, whichever path then takes it: a
+	// node's record takes its token (NodeRate) once.
+	type decoded struct {
+		ev  envelope.Event
+		err error
+	}
+	dec := make([]decoded, len(ms))
+	wanted, ok := 0, 0
+	for i, m := range ms {
+		if !c.wants(m) {
+			dec[i].err = errFiltered
+			continue
+		}
+		wanted++
+		ev, err := c.decode(m)
+		dec[i] = decoded{ev, err}
+		if err == nil {
+			ok++
 		}
 	}
-	if len(wanted) > 1 {
-		evs := make([]envelope.Event, 0, len(wanted))
-		for _, m := range wanted {
-			ev, err := c.decode(m)
-			if err != nil {
-				evs = nil // unknown or malformed: the Handler path says what becomes of it
-				break
+	refused := false
+	if wanted > 1 && ok == wanted {
+		evs := make([]envelope.Event, 0, wanted)
+		for _, d := range dec {
+			if d.err == nil {
+				evs = append(evs, d.ev)
 			}
-			evs = append(evs, ev)
 		}
-		if evs != nil {
-			start := time.Now()
-			err := c.callBatch(ctx, evs)
-			if err == nil {
-				share := time.Since(start) / time.Duration(len(ms))
-				for _, m := range ms {
-					if c.cfg.Passed != nil && len(wanted) < len(ms) && !c.wants(m) {
-						c.cfg.Passed(m.Topic, m.Partition, m.Offset, m.HighWaterMark) // filtered out
-					}
-					commits.mark(m)
-					c.cfg.Metrics.handled(c.cfg.GroupID, m, share)
+		start := time.Now()
+		err := c.callBatch(ctx, evs)
+		if err == nil {
+			share := time.Since(start) / time.Duration(len(ms))
+			for i, m := range ms {
+				if c.cfg.Passed != nil && dec[i].err == errFiltered {
+					c.cfg.Passed(m.Topic, m.Partition, m.Offset, m.HighWaterMark) // filtered out
 				}
-				if c.cfg.CommitInterval < 0 {
-					commits.flush(ctx)
-				}
-				return true
+				commits.mark(m)
+				c.cfg.Metrics.handled(c.cfg.GroupID, m, share)
 			}
-			c.log.Debug("batch refused; handling its records one by one", "records", len(ms), "err", err)
+			if c.cfg.CommitInterval < 0 {
+				commits.flush(ctx)
+			}
+			return true
 		}
+		c.log.Debug("batch refused; handling its records one by one", "records", len(ms), "err", err)
+		refused = true
 	}
-	for _, m := range ms {
-		if !c.handle(ctx, dlq, m) {
+	for i, m := range ms {
+		d := dec[i]
+		if refused && d.err == nil {
+			// Decoded afresh (the batch handler may have changed the
+			// events), without taking another token.
+			d.ev, d.err = c.decodeAs(m, false)
+		}
+		if !c.handleWith(ctx, dlq, m, d.ev, d.err) {
 			return false
 		}
 		c.marked(ctx, commits, m)
 	}
 	return true
 }
+
+// errFiltered marks a record the Filter refused (handleWith).
+var errFiltered = errors.New("filtered out")
 
 // callBatch is call for a BatchHandler.
 func (c *Consumer) callBatch(ctx context.Context, evs []envelope.Event) (err error) {
@@ -727,6 +802,23 @@ func fatalGroupError(err error) bool {
 func (c *Consumer) handle(ctx context.Context, dlq *Producer, m kafka.Message) bool {
 	start := time.Now()
 	done, taken := c.handleRecord(ctx, dlq, m)
+	return c.handled(m, start, done, taken)
+}
+
+// handleWith is handle for m already decoded (ev, err; errFiltered: the
+// Filter refused it).
+func (c *Consumer) handleWith(ctx context.Context, dlq *Producer, m kafka.Message, ev envelope.Event, err error) bool {
+	start := time.Now()
+	done, taken := true, false
+	if err != errFiltered {
+		done, taken = c.handleDecoded(ctx, dlq, m, ev, err)
+	}
+	return c.handled(m, start, done, taken)
+}
+
+// handled counts m's handling, begun at start, and tells Passed of it when
+// it is done without the handler having taken it; it returns done.
+func (c *Consumer) handled(m kafka.Message, start time.Time, done, taken bool) bool {
 	if done {
 		c.cfg.Metrics.handled(c.cfg.GroupID, m, time.Since(start))
 		if !taken && c.cfg.Passed != nil {
@@ -742,11 +834,23 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 	if !c.wants(m) {
 		return true, false
 	}
+	ev, err := c.decode(m)
+	return c.handleDecoded(ctx, dlq, m, ev, err)
+}
+
+// handleDecoded is handleRecord for a wanted record m, decoded (ev, err).
+func (c *Consumer) handleDecoded(ctx context.Context, dlq *Producer, m kafka.Message, ev envelope.Event, err error) (done, taken bool) {
 	// The record's logger is built only when there is something to say:
 	// most records are handled at the first try and say nothing.
 	log := func() *slog.Logger { return c.log.With("topic", m.Topic, "partition", m.Partition, "offset", m.Offset) }
-	ev, err := c.decode(m)
 	switch {
+	case errors.Is(err, errNodeRate):
+		// Dropped, not dead-lettered: a flood must cost no write.
+		if c.cfg.Rejected != nil {
+			c.cfg.Rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", m.Topic), attribute.String("reason", DropNodeRate)))
+		}
+		c.drops.Note(time.Now(), DropNodeRate, ev.Signer, "node", ev.Signer, "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "type", ev.Type, "event", ev.ID)
+		return true, false
 	case errors.Is(err, envelope.ErrRejected):
 		// Not retried: no attempt can make a forged record genuine.
 		reason := envelope.ReasonOf(err)
@@ -800,17 +904,41 @@ func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Mess
 // a node's record must then also be on the partition its key goes to (the
 // key is checked by DecodeVerified, the partition, which the producer
 // chooses and no signature covers, here).
-func (c *Consumer) decode(m kafka.Message) (envelope.Event, error) {
+func (c *Consumer) decode(m kafka.Message) (envelope.Event, error) { return c.decodeAs(m, true) }
+
+// decodeAs is decode; a node's record takes a token of its bucket
+// (NodeRate) only when rated.
+func (c *Consumer) decodeAs(m kafka.Message, rated bool) (envelope.Event, error) {
 	if c.cfg.Verifier == nil {
 		return c.cfg.Registry.Decode(m)
 	}
 	ev, err := c.cfg.Registry.DecodeVerified(m, c.cfg.Verifier, c.cfg.Policy)
+	if rated && c.nodes != nil && strings.HasPrefix(ev.Signer, "nodes/") && !c.admit(ev.Signer) {
+		// ev.Signer is set only once the signature verified: a forger
+		// cannot spend another node's tokens.
+		return ev, errNodeRate
+	}
 	if err == nil && c.parts != nil && strings.HasPrefix(ev.Signer, "nodes/") {
 		if err := c.parts.check(context.Background(), m); err != nil {
 			return ev, fmt.Errorf("decode %s (%s) signed by %s: %w", ev.ID, ev.Type, ev.Signer, err)
 		}
 	}
 	return ev, err
+}
+
+// admit takes a token from node's bucket, reporting false when it has none
+// (ConsumerConfig.NodeRate).
+func (c *Consumer) admit(node string) bool {
+	now := time.Now()
+	if now.Sub(c.pruned) >= nodesPruneEvery {
+		c.nodes.Prune(now)
+		c.pruned = now
+	}
+	if !c.nodes.Allowed(now, node) {
+		return false
+	}
+	c.nodes.Take(now, node)
+	return true
 }
 
 // call runs the handler once with a context that carries the event's trace

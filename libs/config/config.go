@@ -77,6 +77,13 @@ type Common struct {
 	RedisUsername, RedisPassword, RedisPasswordFile string
 	RedisTLS                                        bool
 	RedisTLSCA, RedisTLSCert, RedisTLSKey           string
+	// BusNodeRate and BusNodeBurst hold each node to BusNodeRate records a
+	// second, BusNodeBurst at once, on the records it signs that each of the
+	// service's consumers reads (bus.ConsumerConfig.NodeRate): past it they
+	// are dropped (-bus-node-rate, LOOM_BUS_NODE_RATE; -bus-node-burst,
+	// LOOM_BUS_NODE_BURST; 0: bus.DefaultNodeRate, DefaultNodeBurst).
+	BusNodeRate  float64
+	BusNodeBurst int
 	// Clock is the time the service's domain reads and its loops (ticks,
 	// prunes, heartbeat checks, reconciles) wait on; nil is the real clock.
 	// Tests set a clockwork.FakeClock and advance it instead of waiting.
@@ -122,6 +129,10 @@ func (c *Common) Register(fs *flag.FlagSet, svc, defGRPC, defHTTP string) {
 	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", Env("LOOM_REDIS_TLS_CA", ""), "PEM file of Redis' CA (LOOM_REDIS_TLS_CA)")
 	fs.StringVar(&c.RedisTLSCert, "redis-tls-cert", Env("LOOM_REDIS_TLS_CERT", ""), "client certificate for Redis, PEM (LOOM_REDIS_TLS_CERT)")
 	fs.StringVar(&c.RedisTLSKey, "redis-tls-key", Env("LOOM_REDIS_TLS_KEY", ""), "its key, PEM (LOOM_REDIS_TLS_KEY)")
+	fs.Float64Var(&c.BusNodeRate, "bus-node-rate", EnvFloat("LOOM_BUS_NODE_RATE", 0),
+		"records a second each node may sign on the topics the service reads; past it (and -bus-node-burst) they are dropped unhandled (LOOM_BUS_NODE_RATE; 0: the default, 200)")
+	fs.IntVar(&c.BusNodeBurst, "bus-node-burst", int(EnvInt("LOOM_BUS_NODE_BURST", 0)),
+		"records each node may sign at once above -bus-node-rate (LOOM_BUS_NODE_BURST; 0: the default, 4000)")
 	fs.BoolVar(&c.InsecureBus, "insecure-bus", EnvBool("LOOM_INSECURE_BUS", false),
 		"DEVELOPMENT ONLY: do not sign or verify the bus's records (LOOM_INSECURE_BUS)")
 }

@@ -1,7 +1,9 @@
 // Package noderate holds each node to a rate on the records it signs: a
 // compromised node may write as fast as Kafka takes its records, and every
 // record it writes costs its readers. Health holds the nodes' telemetry to
-// its -node-rate with Buckets.
+// its -node-rate with Buckets, and every verifying bus consumer each node's
+// records to -bus-node-rate (bus.ConsumerConfig.NodeRate); DropLog sums up
+// what they drop.
 package noderate
 
 import (

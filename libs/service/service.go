@@ -128,6 +128,10 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	v.Check(name != "", "name", "is required")
 	v.Check(len(cfg.Brokers) > 0, "brokers", "at least one broker address is required")
 	v.Check(cfg.RedisAddr != "", "redis_addr", "is required")
+	v.Check(cfg.BusNodeRate >= 0 && cfg.BusNodeRate <= bus.MaxNodeRate, "bus_node_rate",
+		"-bus-node-rate (LOOM_BUS_NODE_RATE) must be 0 (the default) up to %d records a second, got %v", bus.MaxNodeRate, cfg.BusNodeRate)
+	v.Check(cfg.BusNodeBurst >= 0 && cfg.BusNodeBurst <= bus.MaxNodeBurst, "bus_node_burst",
+		"-bus-node-burst (LOOM_BUS_NODE_BURST) must be 0 (the default) up to %d records, got %d", bus.MaxNodeBurst, cfg.BusNodeBurst)
 	if err := v.Err(); err != nil {
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
@@ -529,6 +533,15 @@ func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 	}
 	if cfg.Rejected == nil {
 		cfg.Rejected = b.Rejected
+	}
+	if cfg.NodeRate == 0 {
+		cfg.NodeRate, cfg.NodeBurst = b.Config.BusNodeRate, b.Config.BusNodeBurst
+		if cfg.NodeRate == 0 {
+			cfg.NodeRate = bus.DefaultNodeRate
+		}
+		if cfg.NodeBurst == 0 {
+			cfg.NodeBurst = bus.DefaultNodeBurst
+		}
 	}
 	if cfg.Security == nil {
 		cfg.Security = b.Kafka

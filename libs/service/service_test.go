@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -200,6 +202,39 @@ func TestNewValidates(t *testing.T) {
 		if !fields[f] {
 			t.Errorf("violation for %s missing in %v", f, inv)
 		}
+	}
+}
+
+// -bus-node-rate and -bus-node-burst out of bounds (negative, NaN,
+// infinite, too great) stop New with the field named; every consumer Run
+// starts holds each node to them, or to the defaults when they are 0.
+func TestBusNodeRate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg   config.Common
+		field string
+	}{
+		{config.Common{BusNodeRate: -1}, "bus_node_rate"},
+		{config.Common{BusNodeRate: math.NaN()}, "bus_node_rate"},
+		{config.Common{BusNodeRate: math.Inf(1)}, "bus_node_rate"},
+		{config.Common{BusNodeBurst: -1}, "bus_node_burst"},
+		{config.Common{BusNodeBurst: bus.MaxNodeBurst + 1}, "bus_node_burst"},
+	} {
+		c.cfg.Brokers, c.cfg.RedisAddr = []string{"127.0.0.1:1"}, "127.0.0.1:1"
+		_, err := New(context.Background(), "svc", c.cfg)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || len(inv.Violations) != 1 || inv.Violations[0].Field != c.field {
+			t.Errorf("New with %+v = %v, want InvalidArgument on %s", c.cfg, err, c.field)
+		}
+	}
+	h := func(context.Context, envelope.Event) error { return nil }
+	b := &Base{Name: "svc", Telemetry: &telemetry.Telemetry{}}
+	if cfg := b.consumerConfig(Consume{Topics: []string{"t"}, Handler: h}); cfg.NodeRate != bus.DefaultNodeRate || cfg.NodeBurst != bus.DefaultNodeBurst {
+		t.Errorf("consumer's node rate %v/%d, want the defaults %v/%d", cfg.NodeRate, cfg.NodeBurst, bus.DefaultNodeRate, bus.DefaultNodeBurst)
+	}
+	b.Config.BusNodeRate, b.Config.BusNodeBurst = 5, 50
+	if cfg := b.consumerConfig(Consume{Topics: []string{"t"}, Handler: h}); cfg.NodeRate != 5 || cfg.NodeBurst != 50 {
+		t.Errorf("consumer's node rate %v/%d, want -bus-node-rate's 5/50", cfg.NodeRate, cfg.NodeBurst)
 	}
 }
 

@@ -1,0 +1,136 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+)
+
+// A node's records past ConsumerConfig.NodeRate are dropped — not handled,
+// not dead-lettered, counted as node-rate — while another node's records on
+// the same partition, behind the flood, and a service's are handled, and
+// the group's offset passes them all. Both ways of handling (one by one,
+// batches) take the same records.
+func TestNodeFloodIsDroppedPastItsRate(t *testing.T) {
+	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			t.Parallel()
+			broker := startBroker(t)
+			topic := newTopic(t, broker, 1)
+			pub, priv, _ := ed25519.GenerateKey(nil)
+			signerOf := func(node string) *envelope.Signer {
+				npub, npriv, _ := ed25519.GenerateKey(nil)
+				cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: node, Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := envelope.NewNodeSigner(npriv, cert)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			flooder, honest := signerOf("flooder"), signerOf("honest")
+			svc := envelope.NewServiceSigner("provisioner", priv)
+
+			// The flood first (40 records, more than the burst of 3),
+			// then the honest node's 3 and a service's, all on the one
+			// partition, in one write.
+			const flood, burst = 40, 3
+			var ms []kafka.Message
+			var honestIDs []string
+			add := func(s *envelope.Signer, ev envelope.Event) {
+				m, err := envelope.Encode(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Sign(&m)
+				ms = append(ms, m)
+			}
+			for i := range flood {
+				add(flooder, event(topic, "flooder", int32(i)))
+			}
+			for i := range 3 {
+				ev := event(topic, "honest", int32(i))
+				honestIDs = append(honestIDs, ev.ID)
+				add(honest, ev)
+			}
+			fromService := event(topic, "flooder", 99)
+			add(svc, fromService)
+			w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+			t.Cleanup(func() { w.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			for i := range ms {
+				ms[i].Topic = ""
+			}
+			if err := w.WriteMessages(ctx, ms...); err != nil {
+				t.Fatal(err)
+			}
+
+			rejected, reader := rejectedCounter(t)
+			var handled seen
+			var passed atomic.Int64
+			cfg := bus.ConsumerConfig{
+				Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+				Verifier: envelope.NewVerifier(pub, nil), Rejected: rejected,
+				NodeRate: 0.001, NodeBurst: burst, Logger: testLogger(t),
+				Passed: func(string, int, int64, int64) { passed.Add(1) },
+			}
+			h := func(ctx context.Context, ev envelope.Event) error { handled.add(ev); return nil }
+			c := bus.NewConsumer(cfg, newProducer(t, broker), h)
+			if batched {
+				c.WithBatch(func(ctx context.Context, evs []envelope.Event) error {
+					for _, ev := range evs {
+						handled.add(ev)
+					}
+					return nil
+				}, 16)
+			}
+			rctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- c.Run(rctx) }()
+			t.Cleanup(func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			})
+
+			total := int64(len(ms))
+			testkit.WaitFor(t, wait, "the group's offset past every record", func() (bool, error) {
+				off, err := committedOffset(broker, "g", topic, 0)
+				return off == total, err
+			})
+			for _, id := range append(honestIDs, fromService.ID) {
+				if handled.count(id) != 1 {
+					t.Errorf("record %s handled %d times, want once", id, handled.count(id))
+				}
+			}
+			if n := len(handled.ids()); n != burst+len(honestIDs)+1 {
+				t.Errorf("%d records handled, want the flooder's burst (%d), the honest node's 3 and the service's", n, burst)
+			}
+			if counted := rejectedByReason(t, reader); counted[bus.DropNodeRate] != flood-burst || len(counted) != 1 {
+				t.Errorf("loom_bus_rejected_total by reason: %v, want %s: %d", counted, bus.DropNodeRate, flood-burst)
+			}
+			if n := records(t, broker, topic+topics.DLQSuffix, 1); n != 0 {
+				t.Errorf("%d records dead-lettered, want none: a flood must cost no write", n)
+			}
+			if passed := passed.Load(); passed != flood-burst {
+				t.Errorf("Passed told of %d records, want the %d dropped", passed, flood-burst)
+			}
+		})
+	}
+}
