@@ -61,3 +61,29 @@ func TestExitCodeKeepsSignalApart(t *testing.T) {
 		t.Errorf("srun's stderr %q, want %q", errb.String(), want)
 	}
 }
+
+// TestSrunExitIsOverTasks: srun's exit status is its tasks', as a real Slurm
+// 22.05's srun gave it, not the step's ExitCode: a task killed by SIGKILL on
+// one node and one that exited 3 on another end the step 3:0 but srun 137;
+// tasks that exited 5, 7 and 0 end the step 0:0 (its node's last task) but
+// srun 7.
+func TestSrunExitIsOverTasks(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		step *loomv1.JobStep
+		want int
+	}{
+		{&loomv1.JobStep{State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001", "gpu-0002"}, TasksPerNode: []int32{1, 1},
+			TaskExitCodes: []int32{3, 137}, TaskExitSignals: []int32{0, 9}, ExitCode: 3, ExitSignal: proto.Int32(0)}, 137},
+		{&loomv1.JobStep{State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001"}, TasksPerNode: []int32{3},
+			TaskExitCodes: []int32{5, 7, 0}, TaskExitSignals: []int32{0, 0, 0}, ExitCode: 0, ExitSignal: proto.Int32(0)}, 7},
+		{&loomv1.JobStep{State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001"}, TasksPerNode: []int32{2},
+			TaskExitCodes: []int32{200, 137}, TaskExitSignals: []int32{0, 9}, ExitCode: 137, ExitSignal: proto.Int32(9)}, 137},
+	} {
+		cm := &cmd{name: "srun", stdout: &strings.Builder{}, stderr: &strings.Builder{}}
+		var e *Error
+		if err := cm.stepOutcome(c.step, "30.0"); !errors.As(err, &e) || e.Code != c.want {
+			t.Errorf("srun for tasks %v/%v exits %v, want %d", c.step.GetTaskExitCodes(), c.step.GetTaskExitSignals(), err, c.want)
+		}
+	}
+}

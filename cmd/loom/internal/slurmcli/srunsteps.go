@@ -370,6 +370,31 @@ func (c *cmd) forwardResizes(fd int, dir string) (stop func()) {
 	}
 }
 
+// srunExit is srun's exit status for a step whose tasks ended with codes
+// (and sigs, nil: not said), as Slurm 22.05's srun keeps it over its tasks
+// (launch_slurm.c _task_finish): a task killed by a signal beats every exit,
+// the highest signal n giving 128+n, else the highest exit code. The step's
+// own ExitCode can differ (it is slurmstepd's: a node's last task's end).
+// With no task codes, the step's.
+func srunExit(step *loomv1.JobStep, codes, sigs []int32) int32 {
+	if len(codes) == 0 {
+		return step.GetExitCode()
+	}
+	var code, sig int32
+	for rank, c := range codes {
+		var s *int32
+		if sigs != nil {
+			s = &sigs[rank]
+		}
+		st, g := exitParts(c, s)
+		code, sig = max(code, st), max(sig, g)
+	}
+	if sig > 0 {
+		return 128 + sig
+	}
+	return code
+}
+
 // readsMore reports whether r has more to read (into buf).
 func readsMore(r io.Reader, buf []byte) bool {
 	n, _ := io.ReadFull(r, buf)
@@ -377,7 +402,7 @@ func readsMore(r io.Reader, buf []byte) bool {
 }
 
 // stepOutcome reports how a step's tasks ended, as srun does, and returns
-// the exit status: the highest task exit code. A node whose tasks never
+// the exit status (srunExit). A node whose tasks never
 // started (launch_failed) is reported as Slurm 22.05's srun reports a node
 // that refused the launch, "Task launch for StepId=12.0 failed on node
 // gpu-0002: why", then "Application launch failed: why" and "Job step
@@ -436,7 +461,7 @@ func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 	if step.GetState() == loomv1.JobState_CANCELLED {
 		fmt.Fprintf(c.stderr, "srun: error: step %s %s\n", stepID, strings.ToLower(reasonOr(step.GetReason(), "cancelled")))
 	}
-	worst := step.GetExitCode()
+	worst := srunExit(step, codes, sigs)
 	if worst == 0 && step.GetState() != loomv1.JobState_COMPLETED {
 		if step.GetReason() != "" && step.GetState() != loomv1.JobState_CANCELLED {
 			fmt.Fprintf(c.stderr, "srun: error: step %s: %s\n", stepID, step.GetReason())

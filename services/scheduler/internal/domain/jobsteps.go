@@ -1134,6 +1134,39 @@ func historySteps(j *Job, run func(key string) *Run) ([]*loomv1.JobStep, int32) 
 	return out, omitted
 }
 
+// slurmStepExit is an ended step's exit code and signal as Slurm 22.05 finds
+// them (its signals known). On each node, slurmstepd's _get_exit_code: the
+// first task, by rank, that a signal killed, else the node's last task's
+// end (its MAX is taken with a field still 0, so a last task that exited 0
+// hides an earlier one's 5: a real 22.05 and Slurm's master both do so).
+// Over the nodes, slurmctld's _step_partial_comp: the highest wait(2)
+// status, code<<8|signal. So a node's SIGKILL beats its other task's exit
+// 3 (0:9), but another node's exit 3 beats it (3:0).
+func slurmStepExit(s *JobStep) (code, sig int32) {
+	status := func(rank int) int32 {
+		if s.ExitSignals[rank] > 0 {
+			return s.ExitSignals[rank]
+		}
+		return s.ExitCodes[rank] << 8
+	}
+	best, rank := -1, 0
+	for _, n := range s.Tasks {
+		node := -1
+		for i := 0; i < int(n) && rank < len(s.ExitCodes); i, rank = i+1, rank+1 {
+			if node < 0 || s.ExitSignals[node] == 0 {
+				node = rank
+			}
+		}
+		if node >= 0 && (best < 0 || status(node) > status(best)) {
+			best = node
+		}
+	}
+	if best < 0 {
+		return 0, 0
+	}
+	return s.ExitCodes[best], s.ExitSignals[best]
+}
+
 func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 	out := &loomv1.JobStep{
 		Name: resname.StepIn(j.Name(), s.ID), Job: j.Name(), StepId: s.ID, Attempt: r.Attempt,
@@ -1148,18 +1181,14 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		out.NumTasks += c
 	}
 	if s.Ended() {
-		for _, c := range s.ExitCodes {
-			out.ExitCode = max(out.ExitCode, c)
-		}
 		if len(s.ExitSignals) == len(s.ExitCodes) {
-			// The signal of the task whose code is the step's.
-			sig := int32(0)
-			for rank, c := range s.ExitCodes {
-				if c == out.ExitCode {
-					sig = max(sig, s.ExitSignals[rank])
-				}
+			code, sig := slurmStepExit(s)
+			out.ExitCode, out.ExitSignal = code, &sig
+		} else {
+			// Signals not said (a step from before): the highest code.
+			for _, c := range s.ExitCodes {
+				out.ExitCode = max(out.ExitCode, c)
 			}
-			out.ExitSignal = &sig
 		}
 		out.EndTime = timestamppb.New(s.End)
 	}

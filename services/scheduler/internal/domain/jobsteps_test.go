@@ -872,6 +872,43 @@ func TestStepRequestsAreBoundedOverall(t *testing.T) {
 	}
 }
 
+// A step ends as Slurm 22.05's does (a real one showed each case): on a
+// node, its first task killed by a signal, else its last task's end; over
+// the nodes, the highest wait(2) status (code<<8|signal). So a SIGKILL
+// beats an exit 200 on its node (0:9), another node's exit 3 beats a
+// SIGKILL (3:0), and a node's last task that exited 0 hides an earlier
+// task's 5 (0:0).
+func TestStepExitIsSlurms(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	end := func(step int32, a, b []int32, sa, sb []int32) *loomv1.JobStep {
+		h.t.Helper()
+		h.do(createStep(fmt.Sprint("s", step)))
+		h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: step, Node: nodeName("a"), Cluster: cl,
+			State: eventsv1.StepState_STEP_EXITED, ExitCodes: a, ExitSignals: sa})
+		h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: step, Node: nodeName("b"), Cluster: cl,
+			State: eventsv1.StepState_STEP_EXITED, ExitCodes: b, ExitSignals: sb})
+		return h.jobStep(step)
+	}
+	for i, c := range []struct {
+		a, b, sa, sb []int32
+		code, sig    int32
+	}{
+		{a: []int32{3, 137}, sa: []int32{0, 9}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 137, sig: 9},
+		{a: []int32{200, 137}, sa: []int32{0, 9}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 137, sig: 9},
+		{a: []int32{137, 143}, sa: []int32{9, 15}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 137, sig: 9},
+		{a: []int32{0, 3}, sa: []int32{0, 0}, b: []int32{137, 0}, sb: []int32{9, 0}, code: 3, sig: 0},
+		{a: []int32{5, 0}, sa: []int32{0, 0}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 0, sig: 0},
+		{a: []int32{5, 3}, sa: []int32{0, 0}, b: []int32{0, 1}, sb: []int32{0, 0}, code: 3, sig: 0},
+	} {
+		s := end(int32(i), c.a, c.b, c.sa, c.sb)
+		if s.GetExitCode() != c.code || s.ExitSignal == nil || s.GetExitSignal() != c.sig {
+			t.Errorf("case %d (a %v/%v, b %v/%v): step ended %d signal %d (said: %t), want %d signal %d",
+				i, c.a, c.sa, c.b, c.sb, s.GetExitCode(), s.GetExitSignal(), s.ExitSignal != nil, c.code, c.sig)
+		}
+	}
+}
+
 // A program killed by signal n and one that exited 128+n end with the same
 // code: the agents' signals keep them apart, for the job, its run and its
 // job steps (Slurm's ExitCode 0:9 and 137:0), and a report without them
@@ -884,9 +921,11 @@ func TestExitSignalReachesJobRunAndSteps(t *testing.T) {
 		State: eventsv1.StepState_STEP_EXITED, ExitCodes: []int32{137, 0}, ExitSignals: []int32{9, 0}})
 	h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: 0, Node: nodeName("b"), Cluster: cl,
 		State: eventsv1.StepState_STEP_EXITED, ExitCodes: []int32{130, 137}, ExitSignals: []int32{0, 0}})
-	if s := h.jobStep(0); s.GetExitCode() != 137 || s.ExitSignal == nil || s.GetExitSignal() != 9 ||
+	// Node b's last task exited 137 (35072 as wait(2) says) above node a's
+	// SIGKILL (9): the step's end is b's, as Slurm's (slurmStepExit).
+	if s := h.jobStep(0); s.GetExitCode() != 137 || s.ExitSignal == nil || s.GetExitSignal() != 0 ||
 		!reflect.DeepEqual(s.GetTaskExitSignals(), []int32{9, 0, 0, 0}) {
-		t.Fatalf("step %v: want exit 137 by signal 9, task signals 9 0 0 0", s)
+		t.Fatalf("step %v: want exit 137 by no signal, task signals 9 0 0 0", s)
 	}
 	h.do(createStep("r2"))
 	h.tasks(1, "a", eventsv1.StepState_STEP_EXITED, 0, 0)
