@@ -435,6 +435,26 @@ func (s *jobSelector) matchRow(r jobRow) bool {
 	return s.tasks[r.id]
 }
 
+// tasksOf is a matching row as the selector names it: a pending array
+// record's row whose tasks are asked for by A_i (not the whole array by A)
+// gives a row per task asked for, as Slurm's "scontrol show job A_2" prints
+// that task (ArrayTaskId=2, its own StdOut); any other row is itself.
+func (s *jobSelector) tasksOf(r jobRow) []jobRow {
+	if s == nil || len(r.pending) < 2 || s.jobs[r.job.GetJobId()] || s.jobs[r.job.GetArrayJobId()] {
+		return []jobRow{r}
+	}
+	var out []jobRow
+	for _, i := range r.pending {
+		if id := fmt.Sprintf("%s_%d", r.arrayJobID, i); s.tasks[id] {
+			out = append(out, jobRow{job: r.job, id: id, arrayJobID: r.arrayJobID, arrayTask: strconv.Itoa(i), pending: []int{i}})
+		}
+	}
+	if len(out) == 0 {
+		return []jobRow{r}
+	}
+	return out
+}
+
 // listJobs fetches the jobs of the cluster filter (all clusters when
 // unset) from the gateway, every page of them (at the largest page size:
 // the fewest calls).

@@ -212,8 +212,10 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 				}
 			}
 		}
-		jobRecord(r, view, derived).write(b, oneliner)
-		n++
+		for _, t := range sel.tasksOf(r) {
+			jobRecord(t, view, derived).write(b, oneliner)
+			n++
+		}
 	}
 	if n == 0 {
 		if id != "" {
