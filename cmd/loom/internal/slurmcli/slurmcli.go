@@ -346,6 +346,54 @@ func (c *cmd) oneCluster(v string) (string, error) {
 	return v, nil
 }
 
+// maxClusters bounds a -M list ("a,b,...") a command walks one by one.
+const maxClusters = 16
+
+// clusterList checks a -M value that may be Slurm's list ("a,b"): the
+// clusters in order, each once, at most maxClusters; "all" is refused by
+// name (Loom's CLI has no list of every cluster to walk).
+func (c *cmd) clusterList(v string) ([]string, error) {
+	v = strings.TrimSpace(v)
+	if strings.EqualFold(v, "all") {
+		return nil, c.errorf("-M %s: Loom's %s takes a list of clusters with -M, not 'all'", v, c.name)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			return nil, c.errorf("-M %s: an empty cluster name in the list", v)
+		}
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	if len(out) > maxClusters {
+		return nil, c.errorf("-M: at most %d clusters, got %d", maxClusters, len(out))
+	}
+	return out, nil
+}
+
+// forEachCluster runs body once per cluster of clusters (-M's list) with
+// c.env.Cluster set to it, as Slurm's _multi_cluster walks its list; with
+// none, once as the command is (LOOM_CLUSTER or every cluster). The
+// command's cluster is restored after.
+func (c *cmd) forEachCluster(clusters []string, body func(i int) error) error {
+	if len(clusters) == 0 {
+		return body(0)
+	}
+	saved := c.env.Cluster
+	defer func() { c.env.Cluster = saved }()
+	for i, cl := range clusters {
+		c.env.Cluster = cl
+		if err := body(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // clusterFilter is the full name of -M / LOOM_CLUSTER, or "" (all).
 func (c *cmd) clusterFilter() string {
 	cl := strings.TrimSpace(c.env.Cluster)

@@ -271,7 +271,8 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	var nodeHosts []string
 	var sel *jobSelector
 	jobsFlag, long, start, noHeader, steps := false, false, false, false, false
-	clusterLine := false // -M: "CLUSTER: NAME" before the table
+	clusterLine := false  // -M: "CLUSTER: NAME" before the table
+	var clusters []string // -M's list, walked one by one
 	stepList := ""
 	iterate := 0
 	formatSet, cliFormat, cliLongFormat := false, false, false
@@ -314,7 +315,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		case "long":
 			long = true
 		case "clusters":
-			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+			if clusters, err = c.clusterList(o.value); err != nil {
 				return err
 			}
 			clusterLine = true
@@ -427,20 +428,34 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 		}
 		view.now = c.env.nowIn(c.loc)
 		var out string
-		if steps {
-			stepFormat := ""
-			if formatSet {
-				stepFormat = formatStr
+		// Each cluster of -M's list in turn, its table after a "CLUSTER:
+		// NAME" line, a blank line between two (Slurm's _multi_cluster).
+		err := c.forEachCluster(clusters, func(i int) error {
+			var one string
+			var err error
+			if steps {
+				stepFormat := ""
+				if formatSet {
+					stepFormat = formatStr
+				}
+				one, err = c.squeueSteps(ctx, q, stepList, stepFormat, noHeader)
+			} else {
+				one, err = c.squeueOnce(ctx, q, f, table, view, perTask, sortSpec, noHeader)
 			}
-			out, err = c.squeueSteps(ctx, q, stepList, stepFormat, noHeader)
-		} else {
-			out, err = c.squeueOnce(ctx, q, f, table, view, perTask, sortSpec, noHeader)
-		}
+			if err != nil {
+				return err
+			}
+			if clusterLine && !noHeader {
+				if i > 0 {
+					out += "\n"
+				}
+				one = c.clusterLine() + one
+			}
+			out += one
+			return nil
+		})
 		if err != nil {
 			return err
-		}
-		if clusterLine && !noHeader {
-			out = c.clusterLine() + out
 		}
 		if (long || iterate > 0) && !noHeader { // as Slurm's print_date: not with -h
 			out = view.now.Format(ctimeLayout) + "\n" + out
