@@ -65,8 +65,8 @@ func TestExitCodeKeepsSignalApart(t *testing.T) {
 // TestSrunExitIsOverTasks: srun's exit status is its tasks', as a real Slurm
 // 22.05's srun gave it, not the step's ExitCode: a task killed by SIGKILL on
 // one node and one that exited 3 on another end the step 3:0 but srun 137;
-// tasks that exited 5, 7 and 0 end the step 0:0 (its node's last task) but
-// srun 7.
+// tasks that exited 5, 7 and 0 end srun 7 whatever the step's record says
+// (Slurm's shows 0:0 there, its node's last task).
 func TestSrunExitIsOverTasks(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

@@ -1135,13 +1135,15 @@ func historySteps(j *Job, run func(key string) *Run) ([]*loomv1.JobStep, int32) 
 }
 
 // slurmStepExit is an ended step's exit code and signal as Slurm 22.05 finds
-// them (its signals known). On each node, slurmstepd's _get_exit_code: the
-// first task, by rank, that a signal killed, else the node's last task's
-// end (its MAX is taken with a field still 0, so a last task that exited 0
-// hides an earlier one's 5: a real 22.05 and Slurm's master both do so).
-// Over the nodes, slurmctld's _step_partial_comp: the highest wait(2)
-// status, code<<8|signal. So a node's SIGKILL beats its other task's exit
-// 3 (0:9), but another node's exit 3 beats it (3:0).
+// them (its signals known), but for one quirk. On each node, slurmstepd's
+// _get_exit_code: the first task, by rank, that a signal killed, else the
+// node's highest exit code. Over the nodes, slurmctld's _step_partial_comp:
+// the highest wait(2) status, code<<8|signal. So a node's SIGKILL beats its
+// other task's exit 3 (0:9), but another node's exit 3 beats it (3:0).
+// The quirk not copied: Slurm's slurmstepd takes its MAX against a field
+// still 0 and so keeps a node's LAST task's end, showing tasks that exited
+// 5, 7, 0 as 0:0 (a real 22.05 and Slurm's master do): a step that failed
+// would read as a success, so Loom shows 7:0 there.
 func slurmStepExit(s *JobStep) (code, sig int32) {
 	status := func(rank int) int32 {
 		if s.ExitSignals[rank] > 0 {
@@ -1153,7 +1155,9 @@ func slurmStepExit(s *JobStep) (code, sig int32) {
 	for _, n := range s.Tasks {
 		node := -1
 		for i := 0; i < int(n) && rank < len(s.ExitCodes); i, rank = i+1, rank+1 {
-			if node < 0 || s.ExitSignals[node] == 0 {
+			switch {
+			case node >= 0 && s.ExitSignals[node] > 0: // the first signalled task stays
+			case node < 0 || s.ExitSignals[rank] > 0 || s.ExitCodes[rank] > s.ExitCodes[node]:
 				node = rank
 			}
 		}

@@ -873,11 +873,12 @@ func TestStepRequestsAreBoundedOverall(t *testing.T) {
 }
 
 // A step ends as Slurm 22.05's does (a real one showed each case): on a
-// node, its first task killed by a signal, else its last task's end; over
+// node, its first task killed by a signal, else its highest exit code; over
 // the nodes, the highest wait(2) status (code<<8|signal). So a SIGKILL
-// beats an exit 200 on its node (0:9), another node's exit 3 beats a
-// SIGKILL (3:0), and a node's last task that exited 0 hides an earlier
-// task's 5 (0:0).
+// beats an exit 200 on its node (0:9) and another node's exit 3 beats a
+// SIGKILL (3:0). Where Slurm keeps a node's last task's end (tasks that
+// exited 5, 0 show 0:0 there), Loom keeps the 5: a failed step never reads
+// as a success (slurmStepExit).
 func TestStepExitIsSlurms(t *testing.T) {
 	t.Parallel()
 	h := batchOnTwo(t)
@@ -898,8 +899,9 @@ func TestStepExitIsSlurms(t *testing.T) {
 		{a: []int32{200, 137}, sa: []int32{0, 9}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 137, sig: 9},
 		{a: []int32{137, 143}, sa: []int32{9, 15}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 137, sig: 9},
 		{a: []int32{0, 3}, sa: []int32{0, 0}, b: []int32{137, 0}, sb: []int32{9, 0}, code: 3, sig: 0},
-		{a: []int32{5, 0}, sa: []int32{0, 0}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 0, sig: 0},
-		{a: []int32{5, 3}, sa: []int32{0, 0}, b: []int32{0, 1}, sb: []int32{0, 0}, code: 3, sig: 0},
+		{a: []int32{5, 0}, sa: []int32{0, 0}, b: []int32{0, 0}, sb: []int32{0, 0}, code: 5, sig: 0},
+		{a: []int32{5, 3}, sa: []int32{0, 0}, b: []int32{0, 1}, sb: []int32{0, 0}, code: 5, sig: 0},
+		{a: []int32{0, 0}, sa: []int32{0, 0}, b: []int32{2, 137}, sb: []int32{0, 9}, code: 137, sig: 9},
 	} {
 		s := end(int32(i), c.a, c.b, c.sa, c.sb)
 		if s.GetExitCode() != c.code || s.ExitSignal == nil || s.GetExitSignal() != c.sig {
