@@ -601,6 +601,16 @@ func (a *App) JobGoodput(name string) (*loomv1.Goodput, error) {
 // since, as of now, or an error wrapping errs.NotFound for an unknown cluster.
 func (a *App) ClusterGoodput(cluster string, since time.Time) (*loomv1.Goodput, error) {
 	a.mu.RLock()
+	indexed := a.state.ClusterJobsIndexed()
+	a.mu.RUnlock()
+	if !indexed {
+		// Built at the first call, not at the load: a restart's first
+		// decision does not wait for an index only this view reads.
+		a.mu.Lock()
+		a.state.IndexClusterJobs()
+		a.mu.Unlock()
+	}
+	a.mu.RLock()
 	defer a.mu.RUnlock()
 	g := a.state.ClusterGoodput(cluster, since, a.now())
 	if g == nil {

@@ -44,6 +44,7 @@ func clusterGoodputWalk(s *State, cluster string, since, now time.Time) *loomv1.
 // windows that begin before, at, and just after the jobs' ends.
 func checkClusterJobs(t *testing.T, label string, s *State, now time.Time) {
 	t.Helper()
+	s.IndexClusterJobs() // built at the first check; kept by every change after
 	n := 0
 	for cluster, names := range s.clusterJobs {
 		if len(names) == 0 {

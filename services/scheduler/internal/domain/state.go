@@ -47,7 +47,9 @@ type State struct {
 	// jobs, under its job's cluster), so that what reads one cluster's
 	// jobs (ClusterGoodput) walks those, not every cluster's. Names, not
 	// versions: only a job's arrival, departure or move changes it, so
-	// the pass's hot paths (a new reason, a start) never touch it. Apart
+	// the pass's hot paths (a new reason, a start) never touch it. nil
+	// until IndexClusterJobs builds it, so that a restart's load does not
+	// pay for it (the app builds it at the first ClusterGoodput). Apart
 	// from byCluster, whose entries say which clusters a pass knows.
 	clusterJobs map[string]map[string]struct{}
 	// active: runs that still hold an allocation, by key.
@@ -175,23 +177,22 @@ type nodeAlloc struct {
 // fields take their defaults).
 func NewState(cfg Config) *State {
 	return &State{
-		cfg:         cfg.Defaults(),
-		clusters:    map[string]*Cluster{},
-		nodes:       map[string]*Node{},
-		jobs:        map[string]*Job{},
-		runs:        map[string]*Run{},
-		arrays:      map[string]*Array{},
-		usage:       map[string]*Usage{},
-		byCluster:   map[string]*clusterIndex{},
-		clusterJobs: map[string]map[string]struct{}{},
-		active:      map[string]*Run{},
-		alloc:       map[string]*nodeAlloc{},
-		draining:    map[string]bool{},
-		healthOut:   map[string]bool{},
-		prologHeld:  map[string]bool{},
-		wake:        map[string]time.Time{},
-		reserved:    map[string]Reservation{},
-		assocs:      map[assocKey]*assoc{},
+		cfg:        cfg.Defaults(),
+		clusters:   map[string]*Cluster{},
+		nodes:      map[string]*Node{},
+		jobs:       map[string]*Job{},
+		runs:       map[string]*Run{},
+		arrays:     map[string]*Array{},
+		usage:      map[string]*Usage{},
+		byCluster:  map[string]*clusterIndex{},
+		active:     map[string]*Run{},
+		alloc:      map[string]*nodeAlloc{},
+		draining:   map[string]bool{},
+		healthOut:  map[string]bool{},
+		prologHeld: map[string]bool{},
+		wake:       map[string]time.Time{},
+		reserved:   map[string]Reservation{},
+		assocs:     map[assocKey]*assoc{},
 	}
 }
 
@@ -713,7 +714,7 @@ func (s *State) loadJobs(jobs []*Job) bool {
 		s.jobs = map[string]*Job{}
 		return false
 	}
-	s.loadClusterJobs(jobs)
+	s.clusterJobs = nil // built again when asked for
 	// The jobs went in without relist: project lists made before (of a
 	// state with no jobs) are dropped, and the next list makes them anew.
 	s.lists = nil
@@ -810,20 +811,28 @@ func (s *State) indexJob(cluster, name string) {
 	m[name] = struct{}{}
 }
 
-// loadClusterJobs indexes the bulk load's jobs by cluster, each cluster's
-// set sized once.
-func (s *State) loadClusterJobs(jobs []*Job) {
+// ClusterJobsIndexed says whether IndexClusterJobs has built the index of
+// each cluster's jobs since the last bulk load (ClusterGoodput walks every
+// job without it).
+func (s *State) ClusterJobsIndexed() bool { return s.clusterJobs != nil }
+
+// IndexClusterJobs builds the index of each cluster's jobs, each cluster's
+// set sized once; from then on every change of the jobs keeps it. It
+// writes the state: the caller holds it exclusively.
+func (s *State) IndexClusterJobs() {
+	if s.clusterJobs != nil {
+		return
+	}
 	counts := map[string]int{}
-	for _, j := range jobs {
+	for _, j := range s.jobs {
 		counts[j.Job.GetCluster()]++
 	}
+	s.clusterJobs = make(map[string]map[string]struct{}, len(counts))
 	for c, n := range counts {
-		if s.clusterJobs[c] == nil {
-			s.clusterJobs[c] = make(map[string]struct{}, n)
-		}
+		s.clusterJobs[c] = make(map[string]struct{}, n)
 	}
-	for _, j := range jobs {
-		s.clusterJobs[j.Job.GetCluster()][j.Name()] = struct{}{}
+	for name, j := range s.jobs {
+		s.clusterJobs[j.Job.GetCluster()][name] = struct{}{}
 	}
 }
 
@@ -929,7 +938,8 @@ func (s *State) putJob(name string, j *Job) {
 		}
 	}
 	s.relist(old, j)
-	moved := had && (j == nil || old.Job.GetCluster() != j.Job.GetCluster())
+	indexed := s.clusterJobs != nil
+	moved := indexed && had && (j == nil || old.Job.GetCluster() != j.Job.GetCluster())
 	if moved {
 		s.unindexJob(old.Job.GetCluster(), name)
 	}
@@ -937,7 +947,7 @@ func (s *State) putJob(name string, j *Job) {
 		delete(s.jobs, name)
 		return
 	}
-	if !had || moved {
+	if indexed && (!had || moved) {
 		s.indexJob(j.Job.GetCluster(), name)
 	}
 	pending := j.Pending()

@@ -204,7 +204,8 @@ func (s *State) JobGoodput(name string, now time.Time) *loomv1.Goodput {
 // the retention's EndedAge) that ended at or after since. Each job counts
 // whole (its whole wall time, not the part inside the window), so a job
 // counts the same before and after it is pruned. nil when the cluster is
-// unknown. It reads the cluster's live jobs (clusterJobs), not every
+// unknown. It reads the cluster's live jobs (clusterJobs, once
+// IndexClusterJobs has built it; every job until then), not every
 // cluster's, and the pruned jobs' records by the hour of their end
 // (endedindex.go): those of one hour, and each later hour's sum.
 func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goodput {
@@ -213,14 +214,23 @@ func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goo
 	}
 	var total goodput.Total
 	var runs []*jobstore.RunRecord
-	for name := range s.clusterJobs[cluster] {
-		j := s.jobs[name]
+	add := func(j *Job) {
 		if j.Terminal() && j.Job.GetEndTime() != nil && j.Job.GetEndTime().AsTime().Before(since) {
-			continue
+			return
 		}
 		runs = s.appendRuns(runs[:0], j)
 		f := goodput.Figures(j.Job, runs, now)
 		total.Add(&f)
+	}
+	if s.clusterJobs == nil {
+		for _, j := range s.jobs {
+			if j.Job.GetCluster() == cluster {
+				add(j)
+			}
+		}
+	}
+	for name := range s.clusterJobs[cluster] {
+		add(s.jobs[name])
 	}
 	s.endedGoodput(cluster, since, &total)
 	return total.Goodput(cluster)
