@@ -46,6 +46,31 @@ func (r *Repo) Account(ctx context.Context, project, id string) (*loomv1.Account
 	return a, nil
 }
 
+// AccountAsStored is Account with the account's bytes as stored, for a
+// write conditioned on them (ExpectAccount).
+func (r *Repo) AccountAsStored(ctx context.Context, project, id string) (*loomv1.Account, []byte, error) {
+	b, err := r.st.HGet(ctx, KeyAccountsPrefix+project, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, fmt.Errorf("account %s of project %s: %w", id, project, errs.NotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("account %s of project %s: %w: %w", id, project, errs.Unavailable, err)
+	}
+	a := &loomv1.Account{}
+	if err := proto.Unmarshal(b, a); err != nil {
+		return nil, nil, fmt.Errorf("account %s of project %s: decode: %w", id, project, err)
+	}
+	return a, b, nil
+}
+
+// ExpectAccount makes tx apply only while the account id of project is
+// stored as stored (the bytes AccountAsStored returned): Apply then fails
+// with an error wrapping store.ErrConflict, writing nothing, when another
+// write changed or removed it in between.
+func ExpectAccount(tx *store.Tx, project, id string, stored []byte) {
+	tx.IfHField(KeyAccountsPrefix+project, id, stored)
+}
+
 // Accounts returns the stored accounts of project, by id.
 func (r *Repo) Accounts(ctx context.Context, project string) ([]*loomv1.Account, error) {
 	raw, err := r.st.HGetAll(ctx, KeyAccountsPrefix+project)

@@ -125,10 +125,16 @@ func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRe
 	if err != nil {
 		return nil, err
 	}
-	cur, err := g.repo.Account(ctx, project, id)
+	cur, raw, err := g.repo.AccountAsStored(ctx, project, id)
 	if err != nil {
 		return nil, err
 	}
+	// The write holds only while the account and every parent the walk
+	// below reads are as read: two moves at once (a under b, b under a)
+	// would each pass the walk and make a loop together, and two updates
+	// of different fields would each write back the other's old value.
+	tx := &store.Tx{}
+	adapters.ExpectAccount(tx, project, id, raw)
 	// Walk up from the new parent: meeting the account itself would make
 	// a loop. The tree is at most MaxAccountsPerProject deep.
 	for p, depth := parent, 0; p != "" && p != domain.RootAccount; depth++ {
@@ -136,7 +142,7 @@ func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRe
 			return nil, errs.Invalid("account.parent_account", "%s is under %s: making it %s's parent would make a loop; move %s first",
 				parent, id, id, parent)
 		}
-		a, err := g.repo.Account(ctx, project, p)
+		a, raw, err := g.repo.AccountAsStored(ctx, project, p)
 		if errors.Is(err, errs.NotFound) && p == parent {
 			return nil, errs.Invalid("account.parent_account", "no account %q in project %s", parent, project)
 		}
@@ -146,10 +152,10 @@ func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRe
 		if depth > domain.MaxAccountsPerProject {
 			return nil, fmt.Errorf("account %s: its parents make a loop: %w", p, errs.FailedPrecondition)
 		}
+		adapters.ExpectAccount(tx, project, p, raw)
 		p = a.GetParentAccount()
 	}
 	next := apply(cur)
-	tx := &store.Tx{}
 	if err := adapters.PutAccount(tx, project, next); err != nil {
 		return nil, err
 	}
@@ -159,11 +165,23 @@ func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRe
 	}
 	tx.Emit(cmd)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-		return nil, fmt.Errorf("update account %s: %w", next.GetName(), err)
+		return nil, changedMeanwhile("update account "+id, "the account or one of its new parents", err)
 	}
 	g.opt.Log.InfoContext(ctx, "account updated", "account", next.GetName(), "parent", next.GetParentAccount(),
 		"fairshare", next.GetFairshare(), "update_mask", req.GetUpdateMask().GetPaths())
 	return next, nil
+}
+
+// changedMeanwhile is the error of an Apply that wrote what (a call on
+// accounts) conditioned on what it read: when one of the conditions no
+// longer held (store.ErrConflict: what, the things read, changed between
+// the read and the write), Aborted telling the caller to read again and
+// retry, nothing having been written; any other error as it is.
+func changedMeanwhile(write, read string, err error) error {
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("%s: %s changed meanwhile (another call wrote it); nothing was written: read again and retry: %w", write, read, errs.Aborted)
+	}
+	return fmt.Errorf("%s: %w", write, err)
 }
 
 // SetAssociation adds a user to an account of the project, or replaces the

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// raceRounds is how many times each race below is run: each round
+// releases its calls together, so a check-then-write that is not one step
+// loses in some of them.
+const raceRounds = 25
+
+// together runs calls at once (released by one channel close) and returns
+// their errors, in order.
+func together(calls ...func() error) []error {
+	errc := make([]error, len(calls))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Go(func() {
+			<-start
+			errc[i] = call()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errc
+}
+
+// wantRaceLoser checks the error of a call that lost a race: nil (it won),
+// or one of codes (what the call answers when it decides after the winner
+// wrote), or Aborted saying to retry (it decided before and wrote after).
+func wantRaceLoser(t *testing.T, what string, err error, codes_ ...codes.Code) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	c := status.Code(err)
+	if c == codes.Aborted {
+		wantAcctCode(t, err, codes.Aborted, "meanwhile", "retry")
+		return
+	}
+	for _, want := range codes_ {
+		if c == want {
+			return
+		}
+	}
+	t.Fatalf("%s: %v, want OK, %v or Aborted", what, err, codes_)
+}
+
+func (h *harness) createAccounts(t *testing.T, ctx context.Context, accts ...*loomv1.Account) {
+	t.Helper()
+	for _, a := range accts {
+		if _, err := h.accounts().CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: a}, h.call("pat")); err != nil {
+			t.Fatalf("create %s: %v", a.GetName(), err)
+		}
+	}
+}
+
+// storedAccounts is the project's accounts by id, as ListAccounts shows them.
+func (h *harness) storedAccounts(t *testing.T, ctx context.Context) map[string]*loomv1.Account {
+	t.Helper()
+	out := map[string]*loomv1.Account{}
+	l, err := h.accounts().ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project, PageSize: 1000}, h.call("vic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range l.GetAccounts() {
+		out[a.GetName()[len("projects/default/accounts/"):]] = a
+	}
+	return out
+}
+
+// TestUpdateAccountRace: UpdateAccount's write holds only while the
+// account and every parent its loop check read are as read. Moving a under
+// b and b under a at once leaves no loop (one of them is refused: the loop
+// check, or Aborted); two updates of one account with different masks at
+// once lose neither change (the later one is Aborted unless it read the
+// first's write).
+func TestUpdateAccountRace(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	update := func(name string, a *loomv1.Account, paths ...string) func() error {
+		return func() error {
+			a.Name = "projects/default/accounts/" + name
+			_, err := acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: a, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}}, h.call("pat"))
+			return err
+		}
+	}
+	for round := range raceRounds {
+		a, b, c := fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round), fmt.Sprintf("c%d", round)
+		h.createAccounts(t, ctx, &loomv1.Account{Name: a}, &loomv1.Account{Name: b}, &loomv1.Account{Name: c})
+		errc := together(
+			update(a, &loomv1.Account{ParentAccount: b}, "parent_account"),
+			update(b, &loomv1.Account{ParentAccount: a}, "parent_account"),
+			update(c, &loomv1.Account{Description: "shared"}, "description"),
+			update(c, &loomv1.Account{Fairshare: 7}, "fairshare"),
+		)
+		if errc[0] == nil && errc[1] == nil {
+			t.Fatalf("round %d: %s under %s and %s under %s both succeeded: a loop", round, a, b, b, a)
+		}
+		wantRaceLoser(t, "move "+a, errc[0], codes.InvalidArgument)
+		wantRaceLoser(t, "move "+b, errc[1], codes.InvalidArgument)
+		wantRaceLoser(t, "describe "+c, errc[2])
+		wantRaceLoser(t, "share "+c, errc[3])
+		stored := h.storedAccounts(t, ctx)
+		for _, id := range []string{a, b} {
+			seen := map[string]bool{}
+			for p := id; p != "root"; p = stored[p].GetParentAccount() {
+				if seen[p] || stored[p] == nil {
+					t.Fatalf("round %d: the parents of %s make a loop or lead nowhere: %v", round, id, seen)
+				}
+				seen[p] = true
+			}
+		}
+		if got := stored[c]; (errc[2] == nil && got.GetDescription() != "shared") || (errc[3] == nil && got.GetFairshare() != 7) {
+			t.Fatalf("round %d: %s stored as %v, after the description (%v) and the fairshare (%v) updates: one was lost",
+				round, c, got, errc[2], errc[3])
+		}
+	}
+}
