@@ -131,3 +131,63 @@ func TestUpdateAccountRace(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteAccountRace: DeleteAccount checks that nothing points at the
+// account (no sub-account, no user) and then deletes it; CreateAccount
+// (parent = it), UpdateAccount (moved under it) and SetAssociation (a user
+// added to it) check that it exists and then write. Each round releases
+// the delete and one of them together: whichever writes second is refused
+// (Aborted, or its own check), and an account that is gone leaves no
+// sub-account and no association pointing at it.
+func TestDeleteAccountRace(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	for round := range 2 * raceRounds {
+		x, kid, moved, user := fmt.Sprintf("x%d", round), fmt.Sprintf("k%d", round), fmt.Sprintf("m%d", round), fmt.Sprintf("u%d", round)
+		h.createAccounts(t, ctx, &loomv1.Account{Name: x}, &loomv1.Account{Name: moved})
+		rival, what := func() error {
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: kid, ParentAccount: x}}, h.call("pat"))
+			return err
+		}, "create "+kid+" under it"
+		switch round % 3 {
+		case 1:
+			rival, what = func() error {
+				_, err := acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: &loomv1.Account{Name: "projects/default/accounts/" + moved, ParentAccount: x},
+					UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"parent_account"}}}, h.call("pat"))
+				return err
+			}, "move "+moved+" under it"
+		case 2:
+			rival, what = func() error {
+				_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: x, User: user}}, h.call("pat"))
+				return err
+			}, "add "+user+" to it"
+		}
+		errc := together(func() error {
+			_, err := acc.DeleteAccount(ctx, &loomv1.DeleteAccountRequest{Name: "projects/default/accounts/" + x}, h.call("pat"))
+			return err
+		}, rival)
+		wantRaceLoser(t, "delete "+x, errc[0], codes.FailedPrecondition)
+		wantRaceLoser(t, what, errc[1], codes.InvalidArgument)
+		if errc[0] == nil && errc[1] == nil {
+			t.Fatalf("round %d: delete %s and %s both succeeded", round, x, what)
+		}
+		stored := h.storedAccounts(t, ctx)
+		if stored[x] != nil {
+			continue
+		}
+		for id, a := range stored {
+			if a.GetParentAccount() == x {
+				t.Fatalf("round %d: %s was deleted but %s is under it", round, x, id)
+			}
+		}
+		l, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: user}, h.call("vic"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.GetAssociations()) > 0 {
+			t.Fatalf("round %d: %s was deleted but %s is in it", round, x, user)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sort"
@@ -27,6 +28,12 @@ const (
 	// KeyAssocDefaultPrefix + project is a hash: user → their default
 	// account, what a submission without --account is charged to.
 	KeyAssocDefaultPrefix = "assocdefault:"
+	// KeyAccountRefsPrefix + project is a hash: account id → a token that
+	// every write pointing something at the account (a sub-account made or
+	// moved under it, a user added to it) sets anew (ReferAccount), and
+	// that DeleteAccount's write is conditioned on (ExpectAccountRefs), so
+	// that the two never both pass.
+	KeyAccountRefsPrefix = "accountrefs:"
 )
 
 // AssocField is an association's field in its project's hash. Neither a
@@ -69,6 +76,38 @@ func (r *Repo) AccountAsStored(ctx context.Context, project, id string) (*loomv1
 // write changed or removed it in between.
 func ExpectAccount(tx *store.Tx, project, id string, stored []byte) {
 	tx.IfHField(KeyAccountsPrefix+project, id, stored)
+}
+
+// AccountRefs returns the token of the account id of project that
+// ReferAccount last set (nil: none since it was made), for DeleteAccount's
+// write to be conditioned on (ExpectAccountRefs).
+func (r *Repo) AccountRefs(ctx context.Context, project, id string) ([]byte, error) {
+	b, err := r.st.HGet(ctx, KeyAccountRefsPrefix+project, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("references to account %s of project %s: %w: %w", id, project, errs.Unavailable, err)
+	}
+	return b, nil
+}
+
+// ReferAccount records in tx that tx points something at the account id
+// of project (a sub-account, an association): a new token, which a delete
+// of the account decided before tx (ExpectAccountRefs) no longer finds.
+// The writer conditions tx on the account itself (ExpectAccount), which
+// a delete decided after it removes.
+func ReferAccount(tx *store.Tx, project, id string) {
+	tx.HSet(KeyAccountRefsPrefix+project, id, []byte(rand.Text()))
+}
+
+// ExpectAccountRefs makes tx apply only while the account id's token is
+// refs (what AccountRefs returned; nil: none), and removes the token with
+// the account: a delete of the account writes nothing (store.ErrConflict)
+// when something was pointed at it since it checked that nothing was.
+func ExpectAccountRefs(tx *store.Tx, project, id string, refs []byte) {
+	tx.IfHField(KeyAccountRefsPrefix+project, id, refs)
+	tx.HDel(KeyAccountRefsPrefix+project, id)
 }
 
 // Accounts returns the stored accounts of project, by id.

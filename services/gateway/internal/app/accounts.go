@@ -57,12 +57,19 @@ func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRe
 	case !errors.Is(err, errs.NotFound):
 		return nil, err
 	}
+	tx := &store.Tx{}
 	if parent := acct.GetParentAccount(); parent != domain.RootAccount {
-		if _, err := g.repo.Account(ctx, project, parent); errors.Is(err, errs.NotFound) {
+		_, raw, err := g.repo.AccountAsStored(ctx, project, parent)
+		if errors.Is(err, errs.NotFound) {
 			return nil, errs.Invalid("account.parent_account", "no account %q in project %s", parent, project)
 		} else if err != nil {
 			return nil, err
 		}
+		// Written only while the parent is as read, and telling a delete
+		// of the parent decided meanwhile that it has a sub-account now:
+		// one of the two writes nothing.
+		adapters.ExpectAccount(tx, project, parent, raw)
+		adapters.ReferAccount(tx, project, parent)
 	}
 	n, err := g.repo.CountAccounts(ctx, project)
 	if err != nil {
@@ -72,7 +79,6 @@ func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRe
 		return nil, fmt.Errorf("project %s holds %d accounts, the limit (accounts per project: %d): %w",
 			project, n, domain.MaxAccountsPerProject, errs.ResourceExhausted)
 	}
-	tx := &store.Tx{}
 	if err := adapters.PutAccount(tx, project, acct); err != nil {
 		return nil, err
 	}
@@ -85,7 +91,7 @@ func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRe
 	tx.Emit(cmd)
 	applied, err := g.repo.Apply(ctx, adapters.AccountInboxID(project, id), tx)
 	if err != nil {
-		return nil, fmt.Errorf("create account %s: %w", acct.GetName(), err)
+		return nil, changedMeanwhile("create account "+id, "its parent account "+acct.GetParentAccount(), err)
 	}
 	if !applied {
 		return nil, fmt.Errorf("account %s: %w", acct.GetName(), errs.AlreadyExists)
@@ -155,6 +161,10 @@ func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRe
 		adapters.ExpectAccount(tx, project, p, raw)
 		p = a.GetParentAccount()
 	}
+	if parent != "" && parent != domain.RootAccount {
+		// A delete of the new parent decided meanwhile writes nothing.
+		adapters.ReferAccount(tx, project, parent)
+	}
 	next := apply(cur)
 	if err := adapters.PutAccount(tx, project, next); err != nil {
 		return nil, err
@@ -199,12 +209,19 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	if err != nil {
 		return nil, err
 	}
+	tx := &store.Tx{}
 	if a.GetAccount() != domain.RootAccount {
-		if _, err := g.repo.Account(ctx, project, a.GetAccount()); errors.Is(err, errs.NotFound) {
+		_, raw, err := g.repo.AccountAsStored(ctx, project, a.GetAccount())
+		if errors.Is(err, errs.NotFound) {
 			return nil, errs.Invalid("association.account", "no account %q in project %s", a.GetAccount(), project)
 		} else if err != nil {
 			return nil, err
 		}
+		// As CreateAccount's parent: the account is still there when the
+		// association is written, and a delete of it decided meanwhile
+		// writes nothing.
+		adapters.ExpectAccount(tx, project, a.GetAccount(), raw)
+		adapters.ReferAccount(tx, project, a.GetAccount())
 	}
 	switch _, err := g.repo.Association(ctx, project, a.GetUser(), a.GetAccount()); {
 	case errors.Is(err, errs.NotFound):
@@ -227,7 +244,6 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	case def == a.GetAccount():
 		a.DefaultAccount = true
 	}
-	tx := &store.Tx{}
 	if err := adapters.PutAssociation(tx, project, a); err != nil {
 		return nil, err
 	}
@@ -238,7 +254,7 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	}
 	tx.Emit(cmd)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-		return nil, fmt.Errorf("set association user=%s account=%s: %w", a.GetUser(), a.GetAccount(), err)
+		return nil, changedMeanwhile(fmt.Sprintf("set association user=%s account=%s", a.GetUser(), a.GetAccount()), "account "+a.GetAccount(), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
 		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos())
@@ -452,7 +468,14 @@ func (g *Gateway) DeleteAccount(ctx context.Context, req *loomv1.DeleteAccountRe
 	if err != nil {
 		return nil, err
 	}
-	acct, err := g.repo.Account(ctx, project, id)
+	acct, raw, err := g.repo.AccountAsStored(ctx, project, id)
+	if err != nil {
+		return nil, err
+	}
+	// Read before the checks below, and the delete conditioned on it and
+	// on the account: a sub-account or user added after the checks read
+	// (ReferAccount) makes the delete write nothing.
+	refs, err := g.repo.AccountRefs(ctx, project, id)
 	if err != nil {
 		return nil, err
 	}
@@ -492,6 +515,8 @@ func (g *Gateway) DeleteAccount(ctx context.Context, req *loomv1.DeleteAccountRe
 			n, id, first, errs.FailedPrecondition)
 	}
 	tx := &store.Tx{}
+	adapters.ExpectAccount(tx, project, id, raw)
+	adapters.ExpectAccountRefs(tx, project, id, refs)
 	adapters.DeleteAccount(tx, project, id)
 	cmd, err := route(ctx, parent, &eventsv1.AccountChanged{Project: project, Account: acct, Deleted: true})
 	if err != nil {
@@ -499,7 +524,7 @@ func (g *Gateway) DeleteAccount(ctx context.Context, req *loomv1.DeleteAccountRe
 	}
 	tx.Emit(cmd)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-		return nil, fmt.Errorf("delete account %s: %w", acct.GetName(), err)
+		return nil, changedMeanwhile("delete account "+id, "the account, or what points at it (a sub-account, a user),", err)
 	}
 	g.opt.Log.InfoContext(ctx, "account deleted", "account", acct.GetName())
 	return acct, nil
