@@ -75,6 +75,17 @@ func (k *KeyRecord) Usable(now time.Time) bool {
 	return k.RevokeTime.IsZero() && (k.ExpireTime.IsZero() || now.Before(k.ExpireTime))
 }
 
+// Ended is when the key stopped being usable: the earlier of its
+// revocation and its expiry (zero while neither has happened). Revoking
+// a key that had expired does not end it again.
+func (k *KeyRecord) Ended(now time.Time) time.Time {
+	end := k.RevokeTime
+	if !k.ExpireTime.IsZero() && !now.Before(k.ExpireTime) && (end.IsZero() || k.ExpireTime.Before(end)) {
+		end = k.ExpireTime
+	}
+	return end
+}
+
 // AuthStore keeps API keys, project members, used one-time token ids and
 // live refresh tokens in the gateway's Redis. Every instance of the gateway
 // shares it; what an instance caches is authn's business.

@@ -31,7 +31,8 @@ const (
 	// MaxKeysPerOwner bounds the API keys one user or service holds (live
 	// ones and those revoked or expired in the last KeyRetention).
 	MaxKeysPerOwner = 100
-	// KeyRetention is how long a revoked or expired key stays listed.
+	// KeyRetention is how long a revoked or expired key stays listed,
+	// from when it first ended (revoked or expired, the earlier).
 	KeyRetention = 7 * 24 * time.Hour
 	// MaxKeyTTL is the longest ttl_seconds of an API key.
 	MaxKeyTTL = 10 * 366 * 24 * time.Hour
@@ -592,10 +593,9 @@ func (a *Auth) createKey(ctx context.Context, owner, creator, display string, tt
 	}
 	kept := 0
 	for _, k := range existing {
-		ended := k.RevokeTime
-		if ended.IsZero() && !k.ExpireTime.IsZero() && !now.Before(k.ExpireTime) {
-			ended = k.ExpireTime
-		}
+		// Kept KeyRetention from when it first ended: a key revoked
+		// after it expired is not kept longer for it.
+		ended := k.Ended(now)
 		if !ended.IsZero() && now.Sub(ended) > KeyRetention {
 			if err := a.o.Store.DeleteAPIKey(ctx, owner, k.ID); err != nil {
 				return nil, err
