@@ -106,21 +106,53 @@ func unavailable(what string, err error) error {
 
 // APIKey returns the key with id; errs.NotFound when there is none.
 func (s *AuthStore) APIKey(ctx context.Context, id string) (*KeyRecord, error) {
+	k, _, err := s.APIKeyAsStored(ctx, id)
+	return k, err
+}
+
+// APIKeyAsStored is APIKey with the record's bytes as stored, for a
+// write conditioned on them (ReplaceAPIKey).
+func (s *AuthStore) APIKeyAsStored(ctx context.Context, id string) (*KeyRecord, []byte, error) {
 	raw, err := s.st.Client().Get(ctx, s.st.Key(KeyAPIKeyPrefix+id)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("API key %s: %w", id, errs.NotFound)
+		return nil, nil, fmt.Errorf("API key %s: %w", id, errs.NotFound)
 	}
 	if err != nil {
-		return nil, unavailable("read API key", err)
+		return nil, nil, unavailable("read API key", err)
 	}
 	var k KeyRecord
 	if err := json.Unmarshal(raw, &k); err != nil {
-		return nil, fmt.Errorf("API key %s: stored record: %v", id, err)
+		return nil, nil, fmt.Errorf("API key %s: stored record: %v", id, err)
 	}
-	return &k, nil
+	return &k, raw, nil
 }
 
-// PutAPIKey stores k (a new key, or a revocation) and indexes it under its owner.
+// replaceKey sets KEYS[1] (a key record) to ARGV[2] only while it holds
+// ARGV[1]: 1, else 0 and nothing written.
+var replaceKey = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+`)
+
+// ReplaceAPIKey stores k (a revocation) in one step with the check that
+// its record is still was (the bytes APIKeyAsStored returned): false, with
+// nothing written, when it changed or was removed since (the retention
+// sweep, DeleteAPIKey), so that a removed key never comes back.
+func (s *AuthStore) ReplaceAPIKey(ctx context.Context, k *KeyRecord, was []byte) (bool, error) {
+	raw, err := json.Marshal(k)
+	if err != nil {
+		return false, err
+	}
+	n, err := replaceKey.Run(ctx, s.st.Client(), []string{s.st.Key(KeyAPIKeyPrefix + k.ID)}, was, raw).Int64()
+	if err != nil {
+		return false, unavailable("store API key", err)
+	}
+	return n == 1, nil
+}
+
+// PutAPIKey stores k and indexes it under its owner, whatever is stored
+// (tests; a new key is PutNewAPIKey's, a revocation ReplaceAPIKey's).
 func (s *AuthStore) PutAPIKey(ctx context.Context, k *KeyRecord) error {
 	raw, err := json.Marshal(k)
 	if err != nil {

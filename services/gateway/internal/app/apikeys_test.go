@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,5 +64,42 @@ func TestKeyRetentionFromItsEnd(t *testing.T) {
 	}
 	if k, err := st.APIKey(ctx, recentID); err != nil || k.RevokeTime.IsZero() {
 		t.Fatalf("the key that expired a day ago, revoked since: %v, %v; want it kept, revoked", k, err)
+	}
+}
+
+// TestRevokeApiKeyRacingTheSweep: a key that expired longer ago than
+// KeyRetention is revoked while a create of its owner's sweeps it (both
+// released together, many rounds, on a real Redis). The revoke writes only
+// while the record is as it read it: the swept key does not come back
+// (revoked, counted against MaxKeysPerOwner); the revoke answers the key
+// revoked (it wrote first; the sweep then drops it, ended long ago) or
+// NotFound (the sweep was first).
+func TestRevokeApiKeyRacingTheSweep(t *testing.T) {
+	t.Parallel()
+	a, st, ctx := keysAuth(t)
+	for round := range 40 {
+		id, name := putEndedKey(t, ctx, st, KeyRetention+24*time.Hour)
+		var revokeErr, createErr error
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			_, revokeErr = a.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: name})
+		})
+		wg.Go(func() {
+			<-start
+			_, createErr = a.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/alice"})
+		})
+		close(start)
+		wg.Wait()
+		if createErr != nil {
+			t.Fatalf("round %d: create: %v", round, createErr)
+		}
+		if revokeErr != nil && !errors.Is(revokeErr, errs.NotFound) {
+			t.Fatalf("round %d: revoke: %v, want OK or NotFound", round, revokeErr)
+		}
+		if k, err := st.APIKey(ctx, id); !errors.Is(err, errs.NotFound) {
+			t.Fatalf("round %d: the swept key is stored again: %+v, %v (revoke: %v)", round, k, err, revokeErr)
+		}
 	}
 }

@@ -665,7 +665,8 @@ func (a *Auth) ListApiKeys(ctx context.Context, req *loomv1.ListApiKeysRequest) 
 }
 
 // RevokeApiKey ends a key: this instance refuses it at once, every other
-// within authn.DefaultKeyCacheTTL. Revoking a revoked key returns it as it is.
+// within authn.DefaultKeyCacheTTL. Revoking a revoked key returns it as it is;
+// one the retention sweep removed meanwhile is NotFound.
 func (a *Auth) RevokeApiKey(ctx context.Context, req *loomv1.RevokeApiKeyRequest) (*loomv1.ApiKey, error) {
 	p, err := caller(ctx)
 	if err != nil {
@@ -687,17 +688,32 @@ func (a *Auth) RevokeApiKey(ctx context.Context, req *loomv1.RevokeApiKeyRequest
 	if err := a.mayManageKeys(ctx, p, owner); err != nil {
 		return nil, err
 	}
-	k, err := a.o.Store.APIKey(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if k.Owner != owner {
-		return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
-	}
-	if k.RevokeTime.IsZero() {
-		k.RevokeTime = a.now()
-		if err := a.o.Store.PutAPIKey(ctx, k); err != nil {
+	var k *adapters.KeyRecord
+	for try := 0; ; try++ {
+		var raw []byte
+		if k, raw, err = a.o.Store.APIKeyAsStored(ctx, id); err != nil {
 			return nil, err
+		}
+		if k.Owner != owner {
+			return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
+		}
+		if !k.RevokeTime.IsZero() {
+			break
+		}
+		// Written only over the record as read: one the retention sweep
+		// removed meanwhile does not come back (revoked, and counted
+		// against its owner's MaxKeysPerOwner); read again, it is
+		// NotFound, or revoked by a concurrent call.
+		k.RevokeTime = a.now()
+		replaced, err := a.o.Store.ReplaceAPIKey(ctx, k, raw)
+		if err != nil {
+			return nil, err
+		}
+		if replaced {
+			break
+		}
+		if try == 2 {
+			return nil, fmt.Errorf("%s changed meanwhile, 3 times in a row; read it again and retry: %w", name, errs.Aborted)
 		}
 	}
 	if a.o.Authn != nil {
