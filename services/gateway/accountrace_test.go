@@ -191,3 +191,37 @@ func TestDeleteAccountRace(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateAccountAgainAfterItsDelete: a deleted account may be made
+// again at once, and two creates of one account released together make it
+// once: the other is AlreadyExists.
+func TestCreateAccountAgainAfterItsDelete(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	acc := h.accounts()
+	create := func(id string) func() error {
+		return func() error {
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: id}}, h.call("pat"))
+			return err
+		}
+	}
+	for round := range raceRounds {
+		id := fmt.Sprintf("again%d", round)
+		errc := together(create(id), create(id))
+		if (errc[0] == nil) == (errc[1] == nil) {
+			t.Fatalf("round %d: two creates of %s: %v, %v; want one made, one AlreadyExists", round, id, errc[0], errc[1])
+		}
+		for _, err := range errc {
+			if err != nil {
+				wantAcctCode(t, err, codes.AlreadyExists)
+			}
+		}
+		if _, err := acc.DeleteAccount(ctx, &loomv1.DeleteAccountRequest{Name: "projects/default/accounts/" + id}, h.call("pat")); err != nil {
+			t.Fatalf("round %d: delete %s: %v", round, id, err)
+		}
+		if err := create(id)(); err != nil {
+			t.Fatalf("round %d: %s made again after its delete: %v", round, id, err)
+		}
+	}
+}

@@ -40,10 +40,6 @@ const (
 // login name nor an account id holds a '/'.
 func AssocField(user, account string) string { return user + "/" + account }
 
-// AccountInboxID makes the creation of one account apply once, also when
-// two gateways race on it.
-func AccountInboxID(project, id string) string { return "account:" + project + "/" + id }
-
 // Account returns a stored account of project; errs.NotFound when unknown.
 func (r *Repo) Account(ctx context.Context, project, id string) (*loomv1.Account, error) {
 	a := &loomv1.Account{}

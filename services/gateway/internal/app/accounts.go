@@ -58,6 +58,10 @@ func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRe
 		return nil, err
 	}
 	tx := &store.Tx{}
+	// Made once: two creates racing, the second finds it (AlreadyExists,
+	// below). Not an inbox id, whose mark would outlive a delete of the
+	// account and refuse making it again for store.InboxTTL.
+	adapters.ExpectAccount(tx, project, id, nil)
 	if parent := acct.GetParentAccount(); parent != domain.RootAccount {
 		_, raw, err := g.repo.AccountAsStored(ctx, project, parent)
 		if errors.Is(err, errs.NotFound) {
@@ -89,12 +93,13 @@ func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRe
 		return nil, err
 	}
 	tx.Emit(cmd)
-	applied, err := g.repo.Apply(ctx, adapters.AccountInboxID(project, id), tx)
-	if err != nil {
+	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			if _, err := g.repo.Account(ctx, project, id); err == nil {
+				return nil, fmt.Errorf("account %s: %w", acct.GetName(), errs.AlreadyExists)
+			}
+		}
 		return nil, changedMeanwhile("create account "+id, "its parent account "+acct.GetParentAccount(), err)
-	}
-	if !applied {
-		return nil, fmt.Errorf("account %s: %w", acct.GetName(), errs.AlreadyExists)
 	}
 	g.opt.Log.InfoContext(ctx, "account created", "account", acct.GetName())
 	return acct, nil
