@@ -145,6 +145,8 @@ func TestNewNamesTheField(t *testing.T) {
 		{"min above max", minimize(dbl("x", 0, 1, lin), dbl("y", 2, 1, lin)), "study_spec.parameters[1].double_value_spec.min_value"},
 		{"log of zero", minimize(dbl("x", 0, 1, trainingv1.StudySpec_ParameterSpec_UNIT_LOG_SCALE)), "study_spec.parameters[0].double_value_spec.min_value"},
 		{"infinite", minimize(dbl("x", 0, math.Inf(1), lin)), "study_spec.parameters[0].double_value_spec"},
+		// Its width overflows: every suggestion would be a bound.
+		{"too wide", minimize(dbl("x", -1e308, 1e308, lin)), "study_spec.parameters[0].double_value_spec"},
 		{"duplicate id", minimize(dbl("x", 0, 1, lin), intp("x", 0, 1)), "study_spec.parameters[1].parameter_id"},
 		{"flag-unsafe id", minimize(dbl("x y", 0, 1, lin)), "study_spec.parameters[0].parameter_id"},
 		{"no value spec", minimize(&pspec{ParameterId: "x"}), "study_spec.parameters[0]"},

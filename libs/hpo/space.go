@@ -17,6 +17,11 @@ import (
 // top-level parameter's children are at depth 1.
 const MaxConditionalDepth = 4
 
+// MaxIntegerBound bounds an INTEGER parameter's min_value and max_value
+// (±2^52): the search works in float64, which holds every integer up to it
+// exactly.
+const MaxIntegerBound = 1 << 52
+
 type kind int
 
 const (
@@ -113,8 +118,8 @@ func (sp *space) add(ps *trainingv1.StudySpec_ParameterSpec, f string, parent in
 		p.kind = kInt
 		lo, hi := pv.IntegerValueSpec.GetMinValue(), pv.IntegerValueSpec.GetMaxValue()
 		p.lo, p.hi = float64(lo), float64(hi)
-		if lo < -1<<52 || hi > 1<<52 {
-			v.Add(f+".integer_value_spec", "bounds must lie within ±2^52")
+		if lo < -MaxIntegerBound || hi > MaxIntegerBound {
+			v.Add(f+".integer_value_spec", "bounds must lie within ±2^52 (%d)", int64(MaxIntegerBound))
 			ok = false
 		} else {
 			ok = checkRange(p, f+".integer_value_spec", v)
@@ -251,6 +256,8 @@ func checkRange(p param, f string, v *errs.Validator) bool {
 	switch {
 	case math.IsNaN(p.lo) || math.IsInf(p.lo, 0) || math.IsNaN(p.hi) || math.IsInf(p.hi, 0):
 		v.Add(f, "min_value and max_value must be finite")
+	case WideRange(p.lo, p.hi):
+		v.Add(f, "[%g, %g] is too wide to search: |min_value| + |max_value| must stay below %g", p.lo, p.hi, math.MaxFloat64)
 	case p.lo > p.hi:
 		v.Add(f+".min_value", "%v is above max_value %v", p.lo, p.hi)
 	case p.scale != sLinear && p.lo <= 0:
@@ -260,6 +267,11 @@ func checkRange(p param, f string, v *errs.Validator) bool {
 	}
 	return false
 }
+
+// WideRange reports whether a DOUBLE range [lo, hi] of finite bounds is too
+// wide to search: its width (or, on a reverse log scale, hi+lo) overflows
+// float64, so every point the search maps into it would be a bound.
+func WideRange(lo, hi float64) bool { return math.IsInf(math.Abs(lo)+math.Abs(hi), 0) }
 
 func validID(s string) bool {
 	for _, r := range s {

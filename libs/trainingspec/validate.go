@@ -15,6 +15,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/hpo"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/termtext"
@@ -722,6 +723,10 @@ func validateParam(v *errs.Validator, f string, p *trainingv1.StudySpec_Paramete
 		switch {
 		case !finite(lo) || !finite(hi):
 			v.Add(f+".double_value_spec", "min_value and max_value must be finite numbers")
+		case hpo.WideRange(lo, hi):
+			// The search maps [0, 1] onto the range in float64: a width
+			// that overflows makes every suggestion a bound.
+			v.Add(f+".double_value_spec", "[%g, %g] is too wide to search: |min_value| + |max_value| must stay below %g", lo, hi, math.MaxFloat64)
 		case lo > hi:
 			v.Add(f+".double_value_spec.max_value", "%g is less than min_value %g", hi, lo)
 		case logScale && lo <= 0:
@@ -734,6 +739,12 @@ func validateParam(v *errs.Validator, f string, p *trainingv1.StudySpec_Paramete
 		d := p.GetIntegerValueSpec()
 		lo, hi := d.GetMinValue(), d.GetMaxValue()
 		switch {
+		case lo < -hpo.MaxIntegerBound || lo > hpo.MaxIntegerBound:
+			// The search works in float64 (libs/hpo), which refuses the
+			// study when it starts: refused here, before it is accepted.
+			v.Add(f+".integer_value_spec.min_value", "%d is outside ±2^52 (%d), the most the search represents exactly", lo, int64(hpo.MaxIntegerBound))
+		case hi < -hpo.MaxIntegerBound || hi > hpo.MaxIntegerBound:
+			v.Add(f+".integer_value_spec.max_value", "%d is outside ±2^52 (%d), the most the search represents exactly", hi, int64(hpo.MaxIntegerBound))
 		case lo > hi:
 			v.Add(f+".integer_value_spec.max_value", "%d is less than min_value %d", hi, lo)
 		case logScale && lo <= 0:

@@ -2,6 +2,7 @@ package trainingspec
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -242,6 +243,18 @@ func TestTuningRefusals(t *testing.T) {
 		}, "hyperparameter_tuning_job.study_spec.parameters[1].categorical_value_spec.values[1]", "1 to 1024 bytes, got 1025"},
 		{"log of zero", func(j *trainingv1.HyperparameterTuningJob) { params(j)[0].GetDoubleValueSpec().MinValue = 0 }, "hyperparameter_tuning_job.study_spec.parameters[0].double_value_spec.min_value", "min_value > 0"},
 		{"min over max", func(j *trainingv1.HyperparameterTuningJob) { params(j)[2].GetIntegerValueSpec().MinValue = 512 }, "hyperparameter_tuning_job.study_spec.parameters[2].integer_value_spec.max_value", "less than min_value"},
+		// A tester's integer range of ±2^63 was accepted and its tuning
+		// job then FAILED as it started (the search refuses it); a double
+		// range of ±1e308 ran, every trial at a bound.
+		{"integer beyond 2^52", func(j *trainingv1.HyperparameterTuningJob) {
+			params(j)[2].GetIntegerValueSpec().MinValue, params(j)[2].GetIntegerValueSpec().MaxValue = math.MinInt64, math.MaxInt64
+		}, "hyperparameter_tuning_job.study_spec.parameters[2].integer_value_spec.min_value", "outside ±2^52 (4503599627370496)"},
+		{"integer max beyond 2^52", func(j *trainingv1.HyperparameterTuningJob) {
+			params(j)[2].GetIntegerValueSpec().MaxValue = 1<<52 + 1
+		}, "hyperparameter_tuning_job.study_spec.parameters[2].integer_value_spec.max_value", "outside ±2^52"},
+		{"double range too wide", func(j *trainingv1.HyperparameterTuningJob) {
+			params(j)[0].GetDoubleValueSpec().MinValue, params(j)[0].GetDoubleValueSpec().MaxValue = 1e308, math.MaxFloat64
+		}, "hyperparameter_tuning_job.study_spec.parameters[0].double_value_spec", "too wide to search"},
 		{"condition not a value", func(j *trainingv1.HyperparameterTuningJob) {
 			params(j)[1].ConditionalParameterSpecs[0].GetParentCategoricalValues().Values = []string{"rmsprop"}
 		}, "hyperparameter_tuning_job.study_spec.parameters[1].conditional_parameter_specs[0].parent_categorical_values.values[0]", "not a value of optimizer"},
