@@ -1007,11 +1007,11 @@ func omittedNote(j *trainingv1.HyperparameterTuningJob) string {
 	var parts []string
 	if ids := j.GetOmittedTrials(); len(ids) > 0 {
 		id := shortName(j.GetName())
-		parts = append(parts, fmt.Sprintf("%d trials (%s), past the answer's %d MiB bound; trial k is CustomJob %s+k (`loom custom get ID`)",
+		parts = append(parts, fmt.Sprintf("%d trials (%s), past the answer's %d MiB bound; trial k is CustomJob %s+k (`loom jobs custom get ID`)",
 			len(ids), idRanges(ids), trainingspec.MaxTuningJobAnswer>>20, id))
 	}
 	if j.GetMeasurementsThinned() {
-		parts = append(parts, "intermediate measurements thinned (`loom metrics read` has every point)")
+		parts = append(parts, "intermediate measurements thinned (`loom metrics ID` of the trial's CustomJob has every point)")
 	}
 	return shown(strings.Join(parts, "; "))
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -416,10 +417,26 @@ func TestTrialsSayWhatWasLeftOut(t *testing.T) {
 	name := trainingParent + "/hyperparameterTuningJobs/30"
 	j := tuningJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING, trial("7", trainingv1.Trial_SUCCEEDED, 0.5, 0.01))
 	j.OmittedTrials, j.MeasurementsThinned = []string{"1", "2", "3", "5", "6"}, true
-	const want = "Left out: 5 trials (1-3, 5-6), past the answer's 3 MiB bound; trial k is CustomJob 30+k (`loom custom get ID`); intermediate measurements thinned (`loom metrics read` has every point)\n"
+	const want = "Left out: 5 trials (1-3, 5-6), past the answer's 3 MiB bound; trial k is CustomJob 30+k (`loom jobs custom get ID`); intermediate measurements thinned (`loom metrics ID` of the trial's CustomJob has every point)\n"
 	var b strings.Builder
 	if err := renderTrials(&b, j); err != nil || !strings.HasSuffix(b.String(), want) {
 		t.Fatalf("trials: %q, %v; want it to end with %q", b.String(), err, want)
+	}
+	// Every command the note names is one the CLI has: a tester was sent
+	// to `loom custom get` and `loom metrics read`, which it has not.
+	root := newApp().rootCommand()
+	for _, m := range regexp.MustCompile("`loom ([^`]*)`").FindAllStringSubmatch(want, -1) {
+		args := strings.Fields(m[1])
+		cmd, rest, err := root.Find(args)
+		if err != nil || cmd == root {
+			t.Errorf("the note names `loom %s`: no such command (%v)", m[1], err)
+			continue
+		}
+		if cmd.Args != nil {
+			if err := cmd.Args(cmd, rest); err != nil {
+				t.Errorf("the note names `loom %s`: %v", m[1], err)
+			}
+		}
 	}
 	b.Reset()
 	if err := renderTuningJob(&b, j, time.Now()); err != nil || !strings.Contains(b.String(), "5 trials (1-3, 5-6)") {
