@@ -111,12 +111,16 @@ func Run(ctx context.Context, cfg Config) error {
 	return run(ctx, cfg, nil)
 }
 
-// metricsType is the one step event the service reads; wanted passes over
-// the others (StepChanged, StepProgress, ...) undecoded.
-var metricsType = envelope.TypeOf(&eventsv1.MetricsReported{})
+// metricsType and stepType are the step events the service reads (a
+// trial's metrics, and the step ends that say every metric of a node has
+// come); wanted passes over the others (StepProgress, ...) undecoded.
+var (
+	metricsType = envelope.TypeOf(&eventsv1.MetricsReported{})
+	stepType    = envelope.TypeOf(&eventsv1.StepChanged{})
+)
 
 func wanted(r bus.Record) bool {
-	return r.Topic != topics.StepEvents || r.Type == metricsType
+	return r.Topic != topics.StepEvents || r.Type == metricsType || r.Type == stepType
 }
 
 // run is Run with a hook told the bound gRPC address once it serves (tests).

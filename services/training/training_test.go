@@ -249,6 +249,9 @@ func (d *driver) runStudy(crash func(phase string, done int)) *trainingv1.Hyperp
 		d.waitTrial(tr.GetId(), "measured and running", func(x *trainingv1.Trial, cj *trainingv1.CustomJob) bool {
 			return len(x.GetMeasurements()) == 3 && cj.GetState() == trainingv1.JobState_JOB_STATE_RUNNING
 		})
+		// The agent's step end (after its last metrics, on their topic),
+		// then the scheduler's job end.
+		d.publish(&eventsv1.StepChanged{Job: job, Attempt: 1, Node: fmt.Sprintf("cj%d-wp0-0001", id), Cluster: cluster, State: eventsv1.StepState_STEP_EXITED}, cluster)
 		d.publish(&eventsv1.JobChanged{Job: &loomv1.Job{Name: job, JobId: strconv.FormatInt(id, 10), Cluster: cluster, State: loomv1.JobState_COMPLETED}, Attempt: 1}, cluster)
 		done++
 		crash("ended", done)

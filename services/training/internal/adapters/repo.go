@@ -179,6 +179,7 @@ type cjRecord struct {
 	Stop           string          `json:"stop,omitempty"`
 	Nodes          []string        `json:"nodes,omitempty"`
 	Attempt        int32           `json:"attempt,omitempty"`
+	StepsEnded     []string        `json:"steps_ended,omitempty"`
 	// RetryAt is Unix nanoseconds (0: none); Refused the last refusal.
 	RetryAt int64  `json:"retry_at,omitempty"`
 	Refused string `json:"refused,omitempty"`
@@ -372,7 +373,7 @@ func encodeCJ(j *domain.CJ) (cjRecord, error) {
 	}
 	c := cjRecord{Job: b, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-		Refused: j.Refused}
+		StepsEnded: j.StepsEnded, Refused: j.Refused}
 	if !j.RetryAt.IsZero() {
 		c.RetryAt = j.RetryAt.UnixNano()
 	}
@@ -386,7 +387,7 @@ func decodeCJ(j cjRecord) (*domain.CJ, error) {
 	}
 	cj := &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-		Refused: j.Refused}
+		StepsEnded: j.StepsEnded, Refused: j.Refused}
 	if j.RetryAt != 0 {
 		cj.RetryAt = time.Unix(0, j.RetryAt).UTC()
 	}

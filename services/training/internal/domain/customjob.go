@@ -207,6 +207,10 @@ func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
 	}
 	j := ev.GetJob()
 	cj.Nodes = append([]string(nil), j.GetNodes()...)
+	if ev.GetAttempt() != cj.Attempt {
+		// Step ends of another run say nothing of this one's metrics.
+		cj.StepsEnded = nil
+	}
 	cj.Attempt = ev.GetAttempt()
 	cj.Job.RestartCount = j.GetRestartCount()
 	set := func(s trainingv1.JobState) {

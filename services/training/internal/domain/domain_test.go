@@ -34,6 +34,23 @@ const (
 // whole roots gives (checkDecision), or Apply left a wrong index.
 func step(t *testing.T, s *State, now time.Time, in Input) *Change {
 	t.Helper()
+	// The scheduler ends a job after its nodes' agents reported their
+	// steps' ends (each after its last metrics): a job's end comes with
+	// them, here just before it, as the agents send them.
+	if jc, ok := in.Payload.(*eventsv1.JobChanged); ok {
+		if st := jc.GetJob().GetState(); st == loomv1.JobState_COMPLETED || st == loomv1.JobState_CANCELLED {
+			for _, n := range jc.GetJob().GetNodes() {
+				handle(t, s, now, Input{Payload: &eventsv1.StepChanged{Job: jc.GetJob().GetName(), Attempt: jc.GetAttempt(), Node: n,
+					State: eventsv1.StepState_STEP_EXITED}})
+			}
+		}
+	}
+	return handle(t, s, now, in)
+}
+
+// handle is step without the steps' ends: one input alone.
+func handle(t *testing.T, s *State, now time.Time, in Input) *Change {
+	t.Helper()
 	snap := snapshot(s)
 	c, err := s.Handle(now, in)
 	if err != nil {

@@ -182,3 +182,76 @@ func TestMergeMeasurementReplacesOnlyNamedMetrics(t *testing.T) {
 		t.Fatalf("merged = %v %v, want a=1 b=5 c=6", ids, vals)
 	}
 }
+
+// TestTrialWaitsForEveryNodesLastMetrics: a job's end read before the rest
+// of its metrics (a tester killed Loom during a study; the restarted
+// service read the job's end, then the step topic's backlog) does not
+// judge the trial on the points read so far: it stays ACTIVE until its
+// node's step end, which the agent sends after the step's last metrics on
+// the same topic, and its final measurement is the last step's. Before,
+// trial 11 ended SUCCEEDED at step 303 of 1500, its later points dropped.
+func TestTrialWaitsForEveryNodesLastMetrics(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	metrics := func(from, to int64) *eventsv1.MetricsReported {
+		m := &eventsv1.MetricsReported{Job: n.Job(), Attempt: 1, Node: "n-0001"}
+		for st := from; st <= to; st++ {
+			m.Points = append(m.Points, &eventsv1.MetricsReported_Point{Step: st, Values: map[string]float64{"val_loss": 10 - float64(st)}})
+		}
+		return m
+	}
+	handle(t, s, t0.Add(time.Second), Input{Payload: metrics(1, 3)})
+	handle(t, s, t0.Add(2*time.Second), Input{Payload: jobIs(n.Job(), loomv1.JobState_COMPLETED)})
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_ACTIVE {
+		t.Fatalf("judged before its node's last metrics were read: %v", got)
+	}
+	handle(t, s, t0.Add(3*time.Second), Input{Payload: metrics(4, 9)})
+	// Another node's step end, or one of another run, is not this run's.
+	handle(t, s, t0.Add(3*time.Second), Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: 1, Node: "n-0002", State: eventsv1.StepState_STEP_EXITED}})
+	handle(t, s, t0.Add(3*time.Second), Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: 2, Node: "n-0001", State: eventsv1.StepState_STEP_EXITED}})
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_ACTIVE {
+		t.Fatalf("judged on another node's or run's step end: %v", got)
+	}
+	handle(t, s, t0.Add(4*time.Second), Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: 1, Node: "n-0001", State: eventsv1.StepState_STEP_EXITED}})
+	got := tuningOf(t, s, tunName).GetTrials()[0]
+	if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetFinalMeasurement().GetStepCount() != 9 ||
+		got.GetFinalMeasurement().GetMetrics()[0].GetValue() != 1 || len(got.GetMeasurements()) != 9 {
+		t.Fatalf("trial after its node's step end: %v", got)
+	}
+}
+
+// TestTrialWithoutStepEndIsJudgedAfterTheGrace: a step end that never
+// comes (an older agent, a lost record) holds a trial whose metrics came
+// only until the grace from its job's end is over.
+func TestTrialWithoutStepEndIsJudgedAfterTheGrace(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	handle(t, s, t0, Input{Payload: &eventsv1.MetricsReported{Job: n.Job(), Attempt: 1, Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{
+		{Step: 4, Values: map[string]float64{"val_loss": 0.5}}}}})
+	handle(t, s, t0, Input{Payload: jobIs(n.Job(), loomv1.JobState_COMPLETED)})
+	if cs := s.Tick(t0.Add(DefaultMetricGrace - time.Second)); len(cs) != 0 {
+		t.Fatalf("judged before the grace was over: %v", cs)
+	}
+	for _, c := range s.Tick(t0.Add(DefaultMetricGrace)) {
+		s.Apply(c)
+	}
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetFinalMeasurement().GetStepCount() != 4 {
+		t.Fatalf("trial after the grace: %v", got)
+	}
+}

@@ -45,6 +45,12 @@ type CJ struct {
 	// the run's number: a node's metrics are taken only from these.
 	Nodes   []string
 	Attempt int32
+	// StepsEnded are the nodes (as their StepChanged names them) whose
+	// step of run Attempt ended, as seen on the step topic. An agent sends
+	// a step's last metrics before its end, on the same topic and key, so
+	// a node here has had every metric point of the run read: a trial
+	// waits for all of its nodes before its measurements are final.
+	StepsEnded []string
 	// RetryAt is when its ephemeral cluster is asked for again after the
 	// provisioner refused it for capacity or quota (zero: no retry due);
 	// Refused is that refusal, kept for the error should the wait end.
@@ -134,6 +140,7 @@ func cloneCJ(j *CJ) *CJ {
 	c := *j
 	c.Job = proto.Clone(j.Job).(*trainingv1.CustomJob)
 	c.Nodes = append([]string(nil), j.Nodes...)
+	c.StepsEnded = append([]string(nil), j.StepsEnded...)
 	return &c
 }
 
@@ -491,6 +498,8 @@ func (s *State) Handle(now time.Time, in Input) (*Change, error) {
 		return s.jobChanged(now, p)
 	case *eventsv1.MetricsReported:
 		return s.metrics(now, p, in.Signer)
+	case *eventsv1.StepChanged:
+		return s.stepEnded(now, p, in.Signer)
 	case *eventsv1.ModelVersionRegistered:
 		return s.modelAnswer(now, p.GetRequestId(), p, nil)
 	case *eventsv1.ModelUploadFailed:
@@ -708,6 +717,7 @@ func cjEqual(x, y *CJ) bool {
 	return proto.Equal(x.Job, y.Job) && strings.Join(x.Nodes, ",") == strings.Join(y.Nodes, ",") &&
 		x.TrialID == y.TrialID && x.Ephemeral == y.Ephemeral && x.Submitted == y.Submitted &&
 		x.ClusterDeleted == y.ClusterDeleted && x.CancelSent == y.CancelSent && x.Stop == y.Stop && x.Attempt == y.Attempt &&
+		slices.Equal(x.StepsEnded, y.StepsEnded) &&
 		x.RetryAt.Equal(y.RetryAt) && x.Refused == y.Refused
 }
 

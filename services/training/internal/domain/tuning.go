@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -361,13 +362,69 @@ func awaitingMetric(now time.Time, grace time.Duration, job *trainingv1.Hyperpar
 	if !JobEnded(cj.Job.GetState()) || !trialJobOK(tr, cj) || cj.Job.GetEndTime() == nil {
 		return false
 	}
+	if !now.Before(cj.Job.GetEndTime().AsTime().Add(grace)) {
+		return false
+	}
+	// Until every node's step end has been read, later points of its
+	// metrics may still be on their way (a restarted service reads the
+	// step topic's backlog after the job's end): the measurements so far
+	// are not final, whatever they hold.
+	if !stepsEnded(cj) {
+		return true
+	}
 	metric := job.GetStudySpec().GetMetrics()[0].GetMetricId()
 	for _, m := range tr.GetMeasurements() {
 		if _, ok := metricValue(m, metric); ok {
 			return false
 		}
 	}
-	return now.Before(cj.Job.GetEndTime().AsTime().Add(grace))
+	return true
+}
+
+// stepsEnded reports whether the step end of every node of cj's run has
+// been read (CJ.StepsEnded): every metric point its agents sent came
+// before. A run of no known node has nothing to wait for.
+func stepsEnded(cj *CJ) bool {
+	for _, n := range cj.Nodes {
+		if !slices.ContainsFunc(cj.StepsEnded, func(e string) bool { return runsOn(cj.Job.GetCluster(), []string{n}, e) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// stepEnded records that a node's step of a trial's run ended
+// (CJ.StepsEnded): the agent sent its last metrics before it.
+func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string) (*Change, error) {
+	switch ev.GetState() {
+	case eventsv1.StepState_STEP_EXITED, eventsv1.StepState_STEP_KILLED, eventsv1.StepState_STEP_FAILED_TO_START, eventsv1.StepState_STEP_LOST:
+	default:
+		return nil, nil
+	}
+	r := s.Lookup("job:" + ev.GetJob())
+	if r == nil || r.Tuning == nil {
+		return nil, nil
+	}
+	var cur *CJ
+	for _, j := range r.CJs {
+		if runsJob(j, ev.GetJob()) {
+			cur = j
+		}
+	}
+	// A node speaks for itself only: a signed record's node is its signer.
+	node := ev.GetNode()
+	if n, ok := strings.CutPrefix(signer, "nodes/"); ok {
+		node = n
+	}
+	if cur == nil || cur.TrialID == "" || ev.GetAttempt() != cur.Attempt || !runsOn(cur.Job.GetCluster(), cur.Nodes, node) ||
+		slices.Contains(cur.StepsEnded, node) {
+		return nil, nil
+	}
+	return s.change(now, r.Name, func(r *Root, em *emitter) error {
+		_, cj := r.edit(cur.TrialID)
+		cj.StepsEnded = append(cj.StepsEnded, node)
+		return nil
+	})
 }
 
 // finalizeDue reports whether a finalizing trial of r is due to be judged
