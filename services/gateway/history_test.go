@@ -108,12 +108,20 @@ func TestJobHistoryTakesRunsFromTheEvent(t *testing.T) {
 		User: "from-get-job", Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED}}})
 	sent := &loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_COMPLETED,
 		User: "from-event", EndTime: timestamppb.Now(), Script: "#!/bin/sh\n" + strings.Repeat("# padding\n", 6000),
-		Env:  map[string]string{"BIG": strings.Repeat("x", 60000)},
-		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED, Nodes: []string{"gpu-0002"}}}}
+		Env: map[string]string{"BIG": strings.Repeat("x", 60000)},
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED, Nodes: []string{"gpu-0002"},
+			ExitSignal: proto.Int32(0), DerivedExitCode: proto.Int32(3), DerivedExitSignal: proto.Int32(0)}},
+		ExitSignal: proto.Int32(0), DerivedExitCode: proto.Int32(3), DerivedExitSignal: proto.Int32(0)}
 	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: sent, Attempt: 1}))
 	got := fromHistory(t, ctx, h, sent.GetName())
 	if got.GetUser() != "from-event" || len(got.GetRuns()) != 1 || got.GetRuns()[0].GetNodes()[0] != "gpu-0002" {
 		t.Fatalf("history job %v; want the event's job with its run", got)
+	}
+	// The exit signal and DerivedExitCode (sacct's, scontrol -d's) the
+	// scheduler sent for the job and its run are kept.
+	if r := got.GetRuns()[0]; got.ExitSignal == nil || got.DerivedExitCode == nil || got.GetDerivedExitCode() != 3 || got.DerivedExitSignal == nil ||
+		r.ExitSignal == nil || r.DerivedExitCode == nil || r.GetDerivedExitCode() != 3 || r.DerivedExitSignal == nil {
+		t.Errorf("history job %v; want its exit signal and derived exit 3:0, and its run's", got)
 	}
 	// Its script and environment are not kept (most of an ended job's
 	// bytes, for 30 days): the record is small.

@@ -2245,10 +2245,20 @@ type Job struct {
 	// final state (GetJob and ListJobs leave it empty: ListJobSteps serves
 	// them), at most 1,000 of them and 128 KiB; steps_omitted counts the
 	// newest left out.
-	Steps         []*JobStep `protobuf:"bytes,78,rep,name=steps,proto3" json:"steps,omitempty"`
-	StepsOmitted  int32      `protobuf:"varint,79,opt,name=steps_omitted,json=stepsOmitted,proto3" json:"steps_omitted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Steps        []*JobStep `protobuf:"bytes,78,rep,name=steps,proto3" json:"steps,omitempty"`
+	StepsOmitted int32      `protobuf:"varint,79,opt,name=steps_omitted,json=stepsOmitted,proto3" json:"steps_omitted,omitempty"`
+	// derived_exit_code and derived_exit_signal are Slurm's DerivedExitCode
+	// (sacct, scontrol -d) of the job's current run, once it started: the
+	// highest end of its job steps (srun) as wait(2) reports them (the
+	// signal when one killed the step, else its code<<8), so the highest
+	// exit code, else the highest signal; 0 and 0 with no step ended. The
+	// scheduler keeps it as each step ends, so a step the run no longer
+	// keeps (past its newest 256) still counts. Unset in records from before
+	// it was kept: the run's job steps then say.
+	DerivedExitCode   *int32 `protobuf:"varint,82,opt,name=derived_exit_code,json=derivedExitCode,proto3,oneof" json:"derived_exit_code,omitempty"`
+	DerivedExitSignal *int32 `protobuf:"varint,83,opt,name=derived_exit_signal,json=derivedExitSignal,proto3,oneof" json:"derived_exit_signal,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -2757,6 +2767,20 @@ func (x *Job) GetStepsOmitted() int32 {
 	return 0
 }
 
+func (x *Job) GetDerivedExitCode() int32 {
+	if x != nil && x.DerivedExitCode != nil {
+		return *x.DerivedExitCode
+	}
+	return 0
+}
+
+func (x *Job) GetDerivedExitSignal() int32 {
+	if x != nil && x.DerivedExitSignal != nil {
+		return *x.DerivedExitSignal
+	}
+	return 0
+}
+
 // PriorityFactors are the weighted parts of a job's multifactor priority (sprio).
 type PriorityFactors struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -2855,6 +2879,9 @@ type JobRun struct {
 	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// exit_signal is as Job.exit_signal, for this run.
 	ExitSignal *int32 `protobuf:"varint,9,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
+	// derived_exit_code and derived_exit_signal are as Job's, for this run.
+	DerivedExitCode   *int32 `protobuf:"varint,10,opt,name=derived_exit_code,json=derivedExitCode,proto3,oneof" json:"derived_exit_code,omitempty"`
+	DerivedExitSignal *int32 `protobuf:"varint,11,opt,name=derived_exit_signal,json=derivedExitSignal,proto3,oneof" json:"derived_exit_signal,omitempty"`
 	// batch_usage is what the batch script's processes used (sacct's
 	// "JOBID.batch" row): final once the run ended, the latest report while
 	// it runs; unset until its node's agent reported any.
@@ -2945,6 +2972,20 @@ func (x *JobRun) GetReason() string {
 func (x *JobRun) GetExitSignal() int32 {
 	if x != nil && x.ExitSignal != nil {
 		return *x.ExitSignal
+	}
+	return 0
+}
+
+func (x *JobRun) GetDerivedExitCode() int32 {
+	if x != nil && x.DerivedExitCode != nil {
+		return *x.DerivedExitCode
+	}
+	return 0
+}
+
+func (x *JobRun) GetDerivedExitSignal() int32 {
+	if x != nil && x.DerivedExitSignal != nil {
+		return *x.DerivedExitSignal
 	}
 	return 0
 }
@@ -4845,7 +4886,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xf4\x12\n" +
+	"\tREPLACING\x10\t\"\x88\x14\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4932,20 +4973,24 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"alloc_gpus\x18B \x01(\x05R\tallocGpus\x12&\n" +
 	"\x05steps\x18N \x03(\v2\x10.loom.v1.JobStepR\x05steps\x12#\n" +
-	"\rsteps_omitted\x18O \x01(\x05R\fstepsOmitted\x1a6\n" +
+	"\rsteps_omitted\x18O \x01(\x05R\fstepsOmitted\x12/\n" +
+	"\x11derived_exit_code\x18R \x01(\x05H\x02R\x0fderivedExitCode\x88\x01\x01\x123\n" +
+	"\x13derived_exit_signal\x18S \x01(\x05H\x03R\x11derivedExitSignal\x88\x01\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
 	"\b_requeueB\x0e\n" +
-	"\f_exit_signal\"\xa0\x01\n" +
+	"\f_exit_signalB\x14\n" +
+	"\x12_derived_exit_codeB\x16\n" +
+	"\x14_derived_exit_signal\"\xa0\x01\n" +
 	"\x0fPriorityFactors\x12\x10\n" +
 	"\x03age\x18\x01 \x01(\x03R\x03age\x12\x1c\n" +
 	"\tfairshare\x18\x02 \x01(\x03R\tfairshare\x12\x19\n" +
 	"\bjob_size\x18\x03 \x01(\x03R\ajobSize\x12\x1c\n" +
 	"\tpartition\x18\x04 \x01(\x03R\tpartition\x12\x10\n" +
 	"\x03qos\x18\x05 \x01(\x03R\x03qos\x12\x12\n" +
-	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\xf3\x02\n" +
+	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\x87\x04\n" +
 	"\x06JobRun\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x14\n" +
@@ -4956,10 +5001,15 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12$\n" +
 	"\vexit_signal\x18\t \x01(\x05H\x00R\n" +
-	"exitSignal\x88\x01\x01\x123\n" +
+	"exitSignal\x88\x01\x01\x12/\n" +
+	"\x11derived_exit_code\x18\n" +
+	" \x01(\x05H\x01R\x0fderivedExitCode\x88\x01\x01\x123\n" +
+	"\x13derived_exit_signal\x18\v \x01(\x05H\x02R\x11derivedExitSignal\x88\x01\x01\x123\n" +
 	"\vbatch_usage\x18\b \x01(\v2\x12.loom.v1.TaskUsageR\n" +
 	"batchUsageB\x0e\n" +
-	"\f_exit_signal\"\xed\x03\n" +
+	"\f_exit_signalB\x14\n" +
+	"\x12_derived_exit_codeB\x16\n" +
+	"\x14_derived_exit_signal\"\xed\x03\n" +
 	"\tTaskUsage\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x124\n" +

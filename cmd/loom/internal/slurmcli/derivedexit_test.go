@@ -76,3 +76,32 @@ func TestDerivedExitCodeIsTheHighestStep(t *testing.T) {
 		}
 	}
 }
+
+// TestDerivedExitCodeAsTheSchedulerKeptIt: DerivedExitCode is the one the
+// scheduler kept for each run (Job.derived_exit_code, JobRun's), over every
+// step that ended, and not only over the steps the run still keeps: a run
+// whose first of 300 steps failed (3:0) and whose kept 256 all exited 0
+// still shows 3:0 in sacct and scontrol -d, and an older run its own (0:9)
+// with none of its steps kept.
+func TestDerivedExitCodeAsTheSchedulerKeptIt(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	j := proto.Clone(f.Jobs[2]).(*loomv1.Job) // 11, FAILED, two runs
+	j.JobId, j.Name = "50", "projects/default/jobs/50"
+	j.DerivedExitCode, j.DerivedExitSignal = proto.Int32(3), proto.Int32(0)
+	j.Runs[0].DerivedExitCode, j.Runs[0].DerivedExitSignal = proto.Int32(0), proto.Int32(9)
+	j.Runs[1].DerivedExitCode, j.Runs[1].DerivedExitSignal = proto.Int32(3), proto.Int32(0)
+	f.Jobs = append(f.Jobs, j)
+	for i := range 256 {
+		f.Steps = append(f.Steps, &loomv1.JobStep{Job: j.Name, StepId: int32(44 + i), Name: fmt.Sprintf("%s/steps/%d", j.Name, 44+i),
+			Attempt: 2, State: loomv1.JobState_COMPLETED, StartTime: j.GetStartTime(), EndTime: j.GetEndTime(), ExitSignal: proto.Int32(0)})
+	}
+	code, out, errOut := run(t, f, "sacct", Env{}, "-X", "-D", "-P", "-n", "-o", "JobID,ExitCode,DerivedExitCode", "-j", "50")
+	if want := "50|0:0|0:9\n50|2:0|3:0\n"; code != 0 || out != want {
+		t.Errorf("sacct -X -D: %d %q %q, want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, f, "scontrol", Env{}, "-d", "show", "job", "50")
+	if code != 0 || !strings.Contains(out, "\n   DerivedExitCode=3:0\n") {
+		t.Errorf("scontrol -d show job 50: %d %q %q, want DerivedExitCode=3:0", code, out, errOut)
+	}
+}

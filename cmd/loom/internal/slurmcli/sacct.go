@@ -698,10 +698,13 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	var stepLookups stepLookups
 	derived := formatSacctUses(fields, "DerivedExitCode")
 	// withDerived is a job's row with its run's DerivedExitCode, when asked
-	// for: its steps are the ones its step rows list (asked for once).
+	// for: as the scheduler kept it, else (a record from before) from the
+	// steps its step rows list (asked for once).
 	withDerived := func(r sacctRow) sacctRow {
 		if derived && r.started() {
-			if steps, ok := c.runSteps(ctx, r.job, r.run, &stepLookups); ok {
+			if d, ok := keptDerived(r.job, r.run); ok {
+				r.derived = d
+			} else if steps, ok := c.runSteps(ctx, r.job, r.run, &stepLookups); ok {
 				r.derived = derivedExitCode(steps)
 			}
 		}

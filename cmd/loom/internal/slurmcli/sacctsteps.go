@@ -96,6 +96,26 @@ func derivedExitCode(steps []*loomv1.JobStep) string {
 	return fmt.Sprintf("%d:%d", code, sig)
 }
 
+// keptDerived is the DerivedExitCode "code:signal" the scheduler kept of j's
+// run run (nil: its current run) over every step that ended, the steps the
+// run no longer keeps (past its newest 256) included; ok is false for a
+// record from before it was kept, whose job steps then say
+// (derivedExitCode).
+func keptDerived(j *loomv1.Job, run *loomv1.JobRun) (string, bool) {
+	code, sig := j.DerivedExitCode, j.DerivedExitSignal
+	if run != nil {
+		code, sig = run.DerivedExitCode, run.DerivedExitSignal
+	}
+	if code == nil {
+		return "", false
+	}
+	var g int32
+	if sig != nil {
+		g = *sig
+	}
+	return fmt.Sprintf("%d:%d", *code, g), true
+}
+
 // jobSteps lists every job step of job's run attempt (0: its current run),
 // page by page.
 func (c *cmd) jobSteps(ctx context.Context, job string, attempt int32) ([]*loomv1.JobStep, error) {

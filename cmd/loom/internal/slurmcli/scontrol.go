@@ -173,7 +173,8 @@ func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner, detai
 }
 
 // showJobs prints "scontrol show job [ID]"; with details (-d) each
-// record has the job's DerivedExitCode, from its current run's job steps.
+// record has the job's DerivedExitCode, as the scheduler kept it for its
+// current run (from the run's job steps for a record from before).
 func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneliner, details bool) error {
 	var sel *jobSelector
 	if id != "" {
@@ -207,7 +208,9 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 		if details {
 			derived = "0:0"
 			if r.job.GetStartTime() != nil {
-				if steps, ok := c.runSteps(ctx, r.job, nil, &lookups); ok {
+				if d, ok := keptDerived(r.job, nil); ok {
+					derived = d
+				} else if steps, ok := c.runSteps(ctx, r.job, nil, &lookups); ok {
 					derived = derivedExitCode(steps)
 				}
 			}

@@ -100,7 +100,15 @@ const ReasonStepLimit = "Step limit reached for this job"
 
 // putJobStep replaces step i of r (an edited run) with s (i < 0: adds it),
 // dropping the oldest ended steps past MaxKeptEndedSteps.
+// The run's DerivedExit takes in s's end first, so that a step dropped
+// here or later still counts.
 func putJobStep(r *Run, i int, s JobStep) {
+	if st, ok := stepStatus(&s); ok {
+		if d := runDerivedExit(r); r.DerivedExit == nil || st > d {
+			v := max(d, st)
+			r.DerivedExit = &v
+		}
+	}
 	steps := make([]JobStep, 0, len(r.JobSteps)+1)
 	steps = append(steps, r.JobSteps...)
 	if i < 0 {
@@ -1169,6 +1177,49 @@ func slurmStepExit(s *JobStep) (code, sig int32) {
 		return 0, 0
 	}
 	return s.ExitCodes[best], s.ExitSignals[best]
+}
+
+// stepStatus is an ended step's end as a wait(2) status, as Slurm's
+// DerivedExitCode compares them: the signal that killed it, else its exit
+// code<<8 (slurmStepExit; for a step recorded without signals, its highest
+// code, 128+n read as signal n, as sacct reads such a code). ok is false for
+// a step that has not ended or was cancelled before it started (Slurm's
+// accounting never sees it).
+func stepStatus(s *JobStep) (status int32, ok bool) {
+	if !s.Ended() || s.Start.IsZero() && s.State == loomv1.JobState_CANCELLED {
+		return 0, false
+	}
+	var code, sig int32
+	if len(s.ExitSignals) == len(s.ExitCodes) {
+		code, sig = slurmStepExit(s)
+	} else {
+		for _, c := range s.ExitCodes {
+			code = max(code, c)
+		}
+		if code > 128 && code < 128+65 {
+			sig = code - 128
+		}
+	}
+	if sig > 0 {
+		return sig, true
+	}
+	return code << 8, true
+}
+
+// runDerivedExit is r's DerivedExit: as kept, or for a record from before
+// it was kept, the highest stepStatus of the steps it keeps (0: none
+// ended).
+func runDerivedExit(r *Run) int32 {
+	if r.DerivedExit != nil {
+		return *r.DerivedExit
+	}
+	d := int32(0)
+	for i := range r.JobSteps {
+		if st, ok := stepStatus(&r.JobSteps[i]); ok {
+			d = max(d, st)
+		}
+	}
+	return d
 }
 
 func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {

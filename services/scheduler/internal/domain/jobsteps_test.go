@@ -956,3 +956,94 @@ func TestExitSignalReachesJobRunAndSteps(t *testing.T) {
 		t.Fatalf("requeued job %v: want run 1 signal 2, the job's cleared", j)
 	}
 }
+
+// TestDerivedExitOutlivesDroppedSteps: a run's DerivedExitCode (Slurm's: the
+// highest end of its job steps, code<<8 or the signal) is kept by the
+// scheduler as each step ends, so a failed step the run no longer keeps
+// (only its newest MaxKeptEndedSteps ended ones) still shows: 300 steps of
+// which only the first failed end 3:0 for the job, its run, the stored
+// record and the final JobChanged the accounting history keeps. A record
+// from before it was kept reads it from its kept steps.
+func TestDerivedExitOutlivesDroppedSteps(t *testing.T) {
+	t.Parallel()
+	want := func(what string, code, sig *int32, wc, ws int32) {
+		t.Helper()
+		if code == nil || sig == nil || *code != wc || *sig != ws {
+			t.Errorf("%s: derived exit %s:%s, want %d:%d", what, optInt(code), optInt(sig), wc, ws)
+		}
+	}
+	h := batchOnTwo(t)
+	endStep := func(i int32, a, b, sa, sb []int32) {
+		h.t.Helper()
+		h.do(createStep("r" + strconv.Itoa(int(i))))
+		h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: i, Node: nodeName("a"), Cluster: cl,
+			State: eventsv1.StepState_STEP_EXITED, ExitCodes: a, ExitSignals: sa})
+		h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: i, Node: nodeName("b"), Cluster: cl,
+			State: eventsv1.StepState_STEP_EXITED, ExitCodes: b, ExitSignals: sb})
+	}
+	zero := []int32{0, 0}
+	endStep(0, []int32{3, 0}, zero, zero, zero)
+	const n = 300
+	for i := int32(1); i < n; i++ {
+		endStep(i, zero, zero, zero, zero)
+	}
+	r := h.s.Run(jobName(1), 1)
+	if h.s.JobStep(jobName(1), 0) != nil || r.StepsDropped != n-MaxKeptEndedSteps {
+		t.Fatalf("step 0 still kept, or %d dropped", r.StepsDropped)
+	}
+	j := views.Job(h.s, jobName(1), h.now)
+	want("job", j.DerivedExitCode, j.DerivedExitSignal, 3, 0)
+	if runs := j.GetRuns(); len(runs) != 1 {
+		t.Fatalf("runs %v", runs)
+	} else {
+		want("run", runs[0].DerivedExitCode, runs[0].DerivedExitSignal, 3, 0)
+	}
+	// As stored (the run record is JSON).
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Run
+	if err := json.Unmarshal(b, &back); err != nil || back.DerivedExit == nil || *back.DerivedExit != 3<<8 {
+		t.Fatalf("stored run: %v %v, want derived exit %d", back.DerivedExit, err, 3<<8)
+	}
+	// The job ends: its final JobChanged (the accounting history's) has it.
+	c := h.step(1, 1, "a", eventsv1.StepState_STEP_EXITED, 0)
+	var final *loomv1.Job
+	for _, e := range c.Emits {
+		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetState().Terminal() {
+			final = jc.GetJob()
+		}
+	}
+	if final == nil || len(final.GetRuns()) != 1 {
+		t.Fatalf("no final JobChanged with its run: %v", final)
+	}
+	want("final job", final.DerivedExitCode, final.DerivedExitSignal, 3, 0)
+	want("final run", final.GetRuns()[0].DerivedExitCode, final.GetRuns()[0].DerivedExitSignal, 3, 0)
+
+	// A record from before it was kept: its kept steps say (a SIGKILL,
+	// 0:9), and the next step's end is taken in with them (exit 1 beats it).
+	h2 := batchOnTwo(t)
+	h = h2
+	endStep(0, []int32{0, 137}, zero, []int32{0, 9}, zero)
+	stored := h2.s.runs[RunKey(jobName(1), 1)]
+	stored.DerivedExit = nil
+	j = views.Job(h2.s, jobName(1), h2.now)
+	want("old record", j.DerivedExitCode, j.DerivedExitSignal, 0, 9)
+	endStep(1, []int32{1, 0}, zero, zero, zero)
+	j = views.Job(h2.s, jobName(1), h2.now)
+	want("old record, one more step", j.DerivedExitCode, j.DerivedExitSignal, 1, 0)
+	// A job that has not started has none.
+	h2.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 1, Script: "#!/bin/sh\n", Hold: true})
+	if j := views.Job(h2.s, jobName(2), h2.now); j.GetStartTime() != nil || j.DerivedExitCode != nil {
+		t.Errorf("pending job: %v", j)
+	}
+}
+
+// optInt shows an optional field: its value, or "unset".
+func optInt(p *int32) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.Itoa(int(*p))
+}

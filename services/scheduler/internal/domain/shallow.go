@@ -88,6 +88,8 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		AllocGpus:          job.AllocGpus,
 		Steps:              job.Steps,
 		StepsOmitted:       job.StepsOmitted,
+		DerivedExitCode:    job.DerivedExitCode,
+		DerivedExitSignal:  job.DerivedExitSignal,
 	}
 	// Fields this build does not know (written by a newer one) go along.
 	if u := job.ProtoReflect().GetUnknown(); len(u) > 0 {

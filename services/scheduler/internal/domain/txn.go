@@ -523,6 +523,7 @@ func (t *txn) emitJob(j *Job) {
 	ev := &eventsv1.JobChanged{Job: pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
 	if j.Terminal() {
 		ev.Job.Runs = jobRuns(j, t.run)
+		withDerivedExit(ev.Job, j, t.run)
 		ev.Job.Steps, ev.Job.StepsOmitted = historySteps(j, t.run) // jobsteps.go
 	}
 	if i, ok := t.lastJobEmit(j); ok && replaces(t.c.Emits[i].Payload.(*eventsv1.JobChanged), ev) {

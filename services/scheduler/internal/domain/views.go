@@ -114,6 +114,7 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 		out.Placement = pl.explain()
 	}
 	out.Runs = jobRuns(rec, func(key string) *Run { return v.s.runs[key] })
+	withDerivedExit(out, rec, func(key string) *Run { return v.s.runs[key] })
 	out.ExcludedNodes = slices.Clone(rec.Excluded)
 	return out
 }
@@ -127,7 +128,7 @@ func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
 			return views.Run{}, false
 		}
 		out := views.Run{Hostnames: r.Hostnames, ExitCode: r.ExitCode, ExitSignal: r.ExitSignal, Reason: r.Reason, Start: r.Start,
-			End: r.End, Ended: r.Ended(), Outcome: r.Outcome}
+			End: r.End, Ended: r.Ended(), Outcome: r.Outcome, DerivedExit: proto.Int32(runDerivedExit(r))}
 		// The batch script runs on the run's first node.
 		if len(r.Nodes) > 0 && len(r.Hostnames) > 0 {
 			if u := r.Steps[r.Nodes[0]].Usage; u != nil {
@@ -136,6 +137,19 @@ func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
 		}
 		return out, true
 	})
+}
+
+// withDerivedExit gives out, the job rec as shown, its current run's
+// DerivedExitCode (Job.derived_exit_code and derived_exit_signal) once it
+// started: as the scheduler keeps it over every step that ended
+// (runDerivedExit), not only over the steps the run still keeps.
+func withDerivedExit(out *loomv1.Job, rec *Job, run func(key string) *Run) {
+	if out.GetStartTime() == nil || rec.Attempt == 0 {
+		return
+	}
+	if r := run(RunKey(rec.Name(), rec.Attempt)); r != nil {
+		out.DerivedExitCode, out.DerivedExitSignal = views.DerivedExit(runDerivedExit(r))
+	}
 }
 
 func placementReason(r string) bool {

@@ -65,6 +65,13 @@ type RunRecord struct {
 	// StepsDropped counts the ended steps dropped from JobSteps to keep
 	// the record bounded (the oldest first; see the domain's putJobStep).
 	StepsDropped int32 `json:"steps_dropped,omitempty"`
+	// DerivedExit is Slurm's DerivedExitCode of the run as a wait(2)
+	// status: the highest end of its job steps (the signal that killed a
+	// step, else its code<<8), kept as each step ends so that the steps
+	// dropped past the newest kept still count; nil in records from before
+	// it was kept, whose kept steps then say (see the domain's
+	// runDerivedExit).
+	DerivedExit *int32 `json:"derived_exit,omitempty"`
 	// FenceUntil is the earliest FenceUntil of its fenced steps (zero: none),
 	// so that the clock finds the fences due without reading every step.
 	FenceUntil time.Time `json:"fence_until,omitzero"`

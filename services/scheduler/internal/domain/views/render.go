@@ -27,6 +27,15 @@ type Run struct {
 	Outcome    loomv1.JobState
 	// BatchUsage is what its batch script used (nil: not reported).
 	BatchUsage *loomv1.TaskUsage
+	// DerivedExit is its DerivedExitCode as a wait(2) status (code<<8, or
+	// the signal), shown once it started (nil: not known).
+	DerivedExit *int32
+}
+
+// DerivedExit splits a wait(2) status as DerivedExitCode shows it (code<<8,
+// or the signal) into Job.derived_exit_code and derived_exit_signal.
+func DerivedExit(status int32) (code, signal *int32) {
+	return proto.Int32(status >> 8), proto.Int32(status & 0x7f)
 }
 
 // JobRuns is Job.runs: attempts 1..attempts as run finds them (ok false: no
@@ -46,6 +55,9 @@ func JobRuns(attempts int32, state loomv1.JobState, run func(attempt int32) (Run
 		}
 		if !r.Start.IsZero() {
 			jr.StartTime = timestamppb.New(r.Start)
+			if r.DerivedExit != nil {
+				jr.DerivedExitCode, jr.DerivedExitSignal = DerivedExit(*r.DerivedExit)
+			}
 		}
 		if r.Ended {
 			jr.State, jr.EndTime = r.Outcome, timestamppb.New(r.End)
