@@ -3,17 +3,21 @@ package slurmcli
 import (
 	"strings"
 	"testing"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 )
 
-// TestClusterListRefused: -M with Slurm's list ("a,b") or "all" is refused
-// by name, exit 1, by every command that reads -M, instead of being looked
-// up as one cluster named "a,b" ("cluster projects/P/clusters/a,b: not
-// found").
+// TestClusterListRefused: -M "all" is refused by name, exit 1, by every
+// command that reads -M, and Slurm's list ("a,b") by those that take one
+// cluster (scontrol, sprio, sshare), instead of being looked up as one
+// cluster named "a,b" ("cluster projects/P/clusters/a,b: not found").
 func TestClusterListRefused(t *testing.T) {
 	t.Parallel()
 	for _, tc := range [][]string{
-		{"squeue", "--clusters=all"}, {"sinfo", "-M", "all"}, {"sinfo", "-M", "demo,other"},
-		{"sacct", "-M", "demo,other"}, {"scancel", "-M", "demo,other", "12"}, {"scontrol", "-M", "all", "show", "job", "12"},
+		{"squeue", "--clusters=all"}, {"sinfo", "-M", "all"}, {"sacct", "-M", "all"}, {"scancel", "-M", "all", "12"},
+		{"scontrol", "-M", "all", "show", "job", "12"}, {"scontrol", "-M", "demo,other", "show", "job", "12"},
 		{"sprio", "-M", "demo,other"}, {"sshare", "-M", "ALL"},
 	} {
 		code, out, errOut := run(t, fixture(), tc[0], Env{}, tc[1:]...)
@@ -46,5 +50,87 @@ func TestSqueueClusterList(t *testing.T) {
 	code, out, errOut = run(t, fixture(), "squeue", Env{}, "-M", many)
 	if code != 1 || out != "" || errOut != "squeue: error: -M: at most 16 clusters, got 17\n" {
 		t.Errorf("squeue -M (17 clusters): %d %q %q", code, out, errOut)
+	}
+}
+
+// TestSinfoClusterList: sinfo -M a,b prints each cluster in turn, as Slurm's
+// _multi_cluster (src/sinfo/sinfo.c): "CLUSTER: a", its table, a blank
+// line, "CLUSTER: b", its table; with -h no such lines, and the default
+// format then starts with the cluster's name, 8 wide (prepend_cluster_name),
+// which a format of one's own does not.
+func TestSinfoClusterList(t *testing.T) {
+	t.Parallel()
+	head := "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"
+	code, out, errOut := run(t, fixture(), "sinfo", Env{}, "-M", "other,demo", "-p", "debug")
+	if want := "CLUSTER: other\n" + head + "\nCLUSTER: demo\n" + head + "debug        up    1:00:00      1    mix gpu-0003\n"; code != 0 || out != want {
+		t.Errorf("sinfo -M other,demo: %d %q %q, want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, fixture(), "sinfo", Env{}, "-h", "-M", "other,demo", "-p", "debug")
+	if want := "demo    debug        up    1:00:00      1    mix gpu-0003\n"; code != 0 || out != want {
+		t.Errorf("sinfo -h -M other,demo: %d %q %q, want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, fixture(), "sinfo", Env{}, "-h", "-M", "other,demo", "-p", "debug", "-o", "%P %V")
+	if want := "debug demo\n"; code != 0 || out != want {
+		t.Errorf("sinfo -h -M other,demo -o: %d %q %q, want %q", code, out, errOut, want)
+	}
+	// One cluster: as before, its name in no column.
+	code, out, errOut = run(t, fixture(), "sinfo", Env{}, "-h", "-M", "demo", "-p", "debug")
+	if want := "debug        up    1:00:00      1    mix gpu-0003\n"; code != 0 || out != want {
+		t.Errorf("sinfo -h -M demo: %d %q %q, want %q", code, out, errOut, want)
+	}
+}
+
+// TestScancelClusterList: scancel -M a,b runs the cancel in each cluster in
+// turn, as Slurm's (src/scancel/scancel.c _multi_cluster), printing no
+// CLUSTER: lines; each cluster acts on its own jobs alone, so each job is
+// cancelled once, and a signal to a job of a cluster not named is refused
+// as Slurm's cluster refuses a job it does not know, exit 1.
+func TestScancelClusterList(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	code, out, errOut := run(t, f, "scancel", Env{}, "-M", "other,demo", "12", "20")
+	if code != 0 || out != "" || errOut != "" {
+		t.Errorf("scancel -M other,demo 12 20: %d %q %q", code, out, errOut)
+	}
+	var sent []string
+	for _, r := range fakegw.Requests[*loomv1.CancelJobRequest](f) {
+		sent = append(sent, r.GetName())
+	}
+	if want := "projects/default/jobs/20 projects/default/jobs/12"; strings.Join(sent, " ") != want {
+		t.Errorf("cancels sent %v, want each job once, in its cluster's turn: %s", sent, want)
+	}
+	f = fixture()
+	code, out, errOut = run(t, f, "scancel", Env{}, "-M", "other", "-s", "USR1", "12")
+	if code != 1 || out != "" || errOut != "scancel: error: Kill job error on job id 12: Invalid job id specified\n" ||
+		len(fakegw.Requests[*loomv1.CancelJobRequest](f)) != 0 {
+		t.Errorf("scancel -M other -s USR1 12 (a job of demo): %d %q %q, %d sent; want it refused, none sent",
+			code, out, errOut, len(fakegw.Requests[*loomv1.CancelJobRequest](f)))
+	}
+	// Filters: each cluster's matching jobs.
+	f = fixture()
+	if code, out, errOut := run(t, f, "scancel", Env{}, "-M", "demo,other", "-t", "RUNNING", "-n", "elsewhere,train"); code != 0 || out != "" || errOut != "" {
+		t.Errorf("scancel -M demo,other -t RUNNING -n ...: %d %q %q", code, out, errOut)
+	}
+	sent = nil
+	for _, r := range fakegw.Requests[*loomv1.CancelJobRequest](f) {
+		sent = append(sent, r.GetName())
+	}
+	if want := "projects/default/jobs/12 projects/default/jobs/20"; strings.Join(sent, " ") != want {
+		t.Errorf("cancels sent %v, want %s", sent, want)
+	}
+}
+
+// TestSacctClusterList: sacct -M a,b lists the jobs of every cluster named
+// in one table, by job id, without CLUSTER: lines, as Slurm's sacct asks
+// its database for the list at once.
+func TestSacctClusterList(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := run(t, fixture(), "sacct", Env{}, "-M", "other,demo", "-X", "-P", "-o", "JobID,Cluster", "-j", "12,20")
+	if want := "JobID|Cluster\n12|demo\n20|other\n"; code != 0 || out != want {
+		t.Errorf("sacct -M other,demo: %d %q %q, want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, fixture(), "sacct", Env{}, "-M", "other", "-X", "-P", "-n", "-o", "JobID", "-j", "12,20")
+	if code != 0 || out != "20\n" {
+		t.Errorf("sacct -M other: %d %q %q, want 20 alone", code, out, errOut)
 	}
 }

@@ -544,6 +544,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	var sel *jobSelector
 	var states stateSet
 	var nodes map[string]bool
+	var clusters []string // -M's list: one table of their jobs
 	var startT, endT *time.Time
 	allUsers, allocOnly, noHeader, dups, helpFormatOnly := false, false, false, false, false
 	unitsOpt := defaultUnits
@@ -583,9 +584,9 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		case "long":
 			fieldSpec = sacctLongFields
 		case "allclusters":
-			c.env.Cluster = ""
+			c.env.Cluster, clusters = "", nil
 		case "clusters":
-			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+			if clusters, err = c.clusterList(o.value); err != nil {
 				return err
 			}
 		case "noheader":
@@ -680,11 +681,21 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 			return c.errorf("Start time (%s) requested is after end time (%s).", formatTimestamp(*startT, c.loc), formatTimestamp(end, c.loc))
 		}
 	}
-	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: states.list(), JobIds: sel.listIDs()})
+	// -M a,b: the jobs of each cluster in one table, as Slurm's sacct
+	// asks its database for the list at once (no CLUSTER: lines).
+	var jobs []*loomv1.Job
+	err = c.forEachCluster(clusters, func(int) error {
+		js, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: states.list(), JobIds: sel.listIDs()})
+		if err != nil {
+			return err
+		}
+		if js, err = c.withArrayTasks(ctx, js, states != nil); err != nil {
+			return err
+		}
+		jobs = append(jobs, js...)
+		return nil
+	})
 	if err != nil {
-		return err
-	}
-	if jobs, err = c.withArrayTasks(ctx, jobs, states != nil); err != nil {
 		return err
 	}
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),

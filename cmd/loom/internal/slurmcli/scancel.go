@@ -63,6 +63,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	signal := ""
 	interactive, quiet, verbose := false, false, false
 	var scope signalScope
+	var clusters []string // -M's list: the cancel runs in each in turn
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -73,7 +74,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 		case "account":
 			accounts = splitList(o.value)
 		case "clusters":
-			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+			if clusters, err = c.clusterList(o.value); err != nil {
 				return err
 			}
 		case "interactive":
@@ -145,13 +146,49 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	}
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
 		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, states: states}
-	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{ActiveOnly: true, Users: q.users.keys(),
-		Partitions: q.parts.keys(), Names: q.names.keys()})
+	// Each cluster of -M's list in turn, as Slurm's scancel (_multi_cluster):
+	// the same ids and filters in each, exit 1 when any failed. A cluster
+	// named with -M acts on its own jobs alone.
+	anyFailed := false
+	err = c.forEachCluster(clusters, func(int) error {
+		failed, err := c.scancelIn(ctx, scancelRun{ids: ids, q: q, filtered: filtered, interactive: interactive,
+			quiet: quiet, verbose: verbose, signal: signal, scope: scope, confine: len(clusters) > 0})
+		anyFailed = anyFailed || failed
+		return err
+	})
 	if err != nil {
 		return err
 	}
+	if anyFailed {
+		return &Error{Code: 1}
+	}
+	return nil
+}
+
+// scancelRun is one scancel's ids and options, as it runs in a cluster.
+type scancelRun struct {
+	ids                   []string
+	q                     *squeueQuery
+	filtered, interactive bool
+	quiet, verbose        bool
+	signal                string
+	scope                 signalScope
+	// confine: -M named the cluster; a job it does not hold is not its
+	// to act on (Slurm's scancel -M asks that cluster alone).
+	confine bool
+}
+
+// scancelIn runs scancel in the command's cluster (-M's, LOOM_CLUSTER's or
+// every one): failed when a cancel failed (said on stderr).
+func (c *cmd) scancelIn(ctx context.Context, o scancelRun) (bool, error) {
+	ids, q, filtered, interactive, quiet, verbose, signal, scope := o.ids, o.q, o.filtered, o.interactive, o.quiet, o.verbose, o.signal, o.scope
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{ActiveOnly: true, Users: q.users.keys(),
+		Partitions: q.parts.keys(), Names: q.names.keys()})
+	if err != nil {
+		return false, err
+	}
 	if jobs, err = c.withArrayTasks(ctx, jobs, true); err != nil {
-		return err
+		return false, err
 	}
 	var targets []cancelTarget
 	failed := false
@@ -165,7 +202,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 		for _, id := range ids {
 			if strings.Contains(id, ".") {
 				// JOB.STEP: one job step (srun), on every node (srunsteps.go).
-				if err := c.cancelStep(ctx, id, signal, verbose); err != nil {
+				if err := c.cancelStep(ctx, id, signal, verbose, o.confine); err != nil {
 					fmt.Fprintln(c.stderr, err.Error())
 					failed = true
 				}
@@ -214,7 +251,14 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", t.id)
 			}
 		}
-		if err := c.cancelOne(ctx, t, signal, scope); err != nil {
+		var err *cancelError
+		if o.confine && t.job == nil && c.elsewhere(ctx, t.name) {
+			// Not this cluster's job: as unknown to it.
+			err = &cancelError{err: c.errorf("Kill job error on job id %s: Invalid job id specified", t.id), done: true}
+		} else {
+			err = c.cancelOne(ctx, t, signal, scope)
+		}
+		if err != nil {
 			if err.done && signal == "" && !scope.batch && !scope.full {
 				// As Slurm's scancel: cancelling a job that has already
 				// ended, is ending or is unknown (long purged) is no
@@ -235,10 +279,18 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	if failed {
-		return &Error{Code: 1}
-	}
-	return nil
+	return failed, nil
+}
+
+// elsewhere reports whether the gateway knows job name in a cluster other
+// than the command's (-M's): Slurm's scancel -M asks that cluster alone,
+// which does not know another's jobs. A job the gateway does not know, or
+// cannot say about, is left for the cancel to answer.
+func (c *cmd) elsewhere(ctx context.Context, name string) bool {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	j, err := c.jobsClient().GetJob(cctx, &loomv1.GetJobRequest{Name: name})
+	return err == nil && j.GetCluster() != "" && j.GetCluster() != c.clusterFilter()
 }
 
 // displayID is a job's id as Slurm prints it ("12", "12_3").

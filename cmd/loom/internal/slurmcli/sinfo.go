@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -364,7 +365,8 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 	}
 	var formatStr, longFormat string
 	nodeMode, long, noHeader, summarize, reasons, dead, responding := false, false, false, false, false, false, false
-	clusterLine := false // -M: "CLUSTER: NAME" before the table
+	clusterLine := false  // -M: "CLUSTER: NAME" before the table
+	var clusters []string // -M's list, walked one by one
 	var parts stringSet
 	var stateFilter map[loomv1.SlurmNode_State]bool
 	var hostFilter map[string]bool
@@ -395,7 +397,7 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		case "long":
 			long = true
 		case "clusters":
-			if c.env.Cluster, err = c.oneCluster(o.value); err != nil {
+			if clusters, err = c.clusterList(o.value); err != nil {
 				return err
 			}
 			clusterLine = true
@@ -472,17 +474,12 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true, loomv1.SlurmNode_DRAINED: true, loomv1.SlurmNode_DRAINING: true,
 			loomv1.SlurmNode_REBOOT_REQUESTED: true, loomv1.SlurmNode_REBOOT_ISSUED: true}
 	}
-	// -d keeps only the dead nodes (DOWN, or not responding: "idle*"),
-	// -r only the others, as Slurm's sinfo.
-	isDead := func(n *loomv1.SlurmNode) bool {
-		return n.GetState() == loomv1.SlurmNode_DOWN || n.GetNotResponding()
+	if len(clusters) > 1 && noHeader && !formatOpt {
+		// Slurm's sinfo: with -h no CLUSTER: lines, so a default format
+		// starts with the cluster's name (8 wide) instead.
+		f.fields = append([]fmtField{{spec: "V", width: 8, token: "%8V"}}, f.fields...)
 	}
-	cluster, err := c.clusterName(ctx)
-	if err != nil {
-		return err
-	}
-	table := sinfoFields(cluster, c.loc)
-	c.checkFormat(f, table.known, "node")
+	c.checkFormat(f, sinfoFields("", c.loc).known, "node")
 
 	for first := true; ; first = false {
 		if !first {
@@ -492,62 +489,104 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 			case <-time.After(time.Duration(iterate) * time.Second):
 			}
 		}
-		partitions, nodes, err := c.slurmView(ctx, cluster)
-		if err != nil {
-			return err
-		}
-		filter := func(n *loomv1.SlurmNode) bool {
-			return (stateFilter == nil || stateFilter[n.GetState()]) && (hostFilter == nil || hostFilter[n.GetHostname()]) &&
-				(!dead || isDead(n)) && (!responding || !isDead(n))
-		}
-		var rows []sinfoRow
-		if reasons {
-			rows = reasonRows(nodes, filter, f, table)
-		} else {
-			rows = sinfoRows(partitions, nodes, parts, filter, nodeMode, f, table)
-		}
-		if autoPart {
-			w := minFieldSize
-			for _, r := range rows {
-				if r.part != nil {
-					n := len(r.part.GetName())
-					if r.part.GetDefault() {
-						n++
-					}
-					w = max(w, n)
-				}
-			}
-			for i := range f.fields {
-				if f.fields[i].spec == "P" || f.fields[i].spec == "R" {
-					f.fields[i].width = w
-				}
-			}
-		}
-		if autoNode {
-			w := minFieldSize
-			for _, r := range rows {
-				w = max(w, len(compressHosts(r.hostnames())))
-			}
-			for i := range f.fields {
-				if f.fields[i].spec == "N" {
-					f.fields[i].width = w
-				}
-			}
-		}
 		var b strings.Builder
 		if (long || iterate > 0) && !noHeader { // as Slurm's print_date: not with -h
 			b.WriteString(c.env.nowIn(c.loc).Format(ctimeLayout) + "\n")
 		}
-		if clusterLine && !noHeader {
-			b.WriteString(c.clusterLine())
+		// Each cluster of -M's list in turn, its table after a "CLUSTER:
+		// NAME" line, a blank line between two (Slurm's _multi_cluster).
+		err := c.forEachCluster(clusters, func(i int) error {
+			if clusterLine && !noHeader {
+				if i > 0 {
+					b.WriteString("\n")
+				}
+				b.WriteString(c.clusterLine())
+			}
+			return c.sinfoTable(ctx, &b, f, sinfoView{parts: parts, stateFilter: stateFilter, hostFilter: hostFilter,
+				dead: dead, responding: responding, reasons: reasons, nodeMode: nodeMode, autoPart: autoPart,
+				autoNode: autoNode, noHeader: noHeader})
+		})
+		if err != nil {
+			return err
 		}
-		table.write(&b, f, rows, noHeader)
 		fmt.Fprint(c.stdout, b.String())
 		if iterate == 0 {
 			return nil
 		}
 		fmt.Fprintln(c.stdout)
 	}
+}
+
+// sinfoView is what sinfo prints of each cluster: its options.
+type sinfoView struct {
+	parts                        stringSet
+	stateFilter                  map[loomv1.SlurmNode_State]bool
+	hostFilter                   map[string]bool
+	dead, responding, reasons    bool
+	nodeMode, autoPart, autoNode bool
+	noHeader                     bool
+}
+
+// sinfoTable writes sinfo's table of the command's cluster (-M's, else
+// LOOM_CLUSTER's, else the project's only one) to b.
+func (c *cmd) sinfoTable(ctx context.Context, b *strings.Builder, f format, v sinfoView) error {
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	table := sinfoFields(cluster, c.loc)
+	partitions, nodes, err := c.slurmView(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	// -d keeps only the dead nodes (DOWN, or not responding: "idle*"),
+	// -r only the others, as Slurm's sinfo.
+	isDead := func(n *loomv1.SlurmNode) bool {
+		return n.GetState() == loomv1.SlurmNode_DOWN || n.GetNotResponding()
+	}
+	filter := func(n *loomv1.SlurmNode) bool {
+		return (v.stateFilter == nil || v.stateFilter[n.GetState()]) && (v.hostFilter == nil || v.hostFilter[n.GetHostname()]) &&
+			(!v.dead || isDead(n)) && (!v.responding || !isDead(n))
+	}
+	var rows []sinfoRow
+	if v.reasons {
+		rows = reasonRows(nodes, filter, f, table)
+	} else {
+		rows = sinfoRows(partitions, nodes, v.parts, filter, v.nodeMode, f, table)
+	}
+	// Default formats size %P (and, node-oriented, %N) to their longest
+	// value, each cluster's table its own (Slurm's sinfo sizes each).
+	f.fields = slices.Clone(f.fields)
+	if v.autoPart {
+		w := minFieldSize
+		for _, r := range rows {
+			if r.part != nil {
+				n := len(r.part.GetName())
+				if r.part.GetDefault() {
+					n++
+				}
+				w = max(w, n)
+			}
+		}
+		for i := range f.fields {
+			if f.fields[i].spec == "P" || f.fields[i].spec == "R" {
+				f.fields[i].width = w
+			}
+		}
+	}
+	if v.autoNode {
+		w := minFieldSize
+		for _, r := range rows {
+			w = max(w, len(compressHosts(r.hostnames())))
+		}
+		for i := range f.fields {
+			if f.fields[i].spec == "N" {
+				f.fields[i].width = w
+			}
+		}
+	}
+	table.write(b, f, rows, v.noHeader)
+	return nil
 }
 
 // slurmView fetches a cluster's partitions and nodes, every page of each.

@@ -712,8 +712,10 @@ func (t *stepTail) close() {
 }
 
 // cancelStep is scancel JOB.STEP: it kills (or, with signal, signals) the
-// tasks of one job step on every node.
-func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose bool) error {
+// tasks of one job step on every node. With confine (scancel -M), a step
+// of a job in another cluster than the command's is unknown to it, as to
+// Slurm's.
+func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confine bool) error {
 	job, step, _ := strings.Cut(arg, ".")
 	if !isDigits(job) || !isDigits(step) || len(step) > 9 {
 		return c.errorf("Invalid job id %s", arg)
@@ -729,6 +731,9 @@ func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose bool) 
 	}
 	if verbose {
 		fmt.Fprintf(c.stderr, "scancel: Terminating step %s.%s\n", job, step)
+	}
+	if confine && c.elsewhere(ctx, c.jobName(job)) {
+		return c.errorf("%s on job id %s: Invalid job id specified", verb, arg)
 	}
 	cctx, cancel := c.call(ctx)
 	defer cancel()
