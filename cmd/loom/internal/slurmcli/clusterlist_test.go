@@ -35,7 +35,8 @@ func TestClusterListRefused(t *testing.T) {
 // TestSqueueClusterList: squeue -M a,b lists each cluster in turn, as
 // Slurm's _multi_cluster (src/squeue/squeue.c): "CLUSTER: a", its table,
 // a blank line, "CLUSTER: b", its table; with -h neither the lines nor the
-// headers. A list past 16 clusters is refused by name, exit 1.
+// headers, and Slurm's own format then names each line's cluster. A list
+// past 16 clusters is refused by name, exit 1.
 func TestSqueueClusterList(t *testing.T) {
 	t.Parallel()
 	code, out, errOut := run(t, fixture(), "squeue", Env{}, "-M", "other,demo", "-o", "%i", "-j", "12,20")
@@ -45,6 +46,18 @@ func TestSqueueClusterList(t *testing.T) {
 	code, out, errOut = run(t, fixture(), "squeue", Env{}, "-M", "demo,other,demo", "-h", "-o", "%i", "-j", "12,20")
 	if code != 0 || out != "12\n20\n" {
 		t.Errorf("squeue -h -M demo,other,demo: %d %q %q, want 12 then 20", code, out, errOut)
+	}
+	// -h with Slurm's own format: each line starts with its cluster's
+	// name, 10 wide (Slurm's _print_job, "cluster:10 "); not for one
+	// cluster, nor for a format of one's own (above).
+	code, out, errOut = run(t, fixture(), "squeue", Env{}, "-M", "other,demo", "-h", "-j", "12,20")
+	if want := "other                      20       gpu elsewher    alice  R       0:00      1 \n" +
+		"demo                       12       gpu    train    alice  R    1:02:03      2 gpu-[0001-0002]\n"; code != 0 || out != want {
+		t.Errorf("squeue -h -M other,demo: %d %q %q, want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, fixture(), "squeue", Env{}, "-M", "demo", "-h", "-j", "12")
+	if want := "                12       gpu    train    alice  R    1:02:03      2 gpu-[0001-0002]\n"; code != 0 || out != want {
+		t.Errorf("squeue -h -M demo: %d %q %q, want %q", code, out, errOut, want)
 	}
 	many := strings.TrimSuffix(strings.Repeat("c,", 16), ",") + ",d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s"
 	code, out, errOut = run(t, fixture(), "squeue", Env{}, "-M", many)

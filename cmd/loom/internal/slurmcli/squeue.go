@@ -380,6 +380,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	// (over -O too); else -O; else -l's; else SQUEUE_FORMAT, then
 	// SQUEUE_FORMAT2 (-l, --start and -O set the variables aside).
 	var f format
+	defFormat := false // Slurm's own -l or default format: neither -o, -O, --start nor a variable's
 	switch {
 	case cliFormat || formatStr != "" && !start && !long && !cliLongFormat:
 		f = parseFormat(formatStr)
@@ -392,9 +393,14 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 			return c.errorf("Invalid job format specification: %s", unknown[0])
 		}
 	case long:
-		f = parseFormat(squeueLongFormat)
+		f, defFormat = parseFormat(squeueLongFormat), true
 	default:
-		f = parseFormat(squeueDefaultFormat)
+		f, defFormat = parseFormat(squeueDefaultFormat), true
+	}
+	if defFormat && len(clusters) > 1 && noHeader && !steps {
+		// Slurm's squeue (_print_job): with -h no CLUSTER: lines, so its
+		// own format then starts with the cluster's name ("cluster:10 ").
+		f.fields = append([]fmtField{{spec: "cluster", width: 10, suffix: " ", token: "cluster:10 "}}, f.fields...)
 	}
 	var stateFilter stateSet
 	allStates := false
