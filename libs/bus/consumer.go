@@ -175,8 +175,10 @@ type ConsumerConfig struct {
 	// agent keys it (wrong-key) or on another partition than its key's
 	// (wrong-partition: Run reads the topics' partition counts from the
 	// broker at its start, and again, at most once a second, when a record
-	// does not match them; a topic whose count is unknown is not checked,
-	// which is logged once) is dead-lettered at once with the reason in
+	// written since does not match them — such a record waits for that
+	// re-read, at most a second, so that an honest record placed under a
+	// count added since is not refused; a topic whose count is unknown is
+	// not checked, which is logged once) is dead-lettered with the reason in
 	// loom_dlq_reason, counted on Rejected, and never handled. Services'
 	// records are on whatever partition their producer chose. Handled
 	// events carry the verified Signer.
@@ -254,6 +256,8 @@ type Consumer struct {
 	// parts holds the topics' partition counts while Run runs with a
 	// Verifier: a node's record must be on its key's partition.
 	parts *partitionCounts
+	// recheck is partitionCounts' re-read interval (partitionRecheck).
+	recheck time.Duration
 	// nodes holds each node to NodeRate (nil without one); drops logs
 	// what it drops. Used by Run's handling goroutine only.
 	nodes  *noderate.Buckets
@@ -322,6 +326,8 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 		dlq: dlq,
 		h:   h,
 		log: cfg.Logger.With("group", cfg.GroupID),
+
+		recheck: partitionRecheck,
 	}
 	c.tracer.set(cfg.TracerProvider)
 	if cfg.NodeRate > 0 {
@@ -429,7 +435,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.removeStaleMembers(ctx)
 	}
 	if c.cfg.Verifier != nil {
-		c.parts = newPartitionCounts(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topics, c.log)
+		c.parts = newPartitionCounts(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topics, c.recheck, c.log)
 	}
 	defer c.cfg.Metrics.WatchLag(c.cfg)()
 	r := kafka.NewReader(kafka.ReaderConfig{

@@ -1,6 +1,10 @@
 package bus
 
-import "github.com/segmentio/kafka-go"
+import (
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
 
 // CrashOnStop makes c's Run return, once its context ends, without
 // committing what it handled since its last commit, as a process that died
@@ -12,3 +16,7 @@ func CrashOnStop(c *Consumer) { c.crashed.Store(true) }
 func KeyBalancer(key string, born int64) kafka.GroupBalancer {
 	return keyBalancer{key: key, born: born}
 }
+
+// SetPartitionRecheck sets how long after a re-read of its topics'
+// partition counts c may read them again (a second); call it before Run.
+func SetPartitionRecheck(c *Consumer, d time.Duration) { c.recheck = d }

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -91,9 +92,9 @@ func (b keyBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafk
 }
 
 // partitionRecheck bounds how often a verifying consumer reads a topic's
-// partition count from the broker again because a node's record is not
-// where its key goes: a node flooding misplaced records costs one metadata
-// request a second, not one a record.
+// partition counts from the broker again because a node's record is not
+// where its key goes: a node flooding misplaced records costs one re-read a
+// second, not one a record.
 const partitionRecheck = time.Second
 
 // partitionCounts holds the partition count of each topic a verifying
@@ -105,36 +106,57 @@ type partitionCounts struct {
 	sec     *Security
 	topics  []string
 	log     *slog.Logger
+	// recheck is how long after a re-read the next may come
+	// (partitionRecheck; tests shorten or lengthen it).
+	recheck time.Duration
 
 	mu sync.Mutex
 	// seen is each topic's counts since the consumer started, oldest
 	// first: partitions are only ever added, and a record written before
 	// they were is still on its key's partition of the count then.
 	seen map[string][]int
-	// read is when the counts were last read because a record was
-	// misplaced (zero: never).
+	// ends is each partition's end offset (the next record's) as read just
+	// before the counts last were: a record below it was written before
+	// those counts were read, by a producer that knew no count they lack,
+	// so a misplaced one is refused at once; one at or past it may have
+	// been placed under a count added since, and waits for a re-read.
+	ends map[topicPartition]int64
+	// read is when the counts were last read (zero: never).
 	read time.Time
 	// unknown notes the topics whose count could not be read, each logged
 	// once.
 	unknown map[string]bool
 }
 
-// newPartitionCounts reads the partition counts of topics from the broker.
-// A failure leaves them unknown (read again at the first misplaced record).
-func newPartitionCounts(ctx context.Context, brokers []string, sec *Security, topics []string, log *slog.Logger) *partitionCounts {
-	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, log: log, seen: map[string][]int{}, unknown: map[string]bool{}}
+// newPartitionCounts reads the partition counts of topics, and their
+// partitions' end offsets, from the broker. A failure leaves them unknown
+// (read again at the first misplaced record).
+func newPartitionCounts(ctx context.Context, brokers []string, sec *Security, topics []string, recheck time.Duration, log *slog.Logger) *partitionCounts {
+	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, recheck: recheck, log: log,
+		seen: map[string][]int{}, ends: map[topicPartition]int64{}, unknown: map[string]bool{}}
+	p.read = time.Now()
 	p.load(ctx)
 	return p
 }
 
-// load reads the topics' partition counts, directly from the broker (a
-// fresh connection, never a metadata cache), and notes those not seen yet.
+// client is a client on a transport of its own, whose metadata is read
+// from the broker when it starts (a transport answers metadata requests
+// from its cache); done closes its connections.
+func (p *partitionCounts) client() (client *kafka.Client, done func()) {
+	transport := p.sec.transport(&kafka.Transport{MetadataTopics: p.topics})
+	return &kafka.Client{Addr: kafka.TCP(p.brokers...), Transport: transport}, transport.CloseIdleConnections
+}
+
+// load reads the end offsets of the topics' partitions, then the topics'
+// partition counts, directly from the broker (never a metadata cache), and
+// notes the counts not seen yet and the ends. The ends are read first: a
+// record below them was written before the counts were read.
 func (p *partitionCounts) load(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	transport := p.sec.transport(&kafka.Transport{MetadataTopics: p.topics})
-	defer transport.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(p.brokers...), Transport: transport}
+	ends, endsErr := p.endOffsets(ctx)
+	client, done := p.client()
+	defer done()
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: p.topics})
 	if err != nil {
 		p.log.Warn("could not read the topics' partition counts", "topics", p.topics, "err", err)
@@ -150,16 +172,64 @@ func (p *partitionCounts) load(ctx context.Context) {
 		}
 		p.seen[t.Name] = append(p.seen[t.Name], n)
 	}
+	if endsErr != nil {
+		// The ends read before stay true: what was below them still is.
+		p.log.Warn("could not read the end offsets of the topics' partitions", "topics", p.topics, "err", endsErr)
+		return
+	}
+	for tp, end := range ends {
+		p.ends[tp] = max(p.ends[tp], end)
+	}
+}
+
+// endOffsets returns the end offset of each partition of the topics.
+func (p *partitionCounts) endOffsets(ctx context.Context) (map[topicPartition]int64, error) {
+	client, done := p.client()
+	defer done()
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: p.topics})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	req := map[string][]kafka.OffsetRequest{}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			continue
+		}
+		for _, part := range t.Partitions {
+			req[t.Name] = append(req[t.Name], kafka.LastOffsetOf(part.ID))
+		}
+	}
+	if len(req) == 0 {
+		return nil, nil
+	}
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: req})
+	if err != nil {
+		return nil, fmt.Errorf("list offsets: %w", err)
+	}
+	out := map[topicPartition]int64{}
+	for topic, ps := range resp.Topics {
+		for _, po := range ps {
+			if po.Error == nil {
+				out[topicPartition{topic, po.Partition}] = po.LastOffset
+			}
+		}
+	}
+	return out, nil
 }
 
 // check returns a *envelope.Rejection (wrong-partition) when m, a node's
 // record, is not on the partition its key goes to under any partition
 // count its topic has had since the consumer started. A record that does
-// not match is checked again against counts read anew (at most once per
-// partitionRecheck), so that a topic whose partitions were added is
-// followed. While a topic's count is unknown (never read, or smaller than
-// the record's partition says it is), the partition is not checked: that
-// is logged once per topic.
+// not match but was written after the counts were last read (at or past
+// the end offset its partition had then) may have been placed under a
+// count added since: check waits until recheck has passed since that read
+// (at most recheck), reads the counts and ends anew, and judges it then.
+// One below that end is judged at once: so a topic whose partitions were
+// added is followed without refusing an honest record, and a flood of
+// misplaced records costs one re-read, and at most one wait of recheck,
+// a recheck. While a topic's count is unknown (never read, or smaller
+// than the record's partition says it is), the partition is not checked:
+// that is logged once per topic.
 func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -167,8 +237,14 @@ func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
 	if p.placed(m.Topic, key, m.Partition) {
 		return nil
 	}
-	if now := time.Now(); now.Sub(p.read) >= partitionRecheck || p.read.IsZero() {
-		p.read = now
+	if end, ok := p.ends[topicPartition{m.Topic, m.Partition}]; !ok || m.Offset >= end {
+		if wait := p.recheck - time.Since(p.read); !p.read.IsZero() && wait > 0 {
+			// Bounded by recheck, and not cut short by the stop: a
+			// record judged on counts it may postdate could be refused
+			// wrongly.
+			time.Sleep(wait)
+		}
+		p.read = time.Now()
 		p.load(ctx)
 		if p.placed(m.Topic, key, m.Partition) {
 			return nil

@@ -1,0 +1,145 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+)
+
+// An honest node's record placed under a partition count the topic got
+// just after the consumer last read its counts (a misplaced record made it
+// read them) is handled, not refused as wrong-partition: a record written
+// since that read waits for the next one. A flood of misplaced records
+// after it is refused, each at once once the counts were read again (not
+// one wait each), and the node's next honest record is handled.
+func TestRecordUnderACountAddedSinceTheLastReadIsHandled(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 4)
+	// A node whose partition moves, when the topic grows to 6 partitions,
+	// to another of the first 4 (which the group goes on reading without
+	// a rebalance).
+	node := ""
+	for i := 0; node == "" && i < 1000; i++ {
+		k := fmt.Sprintf("n%d", i)
+		if before, after := bus.PartitionOf(k, 4), bus.PartitionOf(k, 6); after < 4 && before != after {
+			node = k
+		}
+	}
+	if node == "" {
+		t.Fatal("no node name moves to another of the first 4 partitions")
+	}
+	before, after := bus.PartitionOf(node, 4), bus.PartitionOf(node, 6)
+	elsewhere := 0
+	for elsewhere == before || elsewhere == after {
+		elsewhere++
+	}
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	npub, npriv, _ := ed25519.GenerateKey(nil)
+	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: node, PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeSigner, err := envelope.NewNodeSigner(npriv, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// writeTo writes evs, signed by the node, on partition part.
+	writeTo := func(part int, evs ...envelope.Event) {
+		t.Helper()
+		ms := make([]kafka.Message, len(evs))
+		for i, ev := range evs {
+			m, err := envelope.Encode(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodeSigner.Sign(&m)
+			ms[i] = m
+		}
+		w := &kafka.Writer{Addr: kafka.TCP(broker), RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond,
+			Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return part })}
+		defer w.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := w.WriteMessages(ctx, ms...); err != nil {
+			t.Fatalf("write to partition %d: %v", part, err)
+		}
+	}
+
+	// Re-reads 3 s apart: the topic grows well within that of the last.
+	const recheck = 3 * time.Second
+	rejected, reader := rejectedCounter(t)
+	var handled seen
+	c := bus.NewConsumer(bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), Rejected: rejected, Logger: testLogger(t),
+	}, newProducer(t, broker), func(ctx context.Context, ev envelope.Event) error {
+		handled.add(ev)
+		return nil
+	})
+	bus.SetPartitionRecheck(c, recheck)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	dlq := topic + topics.DLQSuffix
+	deadLettered := func(n int64) func() (bool, error) {
+		return func() (bool, error) { return records(t, broker, dlq, 1) >= n, nil }
+	}
+
+	// A misplaced record: refused once the counts were read again.
+	writeTo(elsewhere, event(topic, node, 1))
+	testkit.WaitFor(t, wait, "the misplaced record dead-lettered", deadLettered(1))
+
+	// At once, the topic grows and the node writes to its new partition.
+	client := &kafka.Client{Addr: kafka.TCP(broker)}
+	cctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := client.CreatePartitions(cctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: topic, Count: 6}}})
+	if err != nil || resp.Errors[topic] != nil {
+		t.Fatalf("add partitions: %v %v", err, resp)
+	}
+	moved := event(topic, node, 2)
+	writeTo(after, moved)
+	testkit.WaitFor(t, wait, "the record on the node's new partition handled", func() (bool, error) {
+		if n := records(t, broker, dlq, 1); n != 1 {
+			return false, fmt.Errorf("%d records dead-lettered, want only the misplaced one: the honest record was refused", n)
+		}
+		return handled.count(moved.ID) == 1, nil
+	})
+
+	// A flood of misplaced records, then the node's honest one.
+	const flood = 30
+	evs := make([]envelope.Event, flood)
+	for i := range evs {
+		evs[i] = event(topic, node, int32(10+i))
+	}
+	start := time.Now()
+	writeTo(elsewhere, evs...)
+	next := event(topic, node, 3)
+	writeTo(after, next)
+	testkit.WaitFor(t, wait, "the flood refused and the honest record handled", func() (bool, error) {
+		return records(t, broker, dlq, 1) == 1+flood && handled.count(next.ID) == 1, nil
+	})
+	if took := time.Since(start); took > 3*recheck {
+		t.Errorf("the flood of %d misplaced records took %v, want at most about one re-read's wait (%v)", flood, took, recheck)
+	}
+	if counted := rejectedByReason(t, reader); counted[envelope.ReasonWrongPartition] != 1+flood || len(counted) != 1 {
+		t.Errorf("loom_bus_rejected_total by reason: %v, want %s: %d", counted, envelope.ReasonWrongPartition, 1+flood)
+	}
+}
