@@ -156,8 +156,10 @@ type ConsumerConfig struct {
 	// from the member its killed predecessor left in the group as soon as
 	// the group has rebalanced (at once with SoleMember; else once the dead
 	// member's session has timed out). Every member of the group must set
-	// the same key; a topic's partition count must not change while the
-	// group reads it.
+	// the same key. When a topic's partition count changes, the group
+	// moves to the key's partition under the new count as soon as it sees
+	// the change (partitionWatchInterval); records left unread on the old
+	// one are not read.
 	PartitionKey string
 	// SoleMember says that this consumer is its group's only live member
 	// whenever it runs: its process holds a lock that each predecessor
@@ -235,6 +237,10 @@ const (
 	sessionTimeout    = 10 * time.Second       // a crashed member's partitions move after this (brokers' minimum is 6 s)
 	rebalanceTimeout  = 10 * time.Second       // a rejoin takes < heartbeat + fetchMaxWait; this only evicts stuck members
 	joinGroupBackoff  = 250 * time.Millisecond
+	// partitionWatchInterval is how often a member reads its topics'
+	// partition counts (one metadata request a topic), and so how long
+	// partitions added to a topic may go unread.
+	partitionWatchInterval = 5 * time.Second
 	// finishTimeout bounds a dead-letter write and a commit.
 	finishTimeout = 10 * time.Second
 )
@@ -456,13 +462,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 		RebalanceTimeout:  rebalanceTimeout,
 		JoinGroupBackoff:  joinGroupBackoff,
 		GroupBalancers:    c.balancers(),
-		// No WatchPartitionChanges: kafka-go's watcher ends the generation
-		// whenever it cannot read a topic's partitions, so a missing topic
-		// makes the member rejoin in a tight loop. Partition counts are fixed
-		// by package topics; a member picks up added partitions on its next
-		// rebalance.
-		ReadBackoffMin: 50 * time.Millisecond,
-		ReadBackoffMax: time.Second,
+		// A member reads each topic's partitions every
+		// partitionWatchInterval and rejoins when their count changed, so
+		// that partitions added to a topic are read (by this group, from
+		// their first record) without waiting for some other rebalance.
+		// The watcher ends the generation whenever it cannot read a
+		// topic's partitions, which made a missing topic a tight rejoin
+		// loop: Run joins only once every topic exists (waitTopics), and
+		// Loom never deletes one.
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: partitionWatchInterval,
+		ReadBackoffMin:         50 * time.Millisecond,
+		ReadBackoffMax:         time.Second,
 		// kafka-go reports every rebalance and retried fetch; those are
 		// routine, so they go to debug. What the caller must know comes
 		// back from FetchMessage and is logged at warn below.

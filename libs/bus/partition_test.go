@@ -3,7 +3,9 @@ package bus_test
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -98,13 +100,26 @@ func TestRecordUnderACountAddedSinceTheLastReadIsHandled(t *testing.T) {
 		}
 	})
 	dlq := topic + topics.DLQSuffix
-	deadLettered := func(n int64) func() (bool, error) {
-		return func() (bool, error) { return records(t, broker, dlq, 1) >= n, nil }
+	// deadLettered is the IDs of the records dead-lettered so far, each
+	// once (a record comes again after a rebalance, and is dead-lettered
+	// again).
+	deadLettered := func() map[string]bool {
+		ids := map[string]bool{}
+		if n := records(t, broker, dlq, 1); n > 0 {
+			for _, m := range readN(t, broker, dlq, int(n), wait) {
+				id, _ := header(m, envelope.HeaderID)
+				ids[id] = true
+			}
+		}
+		return ids
 	}
 
 	// A misplaced record: refused once the counts were read again.
-	writeTo(elsewhere, event(topic, node, 1))
-	testkit.WaitFor(t, wait, "the misplaced record dead-lettered", deadLettered(1))
+	first := event(topic, node, 1)
+	writeTo(elsewhere, first)
+	testkit.WaitFor(t, wait, "the misplaced record dead-lettered", func() (bool, error) {
+		return records(t, broker, dlq, 1) > 0, nil
+	})
 
 	// At once, the topic grows and the node writes to its new partition.
 	client := &kafka.Client{Addr: kafka.TCP(broker)}
@@ -117,10 +132,12 @@ func TestRecordUnderACountAddedSinceTheLastReadIsHandled(t *testing.T) {
 	moved := event(topic, node, 2)
 	writeTo(after, moved)
 	testkit.WaitFor(t, wait, "the record on the node's new partition handled", func() (bool, error) {
-		if n := records(t, broker, dlq, 1); n != 1 {
-			return false, fmt.Errorf("%d records dead-lettered, want only the misplaced one: the honest record was refused", n)
+		if records(t, broker, dlq, 1) > 1 && deadLettered()[moved.ID] {
+			return false, errors.New("the honest record was dead-lettered")
 		}
-		return handled.count(moved.ID) == 1, nil
+		// At least once: the group rebalances as the topic grows, and a
+		// record handled but not yet committed then comes again.
+		return handled.count(moved.ID) >= 1, nil
 	})
 
 	// A flood of misplaced records, then the node's honest one.
@@ -134,12 +151,71 @@ func TestRecordUnderACountAddedSinceTheLastReadIsHandled(t *testing.T) {
 	next := event(topic, node, 3)
 	writeTo(after, next)
 	testkit.WaitFor(t, wait, "the flood refused and the honest record handled", func() (bool, error) {
-		return records(t, broker, dlq, 1) == 1+flood && handled.count(next.ID) == 1, nil
+		off, err := committedOffset(broker, "g", topic, elsewhere)
+		return off == 1+flood && handled.count(next.ID) >= 1, err
 	})
 	if took := time.Since(start); took > 3*recheck {
 		t.Errorf("the flood of %d misplaced records took %v, want at most about one re-read's wait (%v)", flood, took, recheck)
 	}
-	if counted := rejectedByReason(t, reader); counted[envelope.ReasonWrongPartition] != 1+flood || len(counted) != 1 {
-		t.Errorf("loom_bus_rejected_total by reason: %v, want %s: %d", counted, envelope.ReasonWrongPartition, 1+flood)
+	want := map[string]bool{first.ID: true}
+	for _, ev := range evs {
+		want[ev.ID] = true
 	}
+	if got := deadLettered(); !reflect.DeepEqual(got, want) {
+		t.Errorf("dead-lettered %d records (%v), want the %d misplaced ones only", len(got), got, len(want))
+	}
+	if counted := rejectedByReason(t, reader); counted[envelope.ReasonWrongPartition] < 1+flood || len(counted) != 1 {
+		t.Errorf("loom_bus_rejected_total by reason: %v, want %s: %d or more", counted, envelope.ReasonWrongPartition, 1+flood)
+	}
+}
+
+// Partitions added to a topic while a group reads it are read, from their
+// first record, without waiting for some other rebalance.
+func TestRecordsOnAnAddedPartitionAreConsumed(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 2)
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}},
+		newProducer(t, broker), func(ctx context.Context, ev envelope.Event) error {
+			handled.add(ev)
+			return nil
+		})
+	writeTo := func(part int, ev envelope.Event) {
+		t.Helper()
+		m, err := envelope.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A transport of its own: the default one's metadata may predate
+		// the added partitions.
+		transport := &kafka.Transport{}
+		defer transport.CloseIdleConnections()
+		w := &kafka.Writer{Addr: kafka.TCP(broker), RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond,
+			Transport: transport, Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return part })}
+		defer w.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := w.WriteMessages(ctx, m); err != nil {
+			t.Fatalf("write to partition %d: %v", part, err)
+		}
+	}
+	first := event(topic, "n1", 1)
+	writeTo(1, first)
+	testkit.WaitFor(t, wait, "a record on a first partition handled", func() (bool, error) {
+		return handled.count(first.ID) == 1, nil
+	})
+
+	client := &kafka.Client{Addr: kafka.TCP(broker)}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: topic, Count: 4}}})
+	if err != nil || resp.Errors[topic] != nil {
+		t.Fatalf("add partitions: %v %v", err, resp)
+	}
+	added := event(topic, "n2", 2)
+	writeTo(3, added)
+	testkit.WaitFor(t, wait, "the record on the added partition handled", func() (bool, error) {
+		return handled.count(added.ID) == 1, nil
+	})
 }

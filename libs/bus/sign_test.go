@@ -267,7 +267,9 @@ func TestNodeRecordOnAnotherPartitionIsRefused(t *testing.T) {
 	writeTo(svcSigner, fromService, elsewhere)
 
 	testkit.WaitFor(t, wait, "the moved record and the service's handled", func() (bool, error) {
-		return handled.count(moved.ID) == 1 && handled.count(fromService.ID) == 1, nil
+		// At least once: the group rebalances as the topic grows, and a
+		// record handled but not yet committed then comes again.
+		return handled.count(moved.ID) >= 1 && handled.count(fromService.ID) >= 1, nil
 	})
 	dls := readN(t, broker, topic+topics.DLQSuffix, 1, wait)
 	if id, _ := header(dls[0], envelope.HeaderID); id != misplaced.ID {
