@@ -191,8 +191,9 @@ type ConsumerConfig struct {
 	Policy envelope.Policy
 	// NodeRate, when positive, holds each node to NodeRate records a
 	// second, NodeBurst at once (at least 1; default 10 x NodeRate), on
-	// the records it signed that this consumer reads (only with a
-	// Verifier: the signer must be verified): past it, a node's record is
+	// the records it signed that this consumer reads, those the Verifier
+	// refuses (not-a-service, wrong-node, wrong-key) among them (only with
+	// a Verifier: the signer must be verified): past it, a node's record is
 	// dropped, whatever it holds and before its partition is checked — not
 	// handled, not dead-lettered, committed as a skipped record, told to
 	// Passed — and counted on Rejected with reason DropNodeRate, so that

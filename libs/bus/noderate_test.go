@@ -15,6 +15,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
 // A node's records past ConsumerConfig.NodeRate are dropped — not handled,
@@ -132,5 +133,65 @@ func TestNodeFloodIsDroppedPastItsRate(t *testing.T) {
 				t.Errorf("Passed told of %d records, want the %d dropped", passed, flood-burst)
 			}
 		})
+	}
+}
+
+// A node's records of a type nodes may not write (not-a-service) take its
+// tokens too: past its burst they are dropped, not dead-lettered one by
+// one.
+func TestNodeFloodOfServiceTypesIsDroppedPastItsRate(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	npub, npriv, _ := ed25519.GenerateKey(nil)
+	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: "flooder", Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flooder, err := envelope.NewNodeSigner(npriv, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flood, burst = 20, 3
+	ms := make([]kafka.Message, flood)
+	for i := range ms {
+		// A command: only the scheduler may write one.
+		m, err := envelope.Encode(envelope.New(topic, "flooder", "loom/agent", &eventsv1.StartStep{Node: "flooder", Job: fmt.Sprintf("projects/p/jobs/%d", i)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flooder.Sign(&m)
+		m.Topic = ""
+		ms[i] = m
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	t.Cleanup(func() { w.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := w.WriteMessages(ctx, ms...); err != nil {
+		t.Fatal(err)
+	}
+
+	rejected, reader := rejectedCounter(t)
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), Rejected: rejected,
+		NodeRate: 0.001, NodeBurst: burst,
+	}, newProducer(t, broker), func(ctx context.Context, ev envelope.Event) error { handled.add(ev); return nil })
+
+	testkit.WaitFor(t, wait, "the group's offset past every record", func() (bool, error) {
+		off, err := committedOffset(broker, "g", topic, 0)
+		return off == flood, err
+	})
+	if n := len(handled.ids()); n != 0 {
+		t.Errorf("%d records handled, want none", n)
+	}
+	if counted := rejectedByReason(t, reader); counted[envelope.ReasonNotService] != burst || counted[bus.DropNodeRate] != flood-burst {
+		t.Errorf("loom_bus_rejected_total by reason: %v, want %s: %d, %s: %d", counted, envelope.ReasonNotService, burst, bus.DropNodeRate, flood-burst)
+	}
+	if n := records(t, broker, topic+topics.DLQSuffix, 1); n != burst {
+		t.Errorf("%d records dead-lettered, want the burst's %d", n, burst)
 	}
 }

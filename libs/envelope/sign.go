@@ -410,8 +410,10 @@ func (v *Verifier) cert(raw []byte) (auth.NodeCert, error) {
 // m's signature is checked first (before any parsing of its payload), then
 // that a command a node runs comes from its sender (CommandSenders), then
 // policy, then, for a node's record, that its payload's node is the
-// signer's. The event's Signer is the verified signer. A refusal wraps
-// ErrRejected (a *Rejection).
+// signer's. The event's Signer is the verified signer, on a refusal too
+// once the signature verified (a consumer holds each node to a rate on
+// what it signed, refused or not); it is empty when the signature did not.
+// A refusal wraps ErrRejected (a *Rejection).
 func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (Event, error) {
 	id, err := v.Verify(m)
 	if err != nil {
@@ -426,13 +428,17 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 			reject(ReasonWrongSender, "%s is accepted only from %s, not from %s", typ, want, truncate(id.Name)))
 	}
 	if !id.IsService() {
+		// The refused event names its verified signer, so that a
+		// consumer holding each node to a rate counts these too.
 		if policy == ServicesOnly {
 			e, _ := r.headersOf(m)
+			e.Signer, e.SignerRegistration = id.Name, id.Reg
 			return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
 				reject(ReasonNotService, "%s is accepted only from a service, not from %s", typ, id.Name))
 		}
 		if _, ok := NodeEventTypes[typ]; !ok {
 			e, _ := r.headersOf(m)
+			e.Signer, e.SignerRegistration = id.Name, id.Reg
 			return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
 				reject(ReasonNotService, "a node may not write %s (signed by %s)", truncate(typ), id.Name))
 		}

@@ -75,6 +75,35 @@ func TestSignedRecordsVerify(t *testing.T) {
 	}
 }
 
+// A node's record refused as not-a-service names its verified signer, so
+// that the node's rate (libs/bus's NodeRate) counts it: under ServicesOnly,
+// and of a type nodes may not write.
+func TestNotAServiceNamesTheVerifiedNode(t *testing.T) {
+	t.Parallel()
+	k := newKeys(t)
+	v := NewVerifier(k.svcPub, func() time.Time { return k.now })
+	ev := mustEncode(t, New("loom.step.events.v1", "projects/p/jobs/1", "loom/agent", &eventsv1.StepChanged{Node: testNode, Job: "projects/p/jobs/1"}))
+	k.node.Sign(&ev)
+	cmd := mustEncode(t, New("loom.step.commands.v1", testNode, "loom/scheduler", &eventsv1.StartStep{Node: testNode, Job: "projects/p/jobs/1"}))
+	k.node.Sign(&cmd)
+	for name, c := range map[string]struct {
+		m      kafka.Message
+		policy Policy
+	}{"services only": {ev, ServicesOnly}, "not a node's type": {cmd, AcceptNodeEvents}} {
+		e, err := Default.DecodeVerified(c.m, v, c.policy)
+		if ReasonOf(err) != ReasonNotService || e.Signer != auth.NodeName(testNode) {
+			t.Errorf("%s: %v, signer %q, want %s and %s", name, err, e.Signer, ReasonNotService, auth.NodeName(testNode))
+		}
+	}
+	// A forged one names no one.
+	m := mustEncode(t, New("loom.step.commands.v1", testNode, "loom/scheduler", &eventsv1.StartStep{Node: testNode, Job: "projects/p/jobs/1"}))
+	k.node.Sign(&m)
+	m.Value = append(m.Value, 0x08, 0x01)
+	if e, err := Default.DecodeVerified(m, v, AcceptNodeEvents); ReasonOf(err) != ReasonBadSignature || e.Signer != "" {
+		t.Errorf("forged: %v, signer %q, want %s and none", err, e.Signer, ReasonBadSignature)
+	}
+}
+
 func TestRefusals(t *testing.T) {
 	t.Parallel()
 	k := newKeys(t)
