@@ -200,7 +200,8 @@ type ConsumerConfig struct {
 	// a compromised node costs its readers no more than reading NodeRate
 	// records a second, and other nodes' records on the same partition
 	// come on after its own without waiting. Drops are logged at most once
-	// every 10 s, by node (noderate.DropLog). Services' records are not
+	// every 10 s, by node (noderate.DropLog), the last of a flood within
+	// 20 s. Services' records are not
 	// limited. Each consumer keeps its own buckets, for the nodes heard
 	// lately.
 	NodeRate  float64
@@ -440,6 +441,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	if c.cfg.SoleMember {
 		c.removeStaleMembers(ctx)
+	}
+	if c.drops != nil {
+		defer c.flushDrops()()
 	}
 	if c.cfg.Verifier != nil {
 		c.parts = newPartitionCounts(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topics, c.recheck, c.log)
@@ -942,6 +946,31 @@ func (c *Consumer) decodeAs(m kafka.Message, rated bool) (envelope.Event, error)
 		}
 	}
 	return ev, err
+}
+
+// flushDrops writes, every drop log window, the drops that no later drop
+// has written (noderate.DropLog.Flush: a flood's last window), until the
+// returned function is called.
+func (c *Consumer) flushDrops() (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(c.drops.Every())
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				c.drops.Flush(now)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }
 
 // admit takes a token from node's bucket, reporting false when it has none

@@ -20,3 +20,11 @@ func KeyBalancer(key string, born int64) kafka.GroupBalancer {
 // SetPartitionRecheck sets how long after a re-read of its topics'
 // partition counts c may read them again (a second); call it before Run.
 func SetPartitionRecheck(c *Consumer, d time.Duration) { c.recheck = d }
+
+// SetDropLogEvery makes c log its drops past NodeRate at most once every d
+// (10 s), and look for a flood's last ones as often; call it before Run.
+func SetDropLogEvery(c *Consumer, d time.Duration) {
+	if c.drops != nil {
+		c.drops.WithEvery(d)
+	}
+}

@@ -1,9 +1,13 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,5 +197,85 @@ func TestNodeFloodOfServiceTypesIsDroppedPastItsRate(t *testing.T) {
 	}
 	if n := records(t, broker, topic+topics.DLQSuffix, 1); n != burst {
 		t.Errorf("%d records dead-lettered, want the burst's %d", n, burst)
+	}
+}
+
+// lockedBuffer is a log's output, read while the consumer writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The last drops of a flood, after which no record comes to write their
+// line, are logged once the drop log's window has passed.
+func TestNodeFloodsLastDropsAreLogged(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	npub, npriv, _ := ed25519.GenerateKey(nil)
+	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: "flooder", Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flooder, err := envelope.NewNodeSigner(npriv, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One record handled (the burst), the next dropped and logged at
+	// once, the 3 after it within the window.
+	const flood = 5
+	ms := make([]kafka.Message, flood)
+	for i := range ms {
+		m, err := envelope.Encode(event(topic, "flooder", int32(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flooder.Sign(&m)
+		m.Topic = ""
+		ms[i] = m
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	t.Cleanup(func() { w.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := w.WriteMessages(ctx, ms...); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs lockedBuffer
+	c := bus.NewConsumer(bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), NodeRate: 0.001, NodeBurst: 1,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	}, newProducer(t, broker), func(ctx context.Context, ev envelope.Event) error { return nil })
+	// Long enough that the flood's drops all come within one window.
+	bus.SetDropLogEvery(c, 2*time.Second)
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	testkit.WaitFor(t, wait, "the flood's last 3 drops logged", func() (bool, error) {
+		return strings.Contains(logs.String(), `reason=node-rate dropped=3 nodes=1 by_node="nodes/flooder=3"`), nil
+	})
+	if first := strings.Index(logs.String(), `reason=node-rate dropped=1 `); first < 0 {
+		t.Errorf("logs %s: want the first drop logged at once", logs.String())
 	}
 }

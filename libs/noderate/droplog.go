@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,11 +31,15 @@ const (
 // all, how many nodes dropped records, and the MaxNamed nodes that dropped
 // the most with their counts (by_node="n1=500 n2=12"), so that an
 // operator sees every node flooding, not only the latest; and the latest
-// record's attributes as a group (latest.node=, latest.type=, ...). It is
-// safe for concurrent use.
+// record's attributes as a group (latest.node=, latest.type=, ...). A drop
+// is logged at once when its reason has not been for LogEvery; those that
+// come sooner wait for the next line, which the next drop writes once
+// LogEvery has passed, or Flush, called on a tick, when no drop comes: so
+// a flood's last drops are logged too. It is safe for concurrent use.
 type DropLog struct {
-	log *slog.Logger
-	msg string
+	log   *slog.Logger
+	msg   string
+	every time.Duration
 
 	mu      sync.Mutex
 	reasons map[string]*tally
@@ -47,12 +52,25 @@ type tally struct {
 	byNode map[string]int
 	// untracked counts the drops of nodes past maxTracked.
 	untracked int
+	// latest is the latest drop's attributes.
+	latest []any
 }
 
 // NewDropLog returns a DropLog writing msg lines to log.
 func NewDropLog(log *slog.Logger, msg string) *DropLog {
-	return &DropLog{log: log, msg: msg, reasons: map[string]*tally{}}
+	return &DropLog{log: log, msg: msg, every: LogEvery, reasons: map[string]*tally{}}
 }
+
+// WithEvery makes d write a reason's line at most once every every
+// (LogEvery unless set; tests shorten it) and returns d. Call it before
+// any Note.
+func (d *DropLog) WithEvery(every time.Duration) *DropLog {
+	d.every = every
+	return d
+}
+
+// Every is how often at most d writes a reason's line.
+func (d *DropLog) Every() time.Duration { return d.every }
 
 // Note counts a record of node ("" when the record names none) dropped for
 // reason at now, and writes the reason's line when it has not for
@@ -71,17 +89,37 @@ func (d *DropLog) Note(now time.Time, reason, node string, latest ...any) {
 	} else {
 		t.untracked++
 	}
-	if !t.said.IsZero() && now.Sub(t.said) < LogEvery {
+	t.latest = latest
+	if !t.said.IsZero() && now.Sub(t.said) < d.every {
 		return
 	}
+	d.say(now, reason, t)
+}
+
+// Flush writes the line of each reason whose drops since its last line
+// have waited LogEvery since it at now: those of a flood that stopped,
+// which no next drop will write. Call it on a tick (every LogEvery or
+// more often).
+func (d *DropLog) Flush(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, reason := range slices.Sorted(maps.Keys(d.reasons)) {
+		if t := d.reasons[reason]; t.total > 0 && now.Sub(t.said) >= d.every {
+			d.say(now, reason, t)
+		}
+	}
+}
+
+// say writes reason's line, of t, at now, and starts its count afresh.
+func (d *DropLog) say(now time.Time, reason string, t *tally) {
 	byNode, others := Summary(t.byNode, MaxNamed)
 	args := []any{"reason", reason, "dropped", t.total, "nodes", len(t.byNode), "by_node", byNode}
 	if others > 0 || t.untracked > 0 {
 		args = append(args, "others", others+t.untracked)
 	}
-	args = append(args, slog.Group("latest", latest...))
+	args = append(args, slog.Group("latest", t.latest...))
 	d.log.Warn(d.msg, args...)
-	t.said, t.total, t.untracked = now, 0, 0
+	t.said, t.total, t.untracked, t.latest = now, 0, 0, nil
 	clear(t.byNode)
 }
 

@@ -40,3 +40,29 @@ func TestDropLogBoundsItsList(t *testing.T) {
 		t.Fatalf("line %q, want only n00's drop", last)
 	}
 }
+
+// The drops of a flood's last window, which no later drop writes, are
+// logged by Flush once LogEvery has passed since the last line, once.
+func TestDropLogFlushWritesTheLastWindow(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	d := noderate.NewDropLog(slog.New(slog.NewTextHandler(&buf, nil)), "dropped")
+	lines := func() []string { return strings.Fields(strings.ReplaceAll(strings.TrimSpace(buf.String()), " ", "_")) }
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d.Note(now, "node-rate", "n1", "node", "n1")
+	d.Note(now.Add(time.Second), "node-rate", "n1", "node", "n1")
+	d.Note(now.Add(2*time.Second), "node-rate", "n2", "node", "n2", "type", "last")
+	d.Flush(now.Add(noderate.LogEvery - time.Nanosecond))
+	if got := lines(); len(got) != 1 {
+		t.Fatalf("lines %q before LogEvery passed, want the first only", got)
+	}
+	d.Flush(now.Add(noderate.LogEvery))
+	got := lines()
+	if len(got) != 2 || !strings.Contains(got[1], `reason=node-rate_dropped=2_nodes=2_by_node="n1=1_n2=1"_latest.node=n2_latest.type=last`) {
+		t.Fatalf("lines %q, want a second summing up the last window's 2 drops", got)
+	}
+	d.Flush(now.Add(3 * noderate.LogEvery))
+	if got := lines(); len(got) != 2 {
+		t.Fatalf("lines %q, want no line without new drops", got)
+	}
+}

@@ -212,10 +212,12 @@ func payloadNode(p proto.Message) string {
 	return ""
 }
 
-// Check declares the nodes silent for the timeout UNHEALTHY, once each.
+// Check declares the nodes silent for the timeout UNHEALTHY, once each,
+// and logs the drops that no later drop has (a flood's last).
 func (a *App) Check(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.drops.Flush(a.now())
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}

@@ -259,3 +259,40 @@ func TestDropLogSumsUpEveryFloodingNode(t *testing.T) {
 		t.Fatalf("drop log %q, want %s and latest.node=%s", lines[1], want, n2)
 	}
 }
+
+// TestDropLogWritesAFloodsLastDrops: drops that no later drop comes to
+// write (a flood's last) are logged by the next check once
+// noderate.LogEvery has passed since the last line.
+func TestDropLogWritesAFloodsLastDrops(t *testing.T) {
+	t.Parallel()
+	st, clk, ctx := onRedis(t)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	a := NewWith(st, domain.Config{Timeout: 15 * time.Second, NodeRate: 0.001, NodeBurst: 1}, clk.now, log)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = "projects/default/clusters/c1/nodes/gpu-0001"
+	// The first passes, the second is dropped and logged at once, the
+	// last 3 within the 10 s.
+	for i := range 5 {
+		ev := envelope.New(topics.NodeTelemetry, n, "loom/agent", &eventsv1.Heartbeat{Node: n})
+		ev.Signer, ev.Offset, ev.HighWaterMark, ev.Time = "nodes/"+n, int64(i), int64(i+1), clk.now()
+		if err := a.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.advance(noderate.LogEvery)
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, "records dropped unhandled") {
+			lines = append(lines, l)
+		}
+	}
+	if want := `reason=rate dropped=3 nodes=1 by_node="` + n + `=3"`; len(lines) != 2 || !strings.Contains(lines[1], want) {
+		t.Fatalf("drop log lines %q, want a second with %s", lines, want)
+	}
+}

@@ -355,14 +355,16 @@ func (s *Scanner) drop(reason string, args ...any) {
 	}
 }
 
-// Tick times out unanswered runs, starts scheduled scans and prunes.
+// Tick times out unanswered runs, starts scheduled scans and prunes, and
+// logs the drops that no later drop has (a flood's last).
 func (s *Scanner) Tick(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.drops.Flush(now)
 	if err := s.drv.Ready(ctx); err != nil {
 		return err
 	}
-	now := s.now()
 	s.buckets.Prune(now)
 	return s.apply(ctx, "", s.state.Tick(now))
 }
