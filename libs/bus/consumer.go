@@ -156,10 +156,11 @@ type ConsumerConfig struct {
 	// from the member its killed predecessor left in the group as soon as
 	// the group has rebalanced (at once with SoleMember; else once the dead
 	// member's session has timed out). Every member of the group must set
-	// the same key. When a topic's partition count changes, the group
-	// moves to the key's partition under the new count as soon as it sees
-	// the change (partitionWatchInterval); records left unread on the old
-	// one are not read.
+	// the same key; a topic's partition count must not change while the
+	// group reads it (such a group does not watch for added partitions:
+	// moving to the key's new partition would leave the old one's unread
+	// records behind, and a thousand agents reading metadata every few
+	// seconds would load the broker for nothing).
 	PartitionKey string
 	// SoleMember says that this consumer is its group's only live member
 	// whenever it runs: its process holds a lock that each predecessor
@@ -474,8 +475,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// The watcher ends the generation whenever it cannot read a
 		// topic's partitions, which made a missing topic a tight rejoin
 		// loop: Run joins only once every topic exists (waitTopics), and
-		// Loom never deletes one.
-		WatchPartitionChanges:  true,
+		// Loom never deletes one. Not for a PartitionKey group (see
+		// PartitionKey): it reads one partition, which an added one is not.
+		WatchPartitionChanges:  c.cfg.PartitionKey == "",
 		PartitionWatchInterval: partitionWatchInterval,
 		ReadBackoffMin:         50 * time.Millisecond,
 		ReadBackoffMax:         time.Second,
