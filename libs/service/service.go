@@ -512,6 +512,22 @@ func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(conte
 	return fmt.Errorf("service %s: %w", b.Name, err)
 }
 
+// NodeRate is what every verifying consumer of the service holds each
+// node to (bus.ConsumerConfig.NodeRate and NodeBurst): -bus-node-rate and
+// -bus-node-burst, or the defaults where they are 0. A consumer the
+// service makes itself with bus.NewConsumer, not through Run, sets them
+// from here.
+func (b *Base) NodeRate() (perSecond float64, burst int) {
+	perSecond, burst = b.Config.BusNodeRate, b.Config.BusNodeBurst
+	if perSecond == 0 {
+		perSecond = bus.DefaultNodeRate
+	}
+	if burst == 0 {
+		burst = bus.DefaultNodeBurst
+	}
+	return perSecond, burst
+}
+
 func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 	var cfg bus.ConsumerConfig
 	if c.Config != nil {
@@ -535,13 +551,7 @@ func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 		cfg.Rejected = b.Rejected
 	}
 	if cfg.NodeRate == 0 {
-		cfg.NodeRate, cfg.NodeBurst = b.Config.BusNodeRate, b.Config.BusNodeBurst
-		if cfg.NodeRate == 0 {
-			cfg.NodeRate = bus.DefaultNodeRate
-		}
-		if cfg.NodeBurst == 0 {
-			cfg.NodeBurst = bus.DefaultNodeBurst
-		}
+		cfg.NodeRate, cfg.NodeBurst = b.NodeRate()
 	}
 	if cfg.Security == nil {
 		cfg.Security = b.Kafka

@@ -308,8 +308,13 @@ func (l *leader) term(ctx context.Context, token string) {
 		log.Error("could not take over as leader", "err", err)
 		return
 	}
+	// Made here, not by service.Run: it runs only while this instance
+	// leads. Its nodes' rate is every service consumer's (-bus-node-rate):
+	// it reads the step events, which a node may write to any partition.
+	nodeRate, nodeBurst := l.base.NodeRate()
 	cons := bus.NewConsumer(bus.ConsumerConfig{Brokers: l.cfg.Brokers, GroupID: "loom-scheduler", Topics: ports.Topics,
 		Logger: l.base.Log, Verifier: l.base.Verifier, Rejected: l.base.Rejected, Security: l.base.Kafka,
+		NodeRate: nodeRate, NodeBurst: nodeBurst,
 		Metrics: l.base.Bus, TracerProvider: l.base.Telemetry.TracerProvider}, l.base.Producer, l.app.Handle).WithBatch(l.app.HandleBatch, l.cfg.MaxBatch)
 	var wg sync.WaitGroup
 	wg.Add(4)
