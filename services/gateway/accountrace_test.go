@@ -225,3 +225,80 @@ func TestCreateAccountAgainAfterItsDelete(t *testing.T) {
 		}
 	}
 }
+
+// storedAssociations is user's associations by account, as
+// ListAssociations shows them.
+func (h *harness) storedAssociations(t *testing.T, ctx context.Context, user string) map[string]*loomv1.Association {
+	t.Helper()
+	l, err := h.accounts().ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: user, PageSize: 1000}, h.call("vic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*loomv1.Association{}
+	for _, a := range l.GetAssociations() {
+		out[a.GetAccount()] = a
+	}
+	return out
+}
+
+// TestSetAssociationRace: SetAssociation and DeleteAssociation write only
+// while the association and the user's default account are as they read
+// them. Two first associations of a user set at once do not both answer
+// that they are the default (one is, as stored; the other is Aborted or
+// read the first); making an association the default while it is deleted
+// never leaves the user a default account they are no longer in.
+func TestSetAssociationRace(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	h.createAccounts(t, ctx, &loomv1.Account{Name: "p"})
+	set := func(a *loomv1.Association, got **loomv1.Association) func() error {
+		return func() error {
+			r, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a}, h.call("pat"))
+			*got = r
+			return err
+		}
+	}
+	for round := range raceRounds {
+		u, v := fmt.Sprintf("u%d", round), fmt.Sprintf("v%d", round)
+		var got [2]*loomv1.Association
+		errc := together(set(&loomv1.Association{User: u, Account: "root"}, &got[0]), set(&loomv1.Association{User: u, Account: "p", MaxJobs: 3}, &got[1]))
+		stored := h.storedAssociations(t, ctx, u)
+		for i, err := range errc {
+			wantRaceLoser(t, "set "+u, err)
+			if err != nil {
+				continue
+			}
+			if s := stored[got[i].GetAccount()]; got[i].GetDefaultAccount() != s.GetDefaultAccount() {
+				t.Fatalf("round %d: set %s account=%s answered default_account=%v, stored %v (the two calls: %v, %v)",
+					round, u, got[i].GetAccount(), got[i].GetDefaultAccount(), s, errc[0], errc[1])
+			}
+		}
+
+		// v: root (the default) and p; p made the default while deleted.
+		var ignored, ignored2 *loomv1.Association
+		if err := set(&loomv1.Association{User: v, Account: "root"}, &ignored)(); err != nil {
+			t.Fatal(err)
+		}
+		if err := set(&loomv1.Association{User: v, Account: "p"}, &ignored)(); err != nil {
+			t.Fatal(err)
+		}
+		errc = together(set(&loomv1.Association{User: v, Account: "p", DefaultAccount: true}, &ignored2), func() error {
+			_, err := acc.DeleteAssociation(ctx, &loomv1.DeleteAssociationRequest{Parent: project, User: v, Account: "p"}, h.call("pat"))
+			return err
+		})
+		wantRaceLoser(t, "make p "+v+"'s default", errc[0])
+		wantRaceLoser(t, "delete "+v+" from p", errc[1], codes.FailedPrecondition)
+		stored = h.storedAssociations(t, ctx, v)
+		defaults := 0
+		for _, a := range stored {
+			if a.GetDefaultAccount() {
+				defaults++
+			}
+		}
+		if defaults != 1 {
+			t.Fatalf("round %d: %s has %d default accounts among %v (set: %v, delete: %v)", round, v, defaults, stored, errc[0], errc[1])
+		}
+	}
+}

@@ -159,6 +159,46 @@ func (r *Repo) Association(ctx context.Context, project, user, account string) (
 	return a, nil
 }
 
+// AssociationAsStored returns user's association with account in project
+// (default_account unset: see DefaultAccount) and its bytes as stored, for
+// a write conditioned on them (ExpectAssociation); errs.NotFound when
+// there is none.
+func (r *Repo) AssociationAsStored(ctx context.Context, project, user, account string) (*loomv1.Association, []byte, error) {
+	what := fmt.Sprintf("association user=%s account=%s of project %s", user, account, project)
+	b, err := r.st.HGet(ctx, KeyAssocsPrefix+project, AssocField(user, account))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, fmt.Errorf("%s: %w", what, errs.NotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w: %w", what, errs.Unavailable, err)
+	}
+	a := &loomv1.Association{}
+	if err := proto.Unmarshal(b, a); err != nil {
+		return nil, nil, fmt.Errorf("%s: decode: %w", what, err)
+	}
+	return a, b, nil
+}
+
+// ExpectAssociation makes tx apply only while user's association with
+// account is stored as stored (the bytes AssociationAsStored returned;
+// nil: absent): Apply then fails with an error wrapping
+// store.ErrConflict, writing nothing, when another write set or removed it
+// in between.
+func ExpectAssociation(tx *store.Tx, project, user, account string, stored []byte) {
+	tx.IfHField(KeyAssocsPrefix+project, AssocField(user, account), stored)
+}
+
+// ExpectDefaultAccount makes tx apply only while user's default account
+// in project is def (what DefaultAccount returned; "": none), as
+// ExpectAssociation.
+func ExpectDefaultAccount(tx *store.Tx, project, user, def string) {
+	var want []byte
+	if def != "" {
+		want = []byte(def)
+	}
+	tx.IfHField(KeyAssocDefaultPrefix+project, user, want)
+}
+
 // Associations returns project's associations, by user then account, each
 // with default_account set as the user's default says.
 func (r *Repo) Associations(ctx context.Context, project string) ([]*loomv1.Association, error) {

@@ -228,7 +228,15 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 		adapters.ExpectAccount(tx, project, a.GetAccount(), raw)
 		adapters.ReferAccount(tx, project, a.GetAccount())
 	}
-	switch _, err := g.repo.Association(ctx, project, a.GetUser(), a.GetAccount()); {
+	// Written only while the association and the user's default account
+	// are as read (the association absent, for a new one): of two calls
+	// setting one association at once, or one setting it while another
+	// deletes it, the one that read before the other wrote writes nothing,
+	// so that Redis and the scheduler (AssociationChanged, in the same
+	// Apply) keep the same winner, and default_account as returned is as
+	// stored.
+	_, raw, err := g.repo.AssociationAsStored(ctx, project, a.GetUser(), a.GetAccount())
+	switch {
 	case errors.Is(err, errs.NotFound):
 		n, err := g.repo.CountAssociations(ctx, project)
 		if err != nil {
@@ -241,7 +249,9 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	case err != nil:
 		return nil, err
 	}
-	switch def, err := g.repo.DefaultAccount(ctx, project, a.GetUser()); {
+	adapters.ExpectAssociation(tx, project, a.GetUser(), a.GetAccount(), raw)
+	def, err := g.repo.DefaultAccount(ctx, project, a.GetUser())
+	switch {
 	case errors.Is(err, errs.NotFound):
 		a.DefaultAccount = true // the user's first account
 	case err != nil:
@@ -249,6 +259,7 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	case def == a.GetAccount():
 		a.DefaultAccount = true
 	}
+	adapters.ExpectDefaultAccount(tx, project, a.GetUser(), def)
 	if err := adapters.PutAssociation(tx, project, a); err != nil {
 		return nil, err
 	}
@@ -259,7 +270,8 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	}
 	tx.Emit(cmd)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-		return nil, changedMeanwhile(fmt.Sprintf("set association user=%s account=%s", a.GetUser(), a.GetAccount()), "account "+a.GetAccount(), err)
+		return nil, changedMeanwhile(fmt.Sprintf("set association user=%s account=%s", a.GetUser(), a.GetAccount()),
+			fmt.Sprintf("the association, account %s or user %s's default account", a.GetAccount(), a.GetUser()), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
 		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos())
@@ -547,10 +559,19 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	if err != nil {
 		return nil, err
 	}
-	a, err := g.repo.Association(ctx, project, user, account)
+	// The delete is written only while the association and the user's
+	// default account are as read: a SetAssociation of it (new limits, or
+	// making it the default) decided meanwhile is not lost under the delete,
+	// nor does the user keep a default account that is gone.
+	a, raw, err := g.repo.AssociationAsStored(ctx, project, user, account)
 	if err != nil {
 		return nil, err
 	}
+	def, err := g.repo.DefaultAccount(ctx, project, user)
+	if err != nil && !errors.Is(err, errs.NotFound) {
+		return nil, err
+	}
+	a.DefaultAccount = def == account
 	all, err := g.repo.Associations(ctx, project)
 	if err != nil {
 		return nil, err
@@ -573,6 +594,8 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 			user, n, account, first, errs.FailedPrecondition)
 	}
 	tx := &store.Tx{}
+	adapters.ExpectAssociation(tx, project, user, account, raw)
+	adapters.ExpectDefaultAccount(tx, project, user, def)
 	adapters.DeleteAssociation(tx, project, user, account, len(others) == 0)
 	cmd, err := route(ctx, parent, &eventsv1.AssociationChanged{Project: project, Association: a, Deleted: true})
 	if err != nil {
@@ -580,7 +603,8 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	}
 	tx.Emit(cmd)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-		return nil, fmt.Errorf("delete association user=%s account=%s: %w", user, account, err)
+		return nil, changedMeanwhile(fmt.Sprintf("delete association user=%s account=%s", user, account),
+			fmt.Sprintf("the association or user %s's default account", user), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association deleted", "project", project, "user", user, "account", account)
 	return a, nil
