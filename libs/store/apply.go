@@ -21,7 +21,8 @@ import (
 // ARGV: inbox TTL seconds, ninbox,
 //
 //	nchecks, then (KEYS index, wanted TYPE) per check,
-//	nconds, then (KEYS index, field, "=" or "0", wanted value) per condition,
+//	nconds, then (KEYS index, field, "=", "0" or "<", wanted value) per
+//	condition ("<": the hash has fewer fields than the value),
 //	nops, then (opcode, field or member, value) per op,
 //	nevents, then (topic, key, value, packed headers) per event.
 //
@@ -65,13 +66,20 @@ for i = 1, nconds do
   a = a + 4
   local t = typeof(k)
   local cur = false
-  if t == 'hash' then
-    cur = redis.call('HGET', k, f)
-  elseif t ~= 'none' then
+  if t ~= 'hash' and t ~= 'none' then
     return redis.error_reply('WRONGTYPE store key ' .. k .. ' holds a ' .. t .. ', want a hash')
   end
-  if (mode == '0' and cur) or (mode == '=' and cur ~= want) then
-    return redis.error_reply('CONFLICT store key ' .. k .. ' field ' .. f .. ' changed since the transaction was decided')
+  if mode == '<' then
+    local n = 0
+    if t == 'hash' then n = redis.call('HLEN', k) end
+    if n >= tonumber(want) then
+      return redis.error_reply('CONFLICT store key ' .. k .. ' holds ' .. n .. ' fields, the bound the transaction was decided under is below ' .. want)
+    end
+  else
+    if t == 'hash' then cur = redis.call('HGET', k, f) end
+    if (mode == '0' and cur) or (mode == '=' and cur ~= want) then
+      return redis.error_reply('CONFLICT store key ' .. k .. ' field ' .. f .. ' changed since the transaction was decided')
+    end
   end
 end
 local nops = tonumber(ARGV[a]); a = a + 1
@@ -216,11 +224,14 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 	args = append(args, len(tx.conds))
 	firstCondKey := firstOpKey + len(tx.ops)
 	for i, c := range tx.conds {
-		mode := "="
-		if c.want == nil {
+		mode, want := "=", c.want
+		switch {
+		case c.count:
+			mode, want = "<", []byte(strconv.FormatInt(c.below, 10))
+		case c.want == nil:
 			mode = "0"
 		}
-		args = append(args, firstCondKey+i, c.field, mode, c.want)
+		args = append(args, firstCondKey+i, c.field, mode, want)
 	}
 	args = append(args, len(tx.ops))
 	for _, o := range tx.ops {

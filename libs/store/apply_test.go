@@ -406,6 +406,77 @@ func TestApplyIfHFieldIsCompareAndSet(t *testing.T) {
 	})
 }
 
+// IfHLenBelow bounds a hash's size under racing writers: a transaction
+// that would add a field to a hash already holding the bound writes
+// nothing and fails with ErrConflict; below it, it writes as usual. A
+// missing key holds no fields; a key of another type is
+// FailedPrecondition; a bound that is not positive is refused before
+// Redis.
+func TestApplyIfHLenBelowBoundsAHash(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		add := func(field string, bound int64) error {
+			var tx Tx
+			tx.IfHLenBelow("h", bound)
+			tx.HSet("h", field, []byte("v"))
+			tx.Emit(testEvent("k", field))
+			_, err := s.Apply(ctx, "", &tx)
+			return err
+		}
+		for i := range 3 {
+			if err := add(fmt.Sprintf("f%d", i), 3); err != nil {
+				t.Fatalf("field %d of 3: %v", i, err)
+			}
+		}
+		if err := add("f3", 3); !errors.Is(err, ErrConflict) || !errors.Is(err, errs.Aborted) {
+			t.Fatalf("a fourth field under a bound of 3 = %v, want ErrConflict (Aborted)", err)
+		}
+		if n, _ := rdb.HLen(ctx, "svc:h").Result(); n != 3 {
+			t.Fatalf("hash holds %d fields, want 3", n)
+		}
+		if n, _ := s.OutboxLen(ctx); n != 3 {
+			t.Fatalf("outbox has %d entries, want 3 (the refused one wrote nothing)", n)
+		}
+		// Writers racing for the last place: exactly one gets it.
+		errc := make(chan error, 8)
+		for i := range 8 {
+			go func() { errc <- add(fmt.Sprintf("r%d", i), 4) }()
+		}
+		won := 0
+		for range 8 {
+			switch err := <-errc; {
+			case err == nil:
+				won++
+			case !errors.Is(err, ErrConflict):
+				t.Fatalf("a racing writer: %v, want nil or ErrConflict", err)
+			}
+		}
+		if n, _ := rdb.HLen(ctx, "svc:h").Result(); won != 1 || n != 4 {
+			t.Fatalf("%d racing writers won, the hash holds %d fields; want 1 and 4", won, n)
+		}
+		var missing Tx
+		missing.IfHLenBelow("none", 1)
+		missing.Set("s", []byte("x"))
+		if _, err := s.Apply(ctx, "", &missing); err != nil {
+			t.Fatalf("a bound on a missing key = %v, want it to hold", err)
+		}
+		var wrong Tx
+		wrong.IfHLenBelow("s", 1)
+		wrong.HSet("h", "w", []byte("v"))
+		if _, err := s.Apply(ctx, "", &wrong); !errors.Is(err, errs.FailedPrecondition) {
+			t.Fatalf("a bound on a string key = %v, want FailedPrecondition", err)
+		}
+		var bad Tx
+		bad.IfHLenBelow("h", 0)
+		var inv *errs.InvalidError
+		if _, err := s.Apply(ctx, "", &bad); !errors.As(err, &inv) || !strings.Contains(err.Error(), "tx.conds[0].below") {
+			t.Fatalf("a bound of 0 = %v, want InvalidArgument naming tx.conds[0].below", err)
+		}
+	})
+}
+
 func TestApplyStampsTraceContext(t *testing.T) {
 	t.Parallel()
 	s := New(miniRedis(t), "svc:")

@@ -71,11 +71,14 @@ type Tx struct {
 }
 
 // cond is a condition of a transaction: field of the hash at key holds
-// want, or (want nil) is absent.
+// want, or (want nil) is absent; with count, the hash at key has fewer
+// than below fields (field and want unused).
 type cond struct {
 	key   string
 	field string
 	want  []byte
+	count bool
+	below int64
 }
 
 // IfHField makes the transaction conditional on what field of the hash at
@@ -88,6 +91,16 @@ type cond struct {
 // transaction, whatever tx writes to it.
 func (t *Tx) IfHField(key, field string, want []byte) {
 	t.conds = append(t.conds, cond{key: key, field: field, want: want})
+}
+
+// IfHLenBelow makes the transaction conditional on the hash at key having
+// fewer than n fields when it is applied (a missing key has none): a
+// bound on a hash's size that holds under racing writers, each of which
+// adds one field (pass the bound; the check reads the key as it is before
+// the transaction). When it does not hold, Apply writes nothing and fails
+// with an error wrapping ErrConflict, as IfHField. n must be positive.
+func (t *Tx) IfHLenBelow(key string, n int64) {
+	t.conds = append(t.conds, cond{key: key, count: true, below: n})
 }
 
 // Set sets key to val.
@@ -242,6 +255,8 @@ func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
 			v.Add(field, "must not be empty (IfHField)")
 		case reservedKey(c.key):
 			v.Add(field, "%q is reserved for the store's outbox and inbox", c.key)
+		case c.count && c.below <= 0:
+			v.Add(fmt.Sprintf("tx.conds[%d].below", i), "must be positive, got %d (IfHLenBelow)", c.below)
 		}
 	}
 	for i, e := range t.events {

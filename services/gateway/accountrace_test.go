@@ -13,6 +13,8 @@ import (
 
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
 // raceRounds is how many times each race below is run: each round
@@ -301,4 +303,61 @@ func TestSetAssociationRace(t *testing.T) {
 			t.Fatalf("round %d: %s has %d default accounts among %v (set: %v, delete: %v)", round, v, defaults, stored, errc[0], errc[1])
 		}
 	}
+}
+
+// TestAssociationLimitRace: the limit on a project's associations holds
+// under racing adds. With one place left, new associations released
+// together make one; the others are ResourceExhausted (or Aborted), and
+// the project never holds more than the limit.
+func TestAssociationLimitRace(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	key := "gateway:" + adapters.KeyAssocsPrefix + "default"
+	filler := map[string]any{}
+	for i := range domain.MaxAssociationsPerProject - 1 {
+		filler[adapters.AssocField(fmt.Sprintf("filler%d", i), "root")] = ""
+	}
+	if err := h.redis.HSet(ctx, key, filler).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const racers = 4
+	for round := range raceRounds {
+		calls := make([]func() error, racers)
+		for i := range calls {
+			user := fmt.Sprintf("r%d-%d", round, i)
+			calls[i] = func() error {
+				_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{User: user, Account: "root"}}, h.call("pat"))
+				return err
+			}
+		}
+		errc := together(calls...)
+		made := 0
+		for i, err := range errc {
+			if err == nil {
+				made++
+				continue
+			}
+			wantRaceLoser(t, fmt.Sprintf("add r%d-%d", round, i), err, codes.ResourceExhausted)
+		}
+		n, err := h.redis.HLen(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > domain.MaxAssociationsPerProject || made > 1 {
+			t.Fatalf("round %d: %d of %d racing adds made with one place left; the project holds %d associations, the limit is %d (%v)",
+				round, made, racers, n, domain.MaxAssociationsPerProject, errc)
+		}
+		// Make the place free again for the next round.
+		for i := range racers {
+			h.redis.HDel(ctx, key, adapters.AssocField(fmt.Sprintf("r%d-%d", round, i), "root"))
+		}
+	}
+	_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{User: "last", Account: "root"}}, h.call("pat"))
+	if err != nil {
+		t.Fatalf("the last place: %v", err)
+	}
+	_, err = acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{User: "past", Account: "root"}}, h.call("pat"))
+	wantAcctCode(t, err, codes.ResourceExhausted, "associations per project: 10000")
 }

@@ -188,6 +188,13 @@ func ExpectAssociation(tx *store.Tx, project, user, account string, stored []byt
 	tx.IfHField(KeyAssocsPrefix+project, AssocField(user, account), stored)
 }
 
+// BoundAssociations makes tx apply only while project holds fewer than
+// limit associations (store.Tx.IfHLenBelow): a tx that adds one keeps the
+// bound under racing adds, the later ones failing with store.ErrConflict.
+func BoundAssociations(tx *store.Tx, project string, limit int64) {
+	tx.IfHLenBelow(KeyAssocsPrefix+project, limit)
+}
+
 // ExpectDefaultAccount makes tx apply only while user's default account
 // in project is def (what DefaultAccount returned; "": none), as
 // ExpectAssociation.

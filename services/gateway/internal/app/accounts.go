@@ -243,9 +243,11 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 			return nil, err
 		}
 		if n >= domain.MaxAssociationsPerProject {
-			return nil, fmt.Errorf("project %s holds %d associations, the limit (associations per project: %d): %w",
-				project, n, domain.MaxAssociationsPerProject, errs.ResourceExhausted)
+			return nil, assocLimitError(project, n)
 		}
+		// The count holds when the write does: adds racing for the last
+		// places write nothing past the limit.
+		adapters.BoundAssociations(tx, project, domain.MaxAssociationsPerProject)
 	case err != nil:
 		return nil, err
 	}
@@ -270,12 +272,26 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	}
 	tx.Emit(cmd)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+		if errors.Is(err, store.ErrConflict) && raw == nil {
+			// Refused by the bound, or by what it read: a full project
+			// says so, as the check above would have.
+			if n, cerr := g.repo.CountAssociations(ctx, project); cerr == nil && n >= domain.MaxAssociationsPerProject {
+				return nil, assocLimitError(project, n)
+			}
+		}
 		return nil, changedMeanwhile(fmt.Sprintf("set association user=%s account=%s", a.GetUser(), a.GetAccount()),
 			fmt.Sprintf("the association, account %s or user %s's default account", a.GetAccount(), a.GetUser()), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
 		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos())
 	return a, nil
+}
+
+// assocLimitError is SetAssociation's refusal of a new association in a
+// project that holds n, the limit or more.
+func assocLimitError(project string, n int64) error {
+	return fmt.Errorf("project %s holds %d associations, the limit (associations per project: %d): %w",
+		project, n, domain.MaxAssociationsPerProject, errs.ResourceExhausted)
 }
 
 // ListAssociations lists a project's associations by user then account,
