@@ -19,12 +19,29 @@ import (
 // fair share 1) are filled in; a user's first association is their
 // default account.
 
+// changedMeanwhile is the Aborted an account write answers while
+// AbortAccountWrites is above 0 (counting it down), after running
+// Meanwhile, the write that won the race; the caller holds g.mu.
+func (g *Gateway) changedMeanwhile() error {
+	if g.AbortAccountWrites <= 0 {
+		return nil
+	}
+	g.AbortAccountWrites--
+	if g.Meanwhile != nil {
+		g.Meanwhile(g)
+	}
+	return status.Error(codes.Aborted, "changed meanwhile (another call wrote it); nothing was written: read again and retry: aborted")
+}
+
 // project is the id of a "projects/{id}" parent.
 func project(parent string) string { return strings.TrimPrefix(parent, "projects/") }
 
 // CreateAccount adds r's account (AlreadyExists for root or one there).
 func (g *Gateway) CreateAccount(_ context.Context, r *loomv1.CreateAccountRequest) (*loomv1.Account, error) {
 	defer g.lock(r)()
+	if err := g.changedMeanwhile(); err != nil {
+		return nil, err
+	}
 	p := project(r.GetParent())
 	a := proto.Clone(r.GetAccount()).(*loomv1.Account)
 	id := shortName(a.GetName())
@@ -80,6 +97,9 @@ func (g *Gateway) ListAccounts(_ context.Context, r *loomv1.ListAccountsRequest)
 // unknown path or a parent that is not there).
 func (g *Gateway) UpdateAccount(_ context.Context, r *loomv1.UpdateAccountRequest) (*loomv1.Account, error) {
 	defer g.lock(r)()
+	if err := g.changedMeanwhile(); err != nil {
+		return nil, err
+	}
 	in := r.GetAccount()
 	a := g.account(in.GetName())
 	switch {
@@ -115,6 +135,9 @@ func (g *Gateway) UpdateAccount(_ context.Context, r *loomv1.UpdateAccountReques
 // (FailedPrecondition otherwise, NotFound for one it does not have).
 func (g *Gateway) DeleteAccount(_ context.Context, r *loomv1.DeleteAccountRequest) (*loomv1.Account, error) {
 	defer g.lock(r)()
+	if err := g.changedMeanwhile(); err != nil {
+		return nil, err
+	}
 	a := g.account(r.GetName())
 	if a == nil {
 		return nil, status.Errorf(codes.NotFound, "account %s: not found", r.GetName())
@@ -139,6 +162,9 @@ func (g *Gateway) DeleteAccount(_ context.Context, r *loomv1.DeleteAccountReques
 // others).
 func (g *Gateway) DeleteAssociation(_ context.Context, r *loomv1.DeleteAssociationRequest) (*loomv1.Association, error) {
 	defer g.lock(r)()
+	if err := g.changedMeanwhile(); err != nil {
+		return nil, err
+	}
 	var found *loomv1.Association
 	others := 0
 	for _, o := range g.Associations {
@@ -163,6 +189,9 @@ func (g *Gateway) DeleteAssociation(_ context.Context, r *loomv1.DeleteAssociati
 // account the project does not have).
 func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequest) (*loomv1.Association, error) {
 	defer g.lock(r)()
+	if err := g.changedMeanwhile(); err != nil {
+		return nil, err
+	}
 	p := project(r.GetParent())
 	a := proto.Clone(r.GetAssociation()).(*loomv1.Association)
 	if a.GetAccount() != "root" && g.account("projects/"+p+"/accounts/"+a.GetAccount()) == nil {

@@ -111,6 +111,13 @@ type Gateway struct {
 	// project's accounts besides root, and its users' associations.
 	Accounts     []*loomv1.Account
 	Associations []*loomv1.Association
+	// AbortAccountWrites makes that many account writes (CreateAccount,
+	// UpdateAccount, DeleteAccount, SetAssociation, DeleteAssociation)
+	// answer Aborted, "changed meanwhile", writing nothing, as the gateway
+	// answers a write that lost a race; Meanwhile, when set, runs (under
+	// the fake's lock) as each is refused: the write that won.
+	AbortAccountWrites int
+	Meanwhile          func(*Gateway)
 	// AuditRecords are ListAuditRecords' trail, newest first (audit.go).
 	AuditRecords []*loomv1.AuditRecord
 	// NodeHealth and HealthResults are HealthService's reads (health.go):

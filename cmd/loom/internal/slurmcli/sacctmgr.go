@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -695,16 +696,23 @@ func (c *cmd) sacctmgrAddAccount(ctx context.Context, specs []sacctmgrSpec, out 
 	for _, n := range names {
 		a := &loomv1.Account{Name: n, Description: acct.GetDescription(), Organization: acct.GetOrganization(),
 			ParentAccount: acct.GetParentAccount(), Fairshare: acct.GetFairshare()}
-		cctx, cancel := c.call(ctx)
-		got, err := c.accountsClient().CreateAccount(cctx, &loomv1.CreateAccountRequest{Parent: c.projectName(), Account: a})
-		cancel()
-		if status.Code(err) == codes.AlreadyExists {
-			continue
-		}
+		var got *loomv1.Account
+		err := c.retryChanged("adding account "+n, func(bool) error {
+			cctx, cancel := c.call(ctx)
+			defer cancel()
+			var err error
+			got, err = c.accountsClient().CreateAccount(cctx, &loomv1.CreateAccountRequest{Parent: c.projectName(), Account: a})
+			if status.Code(err) == codes.AlreadyExists {
+				got, err = nil, nil
+			}
+			return err
+		})
 		if err != nil {
-			return c.rpcError("adding account "+n, err)
+			return err
 		}
-		added = append(added, got)
+		if got != nil {
+			added = append(added, got)
+		}
 	}
 	if len(added) == 0 {
 		fmt.Fprintln(c.stdout, " Nothing new added.")
@@ -783,11 +791,26 @@ func (c *cmd) sacctmgrAddUser(ctx context.Context, specs []sacctmgrSpec, out sac
 			}
 			a := &loomv1.Association{Account: acct, User: u, DefaultAccount: acct == set.defaultAccount}
 			set.apply(a)
-			cctx, cancel := c.call(ctx)
-			got, err := c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: a})
-			cancel()
+			var got *loomv1.Association
+			err := c.retryChanged(fmt.Sprintf("adding user %s to account %s", u, acct), func(again bool) error {
+				if again {
+					// Added meanwhile by another call: left as it is,
+					// as an association that was there.
+					if now, err := c.listAssociations(ctx, u, acct); err != nil || len(now) > 0 {
+						return err
+					}
+				}
+				cctx, cancel := c.call(ctx)
+				defer cancel()
+				var err error
+				got, err = c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: a})
+				return err
+			})
 			if err != nil {
-				return c.rpcError(fmt.Sprintf("adding user %s to account %s", u, acct), err)
+				return err
+			}
+			if got == nil {
+				continue
 			}
 			if got.GetDefaultAccount() {
 				defaults[u] = acct
@@ -879,8 +902,7 @@ func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut
 					u, set.defaultAccount, u, set.defaultAccount)
 			}
 			if !target.GetDefaultAccount() {
-				target.DefaultAccount = true
-				if err := c.setAssociation(ctx, target); err != nil {
+				if err := c.setAssociation(ctx, target, func(a *loomv1.Association) { a.DefaultAccount = true }); err != nil {
 					return err
 				}
 				defaulted = append(defaulted, u)
@@ -895,9 +917,8 @@ func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut
 			}
 			// SetAssociation replaces the association: every value it
 			// holds is sent again, changed or not.
-			next := proto.Clone(a).(*loomv1.Association)
-			set.apply(next)
-			if err := c.setAssociation(ctx, next); err != nil {
+			next := a
+			if err := c.setAssociation(ctx, a, func(a *loomv1.Association) { set.apply(a); next = a }); err != nil {
 				return err
 			}
 			modified = append(modified, next)
@@ -971,11 +992,18 @@ func (c *cmd) sacctmgrModifyAccount(ctx context.Context, args []string, out sacc
 	for _, n := range names {
 		a := proto.Clone(want).(*loomv1.Account)
 		a.Name = c.projectName() + "/accounts/" + n
-		cctx, cancel := c.call(ctx)
-		got, err := c.accountsClient().UpdateAccount(cctx, &loomv1.UpdateAccountRequest{Account: a, UpdateMask: &fieldmaskpb.FieldMask{Paths: mask}})
-		cancel()
+		var got *loomv1.Account
+		// The gateway reads the account again on each call: the mask
+		// names what changes.
+		err := c.retryChanged("modifying account "+n, func(bool) error {
+			cctx, cancel := c.call(ctx)
+			defer cancel()
+			var err error
+			got, err = c.accountsClient().UpdateAccount(cctx, &loomv1.UpdateAccountRequest{Account: a, UpdateMask: &fieldmaskpb.FieldMask{Paths: mask}})
+			return err
+		})
 		if err != nil {
-			return c.rpcError("modifying account "+n, err)
+			return err
 		}
 		modified = append(modified, got)
 	}
@@ -1034,11 +1062,14 @@ func (c *cmd) sacctmgrDelete(ctx context.Context, args []string, out sacctmgrOut
 	if entity == "account" {
 		b.WriteString(" Deleting accounts...\n")
 		for _, n := range names {
-			cctx, cancel := c.call(ctx)
-			_, err := c.accountsClient().DeleteAccount(cctx, &loomv1.DeleteAccountRequest{Name: c.projectName() + "/accounts/" + n})
-			cancel()
+			err := c.retryChanged("deleting account "+n, func(bool) error {
+				cctx, cancel := c.call(ctx)
+				defer cancel()
+				_, err := c.accountsClient().DeleteAccount(cctx, &loomv1.DeleteAccountRequest{Name: c.projectName() + "/accounts/" + n})
+				return err
+			})
 			if err != nil {
-				return c.rpcError("deleting account "+n, err)
+				return err
 			}
 			fmt.Fprintf(&b, "  %s\n", n)
 		}
@@ -1058,11 +1089,14 @@ func (c *cmd) sacctmgrDelete(ctx context.Context, args []string, out sacctmgrOut
 				if len(accounts) > 0 && !inList(accounts, a.GetAccount()) {
 					continue
 				}
-				cctx, cancel := c.call(ctx)
-				_, err := c.accountsClient().DeleteAssociation(cctx, &loomv1.DeleteAssociationRequest{Parent: c.projectName(), User: u, Account: a.GetAccount()})
-				cancel()
+				err := c.retryChanged(fmt.Sprintf("deleting user %s from account %s", u, a.GetAccount()), func(bool) error {
+					cctx, cancel := c.call(ctx)
+					defer cancel()
+					_, err := c.accountsClient().DeleteAssociation(cctx, &loomv1.DeleteAssociationRequest{Parent: c.projectName(), User: u, Account: a.GetAccount()})
+					return err
+				})
 				if err != nil {
-					return c.rpcError(fmt.Sprintf("deleting user %s from account %s", u, a.GetAccount()), err)
+					return err
 				}
 				deleted = append(deleted, a)
 			}
@@ -1090,11 +1124,46 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func (c *cmd) setAssociation(ctx context.Context, a *loomv1.Association) error {
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	if _, err := c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: a}); err != nil {
-		return c.rpcError(fmt.Sprintf("modifying user %s in account %s", a.GetUser(), a.GetAccount()), err)
+// setAssociation sends the association read as a, changed by change (on a
+// copy), for modify user. When the gateway answers that it changed
+// meanwhile, it reads the association again and sends it changed again,
+// once (retryChanged): what another call set meanwhile is kept.
+func (c *cmd) setAssociation(ctx context.Context, a *loomv1.Association, change func(*loomv1.Association)) error {
+	return c.retryChanged(fmt.Sprintf("modifying user %s in account %s", a.GetUser(), a.GetAccount()), func(again bool) error {
+		cur := a
+		if again {
+			now, err := c.listAssociations(ctx, a.GetUser(), a.GetAccount())
+			if err != nil {
+				return err
+			}
+			if len(now) == 0 {
+				return c.errorf("modifying user %s in account %s: the association was deleted meanwhile", a.GetUser(), a.GetAccount())
+			}
+			cur = now[0]
+		}
+		next := proto.Clone(cur).(*loomv1.Association)
+		change(next)
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		_, err := c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: next})
+		return err
+	})
+}
+
+// retryChanged runs write, and once more when the gateway answers Aborted:
+// what the call was decided on changed meanwhile (another sacctmgr, or
+// another gateway, wrote it between the gateway's read and its write), and
+// nothing was written. write is then called with again true and reads
+// again what it decided on. A second Aborted, as any other error, is the
+// command's error (what: what it was doing).
+func (c *cmd) retryChanged(what string, write func(again bool) error) error {
+	err := write(false)
+	if status.Code(err) == codes.Aborted {
+		err = write(true)
 	}
-	return nil
+	var e *Error
+	if err == nil || errors.As(err, &e) {
+		return err
+	}
+	return c.rpcError(what, err)
 }

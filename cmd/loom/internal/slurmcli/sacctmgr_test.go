@@ -178,3 +178,56 @@ func TestSbatchSubmitLimit(t *testing.T) {
 		t.Errorf("sbatch past MaxSubmitJobs: exit %d, %q, stderr\n%s\nwant\n%s", code, out, errOut, want)
 	}
 }
+
+// TestSacctmgrRetriesChangedMeanwhile: a write the gateway refuses as
+// changed meanwhile (Aborted: another call wrote what it was decided on)
+// is sent once more, after reading again what it needs: what the other
+// call wrote is kept. A second refusal is the command's error.
+func TestSacctmgrRetriesChangedMeanwhile(t *testing.T) {
+	t.Parallel()
+	g := &fakegw.Gateway{
+		Accounts:     []*loomv1.Account{{Name: "projects/default/accounts/physics", ParentAccount: "root", Description: "physics", Organization: "physics", Fairshare: 1}},
+		Associations: []*loomv1.Association{{User: "alice", Account: "physics", MaxJobs: 2, Fairshare: 1, DefaultAccount: true}},
+	}
+	// Another admin sets alice's MaxJobs while this one grants a QOS.
+	g.AbortAccountWrites, g.Meanwhile = 1, func(g *fakegw.Gateway) { g.Associations[0].MaxJobs = 7 }
+	code, out, errOut := run(t, g, "sacctmgr", Env{}, "-i", "modify", "user", "alice", "account=physics", "set", "QOS+=high")
+	if code != 0 || errOut != "" || out != " Modified user associations...\n  C = default    A = physics    U = alice    \n" {
+		t.Fatalf("modify after a refusal: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if a := g.Associations[0]; a.GetMaxJobs() != 7 || strings.Join(a.GetQos(), ",") != "high" {
+		t.Fatalf("alice/physics after the retry: %v, want MaxJobs=7 (the other call's) and QOS high", a)
+	}
+	if n := len(fakegw.Requests[*loomv1.SetAssociationRequest](g)); n != 2 {
+		t.Fatalf("%d SetAssociation calls, want 2 (one refused, one retried)", n)
+	}
+
+	// Added meanwhile by another call: as an association that was there.
+	g.AbortAccountWrites, g.Meanwhile = 1, func(g *fakegw.Gateway) {
+		g.Associations = append(g.Associations, &loomv1.Association{User: "bob", Account: "physics", Fairshare: 1, DefaultAccount: true})
+	}
+	if code, out, _ := run(t, g, "sacctmgr", Env{}, "add", "user", "bob", "account=physics"); code != 1 || out != " Nothing new added.\n" {
+		t.Fatalf("add user after another call added it: exit %d, %q", code, out)
+	}
+
+	// The gateway re-reads an account update and a delete itself.
+	g.AbortAccountWrites, g.Meanwhile = 1, nil
+	if code, _, errOut := run(t, g, "sacctmgr", Env{}, "-Q", "modify", "account", "physics", "set", "fairshare=3"); code != 0 {
+		t.Fatalf("modify account after a refusal: exit %d, %s", code, errOut)
+	}
+	g.AbortAccountWrites = 1
+	if code, _, errOut := run(t, g, "sacctmgr", Env{}, "-Q", "delete", "user", "bob"); code != 0 {
+		t.Fatalf("delete user after a refusal: exit %d, %s", code, errOut)
+	}
+
+	// Refused twice: the refusal, once, and no third try.
+	g.AbortAccountWrites = 2
+	before := len(fakegw.Requests[*loomv1.SetAssociationRequest](g))
+	code, _, errOut = run(t, g, "sacctmgr", Env{}, "modify", "user", "alice", "set", "MaxJobs=1")
+	if code != 1 || !strings.HasPrefix(errOut, "sacctmgr: error: modifying user alice in account physics: changed meanwhile") {
+		t.Fatalf("refused twice: exit %d, stderr %q", code, errOut)
+	}
+	if n := len(fakegw.Requests[*loomv1.SetAssociationRequest](g)) - before; n != 2 {
+		t.Fatalf("%d SetAssociation calls when refused twice, want 2", n)
+	}
+}
