@@ -916,9 +916,11 @@ func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut
 				continue
 			}
 			// SetAssociation replaces the association: every value it
-			// holds is sent again, changed or not.
+			// holds is sent again, changed or not; but not default_account,
+			// which DefaultAccount= above may have moved since the read (the
+			// gateway keeps the user's default as it stands).
 			next := a
-			if err := c.setAssociation(ctx, a, func(a *loomv1.Association) { set.apply(a); next = a }); err != nil {
+			if err := c.setAssociation(ctx, a, func(a *loomv1.Association) { set.apply(a); a.DefaultAccount = false; next = a }); err != nil {
 				return err
 			}
 			modified = append(modified, next)

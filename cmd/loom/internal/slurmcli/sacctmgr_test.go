@@ -231,3 +231,24 @@ func TestSacctmgrRetriesChangedMeanwhile(t *testing.T) {
 		t.Fatalf("%d SetAssociation calls when refused twice, want 2", n)
 	}
 }
+
+// TestSacctmgrModifyDefaultAndLimits: modify user ... set
+// DefaultAccount=A with limits makes A the default and sets the limits of
+// every association named, without giving the default back to the
+// account that held it when the associations were read.
+func TestSacctmgrModifyDefaultAndLimits(t *testing.T) {
+	t.Parallel()
+	g := &fakegw.Gateway{
+		Accounts: []*loomv1.Account{{Name: "projects/default/accounts/aaa", ParentAccount: "root"}, {Name: "projects/default/accounts/physics", ParentAccount: "root"}},
+		Associations: []*loomv1.Association{{User: "alice", Account: "aaa", Fairshare: 1},
+			{User: "alice", Account: "physics", Fairshare: 1, DefaultAccount: true}},
+	}
+	if code, _, errOut := run(t, g, "sacctmgr", Env{}, "-Q", "modify", "user", "alice", "set", "DefaultAccount=aaa", "MaxJobs=3"); code != 0 {
+		t.Fatalf("modify: exit %d, %s", code, errOut)
+	}
+	for _, a := range g.Associations {
+		if a.GetMaxJobs() != 3 || a.GetDefaultAccount() != (a.GetAccount() == "aaa") {
+			t.Errorf("alice/%s after DefaultAccount=aaa MaxJobs=3: %v", a.GetAccount(), a)
+		}
+	}
+}
