@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/tbevents"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -283,3 +284,78 @@ printf '{"val_loss": 0.5, "global_step": 4}' >> "$f"`
 		t.Errorf("events %v, want the last point before the exit", order)
 	}
 }
+
+// TestTensorBoardOnlyThisRunsFiles: two tuning jobs with the same base
+// output directory give trial k of both the same AIP_TENSORBOARD_LOG_DIR.
+// The event files the first left there are not the second's measurements:
+// a step reads only what was written after it started (files new since,
+// and what is appended to a file that was there), so a requeued attempt
+// still goes on with its own files, and no clock is compared.
+func TestTensorBoardOnlyThisRunsFiles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.metrics = app.MetricsOptions{Interval: 50 * time.Millisecond, Batch: 8, Rate: 50}
+	e.start(t)
+	logs, stage := t.TempDir(), t.TempDir()
+	val := filepath.Join(logs, "validation")
+	if err := os.MkdirAll(val, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	scalars := func(dir, host string, at int64, vals ...float64) string {
+		w, err := tbevents.Create(dir, host, time.Unix(at, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			_ = w.AddScalar("loss", int64(i+1), time.Unix(at+int64(i), 0), v)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(dir, tbevents.FileName(time.Unix(at, 0), host))
+	}
+	// The first study's trial, long ended, and the file this run writes
+	// (copied in by the step), and a record it appends to the old file.
+	old := scalars(val, "old", 1600000000, 100, 101, 102)
+	scalars(stage, "new", 1700000000, 1, 2)
+	var b bytesBuf
+	w, err := tbevents.NewWriter(&b, time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Flush()
+	b.data = nil // just the scalar's record
+	_ = w.AddScalar("loss", 4, time.Unix(1700000003, 0), 3)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stage, "append.bin"), b.data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `cp "` + stage + `"/events.out.tfevents.* "` + val + `/" && cat "` + stage + `/append.bin" >> "` + old + `"`
+	st := startStep("1", "", map[string]string{app.EnvAIPTensorBoardDir: "file://" + logs}, filepath.Join(e.shared, "slurm-1.out"))
+	st.Command = []string{"sh", "-c", script}
+	publish(t, e.broker, command(st))
+	if ev := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 0 {
+		out, _ := os.ReadFile(filepath.Join(e.shared, "slurm-1.out"))
+		t.Fatalf("step = %v: %s", ev, out)
+	}
+	var got []float64
+	for _, ev := range testkit.Events(t, e.broker, topics.StepEvents) {
+		if m, ok := ev.Payload.(*eventsv1.MetricsReported); ok && m.Job == "projects/p/jobs/1" {
+			for _, p := range m.Points {
+				if v, ok := p.Values["validation/loss"]; ok {
+					got = append(got, v)
+				}
+			}
+		}
+	}
+	slices.Sort(got)
+	if want := []float64{1, 2, 3}; !slices.Equal(got, want) {
+		t.Fatalf("validation/loss values %v, want %v: only this run's records", got, want)
+	}
+}
+
+type bytesBuf struct{ data []byte }
+
+func (w *bytesBuf) Write(p []byte) (int, error) { w.data = append(w.data, p...); return len(p), nil }

@@ -164,8 +164,13 @@ func (a *App) prepareMetrics(user, key, job string, attempt int32, tbDir string,
 	} else {
 		f.Close()
 	}
+	tl := newTail(job, attempt, path, tailPos{TBDir: tbDir, TBUID: uid})
+	if tl.tb != nil {
+		// Before the program starts: what is there now is not its.
+		tl.pos.TB = tl.tb.startOffsets()
+	}
 	a.mu.Lock()
-	a.tails[key] = newTail(job, attempt, path, tailPos{TBDir: tbDir, TBUID: uid})
+	a.tails[key] = tl
 	a.mu.Unlock()
 	if tbDir == filepath.Join(a.progressDir(key), "tensorboard") {
 		if err := a.rt.GiveDir(user, tbDir); err != nil {

@@ -10,6 +10,7 @@ package app
 // sent once. Event files are read in the directory and in its
 // subdirectories one level down (Keras writes train/ and validation/,
 // whose tags get the subdirectory as prefix: "validation/epoch_loss").
+// Only what is written after the step started is read (startOffsets).
 //
 // Bounds: at most tbMaxFiles files a step, tbMaxDirs subdirectories, a
 // record at most tbMaxRecord bytes (a larger one, an image or a graph, is
@@ -113,6 +114,25 @@ func (a *App) readTensorBoard(key string, tl *tail, budget int64) {
 		}
 		budget -= a.readEventFile(key, tl, rel, budget)
 	}
+}
+
+// startOffsets is where a step starts reading its directory: at the end of
+// every event file already there. The directory may hold other runs' files
+// (two tuning jobs with one base output directory give their trial k the
+// same AIP_TENSORBOARD_LOG_DIR, and the first's event files stay there), so
+// a step reports only what is written after it started: files made since,
+// read whole, and what is appended to one that was there (a requeued
+// attempt going on with its own file). Sizes decide, not times: a file's
+// modification time is the file server's clock, or another node's.
+func (tb *tbTail) startOffsets() map[string]int64 {
+	files := tb.files()
+	out := make(map[string]int64, len(files))
+	for _, rel := range files {
+		if fi, err := os.Lstat(filepath.Join(tb.dir, rel)); err == nil && fi.Mode().IsRegular() {
+			out[rel] = fi.Size()
+		}
+	}
+	return out
 }
 
 // files lists the event files of the directory and of its subdirectories
