@@ -327,7 +327,10 @@ func (a *App) readTail(key string, tl *tail, limit int64, final bool) {
 		ino = st.Ino
 	}
 	reset := func() {
-		tl.pos, tl.partial, tl.skip = tailPos{Ino: ino}, nil, false
+		// The TensorBoard directory's positions are not this file's: its
+		// event files are not read again.
+		tl.pos = tailPos{Ino: ino, TBDir: tl.pos.TBDir, TBUID: tl.pos.TBUID, TB: tl.pos.TB}
+		tl.partial, tl.skip = nil, false
 	}
 	switch {
 	case tl.pos.Ino != 0 && tl.pos.Ino != ino, fi.Size() < tl.pos.Off:

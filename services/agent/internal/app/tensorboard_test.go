@@ -208,3 +208,47 @@ func TestTensorBoardDirOnlyTheOwnersDirectory(t *testing.T) {
 		t.Fatalf("the owner's own directory: %v", got)
 	}
 }
+
+// TestRewrittenMetricsFileKeepsTensorBoardPositions: a program that
+// rewrites its hypertune file (a new file renamed over it, or a shorter
+// one) has that file read again from its start, but its TensorBoard
+// directory's positions stay: the event files are not read again, sent
+// twice, nor the directory forgotten by the stored position.
+func TestRewrittenMetricsFileKeepsTensorBoardPositions(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	dir := t.TempDir()
+	w, err := tbevents.Create(dir, "host", time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.AddScalar("loss", 1, time.Unix(1700000001, 0), 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "metrics.jsonl")
+	appendTo(t, path, hypertuneLine(1)+hypertuneLine(2))
+	uid := uint32(os.Getuid())
+	tl := newTail("j", 1, path, tailPos{TBDir: dir, TBUID: uid})
+	if steps := takeSteps(a, tl, false); !slices.Equal(steps, []int64{1, 2}) {
+		t.Fatalf("hypertune steps %v", steps)
+	}
+	if got := takeTB(a, tl, tbPollBytes); !slices.Equal(got["loss"], []float64{1}) {
+		t.Fatalf("first read: %v", got)
+	}
+	// Rewritten: a new file, renamed over the old one.
+	tmp := filepath.Join(dir, "metrics.tmp")
+	appendTo(t, tmp, hypertuneLine(3))
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	if steps := takeSteps(a, tl, false); !slices.Equal(steps, []int64{3}) {
+		t.Fatalf("hypertune steps after the rewrite %v, want 3", steps)
+	}
+	if tl.pos.TBDir != dir || tl.pos.TBUID != uid {
+		t.Errorf("position's TensorBoard directory %q (uid %d) after the rewrite, want %q (%d)", tl.pos.TBDir, tl.pos.TBUID, dir, uid)
+	}
+	if got := takeTB(a, tl, tbPollBytes); len(got) != 0 {
+		t.Errorf("event file read again after the hypertune file was rewritten: %v", got)
+	}
+}
