@@ -180,9 +180,16 @@ type cjRecord struct {
 	Nodes          []string        `json:"nodes,omitempty"`
 	Attempt        int32           `json:"attempt,omitempty"`
 	StepsEnded     []string        `json:"steps_ended,omitempty"`
+	// PendingStepEnds are step ends read before their run's event.
+	PendingStepEnds []stepEndRecord `json:"pending_step_ends,omitempty"`
 	// RetryAt is Unix nanoseconds (0: none); Refused the last refusal.
 	RetryAt int64  `json:"retry_at,omitempty"`
 	Refused string `json:"refused,omitempty"`
+}
+
+type stepEndRecord struct {
+	Attempt int32  `json:"attempt"`
+	Node    string `json:"node"`
 }
 
 // trialRecord is one trial as stored under KeyTrialsPrefix: the trial
@@ -374,6 +381,9 @@ func encodeCJ(j *domain.CJ) (cjRecord, error) {
 	c := cjRecord{Job: b, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
 		StepsEnded: j.StepsEnded, Refused: j.Refused}
+	for _, e := range j.PendingStepEnds {
+		c.PendingStepEnds = append(c.PendingStepEnds, stepEndRecord{Attempt: e.Attempt, Node: e.Node})
+	}
 	if !j.RetryAt.IsZero() {
 		c.RetryAt = j.RetryAt.UnixNano()
 	}
@@ -388,6 +398,9 @@ func decodeCJ(j cjRecord) (*domain.CJ, error) {
 	cj := &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
 		StepsEnded: j.StepsEnded, Refused: j.Refused}
+	for _, e := range j.PendingStepEnds {
+		cj.PendingStepEnds = append(cj.PendingStepEnds, domain.StepEnd{Attempt: e.Attempt, Node: e.Node})
+	}
 	if j.RetryAt != 0 {
 		cj.RetryAt = time.Unix(0, j.RetryAt).UTC()
 	}

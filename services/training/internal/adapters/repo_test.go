@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -153,3 +154,33 @@ func TestLoadReadsInlineTrials(t *testing.T) {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// TestCJRecordKeepsStepEnds: a CustomJob's step ends, those of its run and
+// those kept until their run's event comes, survive a restart (its record
+// encoded and decoded), so a restarted service does not wait the metric
+// grace for ends it had read.
+func TestCJRecordKeepsStepEnds(t *testing.T) {
+	t.Parallel()
+	j := bigStudy(1).CJs[0]
+	j.StepsEnded = []string{"n-0001"}
+	j.PendingStepEnds = []domain.StepEnd{{Attempt: 2, Node: "n-0001"}, {Attempt: 2, Node: "n-0002"}}
+	c, err := encodeCJ(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back cjRecord
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeCJ(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.StepsEnded, j.StepsEnded) || !slices.Equal(got.PendingStepEnds, j.PendingStepEnds) {
+		t.Fatalf("decoded step ends %v, kept %v; stored %v, %v", got.StepsEnded, got.PendingStepEnds, j.StepsEnded, j.PendingStepEnds)
+	}
+}

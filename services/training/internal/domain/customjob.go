@@ -212,6 +212,7 @@ func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
 		cj.StepsEnded = nil
 	}
 	cj.Attempt = ev.GetAttempt()
+	takePendingStepEnds(cj)
 	cj.Job.RestartCount = j.GetRestartCount()
 	set := func(s trainingv1.JobState) {
 		if cj.Job.GetState() != trainingv1.JobState_JOB_STATE_CANCELLING {
@@ -293,6 +294,7 @@ func endCJ(now time.Time, cj *CJ, state trainingv1.JobState, code int32, msg str
 	}
 	cj.Job.State = state
 	cj.Job.EndTime = timestamppb.New(now)
+	cj.PendingStepEnds = nil // no later run's event comes to take them
 	if state != trainingv1.JobState_JOB_STATE_SUCCEEDED {
 		cj.Job.Error = &trainingv1.Status{Code: code, Message: msg}
 	}

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -253,5 +254,66 @@ func TestTrialWithoutStepEndIsJudgedAfterTheGrace(t *testing.T) {
 	}
 	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetFinalMeasurement().GetStepCount() != 4 {
 		t.Fatalf("trial after the grace: %v", got)
+	}
+}
+
+// TestStepEndBeforeItsRunIsKept: a node's step end read before the job's
+// event that names the run (its attempt and nodes) is kept, and counts once
+// that event comes: a job whose one pass took it from PENDING to COMPLETED,
+// or a requeued attempt whose end overtook its RUNNING, has its trial
+// judged at its job's end, not after the metric grace. A kept end of a node
+// that is not the run's counts for nothing, and what is kept is bounded.
+func TestStepEndBeforeItsRunIsKept(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	ended := func(attempt int32, node string) Input {
+		return Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: attempt, Node: node, State: eventsv1.StepState_STEP_EXITED},
+			Signer: "nodes/" + node}
+	}
+	metrics := func(attempt int32, step int64) Input {
+		return Input{Payload: &eventsv1.MetricsReported{Job: n.Job(), Attempt: attempt, Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{
+			{Step: step, Values: map[string]float64{"val_loss": 1 / float64(step)}}}}}
+	}
+	// Attempt 1 runs, then is requeued; attempt 2's step ends (after its
+	// last metrics) before its RUNNING is read, with another node's end
+	// and a flood of ends of nodes that are not the run's.
+	handle(t, s, t0, Input{Payload: jobIs(n.Job(), loomv1.JobState_RUNNING)})
+	handle(t, s, t0, metrics(1, 1))
+	handle(t, s, t0, metrics(2, 2))
+	handle(t, s, t0, ended(2, "n-0001"))
+	handle(t, s, t0, ended(2, "n-0009"))
+	for i := range 3 * MaxPendingStepEnds {
+		handle(t, s, t0, ended(2+int32(i%2), fmt.Sprintf("x-%04d", i)))
+	}
+	if p := s.Lookup(tunName).cj(tr.GetCustomJob()).PendingStepEnds; len(p) > MaxPendingStepEnds {
+		t.Fatalf("%d step ends kept, bound %d", len(p), MaxPendingStepEnds)
+	}
+	done := jobIs(n.Job(), loomv1.JobState_COMPLETED)
+	done.Attempt = 2
+	handle(t, s, t0.Add(time.Second), Input{Payload: done})
+	got := tuningOf(t, s, tunName).GetTrials()[0]
+	if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetFinalMeasurement().GetStepCount() != 2 {
+		t.Fatalf("trial at its job's end, its node's step end read before the run: %v", got)
+	}
+	if p := s.Lookup(tunName).cj(tr.GetCustomJob()).PendingStepEnds; len(p) != 0 {
+		t.Errorf("step ends still kept after the job ended: %v", p)
+	}
+
+	// A kept end of a node that is not the run's does not end it.
+	s = NewState()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	handle(t, s, t0, metrics(1, 1))
+	handle(t, s, t0, ended(1, "n-0009"))
+	handle(t, s, t0.Add(time.Second), Input{Payload: jobIs(n.Job(), loomv1.JobState_COMPLETED)})
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_ACTIVE {
+		t.Fatalf("judged on the step end of a node not the run's: %v", got)
 	}
 }

@@ -51,12 +51,29 @@ type CJ struct {
 	// a node here has had every metric point of the run read: a trial
 	// waits for all of its nodes before its measurements are final.
 	StepsEnded []string
+	// PendingStepEnds are step ends read before the job's event that names
+	// their run (its attempt, with its nodes): the step topic and the job
+	// topic are not ordered with each other, so a short run's, or a
+	// requeued attempt's, end can come first. They count (StepsEnded) once
+	// that event comes; at most MaxPendingStepEnds, dropped when the job
+	// ends.
+	PendingStepEnds []StepEnd
 	// RetryAt is when its ephemeral cluster is asked for again after the
 	// provisioner refused it for capacity or quota (zero: no retry due);
 	// Refused is that refusal, kept for the error should the wait end.
 	RetryAt time.Time
 	Refused string
 }
+
+// StepEnd is a node's step end of run Attempt (CJ.PendingStepEnds).
+type StepEnd struct {
+	Attempt int32
+	Node    string
+}
+
+// MaxPendingStepEnds bounds CJ.PendingStepEnds: as many as the nodes a
+// CustomJob may have (4 pools of at most 64 replicas).
+const MaxPendingStepEnds = 256
 
 // Tuning is a hyperparameter tuning job with its trials (with their
 // intermediate measurements).
@@ -141,6 +158,7 @@ func cloneCJ(j *CJ) *CJ {
 	c.Job = proto.Clone(j.Job).(*trainingv1.CustomJob)
 	c.Nodes = append([]string(nil), j.Nodes...)
 	c.StepsEnded = append([]string(nil), j.StepsEnded...)
+	c.PendingStepEnds = append([]StepEnd(nil), j.PendingStepEnds...)
 	return &c
 }
 
@@ -717,7 +735,7 @@ func cjEqual(x, y *CJ) bool {
 	return proto.Equal(x.Job, y.Job) && strings.Join(x.Nodes, ",") == strings.Join(y.Nodes, ",") &&
 		x.TrialID == y.TrialID && x.Ephemeral == y.Ephemeral && x.Submitted == y.Submitted &&
 		x.ClusterDeleted == y.ClusterDeleted && x.CancelSent == y.CancelSent && x.Stop == y.Stop && x.Attempt == y.Attempt &&
-		slices.Equal(x.StepsEnded, y.StepsEnded) &&
+		slices.Equal(x.StepsEnded, y.StepsEnded) && slices.Equal(x.PendingStepEnds, y.PendingStepEnds) &&
 		x.RetryAt.Equal(y.RetryAt) && x.Refused == y.Refused
 }
 

@@ -416,7 +416,24 @@ func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string
 	if n, ok := strings.CutPrefix(signer, "nodes/"); ok {
 		node = n
 	}
-	if cur == nil || cur.TrialID == "" || ev.GetAttempt() != cur.Attempt || !runsOn(cur.Job.GetCluster(), cur.Nodes, node) ||
+	if cur == nil || cur.TrialID == "" {
+		return nil, nil
+	}
+	if ev.GetAttempt() > cur.Attempt || (ev.GetAttempt() == cur.Attempt && len(cur.Nodes) == 0) {
+		// Its run's event (the attempt, its nodes) is not read yet: kept
+		// until it is (takePendingStepEnds), bounded.
+		e := StepEnd{Attempt: ev.GetAttempt(), Node: node}
+		if JobEnded(cur.Job.GetState()) || !inCluster(cur.Job.GetCluster(), node) ||
+			slices.Contains(cur.PendingStepEnds, e) || len(cur.PendingStepEnds) >= MaxPendingStepEnds {
+			return nil, nil
+		}
+		return s.change(now, r.Name, func(r *Root, em *emitter) error {
+			_, cj := r.edit(cur.TrialID)
+			cj.PendingStepEnds = append(cj.PendingStepEnds, e)
+			return nil
+		})
+	}
+	if ev.GetAttempt() != cur.Attempt || !runsOn(cur.Job.GetCluster(), cur.Nodes, node) ||
 		slices.Contains(cur.StepsEnded, node) {
 		return nil, nil
 	}
@@ -425,6 +442,36 @@ func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string
 		cj.StepsEnded = append(cj.StepsEnded, node)
 		return nil
 	})
+}
+
+// takePendingStepEnds counts the kept step ends of cj's run, now that the
+// job's event names it (cj.Attempt, cj.Nodes): a node of the run's joins
+// StepsEnded, another node's is dropped, as are an earlier run's; a later
+// run's, or this one's while its nodes are not known, stay.
+func takePendingStepEnds(cj *CJ) {
+	if len(cj.PendingStepEnds) == 0 {
+		return
+	}
+	var keep []StepEnd
+	for _, e := range cj.PendingStepEnds {
+		switch {
+		case e.Attempt < cj.Attempt:
+		case e.Attempt > cj.Attempt || len(cj.Nodes) == 0:
+			keep = append(keep, e)
+		case runsOn(cj.Job.GetCluster(), cj.Nodes, e.Node) && !slices.Contains(cj.StepsEnded, e.Node):
+			cj.StepsEnded = append(cj.StepsEnded, e.Node)
+		}
+	}
+	cj.PendingStepEnds = keep
+}
+
+// inCluster reports whether node, named in full, is a node of cluster; a
+// bare hostname may be (runsOn judges it against the run's nodes).
+func inCluster(cluster, node string) bool {
+	if cluster == "" || !strings.Contains(node, "/") {
+		return true
+	}
+	return strings.HasPrefix(node, cluster+"/nodes/")
 }
 
 // finalizeDue reports whether a finalizing trial of r is due to be judged
