@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -326,6 +327,13 @@ func checkLineage(l *loomv1.ModelLineage) error {
 		}
 		if why := textRefusal(k, ""); why != "" {
 			return fmt.Errorf("lineage.metrics: a name %s", why)
+		}
+		// A caller's (the gateway stamps recorded_by) is a measurement
+		// they state: NaN or ±Inf measures nothing, and loom models get
+		// would print it as one. Loom's own (a pipeline's, whose training
+		// service leaves non-finite values out) is taken as recorded.
+		if v := l.GetMetrics()[k]; l.GetRecordedBy() != "" && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			return fmt.Errorf("lineage.metrics[%s]: %v is not a finite number", k, v)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -418,6 +419,34 @@ func TestUploadLineageNames(t *testing.T) {
 	// No lineage: nothing to say whose it is.
 	if got := register(t, s, bob(nil)).Version.GetLineage(); proto.Size(got) != 0 {
 		t.Errorf("no lineage recorded as %v, want none", got)
+	}
+}
+
+// TestUploadCallerLineageMetricsAreFinite: a caller's lineage (recorded_by
+// stamped by the gateway) stating a metric of NaN or ±Inf is refused,
+// InvalidArgument naming the metric (a tester uploaded {"loss": "NaN"}
+// and loom models get printed loss=NaN); Loom's own lineage (none stamped)
+// is taken as the training service recorded it.
+func TestUploadCallerLineageMetricsAreFinite(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	for i, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		cmd := upload(fmt.Sprintf("caller-%d", i))
+		cmd.Lineage = &loomv1.ModelLineage{RecordedBy: "users/bob", Metrics: map[string]float64{"acc": 0.9, "loss": v}}
+		_, err := ValidateUpload(s, cmd)
+		if err == nil || !strings.Contains(err.Error(), "lineage.metrics[loss]") || RefusalCode(err) != codes.InvalidArgument {
+			t.Errorf("a caller's loss=%v: ValidateUpload = %v, want InvalidArgument naming lineage.metrics[loss]", v, err)
+		}
+	}
+	ok := upload("caller-finite")
+	ok.Lineage = &loomv1.ModelLineage{RecordedBy: "users/bob", Metrics: map[string]float64{"loss": 0.25}}
+	if got := register(t, s, ok).Version.GetLineage().GetMetrics()["loss"]; got != 0.25 {
+		t.Errorf("a caller's finite loss recorded as %v", got)
+	}
+	loom := upload("loom")
+	loom.Lineage = &loomv1.ModelLineage{Metrics: map[string]float64{"loss": math.Inf(1)}}
+	if got := register(t, s, loom).Version.GetLineage(); got.GetRecordedBy() != RecordedByLoom {
+		t.Errorf("Loom's lineage recorded as %v", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -869,6 +870,18 @@ func TestPipelineTuningTaskUploadsTheBestTrial(t *testing.T) {
 	if lin.GetTrial() != best.GetName() || lin.GetTuningJob() != tn || lin.GetHyperparameters()["batch_size"] == "" ||
 		lin.GetMetrics()["val_loss"] != lossOf(best) || up.GetModel().GetArtifactUri() != "file:///shared/out/"+best.GetId()+"/model" {
 		t.Fatalf("upload %v", up)
+	}
+	// A final measurement holding ±Inf (the agent keeps "inf" in a
+	// series): the lineage states the finite values only, the rest as
+	// they were.
+	fm := best.GetFinalMeasurement()
+	fm.Metrics = append(fm.Metrics, &trainingv1.Measurement_Metric{MetricId: "grad_norm", Value: math.Inf(1)},
+		&trainingv1.Measurement_Metric{MetricId: "neg", Value: math.Inf(-1)})
+	if up, err = upload(c2); err != nil {
+		t.Fatal(err)
+	}
+	if m := up.GetLineage().GetMetrics(); len(m) != len(fm.GetMetrics())-2 || m["val_loss"] != lossOf(best) {
+		t.Fatalf("lineage metrics %v of the final measurement %v: want its finite values", m, fm)
 	}
 }
 

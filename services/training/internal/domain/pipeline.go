@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -178,7 +179,12 @@ func upload(r *Root) (*eventsv1.UploadModel, error) {
 		}
 		lin.Metrics = map[string]float64{}
 		for _, m := range tr.GetFinalMeasurement().GetMetrics() {
-			lin.Metrics[m.GetMetricId()] = m.GetValue()
+			// A measurement may hold ±Inf (the agent keeps "inf" in a
+			// job's series); the model's lineage states the values it
+			// was judged by, finite ones only (docs/registry.md).
+			if v := m.GetValue(); !math.IsNaN(v) && !math.IsInf(v, 0) {
+				lin.Metrics[m.GetMetricId()] = v
+			}
 		}
 		setMetadata(p.P, map[string]any{"bestTrialId": tr.GetId()})
 	} else {
