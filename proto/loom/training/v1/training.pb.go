@@ -1913,11 +1913,12 @@ type HyperparameterTuningJob struct {
 	// Loom's (output only, set on a Get's answer, never stored): an answer
 	// is bounded (3 MiB, under gRPC's 4 MiB). measurements_thinned says that
 	// its trials' intermediate measurements were thinned to fit (each
-	// trial's first, last and evenly spaced ones; `loom metrics read` has
-	// every point); omitted_trials lists the ids of the trials left out when
-	// even that did not fit (the best trial, the unfinished ones and then the
-	// newest are kept first). Trial k is CustomJob {id+k}: its GetCustomJob
-	// shows its state and its parameters (--ID=VALUE in its args).
+	// trial's first, last and evenly spaced ones; `loom metrics ID` of the
+	// trial's CustomJob has every point); omitted_trials lists the ids of the
+	// trials left out when even that did not fit (the best trial, the
+	// unfinished ones and then the newest are kept first). Trial k is
+	// CustomJob {id+k}: its GetCustomJob shows its state and its parameters
+	// (--ID=VALUE in its args).
 	MeasurementsThinned bool     `protobuf:"varint,102,opt,name=measurements_thinned,json=measurementsThinned,proto3" json:"measurements_thinned,omitempty"`
 	OmittedTrials       []string `protobuf:"bytes,103,rep,name=omitted_trials,json=omittedTrials,proto3" json:"omitted_trials,omitempty"`
 	unknownFields       protoimpl.UnknownFields

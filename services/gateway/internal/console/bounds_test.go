@@ -169,7 +169,10 @@ func TestStudyPageSaysWhatItsAnswerLeftOut(t *testing.T) {
 	wants(t, "the study page", txt, "Part of this study is not shown",
 		"996 of the study's 1000 trials are left out of this page: trials 1-499, 501-997.",
 		"only the 4 kept", "custom job 101", "1000 of 1000, 4 in parallel; 996 left out",
-		"intermediate measurements are thinned")
+		"intermediate measurements are thinned",
+		// Commands the CLI has (a tester was sent to `loom custom get` and
+		// `loom metrics read`, which it has not).
+		"`loom jobs custom get ID` shows its state and parameters", "(`loom metrics ID` of a trial's custom job)")
 	if n := c.eval(`document.querySelector('#page .notice.warn a[href="#/training/customJobs/101"]') ? 1 : 0`); n != 1 {
 		t.Error("the note links no omitted trial's custom job (trial 1 of study 100 is custom job 101)")
 	}

@@ -111,11 +111,11 @@ function boundNote(j, id) {
     out.push(h('p', null, omitted.length + ' of the study\'s ' + trialCount(j) + ' trials are left out of this page: trials ' + idRanges(omitted) +
       '. A study\'s answer is bounded at 3 MiB; it keeps the best trial, the unfinished ones, then the newest. The trials table and charts show only the ' +
       (j.trials || []).length + ' kept. Trial k runs as custom job ' + id + '+k', cj ? [' (trial ' + omitted[0] + ': ', link('custom job ' + cj, 'training', 'customJobs', cj), ')'] : null,
-      '; `loom custom get ID` shows its state and parameters.'));
+      '; `loom jobs custom get ID` shows its state and parameters.'));
   }
   if (j.measurementsThinned) {
     out.push(h('p', null, 'The trials\' intermediate measurements are thinned in this answer (each trial\'s first, last and evenly spaced ones; final measurements are whole). ' +
-      'The metrics charts read the metrics API, which has every point (`loom metrics read`).'));
+      'The metrics charts read the metrics API, which has every point (`loom metrics ID` of a trial\'s custom job).'));
   }
   return out.length ? notice('warn', h('strong', null, 'Part of this study is not shown.'), out) : null;
 }
