@@ -42,26 +42,17 @@ func AssocField(user, account string) string { return user + "/" + account }
 
 // Account returns a stored account of project; errs.NotFound when unknown.
 func (r *Repo) Account(ctx context.Context, project, id string) (*loomv1.Account, error) {
-	a := &loomv1.Account{}
-	if err := r.hget(ctx, KeyAccountsPrefix+project, id, a); err != nil {
-		return nil, fmt.Errorf("account %s of project %s: %w", id, project, err)
-	}
-	return a, nil
+	a, _, err := r.AccountAsStored(ctx, project, id)
+	return a, err
 }
 
 // AccountAsStored is Account with the account's bytes as stored, for a
 // write conditioned on them (ExpectAccount).
 func (r *Repo) AccountAsStored(ctx context.Context, project, id string) (*loomv1.Account, []byte, error) {
-	b, err := r.st.HGet(ctx, KeyAccountsPrefix+project, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, fmt.Errorf("account %s of project %s: %w", id, project, errs.NotFound)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("account %s of project %s: %w: %w", id, project, errs.Unavailable, err)
-	}
 	a := &loomv1.Account{}
-	if err := proto.Unmarshal(b, a); err != nil {
-		return nil, nil, fmt.Errorf("account %s of project %s: decode: %w", id, project, err)
+	b, err := r.hgetAsStored(ctx, KeyAccountsPrefix+project, id, a)
+	if err != nil {
+		return nil, nil, fmt.Errorf("account %s of project %s: %w", id, project, err)
 	}
 	return a, b, nil
 }

@@ -198,16 +198,10 @@ func (r *Repo) Operation(ctx context.Context, name string) (*loomv1.Operation, e
 // ExpectOperation takes to make a write conditional on the operation being
 // still the one read.
 func (r *Repo) OperationAsStored(ctx context.Context, name string) (*loomv1.Operation, []byte, error) {
-	b, err := r.st.HGet(ctx, KeyOperations, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, fmt.Errorf("operation %s: %w", name, errs.NotFound)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("operation %s: %w: %w", name, errs.Unavailable, err)
-	}
 	op := &loomv1.Operation{}
-	if err := proto.Unmarshal(b, op); err != nil {
-		return nil, nil, fmt.Errorf("operation %s: decode: %w", name, err)
+	b, err := r.hgetAsStored(ctx, KeyOperations, name, op)
+	if err != nil {
+		return nil, nil, fmt.Errorf("operation %s: %w", name, err)
 	}
 	return op, b, nil
 }
@@ -844,15 +838,22 @@ func (r *Repo) InHistory(ctx context.Context, names []string) (map[string]bool, 
 }
 
 func (r *Repo) hget(ctx context.Context, key, field string, m proto.Message) error {
+	_, err := r.hgetAsStored(ctx, key, field, m)
+	return err
+}
+
+// hgetAsStored is hget that also returns the field's bytes as stored, for
+// a write conditioned on them (store.Tx.IfHField).
+func (r *Repo) hgetAsStored(ctx context.Context, key, field string, m proto.Message) ([]byte, error) {
 	b, err := r.st.HGet(ctx, key, field)
 	if errors.Is(err, store.ErrNotFound) {
-		return errs.NotFound
+		return nil, errs.NotFound
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", errs.Unavailable, err)
+		return nil, fmt.Errorf("%w: %w", errs.Unavailable, err)
 	}
 	if err := proto.Unmarshal(b, m); err != nil {
-		return fmt.Errorf("decode: %w", err)
+		return nil, fmt.Errorf("decode: %w", err)
 	}
-	return nil
+	return b, nil
 }
