@@ -713,11 +713,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	// steps its step rows list (asked for once).
 	withDerived := func(r sacctRow) sacctRow {
 		if derived && r.started() {
-			if d, ok := keptDerived(r.job, r.run); ok {
-				r.derived = d
-			} else if steps, ok := c.runSteps(ctx, r.job, r.run, &stepLookups); ok {
-				r.derived = derivedExitCode(steps)
-			}
+			r.derived, _ = c.derivedOf(ctx, r.job, r.run, &stepLookups)
 		}
 		return r
 	}

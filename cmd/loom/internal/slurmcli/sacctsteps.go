@@ -96,6 +96,20 @@ func derivedExitCode(steps []*loomv1.JobStep) string {
 	return fmt.Sprintf("%d:%d", code, sig)
 }
 
+// derivedOf is the DerivedExitCode "code:signal" of j's run run (nil: its
+// current run): as the scheduler kept it (keptDerived), else, for a record
+// from before, from the run's job steps (asked once per command:
+// derivedExitCode). ok is false when neither says.
+func (c *cmd) derivedOf(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, lookups *stepLookups) (string, bool) {
+	if d, ok := keptDerived(j, run); ok {
+		return d, true
+	}
+	if steps, ok := c.runSteps(ctx, j, run, lookups); ok {
+		return derivedExitCode(steps), true
+	}
+	return "", false
+}
+
 // keptDerived is the DerivedExitCode "code:signal" the scheduler kept of j's
 // run run (nil: its current run) over every step that ended, the steps the
 // run no longer keeps (past its newest 256) included; ok is false for a

@@ -208,10 +208,8 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 		if details {
 			derived = "0:0"
 			if r.job.GetStartTime() != nil {
-				if d, ok := keptDerived(r.job, nil); ok {
+				if d, ok := c.derivedOf(ctx, r.job, nil, &lookups); ok {
 					derived = d
-				} else if steps, ok := c.runSteps(ctx, r.job, nil, &lookups); ok {
-					derived = derivedExitCode(steps)
 				}
 			}
 		}
