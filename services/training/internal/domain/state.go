@@ -255,6 +255,19 @@ func (r *Root) cj(name string) *CJ {
 	return nil
 }
 
+// cjRunning returns r's CustomJob whose scheduler job is job
+// ("projects/{p}/jobs/{id}"; runsJob), the last when several are, nil
+// when none is.
+func (r *Root) cjRunning(job string) *CJ {
+	var cur *CJ
+	for _, j := range r.CJs {
+		if runsJob(j, job) {
+			cur = j
+		}
+	}
+	return cur
+}
+
 // Owner is r's owner.
 func (r *Root) Owner() string {
 	switch {

@@ -405,12 +405,7 @@ func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string
 	if r == nil || r.Tuning == nil {
 		return nil, nil
 	}
-	var cur *CJ
-	for _, j := range r.CJs {
-		if runsJob(j, ev.GetJob()) {
-			cur = j
-		}
-	}
+	cur := r.cjRunning(ev.GetJob())
 	// A node speaks for itself only: a signed record's node is its signer.
 	node := ev.GetNode()
 	if n, ok := strings.CutPrefix(signer, "nodes/"); ok {
@@ -575,12 +570,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		return nil, nil
 	}
 	return s.change(now, r.Name, func(r *Root, em *emitter) error {
-		var cj *CJ
-		for _, j := range r.CJs {
-			if runsJob(j, ev.GetJob()) {
-				cj = j
-			}
-		}
+		cj := r.cjRunning(ev.GetJob())
 		if cj == nil || cj.TrialID == "" {
 			return nil
 		}
