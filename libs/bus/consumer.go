@@ -205,8 +205,22 @@ type ConsumerConfig struct {
 	// 20 s. Services' records are not
 	// limited. Each consumer keeps its own buckets, for the nodes heard
 	// lately.
+	//
+	// A bucket runs on the records' signed times (ce_time), not on when
+	// the consumer reads them: a backlog an honest node wrote at its rate
+	// while the consumer was down or behind passes whole, however fast it
+	// is read. So that a node cannot mint tokens with the times it signs,
+	// its bucket's clock only moves forward, never past the consumer's
+	// now, and never further back than NodeRateWindow: a node's rate over
+	// any stretch of the consumer's time is at most NodeRate plus what
+	// NodeRateWindow and NodeBurst allow once. A backlog older than
+	// NodeRateWindow is read as if written at its start (past the burst,
+	// dropped).
 	NodeRate  float64
 	NodeBurst int
+	// NodeRateWindow is how far back a node's signed times count for its
+	// rate (see NodeRate); DefaultNodeRateWindow when 0.
+	NodeRateWindow time.Duration
 	// Rejected, when set, counts refused records by topic and reason
 	// (loom_bus_rejected_total on a service's /metrics): those the
 	// Verifier refuses, and those a handler refuses with a reason of its
@@ -272,6 +286,9 @@ type Consumer struct {
 	nodes  *noderate.Buckets
 	drops  *noderate.DropLog
 	pruned time.Time
+	// clocks: each node's bucket clock, the latest signed time its
+	// records took a token at (NodeRate).
+	clocks map[string]time.Time
 }
 
 // Defaults and bounds of a service's consumers' NodeRate and NodeBurst
@@ -288,8 +305,11 @@ type Consumer struct {
 const (
 	DefaultNodeRate  = 200.0
 	DefaultNodeBurst = 4000
-	MaxNodeRate      = 1000000
-	MaxNodeBurst     = 10000000
+	// DefaultNodeRateWindow covers a consumer that was down or behind for
+	// an hour: its nodes' backlog is read at the rate it was written.
+	DefaultNodeRateWindow = time.Hour
+	MaxNodeRate           = 1000000
+	MaxNodeBurst          = 10000000
 )
 
 // DropNodeRate is loom_bus_rejected_total's reason for a node's record
@@ -343,7 +363,11 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 		if c.cfg.NodeBurst <= 0 {
 			c.cfg.NodeBurst = int(math.Min(math.Ceil(10*cfg.NodeRate), math.MaxInt32))
 		}
+		if c.cfg.NodeRateWindow <= 0 {
+			c.cfg.NodeRateWindow = DefaultNodeRateWindow
+		}
 		c.nodes = noderate.New(cfg.NodeRate, c.cfg.NodeBurst)
+		c.clocks = map[string]time.Time{}
 		c.drops = noderate.NewDropLog(c.log, "node records dropped past their rate")
 	}
 	return c
@@ -937,7 +961,7 @@ func (c *Consumer) decodeAs(m kafka.Message, rated bool) (envelope.Event, error)
 		return c.cfg.Registry.Decode(m)
 	}
 	ev, err := c.cfg.Registry.DecodeVerified(m, c.cfg.Verifier, c.cfg.Policy)
-	if rated && c.nodes != nil && strings.HasPrefix(ev.Signer, "nodes/") && !c.admit(ev.Signer) {
+	if rated && c.nodes != nil && strings.HasPrefix(ev.Signer, "nodes/") && !c.admit(ev.Signer, ev.Time) {
 		// ev.Signer is set only once the signature verified: a forger
 		// cannot spend another node's tokens.
 		return ev, errNodeRate
@@ -975,18 +999,40 @@ func (c *Consumer) flushDrops() (stop func()) {
 	}
 }
 
-// admit takes a token from node's bucket, reporting false when it has none
-// (ConsumerConfig.NodeRate).
-func (c *Consumer) admit(node string) bool {
+// admit takes a token from node's bucket for a record it signed at at,
+// reporting false when it has none (ConsumerConfig.NodeRate). The bucket
+// runs on the node's clock: at, moved no further back than the clock's
+// last reading or the window's start, and no later than now.
+func (c *Consumer) admit(node string, at time.Time) bool {
 	now := time.Now()
+	floor := now.Add(-c.cfg.NodeRateWindow)
 	if now.Sub(c.pruned) >= nodesPruneEvery {
-		c.nodes.Prune(now)
+		// A bucket full at the window's start is full at any time a
+		// record can now be counted at: a new one is the same. A clock
+		// before the window's start is read as the start anyway.
+		c.nodes.Prune(floor)
+		for n, t := range c.clocks {
+			if t.Before(floor) {
+				delete(c.clocks, n)
+			}
+		}
 		c.pruned = now
 	}
-	if !c.nodes.Allowed(now, node) {
+	t := at
+	if t.After(now) {
+		t = now
+	}
+	if last := c.clocks[node]; t.Before(last) {
+		t = last
+	}
+	if t.Before(floor) {
+		t = floor
+	}
+	c.clocks[node] = t
+	if !c.nodes.Allowed(t, node) {
 		return false
 	}
-	c.nodes.Take(now, node)
+	c.nodes.Take(t, node)
 	return true
 }
 
