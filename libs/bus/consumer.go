@@ -646,9 +646,15 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 			dec[i].err = errFiltered
 			continue
 		}
-		wanted++
 		ev, err := c.decode(m)
 		dec[i] = decoded{ev, err}
+		if errors.Is(err, errNodeRate) {
+			// Dropped whatever the batch does (as filtered records are
+			// passed over): a node past its rate must not send every other
+			// node's records of the batch one by one.
+			continue
+		}
+		wanted++
 		if err == nil {
 			ok++
 		}
@@ -666,8 +672,12 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 		if err == nil {
 			share := time.Since(start) / time.Duration(len(ms))
 			for i, m := range ms {
-				if c.cfg.Passed != nil && dec[i].err == errFiltered {
-					c.cfg.Passed(m.Topic, m.Partition, m.Offset, m.HighWaterMark) // filtered out
+				dropped := errors.Is(dec[i].err, errNodeRate)
+				if dropped {
+					c.handleDecoded(ctx, dlq, m, dec[i].ev, dec[i].err) // counted and logged as dropped; never fails
+				}
+				if c.cfg.Passed != nil && (dropped || dec[i].err == errFiltered) {
+					c.cfg.Passed(m.Topic, m.Partition, m.Offset, m.HighWaterMark) // filtered out or dropped
 				}
 				commits.mark(m)
 				c.cfg.Metrics.handled(c.cfg.GroupID, m, share)

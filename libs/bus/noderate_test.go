@@ -26,7 +26,7 @@ import (
 // not dead-lettered, counted as node-rate — while another node's records on
 // the same partition, behind the flood, and a service's are handled, and
 // the group's offset passes them all. Both ways of handling (one by one,
-// batches) take the same records.
+// batches) take the same records, and the drops leave batches whole.
 func TestNodeFloodIsDroppedPastItsRate(t *testing.T) {
 	t.Parallel()
 	for _, batched := range []bool{false, true} {
@@ -96,8 +96,12 @@ func TestNodeFloodIsDroppedPastItsRate(t *testing.T) {
 			}
 			h := func(ctx context.Context, ev envelope.Event) error { handled.add(ev); return nil }
 			c := bus.NewConsumer(cfg, newProducer(t, broker), h)
+			var biggest atomic.Int64 // the most events one batch call took
 			if batched {
 				c.WithBatch(func(ctx context.Context, evs []envelope.Event) error {
+					if n := int64(len(evs)); n > biggest.Load() {
+						biggest.Store(n)
+					}
 					for _, ev := range evs {
 						handled.add(ev)
 					}
@@ -135,6 +139,12 @@ func TestNodeFloodIsDroppedPastItsRate(t *testing.T) {
 			}
 			if passed := passed.Load(); passed != flood-burst {
 				t.Errorf("Passed told of %d records, want the %d dropped", passed, flood-burst)
+			}
+			// The dropped records leave the rest of their batches whole: a
+			// node past its rate must not send every other record of a
+			// batch through the handler one by one.
+			if batched && biggest.Load() < 2 {
+				t.Errorf("the largest batch call took %d events: the flooder's drops broke every batch up", biggest.Load())
 			}
 		})
 	}
