@@ -202,7 +202,7 @@ type ConsumerConfig struct {
 	// records a second, and other nodes' records on the same partition
 	// come on after its own without waiting. Drops are logged at most once
 	// every 10 s, by node (noderate.DropLog), the last of a flood within
-	// 20 s. Services' records are not
+	// 20 s, or as Run stops. Services' records are not
 	// limited. Each consumer keeps its own buckets, for the nodes heard
 	// lately.
 	//
@@ -986,7 +986,8 @@ func (c *Consumer) decodeAs(m kafka.Message, rated bool) (envelope.Event, error)
 
 // flushDrops writes, every drop log window, the drops that no later drop
 // has written (noderate.DropLog.Flush: a flood's last window), until the
-// returned function is called.
+// returned function is called, which writes those still waiting (Run
+// calls it once it handles no more records).
 func (c *Consumer) flushDrops() (stop func()) {
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -1006,6 +1007,7 @@ func (c *Consumer) flushDrops() (stop func()) {
 	return func() {
 		close(done)
 		<-stopped
+		c.drops.Close(time.Now())
 	}
 }
 

@@ -289,3 +289,64 @@ func TestNodeFloodsLastDropsAreLogged(t *testing.T) {
 		t.Errorf("logs %s: want the first drop logged at once", logs.String())
 	}
 }
+
+// Drops still waiting for their line when Run stops are logged on its way
+// out, not lost with the consumer.
+func TestDropsPendingAtTheStopAreLogged(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	npub, npriv, _ := ed25519.GenerateKey(nil)
+	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: "flooder", Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flooder, err := envelope.NewNodeSigner(npriv, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One record handled (the burst), the next dropped and logged at
+	// once, the 3 after it waiting for a line the window holds back.
+	const flood = 5
+	ms := make([]kafka.Message, flood)
+	for i := range ms {
+		m, err := envelope.Encode(event(topic, "flooder", int32(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flooder.Sign(&m)
+		m.Topic = ""
+		ms[i] = m
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	t.Cleanup(func() { w.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := w.WriteMessages(ctx, ms...); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs lockedBuffer
+	c := bus.NewConsumer(bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), NodeRate: 0.001, NodeBurst: 1,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	}, newProducer(t, broker), func(ctx context.Context, ev envelope.Event) error { return nil })
+	// Far longer than the test: no tick writes the last drops.
+	bus.SetDropLogEvery(c, time.Hour)
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	testkit.WaitFor(t, wait, "the flood read", func() (bool, error) {
+		off, err := committedOffset(broker, "g", topic, 0)
+		return off == flood, err
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if got := logs.String(); !strings.Contains(got, `reason=node-rate dropped=3 nodes=1 by_node="nodes/flooder=3"`) {
+		t.Errorf("logs %s: want the last 3 drops logged as Run stopped", got)
+	}
+}

@@ -110,6 +110,19 @@ func (d *DropLog) Flush(now time.Time) {
 	}
 }
 
+// Close writes the line of each reason with drops not yet written,
+// however little time has passed since its last line: the owner stops,
+// and no later Flush will come to write them. d may still be used.
+func (d *DropLog) Close(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, reason := range slices.Sorted(maps.Keys(d.reasons)) {
+		if t := d.reasons[reason]; t.total > 0 {
+			d.say(now, reason, t)
+		}
+	}
+}
+
 // say writes reason's line, of t, at now, and starts its count afresh.
 func (d *DropLog) say(now time.Time, reason string, t *tally) {
 	byNode, others := Summary(t.byNode, MaxNamed)

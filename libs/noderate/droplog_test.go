@@ -66,3 +66,25 @@ func TestDropLogFlushWritesTheLastWindow(t *testing.T) {
 		t.Fatalf("lines %q, want no line without new drops", got)
 	}
 }
+
+// Close writes the drops still waiting for their line at once, whatever
+// time has passed since the last, and nothing for a reason without any.
+func TestDropLogCloseWritesWhatWaits(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	d := noderate.NewDropLog(slog.New(slog.NewTextHandler(&buf, nil)), "dropped")
+	lines := func() []string { return strings.Fields(strings.ReplaceAll(strings.TrimSpace(buf.String()), " ", "_")) }
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d.Note(now, "node-rate", "n1", "node", "n1")
+	d.Note(now.Add(time.Second), "node-rate", "n2", "node", "n2")
+	d.Note(now.Add(time.Second), "other", "n3", "node", "n3")
+	d.Close(now.Add(time.Second))
+	got := lines()
+	if len(got) != 3 || !strings.Contains(got[2], `reason=node-rate_dropped=1_nodes=1_by_node="n2=1"`) {
+		t.Fatalf("lines %q, want the first two at once and the waiting node-rate drop at the close", got)
+	}
+	d.Close(now.Add(2 * time.Second))
+	if got := lines(); len(got) != 3 {
+		t.Fatalf("lines %q, want no line without new drops", got)
+	}
+}
