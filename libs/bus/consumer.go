@@ -180,7 +180,9 @@ type ConsumerConfig struct {
 	// broker at its start, and again, at most once a second, when a record
 	// written since does not match them — such a record waits for that
 	// re-read, at most a second, so that an honest record placed under a
-	// count added since is not refused; a topic whose count is unknown is
+	// count added since is not refused; after a failed re-read, records
+	// are judged at once on the counts read before until one, every
+	// second in the background, succeeds; a topic whose count is unknown is
 	// not checked, which is logged once) is dead-lettered with the reason in
 	// loom_dlq_reason, counted on Rejected, and never handled. Services'
 	// records are on whatever partition their producer chose. Handled
@@ -472,6 +474,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	if c.cfg.Verifier != nil {
 		c.parts = newPartitionCounts(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topics, c.recheck, c.log)
+		defer c.parts.close()
 	}
 	defer c.cfg.Metrics.WatchLag(c.cfg)()
 	r := kafka.NewReader(kafka.ReaderConfig{

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -109,6 +110,10 @@ type partitionCounts struct {
 	// recheck is how long after a re-read the next may come
 	// (partitionRecheck; tests shorten or lengthen it).
 	recheck time.Duration
+	// ctx is Run's: the re-reads after a failed one end with it.
+	ctx context.Context
+	// retries is the goroutine that re-reads after a failed read.
+	retries sync.WaitGroup
 
 	mu sync.Mutex
 	// seen is each topic's counts since the consumer started, oldest
@@ -123,6 +128,10 @@ type partitionCounts struct {
 	ends map[topicPartition]int64
 	// read is when the counts were last read (zero: never).
 	read time.Time
+	// failing says the last read failed: until one succeeds (in the
+	// background, every recheck), records are judged at once on what
+	// was read before, never waiting for a re-read.
+	failing bool
 	// unknown notes the topics whose count could not be read, each logged
 	// once.
 	unknown map[string]bool
@@ -130,14 +139,20 @@ type partitionCounts struct {
 
 // newPartitionCounts reads the partition counts of topics, and their
 // partitions' end offsets, from the broker. A failure leaves them unknown
-// (read again at the first misplaced record).
+// until a re-read, every recheck in the background, succeeds. close waits
+// for those re-reads once ctx is done.
 func newPartitionCounts(ctx context.Context, brokers []string, sec *Security, topics []string, recheck time.Duration, log *slog.Logger) *partitionCounts {
-	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, recheck: recheck, log: log,
+	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, recheck: recheck, log: log, ctx: ctx,
 		seen: map[string][]int{}, ends: map[topicPartition]int64{}, unknown: map[string]bool{}}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.read = time.Now()
-	p.load(ctx)
+	p.reload(ctx)
 	return p
 }
+
+// close waits for the background re-reads, which end with Run's context.
+func (p *partitionCounts) close() { p.retries.Wait() }
 
 // client is a client on a transport of its own, whose metadata is read
 // from the broker when it starts (a transport answers metadata requests
@@ -147,38 +162,99 @@ func (p *partitionCounts) client() (client *kafka.Client, done func()) {
 	return &kafka.Client{Addr: kafka.TCP(p.brokers...), Transport: transport}, transport.CloseIdleConnections
 }
 
-// load reads the end offsets of the topics' partitions, then the topics'
-// partition counts, directly from the broker (never a metadata cache), and
-// notes the counts not seen yet and the ends. The ends are read first: a
-// record below them was written before the counts were read.
-func (p *partitionCounts) load(ctx context.Context) {
+// readout is what one read of the broker found.
+type readout struct {
+	counts map[string]int
+	ends   map[topicPartition]int64
+}
+
+// fetch reads the end offsets of the topics' partitions, then the topics'
+// partition counts, directly from the broker (never a metadata cache). The
+// ends are read first: a record below them was written before the counts
+// were read. It takes no lock.
+func (p *partitionCounts) fetch(ctx context.Context) (readout, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ends, endsErr := p.endOffsets(ctx)
+	ends, err := p.endOffsets(ctx)
+	if err != nil {
+		return readout{}, fmt.Errorf("end offsets: %w", err)
+	}
 	client, done := p.client()
 	defer done()
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: p.topics})
 	if err != nil {
-		p.log.Warn("could not read the topics' partition counts", "topics", p.topics, "err", err)
-		return
+		return readout{}, fmt.Errorf("partition counts: %w", err)
 	}
+	counts := map[string]int{}
 	for _, t := range md.Topics {
-		n := len(t.Partitions)
-		if t.Error != nil || n == 0 || slices.Contains(p.seen[t.Name], n) {
+		if n := len(t.Partitions); t.Error == nil && n > 0 {
+			counts[t.Name] = n
+		}
+	}
+	return readout{counts: counts, ends: ends}, nil
+}
+
+// apply notes the counts of r not seen yet, and its ends. Called with mu
+// held.
+func (p *partitionCounts) apply(r readout) {
+	for _, t := range slices.Sorted(maps.Keys(r.counts)) {
+		n := r.counts[t]
+		if slices.Contains(p.seen[t], n) {
 			continue
 		}
-		if len(p.seen[t.Name]) > 0 {
-			p.log.Info("a topic's partition count changed", "topic", t.Name, "partitions", n, "before", p.seen[t.Name])
+		if len(p.seen[t]) > 0 {
+			p.log.Info("a topic's partition count changed", "topic", t, "partitions", n, "before", p.seen[t])
 		}
-		p.seen[t.Name] = append(p.seen[t.Name], n)
+		p.seen[t] = append(p.seen[t], n)
 	}
-	if endsErr != nil {
-		// The ends read before stay true: what was below them still is.
-		p.log.Warn("could not read the end offsets of the topics' partitions", "topics", p.topics, "err", endsErr)
+	for tp, end := range r.ends {
+		p.ends[tp] = max(p.ends[tp], end)
+	}
+}
+
+// reload reads the counts and ends and notes them; on a failure it keeps
+// what was read before (what was below the ends then still is), logs it
+// (once until a read succeeds), and re-reads in the background every
+// recheck until one succeeds. Called with mu held.
+func (p *partitionCounts) reload(ctx context.Context) {
+	r, err := p.fetch(ctx)
+	if err == nil {
+		p.apply(r)
 		return
 	}
-	for tp, end := range ends {
-		p.ends[tp] = max(p.ends[tp], end)
+	if p.failing {
+		return
+	}
+	p.failing = true
+	p.log.Warn("could not read the topics' partition counts; node records are judged on those read before, without waiting, until a re-read succeeds",
+		"topics", p.topics, "err", err, "retry_every", p.recheck)
+	p.retries.Add(1)
+	go p.retry()
+}
+
+// retry re-reads every recheck, without holding mu while it reads, until a
+// read succeeds or Run's context is done.
+func (p *partitionCounts) retry() {
+	defer p.retries.Done()
+	t := time.NewTicker(p.recheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+		r, err := p.fetch(p.ctx)
+		if err != nil {
+			continue
+		}
+		p.mu.Lock()
+		p.apply(r)
+		p.read = time.Now()
+		p.failing = false
+		p.mu.Unlock()
+		p.log.Info("read the topics' partition counts again", "topics", p.topics)
+		return
 	}
 }
 
@@ -209,9 +285,10 @@ func (p *partitionCounts) endOffsets(ctx context.Context) (map[topicPartition]in
 	out := map[topicPartition]int64{}
 	for topic, ps := range resp.Topics {
 		for _, po := range ps {
-			if po.Error == nil {
-				out[topicPartition{topic, po.Partition}] = po.LastOffset
+			if po.Error != nil {
+				return nil, fmt.Errorf("list offsets of %s[%d]: %w", topic, po.Partition, po.Error)
 			}
+			out[topicPartition{topic, po.Partition}] = po.LastOffset
 		}
 	}
 	return out, nil
@@ -227,7 +304,9 @@ func (p *partitionCounts) endOffsets(ctx context.Context) (map[topicPartition]in
 // One below that end is judged at once: so a topic whose partitions were
 // added is followed without refusing an honest record, and a flood of
 // misplaced records costs one re-read, and at most one wait of recheck,
-// a recheck. While a topic's count is unknown (never read, or smaller
+// a recheck. After a failed read, records are judged at once on the
+// counts read before, with no wait, until a re-read in the background
+// succeeds. While a topic's count is unknown (never read, or smaller
 // than the record's partition says it is), the partition is not checked:
 // that is logged once per topic.
 func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
@@ -237,7 +316,7 @@ func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
 	if p.placed(m.Topic, key, m.Partition) {
 		return nil
 	}
-	if end, ok := p.ends[topicPartition{m.Topic, m.Partition}]; !ok || m.Offset >= end {
+	if end, ok := p.ends[topicPartition{m.Topic, m.Partition}]; !p.failing && (!ok || m.Offset >= end) {
 		if wait := p.recheck - time.Since(p.read); !p.read.IsZero() && wait > 0 {
 			// Bounded by recheck, and not cut short by the stop: a
 			// record judged on counts it may postdate could be refused
@@ -245,7 +324,7 @@ func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
 			time.Sleep(wait)
 		}
 		p.read = time.Now()
-		p.load(ctx)
+		p.reload(ctx)
 		if p.placed(m.Topic, key, m.Partition) {
 			return nil
 		}

@@ -5,11 +5,16 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
@@ -217,5 +222,140 @@ func TestRecordsOnAnAddedPartitionAreConsumed(t *testing.T) {
 	writeTo(3, added)
 	testkit.WaitFor(t, wait, "the record on the added partition handled", func() (bool, error) {
 		return handled.count(added.ID) == 1, nil
+	})
+}
+
+// nodeWriter returns the services' public key and a function that writes
+// events, signed by node, on a partition of broker's topic.
+func nodeWriter(t *testing.T, broker, node string) (ed25519.PublicKey, func(part int, evs ...envelope.Event)) {
+	t.Helper()
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	npub, npriv, _ := ed25519.GenerateKey(nil)
+	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: node, PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := envelope.NewNodeSigner(npriv, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, func(part int, evs ...envelope.Event) {
+		t.Helper()
+		ms := make([]kafka.Message, len(evs))
+		for i, ev := range evs {
+			m, err := envelope.Encode(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			signer.Sign(&m)
+			ms[i] = m
+		}
+		// A transport of its own: the default one's metadata may predate
+		// added partitions.
+		transport := &kafka.Transport{}
+		defer transport.CloseIdleConnections()
+		w := &kafka.Writer{Addr: kafka.TCP(broker), RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond,
+			Transport: transport, Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return part })}
+		defer w.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := w.WriteMessages(ctx, ms...); err != nil {
+			t.Fatalf("write to partition %d: %v", part, err)
+		}
+	}
+}
+
+// runVerifying runs a verifying consumer of topic in group "g" that
+// re-reads partition counts at most every recheck, until the test ends.
+func runVerifying(t *testing.T, broker, topic string, pub ed25519.PublicKey, recheck time.Duration, log *slog.Logger, handled *seen) {
+	t.Helper()
+	c := bus.NewConsumer(bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), Logger: log,
+	}, newProducer(t, broker), func(ctx context.Context, ev envelope.Event) error {
+		handled.add(ev)
+		return nil
+	})
+	bus.SetPartitionRecheck(c, recheck)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// While the partitions' end offsets cannot be read, node records not where
+// their key goes are judged at once on the counts read before, not each
+// after a wait for a re-read; the failure is logged once, and the counts
+// are read again once the broker answers.
+func TestFailedReReadDoesNotStallEachRecord(t *testing.T) {
+	t.Parallel()
+	cluster, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 4)
+	const node = "n1"
+	home := bus.PartitionOf(node, 4)
+	elsewhere := (home + 1) % 4
+	pub, writeTo := nodeWriter(t, broker, node)
+	var failing atomic.Bool
+	cluster.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.ListOffsetsRequest)
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		resp.Version = r.Version
+		for _, rt := range r.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.UnknownServerError.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	const recheck = 2 * time.Second
+	var logs lockedBuffer
+	var handled seen
+	runVerifying(t, broker, topic, pub, recheck, slog.New(slog.NewTextHandler(&logs, nil)), &handled)
+	first := event(topic, node, 1)
+	writeTo(home, first)
+	testkit.WaitFor(t, wait, "the node's record handled", func() (bool, error) {
+		return handled.count(first.ID) >= 1, nil
+	})
+
+	failing.Store(true)
+	const flood = 5
+	evs := make([]envelope.Event, flood)
+	for i := range evs {
+		evs[i] = event(topic, node, int32(10+i))
+	}
+	start := time.Now()
+	writeTo(elsewhere, evs...)
+	testkit.WaitFor(t, wait, "the misplaced records refused", func() (bool, error) {
+		off, err := committedOffset(broker, "g", topic, elsewhere)
+		return off == flood, err
+	})
+	if took := time.Since(start); took > 2*recheck {
+		t.Errorf("%d misplaced records took %v while the re-read failed, want at most about one wait (%v)", flood, took, recheck)
+	}
+	if n := strings.Count(logs.String(), "could not read"); n != 1 {
+		t.Errorf("the failed re-reads logged %d times, want once: %s", n, logs.String())
+	}
+	if got := len(handled.ids()); got != 1 {
+		t.Errorf("handled %d records, want the honest one only", got)
+	}
+
+	failing.Store(false)
+	testkit.WaitFor(t, wait, "the counts read again", func() (bool, error) {
+		return strings.Contains(logs.String(), "read the topics' partition counts again"), nil
 	})
 }
