@@ -180,7 +180,10 @@ type ConsumerConfig struct {
 	// broker at its start, and again, at most once a second, when a record
 	// written since does not match them — such a record waits for that
 	// re-read, at most a second, so that an honest record placed under a
-	// count added since is not refused; after a failed re-read, records
+	// count added since is not refused, nor one written before a read
+	// under a count it skipped: between the last count read and the next,
+	// or, at the start, from the count a Loom topic is created with
+	// (topics.Declared) to the one read; after a failed re-read, records
 	// are judged at once on the counts read before until one, every
 	// second in the background, succeeds; a topic whose count is unknown is
 	// not checked, which is logged once) is dead-lettered with the reason in

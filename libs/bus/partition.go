@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/topics"
 )
 
 // PartitionOf is the partition of a topic with n partitions that the
@@ -120,6 +121,15 @@ type partitionCounts struct {
 	// first: partitions are only ever added, and a record written before
 	// they were is still on its key's partition of the count then.
 	seen map[string][]int
+	// skipped is, per topic, the counts it may have had that no read saw,
+	// each set with the ends read just before the read that found the
+	// topic past them: between two reads the topic grew by more than one
+	// partition count (4 to 6: it may have had 5), or it was created with
+	// fewer partitions (topics.Declared) than the first read found. A
+	// record below those ends was written before that read, perhaps under
+	// one of those counts; one at or past them was not (partitions are
+	// only ever added), so a skipped count is accepted only below them.
+	skipped map[string][]skippedCounts
 	// ends is each partition's end offset (the next record's) as read just
 	// before the counts last were: a record below it was written before
 	// those counts were read, by a producer that knew no count they lack,
@@ -137,13 +147,21 @@ type partitionCounts struct {
 	unknown map[string]bool
 }
 
+// skippedCounts are partition counts a topic may have had that no read
+// saw, accepted only for records below ends (by partition; a partition
+// missing had none).
+type skippedCounts struct {
+	counts []int
+	ends   map[int]int64
+}
+
 // newPartitionCounts reads the partition counts of topics, and their
 // partitions' end offsets, from the broker. A failure leaves them unknown
 // until a re-read, every recheck in the background, succeeds. close waits
 // for those re-reads once ctx is done.
 func newPartitionCounts(ctx context.Context, brokers []string, sec *Security, topics []string, recheck time.Duration, log *slog.Logger) *partitionCounts {
 	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, recheck: recheck, log: log, ctx: ctx,
-		seen: map[string][]int{}, ends: map[topicPartition]int64{}, unknown: map[string]bool{}}
+		seen: map[string][]int{}, skipped: map[string][]skippedCounts{}, ends: map[topicPartition]int64{}, unknown: map[string]bool{}}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.read = time.Now()
@@ -202,8 +220,26 @@ func (p *partitionCounts) apply(r readout) {
 		if slices.Contains(p.seen[t], n) {
 			continue
 		}
+		// The counts between the last one read (or, at the first read,
+		// the one the topic is created with) and n.
+		from := 0
 		if len(p.seen[t]) > 0 {
 			p.log.Info("a topic's partition count changed", "topic", t, "partitions", n, "before", p.seen[t])
+			from = slices.Max(p.seen[t]) + 1
+		} else if d, ok := topics.Declared(t); ok {
+			from = d
+		}
+		if from > 0 && from < n {
+			sk := skippedCounts{ends: map[int]int64{}}
+			for c := from; c < n; c++ {
+				sk.counts = append(sk.counts, c)
+			}
+			for tp, end := range r.ends {
+				if tp.topic == t {
+					sk.ends[tp.partition] = end
+				}
+			}
+			p.skipped[t] = append(p.skipped[t], sk)
 		}
 		p.seen[t] = append(p.seen[t], n)
 	}
@@ -296,7 +332,9 @@ func (p *partitionCounts) endOffsets(ctx context.Context) (map[topicPartition]in
 
 // check returns a *envelope.Rejection (wrong-partition) when m, a node's
 // record, is not on the partition its key goes to under any partition
-// count its topic has had since the consumer started. A record that does
+// count its topic has had since the consumer started, nor, when it was
+// written before the read that found the topic past them, under a count
+// that read skipped (skipped). A record that does
 // not match but was written after the counts were last read (at or past
 // the end offset its partition had then) may have been placed under a
 // count added since: check waits until recheck has passed since that read
@@ -313,7 +351,7 @@ func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := string(m.Key)
-	if p.placed(m.Topic, key, m.Partition) {
+	if p.placed(m.Topic, key, m.Partition, m.Offset) {
 		return nil
 	}
 	if end, ok := p.ends[topicPartition{m.Topic, m.Partition}]; !p.failing && (!ok || m.Offset >= end) {
@@ -325,7 +363,7 @@ func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
 		}
 		p.read = time.Now()
 		p.reload(ctx)
-		if p.placed(m.Topic, key, m.Partition) {
+		if p.placed(m.Topic, key, m.Partition, m.Offset) {
 			return nil
 		}
 	}
@@ -343,11 +381,23 @@ func (p *partitionCounts) check(ctx context.Context, m kafka.Message) error {
 		truncateKey(key), m.Partition, m.Topic, PartitionOf(key, n), n)
 }
 
-// placed reports whether partition is key's under one of topic's counts.
-func (p *partitionCounts) placed(topic, key string, partition int) bool {
+// placed reports whether a record keyed key at offset of topic's
+// partition is key's partition under one of topic's counts read, or under
+// a count it skipped that the record may have been written under.
+func (p *partitionCounts) placed(topic, key string, partition int, offset int64) bool {
 	for _, n := range p.seen[topic] {
 		if PartitionOf(key, n) == partition {
 			return true
+		}
+	}
+	for _, sk := range p.skipped[topic] {
+		if offset >= sk.ends[partition] {
+			continue
+		}
+		for _, n := range sk.counts {
+			if PartitionOf(key, n) == partition {
+				return true
+			}
 		}
 	}
 	return false

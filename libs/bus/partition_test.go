@@ -359,3 +359,130 @@ func TestFailedReReadDoesNotStallEachRecord(t *testing.T) {
 		return strings.Contains(logs.String(), "read the topics' partition counts again"), nil
 	})
 }
+
+// dlqIDs is the IDs of the records in topic's dead-letter topic, each once.
+func dlqIDs(t *testing.T, broker, topic string) map[string]bool {
+	t.Helper()
+	dlq := topic + topics.DLQSuffix
+	ids := map[string]bool{}
+	if n := records(t, broker, dlq, 1); n > 0 {
+		for _, m := range readN(t, broker, dlq, int(n), wait) {
+			id, _ := header(m, envelope.HeaderID)
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// growTo adds partitions to topic up to n.
+func growTo(t *testing.T, broker, topic string, n int) {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(broker)}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: topic, Count: int32(n)}}})
+	if err != nil || resp.Errors[topic] != nil {
+		t.Fatalf("add partitions up to %d: %v %v", n, err, resp)
+	}
+}
+
+// A consumer that starts after a Loom topic grew (4 to 6 partitions)
+// handles the backlog an honest node wrote under the count the topic is
+// created with (topics.Declared), and refuses a record not on its key's
+// partition under any count from that one to 6; a record written under 4
+// once the consumer read 6 is refused too.
+func TestBacklogUnderTheDeclaredCountIsHandled(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := topics.NodeTelemetry
+	declared, _ := topics.Declared(topic)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := bus.EnsureTopics(ctx, []string{broker}, []topics.Spec{{Name: topic, Partitions: declared}, {Name: topic + topics.DLQSuffix, Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	// A node whose partition under the declared count is not its
+	// partition under 6.
+	node := ""
+	for i := 0; node == "" && i < 1000; i++ {
+		if k := fmt.Sprintf("n%d", i); bus.PartitionOf(k, declared) != bus.PartitionOf(k, 6) {
+			node = k
+		}
+	}
+	under := func(n int) int { return bus.PartitionOf(node, n) }
+	elsewhere := 0
+	for elsewhere == under(4) || elsewhere == under(5) || elsewhere == under(6) {
+		elsewhere++
+	}
+	pub, writeTo := nodeWriter(t, broker, node)
+	backlog := event(topic, node, 1)
+	writeTo(under(declared), backlog)
+	growTo(t, broker, topic, 6)
+	misplaced := event(topic, node, 2)
+	writeTo(elsewhere, misplaced)
+
+	var handled seen
+	runVerifying(t, broker, topic, pub, 100*time.Millisecond, testLogger(t), &handled)
+	testkit.WaitFor(t, wait, "the backlog handled and the misplaced record refused", func() (bool, error) {
+		if dlqIDs(t, broker, topic)[backlog.ID] {
+			return false, errors.New("the honest backlog was dead-lettered")
+		}
+		return handled.count(backlog.ID) >= 1 && dlqIDs(t, broker, topic)[misplaced.ID], nil
+	})
+	late := event(topic, node, 3)
+	writeTo(under(declared), late)
+	testkit.WaitFor(t, wait, "the record written under the old count since refused", func() (bool, error) {
+		return dlqIDs(t, broker, topic)[late.ID], nil
+	})
+	if handled.count(misplaced.ID) > 0 || handled.count(late.ID) > 0 {
+		t.Errorf("handled %v, want the backlog only", handled.ids())
+	}
+}
+
+// A topic that grows 4 to 5 to 6 partitions between two reads of its
+// counts: an honest record placed under 5, which no read saw, is handled;
+// one written under 5 once 6 was read is refused.
+func TestRecordUnderASkippedCountIsHandled(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 4)
+	// Its partition under 5 is one of the first 4 (read without a
+	// rebalance) and not its partition under 4 or 6.
+	node := ""
+	for i := 0; node == "" && i < 1000; i++ {
+		k := fmt.Sprintf("n%d", i)
+		if p5 := bus.PartitionOf(k, 5); p5 < 4 && p5 != bus.PartitionOf(k, 4) && p5 != bus.PartitionOf(k, 6) {
+			node = k
+		}
+	}
+	if node == "" {
+		t.Fatal("no node name fits")
+	}
+	pub, writeTo := nodeWriter(t, broker, node)
+	// The next re-read comes this long after the first read, at the
+	// start: the topic grows twice well within it.
+	const recheck = 8 * time.Second
+	var handled seen
+	runVerifying(t, broker, topic, pub, recheck, testLogger(t), &handled)
+	first := event(topic, node, 1)
+	writeTo(bus.PartitionOf(node, 4), first)
+	testkit.WaitFor(t, wait, "the first record handled", func() (bool, error) {
+		return handled.count(first.ID) >= 1, nil
+	})
+
+	growTo(t, broker, topic, 5)
+	under5 := event(topic, node, 2)
+	writeTo(bus.PartitionOf(node, 5), under5)
+	growTo(t, broker, topic, 6)
+	testkit.WaitFor(t, 2*recheck, "the record placed under 5 handled", func() (bool, error) {
+		if dlqIDs(t, broker, topic)[under5.ID] {
+			return false, errors.New("the honest record was dead-lettered")
+		}
+		return handled.count(under5.ID) >= 1, nil
+	})
+	late := event(topic, node, 3)
+	writeTo(bus.PartitionOf(node, 5), late)
+	testkit.WaitFor(t, 2*recheck, "the record written under 5 since refused", func() (bool, error) {
+		return dlqIDs(t, broker, topic)[late.ID], nil
+	})
+}

@@ -75,3 +75,15 @@ func All() []Spec {
 	}
 	return out
 }
+
+// Declared returns the partition count topic is created with and true
+// when it is one of Loom's topics (All, their dead-letter topics among
+// them); 0 and false otherwise.
+func Declared(topic string) (int, bool) {
+	for _, s := range All() {
+		if s.Name == topic {
+			return s.Partitions, true
+		}
+	}
+	return 0, false
+}
