@@ -182,6 +182,9 @@ type cjRecord struct {
 	StepsEnded     []string        `json:"steps_ended,omitempty"`
 	// PendingStepEnds are step ends read before their run's event.
 	PendingStepEnds []stepEndRecord `json:"pending_step_ends,omitempty"`
+	// PendingMetrics are a trial's metric points read before their run's
+	// event (measurements as protojson).
+	PendingMetrics []pendingMetricsRecord `json:"pending_metrics,omitempty"`
 	// RetryAt is Unix nanoseconds (0: none); Refused the last refusal.
 	RetryAt int64  `json:"retry_at,omitempty"`
 	Refused string `json:"refused,omitempty"`
@@ -190,6 +193,12 @@ type cjRecord struct {
 type stepEndRecord struct {
 	Attempt int32  `json:"attempt"`
 	Node    string `json:"node"`
+}
+
+type pendingMetricsRecord struct {
+	Attempt      int32             `json:"attempt"`
+	Node         string            `json:"node"`
+	Measurements []json.RawMessage `json:"measurements"`
 }
 
 // trialRecord is one trial as stored under KeyTrialsPrefix: the trial
@@ -384,6 +393,17 @@ func encodeCJ(j *domain.CJ) (cjRecord, error) {
 	for _, e := range j.PendingStepEnds {
 		c.PendingStepEnds = append(c.PendingStepEnds, stepEndRecord{Attempt: e.Attempt, Node: e.Node})
 	}
+	for _, p := range j.PendingMetrics {
+		pr := pendingMetricsRecord{Attempt: p.Attempt, Node: p.Node}
+		for _, m := range p.Measurements {
+			b, err := marshal(m)
+			if err != nil {
+				return cjRecord{}, err
+			}
+			pr.Measurements = append(pr.Measurements, b)
+		}
+		c.PendingMetrics = append(c.PendingMetrics, pr)
+	}
 	if !j.RetryAt.IsZero() {
 		c.RetryAt = j.RetryAt.UnixNano()
 	}
@@ -400,6 +420,17 @@ func decodeCJ(j cjRecord) (*domain.CJ, error) {
 		StepsEnded: j.StepsEnded, Refused: j.Refused}
 	for _, e := range j.PendingStepEnds {
 		cj.PendingStepEnds = append(cj.PendingStepEnds, domain.StepEnd{Attempt: e.Attempt, Node: e.Node})
+	}
+	for _, p := range j.PendingMetrics {
+		pm := domain.PendingMetrics{Attempt: p.Attempt, Node: p.Node}
+		for _, b := range p.Measurements {
+			m := &trainingv1.Measurement{}
+			if err := unmarshal(b, m); err != nil {
+				return nil, err
+			}
+			pm.Measurements = append(pm.Measurements, m)
+		}
+		cj.PendingMetrics = append(cj.PendingMetrics, pm)
 	}
 	if j.RetryAt != 0 {
 		cj.RetryAt = time.Unix(0, j.RetryAt).UTC()

@@ -184,3 +184,34 @@ func TestCJRecordKeepsStepEnds(t *testing.T) {
 		t.Fatalf("decoded step ends %v, kept %v; stored %v, %v", got.StepsEnded, got.PendingStepEnds, j.StepsEnded, j.PendingStepEnds)
 	}
 }
+
+// TestHeldMetricsSurviveARestart: a trial's metric points held until their
+// run's event comes (CJ.PendingMetrics) are stored with its CustomJob, so
+// a service restarted before that event still has them to add then.
+func TestHeldMetricsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := NewRepo(store.New(rdb, "training:"))
+	r := bigStudy(2)
+	r.CJs[1].PendingMetrics = []domain.PendingMetrics{
+		{Attempt: 2, Node: "projects/p/clusters/cj-102/nodes/n-0002", Measurements: []*trainingv1.Measurement{
+			{StepCount: 4, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "loss", Value: 0.25}}},
+			{StepCount: 5, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "loss", Value: 0.2}, {MetricId: "acc", Value: 0.9}}}}},
+		{Attempt: 3, Node: "n-0003", Measurements: []*trainingv1.Measurement{{StepCount: 1}}},
+	}
+	apply(t, ctx, repo, &domain.Change{Root: study, After: r})
+	st, err := repo.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := st.Lookup(study).CJs[1].PendingMetrics
+	want := r.CJs[1].PendingMetrics
+	same := slices.EqualFunc(got, want, func(a, b domain.PendingMetrics) bool {
+		return a.Attempt == b.Attempt && a.Node == b.Node &&
+			slices.EqualFunc(a.Measurements, b.Measurements, func(x, y *trainingv1.Measurement) bool { return proto.Equal(x, y) })
+	})
+	if !same {
+		t.Fatalf("held metrics after a restart: %v, stored %v", got, want)
+	}
+}

@@ -200,8 +200,10 @@ func clusterChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.ClusterChanged,
 	}
 }
 
-// jobChanged follows the scheduler job.
-func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
+// jobChanged follows the scheduler job. A trial's metrics held until the
+// event named their run (CJ.PendingMetrics) join its measurements once it
+// does, the job's end included.
+func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
 	if JobEnded(cj.Job.GetState()) || !cj.Submitted {
 		return
 	}
@@ -213,6 +215,7 @@ func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
 	}
 	cj.Attempt = ev.GetAttempt()
 	takePendingStepEnds(cj)
+	held := takePendingMetrics(cj, ev) // before endCJ drops the rest
 	cj.Job.RestartCount = j.GetRestartCount()
 	set := func(s trainingv1.JobState) {
 		if cj.Job.GetState() != trainingv1.JobState_JOB_STATE_CANCELLING {
@@ -255,6 +258,11 @@ func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
 	case loomv1.JobState_FAILED, loomv1.JobState_OUT_OF_MEMORY, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED:
 		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInternal, failure(j), em)
 	}
+	// After the event's state is taken: a trial whose job ended is not
+	// stopped early on them.
+	for _, ms := range held {
+		addTrialMeasurements(now, r, cj.TrialID, ms, em)
+	}
 }
 
 // failure says why a scheduler job failed, in words a person can act on.
@@ -295,6 +303,7 @@ func endCJ(now time.Time, cj *CJ, state trainingv1.JobState, code int32, msg str
 	cj.Job.State = state
 	cj.Job.EndTime = timestamppb.New(now)
 	cj.PendingStepEnds = nil // no later run's event comes to take them
+	cj.PendingMetrics = nil
 	if state != trainingv1.JobState_JOB_STATE_SUCCEEDED {
 		cj.Job.Error = &trainingv1.Status{Code: code, Message: msg}
 	}

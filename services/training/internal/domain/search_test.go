@@ -2,7 +2,6 @@ package domain
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -131,22 +130,5 @@ func TestExhaustedSearchEndsTheStudy(t *testing.T) {
 	}
 	if j := tuningOf(t, s, tunName); j.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetTrials()) != 3 {
 		t.Fatalf("%v", j)
-	}
-}
-
-// TestNodeMetricsNeedThePlacement: after a requeue cleared a trial's
-// placement (and before the first is known) no node may report for it:
-// any node could claim to.
-func TestNodeMetricsNeedThePlacement(t *testing.T) {
-	s := NewState()
-	n, point := runningTrial(t, s, tuningJob(tunName, 2, 1, 0))
-	feed(t, s, &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(), JobId: strconv.FormatInt(n.ID, 10), State: loomv1.JobState_PENDING}, Attempt: 2})
-	_, err := s.Handle(t0, Input{Payload: point(1, 5), Signer: "nodes/" + n.EphemeralCluster() + "/nodes/n-0001"})
-	if !errors.Is(err, ErrIgnored) || !strings.Contains(err.Error(), "before its placement is known") {
-		t.Fatalf("a node's metrics for a requeued trial: %v", err)
-	}
-	// The trusted writers (services) are not held to it.
-	if _, err := s.Handle(t0, Input{Payload: point(1, 5), Signer: "services/scheduler"}); err != nil {
-		t.Fatalf("a service's metrics: %v", err)
 	}
 }

@@ -58,6 +58,16 @@ type CJ struct {
 	// that event comes; at most MaxPendingStepEnds, dropped when the job
 	// ends.
 	PendingStepEnds []StepEnd
+	// PendingMetrics are a trial's metric points a node sent before the
+	// job's event that names the node's run (its attempt, with its nodes):
+	// a short run's (one scheduler pass took it from PENDING to
+	// COMPLETED), a requeued attempt's, or any read from the backlog after
+	// a restart. They join the trial's measurements once that event shows
+	// the node ran that attempt, and are dropped if it shows it did not;
+	// at most MaxPendingMetricRuns (attempt, node) groups of
+	// MaxPendingMeasurements measurements in all, dropped when the job
+	// ends.
+	PendingMetrics []PendingMetrics
 	// RetryAt is when its ephemeral cluster is asked for again after the
 	// provisioner refused it for capacity or quota (zero: no retry due);
 	// Refused is that refusal, kept for the error should the wait end.
@@ -74,6 +84,23 @@ type StepEnd struct {
 // MaxPendingStepEnds bounds CJ.PendingStepEnds: as many as the nodes a
 // CustomJob may have (4 pools of at most 64 replicas).
 const MaxPendingStepEnds = 256
+
+// PendingMetrics are one node's metric points of run Attempt, read before
+// the job's event that names the run (CJ.PendingMetrics), as measurements
+// (one per step, in step order, their metrics kept as a trial's are).
+type PendingMetrics struct {
+	Attempt      int32
+	Node         string
+	Measurements []*trainingv1.Measurement
+}
+
+// Bounds of CJ.PendingMetrics: a group per node of a run (as many as
+// MaxPendingStepEnds), and as many measurements in all as a trial keeps,
+// past which a group's older ones are thinned (thinMeasurements).
+const (
+	MaxPendingMetricRuns   = MaxPendingStepEnds
+	MaxPendingMeasurements = MaxMeasurements
+)
 
 // Tuning is a hyperparameter tuning job with its trials (with their
 // intermediate measurements).
@@ -159,6 +186,11 @@ func cloneCJ(j *CJ) *CJ {
 	c.Nodes = append([]string(nil), j.Nodes...)
 	c.StepsEnded = append([]string(nil), j.StepsEnded...)
 	c.PendingStepEnds = append([]StepEnd(nil), j.PendingStepEnds...)
+	c.PendingMetrics = nil
+	for _, p := range j.PendingMetrics {
+		c.PendingMetrics = append(c.PendingMetrics, PendingMetrics{Attempt: p.Attempt, Node: p.Node,
+			Measurements: append([]*trainingv1.Measurement(nil), p.Measurements...)})
+	}
 	return &c
 }
 
@@ -250,6 +282,19 @@ func (r *Root) cj(name string) *CJ {
 	for _, j := range r.CJs {
 		if j.Job.GetName() == name {
 			return j
+		}
+	}
+	return nil
+}
+
+// trial returns r's trial id (nil when r has none).
+func (r *Root) trial(id string) *trainingv1.Trial {
+	if r.Tuning == nil {
+		return nil
+	}
+	for _, t := range r.Tuning.Job.GetTrials() {
+		if t.GetId() == id {
+			return t
 		}
 	}
 	return nil
@@ -749,6 +794,10 @@ func cjEqual(x, y *CJ) bool {
 		x.TrialID == y.TrialID && x.Ephemeral == y.Ephemeral && x.Submitted == y.Submitted &&
 		x.ClusterDeleted == y.ClusterDeleted && x.CancelSent == y.CancelSent && x.Stop == y.Stop && x.Attempt == y.Attempt &&
 		slices.Equal(x.StepsEnded, y.StepsEnded) && slices.Equal(x.PendingStepEnds, y.PendingStepEnds) &&
+		slices.EqualFunc(x.PendingMetrics, y.PendingMetrics, func(a, b PendingMetrics) bool {
+			return a.Attempt == b.Attempt && a.Node == b.Node &&
+				slices.EqualFunc(a.Measurements, b.Measurements, func(m, n *trainingv1.Measurement) bool { return proto.Equal(m, n) })
+		}) &&
 		x.RetryAt.Equal(y.RetryAt) && x.Refused == y.Refused
 }
 
@@ -902,7 +951,7 @@ func (s *State) jobChanged(now time.Time, ev *eventsv1.JobChanged) (*Change, err
 	return s.change(now, r.Name, func(r *Root, em *emitter) error {
 		for _, cj := range r.CJs {
 			if runsJob(cj, ev.GetJob().GetName()) {
-				jobChanged(now, r.editCJ(cj), ev, em)
+				jobChanged(now, r, r.editCJ(cj), ev, em)
 			}
 		}
 		return nil

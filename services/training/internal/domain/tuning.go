@@ -53,14 +53,20 @@ const (
 	MaxMetricGrace = time.Hour
 )
 
-// thinMeasurements keeps ms within MaxMeasurements: while there are too
-// many, every second one of all but the last is dropped (the first is
-// kept), so that the curve still spans every step reported at half the
-// resolution, and the last (LAST selection's) stays, as does keep (BEST
-// selection's, nil for none). It is a function of its arguments only, so
-// a replay thins the same.
+// thinMeasurements keeps ms within MaxMeasurements (thinTo).
 func thinMeasurements(ms []*trainingv1.Measurement, keep *trainingv1.Measurement) []*trainingv1.Measurement {
-	for len(ms) > MaxMeasurements {
+	return thinTo(ms, keep, MaxMeasurements)
+}
+
+// thinTo keeps ms within limit (at least 2): while there are too many,
+// every second one of all but the last is dropped (the first is kept), so
+// that the curve still spans every step reported at half the resolution,
+// and the last (LAST selection's) stays, as does keep (BEST selection's,
+// nil for none). It is a function of its arguments only, so a replay
+// thins the same.
+func thinTo(ms []*trainingv1.Measurement, keep *trainingv1.Measurement, limit int) []*trainingv1.Measurement {
+	limit = max(limit, 2)
+	for len(ms) > limit {
 		last := ms[len(ms)-1]
 		kept := ms[:0]
 		for i := 0; i < len(ms)-1; i++ {
@@ -73,6 +79,19 @@ func thinMeasurements(ms []*trainingv1.Measurement, keep *trainingv1.Measurement
 		ms = kept
 	}
 	return ms
+}
+
+// thinKept is thinTo keeping, for a study that selects its best
+// measurement, the best of ms.
+func thinKept(job *trainingv1.HyperparameterTuningJob, ms []*trainingv1.Measurement, limit int) []*trainingv1.Measurement {
+	if len(ms) <= limit {
+		return ms
+	}
+	var keep *trainingv1.Measurement
+	if srch, err := searcher(job); err == nil && job.GetStudySpec().GetMeasurementSelectionType() == trainingv1.StudySpec_BEST_MEASUREMENT {
+		keep = selectMeasurement(srch, ms, job.GetStudySpec().GetMetrics()[0].GetMetricId(), trainingv1.StudySpec_BEST_MEASUREMENT)
+	}
+	return thinTo(ms, keep, limit)
 }
 
 func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob) (*Change, error) {
@@ -563,7 +582,10 @@ func cancelTuning(now time.Time, t *Tuning, r *Root, reason string, em *emitter)
 
 // metrics turns a trial's reported points into measurements (one per step:
 // a step reported again, by a run resumed from a checkpoint, replaces the
-// earlier one) and asks the search whether to stop the trial early.
+// earlier one) and asks the search whether to stop the trial early. A
+// node's points whose run the job's events have not named yet (no
+// placement known, a later attempt, an earlier one on other nodes) are
+// held (holdMetrics) until one does (jobChanged).
 func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer string) (*Change, error) {
 	r := s.Lookup("job:" + ev.GetJob())
 	if r == nil || r.Tuning == nil {
@@ -574,71 +596,159 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		if cj == nil || cj.TrialID == "" {
 			return nil
 		}
-		if node, ok := strings.CutPrefix(signer, "nodes/"); ok {
-			// A node reports only for a run it holds: before the placement
-			// is known (or after a requeue cleared it) it may hold none.
-			if len(cj.Nodes) == 0 {
-				return ignored("metrics for %s from %s before its placement is known", ev.GetJob(), signer)
-			}
-			if !runsOn(cj.Job.GetCluster(), cj.Nodes, node) {
+		node, fromNode := strings.CutPrefix(signer, "nodes/")
+		hold := false
+		if fromNode {
+			// A node reports only for a run it holds: one of this run's
+			// nodes, or (held) one whose run is not named yet.
+			switch {
+			case len(cj.Nodes) > 0 && ev.GetAttempt() <= cj.Attempt && runsOn(cj.Job.GetCluster(), cj.Nodes, node):
+			case len(cj.Nodes) > 0 && ev.GetAttempt() == cj.Attempt:
 				return ignored("metrics for %s from %s, which does not run it", ev.GetJob(), signer)
-			}
-		}
-		job := r.Tuning.Job
-		idx := -1
-		for i, tr := range job.GetTrials() {
-			if tr.GetId() == cj.TrialID {
-				idx = i
+			case !inCluster(cj.Job.GetCluster(), node):
+				return ignored("metrics for %s from %s, not a node of its cluster %s", ev.GetJob(), signer, cj.Job.GetCluster())
+			default:
+				hold = true
 			}
 		}
 		// Metrics after the trial was judged change nothing: its final
 		// measurement and state stand (a redelivery, or a late point).
-		if idx < 0 || !trialActive(job.GetTrials()[idx]) {
+		tr := r.trial(cj.TrialID)
+		if tr == nil || !trialActive(tr) {
 			return nil
 		}
-		tr, cj := r.edit(cj.TrialID)
-		var studyMetrics []string
-		for _, sm := range job.GetStudySpec().GetMetrics() {
-			studyMetrics = append(studyMetrics, sm.GetMetricId())
+		in := pointMeasurements(ev.GetPoints(), tr.GetStartTime(), studyMetrics(r.Tuning.Job))
+		if hold {
+			return holdMetrics(r, cj, ev.GetAttempt(), node, in)
 		}
-		tr.Measurements = addPoints(tr.Measurements, ev.GetPoints(), tr.GetStartTime(), studyMetrics)
-		if len(tr.Measurements) > MaxMeasurements {
-			var keep *trainingv1.Measurement
-			if srch, err := searcher(job); err == nil && job.GetStudySpec().GetMeasurementSelectionType() == trainingv1.StudySpec_BEST_MEASUREMENT {
-				keep = selectMeasurement(srch, tr.Measurements, job.GetStudySpec().GetMetrics()[0].GetMetricId(), trainingv1.StudySpec_BEST_MEASUREMENT)
-			}
-			tr.Measurements = thinMeasurements(tr.Measurements, keep)
-		}
-		// A finalizing trial (its job ended) is not stopped early: its
-		// measurements are final.
-		if tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 || JobEnded(cj.Job.GetState()) {
-			return nil
-		}
-		srch, err := searcher(job)
-		if err != nil {
-			return nil
-		}
-		if stop, why := shouldStop(srch, job.GetTrials(), idx); stop {
-			tr.State, tr.EarlyStopped = trainingv1.Trial_STOPPING, true
-			stopCJ(now, cj, "stopped early by the search: "+why, em)
-		}
+		addTrialMeasurements(now, r, cj.TrialID, in, em)
 		return nil
 	})
 }
 
+// studyMetrics are the ids of job's study's metrics.
+func studyMetrics(job *trainingv1.HyperparameterTuningJob) []string {
+	var out []string
+	for _, sm := range job.GetStudySpec().GetMetrics() {
+		out = append(out, sm.GetMetricId())
+	}
+	return out
+}
+
+// addTrialMeasurements merges in (in step order) into trial id's
+// measurements, thinned to MaxMeasurements, and asks the search whether to
+// stop it early. A trial already judged is left as it is.
+func addTrialMeasurements(now time.Time, r *Root, id string, in []*trainingv1.Measurement, em *emitter) {
+	job := r.Tuning.Job
+	if t := r.trial(id); len(in) == 0 || t == nil || !trialActive(t) {
+		return
+	}
+	tr, cj := r.edit(id)
+	tr.Measurements = thinKept(job, addMeasurements(tr.Measurements, in, studyMetrics(job)), MaxMeasurements)
+	// A finalizing trial (its job ended) is not stopped early: its
+	// measurements are final.
+	if cj == nil || tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 || JobEnded(cj.Job.GetState()) {
+		return
+	}
+	srch, err := searcher(job)
+	if err != nil {
+		return
+	}
+	if stop, why := shouldStop(srch, job.GetTrials(), slices.Index(job.GetTrials(), tr)); stop {
+		tr.State, tr.EarlyStopped = trainingv1.Trial_STOPPING, true
+		stopCJ(now, cj, "stopped early by the search: "+why, em)
+	}
+}
+
+// holdMetrics keeps a node's measurements of run attempt of cj's job,
+// read before the job's event that names that run, in cj.PendingMetrics:
+// a node of the job's cluster only (inCluster), while the job has not
+// ended, within MaxPendingMetricRuns groups and MaxPendingMeasurements
+// measurements in all (past it the group's older ones are thinned).
+func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.Measurement) error {
+	if len(in) == 0 {
+		return nil
+	}
+	if JobEnded(cj.Job.GetState()) {
+		return ignored("metrics for %s of attempt %d from nodes/%s after its job ended: none of its runs was named on that node",
+			cj.Job.GetJob(), attempt, node)
+	}
+	i := slices.IndexFunc(cj.PendingMetrics, func(p PendingMetrics) bool { return p.Attempt == attempt && p.Node == node })
+	others := 0
+	for k, p := range cj.PendingMetrics {
+		if k != i {
+			others += len(p.Measurements)
+		}
+	}
+	if i < 0 && len(cj.PendingMetrics) >= MaxPendingMetricRuns {
+		return ignored("metrics for %s from nodes/%s held until its run is named: %d nodes' already are (at most %d)",
+			cj.Job.GetJob(), node, len(cj.PendingMetrics), MaxPendingMetricRuns)
+	}
+	if room := MaxPendingMeasurements - others; room < 2 {
+		return ignored("metrics for %s from nodes/%s held until its run is named: %d measurements already are (at most %d)",
+			cj.Job.GetJob(), node, others, MaxPendingMeasurements)
+	}
+	_, cj = r.edit(cj.TrialID)
+	if i < 0 {
+		cj.PendingMetrics = append(cj.PendingMetrics, PendingMetrics{Attempt: attempt, Node: node})
+		i = len(cj.PendingMetrics) - 1
+	}
+	job := r.Tuning.Job
+	p := &cj.PendingMetrics[i]
+	p.Measurements = thinKept(job, addMeasurements(p.Measurements, in, studyMetrics(job)), MaxPendingMeasurements-others)
+	return nil
+}
+
+// takePendingMetrics takes from cj.PendingMetrics the measurements of the
+// runs the job's event ev names (the event's attempt on its nodes, and
+// each run it lists): those of a node of the run are returned, to join
+// the trial's (addTrialMeasurements); those of a node that did not run it
+// are dropped; the rest (a run not named yet) stay.
+func takePendingMetrics(cj *CJ, ev *eventsv1.JobChanged) [][]*trainingv1.Measurement {
+	if len(cj.PendingMetrics) == 0 {
+		return nil
+	}
+	var keep []PendingMetrics
+	var out [][]*trainingv1.Measurement
+	for _, p := range cj.PendingMetrics {
+		nodes, known := runNodes(ev, p.Attempt)
+		switch {
+		case !known:
+			keep = append(keep, p)
+		case runsOn(cj.Job.GetCluster(), nodes, p.Node):
+			out = append(out, p.Measurements)
+		}
+	}
+	cj.PendingMetrics = keep
+	return out
+}
+
+// runNodes are the nodes the job's event ev names for run attempt: the
+// event's own attempt's, or those of a run it lists (a job's final event
+// lists them all); known false when it names none.
+func runNodes(ev *eventsv1.JobChanged, attempt int32) ([]string, bool) {
+	j := ev.GetJob()
+	if attempt == ev.GetAttempt() && len(j.GetNodes()) > 0 {
+		return j.GetNodes(), true
+	}
+	for _, run := range j.GetRuns() {
+		if run.GetAttempt() == attempt && len(run.GetNodes()) > 0 {
+			return run.GetNodes(), true
+		}
+	}
+	return nil, false
+}
+
 // addPoints returns ms (measurements in step order, one per step) with
-// points added: each point a measurement (its kept metrics, its time since
-// start), one of a step already there merged into it (mergeMeasurement),
-// points of one step in the order they came. It is what inserting the
-// points one by one gives, but sorts them first and merges the two sorted
-// lists in one pass: one insert at a time moved every later measurement,
-// so a record of many points in descending step order cost points ×
-// measurements. ms is not changed.
+// points added (addMeasurements of pointMeasurements). ms is not changed.
 func addPoints(ms []*trainingv1.Measurement, points []*eventsv1.MetricsReported_Point, start *timestamppb.Timestamp,
 	studyMetrics []string) []*trainingv1.Measurement {
-	if len(points) == 0 {
-		return ms
-	}
+	return addMeasurements(ms, pointMeasurements(points, start, studyMetrics), studyMetrics)
+}
+
+// pointMeasurements makes each point a measurement: its kept metrics
+// (keptMetrics), its time since start; in the points' order.
+func pointMeasurements(points []*eventsv1.MetricsReported_Point, start *timestamppb.Timestamp, studyMetrics []string) []*trainingv1.Measurement {
 	in := make([]*trainingv1.Measurement, 0, len(points))
 	for _, p := range points {
 		m := &trainingv1.Measurement{StepCount: p.GetStep()}
@@ -652,6 +762,21 @@ func addPoints(ms []*trainingv1.Measurement, points []*eventsv1.MetricsReported_
 		}
 		in = append(in, m)
 	}
+	return in
+}
+
+// addMeasurements returns ms (measurements in step order, one per step)
+// with in added: one of a step already there merged into it
+// (mergeMeasurement), those of one step in the order they came. It is what
+// inserting them one by one gives, but sorts them first and merges the two
+// sorted lists in one pass: one insert at a time moved every later
+// measurement, so a record of many points in descending step order cost
+// points × measurements. ms is not changed, nor is in's order.
+func addMeasurements(ms, in []*trainingv1.Measurement, studyMetrics []string) []*trainingv1.Measurement {
+	if len(in) == 0 {
+		return ms
+	}
+	in = slices.Clone(in)
 	sort.SliceStable(in, func(i, j int) bool { return in[i].GetStepCount() < in[j].GetStepCount() })
 	out := make([]*trainingv1.Measurement, 0, len(ms)+len(in))
 	i := 0

@@ -1,0 +1,172 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// heldTrial starts the study's first trial and its cluster (its job
+// submitted, no JobChanged read), and returns its scheduler job's name and
+// what makes a node's record of val_loss at steps (attempt, signed by the
+// node of the trial's cluster named host) and a node's step end.
+func heldTrial(t *testing.T, s *State) (job string,
+	metrics func(attempt int32, host string, steps ...int64) Input, ended func(attempt int32, host string) Input) {
+	t.Helper()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	cluster := n.EphemeralCluster()
+	metrics = func(attempt int32, host string, steps ...int64) Input {
+		m := &eventsv1.MetricsReported{Job: n.Job(), Attempt: attempt, Node: cluster + "/nodes/" + host}
+		for _, st := range steps {
+			m.Points = append(m.Points, &eventsv1.MetricsReported_Point{Step: st, Values: map[string]float64{"val_loss": 1 / float64(st)}})
+		}
+		return Input{Payload: m, Signer: "nodes/" + cluster + "/nodes/" + host}
+	}
+	ended = func(attempt int32, host string) Input {
+		return Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: attempt, Node: cluster + "/nodes/" + host,
+			State: eventsv1.StepState_STEP_EXITED}, Signer: "nodes/" + cluster + "/nodes/" + host}
+	}
+	return n.Job(), metrics, ended
+}
+
+// steps are the step counts of the trial's measurements.
+func steps(tr *trainingv1.Trial) []int64 {
+	var out []int64
+	for _, m := range tr.GetMeasurements() {
+		out = append(out, m.GetStepCount())
+	}
+	return out
+}
+
+// TestMetricsBeforeTheirRunAreHeld: a node's metrics read before the job's
+// event that names its run (JobChanged and MetricsReported travel on
+// different topics) are held, not lost: a job whose one scheduler pass
+// took it from PENDING to COMPLETED has its trial judged on them at its
+// end, not INFEASIBLE; a requeued attempt's, read before its RUNNING, join
+// the trial once it comes; an earlier attempt's, read after a later one
+// ran elsewhere, join when the job's final event lists its runs. A node
+// that turns out not to run it counts for nothing, one of another cluster
+// is refused, and nothing held outlives the job.
+func TestMetricsBeforeTheirRunAreHeld(t *testing.T) {
+	t.Parallel()
+
+	// One pass, PENDING to COMPLETED: every record precedes the job's only event.
+	s := NewState()
+	job, metrics, ended := heldTrial(t, s)
+	handle(t, s, t0, metrics(1, "n-0001", 1, 2))
+	handle(t, s, t0, metrics(1, "n-0009", 3)) // not the run's node
+	handle(t, s, t0, ended(1, "n-0001"))
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; len(got.GetMeasurements()) != 0 {
+		t.Fatalf("metrics taken before the run's nodes were known: %v", got.GetMeasurements())
+	}
+	done := jobIs(job, loomv1.JobState_COMPLETED)
+	handle(t, s, t0.Add(time.Second), Input{Payload: done})
+	got := tuningOf(t, s, tunName).GetTrials()[0]
+	if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetFinalMeasurement().GetStepCount() != 2 || len(got.GetMeasurements()) != 2 {
+		t.Fatalf("trial of a one-pass run, its metrics read before its event: %v", got)
+	}
+	if p := s.Lookup(tunName).CJs[0].PendingMetrics; len(p) != 0 {
+		t.Errorf("metrics still held after the job ended: %v", p)
+	}
+
+	// A requeued attempt on another node: its metrics come before its
+	// RUNNING, and the previous attempt's late ones after it.
+	s = NewState()
+	job, metrics, _ = heldTrial(t, s)
+	run := func(attempt int32, state loomv1.JobState, host string) *eventsv1.JobChanged {
+		ev := jobIs(job, state)
+		ev.Attempt, ev.Job.Nodes = attempt, []string{host}
+		return ev
+	}
+	handle(t, s, t0, Input{Payload: run(1, loomv1.JobState_RUNNING, "n-0001")})
+	handle(t, s, t0, metrics(1, "n-0001", 1))
+	handle(t, s, t0, metrics(2, "n-0002", 2, 3))
+	handle(t, s, t0, metrics(2, "n-0009", 9)) // not the run's node
+	if c, err := s.Handle(t0, Input{Payload: metrics(2, "n-0002", 7).Payload, Signer: "nodes/projects/q/clusters/z/nodes/n-0002"}); c != nil || !errors.Is(err, ErrIgnored) {
+		t.Fatalf("another cluster's node's metrics: %v %v", c, err)
+	}
+	if got := steps(tuningOf(t, s, tunName).GetTrials()[0]); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("steps before attempt 2's event: %v, want [1]", got)
+	}
+	handle(t, s, t0, Input{Payload: run(2, loomv1.JobState_RUNNING, "n-0002")})
+	if got := steps(tuningOf(t, s, tunName).GetTrials()[0]); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("steps once attempt 2's event came: %v, want [1 2 3]", got)
+	}
+	handle(t, s, t0, metrics(1, "n-0001", 4)) // attempt 1's, late, from a node attempt 2 does not run on
+	if p := s.Lookup(tunName).CJs[0].PendingMetrics; len(p) != 1 || p[0].Attempt != 1 {
+		t.Fatalf("held after attempt 2's event: %v, want attempt 1's late record", p)
+	}
+	final := run(2, loomv1.JobState_COMPLETED, "n-0002")
+	final.Job.Runs = []*loomv1.JobRun{{Attempt: 1, Nodes: []string{"n-0001"}}, {Attempt: 2, Nodes: []string{"n-0002"}}}
+	step(t, s, t0.Add(time.Second), Input{Payload: final})
+	got = tuningOf(t, s, tunName).GetTrials()[0]
+	if fmt.Sprint(steps(got)) != "[1 2 3 4]" || got.GetState() != trainingv1.Trial_SUCCEEDED {
+		t.Fatalf("trial at its job's end: %v, want steps [1 2 3 4]", got)
+	}
+
+	// Bounded: nodes, and measurements in all; a full hold refuses, never
+	// fails the service.
+	s = NewState()
+	_, metrics, _ = heldTrial(t, s)
+	for i := range MaxPendingMetricRuns {
+		handle(t, s, t0, metrics(1, fmt.Sprintf("x-%04d", i), 1))
+	}
+	if c, err := s.Handle(t0, metrics(1, "x-over", 1)); c != nil || !errors.Is(err, ErrIgnored) {
+		t.Fatalf("a node's record past %d nodes held: %v %v", MaxPendingMetricRuns, c, err)
+	}
+	long := make([]int64, 3*MaxPendingMeasurements)
+	for i := range long {
+		long[i] = int64(i + 1)
+	}
+	// (A group of the flood is thinned to make room.)
+	handle(t, s, t0, metrics(1, "x-0000", long...))
+	held, n := s.Lookup(tunName).CJs[0].PendingMetrics, 0
+	for _, p := range held {
+		n += len(p.Measurements)
+	}
+	if len(held) > MaxPendingMetricRuns || n > MaxPendingMeasurements {
+		t.Fatalf("%d nodes', %d measurements held; bounds %d, %d", len(held), n, MaxPendingMetricRuns, MaxPendingMeasurements)
+	}
+	if last := held[0].Measurements[len(held[0].Measurements)-1]; last.GetStepCount() != int64(len(long)) {
+		t.Errorf("thinning lost the last step held: %v", last)
+	}
+}
+
+// TestNodeMetricsNeedThePlacement: after a requeue cleared a trial's
+// placement (and before the first is known) a node's metrics count only
+// once the job's event names the node for their run: any node could claim
+// to run it.
+func TestNodeMetricsNeedThePlacement(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	n, point := runningTrial(t, s, tuningJob(tunName, 2, 1, 0))
+	feed(t, s, &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(), JobId: fmt.Sprint(n.ID), State: loomv1.JobState_PENDING}, Attempt: 2})
+	p := point(1, 5)
+	p.Attempt = 2
+	handle(t, s, t0, Input{Payload: p, Signer: "nodes/" + n.EphemeralCluster() + "/nodes/n-0001"})
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; len(got.GetMeasurements()) != 0 {
+		t.Fatalf("a node's metrics for a requeued trial taken before its placement: %v", got.GetMeasurements())
+	}
+	// Attempt 2 runs elsewhere: n-0001's claim is dropped.
+	ev := jobIs(n.Job(), loomv1.JobState_RUNNING)
+	ev.Attempt, ev.Job.Nodes = 2, []string{"n-0002"}
+	feed(t, s, ev)
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; len(got.GetMeasurements()) != 0 || len(s.Lookup(tunName).CJs[0].PendingMetrics) != 0 {
+		t.Fatalf("the metrics of a node that did not run the attempt: %v, held %v", got.GetMeasurements(), s.Lookup(tunName).CJs[0].PendingMetrics)
+	}
+	// The trusted writers (services) are not held to it.
+	if _, err := s.Handle(t0, Input{Payload: point(1, 5), Signer: "services/scheduler"}); err != nil {
+		t.Fatalf("a service's metrics: %v", err)
+	}
+}
