@@ -359,3 +359,63 @@ func TestTensorBoardOnlyThisRunsFiles(t *testing.T) {
 type bytesBuf struct{ data []byte }
 
 func (w *bytesBuf) Write(p []byte) (int, error) { w.data = append(w.data, p...); return len(p), nil }
+
+// TestTensorBoardAcrossAnAgentRestart: an agent killed after a step
+// started but before the step's first metrics were sent leaves its
+// successor the step's TensorBoard directory and its start marks: the
+// scalars the step writes after the restart are reported, and the old
+// files that were there before it started still are not.
+func TestTensorBoardAcrossAnAgentRestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.agentProcess(t)
+	logs, stage := t.TempDir(), t.TempDir()
+	val := filepath.Join(logs, "validation")
+	if err := os.MkdirAll(val, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	scalars := func(dir, host string, at int64, vals ...float64) {
+		w, err := tbevents.Create(dir, host, time.Unix(at, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			_ = w.AddScalar("loss", int64(i+1), time.Unix(at+int64(i), 0), v)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scalars(val, "old", 1600000000, 100, 101, 102) // another study's, there before the step
+	scalars(stage, "new", 1700000000, 1, 2)
+	st := startStep("1", "", map[string]string{app.EnvAIPTensorBoardDir: "file://" + logs}, filepath.Join(e.shared, "slurm-1.out"))
+	st.Command = []string{"sh", "-c", `while [ ! -e "$HOME/go1" ]; do sleep 0.05; done; cp "` + stage + `"/events.out.tfevents.* "` + val + `/"`}
+	publish(t, e.broker, command(st))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+
+	killAgent(t, first)
+	e.agentProcess(t)
+	testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
+		r, ok := ev.Payload.(*eventsv1.AgentRegistered)
+		return ok && r.AdoptedSteps == 1
+	})
+	e.touch(t, "go1")
+	if ev := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 0 {
+		out, _ := os.ReadFile(filepath.Join(e.shared, "slurm-1.out"))
+		t.Fatalf("step = %v: %s", ev, out)
+	}
+	var got []float64
+	for _, ev := range testkit.Events(t, e.broker, topics.StepEvents) {
+		if m, ok := ev.Payload.(*eventsv1.MetricsReported); ok && m.Job == "projects/p/jobs/1" {
+			for _, p := range m.Points {
+				if v, ok := p.Values["validation/loss"]; ok {
+					got = append(got, v)
+				}
+			}
+		}
+	}
+	slices.Sort(got)
+	if want := []float64{1, 2}; !slices.Equal(got, want) {
+		t.Fatalf("validation/loss values %v, want %v: the step's own, written after the agent's restart", got, want)
+	}
+}

@@ -1083,9 +1083,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	}
 	p, err := a.rt.Start(spec)
 	if err != nil {
-		a.mu.Lock()
-		delete(a.tails, key)
-		a.mu.Unlock()
+		a.dropMetrics(key)
 		stderr.Close()
 		return nil, nil, "", err
 	}

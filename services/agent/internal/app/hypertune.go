@@ -168,6 +168,13 @@ func (a *App) prepareMetrics(user, key, job string, attempt int32, tbDir string,
 	if tl.tb != nil {
 		// Before the program starts: what is there now is not its.
 		tl.pos.TB = tl.tb.startOffsets()
+		// Stored now, not only with the first record sent: an agent
+		// restarted before that finds the directory, and its start marks,
+		// only in the stored position (resumeMetrics).
+		var tx store.Tx
+		b, _ := json.Marshal(tl.pos)
+		tx.HSet(adapters.KeyMetrics, key, b)
+		tl.stored = a.persist(&tx, "metrics", key, "start")
 	}
 	a.mu.Lock()
 	a.tails[key] = tl
@@ -176,6 +183,26 @@ func (a *App) prepareMetrics(user, key, job string, attempt int32, tbDir string,
 		if err := a.rt.GiveDir(user, tbDir); err != nil {
 			a.log.Warn("could not make a step's TensorBoard directory", "step", key, "err", err)
 		}
+	}
+}
+
+// dropMetrics stops tailing a step that did not start, and removes its
+// stored position (prepareMetrics).
+func (a *App) dropMetrics(key string) {
+	a.mu.Lock()
+	tl := a.tails[key]
+	delete(a.tails, key)
+	a.mu.Unlock()
+	if tl == nil {
+		return
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.closed = true
+	if tl.stored {
+		var tx store.Tx
+		tx.HDel(adapters.KeyMetrics, key)
+		a.persist(&tx, "metrics", key, "dropped")
 	}
 }
 
