@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -301,6 +302,51 @@ func TestSetAssociationRace(t *testing.T) {
 		}
 		if defaults != 1 {
 			t.Fatalf("round %d: %s has %d default accounts among %v (set: %v, delete: %v)", round, v, defaults, stored, errc[0], errc[1])
+		}
+	}
+}
+
+// TestLastAssociationDeleteRace: a user in one account (their default)
+// is added to another while that one is deleted. The delete of what it
+// read as the user's last association takes their default with it; the
+// add kept the default as read. Released together, whichever writes second
+// is Aborted (or decides on what the first wrote): the user never ends in
+// an account with no default account, nor with a default and no account.
+func TestLastAssociationDeleteRace(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	h.createAccounts(t, ctx, &loomv1.Account{Name: "q"})
+	defKey := "gateway:" + adapters.KeyAssocDefaultPrefix + "default"
+	for round := range 2 * raceRounds {
+		u := fmt.Sprintf("w%d", round)
+		if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{User: u, Account: "root"}}, h.call("pat")); err != nil {
+			t.Fatal(err)
+		}
+		errc := together(func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{User: u, Account: "q"}}, h.call("pat"))
+			return err
+		}, func() error {
+			_, err := acc.DeleteAssociation(ctx, &loomv1.DeleteAssociationRequest{Parent: project, User: u, Account: "root"}, h.call("pat"))
+			return err
+		})
+		wantRaceLoser(t, "add "+u+" to q", errc[0])
+		wantRaceLoser(t, "delete "+u+" from root", errc[1], codes.FailedPrecondition)
+		stored := h.storedAssociations(t, ctx, u)
+		defaults := 0
+		for _, a := range stored {
+			if a.GetDefaultAccount() {
+				defaults++
+			}
+		}
+		def, err := h.redis.HGet(ctx, defKey, u).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		if (len(stored) > 0 && defaults != 1) || (len(stored) == 0 && def != "") {
+			t.Fatalf("round %d: %s is in %v with %d default accounts (stored default %q) (add: %v, delete: %v)",
+				round, u, stored, defaults, def, errc[0], errc[1])
 		}
 	}
 }

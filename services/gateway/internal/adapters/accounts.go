@@ -34,6 +34,12 @@ const (
 	// that DeleteAccount's write is conditioned on (ExpectAccountRefs), so
 	// that the two never both pass.
 	KeyAccountRefsPrefix = "accountrefs:"
+	// KeyAssocUsersPrefix + project is a hash: user → a token that every
+	// write adding an association of the user sets anew (ReferUser), and
+	// that a delete of what it read as the user's last association is
+	// conditioned on (ExpectUserRefs), so that the user never keeps an
+	// association added meanwhile without a default account.
+	KeyAssocUsersPrefix = "assocusers:"
 )
 
 // AssocField is an association's field in its project's hash. Neither a
@@ -95,6 +101,37 @@ func ReferAccount(tx *store.Tx, project, id string) {
 func ExpectAccountRefs(tx *store.Tx, project, id string, refs []byte) {
 	tx.IfHField(KeyAccountRefsPrefix+project, id, refs)
 	tx.HDel(KeyAccountRefsPrefix+project, id)
+}
+
+// UserRefs returns the token of user in project that ReferUser last set
+// (nil: none), for the delete of their last association to be conditioned
+// on (ExpectUserRefs).
+func (r *Repo) UserRefs(ctx context.Context, project, user string) ([]byte, error) {
+	b, err := r.st.HGet(ctx, KeyAssocUsersPrefix+project, user)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("associations of user %s in project %s: %w: %w", user, project, errs.Unavailable, err)
+	}
+	return b, nil
+}
+
+// ReferUser records in tx that tx adds an association of user in project:
+// a new token, which a delete of the user's last association decided
+// before tx (ExpectUserRefs) no longer finds.
+func ReferUser(tx *store.Tx, project, user string) {
+	tx.HSet(KeyAssocUsersPrefix+project, user, []byte(rand.Text()))
+}
+
+// ExpectUserRefs makes tx apply only while user's token is refs (what
+// UserRefs returned; nil: none), and removes the token: a delete of what
+// it read as the user's last association (taking their default account
+// with it) writes nothing (store.ErrConflict) when another association of
+// the user was added since.
+func ExpectUserRefs(tx *store.Tx, project, user string, refs []byte) {
+	tx.IfHField(KeyAssocUsersPrefix+project, user, refs)
+	tx.HDel(KeyAssocUsersPrefix+project, user)
 }
 
 // Accounts returns the stored accounts of project, by id.

@@ -248,6 +248,9 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 		// The count holds when the write does: adds racing for the last
 		// places write nothing past the limit.
 		adapters.BoundAssociations(tx, project, domain.MaxAssociationsPerProject)
+		// A delete of what it read as the user's last association (and
+		// their default account with it) writes nothing after this add.
+		adapters.ReferUser(tx, project, a.GetUser())
 	case err != nil:
 		return nil, err
 	}
@@ -583,6 +586,13 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	if err != nil {
 		return nil, err
 	}
+	// Read before the user's other associations: an association added
+	// after that read sets a new token, and the delete of what was read as
+	// the last one (which takes the default account) writes nothing.
+	userRefs, err := g.repo.UserRefs(ctx, project, user)
+	if err != nil {
+		return nil, err
+	}
 	def, err := g.repo.DefaultAccount(ctx, project, user)
 	if err != nil && !errors.Is(err, errs.NotFound) {
 		return nil, err
@@ -612,6 +622,9 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	tx := &store.Tx{}
 	adapters.ExpectAssociation(tx, project, user, account, raw)
 	adapters.ExpectDefaultAccount(tx, project, user, def)
+	if len(others) == 0 {
+		adapters.ExpectUserRefs(tx, project, user, userRefs)
+	}
 	adapters.DeleteAssociation(tx, project, user, account, len(others) == 0)
 	cmd, err := route(ctx, parent, &eventsv1.AssociationChanged{Project: project, Association: a, Deleted: true})
 	if err != nil {
@@ -620,7 +633,7 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	tx.Emit(cmd)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
 		return nil, changedMeanwhile(fmt.Sprintf("delete association user=%s account=%s", user, account),
-			fmt.Sprintf("the association or user %s's default account", user), err)
+			fmt.Sprintf("the association, user %s's default account or their other associations", user), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association deleted", "project", project, "user", user, "account", account)
 	return a, nil
