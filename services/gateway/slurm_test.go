@@ -260,6 +260,10 @@ func TestSlurmService(t *testing.T) {
 	if err != nil || len(parts.GetPartitions()) != 1 || parts.GetPartitions()[0].GetName() != "all" {
 		t.Fatalf("ListPartitions: %v %v", parts, err)
 	}
+	// sinfo of a cluster the scheduler does not know says so: NotFound
+	// naming it, not an empty table (the CLI's fake gateway answers so too).
+	_, err = h.slurm().ListPartitions(ctx, &loomv1.ListPartitionsRequest{Cluster: "projects/default/clusters/nope"})
+	wantCode(t, "ListPartitions of an unknown cluster", err, codes.NotFound, "nope")
 	_, err = h.slurm().ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: "c1"})
 	wantCode(t, "ListSlurmNodes with a bare id", err, codes.InvalidArgument, "cluster")
 	_, err = h.slurm().ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: "projects/default/clusters/nope"})

@@ -91,7 +91,9 @@ type Gateway struct {
 	// Jobs are listed in this order (filtered, paged); SubmitJob appends.
 	Jobs []*loomv1.Job
 	// SlurmNodes and Partitions answer SlurmService for the cluster they
-	// name (or for every cluster, where Cluster is empty).
+	// name (or for every cluster, where Cluster is empty); a cluster none
+	// of Clusters, Nodes, SlurmNodes and Partitions has is NotFound, as
+	// the gateway answers (the scheduler does not know it).
 	SlurmNodes []*loomv1.SlurmNode
 	Partitions []*loomv1.Partition
 	// Shares is every cluster's fair-share standing, as ListShares answers
@@ -462,8 +464,31 @@ func (g *Gateway) slurmNodes(cluster string) []*loomv1.SlurmNode {
 	return out
 }
 
-// ListPartitions answers the cluster's Partitions, else, when it has
-// Nodes, one default partition "batch" over its compute nodes.
+// slurmKnows reports whether SlurmService answers for cluster: one of
+// Clusters, or one that Nodes, SlurmNodes or Partitions name (or one of
+// these naming none: every cluster).
+func (g *Gateway) slurmKnows(cluster string) bool {
+	if g.cluster(cluster) != nil {
+		return true
+	}
+	for _, n := range g.Nodes {
+		if n.GetCluster() == cluster {
+			return true
+		}
+	}
+	for _, n := range g.SlurmNodes {
+		if n.GetCluster() == "" || n.GetCluster() == cluster {
+			return true
+		}
+	}
+	for _, p := range g.Partitions {
+		if p.GetCluster() == "" || p.GetCluster() == cluster {
+			return true
+		}
+	}
+	return false
+}
+
 // ListShares pages Shares for a cluster the fake has (in Clusters, or
 // named by a partition); NotFound otherwise.
 func (g *Gateway) ListShares(_ context.Context, r *loomv1.ListSharesRequest) (*loomv1.ListSharesResponse, error) {
@@ -479,8 +504,14 @@ func (g *Gateway) ListShares(_ context.Context, r *loomv1.ListSharesRequest) (*l
 	return &loomv1.ListSharesResponse{Shares: page, NextPageToken: next}, errs.ToStatus(err)
 }
 
+// ListPartitions answers the cluster's Partitions, else, when it has
+// Nodes, one default partition "batch" over its compute nodes; NotFound
+// for a cluster it does not have (slurmKnows).
 func (g *Gateway) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
 	defer g.lock(r)()
+	if !g.slurmKnows(r.GetCluster()) {
+		return nil, clusterNotFound(r.GetCluster())
+	}
 	var out []*loomv1.Partition
 	for _, p := range g.Partitions {
 		if p.GetCluster() == "" || p.GetCluster() == r.GetCluster() {
@@ -500,9 +531,13 @@ func (g *Gateway) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequ
 	return &loomv1.ListPartitionsResponse{Partitions: out}, nil
 }
 
-// ListSlurmNodes answers the cluster's Slurm nodes (see Nodes).
+// ListSlurmNodes answers the cluster's Slurm nodes (see Nodes); NotFound
+// for a cluster it does not have (slurmKnows).
 func (g *Gateway) ListSlurmNodes(_ context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
 	defer g.lock(r)()
+	if !g.slurmKnows(r.GetCluster()) {
+		return nil, clusterNotFound(r.GetCluster())
+	}
 	return &loomv1.ListSlurmNodesResponse{Nodes: g.slurmNodes(r.GetCluster())}, nil
 }
 

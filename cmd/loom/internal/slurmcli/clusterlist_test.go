@@ -32,6 +32,44 @@ func TestClusterListRefused(t *testing.T) {
 	}
 }
 
+// TestUnknownClusterSaysSo: a cluster the project does not have, named with
+// -M (alone or in a list) or LOOM_CLUSTER, is an error naming it, exit 1 (as
+// Slurm's "can't be reached now, or it is an invalid entry for --cluster"),
+// never an empty table: sinfo and scontrol's partitions and nodes as
+// squeue, sacct and scancel (which then cancels nothing). The gateway
+// answers NotFound for its partitions and nodes, as for its jobs.
+func TestUnknownClusterSaysSo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  Env
+		args []string
+	}{
+		{Env{}, []string{"sinfo", "-M", "nope"}},
+		{Env{}, []string{"sinfo", "-M", "demo,nope"}},
+		{Env{}, []string{"sinfo", "-N", "-M", "nope"}},
+		{Env{Cluster: "nope"}, []string{"sinfo"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "show", "partition"}},
+		{Env{Cluster: "nope"}, []string{"scontrol", "show", "node"}},
+		{Env{}, []string{"squeue", "-M", "nope"}},
+		{Env{Cluster: "nope"}, []string{"squeue"}},
+		{Env{}, []string{"sacct", "-M", "nope"}},
+		{Env{}, []string{"sacct", "-M", "demo,nope"}},
+		{Env{Cluster: "nope"}, []string{"sacct"}},
+		{Env{}, []string{"scancel", "-M", "nope", "12"}},
+		{Env{Cluster: "nope"}, []string{"scancel", "12"}},
+	} {
+		f := fixture()
+		code, out, errOut := run(t, f, tc.args[0], tc.env, tc.args[1:]...)
+		if code != 1 || out != "" || !strings.HasPrefix(errOut, tc.args[0]+": error: ") ||
+			!strings.Contains(errOut, "projects/default/clusters/nope") || !strings.Contains(errOut, "not found") {
+			t.Errorf("LOOM_CLUSTER=%s %v: %d %q %q; want an error naming the cluster, exit 1", tc.env.Cluster, tc.args, code, out, errOut)
+		}
+		if n := len(fakegw.Requests[*loomv1.CancelJobRequest](f)); n != 0 {
+			t.Errorf("LOOM_CLUSTER=%s %v: %d cancels sent, want none", tc.env.Cluster, tc.args, n)
+		}
+	}
+}
+
 // TestSqueueClusterList: squeue -M a,b lists each cluster in turn, as
 // Slurm's _multi_cluster (src/squeue/squeue.c): "CLUSTER: a", its table,
 // a blank line, "CLUSTER: b", its table; with -h neither the lines nor the
