@@ -56,6 +56,7 @@ func TestUnknownClusterSaysSo(t *testing.T) {
 		{Env{}, []string{"sacct", "-M", "demo,nope"}},
 		{Env{Cluster: "nope"}, []string{"sacct"}},
 		{Env{}, []string{"scancel", "-M", "nope", "12"}},
+		{Env{}, []string{"scancel", "-M", "demo,nope", "12"}},
 		{Env{Cluster: "nope"}, []string{"scancel", "12"}},
 	} {
 		f := fixture()

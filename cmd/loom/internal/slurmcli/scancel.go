@@ -146,12 +146,25 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	}
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
 		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, states: states}
+	// Every cluster's jobs are read before any is acted on: a cluster of
+	// -M's list the project does not have is said (exit 1) before the
+	// clusters named ahead of it have cancelled anything, as Slurm's
+	// scancel refuses an invalid -M before it acts.
+	listed := make([][]*loomv1.Job, max(1, len(clusters)))
+	err = c.forEachCluster(clusters, func(i int) error {
+		jobs, err := c.scancelJobs(ctx, q)
+		listed[i] = jobs
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	// Each cluster of -M's list in turn, as Slurm's scancel (_multi_cluster):
 	// the same ids and filters in each, exit 1 when any failed. A cluster
 	// named with -M acts on its own jobs alone.
 	anyFailed := false
-	err = c.forEachCluster(clusters, func(int) error {
-		failed, err := c.scancelIn(ctx, scancelRun{ids: ids, q: q, filtered: filtered, interactive: interactive,
+	err = c.forEachCluster(clusters, func(i int) error {
+		failed, err := c.scancelIn(ctx, listed[i], scancelRun{ids: ids, q: q, filtered: filtered, interactive: interactive,
 			quiet: quiet, verbose: verbose, signal: signal, scope: scope, confine: len(clusters) > 0})
 		anyFailed = anyFailed || failed
 		return err
@@ -178,18 +191,23 @@ type scancelRun struct {
 	confine bool
 }
 
-// scancelIn runs scancel in the command's cluster (-M's, LOOM_CLUSTER's or
-// every one): failed when a cancel failed (said on stderr).
-func (c *cmd) scancelIn(ctx context.Context, o scancelRun) (bool, error) {
-	ids, q, filtered, interactive, quiet, verbose, signal, scope := o.ids, o.q, o.filtered, o.interactive, o.quiet, o.verbose, o.signal, o.scope
+// scancelJobs reads the active jobs of the command's cluster (-M's,
+// LOOM_CLUSTER's or every one) that q's server-side filters select, with
+// their arrays' tasks: what scancelIn acts on.
+func (c *cmd) scancelJobs(ctx context.Context, q *squeueQuery) ([]*loomv1.Job, error) {
 	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{ActiveOnly: true, Users: q.users.keys(),
 		Partitions: q.parts.keys(), Names: q.names.keys()})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	if jobs, err = c.withArrayTasks(ctx, jobs, true); err != nil {
-		return false, err
-	}
+	return c.withArrayTasks(ctx, jobs, true)
+}
+
+// scancelIn runs scancel in the command's cluster (-M's, LOOM_CLUSTER's or
+// every one) over its jobs (scancelJobs): failed when a cancel failed
+// (said on stderr).
+func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (bool, error) {
+	ids, q, filtered, interactive, quiet, verbose, signal, scope := o.ids, o.q, o.filtered, o.interactive, o.quiet, o.verbose, o.signal, o.scope
 	var targets []cancelTarget
 	failed := false
 	if len(ids) == 0 {
