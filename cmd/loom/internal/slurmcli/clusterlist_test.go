@@ -172,6 +172,35 @@ func TestScancelClusterList(t *testing.T) {
 	}
 }
 
+// TestScancelWorkingCluster: scancel in the cluster LOOM_CLUSTER names
+// (the working cluster, as a login's environment sets it) acts on that
+// cluster's jobs alone, as Slurm's scancel asks its own slurmctld only: a
+// job id of another cluster is one it does not know (said with -v; for a
+// signal an error, exit 1), and nothing is sent for it.
+func TestScancelWorkingCluster(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	code, out, errOut := run(t, f, "scancel", Env{Cluster: "other"}, "-v", "12")
+	if code != 0 || out != "" || errOut != "scancel: Terminating job 12\nscancel: error: Kill job error on job id 12: Invalid job id specified\n" ||
+		len(fakegw.Requests[*loomv1.CancelJobRequest](f)) != 0 {
+		t.Errorf("LOOM_CLUSTER=other scancel -v 12 (a job of demo): %d %q %q, %d sent; want it unknown there, none sent",
+			code, out, errOut, len(fakegw.Requests[*loomv1.CancelJobRequest](f)))
+	}
+	f = fixture()
+	code, out, errOut = run(t, f, "scancel", Env{Cluster: "other"}, "-s", "USR1", "12")
+	if code != 1 || out != "" || errOut != "scancel: error: Kill job error on job id 12: Invalid job id specified\n" ||
+		len(fakegw.Requests[*loomv1.CancelJobRequest](f)) != 0 {
+		t.Errorf("LOOM_CLUSTER=other scancel -s USR1 12: %d %q %q, %d sent; want it refused, none sent",
+			code, out, errOut, len(fakegw.Requests[*loomv1.CancelJobRequest](f)))
+	}
+	// Its own job it cancels.
+	f = fixture()
+	if code, out, errOut := run(t, f, "scancel", Env{Cluster: "other"}, "20"); code != 0 || out != "" || errOut != "" ||
+		len(fakegw.Requests[*loomv1.CancelJobRequest](f)) != 1 {
+		t.Errorf("LOOM_CLUSTER=other scancel 20: %d %q %q, %d sent", code, out, errOut, len(fakegw.Requests[*loomv1.CancelJobRequest](f)))
+	}
+}
+
 // TestSacctClusterList: sacct -M a,b lists the jobs of every cluster named
 // in one table, by job id, without CLUSTER: lines, as Slurm's sacct asks
 // its database for the list at once.

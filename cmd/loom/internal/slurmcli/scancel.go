@@ -161,11 +161,12 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	}
 	// Each cluster of -M's list in turn, as Slurm's scancel (_multi_cluster):
 	// the same ids and filters in each, exit 1 when any failed. A cluster
-	// named with -M acts on its own jobs alone.
+	// named with -M or LOOM_CLUSTER (the working cluster, as Slurm's
+	// scancel asks its own slurmctld alone) acts on its own jobs alone.
 	anyFailed := false
 	err = c.forEachCluster(clusters, func(i int) error {
 		failed, err := c.scancelIn(ctx, listed[i], scancelRun{ids: ids, q: q, filtered: filtered, interactive: interactive,
-			quiet: quiet, verbose: verbose, signal: signal, scope: scope, confine: len(clusters) > 0})
+			quiet: quiet, verbose: verbose, signal: signal, scope: scope, confine: c.clusterFilter() != ""})
 		anyFailed = anyFailed || failed
 		return err
 	})
@@ -186,8 +187,8 @@ type scancelRun struct {
 	quiet, verbose        bool
 	signal                string
 	scope                 signalScope
-	// confine: -M named the cluster; a job it does not hold is not its
-	// to act on (Slurm's scancel -M asks that cluster alone).
+	// confine: -M or LOOM_CLUSTER named the cluster; a job it does not
+	// hold is not its to act on (Slurm's scancel asks that cluster alone).
 	confine bool
 }
 
@@ -301,8 +302,8 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 }
 
 // elsewhere reports whether the gateway knows job name in a cluster other
-// than the command's (-M's): Slurm's scancel -M asks that cluster alone,
-// which does not know another's jobs. A job the gateway does not know, or
+// than the command's (-M's or LOOM_CLUSTER's): Slurm's scancel asks that
+// cluster alone, which does not know another's jobs. A job the gateway does not know, or
 // cannot say about, is left for the cancel to answer.
 func (c *cmd) elsewhere(ctx context.Context, name string) bool {
 	cctx, cancel := c.call(ctx)

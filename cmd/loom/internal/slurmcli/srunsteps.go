@@ -712,9 +712,9 @@ func (t *stepTail) close() {
 }
 
 // cancelStep is scancel JOB.STEP: it kills (or, with signal, signals) the
-// tasks of one job step on every node. With confine (scancel -M), a step
-// of a job in another cluster than the command's is unknown to it, as to
-// Slurm's.
+// tasks of one job step on every node. With confine (scancel -M or
+// LOOM_CLUSTER), a step of a job in another cluster than the command's is
+// unknown to it, as to Slurm's.
 func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confine bool) error {
 	job, step, _ := strings.Cut(arg, ".")
 	if !isDigits(job) || !isDigits(step) || len(step) > 9 {
