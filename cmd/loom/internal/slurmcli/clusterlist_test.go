@@ -201,6 +201,74 @@ func TestScancelWorkingCluster(t *testing.T) {
 	}
 }
 
+// TestScontrolWorkingCluster: scontrol's job-changing verbs act in the
+// cluster -M or LOOM_CLUSTER names alone, as Slurm's scontrol asks its own
+// slurmctld, which does not know another cluster's jobs: a job id of
+// another cluster of the project is Slurm's invalid job id (its message,
+// exit 1) and no update is sent for it, as "scontrol show job" already
+// says; the cluster's own job is changed.
+func TestScontrolWorkingCluster(t *testing.T) {
+	t.Parallel()
+	const invalid = "Invalid job id specified for job 13\n"
+	const suspend = invalid + "slurm_suspend error: Invalid job id specified\n"
+	for _, tc := range []struct {
+		env  Env
+		args []string
+		want string
+	}{
+		{Env{Cluster: "other"}, []string{"hold", "13"}, suspend},
+		{Env{Cluster: "other"}, []string{"uhold", "13"}, suspend},
+		{Env{Cluster: "other"}, []string{"release", "13"}, suspend},
+		{Env{Cluster: "other"}, []string{"requeue", "13"}, invalid},
+		{Env{Cluster: "other"}, []string{"requeuehold", "13"}, invalid},
+		{Env{Cluster: "other"}, []string{"update", "JobId=13", "TimeLimit=10"}, invalid},
+		{Env{Cluster: "other"}, []string{"update", "JobId=13", "TimeLimit=+10"}, invalid},
+		{Env{Cluster: "other"}, []string{"update", "Job=13", "Nice=5"}, invalid},
+		{Env{Cluster: "other"}, []string{"hold", "15_0"}, "Invalid job id specified for job 15_0\nslurm_suspend error: Invalid job id specified\n"},
+		{Env{}, []string{"-M", "other", "hold", "13"}, suspend},
+		{Env{}, []string{"--clusters=other", "update", "JobId=13", "TimeLimit=10"}, invalid},
+		// -M wins over LOOM_CLUSTER: job 20 is not demo's.
+		{Env{Cluster: "other"}, []string{"-M", "demo", "hold", "20"}, "Invalid job id specified for job 20\nslurm_suspend error: Invalid job id specified\n"},
+	} {
+		f := fixture()
+		code, out, errOut := run(t, f, "scontrol", tc.env, tc.args...)
+		if n := len(fakegw.Requests[*loomv1.UpdateJobRequest](f)); code != 1 || out != "" || errOut != tc.want || n != 0 {
+			t.Errorf("LOOM_CLUSTER=%s scontrol %v: %d %q %q, %d updates sent; want %q, exit 1, none sent",
+				tc.env.Cluster, tc.args, code, out, errOut, n, tc.want)
+		}
+	}
+	// -Q says nothing, still exit 1.
+	f := fixture()
+	if code, out, errOut := run(t, f, "scontrol", Env{Cluster: "other"}, "-Q", "hold", "13"); code != 1 || out != "" || errOut != "" ||
+		len(fakegw.Requests[*loomv1.UpdateJobRequest](f)) != 0 {
+		t.Errorf("LOOM_CLUSTER=other scontrol -Q hold 13: %d %q %q", code, out, errOut)
+	}
+	// A list: the other cluster's id refused, the working cluster's changed.
+	f = fixture()
+	code, out, errOut := run(t, f, "scontrol", Env{Cluster: "other"}, "hold", "13,20")
+	if sent := fakegw.Requests[*loomv1.UpdateJobRequest](f); code != 1 || out != "" || errOut != suspend ||
+		len(sent) != 1 || sent[0].GetName() != "projects/default/jobs/20" {
+		t.Errorf("LOOM_CLUSTER=other scontrol hold 13,20: %d %q %q, sent %v; want 13 refused, 20 held", code, out, errOut, sent)
+	}
+	// Its own jobs it changes, every verb.
+	for _, args := range [][]string{{"hold", "20"}, {"release", "20"}, {"requeue", "20"}, {"update", "JobId=20", "TimeLimit=10"}} {
+		f := fixture()
+		if code, out, errOut := run(t, f, "scontrol", Env{Cluster: "other"}, args...); code != 0 || out != "" || errOut != "" ||
+			len(fakegw.Requests[*loomv1.UpdateJobRequest](f)) != 1 {
+			t.Errorf("LOOM_CLUSTER=other scontrol %v: %d %q %q, %d sent; want it changed", args, code, out, errOut,
+				len(fakegw.Requests[*loomv1.UpdateJobRequest](f)))
+		}
+	}
+	// The verbs Loom does not serve change nothing, whatever the cluster.
+	for _, verb := range []string{"suspend", "resume", "top", "notify"} {
+		f := fixture()
+		if code, _, errOut := run(t, f, "scontrol", Env{Cluster: "other"}, verb, "13"); code != 1 ||
+			!strings.Contains(errOut, "is not supported by Loom") || len(fakegw.Requests[*loomv1.UpdateJobRequest](f)) != 0 {
+			t.Errorf("LOOM_CLUSTER=other scontrol %s 13: %d %q", verb, code, errOut)
+		}
+	}
+}
+
 // TestSacctClusterList: sacct -M a,b lists the jobs of every cluster named
 // in one table, by job id, without CLUSTER: lines, as Slurm's sacct asks
 // its database for the list at once.

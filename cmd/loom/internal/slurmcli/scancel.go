@@ -302,9 +302,10 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 }
 
 // elsewhere reports whether the gateway knows job name in a cluster other
-// than the command's (-M's or LOOM_CLUSTER's): Slurm's scancel asks that
-// cluster alone, which does not know another's jobs. A job the gateway does not know, or
-// cannot say about, is left for the cancel to answer.
+// than the command's (-M's or LOOM_CLUSTER's): Slurm's scancel and
+// scontrol ask that cluster alone, which does not know another's jobs. A
+// job the gateway does not know, or cannot say about, is left for the
+// cancel (or update) to answer.
 func (c *cmd) elsewhere(ctx context.Context, name string) bool {
 	cctx, cancel := c.call(ctx)
 	defer cancel()

@@ -644,6 +644,13 @@ func (c *cmd) scontrolJobAction(ctx context.Context, verb string, params []strin
 			failed = true
 			continue
 		}
+		if c.notHere(ctx, id) {
+			if !quiet {
+				fmt.Fprintf(c.stderr, "Invalid job id specified for job %s\n", id)
+			}
+			unknown, failed = true, true
+			continue
+		}
 		for _, action := range actions {
 			if err := c.updateJob(ctx, &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: action}); err != nil {
 				text := updateErrorText(err)
@@ -665,6 +672,16 @@ func (c *cmd) scontrolJobAction(ctx context.Context, verb string, params []strin
 		return &Error{Code: 1}
 	}
 	return nil
+}
+
+// notHere reports whether job id is one the gateway knows in another
+// cluster than the one -M or LOOM_CLUSTER names (the working cluster):
+// Slurm's scontrol asks its own slurmctld alone, which does not know
+// another cluster's jobs, so hold, release, requeue and update take such
+// an id as an invalid one, as "scontrol show job" and scancel do. With
+// neither set, scontrol acts in every cluster of the project.
+func (c *cmd) notHere(ctx context.Context, id string) bool {
+	return c.clusterFilter() != "" && c.elsewhere(ctx, c.jobName(id))
 }
 
 // parseJobID checks a job id argument: "12" or "12_3".
@@ -871,6 +888,11 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	failed := false
 	for _, id := range ids {
 		if _, _, err := parseJobID(id); err != nil {
+			fmt.Fprintf(c.stderr, "Invalid job id specified for job %s\n", id)
+			failed = true
+			continue
+		}
+		if c.notHere(ctx, id) {
 			fmt.Fprintf(c.stderr, "Invalid job id specified for job %s\n", id)
 			failed = true
 			continue
