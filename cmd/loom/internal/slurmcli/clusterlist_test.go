@@ -50,6 +50,8 @@ func TestUnknownClusterSaysSo(t *testing.T) {
 		{Env{Cluster: "nope"}, []string{"sinfo"}},
 		{Env{}, []string{"scontrol", "-M", "nope", "show", "partition"}},
 		{Env{Cluster: "nope"}, []string{"scontrol", "show", "node"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "ping"}},
+		{Env{Cluster: "nope"}, []string{"scontrol", "ping"}},
 		{Env{}, []string{"squeue", "-M", "nope"}},
 		{Env{Cluster: "nope"}, []string{"squeue"}},
 		{Env{}, []string{"sacct", "-M", "nope"}},

@@ -741,6 +741,11 @@ func TestMainDispatch(t *testing.T) {
 		if code != 1 || !strings.HasPrefix(errOut, want) {
 			t.Errorf("sinfo via %s: %d %q, want %q", addr, code, errOut, want)
 		}
+		// scontrol ping says the controller is down, as Slurm's.
+		if code, out, errOut := runWith(t, env, "scontrol", "ping"); code != 1 || !strings.HasPrefix(out, "Slurmctld(primary) at ") ||
+			!strings.HasSuffix(out, " is DOWN\n") || errOut != "" {
+			t.Errorf("scontrol ping via %s: %d %q %q, want DOWN, exit 1", addr, code, out, errOut)
+		}
 	}
 }
 

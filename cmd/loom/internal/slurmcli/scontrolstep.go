@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -101,12 +104,17 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 
 // scontrolPing is "scontrol ping": whether the controller — here the Loom
 // gateway, which answers for the scheduler — answers, in Slurm's words
-// (exit 1 when it does not).
+// (exit 1 when it does not). A cluster the gateway does not know (-M or
+// LOOM_CLUSTER) is an error naming it, as sinfo and squeue say it (Slurm
+// refuses an invalid --cluster before it pings), not a controller down.
 func (c *cmd) scontrolPing(ctx context.Context) error {
 	host := c.gatewayHost()
 	cluster, err := c.clusterName(ctx)
 	if err == nil {
 		_, err = c.partitions(ctx, cluster)
+		if code := status.Code(err); code == codes.NotFound || code == codes.InvalidArgument {
+			return c.rpcError("slurm_load_partitions", err)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(c.stdout, "Slurmctld(primary) at %s is DOWN\n", host)
