@@ -206,6 +206,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		if _, _, err := parseJobID(jobID); err != nil {
 			return c.errorf("Invalid job id: %s", jobID)
 		}
+		if c.notHere(ctx, jobID) {
+			// Slurm's srun asks its own cluster's controller, which does
+			// not know another cluster's job (as scontrol and scancel).
+			return c.errorf("Unable to confirm allocation for job %s: Invalid job id specified", jobID)
+		}
 		req.jobID = jobID
 		return c.srunInJob(ctx, req, export, chdir)
 	}

@@ -134,6 +134,15 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 	if code != 0 || len(jobsSubmitted(g)) != 0 || len(stepsCreated(g)) != 1 || stepsCreated(g)[0].GetParent() != "projects/default/jobs/12" {
 		t.Fatalf("--jobid=12: exit %d, stderr %q, submitted %v, steps %v", code, errOut, jobsSubmitted(g), stepsCreated(g))
 	}
+	// A job of another cluster than the working one (LOOM_CLUSTER, -M)
+	// is not the controller's: no step in it.
+	g = srunGateway(t, 1, 0)
+	other := Env{Conn: g.Dial(t), Project: "default", Cluster: "projects/default/clusters/other", User: "ada",
+		Cwd: g.StepOutputDir, Environ: map[string]string{"PATH": "/usr/bin:/bin"}, CallTimeout: 10 * time.Second}
+	if code, _, errOut := mainSrun(context.Background(), other, "--jobid=12", "hostname"); code != 1 || len(stepsCreated(g)) != 0 ||
+		errOut != "srun: error: Unable to confirm allocation for job 12: Invalid job id specified\n" {
+		t.Fatalf("--jobid=12 from cluster other: exit %d, stderr %q, steps %v", code, errOut, stepsCreated(g))
+	}
 	if code, _, errOut := srunOutside(context.Background(), t, srunGateway(t, 0), "--jobid=x1", "hostname"); code == 0 ||
 		errOut != "srun: error: Invalid job id: x1\n" {
 		t.Fatalf("--jobid=x1: exit %d, stderr %q", code, errOut)
