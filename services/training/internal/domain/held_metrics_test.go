@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +169,83 @@ func TestNodeMetricsNeedThePlacement(t *testing.T) {
 	// The trusted writers (services) are not held to it.
 	if _, err := s.Handle(t0, Input{Payload: point(1, 5), Signer: "services/scheduler"}); err != nil {
 		t.Fatalf("a service's metrics: %v", err)
+	}
+}
+
+// held are the step counts held for (attempt, host) of the study's first
+// trial, nil when none are.
+func held(s *State, attempt int32, host string) []int64 {
+	var out []int64
+	for _, p := range s.Lookup(tunName).CJs[0].PendingMetrics {
+		if p.Attempt == attempt && strings.HasSuffix(p.Node, "/nodes/"+host) {
+			for _, m := range p.Measurements {
+				out = append(out, m.GetStepCount())
+			}
+		}
+	}
+	return out
+}
+
+// TestHeldMetricsAreSharedByNode: the metrics held until their run is
+// named are shared between the nodes that send them: a node of the job's
+// cluster that is not the run's (on a persistent cluster it may run
+// another job) that filled the hold, with one attempt's many steps or with
+// many attempts, has its own thinned or evicted to make room for another
+// node's, and not the other way round, so the run's nodes' points are
+// held and count once its event comes.
+func TestHeldMetricsAreSharedByNode(t *testing.T) {
+	t.Parallel()
+
+	// Measurements: a stranger fills them all with one attempt's steps.
+	s := NewState()
+	job, metrics, _ := heldTrial(t, s)
+	flood := make([]int64, MaxPendingMeasurements)
+	for i := range flood {
+		flood[i] = int64(1000 + i)
+	}
+	handle(t, s, t0, metrics(1, "n-0009", flood...))
+	if c, err := s.Handle(t0, metrics(1, "n-0001", 1, 2)); err != nil || c == nil {
+		t.Fatalf("the run's node's metrics refused while a stranger's fill the hold: %v %v", c, err)
+	} else {
+		s.Apply(c)
+	}
+	if got := held(s, 1, "n-0001"); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("the run's node holds %v, want [1 2]", got)
+	}
+	if n := len(held(s, 1, "n-0009")); n == 0 || n > MaxPendingMeasurements-2 {
+		t.Fatalf("the stranger holds %d measurements, want it thinned to make room", n)
+	}
+	// The stranger, holding the most, cannot take the room back.
+	handle(t, s, t0, metrics(1, "n-0009", 5000, 5001, 5002))
+	if got := held(s, 1, "n-0001"); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("the stranger's next record took the run's node's room: it holds %v", got)
+	}
+	done := jobIs(job, loomv1.JobState_COMPLETED)
+	done.Job.Nodes = []string{"n-0001"}
+	step(t, s, t0.Add(time.Second), Input{Payload: done})
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; fmt.Sprint(steps(got)) != "[1 2]" || got.GetState() != trainingv1.Trial_SUCCEEDED {
+		t.Fatalf("trial at its job's end: %v, want steps [1 2], SUCCEEDED", got)
+	}
+
+	// Pairs: a stranger fills them with as many attempts.
+	s = NewState()
+	_, metrics, _ = heldTrial(t, s)
+	for a := range MaxPendingMetricRuns {
+		handle(t, s, t0, metrics(int32(a+1), "n-0009", 1))
+	}
+	c, err := s.Handle(t0, metrics(1, "n-0001", 7))
+	if err != nil || c == nil {
+		t.Fatalf("the run's node's metrics refused while a stranger's attempts fill the hold: %v %v", c, err)
+	}
+	s.Apply(c)
+	if got := held(s, 1, "n-0001"); fmt.Sprint(got) != "[7]" {
+		t.Fatalf("the run's node holds %v, want [7]", got)
+	}
+	if len(held(s, MaxPendingMetricRuns, "n-0009")) != 0 || len(held(s, 1, "n-0009")) == 0 {
+		t.Errorf("evicted another of the stranger's attempts than its farthest from the run's: %v", s.Lookup(tunName).CJs[0].PendingMetrics)
+	}
+	// The stranger, holding the most, cannot evict the run's node.
+	if c, err := s.Handle(t0, metrics(MaxPendingMetricRuns+1, "n-0009", 1)); c != nil || !errors.Is(err, ErrIgnored) {
+		t.Fatalf("a node holding the most attempts held one more: %v %v", c, err)
 	}
 }

@@ -65,8 +65,8 @@ type CJ struct {
 	// a restart. They join the trial's measurements once that event shows
 	// the node ran that attempt, and are dropped if it shows it did not;
 	// at most MaxPendingMetricRuns (attempt, node) groups of
-	// MaxPendingMeasurements measurements in all, dropped when the job
-	// ends.
+	// MaxPendingMeasurements measurements in all, shared by node
+	// (holdMetrics), dropped when the job ends.
 	PendingMetrics []PendingMetrics
 	// RetryAt is when its ephemeral cluster is asked for again after the
 	// provisioner refused it for capacity or quota (zero: no retry due);
@@ -95,8 +95,10 @@ type PendingMetrics struct {
 }
 
 // Bounds of CJ.PendingMetrics: a group per node of a run (as many as
-// MaxPendingStepEnds), and as many measurements in all as a trial keeps,
-// past which a group's older ones are thinned (thinMeasurements).
+// MaxPendingStepEnds), and as many measurements in all as a trial keeps.
+// They are shared by node: past them, room is made from the node holding
+// the most (an attempt evicted, a group's older ones thinned) while it
+// holds more than the sender (holdMetrics).
 const (
 	MaxPendingMetricRuns   = MaxPendingStepEnds
 	MaxPendingMeasurements = MaxMeasurements

@@ -664,7 +664,12 @@ func addTrialMeasurements(now time.Time, r *Root, id string, in []*trainingv1.Me
 // read before the job's event that names that run, in cj.PendingMetrics:
 // a node of the job's cluster only (inCluster), while the job has not
 // ended, within MaxPendingMetricRuns groups and MaxPendingMeasurements
-// measurements in all (past it the group's older ones are thinned).
+// measurements in all. The hold is shared by node (a node of the cluster
+// that is not the run's must not fill it and so starve the run's nodes):
+// when it is full, room is made from the node that holds the most, as
+// long as it holds more than the sender will (shareHeld); past that the
+// sender's own group's older ones are thinned, and a record with no room
+// left is refused.
 func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.Measurement) error {
 	if len(in) == 0 {
 		return nil
@@ -673,30 +678,111 @@ func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.M
 		return ignored("metrics for %s of attempt %d from nodes/%s after its job ended: none of its runs was named on that node",
 			cj.Job.GetJob(), attempt, node)
 	}
-	i := slices.IndexFunc(cj.PendingMetrics, func(p PendingMetrics) bool { return p.Attempt == attempt && p.Node == node })
-	others := 0
-	for k, p := range cj.PendingMetrics {
-		if k != i {
-			others += len(p.Measurements)
+	job := r.Tuning.Job
+	// Planned on a copy (each group's measurements copied before they are
+	// thinned): a refusal leaves cj as it was.
+	held := slices.Clone(cj.PendingMetrics)
+	i := slices.IndexFunc(held, func(p PendingMetrics) bool { return p.Attempt == attempt && p.Node == node })
+	if i < 0 {
+		if len(held) >= MaxPendingMetricRuns {
+			one := func(PendingMetrics) int { return 1 }
+			v := mostHeld(held, node, one)
+			if v == "" || heldBy(held, v, one) <= heldBy(held, node, one)+1 {
+				return ignored("metrics for %s from nodes/%s held until its run is named: %d attempts of nodes already are (at most %d), none of a node holding more than it",
+					cj.Job.GetJob(), node, len(held), MaxPendingMetricRuns)
+			}
+			// v's attempt the least likely to be named soon makes room.
+			k := farthestAttempt(held, v, cj.Attempt)
+			held = slices.Delete(held, k, k+1)
+		}
+		held = append(held, PendingMetrics{Attempt: attempt, Node: node})
+		i = len(held) - 1
+	}
+	held[i].Measurements = addMeasurements(held[i].Measurements, in, studyMetrics(job))
+	size := func(p PendingMetrics) int { return len(p.Measurements) }
+	for {
+		total := 0
+		for _, p := range held {
+			total += len(p.Measurements)
+		}
+		if total <= MaxPendingMeasurements {
+			break
+		}
+		v := mostHeld(held, node, size)
+		if v == "" || heldBy(held, v, size) <= heldBy(held, node, size) {
+			// The sender holds the most: its own group makes the room.
+			room := MaxPendingMeasurements - (total - len(held[i].Measurements))
+			if room < 2 {
+				return ignored("metrics for %s from nodes/%s held until its run is named: %d measurements already are (at most %d)",
+					cj.Job.GetJob(), node, total-len(held[i].Measurements), MaxPendingMeasurements)
+			}
+			held[i].Measurements = thinKept(job, slices.Clone(held[i].Measurements), room)
+			break
+		}
+		// v's largest group is thinned once (to about half), or evicted
+		// when it cannot be thinned further.
+		k := -1
+		for j, p := range held {
+			if p.Node == v && (k < 0 || len(p.Measurements) > len(held[k].Measurements)) {
+				k = j
+			}
+		}
+		if n := len(held[k].Measurements); n > 2 {
+			held[k].Measurements = thinKept(job, slices.Clone(held[k].Measurements), n-1)
+			continue
+		}
+		held = slices.Delete(held, k, k+1)
+		if k < i {
+			i--
 		}
 	}
-	if i < 0 && len(cj.PendingMetrics) >= MaxPendingMetricRuns {
-		return ignored("metrics for %s from nodes/%s held until its run is named: %d nodes' already are (at most %d)",
-			cj.Job.GetJob(), node, len(cj.PendingMetrics), MaxPendingMetricRuns)
-	}
-	if room := MaxPendingMeasurements - others; room < 2 {
-		return ignored("metrics for %s from nodes/%s held until its run is named: %d measurements already are (at most %d)",
-			cj.Job.GetJob(), node, others, MaxPendingMeasurements)
-	}
 	_, cj = r.edit(cj.TrialID)
-	if i < 0 {
-		cj.PendingMetrics = append(cj.PendingMetrics, PendingMetrics{Attempt: attempt, Node: node})
-		i = len(cj.PendingMetrics) - 1
-	}
-	job := r.Tuning.Job
-	p := &cj.PendingMetrics[i]
-	p.Measurements = thinKept(job, addMeasurements(p.Measurements, in, studyMetrics(job)), MaxPendingMeasurements-others)
+	cj.PendingMetrics = held
 	return nil
+}
+
+// heldBy is what node holds in held, each group counting size.
+func heldBy(held []PendingMetrics, node string, size func(PendingMetrics) int) int {
+	n := 0
+	for _, p := range held {
+		if p.Node == node {
+			n += size(p)
+		}
+	}
+	return n
+}
+
+// mostHeld is the node other than but that holds the most in held (each
+// group counting size), the first to hold it on a tie; "" when none.
+func mostHeld(held []PendingMetrics, but string, size func(PendingMetrics) int) string {
+	by := make(map[string]int, len(held))
+	for _, p := range held {
+		by[p.Node] += size(p)
+	}
+	best := ""
+	for _, p := range held {
+		if p.Node != but && (best == "" || by[p.Node] > by[best]) {
+			best = p.Node
+		}
+	}
+	return best
+}
+
+// farthestAttempt is the index in held of node's group whose attempt is
+// the farthest from the job's current one (the later on a tie): the least
+// likely to be named soon.
+func farthestAttempt(held []PendingMetrics, node string, current int32) int {
+	k := -1
+	dist := func(a int32) int64 { return max(int64(a)-int64(current), int64(current)-int64(a)) }
+	for j, p := range held {
+		if p.Node != node {
+			continue
+		}
+		if k < 0 || dist(p.Attempt) > dist(held[k].Attempt) || (dist(p.Attempt) == dist(held[k].Attempt) && p.Attempt > held[k].Attempt) {
+			k = j
+		}
+	}
+	return k
 }
 
 // takePendingMetrics takes from cj.PendingMetrics the measurements of the
