@@ -199,6 +199,7 @@ type pendingMetricsRecord struct {
 	Attempt      int32             `json:"attempt"`
 	Node         string            `json:"node"`
 	Measurements []json.RawMessage `json:"measurements"`
+	Records      int               `json:"records,omitempty"`
 }
 
 // trialRecord is one trial as stored under KeyTrialsPrefix: the trial
@@ -394,7 +395,7 @@ func encodeCJ(j *domain.CJ) (cjRecord, error) {
 		c.PendingStepEnds = append(c.PendingStepEnds, stepEndRecord{Attempt: e.Attempt, Node: e.Node})
 	}
 	for _, p := range j.PendingMetrics {
-		pr := pendingMetricsRecord{Attempt: p.Attempt, Node: p.Node}
+		pr := pendingMetricsRecord{Attempt: p.Attempt, Node: p.Node, Records: p.Records}
 		for _, m := range p.Measurements {
 			b, err := marshal(m)
 			if err != nil {
@@ -422,7 +423,7 @@ func decodeCJ(j cjRecord) (*domain.CJ, error) {
 		cj.PendingStepEnds = append(cj.PendingStepEnds, domain.StepEnd{Attempt: e.Attempt, Node: e.Node})
 	}
 	for _, p := range j.PendingMetrics {
-		pm := domain.PendingMetrics{Attempt: p.Attempt, Node: p.Node}
+		pm := domain.PendingMetrics{Attempt: p.Attempt, Node: p.Node, Records: p.Records}
 		for _, b := range p.Measurements {
 			m := &trainingv1.Measurement{}
 			if err := unmarshal(b, m); err != nil {

@@ -197,7 +197,7 @@ func TestHeldMetricsSurviveARestart(t *testing.T) {
 	r.CJs[1].PendingMetrics = []domain.PendingMetrics{
 		{Attempt: 2, Node: "projects/p/clusters/cj-102/nodes/n-0002", Measurements: []*trainingv1.Measurement{
 			{StepCount: 4, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "loss", Value: 0.25}}},
-			{StepCount: 5, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "loss", Value: 0.2}, {MetricId: "acc", Value: 0.9}}}}},
+			{StepCount: 5, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "loss", Value: 0.2}, {MetricId: "acc", Value: 0.9}}}}, Records: 2},
 		{Attempt: 3, Node: "n-0003", Measurements: []*trainingv1.Measurement{{StepCount: 1}}},
 	}
 	apply(t, ctx, repo, &domain.Change{Root: study, After: r})
@@ -208,7 +208,7 @@ func TestHeldMetricsSurviveARestart(t *testing.T) {
 	got := st.Lookup(study).CJs[1].PendingMetrics
 	want := r.CJs[1].PendingMetrics
 	same := slices.EqualFunc(got, want, func(a, b domain.PendingMetrics) bool {
-		return a.Attempt == b.Attempt && a.Node == b.Node &&
+		return a.Attempt == b.Attempt && a.Node == b.Node && a.Records == b.Records &&
 			slices.EqualFunc(a.Measurements, b.Measurements, func(x, y *trainingv1.Measurement) bool { return proto.Equal(x, y) })
 	})
 	if !same {

@@ -43,10 +43,15 @@ type App struct {
 	grace time.Duration
 	// tuningWrites counts the trials' metric records each node sends an
 	// hour (LimitTuningWrites); nil: not counted. tuningRefused counts
-	// those refused.
+	// the trials' metric records not merged into their measurements, by
+	// reason: "rate" (those refused for it) and domain.DropReasons.
 	tuningWrites  NodeWrites
-	tuningRefused prometheus.Counter
+	tuningRefused *prometheus.CounterVec
 }
+
+// reasonRate is loom_training_trial_metrics_refused_total's reason for
+// a record over its node's hourly rate (LimitTuningWrites).
+const reasonRate = "rate"
 
 // NodeWrites counts one node's writes in an hour and says whether the
 // node is over its limit (series.Store.CountNodeWrite, in Redis: every
@@ -77,10 +82,13 @@ func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() 
 		return nil, fmt.Errorf("training: %w", err)
 	}
 	st.MetricGrace = grace
-	a := &App{repo: repo, log: log, now: now, state: st, grace: grace,
-		tuningRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "loom_training_trial_metrics_refused_total",
-			Help:        "Metric records (MetricsReported) of trials not merged into their measurements because their node sent more than -metrics-node-rate an hour to trials (docs/metrics.md).",
-			ConstLabels: prometheus.Labels{"reason": "rate"}})}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_training_trial_metrics_refused_total",
+		Help: "Metric records (MetricsReported) of trials not merged into their measurements, by reason: rate (their node sent more than -metrics-node-rate an hour to trials), held-full, not-run, job-ended, evicted (held until their run was named; docs/metrics.md)."},
+		[]string{"reason"})
+	for _, r := range append([]string{reasonRate}, domain.DropReasons...) {
+		refused.WithLabelValues(r)
+	}
+	a := &App{repo: repo, log: log, now: now, state: st, grace: grace, tuningRefused: refused}
 	a.drv = store.NewDriver(repo.Store(), a.reload)
 	return a, nil
 }
@@ -118,6 +126,9 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if err != nil {
 		if errors.Is(err, domain.ErrIgnored) {
 			a.log.Warn("event refused", "type", ev.Type, "id", ev.ID, "principal", ev.Principal, "reason", err)
+			if r, ok := domain.DroppedBy(err); ok {
+				a.tuningRefused.WithLabelValues(r).Inc()
+			}
 			return nil
 		}
 		return err
@@ -151,8 +162,8 @@ func (a *App) overTuningRate(ctx context.Context, ev envelope.Event) (bool, erro
 	if err != nil || !over {
 		return false, err
 	}
-	a.tuningRefused.Inc()
-	a.log.Warn("trial metrics refused", "reason", "rate", "job", m.GetJob(), "signer", ev.Signer, "id", ev.ID)
+	a.tuningRefused.WithLabelValues(reasonRate).Inc()
+	a.log.Warn("trial metrics refused", "reason", reasonRate, "job", m.GetJob(), "signer", ev.Signer, "id", ev.ID)
 	return true, nil
 }
 
@@ -165,6 +176,11 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 		a.mu.Lock()
 		a.state.Apply(c)
 		a.mu.Unlock()
+		// Counted once stored: a redelivery applies nothing.
+		for r, n := range c.Dropped {
+			a.tuningRefused.WithLabelValues(r).Add(float64(n))
+			a.log.Warn("trial metrics dropped", "reason", r, "records", n, "root", c.Root, "id", inboxID)
+		}
 	}); err != nil {
 		return fmt.Errorf("store %s: %w", c.Root, err)
 	}

@@ -30,8 +30,9 @@ const (
 //   - loom_training_trials{state}: the tuning jobs' trials by state
 //     ("requested", "active", "stopping", "succeeded", "infeasible").
 //
-// and loom_training_trial_metrics_refused_total{reason="rate"}
-// (LimitTuningWrites).
+// and loom_training_trial_metrics_refused_total{reason}: "rate"
+// (LimitTuningWrites) and the held records dropped or refused
+// (domain.DropReasons), each exported from 0.
 func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 	if err := reg.Register(a.tuningRefused); err != nil {
 		return err

@@ -87,7 +87,7 @@ func TestTrialMetricsHaveANodeRate(t *testing.T) {
 	if want := []int64{1, 2, 3, 100}; !slices.Equal(steps, want) {
 		t.Fatalf("measurements of steps %v, want %v (n-0001's records past %d an hour refused)", steps, want, limit)
 	}
-	if got := testutil.ToFloat64(a.tuningRefused); got != 2 {
+	if got := testutil.ToFloat64(a.tuningRefused.WithLabelValues("rate")); got != 2 {
 		t.Fatalf("loom_training_trial_metrics_refused_total = %v, want 2", got)
 	}
 	// Its own key: the series' count of the node is untouched.

@@ -215,7 +215,7 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 	}
 	cj.Attempt = ev.GetAttempt()
 	takePendingStepEnds(cj)
-	held := takePendingMetrics(cj, ev) // before endCJ drops the rest
+	held := takePendingMetrics(cj, ev, em) // before endCJ drops the rest
 	cj.Job.RestartCount = j.GetRestartCount()
 	set := func(s trainingv1.JobState) {
 		if cj.Job.GetState() != trainingv1.JobState_JOB_STATE_CANCELLING {
@@ -303,6 +303,9 @@ func endCJ(now time.Time, cj *CJ, state trainingv1.JobState, code int32, msg str
 	cj.Job.State = state
 	cj.Job.EndTime = timestamppb.New(now)
 	cj.PendingStepEnds = nil // no later run's event comes to take them
+	for _, p := range cj.PendingMetrics {
+		em.drop(DroppedJobEnded, p.Records)
+	}
 	cj.PendingMetrics = nil
 	if state != trainingv1.JobState_JOB_STATE_SUCCEEDED {
 		cj.Job.Error = &trainingv1.Status{Code: code, Message: msg}

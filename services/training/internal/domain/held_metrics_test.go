@@ -249,3 +249,49 @@ func TestHeldMetricsAreSharedByNode(t *testing.T) {
 		t.Fatalf("a node holding the most attempts held one more: %v %v", c, err)
 	}
 }
+
+// TestHeldMetricsDropsAreCounted: each record held until its run is named
+// that never joins the trial's measurements is counted by why
+// (Change.Dropped, or the refusal's DroppedBy): its run was on other
+// nodes, the job ended first, another node's needed the room, or there
+// was no room to hold it.
+func TestHeldMetricsDropsAreCounted(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	job, metrics, _ := heldTrial(t, s)
+	handle(t, s, t0, metrics(1, "n-0001", 1))
+	handle(t, s, t0, metrics(1, "n-0009", 1))
+	handle(t, s, t0, metrics(1, "n-0009", 2))
+	handle(t, s, t0, metrics(3, "n-0008", 5))
+	run := jobIs(job, loomv1.JobState_RUNNING) // attempt 1 on n-0001
+	if c := handle(t, s, t0, Input{Payload: run}); fmt.Sprint(c.Dropped) != "map[not-run:2]" {
+		t.Fatalf("dropped when the run was named %v, want n-0009's 2 records not-run", c.Dropped)
+	}
+	// Its step ends not read: the trial waits for its metrics.
+	if c := handle(t, s, t0.Add(time.Second), Input{Payload: jobIs(job, loomv1.JobState_COMPLETED)}); fmt.Sprint(c.Dropped) != "map[job-ended:1]" {
+		t.Fatalf("dropped at the job's end %v, want n-0008's record of attempt 3 job-ended", c.Dropped)
+	}
+	_, err := s.Handle(t0, metrics(4, "n-0008", 6))
+	if r, ok := DroppedBy(err); !errors.Is(err, ErrIgnored) || !ok || r != DroppedJobEnded {
+		t.Fatalf("a record for a run not named after the job ended: %v (reason %q)", err, r)
+	}
+
+	// Room: a stranger's attempt evicted, then a record refused.
+	s = NewState()
+	_, metrics, _ = heldTrial(t, s)
+	for a := range MaxPendingMetricRuns {
+		handle(t, s, t0, metrics(int32(a+1), "n-0009", 1))
+	}
+	handle(t, s, t0, metrics(MaxPendingMetricRuns, "n-0009", 2)) // the farthest attempt: 2 records
+	if c := handle(t, s, t0, metrics(1, "n-0001", 7)); fmt.Sprint(c.Dropped) != "map[evicted:2]" {
+		t.Fatalf("dropped for the run's node's room %v, want the stranger's farthest attempt's 2 records evicted", c.Dropped)
+	}
+	_, err = s.Handle(t0, metrics(MaxPendingMetricRuns+1, "n-0009", 1))
+	if r, ok := DroppedBy(err); !errors.Is(err, ErrIgnored) || !ok || r != DroppedHeldFull {
+		t.Fatalf("a record with no room to hold it: %v (reason %q)", err, r)
+	}
+	// Other refusals carry no reason of the hold.
+	if _, ok := DroppedBy(ignored("x")); ok {
+		t.Fatal("a plain refusal carries a drop reason")
+	}
+}

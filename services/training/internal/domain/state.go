@@ -92,6 +92,48 @@ type PendingMetrics struct {
 	Attempt      int32
 	Node         string
 	Measurements []*trainingv1.Measurement
+	// Records is how many records (MetricsReported) were merged into
+	// Measurements: what a drop of the group counts (Change.Dropped).
+	Records int
+}
+
+// Why a node's metric records of a trial count for nothing, the reason of
+// loom_training_trial_metrics_refused_total (besides the app's "rate"):
+// a record the hold had no room for (refused); records held until their
+// run was named and then dropped, because the run turned out to be on
+// other nodes, the job ended first (or a record came for an unnamed run
+// after it ended: refused), or another node's needed the room.
+const (
+	DroppedHeldFull = "held-full"
+	DroppedNotRun   = "not-run"
+	DroppedJobEnded = "job-ended"
+	DroppedEvicted  = "evicted"
+)
+
+// DropReasons are the reasons a change or a refusal reports (Dropped,
+// DroppedBy), in the order to export them.
+var DropReasons = []string{DroppedHeldFull, DroppedNotRun, DroppedJobEnded, DroppedEvicted}
+
+// dropReason is the reason a refusal carries among its causes (dropped).
+type dropReason string
+
+func (d dropReason) Error() string { return string(d) }
+
+// dropped is ignored(format, args...) carrying reason, for DroppedBy.
+func dropped(reason string, format string, args ...any) error {
+	e := ignored(format, args...).(*ignoredError)
+	e.causes = append(e.causes, dropReason(reason))
+	return e
+}
+
+// DroppedBy is the reason (one of DropReasons) a refusal of a trial's
+// metric record carries; false when err carries none.
+func DroppedBy(err error) (string, bool) {
+	var d dropReason
+	if errors.As(err, &d) {
+		return string(d), true
+	}
+	return "", false
 }
 
 // Bounds of CJ.PendingMetrics: a group per node of a run (as many as
@@ -190,7 +232,7 @@ func cloneCJ(j *CJ) *CJ {
 	c.PendingStepEnds = append([]StepEnd(nil), j.PendingStepEnds...)
 	c.PendingMetrics = nil
 	for _, p := range j.PendingMetrics {
-		c.PendingMetrics = append(c.PendingMetrics, PendingMetrics{Attempt: p.Attempt, Node: p.Node,
+		c.PendingMetrics = append(c.PendingMetrics, PendingMetrics{Attempt: p.Attempt, Node: p.Node, Records: p.Records,
 			Measurements: append([]*trainingv1.Measurement(nil), p.Measurements...)})
 	}
 	return &c
@@ -496,6 +538,10 @@ type Change struct {
 	// any trial may differ.
 	Trials []string
 	Emits  []Emit
+	// Dropped counts, by reason (DropReasons), the metric records of
+	// trials held until their run was named that the change dropped;
+	// nil: none.
+	Dropped map[string]int
 }
 
 // Apply records c in s. Its cost follows what c changed: of a study's
@@ -608,7 +654,19 @@ const (
 
 // emitter collects what a change emits.
 type emitter struct {
-	out []Emit
+	out     []Emit
+	dropped map[string]int
+}
+
+// drop counts n held metric records dropped for reason (Change.Dropped).
+func (e *emitter) drop(reason string, n int) {
+	if n <= 0 {
+		return
+	}
+	if e.dropped == nil {
+		e.dropped = map[string]int{}
+	}
+	e.dropped[reason] += n
 }
 
 func (e *emitter) add(key string, p proto.Message, principal string) {
@@ -702,7 +760,7 @@ func finish(now time.Time, old, r *Root, em *emitter) *Change {
 	if old != nil && len(em.out) == 0 && len(events) == 0 && rootEqual(old, r) {
 		return nil
 	}
-	c := &Change{Root: r.Name, Before: old, After: r, Emits: append(em.out, events...)}
+	c := &Change{Root: r.Name, Before: old, After: r, Emits: append(em.out, events...), Dropped: em.dropped}
 	if r.copied != nil {
 		c.Trials = make([]string, 0, len(r.copied))
 		for id := range r.copied {
@@ -797,7 +855,7 @@ func cjEqual(x, y *CJ) bool {
 		x.ClusterDeleted == y.ClusterDeleted && x.CancelSent == y.CancelSent && x.Stop == y.Stop && x.Attempt == y.Attempt &&
 		slices.Equal(x.StepsEnded, y.StepsEnded) && slices.Equal(x.PendingStepEnds, y.PendingStepEnds) &&
 		slices.EqualFunc(x.PendingMetrics, y.PendingMetrics, func(a, b PendingMetrics) bool {
-			return a.Attempt == b.Attempt && a.Node == b.Node &&
+			return a.Attempt == b.Attempt && a.Node == b.Node && a.Records == b.Records &&
 				slices.EqualFunc(a.Measurements, b.Measurements, func(m, n *trainingv1.Measurement) bool { return proto.Equal(m, n) })
 		}) &&
 		x.RetryAt.Equal(y.RetryAt) && x.Refused == y.Refused

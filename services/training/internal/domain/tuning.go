@@ -619,7 +619,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		}
 		in := pointMeasurements(ev.GetPoints(), tr.GetStartTime(), studyMetrics(r.Tuning.Job))
 		if hold {
-			return holdMetrics(r, cj, ev.GetAttempt(), node, in)
+			return holdMetrics(r, cj, ev.GetAttempt(), node, in, em)
 		}
 		addTrialMeasurements(now, r, cj.TrialID, in, em)
 		return nil
@@ -669,36 +669,40 @@ func addTrialMeasurements(now time.Time, r *Root, id string, in []*trainingv1.Me
 // when it is full, room is made from the node that holds the most, as
 // long as it holds more than the sender will (shareHeld); past that the
 // sender's own group's older ones are thinned, and a record with no room
-// left is refused.
-func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.Measurement) error {
+// left is refused (DroppedHeldFull). The records of a group evicted are
+// counted (DroppedEvicted).
+func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.Measurement, em *emitter) error {
 	if len(in) == 0 {
 		return nil
 	}
 	if JobEnded(cj.Job.GetState()) {
-		return ignored("metrics for %s of attempt %d from nodes/%s after its job ended: none of its runs was named on that node",
+		return dropped(DroppedJobEnded, "metrics for %s of attempt %d from nodes/%s after its job ended: none of its runs was named on that node",
 			cj.Job.GetJob(), attempt, node)
 	}
 	job := r.Tuning.Job
 	// Planned on a copy (each group's measurements copied before they are
 	// thinned): a refusal leaves cj as it was.
 	held := slices.Clone(cj.PendingMetrics)
+	evicted := 0
 	i := slices.IndexFunc(held, func(p PendingMetrics) bool { return p.Attempt == attempt && p.Node == node })
 	if i < 0 {
 		if len(held) >= MaxPendingMetricRuns {
 			one := func(PendingMetrics) int { return 1 }
 			v := mostHeld(held, node, one)
 			if v == "" || heldBy(held, v, one) <= heldBy(held, node, one)+1 {
-				return ignored("metrics for %s from nodes/%s held until its run is named: %d attempts of nodes already are (at most %d), none of a node holding more than it",
+				return dropped(DroppedHeldFull, "metrics for %s from nodes/%s held until its run is named: %d attempts of nodes already are (at most %d), none of a node holding more than it",
 					cj.Job.GetJob(), node, len(held), MaxPendingMetricRuns)
 			}
 			// v's attempt the least likely to be named soon makes room.
 			k := farthestAttempt(held, v, cj.Attempt)
+			evicted += held[k].Records
 			held = slices.Delete(held, k, k+1)
 		}
 		held = append(held, PendingMetrics{Attempt: attempt, Node: node})
 		i = len(held) - 1
 	}
 	held[i].Measurements = addMeasurements(held[i].Measurements, in, studyMetrics(job))
+	held[i].Records++
 	size := func(p PendingMetrics) int { return len(p.Measurements) }
 	for {
 		total := 0
@@ -713,7 +717,7 @@ func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.M
 			// The sender holds the most: its own group makes the room.
 			room := MaxPendingMeasurements - (total - len(held[i].Measurements))
 			if room < 2 {
-				return ignored("metrics for %s from nodes/%s held until its run is named: %d measurements already are (at most %d)",
+				return dropped(DroppedHeldFull, "metrics for %s from nodes/%s held until its run is named: %d measurements already are (at most %d)",
 					cj.Job.GetJob(), node, total-len(held[i].Measurements), MaxPendingMeasurements)
 			}
 			held[i].Measurements = thinKept(job, slices.Clone(held[i].Measurements), room)
@@ -731,6 +735,7 @@ func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.M
 			held[k].Measurements = thinKept(job, slices.Clone(held[k].Measurements), n-1)
 			continue
 		}
+		evicted += held[k].Records
 		held = slices.Delete(held, k, k+1)
 		if k < i {
 			i--
@@ -738,6 +743,7 @@ func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.M
 	}
 	_, cj = r.edit(cj.TrialID)
 	cj.PendingMetrics = held
+	em.drop(DroppedEvicted, evicted)
 	return nil
 }
 
@@ -789,8 +795,8 @@ func farthestAttempt(held []PendingMetrics, node string, current int32) int {
 // runs the job's event ev names (the event's attempt on its nodes, and
 // each run it lists): those of a node of the run are returned, to join
 // the trial's (addTrialMeasurements); those of a node that did not run it
-// are dropped; the rest (a run not named yet) stay.
-func takePendingMetrics(cj *CJ, ev *eventsv1.JobChanged) [][]*trainingv1.Measurement {
+// are dropped (counted, DroppedNotRun); the rest (a run not named yet) stay.
+func takePendingMetrics(cj *CJ, ev *eventsv1.JobChanged, em *emitter) [][]*trainingv1.Measurement {
 	if len(cj.PendingMetrics) == 0 {
 		return nil
 	}
@@ -803,6 +809,8 @@ func takePendingMetrics(cj *CJ, ev *eventsv1.JobChanged) [][]*trainingv1.Measure
 			keep = append(keep, p)
 		case runsOn(cj.Job.GetCluster(), nodes, p.Node):
 			out = append(out, p.Measurements)
+		default:
+			em.drop(DroppedNotRun, p.Records)
 		}
 	}
 	cj.PendingMetrics = keep

@@ -1,0 +1,109 @@
+package app
+
+import (
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/training/internal/adapters"
+	"github.com/loom-ml/loom/services/training/internal/domain"
+)
+
+// A trial's metric records held until their run is named that never join
+// its measurements leave a trace: each is counted in
+// loom_training_trial_metrics_refused_total by why (every reason exported
+// from 0), once the change that dropped it is stored, as is a record
+// refused for the hold.
+func TestHeldTrialMetricsDropsAreCounted(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	a, err := New(ctx, adapters.NewRepo(store.New(rdb, "training:")), slog.Default(), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := a.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "loom_training_trial_metrics_refused_total"); err != nil || n != 1+len(domain.DropReasons) {
+		t.Fatalf("loom_training_trial_metrics_refused_total exports %d reasons (%v), want rate and %v", n, err, domain.DropReasons)
+	}
+	handle := func(ev envelope.Event) {
+		t.Helper()
+		if err := a.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const tun = "projects/p/locations/l/hyperparameterTuningJobs/10"
+	create := envelope.New(topics.TrainingCommands, "projects/p", "loom/gateway", &eventsv1.CreateHyperparameterTuningJob{TuningJob: &trainingv1.HyperparameterTuningJob{
+		Name: tun, DisplayName: "tune", User: "alice", MaxTrialCount: 1, ParallelTrialCount: 1,
+		StudySpec: &trainingv1.StudySpec{
+			Metrics: []*trainingv1.StudySpec_MetricSpec{{MetricId: "val_loss", Goal: trainingv1.StudySpec_MetricSpec_MINIMIZE}},
+			Parameters: []*trainingv1.StudySpec_ParameterSpec{{ParameterId: "lr",
+				ParameterValueSpec: &trainingv1.StudySpec_ParameterSpec_DiscreteValueSpec_{DiscreteValueSpec: &trainingv1.StudySpec_ParameterSpec_DiscreteValueSpec{Values: []float64{1, 2}}}}}},
+		TrialJobSpec: &trainingv1.CustomJobSpec{WorkerPoolSpecs: []*trainingv1.WorkerPoolSpec{{
+			MachineSpec: &trainingv1.MachineSpec{MachineType: "n2-standard-4"}, ReplicaCount: 1,
+			Task: &trainingv1.WorkerPoolSpec_ContainerSpec{ContainerSpec: &trainingv1.ContainerSpec{Command: []string{"true"}}}}}}}})
+	create.Principal = "users/alice"
+	handle(create)
+	tj, err := a.GetTuningJob(tun)
+	if err != nil || len(tj.GetTrials()) != 1 {
+		t.Fatalf("tuning job %v (%v)", tj, err)
+	}
+	n, err := domain.ParseName(tj.GetTrials()[0].GetCustomJob(), domain.CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle(envelope.New(topics.ClusterEvents, n.EphemeralCluster(), "loom/provisioner", &eventsv1.ClusterChanged{
+		Cluster: &loomv1.Cluster{Name: n.EphemeralCluster(), Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING}}}))
+	report := func(attempt int32, host string, step int64) {
+		t.Helper()
+		ev := envelope.New(topics.StepEvents, n.Job(), "loom/agent", &eventsv1.MetricsReported{Job: n.Job(), Attempt: attempt, Node: host,
+			Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": float64(step)}}}})
+		ev.Signer = "nodes/" + n.EphemeralCluster() + "/nodes/" + host
+		handle(ev)
+	}
+	jobIs := func(st loomv1.JobState) envelope.Event {
+		return envelope.New(topics.JobEvents, "projects/p", "loom/scheduler", &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(),
+			JobId: strconv.FormatInt(n.ID, 10), State: st, Nodes: []string{"n-0001"}}, Attempt: 1})
+	}
+	count := func(reason string) float64 { return testutil.ToFloat64(a.tuningRefused.WithLabelValues(reason)) }
+
+	// Read before the run's event: n-0001's join, n-0009's (2 records) are
+	// dropped once the event names the run on n-0001; n-0008's of attempt
+	// 3 when the job ends.
+	report(1, "n-0001", 1)
+	report(1, "n-0009", 1)
+	report(1, "n-0009", 2)
+	report(3, "n-0008", 5)
+	running := jobIs(loomv1.JobState_RUNNING)
+	handle(running)
+	if got := count(domain.DroppedNotRun); got != 2 {
+		t.Fatalf("%s = %v, want 2", domain.DroppedNotRun, got)
+	}
+	handle(running) // a redelivery counts nothing again
+	handle(jobIs(loomv1.JobState_COMPLETED))
+	if got := count(domain.DroppedJobEnded); got != 1 {
+		t.Fatalf("%s = %v after the job ended, want 1", domain.DroppedJobEnded, got)
+	}
+	// A record for a run the job never named, after it ended: refused.
+	report(4, "n-0008", 6)
+	if got, nr := count(domain.DroppedJobEnded), count(domain.DroppedNotRun); got != 2 || nr != 2 {
+		t.Fatalf("%s = %v, %s = %v after a refused record, want 2, 2", domain.DroppedJobEnded, got, domain.DroppedNotRun, nr)
+	}
+	if got := count("rate") + count(domain.DroppedEvicted) + count(domain.DroppedHeldFull); got != 0 {
+		t.Fatalf("other reasons counted %v", got)
+	}
+}
