@@ -111,8 +111,10 @@ type partitionCounts struct {
 	// recheck is how long after a re-read the next may come
 	// (partitionRecheck; tests shorten or lengthen it).
 	recheck time.Duration
-	// ctx is Run's: the re-reads after a failed one end with it.
-	ctx context.Context
+	// ctx is Run's, cancelled by close: the re-reads after a failed one
+	// end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// retries is the goroutine that re-reads after a failed read.
 	retries sync.WaitGroup
 
@@ -157,10 +159,11 @@ type skippedCounts struct {
 
 // newPartitionCounts reads the partition counts of topics, and their
 // partitions' end offsets, from the broker. A failure leaves them unknown
-// until a re-read, every recheck in the background, succeeds. close waits
-// for those re-reads once ctx is done.
+// until a re-read, every recheck in the background, succeeds, or ctx ends
+// or close is called, which ends those re-reads and waits for them.
 func newPartitionCounts(ctx context.Context, brokers []string, sec *Security, topics []string, recheck time.Duration, log *slog.Logger) *partitionCounts {
-	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, recheck: recheck, log: log, ctx: ctx,
+	ctx, cancel := context.WithCancel(ctx)
+	p := &partitionCounts{brokers: brokers, sec: sec, topics: topics, recheck: recheck, log: log, ctx: ctx, cancel: cancel,
 		seen: map[string][]int{}, skipped: map[string][]skippedCounts{}, ends: map[topicPartition]int64{}, unknown: map[string]bool{}}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -169,8 +172,12 @@ func newPartitionCounts(ctx context.Context, brokers []string, sec *Security, to
 	return p
 }
 
-// close waits for the background re-reads, which end with Run's context.
-func (p *partitionCounts) close() { p.retries.Wait() }
+// close ends the background re-reads and waits for them: Run may return
+// (an error that ends it) while its context is still live.
+func (p *partitionCounts) close() {
+	p.cancel()
+	p.retries.Wait()
+}
 
 // client is a client on a transport of its own, whose metadata is read
 // from the broker when it starts (a transport answers metadata requests

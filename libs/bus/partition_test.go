@@ -486,3 +486,45 @@ func TestRecordUnderASkippedCountIsHandled(t *testing.T) {
 		return dlqIDs(t, broker, topic)[late.ID], nil
 	})
 }
+
+// A consumer whose partition counts cannot be read, re-reading them in the
+// background, still returns the error that ends it (here the group's
+// authorization refused) while its context is live, rather than waiting
+// for that context to end.
+func TestFailingReReadsDoNotHoldRunsError(t *testing.T) {
+	t.Parallel()
+	cluster, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 1)
+	cluster.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		return nil, errors.New("list offsets refused"), true
+	})
+	cluster.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		r := req.(*kmsg.JoinGroupRequest)
+		resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.Version = r.Version
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	pub, _, _ := ed25519.GenerateKey(nil)
+	c := bus.NewConsumer(bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), Logger: testLogger(t),
+	}, newProducer(t, broker), func(context.Context, envelope.Event) error { return nil })
+	bus.SetPartitionRecheck(c, 50*time.Millisecond)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, kafka.GroupAuthorizationFailed) {
+			t.Errorf("Run returned %v, want the group's authorization failure", err)
+		}
+	case <-time.After(wait):
+		stop()
+		err := <-done
+		t.Fatalf("Run had not returned after %v with its context live (it returned %v once stopped)", wait, err)
+	}
+}
