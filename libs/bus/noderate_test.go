@@ -14,7 +14,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -35,19 +34,7 @@ func TestNodeFloodIsDroppedPastItsRate(t *testing.T) {
 			broker := startBroker(t)
 			topic := newTopic(t, broker, 1)
 			pub, priv, _ := ed25519.GenerateKey(nil)
-			signerOf := func(node string) *envelope.Signer {
-				npub, npriv, _ := ed25519.GenerateKey(nil)
-				cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: node, Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				s, err := envelope.NewNodeSigner(npriv, cert)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			}
-			flooder, honest := signerOf("flooder"), signerOf("honest")
+			flooder, honest := nodeSigner(t, priv, "flooder"), nodeSigner(t, priv, "honest")
 			svc := envelope.NewServiceSigner("provisioner", priv)
 
 			// The flood first (40 records, more than the burst of 3),
@@ -158,15 +145,7 @@ func TestNodeFloodOfServiceTypesIsDroppedPastItsRate(t *testing.T) {
 	broker := startBroker(t)
 	topic := newTopic(t, broker, 1)
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	npub, npriv, _ := ed25519.GenerateKey(nil)
-	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: "flooder", Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	flooder, err := envelope.NewNodeSigner(npriv, cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flooder := nodeSigner(t, priv, "flooder")
 	const flood, burst = 20, 3
 	ms := make([]kafka.Message, flood)
 	for i := range ms {
@@ -235,15 +214,7 @@ func TestNodeFloodsLastDropsAreLogged(t *testing.T) {
 	broker := startBroker(t)
 	topic := newTopic(t, broker, 1)
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	npub, npriv, _ := ed25519.GenerateKey(nil)
-	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: "flooder", Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	flooder, err := envelope.NewNodeSigner(npriv, cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flooder := nodeSigner(t, priv, "flooder")
 	// One record handled (the burst), the next dropped and logged at
 	// once, the 3 after it within the window.
 	const flood = 5
@@ -297,15 +268,7 @@ func TestDropsPendingAtTheStopAreLogged(t *testing.T) {
 	broker := startBroker(t)
 	topic := newTopic(t, broker, 1)
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	npub, npriv, _ := ed25519.GenerateKey(nil)
-	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: "flooder", Cluster: "c1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	flooder, err := envelope.NewNodeSigner(npriv, cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flooder := nodeSigner(t, priv, "flooder")
 	// One record handled (the burst), the next dropped and logged at
 	// once, the 3 after it waiting for a line the window holds back.
 	const flood = 5
