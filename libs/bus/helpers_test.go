@@ -264,3 +264,33 @@ func (s *seen) count(id string) int {
 }
 
 func payloadEqual(a, b proto.Message) bool { return proto.Equal(a, b) }
+
+// writeRecords writes ms to topic (their Topic left empty), every replica
+// acknowledging, failing the test on an error.
+func writeRecords(t testing.TB, broker, topic string, ms []kafka.Message) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	t.Cleanup(func() { w.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := w.WriteMessages(ctx, ms...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// signedHeartbeats returns n Heartbeats of key for topic, signed by s, to
+// write with writeRecords.
+func signedHeartbeats(t testing.TB, s *envelope.Signer, topic, key string, n int) []kafka.Message {
+	t.Helper()
+	ms := make([]kafka.Message, n)
+	for i := range ms {
+		m, err := envelope.Encode(event(topic, key, int32(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Sign(&m)
+		m.Topic = ""
+		ms[i] = m
+	}
+	return ms
+}

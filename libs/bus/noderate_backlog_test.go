@@ -45,13 +45,7 @@ func writeSignedAt(t testing.TB, broker, topic, node string, s *envelope.Signer,
 		m.Topic, m.Time = "", at
 		ms = append(ms, m)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-	t.Cleanup(func() { w.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := w.WriteMessages(ctx, ms...); err != nil {
-		t.Fatal(err)
-	}
+	writeRecords(t, broker, topic, ms)
 }
 
 // handledPastRate runs a verifying consumer holding nodes to 1 record a

@@ -61,16 +61,10 @@ func TestNodeFloodIsDroppedPastItsRate(t *testing.T) {
 			}
 			fromService := event(topic, "flooder", 99)
 			add(svc, fromService)
-			w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-			t.Cleanup(func() { w.Close() })
-			ctx, cancel := context.WithTimeout(context.Background(), wait)
-			defer cancel()
 			for i := range ms {
 				ms[i].Topic = ""
 			}
-			if err := w.WriteMessages(ctx, ms...); err != nil {
-				t.Fatal(err)
-			}
+			writeRecords(t, broker, topic, ms)
 
 			rejected, reader := rejectedCounter(t)
 			var handled seen
@@ -158,13 +152,7 @@ func TestNodeFloodOfServiceTypesIsDroppedPastItsRate(t *testing.T) {
 		m.Topic = ""
 		ms[i] = m
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-	t.Cleanup(func() { w.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := w.WriteMessages(ctx, ms...); err != nil {
-		t.Fatal(err)
-	}
+	writeRecords(t, broker, topic, ms)
 
 	rejected, reader := rejectedCounter(t)
 	var handled seen
@@ -218,23 +206,8 @@ func TestNodeFloodsLastDropsAreLogged(t *testing.T) {
 	// One record handled (the burst), the next dropped and logged at
 	// once, the 3 after it within the window.
 	const flood = 5
-	ms := make([]kafka.Message, flood)
-	for i := range ms {
-		m, err := envelope.Encode(event(topic, "flooder", int32(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		flooder.Sign(&m)
-		m.Topic = ""
-		ms[i] = m
-	}
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-	t.Cleanup(func() { w.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := w.WriteMessages(ctx, ms...); err != nil {
-		t.Fatal(err)
-	}
+	ms := signedHeartbeats(t, flooder, topic, "flooder", flood)
+	writeRecords(t, broker, topic, ms)
 
 	var logs lockedBuffer
 	c := bus.NewConsumer(bus.ConsumerConfig{
@@ -272,23 +245,8 @@ func TestDropsPendingAtTheStopAreLogged(t *testing.T) {
 	// One record handled (the burst), the next dropped and logged at
 	// once, the 3 after it waiting for a line the window holds back.
 	const flood = 5
-	ms := make([]kafka.Message, flood)
-	for i := range ms {
-		m, err := envelope.Encode(event(topic, "flooder", int32(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		flooder.Sign(&m)
-		m.Topic = ""
-		ms[i] = m
-	}
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-	t.Cleanup(func() { w.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := w.WriteMessages(ctx, ms...); err != nil {
-		t.Fatal(err)
-	}
+	ms := signedHeartbeats(t, flooder, topic, "flooder", flood)
+	writeRecords(t, broker, topic, ms)
 
 	var logs lockedBuffer
 	c := bus.NewConsumer(bus.ConsumerConfig{
