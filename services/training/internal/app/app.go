@@ -83,7 +83,7 @@ func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() 
 	}
 	st.MetricGrace = grace
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_training_trial_metrics_refused_total",
-		Help: "Metric records (MetricsReported) of trials not merged into their measurements, by reason: rate (their node sent more than -metrics-node-rate an hour to trials), held-full, not-run, job-ended, evicted (held until their run was named; docs/metrics.md)."},
+		Help: "Metric records (MetricsReported) of trials not merged into their measurements, by reason: rate (their node sent more than -metrics-node-rate an hour to trials), held-full, not-run, job-ended, evicted (held until their run was named), not-placed (the node does not run the run named), other-cluster (the node is not of the job's cluster); docs/metrics.md."},
 		[]string{"reason"})
 	for _, r := range append([]string{reasonRate}, domain.DropReasons...) {
 		refused.WithLabelValues(r)

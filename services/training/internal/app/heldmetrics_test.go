@@ -103,6 +103,16 @@ func TestHeldTrialMetricsDropsAreCounted(t *testing.T) {
 	if got, nr := count(domain.DroppedJobEnded), count(domain.DroppedNotRun); got != 2 || nr != 2 {
 		t.Fatalf("%s = %v, %s = %v after a refused record, want 2, 2", domain.DroppedJobEnded, got, domain.DroppedNotRun, nr)
 	}
+	// Refused at once, each under its own reason: a node the named run is
+	// not on, a node of another cluster.
+	report(1, "n-0009", 3)
+	other := envelope.New(topics.StepEvents, n.Job(), "loom/agent", &eventsv1.MetricsReported{Job: n.Job(), Attempt: 5, Node: "n-0001",
+		Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: map[string]float64{"val_loss": 1}}}})
+	other.Signer = "nodes/projects/q/clusters/z/nodes/n-0001"
+	handle(other)
+	if np, oc := count(domain.DroppedNotPlaced), count(domain.DroppedOtherCluster); np != 1 || oc != 1 {
+		t.Fatalf("%s = %v, %s = %v, want 1, 1", domain.DroppedNotPlaced, np, domain.DroppedOtherCluster, oc)
+	}
 	if got := count("rate") + count(domain.DroppedEvicted) + count(domain.DroppedHeldFull); got != 0 {
 		t.Fatalf("other reasons counted %v", got)
 	}

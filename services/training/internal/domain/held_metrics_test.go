@@ -290,6 +290,19 @@ func TestHeldMetricsDropsAreCounted(t *testing.T) {
 	if r, ok := DroppedBy(err); !errors.Is(err, ErrIgnored) || !ok || r != DroppedHeldFull {
 		t.Fatalf("a record with no room to hold it: %v (reason %q)", err, r)
 	}
+	// A node refused at once: the run is named and the node is not one of
+	// its nodes, or the node is not of the job's cluster.
+	s = NewState()
+	job, metrics, _ = heldTrial(t, s)
+	handle(t, s, t0, Input{Payload: jobIs(job, loomv1.JobState_RUNNING)}) // attempt 1 on n-0001
+	_, err = s.Handle(t0, metrics(1, "n-0009", 3))
+	if r, ok := DroppedBy(err); !errors.Is(err, ErrIgnored) || !ok || r != DroppedNotPlaced {
+		t.Fatalf("a record of the named run from a node that does not run it: %v (reason %q)", err, r)
+	}
+	_, err = s.Handle(t0, Input{Payload: metrics(2, "n-0001", 3).Payload, Signer: "nodes/projects/q/clusters/z/nodes/n-0001"})
+	if r, ok := DroppedBy(err); !errors.Is(err, ErrIgnored) || !ok || r != DroppedOtherCluster {
+		t.Fatalf("a record from a node of another cluster: %v (reason %q)", err, r)
+	}
 	// Other refusals carry no reason of the hold.
 	if _, ok := DroppedBy(ignored("x")); ok {
 		t.Fatal("a plain refusal carries a drop reason")

@@ -102,17 +102,22 @@ type PendingMetrics struct {
 // a record the hold had no room for (refused); records held until their
 // run was named and then dropped, because the run turned out to be on
 // other nodes, the job ended first (or a record came for an unnamed run
-// after it ended: refused), or another node's needed the room.
+// after it ended: refused), or another node's needed the room; a record
+// refused at once because its run is named and the node is not one of
+// its nodes (not-placed, as the series' refusal), or because the node is
+// not of the job's cluster (other-cluster).
 const (
-	DroppedHeldFull = "held-full"
-	DroppedNotRun   = "not-run"
-	DroppedJobEnded = "job-ended"
-	DroppedEvicted  = "evicted"
+	DroppedHeldFull     = "held-full"
+	DroppedNotRun       = "not-run"
+	DroppedJobEnded     = "job-ended"
+	DroppedEvicted      = "evicted"
+	DroppedNotPlaced    = "not-placed"
+	DroppedOtherCluster = "other-cluster"
 )
 
 // DropReasons are the reasons a change or a refusal reports (Dropped,
 // DroppedBy), in the order to export them.
-var DropReasons = []string{DroppedHeldFull, DroppedNotRun, DroppedJobEnded, DroppedEvicted}
+var DropReasons = []string{DroppedHeldFull, DroppedNotRun, DroppedJobEnded, DroppedEvicted, DroppedNotPlaced, DroppedOtherCluster}
 
 // dropReason is the reason a refusal carries among its causes (dropped).
 type dropReason string

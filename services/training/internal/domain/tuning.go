@@ -604,9 +604,9 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 			switch {
 			case len(cj.Nodes) > 0 && ev.GetAttempt() <= cj.Attempt && runsOn(cj.Job.GetCluster(), cj.Nodes, node):
 			case len(cj.Nodes) > 0 && ev.GetAttempt() == cj.Attempt:
-				return ignored("metrics for %s from %s, which does not run it", ev.GetJob(), signer)
+				return dropped(DroppedNotPlaced, "metrics for %s of attempt %d from %s, which does not run it", ev.GetJob(), ev.GetAttempt(), signer)
 			case !inCluster(cj.Job.GetCluster(), node):
-				return ignored("metrics for %s from %s, not a node of its cluster %s", ev.GetJob(), signer, cj.Job.GetCluster())
+				return dropped(DroppedOtherCluster, "metrics for %s from %s, not a node of its cluster %s", ev.GetJob(), signer, cj.Job.GetCluster())
 			default:
 				hold = true
 			}
