@@ -308,3 +308,68 @@ func TestHeldMetricsDropsAreCounted(t *testing.T) {
 		t.Fatal("a plain refusal carries a drop reason")
 	}
 }
+
+// TestHeldMetricsOfTheRunWinOverStrangers: nodes of the job's cluster that
+// do not run it (compromised agents: each signs as itself only), each
+// holding one (attempt, node) pair, flood the hold before the run's event
+// is read; the run's node's records, read after them, are still held and
+// all join the trial once the event names the run. The bound: while at
+// most MaxPendingMetricRuns nodes hold (the run's among them), a node
+// holding one attempt is never refused nor evicted, and keeps at least
+// its last 2 measurements, whatever the others hold.
+func TestHeldMetricsOfTheRunWinOverStrangers(t *testing.T) {
+	t.Parallel()
+	for _, strangers := range []int{MaxPendingStepEnds, MaxPendingMetricRuns - 1} {
+		t.Run(fmt.Sprint(strangers), func(t *testing.T) {
+			t.Parallel()
+			s := NewState()
+			job, metrics, _ := heldTrial(t, s)
+			for i := range strangers {
+				handle(t, s, t0, metrics(1, fmt.Sprintf("x-%04d", i), 1))
+			}
+			for st := int64(1); st <= 3; st++ {
+				handle(t, s, t0, metrics(1, "n-0001", st))
+			}
+			done := jobIs(job, loomv1.JobState_COMPLETED) // attempt 1 on n-0001
+			c := step(t, s, t0.Add(time.Second), Input{Payload: done})
+			got := tuningOf(t, s, tunName).GetTrials()[0]
+			if fmt.Sprint(steps(got)) != "[1 2 3]" || got.GetState() != trainingv1.Trial_SUCCEEDED {
+				t.Fatalf("trial at its job's end after %d strangers: %v, want steps [1 2 3], SUCCEEDED", strangers, got)
+			}
+			if c.Dropped[DroppedNotRun] != strangers {
+				t.Errorf("dropped %v, want the %d strangers' records not-run", c.Dropped, strangers)
+			}
+		})
+	}
+
+	// Strangers filling the measurements (as many as the bound allows,
+	// with 2 each; or fewer, with more each): the run's node's record is
+	// thinned to its share, never refused, and its last step is held.
+	for _, tc := range []struct{ strangers, each int }{{MaxPendingMetricRuns - 1, 2}, {MaxPendingMeasurements / 4, 4}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.strangers, tc.each), func(t *testing.T) {
+			t.Parallel()
+			s := NewState()
+			job, metrics, _ := heldTrial(t, s)
+			var theirs []int64
+			for st := range tc.each {
+				theirs = append(theirs, int64(st+1))
+			}
+			for i := range tc.strangers {
+				handle(t, s, t0, metrics(1, fmt.Sprintf("x-%04d", i), theirs...))
+			}
+			handle(t, s, t0, metrics(1, "n-0001", 1, 2, 3, 4, 5, 6, 7, 8))
+			if got := held(s, 1, "n-0001"); len(got) < 2 || got[len(got)-1] != 8 {
+				t.Fatalf("the run's node holds %v, want at least 2 ending at step 8", got)
+			}
+			for i := range tc.strangers {
+				if got := held(s, 1, fmt.Sprintf("x-%04d", i)); len(got) < 2 {
+					t.Fatalf("x-%04d holds %v: a node within its share lost it", i, got)
+				}
+			}
+			step(t, s, t0.Add(time.Second), Input{Payload: jobIs(job, loomv1.JobState_COMPLETED)})
+			if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetFinalMeasurement().GetStepCount() != 8 {
+				t.Fatalf("trial at its job's end: %v, want its final measurement at step 8", got)
+			}
+		})
+	}
+}

@@ -141,14 +141,21 @@ func DroppedBy(err error) (string, bool) {
 	return "", false
 }
 
-// Bounds of CJ.PendingMetrics: a group per node of a run (as many as
-// MaxPendingStepEnds), and as many measurements in all as a trial keeps.
-// They are shared by node: past them, room is made from the node holding
-// the most (an attempt evicted, a group's older ones thinned) while it
-// holds more than the sender (holdMetrics).
+// Bounds of CJ.PendingMetrics: groups for twice as many nodes as a run
+// may have (MaxPendingStepEnds), and 2 measurements for each. They are
+// shared by node: past them, room is made from the node holding the most
+// (an attempt evicted, a group's older ones thinned; holdMetrics). Until
+// the run's event is read its nodes cannot be told from the cluster's
+// other nodes, so the bound is on the nodes that hold: while at most
+// MaxPendingMetricRuns do (the run's among them: at least
+// MaxPendingStepEnds strangers whatever the job's worker count), a node
+// that holds at most one attempt, as a run's nodes do before its event,
+// never has a record refused nor its group evicted: its measurements are
+// thinned only while it holds the most, never below its last 2 (all of
+// them are kept while it holds no more than 2, or than its share).
 const (
-	MaxPendingMetricRuns   = MaxPendingStepEnds
-	MaxPendingMeasurements = MaxMeasurements
+	MaxPendingMetricRuns   = 2 * MaxPendingStepEnds
+	MaxPendingMeasurements = 2 * MaxPendingMetricRuns
 )
 
 // Tuning is a hyperparameter tuning job with its trials (with their

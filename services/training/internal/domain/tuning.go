@@ -666,11 +666,15 @@ func addTrialMeasurements(now time.Time, r *Root, id string, in []*trainingv1.Me
 // ended, within MaxPendingMetricRuns groups and MaxPendingMeasurements
 // measurements in all. The hold is shared by node (a node of the cluster
 // that is not the run's must not fill it and so starve the run's nodes):
-// when it is full, room is made from the node that holds the most, as
-// long as it holds more than the sender will (shareHeld); past that the
-// sender's own group's older ones are thinned, and a record with no room
-// left is refused (DroppedHeldFull). The records of a group evicted are
-// counted (DroppedEvicted).
+// past the groups, the attempt farthest from the job's current one of the
+// node that holds the most groups makes room, as long as it holds more
+// than the sender will; past the measurements, the node that holds the
+// most (the sender on a tie) gives room: its largest group's older ones
+// thinned (once, to about half), or, when its groups hold at most 2 each,
+// its farthest attempt evicted. Only when every node holds at most 2
+// (more nodes hold than the bounds are for) is a record refused
+// (DroppedHeldFull), as is one whose own group would be evicted. The
+// records of a group evicted are counted (DroppedEvicted).
 func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.Measurement, em *emitter) error {
 	if len(in) == 0 {
 		return nil
@@ -714,17 +718,11 @@ func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.M
 		}
 		v := mostHeld(held, node, size)
 		if v == "" || heldBy(held, v, size) <= heldBy(held, node, size) {
-			// The sender holds the most: its own group makes the room.
-			room := MaxPendingMeasurements - (total - len(held[i].Measurements))
-			if room < 2 {
-				return dropped(DroppedHeldFull, "metrics for %s from nodes/%s held until its run is named: %d measurements already are (at most %d)",
-					cj.Job.GetJob(), node, total-len(held[i].Measurements), MaxPendingMeasurements)
-			}
-			held[i].Measurements = thinKept(job, slices.Clone(held[i].Measurements), room)
-			break
+			v = node
 		}
-		// v's largest group is thinned once (to about half), or evicted
-		// when it cannot be thinned further.
+		// v's largest group is thinned once (to about half) while it can
+		// be; a node whose groups hold at most 2 each loses its attempt
+		// farthest from the job's current one, if it holds more than 2.
 		k := -1
 		for j, p := range held {
 			if p.Node == v && (k < 0 || len(p.Measurements) > len(held[k].Measurements)) {
@@ -734,6 +732,13 @@ func holdMetrics(r *Root, cj *CJ, attempt int32, node string, in []*trainingv1.M
 		if n := len(held[k].Measurements); n > 2 {
 			held[k].Measurements = thinKept(job, slices.Clone(held[k].Measurements), n-1)
 			continue
+		}
+		if heldBy(held, v, size) > 2 {
+			k = farthestAttempt(held, v, cj.Attempt)
+		}
+		if heldBy(held, v, size) <= 2 || k == i {
+			return dropped(DroppedHeldFull, "metrics for %s from nodes/%s held until its run is named: %d measurements already are (at most %d), none of a node holding more than its share",
+				cj.Job.GetJob(), node, total-len(held[i].Measurements), MaxPendingMeasurements)
 		}
 		evicted += held[k].Records
 		held = slices.Delete(held, k, k+1)
