@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
@@ -33,23 +34,38 @@ const (
 // task. Exactly one result is non-nil when err is nil.
 func PipelineTask(p *trainingv1.TrainingPipeline) (*trainingv1.CustomJobSpec, *trainingv1.HyperparameterTuningJob, error) {
 	def := p.GetTrainingTaskDefinition()
-	raw, err := protojson.Marshal(p.GetTrainingTaskInputs())
-	if err != nil || p.GetTrainingTaskInputs() == nil {
+	if p.GetTrainingTaskInputs() == nil {
 		return nil, nil, fmt.Errorf("training_pipeline.training_task_inputs: required (an object)")
+	}
+	raw, err := protojson.Marshal(p.GetTrainingTaskInputs())
+	if err != nil {
+		// A number JSON has no word for (NaN, ±Inf) in the Value.
+		return nil, nil, fmt.Errorf("training_pipeline.training_task_inputs: not JSON: %s", decodeError(err))
 	}
 	switch {
 	case strings.HasSuffix(def, CustomTask):
 		var spec trainingv1.CustomJobSpec
 		if err := protojson.Unmarshal(raw, &spec); err != nil {
-			return nil, nil, fmt.Errorf("training_pipeline.training_task_inputs: not a CustomJobSpec: %v", err)
+			return nil, nil, fmt.Errorf("training_pipeline.training_task_inputs: not a CustomJobSpec: %s", decodeError(err))
 		}
 		return &spec, nil, nil
 	case strings.HasSuffix(def, TuningTask):
 		var job trainingv1.HyperparameterTuningJob
 		if err := protojson.Unmarshal(raw, &job); err != nil {
-			return nil, nil, fmt.Errorf("training_pipeline.training_task_inputs: not a tuning task: %v", err)
+			return nil, nil, fmt.Errorf("training_pipeline.training_task_inputs: not a tuning task: %s", decodeError(err))
 		}
 		return nil, &job, nil
 	}
 	return nil, nil, fmt.Errorf("training_pipeline.training_task_definition: %q is neither ...%s nor ...%s", def, CustomTask, TuningTask)
+}
+
+// maxDecodeError bounds the decoder's message in a refusal: it quotes what
+// the caller sent (an unknown field's whole name, up to MaxSpecBytes), and
+// a refusal never echoes that back.
+const maxDecodeError = 256
+
+// decodeError is err's message as a refusal carries it: cut to
+// maxDecodeError bytes, safe to print (termtext.Clean).
+func decodeError(err error) string {
+	return termtext.Clean(err.Error(), maxDecodeError)
 }

@@ -332,6 +332,15 @@ func TestPipeline(t *testing.T) {
 		{"unknown input field", func(p *trainingv1.TrainingPipeline) {
 			p.TrainingTaskInputs.GetStructValue().Fields["bogus"] = structpb.NewBoolValue(true)
 		}, "training_pipeline.training_task_inputs", "bogus"},
+		// The decoder's message quotes what the caller sent: a refusal
+		// names it, cut, never echoing a field name of 100 KB back.
+		{"long unknown input field", func(p *trainingv1.TrainingPipeline) {
+			p.TrainingTaskInputs.GetStructValue().Fields["\x1b]52;"+strings.Repeat("a", 100<<10)] = structpb.NewBoolValue(true)
+		}, "training_pipeline.training_task_inputs", "unknown field"},
+		// A number JSON cannot hold is no missing object.
+		{"NaN input", func(p *trainingv1.TrainingPipeline) {
+			p.TrainingTaskInputs.GetStructValue().Fields["x"] = structpb.NewNumberValue(math.NaN())
+		}, "training_pipeline.training_task_inputs", "not JSON"},
 		{"inner pool", func(p *trainingv1.TrainingPipeline) {
 			pools := p.TrainingTaskInputs.GetStructValue().Fields["workerPoolSpecs"].GetListValue().Values
 			pools[1].GetStructValue().Fields["replicaCount"] = structpb.NewStringValue("100")
@@ -365,9 +374,13 @@ func TestPipeline(t *testing.T) {
 			t.Parallel()
 			q := proto.Clone(p).(*trainingv1.TrainingPipeline)
 			c.edit(q)
-			got := violations(t, ValidateTrainingPipeline(q))
+			err := ValidateTrainingPipeline(q)
+			got := violations(t, err)
 			if !strings.Contains(got[c.field], c.want) {
-				t.Errorf("violations %v: want %s: ...%s...", got, c.field, c.want)
+				t.Errorf("violations %.300v: want %s: ...%s...", got, c.field, c.want)
+			}
+			if len(err.Error()) > 1024 {
+				t.Errorf("a refusal of %d bytes: %.200s...", len(err.Error()), err)
 			}
 		})
 	}
