@@ -13,8 +13,10 @@ import (
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -132,12 +134,64 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 			}
 		}
 		w = challenge{w}
+		if msg := invalidUTF8(r.URL); msg != "" {
+			writeError(w, http.StatusBadRequest, codes.InvalidArgument, msg)
+			return
+		}
 		if TrainingPath(r.URL.Path) {
 			vertex.ServeHTTP(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	}), conn.Close, nil
+}
+
+// invalidUTF8 says which part of u, decoded, is not UTF-8 (the path, or a
+// query parameter's name or value), or "" when all of it is. A string
+// field of a request must be UTF-8: grpc-gateway would put the bytes in
+// the request anyway, and the call to the gateway's own gRPC endpoint
+// fail to marshal it (an Internal error, HTTP 500) instead of saying
+// what the caller sent wrong.
+func invalidUTF8(u *url.URL) string {
+	const why = "%s: holds invalid UTF-8 (byte %d, decoded); send percent-encoded UTF-8"
+	if i := badUTF8At(u.Path); i >= 0 {
+		return fmt.Sprintf(why, "path", i)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "" // grpc-gateway answers a malformed query itself (400)
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if i := badUTF8At(k); i >= 0 {
+			return fmt.Sprintf(why, "query parameter name "+strconv.Quote(termtext.Clean(k, 100)), i)
+		}
+		for _, v := range q[k] {
+			if i := badUTF8At(v); i >= 0 {
+				return fmt.Sprintf(why, "query parameter "+termtext.Clean(k, 100), i)
+			}
+		}
+	}
+	return ""
+}
+
+// badUTF8At is the byte offset of the first invalid UTF-8 in s, or -1.
+func badUTF8At(s string) int {
+	if utf8.ValidString(s) {
+		return -1
+	}
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(s[i:]); n <= 1 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // challenge makes a 401's WWW-Authenticate the challenge RFC 6750 asks

@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/services/gateway/internal/ports"
+)
+
+// restServiceNames are the services RESTMux serves over REST.
+var restServiceNames = []protoreflect.FullName{
+	"loom.v1.ClusterService", "loom.v1.ReservationService", "loom.v1.JobService", "loom.v1.SlurmService",
+	"loom.v1.OperationService", "loom.v1.NodeService", "loom.v1.ModelService", "loom.v1.AuthService",
+	"loom.v1.AccountService", "loom.v1.AuditService", "loom.v1.HealthService", "loom.v1.GoodputService",
+	"loom.v1.IngressService", "loom.v1.ChangeService", "loom.training.v1.TrainingService", "loom.training.v1.MetricsService",
+}
+
+// restRoute is one REST route: its method, its path template (rule), the
+// path with every variable filled in, and whether it takes a body.
+type restRoute struct {
+	verb, rule, path string
+	body, pageSize   bool // takes a body; its request has page_size
+}
+
+// restPathVar is a variable of a path template: {name=projects/*/jobs/*}
+// or {hostname}.
+var restPathVar = regexp.MustCompile(`\{([a-z_.]+)(?:=([^}]*))?\}`)
+
+// fillPathVar fills a path variable with ids the harness's world has
+// (project default, cluster c1, job 40, node gpu-0001) and x1 elsewhere.
+func fillPathVar(v string) string {
+	m := restPathVar.FindStringSubmatch(v)
+	switch {
+	case m[2] == "" && m[1] == "hostname":
+		return "gpu-0001"
+	case m[2] == "":
+		return "x1"
+	}
+	segs := strings.Split(m[2], "/")
+	for i := 1; i < len(segs); i += 2 {
+		if segs[i] != "*" {
+			continue
+		}
+		segs[i] = map[string]string{"projects": "default", "locations": "us-central1", "clusters": "c1", "jobs": "40", "users": adminUser}[segs[i-1]]
+		if segs[i] == "" {
+			segs[i] = "x1"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// restRoutes are every route the REST API serves, read from the
+// google.api.http options of the services RESTMux registers, so that a
+// route added later is in the table without anyone adding it.
+func restRoutes(t *testing.T) []restRoute {
+	t.Helper()
+	var out []restRoute
+	seen := map[string]bool{}
+	for _, name := range restServiceNames {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		methods := d.(protoreflect.ServiceDescriptor).Methods()
+		for i := range methods.Len() {
+			md := methods.Get(i)
+			rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
+			if rule == nil {
+				continue
+			}
+			for _, r := range append([]*annotations.HttpRule{rule}, rule.GetAdditionalBindings()...) {
+				var verb, tmpl string
+				switch p := r.GetPattern().(type) {
+				case *annotations.HttpRule_Get:
+					verb, tmpl = http.MethodGet, p.Get
+				case *annotations.HttpRule_Post:
+					verb, tmpl = http.MethodPost, p.Post
+				case *annotations.HttpRule_Patch:
+					verb, tmpl = http.MethodPatch, p.Patch
+				case *annotations.HttpRule_Put:
+					verb, tmpl = http.MethodPut, p.Put
+				case *annotations.HttpRule_Delete:
+					verb, tmpl = http.MethodDelete, p.Delete
+				default:
+					continue
+				}
+				if seen[verb+" "+tmpl] {
+					continue
+				}
+				seen[verb+" "+tmpl] = true
+				out = append(out, restRoute{verb: verb, rule: tmpl, path: restPathVar.ReplaceAllStringFunc(tmpl, fillPathVar),
+					body: r.GetBody() != "", pageSize: md.Input().Fields().ByName("page_size") != nil})
+			}
+		}
+	}
+	if len(out) < 90 {
+		t.Fatalf("found %d REST routes in the services' http options, want the whole API (about 100)", len(out))
+	}
+	return out
+}
+
+// TestRESTRefusesHostileInputOnEveryRoute sends every REST route (all of
+// them, from the services' http options) what a hostile or careless
+// caller sends: a body past the limit, malformed JSON, an unknown field,
+// invalid UTF-8 in the path and in the query,
+// a page size past int32, an overlong path segment. Each is refused as
+// the caller's mistake (400 or 413, a JSON error naming what and the
+// limit), never a server error: invalid UTF-8 in the path used to reach
+// the gateway's own gRPC call and fail there (500, "error while
+// marshaling").
+func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	long := strings.Repeat("x", 10000)
+	type answer struct {
+		Code    codes.Code `json:"code"`
+		Message string     `json:"message"`
+	}
+	send := func(verb, path, body string) (int, answer, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, verb, h.restBase+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s %s: %v", verb, path, err)
+		}
+		h.authorize(req)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %.200s: %v", verb, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		var a answer
+		// A stream (:watch, :logs, :watchChanges) wraps its error.
+		var streamed struct {
+			Error *answer `json:"error"`
+		}
+		if json.Unmarshal(b, &streamed) == nil && streamed.Error != nil {
+			a = *streamed.Error
+		} else {
+			_ = json.Unmarshal(b, &a)
+		}
+		return resp.StatusCode, a, string(b)
+	}
+	for _, r := range restRoutes(t) {
+		type probe struct {
+			name, path, body string
+			want             int    // 0: any client error (4xx)
+			says             string // what the message must hold
+		}
+		probes := []probe{
+			{"invalid UTF-8 in a query value", r.path + "?x=a%ff%fe", "", http.StatusBadRequest, "query parameter x: holds invalid UTF-8"},
+			{"invalid UTF-8 in a query name", r.path + "?a%ffb=1", "", http.StatusBadRequest, "holds invalid UTF-8"},
+			{"an overlong path segment", strings.Replace(r.path, "/x1", "/"+long, 1), "{}", 0, ""},
+		}
+		if i := strings.LastIndex(r.path, "/x1"); i >= 0 {
+			probes = append(probes, probe{"invalid UTF-8 in the path", r.path[:i] + "/a%ff%fe" + r.path[i+3:], "{}", http.StatusBadRequest, "path: holds invalid UTF-8"})
+		} else if strings.Contains(r.path, "/c1") {
+			probes = append(probes, probe{"invalid UTF-8 in the path", strings.Replace(r.path, "/c1", "/c%ff", 1), "{}", http.StatusBadRequest, "path: holds invalid UTF-8"})
+		}
+		if r.body {
+			probes = append(probes,
+				probe{"malformed JSON", r.path, `{"`, http.StatusBadRequest, ""},
+				probe{"an unknown field", r.path, `{"no_such_field_x": 1}`, http.StatusBadRequest, "no_such_field_x"},
+				probe{"invalid UTF-8 in a body", r.path, "{\"a\xff\": 1}", http.StatusBadRequest, "invalid UTF-8"},
+			)
+		}
+		if r.pageSize && r.verb == http.MethodGet {
+			probes = append(probes, probe{"a page size past int32", r.path + "?page_size=99999999999", "", http.StatusBadRequest, "page_size"})
+		}
+		for _, p := range probes {
+			body := p.body
+			if r.verb == http.MethodGet || r.verb == http.MethodDelete {
+				body = ""
+			}
+			code, a, raw := send(r.verb, p.path, body)
+			switch {
+			case code >= 500 || code < 400 && p.want != 0:
+				t.Errorf("%s %s, %s: HTTP %d %.300s, want a client error", r.verb, r.rule, p.name, code, raw)
+			case code >= 400 && a.Message == "":
+				t.Errorf("%s %s, %s: HTTP %d %.300q, want a JSON error with a message", r.verb, r.rule, p.name, code, raw)
+			case p.want != 0 && code != p.want:
+				t.Errorf("%s %s, %s: HTTP %d %.300s, want %d", r.verb, r.rule, p.name, code, raw, p.want)
+			case p.want != 0 && code == p.want && !strings.Contains(a.Message, p.says):
+				t.Errorf("%s %s, %s: HTTP %d %.300s, want a message holding %q", r.verb, r.rule, p.name, code, raw, p.says)
+			}
+		}
+		if r.body {
+			// Announced past the limit: refused before a byte of it is read.
+			resp, raw, err := rawHTTP(t, h, fmt.Sprintf("%s %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+				r.verb, r.path, ports.DefaultMaxBodyBytes+1), nil)
+			switch {
+			case err != nil:
+				t.Errorf("%s %s, a body past the limit: no answer: %v", r.verb, r.rule, err)
+			case resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(raw, fmt.Sprintf("limit of %d", ports.DefaultMaxBodyBytes)):
+				t.Errorf("%s %s, a body past the limit: HTTP %d %.300s, want 413 naming the limit", r.verb, r.rule, resp.StatusCode, raw)
+			}
+		}
+	}
+}
