@@ -114,16 +114,19 @@ func restRoutes(t *testing.T) []restRoute {
 // TestRESTRefusesHostileInputOnEveryRoute sends every REST route (all of
 // them, from the services' http options) what a hostile or careless
 // caller sends: a body past the limit, malformed JSON, an unknown field,
-// invalid UTF-8 in the path and in the query,
+// JSON nested thousands deep, invalid UTF-8 in the path and in the query,
 // a page size past int32, an overlong path segment. Each is refused as
 // the caller's mistake (400 or 413, a JSON error naming what and the
 // limit), never a server error: invalid UTF-8 in the path used to reach
 // the gateway's own gRPC call and fail there (500, "error while
-// marshaling").
+// marshaling"), and a deeply nested google.protobuf.Value (a
+// TrainingPipeline's training_task_inputs) to exceed protobuf's recursion
+// limit (500).
 func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := testkit.Context(t, 2*wait)
+	deep := `{"training_task_inputs":` + strings.Repeat("[", 6000) + strings.Repeat("]", 6000) + `}`
 	long := strings.Repeat("x", 10000)
 	type answer struct {
 		Code    codes.Code `json:"code"`
@@ -175,6 +178,9 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 			probes = append(probes,
 				probe{"malformed JSON", r.path, `{"`, http.StatusBadRequest, ""},
 				probe{"an unknown field", r.path, `{"no_such_field_x": 1}`, http.StatusBadRequest, "no_such_field_x"},
+				probe{"JSON nested 6000 deep", r.path, deep, http.StatusBadRequest, fmt.Sprintf("nested deeper than the limit of %d levels", ports.MaxJSONDepth)},
+				// Brackets in a string (escaped quote included) are no nesting.
+				probe{"brackets in a string", r.path, `{"no_such_field_x": "\"` + strings.Repeat("[{", 200) + `"}`, http.StatusBadRequest, "no_such_field_x"},
 				probe{"invalid UTF-8 in a body", r.path, "{\"a\xff\": 1}", http.StatusBadRequest, "invalid UTF-8"},
 			)
 		}

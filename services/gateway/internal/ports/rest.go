@@ -409,8 +409,8 @@ func RESTServer(h http.Handler, limits RESTLimits) *http.Server {
 
 // limitBody reads each request's body (at most max bytes) before h sees
 // it: too large → 413, too slow (the server's ReadTimeout) → 408, malformed
-// (a broken chunked encoding) → 400, each with a JSON error as
-// grpc-gateway writes them.
+// (a broken chunked encoding) or nested deeper than MaxJSONDepth → 400,
+// each with a JSON error as grpc-gateway writes them.
 func limitBody(h http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > max {
@@ -432,9 +432,52 @@ func limitBody(h http.Handler, max int64) http.Handler {
 			writeError(w, http.StatusBadRequest, codes.InvalidArgument, fmt.Sprintf("request body: %v", err))
 			return
 		}
+		if tooDeep(body, MaxJSONDepth) {
+			writeError(w, http.StatusBadRequest, codes.InvalidArgument,
+				fmt.Sprintf("request body: JSON nested deeper than the limit of %d levels", MaxJSONDepth))
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		h.ServeHTTP(w, r)
 	})
+}
+
+// MaxJSONDepth bounds how deeply a request body's JSON nests (objects and
+// arrays). No request needs more than a few levels, but a free-form field
+// (a TrainingPipeline's training_task_inputs, a google.protobuf.Value)
+// takes any depth, and each level is two or three protobuf messages: a few
+// thousand levels pass the JSON decoder and then exceed protobuf's
+// recursion limit when the gateway's own gRPC endpoint reads the request,
+// an Internal error (HTTP 500) instead of the caller's mistake.
+const MaxJSONDepth = 100
+
+// tooDeep reports whether the JSON in body nests objects and arrays more
+// than limit levels deep. It only counts brackets outside strings: whether
+// body is JSON at all is the decoder's to say.
+func tooDeep(body []byte, limit int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range body {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // writeError writes the JSON error body grpc-gateway writes for a gRPC
