@@ -42,8 +42,11 @@ import (
 // and takes no reservation of its own. A job that starts at a
 // later record gives back the reservation made for it at an earlier one
 // (and does not keep off its nodes meanwhile): the pass's later jobs may
-// use them, and a later blocked job may reserve. A job that began
-// preempting for itself waits for that room: it is not tried further. Its
+// use them, and a later blocked job may reserve. A later record
+// where it waits for resources begins preemption there when no earlier one
+// did (preemptIn), as slurmctld tries each record until one begins
+// preempting; a job that began preempting for itself, at whichever record,
+// waits for that room: it is not tried further. Its
 // reason is emitted once, at its last record; when no record passes the
 // gates it is its first record's gate reason. Started, Job.partition is
 // the partition used and JobRecord.Partitions the list, which a requeue
@@ -209,6 +212,9 @@ func (p *pass) multiStep(m *multiRec) {
 	for ; waits != 0; waits &= waits - 1 {
 		p.waitIn(m, bits.TrailingZeros64(waits))
 	}
+	if m.preempting() {
+		last = true // it began preempting at one of them: it waits for that room
+	}
 	if last {
 		if m.decided {
 			p.emitMulti(m)
@@ -260,6 +266,9 @@ func (p *pass) waitIn(m *multiRec, k int) {
 	pi := int(m.parts[k])
 	q := &m.q
 	q.part = int32(pi)
+	if p.preemptIn(m, pi) {
+		return
+	}
 	take := false
 	switch {
 	case !p.t.s.cfg.Policy.Backfill || m.preempting():
@@ -285,6 +294,44 @@ func (p *pass) waitIn(m *multiRec, k int) {
 	stageBackfill(p, &p.blk)
 	m.d, m.withD = p.blk.d, true
 	m.resv = p.resv != nil && p.resv.Job == q.name
+}
+
+// preemptIn tries, at m's record in partition pi where its job waits for
+// resources, the preemption a job of pi alone would begin there
+// (stagePreempt), unless it began preempting at an earlier record: as
+// slurmctld tries each record of a job, preemption included, until one
+// begins preempting (preempt_in_progress: "scheduled in another
+// partition"), so a job that can preempt only in its second partition
+// does. When it begins (or its victims of an earlier pass are stopping
+// there) the record takes over the decision, as a job of pi alone: its
+// reason and note, the pass's reservation when none is made (a reservation
+// of its own made at an earlier record moves here), and it is not tried
+// further. It reports whether it did.
+func (p *pass) preemptIn(m *multiRec, pi int) bool {
+	cfg := &p.t.s.cfg
+	q := &m.q
+	if m.preempting() || !cfg.Policy.Preempt || p.preempts >= cfg.MaxPreemptPerPass || !p.mayPreempt(q.qos, pi) {
+		return false
+	}
+	req := p.requestIn(q, pi)
+	if m.resv {
+		req.AvoidReserved = false // the reservation is its own
+	}
+	res := p.place(req, q.shape)
+	p.blk = blocked{j: q.j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
+		d: Decision{Job: q.name, Filtered: p.shareFiltered(res.shape), Nodes: len(p.views)}}
+	stagePreempt(p, &p.blk)
+	if p.blk.d.Note == "" {
+		return false
+	}
+	if m.resv {
+		p.unreserve()
+		m.resv = false
+	}
+	stageBackfill(p, &p.blk)
+	m.decided, m.withD, m.d = true, true, p.blk.d
+	m.resv = p.resv != nil && p.resv.Job == q.name
+	return true
 }
 
 // preempting reports whether m's decision is a wait for room its job

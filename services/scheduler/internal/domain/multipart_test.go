@@ -3,6 +3,7 @@ package domain
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -478,4 +479,58 @@ func TestMultiPartitionStartReleasesReservation(t *testing.T) {
 			t.Fatalf("job 2 started and keeps reservation %+v", r)
 		}
 	}
+}
+
+// TestMultiPartitionPreemptsInLaterPartition: a high-QOS job of -p lo,hi
+// (equal tiers: lo, first named, is its first record) cannot preempt in lo,
+// whose node runs a job of QOS normal, but can in hi, whose node runs one
+// of QOS low: it preempts there (as slurmctld tries each job and partition
+// record, preemption included, until one begins preempting), waits for
+// that room with hi's reservation, and starts in hi once the victim's
+// step has ended.
+func TestMultiPartitionPreemptsInLaterPartition(t *testing.T) {
+	t.Parallel()
+	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(twoPoolCluster(
+		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"a"}, PriorityTier: 1, Default: true},
+		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"b"}, PriorityTier: 1}))
+	h.poolNode("a-0001", "a")
+	h.poolNode("b-0001", "b")
+	h.submitJob(job(1, 1, 0, inPart("lo", 8), qos("normal"), limit(10*time.Hour)))
+	h.submitJob(job(2, 1, 0, inPart("hi", 8), qos("low"), limit(10*time.Hour)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	c := h.submitJob(job(3, 1, 0, inPart("lo,hi", 8), qos("high"), limit(time.Hour)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	if st := stops(c); len(st) != 1 || st[0].GetJob() != jobName(2) {
+		t.Fatalf("stops %v; want job 2's (hi, QOS low) alone", st)
+	}
+	v := views.Job(h.s, jobName(3), h.now)
+	if !strings.Contains(v.GetPlacement(), "preempting 1 job") || !slices.Equal(v.GetSchedNodes(), []string{"b-0001"}) {
+		t.Fatalf("job 3: placement %q, reserved %v; want preempting 1 job, b-0001 (hi)", v.GetPlacement(), v.GetSchedNodes())
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	// The next pass (a submission's): it waits for its victim, in hi, and
+	// preempts nothing more.
+	c = h.submitJob(job(4, 1, 0, inPart("lo", 8), qos("low")))
+	if len(stops(c)) != 0 {
+		t.Fatalf("a second pass stops %v", stops(c))
+	}
+	seen := false
+	for _, d := range c.Decisions {
+		if d.Job == jobName(3) {
+			if seen = true; d.Note != "waiting for preempted jobs to stop" {
+				t.Fatalf("job 3 on the next pass: %+v", d)
+			}
+		}
+	}
+	if !seen {
+		t.Fatalf("no decision for job 3 on the next pass: %+v", c.Decisions)
+	}
+	h.step(2, 1, "b-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if j := h.job(3); j.GetPartition() != "hi" || j.GetNodes()[0] != "b-0001" {
+		t.Fatalf("job 3 runs in %q on %v; want hi on b-0001", j.GetPartition(), j.GetNodes())
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
 }
