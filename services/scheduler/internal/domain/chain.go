@@ -260,8 +260,13 @@ func stageBackfill(p *pass, b *blocked) {
 	switch {
 	case !p.t.s.cfg.Policy.Backfill:
 		p.fifoBlocked = true
-	case p.resv == nil && !b.req.AvoidReserved:
-		p.reserve(b.j, b.req, b.sc)
+	case p.resv == nil && p.ahead == nil && !b.req.AvoidReserved:
+		// A job of several partitions that starts sooner at a later
+		// record, and did not begin preempting here, reserves there
+		// (multipart.go).
+		if m := p.hold; m == nil || b.d.Note != "" || !p.reservesLater(m, b) {
+			p.reserve(b.j, b.req, b.sc)
+		}
 	}
 	b.d.Reason = ReasonPriority
 	if first {

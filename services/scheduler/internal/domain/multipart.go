@@ -37,7 +37,11 @@ import (
 // there first: the deciding partition lacks the nodes it needs, or no
 // reservation is made yet, or the job holds the reservation and would
 // start sooner there (it is moved: Slurm keeps the partition of the
-// earliest start; a tie keeps the higher tier). Otherwise it marks its
+// earliest start; a tie keeps the higher tier). The record that would make
+// the pass's reservation first looks ahead (reservesLater): when a later
+// record would start the job strictly sooner, the reservation is kept for
+// that record and made there, so the jobs walked between are not kept off
+// nodes the job will not wait for. Otherwise it marks its
 // partition blocked (the jobs of that partition after it read Priority)
 // and takes no reservation of its own. A job that starts at a
 // later record gives back the reservation made for it at an earlier one
@@ -130,6 +134,9 @@ type multiRec struct {
 	// resv: the pass's reservation is its job's, made at one of its
 	// records (see waitIn).
 	resv bool
+	// ahead: while the pass's ahead is m, the index of the later record
+	// the pass's reservation is kept for (see reservesLater).
+	ahead int
 }
 
 // considerMulti considers q, a job of several partitions that the cluster
@@ -190,6 +197,9 @@ func (p *pass) multiStep(m *multiRec) {
 				// Reserved at an earlier record: it starts here instead.
 				p.unreserve()
 			}
+			if p.ahead == m {
+				p.ahead = nil // the reservation kept for it is not needed
+			}
 			return
 		}
 		if res.kind != place.Static && res.kind != place.Availability {
@@ -216,6 +226,11 @@ func (p *pass) multiStep(m *multiRec) {
 		last = true // it began preempting at one of them: it waits for that room
 	}
 	if last {
+		if p.ahead == m {
+			// The record kept the reservation for did not take it (a
+			// gate stopped it there): the next blocked job may reserve.
+			p.ahead = nil
+		}
 		if m.decided {
 			p.emitMulti(m)
 		}
@@ -272,7 +287,13 @@ func (p *pass) waitIn(m *multiRec, k int) {
 	take := false
 	switch {
 	case !p.t.s.cfg.Policy.Backfill || m.preempting():
-	case m.d.Reason != ReasonResources && m.d.Reason != ReasonPriority, p.resv == nil:
+	case m.d.Reason != ReasonResources && m.d.Reason != ReasonPriority:
+		take = true
+	case p.ahead != nil:
+		// The reservation is kept for a record where a job starts
+		// sooner: this one if it is m's (or one before it a gate stopped).
+		take = p.ahead == m && k >= m.ahead
+	case p.resv == nil:
 		take = true
 	case m.resv:
 		req := *p.requestIn(q, pi)
@@ -287,13 +308,77 @@ func (p *pass) waitIn(m *multiRec, k int) {
 		p.unreserve()
 		m.resv = false
 	}
+	if p.ahead == m {
+		p.ahead = nil // kept for this record
+	}
 	req := p.requestIn(q, pi)
 	res := p.place(req, q.shape)
 	p.blk = blocked{j: q.j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
 		d: Decision{Job: q.name, Filtered: p.shareFiltered(res.shape), Nodes: len(p.views)}}
+	p.hold = m // stageBackfill looks at its later records (reservesLater)
 	stageBackfill(p, &p.blk)
+	p.hold = nil
 	m.d, m.withD = p.blk.d, true
 	m.resv = p.resv != nil && p.resv.Job == q.name
+}
+
+// reservesLater reports whether m's job, blocked as b at one of its
+// records with the pass's reservation to make, would start strictly sooner
+// at one of its later records, where it passes the gates and fits now or
+// waits for resources; it then keeps the reservation for the soonest of
+// them (the first among equals): pass.ahead is m and m.ahead that record,
+// and no job reserves until the job's walk reaches it (waitIn takes the
+// decision and reserves there). So the jobs walked between, b's
+// partition's later jobs among them, are not kept off nodes in b's
+// partition the job will not wait for, as they were when it reserved here
+// first and moved its reservation at the later record; and they are not
+// kept off the later partition's either, as they rank before the job's
+// record there (a job of that partition alone would not have reserved
+// yet). The starts are judged on what is free now: the jobs walked
+// between may take some of it, and the reservation made at that record
+// is then as late as what they leave.
+func (p *pass) reservesLater(m *multiRec, b *blocked) bool {
+	kb := slices.Index(m.parts, int32(b.pi))
+	if kb < 0 || kb == len(m.parts)-1 {
+		return false
+	}
+	slots := p.soonest(b.req, b.sc)
+	if slots == nil {
+		return false // no reservation here: a later record takes one (waitIn)
+	}
+	best, bestUnbounded := p.slotsStart(slots)
+	q := &m.q
+	part, req := q.part, p.req // p.req is b.req: kept for reserve
+	ahead := -1
+	for k := kb + 1; k < len(m.parts); k++ {
+		q.part = m.parts[k]
+		if p.gateReason(q) != "" {
+			continue
+		}
+		r := p.requestIn(q, int(q.part))
+		res := p.place(r, q.shape)
+		start, unbounded := p.t.now, false
+		switch {
+		case res.ok:
+		case res.kind == place.Static || res.kind == place.Availability:
+			continue
+		default:
+			s := p.soonest(r, res.shape)
+			if s == nil {
+				continue
+			}
+			start, unbounded = p.slotsStart(s)
+		}
+		if !unbounded && (bestUnbounded || start.Before(best)) {
+			best, bestUnbounded, ahead = start, false, k
+		}
+	}
+	q.part, p.req = part, req
+	if ahead < 0 {
+		return false
+	}
+	p.ahead, m.ahead = m, ahead
+	return true
 }
 
 // preemptIn tries, at m's record in partition pi where its job waits for
@@ -327,6 +412,9 @@ func (p *pass) preemptIn(m *multiRec, pi int) bool {
 	if m.resv {
 		p.unreserve()
 		m.resv = false
+	}
+	if p.ahead == m {
+		p.ahead = nil
 	}
 	stageBackfill(p, &p.blk)
 	m.decided, m.withD, m.d = true, true, p.blk.d

@@ -534,3 +534,37 @@ func TestMultiPartitionPreemptsInLaterPartition(t *testing.T) {
 	}
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 }
+
+// TestMultiPartitionBackfillsAroundLaterReservation: a job of -p hi,lo
+// that fits in neither and would start sooner in lo (its nodes free up in
+// 1.5 hours, hi's in 10) reserves in lo, not in hi first: hi's job of lower
+// priority, too long to end before the job's start in hi, backfills onto
+// hi's free node instead of being kept off it for a reservation that moves
+// to lo at the job's record there.
+func TestMultiPartitionBackfillsAroundLaterReservation(t *testing.T) {
+	t.Parallel()
+	h := tierHarness(t, Config{})
+	h.poolNode("a-0002", "a")
+	h.poolNode("b-0002", "b")
+	h.submitJob(job(1, 1, 0, inPart("hi", 8), limit(10*time.Hour)))
+	h.submitJob(job(2, 2, 0, inPart("lo", 8), limit(2*time.Hour)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(3, 2, 0, inPart("hi,lo", 8), limit(time.Hour)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.tick(30 * time.Minute) // job 3 outranks job 4 in hi
+	c := h.submitJob(job(4, 1, 0, inPart("hi", 8), limit(20*time.Hour)))
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	if n := h.job(4).GetNodes(); len(n) != 1 || n[0] != "a-0002" {
+		t.Fatalf("job 4 runs on %v; want a-0002", n)
+	}
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	end2 := h.job(2).GetStartTime().AsTime().Add(2 * time.Hour)
+	v := views.Job(h.s, jobName(3), h.now)
+	if !slices.Equal(v.GetSchedNodes(), []string{"b-0001", "b-0002"}) || !v.GetExpectedStartTime().AsTime().Equal(end2) {
+		t.Fatalf("job 3 reserved %v from %v; want b-0001, b-0002 (lo) from %v", v.GetSchedNodes(), v.GetExpectedStartTime().AsTime(), end2)
+	}
+	if len(c.Reservations) != 1 || c.Reservations[0].Job != jobName(3) {
+		t.Fatalf("reservations %+v; want job 3's alone", c.Reservations)
+	}
+}

@@ -126,6 +126,10 @@ type pass struct {
 	// before its last record (multipart.go).
 	multiq []*multiRec
 	hold   *multiRec
+	// ahead, when not nil, is the job of several partitions the pass's
+	// reservation is kept for, to be made at its record ahead.ahead
+	// (reservesLater): no other job reserves meanwhile.
+	ahead *multiRec
 	// req is the request of the job being considered, blk the job when it
 	// is blocked.
 	req  place.Request
@@ -1242,7 +1246,7 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 		if preempts || p.blocked&(uint64(1)<<uint(pi)) == 0 {
 			return false
 		}
-		if cfg.Policy.Backfill && p.resv == nil && !avoid {
+		if cfg.Policy.Backfill && p.resv == nil && p.ahead == nil && !avoid {
 			return false
 		}
 		if !cfg.Policy.Backfill {
