@@ -60,6 +60,16 @@ func TestUnknownClusterSaysSo(t *testing.T) {
 		{Env{}, []string{"scancel", "-M", "nope", "12"}},
 		{Env{}, []string{"scancel", "-M", "demo,nope", "12"}},
 		{Env{Cluster: "nope"}, []string{"scancel", "12"}},
+		// Every scontrol verb that acts on jobs, before it acts (Slurm
+		// 22.05 refuses "-M nope hold 1" whatever the job, exit 1).
+		{Env{}, []string{"scontrol", "-M", "nope", "hold", "12"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "uhold", "99"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "release", "14"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "requeue", "12"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "requeuehold", "12"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "update", "JobId=12", "TimeLimit=5"}},
+		{Env{}, []string{"scontrol", "-M", "nope", "update", "JobId=12", "TimeLimit=+5"}},
+		{Env{Cluster: "nope"}, []string{"scontrol", "hold", "12"}},
 	} {
 		f := fixture()
 		code, out, errOut := run(t, f, tc.args[0], tc.env, tc.args[1:]...)
@@ -69,6 +79,9 @@ func TestUnknownClusterSaysSo(t *testing.T) {
 		}
 		if n := len(fakegw.Requests[*loomv1.CancelJobRequest](f)); n != 0 {
 			t.Errorf("LOOM_CLUSTER=%s %v: %d cancels sent, want none", tc.env.Cluster, tc.args, n)
+		}
+		if n := len(fakegw.Requests[*loomv1.UpdateJobRequest](f)); n != 0 {
+			t.Errorf("LOOM_CLUSTER=%s %v: %d updates sent, want none", tc.env.Cluster, tc.args, n)
 		}
 	}
 }

@@ -637,6 +637,9 @@ func (c *cmd) scontrolJobAction(ctx context.Context, verb string, params []strin
 		"hold": {"hold"}, "uhold": {"uhold"}, "release": {"release"},
 		"requeue": {"requeue"}, "requeuehold": {"requeue", "hold"},
 	}[verb]
+	if err := c.clusterExists(ctx); err != nil {
+		return err
+	}
 	failed, unknown := false, false
 	for _, id := range ids {
 		if _, _, err := parseJobID(id); err != nil {
@@ -884,6 +887,9 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	}
 	if proto.Equal(req, &loomv1.UpdateJobRequest{Action: "update"}) && relative == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
+	}
+	if err := c.clusterExists(ctx); err != nil {
+		return err
 	}
 	failed := false
 	for _, id := range ids {

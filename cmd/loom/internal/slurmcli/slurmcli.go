@@ -335,6 +335,26 @@ func (c *cmd) projectClusters(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
+// clusterExists checks the cluster -M or LOOM_CLUSTER names (none named:
+// nothing to check) before a command acts on jobs there, as Slurm's
+// commands refuse an invalid -M before they act: one that does not exist
+// (and has no jobs left) is the error squeue and "scontrol show job" give,
+// naming it, not "Invalid job id specified" for each job. Other failures
+// are left for the action itself to meet and say.
+func (c *cmd) clusterExists(ctx context.Context) error {
+	cluster := c.clusterFilter()
+	if cluster == "" {
+		return nil
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.jobsClient().ListJobs(cctx, &loomv1.ListJobsRequest{Parent: c.projectName(), Cluster: cluster, PageSize: 1})
+	if code := status.Code(err); code == codes.NotFound || code == codes.InvalidArgument {
+		return c.rpcError("slurm_load_jobs error", err)
+	}
+	return nil
+}
+
 // oneCluster checks -M's value: Loom's Slurm commands take one cluster.
 // Slurm's list ("a,b") and "all" (one CLUSTER: section each) are refused
 // by name, not looked up as one cluster named "a,b".
