@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"strings"
 	"testing"
+	"time"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
@@ -296,5 +297,31 @@ func TestSacctClusterList(t *testing.T) {
 	code, out, errOut = run(t, fixture(), "sacct", Env{}, "-M", "other", "-X", "-P", "-n", "-o", "JobID", "-j", "12,20")
 	if code != 0 || out != "20\n" {
 		t.Errorf("sacct -M other: %d %q %q, want 20 alone", code, out, errOut)
+	}
+}
+
+// TestPingAsksWhichCluster: scontrol ping in a project of several clusters,
+// none named (no -M, no LOOM_CLUSTER), says what sinfo and sbatch say then
+// (set LOOM_CLUSTER or use -M), exit 1, not that the controller is DOWN: the
+// gateway answered. With the project's only cluster it pings that one.
+func TestPingAsksWhichCluster(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	env := Env{Conn: f.Dial(t), Project: "default", CallTimeout: 10 * time.Second}
+	want := "project \"default\" has several clusters (demo, other): set LOOM_CLUSTER or use -M\n"
+	for _, name := range []string{"sinfo", "scontrol"} {
+		args := []string{"ping"}
+		if name == "sinfo" {
+			args = nil
+		}
+		code, out, errOut := runWith(t, env, name, args...)
+		if code != 1 || out != "" || errOut != name+": error: "+want {
+			t.Errorf("%s %v with several clusters: %d %q %q, want %q, exit 1", name, args, code, out, errOut, name+": error: "+want)
+		}
+	}
+	solo := &fakegw.Gateway{Clusters: []*loomv1.Cluster{{Name: demoCluster}}}
+	env.Conn = solo.Dial(t)
+	if code, out, errOut := runWith(t, env, "scontrol", "ping"); code != 0 || !strings.HasSuffix(out, " is UP\n") || errOut != "" {
+		t.Errorf("scontrol ping with one cluster: %d %q %q, want UP", code, out, errOut)
 	}
 }

@@ -109,7 +109,18 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 // refuses an invalid --cluster before it pings), not a controller down.
 func (c *cmd) scontrolPing(ctx context.Context) error {
 	host := c.gatewayHost()
-	cluster, err := c.clusterName(ctx)
+	cluster := c.clusterFilter()
+	var err error
+	if cluster == "" {
+		var names []string
+		if names, err = c.projectClusters(ctx); err == nil {
+			// Several clusters (or none) and none chosen: what every other
+			// command says then (set LOOM_CLUSTER or use -M), not DOWN.
+			if cluster, err = c.onlyCluster(names); err != nil {
+				return err
+			}
+		}
+	}
 	if err == nil {
 		_, err = c.partitions(ctx, cluster)
 		if code := status.Code(err); code == codes.NotFound || code == codes.InvalidArgument {

@@ -302,6 +302,12 @@ func (c *cmd) clusterName(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return c.onlyCluster(names)
+}
+
+// onlyCluster is the project's one cluster of names (its every cluster):
+// an error saying what to do when there is none or more than one.
+func (c *cmd) onlyCluster(names []string) (string, error) {
 	switch len(names) {
 	case 1:
 		return names[0], nil
