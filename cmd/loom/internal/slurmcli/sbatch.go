@@ -893,8 +893,10 @@ func cpusPerNode(j *loomv1.Job) int32 {
 // exportEnv computes the job's environment per --export: ALL (the
 // default) is the whole submitting environment; NONE only its SLURM_*
 // variables; a list of NAME or NAME=value adds those to the SLURM_*
-// variables, or to everything when it starts with ALL. Explicit values
-// win over the environment's. It returns the normalised spec too.
+// variables, or to everything when it holds ALL. NONE in a list adds
+// nothing (NONE,FOO=1 is FOO=1; ALL,NONE is ALL), as Slurm 22.05 takes
+// it. Explicit values win over the environment's. It returns the
+// normalised spec too.
 // LOOM_TOKEN is never exported (see keptBack).
 func exportEnv(spec string, env map[string]string) (map[string]string, string, error) {
 	if spec == "" {
@@ -909,9 +911,6 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 			all = true
 			items[i] = "ALL"
 		case "NONE":
-			if len(items) > 1 {
-				return nil, "", errors.New("NONE cannot be combined with variables")
-			}
 			items[i] = "NONE"
 		}
 	}

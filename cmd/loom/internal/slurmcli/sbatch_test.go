@@ -226,7 +226,6 @@ func TestParseSbatchErrors(t *testing.T) {
 		{[]string{"--exclusive=maybe", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --exclusive specification "maybe"`},
 		{[]string{"--open-mode=overwrite", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --open-mode specification "overwrite": want append or truncate`},
 		{[]string{"-w", "gpu-[1-", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --nodelist specification "gpu-[1-"`},
-		{[]string{"--export=NONE,FOO", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --export specification "NONE,FOO": NONE cannot be combined`},
 		{[]string{"--test-only", "job.sh"}, plainScript, nil, "sbatch: error: --test-only is not supported by Loom"},
 		{[]string{"--wrap=hostname", "extra"}, "", nil, "sbatch: error: Script arguments are not permitted with the --wrap option."},
 		{[]string{"job.sh"}, "", nil, "sbatch: error: Batch script is empty!"},
@@ -272,6 +271,16 @@ func TestParseSbatchExportAndScript(t *testing.T) {
 		{"NONE", map[string]string{"SLURM_JOB_ID": "5", "SLURM_CONF": "/etc/slurm.conf"}, "NONE"},
 		{"EDITOR,FOO=bar", map[string]string{"SLURM_JOB_ID": "5", "SLURM_CONF": "/etc/slurm.conf", "EDITOR": "vi", "FOO": "bar"}, "EDITOR,FOO=bar"},
 		{"all,EDITOR=emacs", mergeMaps(baseEnv, env, map[string]string{"EDITOR": "emacs"}), "ALL,EDITOR=emacs"},
+		// NONE in a list adds nothing, as Slurm 22.05 on this machine
+		// (scripts/slurm-local.sh) took it, exit 0: with BAR=2 exported,
+		// --export=NONE,FOO=1 gave the job FOO=1 (no BAR),
+		// none,FOO=1,BAR gave BAR=2 and FOO=1, ALL,NONE and NONE,ALL
+		// gave BAR=2 (everything), NONE, gave neither.
+		{"NONE,FOO=1", map[string]string{"SLURM_JOB_ID": "5", "SLURM_CONF": "/etc/slurm.conf", "FOO": "1"}, "NONE,FOO=1"},
+		{"none,FOO=1,EDITOR", map[string]string{"SLURM_JOB_ID": "5", "SLURM_CONF": "/etc/slurm.conf", "FOO": "1", "EDITOR": "vi"}, "NONE,FOO=1,EDITOR"},
+		{"ALL,NONE", mergeMaps(baseEnv, env), "ALL,NONE"},
+		{"NONE,ALL", mergeMaps(baseEnv, env), "NONE,ALL"},
+		{"NONE,", map[string]string{"SLURM_JOB_ID": "5", "SLURM_CONF": "/etc/slurm.conf"}, "NONE"},
 	} {
 		args := []string{"job.sh"}
 		if tc.export != "" {

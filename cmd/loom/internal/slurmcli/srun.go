@@ -387,8 +387,11 @@ and ends the job as the step ended.
 
 // exportedTaskEnv is the environment srun's tasks start from under --export: with
 // NONE only the SLURM_* variables, else what exportEnv makes of the option.
+// As Slurm 22.05's srun, a list that starts with NONE is NONE, the rest
+// set aside (NONE,FOO=1 gives no FOO; sbatch's gives FOO), while a NONE
+// later in the list adds nothing (ALL,NONE is ALL).
 func exportedTaskEnv(export string, env map[string]string) (map[string]string, error) {
-	if strings.EqualFold(export, "NONE") {
+	if first, _, _ := strings.Cut(export, ","); strings.EqualFold(strings.TrimSpace(first), "NONE") {
 		base := map[string]string{}
 		for k, v := range env {
 			if strings.HasPrefix(k, "SLURM_") {

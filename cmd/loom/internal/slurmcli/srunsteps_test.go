@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -620,4 +621,27 @@ func interruptedSrun(t *testing.T, g *fakegw.Gateway, args ...string) (code int,
 		t.Fatal("srun did not end after it was interrupted")
 	}
 	return code, errOut
+}
+
+// TestSrunExportNone: srun --export with NONE in a list, as Slurm 22.05's
+// srun gave it on this machine (scripts/slurm-local.sh, BAR=2 exported):
+// NONE,FOO=1 and NONE,ALL gave neither FOO nor BAR (a list that starts
+// with NONE is NONE), ALL,NONE gave BAR=2, FOO=1,NONE gave FOO=1 alone.
+func TestSrunExportNone(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"BAR": "2", "SLURM_JOB_ID": "5"}
+	for _, tc := range []struct {
+		export string
+		want   map[string]string
+	}{
+		{"NONE,FOO=1", map[string]string{"SLURM_JOB_ID": "5"}},
+		{"NONE,ALL", map[string]string{"SLURM_JOB_ID": "5"}},
+		{"ALL,NONE", map[string]string{"SLURM_JOB_ID": "5", "BAR": "2"}},
+		{"FOO=1,NONE", map[string]string{"SLURM_JOB_ID": "5", "FOO": "1"}},
+	} {
+		got, err := exportedTaskEnv(tc.export, env)
+		if err != nil || !maps.Equal(got, tc.want) {
+			t.Errorf("srun --export=%s: %v %v, want %v", tc.export, got, err, tc.want)
+		}
+	}
 }
