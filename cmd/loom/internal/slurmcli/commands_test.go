@@ -584,7 +584,13 @@ func TestScontrolActions(t *testing.T) {
 		{[]string{"reboot", "nextstate=DOWN", "gpu-0001"}, "Invalid nextstate \"DOWN\""},
 		{[]string{"reboot", "gpu-0009"}, "slurm_reboot_nodes error: Invalid node name specified (gpu-0009)\n"},
 		{[]string{"update", "NodeName=gpu-0009", "State=DRAIN", "Reason=x"}, "slurm_update error: Invalid node name specified (gpu-0009)\n"},
-		{[]string{"update", "JobId=12", "Features=fast"}, "Update of this parameter is not supported: features=fast\nRequest aborted\n"},
+		// The key as written, as Slurm 22.05 on this machine
+		// (scripts/slurm-local.sh) printed it, exit 1:
+		// "Update of this parameter is not supported: Bogus=1\nRequest aborted\n",
+		// for a job and for a node alike.
+		{[]string{"update", "JobId=12", "Features=fast"}, "Update of this parameter is not supported: Features=fast\nRequest aborted\n"},
+		{[]string{"update", "JobId=12", "BOGUS=1", "TimeLimit=5"}, "Update of this parameter is not supported: BOGUS=1\nRequest aborted\n"},
+		{[]string{"update", "NodeName=gpu-0001", "Bogus=1"}, "Update of this parameter is not supported: Bogus=1\nRequest aborted\n"},
 		{[]string{"update", "JobId=12", "NumNodes=0"}, "Invalid NumNodes value: 0 (\"0\" is not a node count of at least 1)\n"},
 		{[]string{"update", "JobId=12", "NumTasks=x"}, "Invalid NumTasks value: x\n"},
 		{[]string{"update", "JobId=12", "MinMemoryNode=lots"}, "Invalid MinMemoryNode value: lots (expected a number with an optional K, M, G or T suffix)\n"},

@@ -743,9 +743,10 @@ func (c *cmd) scontrolUpdate(ctx context.Context, params []string) error {
 		if !ok {
 			return &Error{Code: 1, Text: "Invalid input: " + p + "\nRequest aborted"}
 		}
-		lk := strings.ToLower(k)
-		kv[lk] = v
-		order = append(order, lk)
+		// order keeps each key as written: Slurm's refusal of one it
+		// does not update names it so ("Bogus=1").
+		kv[strings.ToLower(k)] = v
+		order = append(order, k)
 	}
 	switch {
 	case has(kv, "jobid", "job"):
@@ -781,7 +782,8 @@ func first(kv map[string]string, keys ...string) string {
 func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
 	ids := splitList(first(kv, "jobid", "job"))
 	req := &loomv1.UpdateJobRequest{Action: "update"}
-	for _, k := range order {
+	for _, key := range order {
+		k := strings.ToLower(key)
 		v := kv[k]
 		switch k {
 		case "jobid", "job":
@@ -878,7 +880,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			}
 			req.ArrayTaskThrottle = proto.Int32(int32(n))
 		default:
-			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + v + "\nRequest aborted"}
+			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + key + "=" + v + "\nRequest aborted"}
 		}
 	}
 	relative := kv["timelimit"]
@@ -952,7 +954,8 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 		return &Error{Code: 1, Text: "Invalid node name specified: " + expr}
 	}
 	state, reason := "", kv["reason"]
-	for _, k := range order {
+	for _, key := range order {
+		k := strings.ToLower(key)
 		switch k {
 		case "nodename", "node", "reason":
 		case "state":
@@ -969,7 +972,7 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 				return &Error{Code: 1, Text: fmt.Sprintf("Invalid node state specified: %s (Loom supports DRAIN, DOWN, FAIL and RESUME)", kv[k])}
 			}
 		default:
-			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + kv[k] + "\nRequest aborted"}
+			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + key + "=" + kv[k] + "\nRequest aborted"}
 		}
 	}
 	if state == "" {
