@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,8 +293,8 @@ func TestStepEndBeforeItsRunIsKept(t *testing.T) {
 	for i := range 3 * MaxPendingStepEnds {
 		handle(t, s, t0, ended(2+int32(i%2), fmt.Sprintf("x-%04d", i)))
 	}
-	if p := s.Lookup(tunName).cj(tr.GetCustomJob()).PendingStepEnds; len(p) > MaxPendingStepEnds {
-		t.Fatalf("%d step ends kept, bound %d", len(p), MaxPendingStepEnds)
+	if p := s.Lookup(tunName).cj(tr.GetCustomJob()).PendingStepEnds; len(p) > MaxHeldStepEnds {
+		t.Fatalf("%d step ends kept, bound %d", len(p), MaxHeldStepEnds)
 	}
 	done := jobIs(n.Job(), loomv1.JobState_COMPLETED)
 	done.Attempt = 2
@@ -315,5 +316,44 @@ func TestStepEndBeforeItsRunIsKept(t *testing.T) {
 	handle(t, s, t0.Add(time.Second), Input{Payload: jobIs(n.Job(), loomv1.JobState_COMPLETED)})
 	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_ACTIVE {
 		t.Fatalf("judged on the step end of a node not the run's: %v", got)
+	}
+}
+
+// TestHeldStepEndsOfTheRunWinOverStrangers: nodes that are not the run's
+// (one sending ends of attempts to come, then as many others as the hold
+// has room for, less one) fill the step ends held before the run's event;
+// the run's node's end, read after them, is still held and ends the
+// trial at its job's end rather than after the metric grace.
+func TestHeldStepEndsOfTheRunWinOverStrangers(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	ended := func(attempt int32, node string) Input {
+		return Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: attempt, Node: node, State: eventsv1.StepState_STEP_EXITED},
+			Signer: "nodes/" + node}
+	}
+	handle(t, s, t0, Input{Payload: &eventsv1.MetricsReported{Job: n.Job(), Attempt: 1, Node: "n-0001",
+		Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: map[string]float64{"val_loss": 1}}}}})
+	for a := range 2 * MaxHeldStepEnds {
+		handle(t, s, t0, ended(int32(2+a), "x-flood"))
+	}
+	for i := range MaxHeldStepEnds - 2 {
+		handle(t, s, t0, ended(1, fmt.Sprintf("x-%04d", i)))
+	}
+	handle(t, s, t0, ended(1, "n-0001"))
+	held := s.Lookup(tunName).cj(tr.GetCustomJob()).PendingStepEnds
+	if len(held) > MaxHeldStepEnds || !slices.Contains(held, StepEnd{Attempt: 1, Node: "n-0001"}) {
+		t.Fatalf("%d step ends held (bound %d), the run's node's among them: %v", len(held), MaxHeldStepEnds,
+			slices.Contains(held, StepEnd{Attempt: 1, Node: "n-0001"}))
+	}
+	handle(t, s, t0.Add(time.Second), Input{Payload: jobIs(n.Job(), loomv1.JobState_COMPLETED)})
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_SUCCEEDED {
+		t.Fatalf("trial at its job's end, its node's step end held behind strangers': %v", got)
 	}
 }

@@ -55,8 +55,8 @@ type CJ struct {
 	// their run (its attempt, with its nodes): the step topic and the job
 	// topic are not ordered with each other, so a short run's, or a
 	// requeued attempt's, end can come first. They count (StepsEnded) once
-	// that event comes; at most MaxPendingStepEnds, dropped when the job
-	// ends.
+	// that event comes; at most MaxHeldStepEnds, shared by node
+	// (holdStepEnd), dropped when the job ends.
 	PendingStepEnds []StepEnd
 	// PendingMetrics are a trial's metric points a node sent before the
 	// job's event that names the node's run (its attempt, with its nodes):
@@ -81,9 +81,13 @@ type StepEnd struct {
 	Node    string
 }
 
-// MaxPendingStepEnds bounds CJ.PendingStepEnds: as many as the nodes a
-// CustomJob may have (4 pools of at most 64 replicas).
+// MaxPendingStepEnds is as many nodes as a CustomJob may have (4 pools
+// of at most 64 replicas).
 const MaxPendingStepEnds = 256
+
+// MaxHeldStepEnds bounds CJ.PendingStepEnds: ends of twice as many nodes
+// as a run may have, shared by node (holdStepEnd).
+const MaxHeldStepEnds = 2 * MaxPendingStepEnds
 
 // PendingMetrics are one node's metric points of run Attempt, read before
 // the job's event that names the run (CJ.PendingMetrics), as measurements

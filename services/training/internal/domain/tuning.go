@@ -438,12 +438,16 @@ func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string
 		// until it is (takePendingStepEnds), bounded.
 		e := StepEnd{Attempt: ev.GetAttempt(), Node: node}
 		if JobEnded(cur.Job.GetState()) || !inCluster(cur.Job.GetCluster(), node) ||
-			slices.Contains(cur.PendingStepEnds, e) || len(cur.PendingStepEnds) >= MaxPendingStepEnds {
+			slices.Contains(cur.PendingStepEnds, e) {
+			return nil, nil
+		}
+		kept, ok := holdStepEnd(cur.PendingStepEnds, e, cur.Attempt)
+		if !ok {
 			return nil, nil
 		}
 		return s.change(now, r.Name, func(r *Root, em *emitter) error {
 			_, cj := r.edit(cur.TrialID)
-			cj.PendingStepEnds = append(cj.PendingStepEnds, e)
+			cj.PendingStepEnds = kept
 			return nil
 		})
 	}
@@ -456,6 +460,53 @@ func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string
 		cj.StepsEnded = append(cj.StepsEnded, node)
 		return nil
 	})
+}
+
+// holdStepEnd returns held (CJ.PendingStepEnds) with e added, and true;
+// or false when there is no room for it. Past MaxHeldStepEnds, room is
+// made from the node holding the most while it holds more than e's node
+// will (its end of the attempt farthest from the current one goes), so a
+// node's held end is never given up for a node that then holds as many:
+// until the
+// run's event names its nodes they cannot be told from the cluster's other
+// nodes, so what is bounded is the nodes that hold. While at most
+// MaxHeldStepEnds nodes do, a node's first held end is never refused, so
+// a node that floods ends of attempts to come cannot push out the run's
+// nodes' (it would make a trial wait out the metric grace).
+func holdStepEnd(held []StepEnd, e StepEnd, attempt int32) ([]StepEnd, bool) {
+	out := append(slices.Clip(held), e)
+	if len(held) < MaxHeldStepEnds {
+		return out, true
+	}
+	count := map[string]int{}
+	for _, h := range held {
+		count[h.Node]++
+	}
+	most := ""
+	for _, h := range held {
+		if c := count[h.Node]; most == "" || c > count[most] || (c == count[most] && h.Node < most) {
+			most = h.Node
+		}
+	}
+	if count[most] <= count[e.Node]+1 {
+		return nil, false // it would hold no fewer than the node it evicts
+	}
+	far := -1
+	for i, h := range held {
+		if h.Node == most && (far < 0 || dist(h.Attempt, attempt) > dist(held[far].Attempt, attempt)) {
+			far = i
+		}
+	}
+	return slices.Delete(out, far, far+1), true
+}
+
+// dist is how far attempt a is from b.
+func dist(a, b int32) int64 {
+	d := int64(a) - int64(b)
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // takePendingStepEnds counts the kept step ends of cj's run, now that the
