@@ -1704,7 +1704,14 @@ type Association struct {
 	Qos []string `protobuf:"bytes,7,rep,name=qos,proto3" json:"qos,omitempty"`
 	// default_qos is the QOS a job charged to this association gets when it
 	// names none ("": the scheduler's default); one of qos or open_qos.
-	DefaultQos    string `protobuf:"bytes,8,opt,name=default_qos,json=defaultQos,proto3" json:"default_qos,omitempty"`
+	DefaultQos string `protobuf:"bytes,8,opt,name=default_qos,json=defaultQos,proto3" json:"default_qos,omitempty"`
+	// etag identifies the association's values (AIP-154): every field but
+	// default_account and etag itself. Output on every read and write. A
+	// SetAssociation that sets it (the etag of the association its new
+	// values were made from) writes only while the association still has
+	// it: otherwise, or when it was deleted meanwhile, ABORTED (HTTP 409),
+	// nothing written; read it again and retry. Unset: no check.
+	Etag          string `protobuf:"bytes,9,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1791,6 +1798,13 @@ func (x *Association) GetQos() []string {
 func (x *Association) GetDefaultQos() string {
 	if x != nil {
 		return x.DefaultQos
+	}
+	return ""
+}
+
+func (x *Association) GetEtag() string {
+	if x != nil {
+		return x.Etag
 	}
 	return ""
 }
@@ -2440,7 +2454,7 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\"\n" +
 	"\forganization\x18\x03 \x01(\tR\forganization\x12%\n" +
 	"\x0eparent_account\x18\x04 \x01(\tR\rparentAccount\x12\x1c\n" +
-	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\"\xf8\x01\n" +
+	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\"\x8c\x02\n" +
 	"\vAssociation\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x19\n" +
@@ -2450,7 +2464,8 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\x0fdefault_account\x18\x06 \x01(\bR\x0edefaultAccount\x12\x10\n" +
 	"\x03qos\x18\a \x03(\tR\x03qos\x12\x1f\n" +
 	"\vdefault_qos\x18\b \x01(\tR\n" +
-	"defaultQos\"Z\n" +
+	"defaultQos\x12\x12\n" +
+	"\x04etag\x18\t \x01(\tR\x04etag\"Z\n" +
 	"\x14CreateAccountRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12*\n" +
 	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount\"\x7f\n" +

@@ -2,6 +2,8 @@ package fakegw
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strings"
 
@@ -197,6 +199,15 @@ func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequ
 	if a.GetAccount() != "root" && g.account("projects/"+p+"/accounts/"+a.GetAccount()) == nil {
 		return nil, errs.ToStatus(errs.Invalid("association.account", "no account %q in project %s", a.GetAccount(), p))
 	}
+	if sent := a.GetEtag(); sent != "" {
+		i := slices.IndexFunc(g.Associations, func(o *loomv1.Association) bool {
+			return o.GetUser() == a.GetUser() && o.GetAccount() == a.GetAccount()
+		})
+		if i < 0 || assocEtag(g.Associations[i]) != sent {
+			return nil, status.Error(codes.Aborted, "the association changed meanwhile (another call wrote it); nothing was written: read again and retry: aborted")
+		}
+	}
+	a.Etag = ""
 	if a.Fairshare == 0 {
 		a.Fairshare = 1
 	}
@@ -228,7 +239,19 @@ func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequ
 	} else {
 		g.Associations = append(g.Associations, a)
 	}
-	return proto.Clone(a).(*loomv1.Association), nil
+	out := proto.Clone(a).(*loomv1.Association)
+	out.Etag = assocEtag(a)
+	return out, nil
+}
+
+// assocEtag is a's etag as the gateway's: a hash of its values but
+// default_account and etag.
+func assocEtag(a *loomv1.Association) string {
+	vals := proto.Clone(a).(*loomv1.Association)
+	vals.DefaultAccount, vals.Etag = false, ""
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(vals)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // ListAssociations lists the associations by user then account, filtered
@@ -238,7 +261,9 @@ func (g *Gateway) ListAssociations(_ context.Context, r *loomv1.ListAssociations
 	var out []*loomv1.Association
 	for _, a := range g.Associations {
 		if (r.GetUser() == "" || a.GetUser() == r.GetUser()) && (r.GetAccount() == "" || a.GetAccount() == shortName(r.GetAccount())) {
-			out = append(out, proto.Clone(a).(*loomv1.Association))
+			c := proto.Clone(a).(*loomv1.Association)
+			c.Etag = assocEtag(a)
+			out = append(out, c)
 		}
 	}
 	page, next, err := paging.List(r, out, func(a *loomv1.Association) string { return a.GetUser() + "/" + a.GetAccount() })

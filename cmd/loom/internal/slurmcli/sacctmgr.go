@@ -1127,7 +1127,10 @@ func boolInt(b bool) int {
 }
 
 // setAssociation sends the association read as a, changed by change (on a
-// copy), for modify user. When the gateway answers that it changed
+// copy), for modify user, with the etag it was read with: the gateway
+// writes it only while the association is still as read, so that another
+// call's write since (another admin's QOS+=) is not overwritten with the
+// values read before it. When the gateway answers that it changed
 // meanwhile, it reads the association again and sends it changed again,
 // once (retryChanged): what another call set meanwhile is kept.
 func (c *cmd) setAssociation(ctx context.Context, a *loomv1.Association, change func(*loomv1.Association)) error {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
@@ -235,9 +237,16 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	// so that Redis and the scheduler (AssociationChanged, in the same
 	// Apply) keep the same winner, and default_account as returned is as
 	// stored.
-	_, raw, err := g.repo.AssociationAsStored(ctx, project, a.GetUser(), a.GetAccount())
-	switch {
-	case errors.Is(err, errs.NotFound):
+	cur, raw, err := g.repo.AssociationAsStored(ctx, project, a.GetUser(), a.GetAccount())
+	if err != nil && !errors.Is(err, errs.NotFound) {
+		return nil, err
+	}
+	// The caller's etag, when sent, is checked against that same read:
+	// what the caller's new values were made from is what is replaced.
+	if err := checkAssociationEtag(req.GetAssociation().GetEtag(), cur, a); err != nil {
+		return nil, err
+	}
+	if cur == nil {
 		n, err := g.repo.CountAssociations(ctx, project)
 		if err != nil {
 			return nil, err
@@ -251,8 +260,6 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 		// A delete of what it read as the user's last association (and
 		// their default account with it) writes nothing after this add.
 		adapters.ReferUser(tx, project, a.GetUser())
-	case err != nil:
-		return nil, err
 	}
 	adapters.ExpectAssociation(tx, project, a.GetUser(), a.GetAccount(), raw)
 	def, err := g.repo.DefaultAccount(ctx, project, a.GetUser())
@@ -287,7 +294,32 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	}
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
 		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos())
-	return a, nil
+	out := proto.Clone(a).(*loomv1.Association)
+	out.Etag = domain.AssociationEtag(out)
+	return out, nil
+}
+
+// checkAssociationEtag is SetAssociation's AIP-154 check of the etag it
+// was sent (empty: none) against the association as the gateway read it
+// (cur, nil when there is none), for the new values a: Aborted, with
+// nothing written, when the association changed or was deleted since
+// the caller read it. The write itself holds only while the association
+// is as the gateway read it (ExpectAssociation), so that a write landing
+// between this check and the Apply is caught too.
+func checkAssociationEtag(sent string, cur, a *loomv1.Association) error {
+	if sent == "" {
+		return nil
+	}
+	what := fmt.Sprintf("set association user=%s account=%s", a.GetUser(), a.GetAccount())
+	if cur == nil {
+		return fmt.Errorf("%s: the association was deleted meanwhile (another call deleted it since it was read with etag %q); nothing was written: read again and retry: %w",
+			what, sent, errs.Aborted)
+	}
+	if now := domain.AssociationEtag(cur); now != sent {
+		return fmt.Errorf("%s: the association changed meanwhile (another call wrote it: etag %q as read, %q now); nothing was written: read again and retry: %w",
+			what, sent, now, errs.Aborted)
+	}
+	return nil
 }
 
 // assocLimitError is SetAssociation's refusal of a new association in a
@@ -317,6 +349,7 @@ func (g *Gateway) ListAssociations(ctx context.Context, req *loomv1.ListAssociat
 	var out []*loomv1.Association
 	for _, a := range all {
 		if (req.GetUser() == "" || a.GetUser() == req.GetUser()) && (account == "" || a.GetAccount() == account) {
+			a.Etag = domain.AssociationEtag(a)
 			out = append(out, a)
 		}
 	}
@@ -636,6 +669,7 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 			fmt.Sprintf("the association, user %s's default account or their other associations", user), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association deleted", "project", project, "user", user, "account", account)
+	a.Etag = domain.AssociationEtag(a)
 	return a, nil
 }
 

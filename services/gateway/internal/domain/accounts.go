@@ -2,6 +2,8 @@ package domain
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"slices"
@@ -312,6 +314,7 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest, open []string) (string
 		"%d is outside 0..%d (0: no limit; %d is the limit)", in.GetMaxSubmitJobs(), MaxAssocJobs, MaxAssocJobs)
 	v.Check(in.GetFairshare() >= 0 && in.GetFairshare() <= MaxFairshare, "association.fairshare",
 		"%d is outside 0..%d (the limit)", in.GetFairshare(), MaxFairshare)
+	checkText(&v, "association.etag", in.GetEtag(), MaxEtagBytes)
 	qos := checkQOSList(&v, "association.qos", in.GetQos())
 	defQOS := strings.ToLower(in.GetDefaultQos())
 	if defQOS != "" && !QOSAllowed(defQOS, open, qos) {
@@ -328,6 +331,25 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest, open []string) (string
 		out.Fairshare = 1
 	}
 	return p.ID, out, nil
+}
+
+// AssociationEtag returns the strong etag (AIP-154) of a's values: a hash
+// of the deterministic encoding of every field but default_account (the
+// user's default, kept apart from the association) and etag itself, so
+// that a change of which account is the user's default leaves it alone
+// while any change of its values changes it. a is
+// not changed.
+func AssociationEtag(a *loomv1.Association) string {
+	vals := proto.Clone(a).(*loomv1.Association)
+	vals.DefaultAccount, vals.Etag = false, ""
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(vals)
+	if err != nil {
+		// An association always encodes; an etag that matches nothing
+		// refuses a conditional write rather than letting it by.
+		return "unencodable"
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // ParseQOSList reads a comma-separated QOS list (-open-qos): lower-cased,

@@ -1,0 +1,166 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// assocOf is user's association with account as ListAssociations shows it.
+func (h *harness) assocOf(t *testing.T, ctx context.Context, user, account string) *loomv1.Association {
+	t.Helper()
+	l, err := h.accounts().ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: user, Account: account}, h.call("vic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.GetAssociations()) != 1 {
+		t.Fatalf("associations of %s in %s: %v, want one", user, account, l.GetAssociations())
+	}
+	return l.GetAssociations()[0]
+}
+
+// TestAssociationEtag: an association carries an AIP-154 etag on every
+// read and write; a SetAssociation sending one writes only while the
+// association still has it (else Aborted, HTTP 409, saying it changed
+// meanwhile and to read again and retry, nothing written), and one
+// sending none replaces it as before. A change of the user's default
+// account leaves the etag alone.
+func TestAssociationEtag(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	acc := h.accounts()
+	h.createAccounts(t, ctx, &loomv1.Account{Name: "physics"}, &loomv1.Account{Name: "chem"})
+	set := func(a *loomv1.Association) (*loomv1.Association, error) {
+		return acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a}, h.call("pat"))
+	}
+	got, err := set(&loomv1.Association{Account: "physics", User: "alice", MaxJobs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := h.assocOf(t, ctx, "alice", "physics")
+	if got.GetEtag() == "" || read.GetEtag() != got.GetEtag() {
+		t.Fatalf("etag as written %q, as listed %q: want the same, set", got.GetEtag(), read.GetEtag())
+	}
+	// Another account made the default: the association's values, and so
+	// its etag, are as they were.
+	if _, err := set(&loomv1.Association{Account: "chem", User: "alice", DefaultAccount: true}); err != nil {
+		t.Fatal(err)
+	}
+	if e := h.assocOf(t, ctx, "alice", "physics").GetEtag(); e != read.GetEtag() {
+		t.Fatalf("etag after the default moved: %q, want %q", e, read.GetEtag())
+	}
+
+	// The current etag: written, and a new etag answered.
+	first := proto.Clone(read).(*loomv1.Association)
+	first.Qos, first.DefaultAccount = []string{"high"}, false
+	got, err = set(first)
+	if err != nil {
+		t.Fatalf("set with the current etag: %v", err)
+	}
+	if got.GetEtag() == read.GetEtag() || got.GetEtag() != h.assocOf(t, ctx, "alice", "physics").GetEtag() {
+		t.Fatalf("etag after a change %q (before %q): want a new one, as listed", got.GetEtag(), read.GetEtag())
+	}
+	// The same read again: stale, refused, nothing written.
+	second := proto.Clone(read).(*loomv1.Association)
+	second.MaxSubmitJobs = 9
+	_, err = set(second)
+	wantAcctCode(t, err, codes.Aborted, "user=alice account=physics", "changed meanwhile", read.GetEtag(), "read again and retry")
+	if a := h.assocOf(t, ctx, "alice", "physics"); a.GetMaxSubmitJobs() != 0 || !slices.Equal(a.GetQos(), []string{"high"}) {
+		t.Fatalf("after the stale write: %v, want the first write's values", a)
+	}
+	// No etag: replaced, as before.
+	if _, err := set(&loomv1.Association{Account: "physics", User: "alice", MaxJobs: 5}); err != nil {
+		t.Fatalf("set without an etag: %v", err)
+	}
+	if a := h.assocOf(t, ctx, "alice", "physics"); a.GetMaxJobs() != 5 || len(a.GetQos()) != 0 {
+		t.Fatalf("after a write without an etag: %v", a)
+	}
+	// Deleted since it was read: Aborted, and not made again.
+	stale := h.assocOf(t, ctx, "alice", "physics")
+	if _, err := acc.DeleteAssociation(ctx, &loomv1.DeleteAssociationRequest{Parent: project, User: "alice", Account: "physics"}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = set(stale)
+	wantAcctCode(t, err, codes.Aborted, "deleted meanwhile", "read again and retry")
+	if l, _ := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice", Account: "physics"}, h.call("vic")); len(l.GetAssociations()) != 0 {
+		t.Fatalf("a stale write made the deleted association again: %v", l.GetAssociations())
+	}
+	// Bad etags name the field and the limit.
+	_, err = set(&loomv1.Association{Account: "chem", User: "alice", Etag: strings.Repeat("e", 129)})
+	wantAcctCode(t, err, codes.InvalidArgument, "association.etag", "limit of 128")
+
+	// Over REST a stale etag is 409.
+	cur := h.assocOf(t, ctx, "alice", "chem")
+	body := fmt.Sprintf(`{"account":"chem","user":"alice","max_jobs":3,"etag":%q}`, cur.GetEtag()+"x")
+	req, err := http.NewRequestWithContext(ctx, "POST", h.restBase+"/v1/projects/default/associations", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.cred("pat"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "changed meanwhile") {
+		t.Fatalf("stale etag over REST: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestRacingAssociationEditsBothLand: two admins each adding a QOS to one
+// association at once, as sacctmgr modify user ... set QOS+=x does (read
+// the association, add to its list, write it whole with the etag read,
+// and once more from a new read when Aborted), both land: neither write
+// puts back the list the other replaced.
+func TestRacingAssociationEditsBothLand(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	h.createAccounts(t, ctx, &loomv1.Account{Name: "physics"})
+	addQOS := func(user, q string) func() error {
+		return func() error {
+			var err error
+			for range 2 {
+				l, lerr := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: user, Account: "physics"}, h.call("pat"))
+				if lerr != nil {
+					return lerr
+				}
+				a := l.GetAssociations()[0]
+				a.Qos = append(a.Qos, q)
+				if _, err = acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a}, h.call("pat")); status.Code(err) != codes.Aborted {
+					return err
+				}
+			}
+			return err
+		}
+	}
+	for round := range raceRounds {
+		user := fmt.Sprintf("u%d", round)
+		if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: user}}, h.call("pat")); err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range together(addQOS(user, "high"), addQOS(user, "debug")) {
+			if err != nil {
+				t.Fatalf("round %d: edit %d: %v", round, i, err)
+			}
+		}
+		if q := h.assocOf(t, ctx, user, "physics").GetQos(); !slices.Equal(q, []string{"debug", "high"}) {
+			t.Fatalf("round %d: QOS after two racing QOS+= edits: %v, want both (debug, high)", round, q)
+		}
+	}
+}
