@@ -69,6 +69,10 @@ type AuthServiceClient interface {
 	RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*ApiKey, error)
 	// SetMember gives user a role in a project (viewer, user or admin), or
 	// with parent "global" the role cluster-admin. Role "" removes them.
+	// The last admin of a project, or the last cluster-admin, keeps the role
+	// (FAILED_PRECONDITION: make another member admin first); a cluster
+	// administrator may still remove a project's last admin who is its only
+	// member.
 	SetMember(ctx context.Context, in *SetMemberRequest, opts ...grpc.CallOption) (*Member, error)
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// RegisterNode exchanges a node's one-time bootstrap token (scoped to a
@@ -251,6 +255,10 @@ type AuthServiceServer interface {
 	RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*ApiKey, error)
 	// SetMember gives user a role in a project (viewer, user or admin), or
 	// with parent "global" the role cluster-admin. Role "" removes them.
+	// The last admin of a project, or the last cluster-admin, keeps the role
+	// (FAILED_PRECONDITION: make another member admin first); a cluster
+	// administrator may still remove a project's last admin who is its only
+	// member.
 	SetMember(context.Context, *SetMemberRequest) (*Member, error)
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	// RegisterNode exchanges a node's one-time bootstrap token (scoped to a

@@ -23,7 +23,9 @@ members included). --global with role cluster-admin makes a cluster
 administrator (nodes, capacity, reservations, every project). A user
 without a role in a project finds nothing there: its resources are NotFound
 to them. The project's admins and the cluster administrators may list and
-set members.`,
+set members. A project's last admin (and the last cluster administrator)
+cannot be removed or demoted, not even by themselves: make another member
+admin first.`,
 	}
 	var global bool
 	parent := func() string {

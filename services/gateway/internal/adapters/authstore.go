@@ -343,13 +343,31 @@ func (s *AuthStore) SetMember(ctx context.Context, parent, user, role string) er
 // first checks that ARGV[5] still may manage parent's members, by their
 // memberships (KEYS[3]) as they are now: a cluster administrator (field
 // ARGV[6] is ARGV[7]), or an admin (ARGV[8]) of parent when parent is not
-// ARGV[6]; else it returns 0 and writes nothing. One script, so that
-// concurrent calls cannot pass the cap together, nor two admins demote
-// (or remove) each other, each checked as the other's write lands, and a
-// member already there may always change role.
+// ARGV[6]; else it returns 0 and writes nothing. It then refuses, returning
+// 2 and writing nothing, to take the role that administers parent (admin;
+// cluster-admin under ARGV[6]) from its last holder: parent would be left
+// with no one to administer it. Only a cluster administrator's call (or
+// one with no ARGV[5]) may remove a project's last admin who is its only
+// member: the project is left empty, not without an admin over members.
+// One script, so that concurrent calls cannot pass the cap together, nor
+// two admins demote (or remove) each other, or each themselves, each
+// checked as the other's write lands, and a member already there may
+// always change role (but the last admin).
 var setMember = redis.NewScript(`
-if ARGV[5] ~= '' and redis.call('HGET', KEYS[3], ARGV[6]) ~= ARGV[7] then
+local caller_ca = ARGV[5] == '' or redis.call('HGET', KEYS[3], ARGV[6]) == ARGV[7]
+if not caller_ca then
   if ARGV[4] == ARGV[6] or redis.call('HGET', KEYS[3], ARGV[4]) ~= ARGV[8] then return 0 end
+end
+local admin = ARGV[8]
+if ARGV[4] == ARGV[6] then admin = ARGV[7] end
+if ARGV[2] ~= admin and redis.call('HGET', KEYS[1], ARGV[1]) == admin then
+  local n = 0
+  for _, r in ipairs(redis.call('HVALS', KEYS[1])) do
+    if r == admin then n = n + 1 end
+  end
+  if n <= 1 and not (caller_ca and ARGV[4] ~= ARGV[6] and ARGV[2] == '' and redis.call('HLEN', KEYS[1]) == 1) then
+    return 2
+  end
 end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -380,6 +398,14 @@ func (s *AuthStore) SetMemberAtMost(ctx context.Context, parent, user, role stri
 // caller's principal said when the call began is a read: two admins
 // removing each other, each allowed by it, would leave neither. by ""
 // checks nothing (the gateway's bootstrap; authentication off).
+//
+// Whoever calls, the write never takes the role that administers parent
+// (admin; cluster-admin under GlobalParent) from its last holder:
+// FailedPrecondition naming parent and the user, saying to make another
+// member admin first; the count is made in the same step, so that two
+// admins removing themselves at once leave one. A cluster administrator
+// (or by "") may still remove a project's last admin who is its last
+// member, emptying it.
 func (s *AuthStore) SetMemberBy(ctx context.Context, by, parent, user, role string, max int) error {
 	keys := []string{s.st.Key(KeyMembersPrefix + parent), s.st.Key(KeyUserRolesPrefix + user), s.st.Key(KeyUserRolesPrefix + by)}
 	n, err := setMember.Run(ctx, s.st.Client(), keys, user, role, max, parent, by, GlobalParent, RoleClusterAdmin, auth.RoleAdmin.String()).Int64()
@@ -393,8 +419,27 @@ func (s *AuthStore) SetMemberBy(ctx context.Context, by, parent, user, role stri
 		return fmt.Errorf("%w: %s is no longer an admin of %s (nor a cluster administrator), whom alone its members are managed by", errs.PermissionDenied, auth.UserName(by), parent)
 	case n < 0:
 		return fmt.Errorf("%w: %s has %d members, the limit is %d; remove one first", errs.ResourceExhausted, parent, -n-1, max)
+	case n == 2:
+		return lastAdminError(parent, user, role)
 	}
 	return nil
+}
+
+// lastAdminError is SetMemberBy's refusal to take the role that
+// administers parent from user, its last holder (role: what they would
+// have had instead, "" for none).
+func lastAdminError(parent, user, role string) error {
+	change := "removing them"
+	if role != "" {
+		change = "making them " + role
+	}
+	if parent == GlobalParent {
+		return fmt.Errorf("%w: %s is the last cluster administrator: %s would leave no one to administer the cluster; "+
+			"make another user cluster-admin first (`loom auth members set USER %s --global`)", errs.FailedPrecondition, auth.UserName(user), change, RoleClusterAdmin)
+	}
+	return fmt.Errorf("%w: %s is the last admin of %s: %s would leave no one to administer the project; "+
+		"make another member admin first (`loom auth members set USER admin --project %s`)",
+		errs.FailedPrecondition, auth.UserName(user), parent, change, strings.TrimPrefix(parent, "projects/"))
 }
 
 // Members returns parent's members: user → role.
