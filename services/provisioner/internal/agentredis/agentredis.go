@@ -25,7 +25,10 @@
 // same name later (a cluster id used again, maybe by another project)
 // starts with none of them, and its relay publishes nothing the old agent
 // left behind. Where agents have no user of their own (they share the
-// provisioner's credential), Keys deletes them all the same.
+// provisioner's credential), Keys deletes them all the same. DeleteAll
+// does it for many nodes at once with one walk of the keyspace (see
+// deleteKeys): the local provider's RemoveNodes, which the reconciler
+// calls with every node a pass removes.
 package agentredis
 
 import (
@@ -211,11 +214,26 @@ func NewKeys(rdb redis.UniversalClient) *Keys { return &Keys{rdb: rdb} }
 // does after deleting its user. Call it once the agent is stopped;
 // idempotent.
 func (k *Keys) Delete(ctx context.Context, n provider.Node) error {
-	name := UserName(n)
-	if err := deleteKeys(ctx, k.rdb, name+":"); err != nil {
-		return fmt.Errorf("agent %s: delete its keys: %w", name, err)
+	return k.DeleteAll(ctx, []provider.Node{n})[0]
+}
+
+// DeleteAll deletes the keys of every node of nodes' agents, as Delete
+// does, with one walk of the keyspace for all of them (deleteKeys): an
+// error per node, in order, nil for a node whose keys are gone. Call it
+// once the agents are stopped; idempotent, and a failure is retried by
+// calling it again.
+func (k *Keys) DeleteAll(ctx context.Context, nodes []provider.Node) []error {
+	errs := make([]error, len(nodes))
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = UserName(n)
 	}
-	return nil
+	if err := deleteKeys(ctx, k.rdb, names); err != nil {
+		for i, name := range names {
+			errs[i] = fmt.Errorf("agent %s: delete its keys: %w", name, err)
+		}
+	}
+	return errs
 }
 
 // Users makes and deletes the agents' Redis users.
@@ -294,33 +312,90 @@ func (u *Users) Ensure(ctx context.Context, n provider.Node) (user, passwordFile
 // that are gone are not an error, and a failure is retried by calling it
 // again.
 func (u *Users) Delete(ctx context.Context, n provider.Node) error {
-	user := UserName(n)
-	if err := u.rdb.Do(ctx, "ACL", "DELUSER", user).Err(); err != nil {
-		return fmt.Errorf("redis user %s: ACL DELUSER: %w", user, err)
-	}
-	if err := deleteKeys(ctx, u.rdb, user+":"); err != nil {
-		return fmt.Errorf("redis user %s: delete its keys: %w", user, err)
-	}
-	return nil
+	return u.DeleteAll(ctx, []provider.Node{n})[0]
 }
 
-// deleteKeys deletes every key that starts with prefix: SCAN MATCH, each
-// step's keys unlinked (freed in the background: an outbox may be large).
-// SCAN MATCH walks the whole keyspace, whatever the prefix: about
-// keys/deleteBatch round trips (BenchmarkDeleteInLargeKeyspace). The
-// agent's inbox marks are one key per event, named by the event's id, so
-// no fixed list of names finds them; an index of the agent's keys kept by
-// the store would.
-func deleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
-	match := globEscape(prefix) + "*"
+// DeleteAll does what Delete does for every node of nodes: their users
+// deleted in one round trip (pipelined ACL DELUSER), then the keys of those
+// whose user went, with one walk of the keyspace for all of them
+// (deleteKeys), however many they are. It returns an error per node, in
+// order: nil for a node whose user and keys are gone. Call it once the
+// agents are stopped; idempotent, and a failure is retried by calling it
+// again.
+func (u *Users) DeleteAll(ctx context.Context, nodes []provider.Node) []error {
+	errs := make([]error, len(nodes))
+	if len(nodes) == 0 {
+		return errs
+	}
+	pipe := u.rdb.Pipeline()
+	dels := make([]*redis.Cmd, len(nodes))
+	for i, n := range nodes {
+		dels[i] = pipe.Do(ctx, "ACL", "DELUSER", UserName(n))
+	}
+	_, _ = pipe.Exec(ctx)
+	var names []string
+	var gone []int
+	for i, n := range nodes {
+		if err := dels[i].Err(); err != nil {
+			errs[i] = fmt.Errorf("redis user %s: ACL DELUSER: %w", UserName(n), err)
+			continue
+		}
+		names = append(names, UserName(n))
+		gone = append(gone, i)
+	}
+	if err := deleteKeys(ctx, u.rdb, names); err != nil {
+		for j, i := range gone {
+			errs[i] = fmt.Errorf("redis user %s: delete its keys: %w", names[j], err)
+		}
+	}
+	return errs
+}
+
+// deleteKeys deletes every key under the prefix of each agent of names
+// ("<name>:", colon included): one SCAN MATCH walk of the keyspace for
+// them all, each step's keys of theirs unlinked (freed in the background:
+// an outbox may be large). The walk's pattern is the names' longest
+// common prefix, so that Redis sends back few keys but theirs; a key is
+// deleted only when a prefix of it up to one of its colons is one of
+// theirs ("agent-c-n1:" is not a prefix of "agent-c-n10:x"). SCAN MATCH
+// walks the whole keyspace, whatever the pattern: about keys/deleteBatch
+// round trips per call, which is why removals come in batches
+// (BenchmarkDeleteManyInLargeKeyspace: one walk per node made a
+// 1,000-node removal among 200,000 keys take minutes).
+//
+// No walk at all would need the names of an agent's keys: the fixed ones
+// (outbox, outbox:dead, outbox:lease, steps, tasks, metrics, boot_id) are
+// known, but its inbox marks are one key per applied event, named by the
+// event's id ("inbox:<id>", expiring after store.InboxTTL), and only an
+// index written by the store's Apply script with each mark (on every
+// agent's hot path, and kept in step with the marks' expiry) would name
+// them.
+func deleteKeys(ctx context.Context, rdb redis.UniversalClient, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	prefixes := make(map[string]bool, len(names))
+	common := names[0] + ":"
+	for _, name := range names {
+		p := name + ":"
+		prefixes[p] = true
+		common = commonPrefix(common, p)
+	}
+	match := globEscape(common) + "*"
 	var cursor uint64
 	for {
 		keys, next, err := rdb.Scan(ctx, cursor, match, deleteBatch).Result()
 		if err != nil {
 			return fmt.Errorf("SCAN: %w", err)
 		}
-		if len(keys) > 0 {
-			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+		theirs := keys[:0]
+		for _, k := range keys {
+			if underOneOf(k, prefixes) {
+				theirs = append(theirs, k)
+			}
+		}
+		if len(theirs) > 0 {
+			if err := rdb.Unlink(ctx, theirs...).Err(); err != nil {
 				return fmt.Errorf("UNLINK: %w", err)
 			}
 		}
@@ -331,16 +406,39 @@ func deleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) e
 	}
 }
 
+// underOneOf reports whether key starts with one of prefixes, each of
+// which ends with a colon: whether key up to one of its colons is one.
+func underOneOf(key string, prefixes map[string]bool) bool {
+	for i := 0; i < len(key); i++ {
+		if key[i] == ':' && prefixes[key[:i+1]] {
+			return true
+		}
+	}
+	return false
+}
+
+// commonPrefix returns the longest prefix of a and b.
+func commonPrefix(a, b string) string {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return a[:i]
+		}
+	}
+	return a[:n]
+}
+
 // globEscape escapes s for a Redis glob pattern, so that it matches s
-// only.
+// only. Byte by byte: a common prefix (deleteKeys) may end inside a
+// multi-byte character, and Redis matches bytes.
 func globEscape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		switch r {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
 		case '*', '?', '[', ']', '\\':
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -400,6 +401,221 @@ func TestDeleteRemovesTheAgentsKeys(t *testing.T) {
 	}
 }
 
+// scanCounter is a go-redis hook that counts the SCAN commands a client
+// sends, and fails the one numbered failAt (1 the first; 0 none), as a
+// crash in the middle of a walk would end it.
+type scanCounter struct {
+	n      atomic.Int64
+	failAt int64
+}
+
+func (c *scanCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *scanCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "scan" {
+			if n := c.n.Add(1); n == c.failAt {
+				err := errors.New("injected: the provisioner died here")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *scanCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// removalFixture is a keyspace with the agents of cluster c's 1,000 nodes
+// gpu-0001…gpu-1000 and of n1 (to remove), of survivors whose names start
+// as theirs do (n10, gpu-00010, another cluster's gpu-0001), a few keys
+// that are no agent's, and others (services' keys), each agent with the
+// keys its store writes.
+type removalFixture struct {
+	removed, survivors []provider.Node
+	// kept are keys that are no agent's and must stay.
+	kept []string
+}
+
+func agentNode(dir, cluster, host string) provider.Node {
+	return provider.Node{Name: "projects/p/clusters/" + cluster + "/nodes/" + host, ClusterID: cluster, Hostname: host,
+		WorkDir: filepath.Join(dir, cluster, host)}
+}
+
+// agentKeyNames are the keys an agent's store writes (its inbox marks
+// named by event ids), relative to its prefix.
+var agentKeyNames = []string{"outbox", "outbox:dead", "outbox:lease", "steps", "tasks", "metrics", "boot_id", "inbox:0b7c-1", "inbox:0b7c-2"}
+
+func newRemovalFixture(t testing.TB, ctx context.Context, admin *redis.Client, others int) *removalFixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &removalFixture{kept: []string{"agent-c-n1", "agent-c-n1x", "agent-c-gpu-0001", "scheduler:state"}}
+	for i := 1; i <= 1000; i++ {
+		f.removed = append(f.removed, agentNode(dir, "c", fmt.Sprintf("gpu-%04d", i)))
+	}
+	f.removed = append(f.removed, agentNode(dir, "c", "n1"))
+	f.survivors = []provider.Node{agentNode(dir, "c", "n10"), agentNode(dir, "c", "gpu-00010"), agentNode(dir, "d", "gpu-0001")}
+	pipe := admin.Pipeline()
+	for _, n := range append(append([]provider.Node(nil), f.removed...), f.survivors...) {
+		for _, k := range agentKeyNames {
+			pipe.Set(ctx, UserName(n)+":"+k, "v", 0)
+		}
+	}
+	for _, k := range f.kept {
+		pipe.Set(ctx, k, "keep", 0)
+	}
+	for i := range others {
+		pipe.Set(ctx, fmt.Sprintf("scheduler:k-%d", i), "v", 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// check fails t unless every key of gone's agents is deleted and every
+// key of kept's, and f.kept, is there.
+func (f *removalFixture) check(t *testing.T, ctx context.Context, admin *redis.Client, gone, kept []provider.Node) {
+	t.Helper()
+	for _, n := range gone {
+		if left := agentKeys(t, ctx, admin, UserName(n)+":"); len(left) > 0 {
+			t.Fatalf("the removed agent %s's keys are left: %v", UserName(n), left)
+		}
+	}
+	for _, n := range kept {
+		if left := agentKeys(t, ctx, admin, UserName(n)+":"); len(left) != len(agentKeyNames) {
+			t.Fatalf("a surviving agent %s has %d keys, want its %d: %v", UserName(n), len(left), len(agentKeyNames), left)
+		}
+	}
+	for _, k := range f.kept {
+		if v, err := admin.Get(ctx, k).Result(); err != nil || v != "keep" {
+			t.Fatalf("%s = %q, %v; want it kept", k, v, err)
+		}
+	}
+}
+
+// deleter is what removes agents: Users (agents with a Redis user of
+// their own) or Keys (agents that share the provisioner's).
+type deleter interface {
+	Delete(ctx context.Context, n provider.Node) error
+	DeleteAll(ctx context.Context, nodes []provider.Node) []error
+}
+
+// TestDeleteAllWalksOnce: removing 1,001 nodes at once walks the keyspace
+// once, as removing one does, in both modes (a Redis user per agent, or
+// the provisioner's shared); every key of theirs goes, and none of an
+// agent whose name starts the same (n1 removed, n10 kept; then n10
+// removed, n1's keys being gone already), of another cluster's agent of
+// the same host, or that is no agent's. With one walk per node, removing a
+// 1,000-node cluster among 200,000 keys took minutes.
+func TestDeleteAllWalksOnce(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	for _, mode := range []string{"users", "keys"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := testkit.Context(t, 60*time.Second)
+			addr, _ := testkit.Redis(t)
+			admin := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { _ = admin.Close() })
+			var scans scanCounter
+			admin.AddHook(&scans)
+			f := newRemovalFixture(t, ctx, admin, 20_000)
+			var d deleter = NewKeys(admin)
+			if mode == "users" {
+				u := New(admin)
+				pass(t, ctx, u, append(append([]provider.Node(nil), f.removed[len(f.removed)-3:]...), f.survivors...)...)
+				d = u
+			}
+
+			// One node: one walk.
+			one := f.removed[0]
+			if err := d.Delete(ctx, one); err != nil {
+				t.Fatal(err)
+			}
+			walk := scans.n.Swap(0)
+			f.check(t, ctx, admin, f.removed[:1], f.survivors)
+
+			errs := d.DeleteAll(ctx, f.removed[1:])
+			if len(errs) != len(f.removed)-1 {
+				t.Fatalf("DeleteAll gave %d results for %d nodes", len(errs), len(f.removed)-1)
+			}
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("DeleteAll: %s: %v", f.removed[1+i].Name, err)
+				}
+			}
+			if got := scans.n.Swap(0); got > 2*walk {
+				t.Fatalf("removing %d nodes sent %d SCANs; removing one sends %d (one walk): want one walk for them all",
+					len(f.removed)-1, got, walk)
+			}
+			f.check(t, ctx, admin, f.removed, f.survivors)
+			if mode == "users" {
+				users, err := admin.Do(ctx, "ACL", "USERS").StringSlice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, n := range f.removed {
+					if slices.Contains(users, UserName(n)) {
+						t.Fatalf("the removed agent's user %s is left: %v", UserName(n), users)
+					}
+				}
+				for _, n := range f.survivors {
+					if !slices.Contains(users, UserName(n)) {
+						t.Fatalf("the surviving agent's user %s went: %v", UserName(n), users)
+					}
+				}
+			}
+
+			// n10 goes too, n1 being gone already; gpu-00010 and d's stay.
+			if errs := d.DeleteAll(ctx, f.survivors[:1]); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			f.check(t, ctx, admin, f.survivors[:1], f.survivors[1:])
+			if errs := d.DeleteAll(ctx, nil); len(errs) != 0 {
+				t.Fatalf("DeleteAll of no node = %v", errs)
+			}
+		})
+	}
+}
+
+// TestDeleteAllResumesAfterAFailure: a walk that ends half way (the
+// provisioner dies, Redis goes away) fails every node of it, so that none
+// is taken off record, and the next call deletes what is left.
+func TestDeleteAllResumesAfterAFailure(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	ctx := testkit.Context(t, 60*time.Second)
+	addr, _ := testkit.Redis(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	scans := &scanCounter{failAt: 3}
+	admin.AddHook(scans)
+	f := newRemovalFixture(t, ctx, admin, 5_000)
+	k := NewKeys(admin)
+	errs := k.DeleteAll(ctx, f.removed)
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "injected") || !strings.Contains(err.Error(), UserName(f.removed[i])) {
+			t.Fatalf("%s after a walk that failed half way: %v; want the failure, naming its agent", f.removed[i].Name, err)
+		}
+	}
+	left := 0
+	for _, n := range f.removed {
+		left += len(agentKeys(t, ctx, admin, UserName(n)+":"))
+	}
+	if left == 0 || left == len(f.removed)*len(agentKeyNames) {
+		t.Fatalf("%d keys left after half a walk; want some deleted and some not", left)
+	}
+	for i, err := range k.DeleteAll(ctx, f.removed) {
+		if err != nil {
+			t.Fatalf("%s, again: %v", f.removed[i].Name, err)
+		}
+	}
+	f.check(t, ctx, admin, f.removed, f.survivors)
+}
+
 // TestGlobEscape: the prefix is matched as it is.
 func TestGlobEscape(t *testing.T) {
 	t.Parallel()
@@ -440,4 +656,67 @@ func BenchmarkDeleteInLargeKeyspace(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(count.n.Load())/float64(b.N), "cmds/op")
+}
+
+// BenchmarkDeleteManyInLargeKeyspace: what removing the agents of 1,001
+// nodes (a 1,000-node cluster's delete or scale-down, each agent with the 9
+// keys its store writes) costs among 200,000 other keys: walk-per-node
+// deletes each one's keys with a walk of its own (Delete, as every removal
+// did), one-walk all of them together (DeleteAll, as the local provider's
+// RemoveNodes does). Rerun:
+//
+//	cd services/provisioner && go test -run '^$' -bench DeleteManyInLargeKeyspace -benchtime 1x ./internal/agentredis/
+func BenchmarkDeleteManyInLargeKeyspace(b *testing.B) {
+	need.Tools(b, "apt-get install redis-server", "redis-server")
+	for _, bc := range []struct {
+		name string
+		del  func(ctx context.Context, k *Keys, nodes []provider.Node) error
+	}{
+		{"walk-per-node", func(ctx context.Context, k *Keys, nodes []provider.Node) error {
+			for _, n := range nodes {
+				if err := k.Delete(ctx, n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"one-walk", func(ctx context.Context, k *Keys, nodes []provider.Node) error {
+			return errors.Join(k.DeleteAll(ctx, nodes)...)
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			_, admin := testkit.Redis(b)
+			f := newRemovalFixture(b, ctx, admin, 200_000)
+			var count cmdCounter
+			admin.AddHook(&count)
+			k := NewKeys(admin)
+			b.ResetTimer()
+			for i := range b.N {
+				if i > 0 {
+					b.StopTimer()
+					pipe := admin.Pipeline()
+					for _, n := range f.removed {
+						for _, key := range agentKeyNames {
+							pipe.Set(ctx, UserName(n)+":"+key, "v", 0)
+						}
+					}
+					if _, err := pipe.Exec(ctx); err != nil {
+						b.Fatal(err)
+					}
+					count.n.Store(0)
+					b.StartTimer()
+				}
+				if err := bc.del(ctx, k, f.removed); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if left, err := admin.Keys(ctx, "agent-c-gpu-1000:*").Result(); err != nil || len(left) > 0 {
+				b.Fatalf("keys left: %v, %v", left, err)
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N)/float64(len(f.removed)), "ms/node")
+			b.ReportMetric(float64(count.n.Load()), "cmds/op")
+		})
+	}
 }

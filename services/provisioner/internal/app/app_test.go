@@ -587,3 +587,107 @@ func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
 		t.Fatalf("node after registration: %v, want READY", n.GetState())
 	}
 }
+
+// batchProvider is fakeProvider that removes nodes in batches
+// (provider.BatchRemover), as the local provider does, recording each
+// batch and failing the nodes in fail.
+type batchProvider struct {
+	*fakeProvider
+	batches [][]string
+	fail    map[string]bool
+}
+
+func (b *batchProvider) RemoveNodes(_ context.Context, nodes []provider.Node) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var names []string
+	errs := make([]error, len(nodes))
+	for i, n := range nodes {
+		names = append(names, n.Hostname)
+		if b.fail[n.Hostname] {
+			errs[i] = errors.New("redis: connection refused")
+			continue
+		}
+		b.removed[n.Name] = true
+	}
+	b.batches = append(b.batches, names)
+	return errs
+}
+
+// Remove is a batch of one.
+func (b *batchProvider) Remove(ctx context.Context, n provider.Node) error {
+	return b.RemoveNodes(ctx, []provider.Node{n})[0]
+}
+
+// takeBatches returns the batches removed since the last call.
+func (b *batchProvider) takeBatches() [][]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	got := b.batches
+	b.batches = nil
+	return got
+}
+
+// TestRemovalsOfAPassAreOneBatch: the nodes a pass retires (a shrink's
+// drained nodes), and a deleted cluster's nodes, are removed with one
+// RemoveNodes (the local provider walks Redis's keyspace once for their
+// agents' keys, where a Remove each walked it once per node: minutes for a
+// 1,000-node cluster among 200,000 keys). A node whose removal failed
+// keeps its record, says why, and is removed at the next pass, alone;
+// the others are gone at once.
+func TestRemovalsOfAPassAreOneBatch(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	p := &batchProvider{fakeProvider: newFake(), fail: map[string]bool{"gpu-0005": true}}
+	a := newApp(t, st, p, &clock{t: time.Now()})
+	ctx := context.Background()
+	create(t, a, 6)
+	a.ReconcileOnce(ctx)
+	registerAll(t, a)
+	if err := a.UpdateCluster(ctx, "ev-up", &eventsv1.UpdateCluster{Operation: "up", Cluster: clusterSpec(demo, 2), DrainGraceSeconds: 30}); err != nil {
+		t.Fatal(err)
+	}
+	a.ReconcileOnce(ctx)
+	for _, h := range []string{"gpu-0003", "gpu-0004", "gpu-0005", "gpu-0006"} {
+		if err := a.NodeDrained(ctx, "drained-"+h, &eventsv1.NodeDrained{Node: demo + "/nodes/" + h, Cluster: demo}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.takeBatches()
+	a.ReconcileOnce(ctx)
+	if got := p.takeBatches(); len(got) != 1 || strings.Join(got[0], ",") != "gpu-0003,gpu-0004,gpu-0005,gpu-0006" {
+		t.Fatalf("a pass retiring 4 drained nodes removed %v; want them in one batch", got)
+	}
+	var hosts []string
+	for _, n := range a.Nodes("default", "demo") {
+		hosts = append(hosts, n.GetHostname())
+	}
+	if strings.Join(hosts, ",") != "gpu-0001,gpu-0002,gpu-0005" {
+		t.Fatalf("nodes after the pass = %v; want the 2 kept and gpu-0005, whose removal failed", hosts)
+	}
+	if n := node(a, "gpu-0005"); !strings.Contains(n.GetNextAction(), "could not remove gpu-0005: redis: connection refused") {
+		t.Fatalf("gpu-0005's next action = %q; want why its removal failed", n.GetNextAction())
+	}
+	p.mu.Lock()
+	p.fail = nil
+	p.mu.Unlock()
+	a.ReconcileOnce(ctx)
+	if got := p.takeBatches(); len(got) != 1 || strings.Join(got[0], ",") != "gpu-0005" {
+		t.Fatalf("the next pass removed %v; want gpu-0005 again", got)
+	}
+	if cl, _ := a.Cluster(demo); cl.GetStatus().GetState() != loomv1.Cluster_RUNNING || len(a.Nodes("default", "demo")) != 2 {
+		t.Fatalf("after the shrink: %v, nodes %v", cl.GetStatus(), a.Nodes("default", "demo"))
+	}
+
+	if err := a.DeleteCluster(ctx, "ev-del", &eventsv1.DeleteCluster{Operation: "del", Cluster: demo}); err != nil {
+		t.Fatal(err)
+	}
+	a.ReconcileOnce(ctx)
+	if got := p.takeBatches(); len(got) != 1 || strings.Join(got[0], ",") != "gpu-0001,gpu-0002" {
+		t.Fatalf("the delete removed %v; want the cluster's nodes in one batch", got)
+	}
+	if _, ok := a.Cluster(demo); ok || !p.clusters["demo"] {
+		t.Fatalf("the cluster is left after its teardown (removed clusters %v)", p.clusters)
+	}
+}

@@ -96,7 +96,7 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 		return // a delete came in: the next pass starts at once, with it
 	}
 	a.eachRepair(ctx, pl.repairs)
-	a.each(ctx, pl.retire, func(_ int, n provider.Node) { a.retire(ctx, n, pl.states[n.Name]) })
+	a.retireAll(ctx, pl.retire, pl.states)
 
 	clusters := make([]string, 0, len(pl.teardown))
 	for c := range pl.teardown {
@@ -302,33 +302,100 @@ func (a *App) launchFailed(ctx context.Context, n provider.Node, reason string, 
 	a.setNextLaunch(n.Name, now.Add(a.opts.Params.Backoff(max(attempts, 1))))
 }
 
-// retire stops a FAILED or DELETING node and removes its directories, then
-// asks the domain to drop its record (a FAILED one stays on record while
-// its pool needs it to explain itself).
-func (a *App) retire(ctx context.Context, n provider.Node, state loomv1.Node_State) {
+// retireAll stops the pass's FAILED and DELETING nodes, removes their
+// directories (one removeAll for them all), then asks the domain to drop
+// each one's record (a FAILED one stays on record while its pool needs it
+// to explain itself). A node that could not be stopped or removed keeps
+// its record, saying why, and is retired again at the next pass.
+func (a *App) retireAll(ctx context.Context, nodes []provider.Node, states map[string]loomv1.Node_State) {
+	if len(nodes) == 0 {
+		return
+	}
+	// ok: the node is stopped (or was cleaned up at an earlier pass).
+	ok := make([]bool, len(nodes))
+	var stopped []provider.Node
+	var at []int
 	a.mu.RLock()
-	cleaned := a.cleaned[n.Name]
+	for i, n := range nodes {
+		ok[i] = a.cleaned[n.Name]
+	}
 	a.mu.RUnlock()
-	if !cleaned {
+	a.each(ctx, nodes, func(i int, n provider.Node) {
+		if ok[i] {
+			return
+		}
 		if err := a.opts.Provider.Stop(ctx, n); err != nil {
 			a.log.Warn("stopping node failed; will retry", "node", n.Name, "err", err)
 			a.retireFailed(ctx, n, fmt.Sprintf("could not stop %s: %v", n.Hostname, err))
 			return
 		}
-		if err := a.opts.Provider.Remove(ctx, n); err != nil {
+		ok[i] = true
+	})
+	a.mu.RLock()
+	for i, n := range nodes {
+		if ok[i] && !a.cleaned[n.Name] {
+			stopped = append(stopped, n)
+			at = append(at, i)
+		}
+	}
+	a.mu.RUnlock()
+	for j, err := range a.removeAll(ctx, stopped) {
+		n := stopped[j]
+		if err != nil {
+			ok[at[j]] = false
 			a.log.Warn("removing node failed; will retry", "node", n.Name, "err", err)
 			a.retireFailed(ctx, n, fmt.Sprintf("could not remove %s: %v", n.Hostname, err))
-			return
+			continue
 		}
-		if state == loomv1.Node_FAILED {
+		if states[n.Name] == loomv1.Node_FAILED {
 			a.mu.Lock()
 			a.cleaned[n.Name] = true
 			a.mu.Unlock()
 		}
 	}
-	if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.RemoveNode(a.opts.Params, n.Name, a.opts.Now()) }); err != nil {
-		a.log.Warn("removing node record failed; will retry", "node", n.Name, "err", err)
+	a.each(ctx, nodes, func(i int, n provider.Node) {
+		if !ok[i] {
+			return
+		}
+		if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.RemoveNode(a.opts.Params, n.Name, a.opts.Now()) }); err != nil {
+			a.log.Warn("removing node record failed; will retry", "node", n.Name, "err", err)
+		}
+	})
+}
+
+// removeAll removes nodes (stopped) from the provider: with one
+// RemoveNodes where the provider removes nodes in batches
+// (provider.BatchRemover: the local provider walks Redis's keyspace once
+// for them all), else a Remove each, LaunchConcurrency at a time. It
+// returns an error per node, in order; a node not tried (ctx ended) gets
+// ctx's error.
+func (a *App) removeAll(ctx context.Context, nodes []provider.Node) []error {
+	errs := make([]error, len(nodes))
+	if len(nodes) == 0 {
+		return errs
 	}
+	if br, ok := a.opts.Provider.(provider.BatchRemover); ok {
+		got := br.RemoveNodes(ctx, nodes)
+		for i := range errs {
+			if i < len(got) {
+				errs[i] = got[i]
+			} else {
+				errs[i] = fmt.Errorf("the provider's RemoveNodes gave %d results for %d nodes", len(got), len(nodes))
+			}
+		}
+		return errs
+	}
+	tried := make([]bool, len(nodes))
+	a.each(ctx, nodes, func(i int, n provider.Node) {
+		tried[i] = true
+		errs[i] = a.opts.Provider.Remove(ctx, n)
+	})
+	for i := range errs {
+		if !tried[i] {
+			errs[i] = cmp.Or(ctx.Err(), context.Canceled)
+		}
+	}
+	return errs
 }
 
 // retireFailed records on a DELETING node why stopping or removing it
@@ -344,15 +411,29 @@ func (a *App) retireFailed(ctx context.Context, n provider.Node, why string) {
 // node, ClusterDeleted): a crash anywhere before repeats the idempotent steps.
 func (a *App) teardown(ctx context.Context, cluster string, nodes []provider.Node) error {
 	errs := make([]error, len(nodes))
+	ok := make([]bool, len(nodes))
 	a.each(ctx, nodes, func(i int, n provider.Node) {
 		if err := a.opts.Provider.Stop(ctx, n); err != nil {
 			errs[i] = fmt.Errorf("could not stop %s: %w", n.Hostname, err)
 			return
 		}
-		if err := a.opts.Provider.Remove(ctx, n); err != nil {
-			errs[i] = fmt.Errorf("could not remove %s: %w", n.Hostname, err)
-		}
+		ok[i] = true
 	})
+	// The stopped ones are removed together: one walk of Redis's keyspace
+	// for all their agents' keys with the local provider (removeAll).
+	var stopped []provider.Node
+	var at []int
+	for i, n := range nodes {
+		if ok[i] {
+			stopped = append(stopped, n)
+			at = append(at, i)
+		}
+	}
+	for j, err := range a.removeAll(ctx, stopped) {
+		if err != nil {
+			errs[at[j]] = fmt.Errorf("could not remove %s: %w", stopped[j].Hostname, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		var first error
 		failed := 0

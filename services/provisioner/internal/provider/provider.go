@@ -85,6 +85,18 @@ type PassStarter interface {
 	StartPass(ctx context.Context) error
 }
 
+// BatchRemover is implemented by providers whose Remove has a cost that
+// nodes removed together share (the local provider: one walk of Redis's
+// keyspace for all their agents' keys, where a Remove each walks it once
+// per node). The reconciler removes the nodes a pass retires, and each
+// deleted cluster's nodes, with one RemoveNodes. It does for each node
+// what Remove does (after Stop; idempotent) and returns an error per node,
+// in order: nil for a node that is removed. A node whose error is not nil
+// stays on record and is removed again at the next pass.
+type BatchRemover interface {
+	RemoveNodes(ctx context.Context, nodes []Node) []error
+}
+
 // Launched reports the outcome of a Launch.
 type Launched struct {
 	// PID is the agent's process id (0 where there is no process).

@@ -132,17 +132,21 @@ type RedisUsers interface {
 	// Ensure makes n's agent's user, idempotently, and returns its name
 	// and the path of its password file.
 	Ensure(ctx context.Context, n provider.Node) (user, passwordFile string, err error)
-	// Delete deletes it, then every key under its prefix (n's agent is
-	// stopped); idempotent: what does not exist is not an error, and a
-	// failure is retried by calling it again.
-	Delete(ctx context.Context, n provider.Node) error
+	// DeleteAll deletes the users of nodes' agents, then every key under
+	// their prefixes (the agents are stopped), with one walk of the
+	// keyspace for them all; an error per node, in order. Idempotent: what
+	// does not exist is not an error, and a failure is retried by calling
+	// it again.
+	DeleteAll(ctx context.Context, nodes []provider.Node) []error
 }
 
-// RedisKeys deletes a removed node's agent's keys (agentredis.Keys).
+// RedisKeys deletes removed nodes' agents' keys (agentredis.Keys).
 type RedisKeys interface {
-	// Delete deletes every key under the prefix of n's agent (stopped);
-	// idempotent, and a failure is retried by calling it again.
-	Delete(ctx context.Context, n provider.Node) error
+	// DeleteAll deletes every key under the prefixes of nodes' agents
+	// (stopped), with one walk of the keyspace for them all; an error per
+	// node, in order. Idempotent, and a failure is retried by calling it
+	// again.
+	DeleteAll(ctx context.Context, nodes []provider.Node) []error
 }
 
 // redisCred is the Redis user and password file handed to an agent.
@@ -486,28 +490,85 @@ func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 // a removed node keeps running or can reach Redis, and nothing of it is left
 // there for an agent of the same name (a cluster id used again) to inherit.
 // Call it once the agent is stopped; a failure leaves the directory, and
-// calling it again finishes.
+// calling it again finishes. RemoveNodes removes many nodes at once.
 func (p *Provider) Remove(ctx context.Context, n provider.Node) error {
-	if err := p.check(n); err != nil {
-		return err
+	return p.RemoveNodes(ctx, []provider.Node{n})[0]
+}
+
+var _ provider.BatchRemover = (*Provider)(nil)
+
+// RemoveNodes does what Remove does for every node of nodes, with one walk
+// of Redis's keyspace for all their agents' keys (RedisUsers.DeleteAll,
+// RedisKeys.DeleteAll) where a Remove each would walk it once per node:
+// among 200,000 keys a walk takes about 0.2 s, which made a 1,000-node
+// cluster's delete spend minutes walking. The step process groups are
+// killed and the directories deleted LaunchConcurrency nodes at a time. It
+// returns an error per node, in order; a node whose error is not nil keeps
+// its directory (whatever else of it went), and removing it again
+// finishes.
+func (p *Provider) RemoveNodes(ctx context.Context, nodes []provider.Node) []error {
+	errs := make([]error, len(nodes))
+	p.eachNode(nodes, func(i int, n provider.Node) {
+		if err := p.check(n); err != nil {
+			errs[i] = err
+			return
+		}
+		if err := p.killSteps(n); err != nil {
+			errs[i] = fmt.Errorf("remove %s: %w", n.Name, err)
+		}
+	})
+	var ready []provider.Node
+	var at []int
+	for i, n := range nodes {
+		if errs[i] == nil {
+			ready = append(ready, n)
+			at = append(at, i)
+		}
 	}
-	if err := p.killSteps(n); err != nil {
-		return fmt.Errorf("remove %s: %w", n.Name, err)
-	}
+	redisErrs := make([]error, len(ready))
 	switch {
+	case len(ready) == 0:
 	case p.cfg.RedisUsers != nil:
-		if err := p.cfg.RedisUsers.Delete(ctx, n); err != nil {
-			return fmt.Errorf("remove %s: %w", n.Name, err)
-		}
+		redisErrs = p.cfg.RedisUsers.DeleteAll(ctx, ready)
 	case p.cfg.RedisKeys != nil:
-		if err := p.cfg.RedisKeys.Delete(ctx, n); err != nil {
-			return fmt.Errorf("remove %s: %w", n.Name, err)
+		redisErrs = p.cfg.RedisKeys.DeleteAll(ctx, ready)
+	}
+	for j, i := range at {
+		switch {
+		case len(redisErrs) != len(ready):
+			errs[i] = fmt.Errorf("remove %s: deleting the agents' Redis users or keys gave %d results for %d nodes", nodes[i].Name, len(redisErrs), len(ready))
+		case redisErrs[j] != nil:
+			errs[i] = fmt.Errorf("remove %s: %w", nodes[i].Name, redisErrs[j])
 		}
 	}
-	if err := os.RemoveAll(n.WorkDir); err != nil {
-		return fmt.Errorf("remove %s: %w", n.WorkDir, err)
+	p.eachNode(nodes, func(i int, n provider.Node) {
+		if errs[i] != nil {
+			return
+		}
+		if err := os.RemoveAll(n.WorkDir); err != nil {
+			errs[i] = fmt.Errorf("remove %s: %w", n.WorkDir, err)
+		}
+	})
+	return errs
+}
+
+// eachNode calls f for every node of nodes, LaunchConcurrency at a time,
+// and returns when every call has.
+func (p *Provider) eachNode(nodes []provider.Node, f func(int, provider.Node)) {
+	if len(nodes) == 1 {
+		f(0, nodes[0])
+		return
 	}
-	return nil
+	sem := make(chan struct{}, p.cfg.LaunchConcurrency)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i, n)
+		})
+	}
+	wg.Wait()
 }
 
 // RemoveCluster deletes the cluster's directory, shared directory included.

@@ -2,11 +2,13 @@ package local
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -439,5 +441,76 @@ func TestReimageWipesTheNodeAndReplaceBootsANewOne(t *testing.T) {
 	}
 	if _, err := p.Repair(ctx, repl, provider.Reboot, ""); err == nil {
 		t.Fatal("a repair without a boot id was accepted")
+	}
+}
+
+// recordingKeys is a RedisKeys that records the batches it is handed and
+// fails the hosts in fail.
+type recordingKeys struct {
+	mu      sync.Mutex
+	batches [][]string
+	fail    map[string]bool
+}
+
+func (r *recordingKeys) DeleteAll(_ context.Context, nodes []provider.Node) []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var hosts []string
+	errs := make([]error, len(nodes))
+	for i, n := range nodes {
+		hosts = append(hosts, n.Hostname)
+		if r.fail[n.Hostname] {
+			errs[i] = errors.New("SCAN: connection refused")
+		}
+	}
+	r.batches = append(r.batches, hosts)
+	return errs
+}
+
+// TestRemoveNodesDeletesKeysInOneBatch: RemoveNodes hands every node's
+// agent to one RedisKeys.DeleteAll (one walk of Redis's keyspace for them
+// all) and deletes the directories of those whose keys went; a node whose
+// keys could not be deleted keeps its directory and says why, and one
+// that is not this provider's is refused without being handed over.
+func TestRemoveNodesDeletesKeysInOneBatch(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	keys := &recordingKeys{fail: map[string]bool{"gpu-0002": true}}
+	p, err := New(Config{DataDir: data, AgentCommand: []string{"/bin/true"}, RedisKeys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []provider.Node
+	for _, h := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0010"} {
+		n := node(data, "demo", h)
+		if err := os.MkdirAll(n.WorkDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	bad := node(data, "demo", "gpu-0004")
+	bad.WorkDir = "/etc"
+	nodes = append(nodes, bad)
+
+	errs := p.RemoveNodes(context.Background(), nodes)
+	if len(keys.batches) != 1 || strings.Join(keys.batches[0], ",") != "gpu-0001,gpu-0002,gpu-0003,gpu-0010" {
+		t.Fatalf("RedisKeys got %v; want one batch of the 4 nodes of this provider", keys.batches)
+	}
+	for i, n := range nodes {
+		_, statErr := os.Stat(n.WorkDir)
+		switch n.Hostname {
+		case "gpu-0002":
+			if errs[i] == nil || !strings.Contains(errs[i].Error(), "connection refused") || statErr != nil {
+				t.Fatalf("%s: %v (dir: %v); want its failure and its directory kept", n.Hostname, errs[i], statErr)
+			}
+		case "gpu-0004":
+			if errs[i] == nil || !strings.Contains(errs[i].Error(), "not where this provider puts them") || statErr != nil {
+				t.Fatalf("%s: %v (dir: %v); want it refused, /etc untouched", n.Hostname, errs[i], statErr)
+			}
+		default:
+			if errs[i] != nil || !os.IsNotExist(statErr) {
+				t.Fatalf("%s: %v (dir: %v); want it removed", n.Hostname, errs[i], statErr)
+			}
+		}
 	}
 }
