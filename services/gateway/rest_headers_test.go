@@ -79,9 +79,10 @@ func TestRESTAnswersAreNotCachedNorRendered(t *testing.T) {
 
 // TestRESTRefusesUnknownQueryParameters: a query parameter that names no
 // field of the request is 400 naming it, as an unknown field of a body
-// is, rather than ignored (a misspelt filter listed everything); the
-// fields' proto and JSON names, and a path into a nested message, are
-// taken.
+// is, rather than ignored (a misspelt filter listed everything), on
+// every route, those whose path sets every field included; so is one the
+// path sets; the fields' proto and JSON names, and a path into a nested
+// message, are taken.
 func TestRESTRefusesUnknownQueryParameters(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -98,6 +99,12 @@ func TestRESTRefusesUnknownQueryParameters(t *testing.T) {
 		{"/v1/" + project + "/jobs?activeOnly=true&pageSize=5", http.StatusOK, ""},
 		{"/v1/" + project + "/locations/us-central1/customJobs?pageSize=5", http.StatusOK, ""},
 		{"/v1/" + project + "/locations/us-central1/customJobs?pageSize=5&page_sise=3", http.StatusBadRequest, `page_sise`},
+		// Routes whose path sets every field of the request: grpc-gateway
+		// reads no query there, so nothing was refused.
+		{"/v1/" + cluster1 + "?page_size=-1", http.StatusBadRequest, `page_size: query parameter: GetClusterRequest has no field \"page_size\"`},
+		{"/v1/auth:whoami?bogus=1", http.StatusBadRequest, `bogus: query parameter: WhoAmIRequest has no field \"bogus\"`},
+		{"/v1/" + cluster1 + "?name=" + project + "/clusters/c2", http.StatusBadRequest, `name: query parameter: the path sets name on this route`},
+		{"/v1/" + cluster1, http.StatusOK, ""},
 	} {
 		code, body := restCall(ctx, t, h.restAs("vic"), h.restBase, http.MethodGet, tc.path, "")
 		if code != tc.want || !strings.Contains(body, tc.says) {

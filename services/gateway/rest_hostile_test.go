@@ -31,7 +31,9 @@ var restServiceNames = []protoreflect.FullName{
 // path with every variable filled in, and whether it takes a body.
 type restRoute struct {
 	verb, rule, path string
-	body, pageSize   bool // takes a body; its request has page_size
+	body, pageSize   bool   // takes a body; its request has page_size
+	bodyField        string // the rule's body: a field, "*" or ""
+	pathVar          string // the field its path's first variable sets ("" for none)
 }
 
 // restPathVar is a variable of a path template: {name=projects/*/jobs/*}
@@ -100,8 +102,12 @@ func restRoutes(t *testing.T) []restRoute {
 					continue
 				}
 				seen[verb+" "+tmpl] = true
-				out = append(out, restRoute{verb: verb, rule: tmpl, path: restPathVar.ReplaceAllStringFunc(tmpl, fillPathVar),
-					body: r.GetBody() != "", pageSize: md.Input().Fields().ByName("page_size") != nil})
+				rt := restRoute{verb: verb, rule: tmpl, path: restPathVar.ReplaceAllStringFunc(tmpl, fillPathVar),
+					body: r.GetBody() != "", bodyField: r.GetBody(), pageSize: md.Input().Fields().ByName("page_size") != nil}
+				if m := restPathVar.FindStringSubmatch(tmpl); m != nil {
+					rt.pathVar = m[1]
+				}
+				out = append(out, rt)
 			}
 		}
 	}
@@ -115,13 +121,18 @@ func restRoutes(t *testing.T) []restRoute {
 // them, from the services' http options) what a hostile or careless
 // caller sends: a body past the limit, malformed JSON, an unknown field,
 // JSON nested thousands deep, invalid UTF-8 in the path and in the query,
-// a page size past int32, an overlong path segment. Each is refused as
+// a query parameter the route does not take (no such field, or one its
+// path sets), a page size past int32, an overlong path
+// segment. Each is refused as
 // the caller's mistake (400 or 413, a JSON error naming what and the
 // limit), never a server error: invalid UTF-8 in the path used to reach
 // the gateway's own gRPC call and fail there (500, "error while
 // marshaling"), and a deeply nested google.protobuf.Value (a
 // TrainingPipeline's training_task_inputs) to exceed protobuf's recursion
-// limit (500).
+// limit (500). An unknown query parameter used to be refused only where
+// some field was left for grpc-gateway to parse the query into
+// (GET .../clusters/c1?page_size=-1 and GET /v1/auth:whoami?bogus=1 were
+// 200).
 func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -164,7 +175,16 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 			want             int    // 0: any client error (4xx)
 			says             string // what the message must hold
 		}
+		// A query parameter the route does not take is refused on every
+		// route, those whose path and body leave grpc-gateway no field to
+		// parse a query into (GetCluster, a body "*") included.
+		const unknown = "no_such_param_x: query parameter: "
+		bound := "the path sets " + r.pathVar
+		if r.bodyField == "*" {
+			bound = "takes every field in the request body"
+		}
 		probes := []probe{
+			{"an unknown query parameter", r.path + "?no_such_param_x=1", "{}", http.StatusBadRequest, unknown},
 			{"invalid UTF-8 in a query value", r.path + "?x=a%ff%fe", "", http.StatusBadRequest, "query parameter x: holds invalid UTF-8"},
 			{"invalid UTF-8 in a query name", r.path + "?a%ffb=1", "", http.StatusBadRequest, "holds invalid UTF-8"},
 			{"an overlong path segment", strings.Replace(r.path, "/x1", "/"+long, 1), "{}", 0, ""},
@@ -184,6 +204,9 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 				probe{"invalid UTF-8 in a body", r.path, "{\"a\xff\": 1}", http.StatusBadRequest, "invalid UTF-8"},
 			)
 		}
+		if r.pathVar != "" {
+			probes = append(probes, probe{"a query parameter the path sets", r.path + "?" + r.pathVar + "=x", "{}", http.StatusBadRequest, bound})
+		}
 		if r.pageSize && r.verb == http.MethodGet {
 			probes = append(probes, probe{"a page size past int32", r.path + "?page_size=99999999999", "", http.StatusBadRequest, "page_size"})
 		}
@@ -202,6 +225,8 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 				t.Errorf("%s %s, %s: HTTP %d %.300s, want %d", r.verb, r.rule, p.name, code, raw, p.want)
 			case p.want != 0 && code == p.want && !strings.Contains(a.Message, p.says):
 				t.Errorf("%s %s, %s: HTTP %d %.300s, want a message holding %q", r.verb, r.rule, p.name, code, raw, p.says)
+			case strings.Contains(a.Message, "takes none"):
+				t.Errorf("%s %s, %s: HTTP %d %.300s: the route is not in the query check's table", r.verb, r.rule, p.name, code, raw)
 			}
 		}
 		if r.body {

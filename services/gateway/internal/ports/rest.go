@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,17 +18,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -44,8 +39,9 @@ import (
 // REST documentation writes them; input takes either spelling everywhere.
 // Server streams come out as newline-delimited JSON objects {"result": ...}.
 // A field the request message does not have, in the body or as a query
-// parameter (strictQuery), is refused (InvalidArgument, HTTP 400, naming
-// it), as Google's APIs do, rather than silently dropped.
+// parameter, and a query parameter naming a field the route's path or
+// body sets, are refused on every route (InvalidArgument, HTTP 400, naming
+// it: strictQuery), as Google's APIs do, rather than silently dropped.
 // The returned function closes the connection to grpcAddr.
 func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, error) {
 	conn, err := grpc.NewClient(dialable(grpcAddr),
@@ -58,8 +54,18 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	// the gRPC port sees only this connection's loopback peer.
 	client := runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD { return guard.RESTClient(r.RemoteAddr) })
 	// Query parameters are held to what a body is: one that names no
-	// field of the request is refused (strictQuery), not ignored.
-	query := runtime.SetQueryParameterParser(strictQuery{})
+	// field the route leaves to the query is refused (strictQuery), not
+	// ignored, on every route of either mux.
+	services := []grpc.ServiceDesc{trainingv1.TrainingService_ServiceDesc, trainingv1.MetricsService_ServiceDesc}
+	for _, l := range loomREST {
+		services = append(services, l.service)
+	}
+	routes, err := queryRoutes(services)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("rest: read the routes' http options: %w", err)
+	}
+	loomQuery, vertexQuery := &strictQuery{routes: routes}, &strictQuery{routes: routes}
 	// A request is the method it says: grpc-gateway would otherwise take a
 	// form-encoded POST as the GET of the same path, or as any method its
 	// X-HTTP-Method-Override header names (a DELETE sent as a POST, past
@@ -70,39 +76,25 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	// gateway has no such API" (the console takes it so).
 	allow := &allowed{}
 	wrong := runtime.WithRoutingErrorHandler(allow.routingError)
-	probe := runtime.WithMiddlewares(probed)
-	mux := runtime.NewServeMux(query, verbs, wrong, probe, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	mux := runtime.NewServeMux(verbs, wrong, runtime.WithMiddlewares(probed, loomQuery.middleware), runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
+	loomQuery.mux = mux
 	// ModelService is on both: its Loom paths (projects/*/models/...) answer
 	// with proto names, its Vertex paths (TrainingPath) in camelCase.
-	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
-		loomv1.RegisterClusterServiceHandler,
-		loomv1.RegisterReservationServiceHandler,
-		loomv1.RegisterJobServiceHandler,
-		loomv1.RegisterSlurmServiceHandler,
-		loomv1.RegisterOperationServiceHandler,
-		loomv1.RegisterNodeServiceHandler,
-		loomv1.RegisterModelServiceHandler,
-		loomv1.RegisterAuthServiceHandler,
-		loomv1.RegisterAccountServiceHandler,
-		loomv1.RegisterAuditServiceHandler,
-		loomv1.RegisterHealthServiceHandler,
-		loomv1.RegisterGoodputServiceHandler,
-		loomv1.RegisterIngressServiceHandler,
-		loomv1.RegisterChangeServiceHandler,
-	} {
-		if err := reg(ctx, mux, conn); err != nil {
+	for _, l := range loomREST {
+		if err := l.register(ctx, mux, conn); err != nil {
 			_ = conn.Close()
 			return nil, nil, fmt.Errorf("rest: register handlers: %w", err)
 		}
 	}
 	// Vertex's resources answer in Vertex's JSON: camelCase field names.
-	vertex := runtime.NewServeMux(query, verbs, wrong, probe, runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	vertex := runtime.NewServeMux(verbs, wrong, runtime.WithMiddlewares(probed, vertexQuery.middleware), runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}), client)
+	vertexQuery.mux = vertex
 	if err := trainingv1.RegisterTrainingServiceHandler(ctx, vertex, conn); err != nil {
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("rest: register training handlers: %w", err)
@@ -144,6 +136,29 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		}
 		mux.ServeHTTP(w, r)
 	}), conn.Close, nil
+}
+
+// loomREST are the loom.v1 services RESTMux serves on its proto-named
+// mux: each one's handlers' registration and its service (whose http
+// options strictQuery reads).
+var loomREST = []struct {
+	register func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
+	service  grpc.ServiceDesc
+}{
+	{loomv1.RegisterClusterServiceHandler, loomv1.ClusterService_ServiceDesc},
+	{loomv1.RegisterReservationServiceHandler, loomv1.ReservationService_ServiceDesc},
+	{loomv1.RegisterJobServiceHandler, loomv1.JobService_ServiceDesc},
+	{loomv1.RegisterSlurmServiceHandler, loomv1.SlurmService_ServiceDesc},
+	{loomv1.RegisterOperationServiceHandler, loomv1.OperationService_ServiceDesc},
+	{loomv1.RegisterNodeServiceHandler, loomv1.NodeService_ServiceDesc},
+	{loomv1.RegisterModelServiceHandler, loomv1.ModelService_ServiceDesc},
+	{loomv1.RegisterAuthServiceHandler, loomv1.AuthService_ServiceDesc},
+	{loomv1.RegisterAccountServiceHandler, loomv1.AccountService_ServiceDesc},
+	{loomv1.RegisterAuditServiceHandler, loomv1.AuditService_ServiceDesc},
+	{loomv1.RegisterHealthServiceHandler, loomv1.HealthService_ServiceDesc},
+	{loomv1.RegisterGoodputServiceHandler, loomv1.GoodputService_ServiceDesc},
+	{loomv1.RegisterIngressServiceHandler, loomv1.IngressService_ServiceDesc},
+	{loomv1.RegisterChangeServiceHandler, loomv1.ChangeService_ServiceDesc},
 }
 
 // invalidUTF8 says which part of u, decoded, is not UTF-8 (the path, or a
@@ -277,65 +292,6 @@ func (c challenge) Flush() {
 
 // Unwrap gives http.ResponseController the writer underneath.
 func (c challenge) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-// strictQuery is grpc-gateway's query parser, except that a parameter that
-// names no field of the request message (by its proto or JSON name, dotted
-// into nested messages, "map[key]" for a map's entry) is InvalidArgument
-// naming it and the fields there are, as an unknown field of a JSON body
-// is: grpc-gateway's own parser drops it, so that a misspelt filter
-// ("?state=RUNNING" for "states") silently listed everything.
-type strictQuery struct{ runtime.DefaultQueryParser }
-
-// mapKeyParam is a map entry's parameter, "field[key]".
-var mapKeyParam = regexp.MustCompile(`^(.*)\[(.*)\]$`)
-
-// Parse checks every parameter's name, then parses them as grpc-gateway does.
-func (q strictQuery) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
-	keys := make([]string, 0, len(values))
-	for k := range values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // the first unknown one named is always the same
-	for _, key := range keys {
-		if err := queryField(msg.ProtoReflect().Descriptor(), key); err != nil {
-			return err
-		}
-	}
-	return q.DefaultQueryParser.Parse(msg, values, filter)
-}
-
-// queryField checks that the query parameter key names a field of md.
-func queryField(md protoreflect.MessageDescriptor, key string) error {
-	path := key
-	if m := mapKeyParam.FindStringSubmatch(key); m != nil {
-		path = m[1]
-	}
-	names := strings.Split(path, ".")
-	for i, n := range names {
-		fields := md.Fields()
-		fd := fields.ByTextName(n)
-		if fd == nil {
-			fd = fields.ByJSONName(n)
-		}
-		if fd == nil {
-			known := make([]string, 0, fields.Len())
-			for j := range fields.Len() {
-				known = append(known, string(fields.Get(j).Name()))
-			}
-			return errs.Invalid(termtext.Clean(key, 100), "query parameter: %s has no field %q (its fields: %s)",
-				md.Name(), termtext.Clean(n, 100), strings.Join(known, ", "))
-		}
-		if i == len(names)-1 {
-			return nil
-		}
-		if fd.Message() == nil || fd.IsList() || fd.IsMap() {
-			return errs.Invalid(termtext.Clean(key, 100), "query parameter: %s.%s is not a message, so it has no field %q",
-				md.Name(), fd.Name(), termtext.Clean(names[i+1], 100))
-		}
-		md = fd.Message()
-	}
-	return nil
-}
 
 // trainingCollections are the collections TrainingService serves under a
 // location; TrainingPath adds the registry's models (ModelService at
