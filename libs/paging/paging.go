@@ -70,17 +70,25 @@ func Parse(req Request) (size int, after string, err error) {
 	return size, after, nil
 }
 
+// CheckSize is the page size n asks for: DefaultSize for 0, at most
+// MaxSize (a larger one is taken as MaxSize, AIP-158), and a violation of
+// page_size in v for a negative one. It is every list's rule: Check's, and
+// the gateway's for the lists it passes on.
+func CheckSize(v *errs.Validator, n int32) int {
+	switch {
+	case n < 0:
+		v.Add("page_size", "must not be negative, got %d (0 is the default, %d; at most %d)", n, DefaultSize, MaxSize)
+		return 0
+	case n == 0:
+		return DefaultSize
+	}
+	return min(int(n), MaxSize)
+}
+
 // Check is Parse for a request whose other fields v also checks: it adds
 // its violations to v, so that every problem is reported at once.
 func Check(v *errs.Validator, req Request) (size int, after string) {
-	switch n := req.GetPageSize(); {
-	case n < 0:
-		v.Add("page_size", "must not be negative, got %d (0 is the default, %d; at most %d)", n, DefaultSize, MaxSize)
-	case n == 0:
-		size = DefaultSize
-	default:
-		size = min(int(n), MaxSize)
-	}
+	size = CheckSize(v, req.GetPageSize())
 	if tok := req.GetPageToken(); tok != "" {
 		var err error
 		if after, err = decode(tok, hash(req)); err != nil {

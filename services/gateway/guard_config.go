@@ -13,6 +13,7 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/app"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
 	"github.com/loom-ml/loom/services/gateway/internal/guard"
+	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
 // Limits are the gateway's quotas, rate limits and audit trail bounds
@@ -109,7 +110,8 @@ func (r *guardRecorder) RecordAudit(ctx context.Context, rec *loomv1.AuditRecord
 }
 
 // interceptors returns the gateway's interceptor chain (SEAMS.md): audit →
-// authentication → rate limit and watch cap → authorization. authn and
+// authentication → rate limit and watch cap → authorization → the checks
+// of what any request holds (ports.CheckRequest). authn and
 // authz are the authentication and authorization interceptors, nil where
 // not wired.
 func interceptors(auditor *guard.Auditor, limiter *guard.Limiter,
@@ -130,5 +132,9 @@ func interceptors(auditor *guard.Auditor, limiter *guard.Limiter,
 	if authzS != nil {
 		stream = append(stream, authzS)
 	}
+	// What any request may hold (ports.CheckRequest) is checked last, of
+	// callers allowed to make the call.
+	unary = append(unary, ports.CheckUnary)
+	stream = append(stream, ports.CheckStream)
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
 }

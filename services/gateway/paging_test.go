@@ -268,3 +268,62 @@ func restGet(t *testing.T, ctx context.Context, h *harness, path string, wantSta
 	}
 	return body
 }
+
+// TestListsRefuseANegativePageSizeOnGRPC: a negative page_size is
+// InvalidArgument in ListJobs' words (paging.CheckSize) on every list,
+// those the gateway passes to their owner unread included: it used to be
+// the owner's to refuse or not (the harness's owners answered a page); a
+// page size past the maximum is taken as the maximum (AIP-158).
+func TestListsRefuseANegativePageSizeOnGRPC(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	conn := h.as(t, "root")
+	want := fmt.Sprintf("page_size: must not be negative, got -1 (0 is the default, %d; at most %d)", paging.DefaultSize, paging.MaxSize)
+	lists := map[string]func(size int32) error{
+		"ListClusters": func(n int32) error {
+			_, err := loomv1.NewClusterServiceClient(conn).ListClusters(ctx, &loomv1.ListClustersRequest{Parent: project, PageSize: n})
+			return err
+		},
+		"ListReservations": func(n int32) error {
+			_, err := loomv1.NewReservationServiceClient(conn).ListReservations(ctx, &loomv1.ListReservationsRequest{Parent: project, PageSize: n})
+			return err
+		},
+		"ListCapacity": func(n int32) error {
+			_, err := loomv1.NewReservationServiceClient(conn).ListCapacity(ctx, &loomv1.ListCapacityRequest{Parent: project, PageSize: n})
+			return err
+		},
+		"ListNodes": func(n int32) error {
+			_, err := loomv1.NewNodeServiceClient(conn).ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cluster1, PageSize: n})
+			return err
+		},
+		"ListPartitions": func(n int32) error {
+			_, err := loomv1.NewSlurmServiceClient(conn).ListPartitions(ctx, &loomv1.ListPartitionsRequest{Cluster: cluster1, PageSize: n})
+			return err
+		},
+		"ListSlurmNodes": func(n int32) error {
+			_, err := loomv1.NewSlurmServiceClient(conn).ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster1, PageSize: n})
+			return err
+		},
+		"ListModels": func(n int32) error {
+			_, err := loomv1.NewModelServiceClient(conn).ListModels(ctx, &loomv1.ListModelsRequest{Parent: project, PageSize: n})
+			return err
+		},
+		"ListModelVersions": func(n int32) error {
+			_, err := loomv1.NewModelServiceClient(conn).ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: project + "/models/m1", PageSize: n})
+			return err
+		},
+		"ListJobs": func(n int32) error {
+			_, err := loomv1.NewJobServiceClient(conn).ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, PageSize: n})
+			return err
+		},
+	}
+	for name, list := range lists {
+		if err := list(-1); status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), want) {
+			t.Errorf("%s with page_size -1: %v; want InvalidArgument: %s", name, err, want)
+		}
+		if err := list(paging.MaxSize + 1); err != nil {
+			t.Errorf("%s with page_size %d: %v; want it taken as %d", name, paging.MaxSize+1, err, paging.MaxSize)
+		}
+	}
+}

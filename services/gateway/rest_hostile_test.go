@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
@@ -122,7 +123,7 @@ func restRoutes(t *testing.T) []restRoute {
 // caller sends: a body past the limit, malformed JSON, an unknown field,
 // JSON nested thousands deep, invalid UTF-8 in the path and in the query,
 // a query parameter the route does not take (no such field, or one its
-// path sets), a page size past int32, an overlong path
+// path sets), a page size past int32 or negative, an overlong path
 // segment. Each is refused as
 // the caller's mistake (400 or 413, a JSON error naming what and the
 // limit), never a server error: invalid UTF-8 in the path used to reach
@@ -132,7 +133,8 @@ func restRoutes(t *testing.T) []restRoute {
 // limit (500). An unknown query parameter used to be refused only where
 // some field was left for grpc-gateway to parse the query into
 // (GET .../clusters/c1?page_size=-1 and GET /v1/auth:whoami?bogus=1 were
-// 200).
+// 200), and a negative page size only by the lists the gateway pages
+// itself (the ones it passes on were the owner's to refuse, or not).
 func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -208,7 +210,12 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 			probes = append(probes, probe{"a query parameter the path sets", r.path + "?" + r.pathVar + "=x", "{}", http.StatusBadRequest, bound})
 		}
 		if r.pageSize && r.verb == http.MethodGet {
-			probes = append(probes, probe{"a page size past int32", r.path + "?page_size=99999999999", "", http.StatusBadRequest, "page_size"})
+			probes = append(probes,
+				probe{"a page size past int32", r.path + "?page_size=99999999999", "", http.StatusBadRequest, "page_size"},
+				// The gateway's rule for every list, those it passes to
+				// their owner included (ListJobs' words).
+				probe{"a negative page size", r.path + "?page_size=-1", "", http.StatusBadRequest,
+					fmt.Sprintf("page_size: must not be negative, got -1 (0 is the default, %d; at most %d)", paging.DefaultSize, paging.MaxSize)})
 		}
 		for _, p := range probes {
 			body := p.body

@@ -82,7 +82,7 @@ func (g *Gateway) ListNodeHealth(ctx context.Context, req *loomv1.ListNodeHealth
 func checkNodeList(cluster string, pageSize int32, hostnames []string) ([]string, error) {
 	var v errs.Validator
 	domain.CheckCluster(&v, "cluster", cluster)
-	v.Check(pageSize >= 0, "page_size", "%d is negative", pageSize)
+	paging.CheckSize(&v, pageSize)
 	hosts := domain.ExpandHostnames(&v, "hostnames", hostnames)
 	return hosts, v.Err()
 }

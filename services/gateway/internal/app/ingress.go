@@ -45,7 +45,7 @@ func fromBridge(what string, err error) error {
 
 // checkIngressList checks what the gateway can of an ingress list request
 // before it goes to the bridge: the parent ("projects/{p}" or
-// "projects/-"), page_size not negative, page_token and filter within their
+// "projects/-"), page_size (paging.CheckSize), page_token and filter within their
 // bounds. The bridge checks the token and the filter's grammar.
 func checkIngressList(v *errs.Validator, parent string, size int32, token string) {
 	if parent != "projects/-" {
@@ -53,7 +53,7 @@ func checkIngressList(v *errs.Validator, parent string, size int32, token string
 			v.Add("parent", "%v (or projects/- for every project)", err)
 		}
 	}
-	v.Check(size >= 0, "page_size", "must not be negative, got %d (0 is the default, %d; at most %d)", size, paging.DefaultSize, paging.MaxSize)
+	paging.CheckSize(v, size)
 	v.Check(len(token) <= paging.MaxTokenLen, "page_token", "is %d bytes, at most %d; send the next_page_token of the previous page unchanged", len(token), paging.MaxTokenLen)
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/trainingspec"
@@ -361,7 +362,7 @@ func checkList(parent, filter string, keys trainingspec.FilterKeys, pageSize int
 			}
 		}
 	}
-	v.Check(pageSize >= 0, "page_size", "%d is negative", pageSize)
+	paging.CheckSize(&v, pageSize)
 	return v.Err()
 }
 

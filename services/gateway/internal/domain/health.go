@@ -13,6 +13,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/healthcheck"
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -300,7 +301,7 @@ func ValidateGetHealthScan(req *loomv1.GetHealthScanRequest) error {
 func ValidateListHealthScans(req *loomv1.ListHealthScansRequest) error {
 	var v errs.Validator
 	CheckCluster(&v, "cluster", req.GetCluster())
-	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())
+	paging.CheckSize(&v, req.GetPageSize())
 	return v.Err()
 }
 
@@ -315,6 +316,6 @@ func ValidateListHealthResults(req *loomv1.ListHealthResultsRequest) error {
 		v.Check(healthcheck.ValidName(c), "check", "%s is not a check name", clip(c))
 	}
 	checkText(&v, "scan_id", req.GetScanId(), MaxScanIDBytes)
-	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())
+	paging.CheckSize(&v, req.GetPageSize())
 	return v.Err()
 }
