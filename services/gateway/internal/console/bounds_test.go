@@ -457,3 +457,39 @@ func TestDashboardsRetryTheirFirstRead(t *testing.T) {
 		t.Errorf("the list of dashboards was read %d times, want a retry after the 503", n)
 	}
 }
+
+// TestPagesSayWhenUpdatesStopAndWhatToDo: a page whose reads are refused
+// (403, as after switching to a project the caller has no role in) says
+// that its updates stopped and what to do, not "retrying with backoff"
+// (the watch had stopped; nothing was retried); an empty queue says how
+// to submit a job.
+func TestPagesSayWhenUpdatesStopAndWhatToDo(t *testing.T) {
+	t.Parallel()
+	api := boundsAPI(t, map[string]func(*http.Request) any{
+		"GET /v1/projects/default/jobs": func(*http.Request) any { return map[string]any{"jobs": []any{}} },
+	})
+	c := openConsole(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/projects/other/jobs" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"code":7,"message":"users/ada has no role in project other"}`))
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	txt := c.open("jobs", "jobs")
+	wants(t, "an empty jobs page", txt, "No pending or running jobs. Submit one with loom jobs submit -- COMMAND",
+		"No finished jobs. Jobs show here once they end; loom jobs list")
+
+	c.eval(`sessionStorage.setItem('loom.project', 'other'), 0`)
+	c.do("open jobs in another project", chromedp.Reload())
+	testkit.WaitFor(t, 20*time.Second, "the refusal on the page", func() (bool, error) {
+		return strings.Contains(c.text(), "users/ada has no role in project other"), nil
+	})
+	txt = c.text()
+	wants(t, "a refused jobs page", txt, "Updates stopped: users/ada has no role in project other (project other).",
+		"Choose a project you are a member of")
+	if strings.Contains(txt, "retrying") {
+		t.Errorf("a refused page says it is retrying:\n%s", txt)
+	}
+}

@@ -239,6 +239,7 @@ export function poll(load, signal, every = 3000, max = 60000, onError = () => {}
       if (signal.aborted) return;
       delay = Math.min(delay * 2, max);
       onError(e);
+      if (stops(e)) return;
     }
     if (!signal.aborted) timer = setTimeout(tick, delay);
   };
@@ -248,6 +249,23 @@ export function poll(load, signal, every = 3000, max = 60000, onError = () => {}
 
 // watch follows a stream and reopens it when it ends or fails, after
 // `every` ms doubling to `max` while it keeps failing.
+// stops is whether a failed read ends a page's updates rather than being
+// retried: the caller may not read it (401, 403) or it is not there in
+// this project (404, as after switching to another project); a retry would
+// get the same answer.
+export function stops(e) {
+  return e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404);
+}
+
+// failed is what a page's status line says of a failed update (what:
+// "Update", "Refresh"): that it is retried, or, where it stops (stops),
+// that it stopped and what to do about it.
+export function failed(e, what = 'Update') {
+  if (!stops(e)) return what + ' failed (retrying with backoff): ' + e.message;
+  return what + 's stopped: ' + e.message + ' (project ' + project() + '). ' +
+    (e.status === 401 ? 'Sign in again.' : 'Choose a project you are a member of, or ask its admin for a role, then reload.');
+}
+
 export function watch(path, each, signal, onError = () => {}, every = 1000, max = 30000) {
   let delay = every;
   const go = async () => {
@@ -257,7 +275,7 @@ export function watch(path, each, signal, onError = () => {}, every = 1000, max 
       } catch (e) {
         if (signal.aborted) return;
         onError(e);
-        if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+        if (stops(e)) return;
       }
       await new Promise(res => { const t = setTimeout(res, delay); signal.addEventListener('abort', () => { clearTimeout(t); res(); }); });
       delay = Math.min(delay * 2, max);
@@ -336,7 +354,7 @@ export function live(collections, load, signal, onError = () => {}, every = 5000
         if (sig.aborted) return;
         if (e instanceof ApiError && e.unavailable) { poll(load, sig, every, 60000, onError); return; }
         onError(e);
-        if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+        if (stops(e)) return;
       }
       synced = false;
       await new Promise(res => { const t = setTimeout(res, delay); sig.addEventListener('abort', () => { clearTimeout(t); res(); }); });

@@ -33,7 +33,7 @@ export async function clustersPage(ctx) {
         summaryTable(clusters, extra)), clusters.map((c, i) => clusterCard(c, extra[i] || NOT_READ))],
     capacity && capacity.pools && capacity.pools.length ? section('Capacity pools', capacityTable(capacity.pools)) : null);
     ctx.main.dataset.ready = 'clusters';
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
 
 function healthCounts(health) {

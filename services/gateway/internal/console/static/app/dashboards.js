@@ -53,7 +53,7 @@ export async function dashboardsPage(ctx, service) {
           ? lineChart((p.series || []).slice(0, 12).map(s => ({label: s.legend || p.title, points: (s.points || []).map(([t, v]) => [Number(t), Number(v)])})), {time: true, height: 180})
           : h('p', {class: 'muted empty'}, 'No data yet.')))));
     ctx.main.dataset.ready = 'dashboards';
-  }, ctx.signal, 15000, 120000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, 15000, 120000, e => fill(status, e ? notice('error', api.failed(e, 'Refresh')) : null));
 }
 
 // UNITS turns Grafana's unit ids (the definitions' Unit) into what a person

@@ -36,12 +36,12 @@ export async function jobsPage(ctx) {
     fill(body,
       h('p', {class: 'muted'}, count(active) + ' active jobs (' + count(active, pending.length) + ' pending), ' + count(done) + ' finished. Live: updated as they change.'),
       section('Queue', cut(active, 'active jobs', 'in submission order', ['`loom jobs list --state active` lists them all.']),
-        queueTable(active, 'No pending or running jobs.')),
+        queueTable(active, ['No pending or running jobs. Submit one with ', h('code', null, 'loom jobs submit -- COMMAND'), ' (or sbatch on a login node).'])),
       section('Finished', cut(done, 'finished jobs', 'those among the ' + jobs.length + ' submitted last: the newest',
         ['`loom jobs list` lists them all; ', h('code', null, '#/jobs/ID'), ' opens any one.']),
-        queueTable(done, 'No finished jobs.')));
+        queueTable(done, ['No finished jobs. Jobs show here once they end; ', h('code', null, 'loom jobs list'), ' lists every job.'])));
     ctx.main.dataset.ready = 'jobs';
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
 
 // arrayTask is an array task's id as Slurm shows it ("2_5"), else null.

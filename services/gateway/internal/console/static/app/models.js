@@ -36,7 +36,7 @@ export async function modelsPage(ctx) {
       {title: 'Updated', get: m => ago(m.versionUpdateTime || m.updateTime)},
     ], models, 'No models registered yet. A pipeline with modelToUpload, or `loom models upload`, registers one.')));
     ctx.main.dataset.ready = 'models';
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
 
 // PAGE is a models list's page size; the Models page reads at most
@@ -84,7 +84,7 @@ export async function modelPage(ctx, id) {
       ], versions, 'No versions.')),
       versions.map(v => lineageCard(v)));
     ctx.main.dataset.ready = 'model';
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
 
 // lineageCard draws where a version came from: version → trial (and its

@@ -39,7 +39,7 @@ export async function nodesPage(ctx, only) {
       }
     }
     if (ctx.signal.aborted) return;
-    fill(body, clusters.length === 0 ? notice('info', only ? 'No cluster ' + only + '.' : 'No clusters yet.') : [notes, h('section', {class: 'card'}, table([
+    fill(body, clusters.length === 0 ? notice('info', only ? 'No cluster ' + only + '.' : ['No clusters yet. Create one with ', h('code', null, 'loom clusters create -f CLUSTER.json'), '.']) : [notes, h('section', {class: 'card'}, table([
       {title: 'Cluster', get: r => link(short(r.c.name), 'nodes', short(r.c.name))},
       {title: 'Node', get: r => r.n.hostname},
       {title: 'Pool', get: r => r.n.node_pool},
@@ -52,7 +52,7 @@ export async function nodesPage(ctx, only) {
       {title: 'Heartbeat', get: r => ago(r.n.last_heartbeat || (r.hh && r.hh.last_heartbeat))},
     ], rows, 'No nodes.', r => /DOWN|FAILED/.test(r.n.state) ? 'row-bad' : null))]);
     ctx.main.dataset.ready = 'nodes';
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
 
 // gpuHealth sums a node's GPU samples: lost GPUs, double-bit ECC errors,

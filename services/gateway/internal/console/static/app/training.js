@@ -49,7 +49,7 @@ export async function trainingPage(ctx) {
         {title: 'Created', get: j => ago(j.createTime)},
       ], tp, 'No pipelines.')));
     ctx.main.dataset.ready = 'training';
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
 
 function modelId(v) {
@@ -194,7 +194,7 @@ export async function studyPage(ctx, id) {
   api.live('hyperparameterTuningJobs', async () => {
     const j = await load();
     if (j && TERMINAL.test(j.state || '')) return api.STOP;
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
 
 // bestSoFar charts each finished trial's objective in finishing order and
@@ -256,5 +256,5 @@ export async function customJobPage(ctx, id) {
       metrics.append(await metricsSection(ctx, name, 'Metrics over steps'));
     }
     ctx.main.dataset.ready = 'customJob';
-  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
 }
