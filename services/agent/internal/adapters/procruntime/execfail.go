@@ -135,7 +135,7 @@ func (r Runtime) startExecFailure(a osuser.Account, spec ports.Spec, f execFailu
 	c := exec.Command(standIn, "-c", "exit "+strconv.Itoa(int(f.errno)))
 	c.Dir, c.Env = "/", []string{}
 	c.Stdout, c.Stderr = spec.Stdout, spec.Stderr
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = unitAttr()
 	if !osuser.IsSelf(a) {
 		c.SysProcAttr.Credential = a.Credential()
 	}

@@ -124,6 +124,17 @@ func TestAccountRefusals(t *testing.T) {
 // LOOM_TEST_ACCOUNTS set it prints, for each name in it, what Account says
 // in a process that is not root (TestNonRootAgentRunsOnlyItsOwnUsersJobs).
 func TestMain(m *testing.M) {
+	if pgid, ok := os.LookupEnv("LOOM_TEST_SETPGID"); ok {
+		// A job that tries to move itself into another job's process
+		// group (TestJobCannotJoinAnotherJobsGroup).
+		n, _ := strconv.Atoi(pgid)
+		if err := syscall.Setpgid(0, n); err != nil {
+			fmt.Printf("refused: %v\n", err)
+		} else {
+			fmt.Printf("joined %d\n", n)
+		}
+		os.Exit(0)
+	}
 	if names, ok := os.LookupEnv("LOOM_TEST_ACCOUNTS"); ok {
 		rt := New(Options{Node: "n1", AllowRoot: true})
 		for _, name := range strings.Split(names, ",") {
@@ -172,5 +183,53 @@ func TestNonRootAgentRunsOnlyItsOwnUsersJobs(t *testing.T) {
 		if !strings.Contains(got[other], "not root, and runs only that user's jobs, not "+other+"'s") {
 			t.Errorf("a non-root agent of %s on %s's job: %q, want refused with the reason", a.Name, other, got[other])
 		}
+	}
+}
+
+// A job may not move its processes into another job's process group: each
+// unit leads a session of its own, and setpgid joins only a group of the
+// caller's session. In the agent's session a job of user a could join user
+// b's running job's group (or the agent's), where b's memory accounting
+// counted a's memory (and its -mem limit killed b's job for it), b's
+// signals and stops reached a, and an agent restarting killed b's group
+// for a process carrying a's LOOM_STEP_ID.
+func TestJobCannotJoinAnotherJobsGroup(t *testing.T) {
+	t.Parallel()
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		testJobCannotJoinAnotherJobsGroup(t, New(Options{Node: "n1"}))
+	})
+	t.Run("shim", func(t *testing.T) {
+		t.Parallel()
+		testJobCannotJoinAnotherJobsGroup(t, New(Options{Node: "n1", StateDir: t.TempDir()}))
+	})
+}
+
+func testJobCannotJoinAnotherJobsGroup(t *testing.T, rt Runtime) {
+	us := testkit.OSUsers(t, 2)
+	a, b := us[0], us[1]
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(testkit.ReachableDir(t), "procruntime.test")
+	testkit.WriteExecutable(t, bin, data, 0o755)
+	victim := start(t, rt, ports.Spec{Argv: []string{"/bin/sleep", "600"}, User: b.Name, Dir: "/", Name: "victim"})
+	stdout, stderr := outputs(t, t.TempDir())
+	for _, target := range []int{victim.Group().PID, syscall.Getpgrp()} {
+		p := start(t, rt, ports.Spec{Argv: []string{bin}, Env: []string{"LOOM_TEST_SETPGID=" + strconv.Itoa(target)},
+			User: a.Name, Dir: "/", Name: "attacker-" + strconv.Itoa(target), Stdout: stdout, Stderr: stderr})
+		if e := waitExit(t, p); e.Code != 0 {
+			t.Fatalf("attacker exited %+v: %s", e, read(t, stderr.Name()))
+		}
+	}
+	got := read(t, stdout.Name())
+	if strings.Contains(got, "joined") || strings.Count(got, "refused: operation not permitted") != 2 {
+		t.Fatalf("%s's job moving into %s's job's group (%d), then the agent's (%d): %q, want both refused",
+			a.Name, b.Name, victim.Group().PID, syscall.Getpgrp(), got)
 	}
 }

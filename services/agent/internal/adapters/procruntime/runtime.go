@@ -271,7 +271,7 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 		c.Env = []string{} // nil would be the agent's own
 	}
 	c.Stdout, c.Stderr = spec.Stdout, spec.Stderr
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = unitAttr()
 	if !osuser.IsSelf(a) {
 		// The child sets its groups, gid and uid before it enters Dir and
 		// executes: it never runs a job instruction as the agent.
@@ -333,6 +333,16 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 	start, _ := proc.StartTime(pid)
 	return &process{c: c, g: ports.Group{PID: pid, Start: start}, stopInput: stopInput}, nil
 }
+
+// unitAttr is how every unit's leader (the job's process, or its shim) is
+// started: in a session of its own, which it leads, as Slurm's tasks are
+// (slurmstepd calls setsid), so its process group is its own too. Not in
+// the agent's session: setpgid lets a process join any group of its own
+// session whoever owns it, so a job there could move into another user's
+// running job's group (counted in its memory, killed at its -mem limit,
+// signalled with it) or into the agent's. KillGroup reaches the session's
+// other groups.
+func unitAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
 
 // envValue is the value of key in env ("" when it has none).
 func envValue(env []string, key string) string {

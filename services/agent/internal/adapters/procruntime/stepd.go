@@ -99,12 +99,11 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	if spec.Input != nil {
 		shim.ExtraFiles = append(shim.ExtraFiles, spec.Input) // stepd.InputFD
 	}
-	shim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if spec.PTY != nil {
-		// A session of its own, whose terminal the shim takes (its group
-		// is the same: the session's first, with the shim's pid as id).
-		shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	}
+	// A session of its own (its group is the session's first, with the
+	// shim's pid as id), whose terminal the shim takes for a terminal's
+	// step: the job cannot join another job's group or the agent's
+	// (setpgid joins only a group of the caller's session; see unitAttr).
+	shim.SysProcAttr = unitAttr()
 	err = startNiced(shim, spec.Nice)
 	repw.Close()
 	if err != nil {
