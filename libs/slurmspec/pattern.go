@@ -96,3 +96,21 @@ func ExpandPattern(p string, f PatternFields) string {
 	}
 	return b.String()
 }
+
+// MaxPatternIDDigits is the most digits ExpandedBound assumes of a
+// pattern's numeric fields (%j, %A, %a, %s, %t, %n): a uint64's.
+const MaxPatternIDDigits = 20
+
+// ExpandedBound returns the most bytes p can expand to (ExpandPattern),
+// whatever the job it is expanded for, given names (%x, %u, %N) of at most
+// nameMax bytes. A pattern is short, but each name field in it may add
+// nameMax bytes: 2,048 %x in a 4 KiB --output made a 512 KiB path, which
+// the start record carried to the agent. It expands p once with a marker
+// byte per kind of field (a pattern holds no control characters) and
+// counts them.
+func ExpandedBound(p string, nameMax int) int {
+	const id, name = "\x01", "\x02"
+	e := ExpandPattern(p, PatternFields{JobID: id, ArrayJobID: id, ArrayTaskID: id, StepID: id, TaskID: id, NodeID: id,
+		Name: name, User: name, Node: name})
+	return len(e) + strings.Count(e, id)*(MaxPatternIDDigits-1) + strings.Count(e, name)*(nameMax-1)
+}

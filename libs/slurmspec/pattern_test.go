@@ -1,6 +1,9 @@
 package slurmspec
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestExpandPattern(t *testing.T) {
 	t.Parallel()
@@ -26,5 +29,24 @@ func TestExpandPattern(t *testing.T) {
 		if got := ExpandPattern(c.in, c.f); got != c.out {
 			t.Errorf("ExpandPattern(%q) = %q, want %q", c.in, got, c.out)
 		}
+	}
+}
+
+func TestExpandedBound(t *testing.T) {
+	t.Parallel()
+	long := PatternFields{JobID: "18446744073709551615", ArrayJobID: "18446744073709551615", ArrayTaskID: "18446744073709551615",
+		StepID: "18446744073709551615", TaskID: "18446744073709551615", NodeID: "18446744073709551615",
+		Name: strings.Repeat("x", 256), User: strings.Repeat("u", 256), Node: strings.Repeat("n", 256)}
+	for _, p := range []string{"", "out.txt", "slurm-%j.out", "%x-%u-%N-%A_%a.%J.%s.%t.%n", "%%x%5j%20a", "%", "%x%", "%q%x", strings.Repeat("%x", 2048)} {
+		b, got := ExpandedBound(p, 256), len(ExpandPattern(p, long))
+		if b < got {
+			t.Errorf("ExpandedBound(%.40q) = %d, below the %d bytes it expands to", p, b, got)
+		}
+		if b > got+5*len(p) {
+			t.Errorf("ExpandedBound(%.40q) = %d, far above the %d bytes it expands to at most", p, b, got)
+		}
+	}
+	if b := ExpandedBound(strings.Repeat("%x", 2048), 256); b != 2048*256 {
+		t.Errorf("2048 %%x of names of 256 bytes: bound %d, want %d", b, 2048*256)
 	}
 }

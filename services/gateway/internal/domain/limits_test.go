@@ -75,6 +75,10 @@ func TestSubmitJobFieldLimits(t *testing.T) {
 		{"long script path", func(j *loomv1.Job) { j.ScriptPath = "/" + strings.Repeat("s", MaxPathBytes) },
 			fmt.Sprintf("job.script_path: %d bytes, longer than the limit of %d", MaxPathBytes+1, MaxPathBytes)},
 		{"control in the output pattern", func(j *loomv1.Job) { j.OutputPattern = "out\x1b.txt" }, "job.output_pattern: \"out\\x1b.txt\" holds the control character U+001B"},
+		{"output pattern of many names", func(j *loomv1.Job) { j.OutputPattern = strings.Repeat("%x", 2048) },
+			fmt.Sprintf("job.output_pattern: may expand to %d bytes (%%x, %%u and %%N each up to %d, ids up to 20 digits), more than the limit of %d", 2048*MaxNameBytes, MaxNameBytes, MaxPathBytes)},
+		{"error pattern of many names", func(j *loomv1.Job) { j.ErrorPattern = "/scratch/" + strings.Repeat("%u/%N/", 10) },
+			fmt.Sprintf("job.error_pattern: may expand to %d bytes", 9+20*(MaxNameBytes+1))},
 		{"long dependency", func(j *loomv1.Job) { j.Dependency = "afterok:" + strings.Repeat("1:", MaxSpecBytes/2) + "1" },
 			fmt.Sprintf("job.dependency: %d bytes, longer than the limit of %d", 8+MaxSpecBytes+1, MaxSpecBytes)},
 		{"dependency on too many jobs", func(j *loomv1.Job) {

@@ -306,6 +306,17 @@ func checkJobText(v *errs.Validator, j *loomv1.Job) {
 	} {
 		checkText(v, f.name, f.val, f.max)
 	}
+	// Each %x, %u and %N may add a name's bytes when the scheduler expands
+	// the pattern for a run: bound what it can become, whatever the job is
+	// renamed to, not only what is written.
+	for _, f := range []struct{ name, val string }{{"job.output_pattern", j.GetOutputPattern()}, {"job.error_pattern", j.GetErrorPattern()}} {
+		if len(f.val) <= MaxPathBytes {
+			if n := slurmspec.ExpandedBound(f.val, MaxNameBytes); n > MaxPathBytes {
+				v.Add(f.name, "may expand to %d bytes (%%x, %%u and %%N each up to %d, ids up to %d digits), more than the limit of %d: use fewer of them",
+					n, MaxNameBytes, slurmspec.MaxPatternIDDigits, MaxPathBytes)
+			}
+		}
+	}
 	// --export's values are the user's variables: any text but a NUL.
 	checkBytes(v, "job.export", j.GetExport(), MaxSpecBytes)
 	v.Check(len(j.GetNodelist()) <= MaxHosts, "job.nodelist", "%d hosts, more than the limit of %d", len(j.GetNodelist()), MaxHosts)
