@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -1012,5 +1013,28 @@ func TestCapacityRefusalWaitsQueued(t *testing.T) {
 	step(t, s, t0.Add(11*time.Minute), Input{Payload: refused})
 	if got := cjOf(t, s, cjName); got.GetState() != trainingv1.JobState_JOB_STATE_EXPIRED {
 		t.Fatalf("FLEX_START refused past its wait: %v", got)
+	}
+}
+
+// TestRenderedOutputKeepsThePercentOfItsDirectory: the replicas' output
+// pattern is the base directory's path with the scheduler's %j after it;
+// a % in the directory is the directory's (a field there, %x, would
+// expand to the job's name, once per %x).
+func TestRenderedOutputKeepsThePercentOfItsDirectory(t *testing.T) {
+	t.Parallel()
+	sp := spec()
+	sp.BaseOutputDirectory.OutputUriPrefix = "file:///shared/100%x/"
+	cj := customJob("projects/p/locations/l/customJobs/1", "ana", sp).GetCustomJob()
+	n, err := ParseName(cj.GetName(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := RenderJob(n, cj, "projects/p/clusters/c", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slurmspec.ExpandPattern(job.GetOutputPattern(), slurmspec.PatternFields{JobID: "7", Name: "cj"})
+	if want := "/shared/100%x/output/job-7.out"; got != want {
+		t.Fatalf("output pattern %q expands to %q, want %q", job.GetOutputPattern(), got, want)
 	}
 }

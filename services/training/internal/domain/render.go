@@ -157,7 +157,8 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID string) (*loom
 	// cluster's is deleted with it, and `loom jobs logs` must still show a
 	// finished CustomJob's output.
 	if out := localPath(dirs.Output); strings.HasPrefix(out, "/") {
-		job.OutputPattern = out + "/job-%j.out"
+		// A % in the directory is the directory's, not a pattern field.
+		job.OutputPattern = strings.ReplaceAll(out, "%", "%%") + "/job-%j.out"
 	}
 	s := spec.GetScheduling()
 	if t := s.GetTimeout(); t != nil && t.AsDuration() > 0 {
