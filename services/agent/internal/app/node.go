@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
@@ -346,6 +347,18 @@ func (n *Node) fill(res *loomv1.HealthCheckResult, cmd *eventsv1.RunHealthCheck,
 		res.Name = cmd.GetCluster() + "/healthResults/" + cmd.GetRunId()
 	}
 	res.Node, res.Hostname = n.opts.Self.Node, n.opts.Hostname
+	// What a check found is what a program printed (a site check's stdout
+	// and stderr): bytes that are not UTF-8 would make the result fail to
+	// encode, and a dropped result reads to health as a check that never
+	// answered.
+	res.Summary = strings.ToValidUTF8(res.Summary, "\uFFFD")
+	res.Detail = strings.ToValidUTF8(res.Detail, "\uFFFD")
+	for k, v := range res.Metrics {
+		if !utf8.ValidString(k) {
+			delete(res.Metrics, k)
+			res.Metrics[strings.ToValidUTF8(k, "\uFFFD")] = v
+		}
+	}
 	if res.Check == "" {
 		res.Check = cmd.GetCheck()
 	}

@@ -303,3 +303,39 @@ func (h *heldChecks) Run(ctx context.Context, cmd *eventsv1.RunHealthCheck) *loo
 	<-h.release
 	return &loomv1.HealthCheckResult{Outcome: loomv1.CheckOutcome_CHECK_PASS, Summary: "ok", Gpu: -1}
 }
+
+// byteChecks answers every check with a result that says what a program
+// printed, bytes that are not UTF-8 included.
+type byteChecks struct{}
+
+func (byteChecks) Run(ctx context.Context, cmd *eventsv1.RunHealthCheck) *loomv1.HealthCheckResult {
+	return &loomv1.HealthCheckResult{Outcome: loomv1.CheckOutcome_CHECK_FAIL, Summary: "exit 1: port \xff down", Detail: "latin-1 \xe9t\xe9\n",
+		Metrics: map[string]float64{"ports\xfe": 1}, Gpu: -1}
+}
+
+// A site check program may print bytes that are not UTF-8 (a tool's
+// Latin-1 output, a cut multi-byte character): the result is still sent,
+// with those bytes replaced, and keeps its outcome. Before, the result
+// failed to encode and was dropped: health waited out the check's timeout
+// and took a failure for an unanswered check.
+func TestHealthCheckResultWithInvalidUTF8IsSent(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	n, _ := newTestNode(t)
+	n.opts.Store = store.New(rdb, "agent-test:")
+	n.SetChecks(byteChecks{})
+	cmd := &eventsv1.RunHealthCheck{Node: "projects/p/clusters/c/nodes/h1", Cluster: "projects/p/clusters/c", RunId: "r1", Check: "ib_ports"}
+	if err := n.RunHealthCheck(context.Background(), "ev-1", cmd, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	n.WaitChecks(testkit.Context(t, 10*time.Second))
+	got := outboxResults(t, rdb)
+	if len(got) != 1 {
+		t.Fatalf("%d results in the outbox, want 1", len(got))
+	}
+	r := got[0]
+	if r.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL || r.GetSummary() != "exit 1: port \uFFFD down" ||
+		r.GetDetail() != "latin-1 \uFFFDt\uFFFD\n" || r.GetMetrics()["ports\uFFFD"] != 1 {
+		t.Errorf("result %v", r)
+	}
+}
