@@ -563,3 +563,38 @@ func TestSpeed(t *testing.T) {
 
 func fmtSscan(s string, p *int) (int, error) { return fmt.Sscan(s, p) }
 func itoa(i int) string                      { return strconv.Itoa(i) }
+
+// A site check that passes but leaves a child holding its stdout (a
+// helper daemon it started) passes: the child is killed with its process
+// group, and the exit status decides. Before, Wait's ErrWaitDelay made it
+// CHECK_ERROR, and two such passes in a row drained a healthy node.
+func TestSiteCheckChildHoldingStdoutPasses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	writeScript(t, dir, "daemon", "sleep 60 &\necho $! > "+pids+"\necho ports up\nexit 0\n")
+	writeScript(t, dir, "daemonfail", "sleep 60 &\necho port 3 down\nexit 1\n")
+	r := newRunner(t, nil, func(c *Config) { c.CheckDir = dir })
+	got := r.Run(context.Background(), &eventsv1.RunHealthCheck{Check: "daemon", RunId: "d"})
+	if got.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS || got.GetDetail() != "ports up\n" {
+		t.Fatalf("passing check with a child holding stdout: %v %q %q", got.GetOutcome(), got.GetSummary(), got.GetDetail())
+	}
+	b, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the check's child %d outlived it", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := r.Run(context.Background(), &eventsv1.RunHealthCheck{Check: "daemonfail", RunId: "f"}); got.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
+		t.Fatalf("failing check with a child holding stdout: %v %q", got.GetOutcome(), got.GetSummary())
+	}
+}

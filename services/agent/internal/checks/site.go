@@ -97,6 +97,12 @@ func (r *Runner) site(ctx context.Context, path string, cmd *eventsv1.RunHealthC
 	}
 	err = c.Wait()
 	_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) // whatever it left behind
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// It exited, but a child of it still held its stdout or stderr
+		// (killed above with the group): its exit status decides, as for
+		// any other program.
+		err = nil
+	}
 	if ctx.Err() != nil {
 		return checkError("%s: %v", filepath.Base(path), ctx.Err())
 	}
