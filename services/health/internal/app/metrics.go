@@ -48,7 +48,7 @@ type metrics struct {
 
 // dropReasons are loom_health_dropped_total's reasons: a fixed set (never a
 // node's name: a label per node would grow with the fleet).
-var dropReasons = []string{domain.DropRate, DropScanRate, DropCheckAddr}
+var dropReasons = []string{domain.DropRate, domain.DropGPUIndex, DropScanRate, DropCheckAddr}
 
 // dropLogMsg is the drop log's line (noderate.DropLog): at most one every
 // noderate.LogEvery per reason, summing up the drops since the last: how
@@ -108,7 +108,8 @@ func (a *App) Dropped(reason string, args ...any) {
 //     sent the provisioner, by action (reset_gpu, reboot, reimage, replace,
 //     drain, resume, quarantine, ...);
 //   - loom_health_dropped_total{reason}: nodes' records health dropped
-//     unhandled (rate: past the node's -node-rate; scan-rate: the same in
+//     unhandled (rate: past the node's -node-rate; gpu-index: an Xid on a
+//     GPU the node does not have; scan-rate: the same as rate in
 //     the scans' consumer group; check-addr: an AgentRegistered whose
 //     check_addr is not a host:port);
 //   - loom_health_behind_seconds: how far behind the nodes' telemetry health

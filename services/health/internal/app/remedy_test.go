@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -69,5 +72,50 @@ func TestRemediationSurvivesRestart(t *testing.T) {
 	views := b.ListNodeHealth("projects/default/clusters/c1")
 	if len(views) != 1 || views[0].GetState() != loomv1.RemediationState_NODE_HEALTHY || views[0].GetHostname() != "gpu-0001" {
 		t.Fatalf("ListNodeHealth: %v", views)
+	}
+}
+
+// An Xid its node signed on a GPU index the node does not have (8 GPUs,
+// Xid 79 on GPU 99, or on -5) is dropped and counted
+// (loom_health_dropped_total{reason="gpu-index"}): the node is not
+// drained, nothing is emitted. Its real GPUs' Xids still are judged.
+func TestXidOnAGPUTheNodeLacksIsDropped(t *testing.T) {
+	t.Parallel()
+	st, clk, ctx := onRedis(t)
+	a := NewWith(st, domain.Config{Timeout: 15 * time.Second, Remedy: remedy.Config{Seed: 42}}, clk.now, slog.Default())
+	if err := a.RegisterMetrics(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Handle(ctx, event(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Hostname: "gpu-0001",
+		State: loomv1.Node_READY, Gpus: 8}})); err != nil {
+		t.Fatal(err)
+	}
+	signedXid := func(gpu int32) envelope.Event {
+		ev := envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.XidObserved{Node: node, Gpu: gpu, Xid: 79})
+		ev.Signer = "nodes/" + node
+		return ev
+	}
+	for _, gpu := range []int32{8, 99, -5} {
+		if err := a.Handle(ctx, signedXid(gpu)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec := a.Remedy(node); rec != nil && rec.State != loomv1.RemediationState_NODE_HEALTHY {
+		t.Fatalf("after Xids on GPUs the node lacks: %+v", rec)
+	}
+	if n, _ := st.OutboxLen(ctx); n != 0 {
+		t.Fatalf("outbox %d after Xids on GPUs the node lacks, want 0", n)
+	}
+	if d := testutil.ToFloat64(a.metrics.dropped.WithLabelValues(domain.DropGPUIndex)); d != 3 {
+		t.Fatalf("loom_health_dropped_total{reason=gpu-index} = %v, want 3", d)
+	}
+	if err := a.Handle(ctx, signedXid(7)); err != nil {
+		t.Fatal(err)
+	}
+	if rec := a.Remedy(node); rec == nil || rec.State != loomv1.RemediationState_NODE_REBOOTING {
+		t.Fatalf("after Xid 79 on GPU 7: %+v", rec)
 	}
 }

@@ -57,6 +57,17 @@ type Node struct {
 	// simulated GPUs).
 	Simulated  bool `json:"simulated,omitempty"`
 	Registered bool `json:"registered,omitempty"`
+	// GPUs is the node's GPU count as the provisioner has it (its machine
+	// type's; 0: not known). A node's report about a GPU it does not have
+	// is dropped (DropGPUIndex).
+	GPUs int32 `json:"gpus,omitempty"`
+}
+
+// hasGPU reports whether gpu may be one of the node's GPUs: -1 (the node,
+// or a GPU the driver did not name), or an index below its GPU count when
+// that is known.
+func (n *Node) hasGPU(gpu int32) bool {
+	return gpu == -1 || gpu >= 0 && (n.GPUs <= 0 || gpu < n.GPUs)
 }
 
 // Watched reports whether the node's silence counts: it runs (READY), or it
@@ -445,6 +456,13 @@ func (s *State) HandleRecord(now time.Time, rec Record, payload proto.Message) (
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("xid observed: %w", errs.Invalid("node", "required"))
 		}
+		if n := s.nodes[ev.GetNode()]; n != nil && !n.hasGPU(ev.GetGpu()) {
+			// A GPU the node does not have: not a fault of this node's
+			// hardware (an agent's bug, or a node's lie), and not a reason
+			// to drain it.
+			c.Dropped = DropGPUIndex
+			return c, nil
+		}
 		evs = append(evs, remedy.Fault{Node: ev.GetNode(), Verdict: classify.Xid(ev.GetGpu(), ev.GetXid())})
 	case *eventsv1.HealthCheckCompleted:
 		r := ev.GetResult()
@@ -529,10 +547,10 @@ func (s *State) HandleRecord(now time.Time, rec Record, payload proto.Message) (
 			hostname = old.Hostname
 		}
 		evs = append(evs, remedy.Join{Node: in.GetName(), Cluster: cluster, Hostname: hostname})
-		if old != nil && old.State == in.GetState() && old.Cluster == cluster && old.Hostname == hostname {
+		if old != nil && old.State == in.GetState() && old.Cluster == cluster && old.Hostname == hostname && old.GPUs == in.GetGpus() {
 			break
 		}
-		n := &Node{Name: in.GetName(), Cluster: cluster, State: in.GetState(), Hostname: hostname}
+		n := &Node{Name: in.GetName(), Cluster: cluster, State: in.GetState(), Hostname: hostname, GPUs: in.GetGpus()}
 		if old != nil {
 			n.Unhealthy, n.Reason, n.Unreachable, n.Simulated, n.Registered = old.Unhealthy, old.Reason, old.Unreachable, old.Simulated, old.Registered
 		}

@@ -198,6 +198,10 @@ const (
 // DropRate is Change.Dropped for a record past its node's rate.
 const DropRate = "rate"
 
+// DropGPUIndex is Change.Dropped for an XidObserved on a GPU index the
+// node does not have (below -1, or not below its GPU count).
+const DropGPUIndex = "gpu-index"
+
 // admit reports whether rec may be handled under its node's token bucket
 // (the token is taken at Commit). Only records a node signed count against
 // it (Record.Limited); a service's are trusted.
