@@ -30,3 +30,20 @@ func TestFlagHelpNamesItsValue(t *testing.T) {
 	}
 	walk(newApp().rootCommand())
 }
+
+// TestResumeUsageReasonOptional: resume is the one override that needs no
+// --reason (docs/health.md); its usage line said "--reason TEXT" as the
+// others' do, which reads as required.
+func TestResumeUsageReasonOptional(t *testing.T) {
+	t.Parallel()
+	root := newApp().rootCommand()
+	for verb, want := range map[string]string{"resume": "[--reason TEXT]", "drain": " --reason TEXT"} {
+		c, _, err := root.Find([]string{"nodes", verb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(c.Use, want) || (verb == "drain" && strings.Contains(c.Use, "[--reason")) {
+			t.Errorf("loom nodes %s usage %q, want it to end in %q", verb, c.Use, want)
+		}
+	}
+}

@@ -158,8 +158,12 @@ func (a *app) nodeHealthCommands() []*cobra.Command {
 
 func (a *app) nodesRemediateCommand(verb string, action loomv1.RemediationAction, short string) *cobra.Command {
 	var cluster, reason string
+	use := verb + " NODE... [--cluster C] --reason TEXT"
+	if action == loomv1.RemediationAction_ACTION_RESUME {
+		use = verb + " NODE... [--cluster C] [--reason TEXT]"
+	}
 	cmd := &cobra.Command{
-		Use:   verb + " NODE... [--cluster C] --reason TEXT",
+		Use:   use,
 		Short: short,
 		Long: short + `.
 
