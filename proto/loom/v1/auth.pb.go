@@ -1619,6 +1619,11 @@ type Account struct {
 	// parent_account is the account above it ("root" when unset).
 	ParentAccount string `protobuf:"bytes,4,opt,name=parent_account,json=parentAccount,proto3" json:"parent_account,omitempty"`
 	Fairshare     int32  `protobuf:"varint,5,opt,name=fairshare,proto3" json:"fairshare,omitempty"`
+	// grp_tres caps what the running jobs charged to the account and to
+	// every account under it may hold at once, on each cluster (Slurm's
+	// GrpTRES on the account's association): past it a job waits with
+	// AssocGrpGRES, AssocGrpCpuLimit, AssocGrpNodeLimit or AssocGrpMemLimit.
+	GrpTres       *Tres `protobuf:"bytes,6,opt,name=grp_tres,json=grpTres,proto3" json:"grp_tres,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1688,6 +1693,85 @@ func (x *Account) GetFairshare() int32 {
 	return 0
 }
 
+func (x *Account) GetGrpTres() *Tres {
+	if x != nil {
+		return x.GrpTres
+	}
+	return nil
+}
+
+// Tres are limits on Slurm's trackable resources (TRES); each 0 is no
+// limit. Bounds: cpu, node and gpu at most 2^30, mem_mb at most 2^40.
+type Tres struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Cpu   int64                  `protobuf:"varint,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	// mem_mb is memory in megabytes (Slurm's mem TRES).
+	MemMb int64 `protobuf:"varint,2,opt,name=mem_mb,json=memMb,proto3" json:"mem_mb,omitempty"`
+	Node  int64 `protobuf:"varint,3,opt,name=node,proto3" json:"node,omitempty"`
+	// gpu is gres/gpu.
+	Gpu           int64 `protobuf:"varint,4,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tres) Reset() {
+	*x = Tres{}
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tres) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tres) ProtoMessage() {}
+
+func (x *Tres) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tres.ProtoReflect.Descriptor instead.
+func (*Tres) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Tres) GetCpu() int64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *Tres) GetMemMb() int64 {
+	if x != nil {
+		return x.MemMb
+	}
+	return 0
+}
+
+func (x *Tres) GetNode() int64 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *Tres) GetGpu() int64 {
+	if x != nil {
+		return x.Gpu
+	}
+	return 0
+}
+
 type Association struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Account string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
@@ -1711,14 +1795,26 @@ type Association struct {
 	// values were made from) writes only while the association still has
 	// it: otherwise, or when it was deleted meanwhile, ABORTED (HTTP 409),
 	// nothing written; read it again and retry. Unset: no check.
-	Etag          string `protobuf:"bytes,9,opt,name=etag,proto3" json:"etag,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Etag string `protobuf:"bytes,9,opt,name=etag,proto3" json:"etag,omitempty"`
+	// grp_tres caps what the running jobs of the association may hold at
+	// once (Slurm's GrpTRES), on each cluster.
+	GrpTres *Tres `protobuf:"bytes,10,opt,name=grp_tres,json=grpTres,proto3" json:"grp_tres,omitempty"`
+	// max_tres_per_job caps what one of its jobs may ask for (Slurm's
+	// MaxTRESPerJob, sacctmgr's MaxTRES): a job asking more stays pending
+	// with AssocMaxGRESPerJob, AssocMaxCpuPerJobLimit,
+	// AssocMaxNodePerJobLimit or AssocMaxMemPerJob.
+	MaxTresPerJob *Tres `protobuf:"bytes,11,opt,name=max_tres_per_job,json=maxTresPerJob,proto3" json:"max_tres_per_job,omitempty"`
+	// max_wall_minutes caps one job's time limit (Slurm's MaxWall): a
+	// longer one stays pending with AssocMaxWallDurationPerJobLimit. 0 is
+	// no limit; at most 100 years.
+	MaxWallMinutes int32 `protobuf:"varint,12,opt,name=max_wall_minutes,json=maxWallMinutes,proto3" json:"max_wall_minutes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Association) Reset() {
 	*x = Association{}
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1826,7 @@ func (x *Association) String() string {
 func (*Association) ProtoMessage() {}
 
 func (x *Association) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1839,7 @@ func (x *Association) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Association.ProtoReflect.Descriptor instead.
 func (*Association) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Association) GetAccount() string {
@@ -1809,6 +1905,27 @@ func (x *Association) GetEtag() string {
 	return ""
 }
 
+func (x *Association) GetGrpTres() *Tres {
+	if x != nil {
+		return x.GrpTres
+	}
+	return nil
+}
+
+func (x *Association) GetMaxTresPerJob() *Tres {
+	if x != nil {
+		return x.MaxTresPerJob
+	}
+	return nil
+}
+
+func (x *Association) GetMaxWallMinutes() int32 {
+	if x != nil {
+		return x.MaxWallMinutes
+	}
+	return 0
+}
+
 type CreateAccountRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -1819,7 +1936,7 @@ type CreateAccountRequest struct {
 
 func (x *CreateAccountRequest) Reset() {
 	*x = CreateAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1948,7 @@ func (x *CreateAccountRequest) String() string {
 func (*CreateAccountRequest) ProtoMessage() {}
 
 func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1961,7 @@ func (x *CreateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccountRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateAccountRequest) GetParent() string {
@@ -1866,8 +1983,9 @@ type UpdateAccountRequest struct {
 	// account.name is "projects/{project}/accounts/{account}"; the other
 	// fields are the new values of those update_mask names.
 	Account *Account `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
-	// update_mask: description, organization, parent_account, fairshare
-	// (at least one).
+	// update_mask: description, organization, parent_account, fairshare,
+	// grp_tres (every TRES) or grp_tres.cpu, grp_tres.mem_mb,
+	// grp_tres.node, grp_tres.gpu (that one; at least one path).
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1875,7 +1993,7 @@ type UpdateAccountRequest struct {
 
 func (x *UpdateAccountRequest) Reset() {
 	*x = UpdateAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2005,7 @@ func (x *UpdateAccountRequest) String() string {
 func (*UpdateAccountRequest) ProtoMessage() {}
 
 func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2018,7 @@ func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateAccountRequest) GetAccount() *Account {
@@ -1927,7 +2045,7 @@ type DeleteAccountRequest struct {
 
 func (x *DeleteAccountRequest) Reset() {
 	*x = DeleteAccountRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[28]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2057,7 @@ func (x *DeleteAccountRequest) String() string {
 func (*DeleteAccountRequest) ProtoMessage() {}
 
 func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[28]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2070,7 @@ func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{28}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteAccountRequest) GetName() string {
@@ -1975,7 +2093,7 @@ type DeleteAssociationRequest struct {
 
 func (x *DeleteAssociationRequest) Reset() {
 	*x = DeleteAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[29]
+	mi := &file_loom_v1_auth_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2105,7 @@ func (x *DeleteAssociationRequest) String() string {
 func (*DeleteAssociationRequest) ProtoMessage() {}
 
 func (x *DeleteAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[29]
+	mi := &file_loom_v1_auth_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2118,7 @@ func (x *DeleteAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAssociationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteAssociationRequest) GetParent() string {
@@ -2035,7 +2153,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[30]
+	mi := &file_loom_v1_auth_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2165,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[30]
+	mi := &file_loom_v1_auth_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2178,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{30}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListAccountsRequest) GetParent() string {
@@ -2094,7 +2212,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[31]
+	mi := &file_loom_v1_auth_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2224,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[31]
+	mi := &file_loom_v1_auth_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2237,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -2146,7 +2264,7 @@ type SetAssociationRequest struct {
 
 func (x *SetAssociationRequest) Reset() {
 	*x = SetAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[32]
+	mi := &file_loom_v1_auth_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2276,7 @@ func (x *SetAssociationRequest) String() string {
 func (*SetAssociationRequest) ProtoMessage() {}
 
 func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[32]
+	mi := &file_loom_v1_auth_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2289,7 @@ func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAssociationRequest.ProtoReflect.Descriptor instead.
 func (*SetAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetAssociationRequest) GetParent() string {
@@ -2201,7 +2319,7 @@ type ListAssociationsRequest struct {
 
 func (x *ListAssociationsRequest) Reset() {
 	*x = ListAssociationsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[33]
+	mi := &file_loom_v1_auth_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2331,7 @@ func (x *ListAssociationsRequest) String() string {
 func (*ListAssociationsRequest) ProtoMessage() {}
 
 func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[33]
+	mi := &file_loom_v1_auth_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2344,7 @@ func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAssociationsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{33}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAssociationsRequest) GetParent() string {
@@ -2277,7 +2395,7 @@ type ListAssociationsResponse struct {
 
 func (x *ListAssociationsResponse) Reset() {
 	*x = ListAssociationsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[34]
+	mi := &file_loom_v1_auth_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2407,7 @@ func (x *ListAssociationsResponse) String() string {
 func (*ListAssociationsResponse) ProtoMessage() {}
 
 func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[34]
+	mi := &file_loom_v1_auth_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2420,7 @@ func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAssociationsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{34}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListAssociationsResponse) GetAssociations() []*Association {
@@ -2448,13 +2566,19 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"r\n" +
 	"\x18ListAuditRecordsResponse\x12.\n" +
 	"\arecords\x18\x01 \x03(\v2\x14.loom.v1.AuditRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa8\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd2\x01\n" +
 	"\aAccount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\"\n" +
 	"\forganization\x18\x03 \x01(\tR\forganization\x12%\n" +
 	"\x0eparent_account\x18\x04 \x01(\tR\rparentAccount\x12\x1c\n" +
-	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\"\x8c\x02\n" +
+	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\x12(\n" +
+	"\bgrp_tres\x18\x06 \x01(\v2\r.loom.v1.TresR\agrpTres\"U\n" +
+	"\x04Tres\x12\x10\n" +
+	"\x03cpu\x18\x01 \x01(\x03R\x03cpu\x12\x15\n" +
+	"\x06mem_mb\x18\x02 \x01(\x03R\x05memMb\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\x03R\x04node\x12\x10\n" +
+	"\x03gpu\x18\x04 \x01(\x03R\x03gpu\"\x98\x03\n" +
 	"\vAssociation\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x19\n" +
@@ -2465,7 +2589,11 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\x03qos\x18\a \x03(\tR\x03qos\x12\x1f\n" +
 	"\vdefault_qos\x18\b \x01(\tR\n" +
 	"defaultQos\x12\x12\n" +
-	"\x04etag\x18\t \x01(\tR\x04etag\"Z\n" +
+	"\x04etag\x18\t \x01(\tR\x04etag\x12(\n" +
+	"\bgrp_tres\x18\n" +
+	" \x01(\v2\r.loom.v1.TresR\agrpTres\x126\n" +
+	"\x10max_tres_per_job\x18\v \x01(\v2\r.loom.v1.TresR\rmaxTresPerJob\x12(\n" +
+	"\x10max_wall_minutes\x18\f \x01(\x05R\x0emaxWallMinutes\"Z\n" +
 	"\x14CreateAccountRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12*\n" +
 	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount\"\x7f\n" +
@@ -2544,7 +2672,7 @@ func file_loom_v1_auth_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_loom_v1_auth_proto_goTypes = []any{
 	(PrincipalKind)(0),               // 0: loom.v1.PrincipalKind
 	(*OidcBinding)(nil),              // 1: loom.v1.OidcBinding
@@ -2572,86 +2700,90 @@ var file_loom_v1_auth_proto_goTypes = []any{
 	(*ListAuditRecordsRequest)(nil),  // 23: loom.v1.ListAuditRecordsRequest
 	(*ListAuditRecordsResponse)(nil), // 24: loom.v1.ListAuditRecordsResponse
 	(*Account)(nil),                  // 25: loom.v1.Account
-	(*Association)(nil),              // 26: loom.v1.Association
-	(*CreateAccountRequest)(nil),     // 27: loom.v1.CreateAccountRequest
-	(*UpdateAccountRequest)(nil),     // 28: loom.v1.UpdateAccountRequest
-	(*DeleteAccountRequest)(nil),     // 29: loom.v1.DeleteAccountRequest
-	(*DeleteAssociationRequest)(nil), // 30: loom.v1.DeleteAssociationRequest
-	(*ListAccountsRequest)(nil),      // 31: loom.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),     // 32: loom.v1.ListAccountsResponse
-	(*SetAssociationRequest)(nil),    // 33: loom.v1.SetAssociationRequest
-	(*ListAssociationsRequest)(nil),  // 34: loom.v1.ListAssociationsRequest
-	(*ListAssociationsResponse)(nil), // 35: loom.v1.ListAssociationsResponse
-	nil,                              // 36: loom.v1.Principal.RolesEntry
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 38: google.protobuf.FieldMask
+	(*Tres)(nil),                     // 26: loom.v1.Tres
+	(*Association)(nil),              // 27: loom.v1.Association
+	(*CreateAccountRequest)(nil),     // 28: loom.v1.CreateAccountRequest
+	(*UpdateAccountRequest)(nil),     // 29: loom.v1.UpdateAccountRequest
+	(*DeleteAccountRequest)(nil),     // 30: loom.v1.DeleteAccountRequest
+	(*DeleteAssociationRequest)(nil), // 31: loom.v1.DeleteAssociationRequest
+	(*ListAccountsRequest)(nil),      // 32: loom.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),     // 33: loom.v1.ListAccountsResponse
+	(*SetAssociationRequest)(nil),    // 34: loom.v1.SetAssociationRequest
+	(*ListAssociationsRequest)(nil),  // 35: loom.v1.ListAssociationsRequest
+	(*ListAssociationsResponse)(nil), // 36: loom.v1.ListAssociationsResponse
+	nil,                              // 37: loom.v1.Principal.RolesEntry
+	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 39: google.protobuf.FieldMask
 }
 var file_loom_v1_auth_proto_depIdxs = []int32{
-	37, // 0: loom.v1.OidcBinding.create_time:type_name -> google.protobuf.Timestamp
+	38, // 0: loom.v1.OidcBinding.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: loom.v1.Principal.kind:type_name -> loom.v1.PrincipalKind
-	36, // 2: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
-	37, // 3: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
+	37, // 2: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
+	38, // 3: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: loom.v1.Token.principal:type_name -> loom.v1.Principal
-	37, // 5: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
-	37, // 6: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
-	37, // 7: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
+	38, // 5: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
+	38, // 6: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
+	38, // 7: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
 	10, // 8: loom.v1.CreateApiKeyRequest.key:type_name -> loom.v1.ApiKey
 	10, // 9: loom.v1.ListApiKeysResponse.keys:type_name -> loom.v1.ApiKey
 	15, // 10: loom.v1.ListMembersResponse.members:type_name -> loom.v1.Member
-	37, // 11: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
-	37, // 12: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	38, // 11: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
+	38, // 12: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	22, // 13: loom.v1.ListAuditRecordsResponse.records:type_name -> loom.v1.AuditRecord
-	25, // 14: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
-	25, // 15: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
-	38, // 16: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
-	25, // 17: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
-	26, // 18: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
-	26, // 19: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
-	6,  // 20: loom.v1.AuthService.CreateToken:input_type -> loom.v1.CreateTokenRequest
-	7,  // 21: loom.v1.AuthService.RevokeToken:input_type -> loom.v1.RevokeTokenRequest
-	5,  // 22: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
-	11, // 23: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
-	12, // 24: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
-	14, // 25: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
-	16, // 26: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
-	17, // 27: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
-	19, // 28: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
-	20, // 29: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
-	2,  // 30: loom.v1.AuthService.GetOidcBinding:input_type -> loom.v1.GetOidcBindingRequest
-	3,  // 31: loom.v1.AuthService.DeleteOidcBinding:input_type -> loom.v1.DeleteOidcBindingRequest
-	23, // 32: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
-	27, // 33: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
-	31, // 34: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
-	28, // 35: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
-	29, // 36: loom.v1.AccountService.DeleteAccount:input_type -> loom.v1.DeleteAccountRequest
-	33, // 37: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
-	34, // 38: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
-	30, // 39: loom.v1.AccountService.DeleteAssociation:input_type -> loom.v1.DeleteAssociationRequest
-	9,  // 40: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
-	8,  // 41: loom.v1.AuthService.RevokeToken:output_type -> loom.v1.RevokeTokenResponse
-	4,  // 42: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
-	10, // 43: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
-	13, // 44: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
-	10, // 45: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
-	15, // 46: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
-	18, // 47: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
-	21, // 48: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
-	21, // 49: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
-	1,  // 50: loom.v1.AuthService.GetOidcBinding:output_type -> loom.v1.OidcBinding
-	1,  // 51: loom.v1.AuthService.DeleteOidcBinding:output_type -> loom.v1.OidcBinding
-	24, // 52: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
-	25, // 53: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
-	32, // 54: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
-	25, // 55: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
-	25, // 56: loom.v1.AccountService.DeleteAccount:output_type -> loom.v1.Account
-	26, // 57: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
-	35, // 58: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
-	26, // 59: loom.v1.AccountService.DeleteAssociation:output_type -> loom.v1.Association
-	40, // [40:60] is the sub-list for method output_type
-	20, // [20:40] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	26, // 14: loom.v1.Account.grp_tres:type_name -> loom.v1.Tres
+	26, // 15: loom.v1.Association.grp_tres:type_name -> loom.v1.Tres
+	26, // 16: loom.v1.Association.max_tres_per_job:type_name -> loom.v1.Tres
+	25, // 17: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
+	25, // 18: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
+	39, // 19: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	25, // 20: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
+	27, // 21: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
+	27, // 22: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
+	6,  // 23: loom.v1.AuthService.CreateToken:input_type -> loom.v1.CreateTokenRequest
+	7,  // 24: loom.v1.AuthService.RevokeToken:input_type -> loom.v1.RevokeTokenRequest
+	5,  // 25: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
+	11, // 26: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
+	12, // 27: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
+	14, // 28: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
+	16, // 29: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
+	17, // 30: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
+	19, // 31: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
+	20, // 32: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
+	2,  // 33: loom.v1.AuthService.GetOidcBinding:input_type -> loom.v1.GetOidcBindingRequest
+	3,  // 34: loom.v1.AuthService.DeleteOidcBinding:input_type -> loom.v1.DeleteOidcBindingRequest
+	23, // 35: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
+	28, // 36: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
+	32, // 37: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
+	29, // 38: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
+	30, // 39: loom.v1.AccountService.DeleteAccount:input_type -> loom.v1.DeleteAccountRequest
+	34, // 40: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
+	35, // 41: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
+	31, // 42: loom.v1.AccountService.DeleteAssociation:input_type -> loom.v1.DeleteAssociationRequest
+	9,  // 43: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
+	8,  // 44: loom.v1.AuthService.RevokeToken:output_type -> loom.v1.RevokeTokenResponse
+	4,  // 45: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
+	10, // 46: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
+	13, // 47: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
+	10, // 48: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
+	15, // 49: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
+	18, // 50: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
+	21, // 51: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
+	21, // 52: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
+	1,  // 53: loom.v1.AuthService.GetOidcBinding:output_type -> loom.v1.OidcBinding
+	1,  // 54: loom.v1.AuthService.DeleteOidcBinding:output_type -> loom.v1.OidcBinding
+	24, // 55: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
+	25, // 56: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
+	33, // 57: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
+	25, // 58: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
+	25, // 59: loom.v1.AccountService.DeleteAccount:output_type -> loom.v1.Account
+	27, // 60: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
+	36, // 61: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
+	27, // 62: loom.v1.AccountService.DeleteAssociation:output_type -> loom.v1.Association
+	43, // [43:63] is the sub-list for method output_type
+	23, // [23:43] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_auth_proto_init() }
@@ -2665,7 +2797,7 @@ func file_loom_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_auth_proto_rawDesc), len(file_loom_v1_auth_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -746,7 +746,7 @@ type AccountServiceClient interface {
 	CreateAccount(ctx context.Context, in *CreateAccountRequest, opts ...grpc.CallOption) (*Account, error)
 	ListAccounts(ctx context.Context, in *ListAccountsRequest, opts ...grpc.CallOption) (*ListAccountsResponse, error)
 	// UpdateAccount changes the fields update_mask names (description,
-	// organization, parent_account, fairshare) of an account: sacctmgr
+	// organization, parent_account, fairshare, grp_tres) of an account: sacctmgr
 	// modify account.
 	UpdateAccount(ctx context.Context, in *UpdateAccountRequest, opts ...grpc.CallOption) (*Account, error)
 	// DeleteAccount removes an account that has no sub-accounts, no users
@@ -851,7 +851,7 @@ type AccountServiceServer interface {
 	CreateAccount(context.Context, *CreateAccountRequest) (*Account, error)
 	ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error)
 	// UpdateAccount changes the fields update_mask names (description,
-	// organization, parent_account, fairshare) of an account: sacctmgr
+	// organization, parent_account, fairshare, grp_tres) of an account: sacctmgr
 	// modify account.
 	UpdateAccount(context.Context, *UpdateAccountRequest) (*Account, error)
 	// DeleteAccount removes an account that has no sub-accounts, no users

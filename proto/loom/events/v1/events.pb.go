@@ -5502,7 +5502,7 @@ func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
 
 // AssociationChanged carries a user's association with an account and its
 // limits (sacctmgr add user / modify user) to the scheduler, which enforces
-// MaxJobs.
+// MaxJobs, GrpTRES, MaxTRESPerJob and MaxWall.
 type AssociationChanged struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Project     string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -5566,7 +5566,8 @@ func (x *AssociationChanged) GetDeleted() bool {
 
 // AccountChanged carries an account's place in the project's account tree
 // and its fair-share shares (sacctmgr add account) to the scheduler, whose
-// priorities divide the shares down the tree.
+// priorities divide the shares down the tree, and its GrpTRES, which caps
+// the running jobs of its subtree.
 type AccountChanged struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`

@@ -23,7 +23,8 @@ import (
 // gateway's Redis per project. CreateAccount and SetAssociation also tell
 // the scheduler (AccountChanged, AssociationChanged on loom.job.commands.v1,
 // key the project), which divides fair-share shares down the account tree
-// and enforces MaxJobs; the gateway enforces MaxSubmitJobs at SubmitJob.
+// and enforces MaxJobs, GrpTRES, MaxTRESPerJob and MaxWall; the gateway
+// enforces MaxSubmitJobs at SubmitJob.
 
 // projectOf parses parent and returns the project id. Who may call is the
 // authorization table's (package authz: admins write, viewers list), as
@@ -185,7 +186,7 @@ func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRe
 		return nil, changedMeanwhile("update account "+id, "the account or one of its new parents", err)
 	}
 	g.opt.Log.InfoContext(ctx, "account updated", "account", next.GetName(), "parent", next.GetParentAccount(),
-		"fairshare", next.GetFairshare(), "update_mask", req.GetUpdateMask().GetPaths())
+		"fairshare", next.GetFairshare(), "grp_tres", domain.TRESOf(next.GetGrpTres()).String(), "update_mask", req.GetUpdateMask().GetPaths())
 	return next, nil
 }
 
@@ -293,7 +294,9 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 			fmt.Sprintf("the association, account %s or user %s's default account", a.GetAccount(), a.GetUser()), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
-		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos())
+		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos(),
+		"grp_tres", domain.TRESOf(a.GetGrpTres()).String(), "max_tres_per_job", domain.TRESOf(a.GetMaxTresPerJob()).String(),
+		"max_wall_minutes", a.GetMaxWallMinutes())
 	out := proto.Clone(a).(*loomv1.Association)
 	out.Etag = domain.AssociationEtag(out)
 	return out, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -132,11 +133,12 @@ func AcceptAccount(req *loomv1.CreateAccountRequest) (string, *loomv1.Account, e
 	checkText(&v, "account.organization", in.GetOrganization(), MaxAccountTextBytes)
 	v.Check(in.GetFairshare() >= 0 && in.GetFairshare() <= MaxFairshare, "account.fairshare",
 		"%d is outside 0..%d (the limit)", in.GetFairshare(), MaxFairshare)
+	grp := CheckTRES(&v, "account.grp_tres", in.GetGrpTres())
 	if err := v.Err(); err != nil {
 		return "", nil, err
 	}
 	out := &loomv1.Account{Name: AccountName(p.ID, id), Description: in.GetDescription(),
-		Organization: strings.ToLower(in.GetOrganization()), ParentAccount: parent, Fairshare: in.GetFairshare()}
+		Organization: strings.ToLower(in.GetOrganization()), ParentAccount: parent, Fairshare: in.GetFairshare(), GrpTres: grp}
 	if out.Description == "" {
 		out.Description = id
 	}
@@ -157,7 +159,15 @@ func AcceptAccount(req *loomv1.CreateAccountRequest) (string, *loomv1.Account, e
 var accountPaths = map[string]string{
 	"description": "description", "organization": "organization",
 	"parent_account": "parent_account", "parentAccount": "parent_account", "fairshare": "fairshare",
+	"grp_tres": "grp_tres", "grpTres": "grp_tres",
+	"grp_tres.cpu": "grp_tres.cpu", "grpTres.cpu": "grp_tres.cpu",
+	"grp_tres.mem_mb": "grp_tres.mem_mb", "grpTres.memMb": "grp_tres.mem_mb",
+	"grp_tres.node": "grp_tres.node", "grpTres.node": "grp_tres.node",
+	"grp_tres.gpu": "grp_tres.gpu", "grpTres.gpu": "grp_tres.gpu",
 }
+
+// accountPathList is accountPaths' canonical names, for messages.
+const accountPathList = "description, organization, parent_account, fairshare, grp_tres, grp_tres.cpu, grp_tres.mem_mb, grp_tres.node, grp_tres.gpu"
 
 // AcceptAccountUpdate checks an UpdateAccount request (every problem at
 // once, InvalidArgument naming the field and the limit) and returns the
@@ -172,7 +182,7 @@ func AcceptAccountUpdate(req *loomv1.UpdateAccountRequest) (project, id, parent 
 	paths := map[string]bool{}
 	mask := req.GetUpdateMask().GetPaths()
 	if len(mask) == 0 {
-		v.Add("update_mask", "name at least one of description, organization, parent_account, fairshare")
+		v.Add("update_mask", "name at least one of %s", accountPathList)
 	}
 	if len(mask) > len(accountPaths) {
 		v.Add("update_mask", "%d paths, more than the limit of %d", len(mask), len(accountPaths))
@@ -181,7 +191,7 @@ func AcceptAccountUpdate(req *loomv1.UpdateAccountRequest) (project, id, parent 
 	for i, p := range mask {
 		canon, ok := accountPaths[p]
 		if !ok {
-			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%s cannot be updated: one of description, organization, parent_account, fairshare", clip(p))
+			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%s cannot be updated: one of %s", clip(p), accountPathList)
 			continue
 		}
 		paths[canon] = true
@@ -207,6 +217,7 @@ func AcceptAccountUpdate(req *loomv1.UpdateAccountRequest) (project, id, parent 
 		v.Check(in.GetFairshare() >= 0 && in.GetFairshare() <= MaxFairshare, "account.fairshare",
 			"%d is outside 0..%d (the limit)", in.GetFairshare(), MaxFairshare)
 	}
+	grp := CheckTRES(&v, "account.grp_tres", in.GetGrpTres())
 	if err := v.Err(); err != nil {
 		return "", "", "", nil, err
 	}
@@ -224,6 +235,7 @@ func AcceptAccountUpdate(req *loomv1.UpdateAccountRequest) (project, id, parent 
 		if paths["fairshare"] {
 			next.Fairshare = max(in.GetFairshare(), 1) // 0: Slurm's default share
 		}
+		next.GrpTres = mergeTRES(next.GetGrpTres(), grp, paths)
 		return next
 	}
 	return pid, aid, parent, apply, nil
@@ -315,6 +327,10 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest, open []string) (string
 	v.Check(in.GetFairshare() >= 0 && in.GetFairshare() <= MaxFairshare, "association.fairshare",
 		"%d is outside 0..%d (the limit)", in.GetFairshare(), MaxFairshare)
 	checkText(&v, "association.etag", in.GetEtag(), MaxEtagBytes)
+	grp := CheckTRES(&v, "association.grp_tres", in.GetGrpTres())
+	perJob := CheckTRES(&v, "association.max_tres_per_job", in.GetMaxTresPerJob())
+	v.Check(in.GetMaxWallMinutes() >= 0 && in.GetMaxWallMinutes() <= slurmspec.MaxWallMinutes, "association.max_wall_minutes",
+		"%d is outside 0..%d (0: no limit; %d minutes, 100 years, is the limit)", in.GetMaxWallMinutes(), slurmspec.MaxWallMinutes, slurmspec.MaxWallMinutes)
 	qos := checkQOSList(&v, "association.qos", in.GetQos())
 	defQOS := strings.ToLower(in.GetDefaultQos())
 	if defQOS != "" && !QOSAllowed(defQOS, open, qos) {
@@ -326,7 +342,7 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest, open []string) (string
 	}
 	out := &loomv1.Association{Account: id, User: in.GetUser(), MaxJobs: in.GetMaxJobs(),
 		MaxSubmitJobs: in.GetMaxSubmitJobs(), Fairshare: in.GetFairshare(), DefaultAccount: in.GetDefaultAccount(),
-		Qos: qos, DefaultQos: defQOS}
+		Qos: qos, DefaultQos: defQOS, GrpTres: grp, MaxTresPerJob: perJob, MaxWallMinutes: in.GetMaxWallMinutes()}
 	if out.Fairshare == 0 {
 		out.Fairshare = 1
 	}
@@ -350,6 +366,47 @@ func AssociationEtag(a *loomv1.Association) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// CheckTRES checks a TRES limit (each value within slurmspec's bounds,
+// InvalidArgument naming field.cpu and the like) and returns it to store:
+// a copy, nil when it sets none.
+func CheckTRES(v *errs.Validator, field string, t *loomv1.Tres) *loomv1.Tres {
+	tr := TRESOf(t)
+	ok := true
+	tr.Check(func(f, msg string) { v.Add(field+"."+f, "%s", msg); ok = false })
+	if !ok || tr == (slurmspec.TRES{}) {
+		return nil
+	}
+	return &loomv1.Tres{Cpu: tr.CPU, MemMb: tr.MemMB, Node: tr.Node, Gpu: tr.GPU}
+}
+
+// TRESOf is a TRES limit as slurmspec's (zero for nil).
+func TRESOf(t *loomv1.Tres) slurmspec.TRES {
+	return slurmspec.TRES{CPU: t.GetCpu(), MemMB: t.GetMemMb(), Node: t.GetNode(), GPU: t.GetGpu()}
+}
+
+// mergeTRES is cur with the values of in that paths name (grp_tres: all
+// of them; grp_tres.gpu: that one), nil when it sets none.
+func mergeTRES(cur, in *loomv1.Tres, paths map[string]bool) *loomv1.Tres {
+	all := paths["grp_tres"]
+	out := TRESOf(cur)
+	if all || paths["grp_tres.cpu"] {
+		out.CPU = in.GetCpu()
+	}
+	if all || paths["grp_tres.mem_mb"] {
+		out.MemMB = in.GetMemMb()
+	}
+	if all || paths["grp_tres.node"] {
+		out.Node = in.GetNode()
+	}
+	if all || paths["grp_tres.gpu"] {
+		out.GPU = in.GetGpu()
+	}
+	if out == (slurmspec.TRES{}) {
+		return nil
+	}
+	return &loomv1.Tres{Cpu: out.CPU, MemMb: out.MemMB, Node: out.Node, Gpu: out.GPU}
 }
 
 // ParseQOSList reads a comma-separated QOS list (-open-qos): lower-cased,

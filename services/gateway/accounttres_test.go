@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestAccountTRESLimits: GrpTRES on an account (CreateAccount, then
+// UpdateAccount's grp_tres.gpu path changing one TRES and keeping the
+// others), and GrpTRES, MaxTRESPerJob and MaxWall on an association, are
+// stored, returned and sent to the scheduler; values out of bounds are
+// refused naming the field and the limit, and a viewer may not set them.
+func TestAccountTRESLimits(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	acc := h.accounts()
+	created, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project,
+		Account: &loomv1.Account{Name: "team-a", GrpTres: &loomv1.Tres{Gpu: 64, Cpu: 512}}}, h.call("pat"))
+	if err != nil || !proto.Equal(created.GetGrpTres(), &loomv1.Tres{Gpu: 64, Cpu: 512}) {
+		t.Fatalf("create: %v, %v", created, err)
+	}
+	mask := func(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
+	// GrpTRES=gres/gpu=32,node=-1: the gpu and node paths; cpu kept.
+	got, err := acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: &loomv1.Account{Name: "projects/default/accounts/team-a",
+		GrpTres: &loomv1.Tres{Gpu: 32, Cpu: 1}}, UpdateMask: mask("grp_tres.gpu", "grp_tres.node")}, h.call("pat"))
+	if err != nil || !proto.Equal(got.GetGrpTres(), &loomv1.Tres{Gpu: 32, Cpu: 512}) {
+		t.Fatalf("update: %v, %v", got, err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AccountChanged)
+		return ok && e.Key == project && proto.Equal(ac.GetAccount().GetGrpTres(), &loomv1.Tres{Gpu: 32, Cpu: 512})
+	})
+	// Clearing every TRES leaves none.
+	got, err = acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: &loomv1.Account{Name: "projects/default/accounts/team-a"},
+		UpdateMask: mask("grp_tres")}, h.call("pat"))
+	if err != nil || got.GetGrpTres() != nil {
+		t.Fatalf("clear: %v, %v", got, err)
+	}
+
+	a := &loomv1.Association{Account: "team-a", User: "alice", GrpTres: &loomv1.Tres{Gpu: 16, MemMb: 1 << 20},
+		MaxTresPerJob: &loomv1.Tres{Gpu: 8, Node: 2}, MaxWallMinutes: 24 * 60}
+	set, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a}, h.call("pat"))
+	if err != nil || !proto.Equal(set.GetGrpTres(), a.GetGrpTres()) || !proto.Equal(set.GetMaxTresPerJob(), a.GetMaxTresPerJob()) ||
+		set.GetMaxWallMinutes() != 24*60 {
+		t.Fatalf("set association: %v, %v", set, err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AssociationChanged)
+		return ok && ac.GetAssociation().GetMaxWallMinutes() == 24*60 && proto.Equal(ac.GetAssociation().GetMaxTresPerJob(), a.GetMaxTresPerJob())
+	})
+	list, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice"}, h.call("vic"))
+	if err != nil || len(list.GetAssociations()) != 1 || !proto.Equal(list.GetAssociations()[0].GetGrpTres(), a.GetGrpTres()) {
+		t.Fatalf("list: %v, %v", list, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		code codes.Code
+		want []string
+	}{
+		{"account gpu past the bound", func() error {
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "b", GrpTres: &loomv1.Tres{Gpu: 1<<30 + 1}}}, h.call("pat"))
+			return err
+		}(), codes.InvalidArgument, []string{"account.grp_tres.gpu", "1073741824 is the limit"}},
+		{"update negative cpu", func() error {
+			_, err := acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: &loomv1.Account{Name: "projects/default/accounts/team-a",
+				GrpTres: &loomv1.Tres{Cpu: -1}}, UpdateMask: mask("grp_tres.cpu")}, h.call("pat"))
+			return err
+		}(), codes.InvalidArgument, []string{"account.grp_tres.cpu"}},
+		{"unknown TRES path", func() error {
+			_, err := acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: &loomv1.Account{Name: "projects/default/accounts/team-a"},
+				UpdateMask: mask("grp_tres.billing")}, h.call("pat"))
+			return err
+		}(), codes.InvalidArgument, []string{"update_mask.paths[0]", "grp_tres.gpu"}},
+		{"association mem past the bound", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "team-a", User: "bob",
+				GrpTres: &loomv1.Tres{MemMb: 1<<40 + 1}}}, h.call("pat"))
+			return err
+		}(), codes.InvalidArgument, []string{"association.grp_tres.mem_mb", "1099511627776 is the limit"}},
+		{"per-job node negative", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "team-a", User: "bob",
+				MaxTresPerJob: &loomv1.Tres{Node: -2}}}, h.call("pat"))
+			return err
+		}(), codes.InvalidArgument, []string{"association.max_tres_per_job.node"}},
+		{"MaxWall past the bound", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "team-a", User: "bob",
+				MaxWallMinutes: 100*365*24*60 + 1}}, h.call("pat"))
+			return err
+		}(), codes.InvalidArgument, []string{"association.max_wall_minutes", "52560000 minutes"}},
+		{"a viewer sets a limit", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "team-a", User: "bob",
+				GrpTres: &loomv1.Tres{Gpu: 1}}}, h.call("vic"))
+			return err
+		}(), codes.PermissionDenied, nil},
+	} {
+		if tc.err == nil {
+			t.Errorf("%s: accepted", tc.name)
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) { wantAcctCode(t, tc.err, tc.code, tc.want...) })
+	}
+	list, err = acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "bob"}, h.call("vic"))
+	if err != nil || len(list.GetAssociations()) != 0 {
+		t.Fatalf("bob after refusals: %v, %v", list, err)
+	}
+}
