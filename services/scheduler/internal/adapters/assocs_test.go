@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -48,5 +49,33 @@ func TestAssocLimitsWriteThenLoad(t *testing.T) {
 	}
 	if len(recs.Assocs) != 1 || recs.Assocs[0].User != "" {
 		t.Fatalf("loaded after the delete: %+v", recs.Assocs)
+	}
+}
+
+// TestAssocTRESLimitsWriteThenLoad: an association's GrpTRES,
+// MaxTRESPerJob and MaxWall and an account's GrpTRES are stored and
+// loaded back as they were: a restarted scheduler enforces them.
+func TestAssocTRESLimitsWriteThenLoad(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "scheduler:")
+	ctx := testkit.Context(t, 30*time.Second)
+	s := domain.NewState(domain.Config{})
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	persist(t, ctx, st, s, now, &eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "lab", User: "ada",
+		GrpTres: &loomv1.Tres{Gpu: 16, MemMb: 1 << 20}, MaxTresPerJob: &loomv1.Tres{Node: 2, Cpu: 64}, MaxWallMinutes: 1440}})
+	persist(t, ctx, st, s, now.Add(time.Minute), &eventsv1.AccountChanged{Project: "default",
+		Account: &loomv1.Account{Name: "projects/default/accounts/lab", GrpTres: &loomv1.Tres{Gpu: 64, Cpu: 512}}})
+	recs, err := NewRepo(st).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[domain.AssocLimit]bool{
+		{Project: "default", Account: "lab", User: "ada", GrpTRES: slurmspec.TRES{GPU: 16, MemMB: 1 << 20},
+			MaxTRESPerJob: slurmspec.TRES{Node: 2, CPU: 64}, MaxWallMinutes: 1440}: true,
+		{Project: "default", Account: "lab", GrpTRES: slurmspec.TRES{GPU: 64, CPU: 512}}: true,
+	}
+	if len(recs.Assocs) != 2 || !want[*recs.Assocs[0]] || !want[*recs.Assocs[1]] {
+		t.Fatalf("loaded limits: %+v", recs.Assocs)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // Slurm association limits (sacctmgr add user / modify user): the gateway
@@ -37,6 +39,14 @@ type AssocLimit struct {
 	Fairshare int32 `json:"fairshare,omitempty"`
 	// Parent is an account's parent account ("" or "root": the top).
 	Parent string `json:"parent,omitempty"`
+	// GrpTRES caps what the association's running jobs, or for an
+	// account's record those of the account and every account under it,
+	// hold at once on each cluster; MaxTRESPerJob what one job of the
+	// association asks for, MaxWallMinutes its time limit (assoctres.go).
+	// Zero: no limit.
+	GrpTRES        slurmspec.TRES `json:"grp_tres,omitzero"`
+	MaxTRESPerJob  slurmspec.TRES `json:"max_tres_per_job,omitzero"`
+	MaxWallMinutes int32          `json:"max_wall_minutes,omitempty"`
 }
 
 // limitKey identifies an association across projects.
@@ -78,7 +88,20 @@ func (s *State) putAssocLimit(l *AssocLimit) {
 	if *m == nil {
 		*m = map[limitKey]*AssocLimit{}
 	}
-	(*m)[limitKey{l.Project, l.Account, l.User}] = l
+	k := limitKey{l.Project, l.Account, l.User}
+	s.countTRESLimits((*m)[k], l)
+	(*m)[k] = l
+}
+
+// countTRESLimits keeps s.tresLimits, the records with a TRES limit or
+// MaxWall, as record old is replaced by new (either nil).
+func (s *State) countTRESLimits(old, new *AssocLimit) {
+	if old.hasTRESLimits() {
+		s.tresLimits--
+	}
+	if new.hasTRESLimits() {
+		s.tresLimits++
+	}
 }
 
 // commitAssocLimits applies the change's association limits and accounts
@@ -88,8 +111,11 @@ func (s *State) commitAssocLimits(c *Change) {
 		if l != nil {
 			s.putAssocLimit(l)
 		} else if p := strings.SplitN(key, "|", 3); len(p) == 3 {
-			delete(s.limits, limitKey{p[0], p[1], p[2]})
-			delete(s.accounts, limitKey{p[0], p[1], p[2]})
+			k := limitKey{p[0], p[1], p[2]}
+			s.countTRESLimits(s.limits[k], nil)
+			s.countTRESLimits(s.accounts[k], nil)
+			delete(s.limits, k)
+			delete(s.accounts, k)
 		}
 	}
 }
@@ -104,11 +130,14 @@ func (t *txn) associationChanged(ev *eventsv1.AssociationChanged) error {
 	v.Check(a.GetUser() != "" && !strings.Contains(a.GetUser(), "|"), "association.user", "a login name is required, got %q", a.GetUser())
 	v.Check(a.GetMaxJobs() >= 0, "association.max_jobs", "must not be negative, got %d", a.GetMaxJobs())
 	v.Check(a.GetFairshare() >= 0, "association.fairshare", "must not be negative, got %d", a.GetFairshare())
+	grp, perJob := tresLimit(&v, "association.grp_tres", a.GetGrpTres()), tresLimit(&v, "association.max_tres_per_job", a.GetMaxTresPerJob())
+	v.Check(a.GetMaxWallMinutes() >= 0 && a.GetMaxWallMinutes() <= slurmspec.MaxWallMinutes, "association.max_wall_minutes",
+		"%d is outside 0..%d (the limit)", a.GetMaxWallMinutes(), slurmspec.MaxWallMinutes)
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("association changed: %w", err)
 	}
 	l := &AssocLimit{Project: ev.GetProject(), Account: a.GetAccount(), User: a.GetUser(),
-		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare()}
+		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare(), GrpTRES: grp, MaxTRESPerJob: perJob, MaxWallMinutes: a.GetMaxWallMinutes()}
 	if ev.GetDeleted() {
 		l = nil
 	}
@@ -127,15 +156,24 @@ func (t *txn) accountChanged(ev *eventsv1.AccountChanged) error {
 	v.Check(!strings.ContainsAny(a.GetParentAccount(), "|/"), "account.parent_account", "an account id is required, got %q", a.GetParentAccount())
 	v.Check(a.GetParentAccount() != id, "account.parent_account", "an account is not its own parent (%q)", id)
 	v.Check(a.GetFairshare() >= 0, "account.fairshare", "must not be negative, got %d", a.GetFairshare())
+	grp := tresLimit(&v, "account.grp_tres", a.GetGrpTres())
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("account changed: %w", err)
 	}
-	l := &AssocLimit{Project: ev.GetProject(), Account: id, Fairshare: a.GetFairshare(), Parent: a.GetParentAccount()}
+	l := &AssocLimit{Project: ev.GetProject(), Account: id, Fairshare: a.GetFairshare(), Parent: a.GetParentAccount(), GrpTRES: grp}
 	if ev.GetDeleted() {
 		l = nil
 	}
 	t.putAssoc(ev.GetProject(), id, "", l)
 	return nil
+}
+
+// tresLimit checks an event's TRES limit (slurmspec's bounds, the
+// gateway's) and returns it.
+func tresLimit(v *errs.Validator, field string, t *loomv1.Tres) slurmspec.TRES {
+	tr := slurmspec.TRES{CPU: t.GetCpu(), MemMB: t.GetMemMb(), Node: t.GetNode(), GPU: t.GetGpu()}
+	tr.Check(func(f, msg string) { v.Add(field+"."+f, "%s", msg) })
+	return tr
 }
 
 // putAssoc puts an association's limits or an account's record (user "")

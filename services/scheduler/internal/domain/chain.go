@@ -54,6 +54,7 @@ var gates = []gate{
 	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit, 0, idleTimeLimit},
 	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit, qArray, nil},
 	{"assoc-max-jobs", []string{ReasonAssocMaxJobsLimit}, gateAssocMaxJobs, 0, idleAssocMaxJobs}, // assoclimits.go
+	{"assoc-tres", tresReasons, gateAssocTRES, 0, idleAssocTRES},                                 // assoctres.go
 	{"qos-gres-per-user", []string{ReasonQOSMaxGRESPerUser}, gateQOSLimit, 0, idleQOSLimit},
 	{"fifo", []string{ReasonPriority}, gateFIFO, 0, idleFIFO},
 }

@@ -258,7 +258,10 @@ func checkInvariants(t *testing.T, s *State) {
 			switch j.GetStateReason() {
 			case ReasonPriority, ReasonResources, ReasonReqNodeNotAvail, ReasonDependency, ReasonDependencyNeverSatisfied,
 				ReasonHeldUser, ReasonHeldAdmin, ReasonPartitionTimeLimit, ReasonPartitionConfig, ReasonPartitionNodeLimit,
-				ReasonBadConstraints, ReasonBeginTime, ReasonQOSMaxGRESPerUser, ReasonJobArrayTaskLimit, ReasonAssocMaxJobsLimit:
+				ReasonBadConstraints, ReasonBeginTime, ReasonQOSMaxGRESPerUser, ReasonJobArrayTaskLimit, ReasonAssocMaxJobsLimit,
+				ReasonAssocGrpCpuLimit, ReasonAssocGrpMemLimit, ReasonAssocGrpNodeLimit, ReasonAssocGrpGRES,
+				ReasonAssocMaxCpuPerJobLimit, ReasonAssocMaxMemPerJob, ReasonAssocMaxNodePerJobLimit, ReasonAssocMaxGRESPerJob,
+				ReasonAssocMaxWallDurationPerJobLimit:
 			case ReasonRequeued:
 				// Only while its previous run is still being stopped.
 				if r := s.Run(name, rec.Attempt); r == nil || r.Released {

@@ -78,6 +78,7 @@ type pass struct {
 	arrayRunning map[string]int32
 	qosUse       map[assocKey]int32
 	assocRunning map[assocKey]int32 // assoclimits.go
+	tresUse      *tresCounts        // assoctres.go
 	singleton    map[assocKey]int64
 	viewAt       map[string]int32
 	// viewCache is viewAt's entry in scratch, nil without scratch.

@@ -95,6 +95,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		p.qosUse[assocKey{q.Name, spec.GetUser()}] += r.gpuCount()
 	}
 	p.noteAssocStart(j)
+	p.noteTRESStart(j, r)
 
 	c := p.cluster
 	j.Attempt = r.Attempt

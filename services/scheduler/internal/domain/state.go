@@ -80,6 +80,9 @@ type State struct {
 	// accounts are the accounts' parents and shares (AssocLimit with no
 	// user; assoclimits.go), nil when none.
 	accounts map[limitKey]*AssocLimit
+	// tresLimits counts the records of limits and accounts that set a
+	// TRES limit or MaxWall: without any, the gate assoc-tres is idle.
+	tresLimits int
 	// assocs interns account/user associations (memory only).
 	assocs    map[assocKey]*assoc
 	assocList []*assoc

@@ -1,0 +1,211 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/loom-ml/loom/libs/slurmspec"
+)
+
+// Slurm's TRES limits on associations and accounts (sacctmgr GrpTRES=,
+// MaxTRESPerJob=, MaxWall=): the gate assoc-tres keeps a job pending, with
+// Slurm's reason, while starting it would take its association, or an
+// account above it, past GrpTRES (the running jobs of the association, or
+// of the account and every account under it), or while it asks for more
+// than its association's MaxTRESPerJob or MaxWall (it then waits until
+// the limit or the job is changed, as Slurm does without DenyOnLimit).
+// As MaxJobs, the limits hold on each cluster of the project: a pass
+// counts the runs of its own cluster, once (lazily, as the first job of an
+// association with a limit is looked at), and adds each run it starts.
+// The counts are the runs', which are stored: a restarted scheduler, or a
+// follower taking over, counts the same.
+
+// Slurm's reasons of a job held back by an association's TRES limits, by
+// TRES (cpu, mem, node, gres/gpu: slurmspec.TRESNames' order, Slurm's).
+const (
+	ReasonAssocGrpCpuLimit                = "AssocGrpCpuLimit"
+	ReasonAssocGrpMemLimit                = "AssocGrpMemLimit"
+	ReasonAssocGrpNodeLimit               = "AssocGrpNodeLimit"
+	ReasonAssocGrpGRES                    = "AssocGrpGRES"
+	ReasonAssocMaxCpuPerJobLimit          = "AssocMaxCpuPerJobLimit"
+	ReasonAssocMaxMemPerJob               = "AssocMaxMemPerJob"
+	ReasonAssocMaxNodePerJobLimit         = "AssocMaxNodePerJobLimit"
+	ReasonAssocMaxGRESPerJob              = "AssocMaxGRESPerJob"
+	ReasonAssocMaxWallDurationPerJobLimit = "AssocMaxWallDurationPerJobLimit"
+)
+
+var (
+	grpReasons    = [4]string{ReasonAssocGrpCpuLimit, ReasonAssocGrpMemLimit, ReasonAssocGrpNodeLimit, ReasonAssocGrpGRES}
+	perJobReasons = [4]string{ReasonAssocMaxCpuPerJobLimit, ReasonAssocMaxMemPerJob, ReasonAssocMaxNodePerJobLimit, ReasonAssocMaxGRESPerJob}
+	// tresReasons are the gate's reasons, for the chain.
+	tresReasons = append(append([]string{ReasonAssocMaxWallDurationPerJobLimit}, grpReasons[:]...), perJobReasons[:]...)
+)
+
+// tres is what a job asks for or a set of runs holds, in slurmspec.TRES's
+// order: cpu, mem (MB), node, gpu.
+type tres [4]int64
+
+func tresOfLimit(t slurmspec.TRES) tres { return tres{t.CPU, t.MemMB, t.Node, t.GPU} }
+
+// hasTRESLimits reports whether l sets a TRES limit or MaxWall.
+func (l *AssocLimit) hasTRESLimits() bool {
+	return l != nil && (l.GrpTRES != slurmspec.TRES{} || l.MaxTRESPerJob != slurmspec.TRES{} || l.MaxWallMinutes > 0)
+}
+
+// over returns the index of the first TRES of limit that use plus req
+// passes (limit 0: none), or -1.
+func over(limit, use, req *tres) int {
+	for i := range limit {
+		if limit[i] > 0 && use[i]+req[i] > limit[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// idleAssocTRES: no association or account has a TRES limit or MaxWall,
+// stored or in the change.
+func idleAssocTRES(p *pass) bool {
+	if p.t.s.tresLimits > 0 {
+		return false
+	}
+	for _, l := range p.t.c.Assocs {
+		if l.hasTRESLimits() {
+			return false
+		}
+	}
+	return true
+}
+
+// gateAssocTRES checks, in Slurm's order, the association's MaxWall, its
+// GrpTRES and MaxTRESPerJob, then the GrpTRES of its account and of each
+// account above it.
+func gateAssocTRES(p *pass, q *queued) (string, string) {
+	spec := q.j.Job
+	project := projectOf(p.name)
+	account, user := spec.GetAccount(), spec.GetUser()
+	var req tres
+	a := &q.e.jobAttrs
+	nodes := int64(max(a.req.Nodes, 1))
+	req = tres{int64(a.req.CPUsPerNode) * nodes, a.req.MemMB * nodes, nodes, a.gpus}
+	if l := p.t.assocRecord(project, account, user); l.hasTRESLimits() {
+		if l.MaxWallMinutes > 0 {
+			// A job with no limit at all (no --time, a partition
+			// without MaxTime) would run past any MaxWall.
+			lim := p.limitIn(q.limit, int(q.part))
+			if lim <= 0 || lim > time.Duration(l.MaxWallMinutes)*time.Minute {
+				return ReasonAssocMaxWallDurationPerJobLimit, ""
+			}
+		}
+		if l.GrpTRES != (slurmspec.TRES{}) {
+			limit := tresOfLimit(l.GrpTRES)
+			if i := over(&limit, p.assocTRESUse(assocKey{account, user}), &req); i >= 0 {
+				return grpReasons[i], ""
+			}
+		}
+		if l.MaxTRESPerJob != (slurmspec.TRES{}) {
+			limit := tresOfLimit(l.MaxTRESPerJob)
+			if i := over(&limit, &tres{}, &req); i >= 0 {
+				return perJobReasons[i], ""
+			}
+		}
+	}
+	for acct, depth := account, 0; acct != "" && acct != rootAccount && depth < maxAccountDepth; depth++ {
+		l := p.t.assocRecord(project, acct, "")
+		if l == nil {
+			break
+		}
+		if l.GrpTRES != (slurmspec.TRES{}) {
+			limit := tresOfLimit(l.GrpTRES)
+			if i := over(&limit, p.accountTRESUse(acct), &req); i >= 0 {
+				return grpReasons[i], ""
+			}
+		}
+		acct = l.Parent
+	}
+	return "", ""
+}
+
+// tresCounts are a pass's counts of what the cluster's running jobs hold:
+// per association, and per account with every account under it.
+type tresCounts struct {
+	assocs   map[assocKey]*tres
+	accounts map[string]*tres
+	// up caches each account's chain: itself then its parents.
+	up map[string][]string
+}
+
+// tresCount returns the pass's counts, counting the cluster's live runs
+// the first time.
+func (p *pass) tresCount() *tresCounts {
+	if p.tresUse != nil {
+		return p.tresUse
+	}
+	p.tresUse = &tresCounts{assocs: map[assocKey]*tres{}, accounts: map[string]*tres{}, up: map[string][]string{}}
+	p.liveRuns(func(r *Run, j *Job) { p.addTRESUse(j, r) })
+	return p.tresUse
+}
+
+// addTRESUse adds what run r of job j holds to the association's count
+// and to those of its account and every account above it.
+func (p *pass) addTRESUse(j *Job, r *Run) {
+	c := p.tresUse
+	n := int64(len(r.Nodes))
+	use := tres{int64(r.cpuCount()), r.MemMB * n, n, int64(r.gpuCount())}
+	add := func(t *tres) {
+		for i := range t {
+			t[i] += use[i]
+		}
+	}
+	k := assocKey{j.Job.GetAccount(), j.Job.GetUser()}
+	if c.assocs[k] == nil {
+		c.assocs[k] = &tres{}
+	}
+	add(c.assocs[k])
+	for _, acct := range p.accountChain(k.account) {
+		if c.accounts[acct] == nil {
+			c.accounts[acct] = &tres{}
+		}
+		add(c.accounts[acct])
+	}
+}
+
+// accountChain is account and the accounts above it, as the change
+// leaves the tree (cached for the pass).
+func (p *pass) accountChain(account string) []string {
+	c := p.tresUse
+	if up, ok := c.up[account]; ok {
+		return up
+	}
+	var up []string
+	project := projectOf(p.name)
+	for acct, depth := account, 0; acct != "" && acct != rootAccount && depth < maxAccountDepth; depth++ {
+		up = append(up, acct)
+		acct = p.t.accountParent(project, acct)
+	}
+	c.up[account] = up
+	return up
+}
+
+// assocTRESUse is what the association's running jobs hold on the cluster.
+func (p *pass) assocTRESUse(k assocKey) *tres {
+	if t := p.tresCount().assocs[k]; t != nil {
+		return t
+	}
+	return &tres{}
+}
+
+// accountTRESUse is what the running jobs of account and of every account
+// under it hold on the cluster.
+func (p *pass) accountTRESUse(account string) *tres {
+	if t := p.tresCount().accounts[account]; t != nil {
+		return t
+	}
+	return &tres{}
+}
+
+// noteTRESStart counts a run the pass starts.
+func (p *pass) noteTRESStart(j *Job, r *Run) {
+	if p.tresUse != nil {
+		p.addTRESUse(j, r)
+	}
+}

@@ -1,0 +1,211 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func account(id, parent string, grp *loomv1.Tres) *eventsv1.AccountChanged {
+	return &eventsv1.AccountChanged{Project: "default", Account: &loomv1.Account{Name: "projects/default/accounts/" + id, ParentAccount: parent, GrpTres: grp}}
+}
+
+// TestAssocGrpTRESCoversTheSubtree: GrpTRES=gres/gpu=16 on account team
+// caps the GPUs of the running jobs of team and of its sub-account sub
+// together: a third 8-GPU job waits with AssocGrpGRES though nodes are
+// free, while another account's runs; it starts when one ends. A
+// restarted scheduler (the limits through their stored JSON, the runs
+// from the snapshot) counts the same, and clearing the limit lets the
+// waiting jobs start.
+func TestAssocGrpTRESCoversTheSubtree(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004", "a3-0005"} {
+		h.gpuNode(host, "b1")
+	}
+	h.do(account("team", "", &loomv1.Tres{Gpu: 16}))
+	h.do(account("sub", "team", nil))
+	h.submitJob(job(1, 1, 8, user("ada", "team")))
+	h.submitJob(job(2, 1, 8, user("bob", "sub")))
+	h.submitJob(job(3, 1, 8, user("ada", "sub")))
+	h.submitJob(job(4, 1, 8, user("cy", "other")))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantExact(3, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+
+	// Restart: the records as stored (JSON), the rest from the snapshot.
+	snap := h.s.Snapshot()
+	raw, err := json.Marshal(snap.Assocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Assocs = nil
+	if err := json.Unmarshal(raw, &snap.Assocs); err != nil {
+		t.Fatal(err)
+	}
+	restarted := NewState(h.s.Config())
+	restarted.Restore(snap)
+	h.s = restarted
+	h.submitJob(job(5, 1, 8, user("bob", "team")))
+	h.wantExact(5, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+	h.wantExact(3, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+
+	// One of the two waiting jobs (priority picks which) takes the 8
+	// GPUs job 1 gives back; the other waits on.
+	h.finish(1, 0)
+	waiting := 5
+	if h.job(3).GetState() == loomv1.JobState_PENDING {
+		waiting = 3
+		h.wantState(5, loomv1.JobState_RUNNING, "")
+	} else {
+		h.wantState(3, loomv1.JobState_RUNNING, "")
+	}
+	h.wantExact(waiting, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+
+	// GrpTRES=gres/gpu=-1: no limit left.
+	h.do(account("team", "", nil))
+	h.wantState(waiting, loomv1.JobState_RUNNING, "")
+	if h.s.tresLimits != 0 {
+		t.Fatalf("records with TRES limits after the clear: %d", h.s.tresLimits)
+	}
+}
+
+// TestAssocGrpTRESPerAssociation: GrpTRES on an association counts only
+// its own runs, TRES by TRES in Slurm's order (cpu, mem, node, then
+// gres/gpu), and a job asking more than the limit by itself waits too.
+func TestAssocGrpTRESPerAssociation(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"} {
+		h.gpuNode(host, "b1")
+	}
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada",
+		GrpTres: &loomv1.Tres{Node: 2, Gpu: 12}}})
+	h.submitJob(job(1, 1, 8, user("ada", "a")))
+	h.submitJob(job(2, 1, 4, user("ada", "a")))
+	h.submitJob(job(3, 1, 1, user("ada", "a")))
+	h.submitJob(job(4, 1, 8, user("bob", "a")))
+	h.submitJob(job(5, 3, 1, user("ada", "a")))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	// Two nodes held: the node limit is met before the GPUs' (12 of 12).
+	h.wantExact(3, loomv1.JobState_PENDING, ReasonAssocGrpNodeLimit)
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	h.wantExact(5, loomv1.JobState_PENDING, ReasonAssocGrpNodeLimit)
+	h.finish(2, 0)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	// Job 5 (3 nodes) passes the node limit by itself: it waits on.
+	h.finish(1, 0)
+	h.finish(3, 0)
+	h.wantExact(5, loomv1.JobState_PENDING, ReasonAssocGrpNodeLimit)
+}
+
+// TestAssocMaxTRESPerJobAndMaxWall: a job asking more than its
+// association's MaxTRESPerJob or a time limit past its MaxWall stays
+// pending with Slurm's reason (it can never start as it is), other jobs of
+// the association start, and raising or clearing the limit lets it start.
+// A job with no time limit at all (a partition without MaxTime) would run
+// past any MaxWall and waits as well.
+func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004", "a3-0005", "a3-0006"} {
+		h.gpuNode(host, "b1")
+	}
+	h.cpuNode("cpu-0001")
+	ada := &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{Gpu: 8, Node: 1}, MaxWallMinutes: 60}
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
+	h.submitJob(job(1, 2, 4, user("ada", "a"), limit(time.Minute)))
+	h.submitJob(job(2, 1, 8, user("ada", "a"), limit(2*time.Hour)))
+	h.submitJob(job(3, 1, 8, user("ada", "a"), limit(time.Hour)))
+	h.submitJob(job(4, 1, 0, user("ada", "a"), func(j *loomv1.Job) { j.Partition = "cpu" }))
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocMaxNodePerJobLimit)
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	h.wantExact(4, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
+
+	// MaxTRESPerJob=gres/gpu=8,node=-1: job 1 (2 nodes, 8 GPUs) fits.
+	ada.MaxTresPerJob = &loomv1.Tres{Gpu: 8}
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(5, 2, 8, user("ada", "a"), limit(time.Minute)))
+	h.wantExact(5, loomv1.JobState_PENDING, ReasonAssocMaxGRESPerJob)
+
+	ada.MaxTresPerJob, ada.MaxWallMinutes = nil, 0
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	h.wantState(5, loomv1.JobState_RUNNING, "")
+}
+
+// TestAssocTRESRefusesBadEvents: the scheduler checks the limits of the
+// events again (the gateway's bounds), naming the field.
+func TestAssocTRESRefusesBadEvents(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{})
+	for _, ev := range []proto.Message{
+		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", GrpTres: &loomv1.Tres{Gpu: -1}}},
+		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{MemMb: 1<<40 + 1}}},
+		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: -1}},
+		account("a", "", &loomv1.Tres{Cpu: 1<<30 + 1}),
+	} {
+		var inv *errs.InvalidError
+		if _, err := s.Handle(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), ev); !errors.As(err, &inv) {
+			t.Errorf("%v: got %v, want an InvalidError", ev, err)
+		}
+	}
+	if s.tresLimits != 0 || len(s.AssocLimits()) != 0 {
+		t.Fatalf("refused events left records: %v", s.AssocLimits())
+	}
+}
+
+// TestAssocGrpTRESInOnePass: the jobs a pass starts count against the
+// limit at once: of three 8-GPU jobs handled in one batch under
+// GrpTRES=gres/gpu=16, two start.
+func TestAssocGrpTRESInOnePass(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003"} {
+		h.gpuNode(host, "b1")
+	}
+	h.batch(
+		account("team", "", &loomv1.Tres{Gpu: 16}),
+		&eventsv1.SubmitJob{Job: job(1, 1, 8, user("ada", "team"))},
+		&eventsv1.SubmitJob{Job: job(2, 1, 8, user("ada", "team"))},
+		&eventsv1.SubmitJob{Job: job(3, 1, 8, user("bob", "team"))},
+	)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantExact(3, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+}
+
+// TestFollowKeepsTRESLimits: a follower that takes over enforces the TRES
+// limits it followed: the records arrive through Follow, and one removed
+// there no longer counts (the gate is idle again).
+func TestFollowKeepsTRESLimits(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{})
+	key := AssocLimitKey("p", "ml", "")
+	s.Follow(&Update{Assocs: map[string]*AssocLimit{key: {Project: "p", Account: "ml", GrpTRES: slurmspec.TRES{GPU: 64}}}})
+	if got := s.AssocLimits(); s.tresLimits != 1 || len(got) != 1 || got[0].GrpTRES.GPU != 64 {
+		t.Fatalf("after the follow: %d counted, %v", s.tresLimits, got)
+	}
+	s.Follow(&Update{Assocs: map[string]*AssocLimit{key: {Project: "p", Account: "ml", Fairshare: 2}}})
+	if s.tresLimits != 0 {
+		t.Fatalf("a record replaced without limits still counted: %d", s.tresLimits)
+	}
+	s.Follow(&Update{Assocs: map[string]*AssocLimit{key: {Project: "p", Account: "ml", GrpTRES: slurmspec.TRES{CPU: 8}}}})
+	s.Follow(&Update{Assocs: map[string]*AssocLimit{key: nil}})
+	if s.tresLimits != 0 || len(s.AssocLimits()) != 0 {
+		t.Fatalf("after the delete: %d counted, %v", s.tresLimits, s.AssocLimits())
+	}
+}
