@@ -28,7 +28,10 @@ func init() {
 		domain.ReasonPartitionTimeLimit, domain.ReasonPartitionConfig, domain.ReasonPartitionNodeLimit,
 		domain.ReasonBadConstraints, domain.ReasonBeginTime, domain.ReasonQOSMaxGRESPerUser,
 		domain.ReasonJobArrayTaskLimit, domain.ReasonClusterDeleted, domain.ReasonRequeued, domain.ReasonTimeLimit,
-		domain.ReasonNonZeroExitCode, domain.ReasonAssocMaxJobsLimit} {
+		domain.ReasonNonZeroExitCode, domain.ReasonAssocMaxJobsLimit,
+		domain.ReasonAssocGrpCpuLimit, domain.ReasonAssocGrpMemLimit, domain.ReasonAssocGrpNodeLimit, domain.ReasonAssocGrpGRES,
+		domain.ReasonAssocMaxCpuPerJobLimit, domain.ReasonAssocMaxMemPerJob, domain.ReasonAssocMaxNodePerJobLimit,
+		domain.ReasonAssocMaxGRESPerJob, domain.ReasonAssocMaxWallDurationPerJobLimit} {
 		reasons[r] = true
 	}
 }
