@@ -126,6 +126,29 @@ func (g *Gateway) UpdateAccount(_ context.Context, r *loomv1.UpdateAccountReques
 			a.ParentAccount = in.GetParentAccount()
 		case "fairshare":
 			a.Fairshare = max(in.GetFairshare(), 1)
+		case "grp_tres", "grp_tres.cpu", "grp_tres.mem_mb", "grp_tres.node", "grp_tres.gpu":
+			// As the gateway's mask: one TRES, or all of them.
+			t := proto.Clone(a.GetGrpTres()).(*loomv1.Tres)
+			if t == nil {
+				t = &loomv1.Tres{}
+			}
+			all := path == "grp_tres"
+			if all || path == "grp_tres.cpu" {
+				t.Cpu = in.GetGrpTres().GetCpu()
+			}
+			if all || path == "grp_tres.mem_mb" {
+				t.MemMb = in.GetGrpTres().GetMemMb()
+			}
+			if all || path == "grp_tres.node" {
+				t.Node = in.GetGrpTres().GetNode()
+			}
+			if all || path == "grp_tres.gpu" {
+				t.Gpu = in.GetGrpTres().GetGpu()
+			}
+			a.GrpTres = t
+			if proto.Equal(t, &loomv1.Tres{}) {
+				a.GrpTres = nil
+			}
 		default:
 			return nil, errs.ToStatus(errs.Invalid("update_mask.paths", "%q cannot be updated", path))
 		}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -57,10 +58,13 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
   <ENTITY> may be "account", "association" or "user".
 
   show assoc [tree] [user=U] [account=A] [format=...]
-  add account NAME[,NAME] [Description=] [Organization=] [Parent=] [Fairshare=]
+  add account NAME[,NAME] [Description=] [Organization=] [Parent=] [Fairshare=] [GrpTRES=]
   add user NAME[,NAME] Account=A[,A] [DefaultAccount=] [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [QOS=] [DefaultQOS=]
+                                     [GrpTRES=] [MaxTRESPerJob=] [MaxWall=]
   modify user where name=NAME [account=A] set [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [DefaultAccount=]
-  modify account where name=NAME[,NAME] set [Description=] [Organization=] [Parent=] [Fairshare=]
+                                             [GrpTRES=] [MaxTRESPerJob=] [MaxWall=]
+  modify account where name=NAME[,NAME] set [Description=] [Organization=] [Parent=] [Fairshare=] [GrpTRES=]
+  (TRES: cpu=N,mem=N[M|G|T],node=N,gres/gpu=N; N=-1 clears one; MaxWall=[D-]HH:MM:SS or -1)
   delete account NAME[,NAME]
   delete user NAME[,NAME] [Account=A[,A]]
                                              [QOS=a,b | QOS+=a | QOS-=a] [DefaultQOS=]
@@ -484,12 +488,13 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 	}
 	// QOS is what a job charged there may ask for: the QOS open to every
 	// member, and for a user's row those the association grants.
-	row := func(account, user string, share int32, maxJobs, maxSubmit int32, a *loomv1.Association) []string {
+	row := func(account, user string, share int32, maxJobs, maxSubmit int32, a *loomv1.Association, grp *loomv1.Tres) []string {
 		qos := slices.Clone(open)
 		qos = append(qos, a.GetQos()...)
 		slices.Sort(qos)
-		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", "", "", "", "", num(maxJobs),
-			"", "", num(maxSubmit), "", "", strings.Join(slices.Compact(qos), ","), a.GetDefaultQos(), ""}
+		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", tresOf(grp).String(), "", "", "", num(maxJobs),
+			tresOf(a.GetMaxTresPerJob()).String(), "", num(maxSubmit), maxWallString(a.GetMaxWallMinutes(), ""), "",
+			strings.Join(slices.Compact(qos), ","), a.GetDefaultQos(), ""}
 	}
 	indent := func(depth int) string {
 		if !out.tree {
@@ -498,33 +503,33 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 		return strings.Repeat(" ", depth)
 	}
 	var rows [][]string
-	var walk func(id string, share int32, depth int)
+	var walk func(id string, share int32, grp *loomv1.Tres, depth int)
 	seen := map[string]bool{}
-	walk = func(id string, share int32, depth int) {
+	walk = func(id string, share int32, grp *loomv1.Tres, depth int) {
 		if seen[id] {
 			return // a parent loop in stored data must not hang the listing
 		}
 		seen[id] = true
 		if inList(accounts, id) {
 			if len(users) == 0 {
-				rows = append(rows, row(indent(depth)+id, "", share, 0, 0, nil))
+				rows = append(rows, row(indent(depth)+id, "", share, 0, 0, nil, grp))
 			}
 			us := byAccount[id]
 			sort.Slice(us, func(i, j int) bool { return us[i].GetUser() < us[j].GetUser() })
 			for _, a := range us {
 				if inList(users, a.GetUser()) {
-					rows = append(rows, row(indent(depth+1)+id, a.GetUser(), a.GetFairshare(), a.GetMaxJobs(), a.GetMaxSubmitJobs(), a))
+					rows = append(rows, row(indent(depth+1)+id, a.GetUser(), a.GetFairshare(), a.GetMaxJobs(), a.GetMaxSubmitJobs(), a, a.GetGrpTres()))
 				}
 			}
 		}
 		for _, ch := range children[id] {
-			walk(shortName(ch.GetName()), ch.GetFairshare(), min(depth+1, 64))
+			walk(shortName(ch.GetName()), ch.GetFairshare(), ch.GetGrpTres(), min(depth+1, 64))
 		}
 	}
-	walk("root", 1, 0)
+	walk("root", 1, nil, 0)
 	// Accounts whose parent is unknown still show, after the tree.
 	for _, a := range sortedAccounts(accts) {
-		walk(shortName(a.GetName()), a.GetFairshare(), 1)
+		walk(shortName(a.GetName()), a.GetFairshare(), a.GetGrpTres(), 1)
 	}
 	fields := sacctmgrAssocFields
 	if out.tree {
@@ -543,10 +548,60 @@ func sacctmgrInt(title, v string) (int32, error) {
 	return int32(max(n, 0)), nil
 }
 
+// sacctmgrTRES reads a TRES limit (GrpTRES=, MaxTRESPerJob=) with
+// slurmspec's grammar; the refusal names the option and why.
+func sacctmgrTRES(title, v string) ([]slurmspec.TRESSetting, error) {
+	t, err := slurmspec.ParseTRES(v)
+	if err != nil {
+		return nil, sacctmgrFail(" Bad %s value: %v", title, err)
+	}
+	return t, nil
+}
+
+// tresOf is a TRES limit as slurmspec's (zero for nil).
+func tresOf(t *loomv1.Tres) slurmspec.TRES {
+	return slurmspec.TRES{CPU: t.GetCpu(), MemMB: t.GetMemMb(), Node: t.GetNode(), GPU: t.GetGpu()}
+}
+
+// tresProto is t as the API's, nil when it sets none.
+func tresProto(t slurmspec.TRES) *loomv1.Tres {
+	if t == (slurmspec.TRES{}) {
+		return nil
+	}
+	return &loomv1.Tres{Cpu: t.CPU, MemMb: t.MemMB, Node: t.Node, Gpu: t.GPU}
+}
+
+// tresSettings writes settings as given, normalized: "gres/gpu=64,cpu=-1".
+func tresSettings(settings []slurmspec.TRESSetting) string {
+	out := make([]string, len(settings))
+	for i, s := range settings {
+		v := strconv.FormatInt(s.Value, 10)
+		if s.Name == "mem" && s.Value > 0 {
+			v = slurmspec.FormatMemMB(s.Value)
+		}
+		out[i] = s.Name + "=" + v
+	}
+	return strings.Join(out, ",")
+}
+
+// maxWallString is MaxWall as sacctmgr prints it (Slurm's mins2time_str:
+// "[D-]HH:MM:SS"), none for 0.
+func maxWallString(minutes int32, none string) string {
+	if minutes <= 0 {
+		return none
+	}
+	return formatDuration(int64(minutes) * 60)
+}
+
 // assocSettings are the association values a command line sets.
 type assocSettings struct {
 	maxJobs, maxSubmit, fairshare *int32
 	defaultAccount                string
+	// grpTRES and maxTRES are GrpTRES= and MaxTRESPerJob= (each TRES
+	// named set, -1 clearing it, the others kept); maxWall MaxWall= in
+	// minutes (0: cleared).
+	grpTRES, maxTRES []slurmspec.TRESSetting
+	maxWall          *int32
 	// qos is QOS=a,b (replaces the grants, qosSet), qosAdd QOS+=a and
 	// qosDel QOS-=a; defaultQOS DefaultQOS=a (qosDefSet; "" or -1 unsets it).
 	qos, qosAdd, qosDel []string
@@ -558,7 +613,7 @@ type assocSettings struct {
 // account is the user's default).
 func (s *assocSettings) changes() bool {
 	return s.maxJobs != nil || s.maxSubmit != nil || s.fairshare != nil || s.qosSet || len(s.qosAdd) > 0 ||
-		len(s.qosDel) > 0 || s.qosDefSet
+		len(s.qosDel) > 0 || s.qosDefSet || len(s.grpTRES) > 0 || len(s.maxTRES) > 0 || s.maxWall != nil
 }
 
 // parse reads one association setting; ok is false for a key it does not know.
@@ -578,6 +633,24 @@ func (s *assocSettings) parse(sp sacctmgrSpec) (bool, error) {
 		return true, set(&s.maxSubmit, "MaxSubmitJobs")
 	case sp.key == "fairshare" || sp.key == "share" || sp.key == "shares":
 		return true, set(&s.fairshare, "Fairshare")
+	case sp.key == "grptres":
+		t, err := sacctmgrTRES("GrpTRES", sp.value)
+		s.grpTRES = append(s.grpTRES, t...)
+		return true, err
+	case sp.key == "maxtres" || sp.key == "maxtresperjob" || sp.key == "maxtrespj":
+		t, err := sacctmgrTRES("MaxTRESPerJob", sp.value)
+		s.maxTRES = append(s.maxTRES, t...)
+		return true, err
+	case sp.key == "maxwall" || sp.key == "maxwalldurationperjob" || sp.key == "maxwalldurationpj":
+		m, clear, err := slurmspec.ParseMaxWall(sp.value)
+		if err != nil {
+			return true, sacctmgrFail(" Bad MaxWall time format: %s: %v", sp.value, err)
+		}
+		if clear {
+			m = 0
+		}
+		s.maxWall = &m
+		return true, nil
 	case sp.key == "defaultaccount" || sp.key == "defaccount" || sp.key == "defacct":
 		s.defaultAccount = strings.ToLower(sp.value)
 		return true, nil
@@ -614,6 +687,15 @@ func (s *assocSettings) apply(a *loomv1.Association) {
 	if s.fairshare != nil {
 		a.Fairshare = *s.fairshare
 	}
+	if len(s.grpTRES) > 0 {
+		a.GrpTres = tresProto(tresOf(a.GetGrpTres()).With(s.grpTRES))
+	}
+	if len(s.maxTRES) > 0 {
+		a.MaxTresPerJob = tresProto(tresOf(a.GetMaxTresPerJob()).With(s.maxTRES))
+	}
+	if s.maxWall != nil {
+		a.MaxWallMinutes = *s.maxWall
+	}
 	if s.qosSet {
 		a.Qos = slices.Clone(s.qos)
 	}
@@ -635,6 +717,15 @@ func (s *assocSettings) lines() []string {
 	}
 	if s.fairshare != nil {
 		out = append(out, fmt.Sprintf("  Fairshare     = %d", *s.fairshare))
+	}
+	if len(s.grpTRES) > 0 {
+		out = append(out, "  GrpTRES       = "+tresSettings(s.grpTRES))
+	}
+	if len(s.maxTRES) > 0 {
+		out = append(out, "  MaxTRESPerJob = "+tresSettings(s.maxTRES))
+	}
+	if s.maxWall != nil {
+		out = append(out, "  MaxWall       = "+maxWallString(*s.maxWall, "-1"))
 	}
 	switch {
 	case s.qosSet:
@@ -684,6 +775,12 @@ func (c *cmd) sacctmgrAddAccount(ctx context.Context, specs []sacctmgrSpec, out 
 				return err
 			}
 			acct.Fairshare = n
+		case s.key == "grptres":
+			t, err := sacctmgrTRES("GrpTRES", s.value)
+			if err != nil {
+				return err
+			}
+			acct.GrpTres = tresProto(tresOf(acct.GetGrpTres()).With(t))
 		case word(s.key, "clusters", 1):
 		default:
 			return sacctmgrFail(" Unknown option: %s\n Use keyword 'where' to modify condition", s.raw)
@@ -695,7 +792,7 @@ func (c *cmd) sacctmgrAddAccount(ctx context.Context, specs []sacctmgrSpec, out 
 	var added []*loomv1.Account
 	for _, n := range names {
 		a := &loomv1.Account{Name: n, Description: acct.GetDescription(), Organization: acct.GetOrganization(),
-			ParentAccount: acct.GetParentAccount(), Fairshare: acct.GetFairshare()}
+			ParentAccount: acct.GetParentAccount(), Fairshare: acct.GetFairshare(), GrpTres: acct.GetGrpTres()}
 		var got *loomv1.Account
 		err := c.retryChanged("adding account "+n, func(bool) error {
 			cctx, cancel := c.call(ctx)
@@ -735,6 +832,9 @@ func (c *cmd) sacctmgrAddAccount(ctx context.Context, specs []sacctmgrSpec, out 
 	}
 	b.WriteString(" Settings\n")
 	fmt.Fprintf(&b, "  Parent        = %s\n", added[0].GetParentAccount())
+	if t := tresOf(added[0].GetGrpTres()).String(); t != "" {
+		fmt.Fprintf(&b, "  GrpTRES       = %s\n", t)
+	}
 	fmt.Fprint(c.stdout, b.String())
 	return nil
 }
@@ -975,6 +1075,19 @@ func (c *cmd) sacctmgrModifyAccount(ctx context.Context, args []string, out sacc
 				return err
 			}
 			want.Fairshare, mask = n, append(mask, "fairshare")
+		case setting && s.key == "grptres":
+			t, err := sacctmgrTRES("GrpTRES", s.value)
+			if err != nil {
+				return err
+			}
+			// Each TRES named is one path: the others are kept.
+			want.GrpTres = tresProto(tresOf(want.GetGrpTres()).With(t))
+			for _, st := range t {
+				path := map[string]string{"cpu": "grp_tres.cpu", "mem": "grp_tres.mem_mb", "node": "grp_tres.node", "gres/gpu": "grp_tres.gpu"}[st.Name]
+				if !slices.Contains(mask, path) {
+					mask = append(mask, path)
+				}
+			}
 		case setting:
 			return sacctmgrFail(" Unknown option: %s\n Use keyword 'where' to modify condition", s.raw)
 		case s.bare || s.key == "name" || s.key == "names" || word(s.key, "accounts", 3):
@@ -1020,7 +1133,8 @@ func (c *cmd) sacctmgrModifyAccount(ctx context.Context, args []string, out sacc
 			fmt.Fprintf(&b, "  %s\n", shortName(a.GetName()))
 		}
 	}
-	if slices.Contains(mask, "parent_account") || slices.Contains(mask, "fairshare") {
+	if slices.Contains(mask, "parent_account") || slices.Contains(mask, "fairshare") ||
+		slices.ContainsFunc(mask, func(p string) bool { return strings.HasPrefix(p, "grp_tres") }) {
 		b.WriteString(" Modified account associations...\n")
 		for _, a := range modified {
 			fmt.Fprintf(&b, "  C = %-10.10s A = %-20.20s of %s\n", c.env.Project, shortName(a.GetName()), a.GetParentAccount())
