@@ -126,6 +126,13 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 			}
 		}
 		w = challenge{w}
+		// A body is the request's JSON, whatever its Content-Type says
+		// (curl -d sends a form's): grpc-gateway's handlers call ParseForm
+		// after decoding its one JSON value, and a form-encoded body's rest
+		// would be read as query parameters, past strictQuery and the
+		// UTF-8 check below. An empty PostForm makes ParseForm read the
+		// URL's query only.
+		r.PostForm = url.Values{}
 		if msg := invalidUTF8(r.URL); msg != "" {
 			writeError(w, http.StatusBadRequest, codes.InvalidArgument, msg)
 			return
