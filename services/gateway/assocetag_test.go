@@ -164,3 +164,58 @@ func TestRacingAssociationEditsBothLand(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateOnlyAssociationNeverReplaces: an add (create_only, as sacctmgr
+// add user sends it) of an association that exists is AlreadyExists and
+// writes nothing; of two racing adds of one association, one lands whole
+// and the other is refused, so neither admin's limits are replaced
+// unseen.
+func TestCreateOnlyAssociationNeverReplaces(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	h.createAccounts(t, ctx, &loomv1.Account{Name: "physics"})
+	add := func(a *loomv1.Association) (*loomv1.Association, error) {
+		return acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a, CreateOnly: true}, h.call("pat"))
+	}
+	if _, err := add(&loomv1.Association{Account: "physics", User: "bob", MaxJobs: 5}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := add(&loomv1.Association{Account: "physics", User: "bob", Qos: []string{"high"}})
+	wantAcctCode(t, err, codes.AlreadyExists, "user=bob account=physics exists", "nothing was written", "sacctmgr modify user")
+	if got := h.assocOf(t, ctx, "bob", "physics"); got.GetMaxJobs() != 5 || len(got.GetQos()) != 0 {
+		t.Fatalf("after a refused add: %v, want MaxJobs 5 and no QOS kept", got)
+	}
+	for round := range raceRounds {
+		user := fmt.Sprintf("u%d", round)
+		var got [2]*loomv1.Association
+		errs := together(
+			func() (err error) {
+				got[0], err = add(&loomv1.Association{Account: "physics", User: user, MaxJobs: 3})
+				return err
+			},
+			func() (err error) {
+				got[1], err = add(&loomv1.Association{Account: "physics", User: user, Qos: []string{"high"}})
+				return err
+			})
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Fatalf("round %d: both racing adds landed", round)
+			case status.Code(err) != codes.AlreadyExists:
+				t.Fatalf("round %d: add %d: %v, want AlreadyExists or success", round, i, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: neither racing add landed: %v", round, errs)
+		}
+		now := h.assocOf(t, ctx, user, "physics")
+		if now.GetMaxJobs() != got[won].GetMaxJobs() || !slices.Equal(now.GetQos(), got[won].GetQos()) {
+			t.Fatalf("round %d: stored %v, want the winner's %v whole", round, now, got[won])
+		}
+	}
+}

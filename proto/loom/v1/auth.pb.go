@@ -2255,9 +2255,14 @@ func (x *ListAccountsResponse) GetNextPageToken() string {
 }
 
 type SetAssociationRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Association   *Association           `protobuf:"bytes,2,opt,name=association,proto3" json:"association,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Parent      string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Association *Association           `protobuf:"bytes,2,opt,name=association,proto3" json:"association,omitempty"`
+	// create_only writes only an association that does not exist yet
+	// (sacctmgr add user): one that exists, or is added by another call
+	// meanwhile, is ALREADY_EXISTS (HTTP 409) and nothing is written, so an
+	// add never replaces the limits another admin set.
+	CreateOnly    bool `protobuf:"varint,3,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2304,6 +2309,13 @@ func (x *SetAssociationRequest) GetAssociation() *Association {
 		return x.Association
 	}
 	return nil
+}
+
+func (x *SetAssociationRequest) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
 }
 
 type ListAssociationsRequest struct {
@@ -2614,10 +2626,12 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x14ListAccountsResponse\x12,\n" +
 	"\baccounts\x18\x01 \x03(\v2\x10.loom.v1.AccountR\baccounts\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"g\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x88\x01\n" +
 	"\x15SetAssociationRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x126\n" +
-	"\vassociation\x18\x02 \x01(\v2\x14.loom.v1.AssociationR\vassociation\"\x9b\x01\n" +
+	"\vassociation\x18\x02 \x01(\v2\x14.loom.v1.AssociationR\vassociation\x12\x1f\n" +
+	"\vcreate_only\x18\x03 \x01(\bR\n" +
+	"createOnly\"\x9b\x01\n" +
 	"\x17ListAssociationsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x18\n" +

@@ -230,6 +230,11 @@ func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequ
 			return nil, status.Error(codes.Aborted, "the association changed meanwhile (another call wrote it); nothing was written: read again and retry: aborted")
 		}
 	}
+	if r.GetCreateOnly() && slices.ContainsFunc(g.Associations, func(o *loomv1.Association) bool {
+		return o.GetUser() == a.GetUser() && o.GetAccount() == a.GetAccount()
+	}) {
+		return nil, status.Error(codes.AlreadyExists, "association exists; nothing was written (create_only): already exists")
+	}
 	a.Etag = ""
 	if a.Fairshare == 0 {
 		a.Fairshare = 1

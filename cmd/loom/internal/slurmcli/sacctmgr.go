@@ -903,7 +903,12 @@ func (c *cmd) sacctmgrAddUser(ctx context.Context, specs []sacctmgrSpec, out sac
 				cctx, cancel := c.call(ctx)
 				defer cancel()
 				var err error
-				got, err = c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: a})
+				got, err = c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: a, CreateOnly: true})
+				if status.Code(err) == codes.AlreadyExists {
+					// Added by another call since the list: left as it
+					// is, as an association that was there.
+					return nil
+				}
 				return err
 			})
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,6 +119,48 @@ func TestSacctmgrRacingQOSEditsBothLand(t *testing.T) {
 		}
 		if got := qos(user); got != strings.Join(wantList, ",") {
 			t.Fatalf("round %d: QOS after racing edits %v (exits %v): %q, want %q", round, edits, codes, got, strings.Join(wantList, ","))
+		}
+	}
+}
+
+// TestSacctmgrRacingAddsKeepOne: two admins adding one user to one
+// account at once, with different settings: one adds it, the other says
+// Nothing new added (as for an association that was there), and what is
+// stored is the first's whole: an add never replaces another's limits.
+func TestSacctmgrRacingAddsKeepOne(t *testing.T) {
+	t.Parallel()
+	env := Env{Conn: realGateway(t), Project: "default", Cluster: "demo", User: "admin", CallTimeout: 30 * time.Second}
+	ctx := testkit.Context(t, 3*time.Minute)
+	sacctmgr := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := Main(ctx, "sacctmgr", append([]string{"-i"}, args...), env, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	if code, out := sacctmgr("add", "account", "physics"); code != 0 {
+		t.Fatalf("add account: exit %d: %s", code, out)
+	}
+	for round := range 6 {
+		user := fmt.Sprintf("a%d", round)
+		adds := [][]string{{"add", "user", user, "account=physics", "MaxJobs=3"}, {"add", "user", user, "account=physics", "MaxSubmitJobs=7"}}
+		codes, outs := make([]int, 2), make([]string, 2)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, a := range adds {
+			wg.Go(func() {
+				<-start
+				codes[i], outs[i] = sacctmgr(a...)
+			})
+		}
+		close(start)
+		wg.Wait()
+		won := slices.Index(codes, 0)
+		if won < 0 || codes[1-won] != 1 || !strings.Contains(outs[1-won], "Nothing new added") {
+			t.Fatalf("round %d: exits %v: %q, %q: want one add and one Nothing new added", round, codes, outs[0], outs[1])
+		}
+		_, got := sacctmgr("-n", "-P", "show", "assoc", "user="+user, "format=MaxJobs,MaxSubmit")
+		want := map[int]string{0: "3|", 1: "|7"}[won]
+		if strings.TrimSpace(got) != want {
+			t.Fatalf("round %d: stored MaxJobs|MaxSubmit %q, want the adding call's %q", round, strings.TrimSpace(got), want)
 		}
 	}
 }

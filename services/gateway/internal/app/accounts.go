@@ -247,6 +247,9 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	if err := checkAssociationEtag(req.GetAssociation().GetEtag(), cur, a); err != nil {
 		return nil, err
 	}
+	if req.GetCreateOnly() && cur != nil {
+		return nil, associationExists(a)
+	}
 	if cur == nil {
 		n, err := g.repo.CountAssociations(ctx, project)
 		if err != nil {
@@ -285,9 +288,13 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
 		if errors.Is(err, store.ErrConflict) && raw == nil {
 			// Refused by the bound, or by what it read: a full project
-			// says so, as the check above would have.
+			// says so, as the check above would have, and so does an
+			// association another call added meanwhile to a create_only.
 			if n, cerr := g.repo.CountAssociations(ctx, project); cerr == nil && n >= domain.MaxAssociationsPerProject {
 				return nil, assocLimitError(project, n)
+			}
+			if now, _, rerr := g.repo.AssociationAsStored(ctx, project, a.GetUser(), a.GetAccount()); req.GetCreateOnly() && rerr == nil && now != nil {
+				return nil, associationExists(a)
 			}
 		}
 		return nil, changedMeanwhile(fmt.Sprintf("set association user=%s account=%s", a.GetUser(), a.GetAccount()),
@@ -300,6 +307,13 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	out := proto.Clone(a).(*loomv1.Association)
 	out.Etag = domain.AssociationEtag(out)
 	return out, nil
+}
+
+// associationExists is a create_only SetAssociation's refusal of an
+// association that exists.
+func associationExists(a *loomv1.Association) error {
+	return fmt.Errorf("association user=%s account=%s exists; nothing was written (create_only): change it with sacctmgr modify user, or SetAssociation without create_only: %w",
+		a.GetUser(), a.GetAccount(), errs.AlreadyExists)
 }
 
 // checkAssociationEtag is SetAssociation's AIP-154 check of the etag it
