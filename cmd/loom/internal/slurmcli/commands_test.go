@@ -374,7 +374,6 @@ func TestScancel(t *testing.T) {
 		// Slurm's words for a signal: "Kill job error" too, an ended job's
 		// id invalid, a pending job not alterable yet.
 		{[]string{"-s", "USR1", "10"}, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
-		{[]string{"-s", "USR1", "13"}, "scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
 		// A bad signal or state, in Slurm 22.05's scancel's words (checked
 		// with scripts/slurm-local.sh).
 		{[]string{"--signal=NOPE", "12"}, "Unknown job signal: NOPE\n"},
@@ -387,6 +386,39 @@ func TestScancel(t *testing.T) {
 		code, _, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
 		if code != 1 || errOut != tc.want {
 			t.Errorf("scancel %v: %d %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	// A refusal slurmctld answers exits with Slurm's error number cut to 8
+	// bits, the highest of them when several failed; one scancel says
+	// itself exits 1. Bob's job 13 is pending, 12 is alice's. Slurm 22.05 (scripts/slurm-local.sh), job 2 pending:
+	//   $ scancel --signal=USR1 2; echo $?
+	//   scancel: error: Kill job error on job id 2: Job can not be altered now, try again later
+	//   228
+	//   $ scancel --signal=USR1 99 2; echo $?      (99 unknown: 1)
+	//   scancel: error: Kill job error on job id 99: Invalid job id specified
+	//   scancel: error: Kill job error on job id 2: Job can not be altered now, try again later
+	//   228
+	//   $ setpriv --reuid=65534 ... scancel 1; echo $?   (root's job 1)
+	//   scancel: error: Kill job error on job id 1: Access/permission denied
+	//   210
+	for _, tc := range []struct {
+		args     []string
+		user     string
+		wantCode int
+		want     string
+	}{
+		{[]string{"-s", "USR1", "13"}, "bob", 228, "scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
+		{[]string{"--signal=USR1", "99", "13"}, "bob", 228, "scancel: error: Kill job error on job id 99: Invalid job id specified\n" +
+			"scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
+		{[]string{"12"}, "bob", 210, "scancel: error: Kill job error on job id 12: Access/permission denied\n"},
+		{[]string{"-s", "USR1", "13", "12"}, "bob", 228, "scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n" +
+			"scancel: error: Kill job error on job id 12: Access/permission denied\n"},
+	} {
+		f := fixture()
+		f.DenyOthers = true
+		code, _, errOut := run(t, f, "scancel", Env{User: tc.user}, tc.args...)
+		if code != tc.wantCode || errOut != tc.want {
+			t.Errorf("scancel %v (as %q): %d %q, want %d %q", tc.args, tc.user, code, errOut, tc.wantCode, tc.want)
 		}
 	}
 	// Cancelling a job that is unknown or already ended is no error, as in
@@ -455,7 +487,7 @@ func TestScontrolActions(t *testing.T) {
 	if code, _, errOut := run(t, f, "scontrol", Env{}, "release", "13"); code != 1 || errOut != "Access/permission denied for job 13\n" {
 		t.Errorf("scontrol release of bob's job: %d %q", code, errOut)
 	}
-	if code, _, errOut := run(t, f, "scancel", Env{}, "13"); code != 1 ||
+	if code, _, errOut := run(t, f, "scancel", Env{}, "13"); code != 210 ||
 		!strings.Contains(errOut, "scancel: error: Kill job error on job id 13: Access/permission denied") {
 		t.Errorf("scancel of bob's job: %d %q", code, errOut)
 	}
@@ -464,7 +496,7 @@ func TestScontrolActions(t *testing.T) {
 	}
 	// Another user's array: refused once, for the id asked, as Slurm's
 	// one answer, not once per task.
-	if code, _, errOut := run(t, f, "scancel", Env{User: "bob"}, "15"); code != 1 ||
+	if code, _, errOut := run(t, f, "scancel", Env{User: "bob"}, "15"); code != 210 ||
 		errOut != "scancel: error: Kill job error on job id 15: Access/permission denied\n" {
 		t.Errorf("scancel of alice's array by bob: %d %q", code, errOut)
 	}

@@ -163,18 +163,18 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	// the same ids and filters in each, exit 1 when any failed. A cluster
 	// named with -M or LOOM_CLUSTER (the working cluster, as Slurm's
 	// scancel asks its own slurmctld alone) acts on its own jobs alone.
-	anyFailed := false
+	code := 0
 	err = c.forEachCluster(clusters, func(i int) error {
 		failed, err := c.scancelIn(ctx, listed[i], scancelRun{ids: ids, q: q, filtered: filtered, interactive: interactive,
 			quiet: quiet, verbose: verbose, signal: signal, scope: scope, confine: c.clusterFilter() != ""})
-		anyFailed = anyFailed || failed
+		code = max(code, failed)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if anyFailed {
-		return &Error{Code: 1}
+	if code != 0 {
+		return &Error{Code: code}
 	}
 	return nil
 }
@@ -205,12 +205,15 @@ func (c *cmd) scancelJobs(ctx context.Context, q *squeueQuery) ([]*loomv1.Job, e
 }
 
 // scancelIn runs scancel in the command's cluster (-M's, LOOM_CLUSTER's or
-// every one) over its jobs (scancelJobs): failed when a cancel failed
-// (said on stderr).
-func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (bool, error) {
+// every one) over its jobs (scancelJobs): the exit status when a cancel
+// failed (said on stderr), else 0. As Slurm's scancel, that is the
+// highest of the failures' codes: Slurm's error number cut to 8 bits for
+// a refusal slurmctld answers (228 for "Job can not be altered now", 210
+// for "Access/permission denied"), 1 for one scancel says itself.
+func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (int, error) {
 	ids, q, filtered, interactive, quiet, verbose, signal, scope := o.ids, o.q, o.filtered, o.interactive, o.quiet, o.verbose, o.signal, o.scope
 	var targets []cancelTarget
-	failed := false
+	failed := 0
 	if len(ids) == 0 {
 		for _, j := range jobs {
 			if q.match(jobRow{job: j}) {
@@ -223,14 +226,14 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 				// JOB.STEP: one job step (srun), on every node (srunsteps.go).
 				if err := c.cancelStep(ctx, id, signal, verbose, o.confine); err != nil {
 					fmt.Fprintln(c.stderr, err.Error())
-					failed = true
+					failed = max(failed, 1)
 				}
 				continue
 			}
 			ts, err := c.resolveCancel(id, jobs, !filtered && !interactive)
 			if err != nil {
 				fmt.Fprintln(c.stderr, err.Error())
-				failed = true
+				failed = max(failed, 1)
 				continue
 			}
 			for _, t := range ts {
@@ -289,7 +292,7 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 				}
 				continue
 			}
-			failed = true
+			failed = max(failed, err.err.Code)
 			if err.denied {
 				refused[t.array] = true
 			}
@@ -413,9 +416,17 @@ const msgAlreadyDone = "Job/step already completing or completed"
 // signal for a job that has not started.
 const msgJobPending = "Job is pending execution"
 
-// cancelError is cancelOne's refusal; denied marks a PermissionDenied, done
-// a job that is unknown or already ending or ended (Slurm's
-// ESLURM_INVALID_JOB_ID and ESLURM_ALREADY_DONE).
+// Slurm's error numbers for the refusals slurmctld answers scancel, as its
+// scancel exits with them: cut to 8 bits by exit(3).
+const (
+	exitAccessDenied   = 2002 & 0xff // ESLURM_ACCESS_DENIED
+	exitTransitionWait = 2020 & 0xff // ESLURM_TRANSITION_STATE_NO_UPDATE
+)
+
+// cancelError is cancelOne's refusal, its err's Code the exit status it
+// gives; denied marks a PermissionDenied, done a job that is unknown or
+// already ending or ended (Slurm's ESLURM_INVALID_JOB_ID and
+// ESLURM_ALREADY_DONE).
 type cancelError struct {
 	err    *Error
 	denied bool
@@ -441,7 +452,9 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 			if t.array != "" {
 				id = t.array
 			}
-			return &cancelError{err: c.errorf("%s on job id %s: Access/permission denied", verb, id), denied: t.array != ""}
+			e := c.errorf("%s on job id %s: Access/permission denied", verb, id)
+			e.Code = exitAccessDenied
+			return &cancelError{err: e, denied: t.array != ""}
 		case codes.FailedPrecondition:
 			// The gateway answers in Slurm's words ("Job is pending execution", ...).
 			msg := status.Convert(err).Message()
@@ -449,14 +462,18 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 				msg = msgAlreadyDone
 			}
 			done := msg == msgAlreadyDone
+			code := 1
 			switch {
 			case signal != "" && done:
 				// Slurm's answer to a signal for an ended job.
 				msg = "Invalid job id specified"
 			case signal != "" && msg == msgJobPending:
 				msg = "Job can not be altered now, try again later"
+				code = exitTransitionWait
 			}
-			return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg), done: done}
+			e := c.errorf("%s on job id %s: %s", verb, t.id, msg)
+			e.Code = code
+			return &cancelError{err: e, done: done}
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
 			return &cancelError{err: c.rpcError(verb+" on job id "+t.id, err)}
 		default:
