@@ -53,7 +53,23 @@ const MaxDelayMinutes = MaxTimeLimitSeconds / 60
 // Job ids are numbers, optionally "_N" (an array task) or "_*"; "after"
 // ids may carry "+minutes" (at most MaxDelayMinutes). A job named twice in
 // one element is kept once; at most MaxDependencyJobs references remain.
+//
+// A refusal ends with Slurm's words for it, "(Slurm: Job dependency
+// problem)": slurmctld refuses every such spec with them alone.
 func ParseDependency(spec string) (*Dependency, error) {
+	d, err := parseDependency(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w (Slurm: %s)", err, MsgDependency)
+	}
+	return d, nil
+}
+
+// MsgDependency is Slurm's word for a --dependency it cannot take
+// (ESLURM_DEPENDENCY): "sbatch: error: Batch job submission failed: Job
+// dependency problem".
+const MsgDependency = "Job dependency problem"
+
+func parseDependency(spec string) (*Dependency, error) {
 	s := strings.TrimSpace(spec)
 	if s == "" {
 		return nil, errors.New("empty dependency")

@@ -205,7 +205,11 @@ func TestParseSbatchErrors(t *testing.T) {
 		{[]string{"-t", "1:2:3:4", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --time specification "1:2:3:4"`},
 		{[]string{"job.sh"}, plainScript, map[string]string{"SBATCH_TIMELIMIT": "x"}, `sbatch: error: Invalid --time specification "x"`},
 		{[]string{"--array=10-1", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --array specification "10-1": range "10-1" ends before it starts`},
-		{[]string{"--dependency=afterok:x", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --dependency specification "afterok:x": "x" is not a job id`},
+		// Slurm 22.05 refuses each with "sbatch: error: Batch job submission
+		// failed: Job dependency problem" alone (exit 1): Loom says why, then
+		// Slurm's words, as for a job id never issued.
+		{[]string{"--dependency=afterok:x", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --dependency specification "afterok:x": "x" is not a job id (Slurm: Job dependency problem)`},
+		{[]string{"-d", "afterok:1,?afterok:2", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --dependency specification "afterok:1,?afterok:2": ',' (all of) and '?' (any of) cannot be mixed (Slurm: Job dependency problem)`},
 		{[]string{"--begin=someday", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --begin specification "someday"`},
 		{[]string{"--signal=NOPE", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --signal specification "NOPE"`},
 		{[]string{"--retries=101", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --retries specification "101": expected 0 to 100`},

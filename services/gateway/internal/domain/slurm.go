@@ -121,7 +121,7 @@ func findPartition(c *loomv1.Cluster, id string) (*loomv1.SlurmPartition, error)
 }
 
 // MsgDependency is Slurm's word for a --dependency it cannot take.
-const MsgDependency = "Job dependency problem"
+const MsgDependency = slurmspec.MsgDependency
 
 // CheckDependencyJobs refuses a --dependency (already parsed by
 // ValidateSubmitJob or ValidateUpdateJob; "" is none) naming a job id
