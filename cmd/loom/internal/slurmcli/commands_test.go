@@ -1000,3 +1000,40 @@ func TestClusterLine(t *testing.T) {
 		}
 	}
 }
+
+// TestSqueueOwnerAndLayoutFieldsAsSlurm: %U/%G are the owner's uid and gid
+// (%g the group's name) when the owner is an account of this machine, the
+// name otherwise; %H %I %J (and -O sockets,cores,threads) are "*", %s
+// nothing. Slurm 22.05 (scripts/slurm-local.sh), a job of root's:
+//
+//	$ squeue -o '%u|%U|%g|%G' -j 27
+//	USER|UID|GROUP|GROUP
+//	root|0|root|0
+//	$ squeue -o '%.5H|%10I|%J|%s|' -j 27
+//	SOCKE|CORES_PER_|THREADS_PER_CORE||
+//	    *|*         |*||
+//	$ squeue -O groupid,sockets,cores,threads -j 27   (each 20 wide)
+//	GROUP               SOCKETS_PER_NODE    CORES_PER_SOCKET    THREADS_PER_CORE
+//	0                   *                   *                   *
+func TestSqueueOwnerAndLayoutFieldsAsSlurm(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/27", JobId: "27", Cluster: demoCluster, DisplayName: "wrap",
+		User: "root", Partition: "debug", State: loomv1.JobState_PENDING, NodeCount: 1, SubmitTime: ago(time.Minute)})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", "%u|%U|%g|%G", "-j", "27"}, "USER|UID|GROUP|GROUP\nroot|0|root|0\n"},
+		{[]string{"-o", "%.5H|%10I|%J|%s|", "-j", "27"}, "SOCKE|CORES_PER_|THREADS_PER_CORE||\n    *|*         |*||\n"},
+		{[]string{"-O", "groupid,sockets,cores,threads", "-j", "27"}, "GROUP               SOCKETS_PER_NODE    CORES_PER_SOCKET    THREADS_PER_CORE    \n" +
+			"0                   *                   *                   *                   \n"},
+		// alice is no account here: her name for each.
+		{[]string{"-h", "-o", "%U|%g|%G", "-j", "12"}, "alice|alice|alice\n"},
+	} {
+		code, out, errOut := run(t, f, "squeue", Env{}, tc.args...)
+		if code != 0 || out != tc.want {
+			t.Errorf("squeue %q: %d %q %q, want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}

@@ -233,16 +233,33 @@ func nullIfEmpty(s string) string { return orNull(s) }
 // name(uid) and group(gid), when the owner is an account of this (login)
 // machine; otherwise the name for both, Loom's users being names.
 func accountIDs(user string) (uid, gid string) {
-	u, err := osuser.Lookup(user)
-	if user == "" || err != nil {
+	ids := ownerIDs(user)
+	if !ids.account {
 		return user, user
 	}
-	uid = fmt.Sprintf("%s(%s)", user, u.Uid)
-	gid = fmt.Sprintf("%s(%s)", user, u.Gid)
-	if g, err := osuser.LookupGroupId(u.Gid); err == nil {
-		gid = fmt.Sprintf("%s(%s)", g.Name, u.Gid)
+	return fmt.Sprintf("%s(%s)", user, ids.uid), fmt.Sprintf("%s(%s)", ids.group, ids.gid)
+}
+
+// osIDs is a job owner as squeue's %U, %g and %G print it; account is
+// whether it is an account of this machine.
+type osIDs struct {
+	uid, group, gid string
+	account         bool
+}
+
+// ownerIDs is user's uid, group name and gid when user is an account of
+// this (login) machine, as Slurm's squeue prints them; otherwise the name
+// for each, Loom's users being names.
+func ownerIDs(user string) osIDs {
+	u, err := osuser.Lookup(user)
+	if user == "" || err != nil {
+		return osIDs{uid: user, group: user, gid: user}
 	}
-	return uid, gid
+	ids := osIDs{uid: u.Uid, group: user, gid: u.Gid, account: true}
+	if g, err := osuser.LookupGroupId(u.Gid); err == nil {
+		ids.group = g.Name
+	}
+	return ids
 }
 
 // jobRecord is a job as "scontrol show job" prints it; derived, when not

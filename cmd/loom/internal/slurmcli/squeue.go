@@ -71,7 +71,8 @@ var squeueLongNames = map[string]string{
 	"reason": "r", "reasonlist": "R", "starttime": "S", "statecompact": "t", "state": "T",
 	"username": "u", "userid": "U", "reservation": "v", "submittime": "V", "wckey": "w",
 	"licenses": "W", "exclude": "x", "nice": "y", "schednodes": "Y", "sct": "z", "workdir": "Z",
-	"name": "j", "cluster": "cluster",
+	"name": "j", "cluster": "cluster", "groupid": "G", "sockets": "H", "cores": "I", "threads": "J",
+	"selectjobinfo": "s",
 }
 
 // squeueView is what squeue's fields need besides the row.
@@ -161,8 +162,16 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 		"E": str("DEPENDENCY", func(j *loomv1.Job) string { return dependencyText(j, v.jobsByID) }),
 		"f": str("FEATURES", func(*loomv1.Job) string { return "(null)" }),
 		"F": {header: "ARRAY_JOB_ID", value: func(r jobRow) string { return r.arrayJobID }},
-		"g": str("GROUP", func(j *loomv1.Job) string { return j.GetUser() }),
-		"G": str("GROUP", func(j *loomv1.Job) string { return j.GetUser() }),
+		// The owner's group name and gid, its uid (%U), when the owner is
+		// an account of this machine, as Slurm's; else the name for each.
+		"g": str("GROUP", func(j *loomv1.Job) string { return ownerIDs(j.GetUser()).group }),
+		"G": str("GROUP", func(j *loomv1.Job) string { return ownerIDs(j.GetUser()).gid }),
+		// Slurm's --sockets-per-node, --cores-per-socket and
+		// --threads-per-core: Loom takes none of them ("*", as Slurm's
+		// for a job that set none).
+		"H": str("SOCKETS_PER_NODE", func(*loomv1.Job) string { return "*" }),
+		"I": str("CORES_PER_SOCKET", func(*loomv1.Job) string { return "*" }),
+		"J": str("THREADS_PER_CORE", func(*loomv1.Job) string { return "*" }),
 		"h": str("OVER_SUBSCRIBE", func(j *loomv1.Job) string {
 			if j.GetExclusive() {
 				return "NO"
@@ -217,11 +226,14 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 			}
 			return compressHosts(j.GetNodes())
 		}, nocut: false},
+		// Slurm 22.05 prints nothing for %s (its select plugin's data):
+		// no header, no value.
+		"s": str("", func(*loomv1.Job) string { return "" }),
 		"S": str("START_TIME", func(j *loomv1.Job) string { return v.timeOrNA(startOrExpected(j), startOrExpected(j) != nil) }),
 		"t": str("ST", func(j *loomv1.Job) string { return stateCode(effectiveState(j)) }),
 		"T": str("STATE", func(j *loomv1.Job) string { return stateLong(effectiveState(j)) }),
 		"u": str("USER", func(j *loomv1.Job) string { return j.GetUser() }),
-		"U": str("USER", func(j *loomv1.Job) string { return j.GetUser() }),
+		"U": str("UID", func(j *loomv1.Job) string { return ownerIDs(j.GetUser()).uid }),
 		"v": str("RESERVATION", func(*loomv1.Job) string { return "(null)" }),
 		"V": str("SUBMIT_TIME", func(j *loomv1.Job) string { return v.timeOrNA(j.GetSubmitTime(), j.GetSubmitTime() != nil) }),
 		"w": str("WCKEY", func(*loomv1.Job) string { return "(null)" }),
