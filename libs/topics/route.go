@@ -26,7 +26,7 @@ var routes = table(map[string][]proto.Message{
 		&eventsv1.CreateReservation{}, &eventsv1.DeleteReservation{}},
 	ClusterEvents: {&eventsv1.ClusterChanged{}, &eventsv1.ClusterOperationFailed{}, &eventsv1.ClusterDeleted{},
 		&eventsv1.ReservationChanged{}, &eventsv1.ReservationDeleted{}},
-	NodeEvents: {&eventsv1.NodeChanged{}, &eventsv1.NodeRemoved{}, &eventsv1.RemediationFinished{}},
+	NodeEvents: {&eventsv1.NodeChanged{}, &eventsv1.NodeRemoved{}, &eventsv1.RemediationFinished{}, &eventsv1.RemediationProgress{}},
 	NodeTelemetry: {&eventsv1.AgentRegistered{}, &eventsv1.Heartbeat{}, &eventsv1.GpuTelemetry{}, &eventsv1.XidObserved{},
 		&eventsv1.HealthCheckCompleted{}},
 	JobCommands: {&eventsv1.SubmitJob{}, &eventsv1.CancelJob{}, &eventsv1.UpdateJob{}, &eventsv1.UpdateSlurmNode{},

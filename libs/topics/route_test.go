@@ -52,6 +52,7 @@ var wantRoutes = map[string]string{
 	"AssociationChanged":             JobCommands,
 	"AccountChanged":                 JobCommands,
 	"RemediationFinished":            NodeEvents,
+	"RemediationProgress":            NodeEvents,
 	"GpuTelemetry":                   NodeTelemetry,
 	"XidObserved":                    NodeTelemetry,
 	"HealthCheckCompleted":           NodeTelemetry,

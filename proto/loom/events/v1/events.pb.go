@@ -997,6 +997,91 @@ func (x *RemediationFinished) GetReplacement() string {
 	return ""
 }
 
+// RemediationProgress says how long the provisioner gives a repair asked by
+// RemediateNode from now: it answers with RemediationFinished by then (ok:
+// false past it). Emitted when the repair is accepted and at each of its
+// phases (a replacement swapped in, the node booted with what the provider
+// expects its boot to take: a simulated hour-long replacement, a cloud's
+// reimage), so that health waits for the answer that long rather than only
+// its -repair-timeout.
+type RemediationProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	RemediationId string                 `protobuf:"bytes,3,opt,name=remediation_id,json=remediationId,proto3" json:"remediation_id,omitempty"`
+	Action        v1.RemediationAction   `protobuf:"varint,4,opt,name=action,proto3,enum=loom.v1.RemediationAction" json:"action,omitempty"`
+	// deadline_in is the time from this event to the provisioner's deadline
+	// (a duration, not an instant, so that the services' clocks need not agree).
+	DeadlineIn    *durationpb.Duration `protobuf:"bytes,5,opt,name=deadline_in,json=deadlineIn,proto3" json:"deadline_in,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemediationProgress) Reset() {
+	*x = RemediationProgress{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemediationProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemediationProgress) ProtoMessage() {}
+
+func (x *RemediationProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemediationProgress.ProtoReflect.Descriptor instead.
+func (*RemediationProgress) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RemediationProgress) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RemediationProgress) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RemediationProgress) GetRemediationId() string {
+	if x != nil {
+		return x.RemediationId
+	}
+	return ""
+}
+
+func (x *RemediationProgress) GetAction() v1.RemediationAction {
+	if x != nil {
+		return x.Action
+	}
+	return v1.RemediationAction(0)
+}
+
+func (x *RemediationProgress) GetDeadlineIn() *durationpb.Duration {
+	if x != nil {
+		return x.DeadlineIn
+	}
+	return nil
+}
+
 // AgentRegistered is the first message an agent sends after it starts.
 type AgentRegistered struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1027,7 +1112,7 @@ type AgentRegistered struct {
 
 func (x *AgentRegistered) Reset() {
 	*x = AgentRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	mi := &file_loom_events_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1124,7 @@ func (x *AgentRegistered) String() string {
 func (*AgentRegistered) ProtoMessage() {}
 
 func (x *AgentRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	mi := &file_loom_events_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1137,7 @@ func (x *AgentRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRegistered.ProtoReflect.Descriptor instead.
 func (*AgentRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AgentRegistered) GetNode() string {
@@ -1146,7 +1231,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[14]
+	mi := &file_loom_events_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1243,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[14]
+	mi := &file_loom_events_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1256,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Heartbeat) GetNode() string {
@@ -1229,7 +1314,7 @@ type GpuTelemetry struct {
 
 func (x *GpuTelemetry) Reset() {
 	*x = GpuTelemetry{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1326,7 @@ func (x *GpuTelemetry) String() string {
 func (*GpuTelemetry) ProtoMessage() {}
 
 func (x *GpuTelemetry) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1339,7 @@ func (x *GpuTelemetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuTelemetry.ProtoReflect.Descriptor instead.
 func (*GpuTelemetry) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GpuTelemetry) GetNode() string {
@@ -1322,7 +1407,7 @@ type XidObserved struct {
 
 func (x *XidObserved) Reset() {
 	*x = XidObserved{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1419,7 @@ func (x *XidObserved) String() string {
 func (*XidObserved) ProtoMessage() {}
 
 func (x *XidObserved) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1432,7 @@ func (x *XidObserved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XidObserved.ProtoReflect.Descriptor instead.
 func (*XidObserved) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *XidObserved) GetNode() string {
@@ -1402,7 +1487,7 @@ type HealthCheckCompleted struct {
 
 func (x *HealthCheckCompleted) Reset() {
 	*x = HealthCheckCompleted{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1499,7 @@ func (x *HealthCheckCompleted) String() string {
 func (*HealthCheckCompleted) ProtoMessage() {}
 
 func (x *HealthCheckCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1512,7 @@ func (x *HealthCheckCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckCompleted.ProtoReflect.Descriptor instead.
 func (*HealthCheckCompleted) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HealthCheckCompleted) GetResult() *v1.HealthCheckResult {
@@ -1447,7 +1532,7 @@ type SubmitJob struct {
 
 func (x *SubmitJob) Reset() {
 	*x = SubmitJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1544,7 @@ func (x *SubmitJob) String() string {
 func (*SubmitJob) ProtoMessage() {}
 
 func (x *SubmitJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1557,7 @@ func (x *SubmitJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJob.ProtoReflect.Descriptor instead.
 func (*SubmitJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitJob) GetJob() *v1.Job {
@@ -1506,7 +1591,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1603,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1616,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelJob) GetJob() string {
@@ -1638,7 +1723,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1735,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1748,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateJob) GetJob() string {
@@ -1846,7 +1931,7 @@ type CreateJobStep struct {
 
 func (x *CreateJobStep) Reset() {
 	*x = CreateJobStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1943,7 @@ func (x *CreateJobStep) String() string {
 func (*CreateJobStep) ProtoMessage() {}
 
 func (x *CreateJobStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1956,7 @@ func (x *CreateJobStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobStep.ProtoReflect.Descriptor instead.
 func (*CreateJobStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateJobStep) GetJob() string {
@@ -2035,7 +2120,7 @@ type CancelJobStep struct {
 
 func (x *CancelJobStep) Reset() {
 	*x = CancelJobStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2132,7 @@ func (x *CancelJobStep) String() string {
 func (*CancelJobStep) ProtoMessage() {}
 
 func (x *CancelJobStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2145,7 @@ func (x *CancelJobStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobStep.ProtoReflect.Descriptor instead.
 func (*CancelJobStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelJobStep) GetJob() string {
@@ -2107,7 +2192,7 @@ type UpdateSlurmNode struct {
 
 func (x *UpdateSlurmNode) Reset() {
 	*x = UpdateSlurmNode{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[23]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2204,7 @@ func (x *UpdateSlurmNode) String() string {
 func (*UpdateSlurmNode) ProtoMessage() {}
 
 func (x *UpdateSlurmNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[23]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2217,7 @@ func (x *UpdateSlurmNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlurmNode.ProtoReflect.Descriptor instead.
 func (*UpdateSlurmNode) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateSlurmNode) GetCluster() string {
@@ -2191,7 +2276,7 @@ type JobChanged struct {
 
 func (x *JobChanged) Reset() {
 	*x = JobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[24]
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2288,7 @@ func (x *JobChanged) String() string {
 func (*JobChanged) ProtoMessage() {}
 
 func (x *JobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[24]
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2301,7 @@ func (x *JobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChanged.ProtoReflect.Descriptor instead.
 func (*JobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobChanged) GetJob() *v1.Job {
@@ -2252,7 +2337,7 @@ type NodeDrained struct {
 
 func (x *NodeDrained) Reset() {
 	*x = NodeDrained{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	mi := &file_loom_events_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2349,7 @@ func (x *NodeDrained) String() string {
 func (*NodeDrained) ProtoMessage() {}
 
 func (x *NodeDrained) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	mi := &file_loom_events_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2362,7 @@ func (x *NodeDrained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDrained.ProtoReflect.Descriptor instead.
 func (*NodeDrained) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeDrained) GetNode() string {
@@ -2311,7 +2396,7 @@ type NodesNeedCheck struct {
 
 func (x *NodesNeedCheck) Reset() {
 	*x = NodesNeedCheck{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2408,7 @@ func (x *NodesNeedCheck) String() string {
 func (*NodesNeedCheck) ProtoMessage() {}
 
 func (x *NodesNeedCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2421,7 @@ func (x *NodesNeedCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodesNeedCheck.ProtoReflect.Descriptor instead.
 func (*NodesNeedCheck) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodesNeedCheck) GetCluster() string {
@@ -2390,7 +2475,7 @@ type SlurmNodeChanged struct {
 
 func (x *SlurmNodeChanged) Reset() {
 	*x = SlurmNodeChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2487,7 @@ func (x *SlurmNodeChanged) String() string {
 func (*SlurmNodeChanged) ProtoMessage() {}
 
 func (x *SlurmNodeChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2500,7 @@ func (x *SlurmNodeChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlurmNodeChanged.ProtoReflect.Descriptor instead.
 func (*SlurmNodeChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SlurmNodeChanged) GetCluster() string {
@@ -2495,7 +2580,7 @@ type StartStep struct {
 
 func (x *StartStep) Reset() {
 	*x = StartStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2592,7 @@ func (x *StartStep) String() string {
 func (*StartStep) ProtoMessage() {}
 
 func (x *StartStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2605,7 @@ func (x *StartStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartStep.ProtoReflect.Descriptor instead.
 func (*StartStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StartStep) GetJob() string {
@@ -2679,7 +2764,7 @@ type StopStep struct {
 
 func (x *StopStep) Reset() {
 	*x = StopStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[29]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2776,7 @@ func (x *StopStep) String() string {
 func (*StopStep) ProtoMessage() {}
 
 func (x *StopStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[29]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2789,7 @@ func (x *StopStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStep.ProtoReflect.Descriptor instead.
 func (*StopStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StopStep) GetJob() string {
@@ -2759,7 +2844,7 @@ type SignalStep struct {
 
 func (x *SignalStep) Reset() {
 	*x = SignalStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[30]
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2856,7 @@ func (x *SignalStep) String() string {
 func (*SignalStep) ProtoMessage() {}
 
 func (x *SignalStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[30]
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2869,7 @@ func (x *SignalStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalStep.ProtoReflect.Descriptor instead.
 func (*SignalStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{30}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SignalStep) GetJob() string {
@@ -2875,7 +2960,7 @@ type LaunchTasks struct {
 
 func (x *LaunchTasks) Reset() {
 	*x = LaunchTasks{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +2972,7 @@ func (x *LaunchTasks) String() string {
 func (*LaunchTasks) ProtoMessage() {}
 
 func (x *LaunchTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +2985,7 @@ func (x *LaunchTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchTasks.ProtoReflect.Descriptor instead.
 func (*LaunchTasks) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{31}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LaunchTasks) GetJob() string {
@@ -3073,7 +3158,7 @@ type KillTasks struct {
 
 func (x *KillTasks) Reset() {
 	*x = KillTasks{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	mi := &file_loom_events_v1_events_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3170,7 @@ func (x *KillTasks) String() string {
 func (*KillTasks) ProtoMessage() {}
 
 func (x *KillTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	mi := &file_loom_events_v1_events_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3183,7 @@ func (x *KillTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTasks.ProtoReflect.Descriptor instead.
 func (*KillTasks) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{32}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KillTasks) GetJob() string {
@@ -3180,7 +3265,7 @@ type StepChanged struct {
 
 func (x *StepChanged) Reset() {
 	*x = StepChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[33]
+	mi := &file_loom_events_v1_events_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3277,7 @@ func (x *StepChanged) String() string {
 func (*StepChanged) ProtoMessage() {}
 
 func (x *StepChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[33]
+	mi := &file_loom_events_v1_events_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3290,7 @@ func (x *StepChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepChanged.ProtoReflect.Descriptor instead.
 func (*StepChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{33}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StepChanged) GetJob() string {
@@ -3325,7 +3410,7 @@ type TasksChanged struct {
 
 func (x *TasksChanged) Reset() {
 	*x = TasksChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[34]
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3422,7 @@ func (x *TasksChanged) String() string {
 func (*TasksChanged) ProtoMessage() {}
 
 func (x *TasksChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[34]
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3435,7 @@ func (x *TasksChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksChanged.ProtoReflect.Descriptor instead.
 func (*TasksChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{34}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TasksChanged) GetJob() string {
@@ -3468,7 +3553,7 @@ type StepProgress struct {
 
 func (x *StepProgress) Reset() {
 	*x = StepProgress{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3565,7 @@ func (x *StepProgress) String() string {
 func (*StepProgress) ProtoMessage() {}
 
 func (x *StepProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3578,7 @@ func (x *StepProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepProgress.ProtoReflect.Descriptor instead.
 func (*StepProgress) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StepProgress) GetJob() string {
@@ -3585,7 +3670,7 @@ type UsageReported struct {
 
 func (x *UsageReported) Reset() {
 	*x = UsageReported{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3682,7 @@ func (x *UsageReported) String() string {
 func (*UsageReported) ProtoMessage() {}
 
 func (x *UsageReported) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3695,7 @@ func (x *UsageReported) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReported.ProtoReflect.Descriptor instead.
 func (*UsageReported) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UsageReported) GetJob() string {
@@ -3675,7 +3760,7 @@ type MetricsReported struct {
 
 func (x *MetricsReported) Reset() {
 	*x = MetricsReported{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +3772,7 @@ func (x *MetricsReported) String() string {
 func (*MetricsReported) ProtoMessage() {}
 
 func (x *MetricsReported) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +3785,7 @@ func (x *MetricsReported) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReported.ProtoReflect.Descriptor instead.
 func (*MetricsReported) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MetricsReported) GetJob() string {
@@ -3775,7 +3860,7 @@ type NodeHealthChanged struct {
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +3872,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +3885,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -3920,7 +4005,7 @@ type RunHealthCheck struct {
 
 func (x *RunHealthCheck) Reset() {
 	*x = RunHealthCheck{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4017,7 @@ func (x *RunHealthCheck) String() string {
 func (*RunHealthCheck) ProtoMessage() {}
 
 func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4030,7 @@ func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHealthCheck.ProtoReflect.Descriptor instead.
 func (*RunHealthCheck) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RunHealthCheck) GetNode() string {
@@ -4045,7 +4130,7 @@ type InjectNodeFault struct {
 
 func (x *InjectNodeFault) Reset() {
 	*x = InjectNodeFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4142,7 @@ func (x *InjectNodeFault) String() string {
 func (*InjectNodeFault) ProtoMessage() {}
 
 func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4155,7 @@ func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectNodeFault.ProtoReflect.Descriptor instead.
 func (*InjectNodeFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InjectNodeFault) GetNode() string {
@@ -4123,7 +4208,7 @@ type ScanNodes struct {
 
 func (x *ScanNodes) Reset() {
 	*x = ScanNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4220,7 @@ func (x *ScanNodes) String() string {
 func (*ScanNodes) ProtoMessage() {}
 
 func (x *ScanNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4233,7 @@ func (x *ScanNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanNodes.ProtoReflect.Descriptor instead.
 func (*ScanNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ScanNodes) GetCluster() string {
@@ -4227,7 +4312,7 @@ type ReportFaultyNodes struct {
 
 func (x *ReportFaultyNodes) Reset() {
 	*x = ReportFaultyNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4324,7 @@ func (x *ReportFaultyNodes) String() string {
 func (*ReportFaultyNodes) ProtoMessage() {}
 
 func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4337,7 @@ func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodes.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReportFaultyNodes) GetCluster() string {
@@ -4297,7 +4382,7 @@ type UpdateNodeRemediation struct {
 
 func (x *UpdateNodeRemediation) Reset() {
 	*x = UpdateNodeRemediation{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +4394,7 @@ func (x *UpdateNodeRemediation) String() string {
 func (*UpdateNodeRemediation) ProtoMessage() {}
 
 func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +4407,7 @@ func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediation.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediation) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateNodeRemediation) GetCluster() string {
@@ -4373,7 +4458,7 @@ type InjectFault struct {
 
 func (x *InjectFault) Reset() {
 	*x = InjectFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4385,7 +4470,7 @@ func (x *InjectFault) String() string {
 func (*InjectFault) ProtoMessage() {}
 
 func (x *InjectFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,7 +4483,7 @@ func (x *InjectFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFault.ProtoReflect.Descriptor instead.
 func (*InjectFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *InjectFault) GetCluster() string {
@@ -4445,7 +4530,7 @@ type RemediateNode struct {
 
 func (x *RemediateNode) Reset() {
 	*x = RemediateNode{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4457,7 +4542,7 @@ func (x *RemediateNode) String() string {
 func (*RemediateNode) ProtoMessage() {}
 
 func (x *RemediateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4470,7 +4555,7 @@ func (x *RemediateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemediateNode.ProtoReflect.Descriptor instead.
 func (*RemediateNode) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemediateNode) GetNode() string {
@@ -4522,7 +4607,7 @@ type ModelVersionRegistered struct {
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4619,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4632,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -4590,7 +4675,7 @@ type ModelUploadFailed struct {
 
 func (x *ModelUploadFailed) Reset() {
 	*x = ModelUploadFailed{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4602,7 +4687,7 @@ func (x *ModelUploadFailed) String() string {
 func (*ModelUploadFailed) ProtoMessage() {}
 
 func (x *ModelUploadFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4615,7 +4700,7 @@ func (x *ModelUploadFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelUploadFailed.ProtoReflect.Descriptor instead.
 func (*ModelUploadFailed) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ModelUploadFailed) GetRequestId() string {
@@ -4661,7 +4746,7 @@ type ModelExported struct {
 
 func (x *ModelExported) Reset() {
 	*x = ModelExported{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4673,7 +4758,7 @@ func (x *ModelExported) String() string {
 func (*ModelExported) ProtoMessage() {}
 
 func (x *ModelExported) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4686,7 +4771,7 @@ func (x *ModelExported) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelExported.ProtoReflect.Descriptor instead.
 func (*ModelExported) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ModelExported) GetOperation() string {
@@ -4724,7 +4809,7 @@ type ModelExportFailed struct {
 
 func (x *ModelExportFailed) Reset() {
 	*x = ModelExportFailed{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4736,7 +4821,7 @@ func (x *ModelExportFailed) String() string {
 func (*ModelExportFailed) ProtoMessage() {}
 
 func (x *ModelExportFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4749,7 +4834,7 @@ func (x *ModelExportFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelExportFailed.ProtoReflect.Descriptor instead.
 func (*ModelExportFailed) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ModelExportFailed) GetOperation() string {
@@ -4798,7 +4883,7 @@ type ExportModel struct {
 
 func (x *ExportModel) Reset() {
 	*x = ExportModel{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +4895,7 @@ func (x *ExportModel) String() string {
 func (*ExportModel) ProtoMessage() {}
 
 func (x *ExportModel) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +4908,7 @@ func (x *ExportModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModel.ProtoReflect.Descriptor instead.
 func (*ExportModel) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ExportModel) GetOperation() string {
@@ -4900,7 +4985,7 @@ type UploadModel struct {
 
 func (x *UploadModel) Reset() {
 	*x = UploadModel{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4912,7 +4997,7 @@ func (x *UploadModel) String() string {
 func (*UploadModel) ProtoMessage() {}
 
 func (x *UploadModel) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4925,7 +5010,7 @@ func (x *UploadModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModel.ProtoReflect.Descriptor instead.
 func (*UploadModel) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UploadModel) GetRequestId() string {
@@ -5003,7 +5088,7 @@ type CreateCustomJob struct {
 
 func (x *CreateCustomJob) Reset() {
 	*x = CreateCustomJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5015,7 +5100,7 @@ func (x *CreateCustomJob) String() string {
 func (*CreateCustomJob) ProtoMessage() {}
 
 func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5028,7 +5113,7 @@ func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCustomJob.ProtoReflect.Descriptor instead.
 func (*CreateCustomJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateCustomJob) GetCustomJob() *v11.CustomJob {
@@ -5050,7 +5135,7 @@ type CreateHyperparameterTuningJob struct {
 
 func (x *CreateHyperparameterTuningJob) Reset() {
 	*x = CreateHyperparameterTuningJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5062,7 +5147,7 @@ func (x *CreateHyperparameterTuningJob) String() string {
 func (*CreateHyperparameterTuningJob) ProtoMessage() {}
 
 func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5075,7 +5160,7 @@ func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHyperparameterTuningJob.ProtoReflect.Descriptor instead.
 func (*CreateHyperparameterTuningJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateHyperparameterTuningJob) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -5098,7 +5183,7 @@ type CreateTrainingPipeline struct {
 
 func (x *CreateTrainingPipeline) Reset() {
 	*x = CreateTrainingPipeline{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +5195,7 @@ func (x *CreateTrainingPipeline) String() string {
 func (*CreateTrainingPipeline) ProtoMessage() {}
 
 func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +5208,7 @@ func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTrainingPipeline.ProtoReflect.Descriptor instead.
 func (*CreateTrainingPipeline) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateTrainingPipeline) GetPipeline() *v11.TrainingPipeline {
@@ -5154,7 +5239,7 @@ type CancelTraining struct {
 
 func (x *CancelTraining) Reset() {
 	*x = CancelTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5166,7 +5251,7 @@ func (x *CancelTraining) String() string {
 func (*CancelTraining) ProtoMessage() {}
 
 func (x *CancelTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5179,7 +5264,7 @@ func (x *CancelTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTraining.ProtoReflect.Descriptor instead.
 func (*CancelTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelTraining) GetName() string {
@@ -5216,7 +5301,7 @@ type DeleteTraining struct {
 
 func (x *DeleteTraining) Reset() {
 	*x = DeleteTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5228,7 +5313,7 @@ func (x *DeleteTraining) String() string {
 func (*DeleteTraining) ProtoMessage() {}
 
 func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5241,7 +5326,7 @@ func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTraining.ProtoReflect.Descriptor instead.
 func (*DeleteTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteTraining) GetName() string {
@@ -5275,7 +5360,7 @@ type CustomJobChanged struct {
 
 func (x *CustomJobChanged) Reset() {
 	*x = CustomJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5287,7 +5372,7 @@ func (x *CustomJobChanged) String() string {
 func (*CustomJobChanged) ProtoMessage() {}
 
 func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5300,7 +5385,7 @@ func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomJobChanged.ProtoReflect.Descriptor instead.
 func (*CustomJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CustomJobChanged) GetCustomJob() *v11.CustomJob {
@@ -5321,7 +5406,7 @@ type HyperparameterTuningJobChanged struct {
 
 func (x *HyperparameterTuningJobChanged) Reset() {
 	*x = HyperparameterTuningJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[58]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5333,7 +5418,7 @@ func (x *HyperparameterTuningJobChanged) String() string {
 func (*HyperparameterTuningJobChanged) ProtoMessage() {}
 
 func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[58]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5346,7 +5431,7 @@ func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HyperparameterTuningJobChanged.ProtoReflect.Descriptor instead.
 func (*HyperparameterTuningJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{58}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *HyperparameterTuningJobChanged) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -5367,7 +5452,7 @@ type TrialChanged struct {
 
 func (x *TrialChanged) Reset() {
 	*x = TrialChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[59]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5379,7 +5464,7 @@ func (x *TrialChanged) String() string {
 func (*TrialChanged) ProtoMessage() {}
 
 func (x *TrialChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[59]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5392,7 +5477,7 @@ func (x *TrialChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrialChanged.ProtoReflect.Descriptor instead.
 func (*TrialChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{59}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TrialChanged) GetTuningJob() string {
@@ -5419,7 +5504,7 @@ type TrainingPipelineChanged struct {
 
 func (x *TrainingPipelineChanged) Reset() {
 	*x = TrainingPipelineChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[60]
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5431,7 +5516,7 @@ func (x *TrainingPipelineChanged) String() string {
 func (*TrainingPipelineChanged) ProtoMessage() {}
 
 func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[60]
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5444,7 +5529,7 @@ func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingPipelineChanged.ProtoReflect.Descriptor instead.
 func (*TrainingPipelineChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{60}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TrainingPipelineChanged) GetPipeline() *v11.TrainingPipeline {
@@ -5465,7 +5550,7 @@ type AuditRecorded struct {
 
 func (x *AuditRecorded) Reset() {
 	*x = AuditRecorded{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	mi := &file_loom_events_v1_events_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5477,7 +5562,7 @@ func (x *AuditRecorded) String() string {
 func (*AuditRecorded) ProtoMessage() {}
 
 func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	mi := &file_loom_events_v1_events_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5490,7 +5575,7 @@ func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
 func (*AuditRecorded) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{61}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
@@ -5515,7 +5600,7 @@ type AssociationChanged struct {
 
 func (x *AssociationChanged) Reset() {
 	*x = AssociationChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[62]
+	mi := &file_loom_events_v1_events_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5527,7 +5612,7 @@ func (x *AssociationChanged) String() string {
 func (*AssociationChanged) ProtoMessage() {}
 
 func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[62]
+	mi := &file_loom_events_v1_events_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5540,7 +5625,7 @@ func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssociationChanged.ProtoReflect.Descriptor instead.
 func (*AssociationChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{62}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AssociationChanged) GetProject() string {
@@ -5580,7 +5665,7 @@ type AccountChanged struct {
 
 func (x *AccountChanged) Reset() {
 	*x = AccountChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[63]
+	mi := &file_loom_events_v1_events_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5592,7 +5677,7 @@ func (x *AccountChanged) String() string {
 func (*AccountChanged) ProtoMessage() {}
 
 func (x *AccountChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[63]
+	mi := &file_loom_events_v1_events_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5605,7 +5690,7 @@ func (x *AccountChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccountChanged.ProtoReflect.Descriptor instead.
 func (*AccountChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{63}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AccountChanged) GetProject() string {
@@ -5641,7 +5726,7 @@ type UsageReported_JobStep struct {
 
 func (x *UsageReported_JobStep) Reset() {
 	*x = UsageReported_JobStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[67]
+	mi := &file_loom_events_v1_events_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5653,7 +5738,7 @@ func (x *UsageReported_JobStep) String() string {
 func (*UsageReported_JobStep) ProtoMessage() {}
 
 func (x *UsageReported_JobStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[67]
+	mi := &file_loom_events_v1_events_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5666,7 +5751,7 @@ func (x *UsageReported_JobStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReported_JobStep.ProtoReflect.Descriptor instead.
 func (*UsageReported_JobStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36, 0}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37, 0}
 }
 
 func (x *UsageReported_JobStep) GetStepId() int32 {
@@ -5697,7 +5782,7 @@ type MetricsReported_Point struct {
 
 func (x *MetricsReported_Point) Reset() {
 	*x = MetricsReported_Point{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[68]
+	mi := &file_loom_events_v1_events_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5709,7 +5794,7 @@ func (x *MetricsReported_Point) String() string {
 func (*MetricsReported_Point) ProtoMessage() {}
 
 func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[68]
+	mi := &file_loom_events_v1_events_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5722,7 +5807,7 @@ func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReported_Point.ProtoReflect.Descriptor instead.
 func (*MetricsReported_Point) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37, 0}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38, 0}
 }
 
 func (x *MetricsReported_Point) GetStep() int64 {
@@ -5802,7 +5887,14 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12\x0e\n" +
 	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12 \n" +
-	"\vreplacement\x18\a \x01(\tR\vreplacement\"\xcb\x02\n" +
+	"\vreplacement\x18\a \x01(\tR\vreplacement\"\xda\x01\n" +
+	"\x13RemediationProgress\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12%\n" +
+	"\x0eremediation_id\x18\x03 \x01(\tR\rremediationId\x122\n" +
+	"\x06action\x18\x04 \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12:\n" +
+	"\vdeadline_in\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"deadlineIn\"\xcb\x02\n" +
 	"\x0fAgentRegistered\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1a\n" +
@@ -6282,7 +6374,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                         // 0: loom.events.v1.StopCause
 	(StepState)(0),                         // 1: loom.events.v1.StepState
@@ -6300,161 +6392,164 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*NodeChanged)(nil),                    // 13: loom.events.v1.NodeChanged
 	(*NodeRemoved)(nil),                    // 14: loom.events.v1.NodeRemoved
 	(*RemediationFinished)(nil),            // 15: loom.events.v1.RemediationFinished
-	(*AgentRegistered)(nil),                // 16: loom.events.v1.AgentRegistered
-	(*Heartbeat)(nil),                      // 17: loom.events.v1.Heartbeat
-	(*GpuTelemetry)(nil),                   // 18: loom.events.v1.GpuTelemetry
-	(*XidObserved)(nil),                    // 19: loom.events.v1.XidObserved
-	(*HealthCheckCompleted)(nil),           // 20: loom.events.v1.HealthCheckCompleted
-	(*SubmitJob)(nil),                      // 21: loom.events.v1.SubmitJob
-	(*CancelJob)(nil),                      // 22: loom.events.v1.CancelJob
-	(*UpdateJob)(nil),                      // 23: loom.events.v1.UpdateJob
-	(*CreateJobStep)(nil),                  // 24: loom.events.v1.CreateJobStep
-	(*CancelJobStep)(nil),                  // 25: loom.events.v1.CancelJobStep
-	(*UpdateSlurmNode)(nil),                // 26: loom.events.v1.UpdateSlurmNode
-	(*JobChanged)(nil),                     // 27: loom.events.v1.JobChanged
-	(*NodeDrained)(nil),                    // 28: loom.events.v1.NodeDrained
-	(*NodesNeedCheck)(nil),                 // 29: loom.events.v1.NodesNeedCheck
-	(*SlurmNodeChanged)(nil),               // 30: loom.events.v1.SlurmNodeChanged
-	(*StartStep)(nil),                      // 31: loom.events.v1.StartStep
-	(*StopStep)(nil),                       // 32: loom.events.v1.StopStep
-	(*SignalStep)(nil),                     // 33: loom.events.v1.SignalStep
-	(*LaunchTasks)(nil),                    // 34: loom.events.v1.LaunchTasks
-	(*KillTasks)(nil),                      // 35: loom.events.v1.KillTasks
-	(*StepChanged)(nil),                    // 36: loom.events.v1.StepChanged
-	(*TasksChanged)(nil),                   // 37: loom.events.v1.TasksChanged
-	(*StepProgress)(nil),                   // 38: loom.events.v1.StepProgress
-	(*UsageReported)(nil),                  // 39: loom.events.v1.UsageReported
-	(*MetricsReported)(nil),                // 40: loom.events.v1.MetricsReported
-	(*NodeHealthChanged)(nil),              // 41: loom.events.v1.NodeHealthChanged
-	(*RunHealthCheck)(nil),                 // 42: loom.events.v1.RunHealthCheck
-	(*InjectNodeFault)(nil),                // 43: loom.events.v1.InjectNodeFault
-	(*ScanNodes)(nil),                      // 44: loom.events.v1.ScanNodes
-	(*ReportFaultyNodes)(nil),              // 45: loom.events.v1.ReportFaultyNodes
-	(*UpdateNodeRemediation)(nil),          // 46: loom.events.v1.UpdateNodeRemediation
-	(*InjectFault)(nil),                    // 47: loom.events.v1.InjectFault
-	(*RemediateNode)(nil),                  // 48: loom.events.v1.RemediateNode
-	(*ModelVersionRegistered)(nil),         // 49: loom.events.v1.ModelVersionRegistered
-	(*ModelUploadFailed)(nil),              // 50: loom.events.v1.ModelUploadFailed
-	(*ModelExported)(nil),                  // 51: loom.events.v1.ModelExported
-	(*ModelExportFailed)(nil),              // 52: loom.events.v1.ModelExportFailed
-	(*ExportModel)(nil),                    // 53: loom.events.v1.ExportModel
-	(*UploadModel)(nil),                    // 54: loom.events.v1.UploadModel
-	(*CreateCustomJob)(nil),                // 55: loom.events.v1.CreateCustomJob
-	(*CreateHyperparameterTuningJob)(nil),  // 56: loom.events.v1.CreateHyperparameterTuningJob
-	(*CreateTrainingPipeline)(nil),         // 57: loom.events.v1.CreateTrainingPipeline
-	(*CancelTraining)(nil),                 // 58: loom.events.v1.CancelTraining
-	(*DeleteTraining)(nil),                 // 59: loom.events.v1.DeleteTraining
-	(*CustomJobChanged)(nil),               // 60: loom.events.v1.CustomJobChanged
-	(*HyperparameterTuningJobChanged)(nil), // 61: loom.events.v1.HyperparameterTuningJobChanged
-	(*TrialChanged)(nil),                   // 62: loom.events.v1.TrialChanged
-	(*TrainingPipelineChanged)(nil),        // 63: loom.events.v1.TrainingPipelineChanged
-	(*AuditRecorded)(nil),                  // 64: loom.events.v1.AuditRecorded
-	(*AssociationChanged)(nil),             // 65: loom.events.v1.AssociationChanged
-	(*AccountChanged)(nil),                 // 66: loom.events.v1.AccountChanged
-	nil,                                    // 67: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                                    // 68: loom.events.v1.StartStep.EnvEntry
-	nil,                                    // 69: loom.events.v1.LaunchTasks.EnvEntry
-	(*UsageReported_JobStep)(nil),          // 70: loom.events.v1.UsageReported.JobStep
-	(*MetricsReported_Point)(nil),          // 71: loom.events.v1.MetricsReported.Point
-	nil,                                    // 72: loom.events.v1.MetricsReported.Point.ValuesEntry
-	nil,                                    // 73: loom.events.v1.RunHealthCheck.ParamsEntry
-	nil,                                    // 74: loom.events.v1.ScanNodes.ParamsEntry
-	(*v1.Cluster)(nil),                     // 75: loom.v1.Cluster
-	(*v1.Reservation)(nil),                 // 76: loom.v1.Reservation
-	(*v1.Node)(nil),                        // 77: loom.v1.Node
-	(v1.RemediationAction)(0),              // 78: loom.v1.RemediationAction
-	(*timestamppb.Timestamp)(nil),          // 79: google.protobuf.Timestamp
-	(*v1.GpuSample)(nil),                   // 80: loom.v1.GpuSample
-	(*v1.DiskSample)(nil),                  // 81: loom.v1.DiskSample
-	(*v1.HealthCheckResult)(nil),           // 82: loom.v1.HealthCheckResult
-	(*v1.Job)(nil),                         // 83: loom.v1.Job
-	(*v1.HostList)(nil),                    // 84: loom.v1.HostList
-	(*v1.TaskUsage)(nil),                   // 85: loom.v1.TaskUsage
-	(*durationpb.Duration)(nil),            // 86: google.protobuf.Duration
-	(v1.RemediationState)(0),               // 87: loom.v1.RemediationState
-	(*v1.Fault)(nil),                       // 88: loom.v1.Fault
-	(*v1.ModelVersion)(nil),                // 89: loom.v1.ModelVersion
-	(*v1.ExportModelResponse)(nil),         // 90: loom.v1.ExportModelResponse
-	(*v11.Model)(nil),                      // 91: loom.training.v1.Model
-	(*v1.ModelLineage)(nil),                // 92: loom.v1.ModelLineage
-	(*v11.CustomJob)(nil),                  // 93: loom.training.v1.CustomJob
-	(*v11.HyperparameterTuningJob)(nil),    // 94: loom.training.v1.HyperparameterTuningJob
-	(*v11.TrainingPipeline)(nil),           // 95: loom.training.v1.TrainingPipeline
-	(*v11.Trial)(nil),                      // 96: loom.training.v1.Trial
-	(*v1.AuditRecord)(nil),                 // 97: loom.v1.AuditRecord
-	(*v1.Association)(nil),                 // 98: loom.v1.Association
-	(*v1.Account)(nil),                     // 99: loom.v1.Account
+	(*RemediationProgress)(nil),            // 16: loom.events.v1.RemediationProgress
+	(*AgentRegistered)(nil),                // 17: loom.events.v1.AgentRegistered
+	(*Heartbeat)(nil),                      // 18: loom.events.v1.Heartbeat
+	(*GpuTelemetry)(nil),                   // 19: loom.events.v1.GpuTelemetry
+	(*XidObserved)(nil),                    // 20: loom.events.v1.XidObserved
+	(*HealthCheckCompleted)(nil),           // 21: loom.events.v1.HealthCheckCompleted
+	(*SubmitJob)(nil),                      // 22: loom.events.v1.SubmitJob
+	(*CancelJob)(nil),                      // 23: loom.events.v1.CancelJob
+	(*UpdateJob)(nil),                      // 24: loom.events.v1.UpdateJob
+	(*CreateJobStep)(nil),                  // 25: loom.events.v1.CreateJobStep
+	(*CancelJobStep)(nil),                  // 26: loom.events.v1.CancelJobStep
+	(*UpdateSlurmNode)(nil),                // 27: loom.events.v1.UpdateSlurmNode
+	(*JobChanged)(nil),                     // 28: loom.events.v1.JobChanged
+	(*NodeDrained)(nil),                    // 29: loom.events.v1.NodeDrained
+	(*NodesNeedCheck)(nil),                 // 30: loom.events.v1.NodesNeedCheck
+	(*SlurmNodeChanged)(nil),               // 31: loom.events.v1.SlurmNodeChanged
+	(*StartStep)(nil),                      // 32: loom.events.v1.StartStep
+	(*StopStep)(nil),                       // 33: loom.events.v1.StopStep
+	(*SignalStep)(nil),                     // 34: loom.events.v1.SignalStep
+	(*LaunchTasks)(nil),                    // 35: loom.events.v1.LaunchTasks
+	(*KillTasks)(nil),                      // 36: loom.events.v1.KillTasks
+	(*StepChanged)(nil),                    // 37: loom.events.v1.StepChanged
+	(*TasksChanged)(nil),                   // 38: loom.events.v1.TasksChanged
+	(*StepProgress)(nil),                   // 39: loom.events.v1.StepProgress
+	(*UsageReported)(nil),                  // 40: loom.events.v1.UsageReported
+	(*MetricsReported)(nil),                // 41: loom.events.v1.MetricsReported
+	(*NodeHealthChanged)(nil),              // 42: loom.events.v1.NodeHealthChanged
+	(*RunHealthCheck)(nil),                 // 43: loom.events.v1.RunHealthCheck
+	(*InjectNodeFault)(nil),                // 44: loom.events.v1.InjectNodeFault
+	(*ScanNodes)(nil),                      // 45: loom.events.v1.ScanNodes
+	(*ReportFaultyNodes)(nil),              // 46: loom.events.v1.ReportFaultyNodes
+	(*UpdateNodeRemediation)(nil),          // 47: loom.events.v1.UpdateNodeRemediation
+	(*InjectFault)(nil),                    // 48: loom.events.v1.InjectFault
+	(*RemediateNode)(nil),                  // 49: loom.events.v1.RemediateNode
+	(*ModelVersionRegistered)(nil),         // 50: loom.events.v1.ModelVersionRegistered
+	(*ModelUploadFailed)(nil),              // 51: loom.events.v1.ModelUploadFailed
+	(*ModelExported)(nil),                  // 52: loom.events.v1.ModelExported
+	(*ModelExportFailed)(nil),              // 53: loom.events.v1.ModelExportFailed
+	(*ExportModel)(nil),                    // 54: loom.events.v1.ExportModel
+	(*UploadModel)(nil),                    // 55: loom.events.v1.UploadModel
+	(*CreateCustomJob)(nil),                // 56: loom.events.v1.CreateCustomJob
+	(*CreateHyperparameterTuningJob)(nil),  // 57: loom.events.v1.CreateHyperparameterTuningJob
+	(*CreateTrainingPipeline)(nil),         // 58: loom.events.v1.CreateTrainingPipeline
+	(*CancelTraining)(nil),                 // 59: loom.events.v1.CancelTraining
+	(*DeleteTraining)(nil),                 // 60: loom.events.v1.DeleteTraining
+	(*CustomJobChanged)(nil),               // 61: loom.events.v1.CustomJobChanged
+	(*HyperparameterTuningJobChanged)(nil), // 62: loom.events.v1.HyperparameterTuningJobChanged
+	(*TrialChanged)(nil),                   // 63: loom.events.v1.TrialChanged
+	(*TrainingPipelineChanged)(nil),        // 64: loom.events.v1.TrainingPipelineChanged
+	(*AuditRecorded)(nil),                  // 65: loom.events.v1.AuditRecorded
+	(*AssociationChanged)(nil),             // 66: loom.events.v1.AssociationChanged
+	(*AccountChanged)(nil),                 // 67: loom.events.v1.AccountChanged
+	nil,                                    // 68: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                                    // 69: loom.events.v1.StartStep.EnvEntry
+	nil,                                    // 70: loom.events.v1.LaunchTasks.EnvEntry
+	(*UsageReported_JobStep)(nil),          // 71: loom.events.v1.UsageReported.JobStep
+	(*MetricsReported_Point)(nil),          // 72: loom.events.v1.MetricsReported.Point
+	nil,                                    // 73: loom.events.v1.MetricsReported.Point.ValuesEntry
+	nil,                                    // 74: loom.events.v1.RunHealthCheck.ParamsEntry
+	nil,                                    // 75: loom.events.v1.ScanNodes.ParamsEntry
+	(*v1.Cluster)(nil),                     // 76: loom.v1.Cluster
+	(*v1.Reservation)(nil),                 // 77: loom.v1.Reservation
+	(*v1.Node)(nil),                        // 78: loom.v1.Node
+	(v1.RemediationAction)(0),              // 79: loom.v1.RemediationAction
+	(*durationpb.Duration)(nil),            // 80: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),          // 81: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),                   // 82: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),                  // 83: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),           // 84: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                         // 85: loom.v1.Job
+	(*v1.HostList)(nil),                    // 86: loom.v1.HostList
+	(*v1.TaskUsage)(nil),                   // 87: loom.v1.TaskUsage
+	(v1.RemediationState)(0),               // 88: loom.v1.RemediationState
+	(*v1.Fault)(nil),                       // 89: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 90: loom.v1.ModelVersion
+	(*v1.ExportModelResponse)(nil),         // 91: loom.v1.ExportModelResponse
+	(*v11.Model)(nil),                      // 92: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 93: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 94: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 95: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 96: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 97: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 98: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 99: loom.v1.Association
+	(*v1.Account)(nil),                     // 100: loom.v1.Account
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	75, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	75, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	76, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	75, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	76, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	77, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	78, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
-	79, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	79, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
-	80, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
-	81, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
-	79, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
-	82, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
-	83, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	79, // 14: loom.events.v1.UpdateJob.begin_time:type_name -> google.protobuf.Timestamp
-	84, // 15: loom.events.v1.UpdateJob.nodelist:type_name -> loom.v1.HostList
-	84, // 16: loom.events.v1.UpdateJob.exclude:type_name -> loom.v1.HostList
-	67, // 17: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	79, // 18: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	83, // 19: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	68, // 20: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	0,  // 21: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	69, // 22: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
-	1,  // 23: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	85, // 24: loom.events.v1.StepChanged.usage:type_name -> loom.v1.TaskUsage
-	1,  // 25: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	85, // 26: loom.events.v1.TasksChanged.usage:type_name -> loom.v1.TaskUsage
-	79, // 27: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	79, // 28: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	79, // 29: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	86, // 30: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
-	85, // 31: loom.events.v1.UsageReported.usage:type_name -> loom.v1.TaskUsage
-	70, // 32: loom.events.v1.UsageReported.job_steps:type_name -> loom.events.v1.UsageReported.JobStep
-	71, // 33: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
-	2,  // 34: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	79, // 35: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	87, // 36: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	78, // 37: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	79, // 38: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	86, // 39: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	73, // 40: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	88, // 41: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	86, // 42: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	74, // 43: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
-	78, // 44: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	88, // 45: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	78, // 46: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	89, // 47: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	90, // 48: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
-	91, // 49: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	92, // 50: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	93, // 51: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	94, // 52: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	95, // 53: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	93, // 54: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	94, // 55: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	96, // 56: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	95, // 57: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	97, // 58: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	98, // 59: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	99, // 60: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
-	85, // 61: loom.events.v1.UsageReported.JobStep.tasks:type_name -> loom.v1.TaskUsage
-	79, // 62: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	72, // 63: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	76,  // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	76,  // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	77,  // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	76,  // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	77,  // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	78,  // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	79,  // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	79,  // 7: loom.events.v1.RemediationProgress.action:type_name -> loom.v1.RemediationAction
+	80,  // 8: loom.events.v1.RemediationProgress.deadline_in:type_name -> google.protobuf.Duration
+	81,  // 9: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	81,  // 10: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	82,  // 11: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	83,  // 12: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	81,  // 13: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	84,  // 14: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	85,  // 15: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	81,  // 16: loom.events.v1.UpdateJob.begin_time:type_name -> google.protobuf.Timestamp
+	86,  // 17: loom.events.v1.UpdateJob.nodelist:type_name -> loom.v1.HostList
+	86,  // 18: loom.events.v1.UpdateJob.exclude:type_name -> loom.v1.HostList
+	68,  // 19: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	81,  // 20: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	85,  // 21: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	69,  // 22: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	0,   // 23: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
+	70,  // 24: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	1,   // 25: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	87,  // 26: loom.events.v1.StepChanged.usage:type_name -> loom.v1.TaskUsage
+	1,   // 27: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	87,  // 28: loom.events.v1.TasksChanged.usage:type_name -> loom.v1.TaskUsage
+	81,  // 29: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	81,  // 30: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	81,  // 31: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	80,  // 32: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	87,  // 33: loom.events.v1.UsageReported.usage:type_name -> loom.v1.TaskUsage
+	71,  // 34: loom.events.v1.UsageReported.job_steps:type_name -> loom.events.v1.UsageReported.JobStep
+	72,  // 35: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	2,   // 36: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	81,  // 37: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	88,  // 38: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	79,  // 39: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	81,  // 40: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	80,  // 41: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	74,  // 42: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	89,  // 43: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	80,  // 44: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	75,  // 45: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
+	79,  // 46: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	89,  // 47: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	79,  // 48: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	90,  // 49: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	91,  // 50: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	92,  // 51: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	93,  // 52: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	94,  // 53: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	95,  // 54: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	96,  // 55: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	94,  // 56: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	95,  // 57: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	97,  // 58: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	96,  // 59: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	98,  // 60: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	99,  // 61: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	100, // 62: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
+	87,  // 63: loom.events.v1.UsageReported.JobStep.tasks:type_name -> loom.v1.TaskUsage
+	81,  // 64: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	73,  // 65: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	66,  // [66:66] is the sub-list for method output_type
+	66,  // [66:66] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -6462,16 +6557,16 @@ func file_loom_events_v1_events_proto_init() {
 	if File_loom_events_v1_events_proto != nil {
 		return
 	}
-	file_loom_events_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
 	file_loom_events_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
-	file_loom_events_v1_events_proto_msgTypes[33].OneofWrappers = []any{}
+	file_loom_events_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
+	file_loom_events_v1_events_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   72,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/topics"
@@ -117,5 +118,75 @@ func TestXidOnAGPUTheNodeLacksIsDropped(t *testing.T) {
 	}
 	if rec := a.Remedy(node); rec == nil || rec.State != loomv1.RemediationState_NODE_REBOOTING {
 		t.Fatalf("after Xid 79 on GPU 7: %+v", rec)
+	}
+}
+
+// TestRepairWaitsForTheProvisionersDeadline checks on a real Redis that
+// health waits for a repair's answer as long as the provisioner said it
+// gives the repair (RemediationProgress, plus remedy.RepairMargin) when that
+// is longer than -repair-timeout: a sim replacement takes an hour, a
+// cloud's reimage 45 minutes. A repair the provisioner said nothing of
+// (an older provisioner) is given up at -repair-timeout, as before, and
+// the late answer to it still reaches the cluster's history.
+func TestRepairWaitsForTheProvisionersDeadline(t *testing.T) {
+	t.Parallel()
+	st, clk, ctx := onRedis(t)
+	cfg := domain.Config{Timeout: 24 * time.Hour, Remedy: remedy.Config{Seed: 7, RepairTimeout: 30 * time.Minute}}
+	a := NewWith(st, cfg, clk.now, slog.Default())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	must := func(ev envelope.Event) {
+		t.Helper()
+		if err := a.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const slow, old = "projects/default/clusters/c1/nodes/gpu-0001", "projects/default/clusters/c2/nodes/gpu-0001"
+	for _, n := range []string{slow, old} {
+		must(envelope.New(topics.NodeEvents, n, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: n, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+		must(envelope.New(topics.NodeTelemetry, n, "loom/test", &eventsv1.XidObserved{Node: n, Gpu: 0, Xid: 79}))
+	}
+	slowID, oldID := a.Remedy(slow).RepairID, a.Remedy(old).RepairID
+	if slowID == "" || oldID == "" {
+		t.Fatalf("no repair started: %+v %+v", a.Remedy(slow), a.Remedy(old))
+	}
+	// The provisioner booted slow's node expecting it to take 50 minutes.
+	must(envelope.New(topics.NodeEvents, slow, "loom/test", &eventsv1.RemediationProgress{Node: slow, RemediationId: slowID,
+		Action: loomv1.RemediationAction_ACTION_REBOOT, DeadlineIn: durationpb.New(50 * time.Minute)}))
+	// Progress of another repair says nothing of this one.
+	must(envelope.New(topics.NodeEvents, old, "loom/test", &eventsv1.RemediationProgress{Node: old, RemediationId: "not-" + oldID,
+		DeadlineIn: durationpb.New(50 * time.Minute)}))
+
+	clk.advance(31 * time.Minute)
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.Remedy(slow); r.State != loomv1.RemediationState_NODE_REBOOTING || r.RepairID != slowID {
+		t.Fatalf("30m into a repair the provisioner gives 50m: %v %q, want still REBOOTING", r.State, r.Reason)
+	}
+	if r := a.Remedy(old); r.State != loomv1.RemediationState_NODE_REIMAGING || r.Reason != "reboot not finished within 30m0s" {
+		t.Fatalf("30m into a repair with no progress: %v %q, want given up (REIMAGING)", r.State, r.Reason)
+	}
+	clk.advance(25 * time.Minute) // 56m: past 50m + the margin
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.Remedy(slow); r.State != loomv1.RemediationState_NODE_REIMAGING || r.Reason != "reboot not finished within 55m0s" {
+		t.Fatalf("past the provisioner's deadline and the margin: %v %q", r.State, r.Reason)
+	}
+	// The first repair's answer comes late: the ladder went on, but the
+	// history says how it ended.
+	must(envelope.New(topics.NodeEvents, old, "loom/test", &eventsv1.RemediationFinished{Node: old, Cluster: "projects/default/clusters/c2",
+		RemediationId: oldID, Action: loomv1.RemediationAction_ACTION_REBOOT, Ok: true, Message: "rebooted: gpu-0001 is back"}))
+	if r := a.Remedy(old); r.State != loomv1.RemediationState_NODE_REIMAGING || r.RepairID == oldID {
+		t.Fatalf("a late answer changed the repair in flight: %+v", r)
+	}
+	evs, _, err := a.NodeHealthEvents(ctx, "projects/default/clusters/c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 || evs[0].GetReason() != "reboot finished after health gave up waiting: rebooted: gpu-0001 is back" {
+		t.Fatalf("history after the late answer: %v", evs)
 	}
 }

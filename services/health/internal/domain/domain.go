@@ -477,7 +477,12 @@ func (s *State) HandleRecord(now time.Time, rec Record, payload proto.Message) (
 			return nil, fmt.Errorf("remediation finished: %w", errs.Invalid("node", "required"))
 		}
 		evs = append(evs, remedy.Repaired{Node: ev.GetNode(), Cluster: ev.GetCluster(), ID: ev.GetRemediationId(), OK: ev.GetOk(), Message: ev.GetMessage(),
-			Replacement: ev.GetReplacement()})
+			Replacement: ev.GetReplacement(), Action: ev.GetAction()})
+	case *eventsv1.RemediationProgress:
+		if ev.GetNode() == "" {
+			return nil, fmt.Errorf("remediation progress: %w", errs.Invalid("node", "required"))
+		}
+		evs = append(evs, remedy.Progress{Node: ev.GetNode(), ID: ev.GetRemediationId(), DeadlineIn: ev.GetDeadlineIn().AsDuration()})
 	case *eventsv1.NodeDrained:
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("node drained: %w", errs.Invalid("node", "required"))

@@ -24,6 +24,7 @@ package remedy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -91,6 +92,11 @@ const (
 	DefaultDrainTimeout   = 10 * time.Minute
 	DefaultConfirmTimeout = 10 * time.Minute
 	DefaultRepairTimeout  = 30 * time.Minute
+	// RepairMargin is how long past the provisioner's own deadline for a
+	// repair (RemediationProgress) health still waits for its answer: the
+	// provisioner answers at its deadline, and that answer takes a moment
+	// to arrive.
+	RepairMargin = 5 * time.Minute
 )
 
 // Config is the machine's policy.
@@ -106,8 +112,10 @@ type Config struct {
 	// before it is repaired anyway. Default 10m.
 	DrainTimeout time.Duration
 	// ConfirmTimeout bounds the wait for the confirming check after a repair;
-	// RepairTimeout the wait for the provisioner's RemediationFinished. Past
-	// either, the repair counts as failed. Defaults 10m and 30m.
+	// RepairTimeout the wait for the provisioner's RemediationFinished, or
+	// longer when the provisioner said it gives the repair longer
+	// (Progress: its deadline plus RepairMargin). Past either, the repair
+	// counts as failed. Defaults 10m and 30m.
 	ConfirmTimeout time.Duration
 	RepairTimeout  time.Duration
 	// Seed seeds the ids (remediation and check run ids).
@@ -161,6 +169,13 @@ type Node struct {
 	// sent, or its confirming check awaited). RepairID names it.
 	Repairing bool   `json:"repairing,omitempty"`
 	RepairID  string `json:"repair_id,omitempty"`
+	// RepairDeadline is the provisioner's deadline for the repair in
+	// flight (Progress) plus RepairMargin; zero when it said none (a
+	// provisioner from before RemediationProgress): RepairTimeout alone.
+	RepairDeadline time.Time `json:"repair_deadline,omitzero"`
+	// GaveUpID is the repair health last gave up waiting for (its
+	// timeout): its late answer changes nothing but the history.
+	GaveUpID string `json:"gave_up_id,omitempty"`
 	// Confirming: the repair is done; the confirming check (ConfirmID) is
 	// awaited. ConfirmErrors counts its CHECK_ERRORs.
 	Confirming    bool   `json:"confirming,omitempty"`
@@ -239,6 +254,15 @@ type Repaired struct {
 	OK                bool
 	Message           string
 	Replacement       string
+	// Action is the repair the answer is about.
+	Action loomv1.RemediationAction
+}
+
+// Progress is the provisioner's RemediationProgress: it gives repair ID of
+// the node DeadlineIn from now before it answers it failed.
+type Progress struct {
+	Node, ID   string
+	DeadlineIn time.Duration
 }
 
 // Drained is the scheduler's NodeDrained: the node holds no job.
@@ -264,6 +288,7 @@ func (e Report) node() string     { return e.Node }
 func (e Check) node() string      { return e.Node }
 func (e Registered) node() string { return e.Node }
 func (e Repaired) node() string   { return e.Node }
+func (e Progress) node() string   { return e.Node }
 func (e Drained) node() string    { return e.Node }
 func (e Override) node() string   { return e.Node }
 func (Tick) node() string         { return "" }
@@ -519,6 +544,11 @@ func (s *step) apply(ev Event) {
 				s.replacedHistory(e.Node, e.Cluster, loomv1.RemediationState_NODE_REPLACING, e.Replacement)
 			}
 		}
+	case Progress:
+		if n := s.peek(e.Node); !off && n != nil && n.Repairing && !n.Confirming && e.ID != "" && e.ID == n.RepairID {
+			n = s.get(e.Node)
+			n.RepairDeadline = s.now.Add(max(e.DeadlineIn, 0) + RepairMargin)
+		}
 	case Drained:
 		if !off {
 			if n := s.get(e.Node); n != nil {
@@ -765,6 +795,7 @@ func (s *step) tryStart(n *Node) {
 	n.Since = s.now
 	n.Repairing = true
 	n.RepairID = s.id()
+	n.RepairDeadline = time.Time{}
 	n.LastRepair, n.LastRepairAt = a, s.now
 	n.BootAtRepair, n.Registered = n.BootID, false
 	n.Confirming, n.ConfirmID, n.ConfirmErrors, n.AwaitBoot = false, "", 0, false
@@ -794,6 +825,23 @@ func (s *step) startWaiting(cluster string) {
 }
 
 func (s *step) repaired(n *Node, e Repaired) {
+	if e.ID != "" && e.ID == n.GaveUpID && (!n.Repairing || e.ID != n.RepairID) {
+		// The answer to a repair health gave up waiting for: it counted as
+		// failed and the ladder went on, but the history says how it ended.
+		n.GaveUpID = ""
+		if e.OK && e.Replacement != "" && e.Replacement != n.Name {
+			s.replacedHistory(n.Name, n.Cluster, n.State, e.Replacement)
+			return
+		}
+		outcome := "finished"
+		if !e.OK {
+			outcome = "failed"
+		}
+		s.r.History = append(s.r.History, &eventsv1.NodeHealthChanged{Node: n.Name, Cluster: n.Cluster, Health: eventsv1.NodeHealth_UNHEALTHY,
+			Reason: fmt.Sprintf("%s %s after health gave up waiting: %s", actionName(provisionerAction(cmp.Or(e.Action, n.LastRepair))), outcome, e.Message), State: n.State,
+			Action: n.Next, SetBy: SetBy, Time: timestamppb.New(s.now)})
+		return
+	}
 	if !n.Repairing || n.Confirming || e.ID != n.RepairID {
 		return // a stale or repeated answer
 	}
@@ -1089,8 +1137,10 @@ func (s *step) tick() {
 			s.tryStart(s.get(name))
 		case n.Confirming && s.now.Sub(n.Since) >= s.m.cfg.ConfirmTimeout:
 			s.escalate(s.get(name), fmt.Sprintf("no confirmation within %s after %s", s.m.cfg.ConfirmTimeout, actionName(n.LastRepair)), 0)
-		case n.Repairing && !n.Confirming && n.State != loomv1.RemediationState_NODE_DRAINING && s.now.Sub(n.Since) >= s.m.cfg.RepairTimeout:
-			s.escalate(s.get(name), fmt.Sprintf("%s not finished within %s", actionName(n.LastRepair), s.m.cfg.RepairTimeout), 0)
+		case n.Repairing && !n.Confirming && n.State != loomv1.RemediationState_NODE_DRAINING && s.now.Sub(n.Since) >= s.repairWait(n):
+			g := s.get(name)
+			g.GaveUpID = g.RepairID
+			s.escalate(g, fmt.Sprintf("%s not finished within %s", actionName(n.LastRepair), s.repairWait(n).Round(time.Second)), 0)
 		case n.State == loomv1.RemediationState_NODE_SUSPECT && s.now.Sub(n.Since) >= s.m.cfg.ConfirmTimeout:
 			// The confirming check never came back: give the node the benefit.
 			s.healthy(s.get(name), false, SetBy, "no confirming check came back")
@@ -1104,6 +1154,18 @@ func (s *step) tick() {
 	for _, c := range cs {
 		s.startWaiting(c)
 	}
+}
+
+// repairWait is how long health waits for the answer to n's repair in
+// flight: RepairTimeout, or until the provisioner's own deadline plus
+// RepairMargin when that is later (a repair the provider expects to take
+// longer, e.g. the sim's hour-long replacement).
+func (s *step) repairWait(n *Node) time.Duration {
+	w := s.m.cfg.RepairTimeout
+	if d := n.RepairDeadline.Sub(n.Since); !n.RepairDeadline.IsZero() && d > w {
+		w = d
+	}
+	return w
 }
 
 // emitHealth emits the node's verdict. For UNHEALTHY, action tells the

@@ -288,6 +288,8 @@ func Event(p proto.Message) (envelope.Event, error) {
 		key = m.GetNode()
 	case *eventsv1.RemediationFinished:
 		key = m.GetNode()
+	case *eventsv1.RemediationProgress:
+		key = m.GetNode()
 	default:
 		return envelope.Event{}, fmt.Errorf("provisioner does not emit %T", p)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,19 +93,25 @@ func (r *repairer) repairCalls() []repairCall {
 // remediationsFinished reads the RemediationFinished events in st's outbox.
 func remediationsFinished(t *testing.T, st *store.Store) []*eventsv1.RemediationFinished {
 	t.Helper()
+	return outboxOf(t, st, func() *eventsv1.RemediationFinished { return &eventsv1.RemediationFinished{} })
+}
+
+// outboxOf returns the events of mk's type in st's outbox, in order.
+func outboxOf[T proto.Message](t *testing.T, st *store.Store, mk func() T) []T {
+	t.Helper()
 	entries, err := st.Client().XRange(context.Background(), st.Key("outbox"), "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	typ := envelope.TypeOf(&eventsv1.RemediationFinished{})
-	var out []*eventsv1.RemediationFinished
+	typ := envelope.TypeOf(mk())
+	var out []T
 	for _, e := range entries {
 		h, _ := e.Values["h"].(string)
 		v, _ := e.Values["v"].(string)
 		if !strings.Contains(h, typ) {
 			continue
 		}
-		f := &eventsv1.RemediationFinished{}
+		f := mk()
 		if err := proto.Unmarshal([]byte(v), f); err != nil {
 			t.Fatal(err)
 		}
@@ -297,6 +304,19 @@ func TestRepairDeadlineOnTheFakeClock(t *testing.T) {
 	a.ReconcileOnce(ctx)
 	if r := repairOf(a, demo+"/nodes/gpu-0002"); r == nil || r.Phase != domain.RepairBooting || !r.Deadline.Equal(c.now().Add(70*time.Minute)) {
 		t.Fatalf("repair = %+v", r)
+	}
+	// Health is told each phase's deadline, so that it waits for the
+	// hour-long replacement: 10m (the boot timeout) when accepted and when
+	// swapped, 70m (the provider's hour and the boot timeout) once booted.
+	var ins []time.Duration
+	for _, p := range outboxOf(t, st, func() *eventsv1.RemediationProgress { return &eventsv1.RemediationProgress{} }) {
+		if p.GetRemediationId() != "rem-ev-1" || p.GetNode() != demo+"/nodes/gpu-0002" || p.GetAction() != loomv1.RemediationAction_ACTION_REPLACE {
+			t.Fatalf("progress %v", p)
+		}
+		ins = append(ins, p.GetDeadlineIn().AsDuration())
+	}
+	if !slices.Equal(ins, []time.Duration{10 * time.Minute, 10 * time.Minute, 70 * time.Minute}) {
+		t.Fatalf("RemediationProgress deadlines %v, want 10m, 10m, 70m", ins)
 	}
 	c.add(69 * time.Minute)
 	a.ReconcileOnce(ctx)

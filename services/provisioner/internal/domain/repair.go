@@ -5,6 +5,8 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/loom-ml/loom/libs/clusterspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -335,6 +337,11 @@ func (e *edit) putRepair(r *Repair) {
 		e.rpOrder = append(e.rpOrder, r.Node)
 	}
 	e.rp[r.Node] = r
+	// Health waits for the answer until this deadline (plus its margin),
+	// not only its -repair-timeout: a simulated hour-long replacement or a
+	// cloud's long reimage must not be given up on while it runs.
+	e.after = append(e.after, &eventsv1.RemediationProgress{Node: r.Node, Cluster: r.Cluster, RemediationId: r.ID,
+		Action: r.Action, DeadlineIn: durationpb.New(max(r.Deadline.Sub(e.now), 0))})
 }
 
 // finishRepair ends repair r and emits RemediationFinished (after the
