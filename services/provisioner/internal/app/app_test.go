@@ -604,7 +604,7 @@ func (b *batchProvider) RemoveNodes(_ context.Context, nodes []provider.Node) []
 	errs := make([]error, len(nodes))
 	for i, n := range nodes {
 		names = append(names, n.Hostname)
-		if b.fail[n.Hostname] {
+		if b.fail[n.Hostname] || b.fail[n.Name] {
 			errs[i] = errors.New("redis: connection refused")
 			continue
 		}
@@ -689,5 +689,53 @@ func TestRemovalsOfAPassAreOneBatch(t *testing.T) {
 	}
 	if _, ok := a.Cluster(demo); ok || !p.clusters["demo"] {
 		t.Fatalf("the cluster is left after its teardown (removed clusters %v)", p.clusters)
+	}
+}
+
+// TestTeardownsOfAPassAreOneBatch: clusters deleted together are torn down
+// with one removal of all their nodes (one keyspace walk with the local
+// provider, not one per cluster), and each node's outcome goes back to its
+// own cluster: a node that could not be removed keeps its cluster (retried
+// at the next pass), and the other cluster is deleted.
+func TestTeardownsOfAPassAreOneBatch(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	p := &batchProvider{fakeProvider: newFake(), fail: map[string]bool{}}
+	a := newApp(t, st, p, &clock{t: time.Now()})
+	ctx := context.Background()
+	const other = "projects/default/clusters/other"
+	create(t, a, 2)
+	if err := a.CreateCluster(ctx, "ev-create-other", &eventsv1.CreateCluster{Operation: "op2", Cluster: clusterSpec(other, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	a.ReconcileOnce(ctx)
+	for _, c := range []string{demo, other} {
+		if err := a.DeleteCluster(ctx, "ev-del-"+c, &eventsv1.DeleteCluster{Operation: "del-" + c, Cluster: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failing := a.Nodes("default", "other")[1]
+	p.mu.Lock()
+	p.fail = map[string]bool{failing.GetName(): true} // by name: both clusters have a gpu-0002
+	p.mu.Unlock()
+	p.takeBatches()
+	a.ReconcileOnce(ctx)
+	got := p.takeBatches()
+	if len(got) != 1 || len(got[0]) != 4 {
+		t.Fatalf("a pass deleting 2 clusters of 2 nodes removed %v; want the 4 nodes in one batch", got)
+	}
+	if _, ok := a.Cluster(demo); ok {
+		t.Fatalf("%s is left though all its nodes were removed", demo)
+	}
+	if cl, ok := a.Cluster(other); !ok || !strings.Contains(cl.GetStatus().GetMessage(), "could not remove "+failing.GetHostname()) {
+		t.Fatalf("%s after its node %s failed removal: %v (present %v)", other, failing.GetName(), cl.GetStatus(), ok)
+	}
+	p.mu.Lock()
+	p.fail = nil
+	p.mu.Unlock()
+	a.ReconcileOnce(ctx)
+	if _, ok := a.Cluster(other); ok {
+		t.Fatalf("%s is left after the retry", other)
 	}
 }

@@ -103,14 +103,59 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 		clusters = append(clusters, c)
 	}
 	sort.Strings(clusters)
+	a.teardownAll(ctx, clusters, pl.teardown)
+}
+
+// teardownAll tears down the pass's DELETING clusters: every cluster's
+// agents stopped, then the stopped nodes of all of them removed with one
+// removeAll (one walk of Redis's keyspace with the local provider, not one
+// per cluster), each node's outcome going back to its cluster, which then
+// finishes on its own (teardown).
+func (a *App) teardownAll(ctx context.Context, clusters []string, nodes map[string][]provider.Node) {
+	if ctx.Err() != nil {
+		return
+	}
+	errs := make(map[string][]error, len(clusters))
+	var stopped []provider.Node
+	type at struct {
+		cluster string
+		i       int
+	}
+	var ats []at
+	for _, c := range clusters {
+		errs[c] = a.stopAll(ctx, nodes[c])
+		for i, n := range nodes[c] {
+			if errs[c][i] == nil {
+				stopped = append(stopped, n)
+				ats = append(ats, at{c, i})
+			}
+		}
+	}
+	for j, err := range a.removeAll(ctx, stopped) {
+		if err != nil {
+			errs[ats[j].cluster][ats[j].i] = fmt.Errorf("could not remove %s: %w", stopped[j].Hostname, err)
+		}
+	}
 	for _, c := range clusters {
 		if ctx.Err() != nil {
 			return
 		}
-		if err := a.teardown(ctx, c, pl.teardown[c]); err != nil {
+		if err := a.teardown(ctx, c, nodes[c], errs[c]); err != nil {
 			a.log.Warn("cluster teardown failed; will retry", "cluster", c, "err", err)
 		}
 	}
+}
+
+// stopAll stops nodes' agents, LaunchConcurrency at a time: an error per
+// node, in order.
+func (a *App) stopAll(ctx context.Context, nodes []provider.Node) []error {
+	errs := make([]error, len(nodes))
+	a.each(ctx, nodes, func(i int, n provider.Node) {
+		if err := a.opts.Provider.Stop(ctx, n); err != nil {
+			errs[i] = fmt.Errorf("could not stop %s: %w", n.Hostname, err)
+		}
+	})
+	return errs
 }
 
 // launchAll launches the pass's nodes, LaunchConcurrency at a time, under a
@@ -406,34 +451,12 @@ func (a *App) retireFailed(ctx context.Context, n provider.Node, why string) {
 	}
 }
 
-// teardown stops a DELETING cluster's agents and removes their directories,
-// then its shared directories, and only then its records (NodeRemoved per
-// node, ClusterDeleted): a crash anywhere before repeats the idempotent steps.
-func (a *App) teardown(ctx context.Context, cluster string, nodes []provider.Node) error {
-	errs := make([]error, len(nodes))
-	ok := make([]bool, len(nodes))
-	a.each(ctx, nodes, func(i int, n provider.Node) {
-		if err := a.opts.Provider.Stop(ctx, n); err != nil {
-			errs[i] = fmt.Errorf("could not stop %s: %w", n.Hostname, err)
-			return
-		}
-		ok[i] = true
-	})
-	// The stopped ones are removed together: one walk of Redis's keyspace
-	// for all their agents' keys with the local provider (removeAll).
-	var stopped []provider.Node
-	var at []int
-	for i, n := range nodes {
-		if ok[i] {
-			stopped = append(stopped, n)
-			at = append(at, i)
-		}
-	}
-	for j, err := range a.removeAll(ctx, stopped) {
-		if err != nil {
-			errs[at[j]] = fmt.Errorf("could not remove %s: %w", stopped[j].Hostname, err)
-		}
-	}
+// teardown finishes a DELETING cluster whose agents teardownAll stopped and
+// removed (errs: each node's outcome, in order): its shared directories go,
+// and only then its records (NodeRemoved per node, ClusterDeleted); a crash
+// anywhere before repeats the idempotent steps. A node that failed keeps
+// the cluster, saying why, for the next pass.
+func (a *App) teardown(ctx context.Context, cluster string, nodes []provider.Node, errs []error) error {
 	if err := errors.Join(errs...); err != nil {
 		var first error
 		failed := 0
