@@ -6,6 +6,7 @@
 package clusterspec
 
 import (
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -181,6 +182,9 @@ func normalizeSlurm(s *loomv1.SlurmOrchestrator, pools []*loomv1.NodePool) {
 	for _, p := range s.Partitions {
 		if p.MaxTime == "" {
 			p.MaxTime = Unlimited
+		}
+		if p.State == slurmspec.PartitionUp {
+			p.State = "" // one spelling of UP, for etags and layout comparisons
 		}
 		hasDefault = hasDefault || p.Default
 	}

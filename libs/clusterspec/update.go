@@ -81,6 +81,7 @@ func ApplyUpdate(old, new *loomv1.Cluster, mask []string) (*loomv1.Cluster, erro
 	// generate are not reported on twice.
 	asGiven := proto.Clone(merged).(*loomv1.Cluster)
 	Normalize(merged)
+	keepPartitionStates(o, merged, new, mask)
 
 	if new.GetName() != "" && ClusterID(new) != ClusterID(o) {
 		v.Add("name", "cannot be changed after creation (is %q)", o.GetName())
@@ -238,11 +239,33 @@ func isGeneratedLayout(c *loomv1.Cluster) bool {
 		}
 	}
 	for i := range bare.Partitions {
-		if !proto.Equal(bare.Partitions[i], s.GetPartitions()[i]) {
+		// A generated partition an administrator set DOWN (scontrol update
+		// PartitionName=all State=DOWN) is still the generated layout.
+		p := proto.Clone(s.GetPartitions()[i]).(*loomv1.SlurmPartition)
+		p.State = ""
+		if !proto.Equal(bare.Partitions[i], p) {
 			return false
 		}
 	}
 	return true
+}
+
+// keepPartitionStates gives the partitions of merged, when the update did
+// not name them (mask, new), the states they had in o (by id): a generated
+// layout is generated again, without them.
+func keepPartitionStates(o, merged, new *loomv1.Cluster, mask []string) {
+	if len(mask) == 0 && new.GetOrchestrator().GetSlurm() != nil || len(mask) > 0 && covers(mask, "orchestrator.slurm.partitions") {
+		return
+	}
+	was := map[string]string{}
+	for _, p := range o.GetOrchestrator().GetSlurm().GetPartitions() {
+		was[p.GetId()] = p.GetState()
+	}
+	for _, p := range merged.GetOrchestrator().GetSlurm().GetPartitions() {
+		if st, ok := was[p.GetId()]; ok && p.GetState() == "" {
+			p.State = st
+		}
+	}
 }
 
 // checkPoolChanges reports changes to existing pools that only a new cluster

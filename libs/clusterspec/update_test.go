@@ -178,3 +178,47 @@ func TestApplyUpdateGeneratedLayout(t *testing.T) {
 		}
 	}
 }
+
+// A partition's State (scontrol update PartitionName=P State=...) is set by
+// an update of the partitions, checked, stored with UP as "", and kept by
+// an update that does not name the partitions, the generated partition
+// "all" included (which still takes added pools).
+func TestApplyUpdatePartitionState(t *testing.T) {
+	t.Parallel()
+	old := &loomv1.Cluster{Name: "projects/p/clusters/c", Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+		{Id: "gpu", MachineType: "a3-highgpu-8g", NodeCount: 1},
+	}}}
+	Normalize(old)
+	mask := []string{"orchestrator.slurm.partitions"}
+	withState := func(c *loomv1.Cluster, state string) *loomv1.Cluster {
+		n := proto.Clone(c).(*loomv1.Cluster)
+		n.Orchestrator.Slurm.Partitions[0].State = state
+		return n
+	}
+	down, err := ApplyUpdate(old, withState(old, "DOWN"), mask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := down.GetOrchestrator().GetSlurm().GetPartitions()[0].GetState(); st != "DOWN" {
+		t.Fatalf("state %q, want DOWN", st)
+	}
+	_, err = ApplyUpdate(old, withState(old, "down"), mask)
+	if err == nil || !strings.Contains(err.Error(), "orchestrator.slurm.partitions[0].state") || !strings.Contains(err.Error(), "UP, DOWN, DRAIN or INACTIVE") {
+		t.Fatalf("state down: %v, want a refusal naming the field and the states", err)
+	}
+	up, err := ApplyUpdate(down, withState(down, "UP"), mask)
+	if err != nil || up.GetOrchestrator().GetSlurm().GetPartitions()[0].GetState() != "" {
+		t.Fatalf("UP: %v %v, want stored as empty", err, up)
+	}
+	grown, err := ApplyUpdate(down, &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+		{Id: "gpu", MachineType: "a3-highgpu-8g", NodeCount: 1},
+		{Id: "more", MachineType: "a3-highgpu-8g", NodeCount: 1},
+	}}}, []string{"compute.node_pools"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := grown.GetOrchestrator().GetSlurm().GetPartitions()
+	if len(p) != 1 || p[0].GetState() != "DOWN" || !slices.Equal(p[0].GetNodeSetIds(), []string{"gpu", "more"}) {
+		t.Fatalf("after adding a pool: %v, want partition all over gpu and more, still DOWN", p)
+	}
+}

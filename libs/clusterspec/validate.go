@@ -10,6 +10,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -487,6 +488,9 @@ func validatePartitions(v *errs.Validator, s *loomv1.SlurmOrchestrator, nodeSets
 			}
 		}
 		v.Check(p.GetPriorityTier() >= 0 && p.GetPriorityTier() <= MaxPriorityTier, f+".priority_tier", "must be 0 to %d (Slurm's PriorityTier), not %d", MaxPriorityTier, p.GetPriorityTier())
+		if err := slurmspec.CheckPartitionState(p.GetState()); err != nil {
+			v.Add(f+".state", "%v", err)
+		}
 	}
 
 }

@@ -65,3 +65,35 @@ func TestParsePartitions(t *testing.T) {
 		t.Error("IsPartitionList")
 	}
 }
+
+func TestPartitionState(t *testing.T) {
+	t.Parallel()
+	// scontrol 22.05 (scripts/slurm-local.sh): "d" is DOWN, "dr" DRAIN,
+	// "i" INACTIVE, "u"/"up" UP; "" and "bogus" are refused.
+	for in, want := range map[string]string{"d": "DOWN", "dr": "DRAIN", "i": "INACTIVE", "u": "UP", "up": "UP", "Down": "DOWN", "inactive": "INACTIVE", "DRAIN": "DRAIN"} {
+		if got, ok := ParsePartitionState(in); !ok || got != want {
+			t.Errorf("ParsePartitionState(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "bogus", "downs", "upx"} {
+		if got, ok := ParsePartitionState(in); ok {
+			t.Errorf("ParsePartitionState(%q) = %q, want refused", in, got)
+		}
+	}
+	for _, s := range []string{"", "UP", "DOWN", "DRAIN", "INACTIVE"} {
+		if err := CheckPartitionState(s); err != nil {
+			t.Errorf("CheckPartitionState(%q): %v", s, err)
+		}
+	}
+	for _, s := range []string{"up", "d", "OFF"} {
+		if err := CheckPartitionState(s); err == nil {
+			t.Errorf("CheckPartitionState(%q) passed", s)
+		}
+	}
+	if !PartitionSubmits("DOWN") || PartitionSubmits("DRAIN") || PartitionSubmits("INACTIVE") || !PartitionSubmits("") {
+		t.Error("PartitionSubmits")
+	}
+	if PartitionSchedules("DOWN") || !PartitionSchedules("DRAIN") || PartitionSchedules("INACTIVE") || !PartitionSchedules("") {
+		t.Error("PartitionSchedules")
+	}
+}

@@ -1040,7 +1040,14 @@ type SlurmPartition struct {
 	// default marks the partition jobs go to when they name none (at most one).
 	Default bool `protobuf:"varint,4,opt,name=default,proto3" json:"default,omitempty"`
 	// priority_tier orders partitions for scheduling and preemption (higher first).
-	PriorityTier  int32 `protobuf:"varint,5,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
+	PriorityTier int32 `protobuf:"varint,5,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
+	// state is Slurm's partition State (scontrol update PartitionName=P
+	// State=...): empty is UP (jobs are taken and started); DOWN takes jobs
+	// but starts none (they wait with reason PartitionDown; running ones go
+	// on); DRAIN refuses new jobs but starts those queued; INACTIVE refuses
+	// new jobs and starts none (PartitionInactive). Upper case; UP is stored
+	// as empty.
+	State         string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1108,6 +1115,13 @@ func (x *SlurmPartition) GetPriorityTier() int32 {
 		return x.PriorityTier
 	}
 	return 0
+}
+
+func (x *SlurmPartition) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
 }
 
 // StorageResources are the shared filesystems of a cluster.
@@ -3162,7 +3176,8 @@ type Partition struct {
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	Default bool                   `protobuf:"varint,3,opt,name=default,proto3" json:"default,omitempty"`
-	// state is "up" or "down".
+	// state is sinfo's AVAIL: "up", "down", "drain" or "inactive" (the
+	// partition's State; "down" as well when the cluster cannot take work).
 	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	// max_time is Slurm's MaxTime text ("UNLIMITED", "1:00:00").
 	MaxTime       string   `protobuf:"bytes,5,opt,name=max_time,json=maxTime,proto3" json:"max_time,omitempty"`
@@ -4770,14 +4785,15 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fnode_pool_id\x18\x02 \x01(\tR\n" +
 	"nodePoolId\x12\x1a\n" +
-	"\bfeatures\x18\x03 \x03(\tR\bfeatures\"\x9c\x01\n" +
+	"\bfeatures\x18\x03 \x03(\tR\bfeatures\"\xb2\x01\n" +
 	"\x0eSlurmPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fnode_set_ids\x18\x02 \x03(\tR\n" +
 	"nodeSetIds\x12\x19\n" +
 	"\bmax_time\x18\x03 \x01(\tR\amaxTime\x12\x18\n" +
 	"\adefault\x18\x04 \x01(\bR\adefault\x12#\n" +
-	"\rpriority_tier\x18\x05 \x01(\x05R\fpriorityTier\"q\n" +
+	"\rpriority_tier\x18\x05 \x01(\x05R\fpriorityTier\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\"q\n" +
 	"\x10StorageResources\x12'\n" +
 	"\x04home\x18\x01 \x01(\v2\x13.loom.v1.SharedHomeR\x04home\x124\n" +
 	"\ascratch\x18\x02 \x01(\v2\x1a.loom.v1.ScratchFilesystemR\ascratch\"b\n" +

@@ -470,7 +470,11 @@ func slurmConf(c *loomv1.Cluster, clusterID string, nodes []node, o RenderOption
 		if len(hosts) > 0 {
 			line += " Nodes=" + compress(hosts)
 		}
-		w("%s MaxTime=%s Default=%s PriorityTier=%d State=UP", line, mt, yesNo(p.GetDefault()), p.GetPriorityTier())
+		st := cmp.Or(p.GetState(), slurmspec.PartitionUp)
+		if slurmspec.CheckPartitionState(st) != nil {
+			return "", fmt.Errorf("slurmconf: orchestrator.slurm.partitions[%d].state %q is not a Slurm partition state", i, p.GetState())
+		}
+		w("%s MaxTime=%s Default=%s PriorityTier=%d State=%s", line, mt, yesNo(p.GetDefault()), p.GetPriorityTier(), st)
 	}
 	return b.String(), nil
 }

@@ -31,7 +31,15 @@ import (
 func TestSlurmctldAcceptsRenderedConfig(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install slurmctld slurm-client munge", "slurmctld", "sinfo", "scontrol", "munged", "mungekey")
-	clusters := map[string]*loomv1.Cluster{"two-partitions": twoPartitions(), "reservation-spot": reservationSpot()}
+	// A partition's State (scontrol update PartitionName=P State=...) is
+	// slurm.conf's: sinfo's AVAIL shows it.
+	states := twoPartitions()
+	states.Name = "projects/default/clusters/states"
+	states.Orchestrator.Slurm.Partitions = append(states.Orchestrator.Slurm.Partitions,
+		&loomv1.SlurmPartition{Id: "down", NodeSetIds: []string{"a3u"}, State: "DOWN"},
+		&loomv1.SlurmPartition{Id: "drain", NodeSetIds: []string{"a3u"}, State: "DRAIN"},
+		&loomv1.SlurmPartition{Id: "inactive", NodeSetIds: []string{"a3u"}, State: "INACTIVE"})
+	clusters := map[string]*loomv1.Cluster{"two-partitions": twoPartitions(), "reservation-spot": reservationSpot(), "partition-states": states}
 	for name, c := range examples(t) {
 		clusters["example-"+name] = c
 	}
@@ -153,6 +161,20 @@ func runSlurmctld(t *testing.T, c *loomv1.Cluster, nodes []*loomv1.Node) {
 		t.Errorf("sinfo -N shows\n%s\nwant\n%s\nslurmctld log:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), tail(ctldLog))
 	}
 
+	// Each partition's State, as sinfo's AVAIL shows it.
+	cmd := exec.Command("sinfo", "-h", "-o", "%R %a")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sinfo -o '%%R %%a': %v\n%s", err, out)
+	}
+	for _, p := range c.GetOrchestrator().GetSlurm().GetPartitions() {
+		avail := map[string]string{"": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inactive"}[p.GetState()] // the default format's %.5a cuts it to "inact"
+		if !slices.Contains(strings.Split(strings.TrimSpace(string(out)), "\n"), p.GetId()+" "+avail) {
+			t.Errorf("sinfo shows\n%s\nwant partition %s %s", out, p.GetId(), avail)
+		}
+	}
+
 	// The controller parsed each node's hardware, GRES and features.
 	sets := map[string]*loomv1.SlurmNodeSet{}
 	for _, s := range c.GetOrchestrator().GetSlurm().GetNodeSets() {
@@ -183,9 +205,9 @@ func runSlurmctld(t *testing.T, c *loomv1.Cluster, nodes []*loomv1.Node) {
 		}
 	}
 	// And the topology: every compute node under some switch, the spine over all.
-	cmd := exec.Command("scontrol", "show", "topology")
+	cmd = exec.Command("scontrol", "show", "topology")
 	cmd.Env = env
-	out, err := cmd.CombinedOutput()
+	out, err = cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("scontrol show topology: %v\n%s", err, out)
 	}
