@@ -26,6 +26,7 @@ func init() {
 	for _, r := range []string{domain.ReasonPriority, domain.ReasonResources, domain.ReasonReqNodeNotAvail,
 		domain.ReasonDependency, domain.ReasonDependencyNeverSatisfied, domain.ReasonHeldUser, domain.ReasonHeldAdmin,
 		domain.ReasonPartitionTimeLimit, domain.ReasonPartitionConfig, domain.ReasonPartitionNodeLimit,
+		domain.ReasonPartitionDown, domain.ReasonPartitionInactive,
 		domain.ReasonBadConstraints, domain.ReasonBeginTime, domain.ReasonQOSMaxGRESPerUser,
 		domain.ReasonJobArrayTaskLimit, domain.ReasonClusterDeleted, domain.ReasonRequeued, domain.ReasonTimeLimit,
 		domain.ReasonNonZeroExitCode, domain.ReasonAssocMaxJobsLimit,

@@ -3,6 +3,8 @@ package domain
 import (
 	"strconv"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
+
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -51,6 +53,7 @@ var gates = []gate{
 	{"previous-run-stopping", []string{ReasonRequeued}, gatePreviousRun, qRan, nil},
 	{"cluster-schedulable", []string{ReasonReqNodeNotAvail}, gateSchedulable, 0, idleSchedulable},
 	{"partition", []string{ReasonPartitionConfig}, gatePartition, 0, nil},
+	{"partition-state", []string{ReasonPartitionDown, ReasonPartitionInactive}, gatePartitionState, 0, idlePartitionState},
 	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit, 0, idleTimeLimit},
 	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit, qArray, nil},
 	{"assoc-max-jobs", []string{ReasonAssocMaxJobsLimit}, gateAssocMaxJobs, 0, idleAssocMaxJobs}, // assoclimits.go
@@ -155,6 +158,30 @@ func gateSchedulable(p *pass, _ *queued) (string, string) {
 func gatePartition(_ *pass, q *queued) (string, string) {
 	if q.part < 0 || q.part >= 64 {
 		return ReasonPartitionConfig, ""
+	}
+	return "", ""
+}
+
+// idlePartitionState: every partition starts its jobs (UP or DRAIN).
+func idlePartitionState(p *pass) bool {
+	for i := range p.parts {
+		if !slurmspec.PartitionSchedules(p.parts[i].State) {
+			return false
+		}
+	}
+	return true
+}
+
+// gatePartitionState holds the jobs of a DOWN or INACTIVE partition
+// (Slurm's PARTITION_SCHED off): they wait with its reason; what runs there
+// goes on. A DRAIN partition refuses submissions (the gateway's) but
+// starts what it has queued.
+func gatePartitionState(p *pass, q *queued) (string, string) {
+	switch p.parts[q.part].State {
+	case slurmspec.PartitionDown:
+		return ReasonPartitionDown, ""
+	case slurmspec.PartitionInactive:
+		return ReasonPartitionInactive, ""
 	}
 	return "", ""
 }

@@ -1166,7 +1166,7 @@ func TestGateIdle(t *testing.T) {
 	}
 	// benchCluster: schedulable, no association limits, no QOS cap,
 	// backfill (the default policy); its partition has a MaxTime.
-	for _, name := range []string{"cluster-schedulable", "assoc-max-jobs", "assoc-tres", "qos-gres-per-user", "fifo"} {
+	for _, name := range []string{"cluster-schedulable", "partition-state", "assoc-max-jobs", "assoc-tres", "qos-gres-per-user", "fifo"} {
 		if !idle[name] {
 			t.Errorf("gate %s is not idle on a cluster that gives it nothing to do", name)
 		}

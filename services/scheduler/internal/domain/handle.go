@@ -320,7 +320,10 @@ func slurmLayout(in *loomv1.Cluster) ([]Partition, []NodeSet) {
 	var parts []Partition
 	for _, p := range s.GetPartitions() {
 		pt := Partition{Name: p.GetId(), NodeSets: p.GetNodeSetIds(), MaxTime: p.GetMaxTime(), Default: p.GetDefault(),
-			Tier: p.GetPriorityTier()}
+			Tier: p.GetPriorityTier(), State: p.GetState()}
+		if pt.State == slurmspec.PartitionUp {
+			pt.State = ""
+		}
 		if pt.MaxTime == "" {
 			pt.MaxTime = clusterspec.Unlimited
 		}
@@ -356,7 +359,7 @@ func samePartitions(a, b []Partition) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		if x.Name != y.Name || x.MaxTime != y.MaxTime || x.MaxSeconds != y.MaxSeconds || x.Default != y.Default ||
-			x.Tier != y.Tier || strings.Join(x.NodeSets, ",") != strings.Join(y.NodeSets, ",") {
+			x.Tier != y.Tier || x.State != y.State || strings.Join(x.NodeSets, ",") != strings.Join(y.NodeSets, ",") {
 			return false
 		}
 	}

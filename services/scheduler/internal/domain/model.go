@@ -50,6 +50,11 @@ const (
 	// ReasonPartitionConfig: its partition does not exist (yet: the jobs of
 	// a partition a cluster update removes end NODE_FAIL, partgone.go).
 	ReasonPartitionConfig = "PartitionConfig"
+	// ReasonPartitionDown and ReasonPartitionInactive: its partition is
+	// DOWN or INACTIVE (scontrol update PartitionName=P State=...): it
+	// waits until the partition is UP or DRAIN again.
+	ReasonPartitionDown     = "PartitionDown"
+	ReasonPartitionInactive = "PartitionInactive"
 	// ReasonPartitionNodeLimit: it asks for more nodes than its partition has.
 	ReasonPartitionNodeLimit = "PartitionNodeLimit"
 	// ReasonBadConstraints: no node of its partition could ever satisfy it

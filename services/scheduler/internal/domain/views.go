@@ -183,7 +183,7 @@ func (s *State) NodeTable(cluster string) (views.ClusterTable, bool) {
 	out := views.ClusterTable{Schedulable: c.Schedulable(), Nodes: make([]views.NodeRow, len(nodes))}
 	for _, pt := range c.EffectivePartitions() {
 		out.Partitions = append(out.Partitions, views.Partition{Name: pt.Name, Default: pt.Default,
-			MaxTime: pt.MaxTime, Tier: pt.Tier})
+			MaxTime: pt.MaxTime, Tier: pt.Tier, State: pt.State})
 	}
 	for k, n := range nodes {
 		row := views.NodeRow{View: p.views[k], Features: features[n.Pool], Down: n.Lost(), AdminDown: n.AdminDown, Reason: n.Reason,

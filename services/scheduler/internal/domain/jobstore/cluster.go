@@ -34,6 +34,10 @@ type Partition struct {
 	// Tier is the partition's PriorityTier: its jobs are considered before
 	// those of lower tiers and may preempt them.
 	Tier int32 `json:"tier,omitempty"`
+	// State is the partition's State as the spec has it (libs/slurmspec):
+	// "" (UP), DOWN, DRAIN or INACTIVE. A DOWN or INACTIVE partition
+	// starts none of its jobs.
+	State string `json:"state,omitempty"`
 }
 
 // NodeSet maps a node pool to a Slurm node set.

@@ -33,6 +33,8 @@ type Partition struct {
 	// MaxTime is as written ("" UNLIMITED); Tier its PriorityTier.
 	MaxTime string
 	Tier    int32
+	// State is the spec's: "" (UP), DOWN, DRAIN or INACTIVE.
+	State string
 }
 
 // NodeRow is a node as sinfo -N shows it: placement's view of it (its
@@ -76,8 +78,9 @@ type NodeHealth struct {
 }
 
 // Partitions returns the cluster's partitions as sinfo shows them: nodes,
-// GPU totals and allocations, state up (down when the cluster cannot take
-// work); nil for an unknown cluster.
+// GPU totals and allocations, state: the partition's ("up", "down",
+// "drain", "inactive"), down when the cluster cannot take work; nil for an
+// unknown cluster.
 func Partitions(src NodeSource, cluster string) []*loomv1.Partition {
 	t, ok := src.NodeTable(cluster)
 	if !ok {
@@ -89,6 +92,9 @@ func Partitions(src NodeSource, cluster string) []*loomv1.Partition {
 			MaxTime: pt.MaxTime, PriorityTier: pt.Tier}
 		if lp.MaxTime == "" {
 			lp.MaxTime = "UNLIMITED"
+		}
+		if pt.State != "" {
+			lp.State = strings.ToLower(pt.State)
 		}
 		if !t.Schedulable {
 			lp.State = "down"
