@@ -309,10 +309,55 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 		v.Add("job.partition", "%v", err)
 		return nil, nil
 	}
+	if err := checkPartitionsSubmit(partitions, ps); err != nil {
+		v.Add("job.partition", "%v", err)
+		return nil, nil
+	}
 	for _, p := range ps {
 		pools = append(pools, partitionPools(cluster, p))
 	}
 	return partitions, pools
+}
+
+// checkPartitionsSubmit refuses a job none of whose partitions (ids, ps)
+// takes new jobs: each is DRAIN or INACTIVE (scontrol update
+// PartitionName=P State=...), Slurm's ESLURM_PARTITION_NOT_AVAIL. Of a list
+// (-p a,b) that has one that does, AcceptJob keeps only those that do, as
+// slurmctld does.
+func checkPartitionsSubmit(ids []string, ps []*loomv1.SlurmPartition) error {
+	var shut []string
+	for i, p := range ps {
+		if slurmspec.PartitionSubmits(p.GetState()) {
+			return nil
+		}
+		shut = append(shut, fmt.Sprintf("%s is %s", ids[i], p.GetState()))
+	}
+	return fmt.Errorf("%s: partition %s, which takes no new jobs until an administrator sets it UP or DOWN",
+		slurmspec.MsgPartitionNotAvail, strings.Join(shut, ", "))
+}
+
+// submittingPartitions is job partition list (-p a,b; normalized) less
+// the partitions of cluster that take no new jobs (DRAIN, INACTIVE), as
+// slurmctld keeps them; list itself when it names one partition, or none
+// that takes jobs (ValidateSubmitJob refused it).
+func submittingPartitions(cluster *loomv1.Cluster, list string) string {
+	if !slurmspec.IsPartitionList(list) {
+		return list
+	}
+	ids, err := slurmspec.ParsePartitions(list)
+	if err != nil {
+		return list
+	}
+	var keep []string
+	for _, id := range ids {
+		if p, err := findPartition(cluster, id); err == nil && slurmspec.PartitionSubmits(p.GetState()) {
+			keep = append(keep, id)
+		}
+	}
+	if len(keep) == 0 {
+		return list
+	}
+	return strings.Join(keep, ",")
 }
 
 // ValidateUpdateJob checks an UpdateJobRequest's action and values (every

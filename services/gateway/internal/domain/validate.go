@@ -465,6 +465,9 @@ func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, 
 	if n, err := slurmspec.NormalizePartitions(j.Partition); err == nil {
 		j.Partition = n // -p a,b,a is a,b
 	}
+	if cluster != nil {
+		j.Partition = submittingPartitions(cluster, j.Partition) // -p a,b with b DRAIN is a
+	}
 	j.ClearOutputs()
 	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(now)
 	j.ArrayJobId, j.ArrayTaskId = "", 0
