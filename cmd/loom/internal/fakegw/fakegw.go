@@ -416,6 +416,17 @@ func (g *Gateway) GetOperation(_ context.Context, r *loomv1.GetOperationRequest)
 	return op, nil
 }
 
+// WaitOperation answers the operation done, as GetOperation's later polls
+// do (ResourceExhausted with FailOperation).
+func (g *Gateway) WaitOperation(_ context.Context, r *loomv1.WaitOperationRequest) (*loomv1.Operation, error) {
+	defer g.lock(r)()
+	op := &loomv1.Operation{Name: r.GetName(), Done: true, Metadata: &loomv1.OperationMetadata{Verb: "update"}}
+	if g.FailOperation {
+		op.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: int32(codes.ResourceExhausted), Message: "no capacity for pool gpu"}}
+	}
+	return op, nil
+}
+
 // GetSlurmConfig answers SlurmConfigs[name], or NotFound.
 func (g *Gateway) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
 	defer g.lock(r)()

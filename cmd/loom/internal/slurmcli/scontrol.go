@@ -770,6 +770,8 @@ func (c *cmd) scontrolUpdate(ctx context.Context, params []string) error {
 		return c.updateJobParams(ctx, kv, order)
 	case has(kv, "nodename", "node"):
 		return c.updateNodeParams(ctx, kv, order)
+	case has(kv, "partitionname", "partition"):
+		return c.updatePartitionParams(ctx, kv, order)
 	}
 	return &Error{Code: 1, Text: "No valid entity in update command\nInput line must include \"NodeName\", \"PartitionName\", \"Reservation/ReservationName\", \"JobId\", \"SuspendExcNodes\", \"SuspendExcParts\", \"SuspendExcStates\" or \"FrontendName\""}
 }
