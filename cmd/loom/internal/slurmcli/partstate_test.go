@@ -119,3 +119,18 @@ func TestPartitionStateShown(t *testing.T) {
 		}
 	}
 }
+
+// TestSbatchPartitionNotAvailable: the gateway's refusal of a DRAIN or
+// INACTIVE partition prints Slurm 22.05's line (recorded with
+// scripts/slurm-local.sh), then which partition and its state.
+func TestSbatchPartitionNotAvailable(t *testing.T) {
+	t.Parallel()
+	detail := "partition gpu is DRAIN, which takes no new jobs until an administrator sets it UP or DOWN"
+	g := &fakegw.Gateway{Clusters: []*loomv1.Cluster{{Name: demoCluster}},
+		SubmitErr: status.Error(codes.InvalidArgument, "job.partition: Required partition not available (inactive or drain): "+detail)}
+	code, out, errOut := run(t, g, "sbatch", Env{}, "-p", "gpu", "--wrap", "true")
+	want := "sbatch: error: Batch job submission failed: Required partition not available (inactive or drain)\nsbatch: error: " + detail + "\n"
+	if code != 1 || out != "" || errOut != want {
+		t.Errorf("sbatch -p gpu (DRAIN): exit %d, %q, stderr\n%s\nwant\n%s", code, out, errOut, want)
+	}
+}

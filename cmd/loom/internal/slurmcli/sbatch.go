@@ -1131,6 +1131,10 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 	if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "job.qos: "+msgInvalidQOS) {
 		return nil, slurmRefusal(c, what, msgInvalidQOS, strings.TrimPrefix(st.Message(), "job.qos: "))
 	}
+	if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "job.partition: "+slurmspec.MsgPartitionNotAvail) {
+		// A DRAIN or INACTIVE partition: Slurm's line, then which.
+		return nil, slurmRefusal(c, what, slurmspec.MsgPartitionNotAvail, strings.TrimPrefix(st.Message(), "job.partition: "))
+	}
 	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "message larger than max") {
 		// gRPC's own refusal, before the gateway read the job: say what to
 		// shorten (the gateway's limits on each part are in docs/slurm.md).
