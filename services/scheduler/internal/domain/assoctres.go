@@ -1,9 +1,8 @@
 package domain
 
 import (
-	"time"
-
 	"github.com/loom-ml/loom/libs/slurmspec"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // Slurm's TRES limits on associations and accounts (sacctmgr GrpTRES=,
@@ -88,13 +87,11 @@ func gateAssocTRES(p *pass, q *queued) (string, string) {
 	nodes := int64(max(a.req.Nodes, 1))
 	req = tres{int64(a.req.CPUsPerNode) * nodes, a.req.MemMB * nodes, nodes, a.gpus}
 	if l := p.t.assocRecord(project, account, user); l.hasTRESLimits() {
-		if l.MaxWallMinutes > 0 {
-			// A job with no limit at all (no --time, a partition
-			// without MaxTime) would run past any MaxWall.
-			lim := p.limitIn(q.limit, int(q.part))
-			if lim <= 0 || lim > time.Duration(l.MaxWallMinutes)*time.Minute {
-				return ReasonAssocMaxWallDurationPerJobLimit, ""
-			}
+		// A job without --time runs within MaxWall whatever its
+		// partition's MaxTime (wallDefault, start): only a --time past
+		// MaxWall waits.
+		if l.MaxWallMinutes > 0 && q.limit > int64(l.MaxWallMinutes)*60 {
+			return ReasonAssocMaxWallDurationPerJobLimit, ""
 		}
 		if l.GrpTRES != (slurmspec.TRES{}) {
 			limit := tresOfLimit(l.GrpTRES)
@@ -123,6 +120,27 @@ func gateAssocTRES(p *pass, q *queued) (string, string) {
 		acct = l.Parent
 	}
 	return "", ""
+}
+
+// wallDefault is the time limit, in seconds, that a job setting none
+// (no --time) gets from its association's MaxWall, as Slurm's
+// acct_policy_validate gives it at submission (_set_time_limit): MaxWall,
+// where the partition it runs in (maxSeconds: its MaxTime, 0 for none)
+// would let it run longer; 0 where the job has a limit, its association
+// no MaxWall, or the partition's MaxTime is within MaxWall (that one stays
+// its limit).
+func (t *txn) wallDefault(job *loomv1.Job, maxSeconds int64) int64 {
+	if job.GetTimeLimitSeconds() > 0 {
+		return 0
+	}
+	l := t.assocRecord(projectOf(job.GetName()), job.GetAccount(), job.GetUser())
+	if l == nil || l.MaxWallMinutes <= 0 {
+		return 0
+	}
+	if wall := int64(l.MaxWallMinutes) * 60; maxSeconds == 0 || maxSeconds > wall {
+		return wall
+	}
+	return 0
 }
 
 // tresCounts are a pass's counts of what the cluster's running jobs hold:

@@ -113,8 +113,7 @@ func TestAssocGrpTRESPerAssociation(t *testing.T) {
 // association's MaxTRESPerJob or a time limit past its MaxWall stays
 // pending with Slurm's reason (it can never start as it is), other jobs of
 // the association start, and raising or clearing the limit lets it start.
-// A job with no time limit at all (a partition without MaxTime) would run
-// past any MaxWall and waits as well.
+// A job with no time limit of its own gets MaxWall (TestAssocMaxWallIsTheDefaultLimit).
 func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
 	t.Parallel()
 	h := newSpecHarness(t, Config{})
@@ -127,11 +126,9 @@ func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
 	h.submitJob(job(1, 2, 4, user("ada", "a"), limit(time.Minute)))
 	h.submitJob(job(2, 1, 8, user("ada", "a"), limit(2*time.Hour)))
 	h.submitJob(job(3, 1, 8, user("ada", "a"), limit(time.Hour)))
-	h.submitJob(job(4, 1, 0, user("ada", "a"), func(j *loomv1.Job) { j.Partition = "cpu" }))
 	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocMaxNodePerJobLimit)
 	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
 	h.wantState(3, loomv1.JobState_RUNNING, "")
-	h.wantExact(4, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
 
 	// MaxTRESPerJob=gres/gpu=8,node=-1: job 1 (2 nodes, 8 GPUs) fits.
 	ada.MaxTresPerJob = &loomv1.Tres{Gpu: 8}
@@ -143,8 +140,54 @@ func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
 	ada.MaxTresPerJob, ada.MaxWallMinutes = nil, 0
 	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
 	h.wantState(2, loomv1.JobState_RUNNING, "")
-	h.wantState(4, loomv1.JobState_RUNNING, "")
 	h.wantState(5, loomv1.JobState_RUNNING, "")
+}
+
+// TestAssocMaxWallIsTheDefaultLimit: a job with no --time under an
+// association with MaxWall=60 gets 60 minutes as its time limit, as
+// Slurm's acct_policy_validate gives it: in a partition without MaxTime
+// (cpu) and in one whose MaxTime is longer (gpu, 1 day) it starts at once,
+// shows 3600 s while pending and running, and times out after an hour;
+// where the partition's MaxTime is shorter (short, 30 minutes) that one
+// stays its limit. A job that was pending without a limit before the
+// association got its MaxWall starts within it too.
+func TestAssocMaxWallIsTheDefaultLimit(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{}, &loomv1.SlurmPartition{Id: "short", NodeSetIds: []string{"cpu"}, MaxTime: "30"})
+	h.gpuNode("a3-0001", "b1")
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: 60}})
+	inCPU := func(j *loomv1.Job) { j.Partition = "cpu" }
+	h.submitJob(job(1, 1, 0, user("ada", "a"), inCPU))
+	h.submitJob(job(2, 1, 8, user("ada", "a")))
+	h.submitJob(job(3, 1, 0, user("ada", "a"), func(j *loomv1.Job) { j.Partition = "short" }))
+	h.submitJob(job(4, 1, 0, user("bob", "a"), inCPU, func(j *loomv1.Job) { j.Hold = true }))
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonReqNodeNotAvail) // no cpu node yet
+	for id, want := range map[int]int64{1: 3600, 2: 3600, 3: 0, 4: 0} {
+		if got := h.job(id).GetTimeLimitSeconds(); got != want {
+			t.Errorf("job %d: time limit %d s, want %d", id, got, want)
+		}
+	}
+	h.cpuNode("cpu-0001")
+	h.cpuNode("cpu-0002")
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if got := h.job(1).GetTimeLimitSeconds(); got != 3600 {
+		t.Fatalf("running job 1: time limit %d s, want 3600", got)
+	}
+
+	// Job 4's user gets MaxWall=60 while it is held: released, it
+	// starts with 60 minutes.
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "bob", MaxWallMinutes: 60}})
+	h.do(&eventsv1.UpdateJob{Job: jobName(4), Cluster: cl, Action: ActionRelease, Admin: true})
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	if got := h.job(4).GetTimeLimitSeconds(); got != 3600 {
+		t.Fatalf("job 4 started with a time limit of %d s, want 3600", got)
+	}
+	h.tick(61 * time.Minute)
+	for _, id := range []int{1, 2, 4} {
+		h.wantState(id, loomv1.JobState_TIMEOUT, ReasonTimeLimit)
+	}
 }
 
 // TestAssocTRESRefusesBadEvents: the scheduler checks the limits of the

@@ -164,6 +164,17 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 			base.Partition = p.Name
 		}
 	}
+	// No --time under an association's MaxWall: MaxWall is the job's
+	// limit, as Slurm gives it at submission (squeue and scontrol show
+	// it), unless each partition it names has a MaxTime within MaxWall
+	// (mostSeconds; none where the cluster is not known yet).
+	most := int64(0)
+	if c != nil {
+		most = mostSeconds(c, base.GetPartition())
+	}
+	if wall := t.wallDefault(base, most); wall > 0 {
+		base.TimeLimitSeconds = wall
+	}
 	if base.GetHold() {
 		base.StateReason = ReasonHeldUser
 	}

@@ -96,6 +96,12 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	}
 	p.noteAssocStart(j)
 	p.noteTRESStart(j, r)
+	// A job still without a limit (submitted before its association got
+	// a MaxWall, or moved to it) runs for MaxWall at most, as Slurm's
+	// gate lets it start in that limit (acct_policy_job_runnable_pre_select).
+	if wall := t.wallDefault(spec, part.MaxSeconds); wall > 0 {
+		spec.TimeLimitSeconds = wall
+	}
 
 	c := p.cluster
 	j.Attempt = r.Attempt
