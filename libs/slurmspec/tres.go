@@ -2,6 +2,7 @@ package slurmspec
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -21,13 +22,54 @@ const (
 	MaxTRESStringBytes = 256
 )
 
-// TRES are limits on trackable resources, each 0 for none. MemMB is in
-// megabytes.
+// TRES are limits on trackable resources. MemMB is in megabytes. A value
+// above 0 is a limit; 0 is none, unless Zero marks it: a limit of 0, which
+// lets no job use that TRES (Slurm's GrpTRES=gres/gpu=0, how a site
+// freezes an account). Records written before limits of 0 existed have no
+// Zero, and read as they were written.
 type TRES struct {
 	CPU   int64 `json:"cpu,omitempty"`
 	MemMB int64 `json:"mem_mb,omitempty"`
 	Node  int64 `json:"node,omitempty"`
 	GPU   int64 `json:"gpu,omitempty"`
+	// Zero has a bit (1<<TRESCPU and so on) for each TRES whose limit is
+	// 0; that TRES's value is 0.
+	Zero uint8 `json:"zero,omitempty"`
+}
+
+// Indexes of the TRES in TRESNames' order, for Limit and SetLimit.
+const (
+	TRESCPU = iota
+	TRESMem
+	TRESNode
+	TRESGPU
+)
+
+// Limit returns TRES i's limit (TRESCPU..TRESGPU) and whether it has one.
+func (t TRES) Limit(i int) (int64, bool) {
+	v := [4]int64{t.CPU, t.MemMB, t.Node, t.GPU}[i]
+	return v, v > 0 || t.Zero&(1<<i) != 0
+}
+
+// SetLimit sets TRES i's limit to v (0 included), or clears it (ok false).
+func (t *TRES) SetLimit(i int, v int64, ok bool) {
+	if !ok {
+		v = 0
+	}
+	switch i {
+	case TRESCPU:
+		t.CPU = v
+	case TRESMem:
+		t.MemMB = v
+	case TRESNode:
+		t.Node = v
+	case TRESGPU:
+		t.GPU = v
+	}
+	t.Zero &^= 1 << i
+	if ok && v == 0 {
+		t.Zero |= 1 << i
+	}
 }
 
 // TRESNames are the TRES a string may name, in Slurm's order (its TRES
@@ -41,12 +83,35 @@ type TRESSetting struct {
 	Value int64
 }
 
+// TRESOf builds a TRES from optional values in TRESNames' order, as the
+// API's Tres holds them: nil is no limit, 0 a limit of 0.
+func TRESOf(cpu, memMB, node, gpu *int64) TRES {
+	var t TRES
+	for i, v := range [4]*int64{cpu, memMB, node, gpu} {
+		if v != nil {
+			t.SetLimit(i, *v, true)
+		}
+	}
+	return t
+}
+
+// Optional returns t's limits in TRESNames' order, nil where it has none:
+// the API's Tres fields.
+func (t TRES) Optional() (cpu, memMB, node, gpu *int64) {
+	var out [4]*int64
+	for i := range out {
+		if v, ok := t.Limit(i); ok {
+			out[i] = &v
+		}
+	}
+	return out[0], out[1], out[2], out[3]
+}
+
 // ParseTRES reads a TRES string as sacctmgr takes it ("gres/gpu=64,cpu=512",
-// "mem=100G", "gres/gpu=-1"): names any case, mem with an optional K, M,
-// G or T suffix (M when none), -1 clearing one. The error names the bad
-// entry and what is taken: one of TRESNames, 1..the bound, or -1. A limit
-// of 0 is refused: Loom reads 0 as no limit, so it cannot keep every job
-// out as Slurm's does.
+// "mem=100G", "gres/gpu=0", "gres/gpu=-1"): names any case, mem with an
+// optional K, M, G or T suffix (M when none), 0 a limit no job may pass
+// (none may use that TRES), -1 clearing one. The error names the bad
+// entry and what is taken: one of TRESNames, 0..the bound, or -1.
 func ParseTRES(s string) ([]TRESSetting, error) {
 	if len(s) > MaxTRESStringBytes {
 		return nil, fmt.Errorf("TRES string of %d bytes, the limit is %d", len(s), MaxTRESStringBytes)
@@ -81,7 +146,7 @@ func ParseTRES(s string) ([]TRESSetting, error) {
 	return out, nil
 }
 
-// parseTRESValue reads one value: -1, or 1..the bound of name (mem: with
+// parseTRESValue reads one value: -1, or 0..the bound of name (mem: with
 // a unit suffix, in megabytes; kilobytes round up).
 func parseTRESValue(name, val string) (int64, error) {
 	if val == "-1" {
@@ -107,8 +172,6 @@ func parseTRESValue(name, val string) (int64, error) {
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("%q is not a count (or -1 to clear the limit)", val)
-	case n == 0:
-		return 0, fmt.Errorf("a limit of 0 is not supported (Loom reads 0 as no limit); -1 clears the limit")
 	case kilo:
 		n = (n + 1023) / 1024
 	}
@@ -117,25 +180,17 @@ func parseTRESValue(name, val string) (int64, error) {
 		if name == "mem" {
 			what = " megabytes"
 		}
-		return 0, fmt.Errorf("%s is outside 1..%d%s (the limit), or -1 to clear it", orig, bound, what)
+		return 0, fmt.Errorf("%s is outside 0..%d%s (the limit), or -1 to clear it", orig, bound, what)
 	}
 	return n * unit, nil
 }
 
-// With returns t with the settings applied: each named TRES set, -1
-// clearing it (0).
+// With returns t with the settings applied: each named TRES set (0
+// included), -1 clearing it.
 func (t TRES) With(settings []TRESSetting) TRES {
 	for _, s := range settings {
-		v := max(s.Value, 0)
-		switch s.Name {
-		case "cpu":
-			t.CPU = v
-		case "mem":
-			t.MemMB = v
-		case "node":
-			t.Node = v
-		case "gres/gpu":
-			t.GPU = v
+		if i := slices.Index(TRESNames, s.Name); i >= 0 {
+			t.SetLimit(i, max(s.Value, 0), s.Value >= 0)
 		}
 	}
 	return t
@@ -143,20 +198,18 @@ func (t TRES) With(settings []TRESSetting) TRES {
 
 // String writes t as sacctmgr prints a TRES limit: the TRES set, in
 // Slurm's order, mem with its largest whole unit ("cpu=512,mem=1T,
-// node=4,gres/gpu=64"); "" when none is set.
+// node=4,gres/gpu=64"; a limit of 0 as "gres/gpu=0"); "" when none is set.
 func (t TRES) String() string {
 	var b []string
-	if t.CPU > 0 {
-		b = append(b, "cpu="+strconv.FormatInt(t.CPU, 10))
-	}
-	if t.MemMB > 0 {
-		b = append(b, "mem="+FormatMemMB(t.MemMB))
-	}
-	if t.Node > 0 {
-		b = append(b, "node="+strconv.FormatInt(t.Node, 10))
-	}
-	if t.GPU > 0 {
-		b = append(b, "gres/gpu="+strconv.FormatInt(t.GPU, 10))
+	for i, name := range TRESNames {
+		v, ok := t.Limit(i)
+		switch {
+		case !ok:
+		case i == TRESMem && v > 0:
+			b = append(b, name+"="+FormatMemMB(v))
+		default:
+			b = append(b, name+"="+strconv.FormatInt(v, 10))
+		}
 	}
 	return strings.Join(b, ",")
 }
@@ -205,7 +258,7 @@ func (t TRES) Check(report func(field, msg string)) {
 		v, bound int64
 	}{{"cpu", t.CPU, MaxTRESCount}, {"mem_mb", t.MemMB, MaxTRESMemMB}, {"node", t.Node, MaxTRESCount}, {"gpu", t.GPU, MaxTRESCount}} {
 		if f.v < 0 || f.v > f.bound {
-			report(f.name, fmt.Sprintf("%d is outside 0..%d (0: no limit; %d is the limit)", f.v, f.bound, f.bound))
+			report(f.name, fmt.Sprintf("%d is outside 0..%d (absent: no limit; 0: none may use it; %d is the limit)", f.v, f.bound, f.bound))
 		}
 	}
 }

@@ -1700,16 +1700,18 @@ func (x *Account) GetGrpTres() *Tres {
 	return nil
 }
 
-// Tres are limits on Slurm's trackable resources (TRES); each 0 is no
-// limit. Bounds: cpu, node and gpu at most 2^30, mem_mb at most 2^40.
+// Tres are limits on Slurm's trackable resources (TRES); each absent is
+// no limit, and 0 a limit that lets no job use that TRES (Slurm's
+// GrpTRES=gres/gpu=0, which freezes an account). Bounds: cpu, node and
+// gpu 0..2^30, mem_mb 0..2^40.
 type Tres struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Cpu   int64                  `protobuf:"varint,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Cpu   *int64                 `protobuf:"varint,1,opt,name=cpu,proto3,oneof" json:"cpu,omitempty"`
 	// mem_mb is memory in megabytes (Slurm's mem TRES).
-	MemMb int64 `protobuf:"varint,2,opt,name=mem_mb,json=memMb,proto3" json:"mem_mb,omitempty"`
-	Node  int64 `protobuf:"varint,3,opt,name=node,proto3" json:"node,omitempty"`
+	MemMb *int64 `protobuf:"varint,2,opt,name=mem_mb,json=memMb,proto3,oneof" json:"mem_mb,omitempty"`
+	Node  *int64 `protobuf:"varint,3,opt,name=node,proto3,oneof" json:"node,omitempty"`
 	// gpu is gres/gpu.
-	Gpu           int64 `protobuf:"varint,4,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Gpu           *int64 `protobuf:"varint,4,opt,name=gpu,proto3,oneof" json:"gpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1745,29 +1747,29 @@ func (*Tres) Descriptor() ([]byte, []int) {
 }
 
 func (x *Tres) GetCpu() int64 {
-	if x != nil {
-		return x.Cpu
+	if x != nil && x.Cpu != nil {
+		return *x.Cpu
 	}
 	return 0
 }
 
 func (x *Tres) GetMemMb() int64 {
-	if x != nil {
-		return x.MemMb
+	if x != nil && x.MemMb != nil {
+		return *x.MemMb
 	}
 	return 0
 }
 
 func (x *Tres) GetNode() int64 {
-	if x != nil {
-		return x.Node
+	if x != nil && x.Node != nil {
+		return *x.Node
 	}
 	return 0
 }
 
 func (x *Tres) GetGpu() int64 {
-	if x != nil {
-		return x.Gpu
+	if x != nil && x.Gpu != nil {
+		return *x.Gpu
 	}
 	return 0
 }
@@ -2585,12 +2587,16 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\forganization\x18\x03 \x01(\tR\forganization\x12%\n" +
 	"\x0eparent_account\x18\x04 \x01(\tR\rparentAccount\x12\x1c\n" +
 	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\x12(\n" +
-	"\bgrp_tres\x18\x06 \x01(\v2\r.loom.v1.TresR\agrpTres\"U\n" +
-	"\x04Tres\x12\x10\n" +
-	"\x03cpu\x18\x01 \x01(\x03R\x03cpu\x12\x15\n" +
-	"\x06mem_mb\x18\x02 \x01(\x03R\x05memMb\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\x03R\x04node\x12\x10\n" +
-	"\x03gpu\x18\x04 \x01(\x03R\x03gpu\"\x98\x03\n" +
+	"\bgrp_tres\x18\x06 \x01(\v2\r.loom.v1.TresR\agrpTres\"\x8d\x01\n" +
+	"\x04Tres\x12\x15\n" +
+	"\x03cpu\x18\x01 \x01(\x03H\x00R\x03cpu\x88\x01\x01\x12\x1a\n" +
+	"\x06mem_mb\x18\x02 \x01(\x03H\x01R\x05memMb\x88\x01\x01\x12\x17\n" +
+	"\x04node\x18\x03 \x01(\x03H\x02R\x04node\x88\x01\x01\x12\x15\n" +
+	"\x03gpu\x18\x04 \x01(\x03H\x03R\x03gpu\x88\x01\x01B\x06\n" +
+	"\x04_cpuB\t\n" +
+	"\a_mem_mbB\a\n" +
+	"\x05_nodeB\x06\n" +
+	"\x04_gpu\"\x98\x03\n" +
 	"\vAssociation\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x19\n" +
@@ -2805,6 +2811,7 @@ func file_loom_v1_auth_proto_init() {
 	if File_loom_v1_auth_proto != nil {
 		return
 	}
+	file_loom_v1_auth_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -21,7 +23,7 @@ func TestAssocGrpTRES(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := loomv1.NewAccountServiceClient(f.conn).SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: "projects/default",
-		Association: &loomv1.Association{Account: "root", User: s.user, GrpTres: &loomv1.Tres{Node: 1}}}); err != nil {
+		Association: &loomv1.Association{Account: "root", User: s.user, GrpTres: &loomv1.Tres{Node: proto.Int64(1)}}}); err != nil {
 		t.Fatalf("GrpTRES for %s: %v", s.user, err)
 	}
 	// The first job runs until the test lets it end (the file go).

@@ -133,17 +133,22 @@ func (g *Gateway) UpdateAccount(_ context.Context, r *loomv1.UpdateAccountReques
 				t = &loomv1.Tres{}
 			}
 			all := path == "grp_tres"
+			// An absent value clears that TRES; 0 is a limit of 0.
+			set := proto.Clone(in.GetGrpTres()).(*loomv1.Tres)
+			if set == nil {
+				set = &loomv1.Tres{}
+			}
 			if all || path == "grp_tres.cpu" {
-				t.Cpu = in.GetGrpTres().GetCpu()
+				t.Cpu = set.Cpu
 			}
 			if all || path == "grp_tres.mem_mb" {
-				t.MemMb = in.GetGrpTres().GetMemMb()
+				t.MemMb = set.MemMb
 			}
 			if all || path == "grp_tres.node" {
-				t.Node = in.GetGrpTres().GetNode()
+				t.Node = set.Node
 			}
 			if all || path == "grp_tres.gpu" {
-				t.Gpu = in.GetGrpTres().GetGpu()
+				t.Gpu = set.Gpu
 			}
 			a.GrpTres = t
 			if proto.Equal(t, &loomv1.Tres{}) {

@@ -558,9 +558,13 @@ func sacctmgrTRES(title, v string) ([]slurmspec.TRESSetting, error) {
 	return t, nil
 }
 
-// tresOf is a TRES limit as slurmspec's (zero for nil).
+// tresOf is a TRES limit as slurmspec's (none for nil; an absent value
+// is no limit, 0 a limit of 0).
 func tresOf(t *loomv1.Tres) slurmspec.TRES {
-	return slurmspec.TRES{CPU: t.GetCpu(), MemMB: t.GetMemMb(), Node: t.GetNode(), GPU: t.GetGpu()}
+	if t == nil {
+		return slurmspec.TRES{}
+	}
+	return slurmspec.TRESOf(t.Cpu, t.MemMb, t.Node, t.Gpu)
 }
 
 // tresProto is t as the API's, nil when it sets none.
@@ -568,7 +572,9 @@ func tresProto(t slurmspec.TRES) *loomv1.Tres {
 	if t == (slurmspec.TRES{}) {
 		return nil
 	}
-	return &loomv1.Tres{Cpu: t.CPU, MemMb: t.MemMB, Node: t.Node, Gpu: t.GPU}
+	out := &loomv1.Tres{}
+	out.Cpu, out.MemMb, out.Node, out.Gpu = t.Optional()
+	return out
 }
 
 // tresSettings writes settings as given, normalized: "gres/gpu=64,cpu=-1".

@@ -38,14 +38,21 @@ func TestSacctmgrTRESLimits(t *testing.T) {
 		{[]string{"-Q", "modify", "user", "alice", "set", "MaxTRESPerJob=gres/gpu=-1", "MaxWall=-1"}, 0, "", ""},
 		{[]string{"-n", "-P", "show", "assoc", "format=account,user,grptres,maxtres,maxwall"}, 0,
 			"root||||\nteam-a||node=4,gres/gpu=32||\nteam-a|alice|mem=100G|node=2|\n", ""},
-		{[]string{"modify", "user", "alice", "set", "GrpTRES=gres/gpu=0"}, 1, "",
-			" Bad GrpTRES value: gres/gpu=0: a limit of 0 is not supported (Loom reads 0 as no limit); -1 clears the limit\n"},
 		{[]string{"modify", "account", "team-a", "set", "GrpTRES=gres/gpu=2000000000"}, 1, "",
-			" Bad GrpTRES value: gres/gpu=2000000000: 2000000000 is outside 1..1073741824 (the limit), or -1 to clear it\n"},
+			" Bad GrpTRES value: gres/gpu=2000000000: 2000000000 is outside 0..1073741824 (the limit), or -1 to clear it\n"},
 		{[]string{"modify", "user", "alice", "set", "MaxTRES=billing=3"}, 1, "",
 			" Bad MaxTRESPerJob value: billing=3: Loom limits only cpu, mem, node, gres/gpu\n"},
 		{[]string{"modify", "user", "alice", "set", "MaxWall=soon"}, 1, "",
 			" Bad MaxWall time format: soon: \"soon\" is not a time ([days-]hours:minutes:seconds, minutes, or -1 to clear it): " + mustTimeErr("soon") + "\n"},
+		// A limit of 0 is one (Slurm's way to freeze an account), shown
+		// as gres/gpu=0; -1 still clears it.
+		{[]string{"-Q", "modify", "user", "alice", "set", "GrpTRES=gres/gpu=0"}, 0, "", ""},
+		{[]string{"-Q", "modify", "account", "team-a", "set", "GrpTRES=gres/gpu=0,node=-1"}, 0, "", ""},
+		{[]string{"-i", "add", "account", "frozen", "GrpTRES=cpu=0"}, 0,
+			" Adding Account(s)\n  frozen\n Settings\n  Description     = frozen\n  Organization    = frozen\n" +
+				" Associations\n  A = frozen     C = default   \n Settings\n  Parent        = root\n  GrpTRES       = cpu=0\n", ""},
+		{[]string{"-n", "-P", "show", "assoc", "format=account,user,grptres,maxtres,maxwall"}, 0,
+			"root||||\nfrozen||cpu=0||\nteam-a||gres/gpu=0||\nteam-a|alice|mem=100G,gres/gpu=0|node=2|\n", ""},
 	} {
 		code, out, errOut := run(t, g, "sacctmgr", Env{}, tc.args...)
 		if code != tc.code || out != tc.stdout || errOut != tc.other {
@@ -53,9 +60,9 @@ func TestSacctmgrTRESLimits(t *testing.T) {
 		}
 	}
 	for _, a := range g.Associations {
-		if a.GetUser() == "alice" && (!proto.Equal(a.GetGrpTres(), &loomv1.Tres{MemMb: 100 << 10}) ||
-			!proto.Equal(a.GetMaxTresPerJob(), &loomv1.Tres{Node: 2}) || a.GetMaxWallMinutes() != 0) {
-			t.Errorf("alice's association after the refusals: %v", a)
+		if a.GetUser() == "alice" && (!proto.Equal(a.GetGrpTres(), &loomv1.Tres{MemMb: proto.Int64(100 << 10), Gpu: proto.Int64(0)}) ||
+			!proto.Equal(a.GetMaxTresPerJob(), &loomv1.Tres{Node: proto.Int64(2)}) || a.GetMaxWallMinutes() != 0) {
+			t.Errorf("alice's association after the refusals and gres/gpu=0: %v", a)
 		}
 	}
 }

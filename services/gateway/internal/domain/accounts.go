@@ -375,38 +375,43 @@ func CheckTRES(v *errs.Validator, field string, t *loomv1.Tres) *loomv1.Tres {
 	tr := TRESOf(t)
 	ok := true
 	tr.Check(func(f, msg string) { v.Add(field+"."+f, "%s", msg); ok = false })
-	if !ok || tr == (slurmspec.TRES{}) {
+	if !ok {
 		return nil
 	}
-	return &loomv1.Tres{Cpu: tr.CPU, MemMb: tr.MemMB, Node: tr.Node, Gpu: tr.GPU}
+	return TRESProto(tr)
 }
 
-// TRESOf is a TRES limit as slurmspec's (zero for nil).
+// TRESOf is a TRES limit as slurmspec's (none for nil; an absent value is
+// no limit, 0 a limit of 0).
 func TRESOf(t *loomv1.Tres) slurmspec.TRES {
-	return slurmspec.TRES{CPU: t.GetCpu(), MemMB: t.GetMemMb(), Node: t.GetNode(), GPU: t.GetGpu()}
+	if t == nil {
+		return slurmspec.TRES{}
+	}
+	return slurmspec.TRESOf(t.Cpu, t.MemMb, t.Node, t.Gpu)
+}
+
+// TRESProto is t as the API's, nil when it sets none.
+func TRESProto(t slurmspec.TRES) *loomv1.Tres {
+	if t == (slurmspec.TRES{}) {
+		return nil
+	}
+	out := &loomv1.Tres{}
+	out.Cpu, out.MemMb, out.Node, out.Gpu = t.Optional()
+	return out
 }
 
 // mergeTRES is cur with the values of in that paths name (grp_tres: all
 // of them; grp_tres.gpu: that one), nil when it sets none.
 func mergeTRES(cur, in *loomv1.Tres, paths map[string]bool) *loomv1.Tres {
 	all := paths["grp_tres"]
-	out := TRESOf(cur)
-	if all || paths["grp_tres.cpu"] {
-		out.CPU = in.GetCpu()
+	out, set := TRESOf(cur), TRESOf(in)
+	for i, f := range []string{"grp_tres.cpu", "grp_tres.mem_mb", "grp_tres.node", "grp_tres.gpu"} {
+		if all || paths[f] {
+			v, ok := set.Limit(i)
+			out.SetLimit(i, v, ok)
+		}
 	}
-	if all || paths["grp_tres.mem_mb"] {
-		out.MemMB = in.GetMemMb()
-	}
-	if all || paths["grp_tres.node"] {
-		out.Node = in.GetNode()
-	}
-	if all || paths["grp_tres.gpu"] {
-		out.GPU = in.GetGpu()
-	}
-	if out == (slurmspec.TRES{}) {
-		return nil
-	}
-	return &loomv1.Tres{Cpu: out.CPU, MemMb: out.MemMB, Node: out.Node, Gpu: out.GPU}
+	return TRESProto(out)
 }
 
 // ParseQOSList reads a comma-separated QOS list (-open-qos): lower-cased,

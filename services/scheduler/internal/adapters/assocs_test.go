@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -63,9 +65,9 @@ func TestAssocTRESLimitsWriteThenLoad(t *testing.T) {
 	s := domain.NewState(domain.Config{})
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	persist(t, ctx, st, s, now, &eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "lab", User: "ada",
-		GrpTres: &loomv1.Tres{Gpu: 16, MemMb: 1 << 20}, MaxTresPerJob: &loomv1.Tres{Node: 2, Cpu: 64}, MaxWallMinutes: 1440}})
+		GrpTres: &loomv1.Tres{Gpu: proto.Int64(16), MemMb: proto.Int64(1 << 20)}, MaxTresPerJob: &loomv1.Tres{Node: proto.Int64(2), Cpu: proto.Int64(64)}, MaxWallMinutes: 1440}})
 	persist(t, ctx, st, s, now.Add(time.Minute), &eventsv1.AccountChanged{Project: "default",
-		Account: &loomv1.Account{Name: "projects/default/accounts/lab", GrpTres: &loomv1.Tres{Gpu: 64, Cpu: 512}}})
+		Account: &loomv1.Account{Name: "projects/default/accounts/lab", GrpTres: &loomv1.Tres{Gpu: proto.Int64(64), Cpu: proto.Int64(512)}}})
 	recs, err := NewRepo(st).Load(ctx)
 	if err != nil {
 		t.Fatal(err)

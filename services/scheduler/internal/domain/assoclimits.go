@@ -43,7 +43,7 @@ type AssocLimit struct {
 	// account's record those of the account and every account under it,
 	// hold at once on each cluster; MaxTRESPerJob what one job of the
 	// association asks for, MaxWallMinutes its time limit (assoctres.go).
-	// Zero: no limit.
+	// Zero: no limit (a TRES limit of 0 is one: slurmspec.TRES.Zero).
 	GrpTRES        slurmspec.TRES `json:"grp_tres,omitzero"`
 	MaxTRESPerJob  slurmspec.TRES `json:"max_tres_per_job,omitzero"`
 	MaxWallMinutes int32          `json:"max_wall_minutes,omitempty"`
@@ -171,7 +171,10 @@ func (t *txn) accountChanged(ev *eventsv1.AccountChanged) error {
 // tresLimit checks an event's TRES limit (slurmspec's bounds, the
 // gateway's) and returns it.
 func tresLimit(v *errs.Validator, field string, t *loomv1.Tres) slurmspec.TRES {
-	tr := slurmspec.TRES{CPU: t.GetCpu(), MemMB: t.GetMemMb(), Node: t.GetNode(), GPU: t.GetGpu()}
+	var tr slurmspec.TRES
+	if t != nil {
+		tr = slurmspec.TRESOf(t.Cpu, t.MemMb, t.Node, t.Gpu)
+	}
 	tr.Check(func(f, msg string) { v.Add(field+"."+f, "%s", msg) })
 	return tr
 }

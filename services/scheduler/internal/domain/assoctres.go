@@ -43,7 +43,19 @@ var (
 // order: cpu, mem (MB), node, gpu.
 type tres [4]int64
 
-func tresOfLimit(t slurmspec.TRES) tres { return tres{t.CPU, t.MemMB, t.Node, t.GPU} }
+// tresOfLimit is a TRES limit as a tres, -1 for each TRES without one (0
+// is a limit: none may use that TRES).
+func tresOfLimit(t slurmspec.TRES) tres {
+	var out tres
+	for i := range out {
+		v, ok := t.Limit(i)
+		if !ok {
+			v = -1
+		}
+		out[i] = v
+	}
+	return out
+}
 
 // hasTRESLimits reports whether l sets a TRES limit or MaxWall.
 func (l *AssocLimit) hasTRESLimits() bool {
@@ -51,10 +63,11 @@ func (l *AssocLimit) hasTRESLimits() bool {
 }
 
 // over returns the index of the first TRES of limit that use plus req
-// passes (limit 0: none), or -1.
+// passes (limit -1: none; 0 holds back any job asking for that TRES), or
+// -1.
 func over(limit, use, req *tres) int {
 	for i := range limit {
-		if limit[i] > 0 && use[i]+req[i] > limit[i] {
+		if limit[i] >= 0 && use[i]+req[i] > limit[i] {
 			return i
 		}
 	}

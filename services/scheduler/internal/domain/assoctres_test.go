@@ -31,7 +31,7 @@ func TestAssocGrpTRESCoversTheSubtree(t *testing.T) {
 	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004", "a3-0005"} {
 		h.gpuNode(host, "b1")
 	}
-	h.do(account("team", "", &loomv1.Tres{Gpu: 16}))
+	h.do(account("team", "", &loomv1.Tres{Gpu: proto.Int64(16)}))
 	h.do(account("sub", "team", nil))
 	h.submitJob(job(1, 1, 8, user("ada", "team")))
 	h.submitJob(job(2, 1, 8, user("bob", "sub")))
@@ -89,7 +89,7 @@ func TestAssocGrpTRESPerAssociation(t *testing.T) {
 		h.gpuNode(host, "b1")
 	}
 	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada",
-		GrpTres: &loomv1.Tres{Node: 2, Gpu: 12}}})
+		GrpTres: &loomv1.Tres{Node: proto.Int64(2), Gpu: proto.Int64(12)}}})
 	h.submitJob(job(1, 1, 8, user("ada", "a")))
 	h.submitJob(job(2, 1, 4, user("ada", "a")))
 	h.submitJob(job(3, 1, 1, user("ada", "a")))
@@ -121,7 +121,7 @@ func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
 		h.gpuNode(host, "b1")
 	}
 	h.cpuNode("cpu-0001")
-	ada := &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{Gpu: 8, Node: 1}, MaxWallMinutes: 60}
+	ada := &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{Gpu: proto.Int64(8), Node: proto.Int64(1)}, MaxWallMinutes: 60}
 	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
 	h.submitJob(job(1, 2, 4, user("ada", "a"), limit(time.Minute)))
 	h.submitJob(job(2, 1, 8, user("ada", "a"), limit(2*time.Hour)))
@@ -131,7 +131,7 @@ func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
 	h.wantState(3, loomv1.JobState_RUNNING, "")
 
 	// MaxTRESPerJob=gres/gpu=8,node=-1: job 1 (2 nodes, 8 GPUs) fits.
-	ada.MaxTresPerJob = &loomv1.Tres{Gpu: 8}
+	ada.MaxTresPerJob = &loomv1.Tres{Gpu: proto.Int64(8)}
 	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	h.submitJob(job(5, 2, 8, user("ada", "a"), limit(time.Minute)))
@@ -190,16 +190,64 @@ func TestAssocMaxWallIsTheDefaultLimit(t *testing.T) {
 	}
 }
 
+// TestAssocGrpTRESOfZeroFreezes: GrpTRES=gres/gpu=0 on an account is
+// Slurm's way to freeze it: no job of the account or of an account under
+// it that asks for a GPU starts (AssocGrpGRES), whatever is free, while a
+// CPU-only job of it and other accounts' jobs do; a record read back from
+// its stored JSON keeps the 0, and GrpTRES=gres/gpu=-1 lets the jobs
+// start. MaxTRESPerJob=gres/gpu=0 on an association holds its GPU jobs with
+// AssocMaxGRESPerJob the same way.
+func TestAssocGrpTRESOfZeroFreezes(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.cpuNode("cpu-0001")
+	h.do(account("team", "", &loomv1.Tres{Gpu: proto.Int64(0)}))
+	h.do(account("sub", "team", nil))
+	h.submitJob(job(1, 1, 1, user("ada", "team")))
+	h.submitJob(job(2, 1, 8, user("bob", "sub")))
+	h.submitJob(job(3, 1, 0, user("ada", "team"), func(j *loomv1.Job) { j.Partition = "cpu" }))
+	h.submitJob(job(4, 1, 8, user("cy", "other")))
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+
+	// Restart: the records as stored (JSON).
+	snap := h.s.Snapshot()
+	raw, err := json.Marshal(snap.Assocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Assocs = nil
+	if err := json.Unmarshal(raw, &snap.Assocs); err != nil {
+		t.Fatal(err)
+	}
+	restarted := NewState(h.s.Config())
+	restarted.Restore(snap)
+	h.s = restarted
+	h.finish(4, 0)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
+
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "sub", User: "bob",
+		MaxTresPerJob: &loomv1.Tres{Gpu: proto.Int64(0)}}})
+	h.do(account("team", "", nil))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxGRESPerJob)
+}
+
 // TestAssocTRESRefusesBadEvents: the scheduler checks the limits of the
 // events again (the gateway's bounds), naming the field.
 func TestAssocTRESRefusesBadEvents(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{})
 	for _, ev := range []proto.Message{
-		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", GrpTres: &loomv1.Tres{Gpu: -1}}},
-		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{MemMb: 1<<40 + 1}}},
+		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", GrpTres: &loomv1.Tres{Gpu: proto.Int64(-1)}}},
+		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{MemMb: proto.Int64(1<<40 + 1)}}},
 		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: -1}},
-		account("a", "", &loomv1.Tres{Cpu: 1<<30 + 1}),
+		account("a", "", &loomv1.Tres{Cpu: proto.Int64(1<<30 + 1)}),
 	} {
 		var inv *errs.InvalidError
 		if _, err := s.Handle(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), ev); !errors.As(err, &inv) {
@@ -221,7 +269,7 @@ func TestAssocGrpTRESInOnePass(t *testing.T) {
 		h.gpuNode(host, "b1")
 	}
 	h.batch(
-		account("team", "", &loomv1.Tres{Gpu: 16}),
+		account("team", "", &loomv1.Tres{Gpu: proto.Int64(16)}),
 		&eventsv1.SubmitJob{Job: job(1, 1, 8, user("ada", "team"))},
 		&eventsv1.SubmitJob{Job: job(2, 1, 8, user("ada", "team"))},
 		&eventsv1.SubmitJob{Job: job(3, 1, 8, user("bob", "team"))},
