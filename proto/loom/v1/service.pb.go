@@ -1297,10 +1297,20 @@ func (x *CancelJobStepRequest) GetSignal() string {
 }
 
 type SubmitJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Job           *Job                   `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Parent    string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Job       *Job                   `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	RequestId string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// validate_only (AIP-163) runs every check a submission runs (the job's
+	// validation, the caller's permission, the association and QOS, the
+	// quotas and MaxSubmitJobs) and writes nothing: no job id is taken, no
+	// quota is held, nothing is sent to the scheduler and no submission is
+	// audited (as a read, only a refusal is). A refusal is the one the same
+	// submission would get. The answer is the job as it would be accepted,
+	// its job_id the id the next submission would take (not reserved: it
+	// may go to another job). request_id is checked, not looked up. The
+	// start estimate is the client's (sbatch --test-only, docs/slurm.md).
+	ValidateOnly  bool `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1354,6 +1364,13 @@ func (x *SubmitJobRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *SubmitJobRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
 }
 
 type GetJobRequest struct {
@@ -3915,12 +3932,13 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"B\n" +
 	"\x14CancelJobStepRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06signal\x18\x02 \x01(\tR\x06signal\"i\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x8e\x01\n" +
 	"\x10SubmitJobRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1e\n" +
 	"\x03job\x18\x02 \x01(\v2\f.loom.v1.JobR\x03job\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"#\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12#\n" +
+	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"#\n" +
 	"\rGetJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xcb\x02\n" +
 	"\x0fListJobsRequest\x12\x16\n" +

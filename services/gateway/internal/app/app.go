@@ -523,8 +523,11 @@ func (g *Gateway) applyOperationEvent(ctx context.Context, opName, what string, 
 // assigns the next job id (a block of ids for an array), and stores the
 // accepted job together with the SubmitJob command (one for an array). A
 // retry with the same request_id returns the first call's job (as it is now).
+// With validate_only it runs the same checks and writes nothing: it answers
+// the job as it would be accepted, its job_id the next one (not taken).
 func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
 	kind, rid, fp := adapters.RequestSubmitJob, req.GetRequestId(), domain.RequestFingerprint(req)
+	validate := req.GetValidateOnly()
 	// The job is the caller's: Job.user comes from the principal, never
 	// from the request.
 	if req.GetJob() != nil {
@@ -561,7 +564,11 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	}
 	if err != nil {
 		// A retry of a request that was accepted answers what it got then,
-		// even when the same request would be refused now.
+		// even when the same request would be refused now (validate_only
+		// looks nothing up).
+		if validate {
+			return nil, err
+		}
 		if j, ok, rerr := g.replayJob(ctx, rid, fp); rerr != nil || ok {
 			return j, rerr
 		}
@@ -576,13 +583,19 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	tasks := max(1, domain.ArrayTaskCount(req.GetJob().GetArray()))
 	if err == nil {
 		project, _ := resname.ParseProject(req.GetParent())
-		counted, err = g.reserveJobs(ctx, project.ID, submitter(ctx, req.GetJob()), int64(tasks))
+		counted, err = g.reserveJobs(ctx, project.ID, submitter(ctx, req.GetJob()), int64(tasks), validate)
+	}
+	if err != nil && validate {
+		return nil, err
 	}
 	if err != nil {
 		if j, ok, rerr := g.replayJob(ctx, rid, fp); rerr != nil || ok {
 			return j, rerr
 		}
 		return nil, err
+	}
+	if validate {
+		return g.validatedJob(ctx, req, cluster, charged)
 	}
 	accepted := false
 	defer func() {
@@ -641,6 +654,22 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	}
 	accepted = true
 	g.opt.Log.InfoContext(ctx, "job submitted", "job", job.GetName(), "cluster", job.GetCluster())
+	return job, nil
+}
+
+// validatedJob is SubmitJob's answer to a validate_only request that
+// passed every check: the job as it would be accepted now, charged as it
+// would be, with the id the next submission would take (read, not taken).
+func (g *Gateway) validatedJob(ctx context.Context, req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, charged charge) (*loomv1.Job, error) {
+	last, err := g.repo.LastJobID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	job := domain.AcceptJob(req, cluster, last+1, g.now())
+	if charged.account != "" {
+		job.Account = charged.account
+	}
+	job.Qos = charged.qos
 	return job, nil
 }
 
@@ -1284,7 +1313,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		if err != nil {
 			return nil, err
 		}
-		r, err := g.reserveJobs(ctx, jn.Project, j.GetUser(), n)
+		r, err := g.reserveJobs(ctx, jn.Project, j.GetUser(), n, false)
 		if err != nil {
 			return nil, err
 		}

@@ -141,6 +141,9 @@ func (c *jobCount) refresh(now time.Time, count int64, listed map[string]bool) {
 type jobReservation struct {
 	jc      *jobCounts
 	entries []*acceptedJobs
+	// dry judges the jobs without counting them in (a validate_only
+	// submission): nothing to commit or release.
+	dry bool
 }
 
 func (r *jobReservation) commit(first int64) {
@@ -204,6 +207,9 @@ func (jc *jobCounts) reserve(ctx context.Context, r *jobReservation, key, projec
 	if err := check(c.estimate()); err != nil {
 		return err
 	}
+	if r.dry {
+		return nil
+	}
 	a := &acceptedJobs{at: now, project: project, n: n}
 	c.recent = append(c.recent, a)
 	r.entries = append(r.entries, a)
@@ -238,9 +244,10 @@ func (g *Gateway) countJobs(ctx context.Context, req *loomv1.ListJobsRequest, st
 // releases it when the submission failed. Pending jobs are the scheduler's
 // PENDING jobs of the project (every cluster); a user's jobs are their
 // active ones (ListJobs active_only); both plus the jobs this instance
-// accepted that the scheduler did not list yet.
-func (g *Gateway) reserveJobs(ctx context.Context, project, user string, n int64) (*jobReservation, error) {
-	r := &jobReservation{jc: &g.jobCounts}
+// accepted that the scheduler did not list yet. dry (validate_only) only
+// judges them: nothing is counted in.
+func (g *Gateway) reserveJobs(ctx context.Context, project, user string, n int64, dry bool) (*jobReservation, error) {
+	r := &jobReservation{jc: &g.jobCounts, dry: dry}
 	q, src := g.quota.Quotas.For(project)
 	parent := resname.Project{ID: project}.String()
 	now := g.now()

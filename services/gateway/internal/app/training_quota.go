@@ -386,7 +386,7 @@ func (g *Gateway) reserveTraining(ctx context.Context, project, user, what strin
 		return nil, nil, err
 	}
 	n, offset := trainingJobs(m)
-	r, err := g.reserveJobs(ctx, project, user, n)
+	r, err := g.reserveJobs(ctx, project, user, n, false)
 	if err != nil {
 		unlock(false)
 		return nil, nil, err

@@ -73,7 +73,8 @@ type AuditOptions struct {
 // the auth.Slot it puts in the context before authentication runs), method,
 // resource (the request's name or parent), decision, code, reason (the
 // error's message) and project. Reads (Get, List, Watch, Read, Wait,
-// WhoAmI) that succeed are not recorded; reads that are refused are.
+// WhoAmI, and any request with validate_only set) that succeed are not
+// recorded; reads that are refused are.
 type Auditor struct {
 	rec Recorder
 	opt AuditOptions
@@ -123,6 +124,22 @@ func IsRead(method string) bool {
 	return name == "WhoAmI"
 }
 
+// readsOnly reports whether a call of method with req only reads: a read
+// method (IsRead), or a request that asks to be validated only (AIP-163's
+// validate_only set: it writes nothing, so its success is not recorded,
+// its refusal is, as a read's).
+func readsOnly(method string, req proto.Message) bool {
+	if IsRead(method) {
+		return true
+	}
+	if req == nil {
+		return false
+	}
+	m := req.ProtoReflect()
+	f := m.Descriptor().Fields().ByName("validate_only")
+	return f != nil && f.Kind() == protoreflect.BoolKind && f.Cardinality() != protoreflect.Repeated && m.Get(f).Bool()
+}
+
 // refusalCodes are the codes of a read that are recorded: the caller was
 // refused, not failed by the service.
 var refusalCodes = map[codes.Code]bool{
@@ -154,7 +171,7 @@ func (a *Auditor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		ctx, slot := auth.WithSlot(ctx)
 		msg, _ := req.(proto.Message)
 		var p *Pending
-		if !IsRead(info.FullMethod) {
+		if !readsOnly(info.FullMethod, msg) {
 			p = &Pending{a: a, slot: slot, method: info.FullMethod, req: msg}
 			ctx = context.WithValue(ctx, pendingKey{}, p)
 		}
@@ -292,10 +309,11 @@ func (s *auditStream) RecvMsg(m any) error {
 // record writes the record of one call, when it is one to record.
 func (a *Auditor) record(ctx context.Context, slot *auth.Slot, method string, req proto.Message, err error) {
 	code := errs.Code(err)
-	if code == codes.OK && IsRead(method) {
+	read := readsOnly(method, req)
+	if code == codes.OK && read {
 		return
 	}
-	if code != codes.OK && IsRead(method) && !refusalCodes[code] {
+	if code != codes.OK && read && !refusalCodes[code] {
 		return // a read that failed (Unavailable, Canceled): nothing was decided
 	}
 	rec := a.newRecord(ctx, slot, method, req, err)
@@ -307,6 +325,9 @@ func (a *Auditor) record(ctx context.Context, slot *auth.Slot, method string, re
 		reason := err.Error()
 		if st, ok := status.FromError(err); ok {
 			reason = st.Message()
+		}
+		if read && !IsRead(method) {
+			reason = "validate only: " + reason // nothing was to be written
 		}
 		if slot.Principal == nil {
 			reason = "from " + PeerIP(ctx) + ": " + reason
