@@ -625,7 +625,8 @@ func (g *Gateway) ownedJob(name, caller string) (*loomv1.Job, error) {
 
 // SubmitJob answers SubmitErr when set; refuses an array past
 // MaxArraySize; else adds the job to Jobs, PENDING, with the next job id
-// (one more than the largest in Jobs) under the request's parent.
+// (one more than the largest in Jobs) under the request's parent; with
+// validate_only it answers that job and adds nothing.
 func (g *Gateway) SubmitJob(_ context.Context, r *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
 	defer g.lock(r)()
 	if g.SubmitErr != nil {
@@ -641,9 +642,14 @@ func (g *Gateway) SubmitJob(_ context.Context, r *loomv1.SubmitJobRequest) (*loo
 			g.nextID = max(g.nextID, atoi(j.GetJobId()))
 		}
 	}
-	g.nextID++
 	j := proto.Clone(r.GetJob()).(*loomv1.Job)
-	j.JobId = strconv.Itoa(g.nextID)
+	j.JobId = strconv.Itoa(g.nextID + 1)
+	if r.GetValidateOnly() {
+		// The job as it would be accepted, under the next id (not taken).
+		j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(g.now())
+		return j, nil
+	}
+	g.nextID++
 	j.Name = r.GetParent() + "/jobs/" + j.JobId
 	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(g.now())
 	g.Jobs = append(g.Jobs, j)

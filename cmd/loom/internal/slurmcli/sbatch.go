@@ -168,6 +168,8 @@ type sbatchRequest struct {
 	parsable bool
 	wait     bool
 	quiet    bool
+	// testOnly is --test-only: check the job and say when it would start.
+	testOnly bool
 	// clusters is -M: the cluster to submit to, over LOOM_CLUSTER.
 	clusters string
 	// help, usage and version ask for text instead of a submission.
@@ -439,7 +441,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 	case "wrap":
 		// handled before the directives
 	case "test-only":
-		return errorf(st.prog, "--test-only is not supported by Loom")
+		st.req.testOnly = true
 	case "account":
 		j.Account = v
 	case "array":
@@ -1049,6 +1051,9 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 	if req.clusters != "" {
 		c.env.Cluster = req.clusters
 	}
+	if req.testOnly {
+		return c.testOnly(ctx, req.job)
+	}
 	job, err := c.submitJob(ctx, req.job, "Batch job submission failed")
 	if err != nil {
 		return err
@@ -1102,24 +1107,10 @@ func (c *cmd) submitEnviron() map[string]string {
 	return environ
 }
 
-// submitJob submits j, a parsed batch job, to the cluster the command means
-// (clusterName), owned by the command's user and stamped with this host;
-// a refusal reads "what: ...", as Slurm's.
+// submitJob submits j, a parsed batch job (sendJob); a refusal reads
+// "what: ...", as Slurm's.
 func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv1.Job, error) {
-	if c.env.User != "" {
-		j.User = c.env.User
-	}
-	if host, err := os.Hostname(); err == nil {
-		j.SubmitHost = host
-	}
-	cluster, err := c.clusterName(ctx)
-	if err != nil {
-		return nil, err
-	}
-	j.Cluster = cluster
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	job, err := c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: c.projectName(), Job: j, RequestId: requestID()})
+	job, err := c.sendJob(ctx, j, false)
 	if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "job.array: ") {
 		// The server holds the MaxArraySize: Slurm's words first, then
 		// which limit the spec passed, so the user knows what to change.
@@ -1150,6 +1141,26 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 		return nil, c.rpcError(what, err)
 	}
 	return job, nil
+}
+
+// sendJob sends j to the cluster the command means (clusterName), owned by
+// the command's user and stamped with this host; validate asks the gateway
+// to check it only (sbatch --test-only). The error is the gateway's.
+func (c *cmd) sendJob(ctx context.Context, j *loomv1.Job, validate bool) (*loomv1.Job, error) {
+	if c.env.User != "" {
+		j.User = c.env.User
+	}
+	if host, err := os.Hostname(); err == nil {
+		j.SubmitHost = host
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j.Cluster = cluster
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	return c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: c.projectName(), Job: j, RequestId: requestID(), ValidateOnly: validate})
 }
 
 // isJobQuota reports whether a ResourceExhausted refusal of a submission is

@@ -230,7 +230,6 @@ func TestParseSbatchErrors(t *testing.T) {
 		{[]string{"--exclusive=maybe", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --exclusive specification "maybe"`},
 		{[]string{"--open-mode=overwrite", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --open-mode specification "overwrite": want append or truncate`},
 		{[]string{"-w", "gpu-[1-", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --nodelist specification "gpu-[1-"`},
-		{[]string{"--test-only", "job.sh"}, plainScript, nil, "sbatch: error: --test-only is not supported by Loom"},
 		{[]string{"--wrap=hostname", "extra"}, "", nil, "sbatch: error: Script arguments are not permitted with the --wrap option."},
 		{[]string{"job.sh"}, "", nil, "sbatch: error: Batch script is empty!"},
 		{[]string{"job.sh"}, " \n\t\n", nil, "sbatch: error: Batch script contains only whitespace!"},

@@ -1,0 +1,144 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// testOnly is sbatch --test-only: the gateway checks the job as a
+// submission (validate_only: nothing is stored, no id taken) and sbatch
+// prints when and where it would start, on stderr, as Slurm's:
+//
+//	sbatch: Job 22 to start at 2026-12-07T04:26:17 using 1 processors on nodes node1 in partition debug
+//
+// A refusal is Slurm's "allocation failure: REASON", exit 1. The job id is
+// the one the next submission would take (not reserved). The start is an
+// estimate made here, not the scheduler's plan: now on the partition's
+// first nodes with room for the job's per-node CPUs and GPUs, when enough
+// have; else the earliest end (start + time limit) of a running job of the
+// partition, on that job's nodes (docs/slurm.md).
+func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
+	job, err := c.sendJob(ctx, j, true)
+	if err != nil {
+		if st, ok := status.FromError(err); ok {
+			return allocationFailure(c, st.Message())
+		}
+		return err
+	}
+	part := job.GetPartition()
+	if part == "" {
+		parts, err := c.partitions(ctx, job.GetCluster())
+		if err != nil {
+			return c.rpcError("slurm_load_partitions", err)
+		}
+		for _, p := range parts {
+			if p.GetDefault() {
+				part = p.GetName()
+			}
+		}
+	}
+	part, _, _ = strings.Cut(part, ",") // -p a,b: the first
+	nodes, err := c.slurmNodes(ctx, job.GetCluster())
+	if err != nil {
+		return err
+	}
+	at, hosts, err := c.estimateStart(ctx, job, part, nodes)
+	if err != nil {
+		return err
+	}
+	procs := max(job.GetNtasks(), 1) * max(job.GetCpusPerTask(), 1)
+	if job.GetNtasks() == 0 {
+		procs = max(job.GetNodeCount(), 1) * max(job.GetCpusPerTask(), 1)
+	}
+	fmt.Fprintf(c.stderr, "%s: Job %s to start at %s using %d processors on nodes %s in partition %s\n",
+		c.name, job.GetJobId(), formatTimestamp(at, c.loc), procs, compressHosts(hosts), part)
+	return nil
+}
+
+// estimateStart is testOnly's estimate for job in partition part.
+func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, nodes []*loomv1.SlurmNode) (time.Time, []string, error) {
+	n := int(max(job.GetNodeCount(), 1))
+	cpus := max(job.GetNtasks(), 1) * max(job.GetCpusPerTask(), 1)
+	perNode := (cpus + int32(n) - 1) / int32(n)
+	var fit []string
+	for _, nd := range nodes {
+		free := nd.GetState() == loomv1.SlurmNode_IDLE || nd.GetState() == loomv1.SlurmNode_MIXED && !job.GetExclusive()
+		if !free || nd.GetNotResponding() || !slices.Contains(nd.GetPartitions(), part) ||
+			nd.GetCpus()-nd.GetAllocCpus() < perNode || nd.GetGpus()-nd.GetAllocGpus() < job.GetGpusPerNode() {
+			continue
+		}
+		fit = append(fit, nd.GetHostname())
+	}
+	if len(fit) >= n {
+		slices.Sort(fit)
+		return c.now, fit[:n], nil
+	}
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{States: []loomv1.JobState{loomv1.JobState_RUNNING}, Partitions: []string{part}})
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	var (
+		end   time.Time
+		hosts []string
+	)
+	for _, r := range jobs {
+		if r.GetCluster() != job.GetCluster() || r.GetStartTime() == nil || r.GetTimeLimitSeconds() <= 0 {
+			continue
+		}
+		e := r.GetStartTime().AsTime().Add(time.Duration(r.GetTimeLimitSeconds()) * time.Second)
+		if end.IsZero() || e.Before(end) {
+			end, hosts = e, r.GetNodes()
+		}
+	}
+	if end.IsZero() {
+		return time.Time{}, nil, &Error{Text: "allocation failure: Requested nodes are busy (no idle node of partition " + part +
+			" fits the job now and no running job of it has a time limit to end by)", Code: 1}
+	}
+	return end, hosts, nil
+}
+
+// slurmReasons are Slurm's words that start a gateway refusal's message
+// (after the field it names).
+var slurmReasons = []string{msgPolicyViolation, msgInvalidQOS, "Invalid account or account/partition combination specified"}
+
+// allocationFailure is Slurm's refusal of a --test-only job, "allocation
+// failure: REASON" (slurm_perror's, no "sbatch: error:"), with the
+// gateway's whole message msg after it on a second line, "sbatch: error:
+// ...", when it says more. REASON is Slurm's words in msg: those it
+// quotes "(Slurm: ...)", or those it starts with, else msg itself.
+func allocationFailure(c *cmd, msg string) *Error {
+	msg = unfielded(msg)
+	reason := msg
+	if _, after, ok := strings.Cut(msg, "(Slurm: "); ok {
+		reason, _, _ = strings.Cut(after, ")")
+	} else {
+		for _, r := range slurmReasons {
+			if strings.HasPrefix(msg, r) {
+				reason = r
+			}
+		}
+	}
+	text := "allocation failure: " + reason
+	if reason != msg {
+		text += "\n" + c.errorf("%s", msg).Text
+	}
+	return &Error{Text: text, Code: 1}
+}
+
+// unfielded is a gateway refusal's message without the request field it
+// names first ("job.ntasks: Requested node configuration is not
+// available: ..." reads "Requested node configuration is not available:
+// ..."), so that Slurm's words come first.
+func unfielded(msg string) string {
+	if f, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(f, " ") && strings.Contains(f, ".") {
+		return rest
+	}
+	return msg
+}

@@ -1,0 +1,48 @@
+package slurmcli
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestSbatchTestOnly: sbatch --test-only has the gateway check the job
+// (validate_only: nothing queued, no id taken) and says on stderr when and
+// where it would start, in the words real Slurm 22.05 printed:
+//
+//	sbatch: Job 22 to start at 2026-12-07T04:26:17 using 1 processors on nodes node1 in partition debug
+//
+// and a job that cannot run: "allocation failure: Requested node
+// configuration is not available", exit 1, no "sbatch: error:" prefix.
+func TestSbatchTestOnly(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	jobs := len(f.Jobs)
+	// Fits now: debug's gpu-0003 has room; the id is the next one (20 is
+	// the fixture's largest).
+	code, out, errOut := run(t, f, "sbatch", Env{}, "--test-only", "-p", "debug", "-n", "1", "--wrap", "hostname")
+	if want := "sbatch: Job 21 to start at 2026-01-02T15:04:05 using 1 processors on nodes gpu-0003 in partition debug\n"; code != 0 || out != "" || errOut != want {
+		t.Errorf("fits: %d %q %q, want 0 and %q", code, out, errOut, want)
+	}
+	if reqs := submitted(f); len(reqs) != 1 || !reqs[0].GetValidateOnly() || len(f.Jobs) != jobs {
+		t.Fatalf("fits: sent %v, %d jobs stored (were %d): want one validate_only request and nothing queued", reqs, len(f.Jobs), jobs)
+	}
+	// No room in gpu now (two nodes allocated, one drained, one with 7
+	// GPUs free): the earliest end of a running job of it, job 12's
+	// (started 1:02:03 ago, 2 h limit), on its nodes.
+	code, out, errOut = run(t, f, "sbatch", Env{}, "--test-only", "-p", "gpu", "-N", "2", "--gres=gpu:8", "--wrap", "hostname")
+	if want := "sbatch: Job 21 to start at 2026-01-02T16:02:02 using 2 processors on nodes gpu-[0001-0002] in partition gpu\n"; code != 0 || out != "" || errOut != want {
+		t.Errorf("busy: %d %q %q, want 0 and %q", code, out, errOut, want)
+	}
+	// The gateway's refusal: Slurm's words, then the gateway's.
+	f.SubmitErr = status.Error(codes.InvalidArgument, "job.ntasks: 1000 tasks need 63 nodes of partition debug, which has 1 (Slurm: Requested node configuration is not available)")
+	code, out, errOut = run(t, f, "sbatch", Env{}, "--test-only", "-p", "debug", "-n", "1000", "--wrap", "hostname")
+	if want := "allocation failure: Requested node configuration is not available\n" +
+		"sbatch: error: 1000 tasks need 63 nodes of partition debug, which has 1 (Slurm: Requested node configuration is not available)\n"; code != 1 || out != "" || errOut != want {
+		t.Errorf("impossible: %d %q %q, want 1 and %q", code, out, errOut, want)
+	}
+	if len(f.Jobs) != jobs {
+		t.Errorf("%d jobs stored, were %d", len(f.Jobs), jobs)
+	}
+}
