@@ -226,7 +226,7 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 				// JOB.STEP: one job step (srun), on every node (srunsteps.go).
 				if err := c.cancelStep(ctx, id, signal, verbose, o.confine); err != nil {
 					fmt.Fprintln(c.stderr, err.Error())
-					failed = max(failed, 1)
+					failed = max(failed, err.Code)
 				}
 				continue
 			}
@@ -421,6 +421,7 @@ const msgJobPending = "Job is pending execution"
 const (
 	exitAccessDenied   = 2002 & 0xff // ESLURM_ACCESS_DENIED
 	exitTransitionWait = 2020 & 0xff // ESLURM_TRANSITION_STATE_NO_UPDATE
+	exitInvalidJobID   = 2017 & 0xff // ESLURM_INVALID_JOB_ID
 )
 
 // cancelError is cancelOne's refusal, its err's Code the exit status it

@@ -714,8 +714,13 @@ func (t *stepTail) close() {
 // cancelStep is scancel JOB.STEP: it kills (or, with signal, signals) the
 // tasks of one job step on every node. With confine (scancel -M or
 // LOOM_CLUSTER), a step of a job in another cluster than the command's is
-// unknown to it, as to Slurm's.
-func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confine bool) error {
+// unknown to it, as to Slurm's. Its refusals are Slurm 22.05's, "Kill job
+// error on job step id ..." with a signal too: for a job that is unknown
+// or has ended, naming JOB.STEP, exit 1; for a step its active job does
+// not have, naming JOB alone, exit 225 (ESLURM_INVALID_JOB_ID), and
+// nothing at all for a signal or a pending job (Slurm's slurmctld
+// answers those OK).
+func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confine bool) *Error {
 	job, step, _ := strings.Cut(arg, ".")
 	if !isDigits(job) || !isDigits(step) || len(step) > 9 {
 		return c.errorf("Invalid job id %s", arg)
@@ -725,15 +730,13 @@ func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confi
 	if step == "" {
 		step = "0"
 	}
-	verb := "Kill job error"
-	if signal != "" {
-		verb = "Signal job error"
-	}
+	const verb = "Kill job error on job step id"
 	if verbose {
 		fmt.Fprintf(c.stderr, "scancel: Terminating step %s.%s\n", job, step)
 	}
+	unknown := c.errorf("%s %s: Invalid job id specified", verb, arg)
 	if confine && c.elsewhere(ctx, c.jobName(job)) {
-		return c.errorf("%s on job id %s: Invalid job id specified", verb, arg)
+		return unknown
 	}
 	cctx, cancel := c.call(ctx)
 	defer cancel()
@@ -743,12 +746,24 @@ func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confi
 		return nil
 	}
 	switch status.Code(err) {
-	case codes.NotFound:
-		return c.errorf("%s on job id %s: Invalid job id specified", verb, arg)
-	case codes.FailedPrecondition:
-		return c.errorf("%s on job id %s: %s", verb, arg, status.Convert(err).Message())
+	case codes.NotFound, codes.FailedPrecondition:
+		// The job says which: unknown or ended, or a step it lacks.
+		gctx, gcancel := c.call(ctx)
+		defer gcancel()
+		j, gerr := c.jobsClient().GetJob(gctx, &loomv1.GetJobRequest{Name: c.jobName(job)})
+		switch {
+		case status.Code(gerr) == codes.NotFound || gerr == nil && j.GetState().Terminal():
+			return unknown
+		case gerr != nil || status.Code(err) == codes.FailedPrecondition:
+			return c.errorf("%s %s: %s", verb, arg, status.Convert(err).Message())
+		case signal != "" || j.GetState() == loomv1.JobState_PENDING:
+			return nil // slurmctld answers OK: nothing said, exit 0
+		}
+		e := c.errorf("%s %s: Invalid job id specified", verb, job)
+		e.Code = exitInvalidJobID
+		return e
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
-		return c.rpcError(verb+" on job id "+arg, err)
+		return c.rpcError(verb+" "+arg, err)
 	}
-	return c.errorf("%s on job id %s: %s", verb, arg, status.Convert(err).Message())
+	return c.errorf("%s %s: %s", verb, arg, status.Convert(err).Message())
 }

@@ -1,0 +1,49 @@
+package slurmcli
+
+import (
+	"testing"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestScancelStepRefusals: scancel JOB.STEP answers as Slurm 22.05's
+// (recorded with scripts/slurm-local.sh): "Kill job error on job step id",
+// with a signal too; an unknown or ended job names JOB.STEP, exit 1; a
+// step the running job does not have names the job alone, exit 225
+// (ESLURM_INVALID_JOB_ID), and a signal to it, or either to a pending
+// job's step, says nothing, exit 0.
+func TestScancelStepRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args    []string
+		code    int
+		errOut  string
+		stopped bool // step 12.0 cancelled
+	}{
+		{[]string{"99.0"}, 1, "scancel: error: Kill job error on job step id 99.0: Invalid job id specified\n", false},
+		{[]string{"-s", "USR1", "99.0"}, 1, "scancel: error: Kill job error on job step id 99.0: Invalid job id specified\n", false},
+		{[]string{"10.0"}, 1, "scancel: error: Kill job error on job step id 10.0: Invalid job id specified\n", false},
+		{[]string{"-s", "USR1", "10.0"}, 1, "scancel: error: Kill job error on job step id 10.0: Invalid job id specified\n", false},
+		{[]string{"12.5"}, 225, "scancel: error: Kill job error on job step id 12: Invalid job id specified\n", false},
+		{[]string{"-s", "USR1", "12.5"}, 0, "", false},
+		// A pending job (13): nothing said, nothing done.
+		{[]string{"13.0"}, 0, "", false},
+		{[]string{"-s", "USR1", "13.0"}, 0, "", false},
+		{[]string{"12.0"}, 0, "", true},
+		{[]string{"-s", "USR1", "12.0"}, 0, "", false},
+	} {
+		f := fixture()
+		f.Steps = []*loomv1.JobStep{
+			{Name: "projects/default/jobs/12/steps/0", Job: "projects/default/jobs/12", State: loomv1.JobState_RUNNING},
+			// Job 10 has ended, its step with it.
+			{Name: "projects/default/jobs/10/steps/0", Job: "projects/default/jobs/10", State: loomv1.JobState_COMPLETED},
+		}
+		code, out, errOut := run(t, f, "scancel", Env{}, tc.args...)
+		if code != tc.code || out != "" || errOut != tc.errOut {
+			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+		if stopped := f.Steps[0].GetState() == loomv1.JobState_CANCELLED; stopped != tc.stopped {
+			t.Errorf("scancel %v: step 12.0 cancelled %v, want %v", tc.args, stopped, tc.stopped)
+		}
+	}
+}
