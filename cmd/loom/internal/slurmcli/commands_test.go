@@ -370,7 +370,7 @@ func TestScancel(t *testing.T) {
 		// A signal to a job that is unknown or has ended is an error, as
 		// in Slurm (only the plain cancel below is not).
 		{[]string{"-s", "USR1", "99"}, "scancel: error: Kill job error on job id 99: Invalid job id specified\n"},
-		{[]string{"-b", "10"}, "scancel: error: Kill job error on job id 10: Job/step already completing or completed\n"},
+		{[]string{"-b", "10"}, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
 		// Slurm's words for a signal: "Kill job error" too, an ended job's
 		// id invalid, a pending job not alterable yet.
 		{[]string{"-s", "USR1", "10"}, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},

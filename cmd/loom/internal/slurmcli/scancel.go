@@ -281,12 +281,13 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 			err = c.cancelOne(ctx, t, signal, scope)
 		}
 		if err != nil {
-			if err.done && signal == "" && !scope.batch && !scope.full {
+			if err.done && signal == "" && !scope.batch {
 				// As Slurm's scancel: cancelling a job that has already
 				// ended, is ending or is unknown (long purged) is no
 				// error, so that cleanup code may cancel what it started
 				// without asking first; only -v says so. A signal (-s,
-				// -b, -f) to such a job is still an error.
+				// -b) to such a job is still an error; -f alone is a
+				// cancel (Slurm 22.05 says nothing, exits 0).
 				if verbose && !quiet {
 					fmt.Fprintln(c.stderr, err.err.Error())
 				}
@@ -465,8 +466,8 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 			done := msg == msgAlreadyDone
 			code := 1
 			switch {
-			case signal != "" && done:
-				// Slurm's answer to a signal for an ended job.
+			case (signal != "" || scope.batch) && done:
+				// Slurm's answer to a signal (-b's too) for an ended job.
 				msg = "Invalid job id specified"
 			case signal != "" && msg == msgJobPending:
 				msg = "Job can not be altered now, try again later"
@@ -483,8 +484,8 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 	}
 	if t.job == nil && j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED {
 		msg := msgAlreadyDone
-		if signal != "" {
-			msg = "Invalid job id specified" // Slurm's answer to a signal for an ended job
+		if signal != "" || scope.batch {
+			msg = "Invalid job id specified" // Slurm's answer to a signal (-b's too) for an ended job
 		}
 		return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg), done: true}
 	}

@@ -47,3 +47,25 @@ func TestScancelStepRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestScancelBatchFullOfEndedJob: -b to a job that has ended is Slurm's
+// "Invalid job id specified", exit 1, as a signal is; -f without -s is a
+// cancel, which says nothing for an ended job, exit 0 (Slurm 22.05).
+func TestScancelBatchFullOfEndedJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		errOut string
+	}{
+		{[]string{"-b", "10"}, 1, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
+		{[]string{"-f", "10"}, 0, ""},
+		{[]string{"-f", "-s", "USR1", "10"}, 1, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
+		{[]string{"-b", "-s", "USR1", "10"}, 1, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
+	} {
+		code, out, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
+		if code != tc.code || out != "" || errOut != tc.errOut {
+			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+	}
+}
