@@ -11,13 +11,16 @@ import (
 var DependencyTypes = []string{"after", "afterany", "afterburstbuffer", "aftercorr", "afternotok", "afterok", "singleton"}
 
 // DepJob is one job a dependency waits for: "12", "12_3" (one array
-// task), "12_*"/"12" for a whole array, optionally "+MIN" (after only).
+// task), "12_*"/"12" for a whole array, optionally "+MIN" (any type; only
+// after waits for it).
 type DepJob struct {
 	JobID string
 	// Task is the array task index after "_", or -1 for the whole job.
 	Task int
 	// DelayMinutes is the "+time" of "after:12+5": how long after the
-	// job started.
+	// job started. Slurm 22.05 takes it on every type and keeps it in the
+	// job's Dependency, but waits for it on after alone: "afterok:12+5"
+	// starts as soon as 12 completed.
 	DelayMinutes int
 }
 
@@ -50,8 +53,9 @@ const MaxDelayMinutes = MaxTimeLimitSeconds / 60
 // accepts it: "type:job_id[:job_id...]" items joined by ',' (all) or '?'
 // (any, not mixed with ','), where type is after, afterany, afternotok,
 // afterok, aftercorr or afterburstbuffer, and "singleton" takes no ids.
-// Job ids are numbers, optionally "_N" (an array task) or "_*"; "after"
-// ids may carry "+minutes" (at most MaxDelayMinutes). A job named twice in
+// Job ids are numbers, optionally "_N" (an array task) or "_*", and may
+// carry "+minutes" (at most MaxDelayMinutes; only after waits for them,
+// as Slurm 22.05's). A job named twice in
 // one element is kept once; at most MaxDependencyJobs references remain.
 //
 // A refusal ends with Slurm's words for it, "(Slurm: Job dependency
@@ -123,7 +127,7 @@ func parseDepItem(el string) (DepItem, error) {
 	}
 	seen := make(map[DepJob]bool, len(fields)-1)
 	for _, f := range fields[1:] {
-		j, err := parseDepJob(f, typ == "after")
+		j, err := parseDepJob(f)
 		if err != nil {
 			return DepItem{}, err
 		}
@@ -138,12 +142,9 @@ func parseDepItem(el string) (DepItem, error) {
 	return it, nil
 }
 
-func parseDepJob(f string, allowDelay bool) (DepJob, error) {
+func parseDepJob(f string) (DepJob, error) {
 	j := DepJob{Task: -1}
 	if id, delay, ok := strings.Cut(f, "+"); ok {
-		if !allowDelay {
-			return DepJob{}, fmt.Errorf("%q: only after takes a +time", f)
-		}
 		n, err := strconv.Atoi(delay)
 		if err != nil || n < 0 || !isDigits(delay) {
 			return DepJob{}, fmt.Errorf("%q: time after + is not a number of minutes", f)

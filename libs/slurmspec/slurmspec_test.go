@@ -162,7 +162,9 @@ func TestParseDependency(t *testing.T) {
 		{"before:12", "unknown dependency type"},
 		{"singleton:12", "takes no job ids"},
 		{"afterok:1,afterany:2?after:3", "cannot be mixed"},
-		{"afterok:12+5", "only after takes a +time"},
+		{"afterok:12+x", "not a number of minutes"},
+		{"afterany:12+", "not a number of minutes"},
+		{"afternotok:12+-3", "not a number of minutes"},
 		{"after:12+x", "not a number of minutes"},
 		{"afterok:12_x", "not an index"},
 		{"afterok:0", "not a job id"},
@@ -171,6 +173,13 @@ func TestParseDependency(t *testing.T) {
 		if _, err := ParseDependency(tc.in); err == nil || !strings.Contains(err.Error(), tc.bad) {
 			t.Errorf("ParseDependency(%q) error = %v, want one containing %q", tc.in, err, tc.bad)
 		}
+	}
+	// Slurm 22.05 takes a +time on every type (it waits for it on after
+	// alone): it is kept, for squeue's and scontrol's Dependency.
+	if d, err := ParseDependency("afterok:12+5,aftercorr:13_1+2"); err != nil ||
+		!reflect.DeepEqual(d.Items[0].Jobs, []DepJob{{JobID: "12", Task: -1, DelayMinutes: 5}}) ||
+		!reflect.DeepEqual(d.Items[1].Jobs, []DepJob{{JobID: "13", Task: 1, DelayMinutes: 2}}) {
+		t.Errorf("afterok:12+5,aftercorr:13_1+2 = %+v, %v", d, err)
 	}
 	if _, err := ParseDependency("afterok:12_*"); err != nil {
 		t.Errorf("whole-array dependency: %v", err)

@@ -40,6 +40,8 @@ func TestDependencyText(t *testing.T) {
 		{pending("afterok:10:20"), "afterok:10(unfulfilled),afterok:20_*(unfulfilled)"},
 		// A delay is kept: Slurm shows "after:13+5(unfulfilled)".
 		{pending("after:13+5"), "after:13+5(unfulfilled)"},
+		// On another type too (Slurm 22.05, which does not wait for it).
+		{pending("afterok:13+5"), "afterok:13+5(unfulfilled)"},
 		{pending("afterok:20_0"), "(null)"},
 		{pending("afterok:10?afterok:12"), "afterok:10(unfulfilled)?afterok:12(failed)"},
 		{pending("singleton"), "singleton(unfulfilled)"},

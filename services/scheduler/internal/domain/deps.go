@@ -287,8 +287,9 @@ func (t *txn) dependencyReason(j *Job, singletonBlocked func(*Job) bool) (string
 			if c.state == depWaiting && state == depSatisfied {
 				state = depWaiting
 			}
-			// after:ID+MIN: that long after the job started.
-			if delay := time.Duration(dj.DelayMinutes) * time.Minute; state == depSatisfied && delay > 0 {
+			// after:ID+MIN: that long after the job started. Another
+			// type's +MIN is taken and not waited for, as Slurm 22.05's.
+			if delay := time.Duration(dj.DelayMinutes) * time.Minute; it.Type == DepAfter && state == depSatisfied && delay > 0 {
 				if due := c.at.Add(delay); t.now.Before(due) {
 					state = depWaiting
 					if wake.IsZero() || due.Before(wake) {

@@ -1251,6 +1251,13 @@ func TestAfterCorrAndBurstBuffer(t *testing.T) {
 	h.wantState(50, loomv1.JobState_PENDING, ReasonDependency)
 	h.tick(15 * time.Minute)
 	h.wantState(50, loomv1.JobState_RUNNING, "")
+	// Another type's +MIN is taken and not waited for, as Slurm 22.05's:
+	// afterok:60+30 starts once 60 completed.
+	h.submitJob(job(60, 1, 1))
+	h.submitJob(job(61, 1, 1, func(j *loomv1.Job) { j.Dependency = "afterok:60+30" }))
+	h.wantState(61, loomv1.JobState_PENDING, ReasonDependency)
+	h.finish(60, 0)
+	h.wantState(61, loomv1.JobState_RUNNING, "")
 }
 
 // TestCancelWithExitCode: srun and salloc end their allocation as the
