@@ -268,6 +268,30 @@ func keepPartitionStates(o, merged, new *loomv1.Cluster, mask []string) {
 	}
 }
 
+// OnlyPartitionStates reports whether next differs from old (both
+// normalized specs; status, times, etag and name are not compared) in the
+// state of one or more partitions and in nothing else: the same partitions
+// in the same order, every other field equal. Such an update applies at
+// once, whatever the cluster is doing (docs/clusters.md): it moves no node.
+func OnlyPartitionStates(old, next *loomv1.Cluster) bool {
+	a, b := proto.Clone(old).(*loomv1.Cluster), proto.Clone(next).(*loomv1.Cluster)
+	for _, c := range []*loomv1.Cluster{a, b} {
+		c.Name, c.Status, c.CreateTime, c.UpdateTime, c.Etag = "", nil, nil, nil, ""
+	}
+	pa, pb := a.GetOrchestrator().GetSlurm().GetPartitions(), b.GetOrchestrator().GetSlurm().GetPartitions()
+	if len(pa) != len(pb) {
+		return false
+	}
+	changed := false
+	for i := range pa {
+		if pa[i].GetState() != pb[i].GetState() {
+			changed = true
+		}
+		pa[i].State, pb[i].State = "", ""
+	}
+	return changed && proto.Equal(a, b)
+}
+
 // checkPoolChanges reports changes to existing pools that only a new cluster
 // could make.
 func checkPoolChanges(v *errs.Validator, o, m *loomv1.Cluster) {

@@ -222,3 +222,38 @@ func TestApplyUpdatePartitionState(t *testing.T) {
 		t.Fatalf("after adding a pool: %v, want partition all over gpu and more, still DOWN", p)
 	}
 }
+
+// OnlyPartitionStates tells an update that changes partitions' states and
+// nothing else (which applies at once) from every other.
+func TestOnlyPartitionStates(t *testing.T) {
+	t.Parallel()
+	old := stored(t)
+	old.Etag = Etag(old)
+	mask := []string{"orchestrator.slurm.partitions"}
+	withState := func(state string) *loomv1.Cluster {
+		n := proto.Clone(old).(*loomv1.Cluster)
+		n.Status, n.Etag = nil, ""
+		n.Orchestrator.Slurm.Partitions[0].State = state
+		return n
+	}
+	down, err := ApplyUpdate(old, withState("DOWN"), mask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !OnlyPartitionStates(old, down) {
+		t.Fatal("a partition going DOWN: not an update of states only")
+	}
+	if OnlyPartitionStates(old, old) {
+		t.Fatal("no change at all: taken as an update of states")
+	}
+	grown := proto.Clone(down).(*loomv1.Cluster)
+	grown.Compute.NodePools[0].NodeCount++
+	if OnlyPartitionStates(old, grown) {
+		t.Fatal("a state and a node count: taken as an update of states only")
+	}
+	renamed := proto.Clone(old).(*loomv1.Cluster)
+	renamed.Orchestrator.Slurm.Partitions[0].Default = !renamed.Orchestrator.Slurm.Partitions[0].GetDefault()
+	if OnlyPartitionStates(old, renamed) {
+		t.Fatal("a partition's other field: taken as an update of states")
+	}
+}

@@ -123,6 +123,10 @@ type edit struct {
 	touched map[string]bool   // clusters whose status to recompute
 	members map[string]bool   // clusters whose Slurm files to re-render
 	done    map[string]string // cluster → the operation this change finished
+	// instant maps a cluster to the operation of an update this change
+	// applied and finished at once (partitions' states alone), which is not
+	// the cluster's operation in progress.
+	instant map[string]string
 
 	slurm    map[string]*loomv1.SlurmConfig
 	delSlurm []string
@@ -139,7 +143,7 @@ func (s *State) edit(p Params, now time.Time) *edit {
 	return &edit{
 		s: s, p: p.WithDefaults(), now: now,
 		cl: map[string]*Cluster{}, nd: map[string]*loomv1.Node{},
-		touched: map[string]bool{}, members: map[string]bool{}, done: map[string]string{},
+		touched: map[string]bool{}, members: map[string]bool{}, done: map[string]string{}, instant: map[string]string{},
 		slurm: map[string]*loomv1.SlurmConfig{}, rp: map[string]*Repair{},
 	}
 }
@@ -292,6 +296,15 @@ func (e *edit) change() Change {
 		ev := &eventsv1.ClusterChanged{Operation: c.Operation, Cluster: c.Cluster}
 		if op := e.done[name]; op != "" {
 			ev.Operation, ev.OperationDone = op, true
+		}
+		if op := e.instant[name]; op != "" && ev.Operation == "" {
+			ev.Operation, ev.OperationDone = op, true
+		} else if op != "" {
+			// The event already names the cluster's own operation: the
+			// instant one is finished by one of its own, with the same
+			// cluster.
+			ch.Events = append(ch.Events, ev)
+			ev = &eventsv1.ClusterChanged{Operation: op, Cluster: c.Cluster, OperationDone: true}
 		}
 		ch.Events = append(ch.Events, ev)
 	}
