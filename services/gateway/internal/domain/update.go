@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -106,13 +107,20 @@ func CheckUpdateRequest(req *loomv1.UpdateClusterRequest) error {
 // change there is refused naming the field. The updatable paths named (or
 // under a named parent: "compute" is "compute.node_pools") are merged by
 // ApplySpecUpdate, whose refusals come under "cluster.". A cluster being
-// created, updated or deleted cannot be updated (errs.FailedPrecondition).
+// created, updated or deleted cannot be updated (errs.FailedPrecondition),
+// except by a change of partitions' states alone while it is created or
+// updated: that applies at once (clusterspec.OnlyPartitionStates).
 func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Update, error) {
 	name := current.GetName()
-	switch s := current.GetStatus().GetState(); s {
-	case loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING, loomv1.Cluster_DELETING, loomv1.Cluster_DELETED:
-		return Update{}, fmt.Errorf("cluster %s is %s; update it when its operation is done: %w", name, s, errs.FailedPrecondition)
+	s := current.GetStatus().GetState()
+	busy := func() error {
+		return fmt.Errorf("cluster %s is %s; update it when its operation is done: %w", name, s, errs.FailedPrecondition)
 	}
+	switch s {
+	case loomv1.Cluster_DELETING, loomv1.Cluster_DELETED:
+		return Update{}, busy()
+	}
+	inFlight := s == loomv1.Cluster_CREATING || s == loomv1.Cluster_UPDATING
 	old := NormalizeSpec(SpecOf(current))
 	old.Name = name
 	paths := req.GetUpdateMask().GetPaths()
@@ -166,10 +174,16 @@ func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Upd
 		merged, specErr = ApplySpecUpdate(old, src, mask)
 	}
 	if err := joinInvalid(frozen.Err(), PrefixFields(specErr, "cluster.")); err != nil {
+		if inFlight {
+			return Update{}, busy()
+		}
 		return Update{}, err
 	}
 	merged = SpecOf(merged)
 	merged.Name = name
+	if inFlight && !clusterspec.OnlyPartitionStates(old, merged) {
+		return Update{}, busy()
+	}
 	if err := checkClusterCommand(merged); err != nil {
 		return Update{}, err
 	}

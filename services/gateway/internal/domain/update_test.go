@@ -283,3 +283,34 @@ func TestMergeUpdateEmptyMaskKeepsOrchestrator(t *testing.T) {
 		t.Errorf("an orchestrator given whole: %v %v", up.Cluster.GetOrchestrator(), err)
 	}
 }
+
+// While a cluster is created or updated, a change of partitions' states
+// alone is let through (the provisioner applies it at once); any other
+// change, or one mixed with it, is refused as before, and every update of
+// a cluster being deleted.
+func TestMergeUpdatePartitionStateWhileBusy(t *testing.T) {
+	t.Parallel()
+	for _, st := range []loomv1.Cluster_State{loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING, loomv1.Cluster_DELETING} {
+		cur := running()
+		cur.Status.State = st
+		down := proto.Clone(cur).(*loomv1.Cluster)
+		down.Orchestrator.Slurm.Partitions[0].State = "DOWN"
+		req := updateReq(&loomv1.Cluster{Orchestrator: down.Orchestrator}, "orchestrator.slurm.partitions")
+		up, err := MergeUpdate(req, cur)
+		if st == loomv1.Cluster_DELETING {
+			if !errors.Is(err, errs.FailedPrecondition) {
+				t.Errorf("%s: %v, want FAILED_PRECONDITION", st, err)
+			}
+			continue
+		}
+		if err != nil || !up.Changed || up.Cluster.GetOrchestrator().GetSlurm().GetPartitions()[0].GetState() != "DOWN" {
+			t.Errorf("%s: State=DOWN: %v %v, want the change", st, up.Cluster, err)
+		}
+		mixed := proto.Clone(down).(*loomv1.Cluster)
+		mixed.Labels = map[string]string{"team": "vision"}
+		_, err = MergeUpdate(updateReq(mixed, "labels", "orchestrator.slurm.partitions"), cur)
+		if !errors.Is(err, errs.FailedPrecondition) || !strings.Contains(err.Error(), st.String()) {
+			t.Errorf("%s: State=DOWN and labels: %v, want FAILED_PRECONDITION naming the state", st, err)
+		}
+	}
+}
