@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/loom-ml/loom/libs/testkit"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -83,5 +85,42 @@ func TestPartitionStateUpdateAuthorized(t *testing.T) {
 		if _, err := loomv1.NewClusterServiceClient(h.as(t, who)).UpdateCluster(ctx, r); err != nil {
 			t.Fatalf("%s sets partition gpu DOWN: %v", who, err)
 		}
+	}
+}
+
+// TestPartitionStateRefusesMoves: scontrol update JobId=J Partition=P is
+// refused for a DRAIN or INACTIVE partition as a submission to it is, or
+// a job accepted in a DOWN partition could be moved into a drained one and
+// started there; of a list the partitions that refuse are left out of the
+// command.
+func TestPartitionStateRefusesMoves(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.w.setCluster(partitionsCluster())
+	ctx := testkit.Context(t, wait)
+	r := validJob()
+	r.Job.Partition = "open"
+	j, err := h.jobs().SubmitJob(ctx, r)
+	if err != nil {
+		t.Fatalf("submit to DOWN partition open: %v", err)
+	}
+	for _, tc := range []struct{ partition, want string }{
+		{"gpu", "partition: Required partition not available (inactive or drain): partition gpu is DRAIN"},
+		{"cpu", "partition cpu is INACTIVE"},
+		{"gpu,cpu", "partition gpu is DRAIN, cpu is INACTIVE"},
+	} {
+		_, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: j.GetName(), Action: "update", Partition: tc.partition})
+		wantCode(t, "move to "+tc.partition, err, codes.InvalidArgument, tc.want)
+	}
+	if _, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: j.GetName(), Action: "update", Partition: "gpu,open"}); err != nil {
+		t.Fatalf("move to gpu,open: %v", err)
+	}
+	cmd := jobCommand(t, h, func(u *eventsv1.UpdateJob) bool { return u.GetJob() == j.GetName() && u.GetAction() == "update" })
+	if cmd.GetPartition() != "open" {
+		t.Fatalf("UpdateJob command's partition %q, want open (gpu is DRAIN)", cmd.GetPartition())
+	}
+	// Its own partition, DOWN, does not stop a resize.
+	if _, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: j.GetName(), Action: "update", Partition: "open", NodeCount: proto.Int32(1)}); err != nil {
+		t.Fatalf("resize in its own partition: %v", err)
 	}
 }

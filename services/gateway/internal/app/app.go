@@ -1273,12 +1273,23 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 			return nil, err
 		}
 	}
+	partition := req.GetPartition()
 	if domain.Resizes(req) {
 		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: j.GetCluster()})
 		if err != nil {
 			return nil, fmt.Errorf("ask the provisioner for %s: %w", j.GetCluster(), err)
 		}
-		updated := domain.Updated(j, req)
+		// A move to a DRAIN or INACTIVE partition is refused as a
+		// submission to it is; of a list, those are left out.
+		if partition, err = domain.UpdatedPartition(c, j, partition); err != nil {
+			return nil, err
+		}
+		ureq := req
+		if partition != req.GetPartition() {
+			ureq = proto.Clone(req).(*loomv1.UpdateJobRequest)
+			ureq.Partition = partition
+		}
+		updated := domain.Updated(j, ureq)
 		var nodes map[string]*loomv1.Node
 		if len(updated.GetNodelist())+len(updated.GetExclude()) > 0 {
 			if nodes, err = g.clusterNodes(ctx, j.GetCluster()); err != nil {
@@ -1320,7 +1331,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		defer r.release() // counted again from the scheduler's lists once requeued
 	}
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos, Account: account,
-		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
+		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: partition, Nice: req.Nice,
 		BeginTime: req.GetBeginTime(), Dependency: req.Dependency, JobName: req.JobName,
 		NodeCount: req.NodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
 		ArrayTaskThrottle: req.ArrayTaskThrottle, GpusPerNode: req.GpusPerNode, GpuType: req.GpuType, User: caller.User, Admin: caller.Admin}

@@ -336,6 +336,31 @@ func checkPartitionsSubmit(ids []string, ps []*loomv1.SlurmPartition) error {
 		slurmspec.MsgPartitionNotAvail, strings.Join(shut, ", "))
 }
 
+// UpdatedPartition is the partition (scontrol update Partition=) an
+// update moving job to partition sends: as a submission (checkPartitionsSubmit),
+// a move to partitions none of which takes new jobs (DRAIN, INACTIVE) is
+// refused (InvalidArgument on partition, Slurm's words), and of a list
+// (-p a,b) those that take none are left out. A partition the job is in
+// already, or none, is left as it is; one the cluster lacks CheckUpdatedJob
+// has refused.
+func UpdatedPartition(cluster *loomv1.Cluster, job *loomv1.Job, partition string) (string, error) {
+	if partition == "" || cluster == nil {
+		return partition, nil
+	}
+	n, err := slurmspec.NormalizePartitions(partition)
+	if err != nil || n == job.GetPartition() {
+		return partition, nil
+	}
+	ids, ps, err := jobPartitions(cluster, &loomv1.Job{Partition: n})
+	if err != nil {
+		return partition, nil
+	}
+	if err := checkPartitionsSubmit(ids, ps); err != nil {
+		return "", errs.Invalid("partition", "%v", err)
+	}
+	return submittingPartitions(cluster, n), nil
+}
+
 // submittingPartitions is job partition list (-p a,b; normalized) less
 // the partitions of cluster that take no new jobs (DRAIN, INACTIVE), as
 // slurmctld keeps them; list itself when it names one partition, or none
