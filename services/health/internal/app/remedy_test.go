@@ -2,6 +2,7 @@ package app
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,5 +189,43 @@ func TestRepairWaitsForTheProvisionersDeadline(t *testing.T) {
 	}
 	if len(evs) == 0 || evs[0].GetReason() != "reboot finished after health gave up waiting: rebooted: gpu-0001 is back" {
 		t.Fatalf("history after the late answer: %v", evs)
+	}
+}
+
+// TestRepairDeadlineBounded: a RemediationProgress whose deadline_in is
+// past remedy.MaxRepairDeadline is refused naming the field and the
+// limit, and does not keep the repair from escalating at -repair-timeout.
+func TestRepairDeadlineBounded(t *testing.T) {
+	t.Parallel()
+	st, clk, ctx := onRedis(t)
+	cfg := domain.Config{Timeout: 24 * time.Hour, Remedy: remedy.Config{Seed: 7, RepairTimeout: 30 * time.Minute}}
+	a := NewWith(st, cfg, clk.now, slog.Default())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = "projects/default/clusters/c1/nodes/gpu-0001"
+	for _, ev := range []envelope.Event{
+		envelope.New(topics.NodeEvents, n, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: n, Hostname: "gpu-0001", State: loomv1.Node_READY}}),
+		envelope.New(topics.NodeTelemetry, n, "loom/test", &eventsv1.XidObserved{Node: n, Gpu: 0, Xid: 79}),
+	} {
+		if err := a.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := a.Remedy(n).RepairID
+	if id == "" {
+		t.Fatalf("no repair started: %+v", a.Remedy(n))
+	}
+	err := a.Handle(ctx, envelope.New(topics.NodeEvents, n, "loom/test", &eventsv1.RemediationProgress{Node: n, RemediationId: id,
+		Action: loomv1.RemediationAction_ACTION_REBOOT, DeadlineIn: durationpb.New(100 * 365 * 24 * time.Hour)}))
+	if err == nil || !strings.Contains(err.Error(), "deadline_in") || !strings.Contains(err.Error(), "24h0m0s") {
+		t.Fatalf("a century's deadline: %v, want refused naming deadline_in and 24h0m0s", err)
+	}
+	clk.advance(31 * time.Minute)
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.Remedy(n); r.State != loomv1.RemediationState_NODE_REIMAGING || r.Reason != "reboot not finished within 30m0s" {
+		t.Fatalf("30m into a repair given a century: %v %q, want given up (REIMAGING)", r.State, r.Reason)
 	}
 }

@@ -482,6 +482,11 @@ func (s *State) HandleRecord(now time.Time, rec Record, payload proto.Message) (
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("remediation progress: %w", errs.Invalid("node", "required"))
 		}
+		if d := ev.GetDeadlineIn().AsDuration(); d > remedy.MaxRepairDeadline {
+			// A deadline past any repair's would keep a broken node out
+			// of escalation for ever.
+			return nil, fmt.Errorf("remediation progress: %w", errs.Invalid("deadline_in", "%s is past the most health waits for a repair, %s", d, remedy.MaxRepairDeadline))
+		}
 		evs = append(evs, remedy.Progress{Node: ev.GetNode(), ID: ev.GetRemediationId(), DeadlineIn: ev.GetDeadlineIn().AsDuration()})
 	case *eventsv1.NodeDrained:
 		if ev.GetNode() == "" {

@@ -97,6 +97,11 @@ const (
 	// provisioner answers at its deadline, and that answer takes a moment
 	// to arrive.
 	RepairMargin = 5 * time.Minute
+	// MaxRepairDeadline is the longest deadline_in of a RemediationProgress
+	// health takes (a day: the provisioner's boot timeout plus its
+	// provider's longest expected boot); a longer one is refused, and the
+	// repair is waited for -repair-timeout only.
+	MaxRepairDeadline = 24 * time.Hour
 )
 
 // Config is the machine's policy.
