@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TRES limits (sacctmgr's GrpTRES= and MaxTRESPerJob=): the trackable
@@ -93,6 +95,25 @@ func TRESOf(cpu, memMB, node, gpu *int64) TRES {
 		}
 	}
 	return t
+}
+
+// TRESFromProto is the API's TRES limit as a TRES: none for nil; an
+// absent value is no limit, 0 a limit of 0.
+func TRESFromProto(t *loomv1.Tres) TRES {
+	if t == nil {
+		return TRES{}
+	}
+	return TRESOf(t.Cpu, t.MemMb, t.Node, t.Gpu)
+}
+
+// Proto returns t as the API's TRES limit, nil when it sets none.
+func (t TRES) Proto() *loomv1.Tres {
+	if t == (TRES{}) {
+		return nil
+	}
+	out := &loomv1.Tres{}
+	out.Cpu, out.MemMb, out.Node, out.Gpu = t.Optional()
+	return out
 }
 
 // Optional returns t's limits in TRESNames' order, nil where it has none:

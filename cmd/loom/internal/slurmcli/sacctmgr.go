@@ -492,8 +492,8 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 		qos := slices.Clone(open)
 		qos = append(qos, a.GetQos()...)
 		slices.Sort(qos)
-		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", tresOf(grp).String(), "", "", "", num(maxJobs),
-			tresOf(a.GetMaxTresPerJob()).String(), "", num(maxSubmit), maxWallString(a.GetMaxWallMinutes(), ""), "",
+		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", slurmspec.TRESFromProto(grp).String(), "", "", "", num(maxJobs),
+			slurmspec.TRESFromProto(a.GetMaxTresPerJob()).String(), "", num(maxSubmit), maxWallString(a.GetMaxWallMinutes(), ""), "",
 			strings.Join(slices.Compact(qos), ","), a.GetDefaultQos(), ""}
 	}
 	indent := func(depth int) string {
@@ -556,25 +556,6 @@ func sacctmgrTRES(title, v string) ([]slurmspec.TRESSetting, error) {
 		return nil, sacctmgrFail(" Bad %s value: %v", title, err)
 	}
 	return t, nil
-}
-
-// tresOf is a TRES limit as slurmspec's (none for nil; an absent value
-// is no limit, 0 a limit of 0).
-func tresOf(t *loomv1.Tres) slurmspec.TRES {
-	if t == nil {
-		return slurmspec.TRES{}
-	}
-	return slurmspec.TRESOf(t.Cpu, t.MemMb, t.Node, t.Gpu)
-}
-
-// tresProto is t as the API's, nil when it sets none.
-func tresProto(t slurmspec.TRES) *loomv1.Tres {
-	if t == (slurmspec.TRES{}) {
-		return nil
-	}
-	out := &loomv1.Tres{}
-	out.Cpu, out.MemMb, out.Node, out.Gpu = t.Optional()
-	return out
 }
 
 // tresSettings writes settings as given, normalized: "gres/gpu=64,cpu=-1".
@@ -694,10 +675,10 @@ func (s *assocSettings) apply(a *loomv1.Association) {
 		a.Fairshare = *s.fairshare
 	}
 	if len(s.grpTRES) > 0 {
-		a.GrpTres = tresProto(tresOf(a.GetGrpTres()).With(s.grpTRES))
+		a.GrpTres = slurmspec.TRESFromProto(a.GetGrpTres()).With(s.grpTRES).Proto()
 	}
 	if len(s.maxTRES) > 0 {
-		a.MaxTresPerJob = tresProto(tresOf(a.GetMaxTresPerJob()).With(s.maxTRES))
+		a.MaxTresPerJob = slurmspec.TRESFromProto(a.GetMaxTresPerJob()).With(s.maxTRES).Proto()
 	}
 	if s.maxWall != nil {
 		a.MaxWallMinutes = *s.maxWall
@@ -786,7 +767,7 @@ func (c *cmd) sacctmgrAddAccount(ctx context.Context, specs []sacctmgrSpec, out 
 			if err != nil {
 				return err
 			}
-			acct.GrpTres = tresProto(tresOf(acct.GetGrpTres()).With(t))
+			acct.GrpTres = slurmspec.TRESFromProto(acct.GetGrpTres()).With(t).Proto()
 		case word(s.key, "clusters", 1):
 		default:
 			return sacctmgrFail(" Unknown option: %s\n Use keyword 'where' to modify condition", s.raw)
@@ -838,7 +819,7 @@ func (c *cmd) sacctmgrAddAccount(ctx context.Context, specs []sacctmgrSpec, out 
 	}
 	b.WriteString(" Settings\n")
 	fmt.Fprintf(&b, "  Parent        = %s\n", added[0].GetParentAccount())
-	if t := tresOf(added[0].GetGrpTres()).String(); t != "" {
+	if t := slurmspec.TRESFromProto(added[0].GetGrpTres()).String(); t != "" {
 		fmt.Fprintf(&b, "  GrpTRES       = %s\n", t)
 	}
 	fmt.Fprint(c.stdout, b.String())
@@ -1092,7 +1073,7 @@ func (c *cmd) sacctmgrModifyAccount(ctx context.Context, args []string, out sacc
 				return err
 			}
 			// Each TRES named is one path: the others are kept.
-			want.GrpTres = tresProto(tresOf(want.GetGrpTres()).With(t))
+			want.GrpTres = slurmspec.TRESFromProto(want.GetGrpTres()).With(t).Proto()
 			for _, st := range t {
 				path := map[string]string{"cpu": "grp_tres.cpu", "mem": "grp_tres.mem_mb", "node": "grp_tres.node", "gres/gpu": "grp_tres.gpu"}[st.Name]
 				if !slices.Contains(mask, path) {

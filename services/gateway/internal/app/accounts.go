@@ -11,6 +11,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -186,7 +187,7 @@ func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRe
 		return nil, changedMeanwhile("update account "+id, "the account or one of its new parents", err)
 	}
 	g.opt.Log.InfoContext(ctx, "account updated", "account", next.GetName(), "parent", next.GetParentAccount(),
-		"fairshare", next.GetFairshare(), "grp_tres", domain.TRESOf(next.GetGrpTres()).String(), "update_mask", req.GetUpdateMask().GetPaths())
+		"fairshare", next.GetFairshare(), "grp_tres", slurmspec.TRESFromProto(next.GetGrpTres()).String(), "update_mask", req.GetUpdateMask().GetPaths())
 	return next, nil
 }
 
@@ -302,7 +303,7 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	}
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
 		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos(),
-		"grp_tres", domain.TRESOf(a.GetGrpTres()).String(), "max_tres_per_job", domain.TRESOf(a.GetMaxTresPerJob()).String(),
+		"grp_tres", slurmspec.TRESFromProto(a.GetGrpTres()).String(), "max_tres_per_job", slurmspec.TRESFromProto(a.GetMaxTresPerJob()).String(),
 		"max_wall_minutes", a.GetMaxWallMinutes())
 	out := proto.Clone(a).(*loomv1.Association)
 	out.Etag = domain.AssociationEtag(out)

@@ -372,46 +372,27 @@ func AssociationEtag(a *loomv1.Association) string {
 // InvalidArgument naming field.cpu and the like) and returns it to store:
 // a copy, nil when it sets none.
 func CheckTRES(v *errs.Validator, field string, t *loomv1.Tres) *loomv1.Tres {
-	tr := TRESOf(t)
+	tr := slurmspec.TRESFromProto(t)
 	ok := true
 	tr.Check(func(f, msg string) { v.Add(field+"."+f, "%s", msg); ok = false })
 	if !ok {
 		return nil
 	}
-	return TRESProto(tr)
-}
-
-// TRESOf is a TRES limit as slurmspec's (none for nil; an absent value is
-// no limit, 0 a limit of 0).
-func TRESOf(t *loomv1.Tres) slurmspec.TRES {
-	if t == nil {
-		return slurmspec.TRES{}
-	}
-	return slurmspec.TRESOf(t.Cpu, t.MemMb, t.Node, t.Gpu)
-}
-
-// TRESProto is t as the API's, nil when it sets none.
-func TRESProto(t slurmspec.TRES) *loomv1.Tres {
-	if t == (slurmspec.TRES{}) {
-		return nil
-	}
-	out := &loomv1.Tres{}
-	out.Cpu, out.MemMb, out.Node, out.Gpu = t.Optional()
-	return out
+	return tr.Proto()
 }
 
 // mergeTRES is cur with the values of in that paths name (grp_tres: all
 // of them; grp_tres.gpu: that one), nil when it sets none.
 func mergeTRES(cur, in *loomv1.Tres, paths map[string]bool) *loomv1.Tres {
 	all := paths["grp_tres"]
-	out, set := TRESOf(cur), TRESOf(in)
+	out, set := slurmspec.TRESFromProto(cur), slurmspec.TRESFromProto(in)
 	for i, f := range []string{"grp_tres.cpu", "grp_tres.mem_mb", "grp_tres.node", "grp_tres.gpu"} {
 		if all || paths[f] {
 			v, ok := set.Limit(i)
 			out.SetLimit(i, v, ok)
 		}
 	}
-	return TRESProto(out)
+	return out.Proto()
 }
 
 // ParseQOSList reads a comma-separated QOS list (-open-qos): lower-cased,

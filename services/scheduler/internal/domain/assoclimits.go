@@ -171,10 +171,7 @@ func (t *txn) accountChanged(ev *eventsv1.AccountChanged) error {
 // tresLimit checks an event's TRES limit (slurmspec's bounds, the
 // gateway's) and returns it.
 func tresLimit(v *errs.Validator, field string, t *loomv1.Tres) slurmspec.TRES {
-	var tr slurmspec.TRES
-	if t != nil {
-		tr = slurmspec.TRESOf(t.Cpu, t.MemMb, t.Node, t.Gpu)
-	}
+	tr := slurmspec.TRESFromProto(t)
 	tr.Check(func(f, msg string) { v.Add(field+"."+f, "%s", msg) })
 	return tr
 }
