@@ -1001,6 +1001,31 @@ func TestClusterLine(t *testing.T) {
 	}
 }
 
+// TestSqueueLooksEachOwnerUpOnce: %U, %g and %G of every row come from one
+// lookup per owner (the system's user and group databases are not asked
+// again for each row and field), and read as ownerIDs gives them.
+func TestSqueueLooksEachOwnerUpOnce(t *testing.T) {
+	t.Parallel()
+	v := &squeueView{}
+	var rows []jobRow
+	for _, u := range []string{"root", "alice", "root", "alice", "root"} {
+		rows = append(rows, jobRow{job: &loomv1.Job{User: u}})
+	}
+	var b strings.Builder
+	squeueFields(v).write(&b, parseFormat("%U|%g|%G"), rows, true)
+	if len(v.owners) != 2 {
+		t.Errorf("owners looked up: %v, want root and alice once each", v.owners)
+	}
+	var want strings.Builder
+	for _, r := range rows {
+		ids := ownerIDs(r.job.GetUser())
+		fmt.Fprintf(&want, "%s|%s|%s\n", ids.uid, ids.group, ids.gid)
+	}
+	if b.String() != want.String() {
+		t.Errorf("rows %q, want %q", b.String(), want.String())
+	}
+}
+
 // TestSqueueOwnerAndLayoutFieldsAsSlurm: %U/%G are the owner's uid and gid
 // (%g the group's name) when the owner is an account of this machine, the
 // name otherwise; %H %I %J (and -O sockets,cores,threads) are "*", %s

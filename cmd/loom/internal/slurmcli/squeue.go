@@ -85,6 +85,23 @@ type squeueView struct {
 	// jobsByID is every job by id, for showing which dependencies still
 	// hold a job back (scontrol show job).
 	jobsByID map[string]*loomv1.Job
+	// owners are the jobs' owners' ids (ownerIDs) looked up so far: %U,
+	// %g and %G of every row would otherwise each ask the system's user
+	// and group databases (NSS: maybe LDAP) again for the same owner.
+	owners map[string]osIDs
+}
+
+// owner is ownerIDs(user), looked up once per view.
+func (v *squeueView) owner(user string) osIDs {
+	if ids, ok := v.owners[user]; ok {
+		return ids
+	}
+	if v.owners == nil {
+		v.owners = map[string]osIDs{}
+	}
+	ids := ownerIDs(user)
+	v.owners[user] = ids
+	return ids
 }
 
 // timeLimit is the job's time limit in seconds, -1 for none.
@@ -164,8 +181,8 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 		"F": {header: "ARRAY_JOB_ID", value: func(r jobRow) string { return r.arrayJobID }},
 		// The owner's group name and gid, its uid (%U), when the owner is
 		// an account of this machine, as Slurm's; else the name for each.
-		"g": str("GROUP", func(j *loomv1.Job) string { return ownerIDs(j.GetUser()).group }),
-		"G": str("GROUP", func(j *loomv1.Job) string { return ownerIDs(j.GetUser()).gid }),
+		"g": str("GROUP", func(j *loomv1.Job) string { return v.owner(j.GetUser()).group }),
+		"G": str("GROUP", func(j *loomv1.Job) string { return v.owner(j.GetUser()).gid }),
 		// Slurm's --sockets-per-node, --cores-per-socket and
 		// --threads-per-core: Loom takes none of them ("*", as Slurm's
 		// for a job that set none).
@@ -233,7 +250,7 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 		"t": str("ST", func(j *loomv1.Job) string { return stateCode(effectiveState(j)) }),
 		"T": str("STATE", func(j *loomv1.Job) string { return stateLong(effectiveState(j)) }),
 		"u": str("USER", func(j *loomv1.Job) string { return j.GetUser() }),
-		"U": str("UID", func(j *loomv1.Job) string { return ownerIDs(j.GetUser()).uid }),
+		"U": str("UID", func(j *loomv1.Job) string { return v.owner(j.GetUser()).uid }),
 		"v": str("RESERVATION", func(*loomv1.Job) string { return "(null)" }),
 		"V": str("SUBMIT_TIME", func(j *loomv1.Job) string { return v.timeOrNA(j.GetSubmitTime(), j.GetSubmitTime() != nil) }),
 		"w": str("WCKEY", func(*loomv1.Job) string { return "(null)" }),
