@@ -500,7 +500,7 @@ func holdStepEnd(held []StepEnd, e StepEnd, attempt int32) ([]StepEnd, bool) {
 	return slices.Delete(out, far, far+1), true
 }
 
-// dist is how far attempt a is from b.
+// dist is how far attempt a is from b (holdStepEnd, farthestAttempt).
 func dist(a, b int32) int64 {
 	d := int64(a) - int64(b)
 	if d < 0 {
@@ -835,12 +835,12 @@ func mostHeld(held []PendingMetrics, but string, size func(PendingMetrics) int) 
 // likely to be named soon.
 func farthestAttempt(held []PendingMetrics, node string, current int32) int {
 	k := -1
-	dist := func(a int32) int64 { return max(int64(a)-int64(current), int64(current)-int64(a)) }
 	for j, p := range held {
 		if p.Node != node {
 			continue
 		}
-		if k < 0 || dist(p.Attempt) > dist(held[k].Attempt) || (dist(p.Attempt) == dist(held[k].Attempt) && p.Attempt > held[k].Attempt) {
+		if k < 0 || dist(p.Attempt, current) > dist(held[k].Attempt, current) ||
+			(dist(p.Attempt, current) == dist(held[k].Attempt, current) && p.Attempt > held[k].Attempt) {
 			k = j
 		}
 	}
