@@ -294,8 +294,10 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 			if n, cerr := g.repo.CountAssociations(ctx, project); cerr == nil && n >= domain.MaxAssociationsPerProject {
 				return nil, assocLimitError(project, n)
 			}
-			if now, _, rerr := g.repo.AssociationAsStored(ctx, project, a.GetUser(), a.GetAccount()); req.GetCreateOnly() && rerr == nil && now != nil {
-				return nil, associationExists(a)
+			if req.GetCreateOnly() {
+				if now, _, rerr := g.repo.AssociationAsStored(ctx, project, a.GetUser(), a.GetAccount()); rerr == nil && now != nil {
+					return nil, associationExists(a)
+				}
 			}
 		}
 		return nil, changedMeanwhile(fmt.Sprintf("set association user=%s account=%s", a.GetUser(), a.GetAccount()),
