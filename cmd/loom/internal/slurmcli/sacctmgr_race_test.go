@@ -59,16 +59,7 @@ func realGateway(t *testing.T) *grpc.ClientConn {
 // as it is then. Neither change is lost.
 func TestSacctmgrRacingQOSEditsBothLand(t *testing.T) {
 	t.Parallel()
-	env := Env{Conn: realGateway(t), Project: "default", Cluster: "demo", User: "admin", CallTimeout: 30 * time.Second}
-	ctx := testkit.Context(t, 3*time.Minute)
-	sacctmgr := func(args ...string) (int, string) {
-		var out, errb bytes.Buffer
-		code := Main(ctx, "sacctmgr", append([]string{"-i"}, args...), env, &out, &errb)
-		return code, out.String() + errb.String()
-	}
-	if code, out := sacctmgr("add", "account", "physics"); code != 0 {
-		t.Fatalf("add account: exit %d: %s", code, out)
-	}
+	sacctmgr := sacctmgrWithPhysics(t)
 	qos := func(user string) string {
 		_, out := sacctmgr("-n", "-P", "show", "assoc", "user="+user, "format=QOS")
 		return strings.TrimSpace(out)
@@ -129,16 +120,7 @@ func TestSacctmgrRacingQOSEditsBothLand(t *testing.T) {
 // stored is the first's whole: an add never replaces another's limits.
 func TestSacctmgrRacingAddsKeepOne(t *testing.T) {
 	t.Parallel()
-	env := Env{Conn: realGateway(t), Project: "default", Cluster: "demo", User: "admin", CallTimeout: 30 * time.Second}
-	ctx := testkit.Context(t, 3*time.Minute)
-	sacctmgr := func(args ...string) (int, string) {
-		var out, errb bytes.Buffer
-		code := Main(ctx, "sacctmgr", append([]string{"-i"}, args...), env, &out, &errb)
-		return code, out.String() + errb.String()
-	}
-	if code, out := sacctmgr("add", "account", "physics"); code != 0 {
-		t.Fatalf("add account: exit %d: %s", code, out)
-	}
+	sacctmgr := sacctmgrWithPhysics(t)
 	for round := range 6 {
 		user := fmt.Sprintf("a%d", round)
 		adds := [][]string{{"add", "user", user, "account=physics", "MaxJobs=3"}, {"add", "user", user, "account=physics", "MaxSubmitJobs=7"}}
@@ -163,4 +145,22 @@ func TestSacctmgrRacingAddsKeepOne(t *testing.T) {
 			t.Fatalf("round %d: stored MaxJobs|MaxSubmit %q, want the adding call's %q", round, strings.TrimSpace(got), want)
 		}
 	}
+}
+
+// sacctmgrWithPhysics returns a runner of sacctmgr -i as an admin against
+// a real gateway on a real Redis, whose project has the account physics:
+// each call's exit code and its output and errors together.
+func sacctmgrWithPhysics(t *testing.T) func(args ...string) (int, string) {
+	t.Helper()
+	env := Env{Conn: realGateway(t), Project: "default", Cluster: "demo", User: "admin", CallTimeout: 30 * time.Second}
+	ctx := testkit.Context(t, 3*time.Minute)
+	sacctmgr := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := Main(ctx, "sacctmgr", append([]string{"-i"}, args...), env, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	if code, out := sacctmgr("add", "account", "physics"); code != 0 {
+		t.Fatalf("add account: exit %d: %s", code, out)
+	}
+	return sacctmgr
 }
