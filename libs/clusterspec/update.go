@@ -2,6 +2,7 @@ package clusterspec
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -268,28 +269,50 @@ func keepPartitionStates(o, merged, new *loomv1.Cluster, mask []string) {
 	}
 }
 
-// OnlyPartitionStates reports whether next differs from old (both
-// normalized specs; status, times, etag and name are not compared) in the
-// state of one or more partitions and in nothing else: the same partitions
-// in the same order, every other field equal. Such an update applies at
-// once, whatever the cluster is doing (docs/clusters.md): it moves no node.
-func OnlyPartitionStates(old, next *loomv1.Cluster) bool {
-	a, b := proto.Clone(old).(*loomv1.Cluster), proto.Clone(next).(*loomv1.Cluster)
-	for _, c := range []*loomv1.Cluster{a, b} {
-		c.Name, c.Status, c.CreateTime, c.UpdateTime, c.Etag = "", nil, nil, nil, ""
-	}
-	pa, pb := a.GetOrchestrator().GetSlurm().GetPartitions(), b.GetOrchestrator().GetSlurm().GetPartitions()
-	if len(pa) != len(pb) {
+// MovesNoNode reports whether updating old to next (both normalized specs;
+// status, times, etag and name are not compared) moves no node and claims
+// no more or less capacity: every pool is still there under the same id and
+// host prefix (its node set's id) with the same fields but its labels, no
+// pool is added, and the login nodes and the fixed sections (storage,
+// network) are the same. What such an update may change is what no node
+// record or capacity claim holds: display_name, description, labels, pool
+// labels, node sets' features (not their ids over an existing pool),
+// partitions (states, node sets, max times, default, priority tiers, their
+// order) and prolog/epilog scripts; the order of the pools. A change of
+// node_count or max_dynamic_node_count (which the capacity check must see)
+// moves nodes. Such an update (or none at all) applies at once, whatever
+// the cluster is doing but being deleted (docs/clusters.md): it only stores
+// and re-renders the spec.
+func MovesNoNode(old, next *loomv1.Cluster) bool {
+	a, b := nodeShape(old), nodeShape(next)
+	if !proto.Equal(a, b) {
 		return false
 	}
-	changed := false
-	for i := range pa {
-		if pa[i].GetState() != pb[i].GetState() {
-			changed = true
+	for _, np := range old.GetCompute().GetNodePools() {
+		if HostPrefix(old, np.GetId()) != HostPrefix(next, np.GetId()) {
+			return false
 		}
-		pa[i].State, pb[i].State = "", ""
 	}
-	return changed && proto.Equal(a, b)
+	return true
+}
+
+// nodeShape returns what of cluster c decides its nodes and capacity
+// claims: c without the fields MovesNoNode lets change, pools in id order.
+func nodeShape(c *loomv1.Cluster) *loomv1.Cluster {
+	s := proto.Clone(c).(*loomv1.Cluster)
+	s.Name, s.Status, s.CreateTime, s.UpdateTime, s.Etag = "", nil, nil, nil, ""
+	s.DisplayName, s.Description, s.Labels = "", "", nil
+	for _, np := range s.GetCompute().GetNodePools() {
+		np.Labels = nil
+	}
+	if s.GetCompute() != nil {
+		slices.SortStableFunc(s.Compute.NodePools, func(x, y *loomv1.NodePool) int { return strings.Compare(x.GetId(), y.GetId()) })
+	}
+	if sl := s.GetOrchestrator().GetSlurm(); sl != nil {
+		// The host prefixes the node sets give are compared apart.
+		sl.NodeSets, sl.Partitions, sl.PrologScripts, sl.EpilogScripts = nil, nil, nil, nil
+	}
+	return s
 }
 
 // checkPoolChanges reports changes to existing pools that only a new cluster

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -223,37 +224,132 @@ func TestApplyUpdatePartitionState(t *testing.T) {
 	}
 }
 
-// OnlyPartitionStates tells an update that changes partitions' states and
-// nothing else (which applies at once) from every other.
-func TestOnlyPartitionStates(t *testing.T) {
+// MovesNoNode is decided field by field: one row per field of the cluster
+// spec (every one: a field added to the proto must get a row), plus the
+// list-level changes (pools added, removed, reordered).
+func TestMovesNoNode(t *testing.T) {
 	t.Parallel()
-	old := stored(t)
-	old.Etag = Etag(old)
-	mask := []string{"orchestrator.slurm.partitions"}
-	withState := func(state string) *loomv1.Cluster {
-		n := proto.Clone(old).(*loomv1.Cluster)
-		n.Status, n.Etag = nil, ""
-		n.Orchestrator.Slurm.Partitions[0].State = state
-		return n
+	type C = *loomv1.Cluster
+	pool := func(c C, i int) *loomv1.NodePool { return c.Compute.NodePools[i] }
+	slurm := func(c C) *loomv1.SlurmOrchestrator { return c.Orchestrator.Slurm }
+	cases := []struct {
+		field  string // the spec field it changes, or a list-level change
+		change func(C)
+		want   bool
+	}{
+		{"display_name", func(c C) { c.DisplayName = "Base" }, true},
+		{"description", func(c C) { c.Description = "now with more" }, true},
+		{"labels", func(c C) { c.Labels = map[string]string{"team": "vision"} }, true},
+		{"compute.node_pools.id", func(c C) { pool(c, 2).Id = "cpu2"; slurm(c).NodeSets[2].NodePoolId = "cpu2" }, false},
+		{"compute.node_pools.machine_type", func(c C) { pool(c, 0).MachineType = "a3-megagpu-8g" }, false},
+		{"compute.node_pools.node_count", func(c C) { pool(c, 0).NodeCount++ }, false},
+		{"compute.node_pools.accelerator_type", func(c C) { pool(c, 0).AcceleratorType = "nvidia-h100-80gb" }, false},
+		{"compute.node_pools.accelerator_count", func(c C) { pool(c, 0).AcceleratorCount = 4 }, false},
+		{"compute.node_pools.labels", func(c C) { pool(c, 1).Labels = map[string]string{"tier": "cheap"} }, true},
+		{"compute.node_pools.max_dynamic_node_count", func(c C) { pool(c, 2).MaxDynamicNodeCount++ }, false},
+		{"compute.node_pools.capacity", func(c C) { pool(c, 1).Capacity = &loomv1.CapacitySource{Type: loomv1.CapacitySource_ON_DEMAND} }, false},
+		{"compute.node_pools.boot_disk", func(c C) { pool(c, 0).BootDisk.SizeGb++ }, false},
+		{"compute.node_pools.zone", func(c C) { pool(c, 0).Zone = "us-central1-b" }, false},
+		{"orchestrator.slurm.login_nodes.machine_type", func(c C) { slurm(c).LoginNodes.MachineType = "n2-standard-8" }, false},
+		{"orchestrator.slurm.login_nodes.count", func(c C) { slurm(c).LoginNodes.Count++ }, false},
+		{"orchestrator.slurm.node_sets.id", func(c C) {
+			slurm(c).NodeSets[1].Id = "spot"
+			slurm(c).Partitions[1].NodeSetIds = []string{"spot"}
+		}, false},
+		{"orchestrator.slurm.node_sets.node_pool_id", func(c C) {
+			slurm(c).NodeSets[0].NodePoolId, slurm(c).NodeSets[1].NodePoolId = "gpu-b", "gpu-a"
+		}, false},
+		{"orchestrator.slurm.node_sets.features", func(c C) { slurm(c).NodeSets[0].Features = []string{"h200", "ib"} }, true},
+		{"orchestrator.slurm.partitions.id", func(c C) { slurm(c).Partitions[1].Id = "preempt" }, true},
+		{"orchestrator.slurm.partitions.node_set_ids", func(c C) { slurm(c).Partitions[0].NodeSetIds = []string{"a3h", "a3u"} }, true},
+		{"orchestrator.slurm.partitions.max_time", func(c C) { slurm(c).Partitions[1].MaxTime = "2-00:00:00" }, true},
+		{"orchestrator.slurm.partitions.default", func(c C) {
+			slurm(c).Partitions[0].Default, slurm(c).Partitions[2].Default = false, true
+		}, true},
+		{"orchestrator.slurm.partitions.priority_tier", func(c C) { slurm(c).Partitions[1].PriorityTier = 5 }, true},
+		{"orchestrator.slurm.partitions.state", func(c C) { slurm(c).Partitions[0].State = "DOWN" }, true},
+		{"orchestrator.slurm.prolog_scripts", func(c C) { slurm(c).PrologScripts = nil }, true},
+		{"orchestrator.slurm.epilog_scripts", func(c C) { slurm(c).EpilogScripts = []string{"#!/bin/sh\necho bye\n"} }, true},
+		{"storage", func(c C) { c.Storage.Home.CapacityGib *= 2 }, false},
+		{"network", func(c C) { c.Network.Mtu = 1460 }, false},
+
+		{"no change at all", func(C) {}, true},
+		{"pools reordered", func(c C) {
+			c.Compute.NodePools[0], c.Compute.NodePools[2] = c.Compute.NodePools[2], c.Compute.NodePools[0]
+		}, true},
+		{"a partition added", func(c C) {
+			slurm(c).Partitions = append(slurm(c).Partitions, &loomv1.SlurmPartition{Id: "all", NodeSetIds: []string{"a3u", "a3h", "cpu"}})
+		}, true},
+		{"a partition removed", func(c C) { slurm(c).Partitions = slurm(c).Partitions[:2] }, true},
+		{"a pool added", func(c C) {
+			c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: "l4", MachineType: "g2-standard-48", NodeCount: 2})
+		}, false},
+		{"a pool removed", func(c C) {
+			c.Compute.NodePools = c.Compute.NodePools[:2]
+			slurm(c).NodeSets, slurm(c).Partitions = slurm(c).NodeSets[:2], slurm(c).Partitions[:2]
+		}, false},
+		{"a pool's node set removed (its hosts renamed)", func(c C) {
+			slurm(c).NodeSets = slices.Delete(slurm(c).NodeSets, 1, 2)
+			slurm(c).Partitions[1].NodeSetIds = []string{"cpu"}
+		}, false},
+		{"a node count and a partition state together", func(c C) {
+			pool(c, 0).NodeCount++
+			slurm(c).Partitions[0].State = "DOWN"
+		}, false},
 	}
-	down, err := ApplyUpdate(old, withState("DOWN"), mask)
-	if err != nil {
-		t.Fatal(err)
+
+	covered := map[string]bool{}
+	for _, tc := range cases {
+		covered[tc.field] = true
 	}
-	if !OnlyPartitionStates(old, down) {
-		t.Fatal("a partition going DOWN: not an update of states only")
+	for _, f := range specFields((&loomv1.Cluster{}).ProtoReflect().Descriptor(), "") {
+		if !covered[f] {
+			t.Errorf("no case for spec field %s: decide whether changing it moves a node", f)
+		}
 	}
-	if OnlyPartitionStates(old, old) {
-		t.Fatal("no change at all: taken as an update of states")
+
+	for _, tc := range cases {
+		t.Run(tc.field, func(t *testing.T) {
+			t.Parallel()
+			old := stored(t)
+			old.Etag = Etag(old)
+			next := proto.Clone(old).(*loomv1.Cluster)
+			next.Status, next.Etag = nil, ""
+			tc.change(next)
+			Normalize(next)
+			if got := MovesNoNode(old, next); got != tc.want {
+				t.Errorf("MovesNoNode = %v, want %v", got, tc.want)
+			}
+			if got := MovesNoNode(next, old); got != tc.want {
+				t.Errorf("MovesNoNode of the change undone = %v, want %v", got, tc.want)
+			}
+		})
 	}
-	grown := proto.Clone(down).(*loomv1.Cluster)
-	grown.Compute.NodePools[0].NodeCount++
-	if OnlyPartitionStates(old, grown) {
-		t.Fatal("a state and a node count: taken as an update of states only")
+}
+
+// specFields returns the dotted paths of the spec fields of md: output-only
+// ones and the name left out, the messages an update compares whole
+// (storage, network, a pool's capacity and boot disk) as one field, the
+// others' fields (lists of messages included) walked into.
+func specFields(md protoreflect.MessageDescriptor, prefix string) []string {
+	walk := map[protoreflect.FullName]bool{}
+	for _, m := range []proto.Message{&loomv1.ComputeResources{}, &loomv1.NodePool{}, &loomv1.Orchestrator{},
+		&loomv1.SlurmOrchestrator{}, &loomv1.LoginNodes{}, &loomv1.SlurmNodeSet{}, &loomv1.SlurmPartition{}} {
+		walk[m.ProtoReflect().Descriptor().FullName()] = true
 	}
-	renamed := proto.Clone(old).(*loomv1.Cluster)
-	renamed.Orchestrator.Slurm.Partitions[0].Default = !renamed.Orchestrator.Slurm.Partitions[0].GetDefault()
-	if OnlyPartitionStates(old, renamed) {
-		t.Fatal("a partition's other field: taken as an update of states")
+	var out []string
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		path := prefix + string(fd.Name())
+		if prefix == "" && (path == "name" || contains(outputOnlyPaths, path)) {
+			continue
+		}
+		if fd.Message() != nil && !fd.IsMap() && walk[fd.Message().FullName()] {
+			out = append(out, specFields(fd.Message(), path+".")...)
+			continue
+		}
+		out = append(out, path)
 	}
+	return out
 }

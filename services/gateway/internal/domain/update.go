@@ -108,8 +108,8 @@ func CheckUpdateRequest(req *loomv1.UpdateClusterRequest) error {
 // under a named parent: "compute" is "compute.node_pools") are merged by
 // ApplySpecUpdate, whose refusals come under "cluster.". A cluster being
 // created, updated or deleted cannot be updated (errs.FailedPrecondition),
-// except by a change of partitions' states alone while it is created or
-// updated: that applies at once (clusterspec.OnlyPartitionStates).
+// except by a change that moves no node while it is created or updated:
+// that applies at once (clusterspec.MovesNoNode).
 func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Update, error) {
 	name := current.GetName()
 	s := current.GetStatus().GetState()
@@ -181,7 +181,7 @@ func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Upd
 	}
 	merged = SpecOf(merged)
 	merged.Name = name
-	if inFlight && !clusterspec.OnlyPartitionStates(old, merged) {
+	if inFlight && !clusterspec.MovesNoNode(old, merged) {
 		return Update{}, busy()
 	}
 	if err := checkClusterCommand(merged); err != nil {

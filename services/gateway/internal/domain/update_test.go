@@ -149,7 +149,9 @@ func TestMergeUpdateRefused(t *testing.T) {
 			return updateReq(c, "compute.node_pools")
 		}, "cluster.compute.node_pools[1].node_count", nil},
 		{"a cluster being created", func() *loomv1.UpdateClusterRequest {
-			return updateReq(SpecOf(running()), "labels")
+			c := SpecOf(running())
+			c.Compute.NodePools[0].NodeCount++
+			return updateReq(c, "compute.node_pools")
 		}, "", errs.FailedPrecondition},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -284,11 +286,11 @@ func TestMergeUpdateEmptyMaskKeepsOrchestrator(t *testing.T) {
 	}
 }
 
-// While a cluster is created or updated, a change of partitions' states
-// alone is let through (the provisioner applies it at once); any other
-// change, or one mixed with it, is refused as before, and every update of
-// a cluster being deleted.
-func TestMergeUpdatePartitionStateWhileBusy(t *testing.T) {
+// While a cluster is created or updated, a change that moves no node (a
+// partition's state, labels) is let through (the provisioner applies it at
+// once); one that moves nodes, alone or mixed with it, is refused as
+// before, and every update of a cluster being deleted.
+func TestMergeUpdateWhileBusy(t *testing.T) {
 	t.Parallel()
 	for _, st := range []loomv1.Cluster_State{loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING, loomv1.Cluster_DELETING} {
 		cur := running()
@@ -306,11 +308,17 @@ func TestMergeUpdatePartitionStateWhileBusy(t *testing.T) {
 		if err != nil || !up.Changed || up.Cluster.GetOrchestrator().GetSlurm().GetPartitions()[0].GetState() != "DOWN" {
 			t.Errorf("%s: State=DOWN: %v %v, want the change", st, up.Cluster, err)
 		}
-		mixed := proto.Clone(down).(*loomv1.Cluster)
-		mixed.Labels = map[string]string{"team": "vision"}
-		_, err = MergeUpdate(updateReq(mixed, "labels", "orchestrator.slurm.partitions"), cur)
+		labels := proto.Clone(down).(*loomv1.Cluster)
+		labels.Labels = map[string]string{"team": "vision"}
+		up, err = MergeUpdate(updateReq(labels, "labels", "orchestrator.slurm.partitions"), cur)
+		if err != nil || up.Cluster.GetLabels()["team"] != "vision" || up.Cluster.GetOrchestrator().GetSlurm().GetPartitions()[0].GetState() != "DOWN" {
+			t.Errorf("%s: State=DOWN and labels: %v %v, want the change", st, up.Cluster, err)
+		}
+		grown := proto.Clone(down).(*loomv1.Cluster)
+		grown.Compute.NodePools[0].NodeCount++
+		_, err = MergeUpdate(updateReq(grown, "compute.node_pools", "orchestrator.slurm.partitions"), cur)
 		if !errors.Is(err, errs.FailedPrecondition) || !strings.Contains(err.Error(), st.String()) {
-			t.Errorf("%s: State=DOWN and labels: %v, want FAILED_PRECONDITION naming the state", st, err)
+			t.Errorf("%s: State=DOWN and a grown pool: %v, want FAILED_PRECONDITION naming the state", st, err)
 		}
 	}
 }

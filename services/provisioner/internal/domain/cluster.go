@@ -130,10 +130,11 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 // which go DRAINING with a drain deadline (or straight to DELETING when they never
 // came up), and pools removed from the spec shrink to nothing. The update
 // is done when every pool is at its new target (see refresh); a change that
-// moves no node (partitions, node sets) is done at once. A change of
-// partitions' states and nothing else is stored at once and its operation
-// done in the same change, with no UPDATING of its own: while the cluster
-// is CREATING or UPDATING too, whose operation goes on. A command whose
+// moves no node (clusterspec.MovesNoNode: labels, descriptions,
+// partitions, node sets' features, scripts) is stored at once and its
+// operation done in the same change, with no UPDATING of its own, whatever
+// its pools' readiness: while the cluster is CREATING or UPDATING too,
+// whose operation goes on. A command whose
 // etag is set and is not the cluster's (its spec changed since the caller
 // read it) fails with ABORTED and changes nothing.
 func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Time) Change {
@@ -154,13 +155,15 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 	in := proto.Clone(cmd.GetCluster()).(*loomv1.Cluster)
 	in.Name = name
 	next, err := clusterspec.ApplyUpdate(c.Cluster, in, cmd.GetUpdateMask())
-	// A change of partitions' states alone moves no node: it applies at
+	// A change that moves no node has nothing to wait for: it applies at
 	// once, during a create or an update too (admins take a partition
-	// DOWN when nodes break or the cluster is being changed).
-	statesOnly := err == nil && clusterspec.OnlyPartitionStates(spec.Normalize(c.Cluster), next)
+	// DOWN when nodes break or the cluster is being changed), and with a
+	// pool below target, which would otherwise hold it UPDATING until the
+	// operation timeout.
+	instant := err == nil && clusterspec.MovesNoNode(spec.Normalize(c.Cluster), next)
 	switch c.State() {
 	case loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING:
-		if statesOnly {
+		if instant {
 			break
 		}
 		fallthrough
@@ -194,7 +197,7 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 	rec := c.clone()
 	next.Name, next.Status, next.CreateTime = name, rec.Cluster.Status, c.Cluster.GetCreateTime()
 	rec.Cluster = next
-	if statesOnly {
+	if instant {
 		// Stored, re-rendered and emitted now, the operation done in the
 		// same ClusterChanged; the cluster's own operation (a create or
 		// an update in progress) and its deadline go on unchanged.

@@ -124,7 +124,7 @@ type edit struct {
 	members map[string]bool   // clusters whose Slurm files to re-render
 	done    map[string]string // cluster → the operation this change finished
 	// instant maps a cluster to the operation of an update this change
-	// applied and finished at once (partitions' states alone), which is not
+	// applied and finished at once (one that moves no node), which is not
 	// the cluster's operation in progress.
 	instant map[string]string
 
