@@ -9,10 +9,10 @@ import (
 )
 
 // TestCallerTextStaysText: every text a caller of the API controls — a
-// job's name, user, reason and placement, a cluster's message and conditions, a
-// node's hostname, pool and drain reason, a model's name, description,
-// labels and aliases, a metric's name, a dashboard's titles and legends
-// — is an HTML payload whose handler would set window.pwned, and the
+// job's name, user, reason and placement, a cluster's message, conditions
+// and partitions (id, state, node sets, max time), a node's hostname, pool
+// and drain reason, a model's name, description, labels and aliases, a
+// metric's name, a dashboard's titles and legends — is an HTML payload whose handler would set window.pwned, and the
 // real browser shows each as its characters: no element made from it,
 // nothing run, on every page of the navigation.
 func TestCallerTextStaysText(t *testing.T) {
@@ -29,7 +29,9 @@ func TestCallerTextStaysText(t *testing.T) {
 	c := openConsole(t, boundsAPI(t, map[string]func(*http.Request) any{
 		"GET /v1/projects/default/clusters": one(map[string]any{"clusters": []any{map[string]any{"name": c1, "description": x,
 			"status": map[string]any{"state": "RUNNING", "ready_nodes": 1, "total_nodes": 1, "message": x,
-				"conditions": []any{map[string]any{"type": x, "status": "TRUE", "reason": x, "message": x}}}}}}),
+				"conditions": []any{map[string]any{"type": x, "status": "TRUE", "reason": x, "message": x}}},
+			"orchestrator": map[string]any{"slurm": map[string]any{"partitions": []any{map[string]any{"id": x, "state": x,
+				"node_set_ids": []string{x}, "max_time": x}}}}}}}),
 		"GET /v1/" + c1 + "/nodes": one(map[string]any{"nodes": []any{map[string]any{"name": c1 + "/nodes/n1", "hostname": x,
 			"node_pool": x, "state": "NODE_STATE_DRAINED", "reason": x}}}),
 		"GET /v1/" + c1 + "/slurmNodes":   one(map[string]any{"nodes": []any{map[string]any{"hostname": x, "state": "DRAIN", "reason": x}}}),

@@ -101,6 +101,7 @@ function clusterCard(c, e) {
       {title: 'Capacity', get: p => p.capacity ? (p.capacity.type || '') + (p.capacity.reservation ? ' ' + p.capacity.reservation : '') : 'ON_DEMAND'},
       {title: 'Zone', get: p => p.zone},
     ], pools, 'No node pools.'),
+    partitionTable(c),
     (st.conditions || []).length ? table([
       {title: 'Condition', get: x => x.type},
       {title: 'Status', get: x => x.status},
@@ -109,6 +110,26 @@ function clusterCard(c, e) {
       {title: 'Since', get: x => ago(x.last_transition_time)},
     ], st.conditions) : null,
     h('p', null, link('Nodes of ' + short(c.name) + ' →', 'nodes', short(c.name))));
+}
+
+// partitionTable is a cluster's Slurm partitions with their state, as
+// sinfo's AVAIL shows it: the spec stores UP as empty, and DOWN (jobs wait),
+// DRAIN (no new jobs) and INACTIVE (neither) are what `scontrol update
+// PartitionName=P State=…` sets.
+function partitionTable(c) {
+  const parts = (c.orchestrator && c.orchestrator.slurm && c.orchestrator.slurm.partitions) || [];
+  return table([
+    {title: 'Partition', get: p => p.id + (p.default ? '*' : '')},
+    {title: 'State', class: 'state', get: p => badge(partitionState(p))},
+    {title: 'Node sets', class: 'wrap', get: p => (p.node_set_ids || []).join(', ')},
+    {title: 'Max time', get: p => p.max_time || 'UNLIMITED'},
+    {title: 'Priority tier', class: 'n', get: p => String(p.priority_tier || 0)},
+  ], parts, 'No Slurm partitions.', p => 'partition');
+}
+
+// partitionState is a partition's state in upper case, UP when unset.
+function partitionState(p) {
+  return String((p && p.state) || 'UP').toUpperCase();
 }
 
 function capacityTable(pools) {
