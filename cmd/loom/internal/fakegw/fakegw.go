@@ -154,6 +154,9 @@ type Gateway struct {
 	FailOperation bool
 	// SubmitErr, when set, is SubmitJob's answer.
 	SubmitErr error
+	// StepCancelErr, when set, is CancelJobStep's answer (the gateway's
+	// PermissionDenied for another user's job: the fake has no caller).
+	StepCancelErr error
 	// UpdateErr, when set, is UpdateCluster's answer (a cluster that
 	// changes under the call: ABORTED).
 	UpdateErr error
@@ -1001,8 +1004,8 @@ func (g *Gateway) ListJobSteps(_ context.Context, r *loomv1.ListJobStepsRequest)
 	return &loomv1.ListJobStepsResponse{Steps: page, NextPageToken: next}, errs.ToStatus(err)
 }
 
-// CancelJobStep answers NotFound for an unknown step and
-// FailedPrecondition for an ended one, as the gateway does. A signal
+// CancelJobStep answers StepCancelErr when set, NotFound for an unknown
+// step and FailedPrecondition for an ended one, as the gateway does. A signal
 // changes nothing; else the step's tasks are killed (SIGTERM: each exits
 // 143) and the step ends CANCELLED. The answer is the step as the
 // scheduler had it when the gateway asked: as it was before.
@@ -1010,6 +1013,8 @@ func (g *Gateway) CancelJobStep(_ context.Context, r *loomv1.CancelJobStepReques
 	defer g.lock(r)()
 	s := g.step(r.GetName())
 	switch {
+	case g.StepCancelErr != nil:
+		return nil, g.StepCancelErr
 	case s == nil:
 		return nil, stepNotFound(r.GetName())
 	case s.GetState().Terminal():

@@ -423,6 +423,7 @@ const (
 	exitAccessDenied   = 2002 & 0xff // ESLURM_ACCESS_DENIED
 	exitTransitionWait = 2020 & 0xff // ESLURM_TRANSITION_STATE_NO_UPDATE
 	exitInvalidJobID   = 2017 & 0xff // ESLURM_INVALID_JOB_ID
+	exitUserIDMissing  = 2010 & 0xff // ESLURM_USER_ID_MISSING: another user's job step
 )
 
 // cancelError is cancelOne's refusal, its err's Code the exit status it

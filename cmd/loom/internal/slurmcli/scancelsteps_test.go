@@ -3,15 +3,18 @@ package slurmcli
 import (
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestScancelStepRefusals: scancel JOB.STEP answers as Slurm 22.05's
 // (recorded with scripts/slurm-local.sh): "Kill job error on job step id",
 // with a signal too; an unknown or ended job names JOB.STEP, exit 1; a
-// step the running job does not have names the job alone, exit 225
-// (ESLURM_INVALID_JOB_ID), and a signal to it, or either to a pending
-// job's step, says nothing, exit 0.
+// step the running job does not have (or had: it has ended) names the job
+// alone, exit 225 (ESLURM_INVALID_JOB_ID), and a signal to it, or either
+// to a pending job's step, says nothing, exit 0.
 func TestScancelStepRefusals(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -26,6 +29,9 @@ func TestScancelStepRefusals(t *testing.T) {
 		{[]string{"-s", "USR1", "10.0"}, 1, "scancel: error: Kill job error on job step id 10.0: Invalid job id specified\n", false},
 		{[]string{"12.5"}, 225, "scancel: error: Kill job error on job step id 12: Invalid job id specified\n", false},
 		{[]string{"-s", "USR1", "12.5"}, 0, "", false},
+		// Step 12.1 has ended while its job runs: as a step it never had.
+		{[]string{"12.1"}, 225, "scancel: error: Kill job error on job step id 12: Invalid job id specified\n", false},
+		{[]string{"-s", "USR1", "12.1"}, 0, "", false},
 		// A pending job (13): nothing said, nothing done.
 		{[]string{"13.0"}, 0, "", false},
 		{[]string{"-s", "USR1", "13.0"}, 0, "", false},
@@ -35,6 +41,7 @@ func TestScancelStepRefusals(t *testing.T) {
 		f := fixture()
 		f.Steps = []*loomv1.JobStep{
 			{Name: "projects/default/jobs/12/steps/0", Job: "projects/default/jobs/12", State: loomv1.JobState_RUNNING},
+			{Name: "projects/default/jobs/12/steps/1", Job: "projects/default/jobs/12", State: loomv1.JobState_COMPLETED},
 			// Job 10 has ended, its step with it.
 			{Name: "projects/default/jobs/10/steps/0", Job: "projects/default/jobs/10", State: loomv1.JobState_COMPLETED},
 		}
@@ -64,6 +71,37 @@ func TestScancelBatchFullOfEndedJob(t *testing.T) {
 		{[]string{"-b", "-s", "USR1", "10"}, 1, "scancel: error: Kill job error on job id 10: Invalid job id specified\n"},
 	} {
 		code, out, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
+		if code != tc.code || out != "" || errOut != tc.errOut {
+			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+	}
+}
+
+// TestScancelStepOfAnotherUser: scancel JOB.STEP of another user's job by
+// someone who is not an administrator (the gateway's PermissionDenied)
+// answers as Slurm 22.05's did (recorded with scripts/slurm-local.sh, as
+// nobody, of root's jobs): "Invalid user id" naming the job alone, exit
+// 218 (ESLURM_USER_ID_MISSING), for any step of a running job, with a
+// signal too; an ended job's step is unknown to anyone (exit 1) and a
+// pending job's says nothing, exit 0.
+func TestScancelStepOfAnotherUser(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		errOut string
+	}{
+		{[]string{"12.0"}, 218, "scancel: error: Kill job error on job step id 12: Invalid user id\n"},
+		{[]string{"-s", "USR1", "12.0"}, 218, "scancel: error: Kill job error on job step id 12: Invalid user id\n"},
+		{[]string{"12.7"}, 218, "scancel: error: Kill job error on job step id 12: Invalid user id\n"},
+		{[]string{"10.0"}, 1, "scancel: error: Kill job error on job step id 10.0: Invalid job id specified\n"},
+		{[]string{"13.0"}, 0, ""},
+		{[]string{"-s", "USR1", "13.0"}, 0, ""},
+	} {
+		f := fixture()
+		f.StepCancelErr = status.Error(codes.PermissionDenied,
+			"Access/permission denied: job 12 is alice's; only its owner or an administrator of its project may act on it")
+		code, out, errOut := run(t, f, "scancel", Env{User: "bob"}, tc.args...)
 		if code != tc.code || out != "" || errOut != tc.errOut {
 			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
 		}

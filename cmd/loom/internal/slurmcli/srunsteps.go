@@ -716,10 +716,13 @@ func (t *stepTail) close() {
 // LOOM_CLUSTER), a step of a job in another cluster than the command's is
 // unknown to it, as to Slurm's. Its refusals are Slurm 22.05's, "Kill job
 // error on job step id ..." with a signal too: for a job that is unknown
-// or has ended, naming JOB.STEP, exit 1; for a step its active job does
-// not have, naming JOB alone, exit 225 (ESLURM_INVALID_JOB_ID), and
-// nothing at all for a signal or a pending job (Slurm's slurmctld
-// answers those OK).
+// or has ended, naming JOB.STEP, exit 1, whoever asks; for another
+// user's active job (the caller no administrator), "Invalid user id"
+// naming JOB alone, exit 218 (ESLURM_USER_ID_MISSING), whatever the step;
+// for a step its active job does not have or that has ended, naming JOB
+// alone, exit 225 (ESLURM_INVALID_JOB_ID), and nothing at all for a
+// signal to such a step or for a pending job's step, whoever asks
+// (Slurm's slurmctld answers those OK).
 func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confine bool) *Error {
 	job, step, _ := strings.Cut(arg, ".")
 	if !isDigits(job) || !isDigits(step) || len(step) > 9 {
@@ -745,24 +748,39 @@ func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confi
 	if err == nil {
 		return nil
 	}
-	switch status.Code(err) {
-	case codes.NotFound, codes.FailedPrecondition:
-		// The job says which: unknown or ended, or a step it lacks.
+	code := status.Code(err)
+	// A step that has ended is gone from slurmctld, as one never started:
+	// the gateway's "already completing or completed" reads as NotFound.
+	ended := code == codes.FailedPrecondition && status.Convert(err).Message() == msgAlreadyDone
+	switch {
+	case code == codes.NotFound || ended || code == codes.PermissionDenied:
+		// The job says which: unknown or ended, another user's, or a step
+		// it lacks.
 		gctx, gcancel := c.call(ctx)
 		defer gcancel()
 		j, gerr := c.jobsClient().GetJob(gctx, &loomv1.GetJobRequest{Name: c.jobName(job)})
 		switch {
 		case status.Code(gerr) == codes.NotFound || gerr == nil && j.GetState().Terminal():
+			// Before the owner is checked: Slurm 22.05 says so to anyone.
 			return unknown
-		case gerr != nil || status.Code(err) == codes.FailedPrecondition:
+		case gerr == nil && j.GetState() == loomv1.JobState_PENDING:
+			return nil // slurmctld answers OK, to anyone: nothing said, exit 0
+		case code == codes.PermissionDenied:
+			// slurmctld checks the owner before the step, with a signal
+			// too: "Invalid user id" (ESLURM_USER_ID_MISSING), naming the
+			// job alone.
+			e := c.errorf("%s %s: Invalid user id", verb, job)
+			e.Code = exitUserIDMissing
+			return e
+		case gerr != nil:
 			return c.errorf("%s %s: %s", verb, arg, status.Convert(err).Message())
-		case signal != "" || j.GetState() == loomv1.JobState_PENDING:
+		case signal != "":
 			return nil // slurmctld answers OK: nothing said, exit 0
 		}
 		e := c.errorf("%s %s: Invalid job id specified", verb, job)
 		e.Code = exitInvalidJobID
 		return e
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
+	case code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Unimplemented:
 		return c.rpcError(verb+" "+arg, err)
 	}
 	return c.errorf("%s %s: %s", verb, arg, status.Convert(err).Message())
