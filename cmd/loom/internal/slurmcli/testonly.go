@@ -23,7 +23,8 @@ import (
 // estimate made here, not the scheduler's plan: now on the partition's
 // first nodes with room for the job's per-node CPUs and GPUs, when enough
 // have; else the earliest end (start + time limit) of a running job of the
-// partition, on that job's nodes (docs/slurm.md).
+// partition, on that job's nodes (docs/slurm.md). The processors are
+// slurmctld's count for those nodes (testOnlyCPUs).
 func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 	job, err := c.sendJob(ctx, j, true)
 	if err != nil {
@@ -53,20 +54,36 @@ func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 	if err != nil {
 		return err
 	}
-	procs := max(job.GetNtasks(), 1) * max(job.GetCpusPerTask(), 1)
-	if job.GetNtasks() == 0 {
-		procs = max(job.GetNodeCount(), 1) * max(job.GetCpusPerTask(), 1)
-	}
+	procs := testOnlyCPUs(job, hosts, nodes)
 	fmt.Fprintf(c.stderr, "%s: Job %s to start at %s using %d processors on nodes %s in partition %s\n",
 		c.name, job.GetJobId(), formatTimestamp(at, c.loc), procs, compressHosts(hosts), part)
 	return nil
 }
 
+// testOnlyCPUs is the processor count --test-only prints for job on
+// hosts, as slurmctld 22.05 computes it (checked beside one, CR_Core):
+// with --exclusive every CPU of every node it names (16 for one 16-CPU
+// node, whatever -n, -c or --gres); else the job's tasks × CPUs per task
+// (jobCPUs: -N without -n one task per node, --ntasks-per-node per node).
+func testOnlyCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
+	if job.GetExclusive() {
+		sum := 0
+		for _, nd := range nodes {
+			if slices.Contains(hosts, nd.GetHostname()) {
+				sum += int(nd.GetCpus())
+			}
+		}
+		if sum > 0 {
+			return sum
+		}
+	}
+	return jobCPUs(job)
+}
+
 // estimateStart is testOnly's estimate for job in partition part.
 func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, nodes []*loomv1.SlurmNode) (time.Time, []string, error) {
 	n := int(max(job.GetNodeCount(), 1))
-	cpus := max(job.GetNtasks(), 1) * max(job.GetCpusPerTask(), 1)
-	perNode := (cpus + int32(n) - 1) / int32(n)
+	perNode := int32((jobCPUs(job) + n - 1) / n)
 	var fit []string
 	for _, nd := range nodes {
 		free := nd.GetState() == loomv1.SlurmNode_IDLE || nd.GetState() == loomv1.SlurmNode_MIXED && !job.GetExclusive()

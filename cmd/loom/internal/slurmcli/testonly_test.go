@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestSbatchTestOnly: sbatch --test-only has the gateway check the job
@@ -44,5 +46,39 @@ func TestSbatchTestOnly(t *testing.T) {
 	}
 	if len(f.Jobs) != jobs {
 		t.Errorf("%d jobs stored, were %d", len(f.Jobs), jobs)
+	}
+}
+
+// TestSbatchTestOnlyProcessors: the processor count --test-only prints is
+// slurmctld's, as Slurm 22.05 printed it beside Loom (scripts/slurm-local.sh,
+// 16-CPU nodes, CR_Core): --exclusive takes every CPU of the nodes named
+// (here 16 and 32: each node's own count), whatever -n or --gres ask;
+// --ntasks-per-node counts per node; --gres adds none.
+func TestSbatchTestOnlyProcessors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string // processors and nodes
+	}{
+		{[]string{"--exclusive"}, "16 processors on nodes gpu-0001"},
+		{[]string{"-N2", "--exclusive"}, "48 processors on nodes gpu-[0001-0002]"},
+		{[]string{"-n4", "--exclusive"}, "16 processors on nodes gpu-0001"},
+		{[]string{"--gres=gpu:2", "--exclusive"}, "16 processors on nodes gpu-0001"},
+		{[]string{"-N2", "--ntasks-per-node=2", "-c3"}, "12 processors on nodes gpu-[0001-0002]"},
+		{[]string{"-N2", "-c3"}, "6 processors on nodes gpu-[0001-0002]"},
+		{[]string{"-n4", "-c2"}, "8 processors on nodes gpu-0001"},
+		{[]string{"--gres=gpu:2"}, "1 processors on nodes gpu-0001"},
+	} {
+		f := fixture()
+		// gpu-0001 and gpu-0002 idle, with 16 and 32 CPUs.
+		for i, cpus := range []int32{16, 32} {
+			f.SlurmNodes[i].State, f.SlurmNodes[i].AllocCpus, f.SlurmNodes[i].AllocGpus, f.SlurmNodes[i].Cpus = loomv1.SlurmNode_IDLE, 0, 0, cpus
+		}
+		args := append([]string{"--test-only", "-p", "gpu"}, tc.args...)
+		code, out, errOut := run(t, f, "sbatch", Env{}, append(args, "--wrap", "hostname")...)
+		want := "sbatch: Job 21 to start at 2026-01-02T15:04:05 using " + tc.want + " in partition gpu\n"
+		if code != 0 || out != "" || errOut != want {
+			t.Errorf("sbatch %v: %d %q %q, want 0 and %q", args, code, out, errOut, want)
+		}
 	}
 }
