@@ -45,9 +45,14 @@ var scancelOptions = []optDef{
 type cancelTarget struct {
 	name, id string
 	job      *loomv1.Job // nil when only its id is known
-	// array is the argument that named the whole array this task is
-	// cancelled for ("12"), "" otherwise: a refusal is said once for it.
+	// array is the argument that named the whole array, or the range of
+	// its tasks, this task is cancelled for ("12", "12_[1-3]"), ""
+	// otherwise: a refusal of permission is said once for it.
 	array string
+	// rng is the range of an array's tasks this task is cancelled for
+	// ("12_[1-3]"), "" otherwise: -v says it once, as Slurm's scancel,
+	// which sends the range as one request.
+	rng string
 }
 
 // scancel is the scancel command.
@@ -251,6 +256,7 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	// an owner, so the refusal is said once, for the id asked (as Slurm's
 	// one answer for "scancel 12"), not once per task.
 	refused := map[string]bool{}
+	said := map[string]bool{} // the task ranges -v has named
 	for _, t := range targets {
 		if t.array != "" && refused[t.array] {
 			continue
@@ -266,11 +272,16 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 				continue
 			}
 		}
-		if verbose {
+		if verbose && (t.rng == "" || !said[t.rng]) {
+			// A range of tasks once, before its first task.
+			id := t.id
+			if t.rng != "" {
+				id, said[t.rng] = t.rng, true
+			}
 			if signal != "" {
-				fmt.Fprintf(c.stderr, "scancel: Signal %s to job %s\n", signal, t.id)
+				fmt.Fprintf(c.stderr, "scancel: Signal %s to job %s\n", signal, id)
 			} else {
-				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", t.id)
+				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", id)
 			}
 		}
 		var err *cancelError
@@ -369,12 +380,16 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job, whole bool) ([]can
 		return out, nil
 	}
 	var idx []int
+	// rng is the argument when it names a range of tasks ("12_[1-3]"),
+	// which Slurm's scancel sends as one request: one refusal, one -v line.
+	rng := ""
 	if strings.HasPrefix(task, "[") && strings.HasSuffix(task, "]") {
 		spec, err := ParseArray(strings.Trim(task, "[]"))
 		if err != nil {
 			return nil, c.errorf("Invalid job id %s", arg)
 		}
 		idx = spec.Indexes()
+		rng = id + "_" + task
 	} else {
 		n, err := strconv.Atoi(task)
 		if err != nil || !isDigits(task) {
@@ -390,6 +405,7 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job, whole bool) ([]can
 				t = c.taskTarget(j)
 			}
 		}
+		t.array, t.rng = rng, rng
 		out = append(out, t)
 	}
 	return out, nil
