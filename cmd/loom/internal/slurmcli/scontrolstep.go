@@ -27,7 +27,7 @@ func (c *cmd) showSteps(ctx context.Context, b *strings.Builder, id string, onel
 	if jobID != "" {
 		j := jobsByID(jobs)[jobID]
 		if j == nil {
-			return &Error{Code: 1, Text: "slurm_get_job_steps error: Invalid job id specified"}
+			return c.stepNotFound(ctx, jobID, stepID)
 		}
 		jobs = []*loomv1.Job{j}
 	}
@@ -58,9 +58,29 @@ func (c *cmd) showSteps(ctx context.Context, b *strings.Builder, id string, onel
 			b.WriteString("No job steps in the system\n")
 			return nil
 		}
-		return &Error{Code: 1, Text: "slurm_get_job_steps error: Invalid job id specified"}
+		return c.stepNotFound(ctx, jobID, stepID)
 	}
 	return nil
+}
+
+// stepNotFound is scontrol show step's answer for JOB[.STEP] that names no
+// running step, as Slurm 22.05's (recorded beside it): for a job the
+// controller knows (pending, running or ended), "Job step JOB.STEP not
+// found" on stdout ("Job step JOB. not found" without a step: Slurm's
+// words), exit 1; for one it does not, "slurm_get_job_steps error:
+// Invalid job id specified", exit 1.
+func (c *cmd) stepNotFound(ctx context.Context, jobID, stepID string) error {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.jobsClient().GetJob(cctx, &loomv1.GetJobRequest{Name: c.jobName(jobID)})
+	switch status.Code(err) {
+	case codes.OK:
+		fmt.Fprintf(c.stdout, "Job step %s.%s not found\n", jobID, stepID)
+		return &Error{Code: 1}
+	case codes.NotFound:
+		return &Error{Code: 1, Text: "slurm_get_job_steps error: Invalid job id specified"}
+	}
+	return c.rpcError("slurm_get_job_steps", err)
 }
 
 // stepTimeLimit is a step's own time limit as Slurm 22.05 shows it: a step
