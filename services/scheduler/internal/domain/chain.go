@@ -225,11 +225,25 @@ func gateQOSLimit(p *pass, q *queued) (string, string) {
 	return "", ""
 }
 
-func gateFIFO(p *pass, _ *queued) (string, string) {
-	if p.fifoBlocked {
+// gateFIFO holds every job after the first that could not start, without
+// backfill; but not that job's own later records when it names several
+// partitions (q is then its multiRec's entry): slurmctld tries a job in
+// each of its partitions, and the job that blocks the queue is still the
+// first in it, so it may start, or preempt, in a later one.
+func gateFIFO(p *pass, q *queued) (string, string) {
+	if p.fifoBlocked && (p.fifoBy == nil || q != &p.fifoBy.q) {
 		return ReasonPriority, ""
 	}
 	return "", ""
+}
+
+// blockFIFO blocks every later job of the pass (without backfill), noting
+// the job of several partitions being decided (pass.hold) when its record
+// is the one that blocks.
+func (p *pass) blockFIFO() {
+	if !p.fifoBlocked {
+		p.fifoBlocked, p.fifoBy = true, p.hold
+	}
 }
 
 // blocked is a job that passed every gate but found too few nodes with room:
@@ -287,7 +301,7 @@ func stageBackfill(p *pass, b *blocked) {
 	p.blocked |= bit
 	switch {
 	case !p.t.s.cfg.Policy.Backfill:
-		p.fifoBlocked = true
+		p.blockFIFO()
 	case p.resv == nil && p.ahead == nil && !b.req.AvoidReserved:
 		// A job of several partitions that starts sooner at a later
 		// record, and did not begin preempting here, reserves there

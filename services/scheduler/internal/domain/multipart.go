@@ -50,7 +50,9 @@ import (
 // where it waits for resources begins preemption there when no earlier one
 // did (preemptIn), as slurmctld tries each record until one begins
 // preempting; a job that began preempting for itself, at whichever record,
-// waits for that room: it is not tried further. Its
+// waits for that room: it is not tried further. Without backfill, the
+// block its first record sets (fifoBlocked) holds the jobs after it, not
+// its own later records (gateFIFO). Its
 // reason is emitted once, at its last record; when no record passes the
 // gates it is its first record's gate reason. Started, Job.partition is
 // the partition used and JobRecord.Partitions the list, which a requeue

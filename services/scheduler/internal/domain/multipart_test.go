@@ -568,3 +568,70 @@ func TestMultiPartitionBackfillsAroundLaterReservation(t *testing.T) {
 		t.Fatalf("reservations %+v; want job 3's alone", c.Reservations)
 	}
 }
+
+// noBackfillPolicy is Loom's order and preemption without backfill (a
+// custom policy): the first job that cannot start blocks the later ones.
+func noBackfillPolicy() Policy {
+	p := DefaultPolicy()
+	p.Name, p.Backfill = "prio-preempt-nobf", false
+	return p
+}
+
+// TestMultiPartitionNoBackfillTriesLaterPartition: without backfill, a job
+// of -p hi,lo blocked in hi (its first record) still starts in lo, whose
+// node is free: the block it set itself keeps the jobs after it waiting,
+// not its own later records (slurmctld tries a job in each of its
+// partitions). A job of lo alone ranked after it waits with Priority.
+func TestMultiPartitionNoBackfillTriesLaterPartition(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}
+	cfg.Policy = noBackfillPolicy()
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(twoPoolCluster(
+		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
+		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
+	h.poolNode("a-0001", "a")
+	h.poolNode("b-0001", "b")
+	h.submitJob(job(1, 1, 0, inPart("hi", 8)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 1, 0, inPart("hi,lo", 8)))
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if j := h.job(2); j.GetPartition() != "lo" || len(j.GetNodes()) != 1 || j.GetNodes()[0] != "b-0001" {
+		t.Fatalf("job 2 runs in %q on %v; want lo on b-0001", j.GetPartition(), j.GetNodes())
+	}
+	h.submitJob(job(3, 1, 0, inPart("hi", 8)))
+	h.submitJob(job(4, 1, 0, inPart("lo", 8)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonPriority)
+}
+
+// TestMultiPartitionNoBackfillPreemptsInLaterPartition: without backfill,
+// a high-QOS job of -p hi,lo that cannot preempt in hi (its node runs a
+// job of QOS normal) preempts lo's job of QOS low at its record in lo,
+// which its own block in hi does not skip.
+func TestMultiPartitionNoBackfillPreemptsInLaterPartition(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}
+	cfg.Policy = noBackfillPolicy()
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(twoPoolCluster(
+		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
+		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
+	h.poolNode("a-0001", "a")
+	h.poolNode("b-0001", "b")
+	h.submitJob(job(1, 1, 0, inPart("hi", 8), qos("normal")))
+	h.submitJob(job(2, 1, 0, inPart("lo", 8), qos("low")))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	c := h.submitJob(job(3, 1, 0, inPart("hi,lo", 8), qos("high")))
+	if st := stops(c); len(st) != 1 || st[0].GetJob() != jobName(2) {
+		t.Fatalf("stops %v; want job 2's (lo, QOS low) alone", st)
+	}
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.step(2, 1, "b-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if j := h.job(3); j.GetPartition() != "lo" || j.GetNodes()[0] != "b-0001" {
+		t.Fatalf("job 3 runs in %q on %v; want lo on b-0001", j.GetPartition(), j.GetNodes())
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+}

@@ -61,7 +61,10 @@ type pass struct {
 	// resources: the jobs after it wait with reason Priority.
 	blocked uint64
 	// fifoBlocked: without backfill, the first such job blocks every later one.
+	// fifoBy is that job when it names several partitions (nil otherwise):
+	// its own later records are not blocked by it (see gateFIFO).
 	fifoBlocked bool
+	fifoBy      *multiRec
 	// gates are the gates this pass calls (passGates); plainGates those of
 	// them a job without any of the flags in gateFlags goes through (the
 	// gates that look only at flagged jobs left out: see consider).
@@ -1251,7 +1254,7 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 			return false
 		}
 		if !cfg.Policy.Backfill {
-			p.fifoBlocked = true
+			p.blockFIFO()
 		}
 		d.Reason = ReasonPriority
 	}
