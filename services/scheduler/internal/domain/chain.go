@@ -277,18 +277,33 @@ var blockedStages = []stage{
 
 // stagePreempt begins requeueing running jobs that make room for b, when the
 // policy preempts and b's QOS or partition tier may (up to MaxPreemptPerPass
-// preemptors a pass).
+// preemptors a pass; a job of several partitions, pass.hold, is one of them
+// however many of its partitions it looks in).
 func stagePreempt(p *pass, b *blocked) {
 	cfg := &p.t.s.cfg
-	if !cfg.Policy.Preempt || p.preempts >= cfg.MaxPreemptPerPass || !p.mayPreempt(b.qos, b.pi) {
+	m := p.hold
+	if !cfg.Policy.Preempt || !p.preemptorRoom(m) || !p.mayPreempt(b.qos, b.pi) {
 		return
 	}
-	p.preempts++
+	if m == nil || !m.counted {
+		p.preempts++
+		if m != nil {
+			m.counted = true
+		}
+	}
 	if n, waiting := p.preempt(b.j, &b.e.jobAttrs, b.req, b.sc); n > 0 {
 		b.d.Note = "preempting " + strconv.Itoa(n) + " job(s)"
 	} else if waiting {
 		b.d.Note = "waiting for preempted jobs to stop"
 	}
+}
+
+// preemptorRoom reports whether MaxPreemptPerPass leaves room for one more
+// preemptor, m being the job of several partitions being considered (nil
+// for another): the bound counts jobs, so one already counted at an earlier
+// record of its own may look in its other partitions too.
+func (p *pass) preemptorRoom(m *multiRec) bool {
+	return p.preempts < p.t.s.cfg.MaxPreemptPerPass || (m != nil && m.counted)
 }
 
 // stageBackfill keeps b's place: the first blocked job of the pass gets the

@@ -52,7 +52,8 @@ import (
 // preempting; a job that began preempting for itself, at whichever record,
 // waits for that room: it is not tried further. Without backfill, the
 // block its first record sets (fifoBlocked) holds the jobs after it, not
-// its own later records (gateFIFO). Its
+// its own later records (gateFIFO). It is one preemptor of
+// MaxPreemptPerPass however many records look for victims (counted). Its
 // reason is emitted once, at its last record; when no record passes the
 // gates it is its first record's gate reason. Started, Job.partition is
 // the partition used and JobRecord.Partitions the list, which a requeue
@@ -139,6 +140,10 @@ type multiRec struct {
 	// ahead: while the pass's ahead is m, the index of the later record
 	// the pass's reservation is kept for (see reservesLater).
 	ahead int
+	// counted: it is one of the pass's preemptors (MaxPreemptPerPass),
+	// counted at the first record where it looked for victims; its
+	// other records look without counting again (stagePreempt).
+	counted bool
 }
 
 // considerMulti considers q, a job of several partitions that the cluster
@@ -397,7 +402,7 @@ func (p *pass) reservesLater(m *multiRec, b *blocked) bool {
 func (p *pass) preemptIn(m *multiRec, pi int) bool {
 	cfg := &p.t.s.cfg
 	q := &m.q
-	if m.preempting() || !cfg.Policy.Preempt || p.preempts >= cfg.MaxPreemptPerPass || !p.mayPreempt(q.qos, pi) {
+	if m.preempting() || !cfg.Policy.Preempt || !p.preemptorRoom(m) || !p.mayPreempt(q.qos, pi) {
 		return false
 	}
 	req := p.requestIn(q, pi)
@@ -407,7 +412,9 @@ func (p *pass) preemptIn(m *multiRec, pi int) bool {
 	res := p.place(req, q.shape)
 	p.blk = blocked{j: q.j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
 		d: Decision{Job: q.name, Filtered: p.shareFiltered(res.shape), Nodes: len(p.views)}}
+	p.hold = m // counted once against MaxPreemptPerPass, at its first try
 	stagePreempt(p, &p.blk)
+	p.hold = nil
 	if p.blk.d.Note == "" {
 		return false
 	}

@@ -635,3 +635,38 @@ func TestMultiPartitionNoBackfillPreemptsInLaterPartition(t *testing.T) {
 	}
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 }
+
+// TestMultiPartitionPreemptorCountsOnce: a job of -p lo,hi that looks for
+// victims in both partitions (finding none: their nodes run jobs of QOS
+// normal) is one preemptor of MaxPreemptPerPass, not one per partition:
+// with a budget of 2, the next preemptor of the same pass, a job of c
+// whose node runs a job of QOS low, still preempts it.
+func TestMultiPartitionPreemptorCountsOnce(t *testing.T) {
+	t.Parallel()
+	cfg := Config{MaxPreemptPerPass: 2}
+	cfg.Policy = DefaultPolicy()
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(twoPoolCluster(
+		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"a"}, PriorityTier: 1, Default: true},
+		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"b"}, PriorityTier: 1},
+		&loomv1.SlurmPartition{Id: "c", NodeSetIds: []string{"c"}, PriorityTier: 1}))
+	h.poolNode("a-0001", "a")
+	h.poolNode("b-0001", "b")
+	h.poolNode("c-0001", "c")
+	h.submitJob(job(1, 1, 0, inPart("lo", 8), qos("normal")))
+	h.submitJob(job(2, 1, 0, inPart("hi", 8), qos("normal")))
+	h.submitJob(job(3, 1, 0, inPart("c", 8), qos("low")))
+	for id := 1; id <= 3; id++ {
+		h.wantState(id, loomv1.JobState_RUNNING, "")
+	}
+	// Both become eligible in one pass (the tick's), job 4 first.
+	begin := func(j *loomv1.Job) { j.BeginTime = timestamppb.New(h.now.Add(30 * time.Minute)) }
+	h.submitJob(job(4, 1, 0, inPart("lo,hi", 8), qos("high"), begin))
+	h.submitJob(job(5, 1, 0, inPart("c", 8), qos("high"), begin))
+	c := h.tick(time.Hour)
+	if st := stops(c); len(st) != 1 || st[0].GetJob() != jobName(3) {
+		t.Fatalf("stops %v; want job 3's (c, QOS low): job 4 counts once against MaxPreemptPerPass", st)
+	}
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(5, loomv1.JobState_PENDING, ReasonResources)
+}

@@ -1246,7 +1246,7 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 		d.Reason = ReasonReqNodeNotAvail
 	default:
 		cfg := &p.t.s.cfg
-		preempts := cfg.Policy.Preempt && p.preempts < cfg.MaxPreemptPerPass && p.mayPreempt(q.qos, pi)
+		preempts := cfg.Policy.Preempt && p.preemptorRoom(p.hold) && p.mayPreempt(q.qos, pi)
 		if preempts || p.blocked&(uint64(1)<<uint(pi)) == 0 {
 			return false
 		}
