@@ -167,7 +167,7 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 	*a = jobAttrs{name: spec.GetName(), limit: spec.GetTimeLimitSeconds(), gpus: int64(jobGPUs(j)),
 		part: spec.GetPartition(), reason: spec.GetStateReason(), hold: spec.GetHold(),
 		deps: spec.GetDependency() != "", array: spec.GetArrayJobId() != "",
-		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0,
+		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0 || j.Avoid != "",
 		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1, nice: spec.GetNice(), ran: j.Attempt > 0,
 		multi: slurmspec.IsPartitionList(spec.GetPartition())}
 	a.id, _ = strconv.ParseInt(spec.GetJobId(), 10, 64)

@@ -80,7 +80,11 @@ const MaxUnlaunchedRequeues = 3
 // job is requeued even with --no-requeue, nothing is counted against
 // MaxInfraRestarts or max_retries, no node is excluded, and the run's other
 // steps are stopped at once (cause REQUEUED: the run never ran whole, there
-// is nothing to checkpoint). It reports false, changing nothing, when the
+// is nothing to checkpoint). Its next run keeps off node while other nodes
+// have room (Job.Avoid, pass.placeIn): placed there again at once, it
+// would likely meet the same stale registration (slurmctld drains a node
+// whose launch failed; this race is no fault of the node's, so the job
+// alone avoids it, for one attempt). It reports false, changing nothing, when the
 // cluster is going away or j has used its MaxUnlaunchedRequeues: the caller
 // then ends the run as a lost step.
 func (t *txn) requeueUnlaunched(j *Job, r *Run, node, reason string) bool {
@@ -88,6 +92,7 @@ func (t *txn) requeueUnlaunched(j *Job, r *Run, node, reason string) bool {
 		return false
 	}
 	j.UnlaunchedRequeues++
+	j.Avoid = hostOf(r, node)
 	reason = fmt.Sprintf("%s (requeued as never launched, %d of %d)", reason, j.UnlaunchedRequeues, MaxUnlaunchedRequeues)
 	t.endAttempt(r, loomv1.JobState_REQUEUED, 0, reason)
 	t.requeueJob(j, reason)
@@ -512,27 +517,34 @@ func (t *txn) giveUpStopping(r *Run) {
 	t.dirty[r.Cluster] = true
 }
 
-// expireExclusions ends every live job's exclusion of host on cluster: the
-// node was repaired and confirmed healthy, or removed.
+// expireExclusions ends every live job's exclusion of host on cluster, and
+// its avoidance of it (Job.Avoid): the node was repaired and confirmed
+// healthy, or removed.
 func (t *txn) expireExclusions(cluster, host string) {
 	if host == "" {
 		return
 	}
 	var names []string
+	avoids := func(j *Job) bool {
+		return (j.Avoid == host || len(j.Excluded) > 0 && containsString(j.Excluded, host)) && !j.Terminal() &&
+			j.Job.GetCluster() == cluster
+	}
 	for name, j := range t.s.jobs {
-		if len(j.Excluded) > 0 && !j.Terminal() && j.Job.GetCluster() == cluster && containsString(j.Excluded, host) {
+		if (len(j.Excluded) > 0 || j.Avoid != "") && avoids(j) {
 			names = append(names, name)
 		}
 	}
 	for name, j := range t.c.Jobs {
-		if j != nil && len(j.Excluded) > 0 && t.s.jobs[name] == nil && j.Job.GetCluster() == cluster &&
-			containsString(j.Excluded, host) {
+		if j != nil && t.s.jobs[name] == nil && avoids(j) {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
 	for _, name := range names {
 		j := t.editJob(name)
+		if j.Avoid == host {
+			j.Avoid = ""
+		}
 		kept := make([]string, 0, len(j.Excluded))
 		for _, h := range j.Excluded {
 			if h != host {

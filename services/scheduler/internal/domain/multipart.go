@@ -197,7 +197,7 @@ func (p *pass) multiStep(m *multiRec) {
 		if m.resv {
 			req.AvoidReserved = false // the reservation is its own
 		}
-		res := p.place(req, q.shape)
+		req, res := p.placeIn(q, pi, req)
 		if res.ok {
 			p.start(q.j, p.parts[pi], req, res.nodes, m.prios[k], len(res.shape.Cand))
 			if m.resv {
@@ -318,8 +318,7 @@ func (p *pass) waitIn(m *multiRec, k int) {
 	if p.ahead == m {
 		p.ahead = nil // kept for this record
 	}
-	req := p.requestIn(q, pi)
-	res := p.place(req, q.shape)
+	req, res := p.placeIn(q, pi, p.requestIn(q, pi))
 	p.blk = blocked{j: q.j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
 		d: Decision{Job: q.name, Filtered: p.shareFiltered(res.shape), Nodes: len(p.views)}}
 	p.hold = m // stageBackfill looks at its later records (reservesLater)
@@ -362,8 +361,7 @@ func (p *pass) reservesLater(m *multiRec, b *blocked) bool {
 		if p.gateReason(q) != "" {
 			continue
 		}
-		r := p.requestIn(q, int(q.part))
-		res := p.place(r, q.shape)
+		r, res := p.placeIn(q, int(q.part), p.requestIn(q, int(q.part)))
 		start, unbounded := p.t.now, false
 		switch {
 		case res.ok:
@@ -409,7 +407,7 @@ func (p *pass) preemptIn(m *multiRec, pi int) bool {
 	if m.resv {
 		req.AvoidReserved = false // the reservation is its own
 	}
-	res := p.place(req, q.shape)
+	req, res := p.placeIn(q, pi, req)
 	p.blk = blocked{j: q.j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
 		d: Decision{Job: q.name, Filtered: p.shareFiltered(res.shape), Nodes: len(p.views)}}
 	p.hold = m // counted once against MaxPreemptPerPass, at its first try

@@ -1152,8 +1152,7 @@ func (p *pass) consider(q *queued) {
 		return
 	}
 	part := p.parts[pi]
-	req := p.requestIn(q, pi)
-	res := p.place(req, q.shape)
+	req, res := p.placeIn(q, pi, p.requestIn(q, pi))
 	if res.ok {
 		p.start(j, part, req, res.nodes, p.prioOf(q), len(res.shape.Cand))
 		return
@@ -1201,6 +1200,26 @@ func (p *pass) requestIn(q *queued, pi int) *place.Request {
 		p.req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
 	}
 	return &p.req
+}
+
+// placeIn places q's job in partition pi with req, its requestIn there
+// (p.req). A job whose last run never launched on a node (Job.Avoid:
+// requeueUnlaunched) is kept off that node only while another has room:
+// req keeps off it, and when the job does not fit so it is placed again
+// without that. It returns the request and placement to go on with: req's
+// when the job fits, else the one without the avoided node, so that a job
+// that fits nowhere now is decided (its reason, preemption, reservation)
+// as it would be without it. A job with a shape (no lists) avoids nothing
+// and is placed once.
+func (p *pass) placeIn(q *queued, pi int, req *place.Request) (*place.Request, placement) {
+	res := p.place(req, q.shape)
+	if res.ok || q.shape >= 0 || q.j.Avoid == "" {
+		return req, res
+	}
+	avoidReserved := req.AvoidReserved
+	p.req = p.requestAvoiding(q.j, &q.e.jobAttrs, pi, false)
+	p.req.AvoidReserved = avoidReserved
+	return &p.req, p.place(&p.req, q.shape)
 }
 
 // decideSettled decides q's job without placing it when its decision is
@@ -1488,8 +1507,8 @@ func (p *pass) partitionStats() {
 }
 
 // hostLists is a job's --nodelist and --exclude (with the nodes whose
-// failure ended a run of it) as placement reads them: sets, and their
-// shape key (place.ListsKey).
+// failure ended a run of it, and, with avoid, the node it avoids: Job.Avoid)
+// as placement reads them: sets, and their shape key (place.ListsKey).
 type hostLists struct {
 	nodelist, exclude map[string]bool
 	key               string
@@ -1498,7 +1517,7 @@ type hostLists struct {
 // hostLists returns j's lists, made once per pass for the jobs that list
 // the same hosts in the same order (an array's tasks): up to 4,096 of each,
 // for each pending job of the array, at each pass.
-func (p *pass) hostLists(j *Job) *hostLists {
+func (p *pass) hostLists(j *Job, avoid bool) *hostLists {
 	spec := j.Job
 	var b strings.Builder
 	for _, l := range [][]string{spec.GetNodelist(), spec.GetExclude(), j.Excluded} {
@@ -1507,6 +1526,11 @@ func (p *pass) hostLists(j *Job) *hostLists {
 			b.WriteByte(0)
 		}
 		b.WriteByte(1)
+	}
+	avoided := ""
+	if avoid {
+		avoided = j.Avoid
+		b.WriteString(avoided)
 	}
 	raw := b.String()
 	if l, ok := p.lists[raw]; ok {
@@ -1519,13 +1543,16 @@ func (p *pass) hostLists(j *Job) *hostLists {
 			l.nodelist[h] = true
 		}
 	}
-	if ex := spec.GetExclude(); len(ex) > 0 || len(j.Excluded) > 0 {
-		l.exclude = make(map[string]bool, len(ex)+len(j.Excluded))
+	if ex := spec.GetExclude(); len(ex) > 0 || len(j.Excluded) > 0 || avoided != "" {
+		l.exclude = make(map[string]bool, len(ex)+len(j.Excluded)+1)
 		for _, h := range ex {
 			l.exclude[h] = true
 		}
 		for _, h := range j.Excluded {
 			l.exclude[h] = true
+		}
+		if avoided != "" {
+			l.exclude[avoided] = true
 		}
 	}
 	l.key = place.ListsKey(l.nodelist, l.exclude)
@@ -1536,16 +1563,22 @@ func (p *pass) hostLists(j *Job) *hostLists {
 	return l
 }
 
-// request resolves what j asks of each node in partition pi.
+// request resolves what j asks of each node in partition pi, keeping off
+// the node it avoids (Job.Avoid; see placeIn).
 func (p *pass) request(j *Job, a *jobAttrs, pi int) place.Request {
+	return p.requestAvoiding(j, a, pi, true)
+}
+
+// requestAvoiding is request, keeping off Job.Avoid only with avoid.
+func (p *pass) requestAvoiding(j *Job, a *jobAttrs, pi int, avoid bool) place.Request {
 	r := a.req
 	r.Partition = pi
 	if !a.lists && !a.spread {
 		return r
 	}
 	spec := j.Job
-	if len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0 {
-		l := p.hostLists(j)
+	if len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0 || (avoid && j.Avoid != "") {
+		l := p.hostLists(j, avoid)
 		r.Nodelist, r.Exclude, r.Lists = l.nodelist, l.exclude, l.key
 		if len(l.nodelist) > 0 {
 			r.Nodes = max(r.Nodes, len(l.nodelist))

@@ -105,6 +105,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 
 	c := p.cluster
 	j.Attempt = r.Attempt
+	j.Avoid = "" // for this attempt only (requeueUnlaunched)
 	j.ModelDir = ""
 	if id := spec.GetModelOutput().GetModelId(); id != "" {
 		j.ModelDir = filepath.Join(c.SharedDir, "models", id, "job-"+spec.GetJobId())

@@ -127,3 +127,41 @@ func TestJobStepNotLaunchedFailsTheStepOnly(t *testing.T) {
 		t.Fatalf("job: attempt %d, infra restarts %d, unlaunched %d; want its run going on untouched", rec.Attempt, rec.InfraRestarts, rec.UnlaunchedRequeues)
 	}
 }
+
+// A job whose run never launched on a node goes back to the queue and, at
+// its next start, keeps off that node while another has room (as slurmctld
+// drains a node whose launch failed; here the job alone avoids it, for
+// that one attempt): it starts at once on the other node. The avoidance
+// ends with that start. When the other node is busy, it does not wait for
+// it: it starts on the node it avoided (TestNeverLaunchedRequeuesAreBounded,
+// whose cluster has that node alone, too).
+func TestNeverLaunchedAvoidsTheNodeNextTime(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	if n := h.job(1).GetNodes(); len(n) != 1 || n[0] != "gpu-0001" {
+		t.Fatalf("job 1 on %v; want gpu-0001 (the first of equals)", n)
+	}
+	h.notOpened(1, 1, "gpu-0001")
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if n := h.job(1).GetNodes(); len(n) != 1 || n[0] != "gpu-0002" {
+		t.Fatalf("job 1's attempt 2 on %v; want gpu-0002, not the node it never launched on", n)
+	}
+	if rec := h.s.JobRecord(jobName(1)); rec.Attempt != 2 || rec.Avoid != "" || len(rec.Excluded) != 0 {
+		t.Fatalf("job 1: attempt %d, avoid %q, excluded %v; want 2, none (ended by its start), none", rec.Attempt, rec.Avoid, rec.Excluded)
+	}
+
+	// The other node busy: job 2 starts again at once on the node it avoids.
+	h.submit(2, 1, 8)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if n := h.job(2).GetNodes(); len(n) != 1 || n[0] != "gpu-0001" {
+		t.Fatalf("job 2 on %v; want gpu-0001", n)
+	}
+	h.notOpened(2, 1, "gpu-0001")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if n := h.job(2).GetNodes(); len(n) != 1 || n[0] != "gpu-0001" || h.s.JobRecord(jobName(2)).Avoid != "" {
+		t.Fatalf("job 2's attempt 2 on %v (avoid %q); want gpu-0001 again, gpu-0002 being busy", n, h.s.JobRecord(jobName(2)).Avoid)
+	}
+}

@@ -28,6 +28,8 @@ type jobRecord struct {
 	Infra    int32    `json:"infra_restarts,omitempty"`
 	// Unlaunched is JobRecord.UnlaunchedRequeues.
 	Unlaunched int32 `json:"unlaunched_requeues,omitempty"`
+	// Avoid is JobRecord.Avoid.
+	Avoid string `json:"avoid,omitempty"`
 	// Partitions is JobRecord.Partitions.
 	Partitions string  `json:"partitions,omitempty"`
 	Delta      bool    `json:"delta,omitempty"`
@@ -41,7 +43,7 @@ type jobRecord struct {
 // record (EncodeArray).
 func EncodeJob(j *JobRecord, tmpl *loomv1.Job) ([]byte, error) {
 	rec := jobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Infra: j.InfraRestarts,
-		Unlaunched: j.UnlaunchedRequeues, Partitions: j.Partitions}
+		Unlaunched: j.UnlaunchedRequeues, Avoid: j.Avoid, Partitions: j.Partitions}
 	msg := j.Job
 	if t := tmpl; t != nil {
 		var delta *loomv1.Job
@@ -109,7 +111,7 @@ func DecodeTaskInto(out *JobRecord, name string, b []byte, template func(array s
 		}
 	}
 	*out = JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded, InfraRestarts: rec.Infra,
-		UnlaunchedRequeues: rec.Unlaunched, Partitions: rec.Partitions}
+		UnlaunchedRequeues: rec.Unlaunched, Avoid: rec.Avoid, Partitions: rec.Partitions}
 	return nil
 }
 

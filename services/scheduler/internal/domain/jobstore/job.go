@@ -40,6 +40,11 @@ type JobRecord struct {
 	// --no-requeue job; bounded by MaxUnlaunchedRequeues (domain), past
 	// which such a run counts as an infrastructure restart.
 	UnlaunchedRequeues int32 `json:"unlaunched_requeues,omitempty"`
+	// Avoid is the hostname a run of the job last never launched on
+	// (UnlaunchedRequeues): its next run keeps off it while other nodes
+	// have room, and its start (or the node's repair or removal) ends
+	// that. "" for none.
+	Avoid string `json:"avoid,omitempty"`
 	// Partitions is the partition list a running job named (-p a,b),
 	// while Job.partition holds the one it started in (as slurmctld shows
 	// a started job); a requeue puts it back in Job.partition. "" for a

@@ -79,6 +79,12 @@ func decodeJobRecordDirect(b []byte, rec *jobRecord) bool {
 			return false
 		}
 	}
+	if p.lit(`,"avoid":"`) {
+		if s, ok = p.str(); !ok {
+			return false
+		}
+		rec.Avoid = string(s)
+	}
 	if p.lit(`,"partitions":"`) {
 		if s, ok = p.str(); !ok {
 			return false

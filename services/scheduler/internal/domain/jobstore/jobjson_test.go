@@ -16,7 +16,7 @@ func jobRecordSamples(t testing.TB) [][]byte {
 	for _, rec := range []*JobRecord{
 		{Job: &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_PENDING}},
 		{Job: &loomv1.Job{Name: "projects/p/jobs/2", JobId: "2"}, Attempt: 3, ModelDir: "/models/2/run-3",
-			Excluded: []string{"gpu-1", "gpu-2"}, InfraRestarts: 2, UnlaunchedRequeues: 1},
+			Excluded: []string{"gpu-1", "gpu-2"}, InfraRestarts: 2, UnlaunchedRequeues: 1, Avoid: "gpu-3"},
 		{Job: &loomv1.Job{Name: "projects/p/jobs/3", JobId: "3", Partition: "cpu"}, Attempt: 1, Partitions: "gpu,cpu"},
 		{Job: &loomv1.Job{}, Attempt: -1, ModelDir: "<&> \"quoted\" \\ é \u2028", Excluded: []string{"", "ä"}, InfraRestarts: 2147483647,
 			UnlaunchedRequeues: -2147483648},
