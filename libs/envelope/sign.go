@@ -53,8 +53,9 @@ const (
 	// ReasonNotAssigned: a node reported on a step the scheduler did not
 	// assign to it (a consumer's own check; see Reject).
 	ReasonNotAssigned = "not-assigned"
-	// ReasonWrongSender: a command a node runs, signed by a service other
-	// than the one that sends it (CommandSenders).
+	// ReasonWrongSender: a record of a type one service alone sends (a
+	// command a node runs, a repair's answer), signed by another service
+	// (Senders).
 	ReasonWrongSender = "wrong-sender"
 	// ReasonWrongKey: a node's record whose Kafka key is not the one its
 	// type is keyed by (NodeEventTypes): the producer places a record by
@@ -283,21 +284,33 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 	return "", false
 }
 
-// CommandSenders is, for each command a node runs, the one service that
-// sends it: the scheduler the step commands, health the node commands. A
-// verified record of one of these types signed by any other signer (another
-// service, which holds the same key but has no business running processes as
-// root on a node) is refused with ReasonWrongSender, whatever the policy.
-// Every type the step and node command topics carry has a row
-// (TestCommandSendersCoverTheCommandTopics).
-var CommandSenders = map[string]string{
-	TypeOf(&eventsv1.StartStep{}):       "services/scheduler",
-	TypeOf(&eventsv1.StopStep{}):        "services/scheduler",
-	TypeOf(&eventsv1.SignalStep{}):      "services/scheduler",
-	TypeOf(&eventsv1.LaunchTasks{}):     "services/scheduler",
-	TypeOf(&eventsv1.KillTasks{}):       "services/scheduler",
-	TypeOf(&eventsv1.RunHealthCheck{}):  "services/health",
-	TypeOf(&eventsv1.InjectNodeFault{}): "services/health",
+// Senders is, for each event type that one service alone sends, that
+// service: every service holds the same key, so a signature proves only
+// that some service signed, and this table says which one may. A verified
+// record of one of these types signed by any other signer is refused with
+// ReasonWrongSender, whatever the policy (a node's is refused before, as
+// not-a-service). It is the one table of who sends what: the rows are
+//   - the commands a node runs: the scheduler's step commands, health's
+//     node commands (no other service may run a process as root on a
+//     node); every type the step and node command topics carry has a row
+//     (TestSendersCoverTheCommandTopics);
+//   - a repair's progress and answer, the provisioner's: health ends a
+//     repair, or escalates it, or waits for it longer, on these (another
+//     service's RemediationFinished would put back a broken node, or take a
+//     sound one to a reimage; its RemediationProgress would hold a broken
+//     node out of escalation).
+//
+// A type without a row is accepted from any service.
+var Senders = map[string]string{
+	TypeOf(&eventsv1.StartStep{}):           "services/scheduler",
+	TypeOf(&eventsv1.StopStep{}):            "services/scheduler",
+	TypeOf(&eventsv1.SignalStep{}):          "services/scheduler",
+	TypeOf(&eventsv1.LaunchTasks{}):         "services/scheduler",
+	TypeOf(&eventsv1.KillTasks{}):           "services/scheduler",
+	TypeOf(&eventsv1.RunHealthCheck{}):      "services/health",
+	TypeOf(&eventsv1.InjectNodeFault{}):     "services/health",
+	TypeOf(&eventsv1.RemediationProgress{}): "services/provisioner",
+	TypeOf(&eventsv1.RemediationFinished{}): "services/provisioner",
 }
 
 // maxCachedCerts bounds the verified-certificate cache: more distinct live
@@ -408,7 +421,7 @@ func (v *Verifier) cert(raw []byte) (auth.NodeCert, error) {
 
 // DecodeVerified is Decode for a consumer that trusts only signed records:
 // m's signature is checked first (before any parsing of its payload), then
-// that a command a node runs comes from its sender (CommandSenders), then
+// that a type one service alone sends comes from it (Senders), then
 // policy, then, for a node's record, that its payload's node is the
 // signer's. The event's Signer is the verified signer, on a refusal too
 // once the signature verified (a consumer holds each node to a rate on
@@ -421,7 +434,7 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset, err)
 	}
 	typ := recordType(m)
-	if want, ok := CommandSenders[typ]; ok && id.IsService() && id.Name != want {
+	if want, ok := Senders[typ]; ok && id.IsService() && id.Name != want {
 		e, _ := r.headersOf(m)
 		e.Signer = id.Name
 		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,

@@ -270,19 +270,26 @@ func TestNodeRecordsKeyedAsTheAgentKeysThem(t *testing.T) {
 	}
 }
 
-// A command a node runs is accepted from the one service that sends it
-// (CommandSenders) and refused from any other service, though that one's
-// signature holds: least privilege among services that share a key.
+// A command a node runs, or a repair's answer, is accepted from the one
+// service that sends it (Senders) and refused from any other service,
+// though that one's signature holds: least privilege among services that
+// share a key.
 func TestCommandsOnlyFromTheirSender(t *testing.T) {
 	t.Parallel()
 	k := newKeys(t)
 	v := NewVerifier(k.svcPub, func() time.Time { return k.now })
-	cmds := map[string]proto.Message{
-		"scheduler": &eventsv1.StartStep{Node: testNode},
-		"health":    &eventsv1.RunHealthCheck{Node: testNode},
+	cmds := []struct {
+		sender string
+		cmd    proto.Message
+	}{
+		{"scheduler", &eventsv1.StartStep{Node: testNode}},
+		{"health", &eventsv1.RunHealthCheck{Node: testNode}},
+		{"provisioner", &eventsv1.RemediationFinished{Node: testNode, RemediationId: "r1", Ok: true}},
+		{"provisioner", &eventsv1.RemediationProgress{Node: testNode, RemediationId: "r1"}},
 	}
-	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "test"} {
-		for sender, cmd := range cmds {
+	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "registry", "test"} {
+		for _, c := range cmds {
+			sender, cmd := c.sender, c.cmd
 			for _, policy := range []Policy{ServicesOnly, AcceptNodeEvents} {
 				m := mustEncode(t, New("t", testNode, "loom/"+signer, cmd))
 				NewServiceSigner(signer, k.svc).Sign(&m)
@@ -306,20 +313,20 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 }
 
 // Every type the step and node command topics carry names its sender.
-func TestCommandSendersCoverTheCommandTopics(t *testing.T) {
+func TestSendersCoverTheCommandTopics(t *testing.T) {
 	t.Parallel()
 	for typ, mt := range Default.types {
 		topic, err := topics.For(mt.New().Interface())
 		if err != nil || (topic != topics.StepCommands && topic != topics.NodeCommands) {
 			continue
 		}
-		if CommandSenders[typ] == "" {
-			t.Errorf("%s (on %s) has no row in CommandSenders", typ, topic)
+		if Senders[typ] == "" {
+			t.Errorf("%s (on %s) has no row in Senders", typ, topic)
 		}
 	}
-	for typ := range CommandSenders {
+	for typ := range Senders {
 		if !Default.Known(typ) {
-			t.Errorf("CommandSenders names %s, not an event type", typ)
+			t.Errorf("Senders names %s, not an event type", typ)
 		}
 	}
 }

@@ -68,8 +68,8 @@ var signersAs sync.Map
 
 // SignerAs returns a signer of the test's services' key that signs as
 // "services/<service>": how a test writes what one service alone may send
-// (envelope.CommandSenders: the scheduler's step commands, health's node
-// commands).
+// (envelope.Senders: the scheduler's step commands, health's node
+// commands, the provisioner's answers to a repair).
 func SignerAs(service string) *envelope.Signer {
 	if s, ok := signersAs.Load(service); ok {
 		return s.(*envelope.Signer)

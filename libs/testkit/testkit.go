@@ -150,11 +150,24 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() (bool,
 // Publish encodes events and writes them to the broker (each to its own
 // Topic), signed with the test's services' key as "services/test" (see
 // ServiceKeyFile), returning once the broker acknowledged them; a test's way
-// to feed a service events without another service. (A command a node runs
-// is accepted only from the service that sends it: sign those with
-// SignerAs.) It fails the test on
+// to feed a service events without another service. (A command a node runs,
+// or a repair's answer, is accepted only from the service that sends it
+// (envelope.Senders): write those with PublishAs.) It fails the test on
 // error. PublishMessages writes records as they are (unsigned, forged).
 func Publish(t testing.TB, broker string, events ...envelope.Event) {
+	t.Helper()
+	publishSigned(t, broker, testSigner(), events)
+}
+
+// PublishAs is Publish signed as "services/<service>" (SignerAs): how a
+// test writes what one service alone may send (envelope.Senders), or what
+// another service forges.
+func PublishAs(t testing.TB, broker, service string, events ...envelope.Event) {
+	t.Helper()
+	publishSigned(t, broker, SignerAs(service), events)
+}
+
+func publishSigned(t testing.TB, broker string, s *envelope.Signer, events []envelope.Event) {
 	t.Helper()
 	msgs := make([]kafka.Message, 0, len(events))
 	for _, e := range events {
@@ -162,7 +175,7 @@ func Publish(t testing.TB, broker string, events ...envelope.Event) {
 		if err != nil {
 			t.Fatalf("testkit: publish: %v", err)
 		}
-		Sign(&m)
+		s.Sign(&m)
 		msgs = append(msgs, m)
 	}
 	PublishMessages(t, broker, msgs...)

@@ -116,7 +116,7 @@ func command(p interface {
 }
 
 // publish writes evs as their senders do: each command signed by the one
-// service that sends it (envelope.CommandSenders: the scheduler, health),
+// service that sends it (envelope.Senders: the scheduler, health),
 // anything else as the test's service, and a StartStep or LaunchTasks sealed
 // for its node as the scheduler seals it (one sealed already is left as it
 // is). publishAs writes them as they are, signed as service.
@@ -132,7 +132,7 @@ func publish(t *testing.T, broker string, evs ...envelope.Event) {
 			ev.Payload = sealed
 		}
 		service := "test"
-		if s, ok := envelope.CommandSenders[envelope.TypeOf(ev.Payload)]; ok {
+		if s, ok := envelope.Senders[envelope.TypeOf(ev.Payload)]; ok {
 			service = strings.TrimPrefix(s, "services/")
 		}
 		msgs = append(msgs, signedAs(t, service, ev))

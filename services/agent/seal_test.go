@@ -185,7 +185,7 @@ func dlqReasonsOf(t *testing.T, broker, topic string) map[string]string {
 }
 
 // An agent runs a step or node command only from the service that sends it
-// (envelope.CommandSenders): the scheduler's step commands, health's node
+// (envelope.Senders): the scheduler's step commands, health's node
 // commands. Another service's command — its signature holds, as the key is
 // shared — is dead-lettered (wrong-sender), counted, and never run; so is a
 // StartStep or LaunchTasks the scheduler did not seal (unsealed), which

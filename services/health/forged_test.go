@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -129,4 +130,91 @@ func TestRefusedLastRecordLeavesHealthNotBehind(t *testing.T) {
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "error"}, HeartbeatTimeout: 300 * time.Millisecond}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_UNHEALTHY))
+}
+
+// A repair's answer is taken from the provisioner alone (envelope.Senders):
+// the registry's RemediationFinished (a failure, which would send the node
+// on to a reimage) and the scheduler's RemediationProgress are
+// dead-lettered as wrong-sender and change nothing, the consumer going on;
+// the provisioner's RemediationFinished then ends the repair it answers,
+// and health asks for the confirming check.
+func TestRemediationAnswersOnlyFromTheProvisioner(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	addr := freeAddr(t)
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
+		GRPCAddr: addr, HTTPAddr: "127.0.0.1:0", LogLevel: "error"}, HeartbeatTimeout: time.Hour}
+	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
+	testkit.Publish(t, broker,
+		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	client := loomv1.NewHealthServiceClient(testkit.Dial(t, addr))
+	testkit.WaitFor(t, wait, "health knows the node", func() (bool, error) {
+		resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
+		return err == nil && len(resp.GetNodes()) == 1, nil
+	})
+	testkit.Publish(t, broker,
+		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.XidObserved{Node: node, Cluster: cluster, Gpu: 3, Xid: 79, Time: timestamppb.Now()}))
+	rev := testkit.WaitEvent(t, broker, topics.RemediationCommand, wait, func(e envelope.Event) bool {
+		r, ok := e.Payload.(*eventsv1.RemediateNode)
+		return ok && r.GetNode() == node
+	})
+	id := rev.Payload.(*eventsv1.RemediateNode).GetRemediationId()
+
+	testkit.PublishAs(t, broker, "registry", envelope.New(topics.NodeEvents, node, "loom/provisioner",
+		&eventsv1.RemediationFinished{Node: node, Cluster: cluster, RemediationId: id, Ok: false, Message: "forged"}))
+	testkit.PublishAs(t, broker, "scheduler", envelope.New(topics.NodeEvents, node, "loom/provisioner",
+		&eventsv1.RemediationProgress{Node: node, RemediationId: id, DeadlineIn: durationpb.New(time.Hour)}))
+	refused := map[string]string{} // type → reason
+	testkit.WaitFor(t, wait, "both forgeries dead-lettered", func() (bool, error) {
+		clear(refused)
+		for _, m := range dlqMessages(testkit.Context(t, wait), broker, topics.NodeEvents) {
+			var typ, reason string
+			for _, h := range m.Headers {
+				switch h.Key {
+				case envelope.HeaderType:
+					typ = string(h.Value)
+				case bus.HeaderDLQReason:
+					reason = string(h.Value)
+				}
+			}
+			refused[typ] = reason
+		}
+		return len(refused) == 2, nil
+	})
+	for _, typ := range []string{envelope.TypeOf(&eventsv1.RemediationFinished{}), envelope.TypeOf(&eventsv1.RemediationProgress{})} {
+		if refused[typ] != envelope.ReasonWrongSender {
+			t.Errorf("%s dead-lettered with reason %q, want %q (all: %v)", typ, refused[typ], envelope.ReasonWrongSender, refused)
+		}
+	}
+
+	// Had the forged failure been taken, the repair would have moved on
+	// to a reimage with a new id, and this answer would be stale.
+	testkit.PublishAs(t, broker, "provisioner", envelope.New(topics.NodeEvents, node, "loom/provisioner",
+		&eventsv1.RemediationFinished{Node: node, Cluster: cluster, RemediationId: id, Ok: true}))
+	testkit.WaitEvent(t, broker, topics.NodeCommands, wait, func(e envelope.Event) bool {
+		c, ok := e.Payload.(*eventsv1.RunHealthCheck)
+		return ok && c.GetNode() == node && c.GetTrigger() == "confirm"
+	})
+	for _, e := range testkit.Events(t, broker, topics.RemediationCommand) {
+		if r, ok := e.Payload.(*eventsv1.RemediateNode); ok && r.GetRemediationId() != id {
+			t.Errorf("a second repair, %v: the forged failure was taken", r)
+		}
+	}
+}
+
+// dlqMessages reads every record of topic's dead-letter topic written so far.
+func dlqMessages(ctx context.Context, broker, topic string) []kafka.Message {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic + topics.DLQSuffix, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	var out []kafka.Message
+	for {
+		m, err := r.FetchMessage(rctx)
+		if err != nil {
+			return out
+		}
+		out = append(out, m)
+	}
 }
