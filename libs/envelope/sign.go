@@ -298,19 +298,30 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 //     repair, or escalates it, or waits for it longer, on these (another
 //     service's RemediationFinished would put back a broken node, or take a
 //     sound one to a reimage; its RemediationProgress would hold a broken
-//     node out of escalation).
+//     node out of escalation);
+//   - the operators' commands to health, the gateway's (it authorizes the
+//     caller and names the user): another service's UpdateNodeRemediation
+//     would resume or drain any node, its InjectFault break a simulated one,
+//     its ScanNodes or ReportFaultyNodes take nodes out for checks or repair;
+//   - the scheduler's call for checks on nodes (NodesNeedCheck), on which
+//     health runs them.
 //
 // A type without a row is accepted from any service.
 var Senders = map[string]string{
-	TypeOf(&eventsv1.StartStep{}):           "services/scheduler",
-	TypeOf(&eventsv1.StopStep{}):            "services/scheduler",
-	TypeOf(&eventsv1.SignalStep{}):          "services/scheduler",
-	TypeOf(&eventsv1.LaunchTasks{}):         "services/scheduler",
-	TypeOf(&eventsv1.KillTasks{}):           "services/scheduler",
-	TypeOf(&eventsv1.RunHealthCheck{}):      "services/health",
-	TypeOf(&eventsv1.InjectNodeFault{}):     "services/health",
-	TypeOf(&eventsv1.RemediationProgress{}): "services/provisioner",
-	TypeOf(&eventsv1.RemediationFinished{}): "services/provisioner",
+	TypeOf(&eventsv1.StartStep{}):             "services/scheduler",
+	TypeOf(&eventsv1.StopStep{}):              "services/scheduler",
+	TypeOf(&eventsv1.SignalStep{}):            "services/scheduler",
+	TypeOf(&eventsv1.LaunchTasks{}):           "services/scheduler",
+	TypeOf(&eventsv1.KillTasks{}):             "services/scheduler",
+	TypeOf(&eventsv1.RunHealthCheck{}):        "services/health",
+	TypeOf(&eventsv1.InjectNodeFault{}):       "services/health",
+	TypeOf(&eventsv1.RemediationProgress{}):   "services/provisioner",
+	TypeOf(&eventsv1.RemediationFinished{}):   "services/provisioner",
+	TypeOf(&eventsv1.ReportFaultyNodes{}):     "services/gateway",
+	TypeOf(&eventsv1.UpdateNodeRemediation{}): "services/gateway",
+	TypeOf(&eventsv1.InjectFault{}):           "services/gateway",
+	TypeOf(&eventsv1.ScanNodes{}):             "services/gateway",
+	TypeOf(&eventsv1.NodesNeedCheck{}):        "services/scheduler",
 }
 
 // maxCachedCerts bounds the verified-certificate cache: more distinct live

@@ -270,7 +270,8 @@ func TestNodeRecordsKeyedAsTheAgentKeysThem(t *testing.T) {
 	}
 }
 
-// A command a node runs, or a repair's answer, is accepted from the one
+// A command a node runs, a repair's answer, an operator's command to
+// health or the scheduler's call for checks is accepted from the one
 // service that sends it (Senders) and refused from any other service,
 // though that one's signature holds: least privilege among services that
 // share a key.
@@ -286,6 +287,9 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 		{"health", &eventsv1.RunHealthCheck{Node: testNode}},
 		{"provisioner", &eventsv1.RemediationFinished{Node: testNode, RemediationId: "r1", Ok: true}},
 		{"provisioner", &eventsv1.RemediationProgress{Node: testNode, RemediationId: "r1"}},
+		{"gateway", &eventsv1.UpdateNodeRemediation{Cluster: "projects/p/clusters/c", Hostname: "n1"}},
+		{"gateway", &eventsv1.ScanNodes{Cluster: "projects/p/clusters/c"}},
+		{"scheduler", &eventsv1.NodesNeedCheck{Cluster: "projects/p/clusters/c"}},
 	}
 	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "registry", "test"} {
 		for _, c := range cmds {

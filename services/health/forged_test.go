@@ -201,6 +201,21 @@ func TestRemediationAnswersOnlyFromTheProvisioner(t *testing.T) {
 			t.Errorf("a second repair, %v: the forged failure was taken", r)
 		}
 	}
+
+	// An operator's command is the gateway's alone: the registry's resume
+	// is refused the same way.
+	testkit.PublishAs(t, broker, "registry", envelope.New(topics.HealthCommands, cluster, "loom/gateway",
+		&eventsv1.UpdateNodeRemediation{Cluster: cluster, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_RESUME, User: "mallory"}))
+	testkit.WaitFor(t, wait, "the registry's UpdateNodeRemediation dead-lettered as wrong-sender", func() (bool, error) {
+		for _, m := range dlqMessages(testkit.Context(t, wait), broker, topics.HealthCommands) {
+			for _, h := range m.Headers {
+				if h.Key == bus.HeaderDLQReason {
+					return string(h.Value) == envelope.ReasonWrongSender, nil
+				}
+			}
+		}
+		return false, nil
+	})
 }
 
 // dlqMessages reads every record of topic's dead-letter topic written so far.

@@ -91,7 +91,7 @@ func TestXidRemediatesThroughTheBus(t *testing.T) {
 		t.Fatalf("ListNodeHealth without a service token: %v", err)
 	}
 
-	testkit.Publish(t, broker, envelope.New(topics.HealthCommands, cluster, "loom/gateway", &eventsv1.InjectFault{Cluster: cluster, Hostname: "gpu-0001",
+	testkit.PublishAs(t, broker, "gateway", envelope.New(topics.HealthCommands, cluster, "loom/gateway", &eventsv1.InjectFault{Cluster: cluster, Hostname: "gpu-0001",
 		Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 1, Value: 1}, User: "alice"}))
 	iev := testkit.WaitEvent(t, broker, topics.NodeCommands, wait, func(e envelope.Event) bool {
 		_, ok := e.Payload.(*eventsv1.InjectNodeFault)

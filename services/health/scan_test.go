@@ -64,7 +64,7 @@ func TestScanNodesThroughTheBus(t *testing.T) {
 			}
 		}
 		n++
-		testkit.Publish(t, broker, envelope.New(topics.HealthCommands, cluster, "loom/test",
+		testkit.PublishAs(t, broker, "gateway", envelope.New(topics.HealthCommands, cluster, "loom/gateway",
 			&eventsv1.ScanNodes{Cluster: cluster, ScanId: fmt.Sprintf("s%d", n), Checks: []string{"allreduce"}}))
 		return false, nil
 	})
