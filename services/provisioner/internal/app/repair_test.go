@@ -335,3 +335,81 @@ func TestRepairDeadlineOnTheFakeClock(t *testing.T) {
 		t.Fatalf("running %v", p.running)
 	}
 }
+
+// batchRepairer is the repairer that removes nodes in batches
+// (provider.BatchRemover), as the local provider does: Repair is the
+// repairer's, the rest (the recorded batches) batchProvider's, over one
+// fakeProvider.
+type batchRepairer struct {
+	*batchProvider
+	r *repairer
+}
+
+func (p *batchRepairer) Repair(ctx context.Context, n provider.Node, kind provider.RepairKind, bootID string) (provider.Launched, error) {
+	return p.r.Repair(ctx, n, kind, bootID)
+}
+
+// TestReplaceRetireAndTeardownOfAPassAreOneBatch: a pass that replaces a
+// node (its old node retired), retires drained nodes and tears a cluster
+// down removes all their nodes with one RemoveNodes: the local provider
+// walks Redis's keyspace once per RemoveNodes, and such a pass walked it
+// three times (the replace's old node had a Remove of its own, and the
+// retired and the torn-down nodes a batch each). Each node's outcome still
+// goes where it belongs: the replace swaps, the drained nodes' records go,
+// the deleted cluster goes.
+func TestReplaceRetireAndTeardownOfAPassAreOneBatch(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	r := newRepairer()
+	p := &batchRepairer{batchProvider: &batchProvider{fakeProvider: r.fakeProvider, fail: map[string]bool{}}, r: r}
+	a := newApp(t, st, p, &clock{t: time.Now()})
+	ctx := context.Background()
+	const other = "projects/default/clusters/other"
+	create(t, a, 4)
+	if err := a.CreateCluster(ctx, "ev-create-other", &eventsv1.CreateCluster{Operation: "op2", Cluster: clusterSpec(other, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	a.ReconcileOnce(ctx)
+	registerAll(t, a)
+	if err := a.UpdateCluster(ctx, "ev-up", &eventsv1.UpdateCluster{Operation: "up", Cluster: clusterSpec(demo, 2), DrainGraceSeconds: 30}); err != nil {
+		t.Fatal(err)
+	}
+	a.ReconcileOnce(ctx)
+	for _, h := range []string{"gpu-0003", "gpu-0004"} {
+		if err := a.NodeDrained(ctx, "drained-"+h, &eventsv1.NodeDrained{Node: demo + "/nodes/" + h, Cluster: demo}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remediate(t, a, "replace", "gpu-0001", loomv1.RemediationAction_ACTION_REPLACE)
+	if err := a.DeleteCluster(ctx, "ev-del-other", &eventsv1.DeleteCluster{Operation: "del-other", Cluster: other}); err != nil {
+		t.Fatal(err)
+	}
+	p.takeBatches()
+	a.ReconcileOnce(ctx)
+	got := p.takeBatches()
+	var names []string
+	for _, b := range got {
+		names = append(names, strings.Join(b, ","))
+	}
+	if len(got) != 1 || len(got[0]) != 5 {
+		t.Fatalf("a pass replacing 1 node, retiring 2 and deleting a 2-node cluster removed %d batches %q; want its 5 nodes in one", len(got), names)
+	}
+	slices.Sort(got[0])
+	if want := "gpu-0001,gpu-0001,gpu-0002,gpu-0003,gpu-0004"; strings.Join(got[0], ",") != want {
+		t.Fatalf("the pass removed %v; want %s (demo's gpu-0001, 0003 and 0004, other's gpu-0001 and 0002)", got[0], want)
+	}
+	if rp := repairOf(a, demo+"/nodes/gpu-0001"); rp == nil || rp.Phase != domain.RepairSwapped {
+		t.Fatalf("the replace after the pass: %+v; want it swapped", rp)
+	}
+	var hosts []string
+	for _, n := range a.Nodes("default", "demo") {
+		hosts = append(hosts, n.GetHostname())
+	}
+	if strings.Join(hosts, ",") != "gpu-0002,gpu-0005" {
+		t.Fatalf("demo's nodes after the pass = %v; want gpu-0002 and gpu-0005, gpu-0001's replacement", hosts)
+	}
+	if _, ok := a.Cluster(other); ok {
+		t.Fatalf("%s is left after its teardown", other)
+	}
+}

@@ -88,8 +88,9 @@ type PassStarter interface {
 // BatchRemover is implemented by providers whose Remove has a cost that
 // nodes removed together share (the local provider: one walk of Redis's
 // keyspace for all their agents' keys, where a Remove each walks it once
-// per node). The reconciler removes the nodes a pass retires, and each
-// deleted cluster's nodes, with one RemoveNodes. It does for each node
+// per node). The reconciler removes every node a pass removes (the ones
+// it retires, its replaces' old nodes, its deleted clusters' nodes) with
+// one RemoveNodes. It does for each node
 // what Remove does (after Stop; idempotent) and returns an error per node,
 // in order: nil for a node that is removed. A node whose error is not nil
 // stays on record and is removed again at the next pass.
