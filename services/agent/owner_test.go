@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
@@ -313,5 +315,38 @@ func TestModelDirOnlyTheSchedulers(t *testing.T) {
 	waitStep(t, e.broker, "3", eventsv1.StepState_STEP_EXITED)
 	if _, err := os.Lstat(filepath.Join(target, "sshd.service.d")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a directory was made through the owner's link: %v", err)
+	}
+}
+
+// TestOwnersProgressAndMetricsAreRead: the progress and metrics files of a
+// job of user A (not root) are read (the agent takes only files their
+// run's owner owns, and that is A, for whom it made the run's directory),
+// up to the step's end.
+func TestOwnersProgressAndMetricsAreRead(t *testing.T) {
+	t.Parallel()
+	a := testkit.OSUsers(t, 1)[0]
+	e, own := ownerEnv(t, a)
+	e.start(t)
+	script := `printf '{"step": 7}' > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"
+printf '{"val_loss": 0.5, "global_step": 7}\n' >> "$CLOUD_ML_HP_METRIC_FILE"`
+	st := startStep("1", script, nil, filepath.Join(own, "slurm-1.out"))
+	st.User, st.WorkDir = a.Name, own
+	publish(t, e.broker, command(st))
+	if ev := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 0 {
+		t.Fatalf("step exited %d", ev.ExitCode)
+	}
+	var progress, metrics []int64
+	for _, ev := range testkit.Events(t, e.broker, topics.StepEvents) {
+		switch p := ev.Payload.(type) {
+		case *eventsv1.StepProgress:
+			progress = append(progress, p.Step)
+		case *eventsv1.MetricsReported:
+			for _, pt := range p.Points {
+				metrics = append(metrics, pt.Step)
+			}
+		}
+	}
+	if !slices.Contains(progress, 7) || !slices.Equal(metrics, []int64{7}) {
+		t.Fatalf("%s's step reported progress at %v and metrics at %v; want step 7 in both", a.Name, progress, metrics)
 	}
 }

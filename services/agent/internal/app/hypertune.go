@@ -338,17 +338,13 @@ func (a *App) pumpMetrics(ctx context.Context, key string, tl *tail, final bool)
 // lines already seen passed over. When final, a last line without its
 // newline counts as complete.
 func (a *App) readTail(key string, tl *tail, limit int64, final bool) {
-	// Not through a link, and never blocking on a FIFO: the directory is
-	// the job's owner's, the agent reads as root.
-	f, err := os.OpenFile(tl.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	// Only the job's owner's own file (openRunFile): the directory is
+	// theirs, the agent reads as root.
+	f, fi := openRunFile(tl.path)
+	if f == nil {
 		return
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || !oneLink(fi) {
-		return
-	}
 	ino := uint64(0)
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		ino = st.Ino

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -76,18 +75,17 @@ const maxProgressBytes = 64 << 10
 
 // readProgress reads a progress report; a missing, malformed (a program
 // that writes it in place, not by rename, may be caught half way) or
-// oversized one (over maxProgressBytes), or one that is no regular file,
-// reads as nothing new: prev.
+// oversized one (over maxProgressBytes), or one the agent may not read
+// (openRunFile: a link, a FIFO, a second name, someone else's file)
+// reads as nothing new: prev. The open never blocks: a step's last read
+// is made while its end waits to be recorded.
 func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport {
-	// Not through a link, and never blocking on a FIFO: the directory is
-	// the job's owner's, the agent reads as root — and a step's last read
-	// is made while its end waits to be recorded.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, fi := openRunFile(path)
+	if f == nil {
 		return prev
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxProgressBytes || !oneLink(fi) {
+	if fi.Size() > maxProgressBytes {
 		return prev
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxProgressBytes+1))
@@ -99,14 +97,6 @@ func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport
 		return prev
 	}
 	return r
-}
-
-// oneLink reports whether fi is a file with one name: a hard link the
-// owner made to a file of someone else's (where the kernel lets them) has
-// two, and the agent, reading as root, would read it.
-func oneLink(fi os.FileInfo) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && st.Nlink == 1
 }
 
 // outputSize is the size of a step's output file (0: none, or unknown),

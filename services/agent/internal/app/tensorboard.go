@@ -191,24 +191,15 @@ func listDir(dir string, uid uint32) (files, dirs []string) {
 	return files, dirs
 }
 
-func owned(fi os.FileInfo, uid uint32) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && st.Uid == uid
-}
-
 // readEventFile reads the records of one event file from its position, at
 // most budget bytes, and returns how many bytes it read.
 func (a *App) readEventFile(key string, tl *tail, rel string, budget int64) int64 {
 	tb := tl.tb
-	f, err := os.OpenFile(filepath.Join(tb.dir, rel), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, fi := openJobFile(filepath.Join(tb.dir, rel), tb.uid)
+	if f == nil {
 		return 0
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || !owned(fi, tb.uid) {
-		return 0
-	}
 	off := tl.pos.TB[rel]
 	if fi.Size() < off {
 		off = 0 // rewritten: read again
