@@ -336,6 +336,28 @@ func (s *Store) SweepHeld(ctx context.Context, now time.Time, limit int, apply f
 	return refused, nil
 }
 
+// RefusalTTL is how long FirstRefusal remembers a record: as long as an
+// applied event's inbox mark (libs/store InboxTTL), the topics'
+// retention, beyond which no copy of the record can be redelivered.
+const RefusalTTL = 7 * 24 * time.Hour
+
+// refusedKey marks the record record as refused once (FirstRefusal).
+func (s *Store) refusedKey(record string) string { return s.prefix + "metrics:refused:" + record }
+
+// FirstRefusal marks record (the caller's identity of one record: its
+// topic, partition and offset) as refused, for RefusalTTL, and reports
+// whether this is its first refusal: a record redelivered (a consumer that
+// failed to commit, a restart, a write held twice) is decided again, and
+// may be refused again, but counts once. The mark is Redis', so every
+// replica shares it.
+func (s *Store) FirstRefusal(ctx context.Context, record string) (bool, error) {
+	first, err := s.rdb.SetNX(ctx, s.refusedKey(record), 1, RefusalTTL).Result()
+	if err != nil {
+		return false, fmt.Errorf("metrics refusal of %s: %w", record, err)
+	}
+	return first, nil
+}
+
 // CountNodeWrite counts one write of node in now's hour and reports whether
 // the node is over Limits.NodeRate (the write is then refused,
 // ReasonRate). The counter is Redis', so every replica shares it.

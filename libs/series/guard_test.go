@@ -178,6 +178,27 @@ func TestGuardNodeRate(t *testing.T) {
 	}
 }
 
+// TestFirstRefusal: a record's first refusal is first, its next ones are
+// not (a redelivered copy), another record's is; the mark expires after
+// RefusalTTL.
+func TestFirstRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{})
+	for i, c := range []struct {
+		record string
+		want   bool
+	}{{"t/1:5", true}, {"t/1:5", false}, {"t/1:6", true}, {"t/2:5", true}, {"t/1:5", false}} {
+		if got, err := s.FirstRefusal(ctx, c.record); err != nil || got != c.want {
+			t.Fatalf("refusal %d of %s: first %v, %v; want %v", i+1, c.record, got, err, c.want)
+		}
+	}
+	ttl, err := s.rdb.TTL(ctx, s.refusedKey("t/1:5")).Result()
+	if err != nil || ttl <= RefusalTTL-time.Minute || ttl > RefusalTTL {
+		t.Fatalf("the mark's TTL = %v, %v; want about %v", ttl, err, RefusalTTL)
+	}
+}
+
 // TestGuardTooLate: a run that ended more than Late ago takes no write,
 // from its node or a trusted writer; one that ended within Late does.
 func TestGuardTooLate(t *testing.T) {

@@ -188,21 +188,54 @@ func (in *ingest) place(ctx context.Context, c *eventsv1.JobChanged) error {
 // release applies or refuses job's held writes (series.Store.Release).
 func (in *ingest) release(ctx context.Context, job string) error {
 	refused, err := in.st.Release(ctx, job, in.now(), func(w series.Write) error { return in.applyHeld(ctx, w) })
-	in.count(refused)
+	in.count(ctx, refused)
 	return err
 }
 
-// count counts and logs held writes refused.
-func (in *ingest) count(refused []series.Refused) {
+// count counts and logs held writes refused. Their refusal is final (they
+// left the held list), so no retry would count one whose refusal could
+// not be marked (refuse): it is counted unmarked, the failure logged.
+func (in *ingest) count(ctx context.Context, refused []series.Refused) {
 	for _, r := range refused {
-		in.refuse(r.Reason, r.Write.Job, "nodes/"+r.Write.Node, r.Write.Attempt, "held_since", r.Write.HeldAt)
+		record := ""
+		if ev, err := decodeHeld(r.Write); err == nil {
+			record = recordID(ev)
+		}
+		args := []any{"held_since", r.Write.HeldAt}
+		if err := in.refuse(ctx, record, r.Reason, r.Write.Job, "nodes/"+r.Write.Node, r.Write.Attempt, args...); err != nil {
+			in.log.Warn("counting a held write's refusal without its mark: a redelivered copy may count again", "job", r.Write.Job, "err", err)
+			_ = in.refuse(ctx, "", r.Reason, r.Write.Job, "nodes/"+r.Write.Node, r.Write.Attempt, args...)
+		}
 	}
 }
 
-// refuse counts and logs one refused batch: never a silent drop.
-func (in *ingest) refuse(reason, job, signer string, attempt int32, args ...any) {
+// recordID is a record's identity for FirstRefusal: its topic, partition
+// and offset, which a redelivered copy (or a held copy of it) shares.
+func recordID(ev envelope.Event) string {
+	return ev.Topic + "/" + strconv.Itoa(ev.Partition) + ":" + strconv.FormatInt(ev.Offset, 10)
+}
+
+// refuse counts and logs one refused batch, record (recordID; "" for one
+// whose identity is not known, counted every time) once: never a silent
+// drop, and never counted twice for a record delivered again (a consumer
+// that failed to commit, a restart, a rebalance), which is decided again
+// and may be refused again (series.Store.FirstRefusal keeps the mark in
+// Redis, shared by every replica). A refusal whose mark cannot be written
+// is neither counted nor logged and returns the error: the caller fails
+// the record, whose redelivery refuses it again.
+func (in *ingest) refuse(ctx context.Context, record, reason, job, signer string, attempt int32, args ...any) error {
+	if record != "" {
+		first, err := in.st.FirstRefusal(ctx, record)
+		if err != nil {
+			return err
+		}
+		if !first {
+			return nil // counted and logged at its first refusal
+		}
+	}
 	in.refused.WithLabelValues(reason).Inc()
 	in.log.Warn("metrics refused", append([]any{"reason", reason, "job", job, "attempt", attempt, "signer", signer}, args...)...)
+	return nil
 }
 
 // heldRecord is how a held MetricsReported is kept: its topic, partition
@@ -218,18 +251,26 @@ func heldRecord(ev envelope.Event, m *eventsv1.MetricsReported) ([]byte, error) 
 
 // applyHeld stores a released write (heldRecord).
 func (in *ingest) applyHeld(ctx context.Context, w series.Write) error {
+	ev, err := decodeHeld(w)
+	if err != nil {
+		return err
+	}
+	return in.store(ctx, ev)
+}
+
+// decodeHeld is the record a held write keeps (heldRecord), as delivered.
+func decodeHeld(w series.Write) (envelope.Event, error) {
 	f := bytes.SplitN(w.Data, []byte{'\n'}, 4)
 	if len(f) != 4 {
-		return fmt.Errorf("held metrics of %s: want 4 parts", w.Job)
+		return envelope.Event{}, fmt.Errorf("held metrics of %s: want 4 parts", w.Job)
 	}
 	part, err1 := strconv.Atoi(string(f[1]))
 	off, err2 := strconv.ParseInt(string(f[2]), 10, 64)
 	m := &eventsv1.MetricsReported{}
 	if err := errors.Join(err1, err2, proto.Unmarshal(f[3], m)); err != nil {
-		return fmt.Errorf("held metrics of %s: %w", w.Job, err)
+		return envelope.Event{}, fmt.Errorf("held metrics of %s: %w", w.Job, err)
 	}
-	ev := envelope.Event{Topic: string(f[0]), Partition: part, Offset: off, Payload: m, Signer: "nodes/" + w.Node}
-	return in.store(ctx, ev)
+	return envelope.Event{Topic: string(f[0]), Partition: part, Offset: off, Payload: m, Signer: "nodes/" + w.Node}, nil
 }
 
 // admit applies the write rules to one MetricsReported (docs/metrics.md):
@@ -237,7 +278,8 @@ func (in *ingest) applyHeld(ctx context.Context, w series.Write) error {
 // Limits.NodeRate batches an hour and Limits.Late after the run's end; a
 // write whose run's placement is not known yet is held; a swept job's
 // series are never recreated. A service's record (no node signer) is bound
-// by the sweep and the age only. Every refusal is counted and logged.
+// by the sweep and the age only. Every refusal is counted and logged, once
+// per record (refuse).
 func (in *ingest) admit(ctx context.Context, ev envelope.Event, m *eventsv1.MetricsReported) error {
 	if _, err := resname.ParseJob(m.GetJob()); err != nil {
 		in.log.Warn("metrics of an unnamed job dropped", "job", m.GetJob(), "err", err)
@@ -252,8 +294,7 @@ func (in *ingest) admit(ctx context.Context, ev envelope.Event, m *eventsv1.Metr
 			return err
 		}
 		if over {
-			in.refuse(series.ReasonRate, m.GetJob(), ev.Signer, m.GetAttempt(), "limit", in.st.Limits().NodeRate)
-			return nil
+			return in.refuse(ctx, recordID(ev), series.ReasonRate, m.GetJob(), ev.Signer, m.GetAttempt(), "limit", in.st.Limits().NodeRate)
 		}
 		if w.Data, err = heldRecord(ev, m); err != nil {
 			return err
@@ -266,8 +307,7 @@ func (in *ingest) admit(ctx context.Context, ev envelope.Event, m *eventsv1.Metr
 	}
 	switch {
 	case v.Reason != "":
-		in.refuse(v.Reason, m.GetJob(), ev.Signer, m.GetAttempt())
-		return nil
+		return in.refuse(ctx, recordID(ev), v.Reason, m.GetJob(), ev.Signer, m.GetAttempt())
 	case v.Held:
 		// The placement may have come between the check and the hold.
 		return in.release(ctx, m.GetJob())
@@ -287,7 +327,7 @@ func (in *ingest) sweepMetrics(ctx context.Context, tick <-chan time.Time, reten
 		case <-tick:
 			now := in.now()
 			refused, err := in.st.SweepHeld(ctx, now, SweepBatch, func(w series.Write) error { return in.applyHeld(ctx, w) })
-			in.count(refused)
+			in.count(ctx, refused)
 			if err != nil && ctx.Err() == nil {
 				in.log.Warn("held metrics sweep", "err", err)
 			}
@@ -353,7 +393,9 @@ func (in *ingest) store(ctx context.Context, ev envelope.Event) error {
 			// Swept between the admission and this append (the sweep's
 			// marker stands): refused, once per record.
 			if chunk == 0 {
-				in.refuse(series.ReasonSwept, m.GetJob(), ev.Signer, m.GetAttempt())
+				if err := in.refuse(ctx, recordID(ev), series.ReasonSwept, m.GetJob(), ev.Signer, m.GetAttempt()); err != nil {
+					return err
+				}
 			}
 			b, n = series.Batch{}, 0
 			chunk++

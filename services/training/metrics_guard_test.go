@@ -78,6 +78,14 @@ func (f *guardFixture) report(job string, attempt int32, host, metric string) {
 	}
 }
 
+// redeliver delivers the last record report sent again, as the bus does
+// after a consumer failed to commit it: same topic, partition and offset.
+func (f *guardFixture) redeliver(job string, attempt int32, host, metric string) {
+	f.t.Helper()
+	f.off--
+	f.report(job, attempt, host, metric)
+}
+
 // placed delivers the scheduler's JobChanged: job's attempt on hosts, in
 // state s (ended at end when s is an end state).
 func (f *guardFixture) placed(job string, attempt int32, s loomv1.JobState, end time.Time, hosts ...string) {
@@ -161,6 +169,46 @@ func TestNodeMetricsOnlyFromTheRunsNodes(t *testing.T) {
 	f.report(gJob, 2, "gpu-3", "fresh")
 	if f.has(gJob, "stale") != 0 || f.has(gJob, "fresh") != 1 {
 		t.Error("attempt 2: want only its own node's write stored")
+	}
+}
+
+// TestRedeliveredRefusalCountsOnce: a record refused and then delivered
+// again (a consumer that failed to commit it, a restart) is decided again
+// and refused again, but counted and logged once: a refusal at admission
+// (not-placed, rate), and a held record whose two copies (the delivery's
+// and the redelivery's) are refused when the placement comes.
+func TestRedeliveredRefusalCountsOnce(t *testing.T) {
+	t.Parallel()
+	f := newGuardFixture(t, series.Limits{NodeRate: 2})
+	f.now = f.now.Truncate(time.Hour)
+	// Held before the placement, twice (the record redelivered), then
+	// refused: its node is not the run's.
+	f.report(gJob, 1, "gpu-9", "held_intruder")
+	f.redeliver(gJob, 1, "gpu-9", "held_intruder")
+	f.placed(gJob, 1, loomv1.JobState_RUNNING, time.Time{}, "gpu-1")
+	if got := f.refused(series.ReasonNotPlaced); got != 1 {
+		t.Errorf("refused{not-placed} after a held record's two copies were refused = %v, want 1", got)
+	}
+	f.report(gJob, 1, "gpu-8", "intruder")
+	f.redeliver(gJob, 1, "gpu-8", "intruder")
+	if got := f.refused(series.ReasonNotPlaced); got != 2 {
+		t.Errorf("refused{not-placed} after a refused record came twice = %v, want 2", got)
+	}
+	f.report(gJob, 1, "gpu-1", "loss")
+	f.report(gJob, 1, "gpu-1", "loss")
+	f.report(gJob, 1, "gpu-1", "loss") // over the node's rate
+	f.redeliver(gJob, 1, "gpu-1", "loss")
+	if got := f.refused(series.ReasonRate); got != 1 {
+		t.Errorf("refused{rate} after a refused record came twice = %v, want 1", got)
+	}
+	if n := strings.Count(f.log.String(), "metrics refused"); n != 3 {
+		t.Errorf("%d refusals logged, want 3 (one per record):\n%s", n, f.log)
+	}
+	// Another record is counted: the mark is the record's, not the node's
+	// nor the reason's.
+	f.report(gJob, 1, "gpu-7", "intruder")
+	if got := f.refused(series.ReasonNotPlaced); got != 3 {
+		t.Errorf("refused{not-placed} after another record = %v, want 3", got)
 	}
 }
 

@@ -117,7 +117,7 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}
-	if over, err := a.overTuningRate(ctx, ev); err != nil || over {
+	if done, err := a.overTuningRate(ctx, ev); err != nil || done {
 		return err
 	}
 	a.mu.RLock()
@@ -125,10 +125,13 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	a.mu.RUnlock()
 	if err != nil {
 		if errors.Is(err, domain.ErrIgnored) {
-			a.log.Warn("event refused", "type", ev.Type, "id", ev.ID, "principal", ev.Principal, "reason", err)
-			if r, ok := domain.DroppedBy(err); ok {
-				a.tuningRefused.WithLabelValues(r).Inc()
+			logRefused := func() {
+				a.log.Warn("event refused", "type", ev.Type, "id", ev.ID, "principal", ev.Principal, "reason", err)
 			}
+			if r, ok := domain.DroppedBy(err); ok {
+				return a.refuseRecord(ctx, ev, r, logRefused)
+			}
+			logRefused()
 			return nil
 		}
 		return err
@@ -139,9 +142,27 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	return a.apply(ctx, ev.ID, c)
 }
 
+// refuseRecord counts a trial's metric record refused for reason, and
+// calls logIt, once per record: the refusal is stored as the record's
+// inbox mark (an Apply of nothing else), and counted when that Apply is
+// applied, as a change's drops are (apply). A redelivered record (a
+// consumer that failed to commit, a restart) is refused again, but finds
+// its mark: neither counted nor logged twice.
+func (a *App) refuseRecord(ctx context.Context, ev envelope.Event, reason string, logIt func()) error {
+	if _, err := a.drv.Apply(ctx, ev.ID, &store.Tx{}, func() {
+		a.tuningRefused.WithLabelValues(reason).Inc()
+		logIt()
+	}); err != nil {
+		return fmt.Errorf("refuse %s: %w", ev.ID, err)
+	}
+	return nil
+}
+
 // overTuningRate counts ev when it is a node's metric record for a trial's
-// job (LimitTuningWrites) and reports whether the node is over its hourly
-// limit; the refusal is then logged and counted.
+// job (LimitTuningWrites) and reports whether ev is done with: its node is
+// over its hourly limit (the refusal is then counted and logged once,
+// refuseRecord), or it was handled before (its inbox mark is there: merged
+// or refused; a redelivery counts nothing again, against the rate either).
 func (a *App) overTuningRate(ctx context.Context, ev envelope.Event) (bool, error) {
 	m, ok := ev.Payload.(*eventsv1.MetricsReported)
 	if !ok || a.tuningWrites == nil {
@@ -158,13 +179,19 @@ func (a *App) overTuningRate(ctx context.Context, ev envelope.Event) (bool, erro
 	if !trial {
 		return false, nil
 	}
+	if ev.ID != "" {
+		seen, err := a.drv.Store().Seen(ctx, ev.ID)
+		if err != nil || seen {
+			return seen, err
+		}
+	}
 	over, err := a.tuningWrites.CountNodeWrite(ctx, node, a.now())
 	if err != nil || !over {
 		return false, err
 	}
-	a.tuningRefused.WithLabelValues(reasonRate).Inc()
-	a.log.Warn("trial metrics refused", "reason", reasonRate, "job", m.GetJob(), "signer", ev.Signer, "id", ev.ID)
-	return true, nil
+	return true, a.refuseRecord(ctx, ev, reasonRate, func() {
+		a.log.Warn("trial metrics refused", "reason", reasonRate, "job", m.GetJob(), "signer", ev.Signer, "id", ev.ID)
+	})
 }
 
 func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error {

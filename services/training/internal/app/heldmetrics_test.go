@@ -68,12 +68,13 @@ func TestHeldTrialMetricsDropsAreCounted(t *testing.T) {
 	}
 	handle(envelope.New(topics.ClusterEvents, n.EphemeralCluster(), "loom/provisioner", &eventsv1.ClusterChanged{
 		Cluster: &loomv1.Cluster{Name: n.EphemeralCluster(), Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING}}}))
-	report := func(attempt int32, host string, step int64) {
+	report := func(attempt int32, host string, step int64) envelope.Event {
 		t.Helper()
 		ev := envelope.New(topics.StepEvents, n.Job(), "loom/agent", &eventsv1.MetricsReported{Job: n.Job(), Attempt: attempt, Node: host,
 			Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": float64(step)}}}})
 		ev.Signer = "nodes/" + n.EphemeralCluster() + "/nodes/" + host
 		handle(ev)
+		return ev
 	}
 	jobIs := func(st loomv1.JobState) envelope.Event {
 		return envelope.New(topics.JobEvents, "projects/p", "loom/scheduler", &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(),
@@ -99,16 +100,17 @@ func TestHeldTrialMetricsDropsAreCounted(t *testing.T) {
 		t.Fatalf("%s = %v after the job ended, want 1", domain.DroppedJobEnded, got)
 	}
 	// A record for a run the job never named, after it ended: refused.
-	report(4, "n-0008", 6)
+	handle(report(4, "n-0008", 6)) // and redelivered: counted once
 	if got, nr := count(domain.DroppedJobEnded), count(domain.DroppedNotRun); got != 2 || nr != 2 {
 		t.Fatalf("%s = %v, %s = %v after a refused record, want 2, 2", domain.DroppedJobEnded, got, domain.DroppedNotRun, nr)
 	}
 	// Refused at once, each under its own reason: a node the named run is
 	// not on, a node of another cluster.
-	report(1, "n-0009", 3)
+	handle(report(1, "n-0009", 3)) // and redelivered: counted once
 	other := envelope.New(topics.StepEvents, n.Job(), "loom/agent", &eventsv1.MetricsReported{Job: n.Job(), Attempt: 5, Node: "n-0001",
 		Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: map[string]float64{"val_loss": 1}}}})
 	other.Signer = "nodes/projects/q/clusters/z/nodes/n-0001"
+	handle(other)
 	handle(other)
 	if np, oc := count(domain.DroppedNotPlaced), count(domain.DroppedOtherCluster); np != 1 || oc != 1 {
 		t.Fatalf("%s = %v, %s = %v, want 1, 1", domain.DroppedNotPlaced, np, domain.DroppedOtherCluster, oc)

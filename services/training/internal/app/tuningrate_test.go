@@ -68,17 +68,23 @@ func TestTrialMetricsHaveANodeRate(t *testing.T) {
 	handle(envelope.New(topics.JobEvents, "projects/p", "loom/scheduler", &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(),
 		JobId: strconv.FormatInt(n.ID, 10), State: loomv1.JobState_RUNNING, Nodes: []string{"n-0001", "n-0002"}}, Attempt: 1}))
 
+	var last envelope.Event
 	report := func(host string, step int64) {
 		t.Helper()
 		ev := envelope.New(topics.StepEvents, n.Job(), "loom/agent", &eventsv1.MetricsReported{Job: n.Job(), Attempt: 1, Node: host,
 			Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": float64(step)}}}})
 		ev.Signer = "nodes/" + n.EphemeralCluster() + "/nodes/" + host
 		handle(ev)
+		last = ev
 	}
 	for step := int64(1); step <= limit+2; step++ {
 		report("n-0001", step)
 	}
+	// Redelivered (a consumer that failed to commit): the refused record
+	// is not counted again, as a refusal nor against the node's rate.
+	handle(last)
 	report("n-0002", 100)
+	handle(last) // a merged record's redelivery neither
 	tj, _ = a.GetTuningJob(tun)
 	var steps []int64
 	for _, m := range tj.GetTrials()[0].GetMeasurements() {
@@ -88,7 +94,16 @@ func TestTrialMetricsHaveANodeRate(t *testing.T) {
 		t.Fatalf("measurements of steps %v, want %v (n-0001's records past %d an hour refused)", steps, want, limit)
 	}
 	if got := testutil.ToFloat64(a.tuningRefused.WithLabelValues("rate")); got != 2 {
-		t.Fatalf("loom_training_trial_metrics_refused_total = %v, want 2", got)
+		t.Fatalf("loom_training_trial_metrics_refused_total = %v, want 2 (a redelivered refusal counted once)", got)
+	}
+	for host, want := range map[string]string{"n-0001": strconv.Itoa(limit + 2), "n-0002": "1"} {
+		keys, err := rdb.Keys(ctx, "training:tuning:metrics:rate:*"+host+":*").Result()
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("%s's rate keys %v, %v", host, keys, err)
+		}
+		if got, err := rdb.Get(ctx, keys[0]).Result(); err != nil || got != want {
+			t.Fatalf("%s's records counted against its rate: %s, %v; want %s (redeliveries not counted)", host, got, err, want)
+		}
 	}
 	// Its own key: the series' count of the node is untouched.
 	if n, _ := rdb.Keys(ctx, "training:metrics:rate:*").Result(); len(n) != 0 {
