@@ -219,3 +219,118 @@ func TestCreateOnlyAssociationNeverReplaces(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteAssociationEtag: a DeleteAssociation sending the etag it read
+// deletes only while the association still has it: after another admin
+// changed it, Aborted (HTTP 409, saying it changed meanwhile), nothing
+// deleted and the other admin's values kept; with the current etag, or
+// none, it deletes. An etag past the limit names the field.
+func TestDeleteAssociationEtag(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	acc := h.accounts()
+	h.createAccounts(t, ctx, &loomv1.Account{Name: "physics"}, &loomv1.Account{Name: "chem"})
+	del := func(user, account, etag string) (*loomv1.Association, error) {
+		return acc.DeleteAssociation(ctx, &loomv1.DeleteAssociationRequest{Parent: project, User: user, Account: account, Etag: etag}, h.call("pat"))
+	}
+	for _, a := range []*loomv1.Association{{Account: "chem", User: "alice"}, {Account: "physics", User: "alice", MaxJobs: 2}} {
+		if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a}, h.call("pat")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := h.assocOf(t, ctx, "alice", "physics")
+	// Another admin changes it after this one read it.
+	changed := proto.Clone(seen).(*loomv1.Association)
+	changed.MaxJobs, changed.DefaultAccount = 9, false
+	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: changed}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := del("alice", "physics", seen.GetEtag())
+	wantAcctCode(t, err, codes.Aborted, "user=alice account=physics", "changed meanwhile", seen.GetEtag(), "nothing was deleted")
+	now := h.assocOf(t, ctx, "alice", "physics")
+	if now.GetMaxJobs() != 9 {
+		t.Fatalf("after a stale delete: %v, want the other admin's MaxJobs 9 kept", now)
+	}
+	// The current etag: deleted, and what was deleted answered.
+	got, err := del("alice", "physics", now.GetEtag())
+	if err != nil {
+		t.Fatalf("delete with the current etag: %v", err)
+	}
+	if got.GetEtag() != now.GetEtag() || got.GetMaxJobs() != 9 {
+		t.Fatalf("deleted %v, want the association as read (etag %q)", got, now.GetEtag())
+	}
+	_, err = del("alice", "chem", strings.Repeat("e", 129))
+	wantAcctCode(t, err, codes.InvalidArgument, "etag", "limit of 128")
+	// No etag: deleted as before.
+	if _, err := del("alice", "chem", ""); err != nil {
+		t.Fatalf("delete without an etag: %v", err)
+	}
+
+	// Over REST a stale etag is 409.
+	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "chem", User: "bob"}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	stale := h.assocOf(t, ctx, "bob", "chem").GetEtag() + "x"
+	req, err := http.NewRequestWithContext(ctx, "DELETE", h.restBase+"/v1/projects/default/associations?user=bob&account=chem&etag="+stale, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.cred("pat"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "changed meanwhile") {
+		t.Fatalf("stale etag over REST: %d %s", resp.StatusCode, b)
+	}
+	h.assocOf(t, ctx, "bob", "chem") // still there
+}
+
+// TestRacingDeleteAndEditOneWins: an admin deleting an association with
+// the etag they read while another edits it from the same read (etag
+// sent too, as sacctmgr modify does): exactly one lands, the other is
+// Aborted. Without the delete's etag both would land, the delete removing
+// values its admin never saw.
+func TestRacingDeleteAndEditOneWins(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 120*time.Second)
+	acc := h.accounts()
+	h.createAccounts(t, ctx, &loomv1.Account{Name: "physics"})
+	for round := range raceRounds {
+		user := fmt.Sprintf("u%d", round)
+		if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: user}}, h.call("pat")); err != nil {
+			t.Fatal(err)
+		}
+		seen := h.assocOf(t, ctx, user, "physics")
+		edit := proto.Clone(seen).(*loomv1.Association)
+		edit.MaxJobs = 4
+		errs := together(
+			func() error {
+				_, err := acc.DeleteAssociation(ctx, &loomv1.DeleteAssociationRequest{Parent: project, User: user, Account: "physics", Etag: seen.GetEtag()}, h.call("pat"))
+				return err
+			},
+			func() error {
+				_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: edit}, h.call("pat"))
+				return err
+			})
+		for i, err := range errs {
+			if err != nil && status.Code(err) != codes.Aborted {
+				t.Fatalf("round %d: call %d: %v", round, i, err)
+			}
+		}
+		if (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("round %d: delete %v, edit %v: want exactly one to land", round, errs[0], errs[1])
+		}
+		l, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: user, Account: "physics"}, h.call("vic"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := len(l.GetAssociations()) == 1; kept != (errs[1] == nil) || kept && l.GetAssociations()[0].GetMaxJobs() != 4 {
+			t.Fatalf("round %d: delete %v, edit %v: stored %v", round, errs[0], errs[1], l.GetAssociations())
+		}
+	}
+}

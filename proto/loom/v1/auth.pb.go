@@ -2088,7 +2088,13 @@ type DeleteAssociationRequest struct {
 	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	User   string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
 	// account is an account id (or its full name).
-	Account       string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	Account string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	// etag, when set, is the association's etag as the caller read it
+	// (AIP-154): the association is deleted only while it still has it,
+	// checked in the same atomic write as the delete; otherwise (another
+	// call changed its values since) ABORTED (HTTP 409), nothing deleted:
+	// read it again and decide again. Unset: no check. At most 128 bytes.
+	Etag          string `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2140,6 +2146,13 @@ func (x *DeleteAssociationRequest) GetUser() string {
 func (x *DeleteAssociationRequest) GetAccount() string {
 	if x != nil {
 		return x.Account
+	}
+	return ""
+}
+
+func (x *DeleteAssociationRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
 	}
 	return ""
 }
@@ -2620,11 +2633,12 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\"*\n" +
 	"\x14DeleteAccountRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"`\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"t\n" +
 	"\x18DeleteAssociationRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x18\n" +
-	"\aaccount\x18\x03 \x01(\tR\aaccount\"i\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x12\n" +
+	"\x04etag\x18\x04 \x01(\tR\x04etag\"i\n" +
 	"\x13ListAccountsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +

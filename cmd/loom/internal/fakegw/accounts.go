@@ -188,8 +188,8 @@ func (g *Gateway) DeleteAccount(_ context.Context, r *loomv1.DeleteAccountReques
 }
 
 // DeleteAssociation removes r's association (NotFound for one it does not
-// have; FailedPrecondition for a default account while the user has
-// others).
+// have; Aborted when r's etag is set and is not the association's;
+// FailedPrecondition for a default account while the user has others).
 func (g *Gateway) DeleteAssociation(_ context.Context, r *loomv1.DeleteAssociationRequest) (*loomv1.Association, error) {
 	defer g.lock(r)()
 	if err := g.changedMeanwhile(); err != nil {
@@ -208,6 +208,8 @@ func (g *Gateway) DeleteAssociation(_ context.Context, r *loomv1.DeleteAssociati
 	switch {
 	case found == nil:
 		return nil, status.Errorf(codes.NotFound, "association user=%s account=%s: not found", r.GetUser(), r.GetAccount())
+	case r.GetEtag() != "" && assocEtag(found) != r.GetEtag():
+		return nil, status.Error(codes.Aborted, "the association changed meanwhile (another call wrote it); nothing was deleted: read it again and decide again: aborted")
 	case found.GetDefaultAccount() && others > 0:
 		return nil, status.Errorf(codes.FailedPrecondition, "account %s is user %s's default account; make another one the default first", r.GetAccount(), r.GetUser())
 	}

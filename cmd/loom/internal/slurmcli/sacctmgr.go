@@ -1197,13 +1197,15 @@ func (c *cmd) sacctmgrDelete(ctx context.Context, args []string, out sacctmgrOut
 				if len(accounts) > 0 && !inList(accounts, a.GetAccount()) {
 					continue
 				}
-				err := c.retryChanged(fmt.Sprintf("deleting user %s from account %s", u, a.GetAccount()), func(bool) error {
-					cctx, cancel := c.call(ctx)
-					defer cancel()
-					_, err := c.accountsClient().DeleteAssociation(cctx, &loomv1.DeleteAssociationRequest{Parent: c.projectName(), User: u, Account: a.GetAccount()})
-					return err
-				})
-				if err != nil {
+				if err := c.deleteAssociation(ctx, a); err != nil {
+					if len(deleted) > 0 && !out.quiet {
+						// Say what this command did delete before it stopped.
+						b.WriteString(" Deleting user associations...\n")
+						for _, d := range deleted {
+							fmt.Fprintf(&b, "  C = %-10.10s A = %-10.10s U = %-9.9s\n", c.env.Project, d.GetAccount(), d.GetUser())
+						}
+						fmt.Fprint(c.stdout, b.String())
+					}
 					return err
 				}
 				deleted = append(deleted, a)
@@ -1222,6 +1224,37 @@ func (c *cmd) sacctmgrDelete(ctx context.Context, args []string, out sacctmgrOut
 		fmt.Fprint(c.stdout, b.String())
 	}
 	return nil
+}
+
+// deleteAssociation deletes the association a as this command read it
+// (its etag sent: "delete what I saw"). When the gateway answers that
+// something changed meanwhile (Aborted), it reads the association again:
+// the same values (the conflict was elsewhere: the user's default account
+// or other associations) are deleted once more with the same etag; new
+// values, set by another admin since this command read them, are not
+// deleted: the command says so and how to go on.
+func (c *cmd) deleteAssociation(ctx context.Context, a *loomv1.Association) error {
+	what := fmt.Sprintf("deleting user %s from account %s", a.GetUser(), a.GetAccount())
+	return c.retryChanged(what, func(again bool) error {
+		if again {
+			now, err := c.listAssociations(ctx, a.GetUser(), a.GetAccount())
+			if err != nil {
+				return err
+			}
+			if len(now) == 0 {
+				return c.errorf("%s: the association was deleted meanwhile by another call; nothing more to delete", what)
+			}
+			if now[0].GetEtag() != a.GetEtag() {
+				return c.errorf("%s: the association was changed by another admin after this command read it; it was not deleted. "+
+					"Look at it now (sacctmgr show assoc user=%s account=%s) and run the delete again if it should still go",
+					what, a.GetUser(), a.GetAccount())
+			}
+		}
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		_, err := c.accountsClient().DeleteAssociation(cctx, &loomv1.DeleteAssociationRequest{Parent: c.projectName(), User: a.GetUser(), Account: a.GetAccount(), Etag: a.GetEtag()})
+		return err
+	})
 }
 
 // boolInt is 1 for true: an order that puts false first.

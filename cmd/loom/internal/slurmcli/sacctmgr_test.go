@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -250,5 +251,60 @@ func TestSacctmgrModifyDefaultAndLimits(t *testing.T) {
 		if a.GetMaxJobs() != 3 || a.GetDefaultAccount() != (a.GetAccount() == "aaa") {
 			t.Errorf("alice/%s after DefaultAccount=aaa MaxJobs=3: %v", a.GetAccount(), a)
 		}
+	}
+}
+
+// TestSacctmgrDeleteWhatWasSeen: delete user sends the etag of each
+// association as it read it, so the gateway deletes only what it saw. When
+// another admin changed the association meanwhile, it is not deleted: the
+// command says so and what to do (look again, run the delete again), and
+// prints the associations it did delete before. A refusal over something
+// else (the association as read) is retried with the same etag.
+func TestSacctmgrDeleteWhatWasSeen(t *testing.T) {
+	t.Parallel()
+	g := &fakegw.Gateway{
+		Accounts: []*loomv1.Account{
+			{Name: "projects/default/accounts/physics", ParentAccount: "root", Description: "physics", Organization: "physics", Fairshare: 1},
+			{Name: "projects/default/accounts/chem", ParentAccount: "root", Description: "chem", Organization: "chem", Fairshare: 1},
+		},
+		Associations: []*loomv1.Association{
+			{User: "alice", Account: "chem", Fairshare: 1, DefaultAccount: true},
+			{User: "alice", Account: "physics", MaxJobs: 2, Fairshare: 1},
+			{User: "bob", Account: "physics", Fairshare: 1, DefaultAccount: true},
+		},
+	}
+	// Another admin raises alice's MaxJobs in physics after this command
+	// read it, as this one deletes it.
+	g.AbortAccountWrites, g.Meanwhile = 1, func(g *fakegw.Gateway) {
+		for _, a := range g.Associations {
+			if a.GetUser() == "alice" && a.GetAccount() == "physics" {
+				a.MaxJobs = 7
+			}
+		}
+	}
+	code, out, errOut := run(t, g, "sacctmgr", Env{}, "-i", "delete", "user", "alice", "account=physics")
+	if code != 1 || out != "" || !strings.Contains(errOut, "changed by another admin after this command read it; it was not deleted") ||
+		!strings.Contains(errOut, "sacctmgr show assoc user=alice account=physics") {
+		t.Fatalf("delete of a changed association: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if !slices.ContainsFunc(g.Associations, func(a *loomv1.Association) bool {
+		return a.GetUser() == "alice" && a.GetAccount() == "physics" && a.GetMaxJobs() == 7
+	}) {
+		t.Fatalf("alice/physics after the refused delete: %v, want it kept with the other admin's MaxJobs 7", g.Associations)
+	}
+	dels := fakegw.Requests[*loomv1.DeleteAssociationRequest](g)
+	if len(dels) != 1 || dels[0].GetEtag() == "" {
+		t.Fatalf("DeleteAssociation calls %v: want one, carrying the etag read", dels)
+	}
+
+	// Refused over something else (the association itself as read): sent
+	// again with the same etag, and deleted.
+	g.AbortAccountWrites, g.Meanwhile = 1, nil
+	if code, _, errOut := run(t, g, "sacctmgr", Env{}, "-i", "delete", "user", "bob"); code != 0 {
+		t.Fatalf("delete after an unrelated refusal: exit %d, %s", code, errOut)
+	}
+	dels = fakegw.Requests[*loomv1.DeleteAssociationRequest](g)
+	if n := len(dels); n != 3 || dels[1].GetEtag() == "" || dels[2].GetEtag() != dels[1].GetEtag() {
+		t.Fatalf("DeleteAssociation calls %v: want two more, with the same etag", dels)
 	}
 }

@@ -639,6 +639,16 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	if err != nil {
 		return nil, err
 	}
+	// The caller's etag, when sent, is checked against that same read, and
+	// the delete holds only while the association is still as read
+	// (ExpectAssociation below, in the Apply): what is deleted is what the
+	// caller saw, not values another admin set since.
+	if sent := req.GetEtag(); sent != "" {
+		if now := domain.AssociationEtag(a); now != sent {
+			return nil, fmt.Errorf("delete association user=%s account=%s: the association changed meanwhile (another call wrote it: etag %q as read, %q now); nothing was deleted: read it again and decide again: %w",
+				user, account, sent, now, errs.Aborted)
+		}
+	}
 	// Read before the user's other associations: an association added
 	// after that read sets a new token, and the delete of what was read as
 	// the last one (which takes the default account) writes nothing.

@@ -288,6 +288,7 @@ func AcceptAssociationDelete(req *loomv1.DeleteAssociationRequest) (project, use
 	case !ok || !accountID.MatchString(account):
 		v.Add("account", "%s is not an account id of %s", clip(req.GetAccount()), req.GetParent())
 	}
+	checkText(&v, "etag", req.GetEtag(), MaxEtagBytes)
 	return p.ID, user, account, v.Err()
 }
 
