@@ -1307,8 +1307,9 @@ type SubmitJobRequest struct {
 	// quota is held, nothing is sent to the scheduler and no submission is
 	// audited (as a read, only a refusal is). A refusal is the one the same
 	// submission would get. The answer is the job as it would be accepted,
-	// its job_id the id the next submission would take (not reserved: it
-	// may go to another job). request_id is checked, not looked up. The
+	// with no name and no job_id: ids are one counter for the whole
+	// installation, and answering the next one would let any caller count
+	// every project's submissions. request_id is checked, not looked up. The
 	// start estimate is the client's (sbatch --test-only, docs/slurm.md).
 	ValidateOnly  bool `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields

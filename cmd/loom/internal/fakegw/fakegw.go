@@ -646,12 +646,13 @@ func (g *Gateway) SubmitJob(_ context.Context, r *loomv1.SubmitJobRequest) (*loo
 		}
 	}
 	j := proto.Clone(r.GetJob()).(*loomv1.Job)
-	j.JobId = strconv.Itoa(g.nextID + 1)
 	if r.GetValidateOnly() {
-		// The job as it would be accepted, under the next id (not taken).
+		// The job as it would be accepted, with no id (the gateway does not
+		// tell its job counter).
 		j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(g.now())
 		return j, nil
 	}
+	j.JobId = strconv.Itoa(g.nextID + 1)
 	g.nextID++
 	j.Name = r.GetParent() + "/jobs/" + j.JobId
 	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(g.now())

@@ -55,8 +55,16 @@ func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 		return err
 	}
 	procs := testOnlyCPUs(job, hosts, nodes)
+	// The gateway answers no id (it does not tell the installation's job
+	// counter, and --test-only takes no id): 0, Slurm's job id for none
+	// (as its array_job_id and het_job_id of a job that is neither), keeps
+	// the line's shape for scripts that read it, never a guess.
+	id := job.GetJobId()
+	if id == "" {
+		id = "0"
+	}
 	fmt.Fprintf(c.stderr, "%s: Job %s to start at %s using %d processors on nodes %s in partition %s\n",
-		c.name, job.GetJobId(), formatTimestamp(at, c.loc), procs, compressHosts(hosts), part)
+		c.name, id, formatTimestamp(at, c.loc), procs, compressHosts(hosts), part)
 	return nil
 }
 

@@ -15,16 +15,17 @@ import (
 //
 //	sbatch: Job 22 to start at 2026-12-07T04:26:17 using 1 processors on nodes node1 in partition debug
 //
-// and a job that cannot run: "allocation failure: Requested node
+// but with job id 0 (Slurm's none): the gateway answers no id, so that no
+// caller learns the installation's job counter. A job that cannot run: "allocation failure: Requested node
 // configuration is not available", exit 1, no "sbatch: error:" prefix.
 func TestSbatchTestOnly(t *testing.T) {
 	t.Parallel()
 	f := fixture()
 	jobs := len(f.Jobs)
-	// Fits now: debug's gpu-0003 has room; the id is the next one (20 is
-	// the fixture's largest).
+	// Fits now: debug's gpu-0003 has room; no id (20 is the fixture's
+	// largest: 21 would tell the counter).
 	code, out, errOut := run(t, f, "sbatch", Env{}, "--test-only", "-p", "debug", "-n", "1", "--wrap", "hostname")
-	if want := "sbatch: Job 21 to start at 2026-01-02T15:04:05 using 1 processors on nodes gpu-0003 in partition debug\n"; code != 0 || out != "" || errOut != want {
+	if want := "sbatch: Job 0 to start at 2026-01-02T15:04:05 using 1 processors on nodes gpu-0003 in partition debug\n"; code != 0 || out != "" || errOut != want {
 		t.Errorf("fits: %d %q %q, want 0 and %q", code, out, errOut, want)
 	}
 	if reqs := submitted(f); len(reqs) != 1 || !reqs[0].GetValidateOnly() || len(f.Jobs) != jobs {
@@ -34,7 +35,7 @@ func TestSbatchTestOnly(t *testing.T) {
 	// GPUs free): the earliest end of a running job of it, job 12's
 	// (started 1:02:03 ago, 2 h limit), on its nodes.
 	code, out, errOut = run(t, f, "sbatch", Env{}, "--test-only", "-p", "gpu", "-N", "2", "--gres=gpu:8", "--wrap", "hostname")
-	if want := "sbatch: Job 21 to start at 2026-01-02T16:02:02 using 2 processors on nodes gpu-[0001-0002] in partition gpu\n"; code != 0 || out != "" || errOut != want {
+	if want := "sbatch: Job 0 to start at 2026-01-02T16:02:02 using 2 processors on nodes gpu-[0001-0002] in partition gpu\n"; code != 0 || out != "" || errOut != want {
 		t.Errorf("busy: %d %q %q, want 0 and %q", code, out, errOut, want)
 	}
 	// The gateway's refusal: Slurm's words, then the gateway's.

@@ -659,13 +659,13 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 
 // validatedJob is SubmitJob's answer to a validate_only request that
 // passed every check: the job as it would be accepted now, charged as it
-// would be, with the id the next submission would take (read, not taken).
-func (g *Gateway) validatedJob(ctx context.Context, req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, charged charge) (*loomv1.Job, error) {
-	last, err := g.repo.LastJobID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	job := domain.AcceptJob(req, cluster, last+1, g.now())
+// would be, with no name and no job_id. The id the next submission would
+// take is not answered: job ids are one counter for the whole
+// installation, so any member of any project polling validate_only could
+// count every project's submissions; and it was never reserved.
+func (g *Gateway) validatedJob(_ context.Context, req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, charged charge) (*loomv1.Job, error) {
+	job := domain.AcceptJob(req, cluster, 0, g.now())
+	job.Name, job.JobId = "", ""
 	if charged.account != "" {
 		job.Account = charged.account
 	}
