@@ -249,8 +249,11 @@ func FormatMemMB(mb int64) string {
 
 // ParseMaxWall reads sacctmgr's MaxWall= (a time limit in any of
 // ParseTimeLimit's forms) into minutes, as Slurm keeps it (seconds round
-// up); -1, UNLIMITED or INFINITE clear it (clear true). The error says
-// what is taken and the bound, MaxTimeLimitSeconds.
+// up); -1, UNLIMITED or INFINITE clear it (clear true). 0 is a limit, as
+// in Slurm (sacctmgr's time_str2mins reads it as 0 minutes, and
+// slurmctld's acct_policy holds every job past it): no job of the
+// association runs. The error says what is taken and the bound,
+// MaxTimeLimitSeconds.
 func ParseMaxWall(s string) (minutes int32, clear bool, err error) {
 	secs, unlimited, err := ParseTimeLimit(s)
 	switch {
@@ -258,8 +261,8 @@ func ParseMaxWall(s string) (minutes int32, clear bool, err error) {
 		return 0, false, fmt.Errorf("%q is not a time ([days-]hours:minutes:seconds, minutes, or -1 to clear it): %v", s, err)
 	case unlimited:
 		return 0, true, nil
-	case secs <= 0:
-		return 0, false, fmt.Errorf("%q: a MaxWall of 0 is not supported (Loom reads 0 as no limit); -1 clears it", s)
+	case secs < 0:
+		return 0, false, fmt.Errorf("%q is negative: -1 clears it", s)
 	case secs > MaxTimeLimitSeconds:
 		return 0, false, fmt.Errorf("%q is longer than %d days (the limit)", s, MaxTimeLimitSeconds/86400)
 	}

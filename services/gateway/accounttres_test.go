@@ -49,7 +49,7 @@ func TestAccountTRESLimits(t *testing.T) {
 	}
 
 	a := &loomv1.Association{Account: "team-a", User: "alice", GrpTres: &loomv1.Tres{Gpu: proto.Int64(16), MemMb: proto.Int64(1 << 20)},
-		MaxTresPerJob: &loomv1.Tres{Gpu: proto.Int64(8), Node: proto.Int64(2)}, MaxWallMinutes: 24 * 60}
+		MaxTresPerJob: &loomv1.Tres{Gpu: proto.Int64(8), Node: proto.Int64(2)}, MaxWallMinutes: proto.Int32(24 * 60)}
 	set, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a}, h.call("pat"))
 	if err != nil || !proto.Equal(set.GetGrpTres(), a.GetGrpTres()) || !proto.Equal(set.GetMaxTresPerJob(), a.GetMaxTresPerJob()) ||
 		set.GetMaxWallMinutes() != 24*60 {
@@ -62,6 +62,24 @@ func TestAccountTRESLimits(t *testing.T) {
 	list, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice"}, h.call("vic"))
 	if err != nil || len(list.GetAssociations()) != 1 || !proto.Equal(list.GetAssociations()[0].GetGrpTres(), a.GetGrpTres()) {
 		t.Fatalf("list: %v, %v", list, err)
+	}
+	// MaxWall=0 is a limit (no job runs, as Slurm's): kept as a present 0,
+	// stored, listed and sent to the scheduler; absent is none.
+	zero := &loomv1.Association{Account: "team-a", User: "carol", MaxWallMinutes: proto.Int32(0)}
+	if set, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: zero}, h.call("pat")); err != nil || set.MaxWallMinutes == nil {
+		t.Fatalf("set MaxWall=0: %v, %v: want a present 0", set, err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AssociationChanged)
+		return ok && ac.GetAssociation().GetUser() == "carol" && ac.GetAssociation().MaxWallMinutes != nil && ac.GetAssociation().GetMaxWallMinutes() == 0
+	})
+	if l, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "carol"}, h.call("vic")); err != nil ||
+		len(l.GetAssociations()) != 1 || l.GetAssociations()[0].MaxWallMinutes == nil {
+		t.Fatalf("list MaxWall=0: %v, %v: want a present 0", l, err)
+	}
+	if l, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice"}, h.call("vic")); err != nil ||
+		l.GetAssociations()[0].GetMaxWallMinutes() != 24*60 {
+		t.Fatalf("alice's MaxWall: %v, %v", l, err)
 	}
 
 	for _, tc := range []struct {
@@ -96,7 +114,7 @@ func TestAccountTRESLimits(t *testing.T) {
 		}(), codes.InvalidArgument, []string{"association.max_tres_per_job.node"}},
 		{"MaxWall past the bound", func() error {
 			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "team-a", User: "bob",
-				MaxWallMinutes: 100*365*24*60 + 1}}, h.call("pat"))
+				MaxWallMinutes: proto.Int32(100*365*24*60 + 1)}}, h.call("pat"))
 			return err
 		}(), codes.InvalidArgument, []string{"association.max_wall_minutes", "52560000 minutes"}},
 		{"a viewer sets a limit", func() error {

@@ -1807,9 +1807,12 @@ type Association struct {
 	// AssocMaxNodePerJobLimit or AssocMaxMemPerJob.
 	MaxTresPerJob *Tres `protobuf:"bytes,11,opt,name=max_tres_per_job,json=maxTresPerJob,proto3" json:"max_tres_per_job,omitempty"`
 	// max_wall_minutes caps one job's time limit (Slurm's MaxWall): a
-	// longer one stays pending with AssocMaxWallDurationPerJobLimit. 0 is
-	// no limit; at most 100 years.
-	MaxWallMinutes int32 `protobuf:"varint,12,opt,name=max_wall_minutes,json=maxWallMinutes,proto3" json:"max_wall_minutes,omitempty"`
+	// longer one stays pending with AssocMaxWallDurationPerJobLimit. Absent
+	// is no limit (as is a record stored before the field had presence);
+	// 0 is a limit that lets no job of the association run (Slurm's
+	// MaxWall=0: every job, one without a time limit too, stays pending
+	// with that reason). 0..100 years.
+	MaxWallMinutes *int32 `protobuf:"varint,12,opt,name=max_wall_minutes,json=maxWallMinutes,proto3,oneof" json:"max_wall_minutes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1922,8 +1925,8 @@ func (x *Association) GetMaxTresPerJob() *Tres {
 }
 
 func (x *Association) GetMaxWallMinutes() int32 {
-	if x != nil {
-		return x.MaxWallMinutes
+	if x != nil && x.MaxWallMinutes != nil {
+		return *x.MaxWallMinutes
 	}
 	return 0
 }
@@ -2609,7 +2612,7 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\x04_cpuB\t\n" +
 	"\a_mem_mbB\a\n" +
 	"\x05_nodeB\x06\n" +
-	"\x04_gpu\"\x98\x03\n" +
+	"\x04_gpu\"\xb2\x03\n" +
 	"\vAssociation\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x19\n" +
@@ -2623,8 +2626,9 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\x04etag\x18\t \x01(\tR\x04etag\x12(\n" +
 	"\bgrp_tres\x18\n" +
 	" \x01(\v2\r.loom.v1.TresR\agrpTres\x126\n" +
-	"\x10max_tres_per_job\x18\v \x01(\v2\r.loom.v1.TresR\rmaxTresPerJob\x12(\n" +
-	"\x10max_wall_minutes\x18\f \x01(\x05R\x0emaxWallMinutes\"Z\n" +
+	"\x10max_tres_per_job\x18\v \x01(\v2\r.loom.v1.TresR\rmaxTresPerJob\x12-\n" +
+	"\x10max_wall_minutes\x18\f \x01(\x05H\x00R\x0emaxWallMinutes\x88\x01\x01B\x13\n" +
+	"\x11_max_wall_minutes\"Z\n" +
 	"\x14CreateAccountRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12*\n" +
 	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount\"\x7f\n" +
@@ -2826,6 +2830,7 @@ func file_loom_v1_auth_proto_init() {
 		return
 	}
 	file_loom_v1_auth_proto_msgTypes[25].OneofWrappers = []any{}
+	file_loom_v1_auth_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

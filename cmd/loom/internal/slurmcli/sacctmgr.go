@@ -64,7 +64,7 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
   modify user where name=NAME [account=A] set [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [DefaultAccount=]
                                              [GrpTRES=] [MaxTRESPerJob=] [MaxWall=]
   modify account where name=NAME[,NAME] set [Description=] [Organization=] [Parent=] [Fairshare=] [GrpTRES=]
-  (TRES: cpu=N,mem=N[M|G|T],node=N,gres/gpu=N; N=-1 clears one; MaxWall=[D-]HH:MM:SS or -1)
+  (TRES: cpu=N,mem=N[M|G|T],node=N,gres/gpu=N; N=-1 clears one, 0 lets none; MaxWall=[D-]HH:MM:SS, 0 (no job runs) or -1)
   delete account NAME[,NAME]
   delete user NAME[,NAME] [Account=A[,A]]
                                              [QOS=a,b | QOS+=a | QOS-=a] [DefaultQOS=]
@@ -492,8 +492,12 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 		qos := slices.Clone(open)
 		qos = append(qos, a.GetQos()...)
 		slices.Sort(qos)
+		var wall *int32 // an account's row (a nil) has none
+		if a != nil {
+			wall = a.MaxWallMinutes
+		}
 		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", slurmspec.TRESFromProto(grp).String(), "", "", "", num(maxJobs),
-			slurmspec.TRESFromProto(a.GetMaxTresPerJob()).String(), "", num(maxSubmit), maxWallString(a.GetMaxWallMinutes(), ""), "",
+			slurmspec.TRESFromProto(a.GetMaxTresPerJob()).String(), "", num(maxSubmit), maxWallString(wall, ""), "",
 			strings.Join(slices.Compact(qos), ","), a.GetDefaultQos(), ""}
 	}
 	indent := func(depth int) string {
@@ -572,12 +576,12 @@ func tresSettings(settings []slurmspec.TRESSetting) string {
 }
 
 // maxWallString is MaxWall as sacctmgr prints it (Slurm's mins2time_str:
-// "[D-]HH:MM:SS"), none for 0.
-func maxWallString(minutes int32, none string) string {
-	if minutes <= 0 {
+// "[D-]HH:MM:SS", 0 as "00:00:00"), none for no limit (nil or negative).
+func maxWallString(minutes *int32, none string) string {
+	if minutes == nil || *minutes < 0 {
 		return none
 	}
-	return formatDuration(int64(minutes) * 60)
+	return formatDuration(int64(*minutes) * 60)
 }
 
 // assocSettings are the association values a command line sets.
@@ -586,7 +590,7 @@ type assocSettings struct {
 	defaultAccount                string
 	// grpTRES and maxTRES are GrpTRES= and MaxTRESPerJob= (each TRES
 	// named set, -1 clearing it, the others kept); maxWall MaxWall= in
-	// minutes (0: cleared).
+	// minutes (-1: cleared; 0 is a limit, as Slurm's).
 	grpTRES, maxTRES []slurmspec.TRESSetting
 	maxWall          *int32
 	// qos is QOS=a,b (replaces the grants, qosSet), qosAdd QOS+=a and
@@ -634,7 +638,7 @@ func (s *assocSettings) parse(sp sacctmgrSpec) (bool, error) {
 			return true, sacctmgrFail(" Bad MaxWall time format: %s: %v", sp.value, err)
 		}
 		if clear {
-			m = 0
+			m = -1
 		}
 		s.maxWall = &m
 		return true, nil
@@ -680,8 +684,12 @@ func (s *assocSettings) apply(a *loomv1.Association) {
 	if len(s.maxTRES) > 0 {
 		a.MaxTresPerJob = slurmspec.TRESFromProto(a.GetMaxTresPerJob()).With(s.maxTRES).Proto()
 	}
-	if s.maxWall != nil {
-		a.MaxWallMinutes = *s.maxWall
+	switch {
+	case s.maxWall == nil:
+	case *s.maxWall < 0:
+		a.MaxWallMinutes = nil // -1: no limit
+	default:
+		a.MaxWallMinutes = proto.Int32(*s.maxWall) // 0 included: no job runs
 	}
 	if s.qosSet {
 		a.Qos = slices.Clone(s.qos)
@@ -712,7 +720,7 @@ func (s *assocSettings) lines() []string {
 		out = append(out, "  MaxTRESPerJob = "+tresSettings(s.maxTRES))
 	}
 	if s.maxWall != nil {
-		out = append(out, "  MaxWall       = "+maxWallString(*s.maxWall, "-1"))
+		out = append(out, "  MaxWall       = "+maxWallString(s.maxWall, "-1"))
 	}
 	switch {
 	case s.qosSet:

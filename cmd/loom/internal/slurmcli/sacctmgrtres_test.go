@@ -53,6 +53,13 @@ func TestSacctmgrTRESLimits(t *testing.T) {
 				" Associations\n  A = frozen     C = default   \n Settings\n  Parent        = root\n  GrpTRES       = cpu=0\n", ""},
 		{[]string{"-n", "-P", "show", "assoc", "format=account,user,grptres,maxtres,maxwall"}, 0,
 			"root||||\nfrozen||cpu=0||\nteam-a||gres/gpu=0||\nteam-a|alice|mem=100G,gres/gpu=0|node=2|\n", ""},
+		// MaxWall=0 is a limit too (no job runs), shown as Slurm shows
+		// it; -1 clears it.
+		{[]string{"-i", "modify", "user", "alice", "set", "MaxWall=0"}, 0,
+			" Modified user associations...\n  C = default    A = team-a     U = alice    \n", ""},
+		{[]string{"-n", "-P", "show", "assoc", "user=alice", "format=account,user,maxwall"}, 0, "team-a|alice|00:00:00\n", ""},
+		{[]string{"-Q", "modify", "user", "alice", "set", "MaxWall=-1"}, 0, "", ""},
+		{[]string{"-n", "-P", "show", "assoc", "user=alice", "format=account,user,maxwall"}, 0, "team-a|alice|\n", ""},
 	} {
 		code, out, errOut := run(t, g, "sacctmgr", Env{}, tc.args...)
 		if code != tc.code || out != tc.stdout || errOut != tc.other {
@@ -61,7 +68,7 @@ func TestSacctmgrTRESLimits(t *testing.T) {
 	}
 	for _, a := range g.Associations {
 		if a.GetUser() == "alice" && (!proto.Equal(a.GetGrpTres(), &loomv1.Tres{MemMb: proto.Int64(100 << 10), Gpu: proto.Int64(0)}) ||
-			!proto.Equal(a.GetMaxTresPerJob(), &loomv1.Tres{Node: proto.Int64(2)}) || a.GetMaxWallMinutes() != 0) {
+			!proto.Equal(a.GetMaxTresPerJob(), &loomv1.Tres{Node: proto.Int64(2)}) || a.MaxWallMinutes != nil) {
 			t.Errorf("alice's association after the refusals and gres/gpu=0: %v", a)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -306,10 +307,19 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
 		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos(),
 		"grp_tres", slurmspec.TRESFromProto(a.GetGrpTres()).String(), "max_tres_per_job", slurmspec.TRESFromProto(a.GetMaxTresPerJob()).String(),
-		"max_wall_minutes", a.GetMaxWallMinutes())
+		"max_wall_minutes", maxWallLog(a))
 	out := proto.Clone(a).(*loomv1.Association)
 	out.Etag = domain.AssociationEtag(out)
 	return out, nil
+}
+
+// maxWallLog is a's MaxWall for the log: its minutes, or "none" when
+// absent (0 is a limit).
+func maxWallLog(a *loomv1.Association) string {
+	if a.MaxWallMinutes == nil {
+		return "none"
+	}
+	return strconv.Itoa(int(a.GetMaxWallMinutes()))
 }
 
 // associationExists is a create_only SetAssociation's refusal of an

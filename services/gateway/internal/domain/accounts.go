@@ -331,7 +331,7 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest, open []string) (string
 	grp := CheckTRES(&v, "association.grp_tres", in.GetGrpTres())
 	perJob := CheckTRES(&v, "association.max_tres_per_job", in.GetMaxTresPerJob())
 	v.Check(in.GetMaxWallMinutes() >= 0 && in.GetMaxWallMinutes() <= slurmspec.MaxWallMinutes, "association.max_wall_minutes",
-		"%d is outside 0..%d (0: no limit; %d minutes, 100 years, is the limit)", in.GetMaxWallMinutes(), slurmspec.MaxWallMinutes, slurmspec.MaxWallMinutes)
+		"%d is outside 0..%d (absent: no limit; 0: no job runs; %d minutes, 100 years, is the limit)", in.GetMaxWallMinutes(), slurmspec.MaxWallMinutes, slurmspec.MaxWallMinutes)
 	qos := checkQOSList(&v, "association.qos", in.GetQos())
 	defQOS := strings.ToLower(in.GetDefaultQos())
 	if defQOS != "" && !QOSAllowed(defQOS, open, qos) {
@@ -343,7 +343,11 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest, open []string) (string
 	}
 	out := &loomv1.Association{Account: id, User: in.GetUser(), MaxJobs: in.GetMaxJobs(),
 		MaxSubmitJobs: in.GetMaxSubmitJobs(), Fairshare: in.GetFairshare(), DefaultAccount: in.GetDefaultAccount(),
-		Qos: qos, DefaultQos: defQOS, GrpTres: grp, MaxTresPerJob: perJob, MaxWallMinutes: in.GetMaxWallMinutes()}
+		Qos: qos, DefaultQos: defQOS, GrpTres: grp, MaxTresPerJob: perJob}
+	if in.MaxWallMinutes != nil {
+		// Present, 0 included: 0 is a limit (Slurm's MaxWall=0).
+		out.MaxWallMinutes = proto.Int32(in.GetMaxWallMinutes())
+	}
 	if out.Fairshare == 0 {
 		out.Fairshare = 1
 	}

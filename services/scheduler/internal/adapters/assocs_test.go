@@ -1,6 +1,8 @@
 package adapters
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,19 +67,30 @@ func TestAssocTRESLimitsWriteThenLoad(t *testing.T) {
 	s := domain.NewState(domain.Config{})
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	persist(t, ctx, st, s, now, &eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "lab", User: "ada",
-		GrpTres: &loomv1.Tres{Gpu: proto.Int64(16), MemMb: proto.Int64(1 << 20)}, MaxTresPerJob: &loomv1.Tres{Node: proto.Int64(2), Cpu: proto.Int64(64)}, MaxWallMinutes: 1440}})
+		GrpTres: &loomv1.Tres{Gpu: proto.Int64(16), MemMb: proto.Int64(1 << 20)}, MaxTresPerJob: &loomv1.Tres{Node: proto.Int64(2), Cpu: proto.Int64(64)}, MaxWallMinutes: proto.Int32(1440)}})
 	persist(t, ctx, st, s, now.Add(time.Minute), &eventsv1.AccountChanged{Project: "default",
 		Account: &loomv1.Account{Name: "projects/default/accounts/lab", GrpTres: &loomv1.Tres{Gpu: proto.Int64(64), Cpu: proto.Int64(512)}}})
+	// MaxWall=0 is a limit (no job runs): stored and loaded as 0, not as
+	// no limit.
+	persist(t, ctx, st, s, now.Add(2*time.Minute), &eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "lab", User: "bob",
+		MaxWallMinutes: proto.Int32(0)}})
 	recs, err := NewRepo(st).Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[domain.AssocLimit]bool{
+	want := []domain.AssocLimit{
 		{Project: "default", Account: "lab", User: "ada", GrpTRES: slurmspec.TRES{GPU: 16, MemMB: 1 << 20},
-			MaxTRESPerJob: slurmspec.TRES{Node: 2, CPU: 64}, MaxWallMinutes: 1440}: true,
-		{Project: "default", Account: "lab", GrpTRES: slurmspec.TRES{GPU: 64, CPU: 512}}: true,
+			MaxTRESPerJob: slurmspec.TRES{Node: 2, CPU: 64}, MaxWallMinutes: new(int32(1440))},
+		{Project: "default", Account: "lab", User: "bob", MaxWallMinutes: new(int32(0))},
+		{Project: "default", Account: "lab", GrpTRES: slurmspec.TRES{GPU: 64, CPU: 512}},
 	}
-	if len(recs.Assocs) != 2 || !want[*recs.Assocs[0]] || !want[*recs.Assocs[1]] {
+	found := 0
+	for _, r := range recs.Assocs {
+		if slices.ContainsFunc(want, func(w domain.AssocLimit) bool { return reflect.DeepEqual(w, *r) }) {
+			found++
+		}
+	}
+	if len(recs.Assocs) != len(want) || found != len(want) {
 		t.Fatalf("loaded limits: %+v", recs.Assocs)
 	}
 }

@@ -44,9 +44,12 @@ type AssocLimit struct {
 	// hold at once on each cluster; MaxTRESPerJob what one job of the
 	// association asks for, MaxWallMinutes its time limit (assoctres.go).
 	// Zero: no limit (a TRES limit of 0 is one: slurmspec.TRES.Zero).
+	// MaxWallMinutes nil is no limit, and a pointer to 0 a limit no job
+	// passes (Slurm's MaxWall=0); a record stored before 0 was a limit
+	// never held 0 (omitempty), so it reads as before.
 	GrpTRES        slurmspec.TRES `json:"grp_tres,omitzero"`
 	MaxTRESPerJob  slurmspec.TRES `json:"max_tres_per_job,omitzero"`
-	MaxWallMinutes int32          `json:"max_wall_minutes,omitempty"`
+	MaxWallMinutes *int32         `json:"max_wall_minutes,omitempty"`
 }
 
 // limitKey identifies an association across projects.
@@ -137,7 +140,11 @@ func (t *txn) associationChanged(ev *eventsv1.AssociationChanged) error {
 		return fmt.Errorf("association changed: %w", err)
 	}
 	l := &AssocLimit{Project: ev.GetProject(), Account: a.GetAccount(), User: a.GetUser(),
-		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare(), GrpTRES: grp, MaxTRESPerJob: perJob, MaxWallMinutes: a.GetMaxWallMinutes()}
+		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare(), GrpTRES: grp, MaxTRESPerJob: perJob}
+	if a.MaxWallMinutes != nil {
+		wall := a.GetMaxWallMinutes()
+		l.MaxWallMinutes = &wall
+	}
 	if ev.GetDeleted() {
 		l = nil
 	}

@@ -59,7 +59,7 @@ func tresOfLimit(t slurmspec.TRES) tres {
 
 // hasTRESLimits reports whether l sets a TRES limit or MaxWall.
 func (l *AssocLimit) hasTRESLimits() bool {
-	return l != nil && (l.GrpTRES != slurmspec.TRES{} || l.MaxTRESPerJob != slurmspec.TRES{} || l.MaxWallMinutes > 0)
+	return l != nil && (l.GrpTRES != slurmspec.TRES{} || l.MaxTRESPerJob != slurmspec.TRES{} || l.MaxWallMinutes != nil)
 }
 
 // over returns the index of the first TRES of limit that use plus req
@@ -102,8 +102,11 @@ func gateAssocTRES(p *pass, q *queued) (string, string) {
 	if l := p.t.assocRecord(project, account, user); l.hasTRESLimits() {
 		// A job without --time runs within MaxWall whatever its
 		// partition's MaxTime (wallDefault, start): only a --time past
-		// MaxWall waits.
-		if l.MaxWallMinutes > 0 && q.limit > int64(l.MaxWallMinutes)*60 {
+		// MaxWall waits. MaxWall=0 lets no job run, one without --time
+		// included: Slurm gives that one a limit of 0 minutes
+		// (acct_policy_validate), which Loom cannot run; it waits with
+		// the same reason until the limit is raised or cleared.
+		if w := l.MaxWallMinutes; w != nil && (*w == 0 || q.limit > int64(*w)*60) {
 			return ReasonAssocMaxWallDurationPerJobLimit, ""
 		}
 		if l.GrpTRES != (slurmspec.TRES{}) {
@@ -147,10 +150,10 @@ func (t *txn) wallDefault(job *loomv1.Job, maxSeconds int64) int64 {
 		return 0
 	}
 	l := t.assocRecord(projectOf(job.GetName()), job.GetAccount(), job.GetUser())
-	if l == nil || l.MaxWallMinutes <= 0 {
-		return 0
+	if l == nil || l.MaxWallMinutes == nil || *l.MaxWallMinutes <= 0 {
+		return 0 // none; or 0, which holds the job (gateAssocTRES)
 	}
-	if wall := int64(l.MaxWallMinutes) * 60; maxSeconds == 0 || maxSeconds > wall {
+	if wall := int64(*l.MaxWallMinutes) * 60; maxSeconds == 0 || maxSeconds > wall {
 		return wall
 	}
 	return 0

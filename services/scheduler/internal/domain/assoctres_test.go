@@ -121,7 +121,7 @@ func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
 		h.gpuNode(host, "b1")
 	}
 	h.cpuNode("cpu-0001")
-	ada := &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{Gpu: proto.Int64(8), Node: proto.Int64(1)}, MaxWallMinutes: 60}
+	ada := &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{Gpu: proto.Int64(8), Node: proto.Int64(1)}, MaxWallMinutes: proto.Int32(60)}
 	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
 	h.submitJob(job(1, 2, 4, user("ada", "a"), limit(time.Minute)))
 	h.submitJob(job(2, 1, 8, user("ada", "a"), limit(2*time.Hour)))
@@ -137,7 +137,7 @@ func TestAssocMaxTRESPerJobAndMaxWall(t *testing.T) {
 	h.submitJob(job(5, 2, 8, user("ada", "a"), limit(time.Minute)))
 	h.wantExact(5, loomv1.JobState_PENDING, ReasonAssocMaxGRESPerJob)
 
-	ada.MaxTresPerJob, ada.MaxWallMinutes = nil, 0
+	ada.MaxTresPerJob, ada.MaxWallMinutes = nil, nil
 	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
 	h.wantState(2, loomv1.JobState_RUNNING, "")
 	h.wantState(5, loomv1.JobState_RUNNING, "")
@@ -155,7 +155,7 @@ func TestAssocMaxWallIsTheDefaultLimit(t *testing.T) {
 	t.Parallel()
 	h := newSpecHarness(t, Config{}, &loomv1.SlurmPartition{Id: "short", NodeSetIds: []string{"cpu"}, MaxTime: "30"})
 	h.gpuNode("a3-0001", "b1")
-	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: 60}})
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: proto.Int32(60)}})
 	inCPU := func(j *loomv1.Job) { j.Partition = "cpu" }
 	h.submitJob(job(1, 1, 0, user("ada", "a"), inCPU))
 	h.submitJob(job(2, 1, 8, user("ada", "a")))
@@ -178,7 +178,7 @@ func TestAssocMaxWallIsTheDefaultLimit(t *testing.T) {
 
 	// Job 4's user gets MaxWall=60 while it is held: released, it
 	// starts with 60 minutes.
-	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "bob", MaxWallMinutes: 60}})
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "bob", MaxWallMinutes: proto.Int32(60)}})
 	h.do(&eventsv1.UpdateJob{Job: jobName(4), Cluster: cl, Action: ActionRelease, Admin: true})
 	h.wantState(4, loomv1.JobState_RUNNING, "")
 	if got := h.job(4).GetTimeLimitSeconds(); got != 3600 {
@@ -187,6 +187,53 @@ func TestAssocMaxWallIsTheDefaultLimit(t *testing.T) {
 	h.tick(61 * time.Minute)
 	for _, id := range []int{1, 2, 4} {
 		h.wantState(id, loomv1.JobState_TIMEOUT, ReasonTimeLimit)
+	}
+}
+
+// TestAssocMaxWallOfZeroHoldsAll: MaxWall=0 on an association is a limit,
+// as in Slurm (acct_policy only takes INFINITE as none): no job of it
+// starts, with a time limit (any is past 0) or without one (Slurm would
+// give it 0 minutes), each pending with AssocMaxWallDurationPerJobLimit,
+// while another user's job starts; a record read back from its stored
+// JSON keeps the 0, and clearing the limit lets the jobs start.
+func TestAssocMaxWallOfZeroHoldsAll(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.cpuNode("cpu-0001")
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: proto.Int32(0)}})
+	h.submitJob(job(1, 1, 8, user("ada", "a"), limit(time.Minute)))
+	h.submitJob(job(2, 1, 0, user("ada", "a"), func(j *loomv1.Job) { j.Partition = "cpu" }))
+	h.submitJob(job(3, 1, 8, user("bob", "a"), limit(time.Minute)))
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+
+	// Restart: the records as stored (JSON).
+	snap := h.s.Snapshot()
+	raw, err := json.Marshal(snap.Assocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Assocs = nil
+	if err := json.Unmarshal(raw, &snap.Assocs); err != nil {
+		t.Fatal(err)
+	}
+	restarted := NewState(h.s.Config())
+	restarted.Restore(snap)
+	h.s = restarted
+	h.finish(3, 0)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
+
+	// Cleared (sacctmgr MaxWall=-1: absent): both start, job 2 with no
+	// time limit of its own.
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada"}})
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if got := h.job(2).GetTimeLimitSeconds(); got != 0 {
+		t.Fatalf("job 2 started with a time limit of %d s, want none", got)
 	}
 }
 
@@ -246,7 +293,7 @@ func TestAssocTRESRefusesBadEvents(t *testing.T) {
 	for _, ev := range []proto.Message{
 		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", GrpTres: &loomv1.Tres{Gpu: proto.Int64(-1)}}},
 		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxTresPerJob: &loomv1.Tres{MemMb: proto.Int64(1<<40 + 1)}}},
-		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: -1}},
+		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxWallMinutes: proto.Int32(-1)}},
 		account("a", "", &loomv1.Tres{Cpu: proto.Int64(1<<30 + 1)}),
 	} {
 		var inv *errs.InvalidError
