@@ -77,7 +77,7 @@ func TestSbatchTestOnlyProcessors(t *testing.T) {
 		}
 		args := append([]string{"--test-only", "-p", "gpu"}, tc.args...)
 		code, out, errOut := run(t, f, "sbatch", Env{}, append(args, "--wrap", "hostname")...)
-		want := "sbatch: Job 21 to start at 2026-01-02T15:04:05 using " + tc.want + " in partition gpu\n"
+		want := "sbatch: Job 0 to start at 2026-01-02T15:04:05 using " + tc.want + " in partition gpu\n"
 		if code != 0 || out != "" || errOut != want {
 			t.Errorf("sbatch %v: %d %q %q, want 0 and %q", args, code, out, errOut, want)
 		}
