@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit/need"
@@ -150,10 +151,10 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() (bool,
 // Publish encodes events and writes them to the broker (each to its own
 // Topic), signed with the test's services' key as "services/test" (see
 // ServiceKeyFile), returning once the broker acknowledged them; a test's way
-// to feed a service events without another service. (A command a node runs,
-// or a repair's answer, is accepted only from the service that sends it
-// (envelope.Senders): write those with PublishAs.) It fails the test on
-// error. PublishMessages writes records as they are (unsigned, forged).
+// to feed a service events without another service. (A type only some
+// services send — a command, a node's membership or health, a repair's
+// answer — is accepted only from them (envelope.Senders): write those with
+// PublishAs.) It fails the test on error. PublishMessages writes records as they are (unsigned, forged).
 func Publish(t testing.TB, broker string, events ...envelope.Event) {
 	t.Helper()
 	publishSigned(t, broker, testSigner(), events)
@@ -280,6 +281,54 @@ func Events(t testing.TB, broker, topic string) []envelope.Event {
 	return out
 }
 
+// DeadLetter is a record a consumer dead-lettered (DeadLetters): its event
+// type, the refusal's reason (bus.HeaderDLQReason) and its signer.
+type DeadLetter struct {
+	Type, Reason, Signer string
+}
+
+// DeadLetters returns the records on topic's dead-letter topic now, in
+// each partition's order: how a test checks what a consumer refused, and
+// why. It fails the test on error.
+func DeadLetters(t testing.TB, broker, topic string) []DeadLetter {
+	t.Helper()
+	dlq := topic + topics.DLQSuffix
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	parts, err := partitions(ctx, broker, dlq)
+	if err != nil {
+		t.Fatalf("testkit: dead letters of %s: %v", topic, err)
+	}
+	var out []DeadLetter
+	for _, p := range parts {
+		end, err := lastOffset(ctx, broker, dlq, p)
+		if err != nil {
+			t.Fatalf("testkit: dead letters of %s[%d]: %v", topic, p, err)
+		}
+		if end == 0 {
+			continue
+		}
+		if err := readMessages(ctx, broker, dlq, p, end, func(m kafka.Message) bool {
+			var d DeadLetter
+			for _, h := range m.Headers {
+				switch h.Key {
+				case envelope.HeaderType:
+					d.Type = string(h.Value)
+				case bus.HeaderDLQReason:
+					d.Reason = string(h.Value)
+				case envelope.HeaderSigner:
+					d.Signer = string(h.Value)
+				}
+			}
+			out = append(out, d)
+			return true
+		}); err != nil {
+			t.Fatalf("testkit: dead letters of %s[%d]: %v", topic, p, err)
+		}
+	}
+	return out
+}
+
 // partitions returns the partition ids of topic, or an error when it does not exist.
 func partitions(ctx context.Context, broker, topic string) ([]int, error) {
 	md, err := newClient(broker).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
@@ -325,6 +374,14 @@ func lastOffset(ctx context.Context, broker, topic string, partition int) (int64
 // event until yield returns false, ctx ends, or (end >= 0) the record before
 // offset end was read.
 func readPartition(ctx context.Context, broker, topic string, partition int, end int64, yield func(envelope.Event) bool) error {
+	return readMessages(ctx, broker, topic, partition, end, func(m kafka.Message) bool {
+		e, err := envelope.Default.Decode(m)
+		return err != nil || yield(e)
+	})
+}
+
+// readMessages is readPartition for the records as they are.
+func readMessages(ctx context.Context, broker, topic string, partition int, end int64, yield func(kafka.Message) bool) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:   []string{broker},
 		Topic:     topic,
@@ -342,7 +399,7 @@ func readPartition(ctx context.Context, broker, topic string, partition int, end
 			}
 			return err
 		}
-		if e, err := envelope.Default.Decode(m); err == nil && !yield(e) {
+		if !yield(m) {
 			return nil
 		}
 		if end >= 0 && m.Offset >= end-1 {
