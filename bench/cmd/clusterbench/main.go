@@ -5,7 +5,8 @@
 // It starts Loom's one embedded stack (cmd/loom/stack: a Kafka-protocol
 // broker, Redis and the five central services in this process) with the
 // provisioner on the sim provider, creates a cluster through the gateway's
-// public API (or straight on the bus with -via bus), waits for the create
+// public API (or straight on the bus with -via bus, the commands signed as
+// the gateway it then stands in for), waits for the create
 // operation to finish, deletes the cluster, and then reads the cluster's
 // events back from the bus. It reports:
 //

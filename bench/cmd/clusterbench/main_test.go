@@ -45,6 +45,22 @@ func TestClusterbenchSmall(t *testing.T) {
 	}
 }
 
+// TestClusterbenchOnTheBus runs the benchmark with its commands written
+// straight on the bus: signed as the gateway it stands in for, they are
+// carried out (another service's cluster command is refused as
+// wrong-sender, and the run would time out).
+func TestClusterbenchOnTheBus(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts the embedded stack")
+	}
+	o := options{nodes: 2, pools: 1, latency: 50 * time.Millisecond, sigma: 0.1, hb: time.Second,
+		via: "bus", timeout: 30 * time.Second, logLevel: "error"}
+	if err := run(o); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRunRejectsBadOptions(t *testing.T) {
 	t.Parallel()
 	for _, o := range []options{
