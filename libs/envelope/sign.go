@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,9 +54,9 @@ const (
 	// ReasonNotAssigned: a node reported on a step the scheduler did not
 	// assign to it (a consumer's own check; see Reject).
 	ReasonNotAssigned = "not-assigned"
-	// ReasonWrongSender: a record of a type one service alone sends (a
-	// command a node runs, a repair's answer), signed by another service
-	// (Senders).
+	// ReasonWrongSender: a record of a type only some services send (a
+	// command a node runs, a repair's answer, a command to a service),
+	// signed by another service (Senders).
 	ReasonWrongSender = "wrong-sender"
 	// ReasonWrongKey: a node's record whose Kafka key is not the one its
 	// type is keyed by (NodeEventTypes): the producer places a record by
@@ -284,9 +285,9 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 	return "", false
 }
 
-// Senders is, for each event type that one service alone sends, that
-// service: every service holds the same key, so a signature proves only
-// that some service signed, and this table says which one may. A verified
+// Senders is, for each event type that only some services send, those
+// services: every service holds the same key, so a signature proves only
+// that some service signed, and this table says which may. A verified
 // record of one of these types signed by any other signer is refused with
 // ReasonWrongSender, whatever the policy (a node's is refused before, as
 // not-a-service). It is the one table of who sends what: the rows are
@@ -304,24 +305,65 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 //     would resume or drain any node, its InjectFault break a simulated one,
 //     its ScanNodes or ReportFaultyNodes take nodes out for checks or repair;
 //   - the scheduler's call for checks on nodes (NodesNeedCheck), on which
-//     health runs them.
+//     health runs them, and its word that a node is drained (NodeDrained),
+//     on which the provisioner takes the node away and health repairs it;
+//   - the provisioner's nodes (NodeChanged, NodeRemoved): another service's
+//     would add a node the scheduler places jobs on, or take one out of
+//     every service's view;
+//   - health's verdict on a node (NodeHealthChanged), on which the
+//     scheduler fails the node's jobs and places none there (or puts the
+//     node back in use), and its call for a repair (RemediateNode), on
+//     which the provisioner reboots, reimages or replaces the node;
+//   - the commands to the provisioner and the scheduler (the cluster and
+//     job command topics), the gateway's, written after it authorized the
+//     caller; the training service also creates and deletes the clusters
+//     of its jobs and submits and cancels those jobs. Every type these two
+//     topics carry has a row (TestSendersCoverTheCommandTopics).
 //
 // A type without a row is accepted from any service.
-var Senders = map[string]string{
-	TypeOf(&eventsv1.StartStep{}):             "services/scheduler",
-	TypeOf(&eventsv1.StopStep{}):              "services/scheduler",
-	TypeOf(&eventsv1.SignalStep{}):            "services/scheduler",
-	TypeOf(&eventsv1.LaunchTasks{}):           "services/scheduler",
-	TypeOf(&eventsv1.KillTasks{}):             "services/scheduler",
-	TypeOf(&eventsv1.RunHealthCheck{}):        "services/health",
-	TypeOf(&eventsv1.InjectNodeFault{}):       "services/health",
-	TypeOf(&eventsv1.RemediationProgress{}):   "services/provisioner",
-	TypeOf(&eventsv1.RemediationFinished{}):   "services/provisioner",
-	TypeOf(&eventsv1.ReportFaultyNodes{}):     "services/gateway",
-	TypeOf(&eventsv1.UpdateNodeRemediation{}): "services/gateway",
-	TypeOf(&eventsv1.InjectFault{}):           "services/gateway",
-	TypeOf(&eventsv1.ScanNodes{}):             "services/gateway",
-	TypeOf(&eventsv1.NodesNeedCheck{}):        "services/scheduler",
+var Senders = map[string][]string{
+	TypeOf(&eventsv1.StartStep{}):             {"services/scheduler"},
+	TypeOf(&eventsv1.StopStep{}):              {"services/scheduler"},
+	TypeOf(&eventsv1.SignalStep{}):            {"services/scheduler"},
+	TypeOf(&eventsv1.LaunchTasks{}):           {"services/scheduler"},
+	TypeOf(&eventsv1.KillTasks{}):             {"services/scheduler"},
+	TypeOf(&eventsv1.RunHealthCheck{}):        {"services/health"},
+	TypeOf(&eventsv1.InjectNodeFault{}):       {"services/health"},
+	TypeOf(&eventsv1.RemediationProgress{}):   {"services/provisioner"},
+	TypeOf(&eventsv1.RemediationFinished{}):   {"services/provisioner"},
+	TypeOf(&eventsv1.ReportFaultyNodes{}):     {"services/gateway"},
+	TypeOf(&eventsv1.UpdateNodeRemediation{}): {"services/gateway"},
+	TypeOf(&eventsv1.InjectFault{}):           {"services/gateway"},
+	TypeOf(&eventsv1.ScanNodes{}):             {"services/gateway"},
+	TypeOf(&eventsv1.NodesNeedCheck{}):        {"services/scheduler"},
+	TypeOf(&eventsv1.NodeDrained{}):           {"services/scheduler"},
+	TypeOf(&eventsv1.NodeChanged{}):           {"services/provisioner"},
+	TypeOf(&eventsv1.NodeRemoved{}):           {"services/provisioner"},
+	TypeOf(&eventsv1.NodeHealthChanged{}):     {"services/health"},
+	TypeOf(&eventsv1.RemediateNode{}):         {"services/health"},
+	// The cluster commands.
+	TypeOf(&eventsv1.CreateCluster{}):     {"services/gateway", "services/training"},
+	TypeOf(&eventsv1.UpdateCluster{}):     {"services/gateway"},
+	TypeOf(&eventsv1.DeleteCluster{}):     {"services/gateway", "services/training"},
+	TypeOf(&eventsv1.CreateReservation{}): {"services/gateway"},
+	TypeOf(&eventsv1.DeleteReservation{}): {"services/gateway"},
+	// The job commands.
+	TypeOf(&eventsv1.SubmitJob{}):          {"services/gateway", "services/training"},
+	TypeOf(&eventsv1.CancelJob{}):          {"services/gateway", "services/training"},
+	TypeOf(&eventsv1.UpdateJob{}):          {"services/gateway"},
+	TypeOf(&eventsv1.UpdateSlurmNode{}):    {"services/gateway"},
+	TypeOf(&eventsv1.CreateJobStep{}):      {"services/gateway"},
+	TypeOf(&eventsv1.CancelJobStep{}):      {"services/gateway"},
+	TypeOf(&eventsv1.AssociationChanged{}): {"services/gateway"},
+	TypeOf(&eventsv1.AccountChanged{}):     {"services/gateway"},
+}
+
+// MaySend reports whether the service named service ("services/<name>")
+// may send a record of type typ: typ has no row in Senders, or its row
+// names service.
+func MaySend(typ, service string) bool {
+	want, ok := Senders[typ]
+	return !ok || slices.Contains(want, service)
 }
 
 // maxCachedCerts bounds the verified-certificate cache: more distinct live
@@ -432,7 +474,7 @@ func (v *Verifier) cert(raw []byte) (auth.NodeCert, error) {
 
 // DecodeVerified is Decode for a consumer that trusts only signed records:
 // m's signature is checked first (before any parsing of its payload), then
-// that a type one service alone sends comes from it (Senders), then
+// that a type only some services send comes from one of them (Senders), then
 // policy, then, for a node's record, that its payload's node is the
 // signer's. The event's Signer is the verified signer, on a refusal too
 // once the signature verified (a consumer holds each node to a rate on
@@ -445,11 +487,11 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset, err)
 	}
 	typ := recordType(m)
-	if want, ok := Senders[typ]; ok && id.IsService() && id.Name != want {
+	if id.IsService() && !MaySend(typ, id.Name) {
 		e, _ := r.headersOf(m)
 		e.Signer = id.Name
 		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
-			reject(ReasonWrongSender, "%s is accepted only from %s, not from %s", typ, want, truncate(id.Name)))
+			reject(ReasonWrongSender, "%s is accepted only from %s, not from %s", typ, strings.Join(Senders[typ], " or "), truncate(id.Name)))
 	}
 	if !id.IsService() {
 		// The refused event names its verified signer, so that a

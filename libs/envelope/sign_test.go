@@ -3,6 +3,8 @@ package envelope
 import (
 	"crypto/ed25519"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,67 +272,94 @@ func TestNodeRecordsKeyedAsTheAgentKeysThem(t *testing.T) {
 	}
 }
 
-// A command a node runs, a repair's answer, an operator's command to
-// health or the scheduler's call for checks is accepted from the one
-// service that sends it (Senders) and refused from any other service,
-// though that one's signature holds: least privilege among services that
-// share a key.
+// A record of a type in Senders (a command a node runs, a repair's answer,
+// an operator's command to health, the scheduler's call for checks or word
+// of a drained node, the provisioner's nodes, health's verdict and call for
+// a repair, a command to the provisioner or the scheduler) is accepted from
+// the services that send it and refused from any other service, though that
+// one's signature holds: least privilege among services that share a key.
 func TestCommandsOnlyFromTheirSender(t *testing.T) {
 	t.Parallel()
 	k := newKeys(t)
 	v := NewVerifier(k.svcPub, func() time.Time { return k.now })
+	const cluster = "projects/p/clusters/c"
 	cmds := []struct {
-		sender string
-		cmd    proto.Message
+		senders []string
+		cmd     proto.Message
 	}{
-		{"scheduler", &eventsv1.StartStep{Node: testNode}},
-		{"health", &eventsv1.RunHealthCheck{Node: testNode}},
-		{"provisioner", &eventsv1.RemediationFinished{Node: testNode, RemediationId: "r1", Ok: true}},
-		{"provisioner", &eventsv1.RemediationProgress{Node: testNode, RemediationId: "r1"}},
-		{"gateway", &eventsv1.UpdateNodeRemediation{Cluster: "projects/p/clusters/c", Hostname: "n1"}},
-		{"gateway", &eventsv1.ScanNodes{Cluster: "projects/p/clusters/c"}},
-		{"scheduler", &eventsv1.NodesNeedCheck{Cluster: "projects/p/clusters/c"}},
+		{[]string{"scheduler"}, &eventsv1.StartStep{Node: testNode}},
+		{[]string{"health"}, &eventsv1.RunHealthCheck{Node: testNode}},
+		{[]string{"provisioner"}, &eventsv1.RemediationFinished{Node: testNode, RemediationId: "r1", Ok: true}},
+		{[]string{"provisioner"}, &eventsv1.RemediationProgress{Node: testNode, RemediationId: "r1"}},
+		{[]string{"gateway"}, &eventsv1.UpdateNodeRemediation{Cluster: cluster, Hostname: "n1"}},
+		{[]string{"gateway"}, &eventsv1.ScanNodes{Cluster: cluster}},
+		{[]string{"scheduler"}, &eventsv1.NodesNeedCheck{Cluster: cluster}},
+		{[]string{"scheduler"}, &eventsv1.NodeDrained{Node: testNode, Cluster: cluster}},
+		{[]string{"provisioner"}, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: testNode, Cluster: cluster}}},
+		{[]string{"provisioner"}, &eventsv1.NodeRemoved{Node: testNode, Cluster: cluster}},
+		{[]string{"health"}, &eventsv1.NodeHealthChanged{Node: testNode, Cluster: cluster, Health: eventsv1.NodeHealth_UNHEALTHY}},
+		{[]string{"health"}, &eventsv1.RemediateNode{Node: testNode, Cluster: cluster}},
+		{[]string{"gateway", "training"}, &eventsv1.CreateCluster{Cluster: &loomv1.Cluster{Name: cluster}}},
+		{[]string{"gateway"}, &eventsv1.UpdateCluster{Cluster: &loomv1.Cluster{Name: cluster}}},
+		{[]string{"gateway", "training"}, &eventsv1.DeleteCluster{Cluster: cluster}},
+		{[]string{"gateway"}, &eventsv1.CreateReservation{}},
+		{[]string{"gateway", "training"}, &eventsv1.SubmitJob{Job: &loomv1.Job{Cluster: cluster}}},
+		{[]string{"gateway", "training"}, &eventsv1.CancelJob{Cluster: cluster}},
+		{[]string{"gateway"}, &eventsv1.UpdateJob{Cluster: cluster}},
+		{[]string{"gateway"}, &eventsv1.UpdateSlurmNode{Cluster: cluster, Hostname: "n1", State: "DRAIN"}},
+		{[]string{"gateway"}, &eventsv1.CreateJobStep{Cluster: cluster}},
+		{[]string{"gateway"}, &eventsv1.AccountChanged{Project: "p"}},
 	}
-	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "registry", "test"} {
+	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "registry", "bridge", "test"} {
 		for _, c := range cmds {
-			sender, cmd := c.sender, c.cmd
 			for _, policy := range []Policy{ServicesOnly, AcceptNodeEvents} {
-				m := mustEncode(t, New("t", testNode, "loom/"+signer, cmd))
+				m := mustEncode(t, New("t", testNode, "loom/"+signer, c.cmd))
 				NewServiceSigner(signer, k.svc).Sign(&m)
 				_, err := Default.DecodeVerified(m, v, policy)
-				if signer == sender {
+				if slices.Contains(c.senders, signer) {
 					if err != nil {
-						t.Errorf("%s from services/%s: %v", TypeOf(cmd), signer, err)
+						t.Errorf("%s from services/%s: %v", TypeOf(c.cmd), signer, err)
 					}
 				} else if ReasonOf(err) != ReasonWrongSender {
-					t.Errorf("%s from services/%s (policy %d): %v, want reason %s", TypeOf(cmd), signer, policy, err, ReasonWrongSender)
+					t.Errorf("%s from services/%s (policy %d): %v, want reason %s", TypeOf(c.cmd), signer, policy, err, ReasonWrongSender)
 				}
 			}
 		}
 	}
-	// Commands for other consumers are not in the table: any service.
-	m := mustEncode(t, New("loom.job.commands.v1", "p", "loom/gateway", &eventsv1.CancelJob{}))
-	NewServiceSigner("gateway", k.svc).Sign(&m)
+	// A type without a row is accepted from any service.
+	m := mustEncode(t, New("loom.cluster.events.v1", cluster, "loom/registry", &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cluster}}))
+	NewServiceSigner("registry", k.svc).Sign(&m)
 	if _, err := Default.DecodeVerified(m, v, ServicesOnly); err != nil {
-		t.Fatalf("CancelJob from the gateway: %v", err)
+		t.Fatalf("ClusterChanged from the registry: %v", err)
 	}
 }
 
-// Every type the step and node command topics carry names its sender.
+// Every type the step, node, cluster and job command topics carry names
+// its senders, and every row names a type and at least one sender.
 func TestSendersCoverTheCommandTopics(t *testing.T) {
 	t.Parallel()
+	guarded := map[string]bool{topics.StepCommands: true, topics.NodeCommands: true,
+		topics.ClusterCommands: true, topics.JobCommands: true}
 	for typ, mt := range Default.types {
 		topic, err := topics.For(mt.New().Interface())
-		if err != nil || (topic != topics.StepCommands && topic != topics.NodeCommands) {
+		if err != nil || !guarded[topic] {
 			continue
 		}
-		if Senders[typ] == "" {
+		if len(Senders[typ]) == 0 {
 			t.Errorf("%s (on %s) has no row in Senders", typ, topic)
 		}
 	}
-	for typ := range Senders {
+	for typ, senders := range Senders {
 		if !Default.Known(typ) {
 			t.Errorf("Senders names %s, not an event type", typ)
+		}
+		if len(senders) == 0 {
+			t.Errorf("Senders' row of %s names no one", typ)
+		}
+		for _, s := range senders {
+			if !strings.HasPrefix(s, "services/") {
+				t.Errorf("Senders' row of %s names %q, not services/<name>", typ, s)
+			}
 		}
 	}
 }

@@ -55,13 +55,12 @@ func TestBaseMetricsOnScrape(t *testing.T) {
 		t.Fatal("health check of an unknown service succeeded")
 	}
 
+	// The gateway's commands (envelope.Senders: another service's
+	// CancelJob is refused as wrong-sender).
 	const jobs = 3
 	for i := range jobs {
-		ev := envelope.New(topics.JobCommands, "projects/default/clusters/c1", "loom/test",
-			&eventsv1.CancelJob{Job: fmt.Sprintf("projects/default/jobs/%d", i), Cluster: "projects/default/clusters/c1"})
-		if err := b.Producer.Publish(ctx, ev); err != nil {
-			t.Fatalf("publish: %v", err)
-		}
+		testkit.PublishAs(t, cfg.Brokers[0], "gateway", envelope.New(topics.JobCommands, "projects/default/clusters/c1", "loom/gateway",
+			&eventsv1.CancelJob{Job: fmt.Sprintf("projects/default/jobs/%d", i), Cluster: "projects/default/clusters/c1"}))
 	}
 	// Unsigned: the consumer refuses it and dead-letters it.
 	forged, err := envelope.Encode(envelope.New(topics.JobCommands, "projects/default/clusters/c1", "loom/test",

@@ -120,7 +120,7 @@ func TestRunAppliesEventsServesHealthAndStops(t *testing.T) {
 		&eventsv1.CancelJob{Job: "projects/default/jobs/7", Cluster: "projects/default/clusters/c1"})
 	in.TraceParent = telemetry.TraceParent(sctx)
 	span.End()
-	testkit.Publish(t, cfg.Brokers[0], in)
+	testkit.PublishAs(t, cfg.Brokers[0], "gateway", in) // a CancelJob is the gateway's (envelope.Senders)
 
 	out := testkit.WaitEvent(t, cfg.Brokers[0], topics.JobEvents, 20*time.Second, func(e envelope.Event) bool {
 		jc, ok := e.Payload.(*eventsv1.JobChanged)

@@ -67,9 +67,10 @@ func Signer() *envelope.Signer { return testSigner() }
 var signersAs sync.Map
 
 // SignerAs returns a signer of the test's services' key that signs as
-// "services/<service>": how a test writes what one service alone may send
-// (envelope.Senders: the scheduler's step commands, health's node
-// commands, the provisioner's answers to a repair).
+// "services/<service>": how a test writes what only some services may
+// send (envelope.Senders: the scheduler's step commands, health's node
+// commands and verdicts, the provisioner's nodes and answers to a repair,
+// the gateway's commands).
 func SignerAs(service string) *envelope.Signer {
 	if s, ok := signersAs.Load(service); ok {
 		return s.(*envelope.Signer)

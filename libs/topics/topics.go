@@ -1,15 +1,17 @@
 // Package topics is the one declarative list of Loom's Kafka topics, and the
 // one table of which topic carries each event type (For). Every topic has
-// exactly one writing service; the comments name it and the record key.
+// one writing service, but for the cluster and job commands, which the
+// training service writes too for its jobs; the comments name them and the
+// record key.
 package topics
 
 // Topic names. Each has a "<name>.dlq" companion for records a consumer gave up on.
 const (
-	ClusterCommands    = "loom.cluster.commands.v1"     // gateway → provisioner; key cluster name
+	ClusterCommands    = "loom.cluster.commands.v1"     // gateway (training: its jobs' clusters) → provisioner; key cluster name
 	ClusterEvents      = "loom.cluster.events.v1"       // provisioner; key cluster name
 	NodeEvents         = "loom.node.events.v1"          // provisioner; key node name
 	NodeTelemetry      = "loom.node.telemetry.v1"       // agent; key node name
-	JobCommands        = "loom.job.commands.v1"         // gateway → scheduler; key cluster name
+	JobCommands        = "loom.job.commands.v1"         // gateway (training: its jobs) → scheduler; key cluster name
 	JobEvents          = "loom.job.events.v1"           // scheduler; key cluster name
 	StepCommands       = "loom.step.commands.v1"        // scheduler → agent; key node name
 	StepEvents         = "loom.step.events.v1"          // agent → scheduler; key job name

@@ -132,8 +132,8 @@ func publish(t *testing.T, broker string, evs ...envelope.Event) {
 			ev.Payload = sealed
 		}
 		service := "test"
-		if s, ok := envelope.Senders[envelope.TypeOf(ev.Payload)]; ok {
-			service = strings.TrimPrefix(s, "services/")
+		if s := envelope.Senders[envelope.TypeOf(ev.Payload)]; len(s) > 0 {
+			service = strings.TrimPrefix(s[0], "services/")
 		}
 		msgs = append(msgs, signedAs(t, service, ev))
 	}

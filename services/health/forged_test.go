@@ -30,7 +30,7 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	ctx := testkit.Context(t, wait)
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "provisioner",
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	own := testkit.NodeProducer(t, broker, node, cluster, "gpu")
 	beat := &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}
@@ -79,7 +79,7 @@ func TestNodeFloodDroppedThroughTheBus(t *testing.T) {
 		GRPCAddr: freeAddr(t), HTTPAddr: httpAddr, LogLevel: "error"}, HeartbeatTimeout: time.Hour, NodeRate: 0.01, NodeBurst: 5}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	ctx := testkit.Context(t, wait)
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "provisioner",
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	own := testkit.NodeProducer(t, broker, node, cluster, "gpu")
 	flood := []envelope.Event{envelope.New(topics.NodeTelemetry, node, "loom/agent",
@@ -112,7 +112,7 @@ func TestRefusedLastRecordLeavesHealthNotBehind(t *testing.T) {
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
 	ctx := testkit.Context(t, wait)
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "provisioner",
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	beat := &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}
 	if err := testkit.NodeProducer(t, broker, node, cluster, "gpu").Publish(ctx,
@@ -146,7 +146,7 @@ func TestRemediationAnswersOnlyFromTheProvisioner(t *testing.T) {
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: addr, HTTPAddr: "127.0.0.1:0", LogLevel: "error"}, HeartbeatTimeout: time.Hour}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "provisioner",
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	client := loomv1.NewHealthServiceClient(testkit.Dial(t, addr))
 	testkit.WaitFor(t, wait, "health knows the node", func() (bool, error) {

@@ -66,7 +66,8 @@ func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
 		publish(topics.NodeTelemetry, &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()})
 	}
 
-	publish(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}})
+	testkit.PublishAs(t, broker, "provisioner", envelope.New(topics.NodeEvents, node, "loom/provisioner",
+		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	publish(topics.NodeTelemetry, &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"})
 	for range 3 {
 		beat()
@@ -102,8 +103,9 @@ func TestSilenceOnTheFakeClock(t *testing.T) {
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn", Clock: fc}, HeartbeatTimeout: time.Hour}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
+	testkit.PublishAs(t, broker, "provisioner",
+		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	testkit.Publish(t, broker,
-		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}),
 		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
 		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.New(fc.Now())}))
 	var got *eventsv1.NodeHealthChanged

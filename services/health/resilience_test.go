@@ -40,7 +40,7 @@ func TestXidRemediatesThroughTheBus(t *testing.T) {
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: addr, HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: time.Minute}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "provisioner",
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
 	client := loomv1.NewHealthServiceClient(testkit.Dial(t, addr))
 	// Topics are consumed independently: the node is a member before its
@@ -184,7 +184,7 @@ func TestHealthStallDeclaresNoNode(t *testing.T) {
 		evs = append(evs, envelope.New(topics.NodeEvents, names[i], "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: names[i], Cluster: cluster,
 			Hostname: fmt.Sprintf("gpu-%04d", i), State: loomv1.Node_READY}}))
 	}
-	testkit.Publish(t, broker, evs...)
+	testkit.PublishAs(t, broker, "provisioner", evs...)
 	canary := names[3]
 
 	// The agents: every node beats every timeout/8 until the test ends; the
@@ -307,7 +307,7 @@ func TestLastXidJudgedAcrossHealthRestart(t *testing.T) {
 	}
 
 	svc, client := start()
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "provisioner",
 		envelope.New(topics.NodeEvents, nodeA, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeA, Cluster: cluster, Hostname: "gpu-000a", State: loomv1.Node_READY}}),
 		envelope.New(topics.NodeEvents, nodeB, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeB, Cluster: cluster, Hostname: "gpu-000b", State: loomv1.Node_READY}}))
 	testkit.WaitFor(t, wait, "health knows the nodes", func() (bool, error) {

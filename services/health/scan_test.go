@@ -31,7 +31,7 @@ func TestScanNodesThroughTheBus(t *testing.T) {
 	hosts := []string{"gpu-0001", "gpu-0002", "gpu-0003"}
 	for i, h := range hosts {
 		name := cluster + "/nodes/" + h
-		testkit.Publish(t, broker, envelope.New(topics.NodeEvents, name, "loom/test",
+		testkit.PublishAs(t, broker, "provisioner", envelope.New(topics.NodeEvents, name, "loom/test",
 			&eventsv1.NodeChanged{Node: &loomv1.Node{Name: name, Cluster: cluster, Hostname: h, State: loomv1.Node_READY}}))
 		own := testkit.NodeProducer(t, broker, name, cluster, "gpu")
 		evs := []envelope.Event{envelope.New(topics.NodeTelemetry, name, "loom/agent",

@@ -89,7 +89,7 @@ func TestAgentRedisUsers(t *testing.T) {
 
 	const id = "acl"
 	name := project + "/clusters/" + id
-	testkit.Publish(t, f.broker, createCluster("acl-create", id, 2))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("acl-create", id, 2))
 	waitRunning(t, f.broker, "acl-create")
 	n1, n2 := name+"/nodes/gpu-0001", name+"/nodes/gpu-0002"
 	work1, work2 := local.WorkDir(f.data, id, "gpu-0001"), local.WorkDir(f.data, id, "gpu-0002")
@@ -165,9 +165,9 @@ func TestAgentRedisUsers(t *testing.T) {
 	if _, err := s2.Apply(ctx, "left-behind", &tx2); err != nil {
 		t.Fatalf("Apply as the second agent's user: %v", err)
 	}
-	testkit.Publish(t, f.broker, updateCluster("acl-shrink", id, 1, 60))
+	testkit.PublishAs(t, f.broker, "gateway", updateCluster("acl-shrink", id, 1, 60))
 	nodeEvent(t, f.broker, n2, func(n *loomv1.Node) bool { return n.GetState() == loomv1.Node_DRAINING })
-	testkit.Publish(t, f.broker, envelope.New(topics.JobEvents, name, "loom/scheduler", &eventsv1.NodeDrained{Node: n2, Cluster: name}))
+	testkit.PublishAs(t, f.broker, "scheduler", envelope.New(topics.JobEvents, name, "loom/scheduler", &eventsv1.NodeDrained{Node: n2, Cluster: name}))
 	waitRunning(t, f.broker, "acl-shrink")
 	if !authFails(ctx, r.Addr, user2, pw2) {
 		t.Fatal("a removed node's Redis user still logs in")
@@ -177,7 +177,7 @@ func TestAgentRedisUsers(t *testing.T) {
 	}
 
 	// Delete: every node's user goes.
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, name, "loom/gateway",
 		&eventsv1.DeleteCluster{Operation: project + "/operations/acl-delete", Cluster: name}))
 	clusterEvent(t, f.broker, func(c *eventsv1.ClusterDeleted) bool { return c.Cluster == name })
 	if !authFails(ctx, r.Addr, user1, pw1b) {
@@ -230,7 +230,7 @@ func TestAgentRedisUsersNeedTheirGrant(t *testing.T) {
 
 	cfg.AgentRedisUsers = AgentRedisUsersAuto
 	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
-	testkit.Publish(t, f.broker, createCluster("auto", "auto", 1))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("auto", "auto", 1))
 	waitRunning(t, f.broker, "auto")
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pidOf(t, local.WorkDir(f.data, "auto", "gpu-0001"))))
 	if err != nil {
@@ -257,7 +257,7 @@ func removedAgentsKeysGo(t *testing.T, ctx context.Context, f *fixture, rdb *red
 		t.Fatalf("the running agent's keys = %v, %v; want its own and left-behind", keys, err)
 	}
 	name := project + "/clusters/" + id
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, name, "loom/gateway",
 		&eventsv1.DeleteCluster{Operation: project + "/operations/" + id + "-delete", Cluster: name}))
 	clusterEvent(t, f.broker, func(c *eventsv1.ClusterDeleted) bool { return c.Cluster == name })
 	if keys, err := rdb.Keys(ctx, agent+":*").Result(); err != nil || len(keys) > 0 {
@@ -279,7 +279,7 @@ func TestAgentKeysGoWithoutUsers(t *testing.T) {
 	cfg := f.config(t, true)
 	cfg.AgentRedisUsers = AgentRedisUsersOff
 	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
-	testkit.Publish(t, f.broker, createCluster("off", "off", 1))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("off", "off", 1))
 	waitRunning(t, f.broker, "off")
 	removedAgentsKeysGo(t, ctx, f, rdb, "off", "agent-off-gpu-0001")
 }

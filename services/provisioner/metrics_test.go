@@ -27,7 +27,7 @@ func TestProvisionerMetricsOnScrape(t *testing.T) {
 	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
 
 	name := project + "/clusters/metrics"
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, name, "loom/gateway",
 		&eventsv1.CreateCluster{Operation: project + "/operations/m1", Cluster: clusterSpec(name, 3)}))
 	waitRunning(t, f.broker, "m1")
 

@@ -93,14 +93,14 @@ func clusterSpec(name string, nodes int32) *loomv1.Cluster {
 
 func createCluster(op, id string, nodes int32) envelope.Event {
 	name := project + "/clusters/" + id
-	return envelope.New(topics.ClusterCommands, name, "loom/test", &eventsv1.CreateCluster{
+	return envelope.New(topics.ClusterCommands, name, "loom/gateway", &eventsv1.CreateCluster{
 		Operation: project + "/operations/" + op, Cluster: clusterSpec(name, nodes),
 	})
 }
 
 func updateCluster(op, id string, nodes, grace int32) envelope.Event {
 	name := project + "/clusters/" + id
-	return envelope.New(topics.ClusterCommands, name, "loom/test", &eventsv1.UpdateCluster{
+	return envelope.New(topics.ClusterCommands, name, "loom/gateway", &eventsv1.UpdateCluster{
 		Operation: project + "/operations/" + op, Cluster: clusterSpec(name, nodes), DrainGraceSeconds: grace,
 	})
 }
@@ -193,7 +193,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 
 	// 1. Create a 2-node cluster: it reaches RUNNING with real agents.
 	stop1 := f.run(t, false)
-	testkit.Publish(t, f.broker, createCluster("op1", "demo", 2))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("op1", "demo", 2))
 	cl := waitRunning(t, f.broker, "op1")
 	st := cl.GetStatus()
 	shared := filepath.Join(f.data, "clusters", "demo", "home")
@@ -296,7 +296,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	}
 	// Reservations come as commands and are read over gRPC.
 	res := project + "/reservations/r1"
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, res, "loom/test", &eventsv1.CreateReservation{
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, res, "loom/gateway", &eventsv1.CreateReservation{
 		Operation: project + "/operations/res", Reservation: &loomv1.Reservation{Name: res, Zone: "us-central1-a", MachineType: "a3-ultragpu-8g", Count: 4}}))
 	clusterEvent(t, f.broker, func(c *eventsv1.ReservationChanged) bool {
 		return c.Operation == project+"/operations/res" && c.OperationDone
@@ -307,7 +307,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	if l, err := resSvc.ListReservations(ctx, &loomv1.ListReservationsRequest{Parent: project}); err != nil || len(l.GetReservations()) != 1 {
 		t.Fatalf("ListReservations = %v, %v", l, err)
 	}
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, res, "loom/test",
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, res, "loom/gateway",
 		&eventsv1.DeleteReservation{Operation: project + "/operations/unres", Reservation: res}))
 	clusterEvent(t, f.broker, func(c *eventsv1.ReservationDeleted) bool { return c.Operation == project+"/operations/unres" })
 	if _, err := resSvc.GetReservation(ctx, &loomv1.GetReservationRequest{Name: res}); status.Code(err) != codes.NotFound {
@@ -316,7 +316,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 
 	// Resize up: a third node with its own agent.
 	third := demo + "/nodes/gpu-0003"
-	testkit.Publish(t, f.broker, updateCluster("grow", "demo", 3, 0))
+	testkit.PublishAs(t, f.broker, "gateway", updateCluster("grow", "demo", 3, 0))
 	grown := waitRunning(t, f.broker, "grow")
 	if grown.GetStatus().GetTotalNodes() != 3 || grown.GetStatus().GetReadyNodes() != 3 {
 		t.Fatalf("after grow: %v", grown.GetStatus())
@@ -329,7 +329,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 
 	// Resize down: the highest-numbered node drains; the scheduler's
 	// NodeDrained (published here as the scheduler would) lets it go.
-	testkit.Publish(t, f.broker, updateCluster("shrink", "demo", 2, 60))
+	testkit.PublishAs(t, f.broker, "gateway", updateCluster("shrink", "demo", 2, 60))
 	dn := nodeEvent(t, f.broker, third, func(n *loomv1.Node) bool { return n.GetState() == loomv1.Node_DRAINING })
 	if dn.GetDrainDeadline() == nil || dn.GetNextAction() == "" {
 		t.Fatalf("draining node = %v", dn)
@@ -337,7 +337,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	if gone(thirdPid) {
 		t.Fatal("a draining node's agent was stopped before NodeDrained")
 	}
-	testkit.Publish(t, f.broker, envelope.New(topics.JobEvents, demo, "loom/scheduler", &eventsv1.NodeDrained{Node: third, Cluster: demo}))
+	testkit.PublishAs(t, f.broker, "scheduler", envelope.New(topics.JobEvents, demo, "loom/scheduler", &eventsv1.NodeDrained{Node: third, Cluster: demo}))
 	testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
 		r, ok := ev.Payload.(*eventsv1.NodeRemoved)
 		return ok && r.Node == third
@@ -357,7 +357,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	}
 
 	// A second create of the same cluster fails its operation.
-	testkit.Publish(t, f.broker, createCluster("op2", "demo", 1))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("op2", "demo", 1))
 	failed := clusterEvent(t, f.broker, func(c *eventsv1.ClusterOperationFailed) bool { return c.Operation == project+"/operations/op2" })
 	if codes.Code(failed.Code) != codes.AlreadyExists || failed.Cluster != demo {
 		t.Fatalf("duplicate create = %v", failed)
@@ -373,7 +373,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 		}
 	}
 	stop2 := f.run(t, true)
-	testkit.Publish(t, f.broker, createCluster("op3", "two", 1))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("op3", "two", 1))
 	waitRunning(t, f.broker, "op3")
 	// The pass that launched "two" went over "demo" first (clusters in name order).
 	for n, pid := range pids {
@@ -388,7 +388,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	}
 
 	// 3. Delete: agents stopped, directories removed, records gone.
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, demo, "loom/test",
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, demo, "loom/gateway",
 		&eventsv1.DeleteCluster{Operation: project + "/operations/op4", Cluster: demo}))
 	clusterEvent(t, f.broker, func(c *eventsv1.ClusterChanged) bool {
 		return c.Operation == project+"/operations/op4" && c.Cluster.GetStatus().GetState() == loomv1.Cluster_DELETING
@@ -435,7 +435,7 @@ func TestLaunchFailureIsReportedOnTheNode(t *testing.T) {
 	cfg.AgentCommand = []string{filepath.Join(f.data, "no-such-agent")}
 	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
 
-	testkit.Publish(t, f.broker, createCluster("op1", "broken", 1))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("op1", "broken", 1))
 	ev := testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
 		nc, ok := ev.Payload.(*eventsv1.NodeChanged)
 		return ok && strings.Contains(nc.Node.GetReason(), "no-such-agent")
@@ -523,7 +523,7 @@ func TestSimProviderPreemptionsAreReplaced(t *testing.T) {
 	c := clusterSpec(name, 3)
 	c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: "spot", MachineType: "a3-highgpu-8g", NodeCount: 2,
 		Capacity: &loomv1.CapacitySource{Type: loomv1.CapacitySource_SPOT}})
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, name, "loom/gateway",
 		&eventsv1.CreateCluster{Operation: project + "/operations/sim", Cluster: c}))
 	cl := waitRunning(t, f.broker, "sim")
 	if cl.GetStatus().GetReadyNodes() != 5 || cl.GetStatus().GetHomeDir() != "/home" {

@@ -22,7 +22,7 @@ import (
 
 func remediateNode(t *testing.T, broker, node, id string, action loomv1.RemediationAction) {
 	t.Helper()
-	testkit.Publish(t, broker, envelope.New(topics.RemediationCommand, node, "loom/health", &eventsv1.RemediateNode{
+	testkit.PublishAs(t, broker, "health", envelope.New(topics.RemediationCommand, node, "loom/health", &eventsv1.RemediateNode{
 		Node: node, Cluster: filepath.Dir(filepath.Dir(node)), Action: action, RemediationId: id, Reason: "Xid 79: GPU has fallen off the bus",
 	}))
 }
@@ -76,7 +76,7 @@ func TestRepairsWithRealAgents(t *testing.T) {
 	t.Cleanup(func() { killAgents(f.data) })
 	stop := f.run(t, false)
 	name := project + "/clusters/fix"
-	testkit.Publish(t, f.broker, createCluster("fix", "fix", 2))
+	testkit.PublishAs(t, f.broker, "gateway", createCluster("fix", "fix", 2))
 	waitRunning(t, f.broker, "fix")
 	n1, n2 := name+"/nodes/gpu-0001", name+"/nodes/gpu-0002"
 	work1, work2 := filepath.Join(f.data, "clusters", "fix", "nodes", "gpu-0001"), filepath.Join(f.data, "clusters", "fix", "nodes", "gpu-0002")
@@ -204,7 +204,7 @@ func TestSimProviderCarriesOutRepairs(t *testing.T) {
 	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.HeartbeatInterval = 7, 0.001, time.Second
 	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
 	name := project + "/clusters/simfix"
-	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, name, "loom/gateway",
 		&eventsv1.CreateCluster{Operation: project + "/operations/simfix", Cluster: clusterSpec(name, 2)}))
 	waitRunning(t, f.broker, "simfix")
 

@@ -100,24 +100,44 @@ func jobName(id int) string           { return "projects/default/jobs/" + strcon
 func nodeName(host string) string     { return cluster + "/nodes/" + host }
 func hostNode(j *loomv1.Job) []string { return j.GetNodes() }
 
-// feeder publishes events the way the other services would.
+// feeder publishes events the way the other services would: each signed
+// by the service that sends its type (envelope.Senders: the provisioner's
+// nodes, the gateway's commands, health's verdicts), any other as the
+// test's service.
 type feeder struct {
-	t *testing.T
-	p *bus.Producer
+	t      *testing.T
+	broker string
+	// ps are the producers by the service they sign as.
+	ps map[string]*bus.Producer
 }
 
 func newFeeder(t *testing.T, broker string) *feeder {
-	p := bus.NewProducer([]string{broker})
-	p.SetSigner(testkit.Signer())
-	t.Cleanup(func() { _ = p.Close() })
-	return &feeder{t: t, p: p}
+	return &feeder{t: t, broker: broker, ps: map[string]*bus.Producer{}}
 }
 
 func (f *feeder) publish(topic, key string, payload proto.Message) {
 	f.t.Helper()
+	service := "test"
+	if s := envelope.Senders[envelope.TypeOf(payload)]; len(s) > 0 {
+		service = strings.TrimPrefix(s[0], "services/")
+	}
+	f.publishAs(service, topic, key, payload)
+}
+
+// publishAs publishes payload signed as "services/<service>", whoever
+// sends its type: a forgery, when service does not.
+func (f *feeder) publishAs(service, topic, key string, payload proto.Message) {
+	f.t.Helper()
+	p, ok := f.ps[service]
+	if !ok {
+		p = bus.NewProducer([]string{f.broker})
+		p.SetSigner(testkit.SignerAs(service))
+		f.t.Cleanup(func() { _ = p.Close() })
+		f.ps[service] = p
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if err := f.p.Publish(ctx, envelope.New(topic, key, "loom/test", payload)); err != nil {
+	if err := p.Publish(ctx, envelope.New(topic, key, "loom/"+service, payload)); err != nil {
 		f.t.Fatalf("publish %T: %v", payload, err)
 	}
 }

@@ -235,6 +235,62 @@ func TestNodeFailRequeueThroughTheBus(t *testing.T) {
 	}
 }
 
+// The scheduler takes a node from the provisioner alone, a node's health
+// from health alone and a job from the gateway (or the training service)
+// alone (envelope.Senders): the registry's NodeChanged, NodeHealthChanged
+// and SubmitJob — their signature holds, the key being shared — are
+// dead-lettered as wrong-sender and change nothing. Health's verdict on the
+// same node, after the forged one, is the one the job's failed run names,
+// and the requeued job goes to the provisioner's new node, not to the
+// forged one.
+func TestNodesHealthAndJobsOnlyFromTheirSender(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	in, _ := startWith(t, broker, redisAddr, nil)
+	f := newFeeder(t, broker)
+	f.specCluster()
+	f.poolNode("gpu-0001", 8)
+	f.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", NodeCount: 1, GpusPerNode: 8})
+	in.job(t, 1, loomv1.JobState_CONFIGURING)
+
+	f.publishAs("registry", topics.NodeEvents, nodeName("gpu-0002"), &eventsv1.NodeChanged{Node: &loomv1.Node{
+		Name: nodeName("gpu-0002"), Cluster: cluster, Hostname: "gpu-0002", Gpus: 8, State: loomv1.Node_READY, NodePool: "gpu",
+		MachineType: "a3-highgpu-8g", Role: "compute"}})
+	f.publishAs("registry", topics.HealthEvents, nodeName("gpu-0001"), &eventsv1.NodeHealthChanged{Node: nodeName("gpu-0001"),
+		Cluster: cluster, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "forged"})
+	f.publishAs("registry", topics.JobCommands, cluster, &eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(2), JobId: "2",
+		Cluster: cluster, NodeCount: 1, GpusPerNode: 8, Command: []string{"/bin/true"}, State: loomv1.JobState_PENDING}})
+	for _, topic := range []string{topics.NodeEvents, topics.HealthEvents, topics.JobCommands} {
+		var got []testkit.DeadLetter
+		testkit.WaitFor(t, wait, "the forgery on "+topic+" dead-lettered", func() (bool, error) {
+			got = testkit.DeadLetters(t, broker, topic)
+			return len(got) > 0, nil
+		})
+		if len(got) != 1 || got[0].Reason != envelope.ReasonWrongSender || got[0].Signer != "services/registry" {
+			t.Errorf("dead letters of %s: %+v, want the registry's one, %s", topic, got, envelope.ReasonWrongSender)
+		}
+	}
+	if _, err := in.client.GetJob(context.Background(), &loomv1.GetJobRequest{Name: jobName(2)}); status.Code(err) != codes.NotFound {
+		t.Errorf("the registry's job 2: %v, want NotFound", err)
+	}
+
+	f.publish(topics.HealthEvents, nodeName("gpu-0001"), &eventsv1.NodeHealthChanged{Node: nodeName("gpu-0001"), Cluster: cluster,
+		Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat"})
+	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_REQUEUED))
+	f.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	f.poolNode("gpu-0003", 8)
+	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_CONFIGURING).and(func(e envelope.Event) bool {
+		return e.Payload.(*eventsv1.JobChanged).GetAttempt() == 2
+	}))
+	if nodes := ev.Payload.(*eventsv1.JobChanged).GetJob().GetNodes(); len(nodes) != 1 || nodes[0] != "gpu-0003" {
+		t.Errorf("attempt 2 on %v, want gpu-0003 (the provisioner's)", nodes)
+	}
+	if runs := in.job(t, 1, loomv1.JobState_CONFIGURING).GetRuns(); len(runs) != 2 || !strings.Contains(runs[0].GetReason(), "no heartbeat") {
+		t.Errorf("runs: %v, want the first ended by health's verdict", runs)
+	}
+}
+
 // TestTwoInstancesOneLeader: two schedulers on one Redis and consumer
 // group: one leads (holds the lease, consumes, decides), the other serves
 // reads of what the leader decided (from its change log); when the leader
