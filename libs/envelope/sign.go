@@ -317,8 +317,13 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 //   - the commands to the provisioner and the scheduler (the cluster and
 //     job command topics), the gateway's, written after it authorized the
 //     caller; the training service also creates and deletes the clusters
-//     of its jobs and submits and cancels those jobs. Every type these two
-//     topics carry has a row (TestSendersCoverTheCommandTopics).
+//     of its jobs and submits and cancels those jobs;
+//   - the commands to training and the registry (the training and model
+//     command topics), the gateway's: training turns them into jobs run as
+//     the user they name, so another service's would reach the scheduler
+//     through training's own row; training (a pipeline's model) and the
+//     registry (its UploadModel RPC) also upload models. Every type these
+//     four topics carry has a row (TestSendersCoverTheCommandTopics).
 //
 // A type without a row is accepted from any service.
 var Senders = map[string][]string{
@@ -356,6 +361,21 @@ var Senders = map[string][]string{
 	TypeOf(&eventsv1.CancelJobStep{}):      {"services/gateway"},
 	TypeOf(&eventsv1.AssociationChanged{}): {"services/gateway"},
 	TypeOf(&eventsv1.AccountChanged{}):     {"services/gateway"},
+	// The training commands: training submits the jobs they ask for, as
+	// the user they name (a forged one would run a job as anyone through
+	// training's own SubmitJob row), and an Admin cancel or delete ends
+	// anyone's.
+	TypeOf(&eventsv1.CreateCustomJob{}):               {"services/gateway"},
+	TypeOf(&eventsv1.CreateHyperparameterTuningJob{}): {"services/gateway"},
+	TypeOf(&eventsv1.CreateTrainingPipeline{}):        {"services/gateway"},
+	TypeOf(&eventsv1.CancelTraining{}):                {"services/gateway"},
+	TypeOf(&eventsv1.DeleteTraining{}):                {"services/gateway"},
+	// The model commands: the registry writes an export's artifacts where
+	// it names, and registers an upload (AnyOwner: whoever's model).
+	// UploadModel also comes from a pipeline (training) and from the
+	// registry's own UploadModel RPC, which it writes for itself.
+	TypeOf(&eventsv1.ExportModel{}): {"services/gateway"},
+	TypeOf(&eventsv1.UploadModel{}): {"services/gateway", "services/registry", "services/training"},
 }
 
 // MaySend reports whether the service named service ("services/<name>")

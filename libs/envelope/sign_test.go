@@ -15,6 +15,7 @@ import (
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -309,6 +310,16 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 		{[]string{"gateway"}, &eventsv1.UpdateSlurmNode{Cluster: cluster, Hostname: "n1", State: "DRAIN"}},
 		{[]string{"gateway"}, &eventsv1.CreateJobStep{Cluster: cluster}},
 		{[]string{"gateway"}, &eventsv1.AccountChanged{Project: "p"}},
+		// The training commands: training submits the jobs they ask for,
+		// as the user they name.
+		{[]string{"gateway"}, &eventsv1.CreateCustomJob{CustomJob: &trainingv1.CustomJob{Name: "projects/p/locations/l/customJobs/1", User: "alice"}}},
+		{[]string{"gateway"}, &eventsv1.CreateHyperparameterTuningJob{}},
+		{[]string{"gateway"}, &eventsv1.CreateTrainingPipeline{}},
+		{[]string{"gateway"}, &eventsv1.CancelTraining{Name: "projects/p/locations/l/customJobs/1", User: "root", Admin: true}},
+		{[]string{"gateway"}, &eventsv1.DeleteTraining{Name: "projects/p/locations/l/customJobs/1", User: "root", Admin: true}},
+		// The model commands.
+		{[]string{"gateway"}, &eventsv1.ExportModel{Name: "projects/p/locations/l/models/m"}},
+		{[]string{"gateway", "registry", "training"}, &eventsv1.UploadModel{Project: "p", AnyOwner: true}},
 	}
 	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "registry", "bridge", "test"} {
 		for _, c := range cmds {
@@ -339,7 +350,7 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 func TestSendersCoverTheCommandTopics(t *testing.T) {
 	t.Parallel()
 	guarded := map[string]bool{topics.StepCommands: true, topics.NodeCommands: true,
-		topics.ClusterCommands: true, topics.JobCommands: true}
+		topics.ClusterCommands: true, topics.JobCommands: true, topics.TrainingCommands: true, topics.ModelCommands: true}
 	for typ, mt := range Default.types {
 		topic, err := topics.For(mt.New().Interface())
 		if err != nil || !guarded[topic] {

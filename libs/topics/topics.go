@@ -19,7 +19,7 @@ const (
 	RemediationCommand = "loom.remediation.commands.v1" // health → provisioner; key node name
 	NodeCommands       = "loom.node.commands.v1"        // health → agent; key node name
 	HealthCommands     = "loom.health.commands.v1"      // gateway → health; key cluster name
-	ModelCommands      = "loom.model.commands.v1"       // training (later gateway) → registry; key model name
+	ModelCommands      = "loom.model.commands.v1"       // gateway, training, registry → registry; key model name
 	ModelEvents        = "loom.model.events.v1"         // registry; key model name
 	Audit              = "loom.audit.v1"                // gateway; key project
 	TrainingCommands   = "loom.training.commands.v1"    // gateway → training; key project

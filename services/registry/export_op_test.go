@@ -54,7 +54,7 @@ func TestExportModelCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	prod := bus.NewProducer([]string{broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("gateway"))
 	t.Cleanup(func() { _ = prod.Close() })
 	send := func(op, name, dst string) {
 		t.Helper()
@@ -132,7 +132,7 @@ func TestExportModelAttemptsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	const op = "projects/default/operations/slow"
-	testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway",
+	testkit.PublishAs(t, broker, "gateway", envelope.New(topics.ModelCommands, testModel, "loom/gateway",
 		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "default", "slow"), AnyOwner: true}))
 	got, ok := exportAnswer(t, broker, op).(*eventsv1.ModelExportFailed)
 	if !ok || codes.Code(got.GetCode()) != codes.DeadlineExceeded || !strings.Contains(got.GetMessage(), "export again") {
@@ -172,7 +172,7 @@ func TestExportWritesAsItsCaller(t *testing.T) {
 		n++
 		op := fmt.Sprintf("projects/default/operations/op%d", n)
 		cmd.Operation, cmd.Name, cmd.Destination = op, vertexModel, "file://"+dst
-		testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway", cmd))
+		testkit.PublishAs(t, broker, "gateway", envelope.New(topics.ModelCommands, testModel, "loom/gateway", cmd))
 		return exportAnswer(t, broker, op)
 	}
 	failed := func(what string, ans proto.Message, code codes.Code, says ...string) {

@@ -96,7 +96,7 @@ func TestUploadModel(t *testing.T) {
 	client, stop := startRegistry(t, broker, redisAddr)
 	ctx := context.Background()
 	prod := bus.NewProducer([]string{broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("training"))
 	t.Cleanup(func() { _ = prod.Close() })
 	publish := func(evs ...envelope.Event) {
 		t.Helper()
@@ -239,7 +239,7 @@ func TestConcurrentUploads(t *testing.T) {
 	redisAddr, _ := testkit.Redis(t)
 	client, _ := startRegistry(t, broker, redisAddr)
 	prod := bus.NewProducer([]string{broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("training"))
 	t.Cleanup(func() { _ = prod.Close() })
 	dir := modelDir(t)
 	const n = 20
@@ -311,7 +311,7 @@ func TestUploadReadsAsTheUploader(t *testing.T) {
 	root := t.TempDir()
 	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
 	prod := bus.NewProducer([]string{broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("training"))
 	t.Cleanup(func() { _ = prod.Close() })
 	publish := func(cmd *eventsv1.UploadModel) {
 		t.Helper()

@@ -30,7 +30,7 @@ func TestTrainingMetricsOnScrape(t *testing.T) {
 	for i := 901; i <= 903; i++ {
 		evs = append(evs, createCustomJob(i, "alice", "team-x"))
 	}
-	testkit.Publish(t, broker, evs...)
+	testkit.PublishAs(t, broker, "gateway", evs...)
 
 	var s testkit.Samples
 	testkit.WaitFor(t, wait, "3 custom jobs on /metrics", func() (bool, error) {

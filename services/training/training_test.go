@@ -284,7 +284,7 @@ func TestStudySurvivesAKill(t *testing.T) {
 		conn := testkit.Dial(t, addr)
 		client := trainingv1.NewTrainingServiceClient(conn)
 		d := &driver{t: t, broker: broker, client: func() trainingv1.TrainingServiceClient { return client }}
-		testkit.Publish(t, broker, createStudy(trials, parallel))
+		testkit.PublishAs(t, broker, "gateway", createStudy(trials, parallel))
 		j := d.runStudy(func(phase string, done int) {
 			if kills && (phase == "ended" && done == 3 || phase == "measured" && done == 4) {
 				p.kill()
@@ -395,7 +395,7 @@ func TestCustomJobsThroughTheBus(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		evs = append(evs, createCustomJob(i, "alice", map[bool]string{true: "even", false: "odd"}[i%2 == 0]))
 	}
-	testkit.Publish(t, broker, evs...)
+	testkit.PublishAs(t, broker, "gateway", evs...)
 	ev := testkit.WaitEvent(t, broker, topics.ClusterCommands, wait, func(e envelope.Event) bool {
 		c, ok := e.Payload.(*eventsv1.CreateCluster)
 		return ok && c.GetCluster().GetName() == "projects/p/clusters/cj-5"
@@ -445,7 +445,7 @@ func TestCustomJobsThroughTheBus(t *testing.T) {
 		ev.Principal = principal
 		return ev
 	}
-	testkit.Publish(t, broker, cancel(loc+"/customJobs/1", "users/bob"), cancel(loc+"/customJobs/999", "users/alice"),
+	testkit.PublishAs(t, broker, "gateway", cancel(loc+"/customJobs/1", "users/bob"), cancel(loc+"/customJobs/999", "users/alice"),
 		cancel(loc+"/customJobs/2", "users/alice"))
 	testkit.WaitFor(t, wait, "job 2 cancelled", func() (bool, error) {
 		j, err := client.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: loc + "/customJobs/2"})
@@ -470,7 +470,7 @@ func TestFlexStartExpiresOnTheTick(t *testing.T) {
 	c := ev.Payload.(*eventsv1.CreateCustomJob).GetCustomJob()
 	c.CreateTime = timestamppb.New(clock.Now())
 	c.JobSpec.Scheduling = &trainingv1.Scheduling{Strategy: trainingv1.Scheduling_FLEX_START, MaxWaitDuration: durationpb.New(time.Hour)}
-	testkit.Publish(t, broker, ev)
+	testkit.PublishAs(t, broker, "gateway", ev)
 	name := loc + "/customJobs/1"
 	testkit.WaitFor(t, wait, "the job queued", func() (bool, error) {
 		j, err := client.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: name})
