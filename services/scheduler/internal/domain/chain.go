@@ -102,7 +102,7 @@ func idleQOSLimit(p *pass) bool {
 	return true
 }
 
-// idleFIFO: with backfill, no job blocks the later ones (fifoBlocked is
+// idleFIFO: with backfill, no job blocks the later ones (fifoParts is
 // only set without it).
 func idleFIFO(p *pass) bool { return p.t.s.cfg.Policy.Backfill }
 
@@ -225,26 +225,52 @@ func gateQOSLimit(p *pass, q *queued) (string, string) {
 	return "", ""
 }
 
-// gateFIFO holds every job after the first that could not start, without
-// backfill; but not that job's own later records when it names several
-// partitions (q is then its multiRec's entry): slurmctld tries a job in
-// each of its partitions, and the job that blocks the queue is still the
-// first in it, so it may start, or preempt, in a later one.
+// gateFIFO holds, without backfill, the jobs of a partition where an
+// earlier job of the pass could not start (pass.fifoParts, blockFIFO), as
+// slurmctld's failed_parts: the jobs of the other partitions are still
+// tried. q is one record of a job of several partitions (multipart.go):
+// each is held by its own partition's block alone, so a job blocked in its
+// first partition is still tried in its others, as slurmctld tries each
+// of a job's job_queue_recs.
 func gateFIFO(p *pass, q *queued) (string, string) {
-	if p.fifoBlocked && (p.fifoBy == nil || q != &p.fifoBy.q) {
+	if p.fifoParts != 0 && q.part >= 0 && q.part < 64 && p.fifoParts&(uint64(1)<<uint(q.part)) != 0 {
 		return ReasonPriority, ""
 	}
 	return "", ""
 }
 
-// blockFIFO blocks every later job of the pass (without backfill), noting
-// the job of several partitions being decided (pass.hold) when its record
-// is the one that blocks.
-func (p *pass) blockFIFO() {
-	if !p.fifoBlocked {
-		p.fifoBlocked, p.fifoBy = true, p.hold
+// blockFIFO blocks partition pi for the rest of the pass (without
+// backfill): its later jobs wait (gateFIFO), and its nodes that a
+// partition not blocked also has are kept from every later job (marked
+// Reserved, which the later requests avoid: pass.fifoKept), so the jobs
+// of an overlapping partition do not take the room its blocked job waits
+// for. That is slurmctld's _schedule on a job:partition record that could
+// not start (fail_by_part): "Do not schedule more jobs in this partition
+// or on nodes in this partition" (failed_parts, and the partition's nodes
+// taken out of avail_node_bitmap).
+func (p *pass) blockFIFO(pi int) {
+	if pi < 0 || pi >= 64 {
+		return
+	}
+	bit := uint64(1) << uint(pi)
+	if p.fifoParts&bit != 0 {
+		return
+	}
+	p.fifoParts |= bit
+	for i := range p.views {
+		// A node of blocked partitions alone is used by none of the
+		// later jobs (gateFIFO): no need to keep it.
+		if v := &p.views[i]; v.Parts&bit != 0 && v.Parts&^p.fifoParts != 0 && !v.Reserved {
+			v.Reserved = true
+			p.reservedViews = append(p.reservedViews, int32(i))
+			p.fifoKept = true
+		}
 	}
 }
+
+// fifoExcluded reports whether view i is kept for a blocked partition's job
+// (blockFIFO): no later job starts or preempts there.
+func (p *pass) fifoExcluded(i int32) bool { return p.fifoKept && p.views[i].Reserved }
 
 // blocked is a job that passed every gate but found too few nodes with room:
 // what the blocked-job stages work on.
@@ -269,7 +295,7 @@ type stage struct {
 
 // blockedStages are what the pass does, in order, for a job that waits for
 // resources: preempt lower jobs for it, then keep its place (a backfill
-// reservation, or, without backfill, block every later job).
+// reservation, or, without backfill, block its partition).
 var blockedStages = []stage{
 	{"preemption", stagePreempt},
 	{"backfill", stageBackfill},
@@ -307,16 +333,16 @@ func (p *pass) preemptorRoom(m *multiRec) bool {
 }
 
 // stageBackfill keeps b's place: the first blocked job of the pass gets the
-// EASY reservation that later jobs must not delay; without backfill the
-// first blocked job blocks every later one. The first blocked job of each
-// partition reads Resources, the ones after it Priority.
+// EASY reservation that later jobs must not delay; without backfill a
+// blocked job blocks the later jobs of its partition (blockFIFO). The first
+// blocked job of each partition reads Resources, the ones after it Priority.
 func stageBackfill(p *pass, b *blocked) {
 	bit := uint64(1) << uint(b.pi)
 	first := p.blocked&bit == 0
 	p.blocked |= bit
 	switch {
 	case !p.t.s.cfg.Policy.Backfill:
-		p.blockFIFO()
+		p.blockFIFO(b.pi)
 	case p.resv == nil && p.ahead == nil && !b.req.AvoidReserved:
 		// A job of several partitions that starts sooner at a later
 		// record, and did not begin preempting here, reserves there

@@ -50,10 +50,12 @@ import (
 // where it waits for resources begins preemption there when no earlier one
 // did (preemptIn), as slurmctld tries each record until one begins
 // preempting; a job that began preempting for itself, at whichever record,
-// waits for that room: it is not tried further. Without backfill, the
-// block its first record sets (fifoBlocked) holds the jobs after it, not
-// its own later records (gateFIFO). It is one preemptor of
-// MaxPreemptPerPass however many records look for victims (counted). Its
+// waits for that room: it is not tried further. Without backfill, each
+// record where it could not start blocks that partition alone (blockFIFO:
+// its later jobs, and its nodes shared with other partitions): its own
+// later records, in other partitions, are still tried (gateFIFO). It is
+// one preemptor of MaxPreemptPerPass however many records look for
+// victims (counted). Its
 // reason is emitted once, at its last record; when no record passes the
 // gates it is its first record's gate reason. Started, Job.partition is
 // the partition used and JobRecord.Partitions the list, which a requeue
@@ -283,7 +285,9 @@ func (p *pass) decideMulti(m *multiRec, k int) bool {
 // job holds it and would start here before it starts (then it is moved
 // here). Slurm keeps the partition of the earliest start; a tie keeps the
 // earlier record (higher tier). Otherwise, or once it began preempting,
-// the record marks its partition blocked (its later jobs read Priority).
+// the record marks its partition blocked (its later jobs read Priority);
+// without backfill, it blocks that partition (blockFIFO) unless the job
+// waits for room it preempts.
 func (p *pass) waitIn(m *multiRec, k int) {
 	pi := int(m.parts[k])
 	q := &m.q
@@ -309,6 +313,13 @@ func (p *pass) waitIn(m *multiRec, k int) {
 	}
 	if !take {
 		p.blocked |= uint64(1) << uint(pi)
+		if !p.t.s.cfg.Policy.Backfill && !m.preempting() {
+			// The record could not start: it blocks its partition as
+			// any job of it would (slurmctld's fail_by_part per record);
+			// not once the job waits for room it preempts elsewhere
+			// (preempt_in_progress: "scheduled in another partition").
+			p.blockFIFO(pi)
+		}
 		return
 	}
 	if m.resv {

@@ -579,9 +579,11 @@ func noBackfillPolicy() Policy {
 
 // TestMultiPartitionNoBackfillTriesLaterPartition: without backfill, a job
 // of -p hi,lo blocked in hi (its first record) still starts in lo, whose
-// node is free: the block it set itself keeps the jobs after it waiting,
+// node is free: the block it set itself keeps hi's jobs after it waiting,
 // not its own later records (slurmctld tries a job in each of its
-// partitions). A job of lo alone ranked after it waits with Priority.
+// partitions). A job of hi alone ranked after it waits with Priority; one
+// of lo alone is not held by hi's block (TestFIFOBlockIsPerPartition): it
+// waits for lo's node, Resources.
 func TestMultiPartitionNoBackfillTriesLaterPartition(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}
@@ -601,8 +603,10 @@ func TestMultiPartitionNoBackfillTriesLaterPartition(t *testing.T) {
 	}
 	h.submitJob(job(3, 1, 0, inPart("hi", 8)))
 	h.submitJob(job(4, 1, 0, inPart("lo", 8)))
+	h.submitJob(job(5, 1, 0, inPart("hi", 1)))
 	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
-	h.wantState(4, loomv1.JobState_PENDING, ReasonPriority)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(5, loomv1.JobState_PENDING, ReasonPriority)
 }
 
 // TestMultiPartitionNoBackfillPreemptsInLaterPartition: without backfill,

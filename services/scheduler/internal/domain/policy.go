@@ -30,7 +30,9 @@ type Policy struct {
 	// Backfill: after the first job that cannot start (which gets a
 	// reservation at the earliest time enough resources free up), lower
 	// jobs still start when they fit and do not delay it (EASY). Without
-	// it, the first job that cannot start blocks every job after it.
+	// it, a job that cannot start blocks the later jobs of its partition
+	// and keeps that partition's nodes from the others' (slurmctld's
+	// failed_parts: see blockFIFO).
 	Backfill bool
 	// Preempt: a pending job whose QOS may preempt others, or whose
 	// partition has a higher PriorityTier, may requeue running jobs to start.
@@ -43,8 +45,8 @@ type Policy struct {
 	Rankers []place.Ranker
 }
 
-// FIFOPolicy is first come, first served: submission order, and the first
-// job that cannot start blocks the rest.
+// FIFOPolicy is first come, first served: submission order, and a job that
+// cannot start blocks the rest of its partition.
 func FIFOPolicy() Policy {
 	return Policy{Name: "fifo", Order: OrderFCFS, Checks: place.DefaultChecks(), Rankers: place.DefaultRankers()}
 }

@@ -534,6 +534,10 @@ func held(r *Run, node string) holding {
 // jobs already being preempted for j will make room. Runs being preempted
 // for other jobs are theirs: they are neither counted nor chosen again.
 //
+// Without backfill, the nodes kept for a blocked partition (blockFIFO) are
+// neither counted nor freed: slurmctld preempts within avail_node_bitmap,
+// which no longer has them.
+//
 // Only the nodes the victims touch are looked at closely: the count of
 // nodes that fit j already is a comparison per node of its shape.
 func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (victims int, waiting bool) {
@@ -569,14 +573,14 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 		rn := pr.run
 		if pr.pos >= 0 && p.viewCache != nil {
 			for _, h := range p.viewCache.heldViews(rn, pr.pos) {
-				if sc.InAvail[h.i] {
+				if sc.InAvail[h.i] && !p.fifoExcluded(h.i) {
 					release(h.i, h.node, rn)
 				}
 			}
 			continue
 		}
 		for _, node := range rn.Nodes {
-			if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
+			if i, ok := at[node]; ok && sc.InAvail[i] && !p.fifoExcluded(i) && rn.Holds(node) {
 				release(i, node, rn)
 			}
 		}
@@ -600,14 +604,14 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 			// The state's run, unedited: its nodes as the walk below
 			// finds them, kept from the last pass.
 			for _, h := range p.viewCache.heldViews(rn, v.pos) {
-				if sc.InAvail[h.i] {
+				if sc.InAvail[h.i] && !p.fifoExcluded(h.i) {
 					touches = true
 					release(h.i, h.node, rn)
 				}
 			}
 		} else {
 			for _, node := range rn.Nodes {
-				if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
+				if i, ok := at[node]; ok && sc.InAvail[i] && !p.fifoExcluded(i) && rn.Holds(node) {
 					touches = true
 					release(i, node, rn)
 				}
@@ -637,7 +641,8 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 }
 
 // fittingNow counts the nodes of sc.Avail on which r fits with what is free
-// now, reserved ones included. With the default capacity checks those are
+// now, the backfill reservation's included (not those kept for a blocked
+// partition without backfill: blockFIFO). With the default capacity checks those are
 // the shape's candidates, which place refreshed for r just before, plus the
 // reserved nodes that fit when r avoids them: no scan of the partition's
 // nodes per preemptor. Other checks get the scan.
@@ -649,14 +654,14 @@ func (p *pass) fittingNow(r *place.Request, sc *place.Shape) int {
 	if !p.defaultCapacity() {
 		n := 0
 		for _, i := range sc.Avail {
-			if fits(i) {
+			if fits(i) && !p.fifoExcluded(i) {
 				n++
 			}
 		}
 		return n
 	}
 	n := len(sc.Cand)
-	if r.AvoidReserved {
+	if r.AvoidReserved && !p.fifoKept { // nodes kept for a blocked partition are not its to take (blockFIFO)
 		for _, i := range p.reservedViews {
 			if sc.InAvail[i] && fits(i) {
 				n++

@@ -60,11 +60,12 @@ type pass struct {
 	// blocked has bit i set once a job of partition i could not start for
 	// resources: the jobs after it wait with reason Priority.
 	blocked uint64
-	// fifoBlocked: without backfill, the first such job blocks every later one.
-	// fifoBy is that job when it names several partitions (nil otherwise):
-	// its own later records are not blocked by it (see gateFIFO).
-	fifoBlocked bool
-	fifoBy      *multiRec
+	// fifoParts: without backfill, bit i is set once a job of partition i
+	// could not start: the partition's later jobs wait (gateFIFO). fifoKept:
+	// the Reserved views are the nodes those partitions share with others,
+	// kept from every later job (blockFIFO), which avoids them.
+	fifoParts uint64
+	fifoKept  bool
 	// gates are the gates this pass calls (passGates); plainGates those of
 	// them a job without any of the flags in gateFlags goes through (the
 	// gates that look only at flagged jobs left out: see consider).
@@ -1187,7 +1188,8 @@ func (p *pass) consider(q *queued) {
 
 // requestIn is the request of q's job in partition pi: its interned
 // shape's, or one built for it, keeping off the backfill reservation as
-// its limits say (avoidsReserved). It lives in the pass (p.req: one per
+// its limits say (avoidsReserved), or, without backfill, off the nodes
+// kept for the partitions blocked so far (blockFIFO). It lives in the pass (p.req: one per
 // pass, not one allocation per job), until the next job's.
 func (p *pass) requestIn(q *queued, pi int) *place.Request {
 	if q.shape >= 0 {
@@ -1196,8 +1198,11 @@ func (p *pass) requestIn(q *queued, pi int) *place.Request {
 	} else {
 		p.req = p.request(q.j, &q.e.jobAttrs, pi)
 	}
-	if p.resv != nil {
+	switch {
+	case p.resv != nil:
 		p.req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
+	case p.fifoKept:
+		p.req.AvoidReserved = true // the nodes of a blocked partition (blockFIFO)
 	}
 	return &p.req
 }
@@ -1240,8 +1245,11 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 	}
 	req := &p.t.s.shapeReqs[q.shape]
 	avoid := req.AvoidReserved
-	if p.resv != nil {
+	switch {
+	case p.resv != nil:
 		avoid = p.avoidsReserved(p.limitIn(q.limit, pi))
+	case p.fifoKept:
+		avoid = true // as requestIn
 	}
 	i := (int(q.shape)*len(p.parts)+pi)*2 + b2i(avoid)
 	if i >= len(p.slots) || req.Nodes <= 0 {
@@ -1273,7 +1281,7 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 			return false
 		}
 		if !cfg.Policy.Backfill {
-			p.blockFIFO()
+			p.blockFIFO(pi)
 		}
 		d.Reason = ReasonPriority
 	}

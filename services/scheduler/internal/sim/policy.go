@@ -12,8 +12,8 @@ import (
 )
 
 // Policies are the scheduling policies a trace can be run under:
-//   - fifo: strict first come, first served; the first job that does not fit
-//     blocks every job behind it (no backfill).
+//   - fifo: strict first come, first served; a job that does not fit blocks
+//     every job of its partition behind it (no backfill).
 //   - easy: first come, first served with EASY backfill: a later job may
 //     start when it does not delay the first job's reserved start.
 //   - loom: Loom's default policy (multifactor priority and backfill).

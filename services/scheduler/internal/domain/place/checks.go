@@ -110,7 +110,8 @@ var (
 		return n.Node.MemoryMB == 0 || r.MemMB <= n.FreeMemMB
 	}}
 	// CheckNotReserved keeps a backfilled job that would run past a
-	// reservation off the reserved nodes.
+	// reservation off the reserved nodes (and, without backfill, every
+	// job off the nodes kept for a blocked partition's job).
 	CheckNotReserved = Check{Reason: "Reserved", Kind: Capacity, Fits: func(r *Request, n *NodeView) bool {
 		return !r.AvoidReserved || !n.Reserved
 	}}

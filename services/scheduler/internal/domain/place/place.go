@@ -92,7 +92,8 @@ type NodeView struct {
 	// of them holds it whole.
 	Runs      int32
 	Exclusive bool
-	// Reserved: the node is kept for the pass's backfill reservation.
+	// Reserved: the node is kept for the pass's backfill reservation, or,
+	// without backfill, for the blocked job of a partition it is in.
 	Reserved bool
 }
 
