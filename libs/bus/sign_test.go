@@ -43,8 +43,10 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A service that may send a Heartbeat (envelope.Senders: the sim
+	// provider's, the provisioner's).
 	svc := newProducer(t, broker)
-	svc.SetSigner(envelope.NewServiceSigner("scheduler", priv))
+	svc.SetSigner(envelope.NewServiceSigner("provisioner", priv))
 	node := newProducer(t, broker)
 	node.SetSigner(nodeSigner)
 	forger := newProducer(t, broker)
@@ -79,7 +81,7 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 	})
 	handled.mu.Lock()
 	for _, ev := range handled.evs {
-		want := map[string]string{fromService.ID: "services/scheduler", fromNode.ID: "nodes/n1"}[ev.ID]
+		want := map[string]string{fromService.ID: "services/provisioner", fromNode.ID: "nodes/n1"}[ev.ID]
 		if ev.Signer != want {
 			t.Errorf("event %s handled with Signer %q, want %q", ev.ID, ev.Signer, want)
 		}
@@ -218,7 +220,8 @@ func TestNodeRecordOnAnotherPartitionIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svcSigner := envelope.NewServiceSigner("scheduler", priv)
+	// A service that may send a Heartbeat (envelope.Senders).
+	svcSigner := envelope.NewServiceSigner("provisioner", priv)
 	// writeTo writes ev, signed by s, on partition part of the topic.
 	writeTo := func(s *envelope.Signer, ev envelope.Event, part int) {
 		t.Helper()

@@ -323,7 +323,17 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 //     the user they name, so another service's would reach the scheduler
 //     through training's own row; training (a pipeline's model) and the
 //     registry (its UploadModel RPC) also upload models. Every type these
-//     four topics carry has a row (TestSendersCoverTheCommandTopics).
+//     four topics carry has a row (TestSendersCoverTheCommandTopics);
+//   - a node's own reports (NodeEventTypes), Nodes': the scheduler ends a
+//     job's run on a StepChanged, health fails a node on a
+//     HealthCheckCompleted or an XidObserved, training keeps a trial's
+//     metrics. The scheduler's not-assigned check and DecodeVerified's
+//     wrong-node check hold a node to its own jobs and itself, but a
+//     service signer carries no node: without these rows any service could
+//     end any job's run. The provisioner also sends AgentRegistered and
+//     Heartbeat for the sim provider's simulated agents. Every type in
+//     NodeEventTypes has a row naming Nodes, and no other row does
+//     (TestSendersCoverTheNodeEvents).
 //
 // A type without a row is accepted from any service.
 var Senders = map[string][]string{
@@ -376,14 +386,47 @@ var Senders = map[string][]string{
 	// registry's own UploadModel RPC, which it writes for itself.
 	TypeOf(&eventsv1.ExportModel{}): {"services/gateway"},
 	TypeOf(&eventsv1.UploadModel{}): {"services/gateway", "services/registry", "services/training"},
+	// A node's reports: from its agent alone, which signs as the node;
+	// the sim provider (the provisioner) registers and beats for the
+	// agents it simulates.
+	TypeOf(&eventsv1.StepChanged{}):          {Nodes},
+	TypeOf(&eventsv1.TasksChanged{}):         {Nodes},
+	TypeOf(&eventsv1.StepProgress{}):         {Nodes},
+	TypeOf(&eventsv1.MetricsReported{}):      {Nodes},
+	TypeOf(&eventsv1.UsageReported{}):        {Nodes},
+	TypeOf(&eventsv1.HealthCheckCompleted{}): {Nodes},
+	TypeOf(&eventsv1.GpuTelemetry{}):         {Nodes},
+	TypeOf(&eventsv1.XidObserved{}):          {Nodes},
+	TypeOf(&eventsv1.AgentRegistered{}):      {Nodes, "services/provisioner"},
+	TypeOf(&eventsv1.Heartbeat{}):            {Nodes, "services/provisioner"},
+}
+
+// Nodes, in a row of Senders, stands for the nodes: a record of the row's
+// type signed by a node (its agent, under the node identity) is accepted,
+// on a topic whose consumer takes nodes' records (AcceptNodeEvents), of the
+// node it names (NodeEventTypes). A row that names no service besides is a
+// type no service may send.
+const Nodes = "nodes/*"
+
+// sendersText names a row's senders for a refusal: "services/a or a node".
+func sendersText(row []string) string {
+	names := make([]string, len(row))
+	for i, s := range row {
+		names[i] = s
+		if s == Nodes {
+			names[i] = "a node"
+		}
+	}
+	return strings.Join(names, " or ")
 }
 
 // MaySend reports whether the service named service ("services/<name>")
 // may send a record of type typ: typ has no row in Senders, or its row
-// names service.
+// names service. A row of Nodes alone (a node's report) names no service.
+// (Whether a node may send typ is NodeEventTypes'.)
 func MaySend(typ, service string) bool {
 	want, ok := Senders[typ]
-	return !ok || slices.Contains(want, service)
+	return !ok || (service != Nodes && slices.Contains(want, service))
 }
 
 // maxCachedCerts bounds the verified-certificate cache: more distinct live
@@ -511,7 +554,7 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 		e, _ := r.headersOf(m)
 		e.Signer = id.Name
 		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
-			reject(ReasonWrongSender, "%s is accepted only from %s, not from %s", typ, strings.Join(Senders[typ], " or "), truncate(id.Name)))
+			reject(ReasonWrongSender, "%s is accepted only from %s, not from %s", typ, sendersText(Senders[typ]), truncate(id.Name)))
 	}
 	if !id.IsService() {
 		// The refused event names its verified signer, so that a

@@ -276,7 +276,8 @@ func TestNodeRecordsKeyedAsTheAgentKeysThem(t *testing.T) {
 // A record of a type in Senders (a command a node runs, a repair's answer,
 // an operator's command to health, the scheduler's call for checks or word
 // of a drained node, the provisioner's nodes, health's verdict and call for
-// a repair, a command to the provisioner or the scheduler) is accepted from
+// a repair, a command to the provisioner or the scheduler, a node's report)
+// is accepted from
 // the services that send it and refused from any other service, though that
 // one's signature holds: least privilege among services that share a key.
 func TestCommandsOnlyFromTheirSender(t *testing.T) {
@@ -320,6 +321,19 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 		// The model commands.
 		{[]string{"gateway"}, &eventsv1.ExportModel{Name: "projects/p/locations/l/models/m"}},
 		{[]string{"gateway", "registry", "training"}, &eventsv1.UploadModel{Project: "p", AnyOwner: true}},
+		// A node's reports: no service's, but for the sim provider's
+		// simulated agents (the provisioner's). A forged StepChanged
+		// would end any job's run.
+		{nil, &eventsv1.StepChanged{Job: "projects/p/jobs/7", Node: testNode, State: eventsv1.StepState_STEP_EXITED, ExitCode: 1}},
+		{nil, &eventsv1.TasksChanged{Job: "projects/p/jobs/7", Node: testNode}},
+		{nil, &eventsv1.StepProgress{Job: "projects/p/jobs/7", Node: testNode}},
+		{nil, &eventsv1.MetricsReported{Job: "projects/p/jobs/7", Node: testNode}},
+		{nil, &eventsv1.UsageReported{Job: "projects/p/jobs/7", Node: testNode}},
+		{nil, &eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Node: testNode}}},
+		{nil, &eventsv1.GpuTelemetry{Node: testNode}},
+		{nil, &eventsv1.XidObserved{Node: testNode}},
+		{[]string{"provisioner"}, &eventsv1.AgentRegistered{Node: testNode, Cluster: cluster}},
+		{[]string{"provisioner"}, &eventsv1.Heartbeat{Node: testNode, Cluster: cluster}},
 	}
 	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "registry", "bridge", "test"} {
 		for _, c := range cmds {
@@ -368,10 +382,50 @@ func TestSendersCoverTheCommandTopics(t *testing.T) {
 			t.Errorf("Senders' row of %s names no one", typ)
 		}
 		for _, s := range senders {
-			if !strings.HasPrefix(s, "services/") {
-				t.Errorf("Senders' row of %s names %q, not services/<name>", typ, s)
+			if !strings.HasPrefix(s, "services/") && s != Nodes {
+				t.Errorf("Senders' row of %s names %q, neither services/<name> nor Nodes", typ, s)
 			}
 		}
+	}
+}
+
+// Every type a node writes (NodeEventTypes) has a row naming Nodes, so
+// that no service but those the row names may forge one, and no other row
+// names Nodes: a node may write only what NodeEventTypes lets it.
+func TestSendersCoverTheNodeEvents(t *testing.T) {
+	t.Parallel()
+	for typ := range NodeEventTypes {
+		if !slices.Contains(Senders[typ], Nodes) {
+			t.Errorf("%s is a node's report (NodeEventTypes) but its row in Senders, %q, does not name Nodes", typ, Senders[typ])
+		}
+	}
+	for typ, senders := range Senders {
+		if _, ok := NodeEventTypes[typ]; slices.Contains(senders, Nodes) && !ok {
+			t.Errorf("Senders' row of %s names Nodes, but a node may not write it (NodeEventTypes)", typ)
+		}
+	}
+	if MaySend(TypeOf(&eventsv1.StepChanged{}), Nodes) {
+		t.Error("MaySend takes Nodes for a service")
+	}
+}
+
+// A service's refusal of a node's report says who may send it.
+func TestWrongSenderNamesTheNodes(t *testing.T) {
+	t.Parallel()
+	k := newKeys(t)
+	v := NewVerifier(k.svcPub, func() time.Time { return k.now })
+	m := mustEncode(t, New("loom.step.events.v1", "projects/p/jobs/7", "loom/registry",
+		&eventsv1.StepChanged{Job: "projects/p/jobs/7", Node: testNode, State: eventsv1.StepState_STEP_EXITED, ExitCode: 1}))
+	NewServiceSigner("registry", k.svc).Sign(&m)
+	_, err := Default.DecodeVerified(m, v, AcceptNodeEvents)
+	if ReasonOf(err) != ReasonWrongSender || !strings.Contains(err.Error(), "accepted only from a node, not from services/registry") {
+		t.Fatalf("StepChanged from the registry: %v, want %s naming a node", err, ReasonWrongSender)
+	}
+	m = mustEncode(t, New("loom.node.events.v1", testNode, "loom/registry", &eventsv1.AgentRegistered{Node: testNode}))
+	NewServiceSigner("registry", k.svc).Sign(&m)
+	_, err = Default.DecodeVerified(m, v, AcceptNodeEvents)
+	if ReasonOf(err) != ReasonWrongSender || !strings.Contains(err.Error(), "accepted only from a node or services/provisioner") {
+		t.Fatalf("AgentRegistered from the registry: %v, want %s naming a node or the provisioner", err, ReasonWrongSender)
 	}
 }
 

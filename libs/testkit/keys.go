@@ -16,6 +16,7 @@ import (
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // serviceSecret is the test binary's services' secret: every service a
@@ -109,4 +110,63 @@ func NodeProducer(t testing.TB, broker, node, cluster, pool string) *bus.Produce
 	p.SetSigner(s)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
+}
+
+// NodeSigner returns a signer of the agent of node (a node of cluster, in
+// pool "gpu"), with an hour-long identity the test's services' key
+// certified, as a registered agent's.
+func NodeSigner(t testing.TB, node, cluster string) *envelope.Signer {
+	t.Helper()
+	id, err := auth.IssueNodeIdentity(ServiceKey(), node, cluster, "gpu", "", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := envelope.NewNodeSigner(id.Key, id.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// PublishAsNodes is Publish with each event signed by the agent of the
+// node its payload names (a node of cluster; a HealthCheckCompleted names
+// it in its result): how a test writes a node's report (a type whose row
+// in envelope.Senders names envelope.Nodes), which no service may send. An
+// event must be keyed as the agent keys it (envelope.NodeRecordKey), or
+// its consumer refuses it. It fails the test for a payload that names no
+// node.
+func PublishAsNodes(t testing.TB, broker, cluster string, events ...envelope.Event) {
+	t.Helper()
+	signers := map[string]*envelope.Signer{}
+	msgs := make([]kafka.Message, 0, len(events))
+	for _, e := range events {
+		node := ""
+		switch p := e.Payload.(type) {
+		case interface{ GetNode() string }:
+			node = p.GetNode()
+		case checkResult:
+			node = p.GetResult().GetNode()
+		}
+		if node == "" {
+			t.Fatalf("testkit: publish as a node: %s names no node", envelope.TypeOf(e.Payload))
+		}
+		s, ok := signers[node]
+		if !ok {
+			s = NodeSigner(t, node, cluster)
+			signers[node] = s
+		}
+		m, err := envelope.Encode(e)
+		if err != nil {
+			t.Fatalf("testkit: publish: %v", err)
+		}
+		s.Sign(&m)
+		msgs = append(msgs, m)
+	}
+	PublishMessages(t, broker, msgs...)
+}
+
+// checkResult is a payload that names its node in its result
+// (HealthCheckCompleted).
+type checkResult interface {
+	GetResult() *loomv1.HealthCheckResult
 }

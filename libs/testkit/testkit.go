@@ -154,7 +154,8 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() (bool,
 // to feed a service events without another service. (A type only some
 // services send — a command, a node's membership or health, a repair's
 // answer — is accepted only from them (envelope.Senders): write those with
-// PublishAs.) It fails the test on error. PublishMessages writes records as they are (unsigned, forged).
+// PublishAs; a node's report, which no service may send, with
+// PublishAsNodes.) It fails the test on error. PublishMessages writes records as they are (unsigned, forged).
 func Publish(t testing.TB, broker string, events ...envelope.Event) {
 	t.Helper()
 	publishSigned(t, broker, testSigner(), events)

@@ -153,8 +153,8 @@ func TestRemediationAnswersOnlyFromTheProvisioner(t *testing.T) {
 		resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
 		return err == nil && len(resp.GetNodes()) == 1, nil
 	})
-	testkit.Publish(t, broker,
-		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.XidObserved{Node: node, Cluster: cluster, Gpu: 3, Xid: 79, Time: timestamppb.Now()}))
+	testkit.PublishAsNodes(t, broker, cluster,
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.XidObserved{Node: node, Cluster: cluster, Gpu: 3, Xid: 79, Time: timestamppb.Now()}))
 	rev := testkit.WaitEvent(t, broker, topics.RemediationCommand, wait, func(e envelope.Event) bool {
 		r, ok := e.Payload.(*eventsv1.RemediateNode)
 		return ok && r.GetNode() == node

@@ -51,14 +51,15 @@ func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 
+	// The node's agent: its reports are no service's to send.
 	p := bus.NewProducer([]string{broker})
-	p.SetSigner(testkit.Signer())
+	p.SetSigner(testkit.NodeSigner(t, node, cluster))
 	t.Cleanup(func() { _ = p.Close() })
 	publish := func(topic string, payload proto.Message) {
 		t.Helper()
 		pctx, pcancel := context.WithTimeout(context.Background(), wait)
 		defer pcancel()
-		if err := p.Publish(pctx, envelope.New(topic, node, "loom/test", payload)); err != nil {
+		if err := p.Publish(pctx, envelope.New(topic, node, "loom/agent", payload)); err != nil {
 			t.Fatalf("publish %T: %v", payload, err)
 		}
 	}
@@ -105,9 +106,9 @@ func TestSilenceOnTheFakeClock(t *testing.T) {
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	testkit.PublishAs(t, broker, "provisioner",
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
-	testkit.Publish(t, broker,
-		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
-		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.New(fc.Now())}))
+	testkit.PublishAsNodes(t, broker, cluster,
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.New(fc.Now())}))
 	var got *eventsv1.NodeHealthChanged
 	// Far less real time than the hour the node must stay silent.
 	testkit.WaitFor(t, 30*time.Second, "UNHEALTHY on the fake clock", func() (bool, error) {

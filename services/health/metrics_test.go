@@ -33,12 +33,13 @@ func TestHealthMetricsOnScrape(t *testing.T) {
 		GRPCAddr: freeAddr(t), HTTPAddr: httpAddr, LogLevel: "warn"}, HeartbeatTimeout: time.Hour}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 
+	// The node's agent: its reports are no service's to send.
 	p := bus.NewProducer([]string{broker})
-	p.SetSigner(testkit.Signer())
+	p.SetSigner(testkit.NodeSigner(t, node, cluster))
 	t.Cleanup(func() { _ = p.Close() })
 	publish := func(topic string, payload proto.Message) {
 		t.Helper()
-		if err := p.Publish(context.Background(), envelope.New(topic, node, "loom/test", payload)); err != nil {
+		if err := p.Publish(context.Background(), envelope.New(topic, node, "loom/agent", payload)); err != nil {
 			t.Fatalf("publish %T: %v", payload, err)
 		}
 	}

@@ -49,9 +49,9 @@ func TestXidRemediatesThroughTheBus(t *testing.T) {
 		resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
 		return err == nil && len(resp.GetNodes()) == 1, nil
 	})
-	testkit.Publish(t, broker,
-		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1", SimulatedGpus: true}),
-		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.XidObserved{Node: node, Cluster: cluster, Gpu: 3, Xid: 79, Time: timestamppb.Now()}))
+	testkit.PublishAsNodes(t, broker, cluster,
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1", SimulatedGpus: true}),
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.XidObserved{Node: node, Cluster: cluster, Gpu: 3, Xid: 79, Time: timestamppb.Now()}))
 
 	ev := testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_UNHEALTHY))
 	v := ev.Payload.(*eventsv1.NodeHealthChanged)
@@ -189,9 +189,10 @@ func TestHealthStallDeclaresNoNode(t *testing.T) {
 
 	// The agents: every node beats every timeout/8 until the test ends; the
 	// canary stops when told.
-	p := bus.NewProducer([]string{broker})
-	p.SetSigner(testkit.Signer())
-	t.Cleanup(func() { _ = p.Close() })
+	ps := map[string]*bus.Producer{}
+	for _, n := range names {
+		ps[n] = testkit.NodeProducer(t, broker, n, cluster, "gpu")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopCanary := make(chan struct{})
 	var wg sync.WaitGroup
@@ -213,7 +214,7 @@ func TestHealthStallDeclaresNoNode(t *testing.T) {
 						continue
 					}
 					pctx, pcancel := context.WithTimeout(ctx, timeout)
-					_ = p.Publish(pctx, envelope.New(topics.NodeTelemetry, n, "loom/test", &eventsv1.Heartbeat{Node: n, Cluster: cluster, BootId: "b", Time: timestamppb.Now()}))
+					_ = ps[n].Publish(pctx, envelope.New(topics.NodeTelemetry, n, "loom/agent", &eventsv1.Heartbeat{Node: n, Cluster: cluster, BootId: "b", Time: timestamppb.Now()}))
 					pcancel()
 				}
 			}
@@ -284,7 +285,7 @@ func TestLastXidJudgedAcrossHealthRestart(t *testing.T) {
 		return svc, loomv1.NewHealthServiceClient(testkit.Dial(t, addr))
 	}
 	sample := func(n string, xid int32) envelope.Event {
-		return envelope.New(topics.NodeTelemetry, n, "loom/test", &eventsv1.GpuTelemetry{Node: n, Cluster: cluster, Time: timestamppb.Now(), Simulated: true,
+		return envelope.New(topics.NodeTelemetry, n, "loom/agent", &eventsv1.GpuTelemetry{Node: n, Cluster: cluster, Time: timestamppb.Now(), Simulated: true,
 			Gpus: []*loomv1.GpuSample{{Index: 0, TemperatureC: 50}, {Index: 1, TemperatureC: 50, LastXid: xid}}})
 	}
 	// sampled waits until health holds a sample of every node with GPU 1's
@@ -316,13 +317,13 @@ func TestLastXidJudgedAcrossHealthRestart(t *testing.T) {
 	})
 	// B's first sample already carries an Xid: nothing to compare with,
 	// not judged (the prolog is the net there); it is the value health saw.
-	testkit.Publish(t, broker, sample(nodeA, 0), sample(nodeB, 79))
+	testkit.PublishAsNodes(t, broker, cluster, sample(nodeA, 0), sample(nodeB, 79))
 	sampled(client, map[string]int32{nodeA: 0, nodeB: 79})
 	if err := svc.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
-	testkit.Publish(t, broker, sample(nodeA, 79), sample(nodeB, 79))
+	testkit.PublishAsNodes(t, broker, cluster, sample(nodeA, 79), sample(nodeB, 79))
 	_, client = start()
 	ev := testkit.WaitEvent(t, broker, topics.HealthEvents, wait, func(e envelope.Event) bool {
 		v, ok := e.Payload.(*eventsv1.NodeHealthChanged)

@@ -23,8 +23,10 @@ import (
 
 // A StepChanged that would complete a running job — unsigned, from another
 // node's valid identity about its own (unassigned) step, or about the
-// assigned node's — changes nothing and is dead-lettered with the reason;
-// the assigned node's own report completes it.
+// assigned node's, or from a service (the registry's, about the assigned
+// node: a node's report is no service's to send, envelope.Senders) —
+// changes nothing and is dead-lettered with the reason; the assigned
+// node's own report completes it.
 func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	broker := testkit.Broker(t)
@@ -56,9 +58,10 @@ func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 	if err := intruder.Publish(ctx, exited(nodeName(other)), exited(assignedName(assigned))); err != nil {
 		t.Fatal(err)
 	}
+	testkit.PublishAs(t, broker, "registry", exited(assignedName(assigned)))
 
 	reasons := map[string]int{}
-	testkit.WaitFor(t, wait, "three dead letters", func() (bool, error) {
+	testkit.WaitFor(t, wait, "four dead letters", func() (bool, error) {
 		clear(reasons)
 		for _, m := range dlq(t, broker, topics.StepEvents) {
 			for _, h := range m.Headers {
@@ -67,9 +70,9 @@ func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 				}
 			}
 		}
-		return len(reasons) == 3, nil
+		return len(reasons) == 4, nil
 	})
-	want := map[string]int{envelope.ReasonUnsigned: 1, envelope.ReasonNotAssigned: 1, envelope.ReasonWrongNode: 1}
+	want := map[string]int{envelope.ReasonUnsigned: 1, envelope.ReasonNotAssigned: 1, envelope.ReasonWrongNode: 1, envelope.ReasonWrongSender: 1}
 	for r, n := range want {
 		if reasons[r] != n {
 			t.Errorf("dead letters: %v, want %v", reasons, want)

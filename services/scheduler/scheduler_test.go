@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,28 +101,52 @@ func jobName(id int) string           { return "projects/default/jobs/" + strcon
 func nodeName(host string) string     { return cluster + "/nodes/" + host }
 func hostNode(j *loomv1.Job) []string { return j.GetNodes() }
 
-// feeder publishes events the way the other services would: each signed
-// by the service that sends its type (envelope.Senders: the provisioner's
-// nodes, the gateway's commands, health's verdicts), any other as the
-// test's service.
+// feeder publishes events the way the other services and the agents
+// would: each signed by the service that sends its type (envelope.Senders:
+// the provisioner's nodes, the gateway's commands, health's verdicts), a
+// node's report (a row naming envelope.Nodes) by the node it names, any
+// other as the test's service.
 type feeder struct {
 	t      *testing.T
 	broker string
-	// ps are the producers by the service they sign as.
-	ps map[string]*bus.Producer
+	// ps are the producers by the service they sign as; nodes by the node.
+	ps, nodes map[string]*bus.Producer
 }
 
 func newFeeder(t *testing.T, broker string) *feeder {
-	return &feeder{t: t, broker: broker, ps: map[string]*bus.Producer{}}
+	return &feeder{t: t, broker: broker, ps: map[string]*bus.Producer{}, nodes: map[string]*bus.Producer{}}
 }
 
 func (f *feeder) publish(topic, key string, payload proto.Message) {
 	f.t.Helper()
 	service := "test"
-	if s := envelope.Senders[envelope.TypeOf(payload)]; len(s) > 0 {
+	if s := envelope.Senders[envelope.TypeOf(payload)]; slices.Contains(s, envelope.Nodes) {
+		f.publishAsNode(topic, key, payload)
+		return
+	} else if len(s) > 0 {
 		service = strings.TrimPrefix(s[0], "services/")
 	}
 	f.publishAs(service, topic, key, payload)
+}
+
+// publishAsNode publishes a node's report signed by the node it names (a
+// node of the test's cluster), as its agent does.
+func (f *feeder) publishAsNode(topic, key string, payload proto.Message) {
+	f.t.Helper()
+	n, ok := payload.(interface{ GetNode() string })
+	if !ok {
+		f.t.Fatalf("%T names no node", payload)
+	}
+	p, ok := f.nodes[n.GetNode()]
+	if !ok {
+		p = testkit.NodeProducer(f.t, f.broker, n.GetNode(), cluster, "gpu")
+		f.nodes[n.GetNode()] = p
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := p.Publish(ctx, envelope.New(topic, key, "loom/agent", payload)); err != nil {
+		f.t.Fatalf("publish %T as %s: %v", payload, n.GetNode(), err)
+	}
 }
 
 // publishAs publishes payload signed as "services/<service>", whoever

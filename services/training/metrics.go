@@ -277,9 +277,10 @@ func decodeHeld(w series.Write) (envelope.Event, error) {
 // a node may write only for a run the scheduler placed on it, at most
 // Limits.NodeRate batches an hour and Limits.Late after the run's end; a
 // write whose run's placement is not known yet is held; a swept job's
-// series are never recreated. A service's record (no node signer) is bound
-// by the sweep and the age only. Every refusal is counted and logged, once
-// per record (refuse).
+// series are never recreated. A service's record (no node signer: an
+// unsigned bus's; a signed bus refuses a service's, envelope.Senders) is
+// bound by the sweep and the age only. Every refusal is counted and logged,
+// once per record (refuse).
 func (in *ingest) admit(ctx context.Context, ev envelope.Event, m *eventsv1.MetricsReported) error {
 	if _, err := resname.ParseJob(m.GetJob()); err != nil {
 		in.log.Warn("metrics of an unnamed job dropped", "job", m.GetJob(), "err", err)

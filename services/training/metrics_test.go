@@ -13,6 +13,7 @@ import (
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestMetricsThroughTheBus: a plain job's MetricsReported records become
@@ -49,8 +50,12 @@ func TestMetricsThroughTheBus(t *testing.T) {
 		pts = append(pts, &eventsv1.MetricsReported_Point{Step: int64(s), Time: timestamppb.New(t0.Add(time.Duration(s) * time.Second)),
 			Values: map[string]float64{"loss": 10 / float64(s), "eval/accuracy": float64(s) / 300, "bad name!": 1}})
 	}
-	d.publish(&eventsv1.MetricsReported{Job: "projects/p/jobs/7", Attempt: 1, Points: pts[:150]}, "projects/p/jobs/7")
-	d.publish(&eventsv1.MetricsReported{Job: "projects/p/jobs/7", Attempt: 1, Points: pts[150:]}, "projects/p/jobs/7")
+	// The scheduler runs the job on gpu-1, whose agent reports.
+	d.publish(&eventsv1.JobChanged{Attempt: 1, Job: &loomv1.Job{Name: "projects/p/jobs/7", Cluster: gCluster, State: loomv1.JobState_RUNNING,
+		Nodes: []string{"gpu-1"}, Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-1"}}}}}, gCluster)
+	node := gCluster + "/nodes/gpu-1"
+	d.publish(&eventsv1.MetricsReported{Job: "projects/p/jobs/7", Attempt: 1, Node: node, Cluster: gCluster, Points: pts[:150]}, "projects/p/jobs/7")
+	d.publish(&eventsv1.MetricsReported{Job: "projects/p/jobs/7", Attempt: 1, Node: node, Cluster: gCluster, Points: pts[150:]}, "projects/p/jobs/7")
 
 	var list *trainingv1.ListMetricsResponse
 	testkit.WaitFor(t, wait, "both records stored", func() (bool, error) {

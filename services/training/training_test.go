@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,12 +166,25 @@ type driver struct {
 	client func() trainingv1.TrainingServiceClient
 }
 
+// publish writes p keyed by key as its sender would: a node's report
+// (envelope.Senders' rows naming envelope.Nodes) signed by the node it
+// names, in the cluster it names; a type only some services send by the
+// first of them; any other as the test's service.
 func (d *driver) publish(p proto.Message, key string) {
+	d.t.Helper()
 	ev, err := envelope.Route(key, "loom/test", p)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	testkit.Publish(d.t, d.broker, ev)
+	switch s := envelope.Senders[envelope.TypeOf(p)]; {
+	case slices.Contains(s, envelope.Nodes):
+		c, _ := p.(interface{ GetCluster() string })
+		testkit.PublishAsNodes(d.t, d.broker, c.GetCluster(), ev)
+	case len(s) > 0:
+		testkit.PublishAs(d.t, d.broker, strings.TrimPrefix(s[0], "services/"), ev)
+	default:
+		testkit.Publish(d.t, d.broker, ev)
+	}
 }
 
 func (d *driver) study() *trainingv1.HyperparameterTuningJob {
@@ -244,14 +258,16 @@ func (d *driver) runStudy(crash func(phase string, done int)) *trainingv1.Hyperp
 		for e := 1; e <= 3; e++ {
 			pts = append(pts, &eventsv1.MetricsReported_Point{Step: int64(e), Values: map[string]float64{"val_loss": loss(tr, e)}})
 		}
-		d.publish(&eventsv1.MetricsReported{Job: job, Attempt: 1, Node: fmt.Sprintf("cj%d-wp0-0001", id), Cluster: cluster, Points: pts}, cluster)
+		// The agent's reports: keyed by their job, signed by its node.
+		node := fmt.Sprintf("%s/nodes/cj%d-wp0-0001", cluster, id)
+		d.publish(&eventsv1.MetricsReported{Job: job, Attempt: 1, Node: node, Cluster: cluster, Points: pts}, job)
 		crash("measured", done)
 		d.waitTrial(tr.GetId(), "measured and running", func(x *trainingv1.Trial, cj *trainingv1.CustomJob) bool {
 			return len(x.GetMeasurements()) == 3 && cj.GetState() == trainingv1.JobState_JOB_STATE_RUNNING
 		})
 		// The agent's step end (after its last metrics, on their topic),
 		// then the scheduler's job end.
-		d.publish(&eventsv1.StepChanged{Job: job, Attempt: 1, Node: fmt.Sprintf("cj%d-wp0-0001", id), Cluster: cluster, State: eventsv1.StepState_STEP_EXITED}, cluster)
+		d.publish(&eventsv1.StepChanged{Job: job, Attempt: 1, Node: node, Cluster: cluster, State: eventsv1.StepState_STEP_EXITED}, job)
 		d.publish(&eventsv1.JobChanged{Job: &loomv1.Job{Name: job, JobId: strconv.FormatInt(id, 10), Cluster: cluster, State: loomv1.JobState_COMPLETED}, Attempt: 1}, cluster)
 		done++
 		crash("ended", done)
