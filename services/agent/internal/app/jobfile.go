@@ -1,29 +1,41 @@
 package app
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// openJobFile opens path, a file a job writes for the agent to read (its
-// run's progress file, its metrics file, its TensorBoard event files),
-// when the agent may read it, else returns nil. The agent reads as root,
-// in directories the job's owner writes, so it takes only the owner's own
-// file: a regular file (a device's open can act; a FIFO has no end), not
-// a link (O_NOFOLLOW: a symlink leads anywhere), with one name (a hard
-// link the owner made to someone else's file, where the kernel lets them,
-// has two) and owned by uid, the job's (someone else's file, whatever
-// name it has there). The open never waits (O_NONBLOCK: a FIFO there
-// stalled every reader of the node). The caller reads a bounded amount:
-// each reader has its own bound. fi is the opened file's, as it was
-// checked.
-func openJobFile(path string, uid uint32) (f *os.File, fi os.FileInfo) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// openJobFileAt opens name (one component) in the directory d, a file a
+// job writes for the agent to read (its run's progress file, its metrics
+// file, its TensorBoard event files), when the agent may read it, else
+// returns nil. The agent reads as root, in directories the job's owner
+// writes, so it takes only the owner's own file: a regular file (a
+// device's open can act; a FIFO has no end), not a link (O_NOFOLLOW: a
+// symlink leads anywhere), with one name (a hard link the owner made to
+// someone else's file, where the kernel lets them, has two) and owned by
+// uid, the job's (someone else's file, whatever name it has there). It is
+// opened relative to d (openat), so it is the one in the directory the
+// caller checked, whatever d's path leads to by now. The open never waits
+// (O_NONBLOCK: a FIFO there stalled every reader of the node). The caller
+// reads a bounded amount: each reader has its own bound. fi is the opened
+// file's, as it was checked.
+func openJobFileAt(d *os.File, name string, uid uint32) (f *os.File, fi os.FileInfo) {
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil
 	}
-	fi, err = f.Stat()
+	return checkJobFile(os.NewFile(uintptr(fd), filepath.Join(d.Name(), name)), uid)
+}
+
+// checkJobFile returns f and its FileInfo when f is a file the agent may
+// read (openJobFileAt), else closes it and returns nil.
+func checkJobFile(f *os.File, uid uint32) (*os.File, os.FileInfo) {
+	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() || !oneLink(fi) || !owned(fi, uid) {
 		f.Close()
 		return nil, nil
@@ -31,38 +43,120 @@ func openJobFile(path string, uid uint32) (f *os.File, fi os.FileInfo) {
 	return f, fi
 }
 
-// runOwner is the owner of the directory of path, a run's file in the
-// run's progress directory (its progress and metrics files): the job's
-// owner. The agent made that directory for the job's owner (GiveDir, which
-// refuses one that is not a directory of theirs) under parents only it
-// writes, so no one else can have made or put it there, and the owner
-// cannot give it away (chown is root's). It reports false where the
-// directory is not there or is no directory (not through a link).
-func runOwner(path string) (uint32, bool) {
+// runDir opens the directory of path, a run's file in the run's progress
+// directory (its progress and metrics files), and returns it with its
+// owner: the job's owner. The agent made that directory for the job's
+// owner (GiveDir, which refuses one that is not a directory of theirs)
+// under parents only it writes, so no one else can have made or put it
+// there, and the owner cannot give it away (chown is root's). It reports
+// false where the directory is not there or is no directory (not through
+// a link). The caller closes the directory.
+func runDir(path string) (*os.File, uint32, bool) {
 	f, err := os.OpenFile(filepath.Dir(path), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return 0, false
+		return nil, 0, false
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.IsDir() {
-		return 0, false
+		f.Close()
+		return nil, 0, false
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return 0, false
+		f.Close()
+		return nil, 0, false
 	}
-	return st.Uid, true
+	return f, st.Uid, true
 }
 
-// openRunFile is openJobFile for a file of the run's progress directory
-// (runOwner): its progress file, its metrics file.
+// openRunFile is openJobFileAt for a file of the run's progress directory
+// (runDir): its progress file, its metrics file, opened relative to the
+// directory runDir checked.
 func openRunFile(path string) (*os.File, os.FileInfo) {
-	uid, ok := runOwner(path)
+	d, uid, ok := runDir(path)
 	if !ok {
 		return nil, nil
 	}
-	return openJobFile(path, uid)
+	defer d.Close()
+	return openJobFileAt(d, filepath.Base(path), uid)
+}
+
+// errNotJobDir is openDirIn's refusal of a component that is not a
+// directory of the job's owner.
+var errNotJobDir = errors.New("not a directory of the job's owner")
+
+// openDirIn opens rel ("" or "." for dir itself; slash-separated, no
+// "..") under dir, every component from dir down opened relative to the one
+// before (openat) without following a link (O_NOFOLLOW, O_DIRECTORY) and
+// owned by uid. A job that lists its directory, then swaps a subdirectory
+// for a link before the agent opens a file in it, has the open refused
+// (ELOOP, ENOTDIR), not led elsewhere: a path opened whole resolves every
+// component but the last, links included. The caller closes the directory.
+func openDirIn(dir, rel string, uid uint32) (*os.File, error) {
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkJobDir(d, uid); err != nil {
+		return nil, err
+	}
+	if rel == "" || rel == "." {
+		return d, nil
+	}
+	for _, name := range strings.Split(rel, "/") {
+		if name == "" || name == "." || name == ".." {
+			d.Close()
+			return nil, errNotJobDir
+		}
+		fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		path := filepath.Join(d.Name(), name)
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+		d = os.NewFile(uintptr(fd), path)
+		if err := checkJobDir(d, uid); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// checkJobDir closes d unless it is a directory uid owns.
+func checkJobDir(d *os.File, uid uint32) error {
+	if fi, err := d.Stat(); err != nil || !fi.IsDir() || !owned(fi, uid) {
+		d.Close()
+		return errNotJobDir
+	}
+	return nil
+}
+
+// openJobFileIn is openJobFileAt for rel (a file's path relative to dir, as
+// a listing of dir gave it), opened relative to its directory, itself
+// opened by openDirIn.
+func openJobFileIn(dir, rel string, uid uint32) (*os.File, os.FileInfo) {
+	d, err := openDirIn(dir, filepath.Dir(rel), uid)
+	if err != nil {
+		return nil, nil
+	}
+	defer d.Close()
+	return openJobFileAt(d, filepath.Base(rel), uid)
+}
+
+// sizeIn is the size of rel, a regular file under dir, looked up as
+// openJobFileIn opens it (its directories opened one by one, none a link)
+// but without opening it; ok is false where it is not one, or a link.
+func sizeIn(dir, rel string, uid uint32) (size int64, ok bool) {
+	d, err := openDirIn(dir, filepath.Dir(rel), uid)
+	if err != nil {
+		return 0, false
+	}
+	defer d.Close()
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), filepath.Base(rel), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, false
+	}
+	return st.Size, true
 }
 
 // oneLink reports whether fi is a file with one name.

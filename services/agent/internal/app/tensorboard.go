@@ -16,7 +16,9 @@ package app
 // record at most tbMaxRecord bytes (a larger one, an image or a graph, is
 // skipped by its length without being read), at most tbPollBytes read per
 // poll. Only files owned by the job's user are read, opened without
-// following links: the agent reads as root, in a directory the job names.
+// following links, each directory and file relative to the directory
+// above it (a subdirectory swapped for a link after it was listed is not
+// followed): the agent reads as root, in a directory the job names.
 // Where each file was read up to goes in the tail's position, stored with
 // each record sent, so that a restarted agent goes on from there.
 
@@ -24,11 +26,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -128,8 +128,8 @@ func (tb *tbTail) startOffsets() map[string]int64 {
 	files := tb.files()
 	out := make(map[string]int64, len(files))
 	for _, rel := range files {
-		if fi, err := os.Lstat(filepath.Join(tb.dir, rel)); err == nil && fi.Mode().IsRegular() {
-			out[rel] = fi.Size()
+		if size, ok := sizeIn(tb.dir, rel, tb.uid); ok {
+			out[rel] = size
 		}
 	}
 	return out
@@ -139,14 +139,14 @@ func (tb *tbTail) startOffsets() map[string]int64 {
 // one level down, relative to it, by name, the last tbMaxFiles.
 func (tb *tbTail) files() []string {
 	var out []string
-	names, dirs := listDir(tb.dir, tb.uid)
+	names, dirs := listDir(tb.dir, "", tb.uid)
 	out = append(out, names...)
 	sort.Strings(dirs)
 	for i, d := range dirs {
 		if i >= tbMaxDirs {
 			break
 		}
-		sub, _ := listDir(filepath.Join(tb.dir, d), tb.uid)
+		sub, _ := listDir(tb.dir, d, tb.uid)
 		for _, n := range sub {
 			out = append(out, d+"/"+n)
 		}
@@ -160,21 +160,19 @@ func (tb *tbTail) files() []string {
 	return out
 }
 
-// listDir returns the event files and the subdirectories of dir that uid
-// owns (links are neither), dir itself a directory of uid's. The path is the
-// job's (LOOM_TENSORBOARD_LOG_DIR) and the agent reads it as root: it opens
-// no link, never waits on the open (a FIFO there stalled the metrics of
-// every step of the node), opens nothing but a directory (a device's open
-// can act: a watchdog's arms it), and reads no one else's.
-func listDir(dir string, uid uint32) (files, dirs []string) {
-	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// listDir returns the event files and the subdirectories of rel ("" for
+// dir itself) under dir that uid owns (links are neither), rel and dir
+// directories of uid's (openDirIn). The path is the job's
+// (LOOM_TENSORBOARD_LOG_DIR) and the agent reads it as root: it opens no
+// link, never waits on the open (a FIFO there stalled the metrics of every
+// step of the node), opens nothing but a directory (a device's open can
+// act: a watchdog's arms it), and reads no one else's.
+func listDir(dir, rel string, uid uint32) (files, dirs []string) {
+	f, err := openDirIn(dir, rel, uid)
 	if err != nil {
 		return nil, nil
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.IsDir() || !owned(fi, uid) {
-		return nil, nil
-	}
 	ents, _ := f.ReadDir(tbDirEntries)
 	for _, e := range ents {
 		fi, err := e.Info()
@@ -195,7 +193,7 @@ func listDir(dir string, uid uint32) (files, dirs []string) {
 // most budget bytes, and returns how many bytes it read.
 func (a *App) readEventFile(key string, tl *tail, rel string, budget int64) int64 {
 	tb := tl.tb
-	f, fi := openJobFile(filepath.Join(tb.dir, rel), tb.uid)
+	f, fi := openJobFileIn(tb.dir, rel, tb.uid)
 	if f == nil {
 		return 0
 	}

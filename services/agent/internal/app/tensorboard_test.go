@@ -252,3 +252,51 @@ func TestRewrittenMetricsFileKeepsTensorBoardPositions(t *testing.T) {
 		t.Errorf("event file read again after the hypertune file was rewritten: %v", got)
 	}
 }
+
+// TestTensorBoardSubdirSwappedForALink: the reader lists a subdirectory's
+// event files, then opens each; a job that swaps the subdirectory for a
+// link in between (to a directory of its own elsewhere, holding a file of
+// the same name) has nothing read through the link: each component is
+// opened relative to the one before, never following a link.
+func TestTensorBoardSubdirSwappedForALink(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	uid := uint32(os.Getuid())
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "train")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w, err := tbevents.Create(sub, "host", time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.AddScalar("loss", 1, time.Unix(1700000001, 0), 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pos := tailPos{TBDir: dir, TBUID: uid}
+	// Before the swap, the file is read (with its subdirectory's prefix).
+	if got := takeTB(a, newTail("j", 1, filepath.Join(dir, "none.jsonl"), pos), tbPollBytes); len(got["train/loss"]) != 1 {
+		t.Fatalf("before the swap: %v, want train/loss", got)
+	}
+	tl := newTail("j", 1, filepath.Join(dir, "none.jsonl"), pos)
+	tl.pos.TB = map[string]int64{}
+	files := tl.tb.files()
+	if len(files) != 1 {
+		t.Fatalf("listed %v, want the one event file", files)
+	}
+	moved := filepath.Join(t.TempDir(), "train")
+	if err := os.Rename(sub, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, sub); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.readEventFile("s", tl, files[0], tbPollBytes); n != 0 || len(tl.pending) != 0 {
+		t.Fatalf("read %d bytes, %d points through the swapped link", n, len(tl.pending))
+	}
+	if _, ok := sizeIn(dir, files[0], uid); ok {
+		t.Fatalf("sized %s through the swapped link", files[0])
+	}
+}
