@@ -98,26 +98,18 @@ func ServiceCredentials() grpc.DialOption {
 // closed when the test ends.
 func NodeProducer(t testing.TB, broker, node, cluster, pool string) *bus.Producer {
 	t.Helper()
-	id, err := auth.IssueNodeIdentity(ServiceKey(), node, cluster, pool, "", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := envelope.NewNodeSigner(id.Key, id.Cert)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := bus.NewProducer([]string{broker})
-	p.SetSigner(s)
+	p.SetSigner(nodeSigner(t, node, cluster, pool))
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
 
-// NodeSigner returns a signer of the agent of node (a node of cluster, in
-// pool "gpu"), with an hour-long identity the test's services' key
-// certified, as a registered agent's.
-func NodeSigner(t testing.TB, node, cluster string) *envelope.Signer {
+// nodeSigner returns a signer of the agent of node (a node of cluster, in
+// pool), with an hour-long identity the test's services' key certified, as
+// a registered agent's.
+func nodeSigner(t testing.TB, node, cluster, pool string) *envelope.Signer {
 	t.Helper()
-	id, err := auth.IssueNodeIdentity(ServiceKey(), node, cluster, "gpu", "", time.Now(), time.Hour)
+	id, err := auth.IssueNodeIdentity(ServiceKey(), node, cluster, pool, "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +130,7 @@ func NodeSigner(t testing.TB, node, cluster string) *envelope.Signer {
 func PublishAsNodes(t testing.TB, broker, cluster string, events ...envelope.Event) {
 	t.Helper()
 	signers := map[string]*envelope.Signer{}
-	msgs := make([]kafka.Message, 0, len(events))
-	for _, e := range events {
+	publishSigned(t, broker, func(e envelope.Event) *envelope.Signer {
 		node := ""
 		switch p := e.Payload.(type) {
 		case interface{ GetNode() string }:
@@ -152,17 +143,11 @@ func PublishAsNodes(t testing.TB, broker, cluster string, events ...envelope.Eve
 		}
 		s, ok := signers[node]
 		if !ok {
-			s = NodeSigner(t, node, cluster)
+			s = nodeSigner(t, node, cluster, "gpu")
 			signers[node] = s
 		}
-		m, err := envelope.Encode(e)
-		if err != nil {
-			t.Fatalf("testkit: publish: %v", err)
-		}
-		s.Sign(&m)
-		msgs = append(msgs, m)
-	}
-	PublishMessages(t, broker, msgs...)
+		return s
+	}, events)
 }
 
 // checkResult is a payload that names its node in its result

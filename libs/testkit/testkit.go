@@ -155,10 +155,12 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() (bool,
 // services send — a command, a node's membership or health, a repair's
 // answer — is accepted only from them (envelope.Senders): write those with
 // PublishAs; a node's report, which no service may send, with
-// PublishAsNodes.) It fails the test on error. PublishMessages writes records as they are (unsigned, forged).
+// PublishAsNodes.) It fails the test on error. PublishMessages writes
+// records as they are (unsigned, forged).
 func Publish(t testing.TB, broker string, events ...envelope.Event) {
 	t.Helper()
-	publishSigned(t, broker, testSigner(), events)
+	s := testSigner()
+	publishSigned(t, broker, func(envelope.Event) *envelope.Signer { return s }, events)
 }
 
 // PublishAs is Publish signed as "services/<service>" (SignerAs): how a
@@ -166,10 +168,14 @@ func Publish(t testing.TB, broker string, events ...envelope.Event) {
 // another service forges.
 func PublishAs(t testing.TB, broker, service string, events ...envelope.Event) {
 	t.Helper()
-	publishSigned(t, broker, SignerAs(service), events)
+	s := SignerAs(service)
+	publishSigned(t, broker, func(envelope.Event) *envelope.Signer { return s }, events)
 }
 
-func publishSigned(t testing.TB, broker string, s *envelope.Signer, events []envelope.Event) {
+// publishSigned encodes events, signs each with signerOf's signer for it
+// and writes them (PublishMessages): the one write of Publish, PublishAs
+// and PublishAsNodes.
+func publishSigned(t testing.TB, broker string, signerOf func(envelope.Event) *envelope.Signer, events []envelope.Event) {
 	t.Helper()
 	msgs := make([]kafka.Message, 0, len(events))
 	for _, e := range events {
@@ -177,7 +183,7 @@ func publishSigned(t testing.TB, broker string, s *envelope.Signer, events []env
 		if err != nil {
 			t.Fatalf("testkit: publish: %v", err)
 		}
-		s.Sign(&m)
+		signerOf(e).Sign(&m)
 		msgs = append(msgs, m)
 	}
 	PublishMessages(t, broker, msgs...)
@@ -283,9 +289,10 @@ func Events(t testing.TB, broker, topic string) []envelope.Event {
 }
 
 // DeadLetter is a record a consumer dead-lettered (DeadLetters): its event
-// type, the refusal's reason (bus.HeaderDLQReason) and its signer.
+// id and type, the refusal's reason (bus.HeaderDLQReason) and its signer
+// ("" for a header the record did not carry: an unsigned one's signer).
 type DeadLetter struct {
-	Type, Reason, Signer string
+	ID, Type, Reason, Signer string
 }
 
 // DeadLetters returns the records on topic's dead-letter topic now, in
@@ -313,6 +320,8 @@ func DeadLetters(t testing.TB, broker, topic string) []DeadLetter {
 			var d DeadLetter
 			for _, h := range m.Headers {
 				switch h.Key {
+				case envelope.HeaderID:
+					d.ID = string(h.Value)
 				case envelope.HeaderType:
 					d.Type = string(h.Value)
 				case bus.HeaderDLQReason:
