@@ -334,36 +334,29 @@ func TestForgedStartStepIsDeadLettered(t *testing.T) {
 	e := newEnv(t)
 	e.start(t)
 	marker := func(job string) string { return filepath.Join(e.shared, "ran-"+job) }
-	forge := func(job string) kafka.Message {
-		m, err := envelope.Encode(command(startStep(job, "touch "+marker(job), nil, filepath.Join(e.shared, job+".out"))))
+	forge := func(job string) (kafka.Message, string) {
+		ev := command(startStep(job, "touch "+marker(job), nil, filepath.Join(e.shared, job+".out")))
+		m, err := envelope.Encode(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m
+		return m, ev.ID
 	}
-	unsigned := forge("66")
-	random := forge("67")
+	unsigned, unsignedID := forge("66")
+	random, randomID := forge("67")
 	_, priv, _ := ed25519.GenerateKey(nil)
 	envelope.NewServiceSigner("scheduler", priv).Sign(&random)
 	testkit.PublishMessages(t, e.broker, unsigned, random)
 	publish(t, e.broker, command(startStep("68", "touch "+marker("68"), nil, filepath.Join(e.shared, "68.out"))))
 	waitStep(t, e.broker, "68", eventsv1.StepState_STEP_EXITED)
 
-	reasons := map[string]string{}
+	var reasons map[string]string
 	testkit.WaitFor(t, wait, "two dead letters", func() (bool, error) {
-		for _, m := range rawRecords(t, e.broker, topics.StepCommands+topics.DLQSuffix) {
-			var reason string
-			for _, h := range m.Headers {
-				if h.Key == bus.HeaderDLQReason {
-					reason = string(h.Value)
-				}
-			}
-			reasons[string(m.Value)] = reason
-		}
+		reasons = dlqReasonsOf(t, e.broker, topics.StepCommands)
 		return len(reasons) >= 2, nil
 	})
-	if reasons[string(unsigned.Value)] != envelope.ReasonUnsigned || reasons[string(random.Value)] != envelope.ReasonBadSignature {
-		t.Errorf("dead-letter reasons: unsigned %q, random key %q", reasons[string(unsigned.Value)], reasons[string(random.Value)])
+	if reasons[unsignedID] != envelope.ReasonUnsigned || reasons[randomID] != envelope.ReasonBadSignature {
+		t.Errorf("dead-letter reasons: unsigned %q, random key %q", reasons[unsignedID], reasons[randomID])
 	}
 	for _, job := range []string{"66", "67"} {
 		if _, err := os.Stat(marker(job)); err == nil {

@@ -170,16 +170,8 @@ func TestSealedStartStepIsForItsNodeOnly(t *testing.T) {
 func dlqReasonsOf(t *testing.T, broker, topic string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, m := range rawRecords(t, broker, topic+topics.DLQSuffix) {
-		ev, err := envelope.Default.Decode(m)
-		if err != nil {
-			continue
-		}
-		for _, h := range m.Headers {
-			if h.Key == bus.HeaderDLQReason {
-				out[ev.ID] = string(h.Value)
-			}
-		}
+	for _, d := range testkit.DeadLetters(t, broker, topic) {
+		out[d.ID] = d.Reason
 	}
 	return out
 }

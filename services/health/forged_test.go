@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -45,21 +43,12 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, wait, "the intruder's heartbeat dead-lettered as wrong-node", func() (bool, error) {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topics.NodeTelemetry + topics.DLQSuffix, MaxWait: 50 * time.Millisecond})
-		defer r.Close()
-		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		defer cancel()
-		for {
-			m, err := r.FetchMessage(rctx)
-			if err != nil {
-				return false, nil
-			}
-			for _, h := range m.Headers {
-				if h.Key == bus.HeaderDLQReason && string(h.Value) == envelope.ReasonWrongNode {
-					return true, nil
-				}
+		for _, d := range testkit.DeadLetters(t, broker, topics.NodeTelemetry) {
+			if d.Reason == envelope.ReasonWrongNode {
+				return true, nil
 			}
 		}
+		return false, nil
 	})
 	if err := own.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
 		t.Fatal(err)
@@ -168,17 +157,8 @@ func TestRemediationAnswersOnlyFromTheProvisioner(t *testing.T) {
 	refused := map[string]string{} // type → reason
 	testkit.WaitFor(t, wait, "both forgeries dead-lettered", func() (bool, error) {
 		clear(refused)
-		for _, m := range dlqMessages(testkit.Context(t, wait), broker, topics.NodeEvents) {
-			var typ, reason string
-			for _, h := range m.Headers {
-				switch h.Key {
-				case envelope.HeaderType:
-					typ = string(h.Value)
-				case bus.HeaderDLQReason:
-					reason = string(h.Value)
-				}
-			}
-			refused[typ] = reason
+		for _, d := range testkit.DeadLetters(t, broker, topics.NodeEvents) {
+			refused[d.Type] = d.Reason
 		}
 		return len(refused) == 2, nil
 	})
@@ -207,29 +187,11 @@ func TestRemediationAnswersOnlyFromTheProvisioner(t *testing.T) {
 	testkit.PublishAs(t, broker, "registry", envelope.New(topics.HealthCommands, cluster, "loom/gateway",
 		&eventsv1.UpdateNodeRemediation{Cluster: cluster, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_RESUME, User: "mallory"}))
 	testkit.WaitFor(t, wait, "the registry's UpdateNodeRemediation dead-lettered as wrong-sender", func() (bool, error) {
-		for _, m := range dlqMessages(testkit.Context(t, wait), broker, topics.HealthCommands) {
-			for _, h := range m.Headers {
-				if h.Key == bus.HeaderDLQReason {
-					return string(h.Value) == envelope.ReasonWrongSender, nil
-				}
+		for _, d := range testkit.DeadLetters(t, broker, topics.HealthCommands) {
+			if d.Reason != "" {
+				return d.Reason == envelope.ReasonWrongSender, nil
 			}
 		}
 		return false, nil
 	})
-}
-
-// dlqMessages reads every record of topic's dead-letter topic written so far.
-func dlqMessages(ctx context.Context, broker, topic string) []kafka.Message {
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic + topics.DLQSuffix, MaxWait: 50 * time.Millisecond})
-	defer r.Close()
-	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	var out []kafka.Message
-	for {
-		m, err := r.FetchMessage(rctx)
-		if err != nil {
-			return out
-		}
-		out = append(out, m)
-	}
 }

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -52,9 +51,7 @@ func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 
 	// The node's agent: its reports are no service's to send.
-	p := bus.NewProducer([]string{broker})
-	p.SetSigner(testkit.NodeSigner(t, node, cluster))
-	t.Cleanup(func() { _ = p.Close() })
+	p := testkit.NodeProducer(t, broker, node, cluster, "gpu")
 	publish := func(topic string, payload proto.Message) {
 		t.Helper()
 		pctx, pcancel := context.WithTimeout(context.Background(), wait)

@@ -1,11 +1,8 @@
 package scheduler_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/segmentio/kafka-go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -13,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/auth"
-	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
@@ -63,11 +59,9 @@ func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 	reasons := map[string]int{}
 	testkit.WaitFor(t, wait, "four dead letters", func() (bool, error) {
 		clear(reasons)
-		for _, m := range dlq(t, broker, topics.StepEvents) {
-			for _, h := range m.Headers {
-				if h.Key == bus.HeaderDLQReason {
-					reasons[string(h.Value)]++
-				}
+		for _, d := range testkit.DeadLetters(t, broker, topics.StepEvents) {
+			if d.Reason != "" {
+				reasons[d.Reason]++
 			}
 		}
 		return len(reasons) == 4, nil
@@ -104,23 +98,6 @@ func assignedName(n string) string {
 func hostOf(n string) string {
 	full := assignedName(n)
 	return full[len(cluster+"/nodes/"):]
-}
-
-// dlq returns the records dead-lettered from topic.
-func dlq(t *testing.T, broker, topic string) []kafka.Message {
-	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic + topics.DLQSuffix, Partition: 0, MaxWait: 50 * time.Millisecond})
-	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var out []kafka.Message
-	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			return out
-		}
-		out = append(out, m)
-	}
 }
 
 // The scheduler's API is internal: a call without a service token, or with

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -59,11 +58,9 @@ func TestSchedulerHoldsNodesToBusNodeRate(t *testing.T) {
 	}
 	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_COMPLETED))
 	n := 0
-	for _, m := range dlq(t, broker, topics.StepEvents) {
-		for _, h := range m.Headers {
-			if h.Key == bus.HeaderDLQReason && string(h.Value) == envelope.ReasonNotAssigned {
-				n++
-			}
+	for _, d := range testkit.DeadLetters(t, broker, topics.StepEvents) {
+		if d.Reason == envelope.ReasonNotAssigned {
+			n++
 		}
 	}
 	if n != burst {
