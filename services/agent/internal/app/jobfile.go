@@ -52,7 +52,7 @@ func checkJobFile(f *os.File, uid uint32) (*os.File, os.FileInfo) {
 // false where the directory is not there or is no directory (not through
 // a link). The caller closes the directory.
 func runDir(path string) (*os.File, uint32, bool) {
-	f, err := os.OpenFile(filepath.Dir(path), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := openDir(filepath.Dir(path))
 	if err != nil {
 		return nil, 0, false
 	}
@@ -67,6 +67,13 @@ func runDir(path string) (*os.File, uint32, bool) {
 		return nil, 0, false
 	}
 	return f, st.Uid, true
+}
+
+// openDir opens path, a directory a job may write in, as runDir and
+// openDirIn start from it: a directory alone (O_DIRECTORY: a device's open
+// can act), not through a link (O_NOFOLLOW), never waiting (O_NONBLOCK).
+func openDir(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 }
 
 // openRunFile is openJobFileAt for a file of the run's progress directory
@@ -93,7 +100,7 @@ var errNotJobDir = errors.New("not a directory of the job's owner")
 // (ELOOP, ENOTDIR), not led elsewhere: a path opened whole resolves every
 // component but the last, links included. The caller closes the directory.
 func openDirIn(dir, rel string, uid uint32) (*os.File, error) {
-	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	d, err := openDir(dir)
 	if err != nil {
 		return nil, err
 	}
