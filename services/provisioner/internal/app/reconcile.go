@@ -95,14 +95,7 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 	if !a.launchAll(ctx, pl) {
 		return // a delete came in: the next pass starts at once, with it
 	}
-	var boots, replaces []repairWork
-	for _, w := range pl.repairs {
-		if w.old.Name != "" {
-			replaces = append(replaces, w)
-		} else {
-			boots = append(boots, w)
-		}
-	}
+	boots, replaces := splitRepairs(pl.repairs)
 	a.eachRepair(ctx, boots)
 
 	clusters := make([]string, 0, len(pl.teardown))
@@ -118,6 +111,20 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 		a.retireAll(ctx, pl.retire, pl.states),
 		a.replaceAll(ctx, replaces),
 		a.teardownAll(ctx, clusters, pl.teardown))
+}
+
+// splitRepairs parts the pass's repairs into those that boot their
+// target (repair) and the replaces whose old node is still to be retired
+// (replaceAll), each in the pass's order.
+func splitRepairs(ws []repairWork) (boots, replaces []repairWork) {
+	for _, w := range ws {
+		if w.old.Name != "" {
+			replaces = append(replaces, w)
+		} else {
+			boots = append(boots, w)
+		}
+	}
+	return boots, replaces
 }
 
 // removal is one part of a pass's work (retiring, replacing, tearing
@@ -590,8 +597,10 @@ func (a *App) teardownFailed(ctx context.Context, cluster, why string) {
 	}
 }
 
-// eachRepair carries out the pass's repairs, LaunchConcurrency at a time,
-// under a context that DeleteCluster cancels (a delete abandons them).
+// eachRepair carries out the pass's repair boots (repair),
+// LaunchConcurrency at a time, under a context that DeleteCluster cancels
+// (a delete abandons them). A replace's first step, retiring its old node,
+// is not one of them: it is replaceAll's, in the pass's one removal.
 func (a *App) eachRepair(ctx context.Context, ws []repairWork) {
 	if len(ws) == 0 {
 		return
