@@ -117,7 +117,7 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}
-	if done, err := a.overTuningRate(ctx, ev); err != nil || done {
+	if done, err := a.settledByTuningRate(ctx, ev); err != nil || done {
 		return err
 	}
 	a.mu.RLock()
@@ -158,12 +158,13 @@ func (a *App) refuseRecord(ctx context.Context, ev envelope.Event, reason string
 	return nil
 }
 
-// overTuningRate counts ev when it is a node's metric record for a trial's
-// job (LimitTuningWrites) and reports whether ev is done with: its node is
-// over its hourly limit (the refusal is then counted and logged once,
-// refuseRecord), or it was handled before (its inbox mark is there: merged
-// or refused; a redelivery counts nothing again, against the rate either).
-func (a *App) overTuningRate(ctx context.Context, ev envelope.Event) (bool, error) {
+// settledByTuningRate counts ev when it is a node's metric record for a
+// trial's job (LimitTuningWrites) and reports whether ev is settled, so
+// that Handle goes no further: its node is over its hourly limit (the
+// refusal is then counted and logged once, refuseRecord), or it was
+// handled before (its inbox mark is there: merged or refused; a
+// redelivery counts nothing again, against the rate either).
+func (a *App) settledByTuningRate(ctx context.Context, ev envelope.Event) (bool, error) {
 	m, ok := ev.Payload.(*eventsv1.MetricsReported)
 	if !ok || a.tuningWrites == nil {
 		return false, nil
