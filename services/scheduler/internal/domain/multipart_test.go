@@ -570,7 +570,8 @@ func TestMultiPartitionBackfillsAroundLaterReservation(t *testing.T) {
 }
 
 // noBackfillPolicy is Loom's order and preemption without backfill (a
-// custom policy): the first job that cannot start blocks the later ones.
+// custom policy): a job that cannot start blocks the later jobs of its
+// partition (blockFIFO).
 func noBackfillPolicy() Policy {
 	p := DefaultPolicy()
 	p.Name, p.Backfill = "prio-preempt-nobf", false
