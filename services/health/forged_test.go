@@ -28,8 +28,7 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	ctx := testkit.Context(t, wait)
-	testkit.PublishAs(t, broker, "provisioner",
-		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	own := testkit.NodeProducer(t, broker, node, cluster, "gpu")
 	beat := &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}
 	if err := own.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
@@ -68,8 +67,7 @@ func TestNodeFloodDroppedThroughTheBus(t *testing.T) {
 		GRPCAddr: freeAddr(t), HTTPAddr: httpAddr, LogLevel: "error"}, HeartbeatTimeout: time.Hour, NodeRate: 0.01, NodeBurst: 5}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	ctx := testkit.Context(t, wait)
-	testkit.PublishAs(t, broker, "provisioner",
-		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	own := testkit.NodeProducer(t, broker, node, cluster, "gpu")
 	flood := []envelope.Event{envelope.New(topics.NodeTelemetry, node, "loom/agent",
 		&eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1", CheckAddr: "169.254.169.254:80\r\nX: y"})}
@@ -101,8 +99,7 @@ func TestRefusedLastRecordLeavesHealthNotBehind(t *testing.T) {
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
 	ctx := testkit.Context(t, wait)
-	testkit.PublishAs(t, broker, "provisioner",
-		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	beat := &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}
 	if err := testkit.NodeProducer(t, broker, node, cluster, "gpu").Publish(ctx,
 		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
@@ -135,13 +132,9 @@ func TestRemediationAnswersOnlyFromTheProvisioner(t *testing.T) {
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: addr, HTTPAddr: "127.0.0.1:0", LogLevel: "error"}, HeartbeatTimeout: time.Hour}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
-	testkit.PublishAs(t, broker, "provisioner",
-		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	client := loomv1.NewHealthServiceClient(testkit.Dial(t, addr))
-	testkit.WaitFor(t, wait, "health knows the node", func() (bool, error) {
-		resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
-		return err == nil && len(resp.GetNodes()) == 1, nil
-	})
+	waitKnown(t, client)
 	testkit.PublishAsNodes(t, broker, cluster,
 		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.XidObserved{Node: node, Cluster: cluster, Gpu: 3, Xid: 79, Time: timestamppb.Now()}))
 	rev := testkit.WaitEvent(t, broker, topics.RemediationCommand, wait, func(e envelope.Event) bool {

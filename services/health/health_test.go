@@ -35,6 +35,26 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// addNode makes node (gpu-0001 of cluster) a READY member of health's
+// watch, as the provisioner says it (envelope.Senders: its NodeChanged
+// alone is taken).
+func addNode(t *testing.T, broker string) {
+	t.Helper()
+	testkit.PublishAs(t, broker, "provisioner", envelope.New(topics.NodeEvents, node, "loom/provisioner",
+		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+}
+
+// waitKnown waits until health lists node (addNode): topics are consumed
+// independently, so the node must be a member before its agent's events
+// count.
+func waitKnown(t *testing.T, client loomv1.HealthServiceClient) {
+	t.Helper()
+	testkit.WaitFor(t, wait, "health knows the node", func() (bool, error) {
+		resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
+		return err == nil && len(resp.GetNodes()) == 1, nil
+	})
+}
+
 func verdict(h eventsv1.NodeHealth) func(envelope.Event) bool {
 	return func(e envelope.Event) bool {
 		v, ok := e.Payload.(*eventsv1.NodeHealthChanged)
@@ -64,8 +84,7 @@ func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
 		publish(topics.NodeTelemetry, &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()})
 	}
 
-	testkit.PublishAs(t, broker, "provisioner", envelope.New(topics.NodeEvents, node, "loom/provisioner",
-		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	publish(topics.NodeTelemetry, &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"})
 	for range 3 {
 		beat()
@@ -101,8 +120,7 @@ func TestSilenceOnTheFakeClock(t *testing.T) {
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn", Clock: fc}, HeartbeatTimeout: time.Hour}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
-	testkit.PublishAs(t, broker, "provisioner",
-		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	testkit.PublishAsNodes(t, broker, cluster,
 		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
 		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.New(fc.Now())}))

@@ -40,8 +40,7 @@ func TestHealthMetricsOnScrape(t *testing.T) {
 			t.Fatalf("publish %T: %v", payload, err)
 		}
 	}
-	testkit.PublishAs(t, broker, "provisioner", envelope.New(topics.NodeEvents, node, "loom/provisioner",
-		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	publish(topics.NodeTelemetry, &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"})
 	publish(topics.NodeTelemetry, &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()})
 	result := func(id, check string, o loomv1.CheckOutcome) *eventsv1.HealthCheckCompleted {

@@ -40,15 +40,9 @@ func TestXidRemediatesThroughTheBus(t *testing.T) {
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: addr, HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: time.Minute}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
-	testkit.PublishAs(t, broker, "provisioner",
-		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	addNode(t, broker)
 	client := loomv1.NewHealthServiceClient(testkit.Dial(t, addr))
-	// Topics are consumed independently: the node is a member before its
-	// agent's events count.
-	testkit.WaitFor(t, wait, "health knows the node", func() (bool, error) {
-		resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
-		return err == nil && len(resp.GetNodes()) == 1, nil
-	})
+	waitKnown(t, client)
 	testkit.PublishAsNodes(t, broker, cluster,
 		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1", SimulatedGpus: true}),
 		envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.XidObserved{Node: node, Cluster: cluster, Gpu: 3, Xid: 79, Time: timestamppb.Now()}))
