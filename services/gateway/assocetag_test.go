@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -105,19 +104,9 @@ func TestAssociationEtag(t *testing.T) {
 	// Over REST a stale etag is 409.
 	cur := h.assocOf(t, ctx, "alice", "chem")
 	body := fmt.Sprintf(`{"account":"chem","user":"alice","max_jobs":3,"etag":%q}`, cur.GetEtag()+"x")
-	req, err := http.NewRequestWithContext(ctx, "POST", h.restBase+"/v1/projects/default/associations", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+h.cred("pat"))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "changed meanwhile") {
-		t.Fatalf("stale etag over REST: %d %s", resp.StatusCode, b)
+	code, b := restCall(ctx, t, h.restAs("pat"), h.restBase, "POST", "/v1/projects/default/associations", body)
+	if code != http.StatusConflict || !strings.Contains(b, "changed meanwhile") {
+		t.Fatalf("stale etag over REST: %d %s", code, b)
 	}
 }
 
@@ -272,19 +261,9 @@ func TestDeleteAssociationEtag(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := h.assocOf(t, ctx, "bob", "chem").GetEtag() + "x"
-	req, err := http.NewRequestWithContext(ctx, "DELETE", h.restBase+"/v1/projects/default/associations?user=bob&account=chem&etag="+stale, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+h.cred("pat"))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "changed meanwhile") {
-		t.Fatalf("stale etag over REST: %d %s", resp.StatusCode, b)
+	code, b := restCall(ctx, t, h.restAs("pat"), h.restBase, "DELETE", "/v1/projects/default/associations?user=bob&account=chem&etag="+stale, "")
+	if code != http.StatusConflict || !strings.Contains(b, "changed meanwhile") {
+		t.Fatalf("stale etag over REST: %d %s", code, b)
 	}
 	h.assocOf(t, ctx, "bob", "chem") // still there
 }
