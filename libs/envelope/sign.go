@@ -66,6 +66,9 @@ const (
 	// go to (a verifying consumer's own check, libs/bus: the producer
 	// chooses the partition, and the partition count is the broker's).
 	ReasonWrongPartition = "wrong-partition"
+	// ReasonRevoked: a node's record signed with an identity revoked when
+	// the provisioner removed the node (Verifier.SetRevocations).
+	ReasonRevoked = "revoked"
 )
 
 // Rejection is why a record was refused: Reason is one of the Reason*
@@ -444,6 +447,24 @@ type Verifier struct {
 
 	mu    sync.Mutex
 	certs map[[32]byte]auth.NodeCert
+
+	revoked atomic.Pointer[Revocations]
+}
+
+// Revocations looks up the revocation of a node's identities: the
+// revocation of node (its full name) in force, if any (auth.NodeRevocation;
+// one past its Until is ignored). It is called once per node record, so it
+// must answer from memory.
+type Revocations func(node string) (auth.NodeRevocation, bool)
+
+// SetRevocations makes v refuse (ReasonRevoked) a node's record signed with
+// an identity that r revokes, from the next record on. nil checks none.
+func (v *Verifier) SetRevocations(r Revocations) {
+	if r == nil {
+		v.revoked.Store(nil)
+		return
+	}
+	v.revoked.Store(&r)
 }
 
 // NewVerifier returns a verifier trusting the services' public key pub;
@@ -456,7 +477,9 @@ func NewVerifier(pub ed25519.PublicKey, now func() time.Time) *Verifier {
 }
 
 // Verify checks m's signature and returns who signed it. Every failure is
-// a *Rejection (wrapping ErrRejected). It does not decode the payload nor
+// a *Rejection (wrapping ErrRejected); a node's record whose identity is
+// revoked (ReasonRevoked, SetRevocations) is refused with its verified
+// signer returned. It does not decode the payload nor
 // apply a Policy: Registry.DecodeVerified does both.
 func (v *Verifier) Verify(m kafka.Message) (Identity, error) {
 	f, err := fieldsOf(m)
@@ -498,6 +521,14 @@ func (v *Verifier) Verify(m kafka.Message) (Identity, error) {
 	}
 	if len(key) != ed25519.PublicKeySize || !ed25519.Verify(key, f.canonical(m.Topic, m.Key, m.Value), sig) {
 		return Identity{}, reject(ReasonBadSignature, "signature of %s does not verify", truncate(f.signer))
+	}
+	// Checked once the signature holds, so that the refusal names a
+	// verified signer: a consumer holds a revoked node to its rate too.
+	if r := v.revoked.Load(); r != nil && id.Node != "" {
+		if rev, ok := (*r)(id.Node); ok && rev.Live(v.now()) && rev.Revokes(id.Reg) {
+			return id, reject(ReasonRevoked, "the identity of %s (registration %q) was revoked when the node was removed; "+
+				"only registrations after %s are accepted", id.Name, truncate(id.Reg), rev.Before)
+		}
 	}
 	return id, nil
 }
@@ -547,6 +578,10 @@ func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (
 	id, err := v.Verify(m)
 	if err != nil {
 		e, _ := r.headersOf(m)
+		if ReasonOf(err) == ReasonRevoked {
+			// Its signature verified: it counts against the node's rate.
+			e.Signer, e.SignerRegistration = id.Name, id.Reg
+		}
 		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset, err)
 	}
 	typ := recordType(m)

@@ -513,3 +513,59 @@ func BenchmarkSign(b *testing.B) {
 		k.node.Sign(&m)
 	}
 }
+
+// A removed node's identity is revoked (SetRevocations): its records are
+// refused as revoked, naming the verified signer (so that its rate counts
+// them), those of its earlier registrations and of none too; the node made
+// again with the same name, registered after the revocation, is accepted;
+// an expired revocation revokes nothing.
+func TestRevokedNodeIdentity(t *testing.T) {
+	t.Parallel()
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	now := time.Unix(1_800_000_000, 0)
+	removed := now.Add(-time.Minute)
+	signer := func(reg string) *Signer {
+		npub, npriv, _ := ed25519.GenerateKey(nil)
+		cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: testNode, Cluster: "projects/p/clusters/c", Pool: "gpu", PublicKey: npub, NotAfter: now.Add(3 * time.Hour), Reg: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewNodeSigner(npriv, cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	heartbeat := func(s *Signer) kafka.Message {
+		m := mustEncode(t, New("loom.node.telemetry.v1", testNode, "loom/agent", &eventsv1.Heartbeat{Node: testNode}))
+		s.Sign(&m)
+		return m
+	}
+	clock := now
+	v := NewVerifier(pub, func() time.Time { return clock })
+	old := heartbeat(signer(auth.NewRegistration(removed.Add(-time.Hour), "a")))
+	if _, err := Default.DecodeVerified(old, v, AcceptNodeEvents); err != nil {
+		t.Fatalf("before the removal: %v", err)
+	}
+	rev := auth.RevocationFor(removed, "", time.Hour)
+	v.SetRevocations(func(node string) (auth.NodeRevocation, bool) { return rev, node == testNode })
+	for name, m := range map[string]kafka.Message{
+		"the registration of before (its certificate cached)": old,
+		"a registration made at the removal":                  heartbeat(signer(rev.Before)),
+		"no registration":                                     heartbeat(signer("")),
+		"an adopted registration":                             heartbeat(signer(auth.AdoptedRegistrationPrefix + "x")),
+	} {
+		e, err := Default.DecodeVerified(m, v, AcceptNodeEvents)
+		if ReasonOf(err) != ReasonRevoked || e.Signer != auth.NodeName(testNode) {
+			t.Errorf("%s: %v, signer %q; want %s naming %s", name, err, e.Signer, ReasonRevoked, auth.NodeName(testNode))
+		}
+	}
+	again := heartbeat(signer(auth.NewRegistration(removed.Add(time.Nanosecond), "b")))
+	if _, err := Default.DecodeVerified(again, v, AcceptNodeEvents); err != nil {
+		t.Fatalf("the node made again: %v", err)
+	}
+	clock = rev.Until
+	if _, err := Default.DecodeVerified(heartbeat(signer(auth.NewRegistration(removed, "c"))), v, AcceptNodeEvents); err != nil {
+		t.Fatalf("once the revocation expired: %v", err)
+	}
+}

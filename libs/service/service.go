@@ -65,6 +65,11 @@ type Base struct {
 	// with Config.InsecureBus): Run gives it to every consumer; a service
 	// that reads on its own (bus.Tail, its own bus.Consumer) passes it on.
 	Verifier *envelope.Verifier
+	// Revocations is the service's copy of the revocation list of removed
+	// nodes' identities (nil where the service has no services' secret: an
+	// agent, -insecure-bus): Verifier refuses what it revokes, New reads it
+	// first and Run keeps it current.
+	Revocations *NodeRevocations
 	// ServiceKey is the services' Ed25519 key (nil without
 	// Config.ServiceKeyFile).
 	ServiceKey ed25519.PrivateKey
@@ -326,6 +331,16 @@ func (b *Base) setUpSigning(name string, secret []byte) error {
 		b.Signer = envelope.NewServiceSigner(name, key)
 		b.Producer.SetSigner(b.Signer)
 		b.Verifier = envelope.NewVerifier(key.Public().(ed25519.PublicKey), now)
+		// A service (not an agent, which reads only services' records and
+		// whose Redis user reaches only its own keys) refuses the records
+		// of removed nodes' identities. Read before any consumer starts, so
+		// that a service started after a removal refuses from its first
+		// record; a failure here is logged and the next poll tries again.
+		b.Revocations = NewNodeRevocations(b.Redis, now)
+		b.Verifier.SetRevocations(b.Revocations.Lookup)
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		b.Revocations.refreshLogged(rctx, b.Log)
+		cancel()
 	case len(b.Config.ServicePublicKey) == ed25519.PublicKeySize:
 		b.Verifier = envelope.NewVerifier(b.Config.ServicePublicKey, now)
 	default:
@@ -486,6 +501,9 @@ func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(conte
 		}
 		return nil
 	})
+	if b.Revocations != nil {
+		g.Go(func() error { return b.Revocations.Run(gctx, b.Log) })
+	}
 	for _, c := range consumers {
 		cons := bus.NewConsumer(b.consumerConfig(c), b.Producer, c.Handler).WithBatch(c.Batch, c.MaxBatch)
 		g.Go(func() error { return cons.Run(gctx) })

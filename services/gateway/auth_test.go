@@ -1020,3 +1020,62 @@ func readFile0600(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
 }
+
+// TestAuthRemovedNodesIdentityIsRevoked: once the provisioner removed a node
+// (and revoked its identities: auth.RevokedNodesKey), the node's identity is
+// refused at once, though this gateway has its token cached, and cannot be
+// renewed; the node made again with the same name registers, named after
+// the revocation even where the provisioner's clock is ahead of the
+// gateway's, and its identity works and renews.
+func TestAuthRemovedNodesIdentityIsRevoked(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	anon := authClient(h, t, "")
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	register := func() *loomv1.NodeIdentity {
+		t.Helper()
+		id, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	before := register()
+	old := authClient(h, t, before.GetAccessToken())
+	if _, err := old.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("the identity before the removal: %v", err)
+	}
+	// The provisioner removes the node; its clock is a minute ahead.
+	rev := auth.RevocationFor(time.Now().Add(time.Minute), "", time.Hour)
+	b, err := auth.EncodeNodeRevocation(rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.redis.HSet(ctx, auth.RevokedNodesKey, "gpu-0001", b).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "the removed node's identity (cached)", err, codes.Unauthenticated, "was removed")
+	_, err = old.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	wantAuthCode(t, "the removed node's identity renews", err, codes.Unauthenticated, "was removed")
+
+	// The node made again with the same name registers.
+	after := register()
+	if reg := auth.CertRegistration(after.GetCertificate()); rev.Revokes(reg) {
+		t.Fatalf("the new registration %q falls under the revocation up to %q", reg, rev.Before)
+	}
+	node := authClient(h, t, after.GetAccessToken())
+	if me, err := node.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil || me.GetName() != "nodes/gpu-0001" {
+		t.Fatalf("the node made again: %v, %v", me, err)
+	}
+	renewed, err := node.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	if err != nil {
+		t.Fatalf("the node made again renews: %v", err)
+	}
+	if _, err := authClient(h, t, renewed.GetAccessToken()).WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("the renewed identity: %v", err)
+	}
+	_, err = old.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "the removed node's identity, after the new one registered", err, codes.Unauthenticated, "")
+}

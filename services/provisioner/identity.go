@@ -21,6 +21,15 @@ const (
 // gets a new one with its next launch.
 const DirectIdentityLifetime = 30 * 24 * time.Hour
 
+// identityLifetime is the longest an agent's identity lasts in mode
+// (Config.AgentIdentity): how long a removed node's revocation is kept.
+func identityLifetime(mode string) time.Duration {
+	if mode == AgentIdentityDirect {
+		return DirectIdentityLifetime
+	}
+	return auth.DefaultNodeIdentityLifetime
+}
+
 // agentIdentityFile is the agent's identity file in its work dir (the
 // agent's IdentityFile).
 const agentIdentityFile = "identity.json"

@@ -437,6 +437,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Log:               base.Log,
 		Clock:             base.Clock,
 		ReconcileInterval: cfg.ReconcileInterval,
+		IdentityLifetime:  identityLifetime(cfg.AgentIdentity),
 	})
 	if err != nil {
 		_ = base.Close()

@@ -595,3 +595,23 @@ func (s *AuthStore) RefreshNotBefore(ctx context.Context, user string) (time.Tim
 	}
 	return time.Unix(sec, 0), nil
 }
+
+// NodeRevocation returns the revocation of node's identities (by its full
+// name) that the provisioner wrote when it removed the node
+// (auth.RevokedNodesKey, outside the gateway's prefix: the gateway's Redis
+// user needs read access to it), ok false when there is none or it does not
+// decode.
+func (s *AuthStore) NodeRevocation(ctx context.Context, node string) (rev auth.NodeRevocation, ok bool, err error) {
+	b, err := s.st.Client().HGet(ctx, auth.RevokedNodesKey, node).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return rev, false, nil
+	}
+	if err != nil {
+		return rev, false, unavailable("read node revocation", err)
+	}
+	rev, err = auth.DecodeNodeRevocation(b)
+	if err != nil {
+		return rev, false, nil
+	}
+	return rev, true, nil
+}

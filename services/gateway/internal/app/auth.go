@@ -923,6 +923,17 @@ func (a *Auth) RegisterNode(ctx context.Context, req *loomv1.RegisterNodeRequest
 	if prev := auth.RegisteredAt(cur); !prev.IsZero() && !made.After(prev) {
 		made = prev.Add(time.Nanosecond)
 	}
+	// Nor at or before the revocation of the node's earlier identities
+	// (a node removed and made again with the same name: a replacement, a
+	// cluster made again), which the provisioner named on its own clock:
+	// the new node's identities must not fall under it.
+	rev, revoked, err := a.o.Store.NodeRevocation(ctx, c.Node)
+	if err != nil {
+		return nil, err
+	}
+	if before := auth.RegisteredAt(rev.Before); revoked && !made.After(before) {
+		made = before.Add(time.Nanosecond)
+	}
 	reg := auth.NewRegistration(made, c.ID)
 	if err := a.o.Store.SetNodeRegistration(ctx, c.Cluster, c.Node, reg, nodeRegistrationTTL); err != nil {
 		return nil, err

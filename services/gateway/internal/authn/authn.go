@@ -36,6 +36,9 @@ type Store interface {
 	APIKey(ctx context.Context, id string) (*adapters.KeyRecord, error)
 	Roles(ctx context.Context, user string) (map[string]auth.Role, bool, error)
 	NodeRegistration(ctx context.Context, cluster, node string) (string, error)
+	// NodeRevocation is the revocation of node's identities written when
+	// the provisioner removed it (auth.NodeRevocation), ok false if none.
+	NodeRevocation(ctx context.Context, node string) (rev auth.NodeRevocation, ok bool, err error)
 }
 
 // Cache lifetimes (Options' defaults).
@@ -279,6 +282,13 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 	now := a.o.Clock.Now()
 	sum := sha256.Sum256([]byte(tok))
 	if e, ok := a.cached(sum, now); ok {
+		if e.p != nil && e.p.Kind == auth.KindNode {
+			// Read on every call, not cached: a removed node's identity
+			// is refused from its removal on, on every instance.
+			if err := CheckNodeRevoked(ctx, a.o.Store, e.p.Node, e.p.Registration); err != nil {
+				return nil, err
+			}
+		}
 		return a.principal(ctx, e)
 	}
 	c, err := a.o.Issuer.Verify(tok, auth.UseAccess)
@@ -335,7 +345,7 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 const AdoptedPrefix = auth.AdoptedRegistrationPrefix
 
 // CheckNodeRegistration checks that a node identity of registration reg
-// is still node's: Unauthenticated once the node registered again (its
+// is not revoked (CheckNodeRevoked) and is still node's: Unauthenticated once the node registered again (its
 // machine reimaged or replaced, a new agent bootstrapped), so that what
 // the old image held stops working (within KeyCacheTTL on an instance
 // that had it cached) and cannot be renewed. An identity made without a
@@ -346,6 +356,9 @@ const AdoptedPrefix = auth.AdoptedRegistrationPrefix
 // (AdoptedPrefix), it passes.
 // It returns the node's record as read, which a renewal goes on from.
 func CheckNodeRegistration(ctx context.Context, st Store, cluster, node, reg string) (current string, err error) {
+	if err := CheckNodeRevoked(ctx, st, node, reg); err != nil {
+		return "", err
+	}
 	current, err = st.NodeRegistration(ctx, cluster, node)
 	if err != nil {
 		return "", err
@@ -354,6 +367,32 @@ func CheckNodeRegistration(ctx context.Context, st Store, cluster, node, reg str
 		return current, nil
 	}
 	return "", RegisteredAgain(node)
+}
+
+// CheckNodeRevoked refuses (Unauthenticated) an identity of node of
+// registration reg that the provisioner revoked when it removed the node
+// (auth.NodeRevocation.Revokes): the old node's, or its stolen key's, until
+// it would have expired. A node made again with the same name registers
+// after the revocation, and its identities pass. Revocations are read on
+// the wall clock, on which the provisioner writes them.
+func CheckNodeRevoked(ctx context.Context, st Store, node, reg string) error {
+	rev, ok, err := st.NodeRevocation(ctx, node)
+	if err != nil {
+		return err
+	}
+	if ok && rev.Live(time.Now()) && rev.Revokes(reg) {
+		return unauthenticated("node %s was removed, and this identity of it (registration %q) was revoked with it; "+
+			"a node made again with that name registers with a new bootstrap token from its provisioner", node, clip(reg))
+	}
+	return nil
+}
+
+// clip bounds what a refusal echoes of a credential's own text.
+func clip(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
 
 // RegisteredAgain is the refusal of an identity of node whose

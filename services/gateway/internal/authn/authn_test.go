@@ -30,12 +30,21 @@ type memStore struct {
 	admins    map[string]bool
 	keyReads  atomic.Int64
 	roleReads atomic.Int64
+	revoked   map[string]auth.NodeRevocation
 }
 
 func (s *memStore) NodeRegistration(context.Context, string, string) (string, error) { return "", nil }
 
+func (s *memStore) NodeRevocation(_ context.Context, node string) (auth.NodeRevocation, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.revoked[node]
+	return r, ok, nil
+}
+
 func newMemStore() *memStore {
-	return &memStore{keys: map[string]*adapters.KeyRecord{}, roles: map[string]map[string]auth.Role{}, admins: map[string]bool{}}
+	return &memStore{keys: map[string]*adapters.KeyRecord{}, roles: map[string]map[string]auth.Role{}, admins: map[string]bool{},
+		revoked: map[string]auth.NodeRevocation{}}
 }
 
 func (s *memStore) APIKey(_ context.Context, id string) (*adapters.KeyRecord, error) {
@@ -400,5 +409,47 @@ func TestSlowKeyFailuresWait(t *testing.T) {
 	wantUnauthenticated(t, "wrong secret", err)
 	if _, err := f.a.Authenticate(ctx, key2); err != nil {
 		t.Fatalf("a SHA-256 key right after a wrong secret: %v", err)
+	}
+}
+
+// TestRemovedNodesTokenIsRefusedAtOnce: once the provisioner revoked a
+// removed node's identities, the node's access token is refused on the next
+// call, though this instance had it cached; a token of the node made again
+// with the same name (a later registration) passes.
+func TestRemovedNodesTokenIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	const node, cluster = "projects/p/clusters/c/nodes/h1", "projects/p/clusters/c"
+	issue := func(reg string) string {
+		tok, _, err := f.iss.Issue(auth.Claims{Use: auth.UseAccess, Kind: "node", Node: node, Cluster: cluster, Pool: "gpu", Reg: reg,
+			RegisteredClaims: auth.ForSubject(auth.NodeName(node))}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	removed := time.Now()
+	old := issue(auth.NewRegistration(removed.Add(-time.Minute), "boot1"))
+	if _, err := f.a.Authenticate(ctx, old); err != nil {
+		t.Fatalf("the node's token before its removal: %v", err)
+	}
+	f.store.mu.Lock()
+	f.store.revoked[node] = auth.RevocationFor(removed, "", time.Hour)
+	f.store.mu.Unlock()
+	_, err := f.a.Authenticate(ctx, old)
+	wantUnauthenticated(t, "the removed node's cached token", err)
+	if err == nil || !strings.Contains(err.Error(), "was removed") {
+		t.Fatalf("the refusal does not say the node was removed: %v", err)
+	}
+	// Uncached too: another token of the old registration, and one of no
+	// registration (issued before registrations were kept).
+	_, err = f.a.Authenticate(ctx, issue(auth.NewRegistration(removed.Add(-2*time.Minute), "boot0")))
+	wantUnauthenticated(t, "another token of an earlier registration", err)
+	_, err = f.a.Authenticate(ctx, issue(""))
+	wantUnauthenticated(t, "a token of no registration", err)
+	// The node made again registers after the revocation: it passes.
+	if p, err := f.a.Authenticate(ctx, issue(auth.NewRegistration(removed.Add(time.Second), "boot2"))); err != nil || p.Node != node {
+		t.Fatalf("the token of the node made again: %+v %v", p, err)
 	}
 }

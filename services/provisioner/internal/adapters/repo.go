@@ -15,11 +15,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -37,6 +40,11 @@ const (
 	KeyReservations = "reservations"
 	KeySlurm        = "slurm"
 	KeyRepairs      = "repairs"
+	// KeyRevokedNodes and KeyRevokedNodesVersion are auth.RevokedNodesKey
+	// and auth.RevokedNodesVersionKey under the provisioner's prefix
+	// ("provisioner:"), where every service reads them.
+	KeyRevokedNodes        = "revoked-nodes"
+	KeyRevokedNodesVersion = "revoked-nodes:version"
 )
 
 // repairRecord is a domain.Repair in Redis; the action by its enum name.
@@ -180,8 +188,20 @@ func Load(ctx context.Context, st *store.Store) (*domain.State, error) {
 		}
 		repairs = append(repairs, r)
 	}
+	vm, err := st.HGetAll(ctx, KeyRevokedNodes)
+	if err != nil {
+		return nil, fmt.Errorf("load revoked nodes: %w", err)
+	}
+	revoked := map[string]auth.NodeRevocation{}
+	for name, b := range vm {
+		// One that does not decode is rewritten by the node's next
+		// removal, or left to the readers, which skip it.
+		if r, err := auth.DecodeNodeRevocation(b); err == nil {
+			revoked[name] = r
+		}
+	}
 	s := domain.NewState(clusters, nodes, reservations, slurm)
-	s.Apply(domain.Change{PutRepairs: repairs})
+	s.Apply(domain.Change{PutRepairs: repairs, PutRevocations: revoked})
 	return s, nil
 }
 
@@ -256,6 +276,20 @@ func Tx(ch domain.Change) (*store.Tx, error) {
 	for _, name := range ch.DelRepairs {
 		tx.HDel(KeyRepairs, name)
 	}
+	for _, name := range sortedKeys(ch.PutRevocations) {
+		b, err := auth.EncodeNodeRevocation(ch.PutRevocations[name])
+		if err != nil {
+			return nil, fmt.Errorf("encode revocation of %s: %w", name, err)
+		}
+		tx.HSet(KeyRevokedNodes, name, b)
+	}
+	for _, name := range ch.DelRevocations {
+		tx.HDel(KeyRevokedNodes, name)
+	}
+	if len(ch.PutRevocations) > 0 || len(ch.DelRevocations) > 0 {
+		// Readers poll this, and read the list when it changed.
+		tx.Set(KeyRevokedNodesVersion, []byte(envelope.NewID()))
+	}
 	for _, p := range ch.Events {
 		ev, err := Event(p)
 		if err != nil {
@@ -298,4 +332,10 @@ func Event(p proto.Message) (envelope.Event, error) {
 		key = "unnamed"
 	}
 	return envelope.Route(key, Source, p)
+}
+
+// sortedKeys returns m's keys in order, so that a transaction's ops do not
+// depend on map order.
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -46,6 +47,11 @@ type Options struct {
 	// LaunchConcurrency bounds the provider calls one reconciler pass makes
 	// at once (default 64).
 	LaunchConcurrency int
+	// IdentityLifetime is the longest an agent's node identity lasts
+	// (default auth.DefaultNodeIdentityLifetime; the direct identities'
+	// lifetime where the provisioner issues them): a removed node's
+	// revocation is kept that long (domain.State.WithRevocations).
+	IdentityLifetime time.Duration
 }
 
 // App is the provisioner's state and behaviour. Its methods are safe for
@@ -100,6 +106,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.LaunchConcurrency <= 0 {
 		opts.LaunchConcurrency = 64
 	}
+	if opts.IdentityLifetime <= 0 {
+		opts.IdentityLifetime = auth.DefaultNodeIdentityLifetime
+	}
 	opts.Params = opts.Params.WithDefaults()
 	st, err := adapters.Load(ctx, opts.Store)
 	if err != nil {
@@ -149,7 +158,7 @@ func (a *App) apply(ctx context.Context, inboxID string, decide func(*domain.Sta
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}
-	ch := decide(a.st)
+	ch := a.revoke(decide(a.st))
 	if ch.Empty() && inboxID == "" {
 		return nil
 	}
@@ -193,6 +202,7 @@ func (a *App) ApplyBatch(ctx context.Context, ids []string, payloads []proto.Mes
 	if err != nil {
 		return err
 	}
+	ch = a.revoke(ch)
 	tx, err := adapters.Tx(ch)
 	if err != nil {
 		return err
@@ -205,6 +215,14 @@ func (a *App) ApplyBatch(ctx context.Context, ids []string, payloads []proto.Mes
 		return ErrBatchSeen
 	}
 	return nil
+}
+
+// revoke adds to ch the revocation of the identities of the nodes it
+// removes; the caller holds mu. Revocations are on the wall clock, not
+// Options.Now: the registrations they are compared with are named on the
+// gateway's, and verifiers expire them on theirs.
+func (a *App) revoke(ch domain.Change) domain.Change {
+	return a.st.WithRevocations(ch, time.Now(), a.opts.IdentityLifetime)
 }
 
 // commit puts a written change in memory, waking the reconciler when the

@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -77,6 +78,9 @@ type State struct {
 	// Repairs holds the repairs in progress, by the name of the node health
 	// asked about (see Repair).
 	Repairs map[string]*Repair
+	// Revoked holds the revocations of removed nodes' identities, by node
+	// name (auth.RevokedNodesKey; see WithRevocations).
+	Revoked map[string]auth.NodeRevocation
 	// repairTargets maps the node each repair brings up (Repair.Target) to
 	// the repair's key in Repairs.
 	repairTargets map[string]string
@@ -91,7 +95,7 @@ func NewState(clusters []*Cluster, nodes []*loomv1.Node, reservations []*loomv1.
 	s := &State{
 		Clusters: map[string]*Cluster{}, Nodes: map[string]*loomv1.Node{},
 		Reservations: map[string]*loomv1.Reservation{}, Slurm: map[string]*loomv1.SlurmConfig{},
-		Repairs: map[string]*Repair{}, repairTargets: map[string]string{},
+		Repairs: map[string]*Repair{}, repairTargets: map[string]string{}, Revoked: map[string]auth.NodeRevocation{},
 		byCluster: map[string]map[string]struct{}{}, tallies: map[string]*tally{},
 	}
 	for _, c := range clusters {
@@ -178,6 +182,10 @@ type Change struct {
 	// (by Repair.Node).
 	PutRepairs []*Repair
 	DelRepairs []string
+	// PutRevocations revokes the identities of removed nodes, by node name;
+	// DelRevocations forgets expired revocations (WithRevocations).
+	PutRevocations map[string]auth.NodeRevocation
+	DelRevocations []string
 	// Events are the payloads to emit (cluster, node and reservation
 	// events), in order.
 	Events []proto.Message
@@ -187,7 +195,46 @@ type Change struct {
 func (c Change) Empty() bool {
 	return len(c.PutClusters) == 0 && len(c.PutNodes) == 0 && len(c.PutReservations) == 0 && len(c.PutSlurm) == 0 &&
 		len(c.DelClusters) == 0 && len(c.DelNodes) == 0 && len(c.DelReservations) == 0 && len(c.DelSlurm) == 0 &&
-		len(c.PutRepairs) == 0 && len(c.DelRepairs) == 0 && len(c.Events) == 0
+		len(c.PutRepairs) == 0 && len(c.DelRepairs) == 0 && len(c.Events) == 0 &&
+		len(c.PutRevocations) == 0 && len(c.DelRevocations) == 0
+}
+
+// WithRevocations returns c revoking the identities of the nodes it
+// removes, in the same write as their removal (and their NodeRemoved): for
+// each, every registration made up to now, or up to the one the node last
+// registered with if that names a later time (auth.RevocationFor), for
+// identities lasting at most lifetime. A node removed again keeps the
+// later of its revocations. The revocations past their expiry go with the
+// same write, so that the list holds those of about one identity lifetime
+// of removals.
+func (s *State) WithRevocations(c Change, now time.Time, lifetime time.Duration) Change {
+	if len(c.DelNodes) == 0 {
+		return c
+	}
+	c.PutRevocations = make(map[string]auth.NodeRevocation, len(c.DelNodes))
+	for _, name := range c.DelNodes {
+		rev := auth.RevocationFor(now, s.Nodes[name].GetRegistration(), lifetime)
+		if old, ok := s.Revoked[name]; ok && old.Live(now) {
+			if !auth.SupersedesRegistration(rev.Before, old.Before) {
+				rev.Before = old.Before
+			}
+			rev.Until = maxTime(rev.Until, old.Until)
+		}
+		c.PutRevocations[name] = rev
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Revoked)) {
+		if _, put := c.PutRevocations[name]; !put && !s.Revoked[name].Live(now) {
+			c.DelRevocations = append(c.DelRevocations, name)
+		}
+	}
+	return c
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Apply makes the in-memory state reflect a written change.
@@ -213,6 +260,10 @@ func (s *State) Apply(c Change) {
 	}
 	for _, name := range c.DelSlurm {
 		delete(s.Slurm, name)
+	}
+	maps.Copy(s.Revoked, c.PutRevocations)
+	for _, name := range c.DelRevocations {
+		delete(s.Revoked, name)
 	}
 	for _, name := range c.DelRepairs {
 		if r := s.Repairs[name]; r != nil {

@@ -1,0 +1,120 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loom-ml/loom/libs/auth"
+)
+
+// RevocationPoll is how often a service reads whether the revocation list
+// of removed nodes' identities (auth.RevokedNodesKey) changed: a removed
+// node's records are refused by every service's consumers within it.
+const RevocationPoll = 250 * time.Millisecond
+
+// NodeRevocations is a service's copy of the revocation list of removed
+// nodes' identities, which the provisioner writes when it removes a node:
+// Lookup answers from memory (the bus verifier asks it for every node
+// record), Refresh reads Redis again when the list's version changed. It is
+// safe for concurrent use.
+type NodeRevocations struct {
+	rdb redis.UniversalClient
+	now func() time.Time
+
+	list    atomic.Pointer[map[string]auth.NodeRevocation]
+	version atomic.Pointer[string]
+	// failing is set while reads fail, so that a failure is logged once,
+	// and its recovery once.
+	failing atomic.Bool
+	mu      sync.Mutex // one Refresh at a time
+}
+
+// NewNodeRevocations returns an empty copy of the list in rdb; now is the
+// clock entries expire on (nil: time.Now).
+func NewNodeRevocations(rdb redis.UniversalClient, now func() time.Time) *NodeRevocations {
+	if now == nil {
+		now = time.Now
+	}
+	r := &NodeRevocations{rdb: rdb, now: now}
+	r.list.Store(&map[string]auth.NodeRevocation{})
+	return r
+}
+
+// Lookup is the revocation of node in force (envelope.Revocations).
+func (r *NodeRevocations) Lookup(node string) (auth.NodeRevocation, bool) {
+	rev, ok := (*r.list.Load())[node]
+	if !ok || !rev.Live(r.now()) {
+		return auth.NodeRevocation{}, false
+	}
+	return rev, true
+}
+
+// Refresh reads the list again if its version changed since the last read
+// (the whole hash, entries past their Until left out). An entry that does
+// not decode is left out, the others kept.
+func (r *NodeRevocations) Refresh(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ver, err := r.rdb.Get(ctx, auth.RevokedNodesVersionKey).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		ver = ""
+	case err != nil:
+		return err
+	}
+	if p := r.version.Load(); p != nil && *p == ver {
+		return nil
+	}
+	raw, err := r.rdb.HGetAll(ctx, auth.RevokedNodesKey).Result()
+	if err != nil {
+		return err
+	}
+	now := r.now()
+	list := make(map[string]auth.NodeRevocation, len(raw))
+	for node, b := range raw {
+		rev, err := auth.DecodeNodeRevocation([]byte(b))
+		if err != nil || !rev.Live(now) {
+			continue
+		}
+		list[node] = rev
+	}
+	r.list.Store(&list)
+	r.version.Store(&ver)
+	return nil
+}
+
+// Run refreshes the copy every RevocationPoll until ctx ends. A read that
+// fails is logged (once until one succeeds again) and the copy kept.
+func (r *NodeRevocations) Run(ctx context.Context, log *slog.Logger) error {
+	t := time.NewTicker(RevocationPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		r.refreshLogged(ctx, log)
+	}
+}
+
+// refreshLogged is Refresh, logging the first failure and the recovery.
+func (r *NodeRevocations) refreshLogged(ctx context.Context, log *slog.Logger) {
+	if err := r.Refresh(ctx); err != nil {
+		if ctx.Err() == nil && !r.failing.Swap(true) {
+			log.Warn("cannot read the revocation list of removed nodes' identities; "+
+				"the copy read before stays in force (the service's Redis user needs read access to "+
+				auth.RevokedNodesKey+"*)", "err", err)
+		}
+		return
+	}
+	if r.failing.Swap(false) {
+		log.Info("the revocation list of removed nodes' identities is read again")
+	}
+}

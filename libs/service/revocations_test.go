@@ -1,0 +1,76 @@
+package service
+
+import (
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+// The copy of the revocation list reads the hash when its version changed
+// only, leaves out the entries past their expiry and those that do not
+// decode, and answers Lookup from memory.
+func TestNodeRevocationsFollowTheVersion(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	now := time.Now()
+	put := func(node string, r auth.NodeRevocation, version string) {
+		t.Helper()
+		b, err := auth.EncodeNodeRevocation(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, auth.RevokedNodesKey, node, b).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(ctx, auth.RevokedNodesVersionKey, version, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewNodeRevocations(rdb, nil)
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatalf("refresh of no list: %v", err)
+	}
+	if _, ok := r.Lookup("a"); ok {
+		t.Fatal("a revocation where none was written")
+	}
+	live := auth.RevocationFor(now, "", time.Hour)
+	put("a", live, "1")
+	put("gone", auth.NodeRevocation{Before: live.Before, Until: now.Add(-time.Second)}, "1")
+	if err := rdb.HSet(ctx, auth.RevokedNodesKey, "bad", "{").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := r.Lookup("a"); !ok || got.Before != live.Before {
+		t.Fatalf("a: %+v %v, want %+v", got, ok, live)
+	}
+	for _, node := range []string{"gone", "bad"} {
+		if _, ok := r.Lookup(node); ok {
+			t.Errorf("%s: looked up, want left out", node)
+		}
+	}
+	// Written without a new version: not read.
+	b, _ := auth.EncodeNodeRevocation(live)
+	if err := rdb.HSet(ctx, auth.RevokedNodesKey, "b", b).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Lookup("b"); ok {
+		t.Fatal("b read though the version did not change")
+	}
+	put("c", live, "2")
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"a", "b", "c"} {
+		if _, ok := r.Lookup(node); !ok {
+			t.Errorf("%s: not looked up after the version changed", node)
+		}
+	}
+}
