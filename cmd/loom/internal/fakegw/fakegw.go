@@ -588,6 +588,15 @@ func (g *Gateway) job(name string) *loomv1.Job {
 	if !ok {
 		return nil
 	}
+	// A task out of its array's record: the job with its own id, as the
+	// gateway resolves "A_i".
+	for _, j := range g.Jobs {
+		if j.GetArrayJobId() != "" && strings.HasSuffix(parent, "/"+j.GetArrayJobId()) &&
+			strings.TrimSuffix(parent, j.GetArrayJobId()) == strings.TrimSuffix(j.GetName(), j.GetJobId()) &&
+			int(j.GetArrayTaskId()) == atoi(task) {
+			return j
+		}
+	}
 	for _, j := range g.Jobs {
 		if j.GetName() != parent || j.GetArray() == "" || j.GetArrayJobId() != "" {
 			continue
@@ -844,6 +853,13 @@ const (
 func (g *Gateway) step(name string) *loomv1.JobStep {
 	if i := slices.IndexFunc(g.Steps, func(s *loomv1.JobStep) bool { return s.GetName() == name }); i >= 0 {
 		return g.Steps[i]
+	}
+	// A step of an array task named "A_i": the task's own job's, as the
+	// gateway resolves it.
+	if job, id, ok := strings.Cut(name, "/steps/"); ok && strings.Contains(job, "_") {
+		if j := g.job(job); j != nil && j.GetName() != job {
+			return g.step(j.GetName() + "/steps/" + id)
+		}
 	}
 	return nil
 }

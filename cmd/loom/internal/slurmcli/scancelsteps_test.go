@@ -107,3 +107,54 @@ func TestScancelStepOfAnotherUser(t *testing.T) {
 		}
 	}
 }
+
+// TestScancelArrayTaskStep: scancel JOB_TASK.STEP acts on a step of one
+// array task, as Slurm 22.05's does (recorded with scripts/slurm-local.sh:
+// scancel 26_3.0 ended step 0 of task 26_3 alone, exit 0). Its refusals
+// name what slurmctld names: a task the array does not have (or a task
+// that has ended) the argument, exit 1; a step the running task lacks, or
+// another user's task, the task's own job id (here 16, task 15_0), exit
+// 225 or 218; -v's line names the task's own id too, and only for a task
+// that runs. A step of a task still pending in its array's record: nothing
+// said, exit 0. A range of tasks is no step id: "Invalid job id".
+func TestScancelArrayTaskStep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args    []string
+		user    string
+		denied  bool // the gateway refuses the step's cancel
+		code    int
+		errOut  string
+		stopped bool // step 0 of task 15_0 (job 16) cancelled
+	}{
+		{args: []string{"15_0.0"}, stopped: true},
+		{args: []string{"015_00.00"}, stopped: true},
+		{args: []string{"-v", "15_0.0"}, errOut: "scancel: Terminating step 16.0\n", stopped: true},
+		{args: []string{"-s", "USR1", "15_0.0"}},
+		{args: []string{"15_0.7"}, code: 225, errOut: "scancel: error: Kill job error on job step id 16: Invalid job id specified\n"},
+		{args: []string{"-v", "15_0.7"}, code: 225,
+			errOut: "scancel: Terminating step 16.7\nscancel: error: Kill job error on job step id 16: Invalid job id specified\n"},
+		{args: []string{"15_9.0"}, code: 1, errOut: "scancel: error: Kill job error on job step id 15_9.0: Invalid job id specified\n"},
+		{args: []string{"-v", "15_9.0"}, code: 1, errOut: "scancel: error: Kill job error on job step id 15_9.0: Invalid job id specified\n"},
+		{args: []string{"15_2.0"}},
+		{args: []string{"15_0.0"}, user: "bob", denied: true, code: 218, errOut: "scancel: error: Kill job error on job step id 16: Invalid user id\n"},
+		{args: []string{"15_[0-1].0"}, code: 1, errOut: "scancel: error: Invalid job id 15_[0-1].0\n"},
+		{args: []string{"15_x.0"}, code: 1, errOut: "scancel: error: Invalid job id 15_x.0\n"},
+		{args: []string{"15_.0"}, code: 1, errOut: "scancel: error: Invalid job id 15_.0\n"},
+	} {
+		f := fixture()
+		f.Steps = []*loomv1.JobStep{
+			{Name: "projects/default/jobs/16/steps/0", Job: "projects/default/jobs/16", State: loomv1.JobState_RUNNING},
+		}
+		if tc.denied {
+			f.StepCancelErr = status.Error(codes.PermissionDenied, "Access/permission denied: job 16 is alice's")
+		}
+		code, out, errOut := run(t, f, "scancel", Env{User: tc.user}, tc.args...)
+		if code != tc.code || out != "" || errOut != tc.errOut {
+			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+		if stopped := f.Steps[0].GetState() == loomv1.JobState_CANCELLED; stopped != tc.stopped {
+			t.Errorf("scancel %v: step 15_0.0 cancelled %v, want %v", tc.args, stopped, tc.stopped)
+		}
+	}
+}

@@ -711,35 +711,58 @@ func (t *stepTail) close() {
 	}
 }
 
-// cancelStep is scancel JOB.STEP: it kills (or, with signal, signals) the
-// tasks of one job step on every node. With confine (scancel -M or
-// LOOM_CLUSTER), a step of a job in another cluster than the command's is
-// unknown to it, as to Slurm's. Its refusals are Slurm 22.05's, "Kill job
-// error on job step id ..." with a signal too: for a job that is unknown
-// or has ended, naming JOB.STEP, exit 1, whoever asks; for another
-// user's active job (the caller no administrator), "Invalid user id"
-// naming JOB alone, exit 218 (ESLURM_USER_ID_MISSING), whatever the step;
-// for a step its active job does not have or that has ended, naming JOB
+// cancelStep is scancel JOB.STEP or JOB_TASK.STEP (a step of one array
+// task, "12_3.0"): it kills (or, with signal, signals) the tasks of one job
+// step on every node. With confine (scancel -M or LOOM_CLUSTER), a step of
+// a job in another cluster than the command's is unknown to it, as to
+// Slurm's. Its refusals are Slurm 22.05's, "Kill job error on job step id
+// ..." with a signal too: for a job that is unknown or has ended, naming
+// JOB.STEP (JOB_TASK.STEP), exit 1, whoever asks; for another user's
+// active job (the caller no administrator), "Invalid user id" naming the
+// job alone, exit 218 (ESLURM_USER_ID_MISSING), whatever the step; for a
+// step its active job does not have or that has ended, naming the job
 // alone, exit 225 (ESLURM_INVALID_JOB_ID), and nothing at all for a
 // signal to such a step or for a pending job's step, whoever asks
-// (Slurm's slurmctld answers those OK).
+// (Slurm's slurmctld answers those OK). "The job alone" is, for an array
+// task, the task's own job id, as slurmctld names it ("12_3.7" of task
+// 12_3, job 16: "job step id 16"); -v's "Terminating step" line names it
+// too, and, as Slurm's, comes only for a job that has started.
 func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confine bool) *Error {
 	job, step, _ := strings.Cut(arg, ".")
-	if !isDigits(job) || !isDigits(step) || len(step) > 9 {
+	id, task, isTask := strings.Cut(job, "_")
+	if !isDigits(id) || isTask && (!isDigits(task) || len(task) > 9) || !isDigits(step) || len(step) > 9 {
 		return c.errorf("Invalid job id %s", arg)
 	}
-	job = strings.TrimLeft(job, "0")
-	step = strings.TrimLeft(step, "0")
-	if step == "" {
-		step = "0"
+	job = trimZeros(id)
+	if isTask {
+		job += "_" + trimZeros(task)
 	}
+	step = trimZeros(step)
 	const verb = "Kill job error on job step id"
-	if verbose {
-		fmt.Fprintf(c.stderr, "scancel: Terminating step %s.%s\n", job, step)
-	}
-	unknown := c.errorf("%s %s: Invalid job id specified", verb, arg)
+	unknown := c.errorf("%s %s.%s: Invalid job id specified", verb, job, step)
 	if confine && c.elsewhere(ctx, c.jobName(job)) {
 		return unknown
+	}
+	// own is the job's own id, as slurmctld's answers name it: a task's
+	// is not its array's.
+	own := job
+	if isTask || verbose {
+		gctx, gcancel := c.call(ctx)
+		j, err := c.jobsClient().GetJob(gctx, &loomv1.GetJobRequest{Name: c.jobName(job)})
+		gcancel()
+		switch {
+		case status.Code(err) == codes.NotFound || err == nil && j.GetState().Terminal():
+			return unknown
+		case err == nil && j.GetState() == loomv1.JobState_PENDING:
+			return nil // slurmctld answers OK, to anyone: nothing said, exit 0
+		case err == nil:
+			own = j.GetJobId()
+		case isTask:
+			return c.rpcError(verb+" "+job+"."+step, err)
+		}
+	}
+	if verbose {
+		fmt.Fprintf(c.stderr, "scancel: Terminating step %s.%s\n", own, step)
 	}
 	cctx, cancel := c.call(ctx)
 	defer cancel()
@@ -759,6 +782,9 @@ func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confi
 		gctx, gcancel := c.call(ctx)
 		defer gcancel()
 		j, gerr := c.jobsClient().GetJob(gctx, &loomv1.GetJobRequest{Name: c.jobName(job)})
+		if gerr == nil && j.GetJobId() != "" {
+			own = j.GetJobId()
+		}
 		switch {
 		case status.Code(gerr) == codes.NotFound || gerr == nil && j.GetState().Terminal():
 			// Before the owner is checked: Slurm 22.05 says so to anyone.
@@ -769,19 +795,28 @@ func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose, confi
 			// slurmctld checks the owner before the step, with a signal
 			// too: "Invalid user id" (ESLURM_USER_ID_MISSING), naming the
 			// job alone.
-			e := c.errorf("%s %s: Invalid user id", verb, job)
+			e := c.errorf("%s %s: Invalid user id", verb, own)
 			e.Code = exitUserIDMissing
 			return e
 		case gerr != nil:
-			return c.errorf("%s %s: %s", verb, arg, status.Convert(err).Message())
+			return c.errorf("%s %s.%s: %s", verb, job, step, status.Convert(err).Message())
 		case signal != "":
 			return nil // slurmctld answers OK: nothing said, exit 0
 		}
-		e := c.errorf("%s %s: Invalid job id specified", verb, job)
+		e := c.errorf("%s %s: Invalid job id specified", verb, own)
 		e.Code = exitInvalidJobID
 		return e
 	case code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Unimplemented:
-		return c.rpcError(verb+" "+arg, err)
+		return c.rpcError(verb+" "+job+"."+step, err)
 	}
-	return c.errorf("%s %s: %s", verb, arg, status.Convert(err).Message())
+	return c.errorf("%s %s.%s: %s", verb, job, step, status.Convert(err).Message())
+}
+
+// trimZeros is a number's digits without leading zeros ("0" for zero), as
+// Slurm's tools print an id they parsed ("012" is job 12).
+func trimZeros(digits string) string {
+	if t := strings.TrimLeft(digits, "0"); t != "" {
+		return t
+	}
+	return "0"
 }
