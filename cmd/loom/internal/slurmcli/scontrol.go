@@ -192,6 +192,7 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 	if view.jobsByID, err = c.withDependencyTargets(ctx, jobs); err != nil {
 		return err
 	}
+	view.nodes = c.exclusiveNodes(ctx, jobs)
 	rows := newArrayView(jobs).rows(jobs, false)
 	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })
 	n := 0
@@ -336,9 +337,10 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 	if h := j.GetBatchHost(); h != "" {
 		rec = append(rec, []string{"BatchHost=" + h})
 	}
-	tres := fmt.Sprintf("cpu=%d,node=%d,billing=%d", jobCPUs(j), jobNodeCount(j), jobCPUs(j))
+	cpus := v.cpus(j)
+	tres := fmt.Sprintf("cpu=%d,node=%d,billing=%d", cpus, jobNodeCount(j), cpus)
 	if m := j.GetMemMb(); m > 0 {
-		tres = fmt.Sprintf("cpu=%d,mem=%s,node=%d,billing=%d", jobCPUs(j), memString(m*int64(jobNodeCount(j))), jobNodeCount(j), jobCPUs(j))
+		tres = fmt.Sprintf("cpu=%d,mem=%s,node=%d,billing=%d", cpus, memString(m*int64(jobNodeCount(j))), jobNodeCount(j), cpus)
 	}
 	gpus := int(j.GetGpusPerNode()) * jobNodeCount(j)
 	if gpus == 0 {
@@ -404,7 +406,7 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		stderr = stdout
 	}
 	rec = append(rec,
-		[]string{"NumNodes=" + strconv.Itoa(jobNodeCount(j)), "NumCPUs=" + strconv.Itoa(jobCPUs(j)), "NumTasks=" + strconv.Itoa(jobTasks(j)),
+		[]string{"NumNodes=" + strconv.Itoa(jobNodeCount(j)), "NumCPUs=" + strconv.Itoa(v.cpus(j)), "NumTasks=" + strconv.Itoa(jobTasks(j)),
 			"CPUs/Task=" + strconv.Itoa(int(max(j.GetCpusPerTask(), 1))), "ReqB:S:C:T=0:0:*:*"},
 		[]string{"TRES=" + tres},
 		[]string{"Socks/Node=*", fmt.Sprintf("NtasksPerN:B:S:C=%d:0:*:*", j.GetNtasksPerNode()), "CoreSpec=*"},

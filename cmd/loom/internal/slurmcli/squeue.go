@@ -89,6 +89,37 @@ type squeueView struct {
 	// %g and %G of every row would otherwise each ask the system's user
 	// and group databases (NSS: maybe LDAP) again for the same owner.
 	owners map[string]osIDs
+	// nodes are the Slurm nodes of the clusters where a listed exclusive
+	// job holds nodes (exclusiveNodes), by cluster: such a job's CPUs are
+	// its nodes' (cpus).
+	nodes map[string][]*loomv1.SlurmNode
+}
+
+// cpus is a job's CPU count as scontrol's NumCPUs and squeue's %C show it:
+// an exclusive job that holds nodes has every CPU of them, as in Slurm
+// (allocCPUs); any other its tasks × CPUs per task.
+func (v *squeueView) cpus(j *loomv1.Job) int {
+	return allocCPUs(j, j.GetNodes(), v.nodes[j.GetCluster()])
+}
+
+// exclusiveNodes reads the Slurm nodes of each cluster where one of jobs
+// is exclusive and holds nodes (squeueView.nodes). A cluster whose nodes
+// cannot be read is left out: its exclusive jobs then show their tasks'
+// CPUs, as pending ones do, rather than failing the whole listing.
+func (c *cmd) exclusiveNodes(ctx context.Context, jobs []*loomv1.Job) map[string][]*loomv1.SlurmNode {
+	out := map[string][]*loomv1.SlurmNode{}
+	for _, j := range jobs {
+		cl := j.GetCluster()
+		if _, done := out[cl]; done || cl == "" || !j.GetExclusive() || len(j.GetNodes()) == 0 {
+			continue
+		}
+		nodes, err := c.slurmNodes(ctx, cl)
+		if err != nil {
+			continue
+		}
+		out[cl] = nodes
+	}
+	return out
 }
 
 // owner is ownerIDs(user), looked up once per view.
@@ -158,7 +189,7 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 			return "n/a"
 		}),
 		"c": str("MIN_CPUS", func(j *loomv1.Job) string { return strconv.Itoa(int(max(j.GetCpusPerTask(), 1))) }),
-		"C": str("CPUS", func(j *loomv1.Job) string { return strconv.Itoa(jobCPUs(j)) }),
+		"C": str("CPUS", func(j *loomv1.Job) string { return strconv.Itoa(v.cpus(j)) }),
 		"d": str("MIN_TMP_DISK", func(*loomv1.Job) string { return "0" }),
 		"D": str("NODES", func(j *loomv1.Job) string { return strconv.Itoa(jobNodeCount(j)) }),
 		"e": str("END_TIME", func(j *loomv1.Job) string {
@@ -637,6 +668,9 @@ func (c *cmd) squeueOnce(ctx context.Context, q *squeueQuery, f format, table fi
 	if formatUses(f, "l", "L", "e") {
 		view.limits = c.partitionLimits(ctx, jobs)
 	}
+	if formatUses(f, "C") || strings.Contains(sortSpec, "C") {
+		view.nodes = c.exclusiveNodes(ctx, jobs)
+	}
 	if formatUses(f, "E") {
 		if view.jobsByID, err = c.withDependencyTargets(ctx, jobs); err != nil {
 			return "", err
@@ -760,7 +794,7 @@ func jobSortKeys(v *squeueView) map[string]func(a, b *loomv1.Job) int {
 		"M": func(a, b *loomv1.Job) int { return cmp.Compare(jobElapsed(a, v.now), jobElapsed(b, v.now)) },
 		"l": func(a, b *loomv1.Job) int { return cmp.Compare(v.timeLimit(a), v.timeLimit(b)) },
 		"D": func(a, b *loomv1.Job) int { return cmp.Compare(int64(jobNodeCount(a)), int64(jobNodeCount(b))) },
-		"C": func(a, b *loomv1.Job) int { return cmp.Compare(int64(jobCPUs(a)), int64(jobCPUs(b))) },
+		"C": func(a, b *loomv1.Job) int { return cmp.Compare(int64(v.cpus(a)), int64(v.cpus(b))) },
 		"V": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetSubmitTime()), tsSecs(b.GetSubmitTime())) },
 		"S": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetStartTime()), tsSecs(b.GetStartTime())) },
 		"e": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetEndTime()), tsSecs(b.GetEndTime())) },

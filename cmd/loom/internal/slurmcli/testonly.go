@@ -24,7 +24,7 @@ import (
 // first nodes with room for the job's per-node CPUs and GPUs, when enough
 // have; else the earliest end (start + time limit) of a running job of the
 // partition, on that job's nodes (docs/slurm.md). The processors are
-// slurmctld's count for those nodes (testOnlyCPUs).
+// slurmctld's count for those nodes (allocCPUs).
 func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 	job, err := c.sendJob(ctx, j, true)
 	if err != nil {
@@ -54,7 +54,7 @@ func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 	if err != nil {
 		return err
 	}
-	procs := testOnlyCPUs(job, hosts, nodes)
+	procs := allocCPUs(job, hosts, nodes)
 	// The gateway answers no id (it does not tell the installation's job
 	// counter, and --test-only takes no id): 0, Slurm's job id for none
 	// (as its array_job_id and het_job_id of a job that is neither), keeps
@@ -68,12 +68,16 @@ func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 	return nil
 }
 
-// testOnlyCPUs is the processor count --test-only prints for job on
-// hosts, as slurmctld 22.05 computes it (checked beside one, CR_Core):
+// allocCPUs is the processor count of job on hosts (nodes: their
+// cluster's), as slurmctld 22.05 counts it (checked beside one, CR_Core):
 // with --exclusive every CPU of every node it names (16 for one 16-CPU
 // node, whatever -n, -c or --gres); else the job's tasks × CPUs per task
 // (jobCPUs: -N without -n one task per node, --ntasks-per-node per node).
-func testOnlyCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
+// It is --test-only's count for the nodes it estimates, and scontrol show
+// job's NumCPUs and squeue's %C for the nodes a job holds (squeueView.cpus).
+// An exclusive job none of whose hosts is among nodes (not started, or its
+// nodes since removed) counts its tasks, as Slurm's pending one does.
+func allocCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
 	if job.GetExclusive() {
 		sum := 0
 		for _, nd := range nodes {

@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -81,5 +82,42 @@ func TestSbatchTestOnlyProcessors(t *testing.T) {
 		if code != 0 || out != "" || errOut != want {
 			t.Errorf("sbatch %v: %d %q %q, want 0 and %q", args, code, out, errOut, want)
 		}
+	}
+}
+
+// TestExclusiveJobCPUs: scontrol show job's NumCPUs (and TRES cpu= and
+// billing=) and squeue's %C of an --exclusive job that holds nodes count
+// every CPU of them, as Slurm 22.05's did beside Loom (an -n2 --exclusive
+// job on a 16-CPU node: NumCPUs=16, %C 16); a pending exclusive job counts
+// its tasks (Slurm's NumCPUs=2 for -n2), and so does a job that is not
+// exclusive. The CPUs are allocCPUs', the count --test-only prints.
+func TestExclusiveJobCPUs(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	for _, j := range f.Jobs {
+		switch j.GetJobId() {
+		case "12": // running on gpu-0001 (16 CPUs) and gpu-0002 (here 32), 2 tasks × 4 CPUs
+			j.Exclusive = true
+		case "13": // pending, 1 task
+			j.Exclusive, j.Ntasks = true, 2
+		}
+	}
+	f.SlurmNodes[1].Cpus = 32
+	code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "12")
+	if code != 0 || !strings.Contains(out, " NumCPUs=48 NumTasks=2 ") || !strings.Contains(out, "TRES=cpu=48,mem=128G,node=2,billing=48,") {
+		t.Errorf("show job 12: %d %q %q, want NumCPUs=48 and TRES cpu=48 (every CPU of its 16- and 32-CPU nodes)", code, out, errOut)
+	}
+	code, out, errOut = run(t, f, "scontrol", Env{}, "show", "job", "13")
+	if code != 0 || !strings.Contains(out, " NumCPUs=2 NumTasks=2 ") {
+		t.Errorf("show job 13 (pending): %d %q %q, want NumCPUs=2 (its tasks)", code, out, errOut)
+	}
+	code, out, errOut = run(t, f, "squeue", Env{}, "-h", "-o", "%i %C", "-S", "C")
+	if want := "14 1\n15_0 1\n15_[1-3%2] 1\n13 2\n12 48\n"; code != 0 || out != want {
+		t.Errorf("squeue %%C: %d %q %q, want %q", code, out, errOut, want)
+	}
+	// Not exclusive: its tasks' CPUs.
+	f.Jobs[3].Exclusive = false
+	if code, out, errOut = run(t, f, "squeue", Env{}, "-h", "-o", "%i %C", "-j", "12"); code != 0 || out != "12 8\n" {
+		t.Errorf("squeue %%C of job 12 not exclusive: %d %q %q, want \"12 8\\n\"", code, out, errOut)
 	}
 }
