@@ -252,17 +252,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			return max(jobCPUs(r.job)/max(len(r.nodes()), 1), 1)
 		}
 		if r.jstep != nil {
-			// What the step holds, node for node; without that (an
-			// --overlap step, or one recorded before it was kept) the
-			// job's CPUs on the step's nodes.
-			if held := r.jstep.GetCpusPerNode(); len(held) > 0 {
-				n := 0
-				for _, c := range held {
-					n += int(c)
-				}
-				return n
-			}
-			return max(jobCPUs(r.job)*len(r.nodes())/max(jobNodeCount(r.job), 1), 1)
+			return stepCPUs(r.job, r.jstep)
 		}
 		return jobCPUs(r.job)
 	}

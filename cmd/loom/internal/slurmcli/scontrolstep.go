@@ -103,10 +103,12 @@ func batchStepRecord(j *loomv1.Job, c *cmd) record {
 	}
 }
 
-// stepRecord is one step as scontrol show step prints it.
+// stepRecord is one step as scontrol show step prints it: CPUs= what it
+// holds (stepCPUs: without --exact every CPU of the job on its nodes, as
+// Slurm's), Dist= stepDist's.
 func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 	uid, _ := accountIDs(j.GetUser())
-	cpus := s.GetNumTasks() * max(j.GetCpusPerTask(), 1)
+	cpus := stepCPUs(j, s)
 	return record{
 		{"StepId=" + j.GetJobId() + "." + strconv.Itoa(int(s.GetStepId())), "UserId=" + uid,
 			"StartTime=" + formatTimestamp(s.GetStartTime().AsTime(), c.loc), stepTimeLimit},
@@ -115,11 +117,41 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 			"Name=" + stepName(s), "Network=(null)"},
 		{"TRES=cpu=" + strconv.Itoa(int(cpus)) + ",mem=0,node=" + strconv.Itoa(len(s.GetNodes()))},
 		{"ResvPorts=(null)"},
-		{"CPUFreqReq=Default", "Dist=Block"},
+		{"CPUFreqReq=Default", "Dist=" + stepDist(s)},
 		// Loom's srun is not the step's controller: its host and pid
 		// are not kept.
 		{"SrunHost:Pid=(null):0"},
 	}
+}
+
+// stepCPUs is the CPUs a step holds (sacct's AllocCPUS, scontrol show
+// step's CPUs=): its cpus_per_node, node for node (with --exact or -c its
+// tasks × their CPUs, without them all of the job's there, as Slurm's
+// step gets); without them (an --overlap step, which Loom holds no CPUs
+// for, or one recorded before they were kept) the job's CPUs on the
+// step's nodes, which is what Slurm shows for an --overlap step too.
+func stepCPUs(j *loomv1.Job, s *loomv1.JobStep) int {
+	if held := s.GetCpusPerNode(); len(held) > 0 {
+		n := 0
+		for _, c := range held {
+			n += int(c)
+		}
+		return n
+	}
+	return max(jobCPUs(j)*len(s.GetNodes())/max(jobNodeCount(j), 1), 1)
+}
+
+// stepDist is scontrol show step's Dist= of s: Slurm's srun without -m
+// asks for Cyclic when the step has no more tasks than nodes and Block
+// otherwise (Slurm 22.05: -n1 and -N2 -n2 steps Cyclic, -N2 -n3 Block).
+// Loom's srun places tasks in blocks whatever -m says (ignored), which for
+// at most one task per node is the same layout, so this is Slurm's name
+// for what Loom does.
+func stepDist(s *loomv1.JobStep) string {
+	if int(s.GetNumTasks()) <= len(s.GetNodes()) {
+		return "Cyclic"
+	}
+	return "Block"
 }
 
 // scontrolPing is "scontrol ping": whether the controller — here the Loom

@@ -1,6 +1,8 @@
 package slurmcli
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -57,14 +59,14 @@ func TestScontrolShowStepAndPing(t *testing.T) {
 	t.Parallel()
 	g := stepsGateway()
 	// A step's own time limit is UNLIMITED whatever its job's (5 minutes
-	// here), as Slurm 22.05 shows it.
+	// here), as Slurm 22.05 shows it; 2 tasks on 2 nodes are Cyclic.
 	code, out, errOut := run(t, g, "scontrol", Env{}, "show", "step", "44.0")
 	want := "StepId=44.0 UserId=alice StartTime=" + testNow.Add(-3*time.Second).UTC().Format("2006-01-02T15:04:05") + " TimeLimit=UNLIMITED\n" +
 		"   State=RUNNING Partition=debug NodeList=node[1-2]\n" +
 		"   Nodes=2 CPUs=4 Tasks=2 Name=sleep Network=(null)\n" +
 		"   TRES=cpu=4,mem=0,node=2\n" +
 		"   ResvPorts=(null)\n" +
-		"   CPUFreqReq=Default Dist=Block\n" +
+		"   CPUFreqReq=Default Dist=Cyclic\n" +
 		"   SrunHost:Pid=(null):0\n\n"
 	if code != 0 || out != want || errOut != "" {
 		t.Errorf("scontrol show step 44.0: exit %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
@@ -90,5 +92,44 @@ func TestScontrolShowStepAndPing(t *testing.T) {
 	}
 	if code, out, _ := run(t, g, "scontrol", Env{}, "ping"); code != 0 || !strings.HasPrefix(out, "Slurmctld(primary) at ") || !strings.HasSuffix(out, " is UP\n") {
 		t.Errorf("scontrol ping: exit %d, %q", code, out)
+	}
+}
+
+// TestScontrolShowStepCPUsAndDist: scontrol show step's CPUs= is what the
+// step holds (cpus_per_node): a step started without --exact holds every
+// CPU of its job on its nodes, as Slurm 22.05 showed beside Loom
+// (scripts/slurm-local.sh: srun -n1 in an -n2 job, CPUs=2; in an -N2 -n4
+// job, srun -n2 CPUs=4); an --overlap step, which holds none in Loom, the
+// job's CPUs on its nodes, as Slurm shows it. Dist= is Slurm's default for
+// srun without -m: Cyclic for no more tasks than nodes (-n1, -N2 -n2),
+// Block for more (-N2 -n3, -N2 -n4).
+func TestScontrolShowStepCPUsAndDist(t *testing.T) {
+	t.Parallel()
+	g := stepsGateway()
+	g.Jobs[0].CpusPerTask, g.Jobs[0].Ntasks = 1, 4 // 44: -N2 -n4, 2 CPUs on each node
+	step := func(id int32, nodes []string, tasks int32, cpus ...int32) *loomv1.JobStep {
+		return &loomv1.JobStep{Name: fmt.Sprintf("projects/default/jobs/44/steps/%d", id), Job: "projects/default/jobs/44", StepId: id,
+			State: loomv1.JobState_RUNNING, Command: []string{"sleep"}, Nodes: nodes, NumTasks: tasks, CpusPerNode: cpus,
+			StartTime: g.Steps[0].GetStartTime()}
+	}
+	both := []string{"node1", "node2"}
+	g.Steps = []*loomv1.JobStep{
+		step(0, []string{"node1"}, 1, 2),
+		step(1, both, 2, 2, 2),
+		step(2, both, 3, 2, 2),
+		step(3, []string{"node1"}, 1, 1), // --exact
+		step(4, both, 4),                 // --overlap: none held
+	}
+	for _, tc := range []struct{ id, want string }{
+		{"44.0", "Nodes=1 CPUs=2 Tasks=1 .* TRES=cpu=2,mem=0,node=1 .* Dist=Cyclic"},
+		{"44.1", "Nodes=2 CPUs=4 Tasks=2 .* TRES=cpu=4,mem=0,node=2 .* Dist=Cyclic"},
+		{"44.2", "Nodes=2 CPUs=4 Tasks=3 .* Dist=Block"},
+		{"44.3", "Nodes=1 CPUs=1 Tasks=1 .* Dist=Cyclic"},
+		{"44.4", "Nodes=2 CPUs=4 Tasks=4 .* TRES=cpu=4,mem=0,node=2 .* Dist=Block"},
+	} {
+		code, out, errOut := run(t, g, "scontrol", Env{}, "-o", "show", "step", tc.id)
+		if code != 0 || !regexp.MustCompile(tc.want).MatchString(out) {
+			t.Errorf("scontrol show step %s: %d %q %q, want it to match %q", tc.id, code, out, errOut, tc.want)
+		}
 	}
 }
