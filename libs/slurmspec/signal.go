@@ -39,6 +39,17 @@ func ParseSignalName(s string) (string, error) {
 	return "", fmt.Errorf("%q is not a signal name", s)
 }
 
+// SignalNumber is the Linux number of a signal name as ParseSignalName
+// returns it ("USR1": 10); false for a name it does not know.
+func SignalNumber(name string) (int, bool) {
+	for n, s := range signalNames {
+		if s == name {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
 // Signal is a parsed --signal spec.
 type Signal struct {
 	// Batch (B:) signals only the batch shell; Reservation (R:) signals

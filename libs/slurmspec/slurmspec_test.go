@@ -398,3 +398,16 @@ func TestWithArrayLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSignalNumber: the number of each name ParseSignalName returns.
+func TestSignalNumber(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]int{"HUP": 1, "KILL": 9, "USR1": 10, "TERM": 15, "SYS": 31} {
+		if n, ok := SignalNumber(name); !ok || n != want {
+			t.Errorf("SignalNumber(%q) = %d, %v; want %d", name, n, ok, want)
+		}
+	}
+	if n, ok := SignalNumber("NOPE"); ok {
+		t.Errorf("SignalNumber(NOPE) = %d, true; want false", n)
+	}
+}

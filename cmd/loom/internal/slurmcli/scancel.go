@@ -53,6 +53,10 @@ type cancelTarget struct {
 	// ("12_[1-3]"), "" otherwise: -v says it once, as Slurm's scancel,
 	// which sends the range as one request.
 	rng string
+	// arg is the index of the argument that named it (-1 and below: one
+	// a filter chose): a pending array record's refusal of a signal is
+	// said after that argument's other answers.
+	arg int
 }
 
 // scancel is the scancel command.
@@ -222,11 +226,13 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	if len(ids) == 0 {
 		for _, j := range jobs {
 			if q.match(jobRow{job: j}) {
-				targets = append(targets, c.taskTarget(j))
+				t := c.taskTarget(j)
+				t.arg = -1 - len(targets)
+				targets = append(targets, t)
 			}
 		}
 	} else {
-		for _, id := range ids {
+		for argi, id := range ids {
 			if strings.Contains(id, ".") {
 				// JOB.STEP: one job step (srun), on every node (srunsteps.go).
 				if err := c.cancelStep(ctx, id, signal, verbose, o.confine); err != nil {
@@ -243,6 +249,7 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 			}
 			for _, t := range ts {
 				if !filtered || (t.job != nil && q.match(jobRow{job: t.job})) {
+					t.arg = argi
 					targets = append(targets, t)
 				}
 			}
@@ -256,8 +263,45 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	// an owner, so the refusal is said once, for the id asked (as Slurm's
 	// one answer for "scancel 12"), not once per task.
 	refused := map[string]bool{}
-	said := map[string]bool{} // the task ranges -v has named
-	for _, t := range targets {
+	said := map[string]bool{} // the task ranges and records -v has named
+	// records are, with a signal, the pending array record (squeue's row,
+	// "12_[1-3%2]") of each task still inside one, by task id ("12_2"):
+	// slurmctld refuses a signal to a pending task for its whole record,
+	// so Slurm's scancel names the record, once however many of its tasks
+	// were asked for (12_[0-1] 12_3: one refusal), after the other
+	// answers of the argument that asked (tasks the array does not have
+	// first), and -v names it too.
+	records := map[string]string{}
+	if signal != "" {
+		for _, r := range newArrayView(jobs).rows(jobs, false) {
+			for _, i := range r.pending {
+				records[r.arrayJobID+"_"+strconv.Itoa(i)] = r.id
+			}
+		}
+	}
+	recordOf := func(t cancelTarget) string {
+		if t.rng == "" {
+			return records[t.id]
+		}
+		for _, u := range targets { // a range: its first task in a record
+			if u.arg == t.arg && u.rng == t.rng && records[u.id] != "" {
+				return records[u.id]
+			}
+		}
+		return ""
+	}
+	recordRefused := map[string]bool{}
+	var deferred []string // the argument's record refusals, said after its other answers
+	flush := func() {
+		for _, line := range deferred {
+			fmt.Fprintln(c.stderr, line)
+		}
+		deferred = nil
+	}
+	for i, t := range targets {
+		if i > 0 && t.arg != targets[i-1].arg {
+			flush()
+		}
 		if t.array != "" && refused[t.array] {
 			continue
 		}
@@ -273,14 +317,24 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 			}
 		}
 		if verbose && (t.rng == "" || !said[t.rng]) {
-			// A range of tasks once, before its first task.
+			// A range of tasks once, before its first task; a pending
+			// record once, by its name, for a signal.
 			id := t.id
 			if t.rng != "" {
 				id, said[t.rng] = t.rng, true
 			}
-			if signal != "" {
-				fmt.Fprintf(c.stderr, "scancel: Signal %s to job %s\n", signal, id)
-			} else {
+			rec := recordOf(t)
+			if rec != "" {
+				id = rec
+			}
+			switch {
+			case rec != "" && said["record "+rec]:
+			case signal != "":
+				said["record "+rec] = rec != ""
+				// Slurm's scancel names the signal by its number.
+				n, _ := slurmspec.SignalNumber(signal)
+				fmt.Fprintf(c.stderr, "scancel: Signal %d to job %s\n", n, id)
+			default:
 				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", id)
 			}
 		}
@@ -308,11 +362,19 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 			if err.denied {
 				refused[t.array] = true
 			}
+			if rec := records[t.id]; rec != "" && err.err.Code == exitTransitionWait {
+				if !recordRefused[rec] && !quiet {
+					deferred = append(deferred, c.errorf("Kill job error on job id %s: %s", rec, msgNotNow).Text)
+				}
+				recordRefused[rec] = true
+				continue
+			}
 			if !quiet {
 				fmt.Fprintln(c.stderr, err.err.Error())
 			}
 		}
 	}
+	flush()
 	return failed, nil
 }
 
@@ -429,6 +491,10 @@ type signalScope struct{ batch, full bool }
 // for a job that is ending or ended.
 const msgAlreadyDone = "Job/step already completing or completed"
 
+// msgNotNow is Slurm's ESLURM_TRANSITION_STATE_NO_UPDATE, its answer to
+// a signal for a pending job.
+const msgNotNow = "Job can not be altered now, try again later"
+
 // msgJobPending is Slurm's ESLURM_JOB_PENDING, as the gateway answers a
 // signal for a job that has not started.
 const msgJobPending = "Job is pending execution"
@@ -487,7 +553,7 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 				// Slurm's answer to a signal (-b's too) for an ended job.
 				msg = "Invalid job id specified"
 			case signal != "" && msg == msgJobPending:
-				msg = "Job can not be altered now, try again later"
+				msg = msgNotNow
 				code = exitTransitionWait
 			}
 			e := c.errorf("%s on job id %s: %s", verb, t.id, msg)

@@ -31,3 +31,42 @@ func TestScancelTaskRange(t *testing.T) {
 		}
 	}
 }
+
+// TestScancelSignalPendingRecord: a signal to tasks still pending in their
+// array's record is refused once for the whole record, named as squeue
+// names it, as Slurm 22.05's scancel answered beside Loom (array 40 of
+// 0-5%2 held: "scancel -s USR1 40_[1-2]", "40_3" and "40_3 40_[4-5]" each
+// said "Kill job error on job id 40_[0-5%2]: Job can not be altered now,
+// try again later" once, exit 228; for "39_[1-3,9]" the task the array
+// lacks first, then the record; -v's "Signal 10 to job 39_[0-7]" names
+// the record and the signal's number). Fixture: array 15 (0-3%2), task 0
+// running (job 16), 1-3 pending in the record.
+func TestScancelSignalPendingRecord(t *testing.T) {
+	t.Parallel()
+	const rec = "scancel: error: Kill job error on job id 15_[1-3%2]: Job can not be altered now, try again later\n"
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		errOut string
+	}{
+		{[]string{"-s", "USR1", "15_[1-2]"}, 228, rec},
+		{[]string{"-s", "USR1", "15_3"}, 228, rec},
+		{[]string{"-s", "USR1", "15_[1-2]", "15_3"}, 228, rec},
+		// The running task takes the signal; the record refuses.
+		{[]string{"-s", "USR1", "15_[0-1]"}, 228, rec},
+		{[]string{"-s", "USR1", "15_[3-4]"}, 228, "scancel: error: Kill job error on job id 15_4: Invalid job id specified\n" + rec},
+		{[]string{"-s", "USR1", "99", "15_2", "13"}, 228, "scancel: error: Kill job error on job id 99: Invalid job id specified\n" + rec +
+			"scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
+		{[]string{"-v", "-s", "USR1", "15_[1-2]"}, 228, "scancel: Signal 10 to job 15_[1-3%2]\n" + rec},
+		{[]string{"-v", "-s", "USR1", "13"}, 228, "scancel: Signal 10 to job 13\n" +
+			"scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
+		{[]string{"-Q", "-s", "USR1", "15_[1-2]"}, 228, ""},
+		// Cancelling them is no refusal: -v names the range, as before.
+		{[]string{"-v", "15_[1-2]"}, 0, "scancel: Terminating job 15_[1-2]\n"},
+	} {
+		code, out, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
+		if code != tc.code || out != "" || errOut != tc.errOut {
+			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+	}
+}
