@@ -62,7 +62,7 @@ func setTrain(h *harness) *loomv1.Cluster {
 // publishClusterEvent publishes payload on loom.cluster.events.v1 as the provisioner would.
 func publishClusterEvent(t *testing.T, h *harness, key string, payload proto.Message) {
 	t.Helper()
-	testkit.Publish(t, h.broker, envelope.New(topics.ClusterEvents, key, "loom/provisioner", payload))
+	testkit.PublishAs(t, h.broker, "provisioner", envelope.New(topics.ClusterEvents, key, "loom/provisioner", payload))
 }
 
 // wantCode fails the test unless err has code and its message contains each of want.

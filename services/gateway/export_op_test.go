@@ -42,7 +42,7 @@ func TestExportModelOperation(t *testing.T) {
 		return ev.Payload.(*eventsv1.ExportModel)
 	}
 	finish := func(payload proto.Message) {
-		testkit.Publish(t, h.broker, envelope.New(topics.ModelEvents, project+"/models/tiny", "loom/registry", payload))
+		testkit.PublishAs(t, h.broker, "registry", envelope.New(topics.ModelEvents, project+"/models/tiny", "loom/registry", payload))
 	}
 	waitDone := func(op string) *loomv1.Operation {
 		t.Helper()

@@ -237,7 +237,7 @@ func TestOperationLifecycle(t *testing.T) {
 	h := newHarness(t)
 	ctx := testkit.Context(t, 2*wait)
 	prod := bus.NewProducer([]string{h.broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("provisioner"))
 	t.Cleanup(func() { _ = prod.Close() })
 	publish := func(key string, payload proto.Message) {
 		t.Helper()
@@ -494,7 +494,7 @@ func testWatch(t *testing.T, h *harness, ctx context.Context, job *loomv1.Job) {
 	}
 
 	prod := bus.NewProducer([]string{h.broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("scheduler"))
 	defer prod.Close()
 	change := func(s loomv1.JobState) {
 		j := proto.Clone(job).(*loomv1.Job)

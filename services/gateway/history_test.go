@@ -37,7 +37,7 @@ func TestJobHistoryServesPrunedJobs(t *testing.T) {
 		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED, ExitCode: 3, Nodes: []string{"gpu-0001"}}}}
 	h.w.setJob(ended)
 	ev := ended
-	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test",
+	testkit.PublishAs(t, h.broker, "scheduler", envelope.New(topics.JobEvents, cluster1, "loom/scheduler",
 		&eventsv1.JobChanged{Job: &loomv1.Job{Name: ev.GetName(), JobId: ev.GetJobId(), Cluster: cluster1, State: ev.GetState(),
 			ExitCode: 3, EndTime: ev.GetEndTime()}, Attempt: 1}))
 
@@ -112,7 +112,7 @@ func TestJobHistoryTakesRunsFromTheEvent(t *testing.T) {
 		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED, Nodes: []string{"gpu-0002"},
 			ExitSignal: proto.Int32(0), DerivedExitCode: proto.Int32(3), DerivedExitSignal: proto.Int32(0)}},
 		ExitSignal: proto.Int32(0), DerivedExitCode: proto.Int32(3), DerivedExitSignal: proto.Int32(0)}
-	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: sent, Attempt: 1}))
+	testkit.PublishAs(t, h.broker, "scheduler", envelope.New(topics.JobEvents, cluster1, "loom/scheduler", &eventsv1.JobChanged{Job: sent, Attempt: 1}))
 	got := fromHistory(t, ctx, h, sent.GetName())
 	if got.GetUser() != "from-event" || len(got.GetRuns()) != 1 || got.GetRuns()[0].GetNodes()[0] != "gpu-0002" {
 		t.Fatalf("history job %v; want the event's job with its run", got)
@@ -168,7 +168,7 @@ func TestJobHistoryKeepsSteps(t *testing.T) {
 		EndTime: timestamppb.Now(), Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_REQUEUED}, {Attempt: 2, State: loomv1.JobState_COMPLETED}},
 		Steps: []*loomv1.JobStep{step(1, 0, 10), step(2, 0, 20), step(2, 1, 30)}}
 	h.w.setJob(sent)
-	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: sent, Attempt: 2}))
+	testkit.PublishAs(t, h.broker, "scheduler", envelope.New(topics.JobEvents, cluster1, "loom/scheduler", &eventsv1.JobChanged{Job: sent, Attempt: 2}))
 	got := fromHistory(t, ctx, h, sent.GetName())
 	if len(got.GetSteps()) != 0 || len(got.GetRuns()) != 2 {
 		t.Errorf("GetJob from the history: %d steps, %d runs; want none and 2", len(got.GetSteps()), len(got.GetRuns()))

@@ -155,7 +155,7 @@ func TestListAndCancelOperations(t *testing.T) {
 	// The provisioner then fails the create (Aborted) and finishes the
 	// delete: the create stays CANCELLED, the delete is done.
 	prod := bus.NewProducer([]string{h.broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("provisioner"))
 	t.Cleanup(func() { _ = prod.Close() })
 	for _, p := range []proto.Message{
 		&eventsv1.ClusterOperationFailed{Operation: creates[0].GetName(), Cluster: l1, Code: int32(codes.Aborted), Message: "deleted before the operation ended"},

@@ -56,7 +56,7 @@ func bigJobs(t *testing.T, ctx context.Context, h *harness, n int) []string {
 			j.State, j.ExitCode, j.EndTime = loomv1.JobState_FAILED, 1, timestamppb.Now()
 			j.Runs = []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED, ExitCode: 1}}
 			h.w.setJob(j)
-			testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: j, Attempt: 1}))
+			testkit.PublishAs(t, h.broker, "scheduler", envelope.New(topics.JobEvents, cluster1, "loom/scheduler", &eventsv1.JobChanged{Job: j, Attempt: 1}))
 			ended = append(ended, j.GetName())
 		}
 	}

@@ -44,7 +44,7 @@ func TestUploadModelOperation(t *testing.T) {
 		return ev.Payload.(*eventsv1.UploadModel)
 	}
 	finish := func(payload proto.Message) {
-		testkit.Publish(t, h.broker, envelope.New(topics.ModelEvents, project+"/models/tiny", "loom/registry", payload))
+		testkit.PublishAs(t, h.broker, "registry", envelope.New(topics.ModelEvents, project+"/models/tiny", "loom/registry", payload))
 	}
 	waitDone := func(op string) *loomv1.Operation {
 		t.Helper()

@@ -227,7 +227,7 @@ func TestWatchChangesShowsWhatListsShow(t *testing.T) {
 	// Job changes come through the feed, as the scheduler sends them; a
 	// job gone from the scheduler (4) is gone from the list.
 	prod := bus.NewProducer([]string{h.broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("scheduler"))
 	defer prod.Close()
 	change := func(j *loomv1.Job) {
 		h.w.setJob(j)
@@ -246,9 +246,7 @@ func TestWatchChangesShowsWhatListsShow(t *testing.T) {
 	c := c1()
 	c.Status.ReadyNodes = 2
 	h.w.setCluster(c)
-	if err := prod.Publish(ctx, envelope.New(topics.ClusterEvents, cluster1, "loom/provisioner", &eventsv1.ClusterChanged{Cluster: c})); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
+	testkit.PublishAs(t, h.broker, "provisioner", envelope.New(topics.ClusterEvents, cluster1, "loom/provisioner", &eventsv1.ClusterChanged{Cluster: c}))
 	same("after the changes, the watch holds what the lists show")
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -468,7 +466,7 @@ func TestWatchChangesRefusesAndStreamsOverREST(t *testing.T) {
 	}
 	// A change reaches the open stream (each event is flushed).
 	prod := bus.NewProducer([]string{h.broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("scheduler"))
 	defer prod.Close()
 	j := watchJob("5", "bob", loomv1.JobState_PENDING)
 	h.w.setJob(j)
@@ -502,18 +500,19 @@ func TestWatchChangesFeedsEveryCollection(t *testing.T) {
 	ana := h.as(t, "ana")
 	next := watchEvents(t, ctx, ana, &loomv1.WatchChangesRequest{Project: project, Collections: []string{"clusters", "customJobs"}})
 	next("SYNCED", func(ev *loomv1.ChangeEvent) bool { return ev.GetType() == loomv1.ChangeEvent_SYNCED })
-	prod := bus.NewProducer([]string{h.broker})
-	prod.SetSigner(testkit.Signer())
-	defer prod.Close()
+	// Each event as its owner sends it: the provisioner's clusters,
+	// training's jobs.
 	publish := func(key string, m proto.Message) {
 		t.Helper()
-		ev, err := envelope.Route(key, "loom/test", m)
+		service := "provisioner"
+		if _, ok := m.(*eventsv1.CustomJobChanged); ok {
+			service = "training"
+		}
+		ev, err := envelope.Route(key, "loom/"+service, m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := prod.Publish(ctx, ev); err != nil {
-			t.Fatalf("publish: %v", err)
-		}
+		testkit.PublishAs(t, h.broker, service, ev)
 	}
 
 	const c2 = project + "/clusters/c2"
@@ -570,12 +569,13 @@ func TestWatchChangesFeedsSlurmNodes(t *testing.T) {
 		State: "DRAIN", Reason: "bad fan"}); err != nil {
 		t.Fatalf("UpdateSlurmNode: %v", err)
 	}
+	// The scheduler's SlurmNodeChanged and JobChanged, signed as it.
 	prod := bus.NewProducer([]string{h.broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("scheduler"))
 	defer prod.Close()
 	publish := func(subject string, m proto.Message) {
 		t.Helper()
-		ev, err := envelope.Route(cluster1, "loom/test", m)
+		ev, err := envelope.Route(cluster1, "loom/scheduler", m)
 		if err != nil {
 			t.Fatal(err)
 		}

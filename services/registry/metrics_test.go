@@ -26,7 +26,7 @@ func TestRegistryMetricsOnScrape(t *testing.T) {
 	}}
 	testkit.Start(t, "registry", func(ctx context.Context) error { return run(ctx, cfg, nil) })
 	prod := bus.NewProducer([]string{broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("scheduler")) // a JobChanged is the scheduler's (envelope.Senders)
 	t.Cleanup(func() { _ = prod.Close() })
 	testkit.WaitFor(t, 30*time.Second, "registry serving /metrics", func() (bool, error) {
 		_, err := testkit.ScrapeErr(httpAddr)

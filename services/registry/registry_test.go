@@ -116,7 +116,7 @@ func TestRegistersVersionOnCompletedJob(t *testing.T) {
 	}
 
 	prod := bus.NewProducer([]string{broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("scheduler"))
 	t.Cleanup(func() { _ = prod.Close() })
 	first := completedJob("1")
 	if err := prod.Publish(ctx, first); err != nil {
@@ -176,7 +176,7 @@ func TestListModelVersionsPages(t *testing.T) {
 	client, _ := startRegistry(t, broker, redisAddr)
 	ctx := context.Background()
 	prod := bus.NewProducer([]string{broker})
-	prod.SetSigner(testkit.Signer())
+	prod.SetSigner(testkit.SignerAs("scheduler"))
 	t.Cleanup(func() { _ = prod.Close() })
 	const n = 12
 	for i := 1; i <= n; i++ {

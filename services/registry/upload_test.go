@@ -389,7 +389,7 @@ func TestExportNeedsAnOwner(t *testing.T) {
 	redisAddr, _ := testkit.Redis(t)
 	root := t.TempDir()
 	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
-	testkit.Publish(t, broker, completedJob("5"))
+	testkit.PublishAs(t, broker, "scheduler", completedJob("5"))
 	waitVersions(t, c, 1)
 	_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
 		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + filepath.Join(root, "default", "x")}}})

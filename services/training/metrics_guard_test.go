@@ -407,7 +407,7 @@ func TestNodeMetricsThroughTheBus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Publish(t, broker, ev)
+	testkit.PublishAs(t, broker, "scheduler", ev) // a JobChanged is the scheduler's (envelope.Senders)
 	testkit.WaitFor(t, wait, "the run's node's held record stored, the other refused", func() (bool, error) {
 		s, err := testkit.ScrapeErr(httpAddr)
 		if err != nil {

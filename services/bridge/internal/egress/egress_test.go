@@ -201,7 +201,7 @@ func TestEgressPublishesStateChanges(t *testing.T) {
 	health := envelope.New(topics.HealthEvents, "projects/a/clusters/c/nodes/gpu-1", "loom/health",
 		&eventsv1.NodeHealthChanged{Node: "projects/a/clusters/c/nodes/gpu-1", Cluster: "projects/a/clusters/c",
 			Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "xid 79", SetBy: "users/operator"})
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "scheduler",
 		jobEvent("01JOBA1", jobA, loomv1.JobState_PENDING, "Priority"),
 		jobEvent("01JOBA2", jobA, loomv1.JobState_PENDING, "Resources"), // not a state change
 		jobEvent("01JOBA3", jobA, loomv1.JobState_RUNNING, ""),
@@ -209,7 +209,7 @@ func TestEgressPublishesStateChanges(t *testing.T) {
 	)
 	// A node's health is health's to say (envelope.Senders).
 	testkit.PublishAs(t, broker, "health", health)
-	testkit.Publish(t, broker, jobEvent("01JOBA4", jobA, loomv1.JobState_COMPLETED, ""))
+	testkit.PublishAs(t, broker, "scheduler", jobEvent("01JOBA4", jobA, loomv1.JobState_COMPLETED, ""))
 	got := public.wait(t, "public events of both projects", func(rs []publicRecord) bool {
 		return has(rs, jobA, "COMPLETED") && has(rs, jobB, "RUNNING") && has(rs, "projects/a/clusters/c/nodes/gpu-1", "")
 	})
@@ -275,7 +275,7 @@ func TestEgressPublishesStateChanges(t *testing.T) {
 	if err := h.eg.rdb.Del(ctx, h.eg.stateKey("job:"+jobA)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Publish(t, broker, jobEvent("01JOBA4", jobA, loomv1.JobState_COMPLETED, ""))
+	testkit.PublishAs(t, broker, "scheduler", jobEvent("01JOBA4", jobA, loomv1.JobState_COMPLETED, ""))
 	public.wait(t, "the redelivered event", func(rs []publicRecord) bool {
 		n := 0
 		for _, r := range rs {
@@ -295,7 +295,7 @@ func TestEgressBlocksWhileASinkIsDown(t *testing.T) {
 	broker := testkit.Broker(t)
 	ctx := testkit.Context(t, 2*time.Minute)
 	h := startEgress(t, broker, "kafka:late")
-	testkit.Publish(t, broker,
+	testkit.PublishAs(t, broker, "scheduler",
 		jobEvent("01DOWN1", "projects/a/jobs/7", loomv1.JobState_RUNNING, ""),
 		jobEvent("01DOWN2", "projects/a/jobs/7", loomv1.JobState_COMPLETED, ""))
 	// More failed attempts than the bus's default of 5 before a dead
