@@ -296,8 +296,7 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 // not-a-service). It is the one table of who sends what: the rows are
 //   - the commands a node runs: the scheduler's step commands, health's
 //     node commands (no other service may run a process as root on a
-//     node); every type the step and node command topics carry has a row
-//     (TestSendersCoverTheCommandTopics);
+//     node);
 //   - a repair's progress and answer, the provisioner's: health ends a
 //     repair, or escalates it, or waits for it longer, on these (another
 //     service's RemediationFinished would put back a broken node, or take a
@@ -325,8 +324,7 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 //     command topics), the gateway's: training turns them into jobs run as
 //     the user they name, so another service's would reach the scheduler
 //     through training's own row; training (a pipeline's model) and the
-//     registry (its UploadModel RPC) also upload models. Every type these
-//     four topics carry has a row (TestSendersCoverTheCommandTopics);
+//     registry (its UploadModel RPC) also upload models;
 //   - a node's own reports (NodeEventTypes), Nodes': the scheduler ends a
 //     job's run on a StepChanged, health fails a node on a
 //     HealthCheckCompleted or an XidObserved, training keeps a trial's
@@ -336,9 +334,25 @@ func NodeRecordKey(e Event, node string) (key string, ok bool) {
 //     end any job's run. The provisioner also sends AgentRegistered and
 //     Heartbeat for the sim provider's simulated agents. Every type in
 //     NodeEventTypes has a row naming Nodes, and no other row does
-//     (TestSendersCoverTheNodeEvents).
+//     (TestSendersCoverTheNodeEvents);
+//   - each service's word on what it owns, which its readers take as the
+//     truth: the scheduler's on jobs and Slurm nodes (JobChanged,
+//     SlurmNodeChanged: training ends a trial's run, the registry
+//     registers a completed job's model, the gateway keeps the job's
+//     history, the bridge publishes it); the provisioner's on clusters,
+//     their operations and reservations (ClusterChanged,
+//     ClusterOperationFailed, ClusterDeleted, ReservationChanged,
+//     ReservationDeleted: the scheduler takes a cluster's partitions,
+//     the gateway and training end an operation); the registry's on
+//     models (a pipeline goes on, an upload or an export ends); training's
+//     on its jobs (the gateway's change feed, the bridge's public stream);
+//     the gateway's audit records (its audit log). Another service's would
+//     end, fail or register what it does not own, or write the audit log.
 //
-// A type without a row is accepted from any service.
+// Every event type of loom.events.v1 has a row, or is listed in
+// anySender with why any service may send it
+// (TestSendersCoverEveryEventType): a new type cannot be forgotten. A
+// type without a row is accepted from any service.
 var Senders = map[string][]string{
 	TypeOf(&eventsv1.StartStep{}):             {"services/scheduler"},
 	TypeOf(&eventsv1.StopStep{}):              {"services/scheduler"},
@@ -402,7 +416,40 @@ var Senders = map[string][]string{
 	TypeOf(&eventsv1.XidObserved{}):          {Nodes},
 	TypeOf(&eventsv1.AgentRegistered{}):      {Nodes, "services/provisioner"},
 	TypeOf(&eventsv1.Heartbeat{}):            {Nodes, "services/provisioner"},
+	// The scheduler's jobs and Slurm nodes: training ends a trial's run,
+	// and the registry registers a completed job's model, on a JobChanged.
+	TypeOf(&eventsv1.JobChanged{}):       {"services/scheduler"},
+	TypeOf(&eventsv1.SlurmNodeChanged{}): {"services/scheduler"},
+	// The provisioner's clusters, their operations and reservations: the
+	// scheduler takes a cluster's partitions from its ClusterChanged, the
+	// gateway and training end an operation on these.
+	TypeOf(&eventsv1.ClusterChanged{}):         {"services/provisioner"},
+	TypeOf(&eventsv1.ClusterOperationFailed{}): {"services/provisioner"},
+	TypeOf(&eventsv1.ClusterDeleted{}):         {"services/provisioner"},
+	TypeOf(&eventsv1.ReservationChanged{}):     {"services/provisioner"},
+	TypeOf(&eventsv1.ReservationDeleted{}):     {"services/provisioner"},
+	// The registry's answers on models: a pipeline goes on, an upload's or
+	// an export's operation ends, on these.
+	TypeOf(&eventsv1.ModelVersionRegistered{}): {"services/registry"},
+	TypeOf(&eventsv1.ModelUploadFailed{}):      {"services/registry"},
+	TypeOf(&eventsv1.ModelExported{}):          {"services/registry"},
+	TypeOf(&eventsv1.ModelExportFailed{}):      {"services/registry"},
+	// Training's jobs, which the gateway's change feed and the bridge's
+	// public stream carry.
+	TypeOf(&eventsv1.CustomJobChanged{}):               {"services/training"},
+	TypeOf(&eventsv1.HyperparameterTuningJobChanged{}): {"services/training"},
+	TypeOf(&eventsv1.TrialChanged{}):                   {"services/training"},
+	TypeOf(&eventsv1.TrainingPipelineChanged{}):        {"services/training"},
+	// The gateway's audit records, which it keeps as the audit log: another
+	// service's would write what no one did into it.
+	TypeOf(&eventsv1.AuditRecorded{}): {"services/gateway"},
 }
+
+// anySender is, for each event type any service may send (it has no row in
+// Senders), why no row restricts it. It is empty: every type of
+// loom.events.v1 has one sender or a few. A new type goes in Senders, or
+// here with its reason (TestSendersCoverEveryEventType).
+var anySender = map[string]string{}
 
 // Nodes, in a row of Senders, stands for the nodes: a record of the row's
 // type signed by a node (its agent, under the node identity) is accepted,

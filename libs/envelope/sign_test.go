@@ -276,10 +276,10 @@ func TestNodeRecordsKeyedAsTheAgentKeysThem(t *testing.T) {
 // A record of a type in Senders (a command a node runs, a repair's answer,
 // an operator's command to health, the scheduler's call for checks or word
 // of a drained node, the provisioner's nodes, health's verdict and call for
-// a repair, a command to the provisioner or the scheduler, a node's report)
-// is accepted from
-// the services that send it and refused from any other service, though that
-// one's signature holds: least privilege among services that share a key.
+// a repair, a command to the provisioner or the scheduler, a node's report,
+// a service's word on what it owns) is accepted from the services that send
+// it and refused from any other service, though that one's signature holds:
+// least privilege among services that share a key.
 func TestCommandsOnlyFromTheirSender(t *testing.T) {
 	t.Parallel()
 	k := newKeys(t)
@@ -334,6 +334,25 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 		{nil, &eventsv1.XidObserved{Node: testNode}},
 		{[]string{"provisioner"}, &eventsv1.AgentRegistered{Node: testNode, Cluster: cluster}},
 		{[]string{"provisioner"}, &eventsv1.Heartbeat{Node: testNode, Cluster: cluster}},
+		// Each service's word on what it owns: another service's
+		// JobChanged would end a trial's run or register a model, its
+		// ClusterChanged change the scheduler's partitions.
+		{[]string{"scheduler"}, &eventsv1.JobChanged{Job: &loomv1.Job{Name: "projects/p/jobs/7", Cluster: cluster, State: loomv1.JobState_COMPLETED}}},
+		{[]string{"scheduler"}, &eventsv1.SlurmNodeChanged{Cluster: cluster, Hostname: "n1", State: "DRAIN"}},
+		{[]string{"provisioner"}, &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cluster}}},
+		{[]string{"provisioner"}, &eventsv1.ClusterOperationFailed{Cluster: cluster}},
+		{[]string{"provisioner"}, &eventsv1.ClusterDeleted{Cluster: cluster}},
+		{[]string{"provisioner"}, &eventsv1.ReservationChanged{}},
+		{[]string{"provisioner"}, &eventsv1.ReservationDeleted{}},
+		{[]string{"registry"}, &eventsv1.ModelVersionRegistered{Model: "projects/p/locations/l/models/m"}},
+		{[]string{"registry"}, &eventsv1.ModelUploadFailed{}},
+		{[]string{"registry"}, &eventsv1.ModelExported{}},
+		{[]string{"registry"}, &eventsv1.ModelExportFailed{}},
+		{[]string{"training"}, &eventsv1.CustomJobChanged{}},
+		{[]string{"training"}, &eventsv1.HyperparameterTuningJobChanged{}},
+		{[]string{"training"}, &eventsv1.TrialChanged{}},
+		{[]string{"training"}, &eventsv1.TrainingPipelineChanged{}},
+		{[]string{"gateway"}, &eventsv1.AuditRecorded{}},
 	}
 	for _, signer := range []string{"scheduler", "health", "gateway", "provisioner", "training", "registry", "bridge", "test"} {
 		for _, c := range cmds {
@@ -351,27 +370,46 @@ func TestCommandsOnlyFromTheirSender(t *testing.T) {
 			}
 		}
 	}
-	// A type without a row is accepted from any service.
-	m := mustEncode(t, New("loom.cluster.events.v1", cluster, "loom/registry", &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cluster}}))
-	NewServiceSigner("registry", k.svc).Sign(&m)
-	if _, err := Default.DecodeVerified(m, v, ServicesOnly); err != nil {
-		t.Fatalf("ClusterChanged from the registry: %v", err)
+	// A type without a row (anySender's) is accepted from any service.
+	if !MaySend("loom.events.v1.NoRow", "services/registry") {
+		t.Error("MaySend refuses a type without a row")
 	}
 }
 
-// Every type the step, node, cluster and job command topics carry names
-// its senders, and every row names a type and at least one sender.
-func TestSendersCoverTheCommandTopics(t *testing.T) {
+// Every event type of loom.events.v1 that travels on the bus (all of
+// them: libs/topics routes each) names its senders in Senders, or is
+// listed in anySender with why any service may send it, so that a new
+// type cannot be forgotten; and every row names a type and at least one
+// sender, each a service or Nodes.
+func TestSendersCoverEveryEventType(t *testing.T) {
 	t.Parallel()
-	guarded := map[string]bool{topics.StepCommands: true, topics.NodeCommands: true,
-		topics.ClusterCommands: true, topics.JobCommands: true, topics.TrainingCommands: true, topics.ModelCommands: true}
-	for typ, mt := range Default.types {
-		topic, err := topics.For(mt.New().Interface())
-		if err != nil || !guarded[topic] {
+	msgs := eventsv1.File_loom_events_v1_events_proto.Messages()
+	for i := range msgs.Len() {
+		typ := string(msgs.Get(i).FullName())
+		mt, ok := Default.types[typ]
+		if !ok {
+			t.Errorf("%s is a message of loom.events.v1 the Default registry does not know", typ)
 			continue
 		}
-		if len(Senders[typ]) == 0 {
-			t.Errorf("%s (on %s) has no row in Senders", typ, topic)
+		topic, err := topics.For(mt.New().Interface())
+		if err != nil {
+			t.Errorf("%s: %v", typ, err)
+			continue
+		}
+		_, rowed := Senders[typ]
+		why, listed := anySender[typ]
+		switch {
+		case rowed && listed:
+			t.Errorf("%s (on %s) has a row in Senders and is in anySender: which is it?", typ, topic)
+		case !rowed && !listed:
+			t.Errorf("%s (on %s) has no row in Senders: name who sends it, or list it in anySender with why any service may", typ, topic)
+		case listed && strings.TrimSpace(why) == "":
+			t.Errorf("anySender lists %s without a reason", typ)
+		}
+	}
+	for typ := range anySender {
+		if !Default.Known(typ) {
+			t.Errorf("anySender names %s, not an event type", typ)
 		}
 	}
 	for typ, senders := range Senders {
