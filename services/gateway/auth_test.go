@@ -651,6 +651,22 @@ func TestAuthNodesAndWorkloads(t *testing.T) {
 	wantAuthCode(t, "user renews", err, codes.PermissionDenied, "")
 }
 
+// nodeRegistrar returns what registers gpu-0001 of cluster1 (pool gpu)
+// with one key, pub, and a new bootstrap token at each call, as a reimaged
+// or re-created machine's new agent does, failing the test on an error.
+func nodeRegistrar(ctx context.Context, t *testing.T, h *harness, clock clockwork.Clock) (register func() *loomv1.NodeIdentity, pub ed25519.PublicKey) {
+	anon := authClient(h, t, "")
+	pub, _, _ = ed25519.GenerateKey(rand.Reader)
+	return func() *loomv1.NodeIdentity {
+		t.Helper()
+		id, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}, pub
+}
+
 // TestAuthNodeRegisteredAgainEndsTheOldIdentity: a node whose agent
 // registers again (its machine reimaged or replaced: a new bootstrap
 // token) ends the identities of the registration before, so that what
@@ -660,16 +676,7 @@ func TestAuthNodeRegisteredAgainEndsTheOldIdentity(t *testing.T) {
 	t.Parallel()
 	h, clock := fakeClockHarness(t)
 	ctx := testkit.Context(t, wait)
-	anon := authClient(h, t, "")
-	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	register := func() *loomv1.NodeIdentity {
-		t.Helper()
-		id, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	register, pub := nodeRegistrar(ctx, t, h, clock)
 	before := register()
 	old := authClient(h, t, before.GetAccessToken())
 	if _, err := old.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
@@ -1031,16 +1038,7 @@ func TestAuthRemovedNodesIdentityIsRevoked(t *testing.T) {
 	t.Parallel()
 	h, clock := fakeClockHarness(t)
 	ctx := testkit.Context(t, wait)
-	anon := authClient(h, t, "")
-	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	register := func() *loomv1.NodeIdentity {
-		t.Helper()
-		id, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu"), PublicKey: pub})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	register, pub := nodeRegistrar(ctx, t, h, clock)
 	before := register()
 	old := authClient(h, t, before.GetAccessToken())
 	if _, err := old.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
