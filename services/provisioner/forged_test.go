@@ -1,10 +1,8 @@
 package provisioner
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -22,12 +20,7 @@ import (
 // CreateCluster is carried out.
 func TestCommandsOnlyFromTheirSender(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
-	f.redis, _ = testkit.Redis(t)
-	cfg := f.config(t, false)
-	cfg.Provider = ProviderSim
-	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.HeartbeatInterval = 7, 0.001, time.Second
-	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	f := startSim(t)
 
 	testkit.PublishAs(t, f.broker, "gateway", createCluster("c1", "real", 1))
 	node := nodeEvent(t, f.broker, project+"/clusters/real/nodes/gpu-0001", func(n *loomv1.Node) bool { return true })

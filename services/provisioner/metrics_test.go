@@ -1,10 +1,8 @@
 package provisioner
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -18,13 +16,8 @@ import (
 // value naming the cluster or a node.
 func TestProvisionerMetricsOnScrape(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
-	f.redis, _ = testkit.Redis(t)
-	cfg := f.config(t, false)
-	cfg.HTTPAddr = testkit.FreeAddr()
-	cfg.Provider = ProviderSim
-	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.HeartbeatInterval = 7, 0.001, time.Second
-	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	httpAddr := testkit.FreeAddr()
+	f := startSim(t, func(cfg *Config) { cfg.HTTPAddr = httpAddr })
 
 	name := project + "/clusters/metrics"
 	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, name, "loom/gateway",
@@ -34,7 +27,7 @@ func TestProvisionerMetricsOnScrape(t *testing.T) {
 	var s testkit.Samples
 	testkit.WaitFor(t, wait, "3 nodes ready on /metrics", func() (bool, error) {
 		var err error
-		s, err = testkit.ScrapeErr(cfg.HTTPAddr)
+		s, err = testkit.ScrapeErr(httpAddr)
 		return err == nil && s.Sum("loom_provisioner_nodes", "state", "ready") == 3 &&
 			s.Sum("loom_provisioner_operations_in_flight", "kind", "cluster_create") == 0, nil
 	})

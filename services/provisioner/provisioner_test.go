@@ -77,6 +77,23 @@ func (f *fixture) config(t testing.TB, stopAgents bool) Config {
 	}
 }
 
+// startSim starts a provisioner on the sim provider (seed 7, at 1/1000 of
+// real time: a 90 s simulated boot takes 90 ms; a heartbeat a second),
+// with its own broker and Redis, after configure has changed its Config.
+func startSim(t *testing.T, configure ...func(*Config)) *fixture {
+	t.Helper()
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
+	f.redis, _ = testkit.Redis(t)
+	cfg := f.config(t, false)
+	cfg.Provider = ProviderSim
+	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.HeartbeatInterval = 7, 0.001, time.Second
+	for _, c := range configure {
+		c(&cfg)
+	}
+	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	return f
+}
+
 // run starts a provisioner; the returned stop ends it and returns Run's error.
 func (f *fixture) run(t *testing.T, stopAgents bool) (stop func() error) {
 	t.Helper()
@@ -510,14 +527,9 @@ func TestRegisterFlags(t *testing.T) {
 // Watcher) make nodes FAILED and replaced until the pool is back.
 func TestSimProviderPreemptionsAreReplaced(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
-	f.redis, _ = testkit.Redis(t)
-	cfg := f.config(t, false)
-	cfg.Provider = ProviderSim
-	// 90 s of simulated boot take 90 ms; a spot node is reclaimed every
-	// simulated half hour on average (1.8 s real).
-	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.PreemptionRate, cfg.Sim.HeartbeatInterval = 7, 0.001, 2, time.Second
-	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	// A spot node is reclaimed every simulated half hour on average (1.8 s
+	// real).
+	f := startSim(t, func(cfg *Config) { cfg.Sim.PreemptionRate = 2 })
 
 	name := project + "/clusters/sim"
 	c := clusterSpec(name, 3)

@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,12 +196,7 @@ func TestRepairsWithRealAgents(t *testing.T) {
 // end like the local provider's.
 func TestSimProviderCarriesOutRepairs(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
-	f.redis, _ = testkit.Redis(t)
-	cfg := f.config(t, false)
-	cfg.Provider = ProviderSim
-	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.HeartbeatInterval = 7, 0.001, time.Second
-	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	f := startSim(t)
 	name := project + "/clusters/simfix"
 	testkit.PublishAs(t, f.broker, "gateway", envelope.New(topics.ClusterCommands, name, "loom/gateway",
 		&eventsv1.CreateCluster{Operation: project + "/operations/simfix", Cluster: clusterSpec(name, 2)}))

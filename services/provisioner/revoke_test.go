@@ -94,12 +94,7 @@ func countReason(dls []testkit.DeadLetter, reason string) int {
 // one still refused.
 func TestRemovedNodesIdentityIsRevoked(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
-	f.redis, _ = testkit.Redis(t)
-	cfg := f.config(t, false)
-	cfg.Provider = ProviderSim
-	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.HeartbeatInterval = 7, 0.001, time.Second
-	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	f := startSim(t)
 	steps := startStepReader(t, f.broker, f.redis)
 
 	const id = "again"
