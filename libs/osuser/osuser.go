@@ -145,9 +145,13 @@ func MkdirAll(a Account, path string, perm os.FileMode) error {
 // directory this process keeps for a's files (a job step's task outputs,
 // a model's files) under parents a cannot write. Its missing parents are
 // made as this process, mode parentPerm; dir itself is made mode 0700 and
-// given to a. Because only this process can write the parents, no other
-// user can have made dir first; a dir that exists must be a directory (not
-// a link) that a owns, else it is an error (and left alone).
+// given to a. Every parent, made here or found, must be one that only this
+// process's user or root can change (safeParents), else it is an error and
+// nothing is made: a parent another user made first (a `.loom` made in a
+// shared directory before the agent's first job) would let that user move
+// or replace what is made under it. So no other user can have made dir
+// first; a dir that exists must be a directory (not a link) that a owns,
+// else it is an error (and left alone).
 //
 // Several processes may make the same dir at once (every node's agent of a
 // job step, on a shared file system): dir appears already a's, made under
@@ -155,6 +159,9 @@ func MkdirAll(a Account, path string, perm os.FileMode) error {
 // what another made first, so none of them ever sees it half made.
 func MakeDirFor(a Account, dir string, parentPerm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(dir), parentPerm); err != nil {
+		return err
+	}
+	if err := safeParents(dir); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
@@ -169,6 +176,49 @@ func MakeDirFor(a Account, dir string, parentPerm os.FileMode) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || st.Uid != a.UID {
 		return fmt.Errorf("%s exists and is not a directory of %s", dir, a)
+	}
+	return nil
+}
+
+// safeParents reports an error when a directory above dir could be changed
+// by a user other than this process's or root: each parent up to /, on the
+// path as written and on the path its links resolve to, must be a
+// directory owned by this process's user or root, and writable by its
+// group or others only when sticky (as /tmp is: no one may move or replace
+// another's entry there). A link on the path as written is judged by its
+// directory and its target.
+func safeParents(dir string) error {
+	parent := filepath.Dir(dir)
+	real, err := filepath.EvalSymlinks(parent)
+	if err != nil {
+		return err
+	}
+	euid := uint32(os.Geteuid())
+	for _, start := range []string{parent, real} {
+		for p := start; ; p = filepath.Dir(p) {
+			fi, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			switch {
+			case !ok:
+				return fmt.Errorf("%s: no owner to check", p)
+			case fi.Mode()&os.ModeSymlink != 0:
+				// Its target is walked from real.
+			case !fi.IsDir():
+				return fmt.Errorf("%s is not a directory", p)
+			case st.Uid != euid && st.Uid != 0:
+				return fmt.Errorf("%s belongs to uid %d: the directories made for users must lie under directories "+
+					"only uid %d or root can change (make it theirs, or choose another directory)", p, st.Uid, euid)
+			case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
+				return fmt.Errorf("%s is writable by its group or others (mode %v): the directories made for users "+
+					"must lie under directories only uid %d or root can change (chmod go-w it)", p, fi.Mode().Perm(), euid)
+			}
+			if up := filepath.Dir(p); up == p {
+				break
+			}
+		}
 	}
 	return nil
 }

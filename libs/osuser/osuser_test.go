@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -148,6 +149,65 @@ func TestMakeDirFor(t *testing.T) {
 	}
 	if err := osuser.MakeDirFor(a.Account, link, 0o755); err == nil {
 		t.Fatal("MakeDirFor accepted a symlink")
+	}
+}
+
+// TestMakeDirForRefusesParentsOthersCanChange: a parent another user made
+// first (a .loom made in a shared directory before the agent's first job),
+// or one writable by others and not sticky, would let that user move or
+// replace what is made under it: MakeDirFor refuses, making nothing. A
+// sticky, world-writable parent (as /tmp) and a link to a good parent are
+// fine.
+func TestMakeDirForRefusesParentsOthersCanChange(t *testing.T) {
+	t.Parallel()
+	us := testkit.OSUsers(t, 2)
+	a, b := us[0], us[1]
+	base := testkit.ReachableDir(t)
+
+	theirs := filepath.Join(base, "theirs")
+	if err := os.Mkdir(theirs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(theirs, int(b.UID), int(b.GID)); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, parent := range []string{theirs, filepath.Join(theirs, "steps"), open} {
+		dir := filepath.Join(parent, "7.0")
+		err := osuser.MakeDirFor(a.Account, dir, 0o755)
+		if err == nil || !strings.Contains(err.Error(), "only uid") {
+			t.Errorf("MakeDirFor under %s: %v, want refused naming who may change it", parent, err)
+		}
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was made: %v", dir, err)
+		}
+	}
+
+	sticky := filepath.Join(base, "sticky")
+	if err := os.Mkdir(sticky, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := osuser.MakeDirFor(a.Account, filepath.Join(sticky, "7.0"), 0o755); err != nil {
+		t.Errorf("under a sticky parent: %v", err)
+	}
+	good := filepath.Join(base, "good")
+	if err := os.Mkdir(good, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(good, filepath.Join(base, "via")); err != nil {
+		t.Fatal(err)
+	}
+	if err := osuser.MakeDirFor(a.Account, filepath.Join(base, "via", "7.0"), 0o755); err != nil {
+		t.Errorf("under a link to a good parent: %v", err)
 	}
 }
 
