@@ -178,6 +178,20 @@ func create(t *testing.T, a *App, nodes int32) {
 	}
 }
 
+// createdOnRedis is an app on a real Redis store and a fake clock, with
+// demo created (two nodes) and its first reconcile pass run: the nodes
+// launched, none registered yet.
+func createdOnRedis(t *testing.T) (*App, *store.Store, *clock) {
+	t.Helper()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	c := &clock{t: time.Now()}
+	a := newApp(t, st, newFake(), c)
+	create(t, a, 2)
+	a.ReconcileOnce(context.Background())
+	return a, st, c
+}
+
 func registerAll(t *testing.T, a *App) {
 	t.Helper()
 	for _, n := range a.Nodes("default", "demo") {

@@ -3,12 +3,9 @@ package app
 import (
 	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -19,12 +16,7 @@ import (
 func TestRacingUpdatesThroughTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "provisioner:")
-	c := &clock{t: time.Now()}
-	a := newApp(t, st, newFake(), c)
-	create(t, a, 2)
-	a.ReconcileOnce(ctx)
+	a, st, c := createdOnRedis(t)
 	registerAll(t, a)
 	read, _ := a.Cluster(demo)
 	read = proto.Clone(read).(*loomv1.Cluster)

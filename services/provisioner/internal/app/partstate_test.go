@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -71,12 +70,7 @@ func partitionState(c *loomv1.Cluster) string {
 func TestPartitionStateDuringAResize(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "provisioner:")
-	c := &clock{t: time.Now()}
-	a := newApp(t, st, newFake(), c)
-	create(t, a, 2)
-	a.ReconcileOnce(ctx)
+	a, st, c := createdOnRedis(t)
 	registerAll(t, a)
 	if err := a.UpdateCluster(ctx, "ev-grow", &eventsv1.UpdateCluster{Operation: "grow", Cluster: clusterSpec(demo, 3)}); err != nil {
 		t.Fatal(err)
@@ -137,12 +131,7 @@ func TestPartitionStateDuringAResize(t *testing.T) {
 func TestPartitionStateWithAPoolBelowTarget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "provisioner:")
-	c := &clock{t: time.Now()}
-	a := newApp(t, st, newFake(), c)
-	create(t, a, 2)
-	a.ReconcileOnce(ctx)
+	a, st, c := createdOnRedis(t)
 	first := node(a, "gpu-0001")
 	if err := a.AgentRegistered(ctx, "reg-1", &eventsv1.AgentRegistered{Node: first.GetName()}); err != nil {
 		t.Fatal(err)
@@ -175,12 +164,7 @@ func TestPartitionStateWithAPoolBelowTarget(t *testing.T) {
 func TestUpdateThatMovesNoNodeWithAPoolBelowTarget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "provisioner:")
-	c := &clock{t: time.Now()}
-	a := newApp(t, st, newFake(), c)
-	create(t, a, 2)
-	a.ReconcileOnce(ctx)
+	a, st, c := createdOnRedis(t)
 	if err := a.AgentRegistered(ctx, "reg-1", &eventsv1.AgentRegistered{Node: node(a, "gpu-0001").GetName()}); err != nil {
 		t.Fatal(err)
 	}
