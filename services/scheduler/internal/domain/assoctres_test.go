@@ -43,18 +43,7 @@ func TestAssocGrpTRESCoversTheSubtree(t *testing.T) {
 	h.wantState(4, loomv1.JobState_RUNNING, "")
 
 	// Restart: the records as stored (JSON), the rest from the snapshot.
-	snap := h.s.Snapshot()
-	raw, err := json.Marshal(snap.Assocs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap.Assocs = nil
-	if err := json.Unmarshal(raw, &snap.Assocs); err != nil {
-		t.Fatal(err)
-	}
-	restarted := NewState(h.s.Config())
-	restarted.Restore(snap)
-	h.s = restarted
+	restartWithStoredAssocs(t, h)
 	h.submitJob(job(5, 1, 8, user("bob", "team")))
 	h.wantExact(5, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
 	h.wantExact(3, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
@@ -211,18 +200,7 @@ func TestAssocMaxWallOfZeroHoldsAll(t *testing.T) {
 	h.wantState(3, loomv1.JobState_RUNNING, "")
 
 	// Restart: the records as stored (JSON).
-	snap := h.s.Snapshot()
-	raw, err := json.Marshal(snap.Assocs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap.Assocs = nil
-	if err := json.Unmarshal(raw, &snap.Assocs); err != nil {
-		t.Fatal(err)
-	}
-	restarted := NewState(h.s.Config())
-	restarted.Restore(snap)
-	h.s = restarted
+	restartWithStoredAssocs(t, h)
 	h.finish(3, 0)
 	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
 	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxWallDurationPerJobLimit)
@@ -262,18 +240,7 @@ func TestAssocGrpTRESOfZeroFreezes(t *testing.T) {
 	h.wantState(4, loomv1.JobState_RUNNING, "")
 
 	// Restart: the records as stored (JSON).
-	snap := h.s.Snapshot()
-	raw, err := json.Marshal(snap.Assocs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap.Assocs = nil
-	if err := json.Unmarshal(raw, &snap.Assocs); err != nil {
-		t.Fatal(err)
-	}
-	restarted := NewState(h.s.Config())
-	restarted.Restore(snap)
-	h.s = restarted
+	restartWithStoredAssocs(t, h)
 	h.finish(4, 0)
 	h.wantExact(1, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
 	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocGrpGRES)
@@ -346,4 +313,23 @@ func TestFollowKeepsTRESLimits(t *testing.T) {
 	if s.tresLimits != 0 || len(s.AssocLimits()) != 0 {
 		t.Fatalf("after the delete: %d counted, %v", s.tresLimits, s.AssocLimits())
 	}
+}
+
+// restartWithStoredAssocs restarts h's scheduler state from its snapshot,
+// the associations read back from the JSON the store keeps them as (so an
+// optional limit of 0 must survive the round trip), the rest as it is.
+func restartWithStoredAssocs(t *testing.T, h *harness) {
+	t.Helper()
+	snap := h.s.Snapshot()
+	raw, err := json.Marshal(snap.Assocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Assocs = nil
+	if err := json.Unmarshal(raw, &snap.Assocs); err != nil {
+		t.Fatal(err)
+	}
+	restarted := NewState(h.s.Config())
+	restarted.Restore(snap)
+	h.s = restarted
 }
