@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -356,22 +355,7 @@ func TestRESTClusters(t *testing.T) {
 	ctx := testkit.Context(t, wait)
 	do := func(method, path, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, h.restBase+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatalf("request: %v", err)
-		}
-		h.authorize(req)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := h.http.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatalf("read body: %v", err)
-		}
-		return resp.StatusCode, string(b)
+		return h.rest(t, ctx, method, path, body)
 	}
 	marshal := func(m proto.Message) string {
 		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
