@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -74,6 +75,13 @@ type Config struct {
 	// LOOM_GATEWAY_REST_READ_TIMEOUT, default 30s;
 	// LOOM_GATEWAY_REST_IDLE_TIMEOUT, default 2m). Zero fields get the defaults.
 	REST ports.RESTLimits
+	// GRPC bounds gRPC calls: the largest request message
+	// (LOOM_GATEWAY_GRPC_MAX_RECV, bytes; default 4 MiB), the calls one
+	// connection holds open (LOOM_GATEWAY_GRPC_MAX_STREAMS; default 0, no
+	// cap) and the shortest keepalive ping interval
+	// (LOOM_GATEWAY_GRPC_KEEPALIVE_MIN_TIME; default 5m). Zero fields get
+	// the defaults.
+	GRPC ports.GRPCLimits
 	// MaxArraySize is Slurm's MaxArraySize: an --array submission's task ids
 	// must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler, which
 	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
@@ -183,6 +191,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a REST client may take to send a whole request, body included (LOOM_GATEWAY_REST_READ_TIMEOUT)")
 	fs.DurationVar(&c.REST.IdleTimeout, "rest-idle-timeout", config.EnvDuration("LOOM_GATEWAY_REST_IDLE_TIMEOUT", ports.DefaultIdleTimeout),
 		"how long a kept-alive REST connection may wait for its next request (LOOM_GATEWAY_REST_IDLE_TIMEOUT)")
+	fs.IntVar(&c.GRPC.MaxRecvBytes, "grpc-max-recv", int(config.EnvInt("LOOM_GATEWAY_GRPC_MAX_RECV", ports.DefaultGRPCMaxRecvBytes)),
+		"largest gRPC request message in bytes; larger is answered ResourceExhausted (LOOM_GATEWAY_GRPC_MAX_RECV)")
+	fs.IntVar(&c.GRPC.MaxStreams, "grpc-max-streams", int(config.EnvInt("LOOM_GATEWAY_GRPC_MAX_STREAMS", 0)),
+		"gRPC calls one connection may hold open at once, the REST port's (one loopback connection) included; 0: no cap (LOOM_GATEWAY_GRPC_MAX_STREAMS)")
+	fs.DurationVar(&c.GRPC.KeepaliveMinTime, "grpc-keepalive-min-time",
+		config.EnvDuration("LOOM_GATEWAY_GRPC_KEEPALIVE_MIN_TIME", ports.DefaultGRPCKeepaliveMinTime),
+		"shortest keepalive ping interval a gRPC client may use; one pinging more often is disconnected (LOOM_GATEWAY_GRPC_KEEPALIVE_MIN_TIME)")
 	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
 	fs.StringVar(&c.OpenQOS, "open-qos", config.Env("LOOM_GATEWAY_OPEN_QOS", domain.DefaultOpenQOS),
@@ -311,6 +326,9 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	if iv := cfg.MetricsInterval; iv != 0 && (iv < 100*time.Millisecond || iv > time.Hour) {
 		return errs.Invalid("metrics-interval", "must be between 100ms and 1h, got %s", iv)
 	}
+	if n := cfg.GRPC.MaxStreams; n > math.MaxUint32 {
+		return errs.Invalid("grpc-max-streams", "must be at most %d, got %d", uint32(math.MaxUint32), n)
+	}
 	if r := cfg.ChangeRefresh; r != 0 && (r < time.Second || r > time.Hour) {
 		return errs.Invalid("change-refresh", "must be between 1s and 1h, got %s", r)
 	}
@@ -328,13 +346,16 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	// The authenticator needs the store, which exists only once service.New
 	// has returned; an is set below, before any call is served.
 	var an *authn.Authenticator
-	base, err := service.New(ctx, "gateway", cfg.Common, interceptors(auditor, limiter,
+	// The gRPC port's limits, and requests that do not decode answered
+	// InvalidArgument (ports.DecodeGuard) before any interceptor reads one.
+	grpcOpts := append(ports.GRPCServerOptions(cfg.GRPC), ports.NewDecodeGuard().ServerOptions()...)
+	base, err := service.New(ctx, "gateway", cfg.Common, append(grpcOpts, interceptors(auditor, limiter,
 		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return an.Unary(ctx, req, info, h)
 		}, authz.UnaryServerInterceptor(),
 		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			return an.Stream(srv, ss, info, h)
-		}, authz.StreamServerInterceptor())...)
+		}, authz.StreamServerInterceptor())...)...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
