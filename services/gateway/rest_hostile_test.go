@@ -9,11 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -122,8 +125,8 @@ func restRoutes(t *testing.T) []restRoute {
 // them, from the services' http options) what a hostile or careless
 // caller sends: a body past the limit, malformed JSON, an unknown field,
 // JSON nested thousands deep, invalid UTF-8 in the path and in the query,
-// a query parameter the route does not take (no such field, or one its
-// path sets), a page size past int32 or negative, an overlong path
+// JSON nested 100,000 deep (arrays or objects, unterminated), a query
+// parameter the route does not take (no such field, or one its path sets), a page size past int32 or negative, an overlong path
 // segment. Each is refused as
 // the caller's mistake (400 or 413, a JSON error naming what and the
 // limit), never a server error: invalid UTF-8 in the path used to reach
@@ -140,6 +143,11 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 	h := newHarness(t)
 	ctx := testkit.Context(t, 2*wait)
 	deep := `{"training_task_inputs":` + strings.Repeat("[", 6000) + strings.Repeat("]", 6000) + `}`
+	// Past encoding/json's and protojson's own depth limits (10,000 each),
+	// unterminated: what a hostile caller sends to overflow a recursive
+	// decoder's stack.
+	deepest := `{"training_task_inputs":` + strings.Repeat("[", 100000)
+	deepestObjects := strings.Repeat(`{"a":`, 100000)
 	long := strings.Repeat("x", 10000)
 	type answer struct {
 		Code    codes.Code `json:"code"`
@@ -201,6 +209,8 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 				probe{"malformed JSON", r.path, `{"`, http.StatusBadRequest, ""},
 				probe{"an unknown field", r.path, `{"no_such_field_x": 1}`, http.StatusBadRequest, "no_such_field_x"},
 				probe{"JSON nested 6000 deep", r.path, deep, http.StatusBadRequest, fmt.Sprintf("nested deeper than the limit of %d levels", ports.MaxJSONDepth)},
+				probe{"100,000 nested [", r.path, deepest, http.StatusBadRequest, fmt.Sprintf("nested deeper than the limit of %d levels", ports.MaxJSONDepth)},
+				probe{"100,000 nested {", r.path, deepestObjects, http.StatusBadRequest, fmt.Sprintf("nested deeper than the limit of %d levels", ports.MaxJSONDepth)},
 				// Brackets in a string (escaped quote included) are no nesting.
 				probe{"brackets in a string", r.path, `{"no_such_field_x": "\"` + strings.Repeat("[{", 200) + `"}`, http.StatusBadRequest, "no_such_field_x"},
 				probe{"invalid UTF-8 in a body", r.path, "{\"a\xff\": 1}", http.StatusBadRequest, "invalid UTF-8"},
@@ -277,6 +287,31 @@ func TestRESTReadsNoFormFromABody(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode >= 500 {
 			t.Errorf("form-encoded body with %q: HTTP %d %s; want the body read as JSON only (nothing parsed from its rest)", smuggled, resp.StatusCode, b)
+		}
+	}
+}
+
+// TestJSONDecodersBoundTheirDepth: behind the REST port's own depth check
+// (ports.MaxJSONDepth, 100 levels), the decoders grpc-gateway uses refuse
+// JSON nested 100,000 deep with an error rather than recursing until the
+// stack overflows: encoding/json, which grpc-gateway's JSONPb reads a body
+// with first, and protojson, which then decodes it, both stop at 10,000
+// levels. What they let through (up to 10,000 levels of a
+// google.protobuf.Value, two or three messages a level) can still exceed
+// protobuf's binary recursion limit on the gateway's own gRPC port, which
+// answers it InvalidArgument (TestGRPCRefusesUndecodableRequests).
+func TestJSONDecodersBoundTheirDepth(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		strings.Repeat("[", 100000) + strings.Repeat("]", 100000),
+		strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000),
+	} {
+		if err := protojson.Unmarshal([]byte(body), &structpb.Value{}); err == nil || !strings.Contains(err.Error(), "recursion depth") {
+			t.Errorf("protojson, %.10s...: %v, want its recursion depth error", body, err)
+		}
+		var v structpb.Value
+		if err := (&runtime.JSONPb{}).NewDecoder(strings.NewReader(body)).Decode(&v); err == nil || !strings.Contains(err.Error(), "depth") {
+			t.Errorf("grpc-gateway's JSONPb, %.10s...: %v, want a depth error", body, err)
 		}
 	}
 }
