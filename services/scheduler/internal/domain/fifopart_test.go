@@ -145,3 +145,53 @@ func TestFIFOBlockKeepsSharedNodesFromPreemption(t *testing.T) {
 	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
 	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
 }
+
+// TestFIFOMultiPartitionKeepsSharedNodesFromLaterRecord: without backfill,
+// a job of -p A,B whose records rank the same (FCFS) and that cannot
+// start in A does not start in B on the node B shares with A: slurmctld's
+// record in A fails first (fail_by_part) and takes A's nodes out of
+// avail_node_bitmap before its record in B is tried, which then finds
+// only b-0001 (too few nodes: Resources). Once a-0001 frees, it starts in A.
+func TestFIFOMultiPartitionKeepsSharedNodesFromLaterRecord(t *testing.T) {
+	t.Parallel()
+	h := fifoHarness(t, FIFOPolicy(),
+		&loomv1.SlurmPartition{Id: "X", NodeSetIds: []string{"a"}, Default: true},
+		&loomv1.SlurmPartition{Id: "A", NodeSetIds: []string{"a", "s"}},
+		&loomv1.SlurmPartition{Id: "B", NodeSetIds: []string{"s", "b"}})
+	h.poolNode("a-0001", "a")
+	h.poolNode("s-0001", "s")
+	h.poolNode("b-0001", "b")
+	h.submitJob(job(1, 1, 0, inPart("X", 8)))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 2, 0, inPart("A,B", 8)))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.finish(1, 0)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if j := h.job(2); j.GetPartition() != "A" || len(j.GetNodes()) != 2 || j.GetNodes()[0] != "a-0001" || j.GetNodes()[1] != "s-0001" {
+		t.Fatalf("job 2 runs in %q on %v; want A on a-0001, s-0001", j.GetPartition(), j.GetNodes())
+	}
+}
+
+// TestFIFOMultiPartitionPreemptsAtFirstRecord: without backfill, a job of
+// -p A,B whose records rank the same, of QOS high, that can start in A
+// only by preempting job 1 (QOS low) preempts there and is not tried in
+// B, though b-0001 is free: slurmctld's record in A begins the preemption
+// (preempt_in_progress) before its record in B is popped, which it then
+// skips ("scheduled in another partition").
+func TestFIFOMultiPartitionPreemptsAtFirstRecord(t *testing.T) {
+	t.Parallel()
+	pol := FIFOPolicy()
+	pol.Name, pol.Preempt = "fifo-preempt", true
+	h := fifoHarness(t, pol,
+		&loomv1.SlurmPartition{Id: "A", NodeSetIds: []string{"a"}, Default: true},
+		&loomv1.SlurmPartition{Id: "B", NodeSetIds: []string{"b"}})
+	h.poolNode("a-0001", "a")
+	h.poolNode("b-0001", "b")
+	h.submitJob(job(1, 1, 0, inPart("A", 8), qos("low")))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	c := h.submitJob(job(2, 1, 0, inPart("A,B", 8), qos("high")))
+	if st := stops(c); len(st) != 1 || st[0].GetJob() != jobName(1) {
+		t.Fatalf("stops %v; want job 1's alone", st)
+	}
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+}

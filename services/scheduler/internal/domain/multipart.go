@@ -29,7 +29,9 @@ import (
 // (MaxTime per partition) and fits (AvoidReserved as any job of it); its
 // run records its priority there. Records of equal rank (partitions of
 // equal tier and priority) are tried together, in the list's order, before
-// any decision. The first record whose gates it passes and where it does
+// any decision (with backfill: without it each record where it waits for
+// resources is decided and blocks its partition before the next is tried,
+// failFIFO). The first record whose gates it passes and where it does
 // not start decides it, as a job of that partition alone would be decided
 // at that point of the walk (consider: reason, preemption, the backfill
 // reservation, Resources or Priority). A later record where it waits for
@@ -212,6 +214,19 @@ func (p *pass) multiStep(m *multiRec) {
 			return
 		}
 		if res.kind != place.Static && res.kind != place.Availability {
+			if !p.t.s.cfg.Policy.Backfill {
+				// slurmctld's record here fails before its next one is
+				// tried: fail_by_part takes this partition's nodes out of
+				// avail_node_bitmap, so the job's records of the same rank
+				// after it do not take the nodes they share with it.
+				if !p.failFIFO(m, deciding, k) {
+					return // consider started it
+				}
+				if m.preempting() {
+					break // preempt_in_progress: its other records are skipped
+				}
+				continue
+			}
 			waits |= uint64(1) << uint(k)
 		}
 	}
@@ -256,6 +271,27 @@ func (p *pass) multiStep(m *multiRec) {
 		i--
 	}
 	p.multiq = slices.Insert(p.multiq, i, m)
+}
+
+// failFIFO is, without backfill, m's record k where its job waits for
+// resources, as slurmctld's record that could not start: decided (its
+// first record of this rank whose gates it passed, deciding, decides the
+// job unless an earlier one did), then, when k is not that record, waitIn
+// (its preemption there, else its partition blocked). Either blocks k's
+// partition and keeps the nodes it shares with others (blockFIFO) before
+// the job's next record is tried. It reports false when the decision
+// started the job.
+func (p *pass) failFIFO(m *multiRec, deciding, k int) bool {
+	if !m.decided {
+		if !p.decideMulti(m, deciding) {
+			return false
+		}
+		if deciding == k {
+			return true
+		}
+	}
+	p.waitIn(m, k)
+	return true
 }
 
 // decideMulti decides m's job as a job of its record k's partition alone
