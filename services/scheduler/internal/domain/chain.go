@@ -231,12 +231,32 @@ func gateQOSLimit(p *pass, q *queued) (string, string) {
 // tried. q is one record of a job of several partitions (multipart.go):
 // each is held by its own partition's block alone, so a job blocked in its
 // first partition is still tried in its others, as slurmctld tries each
-// of a job's job_queue_recs.
+// of a job's job_queue_recs. A job held so keeps a reason placement gave
+// it (keepsReasonBehindBlock) rather than Priority.
 func gateFIFO(p *pass, q *queued) (string, string) {
 	if p.fifoParts != 0 && q.part >= 0 && q.part < 64 && p.fifoParts&(uint64(1)<<uint(q.part)) != 0 {
+		if keepsReasonBehindBlock(q.reason) {
+			return q.reason, ""
+		}
 		return ReasonPriority, ""
 	}
 	return "", ""
+}
+
+// keepsReasonBehindBlock reports whether a job of a blocked partition
+// (gateFIFO) keeps reason, its reason before the pass, instead of reading
+// Priority. slurmctld's _schedule sets WAIT_PRIORITY on a job of a failed
+// partition only when it has no reason or WAIT_RESOURCES, and keeps any
+// other ("Retaining previous scheduling Reason"); the reasons its checks
+// before that one set afresh (dependency, begin time, holds, partition
+// limits) are none by then when they pass, as they are here when the gates
+// before fifo pass. What is left to keep is what placement decided on the
+// job's nodes, which this pass does not look at for it: ReqNodeNotAvail and
+// BadConstraints (with its placement explanation, as Slurm keeps the
+// reason's description). The limit reasons (Assoc*, QOS*) are not kept:
+// their gates, before fifo, have just found them lifted.
+func keepsReasonBehindBlock(reason string) bool {
+	return reason == ReasonReqNodeNotAvail || reason == ReasonBadConstraints
 }
 
 // blockFIFO blocks partition pi for the rest of the pass (without

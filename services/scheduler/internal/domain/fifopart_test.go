@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -194,4 +195,33 @@ func TestFIFOMultiPartitionPreemptsAtFirstRecord(t *testing.T) {
 		t.Fatalf("stops %v; want job 1's alone", st)
 	}
 	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+}
+
+// TestFIFOBlockKeepsPlacementReason: without backfill, a job held behind a
+// blocked job of its partition keeps the reason placement gave it before
+// (ReqNodeNotAvail: its only node is drained) rather than Priority, as
+// slurmctld's _schedule sets WAIT_PRIORITY on a job of a failed partition
+// only over no reason or Resources. A job that waited for Resources reads
+// Priority there, and a released one (no reason of its own) too.
+func TestFIFOBlockKeepsPlacementReason(t *testing.T) {
+	t.Parallel()
+	h := fifoHarness(t, FIFOPolicy(), &loomv1.SlurmPartition{Id: "A", NodeSetIds: []string{"a"}, Default: true})
+	h.poolNode("a-0001", "a")
+	h.poolNode("a-0002", "a")
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: "a-0002", State: "DRAIN", Reason: "checking"})
+	h.submitJob(job(10, 1, 0, inPart("A", 8)))
+	h.wantState(10, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(1, 1, 0, inPart("A", 8), func(j *loomv1.Job) { j.Hold = true }))
+	h.submitJob(job(2, 1, 0, inPart("A", 8), func(j *loomv1.Job) { j.Nodelist = []string{"a-0002"} }))
+	h.submitJob(job(3, 1, 0, inPart("A", 8), func(j *loomv1.Job) { j.Hold = true }))
+	h.submitJob(job(4, 1, 0, inPart("A", 8)))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonHeldUser)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	h.do(&eventsv1.UpdateJob{Job: jobName(3), Cluster: cl, Action: ActionRelease})
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRelease})
+	h.wantState(1, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonPriority)
 }
