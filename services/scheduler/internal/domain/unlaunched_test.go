@@ -165,3 +165,31 @@ func TestNeverLaunchedAvoidsTheNodeNextTime(t *testing.T) {
 		t.Fatalf("job 2's attempt 2 on %v (avoid %q); want gpu-0001 again, gpu-0002 being busy", n, h.s.JobRecord(jobName(2)).Avoid)
 	}
 }
+
+// A job that avoids the node its last run never launched on says so in
+// its placement explanation (scontrol show job's Placement=) while it is
+// pending, named as such: the node is in no filtered count (it is placed
+// as without it when it fits nowhere else), in neither its --exclude nor
+// excluded_nodes. Its start ends the avoidance, and the note.
+func TestNeverLaunchedAvoidedNodeIsShown(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 2, 8)
+	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_RUNNING, 0)
+	h.notOpened(1, 1, "gpu-0001")
+	// Pending while its step on gpu-0002 is being stopped.
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	v := h.s.JobViewer(h.now)(jobName(1))
+	const note = "avoiding gpu-0001 (its last run never launched there; used only when no other node has room)"
+	if !strings.HasSuffix(v.GetPlacement(), "; "+note) || len(v.GetExcludedNodes()) != 0 || len(v.GetExclude()) != 0 {
+		t.Fatalf("placement %q, excluded_nodes %v, exclude %v; want the placement to end %q, no exclusion", v.GetPlacement(),
+			v.GetExcludedNodes(), v.GetExclude(), note)
+	}
+	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if v := h.s.JobViewer(h.now)(jobName(1)); strings.Contains(v.GetPlacement(), "avoiding") {
+		t.Fatalf("started job's placement %q still names the avoided node", v.GetPlacement())
+	}
+}

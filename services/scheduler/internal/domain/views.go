@@ -104,6 +104,11 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 		if d := rec.why; d != nil && placementReason(out.GetStateReason()) {
 			out.Placement = views.Explain(d.Nodes, d.Filtered, d.Note)
 		}
+		if rec.Avoid != "" {
+			// The node it keeps off (requeueUnlaunched) is in no filtered
+			// count: a pass that does not start it decides it as without it.
+			out.Placement = views.WithAvoided(out.Placement, rec.Avoid)
+		}
 		if r, ok := v.s.reserved[out.GetCluster()]; ok && r.Job == rec.Name() {
 			out.SchedNodes = slices.Clone(r.Nodes)
 			if !r.Unbounded {

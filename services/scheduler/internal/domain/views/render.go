@@ -69,6 +69,20 @@ func JobRuns(attempts int32, state loomv1.JobState, run func(attempt int32) (Run
 	return out
 }
 
+// WithAvoided is placement, a pending job's Job.placement, naming host,
+// the node the job keeps off at its next start because its last run never
+// launched there (the scheduler's JobRecord.Avoid): the user's --exclude
+// and the nodes excluded after failures are shown elsewhere (ExcNodeList,
+// Job.excluded_nodes), and this node is neither. Placement counts no node
+// under it, so it is said in words, after the rest.
+func WithAvoided(placement, host string) string {
+	note := "avoiding " + host + " (its last run never launched there; used only when no other node has room)"
+	if placement == "" {
+		return note
+	}
+	return placement + "; " + note
+}
+
 // Explain writes a pass's decision for a pending job as Job.placement: "12
 // nodes filtered: InsufficientGPUs 8, NodeDrained 3, Excluded 1; preempting
 // 1 job(s)" from the nodes looked at, the nodes each check filtered (most
