@@ -34,9 +34,15 @@ type harness struct {
 	requeues, drains int
 }
 
+// harnessWith is a harness over a new state of cfg, at 2025-01-01, with no
+// cluster yet.
+func harnessWith(t *testing.T, cfg Config) *harness {
+	return &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+}
+
+// newHarness is a harness with Loom's policy and one running cluster, cl.
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
-		announced: map[string]string{}}
+	h := harnessWith(t, Config{Policy: DefaultPolicy()})
 	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{
 		State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
 	return h

@@ -27,7 +27,7 @@ import (
 // named after them, and partitions: "gpu" (default, over a3, MaxTime 1 day),
 // "cpu" (over cpu) and any extra ones given.
 func newSpecHarness(t *testing.T, cfg Config, extra ...*loomv1.SlurmPartition) *harness {
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, cfg)
 	parts := append([]*loomv1.SlurmPartition{
 		{Id: "gpu", NodeSetIds: []string{"a3"}, MaxTime: "1-00:00:00", Default: true},
 		{Id: "cpu", NodeSetIds: []string{"cpu"}, MaxTime: "UNLIMITED"},

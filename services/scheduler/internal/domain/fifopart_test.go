@@ -2,7 +2,6 @@ package domain
 
 import (
 	"testing"
-	"time"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -13,7 +12,7 @@ import (
 func fifoHarness(t *testing.T, policy Policy, parts ...*loomv1.SlurmPartition) *harness {
 	cfg := Config{}
 	cfg.Policy = policy
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, cfg)
 	h.do(twoPoolCluster(parts...))
 	return h
 }

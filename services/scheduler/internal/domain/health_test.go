@@ -26,7 +26,7 @@ func newHealthHarness(t *testing.T, cfg Config) *harness {
 	if cfg.Policy.Name == "" {
 		cfg.Policy = DefaultPolicy()
 	}
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, cfg)
 	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{
 		State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
 	return h

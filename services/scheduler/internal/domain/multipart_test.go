@@ -170,7 +170,7 @@ func TestMultiPartitionTimeLimitRaise(t *testing.T) {
 // with none ends as a single-partition job does.
 func TestMultiPartitionRemovedPartition(t *testing.T) {
 	t.Parallel()
-	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, Config{Policy: DefaultPolicy()})
 	pa := &loomv1.SlurmPartition{Id: "pa", NodeSetIds: []string{"a"}, Default: true}
 	pab := &loomv1.SlurmPartition{Id: "pab", NodeSetIds: []string{"a", "b"}}
 	pb := &loomv1.SlurmPartition{Id: "pb", NodeSetIds: []string{"b"}}
@@ -216,10 +216,13 @@ func TestMultiPartitionRemovedPartition(t *testing.T) {
 
 // tierHarness is a cluster of two pools, a in partition hi (PriorityTier
 // 10) and b in partition lo (tier 1), one n2-standard-8 node each, under
-// Loom's policy (multifactor order, backfill, preemption) and cfg.
+// cfg, whose policy defaults to Loom's (multifactor order, backfill,
+// preemption).
 func tierHarness(t *testing.T, cfg Config) *harness {
-	cfg.Policy = DefaultPolicy()
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	if cfg.Policy.Name == "" {
+		cfg.Policy = DefaultPolicy()
+	}
+	h := harnessWith(t, cfg)
 	h.do(twoPoolCluster(
 		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
 		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
@@ -426,7 +429,7 @@ func TestMultiPartitionReservesFirstOnTie(t *testing.T) {
 // reservation), not for hi's nodes that do not exist.
 func TestMultiPartitionReasonWhereItCanStart(t *testing.T) {
 	t.Parallel()
-	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, Config{Policy: DefaultPolicy()})
 	h.do(twoPoolCluster(
 		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
 		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
@@ -448,7 +451,7 @@ func TestMultiPartitionReasonWhereItCanStart(t *testing.T) {
 func TestMultiPartitionStartReleasesReservation(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Policy: DefaultPolicy(), Weights: Weights{Age: DefaultWeightAge, Partition: DefaultWeightPartition}}
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, cfg)
 	h.do(twoPoolCluster(
 		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
 		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1},
@@ -490,7 +493,7 @@ func TestMultiPartitionStartReleasesReservation(t *testing.T) {
 // step has ended.
 func TestMultiPartitionPreemptsInLaterPartition(t *testing.T) {
 	t.Parallel()
-	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, Config{Policy: DefaultPolicy()})
 	h.do(twoPoolCluster(
 		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"a"}, PriorityTier: 1, Default: true},
 		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"b"}, PriorityTier: 1}))
@@ -587,14 +590,7 @@ func noBackfillPolicy() Policy {
 // waits for lo's node, Resources.
 func TestMultiPartitionNoBackfillTriesLaterPartition(t *testing.T) {
 	t.Parallel()
-	cfg := Config{}
-	cfg.Policy = noBackfillPolicy()
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
-	h.do(twoPoolCluster(
-		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
-		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
-	h.poolNode("a-0001", "a")
-	h.poolNode("b-0001", "b")
+	h := tierHarness(t, Config{Policy: noBackfillPolicy()})
 	h.submitJob(job(1, 1, 0, inPart("hi", 8)))
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	h.submitJob(job(2, 1, 0, inPart("hi,lo", 8)))
@@ -616,14 +612,7 @@ func TestMultiPartitionNoBackfillTriesLaterPartition(t *testing.T) {
 // which its own block in hi does not skip.
 func TestMultiPartitionNoBackfillPreemptsInLaterPartition(t *testing.T) {
 	t.Parallel()
-	cfg := Config{}
-	cfg.Policy = noBackfillPolicy()
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
-	h.do(twoPoolCluster(
-		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"a"}, PriorityTier: 10, Default: true},
-		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"b"}, PriorityTier: 1}))
-	h.poolNode("a-0001", "a")
-	h.poolNode("b-0001", "b")
+	h := tierHarness(t, Config{Policy: noBackfillPolicy()})
 	h.submitJob(job(1, 1, 0, inPart("hi", 8), qos("normal")))
 	h.submitJob(job(2, 1, 0, inPart("lo", 8), qos("low")))
 	h.wantState(1, loomv1.JobState_RUNNING, "")
@@ -650,7 +639,7 @@ func TestMultiPartitionPreemptorCountsOnce(t *testing.T) {
 	t.Parallel()
 	cfg := Config{MaxPreemptPerPass: 2}
 	cfg.Policy = DefaultPolicy()
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, cfg)
 	h.do(twoPoolCluster(
 		&loomv1.SlurmPartition{Id: "lo", NodeSetIds: []string{"a"}, PriorityTier: 1, Default: true},
 		&loomv1.SlurmPartition{Id: "hi", NodeSetIds: []string{"b"}, PriorityTier: 1},

@@ -3,7 +3,6 @@ package domain
 import (
 	"strings"
 	"testing"
-	"time"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -66,7 +65,7 @@ func (h *harness) wantPartitionGone(id int, part string) *loomv1.Job {
 // go on as they were (jobs of -p a,b: TestMultiPartitionRemovedPartition).
 func TestRemovedPartitionFailsItsJobs(t *testing.T) {
 	t.Parallel()
-	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, Config{Policy: DefaultPolicy()})
 	pa := &loomv1.SlurmPartition{Id: "pa", NodeSetIds: []string{"a"}, Default: true}
 	pab := &loomv1.SlurmPartition{Id: "pab", NodeSetIds: []string{"a", "b"}}
 	pb := &loomv1.SlurmPartition{Id: "pb", NodeSetIds: []string{"b"}}

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -20,7 +19,7 @@ import (
 // runs in pb while pa is DOWN. sinfo's view shows each state.
 func TestPartitionState(t *testing.T) {
 	t.Parallel()
-	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h := harnessWith(t, Config{Policy: DefaultPolicy()})
 	pa := &loomv1.SlurmPartition{Id: "pa", NodeSetIds: []string{"a"}, Default: true}
 	pb := &loomv1.SlurmPartition{Id: "pb", NodeSetIds: []string{"b"}}
 	with := func(p *loomv1.SlurmPartition, state string) *loomv1.SlurmPartition {
