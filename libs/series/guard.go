@@ -60,6 +60,12 @@ type Write struct {
 	Node    string
 	Attempt int32
 	Data    []byte
+	// ID is the caller's identity of the record the write is (RecordSource's
+	// String: its topic, partition and offset), which a redelivered copy
+	// shares: a job holds a record once, however often it is delivered
+	// before its placement is known. "" for a record whose identity is not
+	// known (held once per delivery). No spaces nor newlines.
+	ID string
 	// HeldAt is when the write was held (Release's writes only).
 	HeldAt time.Time
 }
@@ -84,10 +90,9 @@ type Refused struct {
 // slot, written one command at a time.
 func (s *Store) heldIndexKey() string { return s.prefix + "metrics:held" }
 
-// rateKey counts node's writes in the hour h (unix hours).
-func (s *Store) rateKey(node string, h int64) string {
-	return s.prefix + "metrics:rate:" + node + ":" + strconv.FormatInt(h, 10)
-}
+// nodeRateKey is node's write count (CountNodeWrite): its hour and count,
+// and what it counted of each source.
+func (s *Store) nodeRateKey(node string) string { return s.prefix + "metrics:noderate:" + node }
 
 var placeScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
@@ -127,23 +132,28 @@ func (s *Store) Place(ctx context.Context, job string, runs []Run) error {
 	return nil
 }
 
-// admitScript: KEYS runs, held, heldsize, swept; ARGV attempt, entry,
-// max held, max held bytes, trusted (1/0). Returns {status, run}: status
-// 'swept', 'placed' (run: the attempt's placement, empty when unknown to a
-// trusted writer), 'held' or 'full'. A write is held when its run's
-// placement is unknown, or when earlier writes of the job are held (so
-// that a job's batches are applied in their order: a later one must not
-// move its source's watermark past a held one).
+// admitScript: KEYS runs, held, heldsize, swept, heldids; ARGV attempt,
+// entry, max held, max held bytes, trusted (1/0), the write's ID (empty when
+// unknown). Returns {status, run}: status 'swept', 'placed' (run: the
+// attempt's placement, empty when unknown to a trusted writer), 'held' or
+// 'full'. A write is held when its run's placement is unknown, or when
+// earlier writes of the job are held (so that a job's batches are applied
+// in their order: a later one must not move its source's watermark past a
+// held one). A write whose ID is held already (a redelivered record) is
+// 'held' without a second entry: it keeps the first copy's place in the
+// order and its hold time, and takes no second slot of the bounds.
 var admitScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[4]) == 1 then return {'swept', ''} end
 local run = redis.call('HGET', KEYS[1], ARGV[1])
 if ARGV[5] == '1' then return {'placed', run or ''} end
 local n = redis.call('LLEN', KEYS[2])
 if run and n == 0 then return {'placed', run} end
+if ARGV[6] ~= '' and redis.call('HEXISTS', KEYS[5], ARGV[6]) == 1 then return {'held', ''} end
 local size = tonumber(redis.call('GET', KEYS[3]) or '0')
 if n >= tonumber(ARGV[3]) or size + #ARGV[2] > tonumber(ARGV[4]) then return {'full', ''} end
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], #ARGV[2])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[5], ARGV[6], 1) end
 return {'held', ''}`)
 
 // Admit decides on w at now: refused (the job's series were swept, the
@@ -156,6 +166,9 @@ func (s *Store) Admit(ctx context.Context, w Write, now time.Time) (Verdict, err
 	if err := validJob(w.Job); err != nil {
 		return Verdict{}, err
 	}
+	if strings.ContainsAny(w.ID, " \n") {
+		return Verdict{}, fmt.Errorf("metrics of %s: write id %q: no spaces nor newlines", w.Job, w.ID)
+	}
 	trusted := "0"
 	var entry []byte
 	if w.Node == "" {
@@ -163,8 +176,8 @@ func (s *Store) Admit(ctx context.Context, w Write, now time.Time) (Verdict, err
 	} else {
 		entry = encodeHeld(w, now)
 	}
-	keys := []string{s.key(w.Job, "runs"), s.key(w.Job, "held"), s.key(w.Job, "heldsize"), s.key(w.Job, "swept")}
-	res, err := admitScript.Run(ctx, s.rdb, keys, w.Attempt, entry, s.lim.Held, s.lim.HeldBytes, trusted).StringSlice()
+	keys := []string{s.key(w.Job, "runs"), s.key(w.Job, "held"), s.key(w.Job, "heldsize"), s.key(w.Job, "swept"), s.key(w.Job, "heldids")}
+	res, err := admitScript.Run(ctx, s.rdb, keys, w.Attempt, entry, s.lim.Held, s.lim.HeldBytes, trusted, w.ID).StringSlice()
 	if err != nil || len(res) != 2 {
 		return Verdict{}, fmt.Errorf("metrics of %s: admit: %v %w", w.Job, res, err)
 	}
@@ -203,14 +216,20 @@ func (s *Store) judge(run, node string, now time.Time) string {
 	return ""
 }
 
-// encodeHeld is a held entry: "node\nattempt\nheldAtMs\n" then the data.
+// encodeHeld is a held entry: "node\nattempt\nheldAtMs[ id]\n" then the
+// data. The id (Write.ID) follows the time, so that an entry held before
+// writes had ids (without one) still decodes.
 func encodeHeld(w Write, at time.Time) []byte {
-	b := make([]byte, 0, len(w.Node)+32+len(w.Data))
+	b := make([]byte, 0, len(w.Node)+len(w.ID)+32+len(w.Data))
 	b = append(b, w.Node...)
 	b = append(b, '\n')
 	b = strconv.AppendInt(b, int64(w.Attempt), 10)
 	b = append(b, '\n')
 	b = strconv.AppendInt(b, at.UnixMilli(), 10)
+	if w.ID != "" {
+		b = append(b, ' ')
+		b = append(b, w.ID...)
+	}
 	b = append(b, '\n')
 	return append(b, w.Data...)
 }
@@ -221,20 +240,27 @@ func decodeHeld(job string, e []byte) (Write, error) {
 		return Write{}, errors.New("held entry: want 4 parts")
 	}
 	a, err1 := strconv.ParseInt(string(f[1]), 10, 32)
-	ms, err2 := strconv.ParseInt(string(f[2]), 10, 64)
+	at, id, _ := strings.Cut(string(f[2]), " ")
+	ms, err2 := strconv.ParseInt(at, 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
 		return Write{}, fmt.Errorf("held entry: %w", err)
 	}
-	return Write{Job: job, Node: string(f[0]), Attempt: int32(a), Data: f[3], HeldAt: time.UnixMilli(ms)}, nil
+	return Write{Job: job, Node: string(f[0]), Attempt: int32(a), Data: f[3], HeldAt: time.UnixMilli(ms), ID: id}, nil
 }
 
 // popScript removes the held list's head only if it is still ARGV[1]
-// (another releaser may have taken it), keeping heldsize.
+// (another releaser may have taken it), keeping heldsize and heldids
+// (KEYS[3]; ARGV[2] the entry's id, empty for none).
 var popScript = redis.NewScript(`
 local e = redis.call('LINDEX', KEYS[1], 0)
 if e ~= ARGV[1] then return 0 end
 redis.call('LPOP', KEYS[1])
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) else redis.call('DECRBY', KEYS[2], #e) end
+if redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2], KEYS[3])
+else
+  redis.call('DECRBY', KEYS[2], #e)
+  if ARGV[2] ~= '' then redis.call('HDEL', KEYS[3], ARGV[2]) end
+end
 return 1`)
 
 // Release goes through job's held writes in order at now: each whose run's
@@ -283,7 +309,7 @@ func (s *Store) Release(ctx context.Context, job string, now time.Time, apply fu
 				}
 			}
 		}
-		popped, err := popScript.Run(ctx, s.rdb, []string{held, s.key(job, "heldsize")}, e).Int()
+		popped, err := popScript.Run(ctx, s.rdb, []string{held, s.key(job, "heldsize"), s.key(job, "heldids")}, e, w.ID).Int()
 		if err != nil {
 			return refused, fmt.Errorf("metrics of %s: held: %w", job, err)
 		}
@@ -358,16 +384,84 @@ func (s *Store) FirstRefusal(ctx context.Context, record string) (bool, error) {
 	return first, nil
 }
 
-// CountNodeWrite counts one write of node in now's hour and reports whether
-// the node is over Limits.NodeRate (the write is then refused,
-// ReasonRate). The counter is Redis', so every replica shares it.
-func (s *Store) CountNodeWrite(ctx context.Context, node string, now time.Time) (bool, error) {
-	k := s.rateKey(node, now.Unix()/3600)
-	p := s.rdb.Pipeline()
-	n := p.Incr(ctx, k)
-	p.Expire(ctx, k, 2*time.Hour)
-	if _, err := p.Exec(ctx); err != nil {
+// RecordSource is a record's identity for CountNodeWrite and Write.ID:
+// its topic partition (Name) and offset (Seq), which the broker assigns,
+// so that no writer can forge nor reuse them, and which a redelivered copy
+// shares. A record that was not read from a broker (highWaterMark, the
+// partition's high-water mark at the fetch, not above offset: an event
+// made in a test or replayed by hand) has no identity: Name "".
+func RecordSource(topic string, partition int, offset, highWaterMark int64) Source {
+	if topic == "" || highWaterMark <= offset {
+		return Source{}
+	}
+	return Source{Name: topic + "/" + strconv.Itoa(partition), Seq: offset}
+}
+
+// String is the source's record identity, "name:seq" (Write.ID); "" when
+// the name is unknown.
+func (src Source) String() string {
+	if src.Name == "" {
+		return ""
+	}
+	return src.Name + ":" + strconv.FormatInt(src.Seq, 10)
+}
+
+// nodeRateScript: KEYS the node's count (nodeRateKey); ARGV the hour (unix
+// hours), the limit, the record's source (empty when unknown), its sequence,
+// the key's TTL in seconds. Returns 1 when the record is over the limit.
+//
+// The hash holds "h" (the hour counted) and "n" (its count), and per
+// source "s:NAME" = "last lo hi": the last sequence counted from it and
+// the latest run of its sequences refused ([lo, hi]; -1 -1 for none). A
+// source is read in order (one consumer at a time owns a partition), so a
+// record at or below its source's last was counted before (a redelivery):
+// it is not counted again, and its verdict is the first one's (refused
+// when it lies in the refused run: within an hour a node's refusals are
+// its last records, so they are contiguous in each source).
+var nodeRateScript = redis.NewScript(`
+local f, seq, last, lo, hi
+if ARGV[3] ~= '' then
+  f, seq = 's:' .. ARGV[3], tonumber(ARGV[4])
+  local v = redis.call('HGET', KEYS[1], f)
+  if v then
+    last, lo, hi = string.match(v, '^(%S+) (%S+) (%S+)$')
+  end
+  if last and seq <= tonumber(last) then
+    if seq >= tonumber(lo) and seq <= tonumber(hi) then return 1 end
+    return 0
+  end
+end
+if redis.call('HGET', KEYS[1], 'h') ~= ARGV[1] then redis.call('HSET', KEYS[1], 'h', ARGV[1], 'n', 0) end
+local over = redis.call('HINCRBY', KEYS[1], 'n', 1) > tonumber(ARGV[2])
+if f then
+  if not last then lo, hi = '-1', '-1' end
+  if over then
+    -- A run goes on while the source's last record was refused too.
+    if not last or hi ~= last then lo = ARGV[4] end
+    hi = ARGV[4]
+  end
+  redis.call('HSET', KEYS[1], f, ARGV[4] .. ' ' .. lo .. ' ' .. hi)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+if over then return 1 end
+return 0`)
+
+// CountNodeWrite counts the record src (RecordSource) of node in now's
+// hour and reports whether the node is over Limits.NodeRate (the write is
+// then refused, ReasonRate). A record is counted once: one delivered again
+// (a consumer that failed to commit it, a restart, a rebalance) is not
+// counted again and gets its first delivery's verdict, whatever hour it
+// comes back in, for RefusalTTL after the node's last write. A record
+// without a source (Name "") is counted every time. The count is Redis',
+// so every replica shares it.
+func (s *Store) CountNodeWrite(ctx context.Context, node string, src Source, now time.Time) (bool, error) {
+	if strings.ContainsAny(src.Name, " \n") {
+		return false, fmt.Errorf("metric writes of %s: source %q: no spaces nor newlines", node, src.Name)
+	}
+	over, err := nodeRateScript.Run(ctx, s.rdb, []string{s.nodeRateKey(node)},
+		now.Unix()/3600, s.lim.NodeRate, src.Name, src.Seq, int64(RefusalTTL/time.Second)).Int()
+	if err != nil {
 		return false, fmt.Errorf("metric writes of %s: %w", node, err)
 	}
-	return n.Val() > s.lim.NodeRate, nil
+	return over == 1, nil
 }

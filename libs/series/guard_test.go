@@ -128,6 +128,53 @@ func TestGuardHeldBounds(t *testing.T) {
 	}
 }
 
+// TestGuardHeldOnce: a record admitted twice before its placement (the
+// same ID: a redelivery) is held once, taking one slot of Held; released,
+// it is applied once, and its ID held again is a new entry; writes without
+// an ID are held once per delivery; an ID with a space is refused.
+func TestGuardHeldOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{Held: 2})
+	w := Write{Job: gJob, Node: gNodeA, Attempt: 1, Data: []byte("x"), ID: "loom.step.events.v1/3:7"}
+	for range 3 {
+		if v := admit(t, s, w, gNow); !v.Held {
+			t.Fatalf("verdict %+v, want held", v)
+		}
+	}
+	other := Write{Job: gJob, Node: gNodeA, Attempt: 1, Data: []byte("y"), ID: "loom.step.events.v1/3:8"}
+	if v := admit(t, s, other, gNow); !v.Held {
+		t.Fatalf("another record: %+v, want held (the redeliveries took no slot)", v)
+	}
+	if n, _ := s.rdb.LLen(ctx, s.key(gJob, "held")).Result(); n != 2 {
+		t.Fatalf("%d entries held, want 2 (one per record)", n)
+	}
+	if err := s.Place(ctx, gJob, []Run{{Attempt: 1, Nodes: []string{gNodeA}}}); err != nil {
+		t.Fatal(err)
+	}
+	var c collect
+	if r, err := s.Release(ctx, gJob, gNow, c.apply); err != nil || len(r) != 0 || len(c.got) != 2 ||
+		c.got[0].ID != w.ID || string(c.got[0].Data) != "x" || c.got[1].ID != other.ID {
+		t.Fatalf("released %v (refused %v, %v), want each record once, in order", c.got, r, err)
+	}
+	for _, k := range []string{"held", "heldsize", "heldids"} {
+		if n, _ := s.rdb.Exists(ctx, s.key(gJob, k)).Result(); n != 0 {
+			t.Errorf("%s left after the release", k)
+		}
+	}
+	// Without an ID nothing says two deliveries are one record.
+	g := newStore(t, Limits{})
+	for range 2 {
+		admit(t, g, Write{Job: gJob, Node: gNodeA, Attempt: 1, Data: []byte("z")}, gNow)
+	}
+	if n, _ := g.rdb.LLen(ctx, g.key(gJob, "held")).Result(); n != 2 {
+		t.Errorf("%d entries held for two deliveries without an ID, want 2", n)
+	}
+	if _, err := g.Admit(ctx, Write{Job: gJob, Node: gNodeA, Attempt: 1, ID: "a b"}, gNow); err == nil {
+		t.Error("an ID with a space was taken")
+	}
+}
+
 // TestGuardHeldExpire: a write whose placement never comes is refused
 // held-expired by SweepHeld after HoldFor, not before; the job leaves the
 // held index, and a job with a newer held write stays in it.
@@ -165,16 +212,62 @@ func TestGuardNodeRate(t *testing.T) {
 	s := newStore(t, Limits{NodeRate: 3})
 	hour := gNow.Truncate(time.Hour)
 	for i := range 4 {
-		over, err := s.CountNodeWrite(ctx, gNodeA, hour.Add(time.Duration(i)*time.Minute))
+		over, err := s.CountNodeWrite(ctx, gNodeA, Source{}, hour.Add(time.Duration(i)*time.Minute))
 		if err != nil || over != (i == 3) {
 			t.Fatalf("write %d: over %v, %v", i+1, over, err)
 		}
 	}
-	if over, _ := s.CountNodeWrite(ctx, gNodeB, hour); over {
+	if over, _ := s.CountNodeWrite(ctx, gNodeB, Source{}, hour); over {
 		t.Error("another node is over the first node's rate")
 	}
-	if over, _ := s.CountNodeWrite(ctx, gNodeA, hour.Add(time.Hour)); over {
+	if over, _ := s.CountNodeWrite(ctx, gNodeA, Source{}, hour.Add(time.Hour)); over {
 		t.Error("the next hour is still over")
+	}
+}
+
+// TestGuardNodeRateCountsARecordOnce: a record delivered again (its source
+// and sequence already counted) is not counted again and gets its first
+// verdict, taken or refused, also in the next hour; its source's later
+// records and other sources are counted; a record without a source is
+// counted every time.
+func TestGuardNodeRateCountsARecordOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{NodeRate: 3})
+	hour := gNow.Truncate(time.Hour)
+	p0, p1 := "loom.step.events.v1/0", "loom.step.events.v1/1"
+	count := func(name string, seq int64, at time.Time, want bool) {
+		t.Helper()
+		over, err := s.CountNodeWrite(ctx, gNodeA, Source{Name: name, Seq: seq}, at)
+		if err != nil || over != want {
+			t.Fatalf("%s:%d at %v: over %v, %v; want %v", name, seq, at, over, err, want)
+		}
+	}
+	count(p0, 10, hour, false)
+	count(p0, 10, hour, false) // redelivered: not counted again
+	count(p0, 11, hour, false)
+	count(p0, 10, hour, false) // a restart's redelivery of both
+	count(p0, 11, hour, false)
+	count(p1, 10, hour, false) // another partition's offset 10: another record, the third
+	count(p1, 12, hour, true)  // the fourth: over
+	count(p1, 13, hour, true)
+	count(p1, 12, hour, true) // redelivered: refused again, not counted
+	count(p0, 11, hour, false)
+	next := hour.Add(time.Hour)
+	count(p1, 13, next, true)  // a redelivery the next hour keeps its verdict
+	count(p1, 11, next, false) // a record of the source between two counted ones was counted (read in order)
+	count(p1, 14, next, false) // the next hour's first record
+	count(p0, 12, next, false)
+	count(p0, 13, next, false)
+	count(p1, 15, next, true)
+	count(p1, 14, next, false) // the refused run of the hour before is passed; this hour's taken record stays taken
+	count(p1, 16, next, true)
+	count(p1, 15, next, true) // the refused run goes on through 16
+	for range 2 {
+		count("", 0, next, true) // no source: counted each time, over
+	}
+	if _, err := s.CountNodeWrite(ctx, gNodeA, Source{Name: "a b"}, next); err == nil {
+		t.Error("a source with a space was counted")
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 //	{prefix}metrics:{job}:runs    hash: attempt -> "endMs node..." (who may write; guard.go)
 //	{prefix}metrics:{job}:held    list: batches held until their run's placement is known
 //	{prefix}metrics:{job}:heldsize string: the held batches' bytes
+//	{prefix}metrics:{job}:heldids hash: the held batches' ids (Write.ID) -> 1, so that a record is held once
 //	{prefix}metrics:{job}:swept   string, expiring: the series were swept (no late write recreates them)
 //	{prefix}metrics-project:{project}  hash: job -> its points kept, and "total" their sum
 //
@@ -313,7 +314,7 @@ func (s *Store) delete(ctx context.Context, job string, swept bool) error {
 	if err != nil {
 		return fmt.Errorf("metrics of %s: %w", job, err)
 	}
-	keys := []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "points"), s.key(job, "runs"), s.key(job, "held"), s.key(job, "heldsize")}
+	keys := []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "points"), s.key(job, "runs"), s.key(job, "held"), s.key(job, "heldsize"), s.key(job, "heldids")}
 	for _, n := range names {
 		keys = append(keys, s.key(job, "s:"+n))
 	}

@@ -275,8 +275,9 @@ func decodeHeld(w series.Write) (envelope.Event, error) {
 
 // admit applies the write rules to one MetricsReported (docs/metrics.md):
 // a node may write only for a run the scheduler placed on it, at most
-// Limits.NodeRate batches an hour and Limits.Late after the run's end; a
-// write whose run's placement is not known yet is held; a swept job's
+// Limits.NodeRate batches an hour (a record counted once, however often it
+// is delivered) and Limits.Late after the run's end; a write whose run's
+// placement is not known yet is held (once per record); a swept job's
 // series are never recreated. A service's record (no node signer: an
 // unsigned bus's; a signed bus refuses a service's, envelope.Senders) is
 // bound by the sweep and the age only. Every refusal is counted and logged,
@@ -290,7 +291,12 @@ func (in *ingest) admit(ctx context.Context, ev envelope.Event, m *eventsv1.Metr
 	node, isNode := strings.CutPrefix(ev.Signer, "nodes/")
 	w := series.Write{Job: m.GetJob(), Attempt: m.GetAttempt()}
 	if isNode {
-		over, err := in.st.CountNodeWrite(ctx, node, now)
+		// Counted once per record, and held once (a redelivery before
+		// the placement takes the first copy's slot): its topic,
+		// partition and offset are its identity.
+		src := series.RecordSource(ev.Topic, ev.Partition, ev.Offset, ev.HighWaterMark)
+		w.ID = src.String()
+		over, err := in.st.CountNodeWrite(ctx, node, src, now)
 		if err != nil {
 			return err
 		}

@@ -65,12 +65,13 @@ func newGuardFixture(t *testing.T, lim series.Limits) *guardFixture {
 }
 
 // report has host write one point of metric for job's attempt, signed as
-// the node (the bus verified the signer and that it is the payload's node).
+// the node (the bus verified the signer and that it is the payload's node),
+// as a record consumed at the fixture's next offset.
 func (f *guardFixture) report(job string, attempt int32, host, metric string) {
 	f.t.Helper()
 	f.off++
 	node := gCluster + "/nodes/" + host
-	ev := envelope.Event{Topic: topics.StepEvents, Partition: 1, Offset: f.off, Signer: "nodes/" + node,
+	ev := envelope.Event{Topic: topics.StepEvents, Partition: 1, Offset: f.off, HighWaterMark: f.off + 1, Signer: "nodes/" + node,
 		Payload: &eventsv1.MetricsReported{Job: job, Attempt: attempt, Node: node, Cluster: gCluster,
 			Points: []*eventsv1.MetricsReported_Point{{Step: f.off, Values: map[string]float64{metric: 1}}}}}
 	if err := f.in.handle(context.Background(), ev); err != nil {
@@ -175,8 +176,8 @@ func TestNodeMetricsOnlyFromTheRunsNodes(t *testing.T) {
 // TestRedeliveredRefusalCountsOnce: a record refused and then delivered
 // again (a consumer that failed to commit it, a restart) is decided again
 // and refused again, but counted and logged once: a refusal at admission
-// (not-placed, rate), and a held record whose two copies (the delivery's
-// and the redelivery's) are refused when the placement comes.
+// (not-placed, rate), and a held record (held once, whatever its
+// deliveries) refused when the placement comes.
 func TestRedeliveredRefusalCountsOnce(t *testing.T) {
 	t.Parallel()
 	f := newGuardFixture(t, series.Limits{NodeRate: 2})

@@ -168,7 +168,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
 	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{NodeRate: cfg.MetricsNodeRate, ProjectPoints: cfg.MetricsProjectPoints})
 	// The trials' path counts a node's records apart (training:tuning:
-	// metrics:rate:<node>:<hour>), to the same limit.
+	// metrics:noderate:<node>), to the same limit.
 	a.LimitTuningWrites(series.NewStore(base.Store.Client(), base.Store.Key("tuning:"), series.Limits{NodeRate: cfg.MetricsNodeRate}))
 	trainingv1.RegisterMetricsServiceServer(base.GRPC, ports.NewMetrics(a, metrics))
 	ticker := base.Clock.NewTicker(cfg.Tick)

@@ -125,15 +125,16 @@ func run(o options) error {
 		}
 		seq++
 		now := time.Now()
-		over, err := st.CountNodeWrite(ctx, node, now)
+		src := series.Source{Name: "loom.step.events.v1/0", Seq: seq}
+		over, err := st.CountNodeWrite(ctx, node, src, now)
 		if err != nil || over {
 			return fmt.Errorf("node rate: over %v, %v", over, err)
 		}
-		v, err := st.Admit(ctx, series.Write{Job: "projects/bench/jobs/1", Node: node, Attempt: 1, Data: record}, now)
+		v, err := st.Admit(ctx, series.Write{Job: "projects/bench/jobs/1", Node: node, Attempt: 1, Data: record, ID: src.String()}, now)
 		if err != nil || v.Held || v.Reason != "" {
 			return fmt.Errorf("admit: %+v %v", v, err)
 		}
-		if _, err := st.Append(ctx, "projects/bench/jobs/1", series.Source{Name: "loom.step.events.v1/0", Seq: seq}, b); err != nil {
+		if _, err := st.Append(ctx, "projects/bench/jobs/1", src, b); err != nil {
 			return err
 		}
 		res.appends++
@@ -236,7 +237,7 @@ func render(o options, r result) string {
 	w("## Training metrics: series store ingest and downsampled reads (metricsbench)\n\n")
 	w("The training service's series store (`libs/series`) against a real redis-server %s (started by `libs/embedded`, append-only file on), ", r.redisVersion)
 	w("from a Go process with GOMAXPROCS=1 (Redis is its own process). Ingest stores each batch as the training service's consumer does a node's MetricsReported: ")
-	w("the node's hourly count (`CountNodeWrite`: INCR and EXPIRE in one pipeline), the write rules (`Admit`: one Lua script that checks the swept marker and reads the run's placement, then the node and the run's age), ")
+	w("the node's hourly count (`CountNodeWrite`: one Lua script that counts each (partition, offset) once), the write rules (`Admit`: one Lua script that checks the swept marker and reads the run's placement, then the node and the run's age), ")
 	w("and `Append`: the project's count read (its budget), one Lua script per batch that checks the swept marker and the (partition, offset) watermark, appends 24-byte records and updates each series' summary, then the project's count written; ")
 	w("%d steps × %d metrics a batch. The read is `series.Store.Read` of a %d-point series downsampled to %d points (GET, decode, order by step, min/max per bucket), %d reads. ", o.batch, o.metrics, o.series, o.down, o.reads)
 	w("Run on %s (%d CPUs, %s/%s, load average %s at the end: ingest, which waits on Redis' process, varies with the machine's load). Rerun: `go run ./bench/cmd/metricsbench -report bench/REPORT.md`.\n\n", host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, loadavg())

@@ -19,6 +19,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/series"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
@@ -53,11 +54,11 @@ type App struct {
 // a record over its node's hourly rate (LimitTuningWrites).
 const reasonRate = "rate"
 
-// NodeWrites counts one node's writes in an hour and says whether the
-// node is over its limit (series.Store.CountNodeWrite, in Redis: every
-// replica shares the count).
+// NodeWrites counts one node's writes in an hour, each record (src:
+// series.RecordSource) once, and says whether the node is over its limit
+// (series.Store.CountNodeWrite, in Redis: every replica shares the count).
 type NodeWrites interface {
-	CountNodeWrite(ctx context.Context, node string, now time.Time) (bool, error)
+	CountNodeWrite(ctx context.Context, node string, src series.Source, now time.Time) (bool, error)
 }
 
 // LimitTuningWrites bounds the metric records (MetricsReported) one node
@@ -186,7 +187,11 @@ func (a *App) settledByTuningRate(ctx context.Context, ev envelope.Event) (bool,
 			return seen, err
 		}
 	}
-	over, err := a.tuningWrites.CountNodeWrite(ctx, node, a.now())
+	// Counted by the record's identity, not only after the inbox check:
+	// a record counted whose handling then stored no inbox mark (an
+	// Apply that failed or crashed, a record that changed nothing) comes
+	// again and must not count again.
+	over, err := a.tuningWrites.CountNodeWrite(ctx, node, series.RecordSource(ev.Topic, ev.Partition, ev.Offset, ev.HighWaterMark), a.now())
 	if err != nil || !over {
 		return false, err
 	}
