@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/width"
 )
 
 // Spoofing reports whether r would let text pass for something else on a
@@ -65,4 +67,29 @@ func CleanAllowing(s string, limit int, allow string) string {
 		cut--
 	}
 	return c[:cut] + "…"
+}
+
+// Width is how many terminal columns s takes: two for a wide or
+// fullwidth character (CJK, most emoji), none for a combining mark, a
+// zero-width joiner or a variation selector, one for any other. Tables
+// pad by it: counting runes (text/tabwriter) misaligns every column after
+// a cell with a CJK display name.
+func Width(s string) int {
+	n := 0
+	for _, r := range s {
+		n += runeWidth(r)
+	}
+	return n
+}
+
+func runeWidth(r rune) int {
+	switch {
+	case unicode.In(r, unicode.Mn, unicode.Me, unicode.Cf) || (r >= 0xfe00 && r <= 0xfe0f):
+		return 0
+	}
+	switch width.LookupRune(r).Kind() {
+	case width.EastAsianWide, width.EastAsianFullwidth:
+		return 2
+	}
+	return 1
 }

@@ -53,3 +53,14 @@ func TestClean(t *testing.T) {
 		t.Errorf("Clean of 5001 bytes to 1024: %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
 }
+
+// TestWidth: a CJK character or an emoji takes two columns, a combining
+// mark none, everything else one.
+func TestWidth(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]int{"": 0, "train": 5, "训练": 4, "é": 1, "e\u0301": 1, "🚀x": 3, "ｆｕｌｌ": 8, "a\u200db": 2} {
+		if got := Width(s); got != want {
+			t.Errorf("Width(%q) = %d, want %d", s, got, want)
+		}
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -899,15 +899,28 @@ func validFor(r *loomv1.HealthCheckResult, now time.Time) string {
 
 // cellText is free text as a table cell: its first line (a summary's
 // detail follows on the next ones; -o json has it all), control characters
-// as spaces (no value can break or spoof a row), at most n runes with "…"
+// as spaces (no value can break or spoof a row), at most n terminal columns
+// (termtext.Width) with "…"
 // marking a cut. Every free-text column goes through it.
 func cellText(s string, n int) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	s = shown(s)
-	if utf8.RuneCountInString(s) <= n {
+	if termtext.Width(s) <= n {
 		return s
 	}
-	return string([]rune(s)[:n-1]) + "…"
+	// n columns on a terminal, the cut's "…" included: a wide character
+	// (CJK) takes two.
+	var b strings.Builder
+	w := 0
+	for _, r := range s {
+		rw := termtext.Width(string(r))
+		if w+rw > n-1 {
+			break
+		}
+		b.WriteRune(r)
+		w += rw
+	}
+	return b.String() + "…"
 }
 
 func renderHealthResults(w io.Writer, rs []*loomv1.HealthCheckResult, now time.Time, full bool) error {

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -91,8 +90,79 @@ func writeJSONLine(w io.Writer, m proto.Message) error {
 	return err
 }
 
-func newTable(w io.Writer) *tabwriter.Writer {
-	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+// newTable is the one table writer of the loom commands: what is written
+// to it is rows of tab-terminated cells, each line's last cell not
+// terminated, laid out on Flush as text/tabwriter lays them (a column's
+// block is the run of lines that have a cell in it; two spaces between
+// columns), except that a cell's width is the columns it takes on a
+// terminal (termtext.Width), not its runes: a CJK or emoji display name
+// is two columns a character, and tabwriter's count misaligned every
+// column after it.
+func newTable(w io.Writer) *table { return &table{w: w} }
+
+// table is newTable's writer; it keeps everything until Flush.
+type table struct {
+	w   io.Writer
+	buf bytes.Buffer
+}
+
+// Write buffers p; it never fails.
+func (t *table) Write(p []byte) (int, error) { return t.buf.Write(p) }
+
+// tablePadding is the space between a column's widest cell and the next.
+const tablePadding = 2
+
+// Flush writes the buffered rows laid out, and forgets them.
+func (t *table) Flush() error {
+	text := t.buf.String()
+	t.buf.Reset()
+	if text == "" {
+		return nil
+	}
+	lines := strings.Split(text, "\n")
+	partial := lines[len(lines)-1] // after the last newline: written without one
+	lines = lines[:len(lines)-1]
+	cells := make([][]string, len(lines))
+	for i, l := range lines {
+		cells[i] = strings.Split(l, "\t")
+	}
+	widths := make([][]int, len(lines)) // widths[i][j]: the width column j has on line i
+	layoutColumns(cells, widths, 0, 0, len(lines))
+	var out strings.Builder
+	for i, row := range cells {
+		for j, c := range row {
+			out.WriteString(c)
+			if j < len(row)-1 {
+				out.WriteString(strings.Repeat(" ", max(widths[i][j]-termtext.Width(c), 0)))
+			}
+		}
+		out.WriteByte('\n')
+	}
+	out.WriteString(partial)
+	_, err := io.WriteString(t.w, out.String())
+	return err
+}
+
+// layoutColumns sets the width of column col, and recursively of the
+// columns after it, on lines [from, to): each run of consecutive lines
+// with a terminated cell in col is one block, as wide as its widest cell
+// plus tablePadding (text/tabwriter's column blocks).
+func layoutColumns(cells [][]string, widths [][]int, col, from, to int) {
+	for i := from; i < to; {
+		if col >= len(cells[i])-1 {
+			i++
+			continue
+		}
+		end, w := i, 0
+		for ; end < to && col < len(cells[end])-1; end++ {
+			w = max(w, termtext.Width(cells[end][col])+tablePadding)
+		}
+		for k := i; k < end; k++ {
+			widths[k] = append(widths[k], w)
+		}
+		layoutColumns(cells, widths, col+1, i, end)
+		i = end
+	}
 }
 
 // row writes one row of a table, an empty cell as "-". Every cell is

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/loom-ml/loom/libs/termtext"
 )
 
 // TestCellText: a free-text cell is its first line, control characters as
@@ -29,5 +32,39 @@ func TestCellText(t *testing.T) {
 		if got != c.want || !utf8.ValidString(got) {
 			t.Errorf("cellText(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
 		}
+	}
+}
+
+// TestTableAlignsWideCharacters: a table pads by the columns a cell takes
+// on a terminal, so that a CJK or emoji display name (two columns a
+// character) does not push the columns after it out of line, as
+// text/tabwriter's rune count did; a long name is cut at 40 columns.
+func TestTableAlignsWideCharacters(t *testing.T) {
+	t.Parallel()
+	f := newFakeGatewayData()
+	f.Jobs[0].DisplayName = "训练模型-α"
+	f.Jobs[1].DisplayName = "🚀 launch"
+	f.Jobs[2].DisplayName = strings.Repeat("长", 30)
+	out, errOut, code := run(t, f.Serve(t), "jobs", "list")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	// col is the terminal column where s starts in line.
+	col := func(line, s string) int {
+		i := strings.Index(line, s)
+		if i < 0 {
+			t.Fatalf("%q not in %q", s, line)
+		}
+		return termtext.Width(line[:i])
+	}
+	want := col(lines[0], "CLUSTER")
+	for _, l := range lines[1:] {
+		if got := col(l, "demo"); got != want {
+			t.Errorf("CLUSTER at column %d, a row's value at %d: not aligned\n%s", want, got, out)
+		}
+	}
+	if !strings.Contains(out, strings.Repeat("长", 19)+"…") || strings.Contains(out, strings.Repeat("长", 20)) {
+		t.Errorf("a 60-column name is not cut at 40 columns:\n%s", out)
 	}
 }
