@@ -27,6 +27,13 @@ const demoName = "projects/default/clusters/demo"
 // draining after an Xid 79), served.
 func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 	t.Helper()
+	f := newHealthGatewayData(t)
+	return f, f.Serve(t)
+}
+
+// newHealthGatewayData is newHealthGateway's gateway, not yet served.
+func newHealthGatewayData(t *testing.T) *fakegw.Gateway {
+	t.Helper()
 	f := newFakeGatewayData()
 	gpus := func(lost bool, temps ...float64) []*loomv1.GpuSample {
 		var out []*loomv1.GpuSample
@@ -92,7 +99,7 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 			{Check: "disk", Validity: durationpb.New(time.Hour), Timeout: durationpb.New(30 * time.Second)}},
 		DefaultCheckValidity: durationpb.New(time.Hour), DefaultCheckTimeout: durationpb.New(5 * time.Minute)}}
 	// gpu-0001 is in demo only; a3u's nodes are a3u-*.
-	return f, f.Serve(t)
+	return f
 }
 
 func TestHealthTables(t *testing.T) {

@@ -42,6 +42,10 @@ type Auth struct {
 	// Members are ListMembers' data, kept sorted by parent then user;
 	// SetMember adds, changes and (role "") removes.
 	Members []*loomv1.Member
+	// OidcBindings are GetOidcBinding's answers by user: the caller's
+	// ("users/-") or, for a cluster administrator, anyone's; NotFound for
+	// a user with none.
+	OidcBindings map[string]*loomv1.OidcBinding
 	// TokenTTL is the access tokens' lifetime (default 30 minutes).
 	TokenTTL time.Duration
 	// Now is the clock (default TestNow).
@@ -190,6 +194,25 @@ func (a *Auth) WhoAmI(ctx context.Context, _ *loomv1.WhoAmIRequest) (*loomv1.Pri
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.authenticated(ctx)
+}
+
+// GetOidcBinding answers the named user's OIDC binding ("users/-": the
+// caller's), with keyOwner's rule on who may read it.
+func (a *Auth) GetOidcBinding(ctx context.Context, r *loomv1.GetOidcBindingRequest) (*loomv1.OidcBinding, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, err := a.authenticated(ctx)
+	if err != nil {
+		return nil, err
+	}
+	user, err := keyOwner(strings.TrimSuffix(r.GetName(), "/oidcBinding"), p)
+	if err != nil {
+		return nil, err
+	}
+	if b := a.OidcBindings[user]; b != nil {
+		return b, nil
+	}
+	return nil, status.Errorf(codes.NotFound, "users/%s has no OIDC binding", user)
 }
 
 // keyOwner is the user of parent "users/{user}" ("users/-": the caller);

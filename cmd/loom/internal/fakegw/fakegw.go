@@ -102,9 +102,12 @@ type Gateway struct {
 	// SlurmConfigs are GetSlurmConfig's answers by cluster name; NotFound
 	// for any other cluster.
 	SlurmConfigs map[string]*loomv1.SlurmConfig
-	// Models and Versions (the versions' names say their model's).
-	Models   []*loomv1.Model
-	Versions []*loomv1.ModelVersion
+	// Models and Versions (the versions' names say their model's);
+	// ModelVersions are the versions as Vertex names them, each a Model
+	// "{model}@{version}".
+	Models        []*loomv1.Model
+	Versions      []*loomv1.ModelVersion
+	ModelVersions []*loomv1.Model
 	// Reservations and Capacity: ReservationService's data. A reservation
 	// with Consumers cannot be deleted (FailedPrecondition).
 	Reservations []*loomv1.Reservation
@@ -139,6 +142,14 @@ type Gateway struct {
 	HealthPolicies map[string]*loomv1.HealthPolicy
 	// Goodputs are GoodputService's answers by job or cluster name.
 	Goodputs map[string]*loomv1.Goodput
+	// Operations are ListOperations' answer, by project (the name's
+	// prefix), unpaged; GetOperation plays its canned operation whatever
+	// is here.
+	Operations []*loomv1.Operation
+	// Metrics, when set, is served as loom.training.v1.MetricsService:
+	// ListMetrics answers the series of the parent named (none for any
+	// other); without it the service is Unimplemented.
+	Metrics map[string][]*trainingv1.Series
 	// Logs are ReadJobLogs' chunks by job name.
 	Logs map[string][]string
 	// Steps are the jobs' steps (names "{job}/steps/{id}"), listed in
@@ -237,6 +248,9 @@ func (g *Gateway) Serve(t testing.TB) string {
 	if g.Ingress != nil {
 		g.Ingress.g = g
 		loomv1.RegisterIngressServiceServer(s, g.Ingress)
+	}
+	if g.Metrics != nil {
+		trainingv1.RegisterMetricsServiceServer(s, metricsServer{g: g})
 	}
 	loomv1.RegisterClusterServiceServer(s, g)
 	loomv1.RegisterOperationServiceServer(s, g)
@@ -394,6 +408,24 @@ func (g *Gateway) UpdateCluster(_ context.Context, r *loomv1.UpdateClusterReques
 	}
 	return &loomv1.Operation{Name: "projects/default/operations/op3",
 		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "update", Progress: "0 of 2 nodes ready"}}, nil
+}
+
+// ListOperations answers the parent project's Operations, unpaged.
+func (g *Gateway) ListOperations(_ context.Context, r *loomv1.ListOperationsRequest) (*loomv1.ListOperationsResponse, error) {
+	defer g.lock(r)()
+	return &loomv1.ListOperationsResponse{Operations: under(g.Operations, r.GetParent(), "operations")}, nil
+}
+
+// metricsServer serves Gateway.Metrics as MetricsService.
+type metricsServer struct {
+	trainingv1.UnimplementedMetricsServiceServer
+	g *Gateway
+}
+
+// ListMetrics answers the parent's series from Gateway.Metrics.
+func (m metricsServer) ListMetrics(_ context.Context, r *trainingv1.ListMetricsRequest) (*trainingv1.ListMetricsResponse, error) {
+	defer m.g.lock(r)()
+	return &trainingv1.ListMetricsResponse{Series: m.g.Metrics[r.GetParent()]}, nil
 }
 
 // GetOperation plays every operation the same way: the first poll finds
@@ -1055,14 +1087,35 @@ func (g *Gateway) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*l
 	return &loomv1.ListModelsResponse{Models: under(g.Models, r.GetParent(), "models")}, nil
 }
 
-// ListModelVersions answers the parent model's versions, unpaged, or
-// NotFound for a model it does not have.
+// ListModelVersions answers the parent model's versions, unpaged, both
+// ways (Versions, as `loom models list --versions` reads them, and
+// ModelVersions, as `loom models versions` does), or NotFound for a model
+// it does not have.
 func (g *Gateway) ListModelVersions(_ context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
 	defer g.lock(r)()
 	if !slices.ContainsFunc(g.Models, func(m *loomv1.Model) bool { return m.GetName() == r.GetParent() }) {
 		return nil, status.Errorf(codes.NotFound, "model %s not found", r.GetParent())
 	}
-	return &loomv1.ListModelVersionsResponse{Versions: under(g.Versions, r.GetParent(), "versions")}, nil
+	var vs []*loomv1.Model
+	for _, m := range g.ModelVersions {
+		if name, _, _ := strings.Cut(m.GetName(), "@"); name == r.GetParent() {
+			vs = append(vs, m)
+		}
+	}
+	return &loomv1.ListModelVersionsResponse{Versions: under(g.Versions, r.GetParent(), "versions"), Models: vs}, nil
+}
+
+// GetModel answers the model of that name (a "@VERSION" suffix ignored),
+// or NotFound.
+func (g *Gateway) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loomv1.Model, error) {
+	defer g.lock(r)()
+	name, _, _ := strings.Cut(r.GetName(), "@")
+	for _, m := range g.Models {
+		if m.GetName() == name {
+			return m, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "model %s not found", name)
 }
 
 // ---- reservations and capacity ----
