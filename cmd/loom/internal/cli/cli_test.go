@@ -619,7 +619,7 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/4", JobId: "4", User: "someone-else", Cluster: "projects/default/clusters/demo",
 		State: loomv1.JobState_PENDING})
 	if _, errOut, code := run(t, gw, "jobs", "cancel", "4"); code != 1 ||
-		!strings.HasSuffix(errOut, "cancel job 4: permission denied: job 4 is someone-else's; only its owner or an administrator of its project may act on it\n") {
+		!strings.HasSuffix(errOut, "cancel job 4: permission denied: job 4 is someone-else's; only its owner or an administrator of its project may act on it (`loom auth whoami` shows who you are and your roles; a project admin grants one with `loom auth members set`)\n") {
 		t.Errorf("cancel of another user's job: exit %d, %q", code, errOut)
 	}
 }

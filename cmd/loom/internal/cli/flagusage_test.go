@@ -47,3 +47,27 @@ func TestResumeUsageReasonOptional(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownSubcommandIsUsage: a typo in a subcommand (`loom clusters
+// lst`) is bad usage, exit 2, with a suggestion; cobra showed the group's
+// help and exited 0, so that a script's typo looked like success. A group
+// alone still shows its help.
+func TestUnknownSubcommandIsUsage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"clusters", "lst"}, `unknown command "lst" for "loom clusters"; did you mean get or list?`},
+		{[]string{"auth", "keys", "lis"}, `unknown command "lis" for "loom auth keys"; did you mean list?`},
+		{[]string{"clustr", "list"}, `unknown command "clustr" for "loom"; did you mean clusters?`},
+	} {
+		out, errOut, code := run(t, "127.0.0.1:1", c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
+			t.Errorf("loom %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), code, out, errOut, c.want)
+		}
+	}
+	if out, errOut, code := run(t, "127.0.0.1:1", "clusters"); code != 0 || !strings.Contains(out, "Available Commands:") {
+		t.Errorf("loom clusters: exit %d, %q %q; want its help", code, out, errOut)
+	}
+}

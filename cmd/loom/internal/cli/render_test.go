@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/loom-ml/loom/libs/termtext"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestCellText: a free-text cell is its first line, control characters as
@@ -66,5 +67,19 @@ func TestTableAlignsWideCharacters(t *testing.T) {
 	}
 	if !strings.Contains(out, strings.Repeat("长", 19)+"…") || strings.Contains(out, strings.Repeat("长", 20)) {
 		t.Errorf("a 60-column name is not cut at 40 columns:\n%s", out)
+	}
+}
+
+// TestPermissionDeniedSaysWhatNext: a refusal names what to run next (see
+// whom the gateway took you for, and ask for a role).
+func TestPermissionDeniedSaysWhatNext(t *testing.T) {
+	t.Parallel()
+	f := newFakeGatewayData()
+	f.DenyOthers = true
+	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/4", JobId: "4", User: "someone-else", Cluster: "projects/default/clusters/demo",
+		State: loomv1.JobState_PENDING})
+	_, errOut, code := run(t, f.Serve(t), "jobs", "cancel", "4")
+	if code != 1 || !strings.Contains(errOut, "`loom auth whoami` shows who you are and your roles") || !strings.Contains(errOut, "`loom auth members set`") {
+		t.Errorf("exit %d, %q: want the next step", code, errOut)
 	}
 }

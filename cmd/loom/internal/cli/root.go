@@ -222,7 +222,44 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		a.ingressCommand(),
 		a.recipesCommand(),
 	)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// groupOnly annotates a command that only groups others
+// (refuseUnknownSubcommands): it shows nothing of its own.
+const groupOnly = "loom.group-only"
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (loom, loom clusters, loom auth keys) refuse an unknown subcommand as bad
+// usage (exit 2, with cobra's suggestions); alone, it shows its help.
+// Cobra itself showed a group's help and exited 0 for `loom clusters lst`,
+// so that a script's typo looked like success.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if c.Runnable() || !c.HasSubCommands() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[groupOnly] = "true"
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if cmd.SuggestionsMinimumDistance <= 0 {
+			cmd.SuggestionsMinimumDistance = 2 // cobra's own default
+		}
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return usagef("%s (see %q)", msg, cmd.CommandPath()+" --help")
+	}
 }
 
 // client returns the connection to the gateway, made on first use.
@@ -364,7 +401,9 @@ func (a *app) explainMsg(what string, err error) error {
 		// with the kind's (libs/errs): said once, here.
 		msg = strings.TrimPrefix(msg, "Access/permission denied: ")
 		msg = strings.TrimSuffix(msg, ": permission denied")
-		return fmt.Errorf("%s: permission denied: %s", what, msg)
+		// What to do next: see whom the gateway took you for, and
+		// which roles you hold, before asking for one.
+		return fmt.Errorf("%s: permission denied: %s (`loom auth whoami` shows who you are and your roles; a project admin grants one with `loom auth members set`)", what, msg)
 	}
 	// The services end a message with its kind's text ("...; delete those
 	// clusters first: failed precondition", libs/errs); the code is said
