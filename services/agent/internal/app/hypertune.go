@@ -152,6 +152,16 @@ func newTail(job string, attempt int32, path string, pos tailPos) *tail {
 	return tl
 }
 
+// newTail is newTail with the agent's shared directory as its TensorBoard
+// directory's trusted root (openPath).
+func (a *App) newTail(job string, attempt int32, path string, pos tailPos) *tail {
+	tl := newTail(job, attempt, path, pos)
+	if tl.tb != nil {
+		tl.tb.root = a.opts.SharedDir
+	}
+	return tl
+}
+
 // prepareMetrics makes the step's metrics file, its owner's (0600, empty),
 // and starts tailing it, and the event files of tbDir (unless "") that uid
 // owns. The caller puts its path in the step's environment. A failure is
@@ -164,7 +174,7 @@ func (a *App) prepareMetrics(user, key, job string, attempt int32, tbDir string,
 	} else {
 		f.Close()
 	}
-	tl := newTail(job, attempt, path, tailPos{TBDir: tbDir, TBUID: uid})
+	tl := a.newTail(job, attempt, path, tailPos{TBDir: tbDir, TBUID: uid})
 	if tl.tb != nil {
 		// Before the program starts: what is there now is not its.
 		tl.pos.TB = tl.tb.startOffsets()
@@ -219,7 +229,7 @@ func (a *App) resumeMetrics(key string, s *domain.Step, positions map[string][]b
 	if b != nil {
 		_ = json.Unmarshal(b, &pos)
 	}
-	tl := newTail(s.Job, s.Attempt, path, pos)
+	tl := a.newTail(s.Job, s.Attempt, path, pos)
 	tl.stored = b != nil
 	a.tails[key] = tl
 }

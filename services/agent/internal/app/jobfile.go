@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -69,8 +70,8 @@ func runDir(path string) (*os.File, uint32, bool) {
 	return f, st.Uid, true
 }
 
-// openDir opens path, a directory a job may write in, as runDir and
-// openDirIn start from it: a directory alone (O_DIRECTORY: a device's open
+// openDir opens path, a directory a job may write in, as runDir starts
+// from it: a directory alone (O_DIRECTORY: a device's open
 // can act), not through a link (O_NOFOLLOW), never waiting (O_NONBLOCK).
 func openDir(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -92,15 +93,100 @@ func openRunFile(path string) (*os.File, os.FileInfo) {
 // directory of the job's owner.
 var errNotJobDir = errors.New("not a directory of the job's owner")
 
+// errNotAbs is openPath's refusal of a path that is not absolute and clean.
+var errNotAbs = errors.New("not an absolute, clean path")
+
+// openPath opens the directory path (absolute, clean: filepath.Clean's)
+// from a trusted root without following a link in any component
+// (O_DIRECTORY, never waiting: O_NONBLOCK). The path is a job's (its
+// TensorBoard directory) and the agent opens it as root: a path opened
+// whole follows the links in every component but the last, so a job could
+// name a directory through a link of its own and have root's open go where
+// the link leads — through another user's directory, or through
+// /proc/<pid>/root into another mount namespace, whose user ids are not
+// this node's. The trusted root is root (the agent's shared directory, as
+// its operator configured it: opened following links, which only the
+// operator made) when path is in it, else "/". A link anywhere below it is
+// refused (ELOOP, ENOTDIR): name the directory's real path.
+func openPath(root, path string) (*os.File, error) {
+	return openPathBy(root, path, !noOpenat2.Load())
+}
+
+// noOpenat2 is set once openat2 is found missing (Linux before 5.6) or
+// refused (a seccomp filter): openPath walks from then on.
+var noOpenat2 atomic.Bool
+
+// openPathBy is openPath, in one openat2 (RESOLVE_NO_SYMLINKS: the kernel
+// refuses a link in any component, at a third of the walk's cost) when
+// useOpenat2 and the kernel has it, else by a walk: every component opened
+// relative to the one before (openat) with O_NOFOLLOW.
+func openPathBy(root, path string, useOpenat2 bool) (*os.File, error) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return nil, errNotAbs
+	}
+	start, rest := "/", path[1:]
+	if root != "" && filepath.IsAbs(root) {
+		root = filepath.Clean(root)
+		if r, err := filepath.Rel(root, path); err == nil && r != ".." && !strings.HasPrefix(r, "../") {
+			start, rest = root, r
+		}
+	}
+	d, err := os.OpenFile(start, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if rest == "" || rest == "." {
+		return d, nil
+	}
+	if useOpenat2 {
+		fd, err := unix.Openat2(int(d.Fd()), rest, &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NONBLOCK | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_BENEATH,
+		})
+		switch {
+		case err == nil:
+			d.Close()
+			return os.NewFile(uintptr(fd), path), nil
+		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL):
+			noOpenat2.Store(true)
+		default:
+			d.Close()
+			return nil, err
+		}
+	}
+	for _, name := range strings.Split(rest, "/") {
+		if d, err = openDirAt(d, name); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// openDirAt opens name (one component, not "." nor "..") in d, a directory
+// alone, not through a link, never waiting, and closes d.
+func openDirAt(d *os.File, name string) (*os.File, error) {
+	defer d.Close()
+	if name == "" || name == "." || name == ".." {
+		return nil, errNotJobDir
+	}
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.Name(), name)), nil
+}
+
 // openDirIn opens rel ("" or "." for dir itself; slash-separated, no
-// "..") under dir, every component from dir down opened relative to the one
-// before (openat) without following a link (O_NOFOLLOW, O_DIRECTORY) and
-// owned by uid. A job that lists its directory, then swaps a subdirectory
-// for a link before the agent opens a file in it, has the open refused
-// (ELOOP, ENOTDIR), not led elsewhere: a path opened whole resolves every
-// component but the last, links included. The caller closes the directory.
-func openDirIn(dir, rel string, uid uint32) (*os.File, error) {
-	d, err := openDir(dir)
+// "..") under dir, dir opened by openPath from root (no link in it below
+// the trusted root), every component from dir down opened relative to the
+// one before (openat) without following a link (O_NOFOLLOW, O_DIRECTORY)
+// and owned by uid. A job that lists its directory, then swaps a
+// subdirectory for a link before the agent opens a file in it, has the open
+// refused (ELOOP, ENOTDIR), not led elsewhere: a path opened whole resolves
+// every component but the last, links included. The caller closes the
+// directory.
+func openDirIn(root, dir, rel string, uid uint32) (*os.File, error) {
+	d, err := openPath(root, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -111,17 +197,9 @@ func openDirIn(dir, rel string, uid uint32) (*os.File, error) {
 		return d, nil
 	}
 	for _, name := range strings.Split(rel, "/") {
-		if name == "" || name == "." || name == ".." {
-			d.Close()
-			return nil, errNotJobDir
-		}
-		fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-		path := filepath.Join(d.Name(), name)
-		d.Close()
-		if err != nil {
+		if d, err = openDirAt(d, name); err != nil {
 			return nil, err
 		}
-		d = os.NewFile(uintptr(fd), path)
 		if err := checkJobDir(d, uid); err != nil {
 			return nil, err
 		}
@@ -140,9 +218,9 @@ func checkJobDir(d *os.File, uid uint32) error {
 
 // openJobFileIn is openJobFileAt for rel (a file's path relative to dir, as
 // a listing of dir gave it), opened relative to its directory, itself
-// opened by openDirIn.
-func openJobFileIn(dir, rel string, uid uint32) (*os.File, os.FileInfo) {
-	d, err := openDirIn(dir, filepath.Dir(rel), uid)
+// opened by openDirIn from root.
+func openJobFileIn(root, dir, rel string, uid uint32) (*os.File, os.FileInfo) {
+	d, err := openDirIn(root, dir, filepath.Dir(rel), uid)
 	if err != nil {
 		return nil, nil
 	}
@@ -153,8 +231,8 @@ func openJobFileIn(dir, rel string, uid uint32) (*os.File, os.FileInfo) {
 // sizeIn is the size of rel, a regular file under dir, looked up as
 // openJobFileIn opens it (its directories opened one by one, none a link)
 // but without opening it; ok is false where it is not one, or a link.
-func sizeIn(dir, rel string, uid uint32) (size int64, ok bool) {
-	d, err := openDirIn(dir, filepath.Dir(rel), uid)
+func sizeIn(root, dir, rel string, uid uint32) (size int64, ok bool) {
+	d, err := openDirIn(root, dir, filepath.Dir(rel), uid)
 	if err != nil {
 		return 0, false
 	}

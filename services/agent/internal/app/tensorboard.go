@@ -17,8 +17,11 @@ package app
 // skipped by its length without being read), at most tbPollBytes read per
 // poll. Only files owned by the job's user are read, opened without
 // following links, each directory and file relative to the directory
-// above it (a subdirectory swapped for a link after it was listed is not
-// followed): the agent reads as root, in a directory the job names.
+// above it, from "/" (or from the agent's shared directory, for a
+// directory in it) down: a directory named through a link (a link of the
+// job's in any part of its path, a subdirectory swapped for a link after
+// it was listed) is not read. The agent reads as root, in a directory the
+// job names.
 // Where each file was read up to goes in the tail's position, stored with
 // each record sent, so that a restarted agent goes on from there.
 
@@ -57,6 +60,9 @@ const (
 type tbTail struct {
 	dir string
 	uid uint32
+	// root is where dir's walk starts when dir is in it (openPath): the
+	// agent's shared directory.
+	root string
 	// dec per file: a tag's plugin comes with its first value only.
 	dec map[string]*tbevents.Decoder
 }
@@ -128,7 +134,7 @@ func (tb *tbTail) startOffsets() map[string]int64 {
 	files := tb.files()
 	out := make(map[string]int64, len(files))
 	for _, rel := range files {
-		if size, ok := sizeIn(tb.dir, rel, tb.uid); ok {
+		if size, ok := sizeIn(tb.root, tb.dir, rel, tb.uid); ok {
 			out[rel] = size
 		}
 	}
@@ -139,14 +145,14 @@ func (tb *tbTail) startOffsets() map[string]int64 {
 // one level down, relative to it, by name, the last tbMaxFiles.
 func (tb *tbTail) files() []string {
 	var out []string
-	names, dirs := listDir(tb.dir, "", tb.uid)
+	names, dirs := listDir(tb.root, tb.dir, "", tb.uid)
 	out = append(out, names...)
 	sort.Strings(dirs)
 	for i, d := range dirs {
 		if i >= tbMaxDirs {
 			break
 		}
-		sub, _ := listDir(tb.dir, d, tb.uid)
+		sub, _ := listDir(tb.root, tb.dir, d, tb.uid)
 		for _, n := range sub {
 			out = append(out, d+"/"+n)
 		}
@@ -162,13 +168,13 @@ func (tb *tbTail) files() []string {
 
 // listDir returns the event files and the subdirectories of rel ("" for
 // dir itself) under dir that uid owns (links are neither), rel and dir
-// directories of uid's (openDirIn). The path is the job's
+// directories of uid's (openDirIn, from root). The path is the job's
 // (LOOM_TENSORBOARD_LOG_DIR) and the agent reads it as root: it opens no
 // link, never waits on the open (a FIFO there stalled the metrics of every
 // step of the node), opens nothing but a directory (a device's open can
 // act: a watchdog's arms it), and reads no one else's.
-func listDir(dir, rel string, uid uint32) (files, dirs []string) {
-	f, err := openDirIn(dir, rel, uid)
+func listDir(root, dir, rel string, uid uint32) (files, dirs []string) {
+	f, err := openDirIn(root, dir, rel, uid)
 	if err != nil {
 		return nil, nil
 	}
@@ -193,7 +199,7 @@ func listDir(dir, rel string, uid uint32) (files, dirs []string) {
 // most budget bytes, and returns how many bytes it read.
 func (a *App) readEventFile(key string, tl *tail, rel string, budget int64) int64 {
 	tb := tl.tb
-	f, fi := openJobFileIn(tb.dir, rel, tb.uid)
+	f, fi := openJobFileIn(tb.root, tb.dir, rel, tb.uid)
 	if f == nil {
 		return 0
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/tbevents"
+	"github.com/loom-ml/loom/libs/testkit"
 )
 
 // tbFile is the event file TensorFlow 2 wrote (tensor-valued scalars).
@@ -296,7 +297,132 @@ func TestTensorBoardSubdirSwappedForALink(t *testing.T) {
 	if n := a.readEventFile("s", tl, files[0], tbPollBytes); n != 0 || len(tl.pending) != 0 {
 		t.Fatalf("read %d bytes, %d points through the swapped link", n, len(tl.pending))
 	}
-	if _, ok := sizeIn(dir, files[0], uid); ok {
+	if _, ok := sizeIn("", dir, files[0], uid); ok {
 		t.Fatalf("sized %s through the swapped link", files[0])
+	}
+}
+
+// TestTensorBoardDirThroughALinkInItsPath: a job names its TensorBoard
+// directory through a link of its own in a middle part of the path
+// (<its dir>/via/tb, via leading into another user's private directory,
+// which the job's owner cannot enter but the agent, root, can). Nothing is
+// read through it: every component is opened from "/" down without
+// following a link, not only the last. Without that, the event file there
+// was read and published.
+func TestTensorBoardDirThroughALinkInItsPath(t *testing.T) {
+	t.Parallel()
+	users := testkit.OSUsers(t, 2)
+	owner, other := users[0].Account, users[1].Account
+	a := tailApp()
+	base := testkit.ReachableDir(t)
+	private := filepath.Join(base, "other", "private")
+	tb := filepath.Join(private, "tb")
+	if err := os.MkdirAll(tb, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w, err := tbevents.Create(tb, "host", time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.AddScalar("loss", 1, time.Unix(1700000001, 0), 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The event file and its directory are the job owner's (so that every
+	// check but the path's passes); the directories above them the other
+	// user's, closed to everyone else.
+	ents, err := os.ReadDir(tb)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("event files %v: %v", ents, err)
+	}
+	for _, p := range []string{tb, filepath.Join(tb, ents[0].Name())} {
+		if err := os.Chown(p, int(owner.UID), int(owner.GID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{private, filepath.Dir(private)} {
+		if err := os.Chown(p, int(other.UID), int(other.GID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The job owner's directory, with the owner's link in it.
+	mine := filepath.Join(base, "mine")
+	if err := os.Mkdir(mine, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	via := filepath.Join(mine, "via")
+	if err := os.Symlink(private, via); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{mine, via} {
+		if err := os.Lchown(p, int(owner.UID), int(owner.GID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	named := filepath.Join(via, "tb")
+	tl := newTail("j", 1, filepath.Join(mine, "none.jsonl"), tailPos{TBDir: named, TBUID: owner.UID})
+	tl.tb.root = base // a trusted root above the link does not make the link trusted
+	if got := takeTB(a, tl, tbPollBytes); len(got) != 0 {
+		t.Errorf("read %v through the owner's link into another user's directory", got)
+	}
+	if files := tl.tb.files(); len(files) != 0 {
+		t.Errorf("listed %v through the link", files)
+	}
+	if _, ok := sizeIn(base, named, ents[0].Name(), owner.UID); ok {
+		t.Errorf("sized the event file through the link")
+	}
+	for _, openat2 := range []bool{true, false} {
+		if d, err := openPathBy(base, named, openat2); err == nil {
+			d.Close()
+			t.Errorf("opened %s through the link (openat2 %v)", named, openat2)
+		}
+	}
+	// The same directory by its own path is read: the check is the path's.
+	direct := newTail("j", 1, filepath.Join(mine, "none.jsonl"), tailPos{TBDir: tb, TBUID: owner.UID})
+	if got := takeTB(a, direct, tbPollBytes); len(got["loss"]) != 1 {
+		t.Fatalf("by its real path: %v, want loss", got)
+	}
+}
+
+// TestOpenPathTrustedRoot: the walk starts at the agent's shared directory
+// for a path in it, opened as configured (a link the operator made is
+// followed), and refuses any link below it; a path outside it is walked
+// from "/"; a relative or unclean path is refused. The same by openat2 and
+// by the walk without it.
+func TestOpenPathTrustedRoot(t *testing.T) {
+	t.Parallel()
+	real := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(real, "a", "b"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.Symlink(real, shared); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(real, "a"), filepath.Join(real, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		root, path string
+		ok         bool
+	}{
+		{shared, filepath.Join(shared, "a", "b"), true},
+		{shared, shared, true},
+		{"", filepath.Join(real, "a", "b"), true},
+		{"", filepath.Join(shared, "a", "b"), false},        // the operator's link, but no root names it
+		{shared, filepath.Join(shared, "link", "b"), false}, // a link below the root
+		{shared, filepath.Join(shared+"x", "a"), false},     // not in it: from "/"
+		{"", "a/b", false},
+		{"", filepath.Join(real, "a") + "/../a/b", false},
+	} {
+		for _, openat2 := range []bool{true, false} {
+			d, err := openPathBy(c.root, c.path, openat2)
+			if d != nil {
+				d.Close()
+			}
+			if (err == nil) != c.ok {
+				t.Errorf("openPath(%q, %q), openat2 %v: %v, want ok %v", c.root, c.path, openat2, err, c.ok)
+			}
+		}
 	}
 }
