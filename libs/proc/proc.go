@@ -197,6 +197,55 @@ func KillDescendants(pid int, sig syscall.Signal) int {
 	return n
 }
 
+// KillUnder sends sig to every process under pid (its children, theirs,
+// ...), whatever their group or session, and to the other processes of
+// pid's group and, when pid leads a session, of its session (those an
+// orphan's re-parenting took from under it, where pid is no subreaper),
+// but not to pid: what a subreaper such as loom-stepd keeps under it, ended
+// while the subreaper lives on to reap it (and to receive what they fork
+// meanwhile). It returns how many of them were not zombies.
+func KillUnder(pid int, sig syscall.Signal) int {
+	if pid <= 1 {
+		return 0
+	}
+	self := strconv.Itoa(pid)
+	n := 0
+	kill := func(d int, f []string) {
+		if len(f) > 0 && f[0] != "Z" {
+			n++
+		}
+		_ = syscall.Kill(d, sig)
+	}
+	under := map[int]bool{}
+	for _, d := range Descendants(pid) {
+		under[d] = true
+		if f, ok := statFields(d); ok {
+			kill(d, f)
+		}
+	}
+	names, _ := readDirNames("/proc")
+	for _, name := range names {
+		d, err := strconv.Atoi(name)
+		if err != nil || d <= 1 || d == pid || under[d] {
+			continue
+		}
+		if f, ok := statFields(d); ok && len(f) > 3 && (f[2] == self || f[3] == self) {
+			kill(d, f)
+		}
+	}
+	return n
+}
+
+// readDirNames lists dir's names.
+func readDirNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
+}
+
 // leadsSession reports whether pid leads a session (its session id is its
 // own pid).
 func leadsSession(pid int) bool {

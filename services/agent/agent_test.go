@@ -388,6 +388,55 @@ func TestStopStepKillsProcessGroup(t *testing.T) {
 	}
 }
 
+// TestCancelledStepLeavesNoDetachedProcess: a job that detaches processes
+// from its step (setsid, then a fork: a daemon's double fork) that ignore
+// SIGTERM, and goes on detaching more while it is stopped, ignoring
+// SIGTERM too, is cancelled: once the step is KILLED (SIGTERM, SIGKILL
+// after the grace) no process it started is left, the detached ones
+// included.
+func TestCancelledStepLeavesNoDetachedProcess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	dir := filepath.Join(e.shared, "detach-8")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	script := `cd "$HOME/detach-8" && trap '' TERM
+setsid sh -c '(trap "" TERM; exec sleep 300) &'
+echo ready > ready
+while :; do setsid sh -c '(trap "" TERM; exec sleep 300) &'; sleep 0.01; done`
+	publish(t, e.broker, command(startStep("8", script, nil, filepath.Join(e.shared, "slurm-8.out"))))
+	waitStep(t, e.broker, "8", eventsv1.StepState_STEP_RUNNING)
+	// Every process of the step works in dir.
+	inDir := func() []int {
+		var out []int
+		ents, _ := os.ReadDir("/proc")
+		for _, en := range ents {
+			if cwd, err := os.Readlink("/proc/" + en.Name() + "/cwd"); err == nil && cwd == dir {
+				if pid, err := strconv.Atoi(en.Name()); err == nil && proc.Alive(pid, 0) {
+					out = append(out, pid)
+				}
+			}
+		}
+		return out
+	}
+	t.Cleanup(func() { // not left running, whatever the outcome
+		for _, pid := range inDir() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	testkit.WaitFor(t, wait, "the job detached processes", func() (bool, error) {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil && len(inDir()) > 3, nil
+	})
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/8", Attempt: 1, Node: node, Reason: "job cancelled"}))
+	waitStep(t, e.broker, "8", eventsv1.StepState_STEP_KILLED)
+	testkit.WaitFor(t, wait, "no process of the cancelled step left", func() (bool, error) {
+		return len(inDir()) == 0, nil
+	})
+}
+
 func TestRedeliveredStartStepStartsOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

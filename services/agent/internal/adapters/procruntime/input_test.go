@@ -167,11 +167,6 @@ func TestPTY(t *testing.T) {
 		appendTo(t, inPath, "size?\n")
 		return strings.Contains(read(t, filepath.Join(dir, "out")), "50 132\r\n"), nil
 	})
-	// Stopped as a step is: the whole group, and its session.
-	if err := rt.Kill(p.Group()); err != nil {
-		t.Fatal(err)
-	}
-	waitExit(t, p)
 	// With job control the background job has a group of its own, in the
 	// unit's session: what a group kill alone would miss.
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(bg) + "/stat"); err != nil {
@@ -180,6 +175,11 @@ func TestPTY(t *testing.T) {
 		f[3] != strconv.Itoa(p.Group().PID) {
 		t.Fatalf("background job %d: group %s, session %s; want a group of its own in session %d", bg, f[2], f[3], p.Group().PID)
 	}
+	// Stopped as a step is: the whole group, and its session.
+	if err := rt.Kill(p.Group()); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, p)
 	testkit.WaitFor(t, wait, "the background job to die with its unit", func() (bool, error) {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(bg) + "/stat")
 		return err != nil || strings.Contains(string(b), ") Z "), nil

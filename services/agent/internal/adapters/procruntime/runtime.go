@@ -453,17 +453,22 @@ func (Runtime) SignalLeader(g ports.Group, sig syscall.Signal) error {
 	return nil
 }
 
-// Kill sends SIGKILL to g's process group and, when g is a shim's, first
-// to every process under the shim: what the job detached from the group
-// (setsid, a double fork) is the shim's as its child subreaper, and would
-// outlive a shim killed before it could end it (stepd's reap.go).
+// Kill sends SIGKILL to g's process group; when g is a shim's, to every
+// process under the shim instead, again until a look finds none alive, and
+// not to the shim itself. The shim is its job's child subreaper: what the
+// job detached (setsid, a double fork) is its, and so is what the job's
+// processes fork until they die, seen by the next look. The shim, left
+// alive, reaps them, sweeps what is left (stepd's reap.go), records the
+// exit and ends. A shim killed with its group would have let what the job
+// detached between the last look and that kill go to init, out of any
+// step's reach. Only a tree that does not die within killRounds looks (a
+// process in an uninterruptible wait) gets its group, the shim included,
+// killed as before.
 func (Runtime) Kill(g ports.Group) error {
 	if g.PID > 1 && isShim(g.PID) {
-		// Again until a look finds none alive: one that forks meanwhile
-		// leaves children the look before did not see.
 		for range killRounds {
-			if proc.KillDescendants(g.PID, syscall.SIGKILL) == 0 {
-				break
+			if proc.KillUnder(g.PID, syscall.SIGKILL) == 0 {
+				return nil
 			}
 			time.Sleep(time.Millisecond)
 		}

@@ -569,26 +569,73 @@ wait`)
 			t.Fatal(err)
 		}
 		waitExit(t, p)
-		// Every process of the step worked in dir.
-		inDir := func() []int {
-			var out []int
-			ents, _ := os.ReadDir("/proc")
-			for _, e := range ents {
-				if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
-					if pid, err := strconv.Atoi(e.Name()); err == nil && rt.Alive(ports.Group{PID: pid}) {
-						out = append(out, pid)
-					}
-				}
-			}
-			return out
-		}
 		t.Cleanup(func() { // not left running, whatever the outcome
-			for _, pid := range inDir() {
+			for _, pid := range inDir(dir) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		})
 		testkit.WaitFor(t, 5*time.Second, "no process of the killed step left", func() (bool, error) {
-			return len(inDir()) == 0, nil
+			return len(inDir(dir)) == 0, nil
 		})
 	})
+	t.Run("the job detaches until it is killed", func(t *testing.T) {
+		t.Parallel()
+		// The job's own shell (in the step's group) detaches a process
+		// that ignores SIGTERM (setsid, then a fork: a daemon's double
+		// fork) over and over, as fast as it can, until it is killed.
+		// Kill must not end the shim, their subreaper, before them: what
+		// the shell detached between Kill's last look and the shim's end
+		// would be re-parented to init, out of the step's reach.
+		// Three at once: the race lost is one of timing.
+		type step struct {
+			p   ports.Process
+			dir string
+		}
+		var steps []step
+		for i := range 3 {
+			p, dir := run(t, "detaches"+strconv.Itoa(i), `echo ready > ready
+while :; do setsid sh -c '(trap "" TERM; exec sleep 300) &'; done`)
+			steps = append(steps, step{p, dir})
+			t.Cleanup(func() { // not left running, whatever the outcome
+				for _, pid := range inDir(dir) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+		}
+		for _, s := range steps {
+			waitFile(t, filepath.Join(s.dir, "ready"))
+			// Until some have been detached.
+			testkit.WaitFor(t, 5*time.Second, "the job detached a process", func() (bool, error) {
+				return len(inDir(s.dir)) > 3, nil
+			})
+		}
+		for _, s := range steps {
+			if err := rt.Kill(s.p.Group()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range steps {
+			waitExit(t, s.p)
+			// The shim reaped and killed them before the step's end was
+			// known: nothing may be left now.
+			if left := inDir(s.dir); len(left) != 0 {
+				t.Errorf("processes %v of the killed step outlived it", left)
+			}
+		}
+	})
+}
+
+// inDir lists the live processes whose working directory is dir: every
+// process a test's step started works there.
+func inDir(dir string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && proc.Alive(pid, 0) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }
