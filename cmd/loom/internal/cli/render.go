@@ -66,6 +66,9 @@ func writeJSON(w io.Writer, m proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("encode JSON: %w", err)
 	}
+	if b, err = withEmptyLists(m, b); err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, b, "", "  "); err != nil {
 		return fmt.Errorf("encode JSON: %w", err)
@@ -73,6 +76,36 @@ func writeJSON(w io.Writer, m proto.Message) error {
 	buf.WriteByte('\n')
 	_, err = w.Write(buf.Bytes())
 	return err
+}
+
+// withEmptyLists adds to b, m's protojson, each empty top-level list of a
+// List response as [] (protojson leaves empty lists out): an empty project
+// answers {"clusters": []}, so that `jq '.clusters[]'` prints nothing
+// rather than failing on null, as gcloud's JSON gives [] for none.
+func withEmptyLists(m proto.Message, b []byte) ([]byte, error) {
+	r := m.ProtoReflect()
+	d := r.Descriptor()
+	if !strings.HasPrefix(string(d.Name()), "List") || !strings.HasSuffix(string(d.Name()), "Response") {
+		return b, nil
+	}
+	var empty []string
+	fs := d.Fields()
+	for i := range fs.Len() {
+		if f := fs.Get(i); f.IsList() && r.Get(f).List().Len() == 0 {
+			empty = append(empty, f.JSONName())
+		}
+	}
+	if len(empty) == 0 {
+		return b, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, err
+	}
+	for _, name := range empty {
+		obj[name] = json.RawMessage("[]")
+	}
+	return json.Marshal(obj)
 }
 
 // writeJSONLine writes m as one line of protojson (for streams).

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestCellText: a free-text cell is its first line, control characters as
@@ -81,5 +84,33 @@ func TestPermissionDeniedSaysWhatNext(t *testing.T) {
 	_, errOut, code := run(t, f.Serve(t), "jobs", "cancel", "4")
 	if code != 1 || !strings.Contains(errOut, "`loom auth whoami` shows who you are and your roles") || !strings.Contains(errOut, "`loom auth members set`") {
 		t.Errorf("exit %d, %q: want the next step", code, errOut)
+	}
+}
+
+// TestJSONEmptyListIsArray: a List response with nothing in it prints its
+// list as [] (protojson leaves it out, and `jq '.clusters[]'` then fails);
+// a list with items and any other message print as protojson has them.
+func TestJSONEmptyListIsArray(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		m    proto.Message
+		want string
+	}{
+		{&loomv1.ListClustersResponse{}, `{"clusters":[]}`},
+		{&loomv1.ListClustersResponse{NextPageToken: "t"}, `{"clusters":[],"nextPageToken":"t"}`},
+		{&loomv1.ListClustersResponse{Clusters: []*loomv1.Cluster{{Name: "c"}}}, `{"clusters":[{"name":"c"}]}`},
+		{&loomv1.Cluster{Name: "c"}, `{"name":"c"}`},
+	} {
+		var out bytes.Buffer
+		if err := writeJSON(&out, c.m); err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := json.Compact(&got, out.Bytes()); err != nil {
+			t.Fatalf("%T: not JSON: %v\n%s", c.m, err, out.String())
+		}
+		if got.String() != c.want {
+			t.Errorf("%T: %s, want %s", c.m, got.String(), c.want)
+		}
 	}
 }
