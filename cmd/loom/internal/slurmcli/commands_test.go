@@ -229,7 +229,7 @@ func TestSacctOptions(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-n", "-X", "-b", "-s", "F,CD"}, "10            COMPLETED      0:0 \n11               FAILED      2:0 \n"},
+		{[]string{"-n", "-X", "-b", "-s", "F,CD", "-S", "now-3hours", "-E", "now"}, "10            COMPLETED      0:0 \n11               FAILED      2:0 \n"},
 		{[]string{"-P", "-n", "-X", "-o", "JobID,User,NNodes,ReqMem,Timelimit", "-j", "12"}, "12|alice|2|64G|02:00:00\n"},
 		// The batch step holds the first node alone (Slurm: NNodes 1).
 		{[]string{"-P", "-n", "-o", "JobID,NNodes,AllocNodes,NodeList,AllocTRES", "-j", "12"},

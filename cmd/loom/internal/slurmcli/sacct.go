@@ -655,11 +655,29 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	if users == nil && !allUsers && c.env.User != "" && c.env.User != "root" {
 		users = []string{c.env.User}
 	}
-	// Without -j, sacct shows jobs since midnight.
-	if startT == nil && sel == nil {
+	// Slurm's default window (man sacct, DEFAULT TIME WINDOW): with -s,
+	// the instant now (no window with -j and no -S), -E defaulting to -S;
+	// without -s, since midnight (no window with -j).
+	if states != nil {
+		if startT == nil && sel == nil {
+			t := view.now
+			startT = &t
+		}
+		if startT != nil && endT == nil {
+			endT = startT
+		}
+	} else if startT == nil && sel == nil {
 		y, m, d := view.now.Date()
 		t := time.Date(y, m, d, 0, 0, 0, 0, c.loc)
 		startT = &t
+	}
+	// With -s and a window, a state is one the job was in during it
+	// (inStateWindow): PENDING and RUNNING are asked of every job, as a
+	// job that ran then may have ended since.
+	stateWindow := states != nil && (startT != nil || endT != nil)
+	listStates := states.list()
+	if stateWindow && (states[loomv1.JobState_PENDING] || states[loomv1.JobState_RUNNING]) {
+		listStates = nil
 	}
 	// A window that ends before it starts (-E before -S, or before today's
 	// midnight; -S after now) is Slurm's error, not an empty list.
@@ -675,11 +693,11 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	// asks its database for the list at once (no CLUSTER: lines).
 	var jobs []*loomv1.Job
 	err = c.forEachCluster(clusters, func(int) error {
-		js, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: states.list(), JobIds: sel.listIDs()})
+		js, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: listStates, JobIds: sel.listIDs()})
 		if err != nil {
 			return err
 		}
-		if js, err = c.withArrayTasks(ctx, js, states != nil); err != nil {
+		if js, err = c.withArrayTasks(ctx, js, listStates != nil); err != nil {
 			return err
 		}
 		jobs = append(jobs, js...)
@@ -690,6 +708,15 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	}
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
 		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, sel: sel, states: states, anyState: true}
+	inTime := func(r jobRow) bool { return inWindow(r.job, startT, endT) }
+	if stateWindow {
+		q.states = nil
+		start := time.Unix(0, 0) // -j -s -E without -S: since the Epoch, as Slurm's
+		if startT != nil {
+			start = *startT
+		}
+		inTime = func(r jobRow) bool { return inStateWindow(r, states, start, *endT) }
+	}
 	if formatSacctUses(fields, "Timelimit", "TimelimitRaw") {
 		view.limits = c.partitionLimits(ctx, jobs)
 	}
@@ -708,7 +735,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		return r
 	}
 	for _, r := range rows {
-		if !q.match(r) || !inWindow(r.job, startT, endT) {
+		if !q.match(r) || !inTime(r) {
 			continue
 		}
 		pending := strings.Contains(r.id, "[")
@@ -801,6 +828,57 @@ func inWindow(j *loomv1.Job, start, end *time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// inStateWindow reports whether row r was in one of states between start
+// and end, as Slurm 22.05's accounting query asks (as_mysql_jobacct_process.c,
+// _state_time_string), to the second: PENDING, eligible before end and
+// still waiting, or started (or ended without starting) after start;
+// RUNNING, started before end and still running or ended after start; an
+// end state, ended in it between start and end, both included; any other,
+// in it now.
+func inStateWindow(r jobRow, states stateSet, start, end time.Time) bool {
+	j := r.job
+	st := effectiveState(j)
+	secs := func(t *timestamppb.Timestamp) int64 {
+		if t == nil {
+			return 0
+		}
+		return t.GetSeconds()
+	}
+	// 0: not started, not ended (Slurm's time_start, time_end).
+	began, ended := secs(j.GetStartTime()), int64(0)
+	if st == loomv1.JobState_PENDING || len(r.pending) > 0 || strings.Contains(r.id, "[") {
+		began = 0
+	}
+	if st.Terminal() {
+		ended = secs(j.GetEndTime())
+	}
+	eligible := secs(j.GetBeginTime())
+	if eligible == 0 {
+		eligible = secs(j.GetSubmitTime())
+	}
+	s, e := start.Unix(), end.Unix()
+	for want := range states {
+		switch {
+		case want == loomv1.JobState_PENDING:
+			if eligible != 0 && eligible < e &&
+				((began != 0 && s < began) || (began == 0 && ended != 0 && s < ended) || (began == 0 && ended == 0 && st == loomv1.JobState_PENDING)) {
+				return true
+			}
+		case want == loomv1.JobState_RUNNING:
+			if began != 0 && began < e && ((ended != 0 && s < ended) || (ended == 0 && !st.Terminal())) {
+				return true
+			}
+		case want.Terminal():
+			if st == want && ended != 0 && s <= ended && ended <= e {
+				return true
+			}
+		case st == want:
+			return true
+		}
+	}
+	return false
 }
 
 // parseSacctTime parses -S/-E: Slurm's time forms (as --begin), plus
