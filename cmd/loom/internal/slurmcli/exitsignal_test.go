@@ -13,7 +13,10 @@ import (
 // TestExitCodeKeepsSignalApart: a job whose script exited 130 and one killed
 // by SIGINT (both code 130 in Loom) show as a real Slurm 22.05 showed them
 // (scripts/slurm-local.sh: `exit 130` vs `kill -INT $$`): ExitCode 130:0 and
-// 0:2 in sacct and scontrol, sbatch --wait 130 and 1; srun says "Exited with
+// 0:2 in scontrol (and in sacct -c's completion file), sbatch --wait 130 and
+// 1; sacct's ExitCode takes 128 from an exit status of 128 or more, as Slurm
+// 22.05's src/sacct/print.c does (PRINT_EXITCODE), so `exit 130` is 2:0 there
+// while DerivedExitCode keeps the status whole; srun says "Exited with
 // exit code 137" for a task that exited 137 and "Killed" for one killed by
 // SIGKILL. Records without the signal (from before it was kept) read as
 // they did: 128+n is signal n.
@@ -30,8 +33,16 @@ func TestExitCodeKeepsSignalApart(t *testing.T) {
 	old.JobId, old.Name, old.ExitSignal, old.Runs[0].ExitSignal = "32", "projects/default/jobs/32", nil, nil
 	f.Jobs = append(f.Jobs, exited, killed, old)
 	code, out, errOut := run(t, f, "sacct", Env{}, "-P", "-n", "-o", "JobID,ExitCode", "-j", "30,31,32")
-	if want := "30|130:0\n30.batch|130:0\n31|0:2\n31.batch|0:2\n32|0:2\n32.batch|0:2\n"; code != 0 || out != want {
+	if want := "30|2:0\n30.batch|2:0\n31|0:2\n31.batch|0:2\n32|0:2\n32.batch|0:2\n"; code != 0 || out != want {
 		t.Errorf("sacct: %d %q %q, want %q", code, out, errOut, want)
+	}
+	// A step that exited 200 (72:0 in sacct), and the DerivedExitCode it
+	// makes for its job (200:0: Slurm's PRINT_DERIVED_EC takes nothing off).
+	f.Steps = append(f.Steps, &loomv1.JobStep{Job: exited.GetName(), Name: exited.GetName() + "/steps/0", State: loomv1.JobState_FAILED,
+		StartTime: exited.GetStartTime(), EndTime: exited.GetEndTime(), ExitCode: 200, ExitSignal: proto.Int32(0), Command: []string{"false"}})
+	code, out, errOut = run(t, f, "sacct", Env{}, "-P", "-n", "-o", "JobID,ExitCode,DerivedExitCode", "-j", "30")
+	if want := "30|2:0|200:0\n30.batch|2:0|\n30.0|72:0|\n"; code != 0 || out != want {
+		t.Errorf("sacct with a step: %d %q %q, want %q", code, out, errOut, want)
 	}
 	for id, want := range map[string]string{"30": "ExitCode=130:0", "31": "ExitCode=0:2", "32": "ExitCode=0:2"} {
 		if code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", id); code != 0 || !strings.Contains(out, want+"\n") {

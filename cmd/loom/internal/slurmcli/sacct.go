@@ -164,15 +164,27 @@ func (r sacctRow) nodes() []string {
 	return r.job.GetNodes()
 }
 
-// exitCode is the row's ExitCode "code:signal".
+// exitCode is the row's ExitCode "code:signal", as sacct prints it.
 func (r sacctRow) exitCode() string {
 	if r.jstep != nil {
-		return exitCodeString(r.jstep.GetExitCode(), r.jstep.ExitSignal)
+		return sacctExitCode(r.jstep.GetExitCode(), r.jstep.ExitSignal)
 	}
 	if r.run != nil {
-		return exitCodeString(r.run.GetExitCode(), r.run.ExitSignal)
+		return sacctExitCode(r.run.GetExitCode(), r.run.ExitSignal)
 	}
-	return exitCodeString(r.job.GetExitCode(), r.job.ExitSignal)
+	return sacctExitCode(r.job.GetExitCode(), r.job.ExitSignal)
+}
+
+// sacctExitCode is sacct's ExitCode "code:signal": Slurm 22.05's sacct
+// (src/sacct/print.c, PRINT_EXITCODE) takes 128 from an exit status of 128
+// or more, so a script's `exit 130` is 2:0 there while scontrol (and sacct
+// -c's completion file) say 130:0. DerivedExitCode keeps the status whole.
+func sacctExitCode(code int32, sig *int32) string {
+	status, signal := exitParts(code, sig)
+	if status >= 128 {
+		status -= 128
+	}
+	return fmt.Sprintf("%d:%d", status, signal)
 }
 
 // elapsed is how long the row's run has lasted.
