@@ -918,8 +918,8 @@ const sacctUsage = `Usage: sacct [options]
   -P, --parsable2     Output will be '|' delimited without a '|' at the end.
   -q, --qos           Only send data about jobs using these qos.
   -r, --partition     Comma separated list of partitions to select jobs from.
-  -s, --state         Select jobs based on their state.
-  -S, --starttime     Select jobs eligible after this time (default: midnight).
+  -s, --state         Select jobs based on the state they were in during the time window.
+  -S, --starttime     Select jobs eligible after this time (default: midnight; with -s, now).
   -u, --user          Use this comma separated list of users to select jobs.
   -X, --allocations   Only show statistics relevant to the job allocation itself.
       --delimiter     ASCII characters used to separate the fields when using -p or -P.
