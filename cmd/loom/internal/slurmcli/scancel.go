@@ -2,8 +2,10 @@ package slurmcli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -272,10 +274,15 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	// answers of the argument that asked (tasks the array does not have
 	// first), and -v names it too.
 	records := map[string]string{}
+	// wholeRecord is, with a signal, each array's pending record by the
+	// array's id: Slurm 22.05 refuses a signal to a whole array that has
+	// one, for its running tasks as well (wholeArrayRefusal).
+	wholeRecord := map[string]string{}
 	if signal != "" {
 		for _, r := range newArrayView(jobs).rows(jobs, false) {
 			for _, i := range r.pending {
 				records[r.arrayJobID+"_"+strconv.Itoa(i)] = r.id
+				wholeRecord[r.arrayJobID] = r.id
 			}
 		}
 	}
@@ -292,11 +299,15 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	}
 	recordRefused := map[string]bool{}
 	var deferred []string // the argument's record refusals, said after its other answers
+	// deferredTasks are the argument's refusals of running tasks beside a
+	// pending record, said after the record's (Slurm 22.05: "scancel -s
+	// USR1 34_[1-2]", task 1 running, named 34_[2-3%1] first, then 34_1).
+	var deferredTasks []string
 	flush := func() {
-		for _, line := range deferred {
+		for _, line := range append(deferred, deferredTasks...) {
 			fmt.Fprintln(c.stderr, line)
 		}
-		deferred = nil
+		deferred, deferredTasks = nil, nil
 	}
 	for i, t := range targets {
 		if i > 0 && t.arg != targets[i-1].arg {
@@ -315,6 +326,10 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 			if a := strings.TrimSpace(strings.ToLower(ans)); a != "y" && a != "yes" {
 				continue
 			}
+		}
+		if rec := wholeRecord[t.array]; rec != "" && t.rng == "" && t.id == t.array {
+			failed = max(failed, c.wholeArrayRefusal(jobs, t.array, rec, signal, verbose, quiet))
+			continue
 		}
 		if verbose && (t.rng == "" || !said[t.rng]) {
 			// A range of tasks once, before its first task; a pending
@@ -337,6 +352,18 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 			default:
 				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", id)
 			}
+		}
+		if a := t.job.GetArrayJobId(); a != "" && wholeRecord[a] != "" && t.job.GetState() != loomv1.JobState_PENDING {
+			// A running task of an array with tasks still pending in its
+			// record: slurmctld 22.05 refuses it the signal as it refuses
+			// the record (measured beside Loom: "scancel -s USR1 32_1",
+			// 32_[2-3%1] pending, kept answering "Job can not be altered
+			// now" and the task never got it).
+			failed = max(failed, exitTransitionWait)
+			if !quiet {
+				deferredTasks = append(deferredTasks, c.errorf("Kill job error on job id %s: %s", t.id, msgNotNow).Text)
+			}
+			continue
 		}
 		var err *cancelError
 		if o.confine && t.job == nil && c.elsewhere(ctx, t.name) {
@@ -376,6 +403,41 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	}
 	flush()
 	return failed, nil
+}
+
+// wholeArrayRefusal answers a signal to the whole array id whose tasks
+// are partly still pending in its record rec, as Slurm 22.05's scancel
+// did beside Loom: slurmctld refuses the record and, while it is there,
+// every running task of the array too ("Job can not be altered now",
+// each by its id, so no task gets the signal). Slurm's scancel asks for
+// each part in a thread of its own, so its order varies from run to run;
+// this is the order it gave most: the tasks first, then the record, and
+// for -v the record first. Nothing is sent to the gateway,
+// which would signal the running tasks. It returns the exit status.
+func (c *cmd) wholeArrayRefusal(jobs []*loomv1.Job, id, rec, signal string, verbose, quiet bool) int {
+	var running []*loomv1.Job
+	for _, j := range jobs {
+		if j.GetArrayJobId() == id && j.GetState() != loomv1.JobState_PENDING && !j.GetState().Terminal() {
+			running = append(running, j)
+		}
+	}
+	slices.SortFunc(running, func(a, b *loomv1.Job) int { return cmp.Compare(a.GetArrayTaskId(), b.GetArrayTaskId()) })
+	ids := make([]string, 0, len(running)+1)
+	for _, j := range running {
+		ids = append(ids, displayID(j))
+	}
+	if verbose {
+		n, _ := slurmspec.SignalNumber(signal)
+		for _, s := range append([]string{rec}, ids...) {
+			fmt.Fprintf(c.stderr, "scancel: Signal %d to job %s\n", n, s)
+		}
+	}
+	if !quiet {
+		for _, s := range append(ids, rec) {
+			fmt.Fprintln(c.stderr, c.errorf("Kill job error on job id %s: %s", s, msgNotNow).Text)
+		}
+	}
+	return exitTransitionWait
 }
 
 // elsewhere reports whether the gateway knows job name in a cluster other

@@ -2,6 +2,9 @@ package slurmcli
 
 import (
 	"testing"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestScancelTaskRange: a range of an array's tasks ("15_[0-2]") is one
@@ -52,8 +55,10 @@ func TestScancelSignalPendingRecord(t *testing.T) {
 		{[]string{"-s", "USR1", "15_[1-2]"}, 228, rec},
 		{[]string{"-s", "USR1", "15_3"}, 228, rec},
 		{[]string{"-s", "USR1", "15_[1-2]", "15_3"}, 228, rec},
-		// The running task takes the signal; the record refuses.
-		{[]string{"-s", "USR1", "15_[0-1]"}, 228, rec},
+		// The running task is refused with the record, after it (Slurm
+		// 22.05, 34_[1-2] with task 1 running: the record, then 34_1).
+		{[]string{"-s", "USR1", "15_[0-1]"}, 228, rec + "scancel: error: Kill job error on job id 15_0: Job can not be altered now, try again later\n"},
+		{[]string{"-s", "USR1", "15_0"}, 228, "scancel: error: Kill job error on job id 15_0: Job can not be altered now, try again later\n"},
 		{[]string{"-s", "USR1", "15_[3-4]"}, 228, "scancel: error: Kill job error on job id 15_4: Invalid job id specified\n" + rec},
 		{[]string{"-s", "USR1", "99", "15_2", "13"}, 228, "scancel: error: Kill job error on job id 99: Invalid job id specified\n" + rec +
 			"scancel: error: Kill job error on job id 13: Job can not be altered now, try again later\n"},
@@ -67,6 +72,39 @@ func TestScancelSignalPendingRecord(t *testing.T) {
 		code, out, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
 		if code != tc.code || out != "" || errOut != tc.errOut {
 			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+	}
+}
+
+// TestScancelSignalWholeArrayPending: a signal to a whole array (its bare
+// id) while some of its tasks are still pending in its record is refused
+// for every part of it, as Slurm 22.05's scancel answered beside Loom
+// (array 25 of 1-5%1, task 1 running: "scancel -s USR1 25" said "Kill
+// job error on job id 25_1: Job can not be altered now, try again later"
+// and the same for 25_[2-5%1], exit 228, and task 1 did not get the
+// signal): no task is signalled, not even the running ones. Fixture:
+// array 15 (0-3%2), task 0 running (job 16), 1-3 pending in the record.
+func TestScancelSignalWholeArrayPending(t *testing.T) {
+	t.Parallel()
+	const (
+		task0 = "scancel: error: Kill job error on job id 15_0: Job can not be altered now, try again later\n"
+		rec   = "scancel: error: Kill job error on job id 15_[1-3%2]: Job can not be altered now, try again later\n"
+	)
+	for _, tc := range []struct {
+		args   []string
+		errOut string
+	}{
+		{[]string{"-s", "USR1", "15"}, task0 + rec},
+		{[]string{"-v", "-s", "USR1", "15"}, "scancel: Signal 10 to job 15_[1-3%2]\nscancel: Signal 10 to job 15_0\n" + task0 + rec},
+		{[]string{"-Q", "-s", "USR1", "15"}, ""},
+	} {
+		f := fixture()
+		code, out, errOut := run(t, f, "scancel", Env{}, tc.args...)
+		if code != 228 || out != "" || errOut != tc.errOut {
+			t.Errorf("scancel %v: %d %q %q, want 228 %q", tc.args, code, out, errOut, tc.errOut)
+		}
+		if rs := fakegw.Requests[*loomv1.CancelJobRequest](f); len(rs) != 0 {
+			t.Errorf("scancel %v sent %d cancel requests, want none (no task takes the signal)", tc.args, len(rs))
 		}
 	}
 }
