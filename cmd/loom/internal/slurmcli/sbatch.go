@@ -176,6 +176,11 @@ type sbatchRequest struct {
 	help, usage, version bool
 	// warnings are printed before submitting (ignored options).
 	warnings []string
+	// refusal is slurmctld's reason for refusing the job, found here
+	// (--cpus-per-gpu with --exclusive): sbatch says it as the
+	// controller's answer, "Batch job submission failed: REASON" or, with
+	// --test-only, "allocation failure: REASON", and sends nothing.
+	refusal string
 }
 
 // sbatchState collects option values while the script's directives, the
@@ -191,9 +196,14 @@ type sbatchState struct {
 	memPerCPU int64
 	memPerGPU int64
 	gpusPerT  int32
-	wrap      string
-	wrapSet   bool
-	ignored   map[string]bool
+	// cpusPerGPU is --cpus-per-gpu, checked against -c and --exclusive
+	// as Slurm checks it; Loom's scheduler gives no CPUs for it.
+	cpusPerGPU int32
+	// exclusiveNode is a bare --exclusive (not =user, =mcs or =topo).
+	exclusiveNode bool
+	wrap          string
+	wrapSet       bool
+	ignored       map[string]bool
 }
 
 // ParseSbatch turns an sbatch command line (args, without the program
@@ -471,6 +481,16 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 			return err
 		}
 		j.CpusPerTask = n
+	case "cpus-per-gpu":
+		n, err := positiveInt(st.prog, name, o.value)
+		if err != nil {
+			return err
+		}
+		st.cpusPerGPU = n
+		if !st.ignored[o.key] {
+			st.ignored[o.key] = true
+			st.req.warnings = append(st.req.warnings, fmt.Sprintf("--%s is not supported by Loom and is ignored", o.key))
+		}
 	case "dependency":
 		if _, err := slurmspec.ParseDependency(v); err != nil {
 			return bad(err)
@@ -501,7 +521,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 	case "exclusive":
 		switch strings.ToLower(v) {
 		case "", "user", "mcs", "topo":
-			j.Exclusive = true
+			j.Exclusive, st.exclusiveNode = true, v == ""
 		default:
 			return bad(errors.New("expected nothing, user, mcs or topo"))
 		}
@@ -843,6 +863,18 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 	if d := j.CheckpointDir; d != "" && !filepath.IsAbs(d) {
 		j.CheckpointDir = filepath.Join(j.WorkDir, d)
 	}
+	if st.cpusPerGPU > 0 {
+		// As Slurm 22.05's sbatch and srun (checked beside one), in
+		// either order; its controller refuses it with a bare
+		// --exclusive (not =user) at submission.
+		if j.CpusPerTask > 0 {
+			return &Error{Code: 1, Text: st.prog + ": error: --cpus-per-gpu is mutually exclusive with --cpus-per-task\n" +
+				st.prog + ": error: Invalid generic resource (gres) specification"}
+		}
+		if st.exclusiveNode {
+			st.req.refusal = "Requested node configuration is not available"
+		}
+	}
 	if st.gpusPerT > 0 {
 		j.GpusPerTask = st.gpusPerT
 		switch {
@@ -1050,6 +1082,12 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 	}
 	if req.clusters != "" {
 		c.env.Cluster = req.clusters
+	}
+	if req.refusal != "" {
+		if req.testOnly {
+			return &Error{Text: "allocation failure: " + req.refusal, Code: 1}
+		}
+		return c.errorf("Batch job submission failed: %s", req.refusal)
 	}
 	if req.testOnly {
 		return c.testOnly(ctx, req.job)

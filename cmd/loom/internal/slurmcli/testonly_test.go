@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -119,5 +120,49 @@ func TestExclusiveJobCPUs(t *testing.T) {
 	f.Jobs[3].Exclusive = false
 	if code, out, errOut = run(t, f, "squeue", Env{}, "-h", "-o", "%i %C", "-j", "12"); code != 0 || out != "12 8\n" {
 		t.Errorf("squeue %%C of job 12 not exclusive: %d %q %q, want \"12 8\\n\"", code, out, errOut)
+	}
+}
+
+// TestSbatchCpusPerGPURefusals: --cpus-per-gpu is refused with -c (in
+// either order) and with a bare --exclusive, as Slurm 22.05 refused them
+// beside Loom (scripts/slurm-local.sh): "--cpus-per-gpu is mutually
+// exclusive with --cpus-per-task" and "Invalid generic resource (gres)
+// specification", exit 1, before anything is sent; with --exclusive its
+// controller's "Requested node configuration is not available" (as
+// "allocation failure: ..." with --test-only); a bad count names the
+// option. --exclusive=user with it is a job, as in Slurm.
+func TestSbatchCpusPerGPURefusals(t *testing.T) {
+	t.Parallel()
+	const conflict = "sbatch: error: --cpus-per-gpu is mutually exclusive with --cpus-per-task\n" +
+		"sbatch: error: Invalid generic resource (gres) specification\n"
+	const warn = "sbatch: warning: --cpus-per-gpu is not supported by Loom and is ignored\n"
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		errOut string
+	}{
+		{[]string{"--cpus-per-gpu=3", "--gres=gpu:2", "-c2"}, 1, conflict},
+		{[]string{"-c2", "--cpus-per-gpu=3"}, 1, conflict},
+		{[]string{"--cpus-per-gpu=3", "--gres=gpu:2", "--exclusive"}, 1, warn +
+			"sbatch: error: Batch job submission failed: Requested node configuration is not available\n"},
+		{[]string{"--test-only", "--cpus-per-gpu=3", "--exclusive"}, 1, warn +
+			"allocation failure: Requested node configuration is not available\n"},
+		{[]string{"--cpus-per-gpu=0"}, 1, "sbatch: error: Invalid numeric value \"0\" for --cpus-per-gpu.\n"},
+		{[]string{"--cpus-per-gpu=x"}, 1, "sbatch: error: Invalid numeric value \"x\" for --cpus-per-gpu.\n"},
+	} {
+		f := fixture()
+		jobs := len(f.Jobs)
+		code, out, errOut := run(t, f, "sbatch", Env{}, append(tc.args, "--wrap", "hostname")...)
+		if code != tc.code || out != "" || errOut != tc.errOut {
+			t.Errorf("sbatch %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+		if len(f.Jobs) != jobs || len(fakegw.Requests[*loomv1.SubmitJobRequest](f)) != 0 {
+			t.Errorf("sbatch %v sent the job", tc.args)
+		}
+	}
+	f := fixture()
+	code, out, errOut := run(t, f, "sbatch", Env{}, "--cpus-per-gpu=3", "--gres=gpu:2", "--exclusive=user", "--wrap", "hostname")
+	if code != 0 || !strings.HasPrefix(out, "Submitted batch job ") || errOut != warn {
+		t.Errorf("sbatch --cpus-per-gpu --exclusive=user: %d %q %q, want a job and %q", code, out, errOut, warn)
 	}
 }
