@@ -645,3 +645,55 @@ func TestSrunExportNone(t *testing.T) {
 		}
 	}
 }
+
+// TestSrunDistribution: -m/--distribution is checked as Slurm 22.05's
+// srun checks it (beside Loom, scripts/slurm-local.sh): a bad
+// specification is "Invalid --distribution specification", exit 255
+// (plane without a size says so first), arbitrary without -w Slurm's
+// words, exit 1. Loom lays a step's tasks out in blocks only, so block
+// (any case, with its socket and core levels and ,Pack/,NoPack) is
+// taken, and cyclic, plane and arbitrary are taken where the layout is
+// block's all the same (one node, one task, one task a node) and
+// refused, naming the option, where it is not: Slurm numbers cyclic's
+// tasks round the nodes (-N2 -n6: SLURM_PROCID 0,2,4 on the first node),
+// which Loom's block layout would silently get wrong.
+func TestSrunDistribution(t *testing.T) {
+	t.Parallel()
+	const invalid = "srun: error: Invalid --distribution specification\n"
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		errOut string
+	}{
+		{[]string{"-m", "bogus"}, 255, invalid},
+		{[]string{"-m", "fcyclic"}, 255, invalid},
+		{[]string{"-m", "*"}, 255, invalid},
+		{[]string{"-m", ""}, 255, invalid},
+		{[]string{"-m", "block,foo"}, 255, invalid},
+		{[]string{"-m", "block:plane"}, 255, invalid},
+		{[]string{"-m", "block:block:block:block"}, 255, invalid},
+		{[]string{"-m", "plane=x"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid},
+		{[]string{"-m", "plane=0"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid},
+		{[]string{"--distribution=plane"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid},
+		{[]string{"-m", "arbitrary"}, 1, "srun: error: With Arbitrary distribution you need to specify a nodelist or hostfile with the -w option\n"},
+		{[]string{"-m", "cyclic"}, 1, "srun: error: --distribution=cyclic: Loom lays a step's tasks out in blocks only (-m block); " +
+			"on more than one node with more tasks than nodes the task numbering differs\n"},
+		{[]string{"-N2", "-n6", "-m", "plane=2"}, 1, "srun: error: --distribution=plane=2: Loom lays a step's tasks out in blocks only (-m block); " +
+			"on more than one node with more tasks than nodes the task numbering differs\n"},
+		{[]string{"-m", "BLOCK"}, 0, ""},
+		{[]string{"-m", "block:*:fcyclic,NoPack"}, 0, ""},
+		{[]string{"-N1", "-m", "cyclic"}, 0, ""},
+		{[]string{"-n1", "-m", "plane=4"}, 0, ""},
+		{[]string{"-N2", "-n2", "-m", "Cyclic:block"}, 0, ""},
+	} {
+		g := srunGateway(t, 1, 0, 0)
+		code, _, errOut := runSrun(context.Background(), t, g, append(tc.args, "true")...)
+		// A step that runs: its tasks' own stderr ("warn N"), no refusal.
+		if code != tc.code || (tc.code != 0 && errOut != tc.errOut) || (tc.code == 0 && strings.Contains(errOut, "srun:")) {
+			t.Errorf("srun %v: exit %d, stderr %q, want %d %q", tc.args, code, errOut, tc.code, tc.errOut)
+		}
+		if want := tc.code == 0; (len(stepsCreated(g)) == 1) != want {
+			t.Errorf("srun %v: steps created %v, want a step: %v", tc.args, stepsCreated(g), want)
+		}
+	}
+}
