@@ -24,20 +24,42 @@ const authdSocketFile = "authd.sock"
 func authdSocketIn(dataDir string) string { return filepath.Join(dataDir, authdSocketFile) }
 
 // loginAuthdSocket is the login daemon a `loom clusters login` shell's
-// Slurm commands ask: LOOM_AUTHD_SOCKET, else the one of `loom up` with
-// the default data directory when it is there; "" for none.
-func (a *app) loginAuthdSocket() string {
+// Slurm commands ask: LOOM_AUTHD_SOCKET, else the one of the `loom up`
+// that serves the cluster whose shared home is home (upSocketOf), else
+// the one of `loom up` with the default data directory; "" for none (the
+// commands then have the caller's LOOM_TOKEN or saved login alone, and
+// the login's HOME is not the caller's, so a saved login is not found).
+func (a *app) loginAuthdSocket(home string) string {
 	if s := a.getenv("LOOM_AUTHD_SOCKET"); s != "" {
 		return s
 	}
-	p, err := filepath.Abs(authdSocketIn(defaultDataDir()))
-	if err != nil {
-		return ""
-	}
-	if fi, err := os.Stat(p); err == nil && fi.Mode().Type() == os.ModeSocket {
-		return p
+	for _, p := range []string{upSocketOf(home), authdSocketIn(defaultDataDir())} {
+		if p == "" {
+			continue
+		}
+		p, err := filepath.Abs(p)
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Type() == os.ModeSocket {
+			return p
+		}
 	}
 	return ""
+}
+
+// upSocketOf is the login daemon's socket of the `loom up` whose local
+// provider made the shared home home (<data dir>/provisioner/clusters/<id>/home,
+// stack and the local provider), or "" when home is not one: a `loom up
+// --data-dir X` has its socket in X, not in the default data directory.
+func upSocketOf(home string) string {
+	cluster := filepath.Dir(filepath.Clean(home))
+	clusters := filepath.Dir(cluster)
+	prov := filepath.Dir(clusters)
+	if filepath.Base(home) != "home" || filepath.Base(clusters) != "clusters" || filepath.Base(prov) != "provisioner" {
+		return ""
+	}
+	return authdSocketIn(filepath.Dir(prov))
 }
 
 // runAuthd serves the login daemon on socket for the gateway at gateway,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -683,6 +684,54 @@ func TestClustersLoginEnvironment(t *testing.T) {
 	_, errOut, code = login([]string{"LOOM_TOKEN=tok-carol", "PATH=/bin"}, "true")
 	if code != 1 || !strings.Contains(errOut, "carol's home "+filepath.Join(shared, "carol")+" is not a directory") {
 		t.Errorf("home not a directory: exit %d, %q", code, errOut)
+	}
+}
+
+// TestClustersLoginFindsItsLoomUp: a login to a cluster of a `loom up
+// --data-dir D` points the Slurm commands at D's login daemon, not only at
+// the default data directory's: the login's HOME is the shared home, so
+// without the daemon the commands have no credential at all ("needs a
+// credential"). A home that is not a local provider's, or a data
+// directory without a daemon, gives none.
+func TestClustersLoginFindsItsLoomUp(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	home := filepath.Join(data, "provisioner", "clusters", "lu", "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeGatewayData()
+	f.Auth = &fakegw.Auth{Principals: map[string]*loomv1.Principal{"tok-alice": fakegw.UserPrincipal("alice")}}
+	gw := f.Serve(t)
+	f.Clusters = append(f.Clusters, &loomv1.Cluster{Name: "projects/default/clusters/lu",
+		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: home, LoginNode: "lu-login-001"}})
+	login := func() string {
+		t.Helper()
+		out, errOut, code := runWith(t, gw, func(a *app) {
+			a.environ = func() []string { return []string{"LOOM_TOKEN=tok-alice", "PATH=/usr/bin:/bin"} }
+		}, "clusters", "login", "lu", "--", "/bin/sh", "-c", `echo "authd=$LOOM_AUTHD_SOCKET"`)
+		if code != 0 {
+			t.Fatalf("login: exit %d, %q, %q", code, out, errOut)
+		}
+		return out
+	}
+	// No daemon in the data directory yet: none is named (the default
+	// data directory's may be, on a machine running `loom up`).
+	if out := login(); out == "authd="+authdSocketIn(data)+"\n" {
+		t.Errorf("login named %q, which is not a socket", out)
+	}
+	ln, err := net.Listen("unix", authdSocketIn(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	if out, want := login(), "authd="+authdSocketIn(data)+"\n"; out != want {
+		t.Errorf("login to a cluster of loom up --data-dir %s: %q, want %q", data, out, want)
+	}
+	for _, h := range []string{"/srv/shared/home", filepath.Join(data, "clusters", "lu", "home"), filepath.Join(data, "provisioner", "clusters", "lu", "scratch")} {
+		if got := upSocketOf(h); got != "" {
+			t.Errorf("upSocketOf(%q) = %q, want none: not a local provider's home", h, got)
+		}
 	}
 }
 

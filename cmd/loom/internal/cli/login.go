@@ -66,7 +66,9 @@ the environment is a login's, pointing the Slurm commands at this cluster:
                                what to use instead)
   LOOM_AUTHD_SOCKET            the login daemon ("loom up" runs one), which
                                gives the Slurm commands a token for your OS
-                               account (yours, or LOOM_AUTHD_SOCKET's)
+                               account (yours, else the one of the "loom up"
+                               whose data dir holds the cluster's home, else
+                               the default data dir's)
 
 Jobs you submit from it inherit these (sbatch exports the whole login
 environment by default, as Slurm's).
@@ -137,7 +139,7 @@ directory here.`,
 				"LOOM_CLUSTER":      c.GetName(),
 				"LOOM_LOGIN_NODE":   c.GetStatus().GetLoginNode(),
 				"SLURM_CONF":        slurmConf(home),
-				"LOOM_AUTHD_SOCKET": a.loginAuthdSocket(),
+				"LOOM_AUTHD_SOCKET": a.loginAuthdSocket(home),
 				"PATH":              path,
 			})
 			command := func(prog string, args []string) *exec.Cmd {
