@@ -175,3 +175,112 @@ func parseMetricLine(t *testing.T, line string) map[string]any {
 	}
 	return m
 }
+
+// TestGuideStudiesRunOnTheBuiltInTrainer: every tuning study of
+// docs/training.md and examples/training whose trials run the built-in
+// trainer (`loom train`) searches only parameters the trainer takes as
+// flags (Vertex passes each as --<parameter_id>=<value>), and the trial
+// command's own flags parse. A parameter the trainer lacks makes every
+// trial exit 2 (unknown flag) and the study fail at once, which is what a
+// reader who runs the guide's example would see.
+func TestGuideStudiesRunOnTheBuiltInTrainer(t *testing.T) {
+	t.Parallel()
+	type source struct{ name, body string }
+	var sources []source
+	doc, err := os.ReadFile("../../../../docs/training.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, block := range strings.Split(string(doc), "```json\n")[1:] {
+		sources = append(sources, source{"docs/training.md JSON example " + strconv.Itoa(i+1), block[:strings.Index(block, "```")]})
+	}
+	files, err := filepath.Glob("../../../../examples/training/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("examples/training: %v %v", files, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, source{f, string(b)})
+	}
+	studies := 0
+	for _, src := range sources {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(src.body), &m); err != nil {
+			t.Errorf("%s: %v", src.name, err)
+			continue
+		}
+		// A tuning job, or a pipeline's tuning task.
+		study, trial := m["studySpec"], m["trialJobSpec"]
+		if in, ok := m["trainingTaskInputs"].(map[string]any); ok && in["studySpec"] != nil {
+			study, trial = in["studySpec"], in["trialJobSpec"]
+		}
+		if study == nil {
+			continue
+		}
+		argv := builtInTrainerArgs(trial)
+		if argv == nil {
+			continue
+		}
+		studies++
+		var ids []string
+		var collect func(ps any)
+		collect = func(ps any) {
+			list, _ := ps.([]any)
+			for _, p := range list {
+				p, _ := p.(map[string]any)
+				if id, _ := p["parameterId"].(string); id != "" {
+					ids = append(ids, id)
+				}
+				conds, _ := p["conditionalParameterSpecs"].([]any)
+				for _, c := range conds {
+					c, _ := c.(map[string]any)
+					collect([]any{c["parameterSpec"]})
+				}
+			}
+		}
+		collect(study.(map[string]any)["parameters"])
+		cmd := newApp().trainCommand()
+		for _, id := range ids {
+			if cmd.Flags().Lookup(id) == nil {
+				t.Errorf("%s: the study searches %q, which `loom train` does not take: every trial would exit 2 (unknown flag --%s)", src.name, id, id)
+			}
+		}
+		if err := cmd.ParseFlags(argv); err != nil {
+			t.Errorf("%s: the trial command `loom train %s`: %v", src.name, strings.Join(argv, " "), err)
+		}
+	}
+	if studies < 2 {
+		t.Fatalf("found %d studies on the built-in trainer, want the guide's and examples/training's", studies)
+	}
+}
+
+// builtInTrainerArgs is the flags every pool of a CustomJobSpec (decoded as
+// JSON) gives `loom train`, or nil when a pool runs something else.
+func builtInTrainerArgs(spec any) []string {
+	s, _ := spec.(map[string]any)
+	pools, _ := s["workerPoolSpecs"].([]any)
+	argv := []string{}
+	for _, p := range pools {
+		p, _ := p.(map[string]any)
+		c, _ := p["containerSpec"].(map[string]any)
+		var words []string
+		for _, k := range []string{"command", "args"} {
+			list, _ := c[k].([]any)
+			for _, w := range list {
+				w, _ := w.(string)
+				words = append(words, w)
+			}
+		}
+		if len(words) < 2 || words[0] != "loom" || words[1] != "train" {
+			return nil
+		}
+		argv = append(argv, words[2:]...)
+	}
+	if len(pools) == 0 {
+		return nil
+	}
+	return argv
+}
