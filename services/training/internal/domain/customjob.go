@@ -256,7 +256,7 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 			fmt.Sprintf("it ran past its time limit (job_spec.scheduling.timeout %v); raise the timeout or make it checkpoint and resume",
 				cj.Job.GetJobSpec().GetScheduling().GetTimeout().AsDuration()), em)
 	case loomv1.JobState_FAILED, loomv1.JobState_OUT_OF_MEMORY, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED:
-		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInternal, failure(j), em)
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInternal, failure(j, outputKept(cj)), em)
 	}
 	// After the event's state is taken: a trial whose job ended is not
 	// stopped early on them.
@@ -265,8 +265,19 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 	}
 }
 
-// failure says why a scheduler job failed, in words a person can act on.
-func failure(j *loomv1.Job) string {
+// outputKept says whether CustomJob cj's replicas' output outlives it: it
+// runs on a cluster that stays (persistent_resource_id), or its output
+// goes to a local base output directory (RenderJob). An ephemeral
+// cluster's shared directory, where the output goes otherwise, is deleted
+// with the cluster when the job ends.
+func outputKept(cj *CJ) bool {
+	return !cj.Ephemeral || localOutputDir(OutputDirs(cj.Job.GetJobSpec(), cj.TrialID)) != ""
+}
+
+// failure says why a scheduler job failed, in words a person can act on;
+// kept says whether its output is still there to read (outputKept), so
+// that a job whose output went with its cluster is not sent to read it.
+func failure(j *loomv1.Job, kept bool) string {
 	var what string
 	switch j.GetState() {
 	case loomv1.JobState_OUT_OF_MEMORY:
@@ -284,6 +295,12 @@ func failure(j *loomv1.Job) string {
 		fallthrough
 	default:
 		what = fmt.Sprintf("a replica exited with code %d; see the job's output (loom jobs logs %s)", j.GetExitCode(), j.GetJobId())
+		if !kept {
+			cluster := j.GetCluster()
+			cluster = cluster[strings.LastIndex(cluster, "/")+1:]
+			what = fmt.Sprintf("a replica exited with code %d; its output was deleted with its cluster %s: "+
+				"give base_output_directory a local path (file:///...) to keep it for loom jobs logs %s", j.GetExitCode(), cluster, j.GetJobId())
+		}
 		if j.GetUserFailures() > 0 {
 			what += fmt.Sprintf(" after %d failed run(s)", j.GetUserFailures())
 		}

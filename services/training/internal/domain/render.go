@@ -61,6 +61,16 @@ func OutputDirs(spec *trainingv1.CustomJobSpec, trialID string) Dirs {
 	return Dirs{Model: base + "/model", Checkpoint: base + "/checkpoints", Logs: base + "/logs", Output: base + "/output"}
 }
 
+// localOutputDir is the local directory the replicas' output goes to
+// (dirs.Output as a path), or "" when the base output directory is unset
+// or not local: the output then stays in the cluster's shared directory.
+func localOutputDir(dirs Dirs) string {
+	if out := localPath(dirs.Output); strings.HasPrefix(out, "/") {
+		return out
+	}
+	return ""
+}
+
 // localPath turns a file:// URI into a path; anything else is returned as is.
 func localPath(uri string) string {
 	if p, ok := strings.CutPrefix(uri, "file://"); ok {
@@ -156,7 +166,7 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID string) (*loom
 	// a local path, not into the cluster's shared directory: an ephemeral
 	// cluster's is deleted with it, and `loom jobs logs` must still show a
 	// finished CustomJob's output.
-	if out := localPath(dirs.Output); strings.HasPrefix(out, "/") {
+	if out := localOutputDir(dirs); out != "" {
 		// A % in the directory is the directory's, not a pattern field.
 		job.OutputPattern = strings.ReplaceAll(out, "%", "%%") + "/job-%j.out"
 	}
