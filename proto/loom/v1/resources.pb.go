@@ -2122,10 +2122,20 @@ type Job struct {
 	// command is the argv to run on each node; exactly one of command and script.
 	Command []string `protobuf:"bytes,5,rep,name=command,proto3" json:"command,omitempty"`
 	// script is a shell script run by /bin/sh on each node.
-	Script      string            `protobuf:"bytes,6,opt,name=script,proto3" json:"script,omitempty"`
-	NodeCount   int32             `protobuf:"varint,7,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
-	GpusPerNode int32             `protobuf:"varint,8,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
-	Env         map[string]string `protobuf:"bytes,9,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Script string `protobuf:"bytes,6,opt,name=script,proto3" json:"script,omitempty"`
+	// node_count is the job's node count (-N N), or the least it runs on when
+	// max_node_count is set. It stays the request once the job runs: nodes
+	// holds what it got.
+	NodeCount int32 `protobuf:"varint,7,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
+	// max_node_count is the most nodes the job takes (-N MIN-MAX; 0: none, the
+	// job takes node_count): at its start the scheduler gives it every free
+	// node that fits it up to this, never fewer than node_count and, with
+	// ntasks, never more nodes than tasks (as Slurm). At least node_count, at
+	// most clusterspec.MaxClusterNodes; above a partition's nodes it is taken
+	// as all of them, as Slurm's -N1-8 on 4 nodes.
+	MaxNodeCount int32             `protobuf:"varint,84,opt,name=max_node_count,json=maxNodeCount,proto3" json:"max_node_count,omitempty"`
+	GpusPerNode  int32             `protobuf:"varint,8,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
+	Env          map[string]string `protobuf:"bytes,9,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// model_output, when set, registers a model version when the job succeeds.
 	ModelOutput *ModelOutput `protobuf:"bytes,10,opt,name=model_output,json=modelOutput,proto3" json:"model_output,omitempty"`
 	User        string       `protobuf:"bytes,11,opt,name=user,proto3" json:"user,omitempty"`
@@ -2350,6 +2360,13 @@ func (x *Job) GetScript() string {
 func (x *Job) GetNodeCount() int32 {
 	if x != nil {
 		return x.NodeCount
+	}
+	return 0
+}
+
+func (x *Job) GetMaxNodeCount() int32 {
+	if x != nil {
+		return x.MaxNodeCount
 	}
 	return 0
 }
@@ -4902,7 +4919,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\x88\x14\n" +
+	"\tREPLACING\x10\t\"\xae\x14\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4911,7 +4928,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\acommand\x18\x05 \x03(\tR\acommand\x12\x16\n" +
 	"\x06script\x18\x06 \x01(\tR\x06script\x12\x1d\n" +
 	"\n" +
-	"node_count\x18\a \x01(\x05R\tnodeCount\x12\"\n" +
+	"node_count\x18\a \x01(\x05R\tnodeCount\x12$\n" +
+	"\x0emax_node_count\x18T \x01(\x05R\fmaxNodeCount\x12\"\n" +
 	"\rgpus_per_node\x18\b \x01(\x05R\vgpusPerNode\x12'\n" +
 	"\x03env\x18\t \x03(\v2\x15.loom.v1.Job.EnvEntryR\x03env\x127\n" +
 	"\fmodel_output\x18\n" +

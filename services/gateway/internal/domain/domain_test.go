@@ -113,6 +113,13 @@ func TestValidateSubmitJob(t *testing.T) {
 	if err := ValidateSubmitJob(goodJob(), existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("valid request rejected: %v", err)
 	}
+	// A range's maximum past the partition's nodes is Slurm's -N1-8 on 4
+	// nodes: the job takes what there is.
+	wide := goodJob()
+	wide.Job.MaxNodeCount = 100
+	if err := ValidateSubmitJob(wide, existing(), slurmspec.DefaultMaxArraySize); err != nil {
+		t.Fatalf("-N1-100 rejected: %v", err)
+	}
 	// All of the largest node's schedulable memory (an a3-highgpu-8g's
 	// 1872 GiB less the OS's share: slurm.conf's RealMemory) fits.
 	a3h, _ := clusterspec.Machine("a3-highgpu-8g")
@@ -144,6 +151,9 @@ func TestValidateSubmitJob(t *testing.T) {
 		{"negative nodes", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount = -1 }, existing(), []string{"job.node_count"}},
 		{"more nodes than the cluster", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount, r.Job.GpusPerNode = 7, 0 }, existing(), []string{"job.node_count"}},
 		{"more GPU nodes than the cluster", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount = 3 }, existing(), []string{"job.node_count"}},
+		{"node range max below min", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount, r.Job.MaxNodeCount = 2, 1 }, existing(), []string{"job.max_node_count"}},
+		{"negative node range max", func(r *loomv1.SubmitJobRequest) { r.Job.MaxNodeCount = -1 }, existing(), []string{"job.max_node_count"}},
+		{"node range max past any cluster", func(r *loomv1.SubmitJobRequest) { r.Job.MaxNodeCount = 20001 }, existing(), []string{"job.max_node_count"}},
 		{"negative gpus", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = -2 }, existing(), []string{"job.gpus_per_node"}},
 		{"more gpus than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = 9 }, existing(), []string{"job.gpus_per_node"}},
 		{"bad model id", func(r *loomv1.SubmitJobRequest) { r.Job.ModelOutput.ModelId = "" }, existing(), []string{"job.model_output.model_id"}},

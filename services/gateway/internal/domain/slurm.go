@@ -499,7 +499,8 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 		}
 	}
 	if req.NodeCount != nil {
-		j.NodeCount = req.GetNodeCount()
+		// A count replaces a range (-N MIN-MAX), as Slurm's NumNodes=N.
+		j.NodeCount, j.MaxNodeCount = req.GetNodeCount(), 0
 	}
 	if req.Ntasks != nil {
 		j.Ntasks = req.GetNtasks()

@@ -198,6 +198,13 @@ func checkFit(v *errs.Validator, prefix string, j *loomv1.Job, clusterName strin
 	nodes, gpus := nodesFor(j, nil), j.GetGpusPerNode()
 	v.Check(nodes >= 1, prefix+"node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
 	v.Check(gpus >= 0, prefix+"gpus_per_node", "%d must not be negative", gpus)
+	// A range's maximum (-N MIN-MAX): not below the minimum, and bounded
+	// as a cluster's nodes are. Above a partition's nodes is no error, as
+	// Slurm's -N1-8 on 4 nodes: the job takes what there is.
+	if most := j.GetMaxNodeCount(); most != 0 {
+		v.Check(most >= nodes, prefix+"max_node_count", "%d must be at least node_count %d (Slurm: Node count specification invalid)", most, nodes)
+		v.Check(most <= clusterspec.MaxClusterNodes, prefix+"max_node_count", "%d exceeds the limit of %d nodes", most, clusterspec.MaxClusterNodes)
+	}
 	if nodes < 1 || gpus < 0 {
 		return
 	}
