@@ -105,6 +105,8 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	v.Check(in.GetJobId() != "", "job.job_id", "required")
 	v.Check(in.GetCluster() != "", "job.cluster", "required")
 	v.Check(in.GetNodeCount() >= 0, "job.node_count", "must not be negative, got %d", in.GetNodeCount())
+	v.Check(in.GetMaxNodeCount() == 0 || in.GetMaxNodeCount() >= max(in.GetNodeCount(), 1), "job.max_node_count",
+		"must be 0 or at least node_count, got %d", in.GetMaxNodeCount())
 	v.Check(in.GetGpusPerNode() >= 0 && in.GetGpusPerNode() <= MaxGPUsPerNode, "job.gpus_per_node",
 		"must be 0..%d, got %d", MaxGPUsPerNode, in.GetGpusPerNode())
 	v.Check(in.GetGpus() >= 0, "job.gpus", "must not be negative, got %d", in.GetGpus())

@@ -354,7 +354,8 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	}
 	if resize {
 		if ev.NodeCount != nil {
-			j.Job.NodeCount = ev.GetNodeCount()
+			// A count replaces a range (-N MIN-MAX), as Slurm's NumNodes=N.
+			j.Job.NodeCount, j.Job.MaxNodeCount = ev.GetNodeCount(), 0
 		}
 		if ev.Ntasks != nil {
 			j.Job.Ntasks = ev.GetNtasks()
@@ -380,7 +381,7 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 
 // sameSize reports whether ev's size and hosts are those job has.
 func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
-	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount()) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
+	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == 0) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
 		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
 		(ev.Nodelist == nil || slices.Equal(uniqueHosts(ev.GetNodelist().GetHosts()), job.GetNodelist())) &&
 		(ev.Exclude == nil || slices.Equal(uniqueHosts(ev.GetExclude().GetHosts()), job.GetExclude())) &&

@@ -202,6 +202,40 @@ func (p *pass) place(r *place.Request, id int32) placement {
 	return out
 }
 
+// widen returns the nodes a job placed on res.nodes (its minimum, r.Nodes)
+// starts on: for a node range (-N MIN-MAX) as many of the shape's
+// candidates as there are, up to the maximum, as Slurm's select gives a
+// job up to its max_nodes when free (measured on 22.05: -N1-3 on an idle
+// 4-node partition takes 3, on 2 free nodes 2). As Slurm, a range takes no
+// more nodes than the job has tasks (-n, else --ntasks-per-node times the
+// minimum: -N1-3 -n2 takes 2, -N1-3 --ntasks-per-node=2 2), and a job whose
+// GPUs the scheduler spreads (--gpus without a per-node count) keeps its
+// minimum, as Slurm's -N1-3 --gpus=4 runs on 1 node. The candidates all
+// meet r's per-node needs, which only shrink as nodes are added (tasks
+// spread thinner), so every one can take its share. Only the start widens:
+// reservations and backfill plan on the minimum, so a range never holds
+// back a job behind it for nodes it merely could use.
+func (p *pass) widen(j *Job, r *place.Request, res placement) []int32 {
+	spec := j.Job
+	most := int(spec.GetMaxNodeCount())
+	if most <= len(res.nodes) || len(res.shape.Cand) <= len(res.nodes) || spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0 {
+		return res.nodes
+	}
+	switch {
+	case spec.GetNtasks() > 0:
+		most = min(most, int(spec.GetNtasks()))
+	case spec.GetNtasksPerNode() > 0:
+		most = min(most, int(spec.GetNtasksPerNode())*r.Nodes)
+	}
+	most = min(most, len(res.shape.Cand))
+	if most <= len(res.nodes) {
+		return res.nodes
+	}
+	wide := *r
+	wide.Nodes = most
+	return p.table().Choose(&wide, res.shape.Cand)
+}
+
 // take gives a run the resources it needs on view i and returns the GPU
 // indices it got (lowest free first).
 func (p *pass) take(i int32, gpus int32, cpus int32, mem int64, exclusive bool) []int32 {

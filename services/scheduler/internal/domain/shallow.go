@@ -27,6 +27,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		Command:            job.Command,
 		Script:             job.Script,
 		NodeCount:          job.NodeCount,
+		MaxNodeCount:       job.MaxNodeCount,
 		GpusPerNode:        job.GpusPerNode,
 		Env:                job.Env,
 		ModelOutput:        job.ModelOutput,
