@@ -722,11 +722,12 @@ func (g *Gateway) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loomv1.Jo
 }
 
 // start makes j RUNNING on the first node_count (at least one) of its
-// cluster's Slurm nodes. The caller holds g.mu.
+// cluster's Slurm nodes, or up to max_node_count of them for a range (the
+// fake's nodes are all free). The caller holds g.mu.
 func (g *Gateway) start(j *loomv1.Job) {
 	j.State, j.StartTime, j.Nodes = loomv1.JobState_RUNNING, timestamppb.New(g.now()), nil
 	for _, n := range g.slurmNodes(j.GetCluster()) {
-		if len(j.Nodes) >= max(1, int(j.GetNodeCount())) {
+		if len(j.Nodes) >= max(1, int(j.GetNodeCount()), int(j.GetMaxNodeCount())) {
 			break
 		}
 		j.Nodes = append(j.Nodes, n.GetHostname())

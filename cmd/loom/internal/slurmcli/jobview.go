@@ -152,6 +152,38 @@ func jobNodeCount(j *loomv1.Job) int {
 	return int(max(j.GetNodeCount(), 1))
 }
 
+// numNodes is scontrol show job's NumNodes: jobNodeCount, or, for a job
+// without nodes yet that asks a range (-N1-3), the range, as Slurm 22.05
+// prints a pending one ("NumNodes=1-3"; squeue's %D its minimum, 1).
+func numNodes(j *loomv1.Job) string {
+	n := jobNodeCount(j)
+	if most := int(j.GetMaxNodeCount()); len(j.GetNodes()) == 0 && most > n {
+		return strconv.Itoa(n) + "-" + strconv.Itoa(most)
+	}
+	return strconv.Itoa(n)
+}
+
+// rangeNodes is how many of free fitting nodes a job without nodes yet
+// would start on: its minimum, or for a range (-N MIN-MAX) as many as are
+// free up to the maximum, no more than its tasks (-n, else
+// --ntasks-per-node times the minimum), and its minimum when the scheduler
+// spreads its GPUs (--gpus alone): the scheduler's choice (domain's
+// widen), as Slurm's.
+func rangeNodes(j *loomv1.Job, free int) int {
+	n := int(max(j.GetNodeCount(), 1))
+	most := int(j.GetMaxNodeCount())
+	if most <= n || j.GetGpusPerNode() == 0 && j.GetGpus() > 0 {
+		return n
+	}
+	switch {
+	case j.GetNtasks() > 0:
+		most = min(most, int(j.GetNtasks()))
+	case j.GetNtasksPerNode() > 0:
+		most = min(most, int(j.GetNtasksPerNode())*n)
+	}
+	return max(n, min(most, free))
+}
+
 // jobCPUs is the job's CPU count as Slurm would allocate it: tasks ×
 // CPUs per task.
 func jobCPUs(j *loomv1.Job) int {

@@ -583,7 +583,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		}
 		st.memPerGPU, j.MemMb, st.memPerCPU = mb, 0, 0
 	case "nodes":
-		n, err := parseNodeCount(v)
+		n, most, err := parseNodeCount(v)
 		if lo, _, _ := strings.Cut(v, "-"); err != nil && isDigits(lo) && strings.Trim(lo, "0") == "" {
 			// A count of 0 parses as a count; Slurm's controller refuses
 			// it (exit 1), not its option parser (255).
@@ -595,7 +595,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		if err != nil {
 			return exit255(errorf(st.prog, "Invalid node count specification %q: %v", o.value, err))
 		}
-		j.NodeCount, st.nodesSet = n, true
+		j.NodeCount, j.MaxNodeCount, st.nodesSet = n, most, true
 	case "no-requeue":
 		f := false
 		j.Requeue = &f
@@ -672,23 +672,27 @@ func positiveInt(prog, name, s string) (int32, error) {
 	return int32(n), nil
 }
 
-// parseNodeCount parses --nodes: "N" or "MIN-MAX" (Loom takes MIN).
-func parseNodeCount(s string) (int32, error) {
+// parseNodeCount parses --nodes: "N" or "MIN-MAX" ("MIN-" is MIN). most
+// is the range's maximum when it is above the minimum, else 0 (none).
+func parseNodeCount(s string) (n, most int32, err error) {
 	lo, hi, isRange := strings.Cut(s, "-")
-	n, err := strconv.ParseInt(lo, 10, 32)
-	if err != nil || n < 1 || !isDigits(lo) {
-		return 0, fmt.Errorf("%q is not a node count of at least 1", lo)
+	v, err := strconv.ParseInt(lo, 10, 32)
+	if err != nil || v < 1 || !isDigits(lo) {
+		return 0, 0, fmt.Errorf("%q is not a node count of at least 1", lo)
 	}
 	if isRange && hi != "" {
 		m, err := strconv.ParseInt(hi, 10, 32)
 		if err != nil || !isDigits(hi) {
-			return 0, fmt.Errorf("%q is not a node count", hi)
+			return 0, 0, fmt.Errorf("%q is not a node count", hi)
 		}
-		if m < n {
-			return 0, fmt.Errorf("maximum %d is below minimum %d", m, n)
+		if m < v {
+			return 0, 0, fmt.Errorf("maximum %d is below minimum %d", m, v)
+		}
+		if m > v {
+			most = int32(m)
 		}
 	}
-	return int32(n), nil
+	return int32(v), most, nil
 }
 
 // parseMem parses a memory size: a number with an optional K, M (the

@@ -49,7 +49,7 @@ func TestParseSbatchOptions(t *testing.T) {
 		{[]string{"--partition=gpu"}, &loomv1.Job{Partition: "gpu"}},
 		{[]string{"-p", "gpu,cpu,gpu"}, &loomv1.Job{Partition: "gpu,cpu"}},
 		{[]string{"-N2"}, &loomv1.Job{NodeCount: 2}},
-		{[]string{"--nodes=2-4"}, &loomv1.Job{NodeCount: 2}},
+		{[]string{"--nodes=2-4"}, &loomv1.Job{NodeCount: 2, MaxNodeCount: 4}},
 		{[]string{"-n", "8"}, &loomv1.Job{Ntasks: 8}},
 		{[]string{"--ntasks-per-node=4"}, &loomv1.Job{NtasksPerNode: 4}},
 		{[]string{"-c4"}, &loomv1.Job{CpusPerTask: 4}},

@@ -406,7 +406,7 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		stderr = stdout
 	}
 	rec = append(rec,
-		[]string{"NumNodes=" + strconv.Itoa(jobNodeCount(j)), "NumCPUs=" + strconv.Itoa(v.cpus(j)), "NumTasks=" + strconv.Itoa(jobTasks(j)),
+		[]string{"NumNodes=" + numNodes(j), "NumCPUs=" + strconv.Itoa(v.cpus(j)), "NumTasks=" + strconv.Itoa(jobTasks(j)),
 			"CPUs/Task=" + strconv.Itoa(int(max(j.GetCpusPerTask(), 1))), "ReqB:S:C:T=0:0:*:*"},
 		[]string{"TRES=" + tres},
 		[]string{"Socks/Node=*", fmt.Sprintf("NtasksPerN:B:S:C=%d:0:*:*", j.GetNtasksPerNode()), "CoreSpec=*"},
@@ -857,7 +857,9 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			n := v
 			req.JobName = &n
 		case "numnodes", "reqnodes":
-			n, err := parseNodeCount(v)
+			// A range's minimum: the update carries one count, which
+			// replaces the job's range.
+			n, _, err := parseNodeCount(v)
 			if err != nil {
 				return &Error{Code: 1, Text: "Invalid NumNodes value: " + v + " (" + err.Error() + ")"}
 			}

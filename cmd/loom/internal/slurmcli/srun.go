@@ -83,6 +83,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	env := c.env.Environ
 	ntasks, nodes, perNode, cpt := 0, 0, 0, 0
+	nodesMax := 0 // -N MIN-MAX's maximum (0: no range)
 	label, killBad := false, false
 	chdir := ""
 	export := ""
@@ -109,11 +110,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		case "version":
 			return c.printVersion()
 		case "nodes":
-			n, err := parseNodeCount(o.value)
+			n, most, err := parseNodeCount(o.value)
 			if err != nil {
 				return exit255(c.errorf("Invalid node count specification %q: %v", o.value, err))
 			}
-			nodes = int(n)
+			nodes, nodesMax = int(n), int(most)
 		case "ntasks", "ntasks-per-node", "cpus-per-task":
 			n, err := positiveInt("srun", "--"+o.key, o.value)
 			if err != nil {
@@ -230,6 +231,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		return c.srunInJob(ctx, req, export, chdir)
 	}
 	if env["SLURM_JOB_ID"] == "" {
+		if nodesMax > 0 {
+			// The job takes what the range gets it (the scheduler's
+			// choice), and the step runs on all of it, as Slurm's.
+			req.nodes = 0
+		}
 		return c.srunAlloc(ctx, opts, req, export, chdir)
 	}
 	allocNodes, _ := strconv.Atoi(env["SLURM_NNODES"])
@@ -241,6 +247,15 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	if nodes > allocNodes {
 		return c.errorf("Only allocated %d nodes asked for %d", allocNodes, nodes)
+	}
+	if nodesMax > 0 {
+		// A step's range takes as much of the allocation as it may,
+		// no more nodes than tasks.
+		most := min(nodesMax, allocNodes)
+		if ntasks > 0 {
+			most = max(min(most, ntasks), nodes)
+		}
+		req.nodes = int32(most)
 	}
 	// Every step is the scheduler's, as in Slurm: a job step in sacct,
 	// SLURM_STEP_ID counting up, scancel JOB.STEP, its input forwarded.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -54,7 +55,13 @@ func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 	if err != nil {
 		return err
 	}
-	procs := allocCPUs(job, hosts, nodes)
+	counted := job
+	if job.GetMaxNodeCount() > 0 {
+		// A range (-N1-3) counts the nodes it would get, as Slurm's.
+		counted = proto.Clone(job).(*loomv1.Job)
+		counted.NodeCount, counted.MaxNodeCount = int32(rangeNodes(job, len(hosts))), 0
+	}
+	procs := allocCPUs(counted, hosts, nodes)
 	// The gateway answers no id (it does not tell the installation's job
 	// counter, and --test-only takes no id): 0, Slurm's job id for none
 	// (as its array_job_id and het_job_id of a job that is neither), keeps
@@ -107,7 +114,7 @@ func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, n
 	}
 	if len(fit) >= n {
 		slices.Sort(fit)
-		return c.now, fit[:n], nil
+		return c.now, fit[:rangeNodes(job, len(fit))], nil
 	}
 	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{States: []loomv1.JobState{loomv1.JobState_RUNNING}, Partitions: []string{part}})
 	if err != nil {

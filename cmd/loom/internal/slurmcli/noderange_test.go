@@ -1,0 +1,90 @@
+package slurmcli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestNodeRange: -N MIN-MAX reaches the gateway whole (node_count the
+// minimum, max_node_count the maximum), scontrol show job prints a pending
+// one's range and squeue's %D its minimum, as Slurm 22.05 printed them
+// beside Loom (NumNodes=1-3, %D 1); --test-only prints the nodes it would
+// get: as many free as the range allows, no more than its tasks (Slurm on
+// idle nodes: -N1-3 3 nodes, -N1-3 -n2 2, -N1-3 --ntasks-per-node=2 2 with
+// 4 processors, -N1-8 every free one).
+func TestNodeRange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string // processors and nodes
+	}{
+		{[]string{"-N1-3"}, "3 processors on nodes gpu-[0001-0003]"},
+		{[]string{"-N1-3", "-n2"}, "2 processors on nodes gpu-[0001-0002]"},
+		{[]string{"-N2-3", "-n5"}, "5 processors on nodes gpu-[0001-0003]"},
+		{[]string{"-N1-3", "--ntasks-per-node=2"}, "4 processors on nodes gpu-[0001-0002]"},
+		{[]string{"-N1-8"}, "3 processors on nodes gpu-[0001-0003]"}, // gpu-0004 is drained
+		{[]string{"-N2-2"}, "2 processors on nodes gpu-[0001-0002]"},
+	} {
+		f := fixture()
+		for i := range 3 { // gpu-0001..0003 idle
+			f.SlurmNodes[i].State, f.SlurmNodes[i].AllocCpus, f.SlurmNodes[i].AllocGpus = loomv1.SlurmNode_IDLE, 0, 0
+		}
+		args := append([]string{"--test-only", "-p", "gpu"}, tc.args...)
+		code, out, errOut := run(t, f, "sbatch", Env{}, append(args, "--wrap", "hostname")...)
+		want := "sbatch: Job 0 to start at 2026-01-02T15:04:05 using " + tc.want + " in partition gpu\n"
+		if code != 0 || out != "" || errOut != want {
+			t.Errorf("sbatch %v: %d %q %q, want 0 and %q", args, code, out, errOut, want)
+		}
+	}
+
+	f := fixture()
+	code, out, errOut := run(t, f, "sbatch", Env{}, "--parsable", "-H", "-p", "gpu", "-N1-3", "--wrap", "hostname")
+	if code != 0 {
+		t.Fatalf("sbatch -N1-3: %d %q %q", code, out, errOut)
+	}
+	if j := submitted(f)[0].GetJob(); j.GetNodeCount() != 1 || j.GetMaxNodeCount() != 3 {
+		t.Fatalf("sbatch -N1-3 sent nodes %d-%d, want 1-3", j.GetNodeCount(), j.GetMaxNodeCount())
+	}
+	id := strings.TrimSpace(out)
+	if code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", id); code != 0 || !strings.Contains(out, " NumNodes=1-3 NumCPUs=1 ") {
+		t.Errorf("show job %s: %d %q %q, want NumNodes=1-3", id, code, out, errOut)
+	}
+	if code, out, errOut := run(t, f, "squeue", Env{}, "-h", "-j", id, "-o", "%D"); code != 0 || out != "1\n" {
+		t.Errorf("squeue %%D of %s: %d %q %q, want 1 (the minimum)", id, code, out, errOut)
+	}
+	// Running, the count it got (job 12 runs on gpu-[0001-0002]).
+	for _, j := range f.Jobs {
+		if j.GetJobId() == "12" {
+			j.NodeCount, j.MaxNodeCount = 1, 3
+		}
+	}
+	if code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "12"); code != 0 || !strings.Contains(out, " NumNodes=2 ") {
+		t.Errorf("show job 12: %d %q %q, want NumNodes=2 (what it got)", code, out, errOut)
+	}
+	// -N2-2 is no range.
+	run(t, f, "sbatch", Env{}, "-p", "gpu", "-N2-2", "--wrap", "hostname")
+	if j := submitted(f)[1].GetJob(); j.GetNodeCount() != 2 || j.GetMaxNodeCount() != 0 {
+		t.Errorf("sbatch -N2-2 sent nodes %d max %d, want 2 and no range", j.GetNodeCount(), j.GetMaxNodeCount())
+	}
+}
+
+// TestSrunNodeRange: srun -N1-3 outside an allocation asks for the range
+// and runs its step on every node the job got (node_count 0: all), as
+// Slurm's srun runs on its whole allocation.
+func TestSrunNodeRange(t *testing.T) {
+	t.Parallel()
+	g := srunGateway(t, 1, 0, 0)
+	code, out, errOut := srunOutside(context.Background(), t, g, "-N1-3", "-p", "gpu", "hostname")
+	if code != 0 {
+		t.Fatalf("srun -N1-3 hostname: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	if j := jobsSubmitted(g)[0].GetJob(); j.GetNodeCount() != 1 || j.GetMaxNodeCount() != 3 {
+		t.Fatalf("allocation asks %d-%d nodes, want 1-3", j.GetNodeCount(), j.GetMaxNodeCount())
+	}
+	if s := stepsCreated(g); len(s) != 1 || s[0].GetNodeCount() != 0 {
+		t.Fatalf("steps %v, want one on all the job's nodes (node_count 0)", s)
+	}
+}
