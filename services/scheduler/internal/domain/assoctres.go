@@ -109,16 +109,29 @@ func gateAssocTRES(p *pass, q *queued) (string, string) {
 		if w := l.MaxWallMinutes; w != nil && (*w == 0 || q.limit > int64(*w)*60) {
 			return ReasonAssocMaxWallDurationPerJobLimit, ""
 		}
+	}
+	return p.tresOver(spec, &req), ""
+}
+
+// tresOver returns the reason a start of job spec holding req would be
+// refused by TRES limits, in Slurm's order ("" for none): its
+// association's GrpTRES and MaxTRESPerJob, then the GrpTRES of its account
+// and of each account above it. The gate asks it of a job's minimum, and a
+// node range (widen) of each wider start it considers.
+func (p *pass) tresOver(spec *loomv1.Job, req *tres) string {
+	project := projectOf(p.name)
+	account, user := spec.GetAccount(), spec.GetUser()
+	if l := p.t.assocRecord(project, account, user); l.hasTRESLimits() {
 		if l.GrpTRES != (slurmspec.TRES{}) {
 			limit := tresOfLimit(l.GrpTRES)
-			if i := over(&limit, p.assocTRESUse(assocKey{account, user}), &req); i >= 0 {
-				return grpReasons[i], ""
+			if i := over(&limit, p.assocTRESUse(assocKey{account, user}), req); i >= 0 {
+				return grpReasons[i]
 			}
 		}
 		if l.MaxTRESPerJob != (slurmspec.TRES{}) {
 			limit := tresOfLimit(l.MaxTRESPerJob)
-			if i := over(&limit, &tres{}, &req); i >= 0 {
-				return perJobReasons[i], ""
+			if i := over(&limit, &tres{}, req); i >= 0 {
+				return perJobReasons[i]
 			}
 		}
 	}
@@ -129,13 +142,13 @@ func gateAssocTRES(p *pass, q *queued) (string, string) {
 		}
 		if l.GrpTRES != (slurmspec.TRES{}) {
 			limit := tresOfLimit(l.GrpTRES)
-			if i := over(&limit, p.accountTRESUse(acct), &req); i >= 0 {
-				return grpReasons[i], ""
+			if i := over(&limit, p.accountTRESUse(acct), req); i >= 0 {
+				return grpReasons[i]
 			}
 		}
 		acct = l.Parent
 	}
-	return "", ""
+	return ""
 }
 
 // wallDefault is the time limit, in seconds, that a job setting none

@@ -203,7 +203,7 @@ func (p *pass) multiStep(m *multiRec) {
 		}
 		req, res := p.placeIn(q, pi, req)
 		if res.ok {
-			p.start(q.j, p.parts[pi], req, p.widen(q.j, req, res), m.prios[k], len(res.shape.Cand))
+			p.start(q.j, p.parts[pi], req, p.widen(q, req, res), m.prios[k], len(res.shape.Cand))
 			if m.resv {
 				// Reserved at an earlier record: it starts here instead.
 				p.unreserve()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -116,5 +118,48 @@ func TestNodeRangeRefused(t *testing.T) {
 	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, NodeCount: &n, User: "root", Admin: true})
 	if j := h.job(2); j.GetNodeCount() != 2 || j.GetMaxNodeCount() != 0 {
 		t.Fatalf("after NumNodes=2: %d-%d, want 2 and no range", j.GetNodeCount(), j.GetMaxNodeCount())
+	}
+}
+
+// TestNodeRangeWithinLimits: a range widens only as far as the limits a
+// start is checked against allow (Slurm caps max_nodes by them,
+// acct_policy_get_max_nodes, and checks the allocation after select): an
+// association's GrpTRES and MaxTRESPerJob, its account's GrpTRES and the
+// QOS's MaxGPUsPerUser. Checked on the minimum alone, -N1-4 with 8 GPUs a
+// node took all four nodes past each.
+func TestNodeRangeWithinLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		setup func(h *harness)
+		qos   int32 // MaxGPUsPerUser of QOS normal, 0 for none
+		nodes int
+	}{
+		{"assoc GrpTRES gpu=16", func(h *harness) {
+			h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada",
+				GrpTres: &loomv1.Tres{Gpu: proto.Int64(16)}}})
+		}, 0, 2},
+		{"assoc MaxTRESPerJob node=3", func(h *harness) {
+			h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada",
+				MaxTresPerJob: &loomv1.Tres{Node: proto.Int64(3)}}})
+		}, 0, 3},
+		{"account GrpTRES gpu=8", func(h *harness) {
+			h.do(account("a", "", &loomv1.Tres{Gpu: proto.Int64(8)}))
+		}, 0, 1},
+		{"QOS MaxGPUsPerUser=24", func(*harness) {}, 24, 3},
+		{"no limit", func(*harness) {}, 0, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q := DefaultQOS()
+			q[1].MaxGPUsPerUser = tc.qos // normal
+			h := newSpecHarness(t, Config{QOS: q})
+			for i := range 4 {
+				h.gpuNode("a3-000"+string(rune('1'+i)), "b1")
+			}
+			tc.setup(h)
+			h.submitJob(job(1, 1, 8, nodeRange(4), user("ada", "a")))
+			h.wantRun(1, tc.nodes, 8)
+		})
 	}
 }

@@ -214,9 +214,11 @@ func (p *pass) place(r *place.Request, id int32) placement {
 // meet r's per-node needs, which only shrink as nodes are added (tasks
 // spread thinner), so every one can take its share. Only the start widens:
 // reservations and backfill plan on the minimum, so a range never holds
-// back a job behind it for nodes it merely could use.
-func (p *pass) widen(j *Job, r *place.Request, res placement) []int32 {
-	spec := j.Job
+// back a job behind it for nodes it merely could use. Nor does a range
+// take a start past its association's, account's or QOS's limits: those
+// gates looked at its minimum only.
+func (p *pass) widen(q *queued, r *place.Request, res placement) []int32 {
+	spec := q.j.Job
 	most := int(spec.GetMaxNodeCount())
 	if most <= len(res.nodes) || len(res.shape.Cand) <= len(res.nodes) || spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0 {
 		return res.nodes
@@ -228,12 +230,47 @@ func (p *pass) widen(j *Job, r *place.Request, res placement) []int32 {
 		most = min(most, int(spec.GetNtasksPerNode())*r.Nodes)
 	}
 	most = min(most, len(res.shape.Cand))
+	// Within the limits the gates checked the minimum against: the most
+	// nodes whose start they would let through (Slurm caps max_nodes by
+	// the node limits, acct_policy_get_max_nodes, and refuses an
+	// allocation past the others after select).
+	for most > len(res.nodes) && !p.fitsLimits(q, r, most) {
+		most--
+	}
 	if most <= len(res.nodes) {
 		return res.nodes
 	}
 	wide := *r
 	wide.Nodes = most
 	return p.table().Choose(&wide, res.shape.Cand)
+}
+
+// fitsLimits reports whether a start of q on n nodes of r's per-node needs
+// (an upper bound: a wider start's tasks spread thinner) stays within the
+// TRES limits of its association and accounts (tresOver) and its QOS's
+// MaxGPUsPerUser, as gates assoc-tres and qos-gres-per-user check a start
+// on the minimum.
+func (p *pass) fitsLimits(q *queued, r *place.Request, n int) bool {
+	spec := q.j.Job
+	gpus := q.e.gpus
+	if g := spec.GetGpusPerNode(); g > 0 {
+		gpus = int64(g) * int64(n)
+	}
+	req := tres{int64(r.CPUsPerNode) * int64(n), r.MemMB * int64(n), int64(n), gpus}
+	if p.tresOver(spec, &req) != "" {
+		return false
+	}
+	if q.qos >= 0 {
+		if qs := &p.t.s.cfg.QOS[q.qos]; qs.MaxGPUsPerUser > 0 {
+			if p.qosUse == nil {
+				p.countQOS()
+			}
+			if int64(p.qosUse[assocKey{qs.Name, spec.GetUser()}])+gpus > int64(qs.MaxGPUsPerUser) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // take gives a run the resources it needs on view i and returns the GPU

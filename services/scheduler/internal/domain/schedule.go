@@ -1155,7 +1155,7 @@ func (p *pass) consider(q *queued) {
 	part := p.parts[pi]
 	req, res := p.placeIn(q, pi, p.requestIn(q, pi))
 	if res.ok {
-		p.start(j, part, req, p.widen(j, req, res), p.prioOf(q), len(res.shape.Cand))
+		p.start(j, part, req, p.widen(q, req, res), p.prioOf(q), len(res.shape.Cand))
 		return
 	}
 	// The blocked job lives in the pass, as the request: the stages get a
