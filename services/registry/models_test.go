@@ -373,15 +373,108 @@ func TestExportChecksTheManifest(t *testing.T) {
 		}
 	}
 
-	// The MANIFEST rewritten to match the change: not the one registered,
-	// refused before anything is copied.
-	if err := artifact.WriteManifest(dir); err != nil {
+	// What the export found is kept on the version: a read says it, and
+	// the next export is refused up front quoting it.
+	changed := func(ref, file string) {
+		t.Helper()
+		m, err := c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel + ref})
+		if err != nil || !strings.Contains(m.GetArtifactChanged(), file) {
+			t.Fatalf("GetModel(%s) = artifact_changed %q, %v; want it to name %s", ref, m.GetArtifactChanged(), err, file)
+		}
+	}
+	changed("@1", `"model.json"`)
+
+	// The MANIFEST rewritten to match a change (another version, v2):
+	// not the one registered, refused before anything is copied, naming
+	// the MANIFEST.
+	dir2 := modelDir(t)
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir2, "model.json"), []byte(`{"weights":[9]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := artifact.WriteManifest(dir2); err != nil {
 		t.Fatal(err)
 	}
 	rewritten := filepath.Join(root, "default", "rewritten")
-	_, err = export(rewritten)
-	wantCode(t, "export of a rewritten MANIFEST", err, codes.FailedPrecondition, "MANIFEST at file://"+dir+" is not the one registered")
+	_, err = c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@2", OutputConfig: &loomv1.ExportModelOutputConfig{
+		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + rewritten}}})
+	wantCode(t, "export of a rewritten MANIFEST", err, codes.FailedPrecondition, "MANIFEST at file://"+dir2+" is not the one registered")
 	if ents, _ := os.ReadDir(rewritten); len(ents) != 0 {
 		t.Errorf("a refused export left %d files in %s", len(ents), rewritten)
+	}
+	changed("@2", "MANIFEST at file://"+dir2)
+	_, err = export(filepath.Join(root, "default", "again"))
+	wantCode(t, "export of a version marked changed", err, codes.FailedPrecondition, `its artifacts changed after registration, and nothing was copied: a file differs from the MANIFEST it was registered with`)
+}
+
+// TestSecondRunOverwritesAVersion: a user ran two TrainingPipelines with
+// one outputUriPrefix; both registered file:///data/p/model, the second
+// run rewrote the first's files, and v1 (and its alias prod) silently
+// served v2's weights. Registering v2 now marks v1 changed in the same
+// write: reads say so, through the alias too, and an export of v1 is
+// refused naming the MANIFEST. A second registration of the very same set
+// (the same MANIFEST) is no change and marks nothing.
+func TestSecondRunOverwritesAVersion(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	dir := modelDir(t)
+	upload := func() {
+		t.Helper()
+		if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: "file://" + dir}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(ref string) *loomv1.Model {
+		t.Helper()
+		m, err := c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel + ref})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	upload()
+	if _, err := c.MergeVersionAliases(ctx, &loomv1.MergeVersionAliasesRequest{Name: vertexModel + "@1", VersionAliases: []string{"prod"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The second run writes the same directory.
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), []byte(`{"weights":[0.75,1.5]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := artifact.WriteManifest(dir); err != nil {
+		t.Fatal(err)
+	}
+	upload()
+	prod := get("@prod")
+	if prod.GetVersionId() != "1" || !strings.Contains(prod.GetArtifactChanged(), "registered again as projects/default/models/tiny/versions/2") ||
+		!strings.Contains(prod.GetArtifactChanged(), "file://"+dir) || !strings.Contains(prod.GetArtifactChanged(), "MANIFEST") {
+		t.Fatalf("GetModel(@prod) = version %s, artifact_changed %q; want version 1 said changed by version 2's registration of file://%s",
+			prod.GetVersionId(), prod.GetArtifactChanged(), dir)
+	}
+	if v2 := get("@2"); v2.GetArtifactChanged() != "" {
+		t.Errorf("version 2 is said changed: %q", v2.GetArtifactChanged())
+	}
+	out := filepath.Join(root, "default", "prod")
+	_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@prod", OutputConfig: &loomv1.ExportModelOutputConfig{
+		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + out}}})
+	wantCode(t, "export of the overwritten version", err, codes.FailedPrecondition, "MANIFEST")
+	if !strings.Contains(status.Convert(err).Message(), "registered again as projects/default/models/tiny/versions/2") {
+		t.Errorf("export of the overwritten version: %v; want it to say version 2 was registered from its directory", err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("a refused export left %d files in %s", len(ents), out)
+	}
+	// The same set registered again: v2's files are still v2's.
+	upload()
+	if v2 := get("@2"); v2.GetArtifactChanged() != "" {
+		t.Errorf("a registration of the same set marked version 2 changed: %q", v2.GetArtifactChanged())
+	}
+	if got := get("@1").GetArtifactChanged(); got != prod.GetArtifactChanged() {
+		t.Errorf("version 1's mark changed from %q to %q; the first mark stays", prod.GetArtifactChanged(), got)
 	}
 }

@@ -3561,9 +3561,13 @@ type Model struct {
 	VersionCreateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=version_create_time,json=versionCreateTime,proto3" json:"version_create_time,omitempty"`
 	VersionUpdateTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=version_update_time,json=versionUpdateTime,proto3" json:"version_update_time,omitempty"`
 	// lineage is what produced the served version.
-	Lineage       *ModelLineage `protobuf:"bytes,14,opt,name=lineage,proto3" json:"lineage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Lineage *ModelLineage `protobuf:"bytes,14,opt,name=lineage,proto3" json:"lineage,omitempty"`
+	// artifact_changed is the served version's (ModelVersion.artifact_changed):
+	// empty while its files are the ones it was registered with, as far as
+	// the registry knows.
+	ArtifactChanged string `protobuf:"bytes,15,opt,name=artifact_changed,json=artifactChanged,proto3" json:"artifact_changed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Model) Reset() {
@@ -3694,6 +3698,13 @@ func (x *Model) GetLineage() *ModelLineage {
 	return nil
 }
 
+func (x *Model) GetArtifactChanged() string {
+	if x != nil {
+		return x.ArtifactChanged
+	}
+	return ""
+}
+
 // ModelVersion is one version of a model, as the registry stores it. Name is
 // "projects/{project}/models/{model}/versions/{version}". Its artifacts and
 // lineage never change; its aliases, labels and description may
@@ -3728,8 +3739,17 @@ type ModelVersion struct {
 	// export copies the set only while its MANIFEST is still that one, and
 	// each file only with the SHA-256 the MANIFEST lists.
 	ManifestSha256 string `protobuf:"bytes,13,opt,name=manifest_sha256,json=manifestSha256,proto3" json:"manifest_sha256,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// artifact_changed says, when not empty, that the files at artifact_uri
+	// are no longer the ones this version was registered with, and how the
+	// registry knows (output only): another version was registered from the
+	// same artifact_uri with another MANIFEST (a second run that wrote the
+	// same directory), or an export found a file that differs from the
+	// registered MANIFEST, naming the file. It is never cleared: such a
+	// version is not exported (FailedPrecondition quoting it); register the
+	// files again to get a version that is whole.
+	ArtifactChanged string `protobuf:"bytes,14,opt,name=artifact_changed,json=artifactChanged,proto3" json:"artifact_changed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ModelVersion) Reset() {
@@ -3849,6 +3869,13 @@ func (x *ModelVersion) GetArtifactOwner() string {
 func (x *ModelVersion) GetManifestSha256() string {
 	if x != nil {
 		return x.ManifestSha256
+	}
+	return ""
+}
+
+func (x *ModelVersion) GetArtifactChanged() string {
+	if x != nil {
+		return x.ArtifactChanged
 	}
 	return ""
 }
@@ -5110,7 +5137,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x10REBOOT_REQUESTED\x10\a\x12\x11\n" +
 	"\rREBOOT_ISSUED\x10\b\"(\n" +
 	"\vModelOutput\x12\x19\n" +
-	"\bmodel_id\x18\x01 \x01(\tR\amodelId\"\xd5\x05\n" +
+	"\bmodel_id\x18\x01 \x01(\tR\amodelId\"\x80\x06\n" +
 	"\x05Model\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0elatest_version\x18\x02 \x01(\x03R\rlatestVersion\x12;\n" +
@@ -5129,10 +5156,11 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\fartifact_uri\x18\v \x01(\tR\vartifactUri\x12J\n" +
 	"\x13version_create_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x11versionCreateTime\x12J\n" +
 	"\x13version_update_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x11versionUpdateTime\x12/\n" +
-	"\alineage\x18\x0e \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x1a9\n" +
+	"\alineage\x18\x0e \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x12)\n" +
+	"\x10artifact_changed\x18\x0f \x01(\tR\x0fartifactChanged\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x04\n" +
 	"\fModelVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
@@ -5150,7 +5178,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12%\n" +
 	"\x0eartifact_owner\x18\f \x01(\tR\rartifactOwner\x12'\n" +
-	"\x0fmanifest_sha256\x18\r \x01(\tR\x0emanifestSha256\x1a9\n" +
+	"\x0fmanifest_sha256\x18\r \x01(\tR\x0emanifestSha256\x12)\n" +
+	"\x10artifact_changed\x18\x0e \x01(\tR\x0fartifactChanged\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd2\x04\n" +

@@ -359,8 +359,12 @@ func renderModelVersions(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "VERSION", "ALIASES", "DESCRIPTION", "PRODUCED BY", "ARTIFACT", "CREATED")
 	for _, m := range ms {
+		artifact := shown(m.GetArtifactUri())
+		if m.GetArtifactChanged() != "" {
+			artifact += " (changed: see loom models get)"
+		}
 		row(tw, shown(m.GetVersionId()), shown(joinOr(m.GetVersionAliases(), "-")), cell(m.GetVersionDescription(), 40),
-			producedBy(m.GetLineage()), shown(m.GetArtifactUri()), ago(m.GetVersionCreateTime(), now))
+			producedBy(m.GetLineage()), artifact, ago(m.GetVersionCreateTime(), now))
 	}
 	return tw.Flush()
 }
@@ -376,6 +380,11 @@ func renderModel(w io.Writer, m *loomv1.Model, now time.Time) error {
 	fmt.Fprintf(tw, "Version description:\t%s\n", shownBlock(orDash(m.GetVersionDescription())))
 	fmt.Fprintf(tw, "Labels:\t%s\n", shown(orDash(kvs(m.GetLabels()))))
 	fmt.Fprintf(tw, "Artifact:\t%s\n", shown(m.GetArtifactUri()))
+	if why := m.GetArtifactChanged(); why != "" {
+		// The files at Artifact are no longer this version's: said
+		// beside it, so that nobody takes them for it.
+		fmt.Fprintf(tw, "Artifact changed:\t%s\n", shownBlock(why))
+	}
 	fmt.Fprintf(tw, "Created:\t%s\n", ago(m.GetVersionCreateTime(), now))
 	fmt.Fprintf(tw, "Updated:\t%s\n", ago(m.GetVersionUpdateTime(), now))
 	l := m.GetLineage()

@@ -73,6 +73,11 @@ func (f *registryFake) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*
 	if strings.HasSuffix(r.GetName(), "@9") {
 		return nil, status.Error(codes.NotFound, "model projects/default/models/tiny has no version 9")
 	}
+	if strings.HasSuffix(r.GetName(), "@1") {
+		v := tinyVersion("1", "default")
+		v.ArtifactChanged = "file:///data/tiny/1 was registered again as projects/default/models/tiny/versions/2"
+		return v, nil
+	}
 	return tinyVersion("2", "prod"), nil
 }
 
@@ -189,6 +194,14 @@ func TestModelsCommands(t *testing.T) {
 	}
 	if r := f.last().(*loomv1.GetModelRequest); r.GetName() != "projects/default/models/tiny@prod" {
 		t.Errorf("get sent %v", r)
+	}
+	if strings.Contains(out, "Artifact changed:") {
+		t.Errorf("get of a whole version says it changed:\n%s", out)
+	}
+	// A version whose files were rewritten says so beside its artifact.
+	out, _, code = run(t, gw, "models", "get", "tiny@1")
+	if line := "Artifact changed:     file:///data/tiny/1 was registered again as projects/default/models/tiny/versions/2\n"; code != 0 || !strings.Contains(out, line) {
+		t.Errorf("get of a changed version: missing %q in:\n%s", line, out)
 	}
 	out, _, code = run(t, gw, "models", "get", "tiny@2", "-o", "json")
 	var js map[string]any

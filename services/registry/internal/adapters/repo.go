@@ -120,7 +120,7 @@ func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 	tx := &store.Tx{}
 	tx.HSet(KeyModels, reg.Model.GetName(), mb)
 	tx.HSet(KeyVersions, reg.Version.GetName(), vb)
-	for _, m := range reg.Moved {
+	for _, m := range append(reg.Moved, reg.Overwritten...) {
 		if err := hsetVersion(tx, m); err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -420,6 +421,10 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, a
 	if err != nil {
 		return nil, "", err
 	}
+	if why := v.GetArtifactChanged(); why != "" {
+		return nil, "", fmt.Errorf("%w: %s: its artifacts changed after registration, and nothing was copied: %s; register the set again (loom models upload) and export the new version",
+			errs.FailedPrecondition, v.GetName(), why)
+	}
 	srcField := "artifact_uri of " + v.GetName()
 	srcURL, err := r.artifactURL(srcField, v.GetArtifactUri())
 	if err != nil {
@@ -454,8 +459,11 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, a
 		return nil, "", err
 	}
 	if rec := v.GetManifestSha256(); rec != "" && listing.Manifest != rec {
-		return nil, "", fmt.Errorf("%w: %s: the MANIFEST at %s is not the one registered (SHA-256 %s, registered %s): the artifact set changed after registration, and nothing was copied; register it again (loom models upload) and export the new version",
-			errs.FailedPrecondition, v.GetName(), v.GetArtifactUri(), listing.Manifest, rec)
+		why := fmt.Sprintf("the MANIFEST at %s is not the one registered (SHA-256 %s, registered %s), found by an export at %s",
+			v.GetArtifactUri(), listing.Manifest, rec, r.now().UTC().Format(time.RFC3339))
+		r.markChanged(ctx, v.GetName(), why)
+		return nil, "", fmt.Errorf("%w: %s: %s: the artifact set changed after registration, and nothing was copied; register it again (loom models upload) and export the new version",
+			errs.FailedPrecondition, v.GetName(), why)
 	}
 	out, err := r.openDestination(ctx, ref.Project, openURL, localPath(openURL), as)
 	if err != nil {
@@ -464,6 +472,8 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, a
 	defer out.Close()
 	res, err := exportListed(ctx, src, out, listing)
 	if errors.Is(err, blobstore.ErrNotWanted) {
+		r.markChanged(ctx, v.GetName(), fmt.Sprintf("a file differs from the MANIFEST it was registered with, found by an export at %s: %v",
+			r.now().UTC().Format(time.RFC3339), err))
 		return nil, "", fmt.Errorf("export %s to %s: %w: a file differs from the MANIFEST it was registered with (changed after registration); the destination has no MANIFEST of this export: register the set again (loom models upload) and export the new version",
 			v.GetName(), dst, err)
 	}
@@ -484,6 +494,22 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, a
 		Destination: answered, Copied: int32(res.Copied), Skipped: int32(res.Skipped),
 		Bytes: res.Bytes, Objects: int32(len(res.Objects)),
 	}, v.GetName(), nil
+}
+
+// markChanged marks version artifact_changed with why (domain.MarkChanged),
+// so that reads say what an export found and no later export copies it.
+// The export's own answer says it already: a mark that cannot be written
+// now (the store down, the version deleted) is logged, not returned.
+func (r *Registry) markChanged(ctx context.Context, version, why string) {
+	_, err := r.change(ctx, func(s *domain.State) (*domain.Change, error) {
+		return domain.MarkChanged(s, version, why, r.now().UTC())
+	})
+	switch {
+	case err == nil:
+		r.log.Warn("model version's artifacts changed after registration", "version", version, "why", why)
+	case !errors.Is(err, domain.ErrMarked):
+		r.log.Warn("model version's artifacts changed after registration; the mark was not written", "version", version, "why", why, "err", err)
+	}
 }
 
 // exportListed copies an artifact set's files, then its MANIFEST, from src

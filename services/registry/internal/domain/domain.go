@@ -108,6 +108,11 @@ type Registration struct {
 	// Moved are the model's other versions whose aliases the new version
 	// took (rewritten with it).
 	Moved []*loomv1.ModelVersion
+	// Overwritten are versions of any model registered from the same
+	// artifact location with another artifact set: this registration shows
+	// their files were replaced, so they are rewritten with it, marked
+	// artifact_changed (markOverwritten).
+	Overwritten []*loomv1.ModelVersion
 }
 
 // Decide returns the registration a JobChanged causes, or nil when it causes
@@ -159,11 +164,13 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 			v.Labels["cluster"] = cn.ID
 		}
 	}
-	return &Registration{
+	reg := &Registration{
 		Model:   model,
 		Version: v,
 		Event:   &eventsv1.ModelVersionRegistered{Version: v, Model: modelName},
 	}
+	markOverwritten(s, reg, now)
+	return reg
 }
 
 // Apply records r in s. Call it only after r was stored durably.
@@ -172,6 +179,7 @@ func (s *State) Apply(r *Registration) {
 	if len(r.Moved) > 0 {
 		s.ApplyChange(&Change{Model: r.Model, Versions: r.Moved})
 	}
+	s.replaceVersions(r.Overwritten)
 	s.Versions[r.Model.GetName()] = append(s.Versions[r.Model.GetName()], r.Version)
 	if j := r.Version.GetSourceJob(); j != "" {
 		// As Load does: a job named as a version's source registers no

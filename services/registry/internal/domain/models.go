@@ -90,6 +90,7 @@ func View(m *loomv1.Model, v *loomv1.ModelVersion, location string) *loomv1.Mode
 		VersionDescription: v.GetDescription(),
 		Labels:             map[string]string{},
 		ArtifactUri:        v.GetArtifactUri(),
+		ArtifactChanged:    v.GetArtifactChanged(),
 		VersionCreateTime:  v.GetCreateTime(),
 		VersionUpdateTime:  v.GetUpdateTime(),
 	}

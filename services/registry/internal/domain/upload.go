@@ -431,7 +431,7 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 	if over := len(s.requestOrder) + 1 - MaxRequests; over > 0 {
 		evict = append(evict, s.requestOrder[:over]...)
 	}
-	return &Registration{
+	reg := &Registration{
 		Model:     model,
 		Version:   v,
 		Event:     &eventsv1.ModelVersionRegistered{Version: v, Model: u.Model, RequestId: cmd.GetRequestId()},
@@ -440,6 +440,8 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 		Evict:     evict,
 		Moved:     moved,
 	}
+	markOverwritten(s, reg, now)
+	return reg
 }
 
 // giveAliases gives the new version v of model its aliases: those asked
