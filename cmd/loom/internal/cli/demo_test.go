@@ -65,7 +65,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		"    epoch 1 loss ",
 		"    epoch 200 loss ",
 		"    rank 1: trained 200 epochs",
-		"    Name:        projects/default/models/demo-regressor/versions/1\n",
+		"    Name:        projects/default/locations/global/models/demo-regressor@1\n",
 		"    Source job:  projects/default/jobs/1\n",
 		"    model.json: linear-regression, 200 epochs, final loss ",
 		"==> Cluster demo deleted",

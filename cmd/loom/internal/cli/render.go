@@ -594,14 +594,29 @@ func renderVersions(w io.Writer, vs []*loomv1.ModelVersion, now time.Time) error
 	return tw.Flush()
 }
 
+// renderVersion shows a stored version (the registry's ModelVersion), named
+// as the model API answers and `loom models get` prints it
+// (modelAPIName).
 func renderVersion(w io.Writer, v *loomv1.ModelVersion, now time.Time) error {
 	tw := newTable(w)
-	fmt.Fprintf(tw, "Name:\t%s\n", v.GetName())
+	fmt.Fprintf(tw, "Name:\t%s\n", modelAPIName(v.GetName()))
 	fmt.Fprintf(tw, "Version:\t%d\n", v.GetVersion())
 	fmt.Fprintf(tw, "Artifact:\t%s\n", v.GetArtifactUri())
 	fmt.Fprintf(tw, "Source job:\t%s\n", v.GetSourceJob())
 	fmt.Fprintf(tw, "Created:\t%s\n", ago(v.GetCreateTime(), now))
 	return tw.Flush()
+}
+
+// modelAPIName is a stored version's name, "projects/{p}/models/{m}/versions/{n}"
+// (libs/resname), as the model API answers it: "projects/{p}/locations/global/models/{m}@{n}"
+// (docs/registry.md, "Names"; location global for a name without one, as
+// `loom models get` is answered). Another name is returned as it is.
+func modelAPIName(name string) string {
+	v, err := resname.SplitModelVersion(name)
+	if err != nil {
+		return name
+	}
+	return "projects/" + v.Model.Project + "/locations/global/models/" + v.Model.ID + "@" + strconv.FormatInt(v.Version, 10)
 }
 
 func plural(n int, one, many string) string {

@@ -321,7 +321,7 @@ func TestTuningFindsNearBest(t *testing.T) {
 	if err := protojson.Unmarshal([]byte(s.must("pipelines", "create", "-f", first, "--wait", "-o", "json")), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED || !strings.HasSuffix(p.GetModelVersion(), "/models/spirals/versions/1") {
+	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED || !strings.HasSuffix(p.GetModelVersion(), "/models/spirals@1") {
 		t.Fatalf("first pipeline: %v", &p)
 	}
 	var inputs map[string]any
@@ -342,7 +342,7 @@ func TestTuningFindsNearBest(t *testing.T) {
 	if err := protojson.Unmarshal([]byte(s.must("pipelines", "create", "-f", second, "--wait", "-o", "json")), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED || !strings.HasSuffix(p.GetModelVersion(), "/models/spirals/versions/2") {
+	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED || !strings.HasSuffix(p.GetModelVersion(), "/models/spirals@2") {
 		t.Fatalf("tuning pipeline: %v", &p)
 	}
 	var versions loomv1.ListModelVersionsResponse
@@ -351,7 +351,7 @@ func TestTuningFindsNearBest(t *testing.T) {
 	}
 	var v *loomv1.ModelVersion
 	for _, x := range versions.GetVersions() {
-		if x.GetName() == p.GetModelVersion() {
+		if versionRef(x.GetName()) == versionRef(p.GetModelVersion()) { // stored and served names of one version
 			v = x
 		}
 	}

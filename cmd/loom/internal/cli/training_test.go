@@ -346,7 +346,7 @@ func TestPipelines(t *testing.T) {
 		at(trainingv1.PipelineState_PIPELINE_STATE_RUNNING, meta),
 		at(trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED, func(p *trainingv1.TrainingPipeline) {
 			meta(p)
-			p.ModelVersion = "projects/default/models/mnist-model/versions/1"
+			p.ModelVersion = "projects/default/locations/global/models/mnist-model@1"
 		}),
 	}
 	out, errOut, code := run(t, gw, "pipelines", "create", "-f", writeFile(t, "p.json", file), "--wait")
@@ -357,11 +357,11 @@ func TestPipelines(t *testing.T) {
 Created pipeline 1
   15:04:05  QUEUED
   15:04:05  RUNNING, custom job 2
-  15:04:05  SUCCEEDED, model version projects/default/models/mnist-model/versions/1
+  15:04:05  SUCCEEDED, model version projects/default/locations/global/models/mnist-model@1
 `)
 	out, errOut, code = run(t, gw, "pipelines", "get", "1")
 	if code != 0 || !strings.Contains(out, "Custom job:     "+trainingParent+"/customJobs/2") || !strings.Contains(out, "Task:           custom") ||
-		!strings.Contains(out, "Model version:  projects/default/models/mnist-model/versions/1") {
+		!strings.Contains(out, "Model version:  projects/default/locations/global/models/mnist-model@1") {
 		t.Errorf("get: exit %d: %s%s", code, out, errOut)
 	}
 	out, errOut, code = run(t, gw, "pipelines", "list")

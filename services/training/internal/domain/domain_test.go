@@ -790,7 +790,7 @@ func TestPipelineCustomTaskUploadsItsModel(t *testing.T) {
 	feed(t, s, &eventsv1.ModelVersionRegistered{RequestId: up.GetRequestId(), Model: "projects/p/models/tiny",
 		Version: &loomv1.ModelVersion{Name: "projects/p/models/tiny/versions/3"}})
 	p := s.Lookup(plName).Pipeline.P
-	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED || p.GetModelVersion() != "projects/p/models/tiny/versions/3" ||
+	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED || p.GetModelVersion() != "projects/p/locations/global/models/tiny@3" ||
 		p.GetTrainingTaskMetadata().GetStructValue().GetFields()["backingCustomJob"].GetStringValue() != loc+"customJobs/301" {
 		t.Fatalf("pipeline %v", p)
 	}

@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -214,6 +215,27 @@ func upload(r *Root) (*eventsv1.UploadModel, error) {
 	}, nil
 }
 
+// modelVersionName is how a pipeline names the version it registered: as
+// the model API answers a name without a location and `loom models get`
+// prints it (docs/registry.md, "Names"),
+// "projects/{p}/locations/global/models/{m}@{n}": the registry keeps no
+// locations, so one name for a version everywhere, whatever the pipeline's
+// location. The registry's event carries its stored name,
+// "projects/{p}/models/{m}/versions/{n}" (libs/resname), which the model
+// API does not take: a user pasting the name `--wait` printed was refused.
+// Another name is kept as it came.
+func modelVersionName(version string) string {
+	v, err := resname.SplitModelVersion(version)
+	if err != nil {
+		return version
+	}
+	return "projects/" + v.Model.Project + "/locations/" + modelLocation + "/models/" + v.Model.ID + "@" + strconv.FormatInt(v.Version, 10)
+}
+
+// modelLocation is the location model names are answered in (the
+// registry's domain.DefaultLocation).
+const modelLocation = "global"
+
 // modelAnswer ends a pipeline with the registry's answer to its upload.
 func (s *State) modelAnswer(now time.Time, requestID string, reg *eventsv1.ModelVersionRegistered, failed *eventsv1.ModelUploadFailed) (*Change, error) {
 	if requestID == "" {
@@ -234,7 +256,7 @@ func (s *State) modelAnswer(now time.Time, requestID string, reg *eventsv1.Model
 			p.P.Error = &trainingv1.Status{Code: codeFailedPrecondition, Message: "the registry refused the model: " + failed.GetReason()}
 			return nil
 		}
-		p.P.ModelVersion = reg.GetVersion().GetName()
+		p.P.ModelVersion = modelVersionName(reg.GetVersion().GetName())
 		if m, err := resname.SplitModel(reg.GetModel()); err == nil {
 			p.P.ModelId = m.ID
 		}

@@ -44,12 +44,20 @@ export async function trainingPage(ctx) {
         {title: 'ID', get: j => short(j.name)},
         {title: 'Name', class: 'wrap', get: j => j.displayName},
         {title: 'State', get: j => badge(j.state)},
-        {title: 'Model version', get: j => j.modelVersion ? link(short(j.modelVersion.replace(/\/versions\/.*/, '')) + ' v' + short(j.modelVersion), 'models', modelId(j.modelVersion)) : null},
+        {title: 'Model version', get: j => j.modelVersion ? link(versionLabel(j.modelVersion), 'models', modelId(j.modelVersion)) : null},
         {title: 'Error', class: 'wrap', get: j => j.error && j.error.message},
         {title: 'Created', get: j => ago(j.createTime)},
       ], tp, 'No pipelines.')));
     ctx.main.dataset.ready = 'training';
   }, ctx.signal, e => fill(status, e ? notice('error', api.failed(e)) : null));
+}
+
+// versionLabel is "MODEL vN" for a pipeline's modelVersion: the model API's
+// name ".../models/MODEL@N", or the registry's stored ".../models/MODEL/versions/N"
+// that pipelines ended before named it.
+function versionLabel(v) {
+  const m = /models\/([^/@]+)(?:@(\d+)|\/versions\/(\d+))$/.exec(v || '');
+  return m ? m[1] + ' v' + (m[2] || m[3]) : short(v);
 }
 
 function modelId(v) {
