@@ -80,32 +80,157 @@ type Addrs struct {
 	PubSub, PubSubREST string
 }
 
+// DefaultPortBase is the port base of `loom up`'s documented fixed ports
+// (DefaultAddrs): every listener's port is the base plus its offset
+// (AddrsAt), so the defaults are 127.0.0.1:7070 for the gateway and so on.
+const DefaultPortBase = 7000
+
+// The limits of a port base: its lowest port (base+70) must be
+// unprivileged and its highest (base+maxPortOffset) at most 65535.
+const (
+	MinPortBase   = 1024
+	maxPortOffset = 2176
+	MaxPortBase   = 65535 - maxPortOffset
+)
+
 // DefaultAddrs returns the documented fixed ports of `loom up` (see
-// docs/CONTRACTS.md), with the broker on 127.0.0.1:7092 and Redis on
-// 127.0.0.1:7379 so that they do not clash with a Kafka or Redis already
-// running on their usual ports.
+// docs/CONTRACTS.md): AddrsAt(DefaultPortBase), with the broker on
+// 127.0.0.1:7092 and Redis on 127.0.0.1:7379 so that they do not clash
+// with a Kafka or Redis already running on their usual ports.
 func DefaultAddrs() Addrs {
-	return Addrs{
-		Broker:          "127.0.0.1:7092",
-		Redis:           "127.0.0.1:7379",
-		Gateway:         "127.0.0.1:7070",
-		GatewayREST:     "127.0.0.1:7080",
-		Provisioner:     "127.0.0.1:7071",
-		Scheduler:       "127.0.0.1:7072",
-		Health:          "127.0.0.1:7073",
-		Registry:        "127.0.0.1:7074",
-		GatewayHTTP:     "127.0.0.1:9170",
-		ProvisionerHTTP: "127.0.0.1:9171",
-		SchedulerHTTP:   "127.0.0.1:9172",
-		HealthHTTP:      "127.0.0.1:9173",
-		RegistryHTTP:    "127.0.0.1:9174",
-		Training:        "127.0.0.1:7075",
-		TrainingHTTP:    "127.0.0.1:9175",
-		Bridge:          "127.0.0.1:7076",
-		BridgeHTTP:      "127.0.0.1:9176",
-		PubSub:          "127.0.0.1:7085",
-		PubSubREST:      "127.0.0.1:7086",
+	a, err := AddrsAt(DefaultPortBase)
+	if err != nil {
+		panic(err) // DefaultPortBase lies within the limits
 	}
+	return a
+}
+
+// AddrsAt returns the loopback addresses of a stack whose ports derive
+// from base, each at a fixed offset: the gateway's gRPC API base+70, the
+// internal services' gRPC base+71..76, REST and the console base+80, the
+// Pub/Sub fake base+85 (REST base+86), the broker base+92, Redis base+379,
+// and the services' /metrics base+2170..2176 (gateway first, in the order
+// of the gRPC ports). Two stacks with bases 100 or more apart share no
+// port. It refuses a base outside [MinPortBase, MaxPortBase].
+func AddrsAt(base int) (Addrs, error) {
+	if base < MinPortBase || base > MaxPortBase {
+		return Addrs{}, fmt.Errorf("port base %d is out of range: it must be from %d to %d (its ports run from base+70 to base+%d)",
+			base, MinPortBase, MaxPortBase, maxPortOffset)
+	}
+	at := func(offset int) string { return "127.0.0.1:" + strconv.Itoa(base+offset) }
+	return Addrs{
+		Broker:          at(92),
+		Redis:           at(379),
+		Gateway:         at(70),
+		GatewayREST:     at(80),
+		Provisioner:     at(71),
+		Scheduler:       at(72),
+		Health:          at(73),
+		Registry:        at(74),
+		GatewayHTTP:     at(2170),
+		ProvisionerHTTP: at(2171),
+		SchedulerHTTP:   at(2172),
+		HealthHTTP:      at(2173),
+		RegistryHTTP:    at(2174),
+		Training:        at(75),
+		TrainingHTTP:    at(2175),
+		Bridge:          at(76),
+		BridgeHTTP:      at(2176),
+		PubSub:          at(85),
+		PubSubREST:      at(86),
+	}, nil
+}
+
+// Listener is one address of Addrs and what listens on it, in words.
+type Listener struct {
+	// Name says what listens, e.g. "the REST API and web console".
+	Name string
+	// Addr is the address (empty: a free port picked at start).
+	Addr string
+}
+
+// Listeners returns every address of a with what listens on it, the
+// public ones first.
+func (a Addrs) Listeners() []Listener {
+	return []Listener{
+		{"the gateway's gRPC API", a.Gateway},
+		{"the REST API and web console", a.GatewayREST},
+		{"the gateway's /metrics", a.GatewayHTTP},
+		{"the Pub/Sub fake", a.PubSub},
+		{"the Pub/Sub fake's REST", a.PubSubREST},
+		{"the broker", a.Broker},
+		{"Redis", a.Redis},
+		{"the provisioner", a.Provisioner},
+		{"the scheduler", a.Scheduler},
+		{"the health service", a.Health},
+		{"the registry", a.Registry},
+		{"the training service", a.Training},
+		{"the bridge", a.Bridge},
+		{"the provisioner's /metrics", a.ProvisionerHTTP},
+		{"the scheduler's /metrics", a.SchedulerHTTP},
+		{"the health service's /metrics", a.HealthHTTP},
+		{"the registry's /metrics", a.RegistryHTTP},
+		{"the training service's /metrics", a.TrainingHTTP},
+		{"the bridge's /metrics", a.BridgeHTTP},
+	}
+}
+
+// picked says whether addr is one Start picks free (empty, or port 0).
+func picked(addr string) bool { return addr == "" || strings.HasSuffix(addr, ":0") }
+
+// PortInUseError is CheckFree's error when a given address (not one Start
+// picks) is taken by another process: the listener that wanted it.
+type PortInUseError struct {
+	Listener
+	// Err is the listen error.
+	Err error
+}
+
+func (e *PortInUseError) Error() string {
+	return fmt.Sprintf("%s (%s) is in use by another process: %v", e.Addr, e.Name, e.Err)
+}
+
+func (e *PortInUseError) Unwrap() error { return e.Err }
+
+// InUse returns the listener of a whose given address err says is in use:
+// a PortInUseError's, or the one whose address an "address already in
+// use" error names (a port taken between Start's check and the bind).
+func (a Addrs) InUse(err error) (Listener, bool) {
+	var pe *PortInUseError
+	if errors.As(err, &pe) {
+		return pe.Listener, true
+	}
+	if err == nil || (!errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use")) {
+		return Listener{}, false
+	}
+	for _, l := range a.Listeners() {
+		if !picked(l.Addr) && strings.Contains(err.Error(), l.Addr) {
+			return l, true
+		}
+	}
+	return Listener{}, false
+}
+
+// CheckFree returns a PortInUseError for the first given address of a
+// (public listeners first) that another process holds, so that a caller
+// can say which before it starts anything (`loom up`); a port taken after
+// the check still fails Start, which InUse names. Picked addresses are
+// not checked.
+func CheckFree(a Addrs) error {
+	for _, l := range a.Listeners() {
+		if picked(l.Addr) {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.Addr)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return &PortInUseError{Listener: l, Err: err}
+			}
+			return fmt.Errorf("%s on %s: %w", l.Name, l.Addr, err)
+		}
+		_ = ln.Close()
+	}
+	return nil
 }
 
 // Options configures Start. The zero value is valid: free ports, a temporary
@@ -309,18 +434,15 @@ func retryable(err error, a Addrs) bool {
 	if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
 		return false
 	}
-	picks := false
-	for _, addr := range []string{a.Broker, a.Redis, a.Gateway, a.GatewayREST, a.Provisioner, a.Scheduler, a.Health,
-		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP, a.Training, a.TrainingHTTP,
-		a.Bridge, a.BridgeHTTP, a.PubSub, a.PubSubREST} {
-		switch {
-		case addr == "" || strings.HasSuffix(addr, ":0"):
-			picks = true
-		case strings.Contains(err.Error(), addr):
-			return false // a given address is taken: new ports would not help
+	if _, given := a.InUse(err); given {
+		return false // a given address is taken: new ports would not help
+	}
+	for _, l := range a.Listeners() {
+		if picked(l.Addr) {
+			return true
 		}
 	}
-	return picks
+	return false
 }
 
 func startOnce(ctx context.Context, opts Options) (*Stack, error) {

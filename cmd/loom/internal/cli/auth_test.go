@@ -324,7 +324,7 @@ func gatewayHasFlag(name string) bool {
 func upAndStop(t *testing.T, dataDir, cfg string, while func(gw string)) string {
 	t.Helper()
 	a := newApp()
-	a.upAddrs = func() stack.Addrs { return stack.Addrs{} }
+	a.upAddrs = func(int) (stack.Addrs, error) { return stack.Addrs{}, nil }
 	a.configDir = cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

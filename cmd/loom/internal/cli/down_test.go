@@ -53,7 +53,7 @@ func upWithCluster(t *testing.T, dir string, args ...string) string {
 func upWhile(t *testing.T, dir string, then func(liveCLI), args ...string) string {
 	t.Helper()
 	a := newApp()
-	a.upAddrs = func() stack.Addrs { return stack.Addrs{} }
+	a.upAddrs = func(int) (stack.Addrs, error) { return stack.Addrs{}, nil }
 	a.configDir = t.TempDir() // the administrator key goes there, not into the real user's
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

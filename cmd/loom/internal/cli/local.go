@@ -28,19 +28,12 @@ import (
 )
 
 // defaultDataDir is LOOM_DATA_DIR, else ~/.loom.
-func defaultDataDir() string {
-	if d := os.Getenv("LOOM_DATA_DIR"); d != "" {
-		return d
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".loom")
-	}
-	return ".loom"
-}
+func defaultDataDir() string { return dataDirFrom(os.Getenv) }
 
 func (a *app) upCommand() *cobra.Command {
 	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD, exportEndpoints, exportRoot, projectBuckets string
 	var stopAgents bool
+	var portBase int
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run Loom on this machine in the foreground, until Ctrl-C",
@@ -48,7 +41,13 @@ func (a *app) upCommand() *cobra.Command {
 (127.0.0.1:7379), a Google Pub/Sub fake (127.0.0.1:7085, and its publish call
 over REST for gcloud on 127.0.0.1:7086; in memory only, so it starts empty) and
 the bridge, gateway, provisioner, scheduler, health, registry and
-training services on their default ports (gateway 127.0.0.1:7070, REST 127.0.0.1:7080).
+training services on their default ports (gateway 127.0.0.1:7070, REST and
+web console 127.0.0.1:7080, the services' /metrics 127.0.0.1:9170-9176).
+--port-base moves them all: each port is the base (default 7000) plus its
+offset, so "loom up --port-base 8000 --data-dir ~/loom2" runs a second Loom
+beside the first, with its gateway on 127.0.0.1:8070. Commands without
+--gateway talk to the running "loom up" of LOOM_DATA_DIR (default ~/.loom),
+so "LOOM_DATA_DIR=~/loom2 loom clusters list" asks the second.
 Clusters use the local provider: each node is a "loom agent" process (or,
 with --provider sim, simulated nodes without processes, for scale).
 --capacity sets the on-demand, spot and flex-start capacity per zone and
@@ -66,6 +65,14 @@ them when Loom stops instead.`,
 			ctx := cmd.Context()
 			errOut := cmd.ErrOrStderr()
 			log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			base, err := a.upPortBase(cmd.Flags().Changed("port-base"), portBase)
+			if err != nil {
+				return err
+			}
+			addrs, err := a.upAddrs(base)
+			if err != nil {
+				return usagef("--port-base: %v", err)
+			}
 			abs, err := filepath.Abs(dataDir)
 			if err != nil {
 				return fmt.Errorf("data dir: %w", err)
@@ -77,6 +84,14 @@ them when Loom stops instead.`,
 				return err
 			}
 			defer release()
+			if err := agentsFollow(abs, addrs); err != nil {
+				return err
+			}
+			// A port another program holds stops it here, before anything
+			// starts, naming the port and what would have listened there.
+			if err := stack.CheckFree(addrs); err != nil {
+				return upPortError(addrs, base, abs, err)
+			}
 			// The node agents register their /metrics ports here for
 			// Prometheus' file-based discovery (docs/observability.md).
 			var agentEnv []string
@@ -107,7 +122,7 @@ them when Loom stops instead.`,
 				RegistryArgs: registryArgs,
 				AgentEnv:     agentEnv,
 				DataDir:      abs,
-				Addrs:        a.upAddrs(),
+				Addrs:        addrs,
 				LogLevel:     logLevel,
 				Log:          log,
 				Provider:     provider,
@@ -117,10 +132,16 @@ them when Loom stops instead.`,
 				KeepAgents: !stopAgents,
 			})
 			if err != nil {
-				if strings.Contains(err.Error(), "address already in use") {
-					return fmt.Errorf("start Loom: %w\nis Loom already running? (`loom clusters list` asks it); stop the other `loom up` first", err)
-				}
-				return fmt.Errorf("start Loom: %w", err)
+				return upPortError(addrs, base, abs, err)
+			}
+			// Where this one listens, for the CLI's default gateway and
+			// the next `loom up` on this data dir.
+			rec := upRecord{PortBase: base, Gateway: st.GatewayAddr, REST: st.RESTAddr, Broker: st.BrokerAddr}
+			if addrs.Gateway == "" {
+				rec.PortBase = 0 // ports picked free (tests), not derived from base
+			}
+			if err := writeUpRecord(abs, rec); err != nil {
+				log.Warn("this loom up's addresses were not recorded in its data dir: loom commands need --gateway "+st.GatewayAddr, "err", err)
 			}
 			if err := a.saveAdminKey(st, cmd.OutOrStdout()); err != nil {
 				log.Warn("the administrator key was not saved for the CLI", "err", err, "key file", st.Keys.Admin)
@@ -132,6 +153,10 @@ them when Loom stops instead.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST and web console http://%s/, data in %s\n",
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
+			if flag := dataDirFlag(st.DataDir); flag != "" {
+				// Commands find the default data dir's `loom up` alone.
+				fmt.Fprintf(cmd.OutOrStdout(), "loom commands reach this Loom with LOOM_DATA_DIR=%s (or --gateway %s)\n", st.DataDir, st.GatewayAddr)
+			}
 			printIngress(cmd.OutOrStdout(), st)
 			if expDir != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s, in a directory per project (file://%s/PROJECT/NAME; a user other than root under PROJECT/USER/)\n", expDir, expDir)
@@ -169,9 +194,9 @@ them when Loom stops instead.`,
 				}
 				if n := len(left); n > 0 {
 					them := plural(n, "it", "them")
-					fmt.Fprintf(cmd.OutOrStdout(), "%d %s running (%s jobs go on); `loom down%s` ends %s, `loom up%s` takes %s back, and without Loom %s after LOOM_AGENT_ORPHAN_AFTER (default 10m).\n",
+					fmt.Fprintf(cmd.OutOrStdout(), "%d %s running (%s jobs go on); `loom down%s` ends %s, `loom up%s%s` takes %s back, and without Loom %s after LOOM_AGENT_ORPHAN_AFTER (default 10m).\n",
 						n, plural(n, "node agent keeps", "node agents keep"), plural(n, "its", "their"), dataDirFlag(st.DataDir), them,
-						dataDirFlag(st.DataDir), them, plural(n, "it ends itself", "they end themselves"))
+						dataDirFlag(st.DataDir), portBaseFlag(base), them, plural(n, "it ends itself", "they end themselves"))
 				}
 			}
 			return nil
@@ -179,6 +204,8 @@ them when Loom stops instead.`,
 	}
 	cmd.Flags().BoolVar(&stopAgents, "stop-agents", false, "end the node agents (and their jobs) when Loom stops, instead of leaving them running for the next \"loom up\"")
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where Loom keeps its data (LOOM_DATA_DIR)")
+	cmd.Flags().IntVar(&portBase, "port-base", stack.DefaultPortBase,
+		"every port of this Loom is this base plus its offset: gateway gRPC +70, REST and web console +80, the services' /metrics +2170..+2176, broker +92, Redis +379 (docs/CONTRACTS.md); another base runs a second Loom beside the first (LOOM_UP_PORT_BASE)")
 	cmd.Flags().StringVar(&provider, "provider", config.Env("LOOM_PROVIDER", "local"), "compute provider: local (an agent process per node) or sim (simulated nodes) (LOOM_PROVIDER)")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity ZONE/MACHINE_TYPE/TYPE=COUNT,... with * wildcards, TYPE ON_DEMAND, SPOT or FLEX_START (default LOOM_CAPACITY, else generous)")
 	cmd.Flags().StringVar(&authdSocket, "authd-socket", config.Env("LOOM_AUTHD_SOCKET", ""), "the login daemon's Unix socket (LOOM_AUTHD_SOCKET; default <data dir>/authd.sock; \"off\": none)")

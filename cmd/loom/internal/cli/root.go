@@ -60,9 +60,9 @@ type app struct {
 	// passwd is the account database a login looks the user's shell and
 	// ids up in (/etc/passwd).
 	passwd string
-	// upAddrs are the addresses `loom up` listens on (stack.DefaultAddrs;
-	// tests pick free ports).
-	upAddrs func() stack.Addrs
+	// upAddrs are the addresses `loom up` listens on for a port base
+	// (stack.AddrsAt; tests pick free ports).
+	upAddrs func(base int) (stack.Addrs, error)
 	// configDir, when set, is the CLI's config directory (the credentials
 	// file's), instead of creds.Dir's: tests keep out of the real user's.
 	configDir string
@@ -137,7 +137,7 @@ func newApp() *app {
 		tty:          isTerminal,
 		environ:      os.Environ,
 		passwd:       "/etc/passwd",
-		upAddrs:      stack.DefaultAddrs,
+		upAddrs:      stack.AddrsAt,
 	}
 }
 
@@ -193,7 +193,7 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		return usagef("%v (see %q)", err, cmd.CommandPath()+" --help")
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.gateway, "gateway", config.Env("LOOM_GATEWAY", DefaultGateway), "gateway gRPC address (LOOM_GATEWAY)")
+	pf.StringVar(&a.gateway, "gateway", a.defaultGateway(), "gateway gRPC address (LOOM_GATEWAY; default: that of the \"loom up\" running with LOOM_DATA_DIR or ~/.loom, else "+DefaultGateway+")")
 	pf.StringVar(&a.project, "project", config.Env("LOOM_PROJECT", DefaultProject), "project that short names belong to (LOOM_PROJECT)")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format of get and list: table or json")
 

@@ -133,7 +133,7 @@ func slurmInvocation(args []string) (flags map[string]string, name string, rest 
 // executeSlurm runs a recognised Slurm invocation (see slurmInvocation)
 // with the global flags applied as cobra would apply them.
 func (a *app) executeSlurm(ctx context.Context, flags map[string]string, name string, args []string, stdout, stderr io.Writer) int {
-	a.gateway = config.Env("LOOM_GATEWAY", DefaultGateway)
+	a.gateway = a.defaultGateway()
 	a.project = config.Env("LOOM_PROJECT", DefaultProject)
 	if v, ok := flags["gateway"]; ok {
 		a.gateway = v

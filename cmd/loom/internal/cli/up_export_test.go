@@ -21,7 +21,7 @@ import (
 func TestUpPassesExportEndpointsToTheRegistry(t *testing.T) {
 	t.Parallel()
 	a := newApp()
-	a.upAddrs = func() stack.Addrs { return stack.Addrs{} }
+	a.upAddrs = func(int) (stack.Addrs, error) { return stack.Addrs{}, nil }
 	a.configDir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
