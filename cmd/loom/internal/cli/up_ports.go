@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"github.com/loom-ml/loom/cmd/loom/stack"
 )
@@ -96,12 +98,34 @@ func (a *app) defaultGateway() string {
 	}
 	if dir, err := filepath.Abs(dataDirFrom(a.getenv)); err == nil {
 		if _, running := runningUp(dir); running {
-			if r, ok := readUpRecord(dir); ok {
+			if r, ok := readUpRecord(dir); ok && trustedUpRecord(dir, r) {
 				return r.Gateway
 			}
 		}
 	}
 	return DefaultGateway
+}
+
+// trustedUpRecord reports whether the CLI may send its credentials to r's
+// gateway without being told to: the record is owned by this user or
+// root and writable by no one else, and names a loopback address (where
+// `loom up` listens). A data directory others can write to (LOOM_DATA_DIR
+// pointed at a shared one) must not let them steer the CLI, and the API
+// key it sends, to a gateway of their own.
+func trustedUpRecord(dir string, r upRecord) bool {
+	host, _, err := net.SplitHostPort(r.Gateway)
+	if err != nil {
+		return false
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return false
+	}
+	fi, err := os.Stat(upRecordFile(dir))
+	if err != nil || fi.Mode().Perm()&0o022 != 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && (st.Uid == 0 || int(st.Uid) == os.Geteuid())
 }
 
 // upPortBase is `loom up`'s port base: --port-base when given, else

@@ -77,6 +77,26 @@ func TestDefaultGatewayFollowsTheRunningUp(t *testing.T) {
 			t.Errorf("default gateway with %q: %q, want %q", c.env, got, c.want)
 		}
 	}
+	// A record naming a gateway off this machine, or one others could have
+	// written, is not followed: the CLI would send its key there.
+	if err := writeUpRecord(dir, upRecord{PortBase: 8000, Gateway: "10.9.9.9:8070"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gw("LOOM_DATA_DIR=" + dir); got != DefaultGateway {
+		t.Errorf("a record naming 10.9.9.9:8070: default gateway %q, want %q", got, DefaultGateway)
+	}
+	if err := writeUpRecord(dir, upRecord{PortBase: 8000, Gateway: "127.0.0.1:8070", REST: "127.0.0.1:8080", Broker: "127.0.0.1:8092"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(upRecordFile(dir), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if got := gw("LOOM_DATA_DIR=" + dir); got != DefaultGateway {
+		t.Errorf("a record others may write: default gateway %q, want %q", got, DefaultGateway)
+	}
+	if err := os.Chmod(upRecordFile(dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// The flag's default follows too.
 	a := newApp()
 	a.environ = func() []string { return []string{"LOOM_DATA_DIR=" + dir} }
