@@ -148,9 +148,17 @@ func (raw Raw) Decode() (*Records, error) {
 	if err := decodeJSON(raw, KeyNodes, &recs.Nodes); err != nil {
 		return nil, err
 	}
-	if err := decodeJSON(raw, KeyRuns, &recs.Runs); err != nil {
+	runs, err := decodeAll(raw[KeyRuns], func(key string, b []byte) (*domain.Run, error) {
+		r := new(domain.Run)
+		if err := jobstore.DecodeRun(b, &r.RunRecord); err != nil {
+			return nil, fmt.Errorf("load %s %s: %w", KeyRuns, key, err)
+		}
+		return r, nil
+	})
+	if err != nil {
 		return nil, err
 	}
+	recs.Runs = runs
 	templates := map[string]*loomv1.Job{}
 	for name, b := range raw[KeyArrays] {
 		a, err := DecodeArray(b)
@@ -173,7 +181,6 @@ func (raw Raw) Decode() (*Records, error) {
 	}
 	recs.StepRequests = maps.Clone(raw[KeyStepRequests])
 	template := func(array string) *loomv1.Job { return templates[array] } // read only while decoding
-	var err error
 	recs.Jobs, err = decodeAll(raw[KeyJobs], func(name string, b []byte) (*domain.Job, error) {
 		j, err := DecodeTask(name, b, template)
 		if err != nil {
