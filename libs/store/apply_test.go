@@ -226,6 +226,18 @@ func TestHScanAllReadsEveryField(t *testing.T) {
 		if got, err := s.HScanAll(ctx, "missing", 100); err != nil || len(got) != 0 {
 			t.Fatalf("HScanAll of a missing key = %v, %v", got, err)
 		}
+		// HScanPages hands over pages as they come, and stops at its
+		// callback's error.
+		stop, pages := errors.New("stop"), 0
+		err = s.HScanPages(ctx, "big", 100, func(fields []string, values [][]byte) error {
+			if pages++; len(fields) == 0 || len(fields) != len(values) || string(values[0]) != string(want[fields[0]]) {
+				t.Errorf("page %d: %d fields, %d values", pages, len(fields), len(values))
+			}
+			return stop
+		})
+		if !errors.Is(err, stop) || pages != 1 {
+			t.Fatalf("HScanPages stopped after %d pages with %v; want 1, %v", pages, err, stop)
+		}
 	})
 }
 

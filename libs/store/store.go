@@ -209,17 +209,43 @@ func (s *Store) HScanAll(ctx context.Context, key string, count int64) (map[stri
 		return nil, fmt.Errorf("store %s: hlen %s: %w", s.prefix, key, err)
 	}
 	out := make(map[string][]byte, n)
+	err = s.HScanPages(ctx, key, count, func(fields []string, values [][]byte) error {
+		for i, f := range fields {
+			out[f] = values[i]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HScanPages reads the hash at key as HScanAll does, count fields at a
+// time, and hands each page to page as it comes (fields and their values,
+// index for index; page may keep both), so that a caller can work on one
+// page while the next is read. As with HSCAN, a field may come in more than
+// one page (the last is the newest); an error of page ends the scan and is
+// returned.
+func (s *Store) HScanPages(ctx context.Context, key string, count int64, page func(fields []string, values [][]byte) error) error {
+	k := s.Key(key)
 	var cursor uint64
 	for {
 		kv, next, err := s.rdb.HScan(ctx, k, cursor, "", count).Result()
 		if err != nil {
-			return nil, fmt.Errorf("store %s: hscan %s: %w", s.prefix, key, err)
+			return fmt.Errorf("store %s: hscan %s: %w", s.prefix, key, err)
 		}
+		fields, values := make([]string, 0, len(kv)/2), make([][]byte, 0, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
-			out[kv[i]] = []byte(kv[i+1])
+			fields, values = append(fields, kv[i]), append(values, []byte(kv[i+1]))
+		}
+		if len(fields) > 0 {
+			if err := page(fields, values); err != nil {
+				return err
+			}
 		}
 		if next == 0 {
-			return out, nil
+			return nil
 		}
 		cursor = next
 	}

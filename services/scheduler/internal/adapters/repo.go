@@ -85,24 +85,173 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 	return raw.Decode()
 }
 
-// recordKeys are the hashes that hold the scheduler's records.
+// recordKeys are the hashes that hold the scheduler's records, in the
+// order LoadRaw reads them: the arrays before the jobs, whose decoding
+// needs their templates.
 var recordKeys = []string{KeyClusters, KeyNodes, KeyRuns, KeyArrays, KeyUsage, KeyEnded, KeyAssocs, KeyStepRequests, KeyJobs}
 
 // Raw is every stored record as stored: by hash key (KeyJobs, ...), then
-// field, the encoded record.
-type Raw map[string]map[string][]byte
+// field, the encoded record; and the records LoadRaw decoded as it read
+// them, which Decode takes where the stored bytes are still those it
+// decoded (Apply replaces some).
+type Raw struct {
+	hashes map[string]map[string][]byte
+	// pre are the pages of each hash as read, with their records decoded;
+	// templates the array templates the job records were decoded with.
+	pre       map[string][]*rawPage
+	templates map[string]*loomv1.Job
+}
 
-// LoadRaw reads every record without decoding it.
+// rawPage is one page of a hash as HSCAN returned it, and its records
+// decoded (nil where decoding failed: Decode decodes those again, and
+// reports the error).
+type rawPage struct {
+	fields  []string
+	values  [][]byte
+	decoded []any
+}
+
+// LoadRaw reads every record, and decodes them as it reads: a page of
+// records is decoded while the next is read (the time Redis takes to serve
+// a page was idle here before, and a restarted scheduler waits for both),
+// by as many workers as there are processors. What it
+// decodes depends only on the bytes read, not on timing: Decode returns the
+// same records as a decode of every record after the read.
 func (r *Repo) LoadRaw(ctx context.Context) (Raw, error) {
-	raw := make(Raw, len(recordKeys))
-	for _, key := range recordKeys {
-		m, err := r.st.HScanAll(ctx, key, loadChunk)
-		if err != nil {
-			return nil, fmt.Errorf("load %s: %w", key, err)
+	raw := Raw{hashes: make(map[string]map[string][]byte, len(recordKeys)), pre: map[string][]*rawPage{}}
+	type work struct {
+		pg     *rawPage
+		decode func(field string, b []byte) (any, error)
+	}
+	// Room for 256,000 records: at 100,000 jobs the reader never waits
+	// for the decoders.
+	queue := make(chan work, 256)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for w := range queue {
+				w.pg.decoded = make([]any, len(w.pg.fields))
+				for i, f := range w.pg.fields {
+					if v, err := w.decode(f, w.pg.values[i]); err == nil {
+						w.pg.decoded[i] = v
+					}
+				}
+			}
+		})
+	}
+	err := func() error {
+		for _, key := range recordKeys {
+			decode := raw.decoder(key)
+			var pages []*rawPage
+			n := 0
+			err := r.st.HScanPages(ctx, key, loadChunk, func(fields []string, values [][]byte) error {
+				pg := &rawPage{fields: fields, values: values}
+				pages, n = append(pages, pg), n+len(fields)
+				if decode != nil {
+					queue <- work{pg, decode}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("load %s: %w", key, err)
+			}
+			m := make(map[string][]byte, n)
+			for _, pg := range pages {
+				for i, f := range pg.fields {
+					m[f] = pg.values[i] // a field read twice: the later is the newer
+				}
+			}
+			raw.hashes[key] = m
+			if decode != nil {
+				raw.pre[key] = pages
+			}
+			if key == KeyArrays {
+				raw.decodeArrays()
+			}
 		}
-		raw[key] = m
+		return nil
+	}()
+	close(queue)
+	wg.Wait()
+	if err != nil {
+		return Raw{}, err
 	}
 	return raw, nil
+}
+
+// decodeArrays decodes the arrays as read, for the templates the job
+// records that follow them are decoded with: in one page, after the whole
+// hash (there are few, and every job waits for them).
+func (raw *Raw) decodeArrays() {
+	m := raw.hashes[KeyArrays]
+	pg := &rawPage{fields: make([]string, 0, len(m)), values: make([][]byte, 0, len(m)), decoded: make([]any, 0, len(m))}
+	raw.templates = map[string]*loomv1.Job{}
+	for f, b := range m {
+		a, err := DecodeArray(b)
+		if err != nil {
+			continue // Decode reports it
+		}
+		pg.fields, pg.values, pg.decoded = append(pg.fields, f), append(pg.values, b), append(pg.decoded, a)
+		if a.Template != nil {
+			raw.templates[a.Name] = a.Template
+		}
+	}
+	raw.pre[KeyArrays] = []*rawPage{pg}
+}
+
+// decoder is how LoadRaw decodes the records of the hash key as it reads
+// them (nil: it does not): as Decode does.
+func (raw *Raw) decoder(key string) func(field string, b []byte) (any, error) {
+	switch key {
+	case KeyClusters:
+		return decodeAny(decodeJSONRecord[domain.Cluster])
+	case KeyNodes:
+		return decodeAny(decodeJSONRecord[domain.Node])
+	case KeyRuns:
+		return decodeAny(decodeRun)
+	case KeyUsage:
+		return decodeAny(decodeJSONRecord[domain.Usage])
+	case KeyEnded:
+		return decodeAny(decodeJSONRecord[domain.Ended])
+	case KeyAssocs:
+		return decodeAny(decodeJSONRecord[domain.AssocLimit])
+	case KeyJobs:
+		templates := raw.templates // complete: the arrays are read first
+		return decodeAny(func(name string, b []byte) (*domain.Job, error) {
+			return DecodeTask(name, b, func(array string) *loomv1.Job { return templates[array] })
+		})
+	}
+	return nil
+}
+
+// decodeAny makes a decoder of *T one of any, for LoadRaw's workers.
+func decodeAny[T any](decode func(field string, b []byte) (*T, error)) func(field string, b []byte) (any, error) {
+	return func(field string, b []byte) (any, error) {
+		v, err := decode(field, b)
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+}
+
+// decodeJSONRecord decodes a record stored as the JSON of a T.
+func decodeJSONRecord[T any](_ string, b []byte) (*T, error) {
+	v := new(T)
+	if err := json.Unmarshal(b, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// decodeRun decodes a run record (jobstore.DecodeRun: json.Marshal's own
+// form of it directly, anything else by encoding/json).
+func decodeRun(_ string, b []byte) (*domain.Run, error) {
+	v := new(domain.Run)
+	if err := jobstore.DecodeRun(b, &v.RunRecord); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // Apply makes the writes of the logged transactions es part of raw, in
@@ -125,7 +274,7 @@ func (raw Raw) Apply(es []store.LogEntry) error {
 	}
 	for _, e := range es {
 		for _, o := range e.Ops {
-			m, ok := raw[o.Key]
+			m, ok := raw.hashes[o.Key]
 			if !ok {
 				continue // not a record: the fence, the version
 			}
@@ -139,74 +288,123 @@ func (raw Raw) Apply(es []store.LogEntry) error {
 	return nil
 }
 
-// Decode decodes every record of raw.
+// Decode decodes every record of raw: those LoadRaw decoded from the bytes
+// raw still holds as they are, the others (written by Apply, or that
+// failed) now.
 func (raw Raw) Decode() (*Records, error) {
+	recs, _, err := raw.decode()
+	return recs, err
+}
+
+// decode is Decode, and how many records it decoded itself.
+func (raw Raw) decode() (*Records, int, error) {
 	var recs Records
-	if err := decodeJSON(raw, KeyClusters, &recs.Clusters); err != nil {
-		return nil, err
+	fresh := 0
+	var err error
+	if err := decodeKind(raw, KeyClusters, &recs.Clusters, &fresh, decodeJSONRecord[domain.Cluster]); err != nil {
+		return nil, 0, err
 	}
-	if err := decodeJSON(raw, KeyNodes, &recs.Nodes); err != nil {
-		return nil, err
+	if err := decodeKind(raw, KeyNodes, &recs.Nodes, &fresh, decodeJSONRecord[domain.Node]); err != nil {
+		return nil, 0, err
 	}
-	runs, err := decodeAll(raw[KeyRuns], func(key string, b []byte) (*domain.Run, error) {
-		r := new(domain.Run)
-		if err := jobstore.DecodeRun(b, &r.RunRecord); err != nil {
-			return nil, fmt.Errorf("load %s %s: %w", KeyRuns, key, err)
-		}
-		return r, nil
-	})
-	if err != nil {
-		return nil, err
+	if err := decodeKind(raw, KeyRuns, &recs.Runs, &fresh, decodeRun); err != nil {
+		return nil, 0, err
 	}
-	recs.Runs = runs
+	if err := decodeKind(raw, KeyArrays, &recs.Arrays, &fresh, func(_ string, b []byte) (*domain.Array, error) { return DecodeArray(b) }); err != nil {
+		return nil, 0, err
+	}
 	templates := map[string]*loomv1.Job{}
-	for name, b := range raw[KeyArrays] {
-		a, err := DecodeArray(b)
-		if err != nil {
-			return nil, fmt.Errorf("load array %s: %w", name, err)
-		}
-		recs.Arrays = append(recs.Arrays, a)
+	for _, a := range recs.Arrays {
 		if a.Template != nil {
 			templates[a.Name] = a.Template
 		}
 	}
-	if err := decodeJSON(raw, KeyUsage, &recs.Usage); err != nil {
-		return nil, err
+	if err := decodeKind(raw, KeyUsage, &recs.Usage, &fresh, decodeJSONRecord[domain.Usage]); err != nil {
+		return nil, 0, err
 	}
-	if err := decodeJSON(raw, KeyEnded, &recs.Ended); err != nil {
-		return nil, err
+	if err := decodeKind(raw, KeyEnded, &recs.Ended, &fresh, decodeJSONRecord[domain.Ended]); err != nil {
+		return nil, 0, err
 	}
-	if err := decodeJSON(raw, KeyAssocs, &recs.Assocs); err != nil {
-		return nil, err
+	if err := decodeKind(raw, KeyAssocs, &recs.Assocs, &fresh, decodeJSONRecord[domain.AssocLimit]); err != nil {
+		return nil, 0, err
 	}
-	recs.StepRequests = maps.Clone(raw[KeyStepRequests])
+	recs.StepRequests = maps.Clone(raw.hashes[KeyStepRequests])
+	if !maps.Equal(templates, raw.templates) {
+		// An array changed since the job records were decoded (Apply):
+		// decode them all again, against the templates as they are now.
+		raw.pre = maps.Clone(raw.pre)
+		delete(raw.pre, KeyJobs)
+	}
 	template := func(array string) *loomv1.Job { return templates[array] } // read only while decoding
-	recs.Jobs, err = decodeAll(raw[KeyJobs], func(name string, b []byte) (*domain.Job, error) {
-		j, err := DecodeTask(name, b, template)
-		if err != nil {
-			return nil, fmt.Errorf("load job %s: %w", name, err)
-		}
-		return j, nil
+	err = decodeKind(raw, KeyJobs, &recs.Jobs, &fresh, func(name string, b []byte) (*domain.Job, error) {
+		return DecodeTask(name, b, template)
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return &recs, nil
+	return &recs, fresh, nil
 }
 
-func decodeJSON[T any](raw Raw, key string, out *[]*T) error {
-	vs, err := decodeAll(raw[key], func(field string, b []byte) (*T, error) {
-		v := new(T)
-		if err := json.Unmarshal(b, v); err != nil {
-			return nil, fmt.Errorf("load %s %s: %w", key, field, err)
+// decodeKind decodes the records of the hash key into *out, in no
+// particular order: those LoadRaw decoded from the bytes raw holds taken as
+// they are, the rest with decode (added to *fresh). Its errors name the
+// record.
+func decodeKind[T any](raw Raw, key string, out *[]*T, fresh *int, decode func(field string, b []byte) (*T, error)) error {
+	m := raw.hashes[key]
+	vs := make([]*T, 0, len(m))
+	var taken map[string]bool // the fields taken, once some are not
+	for pass := 0; pass < 2 && len(vs) < len(m); pass++ {
+		if pass == 1 {
+			vs, taken = vs[:0], make(map[string]bool, len(vs))
 		}
-		return v, nil
-	})
-	if err != nil {
-		return err
+		for _, pg := range raw.pre[key] {
+			for i, f := range pg.fields {
+				v, ok := pg.decoded[i].(*T)
+				if !ok || !sameBytes(m[f], pg.values[i]) {
+					continue
+				}
+				vs = append(vs, v)
+				if taken != nil {
+					taken[f] = true
+				}
+			}
+		}
 	}
-	*out = append(*out, vs...)
+	if len(vs) < len(m) {
+		what := key // as the errors have named records
+		switch key {
+		case KeyJobs:
+			what = "job"
+		case KeyArrays:
+			what = "array"
+		}
+		rest := make(map[string][]byte, len(m)-len(vs))
+		for f, b := range m {
+			if !taken[f] {
+				rest[f] = b
+			}
+		}
+		more, err := decodeAll(rest, func(field string, b []byte) (*T, error) {
+			v, err := decode(field, b)
+			if err != nil {
+				return nil, fmt.Errorf("load %s %s: %w", what, field, err)
+			}
+			return v, nil
+		})
+		if err != nil {
+			return err
+		}
+		vs = append(vs, more...)
+		*fresh += len(more)
+	}
+	*out = vs
 	return nil
+}
+
+// sameBytes reports whether a and b are the same bytes in memory (not only
+// equal): the value LoadRaw read and decoded, not one Apply put there.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 // parallelDecodeMin is the fewest records decodeAll spreads over the
