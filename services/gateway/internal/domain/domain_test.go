@@ -120,6 +120,17 @@ func TestValidateSubmitJob(t *testing.T) {
 	if err := ValidateSubmitJob(wide, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("-N1-100 rejected: %v", err)
 	}
+	// A range whose minimum comes from the tasks (-n300 on nodes of 208
+	// CPUs: 2) is accepted up to a maximum that holds it, and the job the
+	// scheduler gets keeps the maximum at least the count (its own check).
+	tasks := goodJob()
+	tasks.Job.NodeCount, tasks.Job.GpusPerNode, tasks.Job.Ntasks, tasks.Job.MaxNodeCount = 0, 0, 300, 2
+	if err := ValidateSubmitJob(tasks, existing(), slurmspec.DefaultMaxArraySize); err != nil {
+		t.Fatalf("-n300 -N1-2 rejected: %v", err)
+	}
+	if j := AcceptJob(tasks, existing(), 1, time.Unix(0, 0)); j.GetMaxNodeCount() < j.GetNodeCount() {
+		t.Fatalf("accepted node_count %d above max_node_count %d", j.GetNodeCount(), j.GetMaxNodeCount())
+	}
 	// All of the largest node's schedulable memory (an a3-highgpu-8g's
 	// 1872 GiB less the OS's share: slurm.conf's RealMemory) fits.
 	a3h, _ := clusterspec.Machine("a3-highgpu-8g")
@@ -154,6 +165,11 @@ func TestValidateSubmitJob(t *testing.T) {
 		{"node range max below min", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount, r.Job.MaxNodeCount = 2, 1 }, existing(), []string{"job.max_node_count"}},
 		{"negative node range max", func(r *loomv1.SubmitJobRequest) { r.Job.MaxNodeCount = -1 }, existing(), []string{"job.max_node_count"}},
 		{"node range max past any cluster", func(r *loomv1.SubmitJobRequest) { r.Job.MaxNodeCount = 20001 }, existing(), []string{"job.max_node_count"}},
+		// -n300 -N1-1 where a node has 208 CPUs: the job is given the 2
+		// nodes its tasks need (AcceptJob), which its maximum refuses.
+		{"node range max below the nodes its tasks need", func(r *loomv1.SubmitJobRequest) {
+			r.Job.NodeCount, r.Job.GpusPerNode, r.Job.Ntasks, r.Job.MaxNodeCount = 0, 0, 300, 1
+		}, existing(), []string{"job.max_node_count"}},
 		{"negative gpus", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = -2 }, existing(), []string{"job.gpus_per_node"}},
 		{"more gpus than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = 9 }, existing(), []string{"job.gpus_per_node"}},
 		{"bad model id", func(r *loomv1.SubmitJobRequest) { r.Job.ModelOutput.ModelId = "" }, existing(), []string{"job.model_output.model_id"}},

@@ -169,6 +169,16 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	// holds: the command is judged as it will be published (the largest id,
 	// the latest time).
 	accepted := AcceptJob(req, cluster, math.MaxInt64, MaxBeginTime)
+	// A range's maximum against the count the job is given: without -N
+	// that is the nodes its tasks need (NodesFor), which checkFit, judging
+	// the request's own fields, did not see. The scheduler refuses a
+	// maximum below the count (dead-lettering the accepted job's submit,
+	// which would then stay PENDING here, never scheduled), as Slurm's -n300
+	// -N1-1 on nodes of fewer CPUs is refused at submission.
+	if most, n := accepted.GetMaxNodeCount(), accepted.GetNodeCount(); most != 0 && most < n {
+		v.Add("job.max_node_count", "%d is below the %d nodes %d tasks need in partition %s (Slurm: %s)",
+			most, n, j.GetNtasks(), accepted.GetPartition(), MsgNodeConfig)
+	}
 	checkCommandSize(&v, "job", &eventsv1.SubmitJob{Job: accepted})
 	// Each task of an array is a job of its own in the scheduler's events
 	// (JobChanged as it is created, starts, ends), each carrying the script
