@@ -178,23 +178,51 @@ func KillGroup(pgid int, sig syscall.Signal) error {
 // fork, and that a subreaper such as loom-stepd keeps under it). Zombies
 // get it too (harmlessly: one whose main thread exited may still run
 // other threads). It returns how many of them were not zombies.
-func KillDescendants(pid int, sig syscall.Signal) int {
+//
+// A process is signalled only if it is still under pid as the signal goes
+// (stillUnder): the look at /proc comes first, and a process seen then may
+// since have died and its pid gone to someone else's.
+func KillDescendants(pid int, sig syscall.Signal) int { return killDescendants(pid, sig, nil) }
+
+// killDescendants is KillDescendants, calling looked (when not nil)
+// between its look at the processes under pid and the signals.
+func killDescendants(pid int, sig syscall.Signal, looked func()) int {
 	if pid <= 1 {
 		return 0
 	}
 	self, session := strconv.Itoa(pid), leadsSession(pid)
+	ds := Descendants(pid)
+	under := stillUnder(pid, ds)
+	if looked != nil {
+		looked()
+	}
 	n := 0
-	for _, d := range Descendants(pid) {
-		f, ok := statFields(d)
-		if !ok || len(f) < 4 || f[2] == self || (session && f[3] == self) {
-			continue
-		}
-		if f[0] != "Z" {
+	for _, d := range ds {
+		f := signalStill(d, sig, func(f []string) bool {
+			return f[2] != self && !(session && f[3] == self) && under(f)
+		})
+		if f != nil && f[0] != "Z" {
 			n++
 		}
-		_ = syscall.Kill(d, sig)
 	}
 	return n
+}
+
+// stillUnder returns a test of a process's stat fields (statFields: state,
+// ppid, pgrp, session, ...) that passes when its parent is pid or one of
+// ds, the processes a look found under pid: it is still under pid. A
+// process that was under pid and whose parent has died since is under the
+// nearest subreaper: pid, for a shim, else it has left.
+func stillUnder(pid int, ds []int) func(f []string) bool {
+	set := make(map[int]bool, len(ds)+1)
+	set[pid] = true
+	for _, d := range ds {
+		set[d] = true
+	}
+	return func(f []string) bool {
+		pp, err := strconv.Atoi(f[1])
+		return err == nil && set[pp]
+	}
 }
 
 // KillUnder sends sig to every process under pid (its children, theirs,
@@ -204,34 +232,44 @@ func KillDescendants(pid int, sig syscall.Signal) int {
 // but not to pid: what a subreaper such as loom-stepd keeps under it, ended
 // while the subreaper lives on to reap it (and to receive what they fork
 // meanwhile). It returns how many of them were not zombies.
-func KillUnder(pid int, sig syscall.Signal) int {
+//
+// A process is signalled only if, as the signal goes, it is still under
+// pid (stillUnder) or in its group or session: the agent calls this as
+// root, and a process the look at /proc found under pid may since have
+// died and its pid gone to another user's process.
+func KillUnder(pid int, sig syscall.Signal) int { return killUnder(pid, sig, nil) }
+
+// killUnder is KillUnder, calling looked (when not nil) between its look
+// at the processes under pid and the signals.
+func killUnder(pid int, sig syscall.Signal, looked func()) int {
 	if pid <= 1 {
 		return 0
 	}
 	self := strconv.Itoa(pid)
+	ds := Descendants(pid)
+	under := stillUnder(pid, ds)
+	if looked != nil {
+		looked()
+	}
+	ours := func(f []string) bool { return f[2] == self || f[3] == self || under(f) }
 	n := 0
-	kill := func(d int, f []string) {
-		if len(f) > 0 && f[0] != "Z" {
+	kill := func(d int) {
+		if f := signalStill(d, sig, ours); f != nil && f[0] != "Z" {
 			n++
 		}
-		_ = syscall.Kill(d, sig)
 	}
-	under := map[int]bool{}
-	for _, d := range Descendants(pid) {
-		under[d] = true
-		if f, ok := statFields(d); ok {
-			kill(d, f)
-		}
+	seen := make(map[int]bool, len(ds))
+	for _, d := range ds {
+		seen[d] = true
+		kill(d)
 	}
 	names, _ := readDirNames("/proc")
 	for _, name := range names {
 		d, err := strconv.Atoi(name)
-		if err != nil || d <= 1 || d == pid || under[d] {
+		if err != nil || d <= 1 || d == pid || seen[d] {
 			continue
 		}
-		if f, ok := statFields(d); ok && len(f) > 3 && (f[2] == self || f[3] == self) {
-			kill(d, f)
-		}
+		kill(d)
 	}
 	return n
 }
