@@ -394,3 +394,77 @@ func TestSubmitNodeLists(t *testing.T) {
 		t.Errorf("-d afterok:1 (job 1 was submitted): %v", err)
 	}
 }
+
+// TestSignalArrayWithPendingTasks: a signal to an array, or to any of its
+// tasks, while two or more of its tasks are still pending is refused by
+// the gateway itself, over gRPC and REST alike, as slurmctld 22.05
+// answers it ("Job can not be altered now", the pending record named as
+// squeue names it), and no task is signalled: no command leaves. A
+// cancel is not refused; with one task left waiting a running task takes
+// the signal, as in Slurm, and once none waits the array does.
+func TestSignalArrayWithPendingTasks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+
+	arr := validJob()
+	arr.Job.Array = "0-3%2"
+	a, err := h.jobs().SubmitJob(ctx, arr)
+	if err != nil || a.GetJobId() != "1" {
+		t.Fatalf("array SubmitJob: %v %v, want job 1", a, err)
+	}
+	// Not yet split by the scheduler: every task waits.
+	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.GetName(), Signal: "USR1"})
+	wantCode(t, "signal to an array not yet split", err, codes.FailedPrecondition,
+		"Job can not be altered now, try again later: array 1 has tasks still pending (1_[0-3%2])")
+
+	// Task 0 (job 1) runs, tasks 1-3 (jobs 2-4) wait.
+	task := func(id string, i int32, st loomv1.JobState) *loomv1.Job {
+		return &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: cluster1, State: st,
+			Array: "0-3%2", ArrayJobId: "1", ArrayTaskId: i, Partition: "all"}
+	}
+	h.w.setJob(task("1", 0, loomv1.JobState_RUNNING))
+	for i, id := range []string{"2", "3", "4"} {
+		h.w.setJob(task(id, int32(i+1), loomv1.JobState_PENDING))
+	}
+	const rec = "(1_[1-3%2])"
+	for _, name := range []string{"1", "1_0", "1_2"} {
+		_, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/" + name, Signal: "USR1", Full: true})
+		wantCode(t, "signal to "+name, err, codes.FailedPrecondition, "Job can not be altered now, try again later", rec)
+	}
+	code, body := h.rest(t, ctx, http.MethodPost, "/v1/projects/default/jobs/1_0:cancel", `{"signal":"USR1"}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, rec) {
+		t.Errorf("REST signal to the running task 1_0: %d %s, want 400 naming %s", code, body, rec)
+	}
+	// Two left waiting: still refused, naming them.
+	h.w.setJob(task("2", 1, loomv1.JobState_RUNNING))
+	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_0", Signal: "USR1"})
+	wantCode(t, "signal beside two pending tasks", err, codes.FailedPrecondition, "(1_[2-3%2])")
+	// One left waiting: a pending job of its own to Slurm, whose running
+	// siblings take a signal (measured: 1-2%1, task 1 alone, exit 0).
+	h.w.setJob(task("3", 2, loomv1.JobState_RUNNING))
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_0", Signal: "USR1"}); err != nil {
+		t.Errorf("signal to 1_0 beside one pending task: %v", err)
+	}
+	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_3", Signal: "USR1"})
+	wantCode(t, "signal to the one pending task", err, codes.FailedPrecondition, "Job is pending execution")
+
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.GetName()}); err != nil {
+		t.Errorf("cancel the array while a task waits: %v", err)
+	}
+	// None waits: the signal goes out, for the whole array.
+	h.w.setJob(task("4", 3, loomv1.JobState_RUNNING))
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.GetName(), Signal: "USR1"}); err != nil {
+		t.Fatalf("signal to the array, every task running: %v", err)
+	}
+	jobCommand(t, h, func(c *eventsv1.CancelJob) bool { return c.GetJob() == a.GetName() && c.GetSignal() == "USR1" })
+	signals := 0 // 1_0's beside one pending task, and the array's
+	for _, e := range testkit.Events(t, h.broker, topics.JobCommands) {
+		if c, ok := e.Payload.(*eventsv1.CancelJob); ok && c.GetSignal() != "" {
+			signals++
+		}
+	}
+	if signals != 2 {
+		t.Errorf("%d signal commands left the gateway, want 2 (the refused ones send none)", signals)
+	}
+}

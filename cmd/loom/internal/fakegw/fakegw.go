@@ -778,7 +778,10 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 }
 
 // CancelJob checks the owner (DenyOthers) and answers NotFound for an
-// unknown job; an array's own name cancels every task. A signal changes nothing. Cancelling a job that has not
+// unknown job; an array's own name cancels every task. A signal changes
+// nothing; to an array, or to any of its tasks, while two or more of its tasks wait
+// (in its record or as pending task records), it is refused as the
+// gateway refuses it (domain.PendingArraySignal). Cancelling a job that has not
 // ended ends it CANCELLED; the answer is the job as the scheduler has it
 // when the gateway asks: already CANCELLED if it was pending (the
 // scheduler drops it from the queue at once), as it was if it had
@@ -791,6 +794,11 @@ func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loo
 		return nil, err
 	}
 	before := proto.Clone(j).(*loomv1.Job)
+	if r.GetSignal() != "" && !state(j).Terminal() {
+		if err := g.pendingArraySignal(j); err != nil {
+			return nil, err
+		}
+	}
 	if r.GetSignal() != "" && state(j) == loomv1.JobState_PENDING {
 		// As the gateway (domain.CheckCancel): no signal before it starts.
 		return nil, status.Error(codes.FailedPrecondition, "Job is pending execution")
@@ -819,6 +827,60 @@ func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loo
 		return proto.Clone(j).(*loomv1.Job), nil
 	}
 	return before, nil
+}
+
+// pendingArraySignal is the gateway's refusal of a signal to j when j is
+// an array or one of its tasks and two or more tasks of the array still wait
+// (domain.PendingArraySignal: Slurm's words, then the waiting tasks as
+// squeue names their record, in parentheses); nil otherwise. The caller
+// holds g.mu.
+func (g *Gateway) pendingArraySignal(j *loomv1.Job) error {
+	a := j.GetArrayJobId()
+	if a == "" {
+		if j.GetArray() == "" {
+			return nil
+		}
+		a = j.GetJobId()
+	}
+	project := strings.TrimSuffix(j.GetName(), j.GetJobId())
+	limit := 0
+	have := map[int]bool{}
+	var idx []int
+	for _, t := range g.Jobs {
+		if t.GetArrayJobId() == a && strings.TrimSuffix(t.GetName(), t.GetJobId()) == project {
+			have[int(t.GetArrayTaskId())] = true
+			if state(t) == loomv1.JobState_PENDING {
+				idx = append(idx, int(t.GetArrayTaskId()))
+			}
+			if spec, err := slurmspec.ParseArray(t.GetArray(), slurmspec.MaxArraySizeCeiling); err == nil {
+				limit = spec.Limit
+			}
+		}
+	}
+	for _, t := range g.Jobs {
+		if t.GetJobId() != a || t.GetArray() == "" || t.GetArrayJobId() != "" || t.GetName() != project+a || state(t) != loomv1.JobState_PENDING {
+			continue
+		}
+		if spec, err := slurmspec.ParseArray(t.GetArray(), slurmspec.MaxArraySizeCeiling); err == nil {
+			limit = spec.Limit
+			for _, i := range spec.Indexes() {
+				if !have[i] {
+					idx = append(idx, i)
+				}
+			}
+		}
+	}
+	if len(idx) < 2 {
+		return nil
+	}
+	slices.Sort(idx)
+	rec := a + "_[" + slurmspec.FormatIndexes(idx)
+	if limit > 0 {
+		rec += "%" + strconv.Itoa(limit)
+	}
+	rec += "]"
+	return status.Errorf(codes.FailedPrecondition,
+		"Job can not be altered now, try again later: array %s has tasks still pending (%s); none of its tasks takes a signal until they have started", a, rec)
 }
 
 // UpdateJob checks the owner (DenyOthers) and answers the job unchanged,

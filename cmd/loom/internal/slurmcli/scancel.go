@@ -273,16 +273,14 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	// were asked for (12_[0-1] 12_3: one refusal), after the other
 	// answers of the argument that asked (tasks the array does not have
 	// first), and -v names it too.
+	// Whether a signal is refused is the gateway's to say (it refuses one
+	// to an array, or to any of its tasks, while tasks of it wait); these
+	// only name what it refused as Slurm's scancel does.
 	records := map[string]string{}
-	// wholeRecord is, with a signal, each array's pending record by the
-	// array's id: Slurm 22.05 refuses a signal to a whole array that has
-	// one, for its running tasks as well (wholeArrayRefusal).
-	wholeRecord := map[string]string{}
 	if signal != "" {
 		for _, r := range newArrayView(jobs).rows(jobs, false) {
 			for _, i := range r.pending {
 				records[r.arrayJobID+"_"+strconv.Itoa(i)] = r.id
-				wholeRecord[r.arrayJobID] = r.id
 			}
 		}
 	}
@@ -327,11 +325,10 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 				continue
 			}
 		}
-		if rec := wholeRecord[t.array]; rec != "" && t.rng == "" && t.id == t.array {
-			failed = max(failed, c.wholeArrayRefusal(jobs, t.array, rec, signal, verbose, quiet))
-			continue
-		}
-		if verbose && (t.rng == "" || !said[t.rng]) {
+		// A signal to a whole array: -v names it once the gateway has
+		// answered, which may name its parts instead (wholeArrayRefusal).
+		whole := signal != "" && t.rng == "" && t.array != "" && t.id == t.array
+		if verbose && !whole && (t.rng == "" || !said[t.rng]) {
 			// A range of tasks once, before its first task; a pending
 			// record once, by its name, for a signal.
 			id := t.id
@@ -353,24 +350,20 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", id)
 			}
 		}
-		if a := t.job.GetArrayJobId(); a != "" && wholeRecord[a] != "" && t.job.GetState() != loomv1.JobState_PENDING {
-			// A running task of an array with tasks still pending in its
-			// record: slurmctld 22.05 refuses it the signal as it refuses
-			// the record (measured beside Loom: "scancel -s USR1 32_1",
-			// 32_[2-3%1] pending, kept answering "Job can not be altered
-			// now" and the task never got it).
-			failed = max(failed, exitTransitionWait)
-			if !quiet {
-				deferredTasks = append(deferredTasks, c.errorf("Kill job error on job id %s: %s", t.id, msgNotNow).Text)
-			}
-			continue
-		}
 		var err *cancelError
 		if o.confine && t.job == nil && c.elsewhere(ctx, t.name) {
 			// Not this cluster's job: as unknown to it.
 			err = &cancelError{err: c.errorf("Kill job error on job id %s: Invalid job id specified", t.id), done: true}
 		} else {
 			err = c.cancelOne(ctx, t, signal, scope)
+		}
+		if whole && err != nil && err.record != "" {
+			failed = max(failed, c.wholeArrayRefusal(jobs, t.array, err.record, signal, verbose, quiet))
+			continue
+		}
+		if whole && verbose {
+			n, _ := slurmspec.SignalNumber(signal)
+			fmt.Fprintf(c.stderr, "scancel: Signal %d to job %s\n", n, t.id)
 		}
 		if err != nil {
 			if err.done && signal == "" && !scope.batch {
@@ -396,6 +389,18 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 				recordRefused[rec] = true
 				continue
 			}
+			if err.record != "" && t.job.GetState() != loomv1.JobState_PENDING {
+				// A running task of an array with tasks still waiting:
+				// refused with them (Slurm 22.05 beside Loom: "scancel -s
+				// USR1 32_1", 32_[2-3%1] pending, kept answering "Job can
+				// not be altered now"; it signalled the task all the same,
+				// which Loom's gateway does not), said after the record's
+				// refusal, as Slurm's.
+				if !quiet {
+					deferredTasks = append(deferredTasks, err.err.Error())
+				}
+				continue
+			}
 			if !quiet {
 				fmt.Fprintln(c.stderr, err.err.Error())
 			}
@@ -405,15 +410,15 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 	return failed, nil
 }
 
-// wholeArrayRefusal answers a signal to the whole array id whose tasks
-// are partly still pending in its record rec, as Slurm 22.05's scancel
-// did beside Loom: slurmctld refuses the record and, while it is there,
-// every running task of the array too ("Job can not be altered now",
-// each by its id, so no task gets the signal). Slurm's scancel asks for
-// each part in a thread of its own, so its order varies from run to run;
-// this is the order it gave most: the tasks first, then the record, and
-// for -v the record first. Nothing is sent to the gateway,
-// which would signal the running tasks. It returns the exit status.
+// wholeArrayRefusal says the gateway's refusal of a signal to the whole
+// array id whose tasks rec (the record the gateway named) still wait, as
+// Slurm 22.05's scancel did beside Loom: slurmctld refuses the record and,
+// while it is there, every running task of the array too ("Job can not be
+// altered now", each by its id; slurmctld signals them as it refuses, the
+// gateway does not). Slurm's
+// scancel asks for each part in a thread of its own, so its order varies
+// from run to run; this is the order it gave most: the tasks first, then
+// the record, and for -v the record first. It returns the exit status.
 func (c *cmd) wholeArrayRefusal(jobs []*loomv1.Job, id, rec, signal string, verbose, quiet bool) int {
 	var running []*loomv1.Job
 	for _, j := range jobs {
@@ -573,11 +578,14 @@ const (
 // cancelError is cancelOne's refusal, its err's Code the exit status it
 // gives; denied marks a PermissionDenied, done a job that is unknown or
 // already ending or ended (Slurm's ESLURM_INVALID_JOB_ID and
-// ESLURM_ALREADY_DONE).
+// ESLURM_ALREADY_DONE); record, for a signal the gateway refused because
+// tasks of the job's array still wait, names them as the gateway did
+// ("12_[2-5%1]").
 type cancelError struct {
 	err    *Error
 	denied bool
 	done   bool
+	record string
 }
 
 // cancelOne cancels (or signals, within scope) one job, with Slurm's error
@@ -610,6 +618,16 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 			}
 			done := msg == msgAlreadyDone
 			code := 1
+			record := ""
+			if rest, ok := strings.CutPrefix(msg, msgNotNow); ok {
+				// A signal the gateway refuses while tasks of the job's
+				// array wait: Slurm's words alone, and the record it names
+				// ("...: array 12 has tasks still pending (12_[2-5%1]); ...").
+				msg, code = msgNotNow, exitTransitionWait
+				if _, after, ok := strings.Cut(rest, " pending ("); ok {
+					record, _, _ = strings.Cut(after, ")")
+				}
+			}
 			switch {
 			case (signal != "" || scope.batch) && done:
 				// Slurm's answer to a signal (-b's too) for an ended job.
@@ -620,7 +638,7 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 			}
 			e := c.errorf("%s on job id %s: %s", verb, t.id, msg)
 			e.Code = code
-			return &cancelError{err: e, done: done}
+			return &cancelError{err: e, done: done, record: record}
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
 			return &cancelError{err: c.rpcError(verb+" on job id "+t.id, err)}
 		default:

@@ -1176,8 +1176,11 @@ const acceptedWindow = 10 * time.Minute
 // scheduler has it. The name may name an array task ("A_i"); "A" of an array
 // acts on every task. Only the job's owner or an administrator may
 // (PermissionDenied). NotFound for unknown jobs; FailedPrecondition ("Job/step
-// already completing or completed") for a job that is ending or ended, and
-// for a signal to a job that has not started.
+// already completing or completed") for a job that is ending or ended, for
+// a signal to a job that has not started, and for a signal to an array or
+// any of its tasks while tasks of it are still pending (Slurm's "Job can
+// not be altered now, try again later", naming them:
+// domain.PendingArraySignal); nothing is signalled then.
 func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (*loomv1.Job, error) {
 	ref, err := g.resolveJob(ctx, req.GetName(), true)
 	if err != nil {
@@ -1203,6 +1206,16 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 	// The tasks of an array share its owner: the first's stands for all.
 	if err := caller.CheckAccess(j); err != nil {
 		return nil, err
+	}
+	if !ref.array && (j.GetState().Terminal() || j.GetState() == loomv1.JobState_COMPLETING) {
+		return nil, domain.CheckCancel(j, signal)
+	}
+	if signal != "" {
+		// Decided here, where the answer can say so, for the REST and
+		// gRPC callers and the Slurm commands alike.
+		if err := g.checkArraySignal(ctx, j); err != nil {
+			return nil, err
+		}
 	}
 	if !ref.array {
 		// An array's tasks are in different states; the scheduler judges

@@ -195,3 +195,39 @@ func (g *Gateway) checkTimeLimit(ctx context.Context, caller domain.Caller, ref 
 	}
 	return nil
 }
+
+// checkArraySignal refuses a signal to j, when j is an array or one of its
+// tasks, while tasks of the array are still pending
+// (domain.PendingArraySignal): an array accepted but not yet split into
+// tasks has them all pending; otherwise the scheduler's pending tasks of
+// it say.
+func (g *Gateway) checkArraySignal(ctx context.Context, j *loomv1.Job) error {
+	a := j.GetArrayJobId()
+	spec, err := slurmspec.ParseArray(j.GetArray(), slurmspec.MaxArraySizeCeiling)
+	limit := 0
+	if err == nil {
+		limit = spec.Limit
+	}
+	if a == "" {
+		if j.GetArray() == "" || err != nil || j.GetState() != loomv1.JobState_PENDING {
+			return nil
+		}
+		return domain.PendingArraySignal(j.GetJobId(), spec.Indexes(), limit)
+	}
+	project, _ := authz.ProjectOf(j.GetName())
+	var pending []int
+	err = paging.Each(func(token string) (string, error) {
+		resp, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: resname.Project{ID: project}.String(), JobIds: []string{a},
+			States: []loomv1.JobState{loomv1.JobState_PENDING}, PageSize: paging.MaxSize, PageToken: token})
+		for _, t := range resp.GetJobs() {
+			if t.GetArrayJobId() == a && t.GetState() == loomv1.JobState_PENDING {
+				pending = append(pending, int(t.GetArrayTaskId()))
+			}
+		}
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return fmt.Errorf("ask the scheduler for the pending tasks of array %s: %w", a, err)
+	}
+	return domain.PendingArraySignal(a, pending, limit)
+}

@@ -22,10 +22,14 @@ import (
 // Slurm's wording for refused job and node operations; the Slurm-compatible
 // commands print these messages.
 const (
-	MsgAlreadyDone      = "Job/step already completing or completed"
-	MsgFinished         = "Job has already finished"
-	MsgPending          = "Job is pending execution"
-	MsgNoLongerPending  = "Job is no longer pending execution"
+	MsgAlreadyDone     = "Job/step already completing or completed"
+	MsgFinished        = "Job has already finished"
+	MsgPending         = "Job is pending execution"
+	MsgNoLongerPending = "Job is no longer pending execution"
+	// MsgNotNow is Slurm's ESLURM_TRANSITION_STATE_NO_UPDATE: a signal to
+	// an array (or one of its tasks) while tasks of it are still pending
+	// (PendingArraySignal).
+	MsgNotNow           = "Job can not be altered now, try again later"
 	MsgDrainNeedsReason = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
 	updateActionsList   = "hold, uhold, release, requeue, update"
 	slurmNodeStatesList = "DRAIN, DOWN, RESUME"
@@ -628,6 +632,37 @@ func CheckCompletion(req *loomv1.CancelJobRequest, signal string) error {
 	v.Check(req.GetExitCode() >= 0 && req.GetExitCode() <= 255, "exit_code", "%d is not 0 to 255", req.GetExitCode())
 	v.Check(signal == "", "exit_code", "ends the job: not with a signal (%s)", signal)
 	return v.Err()
+}
+
+// PendingArraySignal refuses a signal to array arrayID, or to any of its
+// tasks, while at least two of its tasks, at indexes pending (any order),
+// have not started: slurmctld 22.05 keeps those in one record, and while
+// it holds several it answers such a signal "Job can not be altered now"
+// (measured beside Loom with scancel -b -s USR1: an array 1-3%1, task 1
+// running, refused for the whole array and for task 1 alone; with one task
+// left pending, 1-2%1, task 1 alone took the signal, exit 0). slurmctld
+// still signals the running tasks as it refuses (scancel retries, and
+// they get it again each time); Loom refuses the whole request instead,
+// nothing signalled, so that a refusal never acts in part. The message
+// starts with Slurm's words and names the pending tasks as squeue names
+// their record, in parentheses: "12_[2-5%1]" (limit is the array's
+// %limit, 0 for none). nil when fewer than two are pending.
+func PendingArraySignal(arrayID string, pending []int, limit int) error {
+	idx := slices.Clone(pending)
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	if len(idx) < 2 {
+		// One task left is a pending job of its own in Slurm: a signal
+		// to it is refused (CheckCancel), its running siblings take one.
+		return nil
+	}
+	rec := arrayID + "_[" + slurmspec.FormatIndexes(idx)
+	if limit > 0 {
+		rec += "%" + strconv.Itoa(limit)
+	}
+	rec += "]"
+	return refuse(fmt.Sprintf("%s: array %s has tasks still pending (%s); none of its tasks takes a signal until they have started",
+		MsgNotNow, arrayID, rec))
 }
 
 // CheckCancel refuses to cancel or signal job in the state it is in:
