@@ -2281,8 +2281,16 @@ type Job struct {
 	// it was kept: the run's job steps then say.
 	DerivedExitCode   *int32 `protobuf:"varint,82,opt,name=derived_exit_code,json=derivedExitCode,proto3,oneof" json:"derived_exit_code,omitempty"`
 	DerivedExitSignal *int32 `protobuf:"varint,83,opt,name=derived_exit_signal,json=derivedExitSignal,proto3,oneof" json:"derived_exit_signal,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// cancelled_by is who cancelled the job (CancelJob, or a CustomJob's
+	// cancel): the OS account the authenticated caller acts as, recorded by
+	// the scheduler when it applied the cancel, never a field the caller
+	// sets (CancelJobRequest.user is not it). "" when the job was not
+	// cancelled by a caller (an anonymous one, a cluster deleted under it)
+	// and in records from before it was kept. sacct shows it as Slurm's
+	// "CANCELLED by UID". Output only.
+	CancelledBy   string `protobuf:"bytes,85,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -2812,6 +2820,13 @@ func (x *Job) GetDerivedExitSignal() int32 {
 	return 0
 }
 
+func (x *Job) GetCancelledBy() string {
+	if x != nil {
+		return x.CancelledBy
+	}
+	return ""
+}
+
 // PriorityFactors are the weighted parts of a job's multifactor priority (sprio).
 type PriorityFactors struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -2916,9 +2931,18 @@ type JobRun struct {
 	// batch_usage is what the batch script's processes used (sacct's
 	// "JOBID.batch" row): final once the run ended, the latest report while
 	// it runs; unset until its node's agent reported any.
-	BatchUsage    *TaskUsage `protobuf:"bytes,8,opt,name=batch_usage,json=batchUsage,proto3" json:"batch_usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BatchUsage *TaskUsage `protobuf:"bytes,8,opt,name=batch_usage,json=batchUsage,proto3" json:"batch_usage,omitempty"`
+	// batch_exit_code and batch_exit_signal are how the run's batch script
+	// (the process on its first node) itself ended, as that node's agent
+	// reported it: its exit status (128+n for signal n) and the signal that
+	// killed it (0: it exited). A cancelled or timed-out run's script is
+	// killed (sacct's "JOBID.batch" ExitCode 0:15) while the run's own
+	// exit_code stays 0. Unset until it ended, when its end is not known
+	// (lost with its agent), and in records from before it was kept.
+	BatchExitCode   *int32 `protobuf:"varint,12,opt,name=batch_exit_code,json=batchExitCode,proto3,oneof" json:"batch_exit_code,omitempty"`
+	BatchExitSignal *int32 `protobuf:"varint,13,opt,name=batch_exit_signal,json=batchExitSignal,proto3,oneof" json:"batch_exit_signal,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobRun) Reset() {
@@ -3026,6 +3050,20 @@ func (x *JobRun) GetBatchUsage() *TaskUsage {
 		return x.BatchUsage
 	}
 	return nil
+}
+
+func (x *JobRun) GetBatchExitCode() int32 {
+	if x != nil && x.BatchExitCode != nil {
+		return *x.BatchExitCode
+	}
+	return 0
+}
+
+func (x *JobRun) GetBatchExitSignal() int32 {
+	if x != nil && x.BatchExitSignal != nil {
+		return *x.BatchExitSignal
+	}
+	return 0
 }
 
 // TaskUsage is what one task's processes used (a batch script is its
@@ -4946,7 +4984,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xae\x14\n" +
+	"\tREPLACING\x10\t\"\xd1\x14\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5036,7 +5074,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x05steps\x18N \x03(\v2\x10.loom.v1.JobStepR\x05steps\x12#\n" +
 	"\rsteps_omitted\x18O \x01(\x05R\fstepsOmitted\x12/\n" +
 	"\x11derived_exit_code\x18R \x01(\x05H\x02R\x0fderivedExitCode\x88\x01\x01\x123\n" +
-	"\x13derived_exit_signal\x18S \x01(\x05H\x03R\x11derivedExitSignal\x88\x01\x01\x1a6\n" +
+	"\x13derived_exit_signal\x18S \x01(\x05H\x03R\x11derivedExitSignal\x88\x01\x01\x12!\n" +
+	"\fcancelled_by\x18U \x01(\tR\vcancelledBy\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
@@ -5051,7 +5090,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\bjob_size\x18\x03 \x01(\x03R\ajobSize\x12\x1c\n" +
 	"\tpartition\x18\x04 \x01(\x03R\tpartition\x12\x10\n" +
 	"\x03qos\x18\x05 \x01(\x03R\x03qos\x12\x12\n" +
-	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\x87\x04\n" +
+	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\x8f\x05\n" +
 	"\x06JobRun\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x14\n" +
@@ -5067,10 +5106,14 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	" \x01(\x05H\x01R\x0fderivedExitCode\x88\x01\x01\x123\n" +
 	"\x13derived_exit_signal\x18\v \x01(\x05H\x02R\x11derivedExitSignal\x88\x01\x01\x123\n" +
 	"\vbatch_usage\x18\b \x01(\v2\x12.loom.v1.TaskUsageR\n" +
-	"batchUsageB\x0e\n" +
+	"batchUsage\x12+\n" +
+	"\x0fbatch_exit_code\x18\f \x01(\x05H\x03R\rbatchExitCode\x88\x01\x01\x12/\n" +
+	"\x11batch_exit_signal\x18\r \x01(\x05H\x04R\x0fbatchExitSignal\x88\x01\x01B\x0e\n" +
 	"\f_exit_signalB\x14\n" +
 	"\x12_derived_exit_codeB\x16\n" +
-	"\x14_derived_exit_signal\"\xed\x03\n" +
+	"\x14_derived_exit_signalB\x12\n" +
+	"\x10_batch_exit_codeB\x14\n" +
+	"\x12_batch_exit_signal\"\xed\x03\n" +
 	"\tTaskUsage\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x124\n" +

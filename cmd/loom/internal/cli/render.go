@@ -476,8 +476,17 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 		fmt.Fprintf(tw, "Partition:\t%s\n", p)
 	}
 	fmt.Fprintf(tw, "State:\t%s\n", jobState(j))
+	if by := j.GetCancelledBy(); by != "" && j.GetState() == loomv1.JobState_CANCELLED {
+		fmt.Fprintf(tw, "Cancelled by:\t%s\n", by)
+	}
 	if j.GetState().Terminal() {
-		fmt.Fprintf(tw, "Exit code:\t%d\n", j.GetExitCode())
+		exit := strconv.Itoa(int(j.GetExitCode()))
+		if runs := j.GetRuns(); len(runs) > 0 && j.GetExitCode() == 0 && runs[len(runs)-1].GetBatchExitSignal() > 0 {
+			// Its script was killed (by the cancel, the time limit): how,
+			// as sacct's JOBID.batch row says it (0:15).
+			exit += fmt.Sprintf(" (its script killed by signal %d)", runs[len(runs)-1].GetBatchExitSignal())
+		}
+		fmt.Fprintf(tw, "Exit code:\t%s\n", exit)
 	}
 	nodes := strconv.Itoa(int(j.GetNodeCount()))
 	if len(j.GetNodes()) > 0 {

@@ -84,16 +84,21 @@ func (r sacctRow) usage() *usageStat {
 	case r.jstep != nil:
 		return statOf(r.jstep.GetTaskUsage())
 	case r.step == "batch":
-		run := r.run
-		if run == nil {
-			// The job's current run is its last.
-			if runs := r.job.GetRuns(); len(runs) > 0 {
-				run = runs[len(runs)-1]
-			}
-		}
-		if u := run.GetBatchUsage(); u != nil {
+		if u := r.batchRun().GetBatchUsage(); u != nil {
 			return statOf([]*loomv1.TaskUsage{u})
 		}
+	}
+	return nil
+}
+
+// batchRun is the run a batch step's row shows: its own, else the job's
+// current one, its last (nil when the job keeps none).
+func (r sacctRow) batchRun() *loomv1.JobRun {
+	if r.run != nil {
+		return r.run
+	}
+	if runs := r.job.GetRuns(); len(runs) > 0 {
+		return runs[len(runs)-1]
 	}
 	return nil
 }
@@ -168,6 +173,12 @@ func (r sacctRow) nodes() []string {
 func (r sacctRow) exitCode() string {
 	if r.jstep != nil {
 		return sacctExitCode(r.jstep.GetExitCode(), r.jstep.ExitSignal)
+	}
+	if run := r.batchRun(); r.step == "batch" && run != nil && run.BatchExitSignal != nil {
+		// The batch script's own end, as its agent reported it: killed
+		// by a cancel or the time limit it is 0:15, as Slurm's, where
+		// the job's row says 0:0.
+		return sacctExitCode(run.GetBatchExitCode(), run.BatchExitSignal)
 	}
 	if r.run != nil {
 		return sacctExitCode(r.run.GetExitCode(), r.run.ExitSignal)
@@ -419,6 +430,12 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		{"State", 10, func(r sacctRow) string {
 			if r.step != "" {
 				return stepState(r.state())
+			}
+			if by := r.job.GetCancelledBy(); by != "" && r.run == nil && r.state() == loomv1.JobState_CANCELLED {
+				// Slurm's "CANCELLED by UID" (src/sacct/print.c): the
+				// canceller's uid where this machine has their account,
+				// their name otherwise (Loom's users are names).
+				return stateLong(r.state()) + " by " + ownerIDs(by).uid
 			}
 			return stateLong(r.state())
 		}},

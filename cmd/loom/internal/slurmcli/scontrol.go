@@ -282,6 +282,14 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		}
 	}
 	head = append(head, "JobName="+j.GetDisplayName())
+	exit := exitCodeString(j.GetExitCode(), j.ExitSignal)
+	if runs := j.GetRuns(); (st == loomv1.JobState_CANCELLED || st == loomv1.JobState_TIMEOUT) && j.GetExitCode() == 0 &&
+		len(runs) > 0 && runs[len(runs)-1].BatchExitSignal != nil {
+		// Slurm 22.05's scontrol shows how the batch script died (0:15)
+		// for a job cancelled or timed out while it ran.
+		last := runs[len(runs)-1]
+		exit = exitCodeString(last.GetBatchExitCode(), last.BatchExitSignal)
+	}
 	requeue := "1"
 	if j.Requeue != nil && !j.GetRequeue() {
 		requeue = "0"
@@ -320,7 +328,7 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		{"UserId=" + uid, "GroupId=" + gid, "MCS_label=N/A"},
 		{"Priority=" + strconv.FormatInt(j.GetPriority(), 10), "Nice=" + strconv.Itoa(int(j.GetNice())), "Account=" + nullIfEmpty(j.GetAccount()), "QOS=" + nullIfEmpty(j.GetQos())},
 		{"JobState=" + stateLong(st), "Reason=" + jobReason(j), "Dependency=" + dependencyText(j, v.jobsByID)},
-		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exitCodeString(j.GetExitCode(), j.ExitSignal)},
+		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exit},
 		{"RunTime=" + formatDuration(jobElapsed(j, v.now)), "TimeLimit=" + limitStr, "TimeMin=N/A"},
 		{"SubmitTime=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "EligibleTime=" + ts(eligible, eligible != nil, "Unknown")},
 		{"AccrueTime=" + ts(eligible, eligible != nil, "Unknown")},

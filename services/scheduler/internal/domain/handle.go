@@ -262,6 +262,9 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 			}
 		case j.Pending():
 			j = t.editJob(j.Name())
+			// Who cancelled it (sacct's "CANCELLED by UID"): the account
+			// the command's sender authenticated the caller as.
+			j.Job.CancelledBy = ev.GetUser()
 			t.end(j, loomv1.JobState_CANCELLED, 0, "")
 			t.emitJob(j)
 			t.dirty[j.Job.GetCluster()] = true
@@ -276,6 +279,8 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 				if code != 0 {
 					state = loomv1.JobState_FAILED
 				}
+			} else {
+				j.Job.CancelledBy = ev.GetUser()
 			}
 			t.finish(j, state, code, "")
 			if r != nil {

@@ -69,6 +69,7 @@ func (t *txn) requeueJob(j *Job, reason string) {
 	t.emitJob(j)
 	spec := j.Job
 	spec.State, spec.StateReason, spec.ExitCode, spec.ExitSignal = loomv1.JobState_PENDING, ReasonRequeued, 0, nil
+	spec.CancelledBy = ""
 	if j.Partitions != "" {
 		// Pending again in every partition it named (multipart.go).
 		spec.Partition, j.Partitions = j.Partitions, ""

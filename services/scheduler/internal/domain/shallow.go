@@ -91,6 +91,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		StepsOmitted:       job.StepsOmitted,
 		DerivedExitCode:    job.DerivedExitCode,
 		DerivedExitSignal:  job.DerivedExitSignal,
+		CancelledBy:        job.CancelledBy,
 	}
 	// Fields this build does not know (written by a newer one) go along.
 	if u := job.ProtoReflect().GetUnknown(); len(u) > 0 {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/slurmspec"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/goodput"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
@@ -138,6 +139,16 @@ func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
 		if len(r.Nodes) > 0 && len(r.Hostnames) > 0 {
 			if u := r.Steps[r.Nodes[0]].Usage; u != nil {
 				out.BatchUsage = u.Proto(0, r.Hostnames[0])
+			}
+		}
+		if len(r.Nodes) > 0 {
+			// How the script ended, as its agent said: killed by the
+			// cancel or the time limit (15), where the run's own end
+			// says CANCELLED or TIMEOUT with code 0.
+			st := r.Steps[r.Nodes[0]]
+			if !st.Idle && !st.Abandoned && st.ExitSignal != nil &&
+				(st.State == eventsv1.StepState_STEP_EXITED || st.State == eventsv1.StepState_STEP_KILLED) {
+				out.BatchExitCode, out.BatchExitSignal = st.ExitCode, st.ExitSignal
 			}
 		}
 		return out, true

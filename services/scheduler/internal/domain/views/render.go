@@ -27,6 +27,10 @@ type Run struct {
 	Outcome    loomv1.JobState
 	// BatchUsage is what its batch script used (nil: not reported).
 	BatchUsage *loomv1.TaskUsage
+	// BatchExitCode and BatchExitSignal are how its batch script itself
+	// ended (BatchExitSignal nil: not ended, or not known how).
+	BatchExitCode   int32
+	BatchExitSignal *int32
 	// DerivedExit is its DerivedExitCode as a wait(2) status (code<<8, or
 	// the signal), shown once it started (nil: not known).
 	DerivedExit *int32
@@ -52,6 +56,9 @@ func JobRuns(attempts int32, state loomv1.JobState, run func(attempt int32) (Run
 			BatchUsage: r.BatchUsage}
 		if r.ExitSignal != nil && r.Ended {
 			jr.ExitSignal = proto.Int32(*r.ExitSignal)
+		}
+		if r.BatchExitSignal != nil {
+			jr.BatchExitCode, jr.BatchExitSignal = proto.Int32(r.BatchExitCode), proto.Int32(*r.BatchExitSignal)
 		}
 		if !r.Start.IsZero() {
 			jr.StartTime = timestamppb.New(r.Start)

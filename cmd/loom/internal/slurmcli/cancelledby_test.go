@@ -1,0 +1,48 @@
+package slurmcli
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestSacctCancelledBy: a cancelled job's State is Slurm 22.05's
+// "CANCELLED by UID" (src/sacct/print.c, PRINT_STATE): the uid of the
+// account Job.cancelled_by names where this machine has it (root: 0), the
+// name otherwise; "CANCELLED+" in the default 10 columns. Its .batch row's
+// ExitCode is how the script died (0:15, its run's batch end), the job's
+// row 0:0, and scontrol show job says ExitCode=0:15, as Slurm's said for a
+// job cancelled while it ran. A job nobody is recorded for says CANCELLED.
+func TestSacctCancelledBy(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	base := proto.Clone(f.Jobs[2]).(*loomv1.Job) // 11, FAILED: a started job with an end
+	cancelled := func(id, by string) *loomv1.Job {
+		j := proto.Clone(base).(*loomv1.Job)
+		j.JobId, j.Name, j.State, j.ExitCode, j.StateReason, j.CancelledBy = id, "projects/default/jobs/"+id, loomv1.JobState_CANCELLED, 0, "", by
+		j.Runs = []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_CANCELLED, Nodes: j.GetNodes(), StartTime: j.GetStartTime(),
+			EndTime: j.GetEndTime(), BatchExitCode: proto.Int32(143), BatchExitSignal: proto.Int32(15)}}
+		return j
+	}
+	nobody := cancelled("42", "")
+	nobody.Runs[0].BatchExitCode, nobody.Runs[0].BatchExitSignal = nil, nil
+	f.Jobs = append(f.Jobs, cancelled("40", "root"), cancelled("41", "no-such-loom-user"), nobody)
+	code, out, errOut := run(t, f, "sacct", Env{}, "-P", "-n", "-o", "JobID,State,ExitCode", "-j", "40,41,42")
+	want := "40|CANCELLED by 0|0:0\n40.batch|CANCELLED|0:15\n41|CANCELLED by no-such-loom-user|0:0\n41.batch|CANCELLED|0:15\n" +
+		"42|CANCELLED|0:0\n42.batch|CANCELLED|0:0\n"
+	if code != 0 || out != want {
+		t.Errorf("sacct: %d %q %q, want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-X", "-o", "JobID,State", "-j", "40")
+	if want := "40           CANCELLED+ \n"; code != 0 || out != want {
+		t.Errorf("sacct in 10 columns: %d %q %q, want %q", code, out, errOut, want)
+	}
+	for id, want := range map[string]string{"40": "ExitCode=0:15", "42": "ExitCode=0:0"} {
+		if code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", id); code != 0 || !strings.Contains(out, want+"\n") {
+			t.Errorf("scontrol show job %s: %d %q %q, want %s", id, code, out, errOut, want)
+		}
+	}
+}
