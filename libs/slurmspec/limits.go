@@ -11,6 +11,8 @@ const (
 	MaxTasksPerNode = 4096
 	// MaxCPUsPerTask bounds --cpus-per-task.
 	MaxCPUsPerTask = 4096
+	// MaxCPUsPerGPU bounds --cpus-per-gpu.
+	MaxCPUsPerGPU = 4096
 	// MaxJobTasks bounds a job's --ntasks (over all its nodes).
 	MaxJobTasks = 1 << 20
 	// MaxJobGPUs bounds a job's --gpus (over all its nodes).
@@ -32,10 +34,11 @@ const MaxNice = 2147483645
 
 // CPUsPerNode is what a job asks of each of its nodes' CPUs, as Slurm
 // counts it: its tasks per node (--ntasks-per-node, else --ntasks spread
-// over nodes, rounded up, else 1) times --cpus-per-task (1 when unset). In
-// 64 bits: the most tasks on one node times the most CPUs a task is 2^32,
-// past an int32.
-func CPUsPerNode(ntasksPerNode, ntasks, cpusPerTask int32, nodes int) int64 {
+// over nodes, rounded up, else 1) times --cpus-per-task (1 when unset), or
+// the node's GPUs times --cpus-per-gpu when that is more (select/cons_tres:
+// --gres=gpu:2 --cpus-per-gpu=3 is 6 CPUs, with -n8 8). In 64 bits: the
+// most tasks on one node times the most CPUs a task is 2^32, past an int32.
+func CPUsPerNode(ntasksPerNode, ntasks, cpusPerTask int32, nodes int, gpusPerNode, cpusPerGPU int32) int64 {
 	tpn := int64(1)
 	switch n := int64(max(nodes, 1)); {
 	case ntasksPerNode > 0:
@@ -43,5 +46,5 @@ func CPUsPerNode(ntasksPerNode, ntasks, cpusPerTask int32, nodes int) int64 {
 	case ntasks > 0:
 		tpn = (int64(ntasks) + n - 1) / n
 	}
-	return tpn * int64(max(cpusPerTask, 1))
+	return max(tpn*int64(max(cpusPerTask, 1)), int64(max(gpusPerNode, 0))*int64(max(cpusPerGPU, 0)))
 }

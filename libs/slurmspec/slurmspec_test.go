@@ -333,22 +333,32 @@ func TestValidEnvName(t *testing.T) {
 }
 
 // TestCPUsPerNode: tasks per node (--ntasks-per-node, else --ntasks over
-// the nodes rounded up, else 1) times --cpus-per-task, in 64 bits.
+// the nodes rounded up, else 1) times --cpus-per-task, or the node's GPUs
+// times --cpus-per-gpu when more (Slurm 22.05's counts, checked beside
+// one), in 64 bits.
 func TestCPUsPerNode(t *testing.T) {
 	for _, c := range []struct {
 		tpn, ntasks, cpt int32
 		nodes            int
+		gpn, cpg         int32
 		want             int64
 	}{
-		{0, 0, 0, 1, 1},
-		{0, 0, 4, 3, 4},
-		{4, 100, 2, 2, 8},              // --ntasks-per-node wins
-		{0, 5, 2, 2, 6},                // 3 tasks on the first node
-		{0, 5, 1, 0, 5},                // no node count: one node
-		{0, 1 << 20, 4096, 1, 1 << 32}, // past an int32
+		{0, 0, 0, 1, 0, 0, 1},
+		{0, 0, 4, 3, 0, 0, 4},
+		{4, 100, 2, 2, 0, 0, 8},              // --ntasks-per-node wins
+		{0, 5, 2, 2, 0, 0, 6},                // 3 tasks on the first node
+		{0, 5, 1, 0, 0, 0, 5},                // no node count: one node
+		{0, 1 << 20, 4096, 1, 0, 0, 1 << 32}, // past an int32
+		{0, 0, 0, 1, 2, 3, 6},                // --gres=gpu:2 --cpus-per-gpu=3
+		{0, 8, 0, 1, 2, 3, 8},                // with -n8: the tasks' 8
+		{0, 8, 0, 2, 2, 3, 6},                // -N2 -n8: 4 tasks, 6 for the GPUs
+		{8, 0, 0, 2, 2, 3, 8},                // --ntasks-per-node=8
+		{0, 0, 0, 1, 0, 3, 1},                // no GPUs: the one task's
+		{0, 0, 0, 1, 8, 0, 1},                // GPUs without --cpus-per-gpu
+		{0, 0, 0, 1, 1 << 20, 4096, 1 << 32}, // past an int32
 	} {
-		if got := CPUsPerNode(c.tpn, c.ntasks, c.cpt, c.nodes); got != c.want {
-			t.Errorf("CPUsPerNode(%d, %d, %d, %d) = %d, want %d", c.tpn, c.ntasks, c.cpt, c.nodes, got, c.want)
+		if got := CPUsPerNode(c.tpn, c.ntasks, c.cpt, c.nodes, c.gpn, c.cpg); got != c.want {
+			t.Errorf("CPUsPerNode(%d, %d, %d, %d, %d, %d) = %d, want %d", c.tpn, c.ntasks, c.cpt, c.nodes, c.gpn, c.cpg, got, c.want)
 		}
 	}
 }

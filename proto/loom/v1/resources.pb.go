@@ -2156,6 +2156,11 @@ type Job struct {
 	// it asks for): the job's steps give each task that many GPUs of its own
 	// by default (SLURM_GPUS_PER_TASK), as Slurm's srun does.
 	GpusPerTask int32 `protobuf:"varint,80,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
+	// cpus_per_gpu is --cpus-per-gpu: each node's CPUs are at least its GPUs
+	// times this (the larger of that and its tasks times cpus_per_task), as
+	// Slurm's select/cons_tres counts them. 0: none; at most 4096; not with
+	// cpus_per_task.
+	CpusPerGpu int32 `protobuf:"varint,86,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
 	// time_limit_seconds is --time; 0 means the partition's MaxTime.
 	TimeLimitSeconds int64 `protobuf:"varint,37,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
 	// array is the --array spec as given ("0-15:2%4"); set on the array's parent.
@@ -2459,6 +2464,13 @@ func (x *Job) GetGpus() int32 {
 func (x *Job) GetGpusPerTask() int32 {
 	if x != nil {
 		return x.GpusPerTask
+	}
+	return 0
+}
+
+func (x *Job) GetCpusPerGpu() int32 {
+	if x != nil {
+		return x.CpusPerGpu
 	}
 	return 0
 }
@@ -4984,7 +4996,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xd1\x14\n" +
+	"\tREPLACING\x10\t\"\xf3\x14\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5007,7 +5019,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06mem_mb\x18\" \x01(\x03R\x05memMb\x12\x19\n" +
 	"\bgpu_type\x18# \x01(\tR\agpuType\x12\x12\n" +
 	"\x04gpus\x18$ \x01(\x05R\x04gpus\x12\"\n" +
-	"\rgpus_per_task\x18P \x01(\x05R\vgpusPerTask\x12,\n" +
+	"\rgpus_per_task\x18P \x01(\x05R\vgpusPerTask\x12 \n" +
+	"\fcpus_per_gpu\x18V \x01(\x05R\n" +
+	"cpusPerGpu\x12,\n" +
 	"\x12time_limit_seconds\x18% \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
 	"\x05array\x18& \x01(\tR\x05array\x12 \n" +
 	"\farray_job_id\x18' \x01(\tR\n" +

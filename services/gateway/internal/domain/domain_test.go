@@ -139,6 +139,18 @@ func TestValidateSubmitJob(t *testing.T) {
 	if err := ValidateSubmitJob(whole, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("--mem of a whole node rejected: %v", err)
 	}
+	// --cpus-per-gpu up to a node's CPUs: 8 GPUs × 26 is an a3's 208;
+	// --gpus=16 over two of them is 8 a node.
+	for _, n := range []int32{1, 0} {
+		cpg := goodJob()
+		cpg.Job.NodeCount, cpg.Job.GpusPerNode, cpg.Job.CpusPerGpu = n, 8, 26
+		if n == 0 {
+			cpg.Job.GpusPerNode, cpg.Job.Gpus = 0, 16
+		}
+		if err := ValidateSubmitJob(cpg, existing(), slurmspec.DefaultMaxArraySize); err != nil {
+			t.Fatalf("--cpus-per-gpu=26 of %v rejected: %v", cpg.Job, err)
+		}
+	}
 	for _, tc := range []struct {
 		name    string
 		mutate  func(*loomv1.SubmitJobRequest)
@@ -180,6 +192,14 @@ func TestValidateSubmitJob(t *testing.T) {
 		{"more tasks on a node than CPUs", func(r *loomv1.SubmitJobRequest) { r.Job.Ntasks = 2 * 209 }, existing(), []string{"job.ntasks"}},
 		{"tasks times CPUs past 32 bits", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount, r.Job.Ntasks, r.Job.CpusPerTask = 1, 1<<20, 4096 },
 			existing(), []string{"job.cpus_per_task"}},
+		// --cpus-per-gpu counts a node's GPUs (Slurm: 8 × 27 of a 208-CPU
+		// node is "Requested node configuration is not available").
+		{"more CPUs for the GPUs than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode, r.Job.CpusPerGpu = 8, 27 }, existing(), []string{"job.cpus_per_gpu"}},
+		{"more CPUs for --gpus than a node", func(r *loomv1.SubmitJobRequest) {
+			r.Job.NodeCount, r.Job.GpusPerNode, r.Job.Gpus, r.Job.CpusPerGpu = 0, 0, 8, 27
+		},
+			existing(), []string{"job.cpus_per_gpu"}},
+		{"--cpus-per-gpu with -c", func(r *loomv1.SubmitJobRequest) { r.Job.CpusPerTask, r.Job.CpusPerGpu = 2, 3 }, existing(), []string{"job.cpus_per_gpu"}},
 		{"bad env key", func(r *loomv1.SubmitJobRequest) { r.Job.Env = map[string]string{"A=B": "x"} }, existing(), []string{"job.env[A=B]"}},
 		{"bad bash function", func(r *loomv1.SubmitJobRequest) {
 			r.Job.Env = map[string]string{"BASH_FUNC_module%%": "() { :; }", "BASH_FUNC_a=b%%": "x"}

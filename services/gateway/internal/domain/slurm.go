@@ -252,6 +252,7 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 		{"job.ntasks", int64(j.GetNtasks()), slurmspec.MaxJobTasks},
 		{"job.ntasks_per_node", int64(j.GetNtasksPerNode()), slurmspec.MaxTasksPerNode},
 		{"job.cpus_per_task", int64(j.GetCpusPerTask()), slurmspec.MaxCPUsPerTask},
+		{"job.cpus_per_gpu", int64(j.GetCpusPerGpu()), slurmspec.MaxCPUsPerGPU},
 		{"job.mem_mb", j.GetMemMb(), math.MaxInt64},
 		{"job.gpus", int64(j.GetGpus()), slurmspec.MaxJobGPUs},
 		{"job.gpus_per_task", int64(j.GetGpusPerTask()), slurmspec.MaxGPUsPerTask},
@@ -259,6 +260,10 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 		v.Check(f.val >= 0, f.name, "%d must not be negative", f.val)
 		v.Check(f.val <= f.max, f.name, "%d is more than %d, the most Loom takes", f.val, f.max)
 	}
+	// As Slurm 22.05's sbatch and srun: a task's CPUs come from one or
+	// the other, never both.
+	v.Check(j.GetCpusPerGpu() == 0 || j.GetCpusPerTask() == 0, "job.cpus_per_gpu",
+		"is mutually exclusive with cpus_per_task (Slurm: --cpus-per-gpu is mutually exclusive with --cpus-per-task)")
 	if s := j.GetArray(); s != "" {
 		if _, err := slurmspec.ParseArray(s, maxArraySize); err != nil {
 			v.Add("job.array", "%s: %v", clip(s), err)

@@ -270,10 +270,16 @@ func checkFitIn(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, pa
 			j.GetMemMb(), maxMB, where)
 	}
 	// So would more CPUs on a node (tasks per node times CPUs per
-	// task) than the largest has.
-	need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
+	// task, or its GPUs times CPUs per GPU) than the largest has.
+	gpn := spreadGPUsPerNode(j, nodes, maxGPUs)
+	need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes), gpn, j.GetCpusPerGpu())
 	if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
 		field, hint := prefix+"cpus_per_task", ""
+		if forGPUs := int64(gpn) * int64(j.GetCpusPerGpu()); forGPUs == need {
+			v.Add(prefix+"cpus_per_gpu", "%d CPUs a node (%d GPUs × %d CPUs per GPU) exceed the %d of the largest node in %s (Slurm: %s)",
+				need, gpn, j.GetCpusPerGpu(), maxCPUs, where, MsgNodeConfig)
+			return
+		}
 		switch {
 		case j.GetCpusPerTask() > 1:
 		case j.GetNtasksPerNode() > 0:
@@ -376,6 +382,23 @@ func withGPUs(gpus int32) string {
 		return ""
 	}
 	return fmt.Sprintf(" with %d or more GPUs", gpus)
+}
+
+// spreadGPUsPerNode is the most GPUs job j takes on one of its nodes
+// (nodes: its node count here; maxGPUs: the GPUs of the largest node):
+// --gpus-per-node, else --gpus spread over the nodes as the scheduler
+// spreads them (a job of one node over as many of the largest as the GPUs
+// need), rounded up.
+func spreadGPUsPerNode(j *loomv1.Job, nodes, maxGPUs int32) int32 {
+	g := j.GetGpus()
+	if gpn := j.GetGpusPerNode(); gpn > 0 || g <= 0 {
+		return max(gpn, 0)
+	}
+	n := int64(max(nodes, 1))
+	if j.GetNodeCount() <= 1 && maxGPUs > 0 {
+		n = max(n, (int64(g)+int64(maxGPUs)-1)/int64(maxGPUs))
+	}
+	return int32((int64(g) + n - 1) / n)
 }
 
 // NodesFor is the node count a job gets: its node_count, else, as Slurm's

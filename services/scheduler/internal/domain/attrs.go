@@ -194,7 +194,14 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 	}
 	a.req = place.Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
 		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive()}
-	a.req.CPUsPerNode = cpusPerNode(spec, a.req.Nodes)
+	gpn := a.req.GPUsPerNode
+	if g := spec.GetGpus(); gpn == 0 && g > 0 {
+		// --gpus spread: its GPUs over the job's nodes, the first ones one
+		// more (requestAvoiding's count, before the nodes are raised to
+		// fit), for --cpus-per-gpu's CPUs in the TRES gates.
+		gpn = int32((int64(g) + int64(a.req.Nodes) - 1) / int64(a.req.Nodes))
+	}
+	a.req.CPUsPerNode = cpusPerNode(spec, a.req.Nodes, gpn)
 	a.shape = -1
 	if !a.lists && !a.spread {
 		a.shape = s.shapeID(&a.req, intern)

@@ -145,6 +145,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	base.Ntasks = min(base.GetNtasks(), slurmspec.MaxJobTasks)
 	base.NtasksPerNode = min(base.GetNtasksPerNode(), slurmspec.MaxTasksPerNode)
 	base.CpusPerTask = min(base.GetCpusPerTask(), slurmspec.MaxCPUsPerTask)
+	base.CpusPerGpu = min(max(base.GetCpusPerGpu(), 0), slurmspec.MaxCPUsPerGPU)
 	base.Gpus = min(base.GetGpus(), slurmspec.MaxJobGPUs)
 	base.TimeLimitSeconds = min(base.GetTimeLimitSeconds(), slurmspec.MaxTimeLimitSeconds)
 	// A begin time before 1970 (the gateway refuses it) is past: now.

@@ -561,14 +561,14 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 	cpt, g := max(ev.GetCpusPerTask(), 1), int(ev.GetGpusPerTask())
 	// -c implies --exact, as Slurm 22.05's srun has it.
 	exact := ev.GetExact() || ev.GetCpusPerTask() > 0
-	jobCPT := int32(1)
+	jobSpec := (*loomv1.Job)(nil)
 	if j := t.job(r.Job); j != nil {
-		jobCPT = j.Job.GetCpusPerTask()
+		jobSpec = j.Job
 	}
 	// need is what n tasks of the step take on the job's node k, and
 	// whether they fit it at all (err) and now (fits).
 	need := func(k, n int32) (cpus int32, fits bool, err error) {
-		node, host, has := r.Nodes[k], r.Hostnames[k], cpusOf(r, int(k), jobCPT)
+		node, host, has := r.Nodes[k], r.Hostnames[k], cpusOf(r, int(k), jobSpec)
 		if exact && int64(n)*int64(cpt) > int64(has) {
 			return 0, false, fmt.Errorf("More processors requested than permitted: %d task(s) with %d CPU(s) each need %d CPUs on %s, the job has %d there",
 				n, cpt, int64(n)*int64(cpt), host, has)

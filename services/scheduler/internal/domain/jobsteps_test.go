@@ -459,7 +459,7 @@ func TestStepResources(t *testing.T) {
 	t.Parallel()
 	h := batchOnTwo(t)
 	r := h.s.Run(jobName(1), 1)
-	if c0, c1 := cpusOf(r, 0, 0), cpusOf(r, 1, 0); c0 != 2 || c1 != 2 {
+	if c0, c1 := cpusOf(r, 0, nil), cpusOf(r, 1, nil); c0 != 2 || c1 != 2 {
 		t.Fatalf("the job's CPUs %d and %d, want 2 on each node (its tasks, the nodes' size unknown)", c0, c1)
 	}
 	state := func(id int32) loomv1.JobState { t.Helper(); return h.jobStep(id).GetState() }

@@ -1602,7 +1602,7 @@ func (p *pass) requestAvoiding(j *Job, a *jobAttrs, pi int, avoid bool) place.Re
 		}
 		r.GPUsPerNode = (g + int32(r.Nodes) - 1) / int32(r.Nodes)
 	}
-	r.CPUsPerNode = cpusPerNode(spec, r.Nodes)
+	r.CPUsPerNode = cpusPerNode(spec, r.Nodes, r.GPUsPerNode)
 	return r
 }
 

@@ -40,6 +40,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		GpuType:            job.GpuType,
 		Gpus:               job.Gpus,
 		GpusPerTask:        job.GpusPerTask,
+		CpusPerGpu:         job.CpusPerGpu,
 		TimeLimitSeconds:   job.TimeLimitSeconds,
 		Array:              job.Array,
 		ArrayJobId:         job.ArrayJobId,

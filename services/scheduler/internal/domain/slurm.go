@@ -155,12 +155,13 @@ func taskLayout(spec *loomv1.Job, n int) []int32 {
 	return out
 }
 
-// cpusPerNode is what a job asks of each node's CPUs
-// (slurmspec.CPUsPerNode), at most an int32's worth: no node has that many,
-// so the job waits (BadConstraints) rather than wrapping to a request that
-// every node fits.
-func cpusPerNode(spec *loomv1.Job, nodes int) int32 {
-	return int32(min(slurmspec.CPUsPerNode(spec.GetNtasksPerNode(), spec.GetNtasks(), spec.GetCpusPerTask(), nodes), math.MaxInt32))
+// cpusPerNode is what a job asks of each node's CPUs on nodes nodes with
+// gpus GPUs each at most (slurmspec.CPUsPerNode: --cpus-per-gpu counts),
+// at most an int32's worth: no node has that many, so the job waits
+// (BadConstraints) rather than wrapping to a request that every node fits.
+func cpusPerNode(spec *loomv1.Job, nodes int, gpus int32) int32 {
+	return int32(min(slurmspec.CPUsPerNode(spec.GetNtasksPerNode(), spec.GetNtasks(), spec.GetCpusPerTask(), nodes,
+		gpus, spec.GetCpusPerGpu()), math.MaxInt32))
 }
 
 // TasksPerNode writes a task layout as SLURM_TASKS_PER_NODE: runs of equal

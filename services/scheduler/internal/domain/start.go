@@ -38,7 +38,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	}
 	n := len(chosen)
 	tasks := taskLayout(spec, n)
-	cpt := max(spec.GetCpusPerTask(), 1)
+	cpt := spec.GetCpusPerTask()
 	gpus := make([]int32, n)
 	for i := range gpus {
 		switch {
@@ -64,8 +64,10 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		v := &p.views[i]
 		// CPUs and memory are counted on nodes whose size is known; an
 		// exclusive run holds its nodes' CPUs whole (and keeps everything
-		// else off them).
-		cpus := max(tasks[rank], 1) * cpt
+		// else off them). --cpus-per-gpu gives a node at least its GPUs'
+		// share, as Slurm's select/cons_tres (--gpus=3 -N2
+		// --cpus-per-gpu=2: 4 CPUs and 2).
+		cpus := nodeCPUs(tasks[rank], cpt, gpus[rank], spec.GetCpusPerGpu())
 		switch {
 		case v.Node.CPUs == 0:
 			cpus = 0
@@ -227,7 +229,7 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	if part == "" {
 		part = r.Partition
 	}
-	cpus := strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask())))
+	cpus := strconv.Itoa(int(cpusOf(r, rank, spec)))
 	ckpt := CheckpointDir(spec, sharedDir)
 	// Set in place: a map literal of these, copied in, was a second map of
 	// ~40 entries per node of each start (1,300 starts in a first pass).
@@ -245,6 +247,9 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	env["SLURM_NPROCS"] = rv.ntasks
 	env["SLURM_TASKS_PER_NODE"] = rv.tasksPerNode
 	env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(max(spec.GetCpusPerTask(), 1)))
+	if c := spec.GetCpusPerGpu(); c > 0 {
+		env["SLURM_CPUS_PER_GPU"] = strconv.Itoa(int(c)) // as Slurm: only when asked for
+	}
 	if len(gpus) > 0 {
 		env["SLURM_GPUS_ON_NODE"] = strconv.Itoa(len(gpus)) // unset without GPUs, as Slurm's
 	}
@@ -345,7 +350,7 @@ func newRunVars(spec *loomv1.Job, r *Run) *runVars {
 	}
 	cpus := make([]int32, len(r.Nodes))
 	for i := range cpus {
-		cpus[i] = cpusOf(r, i, spec.GetCpusPerTask())
+		cpus[i] = cpusOf(r, i, spec)
 	}
 	return &runVars{
 		nodelist:     hostlist.Compress(r.Hostnames),
@@ -371,17 +376,29 @@ func CheckpointDir(spec *loomv1.Job, sharedDir string) string {
 	return filepath.Join(sharedDir, dir)
 }
 
-// cpusOf is the CPUs of rank's node: those allocated, else (node size
-// unknown) its tasks times --cpus-per-task.
-func cpusOf(r *Run, rank int, cpt int32) int32 {
+// cpusOf is the CPUs of rank's node in job spec's run r: those allocated,
+// else (node size unknown) what the job asks of it (nodeCPUs).
+func cpusOf(r *Run, rank int, spec *loomv1.Job) int32 {
 	if rank < len(r.CPUs) && r.CPUs[rank] > 0 {
 		return r.CPUs[rank]
 	}
-	tasks := int32(1)
+	tasks, gpus := int32(1), int32(0)
 	if rank < len(r.Tasks) {
-		tasks = max(r.Tasks[rank], 1)
+		tasks = r.Tasks[rank]
 	}
-	return tasks * max(cpt, 1)
+	if rank < len(r.Nodes) {
+		gpus = int32(len(r.GPUs[r.Nodes[rank]]))
+	}
+	return nodeCPUs(tasks, spec.GetCpusPerTask(), gpus, spec.GetCpusPerGpu())
+}
+
+// nodeCPUs is the CPUs a job takes on a node of its run: its tasks there
+// (at least 1) times --cpus-per-task (at least 1), or the node's GPUs times
+// --cpus-per-gpu when that is more, as Slurm's select/cons_tres counts them.
+// The counts are bounded at submission (handle.go) so that neither product
+// passes an int32.
+func nodeCPUs(tasks, cpt, gpus, cpg int32) int32 {
+	return max(max(tasks, 1)*max(cpt, 1), gpus*max(cpg, 0))
 }
 
 // clusterID is the id of a cluster name (a bare id stays as it is).
