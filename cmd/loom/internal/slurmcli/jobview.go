@@ -185,8 +185,15 @@ func rangeNodes(j *loomv1.Job, free int) int {
 }
 
 // jobCPUs is the job's CPU count as Slurm would allocate it: tasks ×
-// CPUs per task.
+// CPUs per task, or with --cpus-per-gpu the sum of its nodes' (jobNodeCPUs).
 func jobCPUs(j *loomv1.Job) int {
+	if j.GetCpusPerGpu() > 0 {
+		sum := 0
+		for _, c := range jobNodeCPUs(j) {
+			sum += c
+		}
+		return sum
+	}
 	cpt := int(max(j.GetCpusPerTask(), 1))
 	switch {
 	case j.GetNtasks() > 0:
@@ -196,6 +203,40 @@ func jobCPUs(j *loomv1.Job) int {
 	default:
 		return jobNodeCount(j) * cpt
 	}
+}
+
+// jobNodeCPUs is the CPUs of each of the job's nodes (jobNodeCount), as
+// the scheduler gives them (its nodeCPUs) and Slurm's select/cons_tres
+// counts them: the node's tasks (--ntasks-per-node, else --ntasks spread
+// over the nodes, the first ones taking the remainder; at least 1) times
+// CPUs per task, or the node's GPUs (--gpus-per-node, else --gpus spread
+// likewise) times --cpus-per-gpu when that is more. --gpus=3 -N2
+// --cpus-per-gpu=2 is 4 and 2.
+func jobNodeCPUs(j *loomv1.Job) []int {
+	n := jobNodeCount(j)
+	cpt, cpg := int(max(j.GetCpusPerTask(), 1)), int(max(j.GetCpusPerGpu(), 0))
+	spread := func(total, i int) int {
+		c := total / n
+		if i < total%n {
+			c++
+		}
+		return c
+	}
+	out := make([]int, n)
+	for i := range out {
+		tasks, gpus := 1, int(j.GetGpusPerNode())
+		switch {
+		case j.GetNtasksPerNode() > 0:
+			tasks = int(j.GetNtasksPerNode())
+		case j.GetNtasks() > 0:
+			tasks = max(spread(int(j.GetNtasks()), i), 1)
+		}
+		if gpus == 0 {
+			gpus = spread(int(j.GetGpus()), i)
+		}
+		out[i] = max(tasks*cpt, gpus*cpg)
+	}
+	return out
 }
 
 // jobTasks is the job's task count.

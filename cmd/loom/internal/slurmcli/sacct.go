@@ -272,6 +272,9 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			return 0
 		}
 		if r.step == "batch" {
+			if r.job.GetCpusPerGpu() > 0 {
+				return jobNodeCPUs(r.job)[0] // the batch host's, as Slurm's
+			}
 			return max(jobCPUs(r.job)/max(len(r.nodes()), 1), 1)
 		}
 		if r.jstep != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -170,6 +171,10 @@ type sbatchRequest struct {
 	quiet    bool
 	// testOnly is --test-only: check the job and say when it would start.
 	testOnly bool
+	// sharedExclusive is --exclusive=user, mcs or topo: Slurm shares the
+	// job's nodes' CPUs and --test-only counts its tasks' (1 processor for
+	// one task), where a bare --exclusive counts the nodes' every CPU.
+	sharedExclusive bool
 	// clusters is -M: the cluster to submit to, over LOOM_CLUSTER.
 	clusters string
 	// help, usage and version ask for text instead of a submission.
@@ -196,8 +201,8 @@ type sbatchState struct {
 	memPerCPU int64
 	memPerGPU int64
 	gpusPerT  int32
-	// cpusPerGPU is --cpus-per-gpu, checked against -c and --exclusive
-	// as Slurm checks it; Loom's scheduler gives no CPUs for it.
+	// cpusPerGPU is --cpus-per-gpu (Job.cpus_per_gpu), checked against -c
+	// and --exclusive as Slurm checks it once every option is read.
 	cpusPerGPU int32
 	// exclusiveNode is a bare --exclusive (not =user, =mcs or =topo).
 	exclusiveNode bool
@@ -487,10 +492,6 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 			return err
 		}
 		st.cpusPerGPU = n
-		if !st.ignored[o.key] {
-			st.ignored[o.key] = true
-			st.req.warnings = append(st.req.warnings, fmt.Sprintf("--%s is not supported by Loom and is ignored", o.key))
-		}
 	case "dependency":
 		if _, err := slurmspec.ParseDependency(v); err != nil {
 			return bad(err)
@@ -878,7 +879,9 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		if st.exclusiveNode {
 			st.req.refusal = "Requested node configuration is not available"
 		}
+		j.CpusPerGpu = st.cpusPerGPU
 	}
+	st.req.sharedExclusive = j.Exclusive && !st.exclusiveNode
 	if st.gpusPerT > 0 {
 		j.GpusPerTask = st.gpusPerT
 		switch {
@@ -914,18 +917,15 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 }
 
 // cpusPerNode estimates the CPUs a job takes on each node, for
-// --mem-per-cpu.
+// --mem-per-cpu: the most of any of its nodes (slurmspec.CPUsPerNode, GPUs
+// times --cpus-per-gpu counted).
 func cpusPerNode(j *loomv1.Job) int32 {
-	cpt := max(j.CpusPerTask, 1)
-	switch {
-	case j.NtasksPerNode > 0:
-		return j.NtasksPerNode * cpt
-	case j.Ntasks > 0:
-		n := max(j.NodeCount, 1)
-		return (j.Ntasks + n - 1) / n * cpt
-	default:
-		return cpt
+	n := max(j.NodeCount, 1)
+	gpn := j.GpusPerNode
+	if gpn == 0 && j.Gpus > 0 {
+		gpn = (j.Gpus + n - 1) / n
 	}
+	return int32(min(slurmspec.CPUsPerNode(j.NtasksPerNode, j.Ntasks, j.CpusPerTask, int(n), gpn, j.CpusPerGpu), math.MaxInt32))
 }
 
 // exportEnv computes the job's environment per --export: ALL (the
@@ -1094,7 +1094,7 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 		return c.errorf("Batch job submission failed: %s", req.refusal)
 	}
 	if req.testOnly {
-		return c.testOnly(ctx, req.job)
+		return c.testOnly(ctx, req.job, req.sharedExclusive)
 	}
 	job, err := c.submitJob(ctx, req.job, "Batch job submission failed")
 	if err != nil {

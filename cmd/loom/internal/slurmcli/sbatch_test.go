@@ -329,6 +329,12 @@ func TestParseSbatchExportAndScript(t *testing.T) {
 	if err != nil || req.job.MemMb != 8*1024 {
 		t.Errorf("--mem-per-cpu: %v %v", req.job.GetMemMb(), err)
 	}
+	// With --cpus-per-gpu, of the CPUs its GPUs take (2 × 3), and carried
+	// to the scheduler, with no warning.
+	req, err = parse(t, []string{"--gres=gpu:2", "--cpus-per-gpu=3", "--mem-per-cpu=1G", "job.sh"}, plainScript, nil)
+	if err != nil || req.job.MemMb != 6*1024 || req.job.CpusPerGpu != 3 || len(req.warnings) != 0 {
+		t.Errorf("--cpus-per-gpu --mem-per-cpu: mem %v, cpus_per_gpu %d, warnings %v, %v", req.job.GetMemMb(), req.job.GetCpusPerGpu(), req.warnings, err)
+	}
 	// Ignored options warn, once each.
 	req, err = parse(t, []string{"--mail-type=END", "--mail-user=a@b", "--mail-type=FAIL", "job.sh"}, plainScript, nil)
 	if err != nil || len(req.warnings) != 2 || !strings.Contains(req.warnings[0], "--mail-type is not supported by Loom") {

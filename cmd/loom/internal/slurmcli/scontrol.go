@@ -428,6 +428,10 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		[]string{"StdOut=" + stdout},
 		[]string{"Power="},
 	)
+	if c := j.GetCpusPerGpu(); c > 0 {
+		// --cpus-per-gpu, before the GPUs' line as Slurm 22.05 prints it.
+		rec = append(rec, []string{"CpusPerTres=gres:gpu:" + strconv.Itoa(int(c))})
+	}
 	if t := tresPerNode(j); t != "N/A" {
 		rec = append(rec, []string{"TresPerNode=" + t})
 	}

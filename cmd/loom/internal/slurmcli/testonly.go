@@ -25,8 +25,11 @@ import (
 // first nodes with room for the job's per-node CPUs and GPUs, when enough
 // have; else the earliest end (start + time limit) of a running job of the
 // partition, on that job's nodes (docs/slurm.md). The processors are
-// slurmctld's count for those nodes (allocCPUs).
-func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
+// slurmctld's count for those nodes (allocCPUs); sharedExclusive
+// (--exclusive=user, mcs or topo) counts the job's tasks, as Slurm's 1
+// processor for one task, though Loom's scheduler holds such a job's nodes
+// whole (scontrol show job shows their CPUs once it runs).
+func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job, sharedExclusive bool) error {
 	job, err := c.sendJob(ctx, j, true)
 	if err != nil {
 		if st, ok := status.FromError(err); ok {
@@ -56,9 +59,12 @@ func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job) error {
 		return err
 	}
 	counted := job
+	if job.GetMaxNodeCount() > 0 || sharedExclusive {
+		counted = proto.Clone(job).(*loomv1.Job)
+		counted.Exclusive = job.GetExclusive() && !sharedExclusive
+	}
 	if job.GetMaxNodeCount() > 0 {
 		// A range (-N1-3) counts the nodes it would get, as Slurm's.
-		counted = proto.Clone(job).(*loomv1.Job)
 		counted.NodeCount, counted.MaxNodeCount = int32(rangeNodes(job, len(hosts))), 0
 	}
 	procs := allocCPUs(counted, hosts, nodes)
@@ -102,7 +108,7 @@ func allocCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
 // estimateStart is testOnly's estimate for job in partition part.
 func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, nodes []*loomv1.SlurmNode) (time.Time, []string, error) {
 	n := int(max(job.GetNodeCount(), 1))
-	perNode := int32((jobCPUs(job) + n - 1) / n)
+	perNode := int32(slices.Max(jobNodeCPUs(job))) // the most any of its nodes takes
 	var fit []string
 	for _, nd := range nodes {
 		free := nd.GetState() == loomv1.SlurmNode_IDLE || nd.GetState() == loomv1.SlurmNode_MIXED && !job.GetExclusive()

@@ -56,7 +56,9 @@ func TestSbatchTestOnly(t *testing.T) {
 // slurmctld's, as Slurm 22.05 printed it beside Loom (scripts/slurm-local.sh,
 // 16-CPU nodes, CR_Core): --exclusive takes every CPU of the nodes named
 // (here 16 and 32: each node's own count), whatever -n or --gres ask;
-// --ntasks-per-node counts per node; --gres adds none.
+// --ntasks-per-node counts per node; --gres adds none; --cpus-per-gpu
+// gives each node the larger of its tasks' CPUs and its GPUs times it
+// (--gpus spread over -N as 2 and 1); --exclusive=user counts the tasks.
 func TestSbatchTestOnlyProcessors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -71,6 +73,21 @@ func TestSbatchTestOnlyProcessors(t *testing.T) {
 		{[]string{"-N2", "-c3"}, "6 processors on nodes gpu-[0001-0002]"},
 		{[]string{"-n4", "-c2"}, "8 processors on nodes gpu-0001"},
 		{[]string{"--gres=gpu:2"}, "1 processors on nodes gpu-0001"},
+		{[]string{"--gpus-per-node=2", "--cpus-per-gpu=3"}, "6 processors on nodes gpu-0001"},
+		{[]string{"--gres=gpu:2", "--cpus-per-gpu=3"}, "6 processors on nodes gpu-0001"},
+		{[]string{"--gpus=3", "-N2", "--cpus-per-gpu=2"}, "6 processors on nodes gpu-[0001-0002]"},
+		{[]string{"--gpus=5", "-N2", "--cpus-per-gpu=2"}, "10 processors on nodes gpu-[0001-0002]"},
+		{[]string{"--gpus=3", "-N2", "-n8", "--cpus-per-gpu=2"}, "8 processors on nodes gpu-[0001-0002]"},
+		{[]string{"--gpus=3", "--cpus-per-gpu=2"}, "6 processors on nodes gpu-0001"},
+		{[]string{"--gpus-per-node=2", "--cpus-per-gpu=3", "-n8"}, "8 processors on nodes gpu-0001"},
+		{[]string{"--gpus-per-node=2", "--cpus-per-gpu=3", "-N2", "-n8"}, "12 processors on nodes gpu-[0001-0002]"},
+		{[]string{"--gpus-per-node=2", "--cpus-per-gpu=3", "-N2", "--ntasks-per-node=3"}, "12 processors on nodes gpu-[0001-0002]"},
+		{[]string{"--gpus-per-node=2", "--cpus-per-gpu=3", "-N2", "--ntasks-per-node=8"}, "16 processors on nodes gpu-[0001-0002]"},
+		{[]string{"--gpus-per-task=2", "-n3", "--cpus-per-gpu=2"}, "12 processors on nodes gpu-0001"},
+		{[]string{"--cpus-per-gpu=3"}, "1 processors on nodes gpu-0001"},
+		{[]string{"--exclusive=user"}, "1 processors on nodes gpu-0001"},
+		{[]string{"--exclusive=user", "-N2", "-n4"}, "4 processors on nodes gpu-[0001-0002]"},
+		{[]string{"--exclusive=mcs", "--exclusive"}, "16 processors on nodes gpu-0001"},
 	} {
 		f := fixture()
 		// gpu-0001 and gpu-0002 idle, with 16 and 32 CPUs.
@@ -135,7 +152,6 @@ func TestSbatchCpusPerGPURefusals(t *testing.T) {
 	t.Parallel()
 	const conflict = "sbatch: error: --cpus-per-gpu is mutually exclusive with --cpus-per-task\n" +
 		"sbatch: error: Invalid generic resource (gres) specification\n"
-	const warn = "sbatch: warning: --cpus-per-gpu is not supported by Loom and is ignored\n"
 	for _, tc := range []struct {
 		args   []string
 		code   int
@@ -143,9 +159,9 @@ func TestSbatchCpusPerGPURefusals(t *testing.T) {
 	}{
 		{[]string{"--cpus-per-gpu=3", "--gres=gpu:2", "-c2"}, 1, conflict},
 		{[]string{"-c2", "--cpus-per-gpu=3"}, 1, conflict},
-		{[]string{"--cpus-per-gpu=3", "--gres=gpu:2", "--exclusive"}, 1, warn +
+		{[]string{"--cpus-per-gpu=3", "--gres=gpu:2", "--exclusive"}, 1,
 			"sbatch: error: Batch job submission failed: Requested node configuration is not available\n"},
-		{[]string{"--test-only", "--cpus-per-gpu=3", "--exclusive"}, 1, warn +
+		{[]string{"--test-only", "--cpus-per-gpu=3", "--exclusive"}, 1,
 			"allocation failure: Requested node configuration is not available\n"},
 		{[]string{"--cpus-per-gpu=0"}, 1, "sbatch: error: Invalid numeric value \"0\" for --cpus-per-gpu.\n"},
 		{[]string{"--cpus-per-gpu=x"}, 1, "sbatch: error: Invalid numeric value \"x\" for --cpus-per-gpu.\n"},
@@ -162,7 +178,48 @@ func TestSbatchCpusPerGPURefusals(t *testing.T) {
 	}
 	f := fixture()
 	code, out, errOut := run(t, f, "sbatch", Env{}, "--cpus-per-gpu=3", "--gres=gpu:2", "--exclusive=user", "--wrap", "hostname")
-	if code != 0 || !strings.HasPrefix(out, "Submitted batch job ") || errOut != warn {
-		t.Errorf("sbatch --cpus-per-gpu --exclusive=user: %d %q %q, want a job and %q", code, out, errOut, warn)
+	if code != 0 || !strings.HasPrefix(out, "Submitted batch job ") || errOut != "" {
+		t.Errorf("sbatch --cpus-per-gpu --exclusive=user: %d %q %q, want a job", code, out, errOut)
+	}
+	// The job carries it to the scheduler.
+	if reqs := submitted(f); len(reqs) != 1 || reqs[0].GetJob().GetCpusPerGpu() != 3 || reqs[0].GetJob().GetGpusPerNode() != 2 {
+		t.Errorf("sbatch --cpus-per-gpu=3 --gres=gpu:2 sent %v, want cpus_per_gpu 3 and gpus_per_node 2", reqs)
+	}
+}
+
+// TestCpusPerGPUJobCPUs: a job with --cpus-per-gpu shows the CPUs Loom's
+// scheduler gives it, Slurm's count: per node the larger of its tasks ×
+// CPUs per task and its GPUs × CPUs per GPU, in scontrol show job's
+// NumCPUs and TRES, squeue's %C and sacct's AllocCPUS (the batch step's:
+// the batch host's), as Slurm 22.05 showed an --gres=gpu:2
+// --cpus-per-gpu=3 -N2 -n8 job beside Loom (NumCPUs=12, TRES=cpu=12,
+// CpusPerTres=gres:gpu:3).
+func TestCpusPerGPUJobCPUs(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	j := f.Jobs[3]
+	if j.GetJobId() != "12" {
+		t.Fatalf("fixture job 3 is %s, want 12", j.GetJobId())
+	}
+	// Running on 2 nodes, 8 tasks, 2 GPUs and 3 CPUs each per node.
+	j.Ntasks, j.CpusPerTask, j.GpusPerNode, j.CpusPerGpu, j.AllocGpus = 8, 0, 2, 3, 4
+	code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "12")
+	for _, want := range []string{" NumCPUs=12 NumTasks=8 ", "TRES=cpu=12,mem=128G,node=2,billing=12,", "\n   CpusPerTres=gres:gpu:3\n"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("show job 12: %d %q %q, want %q", code, out, errOut, want)
+		}
+	}
+	if code, out, errOut = run(t, f, "squeue", Env{}, "-h", "-o", "%i %C", "-j", "12"); code != 0 || out != "12 12\n" {
+		t.Errorf("squeue %%C: %d %q %q, want \"12 12\\n\"", code, out, errOut)
+	}
+	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "--format=JobID,AllocCPUS")
+	if want := "12|12\n12.batch|6\n"; code != 0 || out != want {
+		t.Errorf("sacct AllocCPUS: %d %q %q, want %q", code, out, errOut, want)
+	}
+	// --gpus=3 over the 2 nodes, 2 CPUs each: 2 GPUs and 1, 4 CPUs and 2.
+	j.Ntasks, j.GpusPerNode, j.Gpus, j.CpusPerGpu, j.AllocGpus = 0, 0, 3, 2, 3
+	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "--format=JobID,AllocCPUS")
+	if want := "12|6\n12.batch|4\n"; code != 0 || out != want {
+		t.Errorf("sacct AllocCPUS of --gpus=3: %d %q %q, want %q", code, out, errOut, want)
 	}
 }
