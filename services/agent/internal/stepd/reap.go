@@ -16,6 +16,7 @@ package stepd
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -31,6 +32,23 @@ const prSetChildSubreaper = 36
 func becomeSubreaper() error {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
 		return e
+	}
+	return nil
+}
+
+// oomScoreAdjMin is the OOM killer's "never this one" (OOM_SCORE_ADJ_MIN,
+// linux/oom.h).
+const oomScoreAdjMin = -1000
+
+// protectFromOOM takes the shim out of the OOM killer's choice: were it
+// killed, everything its job detached would go to init, out of any step's
+// reach (the sweep, the stop's signals), and the job's end unrecorded. The
+// shim itself holds a few megabytes; the memory is its job's, which keeps
+// its own regard. Lowering it needs CAP_SYS_RESOURCE (an agent that runs
+// as root): otherwise it fails, and the shim runs on as before.
+func protectFromOOM() error {
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(oomScoreAdjMin)+"\n"), 0); err != nil {
+		return fmt.Errorf("loom-stepd: oom_score_adj %d: %w", oomScoreAdjMin, err)
 	}
 	return nil
 }

@@ -111,6 +111,10 @@ type Report struct {
 	// Errno is the system error under Err (0: none), so that the agent's
 	// error still says what it is (errors.Is(err, fs.ErrPermission)).
 	Errno syscall.Errno `json:"errno,omitempty"`
+	// OOMErr, when set, is why the shim keeps the OOM killer's default
+	// regard (protectFromOOM): the agent says it once, not every step's
+	// output.
+	OOMErr string `json:"oom_err,omitempty"`
 }
 
 // Status is how a job ended, as its shim records it.
@@ -246,7 +250,14 @@ func run() int {
 	if feed != nil {
 		feed()
 	}
-	say(Report{PID: c.Process.Pid, Start: startTime(c.Process.Pid)})
+	// Once the job has started, so that it (and all it forks) keeps the
+	// regard it would have had without a shim; before the report, so that
+	// the agent finds it done.
+	started := Report{PID: c.Process.Pid, Start: startTime(c.Process.Pid)}
+	if err := protectFromOOM(); err != nil {
+		started.OOMErr = err.Error()
+	}
+	say(started)
 	// Reaped here, not by c.Wait: the orphans the shim reaps meanwhile
 	// would otherwise be zombies until the job's end.
 	var extra usage

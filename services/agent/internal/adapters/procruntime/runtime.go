@@ -7,6 +7,7 @@ package procruntime
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,10 @@ const Name = "process"
 // in its messages; New sets both.
 type Runtime struct {
 	opts Options
+	// oomWarned says whether a shim's failure to lower its oom_score_adj
+	// has been logged: every shim of this runtime runs with the same
+	// rights, and once says it of all of them.
+	oomWarned *sync.Once
 }
 
 // Options configure the process runtime.
@@ -52,12 +57,20 @@ type Options struct {
 	// <work dir>/steps. Empty: units are the agent's direct children, and
 	// Recover finds nothing.
 	StateDir string
+	// Log takes what the runtime says of itself (nil: slog.Default()): a
+	// shim left open to the OOM killer, once (startShim).
+	Log *slog.Logger
 }
 
 var _ ports.Runtime = Runtime{}
 
 // New returns the process runtime.
-func New(opts Options) Runtime { return Runtime{opts: opts} }
+func New(opts Options) Runtime {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	return Runtime{opts: opts, oomWarned: new(sync.Once)}
+}
 
 // node names the node in messages.
 func (r Runtime) node() string {

@@ -1,8 +1,10 @@
 package procruntime
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -623,6 +625,78 @@ while :; do setsid sh -c '(trap "" TERM; exec sleep 300) &'; done`)
 			}
 		}
 	})
+}
+
+// TestShimOutOfTheOOMKillersReach: the shim, its job's child subreaper,
+// asks the OOM killer never to choose it (were it chosen, what its job
+// detached would escape the step) where it may, and only once its job has
+// started: the job, and what the job forks, keep the agent's own regard.
+// Where it may not (no CAP_SYS_RESOURCE), the runtime says so, once.
+func TestShimOutOfTheOOMKillersReach(t *testing.T) {
+	t.Parallel()
+	// Written only by Start, on this goroutine.
+	var logged bytes.Buffer
+	rt := New(Options{AllowRoot: true, StateDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	agent := oomScoreAdj(t, os.Getpid())
+	may := mayLowerOOMScoreAdj(t)
+	for i := range 2 {
+		dir := t.TempDir()
+		stdout, stderr := outputs(t, dir)
+		p := start(t, rt, ports.Spec{Argv: []string{"/bin/sh", "-c", "sleep 60 & echo $! > child; echo $$ > job; wait"},
+			Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Stdout: stdout, Stderr: stderr, Name: "oom" + strconv.Itoa(i)})
+		want := agent // the shim may not lower it: it stays
+		if may {
+			want = -1000
+		}
+		if got := oomScoreAdj(t, p.Group().PID); got != want {
+			t.Errorf("the shim's oom_score_adj = %d, want %d", got, want)
+		}
+		for _, f := range []string{"job", "child"} {
+			pid, err := strconv.Atoi(waitFile(t, filepath.Join(dir, f)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := oomScoreAdj(t, pid); got != agent {
+				t.Errorf("the %s process's oom_score_adj = %d, want the agent's %d", f, got, agent)
+			}
+		}
+	}
+	log := logged.String()
+	warnings := strings.Count(log, "level=WARN")
+	switch {
+	case may && warnings != 0:
+		t.Errorf("the shims lowered their oom_score_adj, yet the runtime logged:\n%s", log)
+	case !may && (warnings != 1 || !strings.Contains(log, "permission denied")):
+		t.Errorf("the shims could not lower their oom_score_adj: the runtime logged\n%s\nwant one warning that says why", log)
+	}
+}
+
+// oomScoreAdj reads pid's oom_score_adj.
+func oomScoreAdj(t *testing.T, pid int) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(read(t, "/proc/"+strconv.Itoa(pid)+"/oom_score_adj")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// mayLowerOOMScoreAdj reports whether this process, and so the shims it
+// starts, holds CAP_SYS_RESOURCE, which lowering an oom_score_adj needs.
+func mayLowerOOMScoreAdj(t *testing.T) bool {
+	t.Helper()
+	const capSysResource = 24 // linux/capability.h
+	for _, line := range strings.Split(read(t, "/proc/self/status"), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return caps&(1<<capSysResource) != 0
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return false
 }
 
 // inDir lists the live processes whose working directory is dir: every

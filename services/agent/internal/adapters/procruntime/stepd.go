@@ -122,6 +122,12 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 		}
 		return nil, startError{got.Err, got.Errno}
 	}
+	if got.OOMErr != "" && r.oomWarned != nil {
+		r.oomWarned.Do(func() {
+			r.opts.Log.Warn("steps' shims stay open to the OOM killer: if one is chosen, what its job detached escapes the step (lowering its oom_score_adj needs CAP_SYS_RESOURCE, which root has unless its container drops it)",
+				"err", got.OOMErr)
+		})
+	}
 	pid := shim.Process.Pid
 	start, _ := proc.StartTime(pid)
 	return &process{c: shim, g: ports.Group{PID: pid, Start: start}, status: ss.StatusFile}, nil
