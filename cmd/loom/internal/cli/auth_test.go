@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -408,6 +409,70 @@ func TestAuthdNeedsTheLoginKey(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "authd.sock")); err == nil {
 		t.Error("authd left a socket behind")
+	}
+}
+
+// TestAuthdServesItsDataDirsUp: without --gateway, `loom authd --data-dir
+// D` serves the gateway that D's running `loom up` recorded, not the
+// default data directory's; --gateway still wins.
+func TestAuthdServesItsDataDirsUp(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	keys := stack.KeysIn(data)
+	if err := os.MkdirAll(keys.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keys.Login, []byte("lk_test.key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// This process as D's running `loom up`, on ports of its own.
+	if err := writeUpRecord(data, upRecord{PortBase: 8100, Gateway: "127.0.0.1:8170", REST: "127.0.0.1:8180", Broker: "127.0.0.1:8192"}); err != nil {
+		t.Fatal(err)
+	}
+	release, err := holdDataDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	for i, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "127.0.0.1:8170"},
+		{[]string{"--gateway", "127.0.0.1:9170"}, "127.0.0.1:9170"},
+	} {
+		a := newApp()
+		// The default data directory (~/.loom of an empty home) has no
+		// `loom up`: its gateway would be DefaultGateway.
+		a.environ = func() []string { return []string{"HOME=" + t.TempDir()} }
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel) // should the test stop before its Ctrl-C
+		var out, errOut syncBuffer
+		code := make(chan int, 1)
+		socket := filepath.Join(data, "authd"+strconv.Itoa(i)+".sock")
+		go func() {
+			code <- a.execute(ctx, append([]string{"authd", "--data-dir", data, "--socket", socket}, c.args...), &out, &errOut)
+		}()
+		testkit.WaitFor(t, 30*time.Second, "loom authd to listen", func() (bool, error) {
+			select {
+			case n := <-code:
+				return false, fmt.Errorf("loom authd %v exited %d: %s%s", c.args, n, out.String(), errOut.String())
+			default:
+			}
+			return strings.Contains(out.String(), "Login daemon on "), nil
+		})
+		if want := "for the gateway at " + c.want + "."; !strings.Contains(out.String(), want) {
+			t.Errorf("loom authd --data-dir D %v said %q, want %q", c.args, out.String(), want)
+		}
+		cancel() // Ctrl-C
+		select {
+		case n := <-code:
+			if n != 0 {
+				t.Errorf("loom authd exited %d after Ctrl-C: %s", n, errOut.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("loom authd did not stop after Ctrl-C")
+		}
 	}
 }
 

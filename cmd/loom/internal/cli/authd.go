@@ -103,6 +103,8 @@ process that connected, which the kernel reports (SO_PEERCRED), never for a
 name the client gives: as munge vouches for a uid to Slurm. The daemon asks
 the gateway (--gateway) with the login key, which the gateway writes at its
 first start (-login-key-file; "loom up" keeps it in <data dir>/keys/login.key).
+Without --gateway it asks LOOM_GATEWAY, else the gateway of the "loom up"
+running with --data-dir, else ` + DefaultGateway + `.
 
 "loom up" runs one on <data dir>/authd.sock; "loom clusters login" points its
 shell's Slurm commands at it (LOOM_AUTHD_SOCKET). Run this on a login node
@@ -122,18 +124,25 @@ that is not the "loom up" machine, with a copy of the login key.`,
 			if _, err := stack.ReadKeyFile(keyFile); err != nil {
 				return fmt.Errorf("login key: %w (the gateway writes it at its first start with -login-key-file; give its copy with --login-key-file)", err)
 			}
+			// The gateway of the data directory's `loom up`, as other
+			// commands follow LOOM_DATA_DIR's: --gateway's default is the
+			// default data directory's, which --data-dir may not be.
+			gateway := a.gateway
+			if !cmd.Flags().Changed("gateway") {
+				gateway = a.gatewayOf(abs)
+			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			stop, err := runAuthd(cmd.Context(), socket, a.gateway, func() (string, error) { return stack.ReadKeyFile(keyFile) }, log)
+			stop, err := runAuthd(cmd.Context(), socket, gateway, func() (string, error) { return stack.ReadKeyFile(keyFile) }, log)
 			if err != nil {
 				return err
 			}
 			defer stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "Login daemon on %s for the gateway at %s. Press Ctrl-C to stop.\n", socket, a.gateway)
+			fmt.Fprintf(cmd.OutOrStdout(), "Login daemon on %s for the gateway at %s. Press Ctrl-C to stop.\n", socket, gateway)
 			<-cmd.Context().Done()
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the data directory of the \"loom up\" whose gateway it serves (LOOM_DATA_DIR)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", dataDirFrom(a.getenv), "the data directory of the \"loom up\" whose gateway it serves (LOOM_DATA_DIR)")
 	cmd.Flags().StringVar(&socket, "socket", config.Env("LOOM_AUTHD_SOCKET", ""), "Unix socket to listen on (LOOM_AUTHD_SOCKET; default <data dir>/authd.sock)")
 	cmd.Flags().StringVar(&keyFile, "login-key-file", config.Env("LOOM_GATEWAY_LOGIN_KEY_FILE", ""), "the login key (default <data dir>/keys/login.key)")
 	return cmd

@@ -92,11 +92,17 @@ func dataDirFrom(getenv func(string) string) string {
 // LOOM_GATEWAY; else the gateway of the `loom up` running with the
 // default data directory (LOOM_DATA_DIR, else ~/.loom), which may have
 // been given other ports (--port-base); else DefaultGateway.
-func (a *app) defaultGateway() string {
+func (a *app) defaultGateway() string { return a.gatewayOf(dataDirFrom(a.getenv)) }
+
+// gatewayOf is the gateway of the `loom up` of dataDir for a command not
+// given --gateway: LOOM_GATEWAY; else the one its running `loom up`
+// recorded there, when the record is trusted (trustedUpRecord); else
+// DefaultGateway.
+func (a *app) gatewayOf(dataDir string) string {
 	if g := a.getenv("LOOM_GATEWAY"); g != "" {
 		return g
 	}
-	if dir, err := filepath.Abs(dataDirFrom(a.getenv)); err == nil {
+	if dir, err := filepath.Abs(dataDir); err == nil {
 		if _, running := runningUp(dir); running {
 			if r, ok := readUpRecord(dir); ok && trustedUpRecord(dir, r) {
 				return r.Gateway
