@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -75,9 +76,13 @@ func OverwrittenBy(old, by *loomv1.ModelVersion, now time.Time) string {
 		old.GetArtifactUri(), by.GetName(), now.UTC().Format(time.RFC3339), digest(by), digest(old))
 }
 
-// markOverwritten sets reg.Overwritten: every version in s, of any model,
-// registered from reg.Version's artifact location with another artifact
-// set, and not marked before, as a copy marked artifact_changed. A version
+// markOverwritten sets reg.Overwritten: every version in s, of any model
+// of reg's project, registered from reg.Version's artifact location with
+// another artifact set, and not marked before, as a copy marked
+// artifact_changed. Versions of other projects are never marked: a tenant
+// may register any directory it can read, or a job output whose files it
+// never wrote, and a mark is permanent and refuses every export; it would
+// also name that tenant's version in this project's record. A version
 // that reg already rewrites (reg.Moved: it lost an alias to the new one)
 // is marked there instead, so that one write holds both changes. It reads
 // every version in memory once (no I/O): a registration's cost grows with
@@ -93,7 +98,14 @@ func markOverwritten(s *State, reg *Registration, now time.Time) {
 	}
 	note := func(old *loomv1.ModelVersion) string { return OverwrittenBy(old, nv, now) }
 	at := locationOf(nv.GetArtifactUri())
-	for _, vs := range s.Versions {
+	own, err := resname.SplitModel(reg.Model.GetName())
+	if err != nil {
+		return // no project to mark within
+	}
+	for model, vs := range s.Versions {
+		if mn, err := resname.SplitModel(model); err != nil || mn.Project != own.Project {
+			continue
+		}
 		for _, v := range vs {
 			if v.GetArtifactChanged() != "" || locationOf(v.GetArtifactUri()) != at || sameSet(v, nv) {
 				continue

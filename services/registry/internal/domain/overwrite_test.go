@@ -98,9 +98,50 @@ func BenchmarkMarkOverwritten(b *testing.B) {
 			})
 		}
 	}
-	reg := &Registration{Version: &loomv1.ModelVersion{Name: "projects/default/models/new/versions/1", ArtifactUri: "file:///data/new/model"}}
+	reg := &Registration{Model: &loomv1.Model{Name: "projects/default/models/new"},
+		Version: &loomv1.ModelVersion{Name: "projects/default/models/new/versions/1", ArtifactUri: "file:///data/new/model"}}
 	b.ResetTimer()
 	for b.Loop() {
 		markOverwritten(s, reg, now)
+	}
+}
+
+// TestRegistrationMarksOnlyItsOwnProject: a registration of another
+// project from the same location marks nothing of this one. A tenant may
+// name any directory it can read (or a job output it never wrote), and a
+// mark is permanent and blocks every export: another project's word must
+// not disable this one's versions, nor put that project's version names
+// in this one's records.
+func TestRegistrationMarksOnlyItsOwnProject(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := NewState()
+	a := completed("1", "alpha")
+	a.ModelDir = "/data/victim/model"
+	s.Apply(Decide(s, a, now))
+
+	cmd := upload("other-1")
+	cmd.Project = "mallory"
+	cmd.Lineage = nil
+	cmd.Model.ArtifactUri = "file:///data/victim/model"
+	u, err := ValidateUpload(s, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Manifest = "eee"
+	r := RegisterUpload(s, u, now)
+	if len(r.Overwritten) != 0 || len(r.Moved) != 0 {
+		t.Fatalf("an upload of project mallory marked %v (moved %v); want nothing of project default", r.Overwritten, r.Moved)
+	}
+	s.Apply(r)
+
+	b := completed("2", "beta")
+	b.Job.Name, b.ModelDir = "projects/mallory/jobs/2", "/data/victim/model/"
+	// It marks mallory's own upload of that directory, and nothing else.
+	if r := Decide(s, b, now); len(r.Overwritten) != 1 || r.Overwritten[0].GetName() != "projects/mallory/models/tiny/versions/1" {
+		t.Fatalf("a job of project mallory marked %v; want only mallory's tiny v1", r.Overwritten)
+	}
+	if got := s.Versions["projects/default/models/alpha"][0].GetArtifactChanged(); got != "" {
+		t.Fatalf("project default's version marked by project mallory: %s", got)
 	}
 }
