@@ -14,4 +14,8 @@ func (j *Job) ClearOutputs() {
 	j.RestartCount, j.Runs, j.BatchHost, j.AllocGpus = 0, nil, "", 0
 	j.Steps, j.StepsOmitted = nil, 0
 	j.UserFailures, j.ExcludedNodes = 0, nil
+	// Who cancelled it and how its program ended: sacct's "CANCELLED by
+	// UID" and ExitCode, which a submitter must not write for the
+	// scheduler.
+	j.CancelledBy, j.ExitSignal, j.DerivedExitCode, j.DerivedExitSignal = "", nil, nil, nil
 }

@@ -60,3 +60,32 @@ func TestCancelRecordsWhoAndBatchEnd(t *testing.T) {
 		t.Errorf("allocation 3 ended by its command: cancelled by %q, want nobody", j.GetCancelledBy())
 	}
 }
+
+// TestSubmitIgnoresCallerCancelledBy: who cancelled a job, and how its
+// program ended, are the scheduler's record, never the submitter's: a
+// SubmitJob that sets them (any REST or gRPC caller, or the bridge, may
+// send any Job) is taken without them, so that a job ended otherwise (an
+// allocation ended by its command, here) is never shown "CANCELLED by
+// root" or killed by a signal it never got.
+func TestSubmitIgnoresCallerCancelledBy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 4)
+	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 1, GpusPerNode: 4,
+		Command: []string{"/bin/train"}, CancelledBy: "root", ExitSignal: proto.Int32(9),
+		DerivedExitCode: proto.Int32(3), DerivedExitSignal: proto.Int32(9)})
+	check := func(when string) {
+		t.Helper()
+		j := h.job(1)
+		if j.GetCancelledBy() != "" || j.ExitSignal != nil || j.DerivedExitCode != nil || j.DerivedExitSignal != nil {
+			t.Fatalf("job 1 %s: cancelled by %q, exit signal %v, derived exit %v/%v: the submitter's, want none",
+				when, j.GetCancelledBy(), j.ExitSignal, j.DerivedExitCode, j.DerivedExitSignal)
+		}
+	}
+	check("pending")
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, User: "ana", ExitCode: proto.Int32(0)})
+	if j := h.job(1); j.GetState() == loomv1.JobState_CANCELLED || j.GetCancelledBy() != "" {
+		t.Fatalf("allocation 1 ended by its command: %v, cancelled by %q; want not cancelled, by nobody", j.GetState(), j.GetCancelledBy())
+	}
+}
