@@ -66,6 +66,10 @@ type app struct {
 	// configDir, when set, is the CLI's config directory (the credentials
 	// file's), instead of creds.Dir's: tests keep out of the real user's.
 	configDir string
+	// upRecordRead, when set, runs once gatewayOf has read a data
+	// directory's loom-up.json and before it judges it (tests swap the
+	// file there, as another user of a shared directory could).
+	upRecordRead func(dir string)
 
 	connMu sync.Mutex
 	conn   *grpc.ClientConn

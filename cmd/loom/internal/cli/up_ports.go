@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -96,7 +97,7 @@ func (a *app) defaultGateway() string { return a.gatewayOf(dataDirFrom(a.getenv)
 
 // gatewayOf is the gateway of the `loom up` of dataDir for a command not
 // given --gateway: LOOM_GATEWAY; else the one its running `loom up`
-// recorded there, when the record is trusted (trustedUpRecord); else
+// recorded there, when the record is trusted (readTrustedUpRecord); else
 // DefaultGateway.
 func (a *app) gatewayOf(dataDir string) string {
 	if g := a.getenv("LOOM_GATEWAY"); g != "" {
@@ -104,7 +105,7 @@ func (a *app) gatewayOf(dataDir string) string {
 	}
 	if dir, err := filepath.Abs(dataDir); err == nil {
 		if _, running := runningUp(dir); running {
-			if r, ok := readUpRecord(dir); ok && trustedUpRecord(dir, r) {
+			if r, ok := a.readTrustedUpRecord(dir); ok {
 				return r.Gateway
 			}
 		}
@@ -112,26 +113,46 @@ func (a *app) gatewayOf(dataDir string) string {
 	return DefaultGateway
 }
 
-// trustedUpRecord reports whether the CLI may send its credentials to r's
-// gateway without being told to: the record is owned by this user or
-// root and writable by no one else, and names a loopback address (where
-// `loom up` listens). A data directory others can write to (LOOM_DATA_DIR
-// pointed at a shared one) must not let them steer the CLI, and the API
-// key it sends, to a gateway of their own.
-func trustedUpRecord(dir string, r upRecord) bool {
+// readTrustedUpRecord reads dir's record when the CLI may send its
+// credentials to its gateway without being told to: the record is owned
+// by this user or root and writable by no one else, and names a loopback
+// address (where `loom up` listens). A data directory others can write to
+// (LOOM_DATA_DIR pointed at a shared one) must not let them steer the CLI,
+// and the API key it sends, to a gateway of their own. The owner and mode
+// are those of the file read (one open file, not the path twice): in such
+// a directory the path may name another file by the time it is checked.
+func (a *app) readTrustedUpRecord(dir string) (upRecord, bool) {
+	f, err := os.Open(upRecordFile(dir))
+	if err != nil {
+		return upRecord{}, false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return upRecord{}, false
+	}
+	if a.upRecordRead != nil {
+		a.upRecordRead(dir)
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 {
+		return upRecord{}, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || (st.Uid != 0 && int(st.Uid) != os.Geteuid()) {
+		return upRecord{}, false
+	}
+	var r upRecord
+	if json.Unmarshal(b, &r) != nil || r.Gateway == "" {
+		return upRecord{}, false
+	}
 	host, _, err := net.SplitHostPort(r.Gateway)
 	if err != nil {
-		return false
+		return upRecord{}, false
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return false
+		return upRecord{}, false
 	}
-	fi, err := os.Stat(upRecordFile(dir))
-	if err != nil || fi.Mode().Perm()&0o022 != 0 {
-		return false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && (st.Uid == 0 || int(st.Uid) == os.Geteuid())
+	return r, true
 }
 
 // upPortBase is `loom up`'s port base: --port-base when given, else

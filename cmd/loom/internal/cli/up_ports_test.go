@@ -325,3 +325,44 @@ func TestUpRefusesOtherPortsWhileItsAgentsRun(t *testing.T) {
 		t.Error("the refused loom up still holds the data dir")
 	}
 }
+
+// TestUpRecordJudgedAsRead: the record the CLI follows is the one whose
+// owner and mode were checked. In a data directory another user can write
+// to, they can put their record (theirs, naming their listener) in place,
+// and rename the trusted one back once the CLI has read theirs: the
+// checks must be of the file read, not of what the path names later.
+func TestUpRecordJudgedAsRead(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	release, err := holdDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	// The trusted record, kept aside while the other one is in place.
+	if err := writeUpRecord(dir, upRecord{PortBase: 8000, Gateway: "127.0.0.1:8070", REST: "127.0.0.1:8080", Broker: "127.0.0.1:8092"}); err != nil {
+		t.Fatal(err)
+	}
+	aside := filepath.Join(dir, "trusted.json")
+	if err := os.Rename(upRecordFile(dir), aside); err != nil {
+		t.Fatal(err)
+	}
+	// Another user's record: writable by others, as a file of another
+	// account would be untrusted.
+	if err := os.WriteFile(upRecordFile(dir), []byte(`{"gateway":"127.0.0.1:9999"}`), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(upRecordFile(dir), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	a := newApp()
+	a.environ = func() []string { return []string{"LOOM_DATA_DIR=" + dir} }
+	a.upRecordRead = func(string) {
+		if err := os.Rename(aside, upRecordFile(dir)); err != nil {
+			t.Error(err)
+		}
+	}
+	if got := a.defaultGateway(); got != DefaultGateway {
+		t.Fatalf("the record read was another's (mode 0666, 127.0.0.1:9999), then replaced: default gateway %q, want %q", got, DefaultGateway)
+	}
+}
