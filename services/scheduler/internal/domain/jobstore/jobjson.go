@@ -142,35 +142,9 @@ func (p *recordParser) str() ([]byte, bool) {
 	return nil, false
 }
 
-// int32 consumes an integer as json.Marshal writes one (an optional minus,
-// no leading zeros, no fraction or exponent) that fits in an int32.
+// int32 consumes an integer as json.Marshal writes one that fits in an
+// int32 (integer's grammar).
 func (p *recordParser) int32() (int32, bool) {
-	neg := len(p.b) > 0 && p.b[0] == '-'
-	i := 0
-	if neg {
-		i = 1
-	}
-	start := i
-	var v int64
-	for i < len(p.b) && p.b[i] >= '0' && p.b[i] <= '9' {
-		v = v*10 + int64(p.b[i]-'0')
-		i++
-		if i-start > 10 {
-			return 0, false
-		}
-	}
-	if i == start || (p.b[start] == '0' && i-start > 1) {
-		return 0, false
-	}
-	if i < len(p.b) && (p.b[i] == '.' || p.b[i] == 'e' || p.b[i] == 'E') {
-		return 0, false
-	}
-	if neg {
-		v = -v
-	}
-	if v < -1<<31 || v > 1<<31-1 {
-		return 0, false
-	}
-	p.b = p.b[i:]
-	return int32(v), true
+	n, ok := p.integer(-1<<31, 1<<31-1)
+	return int32(n), ok
 }

@@ -50,13 +50,15 @@ func jobRecordSamples(t testing.TB) [][]byte {
 	return out
 }
 
-// checkJobRecord fails t unless decodeJobRecord reads b as json.Unmarshal
-// does: the same record, or an error for both.
-func checkJobRecord(t *testing.T, b []byte) (direct bool) {
+// checkAsJSON fails t unless decode reads b as json.Unmarshal does (the
+// same record, or an error for both), and direct, the direct parse that
+// decode tries first, takes nothing that encoding/json refuses. It reports
+// whether direct took b.
+func checkAsJSON[T any](t *testing.T, b []byte, direct func([]byte, *T) bool, decode func([]byte, *T) error) (took bool) {
 	t.Helper()
-	var got, want jobRecord
-	direct = decodeJobRecordDirect(b, &jobRecord{})
-	gotErr := decodeJobRecord(b, &got)
+	var got, want T
+	took = direct(b, new(T))
+	gotErr := decode(b, &got)
 	wantErr := json.Unmarshal(b, &want)
 	if (gotErr != nil) != (wantErr != nil) {
 		t.Fatalf("%q: error %v, encoding/json's %v", b, gotErr, wantErr)
@@ -64,10 +66,38 @@ func checkJobRecord(t *testing.T, b []byte) (direct bool) {
 	if wantErr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: decoded %+v, encoding/json %+v", b, got, want)
 	}
-	if direct && wantErr != nil {
+	if took && wantErr != nil {
 		t.Fatalf("%q: parsed directly, but encoding/json refuses it: %v", b, wantErr)
 	}
-	return direct
+	return took
+}
+
+// checkJobRecord is checkAsJSON of decodeJobRecord.
+func checkJobRecord(t *testing.T, b []byte) (direct bool) {
+	t.Helper()
+	return checkAsJSON(t, b, decodeJobRecordDirect, decodeJobRecord)
+}
+
+// mutate is a copy of b with one to three bytes replaced, inserted or
+// deleted, each new one from alphabet: what a direct parse sees of a
+// damaged record, or of one nearly in json.Marshal's form.
+func mutate(rng *rand.Rand, b, alphabet []byte) []byte {
+	b = append([]byte(nil), b...)
+	for range 1 + rng.IntN(3) {
+		switch i := rng.IntN(len(b) + 1); rng.IntN(3) {
+		case 0: // replace
+			if i < len(b) {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+		case 1: // insert
+			b = append(b[:i], append([]byte{alphabet[rng.IntN(len(alphabet))]}, b[i:]...)...)
+		default: // delete
+			if i < len(b) {
+				b = append(b[:i], b[i+1:]...)
+			}
+		}
+	}
+	return b
 }
 
 // TestDecodeJobRecordAsJSON checks the direct parse of job records against
@@ -87,22 +117,7 @@ func TestDecodeJobRecordAsJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	alphabet := []byte(`{}[]",:-.0129eEaAjobtu\ ` + "\x00\xc3\xa9\xff")
 	for range 20000 {
-		b := append([]byte(nil), samples[rng.IntN(len(samples))]...)
-		for range 1 + rng.IntN(3) {
-			switch i := rng.IntN(len(b) + 1); rng.IntN(3) {
-			case 0: // replace
-				if i < len(b) {
-					b[i] = alphabet[rng.IntN(len(alphabet))]
-				}
-			case 1: // insert
-				b = append(b[:i], append([]byte{alphabet[rng.IntN(len(alphabet))]}, b[i:]...)...)
-			default: // delete
-				if i < len(b) {
-					b = append(b[:i], b[i+1:]...)
-				}
-			}
-		}
-		checkJobRecord(t, b)
+		checkJobRecord(t, mutate(rng, samples[rng.IntN(len(samples))], alphabet))
 	}
 }
 

@@ -131,8 +131,8 @@ func (p *recordParser) integer(lo, hi int64) (int64, bool) {
 }
 
 func (p *recordParser) i32(v *int32) bool {
-	n, ok := p.integer(-1<<31, 1<<31-1)
-	*v = int32(n)
+	n, ok := p.int32()
+	*v = n
 	return ok
 }
 

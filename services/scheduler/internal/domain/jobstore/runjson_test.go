@@ -129,24 +129,10 @@ func runRecordSamples(t testing.TB, rng *rand.Rand, n int) [][]byte {
 	return out
 }
 
-// checkRun fails t unless DecodeRun reads b as json.Unmarshal does: the
-// same record, or an error for both.
+// checkRun is checkAsJSON of DecodeRun.
 func checkRun(t *testing.T, b []byte) (direct bool) {
 	t.Helper()
-	var got, want RunRecord
-	direct = decodeRunDirect(b, &RunRecord{})
-	gotErr := DecodeRun(b, &got)
-	wantErr := json.Unmarshal(b, &want)
-	if (gotErr != nil) != (wantErr != nil) {
-		t.Fatalf("%q: error %v, encoding/json's %v", b, gotErr, wantErr)
-	}
-	if wantErr == nil && !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q: decoded %+v, encoding/json %+v", b, got, want)
-	}
-	if direct && wantErr != nil {
-		t.Fatalf("%q: parsed directly, but encoding/json refuses it: %v", b, wantErr)
-	}
-	return direct
+	return checkAsJSON(t, b, decodeRunDirect, DecodeRun)
 }
 
 // TestDecodeRunAsJSON checks the direct parse of run records against
@@ -175,22 +161,7 @@ func TestDecodeRunAsJSON(t *testing.T) {
 	}
 	alphabet := []byte(`{}[]",:-.0129eEaAjobtu\ nl` + "\x00\xc3\xa9\xff")
 	for range 20000 {
-		b := append([]byte(nil), samples[rng.IntN(len(samples))]...)
-		for range 1 + rng.IntN(3) {
-			switch i := rng.IntN(len(b) + 1); rng.IntN(3) {
-			case 0: // replace
-				if i < len(b) {
-					b[i] = alphabet[rng.IntN(len(alphabet))]
-				}
-			case 1: // insert
-				b = append(b[:i], append([]byte{alphabet[rng.IntN(len(alphabet))]}, b[i:]...)...)
-			default: // delete
-				if i < len(b) {
-					b = append(b[:i], b[i+1:]...)
-				}
-			}
-		}
-		checkRun(t, b)
+		checkRun(t, mutate(rng, samples[rng.IntN(len(samples))], alphabet))
 	}
 }
 
