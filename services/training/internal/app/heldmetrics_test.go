@@ -14,7 +14,6 @@ import (
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
-	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/training/internal/adapters"
 	"github.com/loom-ml/loom/services/training/internal/domain"
@@ -40,34 +39,8 @@ func TestHeldTrialMetricsDropsAreCounted(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "loom_training_trial_metrics_refused_total"); err != nil || n != 1+len(domain.DropReasons) {
 		t.Fatalf("loom_training_trial_metrics_refused_total exports %d reasons (%v), want rate and %v", n, err, domain.DropReasons)
 	}
-	handle := func(ev envelope.Event) {
-		t.Helper()
-		if err := a.Handle(ctx, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const tun = "projects/p/locations/l/hyperparameterTuningJobs/10"
-	create := envelope.New(topics.TrainingCommands, "projects/p", "loom/gateway", &eventsv1.CreateHyperparameterTuningJob{TuningJob: &trainingv1.HyperparameterTuningJob{
-		Name: tun, DisplayName: "tune", User: "alice", MaxTrialCount: 1, ParallelTrialCount: 1,
-		StudySpec: &trainingv1.StudySpec{
-			Metrics: []*trainingv1.StudySpec_MetricSpec{{MetricId: "val_loss", Goal: trainingv1.StudySpec_MetricSpec_MINIMIZE}},
-			Parameters: []*trainingv1.StudySpec_ParameterSpec{{ParameterId: "lr",
-				ParameterValueSpec: &trainingv1.StudySpec_ParameterSpec_DiscreteValueSpec_{DiscreteValueSpec: &trainingv1.StudySpec_ParameterSpec_DiscreteValueSpec{Values: []float64{1, 2}}}}}},
-		TrialJobSpec: &trainingv1.CustomJobSpec{WorkerPoolSpecs: []*trainingv1.WorkerPoolSpec{{
-			MachineSpec: &trainingv1.MachineSpec{MachineType: "n2-standard-4"}, ReplicaCount: 1,
-			Task: &trainingv1.WorkerPoolSpec_ContainerSpec{ContainerSpec: &trainingv1.ContainerSpec{Command: []string{"true"}}}}}}}})
-	create.Principal = "users/alice"
-	handle(create)
-	tj, err := a.GetTuningJob(tun)
-	if err != nil || len(tj.GetTrials()) != 1 {
-		t.Fatalf("tuning job %v (%v)", tj, err)
-	}
-	n, err := domain.ParseName(tj.GetTrials()[0].GetCustomJob(), domain.CustomJobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	handle(envelope.New(topics.ClusterEvents, n.EphemeralCluster(), "loom/provisioner", &eventsv1.ClusterChanged{
-		Cluster: &loomv1.Cluster{Name: n.EphemeralCluster(), Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING}}}))
+	handle := handler(t, ctx, a)
+	n := oneTrial(t, ctx, a, "projects/p/locations/l/hyperparameterTuningJobs/10")
 	report := func(attempt int32, host string, step int64) envelope.Event {
 		t.Helper()
 		ev := envelope.New(topics.StepEvents, n.Job(), "loom/agent", &eventsv1.MetricsReported{Job: n.Job(), Attempt: attempt, Node: host,

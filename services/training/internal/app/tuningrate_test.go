@@ -33,12 +33,7 @@ func TestTrialMetricsHaveANodeRate(t *testing.T) {
 	t.Parallel()
 	const limit = 3
 	ctx, a, rdb, n := trialRunning(t, limit)
-	handle := func(ev envelope.Event) {
-		t.Helper()
-		if err := a.Handle(ctx, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handle := handler(t, ctx, a)
 
 	var last envelope.Event
 	report := func(host string, step int64) {
@@ -109,12 +104,7 @@ func TestRedeliveredTrialMetricsCountOnce(t *testing.T) {
 		ev.Partition, ev.Offset, ev.HighWaterMark = 3, offset, offset+1 // as consumed
 		return ev
 	}
-	handle := func(ev envelope.Event) {
-		t.Helper()
-		if err := a.Handle(ctx, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handle := handler(t, ctx, a)
 	handle(record(40, 1))
 	again := record(41, 1) // step 1 again, as it was: nothing changes
 	for range 3 {          // delivered, then twice again
@@ -150,12 +140,29 @@ func trialRunning(t *testing.T, limit int64) (context.Context, *App, *redis.Clie
 		t.Fatal(err)
 	}
 	a.LimitTuningWrites(series.NewStore(rdb, st.Key("tuning:"), series.Limits{NodeRate: limit}))
-	handle := func(ev envelope.Event) {
+	n := oneTrial(t, ctx, a, tun)
+	handler(t, ctx, a)(envelope.New(topics.JobEvents, "projects/p", "loom/scheduler", &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(),
+		JobId: strconv.FormatInt(n.ID, 10), State: loomv1.JobState_RUNNING, Nodes: []string{"n-0001", "n-0002"}}, Attempt: 1}))
+	return ctx, a, rdb, n
+}
+
+// handler is a.Handle of an event in ctx, failing t on an error: what the
+// bus's consumer would do with it.
+func handler(t *testing.T, ctx context.Context, a *App) func(envelope.Event) {
+	return func(ev envelope.Event) {
 		t.Helper()
 		if err := a.Handle(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// oneTrial creates, in a, the tuning job tun of one trial (val_loss to
+// minimise, lr of 1 or 2), whose cluster then runs: the trial's CustomJob's
+// name. Its job is not yet placed.
+func oneTrial(t *testing.T, ctx context.Context, a *App, tun string) domain.Name {
+	t.Helper()
+	handle := handler(t, ctx, a)
 	create := envelope.New(topics.TrainingCommands, "projects/p", "loom/gateway", &eventsv1.CreateHyperparameterTuningJob{TuningJob: &trainingv1.HyperparameterTuningJob{
 		Name: tun, DisplayName: "tune", User: "alice", MaxTrialCount: 1, ParallelTrialCount: 1,
 		StudySpec: &trainingv1.StudySpec{
@@ -177,7 +184,5 @@ func trialRunning(t *testing.T, limit int64) (context.Context, *App, *redis.Clie
 	}
 	handle(envelope.New(topics.ClusterEvents, n.EphemeralCluster(), "loom/provisioner", &eventsv1.ClusterChanged{
 		Cluster: &loomv1.Cluster{Name: n.EphemeralCluster(), Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING}}}))
-	handle(envelope.New(topics.JobEvents, "projects/p", "loom/scheduler", &eventsv1.JobChanged{Job: &loomv1.Job{Name: n.Job(),
-		JobId: strconv.FormatInt(n.ID, 10), State: loomv1.JobState_RUNNING, Nodes: []string{"n-0001", "n-0002"}}, Attempt: 1}))
-	return ctx, a, rdb, n
+	return n
 }
