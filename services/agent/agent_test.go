@@ -409,18 +409,7 @@ while :; do setsid sh -c '(trap "" TERM; exec sleep 300) &'; sleep 0.01; done`
 	publish(t, e.broker, command(startStep("8", script, nil, filepath.Join(e.shared, "slurm-8.out"))))
 	waitStep(t, e.broker, "8", eventsv1.StepState_STEP_RUNNING)
 	// Every process of the step works in dir.
-	inDir := func() []int {
-		var out []int
-		ents, _ := os.ReadDir("/proc")
-		for _, en := range ents {
-			if cwd, err := os.Readlink("/proc/" + en.Name() + "/cwd"); err == nil && cwd == dir {
-				if pid, err := strconv.Atoi(en.Name()); err == nil && proc.Alive(pid, 0) {
-					out = append(out, pid)
-				}
-			}
-		}
-		return out
-	}
+	inDir := func() []int { return testkit.ProcessesIn(dir) }
 	t.Cleanup(func() { // not left running, whatever the outcome
 		for _, pid := range inDir() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -572,12 +572,12 @@ wait`)
 		}
 		waitExit(t, p)
 		t.Cleanup(func() { // not left running, whatever the outcome
-			for _, pid := range inDir(dir) {
+			for _, pid := range testkit.ProcessesIn(dir) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		})
 		testkit.WaitFor(t, 5*time.Second, "no process of the killed step left", func() (bool, error) {
-			return len(inDir(dir)) == 0, nil
+			return len(testkit.ProcessesIn(dir)) == 0, nil
 		})
 	})
 	t.Run("the job detaches until it is killed", func(t *testing.T) {
@@ -599,7 +599,7 @@ wait`)
 while :; do setsid sh -c '(trap "" TERM; exec sleep 300) &'; done`)
 			steps = append(steps, step{p, dir})
 			t.Cleanup(func() { // not left running, whatever the outcome
-				for _, pid := range inDir(dir) {
+				for _, pid := range testkit.ProcessesIn(dir) {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})
@@ -608,7 +608,7 @@ while :; do setsid sh -c '(trap "" TERM; exec sleep 300) &'; done`)
 			waitFile(t, filepath.Join(s.dir, "ready"))
 			// Until some have been detached.
 			testkit.WaitFor(t, 5*time.Second, "the job detached a process", func() (bool, error) {
-				return len(inDir(s.dir)) > 3, nil
+				return len(testkit.ProcessesIn(s.dir)) > 3, nil
 			})
 		}
 		for _, s := range steps {
@@ -620,7 +620,7 @@ while :; do setsid sh -c '(trap "" TERM; exec sleep 300) &'; done`)
 			waitExit(t, s.p)
 			// The shim reaped and killed them before the step's end was
 			// known: nothing may be left now.
-			if left := inDir(s.dir); len(left) != 0 {
+			if left := testkit.ProcessesIn(s.dir); len(left) != 0 {
 				t.Errorf("processes %v of the killed step outlived it", left)
 			}
 		}
@@ -697,19 +697,4 @@ func mayLowerOOMScoreAdj(t *testing.T) bool {
 	}
 	t.Fatal("no CapEff in /proc/self/status")
 	return false
-}
-
-// inDir lists the live processes whose working directory is dir: every
-// process a test's step started works there.
-func inDir(dir string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
-			if pid, err := strconv.Atoi(e.Name()); err == nil && proc.Alive(pid, 0) {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
 }
