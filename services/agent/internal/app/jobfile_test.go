@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loom-ml/loom/libs/tbevents"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 )
 
@@ -22,20 +21,8 @@ func TestJobFilesOnlyTheOwnersOwn(t *testing.T) {
 	t.Parallel()
 	uid := uint32(os.Getuid())
 	// A real event file's bytes, for the TensorBoard reader.
-	src := t.TempDir()
-	w, err := tbevents.Create(src, "host", time.Unix(1700000000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = w.AddScalar("loss", 7, time.Unix(1700000001, 0), 1)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil || len(ents) != 1 {
-		t.Fatalf("the event file: %v, %v", ents, err)
-	}
-	event, err := os.ReadFile(filepath.Join(src, ents[0].Name()))
+	eventFile := lossEventFile(t, t.TempDir(), 7)
+	event, err := os.ReadFile(eventFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +37,7 @@ func TestJobFilesOnlyTheOwnersOwn(t *testing.T) {
 		{"metrics", "metrics.jsonl", hypertuneLine(7), func(a *App, dir string) bool {
 			return len(takeSteps(a, newTail("j", 1, filepath.Join(dir, "metrics.jsonl"), tailPos{}), true)) > 0
 		}},
-		{"tensorboard", ents[0].Name(), string(event), func(a *App, dir string) bool {
+		{"tensorboard", filepath.Base(eventFile), string(event), func(a *App, dir string) bool {
 			tl := newTail("j", 1, filepath.Join(dir, "none.jsonl"), tailPos{TBDir: dir, TBUID: uid})
 			return len(takeTB(a, tl, tbPollBytes)["loss"]) > 0
 		}},

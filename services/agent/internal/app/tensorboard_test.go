@@ -219,14 +219,7 @@ func TestRewrittenMetricsFileKeepsTensorBoardPositions(t *testing.T) {
 	t.Parallel()
 	a := tailApp()
 	dir := t.TempDir()
-	w, err := tbevents.Create(dir, "host", time.Unix(1700000000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = w.AddScalar("loss", 1, time.Unix(1700000001, 0), 1)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	lossEventFile(t, dir, 1)
 	path := filepath.Join(dir, "metrics.jsonl")
 	appendTo(t, path, hypertuneLine(1)+hypertuneLine(2))
 	uid := uint32(os.Getuid())
@@ -268,14 +261,7 @@ func TestTensorBoardSubdirSwappedForALink(t *testing.T) {
 	if err := os.Mkdir(sub, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	w, err := tbevents.Create(sub, "host", time.Unix(1700000000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = w.AddScalar("loss", 1, time.Unix(1700000001, 0), 1)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	lossEventFile(t, sub, 1)
 	pos := tailPos{TBDir: dir, TBUID: uid}
 	// Before the swap, the file is read (with its subdirectory's prefix).
 	if got := takeTB(a, newTail("j", 1, filepath.Join(dir, "none.jsonl"), pos), tbPollBytes); len(got["train/loss"]) != 1 {
@@ -317,25 +303,11 @@ func TestTensorBoardDirThroughALinkInItsPath(t *testing.T) {
 	base := testkit.ReachableDir(t)
 	private := filepath.Join(base, "other", "private")
 	tb := filepath.Join(private, "tb")
-	if err := os.MkdirAll(tb, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	w, err := tbevents.Create(tb, "host", time.Unix(1700000000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = w.AddScalar("loss", 1, time.Unix(1700000001, 0), 1)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	event := lossEventFile(t, tb, 1)
 	// The event file and its directory are the job owner's (so that every
 	// check but the path's passes); the directories above them the other
 	// user's, closed to everyone else.
-	ents, err := os.ReadDir(tb)
-	if err != nil || len(ents) != 1 {
-		t.Fatalf("event files %v: %v", ents, err)
-	}
-	for _, p := range []string{tb, filepath.Join(tb, ents[0].Name())} {
+	for _, p := range []string{tb, event} {
 		if err := os.Chown(p, int(owner.UID), int(owner.GID)); err != nil {
 			t.Fatal(err)
 		}
@@ -368,7 +340,7 @@ func TestTensorBoardDirThroughALinkInItsPath(t *testing.T) {
 	if files := tl.tb.files(); len(files) != 0 {
 		t.Errorf("listed %v through the link", files)
 	}
-	if _, ok := sizeIn(base, named, ents[0].Name(), owner.UID); ok {
+	if _, ok := sizeIn(base, named, filepath.Base(event), owner.UID); ok {
 		t.Errorf("sized the event file through the link")
 	}
 	for _, openat2 := range []bool{true, false} {
@@ -425,4 +397,20 @@ func TestOpenPathTrustedRoot(t *testing.T) {
 			}
 		}
 	}
+}
+
+// lossEventFile writes in dir (made if need be) a closed event file of one
+// scalar, loss 1 at step, as a job's trainer leaves one: its path.
+func lossEventFile(t *testing.T, dir string, step int64) string {
+	t.Helper()
+	now := time.Unix(1700000000, 0)
+	w, err := tbevents.Create(dir, "host", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.AddScalar("loss", step, now.Add(time.Second), 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, tbevents.FileName(now, "host"))
 }
