@@ -110,18 +110,7 @@ func upWhile(t *testing.T, dir string, then func(liveCLI), args ...string) strin
 func TestDownRefusesWhileUpHoldsTheDataDir(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	holder := exec.Command("sleep", "60")
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
-	start, ok := proc.StartTime(holder.Process.Pid)
-	if !ok {
-		t.Fatal("the holder does not run")
-	}
-	if err := proc.WritePIDFile(upPIDFile(dir), holder.Process.Pid, start); err != nil {
-		t.Fatal(err)
-	}
+	holder, start := livePIDFile(t, upPIDFile(dir))
 	_, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir)
 	want := fmt.Sprintf("`loom up` (pid %d) is still running with data dir %s: stop it first with Ctrl-C in its terminal, then run `loom down --data-dir %s` again", holder.Process.Pid, dir, dir)
 	if code != 1 || !strings.Contains(errOut, want) {
@@ -150,6 +139,28 @@ func TestDownRefusesWhileUpHoldsTheDataDir(t *testing.T) {
 	if stdout, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir); code != 0 || stdout != "No node agents of "+dir+" are running.\n" {
 		t.Fatalf("loom down after the holder exited: exit %d, %q %q", code, stdout, errOut)
 	}
+}
+
+// livePIDFile starts a process that lives until the test ends (sleep,
+// with env as its environment, or this process's when none), standing in for the one a pidfile
+// names (a loom up, a node agent), and writes path for it as
+// proc.WritePIDFile does: the process and its start time.
+func livePIDFile(t *testing.T, path string, env ...string) (*exec.Cmd, uint64) {
+	t.Helper()
+	c := exec.Command("sleep", "60")
+	c.Env = env
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	start, ok := proc.StartTime(c.Process.Pid)
+	if !ok {
+		t.Fatalf("pid %d, started for %s, does not run", c.Process.Pid, path)
+	}
+	if err := proc.WritePIDFile(path, c.Process.Pid, start); err != nil {
+		t.Fatal(err)
+	}
+	return c, start
 }
 
 // TestUpLeavesAgentsAndDownEndsThem: Ctrl-C on `loom up` stops the

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/embedded"
-	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
 )
 
@@ -299,19 +297,7 @@ func TestUpRefusesOtherPortsWhileItsAgentsRun(t *testing.T) {
 	}
 	// An agent as the local provider leaves one: its pidfile, and
 	// LOOM_WORK_DIR in its environment.
-	agent := exec.Command("sleep", "60")
-	agent.Env = []string{"LOOM_WORK_DIR=" + node}
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
-	start, ok := proc.StartTime(agent.Process.Pid)
-	if !ok {
-		t.Fatal("the agent does not run")
-	}
-	if err := proc.WritePIDFile(filepath.Join(node, "agent.pid"), agent.Process.Pid, start); err != nil {
-		t.Fatal(err)
-	}
+	livePIDFile(t, filepath.Join(node, "agent.pid"), "LOOM_WORK_DIR="+node)
 	if err := writeUpRecord(dir, upRecord{PortBase: 8000, Gateway: "127.0.0.1:8070", REST: "127.0.0.1:8080", Broker: "127.0.0.1:8092"}); err != nil {
 		t.Fatal(err)
 	}
