@@ -46,5 +46,15 @@ func CPUsPerNode(ntasksPerNode, ntasks, cpusPerTask int32, nodes int, gpusPerNod
 	case ntasks > 0:
 		tpn = (int64(ntasks) + n - 1) / n
 	}
-	return max(tpn*int64(max(cpusPerTask, 1)), int64(max(gpusPerNode, 0))*int64(max(cpusPerGPU, 0)))
+	return NodeCPUs(tpn, int64(cpusPerTask), int64(gpusPerNode), int64(cpusPerGPU))
+}
+
+// NodeCPUs is the CPUs a job takes on one node that holds tasks of its
+// tasks and gpus of its GPUs, as Slurm's select/cons_tres counts them: the
+// tasks (at least 1) times --cpus-per-task (at least 1), or the GPUs times
+// --cpus-per-gpu when that is more. It is the one rule CPUsPerNode (a
+// request's), the scheduler (a run's nodes) and the Slurm commands (what
+// they show) apply, so that they agree.
+func NodeCPUs(tasks, cpusPerTask, gpus, cpusPerGPU int64) int64 {
+	return max(max(tasks, 1)*max(cpusPerTask, 1), max(gpus, 0)*max(cpusPerGPU, 0))
 }

@@ -421,3 +421,25 @@ func TestSignalNumber(t *testing.T) {
 		t.Errorf("SignalNumber(NOPE) = %d, true; want false", n)
 	}
 }
+
+// TestNodeCPUs: a node's tasks (at least 1) times --cpus-per-task (at
+// least 1), or its GPUs times --cpus-per-gpu when more; nothing negative
+// counts, and nothing wraps.
+func TestNodeCPUs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ tasks, cpt, gpus, cpg, want int64 }{
+		{0, 0, 0, 0, 1},
+		{2, 3, 0, 0, 6},
+		{2, 1, 2, 3, 6},   // the GPUs' 6 over the tasks' 2
+		{8, 1, 2, 3, 8},   // the tasks' 8 over the GPUs' 6
+		{1, 1, 2, 0, 1},   // GPUs without --cpus-per-gpu
+		{1, 1, -2, -3, 1}, // negatives count as none, not as a product
+		{1, -4, 0, 0, 1},  // no negative --cpus-per-task
+		{1 << 20, 1 << 12, 0, 0, 1 << 32},
+		{1, 1, 1 << 20, 1 << 12, 1 << 32},
+	} {
+		if got := NodeCPUs(c.tasks, c.cpt, c.gpus, c.cpg); got != c.want {
+			t.Errorf("NodeCPUs(%d, %d, %d, %d) = %d, want %d", c.tasks, c.cpt, c.gpus, c.cpg, got, c.want)
+		}
+	}
+}

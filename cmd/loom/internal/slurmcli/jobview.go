@@ -206,15 +206,14 @@ func jobCPUs(j *loomv1.Job) int {
 }
 
 // jobNodeCPUs is the CPUs of each of the job's nodes (jobNodeCount), as
-// the scheduler gives them (its nodeCPUs) and Slurm's select/cons_tres
-// counts them: the node's tasks (--ntasks-per-node, else --ntasks spread
+// the scheduler gives them and Slurm's select/cons_tres counts them
+// (slurmspec.NodeCPUs): the node's tasks (--ntasks-per-node, else --ntasks spread
 // over the nodes, the first ones taking the remainder; at least 1) times
 // CPUs per task, or the node's GPUs (--gpus-per-node, else --gpus spread
 // likewise) times --cpus-per-gpu when that is more. --gpus=3 -N2
 // --cpus-per-gpu=2 is 4 and 2.
 func jobNodeCPUs(j *loomv1.Job) []int {
 	n := jobNodeCount(j)
-	cpt, cpg := int(max(j.GetCpusPerTask(), 1)), int(max(j.GetCpusPerGpu(), 0))
 	spread := func(total, i int) int {
 		c := total / n
 		if i < total%n {
@@ -234,7 +233,7 @@ func jobNodeCPUs(j *loomv1.Job) []int {
 		if gpus == 0 {
 			gpus = spread(int(j.GetGpus()), i)
 		}
-		out[i] = max(tasks*cpt, gpus*cpg)
+		out[i] = int(slurmspec.NodeCPUs(int64(tasks), int64(j.GetCpusPerTask()), int64(gpus), int64(j.GetCpusPerGpu())))
 	}
 	return out
 }

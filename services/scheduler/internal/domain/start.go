@@ -392,13 +392,11 @@ func cpusOf(r *Run, rank int, spec *loomv1.Job) int32 {
 	return nodeCPUs(tasks, spec.GetCpusPerTask(), gpus, spec.GetCpusPerGpu())
 }
 
-// nodeCPUs is the CPUs a job takes on a node of its run: its tasks there
-// (at least 1) times --cpus-per-task (at least 1), or the node's GPUs times
-// --cpus-per-gpu when that is more, as Slurm's select/cons_tres counts them.
-// The counts are bounded at submission (handle.go) so that neither product
-// passes an int32.
+// nodeCPUs is the CPUs a job takes on a node of its run
+// (slurmspec.NodeCPUs). The counts are bounded at submission (handle.go) so
+// that neither product passes an int32.
 func nodeCPUs(tasks, cpt, gpus, cpg int32) int32 {
-	return max(max(tasks, 1)*max(cpt, 1), gpus*max(cpg, 0))
+	return int32(slurmspec.NodeCPUs(int64(tasks), int64(cpt), int64(gpus), int64(cpg)))
 }
 
 // clusterID is the id of a cluster name (a bare id stays as it is).
