@@ -137,6 +137,14 @@ type ModelVersion struct {
 // String formats the name.
 func (v ModelVersion) String() string { return VersionIn(v.Model.String(), v.Version) }
 
+// APIName is the version's name as the model API answers it, in location
+// (Vertex's form): "projects/{p}/locations/{location}/models/{m}@{Version}".
+// The registry stores the version as String names it, which the model API
+// does not take; what a user is shown to paste back is this one.
+func (v ModelVersion) APIName(location string) string {
+	return "projects/" + v.Model.Project + "/locations/" + location + "/models/" + v.Model.ID + "@" + strconv.FormatInt(v.Version, 10)
+}
+
 // VersionIn formats the name of version n of the model named model (a
 // Model's String).
 func VersionIn(model string, n int64) string { return model + "/versions/" + strconv.FormatInt(n, 10) }

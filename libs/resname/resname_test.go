@@ -203,9 +203,10 @@ func TestFormat(t *testing.T) {
 		}
 	}
 	for got, want := range map[string]string{
-		NodeIn("projects/p/clusters/c", "h"): "projects/p/clusters/c/nodes/h",
-		StepIn("projects/p/jobs/12_3", 7):    "projects/p/jobs/12_3/steps/7",
-		VersionIn("projects/p/models/m", 2):  "projects/p/models/m/versions/2",
+		NodeIn("projects/p/clusters/c", "h"):               "projects/p/clusters/c/nodes/h",
+		StepIn("projects/p/jobs/12_3", 7):                  "projects/p/jobs/12_3/steps/7",
+		VersionIn("projects/p/models/m", 2):                "projects/p/models/m/versions/2",
+		ModelVersion{Model{"p", "m"}, 3}.APIName("global"): "projects/p/locations/global/models/m@3",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)

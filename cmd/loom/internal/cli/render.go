@@ -625,7 +625,7 @@ func modelAPIName(name string) string {
 	if err != nil {
 		return name
 	}
-	return "projects/" + v.Model.Project + "/locations/global/models/" + v.Model.ID + "@" + strconv.FormatInt(v.Version, 10)
+	return v.APIName("global")
 }
 
 func plural(n int, one, many string) string {

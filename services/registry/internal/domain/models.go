@@ -79,7 +79,7 @@ func View(m *loomv1.Model, v *loomv1.ModelVersion, location string) *loomv1.Mode
 		project, id = mn.Project, mn.ID
 	}
 	out := &loomv1.Model{
-		Name:               "projects/" + project + "/locations/" + location + "/models/" + id + "@" + strconv.FormatInt(v.GetVersion(), 10),
+		Name:               resname.ModelVersion{Model: resname.Model{Project: project, ID: id}, Version: v.GetVersion()}.APIName(location),
 		LatestVersion:      m.GetLatestVersion(),
 		CreateTime:         m.GetCreateTime(),
 		UpdateTime:         m.GetUpdateTime(),

@@ -3,7 +3,6 @@ package domain
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -229,7 +228,7 @@ func modelVersionName(version string) string {
 	if err != nil {
 		return version
 	}
-	return "projects/" + v.Model.Project + "/locations/" + modelLocation + "/models/" + v.Model.ID + "@" + strconv.FormatInt(v.Version, 10)
+	return v.APIName(modelLocation)
 }
 
 // modelLocation is the location model names are answered in (the
