@@ -274,7 +274,8 @@ func killUnder(pid int, sig syscall.Signal, looked func()) int {
 	return n
 }
 
-// readDirNames lists dir's names.
+// readDirNames lists dir's names, unsorted: a walk of /proc needs no
+// order, and os.ReadDir would sort every pid's name for nothing.
 func readDirNames(dir string) ([]string, error) {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -294,12 +295,7 @@ func leadsSession(pid int) bool {
 // sessionMembers lists the processes of session sid outside its leader's
 // group, by a walk of /proc.
 func sessionMembers(sid int) []int {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
+	names, _ := readDirNames("/proc")
 	var out []int
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
