@@ -114,3 +114,17 @@ func TestJSONEmptyListIsArray(t *testing.T) {
 		}
 	}
 }
+
+// TestStateCellCutByWidth: a STATE cell is said to be cut (cutNote) when
+// it was: by its columns, as cellText cuts it. 40 CJK characters are 80
+// columns, cut at 60, though they are 40 runes.
+func TestStateCellCutByWidth(t *testing.T) {
+	t.Parallel()
+	wide := strings.Repeat("失", 40)
+	if c, cut := stateCell(wide); !cut || termtext.Width(c) > stateWidth {
+		t.Errorf("stateCell(40 CJK): %q (%d columns), cut %v; want cut to at most %d columns", c, termtext.Width(c), cut, stateWidth)
+	}
+	if c, cut := stateCell(strings.Repeat("x", 40)); cut || c != strings.Repeat("x", 40) {
+		t.Errorf("stateCell(40 x): %q cut %v; want it whole", c, cut)
+	}
+}

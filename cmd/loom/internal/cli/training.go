@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/termtext"
 	"github.com/loom-ml/loom/libs/trainingspec"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
@@ -134,7 +134,9 @@ const (
 // cut short, for the table to say so under it (cutNote).
 func stateCell(s string) (string, bool) {
 	full := shown(s)
-	return cellText(full, stateWidth), utf8.RuneCountInString(strings.TrimSpace(full)) > stateWidth
+	// Cut as cellText cuts: by the columns it takes on a terminal (a CJK
+	// character two), not its runes.
+	return cellText(full, stateWidth), termtext.Width(strings.TrimSpace(full)) > stateWidth
 }
 
 // cutNote says, under a table some of whose STATE cells were cut short,
