@@ -326,8 +326,16 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	if iv := cfg.MetricsInterval; iv != 0 && (iv < 100*time.Millisecond || iv > time.Hour) {
 		return errs.Invalid("metrics-interval", "must be between 100ms and 1h, got %s", iv)
 	}
-	if n := cfg.GRPC.MaxStreams; n > math.MaxUint32 {
-		return errs.Invalid("grpc-max-streams", "must be at most %d, got %d", uint32(math.MaxUint32), n)
+	// 0 is each limit's default (Config's zero fields); a negative one is
+	// a mistake to name, not a default to fall back to.
+	if n := cfg.GRPC.MaxStreams; n < 0 || n > math.MaxUint32 {
+		return errs.Invalid("grpc-max-streams", "must be from 0 (no cap) to %d, got %d", uint32(math.MaxUint32), n)
+	}
+	if n := cfg.GRPC.MaxRecvBytes; n < 0 {
+		return errs.Invalid("grpc-max-recv", "must be a size in bytes, 0 for the default (%d), got %d", ports.DefaultGRPCMaxRecvBytes, n)
+	}
+	if d := cfg.GRPC.KeepaliveMinTime; d < 0 {
+		return errs.Invalid("grpc-keepalive-min-time", "must be a duration, 0 for the default (%s), got %s", ports.DefaultGRPCKeepaliveMinTime, d)
 	}
 	if r := cfg.ChangeRefresh; r != 0 && (r < time.Second || r > time.Hour) {
 		return errs.Invalid("change-refresh", "must be between 1s and 1h, got %s", r)

@@ -214,7 +214,8 @@ func TestGRPCLimits(t *testing.T) {
 }
 
 // TestGRPCLimitsFlags: the -grpc-* flags set the limits, their defaults
-// are the documented ones, and a stream cap past HTTP/2's stops the start.
+// are the documented ones, and a stream cap past HTTP/2's or a negative
+// limit stops the start, naming the flag.
 func TestGRPCLimitsFlags(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.ParseArgs("gateway", []string{"-grpc-max-recv", "1024", "-grpc-max-streams", "9",
@@ -232,8 +233,17 @@ func TestGRPCLimitsFlags(t *testing.T) {
 	if want := (ports.GRPCLimits{MaxRecvBytes: 4 << 20, KeepaliveMinTime: 5 * time.Minute}); def.GRPC != want {
 		t.Errorf("default limits %+v, want %+v", def.GRPC, want)
 	}
-	err = Run(context.Background(), Config{GRPC: ports.GRPCLimits{MaxStreams: math.MaxUint32 + 1}})
-	if err == nil || !strings.Contains(err.Error(), "grpc-max-streams: must be at most 4294967295, got 4294967296") {
-		t.Errorf("start with -grpc-max-streams past HTTP/2's: %v", err)
+	for _, c := range []struct {
+		limits ports.GRPCLimits
+		want   string
+	}{
+		{ports.GRPCLimits{MaxStreams: math.MaxUint32 + 1}, "grpc-max-streams: must be from 0 (no cap) to 4294967295, got 4294967296"},
+		{ports.GRPCLimits{MaxStreams: -1}, "grpc-max-streams: must be from 0 (no cap) to 4294967295, got -1"},
+		{ports.GRPCLimits{MaxRecvBytes: -1}, "grpc-max-recv: must be a size in bytes, 0 for the default (4194304), got -1"},
+		{ports.GRPCLimits{KeepaliveMinTime: -time.Second}, "grpc-keepalive-min-time: must be a duration, 0 for the default (5m0s), got -1s"},
+	} {
+		if err := Run(context.Background(), Config{GRPC: c.limits}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("start with %+v: %v, want %q", c.limits, err, c.want)
+		}
 	}
 }
