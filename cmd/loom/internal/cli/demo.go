@@ -63,7 +63,8 @@ func (a *app) demoCommand() *cobra.Command {
 then delete the cluster.
 
 It uses the gateway at --gateway when one answers there; otherwise it starts
-Loom in this process (temporary data, free ports) and stops it at the end.`,
+Loom in this process (temporary data, free ports), prints its gateway and
+web console, and stops it at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.executable = executable()
@@ -124,7 +125,9 @@ func (a *app) runDemo(parent context.Context, opts demoOptions, out io.Writer) (
 			return kerr
 		}
 		a.useGateway(st.GatewayAddr, key)
-		say("Loom is up: gateway %s (%s)", st.GatewayAddr, elapsed(time.Since(begin)))
+		// The console is named as `loom up` names its own, so that the
+		// demo can be watched there while it runs.
+		say("Loom is up: gateway %s (gRPC), REST and web console http://%s/ (%s)", st.GatewayAddr, st.RESTAddr, elapsed(time.Since(begin)))
 		cleanups = append(cleanups, func(ctx context.Context) error {
 			// The connection goes first, so that closing the gateway does
 			// not wait for it.

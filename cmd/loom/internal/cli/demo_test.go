@@ -3,7 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,14 +44,63 @@ func demoApp(t *testing.T) (*app, demoOptions) {
 	}
 }
 
+// demoUpLine is the line the demo prints once its in-process Loom is up.
+var demoUpLine = regexp.MustCompile(`^==> Loom is up: gateway (127\.0\.0\.1:\d+) \(gRPC\), REST and web console http://(127\.0\.0\.1:\d+)/ \([^)]+\)\n$`)
+
+// consoleProbe is the demo's output, which opens the web console the
+// demo's up line names while that line is written: the in-process Loom is
+// stopped when the demo ends, so the console can only be seen during it.
+type consoleProbe struct {
+	bytes.Buffer
+	gateway, rest string
+	status        int
+	body          []byte
+	err           error
+}
+
+func (p *consoleProbe) Write(b []byte) (int, error) {
+	if m := demoUpLine.FindSubmatch(b); m != nil {
+		p.gateway, p.rest = string(m[1]), string(m[2])
+		p.status, p.body, p.err = getConsole("http://" + p.rest + "/")
+	}
+	return p.Buffer.Write(b)
+}
+
+func getConsole(url string) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
 func TestDemoEndToEnd(t *testing.T) {
 	t.Parallel()
 	a, opts := demoApp(t)
-	var out bytes.Buffer
+	var out consoleProbe
 	asked := a.gateway
 	start := time.Now()
 	if err := a.runDemo(context.Background(), opts, &out); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	// The up line names the in-process Loom's console, which answered there.
+	switch {
+	case out.rest == "":
+		t.Errorf("the demo did not print its Loom's gateway and console as %s", demoUpLine)
+	case out.rest == out.gateway || out.rest == asked:
+		t.Errorf("the console address %s is not the in-process Loom's REST port (gateway %s, asked %s)", out.rest, out.gateway, asked)
+	case out.err != nil:
+		t.Errorf("the console the demo printed, http://%s/: %v", out.rest, out.err)
+	case out.status != http.StatusOK || !bytes.Contains(out.body, []byte("<title>Loom console</title>")):
+		t.Errorf("the console the demo printed, http://%s/: %d %.200q", out.rest, out.status, out.body)
 	}
 	if d := time.Since(start); d > time.Minute {
 		t.Errorf("demo took %s; it must stay well within two minutes", d)
