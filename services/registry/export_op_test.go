@@ -43,16 +43,10 @@ func exportAnswer(t *testing.T, broker, op string) proto.Message {
 // is answered ModelExportFailed with the code and the reason.
 func TestExportModelCommand(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, 2*time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
-	withRoot := func(cfg *Config) { cfg.ExportRoot = root }
-	c, stop := startRegistryWith(t, broker, redisAddr, withRoot)
+	x := newExportFixture(t, 2*time.Minute, nil)
+	ctx, broker, root := x.ctx, x.broker, x.root
 	dir := modelDir(t)
-	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir}}); err != nil {
-		t.Fatal(err)
-	}
+	x.upload(dir)
 	prod := bus.NewProducer([]string{broker})
 	prod.SetSigner(testkit.SignerAs("gateway"))
 	t.Cleanup(func() { _ = prod.Close() })
@@ -76,10 +70,10 @@ func TestExportModelCommand(t *testing.T) {
 	}
 
 	// Sent while the registry is down: the command waits on the topic.
-	stop()
+	x.stop()
 	dst := filepath.Join(root, "default", "tiny-1")
 	send("projects/default/operations/op1", vertexModel+"@1", "file://"+dst)
-	c, _ = startRegistryWith(t, broker, redisAddr, withRoot)
+	x.restart()
 	exported("projects/default/operations/op1", 2, 0)
 	for _, f := range []string{"model.json", "MANIFEST"} {
 		want, _ := os.ReadFile(filepath.Join(dir, f))
@@ -112,7 +106,7 @@ func TestExportModelCommand(t *testing.T) {
 			t.Errorf("%s (%s → %q) answered %v; want ModelExportFailed %v naming %q", tc.op, tc.name, tc.dst, got, tc.code, tc.reason)
 		}
 	}
-	if _, err := c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel}); err != nil {
+	if _, err := x.c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel}); err != nil {
 		t.Fatalf("the registry after the refusals: %v", err)
 	}
 }
@@ -123,14 +117,9 @@ func TestExportModelCommand(t *testing.T) {
 // again, rather than left unanswered.
 func TestExportModelAttemptsEnd(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root; cfg.ExportTimeout = time.Nanosecond })
-	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: modelDir(t)}}); err != nil {
-		t.Fatal(err)
-	}
+	x := newExportFixture(t, time.Minute, func(cfg *Config) { cfg.ExportTimeout = time.Nanosecond })
+	broker, root := x.broker, x.root
+	x.upload(modelDir(t))
 	const op = "projects/default/operations/slow"
 	testkit.PublishAs(t, broker, "gateway", envelope.New(topics.ModelCommands, testModel, "loom/gateway",
 		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "default", "slow"), AnyOwner: true}))
@@ -152,9 +141,6 @@ func TestExportWritesAsItsCaller(t *testing.T) {
 	t.Parallel()
 	users := testkit.OSUsers(t, 2)
 	ana, bob := users[0], users[1]
-	ctx := testkit.Context(t, 2*time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
 	root := filepath.Join(t.TempDir(), "exports")
 	// The test's temporary directories are root's, 0700: open the way.
 	for _, d := range []string{filepath.Dir(filepath.Dir(root)), filepath.Dir(root)} {
@@ -162,10 +148,9 @@ func TestExportWritesAsItsCaller(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
-	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: modelDir(t)}}); err != nil {
-		t.Fatal(err)
-	}
+	x := newExportFixture(t, 2*time.Minute, func(cfg *Config) { cfg.ExportRoot = root })
+	broker := x.broker
+	x.upload(modelDir(t))
 	n := 0
 	export := func(dst string, cmd *eventsv1.ExportModel) proto.Message {
 		t.Helper()

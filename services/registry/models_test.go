@@ -252,18 +252,13 @@ func versionNum(m *loomv1.Model) int {
 // project's directory of it, is refused.
 func TestExportModel(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	x := newExportFixture(t, time.Minute, nil)
+	ctx, c, root := x.ctx, x.c, x.root
 	dir := modelDir(t)
 	if err := os.WriteFile(filepath.Join(dir, "stray.txt"), []byte("not in the MANIFEST"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir}}); err != nil {
-		t.Fatal(err)
-	}
+	x.upload(dir)
 	for dst, says := range map[string]string{
 		"file://" + root + "/../escape":   "outside project default's directory of the export root: export under " + root + "/default/",
 		"file://" + root + "/other/tiny":  "outside project default's directory",
@@ -312,15 +307,10 @@ func TestExportModel(t *testing.T) {
 // it was.
 func TestExportChecksTheManifest(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	x := newExportFixture(t, time.Minute, nil)
+	ctx, c, root := x.ctx, x.c, x.root
 	dir := modelDir(t)
-	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir}}); err != nil {
-		t.Fatal(err)
-	}
+	x.upload(dir)
 	registered, err := artifact.Verify(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -388,9 +378,7 @@ func TestExportChecksTheManifest(t *testing.T) {
 	// not the one registered, refused before anything is copied, naming
 	// the MANIFEST.
 	dir2 := modelDir(t)
-	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir2}}); err != nil {
-		t.Fatal(err)
-	}
+	x.upload(dir2)
 	if err := os.WriteFile(filepath.Join(dir2, "model.json"), []byte(`{"weights":[9]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -418,17 +406,12 @@ func TestExportChecksTheManifest(t *testing.T) {
 // (the same MANIFEST) is no change and marks nothing.
 func TestSecondRunOverwritesAVersion(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	x := newExportFixture(t, time.Minute, nil)
+	ctx, c, root := x.ctx, x.c, x.root
 	dir := modelDir(t)
 	upload := func() {
 		t.Helper()
-		if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: "file://" + dir}}); err != nil {
-			t.Fatal(err)
-		}
+		x.upload("file://" + dir)
 	}
 	get := func(ref string) *loomv1.Model {
 		t.Helper()

@@ -21,7 +21,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/blobstore"
 	"github.com/loom-ml/loom/libs/blobstore/blobtest"
-	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/artifact"
 )
@@ -121,20 +120,17 @@ func TestVerifyURLSchemes(t *testing.T) {
 // refused.
 func TestObjectStoreArtifacts(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, 2*time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
 	// Artifacts in an S3-compatible store are read only from an endpoint the
 	// operator allowed.
 	s3 := blobtest.S3(t)
 	// GCS is reached with the registry's own credentials: only each
 	// project's part of the bucket.
 	gs := blobtest.GCS(t)
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
-		cfg.ExportRoot, cfg.ExportEndpoints = root, []string{endpointOf(t, s3)}
+	x := newExportFixture(t, 2*time.Minute, func(cfg *Config) {
+		cfg.ExportEndpoints = []string{endpointOf(t, s3)}
 		cfg.ProjectBuckets = []string{gs.URL + "/{project}/"}
 	})
+	ctx, c, root := x.ctx, x.c, x.root
 
 	files := map[string][]byte{"model.json": []byte(`{"weights":[0.25,0.5]}`), "ckpt/step-10.bin": bytes.Repeat([]byte("w"), 300_000)}
 	src := putArtifacts(t, s3.URL, "projects/default/models/s3m/v1", files, nil)
@@ -246,13 +242,13 @@ func endpointOf(t *testing.T, st *blobtest.Store) string {
 // naming the field and what to do, and nothing reaches either store.
 func TestExportToAllowedEndpoint(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, 2*time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
 	srcStore, dstStore := blobtest.S3(t), blobtest.S3(t)
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
+	// No export root: local destinations are not what is tested here.
+	x := newExportFixture(t, 2*time.Minute, func(cfg *Config) {
+		cfg.ExportRoot = ""
 		cfg.ExportEndpoints = []string{"https://minio.example:9000", endpointOf(t, dstStore), endpointOf(t, srcStore)}
 	})
+	ctx, c := x.ctx, x.c
 
 	files := map[string][]byte{"model.json": []byte(`{"weights":[1,2,3]}`), "ckpt/step-20.bin": bytes.Repeat([]byte{0, 1, 2, 254}, 100_000)}
 	src := putArtifacts(t, srcStore.URL, "projects/default/models/ep/v1", files, nil)
@@ -398,16 +394,15 @@ func TestExportEndpointCredentials(t *testing.T) {
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", credFile)
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "no-config"))
 
-	ctx := testkit.Context(t, 2*time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
 	srcStore, bare, signed := blobtest.S3(t), blobtest.S3(t), blobtest.S3(t)
 	bareRec, signedRec := newAuthRecorder(t, bare), newAuthRecorder(t, signed)
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
+	x := newExportFixture(t, 2*time.Minute, func(cfg *Config) {
+		cfg.ExportRoot = "" // as in TestExportToAllowedEndpoint
 		cfg.ExportEndpoints = []string{bareRec.URL, signedRec.URL + ";profile=loom-export", endpointOf(t, srcStore)}
 		// Signed requests reach only the project's part of the bucket.
 		cfg.ProjectBuckets = []string{"s3://" + signed.Bucket + "/{project}/"}
 	})
+	ctx, c := x.ctx, x.c
 	files := map[string][]byte{"model.json": []byte(`{"w":[1]}`)}
 	src := putArtifacts(t, srcStore.URL, "projects/default/models/cred/v1", files, nil)
 	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "cred", Model: &loomv1.Model{ArtifactUri: src}}); err != nil {

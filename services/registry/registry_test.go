@@ -72,6 +72,55 @@ func startRegistryWith(t *testing.T, broker, redisAddr string, edit func(*Config
 	return loomv1.NewModelServiceClient(conn), stop
 }
 
+// exportFixture is a registry that exports under an export root, on a
+// broker and Redis of its own, for the tests of exports.
+type exportFixture struct {
+	t   *testing.T
+	ctx context.Context
+	// broker and redis are what the registry runs on; root its export root.
+	broker, redis, root string
+	// c is the registry's gRPC API; stop stops it.
+	c    loomv1.ModelServiceClient
+	stop func()
+	// edit is the configuration the registry started with, for restart.
+	edit func(*Config)
+}
+
+// newExportFixture starts a registry whose export root is a new temporary
+// directory, with its configuration then changed by edit (when not nil: a
+// root it sets is the fixture's); the fixture's context ends after
+// timeout.
+func newExportFixture(t *testing.T, timeout time.Duration, edit func(*Config)) *exportFixture {
+	t.Helper()
+	x := &exportFixture{t: t, ctx: testkit.Context(t, timeout), broker: testkit.Broker(t), root: t.TempDir()}
+	x.redis, _ = testkit.Redis(t)
+	root := x.root
+	x.edit = func(cfg *Config) {
+		cfg.ExportRoot = root
+		if edit != nil {
+			edit(cfg)
+		}
+		x.root = cfg.ExportRoot
+	}
+	x.restart()
+	return x
+}
+
+// restart starts the registry again with the same configuration, once the
+// test has stopped it with stop.
+func (x *exportFixture) restart() {
+	x.t.Helper()
+	x.c, x.stop = startRegistryWith(x.t, x.broker, x.redis, x.edit)
+}
+
+// upload registers the artifacts at uri as a version of the model tiny.
+func (x *exportFixture) upload(uri string) {
+	x.t.Helper()
+	if _, err := x.c.UploadModel(x.ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: uri}}); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
 func completedJob(id string) envelope.Event {
 	return envelope.New(topics.JobEvents, testCluster, "loom/scheduler", &eventsv1.JobChanged{
 		Job: &loomv1.Job{

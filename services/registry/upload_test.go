@@ -305,11 +305,8 @@ func openTo(t *testing.T, dir string) {
 func TestUploadReadsAsTheUploader(t *testing.T) {
 	t.Parallel()
 	ana := testkit.OSUsers(t, 1)[0]
-	ctx := testkit.Context(t, time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+	x := newExportFixture(t, time.Minute, nil)
+	ctx, c, broker, root := x.ctx, x.c, x.broker, x.root
 	prod := bus.NewProducer([]string{broker})
 	prod.SetSigner(testkit.SignerAs("training"))
 	t.Cleanup(func() { _ = prod.Close() })
@@ -384,12 +381,9 @@ func TestUploadReadsAsTheUploader(t *testing.T) {
 // register the directory again.
 func TestExportNeedsAnOwner(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, time.Minute)
-	broker := testkit.Broker(t)
-	redisAddr, _ := testkit.Redis(t)
-	root := t.TempDir()
-	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
-	testkit.PublishAs(t, broker, "scheduler", completedJob("5"))
+	x := newExportFixture(t, time.Minute, nil)
+	ctx, c, root := x.ctx, x.c, x.root
+	testkit.PublishAs(t, x.broker, "scheduler", completedJob("5"))
 	waitVersions(t, c, 1)
 	_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
 		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + filepath.Join(root, "default", "x")}}})
