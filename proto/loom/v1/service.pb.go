@@ -1756,8 +1756,13 @@ type UpdateJobRequest struct {
 	// For "update" of a pending job: its new GPUs per node and GPU type when
 	// set (scontrol update Gres=gpu[:TYPE]:N, TresPerNode=gres/gpu...; a type
 	// "" is any), checked against its partition as at submission.
-	GpusPerNode   *int32  `protobuf:"varint,18,opt,name=gpus_per_node,json=gpusPerNode,proto3,oneof" json:"gpus_per_node,omitempty"`
-	GpuType       *string `protobuf:"bytes,19,opt,name=gpu_type,json=gpuType,proto3,oneof" json:"gpu_type,omitempty"`
+	GpusPerNode *int32  `protobuf:"varint,18,opt,name=gpus_per_node,json=gpusPerNode,proto3,oneof" json:"gpus_per_node,omitempty"`
+	GpuType     *string `protobuf:"bytes,19,opt,name=gpu_type,json=gpuType,proto3,oneof" json:"gpu_type,omitempty"`
+	// For "update" of a pending job, with node_count: the maximum of its new
+	// node range (scontrol update NumNodes=MIN-MAX, as sbatch -N MIN-MAX;
+	// 0 or node_count itself: no range). node_count alone replaces a range
+	// with that count. Refused without node_count or below it.
+	MaxNodeCount  *int32 `protobuf:"varint,20,opt,name=max_node_count,json=maxNodeCount,proto3,oneof" json:"max_node_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1923,6 +1928,13 @@ func (x *UpdateJobRequest) GetGpuType() string {
 		return *x.GpuType
 	}
 	return ""
+}
+
+func (x *UpdateJobRequest) GetMaxNodeCount() int32 {
+	if x != nil && x.MaxNodeCount != nil {
+		return *x.MaxNodeCount
+	}
+	return 0
 }
 
 type WatchJobRequest struct {
@@ -3970,7 +3982,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04full\x18\x05 \x01(\bR\x04full\x12 \n" +
 	"\texit_code\x18\x06 \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xb9\x06\n" +
+	"_exit_code\"\xf7\x06\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
@@ -3996,7 +4008,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x13array_task_throttle\x18\x11 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01\x12'\n" +
 	"\rgpus_per_node\x18\x12 \x01(\x05H\tR\vgpusPerNode\x88\x01\x01\x12\x1e\n" +
 	"\bgpu_type\x18\x13 \x01(\tH\n" +
-	"R\agpuType\x88\x01\x01B\a\n" +
+	"R\agpuType\x88\x01\x01\x12)\n" +
+	"\x0emax_node_count\x18\x14 \x01(\x05H\vR\fmaxNodeCount\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
 	"\x04_qosB\n" +
@@ -4008,7 +4021,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\a_mem_mbB\x16\n" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
-	"\t_gpu_type\"%\n" +
+	"\t_gpu_typeB\x11\n" +
+	"\x0f_max_node_count\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +

@@ -528,6 +528,20 @@ func TestHoldRelease(t *testing.T) {
 	wantEqual(t, "cancelled pending job", state(s.waitDone(later, 30*time.Second)), "CANCELLED")
 }
 
+// TestUpdateNodeRange: scontrol update NumNodes=MIN-MAX on a pending job
+// reaches the scheduler as a range, as Slurm 22.05 keeps it (NumNodes=1-3
+// in scontrol show job); a count alone then replaces it.
+func TestUpdateNodeRange(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch("-H", "--wrap", "true")
+	t.Cleanup(func() { s.run("scancel", id) })
+	s.ok("scontrol", "update", "JobId="+id, "NumNodes=1-3")
+	s.waitFor(30*time.Second, "job "+id+" NumNodes=1-3", func() bool { return s.showJob(id)["NumNodes"] == "1-3" })
+	s.ok("scontrol", "update", "JobId="+id, "NumNodes=1")
+	s.waitFor(30*time.Second, "job "+id+" NumNodes=1", func() bool { return s.showJob(id)["NumNodes"] == "1" })
+}
+
 // TestPreemption: preempt_low.sh holds the only node's GPUs; a job that
 // may preempt it — of partition high (priority tier 10 over low's 1), or of
 // QOS high (which may preempt QOS low) — gets the node: low gets --signal's

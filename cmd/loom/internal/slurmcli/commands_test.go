@@ -515,6 +515,7 @@ func TestScontrolActions(t *testing.T) {
 		{"update", "JobId=13", "QOS=high", "Account=lab"},
 		{"update", "JobId=12", "JobName=renamed"},
 		{"update", "JobId=13", "NumNodes=2-3", "NumTasks=4", "MinMemoryNode=2G"},
+		{"update", "JobId=13", "NumNodes=2-2"},
 		{"update", "JobId=13", "ReqNodeList=gpu-[0001-0002]", "ExcNodeList="},
 		{"update", "JobId=15", "ArrayTaskThrottle=0"},
 		{"update", "JobId=13", "Gres=gpu:h100:2"},
@@ -546,7 +547,11 @@ func TestScontrolActions(t *testing.T) {
 			g += ":name=" + u.GetJobName()
 		}
 		if u.NodeCount != nil || u.Ntasks != nil || u.MemMb != nil {
-			g += fmt.Sprintf(":N=%d:n=%d:mem=%d", u.GetNodeCount(), u.GetNtasks(), u.GetMemMb())
+			g += fmt.Sprintf(":N=%d", u.GetNodeCount())
+			if u.MaxNodeCount != nil {
+				g += fmt.Sprintf("-%d", u.GetMaxNodeCount())
+			}
+			g += fmt.Sprintf(":n=%d:mem=%d", u.GetNtasks(), u.GetMemMb())
 		}
 		if u.Nodelist != nil {
 			g += ":w=" + strings.Join(u.GetNodelist().GetHosts(), ",")
@@ -565,7 +570,8 @@ func TestScontrolActions(t *testing.T) {
 	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00",
 		"update:13::00:00:00:nice=-20", "update:13::00:00:00:nice=0", "update:13::00:00:00:begin+1h0m0s",
 		"update:13::00:00:00:dependency=afterok:12", "update:13::00:00:00:dependency=", "update:13::00:00:00:qos=high:account=lab",
-		"update:12::00:00:00:name=renamed", "update:13::00:00:00:N=2:n=4:mem=2048", "update:13::00:00:00:w=gpu-0001,gpu-0002:x=",
+		"update:12::00:00:00:name=renamed",
+		"update:13::00:00:00:N=2-3:n=4:mem=2048", "update:13::00:00:00:N=2:n=0:mem=0", "update:13::00:00:00:w=gpu-0001,gpu-0002:x=",
 		"update:15::00:00:00:throttle=0", "update:13::00:00:00:gpus=h100:2", "update:13::00:00:00:gpus=:4"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)

@@ -869,13 +869,16 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			n := v
 			req.JobName = &n
 		case "numnodes", "reqnodes":
-			// A range's minimum: the update carries one count, which
-			// replaces the job's range.
-			n, _, err := parseNodeCount(v)
+			// MIN-MAX is the job's new range, as Slurm's; a count alone
+			// (or MIN-MIN) replaces a range.
+			n, most, err := parseNodeCount(v)
 			if err != nil {
 				return &Error{Code: 1, Text: "Invalid NumNodes value: " + v + " (" + err.Error() + ")"}
 			}
-			req.NodeCount = &n
+			req.NodeCount, req.MaxNodeCount = &n, nil
+			if most > 0 {
+				req.MaxNodeCount = &most
+			}
 		case "numtasks", "reqprocs":
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil || n < 1 || !isDigits(v) {

@@ -1717,8 +1717,11 @@ type UpdateJob struct {
 	ArrayTaskThrottle *int32       `protobuf:"varint,19,opt,name=array_task_throttle,json=arrayTaskThrottle,proto3,oneof" json:"array_task_throttle,omitempty"`
 	GpusPerNode       *int32       `protobuf:"varint,20,opt,name=gpus_per_node,json=gpusPerNode,proto3,oneof" json:"gpus_per_node,omitempty"`
 	GpuType           *string      `protobuf:"bytes,21,opt,name=gpu_type,json=gpuType,proto3,oneof" json:"gpu_type,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// max_node_count, when set (with node_count), is the maximum of the
+	// pending job's new node range, as in loom.v1.UpdateJobRequest.
+	MaxNodeCount  *int32 `protobuf:"varint,22,opt,name=max_node_count,json=maxNodeCount,proto3,oneof" json:"max_node_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateJob) Reset() {
@@ -1896,6 +1899,13 @@ func (x *UpdateJob) GetGpuType() string {
 		return *x.GpuType
 	}
 	return ""
+}
+
+func (x *UpdateJob) GetMaxNodeCount() int32 {
+	if x != nil && x.MaxNodeCount != nil {
+		return *x.MaxNodeCount
+	}
+	return 0
 }
 
 // CreateJobStep asks the scheduler to start a job step (srun) on the nodes of
@@ -5945,7 +5955,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04full\x18\a \x01(\bR\x04full\x12 \n" +
 	"\texit_code\x18\b \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xe0\x06\n" +
+	"_exit_code\"\x9e\a\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5973,7 +5983,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x13array_task_throttle\x18\x13 \x01(\x05H\bR\x11arrayTaskThrottle\x88\x01\x01\x12'\n" +
 	"\rgpus_per_node\x18\x14 \x01(\x05H\tR\vgpusPerNode\x88\x01\x01\x12\x1e\n" +
 	"\bgpu_type\x18\x15 \x01(\tH\n" +
-	"R\agpuType\x88\x01\x01B\a\n" +
+	"R\agpuType\x88\x01\x01\x12)\n" +
+	"\x0emax_node_count\x18\x16 \x01(\x05H\vR\fmaxNodeCount\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
 	"\x04_qosB\n" +
@@ -5985,7 +5996,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\a_mem_mbB\x16\n" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
-	"\t_gpu_type\"\xb1\x05\n" +
+	"\t_gpu_typeB\x11\n" +
+	"\x0f_max_node_count\"\xb1\x05\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +

@@ -1346,7 +1346,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos, Account: account,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: partition, Nice: req.Nice,
 		BeginTime: req.GetBeginTime(), Dependency: req.Dependency, JobName: req.JobName,
-		NodeCount: req.NodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
+		NodeCount: req.NodeCount, MaxNodeCount: req.MaxNodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
 		ArrayTaskThrottle: req.ArrayTaskThrottle, GpusPerNode: req.GpusPerNode, GpuType: req.GpuType, User: caller.User, Admin: caller.Admin}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)

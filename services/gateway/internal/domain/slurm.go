@@ -433,6 +433,12 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 			// The partition bounds it from above (CheckUpdatedJob).
 			v.Check(req.GetNodeCount() >= 1, "node_count", "%d must be at least 1 (Slurm: Node count specification invalid)", req.GetNodeCount())
 		}
+		if req.MaxNodeCount != nil {
+			// A range's maximum comes with its minimum (NumNodes=MIN-MAX);
+			// its bounds are the job's, as at submission (CheckUpdatedJob).
+			v.Check(req.NodeCount != nil, "max_node_count", "needs node_count, the range's minimum")
+			v.Check(req.GetMaxNodeCount() >= 0, "max_node_count", "%d must not be negative (0: no range)", req.GetMaxNodeCount())
+		}
 		if req.Ntasks != nil {
 			v.Check(req.GetNtasks() >= 1 && req.GetNtasks() <= slurmspec.MaxJobTasks, "ntasks", "%d is not 1 to %d", req.GetNtasks(), slurmspec.MaxJobTasks)
 		}
@@ -471,14 +477,14 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 // updateFieldNames are the fields an "update" changes, in the order
 // updateFields reports them.
 var updateFieldNames = []string{"time_limit_seconds", "partition", "nice", "begin_time", "dependency", "qos", "account",
-	"job_name", "node_count", "ntasks", "mem_mb", "nodelist", "exclude", "array_task_throttle", "gpus_per_node", "gpu_type"}
+	"job_name", "node_count", "ntasks", "mem_mb", "nodelist", "exclude", "array_task_throttle", "gpus_per_node", "gpu_type", "max_node_count"}
 
 // updateFields returns the names of the fields req sets that only an
 // "update" takes.
 func updateFields(req *loomv1.UpdateJobRequest) []string {
 	set := []bool{req.GetTimeLimitSeconds() != 0, req.GetPartition() != "", req.Nice != nil, req.BeginTime != nil, req.Dependency != nil,
 		req.Qos != nil, req.Account != nil, req.JobName != nil, req.NodeCount != nil, req.Ntasks != nil, req.MemMb != nil,
-		req.Nodelist != nil, req.Exclude != nil, req.ArrayTaskThrottle != nil, req.GpusPerNode != nil, req.GpuType != nil}
+		req.Nodelist != nil, req.Exclude != nil, req.ArrayTaskThrottle != nil, req.GpusPerNode != nil, req.GpuType != nil, req.MaxNodeCount != nil}
 	var out []string
 	for i, ok := range set {
 		if ok {
@@ -492,7 +498,7 @@ func updateFields(req *loomv1.UpdateJobRequest) []string {
 // nodes (its partition, node count, tasks, memory, GPUs, node list or
 // exclusions): CheckUpdatedJob must judge it against the cluster.
 func Resizes(req *loomv1.UpdateJobRequest) bool {
-	return req.GetPartition() != "" || req.NodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil ||
+	return req.GetPartition() != "" || req.NodeCount != nil || req.MaxNodeCount != nil || req.Ntasks != nil || req.MemMb != nil || req.Nodelist != nil || req.Exclude != nil ||
 		req.GpusPerNode != nil || req.GpuType != nil
 }
 
@@ -508,8 +514,12 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 		}
 	}
 	if req.NodeCount != nil {
-		// A count replaces a range (-N MIN-MAX), as Slurm's NumNodes=N.
-		j.NodeCount, j.MaxNodeCount = req.GetNodeCount(), 0
+		// A count alone replaces a range (-N MIN-MAX); with a maximum it
+		// is the new range, as Slurm's NumNodes=MIN-MAX.
+		j.NodeCount, j.MaxNodeCount = req.GetNodeCount(), req.GetMaxNodeCount()
+		if j.MaxNodeCount == j.NodeCount {
+			j.MaxNodeCount = 0
+		}
 	}
 	if req.Ntasks != nil {
 		j.Ntasks = req.GetNtasks()

@@ -192,6 +192,10 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{&loomv1.UpdateJobRequest{Action: "update", ArrayTaskThrottle: proto.Int32(-2)}, "array_task_throttle", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", GpusPerNode: proto.Int32(-1)}, "gpus_per_node", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", GpusPerNode: proto.Int32(2), GpuType: proto.String("h100")}, "", "update"},
+		{&loomv1.UpdateJobRequest{Action: "update", NodeCount: proto.Int32(1), MaxNodeCount: proto.Int32(3)}, "", "update"},
+		{&loomv1.UpdateJobRequest{Action: "update", MaxNodeCount: proto.Int32(3)}, "max_node_count", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", NodeCount: proto.Int32(1), MaxNodeCount: proto.Int32(-1)}, "max_node_count", ""},
+		{&loomv1.UpdateJobRequest{Action: "hold", MaxNodeCount: proto.Int32(3)}, "max_node_count", ""},
 	} {
 		act, err := ValidateUpdateJob(tc.req)
 		switch {
@@ -223,6 +227,11 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{&loomv1.UpdateJobRequest{GpusPerNode: proto.Int32(4), GpuType: proto.String("h100")}, nil},
 		{&loomv1.UpdateJobRequest{GpusPerNode: proto.Int32(9)}, []string{"gpus_per_node: 9 exceeds the 8 GPUs of the largest node"}},
 		{&loomv1.UpdateJobRequest{GpusPerNode: proto.Int32(1), GpuType: proto.String("a100")}, []string{"gpu_type:", "it has h100"}},
+		// NumNodes=MIN-MAX: a maximum past the partition's nodes is no
+		// error (the job takes what there is), one below the minimum is.
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(1), MaxNodeCount: proto.Int32(8)}, nil},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), MaxNodeCount: proto.Int32(1)}, []string{"max_node_count: 1 must be at least node_count 2"}},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(3), MaxNodeCount: proto.Int32(4)}, []string{"node_count: 3 exceeds the 2 nodes in partition train"}},
 	} {
 		err := CheckUpdatedJob(Updated(pending, tc.req), partitioned(), partitionedNodes())
 		if tc.want == nil && err != nil {
@@ -236,6 +245,25 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 	}
 	if pending.GetNodeCount() != 1 || len(pending.GetExclude()) != 0 {
 		t.Errorf("Updated changed the job it copies: %v", pending)
+	}
+	// The range travels: NumNodes=1-3 is node_count 1, max 3; a count alone
+	// (or MIN-MIN) replaces the range.
+	ranged := &loomv1.Job{Partition: "train", NodeCount: 1, MaxNodeCount: 3}
+	for _, tc := range []struct {
+		req       *loomv1.UpdateJobRequest
+		min, most int32
+	}{
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), MaxNodeCount: proto.Int32(4)}, 2, 4},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), MaxNodeCount: proto.Int32(2)}, 2, 0},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2)}, 2, 0},
+		{&loomv1.UpdateJobRequest{Ntasks: proto.Int32(2)}, 1, 3},
+	} {
+		if u := Updated(ranged, tc.req); u.GetNodeCount() != tc.min || u.GetMaxNodeCount() != tc.most {
+			t.Errorf("Updated(%v) has nodes %d-%d, want %d-%d", tc.req, u.GetNodeCount(), u.GetMaxNodeCount(), tc.min, tc.most)
+		}
+	}
+	if !Resizes(&loomv1.UpdateJobRequest{MaxNodeCount: proto.Int32(3)}) {
+		t.Error("Resizes(max_node_count) = false: the range's maximum would not be judged against the cluster")
 	}
 
 	job := func(s loomv1.JobState) *loomv1.Job { return &loomv1.Job{State: s, Partition: "train"} }

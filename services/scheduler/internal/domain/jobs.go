@@ -181,6 +181,8 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 			"update needs time_limit_seconds, partition, nice, begin_time, dependency, qos, account, job_name, node_count, ntasks, mem_mb, nodelist, exclude, array_task_throttle, gpus_per_node or gpu_type")
 		v.Check(ev.JobName == nil || ev.GetJobName() != "", "job_name", "must not be empty")
 		v.Check(ev.NodeCount == nil || ev.GetNodeCount() >= 1, "node_count", "must be at least 1, got %d", ev.GetNodeCount())
+		v.Check(ev.MaxNodeCount == nil || ev.NodeCount != nil && (ev.GetMaxNodeCount() == 0 || ev.GetMaxNodeCount() >= ev.GetNodeCount()),
+			"max_node_count", "must come with node_count and be 0 or at least it, got %d", ev.GetMaxNodeCount())
 		v.Check(ev.Ntasks == nil || ev.GetNtasks() >= 1 && ev.GetNtasks() <= slurmspec.MaxJobTasks, "ntasks", "%d is not 1 to %d", ev.GetNtasks(), slurmspec.MaxJobTasks)
 		v.Check(ev.GetMemMb() >= 0, "mem_mb", "must not be negative, got %d", ev.GetMemMb())
 		v.Check(ev.GetArrayTaskThrottle() >= 0, "array_task_throttle", "must not be negative, got %d", ev.GetArrayTaskThrottle())
@@ -355,8 +357,9 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	}
 	if resize {
 		if ev.NodeCount != nil {
-			// A count replaces a range (-N MIN-MAX), as Slurm's NumNodes=N.
-			j.Job.NodeCount, j.Job.MaxNodeCount = ev.GetNodeCount(), 0
+			// A count alone replaces a range (-N MIN-MAX); with a maximum
+			// it is the new range, as Slurm's NumNodes=MIN-MAX.
+			j.Job.NodeCount, j.Job.MaxNodeCount = ev.GetNodeCount(), newMaxNodes(ev)
 		}
 		if ev.Ntasks != nil {
 			j.Job.Ntasks = ev.GetNtasks()
@@ -382,11 +385,20 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 
 // sameSize reports whether ev's size and hosts are those job has.
 func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
-	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == 0) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
+	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == newMaxNodes(ev)) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
 		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
 		(ev.Nodelist == nil || slices.Equal(uniqueHosts(ev.GetNodelist().GetHosts()), job.GetNodelist())) &&
 		(ev.Exclude == nil || slices.Equal(uniqueHosts(ev.GetExclude().GetHosts()), job.GetExclude())) &&
 		(ev.GpusPerNode == nil || ev.GetGpusPerNode() == job.GetGpusPerNode()) && (ev.GpuType == nil || ev.GetGpuType() == job.GetGpuType())
+}
+
+// newMaxNodes is the range's maximum an update with a node count leaves
+// its job: the one it gives, none (0) when it gives none or its minimum.
+func newMaxNodes(ev *eventsv1.UpdateJob) int32 {
+	if most := ev.GetMaxNodeCount(); most > ev.GetNodeCount() {
+		return most
+	}
+	return 0
 }
 
 // throttleArray sets the most tasks of j's array that run at once

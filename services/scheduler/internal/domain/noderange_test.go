@@ -105,7 +105,8 @@ func TestNodeRangeTaskCap(t *testing.T) {
 }
 
 // TestNodeRangeRefused: a maximum below the minimum is refused, naming the
-// field; NumNodes=N on a pending range replaces it.
+// field; NumNodes=N on a pending range replaces it, NumNodes=MIN-MAX sets a
+// new one.
 func TestNodeRangeRefused(t *testing.T) {
 	t.Parallel()
 	h := rangeHarness(t, 0)
@@ -118,6 +119,24 @@ func TestNodeRangeRefused(t *testing.T) {
 	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, NodeCount: &n, User: "root", Admin: true})
 	if j := h.job(2); j.GetNodeCount() != 2 || j.GetMaxNodeCount() != 0 {
 		t.Fatalf("after NumNodes=2: %d-%d, want 2 and no range", j.GetNodeCount(), j.GetMaxNodeCount())
+	}
+	// NumNodes=MIN-MAX carries the range, as Slurm's update.
+	lo, hi := int32(1), int32(3)
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, NodeCount: &lo, MaxNodeCount: &hi, User: "root", Admin: true})
+	if j := h.job(2); j.GetNodeCount() != 1 || j.GetMaxNodeCount() != 3 {
+		t.Fatalf("after NumNodes=1-3: %d-%d, want 1-3", j.GetNodeCount(), j.GetMaxNodeCount())
+	}
+	for _, ev := range []*eventsv1.UpdateJob{
+		{NodeCount: proto.Int32(3), MaxNodeCount: proto.Int32(2)},
+		{MaxNodeCount: proto.Int32(4)},
+	} {
+		ev.Job, ev.Cluster, ev.Action, ev.User, ev.Admin = jobName(2), cl, ActionUpdate, "root", true
+		if _, err := h.s.Handle(h.now, ev); err == nil || !strings.Contains(err.Error(), "max_node_count") {
+			t.Errorf("update %v: got %v, want an error naming max_node_count", ev, err)
+		}
+	}
+	if j := h.job(2); j.GetNodeCount() != 1 || j.GetMaxNodeCount() != 3 {
+		t.Fatalf("after refused updates: %d-%d, want 1-3 untouched", j.GetNodeCount(), j.GetMaxNodeCount())
 	}
 }
 
