@@ -493,6 +493,49 @@ func TestTasksEnv(t *testing.T) {
 	}
 }
 
+// TestTasksPerNodeWithoutNtasks: a batch job without -n (nor
+// --ntasks-per-node) gets Slurm 22.05's SLURM_TASKS_PER_NODE, each node's
+// CPUs over its CPUs per task (env_array_for_batch_job), and no
+// SLURM_CPUS_PER_TASK without -c; with -n its tasks, as before (checked
+// beside a real Slurm's batch environment).
+func TestTasksPerNodeWithoutNtasks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		nodes, gpus  int32
+		opt          func(*loomv1.Job)
+		perNode, cpt string // cpt "": unset
+	}{
+		{"--gres=gpu:2 --cpus-per-gpu=3", 1, 2, func(j *loomv1.Job) { j.CpusPerGpu = 3 }, "6", ""},
+		{"--gpus=3 -N2 --cpus-per-gpu=2", 2, 0, func(j *loomv1.Job) { j.Gpus, j.CpusPerGpu = 3, 2 }, "4,2", ""},
+		{"-N2 -c3", 2, 0, func(j *loomv1.Job) { j.CpusPerTask = 3 }, "1(x2)", "3"},
+		{"-N2", 2, 0, func(j *loomv1.Job) {}, "1(x2)", ""},
+		{"-n3 -c2", 1, 0, func(j *loomv1.Job) { j.Ntasks, j.CpusPerTask = 3, 2 }, "3", "2"},
+		{"-n4 --gres=gpu:2 --cpus-per-gpu=3", 1, 2, func(j *loomv1.Job) { j.Ntasks, j.CpusPerGpu = 4, 3 }, "4", ""},
+		{"-N2 --ntasks-per-node=2", 2, 0, func(j *loomv1.Job) { j.NtasksPerNode = 2 }, "2(x2)", ""},
+		// Every CPU of the node (an a3-highgpu-8g's 208): as many tasks.
+		{"--exclusive", 1, 0, func(j *loomv1.Job) { j.Exclusive = true }, "208", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newSpecHarness(t, Config{})
+			h.gpuNode("a3-0001", "b1")
+			h.gpuNode("a3-0002", "b1")
+			c := h.submitJob(job(1, tc.nodes, tc.gpus, func(j *loomv1.Job) { j.Command = nil; j.Script = "x" }, tc.opt))
+			ss := starts(c)
+			if len(ss) != 1 {
+				t.Fatalf("%d StartSteps, want the batch step", len(ss))
+			}
+			env := ss[0].GetEnv()
+			cpt, set := env["SLURM_CPUS_PER_TASK"]
+			if env["SLURM_TASKS_PER_NODE"] != tc.perNode || cpt != tc.cpt || set != (tc.cpt != "") {
+				t.Errorf("SLURM_TASKS_PER_NODE=%q SLURM_CPUS_PER_TASK=%q (set %v); want %q and %q (SLURM_JOB_CPUS_PER_NODE=%q)",
+					env["SLURM_TASKS_PER_NODE"], cpt, set, tc.perNode, tc.cpt, env["SLURM_JOB_CPUS_PER_NODE"])
+			}
+		})
+	}
+}
+
 // TestPreemptionWithSignalThenRequeue: a high-QOS job preempts a low-QOS
 // one: the victim gets its --signal, a grace period, then StopStep,
 // PREEMPTED, REQUEUED and PENDING; the preemptor starts once the victim's

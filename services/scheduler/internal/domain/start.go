@@ -246,7 +246,9 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	env["SLURM_NTASKS"] = rv.ntasks
 	env["SLURM_NPROCS"] = rv.ntasks
 	env["SLURM_TASKS_PER_NODE"] = rv.tasksPerNode
-	env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(max(spec.GetCpusPerTask(), 1)))
+	if c := spec.GetCpusPerTask(); c > 0 {
+		env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(c)) // as Slurm: only with -c
+	}
 	if c := spec.GetCpusPerGpu(); c > 0 {
 		env["SLURM_CPUS_PER_GPU"] = strconv.Itoa(int(c)) // as Slurm: only when asked for
 	}
@@ -335,7 +337,11 @@ type runVars struct {
 
 // newRunVars returns run r's runVars for job spec. A batch script is its
 // node's one task of the tasks it asked for; a command runs one task per
-// node.
+// node. A batch job that asked no tasks (no -n, no --ntasks-per-node) has
+// Slurm's SLURM_TASKS_PER_NODE: each node's CPUs over its CPUs per task, as
+// slurmd's env_array_for_batch_job lays them out (--gres=gpu:2
+// --cpus-per-gpu=3: 6), though its tasks (SLURM_NTASKS, a bare srun's) stay
+// one a node.
 func newRunVars(spec *loomv1.Job, r *Run) *runVars {
 	tasks := r.Tasks
 	if spec.GetScript() == "" {
@@ -352,10 +358,18 @@ func newRunVars(spec *loomv1.Job, r *Run) *runVars {
 	for i := range cpus {
 		cpus[i] = cpusOf(r, i, spec)
 	}
+	perNode := tasks
+	if spec.GetScript() != "" && spec.GetNtasks() == 0 && spec.GetNtasksPerNode() == 0 {
+		cpt := max(spec.GetCpusPerTask(), 1)
+		perNode = make([]int32, len(cpus))
+		for i, c := range cpus {
+			perNode[i] = max(c/cpt, 1)
+		}
+	}
 	return &runVars{
 		nodelist:     hostlist.Compress(r.Hostnames),
 		ntasks:       strconv.Itoa(int(ntasks)),
-		tasksPerNode: TasksPerNode(tasks),
+		tasksPerNode: TasksPerNode(perNode),
 		cpusPerNode:  TasksPerNode(cpus),
 	}
 }
