@@ -256,8 +256,14 @@ func tresPerNode(j *loomv1.Job) string {
 	if n == 0 {
 		return "N/A"
 	}
-	if t := j.GetGpuType(); t != "" {
-		return fmt.Sprintf("gres:gpu:%s:%d", t, n)
+	return gpuTres(j.GetGpuType(), n)
+}
+
+// gpuTres is a GPU request as scontrol show job's Tres* lines write it:
+// gres:gpu:N, with a type gres:gpu:TYPE:N.
+func gpuTres(typ string, n int32) string {
+	if typ != "" {
+		return fmt.Sprintf("gres:gpu:%s:%d", typ, n)
 	}
 	return fmt.Sprintf("gres:gpu:%d", n)
 }

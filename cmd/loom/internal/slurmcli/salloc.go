@@ -225,6 +225,9 @@ func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string) []str
 	if n := job.GetCpusPerTask(); n > 0 {
 		set["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(n))
 	}
+	if n := job.GetCpusPerGpu(); n > 0 {
+		set["SLURM_CPUS_PER_GPU"] = strconv.Itoa(int(n)) // as Slurm's salloc: only when asked for
+	}
 	if m := job.GetMemMb(); m > 0 {
 		set["SLURM_MEM_PER_NODE"] = strconv.FormatInt(m, 10)
 	}
@@ -253,6 +256,8 @@ exits. It takes sbatch's options that shape an allocation:
 
   -A, --account=name          charge job to specified account
   -b, --begin=time            defer job until HH:MM MM/DD/YY
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+      --cpus-per-gpu=n        number of CPUs required per allocated GPU
   -D, --chdir=path            change working directory
       --exclusive             allocate nodes in exclusive mode
   -G, --gpus=n                count of GPUs required for the job

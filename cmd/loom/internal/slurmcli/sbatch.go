@@ -1358,6 +1358,7 @@ Parallel run options (as Loom runs them):
   -A, --account=name          charge job to specified account
       --begin=time            defer job until HH:MM MM/DD/YY, now+1hour, ...
   -c, --cpus-per-task=ncpus   number of cpus required per task
+      --cpus-per-gpu=n        number of CPUs required per allocated GPU
   -d, --dependency=type:jobid[:time] defer job until condition on jobid is satisfied
   -D, --chdir=directory       set working directory for batch script
   -e, --error=err             file for batch script's standard error

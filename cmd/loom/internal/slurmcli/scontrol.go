@@ -432,8 +432,16 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		// --cpus-per-gpu, before the GPUs' line as Slurm 22.05 prints it.
 		rec = append(rec, []string{"CpusPerTres=gres:gpu:" + strconv.Itoa(int(c))})
 	}
+	if n := j.GetGpus(); n > 0 && j.GetGpusPerTask() == 0 {
+		// --gpus; with --gpus-per-task the total is Loom's (-n times
+		// it), not a --gpus the job gave.
+		rec = append(rec, []string{"TresPerJob=" + gpuTres(j.GetGpuType(), n)})
+	}
 	if t := tresPerNode(j); t != "N/A" {
 		rec = append(rec, []string{"TresPerNode=" + t})
+	}
+	if n := j.GetGpusPerTask(); n > 0 {
+		rec = append(rec, []string{"TresPerTask=" + gpuTres(j.GetGpuType(), n)})
 	}
 	if j.GetPlacement() != "" {
 		rec = append(rec, []string{"Placement=" + j.GetPlacement()})

@@ -22,6 +22,9 @@ var srunOptions = []optDef{
 	{long: []string{"ntasks"}, short: 'n', arg: requiredArg},
 	{long: []string{"ntasks-per-node"}, arg: requiredArg},
 	{long: []string{"cpus-per-task"}, short: 'c', arg: requiredArg},
+	// Outside a job, as sbatch's; for a step inside one, accepted: the
+	// step's CPUs are its tasks' (-c).
+	{long: []string{"cpus-per-gpu"}, arg: requiredArg},
 	{long: []string{"label"}, short: 'l', arg: noArg},
 	{long: []string{"chdir"}, short: 'D', arg: requiredArg},
 	{long: []string{"export"}, arg: requiredArg},
@@ -82,7 +85,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		return exit255(usage("srun", err))
 	}
 	env := c.env.Environ
-	ntasks, nodes, perNode, cpt := 0, 0, 0, 0
+	ntasks, nodes, perNode, cpt, cpusPerGPU := 0, 0, 0, 0, 0
 	nodesMax := 0 // -N MIN-MAX's maximum (0: no range)
 	label, killBad := false, false
 	chdir := ""
@@ -128,6 +131,12 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			default:
 				cpt = int(n)
 			}
+		case "cpus-per-gpu":
+			n, err := positiveInt("srun", "--cpus-per-gpu", o.value)
+			if err != nil {
+				return err
+			}
+			cpusPerGPU = int(n)
 		case "label":
 			label = true
 		case "kill-on-bad-exit":
@@ -184,6 +193,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			}
 			relative = int32(n)
 		}
+	}
+	if cpusPerGPU > 0 && cpt > 0 {
+		// As Slurm 22.05's srun, in a job or not, in either order.
+		return &Error{Code: 1, Text: "srun: error: --cpus-per-gpu is mutually exclusive with --cpus-per-task\n" +
+			"srun: error: Invalid generic resource (gres) specification"}
 	}
 	if len(command) == 0 {
 		return c.errorf("No command given to execute.")
@@ -411,7 +425,7 @@ for a shell on a node). A step holds every CPU of the job on its nodes, only
 its own with --exact (or -c), none with --overlap; one that finds them held
 waits for them. Outside a job srun first asks
 for an allocation
-(-N, -n, -p, -t, --gres, ... as sbatch's), waits for it, runs the step in it
+(-N, -n, -p, -t, --gres, --cpus-per-gpu, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.
 `
 

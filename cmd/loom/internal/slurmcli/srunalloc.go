@@ -27,7 +27,7 @@ while :; do sleep 3600 & wait $!; done
 // srunAllocOptions are the srun options that shape the allocation: they
 // are handed to sbatch's parser as they were given.
 var srunAllocOptions = map[string]bool{
-	"nodes": true, "ntasks": true, "ntasks-per-node": true, "cpus-per-task": true, "job-name": true,
+	"nodes": true, "ntasks": true, "ntasks-per-node": true, "cpus-per-task": true, "cpus-per-gpu": true, "job-name": true,
 	"partition": true, "time": true, "mem": true, "mem-per-cpu": true, "gres": true, "gpus": true,
 	"gpus-per-node": true, "gpus-per-task": true, "exclusive": true, "account": true, "qos": true,
 	"nodelist": true, "exclude": true, "chdir": true, "nice": true, "begin": true,
@@ -41,6 +41,7 @@ var srunInputVars = []struct{ env, opt string }{
 	{"SLURM_GPUS_PER_NODE", "gpus-per-node"}, {"SLURM_MEM_PER_CPU", "mem-per-cpu"},
 	{"SLURM_MEM_PER_NODE", "mem"}, {"SLURM_NNODES", "nodes"}, {"SLURM_NTASKS", "ntasks"},
 	{"SLURM_NTASKS_PER_NODE", "ntasks-per-node"}, {"SLURM_CPUS_PER_TASK", "cpus-per-task"},
+	{"SLURM_CPUS_PER_GPU", "cpus-per-gpu"},
 }
 
 // allocPoll is how often srun looks whether its allocation has started;

@@ -697,3 +697,65 @@ func TestSrunDistribution(t *testing.T) {
 		}
 	}
 }
+
+// TestSrunAndSallocCpusPerGPU: srun and salloc take --cpus-per-gpu, as
+// Slurm 22.05's (checked beside one): outside a job srun's allocation
+// asks it (and SLURM_CPUS_PER_GPU, srun's input variable, sets it), salloc's
+// too, whose command gets SLURM_CPUS_PER_GPU; inside a job srun accepts it
+// for a step. With -c, or not a positive count, each says Slurm's words,
+// exit 1, and nothing is asked.
+func TestSrunAndSallocCpusPerGPU(t *testing.T) {
+	t.Parallel()
+	g := srunGateway(t, 1, 0)
+	if code, _, errOut := srunOutside(context.Background(), t, g, "--gres=gpu:2", "--cpus-per-gpu=3", "hostname"); code != 0 ||
+		len(jobsSubmitted(g)) != 1 || jobsSubmitted(g)[0].GetJob().GetCpusPerGpu() != 3 {
+		t.Fatalf("srun --cpus-per-gpu=3 outside a job: exit %d, stderr %q, submitted %v", code, errOut, jobsSubmitted(g))
+	}
+	g = srunGateway(t, 1, 0)
+	env := Env{Conn: g.Dial(t), Project: "default", Cluster: "projects/default/clusters/c", User: "ada", Cwd: g.StepOutputDir,
+		CallTimeout: 10 * time.Second, Environ: map[string]string{"PATH": "/bin", "SLURM_CPUS_PER_GPU": "5"}}
+	if code, _, errOut := mainSrun(context.Background(), env, "--gres=gpu:1", "hostname"); code != 0 || len(jobsSubmitted(g)) != 1 ||
+		jobsSubmitted(g)[0].GetJob().GetCpusPerGpu() != 5 {
+		t.Fatalf("SLURM_CPUS_PER_GPU=5 srun: exit %d, stderr %q, submitted %v", code, errOut, jobsSubmitted(g))
+	}
+	g = srunGateway(t, 1, 0)
+	if code, _, errOut := runSrun(context.Background(), t, g, "--cpus-per-gpu=2", "hostname"); code != 0 || len(stepsCreated(g)) != 1 {
+		t.Fatalf("srun --cpus-per-gpu=2 in a job: exit %d, stderr %q, steps %v", code, errOut, stepsCreated(g))
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-c2", "--cpus-per-gpu=2", "--gres=gpu:1"}, "srun: error: --cpus-per-gpu is mutually exclusive with --cpus-per-task\n" +
+			"srun: error: Invalid generic resource (gres) specification\n"},
+		{[]string{"--cpus-per-gpu=x"}, "srun: error: Invalid numeric value \"x\" for --cpus-per-gpu.\n"},
+		{[]string{"--cpus-per-gpu=0"}, "srun: error: Invalid numeric value \"0\" for --cpus-per-gpu.\n"},
+	} {
+		for _, outside := range []bool{true, false} {
+			g = srunGateway(t, 1, 0)
+			run := runSrun
+			if outside {
+				run = srunOutside
+			}
+			code, _, errOut := run(context.Background(), t, g, append(tc.args, "hostname")...)
+			if code != 1 || errOut != tc.want || len(jobsSubmitted(g))+len(stepsCreated(g)) != 0 {
+				t.Errorf("srun %v (outside a job: %v): exit %d, stderr %q; want 1, %q, nothing asked", tc.args, outside, code, errOut, tc.want)
+			}
+		}
+	}
+
+	g = srunGateway(t, 1, 0)
+	env = Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
+		Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}}
+	code, out, errOut := salloc(context.Background(), t, env, "", "-Q", "--gres=gpu:2", "--cpus-per-gpu=3", "sh", "-c", `echo "$SLURM_CPUS_PER_GPU"`)
+	if code != 0 || out != "3\n" || len(jobsSubmitted(g)) != 1 || jobsSubmitted(g)[0].GetJob().GetCpusPerGpu() != 3 {
+		t.Fatalf("salloc --cpus-per-gpu=3: exit %d, stdout %q, stderr %q, submitted %v", code, out, errOut, jobsSubmitted(g))
+	}
+	g = srunGateway(t, 1, 0)
+	env.Conn = g.Dial(t)
+	code, _, errOut = salloc(context.Background(), t, env, "", "-c2", "--cpus-per-gpu=2", "--gres=gpu:1", "true")
+	if want := "salloc: error: --cpus-per-gpu is mutually exclusive with --cpus-per-task\nsalloc: error: Invalid generic resource (gres) specification\n"; code != 1 ||
+		errOut != want || len(jobsSubmitted(g)) != 0 {
+		t.Fatalf("salloc -c2 --cpus-per-gpu=2: exit %d, stderr %q; want 1, %q", code, errOut, want)
+	}
+}

@@ -223,3 +223,40 @@ func TestCpusPerGPUJobCPUs(t *testing.T) {
 		t.Errorf("sacct AllocCPUS of --gpus=3: %d %q %q, want %q", code, out, errOut, want)
 	}
 }
+
+// TestScontrolTresLines: scontrol show job's GPU request lines, in Slurm
+// 22.05's order and words (checked beside one): --gpus=N is
+// TresPerJob=gres:gpu[:TYPE]:N, after CpusPerTres and before TresPerNode;
+// --gpus-per-task=N is TresPerTask=gres:gpu:N, last, and the job total
+// Loom derives from it (-n times it) is no TresPerJob.
+func TestScontrolTresLines(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		set  func(j *loomv1.Job)
+		want string // the lines after Power=, up to the record's end
+	}{
+		{"--gpus=3 -N2 --cpus-per-gpu=2", func(j *loomv1.Job) { j.Gpus, j.CpusPerGpu = 3, 2 },
+			"   CpusPerTres=gres:gpu:2\n   TresPerJob=gres:gpu:3\n"},
+		{"--gpus=h100:3", func(j *loomv1.Job) { j.Gpus, j.GpuType = 3, "h100" }, "   TresPerJob=gres:gpu:h100:3\n"},
+		{"--gpus=4 --gpus-per-node=2", func(j *loomv1.Job) { j.Gpus, j.GpusPerNode = 4, 2 },
+			"   TresPerJob=gres:gpu:4\n   TresPerNode=gres:gpu:2\n"},
+		{"--gres=gpu:2", func(j *loomv1.Job) { j.GpusPerNode = 2 }, "   TresPerNode=gres:gpu:2\n"},
+		{"--gpus-per-task=1 -n2", func(j *loomv1.Job) { j.Ntasks, j.GpusPerTask, j.Gpus = 2, 1, 2 }, "   TresPerTask=gres:gpu:1\n"},
+		{"no GPUs", func(j *loomv1.Job) {}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fixture()
+			j := f.Jobs[3]
+			j.Gpus, j.GpusPerNode, j.GpuType, j.GpusPerTask, j.CpusPerGpu, j.CpusPerTask, j.AllocGpus = 0, 0, "", 0, 0, 0, 0
+			j.Placement = ""
+			tc.set(j)
+			code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", j.GetJobId())
+			_, tail, ok := strings.Cut(out, "\n   Power=\n")
+			if code != 0 || !ok || tail != tc.want+"   \n\n" {
+				t.Errorf("show job: %d %q %q; want after Power= %q", code, tail, errOut, tc.want)
+			}
+		})
+	}
+}
