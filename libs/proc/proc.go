@@ -360,11 +360,30 @@ func FindByEnv(kv string) []int {
 // HasEnv reports whether pid's environment, as it started with it, holds
 // exactly the entry kv ("KEY=value"): false where /proc is missing or the
 // process is not ours to read.
+//
+// A process caught inside execve is waited out (up to execWait): the
+// kernel installs the new image before it sets where its environment lies,
+// and reads in between find none. exec.Cmd.Start returns inside that
+// window (once the close-on-exec descriptors are closed), so a process
+// just started would otherwise be missed, by `loom up` looking for a node
+// agent or an agent for a step's processes.
 func HasEnv(pid int, kv string) bool {
 	if !hasProc || pid <= 0 {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	path := "/proc/" + strconv.Itoa(pid) + "/environ"
+	b, err := os.ReadFile(path)
+	for deadline := time.Now().Add(execWait); err == nil && len(b) == 0 && userProcess(pid) && time.Now().Before(deadline); {
+		// The kernel sets the command line's bounds, then the
+		// environment's: once the first is seen, one more read after a
+		// moment finds the environment if there is one.
+		args, aerr := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		time.Sleep(time.Millisecond)
+		b, err = os.ReadFile(path)
+		if aerr != nil || len(args) > 0 {
+			break
+		}
+	}
 	if err != nil {
 		return false
 	}
@@ -376,6 +395,29 @@ func HasEnv(pid int, kv string) bool {
 	}
 	return false
 }
+
+// execWait bounds how long HasEnv waits for a process inside execve to get
+// its environment: the window is microseconds to a few milliseconds (the
+// new image's pages read in), longer only on a starved machine. A process
+// with neither arguments nor environment costs HasEnv this, once; one with
+// arguments and no environment, a millisecond.
+const execWait = 100 * time.Millisecond
+
+// userProcess reports whether pid is a live user process: not a zombie
+// (whose environment is gone), not a kernel thread (which never has one).
+func userProcess(pid int) bool {
+	f, ok := statFields(pid)
+	// f[0] is field 3 (state); f[6] field 9 (flags).
+	if !ok || len(f) < 7 || f[0] == "Z" || f[0] == "X" {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfKthread == 0
+}
+
+// pfKthread is the kernel's PF_KTHREAD process flag (include/linux/sched.h):
+// a kernel thread has no environment ever.
+const pfKthread = 0x00200000
 
 // ExitCode returns a finished process's exit code, 128+n when signal n ended
 // it, and the signal's name ("" when it exited).

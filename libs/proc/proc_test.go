@@ -78,3 +78,30 @@ func TestParent(t *testing.T) {
 		t.Errorf("Parent(-1) = %d, want 0", got)
 	}
 }
+
+// TestHasEnvRightAfterStart: a process is found by its environment as soon
+// as exec.Cmd.Start returns. Start returns once execve has closed the
+// close-on-exec descriptors, but the kernel sets the new image's
+// environment bounds later in the same execve: read in between,
+// /proc/<pid>/environ is empty (CI caught `loom up` missing a node agent
+// so, several percent of reads under load).
+func TestHasEnvRightAfterStart(t *testing.T) {
+	t.Parallel()
+	if !hasProc {
+		t.Skip("no /proc")
+	}
+	kv := "LOOM_PROC_TEST=" + t.Name()
+	for i := range 300 {
+		c := exec.Command("sleep", "5")
+		c.Env = []string{kv}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		found := HasEnv(c.Process.Pid, kv)
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		if !found {
+			t.Fatalf("start %d: HasEnv(%d, %q) = false right after Start", i, c.Process.Pid, kv)
+		}
+	}
+}
