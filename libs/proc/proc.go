@@ -343,12 +343,13 @@ func FindByEnv(kv string) []int {
 		return nil
 	}
 	var out []int
+	deadline := time.Now().Add(execWait)
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if HasEnv(pid, kv) {
+		if hasEnvBy(pid, kv, deadline) {
 			if _, ok := StartTime(pid); ok {
 				out = append(out, pid)
 			}
@@ -367,13 +368,19 @@ func FindByEnv(kv string) []int {
 // window (once the close-on-exec descriptors are closed), so a process
 // just started would otherwise be missed, by `loom up` looking for a node
 // agent or an agent for a step's processes.
-func HasEnv(pid int, kv string) bool {
+func HasEnv(pid int, kv string) bool { return hasEnvBy(pid, kv, time.Now().Add(execWait)) }
+
+// hasEnvBy is HasEnv waiting out an execve only until deadline: FindByEnv
+// shares one among every process it reads, so that processes made to
+// look caught in execve (no arguments, no environment: any user can start
+// them) cost it execWait in all, not each.
+func hasEnvBy(pid int, kv string, deadline time.Time) bool {
 	if !hasProc || pid <= 0 {
 		return false
 	}
 	path := "/proc/" + strconv.Itoa(pid) + "/environ"
 	b, err := os.ReadFile(path)
-	for deadline := time.Now().Add(execWait); err == nil && len(b) == 0 && userProcess(pid) && time.Now().Before(deadline); {
+	for err == nil && len(b) == 0 && userProcess(pid) && time.Now().Before(deadline) {
 		// The kernel sets the command line's bounds, then the
 		// environment's: once the first is seen, one more read after a
 		// moment finds the environment if there is one.
@@ -400,7 +407,7 @@ func HasEnv(pid int, kv string) bool {
 // its environment: the window is microseconds to a few milliseconds (the
 // new image's pages read in), longer only on a starved machine. A process
 // with neither arguments nor environment costs HasEnv this, once; one with
-// arguments and no environment, a millisecond.
+// arguments and no environment, a millisecond; FindByEnv, this in all.
 const execWait = 100 * time.Millisecond
 
 // userProcess reports whether pid is a live user process: not a zombie
