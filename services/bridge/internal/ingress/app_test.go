@@ -724,25 +724,38 @@ func TestHandleConcurrentCopiesDecideOnce(t *testing.T) {
 // again, and calls nothing. An expired claim let that copy make a second
 // call and publish a second result under the same id (a cancel's second
 // answer differs from the first's).
+//
+// The test drives the renewals (records.renewTick) and ages the claim in
+// Redis itself: with a claim of 150 ms renewed every 50 ms by the clock, a
+// loaded machine that ran neither the renewal nor Redis for 100 ms let the
+// claim lapse, and the test failed on a live bridge's correct claim.
 func TestHandleKeepsItsClaimWhileDeciding(t *testing.T) {
 	t.Parallel()
-	const ttl = 150 * time.Millisecond
+	const ttl = time.Minute
 	f := newFixture(t, func(c *Config) { c.ClaimTTL = ttl })
+	tick := make(chan time.Time)
+	f.app.rec.renewTick = tick
 	f.gw.entered, f.gw.hold = make(chan struct{}, 2), make(chan struct{})
 	ctx := testkit.Context(t, 30*time.Second)
 	d := submit("m-slow", "loomk_good")
 	first := make(chan error, 1)
 	go func() { first <- f.h(ctx, d) }()
 	<-f.gw.entered
-	// The claim outlives its own life twice over while the gateway
-	// answers: a claim that lapses fails the wait at once.
-	st, claimKey, since := f.app.rec.st, f.app.rec.st.Key(keyClaim+Key(d)), time.Now()
-	testkit.WaitFor(t, 10*time.Second, "the claim to outlive its TTL twice over", func() (bool, error) {
-		n, err := st.Client().Exists(ctx, claimKey).Result()
-		if err == nil && n == 0 {
+	// The gateway has taken three quarters of the claim's life. A renewal
+	// gives it its whole life again, more than the quarter left could
+	// ever be; the quarter outlasts the wait below, however loaded the
+	// machine.
+	cl, claimKey := f.app.rec.st.Client(), f.app.rec.st.Key(keyClaim+Key(d))
+	if ok, err := cl.PExpire(ctx, claimKey, ttl/4).Result(); err != nil || !ok {
+		t.Fatalf("age the claim: %v, %v; want it held while the gateway answers", ok, err)
+	}
+	tick <- time.Now()
+	testkit.WaitFor(t, 10*time.Second, "the claim renewed to its whole life", func() (bool, error) {
+		left, err := cl.PTTL(ctx, claimKey).Result()
+		if err == nil && left < 0 {
 			err = errors.New("the claim lapsed while the message was being decided")
 		}
-		return time.Since(since) > 2*ttl, err
+		return left > ttl/2, err
 	})
 	second := make(chan error, 1)
 	go func() { second <- f.h(ctx, d) }()

@@ -64,6 +64,10 @@ type records struct {
 	kept int
 	// claimTTL is a claim's life without renewal (ClaimTTL by default).
 	claimTTL time.Duration
+	// renewTick, when set, paces the renewals of claims instead of a
+	// ticker every third of claimTTL: a test renews at the moments it
+	// chooses, not on a schedule a loaded machine may miss.
+	renewTick <-chan time.Time
 }
 
 // producerID names a (project, source, principal) producer.
@@ -373,13 +377,17 @@ func (r *records) claim(ctx context.Context, key string) (*heldClaim, error) {
 // renew extends the claim every third of its TTL until end.
 func (c *heldClaim) renew(ctx context.Context) {
 	defer close(c.done)
-	t := time.NewTicker(c.r.claimTTL / 3)
-	defer t.Stop()
+	tick := c.r.renewTick
+	if tick == nil {
+		t := time.NewTicker(c.r.claimTTL / 3)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-c.stop:
 			return
-		case <-t.C:
+		case <-tick:
 			rctx, cancel := context.WithTimeout(ctx, c.r.claimTTL/3)
 			n, err := renewClaim.Run(rctx, c.r.st.Client(), []string{c.key}, c.token, c.r.claimTTL.Milliseconds()).Int()
 			cancel()
