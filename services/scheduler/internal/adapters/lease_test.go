@@ -19,7 +19,10 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 	_, rdb := testkit.Redis(t)
 	st := store.New(rdb, "scheduler:")
 	ctx := testkit.Context(t, 30*time.Second)
-	a := NewLease(st, "a", 200*time.Millisecond)
+	// a's lease outlasts the checks of its term below; it "expires" when
+	// the test says so. (A 200 ms TTL expired under them on a loaded
+	// machine: b then took a lease the test said was held.)
+	a := NewLease(st, "a", time.Minute)
 	b := NewLease(st, "b", time.Minute)
 
 	ta, err := a.TryAcquire(ctx)
@@ -31,6 +34,10 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 	}
 	if h, _ := a.Holder(ctx); h != ta {
 		t.Fatalf("holder %q, want %q", h, ta)
+	}
+	// The lease is held for a's TTL, then expires unless renewed.
+	if ttl, err := st.Client().PTTL(ctx, st.Key(KeyLeader)).Result(); err != nil || ttl <= 0 || ttl > a.TTL() {
+		t.Fatalf("the lease's TTL is %v (%v); want at most a's %v", ttl, err, a.TTL())
 	}
 	write := func(token string, seq uint64, value string) error {
 		var tx store.Tx
@@ -66,7 +73,11 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 		t.Fatalf("the write is not in the change log: %q, version %q, complete %v, %v", logged, version, complete, err)
 	}
 
-	// a stalls past its TTL; b takes over.
+	// a stalls past its TTL; b takes over. The TTL ends as Redis ends
+	// it: the key expires.
+	if ok, err := st.Client().PExpire(ctx, st.Key(KeyLeader), time.Millisecond).Result(); err != nil || !ok {
+		t.Fatalf("expiring a's lease: %v %v", ok, err)
+	}
 	var tb string
 	testkit.WaitFor(t, 10*time.Second, "b takes the expired lease", func() (bool, error) {
 		var err error
