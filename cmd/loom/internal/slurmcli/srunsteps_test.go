@@ -119,10 +119,19 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 	}
 
 	// Interrupted while waiting for its allocation, srun cancels the job.
+	// Interrupted once it waits, that is once it polls the job: a timer
+	// (500 ms) could fire on a loaded machine before the job was
+	// submitted, and srun then had nothing to cancel.
 	g = srunGateway(t, 0)
 	g.PendingPolls = 1 << 30
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, cancel)
+	waiting := testkit.Context(t, 30*time.Second) // past it, the checks below say what went wrong
+	go func() {
+		defer cancel()
+		for waiting.Err() == nil && len(fakegw.Requests[*loomv1.GetJobRequest](g)) == 0 {
+			time.Sleep(10 * time.Millisecond) // polling the fake's requests: no event to wait on
+		}
+	}()
 	code, _, errOut = srunOutside(ctx, t, g, "hostname")
 	if code == 0 || !strings.Contains(errOut, "Job allocation 40 has been revoked") || len(stepsCreated(g)) != 0 ||
 		len(jobCancels(g)) != 1 || jobCancels(g)[0].GetSignal() != "" {
