@@ -452,18 +452,29 @@ func TestHungSiteCheckIsKilledAtTimeout(t *testing.T) {
 	pids := filepath.Join(dir, "pids")
 	writeScript(t, dir, "hang", "sleep 60 &\necho $! > "+pids+".tmp\necho $$ >> "+pids+".tmp\nmv "+pids+".tmp "+pids+"\nwait\n")
 	r := newRunner(t, nil, func(c *Config) { c.CheckDir = dir })
-	cmd := &eventsv1.RunHealthCheck{Check: "hang", RunId: "h", Timeout: durationpb.New(300 * time.Millisecond)}
-	t0 := time.Now()
-	got := r.Run(context.Background(), cmd)
-	if got.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR || !strings.Contains(got.GetSummary(), "killed at its timeout") {
-		t.Fatalf("hung site check: %v %q", got.GetOutcome(), got.GetSummary())
-	}
-	if el := time.Since(t0); el > 10*time.Second {
-		t.Fatalf("returned after %s", el)
-	}
-	b, err := os.ReadFile(pids)
-	if err != nil {
-		t.Fatalf("the script never ran: %v", err)
+	// The script must have recorded its processes before its timeout for
+	// the test to see them killed: a shell, a fork and an mv, which a
+	// loaded machine may not get through in 300 ms. A run killed before
+	// that shows nothing, and the check runs again with twice the time.
+	var b []byte
+	for timeout := 300 * time.Millisecond; ; timeout *= 2 {
+		cmd := &eventsv1.RunHealthCheck{Check: "hang", RunId: "h", Timeout: durationpb.New(timeout)}
+		t0 := time.Now()
+		got := r.Run(context.Background(), cmd)
+		if got.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR || !strings.Contains(got.GetSummary(), "killed at its timeout") {
+			t.Fatalf("hung site check: %v %q", got.GetOutcome(), got.GetSummary())
+		}
+		if el := time.Since(t0); el > timeout+10*time.Second {
+			t.Fatalf("returned after %s, %s after its timeout", el, el-timeout)
+		}
+		var err error
+		if b, err = os.ReadFile(pids); err == nil {
+			break
+		}
+		if timeout > 5*time.Second {
+			t.Fatalf("the script never recorded its processes, even in %s: %v", timeout, err)
+		}
+		t.Logf("killed at %s before it recorded its processes: again with twice the time", timeout)
 	}
 	for _, f := range strings.Fields(string(b)) {
 		var pid int
