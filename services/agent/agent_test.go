@@ -514,9 +514,18 @@ func TestShutdownKillsStepsAndRestartReportsLost(t *testing.T) {
 
 	// What a crashed agent leaves: a step recorded running whose process is
 	// gone, and one whose process survives (no longer the agent's child).
-	gone := exec.Command("/bin/true")
-	if err := gone.Run(); err != nil {
+	// Recorded as the agent records a step, with its start time: by pid
+	// alone, another process given the pid since (pids wrap at 32768 on
+	// many machines) would be the step's, and the agent would kill it.
+	gone := exec.Command("/bin/sleep", "60")
+	if err := gone.Start(); err != nil {
 		t.Fatal(err)
+	}
+	goneStart, ok := proc.StartTime(gone.Process.Pid)
+	_ = gone.Process.Kill()
+	_ = gone.Wait()
+	if !ok {
+		t.Fatalf("no start time for pid %d, just started", gone.Process.Pid)
 	}
 	orphan := exec.Command("/bin/sleep", "60")
 	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -531,7 +540,7 @@ func TestShutdownKillsStepsAndRestartReportsLost(t *testing.T) {
 	st := store.New(e.rdb, ServiceName("c1", "gpu-0001")+":")
 	var tx store.Tx
 	for _, s := range []*domain.Step{
-		{Job: "projects/p/jobs/6", Attempt: 1, Phase: domain.Running, PID: gone.Process.Pid, Created: time.Now()},
+		{Job: "projects/p/jobs/6", Attempt: 1, Phase: domain.Running, PID: gone.Process.Pid, PIDStart: goneStart, Created: time.Now()},
 		{Job: "projects/p/jobs/7", Attempt: 1, Phase: domain.Running, PID: orphan.Process.Pid, PIDStart: start, Created: time.Now()},
 	} {
 		if err := adapters.PutStep(&tx, s, domain.Self{}, false); err != nil {
