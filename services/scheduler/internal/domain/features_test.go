@@ -505,16 +505,21 @@ func TestTasksPerNodeWithoutNtasks(t *testing.T) {
 		nodes, gpus  int32
 		opt          func(*loomv1.Job)
 		perNode, cpt string // cpt "": unset
+		// ntasks is SLURM_NTASKS and SLURM_NPROCS: Slurm 22.05 sets them
+		// only for a job that asked for tasks ("": unset).
+		ntasks string
 	}{
-		{"--gres=gpu:2 --cpus-per-gpu=3", 1, 2, func(j *loomv1.Job) { j.CpusPerGpu = 3 }, "6", ""},
-		{"--gpus=3 -N2 --cpus-per-gpu=2", 2, 0, func(j *loomv1.Job) { j.Gpus, j.CpusPerGpu = 3, 2 }, "4,2", ""},
-		{"-N2 -c3", 2, 0, func(j *loomv1.Job) { j.CpusPerTask = 3 }, "1(x2)", "3"},
-		{"-N2", 2, 0, func(j *loomv1.Job) {}, "1(x2)", ""},
-		{"-n3 -c2", 1, 0, func(j *loomv1.Job) { j.Ntasks, j.CpusPerTask = 3, 2 }, "3", "2"},
-		{"-n4 --gres=gpu:2 --cpus-per-gpu=3", 1, 2, func(j *loomv1.Job) { j.Ntasks, j.CpusPerGpu = 4, 3 }, "4", ""},
-		{"-N2 --ntasks-per-node=2", 2, 0, func(j *loomv1.Job) { j.NtasksPerNode = 2 }, "2(x2)", ""},
+		{"--gres=gpu:2 --cpus-per-gpu=3", 1, 2, func(j *loomv1.Job) { j.CpusPerGpu = 3 }, "6", "", ""},
+		{"--gpus=3 -N2 --cpus-per-gpu=2", 2, 0, func(j *loomv1.Job) { j.Gpus, j.CpusPerGpu = 3, 2 }, "4,2", "", ""},
+		{"-N2 -c3", 2, 0, func(j *loomv1.Job) { j.CpusPerTask = 3 }, "1(x2)", "3", ""},
+		{"-N2", 2, 0, func(j *loomv1.Job) {}, "1(x2)", "", ""},
+		{"no options", 1, 0, func(j *loomv1.Job) {}, "1", "", ""},
+		{"-n3 -c2", 1, 0, func(j *loomv1.Job) { j.Ntasks, j.CpusPerTask = 3, 2 }, "3", "2", "3"},
+		{"-n4 --gres=gpu:2 --cpus-per-gpu=3", 1, 2, func(j *loomv1.Job) { j.Ntasks, j.CpusPerGpu = 4, 3 }, "4", "", "4"},
+		{"-N2 -n3", 2, 0, func(j *loomv1.Job) { j.Ntasks = 3 }, "2,1", "", "3"},
+		{"-N2 --ntasks-per-node=2", 2, 0, func(j *loomv1.Job) { j.NtasksPerNode = 2 }, "2(x2)", "", "4"},
 		// Every CPU of the node (an a3-highgpu-8g's 208): as many tasks.
-		{"--exclusive", 1, 0, func(j *loomv1.Job) { j.Exclusive = true }, "208", ""},
+		{"--exclusive", 1, 0, func(j *loomv1.Job) { j.Exclusive = true }, "208", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -531,6 +536,11 @@ func TestTasksPerNodeWithoutNtasks(t *testing.T) {
 			if env["SLURM_TASKS_PER_NODE"] != tc.perNode || cpt != tc.cpt || set != (tc.cpt != "") {
 				t.Errorf("SLURM_TASKS_PER_NODE=%q SLURM_CPUS_PER_TASK=%q (set %v); want %q and %q (SLURM_JOB_CPUS_PER_NODE=%q)",
 					env["SLURM_TASKS_PER_NODE"], cpt, set, tc.perNode, tc.cpt, env["SLURM_JOB_CPUS_PER_NODE"])
+			}
+			for _, k := range []string{"SLURM_NTASKS", "SLURM_NPROCS"} {
+				if v, set := env[k]; v != tc.ntasks || set != (tc.ntasks != "") {
+					t.Errorf("%s=%q (set %v), want %q (unset when empty)", k, v, set, tc.ntasks)
+				}
 			}
 		})
 	}
@@ -1067,9 +1077,6 @@ func TestOutputPatternsAndWorkDir(t *testing.T) {
 		if wd != want || out != want+"/slurm-7.out" || submitDir(spec, "/shared") != want {
 			t.Errorf("%s's job without a directory: works in %q, writes %q, want %q", user, wd, out, want)
 		}
-	}
-	if got := TasksPerNode([]int32{2, 2, 2, 1}); got != "2(x3),1" {
-		t.Fatalf("TasksPerNode: %q", got)
 	}
 	for _, bad := range []string{"X:USR1", "USR1@x", "NOPE"} {
 		if _, err := ParseJobSignal(bad); err == nil {

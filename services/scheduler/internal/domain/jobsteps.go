@@ -745,7 +745,7 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 	extra := t.arrayEnv(j)
 	rv := newRunVars(bare.Job, r)
 	nodelist := hostlist.Compress(step.Hostnames)
-	stepTasks := TasksPerNode(tasks)
+	stepTasks := slurmspec.CompressCounts(tasks)
 	for k, node := range step.Nodes {
 		first := step.FirstRank(k)
 		env := make(map[string]string, len(ev.GetEnv())+48)

@@ -164,27 +164,6 @@ func cpusPerNode(spec *loomv1.Job, nodes int, gpus int32) int32 {
 		gpus, spec.GetCpusPerGpu()), math.MaxInt32))
 }
 
-// TasksPerNode writes a task layout as SLURM_TASKS_PER_NODE: runs of equal
-// counts as "N(xK)", e.g. "2(x3),1".
-func TasksPerNode(tasks []int32) string {
-	var b strings.Builder
-	for i := 0; i < len(tasks); {
-		j := i
-		for j+1 < len(tasks) && tasks[j+1] == tasks[i] {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(int(tasks[i])))
-		if j > i {
-			b.WriteString("(x" + strconv.Itoa(j-i+1) + ")")
-		}
-		i = j + 1
-	}
-	return b.String()
-}
-
 // FormatDuration writes seconds as Slurm writes a time limit: "UNLIMITED"
 // for 0, else "[D-]HH:MM:SS".
 func FormatDuration(secs int64) string {

@@ -243,8 +243,10 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 	env["SLURM_NODEID"] = id
 	env["SLURM_PROCID"] = procID
 	env["SLURM_LOCALID"] = "0"
-	env["SLURM_NTASKS"] = rv.ntasks
-	env["SLURM_NPROCS"] = rv.ntasks
+	if rv.ntasks != "" {
+		env["SLURM_NTASKS"] = rv.ntasks
+		env["SLURM_NPROCS"] = rv.ntasks
+	}
 	env["SLURM_TASKS_PER_NODE"] = rv.tasksPerNode
 	if c := spec.GetCpusPerTask(); c > 0 {
 		env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(c)) // as Slurm: only with -c
@@ -330,7 +332,7 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 // run's nodes, which per node would be quadratic in the run's size.
 type runVars struct {
 	nodelist     string // SLURM_JOB_NODELIST: the hostnames, compressed
-	ntasks       string // SLURM_NTASKS
+	ntasks       string // SLURM_NTASKS and SLURM_NPROCS; "": unset
 	tasksPerNode string // SLURM_TASKS_PER_NODE, as "2(x3),1"
 	cpusPerNode  string // SLURM_JOB_CPUS_PER_NODE, the same form
 }
@@ -340,11 +342,14 @@ type runVars struct {
 // node. A batch job that asked no tasks (no -n, no --ntasks-per-node) has
 // Slurm's SLURM_TASKS_PER_NODE: each node's CPUs over its CPUs per task, as
 // slurmd's env_array_for_batch_job lays them out (--gres=gpu:2
-// --cpus-per-gpu=3: 6), though its tasks (SLURM_NTASKS, a bare srun's) stay
-// one a node.
+// --cpus-per-gpu=3: 6; slurmspec.AllocTasksPerNode), and, as Slurm 22.05's
+// (checked beside it: sbatch -N2 --wrap env), no SLURM_NTASKS or
+// SLURM_NPROCS, though its tasks (a bare srun's) stay one a node. A
+// command is an implicit srun's step: its tasks are always counted.
 func newRunVars(spec *loomv1.Job, r *Run) *runVars {
+	batch := spec.GetScript() != ""
 	tasks := r.Tasks
-	if spec.GetScript() == "" {
+	if !batch {
 		tasks = make([]int32, len(r.Nodes))
 		for i := range tasks {
 			tasks[i] = 1
@@ -358,20 +363,16 @@ func newRunVars(spec *loomv1.Job, r *Run) *runVars {
 	for i := range cpus {
 		cpus[i] = cpusOf(r, i, spec)
 	}
-	perNode := tasks
-	if spec.GetScript() != "" && spec.GetNtasks() == 0 && spec.GetNtasksPerNode() == 0 {
-		cpt := max(spec.GetCpusPerTask(), 1)
-		perNode = make([]int32, len(cpus))
-		for i, c := range cpus {
-			perNode[i] = max(c/cpt, 1)
-		}
-	}
-	return &runVars{
+	asked := !batch || spec.GetNtasks() > 0 || spec.GetNtasksPerNode() > 0
+	rv := &runVars{
 		nodelist:     hostlist.Compress(r.Hostnames),
-		ntasks:       strconv.Itoa(int(ntasks)),
-		tasksPerNode: TasksPerNode(perNode),
-		cpusPerNode:  TasksPerNode(cpus),
+		tasksPerNode: slurmspec.CompressCounts(slurmspec.AllocTasksPerNode(tasks, cpus, asked, spec.GetCpusPerTask())),
+		cpusPerNode:  slurmspec.CompressCounts(cpus),
 	}
+	if asked {
+		rv.ntasks = strconv.Itoa(int(ntasks))
+	}
+	return rv
 }
 
 // CheckpointDir is where job spec keeps its checkpoints

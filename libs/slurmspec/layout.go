@@ -1,0 +1,47 @@
+package slurmspec
+
+import (
+	"strconv"
+	"strings"
+)
+
+// AllocTasksPerNode is an allocation's SLURM_TASKS_PER_NODE, node by node,
+// as Slurm 22.05 sets it for a batch script and for salloc's command
+// (env_array_for_batch_job, env_array_for_job): the tasks the job asked for
+// (tasksAsked: -n or --ntasks-per-node, laid out as tasks holds them),
+// else each node's CPUs (cpus) over --cpus-per-task (at least 1 a node):
+// -N2 is 1(x2), --exclusive on 16 CPUs 16, --gpus=3 -N2 --cpus-per-gpu=2
+// 4,2. tasks and cpus have one entry per node; the result is a new slice.
+func AllocTasksPerNode(tasks, cpus []int32, tasksAsked bool, cpusPerTask int32) []int32 {
+	if tasksAsked {
+		return append([]int32(nil), tasks...)
+	}
+	cpt := max(cpusPerTask, 1)
+	out := make([]int32, len(cpus))
+	for i, c := range cpus {
+		out[i] = max(c/cpt, 1)
+	}
+	return out
+}
+
+// CompressCounts writes per-node counts as Slurm's SLURM_TASKS_PER_NODE and
+// SLURM_JOB_CPUS_PER_NODE write them: runs of equal counts as "N(xK)",
+// e.g. "2(x3),1".
+func CompressCounts(counts []int32) string {
+	var b strings.Builder
+	for i := 0; i < len(counts); {
+		j := i
+		for j+1 < len(counts) && counts[j+1] == counts[i] {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(counts[i])))
+		if j > i {
+			b.WriteString("(x" + strconv.Itoa(j-i+1) + ")")
+		}
+		i = j + 1
+	}
+	return b.String()
+}
