@@ -221,19 +221,37 @@ func jobNodeCPUs(j *loomv1.Job) []int {
 		}
 		return c
 	}
+	tasks := jobNodeTasks(j)
 	out := make([]int, n)
 	for i := range out {
-		tasks, gpus := 1, int(j.GetGpusPerNode())
-		switch {
-		case j.GetNtasksPerNode() > 0:
-			tasks = int(j.GetNtasksPerNode())
-		case j.GetNtasks() > 0:
-			tasks = max(spread(int(j.GetNtasks()), i), 1)
-		}
+		gpus := int(j.GetGpusPerNode())
 		if gpus == 0 {
 			gpus = spread(int(j.GetGpus()), i)
 		}
-		out[i] = int(slurmspec.NodeCPUs(int64(tasks), int64(j.GetCpusPerTask()), int64(gpus), int64(j.GetCpusPerGpu())))
+		out[i] = int(slurmspec.NodeCPUs(int64(tasks[i]), int64(j.GetCpusPerTask()), int64(gpus), int64(j.GetCpusPerGpu())))
+	}
+	return out
+}
+
+// jobNodeTasks is the tasks on each of the job's nodes (jobNodeCount), as
+// the scheduler lays them out: --ntasks-per-node, else --ntasks spread
+// over the nodes, the first ones taking the remainder (at least 1), else 1.
+func jobNodeTasks(j *loomv1.Job) []int {
+	n := jobNodeCount(j)
+	out := make([]int, n)
+	for i := range out {
+		switch total := int(j.GetNtasks()); {
+		case j.GetNtasksPerNode() > 0:
+			out[i] = int(j.GetNtasksPerNode())
+		case total > 0:
+			out[i] = total / n
+			if i < total%n {
+				out[i]++
+			}
+			out[i] = max(out[i], 1)
+		default:
+			out[i] = 1
+		}
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -127,7 +128,7 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 func (c *cmd) runAllocated(ctx context.Context, job *loomv1.Job, path string, command []string, dir string) (code int, revoked bool) {
 	cmd := exec.Command(path, command[1:]...)
 	cmd.Args[0] = command[0]
-	cmd.Env = allocationEnv(c.env.Environ, job, c.env.Cwd)
+	cmd.Env = allocationEnv(c.env.Environ, job, c.env.Cwd, c.allocNodeCPUs(ctx, job))
 	cmd.Dir = dir
 	// A terminal is handed to the command as it is (a shell must see one);
 	// anything else is written under a lock, as salloc's own messages are.
@@ -199,10 +200,39 @@ func exitCode(err error) int {
 	return ee.ExitCode()
 }
 
+// allocNodeCPUs is the CPUs the scheduler holds on each of job's nodes:
+// jobNodeCPUs' count, or for an exclusive job every CPU of its nodes
+// (allocCPUs' rule) where the cluster's nodes can be read and say it.
+func (c *cmd) allocNodeCPUs(ctx context.Context, job *loomv1.Job) []int32 {
+	counts := jobNodeCPUs(job)
+	out := make([]int32, len(counts))
+	for i, n := range counts {
+		out[i] = int32(n)
+	}
+	if !job.GetExclusive() || len(job.GetNodes()) != len(out) {
+		return out
+	}
+	nodes, err := c.slurmNodes(ctx, job.GetCluster())
+	if err != nil {
+		return out // the tasks' CPUs, as a pending exclusive job shows
+	}
+	for i, host := range job.GetNodes() {
+		for _, nd := range nodes {
+			if nd.GetHostname() == host && nd.GetCpus() > 0 {
+				out[i] = nd.GetCpus()
+			}
+		}
+	}
+	return out
+}
+
 // allocationEnv is the environment salloc's command runs with: the
 // caller's, and the allocation's SLURM_* variables as Slurm's salloc sets
-// them (those srun reads to run steps in it among them).
-func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string) []string {
+// them (those srun reads to run steps in it among them). cpus are the CPUs
+// held on each of its nodes (allocNodeCPUs): SLURM_JOB_CPUS_PER_NODE, and
+// SLURM_TASKS_PER_NODE by the batch environment's rule
+// (slurmspec.AllocTasksPerNode), as Slurm 22.05's env_array_for_job.
+func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus []int32) []string {
 	env := make(map[string]string, len(environ)+24)
 	for k, v := range environ {
 		env[k] = v
@@ -216,8 +246,23 @@ func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string) []str
 		"SLURM_JOB_USER": job.GetUser(), "SLURM_CLUSTER_NAME": shortName(job.GetCluster()), "SLURM_SUBMIT_DIR": cwd,
 		"SLURM_SUBMIT_HOST": job.GetSubmitHost(), "LOOM_JOB_ID": job.GetJobId(), "LOOM_JOB_NAME": job.GetName(),
 	}
-	if n := job.GetNtasks(); n > 0 {
-		set["SLURM_NTASKS"], set["SLURM_NPROCS"] = strconv.Itoa(int(n)), strconv.Itoa(int(n))
+	if job.GetNtasks() > 0 || job.GetNtasksPerNode() > 0 {
+		// Asked for (-n, or --ntasks-per-node over the nodes got), as
+		// Slurm's; without either it sets neither.
+		n := strconv.Itoa(jobTasks(job))
+		set["SLURM_NTASKS"], set["SLURM_NPROCS"] = n, n
+	}
+	if len(cpus) > 0 {
+		layout := jobNodeTasks(job)
+		tasks := make([]int32, len(cpus))
+		for i := range tasks {
+			if i < len(layout) {
+				tasks[i] = int32(layout[i])
+			}
+		}
+		asked := job.GetNtasks() > 0 || job.GetNtasksPerNode() > 0
+		set["SLURM_JOB_CPUS_PER_NODE"] = slurmspec.CompressCounts(cpus)
+		set["SLURM_TASKS_PER_NODE"] = slurmspec.CompressCounts(slurmspec.AllocTasksPerNode(tasks, cpus, asked, job.GetCpusPerTask()))
 	}
 	if n := job.GetNtasksPerNode(); n > 0 {
 		set["SLURM_NTASKS_PER_NODE"] = strconv.Itoa(int(n))

@@ -127,3 +127,42 @@ func TestSalloc(t *testing.T) {
 		t.Errorf("a missing command: exit %d, stderr %q, submitted %v (want nothing queued)", code, errOut, submits())
 	}
 }
+
+// TestSallocTasksAndCPUsPerNode: salloc's command gets the allocation's
+// SLURM_JOB_CPUS_PER_NODE and SLURM_TASKS_PER_NODE by the batch
+// environment's rule (slurmspec.AllocTasksPerNode), and SLURM_NTASKS only
+// when tasks were asked for, as Slurm 22.05's salloc (measured beside it).
+func TestSallocTasksAndCPUsPerNode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args                   []string
+		cpus, tasks, ntasksVar string
+	}{
+		{[]string{"-N2"}, "1(x2)", "1(x2)", "<unset>"},
+		{[]string{"-n3"}, "3", "3", "3"},
+		{[]string{"--gpus=3", "-N2", "--cpus-per-gpu=2"}, "4,2", "4,2", "<unset>"},
+		{[]string{"-N2", "-n3"}, "2,1", "2,1", "3"},
+		{[]string{"-N2", "--ntasks-per-node=2"}, "2(x2)", "2(x2)", "4"},
+		{[]string{"-N2", "-c2"}, "2(x2)", "1(x2)", "<unset>"},
+		{[]string{"--gpus-per-node=2", "--cpus-per-gpu=3", "-n2"}, "6", "2", "2"},
+		// Every CPU of its nodes (16 each here), as many tasks.
+		{[]string{"-N2", "--exclusive"}, "16(x2)", "16(x2)", "<unset>"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			g := srunGateway(t, 1, 0)
+			for _, n := range g.SlurmNodes {
+				n.Cpus = 16
+			}
+			env := Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
+				Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}}
+			args := append(append([]string{"-Q"}, tc.args...), "sh", "-c",
+				`echo "${SLURM_JOB_CPUS_PER_NODE-<unset>} ${SLURM_TASKS_PER_NODE-<unset>} ${SLURM_NTASKS-<unset>} ${SLURM_NPROCS-<unset>}"`)
+			code, out, errOut := salloc(context.Background(), t, env, "", args...)
+			if want := tc.cpus + " " + tc.tasks + " " + tc.ntasksVar + " " + tc.ntasksVar + "\n"; code != 0 || out != want {
+				t.Errorf("salloc %v: exit %d, stdout %q (stderr %q); want %q (SLURM_JOB_CPUS_PER_NODE SLURM_TASKS_PER_NODE SLURM_NTASKS SLURM_NPROCS)",
+					tc.args, code, out, errOut, want)
+			}
+		})
+	}
+}
