@@ -143,6 +143,8 @@ func TestSallocTasksAndCPUsPerNode(t *testing.T) {
 		{[]string{"--gpus=3", "-N2", "--cpus-per-gpu=2"}, "4,2", "4,2", "<unset>"},
 		{[]string{"-N2", "-n3"}, "2,1", "2,1", "3"},
 		{[]string{"-N2", "--ntasks-per-node=2"}, "2(x2)", "2(x2)", "4"},
+		{[]string{"-N2", "--gpus-per-task=1"}, "1(x2)", "1(x2)", "2"},
+		{[]string{"--gpus=4", "--gpus-per-task=2"}, "2", "2", "2"},
 		{[]string{"-N2", "-c2"}, "2(x2)", "1(x2)", "<unset>"},
 		{[]string{"--gpus-per-node=2", "--cpus-per-gpu=3", "-n2"}, "6", "2", "2"},
 		// Every CPU of its nodes (16 each here), as many tasks.

@@ -883,14 +883,8 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 	}
 	st.req.sharedExclusive = j.Exclusive && !st.exclusiveNode
 	if st.gpusPerT > 0 {
-		j.GpusPerTask = st.gpusPerT
-		switch {
-		case j.NtasksPerNode > 0:
-			j.GpusPerNode = st.gpusPerT * j.NtasksPerNode
-		case j.Ntasks > 0:
-			j.Gpus = st.gpusPerT * j.Ntasks
-		default:
-			j.GpusPerNode = st.gpusPerT
+		if err := st.gpusPerTask(); err != nil {
+			return err
 		}
 	}
 	if st.memPerCPU > 0 {
@@ -914,6 +908,54 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 	}
 	j.Export, j.Env = spec, exported
 	return nil
+}
+
+// gpusPerTask sets the job's GPUs (and, where Slurm derives them, its
+// tasks) from --gpus-per-task, as Slurm 22.05's controller does (checked
+// beside it; _test_gres_cnt): --gpus must be a multiple of it and gives
+// the task count (-n must agree); else -n or --ntasks-per-node times it;
+// else an exact -N is a task a node. With none of them the tasks are not
+// known: refused in Slurm's words, exit 1, as every other refusal of the
+// GPU request.
+func (st *sbatchState) gpusPerTask() error {
+	j, g := st.job, st.gpusPerT
+	j.GpusPerTask = g
+	refuse := func(why string) error {
+		return &Error{Code: 1, Text: st.prog + ": error: Failed to validate job spec" + why + "\n" +
+			st.prog + ": error: Invalid generic resource (gres) specification"}
+	}
+	// GPUs for n tasks (or nodes' worth of tasks), in 64 bits: a count
+	// past what a job may hold is refused here, naming the option, rather
+	// than wrapped past an int32 into a count the gateway misreads.
+	times := func(n int32, what string) (int32, error) {
+		if p := int64(g) * int64(n); p <= slurmspec.MaxJobGPUs {
+			return int32(p), nil
+		}
+		return 0, errorf(st.prog, "--gpus-per-task=%d times %d %s is more than the %d GPUs a job may have", g, n, what, slurmspec.MaxJobGPUs)
+	}
+	var err error
+	exactNodes := st.nodesSet && (j.MaxNodeCount == 0 || j.MaxNodeCount == j.NodeCount)
+	switch {
+	case j.Gpus > 0:
+		if j.Gpus%g != 0 {
+			return refuse(", --gpus not multiple of --gpus-per-task")
+		}
+		if tasks := j.Gpus / g; j.Ntasks == 0 {
+			j.Ntasks = tasks
+		} else if j.Ntasks != tasks {
+			return refuse(". Based on --gpus and --gpus-per-task number of requested tasks differ from -n/--ntasks.")
+		}
+	case j.NtasksPerNode > 0:
+		j.GpusPerNode, err = times(j.NtasksPerNode, "tasks per node")
+	case j.Ntasks > 0:
+		j.Gpus, err = times(j.Ntasks, "tasks")
+	case exactNodes:
+		j.Ntasks = j.NodeCount
+		j.Gpus, err = times(j.NodeCount, "nodes")
+	default:
+		return refuse(". --gpus-per-task used without either --gpus or -n/--ntasks is not allowed.")
+	}
+	return err
 }
 
 // cpusPerNode estimates the CPUs a job takes on each node, for

@@ -67,6 +67,13 @@ func TestParseSbatchOptions(t *testing.T) {
 		{[]string{"--gpus=h100:16"}, &loomv1.Job{Gpus: 16, GpuType: "h100"}},
 		{[]string{"--gpus-per-node=h100:8"}, &loomv1.Job{GpusPerNode: 8, GpuType: "h100"}},
 		{[]string{"--ntasks-per-node=2", "--gpus-per-task=4"}, &loomv1.Job{NtasksPerNode: 2, GpusPerNode: 8, GpusPerTask: 4}},
+		// Without -n the tasks come from --gpus, else from an exact -N
+		// (a task a node), as Slurm 22.05 derives them (NumTasks=).
+		{[]string{"-n3", "--gpus-per-task=2"}, &loomv1.Job{Ntasks: 3, Gpus: 6, GpusPerTask: 2}},
+		{[]string{"--gpus=4", "--gpus-per-task=2"}, &loomv1.Job{Ntasks: 2, Gpus: 4, GpusPerTask: 2}},
+		{[]string{"--gpus=4", "--gpus-per-task=2", "-n2"}, &loomv1.Job{Ntasks: 2, Gpus: 4, GpusPerTask: 2}},
+		{[]string{"-N2", "--gpus-per-task=2"}, &loomv1.Job{NodeCount: 2, Ntasks: 2, Gpus: 4, GpusPerTask: 2}},
+		{[]string{"-N1", "--gpus-per-task=2"}, &loomv1.Job{NodeCount: 1, Ntasks: 1, Gpus: 2, GpusPerTask: 2}},
 		{[]string{"-t", "90"}, &loomv1.Job{TimeLimitSeconds: 90 * 60}},
 		{[]string{"--time=1-12:00:00"}, &loomv1.Job{TimeLimitSeconds: 36 * 3600}},
 		{[]string{"--time=UNLIMITED"}, &loomv1.Job{}},

@@ -1,8 +1,10 @@
 package slurmcli
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -258,5 +260,64 @@ func TestScontrolTresLines(t *testing.T) {
 				t.Errorf("show job: %d %q %q; want after Power= %q", code, tail, errOut, tc.want)
 			}
 		})
+	}
+}
+
+// TestGPUsPerTaskWithoutTasks: --gpus-per-task needs the job's tasks to be
+// known, as Slurm 22.05's controller checks it (measured beside it, for
+// sbatch, srun and salloc alike): without -n, --ntasks-per-node, --gpus
+// or an exact -N it is refused, and so are a --gpus it does not divide
+// and a --gpus that gives another task count than -n; each with Slurm's
+// two lines, exit 1, nothing submitted.
+func TestGPUsPerTaskWithoutTasks(t *testing.T) {
+	t.Parallel()
+	const gres = "error: Invalid generic resource (gres) specification\n"
+	const noTasks = "error: Failed to validate job spec. --gpus-per-task used without either --gpus or -n/--ntasks is not allowed.\n"
+	for _, tc := range []struct {
+		args []string
+		want string // after "PROG: ", before the gres line
+	}{
+		{[]string{"--gpus-per-task=2"}, noTasks},
+		{[]string{"--gpus-per-task=2", "-N1-2"}, noTasks},
+		{[]string{"--gpus-per-task=2", "-c2"}, noTasks},
+		{[]string{"--gpus-per-task=2", "--gpus=3"}, "error: Failed to validate job spec, --gpus not multiple of --gpus-per-task\n"},
+		{[]string{"--gpus-per-task=2", "--gpus=4", "-n3"},
+			"error: Failed to validate job spec. Based on --gpus and --gpus-per-task number of requested tasks differ from -n/--ntasks.\n"},
+	} {
+		f := fixture()
+		code, out, errOut := run(t, f, "sbatch", Env{}, append(tc.args, "--wrap", "hostname")...)
+		if want := "sbatch: " + tc.want + "sbatch: " + gres; code != 1 || out != "" || errOut != want || len(submitted(f)) != 0 {
+			t.Errorf("sbatch %v: %d %q %q, sent %d; want 1, %q, nothing sent", tc.args, code, out, errOut, len(submitted(f)), want)
+		}
+		g := srunGateway(t, 1, 0)
+		code, _, errOut = srunOutside(context.Background(), t, g, append(tc.args, "hostname")...)
+		if want := "srun: " + tc.want + "srun: " + gres; code != 1 || errOut != want || len(jobsSubmitted(g)) != 0 {
+			t.Errorf("srun %v: %d %q, sent %d; want 1, %q, nothing sent", tc.args, code, errOut, len(jobsSubmitted(g)), want)
+		}
+		g = srunGateway(t, 1, 0)
+		env := Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
+			Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}}
+		code, _, errOut = salloc(context.Background(), t, env, "", append(tc.args, "true")...)
+		if want := "salloc: " + tc.want + "salloc: " + gres; code != 1 || errOut != want || len(jobsSubmitted(g)) != 0 {
+			t.Errorf("salloc %v: %d %q, sent %d; want 1, %q, nothing sent", tc.args, code, errOut, len(jobsSubmitted(g)), want)
+		}
+	}
+}
+
+// TestGPUsPerTaskTooMany: --gpus-per-task times the tasks (or nodes) past
+// what a job may hold is refused naming the option, not wrapped past an
+// int32 into a small or negative GPU count.
+func TestGPUsPerTaskTooMany(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--gpus-per-task=1024", "-n", "2000000"},
+		{"--gpus-per-task=1024", "-N", "4194304"},
+		{"--gpus-per-task=1024", "--ntasks-per-node=4194304"},
+	} {
+		f := fixture()
+		code, _, errOut := run(t, f, "sbatch", Env{}, append(args, "--wrap", "hostname")...)
+		if code != 1 || !strings.HasPrefix(errOut, "sbatch: error: --gpus-per-task=1024 times ") || len(submitted(f)) != 0 {
+			t.Errorf("sbatch %v: %d %q, sent %d; want 1 and a refusal naming --gpus-per-task", args, code, errOut, len(submitted(f)))
+		}
 	}
 }
