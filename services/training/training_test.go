@@ -502,3 +502,45 @@ func TestFlexStartExpiresOnTheTick(t *testing.T) {
 		return ok && d.GetCluster() == "projects/p/clusters/cj-1"
 	})
 }
+
+// TestAdminCancelReachesTheSchedulerAsTheAdmin: through the bus, an
+// administrator's cancel of another user's running CustomJob cancels its
+// scheduler job as the administrator (envelope principal, user, admin),
+// which is what the scheduler records as Job.cancelled_by; before, it
+// went as the job's owner, and the owner was recorded as the canceller.
+func TestAdminCancelReachesTheSchedulerAsTheAdmin(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	startInProcess(t, broker, redisAddr)
+	name := loc + "/customJobs/7"
+	testkit.PublishAs(t, broker, "gateway", createCustomJob(7, "alice", "adm"))
+	testkit.WaitEvent(t, broker, topics.ClusterCommands, wait, func(e envelope.Event) bool {
+		c, ok := e.Payload.(*eventsv1.CreateCluster)
+		return ok && c.GetCluster().GetName() == "projects/p/clusters/cj-7"
+	})
+	up, err := envelope.Route("projects/p/clusters/cj-7", "loom/provisioner", &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{
+		Name: "projects/p/clusters/cj-7", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.PublishAs(t, broker, "provisioner", up)
+	testkit.WaitEvent(t, broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		s, ok := e.Payload.(*eventsv1.SubmitJob)
+		return ok && s.GetJob().GetName() == "projects/p/jobs/7"
+	})
+	// The payload's user is the owner's: the principal decides who asked.
+	cancel, err := envelope.Route("projects/p", "loom/gateway", &eventsv1.CancelTraining{Name: name, User: "alice", Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel.Principal = "users/root"
+	testkit.PublishAs(t, broker, "gateway", cancel)
+	ev := testkit.WaitEvent(t, broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		c, ok := e.Payload.(*eventsv1.CancelJob)
+		return ok && c.GetJob() == "projects/p/jobs/7"
+	})
+	if c := ev.Payload.(*eventsv1.CancelJob); ev.Principal != "users/root" || c.GetUser() != "root" || !c.GetAdmin() {
+		t.Fatalf("CancelJob as principal %q user %q admin %v; want users/root, root, admin", ev.Principal, c.GetUser(), c.GetAdmin())
+	}
+}

@@ -2290,8 +2290,10 @@ type Job struct {
 	// cancel): the OS account the authenticated caller acts as, recorded by
 	// the scheduler when it applied the cancel, never a field the caller
 	// sets (CancelJobRequest.user is not it). "" when the job was not
-	// cancelled by a caller (an anonymous one, a cluster deleted under it)
-	// and in records from before it was kept. sacct shows it as Slurm's
+	// cancelled by a caller (an anonymous one, a cluster deleted under it,
+	// the training service's own cancel: a CustomJob's expiry, a trial's
+	// early stop; an administrator's cancel of a CustomJob is theirs) and
+	// in records from before it was kept. sacct shows it as Slurm's
 	// "CANCELLED by UID". Output only.
 	CancelledBy   string `protobuf:"bytes,85,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
 	unknownFields protoimpl.UnknownFields

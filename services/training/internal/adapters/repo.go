@@ -213,6 +213,9 @@ type tuningRecord struct {
 	Job      json.RawMessage `json:"job"`
 	Ending   int32           `json:"ending,omitempty"`
 	EndError json.RawMessage `json:"end_error,omitempty"`
+	// EndBy and EndByAdmin: who cancelled it (domain.Tuning.EndBy).
+	EndBy      string `json:"end_by,omitempty"`
+	EndByAdmin bool   `json:"end_by_admin,omitempty"`
 }
 
 type pipelineRecord struct {
@@ -250,7 +253,7 @@ func Encode(r *domain.Root) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		rec.Tuning = &tuningRecord{Job: b, Ending: int32(t.Ending)}
+		rec.Tuning = &tuningRecord{Job: b, Ending: int32(t.Ending), EndBy: t.EndBy.User, EndByAdmin: t.EndBy.Admin}
 		if t.EndError != nil {
 			if rec.Tuning.EndError, err = marshal(t.EndError); err != nil {
 				return nil, err
@@ -459,7 +462,8 @@ func Decode(b []byte) (*domain.Root, error) {
 		if err := unmarshal(t.Job, job); err != nil {
 			return nil, err
 		}
-		r.Tuning = &domain.Tuning{Job: job, Ending: trainingv1.JobState(t.Ending)}
+		r.Tuning = &domain.Tuning{Job: job, Ending: trainingv1.JobState(t.Ending),
+			EndBy: domain.Canceller{User: t.EndBy, Admin: t.EndByAdmin}}
 		if len(t.EndError) > 0 {
 			r.Tuning.EndError = &trainingv1.Status{}
 			if err := unmarshal(t.EndError, r.Tuning.EndError); err != nil {

@@ -215,3 +215,24 @@ func TestHeldMetricsSurviveARestart(t *testing.T) {
 		t.Fatalf("held metrics after a restart: %v, stored %v", got, want)
 	}
 }
+
+// TestTuningEndByStored: who cancelled a tuning job (Tuning.EndBy) is
+// stored with it, so that a trial stopped after a restart is still
+// cancelled as them, not as the service.
+func TestTuningEndByStored(t *testing.T) {
+	t.Parallel()
+	r := bigStudy(1)
+	r.Tuning.Ending = trainingv1.JobState_JOB_STATE_CANCELLED
+	r.Tuning.EndBy = domain.Canceller{User: "root", Admin: true}
+	b, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Tuning.EndBy != r.Tuning.EndBy {
+		t.Fatalf("decoded EndBy %+v, stored %+v", got.Tuning.EndBy, r.Tuning.EndBy)
+	}
+}

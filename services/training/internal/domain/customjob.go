@@ -335,10 +335,33 @@ func endCJ(now time.Time, cj *CJ, state trainingv1.JobState, code int32, msg str
 	}
 }
 
+// Canceller is who stops a CustomJob: the authenticated caller whose
+// cancel stops it (User, and Admin when they may act on another user's
+// job), or the zero value, the service itself (a FLEX_START expiry, the
+// search's early stop, a tuning job failing). Its scheduler job's
+// CancelJob carries it, so that the scheduler records the caller who
+// actually cancelled (Job.cancelled_by), or nobody ("", its word for a
+// cancel no caller asked for), never the job's owner in their stead.
+type Canceller struct {
+	User  string
+	Admin bool
+}
+
+// cancelJob emits the CancelJob of cj's scheduler job as by: with by's
+// principal, or none for the service's own cancel.
+func cancelJob(cj *CJ, by Canceller, em *emitter) {
+	principal := ""
+	if by.User != "" {
+		principal = "users/" + by.User
+	}
+	em.add(cj.Job.GetCluster(), &eventsv1.CancelJob{Job: cj.Job.GetJob(), Cluster: cj.Job.GetCluster(),
+		User: by.User, Admin: by.Admin}, principal)
+}
+
 // stopCJ stops a CustomJob for reason: one not yet submitted ends
 // CANCELLED at once; a submitted one goes CANCELLING and its job is
-// cancelled as its owner.
-func stopCJ(now time.Time, cj *CJ, reason string, em *emitter) {
+// cancelled as by.
+func stopCJ(now time.Time, cj *CJ, reason string, by Canceller, em *emitter) {
 	if !stoppable(cj) {
 		return
 	}
@@ -350,8 +373,7 @@ func stopCJ(now time.Time, cj *CJ, reason string, em *emitter) {
 	cj.Job.State = trainingv1.JobState_JOB_STATE_CANCELLING
 	if !cj.CancelSent {
 		cj.CancelSent = true
-		em.add(cj.Job.GetCluster(), &eventsv1.CancelJob{Job: cj.Job.GetJob(), Cluster: cj.Job.GetCluster(),
-			User: cj.Job.GetUser()}, "users/"+cj.Job.GetUser())
+		cancelJob(cj, by, em)
 	}
 }
 
@@ -370,8 +392,8 @@ func expire(now time.Time, cj *CJ, em *emitter) {
 	wait := cj.Job.GetJobSpec().GetScheduling().GetMaxWaitDuration().AsDuration()
 	if cj.Submitted && !cj.CancelSent {
 		cj.CancelSent = true
-		em.add(cj.Job.GetCluster(), &eventsv1.CancelJob{Job: cj.Job.GetJob(), Cluster: cj.Job.GetCluster(),
-			User: cj.Job.GetUser()}, "users/"+cj.Job.GetUser())
+		// Nobody asked: the service cancels it (cancelled_by "").
+		cancelJob(cj, Canceller{}, em)
 	}
 	cj.Stop = "expired"
 	endCJ(now, cj, trainingv1.JobState_JOB_STATE_EXPIRED, codeDeadlineExceeded,

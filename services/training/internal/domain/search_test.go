@@ -39,7 +39,8 @@ func runningTrial(t *testing.T, s *State, spec *eventsv1.CreateHyperparameterTun
 }
 
 // TestEarlyStopStopsTheTrial: when the search stops a trial on a
-// measurement, its job is cancelled as its owner and the trial ends
+// measurement, its job is cancelled by the service (no user: the
+// scheduler's cancelled_by stays "") and the trial ends
 // SUCCEEDED, early_stopped, with its last measurement; a node that does not
 // run the trial cannot report for it.
 func TestEarlyStopStopsTheTrial(t *testing.T) {
@@ -67,7 +68,7 @@ func TestEarlyStopStopsTheTrial(t *testing.T) {
 	c := step(t, s, t0, Input{Payload: point(2, 4), Signer: "nodes/projects/p/clusters/cj-201/nodes/n-0001"})
 	cancels, es := emitted[*eventsv1.CancelJob](c)
 	got := tuningOf(t, s, tunName).GetTrials()[0]
-	if got.GetState() != trainingv1.Trial_STOPPING || !got.GetEarlyStopped() || len(cancels) != 1 || es[0].Principal != "users/alice" {
+	if got.GetState() != trainingv1.Trial_STOPPING || !got.GetEarlyStopped() || len(cancels) != 1 || es[0].Principal != "" || cancels[0].GetUser() != "" {
 		t.Fatalf("stopped: %v, emitted %v", got, c.Emits)
 	}
 	feed(t, s, point(3, 1)) // late, still taken

@@ -170,6 +170,9 @@ type Tuning struct {
 	// stopped (FAILED or CANCELLED), with EndError; 0 while it runs.
 	Ending   trainingv1.JobState
 	EndError *trainingv1.Status
+	// EndBy is who cancelled it (Ending CANCELLED): its trials' jobs are
+	// cancelled as them. The zero value when the service ends it.
+	EndBy Canceller
 }
 
 // Pipeline is a training pipeline.
@@ -950,6 +953,7 @@ func (s *State) cancel(now time.Time, name, user string, admin bool) (*Change, e
 		return nil, ignored("cancel %s by %q: %v (only its owner or an administrator may)", name, user, errs.PermissionDenied)
 	}
 	reason := fmt.Sprintf("cancelled by users/%s", user)
+	by := Canceller{User: user, Admin: admin}
 	return s.change(now, r.Name, func(r *Root, em *emitter) error {
 		switch {
 		case r.Pipeline != nil && r.Pipeline.P.GetName() == name:
@@ -960,21 +964,21 @@ func (s *State) cancel(now time.Time, name, user string, admin bool) (*Change, e
 			r.Pipeline.P.State = trainingv1.PipelineState_PIPELINE_STATE_CANCELLING
 			r.Pipeline.P.Error = &trainingv1.Status{Code: codeCancelled, Message: reason}
 			if r.Tuning != nil {
-				cancelTuning(now, r.Tuning, r, reason, em)
+				cancelTuning(now, r.Tuning, r, reason, by, em)
 			}
 			for _, cj := range r.CJs {
 				if stoppable(cj) {
-					stopCJ(now, r.editCJ(cj), reason, em)
+					stopCJ(now, r.editCJ(cj), reason, by, em)
 				}
 			}
 		case r.Tuning != nil && r.Tuning.Job.GetName() == name:
-			cancelTuning(now, r.Tuning, r, reason, em)
+			cancelTuning(now, r.Tuning, r, reason, by, em)
 		default:
 			cj := r.cj(name)
 			if cj == nil {
 				return ignored("cancel %s: %v", name, errs.NotFound)
 			}
-			stopCJ(now, r.editCJ(cj), reason, em)
+			stopCJ(now, r.editCJ(cj), reason, by, em)
 		}
 		return nil
 	})

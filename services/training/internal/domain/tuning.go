@@ -251,7 +251,7 @@ func advanceTuning(now time.Time, grace time.Duration, r *Root, em *emitter) boo
 				tr, cj := r.edit(tr.GetId())
 				tr.State = trainingv1.Trial_STOPPING
 				if cj != nil {
-					stopCJ(now, cj, "its tuning job "+job.GetName()+" is ending: "+t.EndError.GetMessage(), em)
+					stopCJ(now, cj, "its tuning job "+job.GetName()+" is ending: "+t.EndError.GetMessage(), t.EndBy, em)
 					if JobEnded(cj.Job.GetState()) && !awaitingMetric(now, grace, job, tr, cj) {
 						finishTrial(now, srch, job, tr, cj)
 						active--
@@ -618,8 +618,9 @@ func metricValue(m *trainingv1.Measurement, metric string) (float64, bool) {
 	return 0, false
 }
 
-// cancelTuning makes a tuning job end CANCELLED once its trials stopped.
-func cancelTuning(now time.Time, t *Tuning, r *Root, reason string, em *emitter) {
+// cancelTuning makes a tuning job end CANCELLED by by once its trials
+// stopped.
+func cancelTuning(now time.Time, t *Tuning, r *Root, reason string, by Canceller, em *emitter) {
 	// An ending already decided stands: a cancel while the job drains
 	// towards FAILED (max_failed_trial_count, a failed search) would
 	// otherwise replace why it failed with "cancelled".
@@ -628,6 +629,7 @@ func cancelTuning(now time.Time, t *Tuning, r *Root, reason string, em *emitter)
 	}
 	t.Ending = trainingv1.JobState_JOB_STATE_CANCELLED
 	t.EndError = &trainingv1.Status{Code: codeCancelled, Message: reason}
+	t.EndBy = by
 	t.Job.State = trainingv1.JobState_JOB_STATE_CANCELLING
 }
 
@@ -707,7 +709,7 @@ func addTrialMeasurements(now time.Time, r *Root, id string, in []*trainingv1.Me
 	}
 	if stop, why := shouldStop(srch, job.GetTrials(), slices.Index(job.GetTrials(), tr)); stop {
 		tr.State, tr.EarlyStopped = trainingv1.Trial_STOPPING, true
-		stopCJ(now, cj, "stopped early by the search: "+why, em)
+		stopCJ(now, cj, "stopped early by the search: "+why, Canceller{}, em)
 	}
 }
 
