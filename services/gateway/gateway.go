@@ -355,9 +355,11 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	// has returned; an is set below, before any call is served.
 	var an *authn.Authenticator
 	// The gRPC port's limits, and requests that do not decode answered
-	// InvalidArgument (ports.DecodeGuard) before any interceptor reads one.
-	grpcOpts := append(ports.GRPCServerOptions(cfg.GRPC), ports.NewDecodeGuard().ServerOptions()...)
-	base, err := service.New(ctx, "gateway", cfg.Common, append(grpcOpts, interceptors(auditor, limiter,
+	// InvalidArgument (ports.DecodeGuard) once audited, authenticated and
+	// counted against the caller's rate, before anything reads one.
+	decode := ports.NewDecodeGuard()
+	grpcOpts := append(ports.GRPCServerOptions(cfg.GRPC), decode.ServerOptions()...)
+	base, err := service.New(ctx, "gateway", cfg.Common, append(grpcOpts, interceptors(auditor, limiter, decode,
 		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return an.Unary(ctx, req, info, h)
 		}, authz.UnaryServerInterceptor(),

@@ -247,3 +247,46 @@ func TestGRPCLimitsFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCUndecodableIsAuditedAndRateLimited: a request that does not
+// decode is refused like any other: after authentication, so its audit
+// record names the caller's principal (denied, InvalidArgument), on a
+// unary call and on a stream, and it counts against the caller's rate
+// limit, so a flood of garbage is cut off (ResourceExhausted) as a flood
+// of anything else is. Before, the guard answered ahead of the audit,
+// authentication and the limiter: garbage was neither recorded nor counted.
+func TestGRPCUndecodableIsAuditedAndRateLimited(t *testing.T) {
+	t.Parallel()
+	const burst = 200
+	h := newHarness(t, func(c *Config) { c.Limits.Rate, c.Limits.Burst = 0.001, burst })
+	ctx := testkit.Context(t, wait)
+	garbage := []byte{0xff, 0xff, 0xff, 0xff}
+	const create = "/loom.v1.ClusterService/CreateCluster"
+	send := func(who string) error {
+		var out []byte
+		return h.conn.Invoke(ctx, create, &garbage, &out, grpc.ForceCodecV2(rawCodec{}), h.call(who))
+	}
+	for i := range burst {
+		if err := send("ana"); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("ana's garbage call %d: %v, want InvalidArgument", i, err)
+		}
+	}
+	wantCode(t, "ana's garbage past her burst", send("ana"), codes.ResourceExhausted, "users/ana: more than 0.001 requests a second")
+	if err := send("bob"); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bob's garbage while ana is limited: %v, want InvalidArgument", err)
+	}
+	waitAudit(t, ctx, h, "root", "projects/-", record("users/ana", create, "denied", "InvalidArgument"))
+
+	s, err := h.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/loom.v1.JobService/WatchJob", grpc.ForceCodecV2(rawCodec{}), h.call("vic"))
+	if err == nil {
+		if err = s.SendMsg(&garbage); err == nil {
+			_ = s.CloseSend()
+			var out []byte
+			err = s.RecvMsg(&out)
+		}
+	}
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("vic's garbage watch: %v, want InvalidArgument", err)
+	}
+	waitAudit(t, ctx, h, "root", "projects/-", record("users/vic", "/loom.v1.JobService/WatchJob", "denied", "InvalidArgument"))
+}

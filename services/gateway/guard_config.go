@@ -110,11 +110,17 @@ func (r *guardRecorder) RecordAudit(ctx context.Context, rec *loomv1.AuditRecord
 }
 
 // interceptors returns the gateway's interceptor chain (SEAMS.md): audit →
-// authentication → rate limit and watch cap → authorization → the checks
-// of what any request holds (ports.CheckRequest). authn and
-// authz are the authentication and authorization interceptors, nil where
-// not wired.
-func interceptors(auditor *guard.Auditor, limiter *guard.Limiter,
+// authentication → rate limit and watch cap → the answer to a request
+// that did not decode (decode's Unary and Stream; its ServerOptions come
+// before this chain) → authorization → the checks of what any request
+// holds (ports.CheckRequest). authn and authz are the authentication and
+// authorization interceptors, nil where not wired.
+//
+// An undecodable request is refused after the rate limit, not before the
+// audit: it is recorded with its caller's principal and counted against
+// their rate, like every other refusal; before authorization, which would
+// read its emptied request and refuse it for the wrong reason.
+func interceptors(auditor *guard.Auditor, limiter *guard.Limiter, decode *ports.DecodeGuard,
 	authnU, authzU grpc.UnaryServerInterceptor, authnS, authzS grpc.StreamServerInterceptor) []grpc.ServerOption {
 	unary := []grpc.UnaryServerInterceptor{auditor.UnaryServerInterceptor()}
 	stream := []grpc.StreamServerInterceptor{auditor.StreamServerInterceptor()}
@@ -126,6 +132,10 @@ func interceptors(auditor *guard.Auditor, limiter *guard.Limiter,
 	}
 	unary = append(unary, limiter.UnaryServerInterceptor())
 	stream = append(stream, limiter.StreamServerInterceptor())
+	if decode != nil {
+		unary = append(unary, decode.Unary)
+		stream = append(stream, decode.Stream)
+	}
 	if authzU != nil {
 		unary = append(unary, authzU)
 	}

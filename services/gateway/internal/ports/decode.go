@@ -23,10 +23,20 @@ import (
 // message"), and decodes before any interceptor runs, so neither a codec
 // nor an interceptor alone can change the code: the guard's codec reports
 // success for a request that does not decode, empties it, and keeps its
-// error beside it; the guard's interceptors, given the same message,
-// answer that error before anything reads the request.
+// error beside it; the guard's interceptors answer that error.
 //
-// Make one with NewDecodeGuard and give its ServerOptions to the server.
+// The answer is a refusal like any other, so it comes where the others
+// do: after the audit, authentication and the rate limit (which then
+// record and count it against the caller's principal, known by then:
+// authentication reads the call's metadata, not its request), before
+// authorization and anything else that reads the request. Two pairs of
+// interceptors do it: ServerOptions' (first in the chain) take the error
+// out of the guard as soon as the request is seen, so that one is never
+// left behind however the call ends, and carry it in the call's context;
+// Unary and Stream (placed after the rate limit) answer it.
+//
+// Make one with NewDecodeGuard, give its ServerOptions to the server, and
+// Unary and Stream to the chain.
 type DecodeGuard struct {
 	inner encoding.CodecV2
 	// failed holds the messages the codec could not decode (a pointer
@@ -41,14 +51,16 @@ func NewDecodeGuard() *DecodeGuard {
 }
 
 // ServerOptions are the server options that install the guard: its codec
-// for every request (grpc.ForceServerCodecV2) and its interceptors. Give
-// them before any other interceptor that reads a request (the chains run
-// in the order their options are given).
+// for every request (grpc.ForceServerCodecV2) and the interceptors that
+// take a decode error into the call's context. Give them before any other
+// interceptor (the chains run in the order their options are given).
+// Without Unary and Stream later in the chain a request that does not
+// decode reaches the handler empty.
 func (g *DecodeGuard) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(guardCodec{g}),
-		grpc.ChainUnaryInterceptor(g.unary),
-		grpc.ChainStreamInterceptor(g.stream),
+		grpc.ChainUnaryInterceptor(g.takeUnary),
+		grpc.ChainStreamInterceptor(g.takeStream),
 	}
 }
 
@@ -63,29 +75,100 @@ func (g *DecodeGuard) take(m any) error {
 	return nil
 }
 
-func (g *DecodeGuard) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// decodeFailed holds a call's decode error from the first interceptor
+// that saw it to the one that answers it.
+type decodeFailed struct {
+	mu  sync.Mutex
+	err error
+}
+
+type decodeFailedKey struct{}
+
+func (d *decodeFailed) set(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.err = err
+}
+
+func (d *decodeFailed) take() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.err
+	d.err = nil
+	return err
+}
+
+func (g *DecodeGuard) takeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if err := g.take(req); err != nil {
-		return nil, errs.ToStatus(err)
+		d := &decodeFailed{err: err}
+		ctx = context.WithValue(ctx, decodeFailedKey{}, d)
 	}
 	return h(ctx, req)
 }
 
-func (g *DecodeGuard) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, guardedStream{ss, g})
+func (g *DecodeGuard) takeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	d := &decodeFailed{}
+	return h(srv, takingStream{ss, g, d, context.WithValue(ss.Context(), decodeFailedKey{}, d)})
 }
 
-// guardedStream is a ServerStream whose RecvMsg answers the decode error of
-// the message it received.
-type guardedStream struct {
+// Unary answers a unary call whose request did not decode with its
+// InvalidArgument. Place it in the chain after authentication and the
+// rate limit, before authorization.
+func (g *DecodeGuard) Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if d, ok := ctx.Value(decodeFailedKey{}).(*decodeFailed); ok {
+		if err := d.take(); err != nil {
+			return nil, errs.ToStatus(err)
+		}
+	}
+	return h(ctx, req)
+}
+
+// Stream answers each message of a stream that did not decode, as the
+// handler receives it, with its InvalidArgument. Place it in the chain
+// after authentication and the rate limit, before authorization.
+func (g *DecodeGuard) Stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	d, ok := ss.Context().Value(decodeFailedKey{}).(*decodeFailed)
+	if !ok {
+		return h(srv, ss)
+	}
+	return h(srv, answeringStream{ss, d})
+}
+
+// takingStream is a ServerStream that takes each received message's
+// decode error out of the guard into d, for answeringStream to answer:
+// the message received here may be copied before the handler gets it
+// (the audit interceptor receives a server stream's request itself).
+type takingStream struct {
 	grpc.ServerStream
-	g *DecodeGuard
+	g   *DecodeGuard
+	d   *decodeFailed
+	ctx context.Context
 }
 
-func (s guardedStream) RecvMsg(m any) error {
+func (s takingStream) Context() context.Context { return s.ctx }
+
+func (s takingStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
 	if err := s.g.take(m); err != nil {
+		s.d.set(err)
+	}
+	return nil
+}
+
+// answeringStream is a ServerStream whose RecvMsg answers the decode
+// error of the message it received.
+type answeringStream struct {
+	grpc.ServerStream
+	d *decodeFailed
+}
+
+func (s answeringStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if err := s.d.take(); err != nil {
 		return errs.ToStatus(err)
 	}
 	return nil
