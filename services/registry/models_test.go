@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/testkit"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/artifact"
 )
@@ -459,5 +461,57 @@ func TestSecondRunOverwritesAVersion(t *testing.T) {
 	}
 	if got := get("@1").GetArtifactChanged(); got != prod.GetArtifactChanged() {
 		t.Errorf("version 1's mark changed from %q to %q; the first mark stays", prod.GetArtifactChanged(), got)
+	}
+}
+
+// TestJobOutputRecordsItsManifest: a job's model output, registered when
+// the job completes, gets a MANIFEST of every file's SHA-256 at that first
+// registration (written in the directory as the job's owner, none being
+// there) and the version keeps its digest, so that a file changed in place
+// afterwards, with no later registration, is found by the version's export
+// (refused, naming the file, the version then marked) rather than copied
+// as if it were the job's. Before, a job's version recorded no digest, and
+// its directory had no MANIFEST to export from.
+func TestJobOutputRecordsItsManifest(t *testing.T) {
+	t.Parallel()
+	x := newExportFixture(t, time.Minute, nil)
+	ctx, c, root := x.ctx, x.c, x.root
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := os.MkdirAll(filepath.Join(dir, "shards"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"model.json": `{"weights":[0.25,0.5]}`, "shards/0.bin": "shard zero"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := completedJob("41")
+	jc := ev.Payload.(*eventsv1.JobChanged)
+	jc.ModelDir, jc.Job.User = dir, osuser.Self().Name
+	testkit.PublishAs(t, x.broker, "scheduler", ev)
+	vs := waitVersions(t, c, 1)
+	recorded, err := artifact.Verify(ctx, dir)
+	if err != nil {
+		t.Fatalf("the job's directory after its registration: %v; want a MANIFEST listing its files", err)
+	}
+	if got := vs[0].GetManifestSha256(); got != recorded {
+		t.Fatalf("the job's version records MANIFEST digest %q; want %s, the MANIFEST now in its directory", got, recorded)
+	}
+	export := func(to string) (*loomv1.Operation, error) {
+		return c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
+			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + to}}})
+	}
+	if res, err := export(filepath.Join(root, "default", "good")); err != nil || res.GetExportModel().GetCopied() != 3 {
+		t.Fatalf("ExportModel of the job's output as registered = %v, %v; want its 2 files and the MANIFEST copied", res, err)
+	}
+	// The shard is rewritten in place; nothing registers the directory again.
+	if err := os.WriteFile(filepath.Join(dir, "shards/0.bin"), []byte("shard zero, retrained"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = export(filepath.Join(root, "default", "changed"))
+	wantCode(t, "export of a job's output changed in place", err, codes.FailedPrecondition, "shards/0.bin")
+	m, err := c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel + "@1"})
+	if err != nil || !strings.Contains(m.GetArtifactChanged(), "shards/0.bin") {
+		t.Fatalf("GetModel(@1) after the export found the change: %q, %v; want it marked naming shards/0.bin", m.GetArtifactChanged(), err)
 	}
 }

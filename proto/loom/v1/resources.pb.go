@@ -3786,8 +3786,10 @@ type ModelVersion struct {
 	// copies no more than that account may read (output only).
 	ArtifactOwner string `protobuf:"bytes,12,opt,name=artifact_owner,json=artifactOwner,proto3" json:"artifact_owner,omitempty"`
 	// manifest_sha256 is the SHA-256 (hex) of the artifact set's MANIFEST as
-	// the registry checked it at registration (output only; empty for a
-	// job's model output and versions registered before it was kept). An
+	// the registry checked it at registration, or, for a job's model output,
+	// of the MANIFEST it recorded in the directory then (the job's own when
+	// it matched, else one listing every file) (output only; empty where that
+	// could not be done, and for versions registered before it was kept). An
 	// export copies the set only while its MANIFEST is still that one, and
 	// each file only with the SHA-256 the MANIFEST lists.
 	ManifestSha256 string `protobuf:"bytes,13,opt,name=manifest_sha256,json=manifestSha256,proto3" json:"manifest_sha256,omitempty"`

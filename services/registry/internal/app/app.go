@@ -190,15 +190,31 @@ func (r *Registry) giveUpUpload(ctx context.Context, ev envelope.Event, cmd *eve
 // consumer's handler timeout), which the answer of one given up names.
 func (r *Registry) SetUploadTimeout(d time.Duration) { r.uploadTimeout = d }
 
-// handleJob registers the version a COMPLETED job's model output makes.
+// handleJob registers the version a COMPLETED job's model output makes,
+// with the MANIFEST digest recordManifest records of its directory.
 func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv1.JobChanged) error {
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
 	if err := r.drv.Ready(ctx); err != nil {
 		return err
 	}
 	r.mu.RLock()
-	reg := domain.Decide(r.state, jc, r.now().UTC())
+	due := domain.Decide(r.state, jc, r.now().UTC()) != nil
+	r.mu.RUnlock()
+	if !due {
+		return nil
+	}
+	// Hashing the directory is the costly part: a redelivery skips it, and
+	// it runs outside every lock.
+	if seen, err := r.repo.Store().Seen(ctx, ev.ID); err != nil || seen {
+		return err
+	}
+	manifest, err := r.recordManifest(ctx, jc)
+	if err != nil {
+		return err
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	r.mu.RLock()
+	reg := domain.DecideRecorded(r.state, jc, manifest, r.now().UTC())
 	r.mu.RUnlock()
 	if reg == nil {
 		return nil
@@ -223,6 +239,53 @@ func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv
 	}
 	r.log.Info("model version registered", "version", reg.Version.GetName(), "job", reg.Version.GetSourceJob())
 	return nil
+}
+
+// recordManifest gives a completed job's model directory a MANIFEST
+// (artifact.Record: the job's own when it matches the files, else one the
+// registry writes, listing every file's SHA-256) read and written as the
+// job's owner, who wrote the directory (libs/osuser.As: the registry must
+// reach no more than they could), and returns its SHA-256 for the version,
+// so that any later change of a file in place is found by the version's
+// exports, not only by a second registration of the directory. It is
+// bounded by half the handler's time (recordBound): a directory that
+// cannot be recorded in time, or at all (no owner known on this host, the
+// directory gone, past the MANIFEST's limits), is logged and registered
+// without a digest, as before, never refused: a completed job's version is
+// not lost for it. Only ctx ending (a restart) is an error: the event is
+// handled again.
+func (r *Registry) recordManifest(ctx context.Context, jc *eventsv1.JobChanged) (string, error) {
+	dir, owner := jc.GetModelDir(), jc.GetJob().GetUser()
+	if dir == "" {
+		return "", nil
+	}
+	a, err := osuser.Lookup(owner)
+	if err != nil {
+		r.log.Warn("job's model output registered without a MANIFEST digest: its owner's OS account is not known here", "job", jc.GetJob().GetName(), "dir", dir, "owner", owner, "err", err)
+		return "", nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.recordBound())
+	defer cancel()
+	var manifest string
+	err = osuser.As(a, func() (err error) { manifest, err = artifact.Record(rctx, dir); return err })
+	switch {
+	case err == nil:
+		return manifest, nil
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("record the MANIFEST of %s: %w", dir, ctx.Err())
+	}
+	r.log.Warn("job's model output registered without a MANIFEST digest", "job", jc.GetJob().GetName(), "dir", dir, "owner", owner, "err", err)
+	return "", nil
+}
+
+// recordBound bounds recordManifest: half the time one event may take
+// (SetUploadTimeout), a minute when not said, so that a directory too
+// large to hash still leaves the registration its time.
+func (r *Registry) recordBound() time.Duration {
+	if r.uploadTimeout > 0 {
+		return r.uploadTimeout / 2
+	}
+	return time.Minute
 }
 
 // handleUpload answers an UploadModel, in one Apply with its inbox mark:

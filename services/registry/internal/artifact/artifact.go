@@ -289,3 +289,112 @@ func WriteManifest(dir string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, Manifest), []byte(b.String()), 0o644)
 }
+
+// Record gives the artifact directory dir (absolute) of a completed job's
+// model output a MANIFEST the registry can hold it to, and returns that
+// MANIFEST's SHA-256 (hex), as Verify does. A job writes its model output
+// with no check of the registry's, and most write no MANIFEST; without
+// one the version would pin nothing, and a file changed in place would be
+// seen only by a later registration of the same directory. So: a MANIFEST
+// that Verify accepts (the job wrote one, complete) is kept; otherwise
+// (none, or one that no longer matches the files: a stale one of an
+// earlier run in the same directory) Record lists every regular file
+// under dir (MANIFEST left out) with its SHA-256, in path order, in the
+// format Verify reads, and puts that MANIFEST in place atomically (a
+// temporary file renamed over it). Every file is opened through os.Root
+// without following a link out of dir and without waiting (a FIFO is not
+// a regular file and is left out). A directory that cannot be listed
+// within the MANIFEST's limits (MaxFiles, MaxManifestBytes), holds no
+// file, or holds a name the format cannot carry (a newline) is refused
+// with the reason; when ctx ended the error is ctx's.
+func Record(ctx context.Context, dir string) (manifest string, err error) {
+	if manifest, err = Verify(ctx, dir); err == nil || ctx.Err() != nil {
+		return manifest, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "", fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+	}
+	defer root.Close()
+	var b bytes.Buffer
+	files := 0
+	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() || p == Manifest {
+			return nil
+		}
+		if strings.ContainsAny(p, "\n\r") || !filepath.IsLocal(p) {
+			return fmt.Errorf("%q: a name a %s line cannot hold", p, Manifest)
+		}
+		if files++; files > MaxFiles {
+			return fmt.Errorf("more than %d files, the limit of a %s", MaxFiles, Manifest)
+		}
+		sum, err := hashFile(ctx, root, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%x  %s\n", sum, p)
+		if b.Len() > MaxManifestBytes {
+			return fmt.Errorf("its %s would be larger than %d bytes", Manifest, MaxManifestBytes)
+		}
+		return nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case err != nil:
+		return "", fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+	case files == 0:
+		return "", fmt.Errorf("artifact directory %s holds no file", dir)
+	}
+	tmp := fmt.Sprintf(".%s.%d.tmp", Manifest, os.Getpid())
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("write %s in %s: %v", Manifest, dir, pathless(err))
+	}
+	_, err = f.Write(b.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, Manifest)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+		return "", fmt.Errorf("write %s in %s: %v", Manifest, dir, pathless(err))
+	}
+	return sumOf(b.Bytes()), nil
+}
+
+// hashFile is the SHA-256 of the regular file p inside root, read without
+// waiting on the open (a FIFO put in its place is refused, not waited on),
+// ctx looked at between chunks.
+func hashFile(ctx context.Context, root *os.Root, p string) ([]byte, error) {
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", p, pathless(err))
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", p)
+	}
+	h := sha256.New()
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n, err := io.CopyN(h, f, chunk)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: read: %v", p, pathless(err))
+		}
+		if n < chunk {
+			break
+		}
+	}
+	return h.Sum(nil), nil
+}

@@ -239,3 +239,82 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// TestRecord: a job's model directory with no MANIFEST gets one listing
+// every regular file (a FIFO left out, never waited on) that Verify
+// accepts; one that matches its files is kept byte for byte; a stale one
+// (an earlier run's) is replaced; a directory with no file, or with a
+// name a MANIFEST line cannot hold, is refused and given none.
+func TestRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"model.json": "{}", "sub/w.bin": "weights"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Record(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, Manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sum("{}") + "  model.json\n" + sum("weights") + "  sub/w.bin\n"
+	if string(raw) != want || got != sum(want) {
+		t.Fatalf("Record wrote %q (digest %s); want %q (%s)", raw, got, want, sum(want))
+	}
+	if v, err := Verify(ctx, dir); err != nil || v != got {
+		t.Fatalf("Verify of the recorded directory: %s, %v", v, err)
+	}
+	// Kept as it is when it matches (even one Record would write otherwise).
+	own := sum("weights") + " *sub/w.bin\n"
+	if err := os.WriteFile(filepath.Join(dir, Manifest), []byte(own), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Record(ctx, dir); err != nil || got != sum(own) {
+		t.Fatalf("Record of a directory whose MANIFEST matches: %s, %v; want its own %s", got, err, sum(own))
+	}
+	// A stale one is replaced.
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), []byte("{\"v\":2}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, Manifest), []byte(sum("{}")+"  model.json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err = Record(ctx, dir)
+	if v, verr := Verify(ctx, dir); err != nil || verr != nil || v != got {
+		t.Fatalf("Record over a stale MANIFEST: %s, %v; Verify after: %s, %v", got, err, v, verr)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			t.Errorf("Record left %s behind", e.Name())
+		}
+	}
+
+	empty := t.TempDir()
+	if _, err := Record(ctx, empty); err == nil || !strings.Contains(err.Error(), "holds no file") {
+		t.Errorf("Record of an empty directory: %v; want refused", err)
+	}
+	odd := t.TempDir()
+	if err := os.WriteFile(filepath.Join(odd, "a\nb"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Record(ctx, odd); err == nil || !strings.Contains(err.Error(), "cannot hold") {
+		t.Errorf("Record of a file named with a newline: %v; want refused", err)
+	}
+	for _, d := range []string{empty, odd} {
+		if _, err := os.Stat(filepath.Join(d, Manifest)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a refused Record left a MANIFEST in %s: %v", d, err)
+		}
+	}
+}

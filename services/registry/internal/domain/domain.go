@@ -117,8 +117,18 @@ type Registration struct {
 
 // Decide returns the registration a JobChanged causes, or nil when it causes
 // none: the job is not COMPLETED, declares no model output, has a bad name or
-// model id, or registered a version before. It does not change s.
+// model id, or registered a version before. It does not change s. The
+// version records no MANIFEST digest: DecideRecorded's, with "".
 func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
+	return DecideRecorded(s, ev, "", now)
+}
+
+// DecideRecorded is Decide with the SHA-256 of the MANIFEST the registry
+// recorded for the job's model directory (artifact.Record; "" when it
+// could not): the version keeps it (manifest_sha256), so that an export
+// copies the set only as it was when the job completed, and a later
+// registration of the same set is no change (markOverwritten).
+func DecideRecorded(s *State, ev *eventsv1.JobChanged, manifest string, now time.Time) *Registration {
 	job := ev.GetJob()
 	if job.GetState() != loomv1.JobState_COMPLETED || job.GetModelOutput() == nil {
 		return nil
@@ -151,7 +161,7 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 	}
 	if dir := ev.GetModelDir(); dir != "" {
 		// The job wrote it as its owner: an export reads only their files.
-		v.ArtifactUri, v.ArtifactOwner = "file://"+dir, job.GetUser()
+		v.ArtifactUri, v.ArtifactOwner, v.ManifestSha256 = "file://"+dir, job.GetUser(), manifest
 	}
 	// The first version of a model holds "default".
 	v.Aliases = nil

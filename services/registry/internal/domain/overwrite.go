@@ -57,8 +57,9 @@ func cleanPath(p string) string {
 
 // sameSet reports whether versions a and b were registered with provably
 // the same artifact set: both MANIFEST digests recorded and equal. A job's
-// model output records none, so a job's second registration of a
-// directory always counts as a rewrite.
+// model output whose MANIFEST could not be recorded (artifact.Record) has
+// none, so such a job's second registration of a directory always counts
+// as a rewrite.
 func sameSet(a, b *loomv1.ModelVersion) bool {
 	return a.GetManifestSha256() != "" && a.GetManifestSha256() == b.GetManifestSha256()
 }
@@ -70,7 +71,7 @@ func OverwrittenBy(old, by *loomv1.ModelVersion, now time.Time) string {
 		if d := v.GetManifestSha256(); d != "" {
 			return d
 		}
-		return "not recorded (a job's model output)"
+		return "not recorded (a job's model output the registry could not list)"
 	}
 	return fmt.Sprintf("%s was registered again as %s at %s with another artifact set (its MANIFEST's SHA-256 %s; this version's %s): the files there are that version's now, not this one's",
 		old.GetArtifactUri(), by.GetName(), now.UTC().Format(time.RFC3339), digest(by), digest(old))

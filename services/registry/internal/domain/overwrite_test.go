@@ -145,3 +145,29 @@ func TestRegistrationMarksOnlyItsOwnProject(t *testing.T) {
 		t.Fatalf("project default's version marked by project mallory: %s", got)
 	}
 }
+
+// TestJobOutputDigestTellsARewrite: a job's version keeps the MANIFEST
+// digest recorded of its directory, so a second job's registration of the
+// same directory marks it only when the set differs.
+func TestJobOutputDigestTellsARewrite(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := NewState()
+	job := func(id string) *Registration {
+		ev := completed(id, "alpha")
+		ev.ModelDir = "/data/p/model"
+		return DecideRecorded(s, ev, map[string]string{"1": "aaa", "2": "aaa", "3": "bbb"}[id], now)
+	}
+	r := job("1")
+	if got := r.Version.GetManifestSha256(); got != "aaa" {
+		t.Fatalf("job 1's version records digest %q, want aaa", got)
+	}
+	s.Apply(r)
+	if r = job("2"); len(r.Overwritten) != 0 {
+		t.Fatalf("the same set registered by job 2 marked %v", r.Overwritten)
+	}
+	s.Apply(r)
+	if r = job("3"); len(r.Overwritten) != 2 || !strings.Contains(r.Overwritten[0].GetArtifactChanged(), "SHA-256 bbb; this version's aaa") {
+		t.Fatalf("another set registered by job 3: overwritten %v; want versions 1 and 2 marked", r.Overwritten)
+	}
+}
