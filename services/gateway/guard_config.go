@@ -132,10 +132,8 @@ func interceptors(auditor *guard.Auditor, limiter *guard.Limiter, decode *ports.
 	}
 	unary = append(unary, limiter.UnaryServerInterceptor())
 	stream = append(stream, limiter.StreamServerInterceptor())
-	if decode != nil {
-		unary = append(unary, decode.Unary)
-		stream = append(stream, decode.Stream)
-	}
+	unary = append(unary, decode.Unary)
+	stream = append(stream, decode.Stream)
 	if authzU != nil {
 		unary = append(unary, authzU)
 	}
