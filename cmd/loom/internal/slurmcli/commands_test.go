@@ -236,8 +236,11 @@ func TestSacctOptions(t *testing.T) {
 			"12|2|2|gpu-[0001-0002]|billing=8,cpu=8,gres/gpu=16,mem=128G,node=2\n12.batch|1|1|gpu-0001|billing=4,cpu=4,gres/gpu=8,mem=64G,node=1\n"},
 		{[]string{"-p", "-n", "-X", "--delimiter=;", "-o", "jobid,jobname", "-u", "bob", "-j", "13"}, "13;evaluation-long-name;\n"},
 		{[]string{"-P", "-n", "-o", "JobID,State,ExitCode", "-N", "gpu-0004"}, "11|FAILED|2:0\n11.batch|FAILED|2:0\n"},
-		{[]string{"-P", "-n", "-X", "-o", "JobID", "-S", "now-1hours"}, "10\n11\n12\n14\n15_0\n15_[1-3%2]\n"},
-		{[]string{"-P", "-n", "-X", "-o", "JobID", "-a", "-r", "debug"}, "15_0\n15_[1-3%2]\n"},
+		// Not 14, held, nor 15_[1-3%2], on its task limit: not eligible
+		// (TestSacctWindowIsEligibleTime).
+		{[]string{"-P", "-n", "-X", "-o", "JobID", "-S", "now-1hours"}, "10\n11\n12\n15_0\n"},
+		{[]string{"-P", "-n", "-X", "-o", "JobID", "-a", "-r", "debug"}, "15_0\n"},
+		{[]string{"-P", "-n", "-X", "-o", "JobID", "-a", "-r", "debug", "-j", "15"}, "15_0\n15_[1-3%2]\n"},
 		{[]string{"-P", "-n", "-X", "-o", "JobID,Elapsed", "-j", "9"}, "9|01:00:00\n"},
 		{[]string{"-P", "-n", "-o", "jobname,state", "-j", "15_0"}, "sweep|RUNNING\nbatch|RUNNING\n"},
 	} {
@@ -892,7 +895,8 @@ func TestSacctJobCancelledWhilePending(t *testing.T) {
 	j := &loomv1.Job{Name: "projects/default/jobs/4", JobId: "4", Cluster: demoCluster, DisplayName: "wrap", User: "alice",
 		Partition: "gpu", State: loomv1.JobState_CANCELLED, NodeCount: 1, SubmitTime: timestamppb.New(end.Add(-time.Minute)),
 		EndTime: timestamppb.New(end)}
-	code, out, errOut := run(t, &fakegw.Gateway{Jobs: []*loomv1.Job{j}}, "sacct", Env{}, "-P", "-n", "-X", "-o", "JobID,State,Start,End,Elapsed,NodeList")
+	later := func() time.Time { return end.Add(time.Hour) } // a clock past its submit time
+	code, out, errOut := run(t, &fakegw.Gateway{Jobs: []*loomv1.Job{j}}, "sacct", Env{Now: later}, "-P", "-n", "-X", "-o", "JobID,State,Start,End,Elapsed,NodeList")
 	if want := "4|CANCELLED|2026-12-06T14:37:33|2026-12-06T14:37:33|00:00:00|None assigned\n"; code != 0 || out != want {
 		t.Errorf("sacct of a job cancelled while pending: %d %q %q, want %q", code, out, errOut, want)
 	}

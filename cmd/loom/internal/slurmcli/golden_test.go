@@ -71,11 +71,9 @@ func TestGoldenOutputs(t *testing.T) {
 				"11.batch          batch                                1     FAILED      2:0 \n" +
 				"12                train        gpu   research          8    RUNNING      0:0 \n" +
 				"12.batch          batch              research          4    RUNNING      0:0 \n" +
-				"14                 held        gpu                     0    PENDING      0:0 \n" +
 				"15_0              sweep      debug                     1    RUNNING      0:0 \n" +
-				"15_0.batch        batch                                1    RUNNING      0:0 \n" +
-				"15_[1-3%2]        sweep      debug                     0    PENDING      0:0 \n"},
-		{[]string{"sacct", "-P", "-X", "-a", "--format=JobID,JobName%20,State,ExitCode,Elapsed,Start,End,NodeList"},
+				"15_0.batch        batch                                1    RUNNING      0:0 \n"},
+		{[]string{"sacct", "-P", "-X", "-a", "--format=JobID,JobName%20,State,ExitCode,Elapsed,Start,End,NodeList", "-j", "10,11,12,13,14,15"},
 			"JobID|JobName|State|ExitCode|Elapsed|Start|End|NodeList\n" +
 				"10|prep|COMPLETED|0:0|01:00:00|2026-01-02T13:04:05|2026-01-02T14:04:05|gpu-0003\n" +
 				"11|oops|FAILED|2:0|00:01:00|2026-01-02T14:14:05|2026-01-02T14:15:05|gpu-0004\n" +

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/slurmspec"
@@ -150,6 +152,25 @@ func jobNodeCount(j *loomv1.Job) int {
 		return n
 	}
 	return int(max(j.GetNodeCount(), 1))
+}
+
+// eligibleAt is when the job became eligible to run, Slurm's
+// EligibleTime (scontrol show job, sacct's Eligible and its time window):
+// its --begin, else its submit time; nil for a pending job Slurm keeps no
+// such time for: held (hold clears it), waiting on a dependency, or an
+// array's tasks waiting on its task limit (as_mysql_job.c records those
+// as never eligible).
+func eligibleAt(j *loomv1.Job) *timestamppb.Timestamp {
+	if effectiveState(j) == loomv1.JobState_PENDING {
+		switch {
+		case j.GetHold(), j.GetStateReason() == "Dependency", j.GetStateReason() == "JobArrayTaskLimit":
+			return nil
+		}
+	}
+	if b := j.GetBeginTime(); b != nil {
+		return b
+	}
+	return j.GetSubmitTime()
 }
 
 // numNodes is scontrol show job's NumNodes: jobNodeCount, or, for a job

@@ -341,12 +341,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		})},
 		{"Elapsed", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now)) }},
 		{"ElapsedRaw", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now), 10) }},
-		{"Eligible", 19, job(func(r sacctRow) string {
-			if b := r.job.GetBeginTime(); b != nil {
-				return ts(b, "Unknown")
-			}
-			return ts(r.job.GetSubmitTime(), "Unknown")
-		})},
+		{"Eligible", 19, job(func(r sacctRow) string { return ts(eligibleAt(r.job), "Unknown") })},
 		{"End", 19, func(r sacctRow) string { return ts(r.end(), "Unknown") }},
 		{"ExitCode", 8, func(r sacctRow) string { return r.exitCode() }},
 		{"Group", 9, job(func(r sacctRow) string { return r.job.GetUser() })},
@@ -405,10 +400,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		{"ReqNodes", 8, job(func(r sacctRow) string { return strconv.Itoa(jobNodeCount(r.job)) })},
 		{"ReqTRES", 10, job(func(r sacctRow) string { return tres(r, false) })},
 		{"Reserved", 10, job(func(r sacctRow) string {
-			elig := r.job.GetBeginTime()
-			if elig == nil {
-				elig = r.job.GetSubmitTime()
-			}
+			elig := eligibleAt(r.job)
 			if elig == nil {
 				return "00:00:00"
 			}
@@ -740,7 +732,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	}
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
 		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, sel: sel, states: states, anyState: true}
-	inTime := func(r jobRow) bool { return inWindow(r.job, startT, endT) }
+	inTime := func(r jobRow) bool { return inWindow(r.job, sel != nil, startT, endT, view.now) }
 	if stateWindow {
 		q.states = nil
 		start := time.Unix(0, 0) // -j -s -E without -S: since the Epoch, as Slurm's
@@ -850,16 +842,30 @@ func formatSacctUses(fields []sacctField, names ...string) bool {
 	return false
 }
 
-// inWindow says whether a job was around between start and end: it ended
-// after start (or has not ended) and was submitted before end.
-func inWindow(j *loomv1.Job, start, end *time.Time) bool {
-	if start != nil && j.GetEndTime() != nil && effectiveState(j).Terminal() && j.GetEndTime().AsTime().Before(*start) {
+// inWindow says whether a job was around in the window [start, end), to
+// the second, as Slurm 22.05's accounting query asks without -s
+// (as_mysql_jobacct_process.c): it ended at or after start, or has not
+// ended, and it was eligible before end (eligibleAt: a job whose --begin
+// is still ahead, or held, is not listed), or, for jobs named by -j
+// (byID), submitted before end. A nil end is now; an end that is now or
+// start takes one second more, as slurmdb_job_cond_def_start_end does, so
+// that second is in the window.
+func inWindow(j *loomv1.Job, byID bool, start, end *time.Time, now time.Time) bool {
+	if start != nil && j.GetEndTime() != nil && effectiveState(j).Terminal() && j.GetEndTime().GetSeconds() < start.Unix() {
 		return false
 	}
-	if end != nil && j.GetSubmitTime() != nil && j.GetSubmitTime().AsTime().After(*end) {
-		return false
+	e := now.Unix()
+	if end != nil {
+		e = end.Unix()
 	}
-	return true
+	if e == now.Unix() || start != nil && e == start.Unix() {
+		e++
+	}
+	if byID {
+		return j.GetSubmitTime() == nil || j.GetSubmitTime().GetSeconds() < e
+	}
+	el := eligibleAt(j)
+	return el != nil && el.GetSeconds() < e
 }
 
 // inStateWindow reports whether row r was in one of states between start
@@ -886,10 +892,7 @@ func inStateWindow(r jobRow, states stateSet, start, end time.Time) bool {
 	if st.Terminal() {
 		ended = secs(j.GetEndTime())
 	}
-	eligible := secs(j.GetBeginTime())
-	if eligible == 0 {
-		eligible = secs(j.GetSubmitTime())
-	}
+	eligible := secs(eligibleAt(j))
 	s, e := start.Unix(), end.Unix()
 	for want := range states {
 		switch {

@@ -310,13 +310,13 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		end = formatTimestamp(j.GetExpectedStartTime().AsTime().Add(time.Duration(limit)*time.Second), v.loc)
 	}
 	started := j.GetStartTime() != nil && st != loomv1.JobState_PENDING
-	eligible := j.GetBeginTime()
-	if eligible == nil {
-		eligible = j.GetSubmitTime()
-	}
-	if st == loomv1.JobState_PENDING && (j.GetHold() || j.GetStateReason() == "Dependency") {
-		// Not eligible yet, and Slurm cannot tell when it will be.
-		eligible = nil
+	eligible := eligibleAt(j)
+	accrue := eligible
+	if accrue == nil && !j.GetHold() && j.GetStateReason() == "JobArrayTaskLimit" {
+		// The tasks an array's limit holds back accrue age all the
+		// same: Slurm 22.05 shows their AccrueTime beside
+		// EligibleTime=Unknown.
+		accrue = j.GetSubmitTime()
 	}
 	nodes := ""
 	if len(j.GetNodes()) > 0 {
@@ -331,7 +331,7 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exit},
 		{"RunTime=" + formatDuration(jobElapsed(j, v.now)), "TimeLimit=" + limitStr, "TimeMin=N/A"},
 		{"SubmitTime=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "EligibleTime=" + ts(eligible, eligible != nil, "Unknown")},
-		{"AccrueTime=" + ts(eligible, eligible != nil, "Unknown")},
+		{"AccrueTime=" + ts(accrue, accrue != nil, "Unknown")},
 		{"StartTime=" + ts(startOrExpected(j), started || j.GetExpectedStartTime() != nil, "Unknown"), "EndTime=" + end, "Deadline=N/A"},
 		{"SuspendTime=None", "SecsPreSuspend=0", "LastSchedEval=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "Scheduler=Main"},
 		{"Partition=" + j.GetPartition(), "AllocNode:Sid=" + orNull(j.GetSubmitHost()) + ":0"},
