@@ -17,7 +17,14 @@ import (
 const (
 	sacctDefaultFields = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
 	sacctBriefFields   = "JobID,State,ExitCode"
-	sacctLongFields    = "JobID,JobIDRaw,JobName,Partition,Account,AllocCPUS,AllocNodes,AllocTRES,ReqCPUS,ReqMem,ReqNodes,ReqTRES,NTasks,State,ExitCode,DerivedExitCode,Elapsed,CPUTime,Timelimit,Submit,Eligible,Start,End,NodeList,Priority,QOS,Reason,User,WorkDir"
+	// sacctLongFields is -l's list: Slurm 22.05's LONG_FIELDS
+	// (src/sacct/sacct.h), in its order.
+	sacctLongFields = "JobID,JobIDRaw,JobName,Partition,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS," +
+		"MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,MinCPUTask,AveCPU,NTasks,AllocCPUS,Elapsed,State,ExitCode," +
+		"AveCPUFreq,ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,ReqMem,ConsumedEnergy,MaxDiskRead,MaxDiskReadNode,MaxDiskReadTask,AveDiskRead," +
+		"MaxDiskWrite,MaxDiskWriteNode,MaxDiskWriteTask,AveDiskWrite,ReqTRES,AllocTRES,TRESUsageInAve,TRESUsageInMax,TRESUsageInMaxNode," +
+		"TRESUsageInMaxTask,TRESUsageInMin,TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutMax,TRESUsageOutMaxNode," +
+		"TRESUsageOutMaxTask,TRESUsageOutAve,TRESUsageOutTot"
 )
 
 var sacctOptions = []optDef{
@@ -462,7 +469,11 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		if f.name == "NTasks" {
 			continue // sacct's own, above
 		}
-		fields = append(fields, sacctField{f.name, f.width, func(r sacctRow) string {
+		width := f.width
+		if f.name == "AveDiskRead" || f.name == "AveDiskWrite" {
+			width = 14 // sacct.c's; sstat.c's is 12
+		}
+		fields = append(fields, sacctField{f.name, width, func(r sacctRow) string {
 			if s := r.usage(); s != nil {
 				return f.value(s)
 			}
@@ -550,10 +561,11 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	if len(rest) > 0 {
 		return c.errorf("Unrecognized option: %s", rest[0])
 	}
-	fieldSpec := sacctDefaultFields
-	if v := c.env.Environ["SACCT_FORMAT"]; v != "" {
-		fieldSpec = v
-	}
+	// The fields, as Slurm 22.05's options.c gathers them: each -o adds
+	// to the list, -b's and then -l's fields come after, and
+	// SACCT_FORMAT (else the default) only when there is none.
+	var formats []string
+	brief, long := false, false
 	var users, accounts, names, parts, qos []string
 	var sel *jobSelector
 	var states stateSet
@@ -576,7 +588,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		case "accounts":
 			accounts = splitList(o.value)
 		case "brief":
-			fieldSpec = sacctBriefFields
+			brief = true
 		case "completion":
 			return c.errorf("job completion records (-c) are not kept by Loom; use sacct without -c")
 		case "delimiter":
@@ -596,7 +608,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 				return err
 			}
 		case "long":
-			fieldSpec = sacctLongFields
+			long = true
 		case "allclusters":
 			c.env.Cluster, clusters = "", nil
 		case "clusters":
@@ -617,7 +629,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 				nodes[h] = true
 			}
 		case "format":
-			fieldSpec = o.value
+			formats = append(formats, o.value)
 		case "parsable":
 			parsable = 1
 		case "parsable2":
@@ -664,6 +676,22 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 				return c.errorf("Invalid unit type '%s'. Possible options are KMGTP", o.value)
 			}
 			unitsOpt.spec = spec
+		}
+	}
+	if long && len(formats) > 0 {
+		return &Error{Code: 1, Text: "sacct: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry."}
+	}
+	if brief {
+		formats = append(formats, sacctBriefFields)
+	}
+	if long {
+		formats = append(formats, sacctLongFields)
+	}
+	fieldSpec := strings.Join(formats, ",")
+	if len(formats) == 0 {
+		fieldSpec = sacctDefaultFields
+		if v := c.env.Environ["SACCT_FORMAT"]; v != "" {
+			fieldSpec = v
 		}
 	}
 	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc}

@@ -36,8 +36,8 @@ func TestSacctStateWindowIsSlurms(t *testing.T) {
 		// -E defaults to -S: only what ended at that second.
 		{[]string{"-s", "CD", "-S", "now-1hours"}, "10\n"},
 		{[]string{"-s", "CD", "-S", "now-59minutes"}, ""},
-		// RUNNING: ran during the window, COMPLETED since.
-		{[]string{"-o", "JobID,State", "-s", "R", "-S", "now-3hours", "-E", "now-90minutes"}, "10|COMPLETED\n"},
+		// RUNNING: ran during the window, COMPLETED since (-o adds State).
+		{[]string{"-o", "State", "-s", "R", "-S", "now-3hours", "-E", "now-90minutes"}, "10|COMPLETED\n"},
 		// PENDING: waited during the window, started since or not;
 		// eligible (time_eligible set) then: not 14, held, nor
 		// 15_[1-3%2], waiting on its task limit.
