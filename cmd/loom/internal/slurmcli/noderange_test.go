@@ -88,3 +88,27 @@ func TestSrunNodeRange(t *testing.T) {
 		t.Fatalf("steps %v, want one on all the job's nodes (node_count 0)", s)
 	}
 }
+
+// TestSacctRangeRequestKept: a -N1-3 job that got three nodes asked for
+// one: sacct's ReqNodes, ReqCPUS and ReqTRES are the request, its
+// AllocNodes and AllocTRES what it got, as Slurm 22.05 keeps the job's
+// tres_req apart from its allocation (its completion record said
+// Tres=cpu=1,mem=1M,node=1,billing=1 for -N1-3 that ran on node[1-3]);
+// scontrol show job says what it got (NumNodes=3 NumCPUs=3 NumTasks=3,
+// TRES=cpu=3,node=3,billing=3, as Slurm's beside Loom).
+func TestSacctRangeRequestKept(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	j := f.Jobs[1] // 10, COMPLETED
+	j.NodeCount, j.MaxNodeCount, j.Nodes = 1, 3, []string{"gpu-0001", "gpu-0002", "gpu-0003"}
+	code, out, errOut := run(t, f, "sacct", Env{}, "-P", "-n", "-X", "-o", "JobID,ReqNodes,ReqCPUS,ReqTRES,AllocNodes,AllocCPUS,AllocTRES", "-j", "10")
+	if want := "10|1|1|billing=1,cpu=1,node=1|3|3|billing=3,cpu=3,node=3\n"; code != 0 || out != want {
+		t.Errorf("sacct: %d %q %q, want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, f, "scontrol", Env{}, "show", "job", "10")
+	for _, want := range []string{" NumNodes=3 NumCPUs=3 NumTasks=3 ", " TRES=cpu=3,node=3,billing=3\n"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("scontrol show job 10: %d %q %q, want %q in it", code, out, errOut, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
@@ -193,6 +194,19 @@ func (r sacctRow) exitCode() string {
 	return sacctExitCode(r.job.GetExitCode(), r.job.ExitSignal)
 }
 
+// requested is the job as it asked: for a node range (-N1-3) that got
+// its nodes, the same job without them, so it counts its minimum, as
+// Slurm 22.05 keeps a job's tres_req (sacct's ReqNodes, ReqCPUS, ReqTRES)
+// apart from what it got; any other job as it is.
+func requested(j *loomv1.Job) *loomv1.Job {
+	if j.GetMaxNodeCount() == 0 || len(j.GetNodes()) == 0 {
+		return j
+	}
+	asked := proto.Clone(j).(*loomv1.Job)
+	asked.Nodes = nil
+	return asked
+}
+
 // sacctExitCode is sacct's ExitCode "code:signal": Slurm 22.05's sacct
 // (src/sacct/print.c, PRINT_EXITCODE) takes 128 from an exit status of 128
 // or more, so a script's `exit 130` is 2:0 there while scontrol (and sacct
@@ -302,7 +316,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			return ""
 		}
 		j := r.job
-		n, ncpus := jobNodeCount(j), jobCPUs(j)
+		n, ncpus := jobNodeCount(requested(j)), jobCPUs(requested(j))
 		if alloc {
 			n, ncpus = allocNodes(r), cpus(r)
 		}
@@ -402,9 +416,9 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		{"Priority", 10, job(func(r sacctRow) string { return strconv.FormatInt(r.job.GetPriority(), 10) })},
 		{"QOS", 10, job(func(r sacctRow) string { return r.job.GetQos() })},
 		{"Reason", 22, job(func(r sacctRow) string { return jobReason(r.job) })},
-		{"ReqCPUS", 8, job(func(r sacctRow) string { return strconv.Itoa(jobCPUs(r.job)) })},
+		{"ReqCPUS", 8, job(func(r sacctRow) string { return strconv.Itoa(jobCPUs(requested(r.job))) })},
 		{"ReqMem", 10, job(func(r sacctRow) string { return memString(r.job.GetMemMb()) })},
-		{"ReqNodes", 8, job(func(r sacctRow) string { return strconv.Itoa(jobNodeCount(r.job)) })},
+		{"ReqNodes", 8, job(func(r sacctRow) string { return strconv.Itoa(jobNodeCount(requested(r.job))) })},
 		{"ReqTRES", 10, job(func(r sacctRow) string { return tres(r, false) })},
 		{"Reserved", 10, job(func(r sacctRow) string {
 			elig := eligibleAt(r.job)
