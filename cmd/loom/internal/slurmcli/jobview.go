@@ -412,7 +412,11 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 				}
 			}
 			sort.Ints(idx)
-			if len(idx) > 0 {
+			if len(idx) == 1 {
+				// The last one left is that task, as Slurm's
+				// "12_3" (no brackets, no %limit).
+				out = append(out, jobRow{job: j, id: fmt.Sprintf("%s_%d", id, idx[0]), arrayJobID: id, arrayTask: strconv.Itoa(idx[0]), pending: idx})
+			} else if len(idx) > 0 {
 				s := slurmspec.FormatIndexes(idx)
 				if limit > 0 {
 					s += fmt.Sprintf("%%%d", limit)

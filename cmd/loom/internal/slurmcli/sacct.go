@@ -804,7 +804,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		if !q.match(r) || !inTime(r) {
 			continue
 		}
-		pending := strings.Contains(r.id, "[")
+		pending := len(r.pending) > 0 // an array's tasks not started ("12_[3-7]", "12_7")
 		if dups {
 			runs := r.job.GetRuns()
 			for i := 0; i+1 < len(runs); i++ {

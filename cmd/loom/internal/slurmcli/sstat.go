@@ -159,7 +159,8 @@ func (c *cmd) sstat(ctx context.Context, args []string) error {
 // jobsByID finds jobs as a user names one: by the id squeue shows ("12",
 // an array task's "15_3") or by its own job id (an array task's "17"; the
 // array's first task has the array's id, as under Slurm). Pending array
-// tasks not split off ("15_[4-7]") are not there: nothing of them runs.
+// tasks not split off ("15_[4-7]") are not there: nothing of them runs;
+// the last one left ("15_7") is the array's record, as Slurm's.
 func jobsByID(jobs []*loomv1.Job) map[string]*loomv1.Job {
 	byID := map[string]*loomv1.Job{}
 	for _, r := range newArrayView(jobs).rows(jobs, false) {
