@@ -721,16 +721,21 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	if users == nil && !allUsers && c.env.User != "" && c.env.User != "root" {
 		users = []string{c.env.User}
 	}
-	// Slurm's default window (man sacct, DEFAULT TIME WINDOW): with -s,
-	// the instant now (no window with -j and no -S), -E defaulting to -S;
-	// without -s, since midnight (no window with -j).
+	// Slurm's default window (man sacct, DEFAULT TIME WINDOW;
+	// slurmdb_job_cond_def_start_end): with -s, the instant now, -E
+	// defaulting to -S, and with -j and no -S the Epoch to now; without
+	// -s, since midnight to now (with -j the Epoch).
 	if states != nil {
 		if startT == nil && sel == nil {
 			t := view.now
 			startT = &t
 		}
-		if startT != nil && endT == nil {
-			endT = startT
+		if endT == nil {
+			t := view.now
+			if startT != nil {
+				t = *startT
+			}
+			endT = &t
 		}
 	} else if startT == nil && sel == nil {
 		y, m, d := view.now.Date()
@@ -740,7 +745,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	// With -s and a window, a state is one the job was in during it
 	// (inStateWindow): PENDING and RUNNING are asked of every job, as a
 	// job that ran then may have ended since.
-	stateWindow := states != nil && (startT != nil || endT != nil)
+	stateWindow := states != nil
 	listStates := states.list()
 	if stateWindow && (states[loomv1.JobState_PENDING] || states[loomv1.JobState_RUNNING]) {
 		listStates = nil
@@ -777,11 +782,12 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	inTime := func(r jobRow) bool { return inWindow(r.job, sel != nil, startT, endT, view.now) }
 	if stateWindow {
 		q.states = nil
-		start := time.Unix(0, 0) // -j -s -E without -S: since the Epoch, as Slurm's
+		start := time.Unix(0, 0) // -j -s without -S: since the Epoch, as Slurm's
 		if startT != nil {
 			start = *startT
 		}
-		inTime = func(r jobRow) bool { return inStateWindow(r, states, start, *endT) }
+		end := time.Unix(windowEnd(startT, endT, view.now), 0)
+		inTime = func(r jobRow) bool { return inStateWindow(r, states, start, end) }
 	}
 	if formatSacctUses(fields, "Timelimit", "TimelimitRaw") {
 		view.limits = c.partitionLimits(ctx, jobs)
@@ -896,6 +902,18 @@ func inWindow(j *loomv1.Job, byID bool, start, end *time.Time, now time.Time) bo
 	if start != nil && j.GetEndTime() != nil && effectiveState(j).Terminal() && j.GetEndTime().GetSeconds() < start.Unix() {
 		return false
 	}
+	e := windowEnd(start, end, now)
+	if byID {
+		return j.GetSubmitTime() == nil || j.GetSubmitTime().GetSeconds() < e
+	}
+	el := eligibleAt(j)
+	return el != nil && el.GetSeconds() < e
+}
+
+// windowEnd is the window's end, in seconds, as Slurm 22.05 asks its
+// database ([S,E)): end, else now, one second later where it is now or
+// start, so that second is in the window (slurmdb_job_cond_def_start_end).
+func windowEnd(start, end *time.Time, now time.Time) int64 {
 	e := now.Unix()
 	if end != nil {
 		e = end.Unix()
@@ -903,11 +921,7 @@ func inWindow(j *loomv1.Job, byID bool, start, end *time.Time, now time.Time) bo
 	if e == now.Unix() || start != nil && e == start.Unix() {
 		e++
 	}
-	if byID {
-		return j.GetSubmitTime() == nil || j.GetSubmitTime().GetSeconds() < e
-	}
-	el := eligibleAt(j)
-	return el != nil && el.GetSeconds() < e
+	return e
 }
 
 // inStateWindow reports whether row r was in one of states between start

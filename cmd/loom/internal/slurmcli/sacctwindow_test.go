@@ -19,7 +19,7 @@ import (
 // running or pending now are found; -E defaults to -S; an end state is
 // one the job ended in inside the window (ends included); RUNNING and
 // PENDING are the jobs that ran or waited during it, whatever they are
-// now. With -j and no -S there is no window: the state alone.
+// now. With -j and no -S the window is the Epoch to now.
 func TestSacctStateWindowIsSlurms(t *testing.T) {
 	t.Parallel()
 	// Fixture (now 15:04:05, alice's jobs): 10 ran 13:04:05-14:04:05 and
@@ -43,6 +43,11 @@ func TestSacctStateWindowIsSlurms(t *testing.T) {
 		// 15_[1-3%2], waiting on its task limit.
 		{[]string{"-s", "PD", "-S", "now-1minute", "-E", "now"}, "15_0\n"},
 		{[]string{"-j", "10", "-s", "CD"}, "10\n"},
+		// With -j and no -S the window is the Epoch to now (not the
+		// state alone): 10 ran, and waited before it, in it; 14, held,
+		// was never eligible.
+		{[]string{"-j", "10", "-s", "R"}, "10\n"},
+		{[]string{"-j", "10,14", "-s", "PD"}, "10\n"},
 	} {
 		args := append([]string{"-P", "-n", "-X", "-o", "JobID"}, tc.args...)
 		code, out, errOut := run(t, fixture(), "sacct", Env{}, args...)
