@@ -2204,8 +2204,13 @@ type Job struct {
 	// `exclude`. Output only.
 	ExcludedNodes []string `protobuf:"bytes,73,rep,name=excluded_nodes,json=excludedNodes,proto3" json:"excluded_nodes,omitempty"`
 	Exclusive     bool     `protobuf:"varint,45,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	Qos           string   `protobuf:"bytes,46,opt,name=qos,proto3" json:"qos,omitempty"`
-	Account       string   `protobuf:"bytes,47,opt,name=account,proto3" json:"account,omitempty"`
+	// exclusive_user is --exclusive=user: the job shares its nodes with
+	// the same user's jobs only (Slurm's OverSubscribe=USER). It holds the
+	// CPUs its tasks need, not whole nodes; with exclusive set too, the
+	// nodes are held whole.
+	ExclusiveUser bool   `protobuf:"varint,87,opt,name=exclusive_user,json=exclusiveUser,proto3" json:"exclusive_user,omitempty"`
+	Qos           string `protobuf:"bytes,46,opt,name=qos,proto3" json:"qos,omitempty"`
+	Account       string `protobuf:"bytes,47,opt,name=account,proto3" json:"account,omitempty"`
 	// nodelist and exclude are hostnames the job must use / must not use.
 	Nodelist []string `protobuf:"bytes,48,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
 	Exclude  []string `protobuf:"bytes,49,rep,name=exclude,proto3" json:"exclude,omitempty"`
@@ -2585,6 +2590,13 @@ func (x *Job) GetExcludedNodes() []string {
 func (x *Job) GetExclusive() bool {
 	if x != nil {
 		return x.Exclusive
+	}
+	return false
+}
+
+func (x *Job) GetExclusiveUser() bool {
+	if x != nil {
+		return x.ExclusiveUser
 	}
 	return false
 }
@@ -5000,7 +5012,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xf3\x14\n" +
+	"\tREPLACING\x10\t\"\x9a\x15\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5045,7 +5057,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x0echeckpoint_dir\x18G \x01(\tR\rcheckpointDir\x12#\n" +
 	"\ruser_failures\x18H \x01(\x05R\fuserFailures\x12%\n" +
 	"\x0eexcluded_nodes\x18I \x03(\tR\rexcludedNodes\x12\x1c\n" +
-	"\texclusive\x18- \x01(\bR\texclusive\x12\x10\n" +
+	"\texclusive\x18- \x01(\bR\texclusive\x12%\n" +
+	"\x0eexclusive_user\x18W \x01(\bR\rexclusiveUser\x12\x10\n" +
 	"\x03qos\x18. \x01(\tR\x03qos\x12\x18\n" +
 	"\aaccount\x18/ \x01(\tR\aaccount\x12\x1a\n" +
 	"\bnodelist\x180 \x03(\tR\bnodelist\x12\x18\n" +

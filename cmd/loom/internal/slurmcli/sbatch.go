@@ -521,8 +521,12 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		j.Nodelist = names
 	case "exclusive":
 		switch strings.ToLower(v) {
-		case "", "user", "mcs", "topo":
-			j.Exclusive, st.exclusiveNode = true, v == ""
+		case "user":
+			// Slurm's OverSubscribe=USER: the nodes are shared with the
+			// same user's jobs only, and the job holds its tasks' CPUs.
+			j.Exclusive, j.ExclusiveUser, st.exclusiveNode = false, true, false
+		case "", "mcs", "topo":
+			j.Exclusive, j.ExclusiveUser, st.exclusiveNode = true, false, v == ""
 		default:
 			return bad(errors.New("expected nothing, user, mcs or topo"))
 		}

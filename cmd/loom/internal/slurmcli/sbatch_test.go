@@ -97,7 +97,7 @@ func TestParseSbatchOptions(t *testing.T) {
 		{[]string{"--checkpoint-dir=ckpt"}, &loomv1.Job{CheckpointDir: "/home/alice/proj/ckpt"}},
 		{[]string{"-D", "/scratch/run", "--checkpoint-dir=../ckpt"}, &loomv1.Job{WorkDir: "/scratch/run", CheckpointDir: "/scratch/ckpt"}},
 		{[]string{"--exclusive"}, &loomv1.Job{Exclusive: true}},
-		{[]string{"--exclusive=user"}, &loomv1.Job{Exclusive: true}},
+		{[]string{"--exclusive=user"}, &loomv1.Job{ExclusiveUser: true}},
 		{[]string{"-q", "high"}, &loomv1.Job{Qos: "high"}},
 		{[]string{"-A", "research"}, &loomv1.Job{Account: "research"}},
 		{[]string{"-w", "gpu-[01-03],cpu-1"}, &loomv1.Job{Nodelist: []string{"gpu-01", "gpu-02", "gpu-03", "cpu-1"}}},

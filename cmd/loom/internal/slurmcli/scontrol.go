@@ -358,8 +358,11 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		tres += fmt.Sprintf(",gres/gpu=%d", gpus)
 	}
 	over := "OK"
-	if j.GetExclusive() {
+	switch {
+	case j.GetExclusive():
 		over = "NO"
+	case j.GetExclusiveUser():
+		over = "USER" // Slurm 22.05's word for --exclusive=user
 	}
 	command := "(null)"
 	switch {

@@ -321,3 +321,31 @@ func TestGPUsPerTaskTooMany(t *testing.T) {
 		}
 	}
 }
+
+// TestScontrolOverSubscribe: scontrol show job's OverSubscribe= says how
+// the job shares its nodes, in Slurm 22.05's words (checked beside one):
+// OK, NO for --exclusive, USER for --exclusive=user.
+func TestScontrolOverSubscribe(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		set  func(j *loomv1.Job)
+		want string
+	}{
+		{"shared", func(j *loomv1.Job) {}, "OverSubscribe=OK"},
+		{"--exclusive", func(j *loomv1.Job) { j.Exclusive = true }, "OverSubscribe=NO"},
+		{"--exclusive=user", func(j *loomv1.Job) { j.ExclusiveUser = true }, "OverSubscribe=USER"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fixture()
+			j := f.Jobs[3]
+			j.Exclusive, j.ExclusiveUser = false, false
+			tc.set(j)
+			code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", j.GetJobId())
+			if code != 0 || !strings.Contains(out, "   "+tc.want+" Contiguous=0") {
+				t.Errorf("show job: %d %q %q; want %s", code, out, errOut, tc.want)
+			}
+		})
+	}
+}

@@ -63,6 +63,7 @@ type shapeOf struct {
 	cpusPerNode int32
 	memMB       int64
 	exclusive   bool
+	exclUser    bool
 }
 
 // maxShapes bounds the interned requests (they are never forgotten): past
@@ -73,7 +74,7 @@ const maxShapes = 4096
 // when intern is set (Commit and Load only: passes and reads run beside
 // each other and only look), or -1.
 func (s *State) shapeID(r *place.Request, intern bool) int32 {
-	k := shapeOf{r.Nodes, r.GPUsPerNode, r.GPUType, r.CPUsPerNode, r.MemMB, r.Exclusive}
+	k := shapeOf{r.Nodes, r.GPUsPerNode, r.GPUType, r.CPUsPerNode, r.MemMB, r.Exclusive, r.ExclusiveUser}
 	if id, ok := s.shapeIDs[k]; ok {
 		return id
 	}
@@ -193,7 +194,8 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 		}
 	}
 	a.req = place.Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
-		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive()}
+		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive(),
+		ExclusiveUser: spec.GetExclusiveUser()}
 	gpn := a.req.GPUsPerNode
 	if g := spec.GetGpus(); gpn == 0 && g > 0 {
 		// --gpus spread: its GPUs over the job's nodes, the first ones one

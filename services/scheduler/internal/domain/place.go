@@ -57,6 +57,14 @@ func b2i(b bool) int {
 // request find their shape by index, the others by hashing its key; both
 // lead to the same Shape.
 func (p *pass) shape(r *place.Request, id int32) *place.Shape {
+	if r.User != "" {
+		// The shape is the user's (requestIn): its interned request's
+		// slot is shared by every user.
+		id = -1
+		if r.ExclusiveUser {
+			p.fillOnlyUsers()
+		}
+	}
 	tb := p.table()
 	var sc *place.Shape
 	slot := p.shapeSlot(r, id)
@@ -273,8 +281,37 @@ func (p *pass) fitsLimits(q *queued, r *place.Request, n int) bool {
 	return true
 }
 
-// take gives a run the resources it needs on view i and returns the GPU
-// indices it got (lowest free first).
-func (p *pass) take(i int32, gpus int32, cpus int32, mem int64, exclusive bool) []int32 {
-	return p.table().Take(i, gpus, cpus, mem, exclusive)
+// take gives user's run the resources it needs on view i and returns the
+// GPU indices it got (lowest free first). The first --exclusive=user run
+// of the pass makes every later shape its user's (see requestIn): the
+// shapes found so far, for no user, are dropped.
+func (p *pass) take(i int32, gpus int32, cpus int32, mem int64, exclusive bool, user string, exclUser bool) []int32 {
+	if exclUser && !p.owned {
+		p.owned = true
+		clear(p.shapes)
+		clear(p.slots)
+	}
+	return p.table().Take(i, gpus, cpus, mem, exclusive, user, exclUser)
+}
+
+// fillOnlyUsers sets each view's OnlyUser from the runs on it, once a pass,
+// before an --exclusive=user request is first placed: it reads every run
+// on every node, which the passes without such a job skip.
+func (p *pass) fillOnlyUsers() {
+	if p.usersFilled {
+		return
+	}
+	p.usersFilled = true
+	for i := range p.views {
+		v := &p.views[i]
+		v.OnlyUser = ""
+		for k, r := range p.held[i] {
+			if k == 0 {
+				v.OnlyUser = r.User
+			} else if r.User != v.OnlyUser {
+				v.OnlyUser = ""
+				break
+			}
+		}
+	}
 }

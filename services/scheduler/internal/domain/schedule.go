@@ -53,6 +53,10 @@ type pass struct {
 	slots []*place.Shape
 	// static: the static checks' results kept across passes (nil: none).
 	static *staticCache
+	// owned: some node is held by an --exclusive=user run, so which nodes
+	// fit a job depends on its user (requestIn sets Request.User).
+	// usersFilled: the views' OnlyUser are set (fillOnlyUsers).
+	owned, usersFilled bool
 	// partNodes and partMaxGPUs: compute nodes and the largest node's GPUs
 	// per partition (lazy).
 	partNodes   []int
@@ -361,6 +365,14 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		v.FreeMemMB = n.MemoryMB - a.memMB
 		v.Runs = a.runs
 		v.Exclusive = a.exclusive > 0
+		if a.exclUser > 0 {
+			for _, r := range a.holders {
+				if r.ExclusiveUser {
+					v.Owner = r.User
+				}
+			}
+			p.owned = true
+		}
 		p.held[i] = a.holders
 	}
 	return p
@@ -1198,6 +1210,9 @@ func (p *pass) requestIn(q *queued, pi int) *place.Request {
 	} else {
 		p.req = p.request(q.j, &q.e.jobAttrs, pi)
 	}
+	if p.owned || p.req.ExclusiveUser {
+		p.req.User = q.j.Job.GetUser()
+	}
 	switch {
 	case p.resv != nil:
 		p.req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
@@ -1581,6 +1596,9 @@ func (p *pass) request(j *Job, a *jobAttrs, pi int) place.Request {
 func (p *pass) requestAvoiding(j *Job, a *jobAttrs, pi int, avoid bool) place.Request {
 	r := a.req
 	r.Partition = pi
+	if p.owned || r.ExclusiveUser {
+		r.User = j.Job.GetUser() // see requestIn
+	}
 	if !a.lists && !a.spread {
 		return r
 	}

@@ -57,6 +57,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		UserFailures:       job.UserFailures,
 		ExcludedNodes:      job.ExcludedNodes,
 		Exclusive:          job.Exclusive,
+		ExclusiveUser:      job.ExclusiveUser,
 		Qos:                job.Qos,
 		Account:            job.Account,
 		Nodelist:           job.Nodelist,

@@ -57,7 +57,8 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		Job: j.Name(), Cluster: p.name, Attempt: j.Attempt + 1,
 		Nodes: make([]string, n), Hostnames: make([]string, n), CPUs: make([]int32, n), Tasks: tasks,
 		GPUs: map[string][]int32{}, Steps: map[string]Step{}, MemMB: req.MemMB, Exclusive: req.Exclusive,
-		Partition: part.Name, User: spec.GetUser(), Account: spec.GetAccount(), QOS: q.Name, Start: t.now,
+		ExclusiveUser: req.ExclusiveUser, Partition: part.Name, User: spec.GetUser(), Account: spec.GetAccount(), QOS: q.Name,
+		Start: t.now,
 	}}
 	batch := spec.GetScript() != ""
 	for rank, i := range chosen {
@@ -78,7 +79,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		if v.Node.MemoryMB == 0 {
 			mem = 0
 		}
-		got := p.take(i, gpus[rank], cpus, mem, req.Exclusive)
+		got := p.take(i, gpus[rank], cpus, mem, req.Exclusive, spec.GetUser(), req.ExclusiveUser)
 		r.Nodes[rank], r.Hostnames[rank], r.CPUs[rank] = v.Node.Name, v.Node.Hostname, cpus
 		if len(got) > 0 {
 			r.GPUs[v.Node.Name] = got

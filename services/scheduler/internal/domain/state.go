@@ -173,7 +173,9 @@ type nodeAlloc struct {
 	memMB     int64
 	runs      int32
 	exclusive int32
-	holders   []*Run
+	// exclUser counts the --exclusive=user runs (all of one user).
+	exclUser int32
+	holders  []*Run
 }
 
 // NewState returns an empty state that schedules as cfg says (its zero
@@ -1130,6 +1132,9 @@ func (a *nodeAlloc) add(r *Run, rank int, node string, sign int32) {
 	a.runs += sign
 	if r.Exclusive {
 		a.exclusive += sign
+	}
+	if r.ExclusiveUser {
+		a.exclUser += sign
 	}
 	if sign > 0 {
 		a.holders = append(a.holders[:len(a.holders):len(a.holders)], r)

@@ -27,6 +27,9 @@ type RunRecord struct {
 	Tasks     []int32 `json:"tasks,omitempty"`
 	MemMB     int64   `json:"mem_mb,omitempty"`
 	Exclusive bool    `json:"exclusive,omitempty"`
+	// ExclusiveUser runs (--exclusive=user) keep other users' jobs off
+	// their nodes.
+	ExclusiveUser bool `json:"exclusive_user,omitempty"`
 	// Steps by node name.
 	Steps map[string]Step `json:"steps"`
 	// Released is set once every step is terminal: the allocation is free.

@@ -310,6 +310,7 @@ func (p *recordParser) run(r *RunRecord) bool {
 		o.key("tasks") && !p.i32s(&r.Tasks) ||
 		o.key("mem_mb") && !p.i64(&r.MemMB) ||
 		o.key("exclusive") && !p.bool(&r.Exclusive) ||
+		o.key("exclusive_user") && !p.bool(&r.ExclusiveUser) ||
 		o.key("steps") && !dict(p, &r.Steps, p.step) ||
 		o.key("released") && !p.bool(&r.Released) ||
 		o.key("partition") && !p.string(&r.Partition) ||

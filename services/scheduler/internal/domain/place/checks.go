@@ -38,7 +38,7 @@ func DefaultChecks() []Check {
 	return []Check{
 		CheckCompute, CheckPartition, CheckNodelist, CheckExclude, CheckGresType, CheckNodeSize,
 		CheckNotDraining, CheckReady, CheckHealthy, CheckNotDrained, CheckNotDown,
-		CheckIdle, CheckGPUs, CheckCPUs, CheckMemory, CheckNotReserved,
+		CheckIdle, CheckUser, CheckGPUs, CheckCPUs, CheckMemory, CheckNotReserved,
 	}
 }
 
@@ -96,6 +96,13 @@ var (
 	// job, and an --exclusive job off any node in use.
 	CheckIdle = Check{Reason: "NodeBusy", Kind: Capacity, Fits: func(r *Request, n *NodeView) bool {
 		return !n.Exclusive && (!r.Exclusive || n.Runs == 0)
+	}}
+	// CheckUser keeps other users' jobs off a node an --exclusive=user
+	// run holds, and an --exclusive=user job off any node where another
+	// user's job runs (Slurm 22.05's OverSubscribe=USER, measured: both
+	// wait for Resources). The same user's jobs share the node.
+	CheckUser = Check{Reason: "OtherUser", Kind: Capacity, Fits: func(r *Request, n *NodeView) bool {
+		return (n.Owner == "" || n.Owner == r.User) && (!r.ExclusiveUser || n.Runs == 0 || n.OnlyUser == r.User)
 	}}
 	// CheckGPUs needs the job's GPUs free; jobs without GPUs share nodes.
 	CheckGPUs = Check{Reason: "InsufficientGPUs", Kind: Capacity, Fits: func(r *Request, n *NodeView) bool {

@@ -26,6 +26,9 @@ type ShapeKey struct {
 	mem     int64
 	excl    bool
 	avoid   bool
+	// exclUser and user: Request.ExclusiveUser and User.
+	exclUser bool
+	user     string
 	// lists holds --nodelist and --exclude (and failed nodes), written out
 	// only for the requests that have them.
 	lists string
@@ -34,7 +37,7 @@ type ShapeKey struct {
 // KeyOf returns r's shape key.
 func KeyOf(r *Request) ShapeKey {
 	k := ShapeKey{part: r.Partition, gpn: r.GPUsPerNode, gpuType: r.GPUType, cpus: r.CPUsPerNode,
-		mem: r.MemMB, excl: r.Exclusive, avoid: r.AvoidReserved}
+		mem: r.MemMB, excl: r.Exclusive, avoid: r.AvoidReserved, exclUser: r.ExclusiveUser, user: r.User}
 	switch {
 	case r.Lists != "":
 		k.lists = r.Lists
@@ -120,7 +123,8 @@ type StaticScans map[ShapeKey]*StaticScan
 // (key is r's shape key): from cache (nil: none), or a scan of every node,
 // then kept in cache.
 func (t Table) StaticScan(r *Request, key ShapeKey, cache StaticScans) *StaticScan {
-	key.avoid = false
+	// Capacity only: the user's checks pass or fail on what runs.
+	key.avoid, key.exclUser, key.user = false, false, ""
 	if cache != nil {
 		if ss := cache[key]; ss != nil {
 			return ss
@@ -397,9 +401,9 @@ func (t Table) Choose(r *Request, cand []int32) []int32 {
 }
 
 // Take records in view i an allocation of gpus GPUs (the lowest free
-// first), cpus CPUs and mem MB, held whole when exclusive, and returns the
-// GPU indices it got.
-func (t Table) Take(i int32, gpus int32, cpus int32, mem int64, exclusive bool) []int32 {
+// first), cpus CPUs and mem MB for user's run, held whole when exclusive,
+// kept to user's jobs when exclUser, and returns the GPU indices it got.
+func (t Table) Take(i int32, gpus int32, cpus int32, mem int64, exclusive bool, user string, exclUser bool) []int32 {
 	v := &t.Views[i]
 	var got []int32
 	for g := 0; g < MaxGPUsPerNode && int32(len(got)) < gpus; g++ {
@@ -411,9 +415,17 @@ func (t Table) Take(i int32, gpus int32, cpus int32, mem int64, exclusive bool) 
 	v.FreeGPUs -= int32(len(got))
 	v.FreeCPUs -= cpus
 	v.FreeMemMB -= mem
+	if v.Runs == 0 {
+		v.OnlyUser = user
+	} else if v.OnlyUser != user {
+		v.OnlyUser = ""
+	}
 	v.Runs++
 	if exclusive {
 		v.Exclusive = true
+	}
+	if exclUser {
+		v.Owner = user
 	}
 	return got
 }

@@ -62,6 +62,15 @@ type Request struct {
 	MemMB       int64
 	// Exclusive: the nodes must be idle, and are held whole.
 	Exclusive bool
+	// ExclusiveUser (--exclusive=user): the nodes must run only User's
+	// jobs, and take no other user's while the job runs (Slurm's
+	// OverSubscribe=USER).
+	ExclusiveUser bool
+	// User is the job's user, set by the pass only when it matters: for
+	// an ExclusiveUser request, and for every request while some node is
+	// held by a user's ExclusiveUser run. Then the shape is the user's
+	// (KeyOf): which nodes fit depends on who asks.
+	User string
 	// Nodelist: hostnames the job must run on (all of them); Exclude:
 	// hostnames it must not.
 	Nodelist map[string]bool
@@ -92,6 +101,14 @@ type NodeView struct {
 	// of them holds it whole.
 	Runs      int32
 	Exclusive bool
+	// Owner is the user whose --exclusive=user run is on the node ("":
+	// none): only that user's jobs may join it.
+	Owner string
+	// OnlyUser is the user of every run on the node when they are all
+	// one user's ("" when none runs or several users' do). The pass sets
+	// it only once an ExclusiveUser request is placed (it costs a read of
+	// every run); Take keeps it up to date after that.
+	OnlyUser string
 	// Reserved: the node is kept for the pass's backfill reservation, or,
 	// without backfill, for the blocked job of a partition it is in.
 	Reserved bool

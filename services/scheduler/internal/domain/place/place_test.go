@@ -41,7 +41,7 @@ func TestTakeAndRefreshCountCapacity(t *testing.T) {
 	tb := table("", "")
 	r := &Request{Nodes: 1, GPUsPerNode: 4}
 	sc := tb.Scan(r, KeyOf(r), nil)
-	if got := tb.Take(0, 6, 0, 0, false); !slices.Equal(got, []int32{0, 1, 2, 3, 4, 5}) {
+	if got := tb.Take(0, 6, 0, 0, false, "", false); !slices.Equal(got, []int32{0, 1, 2, 3, 4, 5}) {
 		t.Fatalf("took GPUs %v, want the lowest six", got)
 	}
 	sc.Shared = true
