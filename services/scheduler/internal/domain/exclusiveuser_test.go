@@ -62,3 +62,19 @@ func TestExclusiveUserSharesWithTheSameUser(t *testing.T) {
 	h.wantState(3, loomv1.JobState_RUNNING, "")
 	checkInvariants(t, h.s)
 }
+
+// TestDefaultChecksKeepTheQuickCount: every policy's default capacity
+// checks (CheckUser among them) are what defaultCapacity knows, so that
+// fittingNow counts the shape's candidates instead of scanning the
+// partition's nodes for every preemptor.
+func TestDefaultChecksKeepTheQuickCount(t *testing.T) {
+	t.Parallel()
+	for _, pol := range []Policy{FIFOPolicy(), EASYPolicy(), DefaultPolicy()} {
+		s, now := benchCluster(4, 4, 0.5, 1)
+		s.cfg.Policy = pol
+		tx := writerTxn(s, now)
+		if p := tx.newPass(cl, tx.cluster(cl)); !p.defaultCapacity() {
+			t.Errorf("policy %s: its default checks are not defaultCapacity's", pol.Name)
+		}
+	}
+}

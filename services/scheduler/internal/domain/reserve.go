@@ -649,7 +649,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 func (p *pass) fittingNow(r *place.Request, sc *place.Shape) int {
 	fits := func(i int32) bool {
 		v := &p.views[i]
-		return !v.Exclusive && p.fits(r, i, room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs})
+		return !v.Exclusive && place.CheckUser.Fits(r, v) && p.fits(r, i, room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs})
 	}
 	if !p.defaultCapacity() {
 		n := 0
@@ -672,13 +672,14 @@ func (p *pass) fittingNow(r *place.Request, sc *place.Shape) int {
 }
 
 // defaultCapacity reports whether the policy's capacity checks are exactly
-// the default ones (CheckIdle, CheckGPUs, CheckCPUs, CheckMemory,
-// CheckNotReserved), which test what fits tests and the reservation.
+// the default ones (CheckIdle, CheckUser, CheckGPUs, CheckCPUs, CheckMemory,
+// CheckNotReserved), which test what fits (with CheckUser, fittingNow)
+// tests and the reservation.
 func (p *pass) defaultCapacity() bool {
 	if p.capacityKnown == 0 {
 		p.capacityKnown = 2
 		want := map[uintptr]bool{}
-		for _, c := range []place.Check{place.CheckIdle, place.CheckGPUs, place.CheckCPUs, place.CheckMemory, place.CheckNotReserved} {
+		for _, c := range []place.Check{place.CheckIdle, place.CheckUser, place.CheckGPUs, place.CheckCPUs, place.CheckMemory, place.CheckNotReserved} {
 			want[reflect.ValueOf(c.Fits).Pointer()] = true
 		}
 		n := 0
