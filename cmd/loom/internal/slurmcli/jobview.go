@@ -173,15 +173,40 @@ func eligibleAt(j *loomv1.Job) *timestamppb.Timestamp {
 	return j.GetSubmitTime()
 }
 
-// numNodes is scontrol show job's NumNodes: jobNodeCount, or, for a job
-// without nodes yet that asks a range (-N1-3), the range, as Slurm 22.05
-// prints a pending one ("NumNodes=1-3"; squeue's %D its minimum, 1).
+// numNodes is scontrol show job's NumNodes: shownNodes, or, for a job
+// without nodes that asks a range (-N1-3) and never ran, the range, as
+// Slurm 22.05 prints a pending one ("NumNodes=1-3"; squeue's %D its
+// minimum, 1).
 func numNodes(j *loomv1.Job) string {
-	n := jobNodeCount(j)
-	if most := int(j.GetMaxNodeCount()); len(j.GetNodes()) == 0 && most > n {
+	n := shownNodes(j)
+	if most := int(j.GetMaxNodeCount()); len(j.GetNodes()) == 0 && most > n && lastRunNodes(j) == 0 {
 		return strconv.Itoa(n) + "-" + strconv.Itoa(most)
 	}
 	return strconv.Itoa(n)
+}
+
+// shownNodes is the node count scontrol show job's NumNodes and squeue's
+// %D show: jobNodeCount, but for a range job (-N1-3) waiting again after
+// a run (requeued) the count its last run got, as Slurm 22.05's (its
+// job's node_cnt outlives the allocation: -N1-3 run on 3 nodes, requeued,
+// NumNodes=3 and %D 3, while NumCPUs and TRES are the request's again).
+// Only the display: the range stays the request (Slurm's started again on
+// 1 node when only 1 was free).
+func shownNodes(j *loomv1.Job) int {
+	if len(j.GetNodes()) == 0 && j.GetMaxNodeCount() > max(j.GetNodeCount(), 1) {
+		if n := lastRunNodes(j); n > 0 {
+			return n
+		}
+	}
+	return jobNodeCount(j)
+}
+
+// lastRunNodes is how many nodes the job's last run got (0: it never ran).
+func lastRunNodes(j *loomv1.Job) int {
+	if runs := j.GetRuns(); len(runs) > 0 {
+		return len(runs[len(runs)-1].GetNodes())
+	}
+	return 0
 }
 
 // rangeNodes is how many of free fitting nodes a job without nodes yet

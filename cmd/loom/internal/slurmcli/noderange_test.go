@@ -112,3 +112,28 @@ func TestSacctRangeRequestKept(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeRangeRequeued: a range job requeued after it ran shows the count
+// it last got while it waits again, as Slurm 22.05 beside Loom (-N1-3 run
+// on 3 nodes, requeued: NumNodes=3, squeue %D 3; NumCPUs and TRES stay the
+// request's), though it may start again on fewer (Slurm's did, on 1 when
+// only 1 was free): the range is still its request.
+func TestNodeRangeRequeued(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	var j *loomv1.Job
+	for _, fj := range f.Jobs {
+		if fj.GetJobId() == "14" { // pending
+			j = fj
+		}
+	}
+	j.NodeCount, j.MaxNodeCount, j.Ntasks, j.NtasksPerNode, j.CpusPerTask, j.Nodes = 1, 3, 0, 0, 0, nil
+	j.RestartCount = 1
+	j.Runs = []*loomv1.JobRun{{Attempt: 1, Nodes: []string{"gpu-0001", "gpu-0002", "gpu-0003"}}}
+	if code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "14"); code != 0 || !strings.Contains(out, " NumNodes=3 NumCPUs=1 ") {
+		t.Errorf("show job 14: %d %q %q, want NumNodes=3 NumCPUs=1 (its last count, its request's CPUs)", code, out, errOut)
+	}
+	if code, out, errOut := run(t, f, "squeue", Env{}, "-h", "-j", "14", "-o", "%D"); code != 0 || out != "3\n" {
+		t.Errorf("squeue %%D of 14: %d %q %q, want 3 (its last count)", code, out, errOut)
+	}
+}

@@ -191,7 +191,7 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 		"c": str("MIN_CPUS", func(j *loomv1.Job) string { return strconv.Itoa(int(max(j.GetCpusPerTask(), 1))) }),
 		"C": str("CPUS", func(j *loomv1.Job) string { return strconv.Itoa(v.cpus(j)) }),
 		"d": str("MIN_TMP_DISK", func(*loomv1.Job) string { return "0" }),
-		"D": str("NODES", func(j *loomv1.Job) string { return strconv.Itoa(jobNodeCount(j)) }),
+		"D": str("NODES", func(j *loomv1.Job) string { return strconv.Itoa(shownNodes(j)) }),
 		"e": str("END_TIME", func(j *loomv1.Job) string {
 			switch {
 			case j.GetEndTime() != nil && !isLive(j):
@@ -793,7 +793,7 @@ func jobSortKeys(v *squeueView) map[string]func(a, b *loomv1.Job) int {
 		"Q": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetPriority(), b.GetPriority()) },
 		"M": func(a, b *loomv1.Job) int { return cmp.Compare(jobElapsed(a, v.now), jobElapsed(b, v.now)) },
 		"l": func(a, b *loomv1.Job) int { return cmp.Compare(v.timeLimit(a), v.timeLimit(b)) },
-		"D": func(a, b *loomv1.Job) int { return cmp.Compare(int64(jobNodeCount(a)), int64(jobNodeCount(b))) },
+		"D": func(a, b *loomv1.Job) int { return cmp.Compare(int64(shownNodes(a)), int64(shownNodes(b))) },
 		"C": func(a, b *loomv1.Job) int { return cmp.Compare(int64(v.cpus(a)), int64(v.cpus(b))) },
 		"V": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetSubmitTime()), tsSecs(b.GetSubmitTime())) },
 		"S": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetStartTime()), tsSecs(b.GetStartTime())) },
