@@ -191,3 +191,38 @@ func TestJobSteps(t *testing.T) {
 		t.Fatalf("ended job: %v", err)
 	}
 }
+
+// TestStepGPURequestAndCanceller: a step's GPU request (srun --gpus,
+// --cpus-per-gpu) reaches the scheduler's command, for scontrol show step's
+// TresPerStep and CpusPerTres; scancel JOB.STEP names who cancels, the
+// authenticated caller (root, cancelling ana's step), never a request
+// field, for sacct's "CANCELLED by UID" on the step's row.
+func TestStepGPURequestAndCanceller(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	job := project + "/jobs/57"
+	h.w.setJob(&loomv1.Job{Name: job, JobId: "57", Cluster: cluster1, State: loomv1.JobState_RUNNING, User: "ana",
+		Partition: "all", Nodes: []string{"a"}})
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+	go func() {
+		// Answered once the step below is recorded; the command is what
+		// is checked.
+		_, _ = ana.CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: job, RequestId: "rid-g",
+			Command: []string{"hostname"}, Gpus: 2, CpusPerGpu: 3})
+	}()
+	c := jobCommand(t, h, func(c *eventsv1.CreateJobStep) bool { return c.GetJob() == job })
+	if c.GetGpus() != 2 || c.GetCpusPerGpu() != 3 {
+		t.Fatalf("CreateJobStep command: gpus %d, cpus_per_gpu %d; want 2, 3", c.GetGpus(), c.GetCpusPerGpu())
+	}
+	stepsOf(h.w).add(&loomv1.JobStep{Name: job + "/steps/0", Job: job, StepId: 0, State: loomv1.JobState_RUNNING,
+		RequestId: "rid-g", NumTasks: 1})
+
+	root := loomv1.NewJobServiceClient(h.as(t, "root"))
+	if _, err := root.CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: job + "/steps/0"}); err != nil {
+		t.Fatalf("root cancels ana's step: %v", err)
+	}
+	jobCommand(t, h, func(c *eventsv1.CancelJobStep) bool {
+		return c.GetJob() == job && c.GetStepId() == 0 && c.GetUser() == "root"
+	})
+}

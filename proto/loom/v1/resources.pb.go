@@ -4623,7 +4623,23 @@ type JobStep struct {
 	// are 1. srun reports such a node as Slurm's "Task launch for StepId=...
 	// failed on node ...", not by its tasks' exit codes. Empty for steps
 	// recorded before it was kept.
-	LaunchFailed  []bool `protobuf:"varint,20,rep,packed,name=launch_failed,json=launchFailed,proto3" json:"launch_failed,omitempty"`
+	LaunchFailed []bool `protobuf:"varint,20,rep,packed,name=launch_failed,json=launchFailed,proto3" json:"launch_failed,omitempty"`
+	// gpus is the step's GPU request as srun gave it (--gpus, else the job's
+	// SLURM_GPUS), 0 for none; gpus_per_task its --gpus-per-task (0: none);
+	// cpus_per_gpu its --cpus-per-gpu (else the job's SLURM_CPUS_PER_GPU; 0:
+	// none); cpus_per_task its -c as asked (0: not given). They are what
+	// scontrol show step prints as TresPerStep, TresPerTask, TresBind and
+	// CpusPerTres; Loom places a step's tasks by its cpus_per_node and
+	// gpus_per_task alone. Zero for steps recorded before they were kept.
+	Gpus        int32 `protobuf:"varint,23,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	GpusPerTask int32 `protobuf:"varint,24,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
+	CpusPerGpu  int32 `protobuf:"varint,25,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
+	CpusPerTask int32 `protobuf:"varint,26,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
+	// cancelled_by is the account that cancelled the step (scancel
+	// JOB.STEP), as the gateway authenticated it: sacct's "CANCELLED by
+	// UID" on the step's row. Empty for a step not cancelled so, or one that
+	// ended with its job.
+	CancelledBy   string `protobuf:"bytes,27,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4810,6 +4826,41 @@ func (x *JobStep) GetLaunchFailed() []bool {
 		return x.LaunchFailed
 	}
 	return nil
+}
+
+func (x *JobStep) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *JobStep) GetGpusPerTask() int32 {
+	if x != nil {
+		return x.GpusPerTask
+	}
+	return 0
+}
+
+func (x *JobStep) GetCpusPerGpu() int32 {
+	if x != nil {
+		return x.CpusPerGpu
+	}
+	return 0
+}
+
+func (x *JobStep) GetCpusPerTask() int32 {
+	if x != nil {
+		return x.CpusPerTask
+	}
+	return 0
+}
+
+func (x *JobStep) GetCancelledBy() string {
+	if x != nil {
+		return x.CancelledBy
+	}
+	return ""
 }
 
 var File_loom_v1_resources_proto protoreflect.FileDescriptor
@@ -5311,7 +5362,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\x8e\x06\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xaf\a\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5340,7 +5391,13 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"task_usage\x18\x12 \x03(\v2\x12.loom.v1.TaskUsageR\ttaskUsage\x12\"\n" +
 	"\rcpus_per_node\x18\x13 \x03(\x05R\vcpusPerNode\x12#\n" +
-	"\rlaunch_failed\x18\x14 \x03(\bR\flaunchFailedB\x0e\n" +
+	"\rlaunch_failed\x18\x14 \x03(\bR\flaunchFailed\x12\x12\n" +
+	"\x04gpus\x18\x17 \x01(\x05R\x04gpus\x12\"\n" +
+	"\rgpus_per_task\x18\x18 \x01(\x05R\vgpusPerTask\x12 \n" +
+	"\fcpus_per_gpu\x18\x19 \x01(\x05R\n" +
+	"cpusPerGpu\x12\"\n" +
+	"\rcpus_per_task\x18\x1a \x01(\x05R\vcpusPerTask\x12!\n" +
+	"\fcancelled_by\x18\x1b \x01(\tR\vcancelledByB\x0e\n" +
 	"\f_exit_signal*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +

@@ -894,7 +894,14 @@ type CreateJobStepRequest struct {
 	Exact bool `protobuf:"varint,19,opt,name=exact,proto3" json:"exact,omitempty"`
 	// overlap holds nothing and waits for nothing (srun --overlap): the step
 	// shares the CPUs and GPUs of the steps that run.
-	Overlap       bool `protobuf:"varint,20,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	Overlap bool `protobuf:"varint,20,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	// gpus is the step's GPU request (srun --gpus, or the job's SLURM_GPUS)
+	// and cpus_per_gpu its CPUs per GPU (srun --cpus-per-gpu, or the job's
+	// SLURM_CPUS_PER_GPU): 0 for none, at most slurmspec's bounds. Recorded
+	// on the step (JobStep.gpus, cpus_per_gpu) as Slurm's scontrol show step
+	// prints them; they do not change which GPUs or CPUs the step gets.
+	Gpus          int32 `protobuf:"varint,21,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	CpusPerGpu    int32 `protobuf:"varint,22,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1067,6 +1074,20 @@ func (x *CreateJobStepRequest) GetOverlap() bool {
 		return x.Overlap
 	}
 	return false
+}
+
+func (x *CreateJobStepRequest) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetCpusPerGpu() int32 {
+	if x != nil {
+		return x.CpusPerGpu
+	}
+	return 0
 }
 
 type GetJobStepRequest struct {
@@ -3904,7 +3925,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xa4\x05\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xda\x05\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3928,7 +3949,10 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\aexclude\x18\x11 \x03(\tR\aexclude\x12\x1a\n" +
 	"\brelative\x18\x12 \x01(\x05R\brelative\x12\x14\n" +
 	"\x05exact\x18\x13 \x01(\bR\x05exact\x12\x18\n" +
-	"\aoverlap\x18\x14 \x01(\bR\aoverlap\x1a6\n" +
+	"\aoverlap\x18\x14 \x01(\bR\aoverlap\x12\x12\n" +
+	"\x04gpus\x18\x15 \x01(\x05R\x04gpus\x12 \n" +
+	"\fcpus_per_gpu\x18\x16 \x01(\x05R\n" +
+	"cpusPerGpu\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

@@ -46,3 +46,31 @@ func TestSacctCancelledBy(t *testing.T) {
 		}
 	}
 }
+
+// TestSacctStepCancelledBy: a step cancelled by scancel JOB.STEP shows
+// "CANCELLED by UID" on its own row, as Slurm 22.05's sacct prints a
+// step's requid (src/sacct/print.c, PRINT_STATE), root's uid 0 where this
+// machine has the account, the name otherwise; a step cancelled with no
+// one recorded (it ended with its job) says CANCELLED, and one that
+// failed its own way nothing more, whoever is recorded.
+func TestSacctStepCancelledBy(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	j := proto.Clone(f.Jobs[2]).(*loomv1.Job) // 11, FAILED: a started job with an end
+	j.JobId, j.Name = "50", "projects/default/jobs/50"
+	j.Runs = []*loomv1.JobRun{{Attempt: 1, State: j.GetState(), Nodes: j.GetNodes(), StartTime: j.GetStartTime(), EndTime: j.GetEndTime()}}
+	f.Jobs = append(f.Jobs, j)
+	for i, s := range []struct {
+		state loomv1.JobState
+		by    string
+	}{{loomv1.JobState_CANCELLED, "root"}, {loomv1.JobState_CANCELLED, "no-such-loom-user"}, {loomv1.JobState_CANCELLED, ""},
+		{loomv1.JobState_FAILED, "root"}} {
+		f.Steps = append(f.Steps, &loomv1.JobStep{Job: j.GetName(), Name: j.GetName() + "/steps/" + string(rune('0'+i)), StepId: int32(i),
+			State: s.state, CancelledBy: s.by, StartTime: j.GetStartTime(), EndTime: j.GetEndTime(), ExitCode: 1, Command: []string{"sleep"}})
+	}
+	code, out, errOut := run(t, f, "sacct", Env{}, "-P", "-n", "-o", "JobID,State", "-j", "50")
+	want := "50|FAILED\n50.batch|FAILED\n50.0|CANCELLED by 0\n50.1|CANCELLED by no-such-loom-user\n50.2|CANCELLED\n50.3|FAILED\n"
+	if code != 0 || out != want {
+		t.Errorf("sacct: %d %q %q, want %q", code, out, errOut, want)
+	}
+}

@@ -445,6 +445,11 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		}},
 		{"State", 10, func(r sacctRow) string {
 			if r.step != "" {
+				// A job step cancelled by scancel JOB.STEP: who, as for
+				// a job (Slurm keeps each step's requid).
+				if by := r.jstep.GetCancelledBy(); by != "" && r.jstep.GetState() == loomv1.JobState_CANCELLED {
+					return "CANCELLED by " + ownerIDs(by).uid
+				}
 				return stepState(r.state())
 			}
 			if by := r.job.GetCancelledBy(); by != "" && r.run == nil && r.state() == loomv1.JobState_CANCELLED {

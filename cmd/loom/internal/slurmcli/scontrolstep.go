@@ -109,7 +109,7 @@ func batchStepRecord(j *loomv1.Job, c *cmd) record {
 func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 	uid, _ := accountIDs(j.GetUser())
 	cpus := stepCPUs(j, s)
-	return record{
+	return append(record{
 		{"StepId=" + j.GetJobId() + "." + strconv.Itoa(int(s.GetStepId())), "UserId=" + uid,
 			"StartTime=" + formatTimestamp(s.GetStartTime().AsTime(), c.loc), stepTimeLimit},
 		{"State=" + stateLong(s.GetState()), "Partition=" + j.GetPartition(), "NodeList=" + compressHosts(s.GetNodes())},
@@ -121,7 +121,49 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 		// Loom's srun is not the step's controller: its host and pid
 		// are not kept.
 		{"SrunHost:Pid=(null):0"},
+	}, stepTres(s)...)
+}
+
+// stepTres is the end of scontrol show step's record of a step with a GPU
+// request, as Slurm 22.05 prints it (measured beside it): CpusPerTres with
+// --cpus-per-gpu; TresBind and TresPerTask with --gpus-per-task (and -c's
+// cpu:C in TresPerTask); TresPerStep for a step with --gpus or
+// --gpus-per-task, "cpu:" its tasks × their CPUs (-c, else --cpus-per-gpu
+// × --gpus-per-task, else 1), then the --gpus. A step without GPU options
+// has none of them. (Slurm also prints the job's --gpus-per-node or --gres
+// as a step's TresPerNode, which Loom's steps do not keep.)
+func stepTres(s *loomv1.JobStep) record {
+	var out record
+	if n := s.GetCpusPerGpu(); n > 0 {
+		out = append(out, []string{"CpusPerTres=gres:gpu:" + strconv.Itoa(int(n))})
 	}
+	gpt := s.GetGpusPerTask()
+	if gpt > 0 {
+		out = append(out, []string{"TresBind=gpu:per_task:" + strconv.Itoa(int(gpt))})
+	}
+	if s.GetGpus() == 0 && gpt == 0 {
+		return out
+	}
+	cpt := s.GetCpusPerTask()
+	if cpt == 0 {
+		cpt = max(s.GetCpusPerGpu()*gpt, 1)
+	}
+	step := "TresPerStep=cpu:" + strconv.FormatInt(int64(s.GetNumTasks())*int64(cpt), 10)
+	if g := s.GetGpus(); g > 0 {
+		step += ",gres:gpu:" + strconv.Itoa(int(g))
+	}
+	out = append(out, []string{step})
+	var task []string
+	if c := s.GetCpusPerTask(); c > 0 {
+		task = append(task, "cpu:"+strconv.Itoa(int(c)))
+	}
+	if gpt > 0 {
+		task = append(task, "gres:gpu:"+strconv.Itoa(int(gpt)))
+	}
+	if len(task) > 0 {
+		out = append(out, []string{"TresPerTask=" + strings.Join(task, ",")})
+	}
+	return out
 }
 
 // stepCPUs is the CPUs a step holds (sacct's AllocCPUS, scontrol show

@@ -92,6 +92,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	export := ""
 	jobID := ""
 	inputOpt, outputOpt, errorOpt := "", "", ""
+	gpusOpt, gpusSet := "", false // --gpus/-G, judged for a step (stepGRES)
 	// Slurm's srun takes its default from the job's environment.
 	gpusPerTask, noGPUBind := int32(0), false
 	if v := env["SLURM_GPUS_PER_TASK"]; v != "" {
@@ -137,6 +138,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 				return err
 			}
 			cpusPerGPU = int(n)
+		case "gpus":
+			gpusOpt, gpusSet = o.value, true
 		case "label":
 			label = true
 		case "kill-on-bad-exit":
@@ -224,6 +227,14 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		nodelist = nodelist[:nodes]
 	}
 	req.nodelist, req.exclude, req.relative = nodelist, exclude, relative
+	req.cpusPerGPU = int32(cpusPerGPU)
+	if cpusPerGPU == 0 {
+		// As Slurm's srun, the job's (sbatch --cpus-per-gpu) is the
+		// step's default; with -c too, unlike the option (checked above).
+		if n, err := strconv.ParseInt(env["SLURM_CPUS_PER_GPU"], 10, 32); err == nil && n > 0 && n <= slurmspec.MaxCPUsPerGPU {
+			req.cpusPerGPU = int32(n)
+		}
+	}
 	if noGPUBind {
 		req.gpusPerTask = 0
 	}
@@ -242,6 +253,9 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			return c.errorf("Unable to confirm allocation for job %s: Invalid job id specified", jobID)
 		}
 		req.jobID = jobID
+		if err := stepGRES(&req, gpusOpt, gpusSet, env); err != nil {
+			return err
+		}
 		return c.srunInJob(ctx, req, export, chdir)
 	}
 	if env["SLURM_JOB_ID"] == "" {
@@ -274,7 +288,35 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// Every step is the scheduler's, as in Slurm: a job step in sacct,
 	// SLURM_STEP_ID counting up, scancel JOB.STEP, its input forwarded.
 	req.jobID = env["SLURM_JOB_ID"]
+	if err := stepGRES(&req, gpusOpt, gpusSet, env); err != nil {
+		return err
+	}
 	return c.srunInJob(ctx, req, export, chdir)
+}
+
+// stepGRES sets a step's GPU request as Slurm 22.05's srun takes it:
+// --gpus/-G ([type:]count; set says it was given), else the job's
+// SLURM_GPUS (sbatch --gpus). It is recorded on the step for scontrol show
+// step's TresPerStep; Loom gives the step's tasks the job's GPUs (or
+// --gpus-per-task's) whatever it says. A --gpus that is no count is
+// Slurm's refusal of the step (exit 1).
+func stepGRES(req *stepRequest, opt string, set bool, env map[string]string) error {
+	if !set {
+		if _, n, err := parseTypedCount(env["SLURM_GPUS"]); err == nil && n > 0 && n <= slurmspec.MaxJobGPUs {
+			req.gpus = n
+		}
+		return nil
+	}
+	if opt[strings.LastIndex(opt, ":")+1:] == "0" {
+		return nil // none asked, as Slurm's srun --gpus=0 runs
+	}
+	_, n, err := parseTypedCount(opt)
+	if err != nil || n > slurmspec.MaxJobGPUs {
+		return &Error{Code: 1, Text: "srun: error: Step requested GRES (gpu:" + opt + ") not found in the job\n" +
+			"srun: error: Unable to create step for job " + req.jobID + ": Invalid generic resource (gres) specification"}
+	}
+	req.gpus = n
+	return nil
 }
 
 // stepInput sets which of a step's tasks read input, and from where, as
@@ -423,7 +465,9 @@ task's, -i none: none, -i FILE: FILE instead); with --pty, from a terminal,
 task 0 runs in a terminal of its own that yours stands for (srun --pty bash
 for a shell on a node). A step holds every CPU of the job on its nodes, only
 its own with --exact (or -c), none with --overlap; one that finds them held
-waits for them. Outside a job srun first asks
+waits for them. The step records -G/--gpus and --cpus-per-gpu (else the
+job's SLURM_GPUS and SLURM_CPUS_PER_GPU) for scontrol show step; its tasks
+get the job's GPUs, or --gpus-per-task's. Outside a job srun first asks
 for an allocation
 (-N, -n, -p, -t, --gres, --cpus-per-gpu, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.

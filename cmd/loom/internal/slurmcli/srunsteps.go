@@ -47,6 +47,9 @@ type stepRequest struct {
 	output, errorTo string
 	// gpusPerTask gives each task its own GPUs (--gpus-per-task).
 	gpusPerTask int32
+	// gpus and cpusPerGPU are the step's --gpus and --cpus-per-gpu (or
+	// the job's SLURM_GPUS and SLURM_CPUS_PER_GPU), recorded on the step.
+	gpus, cpusPerGPU int32
 	// nodelist, exclude and relative pick the allocation's nodes the step
 	// uses (-w, -x, -r).
 	nodelist, exclude []string
@@ -87,7 +90,8 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
 		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
-		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap}
+		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap,
+		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {

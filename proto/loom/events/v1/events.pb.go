@@ -1933,8 +1933,11 @@ type CreateJobStep struct {
 	Exclude  []string `protobuf:"bytes,18,rep,name=exclude,proto3" json:"exclude,omitempty"`
 	Relative int32    `protobuf:"varint,19,opt,name=relative,proto3" json:"relative,omitempty"`
 	// srun --exact and --overlap (loom.v1.CreateJobStepRequest).
-	Exact         bool `protobuf:"varint,20,opt,name=exact,proto3" json:"exact,omitempty"`
-	Overlap       bool `protobuf:"varint,21,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	Exact   bool `protobuf:"varint,20,opt,name=exact,proto3" json:"exact,omitempty"`
+	Overlap bool `protobuf:"varint,21,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	// srun --gpus and --cpus-per-gpu (loom.v1.CreateJobStepRequest).
+	Gpus          int32 `protobuf:"varint,22,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	CpusPerGpu    int32 `protobuf:"varint,23,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2116,14 +2119,31 @@ func (x *CreateJobStep) GetOverlap() bool {
 	return false
 }
 
+func (x *CreateJobStep) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetCpusPerGpu() int32 {
+	if x != nil {
+		return x.CpusPerGpu
+	}
+	return 0
+}
+
 // CancelJobStep asks the scheduler to kill a job step's tasks, or only to
 // signal them when signal is set.
 type CancelJobStep struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	StepId        int32                  `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	Signal        string                 `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Job     string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	StepId  int32                  `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	Signal  string                 `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	// user is who asked (the gateway's authenticated caller): recorded as
+	// the step's cancelled_by when it kills the step.
+	User          string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2182,6 +2202,13 @@ func (x *CancelJobStep) GetStepId() int32 {
 func (x *CancelJobStep) GetSignal() string {
 	if x != nil {
 		return x.Signal
+	}
+	return ""
+}
+
+func (x *CancelJobStep) GetUser() string {
+	if x != nil {
+		return x.User
 	}
 	return ""
 }
@@ -5997,7 +6024,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
 	"\t_gpu_typeB\x11\n" +
-	"\x0f_max_node_count\"\xb1\x05\n" +
+	"\x0f_max_node_count\"\xe7\x05\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -6022,15 +6049,19 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\aexclude\x18\x12 \x03(\tR\aexclude\x12\x1a\n" +
 	"\brelative\x18\x13 \x01(\x05R\brelative\x12\x14\n" +
 	"\x05exact\x18\x14 \x01(\bR\x05exact\x12\x18\n" +
-	"\aoverlap\x18\x15 \x01(\bR\aoverlap\x1a6\n" +
+	"\aoverlap\x18\x15 \x01(\bR\aoverlap\x12\x12\n" +
+	"\x04gpus\x18\x16 \x01(\x05R\x04gpus\x12 \n" +
+	"\fcpus_per_gpu\x18\x17 \x01(\x05R\n" +
+	"cpusPerGpu\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
 	"\rCancelJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x16\n" +
-	"\x06signal\x18\x04 \x01(\tR\x06signal\"\xb9\x01\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"\xb9\x01\n" +
 	"\x0fUpdateSlurmNode\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +

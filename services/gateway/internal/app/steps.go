@@ -65,7 +65,7 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(),
 		KillOnBadExit: req.GetKillOnBadExit(), Input: req.GetInput(), Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(),
 		GpusPerTask: req.GetGpusPerTask(), Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(),
-		Exact: req.GetExact(), Overlap: req.GetOverlap()}
+		Exact: req.GetExact(), Overlap: req.GetOverlap(), Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu()}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("create a step of %s: %w", ref.name, err)
 	}
@@ -269,7 +269,9 @@ func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRe
 	if s.GetState().Terminal() {
 		return nil, &domain.Precondition{Msg: domain.MsgAlreadyDone}
 	}
-	cmd := &eventsv1.CancelJobStep{Job: ref.name, Cluster: j.GetCluster(), StepId: step, Signal: signal}
+	// user: who cancels (sacct's "CANCELLED by UID" on the step's row),
+	// the authenticated caller, never a field of the request.
+	cmd := &eventsv1.CancelJobStep{Job: ref.name, Cluster: j.GetCluster(), StepId: step, Signal: signal, User: caller.User}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel step %d of %s: %w", step, ref.name, err)
 	}

@@ -48,6 +48,8 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	v.Check(req.GetPtyRows() >= 0 && req.GetPtyRows() <= slurmspec.MaxTermSize, "pty_rows", "must be 0..%d, got %d", slurmspec.MaxTermSize, req.GetPtyRows())
 	v.Check(req.GetPtyCols() >= 0 && req.GetPtyCols() <= slurmspec.MaxTermSize, "pty_cols", "must be 0..%d, got %d", slurmspec.MaxTermSize, req.GetPtyCols())
 	v.Check(req.GetGpusPerTask() >= 0 && req.GetGpusPerTask() <= slurmspec.MaxGPUsPerTask, "gpus_per_task", "must be 0..%d, got %d", slurmspec.MaxGPUsPerTask, req.GetGpusPerTask())
+	v.Check(req.GetGpus() >= 0 && req.GetGpus() <= slurmspec.MaxJobGPUs, "gpus", "must be 0..%d, got %d", slurmspec.MaxJobGPUs, req.GetGpus())
+	v.Check(req.GetCpusPerGpu() >= 0 && req.GetCpusPerGpu() <= slurmspec.MaxCPUsPerGPU, "cpus_per_gpu", "must be 0..%d, got %d", slurmspec.MaxCPUsPerGPU, req.GetCpusPerGpu())
 	for _, l := range []struct {
 		field string
 		hosts []string
@@ -65,7 +67,8 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput(),
 		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask(),
-		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(), Exact: req.GetExact(), Overlap: req.GetOverlap()})
+		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(), Exact: req.GetExact(), Overlap: req.GetOverlap(),
+		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu()})
 	return v.Err()
 }
 

@@ -328,6 +328,9 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		"pty_rows", "rows and columns must be 0..%d, got %d × %d", slurmspec.MaxTermSize, ev.GetPtyRows(), ev.GetPtyCols())
 	v.Check(ev.GetGpusPerTask() >= 0 && ev.GetGpusPerTask() <= slurmspec.MaxGPUsPerTask, "gpus_per_task",
 		"must be 0..%d, got %d", slurmspec.MaxGPUsPerTask, ev.GetGpusPerTask())
+	v.Check(ev.GetGpus() >= 0 && ev.GetGpus() <= slurmspec.MaxJobGPUs, "gpus", "must be 0..%d, got %d", slurmspec.MaxJobGPUs, ev.GetGpus())
+	v.Check(ev.GetCpusPerGpu() >= 0 && ev.GetCpusPerGpu() <= slurmspec.MaxCPUsPerGPU, "cpus_per_gpu",
+		"must be 0..%d, got %d", slurmspec.MaxCPUsPerGPU, ev.GetCpusPerGpu())
 	v.Check(len(ev.GetNodelist()) <= MaxStepHosts && len(ev.GetExclude()) <= MaxStepHosts, "nodelist",
 		"at most %d hosts in nodelist and in exclude, got %d and %d", MaxStepHosts, len(ev.GetNodelist()), len(ev.GetExclude()))
 	v.Check(ev.GetRelative() >= 0, "relative", "must not be negative, got %d", ev.GetRelative())
@@ -353,7 +356,8 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	id := r.NextStepID
 	r.NextStepID++
 	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
-		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap()}
+		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap(), GPURequest: ev.GetGpus(),
+		GPUsPerTask: ev.GetGpusPerTask(), CPUsPerGPU: ev.GetCpusPerGpu(), CPUsPerTask: ev.GetCpusPerTask()}
 	heldCPUs, heldGPUs := stepHolds(r)
 	plan, busy, err := t.planStep(r, ev, heldCPUs, heldGPUs)
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
@@ -845,7 +849,7 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 		if sig == "" {
 			r = t.editRun(r.Key())
 			s := r.JobSteps[i].Clone()
-			s.Cancelled, s.Reason = true, "cancelled"
+			s.Cancelled, s.Reason, s.CancelledBy = true, "cancelled", ev.GetUser()
 			t.maybeEndStep(&s)
 			t.setStepRequest(StepRequestKey(r.Key(), s.ID), nil)
 			putJobStep(r, i, s)
@@ -862,7 +866,9 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 	}
 	r = t.editRun(r.Key())
 	s := r.JobSteps[i].Clone()
-	s.Stopping, s.Cancelled, s.Reason = true, true, "cancelled"
+	// Who cancelled it (sacct's "CANCELLED by UID" on the step's row): the
+	// account the command's sender authenticated the caller as.
+	s.Stopping, s.Cancelled, s.Reason, s.CancelledBy = true, true, "cancelled", ev.GetUser()
 	t.killStepTasks(r, &s, "", "step cancelled", "")
 	putJobStep(r, i, s)
 	return nil
@@ -1228,6 +1234,8 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		State: s.State, Command: append([]string(nil), s.Command...), Nodes: append([]string(nil), s.Hostnames...),
 		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
 		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...), CpusPerNode: append([]int32(nil), s.CPUs...),
+		Gpus: s.GPURequest, GpusPerTask: s.GPUsPerTask, CpusPerGpu: s.CPUsPerGPU, CpusPerTask: s.CPUsPerTask,
+		CancelledBy: s.CancelledBy,
 	}
 	if len(s.ExitSignals) == len(s.ExitCodes) {
 		out.TaskExitSignals = append([]int32(nil), s.ExitSignals...)

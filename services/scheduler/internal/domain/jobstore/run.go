@@ -245,6 +245,16 @@ type JobStep struct {
 	CPUs []int32 `json:"cpus,omitempty"`
 	// Overlap: the step holds nothing (srun --overlap).
 	Overlap bool `json:"overlap,omitempty"`
+	// GPURequest, GPUsPerTask, CPUsPerGPU and CPUsPerTask are what srun
+	// asked (--gpus, --gpus-per-task, --cpus-per-gpu, -c; 0: not given),
+	// kept for scontrol show step (loomv1.JobStep's gpus...cpus_per_task).
+	GPURequest  int32 `json:"gpu_request,omitempty"`
+	GPUsPerTask int32 `json:"gpus_per_task,omitempty"`
+	CPUsPerGPU  int32 `json:"cpus_per_gpu,omitempty"`
+	CPUsPerTask int32 `json:"cpus_per_task,omitempty"`
+	// CancelledBy is who cancelled the step (scancel JOB.STEP), the
+	// account the gateway authenticated: sacct's "CANCELLED by UID".
+	CancelledBy string `json:"cancelled_by,omitempty"`
 }
 
 // StepPart is one node's tasks of a job step, as its agent last reported.

@@ -1,0 +1,107 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestSrunStepGPURequest: srun in a job sends the step's GPU request
+// (--gpus/-G, else the job's SLURM_GPUS) and CPUs per GPU (--cpus-per-gpu,
+// else the job's SLURM_CPUS_PER_GPU), as Slurm 22.05's srun takes them
+// (measured beside it: a bare srun in an sbatch --gpus=2 --cpus-per-gpu=3
+// job shows CpusPerTres=gres:gpu:3 and TresPerStep=cpu:1,gres:gpu:2; with
+// -c2 and the job's SLURM_CPUS_PER_GPU it runs, keeping both). A --gpus
+// that is no count is Slurm's refusal, exit 1, and no step.
+func TestSrunStepGPURequest(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env      map[string]string
+		args     []string
+		gpus     int32
+		cpg, cpt int32
+	}{
+		{nil, []string{"--gpus=2", "--cpus-per-gpu=3"}, 2, 3, 0},
+		{nil, []string{"-G", "a100:4"}, 4, 0, 0},
+		{map[string]string{"SLURM_GPUS": "2", "SLURM_CPUS_PER_GPU": "3"}, nil, 2, 3, 0},
+		{map[string]string{"SLURM_GPUS": "2", "SLURM_CPUS_PER_GPU": "3"}, []string{"--gpus=1", "--cpus-per-gpu=5"}, 1, 5, 0},
+		{map[string]string{"SLURM_CPUS_PER_GPU": "2"}, []string{"-c2", "--gpus=1"}, 1, 2, 2},
+		{map[string]string{"SLURM_GPUS": "x", "SLURM_CPUS_PER_GPU": "-1"}, nil, 0, 0, 0},
+	} {
+		g := srunGateway(t, 1, 0)
+		env := srunEnv(t, g)
+		for k, v := range tc.env {
+			env.Environ[k] = v
+		}
+		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
+		steps := stepsCreated(g)
+		if code != 0 || len(steps) != 1 {
+			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+			continue
+		}
+		if s := steps[0]; s.GetGpus() != tc.gpus || s.GetCpusPerGpu() != tc.cpg || s.GetCpusPerTask() != tc.cpt {
+			t.Errorf("srun %v (env %v): gpus %d, cpus_per_gpu %d, cpus_per_task %d; want %d, %d, %d", tc.args, tc.env,
+				s.GetGpus(), s.GetCpusPerGpu(), s.GetCpusPerTask(), tc.gpus, tc.cpg, tc.cpt)
+		}
+	}
+	for _, bad := range []string{"x", "-1", "a100:x", ":2", fmt.Sprint(1<<20 + 1)} {
+		g := srunGateway(t, 1, 0)
+		code, _, errOut := runSrun(context.Background(), t, g, "--gpus="+bad, "hostname")
+		want := "srun: error: Step requested GRES (gpu:" + bad + ") not found in the job\n" +
+			"srun: error: Unable to create step for job 12: Invalid generic resource (gres) specification\n"
+		if code != 1 || errOut != want || len(stepsCreated(g)) != 0 {
+			t.Errorf("srun --gpus=%s: exit %d, stderr %q, steps %v; want 1, %q, none", bad, code, errOut, stepsCreated(g), want)
+		}
+	}
+}
+
+// TestScontrolShowStepTres: scontrol show step prints a step's GPU request
+// as Slurm 22.05 does (measured beside it, scripts/slurm-local.sh), after
+// SrunHost:Pid: CpusPerTres=gres:gpu:N with CPUs per GPU; TresBind and
+// TresPerTask with --gpus-per-task (TresPerTask's cpu:C with -c);
+// TresPerStep=cpu:C (the tasks × -c, else × cpus-per-gpu × gpus-per-task,
+// else the tasks) with ",gres:gpu:G" for --gpus, for a step with any GPU
+// option; none of them for a step without.
+func TestScontrolShowStepTres(t *testing.T) {
+	t.Parallel()
+	g := stepsGateway()
+	step := func(id, tasks int32, mod func(*loomv1.JobStep)) *loomv1.JobStep {
+		s := &loomv1.JobStep{Name: fmt.Sprintf("projects/default/jobs/44/steps/%d", id), Job: "projects/default/jobs/44", StepId: id,
+			State: loomv1.JobState_RUNNING, Command: []string{"sleep"}, Nodes: []string{"node1"}, NumTasks: tasks,
+			StartTime: g.Steps[0].GetStartTime()}
+		mod(s)
+		return s
+	}
+	g.Steps = []*loomv1.JobStep{
+		step(0, 1, func(s *loomv1.JobStep) { s.Gpus, s.CpusPerGpu = 2, 3 }),         // srun --gpus=2 --cpus-per-gpu=3
+		step(1, 4, func(s *loomv1.JobStep) { s.Gpus, s.CpusPerGpu = 2, 3 }),         // the same, -n4 inherited
+		step(2, 2, func(s *loomv1.JobStep) { s.GpusPerTask = 1 }),                   // srun -n2 --gpus-per-task=1
+		step(3, 2, func(s *loomv1.JobStep) { s.GpusPerTask, s.CpusPerTask = 1, 2 }), // -n2 -c2 --gpus-per-task=1
+		step(4, 2, func(s *loomv1.JobStep) { s.Gpus, s.CpusPerTask = 1, 2 }),        // -n2 -c2 --gpus=1
+		step(5, 1, func(s *loomv1.JobStep) { s.GpusPerTask, s.CpusPerGpu, s.Gpus = 1, 2, 4 }),
+		step(6, 2, func(s *loomv1.JobStep) { s.CpusPerTask = 2 }), // no GPU option
+	}
+	tail := "SrunHost:Pid=(null):0"
+	for _, tc := range []struct{ id, want string }{
+		{"44.0", tail + " CpusPerTres=gres:gpu:3 TresPerStep=cpu:1,gres:gpu:2\n"},
+		{"44.1", tail + " CpusPerTres=gres:gpu:3 TresPerStep=cpu:4,gres:gpu:2\n"},
+		{"44.2", tail + " TresBind=gpu:per_task:1 TresPerStep=cpu:2 TresPerTask=gres:gpu:1\n"},
+		{"44.3", tail + " TresBind=gpu:per_task:1 TresPerStep=cpu:4 TresPerTask=cpu:2,gres:gpu:1\n"},
+		{"44.4", tail + " TresPerStep=cpu:4,gres:gpu:1 TresPerTask=cpu:2\n"},
+		{"44.5", tail + " CpusPerTres=gres:gpu:2 TresBind=gpu:per_task:1 TresPerStep=cpu:2,gres:gpu:4 TresPerTask=gres:gpu:1\n"},
+		{"44.6", tail + "\n"},
+	} {
+		code, out, errOut := run(t, g, "scontrol", Env{}, "-o", "show", "step", tc.id)
+		if code != 0 || errOut != "" || len(out) < len(tc.want) || out[len(out)-len(tc.want):] != tc.want {
+			t.Errorf("scontrol -o show step %s: exit %d, stderr %q, stdout %q; want it to end %q", tc.id, code, errOut, out, tc.want)
+		}
+	}
+	// Without -o, a line each, as Slurm's.
+	code, out, _ := run(t, g, "scontrol", Env{}, "show", "step", "44.0")
+	if want := "   SrunHost:Pid=(null):0\n   CpusPerTres=gres:gpu:3\n   TresPerStep=cpu:1,gres:gpu:2\n\n"; code != 0 ||
+		len(out) < len(want) || out[len(out)-len(want):] != want {
+		t.Errorf("scontrol show step 44.0: exit %d, stdout %q; want it to end %q", code, out, want)
+	}
+}

@@ -1,0 +1,72 @@
+package domain
+
+import (
+	"strings"
+	"testing"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestStepKeepsItsGPURequest: a step records what srun asked of GPUs and
+// CPUs (--gpus, --gpus-per-task, --cpus-per-gpu, -c), running or waiting
+// first, for scontrol show step's TresPerStep, TresPerTask and CpusPerTres
+// (Slurm 22.05 prints them from the step's request); bad counts are
+// refused naming the field.
+func TestStepKeepsItsGPURequest(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
+	h.do(createStep("r1", func(e *eventsv1.CreateJobStep) { e.Gpus, e.CpusPerGpu, e.CpusPerTask, e.Ntasks = 2, 3, 0, 1 }))
+	h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.CpusPerTask, e.Ntasks = 1, 2, 2 }))
+	for id, want := range []struct{ gpus, gpt, cpg, cpt int32 }{{2, 0, 3, 0}, {0, 1, 0, 2}} {
+		s := h.jobStep(int32(id))
+		if s.GetGpus() != want.gpus || s.GetGpusPerTask() != want.gpt || s.GetCpusPerGpu() != want.cpg || s.GetCpusPerTask() != want.cpt {
+			t.Errorf("step %d: gpus %d, gpus_per_task %d, cpus_per_gpu %d, cpus_per_task %d; want %v", id,
+				s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerGpu(), s.GetCpusPerTask(), want)
+		}
+	}
+	for _, bad := range []struct {
+		mod  func(*eventsv1.CreateJobStep)
+		want string
+	}{
+		{func(e *eventsv1.CreateJobStep) { e.Gpus = -1 }, "gpus: must be 0..1048576, got -1"},
+		{func(e *eventsv1.CreateJobStep) { e.CpusPerGpu = 1 << 20 }, "cpus_per_gpu: must be 0..4096, got 1048576"},
+	} {
+		if _, err := h.s.Handle(h.now, createStep("bad", bad.mod)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("bad step: %v, want %q", err, bad.want)
+		}
+	}
+}
+
+// TestStepCancelRecordsWho: scancel JOB.STEP records who asked (the
+// command's user, as the gateway authenticated them) on the step, running
+// or waiting, as Slurm's sacct shows "CANCELLED by UID" on the step's row;
+// a signal (scancel -s) is no cancel, and a step ended with its job names
+// nobody.
+func TestStepCancelRecordsWho(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	h.tasks(0, "a", eventsv1.StepState_STEP_RUNNING)
+	h.do(createStep("r2")) // waits: step 0 holds every CPU
+	h.do(createStep("r3", func(e *eventsv1.CreateJobStep) { e.Overlap = true }))
+	h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 0, Signal: "USR1", User: "bo"})
+	if by := h.jobStep(0).GetCancelledBy(); by != "" {
+		t.Fatalf("a signalled step: cancelled by %q, want nobody", by)
+	}
+	h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 0, User: "root"})
+	h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 1, User: "ada"})
+	h.tasks(0, "a", eventsv1.StepState_STEP_KILLED, 143, 143)
+	h.tasks(0, "b", eventsv1.StepState_STEP_KILLED, 143, 143)
+	for id, want := range []string{"root", "ada"} {
+		if s := h.jobStep(int32(id)); s.GetState() != loomv1.JobState_CANCELLED || s.GetCancelledBy() != want {
+			t.Errorf("step %d: %v by %q, want CANCELLED by %s", id, s.GetState(), s.GetCancelledBy(), want)
+		}
+	}
+	h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, User: "root"})
+	if s := h.jobStep(2); s.GetCancelledBy() != "" {
+		t.Errorf("a step ended with its job: cancelled by %q, want nobody", s.GetCancelledBy())
+	}
+}
