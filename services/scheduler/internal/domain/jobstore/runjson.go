@@ -393,7 +393,12 @@ func (p *recordParser) jobStep(s *JobStep) bool {
 		o.key("end") && !p.time(&s.End) ||
 		o.key("gpus") && !list(p, &s.GPUs, p.i32s) ||
 		o.key("cpus") && !p.i32s(&s.CPUs) ||
-		o.key("overlap") && !p.bool(&s.Overlap) {
+		o.key("overlap") && !p.bool(&s.Overlap) ||
+		o.key("gpu_request") && !p.i32(&s.GPURequest) ||
+		o.key("gpus_per_task") && !p.i32(&s.GPUsPerTask) ||
+		o.key("cpus_per_gpu") && !p.i32(&s.CPUsPerGPU) ||
+		o.key("cpus_per_task") && !p.i32(&s.CPUsPerTask) ||
+		o.key("cancelled_by") && !p.string(&s.CancelledBy) {
 		return false
 	}
 	return o.close()
