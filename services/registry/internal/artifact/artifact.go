@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -21,7 +22,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -35,6 +38,11 @@ const (
 	MaxManifestBytes = 4 << 20
 	// MaxFiles bounds the files one MANIFEST lists.
 	MaxFiles = 10000
+	// MaxEntries bounds the entries of every kind (files, directories,
+	// links, anything else) Record walks in a directory it lists: the
+	// directory is its owner's to fill, and what is not a regular file is
+	// walked without being listed.
+	MaxEntries = 2 * MaxFiles
 )
 
 // chunk is how much is hashed between two looks at the context.
@@ -304,8 +312,8 @@ func WriteManifest(dir string) error {
 // temporary file renamed over it). Every file is opened through os.Root
 // without following a link out of dir and without waiting (a FIFO is not
 // a regular file and is left out). A directory that cannot be listed
-// within the MANIFEST's limits (MaxFiles, MaxManifestBytes), holds no
-// file, or holds a name the format cannot carry (a newline) is refused
+// within the MANIFEST's limits (MaxFiles, MaxManifestBytes), whose tree
+// holds more than MaxEntries entries of any kind, holds no file, or holds a name the format cannot carry (a newline) is refused
 // with the reason; when ctx ended the error is ctx's.
 func Record(ctx context.Context, dir string) (manifest string, err error) {
 	if manifest, err = Verify(ctx, dir); err == nil || ctx.Err() != nil {
@@ -318,10 +326,7 @@ func Record(ctx context.Context, dir string) (manifest string, err error) {
 	defer root.Close()
 	var b bytes.Buffer
 	files := 0
-	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
+	err = walk(ctx, root, func(p string, d fs.DirEntry) error {
 		if !d.Type().IsRegular() || p == Manifest {
 			return nil
 		}
@@ -349,7 +354,12 @@ func Record(ctx context.Context, dir string) (manifest string, err error) {
 	case files == 0:
 		return "", fmt.Errorf("artifact directory %s holds no file", dir)
 	}
-	tmp := fmt.Sprintf(".%s.%d.tmp", Manifest, os.Getpid())
+	// A name no one can guess: one left by a registry stopped before the
+	// rename (its pid the same after a restart in a container), or put
+	// there by the owner, would otherwise fail every later Record here.
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := fmt.Sprintf(".%s.%x.tmp", Manifest, rnd)
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return "", fmt.Errorf("write %s in %s: %v", Manifest, dir, pathless(err))
@@ -366,6 +376,62 @@ func Record(ctx context.Context, dir string) (manifest string, err error) {
 		return "", fmt.Errorf("write %s in %s: %v", Manifest, dir, pathless(err))
 	}
 	return sumOf(b.Bytes()), nil
+}
+
+// walk calls visit with every entry under root but its directories, in
+// fs.WalkDir's order (depth first, names sorted in each directory), and
+// stops at the first error. Unlike fs.WalkDir it reads a directory a batch
+// at a time, counts every entry of every kind against MaxEntries and looks
+// at ctx between entries: the tree is its owner's, and a million empty
+// directories or links (never listed, so never counted against MaxFiles)
+// must not hold the caller past its time nor fill its memory. A link is
+// visited, never followed.
+func walk(ctx context.Context, root *os.Root, visit func(p string, d fs.DirEntry) error) error {
+	left := MaxEntries
+	var dir func(p string) error
+	dir = func(p string) error {
+		f, err := root.Open(p)
+		if err != nil {
+			return fmt.Errorf("%s: %v", p, pathless(err))
+		}
+		var ents []fs.DirEntry
+		for {
+			batch, err := f.ReadDir(256)
+			if left -= len(batch); left < 0 {
+				f.Close()
+				return fmt.Errorf("more than %d entries (files, directories, links)", MaxEntries)
+			}
+			ents = append(ents, batch...)
+			if err == io.EOF {
+				break
+			}
+			if err == nil {
+				err = ctx.Err()
+			}
+			if err != nil {
+				f.Close()
+				return fmt.Errorf("%s: %v", p, pathless(err))
+			}
+		}
+		f.Close()
+		slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+		for _, e := range ents {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ep := path.Join(p, e.Name())
+			if e.IsDir() {
+				err = dir(ep)
+			} else {
+				err = visit(ep, e)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return dir(".")
 }
 
 // hashFile is the SHA-256 of the regular file p inside root, read without

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -316,5 +317,54 @@ func TestRecord(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(d, Manifest)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("a refused Record left a MANIFEST in %s: %v", d, err)
 		}
+	}
+}
+
+// TestRecordBoundsEntries: a job's owner controls its model directory, and
+// entries that are not regular files (directories, links, FIFOs) were
+// walked without count, each directory read whole into memory: a tree of
+// millions of them held the registry's job consumer and its memory, the
+// MANIFEST's limits never reached. Every entry now counts against
+// MaxEntries, and the walk stops there, naming the limit.
+func TestRecordBoundsEntries(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range MaxEntries {
+		if err := os.Symlink("model.json", filepath.Join(dir, fmt.Sprintf("l%05d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Record(context.Background(), dir)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than %d entries", MaxEntries)) {
+		t.Fatalf("Record of a directory of %d links and a file: %v; want refused naming the limit of %d entries", MaxEntries, err, MaxEntries)
+	}
+	if _, err := os.Stat(filepath.Join(dir, Manifest)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused Record left a MANIFEST: %v", err)
+	}
+}
+
+// TestRecordPastAStaleTemporary: a temporary MANIFEST left in the
+// directory (a registry that stopped between writing and renaming it, or
+// one the job's owner put there under the name it could guess: the pid is
+// the same after a restart in a container) must not keep Record from
+// writing the MANIFEST.
+func TestRecordPastAStaleTemporary(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("model.json", filepath.Join(dir, fmt.Sprintf(".%s.%d.tmp", Manifest, os.Getpid()))); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Record(context.Background(), dir)
+	if err != nil {
+		t.Fatalf("Record past a stale temporary file: %v", err)
+	}
+	if v, err := Verify(context.Background(), dir); err != nil || v != got {
+		t.Fatalf("Verify after: %s, %v; want %s", v, err, got)
 	}
 }
