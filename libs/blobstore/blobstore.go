@@ -381,7 +381,10 @@ func (b *Bucket) openRead(ctx context.Context, key string) (io.ReadCloser, error
 	}
 	var f *os.File
 	open := func() error {
-		root, err := os.OpenRoot(b.fileRoot)
+		// Not through /proc's links: read as a caller's account, a
+		// link to the service's own descriptors leads past what keeps
+		// the account out (osuser.OpenRoot).
+		root, err := osuser.OpenRoot(b.fileRoot)
 		if err != nil {
 			return err
 		}

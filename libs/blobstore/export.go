@@ -9,7 +9,6 @@ import (
 	"hash"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -286,7 +285,10 @@ func (b *Bucket) existingSize(ctx context.Context, key string) (int64, bool) {
 	}
 	var fi fs.FileInfo
 	stat := func() error {
-		root, err := os.OpenRoot(b.fileRoot)
+		// Not through /proc's links: read as a caller's account, a
+		// link to the service's own descriptors leads past what keeps
+		// the account out (osuser.OpenRoot).
+		root, err := osuser.OpenRoot(b.fileRoot)
 		if err != nil {
 			return err
 		}

@@ -688,6 +688,44 @@ func TestReadAs(t *testing.T) {
 	}
 }
 
+// TestReadAsNotThroughProc: osuser.As changes a thread's identity, not its
+// process, and the kernel lets a process follow its own /proc/self/fd/N:
+// a bucket read as ana through such a link (an artifact_uri she named, or
+// her directory replaced by a link to one) reached a directory the service
+// held open that ana may not reach (here under root's 0700 directory).
+// Reading it as an account is refused, naming /proc.
+func TestReadAsNotThroughProc(t *testing.T) {
+	t.Parallel()
+	ana := testkit.OSUsers(t, 1)[0]
+	ctx := testkit.Context(t, time.Minute)
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.Mkdir(secret, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secret, "weights.bin"), []byte("root's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	src := open(t, fmt.Sprintf("file:///proc/self/fd/%d", held.Fd()))
+	if err := src.ReadAs(ana.Account); err != nil {
+		t.Fatal(err)
+	}
+	r, err := src.NewReader(ctx, "weights.bin")
+	if err == nil {
+		r.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "/proc") {
+		t.Fatalf("NewReader as %s through /proc/self/fd: %v; want refused naming /proc", ana.Name, err)
+	}
+	if _, err := Export(ctx, src, open(t, "file://"+t.TempDir()), ExportOptions{}); err == nil || !strings.Contains(err.Error(), "/proc") {
+		t.Fatalf("Export as %s through /proc/self/fd: %v; want refused naming /proc", ana.Name, err)
+	}
+}
+
 // TestWriteAs: an export into a file:// bucket told to write as an account
 // creates its directories and files as that account (the files are its),
 // and where it may not write — another account's directory, root's — it

@@ -124,12 +124,16 @@ func IsSelf(a Account) bool {
 }
 
 // OpenFile is os.OpenFile done as the account a (see As): the system
-// checks a's rights, and a file it creates is a's, with perm.
+// checks a's rights, and a file it creates is a's, with perm. A path
+// through a /proc link to a process's descriptors, cwd or root is refused
+// (ErrThroughProc, on Linux 5.6 and later): through it a's thread would
+// reach what this process holds open (another user's log being read for
+// them), whatever a may reach by path (see OpenRoot).
 func OpenFile(a Account, path string, flag int, perm os.FileMode) (*os.File, error) {
 	var f *os.File
 	err := As(a, func() error {
 		var err error
-		f, err = os.OpenFile(path, flag, perm)
+		f, err = openFile(path, flag, perm)
 		return err
 	})
 	return f, err

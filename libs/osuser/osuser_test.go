@@ -2,6 +2,7 @@ package osuser_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -235,5 +236,77 @@ func TestMakeDirForAtOnce(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(base, "steps")); len(ents) != 20 {
 		t.Fatalf("%d entries, want the 20 directories and no temporary one left", len(ents))
+	}
+}
+
+// TestNotThroughProc: As changes a thread's identity, not its process, and
+// the kernel lets a process follow its own /proc/self/fd/N whoever it acts
+// as. A path a user names (a job's --output, read back by the gateway as
+// its owner; an artifact directory) through such a link reached a file or
+// directory the service held open that the user may not reach: here one
+// under root's 0700 directory. OpenFile and OpenRoot refuse it.
+func TestNotThroughProc(t *testing.T) {
+	t.Parallel()
+	u := testkit.OSUsers(t, 1)[0]
+	secret := filepath.Join(t.TempDir(), "secret") // t.TempDir: root's, 0700
+	if err := os.Mkdir(secret, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secret, "log"), []byte("root's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.Open(filepath.Join(secret, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	dir, err := os.Open(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if f, err := osuser.OpenFile(u.Account, filepath.Join(secret, "log"), os.O_RDONLY, 0); err == nil {
+		f.Close()
+		t.Fatalf("%s opened a file under root's 0700 directory by its path", u.Name)
+	}
+	through := fmt.Sprintf("/proc/self/fd/%d", file.Fd())
+	if f, err := osuser.OpenFile(u.Account, through, os.O_RDONLY, 0); err == nil || !errors.Is(err, osuser.ErrThroughProc) {
+		if f != nil {
+			f.Close()
+		}
+		t.Errorf("OpenFile as %s of %s: %v; want ErrThroughProc", u.Name, through, err)
+	}
+	through = fmt.Sprintf("/proc/self/fd/%d", dir.Fd())
+	err = osuser.As(u.Account, func() error {
+		r, err := osuser.OpenRoot(through)
+		if err == nil {
+			r.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, osuser.ErrThroughProc) {
+		t.Errorf("OpenRoot as %s of %s: %v; want ErrThroughProc", u.Name, through, err)
+	}
+	// A path with no /proc link opens as before, a perm with nothing to
+	// create ignored, and a file made is the user's, with perm.
+	if f, err := osuser.OpenFile(u.Account, "/etc/passwd", os.O_RDONLY, 0o644); err != nil {
+		t.Errorf("OpenFile(/etc/passwd) as %s: %v", u.Name, err)
+	} else {
+		f.Close()
+	}
+	own := filepath.Join(testkit.ReachableDir(t), "own")
+	if err := os.Mkdir(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(own, int(u.UID), int(u.GID)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := osuser.OpenFile(u.Account, filepath.Join(own, "log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		t.Fatalf("OpenFile(O_CREATE) as %s: %v", u.Name, err)
+	}
+	f.Close()
+	if fi, err := os.Stat(filepath.Join(own, "log")); err != nil || fi.Mode().Perm() != 0o640 || fi.Sys().(*syscall.Stat_t).Uid != u.UID {
+		t.Errorf("the file OpenFile made as %s: %v, %v; want theirs, mode 0640", u.Name, fi.Mode(), err)
 	}
 }

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package osuser
+
+import (
+	"errors"
+	"os"
+)
+
+// OpenRoot is os.OpenRoot: only Linux has /proc's magic links to refuse
+// (see the Linux version).
+func OpenRoot(dir string) (*os.Root, error) { return os.OpenRoot(dir) }
+
+// ErrThroughProc is returned (wrapped) by OpenRoot for a directory reached
+// through a /proc link (Linux only).
+var ErrThroughProc = errors.New("reached through a /proc link: refused")
+
+// openFile is os.OpenFile (see the Linux version).
+func openFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(path, flag, perm)
+}
