@@ -7,7 +7,9 @@
 // "<64 hex digits>  <path relative to the directory>" (" *" in place of the
 // second space is accepted, as `sha256sum -b` writes); blank lines are
 // skipped. A path may not leave the directory: absolute paths, ".."
-// segments and symbolic links that resolve outside it are refused.
+// segments and symbolic links that resolve outside it are refused. The
+// directory itself may be reached through symbolic links, but not through
+// /proc's links to a process's descriptors, cwd or root (osuser.OpenRoot).
 package artifact
 
 import (
@@ -27,6 +29,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/loom-ml/loom/libs/osuser"
 )
 
 // Manifest is the name of the manifest file in an artifact directory.
@@ -68,9 +72,9 @@ func Verify(ctx context.Context, dir string) (manifest string, err error) {
 	}
 	// Every file is opened through the root: a path or symbolic link that
 	// would leave dir fails to open, whatever the MANIFEST says.
-	root, err := os.OpenRoot(dir)
+	root, err := openDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+		return "", err
 	}
 	defer root.Close()
 	raw, err := readManifest(root, dir)
@@ -90,6 +94,16 @@ func Verify(ctx context.Context, dir string) (manifest string, err error) {
 		}
 	}
 	return sumOf(raw), nil
+}
+
+// openDir opens the artifact directory dir as a root every file is opened
+// through, refusing one reached through a /proc link (osuser.OpenRoot).
+func openDir(dir string) (*os.Root, error) {
+	root, err := osuser.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+	}
+	return root, nil
 }
 
 // sumOf is the SHA-256 of b in hex, as MANIFEST lines and
@@ -319,9 +333,9 @@ func Record(ctx context.Context, dir string) (manifest string, err error) {
 	if manifest, err = Verify(ctx, dir); err == nil || ctx.Err() != nil {
 		return manifest, err
 	}
-	root, err := os.OpenRoot(dir)
+	root, err := openDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+		return "", err
 	}
 	defer root.Close()
 	var b bytes.Buffer

@@ -368,3 +368,51 @@ func TestRecordPastAStaleTemporary(t *testing.T) {
 		t.Fatalf("Verify after: %s, %v; want %s", v, err, got)
 	}
 }
+
+// TestNoMagicLinks: an artifact directory is read as its owner, but
+// through /proc/self/fd/N (or a link to it: a job's owner may replace
+// their model directory with one) the owner's thread reaches whatever
+// directory the registry itself holds open, another tenant's being
+// verified or exported included, past the directories above it that keep
+// the owner out (the kernel lets a process follow its own descriptors).
+// Verify and Record refuse a directory reached through such a link,
+// reading nothing there.
+func TestNoMagicLinks(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		t.Skip("no /proc")
+	}
+	victim := t.TempDir()
+	if err := os.WriteFile(filepath.Join(victim, "model.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteManifest(victim); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	magic := fmt.Sprintf("/proc/self/fd/%d", held.Fd())
+	link := filepath.Join(t.TempDir(), "model")
+	if err := os.Symlink(magic, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{magic, link} {
+		if got, err := Verify(context.Background(), dir); err == nil || !strings.Contains(err.Error(), "/proc") {
+			t.Errorf("Verify(%s): %s, %v; want refused, naming /proc", dir, got, err)
+		}
+		if got, err := Record(context.Background(), dir); err == nil || !strings.Contains(err.Error(), "/proc") {
+			t.Errorf("Record(%s): %s, %v; want refused, naming /proc", dir, got, err)
+		}
+	}
+	// An ordinary link to a directory is followed, as before.
+	plain := filepath.Join(t.TempDir(), "model")
+	if err := os.Symlink(victim, plain); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(context.Background(), plain); err != nil {
+		t.Errorf("Verify through a plain link: %v", err)
+	}
+}
