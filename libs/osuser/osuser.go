@@ -133,7 +133,7 @@ func OpenFile(a Account, path string, flag int, perm os.FileMode) (*os.File, err
 	var f *os.File
 	err := As(a, func() error {
 		var err error
-		f, err = openFile(path, flag, perm)
+		f, err = OpenNoProcLinks(path, flag, perm)
 		return err
 	})
 	return f, err

@@ -39,10 +39,11 @@ func OpenRoot(dir string) (*os.Root, error) {
 // through a /proc link.
 var ErrThroughProc = errors.New("reached through a /proc link (a process's descriptor, cwd or root: it can lead where the account cannot go), or through too many links: refused")
 
-// openFile is os.OpenFile refusing a path through a /proc link
+// OpenNoProcLinks is os.OpenFile refusing a path through a /proc link
 // (ErrThroughProc): openat2's RESOLVE_NO_MAGICLINKS, where the kernel has
-// it, else os.OpenFile.
-func openFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+// it, else os.OpenFile. It is OpenFile's open, for a caller already
+// inside As (one that does more than open as the account).
+func OpenNoProcLinks(path string, flag int, perm os.FileMode) (*os.File, error) {
 	how := &unix.OpenHow{Flags: uint64(flag) | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
 	if flag&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
 		// openat2 refuses a mode with nothing to create (EINVAL).

@@ -15,7 +15,7 @@ func OpenRoot(dir string) (*os.Root, error) { return os.OpenRoot(dir) }
 // through a /proc link (Linux only).
 var ErrThroughProc = errors.New("reached through a /proc link: refused")
 
-// openFile is os.OpenFile (see the Linux version).
-func openFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+// OpenNoProcLinks is os.OpenFile (see the Linux version).
+func OpenNoProcLinks(path string, flag int, perm os.FileMode) (*os.File, error) {
 	return os.OpenFile(path, flag, perm)
 }

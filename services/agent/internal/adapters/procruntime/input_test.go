@@ -241,3 +241,34 @@ func TestOpenOutputRefusesAFIFO(t *testing.T) {
 		t.Errorf("/dev/null left non-blocking for the job")
 	}
 }
+
+// TestOutputAndInputRefuseTheAgentsDescriptors: a job's --output, --error
+// or --input naming /proc/self/fd/N (or a link to it) is refused: opened
+// by the agent's thread acting as the job's user, it would reach whatever
+// the agent holds open (another job's output being written, a file under
+// a directory the user cannot enter), past the directories that keep the
+// user out.
+func TestOutputAndInputRefuseTheAgentsDescriptors(t *testing.T) {
+	t.Parallel()
+	rt := New(asAgent)
+	dir := t.TempDir()
+	held, err := os.OpenFile(filepath.Join(dir, "held"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/proc/self/fd/"+strconv.Itoa(int(held.Fd())), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/proc/self/fd/" + strconv.Itoa(int(held.Fd())), link} {
+		if f, err := rt.OpenOutput("", path, true); err == nil {
+			f.Close()
+			t.Errorf("OpenOutput(%s) opened the agent's own descriptor", path)
+		}
+		if f, err := rt.OpenInput("", path); err == nil {
+			f.Close()
+			t.Errorf("OpenInput(%s) opened the agent's own descriptor", path)
+		}
+	}
+}

@@ -146,7 +146,7 @@ func (r Runtime) OpenInput(user, path string) (*os.File, error) {
 	err = osuser.As(a, func() error {
 		// Non-blocking: a FIFO put in its place would hold the open until
 		// someone writes to it; it is refused below instead.
-		f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE|syscall.O_NONBLOCK, outputMode)
+		f, err = osuser.OpenNoProcLinks(path, os.O_RDONLY|os.O_CREATE|syscall.O_NONBLOCK, outputMode)
 		return err
 	})
 	if err != nil {
@@ -160,7 +160,10 @@ func (r Runtime) OpenInput(user, path string) (*os.File, error) {
 }
 
 // openOutput opens path for appending, creating it and its directory, and
-// empties it first unless keep. The caller acts as the file's user. A FIFO
+// empties it first unless keep. The caller acts as the file's user; a path
+// through a /proc link to the agent's own descriptors (--output=
+// /proc/self/fd/N) is refused (osuser.OpenNoProcLinks): through it the
+// user's thread would reach what the agent holds open. A FIFO
 // or a socket is refused: the open would wait for a reader (and the agent's
 // writes into it for the reader to read), stalling the agent for every job
 // of the node (a job can put one where its output goes, and an agent
@@ -171,14 +174,14 @@ func openOutput(path string, keep bool) (*os.File, error) {
 	if !keep {
 		flags |= os.O_TRUNC
 	}
-	f, err := os.OpenFile(path, flags, outputMode)
+	f, err := osuser.OpenNoProcLinks(path, flags, outputMode)
 	if errors.Is(err, os.ErrNotExist) {
 		// Only a missing directory costs a second try; the common case is
 		// one open.
 		if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
 			return nil, err
 		}
-		f, err = os.OpenFile(path, flags, outputMode)
+		f, err = osuser.OpenNoProcLinks(path, flags, outputMode)
 	}
 	if errors.Is(err, syscall.ENXIO) {
 		return nil, fmt.Errorf("%s: a FIFO, not a file", path)
