@@ -1,8 +1,10 @@
 package domain
 
 import (
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -76,5 +78,98 @@ func TestDefaultChecksKeepTheQuickCount(t *testing.T) {
 		if p := tx.newPass(cl, tx.cluster(cl)); !p.defaultCapacity() {
 			t.Errorf("policy %s: its default checks are not defaultCapacity's", pol.Name)
 		}
+	}
+}
+
+// cpuJob is a one-node job of user's on partition cpu (n2-standard-8
+// nodes) with cpus tasks of one CPU, --exclusive=user when exclUser.
+func cpuJob(id int, u string, cpus int32, exclUser bool, opts ...func(*loomv1.Job)) *loomv1.Job {
+	j := job(id, 1, 0, append([]func(*loomv1.Job){user(u, "acct"), func(j *loomv1.Job) {
+		j.Partition, j.Ntasks, j.ExclusiveUser = "cpu", cpus, exclUser
+	}}, opts...)...)
+	return j
+}
+
+// TestReservationHonoursNodeOwners: backfill's reservation plans a node
+// as placement would take it: a job of another user does not get a start
+// on a node an --exclusive=user run holds before that run ends, nor an
+// --exclusive=user job one on a node where another user's job runs. Each
+// case: cpu-a has room now but the owner rule keeps the job off it until
+// its 1-hour run ends; cpu-b is full for 3 hours. The reservation is on
+// cpu-a at the hour's end (placement ignoring owners would say now).
+func TestReservationHonoursNodeOwners(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		onA    *loomv1.Job // 1 hour on cpu-a, leaving room
+		queued *loomv1.Job
+	}{
+		{"another user's job beside an --exclusive=user run",
+			cpuJob(1, "alice", 1, true, limit(time.Hour)), cpuJob(3, "bob", 4, false, limit(time.Hour))},
+		{"an --exclusive=user job beside another user's run",
+			cpuJob(1, "bob", 1, false, limit(time.Hour)), cpuJob(3, "alice", 4, true, limit(time.Hour))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newSpecHarness(t, Config{Policy: EASYPolicy()})
+			h.cpuNode("cpu-a")
+			h.cpuNode("cpu-b")
+			tc.onA.Nodelist = []string{"cpu-a"}
+			h.submitJob(tc.onA)
+			h.wantState(1, loomv1.JobState_RUNNING, "")
+			h.submitJob(cpuJob(2, "carol", 8, false, limit(3*time.Hour), func(j *loomv1.Job) { j.Nodelist = []string{"cpu-b"} }))
+			h.wantState(2, loomv1.JobState_RUNNING, "")
+			h.submitJob(tc.queued)
+			h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+			c := h.s.Schedule(h.now.Add(time.Second))
+			want := h.job(1).GetStartTime().AsTime().Add(time.Hour)
+			if len(c.Reservations) != 1 || !c.Reservations[0].Start.Equal(want) || !slices.Equal(c.Reservations[0].Nodes, []string{"cpu-a"}) {
+				t.Fatalf("reservations %+v, want job 3's on cpu-a at %v", c.Reservations, want)
+			}
+		})
+	}
+}
+
+// TestPreemptionHonoursNodeOwners: preempting the jobs on a node frees it
+// for the preemptor only when the runs left there let it in: an
+// --exclusive=user run of another user that is no victim keeps it, and so
+// does, for an --exclusive=user preemptor, another user's run. When the
+// owner's run is a victim too, both are preempted.
+func TestPreemptionHonoursNodeOwners(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		stays, low *loomv1.Job // on cpu-a: stays (QOS given) and a low-QOS victim
+		preemptor  *loomv1.Job
+		victims    int
+	}{
+		{"an owner's run that stays keeps another user's preemptor off",
+			cpuJob(1, "alice", 1, true, qos("normal")), cpuJob(2, "alice", 7, false, qos("low")),
+			cpuJob(3, "bob", 4, false, qos("high")), 0},
+		{"another user's run that stays keeps an --exclusive=user preemptor off",
+			cpuJob(1, "alice", 1, false, qos("normal")), cpuJob(2, "carol", 7, false, qos("low")),
+			cpuJob(3, "bob", 4, true, qos("high")), 0},
+		{"the owner's run preempted too",
+			cpuJob(1, "alice", 1, true, qos("low")), cpuJob(2, "alice", 7, false, qos("low")),
+			cpuJob(3, "bob", 4, false, qos("high")), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newSpecHarness(t, Config{})
+			h.cpuNode("cpu-a")
+			h.submitJob(tc.stays)
+			h.wantState(1, loomv1.JobState_RUNNING, "")
+			h.submitJob(tc.low)
+			h.wantState(2, loomv1.JobState_RUNNING, "")
+			c := h.submitJob(tc.preemptor)
+			if got := len(stops(c)); got != tc.victims {
+				t.Fatalf("preemptor stopped %d runs (%v), want %d", got, stops(c), tc.victims)
+			}
+			if tc.victims == 0 {
+				h.wantState(2, loomv1.JobState_RUNNING, "")
+			}
+			h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+			checkInvariants(t, h.s)
+		})
 	}
 }

@@ -293,11 +293,38 @@ type room struct {
 	gpus, cpus int32
 	mem        int64
 	runs, excl int32
+	// users: the request's user matters (some node is owned, or the
+	// request is --exclusive=user: usersMatter), and user, others and
+	// owned are kept: the request's user, the node's runs of other users,
+	// and their --exclusive=user runs (of owner) that keep it off.
+	users         bool
+	user, owner   string
+	others, owned int32
 }
 
-func (p *pass) roomOf(i int32) room {
+// usersMatter reports whether the runs' users can keep r off a node: some
+// node is held by an --exclusive=user run, or r is one (the passes where
+// requestIn sets r.User). Otherwise place.CheckUser passes everywhere and
+// the rooms count no users.
+func (p *pass) usersMatter(r *place.Request) bool {
+	return p.owned || r.ExclusiveUser
+}
+
+// roomOf is what is free on view i for r, with the users of its runs
+// counted when they matter for r.
+func (p *pass) roomOf(r *place.Request, i int32) room {
 	v := &p.views[i]
 	rm := room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs}
+	if p.usersMatter(r) {
+		rm.users, rm.user = true, r.User
+		if r.ExclusiveUser || v.Owner != "" {
+			// Only another user's run, or an owner's, can keep r off:
+			// the node's runs are read for them.
+			for _, rn := range p.held[i] {
+				rm.count(rn, 1)
+			}
+		}
+	}
 	if !v.Exclusive {
 		// No run of the node is exclusive (newPass sets the flag from the
 		// node's count of them, Take when the pass starts one): no walk
@@ -312,6 +339,18 @@ func (p *pass) roomOf(i int32) room {
 	return rm
 }
 
+// count adds (sign 1) or takes away (-1) run rn in the room's users.
+func (rm *room) count(rn *Run, sign int32) {
+	if rn.User == rm.user {
+		return
+	}
+	rm.others += sign
+	if rn.ExclusiveUser {
+		rm.owned += sign
+		rm.owner = rn.User
+	}
+}
+
 func (rm *room) release(h holding) {
 	rm.gpus += h.gpus
 	rm.cpus += h.cpus
@@ -320,18 +359,37 @@ func (rm *room) release(h holding) {
 	if h.excl {
 		rm.excl--
 	}
+	if rm.users {
+		rm.count(h.run, -1)
+	}
 }
 
-// fits reports whether r fits on view i given rm free there.
+// fits reports whether r fits on view i given rm free there. The users of
+// the runs left (when they matter) pass place.CheckUser's rule, as the
+// node's view would show them to r: its owner while another user's
+// --exclusive=user run is left, and r's user as the only one while no
+// other user's is.
 func (p *pass) fits(r *place.Request, i int32, rm room) bool {
 	n := p.views[i].Node
+	if rm.users {
+		v := place.NodeView{Runs: rm.runs}
+		if rm.owned > 0 {
+			v.Owner = rm.owner
+		}
+		if rm.others <= 0 && rm.runs > 0 {
+			v.OnlyUser = r.User
+		}
+		if !place.CheckUser.Fits(r, &v) {
+			return false
+		}
+	}
 	return rm.excl <= 0 && (!r.Exclusive || rm.runs <= 0) && rm.gpus >= r.GPUsPerNode &&
 		(n.CPUs == 0 || rm.cpus >= r.CPUsPerNode) && (n.MemoryMB == 0 || rm.mem >= r.MemMB)
 }
 
 // availableAt is the earliest time r fits on view i as the runs there end.
 func (p *pass) availableAt(r *place.Request, i int32) (time.Time, bool) {
-	rm := p.roomOf(i)
+	rm := p.roomOf(r, i)
 	if p.fits(r, i, rm) {
 		return p.t.now, false
 	}
@@ -559,7 +617,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 	release := func(i int32, node string, rn *Run) {
 		rm := rooms[i]
 		if rm == nil {
-			x := p.roomOf(i)
+			x := p.roomOf(r, i)
 			rm = &x
 			rooms[i] = rm
 		}

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -100,9 +101,11 @@ var (
 	// CheckUser keeps other users' jobs off a node an --exclusive=user
 	// run holds, and an --exclusive=user job off any node where another
 	// user's job runs (Slurm 22.05's OverSubscribe=USER, measured: both
-	// wait for Resources). The same user's jobs share the node.
+	// wait for Resources). The same user's jobs share the node. The rule
+	// is slurmspec.UserMayJoin, which the reservations and preemption
+	// (reserve.go) apply to the runs they leave on a node.
 	CheckUser = Check{Reason: "OtherUser", Kind: Capacity, Fits: func(r *Request, n *NodeView) bool {
-		return (n.Owner == "" || n.Owner == r.User) && (!r.ExclusiveUser || n.Runs == 0 || n.OnlyUser == r.User)
+		return slurmspec.UserMayJoin(r.User, r.ExclusiveUser, n.Owner, int(n.Runs), n.OnlyUser)
 	}}
 	// CheckGPUs needs the job's GPUs free; jobs without GPUs share nodes.
 	CheckGPUs = Check{Reason: "InsufficientGPUs", Kind: Capacity, Fits: func(r *Request, n *NodeView) bool {
