@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -24,7 +25,8 @@ import (
 // estimate made here, not the scheduler's plan: now on the partition's
 // first nodes with room for the job's per-node CPUs and GPUs, when enough
 // have; else the earliest end (start + time limit) of a running job of the
-// partition, on that job's nodes (docs/slurm.md). The processors are
+// partition, on that job's nodes; both as the scheduler's --exclusive=user
+// rule lets the job onto them (estimateStart, docs/slurm.md). The processors are
 // slurmctld's count for those nodes (allocCPUs); sharedExclusive
 // (--exclusive=user, mcs or topo) counts the job's tasks, as Slurm's 1
 // processor for one task, though Loom's scheduler holds the nodes of an
@@ -105,11 +107,19 @@ func allocCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
 	return jobCPUs(job)
 }
 
-// estimateStart is testOnly's estimate for job in partition part.
+// estimateStart is testOnly's estimate for job in partition part. Running
+// jobs keep it off the nodes they share as the scheduler's --exclusive=user
+// rule says (blocks): a node with a blocking job is not free now, and a
+// running job's end frees its nodes only once the blocking jobs left on
+// them end too. The running jobs are those job's user may list (its
+// project's): another project's do not count.
 func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, nodes []*loomv1.SlurmNode) (time.Time, []string, error) {
 	n := int(max(job.GetNodeCount(), 1))
 	perNode := int32(slices.Max(jobNodeCPUs(job))) // the most any of its nodes takes
-	var fit []string
+	var (
+		fit   []string
+		mixed bool
+	)
 	for _, nd := range nodes {
 		free := nd.GetState() == loomv1.SlurmNode_IDLE || nd.GetState() == loomv1.SlurmNode_MIXED && !job.GetExclusive()
 		if !free || nd.GetNotResponding() || !slices.Contains(nd.GetPartitions(), part) ||
@@ -117,25 +127,52 @@ func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, n
 			continue
 		}
 		fit = append(fit, nd.GetHostname())
+		mixed = mixed || nd.GetState() == loomv1.SlurmNode_MIXED
+	}
+	var running []*loomv1.Job // the cluster's running jobs, read once needed
+	if len(fit) >= n && mixed {
+		// A mixed node runs jobs, which may keep this one off.
+		var err error
+		if running, err = c.runningJobs(ctx, job); err != nil {
+			return time.Time{}, nil, err
+		}
+		blocked := blockedHosts(job, running)
+		fit = slices.DeleteFunc(fit, func(h string) bool { return len(blocked[h]) > 0 })
 	}
 	if len(fit) >= n {
 		slices.Sort(fit)
 		return c.now, fit[:rangeNodes(job, len(fit))], nil
 	}
-	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{States: []loomv1.JobState{loomv1.JobState_RUNNING}, Partitions: []string{part}})
-	if err != nil {
-		return time.Time{}, nil, err
+	if running == nil {
+		var err error
+		if running, err = c.runningJobs(ctx, job); err != nil {
+			return time.Time{}, nil, err
+		}
 	}
+	blocked := blockedHosts(job, running)
 	var (
 		end   time.Time
 		hosts []string
 	)
-	for _, r := range jobs {
-		if r.GetCluster() != job.GetCluster() || r.GetStartTime() == nil || r.GetTimeLimitSeconds() <= 0 {
+	for _, r := range running {
+		if !slurmspec.AnyPartitionOf(r.GetPartition(), []string{part}) {
 			continue
 		}
-		e := r.GetStartTime().AsTime().Add(time.Duration(r.GetTimeLimitSeconds()) * time.Second)
-		if end.IsZero() || e.Before(end) {
+		e, ok := jobEnd(r)
+		// The blocking jobs left on its nodes end first.
+		for _, h := range r.GetNodes() {
+			for _, b := range blocked[h] {
+				if b == r {
+					continue
+				}
+				be, bok := jobEnd(b)
+				ok = ok && bok
+				if be.After(e) {
+					e = be
+				}
+			}
+		}
+		if ok && (end.IsZero() || e.Before(end)) {
 			end, hosts = e, r.GetNodes()
 		}
 	}
@@ -144,6 +181,52 @@ func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, n
 			" fits the job now and no running job of it has a time limit to end by)", Code: 1}
 	}
 	return end, hosts, nil
+}
+
+// runningJobs lists the running jobs of job's cluster (every partition's:
+// a node may be in several).
+func (c *cmd) runningJobs(ctx context.Context, job *loomv1.Job) ([]*loomv1.Job, error) {
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{States: []loomv1.JobState{loomv1.JobState_RUNNING}})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(jobs, func(r *loomv1.Job) bool { return r.GetCluster() != job.GetCluster() }), nil
+}
+
+// jobEnd is when running job r is expected to end (start + time limit);
+// false when it has no start or no limit to end by.
+func jobEnd(r *loomv1.Job) (time.Time, bool) {
+	if r.GetStartTime() == nil || r.GetTimeLimitSeconds() <= 0 {
+		return time.Time{}, false
+	}
+	return r.GetStartTime().AsTime().Add(time.Duration(r.GetTimeLimitSeconds()) * time.Second), true
+}
+
+// blockedHosts maps each host to the running jobs on it that keep job off
+// it (blocks).
+func blockedHosts(job *loomv1.Job, running []*loomv1.Job) map[string][]*loomv1.Job {
+	out := map[string][]*loomv1.Job{}
+	for _, r := range running {
+		if blocks(job, r) {
+			for _, h := range r.GetNodes() {
+				out[h] = append(out[h], r)
+			}
+		}
+	}
+	return out
+}
+
+// blocks reports whether running job r keeps job off the nodes it runs
+// on: the scheduler's rule (slurmspec.UserMayJoin) for a node where r
+// alone runs. A node's jobs keep job off when one of them does: another
+// user's --exclusive=user job, or, for an --exclusive=user job, another
+// user's job.
+func blocks(job, r *loomv1.Job) bool {
+	owner := ""
+	if r.GetExclusiveUser() {
+		owner = r.GetUser()
+	}
+	return !slurmspec.UserMayJoin(job.GetUser(), job.GetExclusiveUser(), owner, 1, r.GetUser())
 }
 
 // slurmReasons are Slurm's words that start a gateway refusal's message

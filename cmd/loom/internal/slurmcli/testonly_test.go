@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -345,6 +346,54 @@ func TestScontrolOverSubscribe(t *testing.T) {
 			code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", j.GetJobId())
 			if code != 0 || !strings.Contains(out, "   "+tc.want+" Contiguous=0") {
 				t.Errorf("show job: %d %q %q; want %s", code, out, errOut, tc.want)
+			}
+		})
+	}
+}
+
+// TestSbatchTestOnlyNodeOwners: --test-only's estimate keeps a job off the
+// nodes the scheduler's --exclusive=user rule keeps it off: another user's
+// --exclusive=user job's node, and, for an --exclusive=user job, a node
+// where another user's job runs. It starts there once the job in the way
+// ends; the same user's jobs share the node at once. A running job's end
+// frees its nodes only when the jobs in the way left on them end too.
+func TestSbatchTestOnlyNodeOwners(t *testing.T) {
+	t.Parallel()
+	// Job 16 (alice's, partition debug) runs on gpu-0003, started 30 s
+	// before the fixture's now (15:04:05), here with a 1-hour limit.
+	const task0End = "2026-01-02T16:03:35"
+	for _, tc := range []struct {
+		name      string
+		exclUser  bool // job 16's
+		user      string
+		args      []string
+		carol     bool // carol's --exclusive=user job on gpu-0002 (3 h)
+		startNode string
+	}{
+		{"another user beside an --exclusive=user job", true, "bob", []string{"-p", "debug", "-n", "1"}, false, task0End + " using 1 processors on nodes gpu-0003 in partition debug"},
+		{"--exclusive=user beside another user's job", false, "bob", []string{"-p", "debug", "-n", "1", "--exclusive=user"}, false, task0End + " using 1 processors on nodes gpu-0003 in partition debug"},
+		{"the same user shares", true, "alice", []string{"-p", "debug", "-n", "1", "--exclusive=user"}, false, "2026-01-02T15:04:05 using 1 processors on nodes gpu-0003 in partition debug"},
+		{"an owner's job left on the nodes", false, "bob", []string{"-p", "gpu", "-N", "2", "--gres=gpu:8"}, true,
+			"2026-01-02T18:04:05 using 2 processors on nodes gpu-[0001-0002] in partition gpu"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fixture()
+			for _, j := range f.Jobs {
+				if j.GetJobId() == "16" {
+					j.ExclusiveUser, j.TimeLimitSeconds = tc.exclUser, 3600
+				}
+			}
+			if tc.carol {
+				c := proto.Clone(f.Jobs[3]).(*loomv1.Job) // job 12's copy
+				c.Name, c.JobId, c.User, c.ExclusiveUser = "projects/default/jobs/30", "30", "carol", true
+				c.Nodes, c.StartTime, c.TimeLimitSeconds = []string{"gpu-0002"}, ago(0), 3*3600
+				f.Jobs = append(f.Jobs, c)
+			}
+			args := append([]string{"--test-only"}, tc.args...)
+			code, out, errOut := run(t, f, "sbatch", Env{User: tc.user}, append(args, "--wrap", "hostname")...)
+			if want := "sbatch: Job 0 to start at " + tc.startNode + "\n"; code != 0 || out != "" || errOut != want {
+				t.Errorf("%s sbatch %v: %d %q %q, want 0 and %q", tc.user, args, code, out, errOut, want)
 			}
 		})
 	}
