@@ -2,7 +2,6 @@ package health_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -25,14 +24,15 @@ const (
 	wait    = 60 * time.Second
 )
 
+// freeAddr is an address for a health the test starts. Not a port the
+// kernel handed out to a :0 listener closed at once: that one comes from the
+// ephemeral range, where any outgoing connection of the packages testing
+// beside this one (their Kafka and Redis clients) can take it as its local
+// port before health binds it. testkit.FreeAddr picks below that range, and
+// keeps the port to this test process.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testkit.FreeAddr()
 }
 
 // addNode makes node (gpu-0001 of cluster) a READY member of health's
