@@ -25,7 +25,7 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
-		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
+		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond, Remediation: noRemediation}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	ctx := testkit.Context(t, wait)
 	addNode(t, broker)
