@@ -45,3 +45,35 @@ func CompressCounts(counts []int32) string {
 	}
 	return b.String()
 }
+
+// TaskLayout is the tasks on each of a job's n nodes, as the scheduler
+// lays them out and every Slurm command that shows them reads them:
+// --ntasks-per-node on every node, else --ntasks spread over the nodes
+// (Share: the first ones take the remainder, so -n1 -N2 is 1 and 0), else
+// one a node. It is the one rule, so that salloc's SLURM_TASKS_PER_NODE
+// and a batch script's agree.
+func TaskLayout(ntasksPerNode, ntasks int32, n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		switch {
+		case ntasksPerNode > 0:
+			out[i] = ntasksPerNode
+		case ntasks > 0:
+			out[i] = Share(ntasks, n, i)
+		default:
+			out[i] = 1
+		}
+	}
+	return out
+}
+
+// Share is node i's share of total spread as evenly as possible over n
+// nodes, the first ones taking one more while a remainder lasts (7 over 3:
+// 3, 2, 2), as Slurm spreads --ntasks and --gpus. n must be positive.
+func Share(total int32, n, i int) int32 {
+	s := total / int32(n)
+	if int32(i) < total%int32(n) {
+		s++
+	}
+	return s
+}

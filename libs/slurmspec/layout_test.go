@@ -1,6 +1,9 @@
 package slurmspec
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestAllocTasksPerNode: Slurm 22.05's SLURM_TASKS_PER_NODE of a batch
 // script or salloc's command, measured beside it: the tasks asked for,
@@ -28,5 +31,29 @@ func TestAllocTasksPerNode(t *testing.T) {
 	}
 	if got := CompressCounts([]int32{2, 2, 2, 1}); got != "2(x3),1" {
 		t.Errorf("CompressCounts: %q", got)
+	}
+}
+
+// TestTaskLayout: the tasks per node the scheduler gives a job and the
+// Slurm commands show, and Share's spread.
+func TestTaskLayout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		perNode, ntasks int32
+		n               int
+		want            []int32
+	}{
+		{0, 0, 2, []int32{1, 1}},
+		{2, 0, 3, []int32{2, 2, 2}},
+		{2, 9, 2, []int32{2, 2}}, // --ntasks-per-node wins
+		{0, 7, 3, []int32{3, 2, 2}},
+		{0, 1, 2, []int32{1, 0}},
+	} {
+		if got := TaskLayout(tc.perNode, tc.ntasks, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("TaskLayout(%d, %d, %d) = %v, want %v", tc.perNode, tc.ntasks, tc.n, got, tc.want)
+		}
+	}
+	if got := []int32{Share(3, 2, 0), Share(3, 2, 1), Share(0, 2, 0)}; !slices.Equal(got, []int32{2, 1, 0}) {
+		t.Errorf("Share of 3 over 2 and 0 over 2 = %v, want [2 1 0]", got)
 	}
 }

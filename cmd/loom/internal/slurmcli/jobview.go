@@ -253,26 +253,18 @@ func jobCPUs(j *loomv1.Job) int {
 
 // jobNodeCPUs is the CPUs of each of the job's nodes (jobNodeCount), as
 // the scheduler gives them and Slurm's select/cons_tres counts them
-// (slurmspec.NodeCPUs): the node's tasks (--ntasks-per-node, else --ntasks spread
-// over the nodes, the first ones taking the remainder; at least 1) times
+// (slurmspec.NodeCPUs): the node's tasks (jobNodeTasks; at least 1) times
 // CPUs per task, or the node's GPUs (--gpus-per-node, else --gpus spread
-// likewise) times --cpus-per-gpu when that is more. --gpus=3 -N2
-// --cpus-per-gpu=2 is 4 and 2.
+// as the tasks are, slurmspec.Share) times --cpus-per-gpu when that is
+// more. --gpus=3 -N2 --cpus-per-gpu=2 is 4 and 2.
 func jobNodeCPUs(j *loomv1.Job) []int {
 	n := jobNodeCount(j)
-	spread := func(total, i int) int {
-		c := total / n
-		if i < total%n {
-			c++
-		}
-		return c
-	}
 	tasks := jobNodeTasks(j)
 	out := make([]int, n)
 	for i := range out {
-		gpus := int(j.GetGpusPerNode())
+		gpus := j.GetGpusPerNode()
 		if gpus == 0 {
-			gpus = spread(int(j.GetGpus()), i)
+			gpus = slurmspec.Share(j.GetGpus(), n, i)
 		}
 		out[i] = int(slurmspec.NodeCPUs(int64(tasks[i]), int64(j.GetCpusPerTask()), int64(gpus), int64(j.GetCpusPerGpu())))
 	}
@@ -280,26 +272,9 @@ func jobNodeCPUs(j *loomv1.Job) []int {
 }
 
 // jobNodeTasks is the tasks on each of the job's nodes (jobNodeCount), as
-// the scheduler lays them out: --ntasks-per-node, else --ntasks spread
-// over the nodes, the first ones taking the remainder (at least 1), else 1.
-func jobNodeTasks(j *loomv1.Job) []int {
-	n := jobNodeCount(j)
-	out := make([]int, n)
-	for i := range out {
-		switch total := int(j.GetNtasks()); {
-		case j.GetNtasksPerNode() > 0:
-			out[i] = int(j.GetNtasksPerNode())
-		case total > 0:
-			out[i] = total / n
-			if i < total%n {
-				out[i]++
-			}
-			out[i] = max(out[i], 1)
-		default:
-			out[i] = 1
-		}
-	}
-	return out
+// the scheduler lays them out (slurmspec.TaskLayout).
+func jobNodeTasks(j *loomv1.Job) []int32 {
+	return slurmspec.TaskLayout(j.GetNtasksPerNode(), j.GetNtasks(), jobNodeCount(j))
 }
 
 // jobTasks is the job's task count.

@@ -253,13 +253,8 @@ func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus 
 		set["SLURM_NTASKS"], set["SLURM_NPROCS"] = n, n
 	}
 	if len(cpus) > 0 {
-		layout := jobNodeTasks(job)
 		tasks := make([]int32, len(cpus))
-		for i := range tasks {
-			if i < len(layout) {
-				tasks[i] = int32(layout[i])
-			}
-		}
+		copy(tasks, jobNodeTasks(job))
 		asked := job.GetNtasks() > 0 || job.GetNtasksPerNode() > 0
 		set["SLURM_JOB_CPUS_PER_NODE"] = slurmspec.CompressCounts(cpus)
 		set["SLURM_TASKS_PER_NODE"] = slurmspec.CompressCounts(slurmspec.AllocTasksPerNode(tasks, cpus, asked, job.GetCpusPerTask()))

@@ -133,28 +133,6 @@ func outputPaths(spec *loomv1.Job, wd, host string) (out, errPath string) {
 	return out, errPath
 }
 
-// taskLayout returns the tasks on each of n nodes: --ntasks-per-node, else
-// --ntasks spread as evenly as possible (the first nodes get one more), else
-// one per node.
-func taskLayout(spec *loomv1.Job, n int) []int32 {
-	out := make([]int32, n)
-	tpn, total := spec.GetNtasksPerNode(), spec.GetNtasks()
-	for i := range out {
-		switch {
-		case tpn > 0:
-			out[i] = tpn
-		case total > 0:
-			out[i] = total / int32(n)
-			if int32(i) < total%int32(n) {
-				out[i]++
-			}
-		default:
-			out[i] = 1
-		}
-	}
-	return out
-}
-
 // cpusPerNode is what a job asks of each node's CPUs on nodes nodes with
 // gpus GPUs each at most (slurmspec.CPUsPerNode: --cpus-per-gpu counts),
 // at most an int32's worth: no node has that many, so the job waits

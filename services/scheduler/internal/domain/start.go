@@ -37,7 +37,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		spec.Priority = prio
 	}
 	n := len(chosen)
-	tasks := taskLayout(spec, n)
+	tasks := slurmspec.TaskLayout(spec.GetNtasksPerNode(), spec.GetNtasks(), n)
 	cpt := spec.GetCpusPerTask()
 	gpus := make([]int32, n)
 	for i := range gpus {
@@ -45,11 +45,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		case spec.GetGpusPerNode() > 0:
 			gpus[i] = spec.GetGpusPerNode()
 		case spec.GetGpus() > 0:
-			g := spec.GetGpus()
-			gpus[i] = g / int32(n)
-			if int32(i) < g%int32(n) {
-				gpus[i]++
-			}
+			gpus[i] = slurmspec.Share(spec.GetGpus(), n, i)
 		}
 	}
 	q, _ := t.s.cfg.qos(spec.GetQos())
