@@ -171,9 +171,11 @@ type sbatchRequest struct {
 	quiet    bool
 	// testOnly is --test-only: check the job and say when it would start.
 	testOnly bool
-	// sharedExclusive is --exclusive=user, mcs or topo: Slurm shares the
-	// job's nodes' CPUs and --test-only counts its tasks' (1 processor for
-	// one task), where a bare --exclusive counts the nodes' every CPU.
+	// sharedExclusive is --exclusive=mcs or topo (Exclusive, not a bare
+	// --exclusive): Slurm shares the job's nodes' CPUs and --test-only
+	// counts its tasks' (1 processor for one task), where a bare
+	// --exclusive counts the nodes' every CPU. --exclusive=user is not
+	// Exclusive at all (ExclusiveUser), so it counts its tasks anyway.
 	sharedExclusive bool
 	// clusters is -M: the cluster to submit to, over LOOM_CLUSTER.
 	clusters string

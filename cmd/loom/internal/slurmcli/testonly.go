@@ -28,9 +28,10 @@ import (
 // partition, on that job's nodes; both as the scheduler's --exclusive=user
 // rule lets the job onto them (estimateStart, docs/slurm.md). The processors are
 // slurmctld's count for those nodes (allocCPUs); sharedExclusive
-// (--exclusive=user, mcs or topo) counts the job's tasks, as Slurm's 1
-// processor for one task, though Loom's scheduler holds the nodes of an
-// mcs or topo job whole (scontrol show job shows their CPUs once it runs).
+// (--exclusive=mcs or topo) counts the job's tasks, as Slurm's 1 processor
+// for one task, though Loom's scheduler holds such a job's nodes whole
+// (scontrol show job shows their CPUs once it runs). --exclusive=user
+// counts its tasks as any shared job does: it is not Exclusive.
 func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job, sharedExclusive bool) error {
 	job, err := c.sendJob(ctx, j, true)
 	if err != nil {
