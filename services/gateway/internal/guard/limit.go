@@ -1,8 +1,10 @@
 // Package guard holds the gateway's interceptors that bound and record
 // what principals do: per-principal rate limits and a cap on concurrent
 // watch streams (Limiter), and the audit trail of every mutating request
-// and every refusal (Auditor). The gateway chains them as SEAMS.md says:
-// errs → audit → authn → rate limit + watch cap → authz → handler.
+// and every refusal (Auditor). The gateway chains them as its
+// interceptors function says: errs → audit → authn → rate limit + watch
+// cap → a request that did not decode refused (ports.DecodeGuard) → authz
+// → request checks → handler.
 package guard
 
 import (
