@@ -35,8 +35,10 @@ func OpenRoot(dir string) (*os.Root, error) {
 	return root, nil
 }
 
-// ErrThroughProc is returned (wrapped) by OpenRoot for a directory reached
-// through a /proc link.
+// ErrThroughProc is returned (wrapped in an fs.PathError) by OpenRoot,
+// OpenNoProcLinks and OpenFile for a path reached through a /proc link,
+// so that a caller can tell that refusal from a missing file or a denied
+// one (errors.Is).
 var ErrThroughProc = errors.New("reached through a /proc link (a process's descriptor, cwd or root: it can lead where the account cannot go), or through too many links: refused")
 
 // OpenNoProcLinks is os.OpenFile refusing a path through a /proc link

@@ -11,8 +11,9 @@ import (
 // (see the Linux version).
 func OpenRoot(dir string) (*os.Root, error) { return os.OpenRoot(dir) }
 
-// ErrThroughProc is returned (wrapped) by OpenRoot for a directory reached
-// through a /proc link (Linux only).
+// ErrThroughProc is returned (wrapped) by OpenRoot, OpenNoProcLinks and
+// OpenFile for a path reached through a /proc link (Linux only: never
+// here).
 var ErrThroughProc = errors.New("reached through a /proc link: refused")
 
 // OpenNoProcLinks is os.OpenFile (see the Linux version).
