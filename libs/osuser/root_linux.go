@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -51,10 +52,11 @@ func OpenNoProcLinks(path string, flag int, perm os.FileMode) (*os.File, error) 
 		// openat2 refuses a mode with nothing to create (EINVAL).
 		how.Mode = uint64(syscallMode(perm))
 	}
+	if !HasOpenat2() {
+		return os.OpenFile(path, flag, perm)
+	}
 	fd, err := unix.Openat2(unix.AT_FDCWD, path, how)
 	switch {
-	case errors.Is(err, unix.ENOSYS):
-		return os.OpenFile(path, flag, perm)
 	case errors.Is(err, unix.ELOOP):
 		return nil, &fs.PathError{Op: "open", Path: path, Err: ErrThroughProc}
 	case err != nil:
@@ -80,13 +82,14 @@ func syscallMode(perm os.FileMode) uint32 {
 }
 
 func notThroughProc(dir string, root *os.Root) error {
+	if !HasOpenat2() {
+		return nil
+	}
 	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_MAGICLINKS,
 	})
 	switch {
-	case errors.Is(err, unix.ENOSYS):
-		return nil
 	case errors.Is(err, unix.ELOOP):
 		return ErrThroughProc
 	case err != nil:
@@ -106,3 +109,21 @@ func notThroughProc(dir string, root *os.Root) error {
 	}
 	return nil
 }
+
+// HasOpenat2 reports whether this process may use openat2 (Linux 5.6 and
+// later, not refused by a seccomp filter: ENOSYS where the kernel lacks
+// it, EPERM or EINVAL where a filter refuses it), probed once on "/". One
+// answer for every caller, so that a filtered openat2 is never mistaken for
+// a refusal of the path: those who need its RESOLVE_* guarantees fall back
+// to what they did without it (a plain open, or a walk with O_NOFOLLOW).
+var HasOpenat2 = sync.OnceValue(func() bool {
+	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+})

@@ -20,3 +20,7 @@ var ErrThroughProc = errors.New("reached through a /proc link: refused")
 func OpenNoProcLinks(path string, flag int, perm os.FileMode) (*os.File, error) {
 	return os.OpenFile(path, flag, perm)
 }
+
+// HasOpenat2 reports whether this process may use openat2: never, off
+// Linux (see the Linux version).
+func HasOpenat2() bool { return false }

@@ -5,10 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/loom-ml/loom/libs/osuser"
 )
 
 // openJobFileAt opens name (one component) in the directory d, a file a
@@ -109,16 +110,13 @@ var errNotAbs = errors.New("not an absolute, clean path")
 // operator made) when path is in it, else "/". A link anywhere below it is
 // refused (ELOOP, ENOTDIR): name the directory's real path.
 func openPath(root, path string) (*os.File, error) {
-	return openPathBy(root, path, !noOpenat2.Load())
+	return openPathBy(root, path, osuser.HasOpenat2())
 }
-
-// noOpenat2 is set once openat2 is found missing (Linux before 5.6) or
-// refused (a seccomp filter): openPath walks from then on.
-var noOpenat2 atomic.Bool
 
 // openPathBy is openPath, in one openat2 (RESOLVE_NO_SYMLINKS: the kernel
 // refuses a link in any component, at a third of the walk's cost) when
-// useOpenat2 and the kernel has it, else by a walk: every component opened
+// useOpenat2 (osuser.HasOpenat2: the kernel has it, no filter refuses
+// it), else by a walk: every component opened
 // relative to the one before (openat) with O_NOFOLLOW.
 func openPathBy(root, path string, useOpenat2 bool) (*os.File, error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
@@ -143,16 +141,11 @@ func openPathBy(root, path string, useOpenat2 bool) (*os.File, error) {
 			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NONBLOCK | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_BENEATH,
 		})
-		switch {
-		case err == nil:
-			d.Close()
-			return os.NewFile(uintptr(fd), path), nil
-		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL):
-			noOpenat2.Store(true)
-		default:
-			d.Close()
+		d.Close()
+		if err != nil {
 			return nil, err
 		}
+		return os.NewFile(uintptr(fd), path), nil
 	}
 	for _, name := range strings.Split(rest, "/") {
 		if d, err = openDirAt(d, name); err != nil {
