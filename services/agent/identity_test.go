@@ -29,7 +29,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// authServer is the gateway's side of node identities as SEAMS.md states
+// authServer is the gateway's side of node identities as docs/security.md states
 // it (RegisterNode, RenewNodeIdentity, CreateToken{job}), built on
 // libs/auth, for the agent's tests: bootstrap tokens from
 // auth.NewBootstrapIssuer on the test's services' secret, used once, for a

@@ -109,7 +109,7 @@ func (r *guardRecorder) RecordAudit(ctx context.Context, rec *loomv1.AuditRecord
 	return r.g.RecordAudit(ctx, rec)
 }
 
-// interceptors returns the gateway's interceptor chain (SEAMS.md): audit →
+// interceptors returns the gateway's interceptor chain (as the gateway's README lists it): audit →
 // authentication → rate limit and watch cap → the answer to a request
 // that did not decode (decode's Unary and Stream; its ServerOptions come
 // before this chain) → authorization → the checks of what any request

@@ -164,7 +164,7 @@ func Decision(c codes.Code) string {
 const maxReasonBytes = 1024
 
 // UnaryServerInterceptor records unary calls. It must run outside
-// authentication (SEAMS.md), so that authentication's refusals are recorded.
+// authentication (the gateway README's chain), so that authentication's refusals are recorded.
 // A mutating call's handler may write the record itself (Pending).
 func (a *Auditor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
