@@ -258,8 +258,14 @@ func jobCPUs(j *loomv1.Job) int {
 // as the tasks are, slurmspec.Share) times --cpus-per-gpu when that is
 // more. --gpus=3 -N2 --cpus-per-gpu=2 is 4 and 2.
 func jobNodeCPUs(j *loomv1.Job) []int {
-	n := jobNodeCount(j)
-	tasks := jobNodeTasks(j)
+	return nodeCPUsOver(j, jobNodeCount(j))
+}
+
+// nodeCPUsOver is jobNodeCPUs with the job's tasks and GPUs laid out over
+// n nodes, however many the job itself names: --test-only's estimate may
+// put it on another job's nodes (allocNodeCPUs).
+func nodeCPUsOver(j *loomv1.Job, n int) []int {
+	tasks := slurmspec.TaskLayout(j.GetNtasksPerNode(), j.GetNtasks(), n)
 	out := make([]int, n)
 	for i := range out {
 		gpus := j.GetGpusPerNode()

@@ -128,7 +128,7 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 func (c *cmd) runAllocated(ctx context.Context, job *loomv1.Job, path string, command []string, dir string) (code int, revoked bool) {
 	cmd := exec.Command(path, command[1:]...)
 	cmd.Args[0] = command[0]
-	cmd.Env = allocationEnv(c.env.Environ, job, c.env.Cwd, c.allocNodeCPUs(ctx, job))
+	cmd.Env = allocationEnv(c.env.Environ, job, c.env.Cwd, c.allocationCPUs(ctx, job))
 	cmd.Dir = dir
 	// A terminal is handed to the command as it is (a shell must see one);
 	// anything else is written under a lock, as salloc's own messages are.
@@ -200,36 +200,21 @@ func exitCode(err error) int {
 	return ee.ExitCode()
 }
 
-// allocNodeCPUs is the CPUs the scheduler holds on each of job's nodes:
-// jobNodeCPUs' count, or for an exclusive job every CPU of its nodes
-// (allocCPUs' rule) where the cluster's nodes can be read and say it.
-func (c *cmd) allocNodeCPUs(ctx context.Context, job *loomv1.Job) []int32 {
-	counts := jobNodeCPUs(job)
-	out := make([]int32, len(counts))
-	for i, n := range counts {
-		out[i] = int32(n)
+// allocationCPUs is the CPUs the scheduler holds on each of job's nodes
+// (allocNodeCPUs), reading the cluster's nodes only for an exclusive job
+// that has some: where they cannot be read, its tasks' CPUs.
+func (c *cmd) allocationCPUs(ctx context.Context, job *loomv1.Job) []int32 {
+	var nodes []*loomv1.SlurmNode
+	if job.GetExclusive() && len(job.GetNodes()) > 0 {
+		nodes, _ = c.slurmNodes(ctx, job.GetCluster()) // nil on an error: the tasks' CPUs
 	}
-	if !job.GetExclusive() || len(job.GetNodes()) != len(out) {
-		return out
-	}
-	nodes, err := c.slurmNodes(ctx, job.GetCluster())
-	if err != nil {
-		return out // the tasks' CPUs, as a pending exclusive job shows
-	}
-	for i, host := range job.GetNodes() {
-		for _, nd := range nodes {
-			if nd.GetHostname() == host && nd.GetCpus() > 0 {
-				out[i] = nd.GetCpus()
-			}
-		}
-	}
-	return out
+	return allocNodeCPUs(job, job.GetNodes(), nodes)
 }
 
 // allocationEnv is the environment salloc's command runs with: the
 // caller's, and the allocation's SLURM_* variables as Slurm's salloc sets
 // them (those srun reads to run steps in it among them). cpus are the CPUs
-// held on each of its nodes (allocNodeCPUs): SLURM_JOB_CPUS_PER_NODE, and
+// held on each of its nodes (allocationCPUs): SLURM_JOB_CPUS_PER_NODE, and
 // SLURM_TASKS_PER_NODE by the batch environment's rule
 // (slurmspec.AllocTasksPerNode), as Slurm 22.05's env_array_for_job.
 func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus []int32) []string {

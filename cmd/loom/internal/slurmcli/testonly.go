@@ -86,26 +86,58 @@ func (c *cmd) testOnly(ctx context.Context, j *loomv1.Job, sharedExclusive bool)
 
 // allocCPUs is the processor count of job on hosts (nodes: their
 // cluster's), as slurmctld 22.05 counts it (checked beside one, CR_Core):
-// with --exclusive every CPU of every node it names (16 for one 16-CPU
-// node, whatever -n, -c or --gres); else the job's tasks × CPUs per task
-// (jobCPUs: -N without -n one task per node, --ntasks-per-node per node).
-// It is --test-only's count for the nodes it estimates, and scontrol show
-// job's NumCPUs and squeue's %C for the nodes a job holds (squeueView.cpus).
-// An exclusive job none of whose hosts is among nodes (not started, or its
-// nodes since removed) counts its tasks, as Slurm's pending one does.
+// with --exclusive the sum of allocNodeCPUs, every CPU of every node it
+// names (16 for one 16-CPU node, whatever -n, -c or --gres); else the
+// job's tasks × CPUs per task (jobCPUs: -N without -n one task per node,
+// --ntasks-per-node per node). It is --test-only's count for the nodes it
+// estimates, and scontrol show job's NumCPUs and squeue's %C for the nodes
+// a job holds (squeueView.cpus). An exclusive job with no hosts (not
+// started) counts its tasks, as Slurm's pending one does.
 func allocCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
-	if job.GetExclusive() {
-		sum := 0
+	if !job.GetExclusive() || len(hosts) == 0 {
+		return jobCPUs(job)
+	}
+	sum := 0
+	for _, n := range allocNodeCPUs(job, hosts, nodes) {
+		sum += int(n)
+	}
+	return sum
+}
+
+// allocNodeCPUs is the CPUs the scheduler holds for job on each of hosts
+// (nodes: their cluster's), the one rule behind allocCPUs' total and
+// salloc's SLURM_JOB_CPUS_PER_NODE: for an exclusive job every CPU of the
+// node; else, or with no hosts, its tasks' CPUs (jobNodeCPUs).
+//
+// A host nodes does not describe (removed from the cluster since, or its
+// CPU count not yet reported) counts its tasks' CPUs there, as if the job
+// were not exclusive. Slurm never shows such a node: slurmctld knows every
+// node a job holds. Of what the CLI can say, the tasks' CPUs are what the
+// job certainly holds there (the least an exclusive job takes) and what
+// Slurm shows for the same job before it has nodes, where 0 would put a
+// node without CPUs into SLURM_JOB_CPUS_PER_NODE and NumCPUs.
+func allocNodeCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) []int32 {
+	if !job.GetExclusive() || len(hosts) == 0 {
+		return toInt32s(jobNodeCPUs(job))
+	}
+	out := toInt32s(nodeCPUsOver(job, len(hosts)))
+	for i, host := range hosts {
 		for _, nd := range nodes {
-			if slices.Contains(hosts, nd.GetHostname()) {
-				sum += int(nd.GetCpus())
+			if nd.GetHostname() == host && nd.GetCpus() > 0 {
+				out[i] = nd.GetCpus()
 			}
 		}
-		if sum > 0 {
-			return sum
-		}
 	}
-	return jobCPUs(job)
+	return out
+}
+
+// toInt32s is counts as int32s (CPU counts: they fit).
+func toInt32s(counts []int) []int32 {
+	out := make([]int32, len(counts))
+	for i, n := range counts {
+		out[i] = int32(n)
+	}
+	return out
 }
 
 // estimateStart is testOnly's estimate for job in partition part. Running

@@ -2,6 +2,7 @@ package slurmcli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,34 @@ func TestExclusiveJobCPUs(t *testing.T) {
 	f.Jobs[3].Exclusive = false
 	if code, out, errOut = run(t, f, "squeue", Env{}, "-h", "-o", "%i %C", "-j", "12"); code != 0 || out != "12 8\n" {
 		t.Errorf("squeue %%C of job 12 not exclusive: %d %q %q, want \"12 8\\n\"", code, out, errOut)
+	}
+}
+
+// TestExclusiveJobCPUsUnknownNode: a node of an exclusive job that the
+// cluster's node list no longer describes counts its tasks' CPUs there
+// (allocNodeCPUs), in squeue's %C and scontrol's NumCPUs as in salloc's
+// SLURM_JOB_CPUS_PER_NODE: one rule, never 0 for a node the job holds.
+func TestExclusiveJobCPUsUnknownNode(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	job := f.Jobs[3] // 12: on gpu-0001 (16 CPUs) and gpu-0002, 2 tasks × 4 CPUs
+	if job.GetJobId() != "12" || f.SlurmNodes[1].GetHostname() != "gpu-0002" {
+		t.Fatalf("fixture changed: job %s, node %s", job.GetJobId(), f.SlurmNodes[1].GetHostname())
+	}
+	job.Exclusive = true
+	f.SlurmNodes = slices.Delete(f.SlurmNodes, 1, 2) // gpu-0002 removed since
+	if got, want := allocNodeCPUs(job, job.GetNodes(), f.SlurmNodes), []int32{16, 4}; !slices.Equal(got, want) {
+		t.Errorf("allocNodeCPUs = %v, want %v (gpu-0001's 16, gpu-0002's one task × 4)", got, want)
+	}
+	if got := allocCPUs(job, job.GetNodes(), f.SlurmNodes); got != 20 {
+		t.Errorf("allocCPUs = %d, want 20, the sum of its nodes'", got)
+	}
+	code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "12")
+	if code != 0 || !strings.Contains(out, " NumCPUs=20 NumTasks=2 ") {
+		t.Errorf("show job 12: %d %q %q, want NumCPUs=20", code, out, errOut)
+	}
+	if code, out, errOut = run(t, f, "squeue", Env{}, "-h", "-o", "%i %C", "-j", "12"); code != 0 || out != "12 20\n" {
+		t.Errorf("squeue %%C of job 12: %d %q %q, want \"12 20\\n\"", code, out, errOut)
 	}
 }
 
