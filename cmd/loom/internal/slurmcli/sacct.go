@@ -448,15 +448,12 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 				// A job step cancelled by scancel JOB.STEP: who, as for
 				// a job (Slurm keeps each step's requid).
 				if by := r.jstep.GetCancelledBy(); by != "" && r.jstep.GetState() == loomv1.JobState_CANCELLED {
-					return "CANCELLED by " + ownerIDs(by).uid
+					return cancelledBy(by)
 				}
 				return stepState(r.state())
 			}
 			if by := r.job.GetCancelledBy(); by != "" && r.run == nil && r.state() == loomv1.JobState_CANCELLED {
-				// Slurm's "CANCELLED by UID" (src/sacct/print.c): the
-				// canceller's uid where this machine has their account,
-				// their name otherwise (Loom's users are names).
-				return stateLong(r.state()) + " by " + ownerIDs(by).uid
+				return cancelledBy(by)
 			}
 			return stateLong(r.state())
 		}},
@@ -1008,3 +1005,11 @@ const sacctUsage = `Usage: sacct [options]
   -X, --allocations   Only show statistics relevant to the job allocation itself.
       --delimiter     ASCII characters used to separate the fields when using -p or -P.
 `
+
+// cancelledBy is sacct's State of a job or step that user cancelled,
+// Slurm's "CANCELLED by UID" (src/sacct/print.c, PRINT_STATE): the
+// canceller's uid where this machine has their account, their name
+// otherwise (Loom's users are names).
+func cancelledBy(user string) string {
+	return "CANCELLED by " + ownerIDs(user).uid
+}
