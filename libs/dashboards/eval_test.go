@@ -145,7 +145,8 @@ func TestScraperEvaluatesPanelsAsPromQLWould(t *testing.T) {
 	if len(data.Panels) != len(d.Panels()) || data.Panels[0].ID != "build_info" || data.Panels[0].Series == nil {
 		t.Errorf("Dashboard = %+v", data.Panels[:1])
 	}
-	// The JSON is the contract's (SEAMS16 "Dashboards"): flat panels.
+	// The JSON is GET /v1/dashboards' (docs/observability.md "Dashboards and
+	// alerts"), which the console reads: flat panels.
 	raw, _ := json.Marshal(data)
 	var shape struct {
 		Service, Title string

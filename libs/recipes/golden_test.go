@@ -237,7 +237,7 @@ func TestCustomJobPools(t *testing.T) {
 			t.Fatal(err)
 		}
 		pools := job.GetJobSpec().GetWorkerPoolSpecs()
-		// SEAMS15's CustomJob bounds (libs/trainingspec validates them at the gateway).
+		// The CustomJob bounds (docs/training.md "Limits"; libs/trainingspec validates them at the gateway).
 		for i, p := range pools {
 			c := p.GetContainerSpec()
 			if i >= 4 || p.GetReplicaCount() > 64 || len(c.GetCommand()) > 256 || len(c.GetArgs()) > 256 || len(c.GetEnv()) > 128 {

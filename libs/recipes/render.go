@@ -204,7 +204,8 @@ func formatTime(secs int64) string {
 }
 
 // SmallArgs are the built-in trainer's arguments for r's small variant
-// (after `loom train`): the flags of SEAMS's trainer.
+// (after `loom train`): the flags of the built-in trainer (docs/training.md,
+// "The built-in trainer").
 func SmallArgs(r *Recipe) []string {
 	s := r.Small
 	return []string{

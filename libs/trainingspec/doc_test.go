@@ -3,6 +3,7 @@ package trainingspec
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -82,6 +83,52 @@ func TestExamplesAreValid(t *testing.T) {
 		}
 		if err != nil {
 			t.Errorf("%s is refused: %v", file, err)
+		}
+	}
+}
+
+// TestLimitsDocStatesBounds: the Limits table of docs/training.md, the
+// contract these bounds keep (the gateway refuses past them), states each
+// one as it is here: a bound changed without the guide fails.
+func TestLimitsDocStatesBounds(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/training.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Limits\n")
+	if !ok {
+		t.Fatal(`docs/training.md has no "## Limits" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	// thousands writes n as the guide does: 1,000.
+	thousands := func(n int) string {
+		s := strconv.Itoa(n)
+		for i := len(s) - 3; i > 0; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	}
+	for _, row := range []string{
+		"| worker pools | " + thousands(MaxWorkerPools) + " ",
+		"| replicas of one pool | " + thousands(MaxReplicaCount) + " |",
+		"| `command`, `args` (each) | " + thousands(MaxArgs) + " items, " + thousands(MaxArgBytes>>10) + " KiB each,",
+		"| `env` | " + thousands(MaxEnv) + " variables,",
+		"| the whole resource, encoded | " + thousands(MaxSpecBytes>>10) + " KiB |",
+		"| `maxTrialCount` | 1 to " + thousands(MaxTrialCount) + " |",
+		"| `parallelTrialCount` | 1 to " + thousands(MaxParallelTrials) + ",",
+		"| study parameters (conditional included) | " + thousands(MaxParameters) + " |",
+		"| categorical or discrete values | " + thousands(MaxCategoricalValues) + " |",
+		"| a categorical value | 1 to " + thousands(MaxCategoricalValueBytes) + " bytes",
+		"| conditional parameter depth | " + thousands(MaxConditionalDepth) + " |",
+		"| metrics | " + thousands(MaxMetrics) + " |",
+		"| `displayName` | required, " + thousands(MaxDisplayNameLen) + " characters,",
+		"| labels | " + thousands(MaxLabels) + ",",
+		"| `packageUris` | " + thousands(MaxPackageURIs) + " |",
+		"| URIs and paths | " + thousands(MaxURILen) + " bytes,",
+	} {
+		if !strings.Contains(section, "\n"+row) {
+			t.Errorf("docs/training.md's Limits table has no row %q", row)
 		}
 	}
 }

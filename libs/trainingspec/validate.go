@@ -22,9 +22,10 @@ import (
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
-// Bounds of a training request (SEAMS15: the gateway refuses past them, the
-// training service may rely on them). Each keeps one request's work and one
-// Kafka record bounded; none is near what a real job needs.
+// Bounds of a training request (docs/training.md "Limits": the gateway
+// refuses past them, the training service may rely on them). Each keeps one
+// request's work and one Kafka record bounded; none is near what a real job
+// needs.
 const (
 	// MaxWorkerPools is Vertex's: primary, workers, servers, evaluators.
 	MaxWorkerPools = 4

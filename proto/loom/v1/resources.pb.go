@@ -3949,8 +3949,8 @@ func (x *ModelVersion) GetArtifactChanged() string {
 // ModelLineage says what produced a model version: the job (and run), or
 // the pipeline, the tuning job, the trial and its hyperparameters, with the
 // final metrics and the checkpoint it came from. Names are full resource
-// names. Its JSON names are the console's (SEAMS16.md): tuning_job is
-// "hyperparameterTuningJob", hyperparameters "parameters".
+// names. Its JSON names are the console's (docs/registry.md "Lineage"):
+// tuning_job is "hyperparameterTuningJob", hyperparameters "parameters".
 type ModelLineage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Job              string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`

@@ -16,7 +16,7 @@ import (
 // mlp` reports its metrics two ways (hypertune lines and a TensorBoard
 // event file in AIP_TENSORBOARD_LOG_DIR); the agent reads both, the
 // training service stores them, and they are read through REST at the
-// paths SEAMS16 fixes (under the CustomJob and under its job) and through
+// paths docs/metrics.md fixes (under the CustomJob and under its job) and through
 // `loom metrics`.
 func TestCustomJobMetricsThroughREST(t *testing.T) {
 	t.Parallel()

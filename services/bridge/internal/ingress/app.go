@@ -264,8 +264,9 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 	return nil
 }
 
-// ResultEvent is the IngressResult's CloudEvent (SEAMS17): id "result-" +
-// key, source "loom/bridge", subject the message's id, JSON data.
+// ResultEvent is the IngressResult's CloudEvent (docs/integration.md
+// "Guarantees"): id "result-" + key, source "loom/bridge", subject the
+// message's id, JSON data.
 func ResultEvent(key string, res *publicv1.IngressResult) (cloudevent.Event, error) {
 	data, err := protojson.Marshal(res)
 	if err != nil {

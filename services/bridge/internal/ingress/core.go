@@ -84,8 +84,9 @@ func method[Req, Resp any, PReq interface {
 		NewResponse: func() proto.Message { return PResp(new(Resp)) }}
 }
 
-// Methods is the table of ingress message types (SEAMS17): each is the API
-// call of the same name, its data the request as JSON.
+// Methods is the table of ingress message types (docs/integration.md
+// "Messages"): each is the API call of the same name, its data the request
+// as JSON.
 var Methods = map[string]Method{}
 
 func init() {

@@ -149,7 +149,7 @@ func TestDecideCalls(t *testing.T) {
 		}
 	}
 	if len(Methods) != 9 {
-		t.Errorf("%d methods, want the 9 of SEAMS17", len(Methods))
+		t.Errorf("%d methods, want the 9 of docs/integration.md's Messages", len(Methods))
 	}
 }
 

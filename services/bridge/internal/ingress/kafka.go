@@ -18,7 +18,7 @@ import (
 // KafkaGroup is the consumer group the bridge reads the ingress topic in.
 const KafkaGroup = "loom-bridge-ingress"
 
-// Dead-letter headers (SEAMS17) on "<topic>.dlq" records.
+// Dead-letter headers (docs/integration.md "Guarantees") on "<topic>.dlq" records.
 const (
 	HeaderDLQReason    = "loom_dlq_reason"
 	HeaderDLQCode      = "loom_dlq_code"

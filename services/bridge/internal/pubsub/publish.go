@@ -14,7 +14,8 @@ import (
 	"github.com/loom-ml/loom/services/bridge/internal/cloudevent"
 )
 
-// Dead-letter attributes (SEAMS17; Kafka's are loom_dlq_*).
+// Dead-letter attributes (docs/integration.md "Guarantees"; Kafka's are
+// loom_dlq_* headers).
 const (
 	AttrDLQReason    = "loom-dlq-reason"
 	AttrDLQCode      = "loom-dlq-code"

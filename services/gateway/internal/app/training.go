@@ -25,8 +25,8 @@ import (
 
 // Serverless training (loom.training.v1.TrainingService): creates are
 // validated here (libs/trainingspec), get their ids from the job id counter
-// (a block for a tuning job or pipeline, SEAMS15) and become commands on
-// loom.training.commands.v1 with the caller's principal, in one Apply with
+// (a block for a tuning job or pipeline, docs/training.md) and become
+// commands on loom.training.commands.v1 with the caller's principal, in one Apply with
 // the request record, the accepted record and the audit record, once
 // counted against the project's quotas (training_quota.go); cancel and
 // delete are checked against the resource as the training service has it

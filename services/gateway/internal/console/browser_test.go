@@ -21,10 +21,10 @@ import (
 	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
-// contractAPI answers the REST contracts other packages serve (SEAMS16:
-// the model registry, training metrics, dashboards) with fixed bodies, so
-// that the pages that read them are checked before those services land on
-// this branch. The end-to-end test (cmd/loom/internal/cli TestConsole)
+// contractAPI answers the REST contracts other packages serve (the model
+// registry, docs/registry.md; training metrics, docs/metrics.md;
+// dashboards, docs/observability.md) with fixed bodies, so that the pages
+// that read them are checked before those services land on this branch. The end-to-end test (cmd/loom/internal/cli TestConsole)
 // checks the same pages against the real stack. Every call needs the
 // token the sign-in exchange gives.
 func contractAPI(t *testing.T, flaky *atomic.Int32) http.Handler {
@@ -116,7 +116,7 @@ func contractAPI(t *testing.T, flaky *atomic.Int32) http.Handler {
 
 // TestPagesAgainstContracts opens the models, model (lineage graph),
 // dashboards and job-metrics pages in headless Chromium against the REST
-// contracts of SEAMS16 and checks what they draw.
+// contracts contractAPI serves and checks what they draw.
 func TestPagesAgainstContracts(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install chromium", "chromium")

@@ -81,9 +81,9 @@ func clipQ(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// PipelineJobIDs is how many job ids a pipeline reserves (SEAMS15): itself
-// and its CustomJob (2), or itself, its tuning job and one per trial
-// (2+max_trial_count). p must have passed ValidateTrainingPipeline.
+// PipelineJobIDs is how many job ids a pipeline reserves (docs/training.md
+// "Pipelines"): itself and its CustomJob (2), or itself, its tuning job and
+// one per trial (2+max_trial_count). p must have passed ValidateTrainingPipeline.
 func PipelineJobIDs(p *trainingv1.TrainingPipeline) (int, error) {
 	_, tuning, err := trainingspec.PipelineTask(p)
 	if err != nil {
