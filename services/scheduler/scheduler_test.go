@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -34,15 +33,16 @@ const (
 	wait    = 60 * time.Second
 )
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+// freeAddr is an address for a scheduler the test starts (its gRPC or
+// HTTP port). Not a port the kernel handed out to a :0 listener closed at
+// once: that one comes from the ephemeral range, where any outgoing
+// connection of the packages testing beside this one (their Kafka and
+// Redis clients) can take it as its local port before the scheduler binds
+// it. testkit.FreeAddr picks below that range, and keeps the port to this
+// test process.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testkit.FreeAddr()
 }
 
 // instance is a scheduler running in the test.
