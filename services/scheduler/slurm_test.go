@@ -301,9 +301,16 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 	broker := testkit.Broker(t)
 	redisAddr, rdb := testkit.Redis(t)
 	httpAddr := map[string]string{"a": freeAddr(t), "b": freeAddr(t)}
+	// The leader changes when the test stops it (its lease released), never
+	// by the lease running out: with startWith's 1 s TTL, a leader whose
+	// renewals (every TTL/3) were held up two thirds of a second on a loaded
+	// machine lost the lease to the other mid-test, which then was the one
+	// the test took for the follower. A TTL longer than the takeover's wait
+	// also shows that the takeover is the release's, not the expiry's.
+	const leaseTTL = 10 * wait
 	edit := func(id string) func(*scheduler.Config) {
 		return func(c *scheduler.Config) {
-			c.InstanceID, c.RefreshInterval, c.HTTPAddr = id, 100*time.Millisecond, httpAddr[id]
+			c.InstanceID, c.RefreshInterval, c.HTTPAddr, c.LeaseTTL = id, 100*time.Millisecond, httpAddr[id], leaseTTL
 		}
 	}
 	a, _ := startWith(t, broker, redisAddr, edit("a"))
