@@ -288,6 +288,39 @@ func Events(t testing.TB, broker, topic string) []envelope.Event {
 	return out
 }
 
+// Messages returns every record on topic at the time of the call as
+// stored (undecoded, headers and signatures included), in offset order
+// within each partition (partitions one after another): for checking what
+// the records themselves hold. Each partition is read up to its last
+// offset, not until a read goes quiet: on a loaded machine a slow read
+// makes the call slower, never the list shorter.
+func Messages(t testing.TB, broker, topic string) []kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	parts, err := partitions(ctx, broker, topic)
+	if err != nil {
+		t.Fatalf("testkit: records of %s: %v", topic, err)
+	}
+	var out []kafka.Message
+	for _, p := range parts {
+		end, err := lastOffset(ctx, broker, topic, p)
+		if err != nil {
+			t.Fatalf("testkit: records of %s[%d]: %v", topic, p, err)
+		}
+		if end == 0 {
+			continue
+		}
+		if err := readMessages(ctx, broker, topic, p, end, func(m kafka.Message) bool {
+			out = append(out, m)
+			return true
+		}); err != nil {
+			t.Fatalf("testkit: records of %s[%d]: %v", topic, p, err)
+		}
+	}
+	return out
+}
+
 // DeadLetter is a record a consumer dead-lettered (DeadLetters): its event
 // id and type, the refusal's reason (bus.HeaderDLQReason) and its signer
 // ("" for a header the record did not carry: an unsigned one's signer).

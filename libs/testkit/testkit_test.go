@@ -166,6 +166,17 @@ func TestPublishAndWaitEvent(t *testing.T) {
 	if len(all) != len(evs) {
 		t.Fatalf("Events returned %d, want %d", len(all), len(evs))
 	}
+	// Messages has every record as stored, the undecodable one too.
+	raw := Messages(t, broker, topics.NodeTelemetry)
+	junk := 0
+	for _, m := range raw {
+		if string(m.Value) == "junk" {
+			junk++
+		}
+	}
+	if len(raw) != len(evs)+1 || junk != 1 {
+		t.Fatalf("Messages returned %d records (%d junk), want %d and the junk one", len(raw), junk, len(evs)+1)
+	}
 	if empty := Events(t, broker, topics.NodeEvents); len(empty) != 0 {
 		t.Fatalf("Events of an empty topic returned %d", len(empty))
 	}

@@ -217,11 +217,11 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 	// its telemetry, each keyed as a node's record of its type must be and
 	// on its key's partition.
 	certs := map[string]bool{}
-	records := rawRecords(t, e.broker, topics.StepEvents)
+	records := testkit.Messages(t, e.broker, topics.StepEvents)
 	if len(records) == 0 {
 		t.Fatal("the agent wrote no step events")
 	}
-	telemetry := rawRecords(t, e.broker, topics.NodeTelemetry)
+	telemetry := testkit.Messages(t, e.broker, topics.NodeTelemetry)
 	if len(telemetry) == 0 {
 		t.Fatal("the agent wrote no telemetry")
 	}
@@ -255,30 +255,6 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 	if id, err := auth.LoadNodeIdentity(filepath.Join(e.work, IdentityFile)); err != nil || !bytes.Equal(id.CommandKey, auth.CommandKey(testkit.ServiceSecret(), node, "")) {
 		t.Errorf("identity file's command key: %v, %v; want the node's", id, err)
 	}
-}
-
-// rawRecords returns every record of topic's partitions, undecoded.
-func rawRecords(t *testing.T, broker, topic string) []kafka.Message {
-	t.Helper()
-	var out []kafka.Message
-	n := topics.Partitions(topic)
-	if strings.HasSuffix(topic, topics.DLQSuffix) {
-		n = 1
-	}
-	for p := range n {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, Partition: p, MaxWait: 50 * time.Millisecond})
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		for {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				break
-			}
-			out = append(out, m)
-		}
-		cancel()
-		r.Close()
-	}
-	return out
 }
 
 // A bootstrap token works once, and only for its node's pool; an agent
