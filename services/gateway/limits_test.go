@@ -22,8 +22,12 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
-// restTimeout is the read timeouts of TestRESTLimits' gateway: short, so a
-// slow client is cut off quickly.
+// restTimeout is the read timeouts of TestRESTLimits' slow gateway: short,
+// so a slow client is cut off quickly. Only the subtests about the timeouts
+// use that gateway: on a loaded machine a stall of about a second mid-request
+// is seen, and a large body (a 256 KiB script, the 4 MiB of an endless
+// chunked body) would be cut off by it and answered 408 instead of the
+// 400 or 413 its subtest is about.
 const restTimeout = time.Second
 
 // rawHTTP sends head (and then body, in its own goroutine, when not nil) on
@@ -71,7 +75,11 @@ func (e *endlessChunks) Read(p []byte) (int, error) {
 
 func TestRESTLimits(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) {
+	// h has the default read timeouts (far past any stall), for the
+	// subtests about sizes and contents; slow has restTimeout, for those
+	// about the timeouts, which send nothing that takes long to read.
+	h := newHarness(t)
+	slow := newHarness(t, func(c *Config) {
 		c.REST.ReadHeaderTimeout, c.REST.ReadTimeout = restTimeout, restTimeout
 	})
 	const jobs = "/v1/projects/default/jobs"
@@ -106,7 +114,7 @@ func TestRESTLimits(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
 		// 10 of the 100 bytes announced, then nothing.
-		resp, body, err := rawHTTP(t, h, "POST "+jobs+" HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"cluster\"", nil)
+		resp, body, err := rawHTTP(t, slow, "POST "+jobs+" HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"cluster\"", nil)
 		switch {
 		case err == nil && resp.StatusCode != http.StatusRequestTimeout:
 			t.Fatalf("HTTP %d %s, want 408 or the connection closed", resp.StatusCode, body)
@@ -120,7 +128,7 @@ func TestRESTLimits(t *testing.T) {
 	t.Run("headers sent slowly are cut off", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
-		resp, _, err := rawHTTP(t, h, "GET /v1/projects/default/clusters HTTP/1.1\r\nHost: gw\r\n", nil)
+		resp, _, err := rawHTTP(t, slow, "GET /v1/projects/default/clusters HTTP/1.1\r\nHost: gw\r\n", nil)
 		if err == nil && resp.StatusCode < 400 {
 			t.Fatalf("HTTP %d to half a request", resp.StatusCode)
 		}
@@ -159,15 +167,15 @@ func TestRESTLimits(t *testing.T) {
 	t.Run("a stream outlives the read timeout", func(t *testing.T) {
 		t.Parallel()
 		ctx := testkit.Context(t, wait)
-		code, body := h.rest(t, ctx, "POST", jobs, `{"cluster": "c1", "command": ["true"]}`)
+		code, body := slow.rest(t, ctx, "POST", jobs, `{"cluster": "c1", "command": ["true"]}`)
 		var j struct {
 			Name string `json:"name"`
 		}
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &j) != nil {
 			t.Fatalf("submit: HTTP %d %s", code, body)
 		}
-		req, _ := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/"+j.Name+":watch", nil)
-		resp, err := h.http.Do(req)
+		req, _ := http.NewRequestWithContext(ctx, "GET", slow.restBase+"/v1/"+j.Name+":watch", nil)
+		resp, err := slow.http.Do(req)
 		if err != nil {
 			t.Fatalf("watch: %v", err)
 		}
@@ -178,7 +186,7 @@ func TestRESTLimits(t *testing.T) {
 		}
 		opened := time.Now()
 		// The watch's refresh (every 2 s, past restTimeout) brings the end.
-		h.w.setJob(&loomv1.Job{Name: j.Name, Cluster: cluster1, State: loomv1.JobState_COMPLETED})
+		slow.w.setJob(&loomv1.Job{Name: j.Name, Cluster: cluster1, State: loomv1.JobState_COMPLETED})
 		for sc.Scan() && !strings.Contains(sc.Text(), "COMPLETED") {
 		}
 		if !strings.Contains(sc.Text(), "COMPLETED") {
