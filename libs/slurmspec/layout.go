@@ -1,6 +1,7 @@
 package slurmspec
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -76,4 +77,32 @@ func Share(total int32, n, i int) int32 {
 		s++
 	}
 	return s
+}
+
+// FitNodesToTasks is Slurm's rule for more nodes than tasks, from the
+// option check its sbatch, salloc and srun share (measured beside Slurm
+// 22.05): a node would run no task, so a minimum node count above the
+// task count drops to it ("can't run 1 processes on 2 nodes, setting
+// nnodes to 1": lowered is true), and a range's maximum above the task
+// count drops to it without a word (-N1-4 -n2 is 1-2; -N2-3 -n1 is 1).
+// ntasks 0 (not given), like nodes 0 (not given) and most 0 (no range),
+// changes nothing.
+func FitNodesToTasks(ntasks, nodes, most int32) (n, m int32, lowered bool) {
+	n, m = nodes, most
+	if ntasks <= 0 {
+		return n, m, false
+	}
+	if n > ntasks {
+		n, lowered = ntasks, true
+	}
+	if m > ntasks {
+		m = ntasks
+	}
+	return n, m, lowered
+}
+
+// NodesForTasksWarning is the words Slurm's sbatch, salloc and srun print
+// (after "PROG: Warning: ") when FitNodesToTasks lowers a node count.
+func NodesForTasksWarning(ntasks, nodes int32) string {
+	return fmt.Sprintf("can't run %d processes on %d nodes, setting nnodes to %d", ntasks, nodes, ntasks)
 }

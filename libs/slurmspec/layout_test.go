@@ -57,3 +57,31 @@ func TestTaskLayout(t *testing.T) {
 		t.Errorf("Share of 3 over 2 and 0 over 2 = %v, want [2 1 0]", got)
 	}
 }
+
+// TestFitNodesToTasks: more nodes than tasks, as Slurm 22.05's sbatch,
+// salloc and srun took them beside Loom (scontrol show job's NumNodes).
+func TestFitNodesToTasks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                string
+		ntasks, nodes, most int32
+		wantN, wantM        int32
+		wantLowered         bool
+	}{
+		{"-N2 -n1", 1, 2, 0, 1, 0, true},
+		{"-N2-3 -n1", 1, 2, 3, 1, 1, true},
+		{"-N3-4 -n2", 2, 3, 4, 2, 2, true},
+		{"-N1-4 -n2", 2, 1, 4, 1, 2, false},
+		{"-N2 -n2", 2, 2, 0, 2, 0, false},
+		{"-N4 alone", 0, 4, 0, 4, 0, false},
+		{"-n1 alone", 1, 0, 0, 0, 0, false},
+	} {
+		n, m, lowered := FitNodesToTasks(tc.ntasks, tc.nodes, tc.most)
+		if n != tc.wantN || m != tc.wantM || lowered != tc.wantLowered {
+			t.Errorf("%s: got %d-%d lowered %v, want %d-%d lowered %v", tc.name, n, m, lowered, tc.wantN, tc.wantM, tc.wantLowered)
+		}
+	}
+	if got, want := NodesForTasksWarning(1, 2), "can't run 1 processes on 2 nodes, setting nnodes to 1"; got != want {
+		t.Errorf("warning %q, want %q", got, want)
+	}
+}

@@ -87,6 +87,9 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 		}
 		return err
 	}
+	if req.nodesWarning != "" && !quiet {
+		fmt.Fprintf(c.stderr, "salloc: Warning: %s\n", req.nodesWarning)
+	}
 	// -D moves salloc itself, and so its command, as Slurm's does.
 	dir := c.env.Cwd
 	if wd := req.job.GetWorkDir(); wd != "" {

@@ -142,10 +142,10 @@ func TestSallocTasksAndCPUsPerNode(t *testing.T) {
 		{[]string{"-n3"}, "3", "3", "3"},
 		{[]string{"--gpus=3", "-N2", "--cpus-per-gpu=2"}, "4,2", "4,2", "<unset>"},
 		{[]string{"-N2", "-n3"}, "2,1", "2,1", "3"},
-		// Fewer tasks than nodes: the scheduler's layout
-		// (slurmspec.TaskLayout), as a batch script's environment has
-		// it, not a task on every node.
-		{[]string{"-N2", "-n1"}, "1(x2)", "1,0", "1"},
+		// Fewer tasks than nodes: one node a task, as Slurm's salloc
+		// lowers -N ("can't run 1 processes on 2 nodes"), where Loom
+		// held 2 nodes with tasks 1,0.
+		{[]string{"-N2", "-n1"}, "1", "1", "1"},
 		{[]string{"-N2", "--ntasks-per-node=2"}, "2(x2)", "2(x2)", "4"},
 		{[]string{"-N2", "--gpus-per-task=1"}, "1(x2)", "1(x2)", "2"},
 		{[]string{"--gpus=4", "--gpus-per-task=2"}, "2", "2", "2"},

@@ -183,6 +183,10 @@ type sbatchRequest struct {
 	help, usage, version bool
 	// warnings are printed before submitting (ignored options).
 	warnings []string
+	// nodesWarning is Slurm's words for a node count lowered to the task
+	// count (slurmspec.FitNodesToTasks), which sbatch, salloc and srun
+	// print as "PROG: Warning: ..." unless -Q.
+	nodesWarning string
 	// refusal is slurmctld's reason for refusing the job, found here
 	// (--cpus-per-gpu with --exclusive): sbatch says it as the
 	// controller's answer, "Batch job submission failed: REASON" or, with
@@ -888,6 +892,16 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		j.CpusPerGpu = st.cpusPerGPU
 	}
 	st.req.sharedExclusive = j.Exclusive && !st.exclusiveNode
+	// More nodes than tasks: Slurm's option check lowers the count (the
+	// gateway does the same for a request sent without this client); it
+	// comes before --gpus-per-task, which Slurm's controller judges.
+	if st.nodesSet {
+		n, most, lowered := slurmspec.FitNodesToTasks(j.Ntasks, j.NodeCount, j.MaxNodeCount)
+		if lowered {
+			st.req.nodesWarning = slurmspec.NodesForTasksWarning(j.Ntasks, j.NodeCount)
+		}
+		j.NodeCount, j.MaxNodeCount = n, most
+	}
 	if st.gpusPerT > 0 {
 		if err := st.gpusPerTask(); err != nil {
 			return err
@@ -1128,6 +1142,9 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 		return err
 	}
 	if !req.quiet {
+		if req.nodesWarning != "" {
+			fmt.Fprintf(c.stderr, "sbatch: Warning: %s\n", req.nodesWarning)
+		}
 		for _, w := range req.warnings {
 			c.warnf("%s", w)
 		}

@@ -87,7 +87,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	env := c.env.Environ
 	ntasks, nodes, perNode, cpt, cpusPerGPU := 0, 0, 0, 0, 0
 	nodesMax := 0 // -N MIN-MAX's maximum (0: no range)
-	label, killBad := false, false
+	label, killBad, quiet := false, false, false
 	chdir := ""
 	export := ""
 	jobID := ""
@@ -195,7 +195,17 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 				return exit255(c.errorf("Invalid --relative %q: want a node index of the allocation, from 0", o.value))
 			}
 			relative = int32(n)
+		case "quiet":
+			quiet = true
 		}
+	}
+	// More nodes than tasks: lowered as Slurm's srun does, for a step and
+	// for an allocation of its own alike (salloc and sbatch share the rule).
+	if n, most, lowered := slurmspec.FitNodesToTasks(int32(ntasks), int32(nodes), int32(nodesMax)); nodes > 0 {
+		if lowered && !quiet {
+			fmt.Fprintf(c.stderr, "srun: Warning: %s\n", slurmspec.NodesForTasksWarning(int32(ntasks), int32(nodes)))
+		}
+		nodes, nodesMax = int(n), int(most)
 	}
 	if cpusPerGPU > 0 && cpt > 0 {
 		// As Slurm 22.05's srun, in a job or not, in either order.

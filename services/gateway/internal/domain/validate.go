@@ -122,6 +122,9 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		v.Add("job", "required")
 		return v.Err()
 	}
+	// Judged as it will be accepted (AcceptJob): -N5 -n1 on four nodes
+	// is a one-node job, as Slurm's sbatch takes it.
+	j = fitNodesToTasks(j)
 	clusterName := JobCluster(req)
 	switch {
 	case j.GetCluster() == "":
@@ -485,17 +488,36 @@ func largestNode(pools []*loomv1.NodePool, size func(clusterspec.MachineType) in
 	return most, len(pools) > 0
 }
 
+// fitNodesToTasks is j with a node count above its task count lowered to
+// it (slurmspec.FitNodesToTasks): a node would run no task. Slurm's sbatch,
+// salloc and srun lower it in their shared option check; Loom's do too
+// (and warn in Slurm's words), and the gateway applies the same rule to
+// every request, so that a client of the API gets the job the CLI would.
+// j itself when nothing changes, else a copy: the caller's request is
+// never changed under it.
+func fitNodesToTasks(j *loomv1.Job) *loomv1.Job {
+	n, most, _ := slurmspec.FitNodesToTasks(j.GetNtasks(), j.GetNodeCount(), j.GetMaxNodeCount())
+	if n == j.GetNodeCount() && most == j.GetMaxNodeCount() {
+		return j
+	}
+	j = proto.Clone(j).(*loomv1.Job)
+	j.NodeCount, j.MaxNodeCount = n, most
+	return j
+}
+
 // AcceptJob returns the job as the gateway accepts it from a valid req for
 // cluster: name and job_id from id (an array's first task id), the full
-// cluster name, node_count 0 → 1, the cluster's default partition when none
-// is named, state PENDING, submit_time now, and every other output-only
-// field cleared.
+// cluster name, node_count 0 → 1 (one above ntasks lowered to it:
+// fitNodesToTasks), the cluster's default partition when none is named,
+// state PENDING, submit_time now, and every other output-only field
+// cleared.
 func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, now time.Time) *loomv1.Job {
 	j := proto.Clone(req.GetJob()).(*loomv1.Job)
 	project, _ := resname.ParseProject(req.GetParent())
 	j.Cluster = JobCluster(req)
 	j.Name = resname.JobOf(project.ID, id).String()
 	j.JobId = itoa64(id)
+	j.NodeCount, j.MaxNodeCount, _ = slurmspec.FitNodesToTasks(j.Ntasks, j.NodeCount, j.MaxNodeCount)
 	if j.NodeCount == 0 {
 		j.NodeCount = NodesFor(j, cluster)
 	}

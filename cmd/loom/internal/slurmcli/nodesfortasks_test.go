@@ -1,0 +1,70 @@
+package slurmcli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+)
+
+// TestMoreNodesThanTasks: sbatch -N2 -n1 asks for a node that would run
+// no task; Slurm 22.05's sbatch (salloc and srun alike, measured beside
+// it) warns and lowers the count to the tasks', and a range's maximum
+// with it without a word. Loom submitted a 2-node job with tasks 1,0.
+func TestMoreNodesThanTasks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args        []string
+		nodes, most int32
+		warning     string
+	}{
+		{[]string{"-N2", "-n1"}, 1, 0, "sbatch: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"},
+		{[]string{"-N2-3", "-n1"}, 1, 1, "sbatch: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"},
+		{[]string{"-N3", "-n2", "--ntasks-per-node=1"}, 2, 0, "sbatch: Warning: can't run 2 processes on 3 nodes, setting nnodes to 2\n"},
+		{[]string{"-N1-4", "-n2"}, 1, 2, ""},
+		{[]string{"-N2", "-n1", "-Q"}, 1, 0, ""},
+		{[]string{"-N2", "-n2"}, 2, 0, ""},
+		{[]string{"-N2"}, 2, 0, ""},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			f := &fakegw.Gateway{}
+			env := Env{Cwd: t.TempDir(), Environ: map[string]string{"PATH": "/usr/bin"}}
+			code, _, errOut := run(t, f, "sbatch", env, append(tc.args, "--wrap=hostname")...)
+			if code != 0 || errOut != tc.warning || len(submitted(f)) != 1 {
+				t.Fatalf("sbatch %v: exit %d, stderr %q, %d submitted; want 0, %q, 1", tc.args, code, errOut, len(submitted(f)), tc.warning)
+			}
+			if j := submitted(f)[0].GetJob(); j.GetNodeCount() != tc.nodes || j.GetMaxNodeCount() != tc.most {
+				t.Errorf("sbatch %v: node_count %d max_node_count %d, want %d and %d", tc.args, j.GetNodeCount(), j.GetMaxNodeCount(), tc.nodes, tc.most)
+			}
+		})
+	}
+}
+
+// TestSrunMoreNodesThanTasks: srun -N2 -n1 lowers the count to one node,
+// saying so, as Slurm 22.05's srun did in a two-node allocation (the
+// step's SLURM_STEP_NUM_NODES 1) and outside one (a one-node job).
+func TestSrunMoreNodesThanTasks(t *testing.T) {
+	t.Parallel()
+	const warning = "srun: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"
+	g := srunGateway(t, 1, 0)
+	code, _, errOut := runSrun(context.Background(), t, g, "-N2", "-n1", "hostname")
+	if code != 0 || !strings.HasPrefix(errOut, warning) || len(stepsCreated(g)) != 1 ||
+		stepsCreated(g)[0].GetNodeCount() != 1 || stepsCreated(g)[0].GetNtasks() != 1 {
+		t.Errorf("step: exit %d, stderr %q, creates %v; want one 1-node step and %q", code, errOut, stepsCreated(g), warning)
+	}
+
+	g = srunGateway(t, 1, 0)
+	code, _, errOut = srunOutside(context.Background(), t, g, "-N2", "-n1", "hostname")
+	if code != 0 || strings.Count(errOut, warning) != 1 || len(jobsSubmitted(g)) != 1 ||
+		jobsSubmitted(g)[0].GetJob().GetNodeCount() != 1 {
+		t.Errorf("allocation: exit %d, stderr %q, submitted %v; want a 1-node job and %q once", code, errOut, jobsSubmitted(g), warning)
+	}
+
+	// -Q keeps it to itself.
+	g = srunGateway(t, 1, 0)
+	if code, _, errOut = runSrun(context.Background(), t, g, "-Q", "-N2", "-n1", "hostname"); code != 0 || strings.Contains(errOut, "Warning") {
+		t.Errorf("-Q: exit %d, stderr %q", code, errOut)
+	}
+}
