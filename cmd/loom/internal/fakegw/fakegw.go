@@ -799,8 +799,11 @@ func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loo
 			return nil, err
 		}
 	}
-	if r.GetSignal() != "" && state(j) == loomv1.JobState_PENDING {
-		// As the gateway (domain.CheckCancel): no signal before it starts.
+	wholeArray := j.GetArray() != "" && j.GetArrayJobId() == "" && r.GetName() == j.GetName()
+	if r.GetSignal() != "" && state(j) == loomv1.JobState_PENDING && !wholeArray {
+		// As the gateway (domain.CheckCancel): no signal before it
+		// starts. The array's own name is not judged so: the scheduler
+		// signals its running tasks, the pending ones not.
 		return nil, status.Error(codes.FailedPrecondition, "Job is pending execution")
 	}
 	switch {

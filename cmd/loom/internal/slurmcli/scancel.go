@@ -365,6 +365,22 @@ func (c *cmd) scancelIn(ctx context.Context, jobs []*loomv1.Job, o scancelRun) (
 			n, _ := slurmspec.SignalNumber(signal)
 			fmt.Fprintf(c.stderr, "scancel: Signal %d to job %s\n", n, t.id)
 		}
+		if whole && err == nil {
+			// One task left waiting is a pending job of its own: the
+			// gateway signals the running tasks and not it (a signal
+			// before a start is refused), as slurmctld 22.05 did beside
+			// Loom ("scancel -s USR1 23", 23_0 and 23_1 running and
+			// signalled, 23_2 pending: "Kill job error on job id 23_2:
+			// Job can not be altered now, try again later", exit 228).
+			// Named from the listing scancel made: a task started since
+			// then took the signal with its siblings.
+			if p := pendingTaskIDs(jobs, t.array); len(p) == 1 {
+				if !quiet {
+					fmt.Fprintln(c.stderr, c.errorf("Kill job error on job id %s: %s", p[0], msgNotNow).Text)
+				}
+				failed = max(failed, exitTransitionWait)
+			}
+		}
 		if err != nil {
 			if err.done && signal == "" && !scope.batch {
 				// As Slurm's scancel: cancelling a job that has already
@@ -443,6 +459,18 @@ func (c *cmd) wholeArrayRefusal(jobs []*loomv1.Job, id, rec, signal string, verb
 		}
 	}
 	return exitTransitionWait
+}
+
+// pendingTaskIDs are the ids ("12_3") of array a's tasks in jobs that
+// have not started, one a task.
+func pendingTaskIDs(jobs []*loomv1.Job, a string) []string {
+	var ids []string
+	for _, r := range newArrayView(jobs).rows(jobs, true) {
+		if r.arrayJobID == a && r.arrayTask != "N/A" && effectiveState(r.job) == loomv1.JobState_PENDING {
+			ids = append(ids, r.id)
+		}
+	}
+	return ids
 }
 
 // elsewhere reports whether the gateway knows job name in a cluster other

@@ -3,6 +3,8 @@ package slurmcli
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -107,6 +109,49 @@ func TestScancelSignalWholeArrayPending(t *testing.T) {
 		// One request, for the array: the gateway refuses it (and
 		// signals nothing: TestSignalArrayWithPendingTasks in the
 		// gateway); scancel says what the gateway's answer names.
+		if rs := fakegw.Requests[*loomv1.CancelJobRequest](f); len(rs) != 1 || rs[0].GetName() != "projects/default/jobs/15" {
+			t.Errorf("scancel %v sent %v, want one cancel request, for the array", tc.args, rs)
+		}
+	}
+}
+
+// TestScancelSignalWholeArrayLastPending: a signal to a whole array whose
+// only task still waiting is its last: slurmctld 22.05 signalled the
+// running tasks and refused the waiting one, a job of its own ("scancel
+// -s USR1 23", 23_0 and 23_1 running: "Kill job error on job id 23_2: Job
+// can not be altered now, try again later", exit 228); a plain scancel
+// cancelled them all, saying nothing, exit 0. Loom's scancel said nothing
+// for the signal, exit 0. Fixture: array 15 (0-3%2) with tasks 0-2
+// running, 3 pending.
+func TestScancelSignalWholeArrayLastPending(t *testing.T) {
+	t.Parallel()
+	const refusal = "scancel: error: Kill job error on job id 15_3: Job can not be altered now, try again later\n"
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		errOut string
+	}{
+		{[]string{"-s", "USR1", "15"}, 228, refusal},
+		{[]string{"-Q", "-s", "USR1", "15"}, 228, ""},
+		{[]string{"15"}, 0, ""},
+	} {
+		f := fixture()
+		var task0 *loomv1.Job
+		for _, j := range f.Jobs {
+			if j.GetJobId() == "16" {
+				task0 = j
+			}
+		}
+		for i, id := range []string{"17", "18"} {
+			task := proto.Clone(task0).(*loomv1.Job)
+			task.Name, task.JobId, task.ArrayTaskId = "projects/default/jobs/"+id, id, int32(i+1)
+			f.Jobs = append(f.Jobs, task)
+		}
+		code, out, errOut := run(t, f, "scancel", Env{}, tc.args...)
+		if code != tc.code || out != "" || errOut != tc.errOut {
+			t.Errorf("scancel %v: %d %q %q, want %d %q", tc.args, code, out, errOut, tc.code, tc.errOut)
+		}
+		// One request, for the array: the running tasks take the signal.
 		if rs := fakegw.Requests[*loomv1.CancelJobRequest](f); len(rs) != 1 || rs[0].GetName() != "projects/default/jobs/15" {
 			t.Errorf("scancel %v sent %v, want one cancel request, for the array", tc.args, rs)
 		}
