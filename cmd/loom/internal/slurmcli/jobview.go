@@ -157,12 +157,18 @@ func jobNodeCount(j *loomv1.Job) int {
 // eligibleAt is when the job became eligible to run, Slurm's
 // EligibleTime (scontrol show job, sacct's Eligible and its time window):
 // its --begin, else its submit time; nil for a pending job Slurm keeps no
-// such time for: held (hold clears it), waiting on a dependency, or an
-// array's tasks waiting on its task limit (as_mysql_job.c records those
-// as never eligible).
-func eligibleAt(j *loomv1.Job) *timestamppb.Timestamp {
+// such time for: held, waiting on a dependency, or an array's tasks
+// waiting on its task limit (as_mysql_job.c records those as never
+// eligible). A hold clears the time unless the --begin is still ahead
+// (slurmctld 22.05 beside Loom: held at submit or later alike, EligibleTime
+// Unknown, and the --begin of one held before it came, in scontrol and
+// sacct); now is when that is judged, where Slurm judged it at the hold,
+// which Loom does not record.
+func eligibleAt(j *loomv1.Job, now time.Time) *timestamppb.Timestamp {
 	if effectiveState(j) == loomv1.JobState_PENDING {
 		switch {
+		case j.GetHold() && j.GetBeginTime() != nil && j.GetBeginTime().AsTime().After(now):
+			return j.GetBeginTime()
 		case j.GetHold(), j.GetStateReason() == "Dependency", j.GetStateReason() == "JobArrayTaskLimit":
 			return nil
 		}

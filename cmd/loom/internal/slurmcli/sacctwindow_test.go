@@ -129,3 +129,38 @@ func TestArrayRemainderNotEligible(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldEligibleTime: a hold clears a job's eligible time unless its
+// --begin is still ahead, as slurmctld 22.05 showed beside Loom (scontrol
+// show job's EligibleTime, and sacct -c's Eligible): "sbatch -H" and
+// "scontrol hold" of a pending job alike said Unknown; "sbatch -H
+// --begin=now+600", and a hold before such a begin came, kept the begin;
+// a hold after the begin had passed said Unknown. Loom said Unknown for
+// every held job. Fixture: 14 is held, pending, submitted 12:04:05.
+func TestHeldEligibleTime(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		begin time.Duration // from testNow; 0: none
+		want  string
+	}{
+		{"held", 0, "Unknown"},
+		{"held before its --begin", time.Hour, "2026-01-02T16:04:05"},
+		{"held after its --begin", -time.Minute, "Unknown"},
+	} {
+		f := fixture()
+		for _, j := range f.Jobs {
+			if j.GetJobId() == "14" && tc.begin != 0 {
+				j.BeginTime = timestamppb.New(testNow.Add(tc.begin))
+			}
+		}
+		code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "14")
+		if want := " EligibleTime=" + tc.want + "\n"; code != 0 || !strings.Contains(out, want) {
+			t.Errorf("%s: scontrol show job 14: %d %q %q, want %q", tc.name, code, out, errOut, want)
+		}
+		code, out, errOut = run(t, f, "sacct", Env{}, "-P", "-n", "-X", "-o", "JobID,Eligible", "-j", "14")
+		if want := "14|" + tc.want + "\n"; code != 0 || out != want {
+			t.Errorf("%s: sacct Eligible: %d %q %q, want %q", tc.name, code, out, errOut, want)
+		}
+	}
+}
