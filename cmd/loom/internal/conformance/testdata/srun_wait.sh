@@ -9,10 +9,11 @@
 d=wait-$SLURM_JOB_ID
 mkdir -p "$d"
 # pair A B OPTIONS: a step (srun OPTIONS) that says "A together" when the
-# step of "pair B A" runs beside it, "A alone" when it did not within 10 s.
+# step of "pair B A" runs beside it, "A alone" when it did not within 30 s
+# (long only for a loaded machine: a step that runs beside ends at once).
 pair() {
   a=$1 b=$2; shift 2
-  srun "$@" sh -c "touch $d/$a; i=0; while [ ! -e $d/$b ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done; [ -e $d/$b ] && echo $a together || echo $a alone" >"$d/out-$a"
+  srun "$@" sh -c "touch $d/$a; i=0; while [ ! -e $d/$b ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i+1)); done; [ -e $d/$b ] && echo $a together || echo $a alone" >"$d/out-$a"
 }
 # holder NAME OPTIONS: a six-second step, and a wait until it runs (long
 # enough that the next step asks while it runs, on a loaded machine too).
@@ -31,11 +32,13 @@ wait
 pair c1 c2 -n1 -c1 & pair c2 c1 -n1 -c1
 wait
 cat "$d/out-exact1" "$d/out-exact2" "$d/out-c1" "$d/out-c2"
-# --overlap waits for nothing: the step holding every CPU waits (10 s at
-# most) for the --overlap one to have run.
-srun -n1 sh -c "touch $d/whole; i=0; while [ ! -e $d/over ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done; touch $d/whole.end" &
+# --overlap waits for nothing: the step holding every CPU waits (30 s at
+# most) for the --overlap one to have run. The --overlap step looks for
+# whole.end before it says it ran: looked for after, a loaded machine
+# could let the whole step see "over" and end in between.
+srun -n1 sh -c "touch $d/whole; i=0; while [ ! -e $d/over ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i+1)); done; touch $d/whole.end" &
 while [ ! -e "$d/whole" ]; do sleep 0.1; done
-srun --overlap -n1 sh -c "touch $d/over; [ -e $d/whole.end ] && echo overlap: waited || echo overlap: ran beside"
+srun --overlap -n1 sh -c "[ -e $d/whole.end ] && r=waited || r='ran beside'; touch $d/over; echo overlap: \$r"
 wait
 # More CPUs than the job has: refused at once.
 srun --exact -n1 -c4 true || echo "too many CPUs: refused"
