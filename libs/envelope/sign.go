@@ -54,6 +54,11 @@ const (
 	// ReasonNotAssigned: a node reported on a step the scheduler did not
 	// assign to it (a consumer's own check; see Reject).
 	ReasonNotAssigned = "not-assigned"
+	// ReasonNoPrincipal: a command that names no one it acts as (a
+	// CancelJob with neither user nor on_behalf_of) from a sender not
+	// trusted to send one (the scheduler's own check; see Reject): the
+	// scheduler would otherwise hold it to no owner's jobs.
+	ReasonNoPrincipal = "no-principal"
 	// ReasonWrongSender: a record of a type only some services send (a
 	// command a node runs, a repair's answer, a command to a service),
 	// signed by another service (Senders).

@@ -1584,7 +1584,15 @@ type CancelJob struct {
 	Full  bool `protobuf:"varint,7,opt,name=full,proto3" json:"full,omitempty"`
 	// exit_code, when set, ends a running job COMPLETED (0) or FAILED with
 	// it instead of CANCELLED, as in loom.v1.CancelJobRequest.
-	ExitCode      *int32 `protobuf:"varint,8,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	ExitCode *int32 `protobuf:"varint,8,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	// on_behalf_of, on a service's own cancel (no caller asked for it:
+	// training's FLEX_START expiry, a search's early stop, a tuning job
+	// failing), is the owner of the job it cancels, in whose name the service
+	// acts: the scheduler holds the cancel to that owner's jobs as it holds
+	// user's, and records no cancelled_by (user stays empty). A cancel that
+	// names neither user nor on_behalf_of is refused (no-principal) unless
+	// its sender is the gateway, which authorized its caller itself.
+	OnBehalfOf    string `protobuf:"bytes,9,opt,name=on_behalf_of,json=onBehalfOf,proto3" json:"on_behalf_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1673,6 +1681,13 @@ func (x *CancelJob) GetExitCode() int32 {
 		return *x.ExitCode
 	}
 	return 0
+}
+
+func (x *CancelJob) GetOnBehalfOf() string {
+	if x != nil {
+		return x.OnBehalfOf
+	}
+	return ""
 }
 
 // UpdateJob asks the scheduler to hold, release, requeue or update a job
@@ -5971,7 +5986,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14HealthCheckCompleted\x122\n" +
 	"\x06result\x18\x01 \x01(\v2\x1a.loom.v1.HealthCheckResultR\x06result\"+\n" +
 	"\tSubmitJob\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"\xd3\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"\xf5\x01\n" +
 	"\tCancelJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5980,7 +5995,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
 	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
 	"\x04full\x18\a \x01(\bR\x04full\x12 \n" +
-	"\texit_code\x18\b \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
+	"\texit_code\x18\b \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12 \n" +
+	"\fon_behalf_of\x18\t \x01(\tR\n" +
+	"onBehalfOfB\f\n" +
 	"\n" +
 	"_exit_code\"\x9e\a\n" +
 	"\tUpdateJob\x12\x10\n" +

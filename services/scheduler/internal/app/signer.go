@@ -15,7 +15,16 @@ import (
 // changes nothing. (The bus already refused a node's report naming
 // another node: the payload's node is the signer's.) Reports about runs
 // the scheduler does not know pass, and are ignored as before.
+//
+// It also refuses (no-principal) a CancelJob that names no one it acts as
+// (no user, no on_behalf_of) from a signer not in anonymousCancel: the
+// domain holds a cancel to the jobs of its principal, and an empty one to
+// none (mayAct), so that any sender of the row could otherwise cancel
+// anyone's job by leaving the user out.
 func (a *App) checkSigner(ev envelope.Event) error {
+	if p, ok := ev.Payload.(*eventsv1.CancelJob); ok {
+		return checkCancelPrincipal(ev.Signer, p)
+	}
 	node, ok := strings.CutPrefix(ev.Signer, "nodes/")
 	if !ok {
 		return nil
@@ -43,6 +52,25 @@ func (a *App) checkSigner(ev envelope.Event) error {
 			"%s reports on %s attempt %d, which runs on %d other node(s), not on it", ev.Signer, job, attempt, len(r.Steps)))
 	}
 	return nil
+}
+
+// anonymousCancel are the signers whose CancelJob may name no principal:
+// the gateway, which authorized its caller itself before it emitted (a
+// caller with no OS account, a service's principal, passes only as an
+// administrator of the job's project). Training, the row's other sender,
+// names the canceller, or the owner it acts for on its own cancels.
+var anonymousCancel = map[string]bool{"services/gateway": true}
+
+// checkCancelPrincipal refuses (no-principal) a CancelJob with neither
+// user nor on_behalf_of signed by a signer not in anonymousCancel. An
+// unsigned record (signer "": -insecure-bus, where nothing is verified and
+// any user can be forged anyway) passes, as every signer check does there.
+func checkCancelPrincipal(signer string, p *eventsv1.CancelJob) error {
+	if p.GetUser() != "" || p.GetOnBehalfOf() != "" || signer == "" || anonymousCancel[signer] {
+		return nil
+	}
+	return bus.Permanent(envelope.Reject(envelope.ReasonNoPrincipal,
+		"CancelJob of %s names no user nor on_behalf_of; only the gateway may send one, not %s", p.GetJob(), signer))
 }
 
 // asPrincipal returns the payload the scheduler acts on: a command a user

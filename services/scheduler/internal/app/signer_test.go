@@ -2,9 +2,11 @@ package app
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -52,5 +54,80 @@ func TestStepProgressFromAnotherNodeRefused(t *testing.T) {
 		if err := a.checkSigner(progress(signer)); err != nil {
 			t.Fatalf("progress signed by %s: %v", signer, err)
 		}
+	}
+}
+
+// TestCancelWithoutPrincipalRefused: a CancelJob naming no one it acts as
+// (no user, no on_behalf_of) is refused (no-principal) and cancels nothing
+// when training signed it: it would otherwise cancel anyone's job. Training's
+// own cancel (a FLEX_START expiry), naming the owner it acts for, cancels
+// that owner's job and records no cancelled_by, but not another user's
+// job; the gateway's (it authorized its caller) passes as before.
+func TestCancelWithoutPrincipalRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := New(store.New(rdb, "scheduler:"), domain.Config{}, func() time.Time { return now }, slog.New(slog.DiscardHandler))
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No node: the jobs stay PENDING until cancelled.
+	for _, ev := range []envelope.Event{
+		envelope.New(topics.ClusterEvents, cl, "test", &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl,
+			Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared"}}}),
+		envelope.New(topics.JobCommands, cl, "test", &eventsv1.SubmitJob{Job: &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1",
+			Cluster: cl, User: "alice", Command: []string{"/bin/true"}}}),
+		envelope.New(topics.JobCommands, cl, "test", &eventsv1.SubmitJob{Job: &loomv1.Job{Name: "projects/p/jobs/2", JobId: "2",
+			Cluster: cl, User: "bob", Command: []string{"/bin/true"}}}),
+	} {
+		if err := a.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel := func(signer string, c *eventsv1.CancelJob) error {
+		c.Cluster = cl
+		ev := envelope.New(topics.JobCommands, cl, "loom/"+strings.TrimPrefix(signer, "services/"), c)
+		ev.Signer = signer
+		return a.Handle(ctx, ev)
+	}
+	state := func(name string) *loomv1.Job {
+		t.Helper()
+		j, err := a.GetJob(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+
+	err := cancel("services/training", &eventsv1.CancelJob{Job: "projects/p/jobs/1"})
+	if envelope.ReasonOf(err) != envelope.ReasonNoPrincipal || !bus.IsPermanent(err) {
+		t.Fatalf("training's CancelJob naming no one: %v, want a permanent no-principal refusal", err)
+	}
+	if j := state("projects/p/jobs/1"); j.GetState() != loomv1.JobState_PENDING {
+		t.Fatalf("refused cancel left job 1 %v, want PENDING", j.GetState())
+	}
+
+	// Training's own cancel for alice does not reach bob's job.
+	if err := cancel("services/training", &eventsv1.CancelJob{Job: "projects/p/jobs/2", OnBehalfOf: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if j := state("projects/p/jobs/2"); j.GetState() != loomv1.JobState_PENDING {
+		t.Fatalf("a cancel on behalf of alice left bob's job %v, want PENDING", j.GetState())
+	}
+	// Its expiry cancel of alice's own job cancels it, by no caller.
+	if err := cancel("services/training", &eventsv1.CancelJob{Job: "projects/p/jobs/1", OnBehalfOf: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if j := state("projects/p/jobs/1"); j.GetState() != loomv1.JobState_CANCELLED || j.GetCancelledBy() != "" {
+		t.Fatalf("training's expiry cancel left job 1 %v cancelled by %q, want CANCELLED by no one", j.GetState(), j.GetCancelledBy())
+	}
+	// The gateway authorized its caller (an administrator without an OS
+	// account): its cancel naming no one passes.
+	if err := cancel("services/gateway", &eventsv1.CancelJob{Job: "projects/p/jobs/2", Admin: true}); err != nil {
+		t.Fatal(err)
+	}
+	if j := state("projects/p/jobs/2"); j.GetState() != loomv1.JobState_CANCELLED {
+		t.Fatalf("the gateway's cancel left job 2 %v, want CANCELLED", j.GetState())
 	}
 }

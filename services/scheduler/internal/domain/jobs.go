@@ -27,9 +27,12 @@ const (
 // mayAct reports whether a command from user (admin: an administrator, as
 // the gateway judged) may act on j: administrators on any job, users on
 // their own, an anonymous command ("" user, not admin: from before callers
-// were named) on any job, as before. The gateway refuses the others with
-// PermissionDenied before emitting; this keeps a command that raced a
-// change of owner (or was forged) from acting.
+// were named, or the gateway's) on any job, as before. The gateway refuses
+// the others with PermissionDenied before emitting; this keeps a command
+// that raced a change of owner (or was forged) from acting. An anonymous
+// command from any other sender never gets here: the app refuses it
+// (no-principal), and a service's own cancel names the owner it acts for
+// (CancelJob.on_behalf_of), checked here as user is.
 func mayAct(j *Job, user string, admin bool) bool {
 	return admin || user == "" || j.Job.GetUser() == "" || j.Job.GetUser() == user
 }

@@ -27,7 +27,10 @@ func cancelOf(t *testing.T, c *Change) (*eventsv1.CancelJob, string) {
 // job's owner, nor the user the payload names), the owner, or, for the
 // service's own cancels (a FLEX_START expiry, the search's early stop, a
 // tuning job failing), nobody: no user, no principal, the scheduler's ""
-// for a cancel no caller asked for. Before, each went as the owner.
+// for a cancel no caller asked for. Before, each went as the owner. The
+// service's own cancel names the owner it acts for (on_behalf_of), so that
+// the scheduler, which refuses training's cancels naming no one, holds it
+// to the owner's jobs.
 func TestCancelJobNamesWhoCancelled(t *testing.T) {
 	t.Parallel()
 	running := func() *State {
@@ -62,8 +65,9 @@ func TestCancelJobNamesWhoCancelled(t *testing.T) {
 	if len(cs) != 1 {
 		t.Fatalf("Tick at max_wait_duration: %d changes", len(cs))
 	}
-	if c, p := cancelOf(t, cs[0]); c.GetUser() != "" || c.GetAdmin() || p != "" {
-		t.Errorf("expiry: CancelJob as user %q admin %v principal %q; want the service's own (all empty)", c.GetUser(), c.GetAdmin(), p)
+	if c, p := cancelOf(t, cs[0]); c.GetUser() != "" || c.GetAdmin() || p != "" || c.GetOnBehalfOf() != "alice" {
+		t.Errorf("expiry: CancelJob as user %q admin %v principal %q on behalf of %q; want the service's own (no user, no principal) for alice",
+			c.GetUser(), c.GetAdmin(), p, c.GetOnBehalfOf())
 	}
 
 	// A tuning job an admin cancels: its trials' jobs are cancelled as
@@ -75,7 +79,7 @@ func TestCancelJobNamesWhoCancelled(t *testing.T) {
 	n, _ := ParseName(tr.GetCustomJob(), CustomJobs)
 	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
 	c, p := cancelOf(t, step(t, s, t0, Input{Payload: &eventsv1.CancelTraining{Name: tunName, Admin: true}, Principal: "users/root"}))
-	if c.GetUser() != "root" || !c.GetAdmin() || p != "users/root" || c.GetJob() != n.Job() {
+	if c.GetUser() != "root" || !c.GetAdmin() || p != "users/root" || c.GetJob() != n.Job() || c.GetOnBehalfOf() != "" {
 		t.Errorf("tuning cancel: CancelJob of %s as user %q admin %v principal %q; want %s as root, admin", c.GetJob(), c.GetUser(), c.GetAdmin(), p, n.Job())
 	}
 	if by := s.Lookup(tunName).Tuning.EndBy; by != (Canceller{User: "root", Admin: true}) {

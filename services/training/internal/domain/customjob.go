@@ -348,14 +348,19 @@ type Canceller struct {
 }
 
 // cancelJob emits the CancelJob of cj's scheduler job as by: with by's
-// principal, or none for the service's own cancel.
+// principal, or none for the service's own cancel, which then names the
+// job's owner it acts for (on_behalf_of): the scheduler refuses a cancel
+// from training that names no one (no-principal), and holds this one to
+// the owner's jobs, recording no cancelled_by.
 func cancelJob(cj *CJ, by Canceller, em *emitter) {
-	principal := ""
+	principal, owner := "", ""
 	if by.User != "" {
 		principal = "users/" + by.User
+	} else {
+		owner = cj.Job.GetUser()
 	}
 	em.add(cj.Job.GetCluster(), &eventsv1.CancelJob{Job: cj.Job.GetJob(), Cluster: cj.Job.GetCluster(),
-		User: by.User, Admin: by.Admin}, principal)
+		User: by.User, Admin: by.Admin, OnBehalfOf: owner}, principal)
 }
 
 // stopCJ stops a CustomJob for reason: one not yet submitted ends
