@@ -476,7 +476,13 @@ func TestJobOutputRecordsItsManifest(t *testing.T) {
 	t.Parallel()
 	x := newExportFixture(t, time.Minute, nil)
 	ctx, c, root := x.ctx, x.c, x.root
-	dir := filepath.Join(t.TempDir(), "model")
+	// The job's owner: this test's own account, or, as root (whom the
+	// registry writes no MANIFEST as), an account made for it.
+	owner, parent := osuser.Self(), t.TempDir()
+	if owner.Root() {
+		owner, parent = testkit.OSUsers(t, 1)[0].Account, testkit.ReachableDir(t)
+	}
+	dir := filepath.Join(parent, "model")
 	if err := os.MkdirAll(filepath.Join(dir, "shards"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -485,9 +491,17 @@ func TestJobOutputRecordsItsManifest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if !osuser.IsSelf(owner) {
+		// The owner wrote the directory: the registry writes the MANIFEST as them.
+		for _, p := range []string{dir, filepath.Join(dir, "shards"), filepath.Join(dir, "model.json"), filepath.Join(dir, "shards/0.bin")} {
+			if err := os.Lchown(p, int(owner.UID), int(owner.GID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	ev := completedJob("41")
 	jc := ev.Payload.(*eventsv1.JobChanged)
-	jc.ModelDir, jc.Job.User = dir, osuser.Self().Name
+	jc.ModelDir, jc.Job.User = dir, owner.Name
 	testkit.PublishAs(t, x.broker, "scheduler", ev)
 	vs := waitVersions(t, c, 1)
 	recorded, err := artifact.Verify(ctx, dir)

@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
@@ -253,7 +254,10 @@ func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv
 // directory gone, past the MANIFEST's limits), is logged and registered
 // without a digest, as before, never refused: a completed job's version is
 // not lost for it. Only ctx ending (a restart) is an error: the event is
-// handled again.
+// handled again. An owner who is root on this host (uid 0, whatever the
+// name: Account.Root, the check by which agents refuse root jobs) is
+// refused so too (errRootOwner): as root the registry would read and write
+// wherever the job's model directory points.
 func (r *Registry) recordManifest(ctx context.Context, jc *eventsv1.JobChanged) (string, error) {
 	dir, owner := jc.GetModelDir(), jc.GetJob().GetUser()
 	if dir == "" {
@@ -262,6 +266,11 @@ func (r *Registry) recordManifest(ctx context.Context, jc *eventsv1.JobChanged) 
 	a, err := osuser.Lookup(owner)
 	if err != nil {
 		r.log.Warn("job's model output registered without a MANIFEST digest: its owner's OS account is not known here", "job", jc.GetJob().GetName(), "dir", dir, "owner", owner, "err", err)
+		return "", nil
+	}
+	if a.Root() {
+		r.log.Warn("job's model output registered without a MANIFEST digest", "job", jc.GetJob().GetName(), "dir", dir, "owner", owner,
+			"err", fmt.Errorf("job.user %s is %s on the registry's host: %w", owner, a, errRootOwner))
 		return "", nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, r.recordBound())
@@ -277,6 +286,11 @@ func (r *Registry) recordManifest(ctx context.Context, jc *eventsv1.JobChanged) 
 	r.log.Warn("job's model output registered without a MANIFEST digest", "job", jc.GetJob().GetName(), "dir", dir, "owner", owner, "err", err)
 	return "", nil
 }
+
+// errRootOwner refuses a MANIFEST written as root (recordManifest): a job
+// whose owner is uid 0 here (an agent's -allow-root-jobs, or a name mapped
+// to uid 0 on this host) gets no file work from the registry done as root.
+var errRootOwner = errors.New("the registry writes no MANIFEST as root (uid 0): give the job an owner that is not root on the registry's host")
 
 // recordBound bounds recordManifest: half the time one event may take
 // (SetUploadTimeout), a minute when not said, so that a directory too

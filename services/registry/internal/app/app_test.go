@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,5 +239,69 @@ func TestRefusedUploadRegistersNothing(t *testing.T) {
 	}
 	if n, _ := repo.Store().OutboxLen(ctx); n != 0 {
 		t.Fatalf("%d more events in the outbox, want one answer", n)
+	}
+}
+
+// lockedWriter is an io.Writer safe for the registry's concurrent logging.
+type lockedWriter struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestRecordRefusesRootOwner: a completed job whose owner is root on the
+// registry's host (uid 0) is registered without a MANIFEST digest, and
+// the registry writes nothing in its model directory: as root it would
+// read and write wherever the directory points. Before, it wrote the
+// MANIFEST as root (a registry that runs as root acts as root as itself).
+func TestRecordRefusesRootOwner(t *testing.T) {
+	t.Parallel()
+	root, err := osuser.Lookup("root")
+	if err != nil || !root.Root() {
+		t.Skipf("no account root of uid 0 on this host (%v, %v)", root, err)
+	}
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	logs := &lockedWriter{}
+	r, err := New(ctx, adapters.NewRepo(store.New(rdb, "registry:")), slog.New(slog.NewTextHandler(logs, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), []byte(`{"w":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ev := completed("7")
+	jc := ev.Payload.(*eventsv1.JobChanged)
+	jc.ModelDir, jc.Job.User = dir, "root"
+	if err := r.Handle(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := r.ListVersions(model)
+	if err != nil || len(vs) != 1 {
+		t.Fatalf("versions %v (%v); the job's version is registered all the same", vs, err)
+	}
+	if got := vs[0].GetManifestSha256(); got != "" {
+		t.Errorf("root's job version records MANIFEST digest %q; want none", got)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, artifact.Manifest)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the registry wrote a MANIFEST as root in %s (%v)", dir, err)
+	}
+	if l := logs.String(); !strings.Contains(l, errRootOwner.Error()) || !strings.Contains(l, "root (uid 0)") {
+		t.Errorf("the log does not say the owner was refused as uid 0:\n%s", l)
 	}
 }
