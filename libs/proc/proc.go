@@ -334,7 +334,24 @@ func WaitGone(d time.Duration, gone func() bool) bool {
 
 // FindByEnv returns the pids of running processes whose environment holds
 // exactly the entry kv ("KEY=value"). It finds nothing where /proc is missing.
-func FindByEnv(kv string) []int {
+//
+// It reads every process's environment, and a read of /proc/<pid>/environ
+// waits for that process's memory map lock, which its process can hold for
+// as long as it likes (a fault it keeps unresolved, through userfaultfd or
+// a FUSE file): any user can stall it, without bound. A caller that knows
+// whose processes it looks for uses FindByEnvOf.
+func FindByEnv(kv string) []int { return findByEnv(kv, -1) }
+
+// FindByEnvOf is FindByEnv among the processes of uid alone: one none of
+// whose user ids (real, effective, saved, filesystem: /proc/<pid>/status,
+// read without the process's memory map lock) is uid is passed over before
+// its environment is read, so that no other user's process can stall it.
+// uid's own processes still can: a read blocked on one of them is bounded by
+// nothing here (execWait bounds only the waits for an execve, not a read).
+func FindByEnvOf(kv string, uid uint32) []int { return findByEnv(kv, int64(uid)) }
+
+// findByEnv is FindByEnv among the processes of uid, or of anyone for -1.
+func findByEnv(kv string, uid int64) []int {
 	if !hasProc {
 		return nil
 	}
@@ -349,6 +366,9 @@ func FindByEnv(kv string) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
+		if uid >= 0 && !hasUID(pid, uint32(uid)) {
+			continue
+		}
 		if hasEnvBy(pid, kv, deadline) {
 			if _, ok := StartTime(pid); ok {
 				out = append(out, pid)
@@ -356,6 +376,31 @@ func FindByEnv(kv string) []int {
 		}
 	}
 	return out
+}
+
+// hasUID reports whether uid is one of pid's user ids (the Uid line of
+// /proc/<pid>/status: real, effective, saved, filesystem); false when it
+// cannot be read (the process is gone). The status file is made from the
+// process's credentials and counters, without its memory map lock, so
+// reading it cannot be stalled as reading its environment can.
+func hasUID(pid int, uid uint32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		ids, ok := bytes.CutPrefix(line, []byte("Uid:"))
+		if !ok {
+			continue
+		}
+		for _, f := range bytes.Fields(ids) {
+			if n, err := strconv.ParseUint(string(f), 10, 32); err == nil && uint32(n) == uid {
+				return true
+			}
+		}
+		return false
+	}
+	return false
 }
 
 // HasEnv reports whether pid's environment, as it started with it, holds

@@ -3,6 +3,7 @@ package proc
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -103,5 +104,40 @@ func TestHasEnvRightAfterStart(t *testing.T) {
 		if !found {
 			t.Fatalf("start %d: HasEnv(%d, %q) = false right after Start", i, c.Process.Pid, kv)
 		}
+	}
+}
+
+// TestFindByEnvOfPassesOverOtherUsers: FindByEnvOf finds a process of its
+// uid carrying the entry, and passes over one of another uid carrying the
+// same entry without reading its environment (whose read that process
+// could stall): the other uid's process is found only when its own uid is
+// asked for. Needs root, to start a process as another uid.
+func TestFindByEnvOfPassesOverOtherUsers(t *testing.T) {
+	t.Parallel()
+	if !hasProc || os.Geteuid() != 0 {
+		t.Skip("needs /proc and root (to start a process as another uid)")
+	}
+	const other = 65534 // nobody's, whether or not this host names it
+	kv := "LOOM_PROC_TEST=" + t.Name()
+	start := func(uid uint32) int {
+		cmd := exec.Command("/bin/sleep", "60")
+		cmd.Env = []string{"PATH=/usr/bin:/bin", kv}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		t.Cleanup(func() { _ = KillGroup(pid, syscall.SIGKILL); _ = cmd.Wait() })
+		return pid
+	}
+	mine, theirs := start(uint32(os.Geteuid())), start(other)
+	if got := FindByEnvOf(kv, uint32(os.Geteuid())); !slices.Equal(got, []int{mine}) {
+		t.Fatalf("FindByEnvOf(uid %d) = %v, want only %d (not %d, uid %d's)", os.Geteuid(), got, mine, theirs, other)
+	}
+	if got := FindByEnvOf(kv, other); !slices.Equal(got, []int{theirs}) {
+		t.Fatalf("FindByEnvOf(uid %d) = %v, want only %d", other, got, theirs)
+	}
+	if got := FindByEnv(kv); !slices.Contains(got, mine) || !slices.Contains(got, theirs) {
+		t.Fatalf("FindByEnv = %v, want both %d and %d", got, mine, theirs)
 	}
 }
