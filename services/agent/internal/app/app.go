@@ -683,7 +683,7 @@ func (a *App) settle(key string, s *domain.Step, now time.Time) ([]*domain.Step,
 		// What the step left in its group ends with it, as when the agent
 		// watches (found by the id in their environment: the group's
 		// leader is gone).
-		for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+		for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), s.Owner) {
 			_ = a.rt.Kill(g)
 		}
 	default:
@@ -706,7 +706,7 @@ func (a *App) killRemains(key string, s *domain.Step) string {
 	if s.Phase == domain.Starting || len(groups) == 0 {
 		// Started but never recorded, or a group whose leader died: find
 		// its processes by the id in their environment.
-		groups = append(groups, a.rt.Adopt(StepIDEnv+"="+a.stepID(key))...)
+		groups = append(groups, a.rt.Adopt(StepIDEnv+"="+a.stepID(key), s.Owner)...)
 	}
 	if len(groups) == 0 {
 		if s.Phase == domain.Starting {

@@ -613,7 +613,7 @@ func (a *App) settleTasks(key string, t *domain.Tasks, now time.Time) settledTas
 		why = a.killTaskRemains(key, t, procs)
 	} else {
 		// What ended tasks left in their groups ends with them.
-		for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+		for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), t.Owner) {
 			if !slices.ContainsFunc(procs, func(p ports.Process) bool { return p.Group().PID == g.PID }) {
 				_ = a.rt.Kill(g)
 			}
@@ -647,7 +647,7 @@ func (a *App) killTaskRemains(key string, t *domain.Tasks, procs []ports.Process
 			add(g)
 		}
 	}
-	for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+	for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), t.Owner) {
 		add(g)
 	}
 	for _, g := range groups {

@@ -76,11 +76,14 @@ type Step struct {
 	// OutPath is the file the step's stdout goes to, once Running: its
 	// size is part of the step's progress.
 	OutPath string `json:"out_path,omitempty"`
-	// Owner is the user the step runs as, once Running ("" the agent's own
-	// account): an agent that adopts the step after a restart opens ErrPath
-	// again as that user, for the stop line. nil in a record from an agent
-	// before owners were kept: such a step gets no stop line when adopted
-	// (opening its path as anyone else could write where the job may not).
+	// Owner is the user the step runs as, from its Starting record on (""
+	// the agent's own account): an agent that adopts the step after a
+	// restart opens ErrPath again as that user, for the stop line, and
+	// looks for the step's processes among that user's alone (Runtime.Adopt).
+	// nil in a record from an agent before owners were kept: such a step
+	// gets no stop line when adopted (opening its path as anyone else could
+	// write where the job may not), and its processes are looked for among
+	// every user's.
 	Owner *string `json:"owner,omitempty"`
 	// MemLimit is the memory (bytes) the step's processes may hold
 	// (StartStep.mem_limit_bytes; 0: no limit).
@@ -152,8 +155,9 @@ func Start(self Self, existing *Step, highest int32, cmd *eventsv1.StartStep, no
 	case existing != nil:
 		return nil, fmt.Sprintf("step %s already %s", existing.Key(), existing.Phase)
 	}
+	owner := cmd.GetUser()
 	rec = &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now,
-		MemLimit: max(cmd.GetMemLimitBytes(), 0)}
+		MemLimit: max(cmd.GetMemLimitBytes(), 0), Owner: &owner}
 	if cmd.GetAttempt() < highest {
 		rec.Phase, rec.Message, rec.Ended = FailedToStart, StaleAttempt(cmd.GetAttempt(), highest), now
 	}

@@ -36,6 +36,11 @@ type Tasks struct {
 	// MemLimit is the memory (bytes) the tasks together may hold
 	// (LaunchTasks.mem_limit_bytes; 0: no limit).
 	MemLimit int64 `json:"mem_limit,omitempty"`
+	// Owner is the user the tasks run as ("" the agent's own account): an
+	// agent that restarted looks for their processes among that user's
+	// alone (Runtime.Adopt). nil in a record from an agent before it was
+	// kept: their processes are looked for among every user's.
+	Owner *string `json:"owner,omitempty"`
 	// Usage is what each task's processes used, by local id, once ended
 	// (empty: not known).
 	Usage      []acct.Usage `json:"usage,omitempty"`
@@ -103,9 +108,10 @@ func Launch(self Self, existing *Tasks, run *Step, highest int32, cmd *eventsv1.
 	case existing != nil:
 		return nil, false, fmt.Sprintf("tasks %s already %s", existing.Key(), existing.Phase)
 	}
+	owner := cmd.GetUser()
 	rec = &Tasks{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), StepID: cmd.GetStepId(),
 		FirstRank: cmd.GetFirstRank(), NTasks: cmd.GetNtasks(), Phase: Starting, Created: now,
-		MemLimit: max(cmd.GetMemLimitBytes(), 0)}
+		MemLimit: max(cmd.GetMemLimitBytes(), 0), Owner: &owner}
 	switch {
 	case cmd.GetJob() == "" || cmd.GetStepId() < 0 || cmd.GetNtasks() < 1 || cmd.GetFirstRank() < 0:
 		rec.Phase, rec.Message, rec.Ended = FailedToStart,

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -231,5 +232,42 @@ func testJobCannotJoinAnotherJobsGroup(t *testing.T, rt Runtime) {
 	if strings.Contains(got, "joined") || strings.Count(got, "refused: operation not permitted") != 2 {
 		t.Fatalf("%s's job moving into %s's job's group (%d), then the agent's (%d): %q, want both refused",
 			a.Name, b.Name, victim.Group().PID, syscall.Getpgrp(), got)
+	}
+}
+
+// TestAdoptReadsOnlyTheOwnersProcesses: a restarted agent looks for a
+// step's processes among its owner's alone, so that another user's
+// process, whose environment read it could stall (its memory map lock
+// held), is not read: a process of another user carrying the step's
+// marker is not adopted for the agent's own user's step, nor the agent's
+// own for that user's step. An owner not recorded (nil) reads every
+// process's, as before.
+func TestAdoptReadsOnlyTheOwnersProcesses(t *testing.T) {
+	t.Parallel()
+	u := testkit.OSUsers(t, 1)[0]
+	dir := testkit.ReachableDir(t)
+	marker := "LOOM_STEP_ID=" + t.Name() + "#" + strconv.Itoa(os.Getpid())
+	rt := New(asAgent)
+	run := func(user string) ports.Group {
+		f, err := os.Create(filepath.Join(dir, "out-"+user)) // handed to the process open
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return start(t, rt, ports.Spec{Argv: []string{"sleep", "60"}, Env: []string{"PATH=/usr/bin:/bin", marker},
+			User: user, Dir: dir, Stdout: f, Stderr: f}).Group()
+	}
+	mine, theirs := run(""), run(u.Name)
+
+	rt2 := New(asAgent) // the new agent: it started nothing
+	self := ""
+	if got := rt2.Adopt(marker, &self); !slices.Equal(got, []ports.Group{mine}) {
+		t.Fatalf("Adopt for the agent's own user = %+v, want only %+v (not %+v, %s's)", got, mine, theirs, u.Name)
+	}
+	if got := rt2.Adopt(marker, &u.Name); !slices.Equal(got, []ports.Group{theirs}) {
+		t.Fatalf("Adopt for %s = %+v, want only %+v", u.Name, got, theirs)
+	}
+	if got := rt2.Adopt(marker, nil); len(got) != 2 {
+		t.Fatalf("Adopt for an owner not recorded = %+v, want both %+v and %+v", got, mine, theirs)
 	}
 }

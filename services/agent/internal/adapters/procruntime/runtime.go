@@ -501,10 +501,12 @@ func (Runtime) Alive(g ports.Group) bool { return proc.Alive(g.PID, g.Start) }
 
 // Adopt finds the processes whose environment, as they started with it,
 // holds marker (reading /proc; nothing where it is missing), and returns
-// their process groups, in order.
-func (Runtime) Adopt(marker string) []ports.Group {
+// their process groups, in order. With an owner, only the processes of
+// the owner's uid are read (proc.FindByEnvOf); an owner nil, or whose
+// account is no longer known here, has every process read (FindByEnv).
+func (Runtime) Adopt(marker string, owner *string) []ports.Group {
 	var out []ports.Group
-	for _, pid := range proc.FindByEnv(marker) {
+	for _, pid := range findByEnv(marker, owner) {
 		pgid, err := syscall.Getpgid(pid)
 		if err != nil || pgid <= 1 || slices.ContainsFunc(out, func(g ports.Group) bool { return g.PID == pgid }) {
 			continue
@@ -514,6 +516,22 @@ func (Runtime) Adopt(marker string) []ports.Group {
 	}
 	slices.SortFunc(out, func(a, b ports.Group) int { return a.PID - b.PID })
 	return out
+}
+
+// findByEnv is proc.FindByEnvOf among the processes of owner's uid ("":
+// this agent's own), or proc.FindByEnv where it is not known.
+func findByEnv(marker string, owner *string) []int {
+	switch {
+	case owner == nil:
+		return proc.FindByEnv(marker)
+	case *owner == "":
+		return proc.FindByEnvOf(marker, osuser.Self().UID)
+	}
+	a, err := osuser.Lookup(*owner)
+	if err != nil {
+		return proc.FindByEnv(marker)
+	}
+	return proc.FindByEnvOf(marker, a.UID)
 }
 
 // WaitGone polls, every 20 ms, whether any process of g's group is left.
