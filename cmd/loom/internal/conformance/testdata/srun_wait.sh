@@ -15,11 +15,14 @@ pair() {
   a=$1 b=$2; shift 2
   srun "$@" sh -c "touch $d/$a; i=0; while [ ! -e $d/$b ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i+1)); done; [ -e $d/$b ] && echo $a together || echo $a alone" >"$d/out-$a"
 }
-# holder NAME OPTIONS: a six-second step, and a wait until it runs (long
-# enough that the next step asks while it runs, on a loaded machine too).
+# holder NAME OPTIONS: a step that runs until the next step has asked and
+# been told to wait (srun's "step creation temporarily disabled" in this
+# job's errors; 30 s at most, long only for a run where it never is), and
+# a wait until it runs. A fixed time would let a loaded machine end it
+# before the next step asks: that step would then never be told to wait.
 holder() {
   n=$1; shift
-  srun "$@" sh -c "touch $d/$n; sleep 6; touch $d/$n.end" &
+  srun "$@" sh -c "touch $d/$n; i=0; until grep -q 'step creation temporarily disabled' srunwait-$SLURM_JOB_ID.err || [ \$i -ge 300 ]; do sleep 0.1; i=\$((i+1)); done; touch $d/$n.end" &
   while [ ! -e "$d/$n" ]; do sleep 0.1; done
 }
 # Without --exact a step holds every CPU of the job: the next waits.
