@@ -307,7 +307,7 @@ func TestNodeFailRequeue(t *testing.T) {
 	f := setup(t)
 	s := f.session(t, "nf")
 	id := s.sbatch(s.script("nodefail.sh"))
-	s.waitFile("first-run", 60*time.Second)
+	first := s.waitLine("first-run", 60*time.Second)
 	// CONFIGURING until the agent's report that the step runs arrives.
 	var q []map[string]string
 	s.waitFor(30*time.Second, "job "+id+" to show R", func() bool {
@@ -318,9 +318,9 @@ func TestNodeFailRequeue(t *testing.T) {
 		t.Fatalf("squeue -j %s = %v; want it running on one nf node", id, q)
 	}
 	host := q[0]["NODELIST"]
-	batchPID, err := strconv.Atoi(strings.TrimSpace(s.read("first-run")))
+	batchPID, err := strconv.Atoi(strings.TrimSpace(first))
 	if err != nil {
-		t.Fatalf("first-run holds %q: %v", s.read("first-run"), err)
+		t.Fatalf("first-run holds %q: %v", first, err)
 	}
 
 	// The machine dies: its agent and every process it started, and it
@@ -475,8 +475,7 @@ func TestMultiPartition(t *testing.T) {
 	// rebuild_job_part_list: short,batch run in batch is batch,short).
 	rq := s.sbatch("-p", "short,batch", "--time=1:00", "--requeue", "-o", "/dev/null",
 		"--wrap", "echo $SLURM_JOB_PARTITION > multi-part-$SLURM_JOB_ID; sleep 50")
-	s.waitFile("multi-part-"+rq, 60*time.Second)
-	wantEqual(t, "SLURM_JOB_PARTITION", s.read("multi-part-"+rq), "batch\n")
+	wantEqual(t, "SLURM_JOB_PARTITION", s.waitLine("multi-part-"+rq, 60*time.Second), "batch\n")
 	s.ok("scontrol", "requeuehold", rq)
 	s.waitState(rq, 60*time.Second, "PENDING")
 	wantEqual(t, "requeued Partition", s.showJob(rq)["Partition"], "batch,short")

@@ -594,6 +594,19 @@ func (s *session) waitFile(name string, timeout time.Duration) {
 	})
 }
 
+// waitLine waits until a file of the session's directory holds a whole
+// line and returns what it holds. A script's `echo X > FILE` creates FILE
+// before it writes X: a file that merely exists may still be empty.
+func (s *session) waitLine(name string, timeout time.Duration) string {
+	s.t.Helper()
+	var got string
+	s.waitFor(timeout, "a line in file "+name, func() bool {
+		got = s.read(name)
+		return strings.HasSuffix(got, "\n")
+	})
+	return got
+}
+
 // showJob parses `scontrol show job ID` into its Key=Value pairs (a value
 // runs to the next blank; the first job's pairs only).
 func (s *session) showJob(id string) map[string]string {
