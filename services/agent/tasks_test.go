@@ -143,8 +143,14 @@ func TestTasksDieWithTheirRunAndOnKillTasks(t *testing.T) {
 	}
 
 	// A node without a batch step: KillTasks (a signal first, then a kill).
-	publish(t, e.broker, command(launch("4", 0, 2, 1, dir, "sh", "-c", `trap 'echo got-usr1' USR1; while :; do sleep 0.05; done`)))
+	publish(t, e.broker, command(launch("4", 0, 2, 1, dir, "sh", "-c", `trap 'echo got-usr1' USR1; echo trapped; while :; do sleep 0.05; done`)))
 	waitTasks(t, e.broker, "4", 0, eventsv1.StepState_STEP_RUNNING)
+	// RUNNING is the process started, not its trap set: a USR1 before the
+	// trap would end the shell. It says when it has one.
+	testkit.WaitFor(t, wait, "the task to trap USR1", func() (bool, error) {
+		b, _ := os.ReadFile(filepath.Join(dir, "task-2.out"))
+		return strings.Contains(string(b), "trapped\n"), nil
+	})
 	publish(t, e.broker, command(&eventsv1.KillTasks{Job: "projects/p/jobs/4", Attempt: 1, StepId: 0, Node: node, Signal: "USR1"}))
 	testkit.WaitFor(t, wait, "the task to get USR1", func() (bool, error) {
 		b, _ := os.ReadFile(filepath.Join(dir, "task-2.out"))
