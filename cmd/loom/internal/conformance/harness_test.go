@@ -398,6 +398,34 @@ func (s *session) runStdin(stdin, name string, args ...string) result {
 	return r
 }
 
+// start runs a Slurm command as run does, without waiting for it, for a
+// test that acts while it runs; the channel gets its result. A command
+// that could not be run at all gives exit -1 and the error on stderr (it
+// ends in a goroutine, where the test cannot be failed).
+func (s *session) start(name string, args ...string) <-chan result {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	cmd := exec.CommandContext(ctx, filepath.Join(s.f.bin, name), args...)
+	cmd.Dir, cmd.Env = s.dir, s.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		err := cmd.Run()
+		r := result{stdout: out.String(), stderr: errb.String()}
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			r.code = ee.ExitCode()
+		default:
+			r.code, r.stderr = -1, r.stderr+err.Error()
+		}
+		done <- r
+	}()
+	return done
+}
+
 // ok runs a command that must succeed and returns its stdout.
 func (s *session) ok(name string, args ...string) string {
 	s.t.Helper()

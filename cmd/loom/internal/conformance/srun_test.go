@@ -152,11 +152,23 @@ func TestScancelStep(t *testing.T) {
 
 // TestSrunTasksDieAtTimeLimit: a job whose srun step outlives its time limit
 // ends TIMEOUT, and the step's tasks die on both nodes with it.
+//
+// The test ends the limit once both tasks run (scontrol update lowers a
+// running job's TimeLimit below its elapsed time, as a Slurm user may): a
+// limit given at submission counts from the allocation, so on a loaded
+// machine it could end the job before its tasks had even started, and
+// taskPids waited for pids never written (seen with --time=0:08).
 func TestSrunTasksDieAtTimeLimit(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
-	id := s.sbatch("--time=0:08", s.script("srun_cancel.sh"))
+	id := s.sbatch(s.script("srun_cancel.sh"))
 	pids := s.taskPids(2)
+	for r, pid := range pids {
+		if !alive(pid) {
+			t.Fatalf("task %d (pid %d) not running before the time limit", r, pid)
+		}
+	}
+	s.ok("scontrol", "update", "JobId="+id, "TimeLimit=0:01")
 	wantEqual(t, "job state", state(s.waitDone(id, 60*time.Second)), "TIMEOUT")
 	s.waitFor(60*time.Second, "the srun tasks on both nodes to be killed", func() bool {
 		return !alive(pids[0]) && !alive(pids[1])
@@ -223,11 +235,22 @@ func TestSrunAllocates(t *testing.T) {
 	}
 
 	// Its time limit: the job ends TIMEOUT under srun, which then has
-	// nothing to give back (and says nothing of ending it).
-	r = s.run("srun", "-t", "0:02", "sh", "-c", "echo $SLURM_JOB_ID; exec sleep 30")
-	id = strings.TrimSpace(r.stdout)
-	if r.code == 0 || strings.Contains(r.stderr, "ending job") {
-		t.Errorf("srun past its time limit: %v, want a failure without an error ending the job", r)
+	// nothing to give back (and says nothing of ending it). -t is the
+	// job's TimeLimit; the test ends it once the task runs (scontrol
+	// update below the elapsed time): a short -t counts from the
+	// allocation, and on a loaded machine it ended the job before the
+	// task had printed its id (seen with -t 0:02).
+	done := s.start("srun", "-t", "5:00", "sh", "-c", `echo $SLURM_JOB_ID > "$SLURM_SUBMIT_DIR/limit.id"; echo $SLURM_JOB_ID; exec sleep 30`)
+	s.waitFor(60*time.Second, "srun's task to run", func() bool {
+		b, err := os.ReadFile(s.path("limit.id"))
+		id = strings.TrimSpace(string(b))
+		return err == nil && strings.HasSuffix(string(b), "\n")
+	})
+	wantEqual(t, "srun -t 5:00: the job's TimeLimit", s.showJob(id)["TimeLimit"], "00:05:00")
+	s.ok("scontrol", "update", "JobId="+id, "TimeLimit=0:01")
+	r = <-done
+	if r.code == 0 || strings.Contains(r.stderr, "ending job") || strings.TrimSpace(r.stdout) != id {
+		t.Errorf("srun past its time limit: %v, want job %s's task's output and a failure without an error ending the job", r, id)
 	}
 	if row := s.waitDone(id, 60*time.Second); state(row) != "TIMEOUT" {
 		t.Errorf("srun's job %s ended %s, want TIMEOUT", id, row["State"])
