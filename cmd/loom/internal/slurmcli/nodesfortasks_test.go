@@ -68,3 +68,67 @@ func TestSrunMoreNodesThanTasks(t *testing.T) {
 		t.Errorf("-Q: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestNodelistMoreHostsThanTasks: -w naming more hosts than the tasks
+// need. Slurm 22.05's sbatch (measured beside it) counts the hosts as the
+// job's least node count, lowers it to the tasks with its warning and
+// keeps the first hosts in hostlist order (ReqNodeList=node1 for -n1 -w
+// node2,node1), and refuses a -N whose maximum is below the hosts. Loom
+// kept every host, and so ran -n1 on two nodes.
+func TestNodelistMoreHostsThanTasks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args        []string
+		nodes, most int32
+		hosts       string
+		stderr      string
+	}{
+		{[]string{"-n1", "-w", "node[1-2]"}, 1, 0, "node1", "sbatch: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"},
+		{[]string{"-n1", "-w", "node2,node1"}, 1, 0, "node1", "sbatch: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"},
+		{[]string{"-n2", "-w", "node[1-3]"}, 2, 0, "node1,node2", "sbatch: Warning: can't run 2 processes on 3 nodes, setting nnodes to 2\n"},
+		{[]string{"-N2", "-n1", "-w", "node[1-2]"}, 1, 0, "node1", "sbatch: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"},
+		{[]string{"-N1-3", "-n1", "-w", "node[1-2]"}, 1, 1, "node1", "sbatch: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"},
+		{[]string{"-n1", "-Q", "-w", "node[1-2]"}, 1, 0, "node1", ""},
+		{[]string{"-n1", "-w", "node1,node1"}, 0, 0, "node1,node1", ""},
+		{[]string{"-n2", "-w", "node[1-2]"}, 0, 0, "node1,node2", ""},
+		{[]string{"-n3", "-w", "node[1-2]"}, 0, 0, "node1,node2", ""},
+		{[]string{"-N3", "-w", "node[1-2]"}, 3, 0, "node1,node2", ""},
+		{[]string{"-N1-3", "-n2", "-w", "node[1-2]"}, 2, 2, "node1,node2", ""},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			f := &fakegw.Gateway{}
+			env := Env{Cwd: t.TempDir(), Environ: map[string]string{"PATH": "/usr/bin"}}
+			code, _, errOut := run(t, f, "sbatch", env, append(tc.args, "--wrap=hostname")...)
+			if code != 0 || errOut != tc.stderr || len(submitted(f)) != 1 {
+				t.Fatalf("sbatch %v: exit %d, stderr %q, %d submitted; want 0, %q, 1", tc.args, code, errOut, len(submitted(f)), tc.stderr)
+			}
+			j := submitted(f)[0].GetJob()
+			if j.GetNodeCount() != tc.nodes || j.GetMaxNodeCount() != tc.most || strings.Join(j.GetNodelist(), ",") != tc.hosts {
+				t.Errorf("sbatch %v: node_count %d max_node_count %d nodelist %v, want %d, %d and %s",
+					tc.args, j.GetNodeCount(), j.GetMaxNodeCount(), j.GetNodelist(), tc.nodes, tc.most, tc.hosts)
+			}
+		})
+	}
+	// A -N below the hosts named: refused, nothing sent, in Slurm's words
+	// (its warning too where the tasks would have lowered the count).
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"-N1", "-w", "node[1-2]"}, "sbatch: error: invalid number of nodes (-N 2-1)\n"},
+		{[]string{"-N1", "-n2", "-w", "node[1-2]"}, "sbatch: error: invalid number of nodes (-N 2-1)\n"},
+		{[]string{"-N1-2", "-w", "node[1-3]"}, "sbatch: error: invalid number of nodes (-N 3-2)\n"},
+		{[]string{"-N2", "-n1", "-w", "node[1-3]"}, "sbatch: error: invalid number of nodes (-N 3-2)\nsbatch: Warning: can't run 1 processes on 3 nodes, setting nnodes to 1\n"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			f := &fakegw.Gateway{}
+			env := Env{Cwd: t.TempDir(), Environ: map[string]string{"PATH": "/usr/bin"}}
+			code, _, errOut := run(t, f, "sbatch", env, append(tc.args, "--wrap=hostname")...)
+			if code != 1 || errOut != tc.stderr || len(submitted(f)) != 0 {
+				t.Errorf("sbatch %v: exit %d, stderr %q, %d submitted; want 1, %q, none", tc.args, code, errOut, len(submitted(f)), tc.stderr)
+			}
+		})
+	}
+}
