@@ -101,6 +101,20 @@ func FitNodesToTasks(ntasks, nodes, most int32) (n, m int32, lowered bool) {
 	return n, m, lowered
 }
 
+// TasksForNodes is the task count a job keeps when scontrol update gives
+// it a minimum of nodes: Slurm 22.05's controller (measured beside it)
+// raises a task count below the new minimum to it (-n1, then NumNodes=2:
+// NumTasks=2, NumTasks=1 in the same update too) and keeps one at or above
+// it. It does not lower nodes to tasks as the commands do
+// (FitNodesToTasks): NumTasks=1 on a two-node job is two nodes, one task.
+// ntasks 0 (not given: a task a node) stays 0.
+func TasksForNodes(ntasks, nodes int32) int32 {
+	if ntasks > 0 && ntasks < nodes {
+		return nodes
+	}
+	return ntasks
+}
+
 // NodesForTasksWarning is the words Slurm's sbatch, salloc and srun print
 // (after "PROG: Warning: ") when FitNodesToTasks lowers a node count.
 func NodesForTasksWarning(ntasks, nodes int32) string {

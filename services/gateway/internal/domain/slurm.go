@@ -524,6 +524,9 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 	if req.Ntasks != nil {
 		j.Ntasks = req.GetNtasks()
 	}
+	if req.NodeCount != nil {
+		j.Ntasks = slurmspec.TasksForNodes(j.Ntasks, j.NodeCount)
+	}
 	if req.MemMb != nil {
 		j.MemMb = req.GetMemMb()
 	}

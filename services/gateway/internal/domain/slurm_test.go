@@ -262,6 +262,22 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 			t.Errorf("Updated(%v) has nodes %d-%d, want %d-%d", tc.req, u.GetNodeCount(), u.GetMaxNodeCount(), tc.min, tc.most)
 		}
 	}
+	// NumNodes= raises tasks below it, as Slurm's controller (-n1, then
+	// NumNodes=2 is NumTasks=2); NumTasks= alone leaves the nodes.
+	oneTask := &loomv1.Job{Partition: "train", NodeCount: 1, Ntasks: 1}
+	for _, tc := range []struct {
+		req          *loomv1.UpdateJobRequest
+		nodes, tasks int32
+	}{
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2)}, 2, 2},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), Ntasks: proto.Int32(1)}, 2, 2},
+		{&loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), Ntasks: proto.Int32(3)}, 2, 3},
+		{&loomv1.UpdateJobRequest{Ntasks: proto.Int32(1)}, 1, 1},
+	} {
+		if u := Updated(oneTask, tc.req); u.GetNodeCount() != tc.nodes || u.GetNtasks() != tc.tasks {
+			t.Errorf("Updated(-n1, %v) has %d nodes, %d tasks; want %d and %d", tc.req, u.GetNodeCount(), u.GetNtasks(), tc.nodes, tc.tasks)
+		}
+	}
 	if !Resizes(&loomv1.UpdateJobRequest{MaxNodeCount: proto.Int32(3)}) {
 		t.Error("Resizes(max_node_count) = false: the range's maximum would not be judged against the cluster")
 	}

@@ -367,6 +367,11 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 		if ev.Ntasks != nil {
 			j.Job.Ntasks = ev.GetNtasks()
 		}
+		if ev.NodeCount != nil {
+			// As Slurm's controller: tasks below the new minimum rise
+			// to it (the gateway's Updated does the same).
+			j.Job.Ntasks = slurmspec.TasksForNodes(j.Job.Ntasks, j.Job.NodeCount)
+		}
 		if ev.MemMb != nil {
 			j.Job.MemMb = ev.GetMemMb()
 		}
@@ -388,7 +393,14 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 
 // sameSize reports whether ev's size and hosts are those job has.
 func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
-	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == newMaxNodes(ev)) && (ev.Ntasks == nil || ev.GetNtasks() == job.GetNtasks()) &&
+	tasks := job.GetNtasks()
+	if ev.Ntasks != nil {
+		tasks = ev.GetNtasks()
+	}
+	if ev.NodeCount != nil {
+		tasks = slurmspec.TasksForNodes(tasks, ev.GetNodeCount())
+	}
+	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == newMaxNodes(ev)) && tasks == job.GetNtasks() &&
 		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
 		(ev.Nodelist == nil || slices.Equal(uniqueHosts(ev.GetNodelist().GetHosts()), job.GetNodelist())) &&
 		(ev.Exclude == nil || slices.Equal(uniqueHosts(ev.GetExclude().GetHosts()), job.GetExclude())) &&

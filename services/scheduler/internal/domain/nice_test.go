@@ -192,3 +192,35 @@ func TestUpdateSizeHostsNameAndThrottle(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateNodesRaisesTasks: scontrol update NumNodes= on a pending job
+// raises a task count below the new minimum to it, as Slurm 22.05's
+// controller did beside Loom (-n1 then NumNodes=2: NumTasks=2, with
+// NumTasks=1 in the same update too), and never lowers the nodes to the
+// tasks (NumTasks=1 on a two-node job stays two nodes). Loom kept
+// NumTasks=1 and ran tasks 1,0.
+func TestUpdateNodesRaisesTasks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	for _, tc := range []struct {
+		id          int
+		ntasks      int32
+		set         func(*eventsv1.UpdateJob)
+		nodes, want int32
+	}{
+		{2, 1, func(ev *eventsv1.UpdateJob) { ev.NodeCount = proto.Int32(2) }, 2, 2},
+		{3, 1, func(ev *eventsv1.UpdateJob) { ev.NodeCount, ev.Ntasks = proto.Int32(2), proto.Int32(1) }, 2, 2},
+		{4, 4, func(ev *eventsv1.UpdateJob) { ev.NodeCount, ev.MaxNodeCount = proto.Int32(3), proto.Int32(4) }, 3, 4},
+		{5, 2, func(ev *eventsv1.UpdateJob) { ev.Ntasks = proto.Int32(1) }, 1, 1},
+		{6, 0, func(ev *eventsv1.UpdateJob) { ev.NodeCount = proto.Int32(3) }, 3, 0},
+	} {
+		h.submitJob(job(tc.id, 1, 0, func(j *loomv1.Job) { j.Hold, j.Ntasks = true, tc.ntasks }))
+		ev := &eventsv1.UpdateJob{Job: jobName(tc.id), Cluster: cl, Action: ActionUpdate}
+		tc.set(ev)
+		h.do(ev)
+		if j := h.s.Job(jobName(tc.id)); j.GetNodeCount() != tc.nodes || j.GetNtasks() != tc.want {
+			t.Errorf("job %d (-n%d) after %v: %d nodes, %d tasks; want %d and %d", tc.id, tc.ntasks, ev, j.GetNodeCount(), j.GetNtasks(), tc.nodes, tc.want)
+		}
+	}
+}
