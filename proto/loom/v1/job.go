@@ -8,7 +8,7 @@ package loomv1
 // It leaves state and submit_time, which each sets itself.
 func (j *Job) ClearOutputs() {
 	j.StateReason, j.ExitCode, j.Nodes, j.OutputPath, j.ErrorPath = "", 0, nil, "", ""
-	j.StartTime, j.EndTime = nil, nil
+	j.StartTime, j.EndTime, j.HoldChangeTime = nil, nil, nil
 	j.Priority, j.PriorityFactors, j.Placement = 0, nil, ""
 	j.ExpectedStartTime, j.SchedNodes = nil, nil
 	j.RestartCount, j.Runs, j.BatchHost, j.AllocGpus = 0, nil, "", 0

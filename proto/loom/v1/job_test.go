@@ -16,6 +16,7 @@ func TestClearOutputs(t *testing.T) {
 		"expected_start_time": true, "sched_nodes": true, "restart_count": true, "runs": true, "batch_host": true,
 		"alloc_gpus": true, "steps": true, "steps_omitted": true, "user_failures": true, "excluded_nodes": true,
 		"exit_signal": true, "derived_exit_code": true, "derived_exit_signal": true, "cancelled_by": true,
+		"hold_change_time": true,
 	}
 	j := &Job{}
 	m := j.ProtoReflect()

@@ -2245,6 +2245,12 @@ type Job struct {
 	SubmitTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
 	StartTime  *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime    *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// hold_change_time is when the job's hold was last set or released
+	// (scontrol hold, uhold, release); unset while none was, a job submitted
+	// held counting from submit_time. Slurm's EligibleTime follows it: a hold
+	// keeps only a begin_time still ahead of it, and a release makes the job
+	// eligible then (or at its begin_time, if later).
+	HoldChangeTime *timestamppb.Timestamp `protobuf:"bytes,88,opt,name=hold_change_time,json=holdChangeTime,proto3" json:"hold_change_time,omitempty"`
 	// error_path is the resolved --error file (empty: joined with output_path).
 	ErrorPath string `protobuf:"bytes,28,opt,name=error_path,json=errorPath,proto3" json:"error_path,omitempty"`
 	// Output only: scheduling.
@@ -2744,6 +2750,13 @@ func (x *Job) GetStartTime() *timestamppb.Timestamp {
 func (x *Job) GetEndTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.EndTime
+	}
+	return nil
+}
+
+func (x *Job) GetHoldChangeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HoldChangeTime
 	}
 	return nil
 }
@@ -5063,7 +5076,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\x9a\x15\n" +
+	"\tREPLACING\x10\t\"\xe0\x15\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5138,7 +5151,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"submitTime\x129\n" +
 	"\n" +
 	"start_time\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1d\n" +
+	"\bend_time\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12D\n" +
+	"\x10hold_change_time\x18X \x01(\v2\x1a.google.protobuf.TimestampR\x0eholdChangeTime\x12\x1d\n" +
 	"\n" +
 	"error_path\x18\x1c \x01(\tR\terrorPath\x12\x1a\n" +
 	"\bpriority\x18< \x01(\x03R\bpriority\x12C\n" +
@@ -5523,48 +5537,49 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	50, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
 	50, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
 	50, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
-	50, // 38: loom.v1.Job.expected_start_time:type_name -> google.protobuf.Timestamp
-	28, // 39: loom.v1.Job.runs:type_name -> loom.v1.JobRun
-	42, // 40: loom.v1.Job.steps:type_name -> loom.v1.JobStep
-	0,  // 41: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	50, // 42: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	50, // 43: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
-	29, // 44: loom.v1.JobRun.batch_usage:type_name -> loom.v1.TaskUsage
-	51, // 45: loom.v1.TaskUsage.user_cpu:type_name -> google.protobuf.Duration
-	51, // 46: loom.v1.TaskUsage.system_cpu:type_name -> google.protobuf.Duration
-	50, // 47: loom.v1.TaskUsage.time:type_name -> google.protobuf.Timestamp
-	4,  // 48: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	50, // 49: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	50, // 50: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	50, // 51: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	46, // 52: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
-	50, // 53: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
-	50, // 54: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
-	35, // 55: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
-	50, // 56: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	47, // 57: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	35, // 58: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	50, // 59: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
-	48, // 60: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	49, // 61: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
-	39, // 62: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	40, // 63: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	5,  // 64: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	22, // 65: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	38, // 66: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
-	37, // 67: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
-	50, // 68: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	50, // 69: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	0,  // 70: loom.v1.JobStep.state:type_name -> loom.v1.JobState
-	50, // 71: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
-	50, // 72: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	29, // 73: loom.v1.JobStep.task_usage:type_name -> loom.v1.TaskUsage
-	74, // [74:74] is the sub-list for method output_type
-	74, // [74:74] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	50, // 37: loom.v1.Job.hold_change_time:type_name -> google.protobuf.Timestamp
+	27, // 38: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
+	50, // 39: loom.v1.Job.expected_start_time:type_name -> google.protobuf.Timestamp
+	28, // 40: loom.v1.Job.runs:type_name -> loom.v1.JobRun
+	42, // 41: loom.v1.Job.steps:type_name -> loom.v1.JobStep
+	0,  // 42: loom.v1.JobRun.state:type_name -> loom.v1.JobState
+	50, // 43: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	50, // 44: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	29, // 45: loom.v1.JobRun.batch_usage:type_name -> loom.v1.TaskUsage
+	51, // 46: loom.v1.TaskUsage.user_cpu:type_name -> google.protobuf.Duration
+	51, // 47: loom.v1.TaskUsage.system_cpu:type_name -> google.protobuf.Duration
+	50, // 48: loom.v1.TaskUsage.time:type_name -> google.protobuf.Timestamp
+	4,  // 49: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
+	50, // 50: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	50, // 51: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	50, // 52: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	46, // 53: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	50, // 54: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	50, // 55: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	35, // 56: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
+	50, // 57: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	47, // 58: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	35, // 59: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
+	50, // 60: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	48, // 61: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	49, // 62: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	39, // 63: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	40, // 64: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 65: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 66: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	38, // 67: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
+	37, // 68: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
+	50, // 69: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	50, // 70: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	0,  // 71: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	50, // 72: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	50, // 73: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	29, // 74: loom.v1.JobStep.task_usage:type_name -> loom.v1.TaskUsage
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }

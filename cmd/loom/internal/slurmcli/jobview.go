@@ -159,22 +159,34 @@ func jobNodeCount(j *loomv1.Job) int {
 // its --begin, else its submit time; nil for a pending job Slurm keeps no
 // such time for: held, waiting on a dependency, or an array's tasks
 // waiting on its task limit (as_mysql_job.c records those as never
-// eligible). A hold clears the time unless the --begin is still ahead
-// (slurmctld 22.05 beside Loom: held at submit or later alike, EligibleTime
-// Unknown, and the --begin of one held before it came, in scontrol and
-// sacct); now is when that is judged, where Slurm judged it at the hold,
-// which Loom does not record.
-func eligibleAt(j *loomv1.Job, now time.Time) *timestamppb.Timestamp {
+// eligible). Slurm 22.05 (beside Loom) clears a --begin already passed
+// when it holds or releases a job: a hold keeps only a --begin ahead of
+// the hold (sbatch -H --begin=now+20 says the begin while held, past it
+// too), and a release makes the job eligible at the release (or at a
+// --begin still ahead). The hold's time is Job.hold_change_time, the
+// submit time for a job submitted held.
+func eligibleAt(j *loomv1.Job) *timestamppb.Timestamp {
+	changed, begin := j.GetHoldChangeTime(), j.GetBeginTime()
 	if effectiveState(j) == loomv1.JobState_PENDING {
 		switch {
-		case j.GetHold() && j.GetBeginTime() != nil && j.GetBeginTime().AsTime().After(now):
-			return j.GetBeginTime()
-		case j.GetHold(), j.GetStateReason() == "Dependency", j.GetStateReason() == "JobArrayTaskLimit":
+		case j.GetHold():
+			held := changed
+			if held == nil {
+				held = j.GetSubmitTime()
+			}
+			if begin != nil && held != nil && begin.AsTime().After(held.AsTime()) {
+				return begin
+			}
+			return nil
+		case j.GetStateReason() == "Dependency", j.GetStateReason() == "JobArrayTaskLimit":
 			return nil
 		}
 	}
-	if b := j.GetBeginTime(); b != nil {
-		return b
+	if changed != nil && !j.GetHold() && (begin == nil || begin.AsTime().Before(changed.AsTime())) {
+		return changed // released: eligible then
+	}
+	if begin != nil {
+		return begin
 	}
 	return j.GetSubmitTime()
 }

@@ -362,7 +362,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		})},
 		{"Elapsed", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now)) }},
 		{"ElapsedRaw", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now), 10) }},
-		{"Eligible", 19, job(func(r sacctRow) string { return ts(eligibleAt(r.job, now), "Unknown") })},
+		{"Eligible", 19, job(func(r sacctRow) string { return ts(eligibleAt(r.job), "Unknown") })},
 		{"End", 19, func(r sacctRow) string { return ts(r.end(), "Unknown") }},
 		{"ExitCode", 8, func(r sacctRow) string { return r.exitCode() }},
 		{"Group", 9, job(func(r sacctRow) string { return r.job.GetUser() })},
@@ -421,7 +421,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		{"ReqNodes", 8, job(func(r sacctRow) string { return strconv.Itoa(jobNodeCount(requested(r.job))) })},
 		{"ReqTRES", 10, job(func(r sacctRow) string { return tres(r, false) })},
 		{"Reserved", 10, job(func(r sacctRow) string {
-			elig := eligibleAt(r.job, now)
+			elig := eligibleAt(r.job)
 			if elig == nil {
 				return "00:00:00"
 			}
@@ -789,7 +789,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 			start = *startT
 		}
 		end := time.Unix(windowEnd(startT, endT, view.now), 0)
-		inTime = func(r jobRow) bool { return inStateWindow(r, states, start, end, view.now) }
+		inTime = func(r jobRow) bool { return inStateWindow(r, states, start, end) }
 	}
 	if formatSacctUses(fields, "Timelimit", "TimelimitRaw") {
 		view.limits = c.partitionLimits(ctx, jobs)
@@ -908,7 +908,7 @@ func inWindow(j *loomv1.Job, byID bool, start, end *time.Time, now time.Time) bo
 	if byID {
 		return j.GetSubmitTime() == nil || j.GetSubmitTime().GetSeconds() < e
 	}
-	el := eligibleAt(j, now)
+	el := eligibleAt(j)
 	return el != nil && el.GetSeconds() < e
 }
 
@@ -932,8 +932,8 @@ func windowEnd(start, end *time.Time, now time.Time) int64 {
 // still waiting, or started (or ended without starting) after start;
 // RUNNING, started before end and still running or ended after start; an
 // end state, ended in it between start and end, both included; any other,
-// in it now (the time eligibleAt judges a hold at).
-func inStateWindow(r jobRow, states stateSet, start, end, now time.Time) bool {
+// in it now.
+func inStateWindow(r jobRow, states stateSet, start, end time.Time) bool {
 	j := r.job
 	st := effectiveState(j)
 	secs := func(t *timestamppb.Timestamp) int64 {
@@ -950,7 +950,7 @@ func inStateWindow(r jobRow, states stateSet, start, end, now time.Time) bool {
 	if st.Terminal() {
 		ended = secs(j.GetEndTime())
 	}
-	eligible := secs(eligibleAt(j, now))
+	eligible := secs(eligibleAt(j))
 	s, e := start.Unix(), end.Unix()
 	for want := range states {
 		switch {

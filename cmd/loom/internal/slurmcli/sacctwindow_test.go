@@ -131,27 +131,44 @@ func TestArrayRemainderNotEligible(t *testing.T) {
 }
 
 // TestHeldEligibleTime: a hold clears a job's eligible time unless its
-// --begin is still ahead, as slurmctld 22.05 showed beside Loom (scontrol
-// show job's EligibleTime, and sacct -c's Eligible): "sbatch -H" and
-// "scontrol hold" of a pending job alike said Unknown; "sbatch -H
-// --begin=now+600", and a hold before such a begin came, kept the begin;
-// a hold after the begin had passed said Unknown. Loom said Unknown for
-// every held job. Fixture: 14 is held, pending, submitted 12:04:05.
+// --begin is ahead of the hold, and a release makes it eligible then, as
+// slurmctld 22.05 showed beside Loom (scontrol show job's EligibleTime,
+// and sacct -c's Eligible): "sbatch -H" and "scontrol hold" of a pending
+// job alike said Unknown; "sbatch -H --begin=now+20" kept the begin, and
+// still did once it had passed (Loom said Unknown: it judged the begin
+// against now, recording no hold time); a hold after the begin had passed
+// said Unknown; a release after the begin said the release time (Loom:
+// the submit time). Fixture: 14 is pending, submitted 12:04:05 (3h ago).
 func TestHeldEligibleTime(t *testing.T) {
 	t.Parallel()
+	const unset = time.Duration(1) // no such time
 	for _, tc := range []struct {
-		name  string
-		begin time.Duration // from testNow; 0: none
-		want  string
+		name           string
+		begin, changed time.Duration // from testNow
+		hold           bool
+		want           string
 	}{
-		{"held", 0, "Unknown"},
-		{"held before its --begin", time.Hour, "2026-01-02T16:04:05"},
-		{"held after its --begin", -time.Minute, "Unknown"},
+		{"held at submit", unset, unset, true, "Unknown"},
+		{"held at submit before its --begin", time.Hour, unset, true, "2026-01-02T16:04:05"},
+		{"held at submit, its --begin passed since", -time.Minute, unset, true, "2026-01-02T15:03:05"},
+		{"held after its --begin", -time.Hour, -time.Minute, true, "Unknown"},
+		{"held before its --begin, which passed since", -time.Minute, -time.Hour, true, "2026-01-02T15:03:05"},
+		{"released", unset, -time.Minute, false, "2026-01-02T15:03:05"},
+		{"released after its --begin", -time.Hour, -time.Minute, false, "2026-01-02T15:03:05"},
+		{"released before its --begin", time.Hour, -time.Minute, false, "2026-01-02T16:04:05"},
+		{"never held", -time.Hour, unset, false, "2026-01-02T14:04:05"},
 	} {
 		f := fixture()
 		for _, j := range f.Jobs {
-			if j.GetJobId() == "14" && tc.begin != 0 {
+			if j.GetJobId() != "14" {
+				continue
+			}
+			j.Hold = tc.hold
+			if tc.begin != unset {
 				j.BeginTime = timestamppb.New(testNow.Add(tc.begin))
+			}
+			if tc.changed != unset {
+				j.HoldChangeTime = timestamppb.New(testNow.Add(tc.changed))
 			}
 		}
 		code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", "14")

@@ -310,7 +310,7 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 		end = formatTimestamp(j.GetExpectedStartTime().AsTime().Add(time.Duration(limit)*time.Second), v.loc)
 	}
 	started := j.GetStartTime() != nil && st != loomv1.JobState_PENDING
-	eligible := eligibleAt(j, v.now)
+	eligible := eligibleAt(j)
 	accrue := eligible
 	if accrue == nil && !j.GetHold() && j.GetStateReason() == "JobArrayTaskLimit" {
 		// The tasks an array's limit holds back accrue age all the

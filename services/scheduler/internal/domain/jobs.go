@@ -234,6 +234,8 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 			}
 			j = t.editJob(j.Name())
 			j.Job.Hold, j.Job.StateReason = true, reason
+			// Slurm's EligibleTime is judged against it (Job.hold_change_time).
+			j.Job.HoldChangeTime = timestamppb.New(t.now)
 			t.emitJob(j)
 		case ActionRelease:
 			// Only an administrator releases an admin hold (Slurm: "Access/
@@ -242,7 +244,7 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 				continue
 			}
 			j = t.editJob(j.Name())
-			j.Job.Hold = false
+			j.Job.Hold, j.Job.HoldChangeTime = false, timestamppb.New(t.now)
 			if j.Pending() {
 				j.Job.StateReason = ReasonPriority // refined by the pass
 			}

@@ -224,3 +224,27 @@ func TestUpdateNodesRaisesTasks(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldChangeTime: scontrol hold and release record when they acted
+// (Job.hold_change_time), which Slurm's EligibleTime follows: the release
+// time once released (slurmctld 22.05 beside Loom), where Loom had no time
+// but the submit time to show.
+func TestHoldChangeTime(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.submitJob(job(1, 1, 0, func(j *loomv1.Job) { j.Hold = true }))
+	if ht := h.s.Job(jobName(1)).GetHoldChangeTime(); ht != nil {
+		t.Fatalf("submitted held: hold_change_time %v, want none (the submit time stands for it)", ht.AsTime())
+	}
+	h.tick(time.Minute)
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRelease})
+	if j := h.s.Job(jobName(1)); j.GetHold() || !j.GetHoldChangeTime().AsTime().Equal(h.now) {
+		t.Errorf("released: hold %v, hold_change_time %v; want false, %v", j.GetHold(), j.GetHoldChangeTime().AsTime(), h.now)
+	}
+	h.submitJob(job(2, 1, 0, func(j *loomv1.Job) { j.NodeCount = 99 }))
+	h.tick(time.Minute)
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionHold})
+	if j := h.s.Job(jobName(2)); !j.GetHold() || !j.GetHoldChangeTime().AsTime().Equal(h.now) {
+		t.Errorf("held: hold %v, hold_change_time %v; want true, %v", j.GetHold(), j.GetHoldChangeTime().AsTime(), h.now)
+	}
+}

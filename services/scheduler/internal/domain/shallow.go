@@ -79,6 +79,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		SubmitTime:         job.SubmitTime,
 		StartTime:          job.StartTime,
 		EndTime:            job.EndTime,
+		HoldChangeTime:     job.HoldChangeTime,
 		ErrorPath:          job.ErrorPath,
 		Priority:           job.Priority,
 		PriorityFactors:    job.PriorityFactors,
