@@ -355,7 +355,11 @@ func (p *pass) preemptorRoom(m *multiRec) bool {
 // stageBackfill keeps b's place: the first blocked job of the pass gets the
 // EASY reservation that later jobs must not delay; without backfill a
 // blocked job blocks the later jobs of its partition (blockFIFO). The first
-// blocked job of each partition reads Resources, the ones after it Priority.
+// blocked job of each partition reads Resources, the ones after it Priority,
+// but for a job whose -w names all the nodes it needs: slurmctld 22.05's
+// _schedule judges such a job on its own nodes, not behind the queue, and
+// says Resources (measured: behind a blocked "-w node1" job, a blocked
+// "-w node2" job read Resources, a blocked -N3 job Priority).
 func stageBackfill(p *pass, b *blocked) {
 	bit := uint64(1) << uint(b.pi)
 	first := p.blocked&bit == 0
@@ -372,7 +376,14 @@ func stageBackfill(p *pass, b *blocked) {
 		}
 	}
 	b.d.Reason = ReasonPriority
-	if first {
+	if first || ownNodes(b.req) {
 		b.d.Reason = ReasonResources
 	}
+}
+
+// ownNodes reports whether r's node list names at least the nodes r needs,
+// Slurm's test for a job that waits on its own nodes (req_node_bitmap
+// covering min_nodes) rather than behind the jobs ahead of it.
+func ownNodes(r *place.Request) bool {
+	return len(r.Nodelist) > 0 && len(r.Nodelist) >= r.Nodes
 }

@@ -49,10 +49,11 @@ func TestExclusiveUserSharesWithTheSameUser(t *testing.T) {
 	}
 	sub(4, "bob", false, "cpu-b")
 	h.wantState(4, loomv1.JobState_RUNNING, "")
-	// Behind bob's blocked job 3 Loom says Priority (its rule for a job
-	// behind a blocked one; Slurm said Resources): the filter is the point.
+	// Behind bob's blocked job 3 it waits for Resources, as Slurm said:
+	// its -w names the one node it needs (Loom said Priority, its rule for
+	// a job behind a blocked one).
 	c = sub(5, "alice", true, "cpu-b")
-	h.wantState(5, loomv1.JobState_PENDING, ReasonPriority)
+	h.wantState(5, loomv1.JobState_PENDING, ReasonResources)
 	if d := decision(c, 5); d == nil || d.Filtered["OtherUser"] != 1 {
 		t.Fatalf("alice's --exclusive=user beside bob's job: want cpu-b filtered as OtherUser, got %+v", d)
 	}
@@ -172,4 +173,36 @@ func TestPreemptionHonoursNodeOwners(t *testing.T) {
 			checkInvariants(t, h.s)
 		})
 	}
+}
+
+// TestReasonOfJobOnItsOwnNodes: a pending job whose -w names every node it
+// needs waits for Resources even behind a blocked job, as slurmctld 22.05
+// judged it beside Loom (4 nodes, node1 and node2 busy: "-w node1" read
+// Resources, the "-w node2" job behind it Resources, a -N3 job behind
+// them Priority in Loom; Slurm's said its nodes were not available, having
+// set node1 and node2 aside for the -w jobs). Loom said Priority for the
+// second -w job.
+func TestReasonOfJobOnItsOwnNodes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, n := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
+		h.node(n, 8)
+	}
+	on := func(host string) func(*loomv1.Job) {
+		return func(j *loomv1.Job) { j.Nodelist = []string{host} }
+	}
+	h.submitJob(job(1, 1, 8, on("gpu-0001")))
+	h.submitJob(job(2, 1, 8, on("gpu-0002")))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(3, 1, 8, on("gpu-0001")))
+	h.submitJob(job(4, 1, 8, on("gpu-0002")))
+	// Last in priority order, as Slurm's --nice=150 had it (its size
+	// factor would put it first).
+	h.submitJob(job(5, 3, 8, func(j *loomv1.Job) { j.Nice = 10000 }))
+	h.tick(0)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(5, loomv1.JobState_PENDING, ReasonPriority)
+	checkInvariants(t, h.s)
 }
