@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -541,16 +540,15 @@ func TestTrainingPrivateData(t *testing.T) {
 // creates still work (they are commands).
 func TestTrainingServiceDown(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	_ = ln.Close()
+	// A port reserved for this test process (testkit.FreeAddr), which no
+	// one listens on: a port bound on :0 and closed again could be handed
+	// to a parallel test's fake training service (every harness serves
+	// one on :0), which answers NotFound instead of Unavailable.
+	dead := testkit.FreeAddr()
 	h := newHarness(t, func(c *Config) { c.TrainingAddr = dead })
 	ctx := testkit.Context(t, wait)
 	tc := h.trainingAs(t, "ana")
-	_, err = tc.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: location + "/customJobs/1"})
+	_, err := tc.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: location + "/customJobs/1"})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "training service") || !strings.Contains(err.Error(), "-training-addr") {
 		t.Errorf("get with training down = %v", err)
 	}
