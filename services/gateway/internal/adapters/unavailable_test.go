@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
 )
 
 // TestRedisDownIsUnavailableToConsumers: a read Redis does not serve is
@@ -20,12 +20,10 @@ import (
 // a gateway consumer lost every record it handled during a restart).
 func TestRedisDownIsUnavailableToConsumers(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close() // nothing listens there now
+	// Nothing listens on a port reserved for this test process
+	// (testkit.FreeAddr): a port bound on :0 and closed again may be handed
+	// to a parallel test's server, which answers instead of refusing.
+	addr := testkit.FreeAddr()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	st := store.New(rdb, "gateway:")
