@@ -19,6 +19,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/healthcheck"
+	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -233,12 +234,10 @@ func TestAllReduceBadParams(t *testing.T) {
 func TestRingWithDeadPeerWarns(t *testing.T) {
 	t.Parallel()
 	peers := startPeers(t, 2, nil)
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	_ = dead.Close()
+	// The dead rank's address: a port reserved for this test process
+	// (testkit.FreeAddr) that nothing listens on, not a :0 port closed
+	// again, which a parallel test's endpoint may be given.
+	deadAddr := testkit.FreeAddr()
 	cmd := &eventsv1.RunHealthCheck{Check: AllReduce, RunId: "d", Peers: []string{peers[0].addr, peers[1].addr, deadAddr}, Rank: 0,
 		Params: map[string]string{"ring": "dead"}, Timeout: durationpb.New(time.Second)}
 	got := peers[0].r.Run(context.Background(), cmd)
