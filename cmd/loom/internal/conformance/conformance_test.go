@@ -388,28 +388,45 @@ func reviveNode(t *testing.T, s *session, dir, host string) {
 	})
 }
 
-// TestTimeLimit: timeout.sh runs past --time=0:03 (Loom takes seconds,
+// TestTimeLimit: timeout.sh runs past its time limit (Loom takes seconds,
 // M:S): it gets --signal's USR1 two seconds before, then ends TIMEOUT.
+//
+// The script asks for --time=5:00 and the test lowers the limit with
+// scontrol update once the script's trap is set (it prints "start" after
+// it). A limit given at submission counts from the allocation: with
+// --time=0:03, USR1 came 1 s after it, and on a loaded machine the shell
+// had not yet run `trap`, so USR1's default action ended it ("got USR1"
+// missing, the job FAILED). The new limit is the run time so far plus
+// 10 s: the update has 8 s to land before the signal is due.
 func TestTimeLimit(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("timeout.sh"))
+	outFile := "timeout-" + id + ".out"
+	wantEqual(t, "timeout.sh's first line", s.waitLine(outFile, 60*time.Second), "start\n")
+	kv := s.showJob(id)
+	wantEqual(t, "scontrol show job TimeLimit (#SBATCH --time=5:00)", kv["TimeLimit"], "00:05:00")
+	limit := elapsed(t, kv["RunTime"]) + 10
+	t.Logf("job %s: trap set at RunTime %s; time limit lowered to %d s", id, kv["RunTime"], limit)
+	s.ok("scontrol", "update", "JobId="+id, fmt.Sprintf("TimeLimit=%d:%02d", limit/60, limit%60))
 	row := s.waitDone(id, 60*time.Second)
 	wantEqual(t, "job state", state(row), "TIMEOUT")
-	if e := elapsed(t, row["Elapsed"]); e < 3 || e > 20 {
-		t.Errorf("Elapsed %s; want the 3 s limit (plus the kill)", row["Elapsed"])
+	if e := elapsed(t, row["Elapsed"]); e < limit || e > limit+17 {
+		t.Errorf("Elapsed %s; want the %d s limit (plus the kill)", row["Elapsed"], limit)
 	}
-	out := s.read("timeout-" + id + ".out")
-	if !strings.HasPrefix(out, "start\n") || !strings.Contains(out, "got USR1\n") {
-		t.Errorf("output %q; want start, then USR1 (--signal=B:USR1@2) before the limit", out)
-	}
+	out := s.read(outFile)
 	// As slurmstepd: the log says why the job ended.
-	if !regexp.MustCompile(`slurmstepd-[a-z0-9-]+: error: \*\*\* JOB ` + id + ` ON [a-z0-9-]+ CANCELLED AT [0-9T:-]{19} DUE TO TIME LIMIT \*\*\*\n`).MatchString(out) {
+	end := regexp.MustCompile(`slurmstepd-[a-z0-9-]+: error: \*\*\* JOB ` + id + ` ON [a-z0-9-]+ CANCELLED AT [0-9T:-]{19} DUE TO TIME LIMIT \*\*\*\n`).FindStringIndex(out)
+	if end == nil {
 		t.Errorf("output %q; want slurmstepd's line for the time limit", out)
 	}
-	kv := s.showJob(id)
+	usr1 := strings.Index(out, "got USR1\n")
+	if !strings.HasPrefix(out, "start\n") || usr1 < 0 || (end != nil && usr1 > end[0]) {
+		t.Errorf("output %q; want start, then USR1 (--signal=B:USR1@2) before the limit's line", out)
+	}
+	kv = s.showJob(id)
 	wantEqual(t, "scontrol show job JobState", kv["JobState"], "TIMEOUT")
-	wantEqual(t, "scontrol show job TimeLimit", kv["TimeLimit"], "00:00:03")
+	wantEqual(t, "scontrol show job TimeLimit", kv["TimeLimit"], fmt.Sprintf("%02d:%02d:%02d", limit/3600, limit/60%60, limit%60))
 }
 
 // TestPartitionTimeLimit: a --time over the partition's MaxTime (short:
