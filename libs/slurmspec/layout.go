@@ -107,10 +107,13 @@ func FitNodesToTasks(ntasks, nodes, most int32) (n, m int32, lowered bool) {
 // NumTasks=2, NumTasks=1 in the same update too) and keeps one at or above
 // it. It does not lower nodes to tasks as the commands do
 // (FitNodesToTasks): NumTasks=1 on a two-node job is two nodes, one task.
-// ntasks 0 (not given: a task a node) stays 0.
+// ntasks 0 (not given: a task a node) stays 0. A raised count is at most
+// MaxJobTasks, the bound every job's tasks keep (a node count is judged
+// against the cluster only at the gateway, and the scheduler's counters
+// rely on the bound): a job with more nodes than that never fits anyway.
 func TasksForNodes(ntasks, nodes int32) int32 {
 	if ntasks > 0 && ntasks < nodes {
-		return nodes
+		return max(ntasks, min(nodes, MaxJobTasks))
 	}
 	return ntasks
 }

@@ -1,6 +1,7 @@
 package slurmspec
 
 import (
+	"math"
 	"slices"
 	"testing"
 )
@@ -79,6 +80,14 @@ func TestFitNodesToTasks(t *testing.T) {
 		n, m, lowered := FitNodesToTasks(tc.ntasks, tc.nodes, tc.most)
 		if n != tc.wantN || m != tc.wantM || lowered != tc.wantLowered {
 			t.Errorf("%s: got %d-%d lowered %v, want %d-%d lowered %v", tc.name, n, m, lowered, tc.wantN, tc.wantM, tc.wantLowered)
+		}
+	}
+	// scontrol update NumNodes=: tasks rise to the new minimum, never past
+	// MaxJobTasks (a node count that large reaches the scheduler unjudged),
+	// and are never lowered.
+	for _, tc := range [][3]int32{{1, 2, 2}, {3, 2, 3}, {0, 5, 0}, {1, math.MaxInt32, MaxJobTasks}, {MaxJobTasks, MaxJobTasks + 1, MaxJobTasks}} {
+		if got := TasksForNodes(tc[0], tc[1]); got != tc[2] {
+			t.Errorf("TasksForNodes(%d, %d) = %d, want %d", tc[0], tc[1], got, tc[2])
 		}
 	}
 	if got, want := NodesForTasksWarning(1, 2), "can't run 1 processes on 2 nodes, setting nnodes to 1"; got != want {

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -214,6 +215,9 @@ func TestUpdateNodesRaisesTasks(t *testing.T) {
 		{4, 4, func(ev *eventsv1.UpdateJob) { ev.NodeCount, ev.MaxNodeCount = proto.Int32(3), proto.Int32(4) }, 3, 4},
 		{5, 2, func(ev *eventsv1.UpdateJob) { ev.Ntasks = proto.Int32(1) }, 1, 1},
 		{6, 0, func(ev *eventsv1.UpdateJob) { ev.NodeCount = proto.Int32(3) }, 3, 0},
+		// A node count the gateway did not judge (the scheduler bounds
+		// none) raises the tasks no further than every job's bound.
+		{7, 1, func(ev *eventsv1.UpdateJob) { ev.NodeCount = proto.Int32(math.MaxInt32) }, math.MaxInt32, slurmspec.MaxJobTasks},
 	} {
 		h.submitJob(job(tc.id, 1, 0, func(j *loomv1.Job) { j.Hold, j.Ntasks = true, tc.ntasks }))
 		ev := &eventsv1.UpdateJob{Job: jobName(tc.id), Cluster: cl, Action: ActionUpdate}
