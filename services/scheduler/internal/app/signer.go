@@ -18,9 +18,9 @@ import (
 //
 // It also refuses (no-principal) a CancelJob that names no one it acts as
 // (no user, no on_behalf_of) from a signer not in anonymousCancel: the
-// domain holds a cancel to the jobs of its principal, and an empty one to
-// none (mayAct), so that any sender of the row could otherwise cancel
-// anyone's job by leaving the user out.
+// domain holds a cancel to the jobs of its principal, but lets one naming
+// no principal act on every job (mayAct), so that any sender of the row
+// could otherwise cancel anyone's job by leaving the user out.
 func (a *App) checkSigner(ev envelope.Event) error {
 	if p, ok := ev.Payload.(*eventsv1.CancelJob); ok {
 		return checkCancelPrincipal(ev.Signer, p)
