@@ -361,18 +361,11 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 		j.Job.DisplayName = *name
 	}
 	if resize {
+		j.Job.Ntasks = newTasks(j.Job, ev)
 		if ev.NodeCount != nil {
 			// A count alone replaces a range (-N MIN-MAX); with a maximum
 			// it is the new range, as Slurm's NumNodes=MIN-MAX.
 			j.Job.NodeCount, j.Job.MaxNodeCount = ev.GetNodeCount(), newMaxNodes(ev)
-		}
-		if ev.Ntasks != nil {
-			j.Job.Ntasks = ev.GetNtasks()
-		}
-		if ev.NodeCount != nil {
-			// As Slurm's controller: tasks below the new minimum rise
-			// to it (the gateway's Updated does the same).
-			j.Job.Ntasks = slurmspec.TasksForNodes(j.Job.Ntasks, j.Job.NodeCount)
 		}
 		if ev.MemMb != nil {
 			j.Job.MemMb = ev.GetMemMb()
@@ -393,8 +386,10 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	t.emitJob(j)
 }
 
-// sameSize reports whether ev's size and hosts are those job has.
-func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
+// newTasks is the task count job has after ev: its ntasks when it sets
+// them, raised to a new node minimum below them as Slurm's controller
+// does (slurmspec.TasksForNodes; the gateway's Updated does the same).
+func newTasks(job *loomv1.Job, ev *eventsv1.UpdateJob) int32 {
 	tasks := job.GetNtasks()
 	if ev.Ntasks != nil {
 		tasks = ev.GetNtasks()
@@ -402,7 +397,12 @@ func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
 	if ev.NodeCount != nil {
 		tasks = slurmspec.TasksForNodes(tasks, ev.GetNodeCount())
 	}
-	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == newMaxNodes(ev)) && tasks == job.GetNtasks() &&
+	return tasks
+}
+
+// sameSize reports whether ev's size and hosts are those job has.
+func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
+	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == newMaxNodes(ev)) && newTasks(job, ev) == job.GetNtasks() &&
 		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
 		(ev.Nodelist == nil || slices.Equal(uniqueHosts(ev.GetNodelist().GetHosts()), job.GetNodelist())) &&
 		(ev.Exclude == nil || slices.Equal(uniqueHosts(ev.GetExclude().GetHosts()), job.GetExclude())) &&
