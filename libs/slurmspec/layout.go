@@ -2,8 +2,11 @@ package slurmspec
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/loom-ml/loom/libs/hostlist"
 )
 
 // AllocTasksPerNode is an allocation's SLURM_TASKS_PER_NODE, node by node,
@@ -99,6 +102,85 @@ func FitNodesToTasks(ntasks, nodes, most int32) (n, m int32, lowered bool) {
 		m = ntasks
 	}
 	return n, m, lowered
+}
+
+// NodeFit is a job's node count and hosts as Slurm's option check leaves
+// them (FitNodes).
+type NodeFit struct {
+	// Nodes and MaxNodes are the node count and range maximum to submit
+	// (0: not given); Hosts the hosts of -w kept.
+	Nodes, MaxNodes int32
+	Hosts           []string
+	// Warning is NodesForTasksWarning's words when the tasks lowered the
+	// count, else "": Slurm's commands print it after "PROG: Warning: ".
+	Warning string
+	// Least and Most are the node range the check judged: -N's minimum
+	// raised to the hosts named, and -N's maximum (its count for a bare
+	// -N N; 0: none). Refused says Most is below the hosts named.
+	Least, Most int32
+	Refused     bool
+}
+
+// RefusalText is Slurm's words for a refused fit (after "PROG: error: "):
+// "invalid number of nodes (-N 2-1)".
+func (f NodeFit) RefusalText() string {
+	return fmt.Sprintf("invalid number of nodes (-N %d-%d)", f.Least, f.Most)
+}
+
+// FitNodes is Slurm 22.05's option check of a job's node count against
+// its hosts (-w) and tasks (-n), which its sbatch and salloc share
+// (measured beside it), applied by Loom's commands and by the gateway to
+// every submission alike. nodes and most are -N's minimum and maximum (0:
+// not given; nodes without most is N-N), hosts -w's names as given.
+//
+// The hosts named, each once, are at least the job's node count: "-n3 -w
+// n[1-2]" is two nodes. A -N whose maximum is below them is refused
+// (Refused: "-N1 -w n[1-2]" is "invalid number of nodes (-N 2-1)"). A task
+// count below the nodes lowers the count to it (FitNodesToTasks, with its
+// Warning) and keeps the first hosts in hostlist order, as Slurm's
+// hostlist_pop drops the last: "-n1 -w n[2,1]" is one node, n1. Without
+// -N and with nothing lowered the count stays 0 and the hosts as given:
+// the scheduler gives a job at least its listed hosts. Without hosts it is
+// FitNodesToTasks.
+func FitNodes(ntasks, nodes, most int32, hosts []string) NodeFit {
+	f := NodeFit{Nodes: nodes, Hosts: hosts, Least: nodes, Most: most}
+	unique := uniqueHosts(hosts)
+	f.Least = max(nodes, int32(len(unique)))
+	if nodes > 0 && most == 0 {
+		f.Most = nodes // -N N is N-N
+	}
+	n, fitMost, lowered := FitNodesToTasks(ntasks, f.Least, most)
+	// A range whose maximum is below its own minimum is no hosts' doing:
+	// the caller's own check refuses it (the CLI's parser, the gateway's
+	// checkFit).
+	f.Refused = f.Most > 0 && int32(len(unique)) > f.Most
+	f.MaxNodes = fitMost
+	if lowered {
+		f.Warning = NodesForTasksWarning(ntasks, f.Least)
+	}
+	if nodes > 0 || lowered {
+		f.Nodes = n
+	}
+	if lowered && int(n) < len(unique) {
+		f.Hosts = unique[:n]
+	}
+	return f
+}
+
+// uniqueHosts is hosts sorted and each once, as Slurm's hostlist_uniq
+// leaves them: in hostlist order (node2 before node10), names that are no
+// hostlist's in byte order.
+func uniqueHosts(hosts []string) []string {
+	if len(hosts) == 0 {
+		return nil
+	}
+	sorted := slices.Compact(slices.Sorted(slices.Values(hosts)))
+	// A name holding ',' or '[' does not come back from the expression
+	// as itself: then the count differs, and byte order is kept.
+	if out, err := hostlist.Expand(hostlist.Compress(hosts)); err == nil && len(out) == len(sorted) {
+		return out
+	}
+	return sorted
 }
 
 // TasksForNodes is the task count a job keeps when scontrol update gives

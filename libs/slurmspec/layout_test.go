@@ -3,6 +3,7 @@ package slurmspec
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -92,5 +93,45 @@ func TestFitNodesToTasks(t *testing.T) {
 	}
 	if got, want := NodesForTasksWarning(1, 2), "can't run 1 processes on 2 nodes, setting nnodes to 1"; got != want {
 		t.Errorf("warning %q, want %q", got, want)
+	}
+}
+
+// TestFitNodes: the hosts of -w against -N and -n, as Slurm 22.05's
+// sbatch and salloc took them beside Loom (scontrol show job's NumNodes
+// and ReqNodeList, and their refusal).
+func TestFitNodes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                string
+		ntasks, nodes, most int32
+		hosts               []string
+		wantN, wantM        int32
+		wantHosts           string
+		warning, refusal    string
+	}{
+		{"-n1 -w node[1-2]", 1, 0, 0, []string{"node1", "node2"}, 1, 0, "node1", "can't run 1 processes on 2 nodes, setting nnodes to 1", ""},
+		{"-n1 -w node10,node2", 1, 0, 0, []string{"node10", "node2"}, 1, 0, "node2", "can't run 1 processes on 2 nodes, setting nnodes to 1", ""},
+		{"-n2 -w node[1-3]", 2, 0, 0, []string{"node1", "node2", "node3"}, 2, 0, "node1,node2", "can't run 2 processes on 3 nodes, setting nnodes to 2", ""},
+		{"-N2 -n1 -w node[1-2]", 1, 2, 0, []string{"node1", "node2"}, 1, 0, "node1", "can't run 1 processes on 2 nodes, setting nnodes to 1", ""},
+		{"-N1-3 -n1 -w node[1-2]", 1, 1, 3, []string{"node1", "node2"}, 1, 1, "node1", "can't run 1 processes on 2 nodes, setting nnodes to 1", ""},
+		{"-n1 -w node1,node1", 1, 0, 0, []string{"node1", "node1"}, 0, 0, "node1,node1", "", ""},
+		{"-n3 -w node[1-2]", 3, 0, 0, []string{"node1", "node2"}, 0, 0, "node1,node2", "", ""},
+		{"-N3 -w node[1-2]", 0, 3, 0, []string{"node1", "node2"}, 3, 0, "node1,node2", "", ""},
+		{"-N1-3 -w node[1-2]", 0, 1, 3, []string{"node1", "node2"}, 2, 3, "node1,node2", "", ""},
+		{"-N1 -w node[1-2]", 0, 1, 0, []string{"node1", "node2"}, 2, 0, "node1,node2", "", "invalid number of nodes (-N 2-1)"},
+		{"-N1 -n1 -w node[1-2]", 1, 1, 0, []string{"node1", "node2"}, 1, 0, "node1", "can't run 1 processes on 2 nodes, setting nnodes to 1", "invalid number of nodes (-N 2-1)"},
+		{"-N1-2 -w node[1-3]", 0, 1, 2, []string{"node1", "node2", "node3"}, 3, 2, "node1,node2,node3", "", "invalid number of nodes (-N 3-2)"},
+		{"-N2 -n1 without hosts", 1, 2, 0, nil, 1, 0, "", "can't run 1 processes on 2 nodes, setting nnodes to 1", ""},
+		{"-N1-4 -n2 without hosts", 2, 1, 4, nil, 1, 2, "", "", ""},
+	} {
+		f := FitNodes(tc.ntasks, tc.nodes, tc.most, tc.hosts)
+		refusal := ""
+		if f.Refused {
+			refusal = f.RefusalText()
+		}
+		if f.Nodes != tc.wantN || f.MaxNodes != tc.wantM || strings.Join(f.Hosts, ",") != tc.wantHosts || f.Warning != tc.warning || refusal != tc.refusal {
+			t.Errorf("%s: got %d-%d hosts %v warning %q refusal %q, want %d-%d %s, %q, %q",
+				tc.name, f.Nodes, f.MaxNodes, f.Hosts, f.Warning, refusal, tc.wantN, tc.wantM, tc.wantHosts, tc.warning, tc.refusal)
+		}
 	}
 }

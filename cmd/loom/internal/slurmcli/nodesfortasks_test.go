@@ -2,8 +2,10 @@ package slurmcli
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 )
@@ -128,6 +130,76 @@ func TestNodelistMoreHostsThanTasks(t *testing.T) {
 			code, _, errOut := run(t, f, "sbatch", env, append(tc.args, "--wrap=hostname")...)
 			if code != 1 || errOut != tc.stderr || len(submitted(f)) != 0 {
 				t.Errorf("sbatch %v: exit %d, stderr %q, %d submitted; want 1, %q, none", tc.args, code, errOut, len(submitted(f)), tc.stderr)
+			}
+		})
+	}
+}
+
+// TestSallocNodelistMoreHostsThanTasks: salloc runs sbatch's check of -w
+// against -N and -n, and says Slurm 22.05's warning whatever -Q (measured
+// beside it: "salloc -Q -n1 -w node[1-2]" prints it, "salloc -Q -N1 -n1 -w
+// node[1-2]" prints it after the refusal). Loom's salloc dropped it from
+// the refusal, and with -Q from the allocation too.
+func TestSallocNodelistMoreHostsThanTasks(t *testing.T) {
+	t.Parallel()
+	const warning = "salloc: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
+			t.Parallel()
+			g := srunGateway(t, 1, 0)
+			env := Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
+				Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}}
+			var q []string
+			if quiet {
+				q = []string{"-Q"}
+			}
+			code, _, errOut := salloc(context.Background(), t, env, "", append(q, "-n1", "-w", "gpu-[0001-0002]", "true")...)
+			if code != 0 || !strings.HasPrefix(errOut, warning) || len(jobsSubmitted(g)) != 1 ||
+				strings.Join(jobsSubmitted(g)[0].GetJob().GetNodelist(), ",") != "gpu-0001" {
+				t.Errorf("salloc %v -n1 -w gpu-[0001-0002]: exit %d, stderr %q, submitted %v; want the first host and %q first", q, code, errOut, jobsSubmitted(g), warning)
+			}
+			g = srunGateway(t, 1, 0)
+			env.Conn = g.Dial(t)
+			code, _, errOut = salloc(context.Background(), t, env, "", append(q, "-N1", "-n1", "-w", "gpu-[0001-0002]", "true")...)
+			if want := "salloc: error: invalid number of nodes (-N 2-1)\n" + warning; code != 1 || errOut != want || len(jobsSubmitted(g)) != 0 {
+				t.Errorf("salloc %v -N1 -n1 -w gpu-[0001-0002]: exit %d, stderr %q, %d submitted; want 1, %q, none", q, code, errOut, len(jobsSubmitted(g)), want)
+			}
+		})
+	}
+}
+
+// TestSrunOutsideNodelistMoreHostsThanTasks: srun outside a job makes its
+// allocation with sbatch's check of -w (slurmspec.FitNodes) after its own
+// trimming of -w to -N, as Slurm 22.05's srun (measured beside it): -n1 -w
+// node[1-2] warns and runs on node1; -N1 -n1 -w node[1-2] says it drops
+// node2 ("Required nodelist includes more nodes than permitted") and runs
+// on node1. Loom's srun refused the second ("invalid number of nodes (-N
+// 2-1)") and ran the first without a word.
+func TestSrunOutsideNodelistMoreHostsThanTasks(t *testing.T) {
+	t.Parallel()
+	const warning = "srun: Warning: can't run 1 processes on 2 nodes, setting nnodes to 1\n"
+	const trimmed = "srun: error: Required nodelist includes more nodes than permitted by max-node count (2 > 1). Eliminating nodes from the nodelist.\n"
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"-n1", "-w", "gpu-[0001-0002]"}, warning},
+		{[]string{"-Q", "-n1", "-w", "gpu-[0001-0002]"}, ""},
+		{[]string{"-N1", "-n1", "-w", "gpu-[0001-0002]"}, trimmed},
+		{[]string{"-N1", "-w", "gpu-[0001-0002]"}, trimmed},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			g := srunGateway(t, 1, 0)
+			code, _, errOut := srunOutside(context.Background(), t, g, append(tc.args, "hostname")...)
+			if code != 0 || !strings.HasPrefix(errOut, tc.stderr) || strings.Count(errOut, "srun: Warning") != strings.Count(tc.stderr, "srun: Warning") ||
+				len(jobsSubmitted(g)) != 1 || len(stepsCreated(g)) != 1 {
+				t.Fatalf("srun %v outside a job: exit %d, stderr %q, %d jobs, %d steps; want 0, %q first, one job and step",
+					tc.args, code, errOut, len(jobsSubmitted(g)), len(stepsCreated(g)), tc.stderr)
+			}
+			if j, s := jobsSubmitted(g)[0].GetJob(), stepsCreated(g)[0]; strings.Join(j.GetNodelist(), ",") != "gpu-0001" ||
+				strings.Join(s.GetNodelist(), ",") != "gpu-0001" {
+				t.Errorf("srun %v outside a job: job nodelist %v, step nodelist %v; want gpu-0001 for both", tc.args, j.GetNodelist(), s.GetNodelist())
 			}
 		})
 	}

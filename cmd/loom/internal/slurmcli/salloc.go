@@ -56,7 +56,10 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 		case o.key == "version":
 			return c.printVersion()
 		case o.key == "quiet":
+			// salloc's own, not sbatch's: its node/task warning is
+			// said whatever -Q, as Slurm's salloc says it.
 			quiet = true
+			continue
 		case sallocRefused[o.key]:
 			return exit255(&Error{Text: fmt.Sprintf("salloc: unrecognized option '%s'\nTry \"salloc --help\" for more information", o.written)})
 		}
@@ -79,7 +82,10 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 	} else {
 		command = []string{"/bin/sh"}
 	}
-	req, err := parseSbatchAt(c.now, append([]string{"--quiet", "--job-name=" + name}, sbatchArgs...), []byte(srunHolder), c.allocEnviron())
+	// Without sbatch's --quiet: Slurm's salloc warns of a node count its
+	// tasks lowered whatever -Q (measured beside Slurm 22.05), after
+	// the refusal too ("invalid number of nodes (-N 2-1)").
+	req, err := parseSbatchAt(c.now, append([]string{"--job-name=" + name}, sbatchArgs...), []byte(srunHolder), c.allocEnviron())
 	if err != nil {
 		if e, ok := err.(*Error); ok {
 			e.Text = strings.ReplaceAll(e.Text, "sbatch: ", "salloc: ")
@@ -87,7 +93,7 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 		}
 		return err
 	}
-	if req.nodesWarning != "" && !quiet {
+	if req.nodesWarning != "" {
 		fmt.Fprintf(c.stderr, "salloc: Warning: %s\n", req.nodesWarning)
 	}
 	// -D moves salloc itself, and so its command, as Slurm's does.

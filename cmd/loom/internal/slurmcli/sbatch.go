@@ -929,47 +929,24 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 }
 
 // fitNodes applies Slurm 22.05's option check of the node count against
-// -w and -n (measured beside it): the hosts named are at least the job's
-// node count ("-n3 -w n[1-2]" is two nodes), a -N whose maximum is below
-// them is refused ("invalid number of nodes (-N 2-1)", exit 1, -N1 -w
-// n[1-2]), and a task count below the nodes lowers the count to it
-// (slurmspec.FitNodesToTasks) and keeps the first hosts of the list in
-// hostlist order, as Slurm's hostlist_pop drops the last: "-n1 -w n[1-2]"
-// is one node, n1. Without -N and with nothing lowered the count stays
-// unset: the scheduler gives a job at least its listed hosts.
+// -w and -n (slurmspec.FitNodes, the gateway's rule too): -n1 -w n[1-2]
+// is one node, n1, with Slurm's warning; -N1 -w n[1-2] is refused,
+// "invalid number of nodes (-N 2-1)", exit 1, said with the warning that
+// Slurm's check goes on to print (unless -Q: sbatch -Q drops it, measured
+// beside Slurm). A job that fits keeps the warning in st.req.nodesWarning
+// for the command to print.
 func (st *sbatchState) fitNodes() error {
 	j := st.job
-	var hosts []string
-	if len(j.Nodelist) > 0 {
-		// Sorted and each host once, as Slurm's hostlist_uniq leaves
-		// them (the list was expanded from a valid expression).
-		hosts, _ = hostlist.Expand(hostlist.Compress(j.Nodelist))
-	}
-	least, most := j.NodeCount, j.MaxNodeCount
-	if st.nodesSet && most == 0 {
-		most = least // -N N is N-N
-	}
-	least = max(least, int32(len(hosts)))
-	n, fitMost, lowered := slurmspec.FitNodesToTasks(j.Ntasks, least, j.MaxNodeCount)
-	warning := ""
-	if lowered {
-		warning = slurmspec.NodesForTasksWarning(j.Ntasks, least)
-	}
-	if most > 0 && least > most {
-		// Said with the warning that Slurm's check goes on to print.
-		text := fmt.Sprintf("%s: error: invalid number of nodes (-N %d-%d)", st.prog, least, most)
-		if warning != "" && !st.req.quiet {
-			text += "\n" + st.prog + ": Warning: " + warning
+	f := slurmspec.FitNodes(j.Ntasks, j.NodeCount, j.MaxNodeCount, j.Nodelist)
+	if f.Refused {
+		text := st.prog + ": error: " + f.RefusalText()
+		if f.Warning != "" && !st.req.quiet {
+			text += "\n" + st.prog + ": Warning: " + f.Warning
 		}
 		return &Error{Code: 1, Text: text}
 	}
-	st.req.nodesWarning = warning
-	if st.nodesSet || lowered {
-		j.NodeCount, j.MaxNodeCount = n, fitMost
-	}
-	if lowered && int(n) < len(hosts) {
-		j.Nodelist = hosts[:n]
-	}
+	st.req.nodesWarning = f.Warning
+	j.NodeCount, j.MaxNodeCount, j.Nodelist = f.Nodes, f.MaxNodes, f.Hosts
 	return nil
 }
 

@@ -201,8 +201,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	// More nodes than tasks: lowered as Slurm's srun does, for a step and
 	// for an allocation of its own alike (salloc and sbatch share the rule).
+	// Outside a job the allocation's check says it (srunAlloc), as it
+	// counts -w's hosts too (slurmspec.FitNodes).
+	outside := jobID == "" && env["SLURM_JOB_ID"] == ""
 	if n, most, lowered := slurmspec.FitNodesToTasks(int32(ntasks), int32(nodes), int32(nodesMax)); nodes > 0 {
-		if lowered && !quiet {
+		if lowered && !quiet && !outside {
 			fmt.Fprintf(c.stderr, "srun: Warning: %s\n", slurmspec.NodesForTasksWarning(int32(ntasks), int32(nodes)))
 		}
 		nodes, nodesMax = int(n), int(most)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/libs/hostlist"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -67,8 +68,18 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 			args = append(args, "--"+v.opt+"="+val)
 		}
 	}
+	quiet := false
 	for _, o := range opts {
-		if srunAllocOptions[o.key] {
+		switch {
+		case o.key == "quiet":
+			quiet = true
+		case o.key == "nodelist":
+			// As srun kept it: past -N's count, its first hosts
+			// (srun said so), which Slurm's srun then allocates
+			// rather than refusing -N1 -w node[1-2] as sbatch does
+			// (measured beside Slurm 22.05).
+			args = append(args, "--nodelist="+hostlist.Compress(step.nodelist))
+		case srunAllocOptions[o.key]:
 			args = append(args, "--"+o.key+"="+o.value)
 		}
 	}
@@ -79,6 +90,14 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 			return e
 		}
 		return err
+	}
+	if len(step.nodelist) > 0 {
+		step.nodelist = req.job.GetNodelist() // the hosts the allocation kept
+	}
+	if req.nodesWarning != "" && !quiet {
+		// The allocation's node/task check (-N2 -n1, -n1 -w node[1-2]),
+		// in Slurm's srun's words.
+		fmt.Fprintf(c.stderr, "srun: Warning: %s\n", req.nodesWarning)
 	}
 	job, err := c.submitJob(ctx, req.job, "Unable to allocate resources")
 	if err != nil {

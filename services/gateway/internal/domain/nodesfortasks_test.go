@@ -1,9 +1,12 @@
 package domain
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
@@ -39,6 +42,65 @@ func TestMoreNodesThanTasks(t *testing.T) {
 		}
 		if req.Job.GetNodeCount() != tc.nodes || req.Job.GetMaxNodeCount() != tc.most {
 			t.Errorf("%s: the request was changed to %d-%d", tc.name, req.Job.GetNodeCount(), req.Job.GetMaxNodeCount())
+		}
+	}
+}
+
+// TestNodelistMoreHostsThanTasks: the hosts of job.nodelist count as the
+// job's nodes in the gateway's check as in Loom's sbatch (one rule,
+// slurmspec.FitNodes; Slurm 22.05's sbatch measured beside it): ntasks 1
+// with two hosts is the first host alone, node_count 1 with two hosts is
+// refused. The gateway kept both hosts, and ran ntasks 1 on two nodes.
+func TestNodelistMoreHostsThanTasks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                string
+		ntasks, nodes, most int32
+		hosts               []string
+		wantN, wantM        int32
+		wantHosts           string
+	}{
+		{"-n1 -w h[1-2]", 1, 0, 0, []string{"gpu-0001", "gpu-0002"}, 1, 0, "gpu-0001"},
+		{"-n1 -w h2,h1", 1, 0, 0, []string{"gpu-0002", "gpu-0001"}, 1, 0, "gpu-0001"},
+		{"-N2 -n1 -w h[1-2]", 1, 2, 0, []string{"gpu-0001", "gpu-0002"}, 1, 0, "gpu-0001"},
+		{"-n2 -w h[1-2]", 2, 0, 0, []string{"gpu-0001", "gpu-0002"}, 1, 0, "gpu-0001,gpu-0002"},
+		{"-N2 -w h[1-2]", 0, 2, 0, []string{"gpu-0002", "gpu-0001"}, 2, 0, "gpu-0002,gpu-0001"},
+	} {
+		req := goodJob()
+		req.Job.GpusPerNode = 0
+		req.Job.Ntasks, req.Job.NodeCount, req.Job.MaxNodeCount, req.Job.Nodelist = tc.ntasks, tc.nodes, tc.most, tc.hosts
+		if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+			continue
+		}
+		j := AcceptJob(req, existing(), 1, time.Unix(0, 0))
+		if j.GetNodeCount() != tc.wantN || j.GetMaxNodeCount() != tc.wantM || strings.Join(j.GetNodelist(), ",") != tc.wantHosts {
+			t.Errorf("%s: accepted node_count %d max_node_count %d nodelist %v, want %d, %d and %s",
+				tc.name, j.GetNodeCount(), j.GetMaxNodeCount(), j.GetNodelist(), tc.wantN, tc.wantM, tc.wantHosts)
+		}
+		if strings.Join(req.Job.GetNodelist(), ",") != strings.Join(tc.hosts, ",") {
+			t.Errorf("%s: the request's nodelist was changed to %v", tc.name, req.Job.GetNodelist())
+		}
+	}
+	// A node count (or range maximum) below the hosts named: refused,
+	// naming the field, as Slurm's sbatch refuses -N1 -w node[1-2].
+	for _, tc := range []struct {
+		name        string
+		nodes, most int32
+		field, msg  string
+	}{
+		{"-N1 -w h[1-2]", 1, 0, "job.node_count", "1 is below the 2 hosts job.nodelist names (Slurm: invalid number of nodes (-N 2-1))"},
+		{"-N1-2 -w h[1-3]", 1, 2, "job.max_node_count", "2 is below the 3 hosts job.nodelist names (Slurm: invalid number of nodes (-N 3-2))"},
+	} {
+		req := goodJob()
+		req.Job.GpusPerNode = 0
+		req.Job.NodeCount, req.Job.MaxNodeCount = tc.nodes, tc.most
+		req.Job.Nodelist = []string{"gpu-0001", "gpu-0002", "gpu-0003"}[:max(tc.nodes, tc.most)+1]
+		err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize)
+		// An *errs.InvalidError: InvalidArgument at the API.
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.field+": "+tc.msg) {
+			t.Errorf("%s: %v, want an invalid %s: %s", tc.name, err, tc.field, tc.msg)
 		}
 	}
 }

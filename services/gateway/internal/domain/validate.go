@@ -123,8 +123,16 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		return v.Err()
 	}
 	// Judged as it will be accepted (AcceptJob): -N5 -n1 on four nodes
-	// is a one-node job, as Slurm's sbatch takes it.
-	j = fitNodesToTasks(j)
+	// is a one-node job, as Slurm's sbatch takes it, and -N1 with two
+	// hosts in the node list is refused, as Slurm's sbatch refuses it.
+	if f := slurmspec.FitNodes(j.GetNtasks(), j.GetNodeCount(), j.GetMaxNodeCount(), j.GetNodelist()); f.Refused {
+		field := "job.node_count"
+		if j.GetMaxNodeCount() != 0 {
+			field = "job.max_node_count"
+		}
+		v.Add(field, "%d is below the %d hosts job.nodelist names (Slurm: %s)", f.Most, f.Least, f.RefusalText())
+	}
+	j = fitNodes(j)
 	clusterName := JobCluster(req)
 	switch {
 	case j.GetCluster() == "":
@@ -488,36 +496,40 @@ func largestNode(pools []*loomv1.NodePool, size func(clusterspec.MachineType) in
 	return most, len(pools) > 0
 }
 
-// fitNodesToTasks is j with a node count above its task count lowered to
-// it (slurmspec.FitNodesToTasks): a node would run no task. Slurm's sbatch,
-// salloc and srun lower it in their shared option check; Loom's do too
-// (and warn in Slurm's words), and the gateway applies the same rule to
-// every request, so that a client of the API gets the job the CLI would.
-// j itself when nothing changes, else a copy: the caller's request is
-// never changed under it.
-func fitNodesToTasks(j *loomv1.Job) *loomv1.Job {
-	n, most, _ := slurmspec.FitNodesToTasks(j.GetNtasks(), j.GetNodeCount(), j.GetMaxNodeCount())
-	if n == j.GetNodeCount() && most == j.GetMaxNodeCount() {
+// fitNodes is j with its node count and node list as Slurm's option check
+// leaves them (slurmspec.FitNodes): a node count above the task count
+// lowered to it, as a node would run no task, and the hosts of the node
+// list counted as nodes (ntasks 1 with two hosts is the first host alone).
+// Slurm's sbatch, salloc and srun lower it in their shared option check;
+// Loom's do too (and warn in Slurm's words), and the gateway applies the
+// same rule to every request, so that a client of the API gets the job
+// the CLI would. j itself when nothing changes, else a copy: the caller's
+// request is never changed under it. A refused fit (f.Refused) is
+// ValidateSubmitJob's to report.
+func fitNodes(j *loomv1.Job) *loomv1.Job {
+	f := slurmspec.FitNodes(j.GetNtasks(), j.GetNodeCount(), j.GetMaxNodeCount(), j.GetNodelist())
+	if f.Nodes == j.GetNodeCount() && f.MaxNodes == j.GetMaxNodeCount() && len(f.Hosts) == len(j.GetNodelist()) {
 		return j
 	}
 	j = proto.Clone(j).(*loomv1.Job)
-	j.NodeCount, j.MaxNodeCount = n, most
+	j.NodeCount, j.MaxNodeCount, j.Nodelist = f.Nodes, f.MaxNodes, f.Hosts
 	return j
 }
 
 // AcceptJob returns the job as the gateway accepts it from a valid req for
 // cluster: name and job_id from id (an array's first task id), the full
-// cluster name, node_count 0 → 1 (one above ntasks lowered to it:
-// fitNodesToTasks), the cluster's default partition when none is named,
-// state PENDING, submit_time now, and every other output-only field
-// cleared.
+// cluster name, node_count 0 → 1 (one above ntasks lowered to it, and the
+// node list to as many hosts: fitNodes), the cluster's default partition
+// when none is named, state PENDING, submit_time now, and every other
+// output-only field cleared.
 func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, now time.Time) *loomv1.Job {
 	j := proto.Clone(req.GetJob()).(*loomv1.Job)
 	project, _ := resname.ParseProject(req.GetParent())
 	j.Cluster = JobCluster(req)
 	j.Name = resname.JobOf(project.ID, id).String()
 	j.JobId = itoa64(id)
-	j.NodeCount, j.MaxNodeCount, _ = slurmspec.FitNodesToTasks(j.Ntasks, j.NodeCount, j.MaxNodeCount)
+	f := slurmspec.FitNodes(j.Ntasks, j.NodeCount, j.MaxNodeCount, j.Nodelist)
+	j.NodeCount, j.MaxNodeCount, j.Nodelist = f.Nodes, f.MaxNodes, f.Hosts
 	if j.NodeCount == 0 {
 		j.NodeCount = NodesFor(j, cluster)
 	}
