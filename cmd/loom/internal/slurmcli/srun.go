@@ -92,7 +92,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	export := ""
 	jobID := ""
 	inputOpt, outputOpt, errorOpt := "", "", ""
-	gpusOpt, gpusSet := "", false // --gpus/-G, judged for a step (stepGRES)
+	gpusOpt, gpusSet := "", false // --gpus/-G, judged for the step (srunInJob)
 	// Slurm's srun takes its default from the job's environment.
 	gpusPerTask, noGPUBind := int32(0), false
 	if v := env["SLURM_GPUS_PER_TASK"]; v != "" {
@@ -234,6 +234,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		c.stepTerminal(&req, inputOpt)
 	}
 	req.output, req.errorTo, req.gpusPerTask = outputOpt, errorOpt, gpusPerTask
+	req.gpusOpt, req.gpusSet = gpusOpt, gpusSet
 	if nodes > 0 && len(nodelist) > nodes {
 		// As Slurm's srun: the first of them, said on stderr.
 		fmt.Fprintf(c.stderr, "srun: error: Required nodelist includes more nodes than permitted by max-node count (%d > %d). Eliminating nodes from the nodelist.\n", len(nodelist), nodes)
@@ -266,9 +267,6 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			return c.errorf("Unable to confirm allocation for job %s: Invalid job id specified", jobID)
 		}
 		req.jobID = jobID
-		if err := stepGRES(&req, gpusOpt, gpusSet, env); err != nil {
-			return err
-		}
 		return c.srunInJob(ctx, req, export, chdir)
 	}
 	if env["SLURM_JOB_ID"] == "" {
@@ -301,9 +299,6 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// Every step is the scheduler's, as in Slurm: a job step in sacct,
 	// SLURM_STEP_ID counting up, scancel JOB.STEP, its input forwarded.
 	req.jobID = env["SLURM_JOB_ID"]
-	if err := stepGRES(&req, gpusOpt, gpusSet, env); err != nil {
-		return err
-	}
 	return c.srunInJob(ctx, req, export, chdir)
 }
 
@@ -439,9 +434,16 @@ func (l *labelWriter) flush() {
 }
 
 // srunInJob completes a step request from srun's environment
-// (--export, the working directory, SLURM_NTASKS_PER_NODE) and runs it.
+// (--export, the working directory, SLURM_NTASKS_PER_NODE, the GPU request:
+// stepGRES) and runs it: the one path of a step in the caller's job, in
+// one named by --jobid and in the allocation srun made itself (srunAlloc),
+// so that each records the same request (srun --gpus=2 outside a job is
+// TresPerStep=cpu:1,gres:gpu:2 as inside one, measured beside Slurm 22.05).
 func (c *cmd) srunInJob(ctx context.Context, req stepRequest, export, chdir string) error {
 	env := c.env.Environ
+	if err := stepGRES(&req, req.gpusOpt, req.gpusSet, env); err != nil {
+		return err
+	}
 	if req.perNode == 0 && req.ntasks == 0 && env["SLURM_NTASKS_PER_NODE"] != "" {
 		if n, err := strconv.Atoi(env["SLURM_NTASKS_PER_NODE"]); err == nil && n > 0 {
 			req.perNode = int32(n)

@@ -48,8 +48,12 @@ type stepRequest struct {
 	// gpusPerTask gives each task its own GPUs (--gpus-per-task).
 	gpusPerTask int32
 	// gpus and cpusPerGPU are the step's --gpus and --cpus-per-gpu (or
-	// the job's SLURM_GPUS and SLURM_CPUS_PER_GPU), recorded on the step.
+	// the job's SLURM_GPUS and SLURM_CPUS_PER_GPU), recorded on the step;
+	// gpus is set from gpusOpt (the --gpus/-G given; gpusSet says it was)
+	// by stepGRES once the step's job is known.
 	gpus, cpusPerGPU int32
+	gpusOpt          string
+	gpusSet          bool
 	// nodelist, exclude and relative pick the allocation's nodes the step
 	// uses (-w, -x, -r).
 	nodelist, exclude []string

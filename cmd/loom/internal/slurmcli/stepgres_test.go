@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -103,5 +104,48 @@ func TestScontrolShowStepTres(t *testing.T) {
 	if want := "   SrunHost:Pid=(null):0\n   CpusPerTres=gres:gpu:3\n   TresPerStep=cpu:1,gres:gpu:2\n\n"; code != 0 ||
 		len(out) < len(want) || out[len(out)-len(want):] != want {
 		t.Errorf("scontrol show step 44.0: exit %d, stdout %q; want it to end %q", code, out, want)
+	}
+}
+
+// TestSrunOutsideAJobStepGPURequest: srun outside a job (its own
+// allocation) records the step's GPU request as a step in a job does
+// (srunInJob, the one path of both). Slurm 22.05 measured beside Loom,
+// scontrol show step of srun outside a job: --gpus=2 is
+// TresPerStep=cpu:1,gres:gpu:2; -n2 --gpus-per-task=1 TresPerTask=gres:gpu:1
+// and TresPerStep=cpu:2 (no gres: the job's derived GPUs are not the
+// step's); --gpus=4 --gpus-per-task=2 TresPerStep=cpu:2,gres:gpu:4 and
+// TresPerTask=gres:gpu:2; --gpus=2 --cpus-per-gpu=3 CpusPerTres=gres:gpu:3.
+// Loom's step outside a job kept no gpus.
+func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env            map[string]string
+		args           []string
+		gpus, gpt, cpg int32
+	}{
+		{nil, []string{"--gpus=2"}, 2, 0, 0},
+		{nil, []string{"-n2", "--gpus-per-task=1"}, 0, 1, 0},
+		{nil, []string{"--gpus=4", "--gpus-per-task=2"}, 4, 2, 0},
+		{nil, []string{"--gpus=2", "--cpus-per-gpu=3"}, 2, 0, 3},
+		{map[string]string{"SLURM_GPUS": "2"}, nil, 2, 0, 0},
+	} {
+		t.Run(fmt.Sprint(tc.env, tc.args), func(t *testing.T) {
+			t.Parallel()
+			g := srunGateway(t, 1, 0)
+			env := Env{Conn: g.Dial(t), Project: "default", Cluster: "projects/default/clusters/c", User: "ada",
+				Cwd: g.StepOutputDir, Environ: map[string]string{"PATH": "/usr/bin:/bin"}, CallTimeout: 10 * time.Second}
+			for k, v := range tc.env {
+				env.Environ[k] = v
+			}
+			code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
+			steps := stepsCreated(g)
+			if code != 0 || len(jobsSubmitted(g)) != 1 || len(steps) != 1 {
+				t.Fatalf("srun %v outside a job: exit %d, stderr %q, %d jobs, steps %v", tc.args, code, errOut, len(jobsSubmitted(g)), steps)
+			}
+			if s := steps[0]; s.GetGpus() != tc.gpus || s.GetGpusPerTask() != tc.gpt || s.GetCpusPerGpu() != tc.cpg {
+				t.Errorf("srun %v outside a job: step gpus %d, gpus_per_task %d, cpus_per_gpu %d; want %d, %d, %d",
+					tc.args, s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerGpu(), tc.gpus, tc.gpt, tc.cpg)
+			}
+		})
 	}
 }
