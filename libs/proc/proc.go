@@ -342,12 +342,22 @@ func WaitGone(d time.Duration, gone func() bool) bool {
 // whose processes it looks for uses FindByEnvOf.
 func FindByEnv(kv string) []int { return findByEnv(kv, -1) }
 
-// FindByEnvOf is FindByEnv among the processes of uid alone: one none of
-// whose user ids (real, effective, saved, filesystem: /proc/<pid>/status,
-// read without the process's memory map lock) is uid is passed over before
+// FindByEnvOf is FindByEnv among the processes of uid alone: one whose
+// real user id (the first of the Uid line of /proc/<pid>/status, read
+// without the process's memory map lock) is not uid is passed over before
 // its environment is read, so that no other user's process can stall it.
 // uid's own processes still can: a read blocked on one of them is bounded by
 // nothing here (execWait bounds only the waits for an execve, not a read).
+//
+// The real uid alone, not the effective, saved or filesystem one: it is who
+// started the process, and what a process started as uid keeps through a
+// set-user-ID program it runs (its own, root's: passwd, sudo before it
+// switches), so uid's processes are all found. A process that another user
+// started and that merely holds uid in another slot (it runs a program of
+// uid's that is set-user-ID, or it is a root daemon acting for uid with
+// seteuid or setfsuid) is that user's, and is not read: neither whose
+// environment is another user's to keep, nor whose memory map lock is
+// another user's to hold.
 func FindByEnvOf(kv string, uid uint32) []int { return findByEnv(kv, int64(uid)) }
 
 // findByEnv is FindByEnv among the processes of uid, or of anyone for -1.
@@ -378,29 +388,38 @@ func findByEnv(kv string, uid int64) []int {
 	return out
 }
 
-// hasUID reports whether uid is one of pid's user ids (the Uid line of
-// /proc/<pid>/status: real, effective, saved, filesystem); false when it
-// cannot be read (the process is gone). The status file is made from the
-// process's credentials and counters, without its memory map lock, so
-// reading it cannot be stalled as reading its environment can.
+// hasUID reports whether uid is pid's real user id (the first field of
+// the Uid line of /proc/<pid>/status: real, effective, saved, filesystem);
+// false when it cannot be read (the process is gone). The status file is
+// made from the process's credentials and counters, without its memory map
+// lock, so reading it cannot be stalled as reading its environment can.
 func hasUID(pid int, uid uint32) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return false
 	}
-	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+	return realUID(b) == int64(uid)
+}
+
+// realUID returns the real user id in a /proc/<pid>/status file's text
+// (the first field of its Uid line), or -1 when it has none.
+func realUID(status []byte) int64 {
+	for line := range bytes.SplitSeq(status, []byte{'\n'}) {
 		ids, ok := bytes.CutPrefix(line, []byte("Uid:"))
 		if !ok {
 			continue
 		}
-		for _, f := range bytes.Fields(ids) {
-			if n, err := strconv.ParseUint(string(f), 10, 32); err == nil && uint32(n) == uid {
-				return true
-			}
+		f := bytes.Fields(ids)
+		if len(f) == 0 {
+			return -1
 		}
-		return false
+		n, err := strconv.ParseUint(string(f[0]), 10, 32)
+		if err != nil {
+			return -1
+		}
+		return int64(n)
 	}
-	return false
+	return -1
 }
 
 // HasEnv reports whether pid's environment, as it started with it, holds

@@ -1,12 +1,16 @@
 package proc
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
 func TestLifecycle(t *testing.T) {
@@ -139,5 +143,77 @@ func TestFindByEnvOfPassesOverOtherUsers(t *testing.T) {
 	}
 	if got := FindByEnv(kv); !slices.Contains(got, mine) || !slices.Contains(got, theirs) {
 		t.Fatalf("FindByEnv = %v, want both %d and %d", got, mine, theirs)
+	}
+}
+
+// TestFindByEnvOfMatchesTheRealUID: FindByEnvOf goes by a process's real
+// uid alone. A process of uid's that runs with root's effective uid (as one
+// running a set-user-ID root program) is found for uid and not for root; a
+// root process that has uid in its effective, saved and filesystem slots
+// (as one running uid's set-user-ID program, or a root daemon acting for
+// uid) is found for root and not for uid: it is not uid's, and its
+// environment is not read for uid. Needs root and setpriv (util-linux), to
+// start processes whose uids differ.
+func TestFindByEnvOfMatchesTheRealUID(t *testing.T) {
+	t.Parallel()
+	if !hasProc || os.Geteuid() != 0 {
+		t.Skip("needs /proc and root (to start a process with mixed uids)")
+	}
+	need.Tools(t, "apt-get install util-linux", "setpriv")
+	const other = 65534 // nobody's, whether or not this host names it
+	kv := "LOOM_PROC_TEST=" + t.Name()
+	start := func(ids string) int {
+		cmd := exec.Command("setpriv", ids, "--", "/bin/sleep", "60")
+		cmd.Env = []string{"PATH=/usr/bin:/bin", kv}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		t.Cleanup(func() { _ = KillGroup(pid, syscall.SIGKILL); _ = cmd.Wait() })
+		// setpriv execs sleep: wait for its ids to be set (the Uid line
+		// read as they are asked) and for sleep to run.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			if bytes.HasPrefix(b, []byte("/bin/sleep\x00")) {
+				return pid
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("setpriv %s: pid %d never ran sleep (cmdline %q)", ids, pid, b)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	setuidRoot := start("--ruid=" + strconv.Itoa(other)) // Uid: 65534 0 0 0
+	actingFor := start("--euid=" + strconv.Itoa(other))  // Uid: 0 65534 65534 65534
+	if got := FindByEnvOf(kv, other); !slices.Equal(got, []int{setuidRoot}) {
+		t.Fatalf("FindByEnvOf(uid %d) = %v, want only %d (its real uid), not %d (root's, uid %d in its other slots)",
+			other, got, setuidRoot, actingFor, other)
+	}
+	if got := FindByEnvOf(kv, 0); !slices.Equal(got, []int{actingFor}) {
+		t.Fatalf("FindByEnvOf(uid 0) = %v, want only %d (its real uid), not %d (uid %d's, root only effective)",
+			got, actingFor, setuidRoot, other)
+	}
+}
+
+// TestRealUID: the real uid is the Uid line's first field; a status
+// without one, or with a bad one, has none.
+func TestRealUID(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status string
+		want   int64
+	}{
+		{"Name:\tsleep\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n", 1000},
+		{"Uid:\t0\t1000\t1000\t1000\n", 0},
+		{"Name:\tsleep\nGid:\t0\t0\t0\t0\n", -1},
+		{"Uid:\n", -1},
+		{"Uid:\tx\t1000\n", -1},
+		{"Uid:\t4294967296\t0\n", -1},
+	} {
+		if got := realUID([]byte(c.status)); got != c.want {
+			t.Errorf("realUID(%q) = %d, want %d", c.status, got, c.want)
+		}
 	}
 }
