@@ -32,7 +32,11 @@ func StartTime(pid int) (uint64, bool) {
 		err := syscall.Kill(pid, 0)
 		return 0, err == nil || errors.Is(err, syscall.EPERM)
 	}
-	f, ok := statFields(pid)
+	return startOf(statFields(pid))
+}
+
+// startOf is StartTime from a process's stat fields (statFields).
+func startOf(f []string, ok bool) (uint64, bool) {
 	// f[0] is field 3 (state), so field 22 (starttime) is f[19].
 	if !ok || len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 		return 0, false
@@ -103,6 +107,11 @@ func statFields(pid int) ([]string, bool) {
 	if err != nil {
 		return nil, false
 	}
+	return parseStat(b)
+}
+
+// parseStat is statFields of a stat file's text.
+func parseStat(b []byte) ([]string, bool) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return nil, false
@@ -358,6 +367,10 @@ func FindByEnv(kv string) []int { return findByEnv(kv, -1) }
 // seteuid or setfsuid) is that user's, and is not read: neither whose
 // environment is another user's to keep, nor whose memory map lock is
 // another user's to hold.
+//
+// The uid check and the reads after it go through one descriptor of the
+// process's /proc directory, so they are all of that process: one that
+// took its pid between them is not read (findByEnvIn).
 func FindByEnvOf(kv string, uid uint32) []int { return findByEnv(kv, int64(uid)) }
 
 // findByEnv is FindByEnv among the processes of uid, or of anyone for -1.
@@ -365,7 +378,21 @@ func findByEnv(kv string, uid int64) []int {
 	if !hasProc {
 		return nil
 	}
-	dirs, err := filepath.Glob("/proc/[0-9]*")
+	return findByEnvIn("/proc", kv, uid, nil)
+}
+
+// findByEnvIn is findByEnv reading the process directories under root (a
+// test's stand-in for /proc), calling checked (when not nil) with each pid
+// whose uid passed, before its environment is read.
+//
+// Each process's directory is opened once and all of it read through that
+// descriptor (its status, then its environment, then its stat): a
+// descriptor of /proc/<pid> stays the process it was opened for, and once
+// that process is gone every file opened through it fails (ESRCH), where
+// the path /proc/<pid> could by then name another process that took the
+// pid, whose environment the uid check did not clear.
+func findByEnvIn(root, kv string, uid int64, checked func(pid int)) []int {
+	dirs, err := filepath.Glob(filepath.Join(root, "[0-9]*"))
 	if err != nil {
 		return nil
 	}
@@ -376,33 +403,42 @@ func findByEnv(kv string, uid int64) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if uid >= 0 && !hasUID(pid, uint32(uid)) {
-			continue
+		dir, err := os.OpenRoot(d)
+		if err != nil {
+			continue // gone
 		}
-		if hasEnvBy(pid, kv, deadline) {
-			if _, ok := StartTime(pid); ok {
-				out = append(out, pid)
-			}
+		if hasEnvOf(dir, pid, kv, uid, deadline, checked) {
+			out = append(out, pid)
 		}
+		dir.Close()
 	}
 	return out
 }
 
-// hasUID reports whether uid is pid's real user id (the first field of
-// the Uid line of /proc/<pid>/status: real, effective, saved, filesystem);
-// false when it cannot be read (the process is gone). The status file is
-// made from the process's credentials and counters, without its memory map
-// lock, so reading it cannot be stalled as reading its environment can.
-func hasUID(pid int, uid uint32) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
+// hasEnvOf reports whether the process whose /proc directory is dir (pid)
+// has real uid uid (any for -1), holds kv in its environment and runs.
+func hasEnvOf(dir *os.Root, pid int, kv string, uid int64, deadline time.Time, checked func(int)) bool {
+	if uid >= 0 {
+		b, err := dir.ReadFile("status")
+		if err != nil || realUID(b) != uid {
+			return false
+		}
+	}
+	if checked != nil {
+		checked(pid)
+	}
+	if !hasEnvIn(dir, kv, deadline) {
 		return false
 	}
-	return realUID(b) == int64(uid)
+	_, ok := startOf(statFieldsIn(dir))
+	return ok
 }
 
 // realUID returns the real user id in a /proc/<pid>/status file's text
-// (the first field of its Uid line), or -1 when it has none.
+// (the first field of its Uid line: real, effective, saved, filesystem),
+// or -1 when it has none. The status file is made from the process's
+// credentials and counters, without its memory map lock, so reading it
+// cannot be stalled as reading its environment can.
 func realUID(status []byte) int64 {
 	for line := range bytes.SplitSeq(status, []byte{'\n'}) {
 		ids, ok := bytes.CutPrefix(line, []byte("Uid:"))
@@ -442,15 +478,26 @@ func hasEnvBy(pid int, kv string, deadline time.Time) bool {
 	if !hasProc || pid <= 0 {
 		return false
 	}
-	path := "/proc/" + strconv.Itoa(pid) + "/environ"
-	b, err := os.ReadFile(path)
-	for err == nil && len(b) == 0 && userProcess(pid) && time.Now().Before(deadline) {
+	dir, err := os.OpenRoot("/proc/" + strconv.Itoa(pid))
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	return hasEnvIn(dir, kv, deadline)
+}
+
+// hasEnvIn is hasEnvBy of the process whose /proc directory is dir: each
+// of its reads (environ, cmdline, stat) is of that process, never of
+// another that took its pid meanwhile (see findByEnvIn).
+func hasEnvIn(dir *os.Root, kv string, deadline time.Time) bool {
+	b, err := dir.ReadFile("environ")
+	for err == nil && len(b) == 0 && userProcessIn(dir) && time.Now().Before(deadline) {
 		// The kernel sets the command line's bounds, then the
 		// environment's: once the first is seen, one more read after a
 		// moment finds the environment if there is one.
-		args, aerr := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		args, aerr := dir.ReadFile("cmdline")
 		time.Sleep(time.Millisecond)
-		b, err = os.ReadFile(path)
+		b, err = dir.ReadFile("environ")
 		if aerr != nil || len(args) > 0 {
 			break
 		}
@@ -474,16 +521,26 @@ func hasEnvBy(pid int, kv string, deadline time.Time) bool {
 // arguments and no environment, a millisecond; FindByEnv, this in all.
 const execWait = 100 * time.Millisecond
 
-// userProcess reports whether pid is a live user process: not a zombie
-// (whose environment is gone), not a kernel thread (which never has one).
-func userProcess(pid int) bool {
-	f, ok := statFields(pid)
+// userProcessIn reports whether the process whose /proc directory is dir
+// is a live user process: not a zombie (whose environment is gone), not a
+// kernel thread (which never has one).
+func userProcessIn(dir *os.Root) bool {
+	f, ok := statFieldsIn(dir)
 	// f[0] is field 3 (state); f[6] field 9 (flags).
 	if !ok || len(f) < 7 || f[0] == "Z" || f[0] == "X" {
 		return false
 	}
 	flags, err := strconv.ParseUint(f[6], 10, 64)
 	return err == nil && flags&pfKthread == 0
+}
+
+// statFieldsIn is statFields of the process whose /proc directory is dir.
+func statFieldsIn(dir *os.Root) ([]string, bool) {
+	b, err := dir.ReadFile("stat")
+	if err != nil {
+		return nil, false
+	}
+	return parseStat(b)
 }
 
 // pfKthread is the kernel's PF_KTHREAD process flag (include/linux/sched.h):

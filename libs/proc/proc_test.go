@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -215,5 +217,62 @@ func TestRealUID(t *testing.T) {
 		if got := realUID([]byte(c.status)); got != c.want {
 			t.Errorf("realUID(%q) = %d, want %d", c.status, got, c.want)
 		}
+	}
+}
+
+// TestFindByEnvOfReadsOneProcess: the uid check and the environment read
+// are of the same process, even when its pid names another process between
+// them. Forcing the kernel to reuse a pid is not in a test's hands, so a
+// stand-in for /proc is: between the two reads (checked), a process of
+// uid's without the entry is replaced, under the same pid, by another
+// user's that holds it. That one is not found: the read goes through the
+// directory the uid check opened. A process of uid's with the entry, left
+// in place, is found (the stand-in reads as /proc would).
+func TestFindByEnvOfReadsOneProcess(t *testing.T) {
+	t.Parallel()
+	const uid, other = 1000, 1001
+	kv := "LOOM_PROC_TEST=" + t.Name()
+	root := t.TempDir()
+	// Pids past the kernel's pid_max (2^22): never this test's own.
+	const reused, kept = 9000001, 9000002
+	fake := func(dir string, pid, uid int, env ...string) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files := map[string]string{
+			"status":  "Name:\tsleep\nState:\tS (sleeping)\nUid:\t" + strconv.Itoa(uid) + "\t" + strconv.Itoa(uid) + "\t" + strconv.Itoa(uid) + "\t" + strconv.Itoa(uid) + "\n",
+			"environ": strings.Join(append(env, ""), "\x00"),
+			"cmdline": "sleep\x0060\x00",
+			"stat": strconv.Itoa(pid) + " (sleep) S 1 " + strconv.Itoa(pid) + " " + strconv.Itoa(pid) +
+				" 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 123456 8192 100 18446744073709551615\n",
+		}
+		for name, text := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := func(pid int) string { return filepath.Join(root, strconv.Itoa(pid)) }
+	fake(dir(reused), reused, uid, "PATH=/bin")
+	fake(dir(kept), kept, uid, "PATH=/bin", kv)
+	swapped := false
+	checked := func(pid int) {
+		if pid != reused || swapped {
+			return
+		}
+		swapped = true
+		// The process ended and another user's took its pid.
+		if err := os.Rename(dir(reused), dir(reused)+".gone"); err != nil {
+			t.Fatal(err)
+		}
+		fake(dir(reused), reused, other, "PATH=/bin", kv)
+	}
+	got := findByEnvIn(root, kv, uid, checked)
+	if !swapped {
+		t.Fatalf("the uid check never passed pid %d: the stand-in for /proc is not read as /proc", reused)
+	}
+	if !slices.Equal(got, []int{kept}) {
+		t.Fatalf("findByEnvIn(uid %d) = %v, want only %d: pid %d's environment was read from uid %d's process that took the pid after the uid check",
+			uid, got, kept, reused, other)
 	}
 }
