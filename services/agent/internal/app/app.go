@@ -683,7 +683,7 @@ func (a *App) settle(key string, s *domain.Step, now time.Time) ([]*domain.Step,
 		// What the step left in its group ends with it, as when the agent
 		// watches (found by the id in their environment: the group's
 		// leader is gone).
-		for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), s.Owner) {
+		for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), s.OwnerUID, s.Owner) {
 			_ = a.rt.Kill(g)
 		}
 	default:
@@ -706,7 +706,7 @@ func (a *App) killRemains(key string, s *domain.Step) string {
 	if s.Phase == domain.Starting || len(groups) == 0 {
 		// Started but never recorded, or a group whose leader died: find
 		// its processes by the id in their environment.
-		groups = append(groups, a.rt.Adopt(StepIDEnv+"="+a.stepID(key), s.Owner)...)
+		groups = append(groups, a.rt.Adopt(StepIDEnv+"="+a.stepID(key), s.OwnerUID, s.Owner)...)
 	}
 	if len(groups) == 0 {
 		if s.Phase == domain.Starting {
@@ -858,6 +858,9 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	// no redelivery, whatever its event id, can start it a second time.
 	// A refused start (a stale attempt) is reported at once.
 	refused := rec.Phase.Terminal()
+	if !refused {
+		rec.OwnerUID = a.ownerUID(cmd.GetUser())
+	}
 	var tx store.Tx
 	if err := adapters.PutStep(&tx, rec, a.opts.Self, refused); err != nil {
 		return err
@@ -893,6 +896,21 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	}
 	go a.launch(key, rec, cmd)
 	return nil
+}
+
+// ownerUID is the uid that the processes of user (a step's or tasks'
+// owner, as StartStep.user names it) will run as, kept in their record
+// from its Starting record on (domain.Step.OwnerUID) so that a restarted
+// agent looks for those processes among that uid's without resolving the
+// name again, which may fail by then and would have every process read
+// (Runtime.Adopt). nil where the runtime refuses user: the start then
+// fails, saying why, before any process exists.
+func (a *App) ownerUID(user string) *uint32 {
+	acct, err := a.rt.Account(user)
+	if err != nil {
+		return nil
+	}
+	return &acct.UID
 }
 
 // shutdownReason is why the agent stops its steps: "agent shutting down",

@@ -110,6 +110,9 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 		}
 		return nil
 	}
+	if !ended {
+		rec.OwnerUID = a.ownerUID(cmd.GetUser()) // as a step's (App.ownerUID)
+	}
 	var tx store.Tx
 	if err := adapters.PutTasks(&tx, rec, a.opts.Self, ended); err != nil {
 		return err
@@ -613,7 +616,7 @@ func (a *App) settleTasks(key string, t *domain.Tasks, now time.Time) settledTas
 		why = a.killTaskRemains(key, t, procs)
 	} else {
 		// What ended tasks left in their groups ends with them.
-		for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), t.Owner) {
+		for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), t.OwnerUID, t.Owner) {
 			if !slices.ContainsFunc(procs, func(p ports.Process) bool { return p.Group().PID == g.PID }) {
 				_ = a.rt.Kill(g)
 			}
@@ -647,7 +650,7 @@ func (a *App) killTaskRemains(key string, t *domain.Tasks, procs []ports.Process
 			add(g)
 		}
 	}
-	for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), t.Owner) {
+	for _, g := range a.rt.Adopt(StepIDEnv+"="+a.stepID(key), t.OwnerUID, t.Owner) {
 		add(g)
 	}
 	for _, g := range groups {

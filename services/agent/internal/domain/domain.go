@@ -85,6 +85,15 @@ type Step struct {
 	// write where the job may not), and its processes are looked for among
 	// every user's.
 	Owner *string `json:"owner,omitempty"`
+	// OwnerUID is Owner's uid on this node as the agent resolved it when
+	// the step was sent (its Starting record on): a restarted agent looks
+	// for the step's processes among that uid's (Runtime.Adopt) without
+	// resolving Owner again, which may fail by then (the account removed,
+	// the name service failing) and would have every process read. nil in
+	// a record from an agent before it was kept, or where Owner did not
+	// resolve at the start (the step then fails to start): Owner is
+	// resolved then, as before.
+	OwnerUID *uint32 `json:"owner_uid,omitempty"`
 	// MemLimit is the memory (bytes) the step's processes may hold
 	// (StartStep.mem_limit_bytes; 0: no limit).
 	MemLimit int64 `json:"mem_limit,omitempty"`

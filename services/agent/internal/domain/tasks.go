@@ -41,6 +41,11 @@ type Tasks struct {
 	// alone (Runtime.Adopt). nil in a record from an agent before it was
 	// kept: their processes are looked for among every user's.
 	Owner *string `json:"owner,omitempty"`
+	// OwnerUID is Owner's uid on this node as resolved when the tasks were
+	// sent (their Starting record on), for a restarted agent's look for
+	// their processes (Step.OwnerUID). nil in a record from an agent
+	// before it was kept, or where Owner did not resolve then.
+	OwnerUID *uint32 `json:"owner_uid,omitempty"`
 	// Usage is what each task's processes used, by local id, once ended
 	// (empty: not known).
 	Usage      []acct.Usage `json:"usage,omitempty"`

@@ -40,11 +40,14 @@ type Runtime interface {
 	// environment holds the entry marker ("KEY=value"): for an agent that
 	// restarted, those a predecessor started but can no longer watch (they
 	// are not its children). A group's Start is 0 when its leader is gone.
-	// owner is the user they run as ("" the agent's own): only that user's
-	// processes are read, so that no other user's can stall the look (a
-	// read of a process's environment waits on its memory map lock). nil
-	// (an owner not recorded) reads every process's, as before owners were.
-	Adopt(marker string, owner *string) []Group
+	// uid is the uid they run as (the record's, resolved when they were
+	// started), else owner the user they run as ("" the agent's own),
+	// resolved now: only that uid's processes are read (by real uid), so
+	// that no other user's can stall the look (a read of a process's
+	// environment waits on its memory map lock). Both nil (a record from
+	// before owners were kept), or an owner that no longer resolves here,
+	// reads every process's.
+	Adopt(marker string, uid *uint32, owner *string) []Group
 	// WaitGone waits until no process of g is left, or d passes, and
 	// reports whether none is.
 	WaitGone(g Group, d time.Duration) bool

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
@@ -240,8 +241,11 @@ func testJobCannotJoinAnotherJobsGroup(t *testing.T, rt Runtime) {
 // process, whose environment read it could stall (its memory map lock
 // held), is not read: a process of another user carrying the step's
 // marker is not adopted for the agent's own user's step, nor the agent's
-// own for that user's step. An owner not recorded (nil) reads every
-// process's, as before.
+// own for that user's step. The uid recorded when the step started
+// decides without the owner's name, which may no longer resolve (the
+// account removed): only that uid's process is adopted. An owner not
+// recorded (nil), or a name that no longer resolves with no uid recorded
+// (a record from an older agent), reads every process's, as before.
 func TestAdoptReadsOnlyTheOwnersProcesses(t *testing.T) {
 	t.Parallel()
 	u := testkit.OSUsers(t, 1)[0]
@@ -261,13 +265,24 @@ func TestAdoptReadsOnlyTheOwnersProcesses(t *testing.T) {
 
 	rt2 := New(asAgent) // the new agent: it started nothing
 	self := ""
-	if got := rt2.Adopt(marker, &self); !slices.Equal(got, []ports.Group{mine}) {
+	if got := rt2.Adopt(marker, nil, &self); !slices.Equal(got, []ports.Group{mine}) {
 		t.Fatalf("Adopt for the agent's own user = %+v, want only %+v (not %+v, %s's)", got, mine, theirs, u.Name)
 	}
-	if got := rt2.Adopt(marker, &u.Name); !slices.Equal(got, []ports.Group{theirs}) {
+	if got := rt2.Adopt(marker, nil, &u.Name); !slices.Equal(got, []ports.Group{theirs}) {
 		t.Fatalf("Adopt for %s = %+v, want only %+v", u.Name, got, theirs)
 	}
-	if got := rt2.Adopt(marker, nil); len(got) != 2 {
+	if got := rt2.Adopt(marker, nil, nil); len(got) != 2 {
 		t.Fatalf("Adopt for an owner not recorded = %+v, want both %+v and %+v", got, mine, theirs)
+	}
+	gone := "ltgone" + strconv.Itoa(os.Getpid()) // no account has it
+	if got := rt2.Adopt(marker, &u.UID, &gone); !slices.Equal(got, []ports.Group{theirs}) {
+		t.Fatalf("Adopt for uid %d, its owner's name %s gone = %+v, want only %+v", u.UID, gone, got, theirs)
+	}
+	self0 := osuser.Self().UID
+	if got := rt2.Adopt(marker, &self0, &u.Name); !slices.Equal(got, []ports.Group{mine}) {
+		t.Fatalf("Adopt for uid %d (the name %s another's) = %+v, want only %+v: the recorded uid decides", self0, u.Name, got, mine)
+	}
+	if got := rt2.Adopt(marker, nil, &gone); len(got) != 2 {
+		t.Fatalf("Adopt for an owner gone, no uid recorded = %+v, want both %+v and %+v", got, mine, theirs)
 	}
 }

@@ -501,12 +501,13 @@ func (Runtime) Alive(g ports.Group) bool { return proc.Alive(g.PID, g.Start) }
 
 // Adopt finds the processes whose environment, as they started with it,
 // holds marker (reading /proc; nothing where it is missing), and returns
-// their process groups, in order. With an owner, only the processes of
-// the owner's uid are read (proc.FindByEnvOf); an owner nil, or whose
-// account is no longer known here, has every process read (FindByEnv).
-func (Runtime) Adopt(marker string, owner *string) []ports.Group {
+// their process groups, in order. With a uid, or else an owner, only the
+// processes of that uid, or of the owner's, are read (proc.FindByEnvOf);
+// neither, or an owner whose account is no longer known here, has every
+// process read (FindByEnv).
+func (Runtime) Adopt(marker string, uid *uint32, owner *string) []ports.Group {
 	var out []ports.Group
-	for _, pid := range findByEnv(marker, owner) {
+	for _, pid := range findByEnv(marker, uid, owner) {
 		pgid, err := syscall.Getpgid(pid)
 		if err != nil || pgid <= 1 || slices.ContainsFunc(out, func(g ports.Group) bool { return g.PID == pgid }) {
 			continue
@@ -518,10 +519,13 @@ func (Runtime) Adopt(marker string, owner *string) []ports.Group {
 	return out
 }
 
-// findByEnv is proc.FindByEnvOf among the processes of owner's uid ("":
-// this agent's own), or proc.FindByEnv where it is not known.
-func findByEnv(marker string, owner *string) []int {
+// findByEnv is proc.FindByEnvOf among the processes of uid, else of
+// owner's uid ("": this agent's own), or proc.FindByEnv where neither is
+// known.
+func findByEnv(marker string, uid *uint32, owner *string) []int {
 	switch {
+	case uid != nil:
+		return proc.FindByEnvOf(marker, *uid)
 	case owner == nil:
 		return proc.FindByEnv(marker)
 	case *owner == "":

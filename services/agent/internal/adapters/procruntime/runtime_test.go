@@ -382,7 +382,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	// The new agent: a runtime that started nothing.
 	rt2 := New(asAgent)
 	self := "" // the agent's own user, who started them
-	got := rt2.Adopt(marker, &self)
+	got := rt2.Adopt(marker, nil, &self)
 	want := []ports.Group{live.Group(), {PID: orphaned.Group().PID}}
 	if want[1].PID < want[0].PID {
 		want[0], want[1] = want[1], want[0]
@@ -409,7 +409,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	testkit.WaitFor(t, wait, "the orphan ended by its group's signal", func() (bool, error) {
 		return !rt2.Alive(ports.Group{PID: orphan}), nil
 	})
-	if got := rt2.Adopt(marker, &self); len(got) != 0 {
+	if got := rt2.Adopt(marker, nil, &self); len(got) != 0 {
 		t.Fatalf("Adopt after the end = %+v, want none", got)
 	}
 	if !rt2.Alive(other.Group()) {
