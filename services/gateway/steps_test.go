@@ -193,8 +193,9 @@ func TestJobSteps(t *testing.T) {
 }
 
 // TestStepGPURequestAndCanceller: a step's GPU request (srun --gpus,
-// --cpus-per-gpu) reaches the scheduler's command, for scontrol show step's
-// TresPerStep and CpusPerTres; scancel JOB.STEP names who cancels, the
+// --cpus-per-gpu, --gpu-bind=none) reaches the scheduler's command, for
+// scontrol show step's TresPerStep, CpusPerTres and TresBind (and the
+// tasks' shared GPUs); scancel JOB.STEP names who cancels, the
 // authenticated caller (root, cancelling ana's step), never a request
 // field, for sacct's "CANCELLED by UID" on the step's row.
 func TestStepGPURequestAndCanceller(t *testing.T) {
@@ -209,11 +210,12 @@ func TestStepGPURequestAndCanceller(t *testing.T) {
 		// Answered once the step below is recorded; the command is what
 		// is checked.
 		_, _ = ana.CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: job, RequestId: "rid-g",
-			Command: []string{"hostname"}, Gpus: 2, CpusPerGpu: 3})
+			Command: []string{"hostname"}, Gpus: 2, CpusPerGpu: 3, GpuBindNone: true})
 	}()
 	c := jobCommand(t, h, func(c *eventsv1.CreateJobStep) bool { return c.GetJob() == job })
-	if c.GetGpus() != 2 || c.GetCpusPerGpu() != 3 {
-		t.Fatalf("CreateJobStep command: gpus %d, cpus_per_gpu %d; want 2, 3", c.GetGpus(), c.GetCpusPerGpu())
+	if c.GetGpus() != 2 || c.GetCpusPerGpu() != 3 || !c.GetGpuBindNone() {
+		t.Fatalf("CreateJobStep command: gpus %d, cpus_per_gpu %d, gpu_bind_none %v; want 2, 3, true",
+			c.GetGpus(), c.GetCpusPerGpu(), c.GetGpuBindNone())
 	}
 	stepsOf(h.w).add(&loomv1.JobStep{Name: job + "/steps/0", Job: job, StepId: 0, State: loomv1.JobState_RUNNING,
 		RequestId: "rid-g", NumTasks: 1})

@@ -4652,7 +4652,10 @@ type JobStep struct {
 	// JOB.STEP), as the gateway authenticated it: sacct's "CANCELLED by
 	// UID" on the step's row. Empty for a step not cancelled so, or one that
 	// ended with its job.
-	CancelledBy   string `protobuf:"bytes,27,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	CancelledBy string `protobuf:"bytes,27,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	// gpu_bind_none: srun --gpu-bind=none (scontrol show step's
+	// TresBind=gpu:none): the tasks share the step's GPUs on their node.
+	GpuBindNone   bool `protobuf:"varint,28,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4874,6 +4877,13 @@ func (x *JobStep) GetCancelledBy() string {
 		return x.CancelledBy
 	}
 	return ""
+}
+
+func (x *JobStep) GetGpuBindNone() bool {
+	if x != nil {
+		return x.GpuBindNone
+	}
+	return false
 }
 
 var File_loom_v1_resources_proto protoreflect.FileDescriptor
@@ -5376,7 +5386,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xaf\a\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xd3\a\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5411,7 +5421,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\fcpus_per_gpu\x18\x19 \x01(\x05R\n" +
 	"cpusPerGpu\x12\"\n" +
 	"\rcpus_per_task\x18\x1a \x01(\x05R\vcpusPerTask\x12!\n" +
-	"\fcancelled_by\x18\x1b \x01(\tR\vcancelledByB\x0e\n" +
+	"\fcancelled_by\x18\x1b \x01(\tR\vcancelledBy\x12\"\n" +
+	"\rgpu_bind_none\x18\x1c \x01(\bR\vgpuBindNoneB\x0e\n" +
 	"\f_exit_signal*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +

@@ -900,8 +900,13 @@ type CreateJobStepRequest struct {
 	// SLURM_CPUS_PER_GPU): 0 for none, at most slurmspec's bounds. Recorded
 	// on the step (JobStep.gpus, cpus_per_gpu) as Slurm's scontrol show step
 	// prints them; they do not change which GPUs or CPUs the step gets.
-	Gpus          int32 `protobuf:"varint,21,opt,name=gpus,proto3" json:"gpus,omitempty"`
-	CpusPerGpu    int32 `protobuf:"varint,22,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
+	Gpus       int32 `protobuf:"varint,21,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	CpusPerGpu int32 `protobuf:"varint,22,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
+	// gpu_bind_none is srun --gpu-bind=none: the step still holds
+	// gpus_per_task GPUs for each task, but each task sees all of the step's
+	// GPUs on its node (its CUDA_VISIBLE_DEVICES) rather than its own.
+	// Without gpus_per_task every task sees the node's, as it does anyway.
+	GpuBindNone   bool `protobuf:"varint,23,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1088,6 +1093,13 @@ func (x *CreateJobStepRequest) GetCpusPerGpu() int32 {
 		return x.CpusPerGpu
 	}
 	return 0
+}
+
+func (x *CreateJobStepRequest) GetGpuBindNone() bool {
+	if x != nil {
+		return x.GpuBindNone
+	}
+	return false
 }
 
 type GetJobStepRequest struct {
@@ -3925,7 +3937,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xda\x05\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xfe\x05\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3952,7 +3964,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\aoverlap\x18\x14 \x01(\bR\aoverlap\x12\x12\n" +
 	"\x04gpus\x18\x15 \x01(\x05R\x04gpus\x12 \n" +
 	"\fcpus_per_gpu\x18\x16 \x01(\x05R\n" +
-	"cpusPerGpu\x1a6\n" +
+	"cpusPerGpu\x12\"\n" +
+	"\rgpu_bind_none\x18\x17 \x01(\bR\vgpuBindNone\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

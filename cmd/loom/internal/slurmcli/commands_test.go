@@ -728,8 +728,10 @@ func TestSrun(t *testing.T) {
 		t.Errorf("one-node step request %v", req)
 	}
 	// The job's --gpus-per-task is the step's default, as Slurm's srun
-	// reads SLURM_GPUS_PER_TASK; the command line wins.
-	for args, want := range map[string]int32{"": 1, "--gpus-per-task=2": 2, "--gpu-bind=none": 0} {
+	// reads SLURM_GPUS_PER_TASK; the command line wins. --gpu-bind=none
+	// keeps the GPUs a task (Slurm's step keeps TresPerTask=gres:gpu:1)
+	// and says so.
+	for args, want := range map[string]int32{"": 1, "--gpus-per-task=2": 2, "--gpu-bind=none": 1} {
 		g := srunGateway(t, 0)
 		env := mergeMaps(alloc, map[string]string{"SLURM_GPUS_PER_TASK": "1"})
 		argv := []string{"hostname"}
@@ -737,7 +739,7 @@ func TestSrun(t *testing.T) {
 			argv = append([]string{args}, argv...)
 		}
 		if code, _, errOut := run(t, g, "srun", Env{Cwd: dir, Environ: env}, argv...); code != 0 || len(stepsCreated(g)) != 1 ||
-			stepsCreated(g)[0].GetGpusPerTask() != want {
+			stepsCreated(g)[0].GetGpusPerTask() != want || stepsCreated(g)[0].GetGpuBindNone() != (args == "--gpu-bind=none") {
 			t.Errorf("srun %s with SLURM_GPUS_PER_TASK=1: exit %d, stderr %q, steps %v; want %d GPUs per task", args, code, errOut, stepsCreated(g), want)
 		}
 	}

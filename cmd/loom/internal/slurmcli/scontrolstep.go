@@ -126,7 +126,8 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 
 // stepTres is the end of scontrol show step's record of a step with a GPU
 // request, as Slurm 22.05 prints it (measured beside it): CpusPerTres with
-// --cpus-per-gpu; TresBind and TresPerTask with --gpus-per-task (and -c's
+// --cpus-per-gpu; TresBind (gpu:none with --gpu-bind=none) and
+// TresPerTask with --gpus-per-task (and -c's
 // cpu:C in TresPerTask); TresPerStep for a step with --gpus or
 // --gpus-per-task, "cpu:" its tasks × their CPUs (-c, else --cpus-per-gpu
 // × --gpus-per-task, else 1), then the --gpus. A step without GPU options
@@ -138,7 +139,10 @@ func stepTres(s *loomv1.JobStep) record {
 		out = append(out, []string{"CpusPerTres=gres:gpu:" + strconv.Itoa(int(n))})
 	}
 	gpt := s.GetGpusPerTask()
-	if gpt > 0 {
+	switch {
+	case s.GetGpuBindNone():
+		out = append(out, []string{"TresBind=gpu:none"})
+	case gpt > 0:
 		out = append(out, []string{"TresBind=gpu:per_task:" + strconv.Itoa(int(gpt))})
 	}
 	if s.GetGpus() == 0 && gpt == 0 {

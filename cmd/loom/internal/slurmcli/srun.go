@@ -155,9 +155,10 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			}
 			gpusPerTask = n
 		case "gpu-bind":
-			// none: every task sees the step's GPUs, --gpus-per-task or
-			// not; Loom's binding otherwise is Slurm's default (each
-			// task its own, in order), whatever the option names.
+			// none: every task sees the step's GPUs, which still number
+			// --gpus-per-task a task; Loom's binding otherwise is
+			// Slurm's default (each task its own, in order), whatever
+			// the option names.
 			noGPUBind = strings.EqualFold(o.value, "none")
 		case "output":
 			outputOpt = o.value
@@ -249,9 +250,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			req.cpusPerGPU = int32(n)
 		}
 	}
-	if noGPUBind {
-		req.gpusPerTask = 0
-	}
+	req.gpuBindNone = noGPUBind
 	if f, ok := req.stdin.(*os.File); ok && req.stdin != c.env.Stdin {
 		defer f.Close() // -i FILE
 	}

@@ -45,8 +45,11 @@ type stepRequest struct {
 	// and stderr; -e "" follows -o), "all", "none", a task's rank (that
 	// task's alone), or a filename pattern (stepOutputs).
 	output, errorTo string
-	// gpusPerTask gives each task its own GPUs (--gpus-per-task).
+	// gpusPerTask gives each task its own GPUs (--gpus-per-task);
+	// gpuBindNone (--gpu-bind=none) has the tasks share the step's GPUs
+	// on their node instead, the step still holding gpusPerTask a task.
 	gpusPerTask int32
+	gpuBindNone bool
 	// gpus and cpusPerGPU are the step's --gpus and --cpus-per-gpu (or
 	// the job's SLURM_GPUS and SLURM_CPUS_PER_GPU), recorded on the step;
 	// gpus is set from gpusOpt (the --gpus/-G given; gpusSet says it was)
@@ -95,7 +98,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
 		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
 		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap,
-		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU}
+		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU, GpuBindNone: req.gpuBindNone}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {

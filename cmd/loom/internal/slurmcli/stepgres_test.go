@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,7 +62,8 @@ func TestSrunStepGPURequest(t *testing.T) {
 // TestScontrolShowStepTres: scontrol show step prints a step's GPU request
 // as Slurm 22.05 does (measured beside it, scripts/slurm-local.sh), after
 // SrunHost:Pid: CpusPerTres=gres:gpu:N with CPUs per GPU; TresBind and
-// TresPerTask with --gpus-per-task (TresPerTask's cpu:C with -c);
+// TresPerTask with --gpus-per-task (TresPerTask's cpu:C with -c;
+// TresBind=gpu:none with --gpu-bind=none, TresPerTask kept);
 // TresPerStep=cpu:C (the tasks × -c, else × cpus-per-gpu × gpus-per-task,
 // else the tasks) with ",gres:gpu:G" for --gpus, for a step with any GPU
 // option; none of them for a step without.
@@ -82,7 +84,8 @@ func TestScontrolShowStepTres(t *testing.T) {
 		step(3, 2, func(s *loomv1.JobStep) { s.GpusPerTask, s.CpusPerTask = 1, 2 }), // -n2 -c2 --gpus-per-task=1
 		step(4, 2, func(s *loomv1.JobStep) { s.Gpus, s.CpusPerTask = 1, 2 }),        // -n2 -c2 --gpus=1
 		step(5, 1, func(s *loomv1.JobStep) { s.GpusPerTask, s.CpusPerGpu, s.Gpus = 1, 2, 4 }),
-		step(6, 2, func(s *loomv1.JobStep) { s.CpusPerTask = 2 }), // no GPU option
+		step(6, 2, func(s *loomv1.JobStep) { s.CpusPerTask = 2 }),                      // no GPU option
+		step(7, 2, func(s *loomv1.JobStep) { s.GpusPerTask, s.GpuBindNone = 1, true }), // -n2 --gpus-per-task=1 --gpu-bind=none
 	}
 	tail := "SrunHost:Pid=(null):0"
 	for _, tc := range []struct{ id, want string }{
@@ -93,6 +96,7 @@ func TestScontrolShowStepTres(t *testing.T) {
 		{"44.4", tail + " TresPerStep=cpu:4,gres:gpu:1 TresPerTask=cpu:2\n"},
 		{"44.5", tail + " CpusPerTres=gres:gpu:2 TresBind=gpu:per_task:1 TresPerStep=cpu:2,gres:gpu:4 TresPerTask=gres:gpu:1\n"},
 		{"44.6", tail + "\n"},
+		{"44.7", tail + " TresBind=gpu:none TresPerStep=cpu:2 TresPerTask=gres:gpu:1\n"},
 	} {
 		code, out, errOut := run(t, g, "scontrol", Env{}, "-o", "show", "step", tc.id)
 		if code != 0 || errOut != "" || len(out) < len(tc.want) || out[len(out)-len(tc.want):] != tc.want {
@@ -114,8 +118,9 @@ func TestScontrolShowStepTres(t *testing.T) {
 // TresPerStep=cpu:1,gres:gpu:2; -n2 --gpus-per-task=1 TresPerTask=gres:gpu:1
 // and TresPerStep=cpu:2 (no gres: the job's derived GPUs are not the
 // step's); --gpus=4 --gpus-per-task=2 TresPerStep=cpu:2,gres:gpu:4 and
-// TresPerTask=gres:gpu:2; --gpus=2 --cpus-per-gpu=3 CpusPerTres=gres:gpu:3.
-// Loom's step outside a job kept no gpus.
+// TresPerTask=gres:gpu:2; --gpus=2 --cpus-per-gpu=3 CpusPerTres=gres:gpu:3;
+// -n2 --gpus-per-task=1 --gpu-bind=none TresBind=gpu:none and still
+// TresPerTask=gres:gpu:1. Loom's step outside a job kept no gpus.
 func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -127,6 +132,7 @@ func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
 		{nil, []string{"-n2", "--gpus-per-task=1"}, 0, 1, 0},
 		{nil, []string{"--gpus=4", "--gpus-per-task=2"}, 4, 2, 0},
 		{nil, []string{"--gpus=2", "--cpus-per-gpu=3"}, 2, 0, 3},
+		{nil, []string{"-n2", "--gpus-per-task=1", "--gpu-bind=none"}, 0, 1, 0},
 		{map[string]string{"SLURM_GPUS": "2"}, nil, 2, 0, 0},
 	} {
 		t.Run(fmt.Sprint(tc.env, tc.args), func(t *testing.T) {
@@ -142,9 +148,10 @@ func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
 			if code != 0 || len(jobsSubmitted(g)) != 1 || len(steps) != 1 {
 				t.Fatalf("srun %v outside a job: exit %d, stderr %q, %d jobs, steps %v", tc.args, code, errOut, len(jobsSubmitted(g)), steps)
 			}
-			if s := steps[0]; s.GetGpus() != tc.gpus || s.GetGpusPerTask() != tc.gpt || s.GetCpusPerGpu() != tc.cpg {
-				t.Errorf("srun %v outside a job: step gpus %d, gpus_per_task %d, cpus_per_gpu %d; want %d, %d, %d",
-					tc.args, s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerGpu(), tc.gpus, tc.gpt, tc.cpg)
+			if s := steps[0]; s.GetGpus() != tc.gpus || s.GetGpusPerTask() != tc.gpt || s.GetCpusPerGpu() != tc.cpg ||
+				s.GetGpuBindNone() != slices.Contains(tc.args, "--gpu-bind=none") {
+				t.Errorf("srun %v outside a job: step gpus %d, gpus_per_task %d, cpus_per_gpu %d, gpu_bind_none %v; want %d, %d, %d",
+					tc.args, s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerGpu(), s.GetGpuBindNone(), tc.gpus, tc.gpt, tc.cpg)
 			}
 		})
 	}

@@ -1951,8 +1951,10 @@ type CreateJobStep struct {
 	Exact   bool `protobuf:"varint,20,opt,name=exact,proto3" json:"exact,omitempty"`
 	Overlap bool `protobuf:"varint,21,opt,name=overlap,proto3" json:"overlap,omitempty"`
 	// srun --gpus and --cpus-per-gpu (loom.v1.CreateJobStepRequest).
-	Gpus          int32 `protobuf:"varint,22,opt,name=gpus,proto3" json:"gpus,omitempty"`
-	CpusPerGpu    int32 `protobuf:"varint,23,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
+	Gpus       int32 `protobuf:"varint,22,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	CpusPerGpu int32 `protobuf:"varint,23,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
+	// srun --gpu-bind=none (loom.v1.CreateJobStepRequest).
+	GpuBindNone   bool `protobuf:"varint,24,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2146,6 +2148,13 @@ func (x *CreateJobStep) GetCpusPerGpu() int32 {
 		return x.CpusPerGpu
 	}
 	return 0
+}
+
+func (x *CreateJobStep) GetGpuBindNone() bool {
+	if x != nil {
+		return x.GpuBindNone
+	}
+	return false
 }
 
 // CancelJobStep asks the scheduler to kill a job step's tasks, or only to
@@ -6041,7 +6050,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
 	"\t_gpu_typeB\x11\n" +
-	"\x0f_max_node_count\"\xe7\x05\n" +
+	"\x0f_max_node_count\"\x8b\x06\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -6069,7 +6078,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\aoverlap\x18\x15 \x01(\bR\aoverlap\x12\x12\n" +
 	"\x04gpus\x18\x16 \x01(\x05R\x04gpus\x12 \n" +
 	"\fcpus_per_gpu\x18\x17 \x01(\x05R\n" +
-	"cpusPerGpu\x1a6\n" +
+	"cpusPerGpu\x12\"\n" +
+	"\rgpu_bind_none\x18\x18 \x01(\bR\vgpuBindNone\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +

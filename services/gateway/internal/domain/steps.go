@@ -68,7 +68,7 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput(),
 		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask(),
 		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(), Exact: req.GetExact(), Overlap: req.GetOverlap(),
-		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu()})
+		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(), GpuBindNone: req.GetGpuBindNone()})
 	return v.Err()
 }
 

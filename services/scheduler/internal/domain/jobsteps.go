@@ -357,7 +357,8 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	r.NextStepID++
 	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
 		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap(), GPURequest: ev.GetGpus(),
-		GPUsPerTask: ev.GetGpusPerTask(), CPUsPerGPU: ev.GetCpusPerGpu(), CPUsPerTask: ev.GetCpusPerTask()}
+		GPUsPerTask: ev.GetGpusPerTask(), CPUsPerGPU: ev.GetCpusPerGpu(), CPUsPerTask: ev.GetCpusPerTask(),
+		GPUBindNone: ev.GetGpuBindNone()}
 	heldCPUs, heldGPUs := stepHolds(r)
 	plan, busy, err := t.planStep(r, ev, heldCPUs, heldGPUs)
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
@@ -788,12 +789,25 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 			env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(ev.GetCpusPerTask()))
 		}
 		// The step's GPUs on the node (Slurm's SLURM_STEP_GPUS): the
-		// job's there, or with --gpus-per-task each task's own.
+		// job's there, or with --gpus-per-task each task's own; with
+		// --gpu-bind=none too, every task all of those the step holds
+		// there. (Slurm's leaves CUDA_VISIBLE_DEVICES unset then and
+		// fences the step's GPUs with its device cgroup; Loom has none,
+		// so the variables are the fence.)
 		var taskGPUs []string
 		if devs := env["CUDA_VISIBLE_DEVICES"]; devs != "" {
 			env["SLURM_STEP_GPUS"] = devs
 		}
-		if g := int(ev.GetGpusPerTask()); g > 0 {
+		if g := int(ev.GetGpusPerTask()); g > 0 && ev.GetGpuBindNone() {
+			env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(g)
+			ids := make([]string, len(step.GPUs[k]))
+			for i, gpu := range step.GPUs[k] {
+				ids[i] = strconv.Itoa(int(gpu))
+			}
+			for _, v := range []string{"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"} {
+				env[v] = strings.Join(ids, ",")
+			}
+		} else if g > 0 {
 			env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(g)
 			held := step.GPUs[k]
 			taskGPUs = make([]string, tasks[k])
@@ -1235,7 +1249,7 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
 		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...), CpusPerNode: append([]int32(nil), s.CPUs...),
 		Gpus: s.GPURequest, GpusPerTask: s.GPUsPerTask, CpusPerGpu: s.CPUsPerGPU, CpusPerTask: s.CPUsPerTask,
-		CancelledBy: s.CancelledBy,
+		CancelledBy: s.CancelledBy, GpuBindNone: s.GPUBindNone,
 	}
 	if len(s.ExitSignals) == len(s.ExitCodes) {
 		out.TaskExitSignals = append([]int32(nil), s.ExitSignals...)

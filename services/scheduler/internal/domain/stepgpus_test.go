@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,5 +69,45 @@ func TestStepCancelRecordsWho(t *testing.T) {
 	h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, User: "root"})
 	if s := h.jobStep(2); s.GetCancelledBy() != "" {
 		t.Errorf("a step ended with its job: cancelled by %q, want nobody", s.GetCancelledBy())
+	}
+}
+
+// TestStepGPUBindNone: srun -n2 --gpus-per-task=1 --gpu-bind=none holds a
+// GPU a task, as without --gpu-bind (the next such step gets others, and
+// one more finds none free and waits), but its tasks share the step's GPUs
+// on the node: no per-task lists, the step's in CUDA_VISIBLE_DEVICES,
+// GPU_DEVICE_ORDINAL and SLURM_STEP_GPUS. The step keeps gpus_per_task and
+// says gpu_bind_none, for scontrol show step's TresPerTask and TresBind.
+func TestStepGPUBindNone(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
+	pair := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks, e.Exact = 1, 2, true }
+	none := func(e *eventsv1.CreateJobStep) { e.GpuBindNone = true }
+	ls := launches(h.do(createStep("r1", pair, none)))
+	if len(ls) != 1 || ls[0].GetTaskGpus() != nil {
+		t.Fatalf("--gpu-bind=none: launches %v, want one without per-task GPUs", ls)
+	}
+	for _, v := range []string{"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"} {
+		if got := ls[0].GetEnv()[v]; got != "0,1" {
+			t.Errorf("--gpu-bind=none: %s=%q, want the step's 0,1", v, got)
+		}
+	}
+	if got := ls[0].GetEnv()["SLURM_GPUS_PER_TASK"]; got != "1" {
+		t.Errorf("--gpu-bind=none: SLURM_GPUS_PER_TASK=%q, want 1", got)
+	}
+	if s := h.jobStep(0); !s.GetGpuBindNone() || s.GetGpusPerTask() != 1 {
+		t.Errorf("step 0: gpu_bind_none %v, gpus_per_task %d; want true, 1", s.GetGpuBindNone(), s.GetGpusPerTask())
+	}
+	ls = launches(h.do(createStep("r2", pair)))
+	if len(ls) != 1 || !slices.Equal(ls[0].GetTaskGpus(), []string{"2", "3"}) {
+		t.Fatalf("a bound step beside it: launches %v, want task GPUs [2 3]", ls)
+	}
+	if s := h.jobStep(1); s.GetGpuBindNone() {
+		t.Errorf("step 1: gpu_bind_none, want it bound")
+	}
+	if c := h.do(createStep("r3", pair, none)); len(launches(c)) != 0 || h.jobStep(2).GetState() != loomv1.JobState_PENDING {
+		t.Fatalf("a third step with every GPU held: %d launches, %v; want it PENDING", len(launches(c)), h.jobStep(2))
 	}
 }

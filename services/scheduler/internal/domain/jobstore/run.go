@@ -252,6 +252,10 @@ type JobStep struct {
 	GPUsPerTask int32 `json:"gpus_per_task,omitempty"`
 	CPUsPerGPU  int32 `json:"cpus_per_gpu,omitempty"`
 	CPUsPerTask int32 `json:"cpus_per_task,omitempty"`
+	// GPUBindNone: srun --gpu-bind=none. The step holds GPUsPerTask GPUs
+	// a task as without it, but its tasks share them on each node (GPUs
+	// above) rather than each seeing its own.
+	GPUBindNone bool `json:"gpu_bind_none,omitempty"`
 	// CancelledBy is who cancelled the step (scancel JOB.STEP), the
 	// account the gateway authenticated: sacct's "CANCELLED by UID".
 	CancelledBy string `json:"cancelled_by,omitempty"`

@@ -398,6 +398,7 @@ func (p *recordParser) jobStep(s *JobStep) bool {
 		o.key("gpus_per_task") && !p.i32(&s.GPUsPerTask) ||
 		o.key("cpus_per_gpu") && !p.i32(&s.CPUsPerGPU) ||
 		o.key("cpus_per_task") && !p.i32(&s.CPUsPerTask) ||
+		o.key("gpu_bind_none") && !p.bool(&s.GPUBindNone) ||
 		o.key("cancelled_by") && !p.string(&s.CancelledBy) {
 		return false
 	}
