@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,38 @@ func TestNodelistMoreHostsThanTasks(t *testing.T) {
 		var inv *errs.InvalidError
 		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.field+": "+tc.msg) {
 			t.Errorf("%s: %v, want an invalid %s: %s", tc.name, err, tc.field, tc.msg)
+		}
+	}
+}
+
+// TestNodelistDroppedHostsStillChecked: the hosts that ntasks drops from
+// job.nodelist (FitNodes keeps the first in hostlist order) are still the
+// request's, and judged as given: past MaxHosts the list is refused, and
+// a malformed name is refused at its own index in the request. The bound
+// and the names were judged on the fitted list, so ntasks 1 took any
+// number of hosts, and a bad one past the first was dropped unreported.
+func TestNodelistDroppedHostsStillChecked(t *testing.T) {
+	t.Parallel()
+	many := make([]string, MaxHosts+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("gpu-%05d", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		hosts []string
+		want  string
+	}{
+		{"more than MaxHosts", many, fmt.Sprintf("job.nodelist: %d hosts, more than the limit of %d", MaxHosts+1, MaxHosts)},
+		{"a bad name dropped", []string{"gpu-0001", "zz/../x"}, `job.nodelist[1]: "zz/../x" is not a hostname`},
+		{"a bad name kept, at its index", []string{"gpu-0002", "a_b"}, `job.nodelist[1]: "a_b" is not a hostname`},
+	} {
+		req := goodJob()
+		req.Job.GpusPerNode = 0
+		req.Job.Ntasks, req.Job.NodeCount, req.Job.Nodelist = 1, 0, tc.hosts
+		err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an invalid %s", tc.name, err, tc.want)
 		}
 	}
 }

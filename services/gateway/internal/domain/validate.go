@@ -122,9 +122,8 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		v.Add("job", "required")
 		return v.Err()
 	}
-	// Judged as it will be accepted (AcceptJob): -N5 -n1 on four nodes
-	// is a one-node job, as Slurm's sbatch takes it, and -N1 with two
-	// hosts in the node list is refused, as Slurm's sbatch refuses it.
+	// -N1 with two hosts in the node list is refused, as Slurm's sbatch
+	// refuses it.
 	if f := slurmspec.FitNodes(j.GetNtasks(), j.GetNodeCount(), j.GetMaxNodeCount(), j.GetNodelist()); f.Refused {
 		field := "job.node_count"
 		if j.GetMaxNodeCount() != 0 {
@@ -132,7 +131,6 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		}
 		v.Add(field, "%d is below the %d hosts job.nodelist names (Slurm: %s)", f.Most, f.Least, f.RefusalText())
 	}
-	j = fitNodes(j)
 	clusterName := JobCluster(req)
 	switch {
 	case j.GetCluster() == "":
@@ -165,7 +163,12 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	checkJobText(&v, j)
 
 	partitions, pools := validateSlurm(&v, j, cluster, maxArraySize)
-	checkFit(&v, "job.", j, clusterName, partitions, pools)
+	// The fit is judged as it will be accepted (AcceptJob): -N5 -n1 on
+	// four nodes is a one-node job, as Slurm's sbatch takes it. Only the
+	// fit: every other check above judges the request as given, so that
+	// the hosts ntasks drops from the node list are still bounded
+	// (MaxHosts) and named at their own index when malformed.
+	checkFit(&v, "job.", fitNodes(j), clusterName, partitions, pools)
 	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
 		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), resname.IDPattern)
 	}
