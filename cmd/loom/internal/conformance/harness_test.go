@@ -379,19 +379,10 @@ func (s *session) runStdin(stdin, name string, args ...string) result {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(s.f.bin, name), args...)
-	cmd.Dir, cmd.Env = s.dir, s.env
+	cmd := s.command(ctx, name, args...)
 	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
+	r, err := runCommand(cmd)
+	if err != nil {
 		s.t.Fatalf("%s %q: %v", name, args, err)
 	}
 	s.last = name + " " + strings.Join(args, " ") + ": " + r.String()
@@ -404,26 +395,43 @@ func (s *session) runStdin(stdin, name string, args ...string) result {
 // ends in a goroutine, where the test cannot be failed).
 func (s *session) start(name string, args ...string) <-chan result {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	cmd := exec.CommandContext(ctx, filepath.Join(s.f.bin, name), args...)
-	cmd.Dir, cmd.Env = s.dir, s.env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd := s.command(ctx, name, args...)
 	done := make(chan result, 1)
 	go func() {
 		defer cancel()
-		err := cmd.Run()
-		r := result{stdout: out.String(), stderr: errb.String()}
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-		case errors.As(err, &ee):
-			r.code = ee.ExitCode()
-		default:
+		r, err := runCommand(cmd)
+		if err != nil {
 			r.code, r.stderr = -1, r.stderr+err.Error()
 		}
 		done <- r
 	}()
 	return done
+}
+
+// command is the Slurm command name with args, run through its link in
+// the session's directory and environment.
+func (s *session) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(s.f.bin, name), args...)
+	cmd.Dir, cmd.Env = s.dir, s.env
+	return cmd
+}
+
+// runCommand runs cmd to its end and returns its output and exit code; the
+// error is for a command that could not be run at all (not an exit code).
+func runCommand(cmd *exec.Cmd) (result, error) {
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		return r, err
+	}
+	return r, nil
 }
 
 // ok runs a command that must succeed and returns its stdout.
@@ -686,8 +694,7 @@ func (s *session) runTerminal(lines []string, name string, args ...string) (stri
 	defer master.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(s.f.bin, name), args...)
-	cmd.Dir, cmd.Env = s.dir, s.env
+	cmd := s.command(ctx, name, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
