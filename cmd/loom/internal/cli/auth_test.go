@@ -329,7 +329,7 @@ func upAndStop(t *testing.T, dataDir, cfg string, while func(gw string)) string 
 	a.configDir = cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testkit.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- a.execute(ctx, []string{"up", "--data-dir", dataDir, "--log-level", "warn"}, &out, &errOut)
@@ -447,7 +447,7 @@ func TestAuthdServesItsDataDirsUp(t *testing.T) {
 		a.environ = func() []string { return []string{"HOME=" + t.TempDir()} }
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel) // should the test stop before its Ctrl-C
-		var out, errOut syncBuffer
+		var out, errOut testkit.Buffer
 		code := make(chan int, 1)
 		socket := filepath.Join(data, "authd"+strconv.Itoa(i)+".sock")
 		go func() {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,24 +19,6 @@ import (
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // upWithCluster runs `loom up --data-dir dir args...` (on free ports, its
 // agents this test binary as `loom agent`), creates a one-node cluster
@@ -57,7 +37,7 @@ func upWhile(t *testing.T, dir string, then func(liveCLI), args ...string) strin
 	a.configDir = t.TempDir() // the administrator key goes there, not into the real user's
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testkit.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- a.execute(ctx, append([]string{"up", "--data-dir", dir, "--log-level", "warn"}, args...), &out, &errOut)

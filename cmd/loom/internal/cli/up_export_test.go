@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/testkit"
 )
 
 // TestUpPassesExportEndpointsToTheRegistry: `loom up --export-endpoints`
@@ -25,7 +26,7 @@ func TestUpPassesExportEndpointsToTheRegistry(t *testing.T) {
 	a.configDir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testkit.Buffer
 	code := a.execute(ctx, []string{"up", "--data-dir", t.TempDir(), "--log-level", "warn",
 		"--export-endpoints", "http://127.0.0.1:9000,ceph.internal:7480"}, &out, &errOut)
 	msg := errOut.String()

@@ -157,7 +157,7 @@ func TestUpPortBaseRefusals(t *testing.T) {
 type runningUpAt struct {
 	dir, configDir string
 	base           int
-	out            *syncBuffer
+	out            *testkit.Buffer
 	stop           func() // Ctrl-C, and wait for it to exit 0
 }
 
@@ -168,11 +168,11 @@ func startUpAt(t *testing.T, dir string) runningUpAt {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		base := 100 * (11 + rand.IntN(57)) // 1100..6700: its ports stay below 10000
-		r := runningUpAt{dir: dir, configDir: t.TempDir(), base: base, out: &syncBuffer{}}
+		r := runningUpAt{dir: dir, configDir: t.TempDir(), base: base, out: &testkit.Buffer{}}
 		a := newApp()
 		a.configDir = r.configDir
 		ctx, cancel := context.WithCancel(context.Background())
-		var errOut syncBuffer
+		var errOut testkit.Buffer
 		code := make(chan int, 1)
 		go func() {
 			code <- a.execute(ctx, []string{"up", "--data-dir", dir, "--port-base", strconv.Itoa(base), "--provider", "sim",
@@ -206,7 +206,7 @@ func startUpAt(t *testing.T, dir string) runningUpAt {
 
 // stopUp stops a `loom up` of startUpAt as Ctrl-C does and waits for it
 // to exit 0.
-func stopUp(t *testing.T, base int, cancel func(), code chan int, out, errOut *syncBuffer) {
+func stopUp(t *testing.T, base int, cancel func(), code chan int, out, errOut *testkit.Buffer) {
 	t.Helper()
 	cancel()
 	select {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -242,24 +241,6 @@ func TestRefusedUploadRegistersNothing(t *testing.T) {
 	}
 }
 
-// lockedWriter is an io.Writer safe for the registry's concurrent logging.
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 // TestRecordRefusesRootOwner: a completed job whose owner is root on the
 // registry's host (uid 0) is registered without a MANIFEST digest, and
 // the registry writes nothing in its model directory: as root it would
@@ -273,7 +254,7 @@ func TestRecordRefusesRootOwner(t *testing.T) {
 	}
 	ctx := testkit.Context(t, 30*time.Second)
 	_, rdb := testkit.Redis(t)
-	logs := &lockedWriter{}
+	logs := &testkit.Buffer{}
 	r, err := New(ctx, adapters.NewRepo(store.New(rdb, "registry:")), slog.New(slog.NewTextHandler(logs, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
