@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -288,6 +289,17 @@ func TestListen(t *testing.T) {
 		ul.SetUnlinkOnClose(false)
 	}
 	_ = ln.Close()
+	// The socket stops answering once the last copy of its descriptor
+	// is closed: a parallel test's fork (useradd, a daemon) holds a copy,
+	// close-on-exec or not, until its child execs, and a connect meanwhile
+	// is accepted into the backlog. Wait for what a killed daemon leaves.
+	testkit.WaitFor(t, 10*time.Second, "the closed socket to refuse connections", func() (bool, error) {
+		c, err := net.DialTimeout("unix", stale, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil, nil
+	})
 	if ln, err := Listen(stale); err != nil {
 		t.Errorf("Listen on a stale socket: %v", err)
 	} else {
