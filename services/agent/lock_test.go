@@ -44,8 +44,10 @@ func TestOneAgentPerNode(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("agent waiting for the lock = %v", err)
 	}
-	// A cancelled start stops waiting.
-	held, err := lockNode(ctx, dir, node, time.Second, slog.Default())
+	// A cancelled start stops waiting. (The lock just closed can stay held
+	// a moment: a parallel test's fork holds a copy of its descriptor until
+	// the child execs; a passing run takes it at once.)
+	held, err := lockNode(ctx, dir, node, 10*time.Second, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
