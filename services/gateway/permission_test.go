@@ -333,6 +333,46 @@ func TestUpdateSizeHostsNameAndThrottle(t *testing.T) {
 	}
 }
 
+// TestUpdateNodelistFitsNodes: ReqNodeList= and NumNodes= are judged by
+// the submission's -w rule (slurmspec.FitNodes) on the job as the update
+// leaves it: a node count below the hosts is refused naming node_count
+// (and nothing reaches the scheduler), and a range's minimum below them
+// reaches the scheduler raised to them, as a submission's would be. The
+// update kept NodeCount=1 with two hosts.
+func TestUpdateNodelistFitsNodes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+	one := &loomv1.Job{Name: "projects/default/jobs/43", JobId: "43", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", StateReason: "Priority", NodeCount: 1, Ntasks: 1}
+	ranged := &loomv1.Job{Name: "projects/default/jobs/44", JobId: "44", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", StateReason: "Priority", NodeCount: 1, MaxNodeCount: 2, Ntasks: 1}
+	for _, j := range []*loomv1.Job{one, ranged} {
+		h.w.setJob(j)
+	}
+	both := &loomv1.HostList{Hosts: []string{"gpu-0001", "cpu-0001"}}
+	_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: one.GetName(), Action: "update", Nodelist: both})
+	wantCode(t, "ReqNodeList=gpu-0001,cpu-0001 of a one-node job", err, codes.InvalidArgument,
+		"node_count: 1 is below the 2 hosts nodelist names", "invalid number of nodes (-N 2-1)")
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ranged.GetName(), Action: "update", Nodelist: both}); err != nil {
+		t.Fatalf("ReqNodeList=gpu-0001,cpu-0001 of a 1-2 node job: %v", err)
+	}
+	u := jobCommand(t, h, func(u *eventsv1.UpdateJob) bool { return u.GetJob() == ranged.GetName() && u.GetAction() == "update" })
+	if u.NodeCount == nil || u.GetNodeCount() != 2 || u.GetMaxNodeCount() != 0 || len(u.GetNodelist().GetHosts()) != 2 {
+		t.Errorf("the scheduler's update: node_count %v max %d hosts %v, want 2, 0 (2-2) and both", u.NodeCount, u.GetMaxNodeCount(), u.GetNodelist().GetHosts())
+	}
+	// The refused update never reached the scheduler: the one command
+	// for job 43 is none.
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: one.GetName(), Action: "update", Nodelist: &loomv1.HostList{Hosts: []string{"gpu-0001"}}}); err != nil {
+		t.Fatalf("ReqNodeList=gpu-0001 of a one-node job: %v", err)
+	}
+	u = jobCommand(t, h, func(u *eventsv1.UpdateJob) bool { return u.GetJob() == one.GetName() && u.GetAction() == "update" })
+	if len(u.GetNodelist().GetHosts()) != 1 || u.NodeCount != nil {
+		t.Errorf("job 43's first update command: %v, want ReqNodeList=gpu-0001 alone (the refused one never sent)", u)
+	}
+}
+
 // TestDependencyCycleRefused: an update may not make a job wait for itself,
 // directly or through the jobs it would wait for (slurmctld's "Job
 // dependency problem"); a dependency on a job that waits for nothing, or

@@ -1287,6 +1287,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		}
 	}
 	partition := req.GetPartition()
+	nodeCount, maxNodeCount := req.NodeCount, req.MaxNodeCount
 	if domain.Resizes(req) {
 		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: j.GetCluster()})
 		if err != nil {
@@ -1303,6 +1304,16 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 			ureq.Partition = partition
 		}
 		updated := domain.Updated(j, ureq)
+		left := j.GetNodeCount() // the minimum the update leaves, as asked
+		if nodeCount != nil {
+			left = *nodeCount
+		}
+		if n := updated.GetNodeCount(); n != left {
+			// The hosts raised the range's minimum (Updated): the
+			// scheduler gets the range as the update leaves it, and
+			// raises the tasks to it as Updated does.
+			nodeCount, maxNodeCount = proto.Int32(n), proto.Int32(updated.GetMaxNodeCount())
+		}
 		var nodes map[string]*loomv1.Node
 		if len(updated.GetNodelist())+len(updated.GetExclude()) > 0 {
 			if nodes, err = g.clusterNodes(ctx, j.GetCluster()); err != nil {
@@ -1346,7 +1357,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos, Account: account,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: partition, Nice: req.Nice,
 		BeginTime: req.GetBeginTime(), Dependency: req.Dependency, JobName: req.JobName,
-		NodeCount: req.NodeCount, MaxNodeCount: req.MaxNodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
+		NodeCount: nodeCount, MaxNodeCount: maxNodeCount, Ntasks: req.Ntasks, MemMb: req.MemMb, Nodelist: req.GetNodelist(), Exclude: req.GetExclude(),
 		ArrayTaskThrottle: req.ArrayTaskThrottle, GpusPerNode: req.GpusPerNode, GpuType: req.GpuType, User: caller.User, Admin: caller.Admin}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)

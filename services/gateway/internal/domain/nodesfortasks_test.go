@@ -9,6 +9,8 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/slurmspec"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestMoreNodesThanTasks: a request for more nodes than tasks is the job
@@ -135,5 +137,68 @@ func TestNodelistDroppedHostsStillChecked(t *testing.T) {
 		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an invalid %s", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestUpdateNodelistFitsNodes: scontrol update NodeList=/NumNodes= of a
+// pending job is judged by the submission's rule (slurmspec.FitNodes) on
+// the job as the update leaves it: a node count (or range maximum) below
+// the hosts is refused, naming the field, and a range's minimum below them
+// is raised to them (the tasks with it, as a new minimum raises them).
+// The update kept NodeCount=1 with two hosts, which a submission refuses.
+func TestUpdateNodelistFitsNodes(t *testing.T) {
+	t.Parallel()
+	hosts := func(h ...string) *loomv1.HostList { return &loomv1.HostList{Hosts: h} }
+	oneNode := &loomv1.Job{Partition: "train", NodeCount: 1, Ntasks: 1}
+	twoHosts := &loomv1.Job{Partition: "train", NodeCount: 2, Ntasks: 2, Nodelist: []string{"gpu-0001", "gpu-0002"}}
+	cpuRange := &loomv1.Job{Partition: "debug", NodeCount: 1, MaxNodeCount: 2, Ntasks: 1}
+	for _, tc := range []struct {
+		name string
+		job  *loomv1.Job
+		req  *loomv1.UpdateJobRequest
+		want string
+	}{
+		{"NodeList=h[1-2] on -N1", oneNode, &loomv1.UpdateJobRequest{Nodelist: hosts("gpu-0001", "gpu-0002")},
+			"node_count: 1 is below the 2 hosts nodelist names (Slurm: invalid number of nodes (-N 2-1))"},
+		{"NumNodes=1 on -w h[1-2]", twoHosts, &loomv1.UpdateJobRequest{NodeCount: proto.Int32(1)},
+			"node_count: 1 is below the 2 hosts nodelist names (Slurm: invalid number of nodes (-N 2-1))"},
+		{"NumNodes=1-2 NodeList=h[1-3]", cpuRange, &loomv1.UpdateJobRequest{NodeCount: proto.Int32(1), MaxNodeCount: proto.Int32(2),
+			Nodelist: hosts("cpu-0001", "cpu-0002", "cpu-0003")},
+			"max_node_count: 2 is below the 3 hosts nodelist names (Slurm: invalid number of nodes (-N 3-2))"},
+	} {
+		err := CheckUpdatedJob(Updated(tc.job, tc.req), partitioned(), partitionedNodes())
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want InvalidArgument %s", tc.name, err, tc.want)
+		}
+	}
+	// Accepted: hosts within the count, and a range's minimum raised to
+	// the hosts (NumNodes=1-3 -w h[1-2] is 2-3 at submission too), which
+	// raises the tasks as NumNodes=2 would; the job copied is left as it was.
+	for _, tc := range []struct {
+		name              string
+		job               *loomv1.Job
+		req               *loomv1.UpdateJobRequest
+		nodes, most, task int32
+	}{
+		{"NodeList=h1 on -N1", oneNode, &loomv1.UpdateJobRequest{Nodelist: hosts("gpu-0001")}, 1, 0, 1},
+		{"NumNodes=2 NodeList=h[1-2]", oneNode, &loomv1.UpdateJobRequest{NodeCount: proto.Int32(2), Nodelist: hosts("gpu-0002", "gpu-0001")}, 2, 0, 2},
+		{"NodeList=h[1-2] on -N1-2", cpuRange, &loomv1.UpdateJobRequest{Nodelist: hosts("cpu-0001", "cpu-0002")}, 2, 0, 2},
+		{"NumNodes=1-4 NodeList=h[1-3]", cpuRange, &loomv1.UpdateJobRequest{NodeCount: proto.Int32(1), MaxNodeCount: proto.Int32(4),
+			Nodelist: hosts("cpu-0001", "cpu-0002", "cpu-0003")}, 3, 4, 3},
+		// The tasks lower no node count in an update (Slurm's
+		// controller), with hosts or without.
+		{"NumTasks=1 on -w h[1-2]", twoHosts, &loomv1.UpdateJobRequest{Ntasks: proto.Int32(1)}, 2, 0, 1},
+	} {
+		u := Updated(tc.job, tc.req)
+		if u.GetNodeCount() != tc.nodes || u.GetMaxNodeCount() != tc.most || u.GetNtasks() != tc.task {
+			t.Errorf("%s: nodes %d-%d, %d tasks; want %d-%d and %d", tc.name, u.GetNodeCount(), u.GetMaxNodeCount(), u.GetNtasks(), tc.nodes, tc.most, tc.task)
+		}
+		if err := CheckUpdatedJob(u, partitioned(), partitionedNodes()); err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+		}
+	}
+	if oneNode.GetNodeCount() != 1 || cpuRange.GetNodeCount() != 1 || cpuRange.GetMaxNodeCount() != 2 || len(oneNode.GetNodelist()) != 0 {
+		t.Errorf("Updated changed the jobs it copies: %v, %v", oneNode, cpuRange)
 	}
 }

@@ -504,7 +504,12 @@ func Resizes(req *loomv1.UpdateJobRequest) bool {
 
 // Updated returns a copy of job as req's update leaves what it asks of its
 // cluster: partition, node count, tasks, memory, GPUs, node list,
-// exclusions.
+// exclusions. The hosts of the node list count as nodes, as at submission
+// (slurmspec.FitNodes): a range's minimum below them is raised to them
+// (NumNodes=1-3 with two hosts is 2-3), which raises the tasks as a new
+// minimum does; a maximum below them is CheckUpdatedJob's to refuse. The
+// task count lowers no node count here, as Slurm's controller lowers none
+// (slurmspec.TasksForNodes).
 func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 	j := proto.Clone(job).(*loomv1.Job)
 	if p := req.GetPartition(); p != "" {
@@ -524,14 +529,26 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 	if req.Ntasks != nil {
 		j.Ntasks = req.GetNtasks()
 	}
-	if req.NodeCount != nil {
+	if req.Nodelist != nil {
+		j.Nodelist = req.GetNodelist().GetHosts()
+	}
+	newMin := req.NodeCount != nil
+	// Tasks 0: the update's tasks lower nothing (see above), only the
+	// hosts raise a range's minimum, and only when the update changes
+	// the range or the hosts: another update leaves the size alone.
+	if newMin || req.Nodelist != nil {
+		if f := slurmspec.FitNodes(0, j.NodeCount, j.MaxNodeCount, j.Nodelist); !f.Refused && f.Nodes != j.NodeCount {
+			j.NodeCount, newMin = f.Nodes, true
+			if j.MaxNodeCount == j.NodeCount {
+				j.MaxNodeCount = 0
+			}
+		}
+	}
+	if newMin {
 		j.Ntasks = slurmspec.TasksForNodes(j.Ntasks, j.NodeCount)
 	}
 	if req.MemMb != nil {
 		j.MemMb = req.GetMemMb()
-	}
-	if req.Nodelist != nil {
-		j.Nodelist = req.GetNodelist().GetHosts()
 	}
 	if req.Exclude != nil {
 		j.Exclude = req.GetExclude().GetHosts()
@@ -546,16 +563,19 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 }
 
 // CheckUpdatedJob checks a job as an update leaves it (Updated) against
-// its cluster, as at submission: its partition exists, it fits the
-// partition's nodes (checkFit), and its node list and exclusions name nodes
-// that can hold it (CheckJobNodes; nodes nil when the job names none).
-// Problems name the update's fields.
+// its cluster, as at submission: its node count is not below the hosts of
+// its node list (checkHostsFit, the submission's rule: NodeList=n[1-2] on
+// a one-node job is refused, naming node_count), its partition exists, it
+// fits the partition's nodes (checkFit), and its node list and exclusions
+// name nodes that can hold it (CheckJobNodes; nodes nil when the job names
+// none). Problems name the update's fields.
 func CheckUpdatedJob(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
 	partitions, ps, err := jobPartitions(cluster, j)
 	if err != nil {
 		return errs.Invalid("partition", "%v", err)
 	}
 	var v errs.Validator
+	checkHostsFit(&v, "", j)
 	pools := make([][]*loomv1.NodePool, len(ps))
 	for i, p := range ps {
 		pools[i] = partitionPools(cluster, p)

@@ -124,13 +124,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	}
 	// -N1 with two hosts in the node list is refused, as Slurm's sbatch
 	// refuses it.
-	if f := slurmspec.FitNodes(j.GetNtasks(), j.GetNodeCount(), j.GetMaxNodeCount(), j.GetNodelist()); f.Refused {
-		field := "job.node_count"
-		if j.GetMaxNodeCount() != 0 {
-			field = "job.max_node_count"
-		}
-		v.Add(field, "%d is below the %d hosts job.nodelist names (Slurm: %s)", f.Most, f.Least, f.RefusalText())
-	}
+	checkHostsFit(&v, "job.", j)
 	clusterName := JobCluster(req)
 	switch {
 	case j.GetCluster() == "":
@@ -497,6 +491,23 @@ func largestNode(pools []*loomv1.NodePool, size func(clusterspec.MachineType) in
 		most = max(most, size(m))
 	}
 	return most, len(pools) > 0
+}
+
+// checkHostsFit adds a problem on field prefix+"node_count" (or
+// "max_node_count" for a range) when j's node count is below the hosts of
+// its node list, as Slurm's option check refuses "-N1 -w n[1-2]"
+// (slurmspec.FitNodes: the one rule for a submission and for the job an
+// update leaves). The task count plays no part in a refusal.
+func checkHostsFit(v *errs.Validator, prefix string, j *loomv1.Job) {
+	f := slurmspec.FitNodes(j.GetNtasks(), j.GetNodeCount(), j.GetMaxNodeCount(), j.GetNodelist())
+	if !f.Refused {
+		return
+	}
+	field := prefix + "node_count"
+	if j.GetMaxNodeCount() != 0 {
+		field = prefix + "max_node_count"
+	}
+	v.Add(field, "%d is below the %d hosts %snodelist names (Slurm: %s)", f.Most, f.Least, prefix, f.RefusalText())
 }
 
 // fitNodes is j with its node count and node list as Slurm's option check
