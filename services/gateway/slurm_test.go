@@ -393,6 +393,17 @@ func TestSubmitNodeLists(t *testing.T) {
 	if _, err := h.jobs().SubmitJob(ctx, dep("afterok:1")); err != nil {
 		t.Errorf("-d afterok:1 (job 1 was submitted): %v", err)
 	}
+	// A host that -n1 drops is not looked up, as Slurm's sbatch and srun
+	// drop it before its controller looks (measured: -n1 -w
+	// node1,nosuchnode ran on node1); the one kept is.
+	dropped := job([]string{"gpu-0099", "gpu-0001"}, nil)
+	dropped.Job.NodeCount, dropped.Job.Ntasks = 0, 1
+	if j, err := h.jobs().SubmitJob(ctx, dropped); err != nil || !slices.Equal(j.GetNodelist(), []string{"gpu-0001"}) {
+		t.Fatalf("-n1 -w gpu-0099,gpu-0001: %v, node list %v; want gpu-0001 alone", err, j.GetNodelist())
+	}
+	dropped.Job.Nodelist = []string{"gpu-0001", "aaa"}
+	_, err = h.jobs().SubmitJob(ctx, dropped)
+	wantCode(t, "-n1 -w gpu-0001,aaa", err, codes.InvalidArgument, "job.nodelist[1]", `"aaa" is not a node of`, "Invalid node name specified")
 }
 
 // TestSignalArrayWithPendingTasks: a signal to an array, or to any of its

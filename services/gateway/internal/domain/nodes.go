@@ -28,7 +28,7 @@ const maxNamedMissing = 10
 // field and each unknown name (at most ten, then how many in all).
 func CheckNodesExist(nodes map[string]*loomv1.Node, cluster, field string, hosts []string) error {
 	var v errs.Validator
-	checkNodesExist(&v, nodes, cluster, field, hosts, "")
+	checkNodesExist(&v, nodes, cluster, field, hosts, nil, "")
 	return v.Err()
 }
 
@@ -38,7 +38,7 @@ func CheckNodesExist(nodes map[string]*loomv1.Node, cluster, field string, hosts
 // drop a command naming one (the whole command, the other nodes with it).
 func CheckHealthNodes(nodes map[string]*loomv1.Node, cluster, field string, hosts []string) error {
 	var v errs.Validator
-	checkNodesExist(&v, nodes, cluster, field, hosts, "")
+	checkNodesExist(&v, nodes, cluster, field, hosts, nil, "")
 	for i, h := range hosts {
 		if n, ok := nodes[h]; ok && n.GetRole() == clusterspec.RoleLogin {
 			v.Add(fmt.Sprintf("%s[%d]", field, i), "%s is the login node of %s: health checks and repairs only compute nodes", clip(h), ShortID(cluster))
@@ -47,10 +47,13 @@ func CheckHealthNodes(nodes map[string]*loomv1.Node, cluster, field string, host
 	return v.Err()
 }
 
-func checkNodesExist(v *errs.Validator, nodes map[string]*loomv1.Node, cluster, field string, hosts []string, slurm string) {
+// checkNodesExist adds a problem for each of hosts that is not a node of
+// nodes, naming it by its index in hosts; a host dropped (dropped[h]) is
+// not looked at.
+func checkNodesExist(v *errs.Validator, nodes map[string]*loomv1.Node, cluster, field string, hosts []string, dropped map[string]bool, slurm string) {
 	missing := 0
 	for i, h := range hosts {
-		if _, ok := nodes[h]; !ok {
+		if _, ok := nodes[h]; !ok && !dropped[h] {
 			if missing++; missing <= maxNamedMissing {
 				v.Add(fmt.Sprintf("%s[%d]", field, i), "%s is not a node of %s (see loom nodes list --cluster %s)%s", clip(h), cluster, ShortID(cluster), slurm)
 			}
@@ -67,13 +70,20 @@ func checkNodesExist(v *errs.Validator, nodes map[string]*loomv1.Node, cluster, 
 // specified"), those of the node list in the job's partition, and the
 // partition must keep, once the excluded nodes are taken out, as many nodes
 // as the job needs ("Requested node configuration is not available") —
-// else it would pend forever. nodes are the cluster's nodes by hostname;
-// the job's own fields are checked by ValidateSubmitJob first.
+// else it would pend forever. Only the hosts the job keeps are judged:
+// those Slurm's option check drops (slurmspec.FitNodes: "-n1 -w
+// node1,nosuch" keeps node1) never reach its controller, so sbatch and
+// srun take such a job (measured on 22.05), and AcceptJob drops them too.
+// Problems name a host by its index in the request. nodes are the
+// cluster's nodes by hostname; the job's own fields are checked by
+// ValidateSubmitJob first.
 func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
 	var v errs.Validator
 	name := cluster.GetName()
-	checkNodesExist(&v, nodes, name, "job.nodelist", j.GetNodelist(), " (Slurm: "+MsgInvalidNodeName+")")
-	checkNodesExist(&v, nodes, name, "job.exclude", j.GetExclude(), " (Slurm: "+MsgInvalidNodeName+")")
+	fitted := fitNodes(j)
+	dropped := droppedHosts(j.GetNodelist(), fitted.GetNodelist())
+	checkNodesExist(&v, nodes, name, "job.nodelist", j.GetNodelist(), dropped, " (Slurm: "+MsgInvalidNodeName+")")
+	checkNodesExist(&v, nodes, name, "job.exclude", j.GetExclude(), nil, " (Slurm: "+MsgInvalidNodeName+")")
 	if err := v.Err(); err != nil {
 		return err
 	}
@@ -87,19 +97,40 @@ func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loo
 		excluded[h] = true
 	}
 	for i, h := range j.GetNodelist() {
-		v.Check(!excluded[h], fmt.Sprintf("job.nodelist[%d]", i), "%s is also excluded", h)
+		v.Check(dropped[h] || !excluded[h], fmt.Sprintf("job.nodelist[%d]", i), "%s is also excluded", h)
 	}
 	// A job that names several partitions is judged in each, as if it
 	// named that one alone.
 	for i, p := range ps {
-		checkJobNodesIn(&v, j, nodes, partitions[i], partitionPools(cluster, p))
+		checkJobNodesIn(&v, j, fitted, dropped, nodes, partitions[i], partitionPools(cluster, p))
 	}
 	return v.Err()
 }
 
-// checkJobNodesIn is CheckJobNodes's judgement of j's node list and
-// exclusions in one partition of its (partPools, its node pools).
-func checkJobNodesIn(v *errs.Validator, j *loomv1.Job, nodes map[string]*loomv1.Node, partition string, partPools []*loomv1.NodePool) {
+// droppedHosts is the set of the hosts of asked that kept (FitNodes's
+// hosts, a subset of them) leaves out; nil when it keeps them all.
+func droppedHosts(asked, kept []string) map[string]bool {
+	if len(kept) == len(asked) {
+		return nil
+	}
+	in := make(map[string]bool, len(kept))
+	for _, h := range kept {
+		in[h] = true
+	}
+	dropped := map[string]bool{}
+	for _, h := range asked {
+		if !in[h] {
+			dropped[h] = true
+		}
+	}
+	return dropped
+}
+
+// checkJobNodesIn is CheckJobNodes's judgement of j's node list (but the
+// hosts dropped) and exclusions in one partition of its (partPools, its
+// node pools); fitted is j as FitNodes leaves it, whose node count the
+// exclusions must leave room for.
+func checkJobNodesIn(v *errs.Validator, j, fitted *loomv1.Job, dropped map[string]bool, nodes map[string]*loomv1.Node, partition string, partPools []*loomv1.NodePool) {
 	pools := map[string]bool{}
 	for _, pool := range partPools {
 		pools[pool.GetId()] = true
@@ -111,7 +142,7 @@ func checkJobNodesIn(v *errs.Validator, j *loomv1.Job, nodes map[string]*loomv1.
 		excluded[h] = true
 	}
 	for i, h := range j.GetNodelist() {
-		v.Check(pools[nodes[h].GetNodePool()], fmt.Sprintf("job.nodelist[%d]", i), "%s is not in partition %s (Slurm: %s)", h, partition, MsgNodeConfig)
+		v.Check(dropped[h] || pools[nodes[h].GetNodePool()], fmt.Sprintf("job.nodelist[%d]", i), "%s is not in partition %s (Slurm: %s)", h, partition, MsgNodeConfig)
 	}
 	left := 0
 	for h, n := range nodes {
@@ -119,7 +150,7 @@ func checkJobNodesIn(v *errs.Validator, j *loomv1.Job, nodes map[string]*loomv1.
 			left++
 		}
 	}
-	if need := int(nodesFor(j, partPools)); len(excluded) > 0 && left < need {
+	if need := int(nodesFor(fitted, partPools)); len(excluded) > 0 && left < need {
 		v.Add("job.exclude", "leaves %d of partition %s's nodes, and the job needs %d (Slurm: %s)", left, partition, need, MsgNodeConfig)
 	}
 }

@@ -37,6 +37,15 @@ func TestCheckJobNodes(t *testing.T) {
 		job(func(j *loomv1.Job) { j.Exclude = []string{"gpu-0001"} }),
 		job(func(j *loomv1.Job) { j.Partition, j.NodeCount, j.Exclude = "debug", 3, []string{"cpu-0004"} }),
 		job(func(j *loomv1.Job) { j.Partition, j.Nodelist = "debug", []string{"cpu-0001", "cpu-0003"} }),
+		// Hosts that -n1 drops are not judged, as Slurm's sbatch and srun
+		// drop them before its controller looks (measured: -n1 -w
+		// node1,nosuchnode ran on node1): the first in hostlist order stays.
+		job(func(j *loomv1.Job) { j.NodeCount, j.Ntasks, j.Nodelist = 0, 1, []string{"gpu-0001", "nosuchnode"} }),
+		job(func(j *loomv1.Job) { j.NodeCount, j.Ntasks, j.Nodelist = 0, 1, []string{"zzz", "gpu-0002"} }),
+		job(func(j *loomv1.Job) { j.NodeCount, j.Ntasks, j.Nodelist = 0, 1, []string{"gpu-0009", "gpu-0001"} }),
+		job(func(j *loomv1.Job) {
+			j.NodeCount, j.Ntasks, j.Nodelist, j.Exclude = 0, 1, []string{"gpu-0002", "gpu-0001"}, []string{"gpu-0002"}
+		}),
 	} {
 		if err := CheckJobNodes(j, partitioned(), partitionedNodes()); err != nil {
 			t.Errorf("nodelist %v exclude %v in %q refused: %v", j.Nodelist, j.Exclude, j.Partition, err)
@@ -46,6 +55,12 @@ func TestCheckJobNodes(t *testing.T) {
 		job  *loomv1.Job
 		want []string
 	}{
+		// The host kept is judged, by its index in the request: "aaa"
+		// sorts first (measured: -n1 -w node2,aaa is Invalid node name).
+		{job(func(j *loomv1.Job) { j.NodeCount, j.Ntasks, j.Nodelist = 0, 1, []string{"gpu-0001", "aaa"} }),
+			[]string{"job.nodelist[1]", `"aaa" is not a node of`, "Invalid node name specified"}},
+		{job(func(j *loomv1.Job) { j.NodeCount, j.Ntasks, j.Nodelist = 0, 1, []string{"gpu-0001", "cpu-0001"} }),
+			[]string{"job.nodelist[1]", "cpu-0001 is not in partition train"}},
 		{job(func(j *loomv1.Job) { j.Nodelist = []string{"gpu-0009"} }),
 			[]string{"job.nodelist[0]", `"gpu-0009" is not a node of projects/default/clusters/c1`, "Invalid node name specified"}},
 		{job(func(j *loomv1.Job) { j.Exclude = []string{"gpu-0001", "nope"} }),
