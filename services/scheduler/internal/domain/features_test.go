@@ -701,6 +701,53 @@ func TestTimeLimitSignalsThenTimesOut(t *testing.T) {
 	h.wantState(2, loomv1.JobState_TIMEOUT, ReasonTimeLimit)
 }
 
+// TestLoweredLimitSignalsBeforeStop: a limit lowered below a running job's
+// elapsed time stops it at the next tick, as Slurm 22.05 does, and its
+// --signal, never sent since the lead was never reached before, comes
+// first on each node (measured beside Slurm: a B:USR1@60 batch shell's
+// USR1 trap ran 3 ms before its TERM one).
+func TestLoweredLimitSignalsBeforeStop(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 8, limit(10*time.Minute), signalOpt("B:USR1@60")))
+	h.submitJob(job(2, 1, 8, limit(10*time.Minute), signalOpt("USR1@60")))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.tick(2 * time.Minute)
+	for id := 1; id <= 2; id++ {
+		h.do(&eventsv1.UpdateJob{Job: jobName(id), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 60})
+	}
+	c := h.tick(time.Second)
+	h.wantState(1, loomv1.JobState_TIMEOUT, ReasonTimeLimit)
+	h.wantState(2, loomv1.JobState_TIMEOUT, ReasonTimeLimit)
+	for id, batchOnly := range map[int]bool{1: true, 2: false} {
+		sig, stop := -1, -1
+		for i, e := range c.Emits {
+			switch p := e.Payload.(type) {
+			case *eventsv1.SignalStep:
+				if p.GetJob() == jobName(id) && sig < 0 {
+					sig = i
+					if p.GetSignal() != "USR1" || p.GetBatchOnly() != batchOnly || e.Key != p.GetNode() {
+						t.Errorf("job %d: signal %v, want USR1 batch-only %v keyed by its node", id, p, batchOnly)
+					}
+				}
+			case *eventsv1.StopStep:
+				if p.GetJob() == jobName(id) && stop < 0 {
+					stop = i
+				}
+			}
+		}
+		if sig < 0 || stop < 0 || sig > stop {
+			t.Errorf("job %d: signal at emit %d, stop at %d; want the signal, then the stop: %v", id, sig, stop, c.Emits)
+		}
+	}
+	if c := h.tick(time.Minute); len(signals(c)) != 0 {
+		t.Fatalf("signalled again after the stop: %v", c.Emits)
+	}
+}
+
 func TestHoldReleaseRequeue(t *testing.T) {
 	t.Parallel()
 	h := newSpecHarness(t, Config{})

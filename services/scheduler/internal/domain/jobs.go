@@ -465,7 +465,8 @@ type dueRun struct {
 }
 
 // Tick does what the passing of time asks: a run at its time limit is
-// stopped (TIMEOUT), after its --signal that long before; a preempted run at
+// stopped (TIMEOUT), after its --signal that long before (or, when the limit
+// came sooner than that, as Slurm just before the stop); a preempted run at
 // the end of its grace is stopped and requeued; at a draining node's
 // deadline its jobs are requeued; a job whose --begin time or dependency
 // delay has come is looked at again. It is cheap when nothing is due, so
@@ -508,9 +509,11 @@ func (s *State) Tick(now time.Time) *Change {
 		}
 		if limit := s.runLimit(j, r); limit > 0 {
 			deadline := r.Start.Add(limit)
-			if !now.Before(deadline) {
-				d.stop = true
-			} else if !r.Signaled && j.Job.GetSignal() != "" {
+			d.stop = !now.Before(deadline)
+			// A run at its limit whose --signal was never sent (the limit
+			// lowered below its elapsed time, or a lead shorter than the
+			// clock's step) gets it too, just before it is stopped.
+			if !r.Signaled && j.Job.GetSignal() != "" {
 				if sig, err := ParseJobSignal(j.Job.GetSignal()); err == nil && sig.Name != "" && !now.Before(deadline.Add(-sig.Lead)) {
 					d.signal, d.sig = true, sig
 				}
@@ -540,7 +543,16 @@ func (s *State) Tick(now time.Time) *Change {
 	for _, d := range due {
 		switch {
 		case d.stop:
-			t.timeout(d.j, d.r)
+			if d.signal {
+				// As Slurm 22.05's time limit check: the --signal first,
+				// then the stop, in the same pass (measured: the batch
+				// shell's USR1 trap ran 3 ms before its SIGTERM one). The
+				// node's events keep their order.
+				r := t.editRun(d.r.Key())
+				r.Signaled = true
+				t.signalJob(d.j, r, d.sig.Name, d.sig.BatchOnly, false, "")
+			}
+			t.timeout(d.j, t.run(d.r.Key()))
 		case d.preempt:
 			t.preemptStop(d.j, t.run(d.r.Key()))
 		case d.hang > 0:
