@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -1479,5 +1481,75 @@ func TestCloseWithinBoundsTheFlushToAGoneBroker(t *testing.T) {
 	err := p.CloseWithin(bound)
 	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "abandoned") || took > bound+2*time.Second {
 		t.Fatalf("CloseWithin(%s) with a record pending for a gone broker = %v after %s; want the abandoned records named, within the bound", bound, err, took)
+	}
+}
+
+// A session timeout out of bounds is refused with the field named, before
+// anything is dialled.
+func TestRunRejectsSessionTimeoutOutOfBounds(t *testing.T) {
+	t.Parallel()
+	h := func(context.Context, envelope.Event) error { return nil }
+	for _, d := range []time.Duration{-time.Second, bus.MinSessionTimeout - time.Millisecond, bus.MaxSessionTimeout + time.Millisecond} {
+		c := bus.NewConsumer(bus.ConsumerConfig{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", Topics: []string{"t"}, SessionTimeout: d}, nil, h)
+		err := c.Run(context.Background())
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || len(inv.Violations) != 1 || inv.Violations[0].Field != "session_timeout" {
+			t.Errorf("Run with SessionTimeout %v = %v, want InvalidArgument on session_timeout", d, err)
+		}
+	}
+}
+
+// A consumer joins its group with the session timeout it was given (the
+// default when unset): how long a killed member holds its partitions. It
+// heartbeats at most a third of it apart, so that a live one is evicted
+// only after three heartbeats were lost.
+func TestConsumerJoinsWithItsSessionTimeout(t *testing.T) {
+	t.Parallel()
+	if embedded.GroupMinSessionTimeout > bus.MinSessionTimeout {
+		t.Fatalf("the embedded broker refuses session timeouts under %v, which consumers may ask for from %v",
+			embedded.GroupMinSessionTimeout, bus.MinSessionTimeout)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(bus.MinSessionTimeout))
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(cluster.Close)
+	broker := cluster.ListenAddrs()[0]
+	topic := newTopic(t, broker, 1)
+	var mu sync.Mutex
+	joins := map[string]int32{} // group: the session timeout its member asked for, ms
+	cluster.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		j := req.(*kmsg.JoinGroupRequest)
+		mu.Lock()
+		joins[j.Group] = j.SessionTimeoutMillis
+		mu.Unlock()
+		return nil, nil, false
+	})
+	p := newProducer(t, broker)
+	for _, c := range []struct {
+		group string
+		set   time.Duration
+		want  time.Duration
+	}{
+		{"default", 0, bus.DefaultSessionTimeout},
+		{"shortest", bus.MinSessionTimeout, bus.MinSessionTimeout},
+		{"short", 3 * time.Second, 3 * time.Second},
+	} {
+		t.Run(c.group, func(t *testing.T) {
+			t.Parallel()
+			var got seen
+			startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: c.group, Topics: []string{topic}, SessionTimeout: c.set}, p,
+				func(_ context.Context, ev envelope.Event) error { got.add(ev); return nil })
+			publish(t, p, event(topic, c.group, 1))
+			testkit.WaitFor(t, wait, "the group reading", func() (bool, error) { return len(got.ids()) > 0, nil })
+			mu.Lock()
+			defer mu.Unlock()
+			if ms := joins[c.group]; time.Duration(ms)*time.Millisecond != c.want {
+				t.Errorf("joined with a session timeout of %d ms, want %v", ms, c.want)
+			}
+			if h := bus.HeartbeatFor(c.want); h > c.want/3 {
+				t.Errorf("heartbeats %v apart, want at most a third of %v", h, c.want)
+			}
+		})
 	}
 }

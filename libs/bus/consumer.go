@@ -162,12 +162,26 @@ type ConsumerConfig struct {
 	// records behind, and a thousand agents reading metadata every few
 	// seconds would load the broker for nothing).
 	PartitionKey string
+	// SessionTimeout is how long the group's coordinator waits for a
+	// member that stopped heartbeating (a killed process, a lost host)
+	// before it gives that member's partitions to the others: records on
+	// them wait that long after a crash (default DefaultSessionTimeout;
+	// MinSessionTimeout up to MaxSessionTimeout, else Run returns
+	// InvalidArgument). Members heartbeat every 500 ms, or every third of
+	// SessionTimeout when that is shorter, so that a few lost heartbeats
+	// do not evict a live member. The broker must allow it (its
+	// group.min.session.timeout.ms, 6 s on Apache Kafka by default, and
+	// group.max.session.timeout.ms): one that does not refuses the join
+	// and Run returns that error. Shorter than the default is for tests
+	// and development stacks on an embedded broker (libs/embedded lowers
+	// its minimum), where every crash test would otherwise wait it out.
+	SessionTimeout time.Duration
 	// SoleMember says that this consumer is its group's only live member
 	// whenever it runs: its process holds a lock that each predecessor
 	// held until it died (an agent holds its node directory's). Any member
 	// the group has when Run starts is then a killed predecessor's, and Run
 	// removes it first (LeaveGroup on its behalf), so that the rebalance
-	// does not wait out its session (sessionTimeout, 10 s) before this
+	// does not wait out its session (SessionTimeout, 10 s) before this
 	// member reads. Never set it for a group that several live processes
 	// share: each would remove the others.
 	SoleMember bool
@@ -250,13 +264,23 @@ type ConsumerConfig struct {
 // the path while keeping what a crash redelivers small.
 const DefaultCommitInterval = 20 * time.Millisecond
 
+// Bounds of ConsumerConfig.SessionTimeout. The default is above Apache
+// Kafka's default group.min.session.timeout.ms (6 s) with margin for a
+// member stalled by a loaded host; the minimum leaves a member three
+// heartbeats at least 333 ms apart; the maximum is Kafka's default
+// group.max.session.timeout.ms in its older releases (and kfake's).
+const (
+	DefaultSessionTimeout = 10 * time.Second
+	MinSessionTimeout     = time.Second
+	MaxSessionTimeout     = 5 * time.Minute
+)
+
 // Tuning of the kafka-go group member. Delivery latency does not depend on
 // fetchMaxWait (the broker answers a long poll as soon as a record arrives);
 // it bounds how long a stop or a rebalance waits for idle partition readers.
 const (
 	fetchMaxWait      = 500 * time.Millisecond
-	heartbeatInterval = 500 * time.Millisecond // members notice a rebalance within this
-	sessionTimeout    = 10 * time.Second       // a crashed member's partitions move after this (brokers' minimum is 6 s)
+	heartbeatInterval = 500 * time.Millisecond // members notice a rebalance within this (at most a third of the session timeout)
 	rebalanceTimeout  = 10 * time.Second       // a rejoin takes < heartbeat + fetchMaxWait; this only evicts stuck members
 	joinGroupBackoff  = 250 * time.Millisecond
 	// partitionWatchInterval is how often a member reads its topics'
@@ -354,6 +378,9 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 	}
 	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = DefaultCommitInterval
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	c := &Consumer{
 		cfg: cfg,
@@ -493,8 +520,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// offset. The consumer batches commits itself (see committer), so
 		// that it knows what was committed and flushes on the stop.
 		CommitInterval:    0,
-		HeartbeatInterval: heartbeatInterval,
-		SessionTimeout:    sessionTimeout,
+		HeartbeatInterval: heartbeatFor(c.cfg.SessionTimeout),
+		SessionTimeout:    c.cfg.SessionTimeout,
 		RebalanceTimeout:  rebalanceTimeout,
 		JoinGroupBackoff:  joinGroupBackoff,
 		GroupBalancers:    c.balancers(),
@@ -843,7 +870,16 @@ func (c *Consumer) validate() error {
 		v.Check(t != "", fmt.Sprintf("topics[%d]", i), "must not be empty")
 	}
 	v.Check(c.h != nil, "handler", "is required")
+	v.Check(c.cfg.SessionTimeout >= MinSessionTimeout && c.cfg.SessionTimeout <= MaxSessionTimeout, "session_timeout",
+		"must be %v up to %v, got %v", MinSessionTimeout, MaxSessionTimeout, c.cfg.SessionTimeout)
 	return v.Err()
+}
+
+// heartbeatFor is the heartbeat interval of a member whose session lasts
+// session: heartbeatInterval, or a third of session when that is shorter,
+// so that the coordinator evicts a member only after it missed three.
+func heartbeatFor(session time.Duration) time.Duration {
+	return min(heartbeatInterval, session/3)
 }
 
 // fatalGroupError reports broker answers that no amount of retrying fixes.

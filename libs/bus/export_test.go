@@ -28,3 +28,7 @@ func SetDropLogEvery(c *Consumer, d time.Duration) {
 		c.drops.WithEvery(d)
 	}
 }
+
+// HeartbeatFor is the heartbeat interval of a consumer whose session
+// timeout is session.
+func HeartbeatFor(session time.Duration) time.Duration { return heartbeatFor(session) }

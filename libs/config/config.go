@@ -84,6 +84,15 @@ type Common struct {
 	// LOOM_BUS_NODE_BURST; 0: bus.DefaultNodeRate, DefaultNodeBurst).
 	BusNodeRate  float64
 	BusNodeBurst int
+	// BusSessionTimeout is how long the service's consumer groups wait for
+	// a member that stopped heartbeating (a killed instance) before its
+	// partitions go to the others, and so how long records on them wait
+	// after a crash (bus.ConsumerConfig.SessionTimeout;
+	// -bus-session-timeout, LOOM_BUS_SESSION_TIMEOUT; 0: the default,
+	// 10 s). The brokers must allow it (group.min.session.timeout.ms, 6 s
+	// on Apache Kafka by default): shorter is for tests and development
+	// stacks on the embedded broker, whose minimum is 1 s.
+	BusSessionTimeout time.Duration
 	// Clock is the time the service's domain reads and its loops (ticks,
 	// prunes, heartbeat checks, reconciles) wait on; nil is the real clock.
 	// Tests set a clockwork.FakeClock and advance it instead of waiting.
@@ -133,6 +142,8 @@ func (c *Common) Register(fs *flag.FlagSet, svc, defGRPC, defHTTP string) {
 		"records a second each node may sign on the topics the service reads; past it (and -bus-node-burst) they are dropped unhandled (LOOM_BUS_NODE_RATE; 0: the default, 200)")
 	fs.IntVar(&c.BusNodeBurst, "bus-node-burst", int(EnvInt("LOOM_BUS_NODE_BURST", 0)),
 		"records each node may sign at once above -bus-node-rate (LOOM_BUS_NODE_BURST; 0: the default, 4000)")
+	fs.DurationVar(&c.BusSessionTimeout, "bus-session-timeout", EnvDuration("LOOM_BUS_SESSION_TIMEOUT", 0),
+		"how long a killed instance's consumer-group partitions wait before another member takes them; the brokers must allow it (LOOM_BUS_SESSION_TIMEOUT; 0: the default, 10s)")
 	fs.BoolVar(&c.InsecureBus, "insecure-bus", EnvBool("LOOM_INSECURE_BUS", false),
 		"DEVELOPMENT ONLY: do not sign or verify the bus's records (LOOM_INSECURE_BUS)")
 }

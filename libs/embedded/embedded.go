@@ -25,6 +25,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
+// GroupMinSessionTimeout is the shortest consumer-group session timeout
+// the embedded broker accepts: bus.MinSessionTimeout, the shortest a Loom
+// consumer asks for.
+const GroupMinSessionTimeout = time.Second
+
 // Broker is a running kfake broker.
 type Broker struct {
 	// Addr is host:port of the broker, on 127.0.0.1.
@@ -37,7 +42,12 @@ type Broker struct {
 // StartBroker starts a kfake broker on addr ("127.0.0.1:0" or "" picks a free
 // port) keeping its data in dataDir ("" keeps it in memory only). The broker
 // listens on 127.0.0.1 only and does not create topics on first use: callers
-// create the topics they need.
+// create the topics they need. Its consumer groups take a session timeout
+// down to GroupMinSessionTimeout (Kafka's default minimum is 6 s), so that
+// tests and development stacks can run their services with a short one
+// (-bus-session-timeout) and a killed service's partitions move within
+// seconds; a client asking for a longer one, the services' default among
+// them, gets it as on any broker.
 func StartBroker(ctx context.Context, addr, dataDir string) (*Broker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start broker: %w", err)
@@ -46,7 +56,7 @@ func StartBroker(ctx context.Context, addr, dataDir string) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port)}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.GroupMinSessionTimeout(GroupMinSessionTimeout)}
 	if dataDir != "" {
 		if err := os.MkdirAll(dataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("start broker: data dir: %w", err)

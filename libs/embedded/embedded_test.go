@@ -101,6 +101,34 @@ func TestBrokerRoundTrip(t *testing.T) {
 	}
 }
 
+// The broker takes a group member's session timeout down to
+// GroupMinSessionTimeout, below Kafka's 6 s, and refuses a shorter one.
+func TestBrokerTakesShortSessionTimeouts(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", "")
+	createTopic(t, b.Addr, "sessions", 1)
+	join := func(group string, session time.Duration) error {
+		req := &kafka.JoinGroupRequest{GroupID: group, SessionTimeout: session, RebalanceTimeout: 10 * time.Second,
+			ProtocolType: "consumer", Protocols: []kafka.GroupProtocol{{Name: "range",
+				Metadata: kafka.GroupProtocolSubscription{Topics: []string{"sessions"}}}}}
+		resp, err := client(b.Addr).JoinGroup(testCtx(t), req)
+		if err == nil && errors.Is(resp.Error, kafka.MemberIDRequired) {
+			req.MemberID = resp.MemberID
+			resp, err = client(b.Addr).JoinGroup(testCtx(t), req)
+		}
+		if err != nil {
+			return err
+		}
+		return resp.Error
+	}
+	if err := join("shortest", GroupMinSessionTimeout); err != nil {
+		t.Fatalf("join with a %v session: %v", GroupMinSessionTimeout, err)
+	}
+	if err := join("shorter", GroupMinSessionTimeout-time.Millisecond); !errors.Is(err, kafka.InvalidSessionTimeout) {
+		t.Fatalf("join with a session under the minimum: %v, want InvalidSessionTimeout", err)
+	}
+}
+
 func TestBrokerNoAutoTopicCreation(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "127.0.0.1:0", "")

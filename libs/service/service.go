@@ -137,6 +137,9 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 		"-bus-node-rate (LOOM_BUS_NODE_RATE) must be 0 (the default) up to %d records a second, got %v", bus.MaxNodeRate, cfg.BusNodeRate)
 	v.Check(cfg.BusNodeBurst >= 0 && cfg.BusNodeBurst <= bus.MaxNodeBurst, "bus_node_burst",
 		"-bus-node-burst (LOOM_BUS_NODE_BURST) must be 0 (the default) up to %d records, got %d", bus.MaxNodeBurst, cfg.BusNodeBurst)
+	v.Check(cfg.BusSessionTimeout == 0 || cfg.BusSessionTimeout >= bus.MinSessionTimeout && cfg.BusSessionTimeout <= bus.MaxSessionTimeout, "bus_session_timeout",
+		"-bus-session-timeout (LOOM_BUS_SESSION_TIMEOUT) must be 0 (the default, %v) or %v up to %v, got %v",
+		bus.DefaultSessionTimeout, bus.MinSessionTimeout, bus.MaxSessionTimeout, cfg.BusSessionTimeout)
 	if err := v.Err(); err != nil {
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
@@ -570,6 +573,9 @@ func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 	}
 	if cfg.NodeRate == 0 {
 		cfg.NodeRate, cfg.NodeBurst = b.NodeRate()
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = b.Config.BusSessionTimeout
 	}
 	if cfg.Security == nil {
 		cfg.Security = b.Kafka

@@ -238,6 +238,32 @@ func TestBusNodeRate(t *testing.T) {
 	}
 }
 
+// -bus-session-timeout out of bounds stops New with the field named;
+// every consumer Run starts joins with it, or with the default when it is 0.
+func TestBusSessionTimeout(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{-time.Second, bus.MinSessionTimeout - 1, bus.MaxSessionTimeout + 1} {
+		cfg := config.Common{Brokers: []string{"127.0.0.1:1"}, RedisAddr: "127.0.0.1:1", BusSessionTimeout: d}
+		_, err := New(context.Background(), "svc", cfg)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || len(inv.Violations) != 1 || inv.Violations[0].Field != "bus_session_timeout" {
+			t.Errorf("New with -bus-session-timeout %v = %v, want InvalidArgument on bus_session_timeout", d, err)
+		}
+	}
+	h := func(context.Context, envelope.Event) error { return nil }
+	b := &Base{Name: "svc", Telemetry: &telemetry.Telemetry{}}
+	if cfg := b.consumerConfig(Consume{Topics: []string{"t"}, Handler: h}); cfg.SessionTimeout != 0 {
+		t.Errorf("consumer's session timeout %v, want 0 (bus.DefaultSessionTimeout)", cfg.SessionTimeout)
+	}
+	b.Config.BusSessionTimeout = 3 * time.Second
+	if cfg := b.consumerConfig(Consume{Topics: []string{"t"}, Handler: h}); cfg.SessionTimeout != 3*time.Second {
+		t.Errorf("consumer's session timeout %v, want -bus-session-timeout's 3s", cfg.SessionTimeout)
+	}
+	if cfg := b.consumerConfig(Consume{Topics: []string{"t"}, Handler: h, Config: &bus.ConsumerConfig{SessionTimeout: time.Minute}}); cfg.SessionTimeout != time.Minute {
+		t.Errorf("consumer's session timeout %v, want its own 1m", cfg.SessionTimeout)
+	}
+}
+
 func TestNewGivesUpWhenCtxEnds(t *testing.T) {
 	t.Parallel()
 	// Nothing listens on a port that was just free.

@@ -314,7 +314,7 @@ func (l *leader) term(ctx context.Context, token string) {
 	nodeRate, nodeBurst := l.base.NodeRate()
 	cons := bus.NewConsumer(bus.ConsumerConfig{Brokers: l.cfg.Brokers, GroupID: "loom-scheduler", Topics: ports.Topics,
 		Logger: l.base.Log, Verifier: l.base.Verifier, Rejected: l.base.Rejected, Security: l.base.Kafka,
-		NodeRate: nodeRate, NodeBurst: nodeBurst,
+		NodeRate: nodeRate, NodeBurst: nodeBurst, SessionTimeout: l.base.Config.BusSessionTimeout,
 		Metrics: l.base.Bus, TracerProvider: l.base.Telemetry.TracerProvider}, l.base.Producer, l.app.Handle).WithBatch(l.app.HandleBatch, l.cfg.MaxBatch)
 	var wg sync.WaitGroup
 	wg.Add(4)
