@@ -88,7 +88,11 @@ func startProc(t *testing.T, broker, redisAddr, keyFile, addr string) *proc {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(trainingBinary(t), "-brokers", broker, "-redis", redisAddr, "-service-key-file", keyFile,
-		"-grpc-addr", addr, "-http-addr", "127.0.0.1:0", "-log-level", "info")
+		"-grpc-addr", addr, "-http-addr", "127.0.0.1:0", "-log-level", "info",
+		// A killed process leaves its member in the group; its successor
+		// reads once that member's session lapsed: 3 s, not the default 10 s
+		// (testkit's broker takes down to 1 s).
+		"-bus-session-timeout", "3s")
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -280,6 +280,12 @@ type Options struct {
 	// HeartbeatTimeout, when set, overrides how long the health service lets a
 	// node be silent before it is DOWN.
 	HeartbeatTimeout time.Duration
+	// BusSessionTimeout, when set, is every central service's
+	// -bus-session-timeout: how long a SIGKILLed service's consumer-group
+	// partitions wait before its restarted instance (or another) reads
+	// them. Default: LOOM_BUS_SESSION_TIMEOUT, else 10 s. Tests that kill
+	// services set a few seconds (the embedded broker takes down to 1 s).
+	BusSessionTimeout time.Duration
 	// KeepAgents leaves the local provider's node agents running when the
 	// stack closes, with their steps, as agents outlive a restart of a
 	// control plane (`loom up`): the next Start with the same DataDir adopts
@@ -689,6 +695,9 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		// Its launch id is how readiness knows the process that answers
 		// on svc.addr is this one, not another that took the picked port.
 		svc.keys = append(svc.keys, keyArg{"launch-id", "LOOM_LAUNCH_ID", newLaunchID()})
+		if opts.BusSessionTimeout > 0 {
+			svc.keys = append(svc.keys, keyArg{"bus-session-timeout", "LOOM_BUS_SESSION_TIMEOUT", opts.BusSessionTimeout.String()})
+		}
 		svc.addKeyArgs()
 		s.services[svc.name] = svc
 		if err := s.launch(ctx, svc); err != nil {

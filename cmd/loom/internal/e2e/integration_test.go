@@ -59,6 +59,10 @@ const (
 // startStack starts a whole stack for the test, its services as mode says,
 // and closes it when the test ends (printing the services' logs of a
 // failed test that ran them as processes).
+// testSessionTimeout is the services' consumer-group session timeout in
+// these tests (-bus-session-timeout).
+const testSessionTimeout = 3 * time.Second
+
 func startStack(t *testing.T, mode string) *stack.Stack {
 	t.Helper()
 	return startStackWith(t, mode, nil)
@@ -70,7 +74,11 @@ func startStackWith(t *testing.T, mode string, opt func(*stack.Options)) *stack.
 	t.Helper()
 	// The nodes' GPUs are the simulated device (which takes injected faults),
 	// whether or not this machine has a driver.
-	opts := stack.Options{DataDir: t.TempDir(), LogLevel: "warn", AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated"}}
+	// A service SIGKILLed in a test (processes mode) leaves its member in
+	// each consumer group; its restarted instance reads once that member's
+	// session has lapsed: 3 s here rather than the default 10 s.
+	opts := stack.Options{DataDir: t.TempDir(), LogLevel: "warn", AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated"},
+		BusSessionTimeout: testSessionTimeout}
 	switch mode {
 	case inProcess:
 		// Agents are this test binary (TestMain), real processes still.
