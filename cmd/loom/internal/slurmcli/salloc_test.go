@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -24,6 +25,17 @@ func salloc(ctx context.Context, t *testing.T, env Env, stdin string, args ...st
 	return code, out.String(), errb.String()
 }
 
+// sallocEnv is an Env for salloc against a fake gateway of its own; it
+// returns the gateway's CancelJob and SubmitJob requests so far and a job
+// client on the same connection.
+func sallocEnv(t *testing.T) (Env, func() []*loomv1.CancelJobRequest, func() []*loomv1.SubmitJobRequest, *loomv1.JobServiceClient) {
+	g := srunGateway(t, 1, 0)
+	env := Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
+		Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "SLURMD_NODENAME": "login-1", "SBATCH_PARTITION": "debug"}}
+	client := loomv1.NewJobServiceClient(env.Conn)
+	return env, func() []*loomv1.CancelJobRequest { return jobCancels(g) }, func() []*loomv1.SubmitJobRequest { return jobsSubmitted(g) }, &client
+}
+
 // TestSalloc: salloc asks for an allocation (a job whose batch script holds
 // the nodes), runs its command here with the allocation's SLURM_*
 // variables, and ends the job as the command ended; an allocation that
@@ -31,14 +43,7 @@ func salloc(ctx context.Context, t *testing.T, env Env, stdin string, args ...st
 // are refused as Slurm's getopt refuses them.
 func TestSalloc(t *testing.T) {
 	t.Parallel()
-	envFor := func(t *testing.T) (Env, func() []*loomv1.CancelJobRequest, func() []*loomv1.SubmitJobRequest, *loomv1.JobServiceClient) {
-		g := srunGateway(t, 1, 0)
-		env := Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
-			Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "SLURMD_NODENAME": "login-1", "SBATCH_PARTITION": "debug"}}
-		client := loomv1.NewJobServiceClient(env.Conn)
-		return env, func() []*loomv1.CancelJobRequest { return jobCancels(g) }, func() []*loomv1.SubmitJobRequest { return jobsSubmitted(g) }, &client
-	}
-
+	envFor := sallocEnv
 	env, cancels, submits, _ := envFor(t)
 	code, out, errOut := salloc(context.Background(), t, env, "", "-N2", "-p", "gpu", "-t", "5", "-n", "4", "sh", "-c",
 		`echo "$SLURM_JOB_ID $SLURM_NNODES $SLURM_JOB_NODELIST $SLURM_JOB_NAME $SLURM_NTASKS $SLURM_JOB_PARTITION [$SLURMD_NODENAME]"`)
@@ -92,26 +97,6 @@ func TestSalloc(t *testing.T) {
 	if code != 129 || !strings.Contains(errOut, "salloc: Job allocation 40 has been revoked (CANCELLED).\n") ||
 		strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 {
 		t.Fatalf("revoked: exit %d, stderr %q, cancels %v", code, errOut, cancels())
-	}
-
-	// A hang-up of salloc (its terminal closed) goes to the command, and
-	// salloc gives the allocation back once it has gone.
-	env, cancels, _, _ = envFor(t)
-	started = filepath.Join(env.Cwd, "started")
-	go func() {
-		ctx := testkit.Context(t, 10*time.Second)
-		for ctx.Err() == nil {
-			if _, err := os.Stat(started); err == nil {
-				// salloc listens for SIGHUP before it starts the command.
-				_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
-				return
-			}
-			time.Sleep(20 * time.Millisecond) // polling a file: no event to wait on
-		}
-	}()
-	code, out, errOut = salloc(context.Background(), t, env, "", "sh", "-c", `trap 'echo hung up; exit 5' HUP; touch started; while :; do sleep 0.1; done`)
-	if code != 5 || out != "hung up\n" || !strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 || cancels()[0].GetExitCode() != 5 {
-		t.Fatalf("hung up: exit %d, stdout %q, stderr %q, cancels %v", code, out, errOut, cancels())
 	}
 
 	for _, args := range [][]string{{"--array=0-3", "true"}, {"--wrap=true"}, {"-o", "out.txt", "true"}} {
@@ -170,5 +155,83 @@ func TestSallocTasksAndCPUsPerNode(t *testing.T) {
 					tc.args, code, out, errOut, want)
 			}
 		})
+	}
+}
+
+// sallocHangUpChild, set in its environment, makes the test binary the
+// child process of TestSallocHangUp: the one that hangs itself up.
+const sallocHangUpChild = "LOOM_TEST_SALLOC_HANGUP_CHILD"
+
+// TestSallocHangUp: a hang-up of salloc (its terminal closed) goes to the
+// command, and salloc gives the allocation back once it has gone.
+//
+// The hang-up is a real SIGHUP, and a signal goes to a whole process: every
+// salloc of it passes it on to its command. So it is sent in a child
+// process of its own (this test again, alone there); sent here, it hung up
+// whichever salloc a parallel test ran at that moment (exit 129). The
+// bystander salloc here, running as the child hangs itself up, keeps it so.
+func TestSallocHangUp(t *testing.T) {
+	if os.Getenv(sallocHangUpChild) != "" {
+		hangUp(t)
+		return
+	}
+	t.Parallel()
+	benv, _, _, _ := sallocEnv(t)
+	ready, done := filepath.Join(benv.Cwd, "ready"), filepath.Join(benv.Cwd, "done")
+	type result struct {
+		code      int
+		out, errb string
+	}
+	bystander := make(chan result, 1)
+	go func() {
+		// The command waits for done, for a minute at most.
+		code, out, errb := salloc(context.Background(), t, benv, "", "-Q", "sh", "-c",
+			`touch ready; n=0; while [ ! -e done ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done; echo ok`)
+		bystander <- result{code, out, errb}
+	}()
+	// Written however the test ends: the bystander's command then ends.
+	defer func() { _ = os.WriteFile(done, nil, 0o644) }()
+	testkit.WaitFor(t, 30*time.Second, "the bystander's command running", func() (bool, error) {
+		_, err := os.Stat(ready)
+		return err == nil, nil
+	})
+
+	cmd := exec.CommandContext(testkit.Context(t, 2*time.Minute), os.Args[0], "-test.run=^TestSallocHangUp$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), sallocHangUpChild+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestSallocHangUp")) {
+		t.Fatalf("the hang-up, in a child process: %v\n%s", err, out)
+	}
+
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-bystander; r.code != 0 || r.out != "ok\n" {
+		t.Fatalf("a salloc beside the hung-up one: exit %d, stdout %q, stderr %q; want it untouched", r.code, r.out, r.errb)
+	}
+}
+
+// hangUp runs salloc with a command that traps SIGHUP, and hangs this
+// process up once the command runs. Only in a process of its own: see
+// TestSallocHangUp.
+func hangUp(t *testing.T) {
+	env, cancels, _, _ := sallocEnv(t)
+	started := filepath.Join(env.Cwd, "started")
+	go func() {
+		ctx := testkit.Context(t, 30*time.Second)
+		for ctx.Err() == nil {
+			if _, err := os.Stat(started); err == nil {
+				// salloc listens for SIGHUP before it starts the command.
+				_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // polling a file: no event to wait on
+		}
+	}()
+	// Never hung up, the command ends by itself after a minute (exit 7).
+	code, out, errOut := salloc(context.Background(), t, env, "", "sh", "-c",
+		`trap 'echo hung up; exit 5' HUP; touch started; n=0; while [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; exit 7`)
+	if code != 5 || out != "hung up\n" || !strings.Contains(errOut, "Relinquishing") || len(cancels()) != 1 || cancels()[0].GetExitCode() != 5 {
+		t.Fatalf("hung up: exit %d, stdout %q, stderr %q, cancels %v", code, out, errOut, cancels())
 	}
 }
