@@ -195,47 +195,52 @@ func levelName(l string) string {
 	return ""
 }
 
+// StepTaskCounts is the tasks each of a step's nodes runs under d, given
+// the counts the step's tasks take in blocks (the scheduler's step layout:
+// the remainder on the first nodes, or --ntasks-per-node). block, cyclic
+// and arbitrary keep them (Slurm's cyclic deals round the nodes up to
+// block's counts: -N3 -n7 is 3, 2, 2 either way); plane=N sets its own:
+// the tasks dealt N at a time (-N2 -n6 plane=2: 4, 2, over any
+// --ntasks-per-node, as Slurm's), and a node the deal would leave without
+// a task takes one from the node before it (Slurm's: -N4 -n9 plane=3 is
+// 3, 3, 2, 1). They never rise from one node to the next. The result is
+// a new slice; counts must be non-negative.
+func StepTaskCounts(d Distribution, counts []int32) []int32 {
+	if d.Nodes != "plane" {
+		return append([]int32(nil), counts...)
+	}
+	var total int32
+	for _, c := range counts {
+		total += c
+	}
+	return planeCounts(total, len(counts), max(d.PlaneSize, 1))
+}
+
 // TaskRanks lays a step's tasks over its nodes as Slurm 22.05 does and
 // returns, node by node, the global ranks (SLURM_PROCID) of the node's
 // tasks in local order (SLURM_LOCALID): the one rule every layer that
-// numbers a step's tasks follows (the tasks per node are len of each).
-// counts are the tasks each node takes in blocks (the scheduler's step
-// layout: the remainder on the first nodes, or --ntasks-per-node).
-//
-// block numbers them node after node. cyclic deals them round the nodes
-// one at a time, a node that has its count skipped (the counts stay
-// block's: -N3 -n7 is ranks 0,3,6 / 1,4 / 2,5). plane=N deals them N at a
-// time, and its deal sets the counts (-N2 -n6 plane=2: 0,1,4,5 / 2,3, over
-// any --ntasks-per-node as Slurm's); a node the deal would leave without a
-// task takes one from the node before it (Slurm's: -N4 -n9 plane=3 is 3,
-// 3, 2, 1), and the deal then stops at those counts (0,1,2 / 3,4,5 / 6,7 /
-// 8). arbitrary, whose layout follows srun's -w, is block's here (the
-// caller refuses what differs). counts must be non-negative.
+// numbers a step's tasks follows. counts are the tasks of each node
+// (StepTaskCounts'). block numbers them node after node; cyclic deals them
+// round the nodes one at a time, plane=N N at a time, a node that has its
+// count skipped (-N3 -n7 cyclic: 0,3,6 / 1,4 / 2,5; -N2 -n6 plane=2:
+// 0,1,4,5 / 2,3; -N4 -n9 plane=3: 0,1,2 / 3,4,5 / 6,7 / 8). arbitrary,
+// whose layout follows srun's -w, is block's here (srun refuses what
+// differs). counts must be non-negative.
 func TaskRanks(d Distribution, counts []int32) [][]int32 {
 	var total int32
 	for _, c := range counts {
 		total += c
 	}
 	out := make([][]int32, len(counts))
-	size := int32(1)
+	for k, c := range counts {
+		out[k] = make([]int32, 0, c)
+	}
+	size := total // block: a node takes all of its count at once
 	switch d.Nodes {
 	case "plane":
 		size = max(d.PlaneSize, 1)
-		counts = planeCounts(total, len(counts), size)
 	case "cyclic":
-	default:
-		rank := int32(0)
-		for k, c := range counts {
-			out[k] = make([]int32, 0, c)
-			for range c {
-				out[k] = append(out[k], rank)
-				rank++
-			}
-		}
-		return out
-	}
-	for k, c := range counts {
-		out[k] = make([]int32, 0, c)
+		size = 1
 	}
 	for rank := int32(0); rank < total; {
 		for k := range out {

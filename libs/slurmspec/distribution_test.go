@@ -118,7 +118,7 @@ func TestTaskRanks(t *testing.T) {
 			t.Fatalf("%s -m %s: %v", tc.srun, tc.m, err)
 		}
 		var nodes []string
-		for _, r := range TaskRanks(d, tc.counts) {
+		for _, r := range TaskRanks(d, StepTaskCounts(d, tc.counts)) {
 			nodes = append(nodes, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(r)), ","), "[]"))
 		}
 		if got := strings.Join(nodes, "/"); got != tc.want {

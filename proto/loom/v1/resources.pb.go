@@ -4655,7 +4655,12 @@ type JobStep struct {
 	CancelledBy string `protobuf:"bytes,27,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
 	// gpu_bind_none: srun --gpu-bind=none (scontrol show step's
 	// TresBind=gpu:none): the tasks share the step's GPUs on their node.
-	GpuBindNone   bool `protobuf:"varint,28,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
+	GpuBindNone bool `protobuf:"varint,28,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
+	// distribution is the step's srun -m as CreateJobStepRequest's
+	// ("" for none: Slurm's default; scontrol show step's Dist=). Its tasks
+	// are laid out by it: task_exit_codes and task_usage stay by
+	// SLURM_PROCID, tasks_per_node by node.
+	Distribution  string `protobuf:"bytes,29,opt,name=distribution,proto3" json:"distribution,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4884,6 +4889,13 @@ func (x *JobStep) GetGpuBindNone() bool {
 		return x.GpuBindNone
 	}
 	return false
+}
+
+func (x *JobStep) GetDistribution() string {
+	if x != nil {
+		return x.Distribution
+	}
+	return ""
 }
 
 var File_loom_v1_resources_proto protoreflect.FileDescriptor
@@ -5386,7 +5398,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xd3\a\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xf7\a\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5422,7 +5434,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"cpusPerGpu\x12\"\n" +
 	"\rcpus_per_task\x18\x1a \x01(\x05R\vcpusPerTask\x12!\n" +
 	"\fcancelled_by\x18\x1b \x01(\tR\vcancelledBy\x12\"\n" +
-	"\rgpu_bind_none\x18\x1c \x01(\bR\vgpuBindNoneB\x0e\n" +
+	"\rgpu_bind_none\x18\x1c \x01(\bR\vgpuBindNone\x12\"\n" +
+	"\fdistribution\x18\x1d \x01(\tR\fdistributionB\x0e\n" +
 	"\f_exit_signal*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +

@@ -906,7 +906,15 @@ type CreateJobStepRequest struct {
 	// gpus_per_task GPUs for each task, but each task sees all of the step's
 	// GPUs on its node (its CUDA_VISIBLE_DEVICES) rather than its own.
 	// Without gpus_per_task every task sees the node's, as it does anyway.
-	GpuBindNone   bool `protobuf:"varint,23,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
+	GpuBindNone bool `protobuf:"varint,23,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
+	// distribution is srun's -m as Slurm reads it (slurmspec's
+	// ParseDistribution: "cyclic", "plane=2", "block:cyclic,pack"; at most 64
+	// characters), "" for none (Slurm's default: block's layout). Its first
+	// level decides which node runs which rank (slurmspec.TaskRanks);
+	// arbitrary is taken only where its layout is block's (the caller checks
+	// -w), the other levels are recorded, not applied (Loom binds no tasks
+	// to sockets or cores).
+	Distribution  string `protobuf:"bytes,24,opt,name=distribution,proto3" json:"distribution,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1100,6 +1108,13 @@ func (x *CreateJobStepRequest) GetGpuBindNone() bool {
 		return x.GpuBindNone
 	}
 	return false
+}
+
+func (x *CreateJobStepRequest) GetDistribution() string {
+	if x != nil {
+		return x.Distribution
+	}
+	return ""
 }
 
 type GetJobStepRequest struct {
@@ -3937,7 +3952,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xfe\x05\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xa2\x06\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3965,7 +3980,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04gpus\x18\x15 \x01(\x05R\x04gpus\x12 \n" +
 	"\fcpus_per_gpu\x18\x16 \x01(\x05R\n" +
 	"cpusPerGpu\x12\"\n" +
-	"\rgpu_bind_none\x18\x17 \x01(\bR\vgpuBindNone\x1a6\n" +
+	"\rgpu_bind_none\x18\x17 \x01(\bR\vgpuBindNone\x12\"\n" +
+	"\fdistribution\x18\x18 \x01(\tR\fdistribution\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

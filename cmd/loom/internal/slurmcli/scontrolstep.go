@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -187,17 +188,14 @@ func stepCPUs(j *loomv1.Job, s *loomv1.JobStep) int {
 	return max(jobCPUs(j)*len(s.GetNodes())/max(jobNodeCount(j), 1), 1)
 }
 
-// stepDist is scontrol show step's Dist= of s: Slurm's srun without -m
-// asks for Cyclic when the step has no more tasks than nodes and Block
-// otherwise (Slurm 22.05: -n1 and -N2 -n2 steps Cyclic, -N2 -n3 Block).
-// Loom's srun places tasks in blocks whatever -m says (ignored), which for
-// at most one task per node is the same layout, so this is Slurm's name
-// for what Loom does.
+// stepDist is scontrol show step's Dist= of s, Slurm 22.05's name for its
+// srun -m (slurmspec.Distribution.Name: Cyclic, Plane, CBlock,
+// Block,NoPack, arbitrary); without -m (or a step recorded before it was
+// kept) the one Slurm's srun picks: Cyclic for a step with no more tasks
+// than nodes, Block otherwise (-n1 and -N2 -n2 Cyclic, -N2 -n3 Block).
 func stepDist(s *loomv1.JobStep) string {
-	if int(s.GetNumTasks()) <= len(s.GetNodes()) {
-		return "Cyclic"
-	}
-	return "Block"
+	d, _ := slurmspec.ParseDistribution(s.GetDistribution())
+	return d.Or(slurmspec.DefaultDistribution(int(s.GetNumTasks()), len(s.GetNodes()))).Name()
 }
 
 // scontrolPing is "scontrol ping": whether the controller — here the Loom

@@ -102,7 +102,9 @@ func TestScontrolShowStepAndPing(t *testing.T) {
 // job, srun -n2 CPUs=4); an --overlap step, which holds none in Loom, the
 // job's CPUs on its nodes, as Slurm shows it. Dist= is Slurm's default for
 // srun without -m: Cyclic for no more tasks than nodes (-n1, -N2 -n2),
-// Block for more (-N2 -n3, -N2 -n4).
+// Block for more (-N2 -n3, -N2 -n4); with -m, Slurm's name for it
+// (measured: -m block Block, plane=2 Plane, cyclic:block CBlock,
+// block,NoPack Block,NoPack).
 func TestScontrolShowStepCPUsAndDist(t *testing.T) {
 	t.Parallel()
 	g := stepsGateway()
@@ -119,13 +121,23 @@ func TestScontrolShowStepCPUsAndDist(t *testing.T) {
 		step(2, both, 3, 2, 2),
 		step(3, []string{"node1"}, 1, 1), // --exact
 		step(4, both, 4),                 // --overlap: none held
+		step(5, both, 2, 2, 2),
+		step(6, both, 4, 2, 2),
+		step(7, both, 4, 2, 2),
+		step(8, both, 2, 2, 2),
 	}
+	g.Steps[5].Distribution, g.Steps[6].Distribution = "block", "plane=2"
+	g.Steps[7].Distribution, g.Steps[8].Distribution = "cyclic:block", "block,nopack"
 	for _, tc := range []struct{ id, want string }{
 		{"44.0", "Nodes=1 CPUs=2 Tasks=1 .* TRES=cpu=2,mem=0,node=1 .* Dist=Cyclic"},
 		{"44.1", "Nodes=2 CPUs=4 Tasks=2 .* TRES=cpu=4,mem=0,node=2 .* Dist=Cyclic"},
 		{"44.2", "Nodes=2 CPUs=4 Tasks=3 .* Dist=Block"},
 		{"44.3", "Nodes=1 CPUs=1 Tasks=1 .* Dist=Cyclic"},
 		{"44.4", "Nodes=2 CPUs=4 Tasks=4 .* TRES=cpu=4,mem=0,node=2 .* Dist=Block"},
+		{"44.5", "Tasks=2 .* Dist=Block "},
+		{"44.6", "Tasks=4 .* Dist=Plane "},
+		{"44.7", "Tasks=4 .* Dist=CBlock "},
+		{"44.8", "Tasks=2 .* Dist=Block,NoPack "},
 	} {
 		code, out, errOut := run(t, g, "scontrol", Env{}, "-o", "show", "step", tc.id)
 		if code != 0 || !regexp.MustCompile(tc.want).MatchString(out) {

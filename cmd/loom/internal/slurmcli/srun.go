@@ -3,11 +3,11 @@ package slurmcli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,7 +105,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	exact, overlap := env["SLURM_EXACT"] != "", env["SLURM_OVERLAP"] != ""
 	var nodelist, exclude []string
 	relative := int32(0)
-	dist, distOpt := "", ""
+	var dist slurmspec.Distribution
+	distOpt := ""
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -227,7 +228,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		return err
 	}
 	req := stepRequest{command: command, nodes: int32(nodes), ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt),
-		killOnBadExit: killBad, label: label, exact: exact, overlap: overlap}
+		killOnBadExit: killBad, label: label, exact: exact, overlap: overlap, distribution: dist.Spec()}
 	if err := c.stepInput(&req, inputOpt); err != nil {
 		return err
 	}
@@ -510,57 +511,38 @@ func exportedTaskEnv(export string, env map[string]string) (map[string]string, e
 }
 
 // parseDistribution checks srun's -m/--distribution as Slurm 22.05's
-// srun does (compared beside one): block, cyclic, arbitrary or plane=N
-// (N at least 1, and nothing after it), then at most two more levels of
-// block, cyclic, fcyclic or *, then ",Pack" or ",NoPack"; any case. It
-// returns the first level, lower-cased ("plane" for plane=N), or Slurm's
-// refusal, exit 255.
-func parseDistribution(v string) (string, error) {
+// srun does (compared beside one; slurmspec.ParseDistribution's grammar)
+// and returns it, or Slurm's refusal, exit 255.
+func parseDistribution(v string) (slurmspec.Distribution, error) {
 	invalid := &Error{Code: 255, Text: "srun: error: Invalid --distribution specification"}
-	spec := strings.ToLower(v)
-	if base, suffix, ok := strings.Cut(spec, ","); ok {
-		if suffix != "pack" && suffix != "nopack" {
-			return "", invalid
-		}
-		spec = base
+	d, err := slurmspec.ParseDistribution(v)
+	switch {
+	case errors.Is(err, slurmspec.ErrPlaneSize):
+		return d, &Error{Code: 255, Text: "srun: error: Invalid plane size or size not specified\n" + invalid.Text}
+	case err != nil || v == "":
+		return d, invalid
 	}
-	if size, ok := strings.CutPrefix(spec, "plane"); ok {
-		n, err := strconv.Atoi(strings.TrimPrefix(size, "="))
-		if !strings.HasPrefix(size, "=") || err != nil || n < 1 || !isDigits(size[1:]) {
-			return "", &Error{Code: 255, Text: "srun: error: Invalid plane size or size not specified\n" + invalid.Text}
-		}
-		return "plane", nil
-	}
-	levels := strings.Split(spec, ":")
-	if len(levels) > 3 || !slices.Contains([]string{"block", "cyclic", "arbitrary"}, levels[0]) {
-		return "", invalid
-	}
-	for _, l := range levels[1:] {
-		if !slices.Contains([]string{"block", "cyclic", "fcyclic", "*"}, l) {
-			return "", invalid
-		}
-	}
-	return levels[0], nil
+	return d, nil
 }
 
-// checkDistribution refuses a step's distribution dist (parseDistribution's,
-// as given in opt) that Loom cannot honour. Loom's scheduler numbers a
-// step's tasks in blocks (SLURM_PROCID 0.. on its first node, then the
-// next), so cyclic, plane and arbitrary are taken only where their layout
-// is block's all the same: one node (-N1), one task (-n1) or no more tasks
-// than nodes. Elsewhere a script asking for cyclic would get other ranks
-// on each node than Slurm gives it, without a word; it is refused instead.
-// arbitrary without -w is Slurm's refusal first.
-func (c *cmd) checkDistribution(dist, opt string, nodes, ntasks int, nodelist bool) error {
-	if dist == "" || dist == "block" {
+// checkDistribution refuses a step's distribution d (as given in opt) that
+// Loom cannot honour. block, cyclic and plane=N are laid out as Slurm's
+// (slurmspec.TaskRanks, in the scheduler). arbitrary places task i on -w's
+// i-th host, which Loom does not carry to the scheduler: it is taken only
+// where its layout is block's all the same (one node, one task, or no more
+// tasks than nodes) and refused elsewhere, rather than giving other ranks
+// on each node than Slurm gives without a word. arbitrary without -w is
+// Slurm's refusal first.
+func (c *cmd) checkDistribution(d slurmspec.Distribution, opt string, nodes, ntasks int, nodelist bool) error {
+	if d.Nodes != "arbitrary" {
 		return nil
 	}
-	if dist == "arbitrary" && !nodelist {
+	if !nodelist {
 		return c.errorf("With Arbitrary distribution you need to specify a nodelist or hostfile with the -w option")
 	}
 	if nodes == 1 || ntasks == 1 || (nodes > 0 && ntasks > 0 && ntasks <= nodes) {
 		return nil
 	}
-	return c.errorf("--distribution=%s: Loom lays a step's tasks out in blocks only (-m block); "+
-		"on more than one node with more tasks than nodes the task numbering differs", opt)
+	return c.errorf("--distribution=%s: Loom does not place tasks by -w's host list (arbitrary) on more than one node "+
+		"with more tasks than nodes; use -m block, cyclic or plane=N", opt)
 }

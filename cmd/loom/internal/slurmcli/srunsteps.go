@@ -64,6 +64,8 @@ type stepRequest struct {
 	// exact and overlap are srun's --exact and --overlap: the step holds
 	// only its own CPUs, or nothing.
 	exact, overlap bool
+	// distribution is srun's -m as slurmspec reads it back ("": none).
+	distribution string
 }
 
 // Polling intervals of a remote step: its output files, and its state.
@@ -98,7 +100,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
 		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
 		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap,
-		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU, GpuBindNone: req.gpuBindNone}
+		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU, GpuBindNone: req.gpuBindNone, Distribution: req.distribution}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {

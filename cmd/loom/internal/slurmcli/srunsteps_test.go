@@ -659,13 +659,13 @@ func TestSrunExportNone(t *testing.T) {
 // srun checks it (beside Loom, scripts/slurm-local.sh): a bad
 // specification is "Invalid --distribution specification", exit 255
 // (plane without a size says so first), arbitrary without -w Slurm's
-// words, exit 1. Loom lays a step's tasks out in blocks only, so block
-// (any case, with its socket and core levels and ,Pack/,NoPack) is
-// taken, and cyclic, plane and arbitrary are taken where the layout is
-// block's all the same (one node, one task, one task a node) and
-// refused, naming the option, where it is not: Slurm numbers cyclic's
-// tasks round the nodes (-N2 -n6: SLURM_PROCID 0,2,4 on the first node),
-// which Loom's block layout would silently get wrong.
+// words, exit 1 (all measured beside Slurm 22.05, as "*:*" taken and
+// "arbitrary:cyclic" and "plane=2,Pack" refused). block, cyclic and
+// plane=N (any case, with their socket and core levels and ,Pack/,NoPack)
+// go to the step as Slurm reads them back, for the scheduler to lay the
+// tasks out by; arbitrary, which Loom does not lay out by -w's list, is
+// taken where its layout is block's all the same (one node, one task, one
+// task a node) and refused, naming the option, where it is not.
 func TestSrunDistribution(t *testing.T) {
 	t.Parallel()
 	const invalid = "srun: error: Invalid --distribution specification\n"
@@ -673,27 +673,33 @@ func TestSrunDistribution(t *testing.T) {
 		args   []string
 		code   int
 		errOut string
+		sent   string // the step's distribution, when it runs
 	}{
-		{[]string{"-m", "bogus"}, 255, invalid},
-		{[]string{"-m", "fcyclic"}, 255, invalid},
-		{[]string{"-m", "*"}, 255, invalid},
-		{[]string{"-m", ""}, 255, invalid},
-		{[]string{"-m", "block,foo"}, 255, invalid},
-		{[]string{"-m", "block:plane"}, 255, invalid},
-		{[]string{"-m", "block:block:block:block"}, 255, invalid},
-		{[]string{"-m", "plane=x"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid},
-		{[]string{"-m", "plane=0"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid},
-		{[]string{"--distribution=plane"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid},
-		{[]string{"-m", "arbitrary"}, 1, "srun: error: With Arbitrary distribution you need to specify a nodelist or hostfile with the -w option\n"},
-		{[]string{"-m", "cyclic"}, 1, "srun: error: --distribution=cyclic: Loom lays a step's tasks out in blocks only (-m block); " +
-			"on more than one node with more tasks than nodes the task numbering differs\n"},
-		{[]string{"-N2", "-n6", "-m", "plane=2"}, 1, "srun: error: --distribution=plane=2: Loom lays a step's tasks out in blocks only (-m block); " +
-			"on more than one node with more tasks than nodes the task numbering differs\n"},
-		{[]string{"-m", "BLOCK"}, 0, ""},
-		{[]string{"-m", "block:*:fcyclic,NoPack"}, 0, ""},
-		{[]string{"-N1", "-m", "cyclic"}, 0, ""},
-		{[]string{"-n1", "-m", "plane=4"}, 0, ""},
-		{[]string{"-N2", "-n2", "-m", "Cyclic:block"}, 0, ""},
+		{[]string{"-m", "bogus"}, 255, invalid, ""},
+		{[]string{"-m", "fcyclic"}, 255, invalid, ""},
+		{[]string{"-m", "*"}, 255, invalid, ""},
+		{[]string{"-m", ""}, 255, invalid, ""},
+		{[]string{"-m", "block,foo"}, 255, invalid, ""},
+		{[]string{"-m", "block:plane"}, 255, invalid, ""},
+		{[]string{"-m", "block:block:block:block"}, 255, invalid, ""},
+		{[]string{"-m", "plane=x"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid, ""},
+		{[]string{"-m", "plane=0"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid, ""},
+		{[]string{"--distribution=plane"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid, ""},
+		{[]string{"-m", "arbitrary:cyclic"}, 255, invalid, ""},
+		{[]string{"-m", "plane=2,Pack"}, 255, "srun: error: Invalid plane size or size not specified\n" + invalid, ""},
+		{[]string{"-m", "arbitrary"}, 1, "srun: error: With Arbitrary distribution you need to specify a nodelist or hostfile with the -w option\n", ""},
+		{[]string{"-N2", "-n6", "-w", "node1,node1,node2", "-m", "arbitrary"}, 1, "srun: error: --distribution=arbitrary: Loom does not place tasks " +
+			"by -w's host list (arbitrary) on more than one node with more tasks than nodes; use -m block, cyclic or plane=N\n", ""},
+		{[]string{"-m", "cyclic"}, 0, "", "cyclic"},
+		{[]string{"-N2", "-n6", "-m", "plane=2"}, 0, "", "plane=2"},
+		{[]string{"-m", "BLOCK"}, 0, "", "block"},
+		{[]string{"-m", "block:*:fcyclic,NoPack"}, 0, "", "block:cyclic:fcyclic,nopack"},
+		{[]string{"-m", "*:*"}, 0, "", "block:cyclic"},
+		{[]string{"-N1", "-m", "cyclic"}, 0, "", "cyclic"},
+		{[]string{"-n1", "-m", "plane=4"}, 0, "", "plane=4"},
+		{[]string{"-N2", "-n2", "-m", "Cyclic:block"}, 0, "", "cyclic:block"},
+		{[]string{"-N1", "-w", "node1", "-m", "arbitrary"}, 0, "", "arbitrary"},
+		{nil, 0, "", ""},
 	} {
 		g := srunGateway(t, 1, 0, 0)
 		code, _, errOut := runSrun(context.Background(), t, g, append(tc.args, "true")...)
@@ -703,6 +709,8 @@ func TestSrunDistribution(t *testing.T) {
 		}
 		if want := tc.code == 0; (len(stepsCreated(g)) == 1) != want {
 			t.Errorf("srun %v: steps created %v, want a step: %v", tc.args, stepsCreated(g), want)
+		} else if want && stepsCreated(g)[0].GetDistribution() != tc.sent {
+			t.Errorf("srun %v: step asked with -m %q, want %q", tc.args, stepsCreated(g)[0].GetDistribution(), tc.sent)
 		}
 	}
 }

@@ -1954,7 +1954,9 @@ type CreateJobStep struct {
 	Gpus       int32 `protobuf:"varint,22,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	CpusPerGpu int32 `protobuf:"varint,23,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
 	// srun --gpu-bind=none (loom.v1.CreateJobStepRequest).
-	GpuBindNone   bool `protobuf:"varint,24,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
+	GpuBindNone bool `protobuf:"varint,24,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
+	// srun -m (loom.v1.CreateJobStepRequest.distribution).
+	Distribution  string `protobuf:"bytes,25,opt,name=distribution,proto3" json:"distribution,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2155,6 +2157,13 @@ func (x *CreateJobStep) GetGpuBindNone() bool {
 		return x.GpuBindNone
 	}
 	return false
+}
+
+func (x *CreateJobStep) GetDistribution() string {
+	if x != nil {
+		return x.Distribution
+	}
+	return ""
 }
 
 // CancelJobStep asks the scheduler to kill a job step's tasks, or only to
@@ -2969,8 +2978,9 @@ func (x *SignalStep) GetBatchOnly() bool {
 }
 
 // LaunchTasks tells one node's agent to start its tasks of a job step (srun):
-// ntasks processes running command, with SLURM_PROCID first_rank..
-// first_rank+ntasks-1 and SLURM_LOCALID 0..ntasks-1. They belong to the job's
+// ntasks processes running command, with SLURM_LOCALID 0..ntasks-1 and
+// SLURM_PROCID ranks[LOCALID] (first_rank+LOCALID without ranks: a block
+// layout, and agents from before ranks were sent). They belong to the job's
 // run (job, attempt): a StopStep for it kills them too.
 type LaunchTasks struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3014,7 +3024,12 @@ type LaunchTasks struct {
 	// task_gpus, when set, is each local task's own GPUs ("0,1"), in local
 	// order: its CUDA_VISIBLE_DEVICES (srun --gpus-per-task); unset, every
 	// task sees the env's.
-	TaskGpus      []string `protobuf:"bytes,21,rep,name=task_gpus,json=taskGpus,proto3" json:"task_gpus,omitempty"`
+	TaskGpus []string `protobuf:"bytes,21,rep,name=task_gpus,json=taskGpus,proto3" json:"task_gpus,omitempty"`
+	// ranks, when set, are the global ranks of the node's tasks by local id
+	// (ntasks of them, each below total_tasks, first_rank the first): the
+	// step's layout over its nodes (srun -m cyclic, plane=N;
+	// slurmspec.TaskRanks). Unset: first_rank onwards.
+	Ranks         []int32 `protobuf:"varint,23,rep,packed,name=ranks,proto3" json:"ranks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3199,6 +3214,13 @@ func (x *LaunchTasks) GetPtyCols() int32 {
 func (x *LaunchTasks) GetTaskGpus() []string {
 	if x != nil {
 		return x.TaskGpus
+	}
+	return nil
+}
+
+func (x *LaunchTasks) GetRanks() []int32 {
+	if x != nil {
+		return x.Ranks
 	}
 	return nil
 }
@@ -6050,7 +6072,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
 	"\t_gpu_typeB\x11\n" +
-	"\x0f_max_node_count\"\x8b\x06\n" +
+	"\x0f_max_node_count\"\xaf\x06\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -6079,7 +6101,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04gpus\x18\x16 \x01(\x05R\x04gpus\x12 \n" +
 	"\fcpus_per_gpu\x18\x17 \x01(\x05R\n" +
 	"cpusPerGpu\x12\"\n" +
-	"\rgpu_bind_none\x18\x18 \x01(\bR\vgpuBindNone\x1a6\n" +
+	"\rgpu_bind_none\x18\x18 \x01(\bR\vgpuBindNone\x12\"\n" +
+	"\fdistribution\x18\x19 \x01(\tR\fdistribution\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
@@ -6155,7 +6178,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xab\x05\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xc1\x05\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -6183,7 +6206,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x03pty\x18\x12 \x01(\bR\x03pty\x12\x19\n" +
 	"\bpty_rows\x18\x13 \x01(\x05R\aptyRows\x12\x19\n" +
 	"\bpty_cols\x18\x14 \x01(\x05R\aptyCols\x12\x1b\n" +
-	"\ttask_gpus\x18\x15 \x03(\tR\btaskGpus\x1a6\n" +
+	"\ttask_gpus\x18\x15 \x03(\tR\btaskGpus\x12\x14\n" +
+	"\x05ranks\x18\x17 \x03(\x05R\x05ranks\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +

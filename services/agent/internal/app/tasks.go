@@ -232,7 +232,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 		return nil, err
 	}
 	for l := int32(0); l < cmd.GetNtasks(); l++ {
-		rank := cmd.GetFirstRank() + l
+		rank := domain.TaskRank(cmd, l)
 		out, err := a.rt.OpenOutput(user, filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank)), false)
 		if err != nil {
 			return fail(fmt.Errorf("open task output: %w", err))

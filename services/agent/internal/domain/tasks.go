@@ -123,6 +123,10 @@ func Launch(self Self, existing *Tasks, run *Step, highest int32, cmd *eventsv1.
 			fmt.Sprintf("bad launch: job %q, step %d, %d task(s) from rank %d", cmd.GetJob(), cmd.GetStepId(), cmd.GetNtasks(), cmd.GetFirstRank()), now
 		rec.ExitCodes = ones(max(cmd.GetNtasks(), 0))
 		return rec, true, ""
+	case badRanks(cmd) != "":
+		rec.Phase, rec.Message, rec.Ended = FailedToStart, "bad launch: "+badRanks(cmd), now
+		rec.ExitCodes = ones(cmd.GetNtasks())
+		return rec, true, ""
 	case len(cmd.GetSealed()) == 0 && (len(cmd.GetCommand()) == 0 || cmd.GetCommand()[0] == ""):
 		// A command still sealed here is one the agent could not open
 		// (sealed for another registration of the node: the app records
@@ -309,4 +313,35 @@ func RecoverTasks(rec *Tasks, found []Remains, why string, now time.Time) (recs 
 		return recs, true
 	}
 	return append(recs, TasksEnded(cur, exits, now)), false
+}
+
+// TaskRank is the global rank (SLURM_PROCID) of cmd's local task l: its
+// ranks' when the scheduler sent them (a step laid out by srun -m cyclic
+// or plane=N), else first_rank onwards (a block layout).
+func TaskRank(cmd *eventsv1.LaunchTasks, l int32) int32 {
+	if r := cmd.GetRanks(); len(r) > 0 {
+		return r[l]
+	}
+	return cmd.GetFirstRank() + l
+}
+
+// badRanks says what is wrong with cmd's ranks ("" when nothing): when
+// sent, one for each task, each in 0..total_tasks-1, none twice, so that
+// no two tasks write the same task-RANK files.
+func badRanks(cmd *eventsv1.LaunchTasks) string {
+	r := cmd.GetRanks()
+	if len(r) == 0 {
+		return ""
+	}
+	if len(r) != int(cmd.GetNtasks()) {
+		return fmt.Sprintf("%d ranks for %d tasks", len(r), cmd.GetNtasks())
+	}
+	seen := make(map[int32]bool, len(r))
+	for _, x := range r {
+		if x < 0 || x >= cmd.GetTotalTasks() || seen[x] {
+			return fmt.Sprintf("rank %d: want each of 0..%d once", x, cmd.GetTotalTasks()-1)
+		}
+		seen[x] = true
+	}
+	return ""
 }

@@ -45,6 +45,23 @@ func TestLaunchDecisions(t *testing.T) {
 	if rec, ended, _ := Launch(self, nil, nil, 0, bad, now); !ended || rec.Phase != FailedToStart || !strings.Contains(rec.Message, "bad launch") {
 		t.Errorf("no tasks: %+v", rec)
 	}
+	// A cyclic layout's ranks (srun -m cyclic): one per task, each a
+	// rank of the step once; else refused before anything runs.
+	for _, ranks := range [][]int32{{1}, {1, 1}, {1, -1}, {1, 99}} {
+		bad = proto.Clone(cmd).(*eventsv1.LaunchTasks)
+		bad.TotalTasks, bad.Ranks = 4, ranks
+		if rec, ended, _ := Launch(self, nil, nil, 0, bad, now); !ended || rec.Phase != FailedToStart || !strings.Contains(rec.Message, "bad launch") {
+			t.Errorf("ranks %v: %+v", ranks, rec)
+		}
+	}
+	good := proto.Clone(cmd).(*eventsv1.LaunchTasks)
+	good.TotalTasks, good.Ranks = 4, []int32{1, 3}
+	if rec, ended, _ := Launch(self, nil, nil, 0, good, now); ended || rec.Phase != Starting || TaskRank(good, 1) != 3 {
+		t.Errorf("ranks 1, 3: %+v, task 1 rank %d", rec, TaskRank(good, 1))
+	}
+	if TaskRank(cmd, 1) != cmd.GetFirstRank()+1 {
+		t.Errorf("without ranks: task 1 rank %d, first %d", TaskRank(cmd, 1), cmd.GetFirstRank())
+	}
 }
 
 func TestTasksLifecycle(t *testing.T) {

@@ -213,6 +213,16 @@ func TestOtherRequestLimits(t *testing.T) {
 		req = step()
 		req.Relative = -1
 		wantRefused(t, ValidateCreateJobStep(req), "relative: must be 0..4095, got -1")
+		// srun -m: Slurm's grammar, bounded; a good one passes.
+		req = step()
+		req.Distribution = "plane=0"
+		wantRefused(t, ValidateCreateJobStep(req), `distribution: "plane=0": Invalid plane size or size not specified`)
+		req.Distribution = "cyclic:" + strings.Repeat("x", 100)
+		wantRefused(t, ValidateCreateJobStep(req), "distribution: ")
+		req.Distribution = "cyclic:block,Pack"
+		if err := ValidateCreateJobStep(req); err != nil {
+			t.Errorf("-m cyclic:block,Pack: %v", err)
+		}
 		// The tasks that read srun's input: all, one rank of the step's.
 		for in, want := range map[string]string{"x": `input: "x": want all`, "01": `input: "01"`, "-1": `input: "-1"`,
 			"4": "input: task 4 is not a task of the step (0..3)", "4096": "(0..4095)"} {

@@ -60,6 +60,10 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 		}
 	}
 	v.Check(req.GetRelative() >= 0 && req.GetRelative() < MaxHosts, "relative", "must be 0..%d, got %d", MaxHosts-1, req.GetRelative())
+	if _, err := slurmspec.ParseDistribution(req.GetDistribution()); err != nil {
+		v.Add("distribution", "%s: %v (block, cyclic, plane=N or arbitrary, at most two more :levels and ,Pack or ,NoPack, at most 64 characters)",
+			clip(req.GetDistribution()), err)
+	}
 	if err := v.Err(); err != nil {
 		return err
 	}
@@ -68,7 +72,7 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput(),
 		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask(),
 		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(), Exact: req.GetExact(), Overlap: req.GetOverlap(),
-		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(), GpuBindNone: req.GetGpuBindNone()})
+		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(), GpuBindNone: req.GetGpuBindNone(), Distribution: req.GetDistribution()})
 	return v.Err()
 }
 

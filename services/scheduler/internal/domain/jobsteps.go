@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -334,6 +335,10 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	v.Check(len(ev.GetNodelist()) <= MaxStepHosts && len(ev.GetExclude()) <= MaxStepHosts, "nodelist",
 		"at most %d hosts in nodelist and in exclude, got %d and %d", MaxStepHosts, len(ev.GetNodelist()), len(ev.GetExclude()))
 	v.Check(ev.GetRelative() >= 0, "relative", "must not be negative, got %d", ev.GetRelative())
+	dist, err := slurmspec.ParseDistribution(ev.GetDistribution())
+	if err != nil {
+		v.Add("distribution", "%q: %v", ev.GetDistribution(), err)
+	}
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("create job step: %w", err)
 	}
@@ -358,7 +363,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
 		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap(), GPURequest: ev.GetGpus(),
 		GPUsPerTask: ev.GetGpusPerTask(), CPUsPerGPU: ev.GetCpusPerGpu(), CPUsPerTask: ev.GetCpusPerTask(),
-		GPUBindNone: ev.GetGpuBindNone()}
+		GPUBindNone: ev.GetGpuBindNone(), Distribution: dist.Spec()}
 	heldCPUs, heldGPUs := stepHolds(r)
 	plan, busy, err := t.planStep(r, ev, heldCPUs, heldGPUs)
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
@@ -554,6 +559,10 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 	if err != nil {
 		return plan, false, err
 	}
+	// plane=N sets its own counts (the step's record keeps the -m that
+	// createJobStep checked).
+	dist, _ := slurmspec.ParseDistribution(ev.GetDistribution())
+	tasks = slurmspec.StepTaskCounts(dist, tasks)
 	if len(tasks) < required {
 		return plan, false, fmt.Errorf("Requested node configuration is not available: --nodelist names %d node(s), the step has %d", required, len(tasks))
 	}
@@ -751,8 +760,16 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 	rv := newRunVars(bare.Job, r)
 	nodelist := hostlist.Compress(step.Hostnames)
 	stepTasks := slurmspec.CompressCounts(tasks)
+	// Which node runs which rank: the step's -m, or Slurm's default.
+	ranks := step.Ranks()
+	dist, _ := slurmspec.ParseDistribution(step.Distribution)
+	dist = dist.Or(slurmspec.DefaultDistribution(int(total), n))
+	blocks := slices.EqualFunc(ranks, slurmspec.TaskRanks(slurmspec.Distribution{}, tasks), slices.Equal[[]int32])
 	for k, node := range step.Nodes {
-		first := step.FirstRank(k)
+		first := int32(0)
+		if len(ranks[k]) > 0 {
+			first = ranks[k][0]
+		}
 		env := make(map[string]string, len(ev.GetEnv())+48)
 		for key, val := range ev.GetEnv() {
 			env[key] = val
@@ -763,9 +780,9 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 			}
 			env[key] = val
 		}
-		gtids := make([]string, tasks[k])
-		for i := range gtids {
-			gtids[i] = strconv.Itoa(int(first) + i)
+		gtids := make([]string, len(ranks[k]))
+		for i, rank := range ranks[k] {
+			gtids[i] = strconv.Itoa(int(rank))
 		}
 		for key, val := range map[string]string{
 			"SLURM_STEP_ID":             strconv.Itoa(int(id)),
@@ -779,7 +796,7 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 			"SLURM_NPROCS":              strconv.Itoa(int(total)),
 			"SLURM_STEP_TASKS_PER_NODE": stepTasks,
 			"SLURM_TASKS_PER_NODE":      stepTasks,
-			"SLURM_DISTRIBUTION":        "block", // the only one: -m is accepted and ignored
+			"SLURM_DISTRIBUTION":        dist.String(),
 			"SLURM_NODEID":              strconv.Itoa(k),
 			"SLURM_GTIDS":               strings.Join(gtids, ","),
 		} {
@@ -787,6 +804,15 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 		}
 		if ev.GetCpusPerTask() > 0 {
 			env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(ev.GetCpusPerTask()))
+		}
+		if dist.Nodes == "plane" {
+			env["SLURM_DIST_PLANESIZE"] = strconv.Itoa(int(dist.PlaneSize))
+		}
+		// Ranks only where they are not first onwards, so that a block
+		// step reads the same to an agent from before they were sent.
+		var taskRanks []int32
+		if !blocks {
+			taskRanks = ranks[k]
 		}
 		// The step's GPUs on the node (Slurm's SLURM_STEP_GPUS): the
 		// job's there, or with --gpus-per-task each task's own; with
@@ -826,7 +852,7 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 			User: j.Job.GetUser(), MemLimitBytes: memLimit(r), Input: ev.GetInput(),
 			// The terminal is task 0's, on the step's first node.
 			Pty: ev.GetPty() && k == 0, PtyRows: ev.GetPtyRows(), PtyCols: ev.GetPtyCols(),
-			TaskGpus: taskGPUs,
+			TaskGpus: taskGPUs, Ranks: taskRanks,
 		})
 	}
 }
@@ -936,27 +962,30 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 	}
 	s.Parts[k] = StepPart{State: st, Message: msg, Usage: usage}
 	if s.Parts[k].Terminal() {
-		first, n := s.FirstRank(k), s.Tasks[k]
-		for l := int32(0); l < n; l++ {
+		ranks := s.Ranks()[k]
+		n := int32(len(ranks))
+		for l, rank := range ranks {
 			code := int32(0)
-			if int(l) < len(ev.GetExitCodes()) {
+			if l < len(ev.GetExitCodes()) {
 				code = ev.GetExitCodes()[l]
 			} else if st == eventsv1.StepState_STEP_FAILED_TO_START || st == eventsv1.StepState_STEP_LOST {
 				code = 1
 			}
-			s.ExitCodes[first+l] = code
+			s.ExitCodes[rank] = code
 		}
 		switch {
 		case len(ev.GetExitSignals()) == int(n) && len(s.ExitSignals) == len(s.ExitCodes):
-			copy(s.ExitSignals[first:first+n], ev.GetExitSignals())
+			for l, rank := range ranks {
+				s.ExitSignals[rank] = ev.GetExitSignals()[l]
+			}
 		case st == eventsv1.StepState_STEP_EXITED || st == eventsv1.StepState_STEP_KILLED:
 			// An agent that did not say (from before it did): which
 			// codes are signals is not known for the step.
 			s.ExitSignals = nil
 		}
 		bad := st != eventsv1.StepState_STEP_EXITED
-		for l := int32(0); l < n; l++ {
-			bad = bad || s.ExitCodes[first+l] != 0
+		for _, rank := range ranks {
+			bad = bad || s.ExitCodes[rank] != 0
 		}
 		// A task that could not start or was lost leaves the step unable
 		// to complete: its other tasks are stopped, as srun does. A bad
@@ -1071,11 +1100,12 @@ func (t *txn) settleJobSteps() {
 				}
 				t.killStepTasks(r, &s, "", why, "")
 			}
+			ranks := s.Ranks()
 			for k, node := range s.Nodes {
 				if !s.Parts[k].Terminal() && r.Steps[node].Abandoned {
 					s.Parts[k] = StepPart{State: eventsv1.StepState_STEP_LOST, Message: "node " + s.Hostnames[k] + " lost"}
-					for l := int32(0); l < s.Tasks[k]; l++ {
-						s.ExitCodes[s.FirstRank(k)+l] = 1
+					for _, rank := range ranks[k] {
+						s.ExitCodes[rank] = 1
 					}
 				}
 			}
@@ -1179,10 +1209,16 @@ func slurmStepExit(s *JobStep) (code, sig int32) {
 		}
 		return s.ExitCodes[rank] << 8
 	}
-	best, rank := -1, 0
-	for _, n := range s.Tasks {
+	best := -1
+	for _, ranks := range s.Ranks() {
 		node := -1
-		for i := 0; i < int(n) && rank < len(s.ExitCodes); i, rank = i+1, rank+1 {
+		// By local id, which is by rank (TaskRanks numbers each node's
+		// tasks upwards), as Slurm's slurmstepd walks them.
+		for _, r := range ranks {
+			rank := int(r)
+			if rank >= len(s.ExitCodes) {
+				break
+			}
 			switch {
 			case node >= 0 && s.ExitSignals[node] > 0: // the first signalled task stays
 			case node < 0 || s.ExitSignals[rank] > 0 || s.ExitCodes[rank] > s.ExitCodes[node]:
@@ -1249,7 +1285,7 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
 		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...), CpusPerNode: append([]int32(nil), s.CPUs...),
 		Gpus: s.GPURequest, GpusPerTask: s.GPUsPerTask, CpusPerGpu: s.CPUsPerGPU, CpusPerTask: s.CPUsPerTask,
-		CancelledBy: s.CancelledBy, GpuBindNone: s.GPUBindNone,
+		CancelledBy: s.CancelledBy, GpuBindNone: s.GPUBindNone, Distribution: s.Distribution,
 	}
 	if len(s.ExitSignals) == len(s.ExitCodes) {
 		out.TaskExitSignals = append([]int32(nil), s.ExitSignals...)
@@ -1272,11 +1308,14 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 	if !s.Start.IsZero() {
 		out.StartTime = timestamppb.New(s.Start)
 	}
+	ranks := s.Ranks()
 	for k, p := range s.Parts {
 		out.NodeMessages = append(out.NodeMessages, p.Message)
 		out.LaunchFailed = append(out.LaunchFailed, p.State == eventsv1.StepState_STEP_FAILED_TO_START)
 		for l, u := range p.Usage {
-			out.TaskUsage = append(out.TaskUsage, u.Proto(s.FirstRank(k)+int32(l), s.Hostnames[k]))
+			if k < len(ranks) && l < len(ranks[k]) {
+				out.TaskUsage = append(out.TaskUsage, u.Proto(ranks[k][l], s.Hostnames[k]))
+			}
 		}
 	}
 	return out

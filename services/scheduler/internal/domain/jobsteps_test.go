@@ -143,6 +143,66 @@ func TestJobStepLaunchesRankedTasksOnEveryNode(t *testing.T) {
 	}
 }
 
+// TestJobStepDistribution: srun -m cyclic and plane=N number the tasks as
+// Slurm 22.05 does (slurmspec.TaskRanks) in every place that reads the
+// layout: each node's LaunchTasks ranks, SLURM_GTIDS, the counts of
+// SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION, the exit codes by rank
+// and the step's record.
+func TestJobStepDistribution(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	for _, tc := range []struct {
+		m, env, perNode string
+		ranks           [][]int32
+	}{
+		{"cyclic", "cyclic", "2(x2)", [][]int32{{0, 2}, {1, 3}}},
+		{"plane=3", "plane", "3,1", [][]int32{{0, 1, 2}, {3}}},
+		{"cyclic:block,pack", "cyclic:block,pack", "2(x2)", [][]int32{{0, 2}, {1, 3}}},
+		{"", "block", "2(x2)", [][]int32{{0, 1}, {2, 3}}},
+	} {
+		id := int32(len(h.s.Run(jobName(1), 1).JobSteps))
+		ls := launches(h.do(createStep("d"+tc.m, func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Distribution = 4, tc.m })))
+		if len(ls) != 2 {
+			t.Fatalf("-m %s: LaunchTasks %v", tc.m, ls)
+		}
+		for k, l := range ls {
+			ranks := l.GetRanks()
+			if tc.m == "" && len(ranks) != 0 {
+				t.Errorf("-m block: node %d sent ranks %v", k, ranks)
+			}
+			if len(ranks) == 0 {
+				// A block layout (plane=3's here too): none sent,
+				// first_rank onwards, as agents from before ranks read it.
+				for i := range l.GetNtasks() {
+					ranks = append(ranks, l.GetFirstRank()+i)
+				}
+			}
+			gtids := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(tc.ranks[k])), ","), "[]")
+			env := l.GetEnv()
+			if !reflect.DeepEqual(ranks, tc.ranks[k]) || l.GetNtasks() != int32(len(tc.ranks[k])) || l.GetFirstRank() != tc.ranks[k][0] ||
+				env["SLURM_GTIDS"] != gtids || env["SLURM_DISTRIBUTION"] != tc.env || env["SLURM_STEP_TASKS_PER_NODE"] != tc.perNode ||
+				env["SLURM_TASKS_PER_NODE"] != tc.perNode {
+				t.Errorf("-m %s: node %d: ranks %v, %d tasks from %d, GTIDS %s, DISTRIBUTION %s, TASKS_PER_NODE %s; want %v",
+					tc.m, k, ranks, l.GetNtasks(), l.GetFirstRank(), env["SLURM_GTIDS"], env["SLURM_DISTRIBUTION"], env["SLURM_STEP_TASKS_PER_NODE"], tc.ranks[k])
+			}
+			if got := env["SLURM_DIST_PLANESIZE"]; got != map[bool]string{true: "3"}[tc.m == "plane=3"] {
+				t.Errorf("-m %s: SLURM_DIST_PLANESIZE=%q", tc.m, got)
+			}
+		}
+		// Node a's last task fails: its rank's code, not the next rank's.
+		codes := make([]int32, len(tc.ranks[0]))
+		codes[len(codes)-1] = 5
+		h.tasks(id, "a", eventsv1.StepState_STEP_EXITED, codes...)
+		h.tasks(id, "b", eventsv1.StepState_STEP_EXITED, make([]int32, len(tc.ranks[1]))...)
+		s := h.jobStep(id)
+		want := make([]int32, 4)
+		want[tc.ranks[0][len(tc.ranks[0])-1]] = 5
+		if !reflect.DeepEqual(s.GetTaskExitCodes(), want) || s.GetExitCode() != 5 || s.GetDistribution() != tc.m && tc.m != "cyclic:block,pack" {
+			t.Errorf("-m %s: step exit codes %v (want %v), exit %d, distribution %q", tc.m, s.GetTaskExitCodes(), want, s.GetExitCode(), s.GetDistribution())
+		}
+	}
+}
+
 func TestJobStepExitCodesAndKillOnBadExit(t *testing.T) {
 	t.Parallel()
 	h := batchOnTwo(t)
@@ -355,6 +415,8 @@ func TestJobStepRefusals(t *testing.T) {
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Input: "2", Ntasks: 2},
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Pty: true, Input: "all"},
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Pty: true, PtyRows: -1},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Distribution: "plane=0"},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, Distribution: "arbitrary:cyclic"},
 	} {
 		_, err := h.s.Handle(h.now, bad)
 		var inv *errs.InvalidError

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/acct"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -259,6 +260,10 @@ type JobStep struct {
 	// CancelledBy is who cancelled the step (scancel JOB.STEP), the
 	// account the gateway authenticated: sacct's "CANCELLED by UID".
 	CancelledBy string `json:"cancelled_by,omitempty"`
+	// Distribution is srun's -m, as the step was asked with it (a
+	// slurmspec.Distribution's Spec; "": none, block's layout, as steps
+	// recorded before it was kept). It numbers the tasks: Ranks.
+	Distribution string `json:"distribution,omitempty"`
 }
 
 // StepPart is one node's tasks of a job step, as its agent last reported.
@@ -283,13 +288,13 @@ func (p StepPart) Terminal() bool {
 // Ended reports whether every task of the step has ended.
 func (s *JobStep) Ended() bool { return s.State.Terminal() }
 
-// FirstRank is the rank of the first task on the step's k-th node.
-func (s *JobStep) FirstRank(k int) int32 {
-	n := int32(0)
-	for _, c := range s.Tasks[:k] {
-		n += c
-	}
-	return n
+// Ranks are the global ranks (SLURM_PROCID) of the tasks of each of the
+// step's nodes, by local id: its Tasks laid out by its Distribution
+// (slurmspec.TaskRanks; block's for a distribution that no longer parses,
+// which the scheduler never records).
+func (s *JobStep) Ranks() [][]int32 {
+	d, _ := slurmspec.ParseDistribution(s.Distribution)
+	return slurmspec.TaskRanks(d, s.Tasks)
 }
 
 // Clone returns a copy of the step that shares nothing the domain edits

@@ -48,14 +48,19 @@ func TestRunRecordMethods(t *testing.T) {
 	}
 }
 
-// TestJobStepClone: FirstRank follows block distribution, and a clone's
-// parts and exit codes are its own (the domain's copy-on-write relies on it).
+// TestJobStepClone: Ranks follow the step's distribution (block without
+// one, as for steps recorded before it was kept), and a clone's parts and
+// exit codes are its own (the domain's copy-on-write relies on it).
 func TestJobStepClone(t *testing.T) {
 	t.Parallel()
 	s := &JobStep{Tasks: []int32{2, 3, 1}, Parts: []StepPart{{}, {State: eventsv1.StepState_STEP_KILLED}},
 		ExitCodes: []int32{0, 0}, State: loomv1.JobState_RUNNING}
-	if s.FirstRank(0) != 0 || s.FirstRank(2) != 5 {
-		t.Fatalf("FirstRank: %d, %d; want 0, 5", s.FirstRank(0), s.FirstRank(2))
+	if r := s.Ranks(); !reflect.DeepEqual(r, [][]int32{{0, 1}, {2, 3, 4}, {5}}) {
+		t.Fatalf("block Ranks: %v", r)
+	}
+	cyc := &JobStep{Tasks: []int32{2, 3, 1}, Distribution: "cyclic"}
+	if r := cyc.Ranks(); !reflect.DeepEqual(r, [][]int32{{0, 3}, {1, 4, 5}, {2}}) {
+		t.Fatalf("cyclic Ranks: %v", r)
 	}
 	if s.Parts[0].Terminal() || !s.Parts[1].Terminal() || s.Ended() {
 		t.Fatal("part/step ends")

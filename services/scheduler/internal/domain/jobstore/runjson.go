@@ -399,7 +399,8 @@ func (p *recordParser) jobStep(s *JobStep) bool {
 		o.key("cpus_per_gpu") && !p.i32(&s.CPUsPerGPU) ||
 		o.key("cpus_per_task") && !p.i32(&s.CPUsPerTask) ||
 		o.key("gpu_bind_none") && !p.bool(&s.GPUBindNone) ||
-		o.key("cancelled_by") && !p.string(&s.CancelledBy) {
+		o.key("cancelled_by") && !p.string(&s.CancelledBy) ||
+		o.key("distribution") && !p.string(&s.Distribution) {
 		return false
 	}
 	return o.close()
