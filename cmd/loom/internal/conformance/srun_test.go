@@ -19,6 +19,86 @@ var taskLine = regexp.MustCompile(`^([0-9]+): task procid=([0-9]+) localid=([0-9
 // plain srun starts the job's four tasks on both nodes with global ranks
 // (block distribution), each exactly once, labelled by rank; the script sees
 // the highest exit code of a step's tasks.
+// distLine is a task's line of srun_distribution.sh, labelled by srun -l.
+var distLine = regexp.MustCompile(`^([0-9]+): task (\S+) procid=([0-9]+) localid=([0-9]+) nodeid=([0-9]+) gtids=(\S+) tpn=(\S+) dist=(\S+) plane=(\S*)$`)
+
+// TestSrunDistribution: srun -m cyclic and plane=N in a two-node
+// allocation number the tasks of each node as Slurm 22.05 does (measured
+// beside it: salloc -N3 --exclusive, then the same sruns): which node runs
+// which rank, SLURM_LOCALID, SLURM_GTIDS, SLURM_STEP_TASKS_PER_NODE,
+// SLURM_DISTRIBUTION (SLURM_DIST_PLANESIZE), srun -l's labels, and
+// scontrol show step's Dist= of the running step, which the batch script
+// asks while task 0 waits for it.
+func TestSrunDistribution(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_distribution.sh"))
+	row := s.waitDone(id, 120*time.Second)
+	out := s.read("srundist-" + id + ".out")
+	if state(row) != "COMPLETED" || !strings.Contains(out, "done\n") {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	want := map[string]struct {
+		ranks          [2][]int // each node's, by local id
+		tpn, dist, dst string
+		plane          string
+	}{
+		"cyclic":   {[2][]int{{0, 2, 4}, {1, 3, 5}}, "3(x2)", "cyclic", "Dist=Cyclic", ""},
+		"plane2n5": {[2][]int{{0, 1, 4}, {2, 3}}, "3,2", "plane", "Dist=Plane", "2"},
+		"plane2n6": {[2][]int{{0, 1, 4, 5}, {2, 3}}, "4,2", "plane", "Dist=Plane", "2"},
+		"cblock":   {[2][]int{{0, 2}, {1, 3}}, "2(x2)", "cyclic:block", "Dist=CBlock", ""},
+		"default":  {[2][]int{{0, 1, 2}, {3, 4, 5}}, "3(x2)", "block", "Dist=Block", ""},
+	}
+	got := map[string]*[2][]int{}
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, "step "); ok {
+			name, dist, _ := strings.Cut(rest, " ")
+			if w, known := want[name]; !known || dist != w.dst {
+				t.Errorf("step %s: scontrol show step says %q, want %q", name, dist, w.dst)
+			}
+			continue
+		}
+		m := distLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		name := m[2]
+		w, known := want[name]
+		if !known {
+			t.Errorf("line of an unknown step: %q", l)
+			continue
+		}
+		wantEqual(t, name+": label of rank "+m[3], m[1], m[3])
+		rank, _ := strconv.Atoi(m[3])
+		local, _ := strconv.Atoi(m[4])
+		node, _ := strconv.Atoi(m[5])
+		if node > 1 {
+			t.Errorf("%s: rank %d on node %d of 2", name, rank, node)
+			continue
+		}
+		if got[name] == nil {
+			got[name] = &[2][]int{}
+		}
+		for len(got[name][node]) <= local {
+			got[name][node] = append(got[name][node], -1)
+		}
+		got[name][node][local] = rank
+		gtids := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(w.ranks[node])), ","), "[]")
+		wantEqual(t, fmt.Sprintf("%s: rank %d SLURM_GTIDS", name, rank), m[6], gtids)
+		wantEqual(t, fmt.Sprintf("%s: rank %d SLURM_STEP_TASKS_PER_NODE", name, rank), m[7], w.tpn)
+		wantEqual(t, fmt.Sprintf("%s: rank %d SLURM_DISTRIBUTION", name, rank), m[8], w.dist)
+		wantEqual(t, fmt.Sprintf("%s: rank %d SLURM_DIST_PLANESIZE", name, rank), m[9], w.plane)
+	}
+	for name, w := range want {
+		if g := got[name]; g == nil || fmt.Sprint(*g) != fmt.Sprint(w.ranks) {
+			t.Errorf("%s: ranks by node %v, want %v; output:\n%s", name, g, w.ranks, out)
+		}
+		if name != "plane2n5" && !strings.Contains(out, "step "+name+" ") {
+			t.Errorf("%s: no Dist= line; output:\n%s", name, out)
+		}
+	}
+}
+
 func TestSrunMultiNode(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
