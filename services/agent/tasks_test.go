@@ -93,6 +93,29 @@ func TestLaunchTasksRunsRankedTasksOnce(t *testing.T) {
 	}
 }
 
+// TestLaunchTasksByTheirRanks: a step laid out by srun -m cyclic sends
+// each node its ranks (LaunchTasks.ranks): the tasks' SLURM_PROCID,
+// PMI_RANK and task-RANK files follow them, SLURM_LOCALID counts on.
+func TestLaunchTasksByTheirRanks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	outDir := filepath.Join(e.shared, ".loom", "steps", "2.0")
+	l := launch("2", 0, 1, 3, outDir, "sh", "-c", `echo "rank=$SLURM_PROCID local=$SLURM_LOCALID pmi=$PMI_RANK"`)
+	l.TotalTasks, l.Ranks = 6, []int32{1, 3, 5} // -N2 -n6 -m cyclic, the second node
+	publish(t, e.broker, command(l))
+	waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_EXITED)
+	for local, rank := range l.Ranks {
+		b, err := os.ReadFile(filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank)))
+		if want := fmt.Sprintf("rank=%d local=%d pmi=%d\n", rank, local, rank); err != nil || string(b) != want {
+			t.Errorf("task-%d.out = %q, %v; want %q", rank, b, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outDir, "task-2.out")); err == nil {
+		t.Error("task-2.out written: rank 2 runs on the other node")
+	}
+}
+
 // A program that does not exist is each task's exit, as under Slurm's
 // slurmstepd: the tasks start, say why on their error output and exit 2
 // (ENOENT), so that srun says "Exited with exit code 2"; a launch that
