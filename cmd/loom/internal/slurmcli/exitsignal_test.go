@@ -2,6 +2,7 @@ package slurmcli
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -96,5 +97,32 @@ func TestSrunExitIsOverTasks(t *testing.T) {
 		if err := cm.stepOutcome(c.step, "30.0"); !errors.As(err, &e) || e.Code != c.want {
 			t.Errorf("srun for tasks %v/%v exits %v, want %d", c.step.GetTaskExitCodes(), c.step.GetTaskExitSignals(), err, c.want)
 		}
+	}
+}
+
+// TestSrunNamesTheNodeOfEachRank: srun's report of failed tasks, and
+// sstat's tasks not yet reported, name the node each rank ran on under the
+// step's -m (cyclic on two nodes: ranks 1 and 3 on the second), as the
+// scheduler laid them out (slurmspec.TaskRanks), not in blocks.
+func TestSrunNamesTheNodeOfEachRank(t *testing.T) {
+	t.Parallel()
+	var errb strings.Builder
+	cm := &cmd{name: "srun", stdout: &strings.Builder{}, stderr: &errb}
+	step := &loomv1.JobStep{State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001", "gpu-0002"}, TasksPerNode: []int32{2, 2},
+		Distribution: "cyclic", TaskExitCodes: []int32{0, 5, 0, 7}, TaskExitSignals: []int32{0, 0, 0, 0}, ExitCode: 7, ExitSignal: proto.Int32(0)}
+	var e *Error
+	if err := cm.stepOutcome(step, "30.0"); !errors.As(err, &e) || e.Code != 7 {
+		t.Errorf("srun exits %v, want 7", err)
+	}
+	if want := "srun: error: gpu-0002: task 1: Exited with exit code 5\nsrun: error: gpu-0002: task 3: Exited with exit code 7\n"; errb.String() != want {
+		t.Errorf("srun's stderr %q, want %q", errb.String(), want)
+	}
+	slots := withTaskSlots(step).GetTaskUsage()
+	got := map[int32]string{}
+	for _, u := range slots {
+		got[u.GetRank()] = u.GetNode()
+	}
+	if want := map[int32]string{0: "gpu-0001", 1: "gpu-0002", 2: "gpu-0001", 3: "gpu-0002"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("sstat's task slots %v, want %v", got, want)
 	}
 }

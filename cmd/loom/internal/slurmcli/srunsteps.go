@@ -427,9 +427,9 @@ func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 	if len(sigs) != len(codes) {
 		sigs = nil // not said (a step from before): 128+n reads as signal n
 	}
-	rank := 0
 	launchFailure := ""
-	for k, n := range step.GetTasksPerNode() {
+	ranks := stepRanks(step)
+	for k := range step.GetTasksPerNode() {
 		host := ""
 		if k < len(step.GetNodes()) {
 			host = step.GetNodes()[k]
@@ -443,12 +443,12 @@ func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
 			if launchFailure == "" {
 				launchFailure = why
 			}
-			rank += int(n)
 			continue
 		}
 		// The node's agent killed its tasks past the job's memory.
 		oom := k < len(step.GetNodeMessages()) && strings.Contains(step.GetNodeMessages()[k], "out of memory")
-		for i := int32(0); i < n; i, rank = i+1, rank+1 {
+		for _, r := range ranks[k] {
+			rank := int(r)
 			if rank >= len(codes) || codes[rank] == 0 {
 				continue
 			}
@@ -605,9 +605,8 @@ func (c *cmd) stepOutputs(req stepRequest, step *loomv1.JobStep) (func(rank int3
 			}, nil
 		}
 		ws := make([]io.Writer, step.GetNumTasks())
-		rank := int32(0)
-		for k, n := range step.GetTasksPerNode() {
-			for range n {
+		for k, node := range stepRanks(step) {
+			for _, rank := range node {
 				g := f
 				g.TaskID, g.NodeID = strconv.Itoa(int(rank)), strconv.Itoa(k)
 				if k < len(step.GetNodes()) {
@@ -631,7 +630,6 @@ func (c *cmd) stepOutputs(req stepRequest, step *loomv1.JobStep) (func(rank int3
 				if int(rank) < len(ws) {
 					ws[rank] = files[path]
 				}
-				rank++
 			}
 		}
 		return func(r int32) io.Writer {
@@ -832,4 +830,12 @@ func trimZeros(digits string) string {
 		return t
 	}
 	return "0"
+}
+
+// stepRanks are the ranks of each of step's nodes, by local id, as its
+// tasks ran: its tasks per node laid out by its srun -m
+// (slurmspec.TaskRanks, the scheduler's rule; block's without one).
+func stepRanks(step *loomv1.JobStep) [][]int32 {
+	d, _ := slurmspec.ParseDistribution(step.GetDistribution())
+	return slurmspec.TaskRanks(d, step.GetTasksPerNode())
 }

@@ -243,13 +243,11 @@ func withTaskSlots(s *loomv1.JobStep) *loomv1.JobStep {
 		have[u.GetRank()] = true
 	}
 	out := &loomv1.JobStep{StepId: s.GetStepId(), State: s.GetState(), Nodes: s.GetNodes(), TaskUsage: s.GetTaskUsage()}
-	rank := int32(0)
-	for k, n := range s.GetTasksPerNode() {
-		for l := int32(0); l < n; l++ {
+	for k, ranks := range stepRanks(s) {
+		for _, rank := range ranks {
 			if !have[rank] && k < len(s.GetNodes()) {
 				out.TaskUsage = append(out.TaskUsage, &loomv1.TaskUsage{Rank: rank, Node: s.GetNodes()[k]})
 			}
-			rank++
 		}
 	}
 	return out
