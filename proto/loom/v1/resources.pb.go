@@ -4642,8 +4642,9 @@ type JobStep struct {
 	// cpus_per_gpu its --cpus-per-gpu (else the job's SLURM_CPUS_PER_GPU; 0:
 	// none); cpus_per_task its -c as asked (0: not given). They are what
 	// scontrol show step prints as TresPerStep, TresPerTask, TresBind and
-	// CpusPerTres; Loom places a step's tasks by its cpus_per_node and
-	// gpus_per_task alone. Zero for steps recorded before they were kept.
+	// CpusPerTres; Loom places a step's tasks by its cpus_per_node and gives
+	// it GPUs by gpus_per_task, else gpus_per_node, else gpus when it was
+	// the step's own (CreateJobStepRequest.gpus_inherited). Zero for steps recorded before they were kept.
 	Gpus        int32 `protobuf:"varint,23,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	GpusPerTask int32 `protobuf:"varint,24,opt,name=gpus_per_task,json=gpusPerTask,proto3" json:"gpus_per_task,omitempty"`
 	CpusPerGpu  int32 `protobuf:"varint,25,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
@@ -4660,7 +4661,10 @@ type JobStep struct {
 	// ("" for none: Slurm's default; scontrol show step's Dist=). Its tasks
 	// are laid out by it: task_exit_codes and task_usage stay by
 	// SLURM_PROCID, tasks_per_node by node.
-	Distribution  string `protobuf:"bytes,29,opt,name=distribution,proto3" json:"distribution,omitempty"`
+	Distribution string `protobuf:"bytes,29,opt,name=distribution,proto3" json:"distribution,omitempty"`
+	// gpus_per_node is the step's srun --gpus-per-node (or --gres=gpu:N), 0
+	// for none: scontrol show step's TresPerNode.
+	GpusPerNode   int32 `protobuf:"varint,30,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4896,6 +4900,13 @@ func (x *JobStep) GetDistribution() string {
 		return x.Distribution
 	}
 	return ""
+}
+
+func (x *JobStep) GetGpusPerNode() int32 {
+	if x != nil {
+		return x.GpusPerNode
+	}
+	return 0
 }
 
 var File_loom_v1_resources_proto protoreflect.FileDescriptor
@@ -5398,7 +5409,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xf7\a\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\x9b\b\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5435,7 +5446,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\rcpus_per_task\x18\x1a \x01(\x05R\vcpusPerTask\x12!\n" +
 	"\fcancelled_by\x18\x1b \x01(\tR\vcancelledBy\x12\"\n" +
 	"\rgpu_bind_none\x18\x1c \x01(\bR\vgpuBindNone\x12\"\n" +
-	"\fdistribution\x18\x1d \x01(\tR\fdistributionB\x0e\n" +
+	"\fdistribution\x18\x1d \x01(\tR\fdistribution\x12\"\n" +
+	"\rgpus_per_node\x18\x1e \x01(\x05R\vgpusPerNodeB\x0e\n" +
 	"\f_exit_signal*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +

@@ -897,9 +897,14 @@ type CreateJobStepRequest struct {
 	Overlap bool `protobuf:"varint,20,opt,name=overlap,proto3" json:"overlap,omitempty"`
 	// gpus is the step's GPU request (srun --gpus, or the job's SLURM_GPUS)
 	// and cpus_per_gpu its CPUs per GPU (srun --cpus-per-gpu, or the job's
-	// SLURM_CPUS_PER_GPU): 0 for none, at most slurmspec's bounds. Recorded
-	// on the step (JobStep.gpus, cpus_per_gpu) as Slurm's scontrol show step
-	// prints them; they do not change which GPUs or CPUs the step gets.
+	// SLURM_CPUS_PER_GPU): 0 for none, at most slurmspec's bounds. Both are
+	// recorded on the step (JobStep.gpus, cpus_per_gpu) as Slurm's scontrol
+	// show step prints them. Unless gpus_inherited, gpus is how many of the
+	// job's GPUs the step gets and holds, as Slurm 22.05's step does: one on
+	// each of its nodes, the rest on its first nodes as far as the job has
+	// GPUs there (fewer GPUs than nodes is InvalidArgument); gpus_per_task
+	// and gpus_per_node take precedence. cpus_per_gpu changes no step's CPUs
+	// (a step's are its tasks', as Slurm 22.05's inside a job).
 	Gpus       int32 `protobuf:"varint,21,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	CpusPerGpu int32 `protobuf:"varint,22,opt,name=cpus_per_gpu,json=cpusPerGpu,proto3" json:"cpus_per_gpu,omitempty"`
 	// gpu_bind_none is srun --gpu-bind=none: the step still holds
@@ -914,7 +919,16 @@ type CreateJobStepRequest struct {
 	// arbitrary is taken only where its layout is block's (the caller checks
 	// -w), the other levels are recorded, not applied (Loom binds no tasks
 	// to sockets or cores).
-	Distribution  string `protobuf:"bytes,24,opt,name=distribution,proto3" json:"distribution,omitempty"`
+	Distribution string `protobuf:"bytes,24,opt,name=distribution,proto3" json:"distribution,omitempty"`
+	// gpus_per_node is how many of the job's GPUs the step gets and holds on
+	// each of its nodes (srun --gpus-per-node, --gres=gpu:N), 0 for none, at
+	// most slurmspec.MaxGPUsPerNode; gpus_per_task takes precedence. Every
+	// task of the node sees them all (CUDA_VISIBLE_DEVICES).
+	GpusPerNode int32 `protobuf:"varint,25,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
+	// gpus_inherited says gpus is the job's SLURM_GPUS that srun took as its
+	// default, not a --gpus of the step: recorded only (Loom's step without
+	// a GPU option of its own sees all of the job's GPUs and holds none).
+	GpusInherited bool `protobuf:"varint,26,opt,name=gpus_inherited,json=gpusInherited,proto3" json:"gpus_inherited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1115,6 +1129,20 @@ func (x *CreateJobStepRequest) GetDistribution() string {
 		return x.Distribution
 	}
 	return ""
+}
+
+func (x *CreateJobStepRequest) GetGpusPerNode() int32 {
+	if x != nil {
+		return x.GpusPerNode
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetGpusInherited() bool {
+	if x != nil {
+		return x.GpusInherited
+	}
+	return false
 }
 
 type GetJobStepRequest struct {
@@ -3952,7 +3980,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xa2\x06\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xed\x06\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -3981,7 +4009,9 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\fcpus_per_gpu\x18\x16 \x01(\x05R\n" +
 	"cpusPerGpu\x12\"\n" +
 	"\rgpu_bind_none\x18\x17 \x01(\bR\vgpuBindNone\x12\"\n" +
-	"\fdistribution\x18\x18 \x01(\tR\fdistribution\x1a6\n" +
+	"\fdistribution\x18\x18 \x01(\tR\fdistribution\x12\"\n" +
+	"\rgpus_per_node\x18\x19 \x01(\x05R\vgpusPerNode\x12%\n" +
+	"\x0egpus_inherited\x18\x1a \x01(\bR\rgpusInherited\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

@@ -446,6 +446,40 @@ func TestSrunGPUTaskFarm(t *testing.T) {
 	wantEqual(t, "output", out, "0 1 2 \n")
 }
 
+// TestSrunStepGPUs: a step's --gpus, --gpus-per-node and --gres=gpu:N give
+// it that many of the job's GPUs, seen by all its tasks; a step beside one
+// holding GPUs gets others, one needing those held waits, and more GPUs
+// than the job has are refused. The expected output is Slurm 22.05's for
+// the same script (run with scripts/slurm-local.sh, NODES=2).
+func TestSrunStepGPUs(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_stepgpus.sh"))
+	row := s.waitDone(id, 120*time.Second)
+	out, errOut := s.read("srunstepgpus-"+id+".out"), s.read("srunstepgpus-"+id+".err")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s\nerrors:\n%s", id, row["State"], row["ExitCode"], out, errOut)
+	}
+	wantEqual(t, "output", out, `gpus=2: 0,1 0,1
+gpus=2: 0,1 0,1
+gpus-per-node=3: 0,1,2 0,1,2
+gres=gpu:1: 0 0
+gpus=1 beside: 3
+gpus=2 after: 0,1
+holder: 0,1,2
+gpus=5: refused
+`)
+	for _, want := range []string{
+		"srun: Job " + id + " step creation temporarily disabled, retrying (Requested nodes are busy)\n",
+		"srun: Step created for job " + id + "\n",
+		"srun: error: Unable to create step for job " + id + ": Invalid generic resource (gres) specification",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("errors lack %q:\n%s", want, errOut)
+		}
+	}
+}
+
 // TestSrunStepsWait: a step holds CPUs of the job while it runs: without
 // --exact all of them, so that the next step waits ("step creation
 // temporarily disabled", then "Step created"); with --exact or -c only its

@@ -129,11 +129,13 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 // request, as Slurm 22.05 prints it (measured beside it): CpusPerTres with
 // --cpus-per-gpu; TresBind (gpu:none with --gpu-bind=none) and
 // TresPerTask with --gpus-per-task (and -c's
-// cpu:C in TresPerTask); TresPerStep for a step with --gpus or
-// --gpus-per-task, "cpu:" its tasks × their CPUs (-c, else --cpus-per-gpu
-// × --gpus-per-task, else 1), then the --gpus. A step without GPU options
-// has none of them. (Slurm also prints the job's --gpus-per-node or --gres
-// as a step's TresPerNode, which Loom's steps do not keep.)
+// cpu:C in TresPerTask); TresPerStep for a step with --gpus,
+// --gpus-per-node or --gpus-per-task, "cpu:" its tasks × their CPUs (-c,
+// else --cpus-per-gpu × --gpus-per-task, else 1), then the --gpus;
+// TresPerNode=gres:gpu:N with --gpus-per-node (--gres=gpu:N). A step
+// without GPU options has none of them. (Slurm also prints the job's
+// --gpus-per-node or --gres as the TresPerNode of a step without GPU
+// options, which Loom's steps do not keep.)
 func stepTres(s *loomv1.JobStep) record {
 	var out record
 	if n := s.GetCpusPerGpu(); n > 0 {
@@ -146,7 +148,7 @@ func stepTres(s *loomv1.JobStep) record {
 	case gpt > 0:
 		out = append(out, []string{"TresBind=gpu:per_task:" + strconv.Itoa(int(gpt))})
 	}
-	if s.GetGpus() == 0 && gpt == 0 {
+	if s.GetGpus() == 0 && gpt == 0 && s.GetGpusPerNode() == 0 {
 		return out
 	}
 	cpt := s.GetCpusPerTask()
@@ -158,6 +160,9 @@ func stepTres(s *loomv1.JobStep) record {
 		step += ",gres:gpu:" + strconv.Itoa(int(g))
 	}
 	out = append(out, []string{step})
+	if n := s.GetGpusPerNode(); n > 0 {
+		out = append(out, []string{"TresPerNode=gres:gpu:" + strconv.Itoa(int(n))})
+	}
 	var task []string
 	if c := s.GetCpusPerTask(); c > 0 {
 		task = append(task, "cpu:"+strconv.Itoa(int(c)))

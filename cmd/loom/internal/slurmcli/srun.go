@@ -46,6 +46,8 @@ var srunOptions = []optDef{
 	{long: []string{"time"}, short: 't', arg: requiredArg},
 	{long: []string{"mem"}, arg: requiredArg},
 	{long: []string{"mem-per-cpu"}, arg: requiredArg},
+	// A step's GPUs (--gres=gpu:N is --gpus-per-node's), out of its
+	// job's; outside a job, the allocation's too.
 	{long: []string{"gres"}, arg: requiredArg},
 	{long: []string{"gpus"}, short: 'G', arg: requiredArg},
 	{long: []string{"gpus-per-node"}, arg: requiredArg},
@@ -93,6 +95,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	jobID := ""
 	inputOpt, outputOpt, errorOpt := "", "", ""
 	gpusOpt, gpusSet := "", false // --gpus/-G, judged for the step (srunInJob)
+	gpusPerNode := int32(0)       // --gpus-per-node, --gres=gpu:N (the last given)
+	var gpnErr error              // theirs, for a step (outside a job sbatch's parser judges them)
 	// Slurm's srun takes its default from the job's environment.
 	gpusPerTask, noGPUBind := int32(0), false
 	if v := env["SLURM_GPUS_PER_TASK"]; v != "" {
@@ -141,6 +145,23 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			cpusPerGPU = int(n)
 		case "gpus":
 			gpusOpt, gpusSet = o.value, true
+		case "gpus-per-node":
+			_, n, err := parseTypedCount(o.value)
+			if o.value[strings.LastIndex(o.value, ":")+1:] == "0" {
+				n, err = 0, nil // none, as --gpus=0
+			}
+			gpnErr = nil
+			if err != nil || n > slurmspec.MaxJobGPUs {
+				gpnErr = fmt.Errorf("--gpus-per-node=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxJobGPUs)
+			}
+			gpusPerNode = n
+		case "gres":
+			_, n, err := parseGres(o.value)
+			gpnErr = nil
+			if err != nil || n > slurmspec.MaxJobGPUs {
+				gpnErr = fmt.Errorf("--gres=%s: want gpu[:TYPE][:N] (N at most %d) or none", o.value, slurmspec.MaxJobGPUs)
+			}
+			gpusPerNode = n
 		case "label":
 			label = true
 		case "kill-on-bad-exit":
@@ -206,6 +227,9 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// Outside a job the allocation's check says it (srunAlloc), as it
 	// counts -w's hosts too (slurmspec.FitNodes).
 	outside := jobID == "" && env["SLURM_JOB_ID"] == ""
+	if gpnErr != nil && !outside {
+		return exit255(usage("srun", gpnErr))
+	}
 	if n, most, lowered := slurmspec.FitNodesToTasks(int32(ntasks), int32(nodes), int32(nodesMax)); nodes > 0 {
 		if lowered && !quiet && !outside {
 			fmt.Fprintf(c.stderr, "srun: Warning: %s\n", slurmspec.NodesForTasksWarning(int32(ntasks), int32(nodes)))
@@ -236,7 +260,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		c.stepTerminal(&req, inputOpt)
 	}
 	req.output, req.errorTo, req.gpusPerTask = outputOpt, errorOpt, gpusPerTask
-	req.gpusOpt, req.gpusSet = gpusOpt, gpusSet
+	req.gpusOpt, req.gpusSet, req.gpusPerNode = gpusOpt, gpusSet, gpusPerNode
 	if nodes > 0 && len(nodelist) > nodes {
 		// As Slurm's srun: the first of them, said on stderr.
 		fmt.Fprintf(c.stderr, "srun: error: Required nodelist includes more nodes than permitted by max-node count (%d > %d). Eliminating nodes from the nodelist.\n", len(nodelist), nodes)
@@ -305,13 +329,16 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 // stepGRES sets a step's GPU request as Slurm 22.05's srun takes it:
 // --gpus/-G ([type:]count; set says it was given), else the job's
 // SLURM_GPUS (sbatch --gpus). It is recorded on the step for scontrol show
-// step's TresPerStep; Loom gives the step's tasks the job's GPUs (or
-// --gpus-per-task's) whatever it says. A --gpus that is no count is
-// Slurm's refusal of the step (exit 1).
+// step's TresPerStep; given on the command line it is also how many of the
+// job's GPUs the step gets and holds (unless --gpus-per-task or
+// --gpus-per-node says otherwise), while the job's is only recorded
+// (gpusInherited): Loom's step without a GPU option of its own sees all of
+// the job's GPUs and holds none. A --gpus that is no count is Slurm's
+// refusal of the step (exit 1).
 func stepGRES(req *stepRequest, opt string, set bool, env map[string]string) error {
 	if !set {
 		if _, n, err := parseTypedCount(env["SLURM_GPUS"]); err == nil && n > 0 && n <= slurmspec.MaxJobGPUs {
-			req.gpus = n
+			req.gpus, req.gpusInherited = n, true
 		}
 		return nil
 	}
@@ -480,9 +507,11 @@ task's, -i none: none, -i FILE: FILE instead); with --pty, from a terminal,
 task 0 runs in a terminal of its own that yours stands for (srun --pty bash
 for a shell on a node). A step holds every CPU of the job on its nodes, only
 its own with --exact (or -c), none with --overlap; one that finds them held
-waits for them. The step records -G/--gpus and --cpus-per-gpu (else the
-job's SLURM_GPUS and SLURM_CPUS_PER_GPU) for scontrol show step; its tasks
-get the job's GPUs, or --gpus-per-task's. Outside a job srun first asks
+waits for them. -G/--gpus, --gpus-per-node and --gres=gpu:N give the step
+that many of the job's GPUs (per node for the last two), which it holds and
+its tasks all see; --gpus-per-task gives each task its own; without them the
+tasks see the job's GPUs. --cpus-per-gpu (and the job's SLURM_GPUS and
+SLURM_CPUS_PER_GPU) are recorded for scontrol show step. Outside a job srun first asks
 for an allocation
 (-N, -n, -p, -t, --gres, --cpus-per-gpu, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.

@@ -51,12 +51,16 @@ type stepRequest struct {
 	gpusPerTask int32
 	gpuBindNone bool
 	// gpus and cpusPerGPU are the step's --gpus and --cpus-per-gpu (or
-	// the job's SLURM_GPUS and SLURM_CPUS_PER_GPU), recorded on the step;
-	// gpus is set from gpusOpt (the --gpus/-G given; gpusSet says it was)
-	// by stepGRES once the step's job is known.
+	// the job's SLURM_GPUS and SLURM_CPUS_PER_GPU: gpusInherited),
+	// recorded on the step; gpus is set from gpusOpt (the --gpus/-G given;
+	// gpusSet says it was) by stepGRES once the step's job is known.
+	// gpusPerNode is --gpus-per-node (or --gres=gpu:N). The step gets
+	// and holds the GPUs they ask for (CreateJobStepRequest.gpus).
 	gpus, cpusPerGPU int32
 	gpusOpt          string
 	gpusSet          bool
+	gpusInherited    bool
+	gpusPerNode      int32
 	// nodelist, exclude and relative pick the allocation's nodes the step
 	// uses (-w, -x, -r).
 	nodelist, exclude []string
@@ -100,7 +104,8 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit, Input: req.input,
 		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
 		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap,
-		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU, GpuBindNone: req.gpuBindNone, Distribution: req.distribution}
+		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU, GpuBindNone: req.gpuBindNone, Distribution: req.distribution,
+		GpusPerNode: req.gpusPerNode, GpusInherited: req.gpusInherited}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,60 @@ func TestSrunStepGPURequest(t *testing.T) {
 	}
 }
 
+// TestSrunStepGPUsPerNode: srun in a job sends --gpus-per-node and
+// --gres=gpu:N as the step's gpus_per_node (the last given wins; 0 and
+// "none" ask for none), and says whether gpus is the job's SLURM_GPUS
+// (gpus_inherited: recorded only) or the step's own --gpus (which the step
+// then gets and holds). Slurm 22.05, measured beside Loom in an sbatch -N1
+// --gpus=4 job: srun --gpus-per-node=2 sees GPUs 0,1 and shows
+// TresPerStep=cpu:1,gres:gpu:4 TresPerNode=gres:gpu:2; --gres=gpu:3 0,1,2.
+// A count that is none is refused naming the option, exit 255, no step.
+func TestSrunStepGPUsPerNode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env       map[string]string
+		args      []string
+		gpn, gpus int32
+		inherited bool
+	}{
+		{nil, []string{"--gpus-per-node=2"}, 2, 0, false},
+		{nil, []string{"--gres=gpu:3"}, 3, 0, false},
+		{nil, []string{"--gres=gpu:h100:2"}, 2, 0, false},
+		{nil, []string{"--gres=gpu"}, 1, 0, false},
+		{nil, []string{"--gres=none"}, 0, 0, false},
+		{nil, []string{"--gpus-per-node=h100:0"}, 0, 0, false},
+		{nil, []string{"--gres=gpu:3", "--gpus-per-node=1"}, 1, 0, false},
+		{map[string]string{"SLURM_GPUS": "4"}, []string{"--gpus-per-node=2"}, 2, 4, true},
+		{map[string]string{"SLURM_GPUS": "4"}, nil, 0, 4, true},
+		{map[string]string{"SLURM_GPUS": "4"}, []string{"--gpus=1"}, 0, 1, false},
+		{nil, []string{"-G", "2"}, 0, 2, false},
+	} {
+		g := srunGateway(t, 1, 0)
+		env := srunEnv(t, g)
+		for k, v := range tc.env {
+			env.Environ[k] = v
+		}
+		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
+		steps := stepsCreated(g)
+		if code != 0 || len(steps) != 1 {
+			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+			continue
+		}
+		if s := steps[0]; s.GetGpusPerNode() != tc.gpn || s.GetGpus() != tc.gpus || s.GetGpusInherited() != tc.inherited {
+			t.Errorf("srun %v (env %v): gpus_per_node %d, gpus %d, gpus_inherited %v; want %d, %d, %v", tc.args, tc.env,
+				s.GetGpusPerNode(), s.GetGpus(), s.GetGpusInherited(), tc.gpn, tc.gpus, tc.inherited)
+		}
+	}
+	for _, bad := range []string{"--gpus-per-node=x", "--gpus-per-node=-1", "--gres=gpu:-1", "--gres=nic:2", "--gres=gpu:" + fmt.Sprint(1<<20+1)} {
+		g := srunGateway(t, 1, 0)
+		code, _, errOut := runSrun(context.Background(), t, g, bad, "hostname")
+		opt := bad[:strings.Index(bad, "=")]
+		if code != 255 || !strings.Contains(errOut, opt) || len(stepsCreated(g)) != 0 {
+			t.Errorf("srun %s: exit %d, stderr %q, steps %v; want 255 naming %s, none", bad, code, errOut, stepsCreated(g), opt)
+		}
+	}
+}
+
 // TestScontrolShowStepTres: scontrol show step prints a step's GPU request
 // as Slurm 22.05 does (measured beside it, scripts/slurm-local.sh), after
 // SrunHost:Pid: CpusPerTres=gres:gpu:N with CPUs per GPU; TresBind and
@@ -86,6 +141,8 @@ func TestScontrolShowStepTres(t *testing.T) {
 		step(5, 1, func(s *loomv1.JobStep) { s.GpusPerTask, s.CpusPerGpu, s.Gpus = 1, 2, 4 }),
 		step(6, 2, func(s *loomv1.JobStep) { s.CpusPerTask = 2 }),                      // no GPU option
 		step(7, 2, func(s *loomv1.JobStep) { s.GpusPerTask, s.GpuBindNone = 1, true }), // -n2 --gpus-per-task=1 --gpu-bind=none
+		step(8, 8, func(s *loomv1.JobStep) { s.GpusPerNode, s.Gpus = 2, 4 }),           // --gpus-per-node=2 in an -n8 --gpus=4 job
+		step(9, 2, func(s *loomv1.JobStep) { s.GpusPerNode = 1 }),                      // -N2 -n2 --gpus-per-node=1
 	}
 	tail := "SrunHost:Pid=(null):0"
 	for _, tc := range []struct{ id, want string }{
@@ -97,6 +154,8 @@ func TestScontrolShowStepTres(t *testing.T) {
 		{"44.5", tail + " CpusPerTres=gres:gpu:2 TresBind=gpu:per_task:1 TresPerStep=cpu:2,gres:gpu:4 TresPerTask=gres:gpu:1\n"},
 		{"44.6", tail + "\n"},
 		{"44.7", tail + " TresBind=gpu:none TresPerStep=cpu:2 TresPerTask=gres:gpu:1\n"},
+		{"44.8", tail + " TresPerStep=cpu:8,gres:gpu:4 TresPerNode=gres:gpu:2\n"},
+		{"44.9", tail + " TresPerStep=cpu:2 TresPerNode=gres:gpu:1\n"},
 	} {
 		code, out, errOut := run(t, g, "scontrol", Env{}, "-o", "show", "step", tc.id)
 		if code != 0 || errOut != "" || len(out) < len(tc.want) || out[len(out)-len(tc.want):] != tc.want {

@@ -1956,7 +1956,11 @@ type CreateJobStep struct {
 	// srun --gpu-bind=none (loom.v1.CreateJobStepRequest).
 	GpuBindNone bool `protobuf:"varint,24,opt,name=gpu_bind_none,json=gpuBindNone,proto3" json:"gpu_bind_none,omitempty"`
 	// srun -m (loom.v1.CreateJobStepRequest.distribution).
-	Distribution  string `protobuf:"bytes,25,opt,name=distribution,proto3" json:"distribution,omitempty"`
+	Distribution string `protobuf:"bytes,25,opt,name=distribution,proto3" json:"distribution,omitempty"`
+	// srun --gpus-per-node (--gres=gpu:N), and whether gpus is the job's
+	// SLURM_GPUS rather than the step's own (loom.v1.CreateJobStepRequest).
+	GpusPerNode   int32 `protobuf:"varint,26,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
+	GpusInherited bool  `protobuf:"varint,27,opt,name=gpus_inherited,json=gpusInherited,proto3" json:"gpus_inherited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2164,6 +2168,20 @@ func (x *CreateJobStep) GetDistribution() string {
 		return x.Distribution
 	}
 	return ""
+}
+
+func (x *CreateJobStep) GetGpusPerNode() int32 {
+	if x != nil {
+		return x.GpusPerNode
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetGpusInherited() bool {
+	if x != nil {
+		return x.GpusInherited
+	}
+	return false
 }
 
 // CancelJobStep asks the scheduler to kill a job step's tasks, or only to
@@ -6072,7 +6090,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
 	"\t_gpu_typeB\x11\n" +
-	"\x0f_max_node_count\"\xaf\x06\n" +
+	"\x0f_max_node_count\"\xfa\x06\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -6102,7 +6120,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\fcpus_per_gpu\x18\x17 \x01(\x05R\n" +
 	"cpusPerGpu\x12\"\n" +
 	"\rgpu_bind_none\x18\x18 \x01(\bR\vgpuBindNone\x12\"\n" +
-	"\fdistribution\x18\x19 \x01(\tR\fdistribution\x1a6\n" +
+	"\fdistribution\x18\x19 \x01(\tR\fdistribution\x12\"\n" +
+	"\rgpus_per_node\x18\x1a \x01(\x05R\vgpusPerNode\x12%\n" +
+	"\x0egpus_inherited\x18\x1b \x01(\bR\rgpusInherited\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +

@@ -66,7 +66,8 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 		KillOnBadExit: req.GetKillOnBadExit(), Input: req.GetInput(), Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(),
 		GpusPerTask: req.GetGpusPerTask(), Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(),
 		Exact: req.GetExact(), Overlap: req.GetOverlap(), Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(),
-		GpuBindNone: req.GetGpuBindNone(), Distribution: req.GetDistribution()}
+		GpuBindNone: req.GetGpuBindNone(), Distribution: req.GetDistribution(),
+		GpusPerNode: req.GetGpusPerNode(), GpusInherited: req.GetGpusInherited()}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("create a step of %s: %w", ref.name, err)
 	}

@@ -243,6 +243,8 @@ func TestOtherRequestLimits(t *testing.T) {
 			{func(r *loomv1.CreateJobStepRequest) { r.GpusPerTask = -1 }, "gpus_per_task: must be 0..1024, got -1"},
 			{func(r *loomv1.CreateJobStepRequest) { r.Gpus = -1 }, "gpus: must be 0..1048576, got -1"},
 			{func(r *loomv1.CreateJobStepRequest) { r.Gpus = 1<<20 + 1 }, "gpus: must be 0..1048576, got 1048577"},
+			{func(r *loomv1.CreateJobStepRequest) { r.GpusPerNode = -1 }, "gpus_per_node: must be 0..1048576, got -1"},
+			{func(r *loomv1.CreateJobStepRequest) { r.GpusPerNode = 1<<20 + 1 }, "gpus_per_node: must be 0..1048576, got 1048577"},
 			{func(r *loomv1.CreateJobStepRequest) { r.CpusPerGpu = -2 }, "cpus_per_gpu: must be 0..4096, got -2"},
 			{func(r *loomv1.CreateJobStepRequest) { r.CpusPerGpu = 4097 }, "cpus_per_gpu: must be 0..4096, got 4097"},
 		} {

@@ -50,6 +50,7 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	v.Check(req.GetGpusPerTask() >= 0 && req.GetGpusPerTask() <= slurmspec.MaxGPUsPerTask, "gpus_per_task", "must be 0..%d, got %d", slurmspec.MaxGPUsPerTask, req.GetGpusPerTask())
 	v.Check(req.GetGpus() >= 0 && req.GetGpus() <= slurmspec.MaxJobGPUs, "gpus", "must be 0..%d, got %d", slurmspec.MaxJobGPUs, req.GetGpus())
 	v.Check(req.GetCpusPerGpu() >= 0 && req.GetCpusPerGpu() <= slurmspec.MaxCPUsPerGPU, "cpus_per_gpu", "must be 0..%d, got %d", slurmspec.MaxCPUsPerGPU, req.GetCpusPerGpu())
+	v.Check(req.GetGpusPerNode() >= 0 && req.GetGpusPerNode() <= slurmspec.MaxJobGPUs, "gpus_per_node", "must be 0..%d, got %d", slurmspec.MaxJobGPUs, req.GetGpusPerNode())
 	for _, l := range []struct {
 		field string
 		hosts []string
@@ -72,7 +73,8 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(), Input: req.GetInput(),
 		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask(),
 		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(), Exact: req.GetExact(), Overlap: req.GetOverlap(),
-		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(), GpuBindNone: req.GetGpuBindNone(), Distribution: req.GetDistribution()})
+		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(), GpuBindNone: req.GetGpuBindNone(), Distribution: req.GetDistribution(),
+		GpusPerNode: req.GetGpusPerNode(), GpusInherited: req.GetGpusInherited()})
 	return v.Err()
 }
 

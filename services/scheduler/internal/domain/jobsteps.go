@@ -332,6 +332,8 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	v.Check(ev.GetGpus() >= 0 && ev.GetGpus() <= slurmspec.MaxJobGPUs, "gpus", "must be 0..%d, got %d", slurmspec.MaxJobGPUs, ev.GetGpus())
 	v.Check(ev.GetCpusPerGpu() >= 0 && ev.GetCpusPerGpu() <= slurmspec.MaxCPUsPerGPU, "cpus_per_gpu",
 		"must be 0..%d, got %d", slurmspec.MaxCPUsPerGPU, ev.GetCpusPerGpu())
+	v.Check(ev.GetGpusPerNode() >= 0 && ev.GetGpusPerNode() <= slurmspec.MaxJobGPUs, "gpus_per_node",
+		"must be 0..%d, got %d", slurmspec.MaxJobGPUs, ev.GetGpusPerNode())
 	v.Check(len(ev.GetNodelist()) <= MaxStepHosts && len(ev.GetExclude()) <= MaxStepHosts, "nodelist",
 		"at most %d hosts in nodelist and in exclude, got %d and %d", MaxStepHosts, len(ev.GetNodelist()), len(ev.GetExclude()))
 	v.Check(ev.GetRelative() >= 0, "relative", "must not be negative, got %d", ev.GetRelative())
@@ -363,7 +365,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
 		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap(), GPURequest: ev.GetGpus(),
 		GPUsPerTask: ev.GetGpusPerTask(), CPUsPerGPU: ev.GetCpusPerGpu(), CPUsPerTask: ev.GetCpusPerTask(),
-		GPUBindNone: ev.GetGpuBindNone(), Distribution: dist.Spec()}
+		GPUBindNone: ev.GetGpuBindNone(), Distribution: dist.Spec(), GPUsPerNode: ev.GetGpusPerNode()}
 	heldCPUs, heldGPUs := stepHolds(r)
 	plan, busy, err := t.planStep(r, ev, heldCPUs, heldGPUs)
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
@@ -494,7 +496,47 @@ func (t *txn) pendingBound(r *Run, own int) error {
 // each (cpus nil: none).
 type stepPlan struct {
 	idx, tasks, cpus []int32
-	total            int32
+	// gpus is how many of the job's GPUs the step gets on each of its
+	// nodes (stepGPUCount); nil when it asks for none of its own.
+	gpus  []int32
+	total int32
+}
+
+// stepGPUCount is how many of the job's GPUs the step ev asks for on a node
+// where it runs n tasks, one of nodes: --gpus-per-task's n × it, else
+// --gpus-per-node's, else (a --gpus of its own, not the job's SLURM_GPUS)
+// the whole request on a one-node step and at least one a node on a larger
+// one (spreadStepGPUs gives the rest). 0: the step holds none and its tasks
+// see all of the job's GPUs there.
+func stepGPUCount(ev *eventsv1.CreateJobStep, n int32, nodes int) int {
+	switch {
+	case ev.GetGpusPerTask() > 0:
+		return int(n) * int(ev.GetGpusPerTask())
+	case ev.GetGpusPerNode() > 0:
+		return int(ev.GetGpusPerNode())
+	case ev.GetGpus() > 0 && !ev.GetGpusInherited():
+		if nodes == 1 {
+			return int(ev.GetGpus())
+		}
+		return 1
+	}
+	return 0
+}
+
+// spreadStepGPUs spreads a step's --gpus over its nodes as Slurm 22.05's
+// step does (measured: -N2 --gpus=3 is 2 and 1, --gpus=5 on 4-GPU nodes 4
+// and 1): one on each node, then the rest on the first nodes, each up to
+// the job's GPUs there (has, in the step's node order). ok is false when
+// the job holds fewer there than the request.
+func spreadStepGPUs(total int, has []int) (out []int32, ok bool) {
+	out = make([]int32, len(has))
+	left := total - len(has)
+	for i, h := range has {
+		extra := max(min(left, h-1), 0)
+		out[i] = int32(1 + extra)
+		left -= extra
+	}
+	return out, left <= 0
 }
 
 // stepHolds returns what r's running steps hold, by node name: CPUs, and
@@ -573,6 +615,9 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 		return plan, false, fmt.Errorf("--input: %w", e)
 	}
 	cpt, g := max(ev.GetCpusPerTask(), 1), int(ev.GetGpusPerTask())
+	if gpus := ev.GetGpus(); g == 0 && ev.GetGpusPerNode() == 0 && gpus > 0 && !ev.GetGpusInherited() && int(gpus) < len(tasks) {
+		return plan, false, fmt.Errorf("Invalid generic resource (gres) specification: the step asks for %d GPU(s) on %d nodes, fewer than one a node", gpus, len(tasks))
+	}
 	// -c implies --exact, as Slurm 22.05's srun has it.
 	exact := ev.GetExact() || ev.GetCpusPerTask() > 0
 	jobSpec := (*loomv1.Job)(nil)
@@ -587,9 +632,12 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 			return 0, false, fmt.Errorf("More processors requested than permitted: %d task(s) with %d CPU(s) each need %d CPUs on %s, the job has %d there",
 				n, cpt, int64(n)*int64(cpt), host, has)
 		}
-		if held := len(r.GPUs[node]); int(n)*g > held {
+		want := stepGPUCount(ev, n, len(tasks))
+		if held := len(r.GPUs[node]); want > held && g > 0 {
 			return 0, false, fmt.Errorf("Requested node configuration is not available: %d task(s) with --gpus-per-task=%d need %d GPUs on %s, the job holds %d there",
-				n, g, int(n)*g, host, held)
+				n, g, want, host, held)
+		} else if want > held {
+			return 0, false, fmt.Errorf("Invalid generic resource (gres) specification: the step asks for %d GPU(s) on %s, the job holds %d there", want, host, held)
 		}
 		if ev.GetOverlap() {
 			return 0, true, nil
@@ -598,7 +646,7 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 		if exact {
 			cpus = n * cpt
 		}
-		return cpus, cpus <= has-heldCPUs[node] && int(n)*g <= len(r.GPUs[node])-len(heldGPUs[node]), nil
+		return cpus, cpus <= has-heldCPUs[node] && want <= len(r.GPUs[node])-len(heldGPUs[node]), nil
 	}
 	idx, cpus := make([]int32, len(tasks)), make([]int32, len(tasks))
 	// can[i]: sel[i] can take the most tasks a node of the step gets
@@ -669,6 +717,34 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 			plan.cpus[i] = cpus[o]
 		}
 	}
+	if stepGPUCount(ev, 1, len(tasks)) == 0 {
+		return plan, false, nil
+	}
+	plan.gpus = make([]int32, len(idx))
+	for i := range plan.idx {
+		plan.gpus[i] = int32(stepGPUCount(ev, plan.tasks[i], len(idx)))
+	}
+	if g == 0 && ev.GetGpusPerNode() == 0 && len(idx) > 1 {
+		has := make([]int, len(idx))
+		total := 0
+		for i, k := range plan.idx {
+			has[i] = len(r.GPUs[r.Nodes[k]])
+			total += has[i]
+		}
+		spread, ok := spreadStepGPUs(int(ev.GetGpus()), has)
+		if !ok {
+			return plan, false, fmt.Errorf("Invalid generic resource (gres) specification: the step asks for %d GPU(s), the job holds %d on the step's %d nodes", ev.GetGpus(), total, len(idx))
+		}
+		plan.gpus = spread
+		if !ev.GetOverlap() {
+			for i, k := range plan.idx {
+				node := r.Nodes[k]
+				if int(spread[i]) > len(r.GPUs[node])-len(heldGPUs[node]) {
+					return plan, true, nil
+				}
+			}
+		}
+	}
 	return plan, false, nil
 }
 
@@ -735,10 +811,10 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 		step.Nodes[i], step.Hostnames[i] = r.Nodes[k], r.Hostnames[k]
 	}
 	step.Tasks, step.CPUs = tasks, plan.cpus
-	if g := int(ev.GetGpusPerTask()); g > 0 {
+	if plan.gpus != nil {
 		step.GPUs = make([][]int32, n)
 		for i, k := range idx {
-			step.GPUs[i] = stepGPUs(r, r.Nodes[k], int(tasks[i])*g)
+			step.GPUs[i] = stepGPUs(r, r.Nodes[k], int(plan.gpus[i]))
 		}
 	}
 	step.Parts = make([]StepPart, n)
@@ -826,6 +902,16 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 		}
 		if g := int(ev.GetGpusPerTask()); g > 0 && ev.GetGpuBindNone() {
 			env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(g)
+			ids := make([]string, len(step.GPUs[k]))
+			for i, gpu := range step.GPUs[k] {
+				ids[i] = strconv.Itoa(int(gpu))
+			}
+			for _, v := range []string{"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"} {
+				env[v] = strings.Join(ids, ",")
+			}
+		} else if g == 0 && step.GPUs != nil {
+			// --gpus or --gpus-per-node: every task sees the step's
+			// GPUs on the node, as Slurm's.
 			ids := make([]string, len(step.GPUs[k]))
 			for i, gpu := range step.GPUs[k] {
 				ids[i] = strconv.Itoa(int(gpu))
@@ -1285,7 +1371,7 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
 		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...), CpusPerNode: append([]int32(nil), s.CPUs...),
 		Gpus: s.GPURequest, GpusPerTask: s.GPUsPerTask, CpusPerGpu: s.CPUsPerGPU, CpusPerTask: s.CPUsPerTask,
-		CancelledBy: s.CancelledBy, GpuBindNone: s.GPUBindNone, Distribution: s.Distribution,
+		CancelledBy: s.CancelledBy, GpuBindNone: s.GPUBindNone, Distribution: s.Distribution, GpusPerNode: s.GPUsPerNode,
 	}
 	if len(s.ExitSignals) == len(s.ExitCodes) {
 		out.TaskExitSignals = append([]int32(nil), s.ExitSignals...)

@@ -1109,3 +1109,94 @@ func optInt(p *int32) string {
 	}
 	return strconv.Itoa(int(*p))
 }
+
+// TestStepGPURequest: a step's own --gpus and --gpus-per-node (--gres=gpu:N)
+// decide which of the job's GPUs it gets and holds, as Slurm 22.05's (measured
+// beside it in an sbatch -N1 --gpus=4 job: srun --gpus=2 --exact and
+// --gpus-per-node=2 --exact beside it see 0,1 and 2,3; a third --gpus=1 step
+// waits, "step creation temporarily disabled", and gets 0 when the first
+// ends; --gpus=5 is refused). Every task of the node sees all of the step's
+// GPUs there. The job's SLURM_GPUS that srun took (gpus_inherited) holds
+// none, the step seeing all of the job's GPUs, as before.
+func TestStepGPURequest(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 8 }))
+	exact := func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Exact = 2, true }
+	devices := func(c *Change) string {
+		t.Helper()
+		ls := launches(c)
+		if len(ls) != 1 {
+			t.Fatalf("%d launches, want 1", len(ls))
+		}
+		env := ls[0].GetEnv()
+		if env["SLURM_STEP_GPUS"] != env["CUDA_VISIBLE_DEVICES"] || env["GPU_DEVICE_ORDINAL"] != env["CUDA_VISIBLE_DEVICES"] || ls[0].GetTaskGpus() != nil {
+			t.Fatalf("launch env CUDA_VISIBLE_DEVICES %q, SLURM_STEP_GPUS %q, GPU_DEVICE_ORDINAL %q, task GPUs %v: want the same, none per task",
+				env["CUDA_VISIBLE_DEVICES"], env["SLURM_STEP_GPUS"], env["GPU_DEVICE_ORDINAL"], ls[0].GetTaskGpus())
+		}
+		return env["CUDA_VISIBLE_DEVICES"]
+	}
+	if got := devices(h.do(createStep("gpus2", exact, func(e *eventsv1.CreateJobStep) { e.Gpus = 2 }))); got != "0,1" {
+		t.Fatalf("--gpus=2: GPUs %q, want 0,1", got)
+	}
+	if got := devices(h.do(createStep("gpn2", exact, func(e *eventsv1.CreateJobStep) { e.GpusPerNode = 2 }))); got != "2,3" {
+		t.Fatalf("--gpus-per-node=2 beside it: GPUs %q, want 2,3", got)
+	}
+	if s := h.jobStep(1); s.GetGpusPerNode() != 2 {
+		t.Fatalf("the --gpus-per-node step's record: gpus_per_node %d, want 2", s.GetGpusPerNode())
+	}
+	if got := devices(h.do(createStep("job's", exact, func(e *eventsv1.CreateJobStep) { e.Gpus, e.GpusInherited = 4, true }))); got != "0,1,2,3" {
+		t.Fatalf("the job's SLURM_GPUS only: GPUs %q, want all of the job's", got)
+	}
+	if c := h.do(createStep("wait", exact, func(e *eventsv1.CreateJobStep) { e.Gpus = 1 })); len(launches(c)) != 0 ||
+		h.jobStep(3).GetState() != loomv1.JobState_PENDING || h.jobStep(3).GetReason() != ReasonStepBusy {
+		t.Fatalf("--gpus=1 with every GPU held: %d launches, %v; want it PENDING", len(launches(c)), h.jobStep(3))
+	}
+	h.do(createStep("too many", exact, func(e *eventsv1.CreateJobStep) { e.Gpus = 5 }))
+	if s := h.jobStep(4); s.GetState() != loomv1.JobState_FAILED || !strings.Contains(s.GetReason(), "Invalid generic resource (gres) specification") {
+		t.Fatalf("--gpus=5 in a 4-GPU job: %v; want it FAILED, Slurm's reason", s)
+	}
+	if got := devices(h.tasks(0, "a3-0001", eventsv1.StepState_STEP_EXITED, 0, 0)); got != "0" {
+		t.Fatalf("the waiting step once the --gpus=2 step ended: GPUs %q, want 0", got)
+	}
+}
+
+// TestStepGPURequestSpread: a many-node step's --gpus is one GPU on each of
+// its nodes, the rest on the first as far as the job has GPUs there, as
+// Slurm 22.05's (measured: -N2 --gpus=3 on 4 GPUs a node is 2 and 1,
+// --gpus=5 4 and 1, --gpus=1 refused, "Step requested gres=gpu:1 is less
+// than the requested min nodes=2").
+func TestStepGPURequestSpread(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		gpus int32
+		want []string // CUDA_VISIBLE_DEVICES on each node; nil: refused
+	}{
+		{3, []string{"0,1", "0"}},
+		{5, []string{"0,1,2,3", "0"}},
+		{8, []string{"0,1,2,3", "0,1,2,3"}},
+		{1, nil},
+		{9, nil},
+	} {
+		h := newSpecHarness(t, Config{})
+		h.gpuNode("a3-0001", "b1")
+		h.gpuNode("a3-0002", "b1")
+		h.submitJob(job(1, 2, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 2 }))
+		c := h.do(createStep("spread", func(e *eventsv1.CreateJobStep) { e.Gpus, e.NodeCount, e.Ntasks, e.Exact = tc.gpus, 2, 2, true }))
+		var got []string
+		for _, l := range launches(c) {
+			got = append(got, l.GetEnv()["CUDA_VISIBLE_DEVICES"])
+		}
+		if tc.want == nil {
+			if s := h.jobStep(0); len(got) != 0 || s.GetState() != loomv1.JobState_FAILED ||
+				!strings.Contains(s.GetReason(), "Invalid generic resource (gres) specification") {
+				t.Errorf("-N2 --gpus=%d: launched %v, step %v; want it FAILED", tc.gpus, got, s)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("-N2 --gpus=%d: GPUs by node %q, want %q", tc.gpus, got, tc.want)
+		}
+	}
+}

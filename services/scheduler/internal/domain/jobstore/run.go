@@ -257,6 +257,10 @@ type JobStep struct {
 	// a task as without it, but its tasks share them on each node (GPUs
 	// above) rather than each seeing its own.
 	GPUBindNone bool `json:"gpu_bind_none,omitempty"`
+	// GPUsPerNode is srun's --gpus-per-node (--gres=gpu:N; 0: not given),
+	// kept for scontrol show step's TresPerNode; the step holds that many
+	// of the job's GPUs on each of its nodes (GPUs above).
+	GPUsPerNode int32 `json:"gpus_per_node,omitempty"`
 	// CancelledBy is who cancelled the step (scancel JOB.STEP), the
 	// account the gateway authenticated: sacct's "CANCELLED by UID".
 	CancelledBy string `json:"cancelled_by,omitempty"`
