@@ -4664,9 +4664,14 @@ type JobStep struct {
 	Distribution string `protobuf:"bytes,29,opt,name=distribution,proto3" json:"distribution,omitempty"`
 	// gpus_per_node is the step's srun --gpus-per-node (or --gres=gpu:N), 0
 	// for none: scontrol show step's TresPerNode.
-	GpusPerNode   int32 `protobuf:"varint,30,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GpusPerNode int32 `protobuf:"varint,30,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
+	// allocation_cpus: srun made the step's allocation itself and gave no
+	// -n (CreateJobStepRequest.allocation_cpus): scontrol show step's
+	// TresPerStep counts the CPUs the step holds, as Slurm 22.05's (srun
+	// --gpus=2 --cpus-per-gpu=3 outside a job: cpu:6).
+	AllocationCpus bool `protobuf:"varint,31,opt,name=allocation_cpus,json=allocationCpus,proto3" json:"allocation_cpus,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobStep) Reset() {
@@ -4907,6 +4912,13 @@ func (x *JobStep) GetGpusPerNode() int32 {
 		return x.GpusPerNode
 	}
 	return 0
+}
+
+func (x *JobStep) GetAllocationCpus() bool {
+	if x != nil {
+		return x.AllocationCpus
+	}
+	return false
 }
 
 var File_loom_v1_resources_proto protoreflect.FileDescriptor
@@ -5409,7 +5421,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\bHostList\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\x9b\b\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"\xc4\b\n" +
 	"\aJobStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
@@ -5447,7 +5459,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\fcancelled_by\x18\x1b \x01(\tR\vcancelledBy\x12\"\n" +
 	"\rgpu_bind_none\x18\x1c \x01(\bR\vgpuBindNone\x12\"\n" +
 	"\fdistribution\x18\x1d \x01(\tR\fdistribution\x12\"\n" +
-	"\rgpus_per_node\x18\x1e \x01(\x05R\vgpusPerNodeB\x0e\n" +
+	"\rgpus_per_node\x18\x1e \x01(\x05R\vgpusPerNode\x12'\n" +
+	"\x0fallocation_cpus\x18\x1f \x01(\bR\x0eallocationCpusB\x0e\n" +
 	"\f_exit_signal*\xd6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\v\n" +

@@ -929,8 +929,14 @@ type CreateJobStepRequest struct {
 	// default, not a --gpus of the step: recorded only (Loom's step without
 	// a GPU option of its own sees all of the job's GPUs and holds none).
 	GpusInherited bool `protobuf:"varint,26,opt,name=gpus_inherited,json=gpusInherited,proto3" json:"gpus_inherited,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// allocation_cpus says the step is srun's in an allocation it made itself
+	// (srun outside a job) without -n: Slurm's srun asks such a step for
+	// all of the allocation's CPUs, which scontrol show step's TresPerStep
+	// counts (JobStep.allocation_cpus) rather than its tasks × -c. It
+	// changes no CPUs the step holds.
+	AllocationCpus bool `protobuf:"varint,27,opt,name=allocation_cpus,json=allocationCpus,proto3" json:"allocation_cpus,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateJobStepRequest) Reset() {
@@ -1141,6 +1147,13 @@ func (x *CreateJobStepRequest) GetGpusPerNode() int32 {
 func (x *CreateJobStepRequest) GetGpusInherited() bool {
 	if x != nil {
 		return x.GpusInherited
+	}
+	return false
+}
+
+func (x *CreateJobStepRequest) GetAllocationCpus() bool {
+	if x != nil {
+		return x.AllocationCpus
 	}
 	return false
 }
@@ -3980,7 +3993,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xed\x06\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\x96\a\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -4011,7 +4024,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\rgpu_bind_none\x18\x17 \x01(\bR\vgpuBindNone\x12\"\n" +
 	"\fdistribution\x18\x18 \x01(\tR\fdistribution\x12\"\n" +
 	"\rgpus_per_node\x18\x19 \x01(\x05R\vgpusPerNode\x12%\n" +
-	"\x0egpus_inherited\x18\x1a \x01(\bR\rgpusInherited\x1a6\n" +
+	"\x0egpus_inherited\x18\x1a \x01(\bR\rgpusInherited\x12'\n" +
+	"\x0fallocation_cpus\x18\x1b \x01(\bR\x0eallocationCpus\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

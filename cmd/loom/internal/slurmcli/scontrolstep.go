@@ -122,7 +122,7 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 		// Loom's srun is not the step's controller: its host and pid
 		// are not kept.
 		{"SrunHost:Pid=(null):0"},
-	}, stepTres(s)...)
+	}, stepTres(s, cpus)...)
 }
 
 // stepTres is the end of scontrol show step's record of a step with a GPU
@@ -132,11 +132,15 @@ func stepRecord(j *loomv1.Job, s *loomv1.JobStep, c *cmd) record {
 // cpu:C in TresPerTask); TresPerStep for a step with --gpus,
 // --gpus-per-node or --gpus-per-task, "cpu:" its tasks × their CPUs (-c,
 // else --cpus-per-gpu × --gpus-per-task, else 1), then the --gpus;
-// TresPerNode=gres:gpu:N with --gpus-per-node (--gres=gpu:N). A step
+// TresPerNode=gres:gpu:N with --gpus-per-node (--gres=gpu:N). The cpu:
+// of a step srun ran in the allocation it made itself, without -n
+// (allocation_cpus), is cpus, the CPUs the step holds: Slurm's srun asks it
+// for all of the allocation's (outside a job --gpus=2 --cpus-per-gpu=3 is
+// cpu:6, -n2 with them cpu:2, --exclusive -N1 --gpus=1 cpu:16). A step
 // without GPU options has none of them. (Slurm also prints the job's
 // --gpus-per-node or --gres as the TresPerNode of a step without GPU
 // options, which Loom's steps do not keep.)
-func stepTres(s *loomv1.JobStep) record {
+func stepTres(s *loomv1.JobStep, cpus int) record {
 	var out record
 	if n := s.GetCpusPerGpu(); n > 0 {
 		out = append(out, []string{"CpusPerTres=gres:gpu:" + strconv.Itoa(int(n))})
@@ -155,7 +159,11 @@ func stepTres(s *loomv1.JobStep) record {
 	if cpt == 0 {
 		cpt = max(s.GetCpusPerGpu()*gpt, 1)
 	}
-	step := "TresPerStep=cpu:" + strconv.FormatInt(int64(s.GetNumTasks())*int64(cpt), 10)
+	n := int64(s.GetNumTasks()) * int64(cpt)
+	if s.GetAllocationCpus() {
+		n = int64(cpus)
+	}
+	step := "TresPerStep=cpu:" + strconv.FormatInt(n, 10)
 	if g := s.GetGpus(); g > 0 {
 		step += ",gres:gpu:" + strconv.Itoa(int(g))
 	}

@@ -108,6 +108,9 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest,
 		return err
 	}
 	step.jobID = id
+	// Slurm's srun asks this step, without -n, for every CPU of its
+	// allocation (scontrol show step's TresPerStep counts them).
+	step.allocationCPUs = step.ntasks == 0
 	runErr := c.srunInJob(ctx, step, export, chdir)
 	// The job ends as the step ended, with its exit code.
 	code := 0

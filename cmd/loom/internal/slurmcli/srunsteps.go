@@ -61,6 +61,9 @@ type stepRequest struct {
 	gpusSet          bool
 	gpusInherited    bool
 	gpusPerNode      int32
+	// allocationCPUs: srun made the allocation itself and gave no -n
+	// (CreateJobStepRequest.allocation_cpus).
+	allocationCPUs bool
 	// nodelist, exclude and relative pick the allocation's nodes the step
 	// uses (-w, -x, -r).
 	nodelist, exclude []string
@@ -105,7 +108,8 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
 		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap,
 		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU, GpuBindNone: req.gpuBindNone, Distribution: req.distribution,
-		GpusPerNode: req.gpusPerNode, GpusInherited: req.gpusInherited}
+		GpusPerNode: req.gpusPerNode, GpusInherited: req.gpusInherited,
+		AllocationCpus: req.allocationCPUs}
 	var step *loomv1.JobStep
 	var err error
 	for attempt := 0; ; attempt++ {

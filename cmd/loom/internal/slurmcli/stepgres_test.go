@@ -143,6 +143,12 @@ func TestScontrolShowStepTres(t *testing.T) {
 		step(7, 2, func(s *loomv1.JobStep) { s.GpusPerTask, s.GpuBindNone = 1, true }), // -n2 --gpus-per-task=1 --gpu-bind=none
 		step(8, 8, func(s *loomv1.JobStep) { s.GpusPerNode, s.Gpus = 2, 4 }),           // --gpus-per-node=2 in an -n8 --gpus=4 job
 		step(9, 2, func(s *loomv1.JobStep) { s.GpusPerNode = 1 }),                      // -N2 -n2 --gpus-per-node=1
+		// srun --gpus=2 --cpus-per-gpu=3 outside a job: its allocation's 6 CPUs.
+		step(10, 1, func(s *loomv1.JobStep) {
+			s.Gpus, s.CpusPerGpu, s.AllocationCpus, s.CpusPerNode = 2, 3, true, []int32{6}
+		}),
+		// the same with -n2: the tasks'.
+		step(11, 2, func(s *loomv1.JobStep) { s.Gpus, s.CpusPerGpu, s.CpusPerNode = 2, 3, []int32{6} }),
 	}
 	tail := "SrunHost:Pid=(null):0"
 	for _, tc := range []struct{ id, want string }{
@@ -156,6 +162,8 @@ func TestScontrolShowStepTres(t *testing.T) {
 		{"44.7", tail + " TresBind=gpu:none TresPerStep=cpu:2 TresPerTask=gres:gpu:1\n"},
 		{"44.8", tail + " TresPerStep=cpu:8,gres:gpu:4 TresPerNode=gres:gpu:2\n"},
 		{"44.9", tail + " TresPerStep=cpu:2 TresPerNode=gres:gpu:1\n"},
+		{"44.10", tail + " CpusPerTres=gres:gpu:3 TresPerStep=cpu:6,gres:gpu:2\n"},
+		{"44.11", tail + " CpusPerTres=gres:gpu:3 TresPerStep=cpu:2,gres:gpu:2\n"},
 	} {
 		code, out, errOut := run(t, g, "scontrol", Env{}, "-o", "show", "step", tc.id)
 		if code != 0 || errOut != "" || len(out) < len(tc.want) || out[len(out)-len(tc.want):] != tc.want {
@@ -191,6 +199,7 @@ func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
 		{nil, []string{"-n2", "--gpus-per-task=1"}, 0, 1, 0},
 		{nil, []string{"--gpus=4", "--gpus-per-task=2"}, 4, 2, 0},
 		{nil, []string{"--gpus=2", "--cpus-per-gpu=3"}, 2, 0, 3},
+		{nil, []string{"-n2", "--gpus=2", "--cpus-per-gpu=3"}, 2, 0, 3},
 		{nil, []string{"-n2", "--gpus-per-task=1", "--gpu-bind=none"}, 0, 1, 0},
 		{map[string]string{"SLURM_GPUS": "2"}, nil, 2, 0, 0},
 	} {
@@ -211,6 +220,11 @@ func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
 				s.GetGpuBindNone() != slices.Contains(tc.args, "--gpu-bind=none") {
 				t.Errorf("srun %v outside a job: step gpus %d, gpus_per_task %d, cpus_per_gpu %d, gpu_bind_none %v; want %d, %d, %d",
 					tc.args, s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerGpu(), s.GetGpuBindNone(), tc.gpus, tc.gpt, tc.cpg)
+			}
+			// Without -n the step asks for the allocation's CPUs, as
+			// Slurm's (TresPerStep's cpu:).
+			if s := steps[0]; s.GetAllocationCpus() != !slices.Contains(tc.args, "-n2") {
+				t.Errorf("srun %v outside a job: allocation_cpus %v", tc.args, s.GetAllocationCpus())
 			}
 		})
 	}

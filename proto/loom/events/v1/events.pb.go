@@ -1961,8 +1961,10 @@ type CreateJobStep struct {
 	// SLURM_GPUS rather than the step's own (loom.v1.CreateJobStepRequest).
 	GpusPerNode   int32 `protobuf:"varint,26,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
 	GpusInherited bool  `protobuf:"varint,27,opt,name=gpus_inherited,json=gpusInherited,proto3" json:"gpus_inherited,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// loom.v1.CreateJobStepRequest.allocation_cpus.
+	AllocationCpus bool `protobuf:"varint,28,opt,name=allocation_cpus,json=allocationCpus,proto3" json:"allocation_cpus,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateJobStep) Reset() {
@@ -2180,6 +2182,13 @@ func (x *CreateJobStep) GetGpusPerNode() int32 {
 func (x *CreateJobStep) GetGpusInherited() bool {
 	if x != nil {
 		return x.GpusInherited
+	}
+	return false
+}
+
+func (x *CreateJobStep) GetAllocationCpus() bool {
+	if x != nil {
+		return x.AllocationCpus
 	}
 	return false
 }
@@ -6090,7 +6099,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
 	"\t_gpu_typeB\x11\n" +
-	"\x0f_max_node_count\"\xfa\x06\n" +
+	"\x0f_max_node_count\"\xa3\a\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -6122,7 +6131,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\rgpu_bind_none\x18\x18 \x01(\bR\vgpuBindNone\x12\"\n" +
 	"\fdistribution\x18\x19 \x01(\tR\fdistribution\x12\"\n" +
 	"\rgpus_per_node\x18\x1a \x01(\x05R\vgpusPerNode\x12%\n" +
-	"\x0egpus_inherited\x18\x1b \x01(\bR\rgpusInherited\x1a6\n" +
+	"\x0egpus_inherited\x18\x1b \x01(\bR\rgpusInherited\x12'\n" +
+	"\x0fallocation_cpus\x18\x1c \x01(\bR\x0eallocationCpus\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +

@@ -365,7 +365,8 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
 		KillOnBadExit: ev.GetKillOnBadExit(), Overlap: ev.GetOverlap(), GPURequest: ev.GetGpus(),
 		GPUsPerTask: ev.GetGpusPerTask(), CPUsPerGPU: ev.GetCpusPerGpu(), CPUsPerTask: ev.GetCpusPerTask(),
-		GPUBindNone: ev.GetGpuBindNone(), Distribution: dist.Spec(), GPUsPerNode: ev.GetGpusPerNode()}
+		GPUBindNone: ev.GetGpuBindNone(), Distribution: dist.Spec(), GPUsPerNode: ev.GetGpusPerNode(),
+		AllocationCPUs: ev.GetAllocationCpus()}
 	heldCPUs, heldGPUs := stepHolds(r)
 	plan, busy, err := t.planStep(r, ev, heldCPUs, heldGPUs)
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
@@ -1372,6 +1373,7 @@ func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...), CpusPerNode: append([]int32(nil), s.CPUs...),
 		Gpus: s.GPURequest, GpusPerTask: s.GPUsPerTask, CpusPerGpu: s.CPUsPerGPU, CpusPerTask: s.CPUsPerTask,
 		CancelledBy: s.CancelledBy, GpuBindNone: s.GPUBindNone, Distribution: s.Distribution, GpusPerNode: s.GPUsPerNode,
+		AllocationCpus: s.AllocationCPUs,
 	}
 	if len(s.ExitSignals) == len(s.ExitCodes) {
 		out.TaskExitSignals = append([]int32(nil), s.ExitSignals...)

@@ -19,13 +19,19 @@ func TestStepKeepsItsGPURequest(t *testing.T) {
 	h := newSpecHarness(t, Config{})
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
-	h.do(createStep("r1", func(e *eventsv1.CreateJobStep) { e.Gpus, e.CpusPerGpu, e.CpusPerTask, e.Ntasks = 2, 3, 0, 1 }))
+	h.do(createStep("r1", func(e *eventsv1.CreateJobStep) {
+		e.Gpus, e.CpusPerGpu, e.CpusPerTask, e.Ntasks, e.AllocationCpus = 2, 3, 0, 1, true
+	}))
 	h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.CpusPerTask, e.Ntasks = 1, 2, 2 }))
-	for id, want := range []struct{ gpus, gpt, cpg, cpt int32 }{{2, 0, 3, 0}, {0, 1, 0, 2}} {
+	for id, want := range []struct {
+		gpus, gpt, cpg, cpt int32
+		alloc               bool
+	}{{2, 0, 3, 0, true}, {0, 1, 0, 2, false}} {
 		s := h.jobStep(int32(id))
-		if s.GetGpus() != want.gpus || s.GetGpusPerTask() != want.gpt || s.GetCpusPerGpu() != want.cpg || s.GetCpusPerTask() != want.cpt {
-			t.Errorf("step %d: gpus %d, gpus_per_task %d, cpus_per_gpu %d, cpus_per_task %d; want %v", id,
-				s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerGpu(), s.GetCpusPerTask(), want)
+		if s.GetGpus() != want.gpus || s.GetGpusPerTask() != want.gpt || s.GetCpusPerGpu() != want.cpg || s.GetCpusPerTask() != want.cpt ||
+			s.GetAllocationCpus() != want.alloc {
+			t.Errorf("step %d: gpus %d, gpus_per_task %d, cpus_per_gpu %d, cpus_per_task %d, allocation_cpus %v; want %v", id,
+				s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerGpu(), s.GetCpusPerTask(), s.GetAllocationCpus(), want)
 		}
 	}
 	for _, bad := range []struct {
@@ -34,6 +40,7 @@ func TestStepKeepsItsGPURequest(t *testing.T) {
 	}{
 		{func(e *eventsv1.CreateJobStep) { e.Gpus = -1 }, "gpus: must be 0..1048576, got -1"},
 		{func(e *eventsv1.CreateJobStep) { e.CpusPerGpu = 1 << 20 }, "cpus_per_gpu: must be 0..4096, got 1048576"},
+		{func(e *eventsv1.CreateJobStep) { e.GpusPerNode = -1 }, "gpus_per_node: must be 0..1048576, got -1"},
 	} {
 		if _, err := h.s.Handle(h.now, createStep("bad", bad.mod)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("bad step: %v, want %q", err, bad.want)

@@ -261,6 +261,9 @@ type JobStep struct {
 	// kept for scontrol show step's TresPerNode; the step holds that many
 	// of the job's GPUs on each of its nodes (GPUs above).
 	GPUsPerNode int32 `json:"gpus_per_node,omitempty"`
+	// AllocationCPUs: srun outside a job, without -n (loomv1.JobStep's
+	// allocation_cpus), for scontrol show step's TresPerStep.
+	AllocationCPUs bool `json:"allocation_cpus,omitempty"`
 	// CancelledBy is who cancelled the step (scancel JOB.STEP), the
 	// account the gateway authenticated: sacct's "CANCELLED by UID".
 	CancelledBy string `json:"cancelled_by,omitempty"`

@@ -400,6 +400,7 @@ func (p *recordParser) jobStep(s *JobStep) bool {
 		o.key("cpus_per_task") && !p.i32(&s.CPUsPerTask) ||
 		o.key("gpu_bind_none") && !p.bool(&s.GPUBindNone) ||
 		o.key("gpus_per_node") && !p.i32(&s.GPUsPerNode) ||
+		o.key("allocation_cpus") && !p.bool(&s.AllocationCPUs) ||
 		o.key("cancelled_by") && !p.string(&s.CancelledBy) ||
 		o.key("distribution") && !p.string(&s.Distribution) {
 		return false
