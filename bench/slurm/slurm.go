@@ -39,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,13 +284,15 @@ func (c *Cluster) start(ctx context.Context) error {
 		if err != nil {
 			return false, nil // slurmctld may not answer yet
 		}
-		idle := 0
+		// A node is listed once per partition it is in (ExtraConfig may add
+		// partitions): count names.
+		idle := map[string]bool{}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			if f := strings.Fields(line); len(f) == 2 && f[1] == "idle" {
-				idle++
+				idle[f[0]] = true
 			}
 		}
-		return idle == len(c.Nodes), nil
+		return len(idle) == len(c.Nodes), nil
 	})
 }
 
@@ -513,6 +516,48 @@ func (c *Cluster) Sbatch(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("sbatch: unexpected output %q", strings.TrimSpace(out))
 	}
 	return id, nil
+}
+
+// RestartController restarts slurmctld as an operator's restart does:
+// SIGTERM, on which it saves its state (jobs, nodes, partitions) under
+// State; waiting until it has exited (saving many jobs takes seconds; ctx
+// bounds the wait, after which it is killed and the error says so); and
+// starting it again without -c, so that it recovers that state instead of
+// starting clean. It returns how long the stop took and the instant the new
+// slurmctld was started, and does not wait for it to answer: callers time
+// that (with squeue). The slurmds keep running. Not safe to call
+// concurrently with the Cluster's other methods.
+func (c *Cluster) RestartController(ctx context.Context) (stop time.Duration, started time.Time, err error) {
+	i := slices.IndexFunc(c.procs, func(d *daemon) bool { return d.name == "slurmctld" })
+	if i < 0 {
+		return 0, time.Time{}, errors.New("slurm: RestartController: this cluster started no slurmctld")
+	}
+	d := c.procs[i]
+	began := time.Now()
+	select {
+	case <-d.done:
+		return 0, time.Time{}, fmt.Errorf("slurm: RestartController: slurmctld had already exited (%v); its log ends:\n%s",
+			d.err, c.logTail(d))
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		return 0, time.Time{}, fmt.Errorf("slurm: RestartController: slurmctld did not save its state and exit: %w", ctx.Err())
+	}
+	stop = time.Since(began)
+	started = time.Now()
+	// No -c: recover the saved state. The new daemon takes the old one's
+	// place, so that Stop still stops slurmctld between the slurmds and munged.
+	if err := c.spawn("slurmctld", c.SlurmctldPid(), "slurmctld", "-D"); err != nil {
+		return stop, started, err
+	}
+	c.procs[i] = c.procs[len(c.procs)-1]
+	c.procs = c.procs[:len(c.procs)-1]
+	return stop, started, nil
 }
 
 // Squeue runs squeue ARGS… and returns its output as Slurm prints it.

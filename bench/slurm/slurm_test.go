@@ -3,6 +3,7 @@ package slurm
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,59 @@ func TestStartRunStop(t *testing.T) {
 	}
 	if live := c.livePids(); len(live) > 0 {
 		t.Errorf("live pidfiles after Stop: %v", live)
+	}
+}
+
+// TestRestartController starts a Slurm with a second partition and restarts
+// slurmctld under a held job: the job is still queued afterwards (its state was saved and recovered, not started
+// clean) and the next job's id follows it.
+func TestRestartController(t *testing.T) {
+	t.Parallel()
+	if err := Installed(); err != nil {
+		if need.Required() {
+			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
+		}
+		t.Skip(err)
+	}
+	ctx := testkit.Context(t, 2*time.Minute)
+	// A second partition lists each node twice in sinfo -N: Start still
+	// sees every node idle once.
+	c, err := Start(ctx, Options{Dir: t.TempDir(), Nodes: 1, CPUsPerNode: 2,
+		ExtraConfig: []string{"PartitionName=parked Nodes=ALL MaxTime=INFINITE State=DOWN"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	held, err := c.Sbatch(ctx, "--hold", "--wrap", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, started, err := c.RestartController(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stop <= 0 || started.IsZero() {
+		t.Fatalf("RestartController: stop %v, started %v", stop, started)
+	}
+	testkit.WaitFor(t, 60*time.Second, "the held job listed by the restarted slurmctld", func() (bool, error) {
+		out, err := c.Squeue(ctx, "-h", "-t", "PD", "-o", "%i")
+		return err == nil && strings.TrimSpace(out) == held, nil
+	})
+	next, err := c.Sbatch(ctx, "--hold", "--wrap", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := strconv.Atoi(held)
+	if n, _ := strconv.Atoi(next); n != h+1 {
+		t.Fatalf("job after the restart got id %s, want %d (the held job was %s)", next, h+1, held)
+	}
+	if _, _, err := c.RestartController(ctx); err != nil {
+		t.Fatalf("second restart: %v", err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if live := c.livePids(); len(live) > 0 {
+		t.Fatalf("daemons still running after Stop: %v", live)
 	}
 }
