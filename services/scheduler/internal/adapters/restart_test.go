@@ -2,7 +2,9 @@ package adapters
 
 import (
 	"context"
+	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -78,12 +80,18 @@ func storeSnapshot(tb testing.TB, ctx context.Context, st *store.Store, snap dom
 }
 
 // storedCycle builds the schedcycle benchmark's state at issue 12's scale
-// (10,000 nodes, 100,000 pending jobs), runs its first pass, and stores it
-// in a real Redis as the scheduler's Applies leave it: the state, the
-// instant of the pass, and the store.
+// (10,000 nodes, 100,000 pending jobs; LOOM_RESTART_NODES and
+// LOOM_RESTART_PENDING change them), runs its first pass, and stores it in a
+// real Redis as the scheduler's Applies leave it: the state, the instant of
+// the pass, and the store.
 func storedCycle(b *testing.B) (*domain.State, time.Time, context.Context, *redis.Client, *store.Store) {
 	b.Helper()
-	built, _, err := sim.CycleState(sim.CycleConfig{Nodes: 10000, Pending: 100000, Policy: "loom"})
+	nodes, pending := envInt(b, "LOOM_RESTART_NODES", 10000, 1), envInt(b, "LOOM_RESTART_PENDING", 100000, 0)
+	cfg := sim.CycleConfig{Nodes: nodes, Pending: pending, Policy: "loom"}
+	// Four node pools, as at scale, where the cluster has that many nodes
+	// (bench/cmd/ctldrestart's 4-node Slurm twin).
+	cfg.Partitions = min(4, nodes)
+	built, _, err := sim.CycleState(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -170,6 +178,22 @@ func BenchmarkRestartFromRedis(b *testing.B) {
 	b.ReportMetric(ms(pass), "pass-ms/op")
 	b.ReportMetric(ms(busy), "redis-busy-ms/op")
 	b.ReportMetric(float64(longest.Microseconds())/1e3, "redis-longest-ms")
+}
+
+// envInt is the integer in the environment variable name (def when unset);
+// a value that is not an integer below least fails the benchmark,
+// naming the variable and the limit.
+func envInt(tb testing.TB, name string, def, least int) int {
+	tb.Helper()
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		tb.Fatalf("%s=%q: want an integer of at least %d", name, v, least)
+	}
+	return n
 }
 
 // cpuTime is the process's user and system CPU time so far (every thread:
