@@ -34,11 +34,11 @@ in a JSON file (see examples/clusters/ and docs for the spec field by field).
 
   loom clusters create -f examples/clusters/a3-ultra-4node.json
   loom clusters list
-  loom clusters describe a3-ultra
-  loom clusters resize a3-ultra a3u 5
-  loom clusters slurm-conf a3-ultra
-  loom clusters login a3-ultra
-  loom clusters delete a3-ultra`,
+  loom clusters describe a3-ultra-4node
+  loom clusters resize a3-ultra-4node train 5
+  loom clusters slurm-conf a3-ultra-4node
+  loom clusters login a3-ultra-4node
+  loom clusters delete a3-ultra-4node`,
 	}
 	cmd.AddCommand(a.clustersCreateCommand(), a.clustersGetCommand(), a.clustersListCommand(),
 		a.clustersDescribeCommand(), a.clustersUpdateCommand(), a.clustersResizeCommand(),

@@ -500,9 +500,9 @@ func (a *app) healthCommand() *cobra.Command {
 		Use:   "health",
 		Short: "Run health checks and see each node's health and repairs",
 		Long: `Hardware health: checks run on demand (scan), the scans health still keeps
-(scans), their stored results (results), each node's state in health's remediation (nodes), what health decided about
-them over time (events), and the policy health applies (policy). See
-docs/health.md.
+(scans), their stored results (results), each node's state in health's
+remediation (nodes), what health decided about them over time (events), and
+the policy health applies (policy). See docs/health.md.
 
   loom health scan demo --checks gpu_diag,disk --level 2 --wait
   loom health scans demo

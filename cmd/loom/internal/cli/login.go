@@ -26,6 +26,39 @@ import (
 // PATH, and loom started under one of these names runs `loom slurm NAME`.
 var SlurmCommands = slurmcli.Commands
 
+// slurmCommandList is SlurmCommands as prose, "sbatch, squeue, ... and
+// seff", for the help texts that name them: written out by hand, the lists
+// fell behind when sstat and seff came.
+func slurmCommandList() string {
+	n := len(SlurmCommands)
+	if n < 2 {
+		return strings.Join(SlurmCommands, "")
+	}
+	return strings.Join(SlurmCommands[:n-1], ", ") + " and " + SlurmCommands[n-1]
+}
+
+// wrapWords breaks text into lines of at most width bytes at spaces (a
+// longer word keeps a line of its own) and starts every line but the first
+// with indent, for help texts laid out in columns.
+func wrapWords(text string, width int, indent string) string {
+	var b strings.Builder
+	line := 0
+	for i, w := range strings.Fields(text) {
+		switch {
+		case i == 0:
+		case line+1+len(w) > width:
+			b.WriteString("\n" + indent)
+			line = 0
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(w)
+		line += len(w)
+	}
+	return b.String()
+}
+
 // Args returns the loom command line for a program started as argv0 with
 // args: under a Slurm command's name (see SlurmCommands, and the
 // unsupported ones, which say what to use instead) it is "slurm NAME
@@ -59,11 +92,8 @@ the environment is a login's, pointing the Slurm commands at this cluster:
   LOOM_GATEWAY, LOOM_PROJECT   this loom's gateway and project
   LOOM_CLUSTER                 the cluster's full name
   SLURM_CONF                   <home>/.loom/slurm/slurm.conf (when rendered)
-  PATH                         led by sbatch, squeue, sinfo, scancel, sacct,
-                               scontrol, srun, salloc, sprio, sacctmgr and sshare
-                               (links to loom; sstat and the other
-                               Slurm commands Loom does not provide say
-                               what to use instead)
+  PATH                         ` + wrapWords("led by links to loom named "+slurmCommandList()+
+			"; the other Slurm commands Loom does not provide are linked too and say what to use instead", 46, strings.Repeat(" ", 31)) + `
   LOOM_AUTHD_SOCKET            the login daemon ("loom up" runs one), which
                                gives the Slurm commands a token for your OS
                                account (yours, else the one of the "loom up"

@@ -20,10 +20,9 @@ func (a *app) slurmCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "slurm COMMAND [ARGS...]",
 		Short: "Slurm-compatible commands (sbatch, squeue, sinfo, ...) for $LOOM_CLUSTER",
-		Long: `The Slurm commands of a login shell ("loom clusters login" puts links named
-sbatch, squeue, sinfo, scancel, sacct, scontrol, srun, salloc, sprio, sacctmgr and sshare on its PATH;
-each runs "loom slurm NAME ARGS..."). They take Slurm 22.05's options and
-print its formats; see docs/slurm.md for what differs.
+		Long: wrapWords(`The Slurm commands of a login shell ("loom clusters login" puts links named `+
+			slurmCommandList()+` on its PATH; each runs "loom slurm NAME ARGS..."). They take Slurm 22.05's options and
+print its formats; see docs/slurm.md for what differs.`, 78, "") + `
 
 They talk to the gateway of --gateway / LOOM_GATEWAY, in the project of
 --project / LOOM_PROJECT, about the cluster LOOM_CLUSTER (or -M NAME; by

@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// helpTexts returns every command's path with its Long and Example text.
+func helpTexts() map[string]string {
+	texts := map[string]string{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		texts[c.CommandPath()] = c.Long + "\n" + c.Example
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newApp().rootCommand())
+	return texts
+}
+
+// clusterExample matches a help example that names a cluster (and, for
+// resize, a pool): lower-case names only, so that placeholders (NAME,
+// POOL) are not taken for one.
+var clusterExample = regexp.MustCompile(`loom clusters (describe|get|resize|slurm-conf|login|delete|goodput|update) ([a-z0-9][a-z0-9-]*)(?: ([a-z0-9][a-z0-9-]*))?`)
+
+// TestHelpExamplesNameTheExampleClusters: an example in --help that acts on
+// a cluster names one that examples/clusters/ creates, and resize one of its
+// pools. `loom clusters --help` created a3-ultra-4node from its file, then
+// described, resized ("pool" a3u, the node set), logged in to and deleted
+// "a3-ultra", which does not exist: a new user copying the lines got
+// "not found" at every step after the first.
+func TestHelpExamplesNameTheExampleClusters(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "..", "..", "examples", "clusters")
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example clusters in %s: %v", dir, err)
+	}
+	pools := map[string][]string{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := parseClusterFile(f, data, "default")
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, p := range req.GetCluster().GetCompute().GetNodePools() {
+			pools[req.GetClusterId()] = append(pools[req.GetClusterId()], p.GetId())
+		}
+	}
+	seen := 0
+	for path, text := range helpTexts() {
+		for _, m := range clusterExample.FindAllStringSubmatch(text, -1) {
+			seen++
+			verb, cluster, pool := m[1], m[2], m[3]
+			ps, ok := pools[cluster]
+			if !ok {
+				t.Errorf("%s --help: %q names cluster %q, which no file of examples/clusters creates (%v)", path, m[0], cluster, slices.Sorted(maps.Keys(pools)))
+				continue
+			}
+			if verb == "resize" && !slices.Contains(ps, pool) {
+				t.Errorf("%s --help: %q resizes pool %q; cluster %s's pools are %v", path, m[0], pool, cluster, ps)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no help example names a cluster: the pattern no longer matches the examples")
+	}
+}
+
+// TestHelpNamesEverySlurmCommand: `loom slurm --help` and `loom clusters
+// login --help` list the Slurm commands a login's PATH leads with. Written
+// by hand, both lists lacked sstat and seff, and login's said sstat was one
+// of the commands Loom does not provide.
+func TestHelpNamesEverySlurmCommand(t *testing.T) {
+	t.Parallel()
+	texts := helpTexts()
+	for _, path := range []string{"loom slurm", "loom clusters login"} {
+		text, ok := texts[path]
+		if !ok {
+			t.Fatalf("no command %q", path)
+		}
+		words := strings.FieldsFunc(text, func(r rune) bool { return !('a' <= r && r <= 'z') })
+		for _, name := range SlurmCommands {
+			if !slices.Contains(words, name) {
+				t.Errorf("%s --help does not name %s, one of the Slurm commands on a login's PATH", path, name)
+			}
+		}
+		for _, line := range strings.Split(text, "\n") {
+			if len(line) > 80 {
+				t.Errorf("%s --help: a line of %d columns, over 80: %q", path, len(line), line)
+			}
+		}
+	}
+}
+
+func TestWrapWords(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		text   string
+		width  int
+		indent string
+		want   string
+	}{
+		{"a bb ccc dd", 6, "> ", "a bb\n> ccc dd"},
+		{"averyverylongword x", 4, "", "averyverylongword\nx"},
+		{"  spaced   out  ", 20, "", "spaced out"},
+		{"", 10, "", ""},
+	} {
+		if got := wrapWords(c.text, c.width, c.indent); got != c.want {
+			t.Errorf("wrapWords(%q, %d, %q) = %q, want %q", c.text, c.width, c.indent, got, c.want)
+		}
+	}
+	if got := slurmCommandList(); !strings.HasSuffix(got, " and "+SlurmCommands[len(SlurmCommands)-1]) || !strings.HasPrefix(got, SlurmCommands[0]+", ") {
+		t.Errorf("slurmCommandList() = %q", got)
+	}
+}
