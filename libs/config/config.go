@@ -112,7 +112,7 @@ type KafkaSecurity struct {
 // (for example "SCHEDULER" reads LOOM_SCHEDULER_GRPC_ADDR).
 func (c *Common) Register(fs *flag.FlagSet, svc, defGRPC, defHTTP string) {
 	c.Brokers = SplitList(Env("LOOM_BROKERS", "127.0.0.1:9092"))
-	fs.Var((*listValue)(&c.Brokers), "brokers", "Kafka bootstrap addresses, comma-separated (LOOM_BROKERS; default 127.0.0.1:9092)")
+	fs.Var((*listValue)(&c.Brokers), "brokers", "Kafka bootstrap addresses, comma-separated (LOOM_BROKERS)")
 	fs.StringVar(&c.RedisAddr, "redis", Env("LOOM_REDIS_ADDR", "127.0.0.1:6379"), "Redis address (LOOM_REDIS_ADDR)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", Env("LOOM_"+svc+"_GRPC_ADDR", defGRPC), "gRPC listen address (LOOM_"+svc+"_GRPC_ADDR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", Env("LOOM_"+svc+"_HTTP_ADDR", defHTTP), "HTTP address for /metrics, /healthz, /readyz (LOOM_"+svc+"_HTTP_ADDR)")

@@ -73,3 +73,39 @@ func TestFlagWinsOverTheVariable(t *testing.T) {
 		t.Fatalf("from the flag: %v (%v)", *tick, err)
 	}
 }
+
+// TestCommonFlagsSayTheirDefaultOnce: flag's -help appends "(default X)"
+// to a flag whose value is not its zero, so a usage that also spells out
+// its default printed it twice ("-brokers ... (LOOM_BROKERS; default
+// 127.0.0.1:9092) (default 127.0.0.1:9092)", in every service's and the
+// agent's -help). Each common flag's help says its default at most once.
+func TestCommonFlagsSayTheirDefaultOnce(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("svc", flag.ContinueOnError)
+	var c Common
+	c.Register(fs, "SVC", "127.0.0.1:7071", "127.0.0.1:9171")
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	var block []string
+	check := func() {
+		if len(block) == 0 {
+			return
+		}
+		text := strings.Join(block, " ")
+		if n := strings.Count(text, "(default ") + strings.Count(text, "; default "); n > 1 {
+			t.Errorf("a flag's help says its default %d times: %q", n, text)
+		}
+		block = nil
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, "  -") {
+			check()
+		}
+		block = append(block, line)
+	}
+	check()
+	if !strings.Contains(b.String(), "-brokers") {
+		t.Fatalf("no -brokers in the common flags' help:\n%s", b.String())
+	}
+}
