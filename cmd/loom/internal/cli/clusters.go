@@ -366,9 +366,13 @@ func clusterFlag(name string) string {
 	return " --cluster " + name
 }
 
-// notFoundHint adds "list them with <list>" to a NotFound error.
+// notFoundHint adds "(see `<list>`)" to a NotFound error whose message does
+// not name list already.
 func (a *app) notFoundHint(explained, raw error, list string) error {
-	if codeOf(raw) != codes.NotFound {
+	if codeOf(raw) != codes.NotFound || strings.Contains(statusMessage(raw), list) {
+		// The service's message may name the list already (the
+		// registry's "no version 3 (loom models versions tiny lists
+		// them)"): once is enough.
 		return explained
 	}
 	if strings.HasPrefix(statusMessage(raw), "cluster ") {

@@ -145,7 +145,7 @@ func (a *app) modelsGet() *cobra.Command {
 			defer cancel()
 			m, err := cl.GetModel(ctx, &loomv1.GetModelRequest{Name: a.modelName(args[0])})
 			if err != nil {
-				return a.notFoundHint(a.explain("get model "+args[0], err), err, "loom models list")
+				return a.notFoundHint(a.explain("get model "+args[0], err), err, modelListHint(args[0], err))
 			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), m)
@@ -246,7 +246,7 @@ func (a *app) modelsAlias() *cobra.Command {
 			defer cancel()
 			m, err := cl.MergeVersionAliases(ctx, &loomv1.MergeVersionAliasesRequest{Name: a.modelName(args[0]), VersionAliases: args[1:]})
 			if err != nil {
-				return a.notFoundHint(a.explain("set aliases of "+args[0], err), err, "loom models versions MODEL")
+				return a.notFoundHint(a.explain("set aliases of "+args[0], err), err, modelListHint(args[0], err))
 			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), m)
@@ -288,7 +288,7 @@ func (a *app) modelsExport() *cobra.Command {
 			op, err := cl.ExportModel(ctx, &loomv1.ExportModelRequest{Name: a.modelName(args[0]), RequestId: requestID(),
 				OutputConfig: &loomv1.ExportModelOutputConfig{ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: args[1]}}})
 			if err != nil {
-				return a.notFoundHint(a.explain("export "+args[0], err), err, "loom models versions MODEL")
+				return a.notFoundHint(a.explain("export "+args[0], err), err, modelListHint(args[0], err))
 			}
 			return a.followOperation(cmd, op, opView{
 				title: "Exporting " + args[0] + " to " + args[1],
@@ -329,7 +329,7 @@ func (a *app) modelsDelete() *cobra.Command {
 				_, err = cl.DeleteModel(ctx, &loomv1.DeleteModelRequest{Name: name})
 			}
 			if err != nil {
-				return a.notFoundHint(a.explain("delete "+args[0], err), err, "loom models list")
+				return a.notFoundHint(a.explain("delete "+args[0], err), err, modelListHint(args[0], err))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Deleted %s.\n", what)
 			return nil
@@ -467,4 +467,17 @@ func metricsText(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s=%g", k, m[k]))
 	}
 	return strings.Join(parts, ",")
+}
+
+// modelListHint is the list a NotFound for the model reference ref points
+// at: the model's versions when the model is there but has no such version
+// or alias (the registry's "has no version"), so that a mistyped "@prod"
+// shows the aliases there are, which `loom models list` (each model at its
+// default version) does not; else the models.
+func modelListHint(ref string, err error) string {
+	model, _, versioned := strings.Cut(shortName(ref), "@")
+	if versioned && model != "" && strings.Contains(statusMessage(err), "has no version") {
+		return "loom models versions " + model
+	}
+	return "loom models list"
 }

@@ -71,7 +71,13 @@ func (f *registryFake) ListModelVersions(_ context.Context, r *loomv1.ListModelV
 func (f *registryFake) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loomv1.Model, error) {
 	f.rec(r)
 	if strings.HasSuffix(r.GetName(), "@9") {
-		return nil, status.Error(codes.NotFound, "model projects/default/models/tiny has no version 9")
+		return nil, status.Error(codes.NotFound, "model projects/default/models/tiny has no version 9 (loom models versions tiny lists them): not found")
+	}
+	if strings.HasSuffix(r.GetName(), "@nope") {
+		return nil, status.Error(codes.NotFound, `model projects/default/models/tiny has no version with alias "nope": not found`)
+	}
+	if strings.Contains(r.GetName(), "/ghost") {
+		return nil, status.Error(codes.NotFound, "model projects/default/models/ghost: not found")
 	}
 	if strings.HasSuffix(r.GetName(), "@1") {
 		v := tinyVersion("1", "default")
@@ -209,8 +215,18 @@ func TestModelsCommands(t *testing.T) {
 		t.Errorf("get -o json: %d %s", code, out)
 	}
 	_, errOut, code = run(t, gw, "models", "get", "tiny@9")
-	if code == 0 || !strings.Contains(errOut, "no version 9") || !strings.Contains(errOut, "loom models list") {
-		t.Errorf("get of a missing version: %d %s", code, errOut)
+	if code == 0 || !strings.Contains(errOut, "no version 9") || strings.Count(errOut, "loom models versions tiny") != 1 || strings.Contains(errOut, "loom models list") {
+		t.Errorf("get of a missing version: %d %s, want it to point at the model's versions, once", code, errOut)
+	}
+	// A missing alias points at the versions, which show the aliases
+	// there are; a missing model at the models.
+	_, errOut, code = run(t, gw, "models", "get", "tiny@nope")
+	if code == 0 || !strings.Contains(errOut, `no version with alias "nope"`) || !strings.Contains(errOut, "(see `loom models versions tiny`)") {
+		t.Errorf("get of a missing alias: %d %s, want it to point at the model's versions", code, errOut)
+	}
+	_, errOut, code = run(t, gw, "models", "get", "ghost@prod")
+	if code == 0 || !strings.Contains(errOut, "(see `loom models list`)") {
+		t.Errorf("get of a missing model: %d %s, want it to point at the models", code, errOut)
 	}
 
 	out, _, code = run(t, gw, "models", "upload", "/data/tiny/3", "--parent-model", "tiny", "--alias", "prod", "--label", "team=vision", "--version-description", "more data")
