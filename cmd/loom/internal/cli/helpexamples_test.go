@@ -125,3 +125,48 @@ func TestWrapWords(t *testing.T) {
 		t.Errorf("slurmCommandList() = %q", got)
 	}
 }
+
+// TestDocsTrainJobsNameAnOutput: `loom train` refuses to start without an
+// output directory (--out, LOOM_MODEL_DIR, which `loom jobs submit --model`
+// sets, or AIP_MODEL_DIR), so a documented `loom jobs submit ... -- loom
+// train` without --model failed at once, exit 2, as often as --retries
+// allowed: the README's did. Every such command in the README, docs/ and
+// --help names a model or an --out.
+func TestDocsTrainJobsNameAnOutput(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..", "..", "..")
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := map[string]string{}
+	for _, f := range append(files, filepath.Join(root, "README.md")) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[f] = string(data)
+	}
+	for path, text := range helpTexts() {
+		texts[path+" --help"] = text
+	}
+	seen := 0
+	for where, text := range texts {
+		// A command continued with a backslash is one line.
+		text = strings.ReplaceAll(text, "\\\n", " ")
+		for _, line := range strings.Split(text, "\n") {
+			i := strings.Index(line, "loom jobs submit ")
+			j := strings.Index(line, "-- loom train")
+			if i < 0 || j < i {
+				continue
+			}
+			seen++
+			if cmd := line[i:]; !strings.Contains(cmd, "--model ") && !strings.Contains(cmd, "--out") && !strings.Contains(cmd, "MODEL_DIR") {
+				t.Errorf("%s: %q runs loom train with no output directory (it exits 2): add --model NAME", where, strings.TrimSpace(line))
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no documented `loom jobs submit ... -- loom train`: the pattern no longer matches")
+	}
+}
