@@ -393,11 +393,14 @@ func (a *app) explainMsg(what string, err error) error {
 	case codes.Canceled:
 		return fmt.Errorf("%s: cancelled", what)
 	case codes.Unauthenticated:
-		if strings.Contains(msg, "loom auth login") {
-			return fmt.Errorf("%s: %s", what, msg)
-		}
+		// No credential at all comes first: the gateway's words for that
+		// are for any client ("send authorization: Bearer ..."), with the
+		// method's gRPC name, where this one knows the command to run.
 		if a.src == nil || a.src.From() == creds.FromNone {
 			return fmt.Errorf("%s: not logged in to %s: run `loom auth login%s` (or set LOOM_TOKEN)", what, a.gateway, a.gatewayFlag())
+		}
+		if strings.Contains(msg, "loom auth login") {
+			return fmt.Errorf("%s: %s", what, msg)
 		}
 		return fmt.Errorf("%s: the gateway at %s refused your credential (from %s): %s; run `loom auth login%s` again", what, a.gateway, a.src.From(), msg, a.gatewayFlag())
 	case codes.PermissionDenied:

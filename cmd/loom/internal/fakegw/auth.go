@@ -123,7 +123,9 @@ func (a *Auth) caller(ctx context.Context) (string, *loomv1.Principal, error) {
 func (a *Auth) authenticated(ctx context.Context) (*loomv1.Principal, error) {
 	_, p, err := a.caller(ctx)
 	if err == nil && p == nil {
-		err = status.Error(codes.Unauthenticated, "this call needs a credential")
+		// The gateway's words (services/gateway/internal/app/auth.go),
+		// which name `loom auth login` for any client.
+		err = status.Error(codes.Unauthenticated, "unauthenticated: this call needs a credential; log in with `loom auth login` or set LOOM_TOKEN")
 	}
 	return p, err
 }
