@@ -31,6 +31,10 @@ func helpTexts() map[string]string {
 // POOL) are not taken for one.
 var clusterExample = regexp.MustCompile(`loom clusters (describe|get|resize|slurm-conf|login|delete|goodput|update) ([a-z0-9][a-z0-9-]*)(?: ([a-z0-9][a-z0-9-]*))?`)
 
+// clusterFlagExample matches an example command line that names a cluster
+// with --cluster.
+var clusterFlagExample = regexp.MustCompile(`(?m)^\s*(?:\$ )?loom .*--cluster[ =]([a-z0-9][a-z0-9-]*)`)
+
 // TestHelpExamplesNameTheExampleClusters: an example in --help that acts on
 // a cluster names one that examples/clusters/ creates, and resize one of its
 // pools. `loom clusters --help` created a3-ultra-4node from its file, then
@@ -75,6 +79,18 @@ func TestHelpExamplesNameTheExampleClusters(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("no help example names a cluster: the pattern no longer matches the examples")
+	}
+	seen = 0
+	for path, text := range helpTexts() {
+		for _, m := range clusterFlagExample.FindAllStringSubmatch(text, -1) {
+			seen++
+			if _, ok := pools[m[1]]; !ok {
+				t.Errorf("%s --help: %q names cluster %q, which no file of examples/clusters creates", path, strings.TrimSpace(m[0]), m[1])
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no help example names a cluster with --cluster: the pattern no longer matches the examples")
 	}
 }
 

@@ -189,8 +189,8 @@ from a checkpoint: the script passes it to the framework's resume setting.
 node without GPUs. --dry-run prints what would be submitted.
 
 Examples:
-  loom recipes launch llama3-8b-pretrain --cluster a3u --set nodes=4
-  loom recipes launch llama3-70b-pretrain --cluster a3u --from-checkpoint gs://b/ckpt/step-500
+  loom recipes launch llama3-8b-pretrain --cluster a3-ultra-4node --set nodes=2
+  loom recipes launch llama3-8b-pretrain --cluster a3-ultra-4node --from-checkpoint gs://b/ckpt/step-500
   loom recipes launch gemma2-9b-sft --serverless --set lr.peak=1e-5
   loom recipes launch llama3-8b-grpo --cluster demo --small --wait`,
 		Args: cobra.ExactArgs(1),
