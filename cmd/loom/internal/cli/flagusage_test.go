@@ -71,3 +71,24 @@ func TestUnknownSubcommandIsUsage(t *testing.T) {
 		t.Errorf("loom clusters: exit %d, %q %q; want its help", code, out, errOut)
 	}
 }
+
+// TestNegativeArgumentIsNamed: a negative count where an argument is
+// expected reads as a flag to the parser, which answered "unknown shorthand
+// flag: '1' in -1"; it is bad usage that says what is wrong, before any
+// call. A real unknown flag still says so.
+func TestNegativeArgumentIsNamed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"clusters", "resize", "a3u", "train", "-1"}, `-1: a count or an id cannot be negative (see "loom clusters resize --help")`},
+		{[]string{"jobs", "get", "-12"}, `-12: a count or an id cannot be negative (see "loom jobs get --help")`},
+		{[]string{"jobs", "list", "-x"}, `unknown shorthand flag: 'x' in -x (see "loom jobs list --help")`},
+	} {
+		out, errOut, code := run(t, "127.0.0.1:1", c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
+			t.Errorf("loom %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), code, out, errOut, c.want)
+		}
+	}
+}

@@ -194,6 +194,12 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		},
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// A negative number given as an argument ("loom clusters resize
+		// c pool -1") reads as flags to the parser, which said "unknown
+		// shorthand flag: '1' in -1": say what is wrong with it instead.
+		if m := negativeArg.FindStringSubmatch(err.Error()); m != nil {
+			return usagef("%s: a count or an id cannot be negative (see %q)", m[1], cmd.CommandPath()+" --help")
+		}
 		return usagef("%v (see %q)", err, cmd.CommandPath()+" --help")
 	})
 	pf := root.PersistentFlags()
@@ -420,6 +426,10 @@ func (a *app) explainMsg(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %s: %s", what, st.Code(), msg)
 }
+
+// negativeArg matches pflag's error for a negative number where an
+// argument was expected, capturing the number.
+var negativeArg = regexp.MustCompile(`^unknown shorthand flag: '[0-9]' in (-[0-9][0-9.]*)$`)
 
 // codeWords splits a gRPC code's name into words: FailedPrecondition →
 // "Failed Precondition", as libs/errs words its kinds.
