@@ -383,7 +383,7 @@ func (a *app) explainMsg(what string, err error) error {
 	switch st.Code() {
 	case codes.Unavailable:
 		if a.unreachable(msg) {
-			return fmt.Errorf("%s: cannot reach the Loom gateway at %s: is Loom running? start it with `loom up` (or point --gateway / LOOM_GATEWAY at a running gateway)", what, a.gateway)
+			return fmt.Errorf("%s: cannot reach the Loom gateway at %s: is Loom running? start it with `%s` (or point --gateway / LOOM_GATEWAY at a running gateway)", what, a.gateway, a.upCommandHint())
 		}
 		return fmt.Errorf("%s: Loom is unavailable right now (%s); try again in a moment, and check the `loom up` logs if it persists", what, msg)
 	case codes.InvalidArgument:

@@ -113,6 +113,26 @@ func (a *app) gatewayOf(dataDir string) string {
 	return DefaultGateway
 }
 
+// upCommandHint is the `loom up` to suggest when the default gateway does
+// not answer: with the --port-base of the data directory's last `loom up`
+// (its record stays after it stops) when that was not the default, since
+// its node agents and clients expect those ports, and a plain `loom up`
+// would take others (and refuse while those agents run). "loom up" when
+// the gateway was chosen otherwise or there is no trusted record.
+func (a *app) upCommandHint() string {
+	if a.gateway != DefaultGateway || a.getenv("LOOM_GATEWAY") != "" {
+		return "loom up"
+	}
+	dir, err := filepath.Abs(dataDirFrom(a.getenv))
+	if err != nil {
+		return "loom up"
+	}
+	if r, ok := a.readTrustedUpRecord(dir); ok {
+		return "loom up" + portBaseFlag(r.PortBase)
+	}
+	return "loom up"
+}
+
 // readTrustedUpRecord reads dir's record when the CLI may send its
 // credentials to its gateway without being told to: the record is owned
 // by this user or root and writable by no one else, and names a loopback

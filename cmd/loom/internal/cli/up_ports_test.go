@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/testkit"
 )
@@ -350,5 +353,41 @@ func TestUpRecordJudgedAsRead(t *testing.T) {
 	}
 	if got := a.defaultGateway(); got != DefaultGateway {
 		t.Fatalf("the record read was another's (mode 0666, 127.0.0.1:9999), then replaced: default gateway %q, want %q", got, DefaultGateway)
+	}
+}
+
+// TestUnreachableSuggestsTheDataDirsPortBase: after Ctrl-C of `loom up
+// --port-base 23000`, a command (which then falls back to 127.0.0.1:7070)
+// said "start it with `loom up`": on the default ports, where that data
+// dir's agents do not look, and refused while they run. It names the base
+// of the data dir's last `loom up` (its record stays), and only when the
+// gateway was not chosen otherwise.
+func TestUnreachableSuggestsTheDataDirsPortBase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	refused := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp `+DefaultGateway+`: connect: connection refused"`)
+	msg := func(env ...string) string {
+		a := newApp()
+		a.environ = func() []string { return env }
+		a.gateway = a.defaultGateway()
+		return a.explainMsg("list clusters", refused).Error()
+	}
+	if got := msg("LOOM_DATA_DIR=" + dir); !strings.Contains(got, "start it with `loom up` (") {
+		t.Errorf("no record: %q, want plain `loom up`", got)
+	}
+	if err := writeUpRecord(dir, upRecord{PortBase: 8000, Gateway: "127.0.0.1:8070", REST: "127.0.0.1:8080", Broker: "127.0.0.1:8092"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := msg("LOOM_DATA_DIR=" + dir); !strings.Contains(got, "cannot reach the Loom gateway at "+DefaultGateway) || !strings.Contains(got, "start it with `loom up --port-base 8000`") {
+		t.Errorf("a stopped loom up on base 8000: %q, want `loom up --port-base 8000`", got)
+	}
+	if got := msg("LOOM_DATA_DIR="+dir, "LOOM_GATEWAY="+DefaultGateway); !strings.Contains(got, "start it with `loom up` (") {
+		t.Errorf("LOOM_GATEWAY set: %q, want plain `loom up`", got)
+	}
+	if err := writeUpRecord(dir, upRecord{PortBase: 7000, Gateway: DefaultGateway, REST: "127.0.0.1:7080", Broker: "127.0.0.1:7092"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := msg("LOOM_DATA_DIR=" + dir); !strings.Contains(got, "start it with `loom up` (") {
+		t.Errorf("the default base: %q, want plain `loom up`", got)
 	}
 }
