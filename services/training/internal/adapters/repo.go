@@ -180,6 +180,8 @@ type cjRecord struct {
 	Nodes          []string        `json:"nodes,omitempty"`
 	Attempt        int32           `json:"attempt,omitempty"`
 	StepsEnded     []string        `json:"steps_ended,omitempty"`
+	// StepsExited are the nodes of StepsEnded whose program exited 0 by itself.
+	StepsExited []string `json:"steps_exited,omitempty"`
 	// PendingStepEnds are step ends read before their run's event.
 	PendingStepEnds []stepEndRecord `json:"pending_step_ends,omitempty"`
 	// PendingMetrics are a trial's metric points read before their run's
@@ -193,6 +195,7 @@ type cjRecord struct {
 type stepEndRecord struct {
 	Attempt int32  `json:"attempt"`
 	Node    string `json:"node"`
+	Exited  bool   `json:"exited,omitempty"`
 }
 
 type pendingMetricsRecord struct {
@@ -393,9 +396,9 @@ func encodeCJ(j *domain.CJ) (cjRecord, error) {
 	}
 	c := cjRecord{Job: b, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-		StepsEnded: j.StepsEnded, Refused: j.Refused}
+		StepsEnded: j.StepsEnded, StepsExited: j.StepsExited, Refused: j.Refused}
 	for _, e := range j.PendingStepEnds {
-		c.PendingStepEnds = append(c.PendingStepEnds, stepEndRecord{Attempt: e.Attempt, Node: e.Node})
+		c.PendingStepEnds = append(c.PendingStepEnds, stepEndRecord{Attempt: e.Attempt, Node: e.Node, Exited: e.Exited})
 	}
 	for _, p := range j.PendingMetrics {
 		pr := pendingMetricsRecord{Attempt: p.Attempt, Node: p.Node, Records: p.Records}
@@ -421,9 +424,9 @@ func decodeCJ(j cjRecord) (*domain.CJ, error) {
 	}
 	cj := &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-		StepsEnded: j.StepsEnded, Refused: j.Refused}
+		StepsEnded: j.StepsEnded, StepsExited: j.StepsExited, Refused: j.Refused}
 	for _, e := range j.PendingStepEnds {
-		cj.PendingStepEnds = append(cj.PendingStepEnds, domain.StepEnd{Attempt: e.Attempt, Node: e.Node})
+		cj.PendingStepEnds = append(cj.PendingStepEnds, domain.StepEnd{Attempt: e.Attempt, Node: e.Node, Exited: e.Exited})
 	}
 	for _, p := range j.PendingMetrics {
 		pm := domain.PendingMetrics{Attempt: p.Attempt, Node: p.Node, Records: p.Records}

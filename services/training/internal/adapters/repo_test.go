@@ -163,7 +163,8 @@ func TestCJRecordKeepsStepEnds(t *testing.T) {
 	t.Parallel()
 	j := bigStudy(1).CJs[0]
 	j.StepsEnded = []string{"n-0001"}
-	j.PendingStepEnds = []domain.StepEnd{{Attempt: 2, Node: "n-0001"}, {Attempt: 2, Node: "n-0002"}}
+	j.StepsExited = []string{"n-0001"}
+	j.PendingStepEnds = []domain.StepEnd{{Attempt: 2, Node: "n-0001", Exited: true}, {Attempt: 2, Node: "n-0002"}}
 	c, err := encodeCJ(j)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestCJRecordKeepsStepEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got.StepsEnded, j.StepsEnded) || !slices.Equal(got.PendingStepEnds, j.PendingStepEnds) {
+	if !slices.Equal(got.StepsEnded, j.StepsEnded) || !slices.Equal(got.StepsExited, j.StepsExited) || !slices.Equal(got.PendingStepEnds, j.PendingStepEnds) {
 		t.Fatalf("decoded step ends %v, kept %v; stored %v, %v", got.StepsEnded, got.PendingStepEnds, j.StepsEnded, j.PendingStepEnds)
 	}
 }

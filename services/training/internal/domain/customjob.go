@@ -211,7 +211,7 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 	cj.Nodes = append([]string(nil), j.GetNodes()...)
 	if ev.GetAttempt() != cj.Attempt {
 		// Step ends of another run say nothing of this one's metrics.
-		cj.StepsEnded = nil
+		cj.StepsEnded, cj.StepsExited = nil, nil
 	}
 	cj.Attempt = ev.GetAttempt()
 	takePendingStepEnds(cj)

@@ -38,12 +38,17 @@ func step(t *testing.T, s *State, now time.Time, in Input) *Change {
 	t.Helper()
 	// The scheduler ends a job after its nodes' agents reported their
 	// steps' ends (each after its last metrics): a job's end comes with
-	// them, here just before it, as the agents send them.
+	// them, here just before it, as the agents send them: a completed
+	// job's programs exited 0, a cancelled job's were killed.
 	if jc, ok := in.Payload.(*eventsv1.JobChanged); ok {
 		if st := jc.GetJob().GetState(); st == loomv1.JobState_COMPLETED || st == loomv1.JobState_CANCELLED {
+			end := eventsv1.StepState_STEP_EXITED
+			if st == loomv1.JobState_CANCELLED {
+				end = eventsv1.StepState_STEP_KILLED
+			}
 			for _, n := range jc.GetJob().GetNodes() {
 				handle(t, s, now, Input{Payload: &eventsv1.StepChanged{Job: jc.GetJob().GetName(), Attempt: jc.GetAttempt(), Node: n,
-					State: eventsv1.StepState_STEP_EXITED}})
+					State: end}})
 			}
 		}
 	}

@@ -81,6 +81,59 @@ func TestEarlyStopStopsTheTrial(t *testing.T) {
 	if cj := cjOf(t, s, n.String()); !strings.Contains(cj.GetError().GetMessage(), "below the median") {
 		t.Fatalf("its job's error %v", cj.GetError())
 	}
+	if !got.GetEarlyStopped() {
+		t.Fatalf("a trial whose program the cancel killed is not early-stopped: %v", got)
+	}
+}
+
+// TestStopAfterTheProgramExitedIsACompleteTrial is the new-user
+// walkthrough's "SUCCEEDED (stopped early)" trial that ran 20 of 20 steps:
+// the built-in trainer runs its epochs within one of the agent's metrics
+// intervals, so the search reads the points, and stops the trial, after
+// the program exited 0; the scheduler takes the cancel before the step's
+// end and the job ends CANCELLED. Every node's step end says the program
+// ran to its end (STEP_EXITED, code 0): the trial is complete, not
+// early-stopped, judged by the study's measurement selection.
+func TestStopAfterTheProgramExitedIsACompleteTrial(t *testing.T) {
+	defer stopTrialOneAtStep2()()
+	s := NewState()
+	spec := tuningJob(tunName, 2, 1, 0)
+	spec.GetTuningJob().GetStudySpec().MeasurementSelectionType = trainingv1.StudySpec_BEST_MEASUREMENT
+	n, point := runningTrial(t, s, spec)
+	// The program's every point in one report, read after it exited.
+	all := point(1, 5)
+	all.Points = append(all.Points, point(2, 2).GetPoints()[0], point(3, 4).GetPoints()[0])
+	feed(t, s, all)
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_STOPPING || !got.GetEarlyStopped() {
+		t.Fatalf("not stopped: %v", got)
+	}
+	handle(t, s, t0, Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: 1, Node: "n-0001", State: eventsv1.StepState_STEP_EXITED}})
+	handle(t, s, t0, Input{Payload: jobIs(n.Job(), loomv1.JobState_CANCELLED)})
+	got := tuningOf(t, s, tunName).GetTrials()[0]
+	if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetEarlyStopped() {
+		t.Fatalf("a trial whose program exited 0 before the cancel: %v", got)
+	}
+	if m := got.GetFinalMeasurement(); m.GetStepCount() != 2 {
+		t.Fatalf("final measurement %v, want the best (step 2), as the study selects", m)
+	}
+
+	// A program that exited 0 on one node but was killed on another was
+	// stopped early.
+	s = NewState()
+	n, point = runningTrial(t, s, spec)
+	feed(t, s, point(1, 5))
+	feed(t, s, point(2, 2))
+	two := jobIs(n.Job(), loomv1.JobState_RUNNING)
+	two.GetJob().Nodes = []string{"n-0001", "n-0002"}
+	feed(t, s, two)
+	handle(t, s, t0, Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: 1, Node: "n-0001", State: eventsv1.StepState_STEP_EXITED}})
+	handle(t, s, t0, Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: 1, Node: "n-0002", State: eventsv1.StepState_STEP_KILLED}})
+	ended := jobIs(n.Job(), loomv1.JobState_CANCELLED)
+	ended.GetJob().Nodes = two.GetJob().GetNodes()
+	handle(t, s, t0, Input{Payload: ended})
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_SUCCEEDED || !got.GetEarlyStopped() {
+		t.Fatalf("a trial killed on one of its nodes: %v", got)
+	}
 }
 
 // TestStopTooLateIsACompleteTrial: when the search stops a trial whose

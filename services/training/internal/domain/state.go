@@ -51,6 +51,12 @@ type CJ struct {
 	// a node here has had every metric point of the run read: a trial
 	// waits for all of its nodes before its measurements are final.
 	StepsEnded []string
+	// StepsExited are the nodes of StepsEnded whose program exited by
+	// itself with code 0 (STEP_EXITED, no signal): a run all of whose
+	// nodes are here ran to its end, even when a cancel that came after
+	// made its job CANCELLED, so a trial the search stopped too late is
+	// not shown stopped early (finishTrial).
+	StepsExited []string
 	// PendingStepEnds are step ends read before the job's event that names
 	// their run (its attempt, with its nodes): the step topic and the job
 	// topic are not ordered with each other, so a short run's, or a
@@ -79,6 +85,9 @@ type CJ struct {
 type StepEnd struct {
 	Attempt int32
 	Node    string
+	// Exited: the node's program exited by itself with code 0
+	// (CJ.StepsExited).
+	Exited bool
 }
 
 // MaxPendingStepEnds is as many nodes as a CustomJob may have (4 pools
@@ -248,6 +257,7 @@ func cloneCJ(j *CJ) *CJ {
 	c.Job = proto.Clone(j.Job).(*trainingv1.CustomJob)
 	c.Nodes = append([]string(nil), j.Nodes...)
 	c.StepsEnded = append([]string(nil), j.StepsEnded...)
+	c.StepsExited = append([]string(nil), j.StepsExited...)
 	c.PendingStepEnds = append([]StepEnd(nil), j.PendingStepEnds...)
 	c.PendingMetrics = nil
 	for _, p := range j.PendingMetrics {
@@ -872,7 +882,7 @@ func cjEqual(x, y *CJ) bool {
 	return proto.Equal(x.Job, y.Job) && strings.Join(x.Nodes, ",") == strings.Join(y.Nodes, ",") &&
 		x.TrialID == y.TrialID && x.Ephemeral == y.Ephemeral && x.Submitted == y.Submitted &&
 		x.ClusterDeleted == y.ClusterDeleted && x.CancelSent == y.CancelSent && x.Stop == y.Stop && x.Attempt == y.Attempt &&
-		slices.Equal(x.StepsEnded, y.StepsEnded) && slices.Equal(x.PendingStepEnds, y.PendingStepEnds) &&
+		slices.Equal(x.StepsEnded, y.StepsEnded) && slices.Equal(x.StepsExited, y.StepsExited) && slices.Equal(x.PendingStepEnds, y.PendingStepEnds) &&
 		slices.EqualFunc(x.PendingMetrics, y.PendingMetrics, func(a, b PendingMetrics) bool {
 			return a.Attempt == b.Attempt && a.Node == b.Node && a.Records == b.Records &&
 				slices.EqualFunc(a.Measurements, b.Measurements, func(m, n *trainingv1.Measurement) bool { return proto.Equal(m, n) })

@@ -436,7 +436,7 @@ func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string
 	if ev.GetAttempt() > cur.Attempt || (ev.GetAttempt() == cur.Attempt && len(cur.Nodes) == 0) {
 		// Its run's event (the attempt, its nodes) is not read yet: kept
 		// until it is (takePendingStepEnds), bounded.
-		e := StepEnd{Attempt: ev.GetAttempt(), Node: node}
+		e := StepEnd{Attempt: ev.GetAttempt(), Node: node, Exited: exitedByItself(ev)}
 		if JobEnded(cur.Job.GetState()) || !inCluster(cur.Job.GetCluster(), node) ||
 			slices.Contains(cur.PendingStepEnds, e) {
 			return nil, nil
@@ -458,8 +458,34 @@ func (s *State) stepEnded(now time.Time, ev *eventsv1.StepChanged, signer string
 	return s.change(now, r.Name, func(r *Root, em *emitter) error {
 		_, cj := r.edit(cur.TrialID)
 		cj.StepsEnded = append(cj.StepsEnded, node)
+		if exitedByItself(ev) {
+			cj.StepsExited = append(cj.StepsExited, node)
+		}
 		return nil
 	})
+}
+
+// exitedByItself reports whether a step end says the node's program ran
+// to its own end: it exited with code 0, not by a signal (a cancel's kill
+// is STEP_KILLED, or a signal's exit).
+func exitedByItself(ev *eventsv1.StepChanged) bool {
+	return ev.GetState() == eventsv1.StepState_STEP_EXITED && ev.GetExitCode() == 0 && ev.GetExitSignal() == 0
+}
+
+// ranToEnd reports whether every node of cj's run had its program exit by
+// itself with code 0 (CJ.StepsExited): the run was complete whatever its
+// job's end says (a cancel read by the scheduler after the program's exit
+// but before its step's end makes the job CANCELLED).
+func ranToEnd(cj *CJ) bool {
+	if len(cj.Nodes) == 0 {
+		return false
+	}
+	for _, n := range cj.Nodes {
+		if !slices.ContainsFunc(cj.StepsExited, func(e string) bool { return runsOn(cj.Job.GetCluster(), []string{n}, e) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // holdStepEnd returns held (CJ.PendingStepEnds) with e added, and true;
@@ -525,6 +551,9 @@ func takePendingStepEnds(cj *CJ) {
 			keep = append(keep, e)
 		case runsOn(cj.Job.GetCluster(), cj.Nodes, e.Node) && !slices.Contains(cj.StepsEnded, e.Node):
 			cj.StepsEnded = append(cj.StepsEnded, e.Node)
+			if e.Exited {
+				cj.StepsExited = append(cj.StepsExited, e.Node)
+			}
 		}
 	}
 	cj.PendingStepEnds = keep
@@ -557,7 +586,8 @@ func finalizeDue(now time.Time, grace time.Duration, r *Root) bool {
 // finishTrial ends trial tr after its CustomJob cj ended: SUCCEEDED with
 // its final measurement (per measurement_selection_type; an early-stopped
 // trial's last), or INFEASIBLE with the reason. A trial the search stopped
-// whose job still SUCCEEDED ran to its end and is not early-stopped.
+// whose job still SUCCEEDED, or whose every node's program exited 0 by
+// itself (ranToEnd), ran to its end and is not early-stopped.
 func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.HyperparameterTuningJob, tr *trainingv1.Trial, cj *CJ) {
 	tr.EndTime = timestamppb.New(now)
 	metric := job.GetStudySpec().GetMetrics()[0].GetMetricId()
@@ -566,11 +596,14 @@ func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.Hyperparamet
 		tr.InfeasibleReason = fmt.Sprintf("its custom job ended %s: %s", cj.Job.GetState(), cj.Job.GetError().GetMessage())
 		return
 	}
-	if tr.GetEarlyStopped() && cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED {
+	if tr.GetEarlyStopped() && (cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED || ranToEnd(cj)) {
 		// The search's stop came too late: the program ran to its end
-		// before its job was cancelled (a cancel wins as CANCELLED). The
-		// trial is complete, and the search must learn from it as such,
-		// not hold it as a point without a value.
+		// before the cancel reached it. Its job SUCCEEDED, or, when the
+		// scheduler read the cancel after the program's exit but before
+		// its step's end, CANCELLED while every node's program exited 0
+		// by itself. The trial is complete, and the search must learn
+		// from it as such, not hold it as a point without a value; nor
+		// may it be shown "stopped early".
 		tr.EarlyStopped = false
 	}
 	sel := job.GetStudySpec().GetMeasurementSelectionType()
