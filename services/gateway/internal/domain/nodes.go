@@ -76,11 +76,20 @@ func checkNodesExist(v *errs.Validator, nodes map[string]*loomv1.Node, cluster, 
 // srun take such a job (measured on 22.05), and AcceptJob drops them too.
 // Problems name a host by its index in the request. nodes are the
 // cluster's nodes by hostname; the job's own fields are checked by
-// ValidateSubmitJob first.
+// ValidateSubmitJob first. An update's job is judged whole
+// (CheckUpdatedJob): scontrol update goes through no option check, and the
+// gateway sends its hosts and node count to the scheduler as they are.
 func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
+	return checkJobNodes(j, fitNodes(j), cluster, nodes)
+}
+
+// checkJobNodes is CheckJobNodes's judgement of j as fitted leaves it: the
+// hosts of j's node list that fitted's leaves out are not looked at, and
+// the exclusions must leave room for fitted's node count (j itself: every
+// host judged, j's count).
+func checkJobNodes(j, fitted *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
 	var v errs.Validator
 	name := cluster.GetName()
-	fitted := fitNodes(j)
 	dropped := droppedHosts(j.GetNodelist(), fitted.GetNodelist())
 	checkNodesExist(&v, nodes, name, "job.nodelist", j.GetNodelist(), dropped, " (Slurm: "+MsgInvalidNodeName+")")
 	checkNodesExist(&v, nodes, name, "job.exclude", j.GetExclude(), nil, " (Slurm: "+MsgInvalidNodeName+")")

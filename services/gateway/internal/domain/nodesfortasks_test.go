@@ -165,6 +165,15 @@ func TestUpdateNodelistFitsNodes(t *testing.T) {
 		{"NumNodes=1-2 NodeList=h[1-3]", cpuRange, &loomv1.UpdateJobRequest{NodeCount: proto.Int32(1), MaxNodeCount: proto.Int32(2),
 			Nodelist: hosts("cpu-0001", "cpu-0002", "cpu-0003")},
 			"max_node_count: 2 is below the 3 hosts nodelist names (Slurm: invalid number of nodes (-N 3-2))"},
+		// An update drops no host, whatever its tasks (the submission's
+		// fitNodes does): each is judged, and the exclusions must leave
+		// the job's own count, as the scheduler gets them.
+		{"NumTasks=1 NodeList=h1,nosuch on -N2", twoHosts, &loomv1.UpdateJobRequest{Ntasks: proto.Int32(1), Nodelist: hosts("gpu-0001", "nosuch")},
+			`nodelist[1]: "nosuch" is not a node of`},
+		{"NumTasks=1 ExcNodeList=h2 on -N2", twoHosts, &loomv1.UpdateJobRequest{Ntasks: proto.Int32(1), Nodelist: hosts(), Exclude: hosts("gpu-0002")},
+			"exclude: leaves 1 of partition train's nodes, and the job needs 2"},
+		{"NumTasks=1 NodeList=h[1-2] ExcNodeList=h2 on -N2", twoHosts, &loomv1.UpdateJobRequest{Ntasks: proto.Int32(1), Exclude: hosts("gpu-0002")},
+			"nodelist[1]: gpu-0002 is also excluded"},
 	} {
 		err := CheckUpdatedJob(Updated(tc.job, tc.req), partitioned(), partitionedNodes())
 		var inv *errs.InvalidError

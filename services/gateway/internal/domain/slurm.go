@@ -567,8 +567,9 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 // its node list (checkHostsFit, the submission's rule: NodeList=n[1-2] on
 // a one-node job is refused, naming node_count), its partition exists, it
 // fits the partition's nodes (checkFit), and its node list and exclusions
-// name nodes that can hold it (CheckJobNodes; nodes nil when the job names
-// none). Problems name the update's fields.
+// name nodes that can hold it (CheckJobNodes, every host judged: an update
+// drops none of them; nodes nil when the job names none). Problems name
+// the update's fields.
 func CheckUpdatedJob(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
 	partitions, ps, err := jobPartitions(cluster, j)
 	if err != nil {
@@ -584,7 +585,9 @@ func CheckUpdatedJob(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*l
 	if err := v.Err(); err != nil || len(j.GetNodelist())+len(j.GetExclude()) == 0 {
 		return err
 	}
-	if err := CheckJobNodes(j, cluster, nodes); err != nil {
+	// Judged whole: the update's hosts and count reach the scheduler as
+	// they are, none dropped (fitNodes is the submission's).
+	if err := checkJobNodes(j, j, cluster, nodes); err != nil {
 		var invalid *errs.InvalidError
 		if errors.As(err, &invalid) {
 			for i := range invalid.Violations {
