@@ -127,9 +127,9 @@ func (d Distribution) Or(def Distribution) Distribution {
 
 // String is d as srun's SLURM_DISTRIBUTION writes it, lower-case with "*"
 // resolved: "cyclic", "block:cyclic:cyclic", "cyclic,nopack", "plane"
-// (its size is SLURM_DIST_PLANESIZE); "" for no distribution. It is also
-// the form a step's distribution travels and is kept in: ParseDistribution
-// reads it back (plane as "plane=N").
+// (its size is SLURM_DIST_PLANESIZE); "" for no distribution.
+// ParseDistribution reads it back but for plane, which has lost its size:
+// a step's distribution travels and is kept as Spec.
 func (d Distribution) String() string {
 	if d.Nodes == "plane" {
 		return "plane"

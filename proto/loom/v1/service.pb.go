@@ -922,7 +922,7 @@ type CreateJobStepRequest struct {
 	Distribution string `protobuf:"bytes,24,opt,name=distribution,proto3" json:"distribution,omitempty"`
 	// gpus_per_node is how many of the job's GPUs the step gets and holds on
 	// each of its nodes (srun --gpus-per-node, --gres=gpu:N), 0 for none, at
-	// most slurmspec.MaxGPUsPerNode; gpus_per_task takes precedence. Every
+	// most slurmspec.MaxJobGPUs; gpus_per_task takes precedence. Every
 	// task of the node sees them all (CUDA_VISIBLE_DEVICES).
 	GpusPerNode int32 `protobuf:"varint,25,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
 	// gpus_inherited says gpus is the job's SLURM_GPUS that srun took as its

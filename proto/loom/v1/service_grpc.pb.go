@@ -612,7 +612,8 @@ type JobServiceClient interface {
 	// ReadJobLogs streams the job's output file.
 	ReadJobLogs(ctx context.Context, in *ReadJobLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error)
 	// CreateJobStep starts a job step (srun inside an allocation): tasks on
-	// the nodes of a running job, ranked by block distribution. It returns
+	// the nodes of a running job, ranked by the step's distribution (block
+	// without one). It returns
 	// the step with its step id once the scheduler has recorded it.
 	CreateJobStep(ctx context.Context, in *CreateJobStepRequest, opts ...grpc.CallOption) (*JobStep, error)
 	// GetJobStep reads one step of the job's current run.
@@ -779,7 +780,8 @@ type JobServiceServer interface {
 	// ReadJobLogs streams the job's output file.
 	ReadJobLogs(*ReadJobLogsRequest, grpc.ServerStreamingServer[LogChunk]) error
 	// CreateJobStep starts a job step (srun inside an allocation): tasks on
-	// the nodes of a running job, ranked by block distribution. It returns
+	// the nodes of a running job, ranked by the step's distribution (block
+	// without one). It returns
 	// the step with its step id once the scheduler has recorded it.
 	CreateJobStep(context.Context, *CreateJobStepRequest) (*JobStep, error)
 	// GetJobStep reads one step of the job's current run.

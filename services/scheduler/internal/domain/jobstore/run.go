@@ -201,9 +201,9 @@ func (s Step) Terminal() bool {
 	return false
 }
 
-// JobStep is one job step of a run: tasks on the first len(Nodes) nodes of
-// its allocation, ranked by block distribution (node 0 has ranks
-// 0..Tasks[0]-1, and so on).
+// JobStep is one job step of a run: tasks on len(Nodes) nodes of its
+// allocation, ranked by its Distribution (Ranks; block's without one: node
+// 0 has ranks 0..Tasks[0]-1, and so on).
 type JobStep struct {
 	ID        int32    `json:"id"`
 	RequestID string   `json:"request_id,omitempty"`
@@ -236,8 +236,9 @@ type JobStep struct {
 	Start     time.Time `json:"start,omitzero"`
 	End       time.Time `json:"end,omitzero"`
 	// GPUs are, node for node (as Nodes), the job's GPU indices the step's
-	// tasks were given (srun --gpus-per-task; nil without): while the step
-	// runs, another such step of the job takes others first.
+	// tasks were given (srun --gpus-per-task, --gpus-per-node or a --gpus
+	// of its own; nil without): while the step runs, another such step of
+	// the job takes others first.
 	GPUs [][]int32 `json:"gpus,omitempty"`
 	// CPUs are, node for node (as Nodes), the job's CPUs the step holds
 	// until it ends (nil: none, an --overlap step's). A step that waits for
