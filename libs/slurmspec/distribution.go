@@ -55,7 +55,7 @@ func ParseDistribution(v string) (Distribution, error) {
 	if size, ok := strings.CutPrefix(spec, "plane"); ok {
 		digits, ok := strings.CutPrefix(size, "=")
 		n, err := strconv.ParseInt(digits, 10, 32)
-		if !ok || err != nil || n < 1 || !allDigits(digits) {
+		if !ok || err != nil || n < 1 || !isDigits(digits) {
 			return d, ErrPlaneSize
 		}
 		return Distribution{Nodes: "plane", PlaneSize: int32(n)}, nil
@@ -95,15 +95,6 @@ func ParseDistribution(v string) (Distribution, error) {
 		}
 	}
 	return d, nil
-}
-
-func allDigits(s string) bool {
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // DefaultDistribution is the distribution Slurm 22.05's srun picks without
