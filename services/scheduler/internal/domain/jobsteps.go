@@ -901,18 +901,12 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 		if devs := env["CUDA_VISIBLE_DEVICES"]; devs != "" {
 			env["SLURM_STEP_GPUS"] = devs
 		}
-		if g := int(ev.GetGpusPerTask()); g > 0 && ev.GetGpuBindNone() {
-			env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(g)
-			ids := make([]string, len(step.GPUs[k]))
-			for i, gpu := range step.GPUs[k] {
-				ids[i] = strconv.Itoa(int(gpu))
+		if g := int(ev.GetGpusPerTask()); g > 0 && ev.GetGpuBindNone() || g == 0 && step.GPUs != nil {
+			// --gpu-bind=none (above), --gpus or --gpus-per-node (as
+			// Slurm's): every task sees the step's GPUs on the node.
+			if g > 0 {
+				env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(g)
 			}
-			for _, v := range []string{"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"} {
-				env[v] = strings.Join(ids, ",")
-			}
-		} else if g == 0 && step.GPUs != nil {
-			// --gpus or --gpus-per-node: every task sees the step's
-			// GPUs on the node, as Slurm's.
 			ids := make([]string, len(step.GPUs[k]))
 			for i, gpu := range step.GPUs[k] {
 				ids[i] = strconv.Itoa(int(gpu))
