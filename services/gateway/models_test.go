@@ -41,7 +41,13 @@ func (fakeRegistry) DeleteModel(context.Context, *loomv1.DeleteModelRequest) (*l
 	return &loomv1.DeleteModelResponse{}, nil
 }
 
-func (fakeRegistry) DeleteModelVersion(context.Context, *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
+// DeleteModelVersion refuses tiny@3 (a version holding "prod") unless
+// force is set, as the registry does: the REST test sees force reach it
+// from a body and from a query.
+func (fakeRegistry) DeleteModelVersion(_ context.Context, r *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
+	if strings.HasSuffix(r.GetName(), "/tiny@3") && !r.GetForce() {
+		return nil, status.Error(codes.FailedPrecondition, "version 3 of tiny holds alias prod: move or remove it first")
+	}
 	return &loomv1.DeleteModelResponse{}, nil
 }
 
@@ -114,8 +120,10 @@ func TestModelsREST(t *testing.T) {
 		md["verb"] != "export" || md["target"] != models[len("/v1/"):]+"/tiny@2" || got["done"] != nil {
 		t.Errorf("export: %v, want a running operation", got)
 	}
-	call(ana, "POST", models+"/tiny@3:deleteVersion", `{}`, http.StatusOK)
-	call(ana, "DELETE", models+"/tiny@3:deleteVersion", "", http.StatusOK)
+	call(ana, "POST", models+"/tiny@3:deleteVersion", `{}`, http.StatusBadRequest)
+	call(ana, "POST", models+"/tiny@3:deleteVersion", `{"force":true}`, http.StatusOK)
+	call(ana, "DELETE", models+"/tiny@3:deleteVersion", "", http.StatusBadRequest)
+	call(ana, "DELETE", models+"/tiny@3:deleteVersion?force=true", "", http.StatusOK)
 	call(ana, "DELETE", models+"/tiny", "", http.StatusOK)
 
 	// A viewer reads but does not change; another project is NotFound.

@@ -161,9 +161,21 @@ func TestModelRegistryRPCs(t *testing.T) {
 	// Deleting the default version is refused with the reason; another goes.
 	_, err = c.DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: vertexModel + "@50"})
 	wantCode(t, "deleting the default version", err, codes.FailedPrecondition, "holds the \"default\" alias")
-	if _, err := c.DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: vertexModel + "@101"}); err != nil {
-		t.Fatalf("DeleteModelVersion(@101): %v", err)
+	// A version holding a serving alias is refused, naming it, until the
+	// caller says force: then the alias goes with it.
+	if _, err := c.MergeVersionAliases(ctx, &loomv1.MergeVersionAliasesRequest{Name: vertexModel + "@101", VersionAliases: []string{"prod"}}); err != nil {
+		t.Fatalf("MergeVersionAliases(@101 prod): %v", err)
 	}
+	_, err = c.DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: vertexModel + "@101"})
+	wantCode(t, "deleting the version holding prod", err, codes.FailedPrecondition, "holds alias prod: move or remove it first")
+	if _, err := c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel + "@prod"}); err != nil {
+		t.Fatalf("prod after a refused delete: %v", err)
+	}
+	if _, err := c.DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: vertexModel + "@101", Force: true}); err != nil {
+		t.Fatalf("DeleteModelVersion(@101, force): %v", err)
+	}
+	_, err = c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel + "@prod"})
+	wantCode(t, "GetModel(@prod) after its version was deleted", err, codes.NotFound, "alias")
 	_, err = c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel + "@101"})
 	wantCode(t, "GetModel of a deleted version", err, codes.NotFound, "no version 101")
 	// Ids are never reused: the next upload is 102.

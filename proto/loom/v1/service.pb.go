@@ -3694,8 +3694,13 @@ func (x *DeleteModelRequest) GetName() string {
 }
 
 type DeleteModelVersionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// force deletes a version that holds aliases other than "default" (a
+	// serving alias such as "prod"), dropping them: without it such a
+	// version is refused, so that no alias vanishes unasked. The version
+	// holding "default" is refused even so: move "default" first.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3735,6 +3740,13 @@ func (x *DeleteModelVersionRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DeleteModelVersionRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type DeleteModelResponse struct {
@@ -4237,9 +4249,10 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fversion_aliases\x18\x02 \x03(\tR\x0eversionAliases\"(\n" +
 	"\x12DeleteModelRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"/\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"E\n" +
 	"\x19DeleteModelVersionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x15\n" +
 	"\x13DeleteModelResponse\"\x8e\x01\n" +
 	"\x12ExportModelRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12E\n" +

@@ -1721,7 +1721,9 @@ type ModelServiceClient interface {
 	DeleteModel(ctx context.Context, in *DeleteModelRequest, opts ...grpc.CallOption) (*DeleteModelResponse, error)
 	// DeleteModelVersion deletes one version ("{id}@{version}" or
 	// "{id}@{alias}"); the only version, and the one holding "default", are
-	// refused (FailedPrecondition).
+	// refused (FailedPrecondition), as Vertex refuses; so is a version that
+	// holds any other alias, naming them, unless force is set (then its
+	// aliases are dropped with it, as MLflow drops them).
 	DeleteModelVersion(ctx context.Context, in *DeleteModelVersionRequest, opts ...grpc.CallOption) (*DeleteModelResponse, error)
 	// ExportModel copies the version's artifacts to
 	// output_config.artifact_destination.output_uri_prefix, byte for byte
@@ -1865,7 +1867,9 @@ type ModelServiceServer interface {
 	DeleteModel(context.Context, *DeleteModelRequest) (*DeleteModelResponse, error)
 	// DeleteModelVersion deletes one version ("{id}@{version}" or
 	// "{id}@{alias}"); the only version, and the one holding "default", are
-	// refused (FailedPrecondition).
+	// refused (FailedPrecondition), as Vertex refuses; so is a version that
+	// holds any other alias, naming them, unless force is set (then its
+	// aliases are dropped with it, as MLflow drops them).
 	DeleteModelVersion(context.Context, *DeleteModelVersionRequest) (*DeleteModelResponse, error)
 	// ExportModel copies the version's artifacts to
 	// output_config.artifact_destination.output_uri_prefix, byte for byte

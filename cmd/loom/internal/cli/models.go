@@ -307,11 +307,14 @@ func (a *app) modelsExport() *cobra.Command {
 }
 
 func (a *app) modelsDelete() *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete MODEL | MODEL@VERSION",
+	var force bool
+	c := &cobra.Command{
+		Use:   "delete MODEL | MODEL@VERSION [--force]",
 		Short: "Delete a model with all its versions, or one version",
 		Long: "Deletes one version when the name has \"@VERSION\" (or \"@ALIAS\"): not the only version, and not the\n" +
-			"one holding \"default\" (move it first with `loom models alias`). A bare name deletes the whole model.",
+			"one holding \"default\" (move it first with `loom models alias`). A version holding another alias\n" +
+			"(\"prod\") is refused, naming it, unless --force: then its aliases are dropped with it.\n" +
+			"A bare name deletes the whole model.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := a.models()
@@ -324,8 +327,11 @@ func (a *app) modelsDelete() *cobra.Command {
 			what := "model " + args[0] + " and all its versions"
 			if strings.Contains(shortName(name), "@") {
 				what = "version " + args[0]
-				_, err = cl.DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: name})
+				_, err = cl.DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: name, Force: force})
 			} else {
+				if force {
+					return usagef("--force applies to one version (MODEL@VERSION): a whole model is deleted with all its aliases anyway")
+				}
 				_, err = cl.DeleteModel(ctx, &loomv1.DeleteModelRequest{Name: name})
 			}
 			if err != nil {
@@ -335,6 +341,8 @@ func (a *app) modelsDelete() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&force, "force", false, "delete a version that holds aliases other than default, dropping them")
+	return c
 }
 
 // renderModelList is the models table: one row per model, at its default

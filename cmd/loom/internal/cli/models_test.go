@@ -109,6 +109,9 @@ func (f *registryFake) DeleteModel(_ context.Context, r *loomv1.DeleteModelReque
 
 func (f *registryFake) DeleteModelVersion(_ context.Context, r *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
 	f.rec(r)
+	if r.GetForce() {
+		return &loomv1.DeleteModelResponse{}, nil
+	}
 	return nil, status.Error(codes.FailedPrecondition, `version 1 of projects/default/models/tiny holds the "default" alias: move it to another version first (loom models alias tiny@N default)`)
 }
 
@@ -297,6 +300,16 @@ func TestModelsCommands(t *testing.T) {
 	}
 	if _, ok := f.last().(*loomv1.DeleteModelVersionRequest); !ok {
 		t.Errorf("delete tiny@1 sent %T", f.last())
+	}
+	// --force reaches the registry (a version holding "prod" goes, with
+	// its aliases); on a whole model it is a usage error.
+	out, _, code = run(t, gw, "models", "delete", "tiny@3", "--force")
+	if r, ok := f.last().(*loomv1.DeleteModelVersionRequest); code != 0 || out != "Deleted version tiny@3.\n" || !ok || !r.GetForce() {
+		t.Errorf("delete tiny@3 --force: %d %q, sent %v", code, out, f.last())
+	}
+	_, errOut, code = run(t, gw, "models", "delete", "tiny", "--force")
+	if code == 0 || !strings.Contains(errOut, "--force applies to one version") {
+		t.Errorf("delete tiny --force: %d %s", code, errOut)
 	}
 	out, _, code = run(t, gw, "models", "delete", "tiny")
 	if code != 0 || out != "Deleted model tiny and all its versions.\n" {

@@ -359,13 +359,15 @@ func (r *Registry) DeleteModel(ctx context.Context, name string) error {
 }
 
 // DeleteModelVersion deletes one version; see domain.DeleteVersion for what
-// is refused.
-func (r *Registry) DeleteModelVersion(ctx context.Context, name string) error {
+// is refused, and what force allows.
+func (r *Registry) DeleteModelVersion(ctx context.Context, name string, force bool) error {
 	ref, err := domain.ParseRef("name", name)
 	if err != nil {
 		return err
 	}
-	c, err := r.change(ctx, func(s *domain.State) (*domain.Change, error) { return domain.DeleteVersion(s, ref, r.now().UTC()) })
+	c, err := r.change(ctx, func(s *domain.State) (*domain.Change, error) {
+		return domain.DeleteVersion(s, ref, force, r.now().UTC())
+	})
 	if err == nil {
 		r.log.Info("model version deleted", "version", c.Deleted)
 	}

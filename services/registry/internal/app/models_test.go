@@ -48,7 +48,7 @@ func TestChangesSurviveRestartAndLostAnswers(t *testing.T) {
 	if _, err := r.MergeVersionAliases(ctx, &loomv1.MergeVersionAliasesRequest{Name: parent + "/models/tiny@3", VersionAliases: []string{"prod"}}); !store.OutcomeUnknown(err) {
 		t.Fatalf("merge with a lost answer = %v, want the outcome unknown", err)
 	}
-	if err := r.DeleteModelVersion(ctx, parent+"/models/tiny@1"); err != nil {
+	if err := r.DeleteModelVersion(ctx, parent+"/models/tiny@1", false); err != nil {
 		t.Fatal(err)
 	}
 	want, err := r.ListModelVersions(&loomv1.ListModelVersionsRequest{Parent: parent + "/models/tiny"})

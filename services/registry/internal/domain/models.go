@@ -413,8 +413,11 @@ func Update(s *State, r Ref, patch *loomv1.Model, mask []string, now time.Time) 
 
 // DeleteVersion is DeleteModelVersion of the version r names. It is refused
 // (FailedPrecondition, saying why and what to do) for a model's only
-// version and for the version holding "default"; r must name a version.
-func DeleteVersion(s *State, r Ref, now time.Time) (*Change, error) {
+// version, for the version holding "default" (Vertex's rule), and, unless
+// force, for a version holding any other alias: a serving alias such as
+// "prod" must not vanish unasked (with force it goes with the version, as
+// MLflow drops a deleted version's aliases). r must name a version.
+func DeleteVersion(s *State, r Ref, force bool, now time.Time) (*Change, error) {
 	if !r.Selected() {
 		return nil, errs.Invalid("name", "name the version to delete: MODEL@VERSION or MODEL@ALIAS (the default version cannot be deleted)")
 	}
@@ -430,6 +433,19 @@ func DeleteVersion(s *State, r Ref, now time.Time) (*Change, error) {
 	if slices.Contains(v.GetAliases(), DefaultAlias) || (holder(vs, DefaultAlias) == nil && v == vs[len(vs)-1]) {
 		return nil, fmt.Errorf("version %d of %s holds the %q alias: move it to another version first (loom models alias %s@N default): %w",
 			v.GetVersion(), m.GetName(), DefaultAlias, r.ID, errs.FailedPrecondition)
+	}
+	if held := v.GetAliases(); len(held) > 0 && !force {
+		what, it, list := "alias", "it", strings.Join(held, " ")
+		if len(held) > 1 {
+			what, it = "aliases", "them"
+		}
+		removes := make([]string, len(held))
+		for i, a := range held {
+			removes[i] = "-" + a
+		}
+		return nil, fmt.Errorf("version %d of %s holds %s %s: move or remove %s first (move: loom models alias %s@N %s; remove: loom models alias %s@%d -- %s), or delete the version with its aliases (loom models delete %s@%d --force): %w",
+			v.GetVersion(), m.GetName(), what, strings.Join(held, ", "), it,
+			r.ID, list, r.ID, v.GetVersion(), strings.Join(removes, " "), r.ID, v.GetVersion(), errs.FailedPrecondition)
 	}
 	model := proto.Clone(m).(*loomv1.Model)
 	model.UpdateTime = timestamppb.New(now)

@@ -259,20 +259,41 @@ func TestDeleteVersionRefusals(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(400, 0)
 	s := threeVersions()
-	if _, err := DeleteVersion(s, ref(t, "projects/p/models/m@1"), now); !errors.Is(err, errs.FailedPrecondition) || !strings.Contains(err.Error(), "default") {
-		t.Fatalf("deleting the default version: %v", err)
+	// The default version is refused, even with force (Vertex's rule).
+	for _, force := range []bool{false, true} {
+		if _, err := DeleteVersion(s, ref(t, "projects/p/models/m@1"), force, now); !errors.Is(err, errs.FailedPrecondition) || !strings.Contains(err.Error(), "default") {
+			t.Fatalf("deleting the default version (force %v): %v", force, err)
+		}
 	}
-	if _, err := DeleteVersion(s, ref(t, "projects/p/models/m"), now); err == nil {
+	if _, err := DeleteVersion(s, ref(t, "projects/p/models/m"), false, now); err == nil {
 		t.Fatal("deleting a bare name accepted")
 	}
+	// A version holding a serving alias is refused without force, naming
+	// the alias and the commands that move or remove it: "prod" must not
+	// vanish unasked.
+	_, err := DeleteVersion(s, ref(t, "projects/p/models/m@2"), false, now)
+	if !errors.Is(err, errs.FailedPrecondition) {
+		t.Fatalf("deleting the version holding prod = %v, want FailedPrecondition", err)
+	}
+	for _, want := range []string{"holds alias prod", "loom models alias m@N prod", "loom models alias m@2 -- -prod", "loom models delete m@2 --force"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	if len(s.Versions["projects/p/models/m"]) != 3 {
+		t.Fatal("a refused delete changed the state")
+	}
 	for _, name := range []string{"projects/p/models/m@prod", "projects/p/models/m@3"} {
-		c, err := DeleteVersion(s, ref(t, name), now)
+		c, err := DeleteVersion(s, ref(t, name), true, now)
 		if err != nil {
-			t.Fatalf("DeleteVersion(%s): %v", name, err)
+			t.Fatalf("DeleteVersion(%s, force): %v", name, err)
 		}
 		s.ApplyChange(c)
 	}
-	if _, err := DeleteVersion(s, ref(t, "projects/p/models/m@1"), now); !errors.Is(err, errs.FailedPrecondition) || !strings.Contains(err.Error(), "only version") {
+	if _, _, err := s.Resolve(ref(t, "projects/p/models/m@prod")); !errors.Is(err, errs.NotFound) {
+		t.Fatalf("prod after its version was deleted with force: %v, want NotFound", err)
+	}
+	if _, err := DeleteVersion(s, ref(t, "projects/p/models/m@1"), false, now); !errors.Is(err, errs.FailedPrecondition) || !strings.Contains(err.Error(), "only version") {
 		t.Fatalf("deleting the only version: %v", err)
 	}
 	if s.Models["projects/p/models/m"].GetLatestVersion() != 3 {

@@ -78,7 +78,7 @@ func (s *ModelServer) DeleteModel(ctx context.Context, req *loomv1.DeleteModelRe
 
 // DeleteModelVersion deletes one version.
 func (s *ModelServer) DeleteModelVersion(ctx context.Context, req *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
-	if err := s.reg.DeleteModelVersion(ctx, req.GetName()); err != nil {
+	if err := s.reg.DeleteModelVersion(ctx, req.GetName(), req.GetForce()); err != nil {
 		return nil, errs.ToStatus(err)
 	}
 	return &loomv1.DeleteModelResponse{}, nil
