@@ -61,6 +61,16 @@ func TestExportModelOperation(t *testing.T) {
 		codes.InvalidArgument, "output_config.artifact_destination.output_uri_prefix", "4096")
 	wantCode(t, "a 129-byte request_id", func() error { _, err := export(ana, "s3://b/x", strings.Repeat("r", 129)); return err }(),
 		codes.InvalidArgument, "request_id")
+	// What the registry would refuse (here: outside its export root) is
+	// refused now, by the registry's check, before any operation starts.
+	wantCode(t, "a destination the registry refuses", func() error { _, err := export(ana, "file:///tmp/elsewhere/m", "r-1"); return err }(),
+		codes.InvalidArgument, "output_config.artifact_destination.output_uri_prefix", "outside the export root")
+	// validate_only: checked, nothing started.
+	checked, err := ana.ExportModel(ctx, &loomv1.ExportModelRequest{Name: version, ValidateOnly: true, RequestId: "r-2",
+		OutputConfig: &loomv1.ExportModelOutputConfig{ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "s3://b/x"}}})
+	if err != nil || !checked.GetDone() || checked.GetName() != "" || checked.GetMetadata().GetTarget() != version {
+		t.Fatalf("ExportModel(validate_only) = %v, %v; want a done operation of no name for %s", checked, err, version)
+	}
 	if evs := testkit.Events(t, h.broker, topics.ModelCommands); len(evs) != 0 {
 		t.Fatalf("refused exports sent %d commands, want none", len(evs))
 	}

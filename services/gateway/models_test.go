@@ -51,10 +51,19 @@ func (fakeRegistry) DeleteModelVersion(_ context.Context, r *loomv1.DeleteModelV
 	return &loomv1.DeleteModelResponse{}, nil
 }
 
-// ExportModel is never called: the gateway's ExportModel is an operation
-// that the registry's ExportModel command runs.
-func (fakeRegistry) ExportModel(context.Context, *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
-	return nil, status.Error(codes.Unimplemented, "the gateway must send ExportModel as a command")
+// ExportModel is called with validate_only only: the gateway's ExportModel
+// asks the registry's checks, then runs the export as an operation that
+// the registry's ExportModel command runs. A destination under
+// file:///tmp/elsewhere is refused, as a registry whose export root is
+// elsewhere refuses it.
+func (fakeRegistry) ExportModel(_ context.Context, r *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
+	if !r.GetValidateOnly() {
+		return nil, status.Error(codes.Unimplemented, "the gateway must send ExportModel as a command")
+	}
+	if dst := r.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix(); strings.HasPrefix(dst, "file:///tmp/elsewhere/") {
+		return nil, status.Errorf(codes.InvalidArgument, "output_config.artifact_destination.output_uri_prefix: %q is outside the export root", dst)
+	}
+	return &loomv1.Operation{Done: true}, nil
 }
 
 // TestModelsREST: the registry at Vertex's paths takes and answers

@@ -2,7 +2,9 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -279,14 +281,29 @@ func TestExportModel(t *testing.T) {
 		"file://" + root + "/defaultx/t":  "outside project default's directory",
 		"file://" + root + "/tiny-direct": "outside project default's directory",
 	} {
-		_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel, OutputConfig: &loomv1.ExportModelOutputConfig{
-			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}})
-		wantCode(t, "export to "+dst, err, codes.InvalidArgument, says)
+		// The same refusal with validate_only: the check the gateway
+		// runs before it starts an export operation.
+		for _, validate := range []bool{false, true} {
+			_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel, ValidateOnly: validate, OutputConfig: &loomv1.ExportModelOutputConfig{
+				ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}})
+			wantCode(t, fmt.Sprintf("export to %s (validate_only %v)", dst, validate), err, codes.InvalidArgument, says)
+		}
 	}
+	_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel + "@9", ValidateOnly: true, OutputConfig: &loomv1.ExportModelOutputConfig{
+		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + root + "/default/x"}}})
+	wantCode(t, "validate_only export of a version that is not there", err, codes.NotFound, "9")
 	out := filepath.Join(root, "default", "tiny-1")
 	dst := "file://" + out
 	req := &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
 		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}}
+	// validate_only of a good export: done, nothing copied.
+	checked, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: req.Name, OutputConfig: req.OutputConfig, ValidateOnly: true})
+	if err != nil || !checked.GetDone() || checked.GetExportModel() != nil {
+		t.Fatalf("ExportModel(validate_only) = %v, %v; want done with no result", checked, err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("validate_only wrote %s: %v", out, err)
+	}
 	res, err := c.ExportModel(ctx, req)
 	if err != nil || res.GetExportModel().GetCopied() != 2 || res.GetExportModel().GetDestination() != dst {
 		t.Fatalf("ExportModel = %v, %v; want 2 objects copied to %s", res, err, dst)

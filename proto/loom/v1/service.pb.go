@@ -3794,7 +3794,16 @@ type ExportModelRequest struct {
 	// operation. At most 128 bytes, no control characters; empty: every call
 	// starts an operation (a second export of the same version copies
 	// nothing: objects already there are skipped).
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// validate_only (AIP-163) runs the checks that need no copy (the name
+	// resolves to a version whose artifacts are unchanged; the destination's
+	// scheme, export root, bucket and endpoint are allowed) and copies
+	// nothing: the answer is an operation already done, with no name and no
+	// result, or the refusal the export would meet. The gateway's
+	// ExportModel asks the registry this before it starts an operation, so
+	// that a destination the registry refuses is refused at once
+	// (InvalidArgument naming the field), not by a failed operation.
+	ValidateOnly  bool `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3848,6 +3857,13 @@ func (x *ExportModelRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *ExportModelRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
 }
 
 // ExportModelOutputConfig is Vertex's ExportModelRequest.OutputConfig
@@ -4253,12 +4269,13 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x19DeleteModelVersionRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x15\n" +
-	"\x13DeleteModelResponse\"\x8e\x01\n" +
+	"\x13DeleteModelResponse\"\xb3\x01\n" +
 	"\x12ExportModelRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12E\n" +
 	"\routput_config\x18\x02 \x01(\v2 .loom.v1.ExportModelOutputConfigR\foutputConfig\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"e\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12#\n" +
+	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"e\n" +
 	"\x17ExportModelOutputConfig\x12J\n" +
 	"\x14artifact_destination\x18\x03 \x01(\v2\x17.loom.v1.GcsDestinationR\x13artifactDestination\"<\n" +
 	"\x0eGcsDestination\x12*\n" +

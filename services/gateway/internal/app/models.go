@@ -227,7 +227,11 @@ const MaxExportURI = 4096
 // and the registry's answer finishes it (HandleModelEvent). A retry (the
 // same request_id from the same caller, for the same name and destination)
 // answers the first call's operation; the same request_id for another name
-// or destination is another export (exportRequestKey).
+// or destination is another export (exportRequestKey). Before the
+// operation is stored, the registry checks the version and destination
+// (ExportModel with validate_only): a refusal there is the call's answer.
+// With validate_only set here, that check is all: the answer is a done
+// operation of no name, and nothing is stored or sent.
 func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
 	const field = "output_config.artifact_destination.output_uri_prefix"
 	p, _ := auth.FromContext(ctx)
@@ -240,6 +244,9 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 		rid = exportRequestKey(p.Name, req.GetName(), dst, rid)
 	}
 	fp := domain.RequestFingerprint(req)
+	if req.GetValidateOnly() {
+		rid = "" // checked, not looked up: nothing is started
+	}
 	if op, ok, err := g.replayModelOperation(ctx, kind, rid, req.GetRequestId(), fp); err != nil || ok {
 		return op, err
 	}
@@ -260,6 +267,16 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	target := m.GetName()
 	if base, _, _ := strings.Cut(target, "@"); m.GetVersionId() != "" {
 		target = base + "@" + m.GetVersionId()
+	}
+	// The registry's own checks of the destination (scheme, export root,
+	// buckets, endpoints: its configuration) and of the version, run
+	// now by the registry itself: a destination the export would refuse is
+	// refused here, not by an operation that fails later.
+	if _, err := g.own.Models.ExportModel(ctx, &loomv1.ExportModelRequest{Name: target, OutputConfig: req.GetOutputConfig(), ValidateOnly: true}); err != nil {
+		return nil, err
+	}
+	if req.GetValidateOnly() {
+		return &loomv1.Operation{Done: true, Metadata: &loomv1.OperationMetadata{Target: target, Verb: domain.VerbExport, Progress: "validated"}}, nil
 	}
 	key, _, _ := strings.Cut(target, "@")
 	op := domain.NewOperation(resname.Operation{Project: project, ID: envelope.NewID()}.String(), domain.VerbExport, target, g.now())

@@ -389,6 +389,44 @@ func (r *Registry) ExportModel(ctx context.Context, req *loomv1.ExportModelReque
 	return resp, err
 }
 
+// CheckExport runs the checks of ExportModel that need no copy (see
+// checkExport): what ExportModel with validate_only answers, and what the
+// gateway asks before it starts an export operation, so that a
+// destination the export would refuse is refused at submission, by the
+// same code.
+func (r *Registry) CheckExport(req *loomv1.ExportModelRequest) error {
+	_, _, _, err := r.checkExport(req)
+	return err
+}
+
+// checkExport is the part of an export decided before anything is read or
+// written: the name parses and resolves to a version whose artifacts are
+// not known to have changed, and the destination passes checkDestination
+// (its URL as opened is openURL).
+func (r *Registry) checkExport(req *loomv1.ExportModelRequest) (ref domain.Ref, openURL string, v *loomv1.ModelVersion, err error) {
+	const field = "output_config.artifact_destination.output_uri_prefix"
+	ref, err = domain.ParseRef("name", req.GetName())
+	if err != nil {
+		return ref, "", nil, err
+	}
+	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
+	openURL, err = r.checkDestination(field, ref.Project, dst)
+	if err != nil {
+		return ref, "", nil, err
+	}
+	r.mu.RLock()
+	_, v, err = r.state.Resolve(ref)
+	r.mu.RUnlock()
+	if err != nil {
+		return ref, "", nil, err
+	}
+	if why := v.GetArtifactChanged(); why != "" {
+		return ref, "", nil, fmt.Errorf("%w: %s: its artifacts changed after registration, and nothing was copied: %s; register the set again (loom models upload) and export the new version",
+			errs.FailedPrecondition, v.GetName(), why)
+	}
+	return ref, openURL, v, nil
+}
+
 // writer is whose rights an export into a local directory writes with:
 // the OS account osUser's, or with anyOwner the registry's own (a cluster
 // administrator's export, the registry's own RPC).
@@ -407,26 +445,11 @@ type writer struct {
 // SHA-256 the MANIFEST lists (exportListed); otherwise FailedPrecondition,
 // naming the file.
 func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest, as writer) (*loomv1.ExportModelResponse, string, error) {
-	const field = "output_config.artifact_destination.output_uri_prefix"
-	ref, err := domain.ParseRef("name", req.GetName())
+	ref, openURL, v, err := r.checkExport(req)
 	if err != nil {
 		return nil, "", err
 	}
 	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
-	openURL, err := r.checkDestination(field, ref.Project, dst)
-	if err != nil {
-		return nil, "", err
-	}
-	r.mu.RLock()
-	_, v, err := r.state.Resolve(ref)
-	r.mu.RUnlock()
-	if err != nil {
-		return nil, "", err
-	}
-	if why := v.GetArtifactChanged(); why != "" {
-		return nil, "", fmt.Errorf("%w: %s: its artifacts changed after registration, and nothing was copied: %s; register the set again (loom models upload) and export the new version",
-			errs.FailedPrecondition, v.GetName(), why)
-	}
 	srcField := "artifact_uri of " + v.GetName()
 	srcURL, err := r.artifactURL(srcField, v.GetArtifactUri())
 	if err != nil {

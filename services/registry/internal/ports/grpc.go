@@ -87,8 +87,17 @@ func (s *ModelServer) DeleteModelVersion(ctx context.Context, req *loomv1.Delete
 // ExportModel copies a version's artifacts and answers the operation done
 // (the registry's RPC is synchronous; the gateway's ExportModel is the
 // long-running one, run by the ExportModel command). An error is answered
-// as the RPC's status, not inside the operation.
+// as the RPC's status, not inside the operation. With validate_only it runs
+// the checks only (app.Registry.CheckExport) and answers a done operation
+// of no name and no result.
 func (s *ModelServer) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
+	if req.GetValidateOnly() {
+		// The checks only: a done operation of no name and no result.
+		if err := s.reg.CheckExport(req); err != nil {
+			return nil, errs.ToStatus(err)
+		}
+		return &loomv1.Operation{Done: true, Metadata: &loomv1.OperationMetadata{Target: req.GetName(), Verb: "export", Progress: "validated"}}, nil
+	}
 	resp, err := s.reg.ExportModel(ctx, req)
 	if errors.Is(err, blobstore.ErrUnimplemented) {
 		return nil, status.Error(codes.Unimplemented, err.Error())
