@@ -31,3 +31,45 @@ func TestJobsGetCancelledBy(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsListExit: `loom jobs list`'s EXIT says what `loom jobs get`
+// says: the signal that killed a cancelled job's script (sacct's 0:15,
+// where the job's own exit code is 0), "-" for a job that never ran
+// (cancelled while pending) and for one not ended, the code otherwise.
+func TestJobsListExit(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	submit := timestamppb.New(now.Add(-time.Minute))
+	killed := &loomv1.Job{JobId: "12", State: loomv1.JobState_CANCELLED, NodeCount: 1, SubmitTime: submit, StartTime: submit,
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_CANCELLED, BatchExitCode: proto.Int32(143), BatchExitSignal: proto.Int32(15)}}}
+	pending := &loomv1.Job{JobId: "13", State: loomv1.JobState_CANCELLED, NodeCount: 1, SubmitTime: submit}
+	failed := &loomv1.Job{JobId: "14", State: loomv1.JobState_FAILED, ExitCode: 3, NodeCount: 1, SubmitTime: submit, StartTime: submit,
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED, ExitCode: 3, BatchExitCode: proto.Int32(3), BatchExitSignal: proto.Int32(0)}}}
+	oomed := &loomv1.Job{JobId: "15", State: loomv1.JobState_FAILED, ExitCode: 137, ExitSignal: proto.Int32(9), NodeCount: 1,
+		SubmitTime: submit, StartTime: submit, Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED, ExitCode: 137}}}
+	running := &loomv1.Job{JobId: "16", State: loomv1.JobState_RUNNING, NodeCount: 1, SubmitTime: submit, StartTime: submit,
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_RUNNING}}}
+	var b strings.Builder
+	if err := renderJobs(&b, []*loomv1.Job{killed, pending, failed, oomed, running}, now); err != nil {
+		t.Fatal(err)
+	}
+	exits := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n")[1:] {
+		f := strings.Fields(l)
+		exits[f[0]] = strings.Join(f[7:], " ")
+	}
+	for id, want := range map[string]string{"12": "signal 15", "13": "-", "14": "3", "15": "signal 9", "16": "-"} {
+		if exits[id] != want {
+			t.Errorf("jobs list EXIT of job %s = %q, want %q:\n%s", id, exits[id], want, b.String())
+		}
+	}
+	for j, want := range map[*loomv1.Job]string{pending: "Exit code:      - (it never ran)\n", oomed: "Exit code:      137 (killed by signal 9)\n"} {
+		var g strings.Builder
+		if err := renderJob(&g, j, now); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(g.String(), want) {
+			t.Errorf("jobs get of job %s:\n%s\nwant a line %q", j.GetJobId(), g.String(), want)
+		}
+	}
+}

@@ -433,14 +433,67 @@ func renderJobs(w io.Writer, js []*loomv1.Job, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "ID", "NAME", "CLUSTER", "STATE", "NODES", "AGE", "RUNTIME", "EXIT")
 	for _, j := range js {
-		exit := "-"
-		if j.GetState().Terminal() {
-			exit = strconv.Itoa(int(j.GetExitCode()))
-		}
 		row(tw, jobLabel(j), cellText(j.GetDisplayName(), 40), shortName(j.GetCluster()), jobState(j),
-			strconv.Itoa(int(j.GetNodeCount())), age(j.GetSubmitTime(), now), jobRuntime(j, now), exit)
+			strconv.Itoa(int(j.GetNodeCount())), age(j.GetSubmitTime(), now), jobRuntime(j, now), jobExit(j))
 	}
 	return tw.Flush()
+}
+
+// jobExit is the EXIT cell of `loom jobs list`: "-" for a job that has not
+// ended or ended without ever running (cancelled while pending: there is
+// no exit to show), "signal 15" for one whose program or batch script a
+// signal killed (a cancel, the time limit: the job's own exit code stays 0,
+// as Slurm's, so "0" alone would claim a clean exit), else its exit code.
+// `loom jobs get` says the same at length (jobExitDetail).
+func jobExit(j *loomv1.Job) string {
+	if !j.GetState().Terminal() || jobNeverRan(j) {
+		return "-"
+	}
+	if sig := jobExitSignal(j); sig > 0 {
+		return fmt.Sprintf("signal %d", sig)
+	}
+	return strconv.Itoa(int(j.GetExitCode()))
+}
+
+// jobNeverRan is whether a terminal job ended without a run: no attempt
+// started (cancelled, or ended by a dependency, while pending). A record
+// without runs but with a start time (from the history store, from before
+// runs were kept) did run.
+func jobNeverRan(j *loomv1.Job) bool {
+	return len(j.GetRuns()) == 0 && j.GetStartTime() == nil
+}
+
+// jobExitSignal is the signal that ended the job, 0 when none is known:
+// its program's own (Job.exit_signal), else, where its exit code is 0,
+// its last run's batch script's (killed by a cancel or its time limit, as
+// sacct's JOBID.batch row 0:15 says).
+func jobExitSignal(j *loomv1.Job) int32 {
+	if sig := j.GetExitSignal(); sig > 0 {
+		return sig
+	}
+	if runs := j.GetRuns(); len(runs) > 0 && j.GetExitCode() == 0 {
+		return runs[len(runs)-1].GetBatchExitSignal()
+	}
+	return 0
+}
+
+// jobExitDetail is the "Exit code:" line of `loom jobs get`: what jobExit
+// shows in the list, spelled out.
+func jobExitDetail(j *loomv1.Job) string {
+	if jobNeverRan(j) {
+		return "- (it never ran)"
+	}
+	exit := strconv.Itoa(int(j.GetExitCode()))
+	switch sig := jobExitSignal(j); {
+	case sig == 0:
+	case j.GetExitSignal() > 0:
+		exit += fmt.Sprintf(" (killed by signal %d)", sig)
+	default:
+		// Its script was killed (by the cancel, the time limit): how,
+		// as sacct's JOBID.batch row says it (0:15).
+		exit += fmt.Sprintf(" (its script killed by signal %d)", sig)
+	}
+	return exit
 }
 
 func jobID(j *loomv1.Job) string {
@@ -480,13 +533,7 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 		fmt.Fprintf(tw, "Cancelled by:\t%s\n", by)
 	}
 	if j.GetState().Terminal() {
-		exit := strconv.Itoa(int(j.GetExitCode()))
-		if runs := j.GetRuns(); len(runs) > 0 && j.GetExitCode() == 0 && runs[len(runs)-1].GetBatchExitSignal() > 0 {
-			// Its script was killed (by the cancel, the time limit): how,
-			// as sacct's JOBID.batch row says it (0:15).
-			exit += fmt.Sprintf(" (its script killed by signal %d)", runs[len(runs)-1].GetBatchExitSignal())
-		}
-		fmt.Fprintf(tw, "Exit code:\t%s\n", exit)
+		fmt.Fprintf(tw, "Exit code:\t%s\n", jobExitDetail(j))
 	}
 	nodes := strconv.Itoa(int(j.GetNodeCount()))
 	if len(j.GetNodes()) > 0 {
