@@ -293,15 +293,21 @@ func TestClustersDelete(t *testing.T) {
 func TestErrorsSayWhatToDo(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)
-	f.SubmitErr = status.Error(codes.InvalidArgument, "job.node_count: 4 is more than the cluster's 2 nodes; job.gpus_per_node: must be 0..0 on cluster demo")
+	// The gateway's refusal names the flags typed, not the API fields
+	// they set (submitFlagFields); a field no flag sets stays as it is.
+	f.SubmitErr = status.Error(codes.InvalidArgument, "job.node_count: 4 is more than the cluster's 2 nodes; job.gpus_per_node: must be 0..0 on cluster demo; "+
+		"job.env[A=B]: not a valid environment variable name; job.time_limit_seconds: 5999999940 is more than a century; job.qos: unknown")
 	_, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "demo", "--nodes", "4", "--", "true")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	golden(t, errOut, `
 Error: submit job: invalid request:
-  job.node_count: 4 is more than the cluster's 2 nodes
-  job.gpus_per_node: must be 0..0 on cluster demo
+  --nodes: 4 is more than the cluster's 2 nodes
+  --gpus-per-node: must be 0..0 on cluster demo
+  --env A=B: not a valid environment variable name
+  --time: 5999999940 is more than a century
+  job.qos: unknown
 `)
 
 	port, err := embedded.FreePort()
@@ -340,6 +346,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "169h", "--", "true"}, "--hang-timeout 169h: 608400 is not -1 (off), 0 (the cluster's default) or 1 to 604800 seconds (a week)"},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--checkpoint-dir", "../other", "--", "true"}, `--checkpoint-dir "../other" leaves the cluster's shared directory`},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--time", "1:3x", "--", "true"}, `--time "1:3x": "3x" is not a number (want minutes, MM:SS,`},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--time", "99999999", "--", "true"}, `--time "99999999" is more than a century, the most Loom takes (52560000 minutes`},
 		{[]string{"jobs", "list", "--state", "runing"}, `--state "runing" is not a job state; use one of pending, configuring, running,`},
 		{[]string{"clusters", "get"}, "give the cluster name"},
 		{[]string{"clusters", "create"}, "-f FILE"},

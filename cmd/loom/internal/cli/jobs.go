@@ -91,6 +91,12 @@ func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string)
 		if err != nil {
 			return nil, usagef("--time %q: %v (want minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED)", f.timeLimit, err)
 		}
+		if secs > slurmspec.MaxTimeLimitSeconds {
+			// Checked here, not left to the gateway, whose refusal counts
+			// seconds where the user typed minutes.
+			return nil, usagef("--time %q is more than a century, the most Loom takes (%d minutes; UNLIMITED: the partition's limit)",
+				f.timeLimit, slurmspec.MaxTimeLimitSeconds/60)
+		}
 		j.TimeLimitSeconds = secs
 	}
 	j.Partition = f.partition
@@ -201,6 +207,28 @@ Examples:
 	return cmd
 }
 
+// submitFlagFields names the `loom jobs submit` flag that sets each Job
+// field the gateway may refuse (flagNames), so that its refusal names what
+// the user typed: "--time", not "job.time_limit_seconds". A new flag of
+// submit that sets a field adds its row here.
+var submitFlagFields = map[string]string{
+	"job.cluster":               "--cluster",
+	"job.node_count":            "--nodes",
+	"job.gpus_per_node":         "--gpus-per-node",
+	"job.display_name":          "--name",
+	"job.model_output.model_id": "--model",
+	"job.script":                "--script",
+	"job.command":               "the command after --",
+	"job.env":                   "--env",
+	"job.max_retries":           "--retries",
+	"job.hang_timeout_seconds":  "--hang-timeout",
+	"job.signal":                "--signal",
+	"job.time_limit_seconds":    "--time",
+	"job.partition":             "--partition",
+	"job.checkpoint_dir":        "--checkpoint-dir",
+	"job.requeue":               "--no-requeue",
+}
+
 // hangTimeoutSeconds reads --hang-timeout: a duration ("10m", "1h30m"),
 // rounded up to whole seconds, or "off" (slurmspec.HangTimeoutOff).
 func hangTimeoutSeconds(s string) (int64, error) {
@@ -227,7 +255,7 @@ func (a *app) submitJob(ctx context.Context, job *loomv1.Job) (*loomv1.Job, erro
 	defer cancel()
 	j, err := cl.SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: a.parent(), Job: job, RequestId: requestID()})
 	if err != nil {
-		return nil, a.notFoundHint(a.explain("submit job", err), err, "loom clusters list")
+		return nil, a.notFoundHint(a.explain("submit job", flagNames(err, submitFlagFields)), err, "loom clusters list")
 	}
 	return j, nil
 }

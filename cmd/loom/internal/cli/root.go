@@ -465,6 +465,42 @@ func fieldList(msg string) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// flagNames rewrites an InvalidArgument's field violations ("job.node_count:
+// 4 is more than ...", errs.InvalidError's "field: reason; ..." message) to
+// name the flag the user typed instead of the API field it set, by flags:
+// API field → flag ("job.node_count" → "--nodes"). An indexed field
+// ("job.env[A=B]") is named by its flag and the index ("--env A=B"). A
+// field the command has no flag for, and any other error, is left as it
+// is: that is what the user must look up. Every command that sends flags
+// as a request maps them back here, in one place per command (its table).
+func flagNames(err error, flags map[string]string) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return err
+	}
+	parts := strings.Split(st.Message(), "; ")
+	changed := false
+	for i, part := range parts {
+		field, reason, ok := strings.Cut(part, ": ")
+		if !ok {
+			continue
+		}
+		base, index, _ := strings.Cut(field, "[")
+		flag, ok := flags[base]
+		if !ok {
+			continue
+		}
+		if index = strings.TrimSuffix(index, "]"); index != "" {
+			flag += " " + index
+		}
+		parts[i], changed = flag+": "+reason, true
+	}
+	if !changed {
+		return err
+	}
+	return status.Error(codes.InvalidArgument, strings.Join(parts, "; "))
+}
+
 // progressOut returns where progress goes: stdout for tables, stderr for JSON
 // so that stdout stays parseable.
 func (a *app) progressOut(cmd *cobra.Command) io.Writer {
