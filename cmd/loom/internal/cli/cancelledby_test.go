@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -71,5 +73,18 @@ func TestJobsListExit(t *testing.T) {
 		if !strings.Contains(g.String(), want) {
 			t.Errorf("jobs get of job %s:\n%s\nwant a line %q", j.GetJobId(), g.String(), want)
 		}
+	}
+}
+
+// TestJobsCancelEndedJob: the gateway refuses to cancel an ended job in
+// Slurm's words (for scancel); `loom jobs cancel` says in Loom's how the
+// job ended and that there is nothing to cancel, and exits 0.
+func TestJobsCancelEndedJob(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	f.CancelErr = status.Error(codes.FailedPrecondition, "Job/step already completing or completed")
+	out, errOut, code := run(t, gw, "jobs", "cancel", "8")
+	if code != 0 || out != "Job 8 is already FAILED (exit 3): nothing to cancel\n" || strings.Contains(out+errOut, "Job/step") {
+		t.Errorf("cancel of an ended job: exit %d, stdout %q, stderr %q; want exit 0 and Loom's words", code, out, errOut)
 	}
 }

@@ -607,7 +607,7 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 	for id, want := range map[string]string{
 		"3": "Job 3 cancelled\n",
 		"7": "Job 7: cancel requested (it was RUNNING on gpu-0001, gpu-0002); follow it with `loom jobs watch 7`\n",
-		"8": "Job 8 had already ended: FAILED (exit 3)\n",
+		"8": "Job 8 is already FAILED (exit 3): nothing to cancel\n",
 	} {
 		out, errOut, code = run(t, gw, "jobs", "cancel", id)
 		if code != 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -463,6 +464,10 @@ func jobStateFilter(req *loomv1.ListJobsRequest, states []string) error {
 	return nil
 }
 
+// msgAlreadyDone is the gateway's refusal to cancel a job that is ending
+// or ended: Slurm's ESLURM_ALREADY_DONE, as scancel prints it.
+const msgAlreadyDone = "Job/step already completing or completed"
+
 func (a *app) jobsCancelCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel ID",
@@ -478,6 +483,21 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 			// The caller, as submit names the owner: only the owner or an
 			// administrator may cancel a job.
 			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0]), User: a.userName(ctx)})
+			ended := false
+			if status.Code(err) == codes.FailedPrecondition && status.Convert(err).Message() == msgAlreadyDone {
+				// The gateway's refusal for a job that is ending or ended
+				// is Slurm's, for scancel; `loom jobs` says how the job
+				// ended instead, and that there is nothing to cancel.
+				ended = true
+				if j, err = cl.GetJob(ctx, &loomv1.GetJobRequest{Name: a.jobName(args[0])}); err != nil {
+					// The job ended; what it became is not known here.
+					if a.output == "json" {
+						return a.explain("cancel job "+args[0], err)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "Job %s has already ended: nothing to cancel\n", args[0])
+					return nil
+				}
+			}
 			if err != nil {
 				return a.notFoundHint(a.explain("cancel job "+args[0], err), err, "loom jobs list")
 			}
@@ -485,10 +505,10 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), j)
 			}
 			switch {
+			case ended || j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED:
+				fmt.Fprintf(cmd.OutOrStdout(), "Job %s is already %s: nothing to cancel\n", jobID(j), describeJob(j))
 			case j.GetState() == loomv1.JobState_CANCELLED:
 				fmt.Fprintf(cmd.OutOrStdout(), "Job %s cancelled\n", jobID(j))
-			case j.GetState().Terminal():
-				fmt.Fprintf(cmd.OutOrStdout(), "Job %s had already ended: %s\n", jobID(j), describeJob(j))
 			default:
 				// Cancelling goes through the scheduler; the answer may
 				// still show the state before it.

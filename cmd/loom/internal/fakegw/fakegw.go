@@ -165,6 +165,10 @@ type Gateway struct {
 	FailOperation bool
 	// SubmitErr, when set, is SubmitJob's answer.
 	SubmitErr error
+	// CancelErr, when set, is CancelJob's answer (the gateway's
+	// FailedPrecondition, in Slurm's words, for a job that is ending or
+	// ended, where the fake answers with the job).
+	CancelErr error
 	// StepCancelErr, when set, is CancelJobStep's answer (the gateway's
 	// PermissionDenied for another user's job: the fake has no caller).
 	StepCancelErr error
@@ -786,9 +790,12 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 // when the gateway asks: already CANCELLED if it was pending (the
 // scheduler drops it from the queue at once), as it was if it had
 // started (its processes are stopped later). An ended job is answered as
-// it is.
+// it is; CancelErr, when set, is the answer instead.
 func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loomv1.Job, error) {
 	defer g.lock(r)()
+	if g.CancelErr != nil {
+		return nil, g.CancelErr
+	}
 	j, err := g.ownedJob(r.GetName(), r.GetUser())
 	if err != nil {
 		return nil, err
