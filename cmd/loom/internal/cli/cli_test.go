@@ -125,7 +125,7 @@ VERSION  ARTIFACT              SOURCE JOB  CREATED
 1        file:///data/m/job-3  3           1h ago
 `},
 		{[]string{"clusters", "list", "--project", "empty"}, `
-No clusters in project empty. Create one with ` + "`loom clusters create -f examples/clusters/demo.json`" + `.
+No clusters in project empty. Create one with ` + "`loom clusters example | loom clusters create -f -`" + `.
 `},
 	}
 	for _, c := range cases {
@@ -434,7 +434,7 @@ func TestJobsSubmitDefaultsToTheOnlyCluster(t *testing.T) {
 	}
 	f.Clusters = nil
 	if _, errOut, code := run(t, gw, "jobs", "submit", "--", "true"); code != 2 ||
-		!strings.Contains(errOut, "project default has no cluster yet; create one with `loom clusters create") {
+		!strings.Contains(errOut, "project default has no cluster yet; create one with `loom clusters example | loom clusters create -f -`") {
 		t.Fatalf("no cluster: exit %d, %q", code, errOut)
 	}
 	// Wrong flags are said without asking the gateway anything.

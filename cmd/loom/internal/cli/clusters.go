@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -42,8 +43,48 @@ in a JSON file (see examples/clusters/ and docs for the spec field by field).
 	}
 	cmd.AddCommand(a.clustersCreateCommand(), a.clustersGetCommand(), a.clustersListCommand(),
 		a.clustersDescribeCommand(), a.clustersUpdateCommand(), a.clustersResizeCommand(),
-		a.clustersSlurmConfCommand(), a.clustersLoginCommand(), a.clustersDeleteCommand(), a.clustersGoodputCommand())
+		a.clustersSlurmConfCommand(), a.clustersLoginCommand(), a.clustersDeleteCommand(), a.clustersGoodputCommand(),
+		a.clustersExampleCommand())
 	return cmd
+}
+
+func (a *app) clustersExampleCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "example",
+		Short: "Print an example cluster file (the demo's: 2 local CPU nodes)",
+		Long: `Print the cluster file of examples/clusters/demo.json, built into loom, so
+that a cluster can be created from anywhere, without the repository:
+
+  loom clusters example | loom clusters create -f -
+  loom clusters example > my-cluster.json   # to edit it first`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := cmd.OutOrStdout().Write(demoClusterJSON)
+			return err
+		},
+	}
+}
+
+// demoCreateCommand is the command a hint suggests to create a first
+// cluster, from the working directory dir: the example file by its
+// absolute path where dir is the repository's root (it holds
+// demoClusterPath), so the command still works when pasted elsewhere;
+// otherwise (loom installed with go install, run anywhere) the built-in
+// copy, which needs no file.
+func demoCreateCommand(dir string) string {
+	if dir != "" {
+		p := filepath.Join(dir, demoClusterPath)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return "loom clusters create -f " + shellJoin([]string{p})
+		}
+	}
+	return "loom clusters example | loom clusters create -f -"
+}
+
+// demoCreateHint is demoCreateCommand from the working directory.
+func demoCreateHint() string {
+	dir, _ := os.Getwd()
+	return demoCreateCommand(dir)
 }
 
 func (a *app) clustersCreateCommand() *cobra.Command {
@@ -66,7 +107,7 @@ and returns when it ends, or at once with --async.`,
 			if file == "" {
 				return usagef("give the cluster file with -f FILE (see examples/clusters/)")
 			}
-			req, err := a.readClusterFile(file)
+			req, err := a.readClusterFile(file, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -87,14 +128,30 @@ and returns when it ends, or at once with --async.`,
 			})
 		},
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "cluster file (JSON loom.v1.Cluster)")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "cluster `FILE` (JSON loom.v1.Cluster; - reads it from standard input, e.g. piped from loom clusters example)")
 	cmd.Flags().BoolVar(&async, "async", false, "print the operation's name and return without waiting")
 	return cmd
 }
 
-// readClusterFile reads and parses a cluster file into a create request.
-func (a *app) readClusterFile(file string) (*loomv1.CreateClusterRequest, error) {
-	data, err := os.ReadFile(file)
+// maxClusterFileBytes bounds a cluster file read from standard input, as
+// the gateway bounds the request it becomes.
+const maxClusterFileBytes = 4 << 20
+
+// readClusterFile reads and parses a cluster file into a create request;
+// file "-" is read from stdin (`loom clusters example | loom clusters
+// create -f -`).
+func (a *app) readClusterFile(file string, stdin io.Reader) (*loomv1.CreateClusterRequest, error) {
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(io.LimitReader(stdin, maxClusterFileBytes+1))
+		if err == nil && len(data) > maxClusterFileBytes {
+			return nil, usagef("the cluster file on standard input is more than %d MiB", maxClusterFileBytes>>20)
+		}
+		file = "standard input"
+	} else {
+		data, err = os.ReadFile(file)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read cluster file: %w", err)
 	}
@@ -191,7 +248,7 @@ func (a *app) clustersListCommand() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			if len(resp.GetClusters()) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "No clusters in project %s. Create one with `loom clusters create -f examples/clusters/demo.json`.\n", a.project)
+				fmt.Fprintf(cmd.OutOrStdout(), "No clusters in project %s. Create one with `%s`.\n", a.project, demoCreateHint())
 				return nil
 			}
 			return renderClusters(cmd.OutOrStdout(), resp.GetClusters(), a.now())
@@ -352,7 +409,7 @@ func (a *app) clusterOrOnly(ctx context.Context, flag, alt string) (string, erro
 	case len(l) == 1 && resp.GetNextPageToken() == "":
 		return l[0].GetName(), nil
 	case len(l) == 0:
-		return "", usagef("--cluster is required: project %s has no cluster yet; create one with `loom clusters create -f examples/clusters/demo.json`%s", a.project, alt)
+		return "", usagef("--cluster is required: project %s has no cluster yet; create one with `%s`%s", a.project, demoCreateHint(), alt)
 	}
 	return "", usagef("--cluster is required: project %s has several clusters (see `loom clusters list`)%s", a.project, alt)
 }

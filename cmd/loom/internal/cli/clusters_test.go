@@ -753,3 +753,41 @@ func TestPasswdEntry(t *testing.T) {
 		t.Error("a missing passwd file knows alice")
 	}
 }
+
+// TestClustersExampleAnywhere: the first-cluster hint works from any
+// directory (loom installed with go install, no repository): the built-in
+// example piped into `clusters create -f -`; from the repository's root,
+// the example file by its absolute path.
+func TestClustersExampleAnywhere(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	out, errOut, code := run(t, gw, "clusters", "example")
+	if code != 0 || out != string(demoClusterJSON) {
+		t.Fatalf("clusters example: exit %d, %q; want the built-in demo cluster file", code, errOut)
+	}
+	_, errOut, code = runWith(t, gw, func(a *app) { a.stdin = strings.NewReader(out) }, "clusters", "create", "-f", "-")
+	if code != 0 {
+		t.Fatalf("clusters create -f - of the example: exit %d: %s", code, errOut)
+	}
+	if req, ok := fakegw.LastRequest[*loomv1.CreateClusterRequest](f); !ok || req.GetClusterId() != "demo" || totalNodes(req.GetCluster()) != 2 {
+		t.Fatalf("CreateCluster request = %v, want the demo cluster", req)
+	}
+	_, errOut, code = runWith(t, gw, func(a *app) { a.stdin = strings.NewReader(`{"name": 7}`) }, "clusters", "create", "-f", "-")
+	if code == 0 || !strings.Contains(errOut, "standard input") {
+		t.Errorf("a bad cluster file on stdin: exit %d, %q; want an error naming standard input", code, errOut)
+	}
+
+	if got, want := demoCreateCommand(t.TempDir()), "loom clusters example | loom clusters create -f -"; got != want {
+		t.Errorf("hint outside the repository = %q, want %q", got, want)
+	}
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "examples", "clusters"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, demoClusterPath), demoClusterJSON, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := demoCreateCommand(root), "loom clusters create -f "+filepath.Join(root, demoClusterPath); got != want {
+		t.Errorf("hint in the repository = %q, want %q", got, want)
+	}
+}

@@ -167,7 +167,7 @@ them when Loom stops instead.`,
 			if sdDir != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "Prometheus finds the node agents' /metrics through file_sd_configs files: [%s]\n", filepath.Join(sdDir, "agent-*.json"))
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "Try `loom demo`, or `loom clusters create -f examples/clusters/demo.json`. Press Ctrl-C to stop.")
+			fmt.Fprintf(cmd.OutOrStdout(), "Try `loom demo`, or `%s`. Press Ctrl-C to stop.\n", demoCreateHint())
 			var failed error
 			select {
 			case <-ctx.Done():

@@ -83,6 +83,7 @@ var notReads = map[string]string{
 	"loom authd":                     "a daemon",
 	"loom clusters create":           "a change: follows its operation (-o json prints the operation)",
 	"loom clusters delete":           "a change: follows its operation (-o json prints the operation)",
+	"loom clusters example":          "prints a cluster file, JSON already",
 	"loom clusters login":            "opens a shell on the login node",
 	"loom clusters resize":           "a change: follows its operation (-o json prints the operation)",
 	"loom clusters update":           "a change: follows its operation (-o json prints the operation)",

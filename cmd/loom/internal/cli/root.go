@@ -57,6 +57,9 @@ type app struct {
 	// environ is the caller's environment (os.Environ; tests give their
 	// own, as they cannot change the process's in parallel).
 	environ func() []string
+	// stdin, when set, is what commands read as standard input (`-f -`)
+	// instead of os.Stdin (tests give their own).
+	stdin io.Reader
 	// passwd is the account database a login looks the user's shell and
 	// ids up in (/etc/passwd).
 	passwd string
@@ -99,6 +102,9 @@ func (a *app) execute(ctx context.Context, args []string, stdout, stderr io.Writ
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	if a.stdin != nil {
+		root.SetIn(a.stdin)
+	}
 	if err := root.ExecuteContext(ctx); err != nil {
 		var x exitError
 		if errors.As(err, &x) {
