@@ -56,17 +56,17 @@ Node pools:
   gpu  a3-highgpu-8g  2      nvidia-h100-80gb  8
 `},
 		{[]string{"nodes", "list"}, `
-NODE           CLUSTER  POOL     STATE         HEALTH          GPUS  ZONE           CAPACITY     REASON/NEXT
-gpu-0001       demo     gpu      READY         -               8     -              -            -
-gpu-0002       demo     gpu      DOWN          -               8     -              -            no heartbeat for 15s
-a3u-0001       a3u      a3u      READY         HEALTHY         8     us-central1-a  RESERVATION  -
-a3u-0002       a3u      a3u      READY         HEALTHY         8     us-central1-a  RESERVATION  -
-a3u-0003       a3u      a3u      READY         HEALTHY         8     us-central1-a  RESERVATION  -
-a3u-0004       a3u      a3u      READY         DRAINING maint  8     us-central1-a  RESERVATION  -
-spot-0001      a3u      spot     READY         HEALTHY         8     us-central1-b  SPOT         -
-spot-0002      a3u      spot     FAILED        HEALTHY         8     us-central1-b  SPOT         preempted by provider → replace when SPOT capacity returns
-spot-0003      a3u      spot     PROVISIONING  -               8     us-central1-b  SPOT         → retry launch in 4s (attempt 2 of 5)
-a3u-login-001  a3u      (login)  READY         -               0     us-central1-a  -            -
+NODE           CLUSTER  POOL     STATE         HEALTH    GPUS  ZONE           CAPACITY     REASON/NEXT
+gpu-0001       demo     gpu      READY         -         8     -              -            -
+gpu-0002       demo     gpu      DOWN          -         8     -              -            no heartbeat for 15s
+a3u-0001       a3u      a3u      READY         HEALTHY   8     us-central1-a  RESERVATION  -
+a3u-0002       a3u      a3u      READY         HEALTHY   8     us-central1-a  RESERVATION  -
+a3u-0003       a3u      a3u      READY         HEALTHY   8     us-central1-a  RESERVATION  -
+a3u-0004       a3u      a3u      READY         DRAINING  8     us-central1-a  RESERVATION  maint
+spot-0001      a3u      spot     READY         HEALTHY   8     us-central1-b  SPOT         -
+spot-0002      a3u      spot     FAILED        HEALTHY   8     us-central1-b  SPOT         preempted by provider → replace when SPOT capacity returns
+spot-0003      a3u      spot     PROVISIONING  -         8     us-central1-b  SPOT         → retry launch in 4s (attempt 2 of 5)
+a3u-login-001  a3u      (login)  READY         -         0     us-central1-a  -            -
 `},
 		{[]string{"jobs", "list"}, `
 ID  NAME   CLUSTER  STATE                NODES  AGE  RUNTIME  EXIT

@@ -25,12 +25,13 @@ func (a *app) nodesCommand() *cobra.Command {
 		Short:   "List nodes (of one cluster, or of every cluster)",
 		Long: `List nodes: NODE (the Slurm hostname), CLUSTER, POOL ("(login)" for login
 nodes), STATE (the provisioner's: is the machine up), HEALTH (the health
-service's state and reason, as "loom health nodes CLUSTER" shows them:
-"DRAINING maint" for a drained node, which Slurm shows as drain; "-" for a
-node that has not reported to health, "?" where health could not be read, said
-under the table), GPUS, ZONE, CAPACITY (RESERVATION, ON_DEMAND, SPOT,
-FLEX_START) and REASON/NEXT: for a node that is not READY, why, and what Loom
-does next about it ("boot timeout → retry launch in 4s (attempt 3 of 5)").
+service's state, as "loom health nodes CLUSTER" shows it: DRAINING for a
+drained node, which Slurm shows as drain; "-" for a node that has not reported
+to health, "?" where health could not be read, said under the table), GPUS,
+ZONE, CAPACITY (RESERVATION, ON_DEMAND, SPOT, FLEX_START) and REASON/NEXT: for
+a node that is not READY, why, and what Loom does next about it ("boot timeout
+→ retry launch in 4s (attempt 3 of 5)"), then the reason health gave for its
+state ("maint"; the first 50 columns).
 The cluster is given as an argument, as "loom health nodes CLUSTER" takes it,
 or with --cluster. -o json is the ListNodesResponse (the provisioner's view);
 "loom health nodes CLUSTER -o json" has the health.`,
@@ -96,22 +97,20 @@ type listedHealth struct {
 	note   string
 }
 
-// cell is the HEALTH cell of n: "DRAINING maint" (the state, and the reason
-// when there is one), "" (shown "-") when n has not reported to health, "?"
-// when its cluster's health could not be read.
-func (h listedHealth) cell(n *loomv1.Node) string {
+// cell is what loom nodes list shows of n's health: state, the HEALTH
+// cell ("DRAINING"; "" (shown "-") when n has not reported to health, "?"
+// when its cluster's health could not be read), and reason, why health
+// put it there ("maint"; "" when there is none), which goes in the
+// REASON/NEXT column the header names for it.
+func (h listedHealth) cell(n *loomv1.Node) (state, reason string) {
 	if h.unread[n.GetCluster()] {
-		return "?"
+		return "?", ""
 	}
 	nh := h.nodes[[2]string{n.GetCluster(), n.GetHostname()}]
 	if nh == nil {
-		return ""
+		return "", ""
 	}
-	s := nodeHealthState(nh)
-	if r := cellText(nh.GetReason(), 40); r != "" {
-		s += " " + r
-	}
-	return s
+	return nodeHealthState(nh), nh.GetReason()
 }
 
 // listedNodeHealth reads the health of every cluster among nodes (one

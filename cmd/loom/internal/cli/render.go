@@ -391,12 +391,28 @@ func keyValues(m map[string]string, sep string) string {
 
 // renderNodes prints loom nodes list's table; health is a node's HEALTH
 // cell (listedHealth.cell).
-func renderNodes(w io.Writer, ns []*loomv1.Node, health func(*loomv1.Node) string) error {
+// nodeReasonWidth bounds the health reason in loom nodes list's
+// REASON/NEXT cell (free text an operator typed); -o json and loom health
+// nodes have it whole.
+const nodeReasonWidth = 50
+
+// renderNodes writes loom nodes list's table; health gives a node's HEALTH
+// state and the reason health gave for it, which REASON/NEXT shows after
+// the provisioner's own reason and next action (reasonNext).
+func renderNodes(w io.Writer, ns []*loomv1.Node, health func(*loomv1.Node) (state, reason string)) error {
 	tw := newTable(w)
 	row(tw, "NODE", "CLUSTER", "POOL", "STATE", "HEALTH", "GPUS", "ZONE", "CAPACITY", "REASON/NEXT")
 	for _, n := range ns {
-		row(tw, n.GetHostname(), shortName(n.GetCluster()), nodePool(n), nodeState(n), health(n),
-			strconv.Itoa(int(n.GetGpus())), n.GetZone(), capacityType(n.GetCapacityType()), reasonNext(n))
+		state, why := health(n)
+		reason := reasonNext(n)
+		if why = cellText(why, nodeReasonWidth); why != "" {
+			if reason != "" {
+				reason += "; "
+			}
+			reason += why
+		}
+		row(tw, n.GetHostname(), shortName(n.GetCluster()), nodePool(n), nodeState(n), state,
+			strconv.Itoa(int(n.GetGpus())), n.GetZone(), capacityType(n.GetCapacityType()), reason)
 	}
 	return tw.Flush()
 }

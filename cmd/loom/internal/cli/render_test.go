@@ -128,3 +128,30 @@ func TestStateCellCutByWidth(t *testing.T) {
 		t.Errorf("stateCell(40 x): %q cut %v; want it whole", c, cut)
 	}
 }
+
+// TestNodesListReasonColumn: loom nodes list's HEALTH is the health state
+// alone and the reason health gave goes under REASON/NEXT, after the
+// provisioner's own (cut at nodeReasonWidth columns), the columns aligned.
+func TestNodesListReasonColumn(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 60)
+	ns := []*loomv1.Node{
+		{Hostname: "a-1", Cluster: "projects/p/clusters/c", NodePool: "p", State: loomv1.Node_READY, Gpus: 8},
+		{Hostname: "a-2", Cluster: "projects/p/clusters/c", NodePool: "p", State: loomv1.Node_FAILED, Gpus: 8, Reason: "preempted"},
+	}
+	health := func(n *loomv1.Node) (string, string) {
+		if n.GetHostname() == "a-1" {
+			return "DRAINING", long
+		}
+		return "QUARANTINED", "xid 79"
+	}
+	var b strings.Builder
+	if err := renderNodes(&b, ns, health); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, b.String(), `
+NODE  CLUSTER  POOL  STATE   HEALTH       GPUS  ZONE  CAPACITY  REASON/NEXT
+a-1   c        p     READY   DRAINING     8     -     -         `+strings.Repeat("x", 49)+`…
+a-2   c        p     FAILED  QUARANTINED  8     -     -         preempted; xid 79
+`)
+}
