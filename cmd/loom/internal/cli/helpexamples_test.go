@@ -35,6 +35,35 @@ var clusterExample = regexp.MustCompile(`loom clusters (describe|get|resize|slur
 // with --cluster.
 var clusterFlagExample = regexp.MustCompile(`(?m)^\s*(?:\$ )?loom .*--cluster[ =]([a-z0-9][a-z0-9-]*)`)
 
+// slurmClusterExample matches a Slurm command given a cluster with -M or
+// --clusters (`sbatch -M NAME`, `loom ... slurm squeue --clusters=NAME`),
+// and slurmEnvClusterExample a command run with LOOM_CLUSTER set
+// (`LOOM_CLUSTER=NAME scancel 12`): Slurm users name the cluster these ways,
+// not with --cluster. The name is the last group; a list (-M a,b) is
+// split by the test.
+var (
+	slurmClusterExample    = regexp.MustCompile(`\b(?:` + strings.Join(SlurmCommands, "|") + `)\b[^\x60\n]*?\s(?:-M|--clusters)[ =]([a-z0-9][a-z0-9,-]*)`)
+	slurmEnvClusterExample = regexp.MustCompile(`\bLOOM_CLUSTER=(?:projects/[a-z0-9-]+/clusters/)?([a-z0-9][a-z0-9-]*)`)
+)
+
+// slurmExampleClusters returns the clusters the -M and LOOM_CLUSTER forms
+// of text name, each with the text that names it. A one-letter name (the
+// a and b of `squeue -M a,b`) and Slurm's all (`-M all`, which Loom
+// refuses) are the docs' notation, not a cluster to create.
+func slurmExampleClusters(text string) [][2]string {
+	var named [][2]string
+	for _, re := range []*regexp.Regexp{slurmClusterExample, slurmEnvClusterExample} {
+		for _, m := range re.FindAllStringSubmatch(text, -1) {
+			for _, c := range strings.Split(m[1], ",") {
+				if len(c) > 1 && c != "all" {
+					named = append(named, [2]string{strings.TrimSpace(m[0]), c})
+				}
+			}
+		}
+	}
+	return named
+}
+
 // TestHelpExamplesNameTheExampleClusters: an example in --help that acts on
 // a cluster names one that examples/clusters/ creates, and resize one of its
 // pools. `loom clusters --help` created a3-ultra-4node from its file, then
@@ -103,11 +132,13 @@ func examplePools(t *testing.T) map[string][]string {
 }
 
 // TestDocsExamplesNameTheExampleClusters: the command lines of docs/*.md
-// that name a cluster (--cluster NAME, loom clusters VERB NAME) name one
-// that examples/clusters/ creates, and a resize one of its pools, as the
-// help's examples do. docs/training.md launched the 70B recipe on
-// "--cluster a3u" and docs/health.md listed the nodes of "a3u", a cluster
-// only the tests' fixture has: copied, they answered "not found".
+// that name a cluster (--cluster NAME, loom clusters VERB NAME, a Slurm
+// command's -M NAME or --clusters NAME, LOOM_CLUSTER=NAME) name one that
+// examples/clusters/ creates, and a resize one of its pools, as the help's
+// examples do. docs/training.md launched the 70B recipe on "--cluster a3u"
+// and docs/health.md listed the nodes of "a3u", a cluster only the tests'
+// fixture has: copied, they answered "not found"; docs/slurm.md's
+// "sbatch -M a3u" and "LOOM_CLUSTER=a3u scancel 12" still did after that.
 func TestDocsExamplesNameTheExampleClusters(t *testing.T) {
 	t.Parallel()
 	pools := examplePools(t)
@@ -116,6 +147,7 @@ func TestDocsExamplesNameTheExampleClusters(t *testing.T) {
 		t.Fatalf("no docs: %v", err)
 	}
 	seen := 0
+	var slurmDoc []byte
 	for _, doc := range docs {
 		data, err := os.ReadFile(doc)
 		if err != nil {
@@ -137,9 +169,21 @@ func TestDocsExamplesNameTheExampleClusters(t *testing.T) {
 				t.Errorf("%s: %q resizes pool %q; cluster %s's pools are %v", filepath.Base(doc), m[0], pool, cluster, ps)
 			}
 		}
+		for _, n := range slurmExampleClusters(text) {
+			seen++
+			if _, ok := pools[n[1]]; !ok {
+				t.Errorf("%s: %q names cluster %q, which no file of examples/clusters creates (%v)", filepath.Base(doc), n[0], n[1], slices.Sorted(maps.Keys(pools)))
+			}
+		}
+		if filepath.Base(doc) == "slurm.md" {
+			slurmDoc = data
+		}
 	}
 	if seen == 0 {
 		t.Fatal("no doc example names a cluster: the patterns no longer match the docs")
+	}
+	if seen = len(slurmExampleClusters(string(slurmDoc))); seen == 0 {
+		t.Fatal("no Slurm example of docs/slurm.md names a cluster with -M or LOOM_CLUSTER: the patterns no longer match the docs")
 	}
 }
 
