@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -714,14 +715,30 @@ func TestParseClusterFile(t *testing.T) {
 	}
 }
 
-func TestDemoClusterFileMatchesExample(t *testing.T) {
+// TestExampleClustersMatchTheFiles: loom's built-in example clusters
+// (`loom clusters example NAME`, the demo's fallback) are the files of
+// examples/clusters/, each one, byte for byte.
+func TestExampleClustersMatchTheFiles(t *testing.T) {
 	t.Parallel()
-	example, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "examples", "clusters", "demo.json"))
-	if err != nil {
-		t.Fatalf("read the example: %v", err)
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "..", "examples", "clusters", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example clusters: %v", err)
 	}
-	if string(example) != string(demoClusterJSON) {
-		t.Fatal("examples/clusters/demo.json and cmd/loom/internal/cli/demo_cluster.json differ: copy the example over the built-in one")
+	var names []string
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		names = append(names, name)
+		example, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatalf("read the example: %v", err)
+		}
+		built, err := exampleClusterFiles.ReadFile("exampleclusters/" + name + ".json")
+		if err != nil || string(example) != string(built) {
+			t.Errorf("examples/clusters/%s.json and cmd/loom/internal/cli/exampleclusters/%[1]s.json differ (%v): copy the example over the built-in one", name, err)
+		}
+	}
+	if got := exampleClusterNames(); !slices.Equal(got, names) {
+		t.Errorf("built-in example clusters %v, want those of examples/clusters %v", got, names)
 	}
 	req, err := parseClusterFile("demo.json", demoClusterJSON, "default")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,9 +32,10 @@ func (a *app) clustersCommand() *cobra.Command {
 		Aliases: []string{"cluster"},
 		Short:   "Create, inspect, resize, log in to and delete training clusters",
 		Long: `Training clusters: node pools of GPU machines with Slurm on top, described
-in a JSON file (see examples/clusters/ and docs for the spec field by field).
+in a JSON file (see "loom clusters example", examples/clusters/ in the
+repository and docs/clusters.md for the spec field by field).
 
-  loom clusters create -f examples/clusters/a3-ultra-4node.json
+  loom clusters example a3-ultra-4node | loom clusters create -f -
   loom clusters list
   loom clusters describe a3-ultra-4node
   loom clusters resize a3-ultra-4node train 5
@@ -50,16 +52,26 @@ in a JSON file (see examples/clusters/ and docs for the spec field by field).
 
 func (a *app) clustersExampleCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "example",
-		Short: "Print an example cluster file (the demo's: 2 local CPU nodes)",
-		Long: `Print the cluster file of examples/clusters/demo.json, built into loom, so
-that a cluster can be created from anywhere, without the repository:
+		Use:   "example [NAME]",
+		Short: "Print an example cluster file (default the demo's: 2 local CPU nodes)",
+		Long: `Print the cluster file examples/clusters/NAME.json, built into loom, so
+that a cluster can be created from anywhere, without the repository. NAME
+is one of these (default demo):
+  ` + strings.Join(exampleClusterNames(), ", ") + `
 
   loom clusters example | loom clusters create -f -
+  loom clusters example one-node-8gpu | loom clusters create -f -
   loom clusters example > my-cluster.json   # to edit it first`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := cmd.OutOrStdout().Write(demoClusterJSON)
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := "demo"
+			if len(args) == 1 {
+				name = args[0]
+			}
+			if !slices.Contains(exampleClusterNames(), name) {
+				return usagef("no example cluster %q: the examples are %s", name, strings.Join(exampleClusterNames(), ", "))
+			}
+			_, err := cmd.OutOrStdout().Write(mustExampleCluster(name))
 			return err
 		},
 	}
@@ -105,7 +117,7 @@ and returns when it ends, or at once with --async.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return usagef("give the cluster file with -f FILE (see examples/clusters/)")
+				return usagef("give the cluster file with -f FILE, or - for standard input (loom clusters example prints one)")
 			}
 			req, err := a.readClusterFile(file, cmd.InOrStdin())
 			if err != nil {

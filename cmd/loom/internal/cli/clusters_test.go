@@ -777,6 +777,22 @@ func TestClustersExampleAnywhere(t *testing.T) {
 		t.Errorf("a bad cluster file on stdin: exit %d, %q; want an error naming standard input", code, errOut)
 	}
 
+	out, errOut, code = run(t, gw, "clusters", "example", "one-node-8gpu")
+	if code != 0 {
+		t.Fatalf("clusters example one-node-8gpu: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = runWith(t, gw, func(a *app) { a.stdin = strings.NewReader(out) }, "clusters", "create", "-f", "-")
+	if code != 0 {
+		t.Fatalf("clusters create -f - of one-node-8gpu: exit %d: %s", code, errOut)
+	}
+	if req, ok := fakegw.LastRequest[*loomv1.CreateClusterRequest](f); !ok || req.GetClusterId() != "one-node-8gpu" {
+		t.Fatalf("CreateCluster request = %v, want one-node-8gpu", req)
+	}
+	out, errOut, code = run(t, gw, "clusters", "example", "a3u")
+	if code != 2 || out != "" || !strings.Contains(errOut, `no example cluster "a3u"`) || !strings.Contains(errOut, "one-node-8gpu") {
+		t.Errorf("clusters example a3u: exit %d, %q, %q; want exit 2 naming the examples", code, out, errOut)
+	}
+
 	if got, want := demoCreateCommand(t.TempDir()), "loom clusters example | loom clusters create -f -"; got != want {
 		t.Errorf("hint outside the repository = %q, want %q", got, want)
 	}

@@ -3,7 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,8 +31,37 @@ import (
 // file is not there (a test keeps the two identical).
 const demoClusterPath = "examples/clusters/demo.json"
 
-//go:embed demo_cluster.json
-var demoClusterJSON []byte
+// exampleClusterFiles holds a copy of every file of examples/clusters/, by
+// its name there, so that `loom clusters example NAME` prints it from
+// anywhere (go install puts no repository beside loom); a test keeps the
+// copies identical to the files.
+//
+//go:embed exampleclusters/*.json
+var exampleClusterFiles embed.FS
+
+var demoClusterJSON = mustExampleCluster("demo")
+
+// mustExampleCluster returns the built-in copy of
+// examples/clusters/NAME.json; it panics when there is none, which only a
+// wrong constant in this package can cause.
+func mustExampleCluster(name string) []byte {
+	b, err := exampleClusterFiles.ReadFile("exampleclusters/" + name + ".json")
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// exampleClusterNames returns the names of the built-in example clusters
+// (their files' names less .json), sorted.
+func exampleClusterNames() []string {
+	entries, _ := exampleClusterFiles.ReadDir("exampleclusters")
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+	}
+	return names
+}
 
 // demoModel is the model the demo's job registers a version of.
 const demoModel = "demo-regressor"
@@ -57,10 +86,12 @@ func (a *app) demoCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Show Loom end to end: a cluster, a 2-node training job, a registered model",
-		Long: `Run the whole flow once: create the cluster in examples/clusters/demo.json
-(2 local nodes), run "loom train" on both nodes with model output
-"demo-regressor", print the job's output and the registered model version,
-then delete the cluster.
+		Long: `Run the whole flow once: create the demo cluster (2 local nodes), run
+"loom train" on both nodes with model output "demo-regressor", print the
+job's output and the registered model version, then delete the cluster.
+The cluster file is examples/clusters/demo.json under the working directory
+where it is there (the repository's root), else the copy built into loom
+that "loom clusters example" prints, so the demo runs from anywhere.
 
 It uses the gateway at --gateway when one answers there; otherwise it starts
 Loom in this process (temporary data, free ports), prints its gateway and
@@ -73,7 +104,7 @@ web console, and stops it at the end.`,
 		},
 	}
 	cmd.Flags().DurationVar(&opts.timeout, "timeout", opts.timeout, "give up when the demo takes longer")
-	cmd.Flags().StringVarP(&opts.clusterFile, "file", "f", "", "cluster file (default "+demoClusterPath+", else a built-in copy)")
+	cmd.Flags().StringVarP(&opts.clusterFile, "file", "f", "", "cluster `FILE` (default ./"+demoClusterPath+" where it exists, else the built-in copy \"loom clusters example\" prints)")
 	cmd.Flags().IntVar(&opts.epochs, "epochs", opts.epochs, "epochs the demo job trains")
 	return cmd
 }

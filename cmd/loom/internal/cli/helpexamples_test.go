@@ -105,6 +105,41 @@ func TestHelpExamplesNameTheExampleClusters(t *testing.T) {
 	}
 }
 
+// helpCreateExample matches a help example that creates a cluster, with
+// what feeds -f: the command piped in, if any, and the file.
+var helpCreateExample = regexp.MustCompile(`(?m)^[ \t]*(?:(loom clusters example[^|\n]*)\|\s*)?loom clusters create -f (\S+)`)
+
+// TestHelpCreatesClustersFromAnywhere: a help example that creates a
+// cluster works from any directory, as `loom clusters example NAME |
+// loom clusters create -f -` does, and a help that names a file of
+// examples/clusters/ says how to get it without the repository. The root
+// help's `loom clusters create -f examples/clusters/one-node-8gpu.json` and
+// loom demo's "the cluster in examples/clusters/demo.json" held only from
+// the repository's root, not after go install.
+func TestHelpCreatesClustersFromAnywhere(t *testing.T) {
+	t.Parallel()
+	seen := 0
+	for path, text := range helpTexts() {
+		for _, m := range helpCreateExample.FindAllStringSubmatch(text, -1) {
+			seen++
+			if m[2] != "-" || m[1] == "" {
+				t.Errorf("%s --help: %q reads a file relative to the working directory: pipe loom clusters example NAME into -f -", path, strings.TrimSpace(m[0]))
+				continue
+			}
+			args := strings.Fields(m[1])[3:]
+			if len(args) > 1 || len(args) == 1 && !slices.Contains(exampleClusterNames(), args[0]) {
+				t.Errorf("%s --help: %q: loom clusters example takes one of %v", path, strings.TrimSpace(m[0]), exampleClusterNames())
+			}
+		}
+		if strings.Contains(text, "examples/clusters/") && !strings.Contains(text, "loom clusters example") {
+			t.Errorf("%s --help names a file of examples/clusters/, which only the repository holds, without saying loom clusters example prints it", path)
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no help example creates a cluster: the pattern no longer matches the examples")
+	}
+}
+
 // examplePools returns the pools of each cluster examples/clusters/
 // creates, by cluster id.
 func examplePools(t *testing.T) map[string][]string {

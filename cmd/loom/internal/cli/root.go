@@ -165,7 +165,7 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `Loom runs training clusters and jobs on your machines.
 
 Start everything on this machine with "loom up" (or try "loom demo"), then:
-  loom clusters create -f examples/clusters/one-node-8gpu.json
+  loom clusters example one-node-8gpu | loom clusters create -f -
   loom clusters describe one-node-8gpu
   loom clusters resize one-node-8gpu gpu 2
   loom clusters login one-node-8gpu
