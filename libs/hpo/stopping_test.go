@@ -194,3 +194,46 @@ func TestNoStoppingSpec(t *testing.T) {
 		t.Error("out of range index stopped")
 	}
 }
+
+// TestASHANotAtTheLastStep: a trial's measurement at max_step_count is its
+// last (the program ends there), so stopping it then saves no step and only
+// turns a complete result into an early-stopped one: ASHA issues no stop
+// there, though the same trial one step short is stopped. Without
+// max_step_count ASHA cannot tell the last step from any other and stops
+// the trial on it, which is why docs/training.md's example sets
+// maxStepCount to its trainer's --epochs.
+func TestASHANotAtTheLastStep(t *testing.T) {
+	t.Parallel()
+	asha := func(maxSteps int64) *hpo.Searcher {
+		return stoppingSpec(func(s *spec) {
+			s.AutomatedStoppingSpec = &trainingv1.StudySpec_AshaStoppingSpec_{AshaStoppingSpec: &trainingv1.StudySpec_AshaStoppingSpec{
+				MinStepCount: 1, MaxStepCount: maxSteps, ReductionFactor: 3}}
+		})
+	}
+	// Epochs 1..n of a loss that starts at start and falls by 0.01 a step.
+	run := func(st trainingv1.Trial_State, start float64, n int) *trainingv1.Trial {
+		losses := make([]float64, n)
+		for i := range losses {
+			losses[i] = start - 0.01*float64(i)
+		}
+		return curveTrial(st, losses...)
+	}
+	// Three trials reached rung 9 of 20 epochs (rungs 1, 3, 9): the worst,
+	// trial 2, is outside the top ⌊3/3⌋ = 1 at every rung.
+	at := func(steps int) []*trainingv1.Trial {
+		return []*trainingv1.Trial{
+			run(trainingv1.Trial_SUCCEEDED, 1, 20),
+			run(trainingv1.Trial_SUCCEEDED, 2, 20),
+			run(trainingv1.Trial_ACTIVE, 3, steps),
+		}
+	}
+	if stop, why := asha(20).ShouldStop(at(19), 2); !stop || !strings.Contains(why, "rung step 9") {
+		t.Fatalf("one step short of max_step_count 20: %v %q, want stopped at rung step 9", stop, why)
+	}
+	if stop, why := asha(20).ShouldStop(at(20), 2); stop {
+		t.Errorf("at its last step (max_step_count 20) the trial was stopped, which saves nothing: %q", why)
+	}
+	if stop, _ := asha(0).ShouldStop(at(20), 2); !stop {
+		t.Error("without max_step_count the trial at step 20 was not stopped: the test no longer shows why the docs' example sets maxStepCount")
+	}
+}

@@ -87,6 +87,57 @@ func TestExamplesAreValid(t *testing.T) {
 	}
 }
 
+// TestTuningExamplesEndASHAAtTheLastEpoch: a tuning example that stops
+// trials with ASHA sets maxStepCount to the --epochs its trainer runs.
+// Without it ASHA cannot tell a trial's last measurement from any other
+// and may stop the trial on it, which saves nothing (libs/hpo's
+// TestASHANotAtTheLastStep); docs/training.md's example and
+// examples/training/tuning_job.json set none.
+func TestTuningExamplesEndASHAAtTheLastEpoch(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/training.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Tuning jobs\n")
+	if !ok {
+		t.Fatal(`docs/training.md has no "## Tuning jobs" section`)
+	}
+	_, body, ok := strings.Cut(section, "```json\n")
+	if !ok {
+		t.Fatal("## Tuning jobs has no JSON example")
+	}
+	body, _, _ = strings.Cut(body, "```")
+	file, err := os.ReadFile("../../examples/training/tuning_job.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"docs/training.md's tuning example": body, "examples/training/tuning_job.json": string(file)} {
+		var job trainingv1.HyperparameterTuningJob
+		if err := protojson.Unmarshal([]byte(text), &job); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		asha := job.GetStudySpec().GetAshaStoppingSpec()
+		if asha == nil {
+			t.Errorf("%s stops trials without ASHA: this test no longer checks it", name)
+			continue
+		}
+		epochs := ""
+		for _, p := range job.GetTrialJobSpec().GetWorkerPoolSpecs() {
+			for _, a := range append(p.GetContainerSpec().GetCommand(), p.GetContainerSpec().GetArgs()...) {
+				if v, ok := strings.CutPrefix(a, "--epochs="); ok {
+					epochs = v
+				}
+			}
+		}
+		if epochs == "" {
+			t.Errorf("%s: no --epochs=N in its trials' command", name)
+		} else if got := strconv.FormatInt(asha.GetMaxStepCount(), 10); got != epochs {
+			t.Errorf("%s: ashaStoppingSpec.maxStepCount is %s, want %s, the --epochs its trials run (ASHA may stop a trial on its last epoch otherwise)", name, got, epochs)
+		}
+	}
+}
+
 // TestLimitsDocStatesBounds: the Limits table of docs/training.md, the
 // contract these bounds keep (the gateway refuses past them), states each
 // one as it is here: a bound changed without the guide fails.

@@ -11,8 +11,8 @@ import (
 )
 
 // earlyStopStudy is docs/training.md's tuning example made small: ASHA
-// from step 1 (reduction factor 3) over trials of the built-in trainer at
-// 20 epochs; %s is the epochs' pace (--step-time), %s the output prefix.
+// from step 1 (reduction factor 3, maximum 20) over trials of the built-in
+// trainer at 20 epochs; %s is the epochs' pace (--step-time), %s the output prefix.
 const earlyStopStudy = `{
   "displayName": "tune-early",
   "maxTrialCount": 6, "parallelTrialCount": 3, "maxFailedTrialCount": 2,
@@ -22,7 +22,7 @@ const earlyStopStudy = `{
       {"parameterId": "learning_rate", "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.1}, "scaleType": "UNIT_LOG_SCALE"},
       {"parameterId": "batch_size", "discreteValueSpec": {"values": [32, 64, 128]}}
     ],
-    "ashaStoppingSpec": {"minStepCount": "1", "reductionFactor": 3},
+    "ashaStoppingSpec": {"minStepCount": "1", "maxStepCount": "20", "reductionFactor": 3},
     "algorithm": "RANDOM_SEARCH", "seed": "5"
   },
   "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n2-standard-8"}, "replicaCount": "1",
