@@ -103,15 +103,67 @@ func (v *Validator) Err() error {
 	return &InvalidError{Violations: out}
 }
 
+// Hide marks err, a NotFound, as an answer given in place of a refusal: a
+// resource the caller may not see (another project's, another user's)
+// answered as one that does not exist, so that its existence does not
+// leak. The caller gets exactly what err alone would give (its message,
+// its code, no status detail): only Hidden reads the mark, for the
+// gateway's audit trail, which records such a call as denied, not as a
+// request for something that is not there. nil stays nil.
+func Hide(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return &hiddenStatus{hiddenError{err}}
+	}
+	return &hiddenError{err}
+}
+
+// Hidden reports whether err carries Hide's mark, before or after
+// ToStatus made a status of it.
+func Hidden(err error) bool {
+	var h interface{ hidden() }
+	return errors.As(err, &h)
+}
+
+// hiddenError is Hide's mark on an error: its message and kind are err's.
+type hiddenError struct{ err error }
+
+func (e *hiddenError) Error() string { return e.err.Error() }
+func (e *hiddenError) Unwrap() error { return e.err }
+func (*hiddenError) hidden()         {}
+
+// hiddenStatus is Hide's mark on a status error: grpc-go sends its
+// GRPCStatus, the status err alone is, so the mark never reaches the wire.
+type hiddenStatus struct{ hiddenError }
+
+func (e *hiddenStatus) GRPCStatus() *status.Status {
+	st, _ := status.FromError(e.err)
+	return st
+}
+
 // ToStatus maps err to a gRPC status error. Errors that already carry a gRPC
 // status keep it (its code and details); one wrapped with context
 // (fmt.Errorf("ask the scheduler for ...: %w", err)) reads as that context
 // and the status's own message, without grpc-go's "rpc error: code = ...
-// desc = " between them. Unknown errors become Internal.
+// desc = " between them. Unknown errors become Internal. Hide's mark
+// stays on the status error it returns (Hidden), off the wire.
 func ToStatus(err error) error {
 	if err == nil {
 		return nil
 	}
+	if _, ok := err.(*hiddenStatus); ok {
+		return err
+	}
+	if Hidden(err) {
+		return Hide(toStatus(err))
+	}
+	return toStatus(err)
+}
+
+// toStatus is ToStatus without Hide's mark.
+func toStatus(err error) error {
 	if st, ok := status.FromError(err); ok {
 		type carrier interface {
 			error

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestToStatus(t *testing.T) {
@@ -89,5 +90,40 @@ func TestValidatorBoundsItsAnswer(t *testing.T) {
 	few.Add("a", "bad")
 	if err := few.Err(); !errors.As(err, &inv) || len(inv.Violations) != 1 {
 		t.Fatalf("one violation: %v", err)
+	}
+}
+
+// TestHideMarksOffTheWire: a hidden NotFound is the same status as a plain
+// one, byte for byte, and keeps its mark through ToStatus (both the
+// gateway's ports and the server's last interceptor apply it).
+func TestHideMarksOffTheWire(t *testing.T) {
+	t.Parallel()
+	plain := fmt.Errorf("job %s: %w", "projects/p/jobs/7", NotFound)
+	wrappedStatus := fmt.Errorf("get job: %w", status.Error(codes.NotFound, "job 7: not found"))
+	for _, err := range []error{plain, wrappedStatus, status.Error(codes.NotFound, "x: not found")} {
+		hidden := Hide(err)
+		if !Hidden(hidden) || Hidden(err) {
+			t.Fatalf("Hidden(Hide(%v)) = %v, Hidden(%v) = %v", err, Hidden(hidden), err, Hidden(err))
+		}
+		if hidden.Error() != err.Error() || Code(hidden) != Code(err) {
+			t.Errorf("Hide(%v) reads %q, %v; want %q, %v", err, hidden.Error(), Code(hidden), err.Error(), Code(err))
+		}
+		st := ToStatus(hidden)
+		if !Hidden(st) || !Hidden(ToStatus(st)) {
+			t.Errorf("ToStatus lost the mark of %v", err)
+		}
+		got, ok := status.FromError(ToStatus(st))
+		if !ok {
+			t.Fatalf("ToStatus(Hide(%v)) is no status: %T", err, st)
+		}
+		want, _ := status.FromError(ToStatus(err))
+		gb, _ := proto.Marshal(got.Proto())
+		wb, _ := proto.Marshal(want.Proto())
+		if string(gb) != string(wb) || got.Code() != codes.NotFound {
+			t.Errorf("hidden %v goes out as %v, want %v", err, got.Proto(), want.Proto())
+		}
+	}
+	if Hide(nil) != nil || Hidden(nil) {
+		t.Error("Hide(nil) is not nil")
 	}
 }
