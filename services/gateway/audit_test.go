@@ -1,18 +1,23 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -133,7 +138,7 @@ func TestAuditTrail(t *testing.T) {
 	wantCode(t, "ana's second watch", err, codes.ResourceExhausted)
 	stopWatch()
 	recs := waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
-		return record("users/pat", "/loom.v1.JobService/WatchJob", "denied", "ResourceExhausted")(r) && r.GetResource() == job.GetName()
+		return record("users/pat", "/loom.v1.JobService/WatchJob", "rejected", "ResourceExhausted")(r) && r.GetResource() == job.GetName()
 	})
 	if slices.ContainsFunc(recs, record("users/pat", "/loom.v1.JobService/WatchJob", "allowed", "OK")) {
 		t.Error("a watch that was let through was recorded")
@@ -142,7 +147,7 @@ func TestAuditTrail(t *testing.T) {
 	waitAudit(t, ctx, h, "root", "projects/-", func(r *loomv1.AuditRecord) bool {
 		return record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated")(r) && r.GetProject() == "-"
 	})
-	recs = waitAudit(t, ctx, h, "pat", project, record("users/bob", "/loom.v1.JobService/GetJob", "denied", "NotFound"))
+	recs = waitAudit(t, ctx, h, "pat", project, record("users/bob", "/loom.v1.JobService/GetJob", "rejected", "NotFound"))
 	for _, want := range []func(*loomv1.AuditRecord) bool{
 		record("users/pat", "/loom.v1.JobService/SubmitJob", "allowed", "OK"),
 		record("users/bob", "/loom.v1.ClusterService/CreateCluster", "denied", "PermissionDenied"),
@@ -332,6 +337,77 @@ func TestRESTCallsCountAsTheirClient(t *testing.T) {
 	for _, r := range recs {
 		if r.GetMethod() == "/loom.v1.ClusterService/DeleteCluster" && !strings.HasPrefix(r.GetReason(), "from 127.0.0.2: ") {
 			t.Errorf("the anonymous REST refusal's reason %q; want it from the HTTP client 127.0.0.2", r.GetReason())
+		}
+	}
+}
+
+// TestAuditTellsHiddenDenialsFromNotFound: the NotFound the gateway gives
+// in place of a refusal (a viewer reading another user's job with
+// PrivateData; another project's job) is audited denied, a job that is not
+// there rejected, and the caller gets the same answer, byte for byte, for
+// both.
+func TestAuditTellsHiddenDenialsFromNotFound(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.PrivateData = "jobs" })
+	ctx := testkit.Context(t, 3*wait)
+	submit := func() *loomv1.Job {
+		t.Helper()
+		req := validJob()
+		req.Job.User = "pat"
+		j, err := h.jobs().SubmitJob(ctx, req, h.call("pat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	// answer is what the caller gets for GetJob of name: its status as
+	// sent (code, message, details) and its trailers.
+	answer := func(who, name string) []byte {
+		t.Helper()
+		var trailer metadata.MD
+		_, err := h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: name}, h.call(who), grpc.Trailer(&trailer))
+		wantCode(t, who+" reads "+name, err, codes.NotFound)
+		b, merr := proto.Marshal(status.Convert(err).Proto())
+		if merr != nil {
+			t.Fatal(merr)
+		}
+		return append(b, fmt.Sprint(trailer)...)
+	}
+	first := submit()
+	id, err := strconv.Atoi(first.GetJobId())
+	if err != nil {
+		t.Fatalf("job id %q: %v", first.GetJobId(), err)
+	}
+	next := fmt.Sprintf("%s/jobs/%d", project, id+1)
+	missing := answer("vic", next) // not there yet: rejected
+	if j := submit(); j.GetName() != next {
+		t.Fatalf("second job %s, want %s", j.GetName(), next)
+	}
+	if hidden := answer("vic", next); !bytes.Equal(hidden, missing) { // pat's, hidden from a viewer: denied
+		t.Errorf("the viewer tells a hidden job from a missing one: %q, %q", hidden, missing)
+	}
+	// Another project's admin: the same answer for a job that is there
+	// and one that is not, both denied.
+	if there, notThere := answer("oz", next), answer("oz", project+"/jobs/999999"); !bytes.Equal(there, notThere) {
+		t.Errorf("a stranger tells a job from a missing one: %q, %q", there, notThere)
+	}
+
+	vics := func(decision string) func(*loomv1.AuditRecord) bool {
+		return func(r *loomv1.AuditRecord) bool {
+			return record("users/vic", "/loom.v1.JobService/GetJob", decision, "NotFound")(r) && r.GetResource() == next
+		}
+	}
+	waitAudit(t, ctx, h, "pat", project, vics("rejected"))
+	recs := waitAudit(t, ctx, h, "pat", project, vics("denied"))
+	if n := len(slices.DeleteFunc(slices.Clone(recs), func(r *loomv1.AuditRecord) bool { return !vics("rejected")(r) && !vics("denied")(r) })); n != 2 {
+		t.Errorf("%d records of vic's reads of %s, want one rejected and one denied: %v", n, next, recs)
+	}
+	all := waitAudit(t, ctx, h, "root", "projects/-", func(r *loomv1.AuditRecord) bool {
+		return record("users/oz", "/loom.v1.JobService/GetJob", "denied", "NotFound")(r) && r.GetResource() == project+"/jobs/999999"
+	})
+	for _, r := range all {
+		if r.GetPrincipal() == "users/oz" && r.GetDecision() != "denied" {
+			t.Errorf("a stranger's refusal audited %s: %v", r.GetDecision(), r)
 		}
 	}
 }

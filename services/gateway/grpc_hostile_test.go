@@ -275,7 +275,7 @@ func TestGRPCUndecodableIsAuditedAndRateLimited(t *testing.T) {
 	if err := send("bob"); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("bob's garbage while ana is limited: %v, want InvalidArgument", err)
 	}
-	waitAudit(t, ctx, h, "root", "projects/-", record("users/ana", create, "denied", "InvalidArgument"))
+	waitAudit(t, ctx, h, "root", "projects/-", record("users/ana", create, "rejected", "InvalidArgument"))
 
 	s, err := h.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/loom.v1.JobService/WatchJob", grpc.ForceCodecV2(rawCodec{}), h.call("vic"))
 	if err == nil {
@@ -288,5 +288,5 @@ func TestGRPCUndecodableIsAuditedAndRateLimited(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("vic's garbage watch: %v, want InvalidArgument", err)
 	}
-	waitAudit(t, ctx, h, "root", "projects/-", record("users/vic", "/loom.v1.JobService/WatchJob", "denied", "InvalidArgument"))
+	waitAudit(t, ctx, h, "root", "projects/-", record("users/vic", "/loom.v1.JobService/WatchJob", "rejected", "InvalidArgument"))
 }

@@ -110,7 +110,7 @@ func TestSubmitJobValidateOnly(t *testing.T) {
 	// In the trail: the one submission allowed, the refused validations
 	// said to be validations, no validation allowed.
 	recs := waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
-		return record("users/alice", "/loom.v1.JobService/SubmitJob", "denied", "ResourceExhausted")(r) &&
+		return record("users/alice", "/loom.v1.JobService/SubmitJob", "rejected", "ResourceExhausted")(r) &&
 			strings.HasPrefix(r.GetReason(), "validate only: ")
 	})
 	allowed := slices.DeleteFunc(slices.Clone(recs), func(r *loomv1.AuditRecord) bool {

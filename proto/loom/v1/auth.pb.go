@@ -1385,7 +1385,11 @@ type AuditRecord struct {
 	Method    string                 `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
 	// resource is the name the request acted on (or its parent).
 	Resource string `protobuf:"bytes,5,opt,name=resource,proto3" json:"resource,omitempty"`
-	// decision is "allowed" or "denied".
+	// decision is "allowed"; "denied" (the caller was refused: Unauthenticated,
+	// PermissionDenied, or the NotFound answered for a resource hidden from
+	// them); "rejected" (the request was refused for what it asks: NotFound
+	// of what is not there, InvalidArgument, FailedPrecondition, AlreadyExists,
+	// OutOfRange, ResourceExhausted); or "failed" (let through, then failed).
 	Decision string `protobuf:"bytes,6,opt,name=decision,proto3" json:"decision,omitempty"`
 	// code is the gRPC code of the answer ("OK", "PermissionDenied", ...).
 	Code          string `protobuf:"bytes,7,opt,name=code,proto3" json:"code,omitempty"`

@@ -33,6 +33,12 @@ func (a *app) auditCommand() *cobra.Command {
 		Short: "Show the audit trail: mutating requests and refusals (admins only)",
 		Long: `Show the project's audit trail, newest first: every mutating request and
 every refusal, with its principal, method, resource, decision and code.
+DECISION is allowed; denied (the caller was refused: no credential, a role
+too weak, or a resource hidden from them, which they were answered
+NotFound as if it were not there); rejected (the request itself was
+refused, whoever asked: NotFound of what is not there, InvalidArgument,
+FailedPrecondition, AlreadyExists, OutOfRange, ResourceExhausted); or
+failed (a change let through that then failed).
 Successful reads are not recorded. A project's admins read its trail;
 cluster administrators read every project's with --all-projects
 (or --project -), which also holds the calls that name no project.`,

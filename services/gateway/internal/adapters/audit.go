@@ -28,8 +28,9 @@ const (
 	// (and "-"), and beside it P + RefusedTrail.
 	KeyAuditProjects = "audit:projects"
 	// RefusedTrail is the suffix of the trail that keeps the records of a
-	// project's calls that were not done (refused, guard.Denied, or let
-	// through and failed, guard.Failed) apart from those of what was done,
+	// project's calls that were not done (refused, guard.Denied or
+	// guard.Rejected, or let through and failed, guard.Failed) apart from
+	// those of what was done,
 	// each trail capped on its own: a flood of calls that do nothing
 	// (refused, or failed on purpose with a deadline of a nanosecond),
 	// even a member's, pushes out only older such records, never a record
@@ -44,7 +45,7 @@ func auditTrail(rec *loomv1.AuditRecord) string {
 	if project == "" {
 		project = "-"
 	}
-	if d := rec.GetDecision(); d == guard.Denied || d == guard.Failed {
+	if d := rec.GetDecision(); d == guard.Denied || d == guard.Rejected || d == guard.Failed {
 		return project + RefusedTrail
 	}
 	return project

@@ -118,9 +118,10 @@ func TestListAuditReadsABoundedSpan(t *testing.T) {
 	}
 }
 
-// TestAuditTrailOfCallsNotDone: a refused or failed call's record is kept
-// beside its project's trail, capped on its own, so that a flood of calls
-// that did nothing (a member's too) pushes out no record of what was done.
+// TestAuditTrailOfCallsNotDone: a refused (denied or rejected) or failed
+// call's record is kept beside its project's trail, capped on its own, so
+// that a flood of calls that did nothing (a member's too) pushes out no
+// record of what was done.
 func TestAuditTrailOfCallsNotDone(t *testing.T) {
 	t.Parallel()
 	_, rdb := testkit.Redis(t)
@@ -137,6 +138,7 @@ func TestAuditTrailOfCallsNotDone(t *testing.T) {
 	for i := range 5 {
 		put(fmt.Sprintf("refused%d", i), "denied", time.Duration(i+1)*time.Second)
 		put(fmt.Sprintf("failed%d", i), "failed", time.Duration(i+1)*time.Second+time.Millisecond)
+		put(fmt.Sprintf("rejected%d", i), "rejected", time.Duration(i+1)*time.Second+2*time.Millisecond)
 	}
 	if n, _ := rdb.HLen(ctx, "gateway:"+KeyAuditRecordsPrefix+"p1").Result(); n != 1 {
 		t.Errorf("p1's trail of what was done holds %d records, want the one", n)

@@ -36,8 +36,9 @@ func callerOf(ctx context.Context, name string) domain.Caller {
 
 // jobNotFound is the answer for a job the caller may not see: the same as
 // for a job that does not exist (Repo.AcceptedJob's), so that hidden jobs
-// cannot be told from missing ones.
-func jobNotFound(name string) error { return fmt.Errorf("job %s: %w", name, errs.NotFound) }
+// cannot be told from missing ones; marked errs.Hide, so that the audit
+// trail records it as the refusal it is.
+func jobNotFound(name string) error { return errs.Hide(fmt.Errorf("job %s: %w", name, errs.NotFound)) }
 
 // visibleJob reads the job named name (canonical) and returns it with the
 // caller, or jobNotFound when the caller may not see it (another

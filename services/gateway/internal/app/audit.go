@@ -108,7 +108,7 @@ func (g *Gateway) ListAuditRecords(ctx context.Context, req *loomv1.ListAuditRec
 	case project == "" && !p.ClusterAdmin:
 		return nil, fmt.Errorf("%s: the audit trail of every project is for cluster administrators: %w", p.Name, errs.PermissionDenied)
 	case project != "" && p.Role(project) == auth.RoleNone:
-		return nil, fmt.Errorf("project %s: %w", project, errs.NotFound)
+		return nil, errs.Hide(fmt.Errorf("project %s: %w", project, errs.NotFound))
 	case project != "" && p.Role(project) < auth.RoleAdmin:
 		return nil, fmt.Errorf("%s: the audit trail of project %s is for its admins: %w", p.Name, project, errs.PermissionDenied)
 	}

@@ -319,7 +319,7 @@ func (a *Auth) oidcBindingUser(ctx context.Context, name string) (string, error)
 		return "", errs.Invalid("name", "want users/{user}/oidcBinding, got %q", clipText(name))
 	}
 	if !p.ClusterAdmin && (p.Kind != auth.KindUser || p.User != user) {
-		return "", fmt.Errorf("%s: %w", name, errs.NotFound)
+		return "", errs.Hide(fmt.Errorf("%s: %w", name, errs.NotFound))
 	}
 	return user, nil
 }
@@ -515,7 +515,7 @@ func (a *Auth) mayManageKeys(ctx context.Context, p *auth.Principal, owner strin
 			}
 		}
 	}
-	return fmt.Errorf("%s: %w", owner, errs.NotFound)
+	return errs.Hide(fmt.Errorf("%s: %w", owner, errs.NotFound))
 }
 
 // KeyProto is k as the API shows it (without its secret).
@@ -695,7 +695,9 @@ func (a *Auth) RevokeApiKey(ctx context.Context, req *loomv1.RevokeApiKeyRequest
 			return nil, err
 		}
 		if k.Owner != owner {
-			return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
+			// Another owner's key, named under this one: not there for
+			// the caller.
+			return nil, errs.Hide(fmt.Errorf("%s: %w", name, errs.NotFound))
 		}
 		if !k.RevokeTime.IsZero() {
 			break
@@ -759,7 +761,7 @@ func mayAdminister(p *auth.Principal, parent string) error {
 	case r != auth.RoleNone:
 		return fmt.Errorf("%w: managing %s's members needs its admin role; you are %s", errs.PermissionDenied, parent, r)
 	}
-	return fmt.Errorf("%s: %w", parent, errs.NotFound)
+	return errs.Hide(fmt.Errorf("%s: %w", parent, errs.NotFound))
 }
 
 // mayGiveFirstMembership refuses a project admin's SetMember that would

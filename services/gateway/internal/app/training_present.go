@@ -41,8 +41,8 @@ func trainingVisible[T interface {
 }
 
 // trainingHidden is the answer for a resource the caller may not see: the
-// same as for one that does not exist.
-func trainingHidden(name string) error { return fmt.Errorf("%s: %w", name, errs.NotFound) }
+// same as for one that does not exist (marked errs.Hide for the audit).
+func trainingHidden(name string) error { return errs.Hide(fmt.Errorf("%s: %w", name, errs.NotFound)) }
 
 // stripEnv removes every replica environment from m (in place).
 func stripEnv(m proto.Message) {

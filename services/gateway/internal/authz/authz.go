@@ -321,8 +321,9 @@ const MsgAccessDenied = "Access/permission denied"
 // Authorize decides whether the caller of ctx may call method with req
 // (the request message; nil when not yet received). It returns nil, or an
 // error of kind errs.Unauthenticated (anonymous caller of a non-public
-// method), errs.NotFound (a project the caller has no role in, another
-// job for a workload), errs.PermissionDenied (a role too weak, a kind of
+// method), errs.NotFound marked errs.Hide (a project the caller has no
+// role in, another job for a workload, another user's keys),
+// errs.PermissionDenied (a role too weak, a kind of
 // principal the method is not for, a method missing from Table) or an
 // errs.InvalidError (a name that is in no project, for callers that are
 // not cluster administrators).
@@ -428,7 +429,7 @@ func selfOrAdmin(p *auth.Principal, method, value string) error {
 	}
 	// Another user's keys do not exist for the caller, as another
 	// project's resources: no probing of user names.
-	return fmt.Errorf("%s: %w", clip(value), errs.NotFound)
+	return errs.Hide(fmt.Errorf("%s: %w", clip(value), errs.NotFound))
 }
 
 // authorizeWorkload applies rule to a workload principal: its own job or
@@ -456,19 +457,21 @@ func authorizeWorkload(p *auth.Principal, method string, rule Rule, value string
 }
 
 // ProjectNotFound is the answer to a caller with no role in project: the
-// same for every resource of it, existing or not.
+// same for every resource of it, existing or not; marked errs.Hide, so
+// that the audit trail records the refusal it stands for.
 func ProjectNotFound(project string) error {
-	return fmt.Errorf("%s: %w", resname.Project{ID: project}, errs.NotFound)
+	return errs.Hide(fmt.Errorf("%s: %w", resname.Project{ID: project}, errs.NotFound))
 }
 
 // JobNotFound is the gateway's answer for a job that is not there for the
 // caller: the same message as for a job that does not exist ("job NAME:
-// not found"). value is the name asked for when job is "" (no job in it).
+// not found"), marked errs.Hide for the audit trail. value is the name
+// asked for when job is "" (no job in it).
 func JobNotFound(job, value string) error {
 	if job == "" {
 		job = clip(value)
 	}
-	return fmt.Errorf("job %s: %w", job, errs.NotFound)
+	return errs.Hide(fmt.Errorf("job %s: %w", job, errs.NotFound))
 }
 
 // ProjectOf returns the project id of a resource name

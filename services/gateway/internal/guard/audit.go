@@ -29,10 +29,15 @@ import (
 const (
 	// Allowed: the call succeeded.
 	Allowed = "allowed"
-	// Denied: the call was refused (Unauthenticated, PermissionDenied,
-	// NotFound, ResourceExhausted, InvalidArgument, FailedPrecondition,
-	// AlreadyExists, OutOfRange).
+	// Denied: the caller was refused (Unauthenticated, PermissionDenied,
+	// and the NotFound given in place of a refusal, errs.Hide's: another
+	// project's resource, another user's job or keys).
 	Denied = "denied"
+	// Rejected: the request was refused for what it asks, whoever asks
+	// (NotFound of what is not there, InvalidArgument, FailedPrecondition,
+	// AlreadyExists, OutOfRange, ResourceExhausted): a typo, not an
+	// attack.
+	Rejected = "rejected"
 	// Failed: a mutating call was let through but failed (Unavailable,
 	// Internal, DeadlineExceeded, Canceled, Aborted, ...).
 	Failed = "failed"
@@ -147,14 +152,22 @@ var refusalCodes = map[codes.Code]bool{
 	codes.ResourceExhausted: true, codes.InvalidArgument: true,
 }
 
-// Decision is the decision a call's code stands for.
-func Decision(c codes.Code) string {
-	switch c {
+// Decision is the decision a call that ended with err stands for: its
+// code's (errs.Code), except that a NotFound marked errs.Hidden, which the
+// caller cannot tell from one of a resource that is not there, is Denied.
+func Decision(err error) string {
+	switch c := errs.Code(err); c {
 	case codes.OK:
 		return Allowed
-	case codes.Unauthenticated, codes.PermissionDenied, codes.NotFound, codes.ResourceExhausted,
-		codes.InvalidArgument, codes.FailedPrecondition, codes.AlreadyExists, codes.OutOfRange:
+	case codes.Unauthenticated, codes.PermissionDenied:
 		return Denied
+	case codes.NotFound:
+		if errs.Hidden(err) {
+			return Denied
+		}
+		return Rejected
+	case codes.ResourceExhausted, codes.InvalidArgument, codes.FailedPrecondition, codes.AlreadyExists, codes.OutOfRange:
+		return Rejected
 	}
 	return Failed
 }
@@ -375,7 +388,7 @@ func (a *Auditor) newRecord(ctx context.Context, slot *auth.Slot, method string,
 		Principal: principal,
 		Method:    method,
 		Resource:  resource,
-		Decision:  Decision(code),
+		Decision:  Decision(err),
 		Code:      code.String(),
 		Project:   project,
 	}

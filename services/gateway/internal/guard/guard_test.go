@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/auth"
@@ -171,9 +173,10 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 			})
 	}
 	run("/loom.v1.JobService/SubmitJob", &loomv1.SubmitJobRequest{Parent: "projects/p1"}, ana, nil)
-	run("/loom.v1.JobService/GetJob", &loomv1.GetJobRequest{Name: "projects/p1/jobs/1"}, ana, nil)                            // a read that succeeded: not recorded
-	run("/loom.v1.JobService/GetJob", &loomv1.GetJobRequest{Name: "projects/p2/jobs/1"}, ana, errs.ToStatus(errs.NotFound))   // a refused read
-	run("/loom.v1.JobService/ListJobs", &loomv1.ListJobsRequest{Parent: "projects/p1"}, ana, errs.ToStatus(errs.Unavailable)) // a failed read: not recorded
+	run("/loom.v1.JobService/GetJob", &loomv1.GetJobRequest{Name: "projects/p1/jobs/1"}, ana, nil)                                     // a read that succeeded: not recorded
+	run("/loom.v1.JobService/GetJob", &loomv1.GetJobRequest{Name: "projects/p2/jobs/1"}, ana, errs.ToStatus(errs.Hide(errs.NotFound))) // a refused read
+	run("/loom.v1.JobService/GetJob", &loomv1.GetJobRequest{Name: "projects/p1/jobs/9"}, ana, errs.ToStatus(errs.NotFound))            // a job that is not there
+	run("/loom.v1.JobService/ListJobs", &loomv1.ListJobsRequest{Parent: "projects/p1"}, ana, errs.ToStatus(errs.Unavailable))          // a failed read: not recorded
 	run("/loom.v1.ClusterService/UpdateCluster", &loomv1.UpdateClusterRequest{Cluster: &loomv1.Cluster{Name: "projects/p1/clusters/c1"}}, nil,
 		errs.Unauthenticated)
 	run("/loom.v1.ClusterService/DeleteCluster", &loomv1.DeleteClusterRequest{Name: "projects/p1/clusters/c1"}, ana, errs.ToStatus(errs.Unavailable))
@@ -189,6 +192,7 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 		// A refusal in a project the caller has no role in, or without a
 		// credential, is the cluster's ("-"); a member's is the project's.
 		{"users/ana", "/loom.v1.JobService/GetJob", "projects/p2/jobs/1", Denied, "NotFound", NoProject},
+		{"users/ana", "/loom.v1.JobService/GetJob", "projects/p1/jobs/9", Rejected, "NotFound", "p1"},
 		{Anonymous, "/loom.v1.ClusterService/UpdateCluster", "projects/p1/clusters/c1", Denied, "Unauthenticated", NoProject},
 		{"users/ana", "/loom.v1.ClusterService/DeleteCluster", "projects/p1/clusters/c1", Failed, "Unavailable", "p1"},
 		{"users/ana", "/loom.v1.ClusterService/CreateCluster", "projects/p1", Denied, "PermissionDenied", "p1"},
@@ -206,8 +210,8 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 			t.Errorf("record %d: id %q time %v", i, r.GetId(), r.GetTime())
 		}
 	}
-	if !strings.HasPrefix(got[2].GetReason(), "from 10.0.0.9: unauthenticated") {
-		t.Errorf("anonymous refusal's reason %q", got[2].GetReason())
+	if !strings.HasPrefix(got[3].GetReason(), "from 10.0.0.9: unauthenticated") {
+		t.Errorf("anonymous refusal's reason %q", got[3].GetReason())
 	}
 }
 
@@ -263,8 +267,34 @@ func TestResourceAndIsRead(t *testing.T) {
 		ProjectOf("projects/Bad Name/x") != NoProject {
 		t.Error("ProjectOf")
 	}
-	if Decision(codes.FailedPrecondition) != Denied || Decision(codes.Internal) != Failed || Decision(codes.OK) != Allowed {
-		t.Error("Decision")
+}
+
+// TestDecision: a hidden NotFound (errs.Hide: a refusal the caller cannot
+// tell from a missing resource) is denied, as it reaches the audit both
+// before and after a port made a status of it; a real one, and what is
+// refused for what it asks, is rejected.
+func TestDecision(t *testing.T) {
+	t.Parallel()
+	missing := fmt.Errorf("job projects/p/jobs/7: %w", errs.NotFound)
+	for err, want := range map[error]string{
+		nil:                               Allowed,
+		missing:                           Rejected,
+		errs.ToStatus(missing):            Rejected,
+		errs.Hide(missing):                Denied,
+		errs.ToStatus(errs.Hide(missing)): Denied,
+		status.Error(codes.PermissionDenied, "x"):   Denied,
+		status.Error(codes.Unauthenticated, "x"):    Denied,
+		errs.Invalid("name", "bad"):                 Rejected,
+		status.Error(codes.FailedPrecondition, "x"): Rejected,
+		status.Error(codes.AlreadyExists, "x"):      Rejected,
+		status.Error(codes.OutOfRange, "x"):         Rejected,
+		status.Error(codes.ResourceExhausted, "x"):  Rejected,
+		status.Error(codes.Internal, "x"):           Failed,
+		status.Error(codes.Unavailable, "x"):        Failed,
+	} {
+		if got := Decision(err); got != want {
+			t.Errorf("Decision(%v) = %s, want %s", err, got, want)
+		}
 	}
 }
 
