@@ -776,6 +776,14 @@ func TestClustersExampleAnywhere(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "standard input") {
 		t.Errorf("a bad cluster file on stdin: exit %d, %q; want an error naming standard input", code, errOut)
 	}
+	// Standard input is bounded (the gateway refuses a bigger request
+	// anyway): one byte over is refused before it is parsed or sent.
+	created := len(fakegw.Requests[*loomv1.CreateClusterRequest](f))
+	huge := strings.Repeat(" ", maxClusterFileBytes) + out
+	_, errOut, code = runWith(t, gw, func(a *app) { a.stdin = strings.NewReader(huge) }, "clusters", "create", "-f", "-")
+	if code != 2 || !strings.Contains(errOut, "more than 4 MiB") || len(fakegw.Requests[*loomv1.CreateClusterRequest](f)) != created {
+		t.Errorf("a cluster file of %d bytes on stdin: exit %d, %q; want exit 2 naming the 4 MiB limit, nothing sent", len(huge), code, errOut)
+	}
 
 	out, errOut, code = run(t, gw, "clusters", "example", "one-node-8gpu")
 	if code != 0 {
