@@ -190,15 +190,7 @@ func (a *app) createCluster(ctx context.Context, req *loomv1.CreateClusterReques
 // its fields are named as in the cluster file: "cluster.network.mtu: ..."
 // becomes "network.mtu: ...". Other errors are returned as they are.
 func specFields(err error) error {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.InvalidArgument {
-		return err
-	}
-	parts := strings.Split(st.Message(), "; ")
-	for i, p := range parts {
-		parts[i] = strings.TrimPrefix(p, "cluster.")
-	}
-	return status.Error(codes.InvalidArgument, strings.Join(parts, "; "))
+	return rewriteProblems(err, func(p string) string { return strings.TrimPrefix(p, "cluster.") })
 }
 
 // getCluster reads one cluster; arg is its id or full name.

@@ -480,26 +480,38 @@ func fieldList(msg string) string {
 // is: that is what the user must look up. Every command that sends flags
 // as a request maps them back here, in one place per command (its table).
 func flagNames(err error, flags map[string]string) error {
+	return rewriteProblems(err, func(part string) string {
+		field, reason, ok := strings.Cut(part, ": ")
+		if !ok {
+			return part
+		}
+		base, index, _ := strings.Cut(field, "[")
+		flag, ok := flags[base]
+		if !ok {
+			return part
+		}
+		if index = strings.TrimSuffix(index, "]"); index != "" {
+			flag += " " + index
+		}
+		return flag + ": " + reason
+	})
+}
+
+// rewriteProblems rewrites each problem of an InvalidArgument
+// (errs.InvalidError's "field: reason; ..." message, split at "; ") with
+// rewrite; err itself when no problem changed, or for any other error.
+// specFields and flagNames name a refusal's fields as the user wrote them.
+func rewriteProblems(err error, rewrite func(problem string) string) error {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.InvalidArgument {
 		return err
 	}
 	parts := strings.Split(st.Message(), "; ")
 	changed := false
-	for i, part := range parts {
-		field, reason, ok := strings.Cut(part, ": ")
-		if !ok {
-			continue
+	for i, p := range parts {
+		if q := rewrite(p); q != p {
+			parts[i], changed = q, true
 		}
-		base, index, _ := strings.Cut(field, "[")
-		flag, ok := flags[base]
-		if !ok {
-			continue
-		}
-		if index = strings.TrimSuffix(index, "]"); index != "" {
-			flag += " " + index
-		}
-		parts[i], changed = flag+": "+reason, true
 	}
 	if !changed {
 		return err
