@@ -71,6 +71,41 @@ func TaskLayout(ntasksPerNode, ntasks int32, n int) []int32 {
 	return out
 }
 
+// PackTasks is the tasks on each of a job's nodes as Slurm 22.05's
+// select/cons_tres (CR_Core) lays out --ntasks without --ntasks-per-node
+// on nodes it does not hold whole (measured beside Slurm 22.05, 4-CPU
+// nodes): every node takes one task, and the rest fill the nodes in order,
+// each up to the tasks its free CPUs hold (free[i] / cpusPerTask), so
+// -N2 -n4 on idle nodes is 3,1, -N3 -n9 4,4,1, and -N2 -n5 with 2 CPUs
+// free on the first node 2,3. free has one entry per node (its CPUs free
+// before the job); ok is false, and the result nil, when some node cannot
+// take one task or the nodes cannot take ntasks, or ntasks is below the
+// node count: then the caller keeps its even layout (TaskLayout).
+func PackTasks(ntasks, cpusPerTask int32, free []int32) (tasks []int32, ok bool) {
+	n := int64(len(free))
+	if n == 0 || int64(ntasks) < n {
+		return nil, false
+	}
+	cpt := int64(max(cpusPerTask, 1))
+	out := make([]int32, n)
+	// Summed wide: a hostile count must not wrap.
+	left := int64(ntasks)
+	for i, f := range free {
+		hold := int64(max(f, 0)) / cpt
+		if hold < 1 {
+			return nil, false
+		}
+		// The nodes after this one keep one task each.
+		take := min(hold, left-(n-int64(i)-1))
+		out[i] = int32(take)
+		left -= take
+	}
+	if left != 0 {
+		return nil, false
+	}
+	return out, true
+}
+
 // Share is node i's share of total spread as evenly as possible over n
 // nodes, the first ones taking one more while a remainder lasts (7 over 3:
 // 3, 2, 2), as Slurm spreads --ntasks and --gpus. n must be positive.

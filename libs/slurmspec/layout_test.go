@@ -60,6 +60,55 @@ func TestTaskLayout(t *testing.T) {
 	}
 }
 
+// TestPackTasks: each row is a job measured on Slurm 22.05 (slurm-local.sh,
+// 3 nodes of 4 CPUs, select/cons_tres CR_Core): the free CPUs of the nodes
+// it got, in node order, and its SLURM_TASKS_PER_NODE (scontrol show job
+// -d's CPU_IDs and SLURM_JOB_CPUS_PER_NODE agree: tasks × -c).
+func TestPackTasks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		shape       string
+		ntasks, cpt int32
+		free        []int32
+		want        []int32
+	}{
+		{"-N1-2 -n4 idle", 4, 1, []int32{4, 4}, []int32{3, 1}},
+		{"-N2 -n4 idle", 4, 1, []int32{4, 4}, []int32{3, 1}},
+		{"-N2 -n5 idle", 5, 1, []int32{4, 4}, []int32{4, 1}},
+		{"-N2 -n6 idle", 6, 1, []int32{4, 4}, []int32{4, 2}},
+		{"-N1-3 -n4 idle", 4, 1, []int32{4, 4, 4}, []int32{2, 1, 1}},
+		{"-N1-3 -n5 idle", 5, 1, []int32{4, 4, 4}, []int32{3, 1, 1}},
+		{"-N3 -n9 idle", 9, 1, []int32{4, 4, 4}, []int32{4, 4, 1}},
+		{"-N1-2 -n4, node1 2 free", 4, 1, []int32{2, 4}, []int32{2, 2}},
+		{"-N2 -n5, node1 2 free", 5, 1, []int32{2, 4}, []int32{2, 3}},
+		{"-N1-3 -n5, node1 2 free", 5, 1, []int32{2, 4, 4}, []int32{2, 2, 1}},
+		{"-N1-2 -n4, node2 2 free", 4, 1, []int32{4, 2}, []int32{3, 1}},
+		{"-N2 -n5, node2 2 free", 5, 1, []int32{4, 2}, []int32{4, 1}},
+		{"-N2 -n5, node1 1 free", 5, 1, []int32{1, 4}, []int32{1, 4}},
+		{"-N2 -n4 -c2 idle", 4, 2, []int32{4, 4}, []int32{2, 2}},
+		{"-N2 -n3 -c2 idle", 3, 2, []int32{4, 4}, []int32{2, 1}},
+		{"-N1-3 -n5 -c2 idle", 5, 2, []int32{4, 4, 4}, []int32{2, 2, 1}},
+		{"-N1-3 -n4 -c2, node1 1 free (node2, node3)", 4, 2, []int32{4, 4}, []int32{2, 2}},
+	} {
+		got, ok := PackTasks(tc.ntasks, tc.cpt, tc.free)
+		if !ok || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: PackTasks(%d, %d, %v) = %v, %v, want %v", tc.shape, tc.ntasks, tc.cpt, tc.free, got, ok, tc.want)
+		}
+	}
+	// No layout: a node without room for one task, too few CPUs in all,
+	// fewer tasks than nodes, no nodes.
+	for _, tc := range []struct {
+		ntasks, cpt int32
+		free        []int32
+	}{
+		{4, 2, []int32{1, 8}}, {9, 1, []int32{4, 4}}, {1, 1, []int32{4, 4}}, {1, 1, nil}, {2, 1, []int32{-3, 4}},
+	} {
+		if got, ok := PackTasks(tc.ntasks, tc.cpt, tc.free); ok || got != nil {
+			t.Errorf("PackTasks(%d, %d, %v) = %v, %v, want nil, false", tc.ntasks, tc.cpt, tc.free, got, ok)
+		}
+	}
+}
+
 // TestFitNodesToTasks: more nodes than tasks, as Slurm 22.05's sbatch,
 // salloc and srun took them beside Loom (scontrol show job's NumNodes).
 func TestFitNodesToTasks(t *testing.T) {

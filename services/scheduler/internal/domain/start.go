@@ -20,6 +20,40 @@ import (
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
+// taskLayout is the tasks of spec on each of the chosen nodes: as Slurm
+// 22.05's select/cons_tres packs --ntasks without --ntasks-per-node onto
+// nodes it shares (slurmspec.PackTasks: -N1-2 -n4 on two idle 4-CPU nodes
+// is 3,1, with 2 CPUs free on the first 2,2), else spread evenly
+// (slurmspec.TaskLayout). The packing reads the nodes' free CPUs, so it
+// applies only where every chosen node's size is known, and not to an
+// exclusive job (Slurm spreads its tasks over whole nodes: -N2 -n4
+// --exclusive is 2,2) nor to one with GPUs (not measured). Only a batch
+// job packs: salloc's environment and sacct read the layout back from the
+// job's request (slurmcli's jobNodeTasks), which cannot show a packed one
+// yet, and a batch script's environment is set here from the run. Every chosen
+// node has the request's even share free (place checks CPUsPerNode), so
+// the packing fits whenever the even layout does, and holds the same CPUs
+// in all.
+func (p *pass) taskLayout(spec *loomv1.Job, req *place.Request, chosen []int32) []int32 {
+	even := slurmspec.TaskLayout(spec.GetNtasksPerNode(), spec.GetNtasks(), len(chosen))
+	if len(chosen) < 2 || spec.GetScript() == "" || spec.GetNtasks() <= 0 || spec.GetNtasksPerNode() > 0 || req.Exclusive ||
+		spec.GetGpus() > 0 || spec.GetGpusPerNode() > 0 {
+		return even
+	}
+	free := make([]int32, len(chosen))
+	for k, i := range chosen {
+		v := &p.views[i]
+		if v.Node.CPUs == 0 {
+			return even
+		}
+		free[k] = v.FreeCPUs
+	}
+	if tasks, ok := slurmspec.PackTasks(spec.GetNtasks(), spec.GetCpusPerTask(), free); ok {
+		return tasks
+	}
+	return even
+}
+
 // start gives j the nodes chosen (indexes into the pass's views): a new run
 // holding their resources, the job CONFIGURING (RUNNING once every node's
 // step has reported running: see settle), and its steps: a batch script
@@ -37,8 +71,8 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		spec.Priority = prio
 	}
 	n := len(chosen)
-	tasks := slurmspec.TaskLayout(spec.GetNtasksPerNode(), spec.GetNtasks(), n)
 	cpt := spec.GetCpusPerTask()
+	tasks := p.taskLayout(spec, req, chosen)
 	gpus := make([]int32, n)
 	for i := range gpus {
 		switch {
