@@ -78,13 +78,30 @@ func TestJobsListExit(t *testing.T) {
 
 // TestJobsCancelEndedJob: the gateway refuses to cancel an ended job in
 // Slurm's words (for scancel); `loom jobs cancel` says in Loom's how the
-// job ended and that there is nothing to cancel, and exits 0.
+// job ended, that there is nothing to cancel and what to run next, and
+// exits 1 (with -o json too), so that a script does not take a job that
+// ended on its own for one it cancelled.
 func TestJobsCancelEndedJob(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)
 	f.CancelErr = status.Error(codes.FailedPrecondition, "Job/step already completing or completed")
-	out, errOut, code := run(t, gw, "jobs", "cancel", "8")
-	if code != 0 || out != "Job 8 is already FAILED (exit 3): nothing to cancel\n" || strings.Contains(out+errOut, "Job/step") {
-		t.Errorf("cancel of an ended job: exit %d, stdout %q, stderr %q; want exit 0 and Loom's words", code, out, errOut)
+	for _, args := range [][]string{{"jobs", "cancel", "8"}, {"jobs", "cancel", "8", "-o", "json"}} {
+		out, errOut, code := run(t, gw, args...)
+		if code != 1 || out != "" || strings.Contains(errOut, "Job/step") ||
+			errOut != "Error: cancel job 8: it is already FAILED (exit 3): nothing to cancel (see how it ended with `loom jobs get 8`)\n" {
+			t.Errorf("%v of an ended job: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, Loom's words and the next step on stderr", args, code, out, errOut)
+		}
+	}
+	// A job the gateway no longer shows after refusing the cancel.
+	out, errOut, code := run(t, gw, "jobs", "cancel", "99")
+	if code != 1 || out != "" || errOut != "Error: cancel job 99: it has already ended: nothing to cancel (see how it ended with `loom jobs get 99`)\n" {
+		t.Errorf("cancel of an ended job the gateway no longer shows: exit %d, stdout %q, stderr %q; want exit 1", code, out, errOut)
+	}
+	// Ending (COMPLETING): its processes are being stopped already.
+	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/5", JobId: "5", Cluster: "projects/default/clusters/demo",
+		State: loomv1.JobState_COMPLETING, Nodes: []string{"cpu-0001"}})
+	out, errOut, code = run(t, gw, "jobs", "cancel", "5")
+	if code != 1 || out != "" || errOut != "Error: cancel job 5: it is already ending, COMPLETING on cpu-0001: nothing to cancel (follow it to its end with `loom jobs watch 5`)\n" {
+		t.Errorf("cancel of an ending job: exit %d, stdout %q, stderr %q; want exit 1", code, out, errOut)
 	}
 }

@@ -608,7 +608,6 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 	for id, want := range map[string]string{
 		"3": "Job 3 cancelled\n",
 		"7": "Job 7: cancel requested (it was RUNNING on gpu-0001, gpu-0002); follow it with `loom jobs watch 7`\n",
-		"8": "Job 8 is already FAILED (exit 3): nothing to cancel\n",
 	} {
 		out, errOut, code = run(t, gw, "jobs", "cancel", id)
 		if code != 0 {
@@ -617,6 +616,12 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 		if out != want {
 			t.Errorf("cancel %s: %q, want %q", id, out, want)
 		}
+	}
+	// Job 8 has ended (FAILED): nothing is cancelled, and a script sees
+	// the failure (TestJobsCancelEndedJob: the gateway's refusal).
+	if out, errOut, code := run(t, gw, "jobs", "cancel", "8"); code != 1 || out != "" ||
+		errOut != "Error: cancel job 8: it is already FAILED (exit 3): nothing to cancel (see how it ended with `loom jobs get 8`)\n" {
+		t.Errorf("cancel 8: exit %d, stdout %q, stderr %q; want exit 1 and how it ended", code, out, errOut)
 	}
 	if req, _ := fakegw.LastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") ||
 		req.GetUser() == "" || req.GetUser() != cmp.Or(os.Getenv("LOOM_USER"), os.Getenv("USER"), slurmcli.AccountName()) {

@@ -472,7 +472,15 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a job (its processes are stopped)",
-		Args:  exactArgs(1, "the job id, e.g. `loom jobs cancel 7`"),
+		Long: `Cancel a job: a pending one ends CANCELLED at once, a running one once its
+processes are stopped.
+
+A job that has already ended, or is ending, is not cancelled: the command
+says how it ended and exits 1, so that a script can tell a job it cancelled
+from one that finished (COMPLETED, FAILED) on its own. A script that only
+needs the job gone may ignore that status. ` + "`loom slurm scancel`" + ` keeps
+Slurm's way instead: silent, exit 0.`,
+		Args: exactArgs(1, "the job id, e.g. `loom jobs cancel 7`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := a.jobs()
 			if err != nil {
@@ -483,40 +491,55 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 			// The caller, as submit names the owner: only the owner or an
 			// administrator may cancel a job.
 			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0]), User: a.userName(ctx)})
-			ended := false
 			if status.Code(err) == codes.FailedPrecondition && status.Convert(err).Message() == msgAlreadyDone {
 				// The gateway's refusal for a job that is ending or ended
 				// is Slurm's, for scancel; `loom jobs` says how the job
-				// ended instead, and that there is nothing to cancel.
-				ended = true
-				if j, err = cl.GetJob(ctx, &loomv1.GetJobRequest{Name: a.jobName(args[0])}); err != nil {
+				// ended instead.
+				j, err := cl.GetJob(ctx, &loomv1.GetJobRequest{Name: a.jobName(args[0])})
+				if err != nil {
 					// The job ended; what it became is not known here.
-					if a.output == "json" {
-						return a.explain("cancel job "+args[0], err)
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "Job %s has already ended: nothing to cancel\n", args[0])
-					return nil
+					j = nil
 				}
+				return notCancelled(args[0], j)
 			}
 			if err != nil {
 				return a.notFoundHint(a.explain("cancel job "+args[0], err), err, "loom jobs list")
 			}
+			if j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED {
+				// Ended before this cancel came (a gateway that answers
+				// an ended job as it is, not with the refusal above).
+				return notCancelled(args[0], j)
+			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), j)
 			}
-			switch {
-			case ended || j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED:
-				fmt.Fprintf(cmd.OutOrStdout(), "Job %s is already %s: nothing to cancel\n", jobID(j), describeJob(j))
-			case j.GetState() == loomv1.JobState_CANCELLED:
+			if j.GetState() == loomv1.JobState_CANCELLED {
 				fmt.Fprintf(cmd.OutOrStdout(), "Job %s cancelled\n", jobID(j))
-			default:
-				// Cancelling goes through the scheduler; the answer may
-				// still show the state before it.
-				fmt.Fprintf(cmd.OutOrStdout(), "Job %s: cancel requested (it was %s); follow it with `loom jobs watch %s`\n", jobID(j), describeJob(j), jobID(j))
+				return nil
 			}
+			// Cancelling goes through the scheduler; the answer may still
+			// show the state before it.
+			fmt.Fprintf(cmd.OutOrStdout(), "Job %s: cancel requested (it was %s); follow it with `loom jobs watch %s`\n", jobID(j), describeJob(j), jobID(j))
 			return nil
 		},
 	}
+}
+
+// notCancelled is the failure of `loom jobs cancel ID` for a job that has
+// ended or is ending (j as the gateway has it now; nil when that is not
+// known): exit 1, as for any action not done, so that a script does not
+// take a job that ended on its own for one it cancelled. It says how the
+// job ended and where to look next. scancel's exit 0 for the same job
+// stays Slurm's (slurmcli).
+func notCancelled(id string, j *loomv1.Job) error {
+	switch {
+	case j == nil:
+		return fmt.Errorf("cancel job %s: it has already ended: nothing to cancel (see how it ended with `loom jobs get %s`)", id, id)
+	case !j.GetState().Terminal():
+		// Ending (COMPLETING): its processes are being stopped already.
+		return fmt.Errorf("cancel job %s: it is already ending, %s: nothing to cancel (follow it to its end with `loom jobs watch %s`)", jobID(j), describeJob(j), jobID(j))
+	}
+	return fmt.Errorf("cancel job %s: it is already %s: nothing to cancel (see how it ended with `loom jobs get %s`)", jobID(j), describeJob(j), jobID(j))
 }
 
 func (a *app) jobsLogsCommand() *cobra.Command {
