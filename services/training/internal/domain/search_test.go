@@ -136,6 +136,54 @@ func TestStopAfterTheProgramExitedIsACompleteTrial(t *testing.T) {
 	}
 }
 
+// TestStopAfterTheLastStepIsACompleteTrial: the search stops a trial at
+// step 2 of ASHA's max_step_count 3; before the cancel reaches its program
+// the program reports step 3, its last, and the cancel then kills it while
+// it winds up (STEP_KILLED, the job CANCELLED). Its result is complete: the
+// trial is SUCCEEDED without early_stopped, judged by the study's
+// measurement selection (BEST: step 2, where an early-stopped trial's is
+// its last, step 3). The same trial short of its last step, or a study
+// whose stopping spec does not say where trials end, stays stopped early.
+func TestStopAfterTheLastStepIsACompleteTrial(t *testing.T) {
+	defer stopTrialOneAtStep2()()
+	withLast := func(last int64) *eventsv1.CreateHyperparameterTuningJob {
+		spec := tuningJob(tunName, 2, 1, 0)
+		spec.GetTuningJob().GetStudySpec().AutomatedStoppingSpec = &trainingv1.StudySpec_AshaStoppingSpec_{
+			AshaStoppingSpec: &trainingv1.StudySpec_AshaStoppingSpec{MinStepCount: 1, MaxStepCount: last, ReductionFactor: 3}}
+		return spec
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  *eventsv1.CreateHyperparameterTuningJob
+		steps int64
+		early bool
+		final int64
+	}{
+		{"last step reported", withLast(3), 3, false, 2},
+		{"past the last step", withLast(3), 4, false, 2},
+		{"one step short", withLast(4), 3, true, 3},
+		{"no last step known (median stopping)", tuningJob(tunName, 2, 1, 0), 3, true, 3},
+	} {
+		s := NewState()
+		n, point := runningTrial(t, s, tc.spec)
+		feed(t, s, point(1, 5))
+		feed(t, s, point(2, 2))
+		if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_STOPPING || !got.GetEarlyStopped() {
+			t.Fatalf("%s: not stopped: %v", tc.name, got)
+		}
+		for st := int64(3); st <= tc.steps; st++ {
+			feed(t, s, point(st, 4))
+		}
+		// step sends the node's STEP_KILLED before the job's end: the
+		// cancel killed the program.
+		feed(t, s, jobIs(n.Job(), loomv1.JobState_CANCELLED))
+		got := tuningOf(t, s, tunName).GetTrials()[0]
+		if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetEarlyStopped() != tc.early || got.GetFinalMeasurement().GetStepCount() != tc.final {
+			t.Errorf("%s: trial %v; want SUCCEEDED, early_stopped %v, final measurement at step %d", tc.name, got, tc.early, tc.final)
+		}
+	}
+}
+
 // TestStopTooLateIsACompleteTrial: when the search stops a trial whose
 // program ends on its own before the cancel reaches the scheduler (its job
 // COMPLETED, not CANCELLED), the trial is complete: SUCCEEDED, not

@@ -587,7 +587,9 @@ func finalizeDue(now time.Time, grace time.Duration, r *Root) bool {
 // its final measurement (per measurement_selection_type; an early-stopped
 // trial's last), or INFEASIBLE with the reason. A trial the search stopped
 // whose job still SUCCEEDED, or whose every node's program exited 0 by
-// itself (ranToEnd), ran to its end and is not early-stopped.
+// itself (ranToEnd), ran to its end and is not early-stopped; nor is one
+// that reported its last step (reachedLastStep) before the stop killed
+// its program.
 func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.HyperparameterTuningJob, tr *trainingv1.Trial, cj *CJ) {
 	tr.EndTime = timestamppb.New(now)
 	metric := job.GetStudySpec().GetMetrics()[0].GetMetricId()
@@ -596,14 +598,17 @@ func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.Hyperparamet
 		tr.InfeasibleReason = fmt.Sprintf("its custom job ended %s: %s", cj.Job.GetState(), cj.Job.GetError().GetMessage())
 		return
 	}
-	if tr.GetEarlyStopped() && (cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED || ranToEnd(cj)) {
+	if tr.GetEarlyStopped() && (cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED || ranToEnd(cj) ||
+		reachedLastStep(job, tr, metric)) {
 		// The search's stop came too late: the program ran to its end
 		// before the cancel reached it. Its job SUCCEEDED, or, when the
 		// scheduler read the cancel after the program's exit but before
 		// its step's end, CANCELLED while every node's program exited 0
-		// by itself. The trial is complete, and the search must learn
-		// from it as such, not hold it as a point without a value; nor
-		// may it be shown "stopped early".
+		// by itself; or the program had reported its last step and was
+		// killed while it wound up (saving, exiting). The trial is
+		// complete, and the search must learn from it as such, not hold
+		// it as a point without a value; nor may it be shown "stopped
+		// early".
 		tr.EarlyStopped = false
 	}
 	sel := job.GetStudySpec().GetMeasurementSelectionType()
@@ -618,6 +623,23 @@ func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.Hyperparamet
 	}
 	tr.State = trainingv1.Trial_SUCCEEDED
 	tr.FinalMeasurement = proto.Clone(final).(*trainingv1.Measurement)
+}
+
+// reachedLastStep reports whether trial tr has a measurement of metric at
+// or past the study's last step: ASHA's max_step_count, the one stopping
+// spec that knows where a trial ends (median stopping does not, so none
+// is taken as the last there). As ASHA judges a trial (libs/hpo), only a
+// measurement with a finite value of metric counts: its result at the
+// last step is there, whatever the cancel did to the program after.
+func reachedLastStep(job *trainingv1.HyperparameterTuningJob, tr *trainingv1.Trial, metric string) bool {
+	last := job.GetStudySpec().GetAshaStoppingSpec().GetMaxStepCount()
+	if last <= 0 {
+		return false
+	}
+	return slices.ContainsFunc(tr.GetMeasurements(), func(m *trainingv1.Measurement) bool {
+		_, ok := metricValue(m, metric)
+		return ok && m.GetStepCount() >= last
+	})
 }
 
 // selectMeasurement picks the final measurement among ms: the last with
