@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/loom-ml/loom/libs/testkit"
@@ -422,10 +424,54 @@ func TestNodesPageReadsEveryPageOfABigCluster(t *testing.T) {
 	wants(t, "the clusters page", c.open("clusters", "clusters"), "HEALTHY 1500")
 }
 
+// fakeTimersJS puts the page's timers of a second or more on a clock that
+// moves only when the test says (window.__clock.advance(ms) fires, soon
+// after, each timer due by then; pending() lists the waiting ones'
+// delays): a poll's backoff is then seen and skipped instead of waited out.
+// Shorter timers (the live view's settle, a chart's redraw) stay real. It
+// does nothing in a document that has it already.
+const fakeTimersJS = `(() => {
+  if (window.__clock) return;
+  const realSet = window.setTimeout.bind(window), realClear = window.clearTimeout.bind(window);
+  const timers = new Map();
+  let now = 0, next = 1e9;
+  window.setTimeout = (fn, delay = 0, ...args) => {
+    if (!(delay >= 1000)) return realSet(fn, delay, ...args);
+    const id = next++;
+    timers.set(id, {at: now + delay, delay, run: () => fn(...args)});
+    return id;
+  };
+  window.clearTimeout = id => { if (!timers.delete(id)) realClear(id); };
+  window.__clock = {
+    pending: () => [...timers.values()].map(t => t.delay),
+    advance: ms => {
+      now += ms;
+      let fired = 0;
+      for (const [id, t] of [...timers]) {
+        if (t.at <= now) { timers.delete(id); realSet(t.run, 0); fired++; }
+      }
+      return fired;
+    },
+  };
+})()`
+
+// fakeTimers installs fakeTimersJS in the page open now and in every
+// document the tab opens after.
+func (c *consolePage) fakeTimers() {
+	c.t.Helper()
+	c.do("fake the page's timers", chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: fakeTimersJS})
+		return err
+	}))
+	c.eval(fakeTimersJS + `, 0`)
+}
+
 // TestDashboardsRetryTheirFirstRead: a gateway that answers the list of
 // dashboards 503 when the page opens (starting, Redis down) is asked
 // again by the page's poll, and the dashboards show. Before, the first
 // read was outside the poll: its error stayed on the page until a reload.
+// The page's clock is fake (fakeTimers): the poll's backoff, twice its
+// 15 s after a failure, is seen pending and then skipped, not waited out.
 func TestDashboardsRetryTheirFirstRead(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
@@ -446,10 +492,21 @@ func TestDashboardsRetryTheirFirstRead(t *testing.T) {
 		}
 		api.ServeHTTP(w, r)
 	}))
+	c.fakeTimers()
 	c.do("open dashboards", chromedp.Navigate(c.srv.URL+"/#/dashboards"))
-	testkit.WaitFor(t, 20*time.Second, "the failed first read", func() (bool, error) { return calls.Load() >= 1, nil })
-	// The poll's next read, after a failure, waits twice its 15 s.
-	testkit.WaitFor(t, 60*time.Second, "the dashboards after the retry", func() (bool, error) {
+	// The failure is on the page and the poll waits to try again: twice
+	// its 15 s, on the fake clock.
+	testkit.WaitFor(t, 20*time.Second, "the failed first read and the poll's backoff", func() (bool, error) {
+		return calls.Load() >= 1 && strings.Contains(c.text(), "redis: connection refused") &&
+			c.eval(`window.__clock.pending().includes(30000) ? 1 : 0`) == 1, nil
+	})
+	if c.eval(`document.querySelector('main[data-ready="dashboards"]') ? 1 : 0`) == 1 || calls.Load() != 1 {
+		t.Fatalf("before the retry: the dashboards show, or the list was read %d times; want the 503's page, read once", calls.Load())
+	}
+	if n := c.eval(`window.__clock.advance(30000)`); n < 1 {
+		t.Fatalf("30 s on, %d timers fired, want the poll's", n)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the dashboards after the retry", func() (bool, error) {
 		return c.eval(`document.querySelector('main[data-ready="dashboards"]') ? 1 : 0`) == 1, nil
 	})
 	wants(t, "the dashboards page", c.text(), "Scheduler", "Queue depth")
