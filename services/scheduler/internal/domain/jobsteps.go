@@ -701,6 +701,23 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 		}
 		idx[pos] = sel[at]
 	}
+	// The layout's counts go to the step's nodes in the job's order, the
+	// remainder to the first, as Slurm 22.05's (measured: -n3 -w node2 in
+	// a two-node job is 2 tasks on node1, 1 on node2): a node that -w put
+	// first for the search takes its place's count in the job's order.
+	if sorted := slices.Sorted(slices.Values(idx)); !slices.Equal(sorted, idx) {
+		for i, k := range sorted {
+			c, fits, err := need(k, tasks[i])
+			if err != nil {
+				return plan, false, err
+			}
+			if !fits {
+				return plan, true, nil
+			}
+			cpus[i] = c
+		}
+		idx = sorted
+	}
 	// The step's nodes in the job's order (SLURM_NODEID), each with its
 	// tasks.
 	order := make([]int, len(idx))

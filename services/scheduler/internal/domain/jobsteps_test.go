@@ -889,6 +889,21 @@ func TestJobStepNodeSelection(t *testing.T) {
 	if ls := launches(c); len(ls) != 2 || ls[0].GetNode() != nodeName("a") || ls[1].GetNode() != nodeName("b") || ls[1].GetEnv()["SLURM_NODEID"] != "1" {
 		t.Errorf("-n2 -w b: %v", ls)
 	}
+	// Three tasks with -w b (or -w b,a): the remainder on the job's first
+	// node, as Slurm 22.05's (measured: -n3 -w node2 is 2 tasks on node1,
+	// 1 on node2), not on the node -w names.
+	for rid, list := range map[string][]string{"three-b": {"b"}, "three-ba": {"b", "a"}} {
+		c := h.do(createStep(rid, func(ev *eventsv1.CreateJobStep) { ev.Ntasks, ev.Nodelist, ev.Overlap = 3, list, true }))
+		ls := launches(c)
+		if len(ls) != 2 || ls[0].GetNode() != nodeName("a") || ls[0].GetNtasks() != 2 || ls[0].GetFirstRank() != 0 ||
+			ls[1].GetNode() != nodeName("b") || ls[1].GetNtasks() != 1 || ls[1].GetFirstRank() != 2 || ls[1].GetEnv()["SLURM_STEP_TASKS_PER_NODE"] != "2,1" {
+			var got []string
+			for _, l := range ls {
+				got = append(got, fmt.Sprintf("%s: %d task(s) from %d", l.GetNode(), l.GetNtasks(), l.GetFirstRank()))
+			}
+			t.Errorf("-n3 -w %v: %v, want a: 2 from 0, b: 1 from 2", list, got)
+		}
+	}
 	for rid, mod := range map[string]func(*eventsv1.CreateJobStep){
 		"not one of the job's nodes":   func(ev *eventsv1.CreateJobStep) { ev.Nodelist = []string{"z"} },
 		"both in --nodelist and":       func(ev *eventsv1.CreateJobStep) { ev.Nodelist, ev.Exclude = []string{"b"}, []string{"b"} },
