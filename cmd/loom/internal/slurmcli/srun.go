@@ -96,22 +96,21 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	inputOpt, outputOpt, errorOpt := "", "", ""
 	gpusOpt, gpusSet := "", false // --gpus/-G, judged for the step (srunInJob)
 	gpusPerNode := int32(0)       // --gpus-per-node, --gres=gpu:N (the last given)
+	gpnFromEnv := false           // gpusPerNode is the job's SLURM_GPUS_PER_NODE
+	gptGiven := false             // --gpus-per-task on the command line
 	var gpnErr error              // theirs, for a step (outside a job sbatch's parser judges them)
-	// Slurm's srun takes its default from the job's environment.
 	gpusPerTask, noGPUBind := int32(0), false
-	if v := env["SLURM_GPUS_PER_TASK"]; v != "" {
-		if _, n, err := parseTypedCount(v); err == nil && n <= slurmspec.MaxGPUsPerTask {
-			gpusPerTask = n
-		}
-	}
 	pty := false
-	// As Slurm's srun, SLURM_EXACT and SLURM_OVERLAP set them too.
-	exact, overlap := env["SLURM_EXACT"] != "", env["SLURM_OVERLAP"] != ""
+	exact, overlap := false, false
 	var nodelist, exclude []string
 	relative := int32(0)
 	var dist slurmspec.Distribution
 	distOpt := ""
-	for _, o := range opts {
+	// The job's defaults (srunEnvOptions) come first, so that the command
+	// line, read after them, wins, as in Slurm.
+	envOpts := srunEnvOptions(env)
+	for i, o := range append(envOpts, opts...) {
+		fromEnv := i < len(envOpts)
 		switch o.key {
 		case "help", "usage":
 			fmt.Fprint(c.stdout, srunUsage)
@@ -154,14 +153,14 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			if err != nil || n > slurmspec.MaxJobGPUs {
 				gpnErr = fmt.Errorf("--gpus-per-node=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxJobGPUs)
 			}
-			gpusPerNode = n
+			gpusPerNode, gpnFromEnv = n, fromEnv
 		case "gres":
 			_, n, err := parseGres(o.value)
 			gpnErr = nil
 			if err != nil || n > slurmspec.MaxJobGPUs {
 				gpnErr = fmt.Errorf("--gres=%s: want gpu[:TYPE][:N] (N at most %d) or none", o.value, slurmspec.MaxJobGPUs)
 			}
-			gpusPerNode = n
+			gpusPerNode, gpnFromEnv = n, false
 		case "label":
 			label = true
 		case "kill-on-bad-exit":
@@ -175,7 +174,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			if err != nil || n > slurmspec.MaxGPUsPerTask {
 				return exit255(usage("srun", fmt.Errorf("--gpus-per-task=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxGPUsPerTask)))
 			}
-			gpusPerTask = n
+			gpusPerTask, gptGiven = n, gptGiven || !fromEnv
 		case "gpu-bind":
 			// none: every task sees the step's GPUs, which still number
 			// --gpus-per-task a task; Loom's binding otherwise is
@@ -226,6 +225,11 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// for an allocation of its own alike (salloc and sbatch share the rule).
 	// Outside a job the allocation's check says it (srunAlloc), as it
 	// counts -w's hosts too (slurmspec.FitNodes).
+	if gpnFromEnv && gptGiven {
+		// The step's own --gpus-per-task decides its GPUs: Loom holds
+		// one of the two counts, not Slurm's larger (docs/slurm.md).
+		gpusPerNode = 0
+	}
 	outside := jobID == "" && env["SLURM_JOB_ID"] == ""
 	if gpnErr != nil && !outside {
 		return exit255(usage("srun", gpnErr))
@@ -324,6 +328,66 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// SLURM_STEP_ID counting up, scancel JOB.STEP, its input forwarded.
 	req.jobID = env["SLURM_JOB_ID"]
 	return c.srunInJob(ctx, req, export, chdir)
+}
+
+// srunStepInputVars are the input variables (srun(1) "INPUT ENVIRONMENT
+// VARIABLES") that Slurm's srun takes as the defaults of a step's options,
+// which the job's batch script or salloc shell has from its own options
+// (sbatch --gpus-per-node=2 is SLURM_GPUS_PER_NODE=2, and its steps get
+// two GPUs a node as if each srun had said so; -m plane=N is
+// SLURM_DISTRIBUTION=plane with SLURM_DIST_PLANESIZE=N). Measured beside Slurm 22.05:
+// the job's --gpus-per-node, -m and --gpus-per-task reach a bare srun's
+// step; its -c does not (SLURM_CPUS_PER_TASK is not one of 22.05's: a step
+// without -c has one CPU a task). SLURM_GPUS, SLURM_CPUS_PER_GPU and
+// SLURM_NTASKS_PER_NODE are read where their rule differs from an option's
+// (stepGRES, srun, srunInJob); outside a job srunInputVars are the
+// allocation's.
+var srunStepInputVars = []struct {
+	env, opt string
+	// valid says whether the variable's value is one the option takes; a
+	// value it does not is ignored, as the job never sets one.
+	valid func(string) bool
+}{
+	{"SLURM_GPUS_PER_NODE", "gpus-per-node", func(v string) bool {
+		_, n, err := parseTypedCount(v)
+		return err == nil && n <= slurmspec.MaxJobGPUs
+	}},
+	{"SLURM_GPUS_PER_TASK", "gpus-per-task", func(v string) bool {
+		_, n, err := parseTypedCount(v)
+		return err == nil && n <= slurmspec.MaxGPUsPerTask
+	}},
+	{"SLURM_DISTRIBUTION", "distribution", func(v string) bool {
+		_, err := slurmspec.ParseDistribution(v)
+		return err == nil
+	}},
+	// Set at all is set, as Slurm's srun reads them.
+	{"SLURM_EXACT", "exact", nil},
+	{"SLURM_OVERLAP", "overlap", nil},
+}
+
+// srunEnvOptions returns the options that env's srunStepInputVars stand
+// for, in the order srun's parser gives them, to be read before the
+// command line's: the one place a step's option defaults come from the
+// environment.
+func srunEnvOptions(env map[string]string) []parsedOpt {
+	var out []parsedOpt
+	for _, v := range srunStepInputVars {
+		val := env[v.env]
+		if v.env == "SLURM_DISTRIBUTION" && val == "plane" {
+			// plane=N is written back in two variables (sbatchDistEnv,
+			// a step's environment).
+			val += "=" + env["SLURM_DIST_PLANESIZE"]
+		}
+		if val == "" || (v.valid != nil && !v.valid(val)) {
+			continue
+		}
+		o := parsedOpt{key: v.opt, written: v.env}
+		if v.valid != nil {
+			o.value, o.hasValue = val, true
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // stepGRES sets a step's GPU request as Slurm 22.05's srun takes it:

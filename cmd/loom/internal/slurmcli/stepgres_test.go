@@ -229,3 +229,63 @@ func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
 		})
 	}
 }
+
+// TestSrunStepEnvDefaults: srun in a job takes the job's SLURM_GPUS_PER_NODE
+// (sbatch --gpus-per-node, --gres=gpu:N) and SLURM_DISTRIBUTION (-m) as its
+// step's defaults, the command line winning, as Slurm 22.05's srun does
+// (measured beside it: in an sbatch -N2 --gpus-per-node=2 job a bare srun
+// shows TresPerNode=gres:gpu:2 and sees GPUs 0,1 on each node,
+// --gpus-per-node=1 TresPerNode=gres:gpu:1, --gpus-per-node=0 none, -n1
+// --gpus=1 both TresPerStep=cpu:1,gres:gpu:1 and TresPerNode=gres:gpu:2; in
+// an sbatch -N2 -n4 -m cyclic job a bare srun is Dist=Cyclic, -m block
+// Dist=Block). A step's own --gpus-per-task drops the job's per-node
+// count (Loom holds one of them). A value the option would not take is
+// ignored, and SLURM_CPUS_PER_TASK is no default (Slurm 22.05 reads
+// SRUN_CPUS_PER_TASK, which sbatch does not set).
+func TestSrunStepEnvDefaults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env       map[string]string
+		args      []string
+		gpn, gpus int32
+		gpt, cpt  int32
+		dist      string
+	}{
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, nil, 2, 0, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "a100:2"}, nil, 2, 0, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"--gpus-per-node=1"}, 1, 0, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"--gpus-per-node=0"}, 0, 0, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"--gres=gpu:1"}, 1, 0, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"-n1", "--gpus=1"}, 2, 1, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"-n2", "--gpus-per-task=1"}, 0, 0, 1, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2", "SLURM_GPUS_PER_TASK": "1"}, nil, 2, 0, 1, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "x"}, nil, 0, 0, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": fmt.Sprint(1<<20 + 1)}, nil, 0, 0, 0, 0, ""},
+		{map[string]string{"SLURM_DISTRIBUTION": "cyclic"}, nil, 0, 0, 0, 0, "cyclic"},
+		{map[string]string{"SLURM_DISTRIBUTION": "cyclic"}, []string{"-m", "block"}, 0, 0, 0, 0, "block"},
+		{map[string]string{"SLURM_DISTRIBUTION": "plane", "SLURM_DIST_PLANESIZE": "2"}, nil, 0, 0, 0, 0, "plane=2"},
+		{map[string]string{"SLURM_DISTRIBUTION": "plane"}, nil, 0, 0, 0, 0, ""},
+		{map[string]string{"SLURM_DISTRIBUTION": "cyclic:block,pack"}, nil, 0, 0, 0, 0, "cyclic:block,pack"},
+		{map[string]string{"SLURM_DISTRIBUTION": "nonsense"}, nil, 0, 0, 0, 0, ""},
+		{map[string]string{"SLURM_CPUS_PER_TASK": "2"}, nil, 0, 0, 0, 0, ""},
+		{map[string]string{"SLURM_CPUS_PER_TASK": "2"}, []string{"-c1"}, 0, 0, 0, 1, ""},
+	} {
+		g := srunGateway(t, 1, 0)
+		env := srunEnv(t, g)
+		for k, v := range tc.env {
+			env.Environ[k] = v
+		}
+		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
+		steps := stepsCreated(g)
+		if code != 0 || len(steps) != 1 {
+			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+			continue
+		}
+		s := steps[0]
+		if s.GetGpusPerNode() != tc.gpn || s.GetGpus() != tc.gpus || s.GetGpusPerTask() != tc.gpt || s.GetCpusPerTask() != tc.cpt || s.GetDistribution() != tc.dist {
+			t.Errorf("srun %v (env %v): gpus_per_node %d, gpus %d, gpus_per_task %d, cpus_per_task %d, distribution %q; want %d, %d, %d, %d, %q",
+				tc.args, tc.env, s.GetGpusPerNode(), s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerTask(), s.GetDistribution(),
+				tc.gpn, tc.gpus, tc.gpt, tc.cpt, tc.dist)
+		}
+	}
+}
