@@ -116,6 +116,16 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 	if !quiet {
 		fmt.Fprintf(c.stderr, "salloc: Granted job allocation %s\n", id)
 	}
+	// -m reaches the shell as it reaches a batch script (sbatchDistEnv),
+	// whatever the answer carries of the job's environment.
+	for _, k := range []string{"SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE"} {
+		if v, ok := req.job.GetEnv()[k]; ok {
+			if job.Env == nil {
+				job.Env = map[string]string{}
+			}
+			job.Env[k] = v
+		}
+	}
 	code, revoked := c.runAllocated(ctx, job, path, command, dir)
 	if revoked {
 		return &Error{Code: max(code, 1)}
@@ -256,8 +266,30 @@ func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus 
 	if n := job.GetNtasksPerNode(); n > 0 {
 		set["SLURM_NTASKS_PER_NODE"] = strconv.Itoa(int(n))
 	}
+	if d := job.GetEnv()["SLURM_DISTRIBUTION"]; d != "" {
+		// salloc -m (sbatchDistEnv), its sruns' default.
+		set["SLURM_DISTRIBUTION"] = d
+		if n := job.GetEnv()["SLURM_DIST_PLANESIZE"]; n != "" {
+			set["SLURM_DIST_PLANESIZE"] = n
+		}
+	}
 	if n := job.GetCpusPerTask(); n > 0 {
 		set["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(n))
+	}
+	// The GPU request, as the batch script has it (the scheduler's
+	// stepEnv) and Slurm 22.05's salloc sets it (measured: --gpus-per-node=2
+	// is SLURM_GPUS_PER_NODE=2, --gpus=2 SLURM_GPUS=2): the defaults of
+	// the sruns in it (srunStepInputVars, stepGRES). With --gpus-per-task
+	// the job's count of GPUs is Loom's (sbatch's parser sets it), not an
+	// option given: Slurm's salloc -N2 --gpus-per-task=1 has
+	// SLURM_GPUS_PER_TASK alone.
+	if g := job.GetGpus(); g > 0 && job.GetGpusPerTask() == 0 {
+		set["SLURM_GPUS"] = strconv.Itoa(int(g))
+	} else if g := job.GetGpusPerNode(); g > 0 && job.GetGpusPerTask() == 0 {
+		set["SLURM_GPUS_PER_NODE"] = strconv.Itoa(int(g))
+	}
+	if g := job.GetGpusPerTask(); g > 0 {
+		set["SLURM_GPUS_PER_TASK"] = strconv.Itoa(int(g))
 	}
 	if n := job.GetCpusPerGpu(); n > 0 {
 		set["SLURM_CPUS_PER_GPU"] = strconv.Itoa(int(n)) // as Slurm's salloc: only when asked for
@@ -299,6 +331,7 @@ exits. It takes sbatch's options that shape an allocation:
       --gres=list             required generic resources
   -H, --hold                  submit job in held state
   -J, --job-name=jobname      name of job
+  -m, --distribution=type     the steps' task distribution (SLURM_DISTRIBUTION)
       --mem=MB                minimum amount of real memory
   -n, --ntasks=ntasks         number of tasks to run
   -N, --nodes=N               number of nodes on which to run (N = min[-max])

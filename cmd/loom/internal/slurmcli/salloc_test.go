@@ -235,3 +235,32 @@ func hangUp(t *testing.T) {
 		t.Fatalf("hung up: exit %d, stdout %q, stderr %q, cancels %v", code, out, errOut, cancels())
 	}
 }
+
+// TestSallocDistribution: salloc -m and the GPU options give its command
+// SLURM_DISTRIBUTION and SLURM_GPUS*; -m gives the distribution as
+// Slurm 22.05's salloc does (measured: -N2 -n4 -m plane=2 is
+// SLURM_DISTRIBUTION=plane, SLURM_DIST_PLANESIZE=2), the default of the
+// sruns it runs (srunStepInputVars); without -m neither is set.
+func TestSallocDistribution(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-N2", "-n4", "-m", "plane=2"}, "plane 2\n"},
+		{[]string{"-N2", "-m", "cyclic"}, "cyclic <unset>\n"},
+		{[]string{"-N2"}, "<unset> <unset>\n"},
+		// The GPU request, as the batch script's (measured: salloc
+		// --gpus-per-node=2 is SLURM_GPUS_PER_NODE=2, --gpus=2 SLURM_GPUS=2).
+		{[]string{"-N2", "--gpus-per-node=2"}, "<unset> <unset> gpn=2\n"},
+		{[]string{"--gpus=2"}, "<unset> <unset> gpus=2\n"},
+		{[]string{"-N2", "--gpus-per-task=1"}, "<unset> <unset> gpt=1\n"},
+	} {
+		env, _, _, _ := sallocEnv(t)
+		args := append(append([]string{"-Q"}, tc.args...), "sh", "-c", `echo "${SLURM_DISTRIBUTION-<unset>} ${SLURM_DIST_PLANESIZE-<unset>}`+
+			`${SLURM_GPUS_PER_NODE+ gpn=$SLURM_GPUS_PER_NODE}${SLURM_GPUS+ gpus=$SLURM_GPUS}${SLURM_GPUS_PER_TASK+ gpt=$SLURM_GPUS_PER_TASK}"`)
+		if code, out, errOut := salloc(context.Background(), t, env, "", args...); code != 0 || out != tc.want {
+			t.Errorf("salloc %v: exit %d, stdout %q (stderr %q); want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}

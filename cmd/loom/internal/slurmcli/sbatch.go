@@ -75,6 +75,9 @@ var sbatchOptions = []optDef{
 	{long: []string{"version"}, short: 'V', arg: noArg},
 	{long: []string{"wait"}, short: 'W', arg: noArg},
 	{long: []string{"wrap"}, arg: requiredArg},
+	// -m: checked as Slurm's, and handed to the job's steps through
+	// SLURM_DISTRIBUTION (sbatchDistEnv).
+	{long: []string{"distribution"}, short: 'm', arg: requiredArg},
 
 	// Accepted and ignored (a warning says so).
 	{long: []string{"acctg-freq"}, arg: requiredArg},
@@ -91,7 +94,6 @@ var sbatchOptions = []optDef{
 	{long: []string{"cpus-per-gpu"}, arg: requiredArg},
 	{long: []string{"deadline"}, arg: requiredArg},
 	{long: []string{"delay-boot"}, arg: requiredArg},
-	{long: []string{"distribution"}, short: 'm', arg: requiredArg},
 	{long: []string{"export-file"}, arg: requiredArg},
 	{long: []string{"extra-node-info"}, short: 'B', arg: requiredArg},
 	{long: []string{"get-user-env"}, arg: optionalArg},
@@ -215,6 +217,8 @@ type sbatchState struct {
 	wrap          string
 	wrapSet       bool
 	ignored       map[string]bool
+	// dist is -m (Nodes "" when not given).
+	dist slurmspec.Distribution
 }
 
 // ParseSbatch turns an sbatch command line (args, without the program
@@ -658,6 +662,13 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 			return bad(err)
 		}
 		j.Signal = sig.String()
+	case "distribution":
+		d, err := parseDistribution(v)
+		if e, ok := err.(*Error); ok {
+			e.Text = strings.ReplaceAll(e.Text, "srun: ", st.prog+": ")
+			return e
+		}
+		st.dist = d
 	case "time":
 		secs, _, err := ParseTimeLimit(v)
 		if err != nil {
@@ -925,7 +936,32 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		return invalid(st.prog, "--export", j.Export, err)
 	}
 	j.Export, j.Env = spec, exported
+	if st.dist.Nodes == "arbitrary" && len(j.Nodelist) == 0 {
+		return &Error{Code: 1, Text: st.prog + ": error: With Arbitrary distribution you need to specify a nodelist or hostfile with the -w option"}
+	}
+	sbatchDistEnv(j, st.dist)
 	return nil
+}
+
+// sbatchDistEnv puts -m into the job's environment as Slurm 22.05's sbatch
+// does, whatever --export says (measured: -m cyclic:block,pack
+// --export=NONE has SLURM_DISTRIBUTION=cyclic:block,pack; plane=2 is
+// SLURM_DISTRIBUTION=plane with SLURM_DIST_PLANESIZE=2), so that the job's
+// sruns take it as their default (srunStepInputVars). arbitrary is
+// checked but not handed on: it places a step's tasks on -w's hosts, which
+// a step of Loom's takes only from its own -w (checkDistribution).
+func sbatchDistEnv(j *loomv1.Job, d slurmspec.Distribution) {
+	if d.Nodes == "" || d.Nodes == "arbitrary" {
+		return
+	}
+	if j.Env == nil {
+		j.Env = map[string]string{}
+	}
+	j.Env["SLURM_DISTRIBUTION"] = d.String()
+	delete(j.Env, "SLURM_DIST_PLANESIZE")
+	if d.Nodes == "plane" {
+		j.Env["SLURM_DIST_PLANESIZE"] = strconv.Itoa(int(d.PlaneSize))
+	}
 }
 
 // fitNodes applies Slurm 22.05's option check of the node count against
@@ -1451,6 +1487,7 @@ Parallel run options (as Loom runs them):
   -H, --hold                  submit job in held state
   -J, --job-name=jobname      name of job
   -M, --clusters=name         cluster to submit to (overrides LOOM_CLUSTER)
+  -m, --distribution=type     the job's steps' task distribution (SLURM_DISTRIBUTION)
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
   -n, --ntasks=ntasks         number of tasks to run
       --ntasks-per-node=n     number of tasks to invoke on each node

@@ -245,6 +245,10 @@ func TestParseSbatchErrors(t *testing.T) {
 		{[]string{"job.sh"}, "#!/bin/sh\n#SBATCH --nodes=2 extra\ntrue\n", nil, "sbatch: error: Invalid directive found in batch script: extra"},
 		{[]string{"job.sh"}, "#!/bin/sh\n#SBATCH --bogus\ntrue\n", nil, "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information"},
 		{[]string{"job.py", "arg"}, "#!/usr/bin/env python3\nprint(1)\n", nil, "sbatch: error: script arguments are supported for shell scripts only"},
+		// As Slurm 22.05's sbatch (measured): 255, and 1 for arbitrary without -w.
+		{[]string{"-m", "bogus", "job.sh"}, plainScript, nil, "sbatch: error: Invalid --distribution specification"},
+		{[]string{"-m", "plane", "job.sh"}, plainScript, nil, "sbatch: error: Invalid plane size or size not specified\nsbatch: error: Invalid --distribution specification"},
+		{[]string{"-m", "arbitrary", "job.sh"}, plainScript, nil, "sbatch: error: With Arbitrary distribution you need to specify a nodelist or hostfile with the -w option"},
 	} {
 		req, err := parse(t, tc.args, tc.script, tc.env)
 		if err == nil {
@@ -256,7 +260,7 @@ func TestParseSbatchErrors(t *testing.T) {
 		// begin time or signal), 1 for the rest.
 		wantCode := 1
 		for _, p := range []string{"unrecognized option", "invalid option", "requires an argument", "--time ", "--begin ",
-			"--signal ", "--mem ", "node count"} {
+			"--signal ", "--mem ", "node count", "--distribution specification"} {
 			if strings.Contains(tc.want, p) {
 				wantCode = 255
 			}
@@ -264,6 +268,43 @@ func TestParseSbatchErrors(t *testing.T) {
 		e, ok := err.(*Error)
 		if !ok || e.Code != wantCode || !strings.HasPrefix(e.Text, tc.want) {
 			t.Errorf("%v:\n got  %q (exit %d)\n want %q (exit %d)", tc.args, err, e.Code, tc.want, wantCode)
+		}
+	}
+}
+
+// TestParseSbatchDistribution: sbatch -m puts the distribution in the
+// job's environment as Slurm 22.05's sbatch does (measured beside it), so
+// that the job's sruns take it as their default: -m cyclic is
+// SLURM_DISTRIBUTION=cyclic, plane=2 is plane with SLURM_DIST_PLANESIZE=2,
+// *:* is block:cyclic, --export=NONE keeps it; arbitrary (with -w) is
+// taken and not handed on. No "ignored" warning.
+func TestParseSbatchDistribution(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args        []string
+		dist, plane string
+	}{
+		{[]string{"-m", "cyclic"}, "cyclic", ""},
+		{[]string{"-m", "Cyclic"}, "cyclic", ""},
+		{[]string{"--distribution=plane=2"}, "plane", "2"},
+		{[]string{"-m", "*:*"}, "block:cyclic", ""},
+		{[]string{"--export=NONE", "-m", "cyclic:block,pack"}, "cyclic:block,pack", ""},
+		// Without a -m it hands on, the submitter's variables are exported
+		// as they are.
+		{[]string{"-m", "arbitrary", "-w", "n1"}, "", "9"},
+		{nil, "", "9"},
+	} {
+		// A stale plane size (sbatch in a plane=9 step) goes with -m.
+		env := map[string]string{"SLURM_DIST_PLANESIZE": "9"}
+		req, err := parse(t, append(tc.args, "job.sh"), plainScript, env)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		got := req.job.GetEnv()
+		if got["SLURM_DISTRIBUTION"] != tc.dist || got["SLURM_DIST_PLANESIZE"] != tc.plane || len(req.warnings) != 0 {
+			t.Errorf("%v: SLURM_DISTRIBUTION %q, SLURM_DIST_PLANESIZE %q, warnings %q; want %q, %q, none",
+				tc.args, got["SLURM_DISTRIBUTION"], got["SLURM_DIST_PLANESIZE"], req.warnings, tc.dist, tc.plane)
 		}
 	}
 }
