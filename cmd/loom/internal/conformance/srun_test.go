@@ -480,6 +480,40 @@ gpus=5: refused
 	}
 }
 
+// TestSrunJobDefaults: the job's --gpus-per-node and -m reach its sruns
+// through SLURM_GPUS_PER_NODE and SLURM_DISTRIBUTION, as Slurm 22.05's srun
+// reads its input variables: a bare srun gets two GPUs a node, holds them
+// (TresPerNode=gres:gpu:2) and deals its tasks cyclic; --gpus-per-node=1
+// and -m block of its own win. The expected output is Slurm 22.05's for
+// the same script (run with scripts/slurm-local.sh, NODES=3 GPUS=4).
+func TestSrunJobDefaults(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_jobdefaults.sh"))
+	row := s.waitDone(id, 120*time.Second)
+	out := s.read("srunjobdefaults-" + id + ".out")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	wantEqual(t, "output", out, `job: dist=cyclic gpus-per-node=2
+bare: rank 0 node 0 gpus 2 dist cyclic
+bare: rank 1 node 1 gpus 2 dist cyclic
+bare: rank 2 node 0 gpus 2 dist cyclic
+bare: rank 3 node 1 gpus 2 dist cyclic
+gpn1: rank 0 node 0 gpus 1 dist cyclic
+gpn1: rank 1 node 1 gpus 1 dist cyclic
+gpn1: rank 2 node 0 gpus 1 dist cyclic
+gpn1: rank 3 node 1 gpus 1 dist cyclic
+block: rank 0 node 0 gpus 2 dist block
+block: rank 1 node 0 gpus 2 dist block
+block: rank 2 node 1 gpus 2 dist block
+block: rank 3 node 1 gpus 2 dist block
+step bare: Dist=Cyclic TresPerStep=cpu:4 TresPerNode=gres:gpu:2 
+step gpn1: Dist=Block TresPerStep=cpu:4 TresPerNode=gres:gpu:1 
+done
+`)
+}
+
 // TestSrunStepsWait: a step holds CPUs of the job while it runs: without
 // --exact all of them, so that the next step waits ("step creation
 // temporarily disabled", then "Step created"); with --exact or -c only its
