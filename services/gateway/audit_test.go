@@ -411,3 +411,21 @@ func TestAuditTellsHiddenDenialsFromNotFound(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditRecordsReadsRefusedForWhatTheyAsk: a read answered
+// FailedPrecondition (the Slurm files of a cluster that has none) is in
+// the project's trail of refused calls, rejected, as a read refused
+// InvalidArgument is; before, only some codes of a read were recorded and
+// this refusal left no trace.
+func TestAuditRecordsReadsRefusedForWhatTheyAsk(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 3*wait)
+	broken := project + "/clusters/broken"
+	h.w.setCluster(&loomv1.Cluster{Name: broken, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_ERROR}})
+	_, err := h.clusters().GetSlurmConfig(ctx, &loomv1.GetSlurmConfigRequest{Name: broken}, h.call("vic"))
+	wantCode(t, "slurm files of a cluster in ERROR", err, codes.FailedPrecondition)
+	waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
+		return record("users/vic", "/loom.v1.ClusterService/GetSlurmConfig", "rejected", "FailedPrecondition")(r) && r.GetResource() == broken
+	})
+}

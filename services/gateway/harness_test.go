@@ -107,12 +107,17 @@ func (f fakeProvisioner) ListClusters(context.Context, *loomv1.ListClustersReque
 	return resp, nil
 }
 
-// GetSlurmConfig renders a one-line slurm.conf naming the cluster.
+// GetSlurmConfig renders a one-line slurm.conf naming the cluster; a
+// cluster in ERROR has none, FailedPrecondition as the provisioner answers.
 func (f fakeProvisioner) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
-	if _, ok := f.w.clusters[r.GetName()]; !ok {
+	c, ok := f.w.clusters[r.GetName()]
+	if !ok {
 		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetName())
+	}
+	if c.GetStatus().GetState() == loomv1.Cluster_ERROR {
+		return nil, status.Errorf(codes.FailedPrecondition, "slurm configuration of %s: not rendered yet: failed precondition", r.GetName())
 	}
 	return &loomv1.SlurmConfig{SlurmConf: "ClusterName=" + r.GetName() + "\n", GresConf: "# gres\n"}, nil
 }

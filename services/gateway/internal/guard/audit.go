@@ -145,13 +145,6 @@ func readsOnly(method string, req proto.Message) bool {
 	return f != nil && f.Kind() == protoreflect.BoolKind && f.Cardinality() != protoreflect.Repeated && m.Get(f).Bool()
 }
 
-// refusalCodes are the codes of a read that are recorded: the caller was
-// refused, not failed by the service.
-var refusalCodes = map[codes.Code]bool{
-	codes.Unauthenticated: true, codes.PermissionDenied: true, codes.NotFound: true,
-	codes.ResourceExhausted: true, codes.InvalidArgument: true,
-}
-
 // Decision is the decision a call that ended with err stands for: its
 // code's (errs.Code), except that a NotFound marked errs.Hidden, which the
 // caller cannot tell from one of a resource that is not there, is Denied.
@@ -326,8 +319,16 @@ func (a *Auditor) record(ctx context.Context, slot *auth.Slot, method string, re
 	if code == codes.OK && read {
 		return
 	}
-	if code != codes.OK && read && !refusalCodes[code] {
-		return // a read that failed (Unavailable, Canceled): nothing was decided
+	if read && Decision(err) == Failed {
+		// A read that failed (Unavailable, Canceled, DeadlineExceeded,
+		// Internal): nothing was decided. Every refused read is recorded,
+		// denied or rejected, FailedPrecondition, AlreadyExists and
+		// OutOfRange included: which reads are recorded is Decision's one
+		// mapping, not a second list beside it (that list once left those
+		// three out). No read answers them as a matter of course (no watch
+		// or poll ends on OutOfRange), and admitRefusal bounds each
+		// principal's records all the same.
+		return
 	}
 	rec := a.newRecord(ctx, slot, method, req, err)
 	if err != nil {

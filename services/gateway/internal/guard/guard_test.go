@@ -269,6 +269,43 @@ func TestResourceAndIsRead(t *testing.T) {
 	}
 }
 
+// TestAuditRecordsEveryRefusedRead: a read refused for what it asks is
+// recorded rejected whatever its code, FailedPrecondition, AlreadyExists
+// and OutOfRange as well as InvalidArgument (which reads are recorded is
+// Decision's mapping, not a list of its own); a read that failed, that
+// nothing decided, is not.
+func TestAuditRecordsEveryRefusedRead(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	a := NewAuditor(rec, AuditOptions{})
+	ana := &auth.Principal{Name: "users/ana", Kind: auth.KindUser, Roles: map[string]auth.Role{"p1": auth.RoleUser}}
+	refused := []codes.Code{codes.FailedPrecondition, codes.AlreadyExists, codes.OutOfRange, codes.InvalidArgument, codes.ResourceExhausted}
+	failed := []codes.Code{codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Internal, codes.Aborted}
+	for i, c := range append(append([]codes.Code(nil), refused...), failed...) {
+		name := fmt.Sprintf("projects/p1/jobs/%d", i)
+		_, _ = a.UnaryServerInterceptor()(from("10.0.0.9"), &loomv1.GetJobRequest{Name: name},
+			&grpc.UnaryServerInfo{FullMethod: "/loom.v1.JobService/GetJob"},
+			func(ctx context.Context, _ any) (any, error) {
+				auth.NewContext(ctx, ana)
+				return nil, status.Error(c, "refused or failed")
+			})
+	}
+	got := map[string]*loomv1.AuditRecord{}
+	for _, r := range rec.all() {
+		got[r.GetCode()] = r
+	}
+	for _, c := range refused {
+		if r := got[c.String()]; r == nil || r.GetDecision() != Rejected {
+			t.Errorf("a read refused %s: record %v, want one rejected", c, r)
+		}
+	}
+	for _, c := range failed {
+		if r := got[c.String()]; r != nil {
+			t.Errorf("a read that failed %s was recorded: %v", c, r)
+		}
+	}
+}
+
 // TestDecision: a hidden NotFound (errs.Hide: a refusal the caller cannot
 // tell from a missing resource) is denied, as it reaches the audit both
 // before and after a port made a status of it; a real one, and what is
