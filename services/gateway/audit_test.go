@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/testkit"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
@@ -428,4 +429,84 @@ func TestAuditRecordsReadsRefusedForWhatTheyAsk(t *testing.T) {
 	waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
 		return record("users/vic", "/loom.v1.ClusterService/GetSlurmConfig", "rejected", "FailedPrecondition")(r) && r.GetResource() == broken
 	})
+}
+
+// wireAnswer is what a caller got for a refused call: its status as sent
+// (code, message, details) and its trailers.
+func wireAnswer(t *testing.T, what string, err error, trailer metadata.MD) []byte {
+	t.Helper()
+	wantCode(t, what, err, codes.NotFound)
+	b, merr := proto.Marshal(status.Convert(err).Proto())
+	if merr != nil {
+		t.Fatal(merr)
+	}
+	return append(b, fmt.Sprint(trailer)...)
+}
+
+// TestAuditHiddenNotFoundsBeyondJobs: the NotFound answered in place of a
+// refusal outside the jobs (a CustomJob PrivateData hides, another owner's
+// API key named under the caller, another user's OIDC binding) is audited
+// denied, and the caller's answer is the one a resource that is not there
+// gets, byte for byte.
+func TestAuditHiddenNotFoundsBeyondJobs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.PrivateData = "jobs" })
+	ctx := testkit.Context(t, 3*wait)
+
+	// A CustomJob of ana's: vic's read before it was there, and after.
+	cj := location + "/customJobs/77"
+	getCJ := func() []byte {
+		t.Helper()
+		var tr metadata.MD
+		_, err := h.trainingAs(t, "vic").GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: cj}, grpc.Trailer(&tr))
+		return wireAnswer(t, "vic reads "+cj, err, tr)
+	}
+	missing := getCJ()
+	j := customJobSpec(t)
+	j.Name, j.User, j.State = cj, "ana", trainingv1.JobState_JOB_STATE_RUNNING
+	h.w.setTraining(j)
+	if hidden := getCJ(); !bytes.Equal(hidden, missing) {
+		t.Errorf("vic tells ana's CustomJob from a missing one: %q, %q", hidden, missing)
+	}
+
+	// One of ana's API keys, named under bob (who may manage his own
+	// keys only), and a key id that is no one's.
+	keys := loomv1.NewAuthServiceClient(h.conn)
+	k, err := keys.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/-"}, h.call("ana"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anaID := k.GetName()[strings.LastIndex(k.GetName(), "/")+1:]
+	const noID = "00000000000000ff"
+	revoke := func(id string) []byte {
+		t.Helper()
+		var tr metadata.MD
+		_, err := keys.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: "users/bob/keys/" + id}, h.call("bob"), grpc.Trailer(&tr))
+		// Both ids are 16 hex digits: the answers compare with the id
+		// named in them taken out.
+		return bytes.ReplaceAll(wireAnswer(t, "bob revokes key "+id, err, tr), []byte(id), []byte("ID"))
+	}
+	if hidden, missing := revoke(anaID), revoke(noID); !bytes.Equal(hidden, missing) {
+		t.Errorf("bob tells ana's key from a missing one: %q, %q", hidden, missing)
+	}
+
+	// ana's OIDC binding, asked for by her project's admin.
+	_, err = keys.GetOidcBinding(ctx, &loomv1.GetOidcBindingRequest{Name: "users/ana/oidcBinding"}, h.call("pat"))
+	wantCode(t, "pat reads ana's OIDC binding", err, codes.NotFound)
+
+	of := func(who, method, resource, decision string) func(*loomv1.AuditRecord) bool {
+		return func(r *loomv1.AuditRecord) bool {
+			return record(who, method, decision, "NotFound")(r) && r.GetResource() == resource
+		}
+	}
+	getCJMethod := "/loom.training.v1.TrainingService/GetCustomJob"
+	waitAudit(t, ctx, h, "pat", project, of("users/vic", getCJMethod, cj, "rejected"))
+	recs := waitAudit(t, ctx, h, "pat", project, of("users/vic", getCJMethod, cj, "denied"))
+	if n := len(slices.DeleteFunc(slices.Clone(recs), func(r *loomv1.AuditRecord) bool { return r.GetMethod() != getCJMethod })); n != 2 {
+		t.Errorf("%d records of vic's reads of %s, want one rejected and one denied: %v", n, cj, recs)
+	}
+	revokeMethod := "/loom.v1.AuthService/RevokeApiKey"
+	waitAudit(t, ctx, h, "root", "projects/-", of("users/bob", revokeMethod, "users/bob/keys/"+anaID, "denied"))
+	waitAudit(t, ctx, h, "root", "projects/-", of("users/bob", revokeMethod, "users/bob/keys/"+noID, "rejected"))
+	waitAudit(t, ctx, h, "root", "projects/-", of("users/pat", "/loom.v1.AuthService/GetOidcBinding", "users/ana/oidcBinding", "denied"))
 }

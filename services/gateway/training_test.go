@@ -36,7 +36,10 @@ func (f fakeTraining) get(name string) (proto.Message, error) {
 	defer f.w.mu.Unlock()
 	m, ok := f.w.training[name]
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "%s not found", name)
+		// As the training service words it (its lookup's "NAME: not
+		// found"), so that the gateway's answer for a resource hidden
+		// from the caller can be compared with it byte for byte.
+		return nil, status.Errorf(codes.NotFound, "%s: not found", name)
 	}
 	return proto.Clone(m), nil
 }

@@ -104,6 +104,12 @@ func unavailable(what string, err error) error {
 	return fmt.Errorf("%s: %w: %w", what, errs.Unavailable, err)
 }
 
+// KeyNotFound is the answer for an API key id that is not there: the
+// store's for an id no key has, and the gateway's for another owner's key
+// named under the caller (marked errs.Hide there), in the same words, so
+// that the two cannot be told apart.
+func KeyNotFound(id string) error { return fmt.Errorf("API key %s: %w", id, errs.NotFound) }
+
 // APIKey returns the key with id; errs.NotFound when there is none.
 func (s *AuthStore) APIKey(ctx context.Context, id string) (*KeyRecord, error) {
 	k, _, err := s.APIKeyAsStored(ctx, id)
@@ -115,7 +121,7 @@ func (s *AuthStore) APIKey(ctx context.Context, id string) (*KeyRecord, error) {
 func (s *AuthStore) APIKeyAsStored(ctx context.Context, id string) (*KeyRecord, []byte, error) {
 	raw, err := s.st.Client().Get(ctx, s.st.Key(KeyAPIKeyPrefix+id)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil, fmt.Errorf("API key %s: %w", id, errs.NotFound)
+		return nil, nil, KeyNotFound(id)
 	}
 	if err != nil {
 		return nil, nil, unavailable("read API key", err)

@@ -696,8 +696,10 @@ func (a *Auth) RevokeApiKey(ctx context.Context, req *loomv1.RevokeApiKeyRequest
 		}
 		if k.Owner != owner {
 			// Another owner's key, named under this one: not there for
-			// the caller.
-			return nil, errs.Hide(fmt.Errorf("%s: %w", name, errs.NotFound))
+			// the caller, in the words of a key id no key has (before,
+			// "users/u/keys/ID: not found" told an existing key of
+			// someone else's from a missing one).
+			return nil, errs.Hide(adapters.KeyNotFound(id))
 		}
 		if !k.RevokeTime.IsZero() {
 			break
