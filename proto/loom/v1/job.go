@@ -8,6 +8,7 @@ package loomv1
 // It leaves state and submit_time, which each sets itself.
 func (j *Job) ClearOutputs() {
 	j.StateReason, j.ExitCode, j.Nodes, j.OutputPath, j.ErrorPath = "", 0, nil, "", ""
+	j.NodeTasks, j.NodeCpus = nil, nil
 	j.StartTime, j.EndTime, j.HoldChangeTime = nil, nil, nil
 	j.Priority, j.PriorityFactors, j.Placement = 0, nil, ""
 	j.ExpectedStartTime, j.SchedNodes = nil, nil

@@ -16,7 +16,7 @@ func TestClearOutputs(t *testing.T) {
 		"expected_start_time": true, "sched_nodes": true, "restart_count": true, "runs": true, "batch_host": true,
 		"alloc_gpus": true, "steps": true, "steps_omitted": true, "user_failures": true, "excluded_nodes": true,
 		"exit_signal": true, "derived_exit_code": true, "derived_exit_signal": true, "cancelled_by": true,
-		"hold_change_time": true,
+		"hold_change_time": true, "node_tasks": true, "node_cpus": true,
 	}
 	j := &Job{}
 	m := j.ProtoReflect()
@@ -29,6 +29,8 @@ func TestClearOutputs(t *testing.T) {
 		case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
 			l := m.Mutable(fd).List()
 			l.Append(l.NewElement())
+		case fd.IsList() && fd.Kind() == protoreflect.Int32Kind:
+			m.Mutable(fd).List().Append(protoreflect.ValueOfInt32(1))
 		case fd.IsList():
 			m.Mutable(fd).List().Append(protoreflect.ValueOfString("x"))
 		case fd.Kind() == protoreflect.MessageKind:

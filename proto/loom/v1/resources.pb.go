@@ -2239,8 +2239,18 @@ type Job struct {
 	// exit_code: the signal that killed it (0: it exited, with exit_code).
 	// Unset for records from before it was kept and for ends that are not a
 	// program's (cancel, time limit...): exit_code alone, 128+n for signal n.
-	ExitSignal *int32                 `protobuf:"varint,81,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
-	Nodes      []string               `protobuf:"bytes,23,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	ExitSignal *int32   `protobuf:"varint,81,opt,name=exit_signal,json=exitSignal,proto3,oneof" json:"exit_signal,omitempty"`
+	Nodes      []string `protobuf:"bytes,23,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// node_tasks and node_cpus are the tasks and CPUs the job's current run
+	// holds on each of its nodes, in the order of nodes, as the scheduler
+	// laid them out when it started the run: Slurm 22.05's select packs -n
+	// onto the first nodes (-N2 -n4 on idle 4-CPU nodes is 3 and 1), an
+	// exclusive run holds its nodes' CPUs whole. SLURM_TASKS_PER_NODE,
+	// SLURM_JOB_CPUS_PER_NODE, sacct's and scontrol's CPUs read them.
+	// Cleared with nodes on a requeue; empty in records from before they
+	// were kept (the views then spread the request evenly). Output only.
+	NodeTasks  []int32                `protobuf:"varint,89,rep,packed,name=node_tasks,json=nodeTasks,proto3" json:"node_tasks,omitempty"`
+	NodeCpus   []int32                `protobuf:"varint,90,rep,packed,name=node_cpus,json=nodeCpus,proto3" json:"node_cpus,omitempty"`
 	OutputPath string                 `protobuf:"bytes,24,opt,name=output_path,json=outputPath,proto3" json:"output_path,omitempty"`
 	SubmitTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
 	StartTime  *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
@@ -2722,6 +2732,20 @@ func (x *Job) GetExitSignal() int32 {
 func (x *Job) GetNodes() []string {
 	if x != nil {
 		return x.Nodes
+	}
+	return nil
+}
+
+func (x *Job) GetNodeTasks() []int32 {
+	if x != nil {
+		return x.NodeTasks
+	}
+	return nil
+}
+
+func (x *Job) GetNodeCpus() []int32 {
+	if x != nil {
+		return x.NodeCpus
 	}
 	return nil
 }
@@ -5121,7 +5145,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xe0\x15\n" +
+	"\tREPLACING\x10\t\"\x9c\x16\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5189,7 +5213,10 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\texit_code\x18\x16 \x01(\x05R\bexitCode\x12$\n" +
 	"\vexit_signal\x18Q \x01(\x05H\x01R\n" +
 	"exitSignal\x88\x01\x01\x12\x14\n" +
-	"\x05nodes\x18\x17 \x03(\tR\x05nodes\x12\x1f\n" +
+	"\x05nodes\x18\x17 \x03(\tR\x05nodes\x12\x1d\n" +
+	"\n" +
+	"node_tasks\x18Y \x03(\x05R\tnodeTasks\x12\x1b\n" +
+	"\tnode_cpus\x18Z \x03(\x05R\bnodeCpus\x12\x1f\n" +
 	"\voutput_path\x18\x18 \x01(\tR\n" +
 	"outputPath\x12;\n" +
 	"\vsubmit_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\n" +

@@ -78,6 +78,7 @@ func (t *txn) requeueJob(j *Job, reason string) {
 		spec.Partition, j.Partitions = j.Partitions, ""
 	}
 	spec.Nodes, spec.StartTime, spec.EndTime = nil, nil, nil
+	spec.NodeTasks, spec.NodeCpus = nil, nil // the next run lays out its own
 	spec.BatchHost, spec.AllocGpus = "", 0
 	spec.RestartCount++
 	t.emitJob(j)

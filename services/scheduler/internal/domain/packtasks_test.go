@@ -69,6 +69,11 @@ func TestTasksPackedAsSlurm(t *testing.T) {
 			if !slices.Equal(r.Tasks, tc.tasks) || !slices.Equal(r.CPUs, tc.cpus) || !slices.Equal(r.Hostnames, hosts[:len(tc.tasks)]) {
 				t.Fatalf("run on %v: tasks %v CPUs %v; want %v tasks %v CPUs %v", r.Hostnames, r.Tasks, r.CPUs, hosts[:len(tc.tasks)], tc.tasks, tc.cpus)
 			}
+			// The job record carries the run's layout for the views
+			// (salloc's environment, sacct, scontrol).
+			if j := h.job(id); !slices.Equal(j.GetNodeTasks(), tc.tasks) || !slices.Equal(j.GetNodeCpus(), tc.cpus) {
+				t.Fatalf("job record: node_tasks %v node_cpus %v; want %v %v", j.GetNodeTasks(), j.GetNodeCpus(), tc.tasks, tc.cpus)
+			}
 			ss := starts(c)
 			if len(ss) != 1 {
 				t.Fatalf("batch job: %d StartSteps", len(ss))
@@ -84,5 +89,36 @@ func TestTasksPackedAsSlurm(t *testing.T) {
 				t.Fatalf("bare srun layout %v, %v; want %v", got, err, tc.tasks)
 			}
 		})
+	}
+}
+
+// TestRunLayoutRequeue: the job record carries its run's layout
+// (node_tasks, node_cpus) while it runs; a requeue clears it with the
+// nodes (a pending job has no layout to show), and the next run records
+// its own.
+func TestRunLayoutRequeue(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for _, host := range []string{"node1", "node2"} {
+		h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host,
+			State: loomv1.Node_READY, NodePool: "cpu", MachineType: "n2-standard-4", Role: "compute"}})
+	}
+	h.submitJob(job(1, 2, 0, func(j *loomv1.Job) { j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", 4 }))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	want := []int32{3, 1}
+	if j := h.job(1); !slices.Equal(j.GetNodeTasks(), want) || !slices.Equal(j.GetNodeCpus(), want) {
+		t.Fatalf("job record: node_tasks %v node_cpus %v; want %v and %v", j.GetNodeTasks(), j.GetNodeCpus(), want, want)
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	if j := h.job(1); j.GetState() != loomv1.JobState_PENDING || j.GetNodeTasks() != nil || j.GetNodeCpus() != nil {
+		t.Fatalf("requeued: %v node_tasks %v node_cpus %v; want PENDING without a layout", j.GetState(), j.GetNodeTasks(), j.GetNodeCpus())
+	}
+	h.step(1, 1, "node1", eventsv1.StepState_STEP_KILLED, 143)
+	h.step(1, 1, "node2", eventsv1.StepState_STEP_KILLED, 143)
+	h.tick(0)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if j := h.job(1); j.GetRestartCount() != 1 || !slices.Equal(j.GetNodeTasks(), want) || !slices.Equal(j.GetNodeCpus(), want) {
+		t.Fatalf("second run: restarts %d node_tasks %v node_cpus %v; want 1, %v and %v",
+			j.GetRestartCount(), j.GetNodeTasks(), j.GetNodeCpus(), want, want)
 	}
 }

@@ -75,6 +75,8 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		ExitCode:           job.ExitCode,
 		ExitSignal:         job.ExitSignal,
 		Nodes:              job.Nodes,
+		NodeTasks:          job.NodeTasks,
+		NodeCpus:           job.NodeCpus,
 		OutputPath:         job.OutputPath,
 		SubmitTime:         job.SubmitTime,
 		StartTime:          job.StartTime,

@@ -155,6 +155,14 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		spec.Qos = q.Name
 	}
 	spec.Nodes = append([]string(nil), r.Hostnames...)
+	// The run's layout, as its SLURM_JOB_CPUS_PER_NODE says it (cpusOf: a
+	// node of unknown size shows its tasks' CPUs), for the views that
+	// cannot recompute a packed one from the request.
+	spec.NodeTasks = append([]int32(nil), r.Tasks...)
+	spec.NodeCpus = make([]int32, n)
+	for rank := range spec.NodeCpus {
+		spec.NodeCpus[rank] = cpusOf(r, rank, spec)
+	}
 	spec.StartTime, spec.EndTime = timestamppb.New(t.now), nil
 	spec.BatchHost = r.Hostnames[0]
 	spec.AllocGpus = r.gpuCount()
