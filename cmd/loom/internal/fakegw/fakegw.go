@@ -192,6 +192,12 @@ type Gateway struct {
 	// stay as they are.
 	StartJobs    bool
 	PendingPolls int
+	// StartLayout, when set, is called on a job StartJobs just started
+	// (the caller holding the gateway's lock) to set what else the
+	// scheduler records of a run: its per-node tasks and CPUs
+	// (node_tasks, node_cpus). Without it a started job has none, as a
+	// record from before they were kept.
+	StartLayout func(j *loomv1.Job)
 	// StepExitCodes are the exit codes of the tasks of every step
 	// CreateJobStep starts, by rank (0 past its end). A step is RUNNING
 	// for StepEndAfter GetJobStep calls, and the next one finds it ended:
@@ -735,6 +741,9 @@ func (g *Gateway) start(j *loomv1.Job) {
 			break
 		}
 		j.Nodes = append(j.Nodes, n.GetHostname())
+	}
+	if g.StartLayout != nil {
+		g.StartLayout(j)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -270,13 +271,36 @@ func jobCPUs(j *loomv1.Job) int {
 }
 
 // jobNodeCPUs is the CPUs of each of the job's nodes (jobNodeCount), as
-// the scheduler gives them and Slurm's select/cons_tres counts them
-// (slurmspec.NodeCPUs): the node's tasks (jobNodeTasks; at least 1) times
+// the scheduler gives them and Slurm's select/cons_tres counts them: the
+// run's own (runLayout) once it started, else from the request
+// (slurmspec.NodeCPUs): the node's tasks (spread evenly; at least 1) times
 // CPUs per task, or the node's GPUs (--gpus-per-node, else --gpus spread
 // as the tasks are, slurmspec.Share) times --cpus-per-gpu when that is
 // more. --gpus=3 -N2 --cpus-per-gpu=2 is 4 and 2.
 func jobNodeCPUs(j *loomv1.Job) []int {
+	if _, cpus, ok := runLayout(j); ok {
+		out := make([]int, len(cpus))
+		for i, c := range cpus {
+			out[i] = int(c)
+		}
+		return out
+	}
 	return nodeCPUsOver(j, jobNodeCount(j))
+}
+
+// runLayout is the tasks and CPUs the scheduler gave each of a started
+// job's nodes (Job.node_tasks, node_cpus), which the request alone cannot
+// say: Slurm's select packs -n onto the first nodes (-N2 -n4 on idle 4-CPU
+// nodes is 3 and 1). ok is false for a record without them (pending, or
+// from before they were kept) or whose counts do not match its nodes: the
+// caller then lays the request out itself.
+func runLayout(j *loomv1.Job) (tasks, cpus []int32, ok bool) {
+	n := len(j.GetNodes())
+	tasks, cpus = j.GetNodeTasks(), j.GetNodeCpus()
+	if n == 0 || len(tasks) != n || len(cpus) != n {
+		return nil, nil, false
+	}
+	return tasks, cpus, true
 }
 
 // nodeCPUsOver is jobNodeCPUs with the job's tasks and GPUs laid out over
@@ -295,9 +319,13 @@ func nodeCPUsOver(j *loomv1.Job, n int) []int {
 	return out
 }
 
-// jobNodeTasks is the tasks on each of the job's nodes (jobNodeCount), as
-// the scheduler lays them out (slurmspec.TaskLayout).
+// jobNodeTasks is the tasks on each of the job's nodes (jobNodeCount): the
+// run's own (runLayout) once it started, else the request spread evenly
+// (slurmspec.TaskLayout). The result is the caller's to change.
 func jobNodeTasks(j *loomv1.Job) []int32 {
+	if tasks, _, ok := runLayout(j); ok {
+		return slices.Clone(tasks)
+	}
 	return slurmspec.TaskLayout(j.GetNtasksPerNode(), j.GetNtasks(), jobNodeCount(j))
 }
 

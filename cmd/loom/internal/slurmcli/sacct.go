@@ -203,7 +203,7 @@ func requested(j *loomv1.Job) *loomv1.Job {
 		return j
 	}
 	asked := proto.Clone(j).(*loomv1.Job)
-	asked.Nodes = nil
+	asked.Nodes, asked.NodeTasks, asked.NodeCpus = nil, nil, nil
 	return asked
 }
 
@@ -293,8 +293,10 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			return 0
 		}
 		if r.step == "batch" {
-			if r.job.GetCpusPerGpu() > 0 {
-				return jobNodeCPUs(r.job)[0] // the batch host's, as Slurm's
+			if _, _, ok := runLayout(r.job); ok || r.job.GetCpusPerGpu() > 0 {
+				// The batch host's, as Slurm's: the run's first node
+				// (3 of -N2 -n4's packed 3,1), not an even share.
+				return jobNodeCPUs(r.job)[0]
 			}
 			return max(jobCPUs(r.job)/max(len(r.nodes()), 1), 1)
 		}

@@ -221,10 +221,11 @@ func exitCode(err error) int {
 
 // allocationCPUs is the CPUs the scheduler holds on each of job's nodes
 // (allocNodeCPUs), reading the cluster's nodes only for an exclusive job
-// that has some: where they cannot be read, its tasks' CPUs.
+// that has some and no recorded layout (runLayout): where they cannot be
+// read, its tasks' CPUs.
 func (c *cmd) allocationCPUs(ctx context.Context, job *loomv1.Job) []int32 {
 	var nodes []*loomv1.SlurmNode
-	if job.GetExclusive() && len(job.GetNodes()) > 0 {
+	if _, _, ok := runLayout(job); !ok && job.GetExclusive() && len(job.GetNodes()) > 0 {
 		nodes, _ = c.slurmNodes(ctx, job.GetCluster()) // nil on an error: the tasks' CPUs
 	}
 	return allocNodeCPUs(job, job.GetNodes(), nodes)
@@ -234,7 +235,8 @@ func (c *cmd) allocationCPUs(ctx context.Context, job *loomv1.Job) []int32 {
 // caller's, and the allocation's SLURM_* variables as Slurm's salloc sets
 // them (those srun reads to run steps in it among them). cpus are the CPUs
 // held on each of its nodes (allocationCPUs): SLURM_JOB_CPUS_PER_NODE, and
-// SLURM_TASKS_PER_NODE by the batch environment's rule
+// SLURM_TASKS_PER_NODE from the run's tasks (jobNodeTasks: packed as
+// Slurm's select packs them, -N2 -n4 3,1) by the batch environment's rule
 // (slurmspec.AllocTasksPerNode), as Slurm 22.05's env_array_for_job.
 func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus []int32) []string {
 	env := make(map[string]string, len(environ)+24)

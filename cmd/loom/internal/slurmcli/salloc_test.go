@@ -158,6 +158,28 @@ func TestSallocTasksAndCPUsPerNode(t *testing.T) {
 	}
 }
 
+// TestSallocRunLayout: salloc's SLURM_TASKS_PER_NODE and
+// SLURM_JOB_CPUS_PER_NODE are the run's own layout as the scheduler
+// recorded it (node_tasks, node_cpus), not the request spread evenly:
+// Slurm 22.05's select packed -N2 -n4 on idle 4-CPU nodes as 3,1 (measured
+// beside it), and so does Loom's scheduler (slurmspec.PackTasks).
+func TestSallocRunLayout(t *testing.T) {
+	t.Parallel()
+	g := srunGateway(t, 1, 0)
+	for _, n := range g.SlurmNodes {
+		n.Cpus = 4
+	}
+	g.StartLayout = func(j *loomv1.Job) { j.NodeTasks, j.NodeCpus = []int32{3, 1}, []int32{3, 1} }
+	env := Env{Conn: g.Dial(t), Project: "default", Cluster: stepCluster, User: "ada", Cwd: g.StepOutputDir, CallTimeout: 10 * time.Second,
+		Environ: map[string]string{"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}}
+	code, out, errOut := salloc(context.Background(), t, env, "", "-Q", "-N2", "-n4", "sh", "-c",
+		`echo "$SLURM_JOB_CPUS_PER_NODE $SLURM_TASKS_PER_NODE $SLURM_NTASKS"`)
+	if want := "3,1 3,1 4\n"; code != 0 || out != want {
+		t.Errorf("salloc -N2 -n4: exit %d, stdout %q (stderr %q); want %q (SLURM_JOB_CPUS_PER_NODE SLURM_TASKS_PER_NODE SLURM_NTASKS)",
+			code, out, errOut, want)
+	}
+}
+
 // sallocHangUpChild, set in its environment, makes the test binary the
 // child process of TestSallocHangUp: the one that hangs itself up.
 const sallocHangUpChild = "LOOM_TEST_SALLOC_HANGUP_CHILD"

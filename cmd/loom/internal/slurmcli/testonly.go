@@ -106,8 +106,10 @@ func allocCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
 
 // allocNodeCPUs is the CPUs the scheduler holds for job on each of hosts
 // (nodes: their cluster's), the one rule behind allocCPUs' total and
-// salloc's SLURM_JOB_CPUS_PER_NODE: for an exclusive job every CPU of the
-// node; else, or with no hosts, its tasks' CPUs (jobNodeCPUs).
+// salloc's SLURM_JOB_CPUS_PER_NODE: on the job's own nodes, once the
+// scheduler recorded its run's layout (runLayout), those CPUs; else for an
+// exclusive job every CPU of the node; else, or with no hosts, its tasks'
+// CPUs (jobNodeCPUs).
 //
 // A host nodes does not describe (removed from the cluster since, or its
 // CPU count not yet reported) counts its tasks' CPUs there, as if the job
@@ -117,6 +119,11 @@ func allocCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) int {
 // Slurm shows for the same job before it has nodes, where 0 would put a
 // node without CPUs into SLURM_JOB_CPUS_PER_NODE and NumCPUs.
 func allocNodeCPUs(job *loomv1.Job, hosts []string, nodes []*loomv1.SlurmNode) []int32 {
+	if _, cpus, ok := runLayout(job); ok && slices.Equal(hosts, job.GetNodes()) {
+		// The job's own nodes: what the scheduler holds there, as it
+		// recorded it (an exclusive run's whole nodes among them).
+		return slices.Clone(cpus)
+	}
 	if !job.GetExclusive() || len(hosts) == 0 {
 		return toInt32s(jobNodeCPUs(job))
 	}

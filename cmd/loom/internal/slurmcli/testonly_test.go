@@ -256,6 +256,31 @@ func TestCpusPerGPUJobCPUs(t *testing.T) {
 	}
 }
 
+// TestSacctRunLayout: sacct's batch step holds the CPUs of the run's first
+// node as the scheduler recorded them (node_cpus), where Slurm 22.05's
+// select packed -N2 -n4 on idle 4-CPU nodes as 3,1: the batch step 3, not
+// an even 2; the job 4 in all, and what it asked for (ReqCPUS) 4. A record
+// without the layout (from before it was kept) still spreads the request.
+func TestSacctRunLayout(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	j := f.Jobs[3]
+	if j.GetJobId() != "12" || len(j.GetNodes()) != 2 {
+		t.Fatalf("fixture job 3 is %s on %v, want 12 on 2 nodes", j.GetJobId(), j.GetNodes())
+	}
+	j.Ntasks, j.CpusPerTask, j.GpusPerNode, j.CpusPerGpu, j.AllocGpus = 4, 0, 0, 0, 0
+	j.NodeTasks, j.NodeCpus = []int32{3, 1}, []int32{3, 1}
+	code, out, errOut := run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "--format=JobID,AllocCPUS,ReqCPUS")
+	if want := "12|4|4\n12.batch|3|\n"; code != 0 || out != want {
+		t.Errorf("sacct, packed 3,1: %d %q %q, want %q", code, out, errOut, want)
+	}
+	j.NodeTasks, j.NodeCpus = nil, nil
+	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "--format=JobID,AllocCPUS,ReqCPUS")
+	if want := "12|4|4\n12.batch|2|\n"; code != 0 || out != want {
+		t.Errorf("sacct, no layout kept: %d %q %q, want %q", code, out, errOut, want)
+	}
+}
+
 // TestScontrolTresLines: scontrol show job's GPU request lines, in Slurm
 // 22.05's order and words (checked beside one): --gpus=N is
 // TresPerJob=gres:gpu[:TYPE]:N, after CpusPerTres and before TresPerNode;
