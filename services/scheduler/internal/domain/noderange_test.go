@@ -74,7 +74,8 @@ func TestNodeRangeBusyTakesFree(t *testing.T) {
 }
 
 // TestNodeRangeTaskCap: a range takes no more nodes than tasks, as Slurm
-// (22.05, idle 4 nodes): -N1-3 -n2 2 nodes, -N2-3 -n5 3 (2+2+1 tasks),
+// (22.05, idle 4 nodes): -N1-3 -n2 2 nodes, -N2-3 -n5 3 (3+1+1 tasks:
+// packed as Slurm's select, slurmspec.PackTasks; -N1-3 -n5 measured so),
 // -N1-3 --ntasks-per-node=2 2 (its tasks are the minimum's), and a job
 // whose --gpus the scheduler spreads keeps its minimum (-N1-3 --gpus=4: 1).
 func TestNodeRangeTaskCap(t *testing.T) {
@@ -87,7 +88,7 @@ func TestNodeRangeTaskCap(t *testing.T) {
 		tasks     []int32
 	}{
 		{"n2", 1, 3, func(j *loomv1.Job) { j.Ntasks = 2 }, 2, []int32{1, 1}},
-		{"n5", 2, 3, func(j *loomv1.Job) { j.Ntasks = 5 }, 3, []int32{2, 2, 1}},
+		{"n5", 2, 3, func(j *loomv1.Job) { j.Ntasks = 5 }, 3, []int32{3, 1, 1}},
 		{"tpn2", 1, 3, func(j *loomv1.Job) { j.NtasksPerNode = 2 }, 2, []int32{2, 2}},
 		{"gpus4", 1, 3, func(j *loomv1.Job) { j.Gpus = 4 }, 1, []int32{1}},
 	} {

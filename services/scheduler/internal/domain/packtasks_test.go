@@ -122,3 +122,38 @@ func TestRunLayoutRequeue(t *testing.T) {
 			j.GetRestartCount(), j.GetNodeTasks(), j.GetNodeCpus(), want, want)
 	}
 }
+
+// TestCommandJobTasksPacked: a command job (an implicit srun on every node)
+// packs its -n as a batch job does, now that the job record carries the
+// run's layout (node_tasks, node_cpus) for the views that cannot recompute
+// it: -N2 -n4 on two idle 4-CPU nodes holds 3 and 1 CPUs, and its
+// SLURM_JOB_CPUS_PER_NODE and SLURM_CPUS_ON_NODE say so.
+func TestCommandJobTasksPacked(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for _, host := range []string{"node1", "node2"} {
+		h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host,
+			State: loomv1.Node_READY, NodePool: "cpu", MachineType: "n2-standard-4", Role: "compute"}})
+	}
+	c := h.submitJob(job(1, 2, 0, func(j *loomv1.Job) { j.Partition, j.Ntasks = "cpu", 4 }))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	want := []int32{3, 1}
+	if r := h.s.Run(jobName(1), 1); !slices.Equal(r.Tasks, want) || !slices.Equal(r.CPUs, want) {
+		t.Fatalf("run: tasks %v CPUs %v; want %v and %v", r.Tasks, r.CPUs, want, want)
+	}
+	if j := h.job(1); !slices.Equal(j.GetNodeTasks(), want) || !slices.Equal(j.GetNodeCpus(), want) {
+		t.Fatalf("job record: node_tasks %v node_cpus %v; want %v and %v", j.GetNodeTasks(), j.GetNodeCpus(), want, want)
+	}
+	ss := starts(c)
+	if len(ss) != 2 {
+		t.Fatalf("command job: %d StartSteps, want one per node", len(ss))
+	}
+	for _, s := range ss {
+		env := s.GetEnv()
+		on := []string{"3", "1"}[s.GetNodeIndex()]
+		if env["SLURM_JOB_CPUS_PER_NODE"] != "3,1" || env["SLURM_CPUS_ON_NODE"] != on {
+			t.Fatalf("node %d: SLURM_JOB_CPUS_PER_NODE %q SLURM_CPUS_ON_NODE %q, want \"3,1\" %q",
+				s.GetNodeIndex(), env["SLURM_JOB_CPUS_PER_NODE"], env["SLURM_CPUS_ON_NODE"], on)
+		}
+	}
+}

@@ -27,16 +27,15 @@ import (
 // (slurmspec.TaskLayout). The packing reads the nodes' free CPUs, so it
 // applies only where every chosen node's size is known, and not to an
 // exclusive job (Slurm spreads its tasks over whole nodes: -N2 -n4
-// --exclusive is 2,2) nor to one with GPUs (not measured). Only a batch
-// job packs: salloc's environment and sacct read the layout back from the
-// job's request (slurmcli's jobNodeTasks), which cannot show a packed one
-// yet, and a batch script's environment is set here from the run. Every chosen
-// node has the request's even share free (place checks CPUsPerNode), so
-// the packing fits whenever the even layout does, and holds the same CPUs
-// in all.
+// --exclusive is 2,2) nor to one with GPUs (not measured). Batch jobs,
+// salloc's allocations and command jobs alike: the layout goes on the job
+// record (node_tasks, node_cpus: start), where salloc's environment, sacct
+// and scontrol read it. Every chosen node has the request's even share free
+// (place checks CPUsPerNode), so the packing fits whenever the even layout
+// does, and holds the same CPUs in all.
 func (p *pass) taskLayout(spec *loomv1.Job, req *place.Request, chosen []int32) []int32 {
 	even := slurmspec.TaskLayout(spec.GetNtasksPerNode(), spec.GetNtasks(), len(chosen))
-	if len(chosen) < 2 || spec.GetScript() == "" || spec.GetNtasks() <= 0 || spec.GetNtasksPerNode() > 0 || req.Exclusive ||
+	if len(chosen) < 2 || spec.GetNtasks() <= 0 || spec.GetNtasksPerNode() > 0 || req.Exclusive ||
 		spec.GetGpus() > 0 || spec.GetGpusPerNode() > 0 {
 		return even
 	}
