@@ -249,10 +249,12 @@ func stepNodes(hosts, nodelist, exclude []string, relative int32) ([]int32, int,
 // StepLayout spreads a step's tasks over the first nodes of an allocation
 // whose nodes hold alloc tasks each: nodeCount nodes (0: all, or fewer when
 // fewer tasks are asked for), ntasks tasks (0: the job's tasks on those
-// nodes, or perNode on each), at most perNode on one node (0: no cap), as
-// evenly as possible with the first nodes taking the remainder. It returns
-// the tasks per node, or why the step cannot be laid out (Slurm's words
-// first).
+// nodes, or perNode on each): with perNode (at most that many on one
+// node) as evenly as possible, the first nodes taking the remainder;
+// without, as Slurm's block layout fills the nodes' alloc (blockLayout:
+// the even spread on an even job, 3,1 for -n4 on a job packed 3,1). It
+// returns the tasks per node, or why the step cannot be laid out (Slurm's
+// words first).
 func StepLayout(alloc []int32, nodeCount, ntasks, perNode int32) ([]int32, error) {
 	nAlloc := int32(len(alloc))
 	nodes := nodeCount
@@ -300,14 +302,77 @@ func StepLayout(alloc []int32, nodeCount, ntasks, perNode int32) ([]int32, error
 	if ntasks > MaxStepTasks {
 		return nil, fmt.Errorf("Requested node configuration is not available: %d tasks, at most %d", ntasks, MaxStepTasks)
 	}
-	out := make([]int32, nodes)
-	for i := range out {
-		out[i] = ntasks / nodes
-		if int32(i) < ntasks%nodes {
-			out[i]++
+	if perNode > 0 {
+		out := make([]int32, nodes)
+		for i := range out {
+			out[i] = ntasks / nodes
+			if int32(i) < ntasks%nodes {
+				out[i]++
+			}
+		}
+		return out, nil
+	}
+	return blockLayout(alloc[:nodes], ntasks), nil
+}
+
+// blockLayout is the tasks of ntasks on each node that holds alloc tasks
+// of the job, as Slurm 22.05's block layout counts them
+// (slurm_step_layout.c _task_layout_block): round after round one task a
+// node while the node has room (its alloc, at least 1), then, every node
+// full, round the nodes again from the first. On a job spread evenly it is
+// the even spread with the first nodes taking the remainder; on one packed
+// (slurmspec.PackTasks, 3,1) -n4 is 3,1, where an even 2,2 would put two
+// tasks on one CPU. Computed by rounds, not task by task: ntasks reaches
+// MaxStepTasks.
+func blockLayout(alloc []int32, ntasks int32) []int32 {
+	n := int64(len(alloc))
+	room := make([]int64, n)
+	var total, most int64
+	for i, c := range alloc {
+		room[i] = int64(max(c, 1))
+		total += room[i]
+		most = max(most, room[i])
+	}
+	out := make([]int32, n)
+	want := int64(ntasks)
+	if want >= total {
+		// Every node full, the rest dealt round the nodes.
+		over := want - total
+		for i := range out {
+			out[i] = int32(room[i] + over/n)
+			if int64(i) < over%n {
+				out[i]++
+			}
+		}
+		return out
+	}
+	// k full rounds: the most with min(room, k) summed within ntasks; the
+	// rest, one each, to the first nodes with room for round k+1.
+	filled := func(k int64) int64 {
+		var s int64
+		for _, r := range room {
+			s += min(r, k)
+		}
+		return s
+	}
+	lo, hi := int64(0), most
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if filled(mid) <= want {
+			lo = mid
+		} else {
+			hi = mid - 1
 		}
 	}
-	return out, nil
+	left := want - filled(lo)
+	for i, r := range room {
+		out[i] = int32(min(r, lo))
+		if left > 0 && r > lo {
+			out[i]++
+			left--
+		}
+	}
+	return out
 }
 
 func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {

@@ -709,6 +709,18 @@ func TestStepLayout(t *testing.T) {
 		// sized by it.
 		{alloc: []int32{1<<31 - 1, 1}, bad: true},
 		{alloc: []int32{MaxStepTasks / 2, MaxStepTasks / 2}, want: []int32{MaxStepTasks / 2, MaxStepTasks / 2}},
+		// A packed job's layout (slurmspec.PackTasks) is filled as Slurm's
+		// block layout fills it: round by round while a node has room,
+		// then round the nodes again.
+		{alloc: []int32{3, 1}, ntasks: 4, want: []int32{3, 1}},
+		{alloc: []int32{3, 1}, ntasks: 2, want: []int32{1, 1}},
+		{alloc: []int32{3, 1}, ntasks: 3, want: []int32{2, 1}},
+		{alloc: []int32{3, 1}, ntasks: 6, want: []int32{4, 2}},
+		{alloc: []int32{1, 3}, ntasks: 6, want: []int32{2, 4}},
+		{alloc: []int32{4, 4, 1}, ntasks: 7, want: []int32{3, 3, 1}},
+		{alloc: []int32{2, 2, 1}, ntasks: 6, want: []int32{3, 2, 1}},
+		{alloc: []int32{3, 1}, nodes: 2, want: []int32{3, 1}},
+		{alloc: []int32{3, 1}, ntasks: MaxStepTasks, want: []int32{MaxStepTasks/2 + 1, MaxStepTasks/2 - 1}},
 	} {
 		got, err := StepLayout(tc.alloc, tc.nodes, tc.ntasks, tc.perNode)
 		if (err != nil) != tc.bad || (!tc.bad && !reflect.DeepEqual(got, tc.want)) {

@@ -157,3 +157,53 @@ func TestCommandJobTasksPacked(t *testing.T) {
 		}
 	}
 }
+
+// TestStepTasksFollowPackedLayout: an srun -n inside a packed job lays its
+// tasks out over the job's tasks as Slurm 22.05's block layout does
+// (slurm_step_layout.c: one task a node per round while a node has CPUs
+// left, then round the nodes again): -n4 in an -N2 -n4 job packed 3,1 is
+// 3,1, not an even 2,2 that puts two tasks on node2's one CPU, and with
+// -c1 (--exact) it runs rather than being refused there.
+func TestStepTasksFollowPackedLayout(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for _, host := range []string{"node1", "node2"} {
+		h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host,
+			State: loomv1.Node_READY, NodePool: "cpu", MachineType: "n2-standard-4", Role: "compute"}})
+	}
+	h.submitJob(job(1, 2, 0, func(j *loomv1.Job) { j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", 4 }))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if r := h.s.Run(jobName(1), 1); !slices.Equal(r.Tasks, []int32{3, 1}) {
+		t.Fatalf("run's tasks %v, want [3 1]", r.Tasks)
+	}
+	for _, tc := range []struct {
+		rid  string
+		mod  func(*eventsv1.CreateJobStep)
+		want []int32
+	}{
+		{"n4", func(ev *eventsv1.CreateJobStep) { ev.Ntasks, ev.Overlap = 4, true }, []int32{3, 1}},
+		{"n4c1", func(ev *eventsv1.CreateJobStep) { ev.Ntasks, ev.CpusPerTask, ev.Overlap = 4, 1, true }, []int32{3, 1}},
+		{"n5", func(ev *eventsv1.CreateJobStep) { ev.Ntasks, ev.Overlap = 5, true }, []int32{4, 1}},
+		{"N2", func(ev *eventsv1.CreateJobStep) { ev.NodeCount, ev.Overlap = 2, true }, []int32{3, 1}},
+	} {
+		c := h.do(createStep(tc.rid, tc.mod))
+		var got []int32
+		for _, l := range launches(c) {
+			got = append(got, l.GetNtasks())
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("step %s: tasks %v, want %v (reasons: %v)", tc.rid, got, tc.want, stepReasons(h))
+		}
+	}
+}
+
+func stepReasons(h *harness) []string {
+	var out []string
+	for id := int32(1); ; id++ {
+		s := h.s.JobStep(jobName(1), id)
+		if s == nil {
+			return out
+		}
+		out = append(out, s.GetReason())
+	}
+}
