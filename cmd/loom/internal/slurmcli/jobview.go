@@ -249,10 +249,12 @@ func rangeNodes(j *loomv1.Job, free int) int {
 	return max(n, min(most, free))
 }
 
-// jobCPUs is the job's CPU count as Slurm would allocate it: tasks ×
-// CPUs per task, or with --cpus-per-gpu the sum of its nodes' (jobNodeCPUs).
+// jobCPUs is the job's CPU count as Slurm would allocate it: once it
+// started, the sum of what its run holds (runLayout: an exclusive run's
+// whole nodes among them); else tasks × CPUs per task, or with
+// --cpus-per-gpu the sum of its nodes' (jobNodeCPUs).
 func jobCPUs(j *loomv1.Job) int {
-	if j.GetCpusPerGpu() > 0 {
+	if _, _, ok := runLayout(j); ok || j.GetCpusPerGpu() > 0 {
 		sum := 0
 		for _, c := range jobNodeCPUs(j) {
 			sum += c

@@ -197,13 +197,19 @@ func (r sacctRow) exitCode() string {
 // requested is the job as it asked: for a node range (-N1-3) that got
 // its nodes, the same job without them, so it counts its minimum, as
 // Slurm 22.05 keeps a job's tres_req (sacct's ReqNodes, ReqCPUS, ReqTRES)
-// apart from what it got; any other job as it is.
+// apart from what it got; a started job without its run's layout
+// (node_tasks, node_cpus: an exclusive run's whole nodes are what it got,
+// not its ReqCPUS); any other job as it is.
 func requested(j *loomv1.Job) *loomv1.Job {
-	if j.GetMaxNodeCount() == 0 || len(j.GetNodes()) == 0 {
+	rng := j.GetMaxNodeCount() > 0 && len(j.GetNodes()) > 0
+	if !rng && len(j.GetNodeTasks()) == 0 && len(j.GetNodeCpus()) == 0 {
 		return j
 	}
 	asked := proto.Clone(j).(*loomv1.Job)
-	asked.Nodes, asked.NodeTasks, asked.NodeCpus = nil, nil, nil
+	asked.NodeTasks, asked.NodeCpus = nil, nil
+	if rng {
+		asked.Nodes = nil
+	}
 	return asked
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -189,7 +190,9 @@ func stepTres(s *loomv1.JobStep, cpus int) record {
 // tasks × their CPUs, without them all of the job's there, as Slurm's
 // step gets); without them (an --overlap step, which Loom holds no CPUs
 // for, or one recorded before they were kept) the job's CPUs on the
-// step's nodes, which is what Slurm shows for an --overlap step too.
+// step's nodes, which is what Slurm shows for an --overlap step too: the
+// run's own (runLayout: 3 on the first node of a job packed 3,1), else an
+// even share.
 func stepCPUs(j *loomv1.Job, s *loomv1.JobStep) int {
 	if held := s.GetCpusPerNode(); len(held) > 0 {
 		n := 0
@@ -197,6 +200,17 @@ func stepCPUs(j *loomv1.Job, s *loomv1.JobStep) int {
 			n += int(c)
 		}
 		return n
+	}
+	if _, cpus, ok := runLayout(j); ok {
+		n := 0
+		for _, h := range s.GetNodes() {
+			if i := slices.Index(j.GetNodes(), h); i >= 0 {
+				n += int(cpus[i])
+			}
+		}
+		if n > 0 {
+			return n
+		}
 	}
 	return max(jobCPUs(j)*len(s.GetNodes())/max(jobNodeCount(j), 1), 1)
 }

@@ -274,10 +274,40 @@ func TestSacctRunLayout(t *testing.T) {
 	if want := "12|4|4\n12.batch|3|\n"; code != 0 || out != want {
 		t.Errorf("sacct, packed 3,1: %d %q %q, want %q", code, out, errOut, want)
 	}
+	// An exclusive run holds its nodes whole: the job's AllocCPUS is
+	// their sum, as Slurm's (8 for -N2 -n4 --exclusive on 4-CPU nodes),
+	// not its tasks' 4 beside a batch step of 4; ReqCPUS stays the request.
+	j.Exclusive, j.NodeTasks, j.NodeCpus = true, []int32{2, 2}, []int32{4, 4}
+	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "--format=JobID,AllocCPUS,ReqCPUS")
+	if want := "12|8|4\n12.batch|4|\n"; code != 0 || out != want {
+		t.Errorf("sacct, exclusive: %d %q %q, want %q", code, out, errOut, want)
+	}
+	j.Exclusive = false
 	j.NodeTasks, j.NodeCpus = nil, nil
 	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "--format=JobID,AllocCPUS,ReqCPUS")
 	if want := "12|4|4\n12.batch|2|\n"; code != 0 || out != want {
 		t.Errorf("sacct, no layout kept: %d %q %q, want %q", code, out, errOut, want)
+	}
+}
+
+// TestOverlapStepCPUsRunLayout: a step Loom holds no CPUs for (--overlap)
+// shows the job's CPUs on its nodes, as Slurm's: on a job packed 3,1 an
+// srun -n1 --overlap on the first node is 3 (Slurm 22.05 showed 3), not an
+// even share of 2; without a recorded layout the even share as before.
+func TestOverlapStepCPUsRunLayout(t *testing.T) {
+	t.Parallel()
+	j := &loomv1.Job{Ntasks: 4, NodeCount: 2, Nodes: []string{"node1", "node2"}, NodeTasks: []int32{3, 1}, NodeCpus: []int32{3, 1}}
+	for _, tc := range []struct {
+		nodes []string
+		want  int
+	}{{[]string{"node1"}, 3}, {[]string{"node2"}, 1}, {[]string{"node1", "node2"}, 4}} {
+		if got := stepCPUs(j, &loomv1.JobStep{Nodes: tc.nodes}); got != tc.want {
+			t.Errorf("--overlap step on %v: %d CPUs, want %d", tc.nodes, got, tc.want)
+		}
+	}
+	j.NodeTasks, j.NodeCpus = nil, nil
+	if got := stepCPUs(j, &loomv1.JobStep{Nodes: []string{"node1"}}); got != 2 {
+		t.Errorf("--overlap step, no layout kept: %d CPUs, want 2", got)
 	}
 }
 
