@@ -298,18 +298,25 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		if !r.started() {
 			return 0
 		}
+		j := r.job
+		if r.run != nil && (len(j.GetNodeTasks()) > 0 || len(j.GetNodeCpus()) > 0) {
+			// An earlier run (-D): the record's layout is the current
+			// run's, which may have other nodes; the request's spread.
+			j = proto.Clone(j).(*loomv1.Job)
+			j.NodeTasks, j.NodeCpus = nil, nil
+		}
 		if r.step == "batch" {
-			if _, _, ok := runLayout(r.job); ok || r.job.GetCpusPerGpu() > 0 {
+			if _, _, ok := runLayout(j); ok || j.GetCpusPerGpu() > 0 {
 				// The batch host's, as Slurm's: the run's first node
 				// (3 of -N2 -n4's packed 3,1), not an even share.
-				return jobNodeCPUs(r.job)[0]
+				return jobNodeCPUs(j)[0]
 			}
-			return max(jobCPUs(r.job)/max(len(r.nodes()), 1), 1)
+			return max(jobCPUs(j)/max(len(r.nodes()), 1), 1)
 		}
 		if r.jstep != nil {
-			return stepCPUs(r.job, r.jstep)
+			return stepCPUs(j, r.jstep)
 		}
-		return jobCPUs(r.job)
+		return jobCPUs(j)
 	}
 	// allocNodes is how many nodes a started row holds: the batch step
 	// runs on the first node alone.

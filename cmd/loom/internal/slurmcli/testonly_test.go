@@ -282,6 +282,23 @@ func TestSacctRunLayout(t *testing.T) {
 	if want := "12|8|4\n12.batch|4|\n"; code != 0 || out != want {
 		t.Errorf("sacct, exclusive: %d %q %q, want %q", code, out, errOut, want)
 	}
+	// A requeued job's earlier run (-D) is not the one the layout is of:
+	// its rows keep the request's even spread, not the current run's.
+	j.Exclusive, j.NodeTasks, j.NodeCpus = false, []int32{3, 1}, []int32{3, 1}
+	j.Runs = []*loomv1.JobRun{
+		{Attempt: 1, State: loomv1.JobState_NODE_FAIL, Nodes: j.GetNodes(), StartTime: j.GetStartTime(), EndTime: j.GetStartTime()},
+		{Attempt: 2, State: j.GetState(), Nodes: j.GetNodes(), StartTime: j.GetStartTime()},
+	}
+	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-D", "-j", "12", "--format=JobID,AllocCPUS")
+	if want := "12|4\n12.batch|2\n12|4\n12.batch|3\n"; code != 0 || out != want {
+		t.Errorf("sacct -D, packed 3,1 now: %d %q %q, want %q", code, out, errOut, want)
+	}
+	j.Exclusive, j.NodeTasks, j.NodeCpus = true, []int32{2, 2}, []int32{4, 4}
+	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-D", "-j", "12", "--format=JobID,AllocCPUS")
+	if want := "12|4\n12.batch|2\n12|8\n12.batch|4\n"; code != 0 || out != want {
+		t.Errorf("sacct -D, exclusive now: %d %q %q, want %q", code, out, errOut, want)
+	}
+	j.Runs = nil
 	j.Exclusive = false
 	j.NodeTasks, j.NodeCpus = nil, nil
 	code, out, errOut = run(t, f, "sacct", Env{}, "-n", "-P", "-j", "12", "--format=JobID,AllocCPUS,ReqCPUS")
