@@ -50,7 +50,8 @@ type jobAttrs struct {
 	multi bool
 	// shape is req's index in the state's interned requests (see
 	// internShape), -1 for a job with lists or spread GPUs (its request
-	// depends on more than its attributes) or one not interned.
+	// depends on more than its attributes), a node range placed at its
+	// widths (rangeWidens) or one not interned.
 	shape int32
 }
 
@@ -205,7 +206,7 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 	}
 	a.req.CPUsPerNode = cpusPerNode(spec, a.req.Nodes, gpn)
 	a.shape = -1
-	if !a.lists && !a.spread {
+	if !a.lists && !a.spread && !rangeWidens(spec) {
 		a.shape = s.shapeID(&a.req, intern)
 	}
 }

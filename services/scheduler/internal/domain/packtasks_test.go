@@ -13,11 +13,9 @@ import (
 // tasks and CPUs per node, its SLURM_TASKS_PER_NODE and
 // SLURM_JOB_CPUS_PER_NODE are Slurm's, not an even spread. busy CPUs of
 // the last node are held by an earlier job first; --exclusive keeps the
-// even spread over whole nodes, as Slurm. Not here, as Loom still differs
-// (docs/slurm.md): a range whose minimum's even share passes a node's size
-// (-N1-3 -n5 on 4-CPU nodes: Slurm 3,1,1 on three nodes, Loom waits), and a
-// node with less than the even share free, which Slurm still fills (-N1-2
-// -n4 with 2 CPUs free on node1: Slurm 2,2 there and on node2).
+// even spread over whole nodes, as Slurm. The ranges placed at their wider
+// widths (-N1-3 -n5 on 4-CPU nodes, -N1-2 -n4 with 2 CPUs free on node1)
+// are TestNodeRangeWidths' rows.
 func TestTasksPackedAsSlurm(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -3,6 +3,8 @@ package domain
 import (
 	"slices"
 
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -210,6 +212,101 @@ func (p *pass) place(r *place.Request, id int32) placement {
 	return out
 }
 
+// rangeWidest is the widest start worth placing of a job spec whose
+// request has least nodes: its node range's maximum (at most its tasks,
+// as widen caps it) when the per-node request depends on the width, which
+// is when the job gives -n alone (no --ntasks-per-node) and no GPUs the
+// scheduler spreads; else least, and only the minimum is placed (widen
+// then adds nodes of the same per-node request).
+func rangeWidest(spec *loomv1.Job, least int) int {
+	n := spec.GetNtasks()
+	if n <= 0 || spec.GetNtasksPerNode() > 0 || spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0 {
+		return least
+	}
+	return max(least, int(min(spec.GetMaxNodeCount(), n)))
+}
+
+// rangeWidens reports whether spec's node range is placed at its widths
+// (rangeWidest above its minimum): such a job has no interned shape, as
+// the minimum's shape settling empty (decideSettled) says nothing of the
+// wider widths.
+func rangeWidens(spec *loomv1.Job) bool {
+	least := int(max(spec.GetNodeCount(), 1))
+	return rangeWidest(spec, least) > least
+}
+
+// placeWidths places q's job with req, its request at its minimum: for a
+// node range of -n tasks (rangeWidest), at each width from the widest
+// down to the minimum, each with that width's per-node CPUs (the tasks
+// over that many nodes), the first that fits within the limits a start is
+// checked against (fitsLimits) winning. As Slurm 22.05's select gives a
+// range the most nodes it can up to its maximum, the tasks spread over
+// them (measured on 4-CPU nodes: -N1-3 -n5 idle ran 3,1,1 on 3 nodes,
+// with node1 and node2 full 4,1 on node[3-4]; -N1-2 -n4 with 2 CPUs free
+// on node1 2,2 on node[1-2]), where placing at the minimum's share alone
+// left -N1-3 -n5 pending for ever (5 CPUs a node on none) and passed over
+// a node with less than that share free. At most max-min+1 placements
+// (fewer: a width with c candidates rules out the widths between it and
+// c), each of a shape the pass caches; and as many again, upward from the
+// minimum, for the narrowest width that can ever fit (below) when the
+// minimum cannot. When none fits it returns the minimum's request and
+// placement, so that the job waits, is planned (backfill) and preempts
+// for as before; unless the minimum can never fit
+// (its per-node share past every node: a static outcome) and a wider
+// width could, whose request it then returns, so that the job waits for
+// resources and is planned at a width that can start. A job no width can
+// ever fit keeps the minimum's static outcome (BadConstraints).
+func (p *pass) placeWidths(q *queued, req *place.Request) (*place.Request, placement) {
+	spec := q.j.Job
+	top := rangeWidest(spec, req.Nodes)
+	if top <= req.Nodes {
+		return req, p.place(req, q.shape)
+	}
+	for w := top; w > req.Nodes; {
+		r := p.widthRequest(req, spec, w)
+		res := p.place(r, -1)
+		if res.ok && p.fitsLimits(q, r, w) {
+			return r, res
+		}
+		next := w - 1
+		if !res.ok {
+			// A narrower width asks more of each node: its candidates are
+			// some of these, so none wider than their count fits.
+			next = min(next, len(res.shape.Cand))
+		}
+		w = next
+	}
+	res := p.place(req, q.shape)
+	if res.ok || res.kind != place.Static {
+		return req, res
+	}
+	// The minimum can never fit: the narrowest width that can, if any.
+	for w := req.Nodes + 1; w <= top; w++ {
+		r := p.widthRequest(req, spec, w)
+		wres := p.place(r, -1)
+		if wres.ok {
+			// It fits there now, so past its limits (fitsLimits: the
+			// loop above tried it): it waits, as for resources, rather
+			// than start past them.
+			wres.ok, wres.kind, wres.nodes = false, place.Capacity, nil
+		}
+		if wres.kind != place.Static {
+			return r, wres
+		}
+	}
+	return req, res
+}
+
+// widthRequest is req (a request at the job's minimum) at width nodes:
+// that many nodes, each with the CPUs of the job's tasks spread over them.
+// It lives in the pass (p.wide) until the next call.
+func (p *pass) widthRequest(req *place.Request, spec *loomv1.Job, nodes int) *place.Request {
+	p.wide = *req
+	p.wide.Nodes = nodes
+	p.wide.CPUsPerNode = cpusPerNode(spec, nodes, req.GPUsPerNode)
+	return &p.wide
+}
+
 // widen returns the nodes a job placed on res.nodes (its minimum, r.Nodes)
 // starts on: for a node range (-N MIN-MAX) as many of the shape's
 // candidates as there are, up to the maximum, as Slurm's select gives a
@@ -220,9 +317,13 @@ func (p *pass) place(r *place.Request, id int32) placement {
 // GPUs the scheduler spreads (--gpus without a per-node count) keeps its
 // minimum, as Slurm's -N1-3 --gpus=4 runs on 1 node. The candidates all
 // meet r's per-node needs, which only shrink as nodes are added (tasks
-// spread thinner), so every one can take its share. Only the start widens:
-// reservations and backfill plan on the minimum, so a range never holds
-// back a job behind it for nodes it merely could use. Nor does a range
+// spread thinner), so every one can take its share. A range of -n tasks
+// was already placed at its wider widths, each with its own thinner
+// per-node request (placeWidths), so this adds no node to it. Only the
+// start widens: reservations and backfill plan on the minimum (on the
+// narrowest width that can ever fit, when the minimum cannot:
+// placeWidths), so a range never holds back a job behind it for nodes it
+// merely could use. Nor does a range
 // take a start past its association's, account's or QOS's limits: those
 // gates looked at its minimum only.
 func (p *pass) widen(q *queued, r *place.Request, res placement) []int32 {

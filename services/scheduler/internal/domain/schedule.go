@@ -140,8 +140,10 @@ type pass struct {
 	// (reservesLater): no other job reserves meanwhile.
 	ahead *multiRec
 	// req is the request of the job being considered, blk the job when it
-	// is blocked.
+	// is blocked; wide its request at a width of its node range other
+	// than the minimum (placeWidths).
 	req  place.Request
+	wide place.Request
 	blk  blocked
 	wake time.Time
 }
@@ -1231,15 +1233,18 @@ func (p *pass) requestIn(q *queued, pi int) *place.Request {
 // that fits nowhere now is decided (its reason, preemption, reservation)
 // as it would be without it. A job with a shape (no lists) avoids nothing
 // and is placed once.
+//
+// A node range whose per-node request depends on its width is placed at
+// its widths (placeWidths): the request returned may be a wider one's.
 func (p *pass) placeIn(q *queued, pi int, req *place.Request) (*place.Request, placement) {
-	res := p.place(req, q.shape)
+	req, res := p.placeWidths(q, req)
 	if res.ok || q.shape >= 0 || q.j.Avoid == "" {
 		return req, res
 	}
 	avoidReserved := req.AvoidReserved
 	p.req = p.requestAvoiding(q.j, &q.e.jobAttrs, pi, false)
 	p.req.AvoidReserved = avoidReserved
-	return &p.req, p.place(&p.req, q.shape)
+	return p.placeWidths(q, &p.req)
 }
 
 // decideSettled decides q's job without placing it when its decision is

@@ -1,0 +1,157 @@
+package domain
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
+)
+
+// cpuNodes adds n ready 4-CPU nodes node1..nodeN to partition "cpu" and
+// returns their hostnames.
+func (h *harness) cpuNodes(n int) []string {
+	h.t.Helper()
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = "node" + string(rune('1'+i))
+		h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(hosts[i]), Cluster: cl, Hostname: hosts[i],
+			State: loomv1.Node_READY, NodePool: "cpu", MachineType: "n2-standard-4", Role: "compute"}})
+	}
+	return hosts
+}
+
+// TestNodeRangeWidths: a range of -n tasks is placed at the widths of its
+// range, each with its own per-node share, the widest that fits winning,
+// as Slurm 22.05 (slurm-local.sh, 4-CPU nodes, select/cons_tres CR_Core;
+// busy[i] CPUs of node i+1 held by earlier jobs; the run's nodes and
+// SLURM_TASKS_PER_NODE measured). Placed at its minimum's share alone,
+// -N1-3 -n5 (5 CPUs a node at width 1) never started, and -N1-2 -n4 passed
+// over a node with 2 CPUs free. On more nodes than needed Loom's rankers
+// may take others than Slurm's first ones (the least loaded), so the rows
+// with busy nodes have as many nodes as Slurm used where that matters.
+func TestNodeRangeWidths(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		shape      string
+		nodes      int
+		busy       []int32
+		min, most  int32
+		ntasks     int32
+		hosts      []string
+		tasks      []int32
+		tpnEnvWant string
+	}{
+		{"-N1-3 -n5 idle", 4, nil, 1, 3, 5, []string{"node1", "node2", "node3"}, []int32{3, 1, 1}, "3,1(x2)"},
+		{"-N1-2 -n5 idle", 4, nil, 1, 2, 5, []string{"node1", "node2"}, []int32{4, 1}, "4,1"},
+		{"-N2-3 -n9 idle", 4, nil, 2, 3, 9, []string{"node1", "node2", "node3"}, []int32{4, 4, 1}, "4(x2),1"},
+		{"-N1-3 -n12 idle", 4, nil, 1, 3, 12, []string{"node1", "node2", "node3"}, []int32{4, 4, 4}, "4(x3)"},
+		{"-N1-4 -n13 idle", 4, nil, 1, 4, 13, []string{"node1", "node2", "node3", "node4"}, []int32{4, 4, 4, 1}, "4(x3),1"},
+		{"-N1-3 -n5 node1 full", 4, []int32{4}, 1, 3, 5, []string{"node2", "node3", "node4"}, []int32{3, 1, 1}, "3,1(x2)"},
+		{"-N1-3 -n5 node1-2 full", 4, []int32{4, 4}, 1, 3, 5, []string{"node3", "node4"}, []int32{4, 1}, "4,1"},
+		// Measured on 4 nodes too: node[1-2], as here on 2.
+		{"-N1-2 -n4 node1 2 free", 2, []int32{2}, 1, 2, 4, []string{"node1", "node2"}, []int32{2, 2}, "2(x2)"},
+		// Measured on 4 nodes: node[1-3] 2(x2) too.
+		{"-N1-3 -n6 node1-2 2 free", 3, []int32{2, 2}, 1, 3, 6, []string{"node1", "node2", "node3"}, []int32{2, 2, 2}, "2(x3)"},
+	} {
+		t.Run(tc.shape, func(t *testing.T) {
+			t.Parallel()
+			h := newSpecHarness(t, Config{})
+			hosts := h.cpuNodes(tc.nodes)
+			id := 1
+			for i, b := range tc.busy {
+				h.submitJob(job(id, 1, 0, func(j *loomv1.Job) { j.Partition, j.Ntasks, j.Nodelist = "cpu", b, []string{hosts[i]} }))
+				h.wantState(id, loomv1.JobState_RUNNING, "")
+				id++
+			}
+			c := h.submitJob(job(id, tc.min, 0, nodeRange(tc.most), func(j *loomv1.Job) {
+				j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", tc.ntasks
+			}))
+			h.wantState(id, loomv1.JobState_RUNNING, "")
+			r := h.s.Run(jobName(id), 1)
+			if !slices.Equal(r.Hostnames, tc.hosts) || !slices.Equal(r.Tasks, tc.tasks) {
+				t.Fatalf("run on %v tasks %v; want %v tasks %v", r.Hostnames, r.Tasks, tc.hosts, tc.tasks)
+			}
+			if got := h.job(id).GetNodes(); len(got) != len(tc.hosts) {
+				t.Fatalf("job shows nodes %v, want %d", got, len(tc.hosts))
+			}
+			if ss := starts(c); len(ss) != 1 || ss[0].GetEnv()["SLURM_TASKS_PER_NODE"] != tc.tpnEnvWant {
+				t.Fatalf("StartSteps %v; want one with SLURM_TASKS_PER_NODE %q", ss, tc.tpnEnvWant)
+			}
+		})
+	}
+}
+
+// TestNodeRangeWidthWaits: a range that fits at a width only once nodes
+// free up waits for resources (Slurm: -N1-3 -n5 with node[1-3] full,
+// Resources) and runs at the widest width that fits as soon as one does
+// (node1 freed: node1 and node4, 4,1, as Slurm's with node[1-2] full);
+// a range that no width can ever fit (-N1-3 -n13: 5 CPUs a node at its
+// widest, on 4-CPU nodes; Slurm refuses it at submission, as Loom's
+// gateway does) waits with BadConstraints rather than for resources.
+func TestNodeRangeWidthWaits(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	hosts := h.cpuNodes(4)
+	for i := range 3 {
+		h.submitJob(job(i+1, 1, 0, func(j *loomv1.Job) { j.Partition, j.Ntasks, j.Nodelist = "cpu", 4, []string{hosts[i]} }))
+		h.wantState(i+1, loomv1.JobState_RUNNING, "")
+	}
+	batch := func(j *loomv1.Job) { j.Partition, j.Command, j.Script = "cpu", nil, "x" }
+	h.submitJob(job(4, 1, 0, nodeRange(3), batch, func(j *loomv1.Job) { j.Ntasks = 5 }))
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	h.submitJob(job(5, 1, 0, nodeRange(3), batch, func(j *loomv1.Job) { j.Ntasks = 13 }))
+	h.wantState(5, loomv1.JobState_PENDING, ReasonBadConstraints)
+	h.finish(1, 0)
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	if r := h.s.Run(jobName(4), 1); !slices.Equal(r.Hostnames, []string{"node1", "node4"}) || !slices.Equal(r.Tasks, []int32{4, 1}) {
+		t.Fatalf("run on %v tasks %v; want node1 and node4, 4,1", r.Hostnames, r.Tasks)
+	}
+	h.wantState(5, loomv1.JobState_PENDING, ReasonBadConstraints)
+}
+
+// TestNodeRangeWidthReserved: with backfill, a range whose minimum can
+// never fit (-N1-3 -n5 on 4-CPU nodes) is planned at the narrowest width
+// that can (2 nodes of 3 CPUs), not left out of the plan: blocked by three
+// full nodes until +1 h, it gets the reservation, on two nodes at +1 h.
+func TestNodeRangeWidthReserved(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{Policy: EASYPolicy()})
+	hosts := h.cpuNodes(4)
+	for i := range 3 {
+		h.submitJob(job(i+1, 1, 0, limit(time.Hour), func(j *loomv1.Job) { j.Partition, j.Ntasks, j.Nodelist = "cpu", 4, []string{hosts[i]} }))
+		h.wantState(i+1, loomv1.JobState_RUNNING, "")
+	}
+	c := h.submitJob(job(4, 1, 0, nodeRange(3), limit(time.Hour), func(j *loomv1.Job) {
+		j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", 5
+	}))
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	want := h.job(1).GetStartTime().AsTime().Add(time.Hour)
+	if len(c.Reservations) != 1 || c.Reservations[0].Job != jobName(4) || !c.Reservations[0].Start.Equal(want) {
+		t.Fatalf("reservations %+v; want job 4's at %v", c.Reservations, want)
+	}
+	if v := views.Job(h.s, jobName(4), h.now); !v.GetExpectedStartTime().AsTime().Equal(want) || len(v.GetSchedNodes()) != 2 {
+		t.Fatalf("job 4 expected to start %v on %v; want %v on 2 nodes", v.GetExpectedStartTime(), v.GetSchedNodes(), want)
+	}
+}
+
+// TestNodeRangeWidthNotSettledByItsMinimum: a range shares no interned
+// shape with a job of its minimum's request, so that shape settling empty
+// in a pass (-N1 -n5 on 4-CPU nodes: BadConstraints) does not decide the
+// range too: -N1-3 -n5 behind it still runs, on 3 nodes.
+func TestNodeRangeWidthNotSettledByItsMinimum(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.cpuNodes(4)
+	batch := func(j *loomv1.Job) { j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", 5 }
+	h.submitJob(job(1, 1, 0, batch))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	h.submitJob(job(2, 1, 0, nodeRange(3), batch))
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if r := h.s.Run(jobName(2), 1); len(r.Nodes) != 3 {
+		t.Fatalf("run on %v, want 3 nodes", r.Hostnames)
+	}
+}
