@@ -280,8 +280,14 @@ func checkFitIn(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, pa
 	// So would more CPUs on a node (tasks per node times CPUs per
 	// task, or its GPUs times CPUs per GPU) than the largest has.
 	gpn := spreadGPUsPerNode(j, nodes, maxGPUs)
-	need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes), gpn, j.GetCpusPerGpu())
+	width := rangeWidth(j, nodes, fitting)
+	need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(width), gpn, j.GetCpusPerGpu())
 	if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
+		if width > nodes {
+			v.Add(prefix+"ntasks", "%d tasks need %d CPUs a node even at the node range's widest, %d nodes of %s, whose largest has %d (Slurm: %s)",
+				j.GetNtasks(), need, width, where, maxCPUs, MsgNodeConfig)
+			return
+		}
 		field, hint := prefix+"cpus_per_task", ""
 		if forGPUs := int64(gpn) * int64(j.GetCpusPerGpu()); forGPUs == need {
 			v.Add(prefix+"cpus_per_gpu", "%d CPUs a node (%d GPUs × %d CPUs per GPU) exceed the %d of the largest node in %s (Slurm: %s)",
@@ -390,6 +396,22 @@ func withGPUs(gpus int32) string {
 		return ""
 	}
 	return fmt.Sprintf(" with %d or more GPUs", gpus)
+}
+
+// rangeWidth is the most nodes job j could run on, of the fitting nodes of
+// a partition, when it gives a node range (-N MIN-MAX) of -n tasks alone:
+// the scheduler places such a range at each of its widths, each node with
+// its share of the tasks (the scheduler's placeWidths), so its CPUs a node
+// are judged at the widest, its maximum capped by its tasks and those
+// nodes (never below nodes, its minimum); otherwise nodes. As Slurm 22.05
+// runs -N1-3 -n5 on 4-CPU nodes (3,1,1) and refuses -N1-3 -n13 there
+// ("Requested node configuration is not available").
+func rangeWidth(j *loomv1.Job, nodes int32, fitting int) int32 {
+	n := j.GetNtasks()
+	if n <= 0 || j.GetNtasksPerNode() > 0 || j.GetGpusPerNode() == 0 && j.GetGpus() > 0 {
+		return nodes
+	}
+	return max(nodes, min(j.GetMaxNodeCount(), n, int32(min(fitting, math.MaxInt32))))
 }
 
 // spreadGPUsPerNode is the most GPUs job j takes on one of its nodes
