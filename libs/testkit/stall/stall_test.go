@@ -1,0 +1,34 @@
+package stall
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	Main()
+	os.Exit(m.Run())
+}
+
+// TestStartStallsEnvironmentReads: a read of the helper's environment
+// waits while it lives and ends once it is killed.
+func TestStartStallsEnvironmentReads(t *testing.T) {
+	t.Parallel()
+	pid := Start(t)
+	done := make(chan error, 1)
+	go func() { _, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); done <- err }()
+	select {
+	case err := <-done:
+		t.Fatalf("read of pid %d's environment ended (%v): want it blocked while the helper lives", pid, err)
+	case <-time.After(time.Second):
+	}
+	p, _ := os.FindProcess(pid)
+	_ = p.Kill()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("read of pid %d's environment still blocked 30s after the helper was killed", pid)
+	}
+}
