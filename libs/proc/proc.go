@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -345,18 +346,46 @@ func WaitGone(d time.Duration, gone func() bool) bool {
 // exactly the entry kv ("KEY=value"). It finds nothing where /proc is missing.
 //
 // It reads every process's environment, and a read of /proc/<pid>/environ
-// waits for that process's memory map lock, which its process can hold for
-// as long as it likes (a fault it keeps unresolved, through userfaultfd or
-// a FUSE file): any user can stall it, without bound. A caller that knows
-// whose processes it looks for uses FindByEnvOf.
-func FindByEnv(kv string) []int { return findByEnv(kv, -1) }
+// waits for that process's memory map lock, which its process can have held
+// for as long as it likes (docs/security.md): each read is given up after
+// readWait, and the look after lookBound (LookByEnvOf), but a process that
+// any user stalls is then not looked at. A caller that knows whose processes
+// it looks for uses FindByEnvOf.
+func FindByEnv(kv string) []int { return findByEnv(kv, -1).Found }
 
-// FindByEnvOf is FindByEnv among the processes of uid alone: one whose
-// real user id (the first of the Uid line of /proc/<pid>/status, read
-// without the process's memory map lock) is not uid is passed over before
-// its environment is read, so that no other user's process can stall it.
-// uid's own processes still can: a read blocked on one of them is bounded by
-// nothing here (execWait bounds only the waits for an execve, not a read).
+// FindByEnvOf is LookByEnvOf's Found.
+func FindByEnvOf(kv string, uid uint32) []int { return LookByEnvOf(kv, uid).Found }
+
+// EnvLook is what a look at the processes' environments found.
+type EnvLook struct {
+	// Found holds the pids of the running processes whose environment
+	// holds the entry.
+	Found []int
+	// Unread holds the pids of the processes looked at whose environment
+	// could not be read in time (readWait, lookBound, maxStuckReads): a
+	// read blocked on the process's memory map lock. Whether they hold
+	// the entry is not known.
+	Unread []int
+}
+
+// LookByEnvOf finds, among the processes of uid alone, those whose
+// environment holds exactly the entry kv ("KEY=value"): one whose real user
+// id (the first of the Uid line of /proc/<pid>/status, read without the
+// process's memory map lock) is not uid is passed over before its
+// environment is read, so that no other user's process can stall it.
+//
+// uid's own processes can hold the read of their environment (it waits on
+// their memory map lock, which a process can have held without end), and
+// the look does not wait for them without bound: each read runs on a
+// goroutine of its own and is given up after readWait, the look's reads
+// after lookBound in all; a process whose read was given up is in Unread.
+// A read given up stays blocked, with its thread, until the lock is let go
+// (the process is killed, or lets it go): at most maxStuckReads of them,
+// for the whole program; past that, and for a process whose read is still
+// blocked from an earlier look, no read is tried and the process is in
+// Unread at once. So a look ends within execWait + lookBound, whatever
+// uid's processes do, and a second look is not held up again by the same
+// process.
 //
 // The real uid alone, not the effective, saved or filesystem one: it is who
 // started the process, and what a process started as uid keeps through a
@@ -371,12 +400,12 @@ func FindByEnv(kv string) []int { return findByEnv(kv, -1) }
 // The uid check and the reads after it go through one descriptor of the
 // process's /proc directory, so they are all of that process: one that
 // took its pid between them is not read (findByEnvIn).
-func FindByEnvOf(kv string, uid uint32) []int { return findByEnv(kv, int64(uid)) }
+func LookByEnvOf(kv string, uid uint32) EnvLook { return findByEnv(kv, int64(uid)) }
 
-// findByEnv is FindByEnv among the processes of uid, or of anyone for -1.
-func findByEnv(kv string, uid int64) []int {
+// findByEnv is LookByEnvOf among the processes of uid, or of anyone for -1.
+func findByEnv(kv string, uid int64) EnvLook {
 	if !hasProc {
-		return nil
+		return EnvLook{}
 	}
 	return findByEnvIn("/proc", kv, uid, nil)
 }
@@ -391,13 +420,14 @@ func findByEnv(kv string, uid int64) []int {
 // that process is gone every file opened through it fails (ESRCH), where
 // the path /proc/<pid> could by then name another process that took the
 // pid, whose environment the uid check did not clear.
-func findByEnvIn(root, kv string, uid int64, checked func(pid int)) []int {
+func findByEnvIn(root, kv string, uid int64, checked func(pid int)) EnvLook {
 	dirs, err := filepath.Glob(filepath.Join(root, "[0-9]*"))
 	if err != nil {
-		return nil
+		return EnvLook{}
 	}
-	var out []int
-	deadline := time.Now().Add(execWait)
+	var out EnvLook
+	now := time.Now()
+	b := budget{exec: now.Add(execWait), reads: now.Add(lookBound)}
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))
 		if err != nil || pid == os.Getpid() {
@@ -407,31 +437,46 @@ func findByEnvIn(root, kv string, uid int64, checked func(pid int)) []int {
 		if err != nil {
 			continue // gone
 		}
-		if hasEnvOf(dir, pid, kv, uid, deadline, checked) {
-			out = append(out, pid)
+		switch found, err := hasEnvOf(dir, pid, kv, uid, b, checked); {
+		case err != nil:
+			out.Unread = append(out.Unread, pid)
+		case found:
+			out.Found = append(out.Found, pid)
 		}
 		dir.Close()
 	}
 	return out
 }
 
+// budget is how long a look may wait: for processes caught in execve (to
+// exec), and for reads that block (to reads).
+type budget struct{ exec, reads time.Time }
+
 // hasEnvOf reports whether the process whose /proc directory is dir (pid)
-// has real uid uid (any for -1), holds kv in its environment and runs.
-func hasEnvOf(dir *os.Root, pid int, kv string, uid int64, deadline time.Time, checked func(int)) bool {
+// has real uid uid (any for -1), holds kv in its environment and runs; the
+// error is errUnread where its environment could not be read in time.
+func hasEnvOf(dir *os.Root, pid int, kv string, uid int64, b budget, checked func(int)) (bool, error) {
 	if uid >= 0 {
-		b, err := dir.ReadFile("status")
-		if err != nil || realUID(b) != uid {
-			return false
+		st, err := dir.ReadFile("status")
+		if err != nil || realUID(st) != uid {
+			return false, nil
 		}
 	}
 	if checked != nil {
 		checked(pid)
 	}
-	if !hasEnvIn(dir, kv, deadline) {
-		return false
+	// The start time keys a read given up (stuckKey): read first, from
+	// stat, which is made without the memory map lock.
+	start, ok := startOf(statFieldsIn(dir))
+	if !ok {
+		return false, nil
 	}
-	_, ok := startOf(statFieldsIn(dir))
-	return ok
+	found, err := hasEnvIn(dir, kv, stuckKey{pid, start}, b)
+	if err != nil || !found {
+		return false, err
+	}
+	_, ok = startOf(statFieldsIn(dir))
+	return ok, nil
 }
 
 // realUID returns the real user id in a /proc/<pid>/status file's text
@@ -459,8 +504,9 @@ func realUID(status []byte) int64 {
 }
 
 // HasEnv reports whether pid's environment, as it started with it, holds
-// exactly the entry kv ("KEY=value"): false where /proc is missing or the
-// process is not ours to read.
+// exactly the entry kv ("KEY=value"): false where /proc is missing, the
+// process is not ours to read, or its environment cannot be read in time
+// (readWait: a read blocked on its memory map lock, see LookByEnvOf).
 //
 // A process caught inside execve is waited out (up to execWait): the
 // kernel installs the new image before it sets where its environment lies,
@@ -468,13 +514,16 @@ func realUID(status []byte) int64 {
 // window (once the close-on-exec descriptors are closed), so a process
 // just started would otherwise be missed, by `loom up` looking for a node
 // agent or an agent for a step's processes.
-func HasEnv(pid int, kv string) bool { return hasEnvBy(pid, kv, time.Now().Add(execWait)) }
+func HasEnv(pid int, kv string) bool {
+	now := time.Now()
+	return hasEnvBy(pid, kv, budget{exec: now.Add(execWait), reads: now.Add(readWait)})
+}
 
-// hasEnvBy is HasEnv waiting out an execve only until deadline: FindByEnv
-// shares one among every process it reads, so that processes made to
-// look caught in execve (no arguments, no environment: any user can start
-// them) cost it execWait in all, not each.
-func hasEnvBy(pid int, kv string, deadline time.Time) bool {
+// hasEnvBy is HasEnv within b: FindByEnv shares one among every process
+// it reads, so that processes made to look caught in execve (no arguments,
+// no environment: any user can start them) cost it execWait in all, not
+// each, and reads that block lookBound in all.
+func hasEnvBy(pid int, kv string, b budget) bool {
 	if !hasProc || pid <= 0 {
 		return false
 	}
@@ -483,42 +532,149 @@ func hasEnvBy(pid int, kv string, deadline time.Time) bool {
 		return false
 	}
 	defer dir.Close()
-	return hasEnvIn(dir, kv, deadline)
+	start, ok := startOf(statFieldsIn(dir))
+	if !ok {
+		return false
+	}
+	found, err := hasEnvIn(dir, kv, stuckKey{pid, start}, b)
+	return err == nil && found
 }
 
-// hasEnvIn is hasEnvBy of the process whose /proc directory is dir: each
-// of its reads (environ, cmdline, stat) is of that process, never of
-// another that took its pid meanwhile (see findByEnvIn).
-func hasEnvIn(dir *os.Root, kv string, deadline time.Time) bool {
-	b, err := dir.ReadFile("environ")
-	for err == nil && len(b) == 0 && userProcessIn(dir) && time.Now().Before(deadline) {
+// hasEnvIn is hasEnvBy of the process whose /proc directory is dir (key):
+// each of its reads (environ, cmdline, stat) is of that process, never of
+// another that took its pid meanwhile (see findByEnvIn). The reads of
+// environ and cmdline, which wait on the process's memory map lock, go
+// through readBounded; the error is errUnread where one was given up.
+func hasEnvIn(dir *os.Root, kv string, key stuckKey, b budget) (bool, error) {
+	bytesOf, errOf := readBounded(dir, "environ", key, b.reads)
+	if errors.Is(errOf, errUnread) {
+		return false, errOf
+	}
+	for errOf == nil && len(bytesOf) == 0 && userProcessIn(dir) && time.Now().Before(b.exec) {
 		// The kernel sets the command line's bounds, then the
 		// environment's: once the first is seen, one more read after a
 		// moment finds the environment if there is one.
-		args, aerr := dir.ReadFile("cmdline")
+		args, aerr := readBounded(dir, "cmdline", key, b.reads)
+		if errors.Is(aerr, errUnread) {
+			return false, aerr
+		}
 		time.Sleep(time.Millisecond)
-		b, err = dir.ReadFile("environ")
+		bytesOf, errOf = readBounded(dir, "environ", key, b.reads)
+		if errors.Is(errOf, errUnread) {
+			return false, errOf
+		}
 		if aerr != nil || len(args) > 0 {
 			break
 		}
 	}
-	if err != nil {
-		return false
+	if errOf != nil {
+		return false, nil
 	}
 	want := []byte(kv)
-	for _, e := range bytes.Split(b, []byte{0}) {
+	for _, e := range bytes.Split(bytesOf, []byte{0}) {
 		if bytes.Equal(e, want) {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
+
+// errUnread is readBounded's error for a read not done in time.
+var errUnread = errors.New("read given up: it waits on the process's memory map lock")
+
+// stuckKey names a process across pid reuse: its pid and start time.
+type stuckKey struct {
+	pid   int
+	start uint64
+}
+
+// stuck counts the reads in flight, for the whole program (n: at most
+// maxStuckReads), and the processes whose reads were given up and are
+// still blocked (keys: how many of each).
+var stuck struct {
+	sync.Mutex
+	n    int
+	keys map[stuckKey]int
+}
+
+// readBounded reads the file name of dir (the /proc directory of the
+// process key) on a goroutine of its own, and waits for it readWait at
+// most, and not past deadline: a read of environ or cmdline waits on the
+// process's memory map lock, which the process can have held without end.
+// A read not done by then is given up (errUnread) and left blocked, on its
+// thread, until the lock is let go: the wait for the lock cannot be broken
+// from here but by killing this program. So that such threads stay few,
+// no read is tried (errUnread at once) while maxStuckReads are in flight,
+// nor of a process whose read is still blocked from before, nor once
+// deadline has passed.
+func readBounded(dir *os.Root, name string, key stuckKey, deadline time.Time) ([]byte, error) {
+	wait := min(readWait, time.Until(deadline))
+	stuck.Lock()
+	if wait <= 0 || stuck.n >= maxStuckReads || stuck.keys[key] > 0 {
+		stuck.Unlock()
+		return nil, errUnread
+	}
+	stuck.n++
+	stuck.Unlock()
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1) // the read never waits on its reader
+	abandoned := false           // under stuck's lock
+	go func() {
+		b, err := dir.ReadFile(name)
+		done <- result{b, err}
+		stuck.Lock()
+		stuck.n--
+		if abandoned {
+			if stuck.keys[key]--; stuck.keys[key] <= 0 {
+				delete(stuck.keys, key)
+			}
+		}
+		stuck.Unlock()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-t.C:
+	}
+	stuck.Lock()
+	defer stuck.Unlock()
+	select {
+	case r := <-done: // done as the wait ended
+		return r.b, r.err
+	default:
+	}
+	abandoned = true
+	if stuck.keys == nil {
+		stuck.keys = map[stuckKey]int{}
+	}
+	stuck.keys[key]++
+	return nil, errUnread
+}
+
+// readWait bounds the wait for one read of a process's environment or
+// command line: one that is not blocked takes microseconds (a page or two
+// copied), milliseconds on a starved machine. lookBound bounds a look's
+// waits on such reads in all (LookByEnvOf), and maxStuckReads how many
+// reads given up may stay blocked, each holding a thread, for the whole
+// program: with readWait, it makes lookBound reachable only by a process
+// set on stalling them.
+const (
+	readWait      = 100 * time.Millisecond
+	lookBound     = time.Second
+	maxStuckReads = 16
+)
 
 // execWait bounds how long HasEnv waits for a process inside execve to get
 // its environment: the window is microseconds to a few milliseconds (the
 // new image's pages read in), longer only on a starved machine. A process
 // with neither arguments nor environment costs HasEnv this, once; one with
-// arguments and no environment, a millisecond; FindByEnv, this in all.
+// arguments and no environment, a millisecond; FindByEnv, this in all
+// (besides lookBound, for reads that block).
 const execWait = 100 * time.Millisecond
 
 // userProcessIn reports whether the process whose /proc directory is dir

@@ -267,7 +267,7 @@ func TestFindByEnvOfReadsOneProcess(t *testing.T) {
 		}
 		fake(dir(reused), reused, other, "PATH=/bin", kv)
 	}
-	got := findByEnvIn(root, kv, uid, checked)
+	got := findByEnvIn(root, kv, uid, checked).Found
 	if !swapped {
 		t.Fatalf("the uid check never passed pid %d: the stand-in for /proc is not read as /proc", reused)
 	}

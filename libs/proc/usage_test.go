@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loom-ml/loom/libs/testkit/stall"
 )
 
 // usageChild is the role the test binary takes when re-executed by
@@ -14,6 +16,7 @@ import (
 const usageChild = "LOOM_PROC_USAGE_CHILD"
 
 func TestMain(m *testing.M) {
+	stall.Main() // the process of TestLookByEnvOfGivesUpAStalledRead whose environment read blocks
 	if path := os.Getenv(usageChild); path != "" {
 		buf := make([]byte, 64<<20)
 		for i := range buf {

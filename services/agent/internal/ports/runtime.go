@@ -46,7 +46,9 @@ type Runtime interface {
 	// that no other user's can stall the look (a read of a process's
 	// environment waits on its memory map lock). Both nil (a record from
 	// before owners were kept), or an owner that no longer resolves here,
-	// reads every process's.
+	// reads every process's. A process whose environment cannot be read
+	// in time (its read blocked) is taken for one without the marker: the
+	// look ends within a bound whatever the processes read do.
 	Adopt(marker string, uid *uint32, owner *string) []Group
 	// WaitGone waits until no process of g is left, or d passes, and
 	// reports whether none is.

@@ -504,7 +504,11 @@ func (Runtime) Alive(g ports.Group) bool { return proc.Alive(g.PID, g.Start) }
 // their process groups, in order. With a uid, or else an owner, only the
 // processes of that uid, or of the owner's, are read (proc.FindByEnvOf);
 // neither, or an owner whose account is no longer known here, has every
-// process read (FindByEnv).
+// process read (FindByEnv). A process whose environment read blocks (on
+// its memory map lock, which it can hold) is given up within the look's
+// bound and taken for one without marker: its group is not returned, and
+// it dies with the step only where the kill of the step's groups, or of
+// what is under its shim, reaches it.
 func (Runtime) Adopt(marker string, uid *uint32, owner *string) []ports.Group {
 	var out []ports.Group
 	for _, pid := range findByEnv(marker, uid, owner) {

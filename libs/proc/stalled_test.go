@@ -1,0 +1,77 @@
+package proc
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/testkit/stall"
+)
+
+// TestLookByEnvOfGivesUpAStalledRead: a process of the uid looked for
+// whose environment read blocks (a real one, holding its memory map lock:
+// stall.Start) does not hold the look up. The look finds the process carrying the entry within its
+// bound, and says the stalled one could not be read; the next look, while
+// that read is still stuck, does not wait on it again.
+func TestLookByEnvOfGivesUpAStalledRead(t *testing.T) {
+	t.Parallel()
+	if !hasProc {
+		t.Skip("needs /proc")
+	}
+	kv := "LOOM_PROC_TEST=" + t.Name()
+	stalled := stall.Start(t, kv)
+	cmd := exec.Command("/bin/sleep", "60")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", kv}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mine := cmd.Process.Pid
+	t.Cleanup(func() { _ = KillGroup(mine, syscall.SIGKILL); _ = cmd.Wait() })
+	uid := uint32(os.Geteuid())
+
+	look := func() (EnvLook, time.Duration) {
+		t.Helper()
+		done := make(chan EnvLook, 1)
+		began := time.Now()
+		go func() { done <- LookByEnvOf(kv, uid) }()
+		// Far past the look's bound (lookBound): a look that waits on the
+		// stalled read waits until the helper is killed, at cleanup.
+		select {
+		case got := <-done:
+			return got, time.Since(began)
+		case <-time.After(lookBound + 10*time.Second):
+			t.Fatalf("LookByEnvOf(uid %d) still blocked after %v: it waits on pid %d's environment read, which never ends",
+				uid, lookBound+10*time.Second, stalled)
+		}
+		panic("unreachable")
+	}
+	got, took := look()
+	t.Logf("first look: %v, found %v, unread %v", took, got.Found, got.Unread)
+	if !slices.Contains(got.Found, mine) || slices.Contains(got.Found, stalled) {
+		t.Fatalf("LookByEnvOf found %v, want %d (which holds %s) and not %d (unread)", got.Found, mine, kv, stalled)
+	}
+	if !slices.Contains(got.Unread, stalled) {
+		t.Fatalf("LookByEnvOf unread %v, want %d (whose environment read blocks) among them", got.Unread, stalled)
+	}
+	got, took = look()
+	t.Logf("second look: %v, found %v, unread %v", took, got.Found, got.Unread)
+	if !slices.Contains(got.Found, mine) || !slices.Contains(got.Unread, stalled) {
+		t.Fatalf("second LookByEnvOf = %+v, want %d found and %d unread", got, mine, stalled)
+	}
+	// One read of it given up, the first look's: the second tried none.
+	stuck.Lock()
+	given := 0
+	for k, n := range stuck.keys {
+		if k.pid == stalled {
+			given += n
+		}
+	}
+	stuck.Unlock()
+	if given != 1 {
+		t.Fatalf("%d reads of pid %d given up and still blocked, want 1: the second look read it again, though its first read was still blocked", given, stalled)
+	}
+}
