@@ -599,8 +599,9 @@ var stuck struct {
 
 // readBounded reads the file name of dir (the /proc directory of the
 // process key) on a goroutine of its own, and waits for it readWait at
-// most, and not past deadline: a read of environ or cmdline waits on the
-// process's memory map lock, which the process can have held without end.
+// most, and not past deadline: a read of environ, cmdline or smaps_rollup
+// waits on the process's memory map lock, which the process can have held
+// without end (io, on its exec lock: GroupUsage).
 // A read not done by then is given up (errUnread) and left blocked, on its
 // thread, until the lock is let go: the wait for the lock cannot be broken
 // from here but by killing this program. So that such threads stay few,
@@ -657,9 +658,10 @@ func readBounded(dir *os.Root, name string, key stuckKey, deadline time.Time) ([
 }
 
 // readWait bounds the wait for one read of a process's environment or
-// command line: one that is not blocked takes microseconds (a page or two
-// copied), milliseconds on a starved machine. lookBound bounds a look's
-// waits on such reads in all (LookByEnvOf), and maxStuckReads how many
+// command line (or smaps_rollup, io: GroupUsage): one that is not blocked
+// takes microseconds (a page or two copied), milliseconds on a starved
+// machine. lookBound bounds a look's or a usage sample's waits on such
+// reads in all (LookByEnvOf, GroupUsage), and maxStuckReads how many
 // reads given up may stay blocked, each holding a thread, for the whole
 // program: with readWait, it makes lookBound reachable only by a process
 // set on stalling them.

@@ -75,3 +75,70 @@ func TestLookByEnvOfGivesUpAStalledRead(t *testing.T) {
 		t.Fatalf("%d reads of pid %d given up and still blocked, want 1: the second look read it again, though its first read was still blocked", given, stalled)
 	}
 }
+
+// TestGroupUsageGivesUpAStalledRead: a process of a sampled group whose
+// smaps_rollup read blocks (a real one, holding its memory map lock:
+// stall.Start) does not hold up the sample (the agent's progress look,
+// whose memory limit and sstat figures come from it). The sample ends
+// within its bound and counts the process from its stat, its PSS taken to
+// be its RSS; the group's other member is read as usual; the next sample,
+// while the first read is still stuck, does not wait on it again.
+func TestGroupUsageGivesUpAStalledRead(t *testing.T) {
+	t.Parallel()
+	if !hasProc {
+		t.Skip("needs /proc")
+	}
+	stalled := stall.Start(t) // leads a group of its own
+	cmd := exec.Command("/bin/sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: stalled} // a member of its group
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	sample := func() (Usage, time.Duration) {
+		t.Helper()
+		done := make(chan Usage, 1)
+		began := time.Now()
+		go func() { done <- GroupUsage(map[int]bool{stalled: true}, true)[stalled] }()
+		// Far past the sample's bound (lookBound): a sample that waits on
+		// the stalled read waits until the helper is killed, at cleanup.
+		select {
+		case got := <-done:
+			return got, time.Since(began)
+		case <-time.After(lookBound + 10*time.Second):
+			t.Fatalf("GroupUsage of group %d still blocked after %v: it waits on pid %d's smaps_rollup read, which never ends",
+				stalled, lookBound+10*time.Second, stalled)
+		}
+		panic("unreachable")
+	}
+	for i := range 2 {
+		got, took := sample()
+		t.Logf("sample %d: %v, %+v", i+1, took, got)
+		if took > lookBound+2*time.Second {
+			t.Errorf("sample %d took %v, want within its bound (%v)", i+1, took, lookBound)
+		}
+		if got.Processes != 2 || got.Unread != 1 {
+			t.Fatalf("sample %d = %+v, want 2 processes (pid %d and the sleep %d), 1 unread", i+1, got, stalled, cmd.Process.Pid)
+		}
+		// The stalled one's PSS is taken to be its RSS (a Go program's:
+		// megabytes), the sleep's is read (a few hundred KiB): at most the
+		// group's RSS, and at least half the stalled one's (which a
+		// sample that left it out, or took its PSS for 0, falls short of).
+		s, ok := sampleStat(stalled)
+		if !ok || got.PSS > got.RSS || got.PSS < s.rss/2 {
+			t.Fatalf("sample %d: PSS %d, want at most the group's RSS %d and at least half pid %d's RSS %d", i+1, got.PSS, got.RSS, stalled, s.rss)
+		}
+	}
+	stuck.Lock()
+	given := 0
+	for k, n := range stuck.keys {
+		if k.pid == stalled {
+			given += n
+		}
+	}
+	stuck.Unlock()
+	if given != 1 {
+		t.Fatalf("%d reads of pid %d given up and still blocked, want 1: the second sample read it again, though the first's read was still blocked", given, stalled)
+	}
+}

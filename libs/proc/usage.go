@@ -2,6 +2,7 @@ package proc
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strconv"
 	"syscall"
@@ -19,13 +20,18 @@ type Usage struct {
 	UserCPU, SystemCPU time.Duration
 	// RSS and VMSize are resident and virtual memory, in bytes. PSS is the
 	// proportional set size: each page shared with other processes counted
-	// as its share (/proc/PID/smaps_rollup; RSS where that cannot be read),
-	// so that forked workers sharing their parent's pages are not counted
-	// again for each.
+	// as its share (/proc/PID/smaps_rollup; RSS where that cannot be read,
+	// or not in time: see Unread), so that forked workers sharing their
+	// parent's pages are not counted again for each.
 	RSS, VMSize, PSS int64
 	// ReadBytes and WriteBytes are what the processes caused to be read
-	// from and written to storage (/proc/PID/io; 0 where it cannot be read).
+	// from and written to storage (/proc/PID/io; 0 where it cannot be read,
+	// or not in time).
 	ReadBytes, WriteBytes int64
+	// Unread is how many of the processes counted had their smaps_rollup
+	// or io not read in time (GroupUsage): their PSS is their RSS, and
+	// their I/O counts are missing from this sample.
+	Unread int
 }
 
 // clockTick is the unit of /proc's CPU times: USER_HZ, 100 on every Linux
@@ -42,10 +48,30 @@ var pageSize = int64(os.Getpagesize())
 // leader (the process whose pid is the group's id: a shim that runs the
 // job under it) is not counted. A process that exits during the walk is
 // skipped. Where /proc is absent it returns nothing.
+//
+// A sample ends within lookBound of its reads, whatever the processes do.
+// A read of /proc/PID/smaps_rollup waits on the process's memory map lock,
+// which the process can have held without end (as for its environment:
+// LookByEnvOf, docs/security.md; stat does not take it, which
+// TestGroupUsageGivesUpAStalledRead shows). /proc/PID/io does not take it
+// either, but waits on the process's exec lock (exec_update_lock), which
+// its own execve holds while it swaps memory maps: it is bounded too,
+// at no cost, rather than rely on no kernel letting that wait on the old
+// map's lock. Both go through readBounded, each given up after readWait,
+// the sample's after lookBound in all, and not tried while a read of the
+// process given up before is still blocked. A process whose reads were
+// given up is still counted, from its stat (made without either lock): its
+// CPU time, RSS and virtual size, its PSS taken to be its RSS (an upper
+// bound, which the process cannot lower by holding its lock: the memory
+// limit is judged by PSS, and leaving the process out, or keeping its last
+// PSS, would hide from it what the process touches from then on), and no
+// I/O counts, so that its group's counters (kept at their highest:
+// acct.Usage) keep their last value. Unread counts such processes.
 func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 	if !hasProc || len(groups) == 0 {
 		return nil
 	}
+	deadline := time.Now().Add(lookBound)
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
@@ -79,10 +105,13 @@ func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 			u.SystemCPU += s.system
 			u.RSS += s.rss
 			u.VMSize += s.vsize
-			u.PSS += readPSS(pid, s.rss)
-			r, w := readIO(pid)
+			pss, r, w, ok := sampleReads(pid, s, deadline)
+			u.PSS += pss
 			u.ReadBytes += r
 			u.WriteBytes += w
+			if !ok {
+				u.Unread++
+			}
 			out[g] = u
 		}
 		if err != nil || len(names) == 0 {
@@ -97,6 +126,7 @@ type statSample struct {
 	pgrp, session int
 	user, system  time.Duration
 	vsize, rss    int64
+	start         uint64
 }
 
 // sampleStat reads pid's stat line: its group, CPU times (its own and its
@@ -118,16 +148,44 @@ func sampleStat(pid int) (statSample, bool) {
 		session: int(num(3)),
 		user:    time.Duration(num(11)+num(13)) * clockTick,
 		system:  time.Duration(num(12)+num(14)) * clockTick,
+		start:   uint64(num(19)),
 		vsize:   num(20),
 		rss:     num(21) * pageSize,
 	}, true
 }
 
-// readPSS returns pid's proportional set size in bytes; rss where
-// /proc/PID/smaps_rollup cannot be read (an old kernel, another user's
-// process to an agent that is not root).
-func readPSS(pid int, rss int64) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+// sampleReads reads pid's smaps_rollup and io (s its stat sample), each
+// through readBounded (see GroupUsage), and returns its proportional set
+// size (s.rss where smaps_rollup cannot be read, or not in time) and bytes
+// read and written (0 where io cannot be read); ok is false where a read
+// was given up. The process is keyed by the start time of s: a read of it
+// given up stays blocked until it lets its lock go, and is not tried again
+// meanwhile.
+func sampleReads(pid int, s statSample, deadline time.Time) (pss, read, write int64, ok bool) {
+	dir, err := os.OpenRoot("/proc/" + strconv.Itoa(pid))
+	if err != nil {
+		return s.rss, 0, 0, true // gone
+	}
+	defer dir.Close()
+	key := stuckKey{pid, s.start}
+	b, err := readBounded(dir, "smaps_rollup", key, deadline)
+	if errors.Is(err, errUnread) {
+		return s.rss, 0, 0, false
+	}
+	pss = parsePSS(b, err, s.rss)
+	b, err = readBounded(dir, "io", key, deadline)
+	if errors.Is(err, errUnread) {
+		return pss, 0, 0, false
+	}
+	read, write = parseIO(b, err)
+	return pss, read, write, true
+}
+
+// parsePSS returns the proportional set size, in bytes, of a process whose
+// /proc/PID/smaps_rollup read returned b and err; rss where it could not be
+// read (an old kernel, another user's process to an agent that is not
+// root).
+func parsePSS(b []byte, err error, rss int64) int64 {
 	if err != nil {
 		return rss
 	}
@@ -143,10 +201,10 @@ func readPSS(pid int, rss int64) int64 {
 	return rss
 }
 
-// readIO returns pid's read_bytes and write_bytes (0, 0 where /proc/PID/io
-// cannot be read: another user's process to an agent that is not root).
-func readIO(pid int) (read, write int64) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+// parseIO returns the read_bytes and write_bytes of a process whose
+// /proc/PID/io read returned b and err (0, 0 where it could not be read:
+// another user's process to an agent that is not root).
+func parseIO(b []byte, err error) (read, write int64) {
 	if err != nil {
 		return 0, 0
 	}

@@ -16,7 +16,7 @@ import (
 const usageChild = "LOOM_PROC_USAGE_CHILD"
 
 func TestMain(m *testing.M) {
-	stall.Main() // the process of TestLookByEnvOfGivesUpAStalledRead whose environment read blocks
+	stall.Main() // the process whose reads block, of TestLookByEnvOfGivesUpAStalledRead and TestGroupUsageGivesUpAStalledRead
 	if path := os.Getenv(usageChild); path != "" {
 		buf := make([]byte, 64<<20)
 		for i := range buf {

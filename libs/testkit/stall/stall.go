@@ -1,6 +1,7 @@
 // Package stall starts, for a test, a real process whose environment cannot
-// be read: a read of its /proc/<pid>/environ (or cmdline) blocks until the
-// process is killed, as one of a hostile job's can make it (docs/security.md,
+// be read: a read of its /proc/<pid>/environ (or cmdline, smaps_rollup:
+// any read that takes its memory map lock) blocks until the process is
+// killed, as one of a hostile job's can make it (docs/security.md,
 // "Finding a step's processes after a restart").
 //
 // The process (the helper) is the test binary again: Main, called first

@@ -127,7 +127,7 @@ func TestAccountRefusals(t *testing.T) {
 // LOOM_TEST_ACCOUNTS set it prints, for each name in it, what Account says
 // in a process that is not root (TestNonRootAgentRunsOnlyItsOwnUsersJobs).
 func TestMain(m *testing.M) {
-	stall.Main() // the process of TestAdoptIsNotHeldUpByAStalledProcess whose environment read blocks
+	stall.Main() // the process whose reads block, of TestAdoptIsNotHeldUpByAStalledProcess and TestUsageIsNotHeldUpByAStalledProcess
 	if pgid, ok := os.LookupEnv("LOOM_TEST_SETPGID"); ok {
 		// A job that tries to move itself into another job's process
 		// group (TestJobCannotJoinAnotherJobsGroup).

@@ -44,3 +44,30 @@ func TestAdoptIsNotHeldUpByAStalledProcess(t *testing.T) {
 		t.Fatalf("Adopt still blocked after %v: it waits on pid %d's environment read, which never ends", bound, stalled)
 	}
 }
+
+// TestUsageIsNotHeldUpByAStalledProcess: a step's process whose
+// smaps_rollup read blocks (stall.Start: the group's leader here, as
+// without a shim) does not hold up the agent's usage sample, which its
+// progress look takes: the sample ends within its bound, and still counts
+// the process (from its stat).
+func TestUsageIsNotHeldUpByAStalledProcess(t *testing.T) {
+	t.Parallel()
+	stalled := stall.Start(t)
+	g := ports.Group{PID: stalled}
+	done := make(chan map[ports.Group]ports.Sample, 1)
+	began := time.Now()
+	go func() { done <- New(asAgent).Usage([]ports.Group{g}) }()
+	// The bound is about a second (proc's lookBound); far past it, a
+	// sample that waits on the stalled read waits until the helper is
+	// killed, at cleanup.
+	const bound = 10 * time.Second
+	select {
+	case got := <-done:
+		t.Logf("Usage took %v: %+v", time.Since(began), got[g])
+		if s := got[g]; s.RSS <= 0 || s.PSS != s.RSS {
+			t.Fatalf("Usage = %+v, want group %d's one process counted, its PSS taken to be its RSS", got, stalled)
+		}
+	case <-time.After(bound):
+		t.Fatalf("Usage still blocked after %v: it waits on pid %d's smaps_rollup read, which never ends", bound, stalled)
+	}
+}
