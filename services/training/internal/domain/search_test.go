@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,13 +109,23 @@ func TestStopAfterTheProgramExitedIsACompleteTrial(t *testing.T) {
 		t.Fatalf("not stopped: %v", got)
 	}
 	handle(t, s, t0, Input{Payload: &eventsv1.StepChanged{Job: n.Job(), Attempt: 1, Node: "n-0001", State: eventsv1.StepState_STEP_EXITED}})
-	handle(t, s, t0, Input{Payload: jobIs(n.Job(), loomv1.JobState_CANCELLED)})
+	c := handle(t, s, t0, Input{Payload: jobIs(n.Job(), loomv1.JobState_CANCELLED)})
+	// Watchers (the gateway's, the bridge's) see the job end SUCCEEDED,
+	// never cancelled by the search.
+	cs, _ := emitted[*eventsv1.CustomJobChanged](c)
+	if i := slices.IndexFunc(cs, func(e *eventsv1.CustomJobChanged) bool { return e.GetCustomJob().GetName() == n.String() }); i < 0 ||
+		cs[i].GetCustomJob().GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED || cs[i].GetCustomJob().GetError() != nil {
+		t.Fatalf("the job's end emitted %v", cs)
+	}
 	got := tuningOf(t, s, tunName).GetTrials()[0]
 	if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetEarlyStopped() {
 		t.Fatalf("a trial whose program exited 0 before the cancel: %v", got)
 	}
 	if m := got.GetFinalMeasurement(); m.GetStepCount() != 2 {
 		t.Fatalf("final measurement %v, want the best (step 2), as the study selects", m)
+	}
+	if cj := cjOf(t, s, n.String()); cj.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED || cj.GetError() != nil {
+		t.Fatalf("a complete trial's custom job %v %v, want SUCCEEDED without an error", cj.GetState(), cj.GetError())
 	}
 
 	// A program that exited 0 on one node but was killed on another was
@@ -180,6 +191,14 @@ func TestStopAfterTheLastStepIsACompleteTrial(t *testing.T) {
 		got := tuningOf(t, s, tunName).GetTrials()[0]
 		if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetEarlyStopped() != tc.early || got.GetFinalMeasurement().GetStepCount() != tc.final {
 			t.Errorf("%s: trial %v; want SUCCEEDED, early_stopped %v, final measurement at step %d", tc.name, got, tc.early, tc.final)
+		}
+		// Its CustomJob says what the trial says: a complete trial's
+		// job SUCCEEDED without an error, a stopped one's was cancelled
+		// by the search.
+		cj := cjOf(t, s, n.String())
+		if tc.early && (cj.GetState() != trainingv1.JobState_JOB_STATE_CANCELLED || !strings.Contains(cj.GetError().GetMessage(), "stopped early by the search")) ||
+			!tc.early && (cj.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED || cj.GetError() != nil || cj.GetEndTime() == nil) {
+			t.Errorf("%s: its custom job %v %v (early_stopped %v)", tc.name, cj.GetState(), cj.GetError(), tc.early)
 		}
 	}
 }

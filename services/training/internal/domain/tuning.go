@@ -610,6 +610,7 @@ func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.Hyperparamet
 		// it as a point without a value; nor may it be shown "stopped
 		// early".
 		tr.EarlyStopped = false
+		completeCJ(cj)
 	}
 	sel := job.GetStudySpec().GetMeasurementSelectionType()
 	if tr.GetEarlyStopped() {
@@ -623,6 +624,22 @@ func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.Hyperparamet
 	}
 	tr.State = trainingv1.Trial_SUCCEEDED
 	tr.FinalMeasurement = proto.Clone(final).(*trainingv1.Measurement)
+}
+
+// completeCJ makes the CustomJob cj of a trial the search stopped too
+// late (finishTrial) say what its trial says: SUCCEEDED, without the
+// error "stopped early by the search" its cancel left (its job CANCELLED).
+// Its program's result was complete before the cancel reached it; a
+// complete trial whose job still read as cancelled by the search, with
+// an error, would tell whoever opens the job (`loom jobs custom get`, the
+// REST view, its CustomJobChanged) the opposite of what the trial list
+// says. Its end time stays the scheduler job's.
+func completeCJ(cj *CJ) {
+	if cj.Job.GetState() != trainingv1.JobState_JOB_STATE_CANCELLED {
+		return
+	}
+	cj.Job.State = trainingv1.JobState_JOB_STATE_SUCCEEDED
+	cj.Job.Error = nil
 }
 
 // reachedLastStep reports whether trial tr has a measurement of metric at
