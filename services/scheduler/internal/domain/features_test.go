@@ -483,6 +483,16 @@ func TestTasksEnv(t *testing.T) {
 	if env = ss[0].GetEnv(); env["SLURM_GPUS_PER_TASK"] != "1" || env["SLURM_GPUS_PER_NODE"] != "" {
 		t.Fatalf("--gpus-per-task=1 env: %v", env)
 	}
+	// sbatch -n2 --gpus-per-task=1 sends the total it derives (gpus 2):
+	// Slurm 22.05's script has SLURM_GPUS_PER_TASK=1 alone (measured).
+	c = h.submitJob(job(5, 1, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "x"; j.GpusPerTask, j.Ntasks, j.Gpus = 1, 2, 2 }))
+	if ss = starts(c); len(ss) != 1 {
+		t.Fatalf("-n2 --gpus-per-task=1 job: %d StartSteps", len(ss))
+	}
+	if env = ss[0].GetEnv(); env["SLURM_GPUS_PER_TASK"] != "1" || env["SLURM_GPUS"] != "" || env["SLURM_GPUS_PER_NODE"] != "" || env["SLURM_GPUS_ON_NODE"] != "2" {
+		t.Fatalf("-n2 --gpus-per-task=1 env: SLURM_GPUS_PER_TASK=%q SLURM_GPUS=%q SLURM_GPUS_PER_NODE=%q SLURM_GPUS_ON_NODE=%q; want 1, none, none, 2",
+			env["SLURM_GPUS_PER_TASK"], env["SLURM_GPUS"], env["SLURM_GPUS_PER_NODE"], env["SLURM_GPUS_ON_NODE"])
+	}
 	// No GPUs, no GPU ids.
 	c = h.submitJob(job(3, 1, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "x" }))
 	if ss = starts(c); len(ss) != 1 {
