@@ -417,8 +417,10 @@ func TestSrunPty(t *testing.T) {
 }
 
 // TestSrunGPUsPerTask: srun --gpus-per-task=1 in a two-GPU job gives task 0
-// GPU 0 and task 1 GPU 1; without it both see both. The same output as
-// Slurm 22.05's (compared by hand with the same script).
+// the job's first GPU and task 1 its second; without it both see both. The
+// same output as Slurm 22.05's (compared by hand with the same script,
+// where the job had GPUs 0 and 1; here it may have others, when GPU jobs
+// of the tests beside it hold those).
 func TestSrunGPUsPerTask(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
@@ -428,7 +430,13 @@ func TestSrunGPUsPerTask(t *testing.T) {
 	if state(row) != "COMPLETED" {
 		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
 	}
-	wantEqual(t, "output", out, "0: own 0 0\n1: own 1 1\n0: all 0,1 0,1\n1: all 0,1 0,1\n")
+	first, rest, _ := strings.Cut(out, "\n")
+	g := strings.Split(strings.TrimPrefix(first, "job "), ",")
+	if len(g) != 2 {
+		t.Fatalf("job %s: its GPUs %q, want two; output:\n%s", id, first, out)
+	}
+	all := g[0] + "," + g[1]
+	wantEqual(t, "output", rest, "0: own "+g[0]+" "+g[0]+"\n1: own "+g[1]+" "+g[1]+"\n0: all "+all+" "+all+"\n1: all "+all+" "+all+"\n")
 }
 
 // TestSrunGPUTaskFarm: one-GPU steps started side by side (srun --exact
@@ -512,6 +520,56 @@ step bare: Dist=Cyclic TresPerStep=cpu:4 TresPerNode=gres:gpu:2
 step gpn1: Dist=Block TresPerStep=cpu:4 TresPerNode=gres:gpu:1 
 done
 `)
+}
+
+// TestSrunGPUsPerTaskBesideJobPerNode: in an sbatch --gpus-per-node=2 job
+// a step's own --gpus-per-task keeps the job's per-node count
+// (SLURM_GPUS_PER_NODE, srun's default) and gets the larger on each node:
+// -n2 --gpus-per-task=1, a task a node, sees 2 GPUs there, -n4 one each;
+// its record has both, TresPerNode=gres:gpu:2 and TresPerTask=gres:gpu:1.
+// And a batch script's GPU variables are those of the options it was
+// submitted with: --gpus-per-task sets SLURM_GPUS_PER_TASK alone, not the
+// SLURM_GPUS of the total it derives. The expected output is Slurm 22.05's
+// for the same scripts and options (run with scripts/slurm-local.sh,
+// NODES=2 GPUS=4).
+func TestSrunGPUsPerTaskBesideJobPerNode(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_gpt_jobgpn.sh"))
+	s.script("gpu_env.sh")
+	envs := []struct{ opts, want string }{
+		{"-n2 --gpus-per-task=1", "gpus= gpus-per-node= gpus-per-task=1\n"},
+		{"-N2 --ntasks-per-node=1 --gpus-per-task=1", "gpus= gpus-per-node= gpus-per-task=1\n"},
+		{"--gpus=2", "gpus=2 gpus-per-node= gpus-per-task=\n"},
+		{"-N1 --gpus-per-node=2", "gpus= gpus-per-node=2 gpus-per-task=\n"},
+	}
+	row := s.waitDone(id, 120*time.Second)
+	out := s.read("srungptjobgpn-" + id + ".out")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	wantEqual(t, "output", out, `job: gpus-per-node=2 gpus= gpus-per-task=
+n2g1: rank 0 node 0 gpus 2
+n2g1: rank 1 node 1 gpus 2
+n4g1: rank 0 node 0 gpus 1
+n4g1: rank 1 node 0 gpus 1
+n4g1: rank 2 node 1 gpus 1
+n4g1: rank 3 node 1 gpus 1
+n2g2: rank 0 node 0 gpus 2
+n2g2: rank 1 node 1 gpus 2
+step: TresBind=gpu:per_task:1 TresPerStep=cpu:2 TresPerNode=gres:gpu:2 TresPerTask=gres:gpu:1 
+done
+`)
+	// One at a time, after the script's job: the fewer of the cluster's
+	// GPUs held at once, the less the tests beside this one that name
+	// GPUs by index see them moved.
+	for _, e := range envs {
+		id := s.sbatch(append(append([]string{"-o", "gpuenv-%j.out"}, strings.Fields(e.opts)...), "gpu_env.sh")...)
+		if row := s.waitDone(id, 90*time.Second); state(row) != "COMPLETED" {
+			t.Errorf("sbatch %s: job %s ended %s %s, want COMPLETED", e.opts, id, row["State"], row["ExitCode"])
+		}
+		wantEqual(t, "sbatch "+e.opts+": the script's GPU variables", s.read("gpuenv-"+id+".out"), e.want)
+	}
 }
 
 // TestSrunStepsWait: a step holds CPUs of the job while it runs: without

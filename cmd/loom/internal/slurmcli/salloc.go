@@ -117,8 +117,9 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "salloc: Granted job allocation %s\n", id)
 	}
 	// -m reaches the shell as it reaches a batch script (sbatchDistEnv),
-	// whatever the answer carries of the job's environment.
-	for _, k := range []string{"SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE"} {
+	// whatever the answer carries of the job's environment; so does the
+	// mark of a --gres job (sbatchGresEnv).
+	for _, k := range []string{"SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", GresGPUsEnv} {
 		if v, ok := req.job.GetEnv()[k]; ok {
 			if job.Env == nil {
 				job.Env = map[string]string{}

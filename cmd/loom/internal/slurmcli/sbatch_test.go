@@ -2,6 +2,7 @@ package slurmcli
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -136,6 +137,11 @@ func TestParseSbatchOptions(t *testing.T) {
 			want.SubmitDir, want.User, want.Script, want.Export = "/home/alice/proj", "alice", got.Script, "ALL"
 			want.ScriptPath = "/home/alice/proj/job.sh" // the submit directory's, whatever -D says
 			want.Env = baseEnv
+			if want.GetGpusPerNode() > 0 && strings.Contains(strings.Join(tc.args, " "), "--gres") {
+				// Its sruns' mark (TestParseSbatchGresMark).
+				want.Env = maps.Clone(baseEnv)
+				want.Env[GresGPUsEnv] = "1"
+			}
 			if !proto.Equal(got, want) {
 				t.Errorf("%v as %s:\n got  %v\n want %v", tc.args, form, got, want)
 			}
@@ -305,6 +311,41 @@ func TestParseSbatchDistribution(t *testing.T) {
 		if got["SLURM_DISTRIBUTION"] != tc.dist || got["SLURM_DIST_PLANESIZE"] != tc.plane || len(req.warnings) != 0 {
 			t.Errorf("%v: SLURM_DISTRIBUTION %q, SLURM_DIST_PLANESIZE %q, warnings %q; want %q, %q, none",
 				tc.args, got["SLURM_DISTRIBUTION"], got["SLURM_DIST_PLANESIZE"], req.warnings, tc.dist, tc.plane)
+		}
+	}
+}
+
+// TestParseSbatchGresMark: a --gres=gpu:N job's environment is marked
+// (GresGPUsEnv) for its sruns, which do not take its per-node count beside
+// their own --gpus-per-task, as Slurm 22.05's take a --gpus-per-node
+// job's (measured: -n1 --gpus-per-task=2 sees 2 GPUs in a --gres=gpu:4
+// job, 4 in a --gpus-per-node=4 one); the last of --gres and
+// --gpus-per-node decides, --export=NONE keeps the mark, and a mark the
+// submitting environment carried (sbatch in a --gres job) does not reach
+// a job without --gres.
+func TestParseSbatchGresMark(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gres=gpu:4"}, "1"},
+		{[]string{"--gres=gpu:a100:2", "--export=NONE"}, "1"},
+		{[]string{"--gpus-per-node=4"}, ""},
+		{[]string{"--gpus-per-node=4", "--gres=gpu:2"}, "1"},
+		{[]string{"--gres=gpu:2", "--gpus-per-node=4"}, ""},
+		{[]string{"--gres=none"}, ""},
+		{[]string{"--gpus=2"}, ""},
+		{nil, ""},
+	} {
+		env := map[string]string{GresGPUsEnv: "1"}
+		req, err := parse(t, append(tc.args, "job.sh"), plainScript, env)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if got := req.job.GetEnv()[GresGPUsEnv]; got != tc.want {
+			t.Errorf("%v: %s=%q, want %q", tc.args, GresGPUsEnv, got, tc.want)
 		}
 	}
 }

@@ -225,9 +225,10 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// for an allocation of its own alike (salloc and sbatch share the rule).
 	// Outside a job the allocation's check says it (srunAlloc), as it
 	// counts -w's hosts too (slurmspec.FitNodes).
-	if gpnFromEnv && gptGiven {
-		// The step's own --gpus-per-task decides its GPUs: Loom holds
-		// one of the two counts, not Slurm's larger (docs/slurm.md).
+	if gpnFromEnv && gptGiven && env[GresGPUsEnv] != "" {
+		// A --gres job's count is no default beside the step's own
+		// --gpus-per-task (GresGPUsEnv); a --gpus-per-node job's is, and
+		// the scheduler holds the larger, as Slurm's.
 		gpusPerNode = 0
 	}
 	outside := jobID == "" && env["SLURM_JOB_ID"] == ""

@@ -238,8 +238,11 @@ func TestSrunOutsideAJobStepGPURequest(t *testing.T) {
 // --gpus-per-node=1 TresPerNode=gres:gpu:1, --gpus-per-node=0 none, -n1
 // --gpus=1 both TresPerStep=cpu:1,gres:gpu:1 and TresPerNode=gres:gpu:2; in
 // an sbatch -N2 -n4 -m cyclic job a bare srun is Dist=Cyclic, -m block
-// Dist=Block). A step's own --gpus-per-task drops the job's per-node
-// count (Loom holds one of them). A value the option would not take is
+// Dist=Block). A step's own --gpus-per-task keeps the job's per-node
+// count beside it, as Slurm's (in an sbatch -N2 --ntasks-per-node=2
+// --gpus-per-node=2 job srun -n2 --gpus-per-task=1 shows
+// TresPerNode=gres:gpu:2 TresPerTask=gres:gpu:1 and gets 2 GPUs a node;
+// the scheduler holds the larger). A value the option would not take is
 // ignored, and SLURM_CPUS_PER_TASK is no default (Slurm 22.05 reads
 // SRUN_CPUS_PER_TASK, which sbatch does not set).
 func TestSrunStepEnvDefaults(t *testing.T) {
@@ -257,8 +260,14 @@ func TestSrunStepEnvDefaults(t *testing.T) {
 		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"--gpus-per-node=0"}, 0, 0, 0, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"--gres=gpu:1"}, 1, 0, 0, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"-n1", "--gpus=1"}, 2, 1, 0, 0, ""},
-		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"-n2", "--gpus-per-task=1"}, 0, 0, 1, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"-n2", "--gpus-per-task=1"}, 2, 0, 1, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": "2", "SLURM_GPUS_PER_TASK": "1"}, nil, 2, 0, 1, 0, ""},
+		// A --gres=gpu:2 job's count (GresGPUsEnv) is a bare srun's,
+		// not one beside --gpus-per-task (measured: -n1
+		// --gpus-per-task=2 sees 2 GPUs in a --gres=gpu:4 job).
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2", GresGPUsEnv: "1"}, nil, 2, 0, 0, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2", GresGPUsEnv: "1"}, []string{"-n2", "--gpus-per-task=1"}, 0, 0, 1, 0, ""},
+		{map[string]string{"SLURM_GPUS_PER_NODE": "2", GresGPUsEnv: "1"}, []string{"-n2", "--gpus-per-task=1", "--gpus-per-node=2"}, 2, 0, 1, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": "x"}, nil, 0, 0, 0, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": fmt.Sprint(1<<20 + 1)}, nil, 0, 0, 0, 0, ""},
 		{map[string]string{"SLURM_DISTRIBUTION": "cyclic"}, nil, 0, 0, 0, 0, "cyclic"},

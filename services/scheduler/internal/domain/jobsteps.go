@@ -569,15 +569,18 @@ type stepPlan struct {
 }
 
 // stepGPUCount is how many of the job's GPUs the step ev asks for on a node
-// where it runs n tasks, one of nodes: --gpus-per-task's n × it, else
-// --gpus-per-node's, else (a --gpus of its own, not the job's SLURM_GPUS)
-// the whole request on a one-node step and at least one a node on a larger
-// one (spreadStepGPUs gives the rest). 0: the step holds none and its tasks
-// see all of the job's GPUs there.
+// where it runs n tasks, one of nodes: --gpus-per-task's n × it (the
+// larger of that and --gpus-per-node when it has both: measured beside
+// Slurm 22.05, srun -n2 --gpus-per-task=1 in an sbatch --gpus-per-node=2
+// job, whose SLURM_GPUS_PER_NODE srun takes as its own, gets 2 GPUs a
+// node), else --gpus-per-node's, else (a --gpus of its own, not the job's
+// SLURM_GPUS) the whole request on a one-node step and at least one a
+// node on a larger one (spreadStepGPUs gives the rest). 0: the step holds
+// none and its tasks see all of the job's GPUs there.
 func stepGPUCount(ev *eventsv1.CreateJobStep, n int32, nodes int) int {
 	switch {
 	case ev.GetGpusPerTask() > 0:
-		return int(n) * int(ev.GetGpusPerTask())
+		return max(int(n)*int(ev.GetGpusPerTask()), int(ev.GetGpusPerNode()))
 	case ev.GetGpusPerNode() > 0:
 		return int(ev.GetGpusPerNode())
 	case ev.GetGpus() > 0 && !ev.GetGpusInherited():
@@ -699,9 +702,9 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 				n, cpt, int64(n)*int64(cpt), host, has)
 		}
 		want := stepGPUCount(ev, n, len(tasks))
-		if held := len(r.GPUs[node]); want > held && g > 0 {
+		if held := len(r.GPUs[node]); int(n)*g > held {
 			return 0, false, fmt.Errorf("Requested node configuration is not available: %d task(s) with --gpus-per-task=%d need %d GPUs on %s, the job holds %d there",
-				n, g, want, host, held)
+				n, g, int(n)*g, host, held)
 		} else if want > held {
 			return 0, false, fmt.Errorf("Invalid generic resource (gres) specification: the step asks for %d GPU(s) on %s, the job holds %d there", want, host, held)
 		}
@@ -1001,9 +1004,18 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 			held := step.GPUs[k]
 			taskGPUs = make([]string, tasks[k])
 			for l := range taskGPUs {
-				ids := make([]string, g)
-				for i := range ids {
-					ids[i] = strconv.Itoa(int(held[l*g+i]))
+				// Each task its own g, in order; a node's lone task
+				// all of the step's there, which are more than g when
+				// --gpus-per-node asked more (measured beside Slurm
+				// 22.05: -n1 --gpus-per-task=1 in a --gpus-per-node=4
+				// job sees 4 GPUs, -n2 one each, GPUs 0 and 1).
+				own := held[l*g : l*g+g]
+				if tasks[k] == 1 {
+					own = held
+				}
+				ids := make([]string, len(own))
+				for i, gpu := range own {
+					ids[i] = strconv.Itoa(int(gpu))
 				}
 				taskGPUs[l] = strings.Join(ids, ",")
 			}

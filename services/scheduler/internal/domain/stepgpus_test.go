@@ -118,3 +118,59 @@ func TestStepGPUBindNone(t *testing.T) {
 		t.Fatalf("a third step with every GPU held: %d launches, %v; want it PENDING", len(launches(c)), h.jobStep(2))
 	}
 }
+
+// TestStepGPUsPerTaskBesidePerNode: a step with both --gpus-per-task and
+// --gpus-per-node (the job's SLURM_GPUS_PER_NODE, which srun takes as its
+// own, or its own option) gets and holds the larger on each node, the
+// node's tasks times --gpus-per-task or the per-node count; each of a
+// node's tasks gets --gpus-per-task of them of its own, in order, and a
+// node's lone task all of the step's there. The rows are Slurm 22.05's,
+// measured with scripts/slurm-local.sh (fake GPUs through gres):
+// CUDA_VISIBLE_DEVICES of each task, in an sbatch -N1 -n4
+// --gpus-per-node=4 job and an sbatch -N2 --ntasks-per-node=2
+// --gpus-per-node=2 one.
+func TestStepGPUsPerTaskBesidePerNode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		nodes, jobGPUs int32
+		ntasks, gpt    int32
+		gpn            int32
+		want           [][]string // each node's tasks' GPUs
+		waitsBesideOne bool       // a one-GPU --exact step beside it waits: the step holds every GPU
+	}{
+		{"-N1 4 GPUs: -n1 --gpus-per-task=1", 1, 4, 1, 1, 4, [][]string{{"0,1,2,3"}}, true},
+		{"-N1 4 GPUs: -n2 --gpus-per-task=1", 1, 4, 2, 1, 4, [][]string{{"0", "1"}}, true},
+		{"-N1 4 GPUs: -n3 --gpus-per-task=1", 1, 4, 3, 1, 4, [][]string{{"0", "1", "2"}}, true},
+		{"-N1 4 GPUs: -n1 --gpus-per-task=2", 1, 4, 1, 2, 4, [][]string{{"0,1,2,3"}}, true},
+		{"-N1 4 GPUs: -n2 --gpus-per-task=1 --gpus-per-node=3", 1, 4, 2, 1, 3, [][]string{{"0", "1"}}, false},
+		{"-N1 4 GPUs: -n1 --gpus-per-task=1 --gpus-per-node=1", 1, 4, 1, 1, 1, [][]string{{"0"}}, false},
+		{"-N2 2 GPUs a node: -n2 --gpus-per-task=1", 2, 2, 2, 1, 2, [][]string{{"0,1"}, {"0,1"}}, true},
+		{"-N2 2 GPUs a node: -n4 --gpus-per-task=1", 2, 2, 4, 1, 2, [][]string{{"0", "1"}, {"0", "1"}}, true},
+		{"-N2 2 GPUs a node: -n2 --gpus-per-task=2", 2, 2, 2, 2, 2, [][]string{{"0,1"}, {"0,1"}}, true},
+	} {
+		h := newSpecHarness(t, Config{})
+		h.gpuNode("a3-0001", "b1")
+		h.gpuNode("a3-0002", "b1")
+		h.submitJob(job(1, tc.nodes, tc.jobGPUs, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
+		ls := launches(h.do(createStep("r1", func(e *eventsv1.CreateJobStep) {
+			e.Ntasks, e.GpusPerTask, e.GpusPerNode, e.Exact = tc.ntasks, tc.gpt, tc.gpn, true
+		})))
+		var got [][]string
+		for _, l := range ls {
+			got = append(got, l.GetTaskGpus())
+		}
+		if !slices.EqualFunc(got, tc.want, slices.Equal) {
+			t.Errorf("%s: tasks' GPUs %v, want %v", tc.name, got, tc.want)
+		}
+		s := h.jobStep(0)
+		if s.GetGpusPerNode() != tc.gpn || s.GetGpusPerTask() != tc.gpt {
+			t.Errorf("%s: step keeps gpus_per_node %d, gpus_per_task %d; want %d, %d (scontrol show step's TresPerNode, TresPerTask)",
+				tc.name, s.GetGpusPerNode(), s.GetGpusPerTask(), tc.gpn, tc.gpt)
+		}
+		c := h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.Ntasks, e.GpusPerTask, e.Exact = 1, 1, true }))
+		if waits := len(launches(c)) == 0; waits != tc.waitsBesideOne {
+			t.Errorf("%s: a one-GPU step beside it waits: %v, want %v", tc.name, waits, tc.waitsBesideOne)
+		}
+	}
+}
