@@ -2133,9 +2133,15 @@ type Job struct {
 	// ntasks, never more nodes than tasks (as Slurm). At least node_count, at
 	// most clusterspec.MaxClusterNodes; above a partition's nodes it is taken
 	// as all of them, as Slurm's -N1-8 on 4 nodes.
-	MaxNodeCount int32             `protobuf:"varint,84,opt,name=max_node_count,json=maxNodeCount,proto3" json:"max_node_count,omitempty"`
-	GpusPerNode  int32             `protobuf:"varint,8,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
-	Env          map[string]string `protobuf:"bytes,9,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MaxNodeCount int32 `protobuf:"varint,84,opt,name=max_node_count,json=maxNodeCount,proto3" json:"max_node_count,omitempty"`
+	GpusPerNode  int32 `protobuf:"varint,8,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
+	// gres_gpus says gpus_per_node was asked for as --gres=gpu:N, not as
+	// --gpus-per-node: the same request, but Slurm's batch script and salloc
+	// shell then have no SLURM_GPUS_PER_NODE, so the job's sruns do not take
+	// the count as their default (measured beside Slurm 22.05: srun --gpus=2
+	// gets 2 GPUs of a --gres=gpu:4 job, 4 of a --gpus-per-node=4 one).
+	GresGpus bool              `protobuf:"varint,91,opt,name=gres_gpus,json=gresGpus,proto3" json:"gres_gpus,omitempty"`
+	Env      map[string]string `protobuf:"bytes,9,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// model_output, when set, registers a model version when the job succeeds.
 	ModelOutput *ModelOutput `protobuf:"bytes,10,opt,name=model_output,json=modelOutput,proto3" json:"model_output,omitempty"`
 	User        string       `protobuf:"bytes,11,opt,name=user,proto3" json:"user,omitempty"`
@@ -2412,6 +2418,13 @@ func (x *Job) GetGpusPerNode() int32 {
 		return x.GpusPerNode
 	}
 	return 0
+}
+
+func (x *Job) GetGresGpus() bool {
+	if x != nil {
+		return x.GresGpus
+	}
+	return false
 }
 
 func (x *Job) GetEnv() map[string]string {
@@ -5145,7 +5158,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\x9c\x16\n" +
+	"\tREPLACING\x10\t\"\xb9\x16\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5156,7 +5169,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"node_count\x18\a \x01(\x05R\tnodeCount\x12$\n" +
 	"\x0emax_node_count\x18T \x01(\x05R\fmaxNodeCount\x12\"\n" +
-	"\rgpus_per_node\x18\b \x01(\x05R\vgpusPerNode\x12'\n" +
+	"\rgpus_per_node\x18\b \x01(\x05R\vgpusPerNode\x12\x1b\n" +
+	"\tgres_gpus\x18[ \x01(\bR\bgresGpus\x12'\n" +
 	"\x03env\x18\t \x03(\v2\x15.loom.v1.Job.EnvEntryR\x03env\x127\n" +
 	"\fmodel_output\x18\n" +
 	" \x01(\v2\x14.loom.v1.ModelOutputR\vmodelOutput\x12\x12\n" +

@@ -117,9 +117,8 @@ func (c *cmd) salloc(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "salloc: Granted job allocation %s\n", id)
 	}
 	// -m reaches the shell as it reaches a batch script (sbatchDistEnv),
-	// whatever the answer carries of the job's environment; so does the
-	// mark of a --gres job (sbatchGresEnv).
-	for _, k := range []string{"SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", GresGPUsEnv} {
+	// whatever the answer carries of the job's environment.
+	for _, k := range []string{"SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE"} {
 		if v, ok := req.job.GetEnv()[k]; ok {
 			if job.Env == nil {
 				job.Env = map[string]string{}
@@ -288,7 +287,7 @@ func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus 
 	// SLURM_GPUS_PER_TASK alone.
 	if g := job.GetGpus(); g > 0 && job.GetGpusPerTask() == 0 {
 		set["SLURM_GPUS"] = strconv.Itoa(int(g))
-	} else if g := job.GetGpusPerNode(); g > 0 && job.GetGpusPerTask() == 0 {
+	} else if g := job.GetGpusPerNode(); g > 0 && job.GetGpusPerTask() == 0 && !job.GetGresGpus() {
 		set["SLURM_GPUS_PER_NODE"] = strconv.Itoa(int(g))
 	}
 	if g := job.GetGpusPerTask(); g > 0 {

@@ -275,6 +275,8 @@ func TestSallocDistribution(t *testing.T) {
 		// The GPU request, as the batch script's (measured: salloc
 		// --gpus-per-node=2 is SLURM_GPUS_PER_NODE=2, --gpus=2 SLURM_GPUS=2).
 		{[]string{"-N2", "--gpus-per-node=2"}, "<unset> <unset> gpn=2\n"},
+		// --gres=gpu:2 is the same request, but not exported (Job.gres_gpus).
+		{[]string{"-N2", "--gres=gpu:2"}, "<unset> <unset>\n"},
 		{[]string{"--gpus=2"}, "<unset> <unset> gpus=2\n"},
 		{[]string{"-N2", "--gpus-per-task=1"}, "<unset> <unset> gpt=1\n"},
 	} {

@@ -210,7 +210,7 @@ type sbatchState struct {
 	memPerGPU int64
 	gpusPerT  int32
 	// gres: the job's per-node GPU count is --gres=gpu:N's, the last of
-	// --gres and --gpus-per-node given (sbatchGresEnv).
+	// --gres and --gpus-per-node given (Job.gres_gpus).
 	gres bool
 	// cpusPerGPU is --cpus-per-gpu (Job.cpus_per_gpu), checked against -c
 	// and --exclusive as Slurm checks it once every option is read.
@@ -943,32 +943,9 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		return &Error{Code: 1, Text: st.prog + ": error: With Arbitrary distribution you need to specify a nodelist or hostfile with the -w option"}
 	}
 	sbatchDistEnv(j, st.dist)
-	sbatchGresEnv(j, st.gres)
+	// The last of --gres and --gpus-per-node given says which it was.
+	j.GresGpus = st.gres && j.GetGpusPerNode() > 0
 	return nil
-}
-
-// GresGPUsEnv, set ("1") in a job's environment, says that its per-node
-// GPU count (SLURM_GPUS_PER_NODE, which Loom's batch script has for
-// --gres=gpu:N too) is --gres's, not --gpus-per-node's: Slurm 22.05's
-// srun takes a --gpus-per-node job's count beside its own
-// --gpus-per-task, and holds the larger, but a --gres job's
-// --gpus-per-task step gets its tasks' GPUs alone (measured: -n1
-// --gpus-per-task=2 sees 4 GPUs in a --gpus-per-node=4 job, 2 in a
-// --gres=gpu:4 one), so that one-GPU steps side by side share the job.
-const GresGPUsEnv = "LOOM_GRES_GPUS"
-
-// sbatchGresEnv marks a --gres=gpu:N job's environment (GresGPUsEnv) for
-// its sruns, and clears a mark the submitting environment carried (sbatch
-// from a --gres job, --export=ALL).
-func sbatchGresEnv(j *loomv1.Job, gres bool) {
-	if !gres || j.GetGpusPerNode() == 0 || j.GetGpusPerTask() > 0 {
-		delete(j.Env, GresGPUsEnv)
-		return
-	}
-	if j.Env == nil {
-		j.Env = map[string]string{}
-	}
-	j.Env[GresGPUsEnv] = "1"
 }
 
 // sbatchDistEnv puts -m into the job's environment as Slurm 22.05's sbatch

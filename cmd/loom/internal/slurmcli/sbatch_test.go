@@ -2,7 +2,6 @@ package slurmcli
 
 import (
 	"errors"
-	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -138,9 +137,8 @@ func TestParseSbatchOptions(t *testing.T) {
 			want.ScriptPath = "/home/alice/proj/job.sh" // the submit directory's, whatever -D says
 			want.Env = baseEnv
 			if want.GetGpusPerNode() > 0 && strings.Contains(strings.Join(tc.args, " "), "--gres") {
-				// Its sruns' mark (TestParseSbatchGresMark).
-				want.Env = maps.Clone(baseEnv)
-				want.Env[GresGPUsEnv] = "1"
+				// Which of the two it was (TestParseSbatchGres).
+				want.GresGpus = true
 			}
 			if !proto.Equal(got, want) {
 				t.Errorf("%v as %s:\n got  %v\n want %v", tc.args, form, got, want)
@@ -315,37 +313,34 @@ func TestParseSbatchDistribution(t *testing.T) {
 	}
 }
 
-// TestParseSbatchGresMark: a --gres=gpu:N job's environment is marked
-// (GresGPUsEnv) for its sruns, which do not take its per-node count beside
-// their own --gpus-per-task, as Slurm 22.05's take a --gpus-per-node
-// job's (measured: -n1 --gpus-per-task=2 sees 2 GPUs in a --gres=gpu:4
-// job, 4 in a --gpus-per-node=4 one); the last of --gres and
-// --gpus-per-node decides, --export=NONE keeps the mark, and a mark the
-// submitting environment carried (sbatch in a --gres job) does not reach
-// a job without --gres.
-func TestParseSbatchGresMark(t *testing.T) {
+// TestParseSbatchGres: a --gres=gpu:N job says so (Job.gres_gpus), so
+// that its script gets no SLURM_GPUS_PER_NODE and its sruns take no
+// per-node default, as Slurm 22.05's (measured: srun --gpus=2 gets 2 GPUs
+// of a --gres=gpu:4 job, -n1 --gpus-per-task=2 2 of them, where a
+// --gpus-per-node=4 job's get 4); the last of --gres and --gpus-per-node
+// decides.
+func TestParseSbatchGres(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		args []string
-		want string
+		want bool
 	}{
-		{[]string{"--gres=gpu:4"}, "1"},
-		{[]string{"--gres=gpu:a100:2", "--export=NONE"}, "1"},
-		{[]string{"--gpus-per-node=4"}, ""},
-		{[]string{"--gpus-per-node=4", "--gres=gpu:2"}, "1"},
-		{[]string{"--gres=gpu:2", "--gpus-per-node=4"}, ""},
-		{[]string{"--gres=none"}, ""},
-		{[]string{"--gpus=2"}, ""},
-		{nil, ""},
+		{[]string{"--gres=gpu:4"}, true},
+		{[]string{"--gres=gpu:a100:2", "--export=NONE"}, true},
+		{[]string{"--gpus-per-node=4"}, false},
+		{[]string{"--gpus-per-node=4", "--gres=gpu:2"}, true},
+		{[]string{"--gres=gpu:2", "--gpus-per-node=4"}, false},
+		{[]string{"--gres=none"}, false},
+		{[]string{"--gpus=2"}, false},
+		{nil, false},
 	} {
-		env := map[string]string{GresGPUsEnv: "1"}
-		req, err := parse(t, append(tc.args, "job.sh"), plainScript, env)
+		req, err := parse(t, append(tc.args, "job.sh"), plainScript, nil)
 		if err != nil {
 			t.Errorf("%v: %v", tc.args, err)
 			continue
 		}
-		if got := req.job.GetEnv()[GresGPUsEnv]; got != tc.want {
-			t.Errorf("%v: %s=%q, want %q", tc.args, GresGPUsEnv, got, tc.want)
+		if got := req.job.GetGresGpus(); got != tc.want {
+			t.Errorf("%v: gres_gpus %v, want %v", tc.args, got, tc.want)
 		}
 	}
 }

@@ -96,8 +96,6 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	inputOpt, outputOpt, errorOpt := "", "", ""
 	gpusOpt, gpusSet := "", false // --gpus/-G, judged for the step (srunInJob)
 	gpusPerNode := int32(0)       // --gpus-per-node, --gres=gpu:N (the last given)
-	gpnFromEnv := false           // gpusPerNode is the job's SLURM_GPUS_PER_NODE
-	gptGiven := false             // --gpus-per-task on the command line
 	var gpnErr error              // theirs, for a step (outside a job sbatch's parser judges them)
 	gpusPerTask, noGPUBind := int32(0), false
 	pty := false
@@ -109,8 +107,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// The job's defaults (srunEnvOptions) come first, so that the command
 	// line, read after them, wins, as in Slurm.
 	envOpts := srunEnvOptions(env)
-	for i, o := range append(envOpts, opts...) {
-		fromEnv := i < len(envOpts)
+	for _, o := range append(envOpts, opts...) {
 		switch o.key {
 		case "help", "usage":
 			fmt.Fprint(c.stdout, srunUsage)
@@ -153,14 +150,14 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			if err != nil || n > slurmspec.MaxJobGPUs {
 				gpnErr = fmt.Errorf("--gpus-per-node=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxJobGPUs)
 			}
-			gpusPerNode, gpnFromEnv = n, fromEnv
+			gpusPerNode = n
 		case "gres":
 			_, n, err := parseGres(o.value)
 			gpnErr = nil
 			if err != nil || n > slurmspec.MaxJobGPUs {
 				gpnErr = fmt.Errorf("--gres=%s: want gpu[:TYPE][:N] (N at most %d) or none", o.value, slurmspec.MaxJobGPUs)
 			}
-			gpusPerNode, gpnFromEnv = n, false
+			gpusPerNode = n
 		case "label":
 			label = true
 		case "kill-on-bad-exit":
@@ -174,7 +171,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			if err != nil || n > slurmspec.MaxGPUsPerTask {
 				return exit255(usage("srun", fmt.Errorf("--gpus-per-task=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxGPUsPerTask)))
 			}
-			gpusPerTask, gptGiven = n, gptGiven || !fromEnv
+			gpusPerTask = n
 		case "gpu-bind":
 			// none: every task sees the step's GPUs, which still number
 			// --gpus-per-task a task; Loom's binding otherwise is
@@ -225,12 +222,6 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// for an allocation of its own alike (salloc and sbatch share the rule).
 	// Outside a job the allocation's check says it (srunAlloc), as it
 	// counts -w's hosts too (slurmspec.FitNodes).
-	if gpnFromEnv && gptGiven && env[GresGPUsEnv] != "" {
-		// A --gres job's count is no default beside the step's own
-		// --gpus-per-task (GresGPUsEnv); a --gpus-per-node job's is, and
-		// the scheduler holds the larger, as Slurm's.
-		gpusPerNode = 0
-	}
 	outside := jobID == "" && env["SLURM_JOB_ID"] == ""
 	if gpnErr != nil && !outside {
 		return exit255(usage("srun", gpnErr))

@@ -262,12 +262,9 @@ func TestSrunStepEnvDefaults(t *testing.T) {
 		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"-n1", "--gpus=1"}, 2, 1, 0, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": "2"}, []string{"-n2", "--gpus-per-task=1"}, 2, 0, 1, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": "2", "SLURM_GPUS_PER_TASK": "1"}, nil, 2, 0, 1, 0, ""},
-		// A --gres=gpu:2 job's count (GresGPUsEnv) is a bare srun's,
-		// not one beside --gpus-per-task (measured: -n1
-		// --gpus-per-task=2 sees 2 GPUs in a --gres=gpu:4 job).
-		{map[string]string{"SLURM_GPUS_PER_NODE": "2", GresGPUsEnv: "1"}, nil, 2, 0, 0, 0, ""},
-		{map[string]string{"SLURM_GPUS_PER_NODE": "2", GresGPUsEnv: "1"}, []string{"-n2", "--gpus-per-task=1"}, 0, 0, 1, 0, ""},
-		{map[string]string{"SLURM_GPUS_PER_NODE": "2", GresGPUsEnv: "1"}, []string{"-n2", "--gpus-per-task=1", "--gpus-per-node=2"}, 2, 0, 1, 0, ""},
+		// A --gres=gpu:2 job's script has no SLURM_GPUS_PER_NODE
+		// (Job.gres_gpus): its sruns have no per-node default.
+		{map[string]string{"SLURM_GPUS_PER_TASK": "1"}, []string{"-n2"}, 0, 0, 1, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": "x"}, nil, 0, 0, 0, 0, ""},
 		{map[string]string{"SLURM_GPUS_PER_NODE": fmt.Sprint(1<<20 + 1)}, nil, 0, 0, 0, 0, ""},
 		{map[string]string{"SLURM_DISTRIBUTION": "cyclic"}, nil, 0, 0, 0, 0, "cyclic"},

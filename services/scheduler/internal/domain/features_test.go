@@ -501,6 +501,16 @@ func TestTasksEnv(t *testing.T) {
 	if env = ss[0].GetEnv(); env["SLURM_JOB_GPUS"] != "" || env["GPU_DEVICE_ORDINAL"] != "" || env["SLURM_GPUS_PER_NODE"] != "" {
 		t.Fatalf("CPU job env: %v", env)
 	}
+	// --gres=gpu:1 (gres_gpus): the same request as --gpus-per-node=1,
+	// but Slurm 22.05's script has no SLURM_GPUS_PER_NODE for it, so that
+	// its sruns take no per-node default (measured).
+	c = h.submitJob(job(6, 1, 1, func(j *loomv1.Job) { j.Command = nil; j.Script = "x"; j.GresGpus = true }))
+	if ss = starts(c); len(ss) != 1 {
+		t.Fatalf("--gres job: %d StartSteps", len(ss))
+	}
+	if env = ss[0].GetEnv(); env["SLURM_GPUS_PER_NODE"] != "" || env["SLURM_GPUS_ON_NODE"] != "1" {
+		t.Fatalf("--gres=gpu:1 env: SLURM_GPUS_PER_NODE=%q SLURM_GPUS_ON_NODE=%q; want none, 1", env["SLURM_GPUS_PER_NODE"], env["SLURM_GPUS_ON_NODE"])
+	}
 }
 
 // TestTasksPerNodeWithoutNtasks: a batch job without -n (nor

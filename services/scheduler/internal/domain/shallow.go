@@ -29,6 +29,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		NodeCount:          job.NodeCount,
 		MaxNodeCount:       job.MaxNodeCount,
 		GpusPerNode:        job.GpusPerNode,
+		GresGpus:           job.GresGpus,
 		Env:                job.Env,
 		ModelOutput:        job.ModelOutput,
 		User:               job.User,
