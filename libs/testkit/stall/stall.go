@@ -46,10 +46,12 @@ import (
 	"unsafe"
 )
 
-// dirEnv names, in the helper's environment, the directory it mounts on;
-// memEnv, in its reader's, the helper's pid and the address to read.
+// dirEnv names, in the helper's environment, the directory it mounts on,
+// and uidEnv the user it becomes once it has (StartAs); memEnv, in its
+// reader's, the helper's pid and the address to read.
 const (
 	dirEnv = "LOOM_TESTKIT_STALL_DIR"
+	uidEnv = "LOOM_TESTKIT_STALL_UID"
 	memEnv = "LOOM_TESTKIT_STALL_MEM"
 )
 
@@ -72,7 +74,16 @@ func Main() {
 	if !ok {
 		return
 	}
-	if err := serve(dir); err != nil {
+	uid := -1
+	if v, ok := os.LookupEnv(uidEnv); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fmt.Printf("skip: %s=%q is not a uid\n", uidEnv, v)
+			os.Exit(0)
+		}
+		uid = n
+	}
+	if err := serve(dir, uid); err != nil {
 		fmt.Printf("skip: %v\n", err)
 		os.Exit(0)
 	}
@@ -85,6 +96,21 @@ func Main() {
 // the helper cannot be made here, saying why.
 func Start(t testing.TB, env ...string) int {
 	t.Helper()
+	return start(t, -1, env)
+}
+
+// StartAs is Start with a helper whose user ids (real, effective, saved;
+// its group ids too) are uid: a process of that user, as a job's is,
+// whose reads another user's must not pay for. It mounts and maps its
+// file as root first, then becomes uid, holding no capability after.
+func StartAs(t testing.TB, uid uint32, env ...string) int {
+	t.Helper()
+	return start(t, int64(uid), env)
+}
+
+// start is Start, as uid where it is not -1 (StartAs).
+func start(t testing.TB, uid int64, env []string) int {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("a process whose environment read blocks needs root (a FUSE mount in a mount namespace of its own)")
 	}
@@ -93,6 +119,9 @@ func Start(t testing.TB, env ...string) int {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", dirEnv + "=" + t.TempDir()}, env...)
+	if uid >= 0 {
+		cmd.Env = append(cmd.Env, uidEnv+"="+strconv.FormatInt(uid, 10))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: syscall.CLONE_NEWNS}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -159,10 +188,11 @@ func writerWaits(pid int) bool {
 	return false
 }
 
-// serve mounts a FUSE file system on dir, maps its one file, says "ready"
-// and the mapping's address, and serves the file system forever, answering
-// no read: the first read asked for starts a writer on the memory map lock.
-func serve(dir string) error {
+// serve mounts a FUSE file system on dir, maps its one file, becomes uid
+// (when not -1), says "ready" and the mapping's address, and serves the
+// file system forever, answering no read: the first read asked for starts
+// a writer on the memory map lock.
+func serve(dir string, uid int) error {
 	// Mounts made here must not reach the test's namespace.
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private in the helper's mount namespace: %w", err)
@@ -191,6 +221,20 @@ func serve(dir string) error {
 	syscall.Close(f)
 	if err != nil {
 		return fmt.Errorf("map the FUSE file: %w", err)
+	}
+	if uid >= 0 {
+		// Every thread (Go's set-ID calls reach them all), groups first:
+		// once the uid is not 0 the rest would be refused. The FUSE
+		// descriptor, mount and mapping, made as root, stay.
+		if err := syscall.Setgroups(nil); err != nil {
+			return fmt.Errorf("drop supplementary groups: %w", err)
+		}
+		if err := syscall.Setresgid(uid, uid, uid); err != nil {
+			return fmt.Errorf("become gid %d: %w", uid, err)
+		}
+		if err := syscall.Setresuid(uid, uid, uid); err != nil {
+			return fmt.Errorf("become uid %d: %w", uid, err)
+		}
 	}
 	fmt.Printf("ready %d\n", uintptr(unsafe.Pointer(&m[0])))
 	select {}
