@@ -362,9 +362,9 @@ type EnvLook struct {
 	// holds the entry.
 	Found []int
 	// Unread holds the pids of the processes looked at whose environment
-	// could not be read in time (readWait, lookBound, maxStuckReads): a
-	// read blocked on the process's memory map lock. Whether they hold
-	// the entry is not known.
+	// could not be read in time (readWait, lookBound, maxStuckPerUID,
+	// maxStuckReads): a read blocked on the process's memory map lock, or
+	// too many of its uid's. Whether they hold the entry is not known.
 	Unread []int
 }
 
@@ -380,12 +380,13 @@ type EnvLook struct {
 // goroutine of its own and is given up after readWait, the look's reads
 // after lookBound in all; a process whose read was given up is in Unread.
 // A read given up stays blocked, with its thread, until the lock is let go
-// (the process is killed, or lets it go): at most maxStuckReads of them,
-// for the whole program; past that, and for a process whose read is still
-// blocked from an earlier look, no read is tried and the process is in
-// Unread at once. So a look ends within execWait + lookBound, whatever
-// uid's processes do, and a second look is not held up again by the same
-// process.
+// (the process is killed, or lets it go): at most maxStuckPerUID of them
+// for the processes of one real uid, and maxStuckReads for the whole
+// program; past either, and for a process whose read is still blocked from
+// an earlier look, no read is tried and the process is in Unread at once.
+// So a look ends within execWait + lookBound, whatever uid's processes do,
+// a second look is not held up again by the same process, and one uid's
+// stalled processes leave another's read (readBounded).
 //
 // The real uid alone, not the effective, saved or filesystem one: it is who
 // started the process, and what a process started as uid keeps through a
@@ -456,11 +457,14 @@ type budget struct{ exec, reads time.Time }
 // has real uid uid (any for -1), holds kv in its environment and runs; the
 // error is errUnread where its environment could not be read in time.
 func hasEnvOf(dir *os.Root, pid int, kv string, uid int64, b budget, checked func(int)) (bool, error) {
+	owner := uid // the real uid its reads are charged to (readBounded)
 	if uid >= 0 {
 		st, err := dir.ReadFile("status")
 		if err != nil || realUID(st) != uid {
 			return false, nil
 		}
+	} else {
+		owner = ownerIn(dir)
 	}
 	if checked != nil {
 		checked(pid)
@@ -471,7 +475,7 @@ func hasEnvOf(dir *os.Root, pid int, kv string, uid int64, b budget, checked fun
 	if !ok {
 		return false, nil
 	}
-	found, err := hasEnvIn(dir, kv, stuckKey{pid, start}, b)
+	found, err := hasEnvIn(dir, kv, stuckKey{pid, start}, owner, b)
 	if err != nil || !found {
 		return false, err
 	}
@@ -536,17 +540,18 @@ func hasEnvBy(pid int, kv string, b budget) bool {
 	if !ok {
 		return false
 	}
-	found, err := hasEnvIn(dir, kv, stuckKey{pid, start}, b)
+	found, err := hasEnvIn(dir, kv, stuckKey{pid, start}, ownerIn(dir), b)
 	return err == nil && found
 }
 
-// hasEnvIn is hasEnvBy of the process whose /proc directory is dir (key):
+// hasEnvIn is hasEnvBy of the process whose /proc directory is dir (key,
+// of real uid uid: its reads are charged to it, readBounded):
 // each of its reads (environ, cmdline, stat) is of that process, never of
 // another that took its pid meanwhile (see findByEnvIn). The reads of
 // environ and cmdline, which wait on the process's memory map lock, go
 // through readBounded; the error is errUnread where one was given up.
-func hasEnvIn(dir *os.Root, kv string, key stuckKey, b budget) (bool, error) {
-	bytesOf, errOf := readBounded(dir, "environ", key, b.reads)
+func hasEnvIn(dir *os.Root, kv string, key stuckKey, uid int64, b budget) (bool, error) {
+	bytesOf, errOf := readBounded(dir, "environ", key, uid, b.reads)
 	if errors.Is(errOf, errUnread) {
 		return false, errOf
 	}
@@ -554,12 +559,12 @@ func hasEnvIn(dir *os.Root, kv string, key stuckKey, b budget) (bool, error) {
 		// The kernel sets the command line's bounds, then the
 		// environment's: once the first is seen, one more read after a
 		// moment finds the environment if there is one.
-		args, aerr := readBounded(dir, "cmdline", key, b.reads)
+		args, aerr := readBounded(dir, "cmdline", key, uid, b.reads)
 		if errors.Is(aerr, errUnread) {
 			return false, aerr
 		}
 		time.Sleep(time.Millisecond)
-		bytesOf, errOf = readBounded(dir, "environ", key, b.reads)
+		bytesOf, errOf = readBounded(dir, "environ", key, uid, b.reads)
 		if errors.Is(errOf, errUnread) {
 			return false, errOf
 		}
@@ -588,34 +593,57 @@ type stuckKey struct {
 	start uint64
 }
 
-// stuck counts the reads in flight, for the whole program (n: at most
-// maxStuckReads), and the processes whose reads were given up and are
-// still blocked (keys: how many of each).
+// stuck counts the reads in flight (started and not yet returned: those
+// being waited for and those given up), for the whole program (n: at most
+// maxStuckReads) and by the real uid of the process read (uids: at most
+// maxStuckPerUID each), and the processes whose reads were given up and
+// are still blocked (keys: how many of each). capOf is a test's lower cap
+// for a uid of its own (nil but in tests): a uid's cap, unlike the whole
+// program's, can be lowered without touching other tests' reads.
 var stuck struct {
 	sync.Mutex
-	n    int
-	keys map[stuckKey]int
+	n     int
+	uids  map[int64]int
+	keys  map[stuckKey]int
+	capOf map[int64]int
 }
 
 // readBounded reads the file name of dir (the /proc directory of the
-// process key) on a goroutine of its own, and waits for it readWait at
-// most, and not past deadline: a read of environ, cmdline or smaps_rollup
-// waits on the process's memory map lock, which the process can have held
-// without end (io, on its exec lock: GroupUsage).
+// process key, whose real uid is uid: ownerIn) on a goroutine of its own,
+// and waits for it readWait at most, and not past deadline: a read of
+// environ, cmdline or smaps_rollup waits on the process's memory map lock,
+// which the process can have held without end (io, on its exec lock:
+// GroupUsage).
 // A read not done by then is given up (errUnread) and left blocked, on its
 // thread, until the lock is let go: the wait for the lock cannot be broken
 // from here but by killing this program. So that such threads stay few,
-// no read is tried (errUnread at once) while maxStuckReads are in flight,
-// nor of a process whose read is still blocked from before, nor once
-// deadline has passed.
-func readBounded(dir *os.Root, name string, key stuckKey, deadline time.Time) ([]byte, error) {
+// no read is tried (errUnread at once) while maxStuckPerUID reads of uid's
+// processes are in flight, or maxStuckReads of anyone's, nor of a process
+// whose read is still blocked from before, nor once deadline has passed.
+//
+// The cap is a uid's own, so that one user's processes, which can hold
+// their locks for as long as they like, spend only their own: another
+// user's processes are read as before (TestStalledUIDLeavesOthersRead).
+// The real uid, as LookByEnvOf's, is who started the process and keeps it
+// through a set-user-ID program; one who could stall a process with
+// another real uid (ptrace, a root daemon's memory) can stall that uid's
+// reads, as it could kill them.
+func readBounded(dir *os.Root, name string, key stuckKey, uid int64, deadline time.Time) ([]byte, error) {
 	wait := min(readWait, time.Until(deadline))
 	stuck.Lock()
-	if wait <= 0 || stuck.n >= maxStuckReads || stuck.keys[key] > 0 {
+	limit := maxStuckPerUID
+	if c, ok := stuck.capOf[uid]; ok {
+		limit = c
+	}
+	if wait <= 0 || stuck.n >= maxStuckReads || stuck.uids[uid] >= limit || stuck.keys[key] > 0 {
 		stuck.Unlock()
 		return nil, errUnread
 	}
 	stuck.n++
+	if stuck.uids == nil {
+		stuck.uids = map[int64]int{}
+	}
+	stuck.uids[uid]++
 	stuck.Unlock()
 	type result struct {
 		b   []byte
@@ -628,6 +656,9 @@ func readBounded(dir *os.Root, name string, key stuckKey, deadline time.Time) ([
 		done <- result{b, err}
 		stuck.Lock()
 		stuck.n--
+		if stuck.uids[uid]--; stuck.uids[uid] <= 0 {
+			delete(stuck.uids, uid)
+		}
 		if abandoned {
 			if stuck.keys[key]--; stuck.keys[key] <= 0 {
 				delete(stuck.keys, key)
@@ -657,18 +688,37 @@ func readBounded(dir *os.Root, name string, key stuckKey, deadline time.Time) ([
 	return nil, errUnread
 }
 
+// ownerIn returns the real uid of the process whose /proc directory is dir
+// (realUID of its status, made without its memory map lock), -1 where it
+// cannot be read: the process is gone, and its reads fail at once. The
+// uid readBounded charges a read to.
+func ownerIn(dir *os.Root) int64 {
+	st, err := dir.ReadFile("status")
+	if err != nil {
+		return -1
+	}
+	return realUID(st)
+}
+
 // readWait bounds the wait for one read of a process's environment or
 // command line (or smaps_rollup, io: GroupUsage): one that is not blocked
 // takes microseconds (a page or two copied), milliseconds on a starved
 // machine. lookBound bounds a look's or a usage sample's waits on such
-// reads in all (LookByEnvOf, GroupUsage), and maxStuckReads how many
-// reads given up may stay blocked, each holding a thread, for the whole
-// program: with readWait, it makes lookBound reachable only by a process
-// set on stalling them.
+// reads in all (LookByEnvOf, GroupUsage). maxStuckPerUID bounds how many
+// reads of one uid's processes may be in flight, given up reads that stay
+// blocked (each holding a thread) among them: with readWait, it makes
+// lookBound reachable only by a process set on stalling them, and a uid
+// that spends it has only its own processes left unread. maxStuckReads
+// bounds them for the whole program, so that the threads stay few however
+// many users stall reads: 256 blocked threads at worst (each a kernel
+// stack and a Go thread's, some tens of KiB: a few MiB in all), reached
+// only by 16 uids each holding 16 at once, and past which every process
+// is unread until one lets go.
 const (
-	readWait      = 100 * time.Millisecond
-	lookBound     = time.Second
-	maxStuckReads = 16
+	readWait       = 100 * time.Millisecond
+	lookBound      = time.Second
+	maxStuckPerUID = 16
+	maxStuckReads  = 256
 )
 
 // execWait bounds how long HasEnv waits for a process inside execve to get

@@ -142,3 +142,88 @@ func TestGroupUsageGivesUpAStalledRead(t *testing.T) {
 		t.Fatalf("%d reads of pid %d given up and still blocked, want 1: the second sample read it again, though the first's read was still blocked", given, stalled)
 	}
 }
+
+// TestStalledUIDLeavesOthersRead: a uid whose processes have spent its
+// budget of blocked reads (a real stalled process of its own, stall.StartAs,
+// with the uid's cap lowered to 1 for the test rather than 16 such
+// processes started) has its other processes left unread, and no other
+// uid's: another user's process is still read, by a usage sample (its PSS
+// read, not taken for its RSS) and by a look at environments. With one
+// budget for the whole program, one user's stalled processes would leave
+// every user's unread.
+func TestStalledUIDLeavesOthersRead(t *testing.T) {
+	t.Parallel()
+	if !hasProc {
+		t.Skip("needs /proc")
+	}
+	// Uids of this test's own: no other test's reads are charged to
+	// hostile, whose cap is lowered. Neither needs a name on this host.
+	const hostile, other = 65533, 65534
+	stuck.Lock()
+	if stuck.capOf == nil {
+		stuck.capOf = map[int64]int{}
+	}
+	stuck.capOf[hostile] = 1
+	stuck.Unlock()
+	t.Cleanup(func() { stuck.Lock(); delete(stuck.capOf, hostile); stuck.Unlock() })
+
+	kv := "LOOM_PROC_TEST=" + t.Name()
+	stalled := stall.StartAs(t, hostile, kv) // leads a group of its own
+	sleepAs := func(uid uint32) int {
+		t.Helper()
+		cmd := exec.Command("/bin/sleep", "60")
+		cmd.Env = []string{"PATH=/usr/bin:/bin", kv}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	mine, theirs := sleepAs(hostile), sleepAs(other) // each leads a group of its own
+
+	bounded := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(lookBound + 10*time.Second):
+			t.Fatalf("%s still blocked after %v: it waits on pid %d's read, which never ends", what, lookBound+10*time.Second, stalled)
+		}
+	}
+	// hostile spends its budget: the stalled process's read is given up
+	// and stays blocked.
+	var got map[int]Usage
+	bounded("GroupUsage of the stalled group", func() { got = GroupUsage(map[int]bool{stalled: true}, true) })
+	if u := got[stalled]; u.Processes != 1 || u.Unread != 1 {
+		t.Fatalf("sample of pid %d's group = %+v, want 1 process, unread", stalled, u)
+	}
+	stuck.Lock()
+	spent := stuck.uids[hostile]
+	stuck.Unlock()
+	if spent != 1 {
+		t.Fatalf("uid %d has %d reads in flight, want 1 (pid %d's, given up)", hostile, spent, stalled)
+	}
+
+	bounded("GroupUsage of the other groups", func() { got = GroupUsage(map[int]bool{mine: true, theirs: true}, true) })
+	t.Logf("hostile's sleep %d: %+v; other's sleep %d: %+v", mine, got[mine], theirs, got[theirs])
+	if u := got[theirs]; u.Processes != 1 || u.Unread != 0 || u.PSS <= 0 || u.PSS >= u.RSS {
+		t.Fatalf("sample of uid %d's pid %d = %+v, want it read (its PSS read, below its RSS): uid %d's stalled reads spent its budget",
+			other, theirs, u, hostile)
+	}
+	if u := got[mine]; u.Processes != 1 || u.Unread != 1 || u.PSS != u.RSS {
+		t.Fatalf("sample of uid %d's pid %d = %+v, want it unread (its budget spent), its PSS its RSS", hostile, mine, u)
+	}
+
+	var look EnvLook
+	bounded("LookByEnvOf(other)", func() { look = LookByEnvOf(kv, other) })
+	if !slices.Equal(look.Found, []int{theirs}) || len(look.Unread) != 0 {
+		t.Fatalf("LookByEnvOf(uid %d) = %+v, want %d found, none unread", other, look, theirs)
+	}
+	bounded("LookByEnvOf(hostile)", func() { look = LookByEnvOf(kv, hostile) })
+	slices.Sort(look.Unread)
+	if len(look.Found) != 0 || !slices.Equal(look.Unread, []int{min(stalled, mine), max(stalled, mine)}) {
+		t.Fatalf("LookByEnvOf(uid %d) = %+v, want none found, %d and %d unread", hostile, look, stalled, mine)
+	}
+}

@@ -29,8 +29,8 @@ type Usage struct {
 	// or not in time).
 	ReadBytes, WriteBytes int64
 	// Unread is how many of the processes counted had their smaps_rollup
-	// or io not read in time (GroupUsage): their PSS is their RSS, and
-	// their I/O counts are missing from this sample.
+	// or io not read in time, or not tried (GroupUsage): their PSS is
+	// their RSS, and their I/O counts are missing from this sample.
 	Unread int
 }
 
@@ -59,14 +59,21 @@ var pageSize = int64(os.Getpagesize())
 // at no cost, rather than rely on no kernel letting that wait on the old
 // map's lock. Both go through readBounded, each given up after readWait,
 // the sample's after lookBound in all, and not tried while a read of the
-// process given up before is still blocked. A process whose reads were
-// given up is still counted, from its stat (made without either lock): its
+// process given up before is still blocked, nor while its real uid's
+// processes have maxStuckPerUID reads in flight (another uid's are read
+// as usual: readBounded). A process whose reads were given up, or not
+// tried, is still counted, from its stat (made without either lock): its
 // CPU time, RSS and virtual size, its PSS taken to be its RSS (an upper
 // bound, which the process cannot lower by holding its lock: the memory
 // limit is judged by PSS, and leaving the process out, or keeping its last
 // PSS, would hide from it what the process touches from then on), and no
 // I/O counts, so that its group's counters (kept at their highest:
-// acct.Usage) keep their last value. Unread counts such processes.
+// acct.Usage) keep their last value. Unread counts such processes. One
+// left unread for its uid's spent budget alone is counted the same way: it
+// is that uid's, whose processes hold the reads, and which would otherwise
+// hide what its next processes touch by stalling the reads first; the
+// cost (PSS judged as RSS, shared pages counted in each process) falls on
+// that uid alone, until the whole program's maxStuckReads is reached.
 func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 	if !hasProc || len(groups) == 0 {
 		return nil
@@ -167,13 +174,13 @@ func sampleReads(pid int, s statSample, deadline time.Time) (pss, read, write in
 		return s.rss, 0, 0, true // gone
 	}
 	defer dir.Close()
-	key := stuckKey{pid, s.start}
-	b, err := readBounded(dir, "smaps_rollup", key, deadline)
+	key, uid := stuckKey{pid, s.start}, ownerIn(dir)
+	b, err := readBounded(dir, "smaps_rollup", key, uid, deadline)
 	if errors.Is(err, errUnread) {
 		return s.rss, 0, 0, false
 	}
 	pss = parsePSS(b, err, s.rss)
-	b, err = readBounded(dir, "io", key, deadline)
+	b, err = readBounded(dir, "io", key, uid, deadline)
 	if errors.Is(err, errUnread) {
 		return pss, 0, 0, false
 	}
