@@ -348,8 +348,9 @@ func WaitGone(d time.Duration, gone func() bool) bool {
 // It reads every process's environment, and a read of /proc/<pid>/environ
 // waits for that process's memory map lock, which its process can have held
 // for as long as it likes (docs/security.md): each read is given up after
-// readWait, and the look after lookBound (LookByEnvOf), but a process that
-// any user stalls is then not looked at. A caller that knows whose processes
+// readWait, and the look's reads of each real uid's processes after
+// lookBound (LookByEnvOf, waits), but a process that any user stalls is then
+// not looked at. A caller that knows whose processes
 // it looks for uses FindByEnvOf.
 func FindByEnv(kv string) []int { return findByEnv(kv, -1).Found }
 
@@ -427,8 +428,7 @@ func findByEnvIn(root, kv string, uid int64, checked func(pid int)) EnvLook {
 		return EnvLook{}
 	}
 	var out EnvLook
-	now := time.Now()
-	b := budget{exec: now.Add(execWait), reads: now.Add(lookBound)}
+	b := budget{exec: time.Now().Add(execWait), reads: waits{}}
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))
 		if err != nil || pid == os.Getpid() {
@@ -450,8 +450,26 @@ func findByEnvIn(root, kv string, uid int64, checked func(pid int)) EnvLook {
 }
 
 // budget is how long a look may wait: for processes caught in execve (to
-// exec), and for reads that block (to reads).
-type budget struct{ exec, reads time.Time }
+// exec), and for reads that block (reads, by uid).
+type budget struct {
+	exec  time.Time
+	reads waits
+}
+
+// waits is what a look or a usage sample has spent on reads (readBounded),
+// by the real uid of the processes read: each uid may spend lookBound, so
+// that one uid's stalled processes, which can spend all of theirs, leave
+// every other uid's read in the same look or sample.
+type waits map[int64]time.Duration
+
+// read is readBounded of uid's process within what uid has left of its
+// lookBound, charging uid the time it took.
+func (w waits) read(dir *os.Root, name string, key stuckKey, uid int64) ([]byte, error) {
+	began := time.Now()
+	b, err := readBounded(dir, name, key, uid, began.Add(lookBound-w[uid]))
+	w[uid] += time.Since(began)
+	return b, err
+}
 
 // hasEnvOf reports whether the process whose /proc directory is dir (pid)
 // has real uid uid (any for -1), holds kv in its environment and runs; the
@@ -519,14 +537,13 @@ func realUID(status []byte) int64 {
 // just started would otherwise be missed, by `loom up` looking for a node
 // agent or an agent for a step's processes.
 func HasEnv(pid int, kv string) bool {
-	now := time.Now()
-	return hasEnvBy(pid, kv, budget{exec: now.Add(execWait), reads: now.Add(readWait)})
+	return hasEnvBy(pid, kv, budget{exec: time.Now().Add(execWait), reads: waits{}})
 }
 
 // hasEnvBy is HasEnv within b: FindByEnv shares one among every process
 // it reads, so that processes made to look caught in execve (no arguments,
 // no environment: any user can start them) cost it execWait in all, not
-// each, and reads that block lookBound in all.
+// each, and reads that block lookBound for each real uid (waits).
 func hasEnvBy(pid int, kv string, b budget) bool {
 	if !hasProc || pid <= 0 {
 		return false
@@ -551,7 +568,7 @@ func hasEnvBy(pid int, kv string, b budget) bool {
 // environ and cmdline, which wait on the process's memory map lock, go
 // through readBounded; the error is errUnread where one was given up.
 func hasEnvIn(dir *os.Root, kv string, key stuckKey, uid int64, b budget) (bool, error) {
-	bytesOf, errOf := readBounded(dir, "environ", key, uid, b.reads)
+	bytesOf, errOf := b.reads.read(dir, "environ", key, uid)
 	if errors.Is(errOf, errUnread) {
 		return false, errOf
 	}
@@ -559,12 +576,12 @@ func hasEnvIn(dir *os.Root, kv string, key stuckKey, uid int64, b budget) (bool,
 		// The kernel sets the command line's bounds, then the
 		// environment's: once the first is seen, one more read after a
 		// moment finds the environment if there is one.
-		args, aerr := readBounded(dir, "cmdline", key, uid, b.reads)
+		args, aerr := b.reads.read(dir, "cmdline", key, uid)
 		if errors.Is(aerr, errUnread) {
 			return false, aerr
 		}
 		time.Sleep(time.Millisecond)
-		bytesOf, errOf = readBounded(dir, "environ", key, uid, b.reads)
+		bytesOf, errOf = b.reads.read(dir, "environ", key, uid)
 		if errors.Is(errOf, errUnread) {
 			return false, errOf
 		}
@@ -703,8 +720,8 @@ func ownerIn(dir *os.Root) int64 {
 // readWait bounds the wait for one read of a process's environment or
 // command line (or smaps_rollup, io: GroupUsage): one that is not blocked
 // takes microseconds (a page or two copied), milliseconds on a starved
-// machine. lookBound bounds a look's or a usage sample's waits on such
-// reads in all (LookByEnvOf, GroupUsage). maxStuckPerUID bounds how many
+// machine. lookBound bounds a look's or a usage sample's waits on the
+// reads of one real uid's processes (waits: LookByEnvOf, GroupUsage). maxStuckPerUID bounds how many
 // reads of one uid's processes may be in flight, given up reads that stay
 // blocked (each holding a thread) among them: with readWait, it makes
 // lookBound reachable only by a process set on stalling them, and a uid

@@ -227,3 +227,69 @@ func TestStalledUIDLeavesOthersRead(t *testing.T) {
 		t.Fatalf("LookByEnvOf(uid %d) = %+v, want none found, %d and %d unread", hostile, look, stalled, mine)
 	}
 }
+
+// TestStalledUIDSpendsOnlyItsOwnWait: in one usage sample, a uid whose
+// processes' reads block spends its own share of the sample's wait
+// (lookBound), not another uid's. Enough stalled processes of hostile
+// (each read given up after readWait) to use lookBound up, sampled with
+// another user's process after them (a higher pid: /proc is walked in pid
+// order), leave that process read: its PSS read, below its RSS. With one
+// deadline for the whole sample, its read is not tried (PSS taken to be
+// RSS), which judges another user's step's memory limit by its RSS.
+func TestStalledUIDSpendsOnlyItsOwnWait(t *testing.T) {
+	t.Parallel()
+	if !hasProc {
+		t.Skip("needs /proc")
+	}
+	// Uids of this test's own (no other test's reads are charged to them).
+	const hostile, other = 65531, 65532
+	n := int(lookBound/readWait) + 2 // past the sample's whole wait
+	groups := map[int]bool{}
+	last := 0
+	for range n {
+		pid := stall.StartAs(t, hostile) // leads a group of its own
+		groups[pid] = true
+		last = max(last, pid)
+	}
+	theirs := 0
+	for range 3 { // pids wrap at pid_max: one past every stalled pid
+		cmd := exec.Command("/bin/sleep", "60")
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: other, Gid: other}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if cmd.Process.Pid > last {
+			theirs = cmd.Process.Pid
+			break
+		}
+	}
+	if theirs == 0 {
+		t.Skipf("no pid above the stalled ones' (%d): pids wrapped", last)
+	}
+	groups[theirs] = true
+
+	done := make(chan map[int]Usage, 1)
+	began := time.Now()
+	go func() { done <- GroupUsage(groups, true) }()
+	var got map[int]Usage
+	select {
+	case got = <-done:
+	case <-time.After(time.Duration(n)*readWait + 10*time.Second):
+		t.Fatalf("GroupUsage still blocked after %v: it waits on a stalled read", time.Duration(n)*readWait+10*time.Second)
+	}
+	unread := 0
+	for pid := range groups {
+		if pid != theirs {
+			unread += got[pid].Unread
+		}
+	}
+	t.Logf("sample: %v, %d of uid %d's %d stalled processes unread; uid %d's pid %d: %+v", time.Since(began), unread, hostile, n, other, theirs, got[theirs])
+	if unread != n {
+		t.Fatalf("%d of uid %d's %d stalled processes unread, want all", unread, hostile, n)
+	}
+	if u := got[theirs]; u.Processes != 1 || u.Unread != 0 || u.PSS <= 0 || u.PSS >= u.RSS {
+		t.Fatalf("sample of uid %d's pid %d = %+v, want it read (its PSS read, below its RSS): uid %d's stalled reads spent its wait", other, theirs, u, hostile)
+	}
+}

@@ -49,7 +49,8 @@ var pageSize = int64(os.Getpagesize())
 // job under it) is not counted. A process that exits during the walk is
 // skipped. Where /proc is absent it returns nothing.
 //
-// A sample ends within lookBound of its reads, whatever the processes do.
+// A sample ends within lookBound for each real uid among its processes,
+// whatever they do (a uid's stalled processes spend its own: waits).
 // A read of /proc/PID/smaps_rollup waits on the process's memory map lock,
 // which the process can have held without end (as for its environment:
 // LookByEnvOf, docs/security.md; stat does not take it, which
@@ -58,7 +59,8 @@ var pageSize = int64(os.Getpagesize())
 // its own execve holds while it swaps memory maps: it is bounded too,
 // at no cost, rather than rely on no kernel letting that wait on the old
 // map's lock. Both go through readBounded, each given up after readWait,
-// the sample's after lookBound in all, and not tried while a read of the
+// the sample's reads of one uid's processes after lookBound in all (that
+// uid's, not another's: TestStalledUIDSpendsOnlyItsOwnWait), and not tried while a read of the
 // process given up before is still blocked, nor while its real uid's
 // processes have maxStuckPerUID reads in flight (another uid's are read
 // as usual: readBounded). A process whose reads were given up, or not
@@ -78,7 +80,7 @@ func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 	if !hasProc || len(groups) == 0 {
 		return nil
 	}
-	deadline := time.Now().Add(lookBound)
+	w := waits{}
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
@@ -112,7 +114,7 @@ func GroupUsage(groups map[int]bool, leaders bool) map[int]Usage {
 			u.SystemCPU += s.system
 			u.RSS += s.rss
 			u.VMSize += s.vsize
-			pss, r, w, ok := sampleReads(pid, s, deadline)
+			pss, r, w, ok := sampleReads(pid, s, w)
 			u.PSS += pss
 			u.ReadBytes += r
 			u.WriteBytes += w
@@ -168,19 +170,19 @@ func sampleStat(pid int) (statSample, bool) {
 // was given up. The process is keyed by the start time of s: a read of it
 // given up stays blocked until it lets its lock go, and is not tried again
 // meanwhile.
-func sampleReads(pid int, s statSample, deadline time.Time) (pss, read, write int64, ok bool) {
+func sampleReads(pid int, s statSample, w waits) (pss, read, write int64, ok bool) {
 	dir, err := os.OpenRoot("/proc/" + strconv.Itoa(pid))
 	if err != nil {
 		return s.rss, 0, 0, true // gone
 	}
 	defer dir.Close()
 	key, uid := stuckKey{pid, s.start}, ownerIn(dir)
-	b, err := readBounded(dir, "smaps_rollup", key, uid, deadline)
+	b, err := w.read(dir, "smaps_rollup", key, uid)
 	if errors.Is(err, errUnread) {
 		return s.rss, 0, 0, false
 	}
 	pss = parsePSS(b, err, s.rss)
-	b, err = readBounded(dir, "io", key, uid, deadline)
+	b, err = w.read(dir, "io", key, uid)
 	if errors.Is(err, errUnread) {
 		return pss, 0, 0, false
 	}
