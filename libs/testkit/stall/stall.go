@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,7 @@ func Main() {
 	if !ok {
 		return
 	}
+	parent := os.Getppid() // the test binary, whose death kills this one
 	uid := -1
 	if v, ok := os.LookupEnv(uidEnv); ok {
 		n, err := strconv.Atoi(v)
@@ -83,7 +85,7 @@ func Main() {
 		}
 		uid = n
 	}
-	if err := serve(dir, uid); err != nil {
+	if err := serve(dir, uid, parent); err != nil {
 		fmt.Printf("skip: %v\n", err)
 		os.Exit(0)
 	}
@@ -92,8 +94,9 @@ func Main() {
 
 // Start starts the helper with env (entries "KEY=value", which a read of
 // its environment never gets to) and returns its pid once a read of its
-// environment blocks. It kills and reaps it when t ends. It skips t when
-// the helper cannot be made here, saying why.
+// environment blocks. It kills and reaps it when t ends; a test binary
+// killed before (its cleanups not run) takes the helper with it. It skips
+// t when the helper cannot be made here, saying why.
 func Start(t testing.TB, env ...string) int {
 	t.Helper()
 	return start(t, -1, env)
@@ -122,7 +125,12 @@ func start(t testing.TB, uid int64, env []string) int {
 	if uid >= 0 {
 		cmd.Env = append(cmd.Env, uidEnv+"="+strconv.FormatInt(uid, 10))
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: syscall.CLONE_NEWNS}
+	// Killed with the test binary, whose cleanups do not run where it
+	// is killed or panics (-timeout): a helper left would serve forever,
+	// and keep its reader in an uninterruptible wait
+	// (TestHelperOutlivesNoTest). serve sets it again once it changes
+	// user, which clears it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -190,9 +198,9 @@ func writerWaits(pid int) bool {
 
 // serve mounts a FUSE file system on dir, maps its one file, becomes uid
 // (when not -1), says "ready" and the mapping's address, and serves the
-// file system forever, answering no read: the first read asked for starts
-// a writer on the memory map lock.
-func serve(dir string, uid int) error {
+// file system until parent (the test binary) dies, answering no read: the
+// first read asked for starts a writer on the memory map lock.
+func serve(dir string, uid int, parent int) error {
 	// Mounts made here must not reach the test's namespace.
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private in the helper's mount namespace: %w", err)
@@ -234,6 +242,17 @@ func serve(dir string, uid int) error {
 		}
 		if err := syscall.Setresuid(uid, uid, uid); err != nil {
 			return fmt.Errorf("become uid %d: %w", uid, err)
+		}
+		// A change of user clears every thread's parent-death signal
+		// (Start's Pdeathsig): set it again, on a thread that lives as
+		// long as this process (this goroutine never ends, and keeps it),
+		// and end now if the parent died before.
+		runtime.LockOSThread()
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); e != 0 {
+			return fmt.Errorf("set the parent-death signal again: %w", e)
+		}
+		if os.Getppid() != parent {
+			os.Exit(0)
 		}
 	}
 	fmt.Printf("ready %d\n", uintptr(unsafe.Pointer(&m[0])))
