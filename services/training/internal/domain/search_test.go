@@ -253,3 +253,38 @@ func TestExhaustedSearchEndsTheStudy(t *testing.T) {
 		t.Fatalf("%v", j)
 	}
 }
+
+// TestUserCancelIsNotTheSearchsStop: a trial whose CustomJob its owner
+// cancelled is not stopped early by the search after (a measurement that
+// would have it stop coming while the cancel is under way): its job's end
+// is the owner's cancel, which the search neither claims nor undoes. Were
+// the trial marked early-stopped, its job ending CANCELLED after the
+// program reported its last step would read as the search's stop that
+// came too late, and its CustomJob would be rewritten SUCCEEDED, the
+// owner's cancel erased.
+func TestUserCancelIsNotTheSearchsStop(t *testing.T) {
+	defer stopTrialOneAtStep2()()
+	spec := tuningJob(tunName, 2, 1, 0)
+	spec.GetTuningJob().GetStudySpec().AutomatedStoppingSpec = &trainingv1.StudySpec_AshaStoppingSpec_{
+		AshaStoppingSpec: &trainingv1.StudySpec_AshaStoppingSpec{MinStepCount: 1, MaxStepCount: 3, ReductionFactor: 3}}
+	s := NewState()
+	n, point := runningTrial(t, s, spec)
+	feed(t, s, point(1, 5))
+	step(t, s, t0, Input{Payload: &eventsv1.CancelTraining{Name: n.String()}, Principal: "users/alice"})
+	if cj := cjOf(t, s, n.String()); cj.GetState() != trainingv1.JobState_JOB_STATE_CANCELLING {
+		t.Fatalf("after its owner's cancel, the custom job is %v", cj.GetState())
+	}
+	feed(t, s, point(2, 2)) // the search would stop it here
+	feed(t, s, point(3, 4)) // its last step
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetEarlyStopped() {
+		t.Fatalf("a trial whose job its owner cancelled was stopped early by the search: %v", got)
+	}
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_CANCELLED))
+	cj := cjOf(t, s, n.String())
+	if cj.GetState() != trainingv1.JobState_JOB_STATE_CANCELLED || !strings.Contains(cj.GetError().GetMessage(), "cancelled by users/alice") {
+		t.Fatalf("its custom job ended %v %v, want CANCELLED by its owner", cj.GetState(), cj.GetError())
+	}
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetEarlyStopped() || got.GetState() == trainingv1.Trial_SUCCEEDED {
+		t.Fatalf("a trial whose job its owner cancelled ended %v", got)
+	}
+}

@@ -771,8 +771,12 @@ func addTrialMeasurements(now time.Time, r *Root, id string, in []*trainingv1.Me
 	tr, cj := r.edit(id)
 	tr.Measurements = thinKept(job, addMeasurements(tr.Measurements, in, studyMetrics(job)), MaxMeasurements)
 	// A finalizing trial (its job ended) is not stopped early: its
-	// measurements are final.
-	if cj == nil || tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 || JobEnded(cj.Job.GetState()) {
+	// measurements are final. Nor is one whose job is being stopped
+	// already (its owner cancelled it): its end is that cancel's, which
+	// finishTrial must not read as the search's stop (an early-stopped
+	// trial's CANCELLED job is no failure, and one that came too late is
+	// rewritten SUCCEEDED: completeCJ).
+	if cj == nil || tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 || !stoppable(cj) {
 		return
 	}
 	srch, err := searcher(job)
