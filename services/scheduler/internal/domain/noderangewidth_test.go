@@ -155,3 +155,30 @@ func TestNodeRangeWidthNotSettledByItsMinimum(t *testing.T) {
 		t.Fatalf("run on %v, want 3 nodes", r.Hostnames)
 	}
 }
+
+// TestNodeRangeWidthsNeverFitIsCheap: a node range of -n tasks that no
+// width can ever fit (each node's share past every node, at any width:
+// nodes shrunk or removed since it was accepted) is tried at the widths
+// up to the most nodes that pass the static checks at its widest, not
+// at every width up to its maximum (up to clusterspec.MaxClusterNodes):
+// one placement, and one static scan cached, a width, on every pass that
+// considers it, which one user's jobs could multiply past any bound
+// (and whose scans evicted every other job's from the cache).
+func TestNodeRangeWidthsNeverFitIsCheap(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.cpuNodes(4)
+	h.submitJob(job(1, 1, 0, nodeRange(20000), func(j *loomv1.Job) {
+		j.Partition, j.Command, j.Script, j.Ntasks, j.CpusPerTask = "cpu", nil, "x", 20000, 8
+	}))
+	h.wantState(1, loomv1.JobState_PENDING, "BadConstraints")
+	sc := h.s.scratch.static[cl]
+	if sc == nil {
+		t.Fatal("no static scans cached for the cluster")
+	}
+	// The widths placed: 20000 (the widest, none fits), 1 (the minimum),
+	// and 2..4 (at most the 4 nodes that could ever be candidates).
+	if n := len(sc.scans); n > 5 {
+		t.Fatalf("%d static scans cached after one pass over a job no width fits, want at most 5 (its widest, and widths 1..4 of 4 nodes)", n)
+	}
+}

@@ -248,8 +248,8 @@ func rangeWidens(spec *loomv1.Job) bool {
 // a node with less than that share free. At most max-min+1 placements
 // (fewer: a width with c candidates rules out the widths between it and
 // c), each of a shape the pass caches; and as many again, upward from the
-// minimum, for the narrowest width that can ever fit (below) when the
-// minimum cannot. When none fits it returns the minimum's request and
+// minimum up to the nodes that pass the static checks at the widest, for
+// the narrowest width that can ever fit (below) when the minimum cannot. When none fits it returns the minimum's request and
 // placement, so that the job waits, is planned (backfill) and preempts
 // for as before; unless the minimum can never fit
 // (its per-node share past every node: a static outcome) and a wider
@@ -262,9 +262,16 @@ func (p *pass) placeWidths(q *queued, req *place.Request) (*place.Request, place
 	if top <= req.Nodes {
 		return req, p.place(req, q.shape)
 	}
+	// ever bounds the widths that can ever fit: the nodes that pass the
+	// static checks at the widest, whose per-node share is the least (a
+	// narrower width's pass at most those). Past it every width is static.
+	ever := top
 	for w := top; w > req.Nodes; {
 		r := p.widthRequest(req, spec, w)
 		res := p.place(r, -1)
+		if w == top {
+			ever = res.shape.StaticOK
+		}
 		if res.ok && p.fitsLimits(q, r, w) {
 			return r, res
 		}
@@ -280,8 +287,11 @@ func (p *pass) placeWidths(q *queued, req *place.Request) (*place.Request, place
 	if res.ok || res.kind != place.Static {
 		return req, res
 	}
-	// The minimum can never fit: the narrowest width that can, if any.
-	for w := req.Nodes + 1; w <= top; w++ {
+	// The minimum can never fit: the narrowest width that can, if any
+	// (at most ever: a width past the nodes that can ever be candidates
+	// is static, and trying each up to a maximum of thousands, on every
+	// pass, cost a placement and a cached static scan apiece).
+	for w := req.Nodes + 1; w <= min(top, ever); w++ {
 		r := p.widthRequest(req, spec, w)
 		wres := p.place(r, -1)
 		if wres.ok {
