@@ -504,6 +504,40 @@ func TestCheckErrorsMakeSuspect(t *testing.T) {
 	}
 }
 
+// TestSuspectWithoutAnAnswerGoesBack: a SUSPECT node whose confirming check
+// never answers within the confirm timeout, or answers that no checks are
+// available, returns to HEALTHY (docs/health.md, Node states): a suspicion
+// only the check's own failure raised does not keep a node out.
+func TestSuspectWithoutAnAnswerGoesBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Seed: 1, ConfirmTimeout: 10 * time.Minute}, 2)
+	errored := func(node string) Check {
+		return Check{Node: node, Result: &loomv1.HealthCheckResult{Check: "gpu_diag", Outcome: loomv1.CheckOutcome_CHECK_ERROR, Summary: "killed after 1m0s", Trigger: "scan"}}
+	}
+	h.do(errored(nodeName(cluster, 0)))
+	h.do(errored(nodeName(cluster, 1)))
+	if h.state(0) != loomv1.RemediationState_NODE_SUSPECT || h.state(1) != loomv1.RemediationState_NODE_SUSPECT {
+		t.Fatalf("one error: %v %v, want both SUSPECT", h.state(0), h.state(1))
+	}
+	h.now = h.now.Add(10*time.Minute - time.Second)
+	h.do(Tick{})
+	if h.state(0) != loomv1.RemediationState_NODE_SUSPECT {
+		t.Fatalf("before the confirm timeout: %v, want SUSPECT", h.state(0))
+	}
+	h.do(Check{Node: nodeName(cluster, 1), Result: &loomv1.HealthCheckResult{Check: "gpu_diag", Outcome: loomv1.CheckOutcome_CHECK_ERROR, Summary: NotAvailable, Trigger: "confirm"}})
+	if got := h.m.Node(nodeName(cluster, 1)); got.State != loomv1.RemediationState_NODE_HEALTHY || !strings.Contains(got.Reason, "no checks available") {
+		t.Fatalf("confirm answered %q: %v %q, want HEALTHY", NotAvailable, got.State, got.Reason)
+	}
+	h.now = h.now.Add(time.Second)
+	r := h.do(Tick{})
+	if got := h.m.Node(nodeName(cluster, 0)); got.State != loomv1.RemediationState_NODE_HEALTHY || !strings.Contains(got.Reason, "no confirming check came back") {
+		t.Fatalf("at the confirm timeout: %v %q, want HEALTHY", got.State, got.Reason)
+	}
+	if hs := health(r); len(hs) != 1 || hs[0].GetState() != loomv1.RemediationState_NODE_HEALTHY {
+		t.Fatalf("the return is not announced: %v", hs)
+	}
+}
+
 func TestRestartJobKeepsNode(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, Config{Seed: 1}, 2)
