@@ -1,5 +1,11 @@
 package slurmspec
 
+import (
+	"math"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
 // Bounds of the counts a job or a job step asks for (sbatch's and srun's
 // -n, --ntasks-per-node, -c, -G). The gateway refuses more, naming the
 // field, and the scheduler clamps what reaches it another way. They keep
@@ -57,4 +63,47 @@ func CPUsPerNode(ntasksPerNode, ntasks, cpusPerTask int32, nodes int, gpusPerNod
 // they show) apply, so that they agree.
 func NodeCPUs(tasks, cpusPerTask, gpus, cpusPerGPU int64) int64 {
 	return max(max(tasks, 1)*max(cpusPerTask, 1), max(gpus, 0)*max(cpusPerGPU, 0))
+}
+
+// RangeWidest is the widest start worth trying of job, whose request at
+// its minimum has least nodes: its node range's maximum (at most its
+// tasks, as Slurm gives a range no more nodes than tasks) when the
+// per-node request depends on the width, which is when the job gives -n
+// alone (no --ntasks-per-node) and no GPUs spread over its nodes (--gpus
+// without a per-node count keeps its minimum, as Slurm's -N1-3 --gpus=4
+// runs on 1 node); else least. The scheduler places a range at each width
+// from this down to least, each with its own per-node share (JobCPUsPerNode,
+// WidthMemMB), and sbatch --test-only estimates it the same way: the one
+// rule, so that the estimate tries the widths the scheduler does.
+func RangeWidest(job *loomv1.Job, least int) int {
+	n := job.GetNtasks()
+	if n <= 0 || job.GetNtasksPerNode() > 0 || job.GetGpusPerNode() == 0 && job.GetGpus() > 0 {
+		return least
+	}
+	return max(least, int(min(job.GetMaxNodeCount(), n)))
+}
+
+// JobCPUsPerNode is CPUsPerNode for job over nodes nodes with gpusPerNode
+// GPUs on each (its --gpus spread, rounded up, when it gives no per-node
+// count), clamped to an int32: a width's per-node CPU share.
+func JobCPUsPerNode(job *loomv1.Job, nodes int, gpusPerNode int32) int32 {
+	return int32(min(CPUsPerNode(job.GetNtasksPerNode(), job.GetNtasks(), job.GetCpusPerTask(), nodes,
+		gpusPerNode, job.GetCpusPerGpu()), math.MaxInt32))
+}
+
+// WidthMemMB is the memory a node of job holds at a width whose per-node
+// CPU share is cpus: --mem-per-cpu (mem_per_cpu_mb) times those CPUs, as
+// Slurm sizes --mem-per-cpu by the CPUs a node gets, so that a node range
+// placed wider asks each node for less; else mem_mb (--mem, the same at
+// every width). Saturates at math.MaxInt64 rather than wrapping.
+func WidthMemMB(job *loomv1.Job, cpus int32) int64 {
+	per := job.GetMemPerCpuMb()
+	if per <= 0 {
+		return job.GetMemMb()
+	}
+	c := int64(max(cpus, 1))
+	if per > math.MaxInt64/c {
+		return math.MaxInt64
+	}
+	return per * c
 }

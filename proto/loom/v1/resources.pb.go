@@ -2152,8 +2152,15 @@ type Job struct {
 	Ntasks        int32 `protobuf:"varint,31,opt,name=ntasks,proto3" json:"ntasks,omitempty"`
 	NtasksPerNode int32 `protobuf:"varint,32,opt,name=ntasks_per_node,json=ntasksPerNode,proto3" json:"ntasks_per_node,omitempty"`
 	CpusPerTask   int32 `protobuf:"varint,33,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
-	// mem_mb is the memory per node in MiB (--mem).
+	// mem_mb is the memory per node in MiB (--mem), at the job's minimum
+	// node count when mem_per_cpu_mb is set.
 	MemMb int64 `protobuf:"varint,34,opt,name=mem_mb,json=memMb,proto3" json:"mem_mb,omitempty"`
+	// mem_per_cpu_mb is --mem-per-cpu in MiB (0: not given): mem_mb is then
+	// this times the CPUs a node takes at the job's minimum, and a node range
+	// placed wider takes this times that width's per-node CPUs
+	// (slurmspec.WidthMemMB), as Slurm sizes it by the CPUs a node gets.
+	// Once the job runs, mem_mb is the memory each of its nodes holds.
+	MemPerCpuMb int64 `protobuf:"varint,92,opt,name=mem_per_cpu_mb,json=memPerCpuMb,proto3" json:"mem_per_cpu_mb,omitempty"`
 	// gpu_type restricts GPUs to one model (--gres=gpu:TYPE:N), e.g. "h100".
 	GpuType string `protobuf:"bytes,35,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
 	// gpus is the job's total GPU count (--gpus), spread over its nodes.
@@ -2479,6 +2486,13 @@ func (x *Job) GetCpusPerTask() int32 {
 func (x *Job) GetMemMb() int64 {
 	if x != nil {
 		return x.MemMb
+	}
+	return 0
+}
+
+func (x *Job) GetMemPerCpuMb() int64 {
+	if x != nil {
+		return x.MemPerCpuMb
 	}
 	return 0
 }
@@ -5158,7 +5172,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xb9\x16\n" +
+	"\tREPLACING\x10\t\"\xde\x16\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5179,7 +5193,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06ntasks\x18\x1f \x01(\x05R\x06ntasks\x12&\n" +
 	"\x0fntasks_per_node\x18  \x01(\x05R\rntasksPerNode\x12\"\n" +
 	"\rcpus_per_task\x18! \x01(\x05R\vcpusPerTask\x12\x15\n" +
-	"\x06mem_mb\x18\" \x01(\x03R\x05memMb\x12\x19\n" +
+	"\x06mem_mb\x18\" \x01(\x03R\x05memMb\x12#\n" +
+	"\x0emem_per_cpu_mb\x18\\ \x01(\x03R\vmemPerCpuMb\x12\x19\n" +
 	"\bgpu_type\x18# \x01(\tR\agpuType\x12\x12\n" +
 	"\x04gpus\x18$ \x01(\x05R\x04gpus\x12\"\n" +
 	"\rgpus_per_task\x18P \x01(\x05R\vgpusPerTask\x12 \n" +

@@ -14,23 +14,35 @@ import (
 // beside Loom (NumNodes=1-3, %D 1); --test-only prints the nodes it would
 // get: as many free as the range allows, no more than its tasks (Slurm on
 // idle nodes: -N1-3 3 nodes, -N1-3 -n2 2, -N1-3 --ntasks-per-node=2 2 with
-// 4 processors, -N1-8 every free one).
+// 4 processors, -N1-8 every free one). A range of -n tasks is tried at
+// each width, widest first, each with its own per-node share, as the
+// scheduler places it (Slurm on idle 4-CPU nodes: -N1-3 -n5 5 processors
+// on node[1-3], -N1-2 -n6 6 on node[1-2]); at its minimum's share alone
+// -N1-3 -n17 (17 CPUs a node) fit none of these 16-CPU nodes.
 func TestNodeRange(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string // processors and nodes
+		busy int32  // CPUs held on gpu-0001
 	}{
-		{[]string{"-N1-3"}, "3 processors on nodes gpu-[0001-0003]"},
-		{[]string{"-N1-3", "-n2"}, "2 processors on nodes gpu-[0001-0002]"},
-		{[]string{"-N2-3", "-n5"}, "5 processors on nodes gpu-[0001-0003]"},
-		{[]string{"-N1-3", "--ntasks-per-node=2"}, "4 processors on nodes gpu-[0001-0002]"},
-		{[]string{"-N1-8"}, "3 processors on nodes gpu-[0001-0003]"}, // gpu-0004 is drained
-		{[]string{"-N2-2"}, "2 processors on nodes gpu-[0001-0002]"},
+		{[]string{"-N1-3"}, "3 processors on nodes gpu-[0001-0003]", 0},
+		{[]string{"-N1-3", "-n2"}, "2 processors on nodes gpu-[0001-0002]", 0},
+		{[]string{"-N2-3", "-n5"}, "5 processors on nodes gpu-[0001-0003]", 0},
+		{[]string{"-N1-3", "--ntasks-per-node=2"}, "4 processors on nodes gpu-[0001-0002]", 0},
+		{[]string{"-N1-8"}, "3 processors on nodes gpu-[0001-0003]", 0}, // gpu-0004 is drained
+		{[]string{"-N2-2"}, "2 processors on nodes gpu-[0001-0002]", 0},
+		{[]string{"-N1-3", "-n17"}, "17 processors on nodes gpu-[0001-0003]", 0},
+		{[]string{"-N1-2", "-n17"}, "17 processors on nodes gpu-[0001-0002]", 0},
+		// 7 CPUs a node at 3 nodes, 4 free on gpu-0001: 10 a node on 2.
+		{[]string{"-N1-3", "-n20"}, "20 processors on nodes gpu-[0002-0003]", 12},
 	} {
 		f := fixture()
 		for i := range 3 { // gpu-0001..0003 idle
 			f.SlurmNodes[i].State, f.SlurmNodes[i].AllocCpus, f.SlurmNodes[i].AllocGpus = loomv1.SlurmNode_IDLE, 0, 0
+		}
+		if tc.busy > 0 {
+			f.SlurmNodes[0].State, f.SlurmNodes[0].AllocCpus = loomv1.SlurmNode_MIXED, tc.busy
 		}
 		args := append([]string{"--test-only", "-p", "gpu"}, tc.args...)
 		code, out, errOut := run(t, f, "sbatch", Env{}, append(args, "--wrap", "hostname")...)
@@ -51,6 +63,15 @@ func TestNodeRange(t *testing.T) {
 	id := strings.TrimSpace(out)
 	if code, out, errOut := run(t, f, "scontrol", Env{}, "show", "job", id); code != 0 || !strings.Contains(out, " NumNodes=1-3 NumCPUs=1 ") {
 		t.Errorf("show job %s: %d %q %q, want NumNodes=1-3", id, code, out, errOut)
+	}
+	// --mem-per-cpu: Slurm's MinMemoryCPU (-N1-3 -n5 --mem-per-cpu=1024).
+	fm := fixture() // its own: the checks below count f's submissions
+	code, out, errOut = run(t, fm, "sbatch", Env{}, "--parsable", "-H", "-p", "gpu", "-N1-3", "-n5", "--mem-per-cpu=1024", "--wrap", "hostname")
+	if code != 0 {
+		t.Fatalf("sbatch --mem-per-cpu: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := run(t, fm, "scontrol", Env{}, "show", "job", strings.TrimSpace(out)); code != 0 || !strings.Contains(out, " MinMemoryCPU=1G ") {
+		t.Errorf("show job --mem-per-cpu: %d %q %q, want MinMemoryCPU=1G", code, out, errOut)
 	}
 	if code, out, errOut := run(t, f, "squeue", Env{}, "-h", "-j", id, "-o", "%D"); code != 0 || out != "1\n" {
 		t.Errorf("squeue %%D of %s: %d %q %q, want 1 (the minimum)", id, code, out, errOut)

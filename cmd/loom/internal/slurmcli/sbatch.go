@@ -920,7 +920,9 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		}
 	}
 	if st.memPerCPU > 0 {
-		j.MemMb = st.memPerCPU * int64(cpusPerNode(j))
+		// The minimum's memory; the scheduler sizes a wider width's by
+		// its own CPUs from mem_per_cpu_mb (slurmspec.WidthMemMB).
+		j.MemMb, j.MemPerCpuMb = st.memPerCPU*int64(cpusPerNode(j)), st.memPerCPU
 	}
 	if st.memPerGPU > 0 {
 		g := j.GpusPerNode

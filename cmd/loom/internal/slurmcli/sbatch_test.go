@@ -408,10 +408,15 @@ func TestParseSbatchExportAndScript(t *testing.T) {
 	if err != nil || req.job.TimeLimitSeconds != 0 {
 		t.Errorf("script argument taken as an option: %v %v", req, err)
 	}
-	// --mem-per-cpu becomes memory per node.
+	// --mem-per-cpu becomes memory per node, and is carried itself for a
+	// node range's wider widths (the scheduler's slurmspec.WidthMemMB).
 	req, err = parse(t, []string{"--ntasks-per-node=4", "-c2", "--mem-per-cpu=1G", "job.sh"}, plainScript, nil)
-	if err != nil || req.job.MemMb != 8*1024 {
-		t.Errorf("--mem-per-cpu: %v %v", req.job.GetMemMb(), err)
+	if err != nil || req.job.MemMb != 8*1024 || req.job.MemPerCpuMb != 1024 {
+		t.Errorf("--mem-per-cpu: %v %v %v", req.job.GetMemMb(), req.job.GetMemPerCpuMb(), err)
+	}
+	req, err = parse(t, []string{"-N1-3", "-n5", "--mem-per-cpu=1024", "job.sh"}, plainScript, nil)
+	if err != nil || req.job.MemMb != 5*1024 || req.job.MemPerCpuMb != 1024 {
+		t.Errorf("-N1-3 -n5 --mem-per-cpu: %v %v %v", req.job.GetMemMb(), req.job.GetMemPerCpuMb(), err)
 	}
 	// With --cpus-per-gpu, of the CPUs its GPUs take (2 × 3), and carried
 	// to the scheduler, with no warning.

@@ -421,7 +421,7 @@ func jobRecord(r jobRow, v *squeueView, derived string) record {
 			"CPUs/Task=" + strconv.Itoa(int(max(j.GetCpusPerTask(), 1))), "ReqB:S:C:T=0:0:*:*"},
 		[]string{"TRES=" + tres},
 		[]string{"Socks/Node=*", fmt.Sprintf("NtasksPerN:B:S:C=%d:0:*:*", j.GetNtasksPerNode()), "CoreSpec=*"},
-		[]string{"MinCPUsNode=" + strconv.Itoa(int(max(j.GetCpusPerTask(), 1))), "MinMemoryNode=" + memString(j.GetMemMb()), "MinTmpDiskNode=0"},
+		[]string{"MinCPUsNode=" + strconv.Itoa(int(max(j.GetCpusPerTask(), 1))), minMemory(j), "MinTmpDiskNode=0"},
 		[]string{"Features=(null)", "DelayBoot=00:00:00"},
 		[]string{"OverSubscribe=" + over, "Contiguous=0", "Licenses=(null)", "Network=(null)"},
 		[]string{"Command=" + command},
@@ -1206,4 +1206,14 @@ func (c *cmd) showConfig(ctx context.Context, b *strings.Builder) error {
 	}
 	fmt.Fprintf(b, "\nSlurmctld(primary) at %s is UP\n", c.gatewayHost())
 	return nil
+}
+
+// minMemory is scontrol show job's memory request: MinMemoryCPU= for
+// --mem-per-cpu, as Slurm 22.05 prints it (-N1-3 -n5 --mem-per-cpu=1024:
+// MinMemoryCPU=1G), else MinMemoryNode=.
+func minMemory(j *loomv1.Job) string {
+	if m := j.GetMemPerCpuMb(); m > 0 {
+		return "MinMemoryCPU=" + memString(m)
+	}
+	return "MinMemoryNode=" + memString(j.GetMemMb())
 }

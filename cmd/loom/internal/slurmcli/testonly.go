@@ -155,33 +155,40 @@ func toInt32s(counts []int) []int32 {
 // project's): another project's do not count.
 func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, nodes []*loomv1.SlurmNode) (time.Time, []string, error) {
 	n := int(max(job.GetNodeCount(), 1))
-	perNode := int32(slices.Max(jobNodeCPUs(job))) // the most any of its nodes takes
-	var (
-		fit   []string
-		mixed bool
-	)
-	for _, nd := range nodes {
-		free := nd.GetState() == loomv1.SlurmNode_IDLE || nd.GetState() == loomv1.SlurmNode_MIXED && !job.GetExclusive()
-		if !free || nd.GetNotResponding() || !slices.Contains(nd.GetPartitions(), part) ||
-			nd.GetCpus()-nd.GetAllocCpus() < perNode || nd.GetGpus()-nd.GetAllocGpus() < job.GetGpusPerNode() {
-			continue
-		}
-		fit = append(fit, nd.GetHostname())
-		mixed = mixed || nd.GetState() == loomv1.SlurmNode_MIXED
-	}
 	var running []*loomv1.Job // the cluster's running jobs, read once needed
-	if len(fit) >= n && mixed {
-		// A mixed node runs jobs, which may keep this one off.
-		var err error
-		if running, err = c.runningJobs(ctx, job); err != nil {
-			return time.Time{}, nil, err
+	// A range of -n tasks at each width from its widest down to its
+	// minimum, each with that width's per-node share, the widest that
+	// fits winning: the scheduler's rule (slurmspec.RangeWidest,
+	// JobCPUsPerNode; domain's placeWidths). At its minimum's share alone
+	// -N1-3 -n5 on 4-CPU nodes fit no node, where Slurm's and Loom's
+	// scheduler start it on 3.
+	for w := slurmspec.RangeWidest(job, n); w >= n; {
+		perNode := int32(slices.Max(jobNodeCPUs(job))) // the most any of its nodes takes
+		if w > n {
+			perNode = slurmspec.JobCPUsPerNode(job, w, job.GetGpusPerNode())
 		}
-		blocked := blockedHosts(job, running)
-		fit = slices.DeleteFunc(fit, func(h string) bool { return len(blocked[h]) > 0 })
-	}
-	if len(fit) >= n {
-		slices.Sort(fit)
-		return c.now, fit[:rangeNodes(job, len(fit))], nil
+		fit, mixed := fittingHosts(job, part, nodes, perNode)
+		if len(fit) >= w && mixed {
+			// A mixed node runs jobs, which may keep this one off.
+			if running == nil {
+				var err error
+				if running, err = c.runningJobs(ctx, job); err != nil {
+					return time.Time{}, nil, err
+				}
+			}
+			blocked := blockedHosts(job, running)
+			fit = slices.DeleteFunc(fit, func(h string) bool { return len(blocked[h]) > 0 })
+		}
+		if len(fit) >= w {
+			slices.Sort(fit)
+			if w == n {
+				return c.now, fit[:rangeNodes(job, len(fit))], nil
+			}
+			return c.now, fit[:w], nil
+		}
+		// A narrower width asks more of each node: the nodes that fit it
+		// are some of these, so no width wider than their count fits.
+		w = min(w-1, max(len(fit), n))
 	}
 	if running == nil {
 		var err error
@@ -221,6 +228,22 @@ func (c *cmd) estimateStart(ctx context.Context, job *loomv1.Job, part string, n
 			" fits the job now and no running job of it has a time limit to end by)", Code: 1}
 	}
 	return end, hosts, nil
+}
+
+// fittingHosts is the hostnames of nodes of partition part free for job
+// now with perNode CPUs and its per-node GPUs free; mixed says whether one
+// of them runs jobs (which may keep job off it: blockedHosts).
+func fittingHosts(job *loomv1.Job, part string, nodes []*loomv1.SlurmNode, perNode int32) (fit []string, mixed bool) {
+	for _, nd := range nodes {
+		free := nd.GetState() == loomv1.SlurmNode_IDLE || nd.GetState() == loomv1.SlurmNode_MIXED && !job.GetExclusive()
+		if !free || nd.GetNotResponding() || !slices.Contains(nd.GetPartitions(), part) ||
+			nd.GetCpus()-nd.GetAllocCpus() < perNode || nd.GetGpus()-nd.GetAllocGpus() < job.GetGpusPerNode() {
+			continue
+		}
+		fit = append(fit, nd.GetHostname())
+		mixed = mixed || nd.GetState() == loomv1.SlurmNode_MIXED
+	}
+	return fit, mixed
 }
 
 // runningJobs lists the running jobs of job's cluster (every partition's:

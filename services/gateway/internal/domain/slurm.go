@@ -254,6 +254,7 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 		{"job.cpus_per_task", int64(j.GetCpusPerTask()), slurmspec.MaxCPUsPerTask},
 		{"job.cpus_per_gpu", int64(j.GetCpusPerGpu()), slurmspec.MaxCPUsPerGPU},
 		{"job.mem_mb", j.GetMemMb(), math.MaxInt64},
+		{"job.mem_per_cpu_mb", j.GetMemPerCpuMb(), math.MaxInt64},
 		{"job.gpus", int64(j.GetGpus()), slurmspec.MaxJobGPUs},
 		{"job.gpus_per_task", int64(j.GetGpusPerTask()), slurmspec.MaxGPUsPerTask},
 	} {
@@ -548,7 +549,8 @@ func Updated(job *loomv1.Job, req *loomv1.UpdateJobRequest) *loomv1.Job {
 		j.Ntasks = slurmspec.TasksForNodes(j.Ntasks, j.NodeCount)
 	}
 	if req.MemMb != nil {
-		j.MemMb = req.GetMemMb()
+		// Memory a node replaces --mem-per-cpu (as the scheduler's update).
+		j.MemMb, j.MemPerCpuMb = req.GetMemMb(), 0
 	}
 	if req.Exclude != nil {
 		j.Exclude = req.GetExclude().GetHosts()

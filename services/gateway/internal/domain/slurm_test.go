@@ -205,6 +205,22 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 			t.Errorf("ValidateUpdateJob(%v) = %v, want InvalidArgument naming %s", tc.req, err, tc.want)
 		}
 	}
+	// --mem-per-cpu is judged at a node range's widest (its least CPUs,
+	// so its least memory, a node): -N1-2 -n2 with a node's memory for 2
+	// CPUs at its minimum fits at 2 nodes; -N1 does not.
+	pools := partitioned().GetCompute().GetNodePools()
+	maxMB, known := largestNode(pools[:1], machineMemoryMB)
+	if !known {
+		t.Fatalf("no memory known for pool %v", pools[0])
+	}
+	per := maxMB/2 + 1
+	for _, most := range []int32{2, 0} {
+		j := &loomv1.Job{Partition: "train", NodeCount: 1, MaxNodeCount: most, Ntasks: 2, MemMb: 2 * per, MemPerCpuMb: per}
+		err := CheckUpdatedJob(j, partitioned(), nil)
+		if fits := most == 2; fits != (err == nil) || err != nil && !strings.Contains(err.Error(), "Memory specification can not be satisfied") {
+			t.Errorf("CheckUpdatedJob(-N1-%d -n2 --mem-per-cpu=%d) = %v", most, per, err)
+		}
+	}
 	if err := CheckUpdatedJob(&loomv1.Job{Partition: "gpu"}, partitioned(), nil); err == nil || !strings.Contains(err.Error(), "partition: no partition \"gpu\"") {
 		t.Errorf("CheckUpdatedJob(partition gpu) = %v", err)
 	}

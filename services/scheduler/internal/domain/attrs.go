@@ -205,6 +205,9 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 		gpn = int32((int64(g) + int64(a.req.Nodes) - 1) / int64(a.req.Nodes))
 	}
 	a.req.CPUsPerNode = cpusPerNode(spec, a.req.Nodes, gpn)
+	// --mem-per-cpu sizes the minimum's memory by its CPUs: mem_mb holds
+	// a running job's width's, which a requeue must not keep.
+	a.req.MemMB = slurmspec.WidthMemMB(spec, a.req.CPUsPerNode)
 	a.shape = -1
 	if !a.lists && !a.spread && !rangeWidens(spec) {
 		a.shape = s.shapeID(&a.req, intern)

@@ -369,7 +369,8 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 			j.Job.NodeCount, j.Job.MaxNodeCount = ev.GetNodeCount(), newMaxNodes(ev)
 		}
 		if ev.MemMb != nil {
-			j.Job.MemMb = ev.GetMemMb()
+			// Memory a node (MinMemoryNode) replaces --mem-per-cpu.
+			j.Job.MemMb, j.Job.MemPerCpuMb = ev.GetMemMb(), 0
 		}
 		if ev.Nodelist != nil {
 			j.Job.Nodelist = slices.Clone(uniqueHosts(ev.GetNodelist().GetHosts()))

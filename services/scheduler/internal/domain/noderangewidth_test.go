@@ -8,6 +8,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
@@ -180,5 +181,52 @@ func TestNodeRangeWidthsNeverFitIsCheap(t *testing.T) {
 	// and 2..4 (at most the 4 nodes that could ever be candidates).
 	if n := len(sc.scans); n > 5 {
 		t.Fatalf("%d static scans cached after one pass over a job no width fits, want at most 5 (its widest, and widths 1..4 of 4 nodes)", n)
+	}
+}
+
+// TestNodeRangeWidthMemPerCPU: --mem-per-cpu sizes a range's memory by
+// the CPUs a node gets at the width it is placed at, as Slurm's (measured
+// on 3 4-CPU nodes with CR_Core_Memory, -N1-3 -n5 --mem-per-cpu=1024:
+// node1 Mem=3072, node[2-3] Mem=1024, TRES mem=5G, SLURM_MEM_PER_CPU=1024).
+// Sized by the minimum's CPUs (5 a node at width 1), every width asked
+// each node for 5 CPUs' memory, more than a node has here: the job never
+// started (BadConstraints). At width 3 (2 CPUs a node) each node holds 2
+// CPUs' memory; the run, the job's mem_mb and the step's memory limit say
+// so. --mem is the same at every width.
+func TestNodeRangeWidthMemPerCPU(t *testing.T) {
+	t.Parallel()
+	m, ok := clusterspec.Machine("n2-standard-4")
+	if !ok {
+		t.Fatal("no n2-standard-4 in the catalog")
+	}
+	per := m.SchedulableMemoryMiB() / 3 // 5 CPUs' worth fits no node, 2 (or 3) do
+	for _, tc := range []struct {
+		name          string
+		memMB, perCPU int64
+		wantMB        int64
+	}{
+		{"mem-per-cpu", 5 * per, per, 2 * per},
+		{"mem", 2 * per, 0, 2 * per},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newSpecHarness(t, Config{})
+			h.cpuNodes(3)
+			c := h.submitJob(job(1, 1, 0, nodeRange(3), func(j *loomv1.Job) {
+				j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", 5
+				j.MemMb, j.MemPerCpuMb = tc.memMB, tc.perCPU
+			}))
+			h.wantState(1, loomv1.JobState_RUNNING, "")
+			r := h.s.Run(jobName(1), 1)
+			if len(r.Hostnames) != 3 || r.MemMB != tc.wantMB {
+				t.Fatalf("run on %v with %d MiB a node; want 3 nodes with %d", r.Hostnames, r.MemMB, tc.wantMB)
+			}
+			if got := h.job(1).GetMemMb(); got != tc.wantMB {
+				t.Fatalf("job shows %d MiB a node, want %d", got, tc.wantMB)
+			}
+			if ss := starts(c); len(ss) != 1 || ss[0].GetMemLimitBytes() != tc.wantMB<<20 {
+				t.Fatalf("StartSteps %v; want one with a %d MiB limit", ss, tc.wantMB)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"slices"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -212,31 +213,17 @@ func (p *pass) place(r *place.Request, id int32) placement {
 	return out
 }
 
-// rangeWidest is the widest start worth placing of a job spec whose
-// request has least nodes: its node range's maximum (at most its tasks,
-// as widen caps it) when the per-node request depends on the width, which
-// is when the job gives -n alone (no --ntasks-per-node) and no GPUs the
-// scheduler spreads; else least, and only the minimum is placed (widen
-// then adds nodes of the same per-node request).
-func rangeWidest(spec *loomv1.Job, least int) int {
-	n := spec.GetNtasks()
-	if n <= 0 || spec.GetNtasksPerNode() > 0 || spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0 {
-		return least
-	}
-	return max(least, int(min(spec.GetMaxNodeCount(), n)))
-}
-
 // rangeWidens reports whether spec's node range is placed at its widths
-// (rangeWidest above its minimum): such a job has no interned shape, as
+// (slurmspec.RangeWidest above its minimum): such a job has no interned shape, as
 // the minimum's shape settling empty (decideSettled) says nothing of the
 // wider widths.
 func rangeWidens(spec *loomv1.Job) bool {
 	least := int(max(spec.GetNodeCount(), 1))
-	return rangeWidest(spec, least) > least
+	return slurmspec.RangeWidest(spec, least) > least
 }
 
 // placeWidths places q's job with req, its request at its minimum: for a
-// node range of -n tasks (rangeWidest), at each width from the widest
+// node range of -n tasks (slurmspec.RangeWidest), at each width from the widest
 // down to the minimum, each with that width's per-node CPUs (the tasks
 // over that many nodes), the first that fits within the limits a start is
 // checked against (fitsLimits) winning. As Slurm 22.05's select gives a
@@ -258,7 +245,7 @@ func rangeWidens(spec *loomv1.Job) bool {
 // ever fit keeps the minimum's static outcome (BadConstraints).
 func (p *pass) placeWidths(q *queued, req *place.Request) (*place.Request, placement) {
 	spec := q.j.Job
-	top := rangeWidest(spec, req.Nodes)
+	top := slurmspec.RangeWidest(spec, req.Nodes)
 	if top <= req.Nodes {
 		return req, p.place(req, q.shape)
 	}
@@ -308,12 +295,16 @@ func (p *pass) placeWidths(q *queued, req *place.Request) (*place.Request, place
 }
 
 // widthRequest is req (a request at the job's minimum) at width nodes:
-// that many nodes, each with the CPUs of the job's tasks spread over them.
-// It lives in the pass (p.wide) until the next call.
+// that many nodes, each with the CPUs of the job's tasks spread over them
+// and, for --mem-per-cpu, the memory of those CPUs (slurmspec.WidthMemMB:
+// sized by the minimum's CPUs, a wider width asked each node for more
+// memory than Slurm's and could fit no node with less free). It lives in
+// the pass (p.wide) until the next call.
 func (p *pass) widthRequest(req *place.Request, spec *loomv1.Job, nodes int) *place.Request {
 	p.wide = *req
 	p.wide.Nodes = nodes
 	p.wide.CPUsPerNode = cpusPerNode(spec, nodes, req.GPUsPerNode)
+	p.wide.MemMB = slurmspec.WidthMemMB(spec, p.wide.CPUsPerNode)
 	return &p.wide
 }
 

@@ -138,8 +138,7 @@ func outputPaths(spec *loomv1.Job, wd, host string) (out, errPath string) {
 // at most an int32's worth: no node has that many, so the job waits
 // (BadConstraints) rather than wrapping to a request that every node fits.
 func cpusPerNode(spec *loomv1.Job, nodes int, gpus int32) int32 {
-	return int32(min(slurmspec.CPUsPerNode(spec.GetNtasksPerNode(), spec.GetNtasks(), spec.GetCpusPerTask(), nodes,
-		gpus, spec.GetCpusPerGpu()), math.MaxInt32))
+	return slurmspec.JobCPUsPerNode(spec, nodes, gpus)
 }
 
 // FormatDuration writes seconds as Slurm writes a time limit: "UNLIMITED"

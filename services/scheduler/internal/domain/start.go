@@ -162,6 +162,12 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	for rank := range spec.NodeCpus {
 		spec.NodeCpus[rank] = cpusOf(r, rank, spec)
 	}
+	if spec.GetMemPerCpuMb() > 0 {
+		// The memory each node holds at the width it got (a range's
+		// wider width asks less of each), for scontrol's and sacct's
+		// TRES; the request is --mem-per-cpu's (newAttrs).
+		spec.MemMb = r.MemMB
+	}
 	spec.StartTime, spec.EndTime = timestamppb.New(t.now), nil
 	spec.BatchHost = r.Hostnames[0]
 	spec.AllocGpus = r.gpuCount()
