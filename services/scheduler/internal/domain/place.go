@@ -1,9 +1,9 @@
 package domain
 
 import (
-	"github.com/loom-ml/loom/libs/slurmspec"
 	"slices"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
