@@ -38,6 +38,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		NtasksPerNode:      job.NtasksPerNode,
 		CpusPerTask:        job.CpusPerTask,
 		MemMb:              job.MemMb,
+		MemPerCpuMb:        job.MemPerCpuMb,
 		GpuType:            job.GpuType,
 		Gpus:               job.Gpus,
 		GpusPerTask:        job.GpusPerTask,
