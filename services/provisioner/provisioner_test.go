@@ -22,7 +22,9 @@ import (
 
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/stall"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -35,6 +37,7 @@ import (
 // test binary with LOOM_TEST_RUN_AGENT=1, and it then runs a real agent from
 // the LOOM_* variables the provider set.
 func TestMain(m *testing.M) {
+	stall.Main() // the process whose reads block, of TestAgentsLookIsNotHeldUpByAStalledProcess
 	if os.Getenv("LOOM_TEST_RUN_AGENT") == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err := agent.RunArgs(ctx, nil)
@@ -147,18 +150,17 @@ func waitRunning(t *testing.T, broker, op string) *loomv1.Cluster {
 
 // agents returns the pids of running processes whose environment names node
 // (the agents the provider started for it, whoever started them).
+//
+// Each environment is read through proc.FindByEnv, whose reads are given up
+// past a bound: a read of /proc/<pid>/environ waits on the process's memory
+// map lock, which a process can hold for as long as it likes, and in `make
+// test` another package's test holds one so on purpose (libs/testkit/stall)
+// while this one runs (TestAgentsLookIsNotHeldUpByAStalledProcess).
 func agents(t *testing.T, node string) []int {
 	t.Helper()
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	var out []int
-	for _, d := range dirs {
-		b, err := os.ReadFile(d + "/environ")
-		if err != nil || !bytes.Contains(b, []byte("\x00LOOM_NODE="+node+"\x00")) ||
-			!bytes.Contains(b, []byte("LOOM_TEST_RUN_AGENT=1")) {
-			continue
-		}
-		if st, err := os.ReadFile(d + "/stat"); err == nil && !bytes.Contains(st, []byte(") Z ")) {
-			pid, _ := strconv.Atoi(filepath.Base(d))
+	for _, pid := range proc.FindByEnv("LOOM_NODE=" + node) {
+		if proc.HasEnv(pid, "LOOM_TEST_RUN_AGENT=1") {
 			out = append(out, pid)
 		}
 	}
