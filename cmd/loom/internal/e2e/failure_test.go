@@ -50,25 +50,42 @@ func sendSignal(t *testing.T, pid int, sig syscall.Signal) {
 func servicePID(t *testing.T, s *stack.Stack, name, grpcAddr string) int {
 	t.Helper()
 	exe := filepath.Join(binaries(t), name)
+	if pid, ok := pidServing(exe, grpcAddr); ok {
+		return pid
+	}
+	t.Fatalf("no %s process serving %s", name, grpcAddr)
+	return 0
+}
+
+// pidServing returns the process running exe with -grpc-addr=grpcAddr
+// among its arguments. It reads the command line only of the processes
+// whose executable (the link /proc/<pid>/exe, read without the process's
+// memory map lock) is exe: a read of /proc/<pid>/cmdline waits on that
+// lock, which a process can hold for as long as it likes, and in `make
+// test` another package's test holds one so on purpose (libs/testkit/stall)
+// while this one runs (TestServicePIDIsNotHeldUpByAStalledProcess).
+func pidServing(exe, grpcAddr string) (int, bool) {
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real // as the link names it
+	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
+		if l, err := os.Readlink(filepath.Join(d, "exe")); err != nil || l != exe {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
 		if err != nil {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if args[0] != exe {
-			continue
-		}
 		for _, a := range args[1:] {
 			if a == "-grpc-addr="+grpcAddr {
 				pid, _ := strconv.Atoi(filepath.Base(d))
-				return pid
+				return pid, true
 			}
 		}
 	}
-	t.Fatalf("no %s process serving %s", name, grpcAddr)
-	return 0
+	return 0, false
 }
 
 // count is how often sub occurs in the file at path (0 when it is missing).

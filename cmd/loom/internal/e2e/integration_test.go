@@ -24,12 +24,14 @@ import (
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/stall"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestMain turns this test binary into an agent when the local provider
 // starts it as one (the re-exec trick: agents are real processes).
 func TestMain(m *testing.M) {
+	stall.Main() // the process whose reads block, of TestServicePIDIsNotHeldUpByAStalledProcess
 	if os.Getenv("LOOM_TEST_RUN_AGENT") == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err := agentcmd.Run(ctx, nil, os.Stderr)
