@@ -167,8 +167,11 @@ func TestStalledUIDLeavesOthersRead(t *testing.T) {
 		t.Skip("needs /proc")
 	}
 	// Uids of this test's own: no other test's reads are charged to
-	// hostile, whose cap is lowered. Neither needs a name on this host.
-	const hostile, other = 65533, 65534
+	// hostile, whose cap is lowered, and no other test's process of other
+	// is stalled, which the look for other's would find unread: not 65534
+	// (nobody), whose stalled process libs/testkit/stall's tests start
+	// while this package's run, in make test. Neither needs a name here.
+	const hostile, other = 65533, 65530
 	stuck.Lock()
 	if stuck.capOf == nil {
 		stuck.capOf = map[int64]int{}
