@@ -614,15 +614,18 @@ type stuckKey struct {
 // being waited for and those given up), for the whole program (n: at most
 // maxStuckReads) and by the real uid of the process read (uids: at most
 // maxStuckPerUID each), and the processes whose reads were given up and
-// are still blocked (keys: how many of each). capOf is a test's lower cap
-// for a uid of its own (nil but in tests): a uid's cap, unlike the whole
-// program's, can be lowered without touching other tests' reads.
+// are still blocked (keys: how many of each). flight holds, for each
+// process with a read in flight, a channel closed when that read returns:
+// one read of a process at a time. capOf is a test's lower cap for a uid of
+// its own (nil but in tests): a uid's cap, unlike the whole program's, can
+// be lowered without touching other tests' reads.
 var stuck struct {
 	sync.Mutex
-	n     int
-	uids  map[int64]int
-	keys  map[stuckKey]int
-	capOf map[int64]int
+	n      int
+	uids   map[int64]int
+	keys   map[stuckKey]int
+	flight map[stuckKey]chan struct{}
+	capOf  map[int64]int
 }
 
 // readBounded reads the file name of dir (the /proc directory of the
@@ -637,6 +640,12 @@ var stuck struct {
 // no read is tried (errUnread at once) while maxStuckPerUID reads of uid's
 // processes are in flight, or maxStuckReads of anyone's, nor of a process
 // whose read is still blocked from before, nor once deadline has passed.
+// Nor is one tried while another read of the process is in flight (a
+// concurrent look's or sample's, of any of its files): this one waits for
+// that read's end, within its own wait, and then reads; where that read
+// does not end in time this one is given up without a read of its own, so
+// that concurrent looks leave one blocked thread per stalled process, not
+// one each (TestConcurrentReadsOfAStalledProcessBlockOne).
 //
 // The cap is a uid's own, so that one user's processes, which can hold
 // their locks for as long as they like, spend only their own: another
@@ -646,21 +655,43 @@ var stuck struct {
 // another real uid (ptrace, a root daemon's memory) can stall that uid's
 // reads, as it could kill them.
 func readBounded(dir *os.Root, name string, key stuckKey, uid int64, deadline time.Time) ([]byte, error) {
-	wait := min(readWait, time.Until(deadline))
+	end := time.Now().Add(min(readWait, time.Until(deadline)))
 	stuck.Lock()
-	limit := maxStuckPerUID
-	if c, ok := stuck.capOf[uid]; ok {
-		limit = c
-	}
-	if wait <= 0 || stuck.n >= maxStuckReads || stuck.uids[uid] >= limit || stuck.keys[key] > 0 {
+	for {
+		limit := maxStuckPerUID
+		if c, ok := stuck.capOf[uid]; ok {
+			limit = c
+		}
+		if !time.Now().Before(end) || stuck.n >= maxStuckReads || stuck.uids[uid] >= limit || stuck.keys[key] > 0 {
+			stuck.Unlock()
+			return nil, errUnread
+		}
+		busy, ok := stuck.flight[key]
+		if !ok {
+			break
+		}
+		// Another read of the process is in flight: wait for it, then
+		// look again (it may have been given up meanwhile: keys).
 		stuck.Unlock()
-		return nil, errUnread
+		t := time.NewTimer(time.Until(end))
+		select {
+		case <-busy:
+			t.Stop()
+		case <-t.C:
+			return nil, errUnread
+		}
+		stuck.Lock()
 	}
 	stuck.n++
 	if stuck.uids == nil {
 		stuck.uids = map[int64]int{}
 	}
 	stuck.uids[uid]++
+	if stuck.flight == nil {
+		stuck.flight = map[stuckKey]chan struct{}{}
+	}
+	busy := make(chan struct{})
+	stuck.flight[key] = busy
 	stuck.Unlock()
 	type result struct {
 		b   []byte
@@ -676,6 +707,8 @@ func readBounded(dir *os.Root, name string, key stuckKey, uid int64, deadline ti
 		if stuck.uids[uid]--; stuck.uids[uid] <= 0 {
 			delete(stuck.uids, uid)
 		}
+		delete(stuck.flight, key)
+		close(busy)
 		if abandoned {
 			if stuck.keys[key]--; stuck.keys[key] <= 0 {
 				delete(stuck.keys, key)
@@ -683,7 +716,7 @@ func readBounded(dir *os.Root, name string, key stuckKey, uid int64, deadline ti
 		}
 		stuck.Unlock()
 	}()
-	t := time.NewTimer(wait)
+	t := time.NewTimer(time.Until(end))
 	defer t.Stop()
 	select {
 	case r := <-done:

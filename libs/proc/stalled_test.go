@@ -1,9 +1,13 @@
 package proc
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -304,5 +308,81 @@ func TestStalledUIDSpendsOnlyItsOwnWait(t *testing.T) {
 	}
 	if u := got[theirs]; u.Processes != 1 || u.Unread != 0 || u.PSS <= 0 || u.PSS >= u.RSS {
 		t.Fatalf("sample of uid %d's pid %d = %+v, want it read (its PSS read, below its RSS): uid %d's stalled reads spent its wait", other, theirs, u, hostile)
+	}
+}
+
+// TestConcurrentReadsOfAStalledProcessBlockOne: reads of one process made
+// at once (concurrent looks or samples: an agent's restart beside its
+// progress look) are made one at a time. Of a stalled process (stall.Start)
+// one read is given up and stays blocked, with its thread, not one for
+// each reader: both are given up within their wait, and the process has
+// one read left blocked. Of a process that is not stalled, every reader
+// gets its environment: one that waited for another's read then reads.
+func TestConcurrentReadsOfAStalledProcessBlockOne(t *testing.T) {
+	t.Parallel()
+	if !hasProc {
+		t.Skip("needs /proc")
+	}
+	kv := "LOOM_PROC_TEST=" + t.Name()
+	stalled := stall.Start(t)
+	cmd := exec.Command("/bin/sleep", "60")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", kv}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	// readAll reads pid's environment from n goroutines let go at once,
+	// and returns what each got.
+	readAll := func(pid, n int) (key stuckKey, got []error, envs [][]byte) {
+		t.Helper()
+		dir, err := os.OpenRoot("/proc/" + strconv.Itoa(pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dir.Close()
+		start, ok := startOf(statFieldsIn(dir))
+		if !ok {
+			t.Fatalf("no start time for pid %d", pid)
+		}
+		key, uid := stuckKey{pid, start}, ownerIn(dir)
+		got, envs = make([]error, n), make([][]byte, n)
+		var wg sync.WaitGroup
+		go1 := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-go1
+				envs[i], got[i] = readBounded(dir, "environ", key, uid, time.Now().Add(lookBound))
+			})
+		}
+		close(go1)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(readWait + 10*time.Second):
+			t.Fatalf("reads of pid %d still blocked after %v, past their wait (%v)", pid, readWait+10*time.Second, readWait)
+		}
+		return key, got, envs
+	}
+
+	key, got, _ := readAll(stalled, 2)
+	for i, err := range got {
+		if !errors.Is(err, errUnread) {
+			t.Fatalf("read %d of stalled pid %d: %v, want given up (%v)", i, stalled, err, errUnread)
+		}
+	}
+	stuck.Lock()
+	given := stuck.keys[key]
+	stuck.Unlock()
+	if given != 1 {
+		t.Fatalf("%d reads of pid %d given up and still blocked, want 1: readers at once each left a blocked read", given, stalled)
+	}
+
+	_, got, envs := readAll(cmd.Process.Pid, 8)
+	for i, err := range got {
+		if err != nil || !slices.Contains(strings.Split(string(envs[i]), "\x00"), kv) {
+			t.Fatalf("read %d of pid %d (not stalled) = %q, %v; want its environment, holding %s", i, cmd.Process.Pid, envs[i], err, kv)
+		}
 	}
 }
