@@ -77,12 +77,13 @@ func (a *App) sampleUsage(now time.Time) {
 		// A limit is judged by the proportional set size: forked workers
 		// (a data loader's) share their parent's pages, which RSS would
 		// count once per worker, as a memory cgroup does not.
-		pss := int64(0)
+		pss, unread := int64(0), false
 		for i, g := range u.groups {
 			if s, ok := got[g]; ok {
 				kept[i] = kept[i].Sample(acct.Sample{UserCPU: s.UserCPU, SystemCPU: s.SystemCPU, RSS: s.RSS,
 					VMSize: s.VMSize, Read: s.Read, Write: s.Write}, now)
 				pss += s.PSS
+				unread = unread || s.Unread > 0
 			}
 		}
 		if util, mem, ok := domain.GPUShare(reading, u.gpus); ok {
@@ -90,7 +91,14 @@ func (a *App) sampleUsage(now time.Time) {
 				kept[i] = kept[i].SampleGPU(len(u.gpus), util, mem)
 			}
 		}
-		if limit := a.memLimit(u.key); domain.OverMemory(pss, limit) {
+		limit := a.memLimit(u.key)
+		v := domain.JudgeMemory(pss, limit, unread, a.memDoubt[u.key])
+		if v.Doubt {
+			a.memDoubt[u.key] = true
+		} else {
+			delete(a.memDoubt, u.key)
+		}
+		if v.Kill {
 			overs = append(overs, over{u.key, u.groups, pss, limit})
 		}
 	}
@@ -181,6 +189,7 @@ func (a *App) finalUsage(key string, i int, exit ports.Exit, last bool) *acct.Us
 	}
 	if last {
 		delete(a.usage, key)
+		delete(a.memDoubt, key)
 	}
 	a.mu.Unlock()
 	u = u.Final(exit.Usage.UserCPU, exit.Usage.SystemCPU, exit.Usage.MaxRSS, a.opts.Now())

@@ -59,6 +59,35 @@ func UsageReport(self Self, job string, attempt int32, u RunUsage) *eventsv1.Usa
 // sample, are past its limit (0: none).
 func OverMemory(held, limit int64) bool { return limit > 0 && held > limit }
 
+// MemoryVerdict is what a sample of a unit's memory decides: kill it, or
+// hold the kill for one more sample (doubt), or neither.
+type MemoryVerdict struct{ Kill, Doubt bool }
+
+// JudgeMemory judges a unit's sample held (bytes, its processes'
+// proportional set size) against its limit (0: none). unread says that
+// the sample took some process's PSS as its RSS, its read given up
+// (proc.GroupUsage: the process held its memory map lock, or the agent's
+// thread waited past the read's bound on a node whose CPUs are busy), an
+// upper bound that counts pages shared by forked workers once each.
+// doubted says the previous sample was such a doubt. Past the limit with
+// exact figures, the unit is killed; past it only by a sample with unread
+// processes, the kill waits for the next sample (Doubt), and is made then
+// if that one is past it too, exact or not: a read that only waited its
+// turn does not kill a job whose real PSS is within its limit, and a
+// process that keeps its lock held forever (its every sample unread) is
+// judged by its RSS one sample later, so it cannot hide memory by
+// stalling its reads.
+func JudgeMemory(held, limit int64, unread, doubted bool) MemoryVerdict {
+	switch {
+	case !OverMemory(held, limit):
+		return MemoryVerdict{}
+	case unread && !doubted:
+		return MemoryVerdict{Doubt: true}
+	default:
+		return MemoryVerdict{Kill: true}
+	}
+}
+
 // MemoryLine is Slurm's line in a step's error output when it is killed for
 // passing its memory limit (jobacct_gather's OverMemoryKill), sizes in KiB:
 // "Job 12" for a batch script, "Step 12.0" for srun tasks.

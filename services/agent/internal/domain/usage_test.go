@@ -38,3 +38,32 @@ func TestGPUShare(t *testing.T) {
 		t.Error("no reading gave a share")
 	}
 }
+
+// TestJudgeMemory: a sample past the limit with exact figures kills; one
+// past it only with processes unread (their PSS taken as RSS) waits one
+// sample, and the next past it kills, exact or not; a sample within the
+// limit clears the doubt.
+func TestJudgeMemory(t *testing.T) {
+	t.Parallel()
+	const limit = 100
+	for _, tc := range []struct {
+		name            string
+		held            int64
+		limit           int64
+		unread, doubted bool
+		want            MemoryVerdict
+	}{
+		{"within", 100, limit, false, false, MemoryVerdict{}},
+		{"within, unread", 90, limit, true, true, MemoryVerdict{}},
+		{"no limit", 1 << 40, 0, false, false, MemoryVerdict{}},
+		{"past, exact", 101, limit, false, false, MemoryVerdict{Kill: true}},
+		{"past, unread: wait a sample", 101, limit, true, false, MemoryVerdict{Doubt: true}},
+		{"past, unread again: kill", 101, limit, true, true, MemoryVerdict{Kill: true}},
+		{"past, exact after a doubt", 101, limit, false, true, MemoryVerdict{Kill: true}},
+	} {
+		if got := JudgeMemory(tc.held, tc.limit, tc.unread, tc.doubted); got != tc.want {
+			t.Errorf("%s: JudgeMemory(%d, %d, unread %v, doubted %v) = %+v, want %+v",
+				tc.name, tc.held, tc.limit, tc.unread, tc.doubted, got, tc.want)
+		}
+	}
+}

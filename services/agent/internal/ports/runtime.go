@@ -157,12 +157,15 @@ type Exit struct {
 // time (with that of the children they waited for), resident and virtual
 // memory (bytes), and bytes read from and written to storage. PSS is their
 // proportional set size (pages shared among them counted once), which
-// memory limits are judged by.
+// memory limits are judged by. Unread counts the processes whose PSS could
+// not be read in time and is their RSS instead (an upper bound:
+// domain.JudgeMemory).
 type Sample struct {
 	UserCPU, SystemCPU time.Duration
 	RSS, VMSize        int64
 	Read, Write        int64
 	PSS                int64
+	Unread             int
 }
 
 // Rusage is a finished process's resource usage as wait4 reports it: CPU

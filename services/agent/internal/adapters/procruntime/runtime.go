@@ -427,7 +427,7 @@ func (r Runtime) Usage(gs []ports.Group) map[ports.Group]ports.Sample {
 	for _, g := range gs {
 		if u, ok := got[g.PID]; ok {
 			out[g] = ports.Sample{UserCPU: u.UserCPU, SystemCPU: u.SystemCPU, RSS: u.RSS, VMSize: u.VMSize,
-				Read: u.ReadBytes, Write: u.WriteBytes, PSS: u.PSS}
+				Read: u.ReadBytes, Write: u.WriteBytes, PSS: u.PSS, Unread: u.Unread}
 		}
 	}
 	return out

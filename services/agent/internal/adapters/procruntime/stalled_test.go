@@ -49,7 +49,7 @@ func TestAdoptIsNotHeldUpByAStalledProcess(t *testing.T) {
 // smaps_rollup read blocks (stall.Start: the group's leader here, as
 // without a shim) does not hold up the agent's usage sample, which its
 // progress look takes: the sample ends within its bound, and still counts
-// the process (from its stat).
+// the process (from its stat), saying that its PSS is its RSS.
 func TestUsageIsNotHeldUpByAStalledProcess(t *testing.T) {
 	t.Parallel()
 	stalled := stall.Start(t)
@@ -64,8 +64,8 @@ func TestUsageIsNotHeldUpByAStalledProcess(t *testing.T) {
 	select {
 	case got := <-done:
 		t.Logf("Usage took %v: %+v", time.Since(began), got[g])
-		if s := got[g]; s.RSS <= 0 || s.PSS != s.RSS {
-			t.Fatalf("Usage = %+v, want group %d's one process counted, its PSS taken to be its RSS", got, stalled)
+		if s := got[g]; s.RSS <= 0 || s.PSS != s.RSS || s.Unread != 1 {
+			t.Fatalf("Usage = %+v, want group %d's one process counted, its PSS taken to be its RSS, and said unread (domain.JudgeMemory)", got, stalled)
 		}
 	case <-time.After(bound):
 		t.Fatalf("Usage still blocked after %v: it waits on pid %d's smaps_rollup read, which never ends", bound, stalled)
