@@ -2,6 +2,7 @@ package slurmspec
 
 import (
 	"math"
+	"strconv"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -106,4 +107,26 @@ func WidthMemMB(job *loomv1.Job, cpus int32) int64 {
 		return math.MaxInt64
 	}
 	return per * c
+}
+
+// JobGPUEnv sets in env the job's GPU request as Slurm 22.05's sbatch and
+// salloc export it (measured beside it): SLURM_GPUS with --gpus,
+// SLURM_GPUS_PER_NODE with --gpus-per-node but not with --gres=gpu:N
+// (which Loom keeps as the same request: gres_gpus says which was given),
+// and SLURM_GPUS_PER_TASK with --gpus-per-task, which then stands alone
+// (the job's other counts are derived from it, not options given: Slurm's
+// -n2 --gpus-per-task=1 script has SLURM_GPUS_PER_TASK=1 alone, and a
+// SLURM_GPUS there would be every srun's --gpus default besides). The
+// batch script's (the scheduler's) and salloc's shell's (the CLI's) are
+// the one rule: their sruns read them as defaults.
+func JobGPUEnv(job *loomv1.Job, env map[string]string) {
+	if g := job.GetGpusPerTask(); g > 0 {
+		env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(int(g))
+		return
+	}
+	if g := job.GetGpus(); g > 0 {
+		env["SLURM_GPUS"] = strconv.Itoa(int(g))
+	} else if g := job.GetGpusPerNode(); g > 0 && !job.GetGresGpus() {
+		env["SLURM_GPUS_PER_NODE"] = strconv.Itoa(int(g))
+	}
 }

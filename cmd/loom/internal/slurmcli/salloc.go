@@ -278,21 +278,11 @@ func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus 
 	if n := job.GetCpusPerTask(); n > 0 {
 		set["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(n))
 	}
-	// The GPU request, as the batch script has it (the scheduler's
-	// stepEnv) and Slurm 22.05's salloc sets it (measured: --gpus-per-node=2
-	// is SLURM_GPUS_PER_NODE=2, --gpus=2 SLURM_GPUS=2): the defaults of
-	// the sruns in it (srunStepInputVars, stepGRES). With --gpus-per-task
-	// the job's count of GPUs is Loom's (sbatch's parser sets it), not an
-	// option given: Slurm's salloc -N2 --gpus-per-task=1 has
-	// SLURM_GPUS_PER_TASK alone.
-	if g := job.GetGpus(); g > 0 && job.GetGpusPerTask() == 0 {
-		set["SLURM_GPUS"] = strconv.Itoa(int(g))
-	} else if g := job.GetGpusPerNode(); g > 0 && job.GetGpusPerTask() == 0 && !job.GetGresGpus() {
-		set["SLURM_GPUS_PER_NODE"] = strconv.Itoa(int(g))
-	}
-	if g := job.GetGpusPerTask(); g > 0 {
-		set["SLURM_GPUS_PER_TASK"] = strconv.Itoa(int(g))
-	}
+	// The GPU request, as the batch script has it and Slurm 22.05's salloc
+	// sets it (measured: --gpus-per-node=2 is SLURM_GPUS_PER_NODE=2,
+	// --gpus=2 SLURM_GPUS=2, -N2 --gpus-per-task=1 SLURM_GPUS_PER_TASK
+	// alone): the defaults of the sruns in it (srunStepInputVars, stepGRES).
+	slurmspec.JobGPUEnv(job, set)
 	if n := job.GetCpusPerGpu(); n > 0 {
 		set["SLURM_CPUS_PER_GPU"] = strconv.Itoa(int(n)) // as Slurm's salloc: only when asked for
 	}

@@ -308,22 +308,8 @@ func stepEnv(j *Job, r *Run, rv *runVars, rank int, sharedDir, masterAddr string
 		env["SLURM_JOB_GPUS"] = env["CUDA_VISIBLE_DEVICES"]
 		env["GPU_DEVICE_ORDINAL"] = env["CUDA_VISIBLE_DEVICES"]
 	}
-	// What the job asked for, as Slurm exports --gpus and --gpus-per-node
-	// (not --gres=gpu:N, which Loom keeps as --gpus-per-node=N: gres_gpus
-	// says which was given; measured beside Slurm 22.05). With
-	// --gpus-per-task the counts are sbatch's, derived from it (-n2
-	// --gpus-per-task=1 is gpus 2): measured beside Slurm 22.05, that
-	// job's script has SLURM_GPUS_PER_TASK alone, and a SLURM_GPUS there
-	// would be every srun's --gpus default besides.
-	if g := spec.GetGpus(); g > 0 && spec.GetGpusPerTask() == 0 {
-		env["SLURM_GPUS"] = strconv.Itoa(int(g))
-	} else if g := spec.GetGpusPerNode(); g > 0 && spec.GetGpusPerTask() == 0 && !spec.GetGresGpus() {
-		env["SLURM_GPUS_PER_NODE"] = strconv.Itoa(int(g))
-	}
-	if g := spec.GetGpusPerTask(); g > 0 {
-		// The job's steps' default (srun reads it), as Slurm's.
-		env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(int(g))
-	}
+	// What the job asked for, as Slurm exports it: its steps' defaults.
+	slurmspec.JobGPUEnv(spec, env)
 	env["SLURM_SUBMIT_DIR"] = submit
 	env["SLURM_JOB_PARTITION"] = part
 	env["SLURM_JOB_USER"] = spec.GetUser()
