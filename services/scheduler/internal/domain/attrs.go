@@ -197,14 +197,7 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 	a.req = place.Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
 		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive(),
 		ExclusiveUser: spec.GetExclusiveUser()}
-	gpn := a.req.GPUsPerNode
-	if g := spec.GetGpus(); gpn == 0 && g > 0 {
-		// --gpus spread: its GPUs over the job's nodes, the first ones one
-		// more (requestAvoiding's count, before the nodes are raised to
-		// fit), for --cpus-per-gpu's CPUs in the TRES gates.
-		gpn = int32((int64(g) + int64(a.req.Nodes) - 1) / int64(a.req.Nodes))
-	}
-	a.req.CPUsPerNode = cpusPerNode(spec, a.req.Nodes, gpn)
+	a.req.CPUsPerNode = minCPUsPerNode(spec)
 	// --mem-per-cpu sizes the minimum's memory by its CPUs: mem_mb holds
 	// a running job's width's, which a requeue must not keep.
 	a.req.MemMB = slurmspec.WidthMemMB(spec, a.req.CPUsPerNode)

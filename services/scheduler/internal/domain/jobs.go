@@ -80,6 +80,11 @@ func (t *txn) requeueJob(j *Job, reason string) {
 	spec.Nodes, spec.StartTime, spec.EndTime = nil, nil, nil
 	spec.NodeTasks, spec.NodeCpus = nil, nil // the next run lays out its own
 	spec.BatchHost, spec.AllocGpus = "", 0
+	if spec.GetMemPerCpuMb() > 0 {
+		// The minimum's memory a node again (the run's width set it:
+		// start), for scontrol's TRES and sacct's ReqMem while pending.
+		spec.MemMb = slurmspec.WidthMemMB(spec, minCPUsPerNode(spec))
+	}
 	spec.RestartCount++
 	t.emitJob(j)
 	t.dirty[spec.GetCluster()] = true

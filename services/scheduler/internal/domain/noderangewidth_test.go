@@ -230,3 +230,30 @@ func TestNodeRangeWidthMemPerCPU(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeRangeWidthMemPerCPURequeue: a --mem-per-cpu range job requeued
+// pending again shows its minimum's memory a node (what scontrol's TRES
+// and sacct's ReqMem read), not the width its last run got.
+func TestNodeRangeWidthMemPerCPURequeue(t *testing.T) {
+	t.Parallel()
+	m, ok := clusterspec.Machine("n2-standard-4")
+	if !ok {
+		t.Fatal("no n2-standard-4 in the catalog")
+	}
+	per := m.SchedulableMemoryMiB() / 3
+	h := newSpecHarness(t, Config{})
+	h.cpuNodes(3)
+	h.submitJob(job(1, 1, 0, nodeRange(3), func(j *loomv1.Job) {
+		j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", 5
+		j.MemMb, j.MemPerCpuMb = 5*per, per
+	}))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if got := h.job(1).GetMemMb(); got != 2*per {
+		t.Fatalf("running job shows %d MiB a node, want %d", got, 2*per)
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	if got := h.job(1).GetMemMb(); got != 5*per {
+		t.Fatalf("requeued job shows %d MiB a node, want %d (5 CPUs at its minimum, 1 node)", got, 5*per)
+	}
+}

@@ -141,6 +141,19 @@ func cpusPerNode(spec *loomv1.Job, nodes int, gpus int32) int32 {
 	return slurmspec.JobCPUsPerNode(spec, nodes, gpus)
 }
 
+// minCPUsPerNode is the CPUs a node of spec takes at its minimum node
+// count, its --gpus spread over those nodes, the first ones one more
+// (requestAvoiding's count, before the nodes are raised to fit), for
+// --cpus-per-gpu's CPUs in the TRES gates.
+func minCPUsPerNode(spec *loomv1.Job) int32 {
+	nodes := int(max(spec.GetNodeCount(), 1))
+	gpn := spec.GetGpusPerNode()
+	if g := spec.GetGpus(); gpn == 0 && g > 0 {
+		gpn = int32((int64(g) + int64(nodes) - 1) / int64(nodes))
+	}
+	return cpusPerNode(spec, nodes, gpn)
+}
+
 // FormatDuration writes seconds as Slurm writes a time limit: "UNLIMITED"
 // for 0, else "[D-]HH:MM:SS".
 func FormatDuration(secs int64) string {
