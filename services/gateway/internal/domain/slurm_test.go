@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,11 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"relative work dir", func(j *loomv1.Job) { j.WorkDir = "run" }, `job.work_dir: "run" must be an absolute path`},
 		{"bad nodelist", func(j *loomv1.Job) { j.Nodelist = []string{"GPU_1"} }, "job.nodelist[0]"},
 		{"negative mem", func(j *loomv1.Job) { j.MemMb = -5 }, "job.mem_mb"},
+		{"negative mem per cpu", func(j *loomv1.Job) { j.MemPerCpuMb = -1 }, "job.mem_per_cpu_mb: -1 must not be negative"},
+		// Past a node, --mem-per-cpu is named (not mem_mb, which the caller
+		// may not have set), its product saturating rather than wrapping.
+		{"mem per cpu past a node", func(j *loomv1.Job) { j.MemPerCpuMb = 1 << 40 }, "job.mem_per_cpu_mb: 1099511627776 MiB a CPU"},
+		{"mem per cpu overflowing", func(j *loomv1.Job) { j.MemPerCpuMb = math.MaxInt64 }, "job.mem_per_cpu_mb: 9223372036854775807 MiB a CPU"},
 		// Counts whose products the scheduler takes in int32: each has a bound.
 		{"begin time before 1970", func(j *loomv1.Job) { j.BeginTime = timestamppb.New(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)) }, "job.begin_time: 1000-01-01T00:00:00Z is before 1970-01-01T00:00:00Z"},
 		{"huge ntasks", func(j *loomv1.Job) { j.Ntasks = 1<<31 - 1 }, "job.ntasks: 2147483647 is more than 1048576, the most Loom takes"},

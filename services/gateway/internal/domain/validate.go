@@ -270,22 +270,29 @@ func checkFitIn(v *errs.Validator, prefix string, j *loomv1.Job, clusterName, pa
 			v.Add(prefix+"gpus", "%d exceeds the %d GPUs in %s (Slurm: %s)", want, total, where, MsgNodeConfig)
 		}
 	}
-	// --mem past every node's memory would wait forever (NodeTooSmall
-	// on every node): Slurm refuses it at submission, as here. Pools of
-	// a machine type the catalog does not know are not judged.
-	// So would more CPUs on a node (tasks per node times CPUs per
-	// task, or its GPUs times CPUs per GPU) than the largest has.
 	gpn := spreadGPUsPerNode(j, nodes, maxGPUs)
 	width := rangeWidth(j, nodes, fitting)
 	need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(width), gpn, j.GetCpusPerGpu())
+	// --mem past every node's memory would wait forever (NodeTooSmall
+	// on every node): Slurm refuses it at submission, as here. Pools of
+	// a machine type the catalog does not know are not judged.
 	// --mem-per-cpu is judged at the width the CPUs are (a range's
-	// widest: its least per node, slurmspec.WidthMemMB).
-	if mem := slurmspec.WidthMemMB(j, int32(min(need, math.MaxInt32))); mem > 0 {
+	// widest: its least per node, slurmspec.WidthMemMB), and named: the
+	// caller's mem_mb is not what was judged.
+	cpus := int32(min(need, math.MaxInt32))
+	if mem := slurmspec.WidthMemMB(j, cpus); mem > 0 {
 		if maxMB, known := largestNode(pools, machineMemoryMB); known && mem > maxMB {
-			v.Add(prefix+"mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
-				mem, maxMB, where)
+			if per := j.GetMemPerCpuMb(); per > 0 {
+				v.Add(prefix+"mem_per_cpu_mb", "%d MiB a CPU × %d CPUs a node exceed the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
+					per, max(cpus, 1), maxMB, where)
+			} else {
+				v.Add(prefix+"mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
+					mem, maxMB, where)
+			}
 		}
 	}
+	// So would more CPUs on a node (tasks per node times CPUs per
+	// task, or its GPUs times CPUs per GPU) than the largest has.
 	if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
 		if width > nodes {
 			v.Add(prefix+"ntasks", "%d tasks need %d CPUs a node even at the node range's widest, %d nodes of %s, whose largest has %d (Slurm: %s)",
