@@ -93,8 +93,8 @@ func (a *App) sampleUsage(now time.Time) {
 		}
 		limit := a.memLimit(u.key)
 		v := domain.JudgeMemory(pss, limit, unread, a.memDoubt[u.key])
-		if v.Doubt {
-			a.memDoubt[u.key] = true
+		if v.Doubt > 0 {
+			a.memDoubt[u.key] = v.Doubt
 		} else {
 			delete(a.memDoubt, u.key)
 		}

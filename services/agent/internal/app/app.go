@@ -202,10 +202,10 @@ type App struct {
 	// oom marks, by step or tasks key, the units killed past their memory
 	// limit, until their end is recorded (acct.go).
 	oom map[string]bool
-	// memDoubt marks, by step or tasks key, the units whose last sample
-	// was past their memory limit only with processes unread
-	// (domain.JudgeMemory): the next such sample kills them.
-	memDoubt map[string]bool
+	// memDoubt holds, by step or tasks key, for how many more samples a
+	// unit's sample past its memory limit only with processes unread
+	// still counts (domain.JudgeMemory): the next past it meanwhile kills.
+	memDoubt map[string]int
 	// signalled wakes ProgressLoop after a step was signalled, so that a
 	// checkpoint the signal asked for is reported at once (progress.go).
 	signalled chan struct{}
@@ -322,7 +322,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		usage:      map[string][]acct.Usage{},
 		usageSent:  map[string]time.Time{},
 		oom:        map[string]bool{},
-		memDoubt:   map[string]bool{},
+		memDoubt:   map[string]int{},
 		signalled:  make(chan struct{}, 1),
 		tails:      map[string]*tail{},
 		dropped:    newDroppedLines(),

@@ -60,8 +60,17 @@ func UsageReport(self Self, job string, attempt int32, u RunUsage) *eventsv1.Usa
 func OverMemory(held, limit int64) bool { return limit > 0 && held > limit }
 
 // MemoryVerdict is what a sample of a unit's memory decides: kill it, or
-// hold the kill for one more sample (doubt), or neither.
-type MemoryVerdict struct{ Kill, Doubt bool }
+// not, and for how many more samples a doubt holds (Doubt, 0: none;
+// JudgeMemory).
+type MemoryVerdict struct {
+	Kill  bool
+	Doubt int
+}
+
+// MemoryDoubtSamples is how many samples a doubt lasts (a minute at the
+// default 5 s progress interval): a unit is spared one sample past its
+// limit with processes unread in that many, not one in two.
+const MemoryDoubtSamples = 12
 
 // JudgeMemory judges a unit's sample held (bytes, its processes'
 // proportional set size) against its limit (0: none). unread says that
@@ -69,20 +78,24 @@ type MemoryVerdict struct{ Kill, Doubt bool }
 // (proc.GroupUsage: the process held its memory map lock, or the agent's
 // thread waited past the read's bound on a node whose CPUs are busy), an
 // upper bound that counts pages shared by forked workers once each.
-// doubted says the previous sample was such a doubt. Past the limit with
+// doubt is the previous verdict's Doubt (0: none). Past the limit with
 // exact figures, the unit is killed; past it only by a sample with unread
-// processes, the kill waits for the next sample (Doubt), and is made then
-// if that one is past it too, exact or not: a read that only waited its
-// turn does not kill a job whose real PSS is within its limit, and a
-// process that keeps its lock held forever (its every sample unread) is
-// judged by its RSS one sample later, so it cannot hide memory by
-// stalling its reads.
-func JudgeMemory(held, limit int64, unread, doubted bool) MemoryVerdict {
+// processes, the kill is held (Doubt: MemoryDoubtSamples), and made at the
+// next sample past it, exact or not, while the doubt lasts; each sample
+// within the limit shortens it by one. So a read that only waited its
+// turn does not kill a job whose real PSS is within its limit, a process
+// that keeps its lock held forever (its every sample unread) is judged by
+// its RSS one sample later, and one that stalls its reads while past its
+// limit and lets them go, within it, for the sample after (a sample within
+// the limit does not clear the doubt) is killed at its second stalled
+// sample: it cannot hide memory by stalling its reads more than once in
+// MemoryDoubtSamples samples.
+func JudgeMemory(held, limit int64, unread bool, doubt int) MemoryVerdict {
 	switch {
 	case !OverMemory(held, limit):
-		return MemoryVerdict{}
-	case unread && !doubted:
-		return MemoryVerdict{Doubt: true}
+		return MemoryVerdict{Doubt: max(doubt-1, 0)}
+	case unread && doubt <= 0:
+		return MemoryVerdict{Doubt: MemoryDoubtSamples}
 	default:
 		return MemoryVerdict{Kill: true}
 	}

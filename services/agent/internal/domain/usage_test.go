@@ -40,30 +40,59 @@ func TestGPUShare(t *testing.T) {
 }
 
 // TestJudgeMemory: a sample past the limit with exact figures kills; one
-// past it only with processes unread (their PSS taken as RSS) waits one
-// sample, and the next past it kills, exact or not; a sample within the
-// limit clears the doubt.
+// past it only with processes unread (their PSS taken as RSS) holds the
+// kill, and the next past it within MemoryDoubtSamples kills, exact or
+// not; a sample within the limit shortens the doubt by one.
 func TestJudgeMemory(t *testing.T) {
 	t.Parallel()
 	const limit = 100
 	for _, tc := range []struct {
-		name            string
-		held            int64
-		limit           int64
-		unread, doubted bool
-		want            MemoryVerdict
+		name   string
+		held   int64
+		limit  int64
+		unread bool
+		doubt  int
+		want   MemoryVerdict
 	}{
-		{"within", 100, limit, false, false, MemoryVerdict{}},
-		{"within, unread", 90, limit, true, true, MemoryVerdict{}},
-		{"no limit", 1 << 40, 0, false, false, MemoryVerdict{}},
-		{"past, exact", 101, limit, false, false, MemoryVerdict{Kill: true}},
-		{"past, unread: wait a sample", 101, limit, true, false, MemoryVerdict{Doubt: true}},
-		{"past, unread again: kill", 101, limit, true, true, MemoryVerdict{Kill: true}},
-		{"past, exact after a doubt", 101, limit, false, true, MemoryVerdict{Kill: true}},
+		{"within", 100, limit, false, 0, MemoryVerdict{}},
+		{"within, unread", 90, limit, true, 3, MemoryVerdict{Doubt: 2}},
+		{"within, the doubt's last", 90, limit, false, 1, MemoryVerdict{}},
+		{"no limit", 1 << 40, 0, false, 0, MemoryVerdict{}},
+		{"past, exact", 101, limit, false, 0, MemoryVerdict{Kill: true}},
+		{"past, unread: hold", 101, limit, true, 0, MemoryVerdict{Doubt: MemoryDoubtSamples}},
+		{"past, unread again: kill", 101, limit, true, MemoryDoubtSamples, MemoryVerdict{Kill: true}},
+		{"past, unread within the doubt: kill", 101, limit, true, 1, MemoryVerdict{Kill: true}},
+		{"past, exact after a doubt", 101, limit, false, MemoryDoubtSamples, MemoryVerdict{Kill: true}},
 	} {
-		if got := JudgeMemory(tc.held, tc.limit, tc.unread, tc.doubted); got != tc.want {
-			t.Errorf("%s: JudgeMemory(%d, %d, unread %v, doubted %v) = %+v, want %+v",
-				tc.name, tc.held, tc.limit, tc.unread, tc.doubted, got, tc.want)
+		if got := JudgeMemory(tc.held, tc.limit, tc.unread, tc.doubt); got != tc.want {
+			t.Errorf("%s: JudgeMemory(%d, %d, unread %v, doubt %d) = %+v, want %+v",
+				tc.name, tc.held, tc.limit, tc.unread, tc.doubt, got, tc.want)
 		}
 	}
+}
+
+// TestJudgeMemoryAlternating: a process that stalls its reads while past
+// its limit and lets them go, back within it, for every other sample
+// (stall.Start's hold, released at will) is killed at its second stalled
+// sample past the limit: a sample within the limit does not give it
+// another doubt.
+func TestJudgeMemoryAlternating(t *testing.T) {
+	t.Parallel()
+	const limit = 100
+	doubt := 0
+	for i := range 4 {
+		held, unread := int64(50), false // exact, within
+		if i%2 == 0 {
+			held, unread = 500, true // stalled: its RSS, past
+		}
+		v := JudgeMemory(held, limit, unread, doubt)
+		if v.Kill {
+			if i != 2 {
+				t.Fatalf("killed at sample %d, want at 2", i)
+			}
+			return
+		}
+		doubt = v.Doubt
+	}
+	t.Fatal("never killed, past its limit at every other sample")
 }
