@@ -921,8 +921,10 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 	}
 	if st.memPerCPU > 0 {
 		// The minimum's memory; the scheduler sizes a wider width's by
-		// its own CPUs from mem_per_cpu_mb (slurmspec.WidthMemMB).
-		j.MemMb, j.MemPerCpuMb = st.memPerCPU*int64(cpusPerNode(j)), st.memPerCPU
+		// its own CPUs from mem_per_cpu_mb (slurmspec.WidthMemMB, which
+		// saturates where the product would wrap).
+		j.MemPerCpuMb = st.memPerCPU
+		j.MemMb = slurmspec.WidthMemMB(j, cpusPerNode(j))
 	}
 	if st.memPerGPU > 0 {
 		g := j.GpusPerNode

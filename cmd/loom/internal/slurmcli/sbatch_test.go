@@ -2,6 +2,7 @@ package slurmcli
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -417,6 +418,13 @@ func TestParseSbatchExportAndScript(t *testing.T) {
 	req, err = parse(t, []string{"-N1-3", "-n5", "--mem-per-cpu=1024", "job.sh"}, plainScript, nil)
 	if err != nil || req.job.MemMb != 5*1024 || req.job.MemPerCpuMb != 1024 {
 		t.Errorf("-N1-3 -n5 --mem-per-cpu: %v %v %v", req.job.GetMemMb(), req.job.GetMemPerCpuMb(), err)
+	}
+	// Its product saturates, never wrapping to a negative mem_mb (which the
+	// gateway would refuse naming mem_mb, not given): 2^50 - 1 MiB a CPU
+	// times 4096 × 4096 CPUs.
+	req, err = parse(t, []string{"--ntasks-per-node=4096", "-c4096", "--mem-per-cpu=1125899906842623", "job.sh"}, plainScript, nil)
+	if err != nil || req.job.MemMb != math.MaxInt64 || req.job.MemPerCpuMb != 1<<50-1 {
+		t.Errorf("huge --mem-per-cpu: %v %v %v", req.job.GetMemMb(), req.job.GetMemPerCpuMb(), err)
 	}
 	// With --cpus-per-gpu, of the CPUs its GPUs take (2 × 3), and carried
 	// to the scheduler, with no warning.
