@@ -389,6 +389,11 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 		if ev.GpuType != nil {
 			j.Job.GpuType = ev.GetGpuType()
 		}
+		if j.Job.GetMemPerCpuMb() > 0 {
+			// --mem-per-cpu's memory a node at the new minimum (its
+			// nodes, tasks, GPUs), as fillAttrs places it.
+			j.Job.MemMb = slurmspec.WidthMemMB(j.Job, minCPUsPerNode(j.Job))
+		}
 	}
 	t.emitJob(j)
 }

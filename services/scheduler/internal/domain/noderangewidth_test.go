@@ -257,3 +257,20 @@ func TestNodeRangeWidthMemPerCPURequeue(t *testing.T) {
 		t.Fatalf("requeued job shows %d MiB a node, want %d (5 CPUs at its minimum, 1 node)", got, 5*per)
 	}
 }
+
+// TestMemPerCPUResize: NumNodes= on a pending --mem-per-cpu job sizes its
+// memory a node (what scontrol's TRES and sacct's ReqMem read) by the CPUs
+// a node takes at its new minimum, as the scheduler places it: -n8 on 1
+// node takes 8 CPUs' memory a node, on 2 nodes 4.
+func TestMemPerCPUResize(t *testing.T) {
+	t.Parallel()
+	h := rangeHarness(t, 0)
+	h.submitJob(job(1, 1, 0, func(j *loomv1.Job) {
+		j.Command, j.Script, j.Ntasks, j.MemMb, j.MemPerCpuMb = nil, "x", 8, 800, 100
+	}))
+	n := int32(2)
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionUpdate, NodeCount: &n, User: "root", Admin: true})
+	if j := h.job(1); j.GetNodeCount() != 2 || j.GetMemMb() != 400 || j.GetMemPerCpuMb() != 100 {
+		t.Fatalf("after NumNodes=2: %d nodes, %d MiB a node, %d a CPU; want 2, 400, 100", j.GetNodeCount(), j.GetMemMb(), j.GetMemPerCpuMb())
+	}
+}
