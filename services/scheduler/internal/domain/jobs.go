@@ -415,7 +415,8 @@ func newTasks(job *loomv1.Job, ev *eventsv1.UpdateJob) int32 {
 // sameSize reports whether ev's size and hosts are those job has.
 func sameSize(job *loomv1.Job, ev *eventsv1.UpdateJob) bool {
 	return (ev.NodeCount == nil || ev.GetNodeCount() == job.GetNodeCount() && job.GetMaxNodeCount() == newMaxNodes(ev)) && newTasks(job, ev) == job.GetNtasks() &&
-		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb()) &&
+		// MinMemoryNode= on a --mem-per-cpu job ends it, whatever its memory.
+		(ev.MemMb == nil || ev.GetMemMb() == job.GetMemMb() && job.GetMemPerCpuMb() == 0) &&
 		(ev.Nodelist == nil || slices.Equal(uniqueHosts(ev.GetNodelist().GetHosts()), job.GetNodelist())) &&
 		(ev.Exclude == nil || slices.Equal(uniqueHosts(ev.GetExclude().GetHosts()), job.GetExclude())) &&
 		(ev.GpusPerNode == nil || ev.GetGpusPerNode() == job.GetGpusPerNode()) && (ev.GpuType == nil || ev.GetGpuType() == job.GetGpuType())

@@ -261,7 +261,8 @@ func TestNodeRangeWidthMemPerCPURequeue(t *testing.T) {
 // TestMemPerCPUResize: NumNodes= on a pending --mem-per-cpu job sizes its
 // memory a node (what scontrol's TRES and sacct's ReqMem read) by the CPUs
 // a node takes at its new minimum, as the scheduler places it: -n8 on 1
-// node takes 8 CPUs' memory a node, on 2 nodes 4.
+// node takes 8 CPUs' memory a node, on 2 nodes 4. MinMemoryNode= ends
+// --mem-per-cpu.
 func TestMemPerCPUResize(t *testing.T) {
 	t.Parallel()
 	h := rangeHarness(t, 0)
@@ -272,5 +273,12 @@ func TestMemPerCPUResize(t *testing.T) {
 	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionUpdate, NodeCount: &n, User: "root", Admin: true})
 	if j := h.job(1); j.GetNodeCount() != 2 || j.GetMemMb() != 400 || j.GetMemPerCpuMb() != 100 {
 		t.Fatalf("after NumNodes=2: %d nodes, %d MiB a node, %d a CPU; want 2, 400, 100", j.GetNodeCount(), j.GetMemMb(), j.GetMemPerCpuMb())
+	}
+	// MinMemoryNode= replaces --mem-per-cpu, even at the memory a node it
+	// has now: not a no-op (a wider width would have asked less a node).
+	mem := int64(400)
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionUpdate, MemMb: &mem, User: "root", Admin: true})
+	if j := h.job(1); j.GetMemMb() != 400 || j.GetMemPerCpuMb() != 0 {
+		t.Fatalf("after MinMemoryNode=400: %d MiB a node, %d a CPU; want 400, none", j.GetMemMb(), j.GetMemPerCpuMb())
 	}
 }
