@@ -286,7 +286,12 @@ func allocationEnv(environ map[string]string, job *loomv1.Job, cwd string, cpus 
 	if n := job.GetCpusPerGpu(); n > 0 {
 		set["SLURM_CPUS_PER_GPU"] = strconv.Itoa(int(n)) // as Slurm's salloc: only when asked for
 	}
-	if m := job.GetMemMb(); m > 0 {
+	// Memory as it was asked for, as Slurm's salloc exports it: a
+	// --mem-per-cpu job's per CPU (its memory a node follows the CPUs each
+	// node gets), a --mem job's a node.
+	if per := job.GetMemPerCpuMb(); per > 0 {
+		set["SLURM_MEM_PER_CPU"] = strconv.FormatInt(per, 10)
+	} else if m := job.GetMemMb(); m > 0 {
 		set["SLURM_MEM_PER_NODE"] = strconv.FormatInt(m, 10)
 	}
 	for k, v := range set {

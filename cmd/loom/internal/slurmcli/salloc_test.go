@@ -279,10 +279,14 @@ func TestSallocDistribution(t *testing.T) {
 		{[]string{"-N2", "--gres=gpu:2"}, "<unset> <unset>\n"},
 		{[]string{"--gpus=2"}, "<unset> <unset> gpus=2\n"},
 		{[]string{"-N2", "--gpus-per-task=1"}, "<unset> <unset> gpt=1\n"},
+		// Memory as asked for: --mem a node, --mem-per-cpu per CPU.
+		{[]string{"--mem=2048"}, "<unset> <unset> mpn=2048\n"},
+		{[]string{"-n2", "--mem-per-cpu=512"}, "<unset> <unset> mpc=512\n"},
 	} {
 		env, _, _, _ := sallocEnv(t)
 		args := append(append([]string{"-Q"}, tc.args...), "sh", "-c", `echo "${SLURM_DISTRIBUTION-<unset>} ${SLURM_DIST_PLANESIZE-<unset>}`+
-			`${SLURM_GPUS_PER_NODE+ gpn=$SLURM_GPUS_PER_NODE}${SLURM_GPUS+ gpus=$SLURM_GPUS}${SLURM_GPUS_PER_TASK+ gpt=$SLURM_GPUS_PER_TASK}"`)
+			`${SLURM_GPUS_PER_NODE+ gpn=$SLURM_GPUS_PER_NODE}${SLURM_GPUS+ gpus=$SLURM_GPUS}${SLURM_GPUS_PER_TASK+ gpt=$SLURM_GPUS_PER_TASK}`+
+			`${SLURM_MEM_PER_NODE+ mpn=$SLURM_MEM_PER_NODE}${SLURM_MEM_PER_CPU+ mpc=$SLURM_MEM_PER_CPU}"`)
 		if code, out, errOut := salloc(context.Background(), t, env, "", args...); code != 0 || out != tc.want {
 			t.Errorf("salloc %v: exit %d, stdout %q (stderr %q); want %q", tc.args, code, out, errOut, tc.want)
 		}
