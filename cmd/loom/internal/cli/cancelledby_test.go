@@ -97,6 +97,14 @@ func TestJobsCancelEndedJob(t *testing.T) {
 	if code != 1 || out != "" || errOut != "Error: cancel job 99: it has already ended: nothing to cancel (see how it ended with `loom jobs get 99`)\n" {
 		t.Errorf("cancel of an ended job the gateway no longer shows: exit %d, stdout %q, stderr %q; want exit 1", code, out, errOut)
 	}
+	// --ignore-ended: the same words as a note, exit 0; -o json the job.
+	out, errOut, code = run(t, gw, "jobs", "cancel", "8", "--ignore-ended")
+	if code != 0 || out != "" || errOut != "Note: cancel job 8: it is already FAILED (exit 3): nothing to cancel (see how it ended with `loom jobs get 8`)\n" {
+		t.Errorf("cancel --ignore-ended of an ended job: exit %d, stdout %q, stderr %q; want exit 0 and the note", code, out, errOut)
+	}
+	if out, _, code = run(t, gw, "jobs", "cancel", "8", "--ignore-ended", "-o", "json"); code != 0 || !strings.Contains(out, `"state": "FAILED"`) {
+		t.Errorf("cancel --ignore-ended -o json of an ended job: exit %d, stdout %q; want exit 0 and the job", code, out)
+	}
 	// Ending (COMPLETING): its processes are being stopped already.
 	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/5", JobId: "5", Cluster: "projects/default/clusters/demo",
 		State: loomv1.JobState_COMPLETING, Nodes: []string{"cpu-0001"}})

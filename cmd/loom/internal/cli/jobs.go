@@ -469,8 +469,9 @@ func jobStateFilter(req *loomv1.ListJobsRequest, states []string) error {
 const msgAlreadyDone = "Job/step already completing or completed"
 
 func (a *app) jobsCancelCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "cancel ID",
+	var ignoreEnded bool
+	cmd := &cobra.Command{
+		Use:   "cancel ID [--ignore-ended]",
 		Short: "Cancel a job (its processes are stopped)",
 		Long: `Cancel a job: a pending one ends CANCELLED at once, a running one once its
 processes are stopped.
@@ -478,8 +479,9 @@ processes are stopped.
 A job that has already ended, or is ending, is not cancelled: the command
 says how it ended and exits 1, so that a script can tell a job it cancelled
 from one that finished (COMPLETED, FAILED) on its own. A script that only
-needs the job gone may ignore that status. ` + "`loom slurm scancel`" + ` keeps
-Slurm's way instead: silent, exit 0.`,
+needs the job gone gives --ignore-ended: the same words go to stderr as a
+note, and the command exits 0 (as kubectl delete --ignore-not-found).
+` + "`loom slurm scancel`" + ` keeps Slurm's way instead: silent, exit 0.`,
 		Args: exactArgs(1, "the job id, e.g. `loom jobs cancel 7`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := a.jobs()
@@ -500,7 +502,7 @@ Slurm's way instead: silent, exit 0.`,
 					// The job ended; what it became is not known here.
 					j = nil
 				}
-				return notCancelled(args[0], j)
+				return a.ended(cmd, args[0], j, ignoreEnded)
 			}
 			if err != nil {
 				return a.notFoundHint(a.explain("cancel job "+args[0], err), err, "loom jobs list")
@@ -508,7 +510,7 @@ Slurm's way instead: silent, exit 0.`,
 			if j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED {
 				// Ended before this cancel came (a gateway that answers
 				// an ended job as it is, not with the refusal above).
-				return notCancelled(args[0], j)
+				return a.ended(cmd, args[0], j, ignoreEnded)
 			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), j)
@@ -523,6 +525,24 @@ Slurm's way instead: silent, exit 0.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&ignoreEnded, "ignore-ended", false, "exit 0 for a job that has already ended or is ending (a note on stderr says how)")
+	return cmd
+}
+
+// ended answers `loom jobs cancel ID` for a job that has ended or is
+// ending (j as the gateway has it now; nil when not known): notCancelled's
+// failure, or with --ignore-ended (ignore) its words as a note on stderr,
+// the job as it is with -o json, and exit 0.
+func (a *app) ended(cmd *cobra.Command, id string, j *loomv1.Job, ignore bool) error {
+	err := notCancelled(id, j)
+	if !ignore {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "Note: %v\n", err)
+	if a.output == "json" && j != nil {
+		return writeJSON(cmd.OutOrStdout(), j)
+	}
+	return nil
 }
 
 // notCancelled is the failure of `loom jobs cancel ID` for a job that has
