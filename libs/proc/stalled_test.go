@@ -2,6 +2,7 @@ package proc
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -39,19 +40,10 @@ func TestLookByEnvOfGivesUpAStalledRead(t *testing.T) {
 
 	look := func() (EnvLook, time.Duration) {
 		t.Helper()
-		done := make(chan EnvLook, 1)
-		began := time.Now()
-		go func() { done <- LookByEnvOf(kv, uid) }()
-		// Far past the look's bound (lookBound): a look that waits on the
-		// stalled read waits until the helper is killed, at cleanup.
-		select {
-		case got := <-done:
-			return got, time.Since(began)
-		case <-time.After(lookBound + 10*time.Second):
-			t.Fatalf("LookByEnvOf(uid %d) still blocked after %v: it waits on pid %d's environment read, which never ends",
-				uid, lookBound+10*time.Second, stalled)
-		}
-		panic("unreachable")
+		var got EnvLook
+		took := doneWithin(t, lookBound+10*time.Second, fmt.Sprintf("LookByEnvOf(uid %d), on pid %d's environment read,", uid, stalled),
+			func() { got = LookByEnvOf(kv, uid) })
+		return got, took
 	}
 	got, took := look()
 	t.Logf("first look: %v, found %v, unread %v", took, got.Found, got.Unread)
@@ -112,19 +104,10 @@ func TestGroupUsageGivesUpAStalledRead(t *testing.T) {
 
 	sample := func() (Usage, time.Duration) {
 		t.Helper()
-		done := make(chan Usage, 1)
-		began := time.Now()
-		go func() { done <- GroupUsage(map[int]bool{stalled: true}, true)[stalled] }()
-		// Far past the sample's bound (lookBound): a sample that waits on
-		// the stalled read waits until the helper is killed, at cleanup.
-		select {
-		case got := <-done:
-			return got, time.Since(began)
-		case <-time.After(lookBound + 10*time.Second):
-			t.Fatalf("GroupUsage of group %d still blocked after %v: it waits on pid %d's smaps_rollup read, which never ends",
-				stalled, lookBound+10*time.Second, stalled)
-		}
-		panic("unreachable")
+		var got Usage
+		took := doneWithin(t, lookBound+10*time.Second, fmt.Sprintf("GroupUsage of group %d, on its smaps_rollup read,", stalled),
+			func() { got = GroupUsage(map[int]bool{stalled: true}, true)[stalled] })
+		return got, took
 	}
 	for i := range 2 {
 		got, took := sample()
@@ -201,13 +184,7 @@ func TestStalledUIDLeavesOthersRead(t *testing.T) {
 
 	bounded := func(what string, f func()) {
 		t.Helper()
-		done := make(chan struct{})
-		go func() { f(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(lookBound + 10*time.Second):
-			t.Fatalf("%s still blocked after %v: it waits on pid %d's read, which never ends", what, lookBound+10*time.Second, stalled)
-		}
+		doneWithin(t, lookBound+10*time.Second, fmt.Sprintf("%s, on pid %d's read,", what, stalled), f)
 	}
 	// hostile spends its budget: the stalled process's read is given up
 	// and stays blocked.
@@ -287,22 +264,15 @@ func TestStalledUIDSpendsOnlyItsOwnWait(t *testing.T) {
 	}
 	groups[theirs] = true
 
-	done := make(chan map[int]Usage, 1)
-	began := time.Now()
-	go func() { done <- GroupUsage(groups, true) }()
 	var got map[int]Usage
-	select {
-	case got = <-done:
-	case <-time.After(time.Duration(n)*readWait + 10*time.Second):
-		t.Fatalf("GroupUsage still blocked after %v: it waits on a stalled read", time.Duration(n)*readWait+10*time.Second)
-	}
+	took := doneWithin(t, time.Duration(n)*readWait+10*time.Second, "GroupUsage, on a stalled read,", func() { got = GroupUsage(groups, true) })
 	unread := 0
 	for pid := range groups {
 		if pid != theirs {
 			unread += got[pid].Unread
 		}
 	}
-	t.Logf("sample: %v, %d of uid %d's %d stalled processes unread; uid %d's pid %d: %+v", time.Since(began), unread, hostile, n, other, theirs, got[theirs])
+	t.Logf("sample: %v, %d of uid %d's %d stalled processes unread; uid %d's pid %d: %+v", took, unread, hostile, n, other, theirs, got[theirs])
 	if unread != n {
 		t.Fatalf("%d of uid %d's %d stalled processes unread, want all", unread, hostile, n)
 	}
@@ -356,13 +326,7 @@ func TestConcurrentReadsOfAStalledProcessBlockOne(t *testing.T) {
 			})
 		}
 		close(go1)
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(readWait + 10*time.Second):
-			t.Fatalf("reads of pid %d still blocked after %v, past their wait (%v)", pid, readWait+10*time.Second, readWait)
-		}
+		doneWithin(t, readWait+10*time.Second, fmt.Sprintf("reads of pid %d (their wait: %v)", pid, readWait), wg.Wait)
 		return key, got, envs
 	}
 
@@ -384,5 +348,24 @@ func TestConcurrentReadsOfAStalledProcessBlockOne(t *testing.T) {
 		if err != nil || !slices.Contains(strings.Split(string(envs[i]), "\x00"), kv) {
 			t.Fatalf("read %d of pid %d (not stalled) = %q, %v; want its environment, holding %s", i, cmd.Process.Pid, envs[i], err, kv)
 		}
+	}
+}
+
+// doneWithin runs f and returns how long it took, failing t where f has
+// not returned after d: what names the call for the message. d is meant
+// far past the bound under test, so that only a call that waits on a
+// stalled read fails it; f is then left blocked, until the stalled
+// process is killed at cleanup.
+func doneWithin(t *testing.T, d time.Duration, what string, f func()) time.Duration {
+	t.Helper()
+	done := make(chan struct{})
+	began := time.Now()
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+		return time.Since(began)
+	case <-time.After(d):
+		t.Fatalf("%s still blocked after %v: it waits on a read that never ends", what, d)
+		panic("unreachable")
 	}
 }
