@@ -103,7 +103,9 @@ func orphanedHelperEnds(t *testing.T, uid int) {
 		t.Skipf("the helper needs FUSE: %v", err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperOutlivesNoTest$")
-	cmd.Env = append(os.Environ(), orphanEnv+"="+strconv.Itoa(uid))
+	// Its TMPDIR is this test's: the child is killed before its own
+	// cleanups can remove the directories its helper mounted on.
+	cmd.Env = append(os.Environ(), orphanEnv+"="+strconv.Itoa(uid), "TMPDIR="+t.TempDir())
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
