@@ -28,6 +28,10 @@ const (
 	MaxStepTasks = 4096
 	// MaxGPUsPerTask bounds a step's --gpus-per-task.
 	MaxGPUsPerTask = 1024
+	// MaxMemMB bounds a job's memory, --mem and --mem-per-cpu, in MiB: 1
+	// EiB, past any machine (a node whose memory is unknown takes any
+	// request). It keeps a job's memory over its nodes within an int64.
+	MaxMemMB = MaxTRESMemMB
 	// MaxTimeLimitSeconds bounds a time limit (--time, a partition's
 	// MaxTime): a century; anything above is a typo, and seconds past 292
 	// years overflow a time.Duration.

@@ -73,6 +73,17 @@ func TestNodeRange(t *testing.T) {
 	if code, out, errOut := run(t, fm, "scontrol", Env{}, "show", "job", strings.TrimSpace(out)); code != 0 || !strings.Contains(out, " MinMemoryCPU=1G ") {
 		t.Errorf("show job --mem-per-cpu: %d %q %q, want MinMemoryCPU=1G", code, out, errOut)
 	}
+	// --mem-per-gpu: a node's memory is it times the node's GPUs; past
+	// Loom's bound it is refused naming the option, never wrapped.
+	code, out, errOut = run(t, fm, "sbatch", Env{}, "--parsable", "-H", "-p", "gpu", "--gpus-per-node=4", "--mem-per-gpu=2G", "--wrap", "hostname")
+	if j := submitted(fm)[len(submitted(fm))-1].GetJob(); code != 0 || j.GetMemMb() != 8192 {
+		t.Errorf("sbatch --mem-per-gpu=2G --gpus-per-node=4: %d %q %q, sent mem_mb %d, want 8192", code, out, errOut, j.GetMemMb())
+	}
+	n := len(submitted(fm))
+	code, _, errOut = run(t, fm, "sbatch", Env{}, "-H", "-p", "gpu", "--gpus-per-node=8", "--mem-per-gpu=1073741824T", "--wrap", "hostname")
+	if code != 1 || !strings.Contains(errOut, "--mem-per-gpu: 1125899906842624 MiB a GPU × 8 GPUs a node is more than 1099511627776 MiB") || len(submitted(fm)) != n {
+		t.Errorf("sbatch --mem-per-gpu past the bound: %d %q (submitted %d -> %d), want refused naming --mem-per-gpu", code, errOut, n, len(submitted(fm)))
+	}
 	if code, out, errOut := run(t, f, "squeue", Env{}, "-h", "-j", id, "-o", "%D"); code != 0 || out != "1\n" {
 		t.Errorf("squeue %%D of %s: %d %q %q, want 1 (the minimum)", id, code, out, errOut)
 	}

@@ -931,7 +931,15 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		if g == 0 && j.Gpus > 0 {
 			g = (j.Gpus + max(j.NodeCount, 1) - 1) / max(j.NodeCount, 1)
 		}
-		j.MemMb = st.memPerGPU * int64(max(g, 1))
+		// The product is judged here, where --mem-per-gpu is still
+		// known: past the gateway's bound (or wrapped) it would be
+		// refused as a mem_mb the user never gave.
+		perNode := int64(max(g, 1))
+		if st.memPerGPU > slurmspec.MaxMemMB/perNode {
+			return errorf(st.prog, "--mem-per-gpu: %d MiB a GPU × %d GPUs a node is more than %d MiB, the most Loom takes",
+				st.memPerGPU, perNode, int64(slurmspec.MaxMemMB))
+		}
+		j.MemMb = st.memPerGPU * perNode
 	}
 	user := env["LOOM_USER"]
 	if user == "" {

@@ -3,7 +3,6 @@ package domain
 import (
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -253,8 +252,8 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 		{"job.ntasks_per_node", int64(j.GetNtasksPerNode()), slurmspec.MaxTasksPerNode},
 		{"job.cpus_per_task", int64(j.GetCpusPerTask()), slurmspec.MaxCPUsPerTask},
 		{"job.cpus_per_gpu", int64(j.GetCpusPerGpu()), slurmspec.MaxCPUsPerGPU},
-		{"job.mem_mb", j.GetMemMb(), math.MaxInt64},
-		{"job.mem_per_cpu_mb", j.GetMemPerCpuMb(), math.MaxInt64},
+		{"job.mem_mb", j.GetMemMb(), slurmspec.MaxMemMB},
+		{"job.mem_per_cpu_mb", j.GetMemPerCpuMb(), slurmspec.MaxMemMB},
 		{"job.gpus", int64(j.GetGpus()), slurmspec.MaxJobGPUs},
 		{"job.gpus_per_task", int64(j.GetGpusPerTask()), slurmspec.MaxGPUsPerTask},
 	} {
@@ -445,6 +444,7 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 		}
 		if req.MemMb != nil {
 			v.Check(req.GetMemMb() >= 0, "mem_mb", "%d must not be negative (0: no memory request)", req.GetMemMb())
+			v.Check(req.GetMemMb() <= slurmspec.MaxMemMB, "mem_mb", "%d is more than %d, the most Loom takes", req.GetMemMb(), slurmspec.MaxMemMB)
 		}
 		for _, l := range []struct {
 			field string

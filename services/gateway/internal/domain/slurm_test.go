@@ -80,6 +80,9 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"relative work dir", func(j *loomv1.Job) { j.WorkDir = "run" }, `job.work_dir: "run" must be an absolute path`},
 		{"bad nodelist", func(j *loomv1.Job) { j.Nodelist = []string{"GPU_1"} }, "job.nodelist[0]"},
 		{"negative mem", func(j *loomv1.Job) { j.MemMb = -5 }, "job.mem_mb"},
+		// A node whose machine type is unknown takes any --mem: the
+		// bound keeps its product over the nodes within an int64.
+		{"huge mem", func(j *loomv1.Job) { j.MemMb = 1<<40 + 1 }, "job.mem_mb: 1099511627777 is more than 1099511627776, the most Loom takes"},
 		{"negative mem per cpu", func(j *loomv1.Job) { j.MemPerCpuMb = -1 }, "job.mem_per_cpu_mb: -1 must not be negative"},
 		// Past a node, --mem-per-cpu is named (not mem_mb, which the caller
 		// may not have set), its product saturating rather than wrapping.
@@ -193,6 +196,8 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		{&loomv1.UpdateJobRequest{Action: "update", NodeCount: proto.Int32(0)}, "node_count", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", Ntasks: proto.Int32(-1)}, "ntasks", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", MemMb: proto.Int64(-1)}, "mem_mb", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", MemMb: proto.Int64(slurmspec.MaxMemMB + 1)}, "mem_mb", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", MemMb: proto.Int64(slurmspec.MaxMemMB)}, "", "update"},
 		{&loomv1.UpdateJobRequest{Action: "update", Nodelist: &loomv1.HostList{Hosts: []string{"../x"}}}, "nodelist[0]", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", Exclude: &loomv1.HostList{Hosts: make([]string, MaxHosts+1)}}, "exclude", ""},
 		{&loomv1.UpdateJobRequest{Action: "update", ArrayTaskThrottle: proto.Int32(-2)}, "array_task_throttle", ""},

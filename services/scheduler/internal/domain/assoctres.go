@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"math"
+
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -43,6 +45,32 @@ var (
 // order: cpu, mem (MB), node, gpu.
 type tres [4]int64
 
+// satTRES is what n nodes of perNode CPUs and memory hold, with gpus in
+// all: each product saturates at math.MaxInt64 rather than wrapping, so
+// that a request past every limit still reads as past it. A node's memory
+// is bounded at the gateway (slurmspec.MaxMemMB), but a node whose
+// memory is unknown takes any request, and the counts of many runs add
+// up (addSat).
+func satTRES(cpusPerNode, memPerNode, nodes, gpus int64) tres {
+	return tres{mulSat(cpusPerNode, nodes), mulSat(memPerNode, nodes), nodes, gpus}
+}
+
+// mulSat is a*b for a, b >= 0, math.MaxInt64 where that would wrap.
+func mulSat(a, b int64) int64 {
+	if a > 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// addSat is a+b for a, b >= 0, math.MaxInt64 where that would wrap.
+func addSat(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 // tresOfLimit is a TRES limit as a tres, -1 for each TRES without one (0
 // is a limit: none may use that TRES).
 func tresOfLimit(t slurmspec.TRES) tres {
@@ -67,7 +95,9 @@ func (l *AssocLimit) hasTRESLimits() bool {
 // -1.
 func over(limit, use, req *tres) int {
 	for i := range limit {
-		if limit[i] >= 0 && use[i]+req[i] > limit[i] {
+		// As a difference: use and req are never negative (satTRES),
+		// and their sum could pass an int64.
+		if limit[i] >= 0 && req[i] > limit[i]-use[i] {
 			return i
 		}
 	}
@@ -98,7 +128,7 @@ func gateAssocTRES(p *pass, q *queued) (string, string) {
 	var req tres
 	a := &q.e.jobAttrs
 	nodes := int64(max(a.req.Nodes, 1))
-	req = tres{int64(a.req.CPUsPerNode) * nodes, a.req.MemMB * nodes, nodes, a.gpus}
+	req = satTRES(int64(a.req.CPUsPerNode), a.req.MemMB, nodes, a.gpus)
 	if l := p.t.assocRecord(project, account, user); l.hasTRESLimits() {
 		// A job without --time runs within MaxWall whatever its
 		// partition's MaxTime (wallDefault, start): only a --time past
@@ -197,10 +227,10 @@ func (p *pass) tresCount() *tresCounts {
 func (p *pass) addTRESUse(j *Job, r *Run) {
 	c := p.tresUse
 	n := int64(len(r.Nodes))
-	use := tres{int64(r.cpuCount()), r.MemMB * n, n, int64(r.gpuCount())}
+	use := tres{int64(r.cpuCount()), mulSat(r.MemMB, n), n, int64(r.gpuCount())}
 	add := func(t *tres) {
 		for i := range t {
-			t[i] += use[i]
+			t[i] = addSat(t[i], use[i])
 		}
 	}
 	k := assocKey{j.Job.GetAccount(), j.Job.GetUser()}

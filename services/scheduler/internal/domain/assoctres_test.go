@@ -273,6 +273,50 @@ func TestAssocTRESRefusesBadEvents(t *testing.T) {
 	}
 }
 
+// TestAssocTRESSumsDoNotWrap: on nodes whose memory is unknown (any
+// --mem fits them) a job asking 2^62 MiB a node of two nodes is past a
+// MaxTRESPerJob and a GrpTRES of mem, and so is one of one node beside a
+// running one as large: the product over the nodes and the sum with what
+// runs saturate, where a wrap to a negative passed the limit.
+func TestAssocTRESSumsDoNotWrap(t *testing.T) {
+	t.Parallel()
+	huge := func(j *loomv1.Job) { j.MemMb = 1 << 62 }
+	for _, tc := range []struct {
+		name   string
+		tres   func(*loomv1.Association, *loomv1.Tres)
+		reason string
+	}{
+		{"MaxTRESPerJob", func(a *loomv1.Association, t *loomv1.Tres) { a.MaxTresPerJob = t }, ReasonAssocMaxMemPerJob},
+		{"GrpTRES", func(a *loomv1.Association, t *loomv1.Tres) { a.GrpTres = t }, ReasonAssocGrpMemLimit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+				h.node(host, 8)
+			}
+			a := &loomv1.Association{Account: "a", User: "ada"}
+			tc.tres(a, &loomv1.Tres{MemMb: proto.Int64(slurmspec.MaxTRESMemMB)})
+			h.do(&eventsv1.AssociationChanged{Project: "default", Association: a})
+			h.submitJob(job(1, 2, 1, user("ada", "a"), huge))
+			h.wantExact(1, loomv1.JobState_PENDING, tc.reason)
+		})
+	}
+	t.Run("with what runs", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		for _, host := range []string{"gpu-0001", "gpu-0002"} {
+			h.node(host, 8)
+		}
+		h.submitJob(job(1, 1, 1, user("ada", "a"), huge))
+		h.wantState(1, loomv1.JobState_RUNNING, "")
+		h.do(&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada",
+			GrpTres: &loomv1.Tres{MemMb: proto.Int64(slurmspec.MaxTRESMemMB)}}})
+		h.submitJob(job(2, 1, 1, user("ada", "a"), huge))
+		h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocGrpMemLimit)
+	})
+}
+
 // TestAssocGrpTRESInOnePass: the jobs a pass starts count against the
 // limit at once: of three 8-GPU jobs handled in one batch under
 // GrpTRES=gres/gpu=16, two start.

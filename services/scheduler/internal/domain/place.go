@@ -366,7 +366,7 @@ func (p *pass) fitsLimits(q *queued, r *place.Request, n int) bool {
 	if g := spec.GetGpusPerNode(); g > 0 {
 		gpus = int64(g) * int64(n)
 	}
-	req := tres{int64(r.CPUsPerNode) * int64(n), r.MemMB * int64(n), int64(n), gpus}
+	req := satTRES(int64(r.CPUsPerNode), r.MemMB, int64(n), gpus)
 	if p.tresOver(spec, &req) != "" {
 		return false
 	}
