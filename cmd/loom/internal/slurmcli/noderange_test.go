@@ -73,6 +73,11 @@ func TestNodeRange(t *testing.T) {
 	if code, out, errOut := run(t, fm, "scontrol", Env{}, "show", "job", strings.TrimSpace(out)); code != 0 || !strings.Contains(out, " MinMemoryCPU=1G ") {
 		t.Errorf("show job --mem-per-cpu: %d %q %q, want MinMemoryCPU=1G", code, out, errOut)
 	}
+	// squeue %m: the figure a CPU, as Slurm's (-n3 --mem-per-cpu=1000:
+	// 1000M), not the node's.
+	if code, out, errOut := run(t, fm, "squeue", Env{}, "-h", "-j", strings.TrimSpace(out), "-o", "%m"); code != 0 || out != "1G\n" {
+		t.Errorf("squeue %%m of a --mem-per-cpu job: %d %q %q, want 1G", code, out, errOut)
+	}
 	// --mem-per-gpu: a node's memory is it times the node's GPUs; past
 	// Loom's bound it is refused naming the option, never wrapped.
 	code, out, errOut = run(t, fm, "sbatch", Env{}, "--parsable", "-H", "-p", "gpu", "--gpus-per-node=4", "--mem-per-gpu=2G", "--wrap", "hostname")

@@ -1212,8 +1212,19 @@ func (c *cmd) showConfig(ctx context.Context, b *strings.Builder) error {
 // --mem-per-cpu, as Slurm 22.05 prints it (-N1-3 -n5 --mem-per-cpu=1024:
 // MinMemoryCPU=1G), else MinMemoryNode=.
 func minMemory(j *loomv1.Job) string {
-	if m := j.GetMemPerCpuMb(); m > 0 {
-		return "MinMemoryCPU=" + memString(m)
+	if j.GetMemPerCpuMb() > 0 {
+		return "MinMemoryCPU=" + memString(minMemoryMB(j))
 	}
-	return "MinMemoryNode=" + memString(j.GetMemMb())
+	return "MinMemoryNode=" + memString(minMemoryMB(j))
+}
+
+// minMemoryMB is the job's memory request as Slurm 22.05 shows it in
+// scontrol's MinMemory and squeue's %m: --mem-per-cpu's figure a CPU
+// (squeue -n3 --mem-per-cpu=1000: 1000M, not the 3000M a node holds),
+// else --mem's a node.
+func minMemoryMB(j *loomv1.Job) int64 {
+	if m := j.GetMemPerCpuMb(); m > 0 {
+		return m
+	}
+	return j.GetMemMb()
 }

@@ -244,7 +244,7 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 			}
 			return formatSecs(l-jobElapsed(r.job, v.now), true)
 		}},
-		"m": str("MIN_MEMORY", func(j *loomv1.Job) string { return memString(j.GetMemMb()) }),
+		"m": str("MIN_MEMORY", func(j *loomv1.Job) string { return memString(minMemoryMB(j)) }),
 		"M": {header: "TIME", nocut: true, value: func(r jobRow) string { return formatSecs(jobElapsed(r.job, v.now), true) }},
 		"n": {header: "REQ_NODES", value: func(r jobRow) string { return compressHosts(r.job.GetNodelist()) }},
 		"N": {header: "NODELIST", nocut: true, value: func(r jobRow) string { return compressHosts(r.job.GetNodes()) }},
