@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,12 @@ import (
 // node's records are refused by every service's consumers within it.
 const RevocationPoll = 250 * time.Millisecond
 
+// RevocationStale is how long a service's copy of the revocation list may
+// go unread before the service says it is not ready (Check): past it a
+// removed node's records may be taken, and an operator must see that
+// rather than a WARN logged once.
+const RevocationStale = 5 * time.Second
+
 // NodeRevocations is a service's copy of the revocation list of removed
 // nodes' identities, which the provisioner writes when it removes a node:
 // Lookup answers from memory (the bus verifier asks it for every node
@@ -32,6 +39,10 @@ type NodeRevocations struct {
 	// failing is set while reads fail, so that a failure is logged once,
 	// and its recovery once.
 	failing atomic.Bool
+	// read is when a Refresh last succeeded (unix nanoseconds; 0: never),
+	// lastErr why the last one failed.
+	read    atomic.Int64
+	lastErr atomic.Pointer[string]
 	mu      sync.Mutex // one Refresh at a time
 }
 
@@ -61,6 +72,39 @@ func (r *NodeRevocations) Lookup(node string) (auth.NodeRevocation, bool) {
 func (r *NodeRevocations) Refresh(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	err := r.refresh(ctx)
+	if err != nil {
+		msg := err.Error()
+		r.lastErr.Store(&msg)
+		return err
+	}
+	r.read.Store(r.now().UnixNano())
+	return nil
+}
+
+// Check is nil while the copy is current: read within RevocationStale.
+// Otherwise it says since when it is not, and why (the service's /readyz
+// answers 503 with it): a service that cannot read the list takes every
+// removed node's records, which must not pass unseen.
+func (r *NodeRevocations) Check() error {
+	why := ""
+	if p := r.lastErr.Load(); p != nil {
+		why = ": " + *p
+	}
+	last := r.read.Load()
+	if last == 0 {
+		return fmt.Errorf("the revocation list of removed nodes' identities (%s*) has never been read%s; "+
+			"removed nodes' records are not refused until it is (the service's Redis user needs read access to it)", auth.RevokedNodesKey, why)
+	}
+	if age := r.now().Sub(time.Unix(0, last)); age > RevocationStale {
+		return fmt.Errorf("the revocation list of removed nodes' identities (%s*) has not been read for %v%s; "+
+			"nodes removed since are not refused (the service's Redis user needs read access to it)", auth.RevokedNodesKey, age.Round(time.Second), why)
+	}
+	return nil
+}
+
+// refresh is Refresh, under its lock.
+func (r *NodeRevocations) refresh(ctx context.Context) error {
 	ver, err := r.rdb.Get(ctx, auth.RevokedNodesVersionKey).Result()
 	switch {
 	case errors.Is(err, redis.Nil):

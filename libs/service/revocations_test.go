@@ -1,6 +1,7 @@
 package service
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,39 @@ func TestNodeRevocationsFollowTheVersion(t *testing.T) {
 		if _, ok := r.Lookup(node); !ok {
 			t.Errorf("%s: not looked up after the version changed", node)
 		}
+	}
+}
+
+// Check says the copy is not current, naming the key, until a read
+// succeeds and again once reads have failed for RevocationStale (the
+// service's /readyz then answers 503 with it), with the last failure.
+func TestNodeRevocationsCheckSaysWhenStale(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	now := time.Now()
+	r := NewNodeRevocations(rdb, func() time.Time { return now })
+	if err := r.Check(); err == nil || !strings.Contains(err.Error(), "never been read") || !strings.Contains(err.Error(), auth.RevokedNodesKey) {
+		t.Fatalf("Check before any read = %v, want never read, naming %s", err, auth.RevokedNodesKey)
+	}
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Check(); err != nil {
+		t.Fatalf("Check after a read: %v", err)
+	}
+	// Reads fail from now on (Redis gone): current until RevocationStale.
+	_ = rdb.Close()
+	if err := r.Refresh(ctx); err == nil {
+		t.Fatal("Refresh on a closed client succeeded")
+	}
+	now = now.Add(RevocationStale)
+	if err := r.Check(); err != nil {
+		t.Fatalf("Check %v after the last read: %v, want current", RevocationStale, err)
+	}
+	now = now.Add(time.Second)
+	err := r.Check()
+	if err == nil || !strings.Contains(err.Error(), "has not been read for 6s") || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Check 6s after the last read = %v, want stale since 6s with the read's error", err)
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -49,6 +51,20 @@ func TestNewWithRedisACLUser(t *testing.T) {
 	}
 	if err := b.Redis.Set(ctx, "gateway:k", "v", 0).Err(); err == nil {
 		t.Error("SET outside its prefix succeeded: the ACL is not the one in force")
+	}
+	// Without read access to the revocation list the service is not
+	// ready, and says what its user lacks; with it, it is.
+	if err := b.ready(ctx); err == nil || !strings.Contains(err.Error(), auth.RevokedNodesKey) {
+		t.Errorf("ready without access to the revocation list = %v, want an error naming %s", err, auth.RevokedNodesKey)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "loom-scheduler", "%R~provisioner:revoked-nodes*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Revocations.Refresh(ctx); err != nil {
+		t.Errorf("Refresh with read access: %v", err)
+	}
+	if err := b.ready(ctx); err != nil {
+		t.Errorf("ready with read access to the revocation list: %v", err)
 	}
 	_ = b.Close()
 

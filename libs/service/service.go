@@ -353,6 +353,19 @@ func (b *Base) setUpSigning(name string, secret []byte) error {
 	return nil
 }
 
+// ready is the service's /readyz: Redis answers, and a service that
+// refuses removed nodes' records has a current copy of their list
+// (NodeRevocations.Check).
+func (b *Base) ready(ctx context.Context) error {
+	if err := b.Redis.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	if b.Revocations != nil {
+		return b.Revocations.Check()
+	}
+	return nil
+}
+
 // retry calls f until it succeeds or ctx ends, backing off from 100 ms to 2 s
 // and logging the failures, so that a service started before its
 // infrastructure waits for it instead of exiting.
@@ -455,9 +468,7 @@ func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(conte
 	if err != nil {
 		return fmt.Errorf("service %s: listen gRPC on %s: %w", b.Name, b.Config.GRPCAddr, err)
 	}
-	httpSrv := telemetry.NewServer(b.Config.HTTPAddr, b.Telemetry, func(ctx context.Context) error {
-		return b.Redis.Ping(ctx).Err()
-	})
+	httpSrv := telemetry.NewServer(b.Config.HTTPAddr, b.Telemetry, b.ready)
 	if err := httpSrv.Start(); err != nil {
 		ln.Close()
 		return fmt.Errorf("service %s: %w", b.Name, err)
