@@ -69,6 +69,10 @@ type Config struct {
 	DedupeTTL time.Duration
 	// Kept is how many recent messages are listed per project (DefaultKept).
 	Kept int
+	// MaxProducers and MaxProjectProducers bound the producers counted,
+	// in all and a project (the messages filed under no project counted as
+	// one): MaxProducers and MaxProjectProducers when 0.
+	MaxProducers, MaxProjectProducers int
 	// Attempts, InternalAttempts, MaxDeliveries, CallTimeout: see the
 	// Default* constants (0: the default).
 	Attempts, InternalAttempts, MaxDeliveries int
@@ -113,6 +117,8 @@ func New(cfg Config) (*App, error) {
 	}
 	def(&cfg.MaxData, cloudevent.DefaultMaxData)
 	def(&cfg.Kept, DefaultKept)
+	def(&cfg.MaxProducers, MaxProducers)
+	def(&cfg.MaxProjectProducers, MaxProjectProducers)
 	def(&cfg.Attempts, DefaultAttempts)
 	def(&cfg.InternalAttempts, DefaultInternalAttempts)
 	def(&cfg.MaxDeliveries, DefaultMaxDeliveries)
@@ -134,7 +140,8 @@ func New(cfg Config) (*App, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &App{cfg: cfg, rec: &records{st: cfg.Store, ttl: cfg.DedupeTTL, kept: cfg.Kept, claimTTL: cfg.ClaimTTL},
+	return &App{cfg: cfg, rec: &records{st: cfg.Store, ttl: cfg.DedupeTTL, kept: cfg.Kept, claimTTL: cfg.ClaimTTL,
+		maxProducers: cfg.MaxProducers, maxProjectProducers: cfg.MaxProjectProducers},
 		principals: map[[32]byte]cachedPrincipal{}}, nil
 }
 

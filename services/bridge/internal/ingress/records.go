@@ -24,13 +24,24 @@ const (
 	// DefaultKept is how many recent messages are kept per project (and in
 	// the list of every project's): IngressMessagesKept.
 	DefaultKept = 1000
-	// MaxProducers bounds the producers counted: past it, a new producer's
-	// messages are counted under the producer OverflowSource, so that a
-	// flood of sources cannot grow Redis without bound.
+	// MaxProducers bounds the producers counted in all: past it, a new
+	// producer's messages are counted under one producer of no project
+	// (source OverflowSource), so that a flood of sources cannot grow
+	// Redis without bound.
 	MaxProducers = 10000
-	// OverflowSource is the source of the producer that counts the messages
-	// of producers past MaxProducers.
-	OverflowSource = "(other producers: more than 10000)"
+	// MaxProjectProducers bounds the producers counted in one project, and
+	// those of the messages filed under no project (no credential, or one
+	// of no member of the project named: anyone who may publish to the
+	// ingress sends those, with any source): past it, a new producer's
+	// messages are counted under its project's overflow producer (source
+	// OverflowSource). Without it, made-up sources would take every
+	// producer of MaxProducers, and every project's producers after them
+	// would be counted under no project, out of their project's list.
+	MaxProjectProducers = 1000
+	// OverflowSource is the source of the producers that count the
+	// messages of producers past MaxProjectProducers (one a project) or
+	// MaxProducers.
+	OverflowSource = "(other producers, past the limit)"
 	// allProjects is the list key of every project's recent messages.
 	allProjects = "-"
 )
@@ -47,7 +58,8 @@ const (
 //	                          "-" is every project's (and those of messages
 //	                          that named none); expires a dedupe TTL after its
 //	                          last message
-//	ingress:producers[:{p}]   set of producer ids (all, and a project's)
+//	ingress:producers[:{p}]   set of producer ids (all, and a project's;
+//	                          "ingress:producers:" those of no project)
 //	ingress:producer:{id}     hash: project, source, principal, the counts,
 //	                          first_time, last_time (unix ns), last_reason
 const (
@@ -62,6 +74,8 @@ type records struct {
 	st   *store.Store
 	ttl  time.Duration
 	kept int
+	// maxProducers and maxProjectProducers are the Config's bounds.
+	maxProducers, maxProjectProducers int
 	// claimTTL is a claim's life without renewal (ClaimTTL by default).
 	claimTTL time.Duration
 	// renewTick, when set, paces the renewals of claims instead of a
@@ -74,6 +88,15 @@ type records struct {
 func producerID(project, source, principal string) string {
 	sum := sha256.Sum256([]byte(project + "\n" + source + "\n" + principal))
 	return hex.EncodeToString(sum[:16])
+}
+
+// overflowID is the id of project's overflow producer (recordScript); of
+// no project's, the overflow producer's in all.
+func overflowID(project string) string {
+	if project == "" {
+		return "overflow"
+	}
+	return "overflow:" + project
 }
 
 // duplicateScript counts a redelivery of a decided message: KEYS[1] the
@@ -115,13 +138,16 @@ func (r *records) duplicate(ctx context.Context, key, tag string, now time.Time)
 }
 
 // recordScript records one decision, once: KEYS = message hash, producers
-// set, project's producers set, overflow producer's hash, project's recent
-// list, all projects' recent list, producer hash prefix, message hash
-// prefix; ARGV = rec,
-// ttl ms, producer id, overflow id, max producers, outcome field, time ns,
-// reason, kept, project, source, principal. A message already recorded (a
-// concurrent delivery won) is counted as a duplicate instead. Returns 1
-// when recorded, 0 when it was a duplicate.
+// set, project's producers set (the set of no project's for ""), overflow
+// producer's hash, project's recent list, all projects' recent list,
+// producer hash prefix, message hash prefix; ARGV = rec, ttl ms, producer
+// id, overflow id, max producers, outcome field, time ns, reason, kept,
+// project, source, principal, overflow source, key, credential tag, max
+// producers a project, the project's overflow id. A new producer past the
+// project's bound is counted as the project's overflow producer, and one
+// past the bound in all as the overflow producer of no project. A message
+// already recorded (a concurrent delivery won) is counted as a duplicate
+// instead. Returns 1 when recorded, 0 when it was a duplicate.
 var recordScript = redis.NewScript(`
 local ttl = tonumber(ARGV[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -130,17 +156,20 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local pid = ARGV[3]
 local project, source, principal = ARGV[10], ARGV[11], ARGV[12]
-if redis.call('SISMEMBER', KEYS[2], pid) == 0 and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[5]) then
-  pid = ARGV[4]
-  source = ARGV[13]
-  principal = ''
-  project = ''
+local inProject = true
+if redis.call('SISMEMBER', KEYS[2], pid) == 0 then
+  if redis.call('SCARD', KEYS[3]) >= tonumber(ARGV[16]) then
+    pid, source, principal = ARGV[17], ARGV[13], ''
+  end
+  if redis.call('SISMEMBER', KEYS[2], pid) == 0 and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+    pid, source, principal, project, inProject = ARGV[4], ARGV[13], '', '', false
+  end
 end
 local pk = KEYS[7] .. pid
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'deliveries', 1, 'producer', pid, 'cred', ARGV[15])
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('SADD', KEYS[2], pid)
-if project ~= '' then redis.call('SADD', KEYS[3], pid) end
+if inProject then redis.call('SADD', KEYS[3], pid) end
 if redis.call('EXISTS', pk) == 0 then
   redis.call('HSET', pk, 'project', project, 'source', source, 'principal', principal, 'first_time', ARGV[7])
 end
@@ -191,8 +220,9 @@ func (r *records) record(ctx context.Context, key, tag string, m *loomv1.Ingress
 	}
 	now := m.GetDecidedTime().AsTime().UnixNano()
 	n, err := recordScript.Run(ctx, r.st.Client(), keys,
-		rec, r.ttl.Milliseconds(), pid, "overflow", MaxProducers, outcomeField(m.GetOutcome()), now,
-		reason, r.kept, project, m.GetSource(), m.GetPrincipal(), OverflowSource, key, tag).Int()
+		rec, r.ttl.Milliseconds(), pid, overflowID(""), r.maxProducers, outcomeField(m.GetOutcome()), now,
+		reason, r.kept, project, m.GetSource(), m.GetPrincipal(), OverflowSource, key, tag,
+		r.maxProjectProducers, overflowID(project)).Int()
 	if err != nil {
 		return false, fmt.Errorf("ingress: record %s: %w", key, err)
 	}
