@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -348,5 +349,41 @@ printf '{"val_loss": 0.5, "global_step": 7}\n' >> "$CLOUD_ML_HP_METRIC_FILE"`
 	}
 	if !slices.Contains(progress, 7) || !slices.Equal(metrics, []int64{7}) {
 		t.Fatalf("%s's step reported progress at %v and metrics at %v; want step 7 in both", a.Name, progress, metrics)
+	}
+}
+
+// TestTasksCannotProbeWhereTheOwnerCannotLook: srun --chdir into a
+// directory its owner cannot reach fails the same whether the directory
+// is there or not. The agent looked with root's eyes: a missing one
+// failed "no such directory" before anything started, one that was there
+// started and failed to enter it, so any user could learn which names
+// exist in another's 0700 home.
+func TestTasksCannotProbeWhereTheOwnerCannotLook(t *testing.T) {
+	t.Parallel()
+	a := testkit.OSUsers(t, 1)[0]
+	e, _ := ownerEnv(t, a)
+	e.start(t)
+	private := filepath.Join(e.shared, "private") // root's, 0700, like another's home
+	if err := os.MkdirAll(filepath.Join(private, "there"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	msgs := map[string]string{}
+	for i, name := range []string{"there", "missing"} {
+		job := fmt.Sprint(i + 1)
+		l := launch(job, 0, 0, 1, filepath.Join(e.shared, ".loom", "steps", job+".0"), "true")
+		l.User, l.WorkDir = a.Name, filepath.Join(private, name)
+		publish(t, e.broker, command(l))
+		ev := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+			tc, ok := ev.Payload.(*eventsv1.TasksChanged)
+			return ok && tc.Job == "projects/p/jobs/"+job && (tc.State == eventsv1.StepState_STEP_FAILED_TO_START || tc.State == eventsv1.StepState_STEP_EXITED)
+		}).Payload.(*eventsv1.TasksChanged)
+		msgs[name] = ev.State.String() + ": " + strings.ReplaceAll(ev.Message, name, "NAME")
+	}
+	if msgs["there"] != msgs["missing"] || !strings.Contains(msgs["there"], "permission denied") {
+		t.Fatalf("srun --chdir where its owner cannot look: into a directory that is there %q, into one that is not %q; want the same, permission denied",
+			msgs["there"], msgs["missing"])
 	}
 }

@@ -255,10 +255,10 @@ func TestSrunMultiNodeStreamsLabelledOutputAndExitCode(t *testing.T) {
 func TestSrunReportsATaskLaunchFailureAsSlurm(t *testing.T) {
 	t.Parallel()
 	g := srunGateway(t, 1, 0, 0, 0, 0)
-	g.StepLaunchFailures = map[int]string{1: "chdir to /scratch/gone: no such directory"}
+	g.StepLaunchFailures = map[int]string{1: "chdir to /scratch/gone: no such file or directory"}
 	code, _, errOut := runSrun(context.Background(), t, g, "-N2", "--ntasks-per-node=2", "python", "train.py")
-	want := "srun: error: Task launch for StepId=12.3 failed on node gpu-0002: chdir to /scratch/gone: no such directory\n" +
-		"srun: error: Application launch failed: chdir to /scratch/gone: no such directory\n" +
+	want := "srun: error: Task launch for StepId=12.3 failed on node gpu-0002: chdir to /scratch/gone: no such file or directory\n" +
+		"srun: error: Application launch failed: chdir to /scratch/gone: no such file or directory\n" +
 		"srun: Job step aborted\n"
 	if code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut, "Exited with exit code") {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and:\n%s", code, errOut, want)

@@ -203,8 +203,11 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	if dir == "" {
 		dir = a.opts.SharedDir
 	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("chdir to %s: no such directory", dir)
+	// Looked at as the owner: as root, a directory the owner may not
+	// reach would fail here when missing and at the start when there,
+	// telling them which.
+	if err := a.rt.StatDir(user, dir); err != nil {
+		return nil, fmt.Errorf("chdir to %s: %w", dir, err)
 	}
 	outDir := cmd.GetOutputDir()
 	if outDir == "" {

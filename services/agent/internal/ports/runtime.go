@@ -92,6 +92,12 @@ type Runtime interface {
 	// owner could not), creating it empty (mode 0600, user's) when it is
 	// not there yet.
 	OpenInput(user, path string) (*os.File, error)
+	// StatDir reports whether dir is a directory, looked at as user (so
+	// that the answer is only what user could learn: a directory user may
+	// not reach is "permission denied" whether it is there or not): nil,
+	// or the system's error (fs.ErrNotExist, fs.ErrPermission,
+	// syscall.ENOTDIR) without the path.
+	StatDir(user, dir string) error
 	// MakeDir makes dir and its missing parents as user (mode 0700): a
 	// step's working directory, made where its owner may make it.
 	MakeDir(user, dir string) error

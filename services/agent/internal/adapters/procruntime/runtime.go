@@ -7,6 +7,7 @@ package procruntime
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -218,6 +219,26 @@ const (
 	outputMode os.FileMode = 0o600
 	dirMode    os.FileMode = 0o700
 )
+
+// StatDir looks at dir as user (osuser.As: the kernel checks the owner's
+// rights to reach it), not as the agent, which would tell any user what
+// is there in directories they may not enter.
+func (r Runtime) StatDir(user, dir string) error {
+	a, err := r.account(user)
+	if err != nil {
+		return err
+	}
+	return osuser.As(a, func() error {
+		fi, err := os.Stat(dir)
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			return pe.Err
+		}
+		if err == nil && !fi.IsDir() {
+			return syscall.ENOTDIR
+		}
+		return err
+	})
+}
 
 // MakeDir makes dir and its missing parents as user, mode 0700.
 func (r Runtime) MakeDir(user, dir string) error {
