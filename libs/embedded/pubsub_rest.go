@@ -15,6 +15,8 @@ import (
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/localsite"
 )
 
 // Bounds of the REST publish endpoint: Google's own Pub/Sub limits (a
@@ -30,7 +32,9 @@ const (
 // serves gRPC only, and `gcloud pubsub topics publish` speaks REST: with
 // CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB=http://<RESTAddr>/ gcloud
 // publishes to the fake. Nothing else of the REST API is served: other
-// paths answer 404 saying so. Close stops it with the fake.
+// paths answer 404 saying so. A request a web page could have sent
+// (localsite.Refusal: text/plain, another Origin, a rebound Host) is
+// refused 403. Close stops it with the fake.
 func (p *PubSub) StartREST(addr string) error {
 	port, err := loopbackPort(addr)
 	if err != nil {
@@ -64,6 +68,14 @@ func (p *PubSub) servePublish(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeRESTError(w, status.Errorf(codes.Unimplemented, "%s %s: only POST publishes", r.Method, r.URL.Path))
+		return
+	}
+	// It publishes for whoever asks, as the fake's gRPC port does; but a
+	// web page the user visits reaches this one too (a text/plain POST
+	// needs no CORS preflight, and the JSON below is read all the same):
+	// forged events on loom-events, messages on the ingress.
+	if why := localsite.Refusal(r); why != "" {
+		writeRESTError(w, status.Error(codes.PermissionDenied, "this Pub/Sub fake publishes over REST only for this machine's clients (gcloud), not for web pages: "+why))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, pubSubRESTMaxBody))

@@ -106,3 +106,60 @@ func TestPubSubRESTPublish(t *testing.T) {
 		t.Fatalf("after the refusals the subscription holds %d messages, want only the marker", len(resp.ReceivedMessages))
 	}
 }
+
+// The REST publish of `loom up` takes no credential, so it takes requests
+// only from this machine's clients, not from a web page its user visits:
+// such a page could POST a publish as text/plain (no CORS preflight; the
+// JSON is read all the same) and put forged public events on loom-events
+// or messages on the ingress, or rebind a name of its own to 127.0.0.1.
+// Each is refused 403 naming why, and nothing is published.
+func TestPubSubRESTRefusesOtherSites(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	p := startPubSub(t)
+	if err := p.Ensure(ctx, PubSubProject, LoomPubSubTopics()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StartREST(""); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + p.RESTAddr + "/v1/projects/" + PubSubProject + "/topics/" + PubSubIngressTopic + ":publish"
+	body := `{"messages":[{"data":"eA==","attributes":{"ce-id":"forged"}}]}`
+	for name, c := range map[string]struct {
+		mutate func(*http.Request)
+		says   string
+	}{
+		"a text/plain body":   {func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }, `must be sent as application/json, not \"text/plain\"`},
+		"another site's page": {func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }, `Origin \"https://evil.example\" is another site`},
+		"a rebound name":      {func(r *http.Request) { r.Host = "rebind.evil.example" }, `Host \"rebind.evil.example\" is not an IP address or localhost`},
+		"a cross-site fetch":  {func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "cross-site") }, `Sec-Fetch-Site \"cross-site\"`},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		c.mutate(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "PERMISSION_DENIED") || !strings.Contains(string(b), c.says) {
+			t.Errorf("%s: %d %s; want 403 PERMISSION_DENIED saying %s", name, resp.StatusCode, b, c.says)
+		}
+	}
+	pub, sub := pubsubConn(t, p.Addr)
+	if _, err := pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: "projects/" + PubSubProject + "/topics/" + PubSubIngressTopic,
+		Messages: []*pubsubpb.PubsubMessage{{Data: []byte("marker")}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := sub.Pull(ctx, &pubsubpb.PullRequest{Subscription: "projects/" + PubSubProject + "/subscriptions/" + PubSubIngressSubscription, MaxMessages: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ReceivedMessages) != 1 || !bytes.Equal(resp.ReceivedMessages[0].Message.Data, []byte("marker")) {
+		t.Fatalf("after the refusals the subscription holds %d messages, want only the marker", len(resp.ReceivedMessages))
+	}
+}

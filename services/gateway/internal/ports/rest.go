@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/loom-ml/loom/libs/localsite"
 	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -496,44 +496,15 @@ const APICSP = "default-src 'none'; frame-ancestors 'none'"
 
 // OnlyFromThisSite guards the REST port of a gateway with authentication
 // off, where every caller is a cluster administrator: there the caller's
-// own browser is the risk. A web page the developer visits may send a
-// "simple" cross-site request (a POST of text/plain, which grpc-gateway
-// would decode as JSON: a job that runs a command on the machine), or
-// rebind a name of its own to 127.0.0.1 and read the answers. So it
-// refuses, 403 with the reason:
-//   - a Host that is neither an IP address nor "localhost" (a rebound name);
-//   - an Origin that is not this host, or a Sec-Fetch-Site other than
-//     same-origin or none (another site's page);
-//   - a request with a body whose Content-Type is not application/json
-//     (a browser sends that cross-site only after a CORS preflight, which
-//     this port never grants).
+// own browser is the risk (a web page that POSTs a job as text/plain, or
+// rebinds a name to 127.0.0.1 and reads the answers). It refuses, 403 with
+// the reason, what localsite.Refusal refuses.
 func OnlyFromThisSite(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if hh, _, err := net.SplitHostPort(host); err == nil {
-			host = hh
-		}
-		host = strings.Trim(host, "[]")
-		const off = "authentication is off on this gateway, so it takes requests only from its own pages and clients: "
-		if net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
-			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Host %q is not an IP address or localhost", termtext.Clean(r.Host, 100)))
+		if why := localsite.Refusal(r); why != "" {
+			const off = "authentication is off on this gateway, so it takes requests only from its own pages and clients: "
+			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+why)
 			return
-		}
-		if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
-			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Origin %q is another site", termtext.Clean(o, 100)))
-			return
-		}
-		// A browser says where a request comes from even where it sends
-		// no Origin (a GET, a form's POST of nothing).
-		if f := r.Header.Get("Sec-Fetch-Site"); f != "" && f != "same-origin" && f != "none" {
-			writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("Sec-Fetch-Site %q: the request comes from another site", termtext.Clean(f, 100)))
-			return
-		}
-		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-				writeError(w, http.StatusForbidden, codes.PermissionDenied, off+fmt.Sprintf("a request body must be sent as application/json, not %q", termtext.Clean(r.Header.Get("Content-Type"), 100)))
-				return
-			}
 		}
 		h.ServeHTTP(w, r)
 	})
