@@ -40,7 +40,8 @@ type Broker struct {
 }
 
 // StartBroker starts a kfake broker on addr ("127.0.0.1:0" or "" picks a free
-// port) keeping its data in dataDir ("" keeps it in memory only). The broker
+// port) keeping its data in dataDir ("" keeps it in memory only; made or
+// closed to mode 0700, since it holds every record in the clear). The broker
 // listens on 127.0.0.1 only and does not create topics on first use: callers
 // create the topics they need. Its consumer groups take a session timeout
 // down to GroupMinSessionTimeout (Kafka's default minimum is 6 s), so that
@@ -58,7 +59,14 @@ func StartBroker(ctx context.Context, addr, dataDir string) (*Broker, error) {
 	}
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.GroupMinSessionTimeout(GroupMinSessionTimeout)}
 	if dataDir != "" {
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		// Its own alone, as Redis's: the broker keeps every record in the
+		// clear there (kfake's files are 0644), the ingress topic's with
+		// their producers' API keys among them. A dir made before (0755)
+		// is closed too.
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("start broker: data dir: %w", err)
+		}
+		if err := os.Chmod(dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("start broker: data dir: %w", err)
 		}
 		opts = append(opts, kfake.DataDir(dataDir))

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -194,6 +195,37 @@ func TestBrokerDataSurvivesRestart(t *testing.T) {
 	}
 	if len(values) != 2 || !contains(values, "before") || !contains(values, "after") {
 		t.Fatalf("after restart read %q, want before and after", values)
+	}
+}
+
+// TestBrokerDataIsItsOwners: the broker's data dir holds every record in
+// the clear (the ingress topic's carry their producers' API keys in
+// ce_credential, jobs' scripts and environments), so it is closed to other
+// users (0700), as Redis's is, a dir made before (0755) included.
+func TestBrokerDataIsItsOwners(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "broker")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, "", dir)
+	createTopic(t, b.Addr, "loom.ingress.v1", 1)
+	write(t, b.Addr, "loom.ingress.v1", kafka.Message{Value: []byte("{}"), Headers: []kafka.Header{{Key: "ce_credential", Value: []byte("lk_secret")}}})
+	if err := b.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	held := false
+	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if b, rerr := os.ReadFile(p); err == nil && fi.Mode().IsRegular() && rerr == nil && bytes.Contains(b, []byte("lk_secret")) {
+			held = true
+		}
+		return nil
+	})
+	if !held {
+		t.Fatal("no file of the broker's data holds the record's credential: this test no longer shows what the mode guards")
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("broker data dir: mode %v (%v); want 0700: its records are readable through it", st.Mode().Perm(), err)
 	}
 }
 
