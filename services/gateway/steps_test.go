@@ -195,7 +195,8 @@ func TestJobSteps(t *testing.T) {
 // TestStepGPURequestAndCanceller: a step's GPU request (srun --gpus,
 // --cpus-per-gpu, --gpu-bind=none) reaches the scheduler's command, for
 // scontrol show step's TresPerStep, CpusPerTres and TresBind (and the
-// tasks' shared GPUs); scancel JOB.STEP names who cancels, the
+// tasks' shared GPUs), and so does no_gpus (--gres=none), without which
+// the scheduler gives the step its job's GPUs; scancel JOB.STEP names who cancels, the
 // authenticated caller (root, cancelling ana's step), never a request
 // field, for sacct's "CANCELLED by UID" on the step's row.
 func TestStepGPURequestAndCanceller(t *testing.T) {
@@ -210,12 +211,12 @@ func TestStepGPURequestAndCanceller(t *testing.T) {
 		// Answered once the step below is recorded; the command is what
 		// is checked.
 		_, _ = ana.CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: job, RequestId: "rid-g",
-			Command: []string{"hostname"}, Gpus: 2, CpusPerGpu: 3, GpuBindNone: true, GpusPerNode: 1, GpusInherited: true, AllocationCpus: true})
+			Command: []string{"hostname"}, Gpus: 2, CpusPerGpu: 3, GpuBindNone: true, GpusPerNode: 1, GpusInherited: true, AllocationCpus: true, NoGpus: true})
 	}()
 	c := jobCommand(t, h, func(c *eventsv1.CreateJobStep) bool { return c.GetJob() == job })
-	if c.GetGpus() != 2 || c.GetCpusPerGpu() != 3 || !c.GetGpuBindNone() || c.GetGpusPerNode() != 1 || !c.GetGpusInherited() || !c.GetAllocationCpus() {
-		t.Fatalf("CreateJobStep command: gpus %d, cpus_per_gpu %d, gpu_bind_none %v, gpus_per_node %d, gpus_inherited %v, allocation_cpus %v; want 2, 3, true, 1, true, true",
-			c.GetGpus(), c.GetCpusPerGpu(), c.GetGpuBindNone(), c.GetGpusPerNode(), c.GetGpusInherited(), c.GetAllocationCpus())
+	if c.GetGpus() != 2 || c.GetCpusPerGpu() != 3 || !c.GetGpuBindNone() || c.GetGpusPerNode() != 1 || !c.GetGpusInherited() || !c.GetAllocationCpus() || !c.GetNoGpus() {
+		t.Fatalf("CreateJobStep command: gpus %d, cpus_per_gpu %d, gpu_bind_none %v, gpus_per_node %d, gpus_inherited %v, allocation_cpus %v, no_gpus %v; want 2, 3, true, 1, true, true, true",
+			c.GetGpus(), c.GetCpusPerGpu(), c.GetGpuBindNone(), c.GetGpusPerNode(), c.GetGpusInherited(), c.GetAllocationCpus(), c.GetNoGpus())
 	}
 	stepsOf(h.w).add(&loomv1.JobStep{Name: job + "/steps/0", Job: job, StepId: 0, State: loomv1.JobState_RUNNING,
 		RequestId: "rid-g", NumTasks: 1})

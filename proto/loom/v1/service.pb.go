@@ -926,8 +926,8 @@ type CreateJobStepRequest struct {
 	// task of the node sees them all (CUDA_VISIBLE_DEVICES).
 	GpusPerNode int32 `protobuf:"varint,25,opt,name=gpus_per_node,json=gpusPerNode,proto3" json:"gpus_per_node,omitempty"`
 	// gpus_inherited says gpus is the job's SLURM_GPUS that srun took as its
-	// default, not a --gpus of the step: recorded only (Loom's step without
-	// a GPU option of its own sees all of the job's GPUs and holds none).
+	// default, not a --gpus of the step: the job's request, which the step
+	// takes all the same (below).
 	GpusInherited bool `protobuf:"varint,26,opt,name=gpus_inherited,json=gpusInherited,proto3" json:"gpus_inherited,omitempty"`
 	// allocation_cpus says the step is srun's in an allocation it made itself
 	// (srun outside a job) without -n: Slurm's srun asks such a step for
@@ -935,8 +935,16 @@ type CreateJobStepRequest struct {
 	// counts (JobStep.allocation_cpus) rather than its tasks × -c. It
 	// changes no CPUs the step holds.
 	AllocationCpus bool `protobuf:"varint,27,opt,name=allocation_cpus,json=allocationCpus,proto3" json:"allocation_cpus,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// no_gpus says the step asked for no GPUs (srun --gres=none, --gpus=0,
+	// --gpus-per-node=0): with no GPU count above, it gets none of the
+	// job's and its tasks see none. Without it, a step that asks for no
+	// GPUs takes the job's GPU request as its own (its --gpus-per-task,
+	// else --gpus-per-node or --gres=gpu:N, else --gpus) and gets and holds
+	// those GPUs, as Slurm 22.05's step is "allocated all of the generic
+	// resources that have been allocated to the job" (man srun, --gres).
+	NoGpus        bool `protobuf:"varint,28,opt,name=no_gpus,json=noGpus,proto3" json:"no_gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateJobStepRequest) Reset() {
@@ -1154,6 +1162,13 @@ func (x *CreateJobStepRequest) GetGpusInherited() bool {
 func (x *CreateJobStepRequest) GetAllocationCpus() bool {
 	if x != nil {
 		return x.AllocationCpus
+	}
+	return false
+}
+
+func (x *CreateJobStepRequest) GetNoGpus() bool {
+	if x != nil {
+		return x.NoGpus
 	}
 	return false
 }
@@ -4021,7 +4036,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\x96\a\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xaf\a\n" +
 	"\x14CreateJobStepRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -4053,7 +4068,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\fdistribution\x18\x18 \x01(\tR\fdistribution\x12\"\n" +
 	"\rgpus_per_node\x18\x19 \x01(\x05R\vgpusPerNode\x12%\n" +
 	"\x0egpus_inherited\x18\x1a \x01(\bR\rgpusInherited\x12'\n" +
-	"\x0fallocation_cpus\x18\x1b \x01(\bR\x0eallocationCpus\x1a6\n" +
+	"\x0fallocation_cpus\x18\x1b \x01(\bR\x0eallocationCpus\x12\x17\n" +
+	"\ano_gpus\x18\x1c \x01(\bR\x06noGpus\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +

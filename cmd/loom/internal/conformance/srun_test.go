@@ -652,3 +652,82 @@ a node outside the job: refused
 w-both-for-one: first, node id 0 of 1
 `)
 }
+
+// plainGPUsTask is what each task of TestSrunPlainStepGPUs's steps from
+// outside the job runs: how many GPUs it sees. $0 names the step.
+const plainGPUsTask = `n=$(echo "$CUDA_VISIBLE_DEVICES" | tr , "\n" | grep -c .); s=$(echo "$SLURM_STEP_GPUS" | tr , "\n" | grep -c .); echo "$0: task $SLURM_PROCID sees $n step-gpus $s"`
+
+// TestSrunPlainStepGPUs: a step without a GPU option of its own gets the
+// job's GPUs and holds them, as Slurm 22.05's ("a job step is allocated
+// all of the generic resources that have been allocated to the job", man
+// srun): from the batch script of a job made with --gres=gpu:2, --gpus=2
+// (on one node and on two), --gpus-per-task=1 or --gpus-per-node=2, from
+// salloc's shell and from outside (srun --jobid); a second one-task step
+// beside it waits for the GPUs unless --overlap; --gres=none gets none,
+// --gpus=0 none unless the job's per-task or per-node count stands. The
+// expected output is Slurm 22.05's for the same script and options (run
+// with scripts/slurm-local.sh, NODES=2 GPUS=4), but for --gres=none in a
+// --gpus-per-node job, which Slurm's srun refuses (Invalid Trackable
+// RESource (TRES) specification) and Loom's runs without GPUs.
+func TestSrunPlainStepGPUs(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	script := s.script("srun_plain_gpus.sh")
+	const (
+		gresOut = "plain: task 0 sees 2 step-gpus 2\nplain: task 1 sees 2 step-gpus 2\nplain: tres TresPerNode=gres:gpu:2 \n"
+		noneOut = "none: task 0 sees 0 step-gpus 0\nnone: task 1 sees 0 step-gpus 0\nnone: tres \n"
+		zeroOut = "gpus0: task 0 sees 0 step-gpus 0\ngpus0: task 1 sees 0 step-gpus 0\ngpus0: tres \n"
+		twoOut  = "second: after\noverlap: beside\ndone\n"
+	)
+	jobs := []struct{ opts, arg, want string }{
+		{"-N1 -n2 --gres=gpu:2", "", gresOut + noneOut + zeroOut + twoOut},
+		{"-N1 -n2 --gpus=2", "", strings.Replace(gresOut, "TresPerNode", "TresPerStep", 1) + noneOut + zeroOut + twoOut},
+		{"-N2 -n2 --gpus=2", "one", "plain: task 0 sees 1 step-gpus 1\nplain: task 1 sees 1 step-gpus 1\nplain: tres TresPerStep=gres:gpu:2 \n" + noneOut + zeroOut},
+		{"-N1 -n2 --gpus-per-task=1", "", "plain: task 0 sees 1 step-gpus 1\nplain: task 1 sees 1 step-gpus 1\nplain: tres TresPerTask=gres:gpu:1 \n" + noneOut +
+			"gpus0: task 0 sees 1 step-gpus 1\ngpus0: task 1 sees 1 step-gpus 1\ngpus0: tres TresPerTask=gres:gpu:1 \nsecond: beside\noverlap: beside\ndone\n"},
+		{"-N1 -n2 --gpus-per-node=2", "", gresOut + noneOut + strings.ReplaceAll(gresOut, "plain", "gpus0") + twoOut},
+	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		args := append(strings.Fields(j.opts), script)
+		if j.arg != "" {
+			args = append(args, j.arg)
+		}
+		ids[i] = s.sbatch(args...)
+	}
+	for i, j := range jobs {
+		row := s.waitDone(ids[i], 180*time.Second)
+		out, errOut := s.read("srunplaingpus-"+ids[i]+".out"), s.read("srunplaingpus-"+ids[i]+".err")
+		if state(row) != "COMPLETED" {
+			t.Errorf("sbatch %s: job %s ended %s %s, want COMPLETED; errors:\n%s", j.opts, ids[i], row["State"], row["ExitCode"], errOut)
+		}
+		wantEqual(t, "sbatch "+j.opts+": output", out, j.want)
+		if strings.HasSuffix(j.want, twoOut) && !strings.Contains(errOut, "srun: Job "+ids[i]+" step creation temporarily disabled, retrying (Requested nodes are busy)\n") {
+			t.Errorf("sbatch %s: the second step was not told to wait:\n%s", j.opts, errOut)
+		}
+	}
+
+	// salloc's shell, and srun --jobid from outside the job: the same.
+	r := s.run("salloc", "-Q", "-N1", "-n2", "--gres=gpu:2", "sh", script, "one")
+	if r.code != 0 {
+		t.Fatalf("salloc: %v", r)
+	}
+	wantEqual(t, "salloc --gres=gpu:2: output", r.stdout, gresOut+noneOut+zeroOut)
+	held := s.sbatch("-N1", "-n2", "--gres=gpu:2", "--wrap", "sleep 120")
+	s.waitState(held, 60*time.Second, "RUNNING")
+	for _, name := range []string{"plain", "none"} {
+		args := []string{"--jobid=" + held, "sh", "-c", plainGPUsTask, name}
+		if name == "none" {
+			args = append([]string{"--gres=none"}, args...)
+		}
+		r = s.run("srun", args...)
+		lines := strings.SplitAfter(r.stdout, "\n")
+		sort.Strings(lines)
+		want := strings.Join(strings.SplitAfter(gresOut, "\n")[:2], "")
+		if name == "none" {
+			want = strings.Join(strings.SplitAfter(noneOut, "\n")[:2], "")
+		}
+		wantEqual(t, "srun --jobid "+strings.Join(args[:len(args)-3], " ")+": output", strings.Join(lines, ""), want)
+	}
+	s.ok("scancel", held)
+}

@@ -96,6 +96,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	inputOpt, outputOpt, errorOpt := "", "", ""
 	gpusOpt, gpusSet := "", false // --gpus/-G, judged for the step (srunInJob)
 	gpusPerNode := int32(0)       // --gpus-per-node, --gres=gpu:N (the last given)
+	noGPUs := false               // a GPU option asked none (stepRequest.noGPUs)
 	var gpnErr error              // theirs, for a step (outside a job sbatch's parser judges them)
 	gpusPerTask, noGPUBind := int32(0), false
 	pty := false
@@ -150,14 +151,21 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			if err != nil || n > slurmspec.MaxJobGPUs {
 				gpnErr = fmt.Errorf("--gpus-per-node=%s: want a count of GPUs, at most %d", o.value, slurmspec.MaxJobGPUs)
 			}
-			gpusPerNode = n
+			gpusPerNode, noGPUs = n, n == 0
 		case "gres":
 			_, n, err := parseGres(o.value)
 			gpnErr = nil
 			if err != nil || n > slurmspec.MaxJobGPUs {
 				gpnErr = fmt.Errorf("--gres=%s: want gpu[:TYPE][:N] (N at most %d) or none", o.value, slurmspec.MaxJobGPUs)
 			}
-			gpusPerNode = n
+			gpusPerNode, noGPUs = n, err == nil && n == 0
+			if noGPUs {
+				// --gres=none (or gpu:0) drops the job's
+				// SLURM_GPUS_PER_TASK too: measured beside Slurm
+				// 22.05, such a step of a --gpus-per-task job
+				// sees no GPU.
+				gpusPerTask = 0
+			}
 		case "label":
 			label = true
 		case "kill-on-bad-exit":
@@ -256,7 +264,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		c.stepTerminal(&req, inputOpt)
 	}
 	req.output, req.errorTo, req.gpusPerTask = outputOpt, errorOpt, gpusPerTask
-	req.gpusOpt, req.gpusSet, req.gpusPerNode = gpusOpt, gpusSet, gpusPerNode
+	req.gpusOpt, req.gpusSet, req.gpusPerNode, req.noGPUs = gpusOpt, gpusSet, gpusPerNode, noGPUs
 	if nodes > 0 && len(nodelist) > nodes {
 		// As Slurm's srun: the first of them, said on stderr.
 		fmt.Fprintf(c.stderr, "srun: error: Required nodelist includes more nodes than permitted by max-node count (%d > %d). Eliminating nodes from the nodelist.\n", len(nodelist), nodes)
@@ -384,21 +392,22 @@ func srunEnvOptions(env map[string]string) []parsedOpt {
 
 // stepGRES sets a step's GPU request as Slurm 22.05's srun takes it:
 // --gpus/-G ([type:]count; set says it was given), else the job's
-// SLURM_GPUS (sbatch --gpus). It is recorded on the step for scontrol show
-// step's TresPerStep; given on the command line it is also how many of the
-// job's GPUs the step gets and holds (unless --gpus-per-task or
-// --gpus-per-node says otherwise), while the job's is only recorded
-// (gpusInherited): Loom's step without a GPU option of its own sees all of
-// the job's GPUs and holds none. A --gpus that is no count is Slurm's
-// refusal of the step (exit 1).
+// SLURM_GPUS (sbatch --gpus; gpusInherited), unless --gres=none said
+// none. It is recorded on the step for scontrol show step's TresPerStep
+// and is how many of the job's GPUs the step gets and holds (unless
+// --gpus-per-task or --gpus-per-node says otherwise); the scheduler gives
+// a step that asks for none the job's request (CreateJobStepRequest.no_gpus
+// says when it asked for none on purpose: --gpus=0 here). A --gpus that is
+// no count is Slurm's refusal of the step (exit 1).
 func stepGRES(req *stepRequest, opt string, set bool, env map[string]string) error {
 	if !set {
-		if _, n, err := parseTypedCount(env["SLURM_GPUS"]); err == nil && n > 0 && n <= slurmspec.MaxJobGPUs {
+		if _, n, err := parseTypedCount(env["SLURM_GPUS"]); err == nil && n > 0 && n <= slurmspec.MaxJobGPUs && !req.noGPUs {
 			req.gpus, req.gpusInherited = n, true
 		}
 		return nil
 	}
 	if opt[strings.LastIndex(opt, ":")+1:] == "0" {
+		req.noGPUs = true
 		return nil // none asked, as Slurm's srun --gpus=0 runs
 	}
 	_, n, err := parseTypedCount(opt)
@@ -566,8 +575,10 @@ its own with --exact (or -c), none with --overlap; one that finds them held
 waits for them. -G/--gpus, --gpus-per-node and --gres=gpu:N give the step
 that many of the job's GPUs (per node for the last two), which it holds and
 its tasks all see; --gpus-per-task gives each task its own; without them the
-tasks see the job's GPUs. --cpus-per-gpu (and the job's SLURM_GPUS and
-SLURM_CPUS_PER_GPU) are recorded for scontrol show step. Outside a job srun first asks
+step takes the job's GPU request (its --gpus-per-task, --gpus-per-node,
+--gres or --gpus) and holds those GPUs, as Slurm's; --gres=none (or
+--gpus=0) gives it none. --cpus-per-gpu (and the job's SLURM_CPUS_PER_GPU)
+are recorded for scontrol show step. Outside a job srun first asks
 for an allocation
 (-N, -n, -p, -t, --gres, --cpus-per-gpu, ... as sbatch's), waits for it, runs the step in it
 and ends the job as the step ended.

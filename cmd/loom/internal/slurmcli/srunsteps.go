@@ -61,6 +61,10 @@ type stepRequest struct {
 	gpusSet          bool
 	gpusInherited    bool
 	gpusPerNode      int32
+	// noGPUs: a GPU option asked for none (--gres=none, --gpus=0,
+	// --gpus-per-node=0; CreateJobStepRequest.no_gpus), so that the step
+	// does not take the job's GPUs.
+	noGPUs bool
 	// allocationCPUs: srun made the allocation itself and gave no -n
 	// (CreateJobStepRequest.allocation_cpus).
 	allocationCPUs bool
@@ -108,7 +112,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		Pty: req.pty, PtyRows: req.ptyRows, PtyCols: req.ptyCols, GpusPerTask: req.gpusPerTask,
 		Nodelist: req.nodelist, Exclude: req.exclude, Relative: req.relative, Exact: req.exact, Overlap: req.overlap,
 		Gpus: req.gpus, CpusPerGpu: req.cpusPerGPU, GpuBindNone: req.gpuBindNone, Distribution: req.distribution,
-		GpusPerNode: req.gpusPerNode, GpusInherited: req.gpusInherited,
+		GpusPerNode: req.gpusPerNode, GpusInherited: req.gpusInherited, NoGpus: req.noGPUs,
 		AllocationCpus: req.allocationCPUs}
 	var step *loomv1.JobStep
 	var err error

@@ -295,3 +295,46 @@ func TestSrunStepEnvDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestSrunNoGPUs: srun says when a step asked for no GPUs on purpose
+// (no_gpus), so that the scheduler gives it none rather than the job's:
+// --gres=none (which drops the job's SLURM_GPUS_PER_TASK and SLURM_GPUS
+// too: measured beside Slurm 22.05, such a step of a --gpus-per-task or
+// --gpus job sees no GPU), --gres=gpu:0, --gpus=0, --gpus-per-node=0. A
+// step without a GPU option, or whose last one asks for some, does not.
+func TestSrunNoGPUs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env       map[string]string
+		args      []string
+		none      bool
+		gpt, gpus int32
+	}{
+		{nil, nil, false, 0, 0},
+		{nil, []string{"--gres=none"}, true, 0, 0},
+		{nil, []string{"--gres=gpu:0"}, true, 0, 0},
+		{nil, []string{"--gpus=0"}, true, 0, 0},
+		{nil, []string{"--gpus-per-node=0"}, true, 0, 0},
+		{nil, []string{"--gres=none", "--gres=gpu:1"}, false, 0, 0},
+		{map[string]string{"SLURM_GPUS_PER_TASK": "1"}, []string{"--gres=none"}, true, 0, 0},
+		{map[string]string{"SLURM_GPUS_PER_TASK": "1"}, []string{"--gpus=0"}, true, 1, 0},
+		{map[string]string{"SLURM_GPUS": "2"}, []string{"--gres=none"}, true, 0, 0},
+		{map[string]string{"SLURM_GPUS": "2"}, nil, false, 0, 2},
+	} {
+		g := srunGateway(t, 1, 0)
+		env := srunEnv(t, g)
+		for k, v := range tc.env {
+			env.Environ[k] = v
+		}
+		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
+		steps := stepsCreated(g)
+		if code != 0 || len(steps) != 1 {
+			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+			continue
+		}
+		if s := steps[0]; s.GetNoGpus() != tc.none || s.GetGpusPerTask() != tc.gpt || s.GetGpus() != tc.gpus {
+			t.Errorf("srun %v (env %v): no_gpus %v, gpus_per_task %d, gpus %d; want %v, %d, %d", tc.args, tc.env,
+				s.GetNoGpus(), s.GetGpusPerTask(), s.GetGpus(), tc.none, tc.gpt, tc.gpus)
+		}
+	}
+}

@@ -1963,8 +1963,10 @@ type CreateJobStep struct {
 	GpusInherited bool  `protobuf:"varint,27,opt,name=gpus_inherited,json=gpusInherited,proto3" json:"gpus_inherited,omitempty"`
 	// loom.v1.CreateJobStepRequest.allocation_cpus.
 	AllocationCpus bool `protobuf:"varint,28,opt,name=allocation_cpus,json=allocationCpus,proto3" json:"allocation_cpus,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// loom.v1.CreateJobStepRequest.no_gpus.
+	NoGpus        bool `protobuf:"varint,29,opt,name=no_gpus,json=noGpus,proto3" json:"no_gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateJobStep) Reset() {
@@ -2189,6 +2191,13 @@ func (x *CreateJobStep) GetGpusInherited() bool {
 func (x *CreateJobStep) GetAllocationCpus() bool {
 	if x != nil {
 		return x.AllocationCpus
+	}
+	return false
+}
+
+func (x *CreateJobStep) GetNoGpus() bool {
+	if x != nil {
+		return x.NoGpus
 	}
 	return false
 }
@@ -6099,7 +6108,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x14_array_task_throttleB\x10\n" +
 	"\x0e_gpus_per_nodeB\v\n" +
 	"\t_gpu_typeB\x11\n" +
-	"\x0f_max_node_count\"\xa3\a\n" +
+	"\x0f_max_node_count\"\xbc\a\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -6132,7 +6141,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\fdistribution\x18\x19 \x01(\tR\fdistribution\x12\"\n" +
 	"\rgpus_per_node\x18\x1a \x01(\x05R\vgpusPerNode\x12%\n" +
 	"\x0egpus_inherited\x18\x1b \x01(\bR\rgpusInherited\x12'\n" +
-	"\x0fallocation_cpus\x18\x1c \x01(\bR\x0eallocationCpus\x1a6\n" +
+	"\x0fallocation_cpus\x18\x1c \x01(\bR\x0eallocationCpus\x12\x17\n" +
+	"\ano_gpus\x18\x1d \x01(\bR\x06noGpus\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +

@@ -67,7 +67,7 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 		GpusPerTask: req.GetGpusPerTask(), Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(),
 		Exact: req.GetExact(), Overlap: req.GetOverlap(), Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(),
 		GpuBindNone: req.GetGpuBindNone(), Distribution: req.GetDistribution(),
-		GpusPerNode: req.GetGpusPerNode(), GpusInherited: req.GetGpusInherited(),
+		GpusPerNode: req.GetGpusPerNode(), GpusInherited: req.GetGpusInherited(), NoGpus: req.GetNoGpus(),
 		AllocationCpus: req.GetAllocationCpus()}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("create a step of %s: %w", ref.name, err)

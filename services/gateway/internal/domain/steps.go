@@ -74,7 +74,7 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 		Pty: req.GetPty(), PtyRows: req.GetPtyRows(), PtyCols: req.GetPtyCols(), GpusPerTask: req.GetGpusPerTask(),
 		Nodelist: req.GetNodelist(), Exclude: req.GetExclude(), Relative: req.GetRelative(), Exact: req.GetExact(), Overlap: req.GetOverlap(),
 		Gpus: req.GetGpus(), CpusPerGpu: req.GetCpusPerGpu(), GpuBindNone: req.GetGpuBindNone(), Distribution: req.GetDistribution(),
-		GpusPerNode: req.GetGpusPerNode(), GpusInherited: req.GetGpusInherited(),
+		GpusPerNode: req.GetGpusPerNode(), GpusInherited: req.GetGpusInherited(), NoGpus: req.GetNoGpus(),
 		AllocationCpus: req.GetAllocationCpus()})
 	return v.Err()
 }

@@ -424,6 +424,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 			return nil // a copy of a create already applied
 		}
 	}
+	ev = stepGPUDefaults(ev, j.Job)
 	r = t.editRun(r.Key())
 	id := r.NextStepID
 	r.NextStepID++
@@ -568,6 +569,38 @@ type stepPlan struct {
 	total int32
 }
 
+// stepGPUDefaults returns the step request ev, given its job's GPU request
+// when it asks for no GPUs of its own (no --gpus-per-task, --gpus-per-node,
+// --gres=gpu:N or --gpus; the job's SLURM_GPUS that srun took is the job's)
+// and not for none on purpose (no_gpus: --gres=none, --gpus=0): the job's
+// --gpus-per-task, else its --gpus-per-node or --gres=gpu:N, else its
+// --gpus, as Slurm 22.05's step is "allocated all of the generic resources
+// that have been allocated to the job" (man srun; measured: a plain srun
+// of an sbatch --gres=gpu:2 job shows TresPerNode=gres:gpu:2, holds both
+// GPUs, and a second plain --exact step waits for them; of a --gpus=2 job
+// TresPerStep=gres:gpu:2, and on one node of a two-node one, where the job
+// has one GPU, it is refused). It is the one rule for a step started from
+// the batch script, salloc's shell or outside the job (srun --jobid), whose
+// environment has none of the job's options. ev itself is left as it is.
+func stepGPUDefaults(ev *eventsv1.CreateJobStep, job *loomv1.Job) *eventsv1.CreateJobStep {
+	own := ev.GetGpusPerTask() > 0 || ev.GetGpusPerNode() > 0 || ev.GetGpus() > 0 && !ev.GetGpusInherited()
+	if own || ev.GetNoGpus() || job == nil {
+		return ev
+	}
+	out := proto.Clone(ev).(*eventsv1.CreateJobStep)
+	switch {
+	case job.GetGpusPerTask() > 0:
+		out.GpusPerTask = job.GetGpusPerTask()
+	case job.GetGpusPerNode() > 0:
+		out.GpusPerNode = job.GetGpusPerNode()
+	case job.GetGpus() > 0:
+		out.Gpus, out.GpusInherited = job.GetGpus(), false
+	default:
+		return ev
+	}
+	return out
+}
+
 // stepGPUCount is how many of the job's GPUs the step ev asks for on a node
 // where it runs n tasks, one of nodes: --gpus-per-task's n × it (the
 // larger of that and --gpus-per-node when it has both: measured beside
@@ -576,7 +609,9 @@ type stepPlan struct {
 // node), else --gpus-per-node's, else (a --gpus of its own, not the job's
 // SLURM_GPUS) the whole request on a one-node step and at least one a
 // node on a larger one (spreadStepGPUs gives the rest). 0: the step holds
-// none and its tasks see all of the job's GPUs there.
+// none (it asked for none: no_gpus, or its job has no GPU request to
+// take, stepGPUDefaults) and its tasks see the job's GPUs there unless it
+// asked for none.
 func stepGPUCount(ev *eventsv1.CreateJobStep, n int32, nodes int) int {
 	switch {
 	case ev.GetGpusPerTask() > 0:
@@ -985,6 +1020,15 @@ func (t *txn) launchStep(j *Job, r *Run, i int, step JobStep, ev *eventsv1.Creat
 		var taskGPUs []string
 		if devs := env["CUDA_VISIBLE_DEVICES"]; devs != "" {
 			env["SLURM_STEP_GPUS"] = devs
+		}
+		if ev.GetNoGpus() && step.GPUs == nil && ev.GetGpusPerTask() == 0 {
+			// --gres=none: no GPU. Slurm's leaves the variables
+			// unset and its device cgroup hides the job's; Loom's
+			// empty CUDA_VISIBLE_DEVICES is the fence (as a job's
+			// without GPUs), the rest go.
+			env["CUDA_VISIBLE_DEVICES"] = ""
+			delete(env, "GPU_DEVICE_ORDINAL")
+			delete(env, "SLURM_STEP_GPUS")
 		}
 		if g := int(ev.GetGpusPerTask()); g > 0 && ev.GetGpuBindNone() || g == 0 && step.GPUs != nil {
 			// --gpu-bind=none (above), --gpus or --gpus-per-node (as

@@ -1143,8 +1143,9 @@ func optInt(p *int32) string {
 // --gpus-per-node=2 --exact beside it see 0,1 and 2,3; a third --gpus=1 step
 // waits, "step creation temporarily disabled", and gets 0 when the first
 // ends; --gpus=5 is refused). Every task of the node sees all of the step's
-// GPUs there. The job's SLURM_GPUS that srun took (gpus_inherited) holds
-// none, the step seeing all of the job's GPUs, as before.
+// GPUs there. A step with only the job's SLURM_GPUS that srun took
+// (gpus_inherited) takes the job's request, all four GPUs, and waits for
+// them (TestStepTakesJobGPUs).
 func TestStepGPURequest(t *testing.T) {
 	t.Parallel()
 	h := newSpecHarness(t, Config{})
@@ -1173,8 +1174,11 @@ func TestStepGPURequest(t *testing.T) {
 	if s := h.jobStep(1); s.GetGpusPerNode() != 2 {
 		t.Fatalf("the --gpus-per-node step's record: gpus_per_node %d, want 2", s.GetGpusPerNode())
 	}
-	if got := devices(h.do(createStep("job's", exact, func(e *eventsv1.CreateJobStep) { e.Gpus, e.GpusInherited = 4, true }))); got != "0,1,2,3" {
-		t.Fatalf("the job's SLURM_GPUS only: GPUs %q, want all of the job's", got)
+	// The job's SLURM_GPUS only: the step takes the job's request
+	// (stepGPUDefaults), its four GPUs, which the two steps hold.
+	if c := h.do(createStep("job's", exact, func(e *eventsv1.CreateJobStep) { e.Gpus, e.GpusInherited = 4, true })); len(launches(c)) != 0 ||
+		h.jobStep(2).GetState() != loomv1.JobState_PENDING || h.jobStep(2).GetGpusPerNode() != 4 {
+		t.Fatalf("the job's SLURM_GPUS only: %d launches, %v; want it PENDING for the job's 4 GPUs a node", len(launches(c)), h.jobStep(2))
 	}
 	if c := h.do(createStep("wait", exact, func(e *eventsv1.CreateJobStep) { e.Gpus = 1 })); len(launches(c)) != 0 ||
 		h.jobStep(3).GetState() != loomv1.JobState_PENDING || h.jobStep(3).GetReason() != ReasonStepBusy {
@@ -1224,6 +1228,111 @@ func TestStepGPURequestSpread(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("-N2 --gpus=%d: GPUs by node %q, want %q", tc.gpus, got, tc.want)
+		}
+	}
+}
+
+// TestStepTakesJobGPUs: a step that asks for no GPUs of its own takes its
+// job's GPU request (stepGPUDefaults), as Slurm 22.05's is "allocated all
+// of the generic resources that have been allocated to the job": it sees
+// and holds them, so that a second such --exact step waits, and its record
+// says what it took (scontrol show step: TresPerNode=gres:gpu:2 for a
+// --gres=gpu:2 job, TresPerStep for --gpus, TresPerTask for
+// --gpus-per-task); one that asked for none (no_gpus: srun --gres=none)
+// sees none and holds none; one with a request of its own keeps it.
+func TestStepTakesJobGPUs(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		devs           []string // CUDA_VISIBLE_DEVICES; with per-task GPUs, each task's
+		gpn, gpus, gpt int32    // the step's record
+		second         bool     // a second plain step waits
+	}
+	for _, tc := range []struct {
+		name string
+		job  func(*loomv1.Job)
+		step func(*eventsv1.CreateJobStep)
+		want want
+	}{
+		{"--gres=gpu:2", func(j *loomv1.Job) { j.GpusPerNode, j.GresGpus = 2, true }, nil,
+			want{devs: []string{"0,1"}, gpn: 2, second: true}},
+		{"--gpus-per-node=2", func(j *loomv1.Job) { j.GpusPerNode = 2 }, nil,
+			want{devs: []string{"0,1"}, gpn: 2, second: true}},
+		{"--gpus=2", func(j *loomv1.Job) { j.GpusPerNode, j.Gpus = 0, 2 }, nil,
+			want{devs: []string{"0,1"}, gpus: 2, second: true}},
+		{"--gpus=2, SLURM_GPUS", func(j *loomv1.Job) { j.GpusPerNode, j.Gpus = 0, 2 },
+			func(e *eventsv1.CreateJobStep) { e.Gpus, e.GpusInherited = 2, true },
+			want{devs: []string{"0,1"}, gpus: 2, second: true}},
+		{"--gpus-per-task=1", func(j *loomv1.Job) { j.GpusPerNode, j.GpusPerTask = 2, 1 }, nil,
+			want{devs: []string{"0"}, gpt: 1}},
+		{"--gres=gpu:2, srun --gres=none", func(j *loomv1.Job) { j.GpusPerNode, j.GresGpus = 2, true },
+			func(e *eventsv1.CreateJobStep) { e.NoGpus = true },
+			want{devs: []string{""}}},
+		{"--gpus=2, srun --gres=none", func(j *loomv1.Job) { j.GpusPerNode, j.Gpus = 0, 2 },
+			func(e *eventsv1.CreateJobStep) { e.Gpus, e.GpusInherited, e.NoGpus = 2, true, true },
+			want{devs: []string{""}, gpus: 2}},
+		{"--gres=gpu:2, srun --gpus=1", func(j *loomv1.Job) { j.GpusPerNode, j.GresGpus = 2, true },
+			func(e *eventsv1.CreateJobStep) { e.Gpus = 1 },
+			want{devs: []string{"0"}, gpus: 1, second: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newSpecHarness(t, Config{})
+			h.gpuNode("a3-0001", "b1")
+			h.submitJob(job(1, 1, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 2 }, tc.job))
+			mods := []func(*eventsv1.CreateJobStep){func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Exact = 1, true }}
+			if tc.step != nil {
+				mods = append(mods, tc.step)
+			}
+			ls := launches(h.do(createStep("first", mods...)))
+			if len(ls) != 1 {
+				t.Fatalf("%d launches, want 1", len(ls))
+			}
+			env := ls[0].GetEnv()
+			devs := []string{env["CUDA_VISIBLE_DEVICES"]}
+			if g := ls[0].GetTaskGpus(); g != nil {
+				devs = g
+			} else if env["SLURM_STEP_GPUS"] != devs[0] || env["GPU_DEVICE_ORDINAL"] != devs[0] {
+				t.Errorf("SLURM_STEP_GPUS %q, GPU_DEVICE_ORDINAL %q; want CUDA_VISIBLE_DEVICES's %q", env["SLURM_STEP_GPUS"], env["GPU_DEVICE_ORDINAL"], devs[0])
+			}
+			if _, set := env["CUDA_VISIBLE_DEVICES"]; !slices.Equal(devs, tc.want.devs) || !set {
+				t.Errorf("the step's GPUs %q (CUDA_VISIBLE_DEVICES set: %v), want %q", devs, set, tc.want.devs)
+			}
+			s := h.jobStep(0)
+			if s.GetGpusPerNode() != tc.want.gpn || s.GetGpus() != tc.want.gpus || s.GetGpusPerTask() != tc.want.gpt {
+				t.Errorf("the step's record: gpus_per_node %d, gpus %d, gpus_per_task %d; want %d, %d, %d",
+					s.GetGpusPerNode(), s.GetGpus(), s.GetGpusPerTask(), tc.want.gpn, tc.want.gpus, tc.want.gpt)
+			}
+			c := h.do(createStep("second", func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Exact = 1, true }))
+			if waits := h.jobStep(1).GetState() == loomv1.JobState_PENDING; waits != tc.want.second || waits == (len(launches(c)) == 1) {
+				t.Errorf("a second plain step: %v, %d launches; want waiting %v", h.jobStep(1), len(launches(c)), tc.want.second)
+			}
+		})
+	}
+}
+
+// TestStepJobGPUsRefused: a step that takes its job's --gpus=2 on one node
+// of a two-node job, which has one GPU there, is refused as Slurm 22.05's
+// (measured: srun -N1 in sbatch -N2 --gpus=2, "Invalid generic resource
+// (gres) specification"), and with --overlap the job's GPUs are seen, not
+// held.
+func TestStepJobGPUsRefused(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 2, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 2; j.Gpus = 2 }))
+	h.do(createStep("one node", func(e *eventsv1.CreateJobStep) { e.NodeCount, e.Ntasks = 1, 1 }))
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_FAILED || !strings.Contains(s.GetReason(), "Invalid generic resource (gres) specification") {
+		t.Fatalf("a one-node step of a -N2 --gpus=2 job: %v; want it FAILED, Slurm's reason", s)
+	}
+	ls := launches(h.do(createStep("overlap", func(e *eventsv1.CreateJobStep) { e.Overlap = true })))
+	ls2 := launches(h.do(createStep("overlap 2", func(e *eventsv1.CreateJobStep) { e.Overlap = true })))
+	if len(ls) != 2 || len(ls2) != 2 {
+		t.Fatalf("two --overlap steps: %d and %d launches, want 2 each (neither holds the GPUs)", len(ls), len(ls2))
+	}
+	for _, l := range append(ls, ls2...) {
+		if got := l.GetEnv()["CUDA_VISIBLE_DEVICES"]; got != "0" {
+			t.Errorf("an --overlap step on %s: GPUs %q, want the job's one there", l.GetNode(), got)
 		}
 	}
 }
