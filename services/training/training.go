@@ -12,6 +12,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -45,6 +47,12 @@ const (
 	// DefaultMetricsRetention is how long a job's metric series outlive
 	// its end (LOOM_TRAINING_METRICS_RETENTION; docs/metrics.md).
 	DefaultMetricsRetention = series.DefaultRetention
+	// DefaultLogRetention is how long a CustomJob's output file in the log
+	// directory outlives its last write (LOOM_TRAINING_LOG_RETENTION): as
+	// long as Cloud Logging keeps Vertex's logs by default.
+	DefaultLogRetention = 720 * time.Hour
+	// LogPruneEvery is how often the log directory is pruned.
+	LogPruneEvery = time.Hour
 )
 
 // Group is the training service's consumer group.
@@ -77,6 +85,17 @@ type Config struct {
 	// series.DefaultLimits.ProjectPoints, 100,000,000: 2.4 GB;
 	// docs/metrics.md).
 	MetricsProjectPoints int64
+	// LogDir is the directory that keeps the output of CustomJobs (and
+	// trials) that would otherwise be deleted with their ephemeral cluster,
+	// as <LogDir>/<project>/<user>/job-<id>.out (LOOM_TRAINING_LOG_DIR;
+	// default "": none, the output goes with the cluster). An absolute path
+	// the nodes' agents and the gateway see at the same place; `loom up`
+	// sets <data dir>/training/logs.
+	LogDir string
+	// LogRetention is how long after its last write an output file in
+	// LogDir is deleted (LOOM_TRAINING_LOG_RETENTION; default 720h; 0
+	// keeps them forever, otherwise 1h..87600h).
+	LogRetention time.Duration
 }
 
 // RegisterFlags adds the training service's flags to fs, defaults from
@@ -93,6 +112,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"the most metric records (MetricsReported) one node may write an hour, and apart the most it may send for trials' measurements; more are refused and counted (LOOM_TRAINING_METRICS_NODE_RATE; 1..10000000)")
 	fs.Int64Var(&c.MetricsProjectPoints, "metrics-project-points", config.EnvInt("LOOM_TRAINING_METRICS_PROJECT_POINTS", series.DefaultLimits.ProjectPoints),
 		"the most metric points one project's jobs keep together (24 bytes each); later points are dropped and counted (LOOM_TRAINING_METRICS_PROJECT_POINTS; default 100000000, 1000..100000000000)")
+	fs.StringVar(&c.LogDir, "log-dir", config.Env("LOOM_TRAINING_LOG_DIR", ""),
+		"an absolute directory that keeps the output of custom jobs without a local base_output_directory after their ephemeral cluster is deleted, as <dir>/<project>/<user>/job-<id>.out; the service makes each user's directory (run it as root to make other users'); \"\": none, the output goes with the cluster (LOOM_TRAINING_LOG_DIR)")
+	fs.DurationVar(&c.LogRetention, "log-retention", config.EnvDuration("LOOM_TRAINING_LOG_RETENTION", DefaultLogRetention),
+		"how long after its last write an output file in -log-dir is deleted; 0 keeps them forever (LOOM_TRAINING_LOG_RETENTION; default 720h, otherwise 1h..87600h)")
 }
 
 // RunArgs runs the training service from a command line (args, without
@@ -134,6 +157,13 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	if err := checkRetention(cfg.MetricsRetention); err != nil {
 		return err
 	}
+	if cfg.LogDir != "" && !filepath.IsAbs(cfg.LogDir) {
+		return errs.Invalid("log-dir", "LOOM_TRAINING_LOG_DIR: must be an absolute path (the agents open the files it names), got %q", cfg.LogDir)
+	}
+	if d := cfg.LogRetention; d != 0 && (d < series.MinRetention || d > series.MaxRetention) {
+		return errs.Invalid("log-retention", "LOOM_TRAINING_LOG_RETENTION: must be 0 (keep forever) or %v..%v, got %v",
+			series.MinRetention, series.MaxRetention, d)
+	}
 	if cfg.MetricsNodeRate == 0 {
 		cfg.MetricsNodeRate = series.DefaultLimits.NodeRate
 	}
@@ -165,6 +195,18 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		_ = base.Close()
 		return fmt.Errorf("training: metrics: %w", err)
 	}
+	var loops []func(context.Context) error
+	if cfg.LogDir != "" {
+		logs := adapters.LogDirs{Root: filepath.Clean(cfg.LogDir)}
+		a.UseLogDirs(logs)
+		if cfg.LogRetention > 0 {
+			prune := base.Clock.NewTicker(LogPruneEvery)
+			loops = append(loops, func(ctx context.Context) error {
+				defer prune.Stop()
+				return pruneLogs(ctx, logs, prune.Chan(), base.Clock.Now, cfg.LogRetention, base.Log)
+			})
+		}
+	}
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
 	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{NodeRate: cfg.MetricsNodeRate, ProjectPoints: cfg.MetricsProjectPoints})
 	// The trials' path counts a node's records apart (training:tuning:
@@ -172,10 +214,10 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	a.LimitTuningWrites(series.NewStore(base.Store.Client(), base.Store.Key("tuning:"), series.Limits{NodeRate: cfg.MetricsNodeRate}))
 	trainingv1.RegisterMetricsServiceServer(base.GRPC, ports.NewMetrics(a, metrics))
 	ticker := base.Clock.NewTicker(cfg.Tick)
-	loops := []func(context.Context) error{func(ctx context.Context) error {
+	loops = append(loops, func(ctx context.Context) error {
 		defer ticker.Stop()
 		return a.RunTicker(ctx, ticker.Chan)
-	}}
+	})
 	// The sweep also expires held metric writes, so it runs whatever the
 	// retention (0: series kept forever).
 	in := newIngest(metrics, base.Log, base.Clock.Now)
@@ -212,6 +254,25 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	}
 	return base.Run(ctx, []service.Consume{{Topics: Topics, Handler: a.Handle, Group: Group,
 		Config: &bus.ConsumerConfig{Filter: wanted}}, in.consume()}, loops...)
+}
+
+// pruneLogs removes the log directory's output files older than
+// retention on every tick, until ctx ends. A failure is logged and tried
+// again at the next tick.
+func pruneLogs(ctx context.Context, logs adapters.LogDirs, tick <-chan time.Time, now func() time.Time, retention time.Duration, log *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
+		}
+		n, err := logs.Prune(now(), retention)
+		if err != nil {
+			log.Warn("pruning the log directory", "dir", logs.Root, "removed", n, "err", err)
+		} else if n > 0 {
+			log.Info("output files past their retention removed", "dir", logs.Root, "removed", n)
+		}
+	}
 }
 
 // maxNodeRate bounds -metrics-node-rate: beyond it the bound bounds

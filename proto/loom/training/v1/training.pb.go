@@ -618,7 +618,20 @@ type CustomJob struct {
 	User string `protobuf:"bytes,102,opt,name=user,proto3" json:"user,omitempty"`
 	// restart_count counts the restarts of its replicas (worker exits and
 	// infrastructure failures).
-	RestartCount  int32 `protobuf:"varint,103,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
+	RestartCount int32 `protobuf:"varint,103,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
+	// output_dir is the directory its replicas' output file
+	// (job-<job id>.out) is written to and kept in after it ends, for
+	// `loom jobs logs`: <base_output_directory>/output when that is local,
+	// else, on its own ephemeral cluster, its owner's directory under the
+	// training service's log directory (-log-dir). Empty: the output goes to
+	// its cluster's shared directory (an ephemeral one's is deleted with the
+	// cluster when the job ends; output_warning then says so).
+	OutputDir string `protobuf:"bytes,104,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	// output_warning says that its output will not outlive it, and why: it
+	// runs on its own ephemeral cluster, has no local base_output_directory,
+	// and the training service keeps no log directory, or could not make its
+	// owner's there.
+	OutputWarning string `protobuf:"bytes,105,opt,name=output_warning,json=outputWarning,proto3" json:"output_warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,6 +769,20 @@ func (x *CustomJob) GetRestartCount() int32 {
 		return x.RestartCount
 	}
 	return 0
+}
+
+func (x *CustomJob) GetOutputDir() string {
+	if x != nil {
+		return x.OutputDir
+	}
+	return ""
+}
+
+func (x *CustomJob) GetOutputWarning() string {
+	if x != nil {
+		return x.OutputWarning
+	}
+	return ""
 }
 
 // CustomJobSpec is Vertex's CustomJobSpec.
@@ -4396,7 +4423,7 @@ const file_loom_training_v1_training_proto_rawDesc = "" +
 	"\x05Empty\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc7\x06\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x8d\a\n" +
 	"\tCustomJob\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12:\n" +
@@ -4416,7 +4443,10 @@ const file_loom_training_v1_training_proto_rawDesc = "" +
 	"\acluster\x18d \x01(\tR\acluster\x12\x10\n" +
 	"\x03job\x18e \x01(\tR\x03job\x12\x12\n" +
 	"\x04user\x18f \x01(\tR\x04user\x12#\n" +
-	"\rrestart_count\x18g \x01(\x05R\frestartCount\x1a9\n" +
+	"\rrestart_count\x18g \x01(\x05R\frestartCount\x12\x1d\n" +
+	"\n" +
+	"output_dir\x18h \x01(\tR\toutputDir\x12%\n" +
+	"\x0eoutput_warning\x18i \x01(\tR\routputWarning\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +

@@ -167,6 +167,10 @@ type record struct {
 	CJs      []cjRecord      `json:"custom_jobs,omitempty"`
 	Tuning   *tuningRecord   `json:"tuning,omitempty"`
 	Pipeline *pipelineRecord `json:"pipeline,omitempty"`
+	// LogDir and LogDirWhy: where its CustomJobs' output goes
+	// (domain.Root.LogDir), decided at its create.
+	LogDir    string `json:"log_dir,omitempty"`
+	LogDirWhy string `json:"log_dir_why,omitempty"`
 }
 
 type cjRecord struct {
@@ -190,6 +194,12 @@ type cjRecord struct {
 	// RetryAt is Unix nanoseconds (0: none); Refused the last refusal.
 	RetryAt int64  `json:"retry_at,omitempty"`
 	Refused string `json:"refused,omitempty"`
+	// LogDir and LogDirWhy: where its output goes instead of its
+	// ephemeral cluster's shared directory (domain.CJ.LogDir). A record
+	// written before there was a log directory has neither: its output
+	// goes with its cluster, as it did.
+	LogDir    string `json:"log_dir,omitempty"`
+	LogDirWhy string `json:"log_dir_why,omitempty"`
 }
 
 type stepEndRecord struct {
@@ -240,7 +250,7 @@ func unmarshal(b json.RawMessage, m proto.Message) error {
 // Encode is a root's own record: the root without a tuning root's trials
 // and their CustomJobs, which EncodeTrials gives.
 func Encode(r *domain.Root) ([]byte, error) {
-	rec := record{Name: r.Name}
+	rec := record{Name: r.Name, LogDir: r.LogDir.Dir, LogDirWhy: r.LogDir.Why}
 	for _, j := range r.CJs {
 		if r.Tuning != nil && j.TrialID != "" {
 			continue
@@ -396,7 +406,7 @@ func encodeCJ(j *domain.CJ) (cjRecord, error) {
 	}
 	c := cjRecord{Job: b, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-		StepsEnded: j.StepsEnded, StepsExited: j.StepsExited, Refused: j.Refused}
+		StepsEnded: j.StepsEnded, StepsExited: j.StepsExited, Refused: j.Refused, LogDir: j.LogDir.Dir, LogDirWhy: j.LogDir.Why}
 	for _, e := range j.PendingStepEnds {
 		c.PendingStepEnds = append(c.PendingStepEnds, stepEndRecord{Attempt: e.Attempt, Node: e.Node, Exited: e.Exited})
 	}
@@ -424,7 +434,8 @@ func decodeCJ(j cjRecord) (*domain.CJ, error) {
 	}
 	cj := &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
 		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-		StepsEnded: j.StepsEnded, StepsExited: j.StepsExited, Refused: j.Refused}
+		StepsEnded: j.StepsEnded, StepsExited: j.StepsExited, Refused: j.Refused,
+		LogDir: domain.LogDir{Dir: j.LogDir, Why: j.LogDirWhy}}
 	for _, e := range j.PendingStepEnds {
 		cj.PendingStepEnds = append(cj.PendingStepEnds, domain.StepEnd{Attempt: e.Attempt, Node: e.Node, Exited: e.Exited})
 	}
@@ -452,7 +463,7 @@ func Decode(b []byte) (*domain.Root, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, err
 	}
-	r := &domain.Root{Name: rec.Name}
+	r := &domain.Root{Name: rec.Name, LogDir: domain.LogDir{Dir: rec.LogDir, Why: rec.LogDirWhy}}
 	for _, j := range rec.CJs {
 		cj, err := decodeCJ(j)
 		if err != nil {

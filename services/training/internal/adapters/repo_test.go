@@ -237,3 +237,43 @@ func TestTuningEndByStored(t *testing.T) {
 		t.Fatalf("decoded EndBy %+v, stored %+v", got.Tuning.EndBy, r.Tuning.EndBy)
 	}
 }
+
+// TestLogDirStored: where a root's CustomJobs' output goes (the log
+// directory made for its owner, or why none could be) is stored with the
+// root and with each CustomJob, a trial's too, so that a restart with
+// another -log-dir renders their jobs as decided and tells the same story.
+func TestLogDirStored(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := NewRepo(store.New(rdb, "training:"))
+	r := bigStudy(2)
+	r.LogDir = domain.LogDir{Dir: "/var/lib/loom/training/logs/p/alice"}
+	r.CJs[0].LogDir = r.LogDir
+	r.CJs[1].LogDir = domain.LogDir{Why: "user alice has no account here"}
+	apply(t, ctx, repo, &domain.Change{Root: study, After: r})
+	st, err := repo.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := st.Lookup(study)
+	if got.LogDir != r.LogDir || got.CJs[0].LogDir != r.CJs[0].LogDir || got.CJs[1].LogDir != r.CJs[1].LogDir {
+		t.Fatalf("log dirs after a restart: root %+v, trials %+v %+v; stored %+v, %+v %+v",
+			got.LogDir, got.CJs[0].LogDir, got.CJs[1].LogDir, r.LogDir, r.CJs[0].LogDir, r.CJs[1].LogDir)
+	}
+	// A CustomJob of its own (not a trial) is in the root's record.
+	one := &domain.Root{Name: "projects/p/locations/l/customJobs/7", LogDir: domain.LogDir{Dir: "/l/p/bob"},
+		CJs: []*domain.CJ{{Ephemeral: true, LogDir: domain.LogDir{Dir: "/l/p/bob"},
+			Job: &trainingv1.CustomJob{Name: "projects/p/locations/l/customJobs/7", User: "bob"}}}}
+	b, err := Encode(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.LogDir != one.LogDir || back.CJs[0].LogDir != one.LogDir {
+		t.Fatalf("decoded %+v / %+v, encoded %+v (%s)", back.LogDir, back.CJs[0].LogDir, one.LogDir, b)
+	}
+}

@@ -48,7 +48,25 @@ type App struct {
 	// reason: "rate" (those refused for it) and domain.DropReasons.
 	tuningWrites  NodeWrites
 	tuningRefused *prometheus.CounterVec
+	// logDirs makes an owner's log directory before their create is
+	// decided (UseLogDirs); nil: the service keeps none.
+	logDirs LogDirMaker
 }
+
+// LogDirMaker makes the directory a user's CustomJobs of a project write
+// their output to (adapters.LogDirs.Make), for the user, and returns it, or
+// why it cannot.
+type LogDirMaker interface {
+	Make(project, user string) (string, error)
+}
+
+// UseLogDirs has the output of CustomJobs (and trials) that would go with
+// their ephemeral cluster go to the owner's directory m makes instead
+// (domain.LogDir). It is made here, at the service's edge, when the
+// create is handled, before any of its jobs can be submitted; where it
+// cannot be, the create is decided with the reason, and the CustomJob says
+// that its output goes with its cluster. Call it before Handle.
+func (a *App) UseLogDirs(m LogDirMaker) { a.logDirs = m }
 
 // reasonRate is loom_training_trial_metrics_refused_total's reason for
 // a record over its node's hourly rate (LimitTuningWrites).
@@ -121,8 +139,20 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if done, err := a.settledByTuningRate(ctx, ev); err != nil || done {
 		return err
 	}
+	in := domain.Input{Payload: ev.Payload, Principal: ev.Principal, Signer: ev.Signer}
+	if project, user, ok := domain.CreateOwner(ev.Payload); ok && a.logDirs != nil {
+		// A copy of a create already applied decides nothing: making the
+		// directory again changes nothing either.
+		dir, err := a.logDirs.Make(project, user)
+		in.LogDir = domain.LogDir{Dir: dir}
+		if err != nil {
+			in.LogDir = domain.LogDir{Why: err.Error()}
+			a.log.Warn("log directory not made: the output of this create's jobs goes with their clusters",
+				"type", ev.Type, "id", ev.ID, "project", project, "user", user, "err", err)
+		}
+	}
 	a.mu.RLock()
-	c, err := a.state.Handle(a.now().UTC(), domain.Input{Payload: ev.Payload, Principal: ev.Principal, Signer: ev.Signer})
+	c, err := a.state.Handle(a.now().UTC(), in)
 	a.mu.RUnlock()
 	if err != nil {
 		if errors.Is(err, domain.ErrIgnored) {

@@ -16,7 +16,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-func (s *State) createCustomJob(now time.Time, c *eventsv1.CreateCustomJob) (*Change, error) {
+func (s *State) createCustomJob(now time.Time, c *eventsv1.CreateCustomJob, logDir LogDir) (*Change, error) {
 	in := c.GetCustomJob()
 	n, err := ParseName(in.GetName(), CustomJobs)
 	if err != nil {
@@ -31,22 +31,24 @@ func (s *State) createCustomJob(now time.Time, c *eventsv1.CreateCustomJob) (*Ch
 	if in.GetUser() == "" {
 		return nil, ignored("create %s: user: %v (required: the job runs as its owner)", in.GetName(), errs.FailedPrecondition)
 	}
-	cj := newCJ(now, proto.Clone(in).(*trainingv1.CustomJob), "")
-	r := &Root{Name: in.GetName(), CJs: []*CJ{cj}}
+	cj := newCJ(now, proto.Clone(in).(*trainingv1.CustomJob), "", logDir)
+	r := &Root{Name: in.GetName(), CJs: []*CJ{cj}, LogDir: logDir}
 	em := &emitter{}
 	startCJ(now, cj, em)
 	advance(now, s.metricGrace(), r, em)
 	return finish(now, nil, r, em), nil
 }
 
-// newCJ makes the record of a CustomJob accepted at now.
-func newCJ(now time.Time, job *trainingv1.CustomJob, trialID string) *CJ {
+// newCJ makes the record of a CustomJob accepted at now, its output going
+// to logDir (its root's) when it would otherwise go with its cluster.
+func newCJ(now time.Time, job *trainingv1.CustomJob, trialID string, logDir LogDir) *CJ {
 	job.State = trainingv1.JobState_JOB_STATE_QUEUED
 	if job.CreateTime == nil {
 		job.CreateTime = timestamppb.New(now)
 	}
 	job.StartTime, job.EndTime, job.Error, job.RestartCount = nil, nil, nil, 0
-	return &CJ{Job: job, TrialID: trialID}
+	job.OutputDir, job.OutputWarning = "", "" // output only: startCJ says
+	return &CJ{Job: job, TrialID: trialID, LogDir: logDir}
 }
 
 // startCJ provisions a new CustomJob's cluster (or, on a persistent one,
@@ -60,12 +62,14 @@ func startCJ(now time.Time, cj *CJ, em *emitter) {
 			return
 		}
 		cj.Job.Cluster = resname.Cluster{Project: n.Project, ID: pr}.String()
+		cj.Job.OutputDir = outputDir(cj)
 		submit(now, cj, em)
 		return
 	}
 	cj.Ephemeral = true
 	cj.Job.Cluster = n.EphemeralCluster()
-	if _, err := RenderJob(n, cj.Job, cj.Job.GetCluster(), cj.TrialID); err != nil {
+	cj.Job.OutputDir, cj.Job.OutputWarning = outputDir(cj), outputWarning(cj)
+	if _, err := RenderJob(n, cj.Job, cj.Job.GetCluster(), cj.TrialID, jobLogDir(cj)); err != nil {
 		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInvalidArgument, err.Error(), em)
 		return
 	}
@@ -163,7 +167,7 @@ func retryCluster(now time.Time, cj *CJ, em *emitter) {
 // submit emits the CustomJob's SubmitJob, as its owner.
 func submit(now time.Time, cj *CJ, em *emitter) {
 	n, _ := ParseName(cj.Job.GetName(), CustomJobs)
-	job, err := RenderJob(n, cj.Job, cj.Job.GetCluster(), cj.TrialID)
+	job, err := RenderJob(n, cj.Job, cj.Job.GetCluster(), cj.TrialID, jobLogDir(cj))
 	if err != nil {
 		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInvalidArgument, err.Error(), em)
 		return
@@ -256,7 +260,7 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 			fmt.Sprintf("it ran past its time limit (job_spec.scheduling.timeout %v); raise the timeout or make it checkpoint and resume",
 				cj.Job.GetJobSpec().GetScheduling().GetTimeout().AsDuration()), em)
 	case loomv1.JobState_FAILED, loomv1.JobState_OUT_OF_MEMORY, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED:
-		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInternal, failure(j, outputKept(cj)), em)
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInternal, failure(j, outputKept(cj), outputWhere(cj)), em)
 	}
 	// After the event's state is taken: a trial whose job ended is not
 	// stopped early on them.
@@ -267,17 +271,70 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 
 // outputKept says whether CustomJob cj's replicas' output outlives it: it
 // runs on a cluster that stays (persistent_resource_id), or its output
-// goes to a local base output directory (RenderJob). An ephemeral
-// cluster's shared directory, where the output goes otherwise, is deleted
-// with the cluster when the job ends.
+// goes to a local base output directory or to the service's log directory
+// (RenderJob). An ephemeral cluster's shared directory, where the output
+// goes otherwise, is deleted with the cluster when the job ends.
 func outputKept(cj *CJ) bool {
-	return !cj.Ephemeral || localOutputDir(OutputDirs(cj.Job.GetJobSpec(), cj.TrialID)) != ""
+	return !cj.Ephemeral || outputDir(cj) != ""
+}
+
+// jobLogDir is the log directory CustomJob cj's output goes to instead of
+// its cluster's shared directory: its LogDir's on an ephemeral cluster,
+// "" otherwise (a cluster that stays keeps its shared directory).
+func jobLogDir(cj *CJ) string {
+	if !cj.Ephemeral {
+		return ""
+	}
+	return cj.LogDir.Dir
+}
+
+// outputDir is the directory CustomJob cj's output file is kept in after
+// it ends (CustomJob.output_dir): the local base output directory's, else
+// the log directory's (jobLogDir); "" when it goes to the cluster's
+// shared directory.
+func outputDir(cj *CJ) string {
+	if d := localOutputDir(OutputDirs(cj.Job.GetJobSpec(), cj.TrialID)); d != "" {
+		return d
+	}
+	return jobLogDir(cj)
+}
+
+// outputWarning is CustomJob.output_warning: why cj's output goes with its
+// ephemeral cluster ("" when it is kept).
+func outputWarning(cj *CJ) string {
+	if outputKept(cj) {
+		return ""
+	}
+	why := "the training service keeps no log directory (-log-dir)"
+	if cj.LogDir.Why != "" {
+		why = "the training service could not make its owner's log directory: " + cj.LogDir.Why
+	}
+	return "its output goes to its cluster's shared directory and is deleted with the cluster when it ends: " + why +
+		"; give base_output_directory a local path (file:///...) to keep it"
+}
+
+// outputWhere says, for a failure's message, where CustomJob cj's kept
+// output is ("" when it is not kept, or stays on its persistent cluster),
+// or why it went with its cluster (outputWarning).
+func outputWhere(cj *CJ) string {
+	if !outputKept(cj) {
+		if cj.LogDir.Why != "" {
+			return "the training service could not make its owner's log directory: " + cj.LogDir.Why
+		}
+		return ""
+	}
+	if !cj.Ephemeral {
+		return ""
+	}
+	return "kept in " + outputDir(cj)
 }
 
 // failure says why a scheduler job failed, in words a person can act on;
 // kept says whether its output is still there to read (outputKept), so
-// that a job whose output went with its cluster is not sent to read it.
-func failure(j *loomv1.Job, kept bool) string {
+// that a job whose output went with its cluster is not sent to read it;
+// where adds where the kept output is, or why it was not kept
+// (outputWhere; "" adds nothing).
+func failure(j *loomv1.Job, kept bool, where string) string {
 	var what string
 	switch j.GetState() {
 	case loomv1.JobState_OUT_OF_MEMORY:
@@ -295,9 +352,15 @@ func failure(j *loomv1.Job, kept bool) string {
 		fallthrough
 	default:
 		what = fmt.Sprintf("a replica exited with code %d; see the job's output (loom jobs logs %s)", j.GetExitCode(), j.GetJobId())
+		if kept && where != "" {
+			what = fmt.Sprintf("a replica exited with code %d; see the job's output (loom jobs logs %s; %s)", j.GetExitCode(), j.GetJobId(), where)
+		}
 		if !kept {
 			cluster := j.GetCluster()
 			cluster = cluster[strings.LastIndex(cluster, "/")+1:]
+			if where != "" {
+				cluster += " (" + where + ")"
+			}
 			what = fmt.Sprintf("a replica exited with code %d; its output was deleted with its cluster %s: "+
 				"give base_output_directory a local path (file:///...) to keep it for loom jobs logs %s", j.GetExitCode(), cluster, j.GetJobId())
 		}

@@ -1034,7 +1034,7 @@ func TestRenderedOutputKeepsThePercentOfItsDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, err := RenderJob(n, cj, "projects/p/clusters/c", "")
+	job, err := RenderJob(n, cj, "projects/p/clusters/c", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,12 +14,12 @@ import (
 func TestFailureSaysWhatHappened(t *testing.T) {
 	t.Parallel()
 	launch := failure(&loomv1.Job{JobId: "22", State: loomv1.JobState_FAILED, ExitCode: 1,
-		StateReason: "JobLaunchFailure on a3-0001: open output /shared/slurm-22.out: permission denied"}, true)
+		StateReason: "JobLaunchFailure on a3-0001: open output /shared/slurm-22.out: permission denied"}, true, "")
 	if !strings.HasPrefix(launch, "a replica could not start") || strings.Contains(launch, "loom jobs logs") ||
 		!strings.Contains(launch, "permission denied") {
 		t.Errorf("a launch failure: %q", launch)
 	}
-	ran := failure(&loomv1.Job{JobId: "23", State: loomv1.JobState_FAILED, ExitCode: 3, StateReason: "NonZeroExitCode"}, true)
+	ran := failure(&loomv1.Job{JobId: "23", State: loomv1.JobState_FAILED, ExitCode: 3, StateReason: "NonZeroExitCode"}, true, "")
 	if !strings.HasPrefix(ran, "a replica exited with code 3; see the job's output (loom jobs logs 23)") {
 		t.Errorf("a replica that exited: %q", ran)
 	}
@@ -58,7 +58,7 @@ func TestFailureOfAJobWhoseOutputWentWithItsCluster(t *testing.T) {
 		}
 	}
 	j := &loomv1.Job{JobId: "5", Cluster: "projects/default/clusters/cj-5", State: loomv1.JobState_FAILED, ExitCode: 2, StateReason: "NonZeroExitCode"}
-	gone := failure(j, outputKept(&CJ{Job: spec("", ""), Ephemeral: true}))
+	gone := failure(j, outputKept(&CJ{Job: spec("", ""), Ephemeral: true}), "")
 	if strings.Contains(gone, "see the job's output") || !strings.Contains(gone, "exited with code 2") ||
 		!strings.Contains(gone, "deleted with its cluster cj-5") || !strings.Contains(gone, "base_output_directory") {
 		t.Errorf("a failed job whose output went with its cluster: %q", gone)

@@ -17,7 +17,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-func (s *State) createPipeline(now time.Time, c *eventsv1.CreateTrainingPipeline) (*Change, error) {
+func (s *State) createPipeline(now time.Time, c *eventsv1.CreateTrainingPipeline, logDir LogDir) (*Change, error) {
 	in := c.GetPipeline()
 	n, err := ParseName(in.GetName(), Pipelines)
 	if err != nil {
@@ -35,7 +35,7 @@ func (s *State) createPipeline(now time.Time, c *eventsv1.CreateTrainingPipeline
 		p.CreateTime = ts
 	}
 	p.State, p.StartTime, p.EndTime, p.Error, p.ModelVersion = trainingv1.PipelineState_PIPELINE_STATE_RUNNING, ts, nil, nil, ""
-	r := &Root{Name: in.GetName(), Pipeline: &Pipeline{P: p, Reserved: c.GetReservedJobIds()}}
+	r := &Root{Name: in.GetName(), Pipeline: &Pipeline{P: p, Reserved: c.GetReservedJobIds()}, LogDir: logDir}
 	em := &emitter{}
 	fail := func(msg string) {
 		p.State, p.EndTime = trainingv1.PipelineState_PIPELINE_STATE_FAILED, ts
@@ -64,7 +64,7 @@ func (s *State) createPipeline(now time.Time, c *eventsv1.CreateTrainingPipeline
 			return nil, ignored("create %s: its custom job's id %d is in use", in.GetName(), childID)
 		}
 		cj := newCJ(now, &trainingv1.CustomJob{Name: cjName, DisplayName: p.GetDisplayName(), JobSpec: spec,
-			Labels: p.GetLabels(), User: p.GetUser()}, "")
+			Labels: p.GetLabels(), User: p.GetUser()}, "", r.LogDir)
 		r.CJs = append(r.CJs, cj)
 		r.Pipeline.Child = cjName
 		setMetadata(p, map[string]any{"backingCustomJob": cjName})

@@ -83,8 +83,10 @@ func localPath(uri string) string {
 // n, on cluster, owned by cj.user), for trial trialID (""): one job, one
 // node per replica, exclusive, pool 0's command run on every node (the agent
 // computes each replica's role from its node index and LOOM_WORKER_POOLS).
-// An error names the field that cannot be run and why.
-func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID string) (*loomv1.Job, error) {
+// logDir ("": none) is the directory the replicas' output goes to when
+// the base output directory is not local (CJ.LogDir, for a job on an
+// ephemeral cluster). An error names the field that cannot be run and why.
+func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID, logDir string) (*loomv1.Job, error) {
 	spec := cj.GetJobSpec()
 	pools := spec.GetWorkerPoolSpecs()
 	if len(pools) == 0 {
@@ -163,10 +165,15 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID string) (*loom
 		job.CheckpointDir = localPath(dirs.Checkpoint)
 	}
 	// The replicas' output goes beside the model when the base directory is
-	// a local path, not into the cluster's shared directory: an ephemeral
-	// cluster's is deleted with it, and `loom jobs logs` must still show a
-	// finished CustomJob's output.
-	if out := localOutputDir(dirs); out != "" {
+	// a local path, else to the service's log directory when it has one,
+	// not into the cluster's shared directory: an ephemeral cluster's is
+	// deleted with it, and `loom jobs logs` must still show a finished
+	// CustomJob's output.
+	out := localOutputDir(dirs)
+	if out == "" {
+		out = logDir
+	}
+	if out != "" {
 		// A % in the directory is the directory's, not a pattern field.
 		job.OutputPattern = strings.ReplaceAll(out, "%", "%%") + "/job-%j.out"
 	}

@@ -79,6 +79,25 @@ type CJ struct {
 	// Refused is that refusal, kept for the error should the wait end.
 	RetryAt time.Time
 	Refused string
+	// LogDir is where its output goes when it would otherwise be deleted
+	// with its ephemeral cluster (its root's, taken when it was made).
+	LogDir LogDir
+}
+
+// LogDir is where the replicas' output of a root's CustomJobs goes when it
+// would otherwise be deleted with their ephemeral cluster (no local
+// base_output_directory): Dir, the owner's own directory under the
+// service's log directory (<log dir>/<project>/<user>), which the app made
+// for the owner (osuser.MakeDirFor) before the create was decided, so that
+// it exists before any of the root's jobs is submitted. When the service
+// has a log directory but could not make the owner's there, Dir is "" and
+// Why says why: the output then goes to the cluster's shared directory as
+// before, and the CustomJob says so (output_warning). The zero value: the
+// service keeps no log directory. It is recorded with the root and its
+// CustomJobs, so that a restart with another -log-dir changes nothing of
+// what was decided.
+type LogDir struct {
+	Dir, Why string
 }
 
 // StepEnd is a node's step end of run Attempt (CJ.PendingStepEnds).
@@ -211,6 +230,9 @@ type Root struct {
 	CJs      []*CJ
 	Tuning   *Tuning
 	Pipeline *Pipeline
+	// LogDir is where its CustomJobs' output goes (CJ.LogDir), decided
+	// when it was created: a tuning job's later trials take it too.
+	LogDir LogDir
 	// copied is nil on a root that owns all it holds (made by a command,
 	// loaded, or Clone). On a root derive made, it holds the ids of the
 	// trials the root owns: copied by edit, or added. Its other trials and
@@ -221,7 +243,7 @@ type Root struct {
 
 // Clone returns a deep copy of r, which owns all it holds.
 func (r *Root) Clone() *Root {
-	c := &Root{Name: r.Name}
+	c := &Root{Name: r.Name, LogDir: r.LogDir}
 	for _, j := range r.CJs {
 		c.CJs = append(c.CJs, cloneCJ(j))
 	}
@@ -272,7 +294,7 @@ func cloneCJ(j *CJ) *CJ {
 // MaxTrialCount trials of MaxMeasurements each) are r's own objects until
 // edit copies them. r must not change while the copy lives.
 func (r *Root) derive() *Root {
-	c := &Root{Name: r.Name, copied: map[string]bool{}}
+	c := &Root{Name: r.Name, LogDir: r.LogDir, copied: map[string]bool{}}
 	for _, j := range r.CJs {
 		if j.TrialID == "" {
 			j = cloneCJ(j)
@@ -592,6 +614,34 @@ type Input struct {
 	Principal string
 	// Signer is who signed the record ("nodes/<node>" for an agent).
 	Signer string
+	// LogDir is, for a create, where the new root's CustomJobs' output goes
+	// (Root.LogDir): the app makes the owner's directory (CreateOwner)
+	// before it hands the create over.
+	LogDir LogDir
+}
+
+// CreateOwner returns the project and the owner of the root a create
+// command makes (a CustomJob, tuning job or pipeline), whose log directory
+// the app makes first; ok is false for any other payload, or a name that
+// does not parse.
+func CreateOwner(payload proto.Message) (project, user string, ok bool) {
+	var name string
+	var kind string
+	switch p := payload.(type) {
+	case *eventsv1.CreateCustomJob:
+		name, kind, user = p.GetCustomJob().GetName(), CustomJobs, p.GetCustomJob().GetUser()
+	case *eventsv1.CreateHyperparameterTuningJob:
+		name, kind, user = p.GetTuningJob().GetName(), TuningJobs, p.GetTuningJob().GetUser()
+	case *eventsv1.CreateTrainingPipeline:
+		name, kind, user = p.GetPipeline().GetName(), Pipelines, p.GetPipeline().GetUser()
+	default:
+		return "", "", false
+	}
+	n, err := ParseName(name, kind)
+	if err != nil || user == "" {
+		return "", "", false
+	}
+	return n.Project, user, true
 }
 
 // ErrIgnored wraps why an input changed nothing that a person may want to
@@ -626,11 +676,11 @@ func ignored(format string, args ...any) error {
 func (s *State) Handle(now time.Time, in Input) (*Change, error) {
 	switch p := in.Payload.(type) {
 	case *eventsv1.CreateCustomJob:
-		return s.createCustomJob(now, p)
+		return s.createCustomJob(now, p, in.LogDir)
 	case *eventsv1.CreateHyperparameterTuningJob:
-		return s.createTuningJob(now, p)
+		return s.createTuningJob(now, p, in.LogDir)
 	case *eventsv1.CreateTrainingPipeline:
-		return s.createPipeline(now, p)
+		return s.createPipeline(now, p, in.LogDir)
 	case *eventsv1.CancelTraining:
 		return s.cancel(now, p.GetName(), actor(in.Principal, p.GetUser()), p.GetAdmin())
 	case *eventsv1.DeleteTraining:

@@ -94,7 +94,7 @@ func thinKept(job *trainingv1.HyperparameterTuningJob, ms []*trainingv1.Measurem
 	return thinTo(ms, keep, limit)
 }
 
-func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob) (*Change, error) {
+func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob, logDir LogDir) (*Change, error) {
 	in := c.GetTuningJob()
 	n, err := ParseName(in.GetName(), TuningJobs)
 	if err != nil {
@@ -114,7 +114,7 @@ func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterT
 	if in.GetUser() == "" {
 		return nil, ignored("create %s: user: %v (required: its trials run as their owner)", in.GetName(), errs.FailedPrecondition)
 	}
-	r := &Root{Name: in.GetName(), Tuning: newTuning(now, proto.Clone(in).(*trainingv1.HyperparameterTuningJob))}
+	r := &Root{Name: in.GetName(), Tuning: newTuning(now, proto.Clone(in).(*trainingv1.HyperparameterTuningJob)), LogDir: logDir}
 	em := &emitter{}
 	advance(now, s.metricGrace(), r, em)
 	return finish(now, nil, r, em), nil
@@ -329,7 +329,7 @@ func startTrial(now time.Time, r *Root, ps []*trainingv1.Trial_Parameter, em *em
 	cj := newCJ(now, &trainingv1.CustomJob{
 		Name: cjName, DisplayName: fmt.Sprintf("%s-trial-%s", job.GetDisplayName(), id), JobSpec: spec,
 		Labels: job.GetLabels(), User: job.GetUser(),
-	}, id)
+	}, id, r.LogDir)
 	r.CJs = append(r.CJs, cj)
 	r.added(id)
 	startCJ(now, cj, em)

@@ -1,0 +1,164 @@
+package adapters
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/osuser"
+)
+
+// checkDir fails t unless path is a directory of uid with mode perm.
+func checkDir(t *testing.T, path string, uid uint32, perm os.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || st.Uid != uid || fi.Mode().Perm() != perm {
+		t.Errorf("%s: %v uid %d, want a directory of uid %d mode %v", path, fi.Mode(), st.Uid, uid, perm)
+	}
+}
+
+// TestLogDirsMakeTheUsersDirectory: the log directory and a project's are
+// the service's (0755), the user's own is the user's alone (0700): no
+// other user can make or replace a directory on the path the agent opens
+// the output file on as the owner. Made again, it is left as it is.
+func TestLogDirsMakeTheUsersDirectory(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "training", "logs")
+	self := osuser.Self()
+	l := LogDirs{Root: root}
+	dir, err := l.Make("p", self.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir != filepath.Join(root, "p", self.Name) {
+		t.Fatalf("made %s", dir)
+	}
+	checkDir(t, root, self.UID, 0o755)
+	checkDir(t, filepath.Join(root, "p"), self.UID, 0o755)
+	checkDir(t, dir, self.UID, 0o700)
+	if again, err := l.Make("p", self.Name); err != nil || again != dir {
+		t.Fatalf("made again: %s, %v", again, err)
+	}
+
+	// As root, another user's directory is given to them.
+	if os.Geteuid() != 0 {
+		return
+	}
+	nobody, err := osuser.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	d, err := l.Make("p", "nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDir(t, d, nobody.UID, 0o700)
+}
+
+// TestLogDirsRefuse: where the owner's directory cannot be made safely,
+// Make says why and makes nothing for them: a user with no account, a name
+// that is not one directory, a log directory under a directory others may
+// write (they could move the user's away and put their own in its place),
+// and, as root, a user's directory someone else made first.
+func TestLogDirsRefuse(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	l := LogDirs{Root: filepath.Join(base, "logs")}
+	for _, c := range []struct{ project, user, want string }{
+		{"p", "no-such-user-m4", "no-such-user-m4"},
+		{"p", "..", "cannot name a directory"},
+		{"p", "a/b", "cannot name a directory"},
+		{"p", "a%b", "cannot name a directory"},
+		{"../p", osuser.Self().Name, "cannot name a directory"},
+	} {
+		if dir, err := l.Make(c.project, c.user); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Make(%q, %q) = %q, %v; want an error saying %q", c.project, c.user, dir, err, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "logs")); !os.IsNotExist(err) {
+		t.Errorf("a refused make left the log directory: %v", err)
+	}
+
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	bad := LogDirs{Root: filepath.Join(open, "logs")}
+	if dir, err := bad.Make("p", osuser.Self().Name); err == nil || !strings.Contains(err.Error(), "writable by its group or others") {
+		t.Errorf("under a world-writable directory: %q, %v", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(open, "logs", "p", osuser.Self().Name)); !os.IsNotExist(err) {
+		t.Errorf("the user's directory was made under a world-writable one: %v", err)
+	}
+
+	if os.Geteuid() != 0 {
+		return
+	}
+	if _, err := osuser.Lookup("nobody"); err != nil {
+		return
+	}
+	// Someone (here root) made nobody's directory first: it is not theirs.
+	first := filepath.Join(l.Root, "q", "nobody")
+	if err := os.MkdirAll(first, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if dir, err := l.Make("q", "nobody"); err == nil || !strings.Contains(err.Error(), "not a directory of nobody") {
+		t.Errorf("a directory someone else made first: %q, %v", dir, err)
+	}
+}
+
+// TestLogDirsPrune: output files whose last write is older than the
+// retention go; newer ones, other files and the directories stay; a link
+// is removed, not followed.
+func TestLogDirsPrune(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	// The link's own time is when it is made: 60 days before now.
+	now := time.Now().Add(60 * 24 * time.Hour)
+	dir := filepath.Join(root, "p", "alice")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "precious")
+	write := func(path string, age time.Duration) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(-age)
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "job-1.out"), 31*24*time.Hour)
+	write(filepath.Join(dir, "job-2.out"), 29*24*time.Hour)
+	write(filepath.Join(dir, "notes.txt"), 90*24*time.Hour)
+	write(outside, 90*24*time.Hour)
+	link := filepath.Join(dir, "job-3.out")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	n, err := LogDirs{Root: root}.Prune(now, 30*24*time.Hour)
+	if err != nil || n != 2 {
+		t.Fatalf("pruned %d, %v; want 2 (job-1.out, the link)", n, err)
+	}
+	for path, kept := range map[string]bool{filepath.Join(dir, "job-1.out"): false, link: false,
+		filepath.Join(dir, "job-2.out"): true, filepath.Join(dir, "notes.txt"): true, outside: true, dir: true} {
+		if _, err := os.Lstat(path); (err == nil) != kept {
+			t.Errorf("%s: kept %v, want %v", path, err == nil, kept)
+		}
+	}
+	if n, err := (LogDirs{Root: filepath.Join(root, "none")}).Prune(now, time.Hour); n != 0 || err != nil {
+		t.Errorf("a log directory not made yet: %d, %v", n, err)
+	}
+}

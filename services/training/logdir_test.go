@@ -1,0 +1,73 @@
+package training
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/services/training/internal/adapters"
+)
+
+// TestLogDirSettings: a relative -log-dir (the agents, elsewhere, open the
+// files it names) and a -log-retention out of bounds are refused naming
+// the flag, before anything starts.
+func TestLogDirSettings(t *testing.T) {
+	t.Parallel()
+	for arg, flag := range map[string]string{"-log-dir=logs": "log-dir", "-log-retention=30m": "log-retention",
+		"-log-retention=-1h": "log-retention", "-log-retention=100000h": "log-retention"} {
+		err := RunArgs(context.Background(), []string{arg})
+		if errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", arg, err, flag)
+		}
+	}
+}
+
+// TestLogDirPrunedOnTheClock: at each tick of the pruner's clock, the
+// output files whose last write is older than the retention go, as
+// measured by that clock.
+func TestLogDirPrunedOnTheClock(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "p", "alice")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old, recent := filepath.Join(dir, "job-1.out"), filepath.Join(dir, "job-2.out")
+	for _, f := range []string{old, recent} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Now().Add(-48 * time.Hour)
+	if err := os.Chtimes(old, at, at); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	tick := make(chan time.Time)
+	done := make(chan error, 1)
+	go func() {
+		done <- pruneLogs(ctx, adapters.LogDirs{Root: root}, tick, time.Now, 24*time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	tick <- time.Now()
+	testkit.WaitFor(t, 10*time.Second, "job-1.out pruned", func() (bool, error) {
+		_, err := os.Stat(old)
+		return os.IsNotExist(err), nil
+	})
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("a file within the retention: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("pruner ended with %v", err)
+	}
+}
