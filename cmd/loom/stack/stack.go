@@ -236,9 +236,11 @@ func CheckFree(a Addrs) error {
 // Options configures Start. The zero value is valid: free ports, a temporary
 // data directory removed by Close, agents started as `<this executable> agent`.
 type Options struct {
-	// DataDir holds the broker's log, Redis' data and the local provider's
-	// node and shared directories (DataDir/broker, DataDir/redis,
-	// DataDir/provisioner). Empty: a temporary directory that Close removes.
+	// DataDir holds the broker's log, Redis' data, the local provider's
+	// node and shared directories and the training service's log directory
+	// (DataDir/broker, DataDir/redis, DataDir/provisioner,
+	// DataDir/training/logs). Empty: a temporary directory that Close
+	// removes.
 	DataDir string
 	// Addrs picks the listen addresses; empty fields get free ports.
 	Addrs Addrs
@@ -670,6 +672,11 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
 	}
 
+	// A CustomJob's output outlives its ephemeral cluster (whose shared
+	// directory goes with it) in the training service's log directory, as
+	// Vertex keeps a job's logs (services/training/README.md).
+	trainingArgs := append(common(a.Training, a.TrainingHTTP), "-log-dir="+filepath.Join(s.DataDir, "training", "logs"))
+
 	bridgeArgs := append(common(a.Bridge, a.BridgeHTTP), "-gateway-addr="+a.Gateway,
 		// Pub/Sub in and out on the fake; public events to Kafka and to
 		// the fake's events topic.
@@ -685,7 +692,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: scheduler.RunArgs, flags: flagsOf((*scheduler.Config).RegisterFlags)},
 		{name: "health", addr: a.Health, args: healthArgs, run: health.RunArgs, flags: flagsOf((*health.Config).RegisterFlags)},
 		{name: "registry", addr: a.Registry, args: append(common(a.Registry, a.RegistryHTTP), opts.RegistryArgs...), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
-		{name: "training", addr: a.Training, args: common(a.Training, a.TrainingHTTP), run: training.RunArgs, flags: flagsOf((*training.Config).RegisterFlags)},
+		{name: "training", addr: a.Training, args: trainingArgs, run: training.RunArgs, flags: flagsOf((*training.Config).RegisterFlags)},
 		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs, flags: flagsOf((*gateway.Config).RegisterFlags), keys: gwAuth},
 		// The bridge applies other systems' messages as calls to the
 		// gateway (docs/integration.md).
