@@ -470,6 +470,13 @@ func renderCustomJob(w io.Writer, j *trainingv1.CustomJob, now time.Time) error 
 	if u := j.GetJobSpec().GetBaseOutputDirectory().GetOutputUriPrefix(); u != "" {
 		fmt.Fprintf(tw, "Output:\t%s\n", shown(u))
 	}
+	// Where `loom jobs logs` finds what its replicas print, or that it
+	// goes with its cluster: said before the job ends, not found after.
+	if d := j.GetOutputDir(); d != "" {
+		fmt.Fprintf(tw, "Logs:\t%s (loom jobs logs %s)\n", shown(d), shortName(j.GetName()))
+	} else if why := j.GetOutputWarning(); why != "" {
+		fmt.Fprintf(tw, "Logs:\tdeleted with its cluster when it ends: %s\n", shown(why))
+	}
 	if len(j.GetLabels()) > 0 {
 		fmt.Fprintf(tw, "Labels:\t%s\n", shown(labels(j.GetLabels())))
 	}

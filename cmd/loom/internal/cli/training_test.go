@@ -173,9 +173,12 @@ func TestCustomJobTables(t *testing.T) {
 	t.Parallel()
 	_, tr, gw := newTrainingGateway(t)
 	for _, j := range []*trainingv1.CustomJob{
-		customJob(t, trainingParent+"/customJobs/7", trainingv1.JobState_JOB_STATE_RUNNING, func(j *trainingv1.CustomJob) { j.RestartCount = 1 }),
+		customJob(t, trainingParent+"/customJobs/7", trainingv1.JobState_JOB_STATE_RUNNING, func(j *trainingv1.CustomJob) {
+			j.RestartCount, j.OutputWarning = 1, "the training service keeps no log directory"
+		}),
 		customJob(t, trainingParent+"/customJobs/12", trainingv1.JobState_JOB_STATE_SUCCEEDED, func(j *trainingv1.CustomJob) {
 			j.DisplayName, j.Labels = "cifar", map[string]string{"team": "nlp"}
+			j.OutputDir = "/data/mnist/output"
 			j.StartTime, j.EndTime = ts(50*time.Minute), ts(10*time.Minute)
 		}),
 	} {
@@ -202,6 +205,7 @@ User:           ana
 Scheduler job:  projects/default/jobs/12
 Cluster:        projects/default/clusters/cj-12
 Output:         file:///data/mnist
+Logs:           /data/mnist/output (loom jobs logs 12)
 Labels:         team=nlp
 Created:        1h ago
 Started:        50m ago
@@ -219,6 +223,9 @@ Worker pools:
 			}
 			golden(t, out, c.want)
 		})
+	}
+	if out, errOut, code := run(t, gw, "jobs", "custom", "get", "7"); code != 0 || !strings.Contains(out, "\nLogs:           deleted with its cluster when it ends: the training service keeps no log directory\n") {
+		t.Errorf("get 7: exit %d: %s%s, want the output warning", code, out, errOut)
 	}
 	out, errOut, code := run(t, gw, "jobs", "custom", "list", "-o", "json")
 	var resp trainingv1.ListCustomJobsResponse
