@@ -45,7 +45,7 @@ type authServer struct {
 	pools map[string]string
 	used  map[string]bool
 	// renewals counts RenewNodeIdentity calls answered; workload the
-	// workload tokens issued, by job.
+	// workload tokens issued, each to the job it was issued for.
 	renewals int
 	workload map[string]string
 }
@@ -160,7 +160,7 @@ func (s *authServer) CreateToken(ctx context.Context, req *loomv1.CreateTokenReq
 		return nil, err
 	}
 	s.mu.Lock()
-	s.workload[req.GetJob()] = tok
+	s.workload[tok] = req.GetJob()
 	s.mu.Unlock()
 	return &loomv1.Token{AccessToken: tok, ExpireTime: timestamppb.New(exp)}, nil
 }
@@ -205,10 +205,18 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 			t.Fatalf("step 1 went %v across the renewals; it must go on running", sc.State)
 		}
 	}
+	// A task of an srun step of the job gets one too, as every process of
+	// a Slurm job may run its Slurm commands.
+	taskTok := filepath.Join(e.shared, "task-token")
+	publish(t, e.broker, command(launch("1", 0, 0, 1, filepath.Join(e.shared, ".loom", "steps", "1.0"),
+		"sh", "-c", `echo -n "$LOOM_TOKEN" > `+taskTok)))
+	waitTasks(t, e.broker, "1", 0, eventsv1.StepState_STEP_EXITED)
 	_, workload := srv.counts()
-	got, err := os.ReadFile(tokFile)
-	if err != nil || string(got) != workload["projects/p/jobs/1"] || len(got) == 0 {
-		t.Fatalf("job's LOOM_TOKEN = %q (%v), want the workload token issued for its job %q", got, err, workload["projects/p/jobs/1"])
+	for _, f := range []string{tokFile, taskTok} {
+		got, err := os.ReadFile(f)
+		if err != nil || len(got) == 0 || workload[string(got)] != "projects/p/jobs/1" {
+			t.Fatalf("%s: LOOM_TOKEN = %q (%v), want a workload token issued for its job (issued: %v)", filepath.Base(f), got, err, workload)
+		}
 	}
 
 	// Every event the agent wrote verifies as the node's, with certificates

@@ -1086,21 +1086,9 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 		tbDir = a.tensorboardDir(key, cmd.GetEnv(), replica)
 	}
 	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct, replica), stdout, stderr
-	if a.opts.WorkloadToken != nil && cmd.GetJob() != "" {
-		tctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		tok, err := a.opts.WorkloadToken(tctx, cmd.GetJob())
-		cancel()
-		if err != nil {
-			a.log.Warn("no workload token for the job; it runs without LOOM_TOKEN", "step", key, "err", err)
-		} else {
-			// Last, so that it wins over a LOOM_TOKEN the submitter's
-			// exported environment carried.
-			spec.Env = append(spec.Env, "LOOM_TOKEN="+tok)
-			if cmd.GetEnv()["LOOM_GATEWAY"] == "" && a.opts.Gateway != "" {
-				spec.Env = append(spec.Env, "LOOM_GATEWAY="+a.opts.Gateway)
-			}
-		}
-	}
+	// Last, so that it wins over a LOOM_TOKEN the submitter's exported
+	// environment carried.
+	spec.Env = append(spec.Env, a.workloadEnv(key, cmd.GetJob(), cmd.GetEnv())...)
 	if replica[domain.MetricFileEnv] != "" {
 		a.prepareMetrics(user, key, cmd.GetJob(), cmd.GetAttempt(), tbDir, acct.UID)
 	}
@@ -1667,4 +1655,30 @@ func WithUnopened(ctx context.Context, why string) context.Context {
 func unopened(ctx context.Context) string {
 	why, _ := ctx.Value(unopenedKey{}).(string)
 	return why
+}
+
+// workloadEnv is what a process of job (its batch step's, a step's
+// task's) is given to call Loom as the job (LOOM_TOKEN, from
+// WorkloadToken, and LOOM_GATEWAY where env has none): as under Slurm,
+// where any process of a job may run scontrol, squeue or srun, a task an
+// srun started may too. Appended last, so that it wins over a LOOM_TOKEN
+// the submitter's exported environment carried. Nothing where no token
+// can be had (logged: the process runs, and its Slurm commands are
+// refused).
+func (a *App) workloadEnv(key, job string, env map[string]string) []string {
+	if a.opts.WorkloadToken == nil || job == "" {
+		return nil
+	}
+	tctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	tok, err := a.opts.WorkloadToken(tctx, job)
+	cancel()
+	if err != nil {
+		a.log.Warn("no workload token for the job; it runs without LOOM_TOKEN", "step", key, "err", err)
+		return nil
+	}
+	out := []string{"LOOM_TOKEN=" + tok}
+	if env["LOOM_GATEWAY"] == "" && a.opts.Gateway != "" {
+		out = append(out, "LOOM_GATEWAY="+a.opts.Gateway)
+	}
+	return out
 }

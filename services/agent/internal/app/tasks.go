@@ -225,7 +225,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 		return nil, fmt.Errorf("bad launch: %d tasks' GPUs for %d tasks", n, cmd.GetNtasks())
 	}
 	a.prepareProgress(user, domain.Key(cmd.GetJob(), cmd.GetAttempt()))
-	base := a.taskEnv(key, cmd, acct)
+	base := append(a.taskEnv(key, cmd, acct), a.workloadEnv(key, cmd.GetJob(), cmd.GetEnv())...)
 	var ps []ports.Process
 	fail := func(err error) ([]ports.Process, error) {
 		for _, p := range ps {
