@@ -32,6 +32,12 @@ const (
 	// signature was refused: the envelope.Reason* word (unsigned,
 	// bad-signature, expired-certificate, wrong-node, ...).
 	HeaderDLQReason = "loom_dlq_reason"
+	// HeaderDLQDataDropped is set when the record's value had to be left
+	// out: with the loom_dlq_* headers it was over the record limit. It
+	// says the value's size; the value stays in the source topic, at the
+	// partition and offset the other headers name, for the topic's
+	// retention.
+	HeaderDLQDataDropped = "loom_dlq_data_dropped"
 )
 
 // traceContext is the W3C propagator used on both sides of the bus. It is used

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
 const wait = 20 * time.Second
@@ -545,6 +547,134 @@ func TestUnknownTypeSkippedMalformedDeadLettered(t *testing.T) {
 	})
 	if n := records(t, broker, topic+topics.DLQSuffix, 1); n != 1 {
 		t.Errorf("DLQ holds %d records, want 1 (the unknown type is skipped, not dead-lettered)", n)
+	}
+}
+
+// A record larger than a consumer's fetch limit (possible wherever a
+// topic's max.message.bytes is raised above it, by anyone able to write the
+// topic) is handed on like any other: it does not stall its partition, and
+// the record after it is handled.
+func TestRecordOverTheFetchLimitDoesNotStall(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := fmt.Sprintf("test.overfetch.%d", topicSeq.Add(1))
+	limit := strconv.Itoa(bus.FetchMaxBytes + 2<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.EnsureTopics(ctx, []string{broker}, []topics.Spec{
+		{Name: topic, Partitions: 1, Configs: map[string]string{"max.message.bytes": limit}},
+		{Name: topic + topics.DLQSuffix, Partitions: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	big := envelope.New(topic, "k", "loom/test", &eventsv1.Heartbeat{Node: strings.Repeat("n", bus.FetchMaxBytes+1<<20), Cluster: "c1"})
+	bigMsg, err := envelope.Encode(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := event(topic, "k", 2)
+	goodMsg, err := envelope.Encode(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A writer of its own: the bus producer's batches stop at 1 MiB.
+	w := &kafka.Writer{Addr: kafka.TCP(broker), BatchBytes: int64(bus.FetchMaxBytes + 2<<20), BatchSize: 1, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, bigMsg); err != nil {
+		t.Fatalf("write the big record: %v", err)
+	}
+	if err := w.WriteMessages(ctx, goodMsg); err != nil {
+		t.Fatal(err)
+	}
+
+	var handled seen
+	var bigSize atomic.Int64
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, newProducer(t, broker),
+		func(ctx context.Context, ev envelope.Event) error {
+			if ev.ID == big.ID {
+				bigSize.Store(int64(len(ev.Payload.(*eventsv1.Heartbeat).GetNode())))
+			}
+			handled.add(ev)
+			return nil
+		})
+	testkit.WaitFor(t, wait, "the record after the big one handled", func() (bool, error) {
+		return handled.count(good.ID) == 1, nil
+	})
+	if ids := handled.ids(); len(ids) != 2 || ids[0] != big.ID || ids[1] != good.ID {
+		t.Errorf("handled %v, want the big record then the good one", ids)
+	}
+	if n := bigSize.Load(); n != int64(bus.FetchMaxBytes+1<<20) {
+		t.Errorf("the big record came with %d bytes of node, want %d", n, bus.FetchMaxBytes+1<<20)
+	}
+	testkit.WaitFor(t, wait, "both committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == 2, nil
+	})
+}
+
+// A record at the record limit that must be dead-lettered is over it with
+// the dead-letter headers: its dead letter goes without its value (then
+// without its key and headers too, when they are what is large), and says
+// so, rather than never; the record stays in its topic at the offset the
+// dead letter names, and the records after it flow.
+func TestDeadLetterOverTheRecordLimitDoesNotStall(t *testing.T) {
+	t.Parallel()
+	// Undecodable, and as large as a producer's default limit (1 MiB)
+	// lets through: with the loom_dlq_* headers it is over that limit.
+	const size = 1<<20 - 300
+	for _, tc := range []struct {
+		name       string
+		value, big []byte // the record's value and one header's
+		dropped    string // the start of HeaderDLQDataDropped
+		key        string // the dead letter's key
+	}{
+		{"value", bytes.Repeat([]byte("x"), size), nil, strconv.Itoa(size) + " bytes of value:", "k"},
+		{"headers", []byte("x"), bytes.Repeat([]byte("h"), size), "1 bytes of value, ", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			broker := startBroker(t)
+			topic := newTopic(t, broker, 1)
+			p := newProducer(t, broker)
+			malformed := kafka.Message{Topic: topic, Key: []byte("k"), Value: tc.value,
+				Headers: []kafka.Header{{Key: envelope.HeaderType, Value: []byte("loom.events.v1.Heartbeat")}}}
+			if tc.big != nil {
+				malformed.Headers = append(malformed.Headers, kafka.Header{Key: "big", Value: tc.big})
+			}
+			good := event(topic, "k", 3)
+
+			var handled seen
+			startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+				func(ctx context.Context, ev envelope.Event) error { handled.add(ev); return nil })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := p.PublishMessages(ctx, malformed); err != nil {
+				t.Fatalf("publish the big record: %v", err)
+			}
+			publish(t, p, good)
+
+			testkit.WaitFor(t, wait, "the record after the big one handled", func() (bool, error) {
+				return handled.count(good.ID) == 1, nil
+			})
+			dl := readN(t, broker, topic+topics.DLQSuffix, 1, wait)[0]
+			if off, _ := header(dl, bus.HeaderDLQOffset); off != "0" {
+				t.Errorf("dead-lettered offset %s, want 0 (the big record)", off)
+			}
+			if tp, _ := header(dl, bus.HeaderDLQTopic); tp != topic {
+				t.Errorf("dead letter names topic %q, want %q", tp, topic)
+			}
+			if dropped, _ := header(dl, bus.HeaderDLQDataDropped); len(dl.Value) != 0 || !strings.HasPrefix(dropped, tc.dropped) {
+				t.Errorf("dead letter of %d bytes, %s %q: want the value left out and %q...", len(dl.Value), bus.HeaderDLQDataDropped, dropped, tc.dropped)
+			}
+			if _, ok := header(dl, "big"); ok || string(dl.Key) != tc.key {
+				t.Errorf("dead letter key %q, big header %v: want key %q and no big header", dl.Key, ok, tc.key)
+			}
+			if e, _ := header(dl, bus.HeaderDLQError); e == "" {
+				t.Error("the dead letter says no error")
+			}
+			testkit.WaitFor(t, wait, "both committed", func() (bool, error) {
+				return committed(t, broker, "g", topic, 0) == 2, nil
+			})
+		})
 	}
 }
 

@@ -289,6 +289,14 @@ const (
 	partitionWatchInterval = 5 * time.Second
 	// finishTimeout bounds a dead-letter write and a commit.
 	finishTimeout = 10 * time.Second
+	// fetchMaxBytes bounds one fetch, not one record: a record larger than
+	// it (a topic's max.message.bytes raised above it) does not stall a
+	// partition, since the broker returns the first record batch of a
+	// fetch whole whatever the limit (fetch v3 and later, KIP-74; kafka-go
+	// asks for v10), and the reader hands it on like any other
+	// (TestRecordOverTheFetchLimitDoesNotStall). The broker's
+	// max.message.bytes, 1 MiB unless raised, is what bounds a record.
+	fetchMaxBytes = 10 << 20
 )
 
 // Consumer runs a handler over a consumer group.
@@ -514,7 +522,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		GroupTopics: c.cfg.Topics,
 		StartOffset: kafka.FirstOffset,
 		MinBytes:    1,
-		MaxBytes:    10 << 20, // per fetch; larger than any one record
+		MaxBytes:    fetchMaxBytes,
 		MaxWait:     fetchMaxWait,
 		// Synchronous: CommitMessages returns once the broker has the
 		// offset. The consumer batches commits itself (see committer), so
@@ -1112,16 +1120,25 @@ func (c *Consumer) call(ctx context.Context, ev envelope.Event) (err error) {
 // "<topic>.dlq" and reports whether it is there. A failed write is retried
 // with backoff; it gives up only when ctx ends, leaving the record
 // uncommitted, because committing a record that is in neither place would lose it.
+// A dead letter over the record limit (m was at it, the loom_dlq_* headers
+// took it over) is written with less of m (deadLetterShrunk) rather than
+// retried: the same write would fail forever and hold m's partition.
 func (c *Consumer) deadLetter(ctx context.Context, dlq *Producer, m kafka.Message, cause error, attempts int, log *slog.Logger) bool {
 	out := DeadLetter(m, cause, attempts)
 	delay := newBackoff(c.cfg.Backoff, 5*time.Second)
-	for {
+	for shrunk := 0; ; {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 		err := dlq.publishRaw(wctx, out)
 		cancel()
 		if err == nil {
 			c.cfg.Metrics.deadLettered(m.Topic)
 			return true
+		}
+		if tooLarge(err) && shrunk < maxShrink {
+			shrunk++
+			out = deadLetterShrunk(out, m, shrunk)
+			log.Warn("dead letter over the record limit; writing it with less of the record", "dlq", out.Topic, "left_out", dataDropped(m, shrunk))
+			continue
 		}
 		log.Error("dead-letter write failed; record stays uncommitted", "dlq", out.Topic, "err", err)
 		if ctx.Err() != nil || !sleepCtx(ctx, delay.next()) {
@@ -1139,7 +1156,7 @@ func DeadLetter(m kafka.Message, cause error, attempts int) kafka.Message {
 	headers := make([]kafka.Header, 0, len(m.Headers)+5)
 	for _, h := range m.Headers {
 		switch h.Key {
-		case HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset, HeaderDLQAttempts, HeaderDLQReason:
+		case HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset, HeaderDLQAttempts, HeaderDLQReason, HeaderDLQDataDropped:
 			continue
 		}
 		headers = append(headers, h)
@@ -1159,6 +1176,75 @@ func DeadLetter(m kafka.Message, cause error, attempts int) kafka.Message {
 		headers = append(headers, kafka.Header{Key: HeaderDLQReason, Value: []byte(reason)})
 	}
 	return kafka.Message{Topic: m.Topic + topics.DLQSuffix, Key: m.Key, Value: m.Value, Headers: headers}
+}
+
+// maxShrink is the last deadLetterShrunk level.
+const maxShrink = 2
+
+// maxShrunkHeader bounds each loom_dlq_* header of a level 2
+// deadLetterShrunk dead letter (an error may quote the record).
+const maxShrunkHeader = 1 << 10
+
+// deadLetterShrunk returns the dead letter out (DeadLetter's, for m) with
+// less of m, for a dead letter over the record limit: level 1 leaves m's
+// value out, level 2 its key and its own headers too, keeping only
+// DeadLetter's loom_dlq_* headers (cut to maxShrunkHeader bytes), which
+// name where m still is (topic, partition, offset: nothing is lost, m stays
+// there for the topic's retention). Both set HeaderDLQDataDropped to what
+// was left out.
+func deadLetterShrunk(out, m kafka.Message, level int) kafka.Message {
+	hs := make([]kafka.Header, 0, len(out.Headers)+1)
+	for _, h := range out.Headers {
+		if level >= 2 {
+			switch h.Key {
+			case HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset, HeaderDLQAttempts, HeaderDLQReason:
+				// DeadLetter's own: m's copies of these were left out.
+				if len(h.Value) > maxShrunkHeader {
+					h.Value = append(h.Value[:maxShrunkHeader-3:maxShrunkHeader-3], "..."...) // a copy: out shares m's
+				}
+			default:
+				continue
+			}
+		} else if h.Key == HeaderDLQDataDropped {
+			continue
+		}
+		hs = append(hs, h)
+	}
+	hs = append(hs, kafka.Header{Key: HeaderDLQDataDropped, Value: []byte(dataDropped(m, level))})
+	out.Headers, out.Value = hs, nil
+	if level >= 2 {
+		out.Key = nil
+	}
+	return out
+}
+
+// dataDropped says what deadLetterShrunk at level leaves out of m, and why.
+func dataDropped(m kafka.Message, level int) string {
+	if level >= 2 {
+		n := len(m.Key)
+		for _, h := range m.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+		return fmt.Sprintf("%d bytes of value, %d of key and headers: the dead letter with them is over the record limit; the record is at the source topic, partition and offset", len(m.Value), n)
+	}
+	return fmt.Sprintf("%d bytes of value: the dead letter with it is over the record limit; the record is at the source topic, partition and offset", len(m.Value))
+}
+
+// tooLarge says whether a write failed for the record's size: the writer's
+// own limit (BatchBytes) or the broker's (max.message.bytes).
+func tooLarge(err error) bool {
+	if err == nil {
+		return false
+	}
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && errors.Is(e, kafka.MessageSizeTooLarge) {
+				return true
+			}
+		}
+	}
+	return errors.Is(err, kafka.MessageSizeTooLarge)
 }
 
 // committer commits the offsets of handled records: mark notes a record as
