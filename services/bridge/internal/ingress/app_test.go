@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
 	publicv1 "github.com/loom-ml/loom/proto/loom/public/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/bridge/internal/cloudevent"
@@ -627,6 +629,110 @@ func TestKafkaDeadLetterOverTheRecordLimit(t *testing.T) {
 	if _, ok := h["ce_credential"]; ok {
 		t.Fatal("the dead letter carries the credential")
 	}
+
+	// Over the limit by its key and attributes: they go too, but for its id,
+	// source and type, which fit any limit (1 KiB each at most here).
+	raw = cloudevent.Raw{Attributes: map[string]string{"ce_id": "big-attr", "ce_type": TypePrefix + "SubmitJob", "x_big": strings.Repeat("h", 4000)},
+		Data: []byte("{}"), Key: []byte(strings.Repeat("k", 100))}
+	if err := dl.DeadLetter(ctx, raw, "INVALID_ARGUMENT", "attribute x_big is over 1024 bytes"); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	m, err = r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = map[string]string{}
+	for _, x := range m.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if _, ok := h["x_big"]; ok || len(m.Value) != 0 || len(m.Key) != 0 || h["ce_id"] != "big-attr" || h["ce_type"] != TypePrefix+"SubmitJob" ||
+		!strings.HasPrefix(h[HeaderDLQDataDropped], "2 bytes of data, 100 of key, 3 attributes") || h[HeaderDLQReason] == "" {
+		t.Fatalf("dead letter of %d bytes, key %d bytes, headers %v", len(m.Value), len(m.Key), h)
+	}
+}
+
+// A record larger than the source's fetch limit does not stall the
+// ingress: it is refused to the dead-letter topic with its reason, and the
+// message after it, in the same partition, is applied. Such a record can
+// exist only where the topic's max.message.bytes was raised above the
+// fetch limit: as Loom creates the topic, the broker refuses it at produce.
+func TestKafkaRecordOverTheFetchLimitDoesNotStall(t *testing.T) {
+	t.Parallel()
+	const topic = topics.Ingress
+	broker := testkit.BrokerWith(t,
+		topics.Spec{Name: topic, Partitions: 1, Configs: map[string]string{"max.message.bytes": strconv.Itoa(fetchMaxBytes + 2<<20)}},
+		topics.Spec{Name: topic + topics.DLQSuffix, Partitions: 1},
+		topics.Spec{Name: "loom.ingress.as-created", Partitions: 1, Configs: specOf(t, topic).Configs})
+	ctx := testkit.Context(t, 60*time.Second)
+	f := newFixture(t)
+
+	big := record(TypePrefix+"SubmitJob", strings.Repeat("x", fetchMaxBytes+1<<20), map[string]string{"ce_id": "big", "ce_credential": "loomk_good"})
+	big.Key = []byte("k")
+	w := NewKafkaWriter([]string{broker}, nil)
+	w.BatchBytes = int64(fetchMaxBytes + 2<<20) // a producer's own limit, whatever Loom's
+	defer w.Close()
+	asCreated := big
+	asCreated.Topic = "loom.ingress.as-created"
+	if err := w.WriteMessages(ctx, asCreated); !tooLarge(err) {
+		t.Fatalf("the big record written to the topic as Loom creates it: %v, want MESSAGE_TOO_LARGE", err)
+	}
+	big.Topic = topic
+	if err := w.WriteMessages(ctx, big); err != nil {
+		t.Fatalf("write the big record: %v", err)
+	}
+	good := record(TypePrefix+"SubmitJob", `{"parent":"projects/default","job":{"cluster":"projects/default/clusters/c"}}`,
+		map[string]string{"ce_id": "good", "ce_credential": "loomk_good"})
+	good.Topic, good.Key = topic, []byte("k")
+	if err := w.WriteMessages(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+
+	dlw := NewKafkaWriter([]string{broker}, nil)
+	defer dlw.Close()
+	src := &KafkaSource{Brokers: []string{broker}, Topic: topic, Group: "test-big", Backoff: time.Millisecond}
+	h := f.app.Handler(&KafkaDeadLetters{W: dlw, Topic: topic + topics.DLQSuffix, Transport: src.Name()})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(runCtx, h) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	testkit.WaitFor(t, 30*time.Second, "the message after the big one applied", func() (bool, error) {
+		_, jobs, _ := f.gw.state()
+		return jobs == 1, nil
+	})
+	if _, _, ids := f.gw.state(); len(ids) != 1 {
+		t.Errorf("the gateway was called for %v, want the good message only", ids)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic + topics.DLQSuffix, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := map[string]string{}
+	for _, x := range m.Headers {
+		hs[x.Key] = string(x.Value)
+	}
+	if hs["ce_id"] != "big" || hs[HeaderDLQCode] != "INVALID_ARGUMENT" || !strings.Contains(hs[HeaderDLQReason], "over the limit") ||
+		!strings.HasPrefix(hs[HeaderDLQDataDropped], strconv.Itoa(fetchMaxBytes+1<<20)+" bytes") {
+		t.Fatalf("dead letter of %d bytes, headers %v", len(m.Value), hs)
+	}
+}
+
+// specOf returns topics.All()'s spec of name.
+func specOf(t testing.TB, name string) topics.Spec {
+	t.Helper()
+	for _, s := range topics.All() {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("%s is not one of Loom's topics", name)
+	return topics.Spec{}
 }
 
 // A producer that sends another's source and id first (even with no

@@ -55,6 +55,9 @@ func KafkaResults(w *kafka.Writer, topic string) ResultPublisher {
 // KafkaDeadLetters writes refused records to "<topic>.dlq": the record as
 // it came (key, value, headers) without the credential, with the reason,
 // the gRPC code name, the transport and the time in loom_dlq_* headers.
+// One over the record limit goes without its value, then also without its
+// key and all but its naming attributes (HeaderDLQDataDropped says so):
+// a dead letter that cannot be written would hold the ingress forever.
 type KafkaDeadLetters struct {
 	W *kafka.Writer
 	// Topic is the dead-letter topic, Transport the source's name.
@@ -96,6 +99,25 @@ func (k *KafkaDeadLetters) DeadLetter(ctx context.Context, raw cloudevent.Raw, c
 		hs = append(hs, kafka.Header{Key: HeaderDLQDataDropped,
 			Value: fmt.Appendf(nil, "%d bytes: the data with the reason is over the record limit", len(raw.Data))})
 		err = k.W.WriteMessages(ctx, kafka.Message{Topic: k.Topic, Key: raw.Key, Headers: hs})
+	}
+	if tooLarge(err) {
+		// Still over: the key and the attributes are what is large. The
+		// reason goes with only the attributes that name the message,
+		// each cut to the bound of an attribute, so that it fits any limit.
+		keep := make([]kafka.Header, 0, 8)
+		for _, h := range hs {
+			switch h.Key {
+			case "ce_id", "ce_source", "ce_type", "ce_specversion", HeaderDLQReason, HeaderDLQCode, HeaderDLQTransport, HeaderDLQTime:
+				if len(h.Value) > cloudevent.MaxAttrLen {
+					h.Value = append(h.Value[:cloudevent.MaxAttrLen-3:cloudevent.MaxAttrLen-3], "..."...)
+				}
+				keep = append(keep, h)
+			}
+		}
+		keep = append(keep, kafka.Header{Key: HeaderDLQDataDropped,
+			Value: fmt.Appendf(nil, "%d bytes of data, %d of key, %d attributes: the message with the reason is over the record limit",
+				len(raw.Data), len(raw.Key), len(raw.Attributes))})
+		err = k.W.WriteMessages(ctx, kafka.Message{Topic: k.Topic, Headers: keep})
 	}
 	if err != nil {
 		return fmt.Errorf("dead letter to %s: %w", k.Topic, err)
@@ -148,6 +170,15 @@ const DefaultWorkers = 8
 // workerQueue bounds the records fetched ahead per worker.
 const workerQueue = 16
 
+// fetchMaxBytes bounds one fetch, not one record: a record larger than it
+// (the topic's max.message.bytes raised above it) does not stall the
+// ingress, since the broker returns the first record batch of a fetch whole
+// whatever the limit (fetch v3 and later, KIP-74; kafka-go asks for v10),
+// and the handler dead-letters it for its size like any record over
+// -max-message-bytes (TestKafkaRecordOverTheFetchLimitDoesNotStall). The
+// broker's max.message.bytes, 1 MiB unless raised, is what bounds a record.
+const fetchMaxBytes = 10 << 20
+
 // Name implements cloudevent.Source: "kafka:{topic}".
 func (s *KafkaSource) Name() string { return "kafka:" + s.Topic }
 
@@ -170,7 +201,7 @@ func (s *KafkaSource) Run(ctx context.Context, h cloudevent.Handler) error {
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: s.Brokers, GroupID: group, Topic: s.Topic, Dialer: s.Security.Dialer(),
-		StartOffset: kafka.FirstOffset, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
+		StartOffset: kafka.FirstOffset, MinBytes: 1, MaxBytes: fetchMaxBytes, MaxWait: 250 * time.Millisecond,
 		// Commits are sent every CommitInterval, not one round trip per
 		// record: a record handled but not yet committed when the bridge
 		// dies is delivered again and acked as a duplicate by the dedupe
