@@ -1134,7 +1134,7 @@ func (c *Consumer) deadLetter(ctx context.Context, dlq *Producer, m kafka.Messag
 			c.cfg.Metrics.deadLettered(m.Topic)
 			return true
 		}
-		if tooLarge(err) && shrunk < maxShrink {
+		if TooLarge(err) && shrunk < maxShrink {
 			shrunk++
 			out = deadLetterShrunk(out, m, shrunk)
 			log.Warn("dead letter over the record limit; writing it with less of the record", "dlq", out.Topic, "left_out", dataDropped(m, shrunk))
@@ -1230,9 +1230,9 @@ func dataDropped(m kafka.Message, level int) string {
 	return fmt.Sprintf("%d bytes of value: the dead letter with it is over the record limit; the record is at the source topic, partition and offset", len(m.Value))
 }
 
-// tooLarge says whether a write failed for the record's size: the writer's
-// own limit (BatchBytes) or the broker's (max.message.bytes).
-func tooLarge(err error) bool {
+// TooLarge says whether a Kafka write failed for the record's size: the
+// writer's own limit (BatchBytes) or the broker's (max.message.bytes).
+func TooLarge(err error) bool {
 	if err == nil {
 		return false
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
@@ -673,7 +674,7 @@ func TestKafkaRecordOverTheFetchLimitDoesNotStall(t *testing.T) {
 	defer w.Close()
 	asCreated := big
 	asCreated.Topic = "loom.ingress.as-created"
-	if err := w.WriteMessages(ctx, asCreated); !tooLarge(err) {
+	if err := w.WriteMessages(ctx, asCreated); !bus.TooLarge(err) {
 		t.Fatalf("the big record written to the topic as Loom creates it: %v, want MESSAGE_TOO_LARGE", err)
 	}
 	big.Topic = topic

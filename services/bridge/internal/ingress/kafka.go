@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -92,7 +91,7 @@ func (k *KafkaDeadLetters) DeadLetter(ctx context.Context, raw cloudevent.Raw, c
 		kafka.Header{Key: HeaderDLQTransport, Value: []byte(k.Transport)},
 		kafka.Header{Key: HeaderDLQTime, Value: []byte(now().UTC().Format(time.RFC3339Nano))})
 	err := k.W.WriteMessages(ctx, kafka.Message{Topic: k.Topic, Key: raw.Key, Value: raw.Data, Headers: hs})
-	if tooLarge(err) {
+	if bus.TooLarge(err) {
 		// The message with the reason headers is over the record limit (it
 		// was at it on the way in): the reason goes without the data, so
 		// that one message cannot hold the ingress forever.
@@ -100,7 +99,7 @@ func (k *KafkaDeadLetters) DeadLetter(ctx context.Context, raw cloudevent.Raw, c
 			Value: fmt.Appendf(nil, "%d bytes: the data with the reason is over the record limit", len(raw.Data))})
 		err = k.W.WriteMessages(ctx, kafka.Message{Topic: k.Topic, Key: raw.Key, Headers: hs})
 	}
-	if tooLarge(err) {
+	if bus.TooLarge(err) {
 		// Still over: the key and the attributes are what is large. The
 		// reason goes with only the attributes that name the message,
 		// each cut to the bound of an attribute, so that it fits any limit.
@@ -123,23 +122,6 @@ func (k *KafkaDeadLetters) DeadLetter(ctx context.Context, raw cloudevent.Raw, c
 		return fmt.Errorf("dead letter to %s: %w", k.Topic, err)
 	}
 	return nil
-}
-
-// tooLarge says whether a write failed for the record's size (the writer's
-// own limit or the broker's).
-func tooLarge(err error) bool {
-	if err == nil {
-		return false
-	}
-	var we kafka.WriteErrors
-	if errors.As(err, &we) {
-		for _, e := range we {
-			if e != nil && errors.Is(e, kafka.MessageSizeTooLarge) {
-				return true
-			}
-		}
-	}
-	return errors.Is(err, kafka.MessageSizeTooLarge)
 }
 
 // KafkaSource reads CloudEvents (binary mode) from one topic in a
