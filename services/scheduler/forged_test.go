@@ -33,7 +33,7 @@ func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 	f.node("gpu-0001", 4)
 	f.node("gpu-0002", 4)
 	f.submit(1, 1, 4) // fills one node; the other stays free
-	j := in.job(t, 1, loomv1.JobState_CONFIGURING)
+	j := in.job(t, 1, loomv1.JobState_RUNNING)
 	assigned := j.GetNodes()[0]
 	other := "gpu-0001"
 	if other == hostOf(assigned) {
@@ -73,7 +73,7 @@ func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 			break
 		}
 	}
-	if got := in.job(t, 1, loomv1.JobState_CONFIGURING); got.GetState() != loomv1.JobState_CONFIGURING {
+	if got := in.job(t, 1, loomv1.JobState_RUNNING); got.GetState() != loomv1.JobState_RUNNING {
 		t.Fatalf("job 1 is %v after forged reports", got.GetState())
 	}
 

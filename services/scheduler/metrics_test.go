@@ -46,7 +46,7 @@ func TestSchedulerMetricsOnScrape(t *testing.T) {
 		if err != nil {
 			return false, nil // not listening yet
 		}
-		return s.Sum("loom_scheduler_jobs", "state", "configuring") == 1 && s.Sum("loom_scheduler_jobs", "state", "pending") == 1 &&
+		return s.Sum("loom_scheduler_jobs", "state", "running") == 1 && s.Sum("loom_scheduler_jobs", "state", "pending") == 1 &&
 			s.Sum("loom_scheduler_queue_depth") == 1 &&
 			s.Sum("loom_scheduler_gpus", "state", "allocated") > 0 &&
 			s.Sum("loom_scheduler_gpus", "state", "allocated")+s.Sum("loom_scheduler_gpus", "state", "idle") == 4 &&

@@ -31,7 +31,7 @@ func TestSchedulerHoldsNodesToBusNodeRate(t *testing.T) {
 	f.node("gpu-0001", 4)
 	f.node("gpu-0002", 4)
 	f.submit(1, 1, 4)
-	assigned := in.job(t, 1, loomv1.JobState_CONFIGURING).GetNodes()[0]
+	assigned := in.job(t, 1, loomv1.JobState_RUNNING).GetNodes()[0]
 	other := "gpu-0001"
 	if other == hostOf(assigned) {
 		other = "gpu-0002"

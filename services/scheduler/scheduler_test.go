@@ -78,8 +78,8 @@ func (in *instance) stop(t *testing.T) {
 }
 
 // job polls GetJob until the job is in state, and returns it. No agent
-// runs in these tests (steps report only when a test says so), so a started
-// job stays CONFIGURING.
+// runs in these tests (steps report only when a test says so); a started
+// job is RUNNING from its start, as Slurm's.
 func (in *instance) job(t *testing.T, id int, state loomv1.JobState) *loomv1.Job {
 	t.Helper()
 	var j *loomv1.Job
@@ -237,7 +237,7 @@ func TestJobsRunThroughTheBus(t *testing.T) {
 	f.submit(1, 2, 2)
 	f.submit(2, 1, 2)
 
-	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_CONFIGURING))
+	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_RUNNING))
 	jc := ev.Payload.(*eventsv1.JobChanged)
 	if ev.Key != cluster || jc.GetAttempt() != 1 || len(jc.GetJob().GetNodes()) != 2 || jc.GetJob().GetOutputPath() != "/shared/c1/slurm-1.out" {
 		t.Fatalf("JobChanged CONFIGURING: key %q, %v", ev.Key, jc)
@@ -259,7 +259,7 @@ func TestJobsRunThroughTheBus(t *testing.T) {
 		t.Fatalf("want ranks 0 and 1 on distinct nodes, got %v", ranks)
 	}
 
-	j2 := in.job(t, 2, loomv1.JobState_CONFIGURING)
+	j2 := in.job(t, 2, loomv1.JobState_RUNNING)
 	f.exit(1, 1, "gpu-0001", 0)
 	f.exit(1, 1, "gpu-0002", 0)
 	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_COMPLETED))
@@ -320,17 +320,17 @@ func TestRestartKeepsStateAndStartsNothingTwice(t *testing.T) {
 	for id := 1; id <= 3; id++ {
 		f.submit(id, 1, 1)
 	}
-	running := first.job(t, 1, loomv1.JobState_CONFIGURING)
+	running := first.job(t, 1, loomv1.JobState_RUNNING)
 	first.stop(t)
 	for id := 4; id <= jobs; id++ { // arrive while no scheduler runs
 		f.submit(id, 1, 1)
 	}
 
 	second := startScheduler(t, broker, redisAddr)
-	if j := second.job(t, 1, loomv1.JobState_CONFIGURING); !proto.Equal(j.GetStartTime(), running.GetStartTime()) || j.GetNodes()[0] != running.GetNodes()[0] {
+	if j := second.job(t, 1, loomv1.JobState_RUNNING); !proto.Equal(j.GetStartTime(), running.GetStartTime()) || j.GetNodes()[0] != running.GetNodes()[0] {
 		t.Fatalf("job 1 after restart: %v, before: %v", j, running)
 	}
-	second.job(t, 2, loomv1.JobState_CONFIGURING)
+	second.job(t, 2, loomv1.JobState_RUNNING)
 	// Both GPUs are held: the allocations survived the restart.
 	if j := second.job(t, jobs, loomv1.JobState_PENDING); j.GetStateReason() != "Priority" {
 		t.Fatalf("job %d: %v %q, want PENDING Priority", jobs, j.GetState(), j.GetStateReason())
@@ -340,7 +340,7 @@ func TestRestartKeepsStateAndStartsNothingTwice(t *testing.T) {
 	}
 	// Finish the jobs two at a time, as the two nodes free up.
 	for id := 1; id <= jobs; id++ {
-		j := second.job(t, id, loomv1.JobState_CONFIGURING)
+		j := second.job(t, id, loomv1.JobState_RUNNING)
 		f.exit(id, 1, j.GetNodes()[0], 0)
 		second.job(t, id, loomv1.JobState_COMPLETED)
 	}
@@ -390,7 +390,7 @@ func TestDrainThroughTheBus(t *testing.T) {
 	f.node("gpu-0001", 4)
 	f.node("gpu-0002", 4)
 	f.submit(1, 1, 4)
-	busy := in.job(t, 1, loomv1.JobState_CONFIGURING).GetNodes()[0]
+	busy := in.job(t, 1, loomv1.JobState_RUNNING).GetNodes()[0]
 	idle := map[string]string{"gpu-0001": "gpu-0002", "gpu-0002": "gpu-0001"}[busy]
 
 	drain(idle, time.Now().Add(time.Hour))
@@ -435,7 +435,7 @@ func TestDrainThroughTheBus(t *testing.T) {
 
 	// A new node: the requeued job starts again there, as attempt 2.
 	f.node("gpu-0003", 4)
-	ev = testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_CONFIGURING).and(func(e envelope.Event) bool {
+	ev = testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_RUNNING).and(func(e envelope.Event) bool {
 		return e.Payload.(*eventsv1.JobChanged).GetAttempt() == 2
 	}))
 	if nodes := ev.Payload.(*eventsv1.JobChanged).GetJob().GetNodes(); len(nodes) != 1 || nodes[0] != "gpu-0003" {
@@ -444,7 +444,7 @@ func TestDrainThroughTheBus(t *testing.T) {
 	f.exit(1, 2, "gpu-0003", 0)
 	// Events reach the bus in the order they were stored: once job 2 runs on
 	// the freed node, a second NodeDrained emitted before it would be there.
-	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(2, loomv1.JobState_CONFIGURING))
+	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(2, loomv1.JobState_RUNNING))
 	for _, host := range []string{busy, idle} {
 		if n := len(drained(t, broker, host)); n != 1 {
 			t.Fatalf("%s announced drained %d times, want once", host, n)

@@ -94,7 +94,7 @@ func TestHoldReleaseAndReadsThroughTheBus(t *testing.T) {
 		return err == nil && j.GetStateReason() == "JobHeldUser" && j.GetPriority() == 0, nil
 	})
 	f.publish(topics.JobCommands, cluster, &eventsv1.UpdateJob{Job: jobName(1), Cluster: cluster, Action: "release"})
-	j := in.job(t, 1, loomv1.JobState_CONFIGURING)
+	j := in.job(t, 1, loomv1.JobState_RUNNING)
 	if j.GetPartition() != "batch" || j.GetBatchHost() != "gpu-0001" || len(j.GetRuns()) != 1 {
 		t.Fatalf("released job: %v", j)
 	}
@@ -123,7 +123,7 @@ func TestHoldReleaseAndReadsThroughTheBus(t *testing.T) {
 		t.Fatalf("ListShares of an unknown cluster: %v", err)
 	}
 	resp, err := in.client.ListJobs(context.Background(), &loomv1.ListJobsRequest{Users: []string{"ada"}, ActiveOnly: true,
-		States: []loomv1.JobState{loomv1.JobState_CONFIGURING}, JobIds: []string{"1"}, Partitions: []string{"batch"}})
+		States: []loomv1.JobState{loomv1.JobState_RUNNING}, JobIds: []string{"1"}, Partitions: []string{"batch"}})
 	if err != nil || len(resp.GetJobs()) != 1 {
 		t.Fatalf("ListJobs with filters: %v %v", resp, err)
 	}
@@ -145,7 +145,7 @@ func TestPreemptionThroughTheBus(t *testing.T) {
 	f.specCluster()
 	f.poolNode("gpu-0001", 8)
 	f.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", NodeCount: 1, GpusPerNode: 8, Qos: "low", Signal: "USR1@30"})
-	in.job(t, 1, loomv1.JobState_CONFIGURING)
+	in.job(t, 1, loomv1.JobState_RUNNING)
 	f.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", NodeCount: 1, GpusPerNode: 8, Qos: "high"})
 
 	sig := testkit.WaitEvent(t, broker, topics.StepCommands, wait, stepCommand[*eventsv1.SignalStep](1, nil))
@@ -160,9 +160,9 @@ func TestPreemptionThroughTheBus(t *testing.T) {
 	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_REQUEUED))
 	in.job(t, 1, loomv1.JobState_PENDING)
 	f.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
-	in.job(t, 2, loomv1.JobState_CONFIGURING)
+	in.job(t, 2, loomv1.JobState_RUNNING)
 	f.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
-	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_CONFIGURING).and(func(e envelope.Event) bool {
+	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_RUNNING).and(func(e envelope.Event) bool {
 		return e.Payload.(*eventsv1.JobChanged).GetAttempt() == 2
 	}))
 	if ev.Payload.(*eventsv1.JobChanged).GetJob().GetRestartCount() != 1 {
@@ -180,7 +180,7 @@ func TestTimeLimitThroughTheBus(t *testing.T) {
 	f.specCluster()
 	f.poolNode("gpu-0001", 8)
 	f.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", NodeCount: 1, GpusPerNode: 1, TimeLimitSeconds: 1, Script: "sleep 100"})
-	in.job(t, 1, loomv1.JobState_CONFIGURING)
+	in.job(t, 1, loomv1.JobState_RUNNING)
 	testkit.WaitEvent(t, broker, topics.StepCommands, wait, stepCommand[*eventsv1.StopStep](1, func(s *eventsv1.StopStep) bool {
 		return s.GetReason() == "time limit"
 	}))
@@ -212,7 +212,7 @@ func TestNodeFailRequeueThroughTheBus(t *testing.T) {
 	f.specCluster()
 	f.poolNode("gpu-0001", 8)
 	f.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", NodeCount: 1, GpusPerNode: 8})
-	first := in.job(t, 1, loomv1.JobState_CONFIGURING).GetNodes()[0]
+	first := in.job(t, 1, loomv1.JobState_RUNNING).GetNodes()[0]
 	f.publish(topics.HealthEvents, nodeName(first), &eventsv1.NodeHealthChanged{Node: nodeName(first), Cluster: cluster,
 		Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat"})
 	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_NODE_FAIL))
@@ -223,13 +223,13 @@ func TestNodeFailRequeueThroughTheBus(t *testing.T) {
 	// The failed node's step is fenced until it is heard to end: its agent,
 	// back, stops it (the StopStep the fence sent) and says so.
 	f.step(1, 1, first, eventsv1.StepState_STEP_KILLED, 143)
-	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_CONFIGURING).and(func(e envelope.Event) bool {
+	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_RUNNING).and(func(e envelope.Event) bool {
 		return e.Payload.(*eventsv1.JobChanged).GetAttempt() == 2
 	}))
 	if nodes := ev.Payload.(*eventsv1.JobChanged).GetJob().GetNodes(); len(nodes) != 1 || nodes[0] == first {
 		t.Fatalf("attempt 2 on %v, after %s failed", nodes, first)
 	}
-	j := in.job(t, 1, loomv1.JobState_CONFIGURING)
+	j := in.job(t, 1, loomv1.JobState_RUNNING)
 	if len(j.GetRuns()) != 2 || j.GetRuns()[0].GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetRuns()[0].GetReason(), "no heartbeat") {
 		t.Fatalf("runs: %v", j.GetRuns())
 	}
@@ -252,7 +252,7 @@ func TestNodesHealthAndJobsOnlyFromTheirSender(t *testing.T) {
 	f.specCluster()
 	f.poolNode("gpu-0001", 8)
 	f.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", NodeCount: 1, GpusPerNode: 8})
-	in.job(t, 1, loomv1.JobState_CONFIGURING)
+	in.job(t, 1, loomv1.JobState_RUNNING)
 
 	f.publishAs("registry", topics.NodeEvents, nodeName("gpu-0002"), &eventsv1.NodeChanged{Node: &loomv1.Node{
 		Name: nodeName("gpu-0002"), Cluster: cluster, Hostname: "gpu-0002", Gpus: 8, State: loomv1.Node_READY, NodePool: "gpu",
@@ -280,13 +280,13 @@ func TestNodesHealthAndJobsOnlyFromTheirSender(t *testing.T) {
 	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_REQUEUED))
 	f.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
 	f.poolNode("gpu-0003", 8)
-	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_CONFIGURING).and(func(e envelope.Event) bool {
+	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_RUNNING).and(func(e envelope.Event) bool {
 		return e.Payload.(*eventsv1.JobChanged).GetAttempt() == 2
 	}))
 	if nodes := ev.Payload.(*eventsv1.JobChanged).GetJob().GetNodes(); len(nodes) != 1 || nodes[0] != "gpu-0003" {
 		t.Errorf("attempt 2 on %v, want gpu-0003 (the provisioner's)", nodes)
 	}
-	if runs := in.job(t, 1, loomv1.JobState_CONFIGURING).GetRuns(); len(runs) != 2 || !strings.Contains(runs[0].GetReason(), "no heartbeat") {
+	if runs := in.job(t, 1, loomv1.JobState_RUNNING).GetRuns(); len(runs) != 2 || !strings.Contains(runs[0].GetReason(), "no heartbeat") {
 		t.Errorf("runs: %v, want the first ended by health's verdict", runs)
 	}
 }
@@ -331,9 +331,9 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 	for id := 1; id <= 3; id++ {
 		f.submitJob(&loomv1.Job{Name: jobName(id), JobId: strconv.Itoa(id), NodeCount: 1, GpusPerNode: 1})
 	}
-	leader.job(t, 1, loomv1.JobState_CONFIGURING)
+	leader.job(t, 1, loomv1.JobState_RUNNING)
 	// The follower reads what the leader decided.
-	follower.job(t, 1, loomv1.JobState_CONFIGURING)
+	follower.job(t, 1, loomv1.JobState_RUNNING)
 	follower.job(t, 3, loomv1.JobState_PENDING)
 	// What the leader decides from now on, the follower reads from its
 	// change log, not by reloading (it may have loaded the first decisions
@@ -353,7 +353,7 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 	})
 	f.exit(1, 1, follower.jobNodes(t, 1)[0], 0)
 	follower.job(t, 1, loomv1.JobState_COMPLETED)
-	follower.job(t, 3, loomv1.JobState_CONFIGURING)
+	follower.job(t, 3, loomv1.JobState_RUNNING)
 	for id := 1; id <= 3; id++ { // 4 is still waiting
 		steps := startSteps(t, broker, id)
 		for _, e := range steps[1:] {
@@ -387,7 +387,7 @@ func TestTimeLimitOnTheFakeClock(t *testing.T) {
 	f.specCluster()
 	f.poolNode("gpu-0001", 8)
 	f.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", NodeCount: 1, GpusPerNode: 1, TimeLimitSeconds: 3600, Script: "sleep 100"})
-	in.job(t, 1, loomv1.JobState_CONFIGURING)
+	in.job(t, 1, loomv1.JobState_RUNNING)
 	if ev := testkit.Events(t, broker, topics.StepCommands); slices.ContainsFunc(ev, func(e envelope.Event) bool {
 		_, stop := e.Payload.(*eventsv1.StopStep)
 		return stop

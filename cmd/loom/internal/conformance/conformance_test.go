@@ -308,7 +308,7 @@ func TestNodeFailRequeue(t *testing.T) {
 	s := f.session(t, "nf")
 	id := s.sbatch(s.script("nodefail.sh"))
 	first := s.waitLine("first-run", 60*time.Second)
-	// CONFIGURING until the agent's report that the step runs arrives.
+	// Its script runs: the job shows R (RUNNING from its start, as Slurm's).
 	var q []map[string]string
 	s.waitFor(30*time.Second, "job "+id+" to show R", func() bool {
 		q = s.queue("-j", id)

@@ -98,8 +98,8 @@ func CheckCreateJobStep(job *loomv1.Job, req *loomv1.CreateJobStepRequest) error
 }
 
 // TakesSteps reports whether a job in state s may start job steps: it runs
-// (CONFIGURING counts: its batch script may be running before every node
-// has reported).
+// (CONFIGURING counts: a job an earlier scheduler stored so until every
+// node had reported ran its batch script meanwhile).
 func TakesSteps(s loomv1.JobState) bool {
 	return s == loomv1.JobState_RUNNING || s == loomv1.JobState_CONFIGURING
 }

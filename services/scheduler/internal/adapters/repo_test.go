@@ -248,7 +248,7 @@ func TestArrayStoredOnce(t *testing.T) {
 		if !proto.Equal(got, want) {
 			t.Fatalf("task %d: loaded %v, want %v", k, got, want)
 		}
-		if want.GetState() == loomv1.JobState_CONFIGURING {
+		if want.GetState() == loomv1.JobState_RUNNING {
 			running++
 		}
 	}

@@ -55,7 +55,7 @@ func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, err := fromRedis.GetJob(job)
-	if err != nil || want.GetState() != loomv1.JobState_CONFIGURING {
+	if err != nil || want.GetState() != loomv1.JobState_RUNNING {
 		t.Fatalf("Redis has the job %v (%v); the script should have run and placed it", want.GetState(), err)
 	}
 	got, err := a.GetJob(job)
@@ -69,7 +69,7 @@ func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
 		t.Fatalf("the redelivery changed the job: %v", got)
 	}
 	after, _ := st.OutboxLen(ctx)
-	// JobChanged CONFIGURING and one StartStep, once.
+	// JobChanged RUNNING and one StartStep, once.
 	if after-before != 2 {
 		t.Fatalf("the submission emitted %d events, want 2 (once)", after-before)
 	}

@@ -96,16 +96,16 @@ func TestRemovedPartitionFailsItsJobsStored(t *testing.T) {
 	submit(1, "pb", 8, false)
 	submit(2, "pb", 4, false)
 	submit(3, "pa", 8, false)
-	if s1, s2, s3 := state(a, 1).GetState(), state(a, 2).GetState(), state(a, 3).GetState(); s1 != loomv1.JobState_CONFIGURING ||
-		s2 != loomv1.JobState_PENDING || s3 != loomv1.JobState_CONFIGURING {
-		t.Fatalf("before the update: %v %v %v, want CONFIGURING PENDING CONFIGURING", s1, s2, s3)
+	if s1, s2, s3 := state(a, 1).GetState(), state(a, 2).GetState(), state(a, 3).GetState(); s1 != loomv1.JobState_RUNNING ||
+		s2 != loomv1.JobState_PENDING || s3 != loomv1.JobState_RUNNING {
+		t.Fatalf("before the update: %v %v %v, want RUNNING PENDING RUNNING", s1, s2, s3)
 	}
 
 	handle(partLayout("a"))
 	for _, in := range []*App{a, start()} { // memory, and what Redis holds
 		wantGone(in, 2, loomv1.JobState_NODE_FAIL)
 		wantGone(in, 1, loomv1.JobState_COMPLETING) // NODE_FAIL once its step ends
-		if s := state(in, 3).GetState(); s != loomv1.JobState_CONFIGURING {
+		if s := state(in, 3).GetState(); s != loomv1.JobState_RUNNING {
 			t.Fatalf("pa's job: %v", s)
 		}
 	}

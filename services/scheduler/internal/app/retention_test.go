@@ -111,7 +111,7 @@ func TestPruneIsStoredAndSurvivesRestart(t *testing.T) {
 	}
 	submit(b, 2, "afterok:1")
 	submit(b, 3, "afternotok:1")
-	if j, _ := b.GetJob(name(2)); j.GetState() != loomv1.JobState_CONFIGURING {
+	if j, _ := b.GetJob(name(2)); j.GetState() != loomv1.JobState_RUNNING {
 		t.Errorf("afterok on pruned COMPLETED job 1: %v %q, want it started", j.GetState(), j.GetStateReason())
 	}
 	if j, _ := b.GetJob(name(3)); j.GetState() != loomv1.JobState_PENDING || j.GetStateReason() != domain.ReasonDependencyNeverSatisfied {

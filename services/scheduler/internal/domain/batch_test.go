@@ -137,8 +137,8 @@ func TestBatchEmitsOneJobChangedPerJobProgress(t *testing.T) {
 	h := newHarness(t)
 	h.node("gpu-0001", 8)
 	c := h.submitJob(job(1, 1, 8))
-	if got := statesSeen(c, 1); len(got) != 1 || got[0] != loomv1.JobState_CONFIGURING {
-		t.Fatalf("submitted and started in one change: %v, want [CONFIGURING]", got)
+	if got := statesSeen(c, 1); len(got) != 1 || got[0] != loomv1.JobState_RUNNING {
+		t.Fatalf("submitted and started in one change: %v, want [RUNNING]", got)
 	}
 	// The node is full: job 2 waits, and its one event says why.
 	c = h.submitJob(job(2, 1, 8))
@@ -163,8 +163,8 @@ func TestBatchEmitsOneJobChangedPerJobProgress(t *testing.T) {
 		t.Fatalf("the final JobChanged's runs: %v, want the one completed run on gpu-0001", rs)
 	}
 	// Job 2 started in the same change.
-	if got := statesSeen(c, 2); len(got) != 1 || got[0] != loomv1.JobState_CONFIGURING {
-		t.Fatalf("the waiting job in the same change: %v, want [CONFIGURING]", got)
+	if got := statesSeen(c, 2); len(got) != 1 || got[0] != loomv1.JobState_RUNNING {
+		t.Fatalf("the waiting job in the same change: %v, want [RUNNING]", got)
 	}
 	// (That a requeue's REQUEUED is kept before its PENDING: TestHoldReleaseRequeue.)
 }

@@ -171,8 +171,8 @@ func (h *harness) job(id int) *loomv1.Job {
 }
 
 // wantState checks the job's state and reason, as the job's course goes:
-// RUNNING accepts CONFIGURING (started; its steps have not all reported
-// running), and a final state accepts COMPLETING on its way there (the
+// RUNNING accepts CONFIGURING (a job an earlier scheduler stored so until
+// its steps reported running), and a final state accepts COMPLETING on its way there (the
 // attempt ended in state with reason; steps still ending). wantExact does not.
 func (h *harness) wantState(id int, state loomv1.JobState, reason string) {
 	h.t.Helper()
@@ -319,8 +319,8 @@ func TestSubmitRunsAndCompletes(t *testing.T) {
 	c := h.submit(1, 2, 4)
 	jc := jobChanges(c)
 	// Submitted and started by one change: one JobChanged, as it leaves the job.
-	if len(jc) != 1 || jc[0].GetJob().GetState() != loomv1.JobState_CONFIGURING {
-		t.Fatalf("want one JobChanged CONFIGURING, got %v", jc)
+	if len(jc) != 1 || jc[0].GetJob().GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("want one JobChanged RUNNING, got %v", jc)
 	}
 	if jc[0].GetAttempt() != 1 {
 		t.Fatalf("attempt %d, want 1", jc[0].GetAttempt())
@@ -611,7 +611,7 @@ func TestFailedToStartAndLost(t *testing.T) {
 	// A lost step (its end went unseen) is the infrastructure's failure,
 	// as a node's: the job is requeued, within its infrastructure budget.
 	h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_LOST, 0)
-	if j := h.job(2); j.GetState() != loomv1.JobState_CONFIGURING || j.GetRestartCount() != 1 || h.s.Run(jobName(2), 2) == nil {
+	if j := h.job(2); j.GetState() != loomv1.JobState_RUNNING || j.GetRestartCount() != 1 || h.s.Run(jobName(2), 2) == nil {
 		t.Fatalf("job 2 after its step was lost: %v %q restarts %d; want requeued and started again", j.GetState(), j.GetStateReason(), j.GetRestartCount())
 	}
 	if r := h.s.Run(jobName(2), 1); r.Outcome != loomv1.JobState_NODE_FAIL || r.Reason != "step lost on gpu-0001" {

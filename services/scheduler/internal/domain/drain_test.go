@@ -111,7 +111,7 @@ func TestDrainWaitsForTheLastStep(t *testing.T) {
 	h.submit(2, 1, 4)
 	c := h.drainNode("gpu-0001", 8, 0) // no deadline: wait for the jobs
 	wantDrained(t, c)
-	if len(stops(c)) != 0 || h.job(1).GetState() != loomv1.JobState_CONFIGURING {
+	if len(stops(c)) != 0 || h.job(1).GetState() != loomv1.JobState_RUNNING {
 		t.Fatal("draining disturbed a running job")
 	}
 	wantDrained(t, h.tick(24*time.Hour))

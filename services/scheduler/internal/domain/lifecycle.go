@@ -7,13 +7,23 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// A started job goes CONFIGURING → RUNNING → (COMPLETING →) its final state:
+// A started job goes RUNNING → (COMPLETING →) its final state:
 //
-//   - CONFIGURING from the start of its run until every node of the run is
-//     ready: its step has reported (STEP_RUNNING, or already an end), or the
-//     node runs no process (Idle: a batch job's nodes other than the batch
-//     host are ready at once) or was abandoned. A batch job therefore waits
-//     for its batch host only; a command job for every node.
+//   - RUNNING from the start of its run, as slurmctld marks a job RUNNING
+//     when it allocates its nodes (Slurm's CONFIGURING is a flag for nodes
+//     still booting, which Loom's never are: a node takes work once its
+//     agent has registered). The StartStep of its batch script or command
+//     is written in the same change as that state, and the scheduler's
+//     memory (what GetJob and ListJobs serve) takes the change as soon as
+//     Redis has it, before the outbox can deliver the StartStep: the
+//     script's own first scontrol or squeue sees RUNNING. (A job that stayed
+//     CONFIGURING until its agent's STEP_RUNNING was applied showed its
+//     running script CONFIGURING: the agent reports after the exec.)
+//     A job stored CONFIGURING by an earlier scheduler goes RUNNING, as it
+//     did, once every node of its run is ready: its step has reported
+//     (STEP_RUNNING, or already an end), or the node runs no process
+//     (Idle: a batch job's nodes other than the batch host) or was
+//     abandoned.
 //   - COMPLETING once its attempt has ended (the run's End, Outcome, ExitCode
 //     and Reason are recorded then, as before) while a step of the run — a
 //     node's step, or an srun job step's tasks — has not reported its end;
@@ -43,7 +53,8 @@ func runDone(r *Run) bool {
 	return true
 }
 
-// configured reports whether every node of r is ready (see above).
+// configured reports whether every node of r is ready (see above): what
+// takes a job stored CONFIGURING to RUNNING.
 func configured(r *Run) bool {
 	for _, st := range r.Steps {
 		if !st.Idle && !st.Abandoned && st.State == eventsv1.StepState_STEP_STATE_UNSPECIFIED {
@@ -53,8 +64,8 @@ func configured(r *Run) bool {
 	return true
 }
 
-// settle moves the jobs the change touched to CONFIGURING's, RUNNING's or
-// COMPLETING's successor as their runs say (see above).
+// settle moves the jobs the change touched to CONFIGURING's (a stored one),
+// RUNNING's or COMPLETING's successor as their runs say (see above).
 func (t *txn) settle() {
 	if len(t.c.Runs) > 0 {
 		keys := make([]string, 0, len(t.c.Runs))

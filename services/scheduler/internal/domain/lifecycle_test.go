@@ -20,11 +20,96 @@ func statesSeen(c *Change, id int) []loomv1.JobState {
 	return out
 }
 
-// TestConfiguringRunningCompleting follows a 2-node job whose second node
-// reports late, both when it starts and when it ends: PENDING → CONFIGURING
-// → RUNNING → COMPLETING → the final state, with the exit code and reason
-// the attempt ended with, and the allocation held until the last step ends.
-func TestConfiguringRunningCompleting(t *testing.T) {
+// storedConfiguring reloads h's state with job id CONFIGURING, as an
+// earlier scheduler stored a started job until its steps reported running.
+func storedConfiguring(h *harness, id int) {
+	h.t.Helper()
+	snap := h.s.Snapshot()
+	for _, j := range snap.Jobs {
+		if j.Name() == jobName(id) {
+			j.Job.State = loomv1.JobState_CONFIGURING
+		}
+	}
+	h.s = NewState(h.s.Config())
+	h.s.Restore(snap)
+	h.wantExact(id, loomv1.JobState_CONFIGURING, "")
+}
+
+// TestStartIsRunning: a job is RUNNING from the change that starts it, the
+// one that emits its StartStep, as slurmctld marks a job RUNNING at its
+// allocation; its step's report of running changes nothing. It was
+// CONFIGURING until that report, which the agent sends after the exec: the
+// script's own first scontrol show job could read CONFIGURING.
+func TestStartIsRunning(t *testing.T) {
+	t.Parallel()
+	for _, script := range []string{"", "#!/bin/sh\ntrue\n"} {
+		h := newHarness(t)
+		h.node("gpu-0001", 8)
+		h.node("gpu-0002", 8)
+		c := h.submitJob(job(1, 2, 4, func(j *loomv1.Job) {
+			if script != "" {
+				j.Command, j.Script = nil, script
+			}
+		}))
+		if len(starts(c)) == 0 {
+			t.Fatalf("script %q: the submission started no step", script)
+		}
+		if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_RUNNING}) {
+			t.Fatalf("script %q: the change with the StartStep emits %v, want [RUNNING]", script, got)
+		}
+		h.wantExact(1, loomv1.JobState_RUNNING, "")
+		for _, host := range []string{"gpu-0001", "gpu-0002"} {
+			if script != "" && host != "gpu-0001" {
+				break // the batch host's step alone runs
+			}
+			if c := h.step(1, 1, host, eventsv1.StepState_STEP_RUNNING, 0); len(jobChanges(c)) != 0 {
+				t.Fatalf("script %q: %s reports running: %v, want no JobChanged", script, host, jobChanges(c))
+			}
+			h.wantExact(1, loomv1.JobState_RUNNING, "")
+		}
+	}
+}
+
+// TestStoredConfiguringGoesRunning: a job an earlier scheduler stored
+// CONFIGURING goes RUNNING as it did, once every node of its run is ready:
+// each node's step for a command, the batch host's for a script; one
+// whose step ends before it reports running goes to its final state.
+func TestStoredConfiguringGoesRunning(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submitJob(job(1, 2, 4))
+	storedConfiguring(h, 1)
+	if c := h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0); len(jobChanges(c)) != 0 {
+		t.Fatalf("one node of two running: %v", jobChanges(c))
+	}
+	h.wantExact(1, loomv1.JobState_CONFIGURING, "")
+	c := h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_RUNNING, 0)
+	if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_RUNNING}) {
+		t.Fatalf("every node running: %v", got)
+	}
+
+	h = newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submitJob(job(2, 2, 4, func(j *loomv1.Job) { j.Command, j.Script = nil, "#!/bin/sh\ntrue\n" }))
+	storedConfiguring(h, 2)
+	c = h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	if got := statesSeen(c, 2); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_RUNNING}) {
+		t.Fatalf("batch host running: %v", got)
+	}
+	h.submitJob(job(3, 1, 4))
+	storedConfiguring(h, 3)
+	h.step(3, 1, h.job(3).GetNodes()[0], eventsv1.StepState_STEP_EXITED, 0)
+	h.wantExact(3, loomv1.JobState_COMPLETED, "")
+}
+
+// TestRunningCompleting follows a 2-node job whose second node reports
+// late, both when it starts and when it ends: PENDING → RUNNING →
+// COMPLETING → the final state, with the exit code and reason the attempt
+// ended with, and the allocation held until the last step ends.
+func TestRunningCompleting(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
@@ -47,22 +132,14 @@ func TestConfiguringRunningCompleting(t *testing.T) {
 			h.node("gpu-0001", 8)
 			h.node("gpu-0002", 8)
 			c := h.submitJob(job(1, 2, 4, limit(time.Hour)))
-			if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_CONFIGURING}) {
+			if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_RUNNING}) {
 				t.Fatalf("submit: %v", got)
 			}
-			h.wantExact(1, loomv1.JobState_CONFIGURING, "")
 			if len(h.s.ActiveRuns()) != 1 {
-				t.Fatal("a configuring job holds no allocation")
+				t.Fatal("a started job holds no allocation")
 			}
-			c = h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
-			h.wantExact(1, loomv1.JobState_CONFIGURING, "")
-			if len(jobChanges(c)) != 0 {
-				t.Fatalf("one node of two running: %v", jobChanges(c))
-			}
-			c = h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_RUNNING, 0)
-			if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_RUNNING}) {
-				t.Fatalf("every node running: %v", got)
-			}
+			h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+			h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_RUNNING, 0)
 			h.wantExact(1, loomv1.JobState_RUNNING, "")
 
 			c = tc.end(h)
@@ -103,25 +180,22 @@ func TestConfiguringRunningCompleting(t *testing.T) {
 	}
 }
 
-// TestBatchJobConfiguresOnItsBatchHost: a batch script runs on its batch
-// host only, so the job is RUNNING once that step runs; an attempt whose
-// steps have all ended goes to its final state without COMPLETING.
-func TestBatchJobConfiguresOnItsBatchHost(t *testing.T) {
+// TestBatchJobEndsWithoutCompleting: an attempt whose steps have all ended
+// goes to its final state without COMPLETING; a job whose step ends before
+// it reports running too.
+func TestBatchJobEndsWithoutCompleting(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.node("gpu-0001", 8)
 	h.node("gpu-0002", 8)
 	h.submitJob(job(1, 2, 4, func(j *loomv1.Job) { j.Command, j.Script = nil, "#!/bin/sh\ntrue\n" }))
-	h.wantExact(1, loomv1.JobState_CONFIGURING, "")
 	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
-	h.wantExact(1, loomv1.JobState_RUNNING, "")
 	c := h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
 	if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_COMPLETED}) {
 		t.Fatalf("batch exit: %v", got)
 	}
-	// A job whose step ends before it reports running leaves CONFIGURING.
 	h.submitJob(job(2, 1, 4))
-	h.wantExact(2, loomv1.JobState_CONFIGURING, "")
+	h.wantExact(2, loomv1.JobState_RUNNING, "")
 	h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
 	h.wantExact(2, loomv1.JobState_COMPLETED, "")
 }
@@ -141,12 +215,12 @@ func TestDependencyWaitsForTheFinalState(t *testing.T) {
 	h.wantState(2, loomv1.JobState_PENDING, ReasonDependency)
 	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143)
 	h.wantExact(1, loomv1.JobState_FAILED, ReasonNonZeroExitCode)
-	h.wantExact(2, loomv1.JobState_CONFIGURING, "")
+	h.wantExact(2, loomv1.JobState_RUNNING, "")
 }
 
 // TestBatchJobCompletesAfterItsSrunTasks: a 2-node batch job whose script
-// exits 0 while its srun step's tasks still run goes PENDING → CONFIGURING
-// → RUNNING → COMPLETING → COMPLETED, the second node's tasks reporting
+// exits 0 while its srun step's tasks still run goes PENDING → RUNNING →
+// COMPLETING → COMPLETED, the second node's tasks reporting
 // their end late.
 func TestBatchJobCompletesAfterItsSrunTasks(t *testing.T) {
 	t.Parallel()
@@ -154,13 +228,10 @@ func TestBatchJobCompletesAfterItsSrunTasks(t *testing.T) {
 	h.node("a", 4)
 	h.node("b", 4)
 	c := h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, Script: "#!/bin/sh\nsrun train\n"})
-	if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_CONFIGURING}) {
+	if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_RUNNING}) {
 		t.Fatalf("submit: %v", got)
 	}
-	c = h.step(1, 1, "a", eventsv1.StepState_STEP_RUNNING, 0)
-	if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_RUNNING}) {
-		t.Fatalf("batch host running: %v", got)
-	}
+	h.step(1, 1, "a", eventsv1.StepState_STEP_RUNNING, 0)
 	h.do(&eventsv1.CreateJobStep{Job: jobName(1), Cluster: cl, RequestId: "r1", Command: []string{"train"}})
 	tasks := func(host string, st eventsv1.StepState, code int32) *Change {
 		return h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: 0, Node: nodeName(host), Cluster: cl,

@@ -352,7 +352,7 @@ func TestMultiPartitionRandomKeepsInvariants(t *testing.T) {
 			checkGangs(t, h.s, c)
 			started := map[string]bool{}
 			for _, jc := range jobChanges(c) {
-				if j := jc.GetJob(); j.GetState() == loomv1.JobState_CONFIGURING && !started[j.GetName()] {
+				if j := jc.GetJob(); j.GetState() == loomv1.JobState_RUNNING && !started[j.GetName()] {
 					started[j.GetName()] = true
 					if slices.Contains(lists[2:], j.GetPartition()) {
 						t.Fatalf("seed %d: job %s started in %q", seed, j.GetName(), j.GetPartition())

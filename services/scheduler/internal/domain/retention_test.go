@@ -52,7 +52,7 @@ func TestRetentionPrunesEndedJobs(t *testing.T) {
 	// An array of 4 tasks, 2 at a time; task 10 ends.
 	h.submitJob(job(10, 1, 0, func(j *loomv1.Job) { j.Array = "0-3%2" }))
 	h.finish(10, 0)
-	h.wantExact(12, loomv1.JobState_CONFIGURING, "")
+	h.wantExact(12, loomv1.JobState_RUNNING, "")
 	h.wantState(13, loomv1.JobState_PENDING, ReasonJobArrayTaskLimit)
 
 	if p := h.prune(ret); !p.Empty() {
@@ -94,7 +94,7 @@ func TestRetentionPrunesEndedJobs(t *testing.T) {
 		// satisfied; release the others to see them start.
 		if want == ReasonHeldUser {
 			h.do(&eventsv1.UpdateJob{Job: jobName(id), Cluster: cl, Action: ActionRelease})
-			if st := h.job(id).GetState(); st != loomv1.JobState_CONFIGURING && h.job(id).GetStateReason() != ReasonResources &&
+			if st := h.job(id).GetState(); st != loomv1.JobState_RUNNING && h.job(id).GetStateReason() != ReasonResources &&
 				h.job(id).GetStateReason() != ReasonPriority {
 				t.Errorf("job %d (%s) after release: %v %q; want it to start or wait for resources", id, deps[id], st, h.job(id).GetStateReason())
 			}

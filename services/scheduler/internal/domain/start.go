@@ -54,8 +54,9 @@ func (p *pass) taskLayout(spec *loomv1.Job, req *place.Request, chosen []int32) 
 }
 
 // start gives j the nodes chosen (indexes into the pass's views): a new run
-// holding their resources, the job CONFIGURING (RUNNING once every node's
-// step has reported running: see settle), and its steps: a batch script
+// holding their resources, the job RUNNING (as slurmctld marks a job at its
+// allocation: the StartStep below is sent after, so nothing the step runs
+// can see the job in an earlier state; see lifecycle.go), and its steps: a batch script
 // runs once, on the batch host (its first node); a command runs on every
 // node, one task each, as an implicit srun. prio is the priority the pass
 // ordered j by.
@@ -142,7 +143,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	if id := spec.GetModelOutput().GetModelId(); id != "" {
 		j.ModelDir = filepath.Join(c.SharedDir, "models", id, "job-"+spec.GetJobId())
 	}
-	spec.State, spec.StateReason, spec.ExitCode, spec.ExitSignal = loomv1.JobState_CONFIGURING, "", 0, nil
+	spec.State, spec.StateReason, spec.ExitCode, spec.ExitSignal = loomv1.JobState_RUNNING, "", 0, nil
 	if slurmspec.IsPartitionList(spec.GetPartition()) {
 		// Started in one of the partitions it named: it shows that one
 		// alone, as slurmctld does; a requeue gives it back the list,

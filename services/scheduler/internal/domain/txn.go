@@ -503,7 +503,7 @@ func (c *Change) reserveJobs(n int, records bool) {
 // once: when its latest JobChanged of the job shows it PENDING, CONFIGURING
 // or RUNNING (or in the same state and attempt), that event is updated
 // instead, so that it says how the change leaves the job. A job submitted and
-// started by one change is emitted CONFIGURING, not PENDING then CONFIGURING,
+// started by one change is emitted RUNNING, not PENDING then RUNNING,
 // and a short step whose start and end reach the scheduler together ends the
 // job in one event. What marks an attempt's end (REQUEUED, PREEMPTED, a final
 // state) is never replaced, except a final state by COMPLETING, so that

@@ -156,7 +156,10 @@ func Cycle(ctx context.Context, cfg CycleConfig) (*CycleResult, error) {
 		return nil, err
 	}
 	for i := range first.Emits {
-		if jc, ok := first.Emits[i].Message().(*eventsv1.JobChanged); ok && jc.GetJob().GetState() == loomv1.JobState_CONFIGURING { // a start
+		// A start: RUNNING since this pass (jobs already running are
+		// emitted only when they end).
+		if jc, ok := first.Emits[i].Message().(*eventsv1.JobChanged); ok && jc.GetJob().GetState() == loomv1.JobState_RUNNING &&
+			jc.GetJob().GetStartTime().AsTime().Equal(now) {
 			res.Started++
 		}
 	}

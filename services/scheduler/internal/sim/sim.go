@@ -453,7 +453,7 @@ func (e *engine) transition(i int32, ev *eventsv1.JobChanged) {
 	r := &e.res.Jobs[i]
 	st := ev.GetJob().GetState()
 	switch {
-	case st == loomv1.JobState_RUNNING || st == loomv1.JobState_CONFIGURING: // a start is CONFIGURING first
+	case st == loomv1.JobState_RUNNING || st == loomv1.JobState_CONFIGURING: // a start (CONFIGURING: an older scheduler's)
 		if e.running[i] != ev.GetAttempt() {
 			if at, ok := e.reserved[i]; ok && e.fcfs && e.now > at {
 				e.res.Delayed = append(e.res.Delayed, Delay{Job: e.tr.Jobs[i].ID, At: e.now, Was: at, Now: e.now})

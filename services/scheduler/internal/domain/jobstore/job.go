@@ -59,9 +59,9 @@ func (j *JobRecord) Name() string { return j.Job.GetName() }
 func (j *JobRecord) Pending() bool { return j.Job.GetState() == loomv1.JobState_PENDING }
 
 // Running reports whether the job's current attempt is in progress:
-// CONFIGURING (started, not every node's step has reported running yet) or
-// RUNNING. Time limits, cancels, preemption and node failures treat both
-// alike.
+// RUNNING, or CONFIGURING (a job an earlier scheduler started and stored
+// so until every node's step reported running; a start is RUNNING now).
+// Time limits, cancels, preemption and node failures treat both alike.
 func (j *JobRecord) Running() bool {
 	s := j.Job.GetState()
 	return s == loomv1.JobState_RUNNING || s == loomv1.JobState_CONFIGURING
