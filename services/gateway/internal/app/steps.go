@@ -29,8 +29,10 @@ const stepCreateTimeout = 30 * time.Second
 // FailedPrecondition in Slurm's words for a job that does not run. A retry
 // with the same request_id returns the first call's step. A step whose CPUs
 // or GPUs running steps hold is answered PENDING (reason "Requested nodes
-// are busy"): the scheduler starts it when they are free, and GetJobStep
-// shows it RUNNING then.
+// are busy"), and so is one asked for before the job's nodes have reported
+// the allocation ready (reason "Prolog is still running": the batch host's
+// agent runs the prolog checks): the scheduler starts it when they are
+// free, or the nodes have reported, and GetJobStep shows it RUNNING then.
 func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRequest) (*loomv1.JobStep, error) {
 	if err := domain.ValidateCreateJobStep(req); err != nil {
 		return nil, err

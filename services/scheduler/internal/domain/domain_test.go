@@ -152,6 +152,24 @@ func (h *harness) step(id int, attempt int32, host string, st eventsv1.StepState
 	return h.do(&eventsv1.StepChanged{Job: jobName(id), Attempt: attempt, Node: nodeName(host), State: st, ExitCode: code, Cluster: cl})
 }
 
+// reportRunning reports the steps of the job's current run running on
+// every node that runs one (a batch job: its batch host), as the agents do
+// once the prolog checks passed and the process started: what the job's
+// srun steps wait for (ReasonStepProlog).
+func (h *harness) reportRunning(id int) {
+	h.t.Helper()
+	j := h.s.JobRecord(jobName(id))
+	r := h.s.Run(jobName(id), j.Attempt)
+	if r == nil {
+		h.t.Fatalf("job %d has no run", id)
+	}
+	for k, host := range r.Hostnames {
+		if !r.Steps[r.Nodes[k]].Idle {
+			h.step(id, j.Attempt, host, eventsv1.StepState_STEP_RUNNING, 0)
+		}
+	}
+}
+
 // finish reports every step of the job's current run exited with code.
 func (h *harness) finish(id int, code int32) {
 	j := h.s.JobRecord(jobName(id))

@@ -438,8 +438,11 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	if err == nil && liveSteps(r) >= MaxLiveSteps {
 		err = fmt.Errorf("%s: %d steps of the job run (at most %d at once)", ReasonStepLimit, liveSteps(r), MaxLiveSteps)
 	}
+	// Until the job's nodes have reported its allocation ready (see
+	// ReasonStepProlog) the step waits, whatever it would hold.
+	held := err == nil && !configured(r)
 	var req []byte
-	if err == nil && busy {
+	if err == nil && (busy || held) {
 		if req, err = proto.Marshal(ev); err == nil {
 			err = t.pendingBound(r, len(req))
 		}
@@ -448,6 +451,10 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	case err != nil:
 		// Recorded, so that the waiting srun hears why at once.
 		step.State, step.Reason, step.End = loomv1.JobState_FAILED, err.Error(), t.now
+		putJobStep(r, -1, step)
+	case held:
+		step.State, step.Reason = loomv1.JobState_PENDING, ReasonStepProlog
+		t.setStepRequest(StepRequestKey(r.Key(), id), req)
 		putJobStep(r, -1, step)
 	case busy:
 		step.State, step.Reason = loomv1.JobState_PENDING, ReasonStepBusy
@@ -479,7 +486,19 @@ const (
 	// keep, in all.
 	MaxPendingStepBytes = 4 << 20
 	// ReasonStepBusy is a waiting step's reason, srun's words.
-	ReasonStepBusy = "Requested nodes are busy"
+	ReasonStepBusy = slurmspec.ReasonStepBusy
+	// ReasonStepProlog is the reason of a step that waits for its job's
+	// nodes to report the allocation ready: a job is RUNNING from its
+	// placement (lifecycle.go), but its batch host's agent runs the
+	// prolog checks (-prolog-checks) before the batch step, and the
+	// job's other steps must not start their tasks before those passed,
+	// as slurmctld refuses a step while the job's prolog runs
+	// (ESLURM_PROLOG_RUNNING; srun waits). The scheduler knows the nodes
+	// ready when configured(r) holds: every node's step has reported
+	// (STEP_RUNNING: the prolog passed and the process started; or an
+	// end) or runs no process. The waiting steps start then
+	// (releaseHeldSteps), in the change that applies the last report.
+	ReasonStepProlog = slurmspec.ReasonStepProlog
 )
 
 // StepRequestKey is the key of the request of step id of the run keyed
@@ -872,11 +891,14 @@ func (t *txn) planStep(r *Run, ev *eventsv1.CreateJobStep, heldCPUs map[string]i
 // startPendingSteps starts those of r's waiting steps that fit what the
 // running ones leave, the first asked first; one that can no longer run in
 // the allocation fails. It does nothing once the run is over
-// (settleJobSteps ends its waiting steps). It runs when a step ends, the
-// only time a step's resources are freed.
+// (settleJobSteps ends its waiting steps), and before the job's nodes have
+// reported the allocation ready (ReasonStepProlog). It runs when a step
+// ends, the only time a step's resources are freed, and when the last node
+// reports (releaseHeldSteps).
 func (t *txn) startPendingSteps(r *Run) {
 	j := t.job(r.Job)
-	if j == nil || !j.Running() || j.Attempt != r.Attempt || r.Ended() || r.Released {
+	if j == nil || !j.Running() || j.Attempt != r.Attempt || r.Ended() || r.Released || !configured(r) {
+		// Not configured: they wait for the nodes (ReasonStepProlog).
 		return
 	}
 	// By id: putJobStep may drop ended steps, moving the others.
@@ -911,11 +933,31 @@ func (t *txn) startPendingSteps(r *Run) {
 			t.setStepRequest(key, nil)
 			putJobStep(r, i, s)
 		case busy:
+			if s.Reason != ReasonStepBusy {
+				// It waited for the prolog; now it waits for steps.
+				s.Reason = ReasonStepBusy
+				putJobStep(r, i, s)
+			}
 		default:
 			t.setStepRequest(key, nil)
 			t.launchStep(j, r, i, s, ev, plan)
 			// What it now holds, for the steps after it.
 			addHolds(heldCPUs, heldGPUs, &r.JobSteps[stepIndex(r, id)])
+		}
+	}
+}
+
+// releaseHeldSteps starts the steps of r (a run of the change) that waited
+// for its nodes (ReasonStepProlog), once they are all ready: called by
+// settle, after the event that made them so.
+func (t *txn) releaseHeldSteps(r *Run) {
+	for i := range r.JobSteps {
+		s := &r.JobSteps[i]
+		if s.State == loomv1.JobState_PENDING && s.Reason == ReasonStepProlog {
+			if configured(r) {
+				t.startPendingSteps(r)
+			}
+			return
 		}
 	}
 }

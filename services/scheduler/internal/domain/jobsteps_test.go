@@ -640,6 +640,7 @@ func TestGPUStepAvoidsOverlapSteps(t *testing.T) {
 	h := newSpecHarness(t, Config{})
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 3, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 3 }))
+	h.reportRunning(1)
 	one := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks, e.Exact = 1, 1, true }
 	gpus := func(c *Change) []string {
 		t.Helper()
@@ -739,6 +740,7 @@ func TestJobStepGPUsPerTask(t *testing.T) {
 	h := newSpecHarness(t, Config{})
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
+	h.reportRunning(1)
 	c := h.do(createStep("r1", func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks = 2, 2 }))
 	ls := launches(c)
 	if len(ls) != 1 || !reflect.DeepEqual(ls[0].GetTaskGpus(), []string{"0,1", "2,3"}) ||
@@ -768,6 +770,7 @@ func TestGPUTaskFarm(t *testing.T) {
 	h := newSpecHarness(t, Config{})
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 3, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 3 }))
+	h.reportRunning(1)
 	one := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks, e.Exact = 1, 1, true }
 	gpusOf := func(c *Change) []string {
 		t.Helper()
@@ -1151,6 +1154,7 @@ func TestStepGPURequest(t *testing.T) {
 	h := newSpecHarness(t, Config{})
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 8 }))
+	h.reportRunning(1)
 	exact := func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Exact = 2, true }
 	devices := func(c *Change) string {
 		t.Helper()
@@ -1214,6 +1218,7 @@ func TestStepGPURequestSpread(t *testing.T) {
 		h.gpuNode("a3-0001", "b1")
 		h.gpuNode("a3-0002", "b1")
 		h.submitJob(job(1, 2, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 2 }))
+		h.reportRunning(1)
 		c := h.do(createStep("spread", func(e *eventsv1.CreateJobStep) { e.Gpus, e.NodeCount, e.Ntasks, e.Exact = tc.gpus, 2, 2, true }))
 		var got []string
 		for _, l := range launches(c) {

@@ -54,7 +54,9 @@ func runDone(r *Run) bool {
 }
 
 // configured reports whether every node of r is ready (see above): what
-// takes a job stored CONFIGURING to RUNNING.
+// takes a job stored CONFIGURING to RUNNING, and what the job's steps wait
+// for (ReasonStepProlog): its batch host's agent runs the prolog checks
+// before it reports the batch step running.
 func configured(r *Run) bool {
 	for _, st := range r.Steps {
 		if !st.Idle && !st.Abandoned && st.State == eventsv1.StepState_STEP_STATE_UNSPECIFIED {
@@ -104,6 +106,9 @@ func (t *txn) settle() {
 				j.Job.State, j.Job.ExitCode, j.Job.StateReason = r.Outcome, r.ExitCode, r.Reason
 				t.emitJob(j)
 			}
+			// Job steps that waited for the nodes start once the last
+			// one has reported (jobsteps.go, ReasonStepProlog).
+			t.releaseHeldSteps(r)
 		}
 	}
 	if len(t.c.Jobs) == 0 {

@@ -168,7 +168,9 @@ func RunKey(job string, attempt int32) string { return jobstore.RunKey(job, atte
 // allTerminal reports whether nothing of the run runs any more: every
 // node's step has ended, and every job step's (srun) tasks. The run holds
 // its nodes until then, as Slurm keeps a job's nodes COMPLETING until its
-// processes are gone.
+// processes are gone. A job step that still waits (PENDING: for its job's
+// nodes or for CPUs) has no process anywhere and holds nothing: the run's
+// end ends it (settleJobSteps) without keeping the nodes meanwhile.
 func (r *Run) allTerminal() bool {
 	for _, st := range r.Steps {
 		if !st.Terminal() {
@@ -176,7 +178,7 @@ func (r *Run) allTerminal() bool {
 		}
 	}
 	for i := range r.JobSteps {
-		if !r.JobSteps[i].Ended() {
+		if s := &r.JobSteps[i]; !s.Ended() && s.State != loomv1.JobState_PENDING {
 			return false
 		}
 	}

@@ -170,6 +170,7 @@ func TestStepTasksFollowPackedLayout(t *testing.T) {
 			State: loomv1.Node_READY, NodePool: "cpu", MachineType: "n2-standard-4", Role: "compute"}})
 	}
 	h.submitJob(job(1, 2, 0, func(j *loomv1.Job) { j.Partition, j.Command, j.Script, j.Ntasks = "cpu", nil, "x", 4 }))
+	h.reportRunning(1)
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	if r := h.s.Run(jobName(1), 1); !slices.Equal(r.Tasks, []int32{3, 1}) {
 		t.Fatalf("run's tasks %v, want [3 1]", r.Tasks)

@@ -90,6 +90,7 @@ func TestStepGPUBindNone(t *testing.T) {
 	h := newSpecHarness(t, Config{})
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
+	h.reportRunning(1)
 	pair := func(e *eventsv1.CreateJobStep) { e.GpusPerTask, e.Ntasks, e.Exact = 1, 2, true }
 	none := func(e *eventsv1.CreateJobStep) { e.GpuBindNone = true }
 	ls := launches(h.do(createStep("r1", pair, none)))
@@ -153,6 +154,7 @@ func TestStepGPUsPerTaskBesidePerNode(t *testing.T) {
 		h.gpuNode("a3-0001", "b1")
 		h.gpuNode("a3-0002", "b1")
 		h.submitJob(job(1, tc.nodes, tc.jobGPUs, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 4 }))
+		h.reportRunning(1)
 		ls := launches(h.do(createStep("r1", func(e *eventsv1.CreateJobStep) {
 			e.Ntasks, e.GpusPerTask, e.GpusPerNode, e.Exact = tc.ntasks, tc.gpt, tc.gpn, true
 		})))
