@@ -19,6 +19,7 @@
 package fakegw
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -216,6 +217,9 @@ type Gateway struct {
 	// nodes are busy") for its first StepPendingPolls GetJobStep calls,
 	// RUNNING from the next on (and then as StepEndAfter says).
 	StepPendingPolls int
+	// StepPendingReason is the reason of such a waiting step; ""
+	// "Requested nodes are busy" (slurmspec.ReasonStepBusy).
+	StepPendingReason string
 	// StepOutputDir, when set, is the steps' output_dir: CreateJobStep
 	// writes each task's whole output there at once, as the tasks would
 	// on the shared file system: task-R.out "hello from R\nsecond line R"
@@ -1050,7 +1054,7 @@ func (g *Gateway) CreateJobStep(_ context.Context, r *loomv1.CreateJobStepReques
 		}
 	}
 	if g.StepPendingPolls > 0 {
-		s.State, s.Reason, s.StartTime = loomv1.JobState_PENDING, "Requested nodes are busy", nil
+		s.State, s.Reason, s.StartTime = loomv1.JobState_PENDING, cmp.Or(g.StepPendingReason, slurmspec.ReasonStepBusy), nil
 	}
 	g.Steps = append(g.Steps, s)
 	return proto.Clone(s).(*loomv1.JobStep), nil

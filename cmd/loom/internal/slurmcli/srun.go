@@ -89,7 +89,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	env := c.env.Environ
 	ntasks, nodes, perNode, cpt, cpusPerGPU := 0, 0, 0, 0, 0
 	nodesMax := 0 // -N MIN-MAX's maximum (0: no range)
-	label, killBad, quiet := false, false, false
+	label, killBad, quiet, verbose := false, false, false, false
 	chdir := ""
 	export := ""
 	jobID := ""
@@ -168,6 +168,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			}
 		case "label":
 			label = true
+		case "verbose":
+			verbose = true
 		case "kill-on-bad-exit":
 			killBad = o.value != "0"
 		case "chdir":
@@ -256,7 +258,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		return err
 	}
 	req := stepRequest{command: command, nodes: int32(nodes), ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt),
-		killOnBadExit: killBad, label: label, exact: exact, overlap: overlap, distribution: dist.Spec()}
+		killOnBadExit: killBad, label: label, exact: exact, overlap: overlap, distribution: dist.Spec(), verbose: verbose}
 	if err := c.stepInput(&req, inputOpt); err != nil {
 		return err
 	}

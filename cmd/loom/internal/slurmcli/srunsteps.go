@@ -77,6 +77,8 @@ type stepRequest struct {
 	exact, overlap bool
 	// distribution is srun's -m as slurmspec reads it back ("": none).
 	distribution string
+	// verbose is srun's -v: it says what Slurm's srun says at -v.
+	verbose bool
 }
 
 // Polling intervals of a remote step: its output files, and its state.
@@ -137,7 +139,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 		return c.rpcError("Unable to create step for job "+req.jobID, err)
 	}
 	if step.GetState() == loomv1.JobState_PENDING {
-		if step, err = c.awaitPendingStep(ctx, req.jobID, step); err != nil {
+		if step, err = c.awaitPendingStep(ctx, req.jobID, step, req.verbose); err != nil {
 			return err
 		}
 	}
@@ -247,12 +249,42 @@ func (c *cmd) lookStep(ctx context.Context, jobs loomv1.JobServiceClient, step *
 	return step, false
 }
 
-// awaitPendingStep waits while step waits for resources the job's running
-// steps hold, saying so as Slurm's srun does, and returns it once it has
-// started or ended. Interrupted, it cancels the step.
-func (c *cmd) awaitPendingStep(ctx context.Context, jobID string, step *loomv1.JobStep) (*loomv1.JobStep, error) {
+// awaitPendingStep waits while step waits, for the job's nodes to report
+// its allocation ready (slurmspec.ReasonStepProlog: the batch host's agent
+// runs the prolog checks) or for resources the job's running steps hold,
+// saying so as Slurm's srun does, and returns it once it has started or
+// ended. Interrupted, it cancels the step.
+//
+// Slurm's srun says the first only at -v ("Resources allocated for job N
+// and being configured, please wait"), the second always; a change of
+// reason is its "still disabled, retrying". "Step created" follows a wait
+// srun spoke of: a step of the batch script itself may wait a moment for
+// the agent's report, which races the script's first srun, and says
+// nothing of it unless -v.
+func (c *cmd) awaitPendingStep(ctx context.Context, jobID string, step *loomv1.JobStep, verbose bool) (*loomv1.JobStep, error) {
 	jobs := c.jobsClient()
-	fmt.Fprintf(c.stderr, "srun: Job %s step creation temporarily disabled, retrying (%s)\n", jobID, step.GetReason())
+	said, reason := false, ""
+	say := func(s *loomv1.JobStep) {
+		if s.GetState() != loomv1.JobState_PENDING || s.GetReason() == reason {
+			return
+		}
+		first := reason == ""
+		reason = s.GetReason()
+		switch {
+		case reason == slurmspec.ReasonStepProlog:
+			if verbose && first {
+				fmt.Fprintf(c.stderr, "srun: Resources allocated for job %s and being configured, please wait\n", jobID)
+				said = true
+			}
+		case first:
+			fmt.Fprintf(c.stderr, "srun: Job %s step creation temporarily disabled, retrying (%s)\n", jobID, reason)
+			said = true
+		default:
+			fmt.Fprintf(c.stderr, "srun: Job %s step creation still disabled, retrying (%s)\n", jobID, reason)
+			said = true
+		}
+	}
+	say(step)
 	tick := time.NewTicker(stepStateEvery)
 	defer tick.Stop()
 	for step.GetState() == loomv1.JobState_PENDING {
@@ -273,8 +305,9 @@ func (c *cmd) awaitPendingStep(ctx context.Context, jobID string, step *loomv1.J
 			// The job was requeued or is gone: its waiting steps with it.
 			return nil, c.errorf("Unable to create step for job %s: Job/step already completing or completed", jobID)
 		}
+		say(step)
 	}
-	if step.GetStartTime() != nil {
+	if step.GetStartTime() != nil && said {
 		// Started (it may have ended since, between two looks).
 		fmt.Fprintf(c.stderr, "srun: Step created for job %s\n", jobID)
 	}

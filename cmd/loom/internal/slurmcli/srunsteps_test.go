@@ -592,6 +592,37 @@ func TestSrunWaitsForAStepsResources(t *testing.T) {
 	}
 }
 
+// TestSrunWaitsForTheJobsNodes: a step asked for while the job's nodes
+// have not reported its allocation ready (the batch host's agent runs the
+// prolog checks) is answered PENDING, "Prolog is still running"; srun
+// waits and runs it once it has started. As Slurm's srun, it says so only
+// at -v, in its words; silent, it says nothing of the wait at all (a step
+// of the batch script may wait a moment for the agent's report).
+func TestSrunWaitsForTheJobsNodes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{want: ""},
+		{args: []string{"-v"}, want: "srun: Resources allocated for job 12 and being configured, please wait\nsrun: Step created for job 12\n"},
+	} {
+		g := srunGateway(t, 1, 0, 0)
+		g.StepPendingPolls, g.StepPendingReason = 2, slurmspec.ReasonStepProlog
+		code, out, errOut := runSrun(context.Background(), t, g, append(c.args, "-n2", "hostname")...)
+		if code != 0 || !strings.Contains(out, "hello from 1\n") {
+			t.Fatalf("srun %v: exit %d, stdout %q, stderr %q", c.args, code, out, errOut)
+		}
+		if polls := len(fakegw.Requests[*loomv1.GetJobStepRequest](g)); polls < 3 {
+			t.Errorf("srun %v: %d looks at the step, want it to have waited for it (3 at least)", c.args, polls)
+		}
+		if got := strings.TrimSuffix(errOut, strings.TrimPrefix(errOut, c.want)); got != c.want ||
+			strings.Contains(strings.TrimPrefix(errOut, c.want), "srun: ") {
+			t.Errorf("srun %v: stderr %q, want it to start %q and say nothing else of srun's", c.args, errOut, c.want)
+		}
+	}
+}
+
 // TestSrunCancelsItsWaitingStep: interrupted while its step waits, srun
 // cancels it (so that it never starts) and fails as Slurm's does.
 func TestSrunCancelsItsWaitingStep(t *testing.T) {
