@@ -12,7 +12,9 @@
 //
 //   - detection: health's NodeHealthChanged taking the node out of HEALTHY;
 //   - drained: the job's first run ended NODE_FAIL (its end time);
-//   - running again: the scheduler's JobChanged with the next run RUNNING;
+//   - running again: the next run's program running on both its nodes, as
+//     their agents report it (StepChanged STEP_RUNNING; the job itself is
+//     RUNNING from its placement, before its nodes have started anything);
 //   - repaired: health's NodeHealthChanged putting the node back to HEALTHY.
 //
 // Targets on a developer machine: detection ≤ 2 s, running again ≤ 10 s.
@@ -355,6 +357,14 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 	}); err != nil {
 		return round{}, err
 	}
+	// RUNNING from the placement: the fault goes in once the program
+	// runs on both nodes, as their agents report it.
+	if err := poll(ctx, "job's program running", func(ctx context.Context) (bool, error) {
+		evs, err := readTopics(ctx, s.BrokerAddr, topics.StepEvents)
+		return err == nil && !stepsRunning(evs, job.Name, 1, 2).IsZero(), nil
+	}); err != nil {
+		return round{}, err
+	}
 	if got := slices.Sorted(slices.Values(running.Nodes)); !slices.Equal(got, c.pair) {
 		_ = release(ctx)
 		return round{}, fmt.Errorf("the job runs on %v, not on the round's pair %v", got, c.pair)
@@ -400,6 +410,16 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 	}); err != nil {
 		return round{}, err
 	}
+	// The next run's program running on both nodes, as their agents
+	// report it (after the repair's wait, which must see the node leave
+	// HEALTHY: its repair may be quicker than this).
+	next := again.Runs[len(again.Runs)-1].GetAttempt()
+	if err := poll(ctx, "job's program running again", func(ctx context.Context) (bool, error) {
+		evs, err := readTopics(ctx, s.BrokerAddr, topics.StepEvents)
+		return err == nil && !stepsRunning(evs, job.Name, next, 2).IsZero(), nil
+	}); err != nil {
+		return round{}, err
+	}
 	if _, err := jobs.CancelJob(ctx, &loomv1.CancelJobRequest{Name: job.Name}); err != nil {
 		return round{}, fmt.Errorf("cancel: %w", err)
 	}
@@ -411,11 +431,14 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 	}
 
 	// The times, from what the services published.
-	evs, err := readTopics(ctx, s.BrokerAddr, topics.HealthEvents, topics.JobEvents)
+	evs, err := readTopics(ctx, s.BrokerAddr, topics.HealthEvents, topics.JobEvents, topics.StepEvents)
 	if err != nil {
 		return round{}, err
 	}
 	r := round{node: node, pair: c.pair}
+	if at := stepsRunning(evs, job.Name, next, 2); !at.IsZero() {
+		r.runningAgain = at.Sub(injected)
+	}
 	full := cl.Name + "/nodes/" + node
 	for _, ev := range evs {
 		if ev.Time.Before(injected) {
@@ -433,13 +456,6 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 			}
 			if r.detected > 0 && r.fixed == 0 && p.GetHealth() == eventsv1.NodeHealth_HEALTHY && p.GetState() == loomv1.RemediationState_NODE_HEALTHY {
 				r.fixed = at
-			}
-		case *eventsv1.JobChanged:
-			if p.GetJob().GetName() != job.Name {
-				continue
-			}
-			if r.runningAgain == 0 && p.GetAttempt() >= 2 && p.GetJob().GetState() == loomv1.JobState_RUNNING {
-				r.runningAgain = ev.Time.Sub(injected)
 			}
 		}
 	}
@@ -481,7 +497,7 @@ func render(o options, rounds []round, took time.Duration) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	host, _ := os.Hostname()
 	w("<!-- recoverybench:begin -->\n## Recovery from a GPU off the bus (Xid 79): detection, drain, running again, repair\n\n")
-	w("A 3-node local cluster (real agent processes, simulated GPUs) on the embedded stack; each round a fresh 2-node `loom train --step-time %v` job runs on two nodes drawn from the cluster by the seed (the third is held by a 1-GPU job of its own until the job runs, then freed for the requeue), Xid 79 is injected on one of them, also drawn (`HealthService.InjectFault`), and the times below are from the injection to: health's NodeHealthChanged taking the node out of HEALTHY (detection), the first run's NODE_FAIL end (drained), the scheduler's JobChanged with the next run RUNNING (running again), and health's NodeHealthChanged HEALTHY after the reboot (repaired). Times are the services' own event times, read back from the bus. Health runs with `-lemon-window=1s`, so that each round's fault is a first failure (repaired by a reboot) rather than one recurring soon after a repair, which climbs the ladder to reimage and replace. %d rounds on %s (%d CPUs, %s/%s), whole run %v. Rerun: `go run ./bench/cmd/recoverybench -rounds %d -seed %d -report bench/REPORT.md`.\n\n",
+	w("A 3-node local cluster (real agent processes, simulated GPUs) on the embedded stack; each round a fresh 2-node `loom train --step-time %v` job runs on two nodes drawn from the cluster by the seed (the third is held by a 1-GPU job of its own until the job runs, then freed for the requeue), Xid 79 is injected on one of them, also drawn (`HealthService.InjectFault`), and the times below are from the injection to: health's NodeHealthChanged taking the node out of HEALTHY (detection), the first run's NODE_FAIL end (drained), the next run's program running on both its nodes, as their agents' StepChanged reports say (running again; the job is RUNNING from its placement, before that), and health's NodeHealthChanged HEALTHY after the reboot (repaired). Times are the services' own event times, read back from the bus. Health runs with `-lemon-window=1s`, so that each round's fault is a first failure (repaired by a reboot) rather than one recurring soon after a repair, which climbs the ladder to reimage and replace. %d rounds on %s (%d CPUs, %s/%s), whole run %v. Rerun: `go run ./bench/cmd/recoverybench -rounds %d -seed %d -report bench/REPORT.md`.\n\n",
 		o.stepTime, len(rounds), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second), o.rounds, o.seed)
 	w("| from injection to | min | median | max | target |\n|---|---:|---:|---:|---|\n")
 	col := func(name string, get func(round) time.Duration, target time.Duration) {
@@ -502,7 +518,7 @@ func render(o options, rounds []round, took time.Duration) string {
 	}
 	col("detection (node leaves HEALTHY)", func(r round) time.Duration { return r.detected }, 2*time.Second)
 	col("drained (first run NODE_FAIL)", func(r round) time.Duration { return r.drained }, 0)
-	col("running again (next run RUNNING)", func(r round) time.Duration { return r.runningAgain }, 10*time.Second)
+	col("running again (next run's program running)", func(r round) time.Duration { return r.runningAgain }, 10*time.Second)
 	col("node repaired (HEALTHY again)", func(r round) time.Duration { return r.fixed }, 0)
 	w("\nPer round (the faulted node and the job's pair, detection, drained, running again, repaired; then the node's states as health published them):\n\n")
 	for i, r := range rounds {
