@@ -1284,6 +1284,7 @@ func TestStepTakesJobGPUs(t *testing.T) {
 			h := newSpecHarness(t, Config{})
 			h.gpuNode("a3-0001", "b1")
 			h.submitJob(job(1, 1, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 2 }, tc.job))
+			h.reportRunning(1)
 			mods := []func(*eventsv1.CreateJobStep){func(e *eventsv1.CreateJobStep) { e.Ntasks, e.Exact = 1, true }}
 			if tc.step != nil {
 				mods = append(mods, tc.step)
@@ -1326,6 +1327,7 @@ func TestStepJobGPUsRefused(t *testing.T) {
 	h.gpuNode("a3-0001", "b1")
 	h.gpuNode("a3-0002", "b1")
 	h.submitJob(job(1, 2, 0, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 2; j.Gpus = 2 }))
+	h.reportRunning(1)
 	h.do(createStep("one node", func(e *eventsv1.CreateJobStep) { e.NodeCount, e.Ntasks = 1, 1 }))
 	if s := h.jobStep(0); s.GetState() != loomv1.JobState_FAILED || !strings.Contains(s.GetReason(), "Invalid generic resource (gres) specification") {
 		t.Fatalf("a one-node step of a -N2 --gpus=2 job: %v; want it FAILED, Slurm's reason", s)
