@@ -196,11 +196,13 @@ func openError(rawURL string, err error) error {
 
 // init builds the confined portable bucket and the URL of b.
 func (b *Bucket) init(owns bool) *Bucket {
-	b.bkt = blob.NewBucket(&confined{base: b.base, prefix: b.prefix, owns: owns})
+	b.bkt = blob.NewBucket(&confined{base: b.base, prefix: encodePrefix(b.prefix), owns: owns})
 	p := strings.TrimSuffix(b.prefix, "/")
 	switch {
 	case b.fileRoot != "":
-		u := url.URL{Scheme: "file", Path: path.Join(b.fileRoot, p), RawQuery: b.query}
+		// The directory the objects are in: a prefix "a../x" is the
+		// directory "a.%2E/x" (encodeKey).
+		u := url.URL{Scheme: "file", Path: path.Join(b.fileRoot, strings.TrimSuffix(encodePrefix(b.prefix), "/")), RawQuery: b.query}
 		b.url = u.String()
 	default:
 		// Built by hand: url.URL writes "mem:" for an empty host and path,
@@ -229,8 +231,13 @@ func (b *Bucket) Sub(prefix string) (*Bucket, error) {
 			return nil, err
 		}
 		s.prefix = b.prefix + prefix + "/"
-		if len(s.prefix) > MaxKeyBytes {
-			return nil, errs.Invalid("prefix", "makes the full prefix %d bytes; at most %d are allowed", len(s.prefix), MaxKeyBytes)
+		// As stored (encodeKey): here a last segment "x.." gets a '/'
+		// after it and becomes "x.%2E".
+		if n := len(encodePrefix(s.prefix)); n > MaxKeyBytes {
+			return nil, errs.Invalid("prefix", "makes the full prefix %d bytes as stored; at most %d are allowed", n, MaxKeyBytes)
+		}
+		if r := storedProblem(s.prefix + "x"); r != "" {
+			return nil, errs.Invalid("prefix", "as the full prefix %s (got %s)", r, quote(prefix))
 		}
 	}
 	return s.init(false), nil
@@ -354,16 +361,24 @@ func (b *Bucket) list(ctx context.Context, limit int, what string) ([]Object, er
 }
 
 // cleanName reports whether CleanKey takes key as it is: then a file://
-// bucket keeps it as the file of that name (fileblob escapes other names).
+// bucket keeps it as the file b.filePath(key) (fileblob escapes other
+// names, which the API refuses to read anyway).
 func cleanName(key string) bool {
 	c, err := CleanKey("key", key)
 	return err == nil && c == key
 }
 
+// filePath is where a file:// bucket keeps key (a cleanName), relative to
+// its directory: the encoded name, which is the name itself unless it
+// holds "__0x" or a segment ending in ".." before a '/' (see encodeKey).
+func (b *Bucket) filePath(key string) string {
+	return filepath.FromSlash(encodeKey(b.prefix + key))
+}
+
 // regularFile reports whether key (a cleanName) of a file:// bucket is a
 // regular file (not followed if a link).
 func (b *Bucket) regularFile(key string) bool {
-	fi, err := os.Lstat(filepath.Join(b.fileRoot, filepath.FromSlash(b.prefix+key)))
+	fi, err := os.Lstat(filepath.Join(b.fileRoot, b.filePath(key)))
 	return err == nil && fi.Mode().IsRegular()
 }
 
@@ -389,7 +404,7 @@ func (b *Bucket) openRead(ctx context.Context, key string) (io.ReadCloser, error
 			return err
 		}
 		defer root.Close()
-		f, err = root.OpenFile(filepath.FromSlash(b.prefix+key), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		f, err = root.OpenFile(b.filePath(key), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		return err
 	}
 	var err error
@@ -470,8 +485,8 @@ func (b *Bucket) checkWriteKey(field, key string) error {
 	if b.fileRoot != "" && strings.HasSuffix(key, ".attrs") {
 		return errs.Invalid(field, "must not end in \".attrs\" on a file:// bucket (go-cloud keeps each object's attributes in NAME.attrs) (got %s)", quote(key))
 	}
-	if n := len(b.prefix) + len(key); n > MaxKeyBytes {
-		return errs.Invalid(field, "with the bucket's prefix %s the object name is %d bytes; at most %d are allowed", quote(b.prefix), n, MaxKeyBytes)
+	if n := len(encodeKey(b.prefix + key)); n > MaxKeyBytes {
+		return errs.Invalid(field, "with the bucket's prefix %s the object name is %d bytes as stored; at most %d are allowed", quote(b.prefix), n, MaxKeyBytes)
 	}
 	return nil
 }

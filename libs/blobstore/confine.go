@@ -25,7 +25,7 @@ import (
 // (gocloud.dev/blob/drivertest) run against exactly what Loom uses.
 type confined struct {
 	base   *blob.Bucket
-	prefix string // "" or ends with "/"; a clean key, so encodeKey(prefix) == prefix
+	prefix string // "" or ends with "/"; already encoded (encodePrefix)
 	owns   bool   // Close closes base
 }
 

@@ -9,7 +9,6 @@ import (
 	"hash"
 	"io"
 	"io/fs"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -293,7 +292,7 @@ func (b *Bucket) existingSize(ctx context.Context, key string) (int64, bool) {
 			return err
 		}
 		defer root.Close()
-		fi, err = root.Lstat(filepath.FromSlash(b.prefix + key))
+		fi, err = root.Lstat(b.filePath(key))
 		return err
 	}
 	var err error

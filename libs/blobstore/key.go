@@ -22,7 +22,7 @@ const (
 // CleanKey checks a relative object name: it refuses "", absolute paths,
 // "..", ".", empty segments ("//", a trailing "/"), "#", "?", "%", "\\", NUL
 // and other control or format characters, invalid UTF-8, segments over 255
-// bytes, names over 1,024 bytes, and names whose Unicode compatibility form
+// bytes, names over 1,024 bytes (both also as stored: see encodeKey), and names whose Unicode compatibility form
 // (NFKC) breaks any of these rules (U+FF0F "／", U+FF0E "．", U+2025 "‥"
 // ...), or that hold a '/' or '\\' lookalike NFKC keeps (U+2215 "∕", U+2044
 // "⁄", U+29F8, U+2216, U+29F5, U+29F9, U+FE68),
@@ -55,12 +55,37 @@ func keyProblem(name string) string {
 	if r := structureProblem(name); r != "" {
 		return r
 	}
+	if r := storedProblem(name); r != "" {
+		return r
+	}
 	if n := norm.NFKC.String(name); n != name {
 		if r := structureProblem(n); r != "" {
 			return fmt.Sprintf("normalises (NFKC) to %s, which %s", quote(n), strings.TrimPrefix(r, "must "))
 		}
 		if strings.Count(n, "/") != strings.Count(name, "/") {
 			return "must not contain a character that normalises (NFKC) to '/'"
+		}
+	}
+	return ""
+}
+
+// storedWhy says why a name is longer as stored (encodeKey).
+const storedWhy = `"__0x" and a ".." that ends a segment before a '/' are stored encoded, 2 bytes longer each`
+
+// storedProblem applies the limits to name as a store gets it: encodeKey
+// lengthens a name that holds "__0x" or a ".."-ending segment before a
+// '/', and a name that fits the limits must still fit every store.
+func storedProblem(name string) string {
+	enc := encodeKey(name)
+	if enc == name {
+		return ""
+	}
+	if len(enc) > MaxKeyBytes {
+		return fmt.Sprintf("is %d bytes as stored (%s); at most %d are allowed", len(enc), storedWhy, MaxKeyBytes)
+	}
+	for i, seg := range strings.Split(enc, "/") {
+		if len(seg) > MaxSegmentBytes {
+			return fmt.Sprintf("segment %d is %d bytes as stored (%s); at most %d are allowed", i+1, len(seg), storedWhy, MaxSegmentBytes)
 		}
 	}
 	return ""
@@ -125,13 +150,25 @@ func quote(s string) string {
 //
 //   - an empty segment becomes "%" (the only segment that is a lone '%'),
 //   - a "." or ".." segment becomes "%2E" or "%2E%2E",
+//   - the last '.' of a segment that ends in ".." and is followed by '/'
+//     becomes "%2E" ("ckpt../x" is stored as "ckpt.%2E/x"): fileblob
+//     escapes the '/' of every "../" in a key, so it would store
+//     "ckpt..__0x2f__x", one file where a directory was meant, which no
+//     file:// path of the name finds. A last segment ("a..", "...") has
+//     no '/' after it and is kept,
 //   - the bytes 0x00-0x1F, 0x7F, '%', '\\', '#' and '?' become "%XX",
 //   - the '_' that starts "__0x" becomes "%5F": fileblob reads "__0xNN__"
 //     in a file name as an escaped byte, which would make two keys one.
 //
-// Every other byte is kept, so a name CleanKey accepts is stored under
-// exactly that name (an artifact directory written by a job is read as it
-// is). Because '%' itself is always encoded, the encoding is injective.
+// So fileblob escapes nothing in an encoded key, and the encoded key is
+// the object's path under the bucket's directory (the file:// reads in
+// blobstore.go open it there). Every other byte is kept, so a name
+// CleanKey accepts is stored under exactly that name (an artifact
+// directory written by a job is read as it is) unless it holds "__0x" or
+// a ".."-ending segment before a '/'; those two are stored encoded, on
+// every store, and a job that writes such a name itself writes a file
+// Loom does not list. Because '%' itself is always encoded, the encoding
+// is injective.
 
 // escapeByte says whether b is encoded inside a segment.
 func escapeByte(b byte) bool {
@@ -153,14 +190,20 @@ func encodeChars(sb *strings.Builder, s string) {
 	}
 }
 
-func encodeSegment(sb *strings.Builder, seg string) {
-	switch seg {
-	case "":
+// encodeSegment encodes one segment; last says no '/' follows it.
+func encodeSegment(sb *strings.Builder, seg string, last bool) {
+	switch {
+	case seg == "":
 		sb.WriteByte('%')
-	case ".":
+	case seg == ".":
 		sb.WriteString("%2E")
-	case "..":
+	case seg == "..":
 		sb.WriteString("%2E%2E")
+	case !last && strings.HasSuffix(seg, ".."):
+		// "__0x" holds no '.', so cutting the last '.' changes no
+		// other byte's encoding.
+		encodeChars(sb, seg[:len(seg)-1])
+		sb.WriteString("%2E")
 	default:
 		encodeChars(sb, seg)
 	}
@@ -170,32 +213,67 @@ func encodeSegment(sb *strings.Builder, seg string) {
 func encodeKey(key string) string {
 	var sb strings.Builder
 	sb.Grow(len(key) + 8)
-	for i, seg := range strings.Split(key, "/") {
+	segs := strings.Split(key, "/")
+	for i, seg := range segs {
 		if i > 0 {
 			sb.WriteByte('/')
 		}
-		encodeSegment(&sb, seg)
+		encodeSegment(&sb, seg, i == len(segs)-1)
 	}
 	return sb.String()
 }
 
-// encodeListPrefix maps a list prefix. Its last segment may be cut short,
-// so it is encoded by characters only; when that partial segment is "." or
-// ".." it could be the start of a "%2E" segment or of ".x", so the base is
-// listed without it and exact says the caller must filter by the prefix.
+// encodePrefix maps a bucket prefix ("" or a key ending in "/"), so that
+// encodePrefix(p) + encodeKey(k) == encodeKey(p + k).
+func encodePrefix(prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	var sb strings.Builder
+	for _, seg := range strings.Split(strings.TrimSuffix(prefix, "/"), "/") {
+		encodeSegment(&sb, seg, false)
+		sb.WriteByte('/')
+	}
+	return sb.String()
+}
+
+// encodeListPrefix maps a list prefix. Its last segment may be cut short
+// (a prefix "ck" is meant to find "ckpt/x"), so only the start of it whose
+// encoding cannot depend on what follows is encoded (stablePart); when
+// that is not all of it, the base is listed with less and exact says the
+// caller must filter by the prefix.
 func encodeListPrefix(prefix string) (enc string, exact bool) {
 	segs := strings.Split(prefix, "/")
 	last := segs[len(segs)-1]
 	var sb strings.Builder
 	for _, seg := range segs[:len(segs)-1] {
-		encodeSegment(&sb, seg)
+		encodeSegment(&sb, seg, false)
 		sb.WriteByte('/')
 	}
-	if last == "." || last == ".." {
-		return sb.String(), false
+	stable := stablePart(last)
+	encodeChars(&sb, stable)
+	return sb.String(), stable == last
+}
+
+// stablePart is the longest start of part whose encoding starts the
+// encoding of every segment that starts with part.
+func stablePart(part string) string {
+	switch {
+	case part == "." || part == "..":
+		// The segment may be "." or ".." itself: "%2E", "%2E%2E".
+		return ""
+	case strings.HasSuffix(part, ".."):
+		// "a.." followed by '/' is stored "a.%2E".
+		return part[:len(part)-1]
 	}
-	encodeChars(&sb, last)
-	return sb.String(), true
+	// A '_' is encoded when "__0x" starts there, which a partial "__0"
+	// cannot tell yet.
+	for _, p := range []string{"__0", "__", "_"} {
+		if strings.HasSuffix(part, p) {
+			return part[:len(part)-len(p)]
+		}
+	}
+	return part
 }
 
 // encodeDelimiter maps a list delimiter (any string, "/" being usual).
@@ -206,8 +284,9 @@ func encodeDelimiter(d string) string {
 }
 
 // decodeKey reverses encodeKey. A name that is not an encoding this
-// package makes (a file another program wrote, "100%.txt") is returned as
-// it is, and CleanKey then refuses it where it matters.
+// package makes (a file another program wrote, "100%.txt", "a.%2E" as a
+// last segment) is returned as it is, and CleanKey then refuses it where
+// it matters.
 func decodeKey(s string) string {
 	if !strings.Contains(s, "%") {
 		return s
@@ -215,7 +294,7 @@ func decodeKey(s string) string {
 	segs := strings.Split(s, "/")
 	out := make([]string, len(segs))
 	for i, seg := range segs {
-		d, ok := decodeSegment(seg)
+		d, ok := decodeSegment(seg, i == len(segs)-1)
 		if !ok {
 			return s
 		}
@@ -224,7 +303,9 @@ func decodeKey(s string) string {
 	return strings.Join(out, "/")
 }
 
-func decodeSegment(seg string) (string, bool) {
+// decodeSegment reverses encodeSegment; ok is false when seg is not what
+// encodeSegment makes of any segment.
+func decodeSegment(seg string, last bool) (string, bool) {
 	switch seg {
 	case "%":
 		return "", true
@@ -249,10 +330,13 @@ func decodeSegment(seg string) (string, bool) {
 		if hi < 0 || lo < 0 {
 			return "", false
 		}
-		if c := byte(hi<<4 | lo); !escapeByte(c) && !(c == '_' && strings.HasPrefix(seg[i+3:], "_0x")) {
+		c := byte(hi<<4 | lo)
+		// The '.' ending "X.." before a '/' (".." itself is "%2E%2E").
+		endDot := c == '.' && !last && i+3 == len(seg) && sb.Len() >= 2 && strings.HasSuffix(sb.String(), ".")
+		if !escapeByte(c) && !endDot && !(c == '_' && strings.HasPrefix(seg[i+3:], "_0x")) {
 			return "", false
 		}
-		sb.WriteByte(byte(hi<<4 | lo))
+		sb.WriteByte(c)
 		i += 2
 	}
 	return sb.String(), true

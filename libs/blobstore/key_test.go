@@ -3,14 +3,17 @@ package blobstore
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"gocloud.dev/blob"
 	"golang.org/x/text/unicode/norm"
 	"google.golang.org/grpc/codes"
 
@@ -92,6 +95,10 @@ func TestCleanKeyRefusesWithTheRule(t *testing.T) {
 		{"a\xffb", "UTF-8"},
 		{strings.Repeat("a", MaxKeyBytes+1), "at most 1024"},
 		{strings.Repeat("a", MaxSegmentBytes+1), "at most 255"},
+		// Within the limits as written, over them as stored (encodeKey).
+		{strings.Repeat("a", MaxSegmentBytes-2) + "../b", "segment 1 is 257 bytes as stored"},
+		{"__0x" + strings.Repeat("1", MaxSegmentBytes-4), "segment 1 is 257 bytes as stored"},
+		{strings.Repeat("a../", MaxKeyBytes/4-1) + "bcd", "is 1533 bytes as stored"},
 		{"a\u2215b", "U+2215, which looks like a path separator"},
 		{"a\uff0fb", "normalises (NFKC)"},
 		{"\uff0e\uff0e/x", `normalises (NFKC) to "../x"`},
@@ -262,7 +269,10 @@ func FuzzCleanKey(f *testing.F) {
 				t.Fatalf("CleanKey accepted %q (form %q), which joins to %q", s, form, j)
 			}
 		}
-		if decodeKey(encodeKey(k)) != k || !strings.Contains(k, "__0x") && encodeKey(k) != k {
+		// Only "__0x" and a ".." ending a segment before a '/' are stored
+		// encoded (see encodeKey).
+		stays := !strings.Contains(k, "__0x") && !strings.Contains(k, "../")
+		if decodeKey(encodeKey(k)) != k || stays && encodeKey(k) != k {
 			t.Fatalf("clean name %q is stored as %q", k, encodeKey(k))
 		}
 	})
@@ -354,21 +364,166 @@ func contains(ss []string, s string) bool {
 
 func TestEncodeKeyRoundTrips(t *testing.T) {
 	t.Parallel()
-	for _, k := range []string{"", "/", "a//b", "../x/..", "%", "%2E", "a\\b", "\x00\x1f\x7f", "#?%", "a/.", "./", "ok/name", "__0x2f__", "a__0x2e____0x2e__"} {
+	for _, k := range []string{"", "/", "a//b", "../x/..", "%", "%2E", "a\\b", "\x00\x1f\x7f", "#?%", "a/.", "./", "ok/name", "__0x2f__", "a__0x2e____0x2e__",
+		"0../0", "a../b../c..", "..../x", "a.%2E/b", "a../", "__0x../x", ".../...", "a.%2E"} {
 		e := encodeKey(k)
 		if got := decodeKey(e); got != k {
 			t.Errorf("decodeKey(encodeKey(%q) = %q) = %q", k, e, got)
 		}
-		for _, seg := range strings.Split(e, "/") {
-			if seg == "" && k != "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "\\#?\x00") {
+		segs := strings.Split(e, "/")
+		for i, seg := range segs {
+			if seg == "" && k != "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "\\#?\x00") ||
+				i < len(segs)-1 && strings.HasSuffix(seg, "..") {
 				t.Errorf("encodeKey(%q) = %q has segment %q a store could interpret", k, e, seg)
 			}
 		}
 	}
-	// Names another program wrote are shown as they are.
-	for _, raw := range []string{"100%.txt", "a%41", "a%2E"} {
+	// Names another program wrote are shown as they are, the encodings
+	// encodeKey never makes ("a.%2E" last, ".%2E" for "..") included:
+	// decoding them would list two files as one key.
+	for _, raw := range []string{"100%.txt", "a%41", "a%2E", "a.%2E", ".%2E/x", "a.%2E.%2E/x", "a%2E./x"} {
 		if got := decodeKey(raw); got != raw {
 			t.Errorf("decodeKey(%q) = %q, want it unchanged", raw, got)
+		}
+	}
+}
+
+// What the file system holds must be what a file:// path of the name
+// finds: fileblob rewrites "../" ("0../0" became the single file
+// "0..__0x2f__0") and "__0xNN__", so encodeKey must leave it nothing to
+// rewrite, or the name is written but neither listed nor read (the
+// fuzzer's "0../0").
+var fileblobRewrites = []string{"0../0", "ckpt../step-1/w.bin", "a../b../c", "__0x41__", "d/x__0x2f__y", "a../__0x41__"}
+
+func TestEncodedKeyIsTheFilePath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root := t.TempDir()
+	base, err := blob.OpenBucket(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	for _, k := range append([]string{"a..", "...", "../x", "a//b", "x/"}, fileblobRewrites...) {
+		e := encodeKey(k)
+		if err := base.WriteAll(ctx, e, []byte(k), nil); err != nil {
+			t.Fatalf("write %q (%q): %v", k, e, err)
+		}
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(e))); err != nil {
+			t.Errorf("key %q encoded %q is not that file: %v", k, e, err)
+		}
+	}
+}
+
+func TestNamesFileblobRewritesAreListedAndRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root := t.TempDir()
+	b := open(t, root)
+	want := map[string][]byte{}
+	for _, k := range append([]string{"a..", "..."}, fileblobRewrites...) {
+		if _, err := CleanKey("key", k); err != nil {
+			t.Fatalf("CleanKey(%q): %v", k, err)
+		}
+		want[k] = []byte("data of " + k)
+		if err := b.WriteFile(ctx, k, want[k]); err != nil {
+			t.Fatalf("WriteFile(%q): %v", k, err)
+		}
+	}
+	holdsExactly(t, b, want)
+	// A copy holds them too (Export lists, reads, and looks at what the
+	// destination holds).
+	dst := open(t, filepath.Join(t.TempDir(), "dst"))
+	if _, err := Export(ctx, b, dst, ExportOptions{}); err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	holdsExactly(t, dst, want)
+	// And as Sub prefixes: the objects are listed, and the Sub's URL is
+	// the directory that holds them.
+	subs := open(t, t.TempDir())
+	for _, p := range []string{"a..", "ckpt../x", "__0x41__"} {
+		s, err := subs.Sub(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteFile(ctx, "m.bin", []byte(p)); err != nil {
+			t.Fatalf("Sub(%q).WriteFile: %v", p, err)
+		}
+		holdsExactly(t, s, map[string][]byte{"m.bin": []byte(p)})
+		holdsExactly(t, open(t, s.URL()), map[string][]byte{"m.bin": []byte(p)})
+	}
+	// A 255-byte last segment "a...a.." is one byte too long as a
+	// prefix, where a '/' follows it.
+	if _, err := subs.Sub(strings.Repeat("a", MaxSegmentBytes-2) + ".."); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "as stored") {
+		t.Errorf("Sub(255-byte segment ending in \"..\") = %v, want InvalidArgument (as stored)", err)
+	}
+}
+
+// holdsExactly fails unless b lists exactly the keys of want and reads
+// each back as written (checkBucketHolds is built only with the S3 and
+// GCS drivers).
+func holdsExactly(t *testing.T, b *Bucket, want map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := b.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, o := range objs {
+		got[o.Key] = true
+		r, err := b.NewReader(ctx, o.Key)
+		if err != nil {
+			t.Errorf("%s: NewReader(%q): %v", b.URL(), o.Key, err)
+			continue
+		}
+		data, err := io.ReadAll(r)
+		r.Close()
+		if w, ok := want[o.Key]; !ok || err != nil || string(data) != string(w) || o.SHA256 != sha(w) {
+			t.Errorf("%s lists %q holding %q (%v), want %q", b.URL(), o.Key, data, err, w)
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("%s: %q was written but is not listed (lists %v)", b.URL(), k, objs)
+		}
+	}
+}
+
+// A list prefix that stops inside a segment finds every key that starts
+// with it, however the rest of the segment changes its encoding.
+func TestListPrefixInsideASegment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := open(t, t.TempDir())
+	keys := []string{"a..", "a../b", "a..c", "a.d", "x_", "x__0", "x__0x1", "x__0x41__/y", "x_y"}
+	for _, k := range keys {
+		if err := b.bkt.WriteAll(ctx, k, []byte(k), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, prefix := range []string{"a", "a.", "a..", "a../", "x", "x_", "x__", "x__0", "x__0x", "x__0x4"} {
+		var want, got []string
+		for _, k := range keys {
+			if strings.HasPrefix(k, prefix) {
+				want = append(want, k)
+			}
+		}
+		it := b.bkt.List(&blob.ListOptions{Prefix: prefix})
+		for {
+			o, err := it.Next(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, o.Key)
+		}
+		// In the order of the stored names, which encoding changes.
+		sort.Strings(got)
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("List(prefix %q) = %q, want %q", prefix, got, want)
 		}
 	}
 }
