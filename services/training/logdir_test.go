@@ -31,26 +31,39 @@ func TestLogDirSettings(t *testing.T) {
 	}
 }
 
-// TestLogDirPrunedOnTheClock: at each tick of the pruner's clock, the
-// output files whose last write is older than the retention go, as
-// measured by that clock.
-func TestLogDirPrunedOnTheClock(t *testing.T) {
+// TestLogDirPrunedAtStartAndOnTheClock: when the pruner starts, and at
+// each tick of its clock after, the output files whose last write is
+// older than the retention go, as measured by that clock. At the start
+// too: a service restarted more often than LogPruneEvery would otherwise
+// never prune.
+func TestLogDirPrunedAtStartAndOnTheClock(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "p", "alice")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	old, recent := filepath.Join(dir, "job-1.out"), filepath.Join(dir, "job-2.out")
-	for _, f := range []string{old, recent} {
-		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+	at := time.Now().Add(-48 * time.Hour)
+	write := func(path string, old bool) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		if old {
+			if err := os.Chtimes(path, at, at); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	at := time.Now().Add(-48 * time.Hour)
-	if err := os.Chtimes(old, at, at); err != nil {
-		t.Fatal(err)
+	gone := func(path string) func() (bool, error) {
+		return func() (bool, error) {
+			_, err := os.Stat(path)
+			return os.IsNotExist(err), nil
+		}
 	}
+	old, recent := filepath.Join(dir, "job-1.out"), filepath.Join(dir, "job-2.out")
+	write(old, true)
+	write(recent, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	tick := make(chan time.Time)
@@ -58,11 +71,17 @@ func TestLogDirPrunedOnTheClock(t *testing.T) {
 	go func() {
 		done <- pruneLogs(ctx, adapters.LogDirs{Root: root}, tick, time.Now, 24*time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
+	// No tick yet.
+	testkit.WaitFor(t, 10*time.Second, "job-1.out pruned at the start", gone(old))
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("a file within the retention: %v", err)
+	}
+	// The tick is taken once the first prune is over: one older now goes
+	// at it.
+	later := filepath.Join(dir, "job-3.out")
+	write(later, true)
 	tick <- time.Now()
-	testkit.WaitFor(t, 10*time.Second, "job-1.out pruned", func() (bool, error) {
-		_, err := os.Stat(old)
-		return os.IsNotExist(err), nil
-	})
+	testkit.WaitFor(t, 10*time.Second, "job-3.out pruned at the tick", gone(later))
 	if _, err := os.Stat(recent); err != nil {
 		t.Errorf("a file within the retention: %v", err)
 	}

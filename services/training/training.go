@@ -51,7 +51,8 @@ const (
 	// directory outlives its last write (LOOM_TRAINING_LOG_RETENTION): as
 	// long as Cloud Logging keeps Vertex's logs by default.
 	DefaultLogRetention = 720 * time.Hour
-	// LogPruneEvery is how often the log directory is pruned.
+	// LogPruneEvery is how often the log directory is pruned (and once
+	// when the service starts).
 	LogPruneEvery = time.Hour
 )
 
@@ -257,20 +258,23 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 }
 
 // pruneLogs removes the log directory's output files older than
-// retention on every tick, until ctx ends. A failure is logged and tried
-// again at the next tick.
+// retention at once and then on every tick, until ctx ends: at once, since
+// a service restarted more often than it ticks (LogPruneEvery: a crash
+// loop, `loom up` run for less than an hour at a time) would otherwise
+// never prune, and the directory would grow without bound. A failure is
+// logged and tried again at the next tick.
 func pruneLogs(ctx context.Context, logs adapters.LogDirs, tick <-chan time.Time, now func() time.Time, retention time.Duration, log *slog.Logger) error {
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick:
-		}
 		n, err := logs.Prune(now(), retention)
 		if err != nil {
 			log.Warn("pruning the log directory", "dir", logs.Root, "removed", n, "err", err)
 		} else if n > 0 {
 			log.Info("output files past their retention removed", "dir", logs.Root, "removed", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
 		}
 	}
 }
