@@ -140,6 +140,10 @@ func AcceptCustomJob(j *trainingv1.CustomJob, parent TrainingParent, id int64, u
 	j.Name = parent.Name(CollectionCustomJobs, id)
 	j.User, j.State, j.CreateTime, j.UpdateTime = user, trainingv1.JobState_JOB_STATE_QUEUED, ts, ts
 	j.StartTime, j.EndTime, j.Error, j.WebAccessUris, j.RestartCount = nil, nil, nil, nil, 0
+	// The training service says where the output is kept when it takes
+	// the job; until then (the accepted record a Get answers with) a
+	// caller's own would be shown as Loom's.
+	j.OutputDir, j.OutputWarning = "", ""
 	j.Job = resname.JobOf(parent.Project, id).String()
 	j.Cluster = CustomJobCluster(parent.Project, id, j.GetJobSpec())
 	return j
