@@ -43,6 +43,9 @@ func TestLogDirPrunedAtStartAndOnTheClock(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(root, adapters.LogDirMarker), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	at := time.Now().Add(-48 * time.Hour)
 	write := func(path string, old bool) {
 		t.Helper()

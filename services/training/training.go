@@ -116,7 +116,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogDir, "log-dir", config.Env("LOOM_TRAINING_LOG_DIR", ""),
 		"an absolute directory that keeps the output of custom jobs without a local base_output_directory after their ephemeral cluster is deleted, as <dir>/<project>/<user>/job-<id>.out; the service makes each user's directory (run it as root to make other users'); \"\": none, the output goes with the cluster (LOOM_TRAINING_LOG_DIR)")
 	fs.DurationVar(&c.LogRetention, "log-retention", config.EnvDuration("LOOM_TRAINING_LOG_RETENTION", DefaultLogRetention),
-		"how long after its last write an output file in -log-dir is deleted; 0 keeps them forever (LOOM_TRAINING_LOG_RETENTION; default 720h, otherwise 1h..87600h)")
+		"how long after its last write an output file in -log-dir is deleted (in a -log-dir the service made, marked .loom-training-logs); 0 keeps them forever (LOOM_TRAINING_LOG_RETENTION; default 720h, otherwise 1h..87600h)")
 }
 
 // RunArgs runs the training service from a command line (args, without

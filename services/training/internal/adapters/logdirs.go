@@ -7,11 +7,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/resname"
 )
+
+// LogDirMarker is the file Make puts in the log directory when it makes
+// it. Prune deletes nothing in a log directory without one: an operator
+// who points -log-dir at a directory that was already there (a shared
+// /projects whose <project>/<user>/ are the users' own, say) would
+// otherwise have the service, as root, delete every old job-*.out there,
+// files it never wrote. Such a directory is adopted by creating the file.
+const LogDirMarker = ".loom-training-logs"
 
 // LogDirs is the training service's log directory (-log-dir): the
 // replicas' output of CustomJobs that would otherwise go with their
@@ -34,7 +43,8 @@ type LogDirs struct {
 // returns it. An error says why it cannot be: a name that cannot name a
 // directory, a user with no account here, a process that may not give a
 // directory to another user (not root), a parent another user could
-// change (see osuser.MakeDirFor).
+// change (see osuser.MakeDirFor). When it makes Root itself it puts
+// LogDirMarker there: Prune prunes only such a log directory.
 func (l LogDirs) Make(project, user string) (string, error) {
 	if !resname.ValidID(project) {
 		return "", fmt.Errorf("project %q cannot name a directory", project)
@@ -46,11 +56,42 @@ func (l LogDirs) Make(project, user string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	_, err = os.Lstat(l.Root)
+	fresh := errors.Is(err, fs.ErrNotExist)
 	dir := filepath.Join(l.Root, project, user)
 	if err := osuser.MakeDirFor(a, dir, 0o755); err != nil {
+		if fresh {
+			// Left as it was (only empty directories go), so that the
+			// make that succeeds once the cause is mended finds it
+			// fresh and marks it.
+			_ = os.Remove(filepath.Join(l.Root, project))
+			_ = os.Remove(l.Root)
+		}
 		return "", fmt.Errorf("make %s for %s: %w", dir, a, err)
 	}
+	if fresh {
+		// Made here: its files are the service's to prune.
+		if err := l.mark(); err != nil {
+			return "", err
+		}
+	}
 	return dir, nil
+}
+
+// mark puts LogDirMarker in Root, once.
+func (l LogDirs) mark() error {
+	f, err := os.OpenFile(filepath.Join(l.Root, LogDirMarker), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mark %s as the training service's log directory: %w", l.Root, err)
+	}
+	_, err = f.WriteString("The Loom training service made this log directory and deletes its old job-*.out files (-log-retention).\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // pathComponent reports whether s names one directory entry of its own:
@@ -66,8 +107,9 @@ func pathComponent(s string) bool {
 // keeps Vertex's. Only <Root>/<project>/<user>/job-*.out is looked at; a
 // link is removed, never followed (a user's directory is theirs: a link
 // they put there points where they like). Directories stay (a user's is
-// made again by Make, never by the agent). Errors of single entries are
-// joined; the walk goes on past them.
+// made again by Make, never by the agent). Nothing is removed from a log
+// directory without LogDirMarker (one Make did not make): an error says
+// so. Errors of single entries are joined; the walk goes on past them.
 func (l LogDirs) Prune(now time.Time, retention time.Duration) (int, error) {
 	cutoff := now.Add(-retention)
 	projects, err := os.ReadDir(l.Root)
@@ -76,6 +118,10 @@ func (l LogDirs) Prune(now time.Time, retention time.Duration) (int, error) {
 	}
 	if err != nil {
 		return 0, err
+	}
+	if fi, err := os.Lstat(filepath.Join(l.Root, LogDirMarker)); err != nil || !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s has no file %s: the training service did not make it, so the files there are not its to delete; "+
+			"create that file to have its job-*.out files pruned", l.Root, LogDirMarker)
 	}
 	var errs []error
 	removed := 0

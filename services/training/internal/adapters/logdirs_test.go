@@ -43,6 +43,9 @@ func TestLogDirsMakeTheUsersDirectory(t *testing.T) {
 	checkDir(t, root, self.UID, 0o755)
 	checkDir(t, filepath.Join(root, "p"), self.UID, 0o755)
 	checkDir(t, dir, self.UID, 0o700)
+	if fi, err := os.Lstat(filepath.Join(root, LogDirMarker)); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("the log directory it made is not marked as its own: %v", err)
+	}
 	if again, err := l.Make("p", self.Name); err != nil || again != dir {
 		t.Fatalf("made again: %s, %v", again, err)
 	}
@@ -130,6 +133,9 @@ func TestLogDirsPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	outside := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(filepath.Join(root, LogDirMarker), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	write := func(path string, age time.Duration) {
 		t.Helper()
 		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
@@ -160,5 +166,70 @@ func TestLogDirsPrune(t *testing.T) {
 	}
 	if n, err := (LogDirs{Root: filepath.Join(root, "none")}).Prune(now, time.Hour); n != 0 || err != nil {
 		t.Errorf("a log directory not made yet: %d, %v", n, err)
+	}
+}
+
+// TestLogDirsPruneOnlyWhatItMade: a log directory Make did not make (one
+// that was there, whose <project>/<user>/ directories are the users'
+// own) has nothing pruned, and Prune says why; once Make marks a log
+// directory it made, Prune prunes it. A make refused for a parent
+// others may write leaves no log directory behind, so that the one that
+// succeeds later still marks it.
+func TestLogDirsPruneOnlyWhatItMade(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	old := now.Add(-90 * 24 * time.Hour)
+	oldFile := func(path string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	theirs := t.TempDir()
+	own := filepath.Join(theirs, "projects", "p", "alice", "job-1.out")
+	oldFile(own)
+	n, err := LogDirs{Root: filepath.Join(theirs, "projects")}.Prune(now, 30*24*time.Hour)
+	if n != 0 || err == nil || !strings.Contains(err.Error(), LogDirMarker) {
+		t.Errorf("a log directory it did not make: pruned %d, %v; want none, and an error naming %s", n, err, LogDirMarker)
+	}
+	if _, err := os.Stat(own); err != nil {
+		t.Errorf("a user's own file in a directory it did not make: %v", err)
+	}
+
+	base := t.TempDir()
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	l := LogDirs{Root: filepath.Join(open, "logs")}
+	if _, err := l.Make("p", osuser.Self().Name); err == nil {
+		t.Fatal("made under a world-writable directory")
+	}
+	if _, err := os.Lstat(l.Root); !os.IsNotExist(err) {
+		t.Errorf("a refused make left the log directory it made: %v", err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil { // mended
+		t.Fatal(err)
+	}
+	dir, err := l.Make("p", osuser.Self().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := filepath.Join(dir, "job-2.out")
+	oldFile(made)
+	if n, err := l.Prune(now, 30*24*time.Hour); n != 1 || err != nil {
+		t.Errorf("the log directory it made: pruned %d, %v; want 1", n, err)
+	}
+	if _, err := os.Stat(made); !os.IsNotExist(err) {
+		t.Errorf("an old output file in the log directory it made: %v", err)
 	}
 }
