@@ -40,7 +40,7 @@ type NodeRevocations struct {
 	// and its recovery once.
 	failing atomic.Bool
 	// read is when a Refresh last succeeded (unix nanoseconds; 0: never),
-	// lastErr why the last one failed.
+	// lastErr why the last one failed, when none has succeeded since.
 	read    atomic.Int64
 	lastErr atomic.Pointer[string]
 	mu      sync.Mutex // one Refresh at a time
@@ -79,6 +79,9 @@ func (r *NodeRevocations) Refresh(ctx context.Context) error {
 		return err
 	}
 	r.read.Store(r.now().UnixNano())
+	// A failure before this read is no longer why the copy is what it
+	// is: Check must not name it should reads stop later.
+	r.lastErr.Store(nil)
 	return nil
 }
 

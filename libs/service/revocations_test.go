@@ -109,3 +109,43 @@ func TestNodeRevocationsCheckSaysWhenStale(t *testing.T) {
 		t.Fatalf("Check 6s after the last read = %v, want stale since 6s with the read's error", err)
 	}
 }
+
+// Check names the failure of the last read only while no read has
+// succeeded since: a copy gone stale after a recovery is not blamed on
+// the error that came before it.
+func TestNodeRevocationsCheckForgetsAMendedFailure(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	now := time.Now()
+	r := NewNodeRevocations(rdb, func() time.Time { return now })
+	// The list is not a hash: the read fails.
+	if err := rdb.Set(ctx, auth.RevokedNodesKey, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, auth.RevokedNodesVersionKey, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Refresh(ctx)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Refresh of a list that is not a hash = %v, want WRONGTYPE", err)
+	}
+	if err := r.Check(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Check after the failed read = %v, want it named", err)
+	}
+	// Mended, and read.
+	if err := rdb.Del(ctx, auth.RevokedNodesKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, auth.RevokedNodesVersionKey, "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No read since: stale, for no error of its own.
+	now = now.Add(RevocationStale + time.Second)
+	if err := r.Check(); err == nil || strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("Check stale after a good read = %v, want stale without the mended failure", err)
+	}
+}
