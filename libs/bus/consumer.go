@@ -289,15 +289,17 @@ const (
 	partitionWatchInterval = 5 * time.Second
 	// finishTimeout bounds a dead-letter write and a commit.
 	finishTimeout = 10 * time.Second
-	// fetchMaxBytes bounds one fetch, not one record: a record larger than
-	// it (a topic's max.message.bytes raised above it) does not stall a
-	// partition, since the broker returns the first record batch of a
-	// fetch whole whatever the limit (fetch v3 and later, KIP-74; kafka-go
-	// asks for v10), and the reader hands it on like any other
-	// (TestRecordOverTheFetchLimitDoesNotStall). The broker's
-	// max.message.bytes, 1 MiB unless raised, is what bounds a record.
-	fetchMaxBytes = 10 << 20
 )
+
+// FetchMaxBytes bounds one fetch of a Loom reader (the consumers', the
+// tail's, the bridge's ingress), not one record: a record larger than it
+// (a topic's max.message.bytes raised above it) does not stall a
+// partition, since the broker returns the first record batch of a fetch
+// whole whatever the limit (fetch v3 and later, KIP-74; kafka-go asks for
+// v10), and the reader hands it on like any other
+// (TestRecordOverTheFetchLimitDoesNotStall). The broker's
+// max.message.bytes, 1 MiB unless raised, is what bounds a record.
+const FetchMaxBytes = 10 << 20
 
 // Consumer runs a handler over a consumer group.
 type Consumer struct {
@@ -522,7 +524,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		GroupTopics: c.cfg.Topics,
 		StartOffset: kafka.FirstOffset,
 		MinBytes:    1,
-		MaxBytes:    fetchMaxBytes,
+		MaxBytes:    FetchMaxBytes,
 		MaxWait:     fetchMaxWait,
 		// Synchronous: CommitMessages returns once the broker has the
 		// offset. The consumer batches commits itself (see committer), so

@@ -6,9 +6,6 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// FetchMaxBytes is the consumers' bound on one fetch.
-const FetchMaxBytes = fetchMaxBytes
-
 // CrashOnStop makes c's Run return, once its context ends, without
 // committing what it handled since its last commit, as a process that died
 // would.

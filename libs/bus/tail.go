@@ -74,7 +74,7 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 	for p, off := range starts {
 		r := kafka.NewReader(kafka.ReaderConfig{
 			Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: p, Dialer: cfg.Security.dialer(),
-			MinBytes: 1, MaxBytes: fetchMaxBytes, MaxWait: fetchMaxWait,
+			MinBytes: 1, MaxBytes: FetchMaxBytes, MaxWait: fetchMaxWait,
 			ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second,
 			ErrorLogger: kafkaDebug(log),
 		})

@@ -106,11 +106,18 @@ func WidthMemMB(job *loomv1.Job, cpus int32) int64 {
 	if per <= 0 {
 		return job.GetMemMb()
 	}
-	c := int64(max(cpus, 1))
-	if per > math.MaxInt64/c {
+	return MulSat(per, int64(max(cpus, 1)))
+}
+
+// MulSat is a*b for a, b >= 0, math.MaxInt64 where that would wrap: the
+// sizes Loom multiplies out of a caller's counts (memory a CPU times CPUs,
+// a node's figures times nodes) saturate rather than wrap to a negative
+// that passes a bound.
+func MulSat(a, b int64) int64 {
+	if a > 0 && b > math.MaxInt64/a {
 		return math.MaxInt64
 	}
-	return per * c
+	return a * b
 }
 
 // JobGPUEnv sets in env the job's GPU request as Slurm 22.05's sbatch and

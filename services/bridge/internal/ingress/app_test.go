@@ -661,16 +661,16 @@ func TestKafkaRecordOverTheFetchLimitDoesNotStall(t *testing.T) {
 	t.Parallel()
 	const topic = topics.Ingress
 	broker := testkit.BrokerWith(t,
-		topics.Spec{Name: topic, Partitions: 1, Configs: map[string]string{"max.message.bytes": strconv.Itoa(fetchMaxBytes + 2<<20)}},
+		topics.Spec{Name: topic, Partitions: 1, Configs: map[string]string{"max.message.bytes": strconv.Itoa(bus.FetchMaxBytes + 2<<20)}},
 		topics.Spec{Name: topic + topics.DLQSuffix, Partitions: 1},
 		topics.Spec{Name: "loom.ingress.as-created", Partitions: 1, Configs: specOf(t, topic).Configs})
 	ctx := testkit.Context(t, 60*time.Second)
 	f := newFixture(t)
 
-	big := record(TypePrefix+"SubmitJob", strings.Repeat("x", fetchMaxBytes+1<<20), map[string]string{"ce_id": "big", "ce_credential": "loomk_good"})
+	big := record(TypePrefix+"SubmitJob", strings.Repeat("x", bus.FetchMaxBytes+1<<20), map[string]string{"ce_id": "big", "ce_credential": "loomk_good"})
 	big.Key = []byte("k")
 	w := NewKafkaWriter([]string{broker}, nil)
-	w.BatchBytes = int64(fetchMaxBytes + 2<<20) // a producer's own limit, whatever Loom's
+	w.BatchBytes = int64(bus.FetchMaxBytes + 2<<20) // a producer's own limit, whatever Loom's
 	defer w.Close()
 	asCreated := big
 	asCreated.Topic = "loom.ingress.as-created"
@@ -719,7 +719,7 @@ func TestKafkaRecordOverTheFetchLimitDoesNotStall(t *testing.T) {
 		hs[x.Key] = string(x.Value)
 	}
 	if hs["ce_id"] != "big" || hs[HeaderDLQCode] != "INVALID_ARGUMENT" || !strings.Contains(hs[HeaderDLQReason], "over the limit") ||
-		!strings.HasPrefix(hs[HeaderDLQDataDropped], strconv.Itoa(fetchMaxBytes+1<<20)+" bytes") {
+		!strings.HasPrefix(hs[HeaderDLQDataDropped], strconv.Itoa(bus.FetchMaxBytes+1<<20)+" bytes") {
 		t.Fatalf("dead letter of %d bytes, headers %v", len(m.Value), hs)
 	}
 }

@@ -152,15 +152,6 @@ const DefaultWorkers = 8
 // workerQueue bounds the records fetched ahead per worker.
 const workerQueue = 16
 
-// fetchMaxBytes bounds one fetch, not one record: a record larger than it
-// (the topic's max.message.bytes raised above it) does not stall the
-// ingress, since the broker returns the first record batch of a fetch whole
-// whatever the limit (fetch v3 and later, KIP-74; kafka-go asks for v10),
-// and the handler dead-letters it for its size like any record over
-// -max-message-bytes (TestKafkaRecordOverTheFetchLimitDoesNotStall). The
-// broker's max.message.bytes, 1 MiB unless raised, is what bounds a record.
-const fetchMaxBytes = 10 << 20
-
 // Name implements cloudevent.Source: "kafka:{topic}".
 func (s *KafkaSource) Name() string { return "kafka:" + s.Topic }
 
@@ -183,7 +174,7 @@ func (s *KafkaSource) Run(ctx context.Context, h cloudevent.Handler) error {
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: s.Brokers, GroupID: group, Topic: s.Topic, Dialer: s.Security.Dialer(),
-		StartOffset: kafka.FirstOffset, MinBytes: 1, MaxBytes: fetchMaxBytes, MaxWait: 250 * time.Millisecond,
+		StartOffset: kafka.FirstOffset, MinBytes: 1, MaxBytes: bus.FetchMaxBytes, MaxWait: 250 * time.Millisecond,
 		// Commits are sent every CommitInterval, not one round trip per
 		// record: a record handled but not yet committed when the bridge
 		// dies is delivered again and acked as a duplicate by the dedupe

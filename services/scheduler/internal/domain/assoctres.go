@@ -52,15 +52,7 @@ type tres [4]int64
 // memory is unknown takes any request, and the counts of many runs add
 // up (addSat).
 func satTRES(cpusPerNode, memPerNode, nodes, gpus int64) tres {
-	return tres{mulSat(cpusPerNode, nodes), mulSat(memPerNode, nodes), nodes, gpus}
-}
-
-// mulSat is a*b for a, b >= 0, math.MaxInt64 where that would wrap.
-func mulSat(a, b int64) int64 {
-	if a > 0 && b > math.MaxInt64/a {
-		return math.MaxInt64
-	}
-	return a * b
+	return tres{slurmspec.MulSat(cpusPerNode, nodes), slurmspec.MulSat(memPerNode, nodes), nodes, gpus}
 }
 
 // addSat is a+b for a, b >= 0, math.MaxInt64 where that would wrap.
@@ -227,7 +219,7 @@ func (p *pass) tresCount() *tresCounts {
 func (p *pass) addTRESUse(j *Job, r *Run) {
 	c := p.tresUse
 	n := int64(len(r.Nodes))
-	use := tres{int64(r.cpuCount()), mulSat(r.MemMB, n), n, int64(r.gpuCount())}
+	use := tres{int64(r.cpuCount()), slurmspec.MulSat(r.MemMB, n), n, int64(r.gpuCount())}
 	add := func(t *tres) {
 		for i := range t {
 			t[i] = addSat(t[i], use[i])
