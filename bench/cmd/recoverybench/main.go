@@ -394,7 +394,6 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 	}); err != nil {
 		return round{}, err
 	}
-	left := false
 	if err := poll(ctx, "node "+node+" repaired", func(ctx context.Context) (bool, error) {
 		resp, err := health.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cl.Name})
 		if err != nil {
@@ -402,8 +401,11 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 		}
 		for _, n := range resp.Nodes {
 			if n.Hostname == node {
-				left = left || n.State != loomv1.RemediationState_NODE_HEALTHY
-				return left && n.State == loomv1.RemediationState_NODE_HEALTHY && n.StateTime.AsTime().After(injected), nil
+				// HEALTHY since after the injection: it left HEALTHY and
+				// came back. Not "seen to leave": the reboot and its
+				// confirming check can take ~100 ms, all of it before
+				// this first poll (it then waited for ever).
+				return n.State == loomv1.RemediationState_NODE_HEALTHY && n.StateTime.AsTime().After(injected), nil
 			}
 		}
 		return false, nil
