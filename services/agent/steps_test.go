@@ -298,6 +298,41 @@ while :; do sleep 0.05; done`
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
 }
 
+// TestSignalBeforeTheProgramIsUpIsSentAgain: a signal that reaches a step
+// before its program handles it is lost when the program catches it and
+// drops it, as a Go program does until its signal.Notify (`loom train`
+// for its first ~0.1-0.5 s): checkpoint on failure then waited its whole
+// -failure-checkpoint-wait for a checkpoint that could not come. The agent
+// sends it again once the program has written its progress file, which
+// the trainer does only after it handles the signal. Here the script drops
+// the first USR1, then sets its checkpoint trap and writes its progress.
+func TestSignalBeforeTheProgramIsUpIsSentAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = time.Hour
+	e.start(t)
+	script := `trap 'echo dropped > early.signal' USR1
+while [ ! -e early.signal ]; do sleep 0.02; done
+trap 'printf "{\"step\": 7, \"checkpoint_step\": 7}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' USR1
+printf '{"step": 1}' > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"
+while :; do sleep 0.05; done`
+	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "USR1"}))
+	testkit.WaitFor(t, wait, "the step to drop the first signal", func() (bool, error) {
+		return readFile(t, filepath.Join(e.shared, "early.signal")) != "", nil
+	})
+	p := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		p, ok := ev.Payload.(*eventsv1.StepProgress)
+		return ok && p.Job == "projects/p/jobs/1" && p.CheckpointStep == 7
+	}).Payload.(*eventsv1.StepProgress)
+	if p.Step != 7 || p.Attempt != 1 || p.Node != node {
+		t.Fatalf("progress after the signal = %v", p)
+	}
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+}
+
 // A batch script that exits 130 and one killed by SIGINT both end with code
 // 130, but only the second was killed: the agent says which by the signal,
 // as Slurm's ExitCode 130:0 and 0:2 (checked with scripts/slurm-local.sh);

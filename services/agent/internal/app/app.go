@@ -255,6 +255,10 @@ type process struct {
 	// path again, which the job could meanwhile have made a link to a file
 	// its owner may not write. Closed by watch, under the step's lock.
 	errf *os.File
+	// early is a signal (SignalStep) sent before the program had written
+	// its progress file, sent again once it has (resignalReady); nil when
+	// none. Under a.mu.
+	early *earlySignal
 }
 
 // New loads the agent's step records and returns the App.
@@ -1466,6 +1470,9 @@ func (a *App) SignalStep(ctx context.Context, id string, cmd *eventsv1.SignalSte
 	if p == nil {
 		return nil
 	}
+	// Looked at before the signal goes: a file written after it may be
+	// the program's first, not a sign that it was up when it came.
+	up := progressWritten(a.progressFile(key))
 	if cmd.GetBatchOnly() {
 		err = a.rt.SignalLeader(p.g, sig)
 	} else {
@@ -1476,8 +1483,85 @@ func (a *App) SignalStep(ctx context.Context, id string, cmd *eventsv1.SignalSte
 		return nil
 	}
 	a.log.Info("step signalled", "step", key, "pid", p.g.PID, "signal", cmd.GetSignal(), "batch_only", cmd.GetBatchOnly())
+	if !up {
+		a.mu.Lock()
+		if a.procs[key] == p {
+			p.early = &earlySignal{name: cmd.GetSignal(), sig: sig, batchOnly: cmd.GetBatchOnly()}
+		}
+		a.mu.Unlock()
+	}
 	a.progressSoon()
 	return nil
+}
+
+// earlySignal is a signal sent to a step before its program was up
+// (process.early).
+type earlySignal struct {
+	name      string
+	sig       syscall.Signal
+	batchOnly bool
+}
+
+// resignalReady sends again each signal that reached a step before its
+// program had written its progress file (process.early), once it has.
+//
+// A program that catches the signal only from some point on loses one
+// that comes before: a Go program's runtime catches every signal from its
+// start and drops those nobody asked for with signal.Notify (`loom train`
+// takes ~0.1-0.5 s to get there), so a node that fails that early in its
+// survivors' run made checkpoint on failure wait for a checkpoint that
+// could not come. A program writes its progress file once it handles its
+// signal (the trainer does; docs/health.md asks it of any other), so the
+// file's appearance says it is up. One that handled the first signal too
+// saves twice, which costs a checkpoint; one that ended on it is not sent
+// anything (its process is gone); one that writes no progress file is not
+// sent it again.
+func (a *App) resignalReady() {
+	a.mu.Lock()
+	var keys []string
+	for k, p := range a.procs {
+		if p.early != nil {
+			keys = append(keys, k)
+		}
+	}
+	a.mu.Unlock()
+	sort.Strings(keys)
+	for _, key := range keys {
+		if !progressWritten(a.progressFile(key)) {
+			continue
+		}
+		a.resignal(key)
+	}
+}
+
+// resignal sends step key's early signal again (resignalReady), under the
+// step's lock, as SignalStep sends it: not to a step that ended meanwhile.
+func (a *App) resignal(key string) {
+	unlock := a.lockStep(key)
+	defer unlock()
+	a.mu.Lock()
+	p := a.procs[key]
+	var e *earlySignal
+	if p != nil {
+		e, p.early = p.early, nil
+	}
+	rec := a.steps[key]
+	a.mu.Unlock()
+	if e == nil || rec == nil || rec.Phase != domain.Running {
+		return
+	}
+	var err error
+	if e.batchOnly {
+		err = a.rt.SignalLeader(p.g, e.sig)
+	} else {
+		err = a.rt.Signal(p.g, e.sig)
+	}
+	if err != nil {
+		a.log.Warn("signal step again", "step", key, "signal", e.name, "err", err)
+		return
+	}
+	a.log.Info("step signalled again: its program was not up when the signal came", "step", key, "pid", p.g.PID, "signal", e.name, "batch_only", e.batchOnly)
+	a.progressSoon()
 }
 
 // signalOf returns the signal a name ("USR1", "SIGUSR1") or number ("10",

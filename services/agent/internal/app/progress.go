@@ -99,6 +99,14 @@ func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport
 	return r
 }
 
+// progressWritten reports whether the program has written its progress
+// file at path (the run's LOOM_PROGRESS_FILE): the sign that it is up
+// (resignalReady).
+func progressWritten(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
 // outputSize is the size of a step's output file (0: none, or unknown),
 // not of what a link there leads to: the agent looks as root.
 func outputSize(path string) int64 {
@@ -252,6 +260,7 @@ func (a *App) observeProgress(ctx context.Context) {
 		}
 	}
 	a.mu.Unlock()
+	a.resignalReady()
 	keys := make([]string, 0, len(runs))
 	for k := range runs {
 		keys = append(keys, k)
