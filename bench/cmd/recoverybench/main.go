@@ -57,6 +57,7 @@ type options struct {
 	report   string
 	logLevel string
 	seed     uint64
+	keep     bool
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.StringVar(&o.report, "report", "", "Markdown file to write the results into (the section between the recoverybench markers is replaced)")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "log level of the services")
 	flag.Uint64Var(&o.seed, "seed", 1, "seeds each round's choice of the job's two nodes and the faulted one, across the cluster")
+	flag.BoolVar(&o.keep, "keep", false, "keep the run's temporary directory (the services' data and the agents' logs) and print where it is")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err := run(o); err != nil {
@@ -114,7 +116,11 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	if o.keep {
+		logf("keeping %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
 	loom, err := buildLoom(tmp)
 	if err != nil {
 		return err
