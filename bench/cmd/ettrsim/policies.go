@@ -69,10 +69,13 @@ const (
 	// A crash of the job's process is reported at its exit, sooner.
 	xidPoll = 1.0
 	// measuredRequeue is recoverybench's slowest time from detection to
-	// the job's next run RUNNING on another node (running again less
-	// detection, per round: 42–76 ms), the scheduler's requeue and
-	// placement and the agent's step start on the local stack.
-	measuredRequeue = 0.076
+	// the job's next run's program running on both its nodes, as their
+	// agents report it (running again less detection, per round: 175–205
+	// ms, 2026-12-07, after the survivor's checkpoint signal was made
+	// sure to reach a program not yet up): the survivors' checkpoint on
+	// failure, the scheduler's requeue and placement and the agents' step
+	// start on the local stack.
+	measuredRequeue = 0.205
 	// schedPassAtScale is schedcycle's slowest first scheduling pass at
 	// 10,000 nodes and 100,000 pending jobs (bench/REPORT.md, "One
 	// scheduling pass at scale": 395.2 ms): the placement of a requeued

@@ -92,7 +92,7 @@ func render(sc Scenario, loom Policy, rows []row, seed uint64, runs int, elapsed
 	pf("| Loom's policy | value | source |\n|---|---|---|\n")
 	pf("| detect | %s | bench/REPORT.md \"Recovery from a GPU off the bus\" (recoverybench): injection → node out of HEALTHY %s at the slowest; its injection wakes the agent's Xid reader, a real Xid waits up to one read (`xidPoll`, %s): %s + %s. A process exit is reported at once. |\n",
 		fmt.Sprintf("%.3f s", loom.Detect), ms(measuredDetect), secs(xidPoll), secs(xidPoll), ms(measuredDetect))
-	pf("| requeue onto a spare | %s | recoverybench: detection → next run RUNNING %s at the slowest (local stack); \"One scheduling pass at scale\" (schedcycle): the slowest first pass at 10,000 nodes and 100,000 pending jobs %s; rounded up for the fan-out of 2,048 step starts, which nothing measured. |\n",
+	pf("| requeue onto a spare | %s | recoverybench: detection → the next run's program running on both nodes %s at the slowest (local stack, the survivors' checkpoint on failure included); \"One scheduling pass at scale\" (schedcycle): the slowest first pass at 10,000 nodes and 100,000 pending jobs %s; rounded up for the fan-out of 2,048 step starts, which nothing measured. |\n",
 		secs(loom.Requeue), ms(measuredRequeue), ms(schedPassAtScale))
 	pf("| hang detect | %s | configuration, not measured: the job's hang timeout (%s, `hang_timeout_seconds`) + the agent's progress interval (%s) + the scheduler's tick (%s); docs/health.md \"Hang detection\". |\n",
 		secs(loom.HangDetect), secs(hangTimeout), secs(progressInterval), secs(schedulerTick))
