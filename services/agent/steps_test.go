@@ -333,6 +333,84 @@ while :; do sleep 0.05; done`
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
 }
 
+// TestEarlyStopSignalIsNotSentAgain: only a signal a program may have
+// dropped before it was up is sent again (USR1 for a checkpoint). A TERM,
+// INT or HUP ends a program that has not caught it yet, and one that has
+// often takes a second as "now, without cleaning up"; STOP and CONT sent
+// again would undo a later user's signal. A user's scancel --signal=TERM
+// that came before the progress file, whose handler then writes it, must
+// reach the program once, as Slurm sends it.
+func TestEarlyStopSignalIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = time.Hour
+	e.start(t)
+	// bash runs pending traps by signal number: a TERM sent again before
+	// the WINCH (28 > 15) is in the log before it.
+	script := `trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
+trap 'echo WINCH >> sig.log; trap - TERM' WINCH
+while :; do sleep 0.05; done`
+	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "TERM"}))
+	// The pass that reports step 1 found the progress file: a signal
+	// sent again went before it.
+	testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		p, ok := ev.Payload.(*eventsv1.StepProgress)
+		return ok && p.Job == "projects/p/jobs/1" && p.Step == 1
+	})
+	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "WINCH"}))
+	var log string
+	testkit.WaitFor(t, wait, "the step to log the WINCH", func() (bool, error) {
+		log = readFile(t, filepath.Join(e.shared, "sig.log"))
+		return strings.Contains(log, "WINCH"), nil
+	})
+	if n := strings.Count(log, "TERM"); n != 1 {
+		t.Fatalf("the step got TERM %d times, want 1 (log %q)", n, log)
+	}
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+}
+
+// TestEarlySignalIsNotSentAfterALaterOne: the last signal decides. A USR1
+// that came before the progress file, then a TERM (whose handler writes
+// the file and cleans up), must not be followed by that USR1 again: sent
+// after the TERM it would start a checkpoint in a program told to stop.
+func TestEarlySignalIsNotSentAfterALaterOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = time.Hour
+	e.start(t)
+	// bash runs pending traps by signal number: a USR1 (10) sent again
+	// before the WINCH (28) is in the log before it.
+	script := `trap 'echo USR1 >> sig.log' USR1
+trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
+trap 'echo WINCH >> sig.log; trap - TERM' WINCH
+while :; do sleep 0.05; done`
+	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "USR1"}))
+	testkit.WaitFor(t, wait, "the step to log the USR1", func() (bool, error) {
+		return strings.Contains(readFile(t, filepath.Join(e.shared, "sig.log")), "USR1"), nil
+	})
+	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "TERM"}))
+	testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		p, ok := ev.Payload.(*eventsv1.StepProgress)
+		return ok && p.Job == "projects/p/jobs/1" && p.Step == 1
+	})
+	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "WINCH"}))
+	var log string
+	testkit.WaitFor(t, wait, "the step to log the WINCH", func() (bool, error) {
+		log = readFile(t, filepath.Join(e.shared, "sig.log"))
+		return strings.Contains(log, "WINCH"), nil
+	})
+	if n := strings.Count(log, "USR1"); n != 1 {
+		t.Fatalf("the step got USR1 %d times, want 1 (log %q)", n, log)
+	}
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+}
+
 // A batch script that exits 130 and one killed by SIGINT both end with code
 // 130, but only the second was killed: the agent says which by the signal,
 // as Slurm's ExitCode 130:0 and 0:2 (checked with scripts/slurm-local.sh);

@@ -1483,13 +1483,17 @@ func (a *App) SignalStep(ctx context.Context, id string, cmd *eventsv1.SignalSte
 		return nil
 	}
 	a.log.Info("step signalled", "step", key, "pid", p.g.PID, "signal", cmd.GetSignal(), "batch_only", cmd.GetBatchOnly())
-	if !up {
-		a.mu.Lock()
-		if a.procs[key] == p {
-			p.early = &earlySignal{name: cmd.GetSignal(), sig: sig, batchOnly: cmd.GetBatchOnly()}
-		}
-		a.mu.Unlock()
+	// The last signal decides: one sent after an early one is not to be
+	// followed by that one again (a CONT after an early STOP, a USR2).
+	var early *earlySignal
+	if !up && resendable(sig) {
+		early = &earlySignal{name: cmd.GetSignal(), sig: sig, batchOnly: cmd.GetBatchOnly()}
 	}
+	a.mu.Lock()
+	if a.procs[key] == p {
+		p.early = early
+	}
+	a.mu.Unlock()
 	a.progressSoon()
 	return nil
 }
@@ -1500,6 +1504,23 @@ type earlySignal struct {
 	name      string
 	sig       syscall.Signal
 	batchOnly bool
+}
+
+// resendable reports whether sig, sent before its step's program was up,
+// is sent again once it is (resignalReady). Not a signal that ends or
+// stops a program, or continues it: a program not up yet is ended by
+// TERM, INT, HUP or QUIT (a Go runtime exits on them, it drops only the
+// others, USR1 the first), and one that has caught it often reads a
+// second as "now, without cleaning up"; STOP, CONT and the terminal stops
+// sent again could undo a later signal; KILL needs no second. Slurm sends
+// a user's scancel --signal once.
+func resendable(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGKILL,
+		syscall.SIGSTOP, syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+		return false
+	}
+	return true
 }
 
 // resignalReady sends again each signal that reached a step before its
