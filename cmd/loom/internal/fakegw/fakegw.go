@@ -220,6 +220,9 @@ type Gateway struct {
 	// StepPendingReason is the reason of such a waiting step; ""
 	// "Requested nodes are busy" (slurmspec.ReasonStepBusy).
 	StepPendingReason string
+	// StepPendingThen, when set, is its reason from its second GetJobStep
+	// on (a step that waited for the job's prolog, then for busy nodes).
+	StepPendingThen string
 	// StepOutputDir, when set, is the steps' output_dir: CreateJobStep
 	// writes each task's whole output there at once, as the tasks would
 	// on the shared file system: task-R.out "hello from R\nsecond line R"
@@ -1073,6 +1076,9 @@ func (g *Gateway) GetJobStep(_ context.Context, r *loomv1.GetJobStepRequest) (*l
 	}
 	if s.GetState() == loomv1.JobState_PENDING {
 		if g.waitPolls[s.GetName()]++; g.waitPolls[s.GetName()] <= g.StepPendingPolls {
+			if g.StepPendingThen != "" && g.waitPolls[s.GetName()] > 1 {
+				s.Reason = g.StepPendingThen
+			}
 			return proto.Clone(s).(*loomv1.JobStep), nil
 		}
 		s.State, s.Reason, s.StartTime = loomv1.JobState_RUNNING, "", timestamppb.New(g.now())

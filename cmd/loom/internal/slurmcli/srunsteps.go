@@ -256,11 +256,14 @@ func (c *cmd) lookStep(ctx context.Context, jobs loomv1.JobServiceClient, step *
 // ended. Interrupted, it cancels the step.
 //
 // Slurm's srun says the first only at -v ("Resources allocated for job N
-// and being configured, please wait"), the second always; a change of
-// reason is its "still disabled, retrying". "Step created" follows a wait
-// srun spoke of: a step of the batch script itself may wait a moment for
-// the agent's report, which races the script's first srun, and says
-// nothing of it unless -v.
+// and being configured, please wait"), the second always ("temporarily
+// disabled, retrying": the first line it prints of a wait); a change of
+// reason after that is its "still disabled, retrying", at -v only
+// (measured beside Slurm 22.05: a step waiting 5 s for busy CPUs prints
+// the one line, then "Step created"). "Step created" follows a wait srun
+// spoke of: a step of the batch script itself may wait a moment for the
+// agent's report, which races the script's first srun, and says nothing
+// of it unless -v.
 func (c *cmd) awaitPendingStep(ctx context.Context, jobID string, step *loomv1.JobStep, verbose bool) (*loomv1.JobStep, error) {
 	jobs := c.jobsClient()
 	said, reason := false, ""
@@ -276,12 +279,11 @@ func (c *cmd) awaitPendingStep(ctx context.Context, jobID string, step *loomv1.J
 				fmt.Fprintf(c.stderr, "srun: Resources allocated for job %s and being configured, please wait\n", jobID)
 				said = true
 			}
-		case first:
+		case !said:
 			fmt.Fprintf(c.stderr, "srun: Job %s step creation temporarily disabled, retrying (%s)\n", jobID, reason)
 			said = true
-		default:
+		case verbose:
 			fmt.Fprintf(c.stderr, "srun: Job %s step creation still disabled, retrying (%s)\n", jobID, reason)
-			said = true
 		}
 	}
 	say(step)

@@ -602,13 +602,19 @@ func TestSrunWaitsForTheJobsNodes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		args []string
+		then string // the step's reason after the prolog's
 		want string
 	}{
 		{want: ""},
 		{args: []string{"-v"}, want: "srun: Resources allocated for job 12 and being configured, please wait\nsrun: Step created for job 12\n"},
+		// Then busy CPUs: the first line printed of the wait is
+		// "temporarily", as Slurm's; "still" only at -v.
+		{then: slurmspec.ReasonStepBusy, want: "srun: Job 12 step creation temporarily disabled, retrying (Requested nodes are busy)\nsrun: Step created for job 12\n"},
+		{args: []string{"-v"}, then: slurmspec.ReasonStepBusy, want: "srun: Resources allocated for job 12 and being configured, please wait\n" +
+			"srun: Job 12 step creation still disabled, retrying (Requested nodes are busy)\nsrun: Step created for job 12\n"},
 	} {
 		g := srunGateway(t, 1, 0, 0)
-		g.StepPendingPolls, g.StepPendingReason = 2, slurmspec.ReasonStepProlog
+		g.StepPendingPolls, g.StepPendingReason, g.StepPendingThen = 2, slurmspec.ReasonStepProlog, c.then
 		code, out, errOut := runSrun(context.Background(), t, g, append(c.args, "-n2", "hostname")...)
 		if code != 0 || !strings.Contains(out, "hello from 1\n") {
 			t.Fatalf("srun %v: exit %d, stdout %q, stderr %q", c.args, code, out, errOut)
