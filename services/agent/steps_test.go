@@ -342,34 +342,14 @@ while :; do sleep 0.05; done`
 // reach the program once, as Slurm sends it.
 func TestEarlyStopSignalIsNotSentAgain(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.progressInterval = time.Hour
-	e.start(t)
 	// bash runs pending traps by signal number: a TERM sent again before
 	// the WINCH (28 > 15) is in the log before it.
-	script := `trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
+	log := earlySignalLog(t, `trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
 trap 'echo WINCH >> sig.log; trap - TERM' WINCH
-while :; do sleep 0.05; done`
-	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
-	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
-	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "TERM"}))
-	// The pass that reports step 1 found the progress file: a signal
-	// sent again went before it.
-	testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
-		p, ok := ev.Payload.(*eventsv1.StepProgress)
-		return ok && p.Job == "projects/p/jobs/1" && p.Step == 1
-	})
-	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "WINCH"}))
-	var log string
-	testkit.WaitFor(t, wait, "the step to log the WINCH", func() (bool, error) {
-		log = readFile(t, filepath.Join(e.shared, "sig.log"))
-		return strings.Contains(log, "WINCH"), nil
-	})
+while :; do sleep 0.05; done`, "TERM")
 	if n := strings.Count(log, "TERM"); n != 1 {
 		t.Fatalf("the step got TERM %d times, want 1 (log %q)", n, log)
 	}
-	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
-	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
 }
 
 // TestEarlySignalIsNotSentAfterALaterOne: the last signal decides. A USR1
@@ -378,37 +358,56 @@ while :; do sleep 0.05; done`
 // after the TERM it would start a checkpoint in a program told to stop.
 func TestEarlySignalIsNotSentAfterALaterOne(t *testing.T) {
 	t.Parallel()
+	// bash runs pending traps by signal number: a USR1 (10) sent again
+	// before the WINCH (28) is in the log before it.
+	log := earlySignalLog(t, `trap 'echo USR1 >> sig.log' USR1
+trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
+trap 'echo WINCH >> sig.log; trap - TERM' WINCH
+while :; do sleep 0.05; done`, "USR1", "TERM")
+	if n := strings.Count(log, "USR1"); n != 1 {
+		t.Fatalf("the step got USR1 %d times, want 1 (log %q)", n, log)
+	}
+}
+
+// earlySignalLog runs script as job 1's step on an agent that looks at
+// progress only when asked (a step's first report, a signal), sends it
+// signals in order before its progress file exists (each but the last
+// waited for in its sig.log; the last, whose trap writes the progress
+// file, waited for in the step's progress report, after which a signal
+// sent again has gone), then WINCH, and returns sig.log once WINCH is
+// in it. The step is stopped at the end.
+func earlySignalLog(t *testing.T, script string, signals ...string) string {
+	t.Helper()
 	e := newEnv(t)
 	e.progressInterval = time.Hour
 	e.start(t)
-	// bash runs pending traps by signal number: a USR1 (10) sent again
-	// before the WINCH (28) is in the log before it.
-	script := `trap 'echo USR1 >> sig.log' USR1
-trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
-trap 'echo WINCH >> sig.log; trap - TERM' WINCH
-while :; do sleep 0.05; done`
+	sigLog := filepath.Join(e.shared, "sig.log")
+	signal := func(name string) {
+		publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: name}))
+	}
 	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
-	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "USR1"}))
-	testkit.WaitFor(t, wait, "the step to log the USR1", func() (bool, error) {
-		return strings.Contains(readFile(t, filepath.Join(e.shared, "sig.log")), "USR1"), nil
-	})
-	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "TERM"}))
+	for i, name := range signals {
+		signal(name)
+		if i < len(signals)-1 {
+			testkit.WaitFor(t, wait, "the step to log the "+name, func() (bool, error) {
+				return strings.Contains(readFile(t, sigLog), name), nil
+			})
+		}
+	}
 	testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
 		p, ok := ev.Payload.(*eventsv1.StepProgress)
 		return ok && p.Job == "projects/p/jobs/1" && p.Step == 1
 	})
-	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "WINCH"}))
+	signal("WINCH")
 	var log string
 	testkit.WaitFor(t, wait, "the step to log the WINCH", func() (bool, error) {
-		log = readFile(t, filepath.Join(e.shared, "sig.log"))
+		log = readFile(t, sigLog)
 		return strings.Contains(log, "WINCH"), nil
 	})
-	if n := strings.Count(log, "USR1"); n != 1 {
-		t.Fatalf("the step got USR1 %d times, want 1 (log %q)", n, log)
-	}
 	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+	return log
 }
 
 // A batch script that exits 130 and one killed by SIGINT both end with code
