@@ -33,18 +33,11 @@ func TestSrunStepGPURequest(t *testing.T) {
 		{map[string]string{"SLURM_CPUS_PER_GPU": "2"}, []string{"-c2", "--gpus=1"}, 1, 2, 2},
 		{map[string]string{"SLURM_GPUS": "x", "SLURM_CPUS_PER_GPU": "-1"}, nil, 0, 0, 0},
 	} {
-		g := srunGateway(t, 1, 0)
-		env := srunEnv(t, g)
-		for k, v := range tc.env {
-			env.Environ[k] = v
-		}
-		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
-		steps := stepsCreated(g)
-		if code != 0 || len(steps) != 1 {
-			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+		s := srunStep(t, tc.env, tc.args)
+		if s == nil {
 			continue
 		}
-		if s := steps[0]; s.GetGpus() != tc.gpus || s.GetCpusPerGpu() != tc.cpg || s.GetCpusPerTask() != tc.cpt {
+		if s.GetGpus() != tc.gpus || s.GetCpusPerGpu() != tc.cpg || s.GetCpusPerTask() != tc.cpt {
 			t.Errorf("srun %v (env %v): gpus %d, cpus_per_gpu %d, cpus_per_task %d; want %d, %d, %d", tc.args, tc.env,
 				s.GetGpus(), s.GetCpusPerGpu(), s.GetCpusPerTask(), tc.gpus, tc.cpg, tc.cpt)
 		}
@@ -88,18 +81,11 @@ func TestSrunStepGPUsPerNode(t *testing.T) {
 		{map[string]string{"SLURM_GPUS": "4"}, []string{"--gpus=1"}, 0, 1, false},
 		{nil, []string{"-G", "2"}, 0, 2, false},
 	} {
-		g := srunGateway(t, 1, 0)
-		env := srunEnv(t, g)
-		for k, v := range tc.env {
-			env.Environ[k] = v
-		}
-		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
-		steps := stepsCreated(g)
-		if code != 0 || len(steps) != 1 {
-			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+		s := srunStep(t, tc.env, tc.args)
+		if s == nil {
 			continue
 		}
-		if s := steps[0]; s.GetGpusPerNode() != tc.gpn || s.GetGpus() != tc.gpus || s.GetGpusInherited() != tc.inherited {
+		if s.GetGpusPerNode() != tc.gpn || s.GetGpus() != tc.gpus || s.GetGpusInherited() != tc.inherited {
 			t.Errorf("srun %v (env %v): gpus_per_node %d, gpus %d, gpus_inherited %v; want %d, %d, %v", tc.args, tc.env,
 				s.GetGpusPerNode(), s.GetGpus(), s.GetGpusInherited(), tc.gpn, tc.gpus, tc.inherited)
 		}
@@ -276,18 +262,10 @@ func TestSrunStepEnvDefaults(t *testing.T) {
 		{map[string]string{"SLURM_CPUS_PER_TASK": "2"}, nil, 0, 0, 0, 0, ""},
 		{map[string]string{"SLURM_CPUS_PER_TASK": "2"}, []string{"-c1"}, 0, 0, 0, 1, ""},
 	} {
-		g := srunGateway(t, 1, 0)
-		env := srunEnv(t, g)
-		for k, v := range tc.env {
-			env.Environ[k] = v
-		}
-		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
-		steps := stepsCreated(g)
-		if code != 0 || len(steps) != 1 {
-			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+		s := srunStep(t, tc.env, tc.args)
+		if s == nil {
 			continue
 		}
-		s := steps[0]
 		if s.GetGpusPerNode() != tc.gpn || s.GetGpus() != tc.gpus || s.GetGpusPerTask() != tc.gpt || s.GetCpusPerTask() != tc.cpt || s.GetDistribution() != tc.dist {
 			t.Errorf("srun %v (env %v): gpus_per_node %d, gpus %d, gpus_per_task %d, cpus_per_task %d, distribution %q; want %d, %d, %d, %d, %q",
 				tc.args, tc.env, s.GetGpusPerNode(), s.GetGpus(), s.GetGpusPerTask(), s.GetCpusPerTask(), s.GetDistribution(),
@@ -321,20 +299,32 @@ func TestSrunNoGPUs(t *testing.T) {
 		{map[string]string{"SLURM_GPUS": "2"}, []string{"--gres=none"}, true, 0, 0},
 		{map[string]string{"SLURM_GPUS": "2"}, nil, false, 0, 2},
 	} {
-		g := srunGateway(t, 1, 0)
-		env := srunEnv(t, g)
-		for k, v := range tc.env {
-			env.Environ[k] = v
-		}
-		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "hostname")...)
-		steps := stepsCreated(g)
-		if code != 0 || len(steps) != 1 {
-			t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", tc.args, tc.env, code, errOut, steps)
+		s := srunStep(t, tc.env, tc.args)
+		if s == nil {
 			continue
 		}
-		if s := steps[0]; s.GetNoGpus() != tc.none || s.GetGpusPerTask() != tc.gpt || s.GetGpus() != tc.gpus {
+		if s.GetNoGpus() != tc.none || s.GetGpusPerTask() != tc.gpt || s.GetGpus() != tc.gpus {
 			t.Errorf("srun %v (env %v): no_gpus %v, gpus_per_task %d, gpus %d; want %v, %d, %d", tc.args, tc.env,
 				s.GetNoGpus(), s.GetGpusPerTask(), s.GetGpus(), tc.none, tc.gpt, tc.gpus)
 		}
 	}
+}
+
+// srunStep runs `srun ARGS hostname` in a one-node job (srunEnv) with
+// env's variables added, and returns the one step it asked for, or nil
+// after reporting (Errorf) an exit or a number of steps that is not one.
+func srunStep(t *testing.T, env map[string]string, args []string) *loomv1.CreateJobStepRequest {
+	t.Helper()
+	g := srunGateway(t, 1, 0)
+	e := srunEnv(t, g)
+	for k, v := range env {
+		e.Environ[k] = v
+	}
+	code, _, errOut := mainSrun(context.Background(), e, append(args, "hostname")...)
+	steps := stepsCreated(g)
+	if code != 0 || len(steps) != 1 {
+		t.Errorf("srun %v (env %v): exit %d, stderr %q, steps %v", args, env, code, errOut, steps)
+		return nil
+	}
+	return steps[0]
 }
