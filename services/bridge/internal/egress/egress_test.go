@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -272,6 +274,15 @@ func TestEgressPublishesStateChanges(t *testing.T) {
 			first = r.Event.ID
 		}
 	}
+	// The state is saved after the publish the wait above saw: wait for it,
+	// or the delete below races the save and the redelivery is skipped.
+	testkit.WaitFor(t, 60*time.Second, "job a's COMPLETED state saved", func() (bool, error) {
+		v, err := h.eg.rdb.Get(ctx, h.eg.stateKey("job:"+jobA)).Result()
+		if errors.Is(err, redis.Nil) {
+			return false, nil
+		}
+		return strings.HasPrefix(v, "COMPLETED"), err
+	})
 	if err := h.eg.rdb.Del(ctx, h.eg.stateKey("job:"+jobA)).Err(); err != nil {
 		t.Fatal(err)
 	}
