@@ -427,6 +427,13 @@ func TestCustomJobsThroughTheBus(t *testing.T) {
 		c, ok := e.Payload.(*eventsv1.CustomJobChanged)
 		return ok && c.GetCustomJob().GetName() == loc+"/customJobs/5" && e.Key == "projects/p"
 	})
+	// The event is relayed once Redis has the change, which memory (what
+	// List reads) takes only after: wait for job 5 there too. The creates
+	// share a key and are handled in order, so 1 to 4 are there before it.
+	testkit.WaitFor(t, wait, "job 5 queued in training's memory", func() (bool, error) {
+		j, err := client.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: loc + "/customJobs/5"})
+		return err == nil && j.GetState() == trainingv1.JobState_JOB_STATE_QUEUED, nil
+	})
 	// List: pages, filter, parent.
 	var names []string
 	token := ""
