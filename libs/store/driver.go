@@ -102,6 +102,10 @@ func (d *Driver) ApplyBatch(ctx context.Context, inboxIDs []string, tx *Tx, comm
 		return false, fmt.Errorf("store %s: memory may lag Redis after a write whose outcome is unknown; reload first: %w",
 			d.st.prefix, ErrOutcomeUnknown)
 	}
+	// Until commit has run the relay holds back the events this write
+	// adds (commitGate): whoever sees one reads memory that has it.
+	leave := d.st.commits.enter()
+	defer leave()
 	applied, err = d.st.ApplyBatch(ctx, inboxIDs, tx)
 	if err != nil {
 		if OutcomeUnknown(err) {

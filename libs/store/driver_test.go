@@ -3,8 +3,12 @@ package store
 import (
 	"context"
 	"errors"
+	"runtime"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store/storetest"
@@ -150,5 +154,85 @@ func TestDriverDoesNotReloadForARefusedWrite(t *testing.T) {
 	}
 	if _, err := m.incr(ctx, d, "ev-1"); err != nil || m.n != 1 {
 		t.Fatalf("next write: %v, memory %d", err, m.n)
+	}
+}
+
+// TestRelayPublishesOnlyCommittedChanges: an event a Driver's Apply wrote
+// is published only once its commit changed memory, so a client that sees
+// the event and asks the service reads the change. The commit here holds
+// until the relay has read the entry and is waiting for it (or, without
+// the gate, until the event was published: the failure).
+func TestRelayPublishesOnlyCommittedChanges(t *testing.T) {
+	t.Parallel()
+	rdb := realRedis(t)
+	s := New(rdb, "svc:")
+	waiting := make(chan struct{}, 1)
+	s.fp.commitWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	r := newRecorder()
+	runRelay(t, s, r)
+	d := NewDriver(s, func(context.Context) error { return nil })
+	ev := testEvent("key-1", "committed-1")
+	var tx Tx
+	tx.Set("last", []byte(ev.ID))
+	tx.Emit(ev)
+	var inMemory atomic.Bool
+	applied, err := d.Apply(context.Background(), "", &tx, func() {
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case <-waiting:
+				if got := r.ids(); len(got) != 0 {
+					t.Errorf("published %v before the commit", got)
+				}
+				inMemory.Store(true)
+				return
+			case <-deadline:
+				t.Errorf("the relay neither waited for the commit nor published")
+				return
+			default:
+			}
+			if got := r.ids(); len(got) != 0 {
+				t.Errorf("published %v while the change was not in memory yet", got)
+				return
+			}
+			runtime.Gosched()
+		}
+	})
+	if err != nil || !applied {
+		t.Fatalf("Apply: applied=%v err=%v", applied, err)
+	}
+	waitFor(t, 20*time.Second, "the event published after the commit", func() (bool, error) {
+		return slices.Contains(r.ids(), ev.ID), nil
+	})
+	if !inMemory.Load() {
+		t.Fatal("the commit never saw the relay wait")
+	}
+}
+
+// TestCommitGateWaitsOnlyForAppliesInFlight: the relay waits for the
+// Applies in flight when it looks, not for later ones (no starvation), and
+// gives up after its bound.
+func TestCommitGateWaitsOnlyForAppliesInFlight(t *testing.T) {
+	t.Parallel()
+	var g commitGate
+	if !g.wait(context.Background(), time.Millisecond) {
+		t.Fatal("an empty gate made the relay wait")
+	}
+	leaveA := g.enter()
+	done := make(chan bool, 1)
+	go func() { done <- g.wait(context.Background(), time.Minute) }()
+	leaveA()
+	if !<-done {
+		t.Fatal("the wait for a finished Apply reported a timeout")
+	}
+	leaveB := g.enter()
+	defer leaveB()
+	if g.wait(context.Background(), 10*time.Millisecond) {
+		t.Fatal("a wait for an Apply still in flight reported it done")
 	}
 }

@@ -31,7 +31,10 @@ func (f PublisherFunc) PublishMessages(ctx context.Context, msgs ...kafka.Messag
 // deleting entries only after pub returned nil. It wakes at once after Apply
 // wrote events in this process, and polls otherwise, so entries written by a
 // crashed predecessor are published too. Only one relay per prefix publishes at
-// a time (a Redis lease), so several instances of a service can run.
+// a time (a Redis lease), so several instances of a service can run. A
+// batch waits for this process's Driver Applies in flight when it was read
+// to commit to memory first (commitGate), so its events are never ahead of
+// the service's reads.
 //
 // A failed publish is retried with backoff, the same batch from the same
 // place, so nothing is dropped or reordered; Redis errors are retried too.
@@ -143,6 +146,17 @@ func (r *relay) run(ctx context.Context) (err error) {
 			r.setAside(ctx, entries[0], nil, SetAsideUndecodable, bad)
 			r.doneOne()
 			continue
+		}
+		// This process's Applies that may have written these entries
+		// change memory first (commitGate).
+		if f := s.fp.commitWait; f != nil && s.commits.busy() {
+			f()
+		}
+		// A commit is a change to memory: only a bug holds one for long,
+		// and the outbox must not stall behind it nor outlive the lease.
+		if wait := s.leaseTTL / 2; !s.commits.wait(ctx, wait) && ctx.Err() == nil {
+			s.log().Warn("outbox relay: an apply's memory commit is still running; publishing without waiting for it",
+				"waited", wait)
 		}
 		// Kafka must have the batch before the lease could lapse, so that a
 		// successor never publishes alongside this relay.

@@ -78,6 +78,10 @@ type Store struct {
 	noEval     atomic.Bool
 	scriptWait atomic.Bool
 
+	// commits holds the Driver Applies whose memory commit may not have
+	// run yet; the relay waits for them before it publishes (commitGate).
+	commits commitGate
+
 	fp failpoints
 }
 
@@ -86,6 +90,9 @@ type Store struct {
 type failpoints struct {
 	// beforeApplyScript runs in Apply after validation, before the script.
 	beforeApplyScript func() error
+	// commitWait runs in the relay when it read a batch while an Apply's
+	// commit was in flight, before it waits for that commit.
+	commitWait func()
 	// afterPublish runs in the relay after the publisher acknowledged a
 	// batch, before its entries are deleted. An error ends RunRelay at once
 	// without releasing the lease, like a crashed process.
