@@ -627,10 +627,11 @@ type CustomJob struct {
 	// its cluster's shared directory (an ephemeral one's is deleted with the
 	// cluster when the job ends; output_warning then says so).
 	OutputDir string `protobuf:"bytes,104,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
-	// output_warning says that its output will not outlive it, and why: it
-	// runs on its own ephemeral cluster, has no local base_output_directory,
-	// and the training service keeps no log directory, or could not make its
-	// owner's there.
+	// output_warning says that its output will not outlive it, and what the
+	// user can do: it runs on its own ephemeral cluster, has no local
+	// base_output_directory, and the training service keeps no log
+	// directory, or could not make its owner's there (the cause, which names
+	// the service's host, is in the service's log, not here).
 	OutputWarning string `protobuf:"bytes,105,opt,name=output_warning,json=outputWarning,proto3" json:"output_warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

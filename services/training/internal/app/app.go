@@ -140,15 +140,18 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 		return err
 	}
 	in := domain.Input{Payload: ev.Payload, Principal: ev.Principal, Signer: ev.Signer}
-	if project, user, ok := domain.CreateOwner(ev.Payload); ok && a.logDirs != nil {
+	if name, project, user, ok := domain.CreateOwner(ev.Payload); ok && a.logDirs != nil {
 		// A copy of a create already applied decides nothing: making the
 		// directory again changes nothing either.
 		dir, err := a.logDirs.Make(project, user)
 		in.LogDir = domain.LogDir{Dir: dir}
 		if err != nil {
+			// The detail (paths, uid, errno) is the operator's: here, under
+			// the job's name. The CustomJob only says the output is not
+			// kept, and what its owner can do (output_warning).
 			in.LogDir = domain.LogDir{Why: err.Error()}
 			a.log.Warn("log directory not made: the output of this create's jobs goes with their clusters",
-				"type", ev.Type, "id", ev.ID, "project", project, "user", user, "err", err)
+				"name", name, "type", ev.Type, "id", ev.ID, "project", project, "user", user, "err", err)
 		}
 	}
 	a.mu.RLock()

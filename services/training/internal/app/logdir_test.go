@@ -29,9 +29,12 @@ func (f *fakeLogDirs) Make(project, user string) (string, error) {
 // TestCreateMakesTheOwnersLogDirectory: the app has the owner's log
 // directory made when it takes a create, before the domain decides it, and
 // the CustomJob's output goes there; where it cannot be made the job is
-// still taken, and says that its output goes with its cluster, and why.
+// still taken, and says that its output goes with its cluster and what
+// the user can do, while why (host paths, uids: not for every member of
+// the project) goes to the service's log, with the job's name.
 func TestCreateMakesTheOwnersLogDirectory(t *testing.T) {
 	t.Parallel()
+	const why = "make /srv/loom/logs/p/alice for alice (uid 1001): permission denied"
 	for _, c := range []struct {
 		name    string
 		err     error
@@ -39,11 +42,12 @@ func TestCreateMakesTheOwnersLogDirectory(t *testing.T) {
 		warning string
 	}{
 		{"made", nil, "/logs/p/alice", ""},
-		{"refused", errors.New("user alice has no account here"), "", "user alice has no account here"},
+		{"refused", errors.New(why), "", "could not make its owner's log directory"},
 	} {
 		ctx := testkit.Context(t, 30*time.Second)
 		_, rdb := testkit.Redis(t)
-		a, err := New(ctx, adapters.NewRepo(store.New(rdb, "training:")), slog.Default(), nil, 0)
+		var logs testkit.Buffer
+		a, err := New(ctx, adapters.NewRepo(store.New(rdb, "training:")), slog.New(slog.NewTextHandler(&logs, nil)), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,6 +63,15 @@ func TestCreateMakesTheOwnersLogDirectory(t *testing.T) {
 		if len(f.asked) != 1 || f.asked[0] != "p/alice" || got.GetOutputDir() != c.dir ||
 			(c.warning == "") != (got.GetOutputWarning() == "") || !strings.Contains(got.GetOutputWarning(), c.warning) {
 			t.Errorf("%s: asked %v; output_dir %q, output_warning %q", c.name, f.asked, got.GetOutputDir(), got.GetOutputWarning())
+		}
+		if c.err == nil {
+			continue
+		}
+		if strings.Contains(got.GetOutputWarning(), "/srv/loom") || strings.Contains(got.GetOutputWarning(), "uid") {
+			t.Errorf("output_warning %q quotes the host's detail to the project", got.GetOutputWarning())
+		}
+		if l := logs.String(); !strings.Contains(l, "name="+cj) || !strings.Contains(l, why) {
+			t.Errorf("the service's log does not name the job and say why: %s", l)
 		}
 	}
 }

@@ -299,15 +299,23 @@ func outputDir(cj *CJ) string {
 	return jobLogDir(cj)
 }
 
-// outputWarning is CustomJob.output_warning: why cj's output goes with its
-// ephemeral cluster ("" when it is kept).
+// logDirUnmade says, to every member of the job's project, that the
+// service could not make the owner's log directory. Not why: LogDir.Why
+// names host paths, uids and errnos (the service's business, not the
+// project's), so it goes to the service's log, with the root's name
+// (app.Handle), for an operator to mend.
+const logDirUnmade = "the training service could not make its owner's log directory (an operator finds why in its log)"
+
+// outputWarning is CustomJob.output_warning: that cj's output goes with its
+// ephemeral cluster, why in words the project may read, and what the user
+// can do ("" when it is kept).
 func outputWarning(cj *CJ) string {
 	if outputKept(cj) {
 		return ""
 	}
 	why := "the training service keeps no log directory (-log-dir)"
 	if cj.LogDir.Why != "" {
-		why = "the training service could not make its owner's log directory: " + cj.LogDir.Why
+		why = logDirUnmade
 	}
 	return "its output goes to its cluster's shared directory and is deleted with the cluster when it ends: " + why +
 		"; give base_output_directory a local path (file:///...) to keep it"
@@ -315,11 +323,12 @@ func outputWarning(cj *CJ) string {
 
 // outputWhere says, for a failure's message, where CustomJob cj's kept
 // output is ("" when it is not kept, or stays on its persistent cluster),
-// or why it went with its cluster (outputWarning).
+// or that the service could not keep it (logDirUnmade, without the
+// detail: outputWarning).
 func outputWhere(cj *CJ) string {
 	if !outputKept(cj) {
 		if cj.LogDir.Why != "" {
-			return "the training service could not make its owner's log directory: " + cj.LogDir.Why
+			return logDirUnmade
 		}
 		return ""
 	}

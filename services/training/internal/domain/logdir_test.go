@@ -81,8 +81,11 @@ func TestOutputGoesToTheLogDirectory(t *testing.T) {
 // TestOutputWithoutALogDirectorySaysSo: where the app could not make the
 // owner's log directory (LogDir.Why), the job runs as before, its output
 // in its cluster's shared directory, and the CustomJob says that it goes
-// with the cluster and why, from its creation, not only once it failed;
-// as does one of a service that keeps no log directory. The output fields
+// with the cluster and what the user can do, from its creation, not only
+// once it failed; as does one of a service that keeps no log directory.
+// Neither it nor the failure's message quotes LogDir.Why (host paths,
+// uids, errnos: every project member reads them; the service's log has
+// them). The output fields
 // a create carries are the service's to set, not the caller's.
 func TestOutputWithoutALogDirectorySaysSo(t *testing.T) {
 	t.Parallel()
@@ -92,14 +95,18 @@ func TestOutputWithoutALogDirectorySaysSo(t *testing.T) {
 	create.CustomJob.OutputDir, create.CustomJob.OutputWarning = "/etc", "forged"
 
 	s := NewState()
-	c := step(t, s, t0, Input{Payload: create, LogDir: LogDir{Why: "user alice has no account here"}})
+	// What the app's make said: host paths, a uid, an errno.
+	why := "make /srv/loom/logs/p/alice for alice (uid 1001): mkdir /srv/loom/logs/p: permission denied"
+	c := step(t, s, t0, Input{Payload: create, LogDir: LogDir{Why: why}})
 	if _, es := emitted[*eventsv1.CreateCluster](c); len(es) != 1 {
 		t.Fatalf("the job still runs: %v", c.Emits)
 	}
 	got := cjOf(t, s, cjName)
 	if got.GetOutputDir() != "" || !strings.Contains(got.GetOutputWarning(), "deleted with the cluster") ||
-		!strings.Contains(got.GetOutputWarning(), "user alice has no account here") {
-		t.Errorf("output_dir %q, output_warning %q", got.GetOutputDir(), got.GetOutputWarning())
+		!strings.Contains(got.GetOutputWarning(), "could not make its owner's log directory") ||
+		!strings.Contains(got.GetOutputWarning(), "give base_output_directory a local path") ||
+		strings.Contains(got.GetOutputWarning(), why) {
+		t.Errorf("output_dir %q, output_warning %q: want it to say what the user can do, not the host's detail", got.GetOutputDir(), got.GetOutputWarning())
 	}
 	c = feed(t, s, clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_RUNNING))
 	if subs, _ := emitted[*eventsv1.SubmitJob](c); len(subs) != 1 || subs[0].GetJob().GetOutputPattern() != "" {
@@ -109,8 +116,9 @@ func TestOutputWithoutALogDirectorySaysSo(t *testing.T) {
 	failed.Job.Cluster = "projects/p/clusters/cj-101"
 	feed(t, s, failed)
 	msg := cjOf(t, s, cjName).GetError().GetMessage()
-	if !strings.Contains(msg, "deleted with its cluster cj-101 (the training service could not make its owner's log directory: user alice has no account here)") {
-		t.Errorf("failure %q", msg)
+	if !strings.Contains(msg, "deleted with its cluster cj-101 (the training service could not make its owner's log directory") ||
+		strings.Contains(msg, why) || strings.Contains(msg, "/srv/loom") {
+		t.Errorf("failure %q: want it to say the output went with the cluster, without the host's detail", msg)
 	}
 
 	s = NewState()
@@ -160,8 +168,8 @@ func TestCreateOwner(t *testing.T) {
 		{customJob("projects/p/clusters/x", "alice", spec()), "", "", false},
 		{&eventsv1.CancelTraining{Name: cjName, User: "alice"}, "", "", false},
 	} {
-		p, u, ok := CreateOwner(c.in)
-		if p != c.project || u != c.user || ok != c.ok {
+		name, p, u, ok := CreateOwner(c.in)
+		if p != c.project || u != c.user || ok != c.ok || (ok && !strings.HasPrefix(name, "projects/p/locations/")) {
 			t.Errorf("CreateOwner(%v) = %q %q %v, want %q %q %v", c.in, p, u, ok, c.project, c.user, c.ok)
 		}
 	}

@@ -620,12 +620,11 @@ type Input struct {
 	LogDir LogDir
 }
 
-// CreateOwner returns the project and the owner of the root a create
-// command makes (a CustomJob, tuning job or pipeline), whose log directory
-// the app makes first; ok is false for any other payload, or a name that
-// does not parse.
-func CreateOwner(payload proto.Message) (project, user string, ok bool) {
-	var name string
+// CreateOwner returns the name, the project and the owner of the root a
+// create command makes (a CustomJob, tuning job or pipeline), whose log
+// directory the app makes first; ok is false for any other payload, or a
+// name that does not parse.
+func CreateOwner(payload proto.Message) (name, project, user string, ok bool) {
 	var kind string
 	switch p := payload.(type) {
 	case *eventsv1.CreateCustomJob:
@@ -635,13 +634,13 @@ func CreateOwner(payload proto.Message) (project, user string, ok bool) {
 	case *eventsv1.CreateTrainingPipeline:
 		name, kind, user = p.GetPipeline().GetName(), Pipelines, p.GetPipeline().GetUser()
 	default:
-		return "", "", false
+		return "", "", "", false
 	}
 	n, err := ParseName(name, kind)
 	if err != nil || user == "" {
-		return "", "", false
+		return "", "", "", false
 	}
-	return n.Project, user, true
+	return name, n.Project, user, true
 }
 
 // ErrIgnored wraps why an input changed nothing that a person may want to
