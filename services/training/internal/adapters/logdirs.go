@@ -78,6 +78,28 @@ func (l LogDirs) Make(project, user string) (string, error) {
 	return dir, nil
 }
 
+// MakeAgain makes the owner's log directory dir again, as Make made it
+// when it took the create (dir is what Make returned then:
+// <log dir>/<project>/<user>), if it is gone: an operator may delete it,
+// or the whole log directory, while a tuning job still has trials to run,
+// and the agent, which opens the output file as the owner, cannot make it
+// under the service's directories. The log directory is dir's own, not
+// Root: one taken under another -log-dir keeps its directory. The rules
+// are Make's (osuser.MakeDirFor): a dir that is there must be user's own
+// directory, never a link (another user's, followed, would take the
+// output where they like); its parents may be changed by no other user.
+func (l LogDirs) MakeAgain(dir, user string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || filepath.Base(dir) != user {
+		return fmt.Errorf("%s is not a log directory of user %q", dir, user)
+	}
+	project := filepath.Dir(dir)
+	made, err := LogDirs{Root: filepath.Dir(project)}.Make(filepath.Base(project), user)
+	if err == nil && made != dir {
+		err = fmt.Errorf("made %s, not %s", made, dir)
+	}
+	return err
+}
+
 // mark puts LogDirMarker in Root, once.
 func (l LogDirs) mark() error {
 	f, err := os.OpenFile(filepath.Join(l.Root, LogDirMarker), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)

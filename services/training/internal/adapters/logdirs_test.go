@@ -65,6 +65,62 @@ func TestLogDirsMakeTheUsersDirectory(t *testing.T) {
 	checkDir(t, d, nobody.UID, 0o700)
 }
 
+// TestLogDirsMakeAgain: an owner's log directory an operator deleted
+// (alone, or with the whole log directory) is made again as Make made it,
+// the log directory marked again as the service's; one under another log
+// directory than Root (a job taken under another -log-dir) stays there. A
+// link in its place is refused and left alone, never followed, and so is
+// a path that is not a user's log directory.
+func TestLogDirsMakeAgain(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	root := filepath.Join(base, "logs")
+	self := osuser.Self()
+	dir, err := LogDirs{Root: root}.Make("p", self.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := LogDirs{Root: filepath.Join(base, "other")} // -log-dir changed since
+	for _, gone := range []string{dir, root} {
+		if err := os.RemoveAll(gone); err != nil {
+			t.Fatal(err)
+		}
+		if err := now.MakeAgain(dir, self.Name); err != nil {
+			t.Fatalf("%s deleted: %v", gone, err)
+		}
+		checkDir(t, dir, self.UID, 0o700)
+		checkDir(t, filepath.Join(root, "p"), self.UID, 0o755)
+		if fi, err := os.Lstat(filepath.Join(root, LogDirMarker)); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s deleted: the log directory made again is not marked: %v", gone, err)
+		}
+	}
+	if _, err := os.Lstat(now.Root); !os.IsNotExist(err) {
+		t.Errorf("made under the current -log-dir: %v", err)
+	}
+
+	elsewhere := filepath.Join(base, "elsewhere")
+	if err := os.Mkdir(elsewhere, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := now.MakeAgain(dir, self.Name); err == nil || !strings.Contains(err.Error(), "not a directory of") {
+		t.Errorf("a link in its place: %v, want it refused", err)
+	}
+	if fi, err := os.Lstat(dir); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was not left alone: %v", err)
+	}
+	for _, bad := range []string{"p/" + self.Name, filepath.Join(root, "p", "someone-else"), root + "/p/../p/" + self.Name} {
+		if err := now.MakeAgain(bad, self.Name); err == nil || !strings.Contains(err.Error(), "not a log directory") {
+			t.Errorf("MakeAgain(%q): %v, want it refused", bad, err)
+		}
+	}
+}
+
 // TestLogDirsRefuse: where the owner's directory cannot be made safely,
 // Make says why and makes nothing for them: a user with no account, a name
 // that is not one directory, a log directory under a directory others may

@@ -55,9 +55,11 @@ type App struct {
 
 // LogDirMaker makes the directory a user's CustomJobs of a project write
 // their output to (adapters.LogDirs.Make), for the user, and returns it, or
-// why it cannot.
+// why it cannot. MakeAgain makes such a directory, as Make returned it,
+// again if it is gone (adapters.LogDirs.MakeAgain).
 type LogDirMaker interface {
 	Make(project, user string) (string, error)
+	MakeAgain(dir, user string) error
 }
 
 // UseLogDirs has the output of CustomJobs (and trials) that would go with
@@ -234,6 +236,7 @@ func (a *App) settledByTuningRate(ctx context.Context, ev envelope.Event) (bool,
 }
 
 func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error {
+	a.makeLogDirsAgain(c)
 	tx, err := a.repo.Tx(c)
 	if err != nil {
 		return fmt.Errorf("store %s: %w", c.Root, err)
@@ -251,6 +254,28 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 		return fmt.Errorf("store %s: %w", c.Root, err)
 	}
 	return nil
+}
+
+// makeLogDirsAgain makes again, before c is stored (and so before its
+// SubmitJobs are published), the owner's log directory of each job c
+// submits whose output goes there (Change.LogDirSubmits): made when the
+// create was taken, it may have been deleted since, and a later trial's
+// output (or a job's that waited for its cluster) could then not be
+// opened. Where it cannot be made (MakeAgain's rules), a WARN names the
+// job and says why; the job is submitted as decided, and fails to start
+// when its output cannot be opened, with the agent's reason. With no log
+// directory now (the service restarted without -log-dir), nothing is
+// made.
+func (a *App) makeLogDirsAgain(c *domain.Change) {
+	if a.logDirs == nil {
+		return
+	}
+	for _, j := range c.LogDirSubmits() {
+		if err := a.logDirs.MakeAgain(c.After.LogDir.Dir, j.GetUser()); err != nil {
+			a.log.Warn("log directory not made again: the job's output may not be opened",
+				"job", j.GetName(), "root", c.Root, "user", j.GetUser(), "err", err)
+		}
+	}
 }
 
 // Tick applies the passing of time (FLEX_START expiry) at the app's clock.

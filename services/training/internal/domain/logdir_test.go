@@ -147,6 +147,11 @@ func TestTrialOutputGoesToTheLogDirectory(t *testing.T) {
 	if len(subs) != 1 || subs[0].GetJob().GetOutputPattern() != "/logs/p/alice/job-%j.out" {
 		t.Fatalf("trial submitted %v", c.Emits)
 	}
+	// The app makes the directory again before the trial can start: it
+	// may have been deleted since the create.
+	if js := c.LogDirSubmits(); len(js) != 1 || js[0] != subs[0].GetJob() {
+		t.Errorf("LogDirSubmits = %v, want the trial's job", js)
+	}
 	if r := s.Lookup(tunName); r.LogDir != ld {
 		t.Errorf("root's log dir %+v", r.LogDir)
 	}

@@ -174,8 +174,7 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID, logDir string
 		out = logDir
 	}
 	if out != "" {
-		// A % in the directory is the directory's, not a pattern field.
-		job.OutputPattern = strings.ReplaceAll(out, "%", "%%") + "/job-%j.out"
+		job.OutputPattern = outputPattern(out)
 	}
 	s := spec.GetScheduling()
 	if t := s.GetTimeout(); t != nil && t.AsDuration() > 0 {
@@ -187,6 +186,13 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID, logDir string
 		job.Requeue, job.MaxRetries = &no, 0
 	}
 	return job, nil
+}
+
+// outputPattern is the output pattern of a job whose output file goes to
+// directory dir: job-<job id>.out there.
+func outputPattern(dir string) string {
+	// A % in the directory is the directory's, not a pattern field.
+	return strings.ReplaceAll(dir, "%", "%%") + "/job-%j.out"
 }
 
 func poolEnv(p *trainingv1.WorkerPoolSpec) []*trainingv1.EnvVar {

@@ -22,6 +22,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // CJ is a CustomJob with what the service tracks beyond the resource.
@@ -593,6 +594,27 @@ type Change struct {
 	// trials held until their run was named that the change dropped;
 	// nil: none.
 	Dropped map[string]int
+}
+
+// LogDirSubmits returns the jobs c submits (SubmitJob) whose output goes
+// to their root's log directory (Root.LogDir.Dir), for the app to make
+// that directory again before they can start, should it be gone: it was
+// made at the create, but an operator may have deleted it since (a tuning
+// job's later trials, a job that waited for its cluster), and the agent,
+// which opens the output file as the owner, cannot make it under the
+// service's directories.
+func (c *Change) LogDirSubmits() []*loomv1.Job {
+	if c.After == nil || c.After.LogDir.Dir == "" {
+		return nil
+	}
+	pattern := outputPattern(c.After.LogDir.Dir)
+	var jobs []*loomv1.Job
+	for _, e := range c.Emits {
+		if s, ok := e.Payload.(*eventsv1.SubmitJob); ok && s.GetJob().GetOutputPattern() == pattern {
+			jobs = append(jobs, s.GetJob())
+		}
+	}
+	return jobs
 }
 
 // Apply records c in s. Its cost follows what c changed: of a study's
