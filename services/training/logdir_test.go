@@ -35,7 +35,7 @@ func TestLogDirSettings(t *testing.T) {
 // each tick of its clock after, the output files whose last write is
 // older than the retention go, as measured by that clock. At the start
 // too: a service restarted more often than LogPruneEvery would otherwise
-// never prune.
+// never prune. A running job's file stays, however old.
 func TestLogDirPrunedAtStartAndOnTheClock(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -64,15 +64,17 @@ func TestLogDirPrunedAtStartAndOnTheClock(t *testing.T) {
 			return os.IsNotExist(err), nil
 		}
 	}
-	old, recent := filepath.Join(dir, "job-1.out"), filepath.Join(dir, "job-2.out")
+	old, recent, running := filepath.Join(dir, "job-1.out"), filepath.Join(dir, "job-2.out"), filepath.Join(dir, "job-4.out")
 	write(old, true)
 	write(recent, false)
+	write(running, true)
+	isRunning := func(project string, id int64) bool { return project == "p" && id == 4 }
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	tick := make(chan time.Time)
 	done := make(chan error, 1)
 	go func() {
-		done <- pruneLogs(ctx, adapters.LogDirs{Root: root}, tick, time.Now, 24*time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- pruneLogs(ctx, adapters.LogDirs{Root: root}, isRunning, tick, time.Now, 24*time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	// No tick yet.
 	testkit.WaitFor(t, 10*time.Second, "job-1.out pruned at the start", gone(old))
@@ -87,6 +89,9 @@ func TestLogDirPrunedAtStartAndOnTheClock(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "job-3.out pruned at the tick", gone(later))
 	if _, err := os.Stat(recent); err != nil {
 		t.Errorf("a file within the retention: %v", err)
+	}
+	if _, err := os.Stat(running); err != nil {
+		t.Errorf("a running job's file: %v", err)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -204,7 +204,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 			prune := base.Clock.NewTicker(LogPruneEvery)
 			loops = append(loops, func(ctx context.Context) error {
 				defer prune.Stop()
-				return pruneLogs(ctx, logs, prune.Chan(), base.Clock.Now, cfg.LogRetention, base.Log)
+				return pruneLogs(ctx, logs, a.JobRunning, prune.Chan(), base.Clock.Now, cfg.LogRetention, base.Log)
 			})
 		}
 	}
@@ -261,11 +261,13 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 // retention at once and then on every tick, until ctx ends: at once, since
 // a service restarted more often than it ticks (LogPruneEvery: a crash
 // loop, `loom up` run for less than an hour at a time) would otherwise
-// never prune, and the directory would grow without bound. A failure is
-// logged and tried again at the next tick.
-func pruneLogs(ctx context.Context, logs adapters.LogDirs, tick <-chan time.Time, now func() time.Time, retention time.Duration, log *slog.Logger) error {
+// never prune, and the directory would grow without bound. The output of
+// a job that is running (running: a CustomJob the service holds that has
+// not ended) is kept whatever its age. A failure is logged and tried again
+// at the next tick.
+func pruneLogs(ctx context.Context, logs adapters.LogDirs, running func(project string, id int64) bool, tick <-chan time.Time, now func() time.Time, retention time.Duration, log *slog.Logger) error {
 	for {
-		n, err := logs.Prune(now(), retention)
+		n, err := logs.Prune(now(), retention, running)
 		if err != nil {
 			log.Warn("pruning the log directory", "dir", logs.Root, "removed", n, "err", err)
 		} else if n > 0 {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -126,13 +127,18 @@ func pathComponent(s string) bool {
 // Prune removes the output files (job-*.out) under Root whose last write
 // is older than retention before now, and returns how many it removed:
 // the log directory keeps a CustomJob's output as long as Cloud Logging
-// keeps Vertex's. Only <Root>/<project>/<user>/job-*.out is looked at; a
+// keeps Vertex's. A job that has not ended keeps its file whatever its
+// age: running (job-<id>.out of <project>) reports whether the job with
+// that id in that project is one (nil: none is), so that a job that
+// prints nothing for longer than the retention does not lose the file it
+// still has open (its later output would go to an unlinked file, lost).
+// Only <Root>/<project>/<user>/job-*.out is looked at; a
 // link is removed, never followed (a user's directory is theirs: a link
 // they put there points where they like). Directories stay (a user's is
 // made again by Make, never by the agent). Nothing is removed from a log
 // directory without LogDirMarker (one Make did not make): an error says
 // so. Errors of single entries are joined; the walk goes on past them.
-func (l LogDirs) Prune(now time.Time, retention time.Duration) (int, error) {
+func (l LogDirs) Prune(now time.Time, retention time.Duration, running func(project string, id int64) bool) (int, error) {
 	cutoff := now.Add(-retention)
 	projects, err := os.ReadDir(l.Root)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -173,6 +179,12 @@ func (l LogDirs) Prune(now time.Time, retention time.Duration) (int, error) {
 				path := filepath.Join(dir, f.Name())
 				fi, err := os.Lstat(path)
 				if err != nil || !fi.ModTime().Before(cutoff) {
+					continue
+				}
+				// Asked last, of an old file only: a job that starts after
+				// this is asked has a new file.
+				id, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(f.Name(), "job-"), ".out"), 10, 64)
+				if err == nil && running != nil && running(p.Name(), id) {
 					continue
 				}
 				if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

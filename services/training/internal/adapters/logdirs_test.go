@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -210,7 +211,7 @@ func TestLogDirsPrune(t *testing.T) {
 	if err := os.Symlink(outside, link); err != nil {
 		t.Fatal(err)
 	}
-	n, err := LogDirs{Root: root}.Prune(now, 30*24*time.Hour)
+	n, err := LogDirs{Root: root}.Prune(now, 30*24*time.Hour, nil)
 	if err != nil || n != 2 {
 		t.Fatalf("pruned %d, %v; want 2 (job-1.out, the link)", n, err)
 	}
@@ -220,8 +221,50 @@ func TestLogDirsPrune(t *testing.T) {
 			t.Errorf("%s: kept %v, want %v", path, err == nil, kept)
 		}
 	}
-	if n, err := (LogDirs{Root: filepath.Join(root, "none")}).Prune(now, time.Hour); n != 0 || err != nil {
+	if n, err := (LogDirs{Root: filepath.Join(root, "none")}).Prune(now, time.Hour, nil); n != 0 || err != nil {
 		t.Errorf("a log directory not made yet: %d, %v", n, err)
+	}
+}
+
+// TestLogDirsPruneKeepsARunningJobsOutput: the output of a job that has
+// not ended stays whatever its age (a job that printed nothing for longer
+// than the retention still has the file open); an ended job's, as old,
+// goes, and so does one of the same id in another project.
+func TestLogDirsPruneKeepsARunningJobsOutput(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, LogDirMarker), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	old := now.Add(-31 * 24 * time.Hour)
+	path := func(project string, id int) string {
+		return filepath.Join(root, project, "alice", fmt.Sprintf("job-%d.out", id))
+	}
+	for _, f := range []string{path("p", 7), path("p", 8), path("q", 7)} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(f, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var asked []string
+	running := func(project string, id int64) bool {
+		asked = append(asked, fmt.Sprintf("%s/%d", project, id))
+		return project == "p" && id == 7
+	}
+	n, err := LogDirs{Root: root}.Prune(now, 30*24*time.Hour, running)
+	if err != nil || n != 2 {
+		t.Errorf("pruned %d, %v; want 2 (p's job 8, q's job 7); asked %v", n, err, asked)
+	}
+	for f, kept := range map[string]bool{path("p", 7): true, path("p", 8): false, path("q", 7): false} {
+		if _, err := os.Lstat(f); (err == nil) != kept {
+			t.Errorf("%s: kept %v, want %v", f, err == nil, kept)
+		}
 	}
 }
 
@@ -250,7 +293,7 @@ func TestLogDirsPruneOnlyWhatItMade(t *testing.T) {
 	theirs := t.TempDir()
 	own := filepath.Join(theirs, "projects", "p", "alice", "job-1.out")
 	oldFile(own)
-	n, err := LogDirs{Root: filepath.Join(theirs, "projects")}.Prune(now, 30*24*time.Hour)
+	n, err := LogDirs{Root: filepath.Join(theirs, "projects")}.Prune(now, 30*24*time.Hour, nil)
 	if n != 0 || err == nil || !strings.Contains(err.Error(), LogDirMarker) {
 		t.Errorf("a log directory it did not make: pruned %d, %v; want none, and an error naming %s", n, err, LogDirMarker)
 	}
@@ -282,7 +325,7 @@ func TestLogDirsPruneOnlyWhatItMade(t *testing.T) {
 	}
 	made := filepath.Join(dir, "job-2.out")
 	oldFile(made)
-	if n, err := l.Prune(now, 30*24*time.Hour); n != 1 || err != nil {
+	if n, err := l.Prune(now, 30*24*time.Hour, nil); n != 1 || err != nil {
 		t.Errorf("the log directory it made: pruned %d, %v; want 1", n, err)
 	}
 	if _, err := os.Stat(made); !os.IsNotExist(err) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/series"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -312,6 +313,15 @@ func (a *App) RunTicker(ctx context.Context, every func() <-chan time.Time) erro
 }
 
 // ---- reads ----
+
+// JobRunning reports whether the job with id in project is a CustomJob's
+// that has not ended (domain.State.JobRunning): the log directory's pruner
+// keeps its output file whatever its age (adapters.LogDirs.Prune).
+func (a *App) JobRunning(project string, id int64) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.state.JobRunning(resname.JobOf(project, id).String())
+}
 
 func (a *App) lookup(name, collection string) (*domain.Root, domain.Name, error) {
 	n, err := domain.ParseName(name, collection)

@@ -179,3 +179,41 @@ func TestCreateOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestJobRunning: the pruner keeps the output of a CustomJob's job until
+// the CustomJob ends (a trial's too), however long it was quiet; an
+// unknown job is not running.
+func TestJobRunning(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	sp := spec()
+	sp.BaseOutputDirectory = nil
+	submittedJob(t, s, sp, LogDir{Dir: "/logs/p/alice"})
+	if !s.JobRunning("projects/p/jobs/101") {
+		t.Error("a submitted CustomJob's job: not running")
+	}
+	for _, other := range []string{"projects/q/jobs/101", "projects/p/jobs/102", "projects/p/jobs/10"} {
+		if s.JobRunning(other) {
+			t.Errorf("%s: running", other)
+		}
+	}
+	feed(t, s, jobIs("projects/p/jobs/101", loomv1.JobState_COMPLETED))
+	if st := cjOf(t, s, cjName).GetState(); !JobEnded(st) {
+		t.Fatalf("the CustomJob is %v", st)
+	}
+	if s.JobRunning("projects/p/jobs/101") {
+		t.Error("an ended CustomJob's job: running")
+	}
+
+	s = NewState()
+	tj := tuningJob(tunName, 2, 1, 0)
+	step(t, s, t0, Input{Payload: tj, LogDir: LogDir{Dir: "/logs/p/alice"}})
+	tr := active(tuningOf(t, s, tunName))
+	if len(tr) != 1 {
+		t.Fatalf("active trials %v", tr)
+	}
+	n, _ := ParseName(tr[0].GetCustomJob(), CustomJobs)
+	if !s.JobRunning(n.Job()) {
+		t.Errorf("trial %s's job %s: not running", tr[0].GetId(), n.Job())
+	}
+}

@@ -566,6 +566,18 @@ func (s *State) Lookup(name string) *Root {
 	return nil
 }
 
+// JobRunning reports whether scheduler job job ("projects/{p}/jobs/{id}")
+// is a CustomJob's (a trial's, a pipeline's) that has not ended: its
+// output file may still be written to, however long it has been quiet.
+func (s *State) JobRunning(job string) bool {
+	r := s.Lookup("job:" + job)
+	if r == nil {
+		return false
+	}
+	j := r.cjRunning(job)
+	return j != nil && !JobEnded(j.Job.GetState())
+}
+
 // Emit is a command or event to write: its record key, payload and, for a
 // command the scheduler runs as a user, the principal ("users/<owner>").
 type Emit struct {
