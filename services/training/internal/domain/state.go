@@ -90,11 +90,13 @@ type CJ struct {
 // base_output_directory): Dir, the owner's own directory under the
 // service's log directory (<log dir>/<project>/<user>), which the app made
 // for the owner (osuser.MakeDirFor) before the create was decided, so that
-// it exists before any of the root's jobs is submitted. When the service
-// has a log directory but could not make the owner's there, Dir is "" and
-// Why says why: the output then goes to the cluster's shared directory as
-// before, and the CustomJob says so (output_warning). The zero value: the
-// service keeps no log directory. It is recorded with the root and its
+// it exists before any of the root's jobs is submitted (and made again
+// before each submit, should it be gone: Change.LogDirSubmits). When the
+// service has a log directory but could not make the owner's there, Dir
+// is "" and Why says why (stored for operators, never answered: it names
+// host paths and uids; logDirUnmade): the output then goes to the
+// cluster's shared directory as before, and the CustomJob says so
+// (output_warning). The zero value: the service keeps no log directory. It is recorded with the root and its
 // CustomJobs, so that a restart with another -log-dir changes nothing of
 // what was decided.
 type LogDir struct {
