@@ -8,6 +8,7 @@
 #   scripts/slurm-local.sh start  [DIR]   write the config, start munged, slurmctld and
 #                                         one slurmd per node; wait until all are idle
 #   scripts/slurm-local.sh stop   [DIR]   cancel the jobs, stop every daemon by its pidfile
+#   scripts/slurm-local.sh token  [DIR]   (REST=1) print a JWT for root: scontrol token
 #   scripts/slurm-local.sh status [DIR]   which daemons run; sinfo
 #   scripts/slurm-local.sh conf   [DIR]   only write slurm.conf and gres.conf
 # DIR defaults to $SLURM_LOCAL_DIR, else /tmp/loom-slurm.
@@ -15,11 +16,15 @@
 # Settings (environment): NODES (4), CPUS per node (16), GPUS per node (8, fake:
 # symlinks to /dev/null), MEM (RealMemory in MB, unset: none), CTL_PORT (6817),
 # NODE_PORT (17001: node i listens on NODE_PORT+i-1), PARTITION (debug),
-# CLUSTER_NAME (loombench), SCHED_PARAMS (batch_sched_delay=0).
+# CLUSTER_NAME (loombench), SCHED_PARAMS (batch_sched_delay=0),
+# REST (0; 1: also JWT auth and slurmrestd on 127.0.0.1:REST_PORT), REST_PORT (6820).
 #
 # Then:  export SLURM_CONF=DIR/slurm.conf; cd DIR/work; sbatch --wrap hostname; squeue
 # Needs root and: apt-get install -y --no-install-recommends munge slurmctld slurmd \
 #                   slurm-client slurm-wlm-basic-plugins   (never the -emulator packages)
+#      and for REST=1: slurmrestd slurm-wlm-jwt-plugin
+# REST=1: requests to http://127.0.0.1:REST_PORT/slurm/v0.0.38/… need the headers
+# X-SLURM-USER-NAME: root and X-SLURM-USER-TOKEN: $(scripts/slurm-local.sh token DIR).
 set -euo pipefail
 
 cmd=${1:-}
@@ -33,6 +38,8 @@ NODE_PORT=${NODE_PORT:-17001}
 PARTITION=${PARTITION:-debug}
 CLUSTER_NAME=${CLUSTER_NAME:-loombench}
 SCHED_PARAMS=${SCHED_PARAMS:-batch_sched_delay=0}
+REST=${REST:-0}
+REST_PORT=${REST_PORT:-6820}
 
 export PATH="$PATH:/usr/sbin:/sbin"
 # A JWT in the environment kills the daemons and breaks srun (SLURM.md).
@@ -55,6 +62,8 @@ check_settings() {
   [[ -z $MEM ]] || int_in MEM "$MEM" 1 1000000000
   [[ $PARTITION =~ ^[a-z0-9_-]+$ ]] || die "PARTITION '$PARTITION' must be lower-case letters, digits, '-' or '_'"
   [[ $CLUSTER_NAME =~ ^[a-z0-9_-]+$ ]] || die "CLUSTER_NAME '$CLUSTER_NAME' must be lower-case letters, digits, '-' or '_'"
+  [[ $REST == 0 || $REST == 1 ]] || die "REST must be 0 or 1, got '$REST'"
+  int_in REST_PORT "$REST_PORT" 1 65535
   [[ $SCHED_PARAMS =~ ^[^[:space:]#]+$ ]] || die "SCHED_PARAMS '$SCHED_PARAMS' must be one comma-separated word"
 }
 
@@ -95,6 +104,11 @@ write_conf() {
     echo "SchedulerParameters=$SCHED_PARAMS"
     echo "SlurmdParameters=config_overrides"
     echo "ReturnToService=2"
+    if ((REST)); then
+      # slurmrestd's users authenticate with a JWT that slurmctld checks with this key.
+      echo "AuthAltTypes=auth/jwt"
+      echo "AuthAltParameters=jwt_key=$DIR/jwt_hs256.key"
+    fi
     local line
     for ((i = 1; i <= NODES; i++)); do
       line="NodeName=node$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT + i - 1)) CPUs=$CPUS"
@@ -148,6 +162,10 @@ start() {
   for b in munged mungekey slurmctld slurmd sinfo sbatch; do
     command -v "$b" >/dev/null || die "$b not found: apt-get install -y --no-install-recommends munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins"
   done
+  if ((REST)); then
+    command -v slurmrestd >/dev/null && compgen -G "/usr/lib/*/slurm-wlm/auth_jwt.so" >/dev/null ||
+      die "REST=1 needs slurmrestd and the JWT plugin: apt-get install -y --no-install-recommends slurmrestd slurm-wlm-jwt-plugin"
+  fi
   local f running=""
   for f in "$DIR"/run/*.pid; do
     [[ -e $f ]] || continue
@@ -158,6 +176,10 @@ start() {
   export SLURM_CONF=$DIR/slurm.conf
   rm -f "$DIR/jobcomp.txt" "$DIR/munge/munge.socket.2"
   [[ -f $DIR/munge/munge.key ]] || mungekey -c -k "$DIR/munge/munge.key"
+  if ((REST)); then
+    [[ -s $DIR/jwt_hs256.key ]] || head -c 32 /dev/urandom >"$DIR/jwt_hs256.key"
+    chmod 600 "$DIR/jwt_hs256.key"
+  fi
   chmod 600 "$DIR/munge/munge.key"
   munged --socket="$DIR/munge/munge.socket.2" --key-file="$DIR/munge/munge.key" \
     --pid-file="$DIR/run/munged.pid" --seed-file="$DIR/munge/munged.seed" --log-file="$DIR/log/munged.log"
@@ -170,9 +192,33 @@ start() {
     (cd "$DIR" && slurmd -N "node$i")
   done
   wait_for "$NODES nodes idle in sinfo" 60 all_idle
+  ((REST)) && start_rest
   sinfo
   echo
   echo "export SLURM_CONF=$DIR/slurm.conf   # then e.g.: cd $DIR/work && sbatch --wrap hostname"
+}
+
+# start_rest runs slurmrestd in the background as nobody (it refuses root), with
+# SLURM_JWT=daemon in its own environment only (SLURM.md), and records its pid.
+start_rest() {
+  SLURM_JWT=daemon setsid slurmrestd -u nobody -s openapi/v0.0.36,openapi/v0.0.37,openapi/v0.0.38 \
+    "127.0.0.1:$REST_PORT" </dev/null >"$DIR/log/slurmrestd.log" 2>&1 &
+  echo $! >"$DIR/run/slurmrestd.pid"
+  wait_for "slurmrestd on 127.0.0.1:$REST_PORT" 30 rest_up
+  echo "slurmrestd: http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ (token: $0 token $DIR)"
+}
+
+rest_up() {
+  # Not alive(): until setsid has exec'd, the process is not yet called slurmrestd.
+  [[ -d /proc/$(<"$DIR/run/slurmrestd.pid") ]] || die "slurmrestd exited; its log ends: $(tail -5 "$DIR/log/slurmrestd.log")"
+  (exec 3<>"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null
+}
+
+token() {
+  alive "$DIR/run/slurmctld.pid" slurmctld >/dev/null || die "slurmctld is not running under $DIR"
+  local out
+  out=$(SLURM_CONF=$DIR/slurm.conf scontrol token username=root lifespan=3600) || exit 1
+  echo "${out#SLURM_JWT=}"
 }
 
 stop() {
@@ -181,8 +227,8 @@ stop() {
     timeout 5 scancel --user="$(id -u)" 2>/dev/null || true
   fi
   local f pid name pids=() i
-  # slurmds first, then slurmctld, then munged.
-  for f in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/run/munged.pid"; do
+  # slurmrestd, the slurmds, then slurmctld, then munged.
+  for f in "$DIR/run/slurmrestd.pid" "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/run/munged.pid"; do
     [[ -e $f ]] || continue
     name=$(name_of "$f")
     if pid=$(alive "$f" "$name"); then
@@ -221,6 +267,7 @@ case $cmd in
   start) check_settings; start ;;
   stop) check_settings; stop ;;
   status) check_settings; status ;;
+  token) check_settings; token ;;
   conf) check_settings; write_conf; echo "$DIR/slurm.conf" ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

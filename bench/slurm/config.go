@@ -50,6 +50,9 @@ type Layout struct {
 	// Work is the default working directory of jobs submitted through
 	// Cluster.Sbatch (their slurm-<id>.out files land there).
 	Work string
+	// JWTKey is the key slurmctld checks REST users' tokens with
+	// (Options.REST; AuthAltParameters=jwt_key=…).
+	JWTKey string
 }
 
 // NewLayout returns the layout under dir, which must be absolute.
@@ -68,11 +71,15 @@ func NewLayout(dir string) Layout {
 		DevDir:      filepath.Join(dir, "dev"),
 		JobComp:     filepath.Join(dir, "jobcomp.txt"),
 		Work:        filepath.Join(dir, "work"),
+		JWTKey:      filepath.Join(dir, "jwt_hs256.key"),
 	}
 }
 
 // SlurmctldPid is slurmctld's pidfile.
 func (l Layout) SlurmctldPid() string { return filepath.Join(l.Run, "slurmctld.pid") }
+
+// SlurmrestdPid is slurmrestd's pidfile (Options.REST).
+func (l Layout) SlurmrestdPid() string { return filepath.Join(l.Run, "slurmrestd.pid") }
 
 // SlurmdPid is the pidfile of node's slurmd.
 func (l Layout) SlurmdPid(node string) string { return filepath.Join(l.Run, "slurmd-"+node+".pid") }
@@ -118,6 +125,12 @@ func (o Options) normalize() (Options, error) {
 	}
 	if o.ControllerPort < 0 || o.ControllerPort > 65535 {
 		bad("Options.ControllerPort must be 0..65535, got %d", o.ControllerPort)
+	}
+	if o.RESTPort < 0 || o.RESTPort > 65535 {
+		bad("Options.RESTPort must be 0..65535, got %d", o.RESTPort)
+	}
+	if o.RESTPort != 0 && !o.REST {
+		bad("Options.RESTPort is set but Options.REST is not")
 	}
 	if o.NodePortBase < 0 || o.NodePortBase+o.Nodes-1 > 65535 {
 		bad("Options.NodePortBase must be 0..%d for %d nodes, got %d", 65536-max(o.Nodes, 1), o.Nodes, o.NodePortBase)
@@ -195,6 +208,11 @@ func Render(o Options, l Layout, ctlPort int, nodePorts []int) (slurmConf, gresC
 	// Virtual nodes advertise more CPUs than the machine has.
 	w("SlurmdParameters=config_overrides")
 	w("ReturnToService=2")
+	if o.REST {
+		// slurmrestd's users authenticate with a JWT that slurmctld checks with this key.
+		w("AuthAltTypes=auth/jwt")
+		w("AuthAltParameters=jwt_key=%s", l.JWTKey)
+	}
 	for _, line := range o.ExtraConfig {
 		w("%s", line)
 	}

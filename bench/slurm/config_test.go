@@ -26,12 +26,12 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 func TestNormalizeNamesEveryBadOption(t *testing.T) {
 	t.Parallel()
 	_, err := Options{Nodes: -1, CPUsPerNode: -2, GPUsPerNode: 65, ControllerPort: 70000, Partition: "Bad Name",
-		ExtraConfig: []string{"no equals sign"}}.normalize()
+		ExtraConfig: []string{"no equals sign"}, RESTPort: 6820}.normalize()
 	if err == nil {
 		t.Fatal("bad options accepted")
 	}
 	for _, want := range []string{"Options.Dir", "Options.Nodes", "Options.CPUsPerNode", "Options.GPUsPerNode",
-		"Options.ControllerPort", "Options.Partition", "Options.ExtraConfig[0]"} {
+		"Options.ControllerPort", "Options.Partition", "Options.ExtraConfig[0]", "Options.RESTPort is set but Options.REST is not"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -73,6 +73,15 @@ func TestRenderFollowsSlurmMD(t *testing.T) {
 			t.Errorf("gres.conf lacks %q:\n%s", want, gres)
 		}
 	}
+	if strings.Contains(conf, "AuthAlt") {
+		t.Error("slurm.conf sets JWT authentication without Options.REST")
+	}
+	o.REST = true
+	if conf, _ := Render(o, NewLayout("/base"), 6817, []int{1, 2}); !strings.Contains(conf,
+		"ReturnToService=2\nAuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key=/base/jwt_hs256.key\n") {
+		t.Errorf("REST: slurm.conf lacks the JWT lines:\n%s", conf)
+	}
+	o.REST = false
 	o.GPUsPerNode = 1
 	if _, gres := Render(o, NewLayout("/base"), 6817, []int{1, 2}); !strings.Contains(gres, "File=/base/dev/nvidia0\n") {
 		t.Errorf("one GPU: gres.conf %q, want File=/base/dev/nvidia0", gres)
@@ -102,6 +111,8 @@ func TestScriptWritesTheSameConfig(t *testing.T) {
 			[]string{"NODES=3", "CPUS=8", "GPUS=2", "MEM=4096"}},
 		{"cpu-only", Options{Nodes: 1, CPUsPerNode: 64, Partition: "batch"},
 			[]string{"NODES=1", "CPUS=64", "GPUS=0", "PARTITION=batch"}},
+		{"rest", Options{Nodes: 2, CPUsPerNode: 4, REST: true},
+			[]string{"NODES=2", "CPUS=4", "GPUS=0", "REST=1"}},
 	} {
 		dir := t.TempDir()
 		cmd := exec.Command("bash", script, "conf", dir)

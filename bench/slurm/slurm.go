@@ -9,6 +9,9 @@
 //
 //	apt-get install -y --no-install-recommends munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins
 //
+// and, for Options.REST (slurmrestd with JWT authentication, which
+// libs/slurmrest's tests talk to), slurmrestd slurm-wlm-jwt-plugin.
+//
 // Use:
 //
 //	c, err := slurm.Start(ctx, slurm.Options{Dir: dir, Nodes: 4, CPUsPerNode: 16, GPUsPerNode: 8})
@@ -27,12 +30,14 @@
 // job, $SLURMD_NODENAME tells them apart.
 //
 // For people: scripts/slurm-local.sh start|stop|status DIR writes the same
-// configuration and runs the same daemons from a shell.
+// configuration and runs the same daemons from a shell (REST=1 for
+// slurmrestd).
 package slurm
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -76,6 +81,14 @@ type Options struct {
 	SchedulerParameters string
 	// ExtraConfig lines are added to slurm.conf before the node lines.
 	ExtraConfig []string
+	// REST also starts slurmrestd (openapi/v0.0.36–v0.0.38) on 127.0.0.1,
+	// with JWT authentication (AuthAltTypes=auth/jwt and a fresh key);
+	// Cluster.RESTURL and Cluster.Token are then set up. Needs the packages
+	// RESTInstalled names.
+	REST bool
+	// RESTPort is slurmrestd's port with REST (0 picks a free one;
+	// scripts/slurm-local.sh uses 6820).
+	RESTPort int
 	// StartTimeout bounds how long Start waits for every node to be idle
 	// (default 60s; ctx's deadline applies too).
 	StartTimeout time.Duration
@@ -92,9 +105,13 @@ type Cluster struct {
 	ControllerPort int
 	// NodePorts[i] is Nodes[i]'s slurmd port.
 	NodePorts []int
+	// RESTURL is slurmrestd's address, "http://127.0.0.1:PORT" (no path),
+	// with Options.REST; "" without.
+	RESTURL string
 
 	procs         []*daemon
 	tempSocketDir string // munged's socket directory when not under Dir
+	restConfDir   string // slurmrestd's copy of slurm.conf when nobody can read Dir
 	stopOnce      sync.Once
 	stopErr       error
 }
@@ -130,6 +147,21 @@ func Installed() error {
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("real Slurm needs root here (SlurmUser=root; slurmd starts jobs as their users)")
+	}
+	return nil
+}
+
+// RESTInstalled reports whether Options.REST can work here: Installed, plus
+// slurmrestd and the JWT plugin. The error names the packages to install.
+func RESTInstalled() error {
+	if err := Installed(); err != nil {
+		return err
+	}
+	_, errBin := lookBin("slurmrestd")
+	plugins, _ := filepath.Glob("/usr/lib/*/slurm-wlm/auth_jwt.so")
+	if errBin != nil || len(plugins) == 0 {
+		return errors.New("slurmrestd or the JWT plugin (auth_jwt.so) is not installed; install them with " +
+			"apt-get install -y --no-install-recommends slurmrestd slurm-wlm-jwt-plugin")
 	}
 	return nil
 }
@@ -174,7 +206,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Installed(); err != nil {
+	installed := Installed
+	if o.REST {
+		installed = RESTInstalled
+	}
+	if err := installed(); err != nil {
 		return nil, fmt.Errorf("slurm: %w", err)
 	}
 	dir, err := filepath.Abs(o.Dir)
@@ -226,11 +262,11 @@ func (c *Cluster) start(ctx context.Context) error {
 		return fmt.Errorf("slurm: jobcomp file: %w", err)
 	}
 
-	ports, err := pickPorts(o.ControllerPort, o.NodePortBase, o.Nodes)
+	ports, err := pickPorts(o.ControllerPort, o.NodePortBase, o.Nodes, o.REST, o.RESTPort)
 	if err != nil {
 		return fmt.Errorf("slurm: %w", err)
 	}
-	c.ControllerPort, c.NodePorts = ports[0], ports[1:]
+	c.ControllerPort, c.NodePorts = ports[0], ports[1:1+o.Nodes]
 	conf, gres := Render(o, c.Layout, c.ControllerPort, c.NodePorts)
 	if err := os.WriteFile(c.Conf, []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("slurm: %w", err)
@@ -247,6 +283,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := os.Chmod(c.MungeKey, 0o600); err != nil {
 		return fmt.Errorf("slurm: munge key: %w", err)
 	}
+	if o.REST {
+		if err := writeJWTKey(c.JWTKey); err != nil {
+			return err
+		}
+	}
 
 	timeout := o.StartTimeout
 	if timeout <= 0 {
@@ -256,7 +297,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	defer cancel()
 
 	_ = os.Remove(c.MungeSocket)
-	if err := c.spawn("munged", c.MungePid, "munged", "-F", "--socket="+c.MungeSocket, "--key-file="+c.MungeKey,
+	if err := c.spawn("munged", c.MungePid, nil, "munged", "-F", "--socket="+c.MungeSocket, "--key-file="+c.MungeKey,
 		"--pid-file="+c.MungePid, "--seed-file="+filepath.Join(filepath.Dir(c.MungeKey), "munged.seed"),
 		"--log-file="+filepath.Join(c.Log, "munged.log")); err != nil {
 		return err
@@ -268,18 +309,18 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	// -c: start clean (no saved jobs); -D: stay in the foreground, as our child.
-	if err := c.spawn("slurmctld", c.SlurmctldPid(), "slurmctld", "-D", "-c"); err != nil {
+	if err := c.spawn("slurmctld", c.SlurmctldPid(), nil, "slurmctld", "-D", "-c"); err != nil {
 		return err
 	}
 	for _, n := range c.Nodes {
 		if err := os.MkdirAll(filepath.Join(c.Spool, n), 0o755); err != nil {
 			return fmt.Errorf("slurm: %w", err)
 		}
-		if err := c.spawn("slurmd", c.SlurmdPid(n), "slurmd", "-D", "-N", n); err != nil {
+		if err := c.spawn("slurmd", c.SlurmdPid(n), nil, "slurmd", "-D", "-N", n); err != nil {
 			return err
 		}
 	}
-	return c.waitFor(wctx, fmt.Sprintf("%d nodes idle in sinfo", len(c.Nodes)), func() (bool, error) {
+	if err := c.waitFor(wctx, fmt.Sprintf("%d nodes idle in sinfo", len(c.Nodes)), func() (bool, error) {
 		out, err := c.Output(wctx, "sinfo", "-h", "-N", "-o", "%N %t")
 		if err != nil {
 			return false, nil // slurmctld may not answer yet
@@ -293,7 +334,112 @@ func (c *Cluster) start(ctx context.Context) error {
 			}
 		}
 		return len(idle) == len(c.Nodes), nil
-	})
+	}); err != nil {
+		return err
+	}
+	if o.REST {
+		return c.startREST(wctx, ports[len(ports)-1])
+	}
+	return nil
+}
+
+// writeJWTKey writes a fresh 32-byte key that only root reads.
+func writeJWTKey(path string) error {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return fmt.Errorf("slurm: JWT key: %w", err)
+	}
+	if err := os.WriteFile(path, key, 0o600); err != nil {
+		return fmt.Errorf("slurm: JWT key: %w", err)
+	}
+	return os.Chmod(path, 0o600) // an older file keeps its mode through WriteFile
+}
+
+// startREST runs slurmrestd as nobody (it refuses root) with SLURM_JWT=daemon
+// in its own environment only (SLURM.md: in a daemon's or srun's environment
+// it breaks them), and waits until it accepts connections.
+func (c *Cluster) startREST(ctx context.Context, port int) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	conf, err := c.restConf()
+	if err != nil {
+		return err
+	}
+	// The later SLURM_CONF wins over environ's.
+	env := []string{"SLURM_JWT=daemon", "SLURM_CONF=" + conf}
+	if err := c.spawn("slurmrestd", c.SlurmrestdPid(), env, "slurmrestd", "-u", "nobody",
+		"-s", "openapi/v0.0.36,openapi/v0.0.37,openapi/v0.0.38", addr); err != nil {
+		return err
+	}
+	// slurmrestd writes no pidfile of its own; Stop and livePids use this one.
+	d := c.procs[len(c.procs)-1]
+	if err := os.WriteFile(c.SlurmrestdPid(), []byte(strconv.Itoa(d.cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("slurm: %w", err)
+	}
+	if err := c.waitFor(ctx, "slurmrestd on "+addr, func() (bool, error) {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false, nil
+		}
+		conn.Close()
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	c.RESTURL = "http://" + addr
+	return nil
+}
+
+// restConf returns a slurm.conf that slurmrestd, running as nobody, can
+// read: Conf, or a copy in a fresh directory under the system's temporary
+// directory when a directory above Conf shuts others out (t.TempDir's
+// parent is 0700; slurmrestd would retry for 60 s, then exit).
+func (c *Cluster) restConf() (string, error) {
+	if everyoneCanEnter(c.Dir) {
+		return c.Conf, nil
+	}
+	b, err := os.ReadFile(c.Conf)
+	if err != nil {
+		return "", fmt.Errorf("slurm: %w", err)
+	}
+	d, err := os.MkdirTemp("", "loom-slurmrestd-")
+	if err != nil {
+		return "", fmt.Errorf("slurm: slurmrestd's config directory: %w", err)
+	}
+	c.restConfDir = d
+	if err := os.Chmod(d, 0o755); err != nil {
+		return "", fmt.Errorf("slurm: slurmrestd's config directory: %w", err)
+	}
+	if !everyoneCanEnter(d) {
+		return "", fmt.Errorf("slurm: slurmrestd runs as nobody and needs a slurm.conf it can read; neither %s nor %s is open to it",
+			c.Dir, d)
+	}
+	p := filepath.Join(d, "slurm.conf")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		return "", fmt.Errorf("slurm: %w", err)
+	}
+	return p, nil
+}
+
+// Token returns a JWT for user (scontrol token username=USER), valid for
+// lifespan (rounded up to seconds), for slurmrestd's X-SLURM-USER-TOKEN.
+// The cluster must have been started with Options.REST.
+func (c *Cluster) Token(ctx context.Context, user string, lifespan time.Duration) (string, error) {
+	if c.RESTURL == "" {
+		return "", errors.New("slurm: Token: the cluster was started without Options.REST (no JWT authentication)")
+	}
+	secs := int64((lifespan + time.Second - 1) / time.Second)
+	if secs < 1 {
+		return "", fmt.Errorf("slurm: Token: lifespan must be at least 1s, got %s", lifespan)
+	}
+	out, err := c.Output(ctx, "scontrol", "token", "username="+user, "lifespan="+strconv.FormatInt(secs, 10))
+	if err != nil {
+		return "", err
+	}
+	tok, ok := strings.CutPrefix(strings.TrimSpace(out), "SLURM_JWT=")
+	if !ok || tok == "" || strings.ContainsAny(tok, " \n") {
+		return "", fmt.Errorf("slurm: scontrol token: unexpected output %q", strings.TrimSpace(out))
+	}
+	return tok, nil
 }
 
 // placeMungeSocket moves munged's socket to a fresh directory under the
@@ -336,9 +482,9 @@ func everyoneCanEnter(dir string) bool {
 	}
 }
 
-// pickPorts returns slurmctld's port then one per node: the given ones, or
-// free loopback ports (distinct) where they are 0.
-func pickPorts(ctl, nodeBase, nodes int) ([]int, error) {
+// pickPorts returns slurmctld's port, one per node, then slurmrestd's when
+// rest: the given ones, or free loopback ports (distinct) where they are 0.
+func pickPorts(ctl, nodeBase, nodes int, rest bool, restPort int) ([]int, error) {
 	var held []net.Listener
 	defer func() {
 		for _, l := range held {
@@ -372,12 +518,24 @@ func pickPorts(ctl, nodeBase, nodes int) ([]int, error) {
 		}
 		ports = append(ports, p)
 	}
+	if rest {
+		p := restPort
+		if p == 0 {
+			var err error
+			if p, err = free(); err != nil {
+				return nil, err
+			}
+		}
+		ports = append(ports, p)
+	}
 	return ports, nil
 }
 
 // spawn starts one daemon in the foreground as a child, its output in
-// log/<name>[-node].out. It dies with this process (SIGTERM on exit).
-func (c *Cluster) spawn(name, pidfile string, args ...string) error {
+// log/<name>[-node].out, with extraEnv added to its environment. It dies
+// with this process (SIGTERM on exit; slurmrestd, which changes its user,
+// loses that and is stopped by Stop only).
+func (c *Cluster) spawn(name, pidfile string, extraEnv []string, args ...string) error {
 	bin, err := lookBin(args[0])
 	if err != nil {
 		return fmt.Errorf("slurm: %w", err)
@@ -392,7 +550,7 @@ func (c *Cluster) spawn(name, pidfile string, args ...string) error {
 	_ = os.Remove(pidfile)
 	cmd := exec.Command(bin, args[1:]...)
 	cmd.Args[0] = args[0] // the plain name
-	cmd.Env = c.environ()
+	cmd.Env = append(c.environ(), extraEnv...)
 	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = daemonAttr()
@@ -552,7 +710,7 @@ func (c *Cluster) RestartController(ctx context.Context) (stop time.Duration, st
 	started = time.Now()
 	// No -c: recover the saved state. The new daemon takes the old one's
 	// place, so that Stop still stops slurmctld between the slurmds and munged.
-	if err := c.spawn("slurmctld", c.SlurmctldPid(), "slurmctld", "-D"); err != nil {
+	if err := c.spawn("slurmctld", c.SlurmctldPid(), nil, "slurmctld", "-D"); err != nil {
 		return stop, started, err
 	}
 	c.procs[i] = c.procs[len(c.procs)-1]
@@ -606,8 +764,11 @@ func (c *Cluster) stop() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.tempSocketDir != "" {
-		if err := os.RemoveAll(c.tempSocketDir); err != nil {
+	for _, d := range []string{c.tempSocketDir, c.restConfDir} {
+		if d == "" {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, fmt.Errorf("slurm: %w", err))
 		}
 	}
