@@ -88,7 +88,9 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	env := c.env.Environ
 	ntasks, nodes, perNode, cpt, cpusPerGPU := 0, 0, 0, 0, 0
-	nodesMax := 0 // -N MIN-MAX's maximum (0: no range)
+	ntasksEnv := false // -n is the environment's (SLURM_NTASKS), not the command line's
+	nodesSet := false  // -N given on the command line
+	nodesMax := 0      // -N MIN-MAX's maximum (0: no range)
 	label, killBad, quiet, verbose := false, false, false, false
 	chdir := ""
 	export := ""
@@ -120,7 +122,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			if err != nil {
 				return exit255(c.errorf("Invalid node count specification %q: %v", o.value, err))
 			}
-			nodes, nodesMax = int(n), int(most)
+			nodes, nodesMax, nodesSet = int(n), int(most), true
 		case "ntasks", "ntasks-per-node", "cpus-per-task":
 			n, err := positiveInt("srun", "--"+o.key, o.value)
 			if err != nil {
@@ -128,7 +130,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			}
 			switch o.key {
 			case "ntasks":
-				ntasks = int(n)
+				ntasks, ntasksEnv = int(n), o.written != "" && !strings.HasPrefix(o.written, "-")
 			case "ntasks-per-node":
 				perNode = int(n)
 			default:
@@ -317,6 +319,31 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	if nodes > allocNodes {
 		return c.errorf("Only allocated %d nodes asked for %d", allocNodes, nodes)
 	}
+	if ntasksEnv && perNode == 0 {
+		// The job's --ntasks-per-node beside its task count, both
+		// the step's defaults, so that the rule below weighs them.
+		if n, err := strconv.Atoi(env["SLURM_NTASKS_PER_NODE"]); err == nil && n > 0 && n <= slurmspec.MaxTasksPerNode {
+			perNode = n
+		}
+	}
+	if perNode > 0 && ntasks > 0 && (ntasksEnv || nodesSet) {
+		// Slurm 22.05's srun, measured: a task count that is not
+		// --ntasks-per-node times the nodes wins, said on stderr, when
+		// the count is the job's (SLURM_NTASKS) or -N names the nodes
+		// (-N1 -n2 --ntasks-per-node=1: two tasks on one node); -n with
+		// --ntasks-per-node alone keeps both, the latter a bound.
+		n := nodes
+		if n == 0 {
+			n = allocNodes
+		}
+		if ntasks != perNode*n {
+			if !quiet {
+				fmt.Fprintf(c.stderr, "srun: Warning: can't honor --ntasks-per-node set to %d which doesn't match the requested tasks %d with the number of requested nodes %d. Ignoring --ntasks-per-node.\n", perNode, ntasks, n)
+			}
+			perNode = 0
+		}
+		req.perNode = int32(perNode)
+	}
 	if nodesMax > 0 {
 		// A step's range takes as much of the allocation as it may,
 		// no more nodes than tasks.
@@ -365,6 +392,13 @@ var srunStepInputVars = []struct {
 	// Set at all is set, as Slurm's srun reads them.
 	{"SLURM_EXACT", "exact", nil},
 	{"SLURM_OVERLAP", "overlap", nil},
+	// The job's task count (sbatch -n, --ntasks-per-node) is the step's
+	// -n, SLURM_NTASKS winning over SLURM_NPROCS as it is read after it.
+	// Any value is the option's, set but empty included: measured beside
+	// Slurm 22.05, SLURM_NTASKS=abc (or "") is refused as -n abc is
+	// (`Invalid numeric value "abc" for --ntasks.`, exit 1), not ignored.
+	{"SLURM_NPROCS", "ntasks", func(string) bool { return true }},
+	{"SLURM_NTASKS", "ntasks", func(string) bool { return true }},
 }
 
 // srunEnvOptions returns the options that env's srunStepInputVars stand
@@ -374,13 +408,17 @@ var srunStepInputVars = []struct {
 func srunEnvOptions(env map[string]string) []parsedOpt {
 	var out []parsedOpt
 	for _, v := range srunStepInputVars {
-		val := env[v.env]
+		val, set := env[v.env]
 		if v.env == "SLURM_DISTRIBUTION" && val == "plane" {
 			// plane=N is written back in two variables (sbatchDistEnv,
 			// a step's environment).
 			val += "=" + env["SLURM_DIST_PLANESIZE"]
 		}
-		if val == "" || (v.valid != nil && !v.valid(val)) {
+		if v.opt == "ntasks" {
+			if !set {
+				continue
+			}
+		} else if val == "" || (v.valid != nil && !v.valid(val)) {
 			continue
 		}
 		o := parsedOpt{key: v.opt, written: v.env}

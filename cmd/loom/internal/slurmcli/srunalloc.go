@@ -40,7 +40,7 @@ var srunInputVars = []struct{ env, opt string }{
 	{"SLURM_ACCOUNT", "account"}, {"SLURM_PARTITION", "partition"}, {"SLURM_QOS", "qos"},
 	{"SLURM_TIMELIMIT", "time"}, {"SLURM_JOB_NAME", "job-name"}, {"SLURM_GPUS", "gpus"},
 	{"SLURM_GPUS_PER_NODE", "gpus-per-node"}, {"SLURM_MEM_PER_CPU", "mem-per-cpu"},
-	{"SLURM_MEM_PER_NODE", "mem"}, {"SLURM_NNODES", "nodes"}, {"SLURM_NTASKS", "ntasks"},
+	{"SLURM_MEM_PER_NODE", "mem"}, {"SLURM_NNODES", "nodes"}, {"SLURM_NPROCS", "ntasks"}, {"SLURM_NTASKS", "ntasks"},
 	{"SLURM_NTASKS_PER_NODE", "ntasks-per-node"}, {"SLURM_CPUS_PER_TASK", "cpus-per-task"},
 	{"SLURM_CPUS_PER_GPU", "cpus-per-gpu"},
 }

@@ -813,3 +813,59 @@ func TestSrunAndSallocCpusPerGPU(t *testing.T) {
 		t.Fatalf("salloc -c2 --cpus-per-gpu=2: exit %d, stderr %q; want 1, %q", code, errOut, want)
 	}
 }
+
+// TestSrunTakesTheJobsTaskCount: inside a job srun reads SLURM_NTASKS and
+// SLURM_NPROCS as its -n, as Slurm 22.05's (measured beside one in a -N2
+// -n4 job): SLURM_NTASKS=2 runs 2 tasks, SLURM_NPROCS=3 alone 3, both
+// set SLURM_NTASKS wins, the command line's -n wins over either; a value
+// -n would refuse is refused in -n's words, exit 1, set but empty too. A
+// task count from the job that is not --ntasks-per-node times the nodes
+// (or -N with -n) drops --ntasks-per-node with Slurm's warning.
+func TestSrunTakesTheJobsTaskCount(t *testing.T) {
+	t.Parallel()
+	const honor = "srun: Warning: can't honor --ntasks-per-node set to %d which doesn't match the requested tasks %d " +
+		"with the number of requested nodes %d. Ignoring --ntasks-per-node.\n"
+	for _, tc := range []struct {
+		env           map[string]string
+		args          []string
+		code          int
+		errOut        string
+		tasks, perNde int32 // asked of the step, when it runs
+	}{
+		{map[string]string{"SLURM_NTASKS": "2"}, nil, 0, "", 2, 0},
+		{map[string]string{"SLURM_NPROCS": "3"}, nil, 0, "", 3, 0},
+		{map[string]string{"SLURM_NTASKS": "2", "SLURM_NPROCS": "3"}, nil, 0, "", 2, 0},
+		{map[string]string{"SLURM_NTASKS": " 2"}, nil, 0, "", 2, 0},
+		{map[string]string{"SLURM_NTASKS": "2"}, []string{"-n3"}, 0, "", 3, 0},
+		{nil, nil, 0, "", 0, 0}, // the job's own layout (the scheduler's)
+		{map[string]string{"SLURM_NTASKS": "abc"}, nil, 1, "srun: error: Invalid numeric value \"abc\" for --ntasks.\n", 0, 0},
+		{map[string]string{"SLURM_NTASKS": "0"}, nil, 1, "srun: error: Invalid numeric value \"0\" for --ntasks.\n", 0, 0},
+		{map[string]string{"SLURM_NTASKS": "-1"}, nil, 1, "srun: error: Invalid numeric value \"-1\" for --ntasks.\n", 0, 0},
+		{map[string]string{"SLURM_NTASKS": ""}, nil, 1, "srun: error: Invalid numeric value \"\" for --ntasks.\n", 0, 0},
+		{map[string]string{"SLURM_NTASKS": "4", "SLURM_NPROCS": "abc"}, nil, 1, "srun: error: Invalid numeric value \"abc\" for --ntasks.\n", 0, 0},
+		// -N2 --ntasks-per-node=2: the job's both, which agree.
+		{map[string]string{"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2"}, nil, 0, "", 4, 2},
+		{map[string]string{"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2"}, []string{"-N1"}, 0, fmt.Sprintf(honor, 2, 4, 1), 4, 0},
+		{map[string]string{"SLURM_NTASKS": "4"}, []string{"--ntasks-per-node=1"}, 0, fmt.Sprintf(honor, 1, 4, 2), 4, 0},
+		{map[string]string{"SLURM_NTASKS": "4"}, []string{"--ntasks-per-node=1", "--quiet"}, 0, "", 4, 0},
+		{map[string]string{"SLURM_NTASKS": "4"}, []string{"-N1", "-n2", "--ntasks-per-node=1"}, 0, fmt.Sprintf(honor, 1, 2, 1), 2, 0},
+		{map[string]string{"SLURM_NTASKS": "4"}, []string{"-n2", "--ntasks-per-node=2"}, 0, "", 2, 2},
+		{map[string]string{"SLURM_NTASKS": "4"}, []string{"-n2", "--ntasks-per-node=1"}, 0, "", 2, 1},
+	} {
+		g := srunGateway(t, 1, 0, 0)
+		env := srunEnv(t, g)
+		env.Environ = mergeMaps(env.Environ, tc.env)
+		code, _, errOut := mainSrun(context.Background(), env, append(tc.args, "true")...)
+		// A step that runs: its tasks' own stderr ("warn N") after srun's.
+		if code != tc.code || (tc.code != 0 && errOut != tc.errOut) || (tc.code == 0 && !strings.HasPrefix(errOut, tc.errOut)) ||
+			(tc.code == 0 && strings.Count(errOut, "srun:") != strings.Count(tc.errOut, "srun:")) {
+			t.Errorf("%v srun %v: exit %d, stderr %q, want %d %q", tc.env, tc.args, code, errOut, tc.code, tc.errOut)
+		}
+		if want := tc.code == 0; (len(stepsCreated(g)) == 1) != want {
+			t.Errorf("%v srun %v: steps created %v, want a step: %v", tc.env, tc.args, stepsCreated(g), want)
+		} else if want && (stepsCreated(g)[0].GetNtasks() != tc.tasks || stepsCreated(g)[0].GetNtasksPerNode() != tc.perNde) {
+			t.Errorf("%v srun %v: step asked -n %d --ntasks-per-node %d, want %d %d", tc.env, tc.args,
+				stepsCreated(g)[0].GetNtasks(), stepsCreated(g)[0].GetNtasksPerNode(), tc.tasks, tc.perNde)
+		}
+	}
+}
