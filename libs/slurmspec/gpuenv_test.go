@@ -10,7 +10,7 @@ import (
 // TestJobGPUEnv: the GPU variables of a job's batch script and salloc
 // shell, each row as Slurm 22.05's sbatch exported them (measured):
 // --gres=gpu:N exports none, and --gpus-per-task stands alone beside the
-// counts Loom derives from it.
+// counts Loom derives from it, a --gpus given (gpus_given) beside it.
 func TestJobGPUEnv(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -23,6 +23,8 @@ func TestJobGPUEnv(t *testing.T) {
 		{"--gpus-per-node=2", &loomv1.Job{GpusPerNode: 2}, map[string]string{"SLURM_GPUS_PER_NODE": "2"}},
 		{"--gres=gpu:2", &loomv1.Job{GpusPerNode: 2, GresGpus: true}, map[string]string{}},
 		{"-n2 --gpus-per-task=1", &loomv1.Job{GpusPerTask: 1, Gpus: 2, GpusPerNode: 2}, map[string]string{"SLURM_GPUS_PER_TASK": "1"}},
+		{"--gpus=4 --gpus-per-task=2", &loomv1.Job{GpusPerTask: 2, Gpus: 4, GpusGiven: true, Ntasks: 2},
+			map[string]string{"SLURM_GPUS": "4", "SLURM_GPUS_PER_TASK": "2"}},
 	} {
 		got := map[string]string{}
 		JobGPUEnv(tc.job, got)

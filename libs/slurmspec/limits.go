@@ -124,15 +124,19 @@ func MulSat(a, b int64) int64 {
 // salloc export it (measured beside it): SLURM_GPUS with --gpus,
 // SLURM_GPUS_PER_NODE with --gpus-per-node but not with --gres=gpu:N
 // (which Loom keeps as the same request: gres_gpus says which was given),
-// and SLURM_GPUS_PER_TASK with --gpus-per-task, which then stands alone
-// (the job's other counts are derived from it, not options given: Slurm's
-// -n2 --gpus-per-task=1 script has SLURM_GPUS_PER_TASK=1 alone, and a
-// SLURM_GPUS there would be every srun's --gpus default besides). The
-// batch script's (the scheduler's) and salloc's shell's (the CLI's) are
-// the one rule: their sruns read them as defaults.
+// and SLURM_GPUS_PER_TASK with --gpus-per-task, beside which only a
+// --gpus given stands (gpus_given; the job's other counts are derived from
+// it, not options given: Slurm's -n2 --gpus-per-task=1 script has
+// SLURM_GPUS_PER_TASK=1 alone, and a SLURM_GPUS there would be every
+// srun's --gpus default besides, while --gpus=4 --gpus-per-task=2 has
+// SLURM_GPUS=4 too). The batch script's (the scheduler's) and salloc's
+// shell's (the CLI's) are the one rule: their sruns read them as defaults.
 func JobGPUEnv(job *loomv1.Job, env map[string]string) {
 	if g := job.GetGpusPerTask(); g > 0 {
 		env["SLURM_GPUS_PER_TASK"] = strconv.Itoa(int(g))
+		if n := job.GetGpus(); n > 0 && job.GetGpusGiven() {
+			env["SLURM_GPUS"] = strconv.Itoa(int(n))
+		}
 		return
 	}
 	if g := job.GetGpus(); g > 0 {

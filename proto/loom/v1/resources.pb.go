@@ -2165,6 +2165,13 @@ type Job struct {
 	GpuType string `protobuf:"bytes,35,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
 	// gpus is the job's total GPU count (--gpus), spread over its nodes.
 	Gpus int32 `protobuf:"varint,36,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	// gpus_given says gpus was asked for as --gpus beside gpus_per_task,
+	// not derived from it (-n2 --gpus-per-task=1 holds gpus 2 too): Slurm's
+	// batch script and salloc shell then have SLURM_GPUS beside
+	// SLURM_GPUS_PER_TASK (measured beside Slurm 22.05: --gpus=4
+	// --gpus-per-task=2 exports both, -n2 --gpus-per-task=1 the second
+	// alone). Without gpus_per_task a gpus is always given, and this unset.
+	GpusGiven bool `protobuf:"varint,93,opt,name=gpus_given,json=gpusGiven,proto3" json:"gpus_given,omitempty"`
 	// gpus_per_task is --gpus-per-task as given (the counts above hold what
 	// it asks for): the job's steps give each task that many GPUs of its own
 	// by default (SLURM_GPUS_PER_TASK), as Slurm's srun does.
@@ -2509,6 +2516,13 @@ func (x *Job) GetGpus() int32 {
 		return x.Gpus
 	}
 	return 0
+}
+
+func (x *Job) GetGpusGiven() bool {
+	if x != nil {
+		return x.GpusGiven
+	}
+	return false
 }
 
 func (x *Job) GetGpusPerTask() int32 {
@@ -5172,7 +5186,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xde\x16\n" +
+	"\tREPLACING\x10\t\"\xfd\x16\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5196,7 +5210,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06mem_mb\x18\" \x01(\x03R\x05memMb\x12#\n" +
 	"\x0emem_per_cpu_mb\x18\\ \x01(\x03R\vmemPerCpuMb\x12\x19\n" +
 	"\bgpu_type\x18# \x01(\tR\agpuType\x12\x12\n" +
-	"\x04gpus\x18$ \x01(\x05R\x04gpus\x12\"\n" +
+	"\x04gpus\x18$ \x01(\x05R\x04gpus\x12\x1d\n" +
+	"\n" +
+	"gpus_given\x18] \x01(\bR\tgpusGiven\x12\"\n" +
 	"\rgpus_per_task\x18P \x01(\x05R\vgpusPerTask\x12 \n" +
 	"\fcpus_per_gpu\x18V \x01(\x05R\n" +
 	"cpusPerGpu\x12,\n" +

@@ -259,7 +259,8 @@ func hangUp(t *testing.T) {
 }
 
 // TestSallocDistribution: salloc -m and the GPU options give its command
-// SLURM_DISTRIBUTION and SLURM_GPUS*; -m gives the distribution as
+// SLURM_DISTRIBUTION and SLURM_GPUS* (SLURM_GPUS beside
+// SLURM_GPUS_PER_TASK only for a --gpus given, Job.gpus_given); -m gives the distribution as
 // Slurm 22.05's salloc does (measured: -N2 -n4 -m plane=2 is
 // SLURM_DISTRIBUTION=plane, SLURM_DIST_PLANESIZE=2), the default of the
 // sruns it runs (srunStepInputVars); without -m neither is set.
@@ -279,6 +280,12 @@ func TestSallocDistribution(t *testing.T) {
 		{[]string{"-N2", "--gres=gpu:2"}, "<unset> <unset>\n"},
 		{[]string{"--gpus=2"}, "<unset> <unset> gpus=2\n"},
 		{[]string{"-N2", "--gpus-per-task=1"}, "<unset> <unset> gpt=1\n"},
+		// A --gpus given stands beside --gpus-per-task (measured: salloc
+		// --gpus=4 --gpus-per-task=2 has both; -n2 --gpus-per-task=1
+		// the second alone, its total derived).
+		{[]string{"--gpus=4", "--gpus-per-task=2"}, "<unset> <unset> gpus=4 gpt=2\n"},
+		{[]string{"--gpus-per-task=2", "--gpus=4"}, "<unset> <unset> gpus=4 gpt=2\n"},
+		{[]string{"-n2", "--gpus-per-task=1"}, "<unset> <unset> gpt=1\n"},
 		// Memory as asked for: --mem a node, --mem-per-cpu per CPU.
 		{[]string{"--mem=2048"}, "<unset> <unset> mpn=2048\n"},
 		{[]string{"-n2", "--mem-per-cpu=512"}, "<unset> <unset> mpc=512\n"},

@@ -1030,6 +1030,7 @@ func (st *sbatchState) gpusPerTask() error {
 	exactNodes := st.nodesSet && (j.MaxNodeCount == 0 || j.MaxNodeCount == j.NodeCount)
 	switch {
 	case j.Gpus > 0:
+		j.GpusGiven = true // exported beside --gpus-per-task (slurmspec.JobGPUEnv)
 		if j.Gpus%g != 0 {
 			return refuse(", --gpus not multiple of --gpus-per-task")
 		}

@@ -71,8 +71,8 @@ func TestParseSbatchOptions(t *testing.T) {
 		// Without -n the tasks come from --gpus, else from an exact -N
 		// (a task a node), as Slurm 22.05 derives them (NumTasks=).
 		{[]string{"-n3", "--gpus-per-task=2"}, &loomv1.Job{Ntasks: 3, Gpus: 6, GpusPerTask: 2}},
-		{[]string{"--gpus=4", "--gpus-per-task=2"}, &loomv1.Job{Ntasks: 2, Gpus: 4, GpusPerTask: 2}},
-		{[]string{"--gpus=4", "--gpus-per-task=2", "-n2"}, &loomv1.Job{Ntasks: 2, Gpus: 4, GpusPerTask: 2}},
+		{[]string{"--gpus=4", "--gpus-per-task=2"}, &loomv1.Job{Ntasks: 2, Gpus: 4, GpusPerTask: 2, GpusGiven: true}},
+		{[]string{"--gpus=4", "--gpus-per-task=2", "-n2"}, &loomv1.Job{Ntasks: 2, Gpus: 4, GpusPerTask: 2, GpusGiven: true}},
 		{[]string{"-N2", "--gpus-per-task=2"}, &loomv1.Job{NodeCount: 2, Ntasks: 2, Gpus: 4, GpusPerTask: 2}},
 		{[]string{"-N1", "--gpus-per-task=2"}, &loomv1.Job{NodeCount: 1, Ntasks: 1, Gpus: 2, GpusPerTask: 2}},
 		{[]string{"-t", "90"}, &loomv1.Job{TimeLimitSeconds: 90 * 60}},

@@ -298,6 +298,10 @@ func TestSrunNoGPUs(t *testing.T) {
 		{map[string]string{"SLURM_GPUS_PER_TASK": "1"}, []string{"--gpus=0"}, true, 1, 0},
 		{map[string]string{"SLURM_GPUS": "2"}, []string{"--gres=none"}, true, 0, 0},
 		{map[string]string{"SLURM_GPUS": "2"}, nil, false, 0, 2},
+		// A --gpus=4 --gpus-per-task=2 job's script has both (Job.gpus_given):
+		// its bare srun's step is Slurm's TresPerStep=cpu:2,gres:gpu:4
+		// TresPerTask=gres:gpu:2 (measured beside 22.05).
+		{map[string]string{"SLURM_GPUS": "4", "SLURM_GPUS_PER_TASK": "2"}, nil, false, 2, 4},
 	} {
 		s := srunStep(t, tc.env, tc.args)
 		if s == nil {

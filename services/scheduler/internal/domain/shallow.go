@@ -41,6 +41,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		MemPerCpuMb:        job.MemPerCpuMb,
 		GpuType:            job.GpuType,
 		Gpus:               job.Gpus,
+		GpusGiven:          job.GpusGiven,
 		GpusPerTask:        job.GpusPerTask,
 		CpusPerGpu:         job.CpusPerGpu,
 		TimeLimitSeconds:   job.TimeLimitSeconds,
