@@ -296,11 +296,28 @@ func blocks(job, r *loomv1.Job) bool {
 // (after the field it names).
 var slurmReasons = []string{msgPolicyViolation, msgInvalidQOS, "Invalid account or account/partition combination specified"}
 
+// msgNodeConfig is the controller's refusal of a job no node of its
+// partition could ever hold (ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE).
+const msgNodeConfig = "Requested node configuration is not available"
+
+// nodeConfigHints are the words Slurm's sbatch says before msgNodeConfig
+// on a submission, which the gateway quotes as its reason for --mem (or
+// --mem-per-cpu) past every node's memory and for more CPUs a node than
+// any has: Slurm 22.05's --test-only says only the controller's
+// (measured: sbatch --test-only --mem=5000 on 4096 MB nodes, -c9 on
+// 8-CPU ones: "allocation failure: Requested node configuration is not
+// available", exit 1).
+var nodeConfigHints = map[string]bool{
+	"Memory specification can not be satisfied": true,
+	"CPU count per node can not be satisfied":   true,
+}
+
 // allocationFailure is Slurm's refusal of a --test-only job, "allocation
 // failure: REASON" (slurm_perror's, no "sbatch: error:"), with the
 // gateway's whole message msg after it on a second line, "sbatch: error:
 // ...", when it says more. REASON is Slurm's words in msg: those it
-// quotes "(Slurm: ...)", or those it starts with, else msg itself.
+// quotes "(Slurm: ...)", or those it starts with, else msg itself; a
+// submission's hint (nodeConfigHints) is the controller's msgNodeConfig.
 func allocationFailure(c *cmd, msg string) *Error {
 	msg = unfielded(msg)
 	reason := msg
@@ -312,6 +329,9 @@ func allocationFailure(c *cmd, msg string) *Error {
 				reason = r
 			}
 		}
+	}
+	if nodeConfigHints[reason] {
+		reason = msgNodeConfig
 	}
 	text := "allocation failure: " + reason
 	if reason != msg {

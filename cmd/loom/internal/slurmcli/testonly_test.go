@@ -56,6 +56,32 @@ func TestSbatchTestOnly(t *testing.T) {
 	}
 }
 
+// TestSbatchTestOnlyNodeTooSmall: --test-only of a job that asks more
+// memory or CPUs a node than any node has says the controller's words
+// alone, as Slurm 22.05's (measured on 4096 MB, 8-CPU nodes: --mem=5000,
+// --mem-per-cpu=5000, -c9 and --ntasks-per-node=9 each "allocation
+// failure: Requested node configuration is not available", exit 1), not
+// the hint a submission prints before them ("Memory specification can not
+// be satisfied"); Loom's reason follows on a second line.
+func TestSbatchTestOnlyNodeTooSmall(t *testing.T) {
+	t.Parallel()
+	for args, msg := range map[string]string{
+		"--mem=5000": "job.mem_mb: 5000 MiB exceeds the 4096 MiB of the largest node in partition debug (Slurm: Memory specification can not be satisfied)",
+		"--mem-per-cpu=5000": "job.mem_per_cpu_mb: 5000 MiB a CPU × 1 CPUs a node exceed the 4096 MiB of the largest node in partition debug " +
+			"(Slurm: Memory specification can not be satisfied)",
+		"-c9": "job.cpus_per_task: 9 CPUs a node (tasks per node × CPUs per task) exceed the 8 of the largest node in partition debug " +
+			"(Slurm: CPU count per node can not be satisfied)",
+	} {
+		f := fixture()
+		f.SubmitErr = status.Error(codes.InvalidArgument, msg)
+		code, out, errOut := run(t, f, "sbatch", Env{}, "--test-only", "-p", "debug", args, "--wrap", "hostname")
+		if want := "allocation failure: Requested node configuration is not available\nsbatch: error: " +
+			strings.TrimPrefix(msg, msg[:strings.Index(msg, ": ")+2]) + "\n"; code != 1 || out != "" || errOut != want {
+			t.Errorf("--test-only %s: %d %q %q, want 1 and %q", args, code, out, errOut, want)
+		}
+	}
+}
+
 // TestSbatchTestOnlyProcessors: the processor count --test-only prints is
 // slurmctld's, as Slurm 22.05 printed it beside Loom (scripts/slurm-local.sh,
 // 16-CPU nodes, CR_Core): --exclusive takes every CPU of the nodes named
