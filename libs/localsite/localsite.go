@@ -30,14 +30,33 @@ import (
 //     grants), on any method but GET and HEAD.
 //
 // The reason quotes what the request said, cleaned for a terminal.
-func Refusal(r *http.Request) string {
+func Refusal(r *http.Request) string { return Names{}.Refusal(r) }
+
+// Names are the host names a port admits in Host besides IP addresses and
+// "localhost". A DNS-rebinding page is served from a name whose answers
+// its author controls, which is the Host its requests carry; a name
+// admitted here must be one that only this machine's own resolver
+// answers, never the public DNS. The zero Names admits none (Refusal).
+type Names struct {
+	// OneLabel admits a name of one label, without a dot ("scheduler"):
+	// /etc/hosts, a container network's DNS or a search domain resolve
+	// those, and a page cannot be served from one without control of that
+	// resolver.
+	OneLabel bool
+	// Exact admits these names, compared case-insensitively (this
+	// machine's host name, the name a port is bound to); "" is ignored.
+	Exact []string
+}
+
+// Refusal is the package's Refusal with the Host rule widened to n.
+func (n Names) Refusal(r *http.Request) string {
 	host := r.Host
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		host = hh
 	}
 	host = strings.Trim(host, "[]")
-	if net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
-		return fmt.Sprintf("Host %q is not an IP address or localhost", termtext.Clean(r.Host, 100))
+	if net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") && !n.admits(host) {
+		return fmt.Sprintf("Host %q is not %s", termtext.Clean(r.Host, 100), n.said())
 	}
 	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
 		return fmt.Sprintf("Origin %q is another site", termtext.Clean(o, 100))
@@ -53,4 +72,34 @@ func Refusal(r *http.Request) string {
 		}
 	}
 	return ""
+}
+
+// admits reports whether n admits the name host.
+func (n Names) admits(host string) bool {
+	if host == "" {
+		return false
+	}
+	if n.OneLabel && !strings.Contains(host, ".") {
+		return true
+	}
+	for _, e := range n.Exact {
+		if e != "" && strings.EqualFold(host, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// said lists what n admits, for a refusal.
+func (n Names) said() string {
+	s := "an IP address"
+	if n.OneLabel {
+		s += ", a name of one label"
+	}
+	for _, e := range n.Exact {
+		if e != "" {
+			s += fmt.Sprintf(", %q", termtext.Clean(e, 100))
+		}
+	}
+	return s + " or localhost"
 }

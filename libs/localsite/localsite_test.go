@@ -37,3 +37,36 @@ func TestRefusal(t *testing.T) {
 		}
 	}
 }
+
+func TestNamesWidenOnlyTheHostRule(t *testing.T) {
+	t.Parallel()
+	n := Names{OneLabel: true, Exact: []string{"node01.cluster.example", ""}}
+	for _, c := range []struct {
+		host, site, says string // says: "" when served
+	}{
+		{"scheduler:9172", "", ""},
+		{"NODE01.cluster.example:9176", "", ""},
+		{"10.0.0.7:9176", "", ""},
+		{"localhost:9176", "", ""},
+		{"rebind.evil.example:9176", "", `Host "rebind.evil.example:9176" is not an IP address, a name of one label, "node01.cluster.example" or localhost`},
+		{"node01.cluster.example.evil.example:9176", "", "is not an IP address"},
+		{":9176", "", "is not an IP address"},
+		{"scheduler:9172", "cross-site", `Sec-Fetch-Site "cross-site"`},
+	} {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		r.Host = c.host
+		if c.site != "" {
+			r.Header.Set("Sec-Fetch-Site", c.site)
+		}
+		got := n.Refusal(r)
+		if (c.says == "") != (got == "") || !strings.Contains(got, c.says) {
+			t.Errorf("Host %q: Refusal = %q, want %q", c.host, got, c.says)
+		}
+	}
+	// The zero Names is Refusal: a one-label name is not admitted there.
+	r := httptest.NewRequest("GET", "/v1/x", nil)
+	r.Host = "scheduler:7080"
+	if got := Refusal(r); !strings.Contains(got, `is not an IP address or localhost`) {
+		t.Errorf("Refusal of a one-label name = %q, want the Host refused", got)
+	}
+}

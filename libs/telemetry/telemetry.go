@@ -36,6 +36,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/localsite"
 )
 
 // EnvOTLPEndpoint names the variable holding the OTLP/gRPC collector address
@@ -247,12 +248,33 @@ func (h traceHandler) WithGroup(name string) slog.Handler {
 const readyTimeout = 2 * time.Second
 
 // Server serves /metrics, /healthz (always 200 while the process runs) and
-// /readyz (200 when ready returns nil, else 503 with the error) on addr.
+// /readyz (200 when ready returns nil, else 503 with the error) on addr, to
+// scrapers only (ScrapeNames): a request that a web page could have made
+// is 403 with the reason.
 type Server struct {
 	addr  string
 	srv   *http.Server
 	mu    sync.Mutex
 	bound string
+}
+
+// ScrapeNames are the Host names, besides IP addresses and localhost, that
+// a Server on addr answers: a name of one label (a container network's
+// "scheduler:9172", as docker-compose's Prometheus scrapes), this machine's
+// host name (what RegisterFileSD advertises for a port on every
+// interface) and the name addr itself binds, if any. Anything else (an
+// FQDN of a domain, "rebind.evil.example:9172") is what a DNS-rebinding
+// page in a browser on a machine that reaches the port would send to read
+// the metrics; localsite.Names says why these names are not.
+func ScrapeNames(addr string) localsite.Names {
+	n := localsite.Names{OneLabel: true}
+	if h, err := os.Hostname(); err == nil {
+		n.Exact = append(n.Exact, h)
+	}
+	if h, _, err := net.SplitHostPort(addr); err == nil && net.ParseIP(h) == nil {
+		n.Exact = append(n.Exact, h)
+	}
+	return n
 }
 
 // NewServer returns an HTTP server for t's metrics on addr ("127.0.0.1:0" picks
@@ -274,7 +296,17 @@ func NewServer(addr string, t *Telemetry, ready func(context.Context) error) *Se
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return &Server{addr: addr, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	// Every path, / and a 404 included: what a page could read here at all
+	// is the point, not which path it asked for.
+	names := ScrapeNames(addr)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if why := names.Refusal(r); why != "" {
+			http.Error(w, "this port answers only scrapers and this machine's clients: "+why, http.StatusForbidden)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	return &Server{addr: addr, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 }
 
 // Start listens and serves in the background.

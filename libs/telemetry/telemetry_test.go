@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -241,4 +242,75 @@ func TestOTLPExport(t *testing.T) {
 	if got := col.spans["exported-span"]; got != "exporter-test" {
 		t.Fatalf("collector got spans %v, want exported-span from exporter-test", col.spans)
 	}
+}
+
+// TestServerRefusesRebindingPages: /metrics, /healthz and /readyz answer a
+// scraper that names the port by IP address, localhost, a one-label name
+// or this machine's host name, and refuse, 403 with the reason, a name of
+// a domain (a DNS-rebinding page's) and another site's page.
+func TestServerRefusesRebindingPages(t *testing.T) {
+	t.Parallel()
+	base := startServer(t, newTelemetry(t, "svc"), nil)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
+	type hostCase struct {
+		host, site string
+		code       int
+	}
+	var cases []hostCase
+	if h, _ := os.Hostname(); h != "" {
+		cases = append(cases, hostCase{h + ":" + port, "", http.StatusOK})
+	}
+	for _, c := range append(cases, []hostCase{
+		{"127.0.0.1:" + port, "", http.StatusOK},
+		{"localhost:" + port, "", http.StatusOK},
+		{"[::1]:" + port, "", http.StatusOK},
+		{"scheduler:" + port, "", http.StatusOK},
+		{"127.0.0.1:" + port, "none", http.StatusOK},
+		{"rebind.evil.example:" + port, "", http.StatusForbidden},
+		{"rebind.evil.example", "same-origin", http.StatusForbidden},
+		{"127.0.0.1:" + port, "cross-site", http.StatusForbidden},
+	}...) {
+		for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+			req, err := http.NewRequest("GET", base+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = c.host
+			if c.site != "" {
+				req.Header.Set("Sec-Fetch-Site", c.site)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("GET %s Host %q: %v", path, c.host, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.code {
+				t.Errorf("GET %s Host %q Sec-Fetch-Site %q: %d %q, want %d", path, c.host, c.site, resp.StatusCode, b, c.code)
+			}
+			if c.code == http.StatusForbidden && (!strings.Contains(string(b), "answers only scrapers") || strings.Contains(string(b), "go_goroutines")) {
+				t.Errorf("GET %s Host %q: refusal %q lacks the reason or carries metrics", path, c.host, b)
+			}
+		}
+	}
+}
+
+func TestScrapeNamesAdmitTheBoundName(t *testing.T) {
+	t.Parallel()
+	r, _ := http.NewRequest("GET", "http://node01.cluster.example:9176/metrics", nil)
+	if why := ScrapeNames("node01.cluster.example:9176").Refusal(r); why != "" {
+		t.Fatalf("a port bound to node01.cluster.example refuses that name: %s", why)
+	}
+	if why := ScrapeNames("127.0.0.1:9176").Refusal(r); why == "" && !strings.EqualFold(mustHostname(t), "node01.cluster.example") {
+		t.Fatal("a port bound to 127.0.0.1 admits the name of a domain")
+	}
+}
+
+func mustHostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil {
+		t.Skip("no host name:", err)
+	}
+	return h
 }
