@@ -140,7 +140,7 @@ func New(cfg Config) (*App, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &App{cfg: cfg, rec: &records{st: cfg.Store, ttl: cfg.DedupeTTL, kept: cfg.Kept, claimTTL: cfg.ClaimTTL,
+	return &App{cfg: cfg, rec: &records{st: cfg.Store, ttl: cfg.DedupeTTL, kept: cfg.Kept, now: cfg.Now, claimTTL: cfg.ClaimTTL,
 		maxProducers: cfg.MaxProducers, maxProjectProducers: cfg.MaxProjectProducers},
 		principals: map[[32]byte]cachedPrincipal{}}, nil
 }

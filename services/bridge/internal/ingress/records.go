@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,10 +59,21 @@ const (
 //	                          "-" is every project's (and those of messages
 //	                          that named none); expires a dedupe TTL after its
 //	                          last message
-//	ingress:producers[:{p}]   set of producer ids (all, and a project's;
-//	                          "ingress:producers:" those of no project)
+//	ingress:producers[:{p}]   sorted set of producer ids (all, and a
+//	                          project's; "ingress:producers:" those of no
+//	                          project) scored by their last message's time
+//	                          (unix ms); members older than the dedupe TTL
+//	                          are dropped whenever the set is recorded in,
+//	                          and the set expires a dedupe TTL after its
+//	                          last message. A plain set (written before
+//	                          producers expired) is turned into one by the
+//	                          first record (recordScript's upgrade)
 //	ingress:producer:{id}     hash: project, source, principal, the counts,
-//	                          first_time, last_time (unix ns), last_reason
+//	                          first_time, last_time (unix ns), last_reason;
+//	                          expires a dedupe TTL after its last message
+//	                          or duplicate, like the recent lists: a
+//	                          producer silent that long is no longer
+//	                          counted against the bounds
 const (
 	keyMsg       = "ingress:msg:"
 	keyRecent    = "ingress:recent:"
@@ -74,6 +86,9 @@ type records struct {
 	st   *store.Store
 	ttl  time.Duration
 	kept int
+	// now is the App's clock: the producers listed are those heard from
+	// within ttl of it.
+	now func() time.Time
 	// maxProducers and maxProjectProducers are the Config's bounds.
 	maxProducers, maxProjectProducers int
 	// claimTTL is a claim's life without renewal (ClaimTTL by default).
@@ -100,10 +115,13 @@ func overflowID(project string) string {
 }
 
 // duplicateScript counts a redelivery of a decided message: KEYS[1] the
-// message's hash; ARGV the producer hash prefix, the time, the
-// credential's tag. Returns 1 when the message was decided (and counted),
-// 0 when not, 2 when a message with its key was decided for another
-// credential (not counted: it is another producer's message).
+// message's hash; ARGV the producer hash prefix, the time (ns), the
+// credential's tag, the producers sets' key, the TTL (ms). A duplicate is
+// its producer's message like any other: it keeps the producer's row (and
+// its places in the sets it already has) alive for another TTL. Returns 1
+// when the message was decided (and counted), 0 when not, 2 when a
+// message with its key was decided for another credential (not counted:
+// it is another producer's message).
 var duplicateScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if (redis.call('HGET', KEYS[1], 'cred') or '') ~= ARGV[3] then return 2 end
@@ -114,6 +132,18 @@ if pid then
   if redis.call('EXISTS', pk) == 1 then
     redis.call('HINCRBY', pk, 'duplicates', 1)
     redis.call('HSET', pk, 'last_time', ARGV[2])
+    redis.call('PEXPIRE', pk, ARGV[5])
+    local ms = math.floor(tonumber(ARGV[2]) / 1e6)
+    local project = redis.call('HGET', pk, 'project') or ''
+    for _, set in ipairs({ARGV[4], ARGV[4] .. ':' .. project}) do
+      if redis.call('TYPE', set).ok == 'zset' then
+        local had = redis.call('ZSCORE', set, pid)
+        if had then
+          if tonumber(had) < ms then redis.call('ZADD', set, ms, pid) end
+          redis.call('PEXPIRE', set, ARGV[5])
+        end
+      end
+    end
   end
 end
 return 1
@@ -130,7 +160,7 @@ const (
 // the credential tagged tag; see duplicateScript.
 func (r *records) duplicate(ctx context.Context, key, tag string, now time.Time) (int, error) {
 	n, err := duplicateScript.Run(ctx, r.st.Client(), []string{r.st.Key(keyMsg + key)},
-		r.st.Key(keyProducer), now.UnixNano(), tag).Int()
+		r.st.Key(keyProducer), now.UnixNano(), tag, r.st.Key(keyProducers), r.ttl.Milliseconds()).Int()
 	if err != nil {
 		return 0, fmt.Errorf("ingress: dedupe %s: %w", key, err)
 	}
@@ -145,7 +175,9 @@ func (r *records) duplicate(ctx context.Context, key, tag string, now time.Time)
 // project, source, principal, overflow source, key, credential tag, max
 // producers a project, the project's overflow id. A new producer past the
 // project's bound is counted as the project's overflow producer, and one
-// past the bound in all as the overflow producer of no project. A message
+// past the bound in all as the overflow producer of no project; the
+// bounds count the producers heard from within the TTL (older ones are
+// dropped from the sets first; their rows expire on their own). A message
 // already recorded (a concurrent delivery won) is counted as a duplicate
 // instead. Returns 1 when recorded, 0 when it was a duplicate.
 var recordScript = redis.NewScript(`
@@ -154,28 +186,70 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
   return 0
 end
+local nowms = math.floor(tonumber(ARGV[7]) / 1e6)
+local cutoff = nowms - ttl
+-- upgrade: a producers set written before producers expired is a plain
+-- set whose members, and their rows, never went. It becomes the sorted
+-- set by last time, once: a row silent past the TTL goes, the others
+-- expire a TTL after their last message. The set of all turns the sets of
+-- its members' projects over with it, so that no old set is left for want
+-- of a later message of its project.
+local function upgrade(set, all)
+  if redis.call('TYPE', set).ok ~= 'set' then return end
+  local ids = redis.call('SMEMBERS', set)
+  local projects = {}
+  if all then
+    for _, id in ipairs(ids) do
+      local p = redis.call('HGET', KEYS[7] .. id, 'project')
+      if p then projects[p] = true end
+    end
+  end
+  redis.call('DEL', set)
+  for _, id in ipairs(ids) do
+    local ms = math.floor((tonumber(redis.call('HGET', KEYS[7] .. id, 'last_time')) or 0) / 1e6)
+    if ms > cutoff then
+      redis.call('ZADD', set, ms, id)
+      redis.call('PEXPIRE', KEYS[7] .. id, ms + ttl - nowms)
+    else
+      redis.call('DEL', KEYS[7] .. id)
+    end
+  end
+  if redis.call('EXISTS', set) == 1 then redis.call('PEXPIRE', set, ttl) end
+  for p in pairs(projects) do upgrade(KEYS[2] .. ':' .. p, false) end
+end
+upgrade(KEYS[2], true)
+upgrade(KEYS[3], false)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', cutoff)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', cutoff)
 local pid = ARGV[3]
 local project, source, principal = ARGV[10], ARGV[11], ARGV[12]
 local inProject = true
-if redis.call('SISMEMBER', KEYS[2], pid) == 0 then
-  if redis.call('SCARD', KEYS[3]) >= tonumber(ARGV[16]) then
+if not redis.call('ZSCORE', KEYS[2], pid) then
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[16]) then
     pid, source, principal = ARGV[17], ARGV[13], ''
   end
-  if redis.call('SISMEMBER', KEYS[2], pid) == 0 and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+  if not redis.call('ZSCORE', KEYS[2], pid) and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
     pid, source, principal, project, inProject = ARGV[4], ARGV[13], '', '', false
   end
 end
 local pk = KEYS[7] .. pid
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'deliveries', 1, 'producer', pid, 'cred', ARGV[15])
 redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('SADD', KEYS[2], pid)
-if inProject then redis.call('SADD', KEYS[3], pid) end
+-- Deliveries decided out of order keep the later time.
+local sets = {KEYS[2]}
+if inProject then sets[2] = KEYS[3] end
+for _, set in ipairs(sets) do
+  local had = redis.call('ZSCORE', set, pid)
+  if not had or tonumber(had) < nowms then redis.call('ZADD', set, nowms, pid) end
+  redis.call('PEXPIRE', set, ttl)
+end
 if redis.call('EXISTS', pk) == 0 then
   redis.call('HSET', pk, 'project', project, 'source', source, 'principal', principal, 'first_time', ARGV[7])
 end
 redis.call('HINCRBY', pk, 'received', 1)
 redis.call('HINCRBY', pk, ARGV[6], 1)
 redis.call('HSET', pk, 'last_time', ARGV[7])
+redis.call('PEXPIRE', pk, ttl)
 if ARGV[8] ~= '' then redis.call('HSET', pk, 'last_reason', ARGV[8]) end
 local kept = tonumber(ARGV[9])
 local listed = {}
@@ -277,16 +351,23 @@ func (r *records) recent(ctx context.Context, project string) ([]*loomv1.Ingress
 	return out, nil
 }
 
-// producers reads the producers of project ("-": all).
+// producers reads the producers of project ("-": all) heard from within
+// the TTL.
 func (r *records) producers(ctx context.Context, project string) ([]*loomv1.IngressProducer, error) {
 	set := keyProducers
 	if project != allProjects {
 		set += ":" + project
 	}
-	ids, err := r.st.Client().SMembers(ctx, r.st.Key(set)).Result()
+	ids, err := r.st.Client().ZRange(ctx, r.st.Key(set), 0, -1).Result()
+	if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		// A set of before producers expired, not yet upgraded by a record
+		// (recordScript): its stale rows are left out below.
+		ids, err = r.st.Client().SMembers(ctx, r.st.Key(set)).Result()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ingress: read producers: %w", err)
 	}
+	since := r.now().Add(-r.ttl).UnixNano()
 	pipe := r.st.Client().Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	for i, id := range ids {
@@ -302,6 +383,9 @@ func (r *records) producers(ctx context.Context, project string) ([]*loomv1.Ingr
 			continue
 		}
 		n := func(k string) int64 { v, _ := strconv.ParseInt(h[k], 10, 64); return v }
+		if n("last_time") <= since {
+			continue // expired, or about to (the TTL runs on Redis' clock)
+		}
 		ts := func(k string) *timestamppb.Timestamp {
 			v := n(k)
 			if v == 0 || v == math.MinInt64 {
