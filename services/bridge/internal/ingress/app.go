@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	publicv1 "github.com/loom-ml/loom/proto/loom/public/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -429,12 +430,13 @@ func (a *App) principal(ctx context.Context, cred string, creds grpc.CallOption)
 // inProject reports whether p is known to the project (a member, a cluster
 // administrator, or a workload of it): only then is a message filed under
 // the project it names, where its members read it. Anyone may publish, with
-// any credential or none, naming any project.
+// any credential or none, naming any project. WhoAmI keys roles by the
+// project's resource name ("projects/p"); a bare id is taken as well.
 func inProject(p *loomv1.Principal, project string) bool {
 	switch {
 	case p == nil || project == "":
 		return false
-	case p.GetClusterAdmin() || p.GetRoles()[project] != "":
+	case p.GetClusterAdmin() || p.GetRoles()[resname.Project{ID: project}.String()] != "" || p.GetRoles()[project] != "":
 		return true
 	}
 	return strings.HasPrefix(p.GetName(), "jobs/"+project+"/")

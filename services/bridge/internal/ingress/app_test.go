@@ -61,12 +61,14 @@ func credOf(ctx context.Context) string {
 func (g *gateway) WhoAmI(ctx context.Context, _ *loomv1.WhoAmIRequest) (*loomv1.Principal, error) {
 	switch credOf(ctx) {
 	case "loomk_good":
-		return &loomv1.Principal{Name: "users/alice", Roles: map[string]string{"default": "user"}}, nil
+		return &loomv1.Principal{Name: "users/alice", Roles: map[string]string{"projects/default": "user"}}, nil
 	case "loomk_other":
 		// A member who may not submit: refused by the call, in the project.
-		return &loomv1.Principal{Name: "users/mallory", Roles: map[string]string{"default": "viewer"}}, nil
+		// Roles are keyed by the project's resource name, as the gateway's
+		// WhoAmI answers.
+		return &loomv1.Principal{Name: "users/mallory", Roles: map[string]string{"projects/default": "viewer"}}, nil
 	case "loomk_stranger":
-		return &loomv1.Principal{Name: "users/eve", Roles: map[string]string{"elsewhere": "admin"}}, nil
+		return &loomv1.Principal{Name: "users/eve", Roles: map[string]string{"projects/elsewhere": "admin"}}, nil
 	}
 	return nil, status.Error(codes.Unauthenticated, "the API key is not valid")
 }
