@@ -25,9 +25,10 @@ import (
 )
 
 // ResultPublisher publishes one IngressResult event (a public event) for
-// project ("" when the message named none). It returns once the event is
-// stored at its destination; the App retries a failed publish by not
-// acknowledging the message.
+// project, never "": the result of a message filed under no project is
+// withheld (App.Handler). It returns once the event is stored at its
+// destination; the App retries a failed publish by not acknowledging the
+// message.
 type ResultPublisher func(ctx context.Context, project string, ev cloudevent.Event) error
 
 // Retry bounds (defaults of Config's).
@@ -166,6 +167,14 @@ var ErrTransient = errors.New("ingress: not decided yet; deliver again")
 // ended). The dead letter and the IngressResult are at least once: a crash
 // after either and before the record publishes them again (readers dedupe
 // on the result's CloudEvent id, "result-" + key).
+//
+// The IngressResult of a message filed under no project (no credential, or
+// one of no member of the project it names) is withheld: the public
+// stream's every reader would otherwise get what anyone may publish (its
+// id, source and type, and a stranger's principal and failure), in events
+// integrations act on. Its producer is no one a result could be addressed
+// to; the operator has its dead letter, its record under projects/- and
+// loom_bridge_ingress_results_withheld_total.
 func (a *App) Handler(dl cloudevent.DeadLetters) cloudevent.Handler {
 	if dl == nil {
 		panic("ingress: Handler needs its transport's dead letters") // a wiring mistake, found at start
@@ -231,7 +240,15 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 			return fmt.Errorf("%w: dead letter: %v", ErrTransient, err)
 		}
 		a.cfg.Log.Info("ingress message refused", "transport", d.Transport, "source", clip(d.Event.Source),
-			"id", clip(d.Event.ID), "type", clip(d.Event.Type), "outcome", dec.outcome, "code", CodeName(dec.code), "reason", dec.reason)
+			"id", clip(d.Event.ID), "type", clip(d.Event.Type), "outcome", dec.outcome, "code", CodeName(dec.code), "reason", dec.reason,
+			"result_withheld", dec.project == "")
+	} else if dec.project == "" {
+		// Every ingress type's request names its project, so an accepted
+		// call without one is a bug of the bridge's or the API's: said
+		// loudly, and withheld all the same.
+		a.cfg.Log.Warn("ingress message accepted without a project: its result is withheld from the public stream",
+			"transport", d.Transport, "source", clip(d.Event.Source), "id", clip(d.Event.ID), "type", clip(d.Event.Type),
+			"resource", dec.resource)
 	}
 	decidedAt := a.cfg.Now()
 	// What came from the message is made valid UTF-8 before it goes into
@@ -244,13 +261,15 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		Project: dec.project, Principal: dec.principal,
 		ReceivedTime: timestamppb.New(start), DecidedTime: timestamppb.New(decidedAt),
 	}
-	ev, err := ResultEvent(key, res)
-	if err != nil {
-		return err
-	}
-	// At least once, as the dead letter.
-	if err := a.cfg.Results(ctx, dec.project, ev); err != nil {
-		return fmt.Errorf("%w: publish result: %v", ErrTransient, err)
+	if dec.project != "" {
+		ev, err := ResultEvent(key, res)
+		if err != nil {
+			return err
+		}
+		// At least once, as the dead letter.
+		if err := a.cfg.Results(ctx, dec.project, ev); err != nil {
+			return fmt.Errorf("%w: publish result: %v", ErrTransient, err)
+		}
 	}
 	m := &loomv1.IngressMessage{
 		Id: id, Source: source, Type: typ, Project: dec.project, Principal: dec.principal,
@@ -269,6 +288,9 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		return nil
 	}
 	a.metrics.count(d.Transport, dec.outcome, a.cfg.Now().Sub(start))
+	if dec.project == "" {
+		a.metrics.withhold(d.Transport, dec.outcome)
+	}
 	return nil
 }
 

@@ -264,14 +264,17 @@ func TestHandleRefusesAndDeadLetters(t *testing.T) {
 	f := newFixture(t)
 	ctx := testkit.Context(t, 30*time.Second)
 	bad := Delivery("kafka:loom.ingress.v1", record(TypePrefix+"SubmitJob", `{"parent":`, map[string]string{"ce_id": "m-json", "ce_credential": "loomk_good"}))
+	// Only m-perm's key is a member of the project it names: the others
+	// are filed under no project, and their results withheld.
 	cases := []struct {
 		d             cloudevent.Delivery
 		outcome, code string
+		project       string
 	}{
-		{submit("m-cred", "loomk_wrong"), OutcomeRefused, "UNAUTHENTICATED"},
-		{submit("m-perm", "loomk_other"), OutcomeRefused, "PERMISSION_DENIED"},
-		{bad, OutcomeInvalid, "INVALID_ARGUMENT"},
-		{submit("m-stranger", "loomk_stranger"), OutcomeInvalid, "NOT_FOUND"},
+		{submit("m-cred", "loomk_wrong"), OutcomeRefused, "UNAUTHENTICATED", ""},
+		{submit("m-perm", "loomk_other"), OutcomeRefused, "PERMISSION_DENIED", "default"},
+		{bad, OutcomeInvalid, "INVALID_ARGUMENT", ""},
+		{submit("m-stranger", "loomk_stranger"), OutcomeInvalid, "NOT_FOUND", ""},
 	}
 	for i, c := range cases {
 		if err := f.h(ctx, c.d); err != nil {
@@ -283,9 +286,23 @@ func TestHandleRefusesAndDeadLetters(t *testing.T) {
 		if len(f.sink.dead) != i+1 {
 			t.Fatalf("%d dead letters after %d refusals", len(f.sink.dead), i+1)
 		}
-		dl, r := f.sink.dead[i], f.sink.results[i]
-		if dl.code != c.code || dl.reason == "" || r.GetOutcome().String() != c.outcome || r.GetCode() != c.code || r.GetReason() != dl.reason {
-			t.Errorf("%s: dead letter %s %q, result %v; want %s %s", c.d.Event.ID, dl.code, dl.reason, r, c.outcome, c.code)
+		dl := f.sink.dead[i]
+		var r *publicv1.IngressResult
+		for _, res := range f.sink.results {
+			if res.GetMessageId() == c.d.Event.ID {
+				r = res
+			}
+		}
+		if c.project == "" {
+			if r != nil {
+				t.Errorf("%s, of no project: result %v published", c.d.Event.ID, r)
+			}
+			if dl.code != c.code || dl.reason == "" {
+				t.Errorf("%s: dead letter %s %q; want %s", c.d.Event.ID, dl.code, dl.reason, c.code)
+			}
+		} else if dl.code != c.code || dl.reason == "" || r.GetOutcome().String() != c.outcome || r.GetCode() != c.code ||
+			r.GetReason() != dl.reason || r.GetProject() != c.project {
+			t.Errorf("%s: dead letter %s %q, result %v; want %s %s in %s", c.d.Event.ID, dl.code, dl.reason, r, c.outcome, c.code, c.project)
 		}
 		if _, ok := dl.raw.Attributes["ce_credential"]; ok || string(dl.raw.Data) != string(c.d.Raw.Data) || dl.raw.Attributes["ce_id"] != c.d.Event.ID {
 			t.Errorf("%s: dead letter %v: want the message as it came without its credential", c.d.Event.ID, dl.raw.Attributes)
@@ -295,10 +312,7 @@ func TestHandleRefusesAndDeadLetters(t *testing.T) {
 		t.Errorf("%d SubmitJob calls; want 2 (the bad key stops at WhoAmI, bad JSON before any call)", calls)
 	}
 	// A member of another project naming this one: neither its record nor
-	// its result is this project's.
-	if r := f.sink.results[3]; r.GetProject() != "" {
-		t.Errorf("the stranger's result is filed under %q; want none", r.GetProject())
-	}
+	// its result is this project's (checked above: no result at all).
 	msgs, err := f.app.Server().ListIngressMessages(ctx, &loomv1.ListIngressMessagesRequest{Parent: "projects/default", Filter: `outcome = "REFUSED"`})
 	// A message whose credential is no one's is not the project's to see
 	// (anyone may publish naming any project): it is filed under none.
@@ -755,7 +769,9 @@ func TestHandleImpostorCannotPreemptAMessage(t *testing.T) {
 	if calls != 1 || jobs != 1 || ids[0] != RequestID(ScopedKey(Key(real), CredentialTag(real))) {
 		t.Fatalf("%d calls, %d jobs, ids %v: want the real message applied once", calls, jobs, ids)
 	}
-	if len(f.sink.results) != 2 || f.sink.results[0].GetCode() != "UNAUTHENTICATED" || f.sink.results[1].GetOutcome() != publicv1.IngressResult_ACCEPTED {
+	// The impostor's message, with no credential, is filed under no
+	// project: its result is withheld.
+	if len(f.sink.results) != 1 || f.sink.results[0].GetOutcome() != publicv1.IngressResult_ACCEPTED {
 		t.Fatalf("results %v", f.sink.results)
 	}
 	if CredentialTag(real) == "" || CredentialTag(impostor) != "" || strings.Contains(CredentialTag(real), "good") {
@@ -919,5 +935,47 @@ func TestHandleDecidesAfterMaxDeliveriesUncounted(t *testing.T) {
 	if len(f.sink.dead) != 1 || f.sink.dead[0].code != "DEADLINE_EXCEEDED" || len(f.sink.results) != 1 ||
 		f.sink.results[0].GetOutcome() != publicv1.IngressResult_FAILED {
 		t.Fatalf("dead letters %+v, results %v; want one each, FAILED", f.sink.dead, f.sink.results)
+	}
+}
+
+// The result of a message filed under no project (no credential, or one
+// of no member of the project it names) is not published: the public
+// stream's every reader would get what anyone may publish. The operator
+// still has it: its dead letter, its record under projects/-, the count.
+func TestResultsOfNoProjectAreWithheld(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	for _, d := range []cloudevent.Delivery{submit("anon", ""), submit("stranger", "loomk_stranger"), submit("member", "loomk_good")} {
+		for range 2 { // the redelivery is a duplicate: counted once
+			if err := f.h(ctx, d); err != nil {
+				t.Fatalf("Handle %s: %v", d.Event.ID, err)
+			}
+		}
+	}
+	if len(f.sink.results) != 1 || f.sink.results[0].GetMessageId() != "member" || f.sink.results[0].GetProject() != "default" {
+		t.Fatalf("results published %v; want only the member's, under default", f.sink.results)
+	}
+	if len(f.sink.dead) != 2 {
+		t.Fatalf("%d dead letters; want the two messages of no project's", len(f.sink.dead))
+	}
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(`
+# HELP loom_bridge_ingress_results_withheld_total Ingress messages filed under no project (no credential, or one of no member), whose result is not published, by transport and outcome.
+# TYPE loom_bridge_ingress_results_withheld_total counter
+loom_bridge_ingress_results_withheld_total{outcome="INVALID",transport="kafka:loom.ingress.v1"} 1
+loom_bridge_ingress_results_withheld_total{outcome="REFUSED",transport="kafka:loom.ingress.v1"} 1
+`), "loom_bridge_ingress_results_withheld_total"); err != nil {
+		t.Error(err)
+	}
+	msgs, err := f.app.Server().ListIngressMessages(ctx, &loomv1.ListIngressMessagesRequest{Parent: "projects/-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range msgs.GetMessages() {
+		ids = append(ids, m.GetId()+" "+m.GetProject())
+	}
+	if !slices.Equal(ids, []string{"member default", "stranger ", "anon "}) {
+		t.Fatalf("every project's messages, newest first: %q", ids)
 	}
 }

@@ -11,6 +11,7 @@ import (
 type metrics struct {
 	messages *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	withheld *prometheus.CounterVec
 }
 
 // RegisterMetrics registers the ingress's domain row on reg:
@@ -21,7 +22,10 @@ type metrics struct {
 //     INVALID, FAILED, and DUPLICATE for a redelivery of a decided one);
 //   - loom_bridge_ingress_seconds{transport}: how long deciding one
 //     message took, from its delivery to its record (the gateway's call,
-//     the dead letter and the result included).
+//     the dead letter and the result included);
+//   - loom_bridge_ingress_results_withheld_total{transport,outcome}: the
+//     messages filed under no project, whose IngressResult is not
+//     published (App.Handler).
 //
 // Transports are the configured ones, so the labels are bounded.
 func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
@@ -33,8 +37,11 @@ func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 			Help:    "Time to decide one ingress message, from delivery to record, by transport.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}},
 			[]string{"transport"}),
+		withheld: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_bridge_ingress_results_withheld_total",
+			Help: "Ingress messages filed under no project (no credential, or one of no member), whose result is not published, by transport and outcome."},
+			[]string{"transport", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.latency} {
+	for _, c := range []prometheus.Collector{m.messages, m.latency, m.withheld} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -49,4 +56,11 @@ func (m *metrics) count(transport, outcome string, d time.Duration) {
 	}
 	m.messages.WithLabelValues(transport, outcome).Inc()
 	m.latency.WithLabelValues(transport).Observe(d.Seconds())
+}
+
+func (m *metrics) withhold(transport, outcome string) {
+	if m == nil {
+		return
+	}
+	m.withheld.WithLabelValues(transport, outcome).Inc()
 }
