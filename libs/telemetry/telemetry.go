@@ -43,6 +43,11 @@ import (
 // ("host:port", plaintext, or a URL such as "https://collector:4317").
 const EnvOTLPEndpoint = "LOOM_OTLP_ENDPOINT"
 
+// EnvHTTPHosts names the variable listing, comma-separated, further Host
+// names the HTTP ports answer (ScrapeNames): the domain names a site's
+// Prometheus scrapes its targets by ("scheduler.prod.example"). Unset: none.
+const EnvHTTPHosts = "LOOM_HTTP_HOSTS"
+
 // Propagator is the W3C tracecontext propagator Loom uses everywhere.
 var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 
@@ -262,7 +267,8 @@ type Server struct {
 // a Server on addr answers: a name of one label (a container network's
 // "scheduler:9172", as docker-compose's Prometheus scrapes), this machine's
 // host name (what RegisterFileSD advertises for a port on every
-// interface) and the name addr itself binds, if any. Anything else (an
+// interface), the name addr itself binds, if any, and the names an
+// operator lists in LOOM_HTTP_HOSTS (EnvHTTPHosts). Anything else (an
 // FQDN of a domain, "rebind.evil.example:9172") is what a DNS-rebinding
 // page in a browser on a machine that reaches the port would send to read
 // the metrics; localsite.Names says why these names are not.
@@ -273,6 +279,11 @@ func ScrapeNames(addr string) localsite.Names {
 	}
 	if h, _, err := net.SplitHostPort(addr); err == nil && net.ParseIP(h) == nil {
 		n.Exact = append(n.Exact, h)
+	}
+	for _, h := range strings.Split(os.Getenv(EnvHTTPHosts), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			n.Exact = append(n.Exact, h)
+		}
 	}
 	return n
 }

@@ -314,3 +314,21 @@ func mustHostname(t *testing.T) string {
 	}
 	return h
 }
+
+// TestScrapeNamesAdmitTheListedNames: a site whose Prometheus names its
+// targets by domain lists those names in LOOM_HTTP_HOSTS; others stay
+// refused. Not parallel: it sets the process's environment.
+func TestScrapeNamesAdmitTheListedNames(t *testing.T) {
+	t.Setenv(EnvHTTPHosts, " scheduler.prod.example ,, gateway.prod.example")
+	names := ScrapeNames("0.0.0.0:9172")
+	for host, admitted := range map[string]bool{
+		"scheduler.prod.example:9172": true,
+		"GATEWAY.prod.example:9172":   true,
+		"rebind.evil.example:9172":    false,
+	} {
+		r, _ := http.NewRequest("GET", "http://"+host+"/metrics", nil)
+		if why := names.Refusal(r); (why == "") != admitted {
+			t.Errorf("Host %s: refusal %q, want admitted=%v", host, why, admitted)
+		}
+	}
+}
