@@ -78,6 +78,10 @@ type JobSpec struct {
 	Environment map[string]string
 	// Account (-A) and QOS (-q).
 	Account, QOS string
+	// Comment (--comment) is free text Slurm keeps with the job and
+	// reports back (Job.Comment): the backend tags its jobs with it, to
+	// find a job it submitted when its own record of the id was lost.
+	Comment string
 }
 
 // Limits on JobSpec that the client checks before sending.
@@ -112,6 +116,7 @@ type jobProperties struct {
 	Environment      map[string]string `json:"environment"`
 	Account          string            `json:"account,omitempty"`
 	QOS              string            `json:"qos,omitempty"`
+	Comment          string            `json:"comment,omitempty"`
 }
 
 // Validate checks s, naming each bad field and its limit.
@@ -151,7 +156,8 @@ func (s JobSpec) Validate() error {
 		}
 	}
 	for name, v := range map[string]string{"Name": s.Name, "Partition": s.Partition, "WorkingDir": s.WorkingDir,
-		"StandardOutput": s.StandardOutput, "StandardError": s.StandardError, "Account": s.Account, "QOS": s.QOS} {
+		"StandardOutput": s.StandardOutput, "StandardError": s.StandardError, "Account": s.Account, "QOS": s.QOS,
+		"Comment": s.Comment} {
 		if strings.ContainsAny(v, "\n\x00") {
 			bad("JobSpec.%s must be one line without NUL", name)
 		}
@@ -179,7 +185,7 @@ func (c *Client) SubmitJob(ctx context.Context, spec JobSpec) (Submitted, error)
 		Name: spec.Name, Partition: spec.Partition, Nodes: spec.Nodes, Tasks: spec.Tasks,
 		CPUsPerTask: spec.CPUsPerTask, MemoryPerNode: spec.MemoryPerNodeMB,
 		CurrentDirectory: spec.WorkingDir, StandardOutput: spec.StandardOutput, StandardError: spec.StandardError,
-		Environment: spec.Environment, Account: spec.Account, QOS: spec.QOS,
+		Environment: spec.Environment, Account: spec.Account, QOS: spec.QOS, Comment: spec.Comment,
 	}
 	if spec.GPUsPerNode > 0 {
 		p.GPUsPerNode = strconv.Itoa(spec.GPUsPerNode)
@@ -246,6 +252,8 @@ type Job struct {
 	RestartCount    int      `json:"restart_cnt"`
 	DerivedExitCode int      `json:"derived_exit_code"`
 	Flags           []string `json:"flags"`
+	// Comment is the job's --comment (JobSpec.Comment).
+	Comment string `json:"comment"`
 }
 
 // GetJob returns one job (GET job/{id}); an unknown id gives an error

@@ -130,7 +130,7 @@ func TestSubmitSendsWhatSlurmrestdTakes(t *testing.T) {
 	})
 	s, err := c.SubmitJob(context.Background(), JobSpec{Script: "#!/bin/sh\ntrue\n", Name: "n", Nodes: 2, Tasks: 4,
 		CPUsPerTask: 2, GPUsPerNode: 2, MemoryPerNodeMB: 100, TimeLimit: 61 * time.Second, WorkingDir: "/w",
-		Environment: map[string]string{"PATH": "/bin"}, Account: "a", QOS: "q"})
+		Environment: map[string]string{"PATH": "/bin"}, Account: "a", QOS: "q", Comment: "loom:projects/p/jobs/7"})
 	if err != nil || s.JobID != "42" || s.UserMessage != "hi" {
 		t.Fatalf("submit: %+v, %v", s, err)
 	}
@@ -142,7 +142,7 @@ func TestSubmitSendsWhatSlurmrestdTakes(t *testing.T) {
 	job, _ := json.Marshal(got["job"])
 	// nodes an int ([min,max] is ignored), gpus_per_node a plain count
 	// ("gpu:2" fails the job), time_limit in minutes rounded up.
-	want := `{"account":"a","cpus_per_task":2,"current_working_directory":"/w","environment":{"PATH":"/bin"},` +
+	want := `{"account":"a","comment":"loom:projects/p/jobs/7","cpus_per_task":2,"current_working_directory":"/w","environment":{"PATH":"/bin"},` +
 		`"gpus_per_node":"2","memory_per_node":100,"name":"n","nodes":2,"qos":"q","tasks":4,"time_limit":2}`
 	if string(job) != want || got["script"] != "#!/bin/sh\ntrue\n" {
 		t.Errorf("job %s\nwant %s (script %q)", job, want, got["script"])
