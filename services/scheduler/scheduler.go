@@ -23,6 +23,7 @@ import (
 	"github.com/loom-ml/loom/services/scheduler/internal/app"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
 	"github.com/loom-ml/loom/services/scheduler/internal/ports"
+	"github.com/loom-ml/loom/services/scheduler/internal/slurmbackend"
 )
 
 // DefaultMasterAddr is MASTER_ADDR by default: the local provider runs every
@@ -78,8 +79,40 @@ type Config struct {
 	// MinJobAge): see domain.Retention.
 	MinJobAge time.Duration
 
+	// Backend is the scheduler backend (LOOM_SCHEDULER_BACKEND): BackendBuiltin
+	// (the default: this engine, node agents run the steps) or BackendSlurm
+	// (jobs go to a real Slurm through slurmrestd: docs/slurm-backend.md).
+	Backend string
+	// Slurm configures BackendSlurm.
+	Slurm SlurmConfig
+
 	policy, qos string
 	maxInfra    int
+}
+
+// The scheduler backends (-backend).
+const (
+	BackendBuiltin = "builtin"
+	BackendSlurm   = "slurm"
+)
+
+// SlurmConfig is the Slurm backend's configuration (-backend=slurm).
+type SlurmConfig struct {
+	// URL is slurmrestd's base URL (LOOM_SCHEDULER_SLURM_URL).
+	URL string
+	// JWTKey is the path of slurmctld's JWT key, jwt_hs256.key
+	// (LOOM_SCHEDULER_SLURM_JWT_KEY): the backend mints each job owner's
+	// token with it (slurmbackend.Signer says why not scontrol token).
+	JWTKey string
+	// TokenLifespan is how long each minted token lasts
+	// (LOOM_SCHEDULER_SLURM_TOKEN_LIFESPAN; default 10m).
+	TokenLifespan time.Duration
+	// ReadUser is the Slurm user the poll lists every job as
+	// (LOOM_SCHEDULER_SLURM_READ_USER; default root).
+	ReadUser string
+	// Poll is how often Slurm's jobs are read
+	// (LOOM_SCHEDULER_SLURM_POLL; default slurmbackend.DefaultPoll).
+	Poll time.Duration
 }
 
 // RegisterFlags adds the scheduler's flags to fs, defaults from LOOM_* variables.
@@ -131,6 +164,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the gateway; default 1001, at most 4000001)")
 	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("MAX_BATCH", DefaultMaxBatch)),
 		"most waiting events handled as one change: one scheduling pass, one store write (LOOM_SCHEDULER_MAX_BATCH; 1 = one at a time)")
+	fs.StringVar(&c.Backend, "backend", env("BACKEND", BackendBuiltin),
+		"scheduler backend: builtin (this engine; node agents run the steps) or slurm (jobs go to a real Slurm through slurmrestd; docs/slurm-backend.md) (LOOM_SCHEDULER_BACKEND)")
+	fs.StringVar(&c.Slurm.URL, "slurm-url", env("SLURM_URL", ""), "with -backend=slurm: slurmrestd's URL, e.g. http://127.0.0.1:6820 (LOOM_SCHEDULER_SLURM_URL)")
+	fs.StringVar(&c.Slurm.JWTKey, "slurm-jwt-key", env("SLURM_JWT_KEY", ""),
+		"with -backend=slurm: slurmctld's JWT key file (AuthAltParameters=jwt_key), mode 0600; each job owner's token is minted with it (LOOM_SCHEDULER_SLURM_JWT_KEY)")
+	fs.DurationVar(&c.Slurm.TokenLifespan, "slurm-token-lifespan", config.EnvDuration("LOOM_SCHEDULER_SLURM_TOKEN_LIFESPAN", 10*time.Minute),
+		"with -backend=slurm: how long each minted Slurm token lasts, 1m to 24h (LOOM_SCHEDULER_SLURM_TOKEN_LIFESPAN)")
+	fs.StringVar(&c.Slurm.ReadUser, "slurm-read-user", env("SLURM_READ_USER", "root"),
+		"with -backend=slurm: the Slurm user the poll lists every job as; under PrivateData=jobs an operator (LOOM_SCHEDULER_SLURM_READ_USER)")
+	fs.DurationVar(&c.Slurm.Poll, "slurm-poll", config.EnvDuration("LOOM_SCHEDULER_SLURM_POLL", slurmbackend.DefaultPoll),
+		"with -backend=slurm: how often Slurm's jobs are read, 200ms to 1m: a state change shows in Loom at most this late (LOOM_SCHEDULER_SLURM_POLL)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
 		"how often a follower applies the leader's writes from the change log; a reload of every record, when the log cannot, comes no sooner than 10 times the last took (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
 }
@@ -161,6 +205,16 @@ func (c *Config) resolve() error {
 	v.Check(w.Age >= 0 && w.FairShare >= 0 && w.JobSize >= 0 && w.Partition >= 0 && w.QOS >= 0, "weight", "priority weights must not be negative")
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultMaxBatch
+	}
+	v.Check(c.Backend == BackendBuiltin || c.Backend == BackendSlurm, "backend", "want %s or %s, got %q", BackendBuiltin, BackendSlurm, c.Backend)
+	if c.Backend == BackendSlurm {
+		v.Check(c.Slurm.URL != "", "slurm-url", "required with -backend=slurm")
+		v.Check(c.Slurm.JWTKey != "", "slurm-jwt-key", "required with -backend=slurm")
+		v.Check(c.Slurm.Poll >= slurmbackend.MinPoll && c.Slurm.Poll <= slurmbackend.MaxPoll, "slurm-poll",
+			"want %v to %v, got %v", slurmbackend.MinPoll, slurmbackend.MaxPoll, c.Slurm.Poll)
+		v.Check(c.Slurm.TokenLifespan >= time.Minute && c.Slurm.TokenLifespan <= 24*time.Hour, "slurm-token-lifespan",
+			"want 1m to 24h, got %v", c.Slurm.TokenLifespan)
+		v.Check(c.Slurm.ReadUser != "", "slurm-read-user", "required with -backend=slurm")
 	}
 	v.Check(c.MaxBatch >= 1, "max-batch", "want at least 1, got %d", c.MaxBatch)
 	v.Check(c.maxInfra >= 0, "max-infra-restarts", "must not be negative, got %d", c.maxInfra)
@@ -218,6 +272,9 @@ func RunArgs(ctx context.Context, args []string) error {
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.resolve(); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
+	}
+	if cfg.Backend == BackendSlurm {
+		return runSlurm(ctx, cfg)
 	}
 	// Only Loom services (the gateway) call this API: each call carries a
 	// service token.

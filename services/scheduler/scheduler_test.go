@@ -523,3 +523,40 @@ func TestResilienceFlags(t *testing.T) {
 		t.Fatalf("Run with -hang-timeout 169h: %v", err)
 	}
 }
+
+// TestBackendFlag: -backend defaults to builtin; an unknown backend, and
+// the Slurm backend without its settings or with a poll out of bounds,
+// are refused at start, naming each setting.
+func TestBackendFlag(t *testing.T) {
+	t.Parallel()
+	var cfg scheduler.Config
+	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("LOOM_SCHEDULER_BACKEND") == "" && cfg.Backend != scheduler.BackendBuiltin {
+		t.Fatalf("default -backend %q, want builtin", cfg.Backend)
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-backend", "lsf"}, []string{`backend: want builtin or slurm, got "lsf"`}},
+		{[]string{"-backend", "slurm", "-slurm-url", "", "-slurm-jwt-key", ""}, []string{"slurm-url: required", "slurm-jwt-key: required"}},
+		{[]string{"-backend", "slurm", "-slurm-url", "http://x", "-slurm-jwt-key", "/k", "-slurm-poll", "10ms"}, []string{"slurm-poll: want 200ms to 1m0s, got 10ms"}},
+	} {
+		var cfg scheduler.Config
+		fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		err := scheduler.Run(testkit.Context(t, 10*time.Second), cfg)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("Run %v: %v, want it to say %q", c.args, err, w)
+			}
+		}
+	}
+}

@@ -258,6 +258,10 @@ type Options struct {
 	// own (a flag given twice takes its last value): the sim provider's
 	// -sim-* settings, say, or -max-batch.
 	ProvisionerArgs []string
+	// SchedulerArgs are more scheduler flags, given after the stack's own
+	// (e.g. -backend=slurm -slurm-url=... to run jobs on a real Slurm:
+	// docs/slurm-backend.md).
+	SchedulerArgs []string
 	// HealthArgs are more health flags, given after the stack's own (e.g.
 	// -remediation=dry-run, -max-remediating=0.5, -mass-silence=0.5).
 	HealthArgs []string
@@ -689,7 +693,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	s.services = map[string]*service{}
 	for _, svc := range []*service{
 		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: runProvisioner, flags: flagsOf((*provisioner.Config).RegisterFlags)},
-		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: scheduler.RunArgs, flags: flagsOf((*scheduler.Config).RegisterFlags)},
+		{name: "scheduler", addr: a.Scheduler, args: append(common(a.Scheduler, a.SchedulerHTTP), opts.SchedulerArgs...), run: scheduler.RunArgs, flags: flagsOf((*scheduler.Config).RegisterFlags)},
 		{name: "health", addr: a.Health, args: healthArgs, run: health.RunArgs, flags: flagsOf((*health.Config).RegisterFlags)},
 		{name: "registry", addr: a.Registry, args: append(common(a.Registry, a.RegistryHTTP), opts.RegistryArgs...), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
 		{name: "training", addr: a.Training, args: trainingArgs, run: training.RunArgs, flags: flagsOf((*training.Config).RegisterFlags)},

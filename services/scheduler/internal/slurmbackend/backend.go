@@ -1,0 +1,710 @@
+// Package slurmbackend is the scheduler's second backend: instead of
+// placing jobs itself (the built-in engine, package domain), it forwards
+// them to a real Slurm through slurmrestd (libs/slurmrest) and mirrors
+// what Slurm does with them, keeping the scheduler's contracts: the same
+// commands in (loom.job.commands.v1), the same JobChanged out
+// (loom.job.events.v1), the same JobService reads for the gateway. What
+// it does not map yet is refused, naming the feature, never run
+// differently (docs/slurm-backend.md).
+//
+// State is one record per job in Redis (KeyJobs), written only through a
+// store.Driver: the Loom job as it shows, the Slurm job id, and whether a
+// submission was tried. A restart reloads it and goes on polling the jobs
+// it submitted; a job whose submission may have reached Slurm without its
+// id being recorded is found again by its --comment (CommentPrefix).
+package slurmbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmrest"
+	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
+)
+
+// Source is the CloudEvents source of the backend's events: the
+// scheduler's, whichever backend runs.
+const Source = "loom/scheduler"
+
+// KeyJobs is the hash of the backend's job records (under the scheduler's
+// store prefix: scheduler:slurm:jobs), job name → stored.
+const KeyJobs = "slurm:jobs"
+
+// Poll bounds.
+const (
+	// DefaultPoll is how often Slurm's job list is read: a state change
+	// shows in Loom at most this late.
+	DefaultPoll = 2 * time.Second
+	// MinPoll and MaxPoll bound -slurm-poll: each poll is one GET jobs of
+	// every job slurmctld holds (about 2.5 KB each).
+	MinPoll = 200 * time.Millisecond
+	MaxPoll = time.Minute
+)
+
+// ErrNotLeader refuses a command while this instance does not lead (the
+// consumer retries it).
+var ErrNotLeader = errors.New("not the scheduler leader")
+
+// Config is what the backend needs.
+type Config struct {
+	// URL is slurmrestd's base URL ("http://127.0.0.1:6820").
+	URL string
+	// Signer mints each job owner's token.
+	Signer *Signer
+	// ReadUser is the Slurm user the poll lists jobs as (it must see
+	// every user's jobs: with PrivateData=jobs, an operator).
+	ReadUser string
+	// Poll is how often Slurm's jobs are read (DefaultPoll when 0).
+	Poll time.Duration
+	// MinJobAge is how long an ended job is kept after its end (the
+	// scheduler's -min-job-age; 5 minutes when 0): then the gateway's
+	// history, which took the final JobChanged, answers for it.
+	MinJobAge time.Duration
+}
+
+// record is one job: the Loom job as GetJob shows it, Slurm's id once it
+// has one, and whether a submission was tried (the job may be in Slurm
+// though no id was recorded: a crash between the two).
+type record struct {
+	job     *loomv1.Job
+	slurmID string
+	tried   bool
+}
+
+func (r *record) clone() *record {
+	return &record{job: proto.Clone(r.job).(*loomv1.Job), slurmID: r.slurmID, tried: r.tried}
+}
+
+// Backend is the Slurm backend's state and the one path that changes it.
+// Writers (Handle, Poll) take turns under work; reads take mu.
+type Backend struct {
+	cfg Config
+	drv *store.Driver
+	now func() time.Time
+	log *slog.Logger
+
+	work sync.Mutex
+	mu   sync.RWMutex
+	jobs map[string]*record
+
+	// Leadership (under work): as the built-in engine's (app.App), every
+	// write of a leader carries its term's fence.
+	leading, fenced bool
+	token           string
+	seq             uint64
+	onFenced        func()
+}
+
+// New returns a backend over st; Lead (or Start, unfenced) loads it.
+func New(st *store.Store, cfg Config, now func() time.Time, log *slog.Logger) (*Backend, error) {
+	if cfg.Poll == 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.MinJobAge <= 0 {
+		cfg.MinJobAge = 5 * time.Minute
+	}
+	var v errs.Validator
+	v.Check(strings.HasPrefix(cfg.URL, "http://") || strings.HasPrefix(cfg.URL, "https://"), "slurm-url",
+		"want slurmrestd's http(s):// URL, got %q", cfg.URL)
+	v.Check(cfg.Signer != nil, "slurm-jwt-key", "required with -backend=slurm")
+	v.Check(cfg.ReadUser != "", "slurm-read-user", "required with -backend=slurm")
+	v.Check(cfg.Poll >= MinPoll && cfg.Poll <= MaxPoll, "slurm-poll", "want %v to %v, got %v", MinPoll, MaxPoll, cfg.Poll)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	b := &Backend{cfg: cfg, now: now, log: log, jobs: map[string]*record{}}
+	b.drv = store.NewDriver(st, b.reload)
+	return b, nil
+}
+
+// client is a slurmrestd client acting as Slurm user user.
+func (b *Backend) client(user string) (*slurmrest.Client, error) {
+	tok, err := b.cfg.Signer.Token(user)
+	if err != nil {
+		return nil, err
+	}
+	return slurmrest.New(b.cfg.URL, user, tok)
+}
+
+// Start loads the records and leads without a fence (one instance, tests).
+func (b *Backend) Start(ctx context.Context) error {
+	b.work.Lock()
+	defer b.work.Unlock()
+	b.leading, b.fenced = true, false
+	return b.reload(ctx)
+}
+
+// Lead makes this instance the leader for the lease term token: it
+// reloads every record and fences each write with token from then on;
+// onFenced is called when a write finds a later term has taken over.
+func (b *Backend) Lead(ctx context.Context, token string, onFenced func()) error {
+	b.work.Lock()
+	defer b.work.Unlock()
+	if err := b.reload(ctx); err != nil {
+		return err
+	}
+	b.leading, b.fenced, b.token, b.seq, b.onFenced = true, true, token, 0, onFenced
+	b.log.Info("leading (slurm backend)", "term", token, "jobs", len(b.jobs))
+	return nil
+}
+
+// StepDown stops this instance from writing; it keeps serving reads.
+func (b *Backend) StepDown() {
+	b.work.Lock()
+	defer b.work.Unlock()
+	b.leading, b.onFenced = false, nil
+}
+
+// Refresh reloads a follower's memory from Redis (a leader's is current).
+func (b *Backend) Refresh(ctx context.Context) error {
+	b.work.Lock()
+	defer b.work.Unlock()
+	if b.leading {
+		return nil
+	}
+	return b.reload(ctx)
+}
+
+// reload replaces memory with every stored record.
+func (b *Backend) reload(ctx context.Context) error {
+	raw, err := b.drv.Store().HGetAll(ctx, KeyJobs)
+	if err != nil {
+		return fmt.Errorf("slurm backend: load: %w", err)
+	}
+	jobs := make(map[string]*record, len(raw))
+	for name, v := range raw {
+		r, err := decode(v)
+		if err != nil {
+			return fmt.Errorf("slurm backend: load %s: %w", name, err)
+		}
+		jobs[name] = r
+	}
+	b.mu.Lock()
+	b.jobs = jobs
+	b.mu.Unlock()
+	return nil
+}
+
+// write stores recs and emits a JobChanged for each job in changed (the
+// job as it is now; a final state carries its run), with the inbox mark
+// inboxID ("" for none), and then commits recs to memory.
+func (b *Backend) write(ctx context.Context, inboxID string, recs []*record, changed []*record) (bool, error) {
+	return b.writeDrop(ctx, inboxID, recs, changed, nil)
+}
+
+// writeDrop is write that also deletes the records named in drop.
+func (b *Backend) writeDrop(ctx context.Context, inboxID string, recs, changed []*record, drop []string) (bool, error) {
+	if len(recs) == 0 && len(drop) == 0 {
+		return true, nil
+	}
+	tx := &store.Tx{}
+	if b.fenced {
+		b.seq++
+		adapters.Fence(tx, b.token, b.seq)
+	}
+	for _, r := range recs {
+		v, err := encode(r)
+		if err != nil {
+			return false, err
+		}
+		tx.HSet(KeyJobs, r.job.GetName(), v)
+	}
+	for _, name := range drop {
+		tx.HDel(KeyJobs, name)
+	}
+	for _, r := range changed {
+		j := proto.Clone(r.job).(*loomv1.Job)
+		if j.GetState().Terminal() {
+			j.Runs = []*loomv1.JobRun{run(j)}
+		}
+		ev, err := envelope.Route(j.GetCluster(), Source, &eventsv1.JobChanged{Job: j, Attempt: 1})
+		if err != nil {
+			return false, err
+		}
+		ev.Subject = j.GetName()
+		tx.Emit(ev)
+	}
+	applied, err := b.drv.Apply(ctx, inboxID, tx, func() {
+		b.mu.Lock()
+		for _, r := range recs {
+			b.jobs[r.job.GetName()] = r
+		}
+		for _, name := range drop {
+			delete(b.jobs, name)
+		}
+		b.mu.Unlock()
+	})
+	if err != nil && adapters.IsFenced(err) {
+		b.log.Warn("a later leader took over; stepping down", "term", b.token)
+		b.leading = false
+		if b.onFenced != nil {
+			b.onFenced()
+		}
+	}
+	return applied, err
+}
+
+// refuse is a command this backend does not carry out: dead-lettered at
+// once (retrying cannot help), naming what and the backend.
+func refuse(ev envelope.Event, what string) error {
+	return bus.Permanent(fmt.Errorf("event %s (%s): %s: %w", ev.ID, ev.Type, refusal(what), errs.FailedPrecondition))
+}
+
+// Handle applies one command (bus.Handler). SubmitJob and CancelJob are
+// carried out; the other commands are refused (refuse); other events are
+// ignored.
+func (b *Backend) Handle(ctx context.Context, ev envelope.Event) error {
+	b.work.Lock()
+	defer b.work.Unlock()
+	if !b.leading {
+		return fmt.Errorf("event %s: %w", ev.ID, ErrNotLeader)
+	}
+	if err := b.drv.Ready(ctx); err != nil {
+		return err
+	}
+	switch p := ev.Payload.(type) {
+	case *eventsv1.SubmitJob:
+		return b.submit(ctx, ev, p.GetJob())
+	case *eventsv1.CancelJob:
+		return b.cancel(ctx, ev, p)
+	case *eventsv1.UpdateJob:
+		return refuse(ev, "scontrol hold/release/requeue/update (UpdateJob "+p.GetAction()+")")
+	case *eventsv1.CreateJobStep:
+		return refuse(ev, "job steps from outside the job (srun --jobid, salloc)")
+	case *eventsv1.CancelJobStep:
+		return refuse(ev, "cancelling a job step (scancel JOB.STEP)")
+	case *eventsv1.UpdateSlurmNode:
+		return refuse(ev, "draining and resuming nodes (scontrol update node)")
+	case *eventsv1.AssociationChanged, *eventsv1.AccountChanged:
+		return refuse(ev, "associations and accounts (sacctmgr): configure them in Slurm's own accounting")
+	}
+	return nil
+}
+
+// submit records a new job and submits it to Slurm as its owner. A job
+// that cannot be mapped ends FAILED at once, its reason naming why.
+func (b *Backend) submit(ctx context.Context, ev envelope.Event, j *loomv1.Job) error {
+	var v errs.Validator
+	v.Check(j.GetName() != "", "job.name", "required")
+	v.Check(j.GetCluster() != "", "job.cluster", "required")
+	if err := v.Err(); err != nil {
+		return bus.Permanent(fmt.Errorf("event %s (SubmitJob): %w", ev.ID, err))
+	}
+	b.mu.RLock()
+	_, known := b.jobs[j.GetName()]
+	b.mu.RUnlock()
+	if known {
+		return nil // submitted before (another command naming it, or a redelivery past the inbox)
+	}
+	now := b.now()
+	r := &record{job: proto.Clone(j).(*loomv1.Job)}
+	r.job.State, r.job.StateReason = loomv1.JobState_PENDING, ""
+	if r.job.SubmitTime == nil {
+		r.job.SubmitTime = timestamppb.New(now)
+	}
+	spec, problem := jobSpec(r.job)
+	if problem == "" && j.GetUser() == "" {
+		problem = Name + " runs every job as its owner in Slurm: this one has none"
+	}
+	if problem != "" {
+		fail(r.job, problem, now)
+		_, err := b.write(ctx, ev.ID, []*record{r}, []*record{r})
+		return err
+	}
+	r.job.OutputPath, r.job.ErrorPath = spec.StandardOutput, spec.StandardError
+	r.job.Placement = "submitting to Slurm"
+	// Marked tried before it is: a crash between the submission and the
+	// write of its id leaves a record that says to look for the job in
+	// Slurm (by its comment) before submitting it again.
+	r.tried = true
+	applied, err := b.write(ctx, ev.ID, []*record{r}, []*record{r})
+	if err != nil || !applied {
+		return err
+	}
+	next := r.clone()
+	if b.sendToSlurm(ctx, next, spec) {
+		_, err = b.write(ctx, "", []*record{next}, changedIf(next, r))
+	}
+	return err
+}
+
+// changedIf is []*record{next} when its job shows differently from prev's.
+func changedIf(next, prev *record) []*record {
+	if proto.Equal(next.job, prev.job) {
+		return nil
+	}
+	return []*record{next}
+}
+
+// fail ends job FAILED with reason.
+func fail(job *loomv1.Job, reason string, now time.Time) {
+	job.State, job.StateReason, job.EndTime = loomv1.JobState_FAILED, reason, timestamppb.New(now)
+	job.Placement = ""
+}
+
+// sendToSlurm submits r's job (spec) as its owner and records the outcome
+// in r: the Slurm id, or FAILED with Slurm's refusal. An error that may
+// pass (slurmrestd unreachable) leaves r as it was: the poll tries again.
+// It reports whether r changed.
+func (b *Backend) sendToSlurm(ctx context.Context, r *record, spec slurmrest.JobSpec) bool {
+	c, err := b.client(r.job.GetUser())
+	if err == nil {
+		var sub slurmrest.Submitted
+		if sub, err = c.SubmitJob(ctx, spec); err == nil {
+			r.slurmID = sub.JobID
+			r.job.Placement = slurmID(sub.JobID)
+			b.log.Info("submitted to Slurm", "job", r.job.GetName(), "slurm_job", sub.JobID, "user", r.job.GetUser())
+			return true
+		}
+	}
+	if refused(err) {
+		fail(r.job, "Slurm refused the job: "+err.Error(), b.now())
+		return true
+	}
+	b.log.Warn("submission to Slurm failed; the next poll retries", "job", r.job.GetName(), "err", err)
+	return false
+}
+
+// refused reports whether err is Slurm's answer about the request itself
+// (an error number other than -1, which a bad token or a slurmctld outage
+// gives): sending it again gets the same answer.
+func refused(err error) bool {
+	var se *slurmrest.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	for _, e := range se.Slurm {
+		if e.Number > 0 || e.Code > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// cancel cancels (or, with a signal, signals) a job in Slurm as its owner.
+// The state change comes with the next poll, as Slurm reports it.
+func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.CancelJob) error {
+	switch {
+	case p.GetBatch() || p.GetFull():
+		return refuse(ev, "signalling the batch shell or the whole job alone (scancel --batch/--full)")
+	case p.ExitCode != nil:
+		return refuse(ev, "ending an allocation with an exit code (srun/salloc)")
+	}
+	b.mu.RLock()
+	cur := b.jobs[p.GetJob()]
+	b.mu.RUnlock()
+	if cur == nil || cur.job.GetState().Terminal() {
+		return nil
+	}
+	user := p.GetUser()
+	if u, ok := strings.CutPrefix(ev.Principal, "users/"); ok && u != "" {
+		user = u
+	}
+	owner := cur.job.GetUser()
+	if user != "" && user != owner && !p.GetAdmin() && p.GetOnBehalfOf() != owner {
+		b.log.Warn("cancel ignored: the user neither owns the job nor administers it", "job", p.GetJob(), "user", user)
+		return nil
+	}
+	id := cur.slurmID
+	if id == "" && cur.tried {
+		// It may be in Slurm under its comment (a crash after the submit).
+		if found, err := b.findByComment(ctx, cur.job.GetName()); err != nil {
+			return err
+		} else if found != nil {
+			id = fmt.Sprint(found.JobID)
+		}
+	}
+	if id == "" {
+		if p.GetSignal() != "" {
+			return nil // Job is pending execution: nothing to signal
+		}
+		next := cur.clone()
+		next.job.State, next.job.StateReason, next.job.EndTime = loomv1.JobState_CANCELLED, "", timestamppb.New(b.now())
+		next.job.Placement = ""
+		_, err := b.write(ctx, ev.ID, []*record{next}, []*record{next})
+		return err
+	}
+	c, err := b.client(owner)
+	if err != nil {
+		return err
+	}
+	err = c.CancelJob(ctx, id, p.GetSignal())
+	switch {
+	case err == nil, errors.Is(err, slurmrest.ErrNotFound):
+		return nil
+	case strings.Contains(err.Error(), "already completing or completed"):
+		return nil
+	case refused(err):
+		return bus.Permanent(fmt.Errorf("event %s (CancelJob %s): %w", ev.ID, p.GetJob(), err))
+	}
+	return err
+}
+
+// findByComment returns the Slurm job tagged with Loom job name's
+// comment, nil when there is none.
+func (b *Backend) findByComment(ctx context.Context, name string) (*slurmrest.Job, error) {
+	c, err := b.client(b.cfg.ReadUser)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := c.ListJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range jobs {
+		if jobs[i].Comment == CommentPrefix+name {
+			return &jobs[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// RunPoll polls every cfg.Poll until ctx ends; a failed poll is logged and
+// the next one tries again.
+func (b *Backend) RunPoll(ctx context.Context) error {
+	t := time.NewTicker(b.cfg.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := b.Poll(ctx); err != nil && ctx.Err() == nil {
+			b.log.Warn("slurm poll failed", "err", err)
+		}
+	}
+}
+
+// Poll reads Slurm's jobs once (GET jobs, as ReadUser) and brings every
+// active job to what Slurm says: a state change is written with its
+// JobChanged. A job not yet in Slurm is found by its comment (adopted) or
+// submitted again; one Slurm no longer knows ends FAILED, saying so
+// (without slurmdbd its end cannot be read any more).
+func (b *Backend) Poll(ctx context.Context) error {
+	b.work.Lock()
+	defer b.work.Unlock()
+	if !b.leading {
+		return nil
+	}
+	if err := b.drv.Ready(ctx); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	var active []*record
+	var expired []string
+	horizon := b.now().Add(-b.cfg.MinJobAge)
+	for name, r := range b.jobs {
+		switch {
+		case !r.job.GetState().Terminal():
+			active = append(active, r)
+		case r.job.GetEndTime().AsTime().Before(horizon): // every ended record has an end time
+			expired = append(expired, name)
+		}
+	}
+	b.mu.RUnlock()
+	if len(expired) > 0 {
+		// Retention, as the built-in engine's: past MinJobAge the
+		// gateway's history answers for an ended job.
+		if _, err := b.writeDrop(ctx, "", nil, nil, expired); err != nil {
+			return err
+		}
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	slices.SortFunc(active, func(x, y *record) int { return views.KeyOf(x.job).Compare(views.KeyOf(y.job)) })
+	c, err := b.client(b.cfg.ReadUser)
+	if err != nil {
+		return err
+	}
+	list, err := c.ListJobs(ctx)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]slurmrest.Job, len(list))
+	byComment := map[string]slurmrest.Job{}
+	for _, sj := range list {
+		byID[fmt.Sprint(sj.JobID)] = sj
+		if strings.HasPrefix(sj.Comment, CommentPrefix) {
+			byComment[sj.Comment] = sj
+		}
+	}
+	var recs, changed []*record
+	for _, cur := range active {
+		next := cur.clone()
+		if next.slurmID == "" {
+			if sj, ok := byComment[CommentPrefix+next.job.GetName()]; ok && next.tried {
+				next.slurmID = fmt.Sprint(sj.JobID)
+				next.job.Placement = slurmID(next.slurmID)
+				b.log.Info("adopted a Slurm job submitted before a restart", "job", next.job.GetName(), "slurm_job", next.slurmID)
+				observe(next.job, sj)
+			} else {
+				spec, problem := jobSpec(next.job)
+				if problem != "" {
+					fail(next.job, problem, b.now())
+				} else {
+					next.tried = true
+					b.sendToSlurm(ctx, next, spec)
+				}
+			}
+		} else if sj, ok := byID[next.slurmID]; ok {
+			observe(next.job, sj)
+		} else if _, err := c.GetJob(ctx, next.slurmID); errors.Is(err, slurmrest.ErrNotFound) {
+			fail(next.job, fmt.Sprintf("Slurm no longer knows job %s and its end was not seen (it was purged after MinJobAge while the scheduler was away; reading it back needs slurmdbd)", next.slurmID), b.now())
+		}
+		if next.job.GetState().Terminal() && next.job.GetEndTime() == nil {
+			// Slurm said no end time: the end is when it was seen,
+			// which retention counts from.
+			next.job.EndTime = timestamppb.New(b.now())
+		}
+		if next.slurmID != cur.slurmID || next.tried != cur.tried || !proto.Equal(next.job, cur.job) {
+			recs = append(recs, next)
+			changed = append(changed, changedIf(next, cur)...)
+		}
+	}
+	_, err = b.write(ctx, "", recs, changed)
+	return err
+}
+
+// GetJob returns the job named name as the read API serves it.
+func (b *Backend) GetJob(name string) (*loomv1.Job, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	r := b.jobs[name]
+	if r == nil {
+		return nil, fmt.Errorf("job %s: %w", name, errs.NotFound)
+	}
+	return view(r), nil
+}
+
+// view is r's job as GetJob serves it: a copy, with its one run.
+func view(r *record) *loomv1.Job {
+	j := proto.Clone(r.job).(*loomv1.Job)
+	if j.GetState() != loomv1.JobState_PENDING || j.GetStartTime() != nil {
+		j.Runs = []*loomv1.JobRun{run(j)}
+	}
+	return j
+}
+
+// ListJobs returns one page of the jobs f selects (views.ListPage).
+func (b *Backend) ListJobs(f views.JobFilter, after string, size int) ([]*loomv1.Job, string) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return views.ListPage(source{b.jobs}, f, after, size, b.now())
+}
+
+// unimplemented is the read API's answer for what this backend does not
+// serve.
+func unimplemented(what string) error {
+	return status.Errorf(codes.Unimplemented, "%s", refusal(what))
+}
+
+// ListPartitions, ListSlurmNodes and ListShares (ports.Jobs): the backend
+// keeps none; SlurmServer answers those RPCs Unimplemented instead.
+func (b *Backend) ListPartitions(string) []*loomv1.Partition { return nil }
+
+// ListSlurmNodes: see ListPartitions.
+func (b *Backend) ListSlurmNodes(string) []*loomv1.SlurmNode { return nil }
+
+// ListShares: see ListPartitions.
+func (b *Backend) ListShares(string) []*loomv1.Share { return nil }
+
+// SlurmServer is loom.v1.SlurmService under this backend: sinfo's
+// partitions and nodes and sshare's shares are not mapped yet (Slurm's own
+// sinfo and sshare show them), so each answers Unimplemented naming the
+// backend rather than NotFound, which would say the cluster is unknown.
+type SlurmServer struct {
+	loomv1.UnimplementedSlurmServiceServer
+}
+
+// ListPartitions answers Unimplemented.
+func (SlurmServer) ListPartitions(context.Context, *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
+	return nil, unimplemented("partitions (sinfo, scontrol show partition)")
+}
+
+// ListSlurmNodes answers Unimplemented.
+func (SlurmServer) ListSlurmNodes(context.Context, *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
+	return nil, unimplemented("Slurm nodes (sinfo -N, scontrol show node)")
+}
+
+// ListShares answers Unimplemented.
+func (SlurmServer) ListShares(context.Context, *loomv1.ListSharesRequest) (*loomv1.ListSharesResponse, error) {
+	return nil, unimplemented("fair-share standing (sshare)")
+}
+
+// ListJobSteps and GetJobStep: Unimplemented (slurmrestd 22.05 has no step
+// endpoints).
+func (b *Backend) ListJobSteps(string, int32) ([]*loomv1.JobStep, error) {
+	return nil, unimplemented("job steps (sacct's steps, sstat, scontrol show step)")
+}
+
+// GetJobStep: see ListJobSteps.
+func (b *Backend) GetJobStep(string, int32) (*loomv1.JobStep, error) {
+	return nil, unimplemented("job steps (sacct's steps, sstat, scontrol show step)")
+}
+
+// source is the records as views.JobSource reads them.
+type source struct{ jobs map[string]*record }
+
+func (s source) ResolveJobName(name string) string { return name }
+
+func (s source) EachJob(fn func(j *loomv1.Job)) {
+	for _, r := range s.jobs {
+		fn(r.job)
+	}
+}
+
+// ProjectJobs sorts the project's jobs at each call: the backend keeps no
+// list index (as the built-in engine's B-trees); its jobs are those Slurm
+// runs now, not a history.
+func (s source) ProjectJobs(project string, active bool, after views.ListKey, first, desc bool, fn func(j *loomv1.Job) bool) {
+	prefix := project + "/jobs/"
+	var js []*loomv1.Job
+	for name, r := range s.jobs {
+		if strings.HasPrefix(name, prefix) && (!active || !r.job.GetState().Terminal()) {
+			js = append(js, r.job)
+		}
+	}
+	slices.SortFunc(js, func(x, y *loomv1.Job) int { return views.KeyOf(x).Compare(views.KeyOf(y)) })
+	if desc {
+		slices.Reverse(js)
+	}
+	for _, j := range js {
+		k := views.KeyOf(j)
+		if !first && ((!desc && !after.Less(k)) || (desc && !k.Less(after))) {
+			continue
+		}
+		if !fn(j) {
+			return
+		}
+	}
+}
+
+func (s source) JobViewer(time.Time) func(name string) *loomv1.Job {
+	return func(name string) *loomv1.Job {
+		r := s.jobs[name]
+		if r == nil {
+			return nil
+		}
+		return view(r)
+	}
+}

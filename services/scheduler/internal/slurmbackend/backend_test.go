@@ -1,0 +1,427 @@
+package slurmbackend
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// fakeSlurm is slurmrestd as far as the backend uses it: submit, list,
+// cancel. It checks every request's token against the key and records
+// who made each.
+type fakeSlurm struct {
+	t  *testing.T
+	mu sync.Mutex
+	// down answers every request 503 (slurmrestd unreachable).
+	down      bool
+	next      int64
+	jobs      map[int64]map[string]any
+	submits   []map[string]any
+	submitter []string
+	cancels   []string
+}
+
+func (f *fakeSlurm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	user := r.Header.Get("X-SLURM-USER-NAME")
+	if sun := tokenUser(f.t, r.Header.Get("X-SLURM-USER-TOKEN")); sun != user {
+		f.t.Errorf("%s %s: token for %q sent as user %q", r.Method, r.URL.Path, sun, user)
+	}
+	path := strings.TrimPrefix(r.URL.Path, "/slurm/v0.0.38/")
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.Method == "POST" && path == "job/submit":
+		var body struct {
+			Job map[string]any `json:"job"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(b, &body); err != nil {
+			f.t.Errorf("submit body: %v", err)
+		}
+		if body.Job["partition"] == "nope" {
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, `{"errors":[{"error_number":2009,"error":"Invalid partition name specified"}]}`)
+			return
+		}
+		f.next++
+		f.submits, f.submitter = append(f.submits, body.Job), append(f.submitter, user)
+		f.jobs[f.next] = map[string]any{"job_id": f.next, "job_state": "PENDING", "state_reason": "None", "comment": body.Job["comment"]}
+		_ = json.NewEncoder(w).Encode(map[string]any{"job_id": f.next})
+	case r.Method == "GET" && path == "jobs":
+		var list []map[string]any
+		for _, j := range f.jobs {
+			list = append(list, j)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"jobs": list})
+	case r.Method == "GET" && strings.HasPrefix(path, "job/"):
+		w.WriteHeader(500)
+		_, _ = io.WriteString(w, `{"errors":[{"error_number":2017,"error":"Invalid job id specified"}]}`)
+	case r.Method == "DELETE" && strings.HasPrefix(path, "job/"):
+		f.cancels = append(f.cancels, user+" "+strings.TrimPrefix(path, "job/")+" "+r.URL.Query().Get("signal"))
+		_, _ = io.WriteString(w, `{}`)
+	default:
+		f.t.Errorf("unexpected %s %s", r.Method, r.URL)
+		http.NotFound(w, r)
+	}
+}
+
+func (f *fakeSlurm) set(id int64, kv map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, v := range kv {
+		f.jobs[id][k] = v
+	}
+}
+
+// tokenUser checks tok's HS256 signature with testKey and returns its "sun".
+func tokenUser(t *testing.T, tok string) string {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		t.Errorf("token %q is not a JWT", tok)
+		return ""
+	}
+	mac := hmac.New(sha256.New, testKey)
+	mac.Write([]byte(parts[0] + "." + parts[1]))
+	if got := base64.RawURLEncoding.EncodeToString(mac.Sum(nil)); got != parts[2] {
+		t.Errorf("token signature does not verify with the key")
+	}
+	b, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	var c struct {
+		Sun      string
+		Exp, Iat int64
+	}
+	_ = json.Unmarshal(b, &c)
+	if c.Exp <= c.Iat {
+		t.Errorf("token claims %s: exp not after iat", b)
+	}
+	return c.Sun
+}
+
+type rig struct {
+	fake *fakeSlurm
+	st   *store.Store
+	cfg  Config
+}
+
+func newRig(t *testing.T) *rig {
+	f := &fakeSlurm{t: t, next: 100, jobs: map[int64]map[string]any{}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	_, rdb := testkit.Redis(t)
+	signer, err := NewSigner(testKey, 10*time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{fake: f, st: store.New(rdb, "scheduler:"), cfg: Config{URL: srv.URL, Signer: signer, ReadUser: "root"}}
+}
+
+// backend starts a backend over the rig's store, as a restart would.
+func (r *rig) backend(t *testing.T) *Backend {
+	b, err := New(r.st, r.cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(testkit.Context(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func job(id string) *loomv1.Job {
+	return &loomv1.Job{Name: "projects/p/jobs/" + id, JobId: id, Cluster: "projects/p/clusters/c", User: "ana",
+		DisplayName: "train", Script: "#!/bin/sh\necho hi\n", NodeCount: 2, Ntasks: 4, CpusPerTask: 2, GpusPerNode: 1,
+		MemMb: 512, TimeLimitSeconds: 90, Partition: "debug", SubmitDir: "/home/ana", OutputPattern: "out-%j-%N-%%.log",
+		Env: map[string]string{"FOO": "bar"}, Account: "acct", Qos: "normal"}
+}
+
+func submitEv(id string, j *loomv1.Job) envelope.Event {
+	return envelope.Event{ID: id, Type: "SubmitJob", Payload: &eventsv1.SubmitJob{Job: j}}
+}
+
+func getJob(t *testing.T, b *Backend, name string) *loomv1.Job {
+	t.Helper()
+	j, err := b.GetJob(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestSubmitPollRestart: a job goes to Slurm as its owner with its options
+// mapped, Slurm's states come back through the poll (with the nodes and the
+// exit code decoded), each change goes out as a JobChanged, and a new
+// backend over the same Redis (a restart) has it all.
+func TestSubmitPollRestart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	if err := b.Handle(ctx, submitEv("e1", job("7"))); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.fake.submits) != 1 || r.fake.submitter[0] != "ana" {
+		t.Fatalf("submissions %v by %v: want one, by the owner ana", r.fake.submits, r.fake.submitter)
+	}
+	got := r.fake.submits[0]
+	want := map[string]any{"name": "train", "partition": "debug", "nodes": 2.0, "tasks": 4.0, "cpus_per_task": 2.0,
+		"gpus_per_node": "1", "memory_per_node": 512.0, "time_limit": 2.0, "current_working_directory": "/home/ana",
+		"standard_output": "/home/ana/out-7-%N-%%.log", "account": "acct", "qos": "normal", "comment": "loom:projects/p/jobs/7"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("submitted %s = %v, want %v", k, got[k], v)
+		}
+	}
+	if env, _ := got["environment"].(map[string]any); env["FOO"] != "bar" || env["LOOM_JOB_ID"] != "7" {
+		t.Errorf("submitted environment %v", env)
+	}
+	if j := getJob(t, b, "projects/p/jobs/7"); j.State != loomv1.JobState_PENDING || j.Placement != "Slurm job 101" ||
+		j.OutputPath != "/home/ana/out-7-%N-%%.log" {
+		t.Errorf("after submit: %v %q %q", j.State, j.Placement, j.OutputPath)
+	}
+	// A redelivery changes nothing and submits nothing.
+	if err := b.Handle(ctx, submitEv("e1", job("7"))); err != nil || len(r.fake.submits) != 1 {
+		t.Fatalf("redelivered SubmitJob: %v, %d submissions", err, len(r.fake.submits))
+	}
+	outbox := func() int64 {
+		n, err := r.st.OutboxLen(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := outbox()
+	r.fake.set(101, map[string]any{"job_state": "RUNNING", "nodes": "node[1-2]", "batch_host": "node1", "start_time": 1700000000})
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := getJob(t, b, "projects/p/jobs/7"); j.State != loomv1.JobState_RUNNING || strings.Join(j.Nodes, ",") != "node1,node2" ||
+		j.StartTime.AsTime().Unix() != 1700000000 {
+		t.Errorf("after RUNNING: %v %v %v", j.State, j.Nodes, j.StartTime)
+	}
+	if n := outbox(); n != before+1 {
+		t.Errorf("outbox %d → %d: want one JobChanged for RUNNING", before, n)
+	}
+	if err := b.Poll(ctx); err != nil || outbox() != before+1 {
+		t.Errorf("a poll that sees no change: %v, outbox %d", err, outbox())
+	}
+	r.fake.set(101, map[string]any{"job_state": "FAILED", "exit_code": 768, "end_time": 1700000100})
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := getJob(t, b, "projects/p/jobs/7"); j.State != loomv1.JobState_FAILED || j.ExitCode != 3 || len(j.Runs) != 1 {
+		t.Errorf("after FAILED: %v exit %d runs %v", j.State, j.ExitCode, j.Runs)
+	}
+	b2 := r.backend(t)
+	if j := getJob(t, b2, "projects/p/jobs/7"); j.State != loomv1.JobState_FAILED || j.ExitCode != 3 || j.Placement != "Slurm job 101" {
+		t.Errorf("after a restart: %v exit %d %q", j.State, j.ExitCode, j.Placement)
+	}
+	// Past MinJobAge after its end (1700000100, long ago) the record goes,
+	// from memory and from Redis.
+	if err := b2.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b2.GetJob("projects/p/jobs/7"); err == nil {
+		t.Error("an ended job past MinJobAge is still kept")
+	}
+	if _, err := r.backend(t).GetJob("projects/p/jobs/7"); err == nil {
+		t.Error("an ended job past MinJobAge is still stored")
+	}
+}
+
+// TestUnknownSlurmStateKeepsTheLastOne: a Slurm state Loom has no word
+// for leaves the state as it was and says Slurm's word.
+func TestUnknownSlurmStateKeepsTheLastOne(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	if err := b.Handle(ctx, submitEv("e1", job("8"))); err != nil {
+		t.Fatal(err)
+	}
+	r.fake.set(101, map[string]any{"job_state": "RUNNING", "nodes": "node1"})
+	_ = b.Poll(ctx)
+	r.fake.set(101, map[string]any{"job_state": "SUSPENDED"})
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := getJob(t, b, "projects/p/jobs/8"); j.State != loomv1.JobState_RUNNING || j.StateReason != "Slurm state SUSPENDED" {
+		t.Errorf("SUSPENDED in Slurm: %v %q", j.State, j.StateReason)
+	}
+}
+
+// TestSubmissionLostInFlightIsAdopted: a submission whose answer was lost
+// (slurmrestd down after Slurm took the job, or a crash before its id was
+// written) is found again by its comment, not submitted twice.
+func TestSubmissionLostInFlightIsAdopted(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	r.fake.down = true
+	if err := b.Handle(ctx, submitEv("e1", job("9"))); err != nil {
+		t.Fatal(err)
+	}
+	if j := getJob(t, b, "projects/p/jobs/9"); j.State != loomv1.JobState_PENDING || j.Placement != "submitting to Slurm" {
+		t.Fatalf("while slurmrestd is down: %v %q", j.State, j.Placement)
+	}
+	// Slurm had it after all.
+	r.fake.jobs[555] = map[string]any{"job_id": 555, "job_state": "RUNNING", "nodes": "node1", "comment": "loom:projects/p/jobs/9"}
+	r.fake.down = false
+	b2 := r.backend(t) // and the scheduler restarted meanwhile
+	if err := b2.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.fake.submits) != 0 {
+		t.Errorf("submitted again: %v", r.fake.submits)
+	}
+	if j := getJob(t, b2, "projects/p/jobs/9"); j.State != loomv1.JobState_RUNNING || j.Placement != "Slurm job 555" {
+		t.Errorf("adopted: %v %q", j.State, j.Placement)
+	}
+	// Without a job under its comment, the poll submits it.
+	r.fake.down = true
+	if err := b2.Handle(ctx, submitEv("e2", job("10"))); err != nil {
+		t.Fatal(err)
+	}
+	r.fake.down = false
+	if err := b2.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.fake.submits) != 1 || getJob(t, b2, "projects/p/jobs/10").Placement != "Slurm job 101" {
+		t.Errorf("retried submission: %v", r.fake.submits)
+	}
+}
+
+// TestRefusals: what the backend does not map ends the job FAILED naming
+// it (nothing reaches Slurm), Slurm's own refusal too, and commands it
+// does not carry out are dead-lettered as FailedPrecondition naming them.
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	for i, c := range []struct {
+		change func(j *loomv1.Job)
+		want   string
+	}{
+		{func(j *loomv1.Job) { j.Dependency = "afterok:1" }, "dependencies (--dependency)"},
+		{func(j *loomv1.Job) { j.Array = "0-3" }, "job arrays (--array)"},
+		{func(j *loomv1.Job) { j.Nodelist = []string{"node1"} }, "node lists (--nodelist)"},
+		{func(j *loomv1.Job) { j.Hold = true }, "held submissions (--hold)"},
+		{func(j *loomv1.Job) { j.Command = []string{"python"}; j.Script = "" }, "a job given as a command"},
+		{func(j *loomv1.Job) { j.SubmitDir = "" }, "needs the job's working directory"},
+		{func(j *loomv1.Job) { j.Partition = "nope" }, "Slurm refused the job: slurmrest: POST /slurm/v0.0.38/job/submit: HTTP 500: Invalid partition name specified"},
+	} {
+		j := job(string(rune('a' + i)))
+		c.change(j)
+		if err := b.Handle(ctx, submitEv(j.JobId, j)); err != nil {
+			t.Fatal(err)
+		}
+		got := getJob(t, b, j.Name)
+		if got.State != loomv1.JobState_FAILED || !strings.Contains(got.StateReason, c.want) || got.EndTime == nil {
+			t.Errorf("%s: %v %q, want FAILED naming %q", j.JobId, got.State, got.StateReason, c.want)
+		}
+	}
+	if len(r.fake.submits) != 0 {
+		t.Errorf("refused jobs reached Slurm: %v", r.fake.submits)
+	}
+	for _, ev := range []envelope.Event{
+		{ID: "u", Type: "UpdateJob", Payload: &eventsv1.UpdateJob{Job: "projects/p/jobs/a", Action: "hold"}},
+		{ID: "s", Type: "CreateJobStep", Payload: &eventsv1.CreateJobStep{}},
+		{ID: "n", Type: "UpdateSlurmNode", Payload: &eventsv1.UpdateSlurmNode{}},
+		{ID: "c", Type: "CancelJob", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/a", Signal: "USR1", Batch: true}},
+	} {
+		err := b.Handle(ctx, ev)
+		if err == nil || !strings.Contains(err.Error(), "slurm scheduler backend") || errs.Code(err).String() != "FailedPrecondition" {
+			t.Errorf("%s: %v, want a FailedPrecondition naming the backend", ev.Type, err)
+		}
+	}
+}
+
+// TestCancel: scancel and scancel --signal go to Slurm as the job's owner;
+// a user who neither owns nor administers the job changes nothing.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	if err := b.Handle(ctx, submitEv("e1", job("7"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []envelope.Event{
+		{ID: "c1", Principal: "users/bob", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/7", User: "ana"}},
+		{ID: "c2", Principal: "users/ana", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/7", Signal: "USR1"}},
+		{ID: "c3", Principal: "users/root", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/7", User: "root", Admin: true}},
+	} {
+		if err := b.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Join(r.fake.cancels, "|"); got != "ana 101 USR1|ana 101 " {
+		t.Errorf("cancels sent %q, want the owner's signal and the admin's cancel, both as ana", got)
+	}
+}
+
+// TestSigner: tokens verify with the key and name the user, are reused
+// until half their life, and a key others may read or a short one is
+// refused.
+func TestSigner(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1700000000, 0)
+	s, err := NewSigner(testKey, 10*time.Minute, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, _ := s.Token("ana")
+	if tokenUser(t, a1) != "ana" {
+		t.Errorf("token %q", a1)
+	}
+	now = now.Add(4 * time.Minute)
+	if a2, _ := s.Token("ana"); a2 != a1 {
+		t.Error("a token was not reused within half its life")
+	}
+	now = now.Add(2 * time.Minute)
+	if a3, _ := s.Token("ana"); a3 == a1 {
+		t.Error("a token past half its life was reused")
+	}
+	if _, err := NewSigner([]byte("short"), time.Minute, nil); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Errorf("short key: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "jwt.key")
+	if err := os.WriteFile(path, testKey, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSigner(path, time.Minute, nil); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("key readable by others: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSigner(path, time.Minute, nil); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,222 @@
+package slurmbackend
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/slurmrest"
+	"github.com/loom-ml/loom/libs/slurmspec"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
+)
+
+// Name is how refusals name this backend.
+const Name = "the slurm scheduler backend"
+
+// CommentPrefix starts the --comment every job the backend submits carries
+// ("loom:" and the Loom job's name): how a restarted backend finds a job
+// it submitted but had not recorded the id of.
+const CommentPrefix = "loom:"
+
+// unmapped returns why job cannot go to Slurm yet, naming the first option
+// that has no mapping ("" when it maps). Each is refused rather than
+// dropped: a job run without its dependency, on other hosts or without its
+// array would be silently wrong (docs/slurm-backend.md, "Status").
+func unmapped(j *loomv1.Job) string {
+	checks := []struct {
+		set  bool
+		what string
+	}{
+		{len(j.GetCommand()) > 0, "a job given as a command (not a batch script)"},
+		{j.GetArray() != "" || j.GetArrayJobId() != "", "job arrays (--array)"},
+		{j.GetDependency() != "", "dependencies (--dependency)"},
+		{j.GetHold(), "held submissions (--hold)"},
+		{j.GetBeginTime() != nil, "begin times (--begin)"},
+		{j.GetNice() != 0, "nice (--nice)"},
+		{len(j.GetNodelist()) > 0, "node lists (--nodelist)"},
+		{len(j.GetExclude()) > 0, "excluded nodes (--exclude)"},
+		{j.GetExclusive() || j.GetExclusiveUser(), "exclusive allocations (--exclusive)"},
+		{j.GetMaxNodeCount() > 0 && j.GetMaxNodeCount() != j.GetNodeCount(), "node count ranges (-N min-max)"},
+		{j.GetGpus() > 0 && !(j.GetGpusPerNode() > 0), "GPUs per job (--gpus; use --gpus-per-node)"},
+		{j.GetGpusPerTask() > 0, "GPUs per task (--gpus-per-task)"},
+		{j.GetCpusPerGpu() > 0, "CPUs per GPU (--cpus-per-gpu)"},
+		{j.GetMemPerCpuMb() > 0, "memory per CPU (--mem-per-cpu; use --mem)"},
+		{j.GetGpuType() != "", "GPU types (--gres=gpu:TYPE:N)"},
+		{j.GetNtasksPerNode() > 0, "tasks per node (--ntasks-per-node)"},
+		{j.GetSignal() != "", "a signal before the time limit (--signal)"},
+		{j.GetOpenMode() != "" && j.GetOpenMode() != slurmspec.OpenModeTruncate, "--open-mode=append"},
+		{j.GetMaxRetries() > 0, "retries (max_retries)"},
+		{j.GetHangTimeoutSeconds() != 0, "hang detection (hang_timeout_seconds)"},
+		{j.GetCheckpointDir() != "", "checkpoint-aware requeue (checkpoint_dir)"},
+		{j.GetModelOutput() != nil, "model outputs (model_output)"},
+	}
+	for _, c := range checks {
+		if c.set {
+			return c.what
+		}
+	}
+	return ""
+}
+
+// refusal is the reason a refused job carries.
+func refusal(what string) string {
+	return fmt.Sprintf("%s is not supported by %s yet (docs/slurm-backend.md)", what, Name)
+}
+
+// workDir is the job's working directory as the built-in engine takes it
+// (-D, relative to the submit directory), "" when the job has neither.
+func workDir(j *loomv1.Job) string {
+	wd, submit := j.GetWorkDir(), j.GetSubmitDir()
+	switch {
+	case wd != "" && filepath.IsAbs(wd):
+		return filepath.Clean(wd)
+	case submit == "":
+		return ""
+	case wd == "":
+		return submit
+	}
+	return filepath.Join(submit, wd)
+}
+
+// outputPath expands pattern p with the Loom job's own values (%j is the
+// Loom job id, which the user was told, not Slurm's), leaving %N (the
+// node, which only Slurm knows) for Slurm, and makes it absolute under wd.
+func outputPath(p string, j *loomv1.Job, wd string) string {
+	const pct = "\x00pct\x00"
+	p = strings.ReplaceAll(p, "%%", pct)
+	p = slurmspec.ExpandPattern(p, slurmspec.PatternFields{JobID: j.GetJobId(), ArrayJobID: j.GetJobId(),
+		ArrayTaskID: "4294967294", Name: views.SlurmJobName(j), User: j.GetUser(), Node: "%N"})
+	// A literal percent sign must reach Slurm as %% again, or Slurm would
+	// read what follows it as a field.
+	p = strings.ReplaceAll(p, pct, "%%")
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(wd, p)
+	}
+	return p
+}
+
+// jobSpec maps a Loom batch job to Slurm's submission. problem names what
+// has no mapping or is missing ("" when spec is good).
+func jobSpec(j *loomv1.Job) (spec slurmrest.JobSpec, problem string) {
+	if what := unmapped(j); what != "" {
+		return spec, refusal(what)
+	}
+	if !strings.HasPrefix(j.GetScript(), "#!") {
+		return spec, "the batch script must start with #! (slurmrestd runs no other)"
+	}
+	wd := workDir(j)
+	if wd == "" {
+		return spec, fmt.Sprintf("%s needs the job's working directory (work_dir or submit_dir): Slurm would run it in slurmrestd's own", Name)
+	}
+	env := make(map[string]string, len(j.GetEnv())+2)
+	for k, v := range j.GetEnv() {
+		env[k] = v
+	}
+	// Slurm's SLURM_JOB_ID is its own id; the job's Loom id, which
+	// squeue, scancel and sacct take, comes with it.
+	env["LOOM_JOB_ID"] = j.GetJobId()
+	env["LOOM_JOB_NAME"] = j.GetName()
+	nodes := int(max(j.GetNodeCount(), 1))
+	spec = slurmrest.JobSpec{
+		Script: j.GetScript(), Name: views.SlurmJobName(j), Partition: j.GetPartition(),
+		Nodes: nodes, Tasks: int(j.GetNtasks()), CPUsPerTask: int(j.GetCpusPerTask()),
+		GPUsPerNode: int(j.GetGpusPerNode()), MemoryPerNodeMB: j.GetMemMb(),
+		TimeLimit: time.Duration(j.GetTimeLimitSeconds()) * time.Second, WorkingDir: wd,
+		Environment: env, Account: j.GetAccount(), QOS: j.GetQos(),
+		Comment: CommentPrefix + j.GetName(),
+	}
+	out := j.GetOutputPattern()
+	if out == "" {
+		out = "slurm-%j.out"
+	}
+	spec.StandardOutput = outputPath(out, j, wd)
+	if e := j.GetErrorPattern(); e != "" {
+		spec.StandardError = outputPath(e, j, wd)
+	}
+	if err := spec.Validate(); err != nil {
+		return spec, err.Error()
+	}
+	return spec, ""
+}
+
+// observe brings job (the Loom record) to what Slurm reports of it (sj),
+// and reports whether anything GetJob or JobChanged shows changed. A Slurm
+// state Loom has no word for (slurmrest.LoomState) keeps the last known
+// state and shows Slurm's word in the reason: never a guess.
+func observe(job *loomv1.Job, sj slurmrest.Job) bool {
+	before := proto.Clone(job).(*loomv1.Job)
+	st, ok := slurmrest.LoomState(sj.State)
+	reason := sj.StateReason
+	if reason == "None" {
+		reason = ""
+	}
+	if ok {
+		job.State = st
+	} else {
+		reason = "Slurm state " + sj.State
+		if sj.StateReason != "" && sj.StateReason != "None" {
+			reason += ": " + sj.StateReason
+		}
+	}
+	job.StateReason = reason
+	if sj.Nodes != "" {
+		if hosts, err := hostlist.Expand(sj.Nodes); err == nil {
+			job.Nodes = hosts
+		} else {
+			job.Nodes = []string{sj.Nodes}
+		}
+	}
+	job.BatchHost = sj.BatchHost
+	ts := func(sec int64) *timestamppb.Timestamp {
+		if sec <= 0 {
+			return nil
+		}
+		return timestamppb.New(time.Unix(sec, 0))
+	}
+	if t := ts(sj.StartTime); t != nil && job.GetState() != loomv1.JobState_PENDING {
+		job.StartTime = t
+	}
+	if job.GetState().Terminal() {
+		job.EndTime = ts(sj.EndTime)
+		// exit_code is the wait status: code<<8, or the signal.
+		if sig := int32(sj.ExitCode & 0x7f); sig != 0 {
+			job.ExitCode, job.ExitSignal = 128+sig, proto.Int32(sig)
+		} else {
+			job.ExitCode, job.ExitSignal = int32(sj.ExitCode>>8), proto.Int32(0)
+		}
+	}
+	if sj.TimeLimitMinutes > 0 && job.GetTimeLimitSeconds() == 0 {
+		job.TimeLimitSeconds = sj.TimeLimitMinutes * 60
+	}
+	if job.GetPartition() == "" {
+		job.Partition = sj.Partition
+	}
+	return !proto.Equal(before, job)
+}
+
+// run is the job's one attempt as Job.runs and the final JobChanged carry
+// it (the gateway's accounting history).
+func run(job *loomv1.Job) *loomv1.JobRun {
+	r := &loomv1.JobRun{Attempt: 1, State: job.GetState(), Nodes: job.GetNodes(), StartTime: job.GetStartTime(),
+		EndTime: job.GetEndTime(), ExitCode: job.GetExitCode(), Reason: job.GetStateReason()}
+	if job.ExitSignal != nil {
+		r.ExitSignal = proto.Int32(job.GetExitSignal())
+	}
+	return r
+}
+
+// slurmID is the Slurm job id as Loom shows it in the placement field
+// (scontrol show job's explanation line).
+func slurmID(id string) string {
+	if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+		return ""
+	}
+	return "Slurm job " + id
+}
