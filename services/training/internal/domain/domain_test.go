@@ -933,7 +933,14 @@ func TestEveryEndOfTheSchedulerJob(t *testing.T) {
 		{jobIs("projects/p/jobs/101", loomv1.JobState_FAILED), trainingv1.JobState_JOB_STATE_FAILED, "loom jobs logs 101"},
 		{jobIs("projects/p/jobs/101", loomv1.JobState_OUT_OF_MEMORY), trainingv1.JobState_JOB_STATE_FAILED, "larger machine_type"},
 		{jobIs("projects/p/jobs/101", loomv1.JobState_NODE_FAIL), trainingv1.JobState_JOB_STATE_FAILED, "infrastructure"},
-		{jobIs("projects/p/jobs/101", loomv1.JobState_PREEMPTED), trainingv1.JobState_JOB_STATE_FAILED, "preempted"},
+		// A preemption ends only a job that may not be requeued (disable_retries):
+		// another is requeued (TestCustomJobRetriedFailureDoesNotEndIt).
+		{func() *eventsv1.JobChanged {
+			ev := jobIs("projects/p/jobs/101", loomv1.JobState_PREEMPTED)
+			no := false
+			ev.Job.Requeue = &no
+			return ev
+		}(), trainingv1.JobState_JOB_STATE_FAILED, "preempted"},
 		{jobIs("projects/p/jobs/101", loomv1.JobState_TIMEOUT), trainingv1.JobState_JOB_STATE_FAILED, "timeout"},
 		{jobIs("projects/p/jobs/101", loomv1.JobState_CANCELLED), trainingv1.JobState_JOB_STATE_CANCELLED, "was cancelled"},
 		{clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_ERROR), trainingv1.JobState_JOB_STATE_FAILED, "its cluster"},

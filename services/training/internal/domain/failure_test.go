@@ -1,6 +1,7 @@
 package domain
 
 import (
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"strings"
 	"testing"
 
@@ -63,4 +64,90 @@ func TestFailureOfAJobWhoseOutputWentWithItsCluster(t *testing.T) {
 		!strings.Contains(gone, "deleted with its cluster cj-5") || !strings.Contains(gone, "base_output_directory") {
 		t.Errorf("a failed job whose output went with its cluster: %q", gone)
 	}
+}
+
+// TestCustomJobRetriedFailureDoesNotEndIt: the scheduler reports a failed
+// run of a job it will retry (a replica exited non-zero within
+// max_retries, a preemption of a requeueable job) as FAILED (PREEMPTED),
+// then REQUEUED in the same change. A tester's CustomJob whose replica
+// exited 2 ended FAILED on that first event, "after 1 failed run(s)", and
+// its cluster was deleted under the retry the docs promise ("restarted
+// ... up to 3 times"). The run that ends the retries still ends it.
+func TestCustomJobRetriedFailureDoesNotEndIt(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, s *State) {
+		t.Helper()
+		feed(t, s, customJob(cjName, "alice", spec()))
+		feed(t, s, clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_RUNNING))
+		feed(t, s, jobIs("projects/p/jobs/101", loomv1.JobState_RUNNING))
+	}
+	failed := func(attempt, failures int32, st loomv1.JobState, reason string) *eventsv1.JobChanged {
+		ev := jobIs("projects/p/jobs/101", st)
+		ev.Attempt = attempt
+		ev.Job.MaxRetries, ev.Job.UserFailures, ev.Job.StateReason = WorkerRestarts, failures, reason
+		return ev
+	}
+	t.Run("user failures", func(t *testing.T) {
+		t.Parallel()
+		s := NewState()
+		run(t, s)
+		for k := int32(1); k <= WorkerRestarts; k++ {
+			c := feed(t, s, failed(k, k, loomv1.JobState_FAILED, "NonZeroExitCode"))
+			if dels, _ := emitted[*eventsv1.DeleteCluster](c); len(dels) != 0 {
+				t.Fatalf("failure %d of %d retries deleted the cluster: %v", k, WorkerRestarts, c.Emits)
+			}
+			if got := cjOf(t, s, cjName); JobEnded(got.GetState()) {
+				t.Fatalf("failure %d of %d retries ended the custom job: %v", k, WorkerRestarts, got)
+			}
+			rq := failed(k, k, loomv1.JobState_REQUEUED, "NonZeroExitCode: retry")
+			rq.Job.RestartCount = k
+			feed(t, s, rq)
+			if got := cjOf(t, s, cjName); got.GetState() != trainingv1.JobState_JOB_STATE_PENDING || got.GetRestartCount() != k {
+				t.Fatalf("requeued %d: %v", k, got)
+			}
+			r := jobIs("projects/p/jobs/101", loomv1.JobState_RUNNING)
+			r.Attempt = k + 1
+			feed(t, s, r)
+		}
+		c := feed(t, s, failed(WorkerRestarts+1, WorkerRestarts+1, loomv1.JobState_FAILED, "NonZeroExitCode"))
+		got := cjOf(t, s, cjName)
+		if dels, _ := emitted[*eventsv1.DeleteCluster](c); got.GetState() != trainingv1.JobState_JOB_STATE_FAILED || len(dels) != 1 ||
+			!strings.Contains(got.GetError().GetMessage(), "after 4 failed run(s)") {
+			t.Fatalf("retries spent: %v, emitted %v", got, c.Emits)
+		}
+	})
+	for name, ev := range map[string]*eventsv1.JobChanged{
+		// Not a failure of its program: fail() ends it with its first user failure counted before.
+		"launch failure": failed(2, 1, loomv1.JobState_FAILED, "JobLaunchFailure on n-0001: no such file"),
+		"retries disabled": func() *eventsv1.JobChanged {
+			ev := failed(1, 1, loomv1.JobState_FAILED, "NonZeroExitCode")
+			ev.Job.MaxRetries = 0 // disable_retries
+			return ev
+		}(),
+		"preempted, no requeue": func() *eventsv1.JobChanged {
+			ev := failed(1, 0, loomv1.JobState_PREEMPTED, "Preempted")
+			no := false
+			ev.Job.Requeue = &no
+			return ev
+		}(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := NewState()
+			run(t, s)
+			feed(t, s, ev)
+			if got := cjOf(t, s, cjName); got.GetState() != trainingv1.JobState_JOB_STATE_FAILED {
+				t.Fatalf("a final %v: %v", ev.GetJob().GetState(), got)
+			}
+		})
+	}
+	t.Run("preempted, requeued", func(t *testing.T) {
+		t.Parallel()
+		s := NewState()
+		run(t, s)
+		c := feed(t, s, failed(1, 0, loomv1.JobState_PREEMPTED, "Preempted"))
+		if got := cjOf(t, s, cjName); JobEnded(got.GetState()) {
+			t.Fatalf("a preemption the scheduler requeues ended the custom job: %v, emitted %v", got, c.Emits)
+		}
+	})
 }
