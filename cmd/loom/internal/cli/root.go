@@ -459,11 +459,33 @@ func (a *app) unreachable(msg string) bool {
 	return false
 }
 
+// problemStart matches the start of one field's problem in an
+// InvalidArgument message: a field path ("job_spec.worker_pool_specs[1].replica_count",
+// "job.env[A=B]"), or the flag flagNames put for it ("--nodes", "--env A=B"),
+// and ": ".
+var problemStart = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])*)*|--[a-z][a-z0-9-]*( [^:;]+)?): `)
+
+// problems splits an InvalidArgument message ("field: reason; field:
+// reason", libs/errs.InvalidError) into its fields' problems. A reason may
+// hold "; " itself ("(e.g. \"3600s\"; at most 876000h0m0s)"): a piece
+// that does not start with a field path belongs to the problem before it.
+func problems(msg string) []string {
+	var out []string
+	for _, part := range strings.Split(msg, "; ") {
+		if len(out) > 0 && !problemStart.MatchString(part) {
+			out[len(out)-1] += "; " + part
+			continue
+		}
+		out = append(out, part)
+	}
+	return out
+}
+
 // fieldList renders an InvalidArgument message ("field: reason; field:
 // reason", as libs/errs writes it) as one indented line per field.
 func fieldList(msg string) string {
 	var b strings.Builder
-	for _, part := range strings.Split(msg, "; ") {
+	for _, part := range problems(msg) {
 		if part = strings.TrimSpace(part); part != "" {
 			fmt.Fprintf(&b, "  %s\n", part)
 		}
@@ -506,7 +528,7 @@ func rewriteProblems(err error, rewrite func(problem string) string) error {
 	if !ok || st.Code() != codes.InvalidArgument {
 		return err
 	}
-	parts := strings.Split(st.Message(), "; ")
+	parts := problems(st.Message())
 	changed := false
 	for i, p := range parts {
 		if q := rewrite(p); q != p {
