@@ -36,6 +36,14 @@ JOB is a job id (in --project), a job name (projects/P/jobs/ID), a CustomJob nam
 (projects/P/locations/L/hyperparameterTuningJobs/ID/trials/T). See docs/metrics.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if metric == "" {
+				// They shape one series' read: the list would drop them unsaid.
+				for _, f := range []string{"points", "from", "to"} {
+					if cmd.Flags().Changed(f) {
+						return usagef("--%s reads one series: name it with --metric (loom metrics %s lists them)", f, args[0])
+					}
+				}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
