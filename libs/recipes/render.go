@@ -456,11 +456,18 @@ func CustomJob(r *Recipe, o Options, c CustomJobOptions) (*trainingv1.CustomJob,
 		}
 		secs, _, _ := slurmspec.ParseTimeLimit(SmallTimeLimit)
 		job.JobSpec.Scheduling = &trainingv1.Scheduling{Timeout: durationpb.New(time.Duration(secs) * time.Second)}
+		args := SmallArgs(r)
+		if c.BaseOutputDirectory == "" {
+			// No AIP_MODEL_DIR then, and the trainer refuses to run without
+			// a model directory: one in the replica's working directory (the
+			// owner's home on the job's cluster), as the batch script's.
+			args = append(args, "--out="+JobName(r, o)+"-model")
+		}
 		job.JobSpec.WorkerPoolSpecs = []*trainingv1.WorkerPoolSpec{{
 			MachineSpec:  &trainingv1.MachineSpec{MachineType: SmallMachineType},
 			ReplicaCount: 1,
 			Task: &trainingv1.WorkerPoolSpec_ContainerSpec{ContainerSpec: &trainingv1.ContainerSpec{
-				ImageUri: r.ContainerImage, Command: []string{trainer, "train"}, Args: SmallArgs(r), Env: env}},
+				ImageUri: r.ContainerImage, Command: []string{trainer, "train"}, Args: args, Env: env}},
 		}}
 		return job, nil
 	}
