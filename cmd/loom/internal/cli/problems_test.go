@@ -56,3 +56,22 @@ func TestFieldListKeepsAReasonWhole(t *testing.T) {
 		t.Errorf("plain text: %q", got)
 	}
 }
+
+// TestRequestFieldsNamesFieldsAsTheFileDoes: the CLI names a create's
+// fields as the file writes them (study_spec..., not
+// hyperparameter_tuning_job.study_spec...), in a reason that names another
+// field too: a tester's duplicate parameter id was told
+// "study_spec.parameters[3].parameter_id: learning_rate is also
+// hyperparameter_tuning_job.study_spec.parameters[0]".
+func TestRequestFieldsNamesFieldsAsTheFileDoes(t *testing.T) {
+	t.Parallel()
+	err := status.Error(codes.InvalidArgument, "hyperparameter_tuning_job.study_spec.parameters[3].parameter_id: learning_rate is also "+
+		"hyperparameter_tuning_job.study_spec.parameters[0]; hyperparameter_tuning_job.max_trial_count: must be at least 1, got -1 "+
+		"(e.g. \"3600s\"; at most 2)")
+	got := status.Convert(requestFields(err, "hyperparameter_tuning_job")).Message()
+	want := "study_spec.parameters[3].parameter_id: learning_rate is also study_spec.parameters[0]; " +
+		"max_trial_count: must be at least 1, got -1 (e.g. \"3600s\"; at most 2)"
+	if got != want {
+		t.Errorf("requestFields:\n got %q\nwant %q", got, want)
+	}
+}

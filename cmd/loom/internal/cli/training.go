@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -94,15 +92,11 @@ func readTrainingFile(file string, m proto.Message, what string) error {
 // that its fields are named as in the file: "custom_job.job_spec..."
 // becomes "job_spec...". Other errors are returned as they are.
 func requestFields(err error, field string) error {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.InvalidArgument {
-		return err
-	}
-	parts := strings.Split(st.Message(), "; ")
-	for i, p := range parts {
-		parts[i] = strings.TrimPrefix(p, field+".")
-	}
-	return status.Error(codes.InvalidArgument, strings.Join(parts, "; "))
+	return rewriteProblems(err, func(p string) string {
+		// The field, and another that its reason names ("... is also
+		// hyperparameter_tuning_job.study_spec.parameters[0]").
+		return strings.ReplaceAll(strings.TrimPrefix(p, field+"."), " "+field+".", " ")
+	})
 }
 
 // trainingState is a Vertex state without its prefix: "RUNNING".
