@@ -99,6 +99,17 @@ func requestFields(err error, field string) error {
 	})
 }
 
+// noneListed says that a training list in parent came back empty: that
+// nothing matched filter, when there is one (the project may hold many
+// others), else how to create one of what.
+func noneListed(w io.Writer, what, parent, filter, create string) {
+	if filter != "" {
+		fmt.Fprintf(w, "No %s in %s match %s.\n", what, parent, shown(filter))
+		return
+	}
+	fmt.Fprintf(w, "No %s in %s. Create one with `%s`.\n", what, parent, create)
+}
+
 // trainingState is a Vertex state without its prefix: "RUNNING".
 func trainingState(s fmt.Stringer) string {
 	return strings.TrimPrefix(strings.TrimPrefix(s.String(), "JOB_STATE_"), "PIPELINE_STATE_")
@@ -384,7 +395,7 @@ func (a *app) customListCommand() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			if len(resp.GetCustomJobs()) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "No custom jobs. Create one with `loom jobs custom create -f job.json`.")
+				noneListed(cmd.OutOrStdout(), "custom jobs", req.GetParent(), f.filter, "loom jobs custom create -f job.json")
 				return nil
 			}
 			return renderCustomJobs(cmd.OutOrStdout(), resp.GetCustomJobs(), a.now())
@@ -821,7 +832,7 @@ func (a *app) tuningListCommand() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			if len(resp.GetHyperparameterTuningJobs()) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "No tuning jobs. Create one with `loom hptuning create -f study.json`.")
+				noneListed(cmd.OutOrStdout(), "tuning jobs", req.GetParent(), f.filter, "loom hptuning create -f study.json")
 				return nil
 			}
 			return renderTuningJobs(cmd.OutOrStdout(), resp.GetHyperparameterTuningJobs(), a.now())
@@ -1237,7 +1248,7 @@ func (a *app) pipelineListCommand() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			if len(resp.GetTrainingPipelines()) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "No pipelines. Create one with `loom pipelines create -f pipeline.json`.")
+				noneListed(cmd.OutOrStdout(), "pipelines", req.GetParent(), f.filter, "loom pipelines create -f pipeline.json")
 				return nil
 			}
 			return renderPipelines(cmd.OutOrStdout(), resp.GetTrainingPipelines(), a.now())
