@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/slurmspec"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -568,17 +569,92 @@ func (a *app) jobsLogsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs ID [-f] [--tail N]",
 		Short: "Print a job's output",
-		Args:  exactArgs(1, "the job id, e.g. `loom jobs logs 7`"),
+		Long: `Print a job's output; -f keeps printing until the job ends.
+
+A CustomJob's id is its job's (loom jobs logs 12 is CustomJob 12's output).
+Its job is submitted once its cluster runs: before that, -f waits for it.`,
+		Args: exactArgs(1, "the job id, e.g. `loom jobs logs 7`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if lines < 0 {
 				return usagef("--tail must not be negative, got %d (0: the whole output)", lines)
 			}
-			return a.copyLogs(cmd.Context(), &loomv1.ReadJobLogsRequest{Name: a.jobName(args[0]), Follow: follow, TailLines: lines}, cmd.OutOrStdout())
+			req := &loomv1.ReadJobLogsRequest{Name: a.jobName(args[0]), Follow: follow, TailLines: lines}
+			waiting := false
+			for {
+				err := a.copyLogs(cmd.Context(), req, cmd.OutOrStdout())
+				if codeOf(err) != codes.NotFound {
+					return err
+				}
+				// A CustomJob's id is its job's, but that job is submitted
+				// only once the CustomJob's cluster runs.
+				wait, cjErr := a.customJobNotStarted(cmd.Context(), args[0], follow, &waiting, cmd.ErrOrStderr())
+				if cjErr != nil {
+					return cjErr
+				}
+				if !wait {
+					return err
+				}
+				select {
+				case <-cmd.Context().Done():
+					return err
+				case <-time.After(a.pollInterval):
+				}
+			}
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the job ends")
 	cmd.Flags().Int32VarP(&lines, "tail", "n", 0, "start at the output's last N lines, as tail -n (0: the whole output)")
 	return cmd
+}
+
+// customJobNotStarted answers `loom jobs logs ID` whose job is not found
+// when ID is a CustomJob's that has not started its job (it is submitted
+// once the CustomJob's cluster runs): with follow it says once, on w
+// (waiting), that it waits, and reports true (look again); without, an
+// error saying so and that -f waits. A CustomJob that ended with no job
+// known is an error saying it has no output. Anything else (no such
+// CustomJob) reports false: the job's NotFound stands.
+func (a *app) customJobNotStarted(ctx context.Context, id string, follow bool, waiting *bool, w io.Writer) (bool, error) {
+	if strings.HasPrefix(id, "projects/") {
+		return false, nil
+	}
+	tc, err := a.training()
+	if err != nil {
+		return false, nil
+	}
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	cj, err := tc.GetCustomJob(cctx, &trainingv1.GetCustomJobRequest{Name: a.trainingName(customJobs, id)})
+	switch {
+	case err != nil:
+		return false, nil
+	case jobEnded(cj.GetState()):
+		msg := fmt.Sprintf("read logs of job %s: custom job %s ended %s before its job started: it has no output", id, id, trainingState(cj.GetState()))
+		if cj.GetJob() != "" {
+			// Submitted, but the scheduler has no record of it: the
+			// cluster went first (a cancel right after the create), or
+			// the job's record has expired.
+			msg = fmt.Sprintf("read logs of job %s: custom job %s ended %s and its job %s is not known (it never ran, or its record has expired): no output to show",
+				id, id, trainingState(cj.GetState()), shortName(cj.GetJob()))
+		}
+		if e := cj.GetError().GetMessage(); e != "" {
+			msg += " (" + shown(e) + ")"
+		}
+		return false, errors.New(msg)
+	}
+	where := "it starts once its cluster runs"
+	if c := cj.GetCluster(); c != "" {
+		where = "it starts once its cluster " + shortName(c) + " runs"
+	}
+	if !follow {
+		return false, fmt.Errorf("read logs of job %s: custom job %s is %s: its job has not started yet (%s); `loom jobs logs %s -f` waits for it",
+			id, id, describeCustomJob(cj), where, id)
+	}
+	if !*waiting {
+		*waiting = true
+		fmt.Fprintf(w, "Waiting for custom job %s (%s): %s.\n", id, describeCustomJob(cj), where)
+	}
+	return true, nil
 }
 
 // copyLogs writes the output of the job req names to w.

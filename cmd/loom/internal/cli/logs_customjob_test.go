@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+)
+
+// TestLogsOfACustomJobNotStarted: a CustomJob's id is its scheduler
+// job's, but that job is submitted only once the CustomJob's cluster runs.
+// A tester's `loom jobs logs 56 -f` right after `loom jobs custom create`
+// answered "job projects/default/jobs/56: not found (see `loom jobs
+// list`)", as if the id were wrong. Now the answer says that the custom
+// job has not started its job yet, -f waits for it, and a custom job that
+// ended before its job started says so.
+func TestLogsOfACustomJobNotStarted(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	pending := customJob(t, trainingParent+"/customJobs/7", trainingv1.JobState_JOB_STATE_PENDING, func(j *trainingv1.CustomJob) { j.Job = "" })
+	tr.Resources[trainingParent+"/customJobs/7"] = pending
+	// Submitted, but its job is not known (cancelled right after its create,
+	// its cluster deleted before the scheduler took the job).
+	tr.Resources[trainingParent+"/customJobs/8"] = customJob(t, trainingParent+"/customJobs/8", trainingv1.JobState_JOB_STATE_CANCELLED)
+	// Its states as GetCustomJob answers them, one a call (set before the
+	// fake serves: its handlers read them): the first run reads one, the
+	// second (-f) waits through two more, then reads it cancelled before
+	// its job started.
+	cancelled := proto.Clone(pending).(*trainingv1.CustomJob)
+	cancelled.State, cancelled.Error = trainingv1.JobState_JOB_STATE_CANCELLED, &trainingv1.Status{Code: 1, Message: "cancelled by users/ana"}
+	tr.Progress[trainingParent+"/customJobs/7"] = []proto.Message{pending, pending, pending, cancelled}
+	_, errOut, code := run(t, gw, "jobs", "logs", "7")
+	if code != 1 || !strings.Contains(errOut, "custom job 7 is PENDING") || !strings.Contains(errOut, "loom jobs logs 7 -f") ||
+		strings.Contains(errOut, "not found") {
+		t.Errorf("logs of a pending custom job: exit %d, %q", code, errOut)
+	}
+
+	// -f waits while it is pending; this one is cancelled before its job starts.
+	_, errOut, code = run(t, gw, "jobs", "logs", "7", "-f")
+	if code != 1 || !strings.Contains(errOut, "Waiting for custom job 7") ||
+		!strings.Contains(errOut, "custom job 7 ended CANCELLED before its job started: it has no output (cancelled by users/ana)") {
+		t.Errorf("logs -f of a custom job cancelled before it started: exit %d, %q", code, errOut)
+	}
+
+	// One submitted whose job the scheduler does not know.
+	if _, errOut, code := run(t, gw, "jobs", "logs", "8"); code != 1 || !strings.Contains(errOut, "custom job 8 ended CANCELLED and its job 8 is not known") {
+		t.Errorf("logs of a custom job whose job is not known: exit %d, %q", code, errOut)
+	}
+
+	// An id that is no custom job's is the job's NotFound, as before.
+	if _, errOut, code := run(t, gw, "jobs", "logs", "99"); code != 1 || !strings.Contains(errOut, "not found") || strings.Contains(errOut, "custom job") {
+		t.Errorf("logs of no job: exit %d, %q", code, errOut)
+	}
+}
