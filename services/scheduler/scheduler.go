@@ -113,6 +113,10 @@ type SlurmConfig struct {
 	// Poll is how often Slurm's jobs are read
 	// (LOOM_SCHEDULER_SLURM_POLL; default slurmbackend.DefaultPoll).
 	Poll time.Duration
+	// AllowRootJobs lets root's jobs go to Slurm and run as root
+	// (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS; default off): the agent's
+	// -allow-root-jobs for this backend (slurmbackend.Config.AllowRootJobs).
+	AllowRootJobs bool
 }
 
 // RegisterFlags adds the scheduler's flags to fs, defaults from LOOM_* variables.
@@ -173,6 +177,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"with -backend=slurm: how long each minted Slurm token lasts, 1m to 24h (LOOM_SCHEDULER_SLURM_TOKEN_LIFESPAN)")
 	fs.StringVar(&c.Slurm.ReadUser, "slurm-read-user", env("SLURM_READ_USER", "root"),
 		"with -backend=slurm: the Slurm user the poll lists every job as; under PrivateData=jobs an operator (LOOM_SCHEDULER_SLURM_READ_USER)")
+	fs.BoolVar(&c.Slurm.AllowRootJobs, "slurm-allow-root-jobs", config.EnvBool("LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS", false),
+		"with -backend=slurm: let jobs whose owner is root go to Slurm and run as root; off, they end FAILED saying so (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS)")
 	fs.DurationVar(&c.Slurm.Poll, "slurm-poll", config.EnvDuration("LOOM_SCHEDULER_SLURM_POLL", slurmbackend.DefaultPoll),
 		"with -backend=slurm: how often Slurm's jobs are read, 200ms to 1m: a state change shows in Loom at most this late (LOOM_SCHEDULER_SLURM_POLL)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),

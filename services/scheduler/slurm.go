@@ -37,7 +37,8 @@ func runSlurm(ctx context.Context, cfg Config) error {
 		return fail(err)
 	}
 	b, err := slurmbackend.New(base.Store, slurmbackend.Config{URL: cfg.Slurm.URL, Signer: signer,
-		ReadUser: cfg.Slurm.ReadUser, Poll: cfg.Slurm.Poll, MinJobAge: cfg.MinJobAge}, base.Clock.Now, base.Log)
+		ReadUser: cfg.Slurm.ReadUser, Poll: cfg.Slurm.Poll, MinJobAge: cfg.MinJobAge,
+		AllowRootJobs: cfg.Slurm.AllowRootJobs}, base.Clock.Now, base.Log)
 	if err != nil {
 		return fail(err)
 	}

@@ -78,6 +78,13 @@ type Config struct {
 	// scheduler's -min-job-age; 5 minutes when 0): then the gateway's
 	// history, which took the final JobChanged, answers for it.
 	MinJobAge time.Duration
+	// AllowRootJobs lets a job whose owner is root go to Slurm, run as
+	// root (-slurm-allow-root-jobs). Off, such a job ends FAILED saying
+	// so: the backend mints any user's token, so without this a Loom
+	// principal named root (a cluster admin may submit as any user)
+	// would get root's jobs on every Slurm node, which the built-in
+	// engine allows only on agents started with -allow-root-jobs.
+	AllowRootJobs bool
 }
 
 // record is one job: the Loom job as GetJob shows it, Slurm's id once it
@@ -320,10 +327,7 @@ func (b *Backend) submit(ctx context.Context, ev envelope.Event, j *loomv1.Job) 
 	if r.job.SubmitTime == nil {
 		r.job.SubmitTime = timestamppb.New(now)
 	}
-	spec, problem := jobSpec(r.job)
-	if problem == "" && j.GetUser() == "" {
-		problem = Name + " runs every job as its owner in Slurm: this one has none"
-	}
+	spec, problem := b.jobSpec(r.job)
 	if problem != "" {
 		fail(r.job, problem, now)
 		_, err := b.write(ctx, ev.ID, []*record{r}, []*record{r})
@@ -344,6 +348,16 @@ func (b *Backend) submit(ctx context.Context, ev envelope.Event, j *loomv1.Job) 
 		_, err = b.write(ctx, "", []*record{next}, changedIf(next, r))
 	}
 	return err
+}
+
+// jobSpec is the package's jobSpec after the owner check (ownerProblem):
+// every path that sends a job to Slurm goes through it, so that a record
+// stored before a check existed is held to it too.
+func (b *Backend) jobSpec(j *loomv1.Job) (slurmrest.JobSpec, string) {
+	if problem := ownerProblem(j.GetUser(), b.cfg.AllowRootJobs); problem != "" {
+		return slurmrest.JobSpec{}, problem
+	}
+	return jobSpec(j)
 }
 
 // changedIf is []*record{next} when its job shows differently from prev's.
@@ -558,7 +572,7 @@ func (b *Backend) Poll(ctx context.Context) error {
 				b.log.Info("adopted a Slurm job submitted before a restart", "job", next.job.GetName(), "slurm_job", next.slurmID)
 				observe(next.job, sj)
 			} else {
-				spec, problem := jobSpec(next.job)
+				spec, problem := b.jobSpec(next.job)
 				if problem != "" {
 					fail(next.job, problem, b.now())
 				} else {

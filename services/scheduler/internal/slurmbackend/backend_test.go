@@ -425,3 +425,45 @@ func TestSigner(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestOwnerRefusals: the backend mints a token for whatever owner a job
+// names, so a job of root goes to Slurm only with AllowRootJobs (as a node
+// agent's -allow-root-jobs), and an owner that is no account name (a
+// header with a newline, "../x") ends FAILED naming job.user rather than
+// failing every poll.
+func TestOwnerRefusals(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	for id, c := range map[string]struct{ owner, want string }{
+		"r": {"root", "-slurm-allow-root-jobs"},
+		"n": {"ana\nX-Evil: 1", "job.user"},
+		"d": {"../ana", "job.user"},
+	} {
+		j := job(id)
+		j.User = c.owner
+		if err := b.Handle(ctx, submitEv(id, j)); err != nil {
+			t.Fatal(err)
+		}
+		if got := getJob(t, b, j.Name); got.State != loomv1.JobState_FAILED || !strings.Contains(got.StateReason, c.want) {
+			t.Errorf("owner %q: %v %q, want FAILED naming %s", c.owner, got.State, got.StateReason, c.want)
+		}
+	}
+	r.fake.mu.Lock()
+	n := len(r.fake.submits)
+	r.fake.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("refused owners' jobs reached Slurm: %v", r.fake.submitter)
+	}
+	r.cfg.AllowRootJobs = true
+	b2 := r.backend(t)
+	if err := b2.Handle(ctx, submitEv("e2", func() *loomv1.Job { j := job("r2"); j.User = "root"; return j }())); err != nil {
+		t.Fatal(err)
+	}
+	r.fake.mu.Lock()
+	defer r.fake.mu.Unlock()
+	if len(r.fake.submitter) != 1 || r.fake.submitter[0] != "root" {
+		t.Errorf("with AllowRootJobs, root's job: submitted by %v, want root", r.fake.submitter)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/slurmrest"
 	"github.com/loom-ml/loom/libs/slurmspec"
@@ -61,6 +62,25 @@ func unmapped(j *loomv1.Job) string {
 		if c.set {
 			return c.what
 		}
+	}
+	return ""
+}
+
+// ownerProblem says why a job of owner may not go to Slurm ("" when it
+// may). The backend submits and cancels as the owner, with a token it
+// mints for whatever name it is given, so the name is held to what the
+// gateway lets in (an OS account name: a header with a newline would
+// otherwise fail every poll, never the job) and root is refused unless
+// allowRoot (Config.AllowRootJobs).
+func ownerProblem(owner string, allowRoot bool) string {
+	if owner == "" {
+		return Name + " runs every job as its owner in Slurm: this one has none"
+	}
+	if err := auth.CheckUserName(owner); err != nil {
+		return fmt.Sprintf("job.user: %v (%s runs the job as that Slurm user)", err, Name)
+	}
+	if owner == "root" && !allowRoot {
+		return Name + " runs no job as root unless the scheduler's -slurm-allow-root-jobs (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS) is on, as a node agent runs none without -allow-root-jobs: submit it as another user"
 	}
 	return ""
 }
