@@ -11,7 +11,8 @@
 // store.Driver: the Loom job as it shows, the Slurm job id, and whether a
 // submission was tried. A restart reloads it and goes on polling the jobs
 // it submitted; a job whose submission may have reached Slurm without its
-// id being recorded is found again by its --comment (CommentPrefix).
+// id being recorded is found again by its --comment (CommentPrefix) among
+// its owner's jobs (tag).
 package slurmbackend
 
 import (
@@ -440,7 +441,7 @@ func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.Can
 	id := cur.slurmID
 	if id == "" && cur.tried {
 		// It may be in Slurm under its comment (a crash after the submit).
-		if found, err := b.findByComment(ctx, cur.job.GetName()); err != nil {
+		if found, err := b.findByComment(ctx, cur.job); err != nil {
 			return err
 		} else if found != nil {
 			id = fmt.Sprint(found.JobID)
@@ -472,9 +473,19 @@ func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.Can
 	return err
 }
 
-// findByComment returns the Slurm job tagged with Loom job name's
-// comment, nil when there is none.
-func (b *Backend) findByComment(ctx context.Context, name string) (*slurmrest.Job, error) {
+// tag is what makes a Slurm job the one the backend submitted for a Loom
+// job: its comment and its Slurm user. The comment alone is not: any Slurm
+// user may give their own job --comment=loom:<another's job name> (names
+// are easy to guess), and adopting it would mirror their job as the
+// other's, which then never runs, and send the other's scancel to it.
+type tag struct{ comment, user string }
+
+// tagOf is the tag of the Slurm job the backend submits for j.
+func tagOf(j *loomv1.Job) tag { return tag{CommentPrefix + j.GetName(), j.GetUser()} }
+
+// findByComment returns the Slurm job of j's owner tagged with j's
+// comment (tag), nil when there is none.
+func (b *Backend) findByComment(ctx context.Context, j *loomv1.Job) (*slurmrest.Job, error) {
 	c, err := b.client(b.cfg.ReadUser)
 	if err != nil {
 		return nil, err
@@ -483,8 +494,9 @@ func (b *Backend) findByComment(ctx context.Context, name string) (*slurmrest.Jo
 	if err != nil {
 		return nil, err
 	}
+	want := tagOf(j)
 	for i := range jobs {
-		if jobs[i].Comment == CommentPrefix+name {
+		if (tag{jobs[i].Comment, jobs[i].UserName}) == want {
 			return &jobs[i], nil
 		}
 	}
@@ -555,18 +567,18 @@ func (b *Backend) Poll(ctx context.Context) error {
 		return err
 	}
 	byID := make(map[string]slurmrest.Job, len(list))
-	byComment := map[string]slurmrest.Job{}
+	byComment := map[tag]slurmrest.Job{}
 	for _, sj := range list {
 		byID[fmt.Sprint(sj.JobID)] = sj
 		if strings.HasPrefix(sj.Comment, CommentPrefix) {
-			byComment[sj.Comment] = sj
+			byComment[tag{sj.Comment, sj.UserName}] = sj
 		}
 	}
 	var recs, changed []*record
 	for _, cur := range active {
 		next := cur.clone()
 		if next.slurmID == "" {
-			if sj, ok := byComment[CommentPrefix+next.job.GetName()]; ok && next.tried {
+			if sj, ok := byComment[tagOf(next.job)]; ok && next.tried {
 				next.slurmID = fmt.Sprint(sj.JobID)
 				next.job.Placement = slurmID(next.slurmID)
 				b.log.Info("adopted a Slurm job submitted before a restart", "job", next.job.GetName(), "slurm_job", next.slurmID)

@@ -70,7 +70,8 @@ func (f *fakeSlurm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.next++
 		f.submits, f.submitter = append(f.submits, body.Job), append(f.submitter, user)
-		f.jobs[f.next] = map[string]any{"job_id": f.next, "job_state": "PENDING", "state_reason": "None", "comment": body.Job["comment"]}
+		f.jobs[f.next] = map[string]any{"job_id": f.next, "job_state": "PENDING", "state_reason": "None", "comment": body.Job["comment"],
+			"user_name": user}
 		_ = json.NewEncoder(w).Encode(map[string]any{"job_id": f.next})
 	case r.Method == "GET" && path == "jobs":
 		var list []map[string]any
@@ -290,7 +291,8 @@ func TestSubmissionLostInFlightIsAdopted(t *testing.T) {
 		t.Fatalf("while slurmrestd is down: %v %q", j.State, j.Placement)
 	}
 	// Slurm had it after all.
-	r.fake.jobs[555] = map[string]any{"job_id": 555, "job_state": "RUNNING", "nodes": "node1", "comment": "loom:projects/p/jobs/9"}
+	r.fake.jobs[555] = map[string]any{"job_id": 555, "job_state": "RUNNING", "nodes": "node1", "comment": "loom:projects/p/jobs/9",
+		"user_name": "ana"}
 	r.fake.down = false
 	b2 := r.backend(t) // and the scheduler restarted meanwhile
 	if err := b2.Poll(ctx); err != nil {
@@ -465,5 +467,51 @@ func TestOwnerRefusals(t *testing.T) {
 	defer r.fake.mu.Unlock()
 	if len(r.fake.submitter) != 1 || r.fake.submitter[0] != "root" {
 		t.Errorf("with AllowRootJobs, root's job: submitted by %v, want root", r.fake.submitter)
+	}
+}
+
+// TestAdoptsOnlyTheOwnersJob: a Slurm job of another user that carries a
+// lost submission's comment (any Slurm user may set --comment) is not
+// adopted: the job is submitted as its owner, and a cancel before that
+// sends no scancel to the other user's job.
+func TestAdoptsOnlyTheOwnersJob(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	setDown := func(down bool) {
+		r.fake.mu.Lock()
+		defer r.fake.mu.Unlock()
+		r.fake.down = down
+	}
+	setDown(true)
+	for _, id := range []string{"11", "12"} {
+		if err := b.Handle(ctx, submitEv("e"+id, job(id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.fake.mu.Lock()
+	r.fake.jobs[666] = map[string]any{"job_id": 666, "job_state": "RUNNING", "user_name": "mallory", "comment": "loom:projects/p/jobs/11"}
+	r.fake.jobs[667] = map[string]any{"job_id": 667, "job_state": "RUNNING", "user_name": "mallory", "comment": "loom:projects/p/jobs/12"}
+	r.fake.down = false
+	r.fake.mu.Unlock()
+	// A cancel of job 12 before its submission is retried: cancelled in
+	// Loom alone, mallory's job 667 untouched.
+	if err := b.Handle(ctx, envelope.Event{ID: "c12", Principal: "users/ana", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/12"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := getJob(t, b, "projects/p/jobs/11"); j.Placement != "Slurm job 101" {
+		t.Errorf("job 11: placement %q, want its own submission (Slurm job 101), not mallory's 666", j.Placement)
+	}
+	if j := getJob(t, b, "projects/p/jobs/12"); j.State != loomv1.JobState_CANCELLED {
+		t.Errorf("job 12: %v, want CANCELLED in Loom", j.State)
+	}
+	r.fake.mu.Lock()
+	defer r.fake.mu.Unlock()
+	if len(r.fake.submitter) != 1 || r.fake.submitter[0] != "ana" || len(r.fake.cancels) != 0 {
+		t.Errorf("submissions by %v, cancels %v: want one by ana, none", r.fake.submitter, r.fake.cancels)
 	}
 }

@@ -23,7 +23,8 @@ const Name = "the slurm scheduler backend"
 
 // CommentPrefix starts the --comment every job the backend submits carries
 // ("loom:" and the Loom job's name): how a restarted backend finds a job
-// it submitted but had not recorded the id of.
+// it submitted but had not recorded the id of, among the jobs of the
+// job's owner only (tag).
 const CommentPrefix = "loom:"
 
 // unmapped returns why job cannot go to Slurm yet, naming the first option
