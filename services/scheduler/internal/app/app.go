@@ -330,7 +330,7 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 		return err
 	}
 	start := time.Now()
-	c, err := a.state.Handle(a.now(), asPrincipal(ev))
+	c, err := a.state.Handle(a.now(), AsPrincipal(ev))
 	a.observePass(start)
 	if err != nil {
 		var inv *errs.InvalidError
@@ -369,7 +369,7 @@ func (a *App) HandleBatch(ctx context.Context, evs []envelope.Event) error {
 		if err := a.checkSigner(ev); err != nil {
 			return err // one by one: Handle dead-letters it
 		}
-		payloads[i], ids[i] = asPrincipal(ev), ev.ID
+		payloads[i], ids[i] = AsPrincipal(ev), ev.ID
 	}
 	start := time.Now()
 	c, ends, err := a.state.HandleBatch(a.now(), payloads)

@@ -23,7 +23,7 @@ import (
 // could otherwise cancel anyone's job by leaving the user out.
 func (a *App) checkSigner(ev envelope.Event) error {
 	if p, ok := ev.Payload.(*eventsv1.CancelJob); ok {
-		return checkCancelPrincipal(ev.Signer, p)
+		return CheckCancelPrincipal(ev.Signer, p)
 	}
 	node, ok := strings.CutPrefix(ev.Signer, "nodes/")
 	if !ok {
@@ -61,11 +61,12 @@ func (a *App) checkSigner(ev envelope.Event) error {
 // names the canceller, or the owner it acts for on its own cancels.
 var anonymousCancel = map[string]bool{"services/gateway": true}
 
-// checkCancelPrincipal refuses (no-principal) a CancelJob with neither
+// CheckCancelPrincipal refuses (no-principal) a CancelJob with neither
 // user nor on_behalf_of signed by a signer not in anonymousCancel. An
 // unsigned record (signer "": -insecure-bus, where nothing is verified and
 // any user can be forged anyway) passes, as every signer check does there.
-func checkCancelPrincipal(signer string, p *eventsv1.CancelJob) error {
+// Both backends check every CancelJob with it (slurmbackend too).
+func CheckCancelPrincipal(signer string, p *eventsv1.CancelJob) error {
 	if p.GetUser() != "" || p.GetOnBehalfOf() != "" || signer == "" || anonymousCancel[signer] {
 		return nil
 	}
@@ -73,11 +74,12 @@ func checkCancelPrincipal(signer string, p *eventsv1.CancelJob) error {
 		"CancelJob of %s names no user nor on_behalf_of; only the gateway may send one, not %s", p.GetJob(), signer))
 }
 
-// asPrincipal returns the payload the scheduler acts on: a command a user
+// AsPrincipal returns the payload the scheduler acts on: a command a user
 // made (the gateway stamped their principal on its envelope) acts as that
 // user, whatever user the payload names, where the user decides what the
-// command may do (cancel or update a job: its owner, or an admin).
-func asPrincipal(ev envelope.Event) proto.Message {
+// command may do (cancel or update a job: its owner, or an admin). Both
+// backends act on it (slurmbackend too).
+func AsPrincipal(ev envelope.Event) proto.Message {
 	user, ok := strings.CutPrefix(ev.Principal, "users/")
 	if !ok || user == "" {
 		return ev.Payload

@@ -253,14 +253,11 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 		return fmt.Errorf("cancel job: %w", errs.Invalid("exit_code", "%d: 0 to 255, and not with a signal", ev.GetExitCode()))
 	}
 	// Whom the cancel acts as: its caller, or the owner a service's own
-	// cancel acts for (cancelled_by stays the caller, "" for the latter).
-	principal := ev.GetUser()
-	if principal == "" {
-		principal = ev.GetOnBehalfOf()
-	}
+	// cancel acts for (MayCancel; cancelled_by stays the caller, "" for
+	// the latter).
 	for _, j := range t.resolveJobs(ev.GetJob()) {
 		switch {
-		case !mayAct(j, principal, ev.GetAdmin()):
+		case !MayCancel(j.Job.GetUser(), ev):
 		case j.Terminal():
 		case sig != "":
 			// scancel --signal: the job's processes get the signal, its state is unchanged.

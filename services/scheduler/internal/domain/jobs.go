@@ -34,7 +34,25 @@ const (
 // (no-principal), and a service's own cancel names the owner it acts for
 // (CancelJob.on_behalf_of), checked here as user is.
 func mayAct(j *Job, user string, admin bool) bool {
-	return admin || user == "" || j.Job.GetUser() == "" || j.Job.GetUser() == user
+	return MayAct(j.Job.GetUser(), user, admin)
+}
+
+// MayAct is mayAct for a job whose owner is owner: the one rule both
+// scheduler backends hold commands to (slurmbackend's cancel too).
+func MayAct(owner, user string, admin bool) bool {
+	return admin || user == "" || owner == "" || owner == user
+}
+
+// MayCancel reports whether cancel may act on a job of owner: as its
+// caller, or, on a service's own cancel (no user), as the owner it acts
+// for (on_behalf_of), under MayAct. The payload is the one the app acts
+// on (app.AsPrincipal): a user's own command names that user.
+func MayCancel(owner string, cancel *eventsv1.CancelJob) bool {
+	principal := cancel.GetUser()
+	if principal == "" {
+		principal = cancel.GetOnBehalfOf()
+	}
+	return MayAct(owner, principal, cancel.GetAdmin())
 }
 
 // end moves j (an edited copy) to a terminal state.

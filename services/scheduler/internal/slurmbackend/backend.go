@@ -38,6 +38,8 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
+	"github.com/loom-ml/loom/services/scheduler/internal/app"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
@@ -292,7 +294,13 @@ func (b *Backend) Handle(ctx context.Context, ev envelope.Event) error {
 	case *eventsv1.SubmitJob:
 		return b.submit(ctx, ev, p.GetJob())
 	case *eventsv1.CancelJob:
-		return b.cancel(ctx, ev, p)
+		// Held to the built-in engine's rules (app, domain.MayCancel):
+		// a cancel naming no one is the gateway's alone, and a user's
+		// own acts as the principal the gateway stamped.
+		if err := app.CheckCancelPrincipal(ev.Signer, p); err != nil {
+			return err
+		}
+		return b.cancel(ctx, ev, app.AsPrincipal(ev).(*eventsv1.CancelJob))
 	case *eventsv1.UpdateJob:
 		return refuse(ev, "scontrol hold/release/requeue/update (UpdateJob "+p.GetAction()+")")
 	case *eventsv1.CreateJobStep:
@@ -414,7 +422,8 @@ func refused(err error) bool {
 	return false
 }
 
-// cancel cancels (or, with a signal, signals) a job in Slurm as its owner.
+// cancel cancels (or, with a signal, signals) a job in Slurm as its owner,
+// when p (as app.AsPrincipal made it) may act on it (domain.MayCancel).
 // The state change comes with the next poll, as Slurm reports it.
 func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.CancelJob) error {
 	switch {
@@ -429,13 +438,10 @@ func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.Can
 	if cur == nil || cur.job.GetState().Terminal() {
 		return nil
 	}
-	user := p.GetUser()
-	if u, ok := strings.CutPrefix(ev.Principal, "users/"); ok && u != "" {
-		user = u
-	}
 	owner := cur.job.GetUser()
-	if user != "" && user != owner && !p.GetAdmin() && p.GetOnBehalfOf() != owner {
-		b.log.Warn("cancel ignored: the user neither owns the job nor administers it", "job", p.GetJob(), "user", user)
+	if !domain.MayCancel(owner, p) {
+		b.log.Warn("cancel ignored: the user neither owns the job nor administers it", "job", p.GetJob(),
+			"user", p.GetUser(), "on_behalf_of", p.GetOnBehalfOf())
 		return nil
 	}
 	id := cur.slurmID

@@ -515,3 +515,44 @@ func TestAdoptsOnlyTheOwnersJob(t *testing.T) {
 		t.Errorf("submissions by %v, cancels %v: want one by ana, none", r.fake.submitter, r.fake.cancels)
 	}
 }
+
+// TestCancelPrincipalAsBuiltin: a cancel is held to the built-in engine's
+// rules: one naming no one is refused (no-principal) unless the gateway
+// signed it, a service's own cancel acts only on the jobs of the owner it
+// names, and a user's cancel acts as that user whatever on_behalf_of says.
+func TestCancelPrincipalAsBuiltin(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	if err := b.Handle(ctx, submitEv("e1", job("7"))); err != nil {
+		t.Fatal(err)
+	}
+	const name = "projects/p/jobs/7"
+	err := b.Handle(ctx, envelope.Event{ID: "c1", Signer: "services/training", Payload: &eventsv1.CancelJob{Job: name}})
+	if err == nil || !strings.Contains(err.Error(), "names no user nor on_behalf_of") {
+		t.Errorf("a training cancel naming no one: %v, want no-principal", err)
+	}
+	for _, ev := range []envelope.Event{
+		{ID: "c2", Signer: "services/training", Payload: &eventsv1.CancelJob{Job: name, OnBehalfOf: "bob"}},
+		{ID: "c3", Signer: "services/gateway", Principal: "users/bob", Payload: &eventsv1.CancelJob{Job: name, User: "bob", OnBehalfOf: "ana"}},
+	} {
+		if err := b.Handle(ctx, ev); err != nil {
+			t.Fatalf("%s: %v", ev.ID, err)
+		}
+	}
+	r.fake.mu.Lock()
+	got := strings.Join(r.fake.cancels, "|")
+	r.fake.mu.Unlock()
+	if got != "" {
+		t.Errorf("cancels sent %q: want none (no one, bob's behalf, bob)", got)
+	}
+	if err := b.Handle(ctx, envelope.Event{ID: "c4", Signer: "services/gateway", Payload: &eventsv1.CancelJob{Job: name}}); err != nil {
+		t.Fatal(err)
+	}
+	r.fake.mu.Lock()
+	defer r.fake.mu.Unlock()
+	if got := strings.Join(r.fake.cancels, "|"); got != "ana 101 " {
+		t.Errorf("the gateway's cancel: sent %q, want ana's cancel of 101", got)
+	}
+}
