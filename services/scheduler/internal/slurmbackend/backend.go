@@ -581,6 +581,11 @@ func (b *Backend) Poll(ctx context.Context) error {
 		}
 	}
 	var recs, changed []*record
+	// After one call that failed for want of slurmrestd (unreachable, or
+	// no answer within the client's timeout), the poll makes no more:
+	// each would wait as long, all under work, which the commands wait
+	// for too. The next poll tries again.
+	unreachable := false
 	for _, cur := range active {
 		next := cur.clone()
 		if next.slurmID == "" {
@@ -593,15 +598,20 @@ func (b *Backend) Poll(ctx context.Context) error {
 				spec, problem := b.jobSpec(next.job)
 				if problem != "" {
 					fail(next.job, problem, b.now())
-				} else {
+				} else if !unreachable {
 					next.tried = true
-					b.sendToSlurm(ctx, next, spec)
+					unreachable = !b.sendToSlurm(ctx, next, spec)
 				}
 			}
 		} else if sj, ok := byID[next.slurmID]; ok {
 			observe(next.job, sj)
-		} else if _, err := c.GetJob(ctx, next.slurmID); errors.Is(err, slurmrest.ErrNotFound) {
-			fail(next.job, fmt.Sprintf("Slurm no longer knows job %s and its end was not seen (it was purged after MinJobAge while the scheduler was away; reading it back needs slurmdbd)", next.slurmID), b.now())
+		} else if !unreachable {
+			switch _, err := c.GetJob(ctx, next.slurmID); {
+			case errors.Is(err, slurmrest.ErrNotFound):
+				fail(next.job, fmt.Sprintf("Slurm no longer knows job %s and its end was not seen (it was purged after MinJobAge while the scheduler was away; reading it back needs slurmdbd)", next.slurmID), b.now())
+			case err != nil && !refused(err):
+				unreachable = true
+			}
 		}
 		if next.job.GetState().Terminal() && next.job.GetEndTime() == nil {
 			// Slurm said no end time: the end is when it was seen,

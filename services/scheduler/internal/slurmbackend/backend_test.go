@@ -32,8 +32,11 @@ var testKey = []byte("0123456789abcdef0123456789abcdef")
 type fakeSlurm struct {
 	t  *testing.T
 	mu sync.Mutex
-	// down answers every request 503 (slurmrestd unreachable).
+	// down answers every request 503 (slurmrestd unreachable); downFor
+	// only the requests of that kind ("POST job/submit", "GET job").
 	down      bool
+	downFor   string
+	calls     map[string]int
 	next      int64
 	jobs      map[int64]map[string]any
 	submits   []map[string]any
@@ -44,7 +47,15 @@ type fakeSlurm struct {
 func (f *fakeSlurm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.down {
+	kind := r.Method + " " + strings.TrimPrefix(r.URL.Path, "/slurm/v0.0.38/")
+	if r.Method != "POST" {
+		kind, _, _ = strings.Cut(kind, "/")
+	}
+	if f.calls == nil {
+		f.calls = map[string]int{}
+	}
+	f.calls[kind]++
+	if f.down || f.downFor == kind {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return
 	}
@@ -554,5 +565,60 @@ func TestCancelPrincipalAsBuiltin(t *testing.T) {
 	defer r.fake.mu.Unlock()
 	if got := strings.Join(r.fake.cancels, "|"); got != "ana 101 " {
 		t.Errorf("the gateway's cancel: sent %q, want ana's cancel of 101", got)
+	}
+}
+
+// TestPollStopsAtAnUnreachableSlurm: once a call of a poll fails for want
+// of slurmrestd, the poll makes no more (each could wait the client's
+// whole timeout, all while commands wait): one submission tried, one job
+// looked up, and the rest left as they were for the next poll.
+func TestPollStopsAtAnUnreachableSlurm(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	set := func(down bool, downFor string) {
+		r.fake.mu.Lock()
+		defer r.fake.mu.Unlock()
+		r.fake.down, r.fake.downFor, r.fake.calls = down, downFor, map[string]int{}
+	}
+	calls := func(kind string) int {
+		r.fake.mu.Lock()
+		defer r.fake.mu.Unlock()
+		return r.fake.calls[kind]
+	}
+	set(true, "")
+	for _, id := range []string{"21", "22", "23"} {
+		if err := b.Handle(ctx, submitEv("e"+id, job(id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(false, "POST job/submit")
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls("POST job/submit"); n != 1 {
+		t.Errorf("a poll with submissions failing: %d submissions tried, want 1", n)
+	}
+	// Jobs Slurm does not list, looked up one by one: not past the first
+	// lookup that fails, and none ends FAILED for it.
+	set(false, "")
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.fake.mu.Lock()
+	clear(r.fake.jobs)
+	r.fake.mu.Unlock()
+	set(false, "GET job")
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls("GET job"); n != 1 {
+		t.Errorf("a poll with lookups failing: %d lookups, want 1", n)
+	}
+	for _, id := range []string{"21", "22", "23"} {
+		if j := getJob(t, b, "projects/p/jobs/"+id); j.State != loomv1.JobState_PENDING || j.Placement == "" {
+			t.Errorf("job %s: %v %q, want PENDING in Slurm still", id, j.State, j.Placement)
+		}
 	}
 }
