@@ -399,7 +399,7 @@ func (b *Backend) sendToSlurm(ctx context.Context, r *record, spec slurmrest.Job
 		}
 	}
 	if refused(err) {
-		fail(r.job, "Slurm refused the job: "+err.Error(), b.now())
+		fail(r.job, clipText("Slurm refused the job: "+err.Error()), b.now())
 		return true
 	}
 	b.log.Warn("submission to Slurm failed; the next poll retries", "job", r.job.GetName(), "err", err)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -619,6 +620,30 @@ func TestPollStopsAtAnUnreachableSlurm(t *testing.T) {
 	for _, id := range []string{"21", "22", "23"} {
 		if j := getJob(t, b, "projects/p/jobs/"+id); j.State != loomv1.JobState_PENDING || j.Placement == "" {
 			t.Errorf("job %s: %v %q, want PENDING in Slurm still", id, j.State, j.Placement)
+		}
+	}
+}
+
+// TestPollBoundsSlurmText: what the poll copies from slurmrestd's reply
+// into the job (the reason, a node list it cannot expand, the batch
+// host) is bounded, however long the reply makes it.
+func TestPollBoundsSlurmText(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	if err := b.Handle(ctx, submitEv("e1", job("31"))); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", 100<<10)
+	r.fake.set(101, map[string]any{"job_state": "RUNNING", "state_reason": long, "nodes": "bad node " + long, "batch_host": long})
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := getJob(t, b, "projects/p/jobs/31")
+	for what, v := range map[string]string{"state_reason": j.StateReason, "nodes": strings.Join(j.Nodes, ","), "batch_host": j.BatchHost} {
+		if len(v) > 2*maxSlurmText || !utf8.ValidString(v) || v == "" {
+			t.Errorf("%s: %d bytes (valid UTF-8 %v), want 1 to %d", what, len(v), utf8.ValidString(v), 2*maxSlurmText)
 		}
 	}
 }

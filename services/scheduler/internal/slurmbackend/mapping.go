@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -167,6 +168,25 @@ func jobSpec(j *loomv1.Job) (spec slurmrest.JobSpec, problem string) {
 	return spec, ""
 }
 
+// maxSlurmText bounds each text the backend copies from slurmrestd's reply
+// into a job (a reason, a node list it could not expand, the batch host,
+// the partition): Slurm's own are far shorter, and a reply of a broken or
+// hostile slurmrestd (up to Client.MaxResponseBytes) must not grow every
+// record, JobChanged and GetJob of the job past what Kafka or gRPC carry.
+const maxSlurmText = 1024
+
+// clipText cuts s to maxSlurmText bytes on a rune boundary, marking the cut.
+func clipText(s string) string {
+	if len(s) <= maxSlurmText {
+		return s
+	}
+	cut := maxSlurmText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 // observe brings job (the Loom record) to what Slurm reports of it (sj),
 // and reports whether anything GetJob or JobChanged shows changed. A Slurm
 // state Loom has no word for (slurmrest.LoomState) keeps the last known
@@ -186,15 +206,15 @@ func observe(job *loomv1.Job, sj slurmrest.Job) bool {
 			reason += ": " + sj.StateReason
 		}
 	}
-	job.StateReason = reason
+	job.StateReason = clipText(reason)
 	if sj.Nodes != "" {
 		if hosts, err := hostlist.Expand(sj.Nodes); err == nil {
 			job.Nodes = hosts
 		} else {
-			job.Nodes = []string{sj.Nodes}
+			job.Nodes = []string{clipText(sj.Nodes)}
 		}
 	}
-	job.BatchHost = sj.BatchHost
+	job.BatchHost = clipText(sj.BatchHost)
 	ts := func(sec int64) *timestamppb.Timestamp {
 		if sec <= 0 {
 			return nil
@@ -217,7 +237,7 @@ func observe(job *loomv1.Job, sj slurmrest.Job) bool {
 		job.TimeLimitSeconds = sj.TimeLimitMinutes * 60
 	}
 	if job.GetPartition() == "" {
-		job.Partition = sj.Partition
+		job.Partition = clipText(sj.Partition)
 	}
 	return !proto.Equal(before, job)
 }
