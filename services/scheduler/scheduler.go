@@ -82,6 +82,7 @@ type Config struct {
 	// Backend is the scheduler backend (LOOM_SCHEDULER_BACKEND): BackendBuiltin
 	// (the default: this engine, node agents run the steps) or BackendSlurm
 	// (jobs go to a real Slurm through slurmrestd: docs/slurm-backend.md).
+	// "" is BackendBuiltin.
 	Backend string
 	// Slurm configures BackendSlurm.
 	Slurm SlurmConfig
@@ -211,6 +212,9 @@ func (c *Config) resolve() error {
 	v.Check(w.Age >= 0 && w.FairShare >= 0 && w.JobSize >= 0 && w.Partition >= 0 && w.QOS >= 0, "weight", "priority weights must not be negative")
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.Backend == "" {
+		c.Backend = BackendBuiltin
 	}
 	v.Check(c.Backend == BackendBuiltin || c.Backend == BackendSlurm, "backend", "want %s or %s, got %q", BackendBuiltin, BackendSlurm, c.Backend)
 	if c.Backend == BackendSlurm {
