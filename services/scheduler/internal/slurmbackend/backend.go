@@ -408,18 +408,43 @@ func (b *Backend) sendToSlurm(ctx context.Context, r *record, spec slurmrest.Job
 
 // refused reports whether err is Slurm's answer about the request itself
 // (an error number other than -1, which a bad token or a slurmctld outage
-// gives): sending it again gets the same answer.
+// gives, and other than the numbers that say "try again": slurmTransient):
+// sending it again gets the same answer.
 func refused(err error) bool {
 	var se *slurmrest.Error
 	if !errors.As(err, &se) {
 		return false
 	}
+	final := false
 	for _, e := range se.Slurm {
-		if e.Number > 0 || e.Code > 0 {
-			return true
+		for _, n := range []int{e.Number, e.Code} {
+			if slurmTransient[n] {
+				return false
+			}
+			final = final || n > 0
 		}
 	}
-	return false
+	return final
+}
+
+// slurmTransient are Slurm's error numbers (slurm_errno.h) that say the
+// request may succeed if sent again: sbatch itself retries a submission
+// on EAGAIN and ESLURM_ERROR_ON_DESC_TO_RECORD_COPY ("Unable to create job
+// record, try again"); the others are slurmctld out of reach or in
+// standby. A job must not end FAILED on one of them.
+var slurmTransient = map[int]bool{
+	11:   true, // EAGAIN
+	1001: true, // SLURM_COMMUNICATIONS_CONNECTION_ERROR
+	1002: true, // SLURM_COMMUNICATIONS_SEND_ERROR
+	1003: true, // SLURM_COMMUNICATIONS_RECEIVE_ERROR
+	1004: true, // SLURM_COMMUNICATIONS_SHUTDOWN_ERROR
+	1800: true, // SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR
+	1801: true, // SLURMCTLD_COMMUNICATIONS_SEND_ERROR
+	1802: true, // SLURMCTLD_COMMUNICATIONS_RECEIVE_ERROR
+	1803: true, // SLURMCTLD_COMMUNICATIONS_SHUTDOWN_ERROR
+	2007: true, // ESLURM_ERROR_ON_DESC_TO_RECORD_COPY
+	2027: true, // ESLURM_IN_STANDBY_MODE
+	5004: true, // SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT
 }
 
 // cancel cancels (or, with a signal, signals) a job in Slurm as its owner,

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmrest"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -644,6 +646,38 @@ func TestPollBoundsSlurmText(t *testing.T) {
 	for what, v := range map[string]string{"state_reason": j.StateReason, "nodes": strings.Join(j.Nodes, ","), "batch_host": j.BatchHost} {
 		if len(v) > 2*maxSlurmText || !utf8.ValidString(v) || v == "" {
 			t.Errorf("%s: %d bytes (valid UTF-8 %v), want 1 to %d", what, len(v), utf8.ValidString(v), 2*maxSlurmText)
+		}
+	}
+}
+
+// TestRefusedOnlyForFinalAnswers: Slurm's "try again" numbers (sbatch
+// retries on them) and slurmctld out of reach leave a submission to the
+// next poll; any other number is Slurm's answer about the job, which
+// ends it FAILED.
+func TestRefusedOnlyForFinalAnswers(t *testing.T) {
+	t.Parallel()
+	slurmErr := func(nums ...int) error {
+		e := &slurmrest.Error{Endpoint: "POST /slurm/v0.0.38/job/submit", Status: 500}
+		for _, n := range nums {
+			e.Slurm = append(e.Slurm, slurmrest.SlurmError{Number: n})
+		}
+		return e
+	}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{slurmErr(2000), true},        // ESLURM_INVALID_PARTITION_NAME
+		{slurmErr(2007), false},       // ESLURM_ERROR_ON_DESC_TO_RECORD_COPY: try again
+		{slurmErr(11), false},         // EAGAIN
+		{slurmErr(1800), false},       // slurmctld out of reach
+		{slurmErr(2027), false},       // standby
+		{slurmErr(-1), false},         // a bad token, an outage
+		{slurmErr(2000, 2007), false}, // any "try again" wins
+		{errors.New("dial tcp: refused"), false},
+	} {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("refused(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
