@@ -3,6 +3,7 @@ module github.com/loom-ml/loom/services/scheduler
 go 1.26.0
 
 require (
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/loom-ml/loom/libs v0.0.0
 	github.com/loom-ml/loom/proto v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0

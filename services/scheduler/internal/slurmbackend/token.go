@@ -1,15 +1,13 @@
 package slurmbackend
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // MinKeyBytes is the shortest JWT key the backend takes: Slurm's own
@@ -96,20 +94,10 @@ func (s *Signer) Token(user string) (string, error) {
 	return tok, nil
 }
 
-// mint signs {"iat","exp","sun"} with HS256, as Slurm's own tokens are.
+// mint signs {"iat","exp","sun"} with HS256, as Slurm's own tokens are
+// (slurmctld's auth/jwt reads the user from "sun").
 func (s *Signer) mint(user string, now time.Time) (string, error) {
-	enc := base64.RawURLEncoding
-	head := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
-	claims, err := json.Marshal(struct {
-		IAT int64  `json:"iat"`
-		EXP int64  `json:"exp"`
-		SUN string `json:"sun"`
-	}{now.Unix(), now.Add(s.lifespan).Unix(), user})
-	if err != nil {
-		return "", err
-	}
-	msg := head + "." + enc.EncodeToString(claims)
-	mac := hmac.New(sha256.New, s.key)
-	mac.Write([]byte(msg))
-	return msg + "." + enc.EncodeToString(mac.Sum(nil)), nil
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"iat": now.Unix(), "exp": now.Add(s.lifespan).Unix(), "sun": user,
+	}).SignedString(s.key)
 }
