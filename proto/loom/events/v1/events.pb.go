@@ -2375,9 +2375,16 @@ type JobChanged struct {
 	// attempt counts runs of the job, from 1.
 	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// model_dir is where the job was told to write its model ($LOOM_MODEL_DIR).
-	ModelDir      string `protobuf:"bytes,3,opt,name=model_dir,json=modelDir,proto3" json:"model_dir,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ModelDir string `protobuf:"bytes,3,opt,name=model_dir,json=modelDir,proto3" json:"model_dir,omitempty"`
+	// requeue_follows marks the end of a run (a terminal state: FAILED,
+	// NODE_FAIL, PREEMPTED, OUT_OF_MEMORY...) that is not the job's end: the
+	// scheduler requeues the job in the same change, and its REQUEUED event
+	// follows on the job's key. A reader of this event alone (the training
+	// service's CustomJob) must not take the job for ended. The scheduler
+	// alone decides it (max_retries, requeue, its infrastructure restarts).
+	RequeueFollows bool `protobuf:"varint,4,opt,name=requeue_follows,json=requeueFollows,proto3" json:"requeue_follows,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobChanged) Reset() {
@@ -2429,6 +2436,13 @@ func (x *JobChanged) GetModelDir() string {
 		return x.ModelDir
 	}
 	return ""
+}
+
+func (x *JobChanged) GetRequeueFollows() bool {
+	if x != nil {
+		return x.RequeueFollows
+	}
+	return false
 }
 
 // NodeDrained says a DRAINING node holds no job any more, so the provisioner
@@ -6158,12 +6172,13 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04user\x18\x05 \x01(\tR\x04user\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"c\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x8c\x01\n" +
 	"\n" +
 	"JobChanged\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1b\n" +
-	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\";\n" +
+	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\x12'\n" +
+	"\x0frequeue_follows\x18\x04 \x01(\bR\x0erequeueFollows\";\n" +
 	"\vNodeDrained\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\"\x84\x01\n" +

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -240,6 +241,9 @@ func TestRetryBudgets(t *testing.T) {
 		if got := statesOf(c, 1); !reflect.DeepEqual(got[:2], []loomv1.JobState{loomv1.JobState_FAILED, loomv1.JobState_REQUEUED}) {
 			t.Fatalf("attempt %d failed: %v, want FAILED then REQUEUED", attempt, got)
 		}
+		if got := runEnds(c, 1); !reflect.DeepEqual(got, []string{"FAILED requeue_follows=true"}) {
+			t.Fatalf("attempt %d failed: ends %v, want the FAILED marked as followed by a requeue", attempt, got)
+		}
 		j := h.job(1)
 		if j.GetUserFailures() != attempt || j.GetRestartCount() != attempt || !h.s.JobRecord(jobName(1)).Running() {
 			t.Fatalf("after user failure %d: %v user_failures %d restarts %d", attempt, j.GetState(), j.GetUserFailures(), j.GetRestartCount())
@@ -254,20 +258,27 @@ func TestRetryBudgets(t *testing.T) {
 	}
 	h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
 	// The third failure of the program is one too many.
-	h.step(1, 4, h.job(1).GetNodes()[0], eventsv1.StepState_STEP_EXITED, 3)
+	c := h.step(1, 4, h.job(1).GetNodes()[0], eventsv1.StepState_STEP_EXITED, 3)
 	h.wantExact(1, loomv1.JobState_FAILED, ReasonNonZeroExitCode)
+	if got := runEnds(c, 1); !reflect.DeepEqual(got, []string{"FAILED requeue_follows=false"}) {
+		t.Fatalf("the last failure: ends %v, want the job's end, not followed by a requeue", got)
+	}
 	if j := h.job(1); j.GetUserFailures() != 3 || j.GetExitCode() != 3 {
 		t.Fatalf("final: user_failures %d exit %d", j.GetUserFailures(), j.GetExitCode())
 	}
 
 	// Infrastructure restarts are bounded by the cluster's limit (2 here).
 	h.submit(2, 1, 8)
+	var ends []string
 	for i := 0; i < 3; i++ {
 		host := h.job(2).GetNodes()[0]
 		attempt := h.s.JobRecord(jobName(2)).Attempt
-		h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "xid"})
-		h.step(2, attempt, host, eventsv1.StepState_STEP_KILLED, 143)
+		ends = append(ends, runEnds(h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "xid"}), 2)...)
+		ends = append(ends, runEnds(h.step(2, attempt, host, eventsv1.StepState_STEP_KILLED, 143), 2)...)
 		h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	}
+	if n := len(ends); n == 0 || ends[n-1] != "NODE_FAIL requeue_follows=false" || slices.Contains(ends[:n-1], "NODE_FAIL requeue_follows=false") {
+		t.Fatalf("job 2's run ends: %v, want only the last NODE_FAIL unfollowed by a requeue", ends)
 	}
 	if j := h.job(2); j.GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetStateReason(), "2 infrastructure restarts") {
 		t.Fatalf("job 2 after 3 node failures: %v %q", j.GetState(), j.GetStateReason())
@@ -1425,4 +1436,16 @@ func TestProgressReportsBounded(t *testing.T) {
 	if at(1200*time.Millisecond, 90, 75); progress().CheckpointStep != 75 || progress().Step != 90 {
 		t.Fatalf("the next report past the interval: %+v, want its figures", progress())
 	}
+}
+
+// runEnds lists job id's terminal JobChanged events in c as "STATE
+// requeue_follows=B".
+func runEnds(c *Change, id int) []string {
+	var out []string
+	for _, jc := range jobChanges(c) {
+		if jc.GetJob().GetName() == jobName(id) && jc.GetJob().GetState().Terminal() {
+			out = append(out, fmt.Sprintf("%s requeue_follows=%v", jc.GetJob().GetState(), jc.GetRequeueFollows()))
+		}
+	}
+	return out
 }

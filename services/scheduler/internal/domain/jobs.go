@@ -86,6 +86,14 @@ func (t *txn) endAttempt(r *Run, state loomv1.JobState, exit int32, reason strin
 // queue: REQUEUED with reason, then PENDING in its old place, nodes and times
 // cleared. Its next start is a new attempt.
 func (t *txn) requeueJob(j *Job, reason string) {
+	// A run's end this change emitted (FAILED, NODE_FAIL, PREEMPTED...) is
+	// not the job's: say so on it (requeue_follows), so that a reader of
+	// that event alone does not end the job under its retry.
+	if i, ok := t.lastJobEmit(j); ok {
+		if prev := t.c.Emits[i].Payload.(*eventsv1.JobChanged); prev.GetJob().GetState().Terminal() {
+			prev.RequeueFollows = true
+		}
+	}
 	j.Job.State, j.Job.StateReason = loomv1.JobState_REQUEUED, reason
 	t.emitJob(j)
 	spec := j.Job

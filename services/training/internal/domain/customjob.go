@@ -11,7 +11,6 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
-	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -261,8 +260,10 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 			fmt.Sprintf("it ran past its time limit (job_spec.scheduling.timeout %v); raise the timeout or make it checkpoint and resume",
 				cj.Job.GetJobSpec().GetScheduling().GetTimeout().AsDuration()), em)
 	case loomv1.JobState_FAILED, loomv1.JobState_OUT_OF_MEMORY, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED:
-		if willRequeue(j) {
-			// The REQUEUED event that follows takes it back to PENDING.
+		if ev.GetRequeueFollows() {
+			// The end of a run the scheduler retries (max_retries, a
+			// preemption, a node failure within its restarts): the
+			// REQUEUED event that follows takes it back to PENDING.
 			break
 		}
 		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInternal, failure(j, outputKept(cj), outputWhere(cj)), em)
@@ -272,31 +273,6 @@ func jobChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.JobChanged, em *emi
 	for _, ms := range held {
 		addTrialMeasurements(now, r, cj.TrialID, ms, em)
 	}
-}
-
-// willRequeue says whether the scheduler, having reported j's run as
-// ended in j's state, requeues j in the same change (its REQUEUED event
-// follows on the job's key): so that a CustomJob is not ended, and its
-// cluster deleted, under the retry its spec asked for. The scheduler
-// requeues a run whose program failed (FAILED with NonZeroExitCode,
-// OUT_OF_MEMORY with OutOfMemory: its userFail) while the job's counted
-// user failures stay within max_retries (capped at slurmspec.MaxRetries),
-// and a preempted run of a job that allows requeueing; any other failure,
-// and the one that spends the retries, is its end. (A NODE_FAIL it may
-// requeue too, but the event does not say whether the cluster's limit of
-// infrastructure restarts was reached: it still ends the CustomJob.)
-func willRequeue(j *loomv1.Job) bool {
-	switch j.GetState() {
-	case loomv1.JobState_FAILED, loomv1.JobState_OUT_OF_MEMORY:
-		if r := j.GetStateReason(); r != "NonZeroExitCode" && r != "OutOfMemory" {
-			return false
-		}
-		retries := min(max(j.GetMaxRetries(), 0), slurmspec.MaxRetries)
-		return j.GetUserFailures() >= 1 && j.GetUserFailures() <= retries
-	case loomv1.JobState_PREEMPTED:
-		return j.Requeue == nil || j.GetRequeue()
-	}
-	return false
 }
 
 // outputKept says whether CustomJob cj's replicas' output outlives it: it

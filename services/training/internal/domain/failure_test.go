@@ -92,7 +92,9 @@ func TestCustomJobRetriedFailureDoesNotEndIt(t *testing.T) {
 		s := NewState()
 		run(t, s)
 		for k := int32(1); k <= WorkerRestarts; k++ {
-			c := feed(t, s, failed(k, k, loomv1.JobState_FAILED, "NonZeroExitCode"))
+			ev := failed(k, k, loomv1.JobState_FAILED, "NonZeroExitCode")
+			ev.RequeueFollows = true // the scheduler retries it (max_retries)
+			c := feed(t, s, ev)
 			if dels, _ := emitted[*eventsv1.DeleteCluster](c); len(dels) != 0 {
 				t.Fatalf("failure %d of %d retries deleted the cluster: %v", k, WorkerRestarts, c.Emits)
 			}
@@ -141,13 +143,17 @@ func TestCustomJobRetriedFailureDoesNotEndIt(t *testing.T) {
 			}
 		})
 	}
-	t.Run("preempted, requeued", func(t *testing.T) {
-		t.Parallel()
-		s := NewState()
-		run(t, s)
-		c := feed(t, s, failed(1, 0, loomv1.JobState_PREEMPTED, "Preempted"))
-		if got := cjOf(t, s, cjName); JobEnded(got.GetState()) {
-			t.Fatalf("a preemption the scheduler requeues ended the custom job: %v, emitted %v", got, c.Emits)
-		}
-	})
+	for _, st := range []loomv1.JobState{loomv1.JobState_PREEMPTED, loomv1.JobState_NODE_FAIL, loomv1.JobState_OUT_OF_MEMORY} {
+		t.Run(st.String()+", requeued", func(t *testing.T) {
+			t.Parallel()
+			s := NewState()
+			run(t, s)
+			ev := failed(1, 0, st, "")
+			ev.RequeueFollows = true
+			c := feed(t, s, ev)
+			if got := cjOf(t, s, cjName); JobEnded(got.GetState()) {
+				t.Fatalf("a %v the scheduler requeues ended the custom job: %v, emitted %v", st, got, c.Emits)
+			}
+		})
+	}
 }
