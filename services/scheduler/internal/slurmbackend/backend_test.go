@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -45,19 +47,28 @@ type fakeSlurm struct {
 	submits   []map[string]any
 	submitter []string
 	cancels   []string
+	// hold keeps each request of a kind waiting, before it is answered,
+	// until its channel is closed: slurmrestd hung.
+	hold map[string]chan struct{}
 }
 
 func (f *fakeSlurm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	kind := r.Method + " " + strings.TrimPrefix(r.URL.Path, "/slurm/v0.0.38/")
 	if r.Method != "POST" {
 		kind, _, _ = strings.Cut(kind, "/")
 	}
+	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = map[string]int{}
 	}
 	f.calls[kind]++
+	gate := f.hold[kind]
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate // not under f.mu: the other requests are answered meanwhile
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.down || f.downFor == kind {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return
@@ -103,6 +114,36 @@ func (f *fakeSlurm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.t.Errorf("unexpected %s %s", r.Method, r.URL)
 		http.NotFound(w, r)
 	}
+}
+
+// holdCalls makes the requests of kind hang until the returned release is
+// called (at the latest when the test ends, before the server closes).
+func (f *fakeSlurm) holdCalls(t *testing.T, kind string) (release func()) {
+	gate := make(chan struct{})
+	f.mu.Lock()
+	if f.hold == nil {
+		f.hold = map[string]chan struct{}{}
+	}
+	f.hold[kind] = gate
+	f.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			f.mu.Lock()
+			delete(f.hold, kind)
+			f.mu.Unlock()
+			close(gate)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// callCount is how many requests of kind came.
+func (f *fakeSlurm) callCount(kind string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[kind]
 }
 
 func (f *fakeSlurm) set(id int64, kv map[string]any) {
@@ -679,5 +720,93 @@ func TestRefusedOnlyForFinalAnswers(t *testing.T) {
 		if got := refused(c.err); got != c.want {
 			t.Errorf("refused(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestHungSlurmBlocksNoOne: while a submission waits on a slurmrestd that
+// does not answer (up to the client's 30 s), reads, the commands about
+// other jobs and the poll go on: no call to slurmrestd is made under the
+// lock they wait for. The job is recorded before it is sent, the poll
+// does not submit it a second time meanwhile, and a cancel of that job
+// waits for the submission's answer and then cancels it in Slurm (rather
+// than cancelling it in Loom alone while Slurm starts it).
+func TestHungSlurmBlocksNoOne(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	if err := b.Handle(ctx, submitEv("e1", job("41"))); err != nil { // Slurm job 101
+		t.Fatal(err)
+	}
+	release := r.fake.holdCalls(t, "POST job/submit")
+	submitted := make(chan error, 1)
+	go func() { submitted <- b.Handle(ctx, submitEv("e2", job("42"))) }()
+	testkit.WaitFor(t, 10*time.Second, "job 42's submission to reach slurmrestd", func() (bool, error) {
+		return r.fake.callCount("POST job/submit") == 2, nil
+	})
+	// Each of these must finish well within the client's 30 s.
+	const bound = 5 * time.Second
+	within := func(what string, fn func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("%s: not done after %v while a submission hangs in slurmrestd", what, bound)
+		}
+	}
+	within("GetJob", func() error {
+		if j, err := b.GetJob("projects/p/jobs/42"); err != nil || j.Placement != "submitting to Slurm" {
+			return fmt.Errorf("job 42 while its submission hangs: %v %q, want it recorded as submitting", err, j.GetPlacement())
+		}
+		return nil
+	})
+	within("ListJobs", func() error {
+		if js, _ := b.ListJobs(views.JobFilter{Project: "projects/p"}, "", 10); len(js) != 2 {
+			return fmt.Errorf("%d jobs, want 2", len(js))
+		}
+		return nil
+	})
+	within("a cancel of another job", func() error {
+		return b.Handle(ctx, envelope.Event{ID: "c41", Principal: "users/ana", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/41"}})
+	})
+	within("a submission refused without a call", func() error {
+		j := job("43")
+		j.Dependency = "afterok:1"
+		return b.Handle(ctx, submitEv("e3", j))
+	})
+	within("a poll", func() error { return b.Poll(ctx) })
+	if n := r.fake.callCount("POST job/submit"); n != 2 {
+		t.Errorf("%d submissions, want 2: the poll submitted job 42 again while its submission was under way", n)
+	}
+	cancelled := make(chan error, 1)
+	go func() {
+		cancelled <- b.Handle(ctx, envelope.Event{ID: "c42", Principal: "users/ana", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/42"}})
+	}()
+	testkit.WaitFor(t, 10*time.Second, "the cancel of job 42 to wait for its submission", func() (bool, error) {
+		return b.parked.Load() == 1, nil
+	})
+	release()
+	for what, ch := range map[string]chan error{"submission": submitted, "cancel": cancelled} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("job 42's %s: %v", what, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("job 42's %s never ended", what)
+		}
+	}
+	if j := getJob(t, b, "projects/p/jobs/42"); j.Placement != "Slurm job 102" {
+		t.Errorf("job 42: placement %q, want Slurm job 102", j.Placement)
+	}
+	r.fake.mu.Lock()
+	defer r.fake.mu.Unlock()
+	if got := strings.Join(r.fake.cancels, "|"); got != "ana 101 |ana 102 " {
+		t.Errorf("cancels sent %q, want job 41's (101) and job 42's once submitted (102)", got)
 	}
 }
