@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,6 +119,10 @@ type SlurmConfig struct {
 	// (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS; default off): the agent's
 	// -allow-root-jobs for this backend (slurmbackend.Config.AllowRootJobs).
 	AllowRootJobs bool
+	// RefusedOwners are the owners whose jobs end FAILED rather than run
+	// in Slurm, besides root (LOOM_SCHEDULER_SLURM_REFUSED_OWNERS,
+	// comma-separated; default slurm: slurmbackend.Config.RefusedOwners).
+	RefusedOwners []string
 }
 
 // RegisterFlags adds the scheduler's flags to fs, defaults from LOOM_* variables.
@@ -180,6 +185,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"with -backend=slurm: the Slurm user the poll lists every job as; under PrivateData=jobs an operator (LOOM_SCHEDULER_SLURM_READ_USER)")
 	fs.BoolVar(&c.Slurm.AllowRootJobs, "slurm-allow-root-jobs", config.EnvBool("LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS", false),
 		"with -backend=slurm: let jobs whose owner is root go to Slurm and run as root; off, they end FAILED saying so (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS)")
+	c.Slurm.RefusedOwners = config.SplitList(env("SLURM_REFUSED_OWNERS", strings.Join(slurmbackend.DefaultRefusedOwners, ",")))
+	fs.Func("slurm-refused-owners", "with -backend=slurm: owners, comma-separated, whose jobs end FAILED rather than run in Slurm as them, "+
+		"besides root (-slurm-allow-root-jobs): Slurm's own accounts, whose JWT key they can read; empty refuses none but root "+
+		"(LOOM_SCHEDULER_SLURM_REFUSED_OWNERS; default "+strings.Join(slurmbackend.DefaultRefusedOwners, ",")+")",
+		func(s string) error {
+			c.Slurm.RefusedOwners = append([]string{}, config.SplitList(s)...)
+			return nil
+		})
 	fs.DurationVar(&c.Slurm.Poll, "slurm-poll", config.EnvDuration("LOOM_SCHEDULER_SLURM_POLL", slurmbackend.DefaultPoll),
 		"with -backend=slurm: how often Slurm's jobs are read, 200ms to 1m: a state change shows in Loom at most this late (LOOM_SCHEDULER_SLURM_POLL)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
@@ -225,6 +238,7 @@ func (c *Config) resolve() error {
 		v.Check(c.Slurm.TokenLifespan >= time.Minute && c.Slurm.TokenLifespan <= 24*time.Hour, "slurm-token-lifespan",
 			"want 1m to 24h, got %v", c.Slurm.TokenLifespan)
 		v.Check(c.Slurm.ReadUser != "", "slurm-read-user", "required with -backend=slurm")
+		slurmbackend.RefusedSet(&v, c.Slurm.RefusedOwners, c.Slurm.AllowRootJobs)
 	}
 	v.Check(c.MaxBatch >= 1, "max-batch", "want at least 1, got %d", c.MaxBatch)
 	v.Check(c.maxInfra >= 0, "max-infra-restarts", "must not be negative, got %d", c.maxInfra)

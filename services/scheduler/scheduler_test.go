@@ -538,6 +538,9 @@ func TestBackendFlag(t *testing.T) {
 	if os.Getenv("LOOM_SCHEDULER_BACKEND") == "" && cfg.Backend != scheduler.BackendBuiltin {
 		t.Fatalf("default -backend %q, want builtin", cfg.Backend)
 	}
+	if os.Getenv("LOOM_SCHEDULER_SLURM_REFUSED_OWNERS") == "" && strings.Join(cfg.Slurm.RefusedOwners, ",") != "slurm" {
+		t.Errorf("default -slurm-refused-owners %q, want slurm", cfg.Slurm.RefusedOwners)
+	}
 	for _, c := range []struct {
 		args []string
 		want []string
@@ -545,6 +548,9 @@ func TestBackendFlag(t *testing.T) {
 		{[]string{"-backend", "lsf"}, []string{`backend: want builtin or slurm, got "lsf"`}},
 		{[]string{"-backend", "slurm", "-slurm-url", "", "-slurm-jwt-key", ""}, []string{"slurm-url: required", "slurm-jwt-key: required"}},
 		{[]string{"-backend", "slurm", "-slurm-url", "http://x", "-slurm-jwt-key", "/k", "-slurm-poll", "10ms"}, []string{"slurm-poll: want 200ms to 1m0s, got 10ms"}},
+		{[]string{"-backend", "slurm", "-slurm-url", "http://x", "-slurm-jwt-key", "/k", "-slurm-refused-owners", "slurm,../x"}, []string{`slurm-refused-owners: "../x"`}},
+		{[]string{"-backend", "slurm", "-slurm-url", "http://x", "-slurm-jwt-key", "/k", "-slurm-allow-root-jobs", "-slurm-refused-owners", "root"},
+			[]string{"slurm-refused-owners: lists root, which -slurm-allow-root-jobs allows"}},
 	} {
 		var cfg scheduler.Config
 		fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)

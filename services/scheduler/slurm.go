@@ -38,7 +38,7 @@ func runSlurm(ctx context.Context, cfg Config) error {
 	}
 	b, err := slurmbackend.New(base.Store, slurmbackend.Config{URL: cfg.Slurm.URL, Signer: signer,
 		ReadUser: cfg.Slurm.ReadUser, Poll: cfg.Slurm.Poll, MinJobAge: cfg.MinJobAge,
-		AllowRootJobs: cfg.Slurm.AllowRootJobs}, base.Clock.Now, base.Log)
+		AllowRootJobs: cfg.Slurm.AllowRootJobs, RefusedOwners: cfg.Slurm.RefusedOwners}, base.Clock.Now, base.Log)
 	if err != nil {
 		return fail(err)
 	}

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -83,12 +84,46 @@ type Config struct {
 	// history, which took the final JobChanged, answers for it.
 	MinJobAge time.Duration
 	// AllowRootJobs lets a job whose owner is root go to Slurm, run as
-	// root (-slurm-allow-root-jobs). Off, such a job ends FAILED saying
-	// so: the backend mints any user's token, so without this a Loom
-	// principal named root (a cluster admin may submit as any user)
-	// would get root's jobs on every Slurm node, which the built-in
-	// engine allows only on agents started with -allow-root-jobs.
+	// root (-slurm-allow-root-jobs). Off, root is one of the refused
+	// owners (RefusedOwners): the backend mints any user's token, so
+	// without this a Loom principal named root (a cluster admin may
+	// submit as any user) would get root's jobs on every Slurm node,
+	// which the built-in engine allows only on agents started with
+	// -allow-root-jobs.
 	AllowRootJobs bool
+	// RefusedOwners are the owners whose jobs end FAILED rather than go
+	// to Slurm (-slurm-refused-owners), besides root (AllowRootJobs): nil
+	// is DefaultRefusedOwners, an empty list none. They are meant for
+	// Slurm's own accounts: SlurmUser can read the JWT key, so a job run
+	// as it can mint root's token.
+	RefusedOwners []string
+}
+
+// DefaultRefusedOwners is Config.RefusedOwners when nil: the SlurmUser
+// most clusters run slurmctld as.
+var DefaultRefusedOwners = []string{"slurm"}
+
+// RefusedSet is the one owner rule's set: the owners in list (nil:
+// DefaultRefusedOwners) and root unless allowRoot. Each must be an OS
+// account name, and root may not be listed and allowed at once: each
+// problem is added to v under the flag's name, slurm-refused-owners.
+func RefusedSet(v *errs.Validator, list []string, allowRoot bool) map[string]bool {
+	if list == nil {
+		list = DefaultRefusedOwners
+	}
+	set := make(map[string]bool, len(list)+1)
+	for _, name := range list {
+		if err := auth.CheckUserName(name); err != nil {
+			v.Add("slurm-refused-owners", "%q: %v", name, err)
+			continue
+		}
+		v.Check(!(name == "root" && allowRoot), "slurm-refused-owners", "lists root, which -slurm-allow-root-jobs allows: drop one")
+		set[name] = true
+	}
+	if !allowRoot {
+		set["root"] = true
+	}
+	return set
 }
 
 // record is one job: the Loom job as GetJob shows it, Slurm's id once it
@@ -120,6 +155,8 @@ type Backend struct {
 	work sync.Mutex
 	mu   sync.RWMutex
 	jobs map[string]*record
+	// refused is the owners whose jobs end FAILED (RefusedSet).
+	refused map[string]bool
 
 	// Leadership (under work): as the built-in engine's (app.App), every
 	// write of a leader carries its term's fence.
@@ -155,10 +192,11 @@ func New(st *store.Store, cfg Config, now func() time.Time, log *slog.Logger) (*
 	v.Check(cfg.Signer != nil, "slurm-jwt-key", "required with -backend=slurm")
 	v.Check(cfg.ReadUser != "", "slurm-read-user", "required with -backend=slurm")
 	v.Check(cfg.Poll >= MinPoll && cfg.Poll <= MaxPoll, "slurm-poll", "want %v to %v, got %v", MinPoll, MaxPoll, cfg.Poll)
+	refused := RefusedSet(&v, cfg.RefusedOwners, cfg.AllowRootJobs)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, now: now, log: log, jobs: map[string]*record{}, inflight: map[string]chan struct{}{}}
+	b := &Backend{cfg: cfg, now: now, log: log, jobs: map[string]*record{}, inflight: map[string]chan struct{}{}, refused: refused}
 	b.drv = store.NewDriver(st, b.reload)
 	return b, nil
 }
@@ -457,7 +495,7 @@ func (b *Backend) sendClaimed(ctx context.Context, r *record, spec slurmrest.Job
 // every path that sends a job to Slurm goes through it, so that a record
 // stored before a check existed is held to it too.
 func (b *Backend) jobSpec(j *loomv1.Job) (slurmrest.JobSpec, string) {
-	if problem := ownerProblem(j.GetUser(), b.cfg.AllowRootJobs); problem != "" {
+	if problem := ownerProblem(j.GetUser(), b.refused); problem != "" {
 		return slurmrest.JobSpec{}, problem
 	}
 	return jobSpec(j)

@@ -495,6 +495,7 @@ func TestOwnerRefusals(t *testing.T) {
 	ctx := testkit.Context(t, 30*time.Second)
 	for id, c := range map[string]struct{ owner, want string }{
 		"r": {"root", "-slurm-allow-root-jobs"},
+		"s": {"slurm", "-slurm-refused-owners"}, // Slurm's account reads the JWT key: it could mint root's token
 		"n": {"ana\nX-Evil: 1", "job.user"},
 		"d": {"../ana", "job.user"},
 	} {
@@ -522,6 +523,70 @@ func TestOwnerRefusals(t *testing.T) {
 	defer r.fake.mu.Unlock()
 	if len(r.fake.submitter) != 1 || r.fake.submitter[0] != "root" {
 		t.Errorf("with AllowRootJobs, root's job: submitted by %v, want root", r.fake.submitter)
+	}
+}
+
+// TestRefusedOwnersList: the refused owners are the operator's list (one
+// rule with root's): a listed owner's job ends FAILED naming the flag,
+// whether it comes as a command or from a record the poll submits again;
+// an owner off the list goes to Slurm; and a list naming no account, or
+// root while root is allowed, is refused at start naming the flag.
+func TestRefusedOwnersList(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	as := func(id, owner string) *loomv1.Job { j := job(id); j.User = owner; return j }
+	setDown := func(down bool) {
+		r.fake.mu.Lock()
+		defer r.fake.mu.Unlock()
+		r.fake.down = down
+	}
+	// A record of svc-b stored before svc-b was listed: tried, its
+	// submission unanswered.
+	r.cfg.RefusedOwners = []string{}
+	setDown(true)
+	if err := r.backend(t).Handle(ctx, submitEv("e0", as("50", "svc-b"))); err != nil {
+		t.Fatal(err)
+	}
+	setDown(false)
+	r.cfg.RefusedOwners = []string{"svc-a", "svc-b"}
+	b := r.backend(t)
+	for _, ev := range []envelope.Event{submitEv("e1", as("51", "svc-a")), submitEv("e2", as("52", "slurm"))} {
+		if err := b.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ id, owner string }{{"50", "svc-b"}, {"51", "svc-a"}} {
+		if j := getJob(t, b, "projects/p/jobs/"+c.id); j.State != loomv1.JobState_FAILED || !strings.Contains(j.StateReason, "-slurm-refused-owners") ||
+			!strings.Contains(j.StateReason, "as "+c.owner+":") {
+			t.Errorf("%s's job: %v %q, want FAILED naming the owner and -slurm-refused-owners", c.owner, j.State, j.StateReason)
+		}
+	}
+	if j := getJob(t, b, "projects/p/jobs/52"); j.Placement != "Slurm job 101" {
+		t.Errorf("with slurm off the list, its job: %v %q, want it in Slurm", j.State, j.Placement)
+	}
+	r.fake.mu.Lock()
+	submitters := strings.Join(r.fake.submitter, ",")
+	r.fake.mu.Unlock()
+	if submitters != "slurm" {
+		t.Errorf("jobs submitted as %q, want slurm's alone", submitters)
+	}
+	for _, c := range []struct {
+		list  []string
+		allow bool
+		want  string
+	}{
+		{[]string{"ok", "bad\nname"}, false, "slurm-refused-owners: "},
+		{[]string{"root"}, true, "slurm-refused-owners: lists root, which -slurm-allow-root-jobs allows"},
+	} {
+		cfg := r.cfg
+		cfg.RefusedOwners, cfg.AllowRootJobs = c.list, c.allow
+		if _, err := New(r.st, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New with refused owners %q (allow root %v): %v, want %q", c.list, c.allow, err, c.want)
+		}
 	}
 }
 

@@ -72,17 +72,20 @@ func unmapped(j *loomv1.Job) string {
 // may). The backend submits and cancels as the owner, with a token it
 // mints for whatever name it is given, so the name is held to what the
 // gateway lets in (an OS account name: a header with a newline would
-// otherwise fail every poll, never the job) and root is refused unless
-// allowRoot (Config.AllowRootJobs).
-func ownerProblem(owner string, allowRoot bool) string {
+// otherwise fail every poll, never the job) and the owners in refused
+// (RefusedSet: root unless -slurm-allow-root-jobs, Slurm's own accounts)
+// are refused, by one rule whose reason names both flags.
+func ownerProblem(owner string, refused map[string]bool) string {
 	if owner == "" {
 		return Name + " runs every job as its owner in Slurm: this one has none"
 	}
 	if err := auth.CheckUserName(owner); err != nil {
 		return fmt.Sprintf("job.user: %v (%s runs the job as that Slurm user)", err, Name)
 	}
-	if owner == "root" && !allowRoot {
-		return Name + " runs no job as root unless the scheduler's -slurm-allow-root-jobs (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS) is on, as a node agent runs none without -allow-root-jobs: submit it as another user"
+	if refused[owner] {
+		return fmt.Sprintf("%s runs no job as %s: the scheduler refuses the owners of -slurm-refused-owners "+
+			"(LOOM_SCHEDULER_SLURM_REFUSED_OWNERS; default slurm, whose account can read Slurm's JWT key) "+
+			"and root unless -slurm-allow-root-jobs (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS) is on: submit it as another user", Name, owner)
 	}
 	return ""
 }
