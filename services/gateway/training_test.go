@@ -198,7 +198,7 @@ func TestTrainingREST(t *testing.T) {
 		t.Fatal(err)
 	}
 	if j.GetUser() != "ana" || j.GetState() != trainingv1.JobState_JOB_STATE_QUEUED ||
-		!strings.HasPrefix(j.GetName(), location+"/customJobs/") || j.GetJob() != "projects/default/jobs/"+shortID(j.GetName()) ||
+		!strings.HasPrefix(j.GetName(), location+"/customJobs/") || j.GetJob() != "" ||
 		j.GetCluster() != "projects/default/clusters/cj-"+shortID(j.GetName()) {
 		t.Errorf("accepted job: %v", &j)
 	}

@@ -377,6 +377,13 @@ func (a *app) jobsGetCommand() *cobra.Command {
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
 			j, err := cl.GetJob(ctx, &loomv1.GetJobRequest{Name: a.jobName(args[0])})
+			if codeOf(err) == codes.NotFound {
+				// A CustomJob's id is its job's, but that job exists only
+				// once the CustomJob's cluster runs.
+				if cjErr := a.customJobHasNoJob(cmd.Context(), args[0]); cjErr != nil {
+					return cjErr
+				}
+			}
 			if err != nil {
 				return a.notFoundHint(a.explain("get job "+args[0], err), err, "loom jobs list")
 			}
@@ -655,6 +662,44 @@ func (a *app) customJobNotStarted(ctx context.Context, id string, follow bool, w
 		fmt.Fprintf(w, "Waiting for custom job %s (%s): %s.\n", id, describeCustomJob(cj), where)
 	}
 	return true, nil
+}
+
+// customJobHasNoJob answers `loom jobs get ID` whose job is not found
+// when ID is a CustomJob's: an error saying why there is no such job (not
+// submitted yet, ended before it was, or its record expired). Anything
+// else (no such CustomJob) is nil: the job's NotFound stands.
+func (a *app) customJobHasNoJob(ctx context.Context, id string) error {
+	if strings.HasPrefix(id, "projects/") {
+		return nil
+	}
+	tc, err := a.training()
+	if err != nil {
+		return nil
+	}
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	cj, err := tc.GetCustomJob(cctx, &trainingv1.GetCustomJobRequest{Name: a.trainingName(customJobs, id)})
+	if err != nil {
+		return nil
+	}
+	see := "`loom jobs custom get " + id + "` shows the custom job"
+	if e := cj.GetError().GetMessage(); e != "" {
+		see = shown(e) + "; " + see
+	}
+	switch {
+	case jobEnded(cj.GetState()) && cj.GetJob() == "":
+		return fmt.Errorf("get job %s: custom job %s ended %s before its job was submitted: there is no job %s (%s)",
+			id, id, trainingState(cj.GetState()), id, see)
+	case jobEnded(cj.GetState()):
+		return fmt.Errorf("get job %s: custom job %s ended %s and its job %s is not known: its record has expired (%s)",
+			id, id, trainingState(cj.GetState()), shortName(cj.GetJob()), see)
+	}
+	where := "once its cluster runs"
+	if c := cj.GetCluster(); c != "" {
+		where = "once its cluster " + shortName(c) + " runs"
+	}
+	return fmt.Errorf("get job %s: custom job %s is %s: its job %s is submitted %s (%s)",
+		id, id, trainingState(cj.GetState()), id, where, see)
 }
 
 // copyLogs writes the output of the job req names to w.

@@ -54,3 +54,32 @@ func TestLogsOfACustomJobNotStarted(t *testing.T) {
 		t.Errorf("logs of no job: exit %d, %q", code, errOut)
 	}
 }
+
+// TestGetJobOfACustomJobWithoutOne: `loom jobs custom cancel 9` right
+// after its create, then `loom jobs get 9`, answered a bare NotFound while
+// the custom job named the job as if it existed. The custom job now names
+// none until its job is submitted, and `loom jobs get` says why there is
+// no job 9.
+func TestGetJobOfACustomJobWithoutOne(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	noJob := func(j *trainingv1.CustomJob) { j.Job = "" }
+	tr.Resources[trainingParent+"/customJobs/9"] = customJob(t, trainingParent+"/customJobs/9", trainingv1.JobState_JOB_STATE_CANCELLED,
+		noJob, func(j *trainingv1.CustomJob) {
+			j.Error = &trainingv1.Status{Code: 1, Message: "cancelled by users/ana"}
+		})
+	tr.Resources[trainingParent+"/customJobs/10"] = customJob(t, trainingParent+"/customJobs/10", trainingv1.JobState_JOB_STATE_PENDING, noJob)
+	if _, errOut, code := run(t, gw, "jobs", "get", "9"); code != 1 ||
+		!strings.Contains(errOut, "custom job 9 ended CANCELLED") || !strings.Contains(errOut, "before its job was submitted: there is no job 9") ||
+		!strings.Contains(errOut, "(cancelled by users/ana; `loom jobs custom get 9` shows the custom job)") {
+		t.Errorf("get job of a custom job cancelled before its job: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := run(t, gw, "jobs", "get", "10"); code != 1 ||
+		!strings.Contains(errOut, "custom job 10 is PENDING") || !strings.Contains(errOut, "submitted once its cluster cj-10 runs") {
+		t.Errorf("get job of a pending custom job: exit %d, %q", code, errOut)
+	}
+	// An id that is no custom job's is the job's NotFound, as before.
+	if _, errOut, code := run(t, gw, "jobs", "get", "99"); code != 1 || !strings.Contains(errOut, "not found") || strings.Contains(errOut, "custom job") {
+		t.Errorf("get of no job: exit %d, %q", code, errOut)
+	}
+}

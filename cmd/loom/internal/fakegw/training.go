@@ -98,7 +98,8 @@ func (t *Training) CreateCustomJob(_ context.Context, r *trainingv1.CreateCustom
 	j.Name = r.GetParent() + "/customJobs/" + strconv.FormatInt(id, 10)
 	j.User, j.State, j.CreateTime = t.user(), trainingv1.JobState_JOB_STATE_QUEUED, timestamppb.New(TestNow)
 	project := strings.Split(r.GetParent(), "/")[1]
-	j.Job = "projects/" + project + "/jobs/" + strconv.FormatInt(id, 10)
+	// Its scheduler job is named once it is submitted (as the gateway's
+	// accepted record does not).
 	j.Cluster = "projects/" + project + "/clusters/cj-" + strconv.FormatInt(id, 10)
 	t.store(j)
 	return j, nil

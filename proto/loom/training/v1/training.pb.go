@@ -612,7 +612,10 @@ type CustomJob struct {
 	// cluster is the cluster it runs on: its own ephemeral one
 	// ("projects/{p}/clusters/cj-{id}") or persistent_resource_id's.
 	Cluster string `protobuf:"bytes,100,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	// job is its scheduler job, "projects/{p}/jobs/{id}".
+	// job is its scheduler job, "projects/{p}/jobs/{id}", once it is
+	// submitted (when its cluster runs): empty before, and for a CustomJob
+	// that ended before it was submitted (cancelled while its cluster was
+	// made), which never had one.
 	Job string `protobuf:"bytes,101,opt,name=job,proto3" json:"job,omitempty"`
 	// user is its owner: the principal who created it; its replicas run as them.
 	User string `protobuf:"bytes,102,opt,name=user,proto3" json:"user,omitempty"`

@@ -132,8 +132,10 @@ func TrainingGPUs(m proto.Message) int64 {
 }
 
 // AcceptCustomJob is j as accepted with id under parent: named, owned by
-// user, QUEUED, created now, with its scheduler job and cluster named; the
-// other output-only fields cleared.
+// user, QUEUED, created now, with its cluster named; the other output-only
+// fields cleared. Its scheduler job is not named: the training service
+// names it when it submits it, and a CustomJob cancelled before that never
+// has one.
 func AcceptCustomJob(j *trainingv1.CustomJob, parent TrainingParent, id int64, user string, now time.Time) *trainingv1.CustomJob {
 	j = proto.Clone(j).(*trainingv1.CustomJob)
 	ts := timestamppb.New(now)
@@ -143,8 +145,7 @@ func AcceptCustomJob(j *trainingv1.CustomJob, parent TrainingParent, id int64, u
 	// The training service says where the output is kept when it takes
 	// the job; until then (the accepted record a Get answers with) a
 	// caller's own would be shown as Loom's.
-	j.OutputDir, j.OutputWarning = "", ""
-	j.Job = resname.JobOf(parent.Project, id).String()
+	j.OutputDir, j.OutputWarning, j.Job = "", "", ""
 	j.Cluster = CustomJobCluster(parent.Project, id, j.GetJobSpec())
 	return j
 }

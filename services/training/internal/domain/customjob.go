@@ -48,6 +48,10 @@ func newCJ(now time.Time, job *trainingv1.CustomJob, trialID string, logDir LogD
 	}
 	job.StartTime, job.EndTime, job.Error, job.RestartCount = nil, nil, nil, 0
 	job.OutputDir, job.OutputWarning = "", "" // output only: startCJ says
+	// Output only: submit names the scheduler job once there is one. A
+	// CustomJob that ends first (cancelled while its cluster is made)
+	// never had one, and must not name a job that never existed.
+	job.Job = ""
 	return &CJ{Job: job, TrialID: trialID, LogDir: logDir}
 }
 

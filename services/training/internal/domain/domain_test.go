@@ -1050,3 +1050,29 @@ func TestRenderedOutputKeepsThePercentOfItsDirectory(t *testing.T) {
 		t.Fatalf("output pattern %q expands to %q, want %q", job.GetOutputPattern(), got, want)
 	}
 }
+
+// TestCancelledBeforeSubmitNamesNoJob: a CustomJob cancelled while its
+// cluster is provisioned never had a scheduler job, so it names none (the
+// gateway's accepted record names one it would have, which must not
+// survive as a dangling name); one submitted names its job.
+func TestCancelledBeforeSubmitNamesNoJob(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	in := customJob(cjName, "alice", spec())
+	in.CustomJob.Job = "projects/p/jobs/101" // as an older gateway accepted it
+	feed(t, s, in)
+	if got := cjOf(t, s, cjName).GetJob(); got != "" {
+		t.Fatalf("provisioning: job %q; want none until it is submitted", got)
+	}
+	step(t, s, t0, Input{Payload: &eventsv1.CancelTraining{Name: cjName}, Principal: "users/alice"})
+	if got := cjOf(t, s, cjName); got.GetState() != trainingv1.JobState_JOB_STATE_CANCELLED || got.GetJob() != "" {
+		t.Fatalf("cancelled before submit: state %v job %q; want CANCELLED, no job", got.GetState(), got.GetJob())
+	}
+
+	s2 := NewState()
+	feed(t, s2, customJob(cjName, "alice", spec()))
+	feed(t, s2, clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_RUNNING))
+	if got := cjOf(t, s2, cjName).GetJob(); got != "projects/p/jobs/101" {
+		t.Fatalf("submitted: job %q; want projects/p/jobs/101", got)
+	}
+}
