@@ -231,6 +231,16 @@ func TestModelRegistryRPCs(t *testing.T) {
 	if err != nil || len(ms.GetModels()) != 1 || ms.GetModels()[0].GetName() != vertexParent+"/models/big-one@1" {
 		t.Fatalf("ListModels(labels.team=nlp) = %v, %v", ms, err)
 	}
+	// ListModels matches each model at its default version (Vertex's):
+	// tiny's version 3 has stage=qa, its default (50) has not; the
+	// versions list finds it (docs/registry.md).
+	ms, err = c.ListModels(ctx, &loomv1.ListModelsRequest{Parent: vertexParent, Filter: `labels.stage=qa`})
+	if err != nil || len(ms.GetModels()) != 0 {
+		t.Fatalf("ListModels(labels.stage=qa) = %v, %v; want none (only version 3 has it, not the default)", ms, err)
+	}
+	if qa := allVersions(t, ctx, c, &loomv1.ListModelVersionsRequest{Parent: vertexModel, Filter: `labels.stage=qa`}); len(qa) != 1 || qa[0].GetVersionId() != "3" {
+		t.Fatalf("ListModelVersions(labels.stage=qa) = %v; want version 3", qa)
+	}
 	ms, err = c.ListModels(ctx, &loomv1.ListModelsRequest{Parent: vertexParent, Filter: `display_name="Tiny" AND create_time>"2000-01-01T00:00:00Z"`, OrderBy: "create_time desc"})
 	if err != nil || len(ms.GetModels()) != 1 || ms.GetModels()[0].GetVersionId() != "50" {
 		t.Fatalf("ListModels(display_name, create_time) = %v, %v (want tiny at its default, 50)", ms, err)

@@ -3238,7 +3238,11 @@ type ListModelsRequest struct {
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// filter is AIP-160 (libs/trainingspec.ParseFilter) over display_name,
 	// description, version_id, version_description, artifact_uri, labels.KEY,
-	// version_aliases, create_time, update_time, version_create_time.
+	// create_time, update_time, version_create_time, version_update_time
+	// (any other key is InvalidArgument). Each model matches as it is listed,
+	// at its default version, as Vertex's ListModels: labels are per version,
+	// so a label on another version does not match (ListModelVersions
+	// filters every version).
 	Filter string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
 	// order_by is "FIELD [desc], ..." over display_name, create_time,
 	// update_time, version_id, version_create_time; by name when empty.

@@ -78,7 +78,12 @@ func (a *app) modelsList() *cobra.Command {
 			}
 			if len(resp.GetModels()) == 0 {
 				if filter != "" {
-					fmt.Fprintf(out, "No models in project %s match %s.\n", a.project, filter)
+					// A model matches as it is listed, at its default
+					// version (Vertex's ListModels): a label on another
+					// version is not the model's, and a user looking for it
+					// needs the per-version list.
+					fmt.Fprintf(out, "No models in project %s match %s at their default version. Labels and version fields are per version: the same --filter on `loom models versions MODEL` matches every version of MODEL.\n",
+						a.project, filter)
 					return nil
 				}
 				fmt.Fprintf(out, "No models in project %s. A job submitted with --model NAME registers one when it succeeds; `loom models upload` registers a directory.\n", a.project)
@@ -88,7 +93,7 @@ func (a *app) modelsList() *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&versions, "versions", "", "list the versions of this model (see also \"loom models versions\")")
-	list.Flags().StringVar(&filter, "filter", "", `AIP-160 filter, e.g. 'labels.team=vision AND create_time>"2026-01-01T00:00:00Z"'`)
+	list.Flags().StringVar(&filter, "filter", "", `AIP-160 filter on each model at its default version (labels are per version), e.g. 'labels.team=vision AND create_time>"2026-01-01T00:00:00Z"'`)
 	list.Flags().StringVar(&orderBy, "order-by", "", `order, e.g. "create_time desc" (display_name, create_time, update_time, version_id)`)
 	return list
 }

@@ -413,3 +413,18 @@ func TestModelsCommandsCleanServerText(t *testing.T) {
 		t.Errorf("versions: PRODUCED BY not cleaned:\n%s", out)
 	}
 }
+
+// TestModelsListFilterIsTheDefaultVersions: `loom models list --filter
+// labels.team=vision` matches each model at its default version (Vertex's
+// ListModels), so a model whose label is on another version is not listed.
+// A tester read "No models match" as "no such label anywhere"; the answer
+// now says which version was matched and where the others are.
+func TestModelsListFilterIsTheDefaultVersions(t *testing.T) {
+	t.Parallel()
+	_, _, gw := newTrainingGateway(t) // no models
+	out, _, code := run(t, gw, "models", "list", "--filter", "labels.team=vision")
+	if code != 0 || !strings.Contains(out, "match labels.team=vision at their default version") ||
+		!strings.Contains(out, "--filter on `loom models versions MODEL` matches every version") {
+		t.Errorf("list --filter with no match: %d %q", code, out)
+	}
+}
