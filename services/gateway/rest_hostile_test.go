@@ -206,7 +206,8 @@ func TestRESTRefusesHostileInputOnEveryRoute(t *testing.T) {
 		}
 		if r.body {
 			probes = append(probes,
-				probe{"malformed JSON", r.path, `{"`, http.StatusBadRequest, ""},
+				probe{"malformed JSON", r.path, `{"`, http.StatusBadRequest, "request body: not valid JSON: it ends after 2 bytes"},
+				probe{"not JSON", r.path, "{\n bad", http.StatusBadRequest, "request body: not valid JSON at line 2, column 2 (byte offset 3)"},
 				probe{"an unknown field", r.path, `{"no_such_field_x": 1}`, http.StatusBadRequest, "no_such_field_x"},
 				probe{"JSON nested 6000 deep", r.path, deep, http.StatusBadRequest, fmt.Sprintf("nested deeper than the limit of %d levels", ports.MaxJSONDepth)},
 				probe{"100,000 nested [", r.path, deepest, http.StatusBadRequest, fmt.Sprintf("nested deeper than the limit of %d levels", ports.MaxJSONDepth)},

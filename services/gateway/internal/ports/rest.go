@@ -42,7 +42,8 @@ import (
 // parameter, and a query parameter naming a field the route's path or
 // body sets, are refused on every route (InvalidArgument, HTTP 400, naming
 // it: strictQuery), as Google's APIs do, rather than silently dropped.
-// The returned function closes the connection to grpcAddr.
+// A body that is not JSON is InvalidArgument (HTTP 400) saying so, where
+// and what to send (jsonBody). The returned function closes the connection to grpcAddr.
 func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, error) {
 	conn, err := grpc.NewClient(dialable(grpcAddr),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -76,10 +77,10 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 	// gateway has no such API" (the console takes it so).
 	allow := &allowed{}
 	wrong := runtime.WithRoutingErrorHandler(allow.routingError)
-	mux := runtime.NewServeMux(verbs, wrong, runtime.WithMiddlewares(probed, loomQuery.middleware), runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	mux := runtime.NewServeMux(verbs, wrong, runtime.WithMiddlewares(probed, loomQuery.middleware), runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBody{&runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}), client)
+	}}), client)
 	loomQuery.mux = mux
 	// ModelService is on both: its Loom paths (projects/*/models/...) answer
 	// with proto names, its Vertex paths (TrainingPath) in camelCase.
@@ -90,10 +91,10 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		}
 	}
 	// Vertex's resources answer in Vertex's JSON: camelCase field names.
-	vertex := runtime.NewServeMux(verbs, wrong, runtime.WithMiddlewares(probed, vertexQuery.middleware), runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	vertex := runtime.NewServeMux(verbs, wrong, runtime.WithMiddlewares(probed, vertexQuery.middleware), runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBody{&runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}), client)
+	}}), client)
 	vertexQuery.mux = vertex
 	if err := trainingv1.RegisterTrainingServiceHandler(ctx, vertex, conn); err != nil {
 		_ = conn.Close()
