@@ -183,3 +183,53 @@ func TestLimitsDocStatesBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineExampleRunsKeepTheirOwnOutput: docs/training.md's pipeline
+// example registers version 1, and the guide says how the next run makes
+// version 2. A version's artifact_uri is its run's <prefix>/model, which
+// the registry does not copy: the guide's example wrote every run to one
+// baseOutputDirectory, so version 2's run overwrote version 1's files
+// (and the registry marked version 1 changed, never to be exported). The
+// section now shows both runs, each valid, the second a version of the
+// first's model, with its own outputUriPrefix.
+func TestPipelineExampleRunsKeepTheirOwnOutput(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/training.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Pipelines\n")
+	if !ok {
+		t.Fatal(`docs/training.md has no "## Pipelines" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var runs []*trainingv1.TrainingPipeline
+	for rest := section; ; {
+		var body string
+		if _, rest, ok = strings.Cut(rest, "```json\n"); !ok {
+			break
+		}
+		body, rest, _ = strings.Cut(rest, "```")
+		p := &trainingv1.TrainingPipeline{}
+		if err := protojson.Unmarshal([]byte(body), p); err != nil {
+			t.Fatalf("a pipeline example does not decode: %v\n%s", err, body)
+		}
+		if err := ValidateTrainingPipeline(p); err != nil {
+			t.Fatalf("a pipeline example is refused: %v\n%s", err, body)
+		}
+		runs = append(runs, p)
+	}
+	if len(runs) != 2 {
+		t.Fatalf("## Pipelines has %d JSON examples; want 2: the first run and the next (version 2)", len(runs))
+	}
+	prefix := func(p *trainingv1.TrainingPipeline) string {
+		return p.GetTrainingTaskInputs().GetStructValue().GetFields()["baseOutputDirectory"].GetStructValue().GetFields()["outputUriPrefix"].GetStringValue()
+	}
+	first, next := runs[0], runs[1]
+	if want := "projects/default/models/" + first.GetModelToUpload().GetDisplayName(); next.GetParentModel() != want {
+		t.Errorf("the next run's parentModel is %q; want %q, the first run's model", next.GetParentModel(), want)
+	}
+	if a, b := prefix(first), prefix(next); a == "" || a == b {
+		t.Errorf("the runs' outputUriPrefix: %q and %q; want each its own (version 2's run would overwrite version 1's files)", a, b)
+	}
+}
