@@ -471,10 +471,22 @@ func (b *Backend) submit(ctx context.Context, ev envelope.Event, j *loomv1.Job) 
 // leader): then the tried record stands and the poll finds the job by its
 // comment. It reports whether slurmrestd answered (sendToSlurm).
 func (b *Backend) sendClaimed(ctx context.Context, r *record, spec slurmrest.JobSpec, done func()) (bool, error) {
+	// The claim ends however the call does: a panic (which the bus
+	// recovers, retrying the command) must not leave the job claimed,
+	// which every later poll would skip and every cancel wait on.
+	ended := false
+	defer func() {
+		if !ended {
+			b.work.Lock()
+			done()
+			b.work.Unlock()
+		}
+	}()
 	next := r.clone()
 	answered := b.sendToSlurm(ctx, next, spec)
 	b.work.Lock()
 	defer b.work.Unlock()
+	ended = true
 	defer done()
 	if !answered {
 		return false, nil

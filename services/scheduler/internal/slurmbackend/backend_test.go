@@ -1,6 +1,7 @@
 package slurmbackend
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -873,5 +875,50 @@ func TestHungSlurmBlocksNoOne(t *testing.T) {
 	defer r.fake.mu.Unlock()
 	if got := strings.Join(r.fake.cancels, "|"); got != "ana 101 |ana 102 " {
 		t.Errorf("cancels sent %q, want job 41's (101) and job 42's once submitted (102)", got)
+	}
+}
+
+// TestPanickedSubmissionReleasesItsClaim: a submission whose call panics
+// (the bus recovers a handler's panic and retries the command, which
+// then finds the job recorded) must not leave the job claimed: a claim
+// never released made every later poll skip the job, which stayed
+// "submitting to Slurm" for ever, and every cancel of it wait until its
+// handler's deadline, retried until dead-lettered.
+func TestPanickedSubmissionReleasesItsClaim(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var panicking atomic.Bool
+	signer, err := NewSigner(testKey, 10*time.Minute, func() time.Time {
+		if panicking.Load() {
+			panic("signer broke")
+		}
+		return time.Now()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg.Signer = signer
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	panicking.Store(true)
+	func() {
+		defer func() {
+			if p := recover(); p == nil {
+				t.Fatal("the submission did not panic; the test's signer no longer reaches it")
+			}
+		}()
+		_ = b.Handle(ctx, submitEv("e1", job("42")))
+	}()
+	panicking.Store(false)
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := getJob(t, b, "projects/p/jobs/42"); !strings.HasPrefix(j.Placement, "Slurm job ") {
+		t.Fatalf("job 42 after a poll: placement %q, want it submitted by the poll (its claim was never released)", j.Placement)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := b.Handle(cctx, envelope.Event{ID: "c42", Principal: "users/ana", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/42"}}); err != nil {
+		t.Fatalf("cancel of job 42: %v", err)
 	}
 }
