@@ -8,6 +8,8 @@ import (
 	"io"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+
+	"github.com/loom-ml/loom/libs/termtext"
 )
 
 // jsonBody is grpc-gateway's JSONPb with decode errors that say what was
@@ -21,6 +23,11 @@ import (
 type jsonBody struct {
 	*runtime.JSONPb
 }
+
+// maxBodyErrorBytes bounds the message of a decode error passed on as it
+// is: protojson quotes the offending token whole (an unknown field's name,
+// a value of the wrong type), which a body may make megabytes long.
+const maxBodyErrorBytes = 300
 
 // sendJSON is what the caller is told to do about a body that is not JSON.
 const sendJSON = "send one JSON object with the request's fields (strings in double quotes, no trailing commas); `curl --data-binary @file.json` sends a file unchanged"
@@ -37,8 +44,9 @@ func (j jsonBody) NewDecoder(r io.Reader) runtime.Decoder {
 
 // bodyError is err, a decode error of a body whose bytes read so far are
 // seen, said as the caller's mistake when the body is not JSON; io.EOF (no
-// body: the handlers take it as an empty request) and other errors are
-// returned as they are.
+// body: the handlers take it as an empty request) is returned as it is,
+// and other errors with their message cut to maxBodyErrorBytes and made
+// safe to print.
 func bodyError(err error, seen []byte) error {
 	var syn *json.SyntaxError
 	switch {
@@ -48,6 +56,13 @@ func bodyError(err error, seen []byte) error {
 		return fmt.Errorf("request body: not valid JSON at line %d, column %d (byte offset %d): %v; %s", line, col, at, err, sendJSON)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("request body: not valid JSON: it ends after %d bytes before its JSON value does (an unclosed string, object or array); %s", len(seen), sendJSON)
+	case err == nil || errors.Is(err, io.EOF):
+		return err
+	}
+	// protojson's own (an unknown field, a wrong type) name the field, but
+	// quote the token whole: cut, and made safe to print (termtext).
+	if msg := err.Error(); termtext.Clean(msg, maxBodyErrorBytes) != msg {
+		return errors.New(termtext.Clean(msg, maxBodyErrorBytes))
 	}
 	return err
 }

@@ -56,3 +56,43 @@ func TestMalformedBodySaysWhere(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyErrorBounded: protojson's errors quote the offending token whole
+// (an unknown field's name, a value of the wrong type), so a 4 MiB body
+// made of one such token came back as a 4 MiB 400 message, spoofing
+// characters and all. The message is cut to maxBodyErrorBytes, still
+// naming the field, on both muxes; a short one passes as it was.
+func TestBodyErrorBounded(t *testing.T) {
+	t.Parallel()
+	h, closeConn, err := RESTMux(context.Background(), "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closeConn() })
+	long := strings.Repeat("a", 100_000)
+	for _, c := range []struct {
+		name, path, body, says string
+	}{
+		{"an unknown field's long name", "/v1/projects/p/locations/l/customJobs", `{"` + long + `": 1}`, `unknown field "aaaa`},
+		{"a long value of the wrong type", "/v1/projects/p/clusters", `{"name": 1` + strings.Repeat("2", 100_000) + `}`, "invalid value for string field name"},
+		{"spoofing characters", "/v1/projects/p/clusters", "{\"x\u202e" + long + `": 1}`, `unknown field "x`},
+		{"a short one", "/v1/projects/p/clusters", `{"nope": 1}`, `unknown field "nope"`},
+	} {
+		req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var a struct {
+			Code    codes.Code `json:"code"`
+			Message string     `json:"message"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil || rec.Code != http.StatusBadRequest || a.Code != codes.InvalidArgument {
+			t.Errorf("%s: HTTP %d %.200s (%v); want 400 InvalidArgument", c.name, rec.Code, rec.Body, err)
+			continue
+		}
+		if len(a.Message) > maxBodyErrorBytes || !strings.Contains(a.Message, c.says) || strings.ContainsRune(a.Message, '\u202e') {
+			t.Errorf("%s: message of %d bytes %.300q; want at most %d bytes, no spoofing characters, holding %q",
+				c.name, len(a.Message), a.Message, maxBodyErrorBytes, c.says)
+		}
+	}
+}
