@@ -666,7 +666,8 @@ func (a *app) customJobNotStarted(ctx context.Context, id string, follow bool, w
 
 // customJobHasNoJob answers `loom jobs get ID` whose job is not found
 // when ID is a CustomJob's: an error saying why there is no such job (not
-// submitted yet, ended before it was, or its record expired). Anything
+// submitted yet, ended before it was, its record expired, or submitted
+// but not yet taken by the scheduler). Anything
 // else (no such CustomJob) is nil: the job's NotFound stands.
 func (a *app) customJobHasNoJob(ctx context.Context, id string) error {
 	if strings.HasPrefix(id, "projects/") {
@@ -692,6 +693,11 @@ func (a *app) customJobHasNoJob(ctx context.Context, id string) error {
 			id, id, trainingState(cj.GetState()), id, see)
 	case jobEnded(cj.GetState()):
 		return fmt.Errorf("get job %s: custom job %s ended %s and its job %s is not known: its record has expired (%s)",
+			id, id, trainingState(cj.GetState()), shortName(cj.GetJob()), see)
+	case cj.GetJob() != "":
+		// Submitted (a persistent cluster's at once): the scheduler has
+		// not taken its SubmitJob yet, and its cluster already runs.
+		return fmt.Errorf("get job %s: custom job %s is %s: its job %s was submitted and the scheduler does not show it yet; try again in a moment (%s)",
 			id, id, trainingState(cj.GetState()), shortName(cj.GetJob()), see)
 	}
 	where := "once its cluster runs"

@@ -83,3 +83,19 @@ func TestGetJobOfACustomJobWithoutOne(t *testing.T) {
 		t.Errorf("get of no job: exit %d, %q", code, errOut)
 	}
 }
+
+// TestGetJobOfACustomJobJustSubmitted: a custom job that names its job
+// (submitted: on a persistent cluster at its create) whose job the
+// scheduler has not taken yet was answered "its job is submitted once its
+// cluster runs", sending the user to wait for a cluster that runs already.
+// It says the job was submitted and the scheduler does not show it yet.
+func TestGetJobOfACustomJobJustSubmitted(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	tr.Resources[trainingParent+"/customJobs/11"] = customJob(t, trainingParent+"/customJobs/11", trainingv1.JobState_JOB_STATE_PENDING)
+	_, errOut, code := run(t, gw, "jobs", "get", "11")
+	if code != 1 || !strings.Contains(errOut, "custom job 11 is PENDING: its job 11 was submitted and the scheduler does not show it yet") ||
+		strings.Contains(errOut, "once its cluster") {
+		t.Errorf("get job of a custom job just submitted: exit %d, %q", code, errOut)
+	}
+}
