@@ -1397,9 +1397,11 @@ func (g *Gateway) Watched(typ, subject string) bool {
 var jobChangedType = envelope.TypeOf(&eventsv1.JobChanged{})
 
 // HandleJobEvent feeds a job change from loom.job.events.v1 to this
-// process's watchers of the job.
+// process's watchers of the job. A run's end that a requeue follows in the
+// same change (requeue_follows) is not fed: it is not the job's end, and a
+// watch stops at a terminal state; the REQUEUED event after it is.
 func (g *Gateway) HandleJobEvent(_ context.Context, ev envelope.Event) error {
-	if jc, ok := ev.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetName() != "" {
+	if jc, ok := ev.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetName() != "" && !jc.GetRequeueFollows() {
 		g.jobs.publish(jc.GetJob())
 	}
 	return nil

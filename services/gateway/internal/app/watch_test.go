@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/auth"
@@ -24,6 +26,17 @@ type someJobs struct {
 	loomv1.UnimplementedJobServiceServer
 	mu   sync.Mutex
 	jobs []*loomv1.Job
+}
+
+func (s *someJobs) GetJob(_ context.Context, req *loomv1.GetJobRequest) (*loomv1.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.jobs {
+		if j.GetName() == req.GetName() {
+			return proto.Clone(j).(*loomv1.Job), nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "job %s not found", req.GetName())
 }
 
 func (s *someJobs) ListJobs(context.Context, *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
@@ -160,5 +173,60 @@ func TestWatchChangesResyncsWhenBehind(t *testing.T) {
 	ev := next()
 	if ev.GetType() != loomv1.ChangeEvent_CHANGED || ev.GetName() != "projects/p/jobs/3" || ev.GetJob().GetState() != loomv1.JobState_PENDING {
 		t.Fatalf("after the RESYNC: %v, want job 3 CHANGED (PENDING)", ev)
+	}
+}
+
+// TestWatchJobGoesOnThroughARetriedRun: a run's end that the scheduler
+// requeues in the same change (requeue_follows) is not the job's end: a
+// watch of the job does not stop at it, and sends the requeued job next.
+func TestWatchJobGoesOnThroughARetriedRun(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	sched := &someJobs{}
+	sched.set(1, loomv1.JobState_RUNNING)
+	owners := serveOwners(t, func(srv *grpc.Server) { loomv1.RegisterJobServiceServer(srv, sched) })
+	g := New(adapters.NewRepo(store.New(rdb, "gateway:")), owners, Options{ChangeRefresh: time.Hour, WatchRefresh: time.Hour, Poll: 10 * time.Millisecond})
+	ctx = auth.NewContext(ctx, &auth.Principal{Name: "users/vic", Kind: auth.KindUser, User: "vic",
+		Roles: map[string]auth.Role{"p": auth.RoleViewer}})
+	states := make(chan loomv1.JobState, 8)
+	done := make(chan error, 1)
+	go func() {
+		done <- g.WatchJob(ctx, &loomv1.WatchJobRequest{Name: "projects/p/jobs/1"}, func(j *loomv1.Job) error {
+			states <- j.GetState()
+			return nil
+		})
+	}()
+	next := func() loomv1.JobState {
+		t.Helper()
+		select {
+		case st := <-states:
+			return st
+		case err := <-done:
+			t.Fatalf("the watch ended: %v", err)
+		case <-ctx.Done():
+			t.Fatal("no state")
+		}
+		return 0
+	}
+	if st := next(); st != loomv1.JobState_RUNNING {
+		t.Fatalf("first state %v, want RUNNING", st)
+	}
+	failed := sched.set(1, loomv1.JobState_FAILED)
+	_ = g.HandleJobEvent(ctx, envelope.Event{Payload: &eventsv1.JobChanged{Job: failed, RequeueFollows: true}})
+	requeued := sched.set(1, loomv1.JobState_PENDING)
+	requeued.RestartCount = 1 // as the scheduler's requeue counts it
+	_ = g.HandleJobEvent(ctx, envelope.Event{Payload: &eventsv1.JobChanged{Job: requeued}})
+	if st := next(); st != loomv1.JobState_PENDING {
+		t.Fatalf("after a retried run's end: %v, want the requeued job PENDING", st)
+	}
+	completed := sched.set(1, loomv1.JobState_COMPLETED)
+	completed.RestartCount = 1
+	_ = g.HandleJobEvent(ctx, envelope.Event{Payload: &eventsv1.JobChanged{Job: completed}})
+	if st := next(); st != loomv1.JobState_COMPLETED {
+		t.Fatalf("the job's end: %v, want COMPLETED", st)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the watch after the job's end: %v", err)
 	}
 }
