@@ -650,8 +650,13 @@ func (a *app) customJobNotStarted(ctx context.Context, id string, follow bool, w
 		return false, errors.New(msg)
 	}
 	where := "it starts once its cluster runs"
-	if c := cj.GetCluster(); c != "" {
-		where = "it starts once its cluster " + shortName(c) + " runs"
+	switch {
+	case cj.GetJob() != "":
+		// Submitted (a persistent cluster's at once): the scheduler has
+		// not taken it yet; its cluster already runs.
+		where = "it was submitted and the scheduler does not show it yet"
+	case cj.GetCluster() != "":
+		where = "it starts once its cluster " + shortName(cj.GetCluster()) + " runs"
 	}
 	if !follow {
 		return false, fmt.Errorf("read logs of job %s: custom job %s is %s: its job has not started yet (%s); `loom jobs logs %s -f` waits for it",

@@ -49,6 +49,14 @@ func TestLogsOfACustomJobNotStarted(t *testing.T) {
 		t.Errorf("logs of a custom job whose job is not known: exit %d, %q", code, errOut)
 	}
 
+	// Submitted, not yet taken by the scheduler: no wait for a cluster
+	// that already runs.
+	tr.Resources[trainingParent+"/customJobs/11"] = customJob(t, trainingParent+"/customJobs/11", trainingv1.JobState_JOB_STATE_PENDING)
+	if _, errOut, code := run(t, gw, "jobs", "logs", "11"); code != 1 ||
+		!strings.Contains(errOut, "it was submitted and the scheduler does not show it yet") || strings.Contains(errOut, "once its cluster") {
+		t.Errorf("logs of a submitted custom job the scheduler does not show yet: exit %d, %q", code, errOut)
+	}
+
 	// An id that is no custom job's is the job's NotFound, as before.
 	if _, errOut, code := run(t, gw, "jobs", "logs", "99"); code != 1 || !strings.Contains(errOut, "not found") || strings.Contains(errOut, "custom job") {
 		t.Errorf("logs of no job: exit %d, %q", code, errOut)
