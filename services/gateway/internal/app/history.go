@@ -30,7 +30,7 @@ const HistoryGroup = "loom-gateway-history"
 const sweepBatch = 500
 
 // HandleHistoryEvent records a job that ended (a JobChanged in a final
-// state) in the history, which serves GetJob and ListJobs (sacct) once the
+// state, not a run's end a requeue follows) in the history, which serves GetJob and ListJobs (sacct) once the
 // scheduler has pruned the job. The scheduler sends a final state with the
 // job's runs; an event without them (from an older scheduler) has the job
 // read from the scheduler for its runs, and when the scheduler no longer has
@@ -38,7 +38,9 @@ const sweepBatch = 500
 // The event id is the inbox id: a redelivered event writes nothing twice.
 func (g *Gateway) HandleHistoryEvent(ctx context.Context, ev envelope.Event) error {
 	jc, ok := ev.Payload.(*eventsv1.JobChanged)
-	if !ok || jc.GetJob().GetName() == "" || !jc.GetJob().GetState().Terminal() {
+	if !ok || jc.GetJob().GetName() == "" || !jc.GetJob().GetState().Terminal() || jc.GetRequeueFollows() {
+		// Not an end, or a run's end the scheduler requeues in the same
+		// change (requeue_follows): the job goes on.
 		return nil
 	}
 	j := jc.GetJob()

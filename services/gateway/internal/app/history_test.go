@@ -15,10 +15,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
@@ -384,4 +386,28 @@ func TestHistorySweepKeepsALiveArray(t *testing.T) {
 		t.Errorf("the scheduler was asked %d times, want 4", sched.calls)
 	}
 	sched.mu.Unlock()
+}
+
+// TestHistoryKeepsOnlyTheJobsEnd: a run's end the scheduler requeues in
+// the same change (requeue_follows) is not the job's end: the history does
+// not record the job as ended FAILED while it runs again.
+func TestHistoryKeepsOnlyTheJobsEnd(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	now := time.Date(2026, 1, 31, 12, 0, 0, 0, time.UTC)
+	g, repo, _ := sweepGateway(t, &now, time.Hour, nil)
+	failed := &loomv1.Job{Name: "projects/p/jobs/1", JobId: "1", State: loomv1.JobState_FAILED, StateReason: "NonZeroExitCode",
+		EndTime: timestamppb.New(now), Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED}}}
+	if err := g.HandleHistoryEvent(ctx, envelope.Event{ID: "e1", Payload: &eventsv1.JobChanged{Job: failed, Attempt: 1, RequeueFollows: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := repo.HistoryJob(ctx, "projects/p/jobs/1"); !errors.Is(err, errs.NotFound) {
+		t.Fatalf("a retried run's end went to the history: %v %v", j.GetState(), err)
+	}
+	if err := g.HandleHistoryEvent(ctx, envelope.Event{ID: "e2", Payload: &eventsv1.JobChanged{Job: failed, Attempt: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := repo.HistoryJob(ctx, "projects/p/jobs/1"); err != nil || j.GetState() != loomv1.JobState_FAILED {
+		t.Fatalf("the job's end: %v %v, want FAILED in the history", j.GetState(), err)
+	}
 }
