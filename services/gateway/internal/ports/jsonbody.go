@@ -61,8 +61,9 @@ func bodyError(err error, seen []byte) error {
 	}
 	// protojson's own (an unknown field, a wrong type) name the field, but
 	// quote the token whole: cut, and made safe to print (termtext).
-	if msg := err.Error(); termtext.Clean(msg, maxBodyErrorBytes) != msg {
-		return errors.New(termtext.Clean(msg, maxBodyErrorBytes))
+	msg := err.Error()
+	if clean := termtext.Clean(msg, maxBodyErrorBytes); clean != msg {
+		return errors.New(clean)
 	}
 	return err
 }
