@@ -1,0 +1,125 @@
+package slurmbackend
+
+import (
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/slurmrest"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// changedFields names the fields of the job that differ between a and b,
+// as proto.Equal sees each one.
+func changedFields(a, b *loomv1.Job) []string {
+	var out []string
+	fds := a.ProtoReflect().Descriptor().Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		x, y := &loomv1.Job{}, &loomv1.Job{}
+		if a.ProtoReflect().Has(fd) {
+			x.ProtoReflect().Set(fd, a.ProtoReflect().Get(fd))
+		}
+		if b.ProtoReflect().Has(fd) {
+			y.ProtoReflect().Set(fd, b.ProtoReflect().Get(fd))
+		}
+		if !proto.Equal(x, y) {
+			out = append(out, string(fd.Name()))
+		}
+	}
+	return out
+}
+
+// TestObserveReportsChange: for each field observe sets, a poll that
+// changes it is reported (and changes only it), and a poll that changes
+// nothing is not, so the poll writes and announces exactly the jobs whose
+// GetJob changed. observe compares field by field rather than cloning the
+// job; the oracle here is the clone and proto.Equal it replaced.
+func TestObserveReportsChange(t *testing.T) {
+	t.Parallel()
+	running := slurmrest.Job{State: "RUNNING", StateReason: "None", Nodes: "node[1-2]", BatchHost: "node1",
+		StartTime: 1700000000, TimeLimitMinutes: 2, Partition: "debug"}
+	done := running
+	done.State, done.EndTime = "COMPLETED", 1700000100
+	with := func(sj slurmrest.Job, f func(*slurmrest.Job)) slurmrest.Job {
+		f(&sj)
+		return sj
+	}
+	cases := []struct {
+		name     string
+		from, to slurmrest.Job
+		// old makes the settled record one written before a field was
+		// kept (or by another path).
+		old  func(*loomv1.Job)
+		want []string // the fields the second poll changes; none: no change
+	}{
+		{name: "no change running", from: running, to: running},
+		{name: "no change done", from: done, to: done},
+		{name: "state", from: running, to: with(running, func(s *slurmrest.Job) { s.State = "COMPLETING" }), want: []string{"state"}},
+		{name: "state reason", from: running, to: with(running, func(s *slurmrest.Job) { s.StateReason = "Prolog" }), want: []string{"state_reason"}},
+		{name: "unknown Slurm state keeps the state", from: running, to: with(running, func(s *slurmrest.Job) { s.State = "SUSPENDED" }),
+			want: []string{"state_reason"}},
+		{name: "nodes", from: running, to: with(running, func(s *slurmrest.Job) { s.Nodes = "node[1-3]" }), want: []string{"nodes"}},
+		{name: "nodes that do not expand", from: running, to: with(running, func(s *slurmrest.Job) { s.Nodes = "node[1-" }), want: []string{"nodes"}},
+		{name: "nodes the same list written otherwise", from: running, to: with(running, func(s *slurmrest.Job) { s.Nodes = "node1,node2" })},
+		{name: "nodes no longer listed are kept", from: running, to: with(running, func(s *slurmrest.Job) { s.Nodes = "" })},
+		{name: "batch host", from: running, to: with(running, func(s *slurmrest.Job) { s.BatchHost = "node2" }), want: []string{"batch_host"}},
+		{name: "batch host gone", from: running, to: with(running, func(s *slurmrest.Job) { s.BatchHost = "" }), want: []string{"batch_host"}},
+		{name: "start time", from: running, to: with(running, func(s *slurmrest.Job) { s.StartTime++ }), want: []string{"start_time"}},
+		{name: "start time first known", from: with(running, func(s *slurmrest.Job) { s.StartTime = 0 }), to: running, want: []string{"start_time"}},
+		{name: "start time unknown again is kept", from: running, to: with(running, func(s *slurmrest.Job) { s.StartTime = 0 })},
+		{name: "start time of a pending job is not taken", from: with(running, func(s *slurmrest.Job) { s.State, s.StartTime = "PENDING", 0 }),
+			to: with(running, func(s *slurmrest.Job) { s.State = "PENDING" })},
+		{name: "end time", from: done, to: with(done, func(s *slurmrest.Job) { s.EndTime++ }), want: []string{"end_time"}},
+		{name: "end time unknown", from: done, to: with(done, func(s *slurmrest.Job) { s.EndTime = 0 }), want: []string{"end_time"}},
+		{name: "end time first known", from: with(done, func(s *slurmrest.Job) { s.EndTime = 0 }), to: done, want: []string{"end_time"}},
+		{name: "end time of a running job is not taken", from: running, to: with(running, func(s *slurmrest.Job) { s.EndTime = 1700000100 })},
+		{name: "end", from: running, to: with(done, func(s *slurmrest.Job) { s.ExitCode = 3 << 8 }),
+			want: []string{"state", "exit_code", "end_time", "exit_signal"}},
+		{name: "exit code", from: done, to: with(done, func(s *slurmrest.Job) { s.ExitCode = 3 << 8 }), want: []string{"exit_code"}},
+		{name: "exit signal alone", from: with(done, func(s *slurmrest.Job) { s.ExitCode = 143 << 8 }),
+			to: with(done, func(s *slurmrest.Job) { s.ExitCode = 15 }), want: []string{"exit_signal"}},
+		{name: "exit signal first known", from: done, to: done, old: func(j *loomv1.Job) { j.ExitSignal = nil }, want: []string{"exit_signal"}},
+		{name: "time limit taken when the job has none", from: running, to: running, old: func(j *loomv1.Job) { j.TimeLimitSeconds = 0 },
+			want: []string{"time_limit_seconds"}},
+		{name: "time limit of the job's own is kept", from: running, to: with(running, func(s *slurmrest.Job) { s.TimeLimitMinutes = 5 })},
+		{name: "partition taken when the job has none", from: running, to: running, old: func(j *loomv1.Job) { j.Partition = "" },
+			want: []string{"partition"}},
+		{name: "partition of the job's own is kept", from: running, to: with(running, func(s *slurmrest.Job) { s.Partition = "batch" })},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			j := job("1")
+			if !observe(j, tc.from) {
+				t.Fatal("the first poll of a new job changed nothing")
+			}
+			// poll runs observe and checks its verdict against the
+			// clone-and-compare it replaced.
+			poll := func(what string, sj slurmrest.Job) []string {
+				t.Helper()
+				before := proto.Clone(j).(*loomv1.Job)
+				got := observe(j, sj)
+				diff := changedFields(before, j)
+				if got != (len(diff) > 0) {
+					t.Errorf("%s: observe reported %v, changed %v", what, got, diff)
+				}
+				return diff
+			}
+			if diff := poll("the same poll again", tc.from); len(diff) > 0 {
+				t.Errorf("the same poll again changed %v", diff)
+			}
+			if tc.old != nil {
+				tc.old(j)
+			}
+			want := slices.Sorted(slices.Values(tc.want))
+			if diff := slices.Sorted(slices.Values(poll("the next poll", tc.to))); !slices.Equal(diff, want) {
+				t.Errorf("the next poll changed %v, want %v", diff, want)
+			}
+			if diff := poll("the next poll again", tc.to); len(diff) > 0 {
+				t.Errorf("the next poll again changed %v", diff)
+			}
+		})
+	}
+}
