@@ -105,9 +105,18 @@ type JobStateChanged struct {
 	// start_time is when its current attempt started (unset before).
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// end_time is when it ended (unset before).
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// requeue_follows, on a final state (FAILED, NODE_FAIL, PREEMPTED,
+	// OUT_OF_MEMORY...), says it ended the job's attempt but not the job: the
+	// scheduler requeued the job in the same change (max_retries, --requeue,
+	// its restarts after a node failure), and a REQUEUED event follows, then
+	// the states of the next attempt. A consumer must not take such an event
+	// for the job's end (release what waits on it, report the job failed):
+	// the job's end is the final event without it. False (absent from the
+	// JSON) on every other event.
+	RequeueFollows bool `protobuf:"varint,19,opt,name=requeue_follows,json=requeueFollows,proto3" json:"requeue_follows,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobStateChanged) Reset() {
@@ -264,6 +273,13 @@ func (x *JobStateChanged) GetEndTime() *timestamppb.Timestamp {
 		return x.EndTime
 	}
 	return nil
+}
+
+func (x *JobStateChanged) GetRequeueFollows() bool {
+	if x != nil {
+		return x.RequeueFollows
+	}
+	return false
 }
 
 // CustomJobStateChanged says a Vertex-style CustomJob
@@ -1405,7 +1421,7 @@ var File_loom_public_v1_events_proto protoreflect.FileDescriptor
 
 const file_loom_public_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1bloom/public/v1/events.proto\x12\x0eloom.public.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x04\n" +
+	"\x1bloom/public/v1/events.proto\x12\x0eloom.public.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x05\n" +
 	"\x0fJobStateChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -1429,7 +1445,8 @@ const file_loom_public_v1_events_proto_rawDesc = "" +
 	"submitTime\x129\n" +
 	"\n" +
 	"start_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\aendTimeB\x0e\n" +
+	"\bend_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12'\n" +
+	"\x0frequeue_follows\x18\x13 \x01(\bR\x0erequeueFollowsB\x0e\n" +
 	"\f_exit_signal\"\xe5\x04\n" +
 	"\x15CustomJobStateChanged\x12\x1d\n" +
 	"\n" +

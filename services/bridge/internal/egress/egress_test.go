@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -371,5 +372,85 @@ func TestPublishPublic(t *testing.T) {
 		if _, has := r.Event.Extensions[cloudevent.ExtProject]; r.Event.ID == "result-3" && (has || r.Key != "") {
 			t.Fatalf("a result without a project: key %q, extensions %v", r.Key, r.Event.Extensions)
 		}
+	}
+}
+
+// memSink keeps what it is given, in order.
+type memSink struct {
+	mu  sync.Mutex
+	evs []cloudevent.Event
+}
+
+func (s *memSink) Name() string { return "kafka:mem" }
+
+func (s *memSink) Publish(_ context.Context, evs ...cloudevent.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evs = append(s.evs, evs...)
+	return nil
+}
+
+// TestRequeuedRunsEndSaysSo: a run that ends FAILED and is requeued in
+// the same change (the scheduler's requeue_follows) is published final
+// with requeueFollows, so that a Pub/Sub or Kafka consumer does not end
+// the job under its retry; the job's real end, after the next attempt,
+// is final without it.
+func TestRequeuedRunsEndSaysSo(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	ctx := testkit.Context(t, time.Minute)
+	routes, err := ParseRoutes([]string{"kafka:mem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	eg, err := New(ctx, Options{Routes: routes, Redis: rdb,
+		Openers: map[string]SinkOpener{"kafka": func(context.Context, Route) (cloudevent.Sink, error) { return sink, nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eg.Close)
+	const name = "projects/a/jobs/9"
+	ev := func(id string, attempt int32, state loomv1.JobState, requeue bool) envelope.Event {
+		e := jobEvent(id, name, state, "")
+		jc := e.Payload.(*eventsv1.JobChanged)
+		jc.Attempt, jc.RequeueFollows = attempt, requeue
+		return e
+	}
+	// The scheduler's requeue is one change: the run's end, REQUEUED and
+	// PENDING again (the attempt moves on at the next start), one batch.
+	for _, batch := range [][]envelope.Event{
+		{ev("01RQ1", 1, loomv1.JobState_RUNNING, false)},
+		{ev("01RQ2", 1, loomv1.JobState_FAILED, true), ev("01RQ3", 1, loomv1.JobState_REQUEUED, false), ev("01RQ4", 1, loomv1.JobState_PENDING, false)},
+		{ev("01RQ5", 2, loomv1.JobState_RUNNING, false)},
+		{ev("01RQ6", 2, loomv1.JobState_FAILED, false)},
+	} {
+		if err := eg.HandleBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, e := range sink.evs {
+		var d struct {
+			State          string
+			Attempt        int32
+			Final          bool
+			RequeueFollows *bool
+		}
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatalf("%s: %v", e.Data, err)
+		}
+		s := fmt.Sprintf("%s/%d", d.State, d.Attempt)
+		if d.Final {
+			s += " final"
+		}
+		if d.RequeueFollows != nil {
+			s += fmt.Sprintf(" requeueFollows=%v", *d.RequeueFollows)
+		}
+		got = append(got, s)
+	}
+	want := []string{"RUNNING/1", "FAILED/1 final requeueFollows=true", "REQUEUED/1", "PENDING/1", "RUNNING/2", "FAILED/2 final"}
+	if !slices.Equal(got, want) {
+		t.Errorf("published %q, want %q", got, want)
 	}
 }

@@ -73,6 +73,7 @@ var mappings = map[string]mapping{
 			Attempt: ev.GetAttempt(), RestartCount: j.GetRestartCount(),
 			ArrayJobId: j.GetArrayJobId(), ArrayTaskId: j.GetArrayTaskId(),
 			SubmitTime: j.GetSubmitTime(), StartTime: j.GetStartTime(), EndTime: j.GetEndTime(),
+			RequeueFollows: ev.GetRequeueFollows(),
 		}
 		// The attempt is part of the state: RUNNING again after a requeue is
 		// a new state to report even if REQUEUED was folded away.
