@@ -906,21 +906,32 @@ func (b *Backend) mapPoll(active []*record, list []slurmrest.Job) []pollStep {
 	}
 	steps := make([]pollStep, len(active))
 	for i, cur := range active {
-		st := pollStep{cur: cur, next: cur.clone()}
+		st := pollStep{cur: cur}
+		if sj, ok := byID[cur.slurmID]; ok && cur.slurmID != "" {
+			// The common case, every job every poll: cloned only when
+			// Slurm reports a change, so that the unchanged ones cost
+			// neither a clone nor the comparison under work (next nil:
+			// nothing to write).
+			if observe(cur.job, sj, false) {
+				st.next = cur.clone()
+				observe(st.next.job, sj, true)
+			}
+			steps[i] = st
+			continue
+		}
+		st.next = cur.clone()
 		next := st.next
 		if next.slurmID == "" {
 			if sj, ok := byComment[tagOf(next.job)]; ok && next.tried {
 				next.slurmID = fmt.Sprint(sj.JobID)
 				next.job.Placement = slurmID(next.slurmID)
 				b.log.Info("adopted a Slurm job submitted before a restart", "job", next.job.GetName(), "slurm_job", next.slurmID)
-				observe(next.job, sj)
+				observe(next.job, sj, true)
 			} else if spec, problem := b.jobSpec(next.job); problem != "" {
 				fail(next.job, problem, b.now())
 			} else {
 				st.act, st.spec = actSubmit, spec
 			}
-		} else if sj, ok := byID[next.slurmID]; ok {
-			observe(next.job, sj)
 		} else {
 			st.act = actLookup
 		}

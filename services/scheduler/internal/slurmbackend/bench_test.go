@@ -34,13 +34,33 @@ func benchJobs(n int) (*Backend, []*record, []slurmrest.Job) {
 // BenchmarkMapPoll is the poll's work without its calls at 10,000 active
 // jobs, all in Slurm's list: sorting the records, indexing the list and
 // bringing each job to Slurm's state (docs/slurm-backend.md, "Poll").
+// "unchanged" is a steady poll (every record already as Slurm reports
+// it: nothing to clone or write), "changed" one where every job changed
+// (each record cloned and brought to Slurm's state).
 func BenchmarkMapPoll(b *testing.B) {
-	be, active, list := benchJobs(10_000)
-	b.ReportAllocs()
-	for b.Loop() {
-		if steps := be.mapPoll(active, list); len(steps) != len(active) {
-			b.Fatalf("%d steps", len(steps))
+	for _, steady := range []bool{true, false} {
+		name := "changed"
+		if steady {
+			name = "unchanged"
 		}
+		b.Run(name, func(b *testing.B) {
+			be, active, list := benchJobs(10_000)
+			if steady {
+				for i, r := range active {
+					observe(r.job, list[i], true)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				steps := be.mapPoll(active, list)
+				if len(steps) != len(active) {
+					b.Fatalf("%d steps", len(steps))
+				}
+				if (steps[0].next == nil) != steady {
+					b.Fatalf("steady %v: first step's next %v", steady, steps[0].next)
+				}
+			}
+		})
 	}
 }
 

@@ -194,89 +194,110 @@ func clipText(s string) string {
 // observe brings job (the Loom record) to what Slurm reports of it (sj),
 // and reports whether anything GetJob or JobChanged shows changed. A Slurm
 // state Loom has no word for (slurmrest.LoomState) keeps the last known
-// state and shows Slurm's word in the reason: never a guess.
+// state and shows Slurm's word in the reason: never a guess. With apply
+// false it only tells (job is left as it is): the poll asks first and
+// clones only the jobs that changed, since it observes every active job
+// every -slurm-poll and the clones of the unchanged ones were most of its
+// mapping (BenchmarkMapPoll).
 //
-// Each field is set through a helper that assigns only a different value
-// and says so: the poll observes every active job every -slurm-poll, and
-// cloning the whole job to compare it afterwards was ~40% of the poll's
-// mapping (BenchmarkMapPoll). So job is modified iff observe returns true.
-func observe(job *loomv1.Job, sj slurmrest.Job) bool {
-	changed := false
+// Each field goes through a helper that assigns only a different value
+// and says so, so with apply job is modified iff observe returns true.
+func observe(job *loomv1.Job, sj slurmrest.Job, apply bool) bool {
+	c := &change{apply: apply}
+	// state is the job's state after this poll: what the rules below
+	// read, whether or not they apply.
+	state := job.GetState()
 	st, ok := slurmrest.LoomState(sj.State)
 	reason := sj.StateReason
 	if reason == "None" {
 		reason = ""
 	}
 	if ok {
-		changed = setField(&job.State, st) || changed
+		setField(c, &job.State, st)
+		state = st
 	} else {
 		reason = "Slurm state " + sj.State
 		if sj.StateReason != "" && sj.StateReason != "None" {
 			reason += ": " + sj.StateReason
 		}
 	}
-	changed = setField(&job.StateReason, clipText(reason)) || changed
+	setField(c, &job.StateReason, clipText(reason))
 	if sj.Nodes != "" {
 		hosts, err := hostlist.Expand(sj.Nodes)
 		if err != nil {
 			hosts = []string{clipText(sj.Nodes)}
 		}
 		if !slices.Equal(job.Nodes, hosts) {
-			job.Nodes, changed = hosts, true
+			c.changed = true
+			if apply {
+				job.Nodes = hosts
+			}
 		}
 	}
-	changed = setField(&job.BatchHost, clipText(sj.BatchHost)) || changed
-	if sj.StartTime > 0 && job.GetState() != loomv1.JobState_PENDING {
-		changed = setTime(&job.StartTime, sj.StartTime) || changed
+	setField(c, &job.BatchHost, clipText(sj.BatchHost))
+	if sj.StartTime > 0 && state != loomv1.JobState_PENDING {
+		setTime(c, &job.StartTime, sj.StartTime)
 	}
-	if job.GetState().Terminal() {
-		changed = setTime(&job.EndTime, sj.EndTime) || changed
+	if state.Terminal() {
+		setTime(c, &job.EndTime, sj.EndTime)
 		// exit_code is the wait status: code<<8, or the signal.
 		code, sig := int32(sj.ExitCode>>8), int32(sj.ExitCode&0x7f)
 		if sig != 0 {
 			code = 128 + sig
 		}
-		changed = setField(&job.ExitCode, code) || changed
+		setField(c, &job.ExitCode, code)
 		if job.ExitSignal == nil || *job.ExitSignal != sig {
-			job.ExitSignal, changed = proto.Int32(sig), true
+			c.changed = true
+			if apply {
+				job.ExitSignal = proto.Int32(sig)
+			}
 		}
 	}
 	if sj.TimeLimitMinutes > 0 && job.GetTimeLimitSeconds() == 0 {
-		changed = setField(&job.TimeLimitSeconds, sj.TimeLimitMinutes*60) || changed
+		setField(c, &job.TimeLimitSeconds, sj.TimeLimitMinutes*60)
 	}
 	if job.GetPartition() == "" {
-		changed = setField(&job.Partition, clipText(sj.Partition)) || changed
+		setField(c, &job.Partition, clipText(sj.Partition))
 	}
-	return changed
+	return c.changed
 }
 
-// setField sets the scalar field *f to v and reports whether that changed
-// it.
-func setField[T comparable](f *T, v T) bool {
+// change is one observe's outcome: whether a field differed (changed),
+// and whether observe assigns what differs (apply).
+type change struct{ apply, changed bool }
+
+// setField notes whether the scalar field *f differs from v and, when c
+// applies, sets it.
+func setField[T comparable](c *change, f *T, v T) {
 	if *f == v {
-		return false
+		return
 	}
-	*f = v
-	return true
+	c.changed = true
+	if c.apply {
+		*f = v
+	}
 }
 
-// setTime sets *f to the Unix time sec (unset when sec <= 0, as Slurm
-// reports a time it has not got) and reports whether that changed it;
-// the timestamp is only made when it differs, as proto.Equal would see it
-// (presence, seconds, nanos).
-func setTime(f **timestamppb.Timestamp, sec int64) bool {
+// setTime notes whether *f differs from the Unix time sec (unset when
+// sec <= 0, as Slurm reports a time it has not got) as proto.Equal would
+// see it (presence, seconds, nanos) and, when c applies, sets it; the
+// timestamp is only made when it differs.
+func setTime(c *change, f **timestamppb.Timestamp, sec int64) {
+	switch {
+	case sec <= 0 && *f == nil:
+		return
+	case sec > 0 && *f != nil && (*f).GetSeconds() == sec && (*f).GetNanos() == 0:
+		return
+	}
+	c.changed = true
+	if !c.apply {
+		return
+	}
 	if sec <= 0 {
-		if *f == nil {
-			return false
-		}
 		*f = nil
-		return true
+	} else {
+		*f = timestamppb.New(time.Unix(sec, 0))
 	}
-	if *f != nil && (*f).GetSeconds() == sec && (*f).GetNanos() == 0 {
-		return false
-	}
-	*f = timestamppb.New(time.Unix(sec, 0))
-	return true
 }
 
 // run is the job's one attempt as Job.runs and the final JobChanged carry

@@ -92,7 +92,7 @@ func TestObserveReportsChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			j := job("1")
-			if !observe(j, tc.from) {
+			if !observe(j, tc.from, true) {
 				t.Fatal("the first poll of a new job changed nothing")
 			}
 			// poll runs observe and checks its verdict against the
@@ -100,10 +100,17 @@ func TestObserveReportsChange(t *testing.T) {
 			poll := func(what string, sj slurmrest.Job) []string {
 				t.Helper()
 				before := proto.Clone(j).(*loomv1.Job)
-				got := observe(j, sj)
+				told := observe(j, sj, false)
+				if d := changedFields(before, j); len(d) > 0 {
+					t.Errorf("%s: observe without apply changed %v", what, d)
+				}
+				got := observe(j, sj, true)
 				diff := changedFields(before, j)
 				if got != (len(diff) > 0) {
 					t.Errorf("%s: observe reported %v, changed %v", what, got, diff)
+				}
+				if told != got {
+					t.Errorf("%s: observe without apply told %v, with apply %v", what, told, got)
 				}
 				return diff
 			}
