@@ -306,18 +306,25 @@ while :; do sleep 0.05; done`
 // sends it again once the program has written its progress file, which
 // the trainer does only after it handles the signal. Here the script drops
 // the first USR1, then sets its checkpoint trap and writes its progress.
+// The first USR1 goes once the script's first trap is set, as a Go
+// program's handlers are from its start: RUNNING is the process started,
+// not its trap set, and a USR1 before the trap would end the shell.
 func TestSignalBeforeTheProgramIsUpIsSentAgain(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.progressInterval = time.Hour
 	e.start(t)
 	script := `trap 'echo dropped > early.signal' USR1
+echo ready > ready
 while [ ! -e early.signal ]; do sleep 0.02; done
 trap 'printf "{\"step\": 7, \"checkpoint_step\": 7}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' USR1
 printf '{"step": 1}' > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"
 while :; do sleep 0.05; done`
 	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	testkit.WaitFor(t, wait, "the step to set its first trap", func() (bool, error) {
+		return readFile(t, filepath.Join(e.shared, "ready")) != "", nil
+	})
 	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "USR1"}))
 	testkit.WaitFor(t, wait, "the step to drop the first signal", func() (bool, error) {
 		return readFile(t, filepath.Join(e.shared, "early.signal")) != "", nil
@@ -346,6 +353,7 @@ func TestEarlyStopSignalIsNotSentAgain(t *testing.T) {
 	// the WINCH (28 > 15) is in the log before it.
 	log := earlySignalLog(t, `trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
 trap 'echo WINCH >> sig.log; trap - TERM' WINCH
+echo ready > ready
 while :; do sleep 0.05; done`, "TERM")
 	if n := strings.Count(log, "TERM"); n != 1 {
 		t.Fatalf("the step got TERM %d times, want 1 (log %q)", n, log)
@@ -363,6 +371,7 @@ func TestEarlySignalIsNotSentAfterALaterOne(t *testing.T) {
 	log := earlySignalLog(t, `trap 'echo USR1 >> sig.log' USR1
 trap 'echo TERM >> sig.log; printf "{\"step\": 1}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' TERM
 trap 'echo WINCH >> sig.log; trap - TERM' WINCH
+echo ready > ready
 while :; do sleep 0.05; done`, "USR1", "TERM")
 	if n := strings.Count(log, "USR1"); n != 1 {
 		t.Fatalf("the step got USR1 %d times, want 1 (log %q)", n, log)
@@ -375,7 +384,11 @@ while :; do sleep 0.05; done`, "USR1", "TERM")
 // waited for in its sig.log; the last, whose trap writes the progress
 // file, waited for in the step's progress report, after which a signal
 // sent again has gone), then WINCH, and returns sig.log once WINCH is
-// in it. The step is stopped at the end.
+// in it. The step is stopped at the end. The script writes the file
+// "ready" once its traps are set: the signals wait for it, since RUNNING
+// is the process started, not its traps set, and a signal before them
+// would end the shell (a program's handlers here stand for a Go
+// program's, which are set from its start).
 func earlySignalLog(t *testing.T, script string, signals ...string) string {
 	t.Helper()
 	e := newEnv(t)
@@ -387,6 +400,9 @@ func earlySignalLog(t *testing.T, script string, signals ...string) string {
 	}
 	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	testkit.WaitFor(t, wait, "the step to set its traps", func() (bool, error) {
+		return readFile(t, filepath.Join(e.shared, "ready")) != "", nil
+	})
 	for i, name := range signals {
 		signal(name)
 		if i < len(signals)-1 {
