@@ -288,6 +288,25 @@ func Events(t testing.TB, broker, topic string) []envelope.Event {
 	return out
 }
 
+// Delivered returns Events(topic) with each event id once (its first
+// record), as a consumer's inbox takes them: a service killed after it
+// published and before it marked the batch sent publishes it again under
+// the same ids, by design (at-least-once), so a test that counts what
+// was reported counts ids, and a second report under an id of its own
+// still shows.
+func Delivered(t testing.TB, broker, topic string) []envelope.Event {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []envelope.Event
+	for _, ev := range Events(t, broker, topic) {
+		if !seen[ev.ID] {
+			seen[ev.ID] = true
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 // Messages returns every record on topic at the time of the call as
 // stored (undecoded, headers and signatures included), in offset order
 // within each partition (partitions one after another): for checking what

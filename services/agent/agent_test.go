@@ -168,30 +168,10 @@ func waitStep(t *testing.T, broker, job string, state eventsv1.StepState) *event
 	return ev.Payload.(*eventsv1.StepChanged)
 }
 
-// reportedSteps returns the events on the step events topic, each once,
-// as the scheduler's inbox takes them. An agent killed (kill -9) after its
-// outbox relay published a batch and before it deleted it — what a test
-// that waits for an event and then kills the agent hits — leaves the batch
-// to its successor, which publishes it again with the same ids. A second
-// report of something under an id of its own (an adopted step reported
-// RUNNING anew, a metric line read twice) is still there twice.
-func reportedSteps(t *testing.T, broker string) []envelope.Event {
-	t.Helper()
-	seen := map[string]bool{}
-	var out []envelope.Event
-	for _, ev := range testkit.Events(t, broker, topics.StepEvents) {
-		if !seen[ev.ID] {
-			seen[ev.ID] = true
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
 func stepEvents(t *testing.T, broker, job string) []*eventsv1.StepChanged {
 	t.Helper()
 	var out []*eventsv1.StepChanged
-	for _, ev := range reportedSteps(t, broker) {
+	for _, ev := range testkit.Delivered(t, broker, topics.StepEvents) {
 		if sc, ok := ev.Payload.(*eventsv1.StepChanged); ok && sc.Job == "projects/p/jobs/"+job {
 			out = append(out, sc)
 		}

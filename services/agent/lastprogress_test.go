@@ -11,6 +11,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
@@ -27,7 +28,7 @@ func saveCheckpoint(n int) string {
 func runEvents(t *testing.T, broker, job string) string {
 	t.Helper()
 	var s []string
-	for _, ev := range reportedSteps(t, broker) {
+	for _, ev := range testkit.Delivered(t, broker, topics.StepEvents) {
 		switch p := ev.Payload.(type) {
 		case *eventsv1.StepChanged:
 			if p.Job == "projects/p/jobs/"+job {

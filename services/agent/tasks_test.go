@@ -44,7 +44,7 @@ func waitTasks(t *testing.T, broker, job string, step int32, state eventsv1.Step
 func taskEvents(t *testing.T, broker, job string, step int32) []string {
 	t.Helper()
 	var out []string
-	for _, ev := range reportedSteps(t, broker) {
+	for _, ev := range testkit.Delivered(t, broker, topics.StepEvents) {
 		if tc, ok := ev.Payload.(*eventsv1.TasksChanged); ok && tc.Job == "projects/p/jobs/"+job && tc.StepId == step {
 			out = append(out, tc.State.String())
 		}

@@ -173,7 +173,7 @@ func TestContainerRuntime(t *testing.T) {
 	}
 
 	metricSteps := func() (steps []int64) {
-		for _, ev := range reportedSteps(t, e.broker) {
+		for _, ev := range testkit.Delivered(t, e.broker, topics.StepEvents) {
 			if m, ok := ev.Payload.(*eventsv1.MetricsReported); ok && m.Job == "projects/p/jobs/1" {
 				for _, p := range m.Points {
 					steps = append(steps, p.Step)

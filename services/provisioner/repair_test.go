@@ -181,7 +181,7 @@ func TestRepairsWithRealAgents(t *testing.T) {
 	}
 	nodeEvent(t, f.broker, n3, func(n *loomv1.Node) bool { return n.GetState() == loomv1.Node_READY })
 	var count int
-	for _, ev := range testkit.Events(t, f.broker, topics.NodeEvents) {
+	for _, ev := range testkit.Delivered(t, f.broker, topics.NodeEvents) {
 		if fin, ok := ev.Payload.(*eventsv1.RemediationFinished); ok && fin.GetRemediationId() == "rem-crash" {
 			count++
 		}
