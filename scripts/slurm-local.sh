@@ -223,10 +223,19 @@ token() {
 
 stop() {
   export SLURM_CONF=$DIR/slurm.conf
+  local f pid name pids=() i ids
   if alive "$DIR/run/slurmctld.pid" slurmctld >/dev/null; then
-    timeout 5 scancel --user="$(id -u)" 2>/dev/null || true
+    # Every user's jobs, not only ours: a job left running outlives its slurmd
+    # (slurmstepd and the job's processes stay).
+    ids=$(timeout 5 squeue -h -o %A 2>/dev/null) || ids=""
+    # shellcheck disable=SC2086 # one job id a word
+    [[ -z $ids ]] || timeout 5 scancel $ids 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      ids=$(timeout 5 squeue -h -o %A 2>/dev/null) || break
+      [[ -n $ids ]] || break
+      sleep 0.2
+    done
   fi
-  local f pid name pids=() i
   # slurmrestd, the slurmds, then slurmctld, then munged.
   for f in "$DIR/run/slurmrestd.pid" "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/run/munged.pid"; do
     [[ -e $f ]] || continue

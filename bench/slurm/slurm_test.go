@@ -2,9 +2,11 @@ package slurm
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,4 +174,114 @@ func TestRestartController(t *testing.T) {
 	if live := c.livePids(); len(live) > 0 {
 		t.Fatalf("daemons still running after Stop: %v", live)
 	}
+}
+
+// TestScriptStopCancelsEveryUsersJobs: scripts/slurm-local.sh stop cancels
+// the jobs of every user, not only its own (root's): a job left running
+// outlives its slurmd, and slurmstepd and the job's processes stay behind
+// after stop (how the conformance suite's Slurm, whose jobs run as the
+// tests' users, left them).
+func TestScriptStopCancelsEveryUsersJobs(t *testing.T) {
+	t.Parallel()
+	if err := Installed(); err != nil {
+		if need.Required() {
+			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
+		}
+		t.Skip(err)
+	}
+	script, err := filepath.Abs("../../scripts/slurm-local.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := pickPorts(0, 0, 1, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// munged wants every directory above its socket searchable.
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "NODES=1", "CPUS=2", "GPUS=0",
+		"CTL_PORT="+strconv.Itoa(ports[0]), "NODE_PORT="+strconv.Itoa(ports[1]))
+	sh := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("bash", append([]string{script}, args...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("slurm-local.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	sh("start", dir)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			sh("stop", dir)
+		}
+	})
+	const user = "uslurmstop"
+	acct := testkit.OSUserNamed(t, user)
+	work := filepath.Join(dir, "work")
+	if err := os.Chmod(work, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	slurm := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = work, append(os.Environ(), "SLURM_CONF="+filepath.Join(dir, "slurm.conf"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	slurm("sbatch", "--uid="+user, "--gid="+user, "-o", "/dev/null", "--wrap", "exec sleep 300")
+	testkit.WaitFor(t, 60*time.Second, "the user's job running", func() (bool, error) {
+		return len(processesOf(t, acct.UID)) > 0, nil
+	})
+	sh("stop", dir)
+	stopped = true
+	left := processesOf(t, acct.UID)
+	// The job's processes once stop has returned: a few seconds' grace
+	// for slurmstepd's kill to land, no more.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(left) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		left = processesOf(t, acct.UID)
+	}
+	if len(left) > 0 {
+		// Ours (this test's user's job): end them, then fail.
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		t.Fatalf("processes %v of %s's job outlived slurm-local.sh stop", left, user)
+	}
+}
+
+// processesOf lists the processes whose real uid is uid (/proc).
+func processesOf(t *testing.T, uid uint32) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue // ended meanwhile
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Uid:" && f[1] == strconv.FormatUint(uint64(uid), 10) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }
