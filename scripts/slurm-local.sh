@@ -15,7 +15,10 @@
 #
 # Settings (environment): NODES (4), CPUS per node (16), GPUS per node (8, fake:
 # symlinks to /dev/null), MEM (RealMemory in MB, unset: none), CTL_PORT (6817),
-# NODE_PORT (17001: node i listens on NODE_PORT+i-1), PARTITION (debug),
+# NODE_PORT (17001: node i listens on NODE_PORT+i-1), NODE_FORMAT (node%d: node i's
+# name, a printf format of i such as gpu-%04d), PARTITION (debug, the default, on
+# every node), MORE_PARTITIONS (none: space-separated NAME[:MAXTIME_MINUTES], each on
+# every node; no MAXTIME is INFINITE),
 # CLUSTER_NAME (loombench), SCHED_PARAMS (batch_sched_delay=0),
 # REST (0; 1: also JWT auth and slurmrestd on 127.0.0.1:REST_PORT), REST_PORT (6820).
 #
@@ -35,7 +38,9 @@ GPUS=${GPUS:-8}
 MEM=${MEM:-}
 CTL_PORT=${CTL_PORT:-6817}
 NODE_PORT=${NODE_PORT:-17001}
+NODE_FORMAT=${NODE_FORMAT:-node%d}
 PARTITION=${PARTITION:-debug}
+MORE_PARTITIONS=${MORE_PARTITIONS:-}
 CLUSTER_NAME=${CLUSTER_NAME:-loombench}
 SCHED_PARAMS=${SCHED_PARAMS:-batch_sched_delay=0}
 REST=${REST:-0}
@@ -60,7 +65,15 @@ check_settings() {
   int_in CTL_PORT "$CTL_PORT" 1 65535
   int_in NODE_PORT "$NODE_PORT" 1 $((65536 - NODES))
   [[ -z $MEM ]] || int_in MEM "$MEM" 1 1000000000
+  [[ $NODE_FORMAT =~ ^[a-z0-9_-]*%(0[1-9])?d[a-z0-9_-]*$ ]] ||
+    die "NODE_FORMAT '$NODE_FORMAT' must be lower-case letters, digits, '-' or '_' around one %d (or %0Nd)"
   [[ $PARTITION =~ ^[a-z0-9_-]+$ ]] || die "PARTITION '$PARTITION' must be lower-case letters, digits, '-' or '_'"
+  local p
+  for p in $MORE_PARTITIONS; do
+    [[ $p =~ ^[a-z0-9_-]+(:[1-9][0-9]{0,6})?$ ]] ||
+      die "MORE_PARTITIONS entry '$p' must be NAME or NAME:MINUTES (a name of lower-case letters, digits, '-' or '_'; 1..9999999 minutes)"
+    [[ ${p%%:*} != "$PARTITION" ]] || die "MORE_PARTITIONS entry '$p' repeats PARTITION '$PARTITION'"
+  done
   [[ $CLUSTER_NAME =~ ^[a-z0-9_-]+$ ]] || die "CLUSTER_NAME '$CLUSTER_NAME' must be lower-case letters, digits, '-' or '_'"
   [[ $REST == 0 || $REST == 1 ]] || die "REST must be 0 or 1, got '$REST'"
   int_in REST_PORT "$REST_PORT" 1 65535
@@ -70,7 +83,7 @@ check_settings() {
 write_conf() {
   mkdir -p "$DIR"/{munge,state,spool,log,run,dev,work}
   chmod 755 "$DIR" "$DIR"/{munge,state,spool,log,run,dev,work}
-  local i
+  local i p
   for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$DIR/dev/nvidia$i"; done
   {
     echo "# Written by github.com/loom-ml/loom/bench/slurm (or scripts/slurm-local.sh). Edits are lost at the next start."
@@ -111,22 +124,33 @@ write_conf() {
     fi
     local line
     for ((i = 1; i <= NODES; i++)); do
-      line="NodeName=node$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT + i - 1)) CPUs=$CPUS"
+      line="NodeName=$(node_name "$i") NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT + i - 1)) CPUs=$CPUS"
       [[ -z $MEM ]] || line+=" RealMemory=$MEM"
       ((GPUS == 0)) || line+=" Gres=gpu:$GPUS"
       echo "$line"
     done
     echo "PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    for p in $MORE_PARTITIONS; do
+      if [[ $p == *:* ]]; then
+        echo "PartitionName=${p%%:*} Nodes=ALL Default=NO MaxTime=${p#*:} State=UP"
+      else
+        echo "PartitionName=$p Nodes=ALL Default=NO MaxTime=INFINITE State=UP"
+      fi
+    done
   } >"$DIR/slurm.conf"
   {
     echo "# Fake GPUs: each File is a symlink to /dev/null (a line without File= is dropped)."
     if ((GPUS > 0)); then
       local files="$DIR/dev/nvidia0"
       ((GPUS == 1)) || files="$DIR/dev/nvidia[0-$((GPUS - 1))]"
-      for ((i = 1; i <= NODES; i++)); do echo "NodeName=node$i Name=gpu File=$files"; done
+      for ((i = 1; i <= NODES; i++)); do echo "NodeName=$(node_name "$i") Name=gpu File=$files"; done
     fi
   } >"$DIR/gres.conf"
 }
+
+# node_name I: virtual node I's name (1-based), by NODE_FORMAT.
+# shellcheck disable=SC2059 # NODE_FORMAT is the format, checked in check_settings.
+node_name() { printf "$NODE_FORMAT" "$1"; }
 
 # alive PIDFILE NAME: the pid in PIDFILE when it is a live NAME process.
 alive() {
@@ -152,7 +176,8 @@ wait_for() { # what seconds command...
 
 all_idle() {
   local n
-  n=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 == "idle"' | wc -l) || return 1
+  # A node is listed once per partition it is in (MORE_PARTITIONS): count names.
+  n=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 == "idle" { print $1 }' | sort -u | wc -l) || return 1
   ((n == NODES))
 }
 
@@ -188,8 +213,8 @@ start() {
   (cd "$DIR" && slurmctld -c)
   local i
   for ((i = 1; i <= NODES; i++)); do
-    mkdir -p "$DIR/spool/node$i"
-    (cd "$DIR" && slurmd -N "node$i")
+    mkdir -p "$DIR/spool/$(node_name "$i")"
+    (cd "$DIR" && slurmd -N "$(node_name "$i")")
   done
   wait_for "$NODES nodes idle in sinfo" 60 all_idle
   ((REST)) && start_rest
@@ -278,5 +303,5 @@ case $cmd in
   status) check_settings; status ;;
   token) check_settings; token ;;
   conf) check_settings; write_conf; echo "$DIR/slurm.conf" ;;
-  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

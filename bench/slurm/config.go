@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/slurmspec"
@@ -23,6 +24,7 @@ const (
 const (
 	DefaultClusterName         = "loombench"
 	DefaultPartition           = "debug"
+	DefaultNodeFormat          = "node%d"
 	DefaultCPUsPerNode         = 16
 	DefaultSchedulerParameters = "batch_sched_delay=0"
 )
@@ -84,8 +86,29 @@ func (l Layout) SlurmrestdPid() string { return filepath.Join(l.Run, "slurmrestd
 // SlurmdPid is the pidfile of node's slurmd.
 func (l Layout) SlurmdPid(node string) string { return filepath.Join(l.Run, "slurmd-"+node+".pid") }
 
-// NodeName returns the name of virtual node i (0-based): node1, node2, ….
-func NodeName(i int) string { return fmt.Sprintf("node%d", i+1) }
+// NodeName returns the name of virtual node i (0-based) under the default
+// NodeFormat: node1, node2, ….
+func NodeName(i int) string { return fmt.Sprintf(DefaultNodeFormat, i+1) }
+
+// nodeName is virtual node i's name (0-based) under o.NodeFormat, which
+// normalize has filled and checked.
+func (o Options) nodeName(i int) string { return fmt.Sprintf(o.NodeFormat, i+1) }
+
+// Partition is one of Options.MorePartitions.
+type Partition struct {
+	// Name is lower-case letters, digits, '-' or '_'.
+	Name string
+	// MaxTimeMinutes is its MaxTime (1..MaxPartitionMinutes); 0 is INFINITE.
+	MaxTimeMinutes int
+}
+
+// MaxPartitionMinutes is the longest Partition.MaxTimeMinutes (the
+// script's seven digits).
+const MaxPartitionMinutes = 9999999
+
+// nodeFormat is what Options.NodeFormat may be: a name around one %d or
+// %0Nd (scripts/slurm-local.sh checks the same).
+var nodeFormat = regexp.MustCompile(`^[a-z0-9_-]*%(0[1-9])?d[a-z0-9_-]*$`)
 
 // normalize fills defaults and checks every option, naming each bad one.
 func (o Options) normalize() (Options, error) {
@@ -94,6 +117,9 @@ func (o Options) normalize() (Options, error) {
 	}
 	if o.Partition == "" {
 		o.Partition = DefaultPartition
+	}
+	if o.NodeFormat == "" {
+		o.NodeFormat = DefaultNodeFormat
 	}
 	if o.Nodes == 0 {
 		o.Nodes = 1
@@ -140,6 +166,20 @@ func (o Options) normalize() (Options, error) {
 	}
 	if !validName(o.Partition) {
 		bad("Options.Partition %q must be lower-case letters, digits, '-' or '_'", o.Partition)
+	}
+	if !nodeFormat.MatchString(o.NodeFormat) {
+		bad("Options.NodeFormat %q must be lower-case letters, digits, '-' or '_' around one %%d (or %%0Nd)", o.NodeFormat)
+	}
+	for i, p := range o.MorePartitions {
+		if !validName(p.Name) {
+			bad("Options.MorePartitions[%d].Name %q must be lower-case letters, digits, '-' or '_'", i, p.Name)
+		}
+		if p.Name == o.Partition {
+			bad("Options.MorePartitions[%d].Name %q repeats Options.Partition", i, p.Name)
+		}
+		if p.MaxTimeMinutes < 0 || p.MaxTimeMinutes > MaxPartitionMinutes {
+			bad("Options.MorePartitions[%d].MaxTimeMinutes must be 0 (INFINITE) or 1..%d, got %d", i, MaxPartitionMinutes, p.MaxTimeMinutes)
+		}
 	}
 	if strings.ContainsAny(o.SchedulerParameters, " \t\n#") {
 		bad("Options.SchedulerParameters %q must be one comma-separated word", o.SchedulerParameters)
@@ -218,7 +258,7 @@ func Render(o Options, l Layout, ctlPort int, nodePorts []int) (slurmConf, gresC
 	}
 	for i := 0; i < o.Nodes; i++ {
 		line := fmt.Sprintf("NodeName=%s NodeHostname=localhost NodeAddr=127.0.0.1 Port=%d CPUs=%d",
-			NodeName(i), nodePorts[i], o.CPUsPerNode)
+			o.nodeName(i), nodePorts[i], o.CPUsPerNode)
 		if o.RealMemoryMB > 0 {
 			line += fmt.Sprintf(" RealMemory=%d", o.RealMemoryMB)
 		}
@@ -228,6 +268,13 @@ func Render(o Options, l Layout, ctlPort int, nodePorts []int) (slurmConf, gresC
 		w("%s", line)
 	}
 	w("PartitionName=%s Nodes=ALL Default=YES MaxTime=INFINITE State=UP", o.Partition)
+	for _, p := range o.MorePartitions {
+		maxTime := "INFINITE"
+		if p.MaxTimeMinutes > 0 {
+			maxTime = fmt.Sprint(p.MaxTimeMinutes)
+		}
+		w("PartitionName=%s Nodes=ALL Default=NO MaxTime=%s State=UP", p.Name, maxTime)
+	}
 
 	var g strings.Builder
 	g.WriteString("# Fake GPUs: each File is a symlink to /dev/null (a line without File= is dropped).\n")
@@ -237,7 +284,7 @@ func Render(o Options, l Layout, ctlPort int, nodePorts []int) (slurmConf, gresC
 			files = fmt.Sprintf("%s/nvidia[0-%d]", l.DevDir, o.GPUsPerNode-1)
 		}
 		for i := 0; i < o.Nodes; i++ {
-			fmt.Fprintf(&g, "NodeName=%s Name=gpu File=%s\n", NodeName(i), files)
+			fmt.Fprintf(&g, "NodeName=%s Name=gpu File=%s\n", o.nodeName(i), files)
 		}
 	}
 	return b.String(), g.String()

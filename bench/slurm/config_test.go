@@ -18,7 +18,7 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 	}
 	if o.Nodes != 1 || o.CPUsPerNode != DefaultCPUsPerNode || o.GPUsPerNode != 0 ||
 		o.Partition != DefaultPartition || o.ClusterName != DefaultClusterName ||
-		o.SchedulerParameters != DefaultSchedulerParameters {
+		o.SchedulerParameters != DefaultSchedulerParameters || o.NodeFormat != DefaultNodeFormat {
 		t.Fatalf("defaults not filled: %+v", o)
 	}
 }
@@ -26,12 +26,14 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 func TestNormalizeNamesEveryBadOption(t *testing.T) {
 	t.Parallel()
 	_, err := Options{Nodes: -1, CPUsPerNode: -2, GPUsPerNode: 65, ControllerPort: 70000, Partition: "Bad Name",
-		ExtraConfig: []string{"no equals sign"}, RESTPort: 6820}.normalize()
+		ExtraConfig: []string{"no equals sign"}, RESTPort: 6820, NodeFormat: "gpu-%s",
+		MorePartitions: []Partition{{Name: "Bad"}, {Name: "ok", MaxTimeMinutes: -1}}}.normalize()
 	if err == nil {
 		t.Fatal("bad options accepted")
 	}
 	for _, want := range []string{"Options.Dir", "Options.Nodes", "Options.CPUsPerNode", "Options.GPUsPerNode",
-		"Options.ControllerPort", "Options.Partition", "Options.ExtraConfig[0]", "Options.RESTPort is set but Options.REST is not"} {
+		"Options.ControllerPort", "Options.Partition", "Options.ExtraConfig[0]", "Options.RESTPort is set but Options.REST is not",
+		"Options.NodeFormat", "Options.MorePartitions[0].Name", "Options.MorePartitions[1].MaxTimeMinutes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -113,6 +115,9 @@ func TestScriptWritesTheSameConfig(t *testing.T) {
 			[]string{"NODES=1", "CPUS=64", "GPUS=0", "PARTITION=batch"}},
 		{"rest", Options{Nodes: 2, CPUsPerNode: 4, REST: true},
 			[]string{"NODES=2", "CPUS=4", "GPUS=0", "REST=1"}},
+		{"names-and-partitions", Options{Nodes: 2, CPUsPerNode: 48, GPUsPerNode: 4, Partition: "batch", NodeFormat: "gpu-%04d",
+			MorePartitions: []Partition{{Name: "short", MaxTimeMinutes: 1}, {Name: "long"}}},
+			[]string{"NODES=2", "CPUS=48", "GPUS=4", "PARTITION=batch", "NODE_FORMAT=gpu-%04d", "MORE_PARTITIONS=short:1 long"}},
 	} {
 		dir := t.TempDir()
 		cmd := exec.Command("bash", script, "conf", dir)
@@ -155,6 +160,15 @@ func TestScriptRefusesBadSettings(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "NODES must be 1..256") {
 		t.Fatalf("NODES=zero: err %v, output %q; want a failure naming NODES", err, out)
+	}
+	for _, bad := range []string{"NODE_FORMAT=gpu-%s", "MORE_PARTITIONS=short:0", "MORE_PARTITIONS=debug"} {
+		cmd := exec.Command("bash", "../../scripts/slurm-local.sh", "conf", t.TempDir())
+		cmd.Env = append(os.Environ(), bad)
+		out, err := cmd.CombinedOutput()
+		name, _, _ := strings.Cut(bad, "=")
+		if err == nil || !strings.Contains(string(out), name) {
+			t.Errorf("%s: err %v, output %q; want a failure naming %s", bad, err, out, name)
+		}
 	}
 }
 

@@ -73,9 +73,16 @@ type Options struct {
 	// NodePortBase, when set, gives node i the slurmd port NodePortBase+i
 	// (scripts/slurm-local.sh uses 17001); 0 picks a free port per node.
 	NodePortBase int
-	// ClusterName (default "loombench") and Partition, the one default
+	// ClusterName (default "loombench") and Partition, the default
 	// partition holding every node (default "debug").
 	ClusterName, Partition string
+	// MorePartitions are more partitions, each holding every node, after
+	// Partition (scripts/slurm-local.sh's MORE_PARTITIONS).
+	MorePartitions []Partition
+	// NodeFormat names node i: a printf format of i+1 with one %d or %0Nd
+	// and otherwise lower-case letters, digits, '-' or '_' (default
+	// "node%d": node1, node2, …; scripts/slurm-local.sh's NODE_FORMAT).
+	NodeFormat string
 	// SchedulerParameters (default "batch_sched_delay=0": Slurm's default
 	// waits 3 s between batch scheduling passes).
 	SchedulerParameters string
@@ -220,7 +227,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	o.Dir = dir
 	c := &Cluster{Layout: NewLayout(dir), Options: o}
 	for i := 0; i < o.Nodes; i++ {
-		c.Nodes = append(c.Nodes, NodeName(i))
+		c.Nodes = append(c.Nodes, o.nodeName(i))
 	}
 	if err := c.start(ctx); err != nil {
 		if serr := c.Stop(); serr != nil {
