@@ -4,7 +4,7 @@ SERVICES  := gateway provisioner scheduler health registry training bridge agent
 GOTEST    ?= go test
 TESTFLAGS ?= -count=1 -timeout 15m
 
-.PHONY: conformance demo up test vet build proto proto-tools proto-check bench bench-path bench-cluster bench-slurm bench-hpo clean
+.PHONY: conformance conformance-slurm demo up test vet build proto proto-tools proto-check bench bench-path bench-cluster bench-slurm bench-hpo clean
 
 demo: ## Run the demo on the embedded stack: cluster -> job -> model.
 	go run ./cmd/loom demo
@@ -12,8 +12,9 @@ demo: ## Run the demo on the embedded stack: cluster -> job -> model.
 up: ## Run the embedded stack in the foreground.
 	go run ./cmd/loom up
 
-test: ## Run every test (uses redis-server when installed, miniredis otherwise).
+test: ## Run every test (uses redis-server when installed, miniredis otherwise), then the conformance suite on the Slurm backend.
 	$(GOTEST) $(TESTFLAGS) $(PKGS)
+	LOOM_CONFORMANCE_BACKEND=slurm $(GOTEST) $(TESTFLAGS) ./cmd/loom/internal/conformance
 
 vet:
 	go vet $(PKGS)
@@ -37,6 +38,9 @@ proto-check: proto ## Fail when the committed generated code is stale.
 
 conformance: ## The Slurm conformance suite: real batch scripts through sbatch/squeue/sacct/scontrol.
 	go test -count=1 -v -run . ./cmd/loom/internal/conformance
+
+conformance-slurm: ## The conformance suite on the real-Slurm scheduler backend (root, slurm-wlm, slurmrestd): which tests pass, which skip and why.
+	LOOM_CONFORMANCE_BACKEND=slurm go test -count=1 -v -run . ./cmd/loom/internal/conformance
 
 bench: ## Run every benchmark program and write its section of bench/REPORT.md.
 	go run ./bench/cmd/pathbench -report bench/REPORT.md

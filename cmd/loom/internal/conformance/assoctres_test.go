@@ -17,6 +17,7 @@ import (
 // second job pending with Slurm's reason AssocGrpNodeLimit while the
 // first runs, and it starts once the first ends.
 func TestAssocGrpTRES(t *testing.T) {
+	needs(t, needSacctmgr)
 	t.Parallel()
 	f := setup(t)
 	s := f.session(t, "main")

@@ -14,4 +14,9 @@
 //
 // LOOM_CONFORMANCE_LOOM=/path/to/loom uses a binary built beforehand instead
 // of building one. The suite is skipped with -short. See docs/slurm.md.
+//
+// LOOM_CONFORMANCE_BACKEND=slurm (make conformance-slurm) runs it on the
+// scheduler's real-Slurm backend instead, against a real Slurm the fixture
+// starts (scripts/slurm-local.sh); each test that needs what that backend
+// refuses is skipped there, naming it (docs/slurm-backend.md, "Conformance").
 package conformance

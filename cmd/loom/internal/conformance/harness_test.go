@@ -27,6 +27,7 @@ import (
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/need"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -78,6 +79,9 @@ type fixture struct {
 	clusters map[string]*loomv1.Cluster
 	// built is when the loom binary was ready.
 	built time.Time
+	// slurm is the real Slurm the jobs run in on the Slurm backend
+	// (backendEnv); nil on the built-in engine.
+	slurm *realSlurm
 }
 
 var (
@@ -91,6 +95,11 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("the conformance suite builds loom and runs an embedded Loom with node agents; skipped with -short")
+	}
+	if onSlurm() {
+		if why := slurmMissing(); why != "" {
+			need.Missing(t, why)
+		}
 	}
 	suiteOnce.Do(func() {
 		began := time.Now()
@@ -119,10 +128,16 @@ func teardown() {
 			fmt.Fprintln(os.Stderr, "conformance: close stack:", err)
 		}
 	}
+	if suite.slurm != nil {
+		suite.slurm.stop()
+	}
 	_ = os.RemoveAll(suite.tmp)
 }
 
 func start() (*fixture, error) {
+	if err := checkBackend(); err != nil {
+		return nil, err
+	}
 	tmp, err := os.MkdirTemp("", "loom-conformance-")
 	if err != nil {
 		return nil, err
@@ -148,7 +163,7 @@ func start() (*fixture, error) {
 	if err := os.Setenv("LOOM_SCHEDULER_FENCE_TIMEOUT", "15s"); err != nil {
 		return f, err
 	}
-	f.stack, err = stack.Start(ctx, stack.Options{
+	opts := stack.Options{
 		DataDir:      filepath.Join(tmp, "stack"),
 		AgentCommand: []string{os.Args[0]},
 		// Heartbeats every half second, a node silent for 8 s is down:
@@ -161,7 +176,26 @@ func start() (*fixture, error) {
 			"LOOM_ACCT_INTERVAL=1s"},
 		HeartbeatTimeout: 8 * time.Second,
 		LogLevel:         "error",
-	})
+	}
+	if onSlurm() {
+		// Slurm runs the jobs: the clusters' nodes are simulated (no agent
+		// processes to spend the CPUs on), the scheduler sends each job to
+		// the real Slurm as its owner.
+		var slurmArgs []string
+		began := time.Now()
+		if f.slurm, slurmArgs, err = startSlurm(filepath.Join(tmp, "slurm")); err != nil {
+			return f, err
+		}
+		fmt.Fprintf(os.Stderr, "conformance: real Slurm up in %v (%s=slurm)\n", time.Since(began).Round(time.Millisecond), backendEnv)
+		opts.Provider = "sim"
+		// Simulated boots in a hundredth of their time (a create takes
+		// seconds, not minutes); the health service's default
+		// heartbeat timeout, as the sim's nodes beat every 5 s.
+		opts.ProvisionerArgs = []string{"-sim-time-scale=0.01"}
+		opts.HeartbeatTimeout = 0
+		opts.SchedulerArgs = slurmArgs
+	}
+	f.stack, err = stack.Start(ctx, opts)
 	if err != nil {
 		return f, fmt.Errorf("start stack: %w", err)
 	}
@@ -356,6 +390,14 @@ func (f *fixture) grantQOS(t *testing.T, user string, qos ...string) {
 		Association: &loomv1.Association{Account: "root", User: user, Qos: qos}}); err != nil {
 		t.Fatalf("grant %s QOS %v: %v", user, qos, err)
 	}
+}
+
+// in is s for subtest t: the same user, directory and environment, its
+// failures t's.
+func (s *session) in(t *testing.T) *session {
+	c := *s
+	c.t = t
+	return &c
 }
 
 // result is one command's outcome.

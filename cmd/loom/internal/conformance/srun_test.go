@@ -30,6 +30,7 @@ var distLine = regexp.MustCompile(`^([0-9]+): task (\S+) procid=([0-9]+) localid
 // scontrol show step's Dist= of the running step, which the batch script
 // asks while task 0 waits for it.
 func TestSrunDistribution(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_distribution.sh"))
@@ -100,6 +101,7 @@ func TestSrunDistribution(t *testing.T) {
 }
 
 func TestSrunMultiNode(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_multinode.sh"))
@@ -183,6 +185,7 @@ func TestSrunMultiNode(t *testing.T) {
 // on each of two nodes kills the tasks on both (the second node runs no batch
 // step: its task is killed through the step).
 func TestSrunTasksDieWithTheirJob(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_cancel.sh"))
@@ -210,6 +213,7 @@ func alive(pid int) bool {
 // the batch script goes on (srun returns the tasks' 128+SIGTERM) and the job
 // completes.
 func TestScancelStep(t *testing.T) {
+	needs(t, needSteps, needCancelStep)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_cancel.sh"))
@@ -239,6 +243,7 @@ func TestScancelStep(t *testing.T) {
 // machine it could end the job before its tasks had even started, and
 // taskPids waited for pids never written (seen with --time=0:08).
 func TestSrunTasksDieAtTimeLimit(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_cancel.sh"))
@@ -279,6 +284,7 @@ func (s *session) taskPids(n int) []int {
 // its command there as step 0 and ends the job as the step ended, as
 // Slurm's srun does.
 func TestSrunAllocates(t *testing.T) {
+	needs(t, needCommand, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	r := s.run("srun", "-N2", "-l", "sh", "-c", `echo "$SLURM_JOB_ID $SLURMD_NODENAME $SLURM_STEP_ID $SLURM_NNODES"`)
@@ -341,6 +347,7 @@ func TestSrunAllocates(t *testing.T) {
 // here; srun inside the command runs steps on the allocated nodes; the job
 // ends COMPLETED or FAILED as the command ended, with its exit code.
 func TestSallocAllocates(t *testing.T) {
+	needs(t, needCommand, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	r := s.run("salloc", "-N2", "-J", "explore", "sh", "-c", `echo "id $SLURM_JOB_ID $SLURM_NNODES"; srun -l sh -c 'echo "$SLURMD_NODENAME $SLURM_STEP_ID"'`)
@@ -375,6 +382,7 @@ func TestSallocAllocates(t *testing.T) {
 // nodes (all by default, one with --input=RANK, none with --input=none), as
 // Slurm's srun forwards it.
 func TestSrunForwardsInput(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_input.sh"))
@@ -394,6 +402,7 @@ func TestSrunForwardsInput(t *testing.T) {
 // same keys (the session was compared by hand). From no terminal srun
 // says so and runs the step without one, as Slurm's.
 func TestSrunPty(t *testing.T) {
+	needs(t, needCommand, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	out, code := s.runTerminal([]string{"echo $((6*7))", "tty", "exit 3"}, "srun", "--pty", "sh")
@@ -422,6 +431,7 @@ func TestSrunPty(t *testing.T) {
 // where the job had GPUs 0 and 1; here it may have others, when GPU jobs
 // of the tests beside it hold those).
 func TestSrunGPUsPerTask(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_gpus.sh"))
@@ -443,6 +453,7 @@ func TestSrunGPUsPerTask(t *testing.T) {
 // -n1 --gpus-per-task=1 ... &) each get a GPU of their own. Slurm 22.05's
 // output for the same script is "0 1 2 " (checked by hand).
 func TestSrunGPUTaskFarm(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_farm.sh"))
@@ -460,6 +471,7 @@ func TestSrunGPUTaskFarm(t *testing.T) {
 // than the job has are refused. The expected output is Slurm 22.05's for
 // the same script (run with scripts/slurm-local.sh, NODES=2).
 func TestSrunStepGPUs(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_stepgpus.sh"))
@@ -495,6 +507,7 @@ gpus=5: refused
 // and -m block of its own win. The expected output is Slurm 22.05's for
 // the same script (run with scripts/slurm-local.sh, NODES=3 GPUS=4).
 func TestSrunJobDefaults(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_jobdefaults.sh"))
@@ -533,6 +546,7 @@ done
 // for the same scripts and options (run with scripts/slurm-local.sh,
 // NODES=2 GPUS=4).
 func TestSrunGPUsPerTaskBesideJobPerNode(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_gpt_jobgpn.sh"))
@@ -580,6 +594,7 @@ done
 // The expected output is Slurm 22.05's for the same script (run by hand
 // with scripts/slurm-local.sh, NODES=1 CPUS=4).
 func TestSrunStepsWait(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_wait.sh"))
@@ -613,6 +628,7 @@ too many CPUs: refused
 // ends it CANCELLED before its sleep is over. squeue lists its own job
 // alone (a job's token reaches no other job).
 func TestJobScriptAsksAboutItself(t *testing.T) {
+	needs(t, needHold, needSinfo, needUpdate)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	other := s.sbatch(s.script("hold.sh")) // another job of the same user
@@ -634,6 +650,7 @@ func TestJobScriptAsksAboutItself(t *testing.T) {
 // outside the job is refused; more nodes named than -N keeps the first.
 // The expected output is Slurm 22.05's for the same script.
 func TestSrunNodeSelection(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("srun_nodes.sh"))
@@ -670,6 +687,7 @@ const plainGPUsTask = `n=$(echo "$CUDA_VISIBLE_DEVICES" | tr , "\n" | grep -c .)
 // --gpus-per-node job, which Slurm's srun refuses (Invalid Trackable
 // RESource (TRES) specification) and Loom's runs without GPUs.
 func TestSrunPlainStepGPUs(t *testing.T) {
+	needs(t, needSteps)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	script := s.script("srun_plain_gpus.sh")
