@@ -760,9 +760,7 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) stop() error {
 	if c.ctlRunning() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _ = c.Output(ctx, "scancel", "--user="+strconv.Itoa(os.Getuid()))
-		cancel()
+		c.cancelAll()
 	}
 	// Reverse start order: slurmds, then slurmctld, then munged.
 	var errs []error
@@ -780,6 +778,34 @@ func (c *Cluster) stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cancelAll cancels every user's jobs, not only ours (a job run as
+// another user, as the backend's tests run them, would outlive its slurmd:
+// slurmstepd and the job's processes stay), and waits up to 10 s for the
+// queue to empty, as scripts/slurm-local.sh stop does.
+func (c *Cluster) cancelAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids := func() []string {
+		out, err := c.Output(ctx, "squeue", "-h", "-o", "%A")
+		if err != nil {
+			return nil
+		}
+		return strings.Fields(out)
+	}
+	jobs := ids()
+	if len(jobs) == 0 {
+		return
+	}
+	_, _ = c.Output(ctx, "scancel", jobs...)
+	for len(jobs) > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+		jobs = ids()
+	}
 }
 
 func (c *Cluster) ctlRunning() bool {

@@ -260,6 +260,40 @@ func TestScriptStopCancelsEveryUsersJobs(t *testing.T) {
 	}
 }
 
+// TestStopCancelsEveryUsersJobs: Cluster.Stop, like the script's stop,
+// cancels every user's jobs (cancelAll), not only its own: the Slurm
+// backend's tests run theirs as test users, and a job left running
+// outlives its slurmd. Held jobs, so that none has to be scheduled.
+func TestStopCancelsEveryUsersJobs(t *testing.T) {
+	t.Parallel()
+	if err := Installed(); err != nil {
+		if need.Required() {
+			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
+		}
+		t.Skip(err)
+	}
+	ctx := testkit.Context(t, 2*time.Minute)
+	c, err := Start(ctx, Options{Dir: t.TempDir(), Nodes: 1, CPUsPerNode: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	const user = "uslurmgostop"
+	testkit.OSUserNamed(t, user)
+	for _, as := range [][]string{nil, {"--uid=" + user, "--gid=" + user}} {
+		if _, err := c.Sbatch(ctx, append(as, "--hold", "-D", "/", "-o", "/dev/null", "--wrap", "true")...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := c.Squeue(ctx, "-h", "-o", "%u"); err != nil || len(strings.Fields(out)) != 2 {
+		t.Fatalf("squeue before: %q, %v", out, err)
+	}
+	c.cancelAll()
+	if out, err := c.Squeue(ctx, "-h", "-o", "%i %u %T"); err != nil || strings.TrimSpace(out) != "" {
+		t.Fatalf("jobs left after cancelAll: %q, %v", out, err)
+	}
+}
+
 // processesOf lists the processes whose real uid is uid (/proc).
 func processesOf(t *testing.T, uid uint32) []int {
 	t.Helper()
