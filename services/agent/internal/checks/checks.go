@@ -12,6 +12,7 @@ package checks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -162,7 +163,7 @@ func skipped(format string, args ...any) verdict {
 // CHECK_ERROR "killed at its timeout" — the check failed, not the node. A
 // node busy with jobs (Config.Busy) gives CHECK_SKIPPED unless
 // cmd.allow_busy. A name that is neither a built-in nor a program in
-// CheckDir is CHECK_ERROR.
+// CheckDir is CHECK_SKIPPED (errNoSuchCheck): the node cannot run it.
 func (r *Runner) Run(ctx context.Context, cmd *eventsv1.RunHealthCheck) *loomv1.HealthCheckResult {
 	start := r.cfg.Now()
 	res := &loomv1.HealthCheckResult{
@@ -189,6 +190,9 @@ func (r *Runner) run(ctx context.Context, cmd *eventsv1.RunHealthCheck) verdict 
 		return skipped("node busy with jobs (allow_busy not set)")
 	}
 	check, timeout, err := r.lookup(cmd)
+	if errors.Is(err, errNoSuchCheck) {
+		return skipped("%s", strings.TrimSuffix(err.Error(), ": "+errNoSuchCheck.Error()))
+	}
 	if err != nil {
 		return checkError("%v", err)
 	}

@@ -68,14 +68,38 @@ func TestBusyNodeIsSkippedUnlessAllowed(t *testing.T) {
 	}
 }
 
+// TestUnknownCheckIsAnError: a name that cannot name a check at all (none,
+// a path, a hidden file) is CHECK_ERROR.
 func TestUnknownCheckIsAnError(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	r := newRunner(t, nil, func(c *Config) { c.CheckDir = dir })
-	for _, name := range []string{"", "nope", "../../bin/true", ".hidden"} {
+	for _, name := range []string{"", "../../bin/true", ".hidden"} {
 		got := r.Run(context.Background(), &eventsv1.RunHealthCheck{Check: name, RunId: "x"})
 		if got.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR {
 			t.Errorf("check %q: %v %q", name, got.GetOutcome(), got.GetSummary())
+		}
+	}
+}
+
+// TestMissingSiteCheckIsSkipped: a check name the node has no program for
+// (no check directory, or none of that name in it) is CHECK_SKIPPED, saying
+// why: it says nothing of the node. As CHECK_ERROR, a mistyped
+// `loom health scan --checks` made each node SUSPECT, the confirming run of
+// the same name errored again, and health drained and rebooted the node.
+func TestMissingSiteCheckIsSkipped(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		dir, want string
+	}{
+		{"", "no check \"ib_ports\": not a built-in check, and the node's agent has no check directory (-check-dir, LOOM_AGENT_CHECK_DIR"},
+		{dir, "no check \"ib_ports\": not a built-in check, and not in " + dir},
+	} {
+		r := newRunner(t, nil, func(c *Config) { c.CheckDir = tc.dir })
+		got := r.Run(context.Background(), &eventsv1.RunHealthCheck{Check: "ib_ports", RunId: "x"})
+		if got.GetOutcome() != loomv1.CheckOutcome_CHECK_SKIPPED || !strings.HasPrefix(got.GetSummary(), tc.want) || strings.Contains(got.GetSummary(), "no such check") {
+			t.Errorf("check dir %q: %v %q, want CHECK_SKIPPED %q", tc.dir, got.GetOutcome(), got.GetSummary(), tc.want)
 		}
 	}
 }

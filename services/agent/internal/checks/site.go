@@ -34,11 +34,20 @@ type SiteOutput struct {
 	GPU     *int32             `json:"gpu"`
 }
 
+// errNoSuchCheck marks a check name this node has no check of: neither a
+// built-in nor a program in CheckDir. Run answers it CHECK_SKIPPED, not
+// CHECK_ERROR: the node cannot run it, which says nothing of its hardware.
+// As an error, a name mistyped in a scan (or a site check installed on some
+// nodes only) made each node it reached SUSPECT, and the confirming run of
+// the same name errored again and drained and rebooted it.
+var errNoSuchCheck = errors.New("no such check")
+
 // sitePath is the program a site check name runs: a plain file name of an
-// executable in CheckDir (never a path: a name cannot reach outside it).
+// executable in CheckDir (never a path: a name cannot reach outside it). A
+// name with no program is errNoSuchCheck.
 func (r *Runner) sitePath(name string) (string, error) {
 	if r.cfg.CheckDir == "" {
-		return "", fmt.Errorf("no check %q: not a built-in check, and the node has no -check-dir", name)
+		return "", fmt.Errorf("no check %q: not a built-in check, and the node's agent has no check directory (-check-dir, LOOM_AGENT_CHECK_DIR; `loom up` passes its environment on to the agents it starts): %w", name, errNoSuchCheck)
 	}
 	if strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
 		return "", fmt.Errorf("no check %q: a site check is named by a file name in -check-dir", name)
@@ -46,7 +55,7 @@ func (r *Runner) sitePath(name string) (string, error) {
 	path := filepath.Join(r.cfg.CheckDir, name)
 	fi, err := os.Stat(path)
 	if err != nil {
-		return "", fmt.Errorf("no check %q: not a built-in check, and not in %s", name, r.cfg.CheckDir)
+		return "", fmt.Errorf("no check %q: not a built-in check, and not in %s: %w", name, r.cfg.CheckDir, errNoSuchCheck)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return "", fmt.Errorf("check %q: %s is not an executable file", name, path)
