@@ -430,10 +430,11 @@ func clusterFlag(name string) string {
 // notFoundHint adds "(see `<list>`)" to a NotFound error whose message does
 // not name list already.
 func (a *app) notFoundHint(explained, raw error, list string) error {
-	if codeOf(raw) != codes.NotFound || strings.Contains(statusMessage(raw), list) {
+	if codeOf(raw) != codes.NotFound || strings.Contains(statusMessage(raw), list) || projectWall.MatchString(statusMessage(raw)) {
 		// The service's message may name the list already (the
 		// registry's "no version 3 (loom models versions tiny lists
-		// them)"): once is enough.
+		// them)"): once is enough. A project the caller has no role in
+		// is answered by explain: its lists would be refused the same.
 		return explained
 	}
 	if strings.HasPrefix(statusMessage(raw), "cluster ") {

@@ -395,6 +395,13 @@ func (a *app) explainMsg(what string, err error) error {
 	case codes.InvalidArgument:
 		return fmt.Errorf("%s: invalid request:\n%s", what, fieldList(msg))
 	case codes.NotFound:
+		if m := projectWall.FindStringSubmatch(msg); m != nil {
+			// The gateway answers a project the caller holds no role in
+			// as if it did not exist (ids cannot be probed): the other
+			// lists of that project would say the same, so what helps is
+			// which projects the caller is in, and who gives a role.
+			return fmt.Errorf("%s: %s: you hold no role in project %s, or there is no such project (`loom auth whoami` lists your projects; pick one with --project or LOOM_PROJECT; an admin of %s gives you a role with `loom auth members set`)", what, msg, m[1], m[1])
+		}
 		return fmt.Errorf("%s: %s", what, msg)
 	case codes.AlreadyExists:
 		return fmt.Errorf("%s: %s", what, msg)
@@ -421,7 +428,11 @@ func (a *app) explainMsg(what string, err error) error {
 		msg = strings.TrimPrefix(msg, "Access/permission denied: ")
 		msg = strings.TrimSuffix(msg, ": permission denied")
 		// What to do next: see whom the gateway took you for, and
-		// which roles you hold, before asking for one.
+		// which roles you hold, before asking for one. A project admin
+		// cannot make a cluster administrator: say who can.
+		if strings.Contains(msg, "needs a cluster administrator") {
+			return fmt.Errorf("%s: permission denied: %s (`loom auth whoami` shows who you are and your roles; a cluster administrator makes another with `loom auth members set USER cluster-admin --global`)", what, msg)
+		}
 		return fmt.Errorf("%s: permission denied: %s (`loom auth whoami` shows who you are and your roles; a project admin grants one with `loom auth members set`)", what, msg)
 	}
 	// The services end a message with its kind's text ("...; delete those
@@ -432,6 +443,11 @@ func (a *app) explainMsg(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %s: %s", what, st.Code(), msg)
 }
+
+// projectWall matches the gateway's answer to a call in a project the
+// caller holds no role in (docs/security.md "Projects are walls"),
+// capturing the project id.
+var projectWall = regexp.MustCompile(`^projects/([a-z][a-z0-9-]*): not found$`)
 
 // negativeArg matches pflag's error for a negative number where an
 // argument was expected, capturing the number.

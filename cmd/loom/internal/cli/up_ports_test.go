@@ -391,3 +391,32 @@ func TestUnreachableSuggestsTheDataDirsPortBase(t *testing.T) {
 		t.Errorf("the default base: %q, want plain `loom up`", got)
 	}
 }
+
+// TestRefusalsSayWhoCanHelp: two refusals an operator met pointed the wrong
+// way. A project the caller holds no role in ("projects/pa: not found",
+// the gateway's wall) said "see `loom clusters list`", which is refused the
+// same; and a call that needs a cluster administrator said "a project admin
+// grants one", which no project admin can.
+func TestRefusalsSayWhoCanHelp(t *testing.T) {
+	t.Parallel()
+	a := newApp()
+	wall := status.Error(codes.NotFound, "projects/pa: not found")
+	got := a.notFoundHint(a.explain("list jobs", wall), wall, "loom jobs list").Error()
+	if want := "list jobs: projects/pa: not found: you hold no role in project pa, or there is no such project (`loom auth whoami` lists your projects; pick one with --project or LOOM_PROJECT; an admin of pa gives you a role with `loom auth members set`)"; got != want {
+		t.Errorf("project wall:\n got %q\nwant %q", got, want)
+	}
+	// Another NotFound keeps its list.
+	job := status.Error(codes.NotFound, "job projects/pa/jobs/9: not found")
+	if got := a.notFoundHint(a.explain("get job 9", job), job, "loom jobs list").Error(); got != "get job 9: job projects/pa/jobs/9: not found (see `loom jobs list`)" {
+		t.Errorf("missing job: %q", got)
+	}
+	admin := status.Error(codes.PermissionDenied, "Access/permission denied: /loom.v1.HealthService/UpdateNodeRemediation needs a cluster administrator: permission denied")
+	got = a.explainMsg("drain node cpu-0001", admin).Error()
+	if want := "drain node cpu-0001: permission denied: /loom.v1.HealthService/UpdateNodeRemediation needs a cluster administrator (`loom auth whoami` shows who you are and your roles; a cluster administrator makes another with `loom auth members set USER cluster-admin --global`)"; got != want {
+		t.Errorf("cluster admin:\n got %q\nwant %q", got, want)
+	}
+	role := status.Error(codes.PermissionDenied, "Access/permission denied: /loom.v1.AuditService/ListAuditRecords needs role admin in projects/pb; users/bob is user there: permission denied")
+	if got := a.explainMsg("read the audit trail", role).Error(); !strings.HasSuffix(got, "a project admin grants one with `loom auth members set`)") {
+		t.Errorf("project role: %q", got)
+	}
+}
