@@ -118,7 +118,9 @@ func (t *tail) drain(path string) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("open job output: %w: %v", errs.FailedPrecondition, err)
+			// The kind last, as every service's message has it: the CLI
+			// drops that suffix rather than say it twice.
+			return fmt.Errorf("open job output: %v: %w", err, errs.FailedPrecondition)
 		}
 		t.f, t.buf = f, make([]byte, logChunk)
 		if t.lines > 0 {
@@ -204,7 +206,7 @@ func openLog(owner, path string) (*os.File, error) {
 		var err error
 		if acct, err = osuser.Lookup(owner); err != nil {
 			if errors.Is(err, osuser.ErrNoAccount) {
-				return nil, fmt.Errorf("the job's owner %s has no account on the gateway's machine to read its output as", owner)
+				return nil, fmt.Errorf("the job's owner %s has no account on the gateway's machine to read its output as (add the account there, as on the nodes: the gateway reads a job's output with its owner's rights)", owner)
 			}
 			return nil, err
 		}

@@ -65,6 +65,28 @@ func TestJobLogsReadAsOwner(t *testing.T) {
 	}
 }
 
+// TestJobLogsOwnerWithoutAccount: a job whose owner has no account on the
+// gateway's machine is refused in words that end with their kind, once (the
+// CLI drops that suffix, as it does for every service's message), and say
+// what to do. The kind was wrapped mid-message: `loom jobs logs` printed
+// "FailedPrecondition: open job output: failed precondition: the job's
+// owner ...".
+func TestJobLogsOwnerWithoutAccount(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(p, []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	tl := &tail{owner: "nosuchuser-q9", send: func(b []byte) error { got.Write(b); return nil }}
+	defer tl.close()
+	err := tl.drain(p)
+	want := "open job output: the job's owner nosuchuser-q9 has no account on the gateway's machine to read its output as (add the account there, as on the nodes: the gateway reads a job's output with its owner's rights): failed precondition"
+	if !errors.Is(err, errs.FailedPrecondition) || err.Error() != want || got.Len() != 0 {
+		t.Fatalf("drain = %q (%v), sent %q; want nothing and\n%q", err, err, got.String(), want)
+	}
+}
+
 // TestTailLines: a tail starts at the file's last n lines, found reading
 // backwards across read blocks (a block of 7 bytes here, so that lines
 // straddle blocks); a last line without a newline counts; a file with
