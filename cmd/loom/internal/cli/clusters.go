@@ -334,7 +334,7 @@ func (a *app) followOperation(cmd *cobra.Command, op *loomv1.Operation, v opView
 		if hint == "" {
 			// What the command does without --async: follow it to its
 			// end, with its progress, exit 1 when it fails.
-			hint = fmt.Sprintf("Follow it with `loom operations wait %s`.", shortName(op.GetName()))
+			hint = fmt.Sprintf("Follow it with `loom operations wait %s`.", a.shortIn(op.GetName()))
 		}
 		fmt.Fprintln(out, hint)
 		return nil

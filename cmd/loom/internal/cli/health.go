@@ -198,7 +198,7 @@ administrator. The reason is shown in "loom health nodes" and "sinfo -R"` + map[
 				nh, err := hs.UpdateNodeRemediation(ctx, &loomv1.UpdateNodeRemediationRequest{Cluster: full, Hostname: h, Action: action, Reason: reason})
 				cancel()
 				if err != nil {
-					return a.notFoundHint(a.explain(verb+" node "+h, err), err, "loom nodes list --cluster "+shortName(full))
+					return a.notFoundHint(a.explain(verb+" node "+h, err), err, "loom nodes list --cluster "+a.shortIn(full))
 				}
 				resp.Nodes = append(resp.Nodes, nh)
 				if a.output != "json" {
@@ -210,7 +210,7 @@ administrator. The reason is shown in "loom health nodes" and "sinfo -R"` + map[
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Follow it with `loom health nodes %s`.\n", shortName(full))
+			fmt.Fprintf(cmd.OutOrStdout(), "Follow it with `loom health nodes %s`.\n", a.shortIn(full))
 			return nil
 		},
 	}
@@ -254,13 +254,13 @@ cluster administrator.`,
 			defer cancel()
 			resp, err := hs.ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: full, Hostnames: hosts, Reason: reason})
 			if err != nil {
-				return a.notFoundHint(a.explain("report faulty nodes", err), err, "loom nodes list --cluster "+shortName(full))
+				return a.notFoundHint(a.explain("report faulty nodes", err), err, "loom nodes list --cluster "+a.shortIn(full))
 			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Reported %s faulty (%s). Follow the repair with `loom health nodes %s`.\n",
-				hostlist.Compress(resp.GetHostnames()), reason, shortName(full))
+				hostlist.Compress(resp.GetHostnames()), reason, a.shortIn(full))
 			return nil
 		},
 	}
@@ -341,13 +341,13 @@ kinds take no --gpu). Kinds:
 			defer cancel()
 			resp, err := hs.InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: full, Hostname: host, Fault: fault})
 			if err != nil {
-				return a.notFoundHint(a.explain("inject a fault into "+host, err), err, "loom nodes list --cluster "+shortName(full))
+				return a.notFoundHint(a.explain("inject a fault into "+host, err), err, "loom nodes list --cluster "+a.shortIn(full))
 			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Injected %s into %s of %s. Watch Loom react with `loom health nodes %s`.\n",
-				describeFault(resp.GetFault()), gpuWhere(resp.GetFault()), host, shortName(full))
+				describeFault(resp.GetFault()), gpuWhere(resp.GetFault()), host, a.shortIn(full))
 			return nil
 		},
 	}
@@ -592,7 +592,7 @@ min_throughput; allreduce sizes (e.g. 1M,8M), iters, min_busbw_gbps.
 				if a.output == "json" {
 					return writeJSON(cmd.OutOrStdout(), resp)
 				}
-				fmt.Fprintf(out, "See its results with `loom health results %s --scan %s`.\n", args[0], resp.GetScanId())
+				fmt.Fprintf(out, "See its results with `loom health results %s --scan %s`.\n", a.shortIn(req.GetCluster()), resp.GetScanId())
 				return nil
 			}
 			results, err := a.waitScan(cmd, hs, req.GetCluster(), resp, len(wanted), waitTimeout)
@@ -605,7 +605,7 @@ min_throughput; allreduce sizes (e.g. 1M,8M), iters, min_busbw_gbps.
 			if err := renderHealthResults(cmd.OutOrStdout(), results, a.now(), false); err != nil {
 				return err
 			}
-			return scanVerdict(args[0], results)
+			return scanVerdict(a.shortIn(req.GetCluster()), results)
 		},
 	}
 	f := cmd.Flags()
@@ -658,7 +658,7 @@ func (a *app) waitScan(cmd *cobra.Command, hs loomv1.HealthServiceClient, cluste
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("scan %s: %s after %s; see the rest later with `loom health results %s --scan %s`",
-				scan.GetScanId(), msg, limit, shortName(cluster), scan.GetScanId())
+				scan.GetScanId(), msg, limit, a.shortIn(cluster), scan.GetScanId())
 		}
 		select {
 		case <-cmd.Context().Done():

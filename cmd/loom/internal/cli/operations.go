@@ -198,7 +198,7 @@ cancelled; the error says what to do instead.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Operation %s cancelled: %s\n", shortName(op.GetName()), op.GetError().GetMessage())
 			if del := deleteOperationIn(op.GetError().GetMessage()); del != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "Follow the delete with `loom operations wait %s`.\n", shortName(del))
+				fmt.Fprintf(cmd.OutOrStdout(), "Follow the delete with `loom operations wait %s`.\n", a.shortIn(del))
 			}
 			return nil
 		},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,6 +43,24 @@ func shortName(name string) string {
 		return name[i+1:]
 	}
 	return name
+}
+
+// shortIn is name's short id for a command the CLI tells the user to run,
+// with " --project P" when name is in a project other than the one a bare
+// command uses (LOOM_PROJECT, else the default): after `--project pa`, a
+// hint of `loom health nodes ca` alone asked the default project, which
+// answered that ca is not found.
+func (a *app) shortIn(name string) string {
+	id := shortName(name)
+	rest, ok := strings.CutPrefix(name, "projects/")
+	if !ok {
+		return id
+	}
+	p, _, _ := strings.Cut(rest, "/")
+	if p == "" || p == cmp.Or(a.getenv("LOOM_PROJECT"), DefaultProject) {
+		return id
+	}
+	return id + " --project " + p
 }
 
 func (a *app) clusterName(s string) string {

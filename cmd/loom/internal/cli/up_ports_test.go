@@ -420,3 +420,29 @@ func TestRefusalsSayWhoCanHelp(t *testing.T) {
 		t.Errorf("project role: %q", got)
 	}
 }
+
+// TestHintsNameTheProject: a command run with --project pa told the user to
+// run `loom health nodes ca` (or `loom operations wait ID`), which asks the
+// default project and is answered not found. A hint names the project
+// when a bare command would not reach it.
+func TestHintsNameTheProject(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env        []string
+		name, want string
+	}{
+		{nil, "projects/default/clusters/demo", "demo"},
+		{nil, "projects/pa/clusters/ca", "ca --project pa"},
+		{nil, "projects/pa/operations/01ABC", "01ABC --project pa"},
+		{[]string{"LOOM_PROJECT=pa"}, "projects/pa/clusters/ca", "ca"},
+		{[]string{"LOOM_PROJECT=pa"}, "projects/default/clusters/demo", "demo --project default"},
+		{nil, "demo", "demo"},
+	} {
+		a := newApp()
+		env := c.env
+		a.environ = func() []string { return env }
+		if got := a.shortIn(c.name); got != c.want {
+			t.Errorf("env %v: shortIn(%q) = %q, want %q", c.env, c.name, got, c.want)
+		}
+	}
+}
