@@ -644,6 +644,12 @@ func (a *app) authKeysRevokeCommand() *cobra.Command {
 			}
 			name := keyName(user, args[0])
 			if err := a.revokeKey(cmd.Context(), name); err != nil {
+				if codeOf(err) == codes.NotFound && !cmd.Flags().Changed("user") && !strings.HasPrefix(args[0], "users/") {
+					// An id is looked up among the caller's own keys: an
+					// administrator revoking a user's key by the id
+					// `keys list --user U` showed met a bare not found.
+					return fmt.Errorf("%w (`loom auth keys list` shows your keys; another user's key is revoked with --user USER, as `loom auth keys list --user USER` lists them)", err)
+				}
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Revoked API key %s; calls with it are refused within 30 s.\n", name)

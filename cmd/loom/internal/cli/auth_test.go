@@ -142,6 +142,16 @@ GATEWAY        `+gw+`
 	if code != 0 || !strings.Contains(out, `"name": "users/bob/keys/`) || !strings.Contains(out, `"secret": "lk_`) {
 		t.Fatalf("keys create --user bob -o json: exit %d, %s", code, out)
 	}
+	// Bob's key by its id alone is looked up among alice's: the refusal
+	// says how to name another user's key.
+	bobKey := regexp.MustCompile(`"name": "users/bob/keys/([0-9a-f]+)"`).FindStringSubmatch(out)
+	if bobKey == nil {
+		t.Fatalf("keys create --user bob -o json: no key name in %s", out)
+	}
+	_, errOut, code = authCLI(t, gw, dir, nil, "auth", "keys", "revoke", bobKey[1])
+	if code != 1 || !strings.Contains(errOut, "users/alice/keys/"+bobKey[1]) || !strings.Contains(errOut, "another user's key is revoked with --user USER") {
+		t.Errorf("keys revoke of bob's key id without --user: exit %d, %q; want exit 1 and how to name another user's key", code, errOut)
+	}
 	out, errOut, code = authCLI(t, gw, dir, nil, "auth", "keys", "list")
 	if code != 0 {
 		t.Fatalf("keys list: exit %d, %s", code, errOut)
