@@ -418,6 +418,11 @@ func (a *app) explainMsg(what string, err error) error {
 		if a.src == nil || a.src.From() == creds.FromNone {
 			return fmt.Errorf("%s: not logged in to %s: run `loom auth login%s` (or set LOOM_TOKEN)", what, a.gateway, a.gatewayFlag())
 		}
+		if a.src.From() == creds.FromEnv {
+			// LOOM_TOKEN wins over a saved login: logging in again
+			// changes nothing while it is set.
+			return fmt.Errorf("%s: the gateway at %s refused your credential (from LOOM_TOKEN): %s; LOOM_TOKEN wins over a saved login, so set it to a valid key or token, or unset it to use the login `loom auth login%s` saves", what, a.gateway, msg, a.gatewayFlag())
+		}
 		if strings.Contains(msg, "loom auth login") {
 			return fmt.Errorf("%s: %s", what, msg)
 		}
