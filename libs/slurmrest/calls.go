@@ -82,6 +82,12 @@ type JobSpec struct {
 	// reports back (Job.Comment): the backend tags its jobs with it, to
 	// find a job it submitted when its own record of the id was lost.
 	Comment string
+	// Dependency (-d, --dependency) is Slurm's dependency spec over
+	// Slurm's job ids ("afterok:12:13", "singleton"), sent as given:
+	// slurmctld judges it. An id Slurm does not know (never issued, or
+	// purged) is taken as satisfied, so the caller must name only jobs
+	// Slurm holds. At most MaxDependencyBytes, one line.
+	Dependency string
 }
 
 // Limits on JobSpec that the client checks before sending.
@@ -98,6 +104,9 @@ const (
 	// MaxTimeLimit is Slurm's largest finite time limit (under INFINITE,
 	// 0xfffffffe minutes), kept to one year here.
 	MaxTimeLimit = 365 * 24 * time.Hour
+	// MaxDependencyBytes bounds Dependency: slurmspec's 1,000 job
+	// references of up to 10 digits and a delay each.
+	MaxDependencyBytes = 64 << 10
 )
 
 // jobProperties is v0.0.38_job_properties, the fields this client sends.
@@ -117,6 +126,7 @@ type jobProperties struct {
 	Account          string            `json:"account,omitempty"`
 	QOS              string            `json:"qos,omitempty"`
 	Comment          string            `json:"comment,omitempty"`
+	Dependency       string            `json:"dependency,omitempty"`
 }
 
 // Validate checks s, naming each bad field and its limit.
@@ -147,6 +157,9 @@ func (s JobSpec) Validate() error {
 	if !filepath.IsAbs(s.WorkingDir) {
 		bad("JobSpec.WorkingDir %q must be an absolute path", s.WorkingDir)
 	}
+	if len(s.Dependency) > MaxDependencyBytes {
+		bad("JobSpec.Dependency is %d bytes, at most %d", len(s.Dependency), MaxDependencyBytes)
+	}
 	if len(s.Environment) == 0 {
 		bad("JobSpec.Environment must hold at least one variable (slurmrestd refuses a job without one)")
 	}
@@ -157,7 +170,7 @@ func (s JobSpec) Validate() error {
 	}
 	for name, v := range map[string]string{"Name": s.Name, "Partition": s.Partition, "WorkingDir": s.WorkingDir,
 		"StandardOutput": s.StandardOutput, "StandardError": s.StandardError, "Account": s.Account, "QOS": s.QOS,
-		"Comment": s.Comment} {
+		"Comment": s.Comment, "Dependency": s.Dependency} {
 		if strings.ContainsAny(v, "\n\x00") {
 			bad("JobSpec.%s must be one line without NUL", name)
 		}
@@ -186,6 +199,7 @@ func (c *Client) SubmitJob(ctx context.Context, spec JobSpec) (Submitted, error)
 		CPUsPerTask: spec.CPUsPerTask, MemoryPerNode: spec.MemoryPerNodeMB,
 		CurrentDirectory: spec.WorkingDir, StandardOutput: spec.StandardOutput, StandardError: spec.StandardError,
 		Environment: spec.Environment, Account: spec.Account, QOS: spec.QOS, Comment: spec.Comment,
+		Dependency: spec.Dependency,
 	}
 	if spec.GPUsPerNode > 0 {
 		p.GPUsPerNode = strconv.Itoa(spec.GPUsPerNode)

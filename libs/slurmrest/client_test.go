@@ -130,7 +130,8 @@ func TestSubmitSendsWhatSlurmrestdTakes(t *testing.T) {
 	})
 	s, err := c.SubmitJob(context.Background(), JobSpec{Script: "#!/bin/sh\ntrue\n", Name: "n", Nodes: 2, Tasks: 4,
 		CPUsPerTask: 2, GPUsPerNode: 2, MemoryPerNodeMB: 100, TimeLimit: 61 * time.Second, WorkingDir: "/w",
-		Environment: map[string]string{"PATH": "/bin"}, Account: "a", QOS: "q", Comment: "loom:projects/p/jobs/7"})
+		Environment: map[string]string{"PATH": "/bin"}, Account: "a", QOS: "q", Comment: "loom:projects/p/jobs/7",
+		Dependency: "afterok:12:13,singleton"})
 	if err != nil || s.JobID != "42" || s.UserMessage != "hi" {
 		t.Fatalf("submit: %+v, %v", s, err)
 	}
@@ -142,7 +143,7 @@ func TestSubmitSendsWhatSlurmrestdTakes(t *testing.T) {
 	job, _ := json.Marshal(got["job"])
 	// nodes an int ([min,max] is ignored), gpus_per_node a plain count
 	// ("gpu:2" fails the job), time_limit in minutes rounded up.
-	want := `{"account":"a","comment":"loom:projects/p/jobs/7","cpus_per_task":2,"current_working_directory":"/w","environment":{"PATH":"/bin"},` +
+	want := `{"account":"a","comment":"loom:projects/p/jobs/7","cpus_per_task":2,"current_working_directory":"/w","dependency":"afterok:12:13,singleton","environment":{"PATH":"/bin"},` +
 		`"gpus_per_node":"2","memory_per_node":100,"name":"n","nodes":2,"qos":"q","tasks":4,"time_limit":2}`
 	if string(job) != want || got["script"] != "#!/bin/sh\ntrue\n" {
 		t.Errorf("job %s\nwant %s (script %q)", job, want, got["script"])
@@ -153,10 +154,10 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	t.Parallel()
 	err := JobSpec{Script: "echo no shebang", Nodes: -1, Tasks: MaxTasks + 1, GPUsPerNode: 5000,
 		MemoryPerNodeMB: -1, TimeLimit: -time.Second, WorkingDir: "rel", Name: "a\nb",
-		Environment: map[string]string{"A=B": "x"}}.Validate()
+		Environment: map[string]string{"A=B": "x"}, Dependency: strings.Repeat("afterok:1,", MaxDependencyBytes/10+1)}.Validate()
 	for _, want := range []string{"JobSpec.Script must start with #!", "JobSpec.Nodes must be 0..", "JobSpec.Tasks",
 		"JobSpec.GPUsPerNode must be 0..1024", "JobSpec.MemoryPerNodeMB", "JobSpec.TimeLimit", "JobSpec.WorkingDir",
-		"JobSpec.Name must be one line", `JobSpec.Environment key "A=B"`} {
+		"JobSpec.Name must be one line", `JobSpec.Environment key "A=B"`, "JobSpec.Dependency is 65540 bytes, at most 65536"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
 		}
@@ -164,6 +165,10 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	if err := (JobSpec{Script: "#!/bin/sh\n", WorkingDir: "/"}).Validate(); err == nil ||
 		!strings.Contains(err.Error(), "JobSpec.Environment must hold at least one variable") {
 		t.Errorf("no environment: %v", err)
+	}
+	if err := (JobSpec{Script: "#!/bin/sh\n", WorkingDir: "/", Environment: map[string]string{"A": "1"},
+		Dependency: "afterok:1\nsingleton"}).Validate(); err == nil || !strings.Contains(err.Error(), "JobSpec.Dependency must be one line") {
+		t.Errorf("two-line dependency: %v", err)
 	}
 }
 

@@ -61,7 +61,6 @@ func checkBackend() error {
 // refused reads), so that a skip says which refusal it stands for.
 const (
 	needArrays     = "job arrays (--array)"
-	needDependency = "dependencies (--dependency)"
 	needHold       = "held submissions (--hold)"
 	needBegin      = "begin times (--begin)"
 	needNodelist   = "node lists (--nodelist)"

@@ -99,7 +99,6 @@ func TestArrayWithLimit(t *testing.T) {
 // TestDependencies: dep_ok.sh, dep_fail.sh and dep_child.sh with after,
 // afterok, afternotok, afterany and singleton.
 func TestDependencies(t *testing.T) {
-	needs(t, needDependency)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	child := s.script("dep_child.sh")
@@ -807,7 +806,7 @@ func TestInvalidOptions(t *testing.T) {
 // TestCommandFormats: squeue, sinfo, sacct, scontrol and sprio print
 // Slurm's headers byte for byte and rows in its layout.
 func TestCommandFormats(t *testing.T) {
-	needs(t, needHold, needDependency, needSinfo)
+	needs(t, needHold, needSinfo)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch("--hold", "-J", "fmt", "--wrap", "true")

@@ -441,9 +441,16 @@ func (b *Backend) submit(ctx context.Context, ev envelope.Event, j *loomv1.Job) 
 	if r.job.SubmitTime == nil {
 		r.job.SubmitTime = timestamppb.New(now)
 	}
-	spec, problem := b.jobSpec(r.job)
+	spec, wait, problem := b.jobSpec(r.job)
 	if problem != "" {
 		fail(r.job, problem, now)
+		_, err := b.write(ctx, ev.ID, []*record{r}, []*record{r})
+		return err
+	}
+	if wait != "" {
+		// Not tried: nothing of it is in Slurm, the poll submits it once
+		// the job it waits for has a Slurm id.
+		deferDependent(r.job, wait)
 		_, err := b.write(ctx, ev.ID, []*record{r}, []*record{r})
 		return err
 	}
@@ -503,14 +510,36 @@ func (b *Backend) sendClaimed(ctx context.Context, r *record, spec slurmrest.Job
 	return true, err
 }
 
-// jobSpec is the package's jobSpec after the owner check (ownerProblem):
-// every path that sends a job to Slurm goes through it, so that a record
-// stored before a check existed is held to it too.
-func (b *Backend) jobSpec(j *loomv1.Job) (slurmrest.JobSpec, string) {
+// jobSpec is the package's jobSpec after the owner check (ownerProblem)
+// and with the job's dependency over Slurm's ids (slurmDependency): every
+// path that sends a job to Slurm goes through it, so that a record stored
+// before a check existed is held to it too. wait, when not "", is the
+// Loom id of a job the dependency names that is not in Slurm yet: j is
+// not sent before it is. The caller holds neither work nor mu, or work
+// alone.
+func (b *Backend) jobSpec(j *loomv1.Job) (spec slurmrest.JobSpec, wait, problem string) {
 	if problem := ownerProblem(j.GetUser(), b.refused); problem != "" {
-		return slurmrest.JobSpec{}, problem
+		return slurmrest.JobSpec{}, "", problem
 	}
-	return jobSpec(j)
+	if what := unmapped(j); what != "" {
+		return slurmrest.JobSpec{}, "", refusal(what)
+	}
+	b.mu.RLock()
+	dep, wait, problem := slurmDependency(j, func(name string) *record { return b.jobs[name] })
+	b.mu.RUnlock()
+	if problem != "" || wait != "" {
+		return slurmrest.JobSpec{}, wait, problem
+	}
+	spec, problem = jobSpec(j, dep)
+	return spec, "", problem
+}
+
+// deferDependent shows job as waiting, before Slurm has it, for the job
+// of Loom id wait that its dependency names: pending on Dependency, as
+// Slurm would show it, with the placement saying why it is not in Slurm.
+func deferDependent(job *loomv1.Job, wait string) {
+	job.StateReason = ReasonDependency
+	job.Placement = "waiting for job " + wait + " to reach Slurm (--dependency)"
 }
 
 // changedIf is []*record{next} when its job shows differently from prev's.
@@ -538,6 +567,9 @@ func (b *Backend) sendToSlurm(ctx context.Context, r *record, spec slurmrest.Job
 		if sub, err = c.SubmitJob(ctx, spec); err == nil {
 			r.slurmID = sub.JobID
 			r.job.Placement = slurmID(sub.JobID)
+			// As submit shows them; a job the poll submits (its
+			// dependency deferred it) gets them only now.
+			r.job.OutputPath, r.job.ErrorPath = spec.StandardOutput, spec.StandardError
 			b.log.Info("submitted to Slurm", "job", r.job.GetName(), "slurm_job", sub.JobID, "user", r.job.GetUser())
 			return true
 		}
@@ -927,8 +959,10 @@ func (b *Backend) mapPoll(active []*record, list []slurmrest.Job) []pollStep {
 				next.job.Placement = slurmID(next.slurmID)
 				b.log.Info("adopted a Slurm job submitted before a restart", "job", next.job.GetName(), "slurm_job", next.slurmID)
 				observe(next.job, sj, true)
-			} else if spec, problem := b.jobSpec(next.job); problem != "" {
+			} else if spec, wait, problem := b.jobSpec(next.job); problem != "" {
 				fail(next.job, problem, b.now())
+			} else if wait != "" {
+				deferDependent(next.job, wait)
 			} else {
 				st.act, st.spec = actSubmit, spec
 			}

@@ -387,7 +387,6 @@ func TestRefusals(t *testing.T) {
 		change func(j *loomv1.Job)
 		want   string
 	}{
-		{func(j *loomv1.Job) { j.Dependency = "afterok:1" }, "dependencies (--dependency)"},
 		{func(j *loomv1.Job) { j.Array = "0-3" }, "job arrays (--array)"},
 		{func(j *loomv1.Job) { j.Nodelist = []string{"node1"} }, "node lists (--nodelist)"},
 		{func(j *loomv1.Job) { j.Hold = true }, "held submissions (--hold)"},
@@ -418,6 +417,87 @@ func TestRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "slurm scheduler backend") || errs.Code(err).String() != "FailedPrecondition" {
 			t.Errorf("%s: %v, want a FailedPrecondition naming the backend", ev.Type, err)
 		}
+	}
+}
+
+// TestDependencies: a --dependency goes to Slurm over Slurm's ids of the
+// jobs it names (delays, singleton and '?' as given); a job waiting for
+// one not in Slurm yet is held back, pending on Dependency, and the poll
+// submits it once that one has its id; one naming a job the backend does
+// not hold, one that ended without reaching Slurm, or what Slurm's
+// dependency has and Loom's cannot name here ends FAILED naming it.
+func TestDependencies(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	submit := func(id, dep string, change func(j *loomv1.Job)) *loomv1.Job {
+		t.Helper()
+		j := job(id)
+		j.Dependency = dep
+		if change != nil {
+			change(j)
+		}
+		if err := b.Handle(ctx, submitEv("e"+id, j)); err != nil {
+			t.Fatal(err)
+		}
+		return getJob(t, b, j.Name)
+	}
+	sentDep := func(i int) any {
+		r.fake.mu.Lock()
+		defer r.fake.mu.Unlock()
+		if i >= len(r.fake.submits) {
+			t.Fatalf("%d submissions, want a %dth", len(r.fake.submits), i+1)
+		}
+		return r.fake.submits[i]["dependency"]
+	}
+	submit("7", "", nil) // Slurm job 101
+	if j := submit("8", "after:7+5,singleton", nil); j.Placement != "Slurm job 102" || sentDep(1) != "after:101+5,singleton" {
+		t.Errorf("job 8: %q, sent dependency %v; want Slurm job 102 with after:101+5,singleton", j.Placement, sentDep(1))
+	}
+	// Job 9's submission gets no answer: the job waiting for it is held
+	// back, pending on Dependency, not sent without it.
+	r.fake.mu.Lock()
+	r.fake.downFor = "POST job/submit"
+	r.fake.mu.Unlock()
+	submit("9", "", nil)
+	j := submit("10", "afterok:9?afternotok:7", nil)
+	if j.State != loomv1.JobState_PENDING || j.StateReason != "Dependency" || !strings.Contains(j.Placement, "waiting for job 9 to reach Slurm") {
+		t.Errorf("job 10 waiting for job 9 not in Slurm: %v %q %q", j.State, j.StateReason, j.Placement)
+	}
+	r.fake.mu.Lock()
+	r.fake.downFor = ""
+	r.fake.mu.Unlock()
+	for poll := 0; poll < 2; poll++ { // 9 goes, then 10
+		if err := b.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j = getJob(t, b, "projects/p/jobs/10")
+	if j.Placement != "Slurm job 104" || sentDep(3) != "afterok:103?afternotok:101" || j.OutputPath == "" {
+		t.Errorf("job 10 after job 9 reached Slurm as 103: %q output %q, sent dependency %v", j.Placement, j.OutputPath, sentDep(3))
+	}
+	// Slurm's reasons show as Slurm's.
+	r.fake.set(104, map[string]any{"state_reason": "DependencyNeverSatisfied"})
+	if err := b.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := getJob(t, b, "projects/p/jobs/10"); j.StateReason != "DependencyNeverSatisfied" {
+		t.Errorf("job 10's reason %q, want Slurm's DependencyNeverSatisfied", j.StateReason)
+	}
+	submit("13", "", func(j *loomv1.Job) { j.Nodelist = []string{"node1"} }) // refused: ends FAILED outside Slurm
+	for _, c := range []struct{ id, dep, want string }{
+		{"11", "afterok:99", "--dependency names job 99, which the slurm scheduler backend does not hold"},
+		{"12", "afterany:7,afterok:13", "--dependency names job 13, which ended FAILED without reaching Slurm"},
+		{"14", "aftercorr:7", "--dependency=aftercorr is not supported"},
+		{"15", "afterok:7_2", "dependencies on array tasks (--dependency=afterok:7_2)"},
+	} {
+		if j := submit(c.id, c.dep, nil); j.State != loomv1.JobState_FAILED || !strings.Contains(j.StateReason, c.want) {
+			t.Errorf("job %s --dependency=%s: %v %q, want FAILED naming %q", c.id, c.dep, j.State, j.StateReason, c.want)
+		}
+	}
+	if n := r.fake.callCount("POST job/submit"); n != 5 { // 7, 8, 9 (down), 9, 10
+		t.Errorf("%d submissions, want 5: the refused jobs reach Slurm", n)
 	}
 }
 

@@ -40,7 +40,6 @@ func unmapped(j *loomv1.Job) string {
 	}{
 		{len(j.GetCommand()) > 0, "a job given as a command (not a batch script)"},
 		{j.GetArray() != "" || j.GetArrayJobId() != "", "job arrays (--array)"},
-		{j.GetDependency() != "", "dependencies (--dependency)"},
 		{j.GetHold(), "held submissions (--hold)"},
 		{j.GetBeginTime() != nil, "begin times (--begin)"},
 		{j.GetNice() != 0, "nice (--nice)"},
@@ -128,9 +127,10 @@ func outputPath(p string, j *loomv1.Job, wd string) string {
 	return p
 }
 
-// jobSpec maps a Loom batch job to Slurm's submission. problem names what
+// jobSpec maps a Loom batch job to Slurm's submission, with dep, its
+// --dependency over Slurm's job ids (slurmDependency). problem names what
 // has no mapping or is missing ("" when spec is good).
-func jobSpec(j *loomv1.Job) (spec slurmrest.JobSpec, problem string) {
+func jobSpec(j *loomv1.Job, dep string) (spec slurmrest.JobSpec, problem string) {
 	if what := unmapped(j); what != "" {
 		return spec, refusal(what)
 	}
@@ -156,7 +156,7 @@ func jobSpec(j *loomv1.Job) (spec slurmrest.JobSpec, problem string) {
 		GPUsPerNode: int(j.GetGpusPerNode()), MemoryPerNodeMB: j.GetMemMb(),
 		TimeLimit: time.Duration(j.GetTimeLimitSeconds()) * time.Second, WorkingDir: wd,
 		Environment: env, Account: j.GetAccount(), QOS: j.GetQos(),
-		Comment: CommentPrefix + j.GetName(),
+		Comment: CommentPrefix + j.GetName(), Dependency: dep,
 	}
 	out := j.GetOutputPattern()
 	if out == "" {
@@ -170,6 +170,78 @@ func jobSpec(j *loomv1.Job) (spec slurmrest.JobSpec, problem string) {
 		return spec, err.Error()
 	}
 	return spec, ""
+}
+
+// Dependency reasons, as Slurm's squeue shows them: a job waiting on
+// another is pending on ReasonDependency, in Slurm or before it is sent.
+const ReasonDependency = "Dependency"
+
+// dependees is how slurmDependency finds the records of the jobs a
+// dependency names: by job name, nil when there is none.
+type dependees func(name string) *record
+
+// slurmDependency translates j's --dependency, over Loom's job ids in j's
+// project, into Slurm's over Slurm's ids of the same jobs: Slurm knows
+// only its own, and takes an id it does not hold for a job that ended
+// (it starts the job at once). Every job named must have a record (of):
+// one in Slurm gives its Slurm id; one not in Slurm yet (its submission
+// deferred or under way) makes j wait for it (wait names it, dep is "");
+// one unknown here (never submitted to this backend, or dropped past
+// -min-job-age) or that ended without reaching Slurm is a problem naming
+// it, as is what Slurm's --dependency has and Loom's jobs cannot name here
+// (aftercorr, afterburstbuffer, an array task). "+MIN" delays and '?'
+// (any of) go to Slurm as given: slurmctld judges them.
+func slurmDependency(j *loomv1.Job, of dependees) (dep, wait, problem string) {
+	spec := j.GetDependency()
+	if spec == "" {
+		return "", "", ""
+	}
+	d, err := slurmspec.ParseDependency(spec)
+	if err != nil {
+		return "", "", fmt.Sprintf("job.dependency %q: %v", clipText(spec), err)
+	}
+	prefix := j.GetName()[:strings.LastIndexByte(j.GetName(), '/')+1]
+	items := make([]string, 0, len(d.Items))
+	for _, it := range d.Items {
+		switch it.Type {
+		case "singleton":
+			// Slurm's singleton is of the job's name and user, which
+			// the backend sends as Loom's (views.SlurmJobName, the owner).
+			items = append(items, it.Type)
+			continue
+		case "after", "afterany", "afterok", "afternotok":
+		default:
+			return "", "", refusal("--dependency=" + it.Type)
+		}
+		el := it.Type
+		for _, dj := range it.Jobs {
+			if dj.Task >= 0 {
+				return "", "", refusal("dependencies on array tasks (--dependency=" + it.Type + ":" + dj.JobID + "_" + strconv.Itoa(dj.Task) + ")")
+			}
+			r := of(prefix + dj.JobID)
+			switch {
+			case r == nil:
+				return "", "", fmt.Sprintf("--dependency names job %s, which %s does not hold (a job not submitted to it, "+
+					"or ended over -min-job-age ago): Slurm would take it for a job long ended and run this one at once (Slurm: %s)",
+					dj.JobID, Name, slurmspec.MsgDependency)
+			case r.slurmID == "" && r.job.GetState().Terminal():
+				return "", "", fmt.Sprintf("--dependency names job %s, which ended %s without reaching Slurm: Slurm cannot wait on it (Slurm: %s)",
+					dj.JobID, r.job.GetState(), slurmspec.MsgDependency)
+			case r.slurmID == "":
+				return "", dj.JobID, ""
+			}
+			el += ":" + r.slurmID
+			if dj.DelayMinutes > 0 {
+				el += "+" + strconv.Itoa(dj.DelayMinutes)
+			}
+		}
+		items = append(items, el)
+	}
+	sep := ","
+	if d.Any {
+		sep = "?"
+	}
+	return strings.Join(items, sep), "", ""
 }
 
 // maxSlurmText bounds each text the backend copies from slurmrestd's reply
