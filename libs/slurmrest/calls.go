@@ -88,6 +88,15 @@ type JobSpec struct {
 	// purged) is taken as satisfied, so the caller must name only jobs
 	// Slurm holds. At most MaxDependencyBytes, one line.
 	Dependency string
+	// Hold (-H, --hold) submits the job held (priority 0): it waits,
+	// JobHeldUser when its owner submits it, until released (HoldJob).
+	Hold bool
+	// BeginTime (--begin), when not zero, is the earliest the job may
+	// start: sent as the seconds from the moment it is sent ("now+N",
+	// slurmctld's clock: slurmrestd reads a date in its own time zone and
+	// takes no Unix time); one not in the future is not sent (eligible
+	// now). At most MaxBeginAhead ahead.
+	BeginTime time.Time
 }
 
 // Limits on JobSpec that the client checks before sending.
@@ -107,7 +116,15 @@ const (
 	// MaxDependencyBytes bounds Dependency: slurmspec's 1,000 job
 	// references of up to 10 digits and a delay each.
 	MaxDependencyBytes = 64 << 10
+	// MaxBeginAhead bounds how far ahead BeginTime may be: a century, as
+	// Loom's own limits on times.
+	MaxBeginAhead = 100 * 365 * 24 * time.Hour
 )
+
+// held is Slurm's ESLURM_JOB_HELD, "Job is in held state, pending
+// scheduler release": slurmrestd 22.05 puts it in the errors of a
+// successful held submission, beside the new job's id.
+const held = 2042
 
 // jobProperties is v0.0.38_job_properties, the fields this client sends.
 type jobProperties struct {
@@ -127,6 +144,8 @@ type jobProperties struct {
 	QOS              string            `json:"qos,omitempty"`
 	Comment          string            `json:"comment,omitempty"`
 	Dependency       string            `json:"dependency,omitempty"`
+	Hold             bool              `json:"hold,omitempty"`
+	BeginTime        string            `json:"begin_time,omitempty"`
 }
 
 // Validate checks s, naming each bad field and its limit.
@@ -159,6 +178,9 @@ func (s JobSpec) Validate() error {
 	}
 	if len(s.Dependency) > MaxDependencyBytes {
 		bad("JobSpec.Dependency is %d bytes, at most %d", len(s.Dependency), MaxDependencyBytes)
+	}
+	if !s.BeginTime.IsZero() && (s.BeginTime.Before(time.Unix(0, 0)) || time.Until(s.BeginTime) > MaxBeginAhead) {
+		bad("JobSpec.BeginTime %s must be after 1970 and at most %s ahead", s.BeginTime.UTC().Format(time.RFC3339), MaxBeginAhead)
 	}
 	if len(s.Environment) == 0 {
 		bad("JobSpec.Environment must hold at least one variable (slurmrestd refuses a job without one)")
@@ -199,7 +221,10 @@ func (c *Client) SubmitJob(ctx context.Context, spec JobSpec) (Submitted, error)
 		CPUsPerTask: spec.CPUsPerTask, MemoryPerNode: spec.MemoryPerNodeMB,
 		CurrentDirectory: spec.WorkingDir, StandardOutput: spec.StandardOutput, StandardError: spec.StandardError,
 		Environment: spec.Environment, Account: spec.Account, QOS: spec.QOS, Comment: spec.Comment,
-		Dependency: spec.Dependency,
+		Dependency: spec.Dependency, Hold: spec.Hold,
+	}
+	if wait := time.Until(spec.BeginTime); !spec.BeginTime.IsZero() && wait > 0 {
+		p.BeginTime = "now+" + strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
 	}
 	if spec.GPUsPerNode > 0 {
 		p.GPUsPerNode = strconv.Itoa(spec.GPUsPerNode)
@@ -215,7 +240,12 @@ func (c *Client) SubmitJob(ctx context.Context, spec JobSpec) (Submitted, error)
 		JobID   int64  `json:"job_id"`
 		UserMsg string `json:"job_submit_user_msg"`
 	}
-	if err := c.do(ctx, "POST", "job/submit", nil, body, &r); err != nil {
+	// A held job is taken with ESLURM_JOB_HELD among the errors.
+	var accept func(SlurmError) bool
+	if spec.Hold {
+		accept = func(e SlurmError) bool { return e.number() == held }
+	}
+	if err := c.doAccepting(ctx, "POST", "job/submit", nil, body, &r, accept); err != nil {
 		return Submitted{}, err
 	}
 	if r.JobID <= 0 {
@@ -268,6 +298,8 @@ type Job struct {
 	Flags           []string `json:"flags"`
 	// Comment is the job's --comment (JobSpec.Comment).
 	Comment string `json:"comment"`
+	// Priority is 0 while the job is held.
+	Priority int64 `json:"priority"`
 }
 
 // GetJob returns one job (GET job/{id}); an unknown id gives an error
@@ -332,6 +364,21 @@ func (c *Client) CancelJob(ctx context.Context, id, signal string) error {
 		q = url.Values{"signal": {name}}
 	}
 	return c.do(ctx, "DELETE", path, q, nil, nil)
+}
+
+// HoldJob holds (hold true) or releases a pending job (POST job/{id},
+// {"hold": …}), as scontrol hold and release do: Slurm sets its priority
+// to 0, or back. Whose hold it is is the caller's: an operator's (root's)
+// is an admin hold (JobHeldAdmin), which only an operator may release; a
+// user's own is JobHeldUser. An unknown id wraps ErrNotFound.
+func (c *Client) HoldJob(ctx context.Context, id string, hold bool) error {
+	path, err := jobPath(id)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, "POST", path, nil, struct {
+		Hold bool `json:"hold"`
+	}{hold}, nil)
 }
 
 // Node is a node as slurmrestd reports it (v0.0.38_node).

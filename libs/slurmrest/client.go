@@ -205,6 +205,12 @@ var ErrTooLarge = errors.New("response body over the limit")
 // nothing; do reads "errors" itself). A reply is a success when its status
 // is 2xx and its "errors" array is empty.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	return c.doAccepting(ctx, method, path, query, in, out, nil)
+}
+
+// doAccepting is do that also takes a 2xx reply whose every error accept
+// (nil: none) says is part of a success, as slurmrestd reports some.
+func (c *Client) doAccepting(ctx context.Context, method, path string, query url.Values, in, out any, accept func(SlurmError) bool) error {
 	endpoint := method + " /slurm/" + APIVersion + "/" + path
 	fail := func(status int, err error) error { return &Error{Endpoint: endpoint, Status: status, Err: err} }
 	if _, ok := ctx.Deadline(); !ok {
@@ -262,7 +268,11 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		}
 		return e
 	}
-	if resp.StatusCode/100 != 2 || len(env.Errors) > 0 {
+	accepted := accept != nil
+	for _, e := range env.Errors {
+		accepted = accepted && accept(e)
+	}
+	if resp.StatusCode/100 != 2 || (len(env.Errors) > 0 && !accepted) {
 		return &Error{Endpoint: endpoint, Status: resp.StatusCode, Slurm: env.Errors}
 	}
 	if out != nil {

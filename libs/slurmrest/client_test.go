@@ -131,7 +131,7 @@ func TestSubmitSendsWhatSlurmrestdTakes(t *testing.T) {
 	s, err := c.SubmitJob(context.Background(), JobSpec{Script: "#!/bin/sh\ntrue\n", Name: "n", Nodes: 2, Tasks: 4,
 		CPUsPerTask: 2, GPUsPerNode: 2, MemoryPerNodeMB: 100, TimeLimit: 61 * time.Second, WorkingDir: "/w",
 		Environment: map[string]string{"PATH": "/bin"}, Account: "a", QOS: "q", Comment: "loom:projects/p/jobs/7",
-		Dependency: "afterok:12:13,singleton"})
+		Dependency: "afterok:12:13,singleton", BeginTime: time.Now().Add(90 * time.Minute)})
 	if err != nil || s.JobID != "42" || s.UserMessage != "hi" {
 		t.Fatalf("submit: %+v, %v", s, err)
 	}
@@ -143,10 +143,53 @@ func TestSubmitSendsWhatSlurmrestdTakes(t *testing.T) {
 	job, _ := json.Marshal(got["job"])
 	// nodes an int ([min,max] is ignored), gpus_per_node a plain count
 	// ("gpu:2" fails the job), time_limit in minutes rounded up.
-	want := `{"account":"a","comment":"loom:projects/p/jobs/7","cpus_per_task":2,"current_working_directory":"/w","dependency":"afterok:12:13,singleton","environment":{"PATH":"/bin"},` +
+	want := `{"account":"a","begin_time":"now+5400","comment":"loom:projects/p/jobs/7","cpus_per_task":2,"current_working_directory":"/w","dependency":"afterok:12:13,singleton","environment":{"PATH":"/bin"},` +
 		`"gpus_per_node":"2","memory_per_node":100,"name":"n","nodes":2,"qos":"q","tasks":4,"time_limit":2}`
 	if string(job) != want || got["script"] != "#!/bin/sh\ntrue\n" {
 		t.Errorf("job %s\nwant %s (script %q)", job, want, got["script"])
+	}
+}
+
+// TestHeldSubmissionAndHoldJob: a held submission is sent with "hold" and
+// taken with ESLURM_JOB_HELD among the reply's errors, as slurmrestd
+// answers it (that error fails any other submission); a begin time not in
+// the future is not sent; HoldJob and its release are POST job/{id}.
+func TestHeldSubmissionAndHoldJob(t *testing.T) {
+	t.Parallel()
+	var bodies []string
+	c := fake(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, r.Method+" "+strings.TrimPrefix(r.URL.Path, "/slurm/v0.0.38/")+" "+string(b))
+		if r.URL.Path == "/slurm/v0.0.38/job/submit" {
+			_, _ = io.WriteString(w, `{"errors":[{"error_code":2042,"error":"Job is in held state, pending scheduler release"}],"job_id":43}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"errors":[]}`)
+	})
+	ctx := context.Background()
+	spec := JobSpec{Script: "#!/bin/sh\n", WorkingDir: "/w", Environment: map[string]string{"A": "1"}, Hold: true,
+		BeginTime: time.Now().Add(-time.Minute)}
+	if s, err := c.SubmitJob(ctx, spec); err != nil || s.JobID != "43" {
+		t.Fatalf("held submission: %+v, %v; want job 43", s, err)
+	}
+	if !strings.Contains(bodies[0], `"hold":true`) || strings.Contains(bodies[0], "begin_time") {
+		t.Errorf("held submission sent %s; want hold and no begin_time (a past one)", bodies[0])
+	}
+	spec.Hold = false
+	if _, err := c.SubmitJob(ctx, spec); err == nil || !strings.Contains(err.Error(), "held state") {
+		t.Errorf("unheld submission answered with ESLURM_JOB_HELD: %v, want the error", err)
+	}
+	if err := c.HoldJob(ctx, "43", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HoldJob(ctx, "43", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(bodies[2:], "|"); got != `POST job/43 {"hold":true}|POST job/43 {"hold":false}` {
+		t.Errorf("hold and release sent %q", got)
+	}
+	if err := c.HoldJob(ctx, "4x", true); err == nil || len(bodies) != 4 {
+		t.Errorf("HoldJob of a bad id: %v, %d requests", err, len(bodies))
 	}
 }
 
@@ -154,10 +197,12 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	t.Parallel()
 	err := JobSpec{Script: "echo no shebang", Nodes: -1, Tasks: MaxTasks + 1, GPUsPerNode: 5000,
 		MemoryPerNodeMB: -1, TimeLimit: -time.Second, WorkingDir: "rel", Name: "a\nb",
-		Environment: map[string]string{"A=B": "x"}, Dependency: strings.Repeat("afterok:1,", MaxDependencyBytes/10+1)}.Validate()
+		Environment: map[string]string{"A=B": "x"}, Dependency: strings.Repeat("afterok:1,", MaxDependencyBytes/10+1),
+		BeginTime: time.Now().Add(MaxBeginAhead + time.Hour)}.Validate()
 	for _, want := range []string{"JobSpec.Script must start with #!", "JobSpec.Nodes must be 0..", "JobSpec.Tasks",
 		"JobSpec.GPUsPerNode must be 0..1024", "JobSpec.MemoryPerNodeMB", "JobSpec.TimeLimit", "JobSpec.WorkingDir",
-		"JobSpec.Name must be one line", `JobSpec.Environment key "A=B"`, "JobSpec.Dependency is 65540 bytes, at most 65536"} {
+		"JobSpec.Name must be one line", `JobSpec.Environment key "A=B"`, "JobSpec.Dependency is 65540 bytes, at most 65536",
+		"JobSpec.BeginTime"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
 		}

@@ -109,7 +109,8 @@ type SlurmConfig struct {
 	// TokenLifespan is how long each minted token lasts
 	// (LOOM_SCHEDULER_SLURM_TOKEN_LIFESPAN; default 10m).
 	TokenLifespan time.Duration
-	// ReadUser is the Slurm user the poll lists every job as
+	// ReadUser is the Slurm user the poll lists every job as, and an
+	// administrator's scontrol hold and release are made as
 	// (LOOM_SCHEDULER_SLURM_READ_USER; default root).
 	ReadUser string
 	// Poll is how often Slurm's jobs are read
@@ -182,7 +183,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Slurm.TokenLifespan, "slurm-token-lifespan", config.EnvDuration("LOOM_SCHEDULER_SLURM_TOKEN_LIFESPAN", 10*time.Minute),
 		"with -backend=slurm: how long each minted Slurm token lasts, 1m to 24h (LOOM_SCHEDULER_SLURM_TOKEN_LIFESPAN)")
 	fs.StringVar(&c.Slurm.ReadUser, "slurm-read-user", env("SLURM_READ_USER", "root"),
-		"with -backend=slurm: the Slurm user the poll lists every job as; under PrivateData=jobs an operator (LOOM_SCHEDULER_SLURM_READ_USER)")
+		"with -backend=slurm: the Slurm user the poll lists every job as, and an administrator's scontrol hold and release are made as (an admin hold); an operator (LOOM_SCHEDULER_SLURM_READ_USER)")
 	fs.BoolVar(&c.Slurm.AllowRootJobs, "slurm-allow-root-jobs", config.EnvBool("LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS", false),
 		"with -backend=slurm: let jobs whose owner is root go to Slurm and run as root; off, they end FAILED saying so (LOOM_SCHEDULER_SLURM_ALLOW_ROOT_JOBS)")
 	c.Slurm.RefusedOwners = config.SplitList(env("SLURM_REFUSED_OWNERS", strings.Join(slurmbackend.DefaultRefusedOwners, ",")))

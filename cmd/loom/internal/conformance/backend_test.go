@@ -61,12 +61,10 @@ func checkBackend() error {
 // refused reads), so that a skip says which refusal it stands for.
 const (
 	needArrays     = "job arrays (--array)"
-	needHold       = "held submissions (--hold)"
-	needBegin      = "begin times (--begin)"
 	needNodelist   = "node lists (--nodelist)"
 	needSignal     = "a signal before the time limit (--signal)"
 	needAppend     = "--open-mode=append"
-	needUpdate     = "scontrol hold/release/requeue/update (UpdateJob)"
+	needUpdate     = "scontrol requeue/update (UpdateJob requeue, update)"
 	needCommand    = "a job given as a command (not a batch script)"
 	needSteps      = "job steps (srun, salloc, sstat, sacct's step rows: CreateJobStep, ListJobSteps)"
 	needCancelStep = "cancelling a job step (scancel JOB.STEP)"

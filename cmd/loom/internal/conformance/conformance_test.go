@@ -471,7 +471,7 @@ func TestPartitionTimeLimit(t *testing.T) {
 // SLURM_JOB_PARTITION; scontrol requeuehold puts it back in the list, the
 // partition it ran in first.
 func TestMultiPartition(t *testing.T) {
-	needs(t, needHold, needUpdate)
+	needs(t, needUpdate)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	held := s.sbatch("--hold", "-p", "short,batch,short", "--wrap", "true")
@@ -512,7 +512,6 @@ func TestMultiPartition(t *testing.T) {
 // TestHoldRelease: hold.sh (--hold) waits on JobHeldUser until scontrol
 // release; scontrol hold and release a job pending on --begin.
 func TestHoldRelease(t *testing.T) {
-	needs(t, needHold, needBegin, needUpdate)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch(s.script("hold.sh"))
@@ -556,7 +555,7 @@ func TestHoldRelease(t *testing.T) {
 // reaches the scheduler as a range, as Slurm 22.05 keeps it (NumNodes=1-3
 // in scontrol show job); a count alone then replaces it.
 func TestUpdateNodeRange(t *testing.T) {
-	needs(t, needHold, needUpdate)
+	needs(t, needUpdate)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch("-H", "--wrap", "true")
@@ -806,7 +805,7 @@ func TestInvalidOptions(t *testing.T) {
 // TestCommandFormats: squeue, sinfo, sacct, scontrol and sprio print
 // Slurm's headers byte for byte and rows in its layout.
 func TestCommandFormats(t *testing.T) {
-	needs(t, needHold, needSinfo)
+	needs(t, needSinfo)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	id := s.sbatch("--hold", "-J", "fmt", "--wrap", "true")
@@ -949,7 +948,7 @@ func TestCommandFormats(t *testing.T) {
 // TestScancel: scancel by id, by array task, by name, by user and state,
 // and --batch --signal (the batch shell gets the signal and goes on).
 func TestScancel(t *testing.T) {
-	needs(t, needBatchSig, needArrays, needHold)
+	needs(t, needBatchSig, needArrays)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	sleeper := "trap 'echo got USR1' USR1; echo started; while :; do sleep 1 & wait $!; done"
@@ -1060,7 +1059,7 @@ func elapsed(t *testing.T, s string) int {
 // nodes, no output file), though its throttle frees a place as the
 // running task is cancelled.
 func TestArrayWaitCancelAndHeldTask(t *testing.T) {
-	needs(t, needArrays, needUpdate)
+	needs(t, needArrays)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	r := s.run("sbatch", "-W", "--array=0-2", "-o", "/dev/null", "--wrap", "sleep $((SLURM_ARRAY_TASK_ID)); exit $SLURM_ARRAY_TASK_ID")

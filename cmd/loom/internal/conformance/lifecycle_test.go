@@ -59,7 +59,6 @@ func TestCompletingUntilStepsEnd(t *testing.T) {
 // job's owner may not release ("Access/permission denied"); another user
 // may neither hold nor cancel the job; root may release it.
 func TestAdminHoldAndPermissions(t *testing.T) {
-	needs(t, needBegin, needUpdate)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	root, other := s.as("root"), s.as("intruder")

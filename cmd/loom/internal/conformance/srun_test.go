@@ -628,7 +628,7 @@ too many CPUs: refused
 // ends it CANCELLED before its sleep is over. squeue lists its own job
 // alone (a job's token reaches no other job).
 func TestJobScriptAsksAboutItself(t *testing.T) {
-	needs(t, needHold, needSinfo, needUpdate)
+	needs(t, needSinfo, needUpdate)
 	t.Parallel()
 	s := setup(t).session(t, "main")
 	other := s.sbatch(s.script("hold.sh")) // another job of the same user

@@ -75,7 +75,9 @@ type Config struct {
 	// Signer mints each job owner's token.
 	Signer *Signer
 	// ReadUser is the Slurm user the poll lists jobs as (it must see
-	// every user's jobs: with PrivateData=jobs, an operator).
+	// every user's jobs: with PrivateData=jobs, an operator), and an
+	// administrator's hold and release are made as (an operator's hold
+	// is Slurm's admin hold, JobHeldAdmin).
 	ReadUser string
 	// Poll is how often Slurm's jobs are read (DefaultPoll when 0).
 	Poll time.Duration
@@ -334,9 +336,9 @@ func refuse(ev envelope.Event, what string) error {
 	return bus.Permanent(fmt.Errorf("event %s (%s): %s: %w", ev.ID, ev.Type, refusal(what), errs.FailedPrecondition))
 }
 
-// Handle applies one command (bus.Handler). SubmitJob and CancelJob are
-// carried out; the other commands are refused (refuse); other events are
-// ignored.
+// Handle applies one command (bus.Handler). SubmitJob, CancelJob and
+// UpdateJob's hold, uhold and release are carried out; the other commands
+// are refused (refuse); other events are ignored.
 func (b *Backend) Handle(ctx context.Context, ev envelope.Event) error {
 	if err := b.lockLeading(ctx, ev.ID); err != nil {
 		return err
@@ -354,7 +356,7 @@ func (b *Backend) Handle(ctx context.Context, ev envelope.Event) error {
 		}
 		return b.cancel(ctx, ev, app.AsPrincipal(ev).(*eventsv1.CancelJob))
 	case *eventsv1.UpdateJob:
-		return refuse(ev, "scontrol hold/release/requeue/update (UpdateJob "+p.GetAction()+")")
+		return b.update(ctx, ev, app.AsPrincipal(ev).(*eventsv1.UpdateJob))
 	case *eventsv1.CreateJobStep:
 		return refuse(ev, "job steps from outside the job (srun --jobid, salloc)")
 	case *eventsv1.CancelJobStep:
@@ -711,6 +713,103 @@ func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.Can
 		return nil
 	case refused(err):
 		return bus.Permanent(fmt.Errorf("event %s (CancelJob %s): %w", ev.ID, p.GetJob(), err))
+	}
+	return err
+}
+
+// Update actions this backend carries out (the built-in engine's
+// domain.ActionHold, ActionUHold, ActionRelease).
+const (
+	actionHold    = "hold"
+	actionUHold   = "uhold"
+	actionRelease = "release"
+)
+
+// updateUnmapped names what of p this backend does not carry out ("" when
+// it does): hold, uhold and release alone.
+func updateUnmapped(p *eventsv1.UpdateJob) string {
+	switch p.GetAction() {
+	case actionHold, actionUHold, actionRelease:
+	default:
+		return "scontrol requeue/update (UpdateJob " + p.GetAction() + ")"
+	}
+	if p.GetTimeLimitSeconds() != 0 || p.GetPartition() != "" || p.Nice != nil || p.BeginTime != nil || p.Dependency != nil ||
+		p.Qos != nil || p.Account != nil || p.JobName != nil || p.NodeCount != nil || p.Ntasks != nil || p.MemMb != nil ||
+		p.Nodelist != nil || p.Exclude != nil || p.ArrayTaskThrottle != nil || p.GpusPerNode != nil || p.GpuType != nil || p.MaxNodeCount != nil {
+		return "scontrol requeue/update (UpdateJob " + p.GetAction() + " with fields to change)"
+	}
+	return ""
+}
+
+// update holds or releases a pending job in Slurm (scontrol hold, uhold,
+// release; POST job/{id}), when p (as app.AsPrincipal made it) may act on
+// it (domain.MayAct); the rest of UpdateJob is refused. Slurm decides
+// whose hold it is by who asks, so an administrator's hold and release
+// are made as -slurm-read-user (an operator: JobHeldAdmin) and the rest as
+// the job's owner (JobHeldUser: uhold, a user's own hold and release). An
+// admin hold a user tries to release is Slurm's to refuse, as the gateway
+// does first. The new state comes with the next poll.
+func (b *Backend) update(ctx context.Context, ev envelope.Event, p *eventsv1.UpdateJob) error {
+	if what := updateUnmapped(p); what != "" {
+		return refuse(ev, what)
+	}
+	if err := b.lockLeading(ctx, ev.ID); err != nil {
+		return err
+	}
+	name := p.GetJob()
+	var cur *record
+	for {
+		b.mu.RLock()
+		cur = b.jobs[name]
+		b.mu.RUnlock()
+		if cur == nil || cur.job.GetState() != loomv1.JobState_PENDING {
+			// As the built-in engine: only a pending job is held, and
+			// one that ended has nothing to release.
+			b.work.Unlock()
+			return nil
+		}
+		ch := b.inflight[name]
+		if ch == nil {
+			break
+		}
+		// Its submission is under way: this update acts on the Slurm
+		// job it makes.
+		if err := b.waitClaimed(ctx, ev.ID, ch); err != nil {
+			return err
+		}
+	}
+	owner := cur.job.GetUser()
+	if !domain.MayAct(owner, p.GetUser(), p.GetAdmin()) {
+		b.work.Unlock()
+		b.log.Warn("update ignored: the user neither owns the job nor administers it", "job", name, "user", p.GetUser())
+		return nil
+	}
+	id := cur.slurmID
+	if id == "" {
+		b.work.Unlock()
+		return refuse(ev, "holding or releasing a job not in Slurm yet (waiting for its dependency, or its submission unanswered)")
+	}
+	done := b.claim(name)
+	b.work.Unlock()
+	defer func() {
+		b.work.Lock()
+		done()
+		b.work.Unlock()
+	}()
+	as := owner
+	if p.GetAdmin() && p.GetAction() != actionUHold {
+		as = b.cfg.ReadUser
+	}
+	c, err := b.client(as)
+	if err != nil {
+		return err
+	}
+	err = c.HoldJob(ctx, id, p.GetAction() != actionRelease)
+	switch {
+	case err == nil, errors.Is(err, slurmrest.ErrNotFound):
+		return nil
+	case refused(err):
+		return bus.Permanent(fmt.Errorf("event %s (UpdateJob %s %s): %w", ev.ID, p.GetAction(), name, err))
 	}
 	return err
 }

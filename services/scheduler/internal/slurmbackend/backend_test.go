@@ -21,6 +21,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/slurmrest"
@@ -49,6 +51,8 @@ type fakeSlurm struct {
 	submits   []map[string]any
 	submitter []string
 	cancels   []string
+	// updates are the POST job/{id} made: "user id body".
+	updates []string
 	// hold keeps each request of a kind waiting, before it is answered,
 	// until its channel is closed: slurmrestd hung.
 	hold map[string]chan struct{}
@@ -99,7 +103,17 @@ func (f *fakeSlurm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.submits, f.submitter = append(f.submits, body.Job), append(f.submitter, user)
 		f.jobs[f.next] = map[string]any{"job_id": f.next, "job_state": "PENDING", "state_reason": "None", "comment": body.Job["comment"],
 			"user_name": user}
+		if body.Job["hold"] == true {
+			// As slurmrestd 22.05 answers a held submission.
+			_ = json.NewEncoder(w).Encode(map[string]any{"job_id": f.next,
+				"errors": []any{map[string]any{"error_code": 2042, "error": "Job is in held state, pending scheduler release"}}})
+			return
+		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"job_id": f.next})
+	case r.Method == "POST" && strings.HasPrefix(path, "job/"):
+		b, _ := io.ReadAll(r.Body)
+		f.updates = append(f.updates, user+" "+strings.TrimPrefix(path, "job/")+" "+string(b))
+		_, _ = io.WriteString(w, `{"errors":[]}`)
 	case r.Method == "GET" && path == "jobs":
 		var list []map[string]any
 		for _, j := range f.jobs {
@@ -389,7 +403,6 @@ func TestRefusals(t *testing.T) {
 	}{
 		{func(j *loomv1.Job) { j.Array = "0-3" }, "job arrays (--array)"},
 		{func(j *loomv1.Job) { j.Nodelist = []string{"node1"} }, "node lists (--nodelist)"},
-		{func(j *loomv1.Job) { j.Hold = true }, "held submissions (--hold)"},
 		{func(j *loomv1.Job) { j.Command = []string{"python"}; j.Script = "" }, "a job given as a command"},
 		{func(j *loomv1.Job) { j.SubmitDir = "" }, "needs the job's working directory"},
 		{func(j *loomv1.Job) { j.Partition = "nope" }, "Slurm refused the job: slurmrest: POST /slurm/v0.0.38/job/submit: HTTP 500: Invalid partition name specified"},
@@ -408,7 +421,9 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("refused jobs reached Slurm: %v", r.fake.submits)
 	}
 	for _, ev := range []envelope.Event{
-		{ID: "u", Type: "UpdateJob", Payload: &eventsv1.UpdateJob{Job: "projects/p/jobs/a", Action: "hold"}},
+		{ID: "u", Type: "UpdateJob", Payload: &eventsv1.UpdateJob{Job: "projects/p/jobs/a", Action: "requeue"}},
+		{ID: "u2", Type: "UpdateJob", Payload: &eventsv1.UpdateJob{Job: "projects/p/jobs/a", Action: "update", TimeLimitSeconds: 60}},
+		{ID: "u3", Type: "UpdateJob", Payload: &eventsv1.UpdateJob{Job: "projects/p/jobs/a", Action: "hold", Partition: "debug"}},
 		{ID: "s", Type: "CreateJobStep", Payload: &eventsv1.CreateJobStep{}},
 		{ID: "n", Type: "UpdateSlurmNode", Payload: &eventsv1.UpdateSlurmNode{}},
 		{ID: "c", Type: "CancelJob", Payload: &eventsv1.CancelJob{Job: "projects/p/jobs/a", Signal: "USR1", Batch: true}},
@@ -498,6 +513,71 @@ func TestDependencies(t *testing.T) {
 	}
 	if n := r.fake.callCount("POST job/submit"); n != 5 { // 7, 8, 9 (down), 9, 10
 		t.Errorf("%d submissions, want 5: the refused jobs reach Slurm", n)
+	}
+}
+
+// TestHoldRelease: --hold and --begin go to Slurm with the submission;
+// scontrol hold, uhold and release are POST job/{id} made as whom Slurm
+// takes the hold to be of (an administrator's hold as -slurm-read-user,
+// an operator: JobHeldAdmin; uhold and a user's own as the owner), a user
+// who neither owns nor administers the job changes nothing, and Slurm's
+// hold reasons show as the job's hold.
+func TestHoldRelease(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b := r.backend(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	j := job("7")
+	j.Hold, j.BeginTime = true, timestamppb.New(time.Now().Add(time.Hour))
+	if err := b.Handle(ctx, submitEv("e1", j)); err != nil {
+		t.Fatal(err)
+	}
+	if got := getJob(t, b, j.Name); got.Placement != "Slurm job 101" || got.State != loomv1.JobState_PENDING {
+		t.Fatalf("held submission: %v %q %q; want it in Slurm as job 101", got.State, got.Placement, got.StateReason)
+	}
+	sent := r.fake.submits[0]
+	if begin, _ := sent["begin_time"].(string); sent["hold"] != true || !strings.HasPrefix(begin, "now+") {
+		t.Errorf("submitted hold %v begin_time %v; want true and now+<seconds>", sent["hold"], sent["begin_time"])
+	}
+	poll := func(reason string) *loomv1.Job {
+		t.Helper()
+		r.fake.set(101, map[string]any{"state_reason": reason})
+		if err := b.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return getJob(t, b, j.Name)
+	}
+	if got := poll("JobHeldUser"); !got.Hold || got.StateReason != "JobHeldUser" {
+		t.Errorf("Slurm says JobHeldUser: hold %v %q", got.Hold, got.StateReason)
+	}
+	for _, ev := range []envelope.Event{
+		{ID: "u1", Principal: "users/ana", Payload: &eventsv1.UpdateJob{Job: j.Name, Action: "release"}},
+		{ID: "u2", Principal: "users/bob", Payload: &eventsv1.UpdateJob{Job: j.Name, Action: "hold", User: "ana"}},
+		{ID: "u3", Principal: "users/root", Payload: &eventsv1.UpdateJob{Job: j.Name, Action: "hold", User: "root", Admin: true}},
+		{ID: "u4", Principal: "users/root", Payload: &eventsv1.UpdateJob{Job: j.Name, Action: "uhold", User: "root", Admin: true}},
+		{ID: "u5", Principal: "users/root", Payload: &eventsv1.UpdateJob{Job: j.Name, Action: "release", User: "root", Admin: true}},
+	} {
+		if err := b.Handle(ctx, ev); err != nil {
+			t.Fatalf("%s: %v", ev.ID, err)
+		}
+	}
+	want := `ana 101 {"hold":false}|root 101 {"hold":true}|ana 101 {"hold":true}|root 101 {"hold":false}`
+	if got := strings.Join(r.fake.updates, "|"); got != want {
+		t.Errorf("updates sent %q\nwant %q (bob's changes nothing)", got, want)
+	}
+	if got := poll("BeginTime"); got.Hold || got.StateReason != "BeginTime" {
+		t.Errorf("released, pending on its begin time: hold %v %q", got.Hold, got.StateReason)
+	}
+	// A job not in Slurm yet cannot be held there: refused by name.
+	r.fake.mu.Lock()
+	r.fake.downFor = "POST job/submit"
+	r.fake.mu.Unlock()
+	if err := b.Handle(ctx, submitEv("e2", job("8"))); err != nil {
+		t.Fatal(err)
+	}
+	err := b.Handle(ctx, envelope.Event{ID: "u6", Payload: &eventsv1.UpdateJob{Job: "projects/p/jobs/8", Action: "hold"}})
+	if err == nil || !strings.Contains(err.Error(), "holding or releasing a job not in Slurm yet") {
+		t.Errorf("hold of a job not in Slurm: %v", err)
 	}
 }
 

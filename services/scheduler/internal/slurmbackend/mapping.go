@@ -40,8 +40,6 @@ func unmapped(j *loomv1.Job) string {
 	}{
 		{len(j.GetCommand()) > 0, "a job given as a command (not a batch script)"},
 		{j.GetArray() != "" || j.GetArrayJobId() != "", "job arrays (--array)"},
-		{j.GetHold(), "held submissions (--hold)"},
-		{j.GetBeginTime() != nil, "begin times (--begin)"},
 		{j.GetNice() != 0, "nice (--nice)"},
 		{len(j.GetNodelist()) > 0, "node lists (--nodelist)"},
 		{len(j.GetExclude()) > 0, "excluded nodes (--exclude)"},
@@ -156,7 +154,10 @@ func jobSpec(j *loomv1.Job, dep string) (spec slurmrest.JobSpec, problem string)
 		GPUsPerNode: int(j.GetGpusPerNode()), MemoryPerNodeMB: j.GetMemMb(),
 		TimeLimit: time.Duration(j.GetTimeLimitSeconds()) * time.Second, WorkingDir: wd,
 		Environment: env, Account: j.GetAccount(), QOS: j.GetQos(),
-		Comment: CommentPrefix + j.GetName(), Dependency: dep,
+		Comment: CommentPrefix + j.GetName(), Dependency: dep, Hold: j.GetHold(),
+	}
+	if b := j.GetBeginTime(); b != nil {
+		spec.BeginTime = b.AsTime()
 	}
 	out := j.GetOutputPattern()
 	if out == "" {
@@ -175,6 +176,13 @@ func jobSpec(j *loomv1.Job, dep string) (spec slurmrest.JobSpec, problem string)
 // Dependency reasons, as Slurm's squeue shows them: a job waiting on
 // another is pending on ReasonDependency, in Slurm or before it is sent.
 const ReasonDependency = "Dependency"
+
+// Hold reasons, Slurm's: a job its owner held (or submitted with
+// --hold), and one an operator held, which only an operator releases.
+const (
+	ReasonHeldUser  = "JobHeldUser"
+	ReasonHeldAdmin = "JobHeldAdmin"
+)
 
 // dependees is how slurmDependency finds the records of the jobs a
 // dependency names: by job name, nil when there is none.
@@ -294,6 +302,9 @@ func observe(job *loomv1.Job, sj slurmrest.Job, apply bool) bool {
 		}
 	}
 	setField(c, &job.StateReason, clipText(reason))
+	// Held is what Slurm says: a held job is pending on one of its hold
+	// reasons (priority 0), whoever held it, and a release clears it.
+	setField(c, &job.Hold, state == loomv1.JobState_PENDING && (reason == ReasonHeldUser || reason == ReasonHeldAdmin))
 	if sj.Nodes != "" {
 		hosts, err := hostlist.Expand(sj.Nodes)
 		if err != nil {
