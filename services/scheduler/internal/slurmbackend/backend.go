@@ -733,9 +733,12 @@ func updateUnmapped(p *eventsv1.UpdateJob) string {
 	default:
 		return "scontrol requeue/update (UpdateJob " + p.GetAction() + ")"
 	}
-	if p.GetTimeLimitSeconds() != 0 || p.GetPartition() != "" || p.Nice != nil || p.BeginTime != nil || p.Dependency != nil ||
-		p.Qos != nil || p.Account != nil || p.JobName != nil || p.NodeCount != nil || p.Ntasks != nil || p.MemMb != nil ||
-		p.Nodelist != nil || p.Exclude != nil || p.ArrayTaskThrottle != nil || p.GpusPerNode != nil || p.GpuType != nil || p.MaxNodeCount != nil {
+	// Any field beyond whom and what is a change this backend does not
+	// make: checked on what is left once those are cleared, so that a
+	// field UpdateJob gains later is refused here rather than dropped.
+	rest := proto.Clone(p).(*eventsv1.UpdateJob)
+	rest.Job, rest.Cluster, rest.Action, rest.User, rest.Admin = "", "", "", "", false
+	if !proto.Equal(rest, &eventsv1.UpdateJob{}) {
 		return "scontrol requeue/update (UpdateJob " + p.GetAction() + " with fields to change)"
 	}
 	return ""

@@ -5,8 +5,10 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/loom-ml/loom/libs/slurmrest"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -128,5 +130,48 @@ func TestObserveReportsChange(t *testing.T) {
 				t.Errorf("the next poll again changed %v", diff)
 			}
 		})
+	}
+}
+
+// TestUpdateUnmapped: hold, uhold and release alone are carried out; any
+// other action, and any field to change beside them (every field of
+// UpdateJob beyond whom and what, found by reflection so that one added
+// later is covered), is refused by name.
+func TestUpdateUnmapped(t *testing.T) {
+	t.Parallel()
+	for _, a := range []string{"hold", "uhold", "release"} {
+		if got := updateUnmapped(&eventsv1.UpdateJob{Job: "projects/p/jobs/1", Cluster: "c", Action: a, User: "ana", Admin: true}); got != "" {
+			t.Errorf("%s: refused %q", a, got)
+		}
+	}
+	if got := updateUnmapped(&eventsv1.UpdateJob{Action: "requeue"}); got == "" {
+		t.Error("requeue: carried out")
+	}
+	fields := (&eventsv1.UpdateJob{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		switch fd.Name() {
+		case "job", "cluster", "action", "user", "admin":
+			continue
+		}
+		p := &eventsv1.UpdateJob{Action: "hold"}
+		m := p.ProtoReflect()
+		switch {
+		case fd.Message() != nil:
+			m.Set(fd, m.NewField(fd)) // present, though empty
+		case fd.Kind() == protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString("x"))
+		case fd.Kind() == protoreflect.BoolKind:
+			m.Set(fd, protoreflect.ValueOfBool(true))
+		case fd.Kind() == protoreflect.Int32Kind:
+			m.Set(fd, protoreflect.ValueOfInt32(1))
+		case fd.Kind() == protoreflect.Int64Kind:
+			m.Set(fd, protoreflect.ValueOfInt64(1))
+		default:
+			t.Fatalf("field %s: kind %v not covered by this test", fd.Name(), fd.Kind())
+		}
+		if got := updateUnmapped(p); got == "" {
+			t.Errorf("hold with %s set: carried out, want refused", fd.Name())
+		}
 	}
 }
