@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -111,5 +112,43 @@ func TestJobsCancelEndedJob(t *testing.T) {
 	out, errOut, code = run(t, gw, "jobs", "cancel", "5")
 	if code != 1 || out != "" || errOut != "Error: cancel job 5: it is already ending, COMPLETING on cpu-0001: nothing to cancel (follow it to its end with `loom jobs watch 5`)\n" {
 		t.Errorf("cancel of an ending job: exit %d, stdout %q, stderr %q; want exit 1", code, out, errOut)
+	}
+}
+
+// TestJobsListCutsALongReason: a failure's whole message as its state
+// reason does not stretch `loom jobs list`'s table: the STATE cell is cut
+// (with "…"), the columns after it stay in line, and jobs get keeps it
+// whole.
+func TestJobsListCutsALongReason(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 8, 10, 0, 0, 0, time.UTC)
+	reason := "JobLaunchFailure: " + strings.Repeat("no account for user alice on node gpu-0001; ", 5)
+	long := &loomv1.Job{JobId: "21", State: loomv1.JobState_FAILED, StateReason: reason, NodeCount: 1,
+		SubmitTime: timestamppb.New(now.Add(-time.Minute))}
+	short := &loomv1.Job{JobId: "22", State: loomv1.JobState_PENDING, StateReason: "Resources", NodeCount: 1,
+		SubmitTime: timestamppb.New(now.Add(-time.Minute))}
+	var b strings.Builder
+	if err := renderJobs(&b, []*loomv1.Job{long, short}, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("jobs list:\n%s", b.String())
+	}
+	if !strings.Contains(lines[1], "…") || strings.Contains(lines[1], reason) || utf8.RuneCountInString(lines[1]) > 130 {
+		t.Errorf("jobs list row of the long reason not cut (%d columns):\n%s", utf8.RuneCountInString(lines[1]), b.String())
+	}
+	if !strings.Contains(lines[2], "PENDING (Resources)") {
+		t.Errorf("jobs list row of a short reason:\n%s", b.String())
+	}
+	if h, r := strings.Index(lines[0], "NODES"), strings.Index(lines[2], " 1 "); r < 0 || r+1 != h {
+		t.Errorf("NODES column out of line (header at %d, value at %d):\n%s", h, r+1, b.String())
+	}
+	var g strings.Builder
+	if err := renderJob(&g, long, now); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(g.String(), reason) {
+		t.Errorf("jobs get lost the whole reason:\n%s", g.String())
 	}
 }

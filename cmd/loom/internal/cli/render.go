@@ -295,6 +295,11 @@ func nodeState(n *loomv1.Node) string {
 	return strings.TrimPrefix(n.GetState().String(), "STATE_")
 }
 
+// maxStateCell is the widest STATE cell of `loom jobs list`, in terminal
+// columns: a state with a short reason whole ("PENDING (Resources)",
+// "PENDING (DependencyNeverSatisfied)"), a failure message cut.
+const maxStateCell = 48
+
 // jobState is the state with its reason, e.g. "PENDING (Resources)".
 func jobState(j *loomv1.Job) string {
 	s := strings.TrimPrefix(j.GetState().String(), "JOB_STATE_")
@@ -468,7 +473,9 @@ func renderJobs(w io.Writer, js []*loomv1.Job, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "ID", "NAME", "CLUSTER", "STATE", "NODES", "AGE", "RUNTIME", "EXIT")
 	for _, j := range js {
-		row(tw, jobLabel(j), cellText(j.GetDisplayName(), 40), shortName(j.GetCluster()), jobState(j),
+		// The state's reason can be a whole failure message: cut, as every
+		// free-text cell (jobs get and -o json have it whole).
+		row(tw, jobLabel(j), cellText(j.GetDisplayName(), 40), shortName(j.GetCluster()), cellText(jobState(j), maxStateCell),
 			strconv.Itoa(int(j.GetNodeCount())), age(j.GetSubmitTime(), now), jobRuntime(j, now), jobExit(j))
 	}
 	return tw.Flush()
