@@ -30,7 +30,14 @@ func ParseJSON(data []byte) (*loomv1.Cluster, error) {
 		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "proto:"), "\u00a0")
 		msg = strings.TrimSpace(msg)
 		field := "cluster"
-		if off, ok := errorOffset(data, err.Error()); ok {
+		if strings.Contains(msg, "unexpected EOF") && !lineColRE.MatchString(msg) {
+			// protojson gives no position for a spec cut short; its
+			// end is where the damage shows. The field stays the whole
+			// spec: the last key read is not what is wrong.
+			line, col := endPosition(data)
+			return nil, errs.Invalid(field, "(line %d:%d): unexpected end of the spec: a value, or a closing } or ], is missing", line, col)
+		}
+		if off, ok := errorOffset(data, msg); ok {
 			if p := jsonPathAt(data, off); p != "" {
 				field = p
 			}
@@ -38,6 +45,14 @@ func ParseJSON(data []byte) (*loomv1.Cluster, error) {
 		return nil, errs.Invalid(field, "%s", msg)
 	}
 	return c, nil
+}
+
+// endPosition is the line and column (1-based, columns in bytes, as
+// protojson counts them) just past data's last byte.
+func endPosition(data []byte) (line, col int) {
+	line = 1 + bytes.Count(data, []byte("\n"))
+	col = len(data) - (bytes.LastIndexByte(data, '\n') + 1) + 1
+	return line, col
 }
 
 var lineColRE = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
