@@ -743,6 +743,14 @@ func parseMemberParent(parent string) (string, error) {
 	}
 	pr, err := resname.ParseProject(parent)
 	if err != nil {
+		// resname's own message, widened to what this field takes: one
+		// "want", the name clipped once.
+		var re *resname.Error
+		if errors.As(err, &re) {
+			wide := *re
+			wide.Form = "projects/{project} or " + adapters.GlobalParent
+			return "", errs.Invalid("parent", "%s", wide.Error())
+		}
 		return "", errs.Invalid("parent", "want projects/{project} or global: %v", err)
 	}
 	return pr.String(), nil

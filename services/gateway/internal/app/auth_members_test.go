@@ -294,3 +294,23 @@ func TestSetMemberRaceKeepsTheLastAdmin(t *testing.T) {
 }
 
 func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
+
+// TestMemberParentMessage: a bad parent is refused in one clause naming
+// both forms, with the name clipped once (not "want ...: want ...", not a
+// long name twice).
+func TestMemberParentMessage(t *testing.T) {
+	t.Parallel()
+	long := "projects/" + strings.Repeat("a", 100)
+	_, err := parseMemberParent(long)
+	if err == nil {
+		t.Fatal("parseMemberParent accepted a 100-character project id")
+	}
+	msg := err.Error()
+	if strings.Count(msg, "want") != 1 || !strings.Contains(msg, "want projects/{project} or global, got ") ||
+		strings.Count(msg, strings.Repeat("a", 60)) > 2 || len(msg) > 400 {
+		t.Errorf("message %q: want one \"want projects/{project} or global, got ...\", the name clipped", msg)
+	}
+	if _, err := parseMemberParent("global"); err != nil {
+		t.Errorf("global: %v", err)
+	}
+}
