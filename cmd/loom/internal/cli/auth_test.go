@@ -171,7 +171,7 @@ ID                NAME  STATE   AGE  EXPIRES  CREATOR
 	}
 	// The revoked key no longer authenticates.
 	_, errOut, code = authCLI(t, gw, dir, []string{"LOOM_TOKEN=" + secret}, "auth", "whoami")
-	if code != 1 || !strings.Contains(errOut, "refused your credential (from LOOM_TOKEN)") ||
+	if code != 1 || !strings.Contains(errOut, "refused your credential (from LOOM_TOKEN): API key ") || strings.Contains(errOut, "unauthenticated") ||
 		!strings.HasSuffix(errOut, "LOOM_TOKEN wins over a saved login, so set it to a valid key or token, or unset it to use the login `loom auth login --gateway "+gw+"` saves\n") {
 		// A login changes nothing while LOOM_TOKEN is set: it said
 		// "run `loom auth login` again".

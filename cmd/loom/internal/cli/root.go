@@ -412,6 +412,10 @@ func (a *app) explainMsg(what string, err error) error {
 	case codes.Canceled:
 		return fmt.Errorf("%s: cancelled", what)
 	case codes.Unauthenticated:
+		// The kind's word (libs/errs), first in the gateway's credential
+		// messages ("unauthenticated: API key ... was revoked") or last,
+		// is what "refused your credential" says already.
+		msg = strings.TrimSuffix(strings.TrimPrefix(msg, "unauthenticated: "), ": unauthenticated")
 		// No credential at all comes first: the gateway's words for that
 		// are for any client ("send authorization: Bearer ..."), with the
 		// method's gRPC name, where this one knows the command to run.

@@ -55,6 +55,7 @@ type Auth struct {
 	n        int
 	refresh  map[string]*loomv1.Principal // refresh tokens, each used once
 	keyCreds map[string]string            // key name -> whole key
+	revoked  map[string]string            // whole key -> its id, once revoked
 }
 
 // Bearers returns the credential every call g was sent carried ("" for
@@ -113,6 +114,11 @@ func (a *Auth) caller(ctx context.Context) (string, *loomv1.Principal, error) {
 		return "", nil, nil
 	}
 	p := a.Principals[cred]
+	if id, ok := a.revoked[cred]; ok && p == nil {
+		// In the gateway's words (services/gateway/internal/authn), the
+		// kind first, as libs/errs wraps it.
+		return cred, nil, status.Errorf(codes.Unauthenticated, "unauthenticated: API key %s was revoked; create a new one with `loom auth keys create`", id)
+	}
 	if p == nil {
 		return cred, nil, status.Error(codes.Unauthenticated, "unknown credential")
 	}
@@ -314,6 +320,10 @@ func (a *Auth) RevokeApiKey(ctx context.Context, r *loomv1.RevokeApiKeyRequest) 
 				k.RevokeTime = timestamppb.New(a.now())
 			}
 			delete(a.Principals, a.keyCreds[name])
+			if a.revoked == nil {
+				a.revoked = map[string]string{}
+			}
+			a.revoked[a.keyCreds[name]] = id
 			return proto.Clone(k).(*loomv1.ApiKey), nil
 		}
 	}
