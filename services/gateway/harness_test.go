@@ -26,6 +26,7 @@ import (
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
@@ -164,11 +165,15 @@ type fakeNodes struct {
 }
 
 func (fakeNodes) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
-	if r.GetParent() != cluster1 {
+	// cluster1's nodes, under its name or a wildcard ("-") that covers it,
+	// as the provisioner matches (app.Nodes).
+	want, _ := resname.SplitCluster(r.GetParent())
+	have, _ := resname.SplitCluster(cluster1)
+	if (want.Project != resname.Wildcard && want.Project != have.Project) || (want.ID != resname.Wildcard && want.ID != have.ID) {
 		return &loomv1.ListNodesResponse{}, nil // as the provisioner answers any other name
 	}
-	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: r.GetParent() + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: r.GetParent(), NodePool: "gpu", Gpus: 8},
-		{Name: r.GetParent() + "/nodes/cpu-0001", Hostname: "cpu-0001", Cluster: r.GetParent(), NodePool: "cpu"}}}, nil
+	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: cluster1 + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: cluster1, NodePool: "gpu", Gpus: 8},
+		{Name: cluster1 + "/nodes/cpu-0001", Hostname: "cpu-0001", Cluster: cluster1, NodePool: "cpu"}}}, nil
 }
 
 // fakeHealth serves the health service's internal HealthService reads over world.

@@ -301,6 +301,16 @@ func TestHealthReads(t *testing.T) {
 	if ns, err := nsc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cluster1}); err != nil || len(ns.GetNodes()) == 0 {
 		t.Fatalf("the nodes of %s: %v %v", cluster1, ns, err)
 	}
+	// Every project's nodes: a cluster administrator's list (loom nodes
+	// list --all-projects); anyone else is refused, saying what it takes.
+	_, err = nsc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: "projects/-/clusters/-"})
+	wantCode(t, "every project's nodes, as a viewer", err, codes.PermissionDenied, "needs a cluster administrator")
+	all, err := loomv1.NewNodeServiceClient(h.as(t, "ops")).ListNodes(ctx, &loomv1.ListNodesRequest{Parent: "projects/-/clusters/-"})
+	if err != nil || len(all.GetNodes()) == 0 || !slices.ContainsFunc(all.GetNodes(), func(n *loomv1.Node) bool { return n.GetCluster() == cluster1 }) {
+		t.Fatalf("every project's nodes, as a cluster administrator: %v %v", all, err)
+	}
+	_, err = loomv1.NewNodeServiceClient(h.as(t, "ops")).ListNodes(ctx, &loomv1.ListNodesRequest{Parent: "projects/-/clusters/" + strings.TrimPrefix(cluster1, project+"/clusters/")})
+	wantCode(t, "one cluster id in every project", err, codes.InvalidArgument, "parent")
 	// And its jobs (squeue with a mistyped cluster): an empty queue of a
 	// cluster that exists is still a list.
 	jsc := loomv1.NewJobServiceClient(h.as(t, "vic"))

@@ -671,6 +671,16 @@ func TestListFilters(t *testing.T) {
 	if _, stderr, code := run(t, gw, "nodes", "list", "other", "--cluster", "demo"); code == 0 || !strings.Contains(stderr, "two clusters given") {
 		t.Fatalf("nodes list with two clusters: exit %d, %q", code, stderr)
 	}
+	// A cluster administrator's view of every project's nodes.
+	for _, args := range [][]string{{"--all-projects"}, {"--project", "-"}} {
+		run(t, gw, append([]string{"nodes", "list"}, args...)...)
+		if req, _ := fakegw.LastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/-/clusters/-" {
+			t.Fatalf("nodes list %v: parent %q", args, req.GetParent())
+		}
+	}
+	if _, stderr, code := run(t, gw, "nodes", "list", "--all-projects", "--cluster", "demo"); code == 0 || !strings.Contains(stderr, "--all-projects lists every cluster's nodes") {
+		t.Fatalf("nodes list --all-projects --cluster: exit %d, %q", code, stderr)
+	}
 	run(t, gw, "jobs", "list", "--cluster", "demo")
 	if req, _ := fakegw.LastRequest[*loomv1.ListJobsRequest](f); req.GetParent() != "projects/default" || req.GetCluster() != "projects/default/clusters/demo" {
 		t.Fatalf("jobs list --cluster: %v", req)

@@ -19,8 +19,9 @@ func (a *app) nodesCommand() *cobra.Command {
 		Short:   "Inspect the nodes of clusters; drain, repair, report them",
 	}
 	var cluster string
+	var allProjects bool
 	list := &cobra.Command{
-		Use:     "list [CLUSTER | --cluster C]",
+		Use:     "list [CLUSTER | --cluster C | --all-projects]",
 		Aliases: []string{"ls"},
 		Short:   "List nodes (of one cluster, or of every cluster)",
 		Long: `List nodes: NODE (the Slurm hostname), CLUSTER, POOL ("(login)" for login
@@ -33,7 +34,8 @@ a node that is not READY, why, and what Loom does next about it ("boot timeout
 → retry launch in 4s (attempt 3 of 5)"), then the reason health gave for its
 state ("maint"; the first 50 columns).
 The cluster is given as an argument, as "loom health nodes CLUSTER" takes it,
-or with --cluster. -o json is the ListNodesResponse (the provisioner's view);
+or with --cluster. --all-projects (or --project -) lists every cluster's nodes
+in every project: cluster administrators only. -o json is the ListNodesResponse (the provisioner's view);
 "loom health nodes CLUSTER -o json" has the health.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -48,7 +50,12 @@ or with --cluster. -o json is the ListNodesResponse (the provisioner's view);
 				return err
 			}
 			parent := a.clusterName("-")
-			if cluster != "" {
+			switch {
+			case allProjects && cluster != "":
+				return fmt.Errorf("--all-projects lists every cluster's nodes: give it without a cluster, or give the cluster without it")
+			case allProjects:
+				parent = "projects/-/clusters/-"
+			case cluster != "":
 				parent = a.clusterName(cluster)
 			}
 			resp := &loomv1.ListNodesResponse{}
@@ -83,6 +90,7 @@ or with --cluster. -o json is the ListNodesResponse (the provisioner's view);
 		},
 	}
 	list.Flags().StringVar(&cluster, "cluster", "", "only this cluster's nodes")
+	list.Flags().BoolVar(&allProjects, "all-projects", false, "every project's nodes (cluster administrators; also --project -)")
 	cmd.AddCommand(list)
 	cmd.AddCommand(a.nodeHealthCommands()...)
 	return cmd

@@ -383,12 +383,21 @@ func (g *Gateway) ListClusters(ctx context.Context, req *loomv1.ListClustersRequ
 	return g.own.Clusters.ListClusters(ctx, req)
 }
 
+// allClustersParent is ListNodes' parent for every cluster of every
+// project.
+const allClustersParent = "projects/-/clusters/-"
+
 // ListNodes lists nodes from the provisioner: of one cluster (NotFound
-// when there is no such cluster), or of every cluster of the project.
+// when there is no such cluster), of every cluster of the project, or of
+// every cluster of every project ("projects/-/clusters/-": authz lets only
+// a cluster administrator name projects/-).
 func (g *Gateway) ListNodes(ctx context.Context, req *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
 	parent, err := resname.ParseClusterParent(req.GetParent())
+	if req.GetParent() == allClustersParent {
+		parent, err = resname.Cluster{Project: resname.Wildcard, ID: resname.Wildcard}, nil
+	}
 	if err != nil {
-		return nil, errs.Invalid("parent", "%v", err)
+		return nil, errs.Invalid("parent", "%v (or %s: every project's, for cluster administrators)", err, allClustersParent)
 	}
 	resp, err := g.own.Nodes.ListNodes(ctx, req)
 	if err != nil {
