@@ -397,6 +397,31 @@ func (b *Backend) claim(name string) (done func()) {
 	}
 }
 
+// settled returns job name's record once no call is under way for it (its
+// submission, or a command before this one: this command then acts on the
+// Slurm job that call made), with work held, as the caller held it on
+// entry. It returns nil, with work not held, when there is no such job or
+// live rejects it, and an error, with work not held, when the wait ends
+// (waitClaimed).
+func (b *Backend) settled(ctx context.Context, id, name string, live func(*loomv1.Job) bool) (*record, error) {
+	for {
+		b.mu.RLock()
+		cur := b.jobs[name]
+		b.mu.RUnlock()
+		if cur == nil || !live(cur.job) {
+			b.work.Unlock()
+			return nil, nil
+		}
+		ch := b.inflight[name]
+		if ch == nil {
+			return cur, nil
+		}
+		if err := b.waitClaimed(ctx, id, ch); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // waitClaimed lets go of work, which the caller holds, and waits until
 // the call under way that closes ch ends: then it takes work again as
 // lockLeading does (event id), since leadership may have changed
@@ -639,24 +664,9 @@ func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.Can
 		return err
 	}
 	name := p.GetJob()
-	var cur *record
-	for {
-		b.mu.RLock()
-		cur = b.jobs[name]
-		b.mu.RUnlock()
-		if cur == nil || cur.job.GetState().Terminal() {
-			b.work.Unlock()
-			return nil
-		}
-		ch := b.inflight[name]
-		if ch == nil {
-			break
-		}
-		// Its submission (or another cancel) is under way: this cancel
-		// comes after it, and so acts on the Slurm job it made.
-		if err := b.waitClaimed(ctx, ev.ID, ch); err != nil {
-			return err
-		}
+	cur, err := b.settled(ctx, ev.ID, name, func(j *loomv1.Job) bool { return !j.GetState().Terminal() })
+	if cur == nil || err != nil {
+		return err
 	}
 	owner := cur.job.GetUser()
 	if !domain.MayCancel(owner, p) {
@@ -760,26 +770,11 @@ func (b *Backend) update(ctx context.Context, ev envelope.Event, p *eventsv1.Upd
 		return err
 	}
 	name := p.GetJob()
-	var cur *record
-	for {
-		b.mu.RLock()
-		cur = b.jobs[name]
-		b.mu.RUnlock()
-		if cur == nil || cur.job.GetState() != loomv1.JobState_PENDING {
-			// As the built-in engine: only a pending job is held, and
-			// one that ended has nothing to release.
-			b.work.Unlock()
-			return nil
-		}
-		ch := b.inflight[name]
-		if ch == nil {
-			break
-		}
-		// Its submission is under way: this update acts on the Slurm
-		// job it makes.
-		if err := b.waitClaimed(ctx, ev.ID, ch); err != nil {
-			return err
-		}
+	// As the built-in engine: only a pending job is held, and one that
+	// ended has nothing to release.
+	cur, err := b.settled(ctx, ev.ID, name, func(j *loomv1.Job) bool { return j.GetState() == loomv1.JobState_PENDING })
+	if cur == nil || err != nil {
+		return err
 	}
 	owner := cur.job.GetUser()
 	if !domain.MayAct(owner, p.GetUser(), p.GetAdmin()) {
