@@ -20,10 +20,7 @@ import (
 func TestStartRunStop(t *testing.T) {
 	t.Parallel()
 	if err := Installed(); err != nil {
-		if need.Required() {
-			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
-		}
-		t.Skip(err)
+		need.Missing(t, err.Error())
 	}
 	if v, err := Version(); err != nil || !strings.HasPrefix(v, "slurm") {
 		t.Fatalf("Version: %q, %v", v, err)
@@ -128,10 +125,7 @@ func TestStartRunStop(t *testing.T) {
 func TestRestartController(t *testing.T) {
 	t.Parallel()
 	if err := Installed(); err != nil {
-		if need.Required() {
-			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
-		}
-		t.Skip(err)
+		need.Missing(t, err.Error())
 	}
 	ctx := testkit.Context(t, 2*time.Minute)
 	// A second partition lists each node twice in sinfo -N: Start still
@@ -184,10 +178,7 @@ func TestRestartController(t *testing.T) {
 func TestScriptStopCancelsEveryUsersJobs(t *testing.T) {
 	t.Parallel()
 	if err := Installed(); err != nil {
-		if need.Required() {
-			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
-		}
-		t.Skip(err)
+		need.Missing(t, err.Error())
 	}
 	script, err := filepath.Abs("../../scripts/slurm-local.sh")
 	if err != nil {
@@ -267,10 +258,7 @@ func TestScriptStopCancelsEveryUsersJobs(t *testing.T) {
 func TestStopCancelsEveryUsersJobs(t *testing.T) {
 	t.Parallel()
 	if err := Installed(); err != nil {
-		if need.Required() {
-			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
-		}
-		t.Skip(err)
+		need.Missing(t, err.Error())
 	}
 	ctx := testkit.Context(t, 2*time.Minute)
 	c, err := Start(ctx, Options{Dir: t.TempDir(), Nodes: 1, CPUsPerNode: 2})
