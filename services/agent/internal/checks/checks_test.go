@@ -633,3 +633,39 @@ func TestSiteCheckChildHoldingStdoutPasses(t *testing.T) {
 		t.Fatalf("failing check with a child holding stdout: %v %q", got.GetOutcome(), got.GetSummary())
 	}
 }
+
+// TestBrokenCheckDirIsAnError: only a name a readable check directory does
+// not hold is CHECK_SKIPPED. A check directory that is gone (a mount that
+// failed), a dangling link in it, or one the agent cannot search is the
+// node's fault: CHECK_ERROR, which health counts, so that a broken node
+// cannot pass for one that lacks the check.
+func TestBrokenCheckDirIsAnError(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	dangling := filepath.Join(base, "dangling")
+	if err := os.Mkdir(dangling, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "gone"), filepath.Join(dangling, "ib_ports")); err != nil {
+		t.Fatal(err)
+	}
+	dirs := map[string]string{
+		"missing dir":   filepath.Join(base, "not-mounted"),
+		"dangling link": dangling,
+	}
+	if os.Geteuid() != 0 { // root searches any directory
+		locked := filepath.Join(base, "locked")
+		if err := os.Mkdir(locked, 0o000); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Chmod(locked, 0o755) })
+		dirs["unsearchable dir"] = locked
+	}
+	for what, dir := range dirs {
+		r := newRunner(t, nil, func(c *Config) { c.CheckDir = dir })
+		got := r.Run(context.Background(), &eventsv1.RunHealthCheck{Check: "ib_ports", RunId: "x"})
+		if got.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR || !strings.Contains(got.GetSummary(), `check "ib_ports"`) {
+			t.Errorf("%s: %v %q, want CHECK_ERROR naming the check", what, got.GetOutcome(), got.GetSummary())
+		}
+	}
+}

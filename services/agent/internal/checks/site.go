@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +45,9 @@ var errNoSuchCheck = errors.New("no such check")
 
 // sitePath is the program a site check name runs: a plain file name of an
 // executable in CheckDir (never a path: a name cannot reach outside it). A
-// name with no program is errNoSuchCheck.
+// name with no entry in a CheckDir that is a directory, or no CheckDir at
+// all, is errNoSuchCheck; any other failure to find the program is a plain
+// error (CHECK_ERROR).
 func (r *Runner) sitePath(name string) (string, error) {
 	if r.cfg.CheckDir == "" {
 		return "", fmt.Errorf("no check %q: not a built-in check, and the node's agent has no check directory (-check-dir, LOOM_AGENT_CHECK_DIR; `loom up` passes its environment on to the agents it starts): %w", name, errNoSuchCheck)
@@ -55,7 +58,21 @@ func (r *Runner) sitePath(name string) (string, error) {
 	path := filepath.Join(r.cfg.CheckDir, name)
 	fi, err := os.Stat(path)
 	if err != nil {
-		return "", fmt.Errorf("no check %q: not a built-in check, and not in %s: %w", name, r.cfg.CheckDir, errNoSuchCheck)
+		// Only a name the node's readable check directory does not hold
+		// says nothing of the node. A directory that is gone (a mount
+		// that failed) or unreadable, a dangling link, an I/O error: the
+		// node's own fault, CHECK_ERROR, so that health counts it and a
+		// broken node cannot read as one without the check.
+		if errors.Is(err, fs.ErrNotExist) {
+			if d, derr := os.Stat(r.cfg.CheckDir); derr == nil && d.IsDir() {
+				if _, lerr := os.Lstat(path); errors.Is(lerr, fs.ErrNotExist) {
+					return "", fmt.Errorf("no check %q: not a built-in check, and not in %s: %w", name, r.cfg.CheckDir, errNoSuchCheck)
+				}
+			} else if derr != nil {
+				return "", fmt.Errorf("check %q: the check directory: %v", name, derr)
+			}
+		}
+		return "", fmt.Errorf("check %q: %v", name, err)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return "", fmt.Errorf("check %q: %s is not an executable file", name, path)
