@@ -41,6 +41,9 @@ NODE_PORT=${NODE_PORT:-17001}
 NODE_FORMAT=${NODE_FORMAT:-node%d}
 PARTITION=${PARTITION:-debug}
 MORE_PARTITIONS=${MORE_PARTITIONS:-}
+# Its words as written: an unquoted $MORE_PARTITIONS would also expand each
+# as a file name pattern ("s*" checked and written as the files it matches).
+read -r -a more_partitions <<<"$MORE_PARTITIONS"
 CLUSTER_NAME=${CLUSTER_NAME:-loombench}
 SCHED_PARAMS=${SCHED_PARAMS:-batch_sched_delay=0}
 REST=${REST:-0}
@@ -69,7 +72,7 @@ check_settings() {
     die "NODE_FORMAT '$NODE_FORMAT' must be lower-case letters, digits, '-' or '_' around one %d (or %0Nd)"
   [[ $PARTITION =~ ^[a-z0-9_-]+$ ]] || die "PARTITION '$PARTITION' must be lower-case letters, digits, '-' or '_'"
   local p
-  for p in $MORE_PARTITIONS; do
+  for p in "${more_partitions[@]}"; do
     [[ $p =~ ^[a-z0-9_-]+(:[1-9][0-9]{0,6})?$ ]] ||
       die "MORE_PARTITIONS entry '$p' must be NAME or NAME:MINUTES (a name of lower-case letters, digits, '-' or '_'; 1..9999999 minutes)"
     [[ ${p%%:*} != "$PARTITION" ]] || die "MORE_PARTITIONS entry '$p' repeats PARTITION '$PARTITION'"
@@ -130,7 +133,7 @@ write_conf() {
       echo "$line"
     done
     echo "PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
-    for p in $MORE_PARTITIONS; do
+    for p in "${more_partitions[@]}"; do
       if [[ $p == *:* ]]; then
         echo "PartitionName=${p%%:*} Nodes=ALL Default=NO MaxTime=${p#*:} State=UP"
       else

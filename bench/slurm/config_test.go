@@ -172,6 +172,44 @@ func TestScriptRefusesBadSettings(t *testing.T) {
 	}
 }
 
+// TestScriptTakesMorePartitionsAsWritten: MORE_PARTITIONS is checked and
+// used as written, never expanded as a file name pattern first. Split by
+// the shell, "s*" in a directory holding a file "short" was checked as
+// "short" and wrote a partition of a name nobody gave.
+func TestScriptTakesMorePartitionsAsWritten(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install bash", "bash")
+	script, err := filepath.Abs("../../scripts/slurm-local.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cwd, "short"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("bash", script, "conf", dir)
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), "MORE_PARTITIONS=s*")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "MORE_PARTITIONS entry 's*'") {
+		conf, _ := os.ReadFile(filepath.Join(dir, "slurm.conf"))
+		t.Errorf("MORE_PARTITIONS=s*: err %v, output %q, slurm.conf partitions %q; want a failure naming the entry as given",
+			err, out, grepLines(string(conf), "PartitionName="))
+	}
+}
+
+// grepLines are the lines of s that contain sub.
+func grepLines(s, sub string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 func TestParseJobComp(t *testing.T) {
 	t.Parallel()
 	in := `JobId=2 UserId=root(0) GroupId=root(0) Name=my job JobState=COMPLETED Partition=debug TimeLimit=UNLIMITED NodeList=node1 NodeCnt=1 ReservationName= DerivedExitCode=0:0 ExitCode=0:0 
