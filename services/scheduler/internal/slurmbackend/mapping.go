@@ -193,7 +193,8 @@ type dependees func(name string) *record
 // only its own, and takes an id it does not hold for a job that ended
 // (it starts the job at once). Every job named must have a record (of):
 // one in Slurm gives its Slurm id; one not in Slurm yet (its submission
-// deferred or under way) makes j wait for it (wait names it, dep is "");
+// deferred or under way) makes j wait for it (wait names the first, dep
+// is ""), once every job named has been checked;
 // one unknown here (never submitted to this backend, or dropped past
 // -min-job-age) or that ended without reaching Slurm is a problem naming
 // it, as is what Slurm's --dependency has and Loom's jobs cannot name here
@@ -236,7 +237,16 @@ func slurmDependency(j *loomv1.Job, of dependees) (dep, wait, problem string) {
 				return "", "", fmt.Sprintf("--dependency names job %s, which ended %s without reaching Slurm: Slurm cannot wait on it (Slurm: %s)",
 					dj.JobID, r.job.GetState(), slurmspec.MsgDependency)
 			case r.slurmID == "":
-				return "", dj.JobID, ""
+				// Waited for once every job named is checked: a
+				// return here left the rest unchecked, so a job
+				// waiting for one could also name a job that did not
+				// exist yet (a typo, a guessed id, its own), which
+				// the poll then took for whatever job got that id,
+				// even one waiting for this one: neither ever sent.
+				if wait == "" {
+					wait = dj.JobID
+				}
+				continue
 			}
 			el += ":" + r.slurmID
 			if dj.DelayMinutes > 0 {
@@ -244,6 +254,9 @@ func slurmDependency(j *loomv1.Job, of dependees) (dep, wait, problem string) {
 			}
 		}
 		items = append(items, el)
+	}
+	if wait != "" {
+		return "", wait, ""
 	}
 	sep := ","
 	if d.Any {

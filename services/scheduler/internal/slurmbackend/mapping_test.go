@@ -2,6 +2,7 @@ package slurmbackend
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -172,6 +173,35 @@ func TestUpdateUnmapped(t *testing.T) {
 		}
 		if got := updateUnmapped(p); got == "" {
 			t.Errorf("hold with %s set: carried out, want refused", fd.Name())
+		}
+	}
+}
+
+// TestSlurmDependencyChecksEveryJob: a dependency waits for a job not in
+// Slurm yet only once every job it names is checked. It returned at the
+// first such job, so a job also naming one that did not exist yet (a
+// typo, a guessed id, its own) was held back instead of refused, and the
+// poll then took the id for whatever job got it: one waiting for this job
+// left both pending, never sent.
+func TestSlurmDependencyChecksEveryJob(t *testing.T) {
+	t.Parallel()
+	recs := map[string]*record{
+		"projects/p/jobs/7": {job: &loomv1.Job{Name: "projects/p/jobs/7", State: loomv1.JobState_RUNNING}, slurmID: "101"},
+		"projects/p/jobs/9": {job: &loomv1.Job{Name: "projects/p/jobs/9", State: loomv1.JobState_PENDING}},
+	}
+	of := func(name string) *record { return recs[name] }
+	for _, c := range []struct{ dep, wait, problem string }{
+		{"afterok:9:11", "", "--dependency names job 11, which"},
+		{"afterok:9,afterany:11", "", "--dependency names job 11, which"},
+		{"afterok:9?afterok:10", "", "--dependency names job 10, which"}, // its own id
+		{"afterok:9:7_2", "", "dependencies on array tasks"},
+		{"afterok:9:7", "9", ""},
+		{"afterany:7,afterok:9", "9", ""},
+	} {
+		j := &loomv1.Job{Name: "projects/p/jobs/10", Dependency: c.dep}
+		dep, wait, problem := slurmDependency(j, of)
+		if wait != c.wait || !strings.HasPrefix(problem, c.problem) || (c.problem == "") != (problem == "") || dep != "" {
+			t.Errorf("--dependency=%s: dep %q, wait %q, problem %q; want wait %q, problem %q...", c.dep, dep, wait, problem, c.wait, c.problem)
 		}
 	}
 }
