@@ -367,6 +367,39 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestProjectFlagBounded: a --project that is no project id (100 a's, past
+// the 63-character limit) is refused before any call, in one clause that
+// names the limit and echoes the value cut, not whole (nor three times, as
+// the gateway's "want projects/{project}..." did through the command's own
+// "set the role of alice in projects/aaa...").
+func TestProjectFlagBounded(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	long := strings.Repeat("a", 100)
+	for _, args := range [][]string{
+		{"auth", "members", "set", "alice", "user", "--project", long},
+		{"jobs", "list", "--project", long},
+		{"clusters", "list", "--project", "Upper"},
+		{"--project", long, "slurm", "sinfo"},
+	} {
+		_, errOut, code := run(t, gw, args...)
+		if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "--project must be a project id") ||
+			!strings.Contains(errOut, "at most 63 characters") || strings.Contains(errOut, strings.Repeat("a", 64)) || strings.Count(errOut, "want") > 0 {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2, one line naming the limit, the value cut", args, code, errOut)
+		}
+	}
+	if _, errOut, _ := run(t, gw, "jobs", "list", "--project", long); !strings.Contains(errOut, "(100 characters)") {
+		t.Errorf("a long --project: %q does not say how long it was", errOut)
+	}
+	if rs := fakegw.Requests[proto.Message](f); len(rs) != 0 {
+		t.Errorf("a bad --project reached the gateway: %v", rs)
+	}
+	// "-" stays: every project's, where a command takes it (nodes list).
+	if _, errOut, code := run(t, gw, "nodes", "list", "--project", "-"); code != 0 {
+		t.Errorf("--project -: exit %d, %q", code, errOut)
+	}
+}
+
 // TestJobsListFilters: --state (names in any case, or active), --user and
 // --partition become ListJobs' filters.
 func TestJobsListFilters(t *testing.T) {

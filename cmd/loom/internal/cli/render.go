@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -774,3 +775,18 @@ var lineBreaks = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "\t", " 
 
 // cell is s as a table's cell: shown, cut to n characters (cellText).
 func cell(s string, n int) string { return cellText(shown(s), n) }
+
+// maxQuoted is the most columns of a refused value that a message quotes
+// (quotedCut).
+const maxQuoted = 40
+
+// quotedCut is s quoted for a message about it, cut to n columns
+// (cellText) and, when cut, followed by its length: a refused value is
+// never echoed whole, however long.
+func quotedCut(s string, n int) string {
+	c := cellText(s, n)
+	if c == shown(s) {
+		return strconv.Quote(c)
+	}
+	return fmt.Sprintf("%q (%d characters)", c, utf8.RuneCountInString(s))
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/loom-ml/loom/cmd/loom/internal/nvsmi"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -158,6 +159,23 @@ func (u usageError) Unwrap() error { return u.error }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// projectError refuses a project (from --project, else from LOOM_PROJECT)
+// that is no project id, before any call: the gateway's refusal would come
+// through each command's own words, which name the project whole ("set the
+// role of alice in projects/aaa..."). "-" is every project's, which some
+// lists take.
+func projectError(project string, fromFlag bool) error {
+	if project == resname.Wildcard || resname.ValidID(project) {
+		return nil
+	}
+	from := "--project"
+	if !fromFlag {
+		from = "LOOM_PROJECT"
+	}
+	return usagef("%s must be a project id such as %q (lowercase letters, digits and hyphens, starting with a letter, not ending in a hyphen, at most 63 characters), got %s",
+		from, DefaultProject, quotedCut(project, maxQuoted))
+}
+
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "loom",
@@ -193,10 +211,8 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 			default:
 				return usagef("--output must be table or json, got %q", a.output)
 			}
-			if a.project == "" || strings.Contains(a.project, "/") {
-				return usagef("--project must be a project id such as %q, got %q", DefaultProject, a.project)
-			}
-			return nil
+			f := cmd.Flag("project")
+			return projectError(a.project, f == nil || f.Changed)
 		},
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

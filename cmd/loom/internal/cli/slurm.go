@@ -137,11 +137,12 @@ func (a *app) executeSlurm(ctx context.Context, flags map[string]string, name st
 	if v, ok := flags["gateway"]; ok {
 		a.gateway = v
 	}
-	if v, ok := flags["project"]; ok {
+	v, fromFlag := flags["project"]
+	if fromFlag {
 		a.project = v
 	}
-	if a.project == "" || strings.Contains(a.project, "/") {
-		_, _ = io.WriteString(stderr, "Error: --project must be a project id such as \""+DefaultProject+"\", got \""+a.project+"\"\n")
+	if err := projectError(a.project, fromFlag); err != nil {
+		_, _ = io.WriteString(stderr, "Error: "+err.Error()+"\n")
 		return 2
 	}
 	return a.runSlurm(ctx, name, args, os.Stdin, stdout, stderr)
