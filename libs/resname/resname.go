@@ -53,6 +53,9 @@ const IDPattern = `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`
 
 var idPattern = regexp.MustCompile(IDPattern)
 
+// MaxIDLen is the most characters an id of IDPattern has.
+const MaxIDLen = 63
+
 // ValidID reports whether id can be a project, cluster, host, reservation or
 // model id: a lowercase letter, then up to 62 lowercase letters, digits or
 // hyphens, not ending in a hyphen.
@@ -292,6 +295,11 @@ func match(name string, f form, strict bool) (parts [maxSegments]string, err err
 			return fail(s.text, "%s is empty", s.text)
 		}
 		if ok, why := check(s.kind, p, strict); !ok {
+			if (s.kind == dnsID || s.kind == clusterOrAll) && utf8.RuneCountInString(p) > MaxIDLen {
+				// Its length is what is wrong, and the limit what
+				// helps; the name, clipped, is in the message already.
+				return fail(s.text, "%s is %d characters, more than the %d an id takes", s.text, utf8.RuneCountInString(p), MaxIDLen)
+			}
 			return fail(s.text, "%s %s is not %s", s.text, clip(p), why)
 		}
 	}

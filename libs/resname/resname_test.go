@@ -232,6 +232,32 @@ func TestErrorClipsLongNames(t *testing.T) {
 	}
 }
 
+// TestErrorNamesTheIDLimit: an id past 63 characters is refused for its
+// length, saying the limit, with the name quoted once (clipped), not a
+// second time as the segment: "want projects/{project}, got
+// "projects/aaa..."... (109 bytes): {project} is 100 characters, ...".
+func TestErrorNamesTheIDLimit(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"projects/" + strings.Repeat("a", 100), "projects/p/clusters/" + strings.Repeat("c", 64)} {
+		_, err := ParseClusterParent(name)
+		if _, perr := ParseProject(name); strings.Count(name, "/") == 1 {
+			err = perr
+		}
+		if err == nil {
+			t.Fatalf("%.30s… accepted", name)
+		}
+		msg, n := err.Error(), len(name)-strings.LastIndexByte(name, '/')-1
+		if !strings.Contains(msg, fmt.Sprintf(" is %d characters, more than the 63 an id takes", n)) ||
+			strings.Count(msg, strings.Repeat(name[len(name)-1:], 40)) != 1 {
+			t.Errorf("%.30s…: %q; want the length and the limit, the name once", name, msg)
+		}
+	}
+	// A short id keeps the grammar's reason.
+	if _, err := ParseProject("projects/Bad"); err == nil || !strings.Contains(err.Error(), `{project} "Bad" is not an id (a lowercase letter`) {
+		t.Errorf("projects/Bad: %v", err)
+	}
+}
+
 // FuzzRoundTrip: whatever a parser accepts formats back to exactly the input
 // (Parse*; Split* too but for the leading zeros of numbers), Split* accept
 // everything Parse* does with the same value, and every refusal is an *Error

@@ -172,8 +172,8 @@ func projectError(project string, fromFlag bool) error {
 	if !fromFlag {
 		from = "LOOM_PROJECT"
 	}
-	return usagef("%s must be a project id such as %q (lowercase letters, digits and hyphens, starting with a letter, not ending in a hyphen, at most 63 characters), got %s",
-		from, DefaultProject, quotedCut(project, maxQuoted))
+	return usagef("%s must be a project id such as %q (lowercase letters, digits and hyphens, starting with a letter, not ending in a hyphen, at most %d characters), got %s",
+		from, DefaultProject, resname.MaxIDLen, quotedCut(project, maxQuoted))
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -297,7 +297,7 @@ func contains(err error, s string) bool { return err != nil && strings.Contains(
 
 // TestMemberParentMessage: a bad parent is refused in one clause naming
 // both forms, with the name clipped once (not "want ...: want ...", not a
-// long name twice).
+// long name twice) and the id's limit named.
 func TestMemberParentMessage(t *testing.T) {
 	t.Parallel()
 	long := "projects/" + strings.Repeat("a", 100)
@@ -307,7 +307,7 @@ func TestMemberParentMessage(t *testing.T) {
 	}
 	msg := err.Error()
 	if strings.Count(msg, "want") != 1 || !strings.Contains(msg, "want projects/{project} or global, got ") ||
-		strings.Count(msg, strings.Repeat("a", 60)) > 2 || len(msg) > 400 {
+		strings.Count(msg, strings.Repeat("a", 50)) != 1 || !strings.Contains(msg, "is 100 characters, more than the 63 an id takes") || len(msg) > 400 {
 		t.Errorf("message %q: want one \"want projects/{project} or global, got ...\", the name clipped", msg)
 	}
 	if _, err := parseMemberParent("global"); err != nil {
