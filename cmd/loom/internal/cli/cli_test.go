@@ -685,6 +685,28 @@ func TestAgentCommand(t *testing.T) {
 	}
 }
 
+// TestNodesListAllProjects: every project's nodes carry a PROJECT column,
+// as every project's audit and ingress lists do: two projects' clusters
+// may share an id ("demo"), and CLUSTER alone would not tell their nodes
+// apart. One project's list stays without it.
+func TestNodesListAllProjects(t *testing.T) {
+	t.Parallel()
+	f := newFakeGatewayData()
+	f.Nodes = append(f.Nodes, &loomv1.Node{Name: "projects/other/clusters/demo/nodes/gpu-0001", Cluster: "projects/other/clusters/demo",
+		NodePool: "gpu", Hostname: "gpu-0001", State: loomv1.Node_READY, Gpus: 8})
+	gw := f.Serve(t)
+	for _, args := range [][]string{{"--all-projects"}, {"--project", "-"}} {
+		out, errOut, code := run(t, gw, append([]string{"nodes", "list"}, args...)...)
+		if code != 0 || !regexp.MustCompile(`^PROJECT +NODE +CLUSTER `).MatchString(out) || !regexp.MustCompile(`(?m)^other +gpu-0001 +demo `).MatchString(out) ||
+			!regexp.MustCompile(`(?m)^default +gpu-0001 +demo `).MatchString(out) {
+			t.Errorf("nodes list %v: exit %d, stderr %q, stdout:\n%s", args, code, errOut, out)
+		}
+	}
+	if out, _, _ := run(t, gw, "nodes", "list"); !strings.HasPrefix(out, "NODE ") || strings.Contains(out, "other") {
+		t.Errorf("one project's nodes list:\n%s", out)
+	}
+}
+
 func TestListFilters(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)

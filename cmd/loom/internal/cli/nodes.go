@@ -35,7 +35,7 @@ a node that is not READY, why, and what Loom does next about it ("boot timeout
 state ("maint"; the first 50 columns).
 The cluster is given as an argument, as "loom health nodes CLUSTER" takes it,
 or with --cluster. --all-projects (or --project -) lists every cluster's nodes
-in every project: cluster administrators only. -o json is the ListNodesResponse (the provisioner's view);
+in every project, PROJECT first: cluster administrators only. -o json is the ListNodesResponse (the provisioner's view);
 "loom health nodes CLUSTER -o json" has the health.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -80,7 +80,7 @@ in every project: cluster administrators only. -o json is the ListNodesResponse 
 			if err != nil {
 				return err
 			}
-			if err := renderNodes(cmd.OutOrStdout(), resp.GetNodes(), health.cell); err != nil {
+			if err := renderNodes(cmd.OutOrStdout(), resp.GetNodes(), health.cell, strings.HasPrefix(parent, "projects/-/")); err != nil {
 				return err
 			}
 			if health.note != "" {

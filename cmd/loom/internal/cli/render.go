@@ -414,8 +414,6 @@ func keyValues(m map[string]string, sep string) string {
 	return strings.Join(parts, sep)
 }
 
-// renderNodes prints loom nodes list's table; health is a node's HEALTH
-// cell (listedHealth.cell).
 // nodeReasonWidth bounds the health reason in loom nodes list's
 // REASON/NEXT cell (free text an operator typed); -o json and loom health
 // nodes have it whole.
@@ -423,10 +421,17 @@ const nodeReasonWidth = 50
 
 // renderNodes writes loom nodes list's table; health gives a node's HEALTH
 // state and the reason health gave for it, which REASON/NEXT shows after
-// the provisioner's own reason and next action (reasonNext).
-func renderNodes(w io.Writer, ns []*loomv1.Node, health func(*loomv1.Node) (state, reason string)) error {
+// the provisioner's own reason and next action (reasonNext). withProject
+// (every project's nodes) puts each node's project first, as every
+// project's audit and ingress lists do: two projects' clusters may share
+// an id, and CLUSTER alone would not tell their nodes apart.
+func renderNodes(w io.Writer, ns []*loomv1.Node, health func(*loomv1.Node) (state, reason string), withProject bool) error {
 	tw := newTable(w)
-	row(tw, "NODE", "CLUSTER", "POOL", "STATE", "HEALTH", "GPUS", "ZONE", "CAPACITY", "REASON/NEXT")
+	head := []string{"NODE", "CLUSTER", "POOL", "STATE", "HEALTH", "GPUS", "ZONE", "CAPACITY", "REASON/NEXT"}
+	if withProject {
+		head = append([]string{"PROJECT"}, head...)
+	}
+	row(tw, head...)
 	for _, n := range ns {
 		state, why := health(n)
 		reason := reasonNext(n)
@@ -436,8 +441,13 @@ func renderNodes(w io.Writer, ns []*loomv1.Node, health func(*loomv1.Node) (stat
 			}
 			reason += why
 		}
-		row(tw, n.GetHostname(), shortName(n.GetCluster()), nodePool(n), nodeState(n), state,
-			strconv.Itoa(int(n.GetGpus())), n.GetZone(), capacityType(n.GetCapacityType()), reason)
+		cols := []string{n.GetHostname(), shortName(n.GetCluster()), nodePool(n), nodeState(n), state,
+			strconv.Itoa(int(n.GetGpus())), n.GetZone(), capacityType(n.GetCapacityType()), reason}
+		if withProject {
+			c, _ := resname.SplitCluster(n.GetCluster())
+			cols = append([]string{c.Project}, cols...)
+		}
+		row(tw, cols...)
 	}
 	return tw.Flush()
 }

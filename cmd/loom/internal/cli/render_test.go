@@ -146,7 +146,7 @@ func TestNodesListReasonColumn(t *testing.T) {
 		return "QUARANTINED", "xid 79"
 	}
 	var b strings.Builder
-	if err := renderNodes(&b, ns, health); err != nil {
+	if err := renderNodes(&b, ns, health, false); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, b.String(), `

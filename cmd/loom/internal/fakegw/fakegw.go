@@ -42,6 +42,7 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -490,14 +491,20 @@ func (g *Gateway) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequ
 
 // ---- nodes ----
 
-// ListNodes answers the parent cluster's nodes, or, for
-// projects/{p}/clusters/-, every node of the project's clusters.
+// ListNodes answers the parent cluster's nodes, for
+// projects/{p}/clusters/- every node of the project's clusters, and for
+// projects/-/clusters/- every node (a "-" matches any id, as the
+// provisioner matches it).
 func (g *Gateway) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
 	defer g.lock(r)()
+	want, err := resname.SplitCluster(r.GetParent())
+	if err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
+	}
 	var out []*loomv1.Node
 	for _, n := range g.Nodes {
-		if n.GetCluster() == r.GetParent() ||
-			shortName(r.GetParent()) == "-" && strings.HasPrefix(n.GetCluster(), strings.TrimSuffix(r.GetParent(), "-")) {
+		have, err := resname.SplitCluster(n.GetCluster())
+		if err == nil && (want.Project == resname.Wildcard || want.Project == have.Project) && (want.ID == resname.Wildcard || want.ID == have.ID) {
 			out = append(out, n)
 		}
 	}
