@@ -112,8 +112,8 @@ func TestDashboardsREST(t *testing.T) {
 	}
 }
 
-// TestSettingsAreChecked: a bad -metrics-targets, -metrics-interval or
-// -open-qos stops the gateway at start, naming the setting.
+// TestSettingsAreChecked: a bad -metrics-targets, -metrics-interval,
+// -open-qos or -scheduler-backend stops the gateway at start, naming the setting.
 func TestSettingsAreChecked(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ targets, interval, field string }{
@@ -121,6 +121,7 @@ func TestSettingsAreChecked(t *testing.T) {
 		{"nosuch=http://x/metrics", "", "metrics-targets"},
 		{"", "1ns", "metrics-interval"},
 		{"", "", "open-qos"},
+		{"", "", "scheduler-backend"},
 	} {
 		args := []string{"-metrics-targets=" + tc.targets}
 		if tc.interval != "" {
@@ -128,6 +129,9 @@ func TestSettingsAreChecked(t *testing.T) {
 		}
 		if tc.field == "open-qos" {
 			args = append(args, "-open-qos=low,Hi gh")
+		}
+		if tc.field == "scheduler-backend" {
+			args = append(args, "-scheduler-backend=Slurm")
 		}
 		err := RunArgs(testkit.Context(t, 10*time.Second), args)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {

@@ -26,6 +26,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/slurmmap"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
@@ -87,6 +88,14 @@ type Config struct {
 	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
 	// slurmspec.MaxArraySizeCeiling).
 	MaxArraySize int
+	// SchedulerBackend is the scheduler's backend, read from the
+	// scheduler's own LOOM_SCHEDULER_BACKEND so that one setting configures
+	// both (-scheduler-backend; "builtin", the default, or "slurm"). On
+	// "slurm" the gateway refuses, FailedPrecondition before anything is
+	// recorded or published, the commands the real-Slurm backend does not
+	// map (libs/slurmmap), which the scheduler would otherwise refuse only
+	// once it consumed them (docs/slurm-backend.md, "Where refusals show").
+	SchedulerBackend string
 	// OpenQOS are the QOS every member of a project may ask for (sbatch
 	// --qos) without an association granting them, comma-separated
 	// (LOOM_GATEWAY_OPEN_QOS; default "low,normal", domain.DefaultOpenQOS;
@@ -200,6 +209,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"shortest keepalive ping interval a gRPC client may use; one pinging more often is disconnected (LOOM_GATEWAY_GRPC_KEEPALIVE_MIN_TIME)")
 	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
+	fs.StringVar(&c.SchedulerBackend, "scheduler-backend", config.Env("LOOM_SCHEDULER_BACKEND", "builtin"),
+		"the scheduler's backend, builtin or slurm: on slurm, what that backend does not map is refused here, at once (LOOM_SCHEDULER_BACKEND, the scheduler's own -backend)")
 	fs.StringVar(&c.OpenQOS, "open-qos", config.Env("LOOM_GATEWAY_OPEN_QOS", domain.DefaultOpenQOS),
 		"QOS every project member may ask for without an association granting them, comma-separated; \"none\": only the scheduler's default (LOOM_GATEWAY_OPEN_QOS)")
 	fs.StringVar(&c.MetricsTargets, "metrics-targets", config.Env("LOOM_GATEWAY_METRICS_TARGETS", ""),
@@ -244,6 +255,7 @@ func (c Config) withDefaults() Config {
 		c.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
 	def(&c.OpenQOS, domain.DefaultOpenQOS)
+	def(&c.SchedulerBackend, "builtin")
 	def(&c.Auth.Mode, "on")
 	def(&c.Auth.OIDCUserClaim, app.DefaultOIDCUserClaim)
 	return c
@@ -304,6 +316,9 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	cfg = cfg.withDefaults()
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
+	}
+	if b := cfg.SchedulerBackend; b != "builtin" && b != slurmmap.Backend {
+		return errs.Invalid("scheduler-backend", "must be builtin or slurm (the scheduler's -backend, LOOM_SCHEDULER_BACKEND), got %q", b)
 	}
 	// The services' secret (config.Common's -service-key-file) also signs
 	// node certificates and keys the bootstrap tokens.
@@ -419,7 +434,7 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
 		JobHistory: cfg.JobHistory, Feed: feed, ChangeFeed: changeFeed, ChangeRefresh: cfg.ChangeRefresh,
 		MaxArraySize: cfg.MaxArraySize, OpenQOS: openQOS, Quota: quota, Audit: auditOpt,
-		MaxChangeWatches: cfg.Limits.MaxChangeWatches})
+		MaxChangeWatches: cfg.Limits.MaxChangeWatches, SlurmBackend: cfg.SchedulerBackend == slurmmap.Backend})
 	rec.g = gw
 	// A command the broker refuses for good fails its operation or job
 	// instead of blocking the outbox.

@@ -674,6 +674,10 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{"bootstrap-admin", "LOOM_GATEWAY_BOOTSTRAP_ADMIN", s.Admin},
 		{"bootstrap-key-file", "LOOM_GATEWAY_BOOTSTRAP_KEY_FILE", s.Keys.Admin},
 		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
+		// The scheduler's backend as the scheduler reads it from its
+		// flags: the gateway refuses at once what the Slurm backend does
+		// not map (docs/slurm-backend.md), and cannot be told otherwise.
+		{"scheduler-backend", "LOOM_SCHEDULER_BACKEND", schedulerBackend(opts.SchedulerArgs)},
 	}
 
 	// A CustomJob's output outlives its ephemeral cluster (whose shared
@@ -725,6 +729,21 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	s.log.Info("loom is up", "gateway", a.Gateway, "rest", a.GatewayREST, "data", s.DataDir)
 	return nil
+}
+
+// schedulerBackend is the -backend the scheduler runs with given args
+// (SchedulerArgs, after its LOOM_SCHEDULER_BACKEND default), read with
+// the scheduler's own flags; its default when args do not parse, which
+// the scheduler then refuses at its start anyway.
+func schedulerBackend(args []string) string {
+	var c scheduler.Config
+	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return scheduler.BackendBuiltin
+	}
+	return c.Backend
 }
 
 // metricsTargets is the gateway's -metrics-targets for the stack's

@@ -56,9 +56,9 @@ func checkBackend() error {
 }
 
 // What a test needs that the Slurm backend refuses: each is the feature as
-// the backend's own refusal names it (services/scheduler/internal/
-// slurmbackend: unmapped, Handle, cancel; the scheduler's ports for the
-// refused reads), so that a skip says which refusal it stands for.
+// the backend's own refusal names it (libs/slurmmap, which the gateway
+// refuses by at the call and the backend again; the scheduler's ports for
+// the refused reads), so that a skip says which refusal it stands for.
 const (
 	needArrays     = "job arrays (--array)"
 	needNodelist   = "node lists (--nodelist)"

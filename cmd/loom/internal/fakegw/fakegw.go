@@ -177,6 +177,10 @@ type Gateway struct {
 	// UpdateErr, when set, is UpdateCluster's answer (a cluster that
 	// changes under the call: ABORTED).
 	UpdateErr error
+	// UpdateJobErr, when set, is UpdateJob's answer (the gateway's
+	// FailedPrecondition for what the scheduler's Slurm backend does not
+	// map, say).
+	UpdateJobErr error
 	// DenyOthers answers CancelJob and UpdateJob on another user's job
 	// with PermissionDenied, as the gateway does for a caller who is not
 	// an administrator.
@@ -916,10 +920,13 @@ func (g *Gateway) pendingArraySignal(j *loomv1.Job) error {
 		"Job can not be altered now, try again later: array %s has tasks still pending (%s); none of its tasks takes a signal until they have started", a, rec)
 }
 
-// UpdateJob checks the owner (DenyOthers) and answers the job unchanged,
-// or NotFound.
+// UpdateJob answers UpdateJobErr when set; else checks the owner
+// (DenyOthers) and answers the job unchanged, or NotFound.
 func (g *Gateway) UpdateJob(_ context.Context, r *loomv1.UpdateJobRequest) (*loomv1.Job, error) {
 	defer g.lock(r)()
+	if g.UpdateJobErr != nil {
+		return nil, g.UpdateJobErr
+	}
 	j, err := g.ownedJob(r.GetName(), r.GetUser())
 	if err != nil {
 		return nil, err

@@ -24,6 +24,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmmap"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -87,6 +88,11 @@ type Options struct {
 	// MaxArraySize is Slurm's MaxArraySize that submissions are checked
 	// against (default slurmspec.DefaultMaxArraySize).
 	MaxArraySize int
+	// SlurmBackend says the scheduler runs the real-Slurm backend
+	// (-scheduler-backend=slurm): the commands it does not map
+	// (slurmmap.Command) are then refused FailedPrecondition before
+	// anything is recorded or published (checkMapped).
+	SlurmBackend bool
 	// OpenQOS are the QOS every member of a project may ask for without an
 	// association granting them (sorted, lower-case; nil: those of
 	// domain.DefaultOpenQOS). Use []string{} for none.
@@ -566,6 +572,11 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	}
 	err := domain.ValidateSubmitJob(req, cluster, g.opt.MaxArraySize)
 	if err == nil {
+		// Before any id or quota is taken: the request as sent, then the
+		// job as accepted below.
+		err = g.checkMapped(&eventsv1.SubmitJob{Job: req.GetJob()})
+	}
+	if err == nil {
 		err = g.checkJobNodes(ctx, req.GetJob(), cluster)
 	}
 	if err == nil {
@@ -641,7 +652,13 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return nil, err
 	}
 	adapters.PutRequest(tx, kind, rid, job.GetName(), fp)
-	cmd, err := route(ctx, job.GetCluster(), &eventsv1.SubmitJob{Job: job})
+	// Again on the job as accepted (defaults filled), which is what the
+	// scheduler judges.
+	submit := &eventsv1.SubmitJob{Job: job}
+	if err := g.checkMapped(submit); err != nil {
+		return nil, err
+	}
+	cmd, err := route(ctx, job.GetCluster(), submit)
 	if err != nil {
 		return nil, err
 	}
@@ -1375,6 +1392,22 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	return caller.Present(j), nil
 }
 
+// checkMapped refuses cmd, FailedPrecondition naming what and pointing to
+// docs/slurm-backend.md, when the scheduler runs the real-Slurm backend
+// (Options.SlurmBackend) and that backend does not carry it out
+// (slurmmap.Command, the predicate the backend refuses it by again): the
+// caller hears it now, rather than the command being accepted and then
+// dead-lettered, or the job failed, once the scheduler consumes it.
+func (g *Gateway) checkMapped(cmd proto.Message) error {
+	if !g.opt.SlurmBackend {
+		return nil
+	}
+	if what := slurmmap.Command(cmd); what != "" {
+		return slurmmap.Refuse(what)
+	}
+	return nil
+}
+
 // emitCommands writes commands about a cluster (keyed by it; libs/topics
 // routes each to its service's topic: the scheduler's, health's) through the
 // outbox in one Apply, so that all of them are published or none, each
@@ -1382,6 +1415,9 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 func (g *Gateway) emitCommands(ctx context.Context, cluster string, cmds ...proto.Message) error {
 	tx := &store.Tx{}
 	for _, cmd := range cmds {
+		if err := g.checkMapped(cmd); err != nil {
+			return err
+		}
 		ev, err := route(ctx, cluster, cmd)
 		if err != nil {
 			return err

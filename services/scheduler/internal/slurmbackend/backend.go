@@ -35,6 +35,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmmap"
 	"github.com/loom-ml/loom/libs/slurmrest"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -337,9 +338,18 @@ func refuse(ev envelope.Event, what string) error {
 }
 
 // Handle applies one command (bus.Handler). SubmitJob, CancelJob and
-// UpdateJob's hold, uhold and release are carried out; the other commands
-// are refused (refuse); other events are ignored.
+// UpdateJob's hold, uhold and release are carried out; what slurmmap.Command
+// names (the gateway refuses it first when told the backend, so this is the
+// last line: a command from before, or a gateway not told) and the account
+// commands are refused (refuse); other events are ignored.
 func (b *Backend) Handle(ctx context.Context, ev envelope.Event) error {
+	if what := slurmmap.Command(ev.Payload); what != "" {
+		if _, ok := ev.Payload.(*eventsv1.SubmitJob); !ok {
+			return refuse(ev, what)
+		}
+		// A submission is recorded FAILED with the reason (submit), so
+		// that the job shows why.
+	}
 	if err := b.lockLeading(ctx, ev.ID); err != nil {
 		return err
 	}
@@ -357,12 +367,6 @@ func (b *Backend) Handle(ctx context.Context, ev envelope.Event) error {
 		return b.cancel(ctx, ev, app.AsPrincipal(ev).(*eventsv1.CancelJob))
 	case *eventsv1.UpdateJob:
 		return b.update(ctx, ev, app.AsPrincipal(ev).(*eventsv1.UpdateJob))
-	case *eventsv1.CreateJobStep:
-		return refuse(ev, "job steps from outside the job (srun --jobid, salloc)")
-	case *eventsv1.CancelJobStep:
-		return refuse(ev, "cancelling a job step (scancel JOB.STEP)")
-	case *eventsv1.UpdateSlurmNode:
-		return refuse(ev, "draining and resuming nodes (scontrol update node)")
 	case *eventsv1.AssociationChanged, *eventsv1.AccountChanged:
 		return refuse(ev, "associations and accounts (sacctmgr): configure them in Slurm's own accounting")
 	}
@@ -654,12 +658,6 @@ var slurmTransient = map[int]bool{
 // when p (as app.AsPrincipal made it) may act on it (domain.MayCancel).
 // The state change comes with the next poll, as Slurm reports it.
 func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.CancelJob) error {
-	switch {
-	case p.GetBatch() || p.GetFull():
-		return refuse(ev, "signalling the batch shell or the whole job alone (scancel --batch/--full)")
-	case p.ExitCode != nil:
-		return refuse(ev, "ending an allocation with an exit code (srun/salloc)")
-	}
 	if err := b.lockLeading(ctx, ev.ID); err != nil {
 		return err
 	}
@@ -727,32 +725,13 @@ func (b *Backend) cancel(ctx context.Context, ev envelope.Event, p *eventsv1.Can
 	return err
 }
 
-// Update actions this backend carries out (the built-in engine's
-// domain.ActionHold, ActionUHold, ActionRelease).
+// Update actions this backend carries out (slurmmap's, the built-in
+// engine's domain.ActionHold, ActionUHold, ActionRelease).
 const (
-	actionHold    = "hold"
-	actionUHold   = "uhold"
-	actionRelease = "release"
+	actionHold    = slurmmap.ActionHold
+	actionUHold   = slurmmap.ActionUHold
+	actionRelease = slurmmap.ActionRelease
 )
-
-// updateUnmapped names what of p this backend does not carry out ("" when
-// it does): hold, uhold and release alone.
-func updateUnmapped(p *eventsv1.UpdateJob) string {
-	switch p.GetAction() {
-	case actionHold, actionUHold, actionRelease:
-	default:
-		return "scontrol requeue/update (UpdateJob " + p.GetAction() + ")"
-	}
-	// Any field beyond whom and what is a change this backend does not
-	// make: checked on what is left once those are cleared, so that a
-	// field UpdateJob gains later is refused here rather than dropped.
-	rest := proto.Clone(p).(*eventsv1.UpdateJob)
-	rest.Job, rest.Cluster, rest.Action, rest.User, rest.Admin = "", "", "", "", false
-	if !proto.Equal(rest, &eventsv1.UpdateJob{}) {
-		return "scontrol requeue/update (UpdateJob " + p.GetAction() + " with fields to change)"
-	}
-	return ""
-}
 
 // update holds or releases a pending job in Slurm (scontrol hold, uhold,
 // release; POST job/{id}), when p (as app.AsPrincipal made it) may act on
@@ -763,9 +742,6 @@ func updateUnmapped(p *eventsv1.UpdateJob) string {
 // admin hold a user tries to release is Slurm's to refuse, as the gateway
 // does first. The new state comes with the next poll.
 func (b *Backend) update(ctx context.Context, ev envelope.Event, p *eventsv1.UpdateJob) error {
-	if what := updateUnmapped(p); what != "" {
-		return refuse(ev, what)
-	}
 	if err := b.lockLeading(ctx, ev.ID); err != nil {
 		return err
 	}

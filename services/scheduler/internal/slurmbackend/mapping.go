@@ -14,14 +14,15 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/slurmmap"
 	"github.com/loom-ml/loom/libs/slurmrest"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
-// Name is how refusals name this backend.
-const Name = "the slurm scheduler backend"
+// Name is how refusals name this backend (slurmmap.Name).
+const Name = slurmmap.Name
 
 // CommentPrefix starts the --comment every job the backend submits carries
 // ("loom:" and the Loom job's name): how a restarted backend finds a job
@@ -30,41 +31,9 @@ const Name = "the slurm scheduler backend"
 const CommentPrefix = "loom:"
 
 // unmapped returns why job cannot go to Slurm yet, naming the first option
-// that has no mapping ("" when it maps). Each is refused rather than
-// dropped: a job run without its dependency, on other hosts or without its
-// array would be silently wrong (docs/slurm-backend.md, "Status").
-func unmapped(j *loomv1.Job) string {
-	checks := []struct {
-		set  bool
-		what string
-	}{
-		{len(j.GetCommand()) > 0, "a job given as a command (not a batch script)"},
-		{j.GetArray() != "" || j.GetArrayJobId() != "", "job arrays (--array)"},
-		{j.GetNice() != 0, "nice (--nice)"},
-		{len(j.GetNodelist()) > 0, "node lists (--nodelist)"},
-		{len(j.GetExclude()) > 0, "excluded nodes (--exclude)"},
-		{j.GetExclusive() || j.GetExclusiveUser(), "exclusive allocations (--exclusive)"},
-		{j.GetMaxNodeCount() > 0 && j.GetMaxNodeCount() != j.GetNodeCount(), "node count ranges (-N min-max)"},
-		{j.GetGpus() > 0 && !(j.GetGpusPerNode() > 0), "GPUs per job (--gpus; use --gpus-per-node)"},
-		{j.GetGpusPerTask() > 0, "GPUs per task (--gpus-per-task)"},
-		{j.GetCpusPerGpu() > 0, "CPUs per GPU (--cpus-per-gpu)"},
-		{j.GetMemPerCpuMb() > 0, "memory per CPU (--mem-per-cpu; use --mem)"},
-		{j.GetGpuType() != "", "GPU types (--gres=gpu:TYPE:N)"},
-		{j.GetNtasksPerNode() > 0, "tasks per node (--ntasks-per-node)"},
-		{j.GetSignal() != "", "a signal before the time limit (--signal)"},
-		{j.GetOpenMode() != "" && j.GetOpenMode() != slurmspec.OpenModeTruncate, "--open-mode=append"},
-		{j.GetMaxRetries() > 0, "retries (max_retries)"},
-		{j.GetHangTimeoutSeconds() != 0, "hang detection (hang_timeout_seconds)"},
-		{j.GetCheckpointDir() != "", "checkpoint-aware requeue (checkpoint_dir)"},
-		{j.GetModelOutput() != nil, "model outputs (model_output)"},
-	}
-	for _, c := range checks {
-		if c.set {
-			return c.what
-		}
-	}
-	return ""
-}
+// that has no mapping ("" when it maps): slurmmap.Job, the predicate the
+// gateway refuses a submission by first.
+func unmapped(j *loomv1.Job) string { return slurmmap.Job(j) }
 
 // ownerProblem says why a job of owner may not go to Slurm ("" when it
 // may). The backend submits and cancels as the owner, with a token it
@@ -88,10 +57,8 @@ func ownerProblem(owner string, refused map[string]bool) string {
 	return ""
 }
 
-// refusal is the reason a refused job carries.
-func refusal(what string) string {
-	return fmt.Sprintf("%s is not supported by %s yet (docs/slurm-backend.md)", what, Name)
-}
+// refusal is the reason a refused job carries (slurmmap.Refusal).
+func refusal(what string) string { return slurmmap.Refusal(what) }
 
 // workDir is the job's working directory as the built-in engine takes it
 // (-D, relative to the submit directory), "" when the job has neither.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/loom-ml/loom/libs/slurmmap"
 	"github.com/loom-ml/loom/libs/slurmrest"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -141,11 +142,11 @@ func TestObserveReportsChange(t *testing.T) {
 func TestUpdateUnmapped(t *testing.T) {
 	t.Parallel()
 	for _, a := range []string{"hold", "uhold", "release"} {
-		if got := updateUnmapped(&eventsv1.UpdateJob{Job: "projects/p/jobs/1", Cluster: "c", Action: a, User: "ana", Admin: true}); got != "" {
+		if got := slurmmap.Update(&eventsv1.UpdateJob{Job: "projects/p/jobs/1", Cluster: "c", Action: a, User: "ana", Admin: true}); got != "" {
 			t.Errorf("%s: refused %q", a, got)
 		}
 	}
-	if got := updateUnmapped(&eventsv1.UpdateJob{Action: "requeue"}); got == "" {
+	if got := slurmmap.Update(&eventsv1.UpdateJob{Action: "requeue"}); got == "" {
 		t.Error("requeue: carried out")
 	}
 	fields := (&eventsv1.UpdateJob{}).ProtoReflect().Descriptor().Fields()
@@ -171,7 +172,7 @@ func TestUpdateUnmapped(t *testing.T) {
 		default:
 			t.Fatalf("field %s: kind %v not covered by this test", fd.Name(), fd.Kind())
 		}
-		if got := updateUnmapped(p); got == "" {
+		if got := slurmmap.Update(p); got == "" {
 			t.Errorf("hold with %s set: carried out, want refused", fd.Name())
 		}
 	}
