@@ -116,6 +116,17 @@ func TestDependencies(t *testing.T) {
 	// A runs until released: the jobs waiting for its end are pending on
 	// Dependency.
 	for _, id := range []string{okA, anyAB} {
+		if onSlurm() {
+			// Slurm gives the reason when its scheduler first looks at
+			// the job, and the backend's poll (2 s) brings it back; the
+			// built-in engine gives it at submission. A is held running
+			// until released below, so the reason cannot pass meanwhile.
+			s.waitFor(30*time.Second, "squeue -j "+id+" PD (Dependency)", func() bool {
+				r := s.queue("-j", id)
+				return len(r) == 1 && r[0]["ST"] == "PD" && r[0]["REASON"] == "Dependency"
+			})
+			continue
+		}
 		r := s.queue("-j", id)
 		if len(r) != 1 || r[0]["ST"] != "PD" || r[0]["REASON"] != "Dependency" {
 			t.Errorf("squeue -j %s (afterok/afterany on a running job) = %v; want PD (Dependency)", id, r)
