@@ -18,7 +18,7 @@
 # NODE_PORT (17001: node i listens on NODE_PORT+i-1), NODE_FORMAT (node%d: node i's
 # name, a printf format of i such as gpu-%04d), PARTITION (debug, the default, on
 # every node), MORE_PARTITIONS (none: space-separated NAME[:MAXTIME_MINUTES], each on
-# every node; no MAXTIME is INFINITE),
+# every node, each NAME once; no MAXTIME is INFINITE),
 # CLUSTER_NAME (loombench), SCHED_PARAMS (batch_sched_delay=0),
 # REST (0; 1: also JWT auth and slurmrestd on 127.0.0.1:REST_PORT), REST_PORT (6820).
 #
@@ -71,11 +71,15 @@ check_settings() {
   [[ $NODE_FORMAT =~ ^[a-z0-9_-]*%(0[1-9])?d[a-z0-9_-]*$ ]] ||
     die "NODE_FORMAT '$NODE_FORMAT' must be lower-case letters, digits, '-' or '_' around one %d (or %0Nd)"
   [[ $PARTITION =~ ^[a-z0-9_-]+$ ]] || die "PARTITION '$PARTITION' must be lower-case letters, digits, '-' or '_'"
-  local p
+  local p seen=" "
   for p in "${more_partitions[@]}"; do
     [[ $p =~ ^[a-z0-9_-]+(:[1-9][0-9]{0,6})?$ ]] ||
       die "MORE_PARTITIONS entry '$p' must be NAME or NAME:MINUTES (a name of lower-case letters, digits, '-' or '_'; 1..9999999 minutes)"
     [[ ${p%%:*} != "$PARTITION" ]] || die "MORE_PARTITIONS entry '$p' repeats PARTITION '$PARTITION'"
+    # slurmctld keeps a partition's first line and ignores a repeat of it:
+    # "short short:5" would give short no limit.
+    [[ $seen != *" ${p%%:*} "* ]] || die "MORE_PARTITIONS entry '$p' repeats partition '${p%%:*}' (one entry a partition)"
+    seen+="${p%%:*} "
   done
   [[ $CLUSTER_NAME =~ ^[a-z0-9_-]+$ ]] || die "CLUSTER_NAME '$CLUSTER_NAME' must be lower-case letters, digits, '-' or '_'"
   [[ $REST == 0 || $REST == 1 ]] || die "REST must be 0 or 1, got '$REST'"

@@ -170,12 +170,20 @@ func (o Options) normalize() (Options, error) {
 	if !nodeFormat.MatchString(o.NodeFormat) {
 		bad("Options.NodeFormat %q must be lower-case letters, digits, '-' or '_' around one %%d (or %%0Nd)", o.NodeFormat)
 	}
+	first := map[string]int{} // a partition's name: its first index
 	for i, p := range o.MorePartitions {
 		if !validName(p.Name) {
 			bad("Options.MorePartitions[%d].Name %q must be lower-case letters, digits, '-' or '_'", i, p.Name)
 		}
 		if p.Name == o.Partition {
 			bad("Options.MorePartitions[%d].Name %q repeats Options.Partition", i, p.Name)
+		}
+		// slurmctld keeps a partition's first line and ignores a repeat:
+		// the second entry's MaxTime would be dropped without a word.
+		if j, ok := first[p.Name]; ok {
+			bad("Options.MorePartitions[%d].Name %q repeats Options.MorePartitions[%d]", i, p.Name, j)
+		} else {
+			first[p.Name] = i
 		}
 		if p.MaxTimeMinutes < 0 || p.MaxTimeMinutes > MaxPartitionMinutes {
 			bad("Options.MorePartitions[%d].MaxTimeMinutes must be 0 (INFINITE) or 1..%d, got %d", i, MaxPartitionMinutes, p.MaxTimeMinutes)

@@ -27,13 +27,14 @@ func TestNormalizeNamesEveryBadOption(t *testing.T) {
 	t.Parallel()
 	_, err := Options{Nodes: -1, CPUsPerNode: -2, GPUsPerNode: 65, ControllerPort: 70000, Partition: "Bad Name",
 		ExtraConfig: []string{"no equals sign"}, RESTPort: 6820, NodeFormat: "gpu-%s",
-		MorePartitions: []Partition{{Name: "Bad"}, {Name: "ok", MaxTimeMinutes: -1}}}.normalize()
+		MorePartitions: []Partition{{Name: "Bad"}, {Name: "ok", MaxTimeMinutes: -1}, {Name: "short"}, {Name: "short", MaxTimeMinutes: 5}}}.normalize()
 	if err == nil {
 		t.Fatal("bad options accepted")
 	}
 	for _, want := range []string{"Options.Dir", "Options.Nodes", "Options.CPUsPerNode", "Options.GPUsPerNode",
 		"Options.ControllerPort", "Options.Partition", "Options.ExtraConfig[0]", "Options.RESTPort is set but Options.REST is not",
-		"Options.NodeFormat", "Options.MorePartitions[0].Name", "Options.MorePartitions[1].MaxTimeMinutes"} {
+		"Options.NodeFormat", "Options.MorePartitions[0].Name", "Options.MorePartitions[1].MaxTimeMinutes",
+		"Options.MorePartitions[3].Name \"short\" repeats Options.MorePartitions[2]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -161,7 +162,7 @@ func TestScriptRefusesBadSettings(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "NODES must be 1..256") {
 		t.Fatalf("NODES=zero: err %v, output %q; want a failure naming NODES", err, out)
 	}
-	for _, bad := range []string{"NODE_FORMAT=gpu-%s", "MORE_PARTITIONS=short:0", "MORE_PARTITIONS=debug"} {
+	for _, bad := range []string{"NODE_FORMAT=gpu-%s", "MORE_PARTITIONS=short:0", "MORE_PARTITIONS=debug", "MORE_PARTITIONS=short short:5"} {
 		cmd := exec.Command("bash", "../../scripts/slurm-local.sh", "conf", t.TempDir())
 		cmd.Env = append(os.Environ(), bad)
 		out, err := cmd.CombinedOutput()

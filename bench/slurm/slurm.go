@@ -77,7 +77,8 @@ type Options struct {
 	// partition holding every node (default "debug").
 	ClusterName, Partition string
 	// MorePartitions are more partitions, each holding every node, after
-	// Partition (scripts/slurm-local.sh's MORE_PARTITIONS).
+	// Partition (scripts/slurm-local.sh's MORE_PARTITIONS); each name once,
+	// and not Partition's.
 	MorePartitions []Partition
 	// NodeFormat names node i: a printf format of i+1 with one %d or %0Nd
 	// and otherwise lower-case letters, digits, '-' or '_' (default
