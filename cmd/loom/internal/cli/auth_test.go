@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -641,4 +642,52 @@ func TestAuthOIDCBindingCommands(t *testing.T) {
 			t.Errorf("login --link with no saved API key: exit %d, %q; want a usage error", code, errOut)
 		}
 	})
+}
+
+// TestRefusedLoginDaemonSaysSo: in a `loom clusters login` shell the
+// login daemon of LOOM_AUTHD_SOCKET wins over a saved login, so a refusal
+// through it says to ask whoever runs it or unset LOOM_AUTHD_SOCKET, not
+// to log in again (which changed nothing); and a refusal by the daemon
+// itself is not passed off as the gateway's. It said "the gateway refused
+// your credential (from ): the login daemon at ...; run `loom auth login`
+// again".
+func TestRefusedLoginDaemonSaysSo(t *testing.T) {
+	t.Parallel()
+	_, gw, _ := authGateway(t)
+	// daemon answers every connection with answer, as the login daemon's
+	// one JSON line.
+	daemon := func(answer string) string {
+		sock := filepath.Join(t.TempDir(), "authd.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write([]byte(answer + "\n"))
+				_ = c.Close()
+			}
+		}()
+		return sock
+	}
+	advice := "unset LOOM_AUTHD_SOCKET to use the login `loom auth login --gateway " + gw + "` saves\n"
+	for _, tc := range []struct {
+		name, answer, want string
+	}{
+		{"a token the gateway refuses", `{"access_token":"not-a-token","user":"bob","principal":"users/bob"}`,
+			"the gateway at " + gw + " refused your credential (from the login daemon at "},
+		{"the daemon's own refusal", `{"error":"uid 1234 has no account"}`, "the login daemon at "},
+	} {
+		sock := daemon(tc.answer)
+		_, errOut, code := authCLI(t, gw, filepath.Join(t.TempDir(), "loom"), []string{"LOOM_AUTHD_SOCKET=" + sock}, "auth", "whoami")
+		if code != 1 || !strings.HasPrefix(errOut, "Error: who am I: "+tc.want+sock) || !strings.HasSuffix(errOut, advice) ||
+			strings.Contains(errOut, "(from )") || strings.Contains(errOut, "again") {
+			t.Errorf("%s: exit %d, %q; want %q ... %q", tc.name, code, errOut, tc.want+sock, advice)
+		}
+	}
 }

@@ -438,6 +438,17 @@ func (a *app) explainMsg(what string, err error) error {
 		if a.src == nil || a.src.From() == creds.FromNone {
 			return fmt.Errorf("%s: not logged in to %s: run `loom auth login%s` (or set LOOM_TOKEN)", what, a.gateway, a.gatewayFlag())
 		}
+		if strings.HasPrefix(msg, creds.AuthdRefusal) || a.src.From() == creds.FromAuthd {
+			// The login daemon of LOOM_AUTHD_SOCKET (a `loom clusters
+			// login` shell) wins over a saved login: logging in again
+			// changes nothing while it answers. Its own refusal is not
+			// the gateway's.
+			next := fmt.Sprintf("the login daemon wins over a saved login, so ask whoever runs it, or unset LOOM_AUTHD_SOCKET to use the login `loom auth login%s` saves", a.gatewayFlag())
+			if strings.HasPrefix(msg, creds.AuthdRefusal) {
+				return fmt.Errorf("%s: %s; %s", what, msg, next)
+			}
+			return fmt.Errorf("%s: the gateway at %s refused your credential (from the login daemon at %s): %s; %s", what, a.gateway, a.src.Authd, msg, next)
+		}
 		if a.src.From() == creds.FromEnv {
 			// LOOM_TOKEN wins over a saved login: logging in again
 			// changes nothing while it is set.

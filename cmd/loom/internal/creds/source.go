@@ -31,6 +31,12 @@ const (
 	FromNone  = "none"
 )
 
+// AuthdRefusal begins the message of Token's error when the login daemon
+// answers but gives no token (a refusal, a bad answer): the error reaches
+// the CLI as a call's status, whose message alone says it was not the
+// gateway's refusal.
+const AuthdRefusal = "the login daemon at "
+
 // Source finds the credential the CLI sends to one gateway, in this order:
 //  1. LOOM_TOKEN, when set (a workload's token, a script's key);
 //  2. the login daemon on the Unix socket Authd, when set and there (the
@@ -91,7 +97,7 @@ func (s *Source) Token(ctx context.Context) (string, error) {
 			s.set(a.AccessToken, a.ExpireTime, a.User, a.Principal, FromAuthd)
 			return a.AccessToken, nil
 		case !absent(err):
-			return "", status.Errorf(codes.Unauthenticated, "the login daemon at %s: %v", s.Authd, err)
+			return "", status.Errorf(codes.Unauthenticated, "%s%s: %v", AuthdRefusal, s.Authd, err)
 		}
 	}
 	if s.Store != nil {
