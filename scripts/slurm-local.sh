@@ -43,7 +43,9 @@ PARTITION=${PARTITION:-debug}
 MORE_PARTITIONS=${MORE_PARTITIONS:-}
 # Its words as written: an unquoted $MORE_PARTITIONS would also expand each
 # as a file name pattern ("s*" checked and written as the files it matches).
-read -r -a more_partitions <<<"$MORE_PARTITIONS"
+# Up to the end (-d ''), not its first line: the words after a newline were
+# dropped. read answers 1 at the end of its input, which is no error here.
+read -r -d '' -a more_partitions <<<"$MORE_PARTITIONS" || true
 CLUSTER_NAME=${CLUSTER_NAME:-loombench}
 SCHED_PARAMS=${SCHED_PARAMS:-batch_sched_delay=0}
 REST=${REST:-0}

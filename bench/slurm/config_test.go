@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -197,6 +198,23 @@ func TestScriptTakesMorePartitionsAsWritten(t *testing.T) {
 		conf, _ := os.ReadFile(filepath.Join(dir, "slurm.conf"))
 		t.Errorf("MORE_PARTITIONS=s*: err %v, output %q, slurm.conf partitions %q; want a failure naming the entry as given",
 			err, out, grepLines(string(conf), "PartitionName="))
+	}
+	// Every word, whatever whitespace separates them: read one line, the
+	// words after a newline were dropped without a word.
+	dir = t.TempDir()
+	cmd = exec.Command("bash", script, "conf", dir)
+	cmd.Env = append(os.Environ(), "MORE_PARTITIONS=short:1\n\tlong:5 ")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("MORE_PARTITIONS over two lines: %v, %s", err, out)
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, "slurm.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := grepLines(string(conf), "Default=NO")
+	want := []string{"PartitionName=short Nodes=ALL Default=NO MaxTime=1 State=UP", "PartitionName=long Nodes=ALL Default=NO MaxTime=5 State=UP"}
+	if !slices.Equal(got, want) {
+		t.Errorf("MORE_PARTITIONS over two lines wrote %q, want %q", got, want)
 	}
 }
 
