@@ -401,7 +401,14 @@ func (a *app) explainMsg(what string, err error) error {
 	if !ok {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	// The kind is said here, in the words of each case below: the
+	// services' own word for it (libs/errs), first in a message or last,
+	// would say it twice. NotFound and AlreadyExists keep theirs: "job
+	// projects/p/jobs/9: not found" is the sentence, said once.
 	msg := st.Message()
+	if c := st.Code(); c != codes.NotFound && c != codes.AlreadyExists {
+		msg = withoutKind(c, msg)
+	}
 	switch st.Code() {
 	case codes.Unavailable:
 		if a.unreachable(msg) {
@@ -428,10 +435,6 @@ func (a *app) explainMsg(what string, err error) error {
 	case codes.Canceled:
 		return fmt.Errorf("%s: cancelled", what)
 	case codes.Unauthenticated:
-		// The kind's word (libs/errs), first in the gateway's credential
-		// messages ("unauthenticated: API key ... was revoked") or last,
-		// is what "refused your credential" says already.
-		msg = strings.TrimSuffix(strings.TrimPrefix(msg, "unauthenticated: "), ": unauthenticated")
 		// No credential at all comes first: the gateway's words for that
 		// are for any client ("send authorization: Bearer ..."), with the
 		// method's gRPC name, where this one knows the command to run.
@@ -459,10 +462,9 @@ func (a *app) explainMsg(what string, err error) error {
 		}
 		return fmt.Errorf("%s: the gateway at %s refused your credential (from %s): %s; run `loom auth login%s` again", what, a.gateway, a.src.From(), msg, a.gatewayFlag())
 	case codes.PermissionDenied:
-		// The gateway's refusals start with Slurm's words and may end
-		// with the kind's (libs/errs): said once, here.
-		msg = strings.TrimPrefix(msg, "Access/permission denied: ")
-		msg = strings.TrimSuffix(msg, ": permission denied")
+		// The gateway's refusals start with Slurm's words (and the
+		// kind's, dropped above): said once, here.
+		msg = withoutKind(st.Code(), strings.TrimPrefix(msg, "Access/permission denied: "))
 		// What to do next: see whom the gateway took you for, and
 		// which roles you hold, before asking for one. A project admin
 		// cannot make a cluster administrator: say who can.
@@ -471,13 +473,18 @@ func (a *app) explainMsg(what string, err error) error {
 		}
 		return fmt.Errorf("%s: permission denied: %s (`loom auth whoami` shows who you are and your roles; a project admin grants one with `loom auth members set`)", what, msg)
 	}
-	// The services end a message with its kind's text ("...; delete those
-	// clusters first: failed precondition", libs/errs); the code is said
-	// before it already.
-	if kind := strings.ToLower(codeWords.ReplaceAllString(st.Code().String(), "$1 $2")); strings.HasSuffix(msg, ": "+kind) {
-		msg = strings.TrimSuffix(msg, ": "+kind)
-	}
 	return fmt.Errorf("%s: %s: %s", what, st.Code(), msg)
+}
+
+// withoutKind is msg without code's word as libs/errs words it ("failed
+// precondition", "unauthenticated"), which the services put first
+// ("unauthenticated: API key k1 was revoked") or last ("...; delete those
+// clusters first: failed precondition"). A message that is only the word
+// stays.
+func withoutKind(code codes.Code, msg string) string {
+	kind := strings.ToLower(codeWords.ReplaceAllString(code.String(), "$1 $2"))
+	msg = strings.TrimPrefix(msg, kind+": ")
+	return strings.TrimSuffix(msg, ": "+kind)
 }
 
 // projectWall matches the gateway's answer to a call in a project the

@@ -421,6 +421,37 @@ func TestRefusalsSayWhoCanHelp(t *testing.T) {
 	}
 }
 
+// TestGatewayKindSaidOnce: the gateway's messages carry libs/errs' word
+// for their kind, first ("failed precondition: this gateway accepts no
+// OIDC ID tokens") or last; the CLI's one mapping (explainMsg) says the
+// kind itself, so the gateway's word is dropped wherever it stands, for
+// every code, not only for a revoked key's Unauthenticated.
+func TestGatewayKindSaidOnce(t *testing.T) {
+	t.Parallel()
+	a := newApp()
+	a.gateway = DefaultGateway
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{status.Error(codes.FailedPrecondition, "failed precondition: this gateway accepts no OIDC ID tokens (it has no -oidc-issuer)"),
+			"log in: FailedPrecondition: this gateway accepts no OIDC ID tokens (it has no -oidc-issuer)"},
+		{status.Error(codes.FailedPrecondition, "cluster demo has running jobs; cancel them first: failed precondition"),
+			"log in: FailedPrecondition: cluster demo has running jobs; cancel them first"},
+		{status.Error(codes.ResourceExhausted, "resource exhausted: at most 20 API keys a user; revoke one first"),
+			"log in: ResourceExhausted: at most 20 API keys a user; revoke one first"},
+		{status.Error(codes.PermissionDenied, "permission denied: only the login service (services/login) may get a token for another user; use `loom auth login`"),
+			"log in: permission denied: only the login service (services/login) may get a token for another user; use `loom auth login` (`loom auth whoami`"},
+		{status.Error(codes.Unavailable, "unavailable: OIDC issuer https://idp: connection refused"),
+			"log in: Loom is unavailable right now (OIDC issuer https://idp: connection refused)"},
+	} {
+		got := a.explainMsg("log in", c.err).Error()
+		if !strings.HasPrefix(got, c.want) {
+			t.Errorf("%v:\n got %q\nwant %q...", c.err, got, c.want)
+		}
+	}
+}
+
 // TestHintsNameTheProject: a command run with --project pa told the user to
 // run `loom health nodes ca` (or `loom operations wait ID`), which asks the
 // default project and is answered not found. A hint names the project
