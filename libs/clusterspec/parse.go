@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -26,25 +27,40 @@ func ParseJSON(data []byte) (*loomv1.Cluster, error) {
 		return nil, errs.Invalid("cluster", "empty cluster spec")
 	}
 	c := &loomv1.Cluster{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(data, c); err != nil {
-		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "proto:"), "\u00a0")
-		msg = strings.TrimSpace(msg)
-		field := "cluster"
-		if strings.Contains(msg, "unexpected EOF") && !lineColRE.MatchString(msg) {
-			// protojson gives no position for a spec cut short; its
-			// end is where the damage shows. The field stays the whole
-			// spec: the last key read is not what is wrong.
-			line, col := endPosition(data)
-			return nil, errs.Invalid(field, "(line %d:%d): unexpected end of the spec: a value, or a closing } or ], is missing", line, col)
-		}
-		if off, ok := errorOffset(data, msg); ok {
-			if p := jsonPathAt(data, off); p != "" {
-				field = p
-			}
-		}
-		return nil, errs.Invalid(field, "%s", msg)
+	if err := DecodeJSON(data, c, "cluster"); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// DecodeJSON unmarshals data, a JSON document, into m as ParseJSON does a
+// cluster (any message: the CLI's Vertex files too): field names either
+// way, unknown fields refused. An error is an *errs.InvalidError whose
+// field is the JSON path of the offending spot in snake_case, or whole
+// when the fault is the document's (cut short, not an object), and whose
+// reason is protojson's message with its line and column; a document cut
+// short, which protojson reports without a position, gets its end's.
+func DecodeJSON(data []byte, m proto.Message, whole string) error {
+	err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(data, m)
+	if err == nil {
+		return nil
+	}
+	msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "proto:"), "\u00a0")
+	msg = strings.TrimSpace(msg)
+	if strings.Contains(msg, "unexpected EOF") && !lineColRE.MatchString(msg) {
+		// protojson gives no position for a document cut short; its end
+		// is where the damage shows. The field stays the whole: the
+		// last key read is not what is wrong.
+		line, col := endPosition(data)
+		return errs.Invalid(whole, "(line %d:%d): unexpected end of the JSON: a value, or a closing } or ], is missing", line, col)
+	}
+	field := whole
+	if off, ok := errorOffset(data, msg); ok {
+		if p := jsonPathAt(data, off); p != "" {
+			field = p
+		}
+	}
+	return errs.Invalid(field, "%s", msg)
 }
 
 // endPosition is the line and column (1-based, columns in bytes, as

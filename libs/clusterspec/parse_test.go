@@ -28,7 +28,7 @@ func TestParseJSONErrors(t *testing.T) {
 			"compute.node_pools[0].capacity.type", "invalid value for enum field type"},
 		{"syntax", `{"network": {"mtu": 1500,}}`, "network.mtu", "syntax error"},
 		{"not an object", `[1, 2]`, "cluster", "unexpected token"},
-		{"cut short", "{\n  \"name\": \"x\",", "cluster", "(line 2:15): unexpected end of the spec"},
+		{"cut short", "{\n  \"name\": \"x\",", "cluster", "(line 2:15): unexpected end of the JSON"},
 	}
 	for _, c := range cases {
 		_, err := ParseJSON([]byte(c.json))

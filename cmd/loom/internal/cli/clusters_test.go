@@ -776,6 +776,12 @@ func TestClustersExampleAnywhere(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "standard input") {
 		t.Errorf("a bad cluster file on stdin: exit %d, %q; want an error naming standard input", code, errOut)
 	}
+	// Cut short (`echo '{"name":"x",' | loom clusters create -f -`): where
+	// it ends, not protojson's bare "unexpected EOF".
+	_, errOut, code = runWith(t, gw, func(a *app) { a.stdin = strings.NewReader("{\"name\":\"x\",\n") }, "clusters", "create", "-f", "-")
+	if want := "standard input: not a valid cluster: cluster: unexpected end of the JSON: a value, or a closing } or ], is missing (line 2:1)"; code != 1 || !strings.Contains(errOut, want) {
+		t.Errorf("a cluster file cut short on stdin: exit %d, %q; want %q", code, errOut, want)
+	}
 	// Standard input is bounded (the gateway refuses a bigger request
 	// anyway): one byte over is refused before it is parsed or sent.
 	created := len(fakegw.Requests[*loomv1.CreateClusterRequest](f))

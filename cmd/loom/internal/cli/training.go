@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/termtext"
 	"github.com/loom-ml/loom/libs/trainingspec"
@@ -82,8 +82,12 @@ func readTrainingFile(file string, m proto.Message, what string) error {
 	if err != nil {
 		return fmt.Errorf("read %s file: %w", what, err)
 	}
-	if err := protojson.Unmarshal(data, m); err != nil {
-		return fmt.Errorf("%s: not a %s in JSON: %v", file, what, err)
+	// As a cluster file is read: a syntax error names the field and its
+	// line and column, a file cut short where it ends (protojson alone
+	// said "proto: unexpected EOF").
+	whole := strings.ToLower(codeWords.ReplaceAllString(what, "${1}_${2}")) // CustomJob: custom_job, as the API names it
+	if err := clusterspec.DecodeJSON(data, m, whole); err != nil {
+		return fmt.Errorf("%s: not a %s in JSON: %s", file, what, tidyParseError(err))
 	}
 	return nil
 }

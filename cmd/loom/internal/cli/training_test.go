@@ -155,6 +155,18 @@ func TestCustomJobFailures(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "bogus") {
 		t.Errorf("unknown field: exit %d: %s", code, errOut)
 	}
+	// A file that is not JSON says where, as a cluster file does: a cut
+	// short one said "proto: unexpected EOF" and no more.
+	for _, c := range []struct{ file, want string }{
+		{"{\n  \"displayName\": \"x\",", `not a CustomJob in JSON: custom_job: unexpected end of the JSON: a value, or a closing } or ], is missing (line 2:22)`},
+		{`{"displayName" "x"}`, `not a CustomJob in JSON: display_name: syntax error (line 1:16): unexpected character ", missing ":" after field name`},
+	} {
+		file := writeFile(t, "job.json", c.file)
+		_, errOut, code = run(t, gw, "jobs", "custom", "create", "-f", file)
+		if code != 1 || !strings.Contains(errOut, file+": "+c.want) || strings.Contains(errOut, "proto:") {
+			t.Errorf("%q: exit %d: %q; want %q", c.file, code, errOut, c.want)
+		}
+	}
 	_, errOut, code = run(t, gw, "jobs", "custom", "create")
 	if code != 2 || !strings.Contains(errOut, "-f FILE") {
 		t.Errorf("no file: exit %d: %s", code, errOut)
