@@ -705,6 +705,24 @@ func TestNodesListAllProjects(t *testing.T) {
 	if out, _, _ := run(t, gw, "nodes", "list"); !strings.HasPrefix(out, "NODE ") || strings.Contains(out, "other") {
 		t.Errorf("one project's nodes list:\n%s", out)
 	}
+	// Health unread: the command the note under the table suggests
+	// reaches that project's cluster, not the default project's of the
+	// same id ("loom health nodes demo" asks projects/default).
+	for _, c := range []struct {
+		err  error
+		next string
+	}{
+		{status.Error(codes.Unavailable, "health: connection refused"), "`loom health nodes demo --project other` shows it"},
+		{status.Error(codes.Unimplemented, "unknown service loom.v1.HealthService"), "`loom --project other slurm sinfo -R -M demo` shows drained nodes"},
+	} {
+		f := newFakeGatewayData()
+		f.Nodes = []*loomv1.Node{{Name: "projects/other/clusters/demo/nodes/gpu-0001", Cluster: "projects/other/clusters/demo", Hostname: "gpu-0001", State: loomv1.Node_READY}}
+		f.NodeHealthErr = c.err
+		out, errOut, code := run(t, f.Serve(t), "nodes", "list", "--all-projects")
+		if code != 0 || !strings.Contains(out, c.next) {
+			t.Errorf("health %v: exit %d, stderr %q, want %q under the table:\n%s", status.Code(c.err), code, errOut, c.next, out)
+		}
+	}
 }
 
 func TestListFilters(t *testing.T) {

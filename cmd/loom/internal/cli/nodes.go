@@ -35,8 +35,9 @@ a node that is not READY, why, and what Loom does next about it ("boot timeout
 state ("maint"; the first 50 columns).
 The cluster is given as an argument, as "loom health nodes CLUSTER" takes it,
 or with --cluster. --all-projects (or --project -) lists every cluster's nodes
-in every project, PROJECT first: cluster administrators only. -o json is the ListNodesResponse (the provisioner's view);
-"loom health nodes CLUSTER -o json" has the health.`,
+in every project, PROJECT first: cluster administrators only. -o json is the
+ListNodesResponse (the provisioner's view); "loom health nodes CLUSTER -o json"
+has the health.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -143,6 +144,7 @@ func (a *app) listedNodeHealth(cmd *cobra.Command, nodes []*loomv1.Node) (listed
 	}
 	var unread []string
 	var why error
+	var firstUnread string // its full name: the hint names its project
 	for _, cl := range clusters {
 		got, err := collect(a, cmd, 0, func(ctx context.Context, token string, size int32) ([]*loomv1.NodeHealth, string, error) {
 			page, err := hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cl, PageToken: token, PageSize: size})
@@ -154,7 +156,7 @@ func (a *app) listedNodeHealth(cmd *cobra.Command, nodes []*loomv1.Node) (listed
 			h.unread[cl] = true
 			unread = append(unread, shortName(cl))
 			if why == nil {
-				why = err
+				why, firstUnread = err, cl
 			}
 			continue
 		default:
@@ -165,10 +167,17 @@ func (a *app) listedNodeHealth(cmd *cobra.Command, nodes []*loomv1.Node) (listed
 		}
 	}
 	if why != nil {
-		next := "`loom health nodes " + unread[0] + "` shows it once it can be read"
+		// shortIn: from --all-projects, a bare id would ask the default
+		// project. A Slurm command takes loom's flags before its name.
+		target := a.shortIn(firstUnread)
+		sinfo := "loom slurm sinfo -R -M " + target
+		if id, project, other := strings.Cut(target, " --project "); other {
+			sinfo = "loom --project " + project + " slurm sinfo -R -M " + id
+		}
+		next := "`loom health nodes " + target + "` shows it once it can be read"
 		switch codeOf(why) {
 		case codes.Unimplemented:
-			next = "`loom slurm sinfo -R -M " + unread[0] + "` shows drained nodes"
+			next = "`" + sinfo + "` shows drained nodes"
 		case codes.PermissionDenied:
 			next = "a viewer of the cluster may read it (`loom auth whoami` says who you are)"
 		}
